@@ -1,0 +1,50 @@
+"""Exceptions raised when kernelopt itself cannot do its job.
+
+Kernel outcomes (a compile error, a mismatch, a fault, a timeout) are *data*: see
+``kernelopt_mcp.evaluate.Status``. Exceptions are for the tool failing:
+
+    KerneloptError                  root: catch this to catch everything below
+    ├── WorkloadError               a workload file or spec is malformed (names file, field, fix)
+    ├── LaunchConfigError           a launch configuration is invalid for a case or the device
+    ├── ExpressionError             a shape/launch/cost expression is not allowed or fails
+    ├── InputError                  an input generator or data file cannot produce the buffer
+    ├── ToolchainNotFound           NVRTC, the CUDA headers or the harness binary are missing
+    ├── DeviceUnavailable           no CUDA driver or device where one is needed
+    └── HarnessError                the native harness misbehaved (bad answer, I/O, protocol)
+
+Every message says what failed, why, and what to do next.
+"""
+
+from __future__ import annotations
+
+
+class KerneloptError(Exception):
+    """Root of all kernelopt exceptions."""
+
+
+class WorkloadError(KerneloptError):
+    """A workload (directory, JSON spec or seed-style files) is malformed."""
+
+
+class LaunchConfigError(KerneloptError):
+    """A launch configuration cannot be used for a case on the target device."""
+
+
+class ExpressionError(KerneloptError):
+    """An expression uses something other than arithmetic on known names, or fails."""
+
+
+class InputError(KerneloptError):
+    """An input buffer cannot be generated or loaded."""
+
+
+class ToolchainNotFound(KerneloptError):
+    """A required tool (NVRTC, CUDA headers, kernelopt-harness) is not installed."""
+
+
+class DeviceUnavailable(KerneloptError):
+    """No usable CUDA driver or device."""
+
+
+class HarnessError(KerneloptError):
+    """The native harness could not be run or answered outside its contract."""

@@ -1,0 +1,567 @@
+"""Workloads: what a kernel is checked against.
+
+A workload is a directory holding ``workload.json`` (the :class:`WorkloadSpec` below; its
+JSON Schema comes from ``kernelopt schema``), a NumPy oracle ``reference.py``, a CUDA
+reference ``reference.cu`` and the starting kernel ``initial.cu``. It can also be put
+together from the original tool's separate files (:func:`load_parts`): a signature JSON,
+an input-cases JSON whose data files may live anywhere, a reference .cu and an initial .cu.
+
+Every load error names the file, the field and what to change.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from . import expr
+from .dtypes import DType, scalar_raw
+from .errors import ExpressionError, WorkloadError
+from .launch import LaunchSpec
+
+IDENTIFIER = r"^[A-Za-z_][A-Za-z0-9_]*$"
+CASE_NAME = r"^[A-Za-z0-9_][A-Za-z0-9_.-]*$"
+MAX_CASES = 64
+MAX_PARAMS = 64
+
+Identifier = Annotated[str, Field(pattern=IDENTIFIER, max_length=64)]
+CaseName = Annotated[str, Field(pattern=CASE_NAME, max_length=64)]
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+# --- signature -------------------------------------------------------------------------
+
+
+class BufferParam(_Model):
+    """A device pointer parameter, with the shape of the array it points to."""
+
+    kind: Literal["buffer"] = "buffer"
+    name: Identifier
+    dtype: DType
+    role: Literal["in", "out", "inout"] = Field(
+        description="in: read only (checked unchanged); out: written (poisoned first); inout: both"
+    )
+    shape: list[int | str] = Field(
+        min_length=1, max_length=8, description="dimensions: integers or expressions of scalars"
+    )
+    init: Literal["poison", "zero"] = Field(
+        "poison",
+        description="out buffers: 'poison' (NaN / 0xFF bytes before every launch) or 'zero' "
+        "for outputs the kernel accumulates into (e.g. with atomics)",
+    )
+
+    @field_validator("shape")
+    @classmethod
+    def _check_shape(cls, shape: list[int | str]) -> list[int | str]:
+        for dim in shape:
+            if isinstance(dim, str):
+                expr.parse(dim)
+            elif isinstance(dim, bool) or dim < 0:
+                raise ValueError(f"dimension {dim!r} must be a non-negative integer or expression")
+        return shape
+
+    @property
+    def is_input(self) -> bool:
+        return self.role in ("in", "inout")
+
+    @property
+    def is_output(self) -> bool:
+        return self.role in ("out", "inout")
+
+
+class ScalarParam(_Model):
+    """A by-value parameter; its value comes from each case's ``scalars``."""
+
+    kind: Literal["scalar"] = "scalar"
+    name: Identifier
+    dtype: DType
+
+
+Param = Annotated[BufferParam | ScalarParam, Field(discriminator="kind")]
+
+
+class Signature(_Model):
+    """The kernel's entry point and its parameters, in order."""
+
+    entry: Identifier = Field(description='kernel name; declare it extern "C" __global__')
+    params: list[Param] = Field(min_length=1, max_length=MAX_PARAMS)
+
+    @model_validator(mode="after")
+    def _check(self) -> Signature:
+        names = [p.name for p in self.params]
+        dupes = sorted({n for n in names if names.count(n) > 1})
+        if dupes:
+            raise ValueError(f"parameter names must be unique; repeated: {', '.join(dupes)}")
+        if not any(isinstance(p, BufferParam) and p.is_output for p in self.params):
+            raise ValueError("the signature needs at least one buffer with role 'out' or 'inout'")
+        scalar_names = {p.name for p in self.scalars}
+        for p in self.buffers:
+            for dim in p.shape:
+                if isinstance(dim, str):
+                    unknown = expr.names(dim) - scalar_names
+                    if unknown:
+                        raise ValueError(
+                            f"shape of {p.name!r} uses {', '.join(sorted(unknown))}, which is not a "
+                            f"scalar parameter (scalars: {', '.join(sorted(scalar_names)) or 'none'})"
+                        )
+        return self
+
+    @property
+    def buffers(self) -> list[BufferParam]:
+        return [p for p in self.params if isinstance(p, BufferParam)]
+
+    @property
+    def scalars(self) -> list[ScalarParam]:
+        return [p for p in self.params if isinstance(p, ScalarParam)]
+
+    @property
+    def outputs(self) -> list[BufferParam]:
+        return [p for p in self.buffers if p.is_output]
+
+    @property
+    def inputs(self) -> list[BufferParam]:
+        return [p for p in self.buffers if p.is_input]
+
+    def param(self, name: str) -> BufferParam | ScalarParam:
+        for p in self.params:
+            if p.name == name:
+                return p
+        raise KeyError(name)
+
+    def c_prototype(self) -> str:
+        """The prototype a kernel must have, e.g. for prompts and error messages."""
+        args = []
+        for p in self.params:
+            if isinstance(p, BufferParam):
+                const = "const " if p.role == "in" else ""
+                args.append(f"{const}{p.dtype.cuda_type}* {p.name}")
+            else:
+                args.append(f"{p.dtype.cuda_type} {p.name}")
+        return f'extern "C" __global__ void {self.entry}({", ".join(args)})'
+
+
+# --- input generators ------------------------------------------------------------------
+
+
+class Uniform(_Model):
+    generator: Literal["uniform"]
+    low: float = -1.0
+    high: float = 1.0
+
+
+class Normal(_Model):
+    generator: Literal["normal"]
+    mean: float = 0.0
+    std: float = Field(1.0, ge=0)
+
+
+class RandInt(_Model):
+    generator: Literal["randint"]
+    low: int = 0
+    high: int = Field(100, description="exclusive")
+
+
+class Arange(_Model):
+    generator: Literal["arange"]
+    start: float = 0
+    step: float = 1
+    modulo: float | None = Field(None, description="wrap values to [0, modulo) when given")
+
+
+class Constant(_Model):
+    generator: Literal["constant"]
+    value: float
+
+
+class DataFile(_Model):
+    """Data from a file: ``.npy`` (dtype and shape checked) or raw little-endian ``.bin``."""
+
+    generator: Literal["file"]
+    path: str = Field(description="relative to the file that names it, or absolute")
+    sha256: str | None = Field(None, description="checked when given")
+
+
+Generator = Annotated[
+    Uniform | Normal | RandInt | Arange | Constant | DataFile, Field(discriminator="generator")
+]
+
+
+# --- cases, tolerances, references -----------------------------------------------------
+
+
+class Case(_Model):
+    name: CaseName
+    kind: Literal["correctness", "performance"] = Field(
+        description="correctness cases are small and odd-sized; performance cases are timed and "
+        "ranked (geometric mean of their median latencies)"
+    )
+    scalars: dict[str, int | float] = Field(default_factory=dict)
+    inputs: dict[str, Generator] = Field(
+        default_factory=dict, description="per-buffer generators overriding the workload's"
+    )
+
+
+class Tolerance(_Model):
+    """Elementwise check ``|actual - expected| <= atol * scale + rtol * |expected|``.
+
+    ``scale`` is the RMS of the expected output, so ``atol`` is relative to the output's
+    magnitude and an output of zeros cannot pass. NaN and Inf never pass.
+    """
+
+    rtol: float = Field(ge=0, lt=0.5)
+    atol: float = Field(ge=0, lt=0.5)
+
+
+DEFAULT_TOLERANCE = {
+    DType.float16: Tolerance(rtol=1e-2, atol=1e-2),
+    DType.bfloat16: Tolerance(rtol=2e-2, atol=2e-2),
+    DType.float32: Tolerance(rtol=1e-5, atol=1e-5),
+    DType.float64: Tolerance(rtol=1e-10, atol=1e-10),
+}
+EXACT = Tolerance(rtol=0, atol=0)
+
+
+class Reference(_Model):
+    python: str | None = Field(
+        "reference.py",
+        description="NumPy oracle: a file defining reference(**params) -> {output name: array}",
+    )
+    cuda: str | None = Field("reference.cu", description="CUDA reference kernel, same signature")
+    launch: LaunchSpec | None = Field(None, description="launch configuration of the CUDA reference")
+    compile_options: list[str] = Field(default_factory=list)
+
+
+class Initial(_Model):
+    source: str = "initial.cu"
+    launch: LaunchSpec
+    compile_options: list[str] = Field(default_factory=list)
+
+
+class Cost(_Model):
+    """Per-case work, as expressions of the scalars, for FLOP/s and bytes/s figures."""
+
+    flops: str | None = None
+    bytes: str | None = Field(None, description="minimum bytes moved: inputs read + outputs written")
+
+    @field_validator("flops", "bytes")
+    @classmethod
+    def _parse(cls, value: str | None) -> str | None:
+        if value is not None:
+            expr.parse(value)
+        return value
+
+
+class WorkloadSpec(_Model):
+    """A complete workload, as stored in ``workload.json``."""
+
+    name: Identifier
+    description: str = ""
+    signature: Signature
+    inputs: dict[str, Generator] = Field(
+        default_factory=dict, description="default generator per input buffer (name -> generator)"
+    )
+    cases: list[Case] = Field(min_length=1, max_length=MAX_CASES)
+    tolerance: dict[str, Tolerance] = Field(
+        default_factory=dict, description="per output buffer; defaults depend on the dtype"
+    )
+    reference: Reference = Field(default_factory=Reference)
+    initial: Initial | None = None
+    cost: Cost = Field(default_factory=Cost)
+    deterministic: bool = Field(True, description="outputs are bitwise reproducible run to run")
+
+    @model_validator(mode="after")
+    def _cross_check(self) -> WorkloadSpec:
+        check_cases(self.signature, self.cases, self.inputs)
+        outputs = {p.name for p in self.signature.outputs}
+        for name in self.tolerance:
+            if name not in outputs:
+                raise ValueError(
+                    f"tolerance.{name}: not an output buffer (outputs: {', '.join(sorted(outputs))})"
+                )
+        return self
+
+    def tolerance_for(self, output: str) -> Tolerance:
+        if output in self.tolerance:
+            return self.tolerance[output]
+        dtype = self.signature.param(output).dtype
+        return DEFAULT_TOLERANCE.get(dtype, EXACT)
+
+    def case(self, name: str) -> Case:
+        for c in self.cases:
+            if c.name == name:
+                return c
+        raise WorkloadError(
+            f"workload {self.name!r} has no case {name!r}; cases: {', '.join(c.name for c in self.cases)}"
+        )
+
+    @property
+    def performance_cases(self) -> list[Case]:
+        return [c for c in self.cases if c.kind == "performance"]
+
+
+def check_cases(signature: Signature, cases: list[Case], default_inputs: dict[str, Any]) -> None:
+    """Check that every case binds every scalar and has a generator for every input."""
+    names = [c.name for c in cases]
+    dupes = sorted({n for n in names if names.count(n) > 1})
+    if dupes:
+        raise ValueError(f"case names must be unique; repeated: {', '.join(dupes)}")
+    input_names = {p.name for p in signature.inputs}
+    for name in default_inputs:
+        if name not in input_names:
+            raise ValueError(
+                f"inputs.{name}: not an input buffer (in/inout buffers: "
+                f"{', '.join(sorted(input_names)) or 'none'})"
+            )
+    for case in cases:
+        where = f"case {case.name!r}"
+        wanted = {p.name: p for p in signature.scalars}
+        missing = sorted(set(wanted) - set(case.scalars))
+        extra = sorted(set(case.scalars) - set(wanted))
+        if missing:
+            raise ValueError(f"{where}: scalars {', '.join(missing)} have no value")
+        if extra:
+            raise ValueError(f"{where}: {', '.join(extra)} not scalar parameters of the signature")
+        for name, value in case.scalars.items():
+            try:
+                scalar_raw(wanted[name].dtype, value)
+            except ValueError as exc:
+                raise ValueError(f"{where}: scalar {name}: {exc}") from None
+        for name in case.inputs:
+            if name not in input_names:
+                raise ValueError(f"{where}: inputs.{name} is not an input buffer")
+        for name in sorted(input_names - set(case.inputs) - set(default_inputs)):
+            raise ValueError(
+                f"{where}: input buffer {name!r} has no generator; add one under 'inputs' "
+                'of the workload or of the case, e.g. {"generator": "uniform", "low": -1, "high": 1}'
+            )
+        for p in signature.buffers:
+            try:
+                shape = case_shape(p, case.scalars)
+            except ExpressionError as exc:
+                raise ValueError(f"{where}: shape of {p.name!r}: {exc}") from None
+            if any(d < 0 for d in shape):
+                raise ValueError(f"{where}: shape of {p.name!r} is {shape}; dimensions must be >= 0")
+
+
+def case_shape(param: BufferParam, scalars: dict[str, int | float]) -> tuple[int, ...]:
+    return tuple(expr.evaluate_int(d, scalars, f"shape of {param.name}") for d in param.shape)
+
+
+# --- loaded workloads ------------------------------------------------------------------
+
+
+@dataclass
+class Workload:
+    """A validated spec plus the sources it names, ready to evaluate."""
+
+    spec: WorkloadSpec
+    root: Path | None = None
+    reference_cu: str | None = None
+    initial_cu: str | None = None
+    oracle_path: Path | None = None
+    origin: str = ""
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def name(self) -> str:
+        return self.spec.name
+
+    @property
+    def signature(self) -> Signature:
+        return self.spec.signature
+
+    def data_path(self, relative: str) -> Path:
+        path = Path(relative)
+        if not path.is_absolute() and self.root is not None:
+            path = self.root / path
+        return path
+
+
+def format_validation_error(exc: ValidationError, source: str) -> str:
+    """Turn a pydantic error into 'file: field.path: problem' lines a person can act on."""
+    lines = []
+    for err in exc.errors(include_url=False):
+        loc = ".".join(str(part) for part in err["loc"]) or "(top level)"
+        msg = err["msg"].removeprefix("Value error, ")
+        if err["type"] == "extra_forbidden":
+            msg = "unknown field; remove it or check its spelling (see `kernelopt schema`)"
+        elif err["type"] == "missing":
+            msg = "required field is missing"
+        elif err["type"] == "union_tag_invalid":
+            msg = f"{msg}"
+        lines.append(f"{source}: {loc}: {msg}")
+    return "\n".join(lines)
+
+
+def parse_spec(data: Any, source: str) -> WorkloadSpec:
+    try:
+        return WorkloadSpec.model_validate(data)
+    except ValidationError as exc:
+        raise WorkloadError(format_validation_error(exc, source)) from None
+
+
+def _read_json(path: Path) -> Any:
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise WorkloadError(f"{path}: file not found") from None
+    except OSError as exc:
+        raise WorkloadError(f"{path}: cannot read ({exc.strerror})") from None
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise WorkloadError(
+            f"{path}: line {exc.lineno} column {exc.colno}: invalid JSON ({exc.msg})"
+        ) from None
+
+
+def _read_text(path: Path, what: str) -> str:
+    try:
+        return path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise WorkloadError(f"{path}: {what} not found; add the file or fix the path") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise WorkloadError(f"{path}: cannot read {what} ({exc})") from None
+
+
+def load_workload(path: str | Path) -> Workload:
+    """Load a workload directory (or its ``workload.json``).
+
+    Raises:
+        WorkloadError: the directory, JSON or a named source file is missing or malformed.
+    """
+    path = Path(path)
+    spec_path = path / "workload.json" if path.is_dir() else path
+    if not spec_path.exists():
+        raise WorkloadError(
+            f"{spec_path}: no workload here; a workload is a directory with workload.json "
+            "(see `kernelopt schema`), or name a bundled one (`kernelopt workloads`)"
+        )
+    spec = parse_spec(_read_json(spec_path), str(spec_path))
+    root = spec_path.parent
+    return _attach_sources(spec, root, origin=str(root))
+
+
+def _attach_sources(spec: WorkloadSpec, root: Path, origin: str) -> Workload:
+    wl = Workload(spec=spec, root=root, origin=origin)
+    if spec.reference.cuda:
+        wl.reference_cu = _read_text(root / spec.reference.cuda, "reference.cuda")
+        if spec.reference.launch is None:
+            raise WorkloadError(
+                f"{root / 'workload.json'}: reference.launch: required when reference.cuda is "
+                'given, e.g. {"grid": ["ceil_div(n, 256)"], "block": [256]}'
+            )
+    if spec.reference.python:
+        wl.oracle_path = root / spec.reference.python
+        if not wl.oracle_path.is_file():
+            raise WorkloadError(f"{wl.oracle_path}: reference.python not found; add it or set it to null")
+    if spec.initial is not None:
+        wl.initial_cu = _read_text(root / spec.initial.source, "initial.source")
+    if not spec.reference.cuda and not spec.reference.python:
+        raise WorkloadError(
+            f"{root / 'workload.json'}: reference: give a NumPy oracle (python) and/or a CUDA "
+            "reference (cuda); without either there is nothing to check kernels against"
+        )
+    if not spec.reference.python:
+        wl.notes.append(
+            "no NumPy oracle: expected outputs come from the CUDA reference, which is not "
+            "independently checked"
+        )
+    return wl
+
+
+# --- the original tool's separate files ------------------------------------------------
+
+
+class InputCasesFile(_Model):
+    """The original tool's input-cases JSON (also what a run writes as input_cases.json)."""
+
+    seed: int | None = None
+    inputs: dict[str, Generator] = Field(default_factory=dict)
+    cases: list[Case] = Field(min_length=1, max_length=MAX_CASES)
+    tolerance: dict[str, Tolerance] = Field(default_factory=dict)
+
+
+def load_parts(
+    *,
+    signature: str | Path,
+    input_cases: str | Path,
+    reference_cu: str | Path | None = None,
+    initial_cu: str | Path | None = None,
+    oracle: str | Path | None = None,
+    reference_launch: dict[str, Any] | None = None,
+    initial_launch: dict[str, Any] | None = None,
+    name: str | None = None,
+    description: str = "",
+) -> Workload:
+    """Build a workload from separate files, as the original tool takes them.
+
+    Data files named in the input-cases JSON are resolved relative to that JSON, so a
+    manifest from an earlier run (``results/run-001/input_cases.json``) works as is.
+    """
+    sig_path, cases_path = Path(signature), Path(input_cases)
+    sig_data = _read_json(sig_path)
+    try:
+        sig = Signature.model_validate(sig_data.get("signature", sig_data) if isinstance(sig_data, dict) else sig_data)
+    except ValidationError as exc:
+        raise WorkloadError(format_validation_error(exc, str(sig_path))) from None
+    try:
+        cases = InputCasesFile.model_validate(_read_json(cases_path))
+    except ValidationError as exc:
+        raise WorkloadError(format_validation_error(exc, str(cases_path))) from None
+    base = cases_path.parent.resolve()
+    cases = _absolute_files(cases, base)
+    spec_data: dict[str, Any] = {
+        "name": name or re.sub(r"\W", "_", sig.entry),
+        "description": description,
+        "signature": sig.model_dump(mode="json"),
+        "inputs": {k: v.model_dump(mode="json") for k, v in cases.inputs.items()},
+        "cases": [c.model_dump(mode="json") for c in cases.cases],
+        "tolerance": {k: v.model_dump() for k, v in cases.tolerance.items()},
+        "reference": {
+            "python": str(Path(oracle).resolve()) if oracle else None,
+            "cuda": str(Path(reference_cu).resolve()) if reference_cu else None,
+            "launch": reference_launch,
+        },
+        "initial": (
+            {"source": str(Path(initial_cu).resolve()), "launch": initial_launch}
+            if initial_cu and initial_launch else None
+        ),
+    }
+    if initial_cu and not initial_launch:
+        raise WorkloadError(f"{initial_cu}: the initial kernel needs a launch configuration")
+    spec = parse_spec(spec_data, f"{sig_path} + {cases_path}")
+    return _attach_sources(spec, base, origin=f"{sig_path}, {cases_path}")
+
+
+def _absolute_files(cases: InputCasesFile, base: Path) -> InputCasesFile:
+    def fix(gen: Any) -> Any:
+        if isinstance(gen, DataFile) and not Path(gen.path).is_absolute():
+            return gen.model_copy(update={"path": str(base / gen.path)})
+        return gen
+
+    return cases.model_copy(
+        update={
+            "inputs": {k: fix(v) for k, v in cases.inputs.items()},
+            "cases": [
+                c.model_copy(update={"inputs": {k: fix(v) for k, v in c.inputs.items()}})
+                for c in cases.cases
+            ],
+        }
+    )
+
+
+def json_schema() -> dict[str, Any]:
+    """The JSON Schema of ``workload.json``."""
+    schema = WorkloadSpec.model_json_schema()
+    schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"
+    schema["title"] = "kernelopt workload"
+    return schema
