@@ -30,7 +30,7 @@ class LaunchConfigError(KerneloptError):
     """A launch configuration cannot be used for a case on the target device."""
 
 
-class ExpressionError(KerneloptError):
+class ExpressionError(KerneloptError, ValueError):
     """An expression uses something other than arithmetic on known names, or fails."""
 
 

@@ -28,15 +28,25 @@ class LaunchConfig(BaseModel):
     block: list[Dim] = Field(min_length=1, max_length=3, description="threads per block, x[,y[,z]]")
     shared_bytes: Dim = Field(0, description="dynamic shared memory per block, bytes")
 
-    @field_validator("grid", "block", "shared_bytes", mode="after")
+    @field_validator("grid", "block", mode="after")
     @classmethod
-    def _parse_expressions(cls, value: Any) -> Any:
-        for item in value if isinstance(value, list) else [value]:
-            if isinstance(item, str):
-                expr.parse(item)
-            elif isinstance(item, bool) or item < 0:
-                raise ValueError(f"{item!r} is not a non-negative integer or expression")
+    def _check_dims(cls, value: list[Dim]) -> list[Dim]:
+        for item in value:
+            _check_dim(item, minimum=1)
         return value
+
+    @field_validator("shared_bytes", mode="after")
+    @classmethod
+    def _check_shared(cls, value: Dim) -> Dim:
+        _check_dim(value, minimum=0)
+        return value
+
+
+def _check_dim(item: Dim, minimum: int) -> None:
+    if isinstance(item, str):
+        expr.parse(item)
+    elif isinstance(item, bool) or item < minimum:
+        raise ValueError(f"{item!r} must be an integer >= {minimum} or an expression")
 
 
 class LaunchSpec(BaseModel):

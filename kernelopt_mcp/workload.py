@@ -485,6 +485,7 @@ class InputCasesFile(_Model):
     """The original tool's input-cases JSON (also what a run writes as input_cases.json)."""
 
     seed: int | None = None
+    workload: str | None = Field(None, description="the workload these inputs were made for")
     inputs: dict[str, Generator] = Field(default_factory=dict)
     cases: list[Case] = Field(min_length=1, max_length=MAX_CASES)
     tolerance: dict[str, Tolerance] = Field(default_factory=dict)

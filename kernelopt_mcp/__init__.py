@@ -1,0 +1,38 @@
+"""kernelopt: trustworthy GPU tools for writing fast CUDA kernels.
+
+The library under the MCP server, the CLI and the orchestrator. Importing it touches no GPU
+and imports neither ``mcp`` nor ``openai``.
+"""
+
+from __future__ import annotations
+
+__version__ = "0.1.0"
+
+from .compare import OutputComparison, compare, geometric_mean
+from .compiler import CompileResult, compile_kernel
+from .config import Settings, find_workload, list_workloads
+from .errors import (
+    DeviceUnavailable,
+    ExpressionError,
+    HarnessError,
+    InputError,
+    KerneloptError,
+    LaunchConfigError,
+    ToolchainNotFound,
+    WorkloadError,
+)
+from .evaluate import Candidate, EvaluateOptions, EvaluationResult, Evaluator, Status, initial_candidate
+from .gpu import DeviceInfo, device_info
+from .harness import HarnessProcess, find_harness
+from .launch import LaunchConfig, LaunchSpec
+from .workload import Workload, WorkloadSpec, load_parts, load_workload
+
+__all__ = [
+    "Candidate", "CompileResult", "DeviceInfo", "DeviceUnavailable", "EvaluateOptions",
+    "EvaluationResult", "Evaluator", "ExpressionError", "HarnessError", "HarnessProcess",
+    "InputError", "KerneloptError", "LaunchConfig", "LaunchConfigError", "LaunchSpec",
+    "OutputComparison", "Settings", "Status", "ToolchainNotFound", "Workload", "WorkloadError",
+    "WorkloadSpec", "__version__", "compare", "compile_kernel", "device_info", "find_harness",
+    "find_workload", "geometric_mean", "initial_candidate", "list_workloads", "load_parts",
+    "load_workload",
+]

@@ -1,0 +1,257 @@
+"""The ``kernelopt`` command line."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+from . import __version__
+from .compiler import CompileCache, OptionError, compile_kernel
+from .config import Settings, find_workload, list_workloads
+from .errors import KerneloptError
+from .evaluate import Candidate, EvaluateOptions, EvaluationResult, Evaluator, initial_candidate
+from .gpu import device_info
+from .harness import HarnessProcess, find_harness
+from .launch import LaunchSpec
+from .workload import json_schema
+
+EXIT_OK, EXIT_FAILED, EXIT_ERROR = 0, 1, 2
+
+
+def _settings(args: argparse.Namespace) -> Settings:
+    return Settings.from_env(
+        harness=getattr(args, "harness", None),
+        device=getattr(args, "device", None),
+        arch=getattr(args, "arch", None),
+    )
+
+
+def cmd_gpu(args: argparse.Namespace, out: Console) -> int:
+    settings = _settings(args)
+    info = device_info(find_harness(settings.harness), settings.device)
+    if args.json:
+        print(info.model_dump_json(indent=2))
+        return EXIT_OK
+    table = Table(title=info.summary(), show_header=False)
+    for key, value in info.model_dump().items():
+        table.add_row(key, str(value))
+    out.print(table)
+    return EXIT_OK
+
+
+def cmd_workloads(args: argparse.Namespace, out: Console) -> int:
+    settings = _settings(args)
+    rows = []
+    for name, path in list_workloads(settings).items():
+        wl = find_workload(path, settings)
+        kinds = [c.kind for c in wl.spec.cases]
+        rows.append({
+            "name": name, "path": str(path), "description": wl.spec.description,
+            "correctness_cases": kinds.count("correctness"), "performance_cases": kinds.count("performance"),
+            "signature": wl.signature.c_prototype(),
+        })
+    if args.json:
+        print(json.dumps(rows, indent=2))
+        return EXIT_OK
+    table = Table(title="bundled and configured workloads")
+    for col in ("name", "cases (corr/perf)", "description"):
+        table.add_column(col)
+    for r in rows:
+        table.add_row(r["name"], f"{r['correctness_cases']}/{r['performance_cases']}", r["description"])
+    out.print(table)
+    return EXIT_OK
+
+
+def cmd_compile(args: argparse.Namespace, out: Console) -> int:
+    settings = _settings(args)
+    source = Path(args.file).read_text()
+    arch = args.arch or settings.arch
+    if arch is None:
+        try:
+            arch = device_info(find_harness(settings.harness), settings.device).arch
+        except KerneloptError:
+            arch = "sm_90"
+    cache = CompileCache(settings.cache_dir / "compile") if settings.cache_dir else None
+    result = compile_kernel(source, arch, args.option or [], filename=Path(args.file).name, cache=cache)
+    if args.json:
+        print(result.model_dump_json(indent=2))
+    else:
+        out.print(f"[bold]{args.file}[/] for {result.arch} (NVRTC {result.nvrtc_version}, {result.duration_ms:.0f} ms)")
+        for d in result.diagnostics:
+            where = f"line {d.line}" if d.line else "-"
+            out.print(f"  {d.severity}: {where}: {d.message}", highlight=False)
+        out.print(result.summary(), highlight=False)
+        if args.ptx and result.ptx:
+            Path(args.ptx).write_text(result.ptx)
+        if args.cubin and result.cubin:
+            Path(args.cubin).write_bytes(result.cubin)
+    return EXIT_OK if result.ok else EXIT_FAILED
+
+
+def cmd_evaluate(args: argparse.Namespace, out: Console) -> int:
+    settings = _settings(args)
+    workload = find_workload(args.workload, settings)
+    if args.kernel:
+        source = Path(args.kernel).read_text()
+        if args.launch:
+            launch = LaunchSpec.model_validate_json(Path(args.launch).read_text())
+        elif workload.spec.initial is not None:
+            launch = workload.spec.initial.launch
+        else:
+            raise KerneloptError("no launch configuration: pass --launch LAUNCH.json")
+        candidate = Candidate(source, launch, args.option or [], Path(args.kernel).stem)
+    else:
+        candidate = initial_candidate(workload)
+        if args.launch:
+            candidate.launch = LaunchSpec.model_validate_json(Path(args.launch).read_text())
+    harness = find_harness(settings.harness)
+    device = device_info(harness, settings.device)
+    options = EvaluateOptions(
+        warmup=args.warmup, iterations=args.iterations, flush_l2=not args.no_flush_l2,
+        timeout_s=args.timeout or settings.timeout_s,
+    )
+    quiet = args.json
+
+    def progress(message: str, done: int, total: int) -> None:
+        if not quiet:
+            out.print(f"[dim]… {message}[/]", highlight=False)
+
+    with HarnessProcess(harness, settings.device) as proc, Evaluator(
+        workload, proc, device, workdir=Path(args.workdir) if args.workdir else None, seed=args.seed,
+        options=options, arch=settings.arch, progress=progress,
+    ) as ev:
+        ev.prepare(time_reference=not args.no_benchmark)
+        result = ev.evaluate(candidate, benchmark=not args.no_benchmark)
+        reference = ev.reference_result
+    if args.json:
+        payload: dict[str, Any] = json.loads(result.model_dump_json())
+        if reference is not None:
+            payload["reference"] = json.loads(reference.model_dump_json(exclude={"compile"}))
+        print(json.dumps(payload, indent=2))
+    else:
+        print_result(out, result, reference)
+    return EXIT_OK if result.ok else EXIT_FAILED
+
+
+def print_result(out: Console, result: EvaluationResult, reference: EvaluationResult | None) -> None:
+    out.print(
+        f"[bold]{result.workload}[/] · {result.candidate} · {result.device or result.arch} · seed {result.seed}",
+        highlight=False,
+    )
+    if result.compile is not None and result.compile.ok:
+        out.print(f"  {result.compile.summary()}", highlight=False)
+    table = Table()
+    for col in ("case", "kind", "status", "max rel err", "median ms", "IQR ms", "ref ms", "speedup", "GB/s", "TFLOP/s"):
+        table.add_column(col, justify="right" if col not in ("case", "kind", "status") else "left")
+    for c in result.cases:
+        t = c.timing
+        err = max((o.max_rel_error for o in c.outputs), default=None)
+        style = "green" if c.status == "ok" else "red"
+        table.add_row(
+            c.name, c.kind, f"[{style}]{c.status.value}[/]",
+            f"{err:.2e}" if err is not None else "",
+            f"{t.median_ms:.4f}" if t else "",
+            f"{t.iqr_ms:.4f}" if t else "",
+            f"{c.reference_median_ms:.4f}" if c.reference_median_ms else "",
+            f"{c.speedup:.2f}x" if c.speedup else "",
+            f"{c.bytes_per_s / 1e9:.0f}" if c.bytes_per_s else "",
+            f"{c.flops_per_s / 1e12:.2f}" if c.flops_per_s else "",
+        )
+    out.print(table)
+    for c in result.cases:
+        if c.message:
+            out.print(f"  [red]{c.name}[/]: {c.message}", highlight=False)
+    line = f"[bold]{result.status.value}[/]: {result.message}"
+    if result.speedup:
+        line += f"; speedup vs CUDA reference {result.speedup:.2f}x (reference score {result.reference_score_ms:.4g} ms)"
+    out.print(line, highlight=False)
+    out.print(f"[dim]expected outputs: {result.expected_from}[/]", highlight=False)
+    for note in result.notes:
+        out.print(f"[yellow]note:[/] {note}", highlight=False)
+
+
+def cmd_schema(args: argparse.Namespace, out: Console) -> int:
+    text = json.dumps(json_schema(), indent=2)
+    if args.output:
+        Path(args.output).write_text(text + "\n")
+    else:
+        print(text)
+    return EXIT_OK
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="kernelopt", description="Agentic CUDA kernel optimizer: GPU tools and evaluation.")
+    p.add_argument("--version", action="version", version=f"kernelopt {__version__}")
+    sub = p.add_subparsers(dest="command", required=True)
+
+    def common(sp: argparse.ArgumentParser) -> None:
+        sp.add_argument("--harness", help="path to kernelopt-harness (default: installed one; env KERNELOPT_HARNESS)")
+        sp.add_argument("--device", type=int, help="CUDA device ordinal (default 0; env KERNELOPT_DEVICE)")
+
+    sp = sub.add_parser("gpu", help="show the GPU's properties")
+    common(sp)
+    sp.add_argument("--json", action="store_true")
+    sp.set_defaults(fn=cmd_gpu)
+
+    sp = sub.add_parser("workloads", help="list bundled and configured workloads")
+    sp.add_argument("--json", action="store_true")
+    sp.set_defaults(fn=cmd_workloads)
+
+    sp = sub.add_parser("compile", help="compile a .cu file with NVRTC (no GPU needed)")
+    common(sp)
+    sp.add_argument("file")
+    sp.add_argument("--arch", help="target, e.g. sm_90 (default: the GPU's, else sm_90)")
+    sp.add_argument("-O", "--option", action="append", help="NVRTC option (whitelisted), repeatable")
+    sp.add_argument("--ptx", help="write the PTX here")
+    sp.add_argument("--cubin", help="write the CUBIN here")
+    sp.add_argument("--json", action="store_true")
+    sp.set_defaults(fn=cmd_compile)
+
+    sp = sub.add_parser("evaluate", help="validate and benchmark a kernel on a workload")
+    common(sp)
+    sp.add_argument("workload", help="bundled workload name or workload directory")
+    sp.add_argument("kernel", nargs="?", help="kernel .cu (default: the workload's initial kernel)")
+    sp.add_argument("--launch", help="launch spec JSON: {\"default\": {grid, block, shared_bytes}, \"cases\": {...}}")
+    sp.add_argument("--arch", help="compile target (default: the GPU's)")
+    sp.add_argument("-O", "--option", action="append", help="NVRTC option (whitelisted), repeatable")
+    sp.add_argument("--seed", type=int, help="input seed (default: fresh, recorded in the result)")
+    sp.add_argument("--warmup", type=int, default=10, help="warm-up launches per case (default 10)")
+    sp.add_argument("--iterations", type=int, default=100, help="measured launches per case (default 100)")
+    sp.add_argument("--no-flush-l2", action="store_true", help="do not flush L2 between measured launches")
+    sp.add_argument("--no-benchmark", action="store_true", help="validate only")
+    sp.add_argument("--timeout", type=float, help="seconds per harness request (default 60)")
+    sp.add_argument("--workdir", help="keep inputs and modules here (default: a temporary directory)")
+    sp.add_argument("--json", action="store_true", help="print the full result as JSON")
+    sp.set_defaults(fn=cmd_evaluate)
+
+    sp = sub.add_parser("schema", help="print the JSON Schema of workload.json")
+    sp.add_argument("--output", "-o", help="write to a file instead of stdout")
+    sp.set_defaults(fn=cmd_schema)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    out = Console(stderr=False)
+    err = Console(stderr=True)
+    try:
+        return args.fn(args, out)
+    except (KerneloptError, OptionError) as exc:
+        err.print(f"[red]error:[/] {exc}", highlight=False)
+        return EXIT_ERROR
+    except FileNotFoundError as exc:
+        err.print(f"[red]error:[/] {exc.filename}: file not found", highlight=False)
+        return EXIT_ERROR
+    except ValueError as exc:
+        err.print(f"[red]error:[/] {exc}", highlight=False)
+        return EXIT_ERROR
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,425 @@
+"""Compiling CUDA C++ with NVRTC (through cuda-python): source -> CUBIN + PTX.
+
+Compiling needs no GPU. The CUBIN is built for a real architecture (``sm_90``), so the
+driver loads it without JIT; the PTX is kept for inspection and for checking the entry
+point's parameters against the workload's signature before anything is launched.
+Results are cached by the hash of (source, options, arch, NVRTC version).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import threading
+import time
+from collections import OrderedDict
+from dataclasses import dataclass
+from enum import StrEnum
+from pathlib import Path
+
+from pydantic import BaseModel, Field
+
+from .errors import ToolchainNotFound
+
+MAX_SOURCE_BYTES = 512 * 1024
+MAX_LOG_LINES = 60
+
+# Options a candidate may pass to NVRTC. Anything that links, relocates, includes files from
+# arbitrary paths or changes the target is refused.
+_ALLOWED_OPTIONS = [
+    r"-D[A-Za-z_]\w*(=[\w.+\-]*)?",
+    r"--define-macro=[A-Za-z_]\w*(=[\w.+\-]*)?",
+    r"-U[A-Za-z_]\w*",
+    r"-std=c\+\+(11|14|17|20)",
+    r"--std=c\+\+(11|14|17|20)",
+    r"-?-use_fast_math",
+    r"--ftz=(true|false)",
+    r"--prec-div=(true|false)",
+    r"--prec-sqrt=(true|false)",
+    r"--fmad=(true|false)",
+    r"-?-maxrregcount=\d{1,3}",
+    r"-lineinfo",
+    r"--generate-line-info",
+    r"--extra-device-vectorization",
+    r"-?-restrict",
+    r"-w",
+    r"--disable-warnings",
+    r"--device-int128",
+    r"-default-device",
+    r"-Xptxas=-O[0-3]",
+    r"-Xptxas=--warn-on-spills",
+    r"-Xptxas=-dlcm=(ca|cg)",
+    r"-Xptxas=--allow-expensive-optimizations=(true|false)",
+]
+_ALLOWED_RE = re.compile("|".join(f"(?:{p})" for p in _ALLOWED_OPTIONS))
+
+
+class CompileStatus(StrEnum):
+    ok = "ok"
+    error = "error"
+
+
+class Diagnostic(BaseModel):
+    line: int | None = Field(None, description="1-based source line")
+    severity: str = Field(description="error | warning | remark")
+    message: str
+
+
+class Resources(BaseModel):
+    """What ptxas reports for the entry function."""
+
+    registers: int | None = None
+    shared_bytes: int | None = Field(None, description="static shared memory per block")
+    constant_bytes: int | None = None
+    stack_frame_bytes: int | None = None
+    spill_store_bytes: int | None = None
+    spill_load_bytes: int | None = None
+    barriers: int | None = None
+
+
+class PtxParam(BaseModel):
+    name: str
+    size_bytes: int
+
+
+class CompileResult(BaseModel):
+    status: CompileStatus
+    arch: str
+    source_hash: str
+    options: list[str]
+    nvrtc_version: str
+    duration_ms: float
+    cache_hit: bool = False
+    log: str = Field("", description="compiler log (truncated)")
+    log_lines_omitted: int = 0
+    diagnostics: list[Diagnostic] = Field(default_factory=list)
+    resources: dict[str, Resources] = Field(
+        default_factory=dict, description="per kernel (entry) name"
+    )
+    entries: dict[str, list[PtxParam]] = Field(
+        default_factory=dict, description="kernels in the module and their parameter sizes"
+    )
+    cubin: bytes | None = Field(None, exclude=True)
+    ptx: str | None = Field(None, exclude=True)
+
+    @property
+    def ok(self) -> bool:
+        return self.status is CompileStatus.ok
+
+    def summary(self) -> str:
+        if not self.ok:
+            errors = [d for d in self.diagnostics if d.severity == "error"]
+            first = errors[0] if errors else None
+            where = f"line {first.line}: " if first and first.line else ""
+            return f"compile error: {where}{first.message if first else self.log.strip()[:300]}"
+        parts = []
+        for name, r in self.resources.items():
+            parts.append(
+                f"{name}: {r.registers} registers, {r.shared_bytes} B shared, "
+                f"{r.spill_store_bytes} B spill stores, {r.stack_frame_bytes} B stack"
+            )
+        return "compiled; " + "; ".join(parts) if parts else "compiled"
+
+
+class OptionError(ValueError):
+    """A compile option is not in the whitelist."""
+
+
+def check_options(options: list[str]) -> list[str]:
+    """Return the options if every one is whitelisted.
+
+    Raises:
+        OptionError: naming the refused option and what is allowed.
+    """
+    for opt in options:
+        if not isinstance(opt, str) or not _ALLOWED_RE.fullmatch(opt):
+            raise OptionError(
+                f"compile option {opt!r} is not allowed; allowed: -DNAME[=VALUE], -UNAME, "
+                "-std=c++17/20, --use_fast_math, --ftz=, --prec-div=, --prec-sqrt=, --fmad=, "
+                "--maxrregcount=N, -lineinfo, --extra-device-vectorization, --restrict, "
+                "-Xptxas=-O0..3, -Xptxas=-dlcm=ca|cg (no -rdc, -I, -arch: the target is chosen for you)"
+            )
+    return options
+
+
+@dataclass(frozen=True)
+class _Nvrtc:
+    module: object
+    version: str
+    include_dirs: tuple[str, ...]
+
+
+_nvrtc_lock = threading.Lock()
+_nvrtc: _Nvrtc | None = None
+
+
+def _load_nvrtc() -> _Nvrtc:
+    global _nvrtc
+    with _nvrtc_lock:
+        if _nvrtc is not None:
+            return _nvrtc
+        try:
+            from cuda.bindings import nvrtc
+        except ImportError as exc:
+            raise ToolchainNotFound(
+                f"cuda-python is not installed ({exc}); install it with "
+                "`pip install 'cuda-bindings>=13,<14' 'nvidia-cuda-nvrtc>=13.0,<13.1'`"
+            ) from None
+        try:
+            err, major, minor = nvrtc.nvrtcVersion()
+        except Exception as exc:  # the shared library itself failed to load
+            raise ToolchainNotFound(
+                f"NVRTC could not be loaded ({exc}); install it with "
+                "`pip install 'nvidia-cuda-nvrtc>=13.0,<13.1'` or install the CUDA toolkit"
+            ) from None
+        includes = []
+        try:
+            import cuda.pathfinder as pathfinder
+
+            for lib in ("cudart", "cccl"):
+                found = pathfinder.find_nvidia_header_directory(lib)
+                if found:
+                    includes.append(found)
+        except Exception:  # headers are optional: kernels without #include still compile
+            pass
+        _nvrtc = _Nvrtc(nvrtc, f"{major}.{minor}", tuple(dict.fromkeys(includes)))
+        return _nvrtc
+
+
+def nvrtc_version() -> str:
+    return _load_nvrtc().version
+
+
+class CompileCache:
+    """An in-memory LRU of compile results, optionally backed by a directory."""
+
+    def __init__(self, directory: Path | None = None, capacity: int = 256) -> None:
+        self.directory = directory
+        self.capacity = capacity
+        self._items: OrderedDict[str, CompileResult] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def get(self, key: str) -> CompileResult | None:
+        with self._lock:
+            if key in self._items:
+                self._items.move_to_end(key)
+                return self._items[key]
+        if self.directory is not None:
+            meta, cubin = self.directory / f"{key}.json", self.directory / f"{key}.cubin"
+            if meta.exists() and cubin.exists():
+                try:
+                    result = CompileResult.model_validate_json(meta.read_text())
+                    result.cubin = cubin.read_bytes()
+                    ptx = self.directory / f"{key}.ptx"
+                    result.ptx = ptx.read_text() if ptx.exists() else None
+                except (OSError, ValueError):
+                    return None
+                self._remember(key, result)
+                return result
+        return None
+
+    def put(self, key: str, result: CompileResult) -> None:
+        self._remember(key, result)
+        if self.directory is not None and result.ok and result.cubin is not None:
+            from .inputs import write_atomic
+
+            write_atomic(self.directory / f"{key}.cubin", result.cubin)
+            if result.ptx is not None:
+                write_atomic(self.directory / f"{key}.ptx", result.ptx.encode())
+            write_atomic(self.directory / f"{key}.json", result.model_dump_json().encode())
+
+    def _remember(self, key: str, result: CompileResult) -> None:
+        with self._lock:
+            self._items[key] = result
+            self._items.move_to_end(key)
+            while len(self._items) > self.capacity:
+                self._items.popitem(last=False)
+
+
+_default_cache = CompileCache()
+
+
+def source_hash(source: str) -> str:
+    return hashlib.sha256(source.encode()).hexdigest()
+
+
+def compile_kernel(
+    source: str,
+    arch: str = "sm_90",
+    options: list[str] | None = None,
+    *,
+    filename: str = "kernel.cu",
+    cache: CompileCache | None = None,
+) -> CompileResult:
+    """Compile ``source`` for ``arch`` with NVRTC.
+
+    A compile error is a result with ``status=error`` and diagnostics (with line numbers);
+    exceptions are only for a missing toolchain or a refused option.
+
+    Raises:
+        ToolchainNotFound: NVRTC cannot be loaded.
+        OptionError: an option is not whitelisted.
+        ValueError: the source is too large or the arch is malformed.
+    """
+    options = check_options(list(options or []))
+    if not re.fullmatch(r"sm_\d{2,3}[a-z]?", arch):
+        raise ValueError(f"arch {arch!r} is not of the form sm_90 / sm_90a")
+    encoded = source.encode()
+    if len(encoded) > MAX_SOURCE_BYTES:
+        raise ValueError(f"source is {len(encoded)} bytes; the limit is {MAX_SOURCE_BYTES}")
+    nv = _load_nvrtc()
+    cache = cache or _default_cache
+    key = hashlib.sha256(
+        json.dumps([source, options, arch, nv.version, filename]).encode()
+    ).hexdigest()
+    cached = cache.get(key)
+    if cached is not None:
+        return cached.model_copy(update={"cache_hit": True})
+
+    nvrtc = nv.module
+    full_options = [
+        f"--gpu-architecture={arch}",
+        "-std=c++17",
+        "-lineinfo",
+        "-Xptxas=-v",
+        *(f"-I{d}" for d in nv.include_dirs),
+        *options,
+    ]
+    # a later -std wins in NVRTC, so a candidate's own -std overrides the default
+    start = time.perf_counter()
+    err, prog = nvrtc.nvrtcCreateProgram(encoded, filename.encode(), 0, [], [])  # type: ignore[attr-defined]
+    _check(nvrtc, err, "nvrtcCreateProgram")
+    try:
+        (result_code,) = nvrtc.nvrtcCompileProgram(  # type: ignore[attr-defined]
+            prog, len(full_options), [o.encode() for o in full_options]
+        )
+        log = _get_log(nvrtc, prog)
+        ok = result_code == nvrtc.nvrtcResult.NVRTC_SUCCESS  # type: ignore[attr-defined]
+        cubin = ptx = None
+        if ok:
+            cubin = _get_bytes(nvrtc, prog, "CUBIN")
+            ptx = _get_bytes(nvrtc, prog, "PTX").rstrip(b"\0").decode()
+    finally:
+        nvrtc.nvrtcDestroyProgram(prog)  # type: ignore[attr-defined]
+    duration_ms = (time.perf_counter() - start) * 1000
+    log_text, omitted = _truncate_log(log)
+    result = CompileResult(
+        status=CompileStatus.ok if ok else CompileStatus.error,
+        arch=arch,
+        source_hash=source_hash(source),
+        options=options,
+        nvrtc_version=nv.version,
+        duration_ms=round(duration_ms, 3),
+        log=log_text,
+        log_lines_omitted=omitted,
+        diagnostics=parse_diagnostics(log, filename),
+        resources=parse_resources(log),
+        entries=parse_ptx_entries(ptx) if ptx else {},
+        cubin=cubin,
+        ptx=ptx,
+    )
+    cache.put(key, result)
+    return result
+
+
+def _check(nvrtc: object, err: object, call: str) -> None:
+    if err != nvrtc.nvrtcResult.NVRTC_SUCCESS:  # type: ignore[attr-defined]
+        raise ToolchainNotFound(f"{call} failed: {err}; reinstall nvidia-cuda-nvrtc")
+
+
+def _get_log(nvrtc: object, prog: object) -> str:
+    _, size = nvrtc.nvrtcGetProgramLogSize(prog)  # type: ignore[attr-defined]
+    buf = b" " * size
+    nvrtc.nvrtcGetProgramLog(prog, buf)  # type: ignore[attr-defined]
+    return buf.rstrip(b"\0").decode(errors="replace")
+
+
+def _get_bytes(nvrtc: object, prog: object, kind: str) -> bytes:
+    _, size = getattr(nvrtc, f"nvrtcGet{kind}Size")(prog)
+    buf = b" " * size
+    getattr(nvrtc, f"nvrtcGet{kind}")(prog, buf)
+    return bytes(buf)
+
+
+def _truncate_log(log: str) -> tuple[str, int]:
+    lines = [ln for ln in log.splitlines() if ln.strip()]
+    if len(lines) <= MAX_LOG_LINES:
+        return "\n".join(lines), 0
+    return "\n".join(lines[:MAX_LOG_LINES]), len(lines) - MAX_LOG_LINES
+
+
+_DIAG_RE = re.compile(
+    r"^(?P<file>[^\s()]+)\((?P<line>\d+)\): (?P<sev>error|warning|remark|catastrophic error)"
+    r"(?: #\w+-?\w*)?: (?P<msg>.*)$"
+)
+
+
+def parse_diagnostics(log: str, filename: str = "kernel.cu") -> list[Diagnostic]:
+    """Compiler errors and warnings with their line numbers, from an NVRTC log."""
+    out = []
+    for line in log.splitlines():
+        m = _DIAG_RE.match(line.strip())
+        if m:
+            sev = "error" if "error" in m["sev"] else m["sev"]
+            line_no = int(m["line"]) if m["file"] == filename else None
+            msg = m["msg"] if line_no is not None else f"{m['file']}({m['line']}): {m['msg']}"
+            out.append(Diagnostic(line=line_no, severity=sev, message=msg))
+        elif line.startswith("ptxas") and "error" in line:
+            out.append(Diagnostic(line=None, severity="error", message=line.strip()))
+    return out
+
+
+_FUNC_RE = re.compile(r"ptxas info\s*: (?:Function properties for|Compiling entry function) '?(\w+)'?")
+_STACK_RE = re.compile(
+    r"(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads"
+)
+_USED_RE = re.compile(r"Used (\d+) registers")
+
+
+def parse_resources(log: str) -> dict[str, Resources]:
+    """Registers, shared memory, spills and stack per function, from ptxas -v output."""
+    out: dict[str, Resources] = {}
+    current: str | None = None
+    for line in log.splitlines():
+        m = _FUNC_RE.search(line)
+        if m:
+            current = m.group(1)
+            out.setdefault(current, Resources())
+            continue
+        if current is None:
+            continue
+        r = out[current]
+        if s := _STACK_RE.search(line):
+            r.stack_frame_bytes, r.spill_store_bytes, r.spill_load_bytes = map(int, s.groups())
+        if u := _USED_RE.search(line):
+            r.registers = int(u.group(1))
+            r.barriers = _int_after(line, r"used (\d+) barriers") or 0
+            r.shared_bytes = _int_after(line, r"(\d+) bytes smem") or 0
+            r.constant_bytes = _int_after(line, r"(\d+) bytes cmem\[0\]")
+    return out
+
+
+def _int_after(line: str, pattern: str) -> int | None:
+    m = re.search(pattern, line)
+    return int(m.group(1)) if m else None
+
+
+_ENTRY_RE = re.compile(r"\.(?:visible|weak)?\s*\.entry\s+(\w+)\s*\((.*?)\)", re.S)
+_PARAM_RE = re.compile(
+    r"\.param\s+(?:\.align\s+\d+\s+)?\.(\w+)(?:\s+\.ptr(?:\s+\.\w+)*(?:\s+\.align\s+\d+)?)?\s+(\w+)(?:\[(\d+)\])?"
+)
+_PTX_TYPE_BYTES = {"8": 1, "16": 2, "32": 4, "64": 8}
+
+
+def parse_ptx_entries(ptx: str) -> dict[str, list[PtxParam]]:
+    """Kernel names and their parameter sizes in bytes, from PTX."""
+    out: dict[str, list[PtxParam]] = {}
+    for m in _ENTRY_RE.finditer(ptx):
+        params = []
+        for p in _PARAM_RE.finditer(m.group(2)):
+            ptx_type, name, count = p.groups()
+            size = _PTX_TYPE_BYTES.get(ptx_type[1:], 0)
+            params.append(PtxParam(name=name, size_bytes=size * int(count) if count else size))
+        out[m.group(1)] = params
+    return out

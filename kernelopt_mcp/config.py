@@ -1,0 +1,94 @@
+"""Settings: built once at the entry point (flags > environment > defaults), passed down.
+
+Library code never reads ``os.environ``; the CLI and the server call :meth:`Settings.from_env`.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from .errors import WorkloadError
+from .workload import Workload, load_workload
+
+PACKAGE_DIR = Path(__file__).resolve().parent
+
+
+def bundled_workloads_dir() -> Path:
+    """The bundled workloads: inside the installed package, or the checkout's workloads/."""
+    for candidate in (PACKAGE_DIR / "_workloads", PACKAGE_DIR.parent / "workloads"):
+        if candidate.is_dir():
+            return candidate
+    return PACKAGE_DIR / "_workloads"
+
+
+@dataclass(frozen=True)
+class Settings:
+    harness: Path | None = None
+    device: int = 0
+    arch: str | None = None
+    workload_dirs: tuple[Path, ...] = field(default_factory=lambda: (bundled_workloads_dir(),))
+    cache_dir: Path | None = None
+    timeout_s: float = 60.0
+    warmup: int = 10
+    iterations: int = 100
+    flush_l2: bool = True
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] | None = None, **overrides: Any) -> Settings:
+        """Defaults, then ``KERNELOPT_*`` variables, then explicit overrides (non-None)."""
+        env = os.environ if environ is None else environ
+        values: dict[str, Any] = {}
+        if env.get("KERNELOPT_HARNESS"):
+            values["harness"] = Path(env["KERNELOPT_HARNESS"])
+        if env.get("KERNELOPT_DEVICE"):
+            values["device"] = int(env["KERNELOPT_DEVICE"])
+        if env.get("KERNELOPT_ARCH"):
+            values["arch"] = env["KERNELOPT_ARCH"]
+        if env.get("KERNELOPT_WORKLOADS"):
+            extra = tuple(Path(p) for p in env["KERNELOPT_WORKLOADS"].split(os.pathsep) if p)
+            values["workload_dirs"] = (*extra, bundled_workloads_dir())
+        if env.get("KERNELOPT_CACHE"):
+            values["cache_dir"] = Path(env["KERNELOPT_CACHE"])
+        if env.get("KERNELOPT_TIMEOUT"):
+            values["timeout_s"] = float(env["KERNELOPT_TIMEOUT"])
+        values.update({k: v for k, v in overrides.items() if v is not None})
+        return replace(cls(), **values)
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            k: (str(v) if isinstance(v, Path) else [str(p) for p in v] if isinstance(v, tuple) else v)
+            for k, v in self.__dict__.items()
+        }
+
+
+def list_workloads(settings: Settings) -> dict[str, Path]:
+    """Workload name -> directory, over the configured directories (earlier ones win)."""
+    found: dict[str, Path] = {}
+    for root in settings.workload_dirs:
+        if not root.is_dir():
+            continue
+        for spec in sorted(root.glob("*/workload.json")):
+            found.setdefault(spec.parent.name, spec.parent)
+    return found
+
+
+def find_workload(name_or_path: str | Path, settings: Settings) -> Workload:
+    """Load a workload by bundled/configured name, or from a directory or workload.json path.
+
+    Raises:
+        WorkloadError: unknown name (lists the known ones) or a malformed workload.
+    """
+    path = Path(name_or_path)
+    if path.exists():
+        return load_workload(path)
+    known = list_workloads(settings)
+    if str(name_or_path) in known:
+        return load_workload(known[str(name_or_path)])
+    raise WorkloadError(
+        f"no workload {str(name_or_path)!r}: not a directory and not a known name "
+        f"(known: {', '.join(sorted(known)) or 'none'}); see `kernelopt workloads`"
+    )

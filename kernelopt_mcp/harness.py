@@ -1,0 +1,272 @@
+"""Running the native harness: one process per GPU, requests over pipes, a deadline each.
+
+The harness (``kernelopt-harness serve``) reads one JSON request per line and answers one
+JSON line (see native_harness/PROTOCOL.md). A kernel that faults leaves the harness's CUDA
+context unusable: it answers and exits with code 5, and the next request starts a fresh
+process. A kernel that never finishes is killed (the whole process group) at the deadline
+and reported as a timeout. Either way the caller gets data, never a dead server.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import selectors
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from enum import IntEnum
+from pathlib import Path
+from typing import Any
+
+from .errors import DeviceUnavailable, HarnessError, ToolchainNotFound
+
+HARNESS_NAME = "kernelopt-harness"
+MAX_STDERR_BYTES = 64 * 1024
+
+
+class ExitCode(IntEnum):
+    """The harness's documented exit codes (native_harness/PROTOCOL.md)."""
+
+    OK = 0
+    INTERNAL = 1
+    BAD_REQUEST = 2
+    DRIVER_UNAVAILABLE = 3
+    IO_ERROR = 4
+    FATAL_CUDA = 5
+
+
+def find_harness(explicit: str | Path | None = None) -> Path:
+    """Locate the ``kernelopt-harness`` executable.
+
+    Order: ``explicit`` (settings or ``KERNELOPT_HARNESS``), next to the running Python
+    (the venv's scripts directory, where ``pip install`` puts it), then ``PATH``.
+
+    Raises:
+        ToolchainNotFound: with how to build it.
+    """
+    candidates: list[Path] = []
+    if explicit:
+        candidates.append(Path(explicit))
+    candidates.append(Path(sys.executable).parent / HARNESS_NAME)
+    found = shutil.which(HARNESS_NAME)
+    if found:
+        candidates.append(Path(found))
+    for c in candidates:
+        if c.is_file() and os.access(c, os.X_OK):
+            return c
+    if explicit:
+        raise ToolchainNotFound(
+            f"the harness {explicit} does not exist or is not executable; rebuild it with "
+            "`pip install .` from the kernelopt checkout, or unset KERNELOPT_HARNESS"
+        )
+    raise ToolchainNotFound(
+        f"{HARNESS_NAME} not found next to {sys.executable} or on PATH; install kernelopt with "
+        "`pip install .` (it builds the harness; needs CMake >= 3.24 and a C++17 compiler), "
+        "or point KERNELOPT_HARNESS at a built binary"
+    )
+
+
+@dataclass
+class HarnessReply:
+    """One request's outcome: the JSON answer (when there is one) and how the process fared."""
+
+    answer: dict[str, Any] | None
+    exit_code: int | None = None
+    timed_out: bool = False
+    elapsed_s: float = 0.0
+    stderr: str = ""
+    stderr_truncated: int = 0
+
+    @property
+    def fatal(self) -> bool:
+        return self.timed_out or self.exit_code not in (None, ExitCode.OK)
+
+
+@dataclass
+class _StderrSink:
+    """Keeps the last MAX_STDERR_BYTES of the harness's stderr (kernel printf goes there)."""
+
+    data: bytearray = field(default_factory=bytearray)
+    dropped: int = 0
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def feed(self, chunk: bytes) -> None:
+        with self.lock:
+            self.data += chunk
+            if len(self.data) > MAX_STDERR_BYTES:
+                cut = len(self.data) - MAX_STDERR_BYTES
+                self.dropped += cut
+                del self.data[:cut]
+
+    def take(self) -> tuple[str, int]:
+        with self.lock:
+            text, dropped = self.data.decode(errors="replace"), self.dropped
+            self.data.clear()
+            self.dropped = 0
+            return text, dropped
+
+
+class HarnessProcess:
+    """A ``kernelopt-harness serve`` process, restarted as needed.
+
+    Not thread-safe: one request at a time (the GPU runs one job at a time anyway).
+    """
+
+    def __init__(self, binary: Path, device: int = 0, env: dict[str, str] | None = None) -> None:
+        self.binary = binary
+        self.device = device
+        self.env = env
+        self.restarts = 0
+        self._proc: subprocess.Popen[bytes] | None = None
+        self._sink = _StderrSink()
+        self._stderr_thread: threading.Thread | None = None
+        self._buffer = b""
+
+    def _start(self) -> subprocess.Popen[bytes]:
+        if self._proc is not None and self._proc.poll() is None:
+            return self._proc
+        if self._proc is not None:
+            self.restarts += 1
+        self._buffer = b""
+        self._proc = subprocess.Popen(
+            [str(self.binary), "serve"],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            start_new_session=True,  # its own process group, so a kill takes every child too
+            env=self.env,
+        )
+        proc = self._proc
+
+        def drain() -> None:
+            assert proc.stderr is not None
+            for chunk in iter(lambda: proc.stderr.read1(65536), b""):  # type: ignore[union-attr]
+                self._sink.feed(chunk)
+
+        self._stderr_thread = threading.Thread(target=drain, daemon=True)
+        self._stderr_thread.start()
+        return proc
+
+    def request(self, payload: dict[str, Any], timeout_s: float) -> HarnessReply:
+        """Send one request and wait at most ``timeout_s`` for its answer."""
+        proc = self._start()
+        start = time.monotonic()
+        line = json.dumps(payload, separators=(",", ":")).encode() + b"\n"
+        try:
+            assert proc.stdin is not None
+            proc.stdin.write(line)
+            proc.stdin.flush()
+        except (BrokenPipeError, OSError):
+            pass  # the process died; the read below reports its exit code
+        answer_line, timed_out = self._read_line(proc, start + timeout_s)
+        exit_code = None
+        if timed_out:
+            self.kill()
+            exit_code = proc.returncode
+        elif answer_line is None or proc.poll() is not None:
+            try:
+                exit_code = proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.kill()
+                exit_code = proc.returncode
+        if self._stderr_thread is not None and exit_code is not None:
+            self._stderr_thread.join(timeout=2)
+        elapsed = time.monotonic() - start
+        stderr, dropped = self._sink.take()
+        answer = None
+        if answer_line:
+            try:
+                answer = json.loads(answer_line)
+            except json.JSONDecodeError:
+                raise HarnessError(
+                    f"the harness answered with invalid JSON: {answer_line[:200]!r}; "
+                    f"stderr: {stderr[-500:]}"
+                ) from None
+        return HarnessReply(answer, exit_code, timed_out, elapsed, stderr, dropped)
+
+    def _read_line(self, proc: subprocess.Popen[bytes], deadline: float) -> tuple[bytes | None, bool]:
+        assert proc.stdout is not None
+        fd = proc.stdout.fileno()
+        with selectors.DefaultSelector() as sel:
+            sel.register(fd, selectors.EVENT_READ)
+            while b"\n" not in self._buffer:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    return None, True
+                if not sel.select(timeout=remaining):
+                    continue
+                chunk = os.read(fd, 1 << 20)
+                if not chunk:
+                    return (self._buffer or None), False
+                self._buffer += chunk
+        line, _, self._buffer = self._buffer.partition(b"\n")
+        return line, False
+
+    def kill(self) -> None:
+        """Kill the process group now (a hung kernel, a cancelled call)."""
+        proc = self._proc
+        if proc is None or proc.poll() is not None:
+            return
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        proc.wait()
+
+    def close(self) -> None:
+        proc = self._proc
+        if proc is None:
+            return
+        if proc.poll() is None:
+            try:
+                assert proc.stdin is not None
+                proc.stdin.close()
+                proc.wait(timeout=5)
+            except (OSError, subprocess.TimeoutExpired):
+                self.kill()
+        self._proc = None
+
+    def __enter__(self) -> HarnessProcess:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def run_once(binary: Path, args: list[str], timeout_s: float = 60) -> tuple[int, dict[str, Any] | None, str]:
+    """Run the harness with ``args`` (e.g. ``--device-info``) and parse its JSON answer."""
+    try:
+        proc = subprocess.run(
+            [str(binary), *args], capture_output=True, timeout=timeout_s, start_new_session=True
+        )
+    except subprocess.TimeoutExpired:
+        raise HarnessError(f"{binary} {' '.join(args)} did not answer within {timeout_s} s") from None
+    text = proc.stdout.decode(errors="replace").strip()
+    try:
+        answer = json.loads(text.splitlines()[-1]) if text else None
+    except json.JSONDecodeError:
+        answer = None
+    return proc.returncode, answer, proc.stderr.decode(errors="replace")
+
+
+def raise_for_request_error(answer: dict[str, Any] | None, exit_code: int | None) -> None:
+    """Turn request-level failures that are the tool's fault into exceptions."""
+    error = (answer or {}).get("error") or {}
+    kind = error.get("kind")
+    message = error.get("message", "")
+    if exit_code == ExitCode.DRIVER_UNAVAILABLE or kind == "driver_unavailable":
+        raise DeviceUnavailable(
+            f"no usable CUDA device: {message or 'the harness could not load the driver'}; "
+            "run on a machine with an NVIDIA GPU and driver (check `nvidia-smi`)"
+        )
+    if exit_code == ExitCode.BAD_REQUEST or kind == "bad_request":
+        raise HarnessError(f"the harness refused the request: {message}")
+    if exit_code == ExitCode.IO_ERROR or kind == "io_error":
+        raise HarnessError(f"harness I/O error: {message}")
+    if exit_code == ExitCode.INTERNAL or kind == "internal":
+        raise HarnessError(f"internal harness error: {message}")

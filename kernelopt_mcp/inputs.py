@@ -1,0 +1,194 @@
+"""Input buffers: declarative, seeded generators and data files. No host code runs.
+
+Each buffer of each case gets its own random stream, derived from (seed, case, buffer), so a
+case's inputs do not change when other cases are added. Inputs are written once per run as
+raw little-endian ``.bin`` files with a manifest (``input_cases.json``) that can be loaded
+back as the input cases of a later run.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import secrets
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from .dtypes import DType
+from .errors import InputError
+from .workload import (
+    Arange,
+    BufferParam,
+    Case,
+    Constant,
+    DataFile,
+    Generator,
+    Normal,
+    RandInt,
+    Uniform,
+    Workload,
+    case_shape,
+)
+
+MAX_BUFFER_BYTES = 8 * 2**30
+
+
+def fresh_seed() -> int:
+    """A new validation seed (recorded with the results; never shown to a model)."""
+    return secrets.randbits(63)
+
+
+def _stream(seed: int, case: str, buffer: str) -> np.random.Generator:
+    digest = hashlib.blake2b(f"{case}\0{buffer}".encode(), digest_size=8).digest()
+    return np.random.default_rng([seed, int.from_bytes(digest, "little")])
+
+
+def generate(
+    gen: Generator, param: BufferParam, shape: tuple[int, ...], seed: int, case: str, base: Path | None
+) -> np.ndarray:
+    """Make one input array of ``param.dtype`` and ``shape``.
+
+    Raises:
+        InputError: a data file is missing, of the wrong size/dtype/shape, or a generator's
+            values cannot be represented in the buffer's dtype.
+    """
+    dtype = param.dtype
+    count = int(np.prod(shape, dtype=np.int64))
+    if count * dtype.itemsize > MAX_BUFFER_BYTES:
+        raise InputError(
+            f"case {case!r}: buffer {param.name!r} would be {count * dtype.itemsize} bytes; "
+            f"the limit is {MAX_BUFFER_BYTES} bytes"
+        )
+    rng = _stream(seed, case, param.name)
+    match gen:
+        case Uniform(low=low, high=high):
+            values = rng.uniform(low, high, size=count)
+        case Normal(mean=mean, std=std):
+            values = rng.normal(mean, std, size=count)
+        case RandInt(low=low, high=high):
+            if high <= low:
+                raise InputError(f"case {case!r}: {param.name}: randint needs high > low")
+            values = rng.integers(low, high, size=count, dtype=np.int64)
+        case Arange(start=start, step=step, modulo=modulo):
+            values = start + step * np.arange(count, dtype=np.float64)
+            if modulo:
+                values = np.mod(values, modulo)
+        case Constant(value=value):
+            values = np.full(count, value, dtype=np.float64)
+        case DataFile():
+            return load_data_file(gen, param, shape, case, base)
+    return _cast(values, dtype, param.name, case).reshape(shape)
+
+
+def _cast(values: np.ndarray, dtype: DType, name: str, case: str) -> np.ndarray:
+    if not dtype.is_float:
+        info = np.iinfo(dtype.numpy)
+        if values.size and (values.min() < info.min or values.max() > info.max):
+            raise InputError(
+                f"case {case!r}: {name}: generated values exceed the range of {dtype} "
+                f"({info.min}..{info.max}); narrow the generator"
+            )
+        values = np.round(values)
+    return values.astype(dtype.numpy)
+
+
+def load_data_file(
+    gen: DataFile, param: BufferParam, shape: tuple[int, ...], case: str, base: Path | None
+) -> np.ndarray:
+    path = Path(gen.path)
+    if not path.is_absolute() and base is not None:
+        path = base / path
+    where = f"case {case!r}: {param.name}: {path}"
+    try:
+        raw = path.read_bytes()
+    except FileNotFoundError:
+        raise InputError(f"{where}: data file not found; keep the run's inputs or fix the path") from None
+    except OSError as exc:
+        raise InputError(f"{where}: cannot read ({exc.strerror})") from None
+    if gen.sha256 and hashlib.sha256(raw).hexdigest() != gen.sha256:
+        raise InputError(f"{where}: sha256 differs from the manifest; the file was changed")
+    expected_bytes = int(np.prod(shape, dtype=np.int64)) * param.dtype.itemsize
+    if path.suffix == ".npy":
+        array = np.load(path, allow_pickle=False)
+        if array.dtype != param.dtype.numpy:
+            raise InputError(f"{where}: dtype {array.dtype}, expected {param.dtype}")
+        if tuple(array.shape) != shape and array.size * array.itemsize == expected_bytes:
+            array = array.reshape(shape)
+        if tuple(array.shape) != shape:
+            raise InputError(f"{where}: shape {tuple(array.shape)}, expected {shape}")
+        return np.ascontiguousarray(array)
+    if len(raw) != expected_bytes:
+        raise InputError(
+            f"{where}: {len(raw)} bytes, expected {expected_bytes} "
+            f"({'x'.join(map(str, shape))} {param.dtype})"
+        )
+    return np.frombuffer(raw, dtype=param.dtype.numpy.newbyteorder("<")).astype(param.dtype.numpy).reshape(shape)
+
+
+@dataclass
+class CaseInputs:
+    """The materialised inputs and resolved shapes of one case."""
+
+    case: Case
+    arrays: dict[str, np.ndarray]
+    shapes: dict[str, tuple[int, ...]]
+    files: dict[str, Path]
+
+
+def materialize(workload: Workload, seed: int, directory: Path) -> dict[str, CaseInputs]:
+    """Generate every case's inputs, write them as ``.bin`` files and a manifest.
+
+    Files go to ``directory/<case>/<buffer>.bin``; the manifest ``directory/input_cases.json``
+    is loadable as an input-cases file (see :func:`kernelopt_mcp.workload.load_parts`).
+    """
+    spec = workload.spec
+    out: dict[str, CaseInputs] = {}
+    manifest_cases = []
+    for case in spec.cases:
+        arrays: dict[str, np.ndarray] = {}
+        shapes: dict[str, tuple[int, ...]] = {}
+        files: dict[str, Path] = {}
+        manifest_inputs = {}
+        case_dir = directory / case.name
+        case_dir.mkdir(parents=True, exist_ok=True)
+        for param in spec.signature.buffers:
+            shape = case_shape(param, case.scalars)
+            shapes[param.name] = shape
+            if not param.is_input:
+                continue
+            gen = case.inputs.get(param.name) or spec.inputs[param.name]
+            array = generate(gen, param, shape, seed, case.name, workload.root)
+            arrays[param.name] = array
+            path = case_dir / f"{param.name}.bin"
+            data = np.ascontiguousarray(array).astype(param.dtype.numpy.newbyteorder("<"), copy=False).tobytes()
+            write_atomic(path, data)
+            files[param.name] = path
+            manifest_inputs[param.name] = {
+                "generator": "file",
+                "path": f"{case.name}/{param.name}.bin",
+                "sha256": hashlib.sha256(data).hexdigest(),
+            }
+        out[case.name] = CaseInputs(case, arrays, shapes, files)
+        manifest_cases.append({**case.model_dump(mode="json"), "inputs": manifest_inputs})
+    manifest = {
+        "seed": seed,
+        "workload": spec.name,
+        "cases": manifest_cases,
+        "tolerance": {k: v.model_dump() for k, v in spec.tolerance.items()},
+    }
+    write_atomic(directory / "input_cases.json", json.dumps(manifest, indent=2).encode())
+    return out
+
+
+def write_atomic(path: Path, data: bytes) -> None:
+    """Write ``data`` to ``path`` through a temporary file and a rename."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    with open(tmp, "wb") as f:
+        f.write(data)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)

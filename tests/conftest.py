@@ -1,0 +1,63 @@
+"""Test configuration: the `gpu` marker and the --run-gpu switch.
+
+Without --run-gpu, tests marked `gpu` or `ncu` are skipped. With it, a missing CUDA device
+fails the run instead of skipping, so a GPU run can never pass silently.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption("--run-gpu", action="store_true", help="run tests that need a CUDA device")
+
+
+def cuda_device_count() -> int:
+    """cuInit + cuDeviceGetCount through cuda-python: 0 when there is no driver or device."""
+    try:
+        from cuda.bindings import driver
+    except ImportError:
+        return 0
+    try:
+        (err,) = driver.cuInit(0)
+        if err != driver.CUresult.CUDA_SUCCESS:
+            return 0
+        err, count = driver.cuDeviceGetCount()
+        return count if err == driver.CUresult.CUDA_SUCCESS else 0
+    except Exception:
+        return 0
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    run_gpu = config.getoption("--run-gpu")
+    if not run_gpu:
+        skip = pytest.mark.skip(reason="needs a CUDA device: run with --run-gpu")
+        for item in items:
+            if "gpu" in item.keywords or "ncu" in item.keywords:
+                item.add_marker(skip)
+        return
+    if any("gpu" in item.keywords for item in items) and cuda_device_count() == 0:
+        raise pytest.UsageError("--run-gpu was given but no CUDA device is usable (cuInit/cuDeviceGetCount)")
+
+
+@pytest.fixture(scope="session")
+def repo() -> Path:
+    return REPO
+
+
+@pytest.fixture(scope="session")
+def harness_binary() -> Path:
+    from kernelopt_mcp.errors import ToolchainNotFound
+    from kernelopt_mcp.harness import find_harness
+
+    import os
+
+    try:
+        return find_harness(os.environ.get("KERNELOPT_HARNESS"))
+    except ToolchainNotFound as exc:
+        pytest.fail(f"the harness is not built: {exc}")
