@@ -131,6 +131,7 @@ class HarnessProcess:
         if self._proc is not None and self._proc.poll() is None:
             return self._proc
         if self._proc is not None:
+            self._release(self._proc)
             self.restarts += 1
         self._buffer = b""
         self._proc = subprocess.Popen(
@@ -168,7 +169,9 @@ class HarnessProcess:
         if timed_out:
             self.kill()
             exit_code = proc.returncode
-        elif answer_line is None or proc.poll() is not None:
+        elif answer_line is None or proc.poll() is not None or b'"runtime_error"' in answer_line:
+            # A fatal CUDA error: the harness answers, then exits with code 5. Wait for it,
+            # so the exit code is part of this reply and the next request starts afresh.
             try:
                 exit_code = proc.wait(timeout=10)
             except subprocess.TimeoutExpired:
@@ -219,6 +222,7 @@ class HarnessProcess:
         proc.wait()
 
     def close(self) -> None:
+        """Ask the harness to exit (EOF on its stdin); kill it if it does not."""
         proc = self._proc
         if proc is None:
             return
@@ -229,7 +233,19 @@ class HarnessProcess:
                 proc.wait(timeout=5)
             except (OSError, subprocess.TimeoutExpired):
                 self.kill()
+        self._release(proc)
         self._proc = None
+
+    def _release(self, proc: subprocess.Popen[bytes]) -> None:
+        """Close a finished process's pipes once its stderr has been drained."""
+        if self._stderr_thread is not None:
+            self._stderr_thread.join(timeout=2)
+        for pipe in (proc.stdin, proc.stdout, proc.stderr):
+            if pipe is not None:
+                try:
+                    pipe.close()
+                except OSError:
+                    pass
 
     def __enter__(self) -> HarnessProcess:
         return self
