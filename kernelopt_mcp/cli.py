@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from . import __version__
@@ -63,7 +64,7 @@ def cmd_workloads(args: argparse.Namespace, out: Console) -> int:
     for col in ("name", "cases (corr/perf)", "description"):
         table.add_column(col)
     for r in rows:
-        table.add_row(r["name"], f"{r['correctness_cases']}/{r['performance_cases']}", r["description"])
+        table.add_row(r["name"], f"{r['correctness_cases']}/{r['performance_cases']}", escape(r["description"]))
     out.print(table)
     return EXIT_OK
 
@@ -85,8 +86,8 @@ def cmd_compile(args: argparse.Namespace, out: Console) -> int:
         out.print(f"[bold]{args.file}[/] for {result.arch} (NVRTC {result.nvrtc_version}, {result.duration_ms:.0f} ms)")
         for d in result.diagnostics:
             where = f"line {d.line}" if d.line else "-"
-            out.print(f"  {d.severity}: {where}: {d.message}", highlight=False)
-        out.print(result.summary(), highlight=False)
+            out.print(f"  {d.severity}: {where}: {escape(d.message)}", highlight=False)
+        out.print(escape(result.summary()), highlight=False)
         if args.ptx and result.ptx:
             Path(args.ptx).write_text(result.ptx)
         if args.cubin and result.cubin:
@@ -145,7 +146,7 @@ def print_result(out: Console, result: EvaluationResult, reference: EvaluationRe
         highlight=False,
     )
     if result.compile is not None and result.compile.ok:
-        out.print(f"  {result.compile.summary()}", highlight=False)
+        out.print(f"  {escape(result.compile.summary())}", highlight=False)
     table = Table()
     for col in ("case", "kind", "status", "max rel err", "median ms", "IQR ms", "ref ms", "speedup", "GB/s", "TFLOP/s"):
         table.add_column(col, justify="right" if col not in ("case", "kind", "status") else "left")
@@ -166,14 +167,14 @@ def print_result(out: Console, result: EvaluationResult, reference: EvaluationRe
     out.print(table)
     for c in result.cases:
         if c.message:
-            out.print(f"  [red]{c.name}[/]: {c.message}", highlight=False)
-    line = f"[bold]{result.status.value}[/]: {result.message}"
+            out.print(f"  [red]{c.name}[/]: {escape(c.message)}", highlight=False)
+    line = f"[bold]{result.status.value}[/]: {escape(result.message)}"
     if result.speedup:
         line += f"; speedup vs CUDA reference {result.speedup:.2f}x (reference score {result.reference_score_ms:.4g} ms)"
     out.print(line, highlight=False)
-    out.print(f"[dim]expected outputs: {result.expected_from}[/]", highlight=False)
+    out.print(f"[dim]expected outputs: {escape(result.expected_from)}[/]", highlight=False)
     for note in result.notes:
-        out.print(f"[yellow]note:[/] {note}", highlight=False)
+        out.print(f"[yellow]note:[/] {escape(note)}", highlight=False)
 
 
 def cmd_schema(args: argparse.Namespace, out: Console) -> int:
@@ -243,13 +244,13 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return args.fn(args, out)
     except (KerneloptError, OptionError) as exc:
-        err.print(f"[red]error:[/] {exc}", highlight=False)
+        err.print(f"[red]error:[/] {escape(str(exc))}", highlight=False)
         return EXIT_ERROR
     except FileNotFoundError as exc:
         err.print(f"[red]error:[/] {exc.filename}: file not found", highlight=False)
         return EXIT_ERROR
     except ValueError as exc:
-        err.print(f"[red]error:[/] {exc}", highlight=False)
+        err.print(f"[red]error:[/] {escape(str(exc))}", highlight=False)
         return EXIT_ERROR
 
 

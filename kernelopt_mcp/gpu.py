@@ -84,3 +84,22 @@ def device_info(harness: Path, device: int = 0) -> DeviceInfo:
     if code != ExitCode.OK or not answer:
         raise HarnessError(f"kernelopt-harness --device-info failed (exit {code}): {stderr.strip()[-500:]}")
     return DeviceInfo.model_validate(answer)
+
+
+def cuda_device_count() -> int:
+    """CUDA devices visible through the driver (cuInit + cuDeviceGetCount); 0 without one.
+
+    Used to decide whether GPU work is possible at all; it never raises.
+    """
+    try:
+        from cuda.bindings import driver
+    except ImportError:
+        return 0
+    try:
+        (err,) = driver.cuInit(0)
+        if err != driver.CUresult.CUDA_SUCCESS:
+            return 0
+        err, count = driver.cuDeviceGetCount()
+        return int(count) if err == driver.CUresult.CUDA_SUCCESS else 0
+    except Exception:  # no libcuda.so.1 at all
+        return 0

@@ -6,31 +6,18 @@ fails the run instead of skipping, so a GPU run can never pass silently.
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
+
+from kernelopt_mcp.gpu import cuda_device_count
 
 REPO = Path(__file__).resolve().parent.parent
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addoption("--run-gpu", action="store_true", help="run tests that need a CUDA device")
-
-
-def cuda_device_count() -> int:
-    """cuInit + cuDeviceGetCount through cuda-python: 0 when there is no driver or device."""
-    try:
-        from cuda.bindings import driver
-    except ImportError:
-        return 0
-    try:
-        (err,) = driver.cuInit(0)
-        if err != driver.CUresult.CUDA_SUCCESS:
-            return 0
-        err, count = driver.cuDeviceGetCount()
-        return count if err == driver.CUresult.CUDA_SUCCESS else 0
-    except Exception:
-        return 0
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -54,8 +41,6 @@ def repo() -> Path:
 def harness_binary() -> Path:
     from kernelopt_mcp.errors import ToolchainNotFound
     from kernelopt_mcp.harness import find_harness
-
-    import os
 
     try:
         return find_harness(os.environ.get("KERNELOPT_HARNESS"))
