@@ -1,0 +1,89 @@
+// Owners for driver objects, so every exit path of a case frees what it allocated.
+// Destructors ignore errors: after a fatal error the context is gone anyway, and a destructor
+// must not throw.
+#pragma once
+
+#include <cuda.h>
+
+#include <cstddef>
+#include <utility>
+
+#include "check.hpp"
+#include "driver.hpp"
+
+namespace kernelopt::detail {
+
+class DeviceBuffer {
+ public:
+  DeviceBuffer() = default;
+  explicit DeviceBuffer(std::size_t bytes) : bytes_(bytes) {
+    KO_CU(load_driver().cuMemAlloc(&ptr_, bytes));
+  }
+  ~DeviceBuffer() { reset(); }
+  DeviceBuffer(DeviceBuffer&& o) noexcept
+      : ptr_(std::exchange(o.ptr_, 0)), bytes_(std::exchange(o.bytes_, 0)) {}
+  DeviceBuffer& operator=(DeviceBuffer&& o) noexcept {
+    if (this != &o) {
+      reset();
+      ptr_ = std::exchange(o.ptr_, 0);
+      bytes_ = std::exchange(o.bytes_, 0);
+    }
+    return *this;
+  }
+  DeviceBuffer(const DeviceBuffer&) = delete;
+  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+
+  CUdeviceptr get() const noexcept { return ptr_; }
+  std::size_t size() const noexcept { return bytes_; }
+
+  void reset() noexcept {
+    if (ptr_ != 0) {
+      if (const DriverApi* drv = loaded_driver()) drv->cuMemFree(ptr_);
+      ptr_ = 0;
+      bytes_ = 0;
+    }
+  }
+
+ private:
+  CUdeviceptr ptr_ = 0;
+  std::size_t bytes_ = 0;
+};
+
+class Event {
+ public:
+  Event() { KO_CU(load_driver().cuEventCreate(&event_, CU_EVENT_DEFAULT)); }
+  ~Event() {
+    if (event_ != nullptr) {
+      if (const DriverApi* drv = loaded_driver()) drv->cuEventDestroy(event_);
+    }
+  }
+  Event(Event&& o) noexcept : event_(std::exchange(o.event_, nullptr)) {}
+  Event& operator=(Event&&) = delete;
+  Event(const Event&) = delete;
+  Event& operator=(const Event&) = delete;
+
+  CUevent get() const noexcept { return event_; }
+
+ private:
+  CUevent event_ = nullptr;
+};
+
+class Module {
+ public:
+  Module() = default;
+  explicit Module(CUmodule m) : module_(m) {}
+  ~Module() {
+    if (module_ != nullptr) {
+      if (const DriverApi* drv = loaded_driver()) drv->cuModuleUnload(module_);
+    }
+  }
+  Module(const Module&) = delete;
+  Module& operator=(const Module&) = delete;
+
+  CUmodule get() const noexcept { return module_; }
+
+ private:
+  CUmodule module_ = nullptr;
+};
+
+}  // namespace kernelopt::detail

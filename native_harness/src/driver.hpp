@@ -1,0 +1,77 @@
+// The CUDA driver API, resolved at run time from libcuda.so.1.
+//
+// The harness must build and answer --version and malformed requests on machines without a
+// driver, and must never pick up a stub libcuda at link time, so nothing links against
+// libcuda: load_driver() dlopens it and fills a table of function pointers.
+#pragma once
+
+#include <cuda.h>
+
+#if CUDA_VERSION < 12000
+#error "kernelopt-harness needs cuda.h from CUDA 12.0 or newer"
+#endif
+#if defined(CUDA_API_PER_THREAD_DEFAULT_STREAM)
+// The table resolves the legacy-stream symbols; per-thread variants would silently differ.
+#error "do not build kernelopt-harness with CUDA_API_PER_THREAD_DEFAULT_STREAM"
+#endif
+
+namespace kernelopt::detail {
+
+// Members carry the names of the driver API. Where cuda.h #defines a name to a versioned
+// symbol (cuMemAlloc -> cuMemAlloc_v2, cuEventElapsedTime -> cuEventElapsedTime_v2) the
+// preprocessor renames the member the same way, so `drv.cuMemAlloc(...)` calls exactly the
+// ABI that this cuda.h declares, and driver.cpp resolves that versioned symbol.
+struct DriverApi {
+#define KO_DRIVER_FN(name) decltype(&::name) name = nullptr
+  KO_DRIVER_FN(cuGetErrorName);
+  KO_DRIVER_FN(cuGetErrorString);
+  KO_DRIVER_FN(cuInit);
+  KO_DRIVER_FN(cuDriverGetVersion);
+  KO_DRIVER_FN(cuDeviceGetCount);
+  KO_DRIVER_FN(cuDeviceGet);
+  KO_DRIVER_FN(cuDeviceGetName);
+  KO_DRIVER_FN(cuDeviceGetAttribute);
+  KO_DRIVER_FN(cuDeviceTotalMem);
+  KO_DRIVER_FN(cuDeviceGetUuid);
+  KO_DRIVER_FN(cuDeviceGetPCIBusId);
+  KO_DRIVER_FN(cuDevicePrimaryCtxRetain);
+  KO_DRIVER_FN(cuDevicePrimaryCtxRelease);
+  KO_DRIVER_FN(cuCtxSetCurrent);
+  KO_DRIVER_FN(cuStreamCreate);
+  KO_DRIVER_FN(cuStreamDestroy);
+  KO_DRIVER_FN(cuStreamSynchronize);
+  KO_DRIVER_FN(cuEventCreate);
+  KO_DRIVER_FN(cuEventDestroy);
+  KO_DRIVER_FN(cuEventRecord);
+  KO_DRIVER_FN(cuEventElapsedTime);
+  KO_DRIVER_FN(cuModuleLoadDataEx);
+  KO_DRIVER_FN(cuModuleUnload);
+  KO_DRIVER_FN(cuModuleGetFunction);
+  KO_DRIVER_FN(cuFuncGetAttribute);
+  KO_DRIVER_FN(cuFuncSetAttribute);
+  KO_DRIVER_FN(cuOccupancyMaxActiveBlocksPerMultiprocessor);
+  KO_DRIVER_FN(cuMemAlloc);
+  KO_DRIVER_FN(cuMemFree);
+  KO_DRIVER_FN(cuMemcpyHtoDAsync);
+  KO_DRIVER_FN(cuMemcpyDtoHAsync);
+  KO_DRIVER_FN(cuMemcpyDtoDAsync);
+  KO_DRIVER_FN(cuMemsetD8Async);
+  KO_DRIVER_FN(cuMemsetD32Async);
+  KO_DRIVER_FN(cuLaunchKernel);
+#if CUDA_VERSION >= 12040
+  // Optional (driver 12.4+): lets the harness check the request's arguments against the
+  // kernel's parameter list before launching. nullptr when the driver lacks it.
+  KO_DRIVER_FN(cuFuncGetParamInfo);
+#endif
+#undef KO_DRIVER_FN
+};
+
+// Loads libcuda.so.1 (or $KERNELOPT_LIBCUDA) once and resolves the table. Throws
+// DriverUnavailable when the library or a required symbol is missing. Does not call cuInit.
+const DriverApi& load_driver();
+
+// The table if load_driver() has succeeded, else nullptr. For error formatting paths that
+// must not themselves fail.
+const DriverApi* loaded_driver() noexcept;
+
+}  // namespace kernelopt::detail

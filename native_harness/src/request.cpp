@@ -1,0 +1,393 @@
+#include "request.hpp"
+
+#include <limits>
+#include <map>
+#include <set>
+
+#include <nlohmann/json.hpp>
+
+#include "errors.hpp"
+
+namespace kernelopt {
+namespace {
+
+using nlohmann::json;
+
+// Large enough for any real buffer, small enough that bytes + 2 * guard + padding cannot
+// overflow 64 bits anywhere downstream.
+constexpr std::uint64_t max_buffer_bytes = 1ull << 48;
+
+[[noreturn]] void fail(const std::string& path, const std::string& problem) {
+  throw BadRequest(path + ": " + problem);
+}
+
+std::string member_path(std::string_view parent, const char* key) {
+  return parent.empty() ? std::string(key) : std::string(parent) + "." + key;
+}
+
+std::string index_path(const std::string& parent, std::size_t i) {
+  return parent + "[" + std::to_string(i) + "]";
+}
+
+const char* type_name(const json& v) {
+  switch (v.type()) {
+    case json::value_t::null: return "null";
+    case json::value_t::object: return "an object";
+    case json::value_t::array: return "an array";
+    case json::value_t::string: return "a string";
+    case json::value_t::boolean: return "a boolean";
+    case json::value_t::number_integer:
+    case json::value_t::number_unsigned: return "an integer";
+    case json::value_t::number_float: return "a floating-point number";
+    default: return "an unsupported value";
+  }
+}
+
+// A JSON null counts as absent: serializers commonly emit `"output": null` for unset fields.
+const json* find(const json& obj, const char* key) {
+  const auto it = obj.find(key);
+  if (it == obj.end() || it->is_null()) return nullptr;
+  return &*it;
+}
+
+// `parent` by value: a temporary std::string bound to a reference parameter of a function
+// that returns a reference trips GCC 13's -Wdangling-reference.
+const json& require(const json& obj, std::string_view parent, const char* key) {
+  const json* v = find(obj, key);
+  if (v == nullptr) fail(member_path(parent, key), "is required");
+  return *v;
+}
+
+void expect_object(const json& v, const std::string& path) {
+  if (!v.is_object()) fail(path, std::string("must be an object, got ") + type_name(v));
+}
+
+std::uint64_t as_uint(const json& v, const std::string& path, std::uint64_t max,
+                      const char* what = "a non-negative integer") {
+  // Floats are refused even when integral (4096.0): sizes must be exact. Parsed text gives
+  // unsigned values, but a document built in code may hold non-negative signed ones.
+  const bool non_negative =
+      v.is_number_unsigned() || (v.is_number_integer() && v.get<std::int64_t>() >= 0);
+  if (!non_negative) {
+    fail(path, std::string("must be ") + what + ", got " +
+                   (v.is_number() ? v.dump() : std::string(type_name(v))));
+  }
+  const auto value = v.get<std::uint64_t>();
+  if (value > max) fail(path, "must be at most " + std::to_string(max) + ", got " + v.dump());
+  return value;
+}
+
+std::string as_string(const json& v, const std::string& path, bool allow_empty = false) {
+  if (!v.is_string()) fail(path, std::string("must be a string, got ") + type_name(v));
+  auto s = v.get<std::string>();
+  if (!allow_empty && s.empty()) fail(path, "must be a non-empty string");
+  return s;
+}
+
+bool as_bool(const json& v, const std::string& path) {
+  if (!v.is_boolean()) fail(path, std::string("must be true or false, got ") + type_name(v));
+  return v.get<bool>();
+}
+
+std::array<unsigned, 3> as_dim3(const json& v, const std::string& path) {
+  if (!v.is_array() || v.size() != 3) {
+    fail(path, "must be an array of 3 positive integers, got " +
+                   (v.is_array() ? "an array of " + std::to_string(v.size()) : std::string(type_name(v))));
+  }
+  std::array<unsigned, 3> dim{};
+  for (std::size_t i = 0; i < 3; ++i) {
+    const auto p = index_path(path, i);
+    const auto value = as_uint(v[i], p, std::numeric_limits<unsigned>::max(), "a positive integer");
+    if (value == 0) fail(p, "must be a positive integer, got 0");
+    dim[i] = static_cast<unsigned>(value);
+  }
+  return dim;
+}
+
+BufferRole parse_role(const json& v, const std::string& path) {
+  const auto s = as_string(v, path);
+  if (s == "in") return BufferRole::in;
+  if (s == "out") return BufferRole::out;
+  if (s == "inout") return BufferRole::inout;
+  fail(path, "must be one of \"in\", \"out\", \"inout\", got \"" + s + "\"");
+}
+
+BufferArg parse_buffer(const json& a, const std::string& path) {
+  BufferArg b;
+  b.role = parse_role(require(a, path, "role"), member_path(path, "role"));
+  b.bytes = as_uint(require(a, path, "bytes"), member_path(path, "bytes"), max_buffer_bytes);
+
+  const bool reads_input = b.role != BufferRole::out;
+  const bool writes_output = b.role != BufferRole::in;
+  if (const json* v = find(a, "input")) {
+    if (!reads_input) {
+      fail(member_path(path, "input"),
+           "an \"out\" buffer is not uploaded; use role \"inout\" to start from an input file");
+    }
+    b.input = as_string(*v, member_path(path, "input"));
+  } else if (reads_input) {
+    fail(member_path(path, "input"), std::string("is required for role \"") +
+                                         role_name(b.role) + "\"");
+  }
+  if (const json* v = find(a, "output")) {
+    if (!writes_output) {
+      fail(member_path(path, "output"),
+           "an \"in\" buffer is not written back; use role \"inout\" to get its contents");
+    }
+    b.output = as_string(*v, member_path(path, "output"));
+  } else if (writes_output) {
+    fail(member_path(path, "output"), std::string("is required for role \"") +
+                                          role_name(b.role) + "\"");
+  }
+
+  // init and poison_byte only act on "out" buffers. They are validated on every buffer, so a
+  // typo is never silently ignored, but a client that always sends them is accepted.
+  if (const json* v = find(a, "init")) {
+    const auto p = member_path(path, "init");
+    const auto s = as_string(*v, p);
+    if (s == "poison") {
+      b.init = BufferInit::poison;
+    } else if (s == "zero") {
+      b.init = BufferInit::zero;
+    } else {
+      fail(p, "must be \"poison\" or \"zero\", got \"" + s + "\"");
+    }
+  }
+  if (const json* v = find(a, "poison_byte")) {
+    b.poison_byte = static_cast<std::uint8_t>(
+        as_uint(*v, member_path(path, "poison_byte"), 255, "an integer 0..255"));
+  }
+  return b;
+}
+
+ScalarArg parse_scalar(const json& a, const std::string& path) {
+  ScalarArg s;
+  const auto dtype_path = member_path(path, "dtype");
+  const auto dtype = as_string(require(a, path, "dtype"), dtype_path);
+  const auto type = scalar_type_from_name(dtype);
+  if (!type) {
+    fail(dtype_path, "unknown dtype \"" + dtype +
+                         "\" (known: int8, int16, int32, int64, uint8, uint16, uint32, uint64, "
+                         "float16, bfloat16, float32, float64)");
+  }
+  s.dtype = *type;
+  const auto raw_path = member_path(path, "raw");
+  const auto raw = as_string(require(a, path, "raw"), raw_path, true);
+  const auto size = scalar_size(s.dtype);
+  auto bytes = detail::decode_hex(raw, size);
+  if (!bytes) {
+    fail(raw_path, "must be " + std::to_string(2 * size) + " hex digits (the " +
+                       std::to_string(size) + " little-endian bytes of a " + dtype +
+                       "), got \"" + raw + "\"");
+  }
+  s.raw = std::move(*bytes);
+  // "value" is informational only: "raw" is what the kernel receives.
+  return s;
+}
+
+KernelArg parse_arg(const json& a, const std::string& path) {
+  expect_object(a, path);
+  KernelArg arg;
+  const auto kind_path = member_path(path, "kind");
+  const auto kind = as_string(require(a, path, "kind"), kind_path);
+  arg.name = as_string(require(a, path, "name"), member_path(path, "name"));
+  if (kind == "buffer") {
+    arg.kind = ArgKind::buffer;
+    arg.buffer = parse_buffer(a, path);
+  } else if (kind == "scalar") {
+    arg.kind = ArgKind::scalar;
+    arg.scalar = parse_scalar(a, path);
+  } else {
+    fail(kind_path, "must be \"buffer\" or \"scalar\", got \"" + kind + "\"");
+  }
+  return arg;
+}
+
+LaunchConfig parse_launch(const json& l, const std::string& path) {
+  expect_object(l, path);
+  LaunchConfig launch;
+  launch.grid = as_dim3(require(l, path, "grid"), member_path(path, "grid"));
+  launch.block = as_dim3(require(l, path, "block"), member_path(path, "block"));
+  if (const json* v = find(l, "shared_bytes")) {
+    launch.shared_bytes = static_cast<unsigned>(as_uint(
+        *v, member_path(path, "shared_bytes"), std::numeric_limits<unsigned>::max()));
+  }
+  return launch;
+}
+
+TimingConfig parse_timing(const json& t, const std::string& path) {
+  expect_object(t, path);
+  TimingConfig timing;
+  if (const json* v = find(t, "warmup")) {
+    timing.warmup = static_cast<unsigned>(as_uint(*v, member_path(path, "warmup"), max_warmup));
+  }
+  timing.iterations = static_cast<unsigned>(
+      as_uint(require(t, path, "iterations"), member_path(path, "iterations"), max_iterations));
+  return timing;
+}
+
+CaseSpec parse_case(const json& c, const std::string& path) {
+  expect_object(c, path);
+  CaseSpec spec;
+  spec.name = as_string(require(c, path, "name"), member_path(path, "name"));
+
+  const auto args_path = member_path(path, "args");
+  const json& args = require(c, path, "args");
+  if (!args.is_array()) fail(args_path, std::string("must be an array, got ") + type_name(args));
+  std::map<std::string, std::size_t> seen;
+  for (std::size_t i = 0; i < args.size(); ++i) {
+    const auto arg_path = index_path(args_path, i);
+    auto arg = parse_arg(args[i], arg_path);
+    // Guard violations and modified inputs are reported by argument name.
+    if (const auto [it, fresh] = seen.emplace(arg.name, i); !fresh) {
+      fail(member_path(arg_path, "name"), "duplicate argument name \"" + arg.name + "\" (also " +
+                                              index_path(args_path, it->second) + ")");
+    }
+    spec.args.push_back(std::move(arg));
+  }
+
+  spec.launch = parse_launch(require(c, path, "launch"), member_path(path, "launch"));
+  if (const json* t = find(c, "timing")) {
+    auto timing = parse_timing(*t, member_path(path, "timing"));
+    if (timing.iterations > 0) spec.timing = timing;
+  }
+  return spec;
+}
+
+}  // namespace
+
+std::size_t scalar_size(ScalarType t) noexcept {
+  switch (t) {
+    case ScalarType::int8:
+    case ScalarType::uint8: return 1;
+    case ScalarType::int16:
+    case ScalarType::uint16:
+    case ScalarType::float16:
+    case ScalarType::bfloat16: return 2;
+    case ScalarType::int32:
+    case ScalarType::uint32:
+    case ScalarType::float32: return 4;
+    case ScalarType::int64:
+    case ScalarType::uint64:
+    case ScalarType::float64: return 8;
+  }
+  return 0;
+}
+
+const char* scalar_type_name(ScalarType t) noexcept {
+  switch (t) {
+    case ScalarType::int8: return "int8";
+    case ScalarType::int16: return "int16";
+    case ScalarType::int32: return "int32";
+    case ScalarType::int64: return "int64";
+    case ScalarType::uint8: return "uint8";
+    case ScalarType::uint16: return "uint16";
+    case ScalarType::uint32: return "uint32";
+    case ScalarType::uint64: return "uint64";
+    case ScalarType::float16: return "float16";
+    case ScalarType::bfloat16: return "bfloat16";
+    case ScalarType::float32: return "float32";
+    case ScalarType::float64: return "float64";
+  }
+  return "?";
+}
+
+std::optional<ScalarType> scalar_type_from_name(std::string_view name) noexcept {
+  static constexpr ScalarType all[] = {
+      ScalarType::int8,    ScalarType::int16,    ScalarType::int32,   ScalarType::int64,
+      ScalarType::uint8,   ScalarType::uint16,   ScalarType::uint32,  ScalarType::uint64,
+      ScalarType::float16, ScalarType::bfloat16, ScalarType::float32, ScalarType::float64,
+  };
+  for (const auto t : all) {
+    if (name == scalar_type_name(t)) return t;
+  }
+  return std::nullopt;
+}
+
+const char* role_name(BufferRole r) noexcept {
+  switch (r) {
+    case BufferRole::in: return "in";
+    case BufferRole::out: return "out";
+    case BufferRole::inout: return "inout";
+  }
+  return "?";
+}
+
+namespace detail {
+
+std::optional<std::vector<std::uint8_t>> decode_hex(std::string_view hex, std::size_t size) {
+  if (hex.size() != 2 * size) return std::nullopt;
+  auto nibble = [](char c) -> int {
+    if (c >= '0' && c <= '9') return c - '0';
+    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+    if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+    return -1;
+  };
+  std::vector<std::uint8_t> out(size);
+  for (std::size_t i = 0; i < size; ++i) {
+    const int hi = nibble(hex[2 * i]);
+    const int lo = nibble(hex[2 * i + 1]);
+    if (hi < 0 || lo < 0) return std::nullopt;
+    out[i] = static_cast<std::uint8_t>(hi << 4 | lo);
+  }
+  return out;
+}
+
+}  // namespace detail
+
+Request parse_request(const json& doc) {
+  if (!doc.is_object()) {
+    throw BadRequest(std::string("request: must be a JSON object, got ") + type_name(doc));
+  }
+  Request req;
+
+  const json& protocol = require(doc, "", "protocol");
+  if (!protocol.is_number_integer() || protocol.get<std::int64_t>() != 1) {
+    fail("protocol", "must be 1 (this harness speaks protocol 1), got " + protocol.dump());
+  }
+  if (const json* v = find(doc, "device")) {
+    req.device = static_cast<int>(as_uint(*v, "device", std::numeric_limits<int>::max()));
+  }
+  req.module_path = as_string(require(doc, "", "module"), "module");
+  req.entry = as_string(require(doc, "", "entry"), "entry");
+  if (const json* v = find(doc, "guard_bytes")) {
+    req.guard_bytes = as_uint(*v, "guard_bytes", max_guard_bytes);
+    if (req.guard_bytes % 256 != 0) {
+      fail("guard_bytes", "must be a multiple of 256, got " + v->dump());
+    }
+  }
+  if (const json* v = find(doc, "flush_l2")) req.flush_l2 = as_bool(*v, "flush_l2");
+
+  const json& cases = require(doc, "", "cases");
+  if (!cases.is_array()) fail("cases", std::string("must be an array, got ") + type_name(cases));
+  if (cases.empty()) fail("cases", "must hold at least one case");
+  std::map<std::string, std::size_t> seen;
+  for (std::size_t i = 0; i < cases.size(); ++i) {
+    const auto path = index_path("cases", i);
+    auto spec = parse_case(cases[i], path);
+    if (const auto [it, fresh] = seen.emplace(spec.name, i); !fresh) {
+      fail(member_path(path, "name"), "duplicate case name \"" + spec.name + "\" (also " +
+                                          index_path("cases", it->second) + ")");
+    }
+    req.cases.push_back(std::move(spec));
+  }
+  return req;
+}
+
+Request parse_request(std::string_view text) {
+  json doc;
+  try {
+    doc = json::parse(text.begin(), text.end());
+  } catch (const json::parse_error& e) {
+    throw BadRequest(std::string("request: not valid JSON: ") + e.what());
+  }
+  try {
+    return parse_request(doc);
+  } catch (const json::exception& e) {
+    // The checks above test every type before converting, so this is a missed case; still a
+    // problem with the request, not a crash.
+    throw BadRequest(std::string("request: unexpected JSON value: ") + e.what());
+  }
+}
+
+}  // namespace kernelopt

@@ -1,0 +1,93 @@
+// The request of PROTOCOL.md, parsed and fully validated before the driver is touched, so a
+// malformed request is answered with exit code 2 on any machine.
+#pragma once
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <nlohmann/json_fwd.hpp>
+
+namespace kernelopt {
+
+enum class ArgKind { buffer, scalar };
+enum class BufferRole { in, out, inout };
+enum class BufferInit { poison, zero };
+
+enum class ScalarType {
+  int8, int16, int32, int64, uint8, uint16, uint32, uint64,
+  float16, bfloat16, float32, float64,
+};
+
+struct BufferArg {
+  BufferRole role = BufferRole::in;
+  std::uint64_t bytes = 0;
+  std::string input;   // in, inout
+  std::string output;  // out, inout
+  BufferInit init = BufferInit::poison;  // out only
+  std::uint8_t poison_byte = 0xFF;
+};
+
+struct ScalarArg {
+  ScalarType dtype = ScalarType::int32;
+  std::vector<std::uint8_t> raw;  // little-endian, exactly scalar_size(dtype) bytes
+};
+
+struct KernelArg {
+  ArgKind kind = ArgKind::buffer;
+  std::string name;
+  BufferArg buffer;  // kind == buffer
+  ScalarArg scalar;  // kind == scalar
+};
+
+struct LaunchConfig {
+  std::array<unsigned, 3> grid{1, 1, 1};
+  std::array<unsigned, 3> block{1, 1, 1};
+  unsigned shared_bytes = 0;
+};
+
+struct TimingConfig {
+  unsigned warmup = 0;
+  unsigned iterations = 0;
+};
+
+struct CaseSpec {
+  std::string name;
+  std::vector<KernelArg> args;
+  LaunchConfig launch;
+  std::optional<TimingConfig> timing;  // absent or iterations == 0: validate only
+};
+
+struct Request {
+  int device = 0;
+  std::string module_path;
+  std::string entry;
+  std::uint64_t guard_bytes = 65536;
+  bool flush_l2 = true;
+  std::vector<CaseSpec> cases;
+};
+
+inline constexpr std::uint64_t max_guard_bytes = 16ull << 20;
+inline constexpr unsigned max_iterations = 100000;
+inline constexpr unsigned max_warmup = 10000;
+
+// Throws BadRequest naming the offending field.
+Request parse_request(std::string_view text);
+Request parse_request(const nlohmann::json& doc);
+
+std::size_t scalar_size(ScalarType t) noexcept;
+const char* scalar_type_name(ScalarType t) noexcept;
+std::optional<ScalarType> scalar_type_from_name(std::string_view name) noexcept;
+const char* role_name(BufferRole r) noexcept;
+
+namespace detail {
+// Decodes `hex` (case-insensitive, no prefix) into exactly `size` bytes; nullopt when the
+// length or a digit is wrong.
+std::optional<std::vector<std::uint8_t>> decode_hex(std::string_view hex, std::size_t size);
+}  // namespace detail
+
+}  // namespace kernelopt

@@ -1,0 +1,21 @@
+// The per-request and per-case procedure of PROTOCOL.md ("Per case, in order").
+#pragma once
+
+#include <nlohmann/json_fwd.hpp>
+
+#include "request.hpp"
+#include "session.hpp"
+
+namespace kernelopt {
+
+// Runs `req` on `session`, filling `response` (built by empty_response()) as it goes, so that
+// whatever escapes still leaves the device, function and finished cases in it.
+//
+// Returns the exit code: exit_ok when the request was handled (module_load and
+// entry_not_found errors included: they are answers, not failures of the harness), or
+// exit_fatal_cuda after a runtime_error case; the session is then broken.
+// Throws BadRequest (inputs of the wrong size, arguments that do not fit the kernel), IoError
+// (unreadable module or input, unwritable output) and, for what no case owns, CudaError.
+int run_request(Session& session, const Request& req, nlohmann::json& response);
+
+}  // namespace kernelopt

@@ -1,0 +1,95 @@
+#include "session.hpp"
+
+#include <cstdlib>
+
+#include "device_info.hpp"
+#include "errors.hpp"
+
+namespace kernelopt {
+namespace {
+
+[[noreturn]] void unavailable(const std::string& what, const detail::CudaError& e) {
+  const auto& i = e.info();
+  throw DriverUnavailable(what + ": " + i.call + " returned " + i.name + " (" + i.description +
+                              ")",
+                          static_cast<int>(i.code), i.call, i.name);
+}
+
+}  // namespace
+
+const detail::DriverApi& init_driver() {
+  static bool initialized = false;
+  const auto& drv = detail::load_driver();
+  if (!initialized) {
+    // Eager loading makes cuModuleLoadDataEx report every problem with the module (instead of
+    // the first launch doing it, where it would look like a launch failure), and keeps lazy
+    // loading cost out of the first timed launch. Respect an explicit setting.
+    setenv("CUDA_MODULE_LOADING", "EAGER", 0);
+    try {
+      KO_CU(drv.cuInit(0));
+    } catch (const detail::CudaError& e) {
+      unavailable("the CUDA driver could not be initialized", e);
+    }
+    initialized = true;
+  }
+  return drv;
+}
+
+CUdevice get_device(const detail::DriverApi& drv, int ordinal) {
+  int count = 0;
+  CUdevice device = 0;
+  try {
+    KO_CU(drv.cuDeviceGetCount(&count));
+    if (ordinal >= count) {
+      throw DriverUnavailable("device " + std::to_string(ordinal) + " does not exist: " +
+                              std::to_string(count) + " CUDA device(s) visible" +
+                              " (check CUDA_VISIBLE_DEVICES)");
+    }
+    KO_CU(drv.cuDeviceGet(&device, ordinal));
+  } catch (const detail::CudaError& e) {
+    unavailable("device " + std::to_string(ordinal) + " is not usable", e);
+  }
+  return device;
+}
+
+Session::Session(int ordinal) : drv_(init_driver()), ordinal_(ordinal) {
+  device_ = get_device(drv_, ordinal);
+  try {
+    // The primary context is the one the CUDA runtime and profilers attach to, so the numbers
+    // match what users see in their own programs.
+    KO_CU(drv_.cuDevicePrimaryCtxRetain(&context_, device_));
+    KO_CU(drv_.cuCtxSetCurrent(context_));
+    // Non-blocking: no implicit serialization with the legacy default stream.
+    KO_CU(drv_.cuStreamCreate(&stream_, CU_STREAM_NON_BLOCKING));
+    name_ = device_name(drv_, device_);
+    arch_ = arch_name(drv_, device_);
+    int l2 = 0;
+    KO_CU(drv_.cuDeviceGetAttribute(&l2, CU_DEVICE_ATTRIBUTE_L2_CACHE_SIZE, device_));
+    l2_bytes_ = l2 > 0 ? static_cast<std::size_t>(l2) : 0;
+  } catch (const detail::CudaError& e) {
+    if (stream_ != nullptr) drv_.cuStreamDestroy(stream_);
+    if (context_ != nullptr) drv_.cuDevicePrimaryCtxRelease(device_);
+    unavailable("device " + std::to_string(ordinal) + " could not be set up", e);
+  }
+}
+
+Session::~Session() {
+  flush_scratch_.reset();
+  if (stream_ != nullptr) drv_.cuStreamDestroy(stream_);
+  if (context_ != nullptr) drv_.cuDevicePrimaryCtxRelease(device_);
+}
+
+void Session::prepare_flush_l2() {
+  if (l2_bytes_ == 0 || flush_scratch_.get() != 0) return;
+  // Rounded to 256 bytes so the 32-bit memset covers it exactly.
+  const std::size_t bytes = (2 * l2_bytes_ + 255) / 256 * 256;
+  flush_scratch_ = detail::DeviceBuffer(bytes);
+}
+
+void Session::flush_l2() {
+  if (l2_bytes_ == 0) return;
+  prepare_flush_l2();
+  KO_CU(drv_.cuMemsetD32Async(flush_scratch_.get(), 0u, flush_scratch_.size() / 4, stream_));
+}
+
+}  // namespace kernelopt

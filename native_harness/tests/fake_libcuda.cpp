@@ -1,0 +1,453 @@
+// A CPU stand-in for libcuda.so.1, loaded by the end-to-end tests through
+// KERNELOPT_LIBCUDA. It implements exactly the driver entry points the harness resolves, with
+// host memory as "device" memory and a handful of built-in "kernels" that misbehave on
+// purpose (out-of-bounds writes, modified inputs, faults), so the harness's checking and
+// error classification can be tested on machines without a GPU.
+//
+// A module file is valid when it starts with "FAKE-MODULE"; anything else fails to load with
+// a JIT log. Environment knobs:
+//   FAKE_CUDA_INIT_ERROR=<code>  cuInit returns that CUresult
+//   FAKE_CUDA_NO_PARAM_INFO=1    cuFuncGetParamInfo reports CUDA_ERROR_NOT_SUPPORTED
+// At exit the fake reports leaked allocations, events, modules and streams on stderr and
+// exits with status 99, unless the context died (a fault makes frees fail, as on a GPU).
+#include <cuda.h>
+
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include <set>
+#include <string>
+#include <vector>
+
+namespace {
+
+CUresult g_sticky = CUDA_SUCCESS;   // once set, every call returns it, like a dead context
+CUresult g_pending = CUDA_SUCCESS;  // an asynchronous fault surfacing at the next sync
+double g_clock_ms = 0;              // advanced by kernels; read by event records
+unsigned long g_launches = 0;
+
+std::map<std::uintptr_t, std::size_t> g_allocs;
+std::set<void*> g_events;
+std::set<void*> g_modules;
+std::set<void*> g_streams;
+int g_ctx_refs = 0;
+int g_ctx_token = 0;
+
+struct Event {
+  double t = -1;
+};
+
+struct LeakCheck {
+  ~LeakCheck() {
+    if (g_sticky != CUDA_SUCCESS || g_pending != CUDA_SUCCESS) {
+      // A dead context cannot free anything; the real driver reclaims it all at exit.
+      for (const auto& a : g_allocs) std::free(reinterpret_cast<void*>(a.first));
+      for (void* e : g_events) delete static_cast<Event*>(e);
+      for (void* m : g_modules) delete static_cast<int*>(m);
+      for (void* s : g_streams) delete static_cast<int*>(s);
+      return;
+    }
+    if (g_allocs.empty() && g_events.empty() && g_modules.empty() && g_streams.empty() &&
+        g_ctx_refs == 0) {
+      return;
+    }
+    std::fprintf(stderr,
+                 "fake libcuda: leaked %zu allocation(s), %zu event(s), %zu module(s), "
+                 "%zu stream(s), %d context reference(s)\n",
+                 g_allocs.size(), g_events.size(), g_modules.size(), g_streams.size(),
+                 g_ctx_refs);
+    std::_Exit(99);
+  }
+} g_leak_check;
+
+#define FAKE_ENTER()                                \
+  do {                                              \
+    if (g_sticky != CUDA_SUCCESS) return g_sticky;  \
+  } while (0)
+
+bool valid_range(CUdeviceptr p, std::size_t n) {
+  auto it = g_allocs.upper_bound(static_cast<std::uintptr_t>(p));
+  if (it == g_allocs.begin()) return false;
+  --it;
+  return p >= it->first && p + n <= it->first + it->second;
+}
+
+std::uint8_t* bytes_at(CUdeviceptr p) { return reinterpret_cast<std::uint8_t*>(p); }
+
+// ---------------------------------------------------------------------------------------------
+// Kernels. Parameters are read exactly as the driver would: one pointer per parameter.
+// ---------------------------------------------------------------------------------------------
+struct Kernel {
+  const char* name;
+  std::vector<std::size_t> params;
+  double ms;
+  int static_shared;
+  int max_dynamic_shared = 48 * 1024;
+  void (*run)(void** p);
+};
+
+template <typename T>
+T arg(void** p, int i) {
+  T v;
+  std::memcpy(&v, p[i], sizeof v);
+  return v;
+}
+
+// copy(const u8* in, u8* out, u64 n)
+void copy_run(void** p) {
+  const auto n = arg<std::uint64_t>(p, 2);
+  std::memcpy(bytes_at(arg<CUdeviceptr>(p, 1)), bytes_at(arg<CUdeviceptr>(p, 0)), n);
+}
+// Like copy, then one byte past the end of `out` and 3 bytes just before it.
+void oob_run(void** p) {
+  copy_run(p);
+  const auto n = arg<std::uint64_t>(p, 2);
+  auto* out = bytes_at(arg<CUdeviceptr>(p, 1));
+  out[n] = 0;
+  out[-1] = 0;
+  out[-2] = 0;
+  out[-3] = 0;
+}
+// Like copy, then flips bits of in[3] and in[5].
+void clobber_run(void** p) {
+  copy_run(p);
+  auto* in = bytes_at(arg<CUdeviceptr>(p, 0));
+  in[3] ^= 1;
+  in[5] ^= 1;
+}
+// An illegal address, reported asynchronously.
+void fault_run(void**) { g_pending = CUDA_ERROR_ILLEGAL_ADDRESS; }
+// inc(u8* data, u64 n): data[i] += 1
+void inc_run(void** p) {
+  const auto n = arg<std::uint64_t>(p, 1);
+  auto* d = bytes_at(arg<CUdeviceptr>(p, 0));
+  for (std::uint64_t i = 0; i < n; ++i) d[i] = static_cast<std::uint8_t>(d[i] + 1);
+}
+// axpy(float a, const float* x, float* y, u32 n): y = a * x + y
+void axpy_run(void** p) {
+  const auto a = arg<float>(p, 0);
+  const auto* x = reinterpret_cast<const float*>(arg<CUdeviceptr>(p, 1));
+  auto* y = reinterpret_cast<float*>(arg<CUdeviceptr>(p, 2));
+  const auto n = arg<std::uint32_t>(p, 3);
+  for (std::uint32_t i = 0; i < n; ++i) y[i] = a * x[i] + y[i];
+}
+// count(u32* out, u32 n): out[i] += 1 (an accumulating kernel: needs init "zero")
+void count_run(void** p) {
+  auto* out = reinterpret_cast<std::uint32_t*>(arg<CUdeviceptr>(p, 0));
+  const auto n = arg<std::uint32_t>(p, 1);
+  for (std::uint32_t i = 0; i < n; ++i) out[i] += 1;
+}
+
+Kernel g_kernels[] = {
+    {"copy_kernel", {8, 8, 8}, 0.5, 0, 48 * 1024, copy_run},
+    {"oob_kernel", {8, 8, 8}, 0.5, 0, 48 * 1024, oob_run},
+    {"clobber_kernel", {8, 8, 8}, 0.5, 0, 48 * 1024, clobber_run},
+    {"fault_kernel", {8, 8, 8}, 0.5, 0, 48 * 1024, fault_run},
+    {"inc_kernel", {8, 8}, 0.25, 0, 48 * 1024, inc_run},
+    {"axpy_kernel", {4, 8, 8, 4}, 0.125, 0, 48 * 1024, axpy_run},
+    {"count_kernel", {8, 4}, 0.125, 1024, 48 * 1024, count_run},
+};
+
+Kernel* as_kernel(CUfunction f) {
+  for (auto& k : g_kernels) {
+    if (reinterpret_cast<CUfunction>(&k) == f) return &k;
+  }
+  return nullptr;
+}
+
+}  // namespace
+
+extern "C" {
+
+CUresult CUDAAPI cuGetErrorName(CUresult error, const char** s) {
+  switch (error) {
+#define FAKE_NAME(e) \
+  case e: *s = #e; return CUDA_SUCCESS;
+    FAKE_NAME(CUDA_SUCCESS)
+    FAKE_NAME(CUDA_ERROR_INVALID_VALUE)
+    FAKE_NAME(CUDA_ERROR_OUT_OF_MEMORY)
+    FAKE_NAME(CUDA_ERROR_NO_DEVICE)
+    FAKE_NAME(CUDA_ERROR_INVALID_DEVICE)
+    FAKE_NAME(CUDA_ERROR_INVALID_IMAGE)
+    FAKE_NAME(CUDA_ERROR_NOT_FOUND)
+    FAKE_NAME(CUDA_ERROR_ILLEGAL_ADDRESS)
+    FAKE_NAME(CUDA_ERROR_INVALID_HANDLE)
+    FAKE_NAME(CUDA_ERROR_NOT_SUPPORTED)
+#undef FAKE_NAME
+    default: *s = nullptr; return CUDA_ERROR_INVALID_VALUE;
+  }
+}
+
+CUresult CUDAAPI cuGetErrorString(CUresult error, const char** s) {
+  switch (error) {
+    case CUDA_ERROR_INVALID_VALUE: *s = "invalid argument"; return CUDA_SUCCESS;
+    case CUDA_ERROR_OUT_OF_MEMORY: *s = "out of memory"; return CUDA_SUCCESS;
+    case CUDA_ERROR_ILLEGAL_ADDRESS: *s = "an illegal memory access was encountered"; return CUDA_SUCCESS;
+    case CUDA_ERROR_NO_DEVICE: *s = "no CUDA-capable device is detected"; return CUDA_SUCCESS;
+    default: *s = "fake error"; return CUDA_SUCCESS;
+  }
+}
+
+CUresult CUDAAPI cuInit(unsigned int) {
+  if (const char* e = std::getenv("FAKE_CUDA_INIT_ERROR")) return static_cast<CUresult>(std::atoi(e));
+  return CUDA_SUCCESS;
+}
+CUresult CUDAAPI cuDriverGetVersion(int* v) { *v = 13000; return CUDA_SUCCESS; }
+CUresult CUDAAPI cuDeviceGetCount(int* n) { *n = 1; return CUDA_SUCCESS; }
+CUresult CUDAAPI cuDeviceGet(CUdevice* d, int ordinal) {
+  if (ordinal != 0) return CUDA_ERROR_INVALID_DEVICE;
+  *d = 0;
+  return CUDA_SUCCESS;
+}
+CUresult CUDAAPI cuDeviceGetName(char* name, int len, CUdevice) {
+  std::snprintf(name, static_cast<std::size_t>(len), "Fake GPU");
+  return CUDA_SUCCESS;
+}
+CUresult CUDAAPI cuDeviceGetAttribute(int* v, CUdevice_attribute a, CUdevice) {
+  switch (a) {
+    case CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR: *v = 9; break;
+    case CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR: *v = 0; break;
+    case CU_DEVICE_ATTRIBUTE_L2_CACHE_SIZE: *v = 1 << 20; break;
+    case CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT: *v = 132; break;
+    case CU_DEVICE_ATTRIBUTE_MEMORY_CLOCK_RATE: *v = 2619000; break;
+    case CU_DEVICE_ATTRIBUTE_GLOBAL_MEMORY_BUS_WIDTH: *v = 5120; break;
+    case CU_DEVICE_ATTRIBUTE_WARP_SIZE: *v = 32; break;
+    case CU_DEVICE_ATTRIBUTE_CLOCK_RATE: return CUDA_ERROR_NOT_SUPPORTED;  // a retired attribute
+    default: *v = 1; break;
+  }
+  return CUDA_SUCCESS;
+}
+CUresult CUDAAPI cuDeviceTotalMem(size_t* bytes, CUdevice) { *bytes = 80ull << 30; return CUDA_SUCCESS; }
+CUresult CUDAAPI cuDeviceGetUuid(CUuuid* uuid, CUdevice) {
+  for (int i = 0; i < 16; ++i) uuid->bytes[i] = static_cast<char>(i * 17);
+  return CUDA_SUCCESS;
+}
+CUresult CUDAAPI cuDeviceGetPCIBusId(char* id, int len, CUdevice) {
+  std::snprintf(id, static_cast<std::size_t>(len), "00000000:01:00.0");
+  return CUDA_SUCCESS;
+}
+CUresult CUDAAPI cuDevicePrimaryCtxRetain(CUcontext* ctx, CUdevice) {
+  FAKE_ENTER();
+  ++g_ctx_refs;
+  *ctx = reinterpret_cast<CUcontext>(&g_ctx_token);
+  return CUDA_SUCCESS;
+}
+CUresult CUDAAPI cuDevicePrimaryCtxRelease(CUdevice) {
+  if (g_ctx_refs == 0) return CUDA_ERROR_INVALID_CONTEXT;
+  --g_ctx_refs;
+  return CUDA_SUCCESS;
+}
+CUresult CUDAAPI cuCtxSetCurrent(CUcontext) { FAKE_ENTER(); return CUDA_SUCCESS; }
+
+CUresult CUDAAPI cuStreamCreate(CUstream* s, unsigned int flags) {
+  FAKE_ENTER();
+  if (flags != CU_STREAM_NON_BLOCKING) return CUDA_ERROR_INVALID_VALUE;
+  *s = reinterpret_cast<CUstream>(new int(0));
+  g_streams.insert(*s);
+  return CUDA_SUCCESS;
+}
+CUresult CUDAAPI cuStreamDestroy(CUstream s) {
+  FAKE_ENTER();
+  if (g_streams.erase(s) == 0) return CUDA_ERROR_INVALID_HANDLE;
+  delete reinterpret_cast<int*>(s);
+  return CUDA_SUCCESS;
+}
+CUresult CUDAAPI cuStreamSynchronize(CUstream s) {
+  FAKE_ENTER();
+  if (g_streams.count(s) == 0) return CUDA_ERROR_INVALID_HANDLE;
+  if (g_pending != CUDA_SUCCESS) {
+    g_sticky = g_pending;
+    return g_sticky;
+  }
+  return CUDA_SUCCESS;
+}
+
+CUresult CUDAAPI cuEventCreate(CUevent* e, unsigned int) {
+  FAKE_ENTER();
+  *e = reinterpret_cast<CUevent>(new Event);
+  g_events.insert(*e);
+  return CUDA_SUCCESS;
+}
+CUresult CUDAAPI cuEventDestroy(CUevent e) {
+  FAKE_ENTER();
+  if (g_events.erase(e) == 0) return CUDA_ERROR_INVALID_HANDLE;
+  delete reinterpret_cast<Event*>(e);
+  return CUDA_SUCCESS;
+}
+CUresult CUDAAPI cuEventRecord(CUevent e, CUstream s) {
+  FAKE_ENTER();
+  if (g_events.count(e) == 0 || g_streams.count(s) == 0) return CUDA_ERROR_INVALID_HANDLE;
+  reinterpret_cast<Event*>(e)->t = g_clock_ms;
+  return CUDA_SUCCESS;
+}
+CUresult CUDAAPI cuEventElapsedTime(float* ms, CUevent start, CUevent stop) {
+  FAKE_ENTER();
+  if (g_events.count(start) == 0 || g_events.count(stop) == 0) return CUDA_ERROR_INVALID_HANDLE;
+  const auto* a = reinterpret_cast<Event*>(start);
+  const auto* b = reinterpret_cast<Event*>(stop);
+  if (a->t < 0 || b->t < 0) return CUDA_ERROR_INVALID_HANDLE;
+  *ms = static_cast<float>(b->t - a->t);
+  return CUDA_SUCCESS;
+}
+
+CUresult CUDAAPI cuModuleLoadDataEx(CUmodule* m, const void* image, unsigned int n,
+                                    CUjit_option* options, void** values) {
+  FAKE_ENTER();
+  if (std::strncmp(static_cast<const char*>(image), "FAKE-MODULE", 11) != 0) {
+    for (unsigned i = 0; i < n; ++i) {
+      if (options[i] == CU_JIT_ERROR_LOG_BUFFER) {
+        std::size_t size = 0;
+        for (unsigned j = 0; j < n; ++j) {
+          if (options[j] == CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES) {
+            size = reinterpret_cast<std::uintptr_t>(values[j]);
+          }
+        }
+        std::snprintf(static_cast<char*>(values[i]), size, "fake ptxas: not a fake module");
+      }
+    }
+    return CUDA_ERROR_INVALID_IMAGE;
+  }
+  *m = reinterpret_cast<CUmodule>(new int(0));
+  g_modules.insert(*m);
+  return CUDA_SUCCESS;
+}
+CUresult CUDAAPI cuModuleUnload(CUmodule m) {
+  FAKE_ENTER();
+  if (g_modules.erase(m) == 0) return CUDA_ERROR_INVALID_HANDLE;
+  delete reinterpret_cast<int*>(m);
+  return CUDA_SUCCESS;
+}
+CUresult CUDAAPI cuModuleGetFunction(CUfunction* f, CUmodule m, const char* name) {
+  FAKE_ENTER();
+  if (g_modules.count(m) == 0) return CUDA_ERROR_INVALID_HANDLE;
+  for (auto& k : g_kernels) {
+    if (std::strcmp(k.name, name) == 0) {
+      *f = reinterpret_cast<CUfunction>(&k);
+      return CUDA_SUCCESS;
+    }
+  }
+  return CUDA_ERROR_NOT_FOUND;
+}
+CUresult CUDAAPI cuFuncGetAttribute(int* v, CUfunction_attribute a, CUfunction f) {
+  FAKE_ENTER();
+  Kernel* k = as_kernel(f);
+  if (k == nullptr) return CUDA_ERROR_INVALID_HANDLE;
+  switch (a) {
+    case CU_FUNC_ATTRIBUTE_NUM_REGS: *v = 32; break;
+    case CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES: *v = k->static_shared; break;
+    case CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK: *v = 1024; break;
+    case CU_FUNC_ATTRIBUTE_BINARY_VERSION: *v = 90; break;
+    case CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES: *v = k->max_dynamic_shared; break;
+    default: *v = 0; break;
+  }
+  return CUDA_SUCCESS;
+}
+CUresult CUDAAPI cuFuncSetAttribute(CUfunction f, CUfunction_attribute a, int v) {
+  FAKE_ENTER();
+  Kernel* k = as_kernel(f);
+  if (k == nullptr) return CUDA_ERROR_INVALID_HANDLE;
+  if (a == CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES) {
+    if (v < 0 || v > 227 * 1024) return CUDA_ERROR_INVALID_VALUE;
+    k->max_dynamic_shared = v;
+  }
+  return CUDA_SUCCESS;
+}
+CUresult CUDAAPI cuOccupancyMaxActiveBlocksPerMultiprocessor(int* blocks, CUfunction f,
+                                                             int block_size, size_t shared) {
+  FAKE_ENTER();
+  if (as_kernel(f) == nullptr) return CUDA_ERROR_INVALID_HANDLE;
+  if (block_size <= 0 || block_size > 1024 || shared > 227 * 1024) return CUDA_ERROR_INVALID_VALUE;
+  *blocks = 2048 / block_size > 32 ? 32 : 2048 / block_size;
+  return CUDA_SUCCESS;
+}
+#if CUDA_VERSION >= 12040
+CUresult CUDAAPI cuFuncGetParamInfo(CUfunction f, size_t index, size_t* offset, size_t* size) {
+  FAKE_ENTER();
+  if (std::getenv("FAKE_CUDA_NO_PARAM_INFO") != nullptr) return CUDA_ERROR_NOT_SUPPORTED;
+  Kernel* k = as_kernel(f);
+  if (k == nullptr) return CUDA_ERROR_INVALID_HANDLE;
+  if (index >= k->params.size()) return CUDA_ERROR_INVALID_VALUE;
+  std::size_t off = 0;
+  for (std::size_t i = 0; i < index; ++i) off += k->params[i];
+  *offset = off;
+  if (size != nullptr) *size = k->params[index];
+  return CUDA_SUCCESS;
+}
+#endif
+
+CUresult CUDAAPI cuMemAlloc(CUdeviceptr* p, size_t bytes) {
+  FAKE_ENTER();
+  if (bytes == 0) return CUDA_ERROR_INVALID_VALUE;
+  if (bytes > (1ull << 36)) return CUDA_ERROR_OUT_OF_MEMORY;
+  // Fresh device memory holds garbage, not zeros.
+  void* mem = std::malloc(bytes);
+  if (mem == nullptr) return CUDA_ERROR_OUT_OF_MEMORY;
+  std::memset(mem, 0x5A, bytes);
+  *p = reinterpret_cast<CUdeviceptr>(mem);
+  g_allocs[reinterpret_cast<std::uintptr_t>(mem)] = bytes;
+  return CUDA_SUCCESS;
+}
+CUresult CUDAAPI cuMemFree(CUdeviceptr p) {
+  FAKE_ENTER();
+  auto it = g_allocs.find(static_cast<std::uintptr_t>(p));
+  if (it == g_allocs.end()) return CUDA_ERROR_INVALID_VALUE;
+  std::free(reinterpret_cast<void*>(p));
+  g_allocs.erase(it);
+  return CUDA_SUCCESS;
+}
+CUresult CUDAAPI cuMemcpyHtoDAsync(CUdeviceptr dst, const void* src, size_t n, CUstream s) {
+  FAKE_ENTER();
+  if (g_streams.count(s) == 0 || !valid_range(dst, n)) return CUDA_ERROR_INVALID_VALUE;
+  std::memcpy(bytes_at(dst), src, n);
+  return CUDA_SUCCESS;
+}
+CUresult CUDAAPI cuMemcpyDtoHAsync(void* dst, CUdeviceptr src, size_t n, CUstream s) {
+  FAKE_ENTER();
+  if (g_streams.count(s) == 0 || !valid_range(src, n)) return CUDA_ERROR_INVALID_VALUE;
+  std::memcpy(dst, bytes_at(src), n);
+  return CUDA_SUCCESS;
+}
+CUresult CUDAAPI cuMemcpyDtoDAsync(CUdeviceptr dst, CUdeviceptr src, size_t n, CUstream s) {
+  FAKE_ENTER();
+  if (g_streams.count(s) == 0 || !valid_range(src, n) || !valid_range(dst, n)) {
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+  std::memmove(bytes_at(dst), bytes_at(src), n);
+  return CUDA_SUCCESS;
+}
+CUresult CUDAAPI cuMemsetD8Async(CUdeviceptr dst, unsigned char v, size_t n, CUstream s) {
+  FAKE_ENTER();
+  if (g_streams.count(s) == 0 || !valid_range(dst, n)) return CUDA_ERROR_INVALID_VALUE;
+  std::memset(bytes_at(dst), v, n);
+  return CUDA_SUCCESS;
+}
+CUresult CUDAAPI cuMemsetD32Async(CUdeviceptr dst, unsigned int v, size_t n, CUstream s) {
+  FAKE_ENTER();
+  if (g_streams.count(s) == 0 || dst % 4 != 0 || !valid_range(dst, n * 4)) {
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+  auto* d = reinterpret_cast<std::uint32_t*>(dst);
+  for (std::size_t i = 0; i < n; ++i) d[i] = v;
+  return CUDA_SUCCESS;
+}
+
+CUresult CUDAAPI cuLaunchKernel(CUfunction f, unsigned int gx, unsigned int gy, unsigned int gz,
+                                unsigned int bx, unsigned int by, unsigned int bz,
+                                unsigned int shared, CUstream s, void** params, void** extra) {
+  FAKE_ENTER();
+  Kernel* k = as_kernel(f);
+  if (k == nullptr || g_streams.count(s) == 0 || extra != nullptr) return CUDA_ERROR_INVALID_HANDLE;
+  if (gx == 0 || gy == 0 || gz == 0 || gy > 65535 || gz > 65535) return CUDA_ERROR_INVALID_VALUE;
+  if (std::uint64_t{bx} * by * bz > 1024 || bz > 64) return CUDA_ERROR_INVALID_VALUE;
+  if (shared > static_cast<unsigned>(k->max_dynamic_shared)) return CUDA_ERROR_INVALID_VALUE;
+  if (!k->params.empty() && params == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  k->run(params);
+  ++g_launches;
+  // Deterministic, slightly varying durations: 1.00x, 1.01x, 1.02x, 1.00x, ...
+  g_clock_ms += k->ms * (1.0 + 0.01 * static_cast<double>(g_launches % 3));
+  return CUDA_SUCCESS;
+}
+
+}  // extern "C"

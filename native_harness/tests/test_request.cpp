@@ -1,0 +1,186 @@
+#include <nlohmann/json.hpp>
+
+#include "errors.hpp"
+#include "request.hpp"
+#include "test_util.hpp"
+
+using kernelopt::BadRequest;
+using nlohmann::json;
+
+namespace {
+
+json valid() {
+  return json::parse(R"({
+    "protocol": 1, "device": 0, "module": "/m.cubin", "entry": "k",
+    "guard_bytes": 512, "flush_l2": false,
+    "cases": [{
+      "name": "c0",
+      "args": [
+        {"kind": "buffer", "name": "A", "role": "in", "bytes": 16, "input": "/a"},
+        {"kind": "buffer", "name": "X", "role": "inout", "bytes": 4, "input": "/x", "output": "/xo"},
+        {"kind": "buffer", "name": "C", "role": "out", "bytes": 0, "output": "/c", "init": "zero"},
+        {"kind": "scalar", "name": "M", "dtype": "int32", "value": 4096, "raw": "00100000"}
+      ],
+      "launch": {"grid": [2, 1, 1], "block": [128, 1, 1]},
+      "timing": {"warmup": 3, "iterations": 7}
+    }]
+  })");
+}
+
+// The message of the BadRequest that parsing `doc` throws, or "" if it parses.
+std::string error_of(const json& doc) {
+  try {
+    kernelopt::parse_request(doc);
+  } catch (const BadRequest& e) {
+    return e.what();
+  }
+  return "";
+}
+
+void expect_error(json doc, const std::string& prefix, const char* file, int line) {
+  const auto msg = error_of(doc);
+  if (msg.rfind(prefix, 0) != 0) {
+    std::fprintf(stderr, "  %s:%d: expected an error starting with \"%s\", got \"%s\"\n", file,
+                 line, prefix.c_str(), msg.c_str());
+    ++test::failures();
+  }
+}
+#define EXPECT_ERROR(doc, prefix) expect_error(doc, prefix, __FILE__, __LINE__)
+
+}  // namespace
+
+TEST_CASE("a valid request parses with every field") {
+  const auto r = kernelopt::parse_request(valid());
+  CHECK(r.device == 0);
+  CHECK(r.module_path == "/m.cubin");
+  CHECK(r.entry == "k");
+  CHECK(r.guard_bytes == 512);
+  CHECK(!r.flush_l2);
+  CHECK(r.cases.size() == 1);
+  const auto& c = r.cases[0];
+  CHECK(c.args.size() == 4);
+  CHECK(c.args[0].buffer.role == kernelopt::BufferRole::in);
+  CHECK(c.args[1].buffer.output == "/xo");
+  CHECK(c.args[2].buffer.init == kernelopt::BufferInit::zero);
+  CHECK(c.args[2].buffer.bytes == 0);
+  CHECK(c.args[3].scalar.raw == (std::vector<std::uint8_t>{0x00, 0x10, 0x00, 0x00}));
+  CHECK(c.launch.grid[0] == 2 && c.launch.block[0] == 128 && c.launch.shared_bytes == 0);
+  CHECK(c.timing && c.timing->warmup == 3 && c.timing->iterations == 7);
+}
+
+TEST_CASE("defaults: device 0, guard 65536, flush_l2 on, poison 255, no timing") {
+  auto doc = valid();
+  doc.erase("device");
+  doc.erase("guard_bytes");
+  doc.erase("flush_l2");
+  doc["cases"][0].erase("timing");
+  doc["cases"][0]["args"][2].erase("init");
+  const auto r = kernelopt::parse_request(doc);
+  CHECK(r.device == 0);
+  CHECK(r.guard_bytes == 65536);
+  CHECK(r.flush_l2);
+  CHECK(!r.cases[0].timing);
+  CHECK(r.cases[0].args[2].buffer.init == kernelopt::BufferInit::poison);
+  CHECK(r.cases[0].args[2].buffer.poison_byte == 255);
+}
+
+TEST_CASE("iterations 0 or a null timing mean validate only; null fields count as absent") {
+  auto doc = valid();
+  doc["cases"][0]["timing"] = {{"warmup", 5}, {"iterations", 0}};
+  CHECK(!kernelopt::parse_request(doc).cases[0].timing);
+  doc["cases"][0]["timing"] = nullptr;
+  CHECK(!kernelopt::parse_request(doc).cases[0].timing);
+  doc["cases"][0]["args"][0]["output"] = nullptr;
+  doc["cases"][0]["args"][2]["input"] = nullptr;
+  CHECK(error_of(doc).empty());
+}
+
+TEST_CASE("top-level fields are validated with their names") {
+  EXPECT_ERROR(json::array(), "request: must be a JSON object");
+  auto d = valid(); d["protocol"] = 2; EXPECT_ERROR(d, "protocol: must be 1");
+  d = valid(); d.erase("protocol"); EXPECT_ERROR(d, "protocol: is required");
+  d = valid(); d["module"] = ""; EXPECT_ERROR(d, "module: must be a non-empty string");
+  d = valid(); d["module"] = 3; EXPECT_ERROR(d, "module: must be a string");
+  d = valid(); d.erase("entry"); EXPECT_ERROR(d, "entry: is required");
+  d = valid(); d["device"] = -1; EXPECT_ERROR(d, "device: must be a non-negative integer");
+  d = valid(); d["guard_bytes"] = 100; EXPECT_ERROR(d, "guard_bytes: must be a multiple of 256");
+  d = valid(); d["guard_bytes"] = (16 << 20) + 256; EXPECT_ERROR(d, "guard_bytes: must be at most");
+  d = valid(); d["guard_bytes"] = 0; CHECK(error_of(d).empty());
+  d = valid(); d["flush_l2"] = 1; EXPECT_ERROR(d, "flush_l2: must be true or false");
+  d = valid(); d["cases"] = json::array(); EXPECT_ERROR(d, "cases: must hold at least one case");
+  d = valid(); d["cases"] = json::object(); EXPECT_ERROR(d, "cases: must be an array");
+}
+
+TEST_CASE("case names must be unique and present") {
+  auto d = valid();
+  d["cases"].push_back(d["cases"][0]);
+  EXPECT_ERROR(d, "cases[1].name: duplicate case name \"c0\"");
+  d = valid(); d["cases"][0].erase("name"); EXPECT_ERROR(d, "cases[0].name: is required");
+  d = valid(); d["cases"][0]["args"][1]["name"] = "A";
+  EXPECT_ERROR(d, "cases[0].args[1].name: duplicate argument name");
+}
+
+TEST_CASE("buffer fields are validated with their paths") {
+  auto d = valid(); d["cases"][0]["args"][1]["bytes"] = -1;
+  EXPECT_ERROR(d, "cases[0].args[1].bytes: must be a non-negative integer");
+  d = valid(); d["cases"][0]["args"][1]["bytes"] = 4.0;
+  EXPECT_ERROR(d, "cases[0].args[1].bytes: must be a non-negative integer");
+  d = valid(); d["cases"][0]["args"][1]["bytes"] = "4";
+  EXPECT_ERROR(d, "cases[0].args[1].bytes: must be a non-negative integer");
+  d = valid(); d["cases"][0]["args"][0]["role"] = "both";
+  EXPECT_ERROR(d, "cases[0].args[0].role: must be one of");
+  d = valid(); d["cases"][0]["args"][0]["kind"] = "texture";
+  EXPECT_ERROR(d, "cases[0].args[0].kind: must be \"buffer\" or \"scalar\"");
+  d = valid(); d["cases"][0]["args"][0].erase("input");
+  EXPECT_ERROR(d, "cases[0].args[0].input: is required for role \"in\"");
+  d = valid(); d["cases"][0]["args"][1].erase("output");
+  EXPECT_ERROR(d, "cases[0].args[1].output: is required for role \"inout\"");
+  d = valid(); d["cases"][0]["args"][2].erase("output");
+  EXPECT_ERROR(d, "cases[0].args[2].output: is required for role \"out\"");
+  d = valid(); d["cases"][0]["args"][2]["input"] = "/i";
+  EXPECT_ERROR(d, "cases[0].args[2].input: an \"out\" buffer is not uploaded");
+  d = valid(); d["cases"][0]["args"][0]["output"] = "/o";
+  EXPECT_ERROR(d, "cases[0].args[0].output: an \"in\" buffer is not written back");
+  d = valid(); d["cases"][0]["args"][2]["init"] = "nan";
+  EXPECT_ERROR(d, "cases[0].args[2].init: must be \"poison\" or \"zero\"");
+  d = valid(); d["cases"][0]["args"][2]["poison_byte"] = 256;
+  EXPECT_ERROR(d, "cases[0].args[2].poison_byte: must be at most 255");
+  d = valid(); d["cases"][0]["args"][0]["init"] = "poison";  // ignored on "in"
+  CHECK(error_of(d).empty());
+  d = valid(); d["cases"][0]["args"][0] = 5;
+  EXPECT_ERROR(d, "cases[0].args[0]: must be an object");
+}
+
+TEST_CASE("launch and timing are validated with their paths") {
+  auto d = valid(); d["cases"][0]["launch"]["grid"] = {1, 1};
+  EXPECT_ERROR(d, "cases[0].launch.grid: must be an array of 3 positive integers");
+  d = valid(); d["cases"][0]["launch"]["block"] = {32, 0, 1};
+  EXPECT_ERROR(d, "cases[0].launch.block[1]: must be a positive integer, got 0");
+  d = valid(); d["cases"][0]["launch"]["block"] = {32, 1.5, 1};
+  EXPECT_ERROR(d, "cases[0].launch.block[1]: must be a positive integer");
+  d = valid(); d["cases"][0]["launch"]["grid"] = {4294967296ull, 1, 1};
+  EXPECT_ERROR(d, "cases[0].launch.grid[0]: must be at most 4294967295");
+  d = valid(); d["cases"][0]["launch"]["shared_bytes"] = -4;
+  EXPECT_ERROR(d, "cases[0].launch.shared_bytes: must be a non-negative integer");
+  d = valid(); d["cases"][0].erase("launch");
+  EXPECT_ERROR(d, "cases[0].launch: is required");
+  d = valid(); d["cases"][0]["timing"]["iterations"] = 100001;
+  EXPECT_ERROR(d, "cases[0].timing.iterations: must be at most 100000");
+  d = valid(); d["cases"][0]["timing"]["warmup"] = 10001;
+  EXPECT_ERROR(d, "cases[0].timing.warmup: must be at most 10000");
+  d = valid(); d["cases"][0]["timing"].erase("iterations");
+  EXPECT_ERROR(d, "cases[0].timing.iterations: is required");
+  d = valid(); d["cases"][0]["timing"] = {{"iterations", 100000}, {"warmup", 10000}};
+  CHECK(error_of(d).empty());
+}
+
+TEST_CASE("text that is not JSON is a bad request") {
+  try {
+    kernelopt::parse_request(std::string_view("{\"protocol\": 1,"));
+    CHECK(false);
+  } catch (const BadRequest& e) {
+    CHECK(test::contains(e.what(), "request: not valid JSON"));
+  }
+}
+
+TEST_MAIN()
