@@ -1,0 +1,707 @@
+"""kernelopt-mcp: the GPU tools as an MCP server (the only module that imports ``mcp``).
+
+Thin: each tool's arguments are checked by its schema, the service (``kernelopt_mcp.service``)
+runs the library, and the tool returns a pydantic result plus a text rendering of it (clients
+that show only text still get everything that matters). Kernel outcomes are results; exceptions
+become ``ToolError`` text that says what was wrong and what to try next.
+
+    kernelopt-mcp                                   stdio (what MCP clients launch)
+    kernelopt-mcp --http [--port 8000]              streamable HTTP on 127.0.0.1
+    kernelopt-mcp --http --host 10.0.0.5 --allowed-host gpu-box --token ...   (token required)
+
+Adding a tool (``ncu_profile``, ``docs_search``): implement it in ``service``, then register it
+in :func:`build_server` next to the others with its description and honest annotations.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hmac
+import inspect
+import ipaddress
+import json
+import os
+import re
+import sys
+from collections.abc import Awaitable, Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Annotated, Any
+
+import anyio
+from mcp.server.auth.provider import AccessToken
+from mcp.server.auth.settings import AuthSettings
+from mcp.server.mcpserver import Context, MCPServer
+from mcp.server.mcpserver.exceptions import ResourceNotFoundError, ToolError
+from mcp.server.mcpserver.resources import FunctionResource
+from mcp.server.transport_security import TransportSecuritySettings
+from mcp_types import CallToolResult, TextContent, ToolAnnotations
+from pydantic import BaseModel, Field
+
+from . import __version__
+from .compiler import MAX_SOURCE_BYTES
+from .config import Settings
+from .errors import DeviceUnavailable, HarnessError, KerneloptError, ToolchainNotFound, WorkloadError
+from .gpu import DeviceInfo
+from .launch import LaunchSpec
+from .service import (
+    MAX_ITERATIONS,
+    MAX_WARMUP,
+    NAME_RE,
+    CompileOutput,
+    CreatedWorkload,
+    EvaluationOutput,
+    JobCancelled,
+    KerneloptService,
+    ServerConfig,
+)
+from .workload import Tolerance, Workload, case_shape, json_schema
+
+INSTRUCTIONS = """\
+kernelopt: trustworthy GPU tools for writing fast CUDA kernels. The loop: list_workloads ->
+describe_workload (prototype, cases, reference and starting kernel) -> write a kernel -> compile
+(fix errors, watch registers and spills) -> validate (every case must pass) -> benchmark (score =
+geometric mean of the performance cases' median latencies; speedup vs the CUDA reference) ->
+iterate. A failing kernel is a result with a status and details, never a server error. The
+prompt optimize_kernel primes this loop."""
+
+READ_ONLY = ToolAnnotations(read_only_hint=True, destructive_hint=False, idempotent_hint=True, open_world_hint=False)
+RESOURCE_TEXT_SUFFIXES = {".json", ".cu", ".cuh", ".py", ".md", ".txt", ".csv", ".log", ".svg", ".ptx"}
+MAX_RESOURCE_BYTES = 4 * 2**20
+
+# --- argument types (their descriptions are part of each tool's manual) -------------------
+
+WorkloadName = Annotated[str, Field(pattern=NAME_RE.pattern, max_length=64, description="a workload name from list_workloads")]
+Source = Annotated[
+    str | None,
+    Field(max_length=MAX_SOURCE_BYTES, description="the kernel's CUDA C++ source (device code only); give this or `path`"),
+]
+SourcePath = Annotated[
+    str | None,
+    Field(
+        max_length=4096,
+        description="a .cu file instead of `source`: absolute, or relative to the server's workspace; it "
+        "must lie under the workspace, a workload directory or a --root directory (symlinks resolved)",
+    ),
+]
+CompileOptions = Annotated[
+    list[Annotated[str, Field(max_length=200)]] | None,
+    Field(
+        max_length=32,
+        description="NVRTC options from a whitelist: -DNAME[=VALUE], -UNAME, -std=c++17|20, --use_fast_math, "
+        "--ftz=, --prec-div=, --prec-sqrt=, --fmad=, --maxrregcount=N, --extra-device-vectorization, "
+        "-Xptxas=-O0..3, -Xptxas=-dlcm=ca|cg (never -arch, -rdc or -I: the target is chosen for you)",
+    ),
+]
+Launch = Annotated[
+    LaunchSpec,
+    Field(
+        description='per-case launch configuration: {"default": {"grid": [x, y, z], "block": [x, y, z], '
+        '"shared_bytes": n}, "cases": {"<case>": {...}}}; every value an integer or an expression of the '
+        'case\'s scalars such as "ceil_div(n, 256)"; missing dimensions are 1; a bare {"grid", "block"} '
+        "object applies to every case"
+    ),
+]
+
+
+# --- catalog results: the GPU and the workloads -------------------------------------------
+
+# Measured on an H200 (driver 580, CUDA 13.0; docs/DESIGN.md "Anchors"): what good looks like.
+H200_MEASURED = {
+    "device_to_device_copy_bytes_per_s": 4.2e12,
+    "sgemm_fp32_cublas_4096_flops_per_s": 50e12,
+    "tf32_tensor_core_gemm_flops_per_s": 385e12,
+    "bf16_tensor_core_gemm_flops_per_s": 690e12,
+    "softmax_8192x8192_pytorch_bytes_per_s": 1.7e12,
+    "sum_64M_floats_bytes_per_s": 3.2e12,
+}
+FP32_LANES_PER_SM = {7: 64, 8: 64, 9: 128, 10: 128, 12: 128}
+
+
+class PeakHints(BaseModel):
+    dram_bytes_per_s: float = Field(description="theoretical, from memory clock and bus width")
+    fp32_flops_per_s: float | None = Field(None, description="theoretical SIMT FP32 (FMA = 2 FLOPs) at the max clock")
+    measured: dict[str, float] = Field(default_factory=dict, description="measured on this GPU model (H200 only)")
+
+
+class GpuProperties(BaseModel):
+    device: DeviceInfo
+    peaks: PeakHints
+
+    def text(self) -> str:
+        d, p = self.device, self.peaks
+        lines = [
+            d.summary(),
+            f"compute capability {d.compute_capability[0]}.{d.compute_capability[1]}, clock {d.clock_khz / 1e6:.2f} GHz, "
+            f"{d.max_threads_per_block} threads/block, {d.max_threads_per_sm} threads/SM, warp {d.warp_size}",
+            f"shared memory: {d.shared_memory_per_block_bytes} B/block ({d.shared_memory_per_block_optin_bytes} B opt-in), "
+            f"{d.shared_memory_per_sm_bytes} B/SM; registers: {d.registers_per_block}/block, {d.registers_per_sm}/SM",
+            f"peaks: DRAM {p.dram_bytes_per_s / 1e12:.2f} TB/s theoretical"
+            + (f", FP32 {p.fp32_flops_per_s / 1e12:.1f} TFLOP/s theoretical" if p.fp32_flops_per_s else ""),
+        ]
+        lines += [f"measured: {k} = {v:.3g}" for k, v in p.measured.items()]
+        return "\n".join(lines)
+
+
+def gpu_properties_output(info: DeviceInfo) -> GpuProperties:
+    lanes = FP32_LANES_PER_SM.get(info.compute_capability[0])
+    if info.compute_capability in ((8, 6), (8, 7), (8, 9)):
+        lanes = 128
+    fp32 = info.sm_count * lanes * 2 * info.clock_khz * 1e3 if lanes else None
+    measured = H200_MEASURED if "H200" in info.name else {}
+    return GpuProperties(
+        device=info, peaks=PeakHints(dram_bytes_per_s=info.peak_memory_bandwidth_bytes_per_s, fp32_flops_per_s=fp32, measured=measured)
+    )
+
+
+class WorkloadSummary(BaseModel):
+    name: str
+    origin: str = Field(description="bundled | configured | created")
+    description: str
+    c_prototype: str
+    correctness_cases: int
+    performance_cases: int
+
+
+class WorkloadList(BaseModel):
+    workloads: list[WorkloadSummary]
+    errors: list[str] = Field(default_factory=list, description="workloads that failed to load")
+
+    def text(self) -> str:
+        lines = [
+            f"{w.name} ({w.origin}; {w.correctness_cases} correctness + {w.performance_cases} performance cases): {w.description}"
+            for w in self.workloads
+        ]
+        return "\n".join(lines + [f"could not load: {e}" for e in self.errors]) or "no workloads"
+
+
+class ParamInfo(BaseModel):
+    name: str
+    kind: str = Field(description="buffer | scalar")
+    dtype: str
+    role: str | None = Field(None, description="buffers: in (read-only, checked unchanged) | out | inout")
+    shape: list[int | str] | None = None
+
+
+class CaseInfo(BaseModel):
+    name: str
+    kind: str = Field(description="correctness | performance (timed and scored)")
+    scalars: dict[str, int | float]
+    shapes: dict[str, list[int]]
+    buffer_bytes: int
+    inputs: dict[str, dict[str, Any]] = Field(default_factory=dict, description="generators overriding the workload's")
+
+
+class WorkloadDescription(BaseModel):
+    name: str
+    origin: str
+    description: str
+    entry: str
+    c_prototype: str = Field(description="the exact declaration the kernel must have")
+    params: list[ParamInfo]
+    cases: list[CaseInfo]
+    inputs: dict[str, dict[str, Any]] = Field(description="the generator of each input buffer")
+    tolerances: dict[str, Tolerance] = Field(description="per output: |a - e| <= atol * rms(e) + rtol * |e|")
+    cost: dict[str, str | None] = Field(description="FLOPs and minimum bytes per case, expressions of the scalars")
+    expected_outputs: str
+    reference_cu: str | None
+    reference_launch: LaunchSpec | None
+    initial_cu: str | None
+    initial_launch: LaunchSpec | None = Field(description="a valid `launch` for initial_cu")
+    initial_compile_options: list[str]
+    notes: list[str]
+
+    def text(self) -> str:
+        lines = [f"workload {self.name} ({self.origin}): {self.description}", f"kernel: {self.c_prototype}"]
+        lines += [f"  {p.name}: {p.kind} {p.dtype}" + (f" {p.role} shape {p.shape}" if p.kind == "buffer" else "") for p in self.params]
+        lines.append("cases:")
+        lines += [f"  {c.name} [{c.kind}] {c.scalars}" + (f" inputs {c.inputs}" if c.inputs else "") for c in self.cases]
+        lines.append(f"inputs: {json.dumps(self.inputs)}")
+        lines.append("tolerances: " + ", ".join(f"{k}: rtol {t.rtol:g}, atol {t.atol:g}" for k, t in self.tolerances.items()))
+        lines.append(f"cost: {self.cost}; expected outputs: {self.expected_outputs}")
+        if self.initial_launch is not None:
+            lines.append(f"initial launch: {self.initial_launch.model_dump_json(exclude_defaults=True)}")
+        lines += [f"note: {n}" for n in self.notes]
+        for label, src in (("reference.cu", self.reference_cu), ("initial.cu", self.initial_cu)):
+            if src:
+                lines += [f"--- {label} ---", src.rstrip()]
+        return "\n".join(lines)
+
+
+def describe(wl: Workload, origin: str) -> WorkloadDescription:
+    spec = wl.spec
+    params = [
+        ParamInfo(name=p.name, kind=p.kind, dtype=p.dtype.value, role=getattr(p, "role", None), shape=getattr(p, "shape", None))
+        for p in spec.signature.params
+    ]
+    cases = []
+    for c in spec.cases:
+        shapes = {p.name: list(case_shape(p, c.scalars)) for p in spec.signature.buffers}
+        nbytes = sum(int(_prod(shapes[p.name])) * p.dtype.itemsize for p in spec.signature.buffers)
+        cases.append(CaseInfo(
+            name=c.name, kind=c.kind, scalars=c.scalars, shapes=shapes, buffer_bytes=nbytes,
+            inputs={k: g.model_dump(mode="json") for k, g in c.inputs.items()},
+        ))
+    has_oracle = wl.oracle_path is not None
+    expected = (
+        "NumPy oracle (reference.py) on correctness cases; the CUDA reference, checked against it, elsewhere"
+        if has_oracle and wl.reference_cu else "NumPy oracle" if has_oracle
+        else "the CUDA reference only (not independently checked)"
+    )
+    return WorkloadDescription(
+        name=wl.name, origin=origin, description=spec.description, entry=spec.signature.entry,
+        c_prototype=spec.signature.c_prototype(), params=params, cases=cases,
+        inputs={k: g.model_dump(mode="json") for k, g in spec.inputs.items()},
+        tolerances={p.name: spec.tolerance_for(p.name) for p in spec.signature.outputs},
+        cost={"flops": spec.cost.flops, "bytes": spec.cost.bytes}, expected_outputs=expected,
+        reference_cu=wl.reference_cu, reference_launch=spec.reference.launch, initial_cu=wl.initial_cu,
+        initial_launch=spec.initial.launch if spec.initial else None,
+        initial_compile_options=spec.initial.compile_options if spec.initial else [], notes=wl.notes,
+    )
+
+
+def _prod(values: list[int]) -> int:
+    out = 1
+    for v in values:
+        out *= v
+    return out
+
+
+# --- errors --------------------------------------------------------------------------------
+
+
+@contextmanager
+def tool_errors() -> Iterator[None]:
+    """Turn the library's exceptions into ToolError text a model can act on."""
+    try:
+        yield
+    except DeviceUnavailable as exc:
+        raise ToolError(
+            f"{exc}. validate and benchmark need a GPU; compile, list_workloads, describe_workload and "
+            "create_workload work without one."
+        ) from exc
+    except ToolchainNotFound as exc:
+        raise ToolError(f"the server is missing a tool: {exc}") from exc
+    except HarnessError as exc:
+        raise ToolError(
+            f"the GPU harness failed: {exc}. The next call starts a fresh harness; if this repeats, the "
+            "server's stderr and `kernelopt-harness --version` have details."
+        ) from exc
+    except WorkloadError as exc:
+        raise ToolError(f"workload problem: {exc}") from exc
+    except JobCancelled as exc:
+        raise ToolError(str(exc)) from exc
+    except (KerneloptError, ValueError) as exc:  # RequestError, OptionError, ExpressionError, library checks
+        raise ToolError(str(exc)) from exc
+
+
+def _result(model: BaseModel, text: str) -> CallToolResult:
+    return CallToolResult(content=[TextContent(type="text", text=text)], structured_content=model.model_dump(mode="json", exclude_none=True))
+
+
+def _progress(ctx: Context) -> Callable[[str], Awaitable[None]]:
+    """Progress notifications with a monotonic counter and the message saying what happens."""
+    step = 0
+
+    async def notify(message: str) -> None:
+        nonlocal step
+        step += 1
+        await ctx.report_progress(step, None, message)
+
+    return notify
+
+
+# --- the server ----------------------------------------------------------------------------
+
+
+class _StaticToken:
+    """Bearer-token check for the HTTP transport (constant-time comparison)."""
+
+    def __init__(self, token: str) -> None:
+        self._token = token
+
+    async def verify_token(self, token: str) -> AccessToken | None:
+        if hmac.compare_digest(token.encode(), self._token.encode()):
+            return AccessToken(token=token, client_id="kernelopt-mcp-client", scopes=[])
+        return None
+
+
+def build_server(
+    config: ServerConfig, *, token: str | None = None, log_level: str = "WARNING"
+) -> tuple[MCPServer, KerneloptService]:
+    """The MCP server and the service behind it (close the service when done)."""
+    service = KerneloptService(config)
+    auth = dict(
+        auth=AuthSettings(issuer_url="http://127.0.0.1", resource_server_url=None), token_verifier=_StaticToken(token)
+    ) if token else {}
+    app: MCPServer = MCPServer(
+        "kernelopt", title="kernelopt: GPU kernel tools", version=__version__, instructions=INSTRUCTIONS,
+        log_level=log_level, **auth,
+    )
+    _register_tools(app, service)
+    _register_resources(app, service)
+    _register_prompts(app)
+    return app, service
+
+
+def _tool(app: MCPServer, name: str, title: str, annotations: ToolAnnotations = READ_ONLY) -> Callable[[Any], Any]:
+    """Register a tool whose docstring, dedented, is its description (the model's manual)."""
+
+    def register(fn: Any) -> Any:
+        app.add_tool(fn, name=name, title=title, description=inspect.cleandoc(fn.__doc__ or ""), annotations=annotations)
+        return fn
+
+    return register
+
+
+def _register_tools(app: MCPServer, service: KerneloptService) -> None:
+    @_tool(app, "gpu_properties", "GPU properties")
+    async def gpu_properties() -> Annotated[CallToolResult, GpuProperties]:
+        """The GPU this server evaluates kernels on: name, compute capability and NVRTC arch (e.g.
+        sm_90), SM count, clocks, memory size, L2 size, shared memory and registers per SM and per
+        block (with the opt-in maximum for dynamic shared memory), thread/block/grid limits, driver
+        version; plus peak hints: theoretical DRAM bandwidth and FP32 FLOP/s, and measured anchors
+        where known (H200: copy bandwidth, cuBLAS SGEMM, tensor-core GEMM). Call it once before
+        designing a kernel (tile sizes, occupancy, shared-memory budget) and to judge a benchmark
+        against the roofline. Cheap (cached after the first call, ~0.5 s). Fails with an error when
+        no CUDA device is usable; compile still works then."""
+        with tool_errors():
+            out = gpu_properties_output(await service.device_info())
+        return _result(out, out.text())
+
+    @_tool(app, "compile", "Compile a kernel (NVRTC)")
+    async def compile_tool(
+        source: Source = None,
+        path: SourcePath = None,
+        arch: Annotated[str | None, Field(pattern=r"^sm_\d{2,3}[a-z]?$", description="target such as sm_90 or sm_90a; default: the server's GPU, else sm_90")] = None,
+        options: CompileOptions = None,
+    ) -> Annotated[CallToolResult, CompileOutput]:
+        """Compile CUDA C++ with NVRTC to a CUBIN without running it: the fast way to fix syntax and
+        type errors and to read each kernel's registers, static shared memory, spills and stack
+        before spending GPU time. Give exactly one of `source` or `path`. Device code only:
+        `extern "C" __global__` entry points; CUDA headers such as cuda_fp16.h, cuda_bf16.h, mma.h,
+        cuda_pipeline.h and cooperative_groups.h may be included; no host code, 512 KiB at most.
+        Result status ok or error; an error is a normal result whose diagnostics carry 1-based line
+        numbers (plus the compiler log, truncated with a count), not a tool failure. spill_store_bytes
+        > 0 usually means too many registers per thread. Cost ~0.1-2 s, no GPU, cached by source
+        hash, runs concurrently with GPU jobs. Tool errors: both or neither of source/path, a path
+        outside the allowed directories, a compile option outside the whitelist."""
+        with tool_errors():
+            out = await service.compile(source, path, arch, options)
+        return _result(out, out.text())
+
+    @_tool(app, "validate", "Validate a kernel on every case")
+    async def validate(
+        workload: WorkloadName,
+        launch: Launch,
+        ctx: Context,
+        source: Source = None,
+        path: SourcePath = None,
+        compile_options: CompileOptions = None,
+    ) -> Annotated[CallToolResult, EvaluationOutput]:
+        """Check a kernel against a workload: compile it, launch it once per case (all correctness
+        and performance cases) with its per-case launch configuration, and compare every output
+        with the expected values. Use after compile succeeds, before benchmark: a kernel counts only
+        if every case passes. The kernel must match describe_workload's c_prototype exactly.
+        Correctness: compared in float64; an element passes when |actual - expected| <=
+        atol * rms(expected) + rtol * |expected|; NaN/Inf never pass. Outputs are filled with NaN
+        before each launch (NaN in a result = an element never written); guard bytes around every
+        buffer catch out-of-bounds writes; inputs must stay unchanged. Inputs are random, drawn once
+        per server session from a seed you cannot see or choose.
+        Result (never a tool error): status ok, or the most serious failure: compile_error (line
+        numbers), invalid_launch (a dimension or shared memory over the device limits),
+        runtime_error (the kernel faulted, e.g. CUDA_ERROR_ILLEGAL_ADDRESS; later cases are
+        skipped), timeout (an infinite loop or a __syncthreads deadlock), mismatch (per output: how
+        many, max errors, the first mismatching indices with expected and actual values),
+        out_of_bounds_write, input_modified. A faulting or hanging kernel cannot harm the server.
+        Cost: one launch per case, usually 1-10 s; the first call on a workload in a session also
+        prepares it (inputs, expected outputs, timing the CUDA reference). One GPU job runs at a
+        time; progress notifications give the queue position and each case. Tool errors: unknown
+        workload, bad arguments, a path outside the allowed directories, no usable GPU."""
+        with tool_errors():
+            out = await service.evaluate(
+                workload, source, path, launch, compile_options, benchmark=False, notify=_progress(ctx)
+            )
+        return _result(out, out.text())
+
+    @_tool(app, "benchmark", "Validate, then time a kernel")
+    async def benchmark(
+        workload: WorkloadName,
+        launch: Launch,
+        ctx: Context,
+        source: Source = None,
+        path: SourcePath = None,
+        compile_options: CompileOptions = None,
+        warmup: Annotated[int, Field(ge=0, le=MAX_WARMUP, description="untimed launches per performance case")] = 10,
+        iterations: Annotated[int, Field(ge=1, le=MAX_ITERATIONS, description="timed launches per performance case")] = 100,
+    ) -> Annotated[CallToolResult, EvaluationOutput]:
+        """Validate a kernel on every case exactly like `validate`, then time each performance case:
+        `warmup` untimed launches, then `iterations` launches each timed with CUDA events, with the
+        L2 cache flushed before every launch outside the timed window. Per performance case: median,
+        IQR, min/max, cv and a noisy flag (IQR > 10% of the median), the CUDA reference's median
+        timed the same way in this session and the speedup over it, achieved FLOP/s and bytes/s
+        (from the workload's cost model; compare with gpu_properties' peaks). score_ms = geometric
+        mean of the performance cases' median latencies (lower is better); speedup = reference score
+        / score (>1 is faster). If any case fails nothing is timed and the result reports the
+        failure as validate does. warmup 0-100 (default 10), iterations 1-1000 (default 100): fewer
+        is quicker but noisier. Cost: validate's plus about (warmup + iterations) x (kernel time + L2
+        flush) per performance case, usually 5-60 s. Tool errors as for validate."""
+        with tool_errors():
+            out = await service.evaluate(
+                workload, source, path, launch, compile_options, benchmark=True, warmup=warmup,
+                iterations=iterations, notify=_progress(ctx),
+            )
+        return _result(out, out.text())
+
+    @_tool(app, "list_workloads", "List workloads")
+    async def list_workloads() -> Annotated[CallToolResult, WorkloadList]:
+        """The workloads kernels are validated and benchmarked against: bundled ones, configured ones
+        and those made with create_workload, each with its description, kernel prototype and number
+        of correctness and performance cases. Cheap, no GPU. Next: describe_workload(name)."""
+        out = await anyio.to_thread.run_sync(_list, service)
+        return _result(out, out.text())
+
+    @_tool(app, "describe_workload", "Describe a workload")
+    async def describe_workload(name: WorkloadName) -> Annotated[CallToolResult, WorkloadDescription]:
+        """Everything needed to write a kernel for a workload: the exact C prototype (entry name,
+        parameter order and types), each parameter's dtype, role (in: read-only, checked unchanged;
+        out: written; inout: both) and shape; every case with its kind (correctness: small, odd
+        sizes and edge cases; performance: timed and scored), scalars and buffer shapes; the input
+        generators; the tolerances; the cost model (FLOPs and bytes per case); the CUDA reference
+        (reference_cu: what speedups are measured against); and the starting kernel (initial_cu)
+        with initial_launch, a valid `launch` argument to start from. Cheap, no GPU."""
+        with tool_errors():
+            wl = await anyio.to_thread.run_sync(service.load, name)
+            out = describe(wl, service.origin(wl.root or Path()))
+        return _result(out, out.text())
+
+    @_tool(
+        app, "create_workload", "Create a workload",
+        ToolAnnotations(read_only_hint=False, destructive_hint=True, idempotent_hint=True, open_world_hint=False),
+    )
+    async def create_workload(
+        spec: Annotated[dict[str, Any], Field(description="a workload.json object (see the tool description)")],
+        reference_cu: Annotated[str | None, Field(max_length=MAX_SOURCE_BYTES, description="CUDA source of the reference kernel; it defines correct outputs")] = None,
+        initial_cu: Annotated[str | None, Field(max_length=MAX_SOURCE_BYTES, description="CUDA source of a starting kernel (needs spec.initial.launch)")] = None,
+        overwrite: Annotated[bool, Field(description="replace a workload created earlier under the same name")] = False,
+    ) -> Annotated[CallToolResult, CreatedWorkload]:
+        """Store a new workload in the server's workspace so validate and benchmark can name it.
+        `spec` is a workload.json object (JSON Schema: resource kernelopt://schema/workload; example:
+        kernelopt://workloads/vector_add/workload.json): name, description, signature {entry, params:
+        buffers {"kind": "buffer", name, dtype, role in|out|inout, shape: integers or expressions of
+        scalars} and scalars {"kind": "scalar", name, dtype}}, inputs (a generator per input buffer:
+        uniform, normal, randint, arange or constant), cases (1-64 of {name, kind: correctness |
+        performance, scalars}), tolerance per output {rtol, atol}, reference {launch} (the launch of
+        reference_cu), initial {launch} (with initial_cu), cost {flops, bytes} expressions.
+        reference_cu is required (unless overwrite keeps the stored one): its outputs define correct,
+        and nothing checks it independently (a NumPy oracle cannot be created through this server),
+        so keep it simple and obviously right. Limits: 64 cases, 8 GiB per buffer, 4 GiB of buffers
+        over all cases; data files are refused. The spec is validated (errors name the field) and
+        the sources are compiled and checked against the signature before anything is stored.
+        Bundled names are refused; a created workload is replaced only with overwrite=true. No GPU
+        needed: the reference first runs on the next validate."""
+        with tool_errors():
+            arch, _ = await service.target_arch(None)
+            out = await anyio.to_thread.run_sync(
+                lambda: service.create_workload(spec, reference_cu, initial_cu, overwrite, arch)
+            )
+        return _result(out, out.text())
+
+
+def _list(service: KerneloptService) -> WorkloadList:
+    rows, errors = [], []
+    for name, directory in service.workloads().items():
+        try:
+            wl = service.load(name)
+        except (KerneloptError, ValueError) as exc:
+            errors.append(f"{name}: {exc}")
+            continue
+        rows.append(WorkloadSummary(
+            name=name, origin=service.origin(directory), description=wl.spec.description,
+            c_prototype=wl.signature.c_prototype(),
+            correctness_cases=sum(c.kind == "correctness" for c in wl.spec.cases),
+            performance_cases=len(wl.spec.performance_cases),
+        ))
+    return WorkloadList(workloads=rows, errors=errors)
+
+
+# --- resources and prompts -----------------------------------------------------------------
+
+
+def _workload_files(wl: Workload) -> list[str]:
+    names = ["workload.json", wl.spec.reference.cuda, wl.spec.reference.python, wl.spec.initial.source if wl.spec.initial else None]
+    return [n for n in names if n and "/" not in n and (wl.root is not None and (wl.root / n).is_file())]
+
+
+def _register_resources(app: MCPServer, service: KerneloptService) -> None:
+    def read_workload_file(name: str, file: str) -> str:
+        try:
+            wl = service.load(name)
+        except (KerneloptError, ValueError) as exc:
+            raise ResourceNotFoundError(str(exc)) from None
+        if file not in _workload_files(wl) or wl.root is None:
+            raise ResourceNotFoundError(f"workload {name!r} has no file {file!r}; it has {', '.join(_workload_files(wl))}")
+        return (wl.root / file).read_text(encoding="utf-8")
+
+    app.resource(
+        "kernelopt://workloads/{name}/{file}", name="workload file", mime_type="text/plain",
+        description="a workload's workload.json, reference.cu, reference.py or initial.cu (read-only)",
+    )(read_workload_file)
+
+    for name in service.workloads():
+        try:
+            files = _workload_files(service.load(name))
+        except (KerneloptError, ValueError):
+            continue
+        for file in files:
+            app.add_resource(FunctionResource.from_function(
+                fn=lambda name=name, file=file: read_workload_file(name, file),
+                uri=f"kernelopt://workloads/{name}/{file}", name=f"{name}/{file}",
+                mime_type="application/json" if file.endswith(".json") else "text/plain",
+                description=f"{file} of the {name} workload (read-only)",
+            ))
+
+    @app.resource("kernelopt://schema/workload", name="workload schema", mime_type="application/schema+json")
+    def workload_schema() -> str:
+        """The JSON Schema of workload.json (what create_workload's `spec` must follow)."""
+        return json.dumps(json_schema(), indent=2)
+
+    @app.resource("kernelopt://runs", name="recorded runs", mime_type="application/json")
+    def runs_index() -> str:
+        """The files of recorded runs under the workspace's runs/ directory (read them as kernelopt://runs/<path>)."""
+        root = service.config.runs_dir
+        files = sorted(str(p.relative_to(root)) for p in root.rglob("*") if p.is_file()) if root.is_dir() else []
+        return json.dumps({"root": str(root), "files": files[:1000], "files_not_listed": max(0, len(files) - 1000)})
+
+    @app.resource("kernelopt://runs/{+path}", name="run artifact", description="one file of a recorded run (read-only)")
+    def run_file(path: str) -> str | bytes:
+        root = service.config.runs_dir.resolve()
+        real = (root / path).resolve()
+        if not real.is_relative_to(root) or not real.is_file():
+            raise ResourceNotFoundError(f"no file {path!r} under {root}")
+        if real.stat().st_size > MAX_RESOURCE_BYTES:
+            raise ResourceNotFoundError(f"{path}: larger than {MAX_RESOURCE_BYTES} bytes; read it from disk")
+        data = real.read_bytes()
+        if real.suffix in RESOURCE_TEXT_SUFFIXES:
+            return data.decode("utf-8", errors="replace")
+        return data
+
+
+def _register_prompts(app: MCPServer) -> None:
+    @app.prompt(name="optimize_kernel", title="Optimize a kernel")
+    def optimize_kernel(workload: Annotated[str, Field(description="a workload name from list_workloads")]) -> str:
+        """Run the kernel optimization loop on a workload with kernelopt's tools."""
+        return f"""You are optimizing a CUDA kernel for the workload `{workload}` with the kernelopt tools.
+
+1. Call gpu_properties once (SMs, shared memory, registers, peak bandwidth and FLOP/s) and
+   describe_workload("{workload}") (the exact C prototype, cases, tolerances, cost model, the CUDA
+   reference and the starting kernel with a valid launch configuration).
+2. Write a kernel with exactly that prototype (extern "C" __global__, device code only) and a launch
+   spec: {{"default": {{"grid": [...], "block": [...], "shared_bytes": 0}}}}, values as integers or
+   expressions of the case scalars such as "ceil_div(n, 256)".
+3. compile it; fix errors (they carry line numbers); check registers and spills.
+4. validate it: every case, correctness and performance, must pass. Read mismatch details (indices,
+   expected vs actual; NaN means an element was never written) and fix the kernel, not the tolerance.
+5. benchmark it. The score is the geometric mean of the performance cases' median latencies (lower
+   is better); the speedup is against the CUDA reference. Compare achieved bytes/s and FLOP/s with the
+   GPU's peaks to see which bound you are near.
+6. Iterate: one idea per step (tiling, vectorized and coalesced access, shared memory, warp
+   shuffles, more work per thread, occupancy), keeping the best kernel that passes. A kernel that
+   fails any case does not count, however fast.
+
+Report the best kernel's source, its launch spec, its score and speedup, and what made it faster."""
+
+
+# --- entry point ---------------------------------------------------------------------------
+
+
+def _is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def http_security(host: str, allowed_hosts: list[str]) -> TransportSecuritySettings:
+    """DNS-rebinding protection: only these Host (and Origin) names are answered."""
+    names = ["127.0.0.1", "localhost", "[::1]", *allowed_hosts]
+    if host not in ("0.0.0.0", "::") and not _is_loopback(host):
+        names.append(f"[{host}]" if ":" in host else host)
+    names = list(dict.fromkeys(names))
+    return TransportSecuritySettings(
+        enable_dns_rebinding_protection=True,
+        allowed_hosts=[*names, *(f"{n}:*" for n in names)],
+        allowed_origins=[f"{scheme}://{n}{port}" for n in names for scheme in ("http", "https") for port in ("", ":*")],
+    )
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="kernelopt-mcp", description="kernelopt's GPU tools as an MCP server (stdio by default).")
+    p.add_argument("--version", action="version", version=f"kernelopt-mcp {__version__}")
+    p.add_argument("--workspace", help="created workloads, runs and caches (default ~/.kernelopt; env KERNELOPT_MCP_WORKSPACE)")
+    p.add_argument("--root", action="append", default=[], help="another directory `path` arguments may read, repeatable (env KERNELOPT_MCP_ROOTS, ':'-separated)")
+    p.add_argument("--harness", help="kernelopt-harness binary (default: the installed one; env KERNELOPT_HARNESS)")
+    p.add_argument("--device", type=int, help="CUDA device ordinal (default 0; env KERNELOPT_DEVICE)")
+    p.add_argument("--arch", help="compile target override, e.g. sm_90 (env KERNELOPT_ARCH)")
+    p.add_argument("--http", action="store_true", help="serve streamable HTTP instead of stdio")
+    p.add_argument("--host", default="127.0.0.1", help="HTTP bind address (default 127.0.0.1; any other needs a token)")
+    p.add_argument("--port", type=int, default=8000, help="HTTP port (default 8000)")
+    p.add_argument("--token", help="bearer token clients must send over HTTP (prefer env KERNELOPT_MCP_TOKEN: flags show in ps)")
+    p.add_argument("--allowed-host", action="append", default=[], help="Host name clients use to reach a non-loopback bind, repeatable")
+    p.add_argument("--log-level", default="WARNING", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
+    return p
+
+
+def config_from_args(args: argparse.Namespace, environ: dict[str, str] | None = None) -> ServerConfig:
+    env = dict(os.environ if environ is None else environ)
+    settings = Settings.from_env(env, harness=args.harness, device=args.device, arch=args.arch)
+    if settings.arch and not re.fullmatch(r"sm_\d{2,3}[a-z]?", settings.arch):
+        raise SystemExit(f"kernelopt-mcp: --arch {settings.arch!r} is not of the form sm_90")
+    workspace = Path(args.workspace or env.get("KERNELOPT_MCP_WORKSPACE") or Path.home() / ".kernelopt").expanduser()
+    roots = [*args.root, *(r for r in env.get("KERNELOPT_MCP_ROOTS", "").split(os.pathsep) if r)]
+    return ServerConfig(settings=settings, workspace=workspace.resolve(), extra_roots=tuple(Path(r).expanduser().resolve() for r in roots))
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    token = args.token or os.environ.get("KERNELOPT_MCP_TOKEN") or None
+    if args.http and not _is_loopback(args.host):
+        if not token:
+            print(
+                f"kernelopt-mcp: refusing to serve HTTP on {args.host} without a bearer token: anyone who can reach "
+                "it could run code on this GPU. Set KERNELOPT_MCP_TOKEN (or --token), or bind to 127.0.0.1.",
+                file=sys.stderr,
+            )
+            return 2
+        if args.host in ("0.0.0.0", "::") and not args.allowed_host:
+            print(
+                f"kernelopt-mcp: binding to {args.host} needs --allowed-host NAME for each host name clients use "
+                "(DNS-rebinding protection answers only known Host headers).",
+                file=sys.stderr,
+            )
+            return 2
+    config = config_from_args(args)
+    config.workspace.mkdir(parents=True, exist_ok=True)
+    app, service = build_server(config, token=token if args.http else None, log_level=args.log_level)
+    try:
+        if not args.http:
+            app.run("stdio")
+            return 0
+        import uvicorn
+
+        starlette_app = app.streamable_http_app(host=args.host, transport_security=http_security(args.host, args.allowed_host))
+        print(
+            f"kernelopt-mcp: streamable HTTP on http://{args.host}:{args.port}/mcp"
+            + (" (bearer token required)" if token else ""),
+            file=sys.stderr, flush=True,
+        )
+        uvicorn.Server(uvicorn.Config(starlette_app, host=args.host, port=args.port, log_level=args.log_level.lower())).run()
+        return 0
+    finally:
+        service.close()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

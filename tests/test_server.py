@@ -1,0 +1,603 @@
+"""The MCP server through the SDK's own clients: in-memory, stdio, and the MCP Inspector CLI.
+
+No GPU here. Two stand-ins for the native harness (written to tmp_path):
+- "nogpu": answers every command like a machine without a driver (exit 3, driver_unavailable);
+- "fake":  a pretend H200 that runs vector_add-style kernels in NumPy (c = a + b). Markers in the
+  kernel's source (kept in the CUBIN as a __device__ string) make it hang, crash, return a wrong
+  element or be fast, so every path of the server runs for real, bar the GPU itself.
+The real harness under the same server is exercised by tests/gpu/test_server_gpu.py.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+from mcp import Client
+from mcp.client.stdio import StdioServerParameters
+
+from kernelopt_mcp.config import Settings, bundled_workloads_dir
+from kernelopt_mcp.server import build_server
+from kernelopt_mcp.service import ServerConfig
+
+REPO = Path(__file__).resolve().parent.parent
+TOOLS = {"gpu_properties", "compile", "validate", "benchmark", "list_workloads", "describe_workload", "create_workload"}
+ADD_LAUNCH = {"default": {"grid": ["ceil_div(n, 256)"], "block": [256]}}
+
+FAKE_HARNESS = r'''
+import json, os, sys, time
+import numpy as np
+
+def say(obj):
+    sys.stdout.write(json.dumps(obj) + "\n"); sys.stdout.flush()
+
+if os.environ.get("KO_FAKE_GPU") == "nogpu":
+    say({"protocol": 1, "status": "error", "error": {"kind": "driver_unavailable",
+         "message": "libcuda.so.1: cannot open shared object file"}})
+    sys.exit(3)
+if sys.argv[1:2] == ["--version"]:
+    say({"harness": "fake", "protocol": 1}); sys.exit(0)
+if sys.argv[1:2] == ["--device-info"]:
+    say({"ordinal": 0, "device_count": 1, "name": "NVIDIA H200 (fake)", "compute_capability": [9, 0],
+         "arch": "sm_90", "sm_count": 132, "clock_khz": 1980000, "memory_clock_khz": 3201000,
+         "memory_bus_width_bits": 6144, "total_memory_bytes": 150754820096, "l2_cache_bytes": 52428800,
+         "shared_memory_per_sm_bytes": 233472, "shared_memory_per_block_bytes": 49152,
+         "shared_memory_per_block_optin_bytes": 232448, "registers_per_sm": 65536,
+         "registers_per_block": 65536, "max_threads_per_block": 1024, "max_threads_per_sm": 2048,
+         "warp_size": 32, "max_block_dim": [1024, 1024, 64], "max_grid_dim": [2147483647, 65535, 65535],
+         "driver_version": 13000, "driver_version_str": "580.00", "peak_memory_bandwidth_bytes_per_s": 4.9e12})
+    sys.exit(0)
+for line in sys.stdin:
+    req = json.loads(line)
+    module = open(req["module"], "rb").read()
+    case = req["cases"][0]
+    if b"KO_FAKE_HANG" in module:
+        time.sleep(3600)
+    result = {"name": case["name"], "status": "ok", "error": None, "guard_violations": [],
+              "modified_inputs": [], "occupancy_blocks_per_sm": 8}
+    if b"KO_FAKE_CRASH" in module:
+        result.update(status="runtime_error", error={"call": "cuCtxSynchronize",
+                      "cuda_error": "CUDA_ERROR_ILLEGAL_ADDRESS", "code": 700,
+                      "message": "an illegal memory access was encountered"})
+        say({"protocol": 1, "status": "ok", "error": None, "cases": [result]})
+        sys.exit(5)
+    bufs = {a["name"]: a for a in case["args"] if a["kind"] == "buffer"}
+    a = np.fromfile(bufs["a"]["input"], dtype="<f4")
+    b = np.fromfile(bufs["b"]["input"], dtype="<f4")
+    c = (a + b).astype("<f4")
+    if b"KO_FAKE_WRONG" in module and c.size:
+        c[c.size // 2] += 1.0
+    c.tofile(bufs["c"]["output"])
+    timing = case.get("timing") or {}
+    if timing.get("iterations"):
+        t = 0.05 if b"KO_FAKE_FAST" in module else 0.1
+        result["timing"] = {"warmup": timing["warmup"], "iterations": timing["iterations"], "flush_l2": True,
+                            "times_ms": [t * (1 + 0.01 * (i % 3)) for i in range(timing["iterations"])]}
+    say({"protocol": 1, "status": "ok", "error": None, "cases": [result]})
+'''
+
+ADD_KERNEL = """\
+{marker}
+extern "C" __global__ void vector_add(const float* a, const float* b, float* c, int n) {{
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) c[i] = a[i] + b[i];
+}}
+"""
+
+
+def kernel(mode: str = "") -> str:
+    return ADD_KERNEL.format(marker=f'__device__ char ko_fake_mode[] = "KO_FAKE_{mode}";' if mode else "")
+
+
+TINY_SPEC: dict[str, Any] = {
+    "name": "tiny_add",
+    "description": "c = a + b on small vectors (a test workload)",
+    "signature": {"entry": "vector_add", "params": [
+        {"kind": "buffer", "name": "a", "dtype": "float32", "role": "in", "shape": ["n"]},
+        {"kind": "buffer", "name": "b", "dtype": "float32", "role": "in", "shape": ["n"]},
+        {"kind": "buffer", "name": "c", "dtype": "float32", "role": "out", "shape": ["n"]},
+        {"kind": "scalar", "name": "n", "dtype": "int32"},
+    ]},
+    "inputs": {"a": {"generator": "uniform"}, "b": {"generator": "normal"}},
+    "cases": [
+        {"name": "one", "kind": "correctness", "scalars": {"n": 1}},
+        {"name": "odd_1001", "kind": "correctness", "scalars": {"n": 1001}},
+        {"name": "n_4096", "kind": "performance", "scalars": {"n": 4096}},
+    ],
+    "reference": {"launch": {"grid": ["ceil_div(n, 128)"], "block": [128]}},
+    "initial": {"launch": {"grid": ["ceil_div(n, 64)"], "block": [64]}},
+    "cost": {"flops": "n", "bytes": "12 * n"},
+}
+
+
+def write_harness(directory: Path, mode: str) -> Path:
+    script = directory / "fake_harness.py"
+    script.write_text(FAKE_HARNESS)
+    wrapper = directory / f"kernelopt-harness-{mode}"
+    wrapper.write_text(f"#!/bin/sh\nKO_FAKE_GPU={mode} exec {sys.executable} {script} \"$@\"\n")
+    wrapper.chmod(0o755)
+    return wrapper
+
+
+@pytest.fixture
+def tiny_dir(tmp_path: Path) -> Path:
+    """A configured workload directory with tiny_add (NumPy oracle + CUDA reference)."""
+    wl = tmp_path / "extra" / "tiny_add"
+    wl.mkdir(parents=True)
+    spec = json.loads(json.dumps(TINY_SPEC))
+    spec["reference"] = {"python": "reference.py", "cuda": "reference.cu", **spec["reference"]}
+    (wl / "workload.json").write_text(json.dumps(spec))
+    (wl / "reference.py").write_text(
+        "import numpy as np\n\ndef reference(a, b, n):\n    return {'c': a.astype(np.float64) + b}\n"
+    )
+    (wl / "reference.cu").write_text(kernel())
+    (wl / "initial.cu").write_text(kernel())
+    return wl.parent
+
+
+def make_config(tmp_path: Path, tiny_dir: Path, mode: str) -> ServerConfig:
+    settings = Settings(harness=write_harness(tmp_path, mode), workload_dirs=(bundled_workloads_dir(), tiny_dir), timeout_s=20)
+    return ServerConfig(settings=settings, workspace=tmp_path / "ws")
+
+
+@pytest.fixture
+def fake_config(tmp_path: Path, tiny_dir: Path) -> ServerConfig:
+    return make_config(tmp_path, tiny_dir, "fake")
+
+
+@pytest.fixture
+def nogpu_config(tmp_path: Path, tiny_dir: Path) -> ServerConfig:
+    return make_config(tmp_path, tiny_dir, "nogpu")
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+@asynccontextmanager
+async def _client(config: ServerConfig) -> AsyncIterator[Client]:
+    app, service = build_server(config)
+    try:
+        async with Client(app) as client:
+            yield client
+    finally:
+        service.close()
+
+
+@pytest.fixture
+async def fake(fake_config: ServerConfig) -> AsyncIterator[Client]:
+    async with _client(fake_config) as client:
+        yield client
+
+
+@pytest.fixture
+async def nogpu(nogpu_config: ServerConfig) -> AsyncIterator[Client]:
+    async with _client(nogpu_config) as client:
+        yield client
+
+
+def text(result: Any) -> str:
+    return "\n".join(c.text for c in result.content if c.type == "text")
+
+
+def fake_processes(marker: str) -> list[int]:
+    """Live (non-zombie) processes whose command line mentions ``marker``."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        try:
+            cmdline = (entry / "cmdline").read_bytes()
+            state = (entry / "stat").read_text().rsplit(")", 1)[1].split()[0]
+        except OSError:
+            continue
+        if marker.encode() in cmdline and state != "Z":
+            found.append(int(entry.name))
+    return found
+
+
+pytestmark = pytest.mark.anyio
+
+
+# --- listing, schemas, annotations -----------------------------------------------------------
+
+
+async def test_tools_are_listed_with_schemas_descriptions_and_honest_annotations(nogpu: Client) -> None:
+    tools = {t.name: t for t in (await nogpu.list_tools()).tools}
+    assert set(tools) == TOOLS
+    for tool in tools.values():
+        assert tool.description and len(tool.description) > 200 and not tool.description.startswith(" ")
+        assert tool.output_schema and tool.output_schema["type"] == "object"
+        assert tool.annotations and tool.annotations.open_world_hint is False
+    for name in TOOLS - {"create_workload"}:
+        assert tools[name].annotations.read_only_hint is True and tools[name].annotations.destructive_hint is False
+    assert tools["create_workload"].annotations.read_only_hint is False
+    bench = tools["benchmark"].input_schema["properties"]
+    assert bench["warmup"]["maximum"] == 100 and bench["iterations"]["maximum"] == 1000 and bench["iterations"]["minimum"] == 1
+    assert set(tools["validate"].input_schema["required"]) == {"workload", "launch"}
+
+
+# --- compile -------------------------------------------------------------------------------
+
+
+async def test_compile_reports_resources(nogpu: Client) -> None:
+    r = await nogpu.call_tool("compile", {"source": kernel()})
+    assert not r.is_error, text(r)
+    out = r.structured_content
+    assert out["status"] == "ok" and out["arch"] == "sm_90" and "no GPU" in out["arch_from"]
+    assert out["kernels"]["vector_add"]["registers"] > 0 and out["kernels"]["vector_add"]["param_bytes"] == [8, 8, 8, 4]
+    assert "kernel vector_add" in text(r) and out["log"] == ""
+
+
+async def test_compile_error_is_a_result_with_line_numbers(nogpu: Client) -> None:
+    r = await nogpu.call_tool("compile", {"source": 'extern "C" __global__ void k(float* x) {\n  x[0] = y;\n}\n', "arch": "sm_80"})
+    assert not r.is_error
+    out = r.structured_content
+    assert out["status"] == "error" and out["arch"] == "sm_80" and out["arch_from"] == "argument"
+    assert out["diagnostics"][0]["line"] == 2 and "undefined" in out["diagnostics"][0]["message"]
+    assert "line 2: error" in text(r)
+
+
+@pytest.mark.parametrize(
+    ("args", "expect"),
+    [
+        ({}, "exactly one of `source`"),
+        ({"source": "x", "path": "k.cu"}, "exactly one of `source`"),
+        ({"source": kernel(), "arch": "90"}, "arch"),
+        ({"source": kernel(), "options": ["-rdc=true"]}, "not allowed"),
+        ({"source": kernel(), "options": "-I/etc"}, "options"),
+        ({"source": kernel(), "bogus": 1}, None),
+    ],
+)
+async def test_compile_rejects_bad_arguments_readably(nogpu: Client, args: dict[str, Any], expect: str | None) -> None:
+    r = await nogpu.call_tool("compile", args)
+    if expect is None:  # unknown arguments are ignored by the SDK's argument model
+        assert not r.is_error
+        return
+    assert r.is_error and expect in text(r), text(r)
+
+
+async def test_compile_paths_are_confined_to_the_roots(nogpu: Client, nogpu_config: ServerConfig, tmp_path: Path) -> None:
+    ws = nogpu_config.workspace
+    (ws / "kernels").mkdir(parents=True)
+    (ws / "kernels" / "add.cu").write_text(kernel())
+    r = await nogpu.call_tool("compile", {"path": "kernels/add.cu"})
+    assert not r.is_error and r.structured_content["status"] == "ok", text(r)
+    bundled = bundled_workloads_dir() / "vector_add" / "initial.cu"
+    r = await nogpu.call_tool("compile", {"path": str(bundled)})
+    assert not r.is_error and r.structured_content["status"] == "ok", text(r)
+
+    outside = tmp_path / "outside.cu"
+    outside.write_text(kernel())
+    (ws / "kernels" / "sneaky.cu").symlink_to(outside)
+    for path in (str(outside), "../outside.cu", "kernels/sneaky.cu", "/etc/passwd"):
+        r = await nogpu.call_tool("compile", {"path": path})
+        assert r.is_error and "outside the directories this server may read" in text(r), (path, text(r))
+    r = await nogpu.call_tool("compile", {"path": "kernels/missing.cu"})
+    assert r.is_error and "no such file" in text(r)
+
+
+# --- workloads -----------------------------------------------------------------------------
+
+
+async def test_list_and_describe_workloads(nogpu: Client) -> None:
+    r = await nogpu.call_tool("list_workloads", {})
+    rows = {w["name"]: w for w in r.structured_content["workloads"]}
+    assert {"vector_add", "sgemm", "tiny_add"} <= set(rows)
+    assert rows["vector_add"]["origin"] == "bundled" and rows["tiny_add"]["origin"] == "configured"
+
+    r = await nogpu.call_tool("describe_workload", {"name": "vector_add"})
+    d = r.structured_content
+    assert d["c_prototype"] == 'extern "C" __global__ void vector_add(const float* a, const float* b, float* c, int n)'
+    assert [c["name"] for c in d["cases"]] == ["one", "odd_1000003", "n_2e25", "n_2e27"]
+    assert d["cases"][1]["shapes"] == {"a": [1000003], "b": [1000003], "c": [1000003]}
+    assert d["initial_launch"]["default"]["block"] == [128] and "vector_add" in d["reference_cu"]
+    assert d["tolerances"]["c"] == {"rtol": 1e-6, "atol": 1e-7} and d["cost"]["bytes"] == "12 * n"
+    assert "--- initial.cu ---" in text(r) and "kernel: extern" in text(r)
+
+
+@pytest.mark.parametrize("name", ["nope", "../vector_add", "/etc"])
+async def test_unknown_workload_is_a_clear_error(nogpu: Client, name: str) -> None:
+    r = await nogpu.call_tool("describe_workload", {"name": name})
+    assert r.is_error and ("no workload" in text(r) or "pattern" in text(r)), text(r)
+    r = await nogpu.call_tool("validate", {"workload": name, "launch": ADD_LAUNCH, "source": kernel()})
+    assert r.is_error
+
+
+# --- no GPU --------------------------------------------------------------------------------
+
+
+async def test_no_gpu_gives_a_clear_error_and_the_server_lives_on(nogpu: Client) -> None:
+    for tool, args in [
+        ("gpu_properties", {}),
+        ("validate", {"workload": "tiny_add", "launch": ADD_LAUNCH, "source": kernel()}),
+        ("benchmark", {"workload": "tiny_add", "launch": ADD_LAUNCH, "source": kernel(), "iterations": 5}),
+    ]:
+        r = await nogpu.call_tool(tool, args)
+        assert r.is_error and "no usable CUDA device" in text(r) and "compile" in text(r), text(r)
+    r = await nogpu.call_tool("compile", {"source": kernel()})
+    assert not r.is_error and r.structured_content["status"] == "ok"
+
+
+# --- validate and benchmark on the pretend GPU ---------------------------------------------
+
+
+async def test_gpu_properties_with_peaks(fake: Client) -> None:
+    r = await fake.call_tool("gpu_properties", {})
+    assert not r.is_error, text(r)
+    out = r.structured_content
+    assert out["device"]["arch"] == "sm_90" and out["peaks"]["fp32_flops_per_s"] > 60e12
+    assert out["peaks"]["measured"]["device_to_device_copy_bytes_per_s"] == 4.2e12
+    assert "NVIDIA H200 (fake)" in text(r)
+
+
+async def test_validate_passes_with_progress_and_hides_the_seed(fake: Client) -> None:
+    messages: list[str] = []
+
+    async def progress(done: float, total: float | None, message: str | None) -> None:
+        messages.append(message or "")
+
+    r = await fake.call_tool(
+        "validate", {"workload": "tiny_add", "launch": ADD_LAUNCH, "source": kernel()}, progress_callback=progress
+    )
+    assert not r.is_error, text(r)
+    out = r.structured_content
+    assert out["status"] == "ok" and out["cases_passed"] == out["cases_total"] == 3 and out["mode"] == "validate"
+    assert all("timing" not in c for c in out["cases"]) and "score_ms" not in out
+    assert any("preparing tiny_add" in m for m in messages) and any("validating odd_1001" in m for m in messages)
+    assert "seed" not in json.dumps(out) and "seed" not in text(r)
+    assert "NumPy oracle" in out["expected_from"]
+
+
+async def test_validate_reports_a_mismatch_with_indices(fake: Client) -> None:
+    r = await fake.call_tool("validate", {"workload": "tiny_add", "launch": ADD_LAUNCH, "source": kernel("WRONG")})
+    assert not r.is_error
+    out = r.structured_content
+    assert out["status"] == "mismatch"
+    case = next(c for c in out["cases"] if c["name"] == "odd_1001")
+    check = case["outputs"][0]
+    assert check["mismatches"] == 1 and check["first_mismatches"][0]["index"] == [500]
+    assert "expected" in text(r) and "odd_1001" in text(r)
+
+
+async def test_validate_compile_error_comes_back_with_lines(fake: Client) -> None:
+    r = await fake.call_tool("validate", {"workload": "tiny_add", "launch": ADD_LAUNCH, "source": "extern \"C\" __global__ void vector_add(\n int x) { y; }"})
+    out = r.structured_content
+    assert out["status"] == "compile_error" and out["compile"]["diagnostics"][0]["line"] == 2, text(r)
+    r = await fake.call_tool("validate", {"workload": "tiny_add", "launch": ADD_LAUNCH, "source": kernel().replace("vector_add", "other")})
+    assert r.structured_content["status"] == "compile_error" and "no kernel named 'vector_add'" in text(r)
+
+
+async def test_bad_launch_is_refused_by_the_schema_or_reported_per_case(fake: Client) -> None:
+    r = await fake.call_tool("validate", {"workload": "tiny_add", "launch": {"grid": [0], "block": [256]}, "source": kernel()})
+    assert r.is_error and "grid" in text(r)
+    r = await fake.call_tool("validate", {"workload": "tiny_add", "launch": {"grid": [1], "block": [2048]}, "source": kernel()})
+    assert not r.is_error and r.structured_content["status"] == "invalid_launch" and "1024" in text(r)
+
+
+async def test_benchmark_scores_against_the_reference(fake: Client) -> None:
+    r = await fake.call_tool(
+        "benchmark", {"workload": "tiny_add", "launch": ADD_LAUNCH, "source": kernel("FAST"), "warmup": 1, "iterations": 5}
+    )
+    assert not r.is_error, text(r)
+    out = r.structured_content
+    assert out["status"] == "ok" and out["mode"] == "benchmark"
+    perf = next(c for c in out["cases"] if c["kind"] == "performance")
+    assert perf["timing"]["iterations"] == 5 and perf["timing"]["warmup"] == 1
+    assert out["speedup"] == pytest.approx(2.0, rel=0.05) and out["score_ms"] == pytest.approx(0.05, rel=0.05)
+    assert perf["bytes_per_s"] > 0 and "times_ms" not in json.dumps(out)
+    assert "speedup 2" in text(r)
+    for bad in ({"warmup": 101}, {"iterations": 0}, {"iterations": 1001}):
+        r = await fake.call_tool("benchmark", {"workload": "tiny_add", "launch": ADD_LAUNCH, "source": kernel(), **bad})
+        assert r.is_error and next(iter(bad)) in text(r)
+
+
+async def test_a_crashing_kernel_then_a_good_one(fake: Client) -> None:
+    r = await fake.call_tool("validate", {"workload": "tiny_add", "launch": ADD_LAUNCH, "source": kernel("CRASH")})
+    out = r.structured_content
+    assert out["status"] == "runtime_error" and "CUDA_ERROR_ILLEGAL_ADDRESS" in text(r)
+    assert [c["status"] for c in out["cases"]][1:] == ["skipped", "skipped"]
+    r = await fake.call_tool("validate", {"workload": "tiny_add", "launch": ADD_LAUNCH, "source": kernel()})
+    assert r.structured_content["status"] == "ok", text(r)
+
+
+async def test_cancelling_a_call_kills_the_harness(fake: Client, tmp_path: Path) -> None:
+    marker = str(tmp_path / "fake_harness.py")
+    running = anyio.Event()
+
+    async def progress(done: float, total: float | None, message: str | None) -> None:
+        if message and "candidate: validating" in message:
+            running.set()
+
+    async with anyio.create_task_group() as tg:
+        async def call() -> None:
+            await fake.call_tool("validate", {"workload": "tiny_add", "launch": ADD_LAUNCH, "source": kernel("HANG")},
+                                 progress_callback=progress)
+
+        tg.start_soon(call)
+        with anyio.fail_after(30):
+            await running.wait()
+        await anyio.sleep(0.5)
+        assert fake_processes(marker), "the harness should be running the hanging kernel"
+        tg.cancel_scope.cancel()
+    with anyio.fail_after(10):
+        while fake_processes(marker):
+            await anyio.sleep(0.1)
+    r = await fake.call_tool("validate", {"workload": "tiny_add", "launch": ADD_LAUNCH, "source": kernel()})
+    assert r.structured_content["status"] == "ok", text(r)
+
+
+async def test_gpu_jobs_queue_and_report_their_position(fake: Client) -> None:
+    messages: list[list[str]] = [[], []]
+    results: list[Any] = [None, None]
+
+    async def run(i: int) -> None:
+        async def progress(done: float, total: float | None, message: str | None) -> None:
+            messages[i].append(message or "")
+
+        results[i] = await fake.call_tool(
+            "benchmark", {"workload": "tiny_add", "launch": ADD_LAUNCH, "source": kernel(), "iterations": 3},
+            progress_callback=progress,
+        )
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(run, 0)
+        await anyio.sleep(0.05)
+        tg.start_soon(run, 1)
+    assert all(r.structured_content["status"] == "ok" for r in results)
+    assert any("1 job(s) ahead" in m for m in messages[1]), messages[1]
+
+
+# --- create_workload -----------------------------------------------------------------------
+
+
+async def test_create_workload_then_validate_it(fake: Client, fake_config: ServerConfig) -> None:
+    spec = json.loads(json.dumps(TINY_SPEC)) | {"name": "my_add"}
+    r = await fake.call_tool("create_workload", {"spec": spec, "reference_cu": kernel(), "initial_cu": kernel()})
+    assert not r.is_error, text(r)
+    out = r.structured_content
+    assert out["name"] == "my_add" and not out["replaced"] and "not independently checked" in text(r)
+    stored = fake_config.workspace / "workloads" / "my_add"
+    assert json.loads((stored / "workload.json").read_text())["reference"]["python"] is None
+
+    listed = {w["name"]: w for w in (await fake.call_tool("list_workloads", {})).structured_content["workloads"]}
+    assert listed["my_add"]["origin"] == "created"
+    r = await fake.call_tool("validate", {"workload": "my_add", "launch": ADD_LAUNCH, "source": kernel("WRONG")})
+    assert r.structured_content["status"] == "mismatch" and "CUDA reference only" in r.structured_content["expected_from"]
+
+    r = await fake.call_tool("create_workload", {"spec": spec, "reference_cu": kernel()})
+    assert r.is_error and "overwrite" in text(r)
+    spec["cases"] = spec["cases"][:2] + [{"name": "n_8192", "kind": "performance", "scalars": {"n": 8192}}]
+    r = await fake.call_tool("create_workload", {"spec": spec, "overwrite": True})
+    assert not r.is_error and r.structured_content["replaced"], text(r)
+    assert (stored / "reference.cu").read_text() == kernel()
+    d = (await fake.call_tool("describe_workload", {"name": "my_add"})).structured_content
+    assert d["origin"] == "created" and d["cases"][-1]["name"] == "n_8192"
+
+
+def _spec(**changes: Any) -> dict[str, Any]:
+    spec = json.loads(json.dumps(TINY_SPEC)) | {"name": "bad_add"}
+    for key, value in changes.items():
+        spec[key] = value
+    return spec
+
+
+@pytest.mark.parametrize(
+    ("spec", "sources", "expect"),
+    [
+        (_spec(reference={"python": "reference.py", "launch": {"grid": [1], "block": [1]}}), {}, "NumPy oracle cannot be created"),
+        (_spec(inputs={"a": {"generator": "file", "path": "/etc/passwd"}, "b": {"generator": "normal"}}), {}, "data files"),
+        (_spec(name="vector_add"), {}, "bundled workload"),
+        (_spec(cases=[{"name": "huge", "kind": "performance", "scalars": {"n": 2**30}}]), {}, "GiB"),
+        (_spec(cases=[{"name": f"c{i}", "kind": "correctness", "scalars": {"n": 1}} for i in range(65)]), {}, "cases"),
+        (_spec(cases=[{"name": "x", "kind": "correctness", "scalars": {"m": 1}}]), {}, "scalars n have no value"),
+        (_spec(signature={"entry": "vector_add", "params": []}), {}, "signature.params"),
+        (_spec(), {"reference_cu": "this is not C++"}, "does not compile"),
+        (_spec(), {"reference_cu": kernel().replace("vector_add", "wrong_name")}, "no kernel 'vector_add'"),
+        (_spec(), {"reference_cu": None}, "reference_cu is required"),
+        (_spec(initial=None), {"initial_cu": kernel()}, "spec.initial is missing"),
+    ],
+)
+async def test_create_workload_refusals(fake: Client, spec: dict[str, Any], sources: dict[str, Any], expect: str) -> None:
+    args = {"spec": spec, "reference_cu": kernel(), "initial_cu": kernel() if spec.get("initial") else None} | sources
+    r = await fake.call_tool("create_workload", {k: v for k, v in args.items() if v is not None})
+    assert r.is_error and expect in text(r), text(r)
+
+
+# --- resources and prompts -----------------------------------------------------------------
+
+
+async def test_resources_are_read_only_views(nogpu: Client, nogpu_config: ServerConfig) -> None:
+    uris = {str(r.uri) for r in (await nogpu.list_resources()).resources}
+    assert {"kernelopt://workloads/vector_add/workload.json", "kernelopt://workloads/sgemm/initial.cu",
+            "kernelopt://schema/workload", "kernelopt://runs"} <= uris
+    spec = json.loads((await nogpu.read_resource("kernelopt://workloads/vector_add/workload.json")).contents[0].text)
+    assert spec["name"] == "vector_add"
+    schema = json.loads((await nogpu.read_resource("kernelopt://schema/workload")).contents[0].text)
+    assert schema["title"] == "kernelopt workload"
+    assert json.loads((await nogpu.read_resource("kernelopt://runs")).contents[0].text)["files"] == []
+
+    run = nogpu_config.runs_dir / "run-001"
+    run.mkdir(parents=True)
+    (run / "summary.json").write_text('{"best": 1}')
+    assert json.loads((await nogpu.read_resource("kernelopt://runs/run-001/summary.json")).contents[0].text) == {"best": 1}
+    for uri in ("kernelopt://runs/../workloads/x", "kernelopt://workloads/vector_add/secret.txt", "kernelopt://workloads/nope/workload.json"):
+        with pytest.raises(Exception):
+            await nogpu.read_resource(uri)
+
+
+async def test_optimize_kernel_prompt(nogpu: Client) -> None:
+    prompts = {p.name: p for p in (await nogpu.list_prompts()).prompts}
+    assert "optimize_kernel" in prompts and prompts["optimize_kernel"].arguments[0].name == "workload"
+    r = await nogpu.get_prompt("optimize_kernel", {"workload": "softmax"})
+    body = r.messages[0].content.text
+    for word in ("describe_workload(\"softmax\")", "compile", "validate", "benchmark", "geometric mean", "every case"):
+        assert word in body
+
+
+# --- a real client over stdio, and the MCP Inspector ---------------------------------------
+
+
+def server_command(*args: str) -> list[str]:
+    """The installed console script when there is one (CI installs it), else the module."""
+    script = shutil.which("kernelopt-mcp")
+    return [script, *args] if script else [sys.executable, "-m", "kernelopt_mcp.server", *args]
+
+
+async def test_stdio_session_with_the_sdk_client(tmp_path: Path, tiny_dir: Path) -> None:
+    harness = write_harness(tmp_path, "fake")
+    cmd = server_command("--workspace", str(tmp_path / "ws"), "--harness", str(harness))
+    env = {"KERNELOPT_WORKLOADS": str(tiny_dir), "PYTHONPATH": str(REPO)}
+    params = StdioServerParameters(command=cmd[0], args=cmd[1:], env=env, cwd=str(REPO))
+    messages: list[str] = []
+
+    async def progress(done: float, total: float | None, message: str | None) -> None:
+        messages.append(message or "")
+
+    async with Client(params, read_timeout_seconds=120) as client:
+        assert client.server_info and client.server_info.name == "kernelopt"
+        assert {t.name for t in (await client.list_tools()).tools} == TOOLS
+        r = await client.call_tool("compile", {"source": kernel()})
+        assert r.structured_content["status"] == "ok", text(r)
+        r = await client.call_tool(
+            "benchmark", {"workload": "tiny_add", "launch": ADD_LAUNCH, "source": kernel(), "iterations": 3},
+            progress_callback=progress,
+        )
+        assert r.structured_content["status"] == "ok", text(r)
+    assert any("timing n_4096" in m for m in messages), messages
+
+
+def inspector() -> list[str] | None:
+    local = REPO / "build" / "inspector" / "node_modules" / ".bin" / "mcp-inspector"
+    if local.exists():
+        return [str(local)]
+    if shutil.which("npx"):
+        return ["npx", "--yes", "@modelcontextprotocol/inspector@2.12.0"]
+    return None
+
+
+@pytest.mark.skipif(inspector() is None, reason="node/npx not installed: the MCP Inspector CLI cannot run")
+def test_mcp_inspector_lists_the_tools_and_calls_compile(tmp_path: Path) -> None:
+    base = [*inspector(), "--cli", *server_command("--workspace", str(tmp_path / "ws"), "--harness", "/nonexistent")]  # type: ignore[misc]
+    env = {**os.environ, "HOME": str(tmp_path), "MCP_CATALOG_PATH": str(tmp_path / "catalog.json"), "PYTHONPATH": str(REPO)}
+
+    def run(*args: str) -> dict[str, Any]:
+        proc = subprocess.run([*base, *args], capture_output=True, text=True, timeout=180, env=env, cwd=REPO)
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        return json.loads(proc.stdout)
+
+    listed = run("--method", "tools/list")
+    assert {t["name"] for t in listed["tools"]} == TOOLS
+    called = run("--method", "tools/call", "--tool-name", "compile", "--tool-arg", f"source={kernel()}", "--tool-arg", "arch=sm_90")
+    assert called["isError"] is False and called["structuredContent"]["status"] == "ok"
+    assert "kernel vector_add" in called["content"][0]["text"]
