@@ -78,8 +78,8 @@ def device_info(harness: Path, device: int = 0) -> DeviceInfo:
     if code == ExitCode.DRIVER_UNAVAILABLE:
         message = ((answer or {}).get("error") or {}).get("message") or stderr.strip()
         raise DeviceUnavailable(
-            f"no usable CUDA device: {message}; run on a machine with an NVIDIA GPU and driver "
-            "(check `nvidia-smi`), or pass --arch to compile without one"
+            f"no usable CUDA device: {message} (check `nvidia-smi`; compiling needs no GPU: "
+            "`kernelopt compile --arch sm_90 FILE`)"
         )
     if code != ExitCode.OK or not answer:
         raise HarnessError(f"kernelopt-harness --device-info failed (exit {code}): {stderr.strip()[-500:]}")

@@ -49,21 +49,21 @@ def find_harness(explicit: str | Path | None = None) -> Path:
     Raises:
         ToolchainNotFound: with how to build it.
     """
-    candidates: list[Path] = []
     if explicit:
-        candidates.append(Path(explicit))
-    candidates.append(Path(sys.executable).parent / HARNESS_NAME)
+        path = Path(explicit)
+        if path.is_file() and os.access(path, os.X_OK):
+            return path
+        raise ToolchainNotFound(
+            f"the harness {explicit} does not exist or is not executable; rebuild it with "
+            "`pip install .` from the kernelopt checkout, or unset KERNELOPT_HARNESS"
+        )
+    candidates = [Path(sys.executable).parent / HARNESS_NAME]
     found = shutil.which(HARNESS_NAME)
     if found:
         candidates.append(Path(found))
     for c in candidates:
         if c.is_file() and os.access(c, os.X_OK):
             return c
-    if explicit:
-        raise ToolchainNotFound(
-            f"the harness {explicit} does not exist or is not executable; rebuild it with "
-            "`pip install .` from the kernelopt checkout, or unset KERNELOPT_HARNESS"
-        )
     raise ToolchainNotFound(
         f"{HARNESS_NAME} not found next to {sys.executable} or on PATH; install kernelopt with "
         "`pip install .` (it builds the harness; needs CMake >= 3.24 and a C++17 compiler), "
@@ -277,8 +277,8 @@ def raise_for_request_error(answer: dict[str, Any] | None, exit_code: int | None
     message = error.get("message", "")
     if exit_code == ExitCode.DRIVER_UNAVAILABLE or kind == "driver_unavailable":
         raise DeviceUnavailable(
-            f"no usable CUDA device: {message or 'the harness could not load the driver'}; "
-            "run on a machine with an NVIDIA GPU and driver (check `nvidia-smi`)"
+            f"no usable CUDA device: {message or 'the harness could not load the driver'} "
+            "(check `nvidia-smi`)"
         )
     if exit_code == ExitCode.BAD_REQUEST or kind == "bad_request":
         raise HarnessError(f"the harness refused the request: {message}")
