@@ -329,6 +329,30 @@ async def test_no_gpu_gives_a_clear_error_and_the_server_lives_on(nogpu: Client)
     assert not r.is_error and r.structured_content["status"] == "ok"
 
 
+def _installed_harness() -> Path | None:
+    from kernelopt_mcp.errors import ToolchainNotFound
+    from kernelopt_mcp.harness import find_harness
+
+    try:
+        return find_harness()
+    except ToolchainNotFound:
+        return None
+
+
+@pytest.mark.skipif(_installed_harness() is None, reason="kernelopt-harness is not installed (pip install .)")
+async def test_the_real_harness_without_a_gpu_is_a_clear_error(tmp_path: Path) -> None:
+    from kernelopt_mcp.gpu import cuda_device_count
+
+    if cuda_device_count():
+        pytest.skip("a GPU is present: tests/gpu covers the real harness")
+    config = ServerConfig(settings=Settings(harness=_installed_harness()), workspace=tmp_path / "ws")
+    async with _client(config) as client:
+        r = await client.call_tool("validate", {"workload": "vector_add", "launch": ADD_LAUNCH, "source": kernel()})
+        assert r.is_error and "no usable CUDA device" in text(r), text(r)
+        r = await client.call_tool("compile", {"source": kernel()})
+        assert r.structured_content["status"] == "ok"
+
+
 # --- validate and benchmark on the pretend GPU ---------------------------------------------
 
 
@@ -601,3 +625,63 @@ def test_mcp_inspector_lists_the_tools_and_calls_compile(tmp_path: Path) -> None
     called = run("--method", "tools/call", "--tool-name", "compile", "--tool-arg", f"source={kernel()}", "--tool-arg", "arch=sm_90")
     assert called["isError"] is False and called["structuredContent"]["status"] == "ok"
     assert "kernel vector_add" in called["content"][0]["text"]
+
+
+async def test_stdio_cancellation_kills_the_harness(tmp_path: Path, tiny_dir: Path) -> None:
+    """What tests/gpu does with the real harness, over a real pipe: the client's cancel reaches the server."""
+    harness = write_harness(tmp_path, "fake")
+    cmd = server_command("--workspace", str(tmp_path / "ws"), "--harness", str(harness))
+    params = StdioServerParameters(command=cmd[0], args=cmd[1:], env={"KERNELOPT_WORKLOADS": str(tiny_dir), "PYTHONPATH": str(REPO)}, cwd=str(REPO))
+    marker = str(tmp_path / "fake_harness.py")
+    async with Client(params, read_timeout_seconds=120) as client:
+        running = anyio.Event()
+
+        async def progress(done: float, total: float | None, message: str | None) -> None:
+            if message and "candidate: validating" in message:
+                running.set()
+
+        async with anyio.create_task_group() as tg:
+            async def call() -> None:
+                await client.call_tool("validate", {"workload": "tiny_add", "launch": ADD_LAUNCH, "source": kernel("HANG")},
+                                       progress_callback=progress)
+
+            tg.start_soon(call)
+            with anyio.fail_after(60):
+                await running.wait()
+            await anyio.sleep(0.5)
+            assert fake_processes(marker)
+            tg.cancel_scope.cancel()
+        with anyio.fail_after(10):
+            while fake_processes(marker):
+                await anyio.sleep(0.1)
+        r = await client.call_tool("validate", {"workload": "tiny_add", "launch": ADD_LAUNCH, "source": kernel()})
+        assert r.structured_content["status"] == "ok", text(r)
+
+
+# --- the ready client configs ----------------------------------------------------------------
+
+
+def test_scripted_example_validates_and_benchmarks(tmp_path: Path, tiny_dir: Path) -> None:
+    harness = write_harness(tmp_path, "fake")
+    proc = subprocess.run(
+        [sys.executable, str(REPO / "clients" / "scripted_example.py"), "--workload", "tiny_add", "--iterations", "3",
+         "--", "--harness", str(harness), "--workspace", str(tmp_path / "ws")],
+        capture_output=True, text=True, timeout=180, cwd=REPO,
+        env={**os.environ, "KERNELOPT_WORKLOADS": str(tiny_dir), "PYTHONPATH": str(REPO)},
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "validate tiny_add" in proc.stdout and "benchmark tiny_add" in proc.stdout and "speedup" in proc.stdout
+    assert "timing n_4096" in proc.stderr
+
+
+def test_client_configs_name_the_console_script() -> None:
+    import tomllib
+
+    clients = REPO / "clients"
+    assert json.loads((clients / "mcp_servers.json").read_text())["mcpServers"]["kernelopt"]["command"] == "kernelopt-mcp"
+    codex = tomllib.loads((clients / "codex_config.toml").read_text())["mcp_servers"]["kernelopt"]
+    assert codex["command"] == "kernelopt-mcp" and codex["tool_timeout_sec"] >= 600
+    assert "claude mcp add --scope user kernelopt -- kernelopt-mcp" in (clients / "claude_code.sh").read_text()
+    agents = (clients / "openai_agents_sdk.py").read_text()
+    compile(agents, "openai_agents_sdk.py", "exec")
+    assert "client_session_timeout_seconds=900" in agents
