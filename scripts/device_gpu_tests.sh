@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# Run on the GPU machine (the `device` tool): install from .whl/ and the tree, run the given
+# pytest selection with --run-gpu, then evaluate every bundled workload with the CLI.
+# Everything lands in $OUT/logs.tar.gz (the device returns at most 8 files).
+# Usage: bash scripts/device_gpu_tests.sh [pytest args...]
+set -o pipefail
+OUT=${OUT:-/tmp/out}
+LOGS=$(mktemp -d)
+finish() { tar -czf "$OUT/logs.tar.gz" -C "$LOGS" . ; }
+trap finish EXIT
+python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 1
+export PYTHONPATH=/tmp/site:$PYTHONPATH PATH=/tmp/site/bin:$PATH PYTHONUNBUFFERED=1
+python3 -m pip install -q --no-build-isolation --no-deps --target /tmp/site . > "$LOGS/install.log" 2>&1 || { tail -30 "$LOGS/install.log"; exit 1; }
+export KERNELOPT_HARNESS=/tmp/site/bin/kernelopt-harness
+nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu,power.draw --format=csv | tee "$LOGS/nvidia-smi.txt"
+kernelopt gpu --json > "$LOGS/gpu.json" || exit 1
+if [ "$#" -gt 0 ]; then
+  KERNELOPT_GPU_REPORT="$LOGS/report.jsonl" python3 -m pytest --run-gpu -q -p no:cacheprovider --durations=15 "$@" 2>&1 | tee "$LOGS/pytest_gpu.log"
+fi
+if [ -n "$EVALUATE_ALL" ]; then
+  for w in vector_add sgemm reduce_sum softmax transpose layernorm; do
+    /usr/bin/time -f "$w: %e s wall" kernelopt evaluate "$w" --json > "$LOGS/eval_$w.json" 2> "$LOGS/eval_$w.err"
+    echo "$w rc=$? $(tail -1 "$LOGS/eval_$w.err")"
+  done
+  kernelopt evaluate sgemm > "$LOGS/evaluate_sgemm.txt" 2>&1
+  tail -22 "$LOGS/evaluate_sgemm.txt"
+fi
