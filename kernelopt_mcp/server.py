@@ -10,7 +10,8 @@ become ``ToolError`` text that says what was wrong and what to try next.
     kernelopt-mcp --http --host 10.0.0.5 --allowed-host gpu-box --token ...   (token required)
 
 Adding a tool (``ncu_profile``, ``docs_search``): implement it in ``service``, then register it
-in :func:`build_server` next to the others with its description and honest annotations.
+in :func:`_register_tools` with ``@_tool(app, name, title, annotations)``: its docstring is the
+model's manual, its return type ``Annotated[CallToolResult, Model]`` its output schema.
 """
 
 from __future__ import annotations
@@ -106,7 +107,7 @@ Launch = Annotated[
 
 # --- catalog results: the GPU and the workloads -------------------------------------------
 
-# Measured on an H200 (driver 580, CUDA 13.0; docs/DESIGN.md "Anchors"): what good looks like.
+# Measured on an H200 (driver 580, CUDA 13.0; DESIGN.md, "Anchors"): what good looks like.
 H200_MEASURED = {
     "device_to_device_copy_bytes_per_s": 4.2e12,
     "sgemm_fp32_cublas_4096_flops_per_s": 50e12,

@@ -54,6 +54,7 @@ MAX_WARMUP = 100
 MAX_ITERATIONS = 1000
 MAX_CREATED_WORKLOAD_BYTES = 4 * 2**30
 DEFAULT_PREPARED_WORKLOADS = 3
+HEARTBEAT_S = 10.0  # progress at least this often while a job waits or runs
 NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 
@@ -379,22 +380,31 @@ class _CancellableHarness(HarnessProcess):
 
 
 class GpuQueue:
-    """One job at a time, first come first served, telling each job how many are ahead."""
+    """One job at a time, first come first served; a waiting job hears how many are ahead."""
 
     def __init__(self) -> None:
         self._lock = anyio.Lock()
-        self._waiting = 0
+        self._queue: list[object] = []
 
     @asynccontextmanager
     async def turn(self, notify: Notify) -> AsyncIterator[None]:
-        ahead = self._waiting + (1 if self._lock.locked() else 0)
-        self._waiting += 1
+        ticket = object()
+        self._queue.append(ticket)
         try:
-            if ahead:
-                await notify(f"queued for the GPU: {ahead} job(s) ahead (one GPU job runs at a time)")
-            await self._lock.acquire()
+            async with anyio.create_task_group() as tg:
+                if self._lock.locked():
+
+                    async def report() -> None:
+                        while True:
+                            ahead = self._queue.index(ticket) + 1  # the running job, then those queued earlier
+                            await notify(f"queued for the GPU: {ahead} job(s) ahead (one GPU job runs at a time)")
+                            await anyio.sleep(HEARTBEAT_S)
+
+                    tg.start_soon(report)
+                await self._lock.acquire()
+                tg.cancel_scope.cancel()
         finally:
-            self._waiting -= 1
+            self._queue.remove(ticket)
         try:
             yield
         finally:
@@ -718,10 +728,19 @@ class KerneloptService:
                 except (anyio.ClosedResourceError, anyio.BrokenResourceError, RuntimeError):
                     pass
 
+            last = ["running on the GPU"]
+
             async def forward() -> None:
                 async with receive:
                     async for message in receive:
+                        last[0] = message
                         await notify(message)
+
+            async def heartbeat() -> None:  # a long launch sends no progress; clients may time out
+                start = anyio.current_time()
+                while True:
+                    await anyio.sleep(HEARTBEAT_S)
+                    await notify(f"{last[0]} (still running, {anyio.current_time() - start:.0f} s)")
 
             async def kill_on_cancel() -> None:
                 try:
@@ -734,7 +753,8 @@ class KerneloptService:
             async with anyio.create_task_group() as tg:
                 tg.start_soon(forward)
                 tg.start_soon(kill_on_cancel)
-                await notify("running on the GPU")
+                tg.start_soon(heartbeat)
+                await notify(last[0])
                 try:
                     outcome = (True, await anyio.to_thread.run_sync(partial(fn, dev, progress)))
                 except Exception as exc:  # re-raised below, outside the task group

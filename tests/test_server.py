@@ -62,6 +62,8 @@ for line in sys.stdin:
     case = req["cases"][0]
     if b"KO_FAKE_HANG" in module:
         time.sleep(3600)
+    if b"KO_FAKE_SLOW" in module:
+        time.sleep(0.5)
     result = {"name": case["name"], "status": "ok", "error": None, "guard_violations": [],
               "modified_inputs": [], "occupancy_blocks_per_sm": 8}
     if b"KO_FAKE_CRASH" in module:
@@ -479,7 +481,31 @@ async def test_gpu_jobs_queue_and_report_their_position(fake: Client) -> None:
         await anyio.sleep(0.05)
         tg.start_soon(run, 1)
     assert all(r.structured_content["status"] == "ok" for r in results)
-    assert any("1 job(s) ahead" in m for m in messages[1]), messages[1]
+    assert any("1 job(s) ahead" in m for m in messages[0] + messages[1]), messages
+
+
+async def test_long_waits_and_launches_send_heartbeats(fake: Client, monkeypatch: pytest.MonkeyPatch) -> None:
+    import kernelopt_mcp.service
+
+    monkeypatch.setattr(kernelopt_mcp.service, "HEARTBEAT_S", 0.2)
+    await fake.call_tool("validate", {"workload": "tiny_add", "launch": ADD_LAUNCH, "source": kernel()})  # prepare
+    messages: list[list[str]] = [[], [], []]
+
+    async def run(i: int) -> None:
+        async def progress(done: float, total: float | None, message: str | None) -> None:
+            messages[i].append(message or "")
+
+        r = await fake.call_tool("validate", {"workload": "tiny_add", "launch": ADD_LAUNCH, "source": kernel("SLOW")},
+                                 progress_callback=progress)
+        assert r.structured_content["status"] == "ok"
+
+    async with anyio.create_task_group() as tg:
+        for i in range(3):
+            tg.start_soon(run, i)
+            await anyio.sleep(0.1)
+    assert any("still running" in m for m in messages[0]), messages[0]
+    queued = [m for m in messages[2] if m.startswith("queued")]
+    assert queued[0].startswith("queued for the GPU: 2 job(s) ahead") and any(" 1 job(s) ahead" in m for m in queued), queued
 
 
 # --- create_workload -----------------------------------------------------------------------
