@@ -9,6 +9,7 @@ any number of candidates against the same data. Outcomes are data: a
 
 from __future__ import annotations
 
+import math
 import statistics
 import tempfile
 from collections.abc import Callable
@@ -478,7 +479,9 @@ class Evaluator:
             else:
                 value = case.scalars[p.name]
                 args.append({
-                    "kind": "scalar", "name": p.name, "dtype": p.dtype.value, "value": value,
+                    "kind": "scalar", "name": p.name, "dtype": p.dtype.value,
+                    # informational; `raw` is what is passed (JSON has no NaN/Inf)
+                    "value": value if math.isfinite(value) else str(value),
                     "raw": scalar_raw(p.dtype, value).hex(),
                 })
         request: dict[str, Any] = {

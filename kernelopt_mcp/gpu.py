@@ -25,19 +25,19 @@ class DeviceInfo(BaseModel):
     compute_capability: tuple[int, int]
     arch: str = Field(description="NVRTC target, e.g. sm_90")
     sm_count: int
-    clock_khz: int
-    memory_clock_khz: int
-    memory_bus_width_bits: int
+    clock_khz: int | None = None
+    memory_clock_khz: int | None = None
+    memory_bus_width_bits: int | None = None
     total_memory_bytes: int
     l2_cache_bytes: int
     persisting_l2_max_bytes: int | None = None
-    shared_memory_per_sm_bytes: int
+    shared_memory_per_sm_bytes: int | None = None
     shared_memory_per_block_bytes: int
     shared_memory_per_block_optin_bytes: int
-    registers_per_sm: int
-    registers_per_block: int
+    registers_per_sm: int | None = None
+    registers_per_block: int | None = None
     max_threads_per_block: int
-    max_threads_per_sm: int
+    max_threads_per_sm: int | None = None
     max_blocks_per_sm: int | None = None
     warp_size: int
     max_block_dim: tuple[int, int, int]
@@ -45,7 +45,7 @@ class DeviceInfo(BaseModel):
     ecc_enabled: bool | None = None
     driver_version: int
     driver_version_str: str
-    peak_memory_bandwidth_bytes_per_s: float = Field(
+    peak_memory_bandwidth_bytes_per_s: float | None = Field(
         description="theoretical DRAM bandwidth from clock and bus width (measured copy is lower)"
     )
 
