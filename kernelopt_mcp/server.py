@@ -23,6 +23,7 @@ import ipaddress
 import json
 import os
 import re
+import signal
 import sys
 from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
@@ -688,6 +689,13 @@ def main(argv: list[str] | None = None) -> int:
     app, service = build_server(config, token=token if args.http else None, log_level=args.log_level)
     try:
         if not args.http:
+            def terminate(signum: int, frame: Any) -> None:
+                # stopped by the client: stop the harness, remove the private files, and exit now
+                # (a worker thread blocked reading stdin would otherwise hold the process open)
+                service.close()
+                os._exit(128 + signum)
+
+            signal.signal(signal.SIGTERM, terminate)
             app.run("stdio")
             return 0
         import uvicorn

@@ -390,19 +390,25 @@ class GpuQueue:
     async def turn(self, notify: Notify) -> AsyncIterator[None]:
         ticket = object()
         self._queue.append(ticket)
+        acquired = False
+
+        async def report() -> None:
+            while True:
+                ahead = self._queue.index(ticket) + 1  # the running job, then those queued earlier
+                await notify(f"queued for the GPU: {ahead} job(s) ahead (one GPU job runs at a time)")
+                await anyio.sleep(HEARTBEAT_S)
+
         try:
             async with anyio.create_task_group() as tg:
                 if self._lock.locked():
-
-                    async def report() -> None:
-                        while True:
-                            ahead = self._queue.index(ticket) + 1  # the running job, then those queued earlier
-                            await notify(f"queued for the GPU: {ahead} job(s) ahead (one GPU job runs at a time)")
-                            await anyio.sleep(HEARTBEAT_S)
-
                     tg.start_soon(report)
                 await self._lock.acquire()
+                acquired = True
                 tg.cancel_scope.cancel()
+        except BaseException:
+            if acquired:  # cancelled (or the report failed) right after the lock was taken
+                self._lock.release()
+            raise
         finally:
             self._queue.remove(ticket)
         try:
@@ -433,6 +439,8 @@ class KerneloptService:
         self._devices: dict[int, _Device] = {}
         self._seeds: dict[str, int] = {}
         self._arch_probe: tuple[str, str] | None = None
+        # Evaluators keep inputs (and the seed) here: outside every root, and refused by confine().
+        self._private = Path(tempfile.mkdtemp(prefix="kernelopt-mcp-")).resolve()
 
     # --- paths and sources --------------------------------------------------------------
 
@@ -444,6 +452,8 @@ class KerneloptService:
         if not path.is_absolute():
             path = self.config.workspace / path
         real = path.resolve()
+        if real.is_relative_to(self._private):
+            raise RequestError(f"{raw}: inside the evaluations' private directory (their inputs are hidden)")
         roots = self.config.roots()
         if any(real.is_relative_to(root) for root in roots):
             return real
@@ -679,6 +689,7 @@ class KerneloptService:
             assert dev.harness is not None
             ev = Evaluator(
                 wl, dev.harness, info, seed=self._seeds.setdefault(wl.name, fresh_seed()),
+                workdir=Path(tempfile.mkdtemp(prefix=f"{wl.name}-", dir=self._private)),
                 arch=self.settings.arch, compile_cache=self.compile_cache,
                 options=EvaluateOptions(
                     warmup=self.settings.warmup, iterations=self.settings.iterations,
@@ -689,7 +700,7 @@ class KerneloptService:
             while len(dev.evaluators) > self.config.max_prepared:
                 name, evicted = dev.evaluators.popitem(last=False)
                 dev.prepared.discard(name)
-                evicted.close()
+                _discard(evicted)
         dev.evaluators.move_to_end(wl.name)
         ev.progress = progress
         if wl.name not in dev.prepared:  # say why the first call on a workload takes longer
@@ -698,7 +709,7 @@ class KerneloptService:
                 ev.prepare()
             except BaseException:
                 dev.evaluators.pop(wl.name, None)
-                ev.close()
+                _discard(ev)
                 raise
             dev.prepared.add(wl.name)
         ev.options = timing
@@ -774,7 +785,7 @@ class KerneloptService:
             dev.prepared.discard(name)
             ev = dev.evaluators.pop(name, None)
             if ev is not None:
-                ev.close()
+                _discard(ev)
         self._seeds.pop(name, None)
 
     def close(self) -> None:
@@ -786,6 +797,12 @@ class KerneloptService:
             dev.prepared.clear()
             if dev.harness is not None:
                 dev.harness.close()
+        shutil.rmtree(self._private, ignore_errors=True)
+
+
+def _discard(ev: Evaluator) -> None:
+    ev.close()
+    shutil.rmtree(ev.workdir, ignore_errors=True)
 
 
 def _mkdir(path: Path) -> Path:

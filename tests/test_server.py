@@ -484,6 +484,24 @@ async def test_gpu_jobs_queue_and_report_their_position(fake: Client) -> None:
     assert any("1 job(s) ahead" in m for m in messages[0] + messages[1]), messages
 
 
+async def test_the_hidden_inputs_cannot_be_read_even_under_a_root(tmp_path: Path, tiny_dir: Path) -> None:
+    import tempfile
+
+    config = make_config(tmp_path, tiny_dir, "fake")
+    config = ServerConfig(settings=config.settings, workspace=config.workspace, extra_roots=(Path(tempfile.gettempdir()).resolve(),))
+    app, service = build_server(config)
+    try:
+        async with Client(app) as client:
+            r = await client.call_tool("validate", {"workload": "tiny_add", "launch": ADD_LAUNCH, "source": kernel()})
+            assert r.structured_content["status"] == "ok"
+            workdir = service._private
+            manifest = next(workdir.rglob("input_cases.json"))
+            r = await client.call_tool("compile", {"path": str(manifest)})
+            assert r.is_error and "hidden" in text(r), text(r)
+    finally:
+        service.close()
+
+
 async def test_long_waits_and_launches_send_heartbeats(fake: Client, monkeypatch: pytest.MonkeyPatch) -> None:
     import kernelopt_mcp.service
 
