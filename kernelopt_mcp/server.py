@@ -121,7 +121,7 @@ FP32_LANES_PER_SM = {7: 64, 8: 64, 9: 128, 10: 128, 12: 128}
 
 
 class PeakHints(BaseModel):
-    dram_bytes_per_s: float = Field(description="theoretical, from memory clock and bus width")
+    dram_bytes_per_s: float | None = Field(None, description="theoretical, from memory clock and bus width")
     fp32_flops_per_s: float | None = Field(None, description="theoretical SIMT FP32 (FMA = 2 FLOPs) at the max clock")
     measured: dict[str, float] = Field(default_factory=dict, description="measured on this GPU model (H200 only)")
 
@@ -132,14 +132,16 @@ class GpuProperties(BaseModel):
 
     def text(self) -> str:
         d, p = self.device, self.peaks
+        clock = f"{d.clock_khz / 1e6:.2f} GHz" if d.clock_khz else "unknown"
+        peaks = [f"DRAM {p.dram_bytes_per_s / 1e12:.2f} TB/s"] if p.dram_bytes_per_s else []
+        peaks += [f"FP32 {p.fp32_flops_per_s / 1e12:.1f} TFLOP/s"] if p.fp32_flops_per_s else []
         lines = [
             d.summary(),
-            f"compute capability {d.compute_capability[0]}.{d.compute_capability[1]}, clock {d.clock_khz / 1e6:.2f} GHz, "
+            f"compute capability {d.compute_capability[0]}.{d.compute_capability[1]}, clock {clock}, "
             f"{d.max_threads_per_block} threads/block, {d.max_threads_per_sm} threads/SM, warp {d.warp_size}",
             f"shared memory: {d.shared_memory_per_block_bytes} B/block ({d.shared_memory_per_block_optin_bytes} B opt-in), "
             f"{d.shared_memory_per_sm_bytes} B/SM; registers: {d.registers_per_block}/block, {d.registers_per_sm}/SM",
-            f"peaks: DRAM {p.dram_bytes_per_s / 1e12:.2f} TB/s theoretical"
-            + (f", FP32 {p.fp32_flops_per_s / 1e12:.1f} TFLOP/s theoretical" if p.fp32_flops_per_s else ""),
+            f"theoretical peaks: {', '.join(peaks) or 'unknown (the driver did not report clocks)'}",
         ]
         lines += [f"measured: {k} = {v:.3g}" for k, v in p.measured.items()]
         return "\n".join(lines)
@@ -149,7 +151,7 @@ def gpu_properties_output(info: DeviceInfo) -> GpuProperties:
     lanes = FP32_LANES_PER_SM.get(info.compute_capability[0])
     if info.compute_capability in ((8, 6), (8, 7), (8, 9)):
         lanes = 128
-    fp32 = info.sm_count * lanes * 2 * info.clock_khz * 1e3 if lanes else None
+    fp32 = info.sm_count * lanes * 2 * info.clock_khz * 1e3 if lanes and info.clock_khz else None
     measured = H200_MEASURED if "H200" in info.name else {}
     return GpuProperties(
         device=info, peaks=PeakHints(dram_bytes_per_s=info.peak_memory_bandwidth_bytes_per_s, fp32_flops_per_s=fp32, measured=measured)
@@ -297,8 +299,10 @@ def tool_errors() -> Iterator[None]:
         raise ToolError(str(exc)) from exc
 
 
-def _result(model: BaseModel, text: str) -> CallToolResult:
-    return CallToolResult(content=[TextContent(type="text", text=text)], structured_content=model.model_dump(mode="json", exclude_none=True))
+def _result(model: BaseModel, text: str, *, drop_nulls: bool = True) -> CallToolResult:
+    """Structured content plus its text rendering; nulls are dropped where every nullable field has a default."""
+    structured = model.model_dump(mode="json", exclude_none=drop_nulls)
+    return CallToolResult(content=[TextContent(type="text", text=text)], structured_content=structured)
 
 
 def _progress(ctx: Context) -> Callable[[str], Awaitable[None]]:
@@ -369,7 +373,7 @@ def _register_tools(app: MCPServer, service: KerneloptService) -> None:
         no CUDA device is usable; compile still works then."""
         with tool_errors():
             out = gpu_properties_output(await service.device_info())
-        return _result(out, out.text())
+        return _result(out, out.text(), drop_nulls=False)  # DeviceInfo has required nullable fields
 
     @_tool(app, "compile", "Compile a kernel (NVRTC)")
     async def compile_tool(

@@ -46,6 +46,14 @@ if os.environ.get("KO_FAKE_GPU") == "nogpu":
     sys.exit(3)
 if sys.argv[1:2] == ["--version"]:
     say({"harness": "fake", "protocol": 1}); sys.exit(0)
+if sys.argv[1:2] == ["--device-info"] and os.environ.get("KO_FAKE_GPU") == "sparse":
+    say({"ordinal": 0, "device_count": 1, "name": "Some GPU", "compute_capability": [8, 0], "arch": "sm_80",
+         "sm_count": 108, "clock_khz": None, "total_memory_bytes": 42949672960, "l2_cache_bytes": 41943040,
+         "shared_memory_per_block_bytes": 49152, "shared_memory_per_block_optin_bytes": 166912,
+         "max_threads_per_block": 1024, "warp_size": 32, "max_block_dim": [1024, 1024, 64],
+         "max_grid_dim": [2147483647, 65535, 65535], "driver_version": 13000, "driver_version_str": "580.00",
+         "peak_memory_bandwidth_bytes_per_s": None})
+    sys.exit(0)
 if sys.argv[1:2] == ["--device-info"]:
     say({"ordinal": 0, "device_count": 1, "name": "NVIDIA H200 (fake)", "compute_capability": [9, 0],
          "arch": "sm_90", "sm_count": 132, "clock_khz": 1980000, "memory_clock_khz": 3201000,
@@ -365,6 +373,14 @@ async def test_gpu_properties_with_peaks(fake: Client) -> None:
     assert out["device"]["arch"] == "sm_90" and out["peaks"]["fp32_flops_per_s"] > 60e12
     assert out["peaks"]["measured"]["device_to_device_copy_bytes_per_s"] == 4.2e12
     assert "NVIDIA H200 (fake)" in text(r)
+
+
+async def test_gpu_properties_when_the_driver_withholds_some(tmp_path: Path, tiny_dir: Path) -> None:
+    async with _client(make_config(tmp_path, tiny_dir, "sparse")) as client:
+        r = await client.call_tool("gpu_properties", {})
+        assert not r.is_error, text(r)
+        assert r.structured_content["device"]["clock_khz"] is None and "unknown" in text(r)
+        assert r.structured_content["peaks"]["fp32_flops_per_s"] is None
 
 
 async def test_validate_passes_with_progress_and_hides_the_seed(fake: Client) -> None:
