@@ -10,7 +10,8 @@ Kernel outcomes (a compile error, a mismatch, a fault, a timeout) are *data*: se
     ├── InputError                  an input generator or data file cannot produce the buffer
     ├── ToolchainNotFound           NVRTC, the CUDA headers or the harness binary are missing
     ├── DeviceUnavailable           no CUDA driver or device where one is needed
-    └── HarnessError                the native harness misbehaved (bad answer, I/O, protocol)
+    ├── HarnessError                the native harness misbehaved (bad answer, I/O, protocol)
+    └── HarnessCancelled            the caller cancelled the job; the harness was stopped
 
 Every message says what failed, why, and what to do next.
 """
@@ -48,3 +49,7 @@ class DeviceUnavailable(KerneloptError):
 
 class HarnessError(KerneloptError):
     """The native harness could not be run or answered outside its contract."""
+
+
+class HarnessCancelled(KerneloptError):
+    """The job was cancelled: the harness was killed and will not restart until re-armed."""

@@ -27,7 +27,7 @@ from .compiler import CompileCache, CompileResult, compile_kernel
 from .dtypes import scalar_raw
 from .errors import HarnessError, LaunchConfigError, WorkloadError
 from .gpu import DeviceInfo
-from .harness import ExitCode, HarnessProcess, HarnessReply, raise_for_request_error
+from .harness import ExitCode, HarnessProcess, raise_for_request_error
 from .inputs import CaseInputs, fresh_seed, materialize
 from .launch import DeviceLimits, LaunchSpec, ResolvedLaunch, resolve
 from .oracle import run_oracle

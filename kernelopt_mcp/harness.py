@@ -23,7 +23,7 @@ from enum import IntEnum
 from pathlib import Path
 from typing import Any
 
-from .errors import DeviceUnavailable, HarnessError, ToolchainNotFound
+from .errors import DeviceUnavailable, HarnessCancelled, HarnessError, ToolchainNotFound
 
 HARNESS_NAME = "kernelopt-harness"
 MAX_STDERR_BYTES = 64 * 1024
@@ -122,12 +122,20 @@ class HarnessProcess:
         self.device = device
         self.env = env
         self.restarts = 0
+        self._start_lock = threading.Lock()
+        self._cancelled = threading.Event()
         self._proc: subprocess.Popen[bytes] | None = None
         self._sink = _StderrSink()
         self._stderr_thread: threading.Thread | None = None
         self._buffer = b""
 
     def _start(self) -> subprocess.Popen[bytes]:
+        with self._start_lock:
+            if self._cancelled.is_set():
+                raise HarnessCancelled("the call was cancelled; the harness was stopped")
+            return self._start_locked()
+
+    def _start_locked(self) -> subprocess.Popen[bytes]:
         if self._proc is not None and self._proc.poll() is None:
             return self._proc
         if self._proc is not None:
@@ -210,6 +218,24 @@ class HarnessProcess:
         line, _, self._buffer = self._buffer.partition(b"\n")
         return line, False
 
+    def cancel(self) -> None:
+        """Kill the harness now and refuse to start another until :meth:`rearm`.
+
+        Safe to call from another thread: a request in flight sees the process die and
+        returns; one that has not started raises :class:`HarnessCancelled`.
+        """
+        with self._start_lock:
+            self._cancelled.set()
+        self.kill()
+
+    def rearm(self) -> None:
+        """Allow the harness to start again after :meth:`cancel`."""
+        self._cancelled.clear()
+
+    @property
+    def cancelled(self) -> bool:
+        return self._cancelled.is_set()
+
     def kill(self) -> None:
         """Kill the process group now (a hung kernel, a cancelled call)."""
         proc = self._proc
@@ -258,7 +284,8 @@ def run_once(binary: Path, args: list[str], timeout_s: float = 60) -> tuple[int,
     """Run the harness with ``args`` (e.g. ``--device-info``) and parse its JSON answer."""
     try:
         proc = subprocess.run(
-            [str(binary), *args], capture_output=True, timeout=timeout_s, start_new_session=True
+            [str(binary), *args], stdin=subprocess.DEVNULL, capture_output=True, timeout=timeout_s,
+            start_new_session=True,  # never inherit an MCP client's stdio pipe
         )
     except subprocess.TimeoutExpired:
         raise HarnessError(f"{binary} {' '.join(args)} did not answer within {timeout_s} s") from None

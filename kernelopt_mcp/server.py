@@ -43,21 +43,28 @@ from pydantic import BaseModel, Field
 from . import __version__
 from .compiler import MAX_SOURCE_BYTES
 from .config import Settings
-from .errors import DeviceUnavailable, HarnessError, KerneloptError, ToolchainNotFound, WorkloadError
-from .gpu import DeviceInfo
+from .errors import (
+    DeviceUnavailable,
+    HarnessCancelled,
+    HarnessError,
+    KerneloptError,
+    ToolchainNotFound,
+    WorkloadError,
+)
 from .launch import LaunchSpec
-from .service import (
-    MAX_ITERATIONS,
-    MAX_WARMUP,
-    NAME_RE,
+from .results import (
     CompileOutput,
     CreatedWorkload,
     EvaluationOutput,
-    JobCancelled,
-    KerneloptService,
-    ServerConfig,
+    GpuProperties,
+    WorkloadDescription,
+    WorkloadList,
+    WorkloadSummary,
+    describe,
+    gpu_properties_output,
 )
-from .workload import Tolerance, Workload, case_shape, json_schema
+from .service import MAX_ITERATIONS, MAX_WARMUP, NAME_RE, KerneloptService, ServerConfig
+from .workload import Workload, json_schema
 
 INSTRUCTIONS = """\
 kernelopt: trustworthy GPU tools for writing fast CUDA kernels. The loop: list_workloads ->
@@ -106,171 +113,6 @@ Launch = Annotated[
 ]
 
 
-# --- catalog results: the GPU and the workloads -------------------------------------------
-
-# Measured on an H200 (driver 580, CUDA 13.0; DESIGN.md, "Anchors"): what good looks like.
-H200_MEASURED = {
-    "device_to_device_copy_bytes_per_s": 4.2e12,
-    "sgemm_fp32_cublas_4096_flops_per_s": 50e12,
-    "tf32_tensor_core_gemm_flops_per_s": 385e12,
-    "bf16_tensor_core_gemm_flops_per_s": 690e12,
-    "softmax_8192x8192_pytorch_bytes_per_s": 1.7e12,
-    "sum_64M_floats_bytes_per_s": 3.2e12,
-}
-FP32_LANES_PER_SM = {7: 64, 8: 64, 9: 128, 10: 128, 12: 128}
-
-
-class PeakHints(BaseModel):
-    dram_bytes_per_s: float | None = Field(None, description="theoretical, from memory clock and bus width")
-    fp32_flops_per_s: float | None = Field(None, description="theoretical SIMT FP32 (FMA = 2 FLOPs) at the max clock")
-    measured: dict[str, float] = Field(default_factory=dict, description="measured on this GPU model (H200 only)")
-
-
-class GpuProperties(BaseModel):
-    device: DeviceInfo
-    peaks: PeakHints
-
-    def text(self) -> str:
-        d, p = self.device, self.peaks
-        clock = f"{d.clock_khz / 1e6:.2f} GHz" if d.clock_khz else "unknown"
-        peaks = [f"DRAM {p.dram_bytes_per_s / 1e12:.2f} TB/s"] if p.dram_bytes_per_s else []
-        peaks += [f"FP32 {p.fp32_flops_per_s / 1e12:.1f} TFLOP/s"] if p.fp32_flops_per_s else []
-        lines = [
-            d.summary(),
-            f"compute capability {d.compute_capability[0]}.{d.compute_capability[1]}, clock {clock}, "
-            f"{d.max_threads_per_block} threads/block, {d.max_threads_per_sm} threads/SM, warp {d.warp_size}",
-            f"shared memory: {d.shared_memory_per_block_bytes} B/block ({d.shared_memory_per_block_optin_bytes} B opt-in), "
-            f"{d.shared_memory_per_sm_bytes} B/SM; registers: {d.registers_per_block}/block, {d.registers_per_sm}/SM",
-            f"theoretical peaks: {', '.join(peaks) or 'unknown (the driver did not report clocks)'}",
-        ]
-        lines += [f"measured: {k} = {v:.3g}" for k, v in p.measured.items()]
-        return "\n".join(lines)
-
-
-def gpu_properties_output(info: DeviceInfo) -> GpuProperties:
-    lanes = FP32_LANES_PER_SM.get(info.compute_capability[0])
-    if info.compute_capability in ((8, 6), (8, 7), (8, 9)):
-        lanes = 128
-    fp32 = info.sm_count * lanes * 2 * info.clock_khz * 1e3 if lanes and info.clock_khz else None
-    measured = H200_MEASURED if "H200" in info.name else {}
-    return GpuProperties(
-        device=info, peaks=PeakHints(dram_bytes_per_s=info.peak_memory_bandwidth_bytes_per_s, fp32_flops_per_s=fp32, measured=measured)
-    )
-
-
-class WorkloadSummary(BaseModel):
-    name: str
-    origin: str = Field(description="bundled | configured | created")
-    description: str
-    c_prototype: str
-    correctness_cases: int
-    performance_cases: int
-
-
-class WorkloadList(BaseModel):
-    workloads: list[WorkloadSummary]
-    errors: list[str] = Field(default_factory=list, description="workloads that failed to load")
-
-    def text(self) -> str:
-        lines = [
-            f"{w.name} ({w.origin}; {w.correctness_cases} correctness + {w.performance_cases} performance cases): {w.description}"
-            for w in self.workloads
-        ]
-        return "\n".join(lines + [f"could not load: {e}" for e in self.errors]) or "no workloads"
-
-
-class ParamInfo(BaseModel):
-    name: str
-    kind: str = Field(description="buffer | scalar")
-    dtype: str
-    role: str | None = Field(None, description="buffers: in (read-only, checked unchanged) | out | inout")
-    shape: list[int | str] | None = None
-
-
-class CaseInfo(BaseModel):
-    name: str
-    kind: str = Field(description="correctness | performance (timed and scored)")
-    scalars: dict[str, int | float]
-    shapes: dict[str, list[int]]
-    buffer_bytes: int
-    inputs: dict[str, dict[str, Any]] = Field(default_factory=dict, description="generators overriding the workload's")
-
-
-class WorkloadDescription(BaseModel):
-    name: str
-    origin: str
-    description: str
-    entry: str
-    c_prototype: str = Field(description="the exact declaration the kernel must have")
-    params: list[ParamInfo]
-    cases: list[CaseInfo]
-    inputs: dict[str, dict[str, Any]] = Field(description="the generator of each input buffer")
-    tolerances: dict[str, Tolerance] = Field(description="per output: |a - e| <= atol * rms(e) + rtol * |e|")
-    cost: dict[str, str | None] = Field(description="FLOPs and minimum bytes per case, expressions of the scalars")
-    expected_outputs: str
-    reference_cu: str | None
-    reference_launch: LaunchSpec | None
-    initial_cu: str | None
-    initial_launch: LaunchSpec | None = Field(description="a valid `launch` for initial_cu")
-    initial_compile_options: list[str]
-    notes: list[str]
-
-    def text(self) -> str:
-        lines = [f"workload {self.name} ({self.origin}): {self.description}", f"kernel: {self.c_prototype}"]
-        lines += [f"  {p.name}: {p.kind} {p.dtype}" + (f" {p.role} shape {p.shape}" if p.kind == "buffer" else "") for p in self.params]
-        lines.append("cases:")
-        lines += [f"  {c.name} [{c.kind}] {c.scalars}" + (f" inputs {c.inputs}" if c.inputs else "") for c in self.cases]
-        lines.append(f"inputs: {json.dumps(self.inputs)}")
-        lines.append("tolerances: " + ", ".join(f"{k}: rtol {t.rtol:g}, atol {t.atol:g}" for k, t in self.tolerances.items()))
-        lines.append(f"cost: {self.cost}; expected outputs: {self.expected_outputs}")
-        if self.initial_launch is not None:
-            lines.append(f"initial launch: {self.initial_launch.model_dump_json(exclude_defaults=True)}")
-        lines += [f"note: {n}" for n in self.notes]
-        for label, src in (("reference.cu", self.reference_cu), ("initial.cu", self.initial_cu)):
-            if src:
-                lines += [f"--- {label} ---", src.rstrip()]
-        return "\n".join(lines)
-
-
-def describe(wl: Workload, origin: str) -> WorkloadDescription:
-    spec = wl.spec
-    params = [
-        ParamInfo(name=p.name, kind=p.kind, dtype=p.dtype.value, role=getattr(p, "role", None), shape=getattr(p, "shape", None))
-        for p in spec.signature.params
-    ]
-    cases = []
-    for c in spec.cases:
-        shapes = {p.name: list(case_shape(p, c.scalars)) for p in spec.signature.buffers}
-        nbytes = sum(int(_prod(shapes[p.name])) * p.dtype.itemsize for p in spec.signature.buffers)
-        cases.append(CaseInfo(
-            name=c.name, kind=c.kind, scalars=c.scalars, shapes=shapes, buffer_bytes=nbytes,
-            inputs={k: g.model_dump(mode="json") for k, g in c.inputs.items()},
-        ))
-    has_oracle = wl.oracle_path is not None
-    expected = (
-        "NumPy oracle (reference.py) on correctness cases; the CUDA reference, checked against it, elsewhere"
-        if has_oracle and wl.reference_cu else "NumPy oracle" if has_oracle
-        else "the CUDA reference only (not independently checked)"
-    )
-    return WorkloadDescription(
-        name=wl.name, origin=origin, description=spec.description, entry=spec.signature.entry,
-        c_prototype=spec.signature.c_prototype(), params=params, cases=cases,
-        inputs={k: g.model_dump(mode="json") for k, g in spec.inputs.items()},
-        tolerances={p.name: spec.tolerance_for(p.name) for p in spec.signature.outputs},
-        cost={"flops": spec.cost.flops, "bytes": spec.cost.bytes}, expected_outputs=expected,
-        reference_cu=wl.reference_cu, reference_launch=spec.reference.launch, initial_cu=wl.initial_cu,
-        initial_launch=spec.initial.launch if spec.initial else None,
-        initial_compile_options=spec.initial.compile_options if spec.initial else [], notes=wl.notes,
-    )
-
-
-def _prod(values: list[int]) -> int:
-    out = 1
-    for v in values:
-        out *= v
-    return out
-
-
 # --- errors --------------------------------------------------------------------------------
 
 
@@ -293,7 +135,7 @@ def tool_errors() -> Iterator[None]:
         ) from exc
     except WorkloadError as exc:
         raise ToolError(f"workload problem: {exc}") from exc
-    except JobCancelled as exc:
+    except HarnessCancelled as exc:
         raise ToolError(str(exc)) from exc
     except (KerneloptError, ValueError) as exc:  # RequestError, OptionError, ExpressionError, library checks
         raise ToolError(str(exc)) from exc

@@ -21,7 +21,6 @@ import os
 import re
 import shutil
 import tempfile
-import threading
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
@@ -35,16 +34,23 @@ import anyio.from_thread
 import anyio.lowlevel
 import anyio.to_thread
 import numpy as np
-from pydantic import BaseModel, Field
 
-from .compiler import MAX_SOURCE_BYTES, CompileCache, CompileResult, Diagnostic, Resources, compile_kernel
+from .compiler import MAX_SOURCE_BYTES, CompileCache, compile_kernel
 from .config import Settings, bundled_workloads_dir, list_workloads
-from .errors import KerneloptError
+from .errors import HarnessCancelled, KerneloptError
 from .evaluate import Candidate, EvaluateOptions, EvaluationResult, Evaluator
 from .gpu import DeviceInfo, device_info
 from .harness import HarnessProcess, find_harness
 from .inputs import MAX_BUFFER_BYTES, fresh_seed
 from .launch import LaunchSpec
+from .results import (
+    CompileOutput,
+    CreatedWorkload,
+    EvaluationOutput,
+    compile_error_output,
+    compile_output,
+    evaluation_output,
+)
 from .workload import DataFile, Workload, WorkloadSpec, case_shape, load_workload, parse_spec
 
 T = TypeVar("T")
@@ -60,267 +66,6 @@ NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 class RequestError(ValueError):
     """The request cannot be served as asked; the message says what to change."""
-
-
-class JobCancelled(KerneloptError):
-    """The tool call was cancelled while its GPU job ran."""
-
-
-# --- what the tools return: compact, JSON-safe (no NaN/Inf), each with a text rendering -------
-
-MAX_DIAGNOSTICS = 20
-MAX_MESSAGE_CHARS = 600
-Num = float | str  # a number, or "nan" / "inf" / "-inf" (JSON has no non-finite numbers)
-
-
-def _num(x: float | None) -> Num | None:
-    if x is None or math.isfinite(x):
-        return x
-    return "nan" if math.isnan(x) else ("inf" if x > 0 else "-inf")
-
-
-def _clip(text: str, limit: int = MAX_MESSAGE_CHARS) -> str:
-    return text if len(text) <= limit else f"{text[:limit]}… ({len(text) - limit} more characters)"
-
-
-def _g(x: Num | None, unit: str = "") -> str:
-    return f"{x:.4g}{unit}" if isinstance(x, float | int) else str(x)
-
-
-class KernelResources(BaseModel):
-    registers: int | None = None
-    static_shared_bytes: int | None = None
-    spill_store_bytes: int | None = None
-    spill_load_bytes: int | None = None
-    stack_frame_bytes: int | None = None
-    param_bytes: list[int] = Field(default_factory=list, description="size of each parameter")
-
-
-class CompileOutput(BaseModel):
-    status: str = Field(description="ok | error")
-    arch: str
-    arch_from: str = Field(description="why this arch: argument, server setting, this GPU, default")
-    nvrtc_version: str
-    duration_ms: float
-    cache_hit: bool
-    source_hash: str = Field(description="first 16 hex digits of the source's SHA-256")
-    options: list[str]
-    kernels: dict[str, KernelResources] = Field(default_factory=dict, description="per __global__ function")
-    diagnostics: list[Diagnostic] = Field(default_factory=list, description="errors and warnings, with 1-based lines")
-    diagnostics_omitted: int = 0
-    log: str = Field("", description="the compiler log, on errors only (truncated)")
-    log_lines_omitted: int = 0
-
-    def text(self) -> str:
-        head = f"compile {self.status} for {self.arch} ({self.arch_from}; NVRTC {self.nvrtc_version}, {self.duration_ms:.0f} ms{', cached' if self.cache_hit else ''})"
-        lines = [head]
-        for d in self.diagnostics:
-            lines.append(f"  {'line ' + str(d.line) if d.line else '-'}: {d.severity}: {d.message}")
-        if self.diagnostics_omitted:
-            lines.append(f"  ... {self.diagnostics_omitted} more diagnostics not shown")
-        for name, r in self.kernels.items():
-            lines.append(
-                f"  kernel {name}: {r.registers} registers, {r.static_shared_bytes} B static shared, "
-                f"{r.spill_store_bytes} B spill stores, {r.spill_load_bytes} B spill loads, {r.stack_frame_bytes} B stack"
-            )
-        if self.status != "ok" and not self.diagnostics and self.log:
-            lines.append(_clip(self.log, 1500))
-        return "\n".join(lines)
-
-
-def compile_output(result: CompileResult, arch_from: str) -> CompileOutput:
-    kernels = {
-        name: KernelResources(
-            **{k: getattr(r, k) for k in ("registers", "spill_store_bytes", "spill_load_bytes", "stack_frame_bytes")},
-            static_shared_bytes=r.shared_bytes, param_bytes=[p.size_bytes for p in params],
-        )
-        for name, params in result.entries.items()
-        for r in [result.resources.get(name) or Resources()]
-    }
-    return CompileOutput(
-        status=result.status.value, arch=result.arch, arch_from=arch_from, nvrtc_version=result.nvrtc_version,
-        duration_ms=result.duration_ms, cache_hit=result.cache_hit, source_hash=result.source_hash[:16],
-        options=result.options, kernels=kernels, diagnostics=result.diagnostics[:MAX_DIAGNOSTICS],
-        diagnostics_omitted=max(0, len(result.diagnostics) - MAX_DIAGNOSTICS),
-        log="" if result.ok else result.log, log_lines_omitted=0 if result.ok else result.log_lines_omitted,
-    )
-
-
-class Mismatch(BaseModel):
-    index: list[int]
-    expected: Num
-    actual: Num
-
-
-class OutputCheck(BaseModel):
-    name: str
-    passed: bool
-    elements: int
-    mismatches: int = Field(description="elements outside tolerance, NaN/Inf included")
-    nonfinite: int = Field(description="NaN/Inf elements (outputs are NaN-poisoned: NaN often means unwritten)")
-    max_abs_error: Num
-    max_rel_error: Num
-    rel_l2_error: Num
-    rtol: float
-    atol: float = Field(description="relative to the RMS of the expected output")
-    first_mismatches: list[Mismatch] = Field(default_factory=list)
-    mismatches_not_listed: int = 0
-
-
-class Timing(BaseModel):
-    median_ms: float
-    iqr_ms: float
-    min_ms: float
-    max_ms: float
-    cv: float = Field(description="stdev / mean")
-    noisy: bool = Field(description="IQR above 10% of the median")
-    warmup: int
-    iterations: int
-
-
-class CaseOutput(BaseModel):
-    name: str
-    kind: str
-    status: str
-    message: str = ""
-    launch: dict[str, Any] | None = Field(None, description="the resolved grid, block and dynamic shared bytes")
-    outputs: list[OutputCheck] = Field(default_factory=list)
-    cuda_error: str | None = None
-    occupancy_blocks_per_sm: int | None = None
-    timing: Timing | None = None
-    reference_median_ms: float | None = None
-    speedup: float | None = Field(None, description="reference median / this median")
-    flops_per_s: float | None = None
-    bytes_per_s: float | None = None
-
-
-class EvaluationOutput(BaseModel):
-    status: str = Field(
-        description="ok | compile_error | invalid_launch | runtime_error | timeout | mismatch | "
-        "out_of_bounds_write | input_modified (the most serious over the cases)"
-    )
-    message: str
-    mode: str = Field(description="validate | benchmark")
-    workload: str
-    device: str | None = None
-    arch: str
-    source_hash: str | None = None
-    cases_passed: int = 0
-    cases_total: int = 0
-    score_ms: float | None = Field(None, description="geometric mean of the performance cases' median latencies")
-    reference_score_ms: float | None = None
-    speedup: float | None = Field(None, description="reference score / this score (>1 is faster)")
-    cases: list[CaseOutput] = Field(default_factory=list)
-    compile: CompileOutput | None = None
-    expected_from: str = ""
-    notes: list[str] = Field(default_factory=list)
-
-    def text(self) -> str:
-        head = f"{self.mode} {self.workload} on {self.device or '?'} ({self.arch}): {self.status}"
-        if self.cases:
-            head += f", {self.cases_passed}/{self.cases_total} cases pass"
-        if not self.cases or (self.status == "ok" and not self.speedup):
-            head += f": {_clip(self.message, 300)}"
-        lines = [head]
-        if self.speedup:
-            lines.append(f"score {self.score_ms:.4g} ms; CUDA reference {self.reference_score_ms:.4g} ms; speedup {self.speedup:.3g}x")
-        for c in self.cases:
-            lines.append(f"  {c.name} [{c.kind}] {c.status}{_case_detail(c)}")
-        if self.compile is not None:
-            lines.extend(line for line in self.compile.text().splitlines()[1:])
-        lines.extend(f"note: {n}" for n in self.notes)
-        return "\n".join(lines)
-
-
-def _case_detail(c: CaseOutput) -> str:
-    if c.status not in ("ok", "mismatch"):
-        return f": {_clip(c.message, 300)}" if c.message else ""
-    parts = []
-    for o in c.outputs:
-        if o.passed:
-            parts.append(f"{o.name} max rel err {_g(o.max_rel_error)}")
-            continue
-        text = f"{o.name}: {o.mismatches}/{o.elements} elements off"
-        if o.nonfinite:
-            text += f" ({o.nonfinite} NaN/Inf: NaN is what unwritten elements hold)"
-        if o.first_mismatches:
-            m = o.first_mismatches[0]
-            text += f", first at {m.index}: expected {_g(m.expected)}, got {_g(m.actual)}"
-        parts.append(text)
-    if c.timing:
-        t = c.timing
-        parts.append(f"median {t.median_ms:.4g} ms (IQR {t.iqr_ms:.2g}{', noisy' if t.noisy else ''})")
-        if c.speedup:
-            parts.append(f"ref {c.reference_median_ms:.4g} ms, {c.speedup:.3g}x")
-        if c.bytes_per_s:
-            parts.append(f"{c.bytes_per_s / 1e9:.0f} GB/s")
-        if c.flops_per_s:
-            parts.append(f"{c.flops_per_s / 1e12:.2f} TFLOP/s")
-    return (": " + "; ".join(parts)) if parts else ""
-
-
-def evaluation_output(result: EvaluationResult, mode: str) -> EvaluationOutput:
-    cases = []
-    for c in result.cases:
-        checks = [
-            OutputCheck(
-                name=o.name, passed=o.passed, elements=o.elements, mismatches=o.mismatches, nonfinite=o.nonfinite,
-                max_abs_error=_num(o.max_abs_error), max_rel_error=_num(o.max_rel_error),
-                rel_l2_error=_num(o.rel_l2_error), rtol=o.rtol, atol=o.atol,
-                first_mismatches=[
-                    Mismatch(index=m.index, expected=_num(m.expected), actual=_num(m.actual))
-                    for m in o.first_mismatches
-                ],
-                mismatches_not_listed=o.mismatches - len(o.first_mismatches),
-            )
-            for o in c.outputs
-        ]
-        t = c.timing
-        cases.append(CaseOutput(
-            name=c.name, kind=c.kind, status=c.status.value, message=_clip(c.message), launch=c.launch,
-            outputs=checks, cuda_error=(c.error.cuda_error or c.error.message) if c.error else None,
-            occupancy_blocks_per_sm=c.occupancy_blocks_per_sm,
-            timing=Timing(
-                median_ms=t.median_ms, iqr_ms=t.iqr_ms, min_ms=t.min_ms, max_ms=t.max_ms, cv=t.cv,
-                noisy=t.noisy, warmup=t.warmup, iterations=t.iterations,
-            ) if t else None,
-            reference_median_ms=c.reference_median_ms, speedup=c.speedup,
-            flops_per_s=c.flops_per_s, bytes_per_s=c.bytes_per_s,
-        ))
-    return EvaluationOutput(
-        status=result.status.value, message=_clip(result.message), mode=mode, workload=result.workload,
-        device=result.device, arch=result.arch, source_hash=(result.source_hash or "")[:16] or None,
-        cases_passed=sum(c.status == "ok" for c in cases), cases_total=len(cases),
-        score_ms=result.score_ms, reference_score_ms=result.reference_score_ms, speedup=result.speedup,
-        cases=cases, compile=compile_output(result.compile, "the device") if result.compile else None,
-        expected_from=result.expected_from, notes=result.notes,
-    )
-
-
-def compile_error_output(compiled: CompileResult, workload: str, mode: str, device: str) -> EvaluationOutput:
-    return EvaluationOutput(
-        status="compile_error", message=compiled.summary(), mode=mode, workload=workload, device=device,
-        arch=compiled.arch, source_hash=compiled.source_hash[:16], compile=compile_output(compiled, "the device"),
-    )
-
-
-class CreatedWorkload(BaseModel):
-    name: str
-    path: str
-    uri: str = Field(description="read it back as an MCP resource")
-    replaced: bool
-    c_prototype: str
-    correctness_cases: int
-    performance_cases: int
-    total_buffer_bytes: int = Field(description="all buffers of all cases")
-    notes: list[str] = Field(default_factory=list)
-
-    def text(self) -> str:
-        return (
-            f"{'replaced' if self.replaced else 'created'} workload {self.name} ({self.correctness_cases} correctness + "
-            f"{self.performance_cases} performance cases, {self.total_buffer_bytes / 2**20:.1f} MiB of buffers) at "
-            f"{self.path}\nkernel prototype: {self.c_prototype}\n" + "\n".join(f"note: {n}" for n in self.notes)
-        )
 
 
 @dataclass(frozen=True)
@@ -349,34 +94,6 @@ class ServerConfig:
         """Directories that ``path`` arguments may name files under (symlinks resolved)."""
         roots = [self.workspace, *self.settings.workload_dirs, *self.extra_roots]
         return list(dict.fromkeys(r.expanduser().resolve() for r in roots))
-
-
-class _CancellableHarness(HarnessProcess):
-    """A harness process that a cancelled call can kill and keep from restarting.
-
-    Works around a missing library hook (see the server's report): ``HarnessProcess``
-    restarts itself on the next request, so an abandoned job could start a fresh process
-    after the kill. ``_start`` is guarded by a flag that :meth:`cancel` sets under a lock.
-    """
-
-    def __init__(self, binary: Path, device: int) -> None:
-        super().__init__(binary, device)
-        self._guard = threading.Lock()
-        self.cancelled = threading.Event()
-
-    def _start(self) -> Any:
-        with self._guard:
-            if self.cancelled.is_set():
-                raise JobCancelled("the call was cancelled; the harness was stopped")
-            return super()._start()
-
-    def cancel(self) -> None:
-        with self._guard:
-            self.cancelled.set()
-        self.kill()
-
-    def rearm(self) -> None:
-        self.cancelled.clear()
 
 
 class GpuQueue:
@@ -423,7 +140,7 @@ class _Device:
 
     ordinal: int
     queue: GpuQueue = field(default_factory=GpuQueue)
-    harness: _CancellableHarness | None = None
+    harness: HarnessProcess | None = None
     evaluators: OrderedDict[str, Evaluator] = field(default_factory=OrderedDict)
     prepared: set[str] = field(default_factory=set)
 
@@ -725,15 +442,15 @@ class KerneloptService:
         dev = self._device()
         async with dev.queue.turn(notify):
             if dev.harness is None:
-                dev.harness = _CancellableHarness(find_harness(self.settings.harness), dev.ordinal)
+                dev.harness = HarnessProcess(find_harness(self.settings.harness), dev.ordinal)
             harness = dev.harness
             harness.rearm()
             send, receive = anyio.create_memory_object_stream[str](math.inf)
             finished = False
 
             def progress(message: str, done: int, total: int) -> None:
-                if harness.cancelled.is_set():
-                    raise JobCancelled("the call was cancelled")
+                if harness.cancelled:
+                    raise HarnessCancelled("the call was cancelled")
                 try:
                     anyio.from_thread.run_sync(send.send_nowait, message)
                 except (anyio.ClosedResourceError, anyio.BrokenResourceError, RuntimeError):

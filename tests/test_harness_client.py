@@ -97,3 +97,24 @@ def test_invalid_json_answer_is_a_harness_error(fake: HarnessProcess) -> None:
 def test_missing_harness_says_how_to_build_it(tmp_path: Path) -> None:
     with pytest.raises(ToolchainNotFound, match="pip install"):
         find_harness(tmp_path / "nope")
+
+
+def test_cancel_kills_and_blocks_restart_until_rearmed(fake: HarnessProcess) -> None:
+    import threading
+
+    from kernelopt_mcp.errors import HarnessCancelled
+
+    with fake:
+        replies = []
+        t = threading.Thread(target=lambda: replies.append(fake.request({"entry": "hang"}, 30)))
+        t.start()
+        time.sleep(0.5)
+        fake.cancel()
+        t.join(timeout=10)
+        assert not t.is_alive(), "cancel did not unblock the request in flight"
+        assert replies and replies[0].answer is None and replies[0].fatal
+        assert fake.cancelled
+        with pytest.raises(HarnessCancelled):
+            fake.request({"entry": "ok"}, 10)
+        fake.rearm()
+        assert fake.request({"entry": "ok"}, 10).answer

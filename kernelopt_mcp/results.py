@@ -1,0 +1,436 @@
+"""What the MCP tools return: compact, JSON-safe results (no NaN/Inf), each with a text
+rendering for clients that show the model only text. Built from the library's results;
+no MCP imports here (server.py is the only module that imports mcp)."""
+
+from __future__ import annotations
+
+import json
+import math
+from typing import Any
+
+from pydantic import BaseModel, Field
+
+from .compiler import CompileResult, Diagnostic, Resources
+from .evaluate import EvaluationResult
+from .gpu import DeviceInfo
+from .launch import LaunchSpec
+from .workload import Tolerance, Workload, case_shape
+
+MAX_DIAGNOSTICS = 20
+MAX_MESSAGE_CHARS = 600
+Num = float | str  # a number, or "nan" / "inf" / "-inf" (JSON has no non-finite numbers)
+
+
+def _num(x: float | None) -> Num | None:
+    if x is None or math.isfinite(x):
+        return x
+    return "nan" if math.isnan(x) else ("inf" if x > 0 else "-inf")
+
+
+def _clip(text: str, limit: int = MAX_MESSAGE_CHARS) -> str:
+    return text if len(text) <= limit else f"{text[:limit]}… ({len(text) - limit} more characters)"
+
+
+def _g(x: Num | None, unit: str = "") -> str:
+    return f"{x:.4g}{unit}" if isinstance(x, float | int) else str(x)
+
+
+class KernelResources(BaseModel):
+    registers: int | None = None
+    static_shared_bytes: int | None = None
+    spill_store_bytes: int | None = None
+    spill_load_bytes: int | None = None
+    stack_frame_bytes: int | None = None
+    param_bytes: list[int] = Field(default_factory=list, description="size of each parameter")
+
+
+class CompileOutput(BaseModel):
+    status: str = Field(description="ok | error")
+    arch: str
+    arch_from: str = Field(description="why this arch: argument, server setting, this GPU, default")
+    nvrtc_version: str
+    duration_ms: float
+    cache_hit: bool
+    source_hash: str = Field(description="first 16 hex digits of the source's SHA-256")
+    options: list[str]
+    kernels: dict[str, KernelResources] = Field(default_factory=dict, description="per __global__ function")
+    diagnostics: list[Diagnostic] = Field(default_factory=list, description="errors and warnings, with 1-based lines")
+    diagnostics_omitted: int = 0
+    log: str = Field("", description="the compiler log, on errors only (truncated)")
+    log_lines_omitted: int = 0
+
+    def text(self) -> str:
+        head = f"compile {self.status} for {self.arch} ({self.arch_from}; NVRTC {self.nvrtc_version}, {self.duration_ms:.0f} ms{', cached' if self.cache_hit else ''})"
+        lines = [head]
+        for d in self.diagnostics:
+            lines.append(f"  {'line ' + str(d.line) if d.line else '-'}: {d.severity}: {d.message}")
+        if self.diagnostics_omitted:
+            lines.append(f"  ... {self.diagnostics_omitted} more diagnostics not shown")
+        for name, r in self.kernels.items():
+            lines.append(
+                f"  kernel {name}: {r.registers} registers, {r.static_shared_bytes} B static shared, "
+                f"{r.spill_store_bytes} B spill stores, {r.spill_load_bytes} B spill loads, {r.stack_frame_bytes} B stack"
+            )
+        if self.status != "ok" and not self.diagnostics and self.log:
+            lines.append(_clip(self.log, 1500))
+        return "\n".join(lines)
+
+
+def compile_output(result: CompileResult, arch_from: str) -> CompileOutput:
+    kernels = {
+        name: KernelResources(
+            **{k: getattr(r, k) for k in ("registers", "spill_store_bytes", "spill_load_bytes", "stack_frame_bytes")},
+            static_shared_bytes=r.shared_bytes, param_bytes=[p.size_bytes for p in params],
+        )
+        for name, params in result.entries.items()
+        for r in [result.resources.get(name) or Resources()]
+    }
+    return CompileOutput(
+        status=result.status.value, arch=result.arch, arch_from=arch_from, nvrtc_version=result.nvrtc_version,
+        duration_ms=result.duration_ms, cache_hit=result.cache_hit, source_hash=result.source_hash[:16],
+        options=result.options, kernels=kernels, diagnostics=result.diagnostics[:MAX_DIAGNOSTICS],
+        diagnostics_omitted=max(0, len(result.diagnostics) - MAX_DIAGNOSTICS),
+        log="" if result.ok else result.log, log_lines_omitted=0 if result.ok else result.log_lines_omitted,
+    )
+
+
+class Mismatch(BaseModel):
+    index: list[int]
+    expected: Num
+    actual: Num
+
+
+class OutputCheck(BaseModel):
+    name: str
+    passed: bool
+    elements: int
+    mismatches: int = Field(description="elements outside tolerance, NaN/Inf included")
+    nonfinite: int = Field(description="NaN/Inf elements (outputs are NaN-poisoned: NaN often means unwritten)")
+    max_abs_error: Num
+    max_rel_error: Num
+    rel_l2_error: Num
+    rtol: float
+    atol: float = Field(description="relative to the RMS of the expected output")
+    first_mismatches: list[Mismatch] = Field(default_factory=list)
+    mismatches_not_listed: int = 0
+
+
+class Timing(BaseModel):
+    median_ms: float
+    iqr_ms: float
+    min_ms: float
+    max_ms: float
+    cv: float = Field(description="stdev / mean")
+    noisy: bool = Field(description="IQR above 10% of the median")
+    warmup: int
+    iterations: int
+
+
+class CaseOutput(BaseModel):
+    name: str
+    kind: str
+    status: str
+    message: str = ""
+    launch: dict[str, Any] | None = Field(None, description="the resolved grid, block and dynamic shared bytes")
+    outputs: list[OutputCheck] = Field(default_factory=list)
+    cuda_error: str | None = None
+    occupancy_blocks_per_sm: int | None = None
+    timing: Timing | None = None
+    reference_median_ms: float | None = None
+    speedup: float | None = Field(None, description="reference median / this median")
+    flops_per_s: float | None = None
+    bytes_per_s: float | None = None
+
+
+class EvaluationOutput(BaseModel):
+    status: str = Field(
+        description="ok | compile_error | invalid_launch | runtime_error | timeout | mismatch | "
+        "out_of_bounds_write | input_modified (the most serious over the cases)"
+    )
+    message: str
+    mode: str = Field(description="validate | benchmark")
+    workload: str
+    device: str | None = None
+    arch: str
+    source_hash: str | None = None
+    cases_passed: int = 0
+    cases_total: int = 0
+    score_ms: float | None = Field(None, description="geometric mean of the performance cases' median latencies")
+    reference_score_ms: float | None = None
+    speedup: float | None = Field(None, description="reference score / this score (>1 is faster)")
+    cases: list[CaseOutput] = Field(default_factory=list)
+    compile: CompileOutput | None = None
+    expected_from: str = ""
+    notes: list[str] = Field(default_factory=list)
+
+    def text(self) -> str:
+        head = f"{self.mode} {self.workload} on {self.device or '?'} ({self.arch}): {self.status}"
+        if self.cases:
+            head += f", {self.cases_passed}/{self.cases_total} cases pass"
+        if not self.cases or (self.status == "ok" and not self.speedup):
+            head += f": {_clip(self.message, 300)}"
+        lines = [head]
+        if self.speedup:
+            lines.append(f"score {self.score_ms:.4g} ms; CUDA reference {self.reference_score_ms:.4g} ms; speedup {self.speedup:.3g}x")
+        for c in self.cases:
+            lines.append(f"  {c.name} [{c.kind}] {c.status}{_case_detail(c)}")
+        if self.compile is not None:
+            lines.extend(line for line in self.compile.text().splitlines()[1:])
+        lines.extend(f"note: {n}" for n in self.notes)
+        return "\n".join(lines)
+
+
+def _case_detail(c: CaseOutput) -> str:
+    if c.status not in ("ok", "mismatch"):
+        return f": {_clip(c.message, 300)}" if c.message else ""
+    parts = []
+    for o in c.outputs:
+        if o.passed:
+            parts.append(f"{o.name} max rel err {_g(o.max_rel_error)}")
+            continue
+        text = f"{o.name}: {o.mismatches}/{o.elements} elements off"
+        if o.nonfinite:
+            text += f" ({o.nonfinite} NaN/Inf: NaN is what unwritten elements hold)"
+        if o.first_mismatches:
+            m = o.first_mismatches[0]
+            text += f", first at {m.index}: expected {_g(m.expected)}, got {_g(m.actual)}"
+        parts.append(text)
+    if c.timing:
+        t = c.timing
+        parts.append(f"median {t.median_ms:.4g} ms (IQR {t.iqr_ms:.2g}{', noisy' if t.noisy else ''})")
+        if c.speedup:
+            parts.append(f"ref {c.reference_median_ms:.4g} ms, {c.speedup:.3g}x")
+        if c.bytes_per_s:
+            parts.append(f"{c.bytes_per_s / 1e9:.0f} GB/s")
+        if c.flops_per_s:
+            parts.append(f"{c.flops_per_s / 1e12:.2f} TFLOP/s")
+    return (": " + "; ".join(parts)) if parts else ""
+
+
+def evaluation_output(result: EvaluationResult, mode: str) -> EvaluationOutput:
+    cases = []
+    for c in result.cases:
+        checks = [
+            OutputCheck(
+                name=o.name, passed=o.passed, elements=o.elements, mismatches=o.mismatches, nonfinite=o.nonfinite,
+                max_abs_error=_num(o.max_abs_error), max_rel_error=_num(o.max_rel_error),
+                rel_l2_error=_num(o.rel_l2_error), rtol=o.rtol, atol=o.atol,
+                first_mismatches=[
+                    Mismatch(index=m.index, expected=_num(m.expected), actual=_num(m.actual))
+                    for m in o.first_mismatches
+                ],
+                mismatches_not_listed=o.mismatches - len(o.first_mismatches),
+            )
+            for o in c.outputs
+        ]
+        t = c.timing
+        cases.append(CaseOutput(
+            name=c.name, kind=c.kind, status=c.status.value, message=_clip(c.message), launch=c.launch,
+            outputs=checks, cuda_error=(c.error.cuda_error or c.error.message) if c.error else None,
+            occupancy_blocks_per_sm=c.occupancy_blocks_per_sm,
+            timing=Timing(
+                median_ms=t.median_ms, iqr_ms=t.iqr_ms, min_ms=t.min_ms, max_ms=t.max_ms, cv=t.cv,
+                noisy=t.noisy, warmup=t.warmup, iterations=t.iterations,
+            ) if t else None,
+            reference_median_ms=c.reference_median_ms, speedup=c.speedup,
+            flops_per_s=c.flops_per_s, bytes_per_s=c.bytes_per_s,
+        ))
+    return EvaluationOutput(
+        status=result.status.value, message=_clip(result.message), mode=mode, workload=result.workload,
+        device=result.device, arch=result.arch, source_hash=(result.source_hash or "")[:16] or None,
+        cases_passed=sum(c.status == "ok" for c in cases), cases_total=len(cases),
+        score_ms=result.score_ms, reference_score_ms=result.reference_score_ms, speedup=result.speedup,
+        cases=cases, compile=compile_output(result.compile, "the device") if result.compile else None,
+        expected_from=result.expected_from, notes=result.notes,
+    )
+
+
+def compile_error_output(compiled: CompileResult, workload: str, mode: str, device: str) -> EvaluationOutput:
+    return EvaluationOutput(
+        status="compile_error", message=compiled.summary(), mode=mode, workload=workload, device=device,
+        arch=compiled.arch, source_hash=compiled.source_hash[:16], compile=compile_output(compiled, "the device"),
+    )
+
+
+class CreatedWorkload(BaseModel):
+    name: str
+    path: str
+    uri: str = Field(description="read it back as an MCP resource")
+    replaced: bool
+    c_prototype: str
+    correctness_cases: int
+    performance_cases: int
+    total_buffer_bytes: int = Field(description="all buffers of all cases")
+    notes: list[str] = Field(default_factory=list)
+
+    def text(self) -> str:
+        return (
+            f"{'replaced' if self.replaced else 'created'} workload {self.name} ({self.correctness_cases} correctness + "
+            f"{self.performance_cases} performance cases, {self.total_buffer_bytes / 2**20:.1f} MiB of buffers) at "
+            f"{self.path}\nkernel prototype: {self.c_prototype}\n" + "\n".join(f"note: {n}" for n in self.notes)
+        )
+
+
+# --- catalog results: the GPU and the workloads -------------------------------------------
+
+# Measured on an H200 (driver 580, CUDA 13.0; DESIGN.md, "Anchors"): what good looks like.
+H200_MEASURED = {
+    "device_to_device_copy_bytes_per_s": 4.2e12,
+    "sgemm_fp32_cublas_4096_flops_per_s": 50e12,
+    "tf32_tensor_core_gemm_flops_per_s": 385e12,
+    "bf16_tensor_core_gemm_flops_per_s": 690e12,
+    "softmax_8192x8192_pytorch_bytes_per_s": 1.7e12,
+    "sum_64M_floats_bytes_per_s": 3.2e12,
+}
+FP32_LANES_PER_SM = {7: 64, 8: 64, 9: 128, 10: 128, 12: 128}
+
+
+class PeakHints(BaseModel):
+    dram_bytes_per_s: float | None = Field(None, description="theoretical, from memory clock and bus width")
+    fp32_flops_per_s: float | None = Field(None, description="theoretical SIMT FP32 (FMA = 2 FLOPs) at the max clock")
+    measured: dict[str, float] = Field(default_factory=dict, description="measured on this GPU model (H200 only)")
+
+
+class GpuProperties(BaseModel):
+    device: DeviceInfo
+    peaks: PeakHints
+
+    def text(self) -> str:
+        d, p = self.device, self.peaks
+        clock = f"{d.clock_khz / 1e6:.2f} GHz" if d.clock_khz else "unknown"
+        peaks = [f"DRAM {p.dram_bytes_per_s / 1e12:.2f} TB/s"] if p.dram_bytes_per_s else []
+        peaks += [f"FP32 {p.fp32_flops_per_s / 1e12:.1f} TFLOP/s"] if p.fp32_flops_per_s else []
+        lines = [
+            d.summary(),
+            f"compute capability {d.compute_capability[0]}.{d.compute_capability[1]}, clock {clock}, "
+            f"{d.max_threads_per_block} threads/block, {d.max_threads_per_sm} threads/SM, warp {d.warp_size}",
+            f"shared memory: {d.shared_memory_per_block_bytes} B/block ({d.shared_memory_per_block_optin_bytes} B opt-in), "
+            f"{d.shared_memory_per_sm_bytes} B/SM; registers: {d.registers_per_block}/block, {d.registers_per_sm}/SM",
+            f"theoretical peaks: {', '.join(peaks) or 'unknown (the driver did not report clocks)'}",
+        ]
+        lines += [f"measured: {k} = {v:.3g}" for k, v in p.measured.items()]
+        return "\n".join(lines)
+
+
+def gpu_properties_output(info: DeviceInfo) -> GpuProperties:
+    lanes = FP32_LANES_PER_SM.get(info.compute_capability[0])
+    if info.compute_capability in ((8, 6), (8, 7), (8, 9)):
+        lanes = 128
+    fp32 = info.sm_count * lanes * 2 * info.clock_khz * 1e3 if lanes and info.clock_khz else None
+    measured = H200_MEASURED if "H200" in info.name else {}
+    return GpuProperties(
+        device=info, peaks=PeakHints(dram_bytes_per_s=info.peak_memory_bandwidth_bytes_per_s, fp32_flops_per_s=fp32, measured=measured)
+    )
+
+
+class WorkloadSummary(BaseModel):
+    name: str
+    origin: str = Field(description="bundled | configured | created")
+    description: str
+    c_prototype: str
+    correctness_cases: int
+    performance_cases: int
+
+
+class WorkloadList(BaseModel):
+    workloads: list[WorkloadSummary]
+    errors: list[str] = Field(default_factory=list, description="workloads that failed to load")
+
+    def text(self) -> str:
+        lines = [
+            f"{w.name} ({w.origin}; {w.correctness_cases} correctness + {w.performance_cases} performance cases): {w.description}"
+            for w in self.workloads
+        ]
+        return "\n".join(lines + [f"could not load: {e}" for e in self.errors]) or "no workloads"
+
+
+class ParamInfo(BaseModel):
+    name: str
+    kind: str = Field(description="buffer | scalar")
+    dtype: str
+    role: str | None = Field(None, description="buffers: in (read-only, checked unchanged) | out | inout")
+    shape: list[int | str] | None = None
+
+
+class CaseInfo(BaseModel):
+    name: str
+    kind: str = Field(description="correctness | performance (timed and scored)")
+    scalars: dict[str, int | float]
+    shapes: dict[str, list[int]]
+    buffer_bytes: int
+    inputs: dict[str, dict[str, Any]] = Field(default_factory=dict, description="generators overriding the workload's")
+
+
+class WorkloadDescription(BaseModel):
+    name: str
+    origin: str
+    description: str
+    entry: str
+    c_prototype: str = Field(description="the exact declaration the kernel must have")
+    params: list[ParamInfo]
+    cases: list[CaseInfo]
+    inputs: dict[str, dict[str, Any]] = Field(description="the generator of each input buffer")
+    tolerances: dict[str, Tolerance] = Field(description="per output: |a - e| <= atol * rms(e) + rtol * |e|")
+    cost: dict[str, str | None] = Field(description="FLOPs and minimum bytes per case, expressions of the scalars")
+    expected_outputs: str
+    reference_cu: str | None
+    reference_launch: LaunchSpec | None
+    initial_cu: str | None
+    initial_launch: LaunchSpec | None = Field(description="a valid `launch` for initial_cu")
+    initial_compile_options: list[str]
+    notes: list[str]
+
+    def text(self) -> str:
+        lines = [f"workload {self.name} ({self.origin}): {self.description}", f"kernel: {self.c_prototype}"]
+        lines += [f"  {p.name}: {p.kind} {p.dtype}" + (f" {p.role} shape {p.shape}" if p.kind == "buffer" else "") for p in self.params]
+        lines.append("cases:")
+        lines += [f"  {c.name} [{c.kind}] {c.scalars}" + (f" inputs {c.inputs}" if c.inputs else "") for c in self.cases]
+        lines.append(f"inputs: {json.dumps(self.inputs)}")
+        lines.append("tolerances: " + ", ".join(f"{k}: rtol {t.rtol:g}, atol {t.atol:g}" for k, t in self.tolerances.items()))
+        lines.append(f"cost: {self.cost}; expected outputs: {self.expected_outputs}")
+        if self.initial_launch is not None:
+            lines.append(f"initial launch: {self.initial_launch.model_dump_json(exclude_defaults=True)}")
+        lines += [f"note: {n}" for n in self.notes]
+        for label, src in (("reference.cu", self.reference_cu), ("initial.cu", self.initial_cu)):
+            if src:
+                lines += [f"--- {label} ---", src.rstrip()]
+        return "\n".join(lines)
+
+
+def describe(wl: Workload, origin: str) -> WorkloadDescription:
+    spec = wl.spec
+    params = [
+        ParamInfo(name=p.name, kind=p.kind, dtype=p.dtype.value, role=getattr(p, "role", None), shape=getattr(p, "shape", None))
+        for p in spec.signature.params
+    ]
+    cases = []
+    for c in spec.cases:
+        shapes = {p.name: list(case_shape(p, c.scalars)) for p in spec.signature.buffers}
+        nbytes = sum(int(_prod(shapes[p.name])) * p.dtype.itemsize for p in spec.signature.buffers)
+        cases.append(CaseInfo(
+            name=c.name, kind=c.kind, scalars=c.scalars, shapes=shapes, buffer_bytes=nbytes,
+            inputs={k: g.model_dump(mode="json") for k, g in c.inputs.items()},
+        ))
+    has_oracle = wl.oracle_path is not None
+    expected = (
+        "NumPy oracle (reference.py) on correctness cases; the CUDA reference, checked against it, elsewhere"
+        if has_oracle and wl.reference_cu else "NumPy oracle" if has_oracle
+        else "the CUDA reference only (not independently checked)"
+    )
+    return WorkloadDescription(
+        name=wl.name, origin=origin, description=spec.description, entry=spec.signature.entry,
+        c_prototype=spec.signature.c_prototype(), params=params, cases=cases,
+        inputs={k: g.model_dump(mode="json") for k, g in spec.inputs.items()},
+        tolerances={p.name: spec.tolerance_for(p.name) for p in spec.signature.outputs},
+        cost={"flops": spec.cost.flops, "bytes": spec.cost.bytes}, expected_outputs=expected,
+        reference_cu=wl.reference_cu, reference_launch=spec.reference.launch, initial_cu=wl.initial_cu,
+        initial_launch=spec.initial.launch if spec.initial else None,
+        initial_compile_options=spec.initial.compile_options if spec.initial else [], notes=wl.notes,
+    )
+
+
+def _prod(values: list[int]) -> int:
+    out = 1
+    for v in values:
+        out *= v
+    return out
