@@ -10,10 +10,10 @@ finish() { tar -czf "$OUT/logs.tar.gz" -C "$LOGS" . ; }
 trap finish EXIT
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 1
 export PYTHONPATH=/tmp/site:$PYTHONPATH PATH=/tmp/site/bin:$PATH PYTHONUNBUFFERED=1
-python3 -m pip install -q --no-build-isolation --no-deps --target /tmp/site . > "$LOGS/install.log" 2>&1 || { tail -30 "$LOGS/install.log"; exit 1; }
+python3 -m pip install -q --no-build-isolation --no-deps --upgrade --target /tmp/site . > "$LOGS/install.log" 2>&1 || { tail -30 "$LOGS/install.log"; exit 1; }
 export KERNELOPT_HARNESS=/tmp/site/bin/kernelopt-harness
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu,power.draw --format=csv | tee "$LOGS/nvidia-smi.txt"
-kernelopt gpu --json > "$LOGS/gpu.json" || exit 1
+kernelopt gpu --json > "$LOGS/gpu.json" || { echo "kernelopt gpu failed"; exit 1; }
 if [ "$#" -gt 0 ]; then
   KERNELOPT_GPU_REPORT="$LOGS/report.jsonl" python3 -m pytest --run-gpu -q -p no:cacheprovider --durations=15 "$@" 2>&1 | tee "$LOGS/pytest_gpu.log"
 fi
