@@ -22,6 +22,8 @@ if [ -n "$EVALUATE_ALL" ]; then
     /usr/bin/time -f "$w: %e s wall" kernelopt evaluate "$w" --json > "$LOGS/eval_$w.json" 2> "$LOGS/eval_$w.err"
     echo "$w rc=$? $(tail -1 "$LOGS/eval_$w.err")"
   done
+fi
+if [ -n "$EVALUATE_SGEMM" ]; then
   kernelopt evaluate sgemm > "$LOGS/evaluate_sgemm.txt" 2>&1
   tail -22 "$LOGS/evaluate_sgemm.txt"
 fi

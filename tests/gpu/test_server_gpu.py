@@ -6,6 +6,7 @@ else `python -m kernelopt_mcp.server`) with the real harness.
 
 from __future__ import annotations
 
+import os
 import shutil
 import sys
 import time
@@ -51,7 +52,9 @@ async def server(harness: Path, workspace: Path) -> AsyncIterator[Client]:
     cmd = [script] if script else [sys.executable, "-m", "kernelopt_mcp.server"]
     params = StdioServerParameters(
         command=cmd[0], args=[*cmd[1:], "--harness", str(harness), "--workspace", str(workspace)],
-        env={"PYTHONPATH": str(REPO)}, cwd=str(REPO),
+        # the SDK passes only a minimal environment by default; keep where packages live
+        env={**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))},
+        cwd=str(REPO),
     )
     async with Client(params, read_timeout_seconds=600) as client:
         yield client
