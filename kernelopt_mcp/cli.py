@@ -239,8 +239,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    out = Console(stderr=False)
-    err = Console(stderr=True)
+    # Not a terminal (a log, a pipe, CI): don't squeeze tables into 80 columns.
+    out = Console(stderr=False, width=None if sys.stdout.isatty() else 160)
+    err = Console(stderr=True, width=None if sys.stderr.isatty() else 160)
     try:
         return args.fn(args, out)
     except (KerneloptError, OptionError) as exc:
