@@ -9,6 +9,8 @@ any number of candidates against the same data. Outcomes are data: a
 
 from __future__ import annotations
 
+import hashlib
+import json
 import math
 import statistics
 import tempfile
@@ -28,7 +30,7 @@ from .dtypes import scalar_raw
 from .errors import HarnessError, LaunchConfigError, WorkloadError
 from .gpu import DeviceInfo
 from .harness import ExitCode, HarnessProcess, raise_for_request_error
-from .inputs import CaseInputs, fresh_seed, materialize
+from .inputs import CaseInputs, fresh_seed, materialize, write_atomic
 from .launch import DeviceLimits, LaunchSpec, ResolvedLaunch, resolve
 from .oracle import run_oracle
 from .workload import BufferParam, Case, Workload
@@ -263,38 +265,17 @@ class Evaluator:
             device=self.device.name if self.device else None, expected_from=self.expected_from,
             notes=list(wl.notes),
         )
-        compiled = compile_kernel(
-            candidate.source, self.arch, candidate.compile_options, cache=self.compile_cache
-        )
-        if not compiled.ok:
+        compiled, module, problem = self._compile(candidate)
+        if module is None:
             return EvaluationResult(
-                status=Status.compile_error, message=compiled.summary(), compile=compiled,
+                status=Status.compile_error, message=problem or compiled.summary(), compile=compiled,
                 source_hash=compiled.source_hash, **base,
             )
-        problem = self._check_entry(compiled)
-        if problem:
-            return EvaluationResult(
-                status=Status.compile_error, message=problem, compile=compiled,
-                source_hash=compiled.source_hash, **base,
-            )
-        module = self.workdir / "modules" / f"{compiled.source_hash[:16]}-{abs(hash(tuple(compiled.options)))}.cubin"
-        if not module.exists():
-            module.parent.mkdir(parents=True, exist_ok=True)
-            module.write_bytes(compiled.cubin or b"")
-
-        static_shared = sum((r.shared_bytes or 0) for r in compiled.resources.values())
         cases: list[CaseResult] = []
         resolved: dict[str, ResolvedLaunch] = {}
         for case in wl.spec.cases:
             try:
-                launch = resolve(candidate.launch.for_case(case.name), case.scalars, self.limits, case.name)
-                if launch.shared_bytes + static_shared > self.limits.max_shared_bytes_per_block_optin:
-                    raise LaunchConfigError(
-                        f"case {case.name!r}: {launch.shared_bytes} B dynamic + {static_shared} B "
-                        f"static shared memory exceeds the device's "
-                        f"{self.limits.max_shared_bytes_per_block_optin} B per block"
-                    )
-                resolved[case.name] = launch
+                resolved[case.name] = self._resolve(candidate, compiled, case)
             except LaunchConfigError as exc:
                 cases.append(CaseResult(name=case.name, kind=case.kind, status=Status.invalid_launch, message=str(exc)))
 
@@ -360,12 +341,64 @@ class Evaluator:
 
     # --- one case --------------------------------------------------------------------
 
+    def _compile(self, candidate: Candidate) -> tuple[CompileResult, Path | None, str | None]:
+        """Compile and check the entry point; the module path is None when it cannot run."""
+        compiled = compile_kernel(
+            candidate.source, self.arch, candidate.compile_options, cache=self.compile_cache
+        )
+        if not compiled.ok:
+            return compiled, None, compiled.summary()
+        problem = self._check_entry(compiled)
+        if problem:
+            return compiled, None, problem
+        key = hashlib.sha256(json.dumps([compiled.source_hash, compiled.options, compiled.arch]).encode())
+        module = self.workdir / "modules" / f"{key.hexdigest()[:24]}.cubin"
+        if not module.exists():
+            write_atomic(module, compiled.cubin or b"", durable=False)
+        return compiled, module, None
+
+    def _resolve(self, candidate: Candidate, compiled: CompileResult, case: Case) -> ResolvedLaunch:
+        launch = resolve(candidate.launch.for_case(case.name), case.scalars, self.limits, case.name)
+        static_shared = sum((r.shared_bytes or 0) for r in compiled.resources.values())
+        if launch.shared_bytes + static_shared > self.limits.max_shared_bytes_per_block_optin:
+            raise LaunchConfigError(
+                f"case {case.name!r}: {launch.shared_bytes} B dynamic + {static_shared} B "
+                f"static shared memory exceeds the device's "
+                f"{self.limits.max_shared_bytes_per_block_optin} B per block"
+            )
+        return launch
+
+    def request_for(
+        self, candidate: Candidate, case_name: str, out_dir: Path, *, timing: bool = False
+    ) -> tuple[dict[str, Any] | None, CompileResult, str | None]:
+        """The harness request that runs one case of ``candidate`` (for profiling or replay).
+
+        Returns ``(request, compiled, None)``, or ``(None, compiled, problem)`` when the
+        candidate does not compile or its launch is invalid for the case.
+        """
+        self.prepare(time_reference=False)
+        compiled, module, problem = self._compile(candidate)
+        if module is None:
+            return None, compiled, problem
+        case = self.workload.spec.case(case_name)
+        try:
+            launch = self._resolve(candidate, compiled, case)
+        except LaunchConfigError as exc:
+            return None, compiled, str(exc)
+        out_dir.mkdir(parents=True, exist_ok=True)
+        return self._request(module, case, launch, out_dir, timing), compiled, None
+
     def _run_case(
         self, module: Path, case: Case, launch: ResolvedLaunch, tag: str, *, timing: bool, check: bool, keep: bool
     ) -> CaseResult:
         out_dir = self.workdir / "outputs" / tag / case.name
         out_dir.mkdir(parents=True, exist_ok=True)
         request = self._request(module, case, launch, out_dir, timing)
+        # Kept so a case can be replayed with the harness alone: kernelopt-harness run FILE
+        write_atomic(
+            self.workdir / "requests" / tag / f"{case.name}{'.timing' if timing else ''}.json",
+            json.dumps(request, indent=1).encode(), durable=False,
+        )
         timeout = self._timeout(case, timing)
         reply = self.harness.request(request, timeout)
         cr = CaseResult(name=case.name, kind=case.kind, status=Status.ok, launch=launch.as_json())
