@@ -56,48 +56,74 @@ class OutputComparison(BaseModel):
         return text
 
 
+CHUNK_ELEMENTS = 1 << 20  # compare in slices: bounded temporaries, cache-friendly
+
+
 def compare(name: str, expected: np.ndarray, actual: np.ndarray, tol: Tolerance) -> OutputComparison:
     """Compare ``actual`` with ``expected`` (any numeric dtypes, same number of elements)."""
-    exp = np.asarray(expected, dtype=np.float64)
-    act = np.asarray(actual, dtype=np.float64)
-    if act.size != exp.size:
-        raise ValueError(f"{name}: {act.size} elements, expected {exp.size}")
-    act = act.reshape(exp.shape)
-    n = exp.size
+    exp_flat = np.asarray(expected).reshape(-1)
+    act_flat = np.asarray(actual).reshape(-1)
+    shape = np.shape(expected)
+    if act_flat.size != exp_flat.size:
+        raise ValueError(f"{name}: {act_flat.size} elements, expected {exp_flat.size}")
+    n = exp_flat.size
     if n == 0:
         return OutputComparison(
             name=name, passed=True, elements=0, mismatches=0, nonfinite=0, max_abs_error=0.0,
             max_rel_error=0.0, rel_l2_error=0.0, scale=0.0, rtol=tol.rtol, atol=tol.atol,
         )
-    finite_exp = np.isfinite(exp)
-    scale = float(np.sqrt(np.mean(np.square(exp[finite_exp])))) if finite_exp.any() else 0.0
+    # Pass 1: the scale (RMS of the finite expected values) that atol is relative to.
+    sum_sq, finite_count = 0.0, 0
+    for lo in range(0, n, CHUNK_ELEMENTS):
+        e = exp_flat[lo : lo + CHUNK_ELEMENTS].astype(np.float64)
+        finite = np.isfinite(e)
+        if not finite.all():
+            e = e[finite]
+        finite_count += e.size
+        sum_sq += float(np.dot(e, e))
+    scale = math.sqrt(sum_sq / finite_count) if finite_count else 0.0
+    norm = math.sqrt(sum_sq)
     # For an all-zero expectation, allow only float32 rounding noise rather than nothing.
-    abs_tol = tol.atol * scale if scale > 0 else tol.atol * np.finfo(np.float32).tiny
+    abs_tol = tol.atol * scale if scale > 0 else tol.atol * float(np.finfo(np.float32).tiny)
+    rel_floor = scale if scale > 0 else 1.0
+
+    # Pass 2: errors, mismatches and the first few mismatching elements.
+    mismatches = nonfinite = 0
+    max_abs = max_rel = err_sq = 0.0
+    first: list[Mismatch] = []
     with np.errstate(invalid="ignore", over="ignore"):
-        diff = np.abs(act - exp)
-        nonfinite_mask = ~np.isfinite(act)
-        bad = ~(diff <= abs_tol + tol.rtol * np.abs(exp)) | nonfinite_mask | ~finite_exp
-        finite_diff = np.where(np.isfinite(diff), diff, 0.0)
-        rel = finite_diff / np.maximum(np.abs(exp), scale if scale > 0 else 1.0)
-        norm = float(np.linalg.norm(np.where(finite_exp, exp, 0.0)))
-        err_norm = float(np.linalg.norm(np.where(np.isfinite(diff), diff, 0.0)))
-    mismatches = int(np.count_nonzero(bad))
-    first = []
-    if mismatches:
-        for flat in np.flatnonzero(bad)[:MAX_REPORTED_MISMATCHES]:
-            idx = np.unravel_index(int(flat), exp.shape)
-            first.append(
-                Mismatch(index=[int(i) for i in idx], expected=float(exp[idx]), actual=float(act[idx]))
-            )
-    nonfinite = int(np.count_nonzero(nonfinite_mask))
+        for lo in range(0, n, CHUNK_ELEMENTS):
+            e = exp_flat[lo : lo + CHUNK_ELEMENTS].astype(np.float64)
+            a = act_flat[lo : lo + CHUNK_ELEMENTS].astype(np.float64)
+            abs_e = np.abs(e)
+            diff = np.abs(a - e)
+            ok = diff <= abs_tol + tol.rtol * abs_e  # False for NaN/Inf on either side
+            bad_count = ok.size - int(np.count_nonzero(ok))
+            nonfinite += a.size - int(np.count_nonzero(np.isfinite(a)))
+            finite_diff = np.isfinite(diff)
+            if not finite_diff.all():
+                diff = np.where(finite_diff, diff, 0.0)
+            if diff.size:
+                max_abs = max(max_abs, float(diff.max()))
+                max_rel = max(max_rel, float((diff / np.maximum(abs_e, rel_floor)).max()))
+                err_sq += float(np.dot(diff, diff))
+            if bad_count:
+                mismatches += bad_count
+                if len(first) < MAX_REPORTED_MISMATCHES:
+                    for flat in np.flatnonzero(~ok)[: MAX_REPORTED_MISMATCHES - len(first)]:
+                        idx = np.unravel_index(lo + int(flat), shape)
+                        first.append(Mismatch(
+                            index=[int(i) for i in idx], expected=float(e[flat]), actual=float(a[flat]),
+                        ))
+    err_norm = math.sqrt(err_sq)
     return OutputComparison(
         name=name,
         passed=mismatches == 0,
         elements=n,
         mismatches=mismatches,
         nonfinite=nonfinite,
-        max_abs_error=math.inf if nonfinite else float(finite_diff.max()),
-        max_rel_error=math.inf if nonfinite else float(rel.max()),
+        max_abs_error=math.inf if nonfinite else max_abs,
+        max_rel_error=math.inf if nonfinite else max_rel,
         rel_l2_error=math.inf if nonfinite else (err_norm / norm if norm > 0 else err_norm),
         scale=scale,
         rtol=tol.rtol,

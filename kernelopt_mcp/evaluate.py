@@ -551,7 +551,7 @@ class Evaluator:
             except OSError as exc:
                 raise HarnessError(f"the harness wrote no output {path}: {exc}") from None
             dtype = p.dtype.numpy.newbyteorder("<")
-            outputs[p.name] = np.frombuffer(data, dtype=dtype).astype(p.dtype.numpy).reshape(ci.shapes[p.name])
+            outputs[p.name] = np.frombuffer(data, dtype=dtype).astype(p.dtype.numpy, copy=False).reshape(ci.shapes[p.name])
         return outputs
 
     def _add_rates(self, cr: CaseResult, case: Case) -> None:

@@ -108,3 +108,19 @@ def test_geometric_mean() -> None:
         geometric_mean([1.0, 0.0])
     with pytest.raises(ValueError):
         geometric_mean([1.0, float("nan")])
+
+
+def test_chunked_comparison_matches_across_chunk_boundaries() -> None:
+    from kernelopt_mcp.compare import CHUNK_ELEMENTS
+
+    rows = 3 * CHUNK_ELEMENTS // 1024 + 1
+    expected = np.random.default_rng(2).normal(size=(rows, 1024))
+    actual = expected.astype(np.float32)
+    actual[rows // 2, 7] += 10.0  # in the second chunk
+    actual[-1, -1] = np.nan  # in the last chunk
+    r = compare("y", expected, actual, TOL)
+    assert r.mismatches == 2 and r.nonfinite == 1
+    assert [m.index for m in r.first_mismatches] == [[rows // 2, 7], [rows - 1, 1023]]
+    assert r.scale == pytest.approx(float(np.sqrt(np.mean(expected**2))))
+    clean = compare("y", expected, expected.astype(np.float32), TOL)
+    assert clean.passed and clean.max_abs_error == pytest.approx(float(np.abs(expected.astype(np.float32) - expected).max()))
