@@ -1,0 +1,144 @@
+"""A pretend GPU for CPU tests: a stand-in for the native harness that runs vector_add-style
+kernels in NumPy, and the small workload it understands.
+
+Two modes of the stand-in (written to a test's tmp_path by :func:`write_harness`):
+- "nogpu": answers every command like a machine without a driver (exit 3, driver_unavailable);
+- "fake":  a pretend H200 that computes c = a + b (buffers named a, b, c) in NumPy. Markers in the
+  kernel's source (kept in the CUBIN as a __device__ string, see :func:`kernel`) make it hang
+  (HANG), crash (CRASH), return a wrong element (WRONG), be slow to answer (SLOW) or fast (FAST);
+  ``MS:<case>=<ms>;...`` sets the median latency of named cases.
+It speaks the harness's `serve` protocol (one JSON request per line on stdin), so every path of
+the server and of clients above it runs for real, bar the GPU itself.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+ADD_LAUNCH = {"default": {"grid": ["ceil_div(n, 256)"], "block": [256]}}
+
+FAKE_HARNESS = r'''
+import json, os, re, sys, time
+import numpy as np
+
+def say(obj):
+    sys.stdout.write(json.dumps(obj) + "\n"); sys.stdout.flush()
+
+if os.environ.get("KO_FAKE_GPU") == "nogpu":
+    say({"protocol": 1, "status": "error", "error": {"kind": "driver_unavailable",
+         "message": "libcuda.so.1: cannot open shared object file"}})
+    sys.exit(3)
+if sys.argv[1:2] == ["--version"]:
+    say({"harness": "fake", "protocol": 1}); sys.exit(0)
+if sys.argv[1:2] == ["--device-info"] and os.environ.get("KO_FAKE_GPU") == "sparse":
+    say({"ordinal": 0, "device_count": 1, "name": "Some GPU", "compute_capability": [8, 0], "arch": "sm_80",
+         "sm_count": 108, "clock_khz": None, "total_memory_bytes": 42949672960, "l2_cache_bytes": 41943040,
+         "shared_memory_per_block_bytes": 49152, "shared_memory_per_block_optin_bytes": 166912,
+         "max_threads_per_block": 1024, "warp_size": 32, "max_block_dim": [1024, 1024, 64],
+         "max_grid_dim": [2147483647, 65535, 65535], "driver_version": 13000, "driver_version_str": "580.00",
+         "peak_memory_bandwidth_bytes_per_s": None})
+    sys.exit(0)
+if sys.argv[1:2] == ["--device-info"]:
+    say({"ordinal": 0, "device_count": 1, "name": "NVIDIA H200 (fake)", "compute_capability": [9, 0],
+         "arch": "sm_90", "sm_count": 132, "clock_khz": 1980000, "memory_clock_khz": 3201000,
+         "memory_bus_width_bits": 6144, "total_memory_bytes": 150754820096, "l2_cache_bytes": 52428800,
+         "shared_memory_per_sm_bytes": 233472, "shared_memory_per_block_bytes": 49152,
+         "shared_memory_per_block_optin_bytes": 232448, "registers_per_sm": 65536,
+         "registers_per_block": 65536, "max_threads_per_block": 1024, "max_threads_per_sm": 2048,
+         "warp_size": 32, "max_block_dim": [1024, 1024, 64], "max_grid_dim": [2147483647, 65535, 65535],
+         "driver_version": 13000, "driver_version_str": "580.00", "peak_memory_bandwidth_bytes_per_s": 4.9e12})
+    sys.exit(0)
+for line in sys.stdin:
+    req = json.loads(line)
+    module = open(req["module"], "rb").read()
+    case = req["cases"][0]
+    if b"KO_FAKE_HANG" in module:
+        time.sleep(3600)
+    if b"KO_FAKE_SLOW" in module:
+        time.sleep(0.5)
+    result = {"name": case["name"], "status": "ok", "error": None, "guard_violations": [],
+              "modified_inputs": [], "occupancy_blocks_per_sm": 8}
+    if b"KO_FAKE_CRASH" in module:
+        result.update(status="runtime_error", error={"call": "cuCtxSynchronize",
+                      "cuda_error": "CUDA_ERROR_ILLEGAL_ADDRESS", "code": 700,
+                      "message": "an illegal memory access was encountered"})
+        say({"protocol": 1, "status": "ok", "error": None, "cases": [result]})
+        sys.exit(5)
+    bufs = {a["name"]: a for a in case["args"] if a["kind"] == "buffer"}
+    a = np.fromfile(bufs["a"]["input"], dtype="<f4")
+    b = np.fromfile(bufs["b"]["input"], dtype="<f4")
+    c = (a + b).astype("<f4")
+    if b"KO_FAKE_WRONG" in module and c.size:
+        c[c.size // 2] += 1.0
+    c.tofile(bufs["c"]["output"])
+    timing = case.get("timing") or {}
+    if timing.get("iterations"):
+        t = 0.05 if b"KO_FAKE_FAST" in module else 0.1
+        # KO_FAKE_MS:<case>=<ms>;... sets the median of named cases (tests of ranking by geometric mean)
+        for name, ms in re.findall(rb"([A-Za-z0-9_.-]+)=([0-9.]+);", (re.findall(rb"KO_FAKE_MS:([^\x00]*)", module) or [b""])[0]):
+            if name.decode() == case["name"]:
+                t = float(ms)
+        result["timing"] = {"warmup": timing["warmup"], "iterations": timing["iterations"], "flush_l2": True,
+                            "times_ms": [t * (1 + 0.01 * (i % 3)) for i in range(timing["iterations"])]}
+    say({"protocol": 1, "status": "ok", "error": None, "cases": [result]})
+'''
+
+ADD_KERNEL = """\
+{marker}
+extern "C" __global__ void vector_add(const float* a, const float* b, float* c, int n) {{
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) c[i] = a[i] + b[i];
+}}
+"""
+
+
+def kernel(mode: str = "") -> str:
+    return ADD_KERNEL.format(marker=f'__device__ char ko_fake_mode[] = "KO_FAKE_{mode}";' if mode else "")
+
+
+TINY_SPEC: dict[str, Any] = {
+    "name": "tiny_add",
+    "description": "c = a + b on small vectors (a test workload)",
+    "signature": {"entry": "vector_add", "params": [
+        {"kind": "buffer", "name": "a", "dtype": "float32", "role": "in", "shape": ["n"]},
+        {"kind": "buffer", "name": "b", "dtype": "float32", "role": "in", "shape": ["n"]},
+        {"kind": "buffer", "name": "c", "dtype": "float32", "role": "out", "shape": ["n"]},
+        {"kind": "scalar", "name": "n", "dtype": "int32"},
+    ]},
+    "inputs": {"a": {"generator": "uniform"}, "b": {"generator": "normal"}},
+    "cases": [
+        {"name": "one", "kind": "correctness", "scalars": {"n": 1}},
+        {"name": "odd_1001", "kind": "correctness", "scalars": {"n": 1001}},
+        {"name": "n_4096", "kind": "performance", "scalars": {"n": 4096}},
+    ],
+    "reference": {"launch": {"grid": ["ceil_div(n, 128)"], "block": [128]}},
+    "initial": {"launch": {"grid": ["ceil_div(n, 64)"], "block": [64]}},
+    "cost": {"flops": "n", "bytes": "12 * n"},
+}
+
+
+def write_harness(directory: Path, mode: str) -> Path:
+    script = directory / "fake_harness.py"
+    script.write_text(FAKE_HARNESS)
+    wrapper = directory / f"kernelopt-harness-{mode}"
+    wrapper.write_text(f"#!/bin/sh\nKO_FAKE_GPU={mode} exec {sys.executable} {script} \"$@\"\n")
+    wrapper.chmod(0o755)
+    return wrapper
+
+
+def write_tiny_workload(parent: Path, spec: dict[str, Any] | None = None) -> Path:
+    """A configured workload directory ``parent/<name>`` (NumPy oracle + CUDA reference); returns ``parent``."""
+    spec = json.loads(json.dumps(spec or TINY_SPEC))
+    wl = parent / spec["name"]
+    wl.mkdir(parents=True)
+    spec["reference"] = {"python": "reference.py", "cuda": "reference.cu", **spec["reference"]}
+    (wl / "workload.json").write_text(json.dumps(spec))
+    (wl / "reference.py").write_text(
+        "import numpy as np\n\ndef reference(a, b, n):\n    return {'c': a.astype(np.float64) + b}\n"
+    )
+    (wl / "reference.cu").write_text(kernel())
+    (wl / "initial.cu").write_text(kernel())
+    return parent
