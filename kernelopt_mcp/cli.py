@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -15,12 +16,14 @@ from rich.table import Table
 from . import __version__
 from .compiler import CompileCache, OptionError, compile_kernel
 from .config import Settings, find_workload, list_workloads
+from .docs import search_docs
 from .errors import KerneloptError
 from .evaluate import Candidate, EvaluateOptions, EvaluationResult, Evaluator, initial_candidate
 from .gpu import device_info
 from .harness import HarnessProcess, find_harness
 from .launch import LaunchSpec
-from .workload import json_schema
+from .profiler import CLOCK_CONTROLS, ProfileOptions, find_ncu, profile_case
+from .workload import Workload, json_schema
 
 EXIT_OK, EXIT_FAILED, EXIT_ERROR = 0, 1, 2
 
@@ -30,6 +33,7 @@ def _settings(args: argparse.Namespace) -> Settings:
         harness=getattr(args, "harness", None),
         device=getattr(args, "device", None),
         arch=getattr(args, "arch", None),
+        ncu=getattr(args, "ncu", None),
     )
 
 
@@ -95,9 +99,8 @@ def cmd_compile(args: argparse.Namespace, out: Console) -> int:
     return EXIT_OK if result.ok else EXIT_FAILED
 
 
-def cmd_evaluate(args: argparse.Namespace, out: Console) -> int:
-    settings = _settings(args)
-    workload = find_workload(args.workload, settings)
+def _candidate(args: argparse.Namespace, workload: Workload) -> Candidate:
+    """KERNEL.cu with --launch (default: the initial kernel's launch), or the initial kernel."""
     if args.kernel:
         source = Path(args.kernel).read_text()
         if args.launch:
@@ -106,11 +109,17 @@ def cmd_evaluate(args: argparse.Namespace, out: Console) -> int:
             launch = workload.spec.initial.launch
         else:
             raise KerneloptError("no launch configuration: pass --launch LAUNCH.json")
-        candidate = Candidate(source, launch, args.option or [], Path(args.kernel).stem)
-    else:
-        candidate = initial_candidate(workload)
-        if args.launch:
-            candidate.launch = LaunchSpec.model_validate_json(Path(args.launch).read_text())
+        return Candidate(source, launch, args.option or [], Path(args.kernel).stem)
+    candidate = initial_candidate(workload)
+    if args.launch:
+        candidate.launch = LaunchSpec.model_validate_json(Path(args.launch).read_text())
+    return candidate
+
+
+def cmd_evaluate(args: argparse.Namespace, out: Console) -> int:
+    settings = _settings(args)
+    workload = find_workload(args.workload, settings)
+    candidate = _candidate(args, workload)
     harness = find_harness(settings.harness)
     device = device_info(harness, settings.device)
     options = EvaluateOptions(
@@ -177,6 +186,63 @@ def print_result(out: Console, result: EvaluationResult, reference: EvaluationRe
         out.print(f"[yellow]note:[/] {escape(note)}", highlight=False)
 
 
+def cmd_profile(args: argparse.Namespace, out: Console) -> int:
+    settings = _settings(args)
+    workload = find_workload(args.workload, settings)
+    candidate = _candidate(args, workload)
+    options = ProfileOptions(
+        ncu=settings.ncu, clock_control=args.clock_control, section_set=args.set,
+        timeout_s=args.timeout or settings.profile_timeout_s,
+    )
+    options.check()
+    options.ncu = find_ncu(settings.ncu)  # before any GPU work: say at once when ncu is missing
+    harness = find_harness(settings.harness)
+    device = device_info(harness, settings.device)
+    case = args.case or (workload.spec.performance_cases[0].name if workload.spec.performance_cases else workload.spec.cases[-1].name)
+    out_dir = Path(args.output) if args.output else (
+        Path("kernelopt-profiles") / f"{time.strftime('%Y%m%d-%H%M%S')}-{workload.name}-{candidate.name}-{case}"
+    )
+
+    def progress(message: str, *_: int) -> None:
+        if not args.json:
+            out.print(f"[dim]… {escape(message)}[/]", highlight=False)
+
+    with HarnessProcess(harness, settings.device) as proc, Evaluator(
+        workload, proc, device, seed=args.seed, arch=settings.arch, progress=progress,
+        options=EvaluateOptions(timeout_s=settings.timeout_s),
+    ) as ev:
+        summary = profile_case(ev, candidate, case, out_dir, options, harness=harness, progress=progress)
+    if args.json:
+        print(summary.model_dump_json(indent=2))
+    else:
+        out.print(escape(summary.text()), highlight=False)
+    return EXIT_OK
+
+
+def cmd_docs(args: argparse.Namespace, out: Console) -> int:
+    settings = _settings(args)
+    arch = args.arch or settings.arch
+    if arch is None and not args.offline and not settings.docs_offline:
+        try:
+            arch = device_info(find_harness(settings.harness), settings.device).arch
+        except KerneloptError:
+            arch = None
+
+    def progress(message: str) -> None:
+        if not args.json:
+            out.print(f"[dim]… {escape(message)}[/]", highlight=False)
+
+    result = search_docs(
+        " ".join(args.query), arch=arch, limit=args.n, settings=settings, offline=True if args.offline else None,
+        progress=progress,
+    )
+    if args.json:
+        print(result.model_dump_json(indent=2))
+    else:
+        out.print(escape(result.text()), highlight=False)
+    return EXIT_OK if result.passages else EXIT_FAILED
+
+
 def cmd_schema(args: argparse.Namespace, out: Console) -> int:
     text = json.dumps(json_schema(), indent=2)
     if args.output:
@@ -230,6 +296,32 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--workdir", help="keep inputs and modules here (default: a temporary directory)")
     sp.add_argument("--json", action="store_true", help="print the full result as JSON")
     sp.set_defaults(fn=cmd_evaluate)
+
+    sp = sub.add_parser("profile", help="profile one case of a kernel under Nsight Compute (ncu)")
+    common(sp)
+    sp.add_argument("workload", help="bundled workload name or workload directory")
+    sp.add_argument("kernel", nargs="?", help="kernel .cu (default: the workload's initial kernel)")
+    sp.add_argument("--launch", help="launch spec JSON (default: the initial kernel's launch)")
+    sp.add_argument("--case", help="case to profile (default: the first performance case)")
+    sp.add_argument("--clock-control", choices=CLOCK_CONTROLS, default="none", help="ncu clock control (default none: the GPU's own clocks)")
+    sp.add_argument("--set", default="curated", help="curated (default: what the summary needs) or an ncu section set: basic, detailed, full")
+    sp.add_argument("--arch", help="compile target (default: the GPU's)")
+    sp.add_argument("-O", "--option", action="append", help="NVRTC option (whitelisted), repeatable")
+    sp.add_argument("--seed", type=int, help="input seed (default: fresh)")
+    sp.add_argument("--ncu", help="the ncu binary (default: PATH, /usr/local/cuda/bin, /opt/nvidia/nsight-compute; env KERNELOPT_NCU)")
+    sp.add_argument("--timeout", type=float, help="seconds ncu may take (default 600; env KERNELOPT_PROFILE_TIMEOUT)")
+    sp.add_argument("-o", "--output", help="directory for the report, raw CSV and summary (default kernelopt-profiles/<time>-<workload>-...)")
+    sp.add_argument("--json", action="store_true", help="print the summary as JSON")
+    sp.set_defaults(fn=cmd_profile)
+
+    sp = sub.add_parser("docs", help="search CUDA optimization guidance (offline notes + NVIDIA docs)")
+    common(sp)
+    sp.add_argument("query", nargs="+", help="a few words, e.g. shared memory bank conflicts")
+    sp.add_argument("--arch", help="rank guidance for this GPU first, e.g. sm_90 (default: the GPU's, if any)")
+    sp.add_argument("--offline", action="store_true", help="no network: the shipped notes and cached NVIDIA pages only")
+    sp.add_argument("-n", type=int, default=6, help="passages to show (default 6)")
+    sp.add_argument("--json", action="store_true")
+    sp.set_defaults(fn=cmd_docs)
 
     sp = sub.add_parser("schema", help="print the JSON Schema of workload.json")
     sp.add_argument("--output", "-o", help="write to a file instead of stdout")

@@ -36,6 +36,14 @@ class Settings:
     warmup: int = 10
     iterations: int = 100
     flush_l2: bool = True
+    # Nsight Compute: the ncu binary (else PATH and the usual install directories) and its deadline
+    ncu: Path | None = None
+    profile_timeout_s: float = 600.0
+    # documentation search: where the live NVIDIA docs are (tests point this at a local server),
+    # how long a cached page is fresh, and whether to stay off the network entirely
+    docs_url: str = "https://docs.nvidia.com/cuda/"
+    docs_ttl_s: float = 7 * 24 * 3600.0
+    docs_offline: bool = False
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None, **overrides: Any) -> Settings:
@@ -55,8 +63,22 @@ class Settings:
             values["cache_dir"] = Path(env["KERNELOPT_CACHE"])
         if env.get("KERNELOPT_TIMEOUT"):
             values["timeout_s"] = float(env["KERNELOPT_TIMEOUT"])
+        if env.get("KERNELOPT_NCU"):
+            values["ncu"] = Path(env["KERNELOPT_NCU"])
+        if env.get("KERNELOPT_PROFILE_TIMEOUT"):
+            values["profile_timeout_s"] = float(env["KERNELOPT_PROFILE_TIMEOUT"])
+        if env.get("KERNELOPT_DOCS_URL"):
+            values["docs_url"] = env["KERNELOPT_DOCS_URL"]
+        if env.get("KERNELOPT_DOCS_TTL"):
+            values["docs_ttl_s"] = float(env["KERNELOPT_DOCS_TTL"])
+        if env.get("KERNELOPT_DOCS_OFFLINE", "").strip().lower() in ("1", "true", "yes", "on"):
+            values["docs_offline"] = True
         values.update({k: v for k, v in overrides.items() if v is not None})
         return replace(cls(), **values)
+
+    def cache_root(self) -> Path:
+        """Where caches live: ``cache_dir`` (KERNELOPT_CACHE), else ``~/.cache/kernelopt``."""
+        return self.cache_dir if self.cache_dir is not None else Path.home() / ".cache" / "kernelopt"
 
     def as_json(self) -> dict[str, Any]:
         return {

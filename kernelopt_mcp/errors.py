@@ -8,10 +8,14 @@ Kernel outcomes (a compile error, a mismatch, a fault, a timeout) are *data*: se
     ├── LaunchConfigError           a launch configuration is invalid for a case or the device
     ├── ExpressionError             a shape/launch/cost expression is not allowed or fails
     ├── InputError                  an input generator or data file cannot produce the buffer
-    ├── ToolchainNotFound           NVRTC, the CUDA headers or the harness binary are missing
+    ├── ToolchainNotFound           NVRTC, the CUDA headers, the harness or ncu are missing
     ├── DeviceUnavailable           no CUDA driver or device where one is needed
     ├── HarnessError                the native harness misbehaved (bad answer, I/O, protocol)
-    └── HarnessCancelled            the caller cancelled the job; the harness was stopped
+    ├── HarnessCancelled            the caller cancelled the job; the harness was stopped
+    └── ProfilerError               Nsight Compute could not profile the case (output attached)
+        ├── CountersNotPermitted    ERR_NVGPUCTRPERM: this user may not read the GPU's counters
+        ├── ProfiledKernelFailed    the kernel did not run cleanly under the profiler
+        └── ProfilerTimeout         ncu did not finish within its deadline (it was killed)
 
 Every message says what failed, why, and what to do next.
 """
@@ -53,3 +57,19 @@ class HarnessError(KerneloptError):
 
 class HarnessCancelled(KerneloptError):
     """The job was cancelled: the harness was killed and will not restart until re-armed."""
+
+
+class ProfilerError(KerneloptError):
+    """Nsight Compute (ncu) ran but could not produce a profile."""
+
+
+class CountersNotPermitted(ProfilerError):
+    """The driver refuses access to the GPU's performance counters (ERR_NVGPUCTRPERM)."""
+
+
+class ProfiledKernelFailed(ProfilerError):
+    """The candidate did not compile, launch or finish cleanly in the profiled process."""
+
+
+class ProfilerTimeout(ProfilerError):
+    """ncu did not finish in time; its process group was killed."""

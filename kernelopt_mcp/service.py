@@ -29,6 +29,8 @@ from functools import partial
 from pathlib import Path
 from typing import Any, TypeVar
 
+import time
+
 import anyio
 import anyio.from_thread
 import anyio.lowlevel
@@ -37,12 +39,15 @@ import numpy as np
 
 from .compiler import MAX_SOURCE_BYTES, CompileCache, compile_kernel
 from .config import Settings, bundled_workloads_dir, list_workloads
+from .docs import DocsSearchResult, search_docs
 from .errors import HarnessCancelled, KerneloptError
 from .evaluate import Candidate, EvaluateOptions, EvaluationResult, Evaluator
 from .gpu import DeviceInfo, device_info
 from .harness import HarnessProcess, find_harness
 from .inputs import MAX_BUFFER_BYTES, fresh_seed
 from .launch import LaunchSpec
+from .ncu_report import ProfileSummary
+from .profiler import ProfileOptions, find_ncu, profile_case
 from .results import (
     CompileOutput,
     CreatedWorkload,
@@ -153,6 +158,7 @@ class KerneloptService:
         self.settings = config.settings
         cache_dir = config.settings.cache_dir or config.workspace / "cache"
         self.compile_cache = CompileCache(cache_dir / "compile")
+        self.docs_settings = replace(config.settings, cache_dir=cache_dir)
         self._devices: dict[int, _Device] = {}
         self._seeds: dict[str, int] = {}
         self._arch_probe: tuple[str, str] | None = None
@@ -401,6 +407,14 @@ class KerneloptService:
         self, wl: Workload, info: DeviceInfo, candidate: Candidate, benchmark: bool,
         timing: EvaluateOptions, dev: _Device, progress: Callable[[str, int, int], None],
     ) -> EvaluationResult:
+        ev = self._evaluator(wl, info, dev, progress)
+        ev.options = timing
+        return ev.evaluate(candidate, benchmark=benchmark)
+
+    def _evaluator(
+        self, wl: Workload, info: DeviceInfo, dev: _Device, progress: Callable[[str, int, int], None]
+    ) -> Evaluator:
+        """The workload's prepared evaluator on this device (inputs, expected outputs, reference timed)."""
         ev = dev.evaluators.get(wl.name)
         if ev is None:
             assert dev.harness is not None
@@ -429,8 +443,76 @@ class KerneloptService:
                 _discard(ev)
                 raise
             dev.prepared.add(wl.name)
-        ev.options = timing
-        return ev.evaluate(candidate, benchmark=benchmark)
+        return ev
+
+    async def profile(
+        self,
+        workload: str,
+        source: str | None,
+        path: str | None,
+        launch: LaunchSpec | None,
+        compile_options: list[str] | None,
+        case: str | None,
+        options: ProfileOptions,
+        *,
+        notify: Notify,
+    ) -> ProfileSummary:
+        """Profile one case under Nsight Compute (see the ncu_profile tool)."""
+        wl = self.load(workload)
+        if source is None and path is None:
+            if wl.initial_cu is None or wl.spec.initial is None:
+                raise RequestError(f"workload {wl.name!r} has no starting kernel; pass `source` or `path` and `launch`")
+            candidate = Candidate(wl.initial_cu, launch or wl.spec.initial.launch, list(compile_options or wl.spec.initial.compile_options), "initial")
+        else:
+            text, _ = self.read_source(source, path)
+            if launch is None:
+                raise RequestError("`launch` is required with `source` or `path` (the same launch spec validate takes)")
+            candidate = Candidate(text, launch, list(compile_options or []), "candidate")
+        names = [c.name for c in wl.spec.cases]
+        case = case or (wl.spec.performance_cases[0].name if wl.spec.performance_cases else names[-1])
+        if case not in names:
+            raise RequestError(f"workload {wl.name!r} has no case {case!r}; cases: {', '.join(names)}")
+        options.ncu = options.ncu or self.settings.ncu
+        options.check()
+        await anyio.to_thread.run_sync(find_ncu, options.ncu)  # fail before queueing when ncu is missing
+        info = await self.device_info()
+        arch = self.settings.arch or info.arch
+        compiled = await anyio.to_thread.run_sync(
+            partial(compile_kernel, candidate.source, arch, candidate.compile_options, cache=self.compile_cache)
+        )
+        if not compiled.ok:
+            raise RequestError(f"the kernel does not compile for {arch}:\n{compile_output(compiled, 'server').text()}")
+        out_dir = self.config.runs_dir / "profiles" / f"{time.strftime('%Y%m%d-%H%M%S')}-{wl.name}-{candidate.name}-{case}"
+        job = partial(self._profile_job, wl, info, candidate, case, options, out_dir)
+        return await self.gpu_job(job, notify)
+
+    def _profile_job(
+        self, wl: Workload, info: DeviceInfo, candidate: Candidate, case: str, options: ProfileOptions,
+        out_dir: Path, dev: _Device, progress: Callable[[str, int, int], None],
+    ) -> ProfileSummary:
+        ev = self._evaluator(wl, info, dev, progress)
+        harness = dev.harness
+        assert harness is not None
+        return profile_case(
+            ev, candidate, case, out_dir, options, harness=harness.binary,
+            progress=lambda message: progress(message, 0, 1), cancelled=lambda: harness.cancelled,
+        )
+
+    async def docs_search(
+        self, query: str, arch: str | None, limit: int, offline: bool | None, *, notify: Notify
+    ) -> DocsSearchResult:
+        """Ranked guidance passages (see the docs_search tool); network trouble is reported, not raised."""
+        target = arch or (await self.target_arch(None))[0]
+
+        def progress(message: str) -> None:
+            try:
+                anyio.from_thread.run(notify, message)
+            except (RuntimeError, anyio.ClosedResourceError, anyio.BrokenResourceError):
+                pass
+
+        return await anyio.to_thread.run_sync(
+            partial(search_docs, query, arch=target, limit=limit, settings=self.docs_settings, offline=offline, progress=progress)
+        )
 
     async def gpu_job(self, fn: Callable[[_Device, Callable[[str, int, int], None]], T], notify: Notify) -> T:
         """Run ``fn(device, progress)`` in a worker thread, alone on the device.

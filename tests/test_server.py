@@ -30,7 +30,10 @@ from kernelopt_mcp.service import ServerConfig
 from fakegpu import ADD_LAUNCH, TINY_SPEC, kernel, write_harness, write_tiny_workload
 
 REPO = Path(__file__).resolve().parent.parent
-TOOLS = {"gpu_properties", "compile", "validate", "benchmark", "list_workloads", "describe_workload", "create_workload"}
+TOOLS = {
+    "gpu_properties", "compile", "validate", "benchmark", "list_workloads", "describe_workload", "create_workload",
+    "ncu_profile", "docs_search",
+}
 
 @pytest.fixture
 def tiny_dir(tmp_path: Path) -> Path:
@@ -112,10 +115,13 @@ async def test_tools_are_listed_with_schemas_descriptions_and_honest_annotations
     for tool in tools.values():
         assert tool.description and len(tool.description) > 200 and not tool.description.startswith(" ")
         assert tool.output_schema and tool.output_schema["type"] == "object"
-        assert tool.annotations and tool.annotations.open_world_hint is False
-    for name in TOOLS - {"create_workload"}:
+        # only docs_search reaches outside (it fetches NVIDIA's documentation)
+        assert tool.annotations and tool.annotations.open_world_hint is (tool.name == "docs_search")
+    for name in TOOLS - {"create_workload", "ncu_profile"}:
         assert tools[name].annotations.read_only_hint is True and tools[name].annotations.destructive_hint is False
     assert tools["create_workload"].annotations.read_only_hint is False
+    # ncu_profile writes a report into the workspace but changes nothing that exists
+    assert tools["ncu_profile"].annotations.read_only_hint is False and tools["ncu_profile"].annotations.destructive_hint is False
     bench = tools["benchmark"].input_schema["properties"]
     assert bench["warmup"]["maximum"] == 100 and bench["iterations"]["maximum"] == 1000 and bench["iterations"]["minimum"] == 1
     assert set(tools["validate"].input_schema["required"]) == {"workload", "launch"}
