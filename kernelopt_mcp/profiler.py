@@ -79,6 +79,9 @@ PERMISSION_HELP = (
     "(see https://developer.nvidia.com/ERR_NVGPUCTRPERM). In a container, the host must allow it."
 )
 _SET_NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_-]{0,40}$")
+# Where ncu lives when it is not on PATH (tests point these elsewhere)
+NCU_FALLBACKS = ("/usr/local/cuda/bin/ncu",)
+NCU_GLOB = "/opt/nvidia/nsight-compute/*/ncu"
 
 
 @dataclass
@@ -110,8 +113,8 @@ def find_ncu(explicit: str | Path | None = None) -> Path:
         if path.is_file() and os.access(path, os.X_OK):
             return path
         raise ToolchainNotFound(f"ncu {explicit} (KERNELOPT_NCU or --ncu) does not exist or is not executable")
-    candidates = [shutil.which(NCU_NAME), "/usr/local/cuda/bin/ncu"]
-    candidates += sorted(glob.glob("/opt/nvidia/nsight-compute/*/ncu"), key=_version_key, reverse=True)
+    candidates = [shutil.which(NCU_NAME), *NCU_FALLBACKS]
+    candidates += sorted(glob.glob(NCU_GLOB), key=_version_key, reverse=True)
     for c in candidates:
         if c and os.path.isfile(c) and os.access(c, os.X_OK):
             return Path(c)
