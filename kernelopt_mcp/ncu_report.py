@@ -257,7 +257,7 @@ def summarize(
 
     duration_ns = v("gpu__time_duration.sum", "gpu__time_duration.avg")
     clock = v("sm__cycles_elapsed.avg.per_second", "smsp__cycles_elapsed.avg.per_second")
-    device = row.get("device__attribute_display_name") or row.get("Device")
+    device = row.get("device__attribute_display_name")
     limits = {
         label: val for key, label in _LIMITS.items()
         if (val := v(f"launch__occupancy_limit_{key}")) is not None
