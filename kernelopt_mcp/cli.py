@@ -326,10 +326,32 @@ def build_parser() -> argparse.ArgumentParser:
     sp = sub.add_parser("schema", help="print the JSON Schema of workload.json")
     sp.add_argument("--output", "-o", help="write to a file instead of stdout")
     sp.set_defaults(fn=cmd_schema)
+
+    # The orchestrator (clients/kernelopt_agent): listed here, parsed there (main() hands them over).
+    sub.add_parser("optimize", help="optimize a kernel with a model and kernelopt-mcp (see `kernelopt optimize -h`)", add_help=False)
+    sub.add_parser("graph", help="print the optimize loop as a Mermaid diagram", add_help=False)
+    sub.add_parser("runs", help="read recorded optimize runs: `kernelopt runs show RUN_DIR`", add_help=False)
     return p
 
 
+AGENT_COMMANDS = ("optimize", "graph", "runs")
+
+
+def run_agent(argv: list[str]) -> int:
+    """Hand an orchestrator command to kernelopt_agent, imported only now (it imports openai and mcp)."""
+    try:
+        from kernelopt_agent.cli import main as agent_main
+    except ImportError as exc:
+        print(f"error: `kernelopt {argv[0]}` needs the kernelopt_agent package ({exc}); reinstall kernelopt with "
+              "`pip install .`", file=sys.stderr)
+        return EXIT_ERROR
+    return agent_main(argv)
+
+
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if argv and argv[0] in AGENT_COMMANDS:
+        return run_agent(argv)
     args = build_parser().parse_args(argv)
     # Not a terminal (a log, a pipe, CI): don't squeeze tables into 80 columns.
     out = Console(stderr=False, width=None if sys.stdout.isatty() else 160)

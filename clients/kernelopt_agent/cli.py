@@ -1,0 +1,160 @@
+"""`kernelopt optimize`, `kernelopt graph` and `kernelopt runs show` (dispatched here lazily by
+``kernelopt_mcp.cli``, so importing the library never imports openai or mcp)."""
+
+from __future__ import annotations
+
+import argparse
+import signal
+import sys
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+
+EXIT_OK, EXIT_NO_VALID, EXIT_ERROR, EXIT_INTERRUPTED = 0, 1, 2, 130
+
+EXAMPLE = """examples:
+  kernelopt optimize --description "Single-precision GEMM with rectangular matrices." --max-iterations 7
+  kernelopt optimize --workload sgemm --max-iterations 5
+  kernelopt optimize --config clients/example.json
+  kernelopt optimize --description "..." --input-cases results/run-001/input_cases.json \\
+      --reference results/run-001/reference.cu --initial-kernel results/run-001/best.cu --max-iterations 7
+
+OPENAI_API_KEY comes from the environment or a .env file in the working directory."""
+
+
+def optimize_parser(prog: str = "kernelopt optimize") -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog=prog, description="Optimize a CUDA kernel with a model and kernelopt-mcp's GPU tools: a workload in, "
+        "the fastest validated kernel out, every experiment recorded under results/run-NNN/.",
+        epilog=EXAMPLE, formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("--description", help="what the kernel computes; omitted parts are generated from it")
+    p.add_argument("--max-iterations", type=int, help="proposals (repairs included) after the initial kernel (default 7)")
+    p.add_argument("--signature", help="signature JSON (entry and parameters; a run's signature.json)")
+    p.add_argument("--reference", help="CUDA reference .cu (its launch from <name>.launch.json beside it, else generated)")
+    p.add_argument("--initial-kernel", help="starting kernel .cu (launch from <name>.launch.json beside it, else generated)")
+    p.add_argument("--input-cases", help="input-cases JSON: cases, generators or data files, tolerances (a run's input_cases.json)")
+    p.add_argument("--oracle", help="NumPy oracle reference.py (default: reference.py beside --input-cases, if any)")
+    p.add_argument("--workload", help="a bundled, configured or created workload name, or a workload directory")
+    p.add_argument("--use-nsight", action="store_true", default=None, help="profile a performance case after each valid candidate (ncu_profile)")
+    p.add_argument("--nvidia-research", action="store_true", default=None, help="retrieve NVIDIA guidance first (docs_search)")
+    p.add_argument("--config", help="JSON file with any of these options (flags win)")
+    p.add_argument("--model", help="model name (default gpt-5-mini)")
+    p.add_argument("--reasoning-effort", help="none|minimal|low|medium|high|xhigh, or off to not send it (default medium)")
+    p.add_argument("--base-url", help="OpenAI-compatible endpoint, e.g. http://localhost:11434/v1 (env OPENAI_BASE_URL)")
+    p.add_argument("--results-dir", help="where run-NNN/ directories go (default results/)")
+    p.add_argument("--max-tokens", type=int, help="stop cleanly once the run has used this many tokens")
+    p.add_argument("--max-cost", type=float, help="stop cleanly once the estimated cost reaches this many USD")
+    p.add_argument("--warmup", type=int, help="untimed launches per performance case (server default 10)")
+    p.add_argument("--iterations", type=int, help="timed launches per performance case (server default 100)")
+    p.add_argument("--workspace", help="kernelopt-mcp workspace (default ~/.kernelopt)")
+    p.add_argument("--harness", help="kernelopt-harness binary for the server (default: the installed one)")
+    p.add_argument("--device", type=int, help="CUDA device ordinal (default 0)")
+    p.add_argument("--quiet", action="store_true", help="no progress output")
+    return p
+
+
+def cmd_optimize(argv: list[str]) -> int:
+    from .options import OptimizeOptions, OptionsError
+
+    args = optimize_parser().parse_args(argv)
+    quiet = bool(args.quiet)
+    flags = {k: v for k, v in vars(args).items() if k != "quiet"}
+    err = Console(stderr=True)
+    try:
+        opts = OptimizeOptions.build(flags)
+    except OptionsError as exc:
+        err.print(f"error: {exc}", highlight=False, markup=False)
+        return EXIT_ERROR
+    return run_optimize(opts, Console(width=None if sys.stdout.isatty() else 160), quiet=quiet)
+
+
+def run_optimize(opts: Any, console: Console, quiet: bool = False) -> int:
+    """Create the run directory, run the loop, finalize whatever happened."""
+    import anyio
+
+    from .finalize import error_text, finalize
+    from kernelopt_mcp.errors import KerneloptError
+
+    from .loop import Optimizer, RunFailed
+    from .model import ModelError
+    from .parts import PartsError
+    from .progress import Display
+    from .rundir import RunDir
+    from .toolbox import ToolboxError
+
+    run = RunDir.create(opts.results_dir)
+    run.write_json("config.json", opts.as_json())
+    display = Display(console, quiet=quiet)
+    display.info(f"{run.name}: {run.path}")
+    opt = Optimizer(opts, run, display)
+    opt.write_progress()
+
+    def terminate(signum: int, frame: Any) -> None:
+        raise KeyboardInterrupt(f"signal {signum}")
+
+    previous = signal.signal(signal.SIGTERM, terminate)
+    status, error, code = "completed", None, EXIT_OK
+    try:
+        anyio.run(opt.run_loop)
+        if opt.stop_reason.startswith("--max-tokens") or opt.stop_reason.startswith("--max-cost"):
+            status = "stopped"
+    except KeyboardInterrupt as exc:
+        status, error, code = "interrupted", f"interrupted ({exc or 'Ctrl-C'})", EXIT_INTERRUPTED
+        opt.stop_reason = error
+    except (ModelError, ToolboxError, PartsError, KerneloptError, RunFailed, ValueError) as exc:
+        status, error, code = "failed", str(exc), EXIT_ERROR
+        opt.stop_reason = "error"
+    except BaseException as exc:  # a crash: keep the run readable and say what happened
+        status, error, code = "interrupted", f"crashed: {error_text(exc)}", EXIT_ERROR
+        opt.stop_reason = "crash"
+        console.print_exception()
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+        summary = finalize(opt, status, error=error)
+    if error:
+        Console(stderr=True).print(f"error: {error}", highlight=False, markup=False)
+    display.final(opt.records, opt.best(), opt.frozen.performance_cases if opt.frozen else [], summary)
+    if code == EXIT_OK and opt.best() is None and opt.records:
+        code = EXIT_NO_VALID
+    return code
+
+
+def cmd_graph(argv: list[str]) -> int:
+    from .graph import mermaid
+
+    p = argparse.ArgumentParser(prog="kernelopt graph", description="Print the optimization loop as a Mermaid flowchart "
+                                "(dashed edges are conditional routes).")
+    p.add_argument("--no-nsight", action="store_true", help="leave out the profiling route")
+    p.add_argument("--no-research", action="store_true", help="leave out the research route")
+    args = p.parse_args(argv)
+    print(mermaid(use_nsight=not args.no_nsight, nvidia_research=not args.no_research), end="")
+    return EXIT_OK
+
+
+def cmd_runs(argv: list[str]) -> int:
+    from .runs import show
+
+    p = argparse.ArgumentParser(prog="kernelopt runs", description="Read recorded optimizer runs.")
+    sub = p.add_subparsers(dest="action", required=True)
+    sp = sub.add_parser("show", help="summarize a run directory (finished, running or interrupted)")
+    sp.add_argument("run_dir")
+    sp.add_argument("--json", action="store_true")
+    args = p.parse_args(argv)
+    try:
+        return show(Path(args.run_dir), Console(width=None if sys.stdout.isatty() else 160), as_json=args.json)
+    except FileNotFoundError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_ERROR
+
+
+COMMANDS = {"optimize": cmd_optimize, "graph": cmd_graph, "runs": cmd_runs}
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if not argv or argv[0] not in COMMANDS:
+        print("usage: kernelopt {optimize,graph,runs} ...", file=sys.stderr)
+        return EXIT_ERROR
+    return COMMANDS[argv[0]](argv[1:])

@@ -1,0 +1,160 @@
+"""Step 4 and the run's records: best.cu, replay requests, the heatmap, history.json and
+summary.json. Runs whatever happened before (also after Ctrl-C or a crash), with what there is."""
+
+from __future__ import annotations
+
+import math
+import os
+import platform
+import sys
+import time
+import traceback
+from typing import TYPE_CHECKING, Any
+
+from kernelopt_mcp import __version__
+from kernelopt_mcp.compiler import nvrtc_version
+from kernelopt_mcp.launch import LaunchSpec
+
+from .options import redact_url
+
+if TYPE_CHECKING:
+    from .loop import CandidateRecord, Optimizer
+
+
+def finalize(opt: Optimizer, status: str, *, error: str | None = None) -> dict[str, Any]:
+    """Write the final artifacts and summary.json; never raises (a failing step is noted)."""
+    files: dict[str, Any] = {}
+    problems: list[str] = []
+    best = opt.best()
+    frozen = opt.frozen
+    if best is not None:
+        opt.run.write_text("best.cu", best.source)
+        opt.run.write_json("best.launch.json", {"launch": best.launch, "compile_options": best.compile_options})
+        files["best"] = "best.cu"
+        files["best_launch"] = "best.launch.json"
+    for label, step in (("replay", lambda: _replay(opt, best, files)), ("heatmap", lambda: _heatmap(opt, files))):
+        try:
+            step()
+        except Exception as exc:  # a broken artifact must not lose the run's records
+            problems.append(f"{label}: {type(exc).__name__}: {exc}")
+    opt.run.write_json("history.json", opt.history)
+    data = summary(opt, status, error=error, files=files, problems=problems)
+    opt.run.write_json("summary.json", data)
+    _ = frozen
+    return data
+
+
+def _replay(opt: Optimizer, best: CandidateRecord | None, files: dict[str, Any]) -> None:
+    frozen = opt.frozen
+    if frozen is None:
+        return
+    if best is not None:
+        written, problem = frozen.write_replay(best.source, LaunchSpec.model_validate(best.launch), best.compile_options, "replay")
+        if problem:
+            raise RuntimeError(problem)
+        files["replay"] = written
+    ref = opt.reference()
+    if ref is not None:
+        written, problem = frozen.write_replay(ref.source, LaunchSpec.model_validate(ref.launch), ref.compile_options,
+                                               "replay/reference")
+        if not problem:
+            files["replay_reference"] = written
+
+
+def _heatmap(opt: Optimizer, files: dict[str, Any]) -> None:
+    if opt.frozen is None or not any(r.case_ms for r in opt.records):
+        return
+    from .heatmap import write_heatmap
+
+    title = f"{opt.frozen.name} on {opt.device.name if opt.device else '?'} ({opt.run.name})"
+    files["heatmap"] = write_heatmap(opt.run.path, opt.records, opt.frozen.performance_cases, opt.reference(), opt.best(), title)
+
+
+def _ratio(a: float | None, b: float | None) -> float | None:
+    return a / b if a and b else None
+
+
+def summary(
+    opt: Optimizer, status: str, *, error: str | None = None, files: dict[str, Any] | None = None,
+    problems: list[str] | None = None,
+) -> dict[str, Any]:
+    best, ref = opt.best(), opt.reference()
+    initial = next((r for r in opt.records if r.kind == "initial"), None)
+    parts, frozen, model = opt.parts, opt.frozen, opt.model
+    now = time.time()
+    workload: dict[str, Any] = {}
+    if parts is not None:
+        workload = {"name": frozen.name if frozen else parts.name, "description": parts.description, "parts": parts.origin,
+                    "prototype": parts.signature.c_prototype() if parts.signature else None}
+        workload["reference"] = _reference_note(parts.reference_generated, parts.oracle is not None, parts.origin.get("reference"))
+    if frozen is not None:
+        workload.update({
+            "reference_file": frozen.reference_file, "expected_outputs": frozen.expected_from, "seed": frozen.seed,
+            "cases": frozen.case_names, "performance_cases": frozen.performance_cases,
+        })
+    data: dict[str, Any] = {
+        "run": opt.run.name, "path": str(opt.run.path), "status": status, "stop_reason": opt.stop_reason or None,
+        "error": error, "pid": os.getpid(), "updated": now,
+        "workload": workload,
+        "model": {"name": opt.opts.model, "reasoning_effort": opt.opts.reasoning_effort,
+                  "endpoint": redact_url(opt.opts.base_url) or "api.openai.com",
+                  "notes": model.notes if model else []},
+        "tokens": model.usage.as_json(opt.opts.model) if model else {"calls": 0, "total_tokens": 0, "cost_usd": 0.0},
+        "iterations": {"max": opt.opts.max_iterations, "used": opt.iterations_used},
+        "candidates": {"total": len(opt.records), "valid": sum(r.valid for r in opt.records),
+                       "invalid": [f"{r.label}: {r.status}" for r in opt.records if not r.valid]},
+        "best": None,
+        "reference": {"label": ref.label, "score_ms": ref.score_ms, "case_ms": ref.case_ms} if ref else None,
+        "initial": {"label": initial.label, "status": initial.status, "score_ms": initial.score_ms,
+                    "case_ms": initial.case_ms} if initial else None,
+        "timings": {"started": opt.started, "ended": now if status != "running" else None,
+                    "wall_s": round(now - opt.started, 3), "model_s": round(model.seconds, 3) if model else 0.0,
+                    "tools_s": round(opt.tools.seconds, 3) if opt.tools else 0.0},
+        "provenance": _provenance(opt),
+        "notes": opt.notes + (problems or []),
+        "files": files or {},
+    }
+    if best is not None:
+        data["best"] = {
+            "label": best.label, "kind": best.kind, "iteration": best.iteration, "score_ms": best.score_ms,
+            "speedup_vs_reference": best.speedup or _ratio(ref.score_ms if ref else None, best.score_ms),
+            "speedup_vs_initial": _ratio(initial.score_ms if initial else None, best.score_ms),
+            "case_ms": best.case_ms, "rationale": best.rationale, "source": f"{best.dir}/source.cu",
+        }
+    return data
+
+
+def _reference_note(generated: bool, oracle: bool, origin: str | None) -> dict[str, Any]:
+    if generated and not oracle:
+        note = ("the CUDA reference was generated by the model and there is no NumPy oracle: it is NOT an independent "
+                "correctness oracle; passing its cases shows agreement with another model-written kernel")
+    elif generated:
+        note = "the CUDA reference was generated by the model and checked against the NumPy oracle on the correctness cases"
+    elif oracle:
+        note = "supplied CUDA reference, checked against the NumPy oracle on the correctness cases"
+    else:
+        note = "supplied CUDA reference without a NumPy oracle: expected outputs are not independently checked"
+    return {"origin": origin, "model_generated": generated, "numpy_oracle": oracle,
+            "independent_oracle": oracle, "note": note}
+
+
+def _provenance(opt: Optimizer) -> dict[str, Any]:
+    dev = opt.device
+    out: dict[str, Any] = {
+        "kernelopt": __version__, "python": sys.version.split()[0], "platform": platform.platform(),
+        "arch": opt.arch, "device": dev.name if dev else None,
+        "driver": dev.driver_version_str if dev else None, "device_uuid": dev.uuid if dev else None,
+    }
+    try:
+        out["nvrtc"] = nvrtc_version()
+    except Exception:  # NVRTC missing: the compile tool said so already
+        out["nvrtc"] = None
+    return out
+
+
+def error_text(exc: BaseException) -> str:
+    return "".join(traceback.format_exception_only(type(exc), exc)).strip()
+
+
+def is_finite(x: float | None) -> bool:
+    return x is not None and math.isfinite(x)

@@ -1,0 +1,77 @@
+"""heatmap.png and heatmap.svg: candidates x performance cases, each cell the candidate's median
+latency relative to the CUDA reference's (below 1 is faster), invalid candidates marked."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import numpy as np
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.colors import TwoSlopeNorm
+from matplotlib.figure import Figure
+
+from kernelopt_mcp.inputs import write_atomic
+
+if TYPE_CHECKING:
+    from .loop import CandidateRecord
+
+
+def write_heatmap(
+    run_path: Path, records: list[CandidateRecord], cases: list[str], reference: CandidateRecord | None,
+    best: CandidateRecord | None, title: str,
+) -> list[str]:
+    """Draw the heatmap (no pyplot: no global state, no display needed); returns the file names."""
+    rows = [r for r in records if r.kind != "reference"] or records
+    columns = [*cases, "geo-mean"]
+    ratios = np.full((len(rows), len(columns)), np.nan)
+    for i, r in enumerate(rows):
+        logs = []
+        for j, case in enumerate(cases):
+            ref_ms = reference.case_ms.get(case) if reference else None
+            ms = r.case_ms.get(case)
+            if r.valid and ms and ref_ms:
+                ratios[i, j] = ms / ref_ms
+                logs.append(math.log(ms / ref_ms))
+        if logs and len(logs) == len(cases):
+            ratios[i, -1] = math.exp(sum(logs) / len(logs))
+    log2 = np.log2(ratios)
+    finite = log2[np.isfinite(log2)]
+    span = max(float(np.abs(finite).max()) if finite.size else 1.0, 0.1)
+    fig = Figure(figsize=(max(6.0, 1.5 * len(columns) + 3), max(2.5, 0.45 * len(rows) + 1.6)), dpi=120)
+    FigureCanvasAgg(fig)
+    ax = fig.add_subplot()
+    cmap = _cmap()
+    image = ax.imshow(np.ma.masked_invalid(log2), cmap=cmap, norm=TwoSlopeNorm(0.0, -span, span), aspect="auto")
+    ax.set_xticks(range(len(columns)), labels=columns, rotation=20, ha="right", fontsize=8)
+    ax.set_yticks(range(len(rows)), labels=[r.label + (" *" if r is best else "") for r in rows], fontsize=8)
+    for i, r in enumerate(rows):
+        for j in range(len(columns)):
+            value = ratios[i, j]
+            if math.isfinite(value):
+                ax.text(j, i, f"{value:.2f}", ha="center", va="center", fontsize=7,
+                        color="white" if abs(math.log2(value)) > 0.6 * span else "black")
+            elif not r.valid:
+                ax.text(j, i, "invalid" if j else f"invalid: {r.status}", ha="center", va="center", fontsize=6.5, color="#444444")
+    colorbar = fig.colorbar(image, ax=ax, fraction=0.04, pad=0.02)
+    colorbar.set_label("latency / reference (log scale)", fontsize=8)
+    ticks = [t for t in range(-6, 7) if -span <= t <= span] or [0]
+    colorbar.set_ticks(ticks, labels=[f"{2.0 ** t:g}" for t in ticks])
+    ax.set_title(title + "\nmedian latency relative to the CUDA reference (< 1 is faster; * = best)", fontsize=9)
+    fig.tight_layout()
+    names = []
+    for ext in ("png", "svg"):
+        path = run_path / f"heatmap.{ext}"
+        tmp = path.with_name(f".{path.name}.tmp")
+        fig.savefig(tmp, format=ext)
+        write_atomic(path, tmp.read_bytes())
+        tmp.unlink()
+        names.append(path.name)
+    return names
+
+
+def _cmap():  # type: ignore[no-untyped-def]
+    from matplotlib import colormaps
+
+    return colormaps["RdYlGn_r"].with_extremes(bad="#d9d9d9")  # invalid candidates: grey

@@ -1,0 +1,413 @@
+"""The optimization loop (see ``graph.py`` for its routes):
+
+1. load the workload parts, research (--nvidia-research), generate what is missing;
+2. freeze the inputs, run the reference and evaluate the initial kernel;
+3. each iteration: propose (the model, with the server's tools) -> evaluate (benchmark through
+   kernelopt-mcp) -> profile a performance case (--use-nsight, valid candidates) -> feed back;
+   an invalid candidate is repaired in the next iteration, within the budget;
+4. finalize: the fastest candidate that passes every case (geometric mean), its replay requests,
+   the heatmap, history.json and summary.json.
+
+All state lives in :class:`Optimizer`, so an interrupted run is finalized with what it has.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import anyio
+
+from kernelopt_mcp import __version__
+from kernelopt_mcp.gpu import DeviceInfo
+from kernelopt_mcp.launch import LaunchSpec
+
+from . import prompts
+from .freeze import FrozenWorkload, freeze
+from .generate import generate_parts
+from .model import BudgetExhausted, ModelClient
+from .options import OptimizeOptions
+from .parts import Parts, load_parts
+from .progress import Display
+from .proposal import PROPOSAL_SCHEMA, Proposal, ProposalError, parse_proposal
+from .rundir import RunDir
+from .toolbox import Toolbox, model_text
+
+FORMAT_RETRIES = 2
+REFERENCE_REGENERATIONS = 2
+
+
+class RunFailed(RuntimeError):
+    """The run cannot go on (no GPU, a broken reference); the message says why."""
+
+
+@dataclass
+class CandidateRecord:
+    index: int
+    label: str
+    kind: str  # reference | initial | proposal | repair
+    iteration: int | None
+    source: str
+    launch: dict[str, Any]
+    compile_options: list[str] = field(default_factory=list)
+    rationale: str = ""
+    status: str = "pending"
+    score_ms: float | None = None
+    speedup: float | None = None
+    case_ms: dict[str, float] = field(default_factory=dict)
+    case_status: dict[str, str] = field(default_factory=dict)
+    message: str = ""
+    feedback: str = ""
+    profile_case: str = ""
+    profile_text: str = ""
+    profile_files: list[str] = field(default_factory=list)
+    model_calls: list[int] = field(default_factory=list)
+    tool_call: int | None = None
+    seconds: float = 0.0
+
+    @property
+    def valid(self) -> bool:
+        return self.status == "ok"
+
+    @property
+    def dir(self) -> str:
+        return f"candidates/{self.label}"
+
+    def as_json(self) -> dict[str, Any]:
+        data = asdict(self)
+        data.pop("source")
+        data.pop("feedback")
+        data["valid"] = self.valid
+        data["files"] = {k: f"{self.dir}/{k}" for k in ("source.cu", "launch.json", "request.json", "result.json")}
+        return data
+
+
+class Optimizer:
+    def __init__(self, opts: OptimizeOptions, run: RunDir, display: Display) -> None:
+        self.opts = opts
+        self.run = run
+        self.display = display
+        self.started = time.time()
+        self.records: list[CandidateRecord] = []
+        self.history: list[dict[str, Any]] = []
+        self.parts: Parts | None = None
+        self.model: ModelClient | None = None
+        self.tools: Toolbox | None = None
+        self.frozen: FrozenWorkload | None = None
+        self.device: DeviceInfo | None = None
+        self.gpu_text = ""
+        self.arch = "sm_90"
+        self.guidance = ""
+        self.iterations_used = 0
+        self.stop_reason = ""
+        self.notes: list[str] = []
+
+    # --- the loop ------------------------------------------------------------------------
+
+    async def run_loop(self) -> None:
+        """Steps 1-3; finalize() is called by the caller whatever happens here."""
+        opts = self.opts
+        self.event("load", "loading the workload parts")
+        self.parts = load_parts(opts)
+        if self.parts.missing() or opts.max_iterations > 0:
+            self.model = ModelClient(opts, self.run)  # fails now on a missing API key
+        workloads_dir = self.run.path / "workload"
+        workloads_dir.mkdir(exist_ok=True)
+        async with Toolbox.start(opts, self.run, workloads_dir, self.display.progress) as tools:
+            self.tools = tools
+            await self.read_gpu()
+            if opts.nvidia_research:
+                await self.research()
+            if self.parts.missing():
+                assert self.model is not None
+                self.event("generate", f"generating {', '.join(self.parts.missing())} from the description")
+                with self.display.activity(f"generating {', '.join(self.parts.missing())}"):
+                    self.parts = await generate_parts(self.parts, self.model, tools, gpu_summary=self.gpu_text,
+                                                      guidance=self.guidance, arch=self.arch)
+            await self.freeze()
+            await self.baseline()
+            try:
+                for iteration in range(1, opts.max_iterations + 1):
+                    self.iterations_used = iteration
+                    await self.iterate(iteration)
+                self.stop_reason = self.stop_reason or f"--max-iterations {opts.max_iterations} done"
+            except BudgetExhausted as exc:
+                self.stop_reason = str(exc)
+                self.event("stop", str(exc))
+                self.display.info(f"stopping: {exc}", "yellow")
+
+    async def read_gpu(self) -> None:
+        assert self.tools is not None
+        result = await self.tools.call("gpu_properties", {})
+        if result.is_error:
+            raise RunFailed(f"kernelopt-mcp cannot use a GPU: {result.text}")
+        self.device = DeviceInfo.model_validate(result.structured["device"])
+        self.arch = os.environ.get("KERNELOPT_ARCH") or self.device.arch
+        self.gpu_text = result.text
+        self.display.info(f"GPU: {self.device.name} ({self.arch}), driver {self.device.driver_version_str}")
+
+    async def research(self) -> None:
+        assert self.tools is not None and self.parts is not None
+        if not self.tools.has("docs_search"):
+            self.notes.append("--nvidia-research: this kernelopt-mcp has no docs_search tool; no guidance was retrieved")
+            self.display.warn(self.notes[-1])
+            return
+        query = f"{self.parts.description or self.parts.name} CUDA kernel optimization"
+        args = fit_arguments(self.tools.tools["docs_search"], {"query": query, "arch": self.arch, "limit": 6, "top_k": 6})
+        self.event("research", f"docs_search: {query}")
+        with self.display.activity("retrieving NVIDIA guidance"):
+            result = await self.tools.call("docs_search", args)
+        if result.is_error:
+            self.notes.append(f"--nvidia-research: docs_search failed: {result.text[:300]}")
+            self.display.warn(self.notes[-1])
+            return
+        self.guidance = result.text[:6000]
+        self.run.write_text("research.md", f"# docs_search: {query}\n\n{result.text}\n")
+
+    async def freeze(self) -> None:
+        assert self.parts is not None and self.device is not None
+        self.event("freeze", "writing the parts, drawing inputs, computing expected outputs")
+        parts, device, arch = self.parts, self.device, self.arch
+        ordinal = self.opts.device or 0
+        seed = self.frozen.seed if self.frozen else None
+        with self.display.activity("drawing inputs and expected outputs"):
+            self.frozen = await anyio.to_thread.run_sync(lambda: freeze(
+                parts, self.run, device, arch, ordinal=ordinal, seed=seed,
+                warmup=self.opts.warmup, iterations=self.opts.iterations,
+            ))
+        self.display.info(f"workload {self.frozen.name}: {len(self.frozen.case_names)} cases "
+                          f"({len(self.frozen.performance_cases)} timed); expected outputs: {self.frozen.expected_from}")
+
+    async def baseline(self) -> None:
+        """Run the reference (regenerating a generated one that fails) and evaluate the initial kernel."""
+        assert self.parts is not None
+        for attempt in range(REFERENCE_REGENERATIONS + 1):
+            ref = await self.evaluate("reference", None, self.parts.reference_cu or "", self.parts.reference_launch,
+                                      self.parts.reference_options, "the workload's CUDA reference")
+            if ref.valid:
+                break
+            if not self.parts.reference_generated or self.model is None or attempt == REFERENCE_REGENERATIONS:
+                raise RunFailed(f"the CUDA reference fails: {ref.message}")
+            self.event("generate", "regenerating the reference after it failed")
+            feedback = f"the reference kernel failed: {ref.feedback}"
+            self.parts.reference_cu = None
+            self.parts.reference_launch = None
+            self.parts = await generate_parts(self.parts, self.model, self.tools, gpu_summary=self.gpu_text,  # type: ignore[arg-type]
+                                              guidance=self.guidance, feedback=feedback, arch=self.arch)
+            await self.freeze()
+        if self.parts.initial_cu is not None:
+            await self.evaluate("initial", None, self.parts.initial_cu, self.parts.initial_launch, self.parts.initial_options,
+                                "the starting kernel")
+
+    async def iterate(self, iteration: int) -> None:
+        last = self.last_candidate()
+        repair = last is not None and not last.valid and last.kind != "reference"
+        self.event("repair" if repair else "propose", f"iteration {iteration}" + (f": repair {last.label}" if repair and last else ""))
+        proposal, calls, problem = await self.propose(iteration, repair)
+        if proposal is None:
+            self.history.append({"event": "no_proposal", "iteration": iteration, "status": problem[0],
+                                 "message": problem[1], "model_calls": calls, "time": time.time()})
+            self.display.info(f"[iteration {iteration}] no usable proposal: {problem[0]}: {problem[1][:200]}", "red")
+            self.write_progress()
+            return
+        rec = await self.evaluate("repair" if repair else "proposal", iteration, proposal.source, proposal.launch,
+                                  proposal.compile_options, proposal.rationale, calls)
+        if rec.valid and self.opts.use_nsight:
+            await self.profile(rec)
+
+    def last_candidate(self) -> CandidateRecord | None:
+        return self.records[-1] if self.records else None
+
+    def best(self) -> CandidateRecord | None:
+        """The fastest candidate (geometric mean) that passes every case; the reference does not compete."""
+        valid = [r for r in self.records if r.valid and r.kind != "reference"]
+        timed = [r for r in valid if r.score_ms]
+        if timed:
+            return min(timed, key=lambda r: r.score_ms or 0.0)
+        return valid[0] if valid else None
+
+    def reference(self) -> CandidateRecord | None:
+        refs = [r for r in self.records if r.kind == "reference" and r.valid]
+        return refs[-1] if refs else None
+
+    # --- proposing -----------------------------------------------------------------------
+
+    def tool_names(self) -> list[str]:
+        names = ["gpu_properties", "compile"]
+        if self.opts.nvidia_research:
+            names.append("docs_search")
+        if self.opts.use_nsight:
+            names.append("ncu_profile")
+        return names
+
+    async def propose(self, iteration: int, repair: bool) -> tuple[Proposal | None, list[int], tuple[str, str]]:
+        assert self.model is not None and self.tools is not None and self.frozen is not None
+        names = [n for n in self.tool_names() if self.tools.has(n)]
+        tools = self.tools.openai_tools(names)
+        messages: list[dict[str, Any]] = [
+            {"role": "system", "content": prompts.system_prompt(names)},
+            {"role": "user", "content": prompts.workload_prompt(self.frozen, self.gpu_text, self.reference(), self.guidance)},
+            {"role": "user", "content": prompts.state_prompt(
+                self.records, self.best(), self.last_candidate(), self.reference(), iteration, self.opts.max_iterations,
+                repair, self.frozen.performance_cases)},
+        ]
+        calls: list[int] = []
+        retries = 0
+        rounds = 0
+        while True:
+            offer = tools if rounds < self.opts.tool_rounds else None
+            with self.display.activity(f"iteration {iteration}: asking {self.opts.model}"):
+                reply = await self.model.chat(messages, purpose=f"iteration {iteration}" + (" (repair)" if repair else ""),
+                                              tools=offer, schema=PROPOSAL_SCHEMA)
+            calls.append(reply.number)
+            self.display.tokens = self.model.usage.total_tokens
+            if reply.tool_calls and offer:
+                rounds += 1
+                messages.append(reply.message.model_dump(mode="json", exclude_none=True))
+                for call in reply.tool_calls:
+                    messages.append({"role": "tool", "tool_call_id": call.id, "content": await self.model_tool(call, names)})
+                if rounds >= self.opts.tool_rounds:
+                    messages.append({"role": "user", "content": "No more tool calls: answer now with the JSON proposal."})
+                continue
+            if reply.refusal:
+                return None, calls, ("refused", reply.refusal)
+            try:
+                return parse_proposal(reply.content, self.frozen.case_names), calls, ("", "")
+            except ProposalError as exc:
+                retries += 1
+                self.history.append({"event": "unparseable_answer", "iteration": iteration, "model_call": reply.number,
+                                     "message": str(exc), "time": time.time()})
+                if retries > FORMAT_RETRIES:
+                    return None, calls, ("unparseable", str(exc))
+                messages.append({"role": "assistant", "content": reply.content or ""})
+                messages.append({"role": "user", "content": f"Your answer could not be used: {exc}. Answer with exactly one "
+                                 "JSON object with keys rationale, source, launch, compile_options."})
+
+    async def model_tool(self, call: Any, allowed: list[str]) -> str:
+        assert self.tools is not None
+        name = call.function.name
+        if name not in allowed:
+            return f"tool error: no tool {name!r}; available: {', '.join(allowed)}"
+        try:
+            args = json.loads(call.function.arguments or "{}")
+        except json.JSONDecodeError as exc:
+            return f"tool error: the arguments are not JSON ({exc})"
+        if not isinstance(args, dict):
+            return "tool error: the arguments must be a JSON object"
+        with self.display.activity(f"model calls {name}"):
+            result = await self.tools.call(name, args, caller="model")
+        return model_text(result)
+
+    # --- evaluating ----------------------------------------------------------------------
+
+    async def evaluate(
+        self, kind: str, iteration: int | None, source: str, launch: LaunchSpec | None, options: list[str],
+        rationale: str, calls: list[int] | None = None,
+    ) -> CandidateRecord:
+        assert self.tools is not None and self.frozen is not None
+        index = len(self.records)
+        label = f"{index:03d}-{kind if iteration is None else f'it{iteration}' + ('-repair' if kind == 'repair' else '')}"
+        launch_json = launch.model_dump(mode="json", exclude_none=True) if launch is not None else {}
+        rec = CandidateRecord(index, label, kind, iteration, source, launch_json, list(options), rationale,
+                              model_calls=list(calls or []))
+        self.run.write_text(f"{rec.dir}/source.cu", source)
+        self.run.write_json(f"{rec.dir}/launch.json", {"launch": launch_json, "compile_options": list(options)})
+        args: dict[str, Any] = {"workload": self.frozen.name, "source": source, "launch": launch_json}
+        if options:
+            args["compile_options"] = list(options)
+        if self.opts.warmup is not None:
+            args["warmup"] = self.opts.warmup
+        if self.opts.iterations is not None:
+            args["iterations"] = self.opts.iterations
+        self.run.write_json(f"{rec.dir}/request.json", {"tool": "benchmark", "arguments": args, "rationale": rationale})
+        self.event("evaluate", f"{label}: benchmark")
+        start = time.monotonic()
+        with self.display.activity(f"{label}: validating and timing on the GPU"):
+            result = await self.tools.call("benchmark", args)
+        rec.seconds = time.monotonic() - start
+        rec.tool_call = result.number
+        self.run.write_json(f"{rec.dir}/result.json", {"tool_call": result.number, "is_error": result.is_error,
+                                                       "result": result.structured, "text": result.text})
+        out = result.structured
+        if result.is_error:
+            rec.status, rec.message = "tool_error", result.text
+        else:
+            rec.status = out.get("status", "unknown")
+            rec.message = out.get("message", "")
+            rec.score_ms, rec.speedup = out.get("score_ms"), out.get("speedup")
+            for case in out.get("cases", []):
+                rec.case_status[case["name"]] = case["status"]
+                if case.get("timing"):
+                    rec.case_ms[case["name"]] = case["timing"]["median_ms"]
+        rec.feedback = prompts.feedback_text(result.text, out)
+        self.records.append(rec)
+        self.history.append({"event": "candidate", **rec.as_json(), "time": time.time()})
+        self.write_progress()
+        self.display.candidate(rec, self.best(), self.model.usage.total_tokens if self.model else 0)
+        return rec
+
+    async def profile(self, rec: CandidateRecord) -> None:
+        """ncu_profile of one performance case (the one furthest behind the reference)."""
+        assert self.tools is not None and self.frozen is not None
+        if not self.tools.has("ncu_profile"):
+            if not any("ncu_profile" in n for n in self.notes):
+                self.notes.append("--use-nsight: this kernelopt-mcp has no ncu_profile tool; nothing was profiled")
+                self.display.warn(self.notes[-1])
+            return
+        ref = self.reference()
+        cases = self.frozen.performance_cases or self.frozen.case_names
+        if ref is not None and rec.case_ms:
+            cases = sorted(cases, key=lambda c: -(rec.case_ms.get(c, 0.0) / max(ref.case_ms.get(c, 1e-9), 1e-9)))
+        case = cases[0]
+        args = fit_arguments(self.tools.tools["ncu_profile"], {
+            "workload": self.frozen.name, "source": rec.source, "launch": rec.launch,
+            "compile_options": rec.compile_options or None, "case": case, "case_name": case,
+        })
+        self.event("profile", f"{rec.label}: ncu_profile {case}")
+        with self.display.activity(f"{rec.label}: profiling {case} with Nsight Compute"):
+            result = await self.tools.call("ncu_profile", args)
+        rec.profile_case = case
+        rec.profile_text = model_text(result)[:4000]
+        self.run.write_json(f"{rec.dir}/profile.json", {"case": case, "is_error": result.is_error,
+                                                        "result": result.structured, "text": result.text})
+        for path in report_paths(result.structured):
+            target = self.run.path / "profiles" / f"{rec.label}-{case}{path.suffix}"
+            target.parent.mkdir(parents=True, exist_ok=True)
+            self.run.write_bytes(target.relative_to(self.run.path), path.read_bytes())
+            rec.profile_files.append(self.run.relative(target))
+        self.history.append({"event": "profile", "label": rec.label, "case": case, "is_error": result.is_error,
+                             "files": rec.profile_files, "time": time.time()})
+        self.write_progress()
+
+    # --- records ---------------------------------------------------------------------------
+
+    def event(self, node: str, message: str) -> None:
+        self.history.append({"event": "step", "node": node, "message": message, "time": time.time()})
+
+    def write_progress(self) -> None:
+        from .finalize import summary
+
+        self.run.write_json("history.json", self.history)
+        self.run.write_json("summary.json", summary(self, "running"))
+
+
+def fit_arguments(tool: Any, wanted: dict[str, Any]) -> dict[str, Any]:
+    """The subset of ``wanted`` that a tool's input schema has (tools evolve; ask only what they take)."""
+    props = (tool.input_schema or {}).get("properties", {})
+    return {k: v for k, v in wanted.items() if k in props and v is not None}
+
+
+def report_paths(structured: dict[str, Any]) -> list[Path]:
+    """Existing report files a profile result names (keys mentioning 'report' or 'path')."""
+    found = []
+    for key, value in structured.items():
+        if isinstance(value, str) and ("report" in key or key.endswith("path")):
+            path = Path(value)
+            if path.suffix in (".ncu-rep", ".csv", ".json", ".txt") and path.is_file() and path.stat().st_size < 512 * 2**20:
+                found.append(path)
+    return found
+

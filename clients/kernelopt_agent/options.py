@@ -1,0 +1,176 @@
+"""The orchestrator's settings: one object built at the entry point and passed down.
+
+Precedence: command-line flags > environment (``OPENAI_BASE_URL``) > the ``--config`` JSON file
+> defaults. The API key comes from ``OPENAI_API_KEY`` in the environment or a ``.env`` file in
+the working directory; it lives only in memory (never in :meth:`OptimizeOptions.as_json`, the
+run directory or a log).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit, urlunsplit
+
+DEFAULT_MODEL = "gpt-5-mini"
+DEFAULT_EFFORT = "medium"
+EFFORTS = ("off", "none", "minimal", "low", "medium", "high", "xhigh")
+PATH_KEYS = ("signature", "reference", "initial_kernel", "input_cases", "oracle", "results_dir", "workspace", "harness")
+
+
+class OptionsError(ValueError):
+    """The options cannot work as given; the message says what to change."""
+
+
+@dataclass
+class OptimizeOptions:
+    """Everything ``kernelopt optimize`` needs (see ``kernelopt optimize -h``)."""
+
+    description: str | None = None
+    max_iterations: int = 7
+    signature: Path | None = None
+    reference: Path | None = None
+    initial_kernel: Path | None = None
+    input_cases: Path | None = None
+    oracle: Path | None = None
+    workload: str | None = None
+    use_nsight: bool = False
+    nvidia_research: bool = False
+    model: str = DEFAULT_MODEL
+    reasoning_effort: str = DEFAULT_EFFORT
+    base_url: str | None = None
+    results_dir: Path = Path("results")
+    max_tokens: int | None = None
+    max_cost: float | None = None
+    warmup: int | None = None
+    iterations: int | None = None
+    tool_rounds: int = 8
+    request_timeout_s: float = 600.0
+    max_retries: int = 3
+    workspace: Path | None = None
+    harness: Path | None = None
+    device: int | None = None
+    server_command: list[str] | None = None
+    config_file: Path | None = None
+    api_key: str | None = field(default=None, repr=False)
+
+    @classmethod
+    def build(
+        cls, flags: Mapping[str, Any], environ: Mapping[str, str] | None = None, cwd: Path | None = None
+    ) -> OptimizeOptions:
+        """Merge flags (None = not given), the environment, the config file and the defaults.
+
+        Raises:
+            OptionsError: an unreadable config file, an unknown key, a bad value.
+        """
+        env = dict(os.environ if environ is None else environ)
+        cwd = cwd or Path.cwd()
+        dotenv = read_dotenv(cwd / ".env")
+        values: dict[str, Any] = {}
+        config_path = flags.get("config")
+        if config_path:
+            values.update(read_config(Path(config_path)))
+            values["config_file"] = Path(config_path)
+        base_url = env.get("OPENAI_BASE_URL") or dotenv.get("OPENAI_BASE_URL")
+        if base_url:
+            values["base_url"] = base_url
+        values.update({k: v for k, v in flags.items() if v is not None and k != "config"})
+        known = {f.name for f in fields(cls)}
+        opts = cls(**{k: v for k, v in values.items() if k in known})
+        for key in PATH_KEYS:
+            value = getattr(opts, key)
+            if value is not None and not isinstance(value, Path):
+                setattr(opts, key, Path(value))
+        opts.api_key = env.get("OPENAI_API_KEY") or dotenv.get("OPENAI_API_KEY") or None
+        opts.check()
+        return opts
+
+    def check(self) -> None:
+        if self.max_iterations < 0:
+            raise OptionsError(f"--max-iterations must be >= 0 (got {self.max_iterations})")
+        if self.reasoning_effort not in EFFORTS:
+            raise OptionsError(f"--reasoning-effort must be one of {', '.join(EFFORTS)} (got {self.reasoning_effort!r})")
+        if self.max_tokens is not None and self.max_tokens <= 0:
+            raise OptionsError("--max-tokens must be positive")
+        if self.workload is None and self.description is None and not (self.signature and self.input_cases):
+            raise OptionsError(
+                "say what to optimize: --description \"...\" (omitted parts are generated), --workload NAME|DIR, "
+                "or the parts --signature and --input-cases (with --reference / --initial-kernel)"
+            )
+        for key in ("signature", "reference", "initial_kernel", "input_cases", "oracle"):
+            path = getattr(self, key)
+            if path is not None and not path.is_file():
+                raise OptionsError(f"--{key.replace('_', '-')} {path}: no such file")
+
+    def as_json(self) -> dict[str, Any]:
+        """The merged settings as saved with a run: no API key, no credentials in the URL."""
+        out: dict[str, Any] = {}
+        for f in fields(self):
+            if f.name == "api_key":
+                continue
+            value = getattr(self, f.name)
+            out[f.name] = str(value) if isinstance(value, Path) else value
+        out["base_url"] = redact_url(self.base_url)
+        out["api_key"] = "set" if self.api_key else "not set"
+        return out
+
+
+def read_config(path: Path) -> dict[str, Any]:
+    """A JSON object with the flags' names (``max-iterations`` or ``max_iterations``)."""
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise OptionsError(f"--config {path}: no such file") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise OptionsError(f"--config {path}: cannot read ({exc})") from None
+    except json.JSONDecodeError as exc:
+        raise OptionsError(f"--config {path}: line {exc.lineno}: invalid JSON ({exc.msg})") from None
+    if not isinstance(data, dict):
+        raise OptionsError(f"--config {path}: expected a JSON object of options")
+    known = {f.name for f in fields(OptimizeOptions)} - {"api_key", "config_file"}
+    out = {}
+    for key, value in data.items():
+        name = key.replace("-", "_")
+        if name in ("api_key", "openai_api_key"):
+            raise OptionsError(f"--config {path}: keep the API key out of config files; use OPENAI_API_KEY or .env")
+        if name not in known:
+            raise OptionsError(f"--config {path}: unknown option {key!r} (known: {', '.join(sorted(known))})")
+        out[name] = value
+    return out
+
+
+def read_dotenv(path: Path) -> dict[str, str]:
+    """``KEY=VALUE`` lines of a .env file (``export`` and quotes allowed, ``#`` comments)."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError):
+        return {}
+    out = {}
+    for line in text.splitlines():
+        line = line.strip()
+        if not line or line.startswith("#") or "=" not in line:
+            continue
+        key, value = line.removeprefix("export ").split("=", 1)
+        value = value.strip()
+        if len(value) >= 2 and value[0] == value[-1] and value[0] in "'\"":
+            value = value[1:-1]
+        elif " #" in value:
+            value = value.split(" #", 1)[0].rstrip()
+        out[key.strip()] = value
+    return out
+
+
+def redact_url(url: str | None) -> str | None:
+    """The URL without user:password (a key can hide there)."""
+    if not url:
+        return url
+    parts = urlsplit(url)
+    if parts.username or parts.password:
+        host = parts.hostname or ""
+        netloc = host + (f":{parts.port}" if parts.port else "")
+        return urlunsplit((parts.scheme, netloc, parts.path, parts.query, parts.fragment))
+    return url

@@ -1,0 +1,92 @@
+"""Live terminal progress (rich): a status line while the model thinks or the GPU runs, one line
+per candidate (iteration, status, score, best so far, tokens), and a final table."""
+
+from __future__ import annotations
+
+from contextlib import contextmanager
+from typing import TYPE_CHECKING, Any
+from collections.abc import Iterator
+
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+
+if TYPE_CHECKING:
+    from .loop import CandidateRecord
+
+
+class Display:
+    def __init__(self, console: Console | None = None, quiet: bool = False) -> None:
+        self.console = console or Console()
+        self.quiet = quiet
+        self._status: Any = None
+        self.tokens = 0
+        self.best = ""
+
+    def info(self, message: str, style: str = "") -> None:
+        if not self.quiet:
+            text = escape(message)
+            self.console.print(f"[{style}]{text}[/]" if style else text, highlight=False)
+
+    def warn(self, message: str) -> None:
+        self.info(f"warning: {message}", "yellow")
+
+    @contextmanager
+    def activity(self, message: str) -> Iterator[None]:
+        """A spinner with the current activity (terminals only); server progress updates it."""
+        if self.quiet or not self.console.is_terminal:
+            yield
+            return
+        with self.console.status(self._line(message)) as status:
+            self._status = (status, message)
+            try:
+                yield
+            finally:
+                self._status = None
+
+    def progress(self, message: str) -> None:
+        if self._status is not None:
+            status, base = self._status
+            status.update(self._line(f"{base}: {message}"))
+
+    def _line(self, message: str) -> str:
+        tail = f" · best {self.best}" if self.best else ""
+        return escape(f"{message}{tail} · {self.tokens:,} tokens")
+
+    def candidate(self, rec: CandidateRecord, best: CandidateRecord | None, tokens: int) -> None:
+        self.tokens = tokens
+        if best is not None and best.score_ms:
+            self.best = f"{best.label} {best.score_ms:.4g} ms"
+        style = "green" if rec.valid else "red"
+        score = f" score {rec.score_ms:.4g} ms" if rec.score_ms else ""
+        speed = f" ({rec.speedup:.2f}x vs reference)" if rec.speedup else ""
+        where = f"iteration {rec.iteration}" if rec.iteration else rec.kind
+        self.info(
+            f"[{where}] {rec.label}: {rec.status}{score}{speed} | best {self.best or '-'} | {tokens:,} tokens", style
+        )
+        if not rec.valid and rec.message:
+            self.info(f"    {rec.message[:300]}", "dim")
+
+    def final(self, records: list[CandidateRecord], best: CandidateRecord | None, perf_cases: list[str], summary: dict[str, Any]) -> None:
+        if self.quiet:
+            return
+        table = Table(title=f"{summary.get('run')} · {summary.get('workload', {}).get('name')} · {summary.get('status')}")
+        for col in ("candidate", "status", "score ms", "vs reference", *perf_cases):
+            table.add_column(col, justify="left" if col in ("candidate", "status") else "right")
+        for r in records:
+            mark = " *" if best is not None and r is best else ""
+            table.add_row(
+                escape(r.label + mark), r.status, f"{r.score_ms:.4g}" if r.score_ms else "",
+                f"{r.speedup:.2f}x" if r.speedup else "", *(f"{r.case_ms[c]:.4g}" if c in r.case_ms else "" for c in perf_cases),
+            )
+        self.console.print(table)
+        tokens = summary.get("tokens", {})
+        cost = tokens.get("cost_usd")
+        self.info(f"tokens: {tokens.get('total_tokens', 0):,} in {tokens.get('calls', 0)} model calls"
+                  + (f", about {cost:.4f} USD" if cost is not None else ""))
+        if best is not None:
+            self.info(f"best: {best.label}, score {best.score_ms:.4g} ms" + (f", {best.speedup:.2f}x vs reference" if best.speedup else "")
+                      + f" -> {summary.get('files', {}).get('best')}", "bold green")
+        else:
+            self.info("no candidate passed every case", "bold red")
+        self.info(f"run directory: {summary.get('path')}")

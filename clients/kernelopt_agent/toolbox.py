@@ -1,0 +1,155 @@
+"""The GPU side: ``kernelopt-mcp`` started over stdio and used through its tools, like any client.
+
+Everything that touches the GPU goes through here (benchmark, validate, gpu_properties,
+ncu_profile); so do the compile checks and create_workload. Each call is recorded in the run
+directory (``tools/NNNN-<tool>.json``) with its arguments, result and duration. The server's
+stderr goes to ``server.log`` in the run directory.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+import time
+from collections.abc import AsyncIterator, Callable
+from contextlib import AsyncExitStack, asynccontextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from mcp import Client
+from mcp.client.stdio import StdioServerParameters, stdio_client
+
+from .options import OptimizeOptions
+from .rundir import RunDir
+
+MODEL_TEXT_LIMIT = 8000  # characters of a tool's text a model sees
+TOOL_TIMEOUT_S = 3600.0
+
+
+class ToolboxError(RuntimeError):
+    """The server cannot be started or a tool it needs is missing; the message says what to do."""
+
+
+@dataclass
+class ToolResult:
+    name: str
+    number: int
+    is_error: bool
+    structured: dict[str, Any]
+    text: str
+    seconds: float
+
+    @property
+    def status(self) -> str | None:
+        return self.structured.get("status")
+
+
+def server_command(opts: OptimizeOptions) -> list[str]:
+    """``kernelopt-mcp`` of this Python (else on PATH, else ``python -m kernelopt_mcp.server``)."""
+    if opts.server_command:
+        return list(opts.server_command)
+    beside = Path(sys.executable).parent / "kernelopt-mcp"
+    if beside.is_file() and os.access(beside, os.X_OK):
+        return [str(beside)]
+    found = shutil.which("kernelopt-mcp")
+    if found and "shims" not in found:  # a version manager's shim may pick another interpreter
+        return [found]
+    return [sys.executable, "-m", "kernelopt_mcp.server"]
+
+
+@dataclass
+class Toolbox:
+    """A live session with kernelopt-mcp."""
+
+    client: Client
+    run: RunDir
+    tools: dict[str, Any] = field(default_factory=dict)
+    seconds: float = 0.0
+    on_progress: Callable[[str], None] | None = None
+
+    @classmethod
+    @asynccontextmanager
+    async def start(
+        cls, opts: OptimizeOptions, run: RunDir, workloads_dir: Path, on_progress: Callable[[str], None] | None = None
+    ) -> AsyncIterator[Toolbox]:
+        """Start the server with the run's frozen workloads configured (``workloads_dir``)."""
+        command = server_command(opts)
+        args = [*command[1:], "--root", str(run.path)]
+        if opts.workspace:
+            args += ["--workspace", str(opts.workspace)]
+        if opts.harness:
+            args += ["--harness", str(opts.harness)]
+        if opts.device is not None:
+            args += ["--device", str(opts.device)]
+        # The server gets this process's environment (CUDA, PATH for ncu, KERNELOPT_*) but no OpenAI settings.
+        env = {k: v for k, v in os.environ.items() if not k.startswith("OPENAI_")}
+        env["KERNELOPT_WORKLOADS"] = os.pathsep.join(filter(None, [str(workloads_dir), os.environ.get("KERNELOPT_WORKLOADS")]))
+        params = StdioServerParameters(command=command[0], args=args, env=env)
+        run.write_json("server.json", {"command": [command[0], *args], "workloads_dir": str(workloads_dir)})
+        log = open(run.path / "server.log", "a", encoding="utf-8")  # noqa: SIM115 (the subprocess writes to it)
+        async with AsyncExitStack() as stack:
+            stack.callback(log.close)
+            client = Client(stdio_client(params, errlog=log), read_timeout_seconds=TOOL_TIMEOUT_S)
+            try:
+                await stack.enter_async_context(client)
+                tools = (await client.list_tools()).tools
+            except Exception as exc:
+                raise ToolboxError(
+                    f"could not start the MCP server `{' '.join([command[0], *args])}`: {type(exc).__name__}: {exc}; "
+                    f"see {run.path / 'server.log'}"
+                ) from None
+            box = cls(client, run, on_progress=on_progress)
+            box.tools = {t.name: t for t in tools}
+            missing = {"gpu_properties", "compile", "benchmark"} - set(box.tools)
+            if missing:
+                raise ToolboxError(f"the MCP server lacks the tools {sorted(missing)}; is it kernelopt-mcp?")
+            yield box
+
+    def has(self, name: str) -> bool:
+        return name in self.tools
+
+    def openai_tools(self, names: list[str]) -> list[dict[str, Any]]:
+        """The named server tools as Chat Completions function tools (those the server has)."""
+        out = []
+        for name in names:
+            tool = self.tools.get(name)
+            if tool is None:
+                continue
+            out.append({"type": "function", "function": {
+                "name": tool.name, "description": (tool.description or "")[:4000],
+                "parameters": tool.input_schema or {"type": "object", "properties": {}},
+            }})
+        return out
+
+    async def call(self, name: str, arguments: dict[str, Any], *, caller: str = "orchestrator") -> ToolResult:
+        """Call a tool; tool errors are results (is_error), never exceptions."""
+        number = self.run.next_number("tools")
+        start = time.monotonic()
+
+        async def progress(done: float, total: float | None, message: str | None) -> None:
+            if message and self.on_progress is not None:
+                self.on_progress(message)
+
+        try:
+            result = await self.client.call_tool(name, arguments, progress_callback=progress)
+            text = "\n".join(c.text for c in result.content if getattr(c, "type", None) == "text")
+            out = ToolResult(name, number, bool(result.is_error), dict(result.structured_content or {}), text,
+                             time.monotonic() - start)
+        except Exception as exc:  # the transport or the SDK failed: still a recorded result
+            out = ToolResult(name, number, True, {}, f"the call failed: {type(exc).__name__}: {exc}", time.monotonic() - start)
+        self.seconds += out.seconds
+        self.run.write_json(f"tools/{number:04d}-{name}.json", {
+            "number": number, "tool": name, "caller": caller, "arguments": arguments, "is_error": out.is_error,
+            "seconds": round(out.seconds, 3), "structured": out.structured, "text": out.text,
+        })
+        return out
+
+
+def model_text(result: ToolResult) -> str:
+    """What a model sees of a tool result: its text rendering, capped."""
+    text = result.text or str(result.structured)
+    if len(text) > MODEL_TEXT_LIMIT:
+        text = text[:MODEL_TEXT_LIMIT] + f"\n[... {len(text) - MODEL_TEXT_LIMIT} more characters cut]"
+    return ("tool error: " if result.is_error else "") + text
