@@ -33,6 +33,7 @@ class ScriptedModel:
         self.headers: list[dict[str, str]] = []
         self.exhausted = False
         self.received = threading.Event()  # set on every request
+        self.closing = threading.Event()  # ends a step's sleep early
         self._lock = threading.Lock()
         model = self
 
@@ -47,8 +48,8 @@ class ScriptedModel:
                     self._send(404, {"error": {"message": f"no route {self.path}"}})
                     return
                 status, payload, sleep = model._answer(body, {k.lower(): v for k, v in self.headers.items()})
-                if sleep:
-                    time.sleep(sleep)
+                if sleep and model.closing.wait(sleep):
+                    return  # the test is over: drop the connection
                 self._send(status, payload)
 
             def _send(self, status: int, payload: dict[str, Any]) -> None:
@@ -72,6 +73,7 @@ class ScriptedModel:
         return self
 
     def __exit__(self, *exc: object) -> None:
+        self.closing.set()
         self.server.shutdown()
         self.server.server_close()
 

@@ -172,3 +172,208 @@ def test_the_whole_loop(env: dict[str, Path]) -> None:
         np.testing.assert_allclose(out, expected, rtol=1e-6, atol=1e-6)
     assert read(run / replays["big_a"])["cases"][0]["timing"] == {"warmup": 1, "iterations": 3}
     assert set(summary["files"]["replay_reference"]) == set(replays)
+
+
+GENERATED = {
+    "name": "vec_add", "description": "c = a + b",
+    "signature": TINY_SPEC["signature"],
+    "inputs": {"a": {"generator": "uniform", "low": -1, "high": 1}, "b": {"generator": "normal"}},
+    "cases": TINY_SPEC["cases"],
+    "tolerance": {"c": {"rtol": 1e-6, "atol": 1e-6}},
+    "cost": {"flops": "n", "bytes": "12 * n"},
+    "reference_cu": kernel(), "reference_launch": {"default": {"grid": ["ceil_div(n, 128)"], "block": [128], "shared_bytes": 0}},
+    "initial_cu": kernel(), "initial_launch": {"grid": ["ceil_div(n, 64)"], "block": [64]},
+}
+
+
+def test_omitted_parts_are_generated_and_registered(env: dict[str, Path]) -> None:
+    with_file = {**GENERATED, "inputs": {"a": {"generator": "file", "path": "/etc/passwd"}, "b": {"generator": "normal"}}}
+    script = [
+        {"content": "```json\n" + json.dumps(with_file) + "\n```"},  # data files are refused: declarative only
+        {"content": json.dumps(GENERATED)},
+        proposal(kernel("FAST"), "faster"),
+    ]
+    with ScriptedModel(script) as model:
+        code = optimize(env, model, "--description", "Add two float vectors.", "--max-iterations", "1")
+    assert code == 0 and not model.steps and not model.exhausted
+    assert "declarative" in model.requests[1]["messages"][-1]["content"]
+    run = env["results"] / "run-001"
+    summary = read(run / "summary.json")
+    parts = summary["workload"]["parts"]
+    assert parts["signature"] == parts["input_cases"] == parts["reference"] == parts["initial"] == "generated"
+    assert parts["registered"].startswith("create_workload: vec_add")
+    assert (env["ws"] / "workloads" / "vec_add" / "workload.json").is_file()
+    note = summary["workload"]["reference"]
+    assert note["model_generated"] and not note["independent_oracle"] and "NOT an independent" in note["note"]
+    assert (run / "reference.cu").is_file() and not (run / "supplied-reference.cu").exists()
+    assert not (run / "reference.py").exists() and not (run / "expected").exists()
+    assert summary["best"]["label"] == "002-it1" and summary["best"]["score_ms"] == pytest.approx(0.05, rel=0.05)
+    assert set(summary["files"]["replay_reference"]) == {"one", "odd_1001", "n_4096"}
+    assert read(run / "signature.json")["name"] == "vec_add"
+
+
+def test_a_run_continues_from_its_files(env: dict[str, Path]) -> None:
+    best = kernel("MS:n_4096=0.03;")
+    with ScriptedModel([proposal(best, "faster")]) as model:
+        assert optimize(env, model, "--workload", "tiny_add", "--max-iterations", "1") == 0
+    first = env["results"] / "run-001"
+    assert (first / "best.cu").read_text() == best.rstrip() + "\n"
+    # the original tool's command; no model is needed when nothing is generated and no iteration runs
+    code = optimize(env, None, "--description", "c = a + b", "--input-cases", str(first / "input_cases.json"),
+                    "--reference", str(first / "supplied-reference.cu"), "--initial-kernel", str(first / "best.cu"),
+                    "--max-iterations", "0")
+    assert code == 0
+    second = env["results"] / "run-002"
+    summary = read(second / "summary.json")
+    parts = summary["workload"]["parts"]
+    assert parts["signature"] == f"inferred: {first / 'signature.json'}"
+    assert parts["oracle"] == f"inferred: {first / 'reference.py'}" and parts["initial"] == f"supplied: {first / 'best.cu'}"
+    assert summary["workload"]["name"] == "tiny_add" and summary["workload"]["reference"]["numpy_oracle"]
+    assert summary["initial"]["case_ms"]["n_4096"] == pytest.approx(0.03, rel=0.05)  # best.cu with best.launch.json
+    assert read(second / "initial.launch.json") == read(first / "best.launch.json")
+    old, new = read(first / "input_cases.json"), read(second / "input_cases.json")
+    assert [c["inputs"] for c in old["cases"]] == [c["inputs"] for c in new["cases"]]  # same files, same hashes
+    for case in new["cases"]:
+        for gen in case["inputs"].values():
+            assert (second / gen["path"]).read_bytes() == (first / gen["path"]).read_bytes()
+    assert summary["tokens"]["calls"] == 0
+
+
+def test_max_tokens_stops_the_loop_cleanly(env: dict[str, Path]) -> None:
+    script = [{**proposal(kernel("FAST")), "usage": {"prompt_tokens": 4000, "completion_tokens": 1000}}, proposal(kernel())]
+    with ScriptedModel(script) as model:
+        code = optimize(env, model, "--workload", "tiny_add", "--max-iterations", "5", "--max-tokens", "3000")
+    assert code == 0 and len(model.steps) == 1  # the second answer was never asked for
+    summary = read(env["results"] / "run-001" / "summary.json")
+    assert summary["status"] == "stopped" and "--max-tokens 3000" in summary["stop_reason"]
+    assert summary["tokens"]["total_tokens"] == 5000 and summary["candidates"]["total"] == 3
+    assert summary["best"]["label"] == "002-it1" and (env["results"] / "run-001" / "best.cu").is_file()
+
+
+def test_missing_api_key_is_a_clear_error_kept_in_the_run(env: dict[str, Path], monkeypatch: pytest.MonkeyPatch,
+                                                         capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.delenv("OPENAI_API_KEY")
+    assert optimize(env, None, "--workload", "tiny_add") == 2
+    assert "OPENAI_API_KEY is not set" in capsys.readouterr().err
+    summary = read(env["results"] / "run-001" / "summary.json")
+    assert summary["status"] == "failed" and "OPENAI_API_KEY is not set" in summary["error"]
+
+
+def test_unreachable_endpoint_is_a_clear_error_kept_in_the_run(env: dict[str, Path], capsys: pytest.CaptureFixture[str]) -> None:
+    import socket
+
+    with socket.socket() as s:  # a port nobody listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    (env["tmp"] / "cfg.json").write_text(json.dumps({"max_retries": 0, "base_url": f"http://127.0.0.1:{port}/v1"}))
+    assert optimize(env, None, "--workload", "tiny_add", "--config", str(env["tmp"] / "cfg.json")) == 2
+    assert f"cannot reach http://127.0.0.1:{port}/v1" in capsys.readouterr().err
+    run = env["results"] / "run-001"
+    summary = read(run / "summary.json")
+    assert summary["status"] == "failed" and "cannot reach" in summary["error"]
+    assert (run / "model" / "0001-request.json").is_file() and (run / "model" / "0001-error.json").is_file()
+    assert summary["candidates"]["valid"] == 2 and summary["best"]["label"] == "001-initial"  # the baseline is kept
+
+
+def test_unparseable_answers_use_up_only_their_iteration(env: dict[str, Path]) -> None:
+    script = [{"content": "no json here"}, {"content": "{not json"}, {"content": '{"source": "int x;"}'}, proposal(kernel("FAST"))]
+    with ScriptedModel(script) as model:
+        assert optimize(env, model, "--workload", "tiny_add", "--max-iterations", "2") == 0
+    history = read(env["results"] / "run-001" / "history.json")
+    gave_up = [h for h in history if h["event"] == "no_proposal"]
+    assert len(gave_up) == 1 and gave_up[0]["status"] == "unparseable" and "__global__" in gave_up[0]["message"]
+    assert read(env["results"] / "run-001" / "summary.json")["best"]["label"] == "002-it2"
+
+
+def _spawn(env: dict[str, Path], model: ScriptedModel, results: Path) -> subprocess.Popen[str]:
+    cmd = [sys.executable, "-m", "kernelopt_agent", "optimize", "--workload", "tiny_add", "--max-iterations", "3",
+           "--harness", str(env["harness"]), "--workspace", str(env["ws"]), "--results-dir", str(results),
+           "--base-url", model.url, "--iterations", "3", "--warmup", "1"]
+    return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=dict(os.environ),
+                            start_new_session=True)
+
+
+@pytest.mark.parametrize("how", ["ctrl-c", "kill"])
+def test_an_interrupted_run_is_readable(env: dict[str, Path], how: str, capsys: pytest.CaptureFixture[str]) -> None:
+    with ScriptedModel([{**proposal(kernel()), "sleep": 60}]) as model:
+        proc = _spawn(env, model, env["results"])
+        assert model.received.wait(90), proc.communicate()[0] if proc.poll() is not None else "no model request"
+        time.sleep(0.3)
+        os.killpg(proc.pid, signal.SIGINT) if how == "ctrl-c" else proc.kill()
+        out, _ = proc.communicate(timeout=60)
+    run = env["results"] / "run-001"
+    summary = read(run / "summary.json")
+    if how == "ctrl-c":
+        assert proc.returncode == 130, out
+        assert summary["status"] == "interrupted" and "interrupted" in summary["error"]
+        assert (run / "best.cu").is_file() and summary["best"]["label"] == "001-initial"
+        assert (run / "heatmap.png").is_file() and summary["files"]["replay"]
+    else:
+        assert summary["status"] == "running"  # nothing could be written; `runs show` tells the truth
+    assert summary["candidates"]["valid"] == 2 and (run / "candidates" / "001-initial" / "result.json").is_file()
+    capsys.readouterr()
+    assert agent_main(["runs", "show", str(run)]) == 0
+    shown = capsys.readouterr().out
+    assert "status interrupted" in shown and "001-initial" in shown
+    if how == "kill":
+        assert "ended without finishing" in shown
+
+
+def test_run_numbers_are_claimed_atomically(tmp_path: Path) -> None:
+    (tmp_path / "run-007").mkdir()
+    claimed: list[str] = []
+    lock = threading.Lock()
+
+    def claim() -> None:
+        name = RunDir.create(tmp_path).name
+        with lock:
+            claimed.append(name)
+
+    threads = [threading.Thread(target=claim) for _ in range(16)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert sorted(claimed) == [f"run-{n:03d}" for n in range(8, 24)]
+
+
+def test_options_flags_beat_environment_beat_config(tmp_path: Path) -> None:
+    (tmp_path / ".env").write_text("# secrets\nexport OPENAI_API_KEY='sk-from-dotenv'\nOPENAI_BASE_URL=http://dotenv/v1\n")
+    cfg = tmp_path / "c.json"
+    cfg.write_text(json.dumps({"description": "gemm", "max-iterations": 3, "model": "m-config", "base_url": "http://config/v1"}))
+    opts = OptimizeOptions.build({"config": str(cfg), "model": "m-flag"}, environ={}, cwd=tmp_path)
+    assert (opts.model, opts.max_iterations, opts.base_url, opts.api_key) == ("m-flag", 3, "http://dotenv/v1", "sk-from-dotenv")
+    opts = OptimizeOptions.build({"config": str(cfg)}, environ={"OPENAI_API_KEY": "sk-env", "OPENAI_BASE_URL": "http://u:p@env/v1"}, cwd=tmp_path)
+    assert opts.api_key == "sk-env" and opts.as_json()["base_url"] == "http://env/v1" and "sk-env" not in json.dumps(opts.as_json())
+    assert OptimizeOptions.build({"description": "x"}, environ={}, cwd=tmp_path / "nowhere").max_iterations == 7
+    cfg.write_text(json.dumps({"api_key": "sk-x"}))
+    with pytest.raises(ValueError, match="keep the API key out"):
+        OptimizeOptions.build({"config": str(cfg)}, environ={}, cwd=tmp_path)
+    with pytest.raises(ValueError, match="say what to optimize"):
+        OptimizeOptions.build({}, environ={}, cwd=tmp_path)
+
+
+def test_example_config_and_help(capsys: pytest.CaptureFixture[str]) -> None:
+    opts = OptimizeOptions.build({"config": str(REPO / "clients" / "example.json")}, environ={}, cwd=REPO)
+    assert opts.description and opts.max_iterations == 7 and opts.model == "gpt-5-mini"
+    with pytest.raises(SystemExit):
+        agent_main(["optimize", "-h"])
+    text = capsys.readouterr().out
+    for flag in ("--description", "--max-iterations", "--signature", "--reference", "--initial-kernel", "--input-cases",
+                 "--workload", "--use-nsight", "--nvidia-research", "--config", "--model", "--reasoning-effort",
+                 "--base-url", "--results-dir", "--max-tokens"):
+        assert flag in text
+
+
+def test_graph_and_the_kernelopt_command(capsys: pytest.CaptureFixture[str]) -> None:
+    from kernelopt_mcp.cli import main as kernelopt_main
+
+    assert kernelopt_main(["graph"]) == 0
+    text = capsys.readouterr().out
+    assert text.startswith("flowchart TD") and '-.->|"valid and --use-nsight"| profile' in text
+    for route in ("--nvidia-research", "invalid, iterations left", "budget spent", "finalize --> done"):
+        assert route in text
+    assert kernelopt_main(["graph", "--no-nsight"]) == 0 and "profile" not in capsys.readouterr().out
+    # importing the library (and its CLI) imports neither openai nor mcp
+    code = "import sys, kernelopt_mcp, kernelopt_mcp.cli; sys.exit(bool({'openai', 'mcp'} & set(sys.modules)))"
+    assert subprocess.run([sys.executable, "-c", code], env={**os.environ, "PYTHONPATH": str(REPO)}).returncode == 0

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import argparse
+import asyncio
 import signal
 import sys
 from pathlib import Path
@@ -100,16 +101,16 @@ def run_optimize(opts: Any, console: Console, quiet: bool = False) -> int:
         anyio.run(opt.run_loop)
         if opt.stop_reason.startswith("--max-tokens") or opt.stop_reason.startswith("--max-cost"):
             status = "stopped"
-    except KeyboardInterrupt as exc:
-        status, error, code = "interrupted", f"interrupted ({exc or 'Ctrl-C'})", EXIT_INTERRUPTED
-        opt.stop_reason = error
-    except (ModelError, ToolboxError, PartsError, KerneloptError, RunFailed, ValueError) as exc:
-        status, error, code = "failed", str(exc), EXIT_ERROR
-        opt.stop_reason = "error"
-    except BaseException as exc:  # a crash: keep the run readable and say what happened
-        status, error, code = "interrupted", f"crashed: {error_text(exc)}", EXIT_ERROR
-        opt.stop_reason = "crash"
-        console.print_exception()
+    except BaseException as raised:  # noqa: BLE001 (every ending is recorded; none may lose the run)
+        exc = unwrap(raised)
+        if isinstance(exc, KeyboardInterrupt):
+            status, error, code = "interrupted", f"interrupted ({exc or 'Ctrl-C'})", EXIT_INTERRUPTED
+        elif isinstance(exc, (ModelError, ToolboxError, PartsError, KerneloptError, RunFailed, ValueError)):
+            status, error, code = "failed", str(exc), EXIT_ERROR
+        else:  # a crash: keep the run readable and say what happened
+            status, error, code = "interrupted", f"crashed: {error_text(exc)}", EXIT_ERROR
+            console.print_exception() if exc is raised else console.print(f"{error_text(exc)}", markup=False)
+        opt.stop_reason = {"failed": "error", "interrupted": "interrupted"}.get(status, "")
     finally:
         signal.signal(signal.SIGTERM, previous)
         summary = finalize(opt, status, error=error)
@@ -119,6 +120,14 @@ def run_optimize(opts: Any, console: Console, quiet: bool = False) -> int:
     if code == EXIT_OK and opt.best() is None and opt.records:
         code = EXIT_NO_VALID
     return code
+
+
+def unwrap(exc: BaseException) -> BaseException:
+    """The exception inside task-group wrappers (the MCP client runs in one): the first that is not a cancellation."""
+    while isinstance(exc, BaseExceptionGroup):
+        inner = [e for e in exc.exceptions if not isinstance(e, asyncio.CancelledError)] or list(exc.exceptions)
+        exc = inner[0]
+    return exc
 
 
 def cmd_graph(argv: list[str]) -> int:

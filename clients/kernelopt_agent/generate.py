@@ -19,7 +19,7 @@ from kernelopt_mcp.errors import WorkloadError
 from kernelopt_mcp.workload import DataFile, InputCasesFile, Signature, format_validation_error, parse_spec
 
 from .model import ModelClient
-from .parts import Parts, safe_name
+from .parts import Parts, safe_name, unused_name
 from .proposal import ProposalError, extract_json, parse_launch, strip_fences
 from .toolbox import Toolbox
 
@@ -130,7 +130,7 @@ def _merge(parts: Parts, missing: list[str], answer: str) -> Parts:
     if data is None:
         raise ProposalError("no JSON object found in the answer")
     new = Parts(**{**parts.__dict__, "origin": dict(parts.origin), "cost": dict(parts.cost)})
-    new.name = safe_name(str(data.get("name") or parts.name))
+    new.name = parts.name if "signature" not in missing else unused_name(safe_name(str(data.get("name") or parts.name)))
     new.description = parts.description or str(data.get("description") or "")
     if "signature" in missing:
         try:

@@ -269,11 +269,11 @@ def safe_name(text: str) -> str:
     return ("w_" + name if not re.match(r"[A-Za-z_]", name) else name)[:48]
 
 
-def unused_name(name: str, opts: OptimizeOptions, allow_created: bool = True) -> str:
-    """``name``, or ``name_gen[N]`` if a bundled or configured workload has it (generated parts)."""
+def unused_name(name: str) -> str:
+    """``name``, or ``name_genN`` if a bundled or configured workload has it (generated parts)."""
     known = list_workloads(Settings.from_env())
     candidate, n = name, 1
     while candidate in known:
-        candidate = f"{name}_gen{n if n > 1 else ''}"
+        candidate = f"{name}_gen{n}"
         n += 1
     return candidate
