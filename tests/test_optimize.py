@@ -24,6 +24,7 @@ from rich.console import Console
 
 from fakegpu import TINY_SPEC, kernel, write_harness, write_tiny_workload
 from scripted_model import ScriptedModel
+from test_profiler import stub  # noqa: F401  (fixture: a stub ncu in front of the pretend harness)
 
 from kernelopt_agent.cli import main as agent_main
 from kernelopt_agent.options import OptimizeOptions
@@ -60,6 +61,8 @@ def env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, Path]:
     monkeypatch.delenv("OPENAI_BASE_URL", raising=False)
     monkeypatch.setenv("KERNELOPT_WORKLOADS", str(extra))
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(REPO), str(REPO / "clients")]))
+    monkeypatch.setenv("KERNELOPT_DOCS_OFFLINE", "1")  # docs_search from the shipped notes: no network in tests
+    monkeypatch.setenv("KERNELOPT_CACHE", str(tmp_path / "cache"))
     return {"tmp": tmp_path, "harness": harness, "extra": extra, "results": tmp_path / "results", "ws": tmp_path / "ws"}
 
 
@@ -377,3 +380,29 @@ def test_graph_and_the_kernelopt_command(capsys: pytest.CaptureFixture[str]) -> 
     # importing the library (and its CLI) imports neither openai nor mcp
     code = "import sys, kernelopt_mcp, kernelopt_mcp.cli; sys.exit(bool({'openai', 'mcp'} & set(sys.modules)))"
     assert subprocess.run([sys.executable, "-c", code], env={**os.environ, "PYTHONPATH": str(REPO)}).returncode == 0
+
+
+def test_nsight_profiles_and_nvidia_research(env: dict[str, Path], stub: Path, monkeypatch: pytest.MonkeyPatch) -> None:  # noqa: F811
+    monkeypatch.setenv("KERNELOPT_NCU", str(stub))
+    script = [
+        {"tool_calls": [("docs_search", {"query": "vectorized loads"})]},
+        proposal(kernel("FAST"), "float4 loads"),
+        proposal(kernel("MS:n_4096=0.07;"), "something else"),
+    ]
+    with ScriptedModel(script) as model:
+        code = optimize(env, model, "--workload", "tiny_add", "--max-iterations", "2", "--use-nsight", "--nvidia-research")
+    assert code == 0 and not model.steps
+    run = env["results"] / "run-001"
+    assert "docs_search" in (run / "research.md").read_text()
+    first = model.requests[0]
+    assert {t["function"]["name"] for t in first["tools"]} == {"gpu_properties", "compile", "docs_search", "ncu_profile"}
+    assert "NVIDIA optimization guidance" in first["messages"][1]["content"]
+    assert model.requests[1]["messages"][-1]["role"] == "tool"
+    for label in ("001-initial", "002-it1", "003-it2"):
+        profile = read(run / "candidates" / label / "profile.json")
+        assert profile["case"] == "n_4096" and not profile["is_error"], profile
+    reports = sorted(p.name for p in (run / "profiles").glob("*.ncu-rep"))
+    assert reports == ["001-initial-n_4096.ncu-rep", "002-it1-n_4096.ncu-rep", "003-it2-n_4096.ncu-rep"]
+    assert "Nsight Compute profile of 002-it1" in model.requests[2]["messages"][-1]["content"]
+    summary = read(run / "summary.json")
+    assert summary["best"]["label"] == "002-it1" and not summary["notes"]

@@ -200,8 +200,10 @@ class Optimizer:
                                               guidance=self.guidance, feedback=feedback, arch=self.arch)
             await self.freeze()
         if self.parts.initial_cu is not None:
-            await self.evaluate("initial", None, self.parts.initial_cu, self.parts.initial_launch, self.parts.initial_options,
-                                "the starting kernel")
+            init = await self.evaluate("initial", None, self.parts.initial_cu, self.parts.initial_launch,
+                                       self.parts.initial_options, "the starting kernel")
+            if init.valid and self.opts.use_nsight:
+                await self.profile(init)
 
     async def iterate(self, iteration: int) -> None:
         last = self.last_candidate()
