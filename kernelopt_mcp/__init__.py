@@ -11,13 +11,18 @@ __version__ = "0.1.0"
 from .compare import OutputComparison, compare, geometric_mean
 from .compiler import CompileResult, compile_kernel
 from .config import Settings, find_workload, list_workloads
+from .docs import DocsSearchResult, search_docs
 from .errors import (
+    CountersNotPermitted,
     DeviceUnavailable,
     ExpressionError,
     HarnessError,
     InputError,
     KerneloptError,
     LaunchConfigError,
+    ProfiledKernelFailed,
+    ProfilerError,
+    ProfilerTimeout,
     ToolchainNotFound,
     WorkloadError,
 )
@@ -25,10 +30,14 @@ from .evaluate import Candidate, EvaluateOptions, EvaluationResult, Evaluator, S
 from .gpu import DeviceInfo, device_info
 from .harness import HarnessProcess, find_harness
 from .launch import LaunchConfig, LaunchSpec
+from .ncu_report import ProfileSummary
+from .profiler import ProfileOptions, find_ncu, profile_case
 from .workload import Workload, WorkloadSpec, load_parts, load_workload
 
 __all__ = [
-    "Candidate", "CompileResult", "DeviceInfo", "DeviceUnavailable", "EvaluateOptions",
+    "Candidate", "CompileResult", "CountersNotPermitted", "DeviceInfo", "DeviceUnavailable", "DocsSearchResult",
+    "EvaluateOptions", "ProfileOptions", "ProfileSummary", "ProfiledKernelFailed", "ProfilerError", "ProfilerTimeout",
+    "find_ncu", "profile_case", "search_docs",
     "EvaluationResult", "Evaluator", "ExpressionError", "HarnessError", "HarnessProcess",
     "InputError", "KerneloptError", "LaunchConfig", "LaunchConfigError", "LaunchSpec",
     "OutputComparison", "Settings", "Status", "ToolchainNotFound", "Workload", "WorkloadError",

@@ -75,7 +75,8 @@ kernelopt: trustworthy GPU tools for writing fast CUDA kernels. The loop: list_w
 describe_workload (prototype, cases, reference and starting kernel) -> write a kernel -> compile
 (fix errors, watch registers and spills) -> validate (every case must pass) -> benchmark (score =
 geometric mean of the performance cases' median latencies; speedup vs the CUDA reference) ->
-iterate. A failing kernel is a result with a status and details, never a server error. The
+iterate. ncu_profile says why a kernel is slow (hardware counters and hints); docs_search finds
+CUDA optimization guidance. A failing kernel is a result with a status and details, never a server error. The
 prompt optimize_kernel primes this loop."""
 
 READ_ONLY = ToolAnnotations(read_only_hint=True, destructive_hint=False, idempotent_hint=True, open_world_hint=False)
