@@ -18,6 +18,7 @@ import hashlib
 import json
 import os
 import re
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
@@ -186,7 +187,7 @@ def load_cached(cache_dir: Path, url: str) -> CachedPage | None:
 def save_cached(cache_dir: Path, page: CachedPage) -> None:
     cache_dir.mkdir(parents=True, exist_ok=True)
     target = _cache_file(cache_dir, page.url)
-    tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
+    tmp = target.with_name(f".{target.name}.{os.getpid()}-{threading.get_ident()}.tmp")
     tmp.write_text(json.dumps(page.to_json()))
     os.replace(tmp, target)
 
