@@ -20,7 +20,6 @@ from typing import Any
 
 import numpy as np
 import pytest
-from rich.console import Console
 
 from fakegpu import TINY_SPEC, kernel, write_harness, write_tiny_workload
 from scripted_model import ScriptedModel

@@ -3,7 +3,6 @@ summary.json. Runs whatever happened before (also after Ctrl-C or a crash), with
 
 from __future__ import annotations
 
-import math
 import os
 import platform
 import sys
@@ -26,7 +25,6 @@ def finalize(opt: Optimizer, status: str, *, error: str | None = None) -> dict[s
     files: dict[str, Any] = {}
     problems: list[str] = []
     best = opt.best()
-    frozen = opt.frozen
     if best is not None:
         opt.run.write_text("best.cu", best.source)
         opt.run.write_json("best.launch.json", {"launch": best.launch, "compile_options": best.compile_options})
@@ -40,7 +38,6 @@ def finalize(opt: Optimizer, status: str, *, error: str | None = None) -> dict[s
     opt.run.write_json("history.json", opt.history)
     data = summary(opt, status, error=error, files=files, problems=problems)
     opt.run.write_json("summary.json", data)
-    _ = frozen
     return data
 
 
@@ -155,6 +152,3 @@ def _provenance(opt: Optimizer) -> dict[str, Any]:
 def error_text(exc: BaseException) -> str:
     return "".join(traceback.format_exception_only(type(exc), exc)).strip()
 
-
-def is_finite(x: float | None) -> bool:
-    return x is not None and math.isfinite(x)

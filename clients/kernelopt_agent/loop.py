@@ -22,7 +22,6 @@ from typing import Any
 
 import anyio
 
-from kernelopt_mcp import __version__
 from kernelopt_mcp.gpu import DeviceInfo
 from kernelopt_mcp.launch import LaunchSpec
 
