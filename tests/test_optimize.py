@@ -121,6 +121,7 @@ def test_the_whole_loop(env: dict[str, Path]) -> None:
     responses = sorted((run / "model").glob("*-response.json"))
     assert len(responses) == 7 and len(list((run / "model").glob("*-request.json"))) == 7
     assert sum(read(p)["usage"]["total_tokens"] for p in responses) == tokens["total_tokens"]
+    assert [c["total_tokens"] for c in tokens["per_call"]] == [read(p)["usage"]["total_tokens"] for p in responses]
     assert summary["workload"]["reference"]["numpy_oracle"] is True
     assert summary["provenance"]["device"] == "NVIDIA H200 (fake)"
     assert summary["model"]["name"] == "gpt-5-mini" and summary["model"]["reasoning_effort"] == "medium"
@@ -405,3 +406,16 @@ def test_nsight_profiles_and_nvidia_research(env: dict[str, Path], stub: Path, m
     assert "Nsight Compute profile of 002-it1" in model.requests[2]["messages"][-1]["content"]
     summary = read(run / "summary.json")
     assert summary["best"]["label"] == "002-it1" and not summary["notes"]
+
+
+def test_servers_without_structured_output_get_plain_json_requests(env: dict[str, Path]) -> None:
+    script = [{"status": 400, "error": "response_format json_schema is not supported by this model"},
+              {"content": "Here it is:\n```json\n" + json.dumps(json.loads(proposal(kernel("FAST"))["content"])) + "\n```\nDone."}]
+    with ScriptedModel(script) as model:
+        assert optimize(env, model, "--workload", "tiny_add", "--max-iterations", "1") == 0
+    assert model.requests[0]["response_format"]["type"] == "json_schema"
+    assert model.requests[1]["response_format"] == {"type": "json_object"}
+    run = env["results"] / "run-001"
+    summary = read(run / "summary.json")
+    assert summary["best"]["label"] == "002-it1" and "using json_object" in summary["model"]["notes"][0]
+    assert "not supported" in read(run / "model" / "0001-error.json")["message"] and (run / "model" / "0002-response.json").is_file()

@@ -96,7 +96,7 @@ def summary(
         "model": {"name": opt.opts.model, "reasoning_effort": opt.opts.reasoning_effort,
                   "endpoint": redact_url(opt.opts.base_url) or "api.openai.com",
                   "notes": model.notes if model else []},
-        "tokens": model.usage.as_json(opt.opts.model) if model else {"calls": 0, "total_tokens": 0, "cost_usd": 0.0},
+        "tokens": {**model.usage.as_json(opt.opts.model), "per_call": model.calls} if model else {"calls": 0, "total_tokens": 0, "cost_usd": 0.0},
         "iterations": {"max": opt.opts.max_iterations, "used": opt.iterations_used},
         "candidates": {"total": len(opt.records), "valid": sum(r.valid for r in opt.records),
                        "invalid": [f"{r.label}: {r.status}" for r in opt.records if not r.valid]},

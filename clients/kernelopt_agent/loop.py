@@ -268,7 +268,10 @@ class Optimizer:
             self.display.tokens = self.model.usage.total_tokens
             if reply.tool_calls and offer:
                 rounds += 1
-                messages.append(reply.message.model_dump(mode="json", exclude_none=True))
+                messages.append({"role": "assistant", "content": reply.message.content, "tool_calls": [
+                    {"id": c.id, "type": "function", "function": {"name": c.function.name, "arguments": c.function.arguments}}
+                    for c in reply.tool_calls
+                ]})
                 for call in reply.tool_calls:
                     messages.append({"role": "tool", "tool_call_id": call.id, "content": await self.model_tool(call, names)})
                 if rounds >= self.opts.tool_rounds:
@@ -279,6 +282,8 @@ class Optimizer:
             try:
                 return parse_proposal(reply.content, self.frozen.case_names), calls, ("", "")
             except ProposalError as exc:
+                if reply.finish_reason == "length":
+                    exc = ProposalError(f"the answer was cut off at the output limit ({exc}); answer more briefly")
                 retries += 1
                 self.history.append({"event": "unparseable_answer", "iteration": iteration, "model_call": reply.number,
                                      "message": str(exc), "time": time.time()})

@@ -123,6 +123,7 @@ class ModelClient:
     usage: Usage = field(default_factory=Usage)
     seconds: float = 0.0
     notes: list[str] = field(default_factory=list)
+    calls: list[dict[str, Any]] = field(default_factory=list)  # per call: number, purpose, tokens, seconds
     _response_format: str = "json_schema"  # json_schema -> json_object -> none, as the server allows
     _send_effort: bool = True
 
@@ -178,9 +179,10 @@ class ModelClient:
             try:
                 response = await self.client.chat.completions.create(**params)
             except openai.BadRequestError as exc:
-                if self._downgrade(exc, params):
-                    continue
                 self._record_error(number, exc, time.monotonic() - start)
+                if self._downgrade(exc, params):
+                    number = self.run.next_number("model")  # the retry is a request of its own
+                    continue
                 raise ModelError(f"{self.endpoint} refused the request (400): {_detail(exc)}") from None
             except openai.APIError as exc:
                 self._record_error(number, exc, time.monotonic() - start)
@@ -189,6 +191,7 @@ class ModelClient:
             self.seconds += elapsed
             self.usage.calls += 1
             used = self.usage.add(response.usage)
+            self.calls.append({"number": number, "purpose": purpose, "seconds": round(elapsed, 3), **used})
             self.run.write_json(f"model/{number:04d}-response.json", {
                 "number": number, "purpose": purpose, "seconds": round(elapsed, 3), "usage": used,
                 "total_tokens_so_far": self.usage.total_tokens, "response": response.model_dump(mode="json"),
