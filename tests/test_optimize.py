@@ -214,6 +214,12 @@ def test_omitted_parts_are_generated_and_registered(env: dict[str, Path]) -> Non
     assert set(summary["files"]["replay_reference"]) == {"one", "odd_1001", "n_4096"}
     assert read(run / "signature.json")["name"] == "vec_add"
 
+    # a second generated run never replaces the first one's workload
+    with ScriptedModel([{"content": json.dumps(GENERATED)}]) as model:
+        assert optimize(env, model, "--description", "Add two float vectors.", "--max-iterations", "0") == 0
+    second = read(env["results"] / "run-002" / "summary.json")
+    assert second["workload"]["name"] == "vec_add_gen1" and (env["ws"] / "workloads" / "vec_add_gen1").is_dir()
+
 
 def test_a_run_continues_from_its_files(env: dict[str, Path]) -> None:
     best = kernel("MS:n_4096=0.03;")
@@ -279,9 +285,33 @@ def test_unreachable_endpoint_is_a_clear_error_kept_in_the_run(env: dict[str, Pa
 
 
 def test_unparseable_answers_use_up_only_their_iteration(env: dict[str, Path]) -> None:
+    """Also: a reader polling the run's records while it runs never sees a partial file (atomic writes)."""
     script = [{"content": "no json here"}, {"content": "{not json"}, {"content": '{"source": "int x;"}'}, proposal(kernel("FAST"))]
-    with ScriptedModel(script) as model:
-        assert optimize(env, model, "--workload", "tiny_add", "--max-iterations", "2") == 0
+    run_dir = env["results"] / "run-001"
+    stop, seen, torn = threading.Event(), [0], []
+
+    def reader() -> None:
+        while not stop.is_set():
+            for name in ("summary.json", "history.json", "candidates/001-initial/result.json"):
+                try:
+                    text = (run_dir / name).read_text()
+                except FileNotFoundError:
+                    continue
+                try:
+                    json.loads(text)
+                    seen[0] += 1
+                except json.JSONDecodeError:
+                    torn.append(name)
+
+    watcher = threading.Thread(target=reader)
+    watcher.start()
+    try:
+        with ScriptedModel(script) as model:
+            assert optimize(env, model, "--workload", "tiny_add", "--max-iterations", "2") == 0
+    finally:
+        stop.set()
+        watcher.join()
+    assert not torn and seen[0] > 10
     history = read(env["results"] / "run-001" / "history.json")
     gave_up = [h for h in history if h["event"] == "no_proposal"]
     assert len(gave_up) == 1 and gave_up[0]["status"] == "unparseable" and "__global__" in gave_up[0]["message"]

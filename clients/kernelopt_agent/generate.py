@@ -79,6 +79,8 @@ async def generate_parts(
          "checks and times kernels on a real GPU. Answer with exactly one JSON object and nothing else."},
         {"role": "user", "content": _prompt(parts, missing, gpu_summary, guidance, feedback)},
     ]
+    listed = await tools.call("list_workloads", {})
+    taken = {w["name"] for w in listed.structured.get("workloads", [])}
     problems = ""
     for attempt in range(1, MAX_ATTEMPTS + 1):
         if problems:
@@ -90,7 +92,7 @@ async def generate_parts(
             problems = f"the model refused: {reply.refusal}"
             continue
         try:
-            candidate = _merge(parts, missing, reply.content)
+            candidate = _merge(parts, missing, reply.content, taken)
             problems = await _check(candidate, missing, tools, arch)
         except (ProposalError, WorkloadError, ValueError) as exc:
             problems = str(exc)
@@ -125,12 +127,12 @@ def _prompt(parts: Parts, missing: list[str], gpu: str, guidance: str, feedback:
     return "\n\n".join(text)
 
 
-def _merge(parts: Parts, missing: list[str], answer: str) -> Parts:
+def _merge(parts: Parts, missing: list[str], answer: str, taken: set[str]) -> Parts:
     data = extract_json(answer)
     if data is None:
         raise ProposalError("no JSON object found in the answer")
     new = Parts(**{**parts.__dict__, "origin": dict(parts.origin), "cost": dict(parts.cost)})
-    new.name = parts.name if "signature" not in missing else unused_name(safe_name(str(data.get("name") or parts.name)))
+    new.name = parts.name if "signature" not in missing else unused_name(safe_name(str(data.get("name") or parts.name)), taken)
     new.description = parts.description or str(data.get("description") or "")
     if "signature" in missing:
         try:
@@ -178,7 +180,7 @@ async def _check(parts: Parts, missing: list[str], tools: Toolbox, arch: str) ->
         spec["reference"].pop("cuda", None)
         spec["reference"]["python"] = None
         result = await tools.call("create_workload", {
-            "spec": spec, "reference_cu": parts.reference_cu, "initial_cu": parts.initial_cu, "overwrite": True,
+            "spec": spec, "reference_cu": parts.reference_cu, "initial_cu": parts.initial_cu, "overwrite": False,
         })
         if result.is_error:
             return result.text

@@ -22,7 +22,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from kernelopt_mcp.config import Settings, bundled_workloads_dir, find_workload, list_workloads
+from kernelopt_mcp.config import Settings, bundled_workloads_dir, find_workload
 from kernelopt_mcp.errors import WorkloadError
 from kernelopt_mcp.launch import LaunchSpec
 from kernelopt_mcp.workload import (
@@ -269,11 +269,10 @@ def safe_name(text: str) -> str:
     return ("w_" + name if not re.match(r"[A-Za-z_]", name) else name)[:48]
 
 
-def unused_name(name: str) -> str:
-    """``name``, or ``name_genN`` if a bundled or configured workload has it (generated parts)."""
-    known = list_workloads(Settings.from_env())
+def unused_name(name: str, taken: set[str]) -> str:
+    """``name``, or ``name_genN`` if a workload of that name exists (generated parts never replace one)."""
     candidate, n = name, 1
-    while candidate in known:
+    while candidate in taken:
         candidate = f"{name}_gen{n}"
         n += 1
     return candidate
