@@ -326,17 +326,22 @@ def _spawn(env: dict[str, Path], model: ScriptedModel, results: Path) -> subproc
                             start_new_session=True)
 
 
-@pytest.mark.parametrize("how", ["ctrl-c", "kill"])
+@pytest.mark.parametrize("how", ["ctrl-c", "sigterm", "kill"])
 def test_an_interrupted_run_is_readable(env: dict[str, Path], how: str, capsys: pytest.CaptureFixture[str]) -> None:
     with ScriptedModel([{**proposal(kernel()), "sleep": 60}]) as model:
         proc = _spawn(env, model, env["results"])
         assert model.received.wait(90), proc.communicate()[0] if proc.poll() is not None else "no model request"
         time.sleep(0.3)
-        os.killpg(proc.pid, signal.SIGINT) if how == "ctrl-c" else proc.kill()
+        if how == "ctrl-c":
+            os.killpg(proc.pid, signal.SIGINT)  # a terminal's Ctrl-C reaches the whole process group
+        elif how == "sigterm":
+            proc.terminate()
+        else:
+            proc.kill()
         out, _ = proc.communicate(timeout=60)
     run = env["results"] / "run-001"
     summary = read(run / "summary.json")
-    if how == "ctrl-c":
+    if how != "kill":
         assert proc.returncode == 130, out
         assert summary["status"] == "interrupted" and "interrupted" in summary["error"]
         assert (run / "best.cu").is_file() and summary["best"]["label"] == "001-initial"
