@@ -171,7 +171,8 @@ def test_the_whole_loop(env: dict[str, Path]) -> None:
     assert all(json.loads(line)["cases"][0]["status"] == "ok" for line in proc.stdout.splitlines())
     for case in replays:
         out = np.fromfile(run / "replay" / "outputs" / case / "c.bin", dtype="<f4")
-        expected = np.load(run / "expected" / case / "c.npy")
+        entry = read(run / "expected" / "manifest.json")[case]["c"]
+        expected = np.fromfile(run / entry["path"], dtype="<f8").reshape(entry["shape"])
         np.testing.assert_allclose(out, expected, rtol=1e-6, atol=1e-6)
     assert read(run / replays["big_a"])["cases"][0]["timing"] == {"warmup": 1, "iterations": 3}
     assert set(summary["files"]["replay_reference"]) == set(replays)

@@ -12,7 +12,6 @@ the server, through its tools.
 from __future__ import annotations
 
 import dataclasses
-import io
 import json
 from dataclasses import dataclass
 from pathlib import Path
@@ -138,17 +137,22 @@ def freeze(
     frozen = load_workload(wl_dir)
 
     expected_cases: list[str] = []
+    expected_manifest: dict[str, dict[str, Any]] = {}
     if frozen.oracle_path is not None:
         for case in frozen.spec.cases:
             ci = builder.inputs[case.name]
             out_bytes = sum(int(np.prod(ci.shapes[p.name], dtype=np.int64)) * 8 for p in frozen.signature.outputs)
             if out_bytes > MAX_ORACLE_OUTPUT_BYTES:
                 continue
+            # raw little-endian float64, like the inputs: readable without numpy's .npy parser
             for name, array in run_oracle(frozen, case.name, ci.arrays, ci.shapes).items():
-                buffer = io.BytesIO()
-                np.save(buffer, np.asarray(array))
-                run.write_bytes(Path("expected") / case.name / f"{name}.npy", buffer.getvalue())
+                data = np.ascontiguousarray(array, dtype="<f8")
+                path = run.write_bytes(Path("expected") / case.name / f"{name}.bin", data.tobytes())
+                expected_manifest.setdefault(case.name, {})[name] = {
+                    "path": run.relative(path), "dtype": "float64", "shape": list(data.shape),
+                }
             expected_cases.append(case.name)
+        run.write_json("expected/manifest.json", expected_manifest)
     expected_from = (
         f"NumPy oracle (reference.py) on {len(expected_cases)} of {len(frozen.spec.cases)} cases, in expected/"
         if frozen.oracle_path is not None else

@@ -7,7 +7,7 @@ Layout (see the README's "Running the optimizer"):
     input_cases.json       cases and tolerances; inputs as paths to inputs/<case>/<buffer>.bin
     reference.cu | supplied-reference.cu, initial.cu   (+ <name>.launch.json beside each)
     reference.py           the NumPy oracle, when there is one
-    inputs/ expected/      input data; expected outputs (.npy, from the oracle)
+    inputs/ expected/      input data; expected outputs (float64 .bin + expected/manifest.json, from the oracle)
     workload/<name>/       the frozen workload kernelopt-mcp evaluates (inputs = the files above)
     candidates/NNN-<label>/  source.cu, launch.json, request.json, result.json (+ profile.json)
     model/NNNN-*.json      every model request and response

@@ -226,7 +226,8 @@ def test_optimize_sgemm_end_to_end(tmp_path: Path, harness_binary: Path, monkeyp
             assert proc.returncode == 0 and answer["cases"][0]["status"] == "ok", (case, proc.stdout, proc.stderr)
             outputs.append((run / "replay" / "outputs" / case / "C.bin").read_bytes())
         assert outputs[0] == outputs[1], case
-        expected = np.load(run / "expected" / case / "C.npy")
+        entry = read(run / "expected" / "manifest.json")[case]["C"]
+        expected = np.fromfile(run / entry["path"], dtype="<f8").reshape(entry["shape"])
         actual = np.frombuffer(outputs[0], dtype="<f4").reshape(expected.shape)
         assert compare("C", expected, actual, tolerance).passed, case
 
