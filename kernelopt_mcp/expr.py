@@ -65,17 +65,24 @@ _CMPOPS: dict[type[ast.cmpop], Callable[[Number, Number], bool]] = {
 }
 
 
-@lru_cache(maxsize=4096)
 def parse(text: str) -> ast.Expression:
     """Parse ``text`` and check that it only uses allowed constructs."""
+    # checked before the cache, which would raise TypeError on an unhashable argument
     if not isinstance(text, str):
         raise ExpressionError(f"expression must be a string, got {type(text).__name__}")
+    return _parse(text)
+
+
+@lru_cache(maxsize=4096)
+def _parse(text: str) -> ast.Expression:
     if len(text) > MAX_EXPRESSION_CHARS:
         raise ExpressionError(f"expression longer than {MAX_EXPRESSION_CHARS} characters")
     try:
         tree = ast.parse(text.strip(), mode="eval")
     except SyntaxError as exc:
         raise ExpressionError(f"cannot parse {text!r}: {exc.msg}") from None
+    except (ValueError, RecursionError, MemoryError) as exc:  # NUL bytes; nesting the parser refuses
+        raise ExpressionError(f"cannot parse {text[:80]!r}: {exc}") from None
     for node in ast.walk(tree):
         _check_node(node, text)
     return tree

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import os
 import secrets
 from dataclasses import dataclass
@@ -56,7 +57,7 @@ def generate(
             values cannot be represented in the buffer's dtype.
     """
     dtype = param.dtype
-    count = int(np.prod(shape, dtype=np.int64))
+    count = math.prod(shape)  # Python ints: a huge shape cannot wrap around
     if count * dtype.itemsize > MAX_BUFFER_BYTES:
         raise InputError(
             f"case {case!r}: buffer {param.name!r} would be {count * dtype.itemsize} bytes; "

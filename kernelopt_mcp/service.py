@@ -35,7 +35,6 @@ import anyio
 import anyio.from_thread
 import anyio.lowlevel
 import anyio.to_thread
-import numpy as np
 
 from .compiler import MAX_SOURCE_BYTES, CompileCache, compile_kernel
 from .config import Settings, bundled_workloads_dir, list_workloads
@@ -626,7 +625,7 @@ def _check_created_spec(spec: WorkloadSpec) -> int:
     total = 0
     for case in spec.cases:
         for p in spec.signature.buffers:
-            size = int(np.prod(case_shape(p, case.scalars), dtype=np.int64)) * p.dtype.itemsize
+            size = math.prod(case_shape(p, case.scalars)) * p.dtype.itemsize  # Python ints: no overflow
             if size > MAX_BUFFER_BYTES:
                 raise RequestError(
                     f"case {case.name!r}: buffer {p.name!r} would be {size} bytes; the limit is {MAX_BUFFER_BYTES}"

@@ -12,7 +12,10 @@ Every load error names the file, the field and what to change.
 from __future__ import annotations
 
 import json
+import math
+import os
 import re
+import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -28,6 +31,9 @@ IDENTIFIER = r"^[A-Za-z_][A-Za-z0-9_]*$"
 CASE_NAME = r"^[A-Za-z0-9_][A-Za-z0-9_.-]*$"
 MAX_CASES = 64
 MAX_PARAMS = 64
+# No device holds a buffer this large; the bound keeps element counts far from int64 overflow.
+MAX_ELEMENTS = 2**48
+MAX_FILE_BYTES = 16 * 2**20  # workload.json and the CUDA sources it names
 
 Identifier = Annotated[str, Field(pattern=IDENTIFIER, max_length=64)]
 CaseName = Annotated[str, Field(pattern=CASE_NAME, max_length=64)]
@@ -349,6 +355,10 @@ def check_cases(signature: Signature, cases: list[Case], default_inputs: dict[st
                 raise ValueError(f"{where}: shape of {p.name!r}: {exc}") from None
             if any(d < 0 for d in shape):
                 raise ValueError(f"{where}: shape of {p.name!r} is {shape}; dimensions must be >= 0")
+            if math.prod(shape) > MAX_ELEMENTS:
+                raise ValueError(
+                    f"{where}: shape of {p.name!r} is {shape}: more than {MAX_ELEMENTS} elements"
+                )
 
 
 def case_shape(param: BufferParam, scalars: dict[str, int | float]) -> tuple[int, ...]:
@@ -389,7 +399,8 @@ def format_validation_error(exc: ValidationError, source: str) -> str:
     """Turn a pydantic error into 'file: field.path: problem' lines a person can act on."""
     lines = []
     for err in exc.errors(include_url=False):
-        loc = ".".join(str(part) for part in err["loc"]) or "(top level)"
+        # a key with a newline or control characters (unknown fields are echoed) stays on its line
+        loc = ".".join(str(p) if str(p).isprintable() else repr(p) for p in err["loc"]) or "(top level)"
         msg = err["msg"].removeprefix("Value error, ")
         if err["type"] == "extra_forbidden":
             msg = "unknown field; remove it or check its spelling (see `kernelopt schema`)"
@@ -410,26 +421,42 @@ def parse_spec(data: Any, source: str) -> WorkloadSpec:
 
 def _read_json(path: Path) -> Any:
     try:
-        text = path.read_text(encoding="utf-8")
+        text = _read_regular(path)
     except FileNotFoundError:
         raise WorkloadError(f"{path}: file not found") from None
     except OSError as exc:
-        raise WorkloadError(f"{path}: cannot read ({exc.strerror})") from None
+        raise WorkloadError(f"{path}: cannot read ({exc.strerror or exc})") from None
+    except ValueError as exc:  # not UTF-8, or a NUL byte in the path
+        raise WorkloadError(f"{path}: cannot read ({exc})") from None
     try:
         return json.loads(text)
     except json.JSONDecodeError as exc:
         raise WorkloadError(
             f"{path}: line {exc.lineno} column {exc.colno}: invalid JSON ({exc.msg})"
         ) from None
+    except RecursionError:
+        raise WorkloadError(f"{path}: invalid JSON (nested too deeply)") from None
+
+
+def _read_regular(path: Path) -> str:
+    """A regular file's UTF-8 text, at most MAX_FILE_BYTES: a spec naming /dev/zero or a fifo
+    must fail, not read forever."""
+    with open(path, "rb") as f:
+        if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
+            raise OSError("not a regular file")
+        data = f.read(MAX_FILE_BYTES + 1)
+    if len(data) > MAX_FILE_BYTES:
+        raise OSError(f"larger than {MAX_FILE_BYTES} bytes")
+    return data.decode("utf-8")
 
 
 def _read_text(path: Path, what: str) -> str:
     try:
-        return path.read_text(encoding="utf-8")
+        return _read_regular(path)
     except FileNotFoundError:
         raise WorkloadError(f"{path}: {what} not found; add the file or fix the path") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise WorkloadError(f"{path}: cannot read {what} ({exc})") from None
+    except (OSError, ValueError) as exc:  # ValueError: not UTF-8, or a NUL byte in the path
+        raise WorkloadError(f"{path}: cannot read {what} ({exc.strerror if isinstance(exc, OSError) and exc.strerror else exc})") from None
 
 
 def load_workload(path: str | Path) -> Workload:
@@ -439,8 +466,12 @@ def load_workload(path: str | Path) -> Workload:
         WorkloadError: the directory, JSON or a named source file is missing or malformed.
     """
     path = Path(path)
-    spec_path = path / "workload.json" if path.is_dir() else path
-    if not spec_path.exists():
+    try:
+        spec_path = path / "workload.json" if path.is_dir() else path
+        found = spec_path.exists()
+    except OSError as exc:  # e.g. a name too long
+        raise WorkloadError(f"{path}: cannot read ({exc.strerror})") from None
+    if not found:
         raise WorkloadError(
             f"{spec_path}: no workload here; a workload is a directory with workload.json "
             "(see `kernelopt schema`), or name a bundled one (`kernelopt workloads`)"
@@ -461,7 +492,7 @@ def _attach_sources(spec: WorkloadSpec, root: Path, origin: str) -> Workload:
             )
     if spec.reference.python:
         wl.oracle_path = root / spec.reference.python
-        if not wl.oracle_path.is_file():
+        if not _is_file(wl.oracle_path):
             raise WorkloadError(f"{wl.oracle_path}: reference.python not found; add it or set it to null")
     if spec.initial is not None:
         wl.initial_cu = _read_text(root / spec.initial.source, "initial.source")
@@ -476,6 +507,13 @@ def _attach_sources(spec: WorkloadSpec, root: Path, origin: str) -> Workload:
             "independently checked"
         )
     return wl
+
+
+def _is_file(path: Path) -> bool:
+    try:
+        return path.is_file()
+    except OSError:  # a name too long, a permission problem: not a usable file either way
+        return False
 
 
 # --- the original tool's separate files ------------------------------------------------
