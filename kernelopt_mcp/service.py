@@ -173,7 +173,10 @@ class KerneloptService:
         path = Path(raw).expanduser()
         if not path.is_absolute():
             path = self.config.workspace / path
-        real = path.resolve()
+        try:
+            real = path.resolve()
+        except (OSError, RuntimeError) as exc:  # a symlink loop, a name too long
+            raise RequestError(f"{raw}: cannot resolve the path ({exc})") from None
         if real.is_relative_to(self._private):
             raise RequestError(f"{raw}: inside the evaluations' private directory (their inputs are hidden)")
         roots = self.config.roots()
@@ -198,15 +201,17 @@ class KerneloptService:
             return source, "kernel.cu"
         assert path is not None
         real = self.confine(path)
-        if not real.is_file():
-            raise RequestError(f"{path}: no such file (resolved to {real})")
-        size = real.stat().st_size
-        if size > MAX_SOURCE_BYTES:
-            raise RequestError(f"{path}: {size} bytes; the source limit is {MAX_SOURCE_BYTES}")
         try:
+            if not real.is_file():
+                raise RequestError(f"{path}: no such file (resolved to {real})")
+            size = real.stat().st_size
+            if size > MAX_SOURCE_BYTES:
+                raise RequestError(f"{path}: {size} bytes; the source limit is {MAX_SOURCE_BYTES}")
             return real.read_text(encoding="utf-8"), real.name
         except UnicodeDecodeError:
             raise RequestError(f"{path}: not UTF-8 text; pass CUDA C++ source") from None
+        except OSError as exc:  # unreadable (permissions), or gone since it was resolved
+            raise RequestError(f"{path}: cannot read ({exc.strerror or exc})") from None
 
     # --- workloads ----------------------------------------------------------------------
 

@@ -86,7 +86,7 @@ def _paths(value: Any, prefix: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
 
 
 @st.composite
-def mutated_specs(draw: st.DrawFn) -> dict[str, Any]:
+def mutated_specs(draw: st.DrawFn, values: st.SearchStrategy[Any] | None = None) -> dict[str, Any]:
     """A bundled spec with one to four mutations: drop, replace, add a key, duplicate a list item."""
     data = copy.deepcopy(BASES[draw(st.sampled_from(sorted(BASES)))])
     for _ in range(draw(st.integers(1, 4))):
@@ -102,9 +102,9 @@ def mutated_specs(draw: st.DrawFn) -> dict[str, Any]:
         if op == "drop":
             del parent[key]
         elif op == "replace":
-            parent[key] = draw(json_values)
+            parent[key] = draw(json_values if values is None else values)
         elif op == "add" and isinstance(parent[key], dict):
-            parent[key][draw(st.text(max_size=20))] = draw(json_values)
+            parent[key][draw(st.text(max_size=20))] = draw(json_values if values is None else values)
         elif op == "duplicate" and isinstance(parent, list):
             parent.append(copy.deepcopy(parent[key]))
     return data
