@@ -556,7 +556,7 @@ def load_parts(
         cases = InputCasesFile.model_validate(_read_json(cases_path))
     except ValidationError as exc:
         raise WorkloadError(format_validation_error(exc, str(cases_path))) from None
-    base = cases_path.parent.resolve()
+    base = Path(_resolved(cases_path.parent, "input_cases"))
     cases = _absolute_files(cases, base)
     spec_data: dict[str, Any] = {
         "name": name or re.sub(r"\W", "_", sig.entry),
@@ -566,12 +566,12 @@ def load_parts(
         "cases": [c.model_dump(mode="json") for c in cases.cases],
         "tolerance": {k: v.model_dump() for k, v in cases.tolerance.items()},
         "reference": {
-            "python": str(Path(oracle).resolve()) if oracle else None,
-            "cuda": str(Path(reference_cu).resolve()) if reference_cu else None,
+            "python": _resolved(oracle, "oracle") if oracle else None,
+            "cuda": _resolved(reference_cu, "reference_cu") if reference_cu else None,
             "launch": reference_launch,
         },
         "initial": (
-            {"source": str(Path(initial_cu).resolve()), "launch": initial_launch}
+            {"source": _resolved(initial_cu, "initial_cu"), "launch": initial_launch}
             if initial_cu and initial_launch else None
         ),
     }
@@ -579,6 +579,13 @@ def load_parts(
         raise WorkloadError(f"{initial_cu}: the initial kernel needs a launch configuration")
     spec = parse_spec(spec_data, f"{sig_path} + {cases_path}")
     return _attach_sources(spec, base, origin=f"{sig_path}, {cases_path}")
+
+
+def _resolved(path: str | Path, what: str) -> str:
+    try:
+        return str(Path(path).resolve())
+    except (OSError, RuntimeError, ValueError) as exc:  # a symlink loop, a NUL byte
+        raise WorkloadError(f"{str(path)[:200]!r}: {what}: not a usable path ({exc})") from None
 
 
 def _absolute_files(cases: InputCasesFile, base: Path) -> InputCasesFile:
