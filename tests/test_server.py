@@ -345,6 +345,12 @@ async def test_a_crashing_kernel_then_a_good_one(fake: Client) -> None:
 
 async def test_cancelling_a_call_kills_the_harness(fake: Client, tmp_path: Path) -> None:
     marker = str(tmp_path / "fake_harness.py")
+    await _cancel_a_hanging_validate_then_validate(fake, marker, start_timeout_s=30)
+
+
+async def _cancel_a_hanging_validate_then_validate(client: Client, marker: str, start_timeout_s: float) -> None:
+    """Start a validate of a hanging kernel, cancel the call once its harness runs, check that
+    the harness is gone, and that a good kernel then validates in the same session."""
     running = anyio.Event()
 
     async def progress(done: float, total: float | None, message: str | None) -> None:
@@ -353,11 +359,11 @@ async def test_cancelling_a_call_kills_the_harness(fake: Client, tmp_path: Path)
 
     async with anyio.create_task_group() as tg:
         async def call() -> None:
-            await fake.call_tool("validate", {"workload": "tiny_add", "launch": ADD_LAUNCH, "source": kernel("HANG")},
-                                 progress_callback=progress)
+            await client.call_tool("validate", {"workload": "tiny_add", "launch": ADD_LAUNCH, "source": kernel("HANG")},
+                                   progress_callback=progress)
 
         tg.start_soon(call)
-        with anyio.fail_after(30):
+        with anyio.fail_after(start_timeout_s):
             await running.wait()
         await anyio.sleep(0.5)
         assert fake_processes(marker), "the harness should be running the hanging kernel"
@@ -365,7 +371,7 @@ async def test_cancelling_a_call_kills_the_harness(fake: Client, tmp_path: Path)
     with anyio.fail_after(10):
         while fake_processes(marker):
             await anyio.sleep(0.1)
-    r = await fake.call_tool("validate", {"workload": "tiny_add", "launch": ADD_LAUNCH, "source": kernel()})
+    r = await client.call_tool("validate", {"workload": "tiny_add", "launch": ADD_LAUNCH, "source": kernel()})
     assert r.structured_content["status"] == "ok", text(r)
 
 
@@ -584,28 +590,7 @@ async def test_stdio_cancellation_kills_the_harness(tmp_path: Path, tiny_dir: Pa
     params = StdioServerParameters(command=cmd[0], args=cmd[1:], env={"KERNELOPT_WORKLOADS": str(tiny_dir), "PYTHONPATH": str(REPO)}, cwd=str(REPO))
     marker = str(tmp_path / "fake_harness.py")
     async with Client(params, read_timeout_seconds=120) as client:
-        running = anyio.Event()
-
-        async def progress(done: float, total: float | None, message: str | None) -> None:
-            if message and "candidate: validating" in message:
-                running.set()
-
-        async with anyio.create_task_group() as tg:
-            async def call() -> None:
-                await client.call_tool("validate", {"workload": "tiny_add", "launch": ADD_LAUNCH, "source": kernel("HANG")},
-                                       progress_callback=progress)
-
-            tg.start_soon(call)
-            with anyio.fail_after(60):
-                await running.wait()
-            await anyio.sleep(0.5)
-            assert fake_processes(marker)
-            tg.cancel_scope.cancel()
-        with anyio.fail_after(10):
-            while fake_processes(marker):
-                await anyio.sleep(0.1)
-        r = await client.call_tool("validate", {"workload": "tiny_add", "launch": ADD_LAUNCH, "source": kernel()})
-        assert r.structured_content["status"] == "ok", text(r)
+        await _cancel_a_hanging_validate_then_validate(client, marker, start_timeout_s=60)
 
 
 # --- the ready client configs ----------------------------------------------------------------
