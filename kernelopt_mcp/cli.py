@@ -257,6 +257,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--version", action="version", version=f"kernelopt {__version__}")
     sub = p.add_subparsers(dest="command", required=True)
 
+    def kernel_args(sp: argparse.ArgumentParser) -> None:
+        """What names a candidate on a workload (evaluate, profile)."""
+        sp.add_argument("workload", help="bundled workload name or workload directory")
+        sp.add_argument("kernel", nargs="?", help="kernel .cu (default: the workload's initial kernel)")
+        sp.add_argument("--launch", help='launch spec JSON: {"default": {grid, block, shared_bytes}, "cases": {...}} '
+                        "(default: the initial kernel's launch)")
+        sp.add_argument("--arch", help="compile target (default: the GPU's)")
+        sp.add_argument("-O", "--option", action="append", help="NVRTC option (whitelisted), repeatable")
+        sp.add_argument("--seed", type=int, help="input seed (default: fresh, recorded in the result)")
+
     def common(sp: argparse.ArgumentParser) -> None:
         sp.add_argument("--harness", help="path to kernelopt-harness (default: installed one; env KERNELOPT_HARNESS)")
         sp.add_argument("--device", type=int, help="CUDA device ordinal (default 0; env KERNELOPT_DEVICE)")
@@ -282,12 +292,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     sp = sub.add_parser("evaluate", help="validate and benchmark a kernel on a workload")
     common(sp)
-    sp.add_argument("workload", help="bundled workload name or workload directory")
-    sp.add_argument("kernel", nargs="?", help="kernel .cu (default: the workload's initial kernel)")
-    sp.add_argument("--launch", help="launch spec JSON: {\"default\": {grid, block, shared_bytes}, \"cases\": {...}}")
-    sp.add_argument("--arch", help="compile target (default: the GPU's)")
-    sp.add_argument("-O", "--option", action="append", help="NVRTC option (whitelisted), repeatable")
-    sp.add_argument("--seed", type=int, help="input seed (default: fresh, recorded in the result)")
+    kernel_args(sp)
     sp.add_argument("--warmup", type=int, default=10, help="warm-up launches per case (default 10)")
     sp.add_argument("--iterations", type=int, default=100, help="measured launches per case (default 100)")
     sp.add_argument("--no-flush-l2", action="store_true", help="do not flush L2 between measured launches")
@@ -299,15 +304,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     sp = sub.add_parser("profile", help="profile one case of a kernel under Nsight Compute (ncu)")
     common(sp)
-    sp.add_argument("workload", help="bundled workload name or workload directory")
-    sp.add_argument("kernel", nargs="?", help="kernel .cu (default: the workload's initial kernel)")
-    sp.add_argument("--launch", help="launch spec JSON (default: the initial kernel's launch)")
+    kernel_args(sp)
     sp.add_argument("--case", help="case to profile (default: the first performance case)")
     sp.add_argument("--clock-control", choices=CLOCK_CONTROLS, default="none", help="ncu clock control (default none: the GPU's own clocks)")
     sp.add_argument("--set", default="curated", help="curated (default: what the summary needs) or an ncu section set: basic, detailed, full")
-    sp.add_argument("--arch", help="compile target (default: the GPU's)")
-    sp.add_argument("-O", "--option", action="append", help="NVRTC option (whitelisted), repeatable")
-    sp.add_argument("--seed", type=int, help="input seed (default: fresh)")
     sp.add_argument("--ncu", help="the ncu binary (default: PATH, /usr/local/cuda/bin, /opt/nvidia/nsight-compute; env KERNELOPT_NCU)")
     sp.add_argument("--timeout", type=float, help="seconds ncu may take (default 600; env KERNELOPT_PROFILE_TIMEOUT)")
     sp.add_argument("-o", "--output", help="directory for the report, raw CSV and summary (default kernelopt-profiles/<time>-<workload>-...)")

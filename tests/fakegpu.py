@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import json
 import sys
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
@@ -142,3 +144,19 @@ def write_tiny_workload(parent: Path, spec: dict[str, Any] | None = None) -> Pat
     (wl / "reference.cu").write_text(kernel())
     (wl / "initial.cu").write_text(kernel())
     return parent
+
+
+@asynccontextmanager
+async def in_memory_server(config: Any) -> AsyncIterator[tuple[Any, Any]]:
+    """kernelopt-mcp built from ``config`` and the SDK's in-memory Client on it:
+    yields ``(client, service)``; the service (harnesses, temporary files) is closed after."""
+    from mcp import Client
+
+    from kernelopt_mcp.server import build_server
+
+    app, service = build_server(config)
+    try:
+        async with Client(app) as client:
+            yield client, service
+    finally:
+        service.close()

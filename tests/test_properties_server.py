@@ -26,13 +26,11 @@ import anyio
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from mcp import Client
 
 from kernelopt_mcp.config import Settings, bundled_workloads_dir
-from kernelopt_mcp.server import build_server
 from kernelopt_mcp.service import ServerConfig
 
-from fakegpu import ADD_LAUNCH, TINY_SPEC, kernel, write_harness, write_tiny_workload
+from fakegpu import ADD_LAUNCH, TINY_SPEC, in_memory_server, kernel, write_harness, write_tiny_workload
 from test_properties import HOSTILE_PATHS, json_scalars, mutated_specs
 
 CALL_DEADLINE_S = 60
@@ -107,16 +105,12 @@ def _run(config: ServerConfig, name: str, args: Any) -> list[Any]:
     """The hostile call, then a good one, on a fresh server; every call under a deadline."""
 
     async def main() -> list[Any]:
-        app, service = build_server(config)
-        try:
-            async with Client(app) as client:
-                out = []
-                for tool, arguments in ((name, args), GOOD_CALL):
-                    with anyio.fail_after(CALL_DEADLINE_S):
-                        out.append(await client.call_tool(tool, arguments))
-                return out
-        finally:
-            service.close()
+        async with in_memory_server(config) as (client, _):
+            out = []
+            for tool, arguments in ((name, args), GOOD_CALL):
+                with anyio.fail_after(CALL_DEADLINE_S):
+                    out.append(await client.call_tool(tool, arguments))
+            return out
 
     return anyio.run(main)
 

@@ -24,10 +24,9 @@ from mcp import Client
 from mcp.client.stdio import StdioServerParameters
 
 from kernelopt_mcp.config import Settings, bundled_workloads_dir
-from kernelopt_mcp.server import build_server
 from kernelopt_mcp.service import ServerConfig
 
-from fakegpu import ADD_LAUNCH, TINY_SPEC, kernel, write_harness, write_tiny_workload
+from fakegpu import ADD_LAUNCH, TINY_SPEC, in_memory_server, kernel, write_harness, write_tiny_workload
 
 REPO = Path(__file__).resolve().parent.parent
 TOOLS = {
@@ -63,12 +62,8 @@ def anyio_backend() -> str:
 
 @asynccontextmanager
 async def _client(config: ServerConfig) -> AsyncIterator[Client]:
-    app, service = build_server(config)
-    try:
-        async with Client(app) as client:
-            yield client
-    finally:
-        service.close()
+    async with in_memory_server(config) as (client, _):
+        yield client
 
 
 @pytest.fixture
@@ -401,17 +396,13 @@ async def test_the_hidden_inputs_cannot_be_read_even_under_a_root(tmp_path: Path
 
     config = make_config(tmp_path, tiny_dir, "fake")
     config = ServerConfig(settings=config.settings, workspace=config.workspace, extra_roots=(Path(tempfile.gettempdir()).resolve(),))
-    app, service = build_server(config)
-    try:
-        async with Client(app) as client:
-            r = await client.call_tool("validate", {"workload": "tiny_add", "launch": ADD_LAUNCH, "source": kernel()})
-            assert r.structured_content["status"] == "ok"
-            workdir = service._private
-            manifest = next(workdir.rglob("input_cases.json"))
-            r = await client.call_tool("compile", {"path": str(manifest)})
-            assert r.is_error and "hidden" in text(r), text(r)
-    finally:
-        service.close()
+    async with in_memory_server(config) as (client, service):
+        r = await client.call_tool("validate", {"workload": "tiny_add", "launch": ADD_LAUNCH, "source": kernel()})
+        assert r.structured_content["status"] == "ok"
+        workdir = service._private
+        manifest = next(workdir.rglob("input_cases.json"))
+        r = await client.call_tool("compile", {"path": str(manifest)})
+        assert r.is_error and "hidden" in text(r), text(r)
 
 
 async def test_long_waits_and_launches_send_heartbeats(fake: Client, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -13,10 +13,9 @@ import pytest
 from mcp import Client
 
 from kernelopt_mcp.config import Settings, bundled_workloads_dir
-from kernelopt_mcp.server import build_server
 from kernelopt_mcp.service import ServerConfig
 
-from fakegpu import ADD_LAUNCH, kernel, write_harness, write_tiny_workload
+from fakegpu import ADD_LAUNCH, in_memory_server, kernel, write_harness, write_tiny_workload
 from test_docs import DocsServer, docs_server  # noqa: F401  (fixture)
 from test_profiler import stub  # noqa: F401  (fixture)
 
@@ -39,12 +38,8 @@ def config(tmp_path: Path, ncu: Path | None, **settings: Any) -> ServerConfig:
 
 @asynccontextmanager
 async def client(cfg: ServerConfig) -> AsyncIterator[Client]:
-    app, service = build_server(cfg)
-    try:
-        async with Client(app) as c:
-            yield c
-    finally:
-        service.close()
+    async with in_memory_server(cfg) as (c, _):
+        yield c
 
 
 def text(result: Any) -> str:
