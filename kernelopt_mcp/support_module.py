@@ -1,0 +1,46 @@
+"""The harness's own device code: comparison, blocking and timing kernels.
+
+Every ``support/*.cu`` file is concatenated in file-name order and compiled once per arch with
+NVRTC (the same compile path as candidates); the harness loads the CUBIN when a request names
+it as ``support_module`` and looks its ``extern "C"`` kernels up by name.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import tempfile
+from pathlib import Path
+
+from .compiler import compile_kernel
+from .errors import KerneloptError
+from .inputs import write_atomic
+
+SUPPORT_DIR = Path(__file__).resolve().parent / "support"
+
+
+def support_source() -> str:
+    """The concatenated source of every support kernel file."""
+    parts = [f'// ---- {p.name}\n{p.read_text()}' for p in sorted(SUPPORT_DIR.glob("*.cu"))]
+    if not parts:
+        raise KerneloptError(f"no support kernels found in {SUPPORT_DIR}; the installation is incomplete")
+    return "\n".join(parts)
+
+
+def support_module(arch: str, cache_dir: Path | None = None) -> Path:
+    """Compile the support kernels for ``arch`` (cached by source hash) and return the CUBIN path.
+
+    Raises:
+        KerneloptError: the support kernels do not compile (a bug in kernelopt: report it).
+        ToolchainNotFound: NVRTC cannot be loaded.
+    """
+    source = support_source()
+    digest = hashlib.sha256(f"{arch}\n{source}".encode()).hexdigest()[:20]
+    directory = cache_dir or Path(tempfile.gettempdir()) / "kernelopt-support"
+    path = directory / f"support-{arch}-{digest}.cubin"
+    if path.is_file():
+        return path
+    result = compile_kernel(source, arch, ["-std=c++17"], filename="kernelopt_support.cu")
+    if not result.ok or not result.cubin:
+        raise KerneloptError(f"the harness's support kernels do not compile for {arch}: {result.summary()}")
+    write_atomic(path, result.cubin, durable=False)
+    return path
