@@ -59,6 +59,29 @@ class OutputComparison(BaseModel):
 CHUNK_ELEMENTS = 1 << 20  # compare in slices: bounded temporaries, cache-friendly
 
 
+def expected_scale(expected: np.ndarray) -> tuple[float, float]:
+    """``(rms, l2 norm)`` of the finite expected values: the scale ``atol`` is relative to."""
+    flat = np.asarray(expected).reshape(-1)
+    sum_sq, finite_count = 0.0, 0
+    for lo in range(0, flat.size, CHUNK_ELEMENTS):
+        e = flat[lo : lo + CHUNK_ELEMENTS].astype(np.float64)
+        finite = np.isfinite(e)
+        if not finite.all():
+            e = e[finite]
+        finite_count += e.size
+        sum_sq += float(np.dot(e, e))
+    scale = math.sqrt(sum_sq / finite_count) if finite_count else 0.0
+    return scale, math.sqrt(sum_sq)
+
+
+def thresholds(scale: float, tol: Tolerance) -> tuple[float, float]:
+    """``(absolute tolerance, floor of the relative error's denominator)`` for an output of
+    RMS ``scale``. The harness's device-side comparison uses the same two numbers."""
+    # For an all-zero expectation, allow only float32 rounding noise rather than nothing.
+    abs_tol = tol.atol * scale if scale > 0 else tol.atol * float(np.finfo(np.float32).tiny)
+    return abs_tol, scale if scale > 0 else 1.0
+
+
 def compare(name: str, expected: np.ndarray, actual: np.ndarray, tol: Tolerance) -> OutputComparison:
     """Compare ``actual`` with ``expected`` (any numeric dtypes, same number of elements)."""
     exp_flat = np.asarray(expected).reshape(-1)
@@ -72,20 +95,8 @@ def compare(name: str, expected: np.ndarray, actual: np.ndarray, tol: Tolerance)
             name=name, passed=True, elements=0, mismatches=0, nonfinite=0, max_abs_error=0.0,
             max_rel_error=0.0, rel_l2_error=0.0, scale=0.0, rtol=tol.rtol, atol=tol.atol,
         )
-    # Pass 1: the scale (RMS of the finite expected values) that atol is relative to.
-    sum_sq, finite_count = 0.0, 0
-    for lo in range(0, n, CHUNK_ELEMENTS):
-        e = exp_flat[lo : lo + CHUNK_ELEMENTS].astype(np.float64)
-        finite = np.isfinite(e)
-        if not finite.all():
-            e = e[finite]
-        finite_count += e.size
-        sum_sq += float(np.dot(e, e))
-    scale = math.sqrt(sum_sq / finite_count) if finite_count else 0.0
-    norm = math.sqrt(sum_sq)
-    # For an all-zero expectation, allow only float32 rounding noise rather than nothing.
-    abs_tol = tol.atol * scale if scale > 0 else tol.atol * float(np.finfo(np.float32).tiny)
-    rel_floor = scale if scale > 0 else 1.0
+    scale, norm = expected_scale(exp_flat)
+    abs_tol, rel_floor = thresholds(scale, tol)
 
     # Pass 2: errors, mismatches and the first few mismatching elements.
     mismatches = nonfinite = 0
@@ -140,3 +151,31 @@ def geometric_mean(values: Iterable[float]) -> float:
     if any(not (v > 0 and math.isfinite(v)) for v in vals):
         raise ValueError(f"geometric mean needs positive finite values, got {vals}")
     return math.exp(sum(math.log(v) for v in vals) / len(vals))
+
+
+def from_device(
+    name: str, stats: dict[str, object], *, scale: float, norm: float, tol: Tolerance
+) -> OutputComparison:
+    """An :class:`OutputComparison` from the harness's device-side comparison (one entry of
+    a case answer's ``compares``). It carries no mismatching elements: when the device finds
+    any, the harness writes the output and :func:`compare` produces the detailed report."""
+
+    def number(key: str) -> float:
+        value = stats.get(key)
+        return math.inf if value in ("inf", "Infinity") else float(value)  # type: ignore[arg-type]
+
+    mismatches, nonfinite = int(stats["mismatches"]), int(stats["nonfinite"])  # type: ignore[call-overload]
+    err_norm = math.sqrt(number("err_sq"))
+    return OutputComparison(
+        name=name,
+        passed=mismatches == 0,
+        elements=int(stats["elements"]),  # type: ignore[call-overload]
+        mismatches=mismatches,
+        nonfinite=nonfinite,
+        max_abs_error=math.inf if nonfinite else number("max_abs_error"),
+        max_rel_error=math.inf if nonfinite else number("max_rel_error"),
+        rel_l2_error=math.inf if nonfinite else (err_norm / norm if norm > 0 else err_norm),
+        scale=scale,
+        rtol=tol.rtol,
+        atol=tol.atol,
+    )

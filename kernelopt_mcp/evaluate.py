@@ -5,55 +5,43 @@ the model never sees), computes the expected outputs once (NumPy oracle, or the 
 reference after it has matched the oracle), times the CUDA reference, and then evaluates
 any number of candidates against the same data. Outcomes are data: a
 :class:`EvaluationResult` with a :class:`Status` per case and overall.
+
+With a harness of protocol 2 the data stays on the GPU between candidates (the harness's
+input cache), outputs are compared on the device, every validation launch is repeated to
+catch races, and after timing one more launch runs on inputs drawn from a second, hidden
+seed, whose outputs must match too (a kernel that caches results across launches fails).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
-import math
-import statistics
 import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
 import numpy as np
-from pydantic import BaseModel, Field
 
 from . import expr
-from .compare import OutputComparison, compare, geometric_mean
+from .compare import geometric_mean
 from .compiler import CompileCache, CompileResult, compile_kernel
-from .dtypes import scalar_raw
-from .errors import HarnessError, LaunchConfigError, WorkloadError
+from .errors import LaunchConfigError, WorkloadError
 from .gpu import DeviceInfo
-from .harness import ExitCode, HarnessProcess, raise_for_request_error
-from .inputs import CaseInputs, fresh_seed, materialize, write_atomic
+from .harness import HarnessProcess, harness_features
+from .harness_case import CaseJob, DataSet, build_request, interpret
+from .inputs import CaseInputs, fresh_seed, materialize, write_atomic  # noqa: F401 (CaseInputs: annotation)
 from .launch import DeviceLimits, LaunchSpec, ResolvedLaunch, resolve
 from .oracle import run_oracle
+from .outcomes import CaseResult, EvaluationResult, Status, TimingStats, worst
+from .support_module import support_module
 from .workload import BufferParam, Case, Workload
 
-NOISY_IQR_FRACTION = 0.1
-
-
-class Status(StrEnum):
-    ok = "ok"
-    compile_error = "compile_error"
-    invalid_launch = "invalid_launch"
-    runtime_error = "runtime_error"
-    timeout = "timeout"
-    mismatch = "mismatch"
-    out_of_bounds_write = "out_of_bounds_write"
-    input_modified = "input_modified"
-    skipped = "skipped"
-
-
-# When several cases fail differently, the overall status is the most serious one.
-_SEVERITY = [
-    Status.compile_error, Status.runtime_error, Status.timeout, Status.out_of_bounds_write,
-    Status.input_modified, Status.invalid_launch, Status.mismatch, Status.skipped, Status.ok,
+__all__ = [
+    "Candidate", "CaseResult", "EvaluateOptions", "EvaluationResult", "Evaluator", "Status",
+    "TimingStats", "initial_candidate",
 ]
 
 
@@ -69,85 +57,31 @@ class Candidate:
 
 @dataclass
 class EvaluateOptions:
+    """How candidates are checked and timed (defaults: 10 warm-up, 100 measured launches)."""
+
     warmup: int = 10
     iterations: int = 100
     flush_l2: bool = True
     timeout_s: float = 60.0
     guard_bytes: int = 65536
+    timing_mode: str = "events"  # "events": one event pair per launch; "graph": CUDA graph batches
+    blocking: bool = True  # hold the stream while launches are queued (no host enqueue gaps)
+    adaptive_rse: float | None = None  # repeat until the median's relative standard error is below
+    adaptive_max_ms: float = 2000.0
+    check_determinism: bool = True  # repeat each validation launch and compare the two
+    check_timed_outputs: bool = True  # validate one launch after timing on hidden-seed inputs
+    device_compare: bool = True  # compare outputs on the GPU when the harness can
 
-
-class TimingStats(BaseModel):
-    warmup: int
-    iterations: int
-    flush_l2: bool
-    median_ms: float
-    mean_ms: float
-    min_ms: float
-    max_ms: float
-    stdev_ms: float
-    iqr_ms: float = Field(description="interquartile range of the per-launch times")
-    cv: float = Field(description="coefficient of variation (stdev / mean)")
-    noisy: bool = Field(description=f"IQR above {NOISY_IQR_FRACTION:.0%} of the median")
-
-    @classmethod
-    def from_times(cls, times_ms: list[float], warmup: int, flush_l2: bool) -> TimingStats:
-        q = statistics.quantiles(times_ms, n=4, method="inclusive") if len(times_ms) > 1 else [times_ms[0]] * 3
-        median = statistics.median(times_ms)
-        mean = statistics.fmean(times_ms)
-        stdev = statistics.stdev(times_ms) if len(times_ms) > 1 else 0.0
-        iqr = q[2] - q[0]
-        return cls(
-            warmup=warmup, iterations=len(times_ms), flush_l2=flush_l2, median_ms=median,
-            mean_ms=mean, min_ms=min(times_ms), max_ms=max(times_ms), stdev_ms=stdev, iqr_ms=iqr,
-            cv=stdev / mean if mean > 0 else 0.0, noisy=median > 0 and iqr > NOISY_IQR_FRACTION * median,
-        )
-
-
-class CudaErrorInfo(BaseModel):
-    call: str | None = None
-    cuda_error: str | None = None
-    code: int | None = None
-    message: str | None = None
-
-
-class CaseResult(BaseModel):
-    name: str
-    kind: str
-    status: Status
-    message: str = ""
-    launch: dict[str, Any] | None = None
-    outputs: list[OutputComparison] = Field(default_factory=list)
-    error: CudaErrorInfo | None = None
-    guard_violations: list[dict[str, Any]] = Field(default_factory=list)
-    modified_inputs: list[dict[str, Any]] = Field(default_factory=list)
-    occupancy_blocks_per_sm: int | None = None
-    timing: TimingStats | None = None
-    reference_median_ms: float | None = None
-    speedup: float | None = Field(None, description="reference median / this median")
-    flops_per_s: float | None = None
-    bytes_per_s: float | None = None
-
-
-class EvaluationResult(BaseModel):
-    status: Status
-    message: str
-    workload: str
-    candidate: str
-    source_hash: str | None = None
-    seed: int
-    device: str | None = None
-    arch: str
-    compile: CompileResult | None = None
-    cases: list[CaseResult] = Field(default_factory=list)
-    score_ms: float | None = Field(None, description="geometric mean of performance-case median latencies")
-    reference_score_ms: float | None = None
-    speedup: float | None = Field(None, description="reference score / this score")
-    expected_from: str = ""
-    notes: list[str] = Field(default_factory=list)
-
-    @property
-    def ok(self) -> bool:
-        return self.status is Status.ok
+    def timing_request(self, features: frozenset[str]) -> dict[str, Any]:
+        """The harness's ``timing`` object, using only what this harness supports."""
+        timing: dict[str, Any] = {"warmup": self.warmup, "iterations": self.iterations}
+        if self.timing_mode == "graph" and "graph" in features:
+            timing["mode"] = "graph"
+        if "blocking" in features:
+            timing["blocking"] = self.blocking
+        if self.adaptive_rse is not None and "adaptive" in features:
+            timing["adaptive"] = {"target_rse": self.adaptive_rse, "max_ms": self.adaptive_max_ms}
+        return timing
 
 
 ProgressFn = Callable[[str, int, int], None]
@@ -181,14 +115,44 @@ class Evaluator:
         self.workdir.mkdir(parents=True, exist_ok=True)
         self.compile_cache = compile_cache
         self.progress = progress or (lambda message, done, total: None)
-        self.inputs: dict[str, CaseInputs] = {}
-        self.expected: dict[str, dict[str, np.ndarray]] = {}
+        binary = getattr(harness, "binary", None)
+        self.features: frozenset[str] = harness_features(Path(binary)) if binary else frozenset()
+        self.data = DataSet("validation", self.seed, {})
+        self.timed: DataSet | None = None  # from a second seed that is never reported
         self.expected_from = ""
         self.reference_medians: dict[str, float] = {}
         self.reference_result: EvaluationResult | None = None
-        self._reference_outputs: dict[str, dict[str, np.ndarray]] = {}
+        self._support: Path | None = None
         self._counter = 0
         self._prepared = False
+
+    @property
+    def inputs(self):
+        """The validation inputs of every case."""
+        return self.data.inputs
+
+    @property
+    def expected(self) -> dict[str, dict[str, np.ndarray]]:
+        """The expected outputs of every case with one (validation inputs)."""
+        return self.data.expected
+
+    def _uses(self, feature: str) -> bool:
+        wanted = {
+            "device_compare": self.options.device_compare,
+            "determinism": self.options.check_determinism,
+            "timed_inputs": self.options.check_timed_outputs,
+        }.get(feature, True)
+        return wanted and feature in self.features
+
+    @property
+    def checks(self) -> list[str]:
+        """The integrity checks in force (recorded with every result)."""
+        checks = ["fresh inputs per session", "poisoned outputs", "guard bytes", "inputs unchanged"]
+        if self._uses("determinism"):
+            checks.append("repeat launch" + (" (bitwise)" if self.workload.spec.deterministic else " (tolerance)"))
+        if self._uses("timed_inputs"):
+            checks.append("timed outputs on hidden-seed inputs")
+        return checks
 
     # --- preparation -----------------------------------------------------------------
 
@@ -202,45 +166,71 @@ class Evaluator:
             return
         wl = self.workload
         self.progress("generating inputs", 0, 1)
-        self.inputs = materialize(wl, self.seed, self.workdir / "inputs")
+        self.data = DataSet("validation", self.seed, materialize(wl, self.seed, self.workdir / "inputs"))
+        perf = [c for c in wl.spec.cases if c.kind == "performance"]
+        if self._uses("timed_inputs") and perf:
+            seed = fresh_seed()
+            self.progress("generating hidden inputs for the timed check", 0, 1)
+            names = {c.name for c in perf}
+            self.timed = DataSet("timed", seed, materialize(wl, seed, self.workdir / "inputs-timed", cases=names))
+        if self._uses("device_compare") or self._uses("determinism") or self._uses("timed_inputs"):
+            self._support = support_module(self.arch, self.workdir / "support")
+
         has_oracle = wl.oracle_path is not None
         oracle_cases = [
             c for c in wl.spec.cases
             if has_oracle and (oracle_on_all_cases or not wl.reference_cu or c.kind == "correctness")
         ]
-        oracle_out = {}
-        for i, case in enumerate(oracle_cases):
-            self.progress(f"NumPy oracle on {case.name}", i, len(oracle_cases))
-            ci = self.inputs[case.name]
-            oracle_out[case.name] = run_oracle(wl, case.name, ci.arrays, ci.shapes)
+        self.data.expected = self._oracle(self.data, oracle_cases)
+        self.data.store_expected(wl, self.workdir / "expected")
         if wl.reference_cu:
-            assert wl.spec.reference.launch is not None
-            ref = Candidate(
-                wl.reference_cu, wl.spec.reference.launch, wl.spec.reference.compile_options, "reference"
-            )
-            self.expected = dict(oracle_out)  # the reference is checked against these
-            result = self._run(ref, benchmark=time_reference, keep_outputs=True, check=bool(oracle_out))
-            if not result.ok:
-                failing = [c for c in result.cases if c.status is not Status.ok]
-                detail = "; ".join(f"{c.name}: {c.status}: {c.message}" for c in failing[:3])
-                raise WorkloadError(
-                    f"workload {wl.name!r}: the CUDA reference fails ({result.status}): "
-                    f"{detail or result.message}. Fix reference.cu or its launch configuration."
-                )
-            self.reference_result = result
-            self.reference_medians = {
-                c.name: c.timing.median_ms for c in result.cases if c.timing is not None
-            }
-            self.expected = {**self._reference_outputs, **oracle_out}
-            self.expected_from = (
-                f"NumPy oracle on {len(oracle_out)} case(s); CUDA reference (matched the oracle "
-                "on those) elsewhere" if oracle_out else
-                "CUDA reference only (no NumPy oracle: not independently checked)"
-            )
+            self._run_reference(time_reference, checked=bool(self.data.expected))
         else:
-            self.expected = oracle_out
             self.expected_from = "NumPy oracle on every case"
+            if self.timed is not None:
+                self.timed.expected = self._oracle(self.timed, perf)
+        if self.timed is not None:
+            self.timed.store_expected(wl, self.workdir / "expected")
         self._prepared = True
+
+    def _oracle(self, data: DataSet, cases: list[Case]) -> dict[str, dict[str, np.ndarray]]:
+        out = {}
+        for i, case in enumerate(cases):
+            self.progress(f"NumPy oracle on {case.name}", i, len(cases))
+            ci = data.inputs[case.name]
+            out[case.name] = run_oracle(self.workload, case.name, ci.arrays, ci.shapes)
+        return out
+
+    def _run_reference(self, time_reference: bool, checked: bool) -> None:
+        wl = self.workload
+        assert wl.spec.reference.launch is not None and wl.reference_cu is not None
+        ref = Candidate(wl.reference_cu, wl.spec.reference.launch, wl.spec.reference.compile_options, "reference")
+        kept: dict[str, dict[str, np.ndarray]] = {}
+        result = self._run(ref, benchmark=time_reference, keep=kept, check=checked)
+        if result.ok and self.timed is not None:
+            timed_kept: dict[str, dict[str, np.ndarray]] = {}
+            cases = [c for c in wl.spec.cases if c.name in self.timed.inputs]
+            again = self._run(ref, benchmark=False, keep=timed_kept, check=False, data=self.timed, cases=cases)
+            if not again.ok:
+                result = again
+            self.timed.expected = timed_kept
+        if not result.ok:
+            failing = [c for c in result.cases if c.status is not Status.ok]
+            detail = "; ".join(f"{c.name}: {c.status}: {c.message}" for c in failing[:3])
+            raise WorkloadError(
+                f"workload {wl.name!r}: the CUDA reference fails ({result.status}): "
+                f"{detail or result.message}. Fix reference.cu or its launch configuration."
+            )
+        self.reference_result = result
+        self.reference_medians = {c.name: c.timing.median_ms for c in result.cases if c.timing is not None}
+        missing = {name: outs for name, outs in kept.items() if name not in self.data.expected}
+        self.data.expected.update(missing)
+        self.data.store_expected(wl, self.workdir / "expected")
+        self.expected_from = (
+            f"NumPy oracle on {len(self.data.expected) - len(missing)} case(s); CUDA reference (matched the "
+            "oracle on those) elsewhere" if checked else
+            "CUDA reference only (no NumPy oracle: not independently checked)"
+        )
 
     # --- evaluation ------------------------------------------------------------------
 
@@ -248,98 +238,138 @@ class Evaluator:
         """Compile, validate every case and, if all pass and ``benchmark``, time the
         performance cases. Never raises for a bad kernel: the result says what went wrong."""
         self.prepare()
-        result = self._run(candidate, benchmark=benchmark, keep_outputs=False, check=True)
+        result = self._run(candidate, benchmark=benchmark, keep=None, check=True)
         if result.score_ms and self.reference_result and self.reference_result.score_ms:
             result.reference_score_ms = self.reference_result.score_ms
             result.speedup = self.reference_result.score_ms / result.score_ms
         return result
 
     def _run(
-        self, candidate: Candidate, *, benchmark: bool, keep_outputs: bool, check: bool
+        self, candidate: Candidate, *, benchmark: bool, keep: dict[str, dict[str, np.ndarray]] | None,
+        check: bool, data: DataSet | None = None, cases: list[Case] | None = None,
     ) -> EvaluationResult:
         wl = self.workload
+        data = data or self.data
+        all_cases = cases if cases is not None else list(wl.spec.cases)
         self._counter += 1
         tag = f"{self._counter:04d}-{candidate.name}"
-        base = dict(
-            workload=wl.name, candidate=candidate.name, seed=self.seed, arch=self.arch,
-            device=self.device.name if self.device else None, expected_from=self.expected_from,
-            notes=list(wl.notes),
-        )
+        base: dict[str, Any] = {
+            "workload": wl.name, "candidate": candidate.name, "seed": self.seed, "arch": self.arch,
+            "device": self.device.name if self.device else None, "expected_from": self.expected_from,
+            "notes": list(wl.notes), "checks": self.checks,
+        }
         compiled, module, problem = self._compile(candidate)
         if module is None:
             return EvaluationResult(
                 status=Status.compile_error, message=problem or compiled.summary(), compile=compiled,
                 source_hash=compiled.source_hash, **base,
             )
-        cases: list[CaseResult] = []
+        results: list[CaseResult] = []
         resolved: dict[str, ResolvedLaunch] = {}
-        for case in wl.spec.cases:
+        for case in all_cases:
             try:
                 resolved[case.name] = self._resolve(candidate, compiled, case)
             except LaunchConfigError as exc:
-                cases.append(CaseResult(name=case.name, kind=case.kind, status=Status.invalid_launch, message=str(exc)))
+                results.append(CaseResult(name=case.name, kind=case.kind, status=Status.invalid_launch, message=str(exc)))
 
         # Phase 1: validate every case, one request each, so a hang or fault is attributable.
         stop: CaseResult | None = None
-        runnable = [c for c in wl.spec.cases if c.name in resolved]
+        runnable = [c for c in all_cases if c.name in resolved]
         for i, case in enumerate(runnable):
             if stop is not None:
-                cases.append(CaseResult(
+                results.append(CaseResult(
                     name=case.name, kind=case.kind, status=Status.skipped,
                     message=f"not run: case {stop.name!r} ended the process ({stop.status})",
                     launch=resolved[case.name].as_json(),
                 ))
                 continue
             self.progress(f"{candidate.name}: validating {case.name}", i, len(runnable))
-            cr = self._run_case(module, case, resolved[case.name], tag, timing=False, check=check, keep=keep_outputs)
-            cases.append(cr)
+            job = CaseJob(
+                case, resolved[case.name], data, self._out_dir(tag, case), repeat=keep is None and self._uses("determinism"),
+                device_compare=check and self._uses("device_compare"), keep_outputs=keep is not None,
+            )
+            cr, outputs = self._submit(job, module, tag, check=check)
+            if keep is not None and outputs is not None and cr.status is Status.ok:
+                keep[case.name] = outputs
+            results.append(cr)
             if cr.status in (Status.runtime_error, Status.timeout):
                 stop = cr
 
-        order = {c.name: i for i, c in enumerate(wl.spec.cases)}
-        cases.sort(key=lambda c: order[c.name])
-        status = min((c.status for c in cases), key=_SEVERITY.index, default=Status.ok)
+        order = {c.name: i for i, c in enumerate(all_cases)}
+        results.sort(key=lambda c: order[c.name])
+        status = worst([c.status for c in results])
         result = EvaluationResult(
-            status=status, message="", compile=compiled, source_hash=compiled.source_hash,
-            cases=cases, **base,
+            status=status, message="", compile=compiled, source_hash=compiled.source_hash, cases=results, **base,
         )
         if status is not Status.ok:
-            bad = [c for c in cases if c.status is not Status.ok and c.status is not Status.skipped]
-            result.message = f"{len(bad)} of {len(cases)} case(s) failed: " + "; ".join(
-                f"{c.name}: {c.status.value}" + (f" ({c.message})" if c.message else "") for c in bad[:3]
-            )
+            result.message = _failure_message(results)
             return result
         if not benchmark:
-            result.message = f"all {len(cases)} cases pass"
+            result.message = f"all {len(results)} cases pass"
             return result
 
         # Phase 2: time the performance cases (each request validates again before timing).
-        perf = [c for c in wl.spec.cases if c.kind == "performance"]
-        by_name = {c.name: c for c in cases}
+        perf = [c for c in all_cases if c.kind == "performance"]
+        by_name = {c.name: c for c in results}
+        timing = self.options.timing_request(self.features)
         for i, case in enumerate(perf):
             self.progress(f"{candidate.name}: timing {case.name}", i, len(perf))
-            timed = self._run_case(module, case, resolved[case.name], tag, timing=True, check=check, keep=False)
+            job = CaseJob(
+                case, resolved[case.name], data, self._out_dir(tag, case), timing=timing,
+                timed=self.timed if data is self.data and keep is None and self._uses("timed_inputs") else None,
+                device_compare=check and self._uses("device_compare"),
+            )
+            timed, _ = self._submit(job, module, tag, check=check)
             if timed.status is not Status.ok:
-                timed.message = f"failed when re-run for timing: {timed.message}"
+                if timed.status is not Status.timed_mismatch:
+                    timed.message = f"failed when re-run for timing: {timed.message}"
                 by_name[case.name] = timed
-                result.cases = [by_name[c.name] for c in wl.spec.cases]
+                result.cases = [by_name[c.name] for c in all_cases]
                 result.status = timed.status
                 result.message = f"{case.name}: {timed.status.value} ({timed.message})"
                 return result
             self._add_rates(timed, case)
             by_name[case.name] = timed
-        result.cases = [by_name[c.name] for c in wl.spec.cases]
+        result.cases = [by_name[c.name] for c in all_cases]
         medians = [by_name[c.name].timing.median_ms for c in perf if by_name[c.name].timing]  # type: ignore[union-attr]
         if medians:
             result.score_ms = geometric_mean(medians)
         noisy = [c.name for c in result.cases if c.timing and c.timing.noisy]
-        result.message = f"all {len(cases)} cases pass" + (
+        result.message = f"all {len(results)} cases pass" + (
             f"; score {result.score_ms:.4g} ms (geometric mean over {len(medians)} performance cases)"
             if result.score_ms else "; no performance cases to time"
         ) + (f"; noisy timing on {', '.join(noisy)}" if noisy else "")
         return result
 
     # --- one case --------------------------------------------------------------------
+
+    def _out_dir(self, tag: str, case: Case) -> Path:
+        out_dir = self.workdir / "outputs" / tag / case.name
+        out_dir.mkdir(parents=True, exist_ok=True)
+        return out_dir
+
+    def _submit(
+        self, job: CaseJob, module: Path, tag: str, *, check: bool
+    ) -> tuple[CaseResult, dict[str, np.ndarray] | None]:
+        request = self._build(job, module)
+        # Kept so a case can be replayed with the harness alone: kernelopt-harness run FILE
+        write_atomic(
+            self.workdir / "requests" / tag / f"{job.case.name}{'.timing' if job.timing else ''}.json",
+            json.dumps(request, indent=1).encode(), durable=False,
+        )
+        timeout = self._timeout(job.case, job.timing is not None)
+        reply = self.harness.request(request, timeout)
+        if not check:  # nothing to compare with (a reference without an oracle)
+            job = dataclasses.replace(job, data=DataSet(job.data.name, job.data.seed, job.data.inputs))
+        return interpret(job, reply, self.workload, timeout)
+
+    def _build(self, job: CaseJob, module: Path) -> dict[str, Any]:
+        return build_request(
+            job, self.workload, device=self.harness.device, module=module,
+            guard_bytes=self.options.guard_bytes, flush_l2=self.options.flush_l2,
+            support=self._support if (job.device_compare or job.repeat or job.timed) else None,
+            input_cache="input_cache" in self.features,
+        )
 
     def _compile(self, candidate: Candidate) -> tuple[CompileResult, Path | None, str | None]:
         """Compile and check the entry point; the module path is None when it cannot run."""
@@ -371,7 +401,9 @@ class Evaluator:
     def request_for(
         self, candidate: Candidate, case_name: str, out_dir: Path, *, timing: bool = False
     ) -> tuple[dict[str, Any] | None, CompileResult, str | None]:
-        """The harness request that runs one case of ``candidate`` (for profiling or replay).
+        """A self-contained harness request that runs one case of ``candidate`` (for
+        profiling, sanitizing or replay with ``kernelopt-harness run``): files only, no
+        support module, outputs always written.
 
         Returns ``(request, compiled, None)``, or ``(None, compiled, problem)`` when the
         candidate does not compile or its launch is invalid for the case.
@@ -386,151 +418,15 @@ class Evaluator:
         except LaunchConfigError as exc:
             return None, compiled, str(exc)
         out_dir.mkdir(parents=True, exist_ok=True)
-        return self._request(module, case, launch, out_dir, timing), compiled, None
-
-    def _run_case(
-        self, module: Path, case: Case, launch: ResolvedLaunch, tag: str, *, timing: bool, check: bool, keep: bool
-    ) -> CaseResult:
-        out_dir = self.workdir / "outputs" / tag / case.name
-        out_dir.mkdir(parents=True, exist_ok=True)
-        request = self._request(module, case, launch, out_dir, timing)
-        # Kept so a case can be replayed with the harness alone: kernelopt-harness run FILE
-        write_atomic(
-            self.workdir / "requests" / tag / f"{case.name}{'.timing' if timing else ''}.json",
-            json.dumps(request, indent=1).encode(), durable=False,
+        job = CaseJob(
+            case, launch, self.data, out_dir,
+            timing={"warmup": self.options.warmup, "iterations": self.options.iterations} if timing else None,
         )
-        timeout = self._timeout(case, timing)
-        reply = self.harness.request(request, timeout)
-        cr = CaseResult(name=case.name, kind=case.kind, status=Status.ok, launch=launch.as_json())
-        if reply.timed_out:
-            cr.status = Status.timeout
-            cr.message = (
-                f"no answer within {timeout:.0f} s; the harness was killed (an infinite loop, a "
-                "deadlock at a barrier, or a kernel far slower than the reference)"
-            )
-            return cr
-        answer = reply.answer
-        raise_for_request_error(answer, reply.exit_code)
-        if answer is None:
-            raise HarnessError(
-                f"the harness exited with code {reply.exit_code} without answering; "
-                f"stderr: {reply.stderr[-800:]}"
-            )
-        if answer.get("status") == "error":
-            err = answer.get("error") or {}
-            cr.status = Status.compile_error
-            cr.message = f"{err.get('kind')}: {err.get('message')}" + (
-                f"\n{err['log'][:2000]}" if err.get("log") else ""
-            )
-            return cr
-        case_answers = answer.get("cases") or []
-        if not case_answers:
-            raise HarnessError(f"the harness answered with no case result: {answer}")
-        ca = case_answers[0]
-        cr.occupancy_blocks_per_sm = ca.get("occupancy_blocks_per_sm")
-        if ca.get("error"):
-            cr.error = CudaErrorInfo.model_validate(
-                {k: ca["error"].get(k) for k in ("call", "cuda_error", "code", "message")}
-            )
-        cr.guard_violations = ca.get("guard_violations") or []
-        cr.modified_inputs = ca.get("modified_inputs") or []
-        status = ca.get("status")
-        if status == "invalid_launch":
-            cr.status = Status.invalid_launch
-            cr.message = f"the launch was refused: {_describe(cr.error)}"
-            return cr
-        if status == "runtime_error":
-            cr.status = Status.runtime_error
-            cr.message = f"the kernel faulted: {_describe(cr.error)}" + (
-                f" (kernel output: {reply.stderr.strip()[-300:]})" if reply.stderr.strip() else ""
-            )
-            return cr
-        if status == "out_of_bounds_write":
-            cr.status = Status.out_of_bounds_write
-            v = cr.guard_violations[0] if cr.guard_violations else {}
-            cr.message = (
-                f"wrote outside buffer {v.get('buffer')!r} ({v.get('side')} it, "
-                f"{v.get('bytes_changed')} guard bytes changed)"
-            )
-            return cr
-        if status == "input_modified":
-            cr.status = Status.input_modified
-            m = cr.modified_inputs[0] if cr.modified_inputs else {}
-            cr.message = (
-                f"modified input buffer {m.get('buffer')!r} ({m.get('bytes_changed')} bytes changed, "
-                f"first at byte {m.get('first_offset')})"
-            )
-            return cr
-        if status != "ok":
-            raise HarnessError(f"unknown case status {status!r} from the harness")
-        if reply.exit_code not in (None, ExitCode.OK):
-            raise HarnessError(f"the harness reported ok but exited with code {reply.exit_code}")
-
-        outputs = self._read_outputs(case, out_dir)
-        if keep:
-            self._reference_outputs[case.name] = outputs
-        if check and case.name in self.expected:
-            for param in self.workload.signature.outputs:
-                cmp = compare(
-                    param.name, self.expected[case.name][param.name], outputs[param.name],
-                    self.workload.spec.tolerance_for(param.name),
-                )
-                cr.outputs.append(cmp)
-            failed = [o for o in cr.outputs if not o.passed]
-            if failed:
-                cr.status = Status.mismatch
-                cr.message = "; ".join(o.summary() for o in failed)
-        if not keep:
-            for path in out_dir.glob("*.bin"):
-                path.unlink()
-        if timing and ca.get("timing"):
-            t = ca["timing"]
-            cr.timing = TimingStats.from_times(t["times_ms"], t.get("warmup", 0), t.get("flush_l2", True))
-            ref = self.reference_medians.get(case.name)
-            if ref:
-                cr.reference_median_ms = ref
-                cr.speedup = ref / cr.timing.median_ms if cr.timing.median_ms > 0 else None
-        return cr
-
-    def _request(
-        self, module: Path, case: Case, launch: ResolvedLaunch, out_dir: Path, timing: bool
-    ) -> dict[str, Any]:
-        ci = self.inputs[case.name]
-        args: list[dict[str, Any]] = []
-        for p in self.workload.signature.params:
-            if isinstance(p, BufferParam):
-                nbytes = int(np.prod(ci.shapes[p.name], dtype=np.int64)) * p.dtype.itemsize
-                arg: dict[str, Any] = {"kind": "buffer", "name": p.name, "role": p.role, "bytes": nbytes}
-                if p.is_input:
-                    arg["input"] = str(ci.files[p.name].resolve())
-                if p.is_output:
-                    arg["output"] = str((out_dir / f"{p.name}.bin").resolve())
-                if p.role == "out":
-                    arg["init"] = p.init
-                    arg["poison_byte"] = 0xFF if p.dtype.is_float else 0xA5
-                args.append(arg)
-            else:
-                value = case.scalars[p.name]
-                args.append({
-                    "kind": "scalar", "name": p.name, "dtype": p.dtype.value,
-                    # informational; `raw` is what is passed (JSON has no NaN/Inf)
-                    "value": value if math.isfinite(value) else str(value),
-                    "raw": scalar_raw(p.dtype, value).hex(),
-                })
-        request: dict[str, Any] = {
-            "protocol": 1,
-            "device": self.harness.device,
-            "module": str(module.resolve()),
-            "entry": self.workload.signature.entry,
-            "guard_bytes": self.options.guard_bytes,
-            "flush_l2": self.options.flush_l2,
-            "cases": [{"name": case.name, "args": args, "launch": launch.as_json()}],
-        }
-        if timing:
-            request["cases"][0]["timing"] = {
-                "warmup": self.options.warmup, "iterations": self.options.iterations,
-            }
-        return request
+        request = build_request(
+            job, self.workload, device=self.harness.device, module=module,
+            guard_bytes=self.options.guard_bytes, flush_l2=self.options.flush_l2,
+        )
+        return request, compiled, None
 
     def _timeout(self, case: Case, timing: bool) -> float:
         base = self.options.timeout_s
@@ -538,21 +434,9 @@ class Evaluator:
             return base
         # Allow the launches a generous multiple of the reference's time (or 1 s each).
         per_launch_s = max(self.reference_medians.get(case.name, 0.0) * 1e-3 * 20, 1.0)
-        launches = self.options.warmup + self.options.iterations + 1
-        return base + min(per_launch_s * launches, 600.0)
-
-    def _read_outputs(self, case: Case, out_dir: Path) -> dict[str, np.ndarray]:
-        ci = self.inputs[case.name]
-        outputs = {}
-        for p in self.workload.signature.outputs:
-            path = out_dir / f"{p.name}.bin"
-            try:
-                data = path.read_bytes()
-            except OSError as exc:
-                raise HarnessError(f"the harness wrote no output {path}: {exc}") from None
-            dtype = p.dtype.numpy.newbyteorder("<")
-            outputs[p.name] = np.frombuffer(data, dtype=dtype).astype(p.dtype.numpy, copy=False).reshape(ci.shapes[p.name])
-        return outputs
+        launches = self.options.warmup + self.options.iterations + 2
+        adaptive_s = self.options.adaptive_max_ms * 1e-3 * 2 if self.options.adaptive_rse else 0.0
+        return base + adaptive_s + min(per_launch_s * launches, 600.0)
 
     def _add_rates(self, cr: CaseResult, case: Case) -> None:
         if cr.timing is None or cr.timing.median_ms <= 0:
@@ -563,6 +447,10 @@ class Evaluator:
             cr.flops_per_s = float(expr.evaluate(cost.flops, case.scalars)) / seconds
         if cost.bytes:
             cr.bytes_per_s = float(expr.evaluate(cost.bytes, case.scalars)) / seconds
+        ref = self.reference_medians.get(case.name)
+        if ref:
+            cr.reference_median_ms = ref
+            cr.speedup = ref / cr.timing.median_ms
 
     def _check_entry(self, compiled: CompileResult) -> str | None:
         sig = self.workload.signature
@@ -599,10 +487,11 @@ class Evaluator:
         self.close()
 
 
-def _describe(error: CudaErrorInfo | None) -> str:
-    if error is None:
-        return "no details"
-    return f"{error.cuda_error or error.code} in {error.call}: {error.message}"
+def _failure_message(cases: list[CaseResult]) -> str:
+    bad = [c for c in cases if c.status is not Status.ok and c.status is not Status.skipped]
+    return f"{len(bad)} of {len(cases)} case(s) failed: " + "; ".join(
+        f"{c.name}: {c.status.value}" + (f" ({c.message})" if c.message else "") for c in bad[:3]
+    )
 
 
 def initial_candidate(workload: Workload) -> Candidate:

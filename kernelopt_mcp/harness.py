@@ -9,6 +9,7 @@ and reported as a timeout. Either way the caller gets data, never a dead server.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import selectors
@@ -313,3 +314,16 @@ def raise_for_request_error(answer: dict[str, Any] | None, exit_code: int | None
         raise HarnessError(f"harness I/O error: {message}")
     if exit_code == ExitCode.INTERNAL or kind == "internal":
         raise HarnessError(f"internal harness error: {message}")
+
+
+@functools.cache
+def harness_features(binary: Path) -> frozenset[str]:
+    """The optional protocol features ``binary`` supports (from ``--version``); empty for a
+    harness of protocol 1 or one that cannot answer."""
+    try:
+        code, answer, _ = run_once(binary, ["--version"], timeout_s=30)
+    except HarnessError:
+        return frozenset()
+    if code != 0 or not isinstance(answer, dict) or not isinstance(answer.get("features"), list):
+        return frozenset()
+    return frozenset(str(f) for f in answer["features"])

@@ -1,0 +1,325 @@
+"""One case of one candidate through the harness: the request, and what its answer means.
+
+The :class:`~kernelopt_mcp.evaluate.Evaluator` decides which cases run and when; this module
+builds each harness request (inputs, poisoned outputs, the device-side comparison, the
+determinism re-run, the check launch on hidden inputs after timing) and turns the answer into
+a :class:`CaseResult`.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from .compare import compare, expected_scale, from_device, thresholds
+from .dtypes import scalar_raw
+from .errors import HarnessError
+from .harness import ExitCode, HarnessReply, raise_for_request_error
+from .inputs import CaseInputs, write_atomic
+from .launch import ResolvedLaunch
+from .outcomes import CaseResult, CudaErrorInfo, Status, TimingStats
+from .workload import BufferParam, Case, Workload
+
+
+@dataclass
+class ExpectedRef:
+    """An expected output stored as float64 for the harness's device-side comparison."""
+
+    path: Path
+    scale: float
+    norm: float
+    abs_tol: float
+    rel_floor: float
+
+
+@dataclass
+class DataSet:
+    """The inputs drawn from one seed and the outputs expected for them."""
+
+    name: str
+    seed: int
+    inputs: dict[str, CaseInputs]
+    expected: dict[str, dict[str, np.ndarray]] = field(default_factory=dict)
+    refs: dict[str, dict[str, ExpectedRef]] = field(default_factory=dict)
+
+    def store_expected(self, workload: Workload, directory: Path) -> None:
+        """Write every expected output as float64 (what the device comparison reads)."""
+        for case_name, outputs in self.expected.items():
+            for name, array in outputs.items():
+                scale, norm = expected_scale(array)
+                abs_tol, rel_floor = thresholds(scale, workload.spec.tolerance_for(name))
+                path = directory / self.name / case_name / f"{name}.f64"
+                write_atomic(path, np.ascontiguousarray(array, dtype="<f8").tobytes(), durable=False)
+                self.refs.setdefault(case_name, {})[name] = ExpectedRef(path.resolve(), scale, norm, abs_tol, rel_floor)
+
+
+@dataclass
+class CaseJob:
+    """One harness request: a case, its launch, which data, and which checks."""
+
+    case: Case
+    launch: ResolvedLaunch
+    data: DataSet
+    out_dir: Path
+    timing: dict[str, Any] | None = None
+    timed: DataSet | None = None  # inputs for the check launch after the measured ones
+    repeat: bool = False  # determinism re-run
+    device_compare: bool = False
+    keep_outputs: bool = False
+
+
+def build_request(
+    job: CaseJob, workload: Workload, *, device: int, module: Path, guard_bytes: int, flush_l2: bool,
+    support: Path | None = None, input_cache: bool = False,
+) -> dict[str, Any]:
+    """The harness request for ``job`` (see native_harness/PROTOCOL.md)."""
+    case, ci = job.case, job.data.inputs[job.case.name]
+    refs = job.data.refs.get(case.name, {}) if job.device_compare else {}
+    timed_ci = job.timed.inputs.get(case.name) if job.timed else None
+    timed_refs = job.timed.refs.get(case.name, {}) if job.timed and timed_ci else {}
+    args: list[dict[str, Any]] = []
+    for p in workload.signature.params:
+        if isinstance(p, BufferParam):
+            nbytes = int(np.prod(ci.shapes[p.name], dtype=np.int64)) * p.dtype.itemsize
+            arg: dict[str, Any] = {"kind": "buffer", "name": p.name, "role": p.role, "bytes": nbytes}
+            if p.is_input:
+                arg["input"] = str(ci.files[p.name].resolve())
+                if timed_ci is not None:
+                    arg["timed_input"] = str(timed_ci.files[p.name].resolve())
+            if p.is_output:
+                arg["output"] = str((job.out_dir / f"{p.name}.bin").resolve())
+                ref, timed_ref = refs.get(p.name), timed_refs.get(p.name)
+                if ref or timed_ref:
+                    arg["dtype"] = p.dtype.value
+                    tol = workload.spec.tolerance_for(p.name)
+                    basis = ref or timed_ref
+                    assert basis is not None
+                    arg["compare"] = {"abs_tol": basis.abs_tol, "rtol": tol.rtol, "rel_floor": basis.rel_floor}
+                if ref:
+                    arg["expected"] = str(ref.path)
+                    if job.keep_outputs:
+                        arg["write_output"] = True
+                if timed_ref:
+                    arg["timed_expected"] = str(timed_ref.path)
+            if p.role == "out":
+                arg["init"] = p.init
+                arg["poison_byte"] = 0xFF if p.dtype.is_float else 0xA5
+            args.append(arg)
+        else:
+            value = case.scalars[p.name]
+            args.append({
+                "kind": "scalar", "name": p.name, "dtype": p.dtype.value,
+                # informational; `raw` is what is passed (JSON has no NaN/Inf)
+                "value": value if math.isfinite(value) else str(value),
+                "raw": scalar_raw(p.dtype, value).hex(),
+            })
+    entry: dict[str, Any] = {"name": case.name, "args": args, "launch": job.launch.as_json()}
+    if job.repeat:
+        entry["repeat_validation"] = True
+    if job.timing:
+        entry["timing"] = job.timing
+    request: dict[str, Any] = {
+        "protocol": 1,
+        "device": device,
+        "module": str(module.resolve()),
+        "entry": workload.signature.entry,
+        "guard_bytes": guard_bytes,
+        "flush_l2": flush_l2,
+        "cases": [entry],
+    }
+    if support is not None:
+        request["support_module"] = str(support.resolve())
+    if input_cache:
+        request["input_cache"] = True
+    return request
+
+
+def interpret(
+    job: CaseJob, reply: HarnessReply, workload: Workload, timeout_s: float
+) -> tuple[CaseResult, dict[str, np.ndarray] | None]:
+    """What the harness's answer to ``job`` means: the case result, and the outputs when
+    they were written (``keep_outputs``, or a mismatch to report in detail)."""
+    case = job.case
+    cr = CaseResult(name=case.name, kind=case.kind, status=Status.ok, launch=job.launch.as_json())
+    if reply.timed_out:
+        cr.status = Status.timeout
+        cr.message = (
+            f"no answer within {timeout_s:.0f} s; the harness was killed (an infinite loop, a "
+            "deadlock at a barrier, or a kernel far slower than the reference)"
+        )
+        return cr, None
+    answer = reply.answer
+    raise_for_request_error(answer, reply.exit_code)
+    if answer is None:
+        raise HarnessError(
+            f"the harness exited with code {reply.exit_code} without answering; stderr: {reply.stderr[-800:]}"
+        )
+    if answer.get("status") == "error":
+        err = answer.get("error") or {}
+        cr.status = Status.compile_error
+        cr.message = f"{err.get('kind')}: {err.get('message')}" + (f"\n{err['log'][:2000]}" if err.get("log") else "")
+        return cr, None
+    case_answers = answer.get("cases") or []
+    if not case_answers:
+        raise HarnessError(f"the harness answered with no case result: {answer}")
+    ca = case_answers[0]
+    cr.occupancy_blocks_per_sm = ca.get("occupancy_blocks_per_sm")
+    if ca.get("error"):
+        cr.error = CudaErrorInfo.model_validate({k: ca["error"].get(k) for k in ("call", "cuda_error", "code", "message")})
+    cr.guard_violations = ca.get("guard_violations") or []
+    cr.modified_inputs = ca.get("modified_inputs") or []
+    if _harness_status(cr, ca.get("status"), reply):
+        return cr, None
+    if reply.exit_code not in (None, ExitCode.OK):
+        raise HarnessError(f"the harness reported ok but exited with code {reply.exit_code}")
+
+    device = {(c.get("buffer"), c.get("launch")): c for c in ca.get("compares") or []}
+    outputs = _read_outputs(job, workload, required=job.keep_outputs or not device)
+    _check_outputs(cr, job, workload, device, outputs)
+    if cr.status is Status.ok and job.repeat:
+        _check_repeat(cr, workload, device, ca.get("determinism") or [])
+    if cr.status is Status.ok and job.timing and ca.get("timing"):
+        t = ca["timing"]
+        cr.timing = TimingStats.from_times(t["times_ms"], t.get("warmup", 0), t.get("flush_l2", True))
+        cr.timing_details = {k: v for k, v in t.items() if k != "times_ms"}
+        if job.timed is not None:
+            _check_timed(cr, job, workload, device)
+    return cr, outputs if job.keep_outputs else None
+
+
+def _harness_status(cr: CaseResult, status: str | None, reply: HarnessReply) -> bool:
+    """Fill in a failure the harness itself reported; True when the case failed."""
+    if status == "invalid_launch":
+        cr.status = Status.invalid_launch
+        cr.message = f"the launch was refused: {describe(cr.error)}"
+    elif status == "runtime_error":
+        cr.status = Status.runtime_error
+        cr.message = f"the kernel faulted: {describe(cr.error)}" + (
+            f" (kernel output: {reply.stderr.strip()[-300:]})" if reply.stderr.strip() else ""
+        )
+    elif status == "out_of_bounds_write":
+        cr.status = Status.out_of_bounds_write
+        v = cr.guard_violations[0] if cr.guard_violations else {}
+        cr.message = (
+            f"wrote outside buffer {v.get('buffer')!r} ({v.get('side')} it, {v.get('bytes_changed')} guard bytes changed)"
+        )
+    elif status == "input_modified":
+        cr.status = Status.input_modified
+        m = cr.modified_inputs[0] if cr.modified_inputs else {}
+        cr.message = (
+            f"modified input buffer {m.get('buffer')!r} ({m.get('bytes_changed')} bytes changed, "
+            f"first at byte {m.get('first_offset')})"
+        )
+    elif status != "ok":
+        raise HarnessError(f"unknown case status {status!r} from the harness")
+    return cr.status is not Status.ok
+
+
+def _read_outputs(job: CaseJob, workload: Workload, *, required: bool) -> dict[str, np.ndarray]:
+    """The output files the harness wrote (and removes them); with ``required``, all of them."""
+    shapes = job.data.inputs[job.case.name].shapes
+    outputs = {}
+    for p in workload.signature.outputs:
+        path = job.out_dir / f"{p.name}.bin"
+        try:
+            data = path.read_bytes()
+        except FileNotFoundError:
+            if not required:
+                continue
+            raise HarnessError(f"the harness wrote no output {path}") from None
+        except OSError as exc:
+            raise HarnessError(f"cannot read the harness's output {path}: {exc}") from None
+        array = np.frombuffer(data, dtype=p.dtype.numpy.newbyteorder("<")).astype(p.dtype.numpy, copy=False)
+        outputs[p.name] = array.reshape(shapes[p.name])
+        path.unlink()
+    return outputs
+
+
+def _check_outputs(
+    cr: CaseResult, job: CaseJob, workload: Workload,
+    device: dict[tuple[Any, Any], dict[str, Any]], outputs: dict[str, np.ndarray],
+) -> None:
+    """Compare the validation launch's outputs (on the device's figures when it compared)."""
+    expected = job.data.expected.get(job.case.name)
+    if expected is None:
+        return
+    refs = job.data.refs.get(job.case.name, {})
+    for p in workload.signature.outputs:
+        tol = workload.spec.tolerance_for(p.name)
+        stats, ref = device.get((p.name, "validation")), refs.get(p.name)
+        if stats is not None and ref is not None and int(stats["mismatches"]) == 0:
+            cr.outputs.append(from_device(p.name, stats, scale=ref.scale, norm=ref.norm, tol=tol))
+        elif p.name in outputs:
+            cr.outputs.append(compare(p.name, expected[p.name], outputs[p.name], tol))
+        else:
+            raise HarnessError(f"case {job.case.name!r}: output {p.name!r} was neither compared nor written")
+    failed = [o for o in cr.outputs if not o.passed]
+    if failed:
+        cr.status = Status.mismatch
+        cr.message = "; ".join(o.summary() for o in failed)
+
+
+def _check_repeat(
+    cr: CaseResult, workload: Workload, device: dict[tuple[Any, Any], dict[str, Any]], determinism: list[dict[str, Any]]
+) -> None:
+    """The determinism re-run: within tolerance always, bit for bit where the workload says so."""
+    cr.determinism = determinism
+    for p in workload.signature.outputs:
+        stats = device.get((p.name, "repeat"))
+        if stats is not None and int(stats["mismatches"]):
+            cr.status = Status.nondeterministic
+            cr.message = (
+                f"{p.name}: a second launch on the same inputs gave {stats['mismatches']} elements outside "
+                "the tolerance (the first launch passed): a race or uninitialised read?"
+            )
+            return
+    if workload.spec.deterministic:
+        differ = [d for d in determinism if int(d.get("bytes_differ") or 0)]
+        if differ:
+            d = differ[0]
+            cr.status = Status.nondeterministic
+            cr.message = (
+                f"{d['buffer']}: a second launch on the same inputs changed {d['bytes_differ']} bytes (first at "
+                f"byte {d.get('first_offset')}); this workload must be bitwise reproducible (no races, no "
+                "order-dependent atomics)"
+            )
+
+
+def _check_timed(
+    cr: CaseResult, job: CaseJob, workload: Workload, device: dict[tuple[Any, Any], dict[str, Any]]
+) -> None:
+    """The check launch after timing ran on inputs from a hidden seed: its outputs must match."""
+    assert job.timed is not None
+    refs = job.timed.refs.get(job.case.name, {})
+    bad = []
+    for p in workload.signature.outputs:
+        stats, ref = device.get((p.name, "timed")), refs.get(p.name)
+        if stats is None or ref is None:
+            continue
+        cmp = from_device(p.name, stats, scale=ref.scale, norm=ref.norm, tol=workload.spec.tolerance_for(p.name))
+        cr.timed_check.append(cmp)
+        if not cmp.passed:
+            bad.append(cmp)
+    if bad:
+        expected = job.timed.expected.get(job.case.name, {})
+        detail = bad[0].summary()
+        written = _read_outputs(job, workload, required=False)
+        if bad[0].name in written and bad[0].name in expected:
+            detail = compare(bad[0].name, expected[bad[0].name], written[bad[0].name],
+                             workload.spec.tolerance_for(bad[0].name)).summary()
+        cr.status = Status.timed_mismatch
+        cr.message = (
+            f"the outputs of the timed launches are wrong on inputs the kernel had not seen before ({detail}); "
+            "results must be computed from the inputs on every launch, never cached or skipped"
+        )
+
+
+def describe(error: CudaErrorInfo | None) -> str:
+    """A CUDA error as one phrase: ``cuLaunchKernel: CUDA_ERROR_... (message)``."""
+    if error is None:
+        return "no details"
+    return f"{error.call}: {error.cuda_error} ({error.message})"

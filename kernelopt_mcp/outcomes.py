@@ -1,0 +1,156 @@
+"""What an evaluation found: statuses, per-case results and the whole candidate's result.
+
+Outcomes are data: a kernel that does not compile, faults, hangs or computes the wrong thing
+gives an :class:`EvaluationResult` whose :class:`Status` says which, with the details a model
+needs to fix it.
+"""
+
+from __future__ import annotations
+
+import statistics
+from enum import StrEnum
+from typing import Any
+
+from pydantic import BaseModel, Field
+
+from .compare import OutputComparison
+from .compiler import CompileResult
+
+NOISY_IQR_FRACTION = 0.1
+
+
+class Status(StrEnum):
+    ok = "ok"
+    compile_error = "compile_error"
+    invalid_launch = "invalid_launch"
+    runtime_error = "runtime_error"
+    timeout = "timeout"
+    mismatch = "mismatch"
+    out_of_bounds_write = "out_of_bounds_write"
+    input_modified = "input_modified"
+    nondeterministic = "nondeterministic"
+    timed_mismatch = "timed_mismatch"
+    impossible_time = "impossible_time"
+    sanitizer_error = "sanitizer_error"
+    skipped = "skipped"
+
+
+# When several cases fail differently, the overall status is the most serious one.
+_SEVERITY = [
+    Status.compile_error, Status.runtime_error, Status.timeout, Status.out_of_bounds_write,
+    Status.input_modified, Status.sanitizer_error, Status.invalid_launch, Status.timed_mismatch,
+    Status.mismatch, Status.nondeterministic, Status.impossible_time, Status.skipped, Status.ok,
+]
+
+# What each failing status means, for messages and for the model's manual.
+STATUS_MEANING = {
+    Status.compile_error: "the source does not compile, or the module has no usable entry point",
+    Status.invalid_launch: "the launch configuration was refused (block size, shared memory, resources)",
+    Status.runtime_error: "the kernel faulted (illegal address, trap, misaligned access)",
+    Status.timeout: "no answer within the deadline (an infinite loop or a deadlock); the harness was killed",
+    Status.mismatch: "outputs differ from the expected ones beyond the tolerance",
+    Status.out_of_bounds_write: "the kernel wrote into the guard bytes around a buffer",
+    Status.input_modified: "the kernel wrote into an input buffer",
+    Status.nondeterministic: "a second launch on the same inputs gave different outputs (a race?)",
+    Status.timed_mismatch: (
+        "the outputs of the timed launches, run on inputs drawn from a hidden seed, are wrong "
+        "(results cached across launches, or work skipped while timed)"
+    ),
+    Status.impossible_time: (
+        "measured faster than the device's roofline allows for the work the case requires: the "
+        "kernel skips work"
+    ),
+    Status.sanitizer_error: "compute-sanitizer found memory errors, races or uninitialised reads",
+    Status.skipped: "not run, because an earlier case ended the harness process",
+}
+
+
+class TimingStats(BaseModel):
+    warmup: int
+    iterations: int
+    flush_l2: bool
+    median_ms: float
+    mean_ms: float
+    min_ms: float
+    max_ms: float
+    stdev_ms: float
+    iqr_ms: float = Field(description="interquartile range of the per-launch times")
+    cv: float = Field(description="coefficient of variation (stdev / mean)")
+    noisy: bool = Field(description=f"IQR above {NOISY_IQR_FRACTION:.0%} of the median")
+
+    @classmethod
+    def from_times(cls, times_ms: list[float], warmup: int, flush_l2: bool) -> TimingStats:
+        q = statistics.quantiles(times_ms, n=4, method="inclusive") if len(times_ms) > 1 else [times_ms[0]] * 3
+        median = statistics.median(times_ms)
+        mean = statistics.fmean(times_ms)
+        stdev = statistics.stdev(times_ms) if len(times_ms) > 1 else 0.0
+        iqr = q[2] - q[0]
+        return cls(
+            warmup=warmup, iterations=len(times_ms), flush_l2=flush_l2, median_ms=median,
+            mean_ms=mean, min_ms=min(times_ms), max_ms=max(times_ms), stdev_ms=stdev, iqr_ms=iqr,
+            cv=stdev / mean if mean > 0 else 0.0, noisy=median > 0 and iqr > NOISY_IQR_FRACTION * median,
+        )
+
+
+class CudaErrorInfo(BaseModel):
+    call: str | None = None
+    cuda_error: str | None = None
+    code: int | None = None
+    message: str | None = None
+
+
+class CaseResult(BaseModel):
+    name: str
+    kind: str
+    status: Status
+    message: str = ""
+    launch: dict[str, Any] | None = None
+    outputs: list[OutputComparison] = Field(default_factory=list)
+    error: CudaErrorInfo | None = None
+    guard_violations: list[dict[str, Any]] = Field(default_factory=list)
+    modified_inputs: list[dict[str, Any]] = Field(default_factory=list)
+    occupancy_blocks_per_sm: int | None = None
+    timing: TimingStats | None = None
+    timing_details: dict[str, Any] | None = Field(
+        None, description="the harness's timing report besides the samples (mode, launch overhead, adaptive, ...)"
+    )
+    determinism: list[dict[str, Any]] = Field(
+        default_factory=list, description="bytes that differed between two launches on the same inputs, per output"
+    )
+    timed_check: list[OutputComparison] = Field(
+        default_factory=list, description="outputs of the launch after timing, on inputs from a hidden seed"
+    )
+    reference_median_ms: float | None = None
+    speedup: float | None = Field(None, description="reference median / this median")
+    flops_per_s: float | None = None
+    bytes_per_s: float | None = None
+
+
+class EvaluationResult(BaseModel):
+    status: Status
+    message: str
+    workload: str
+    candidate: str
+    source_hash: str | None = None
+    seed: int
+    device: str | None = None
+    arch: str
+    compile: CompileResult | None = None
+    cases: list[CaseResult] = Field(default_factory=list)
+    score_ms: float | None = Field(None, description="geometric mean of performance-case median latencies")
+    reference_score_ms: float | None = None
+    speedup: float | None = Field(None, description="reference score / this score")
+    expected_from: str = ""
+    notes: list[str] = Field(default_factory=list)
+    checks: list[str] = Field(
+        default_factory=list, description="the integrity checks this evaluation ran (see README: Integrity)"
+    )
+
+    @property
+    def ok(self) -> bool:
+        return self.status is Status.ok
+
+
+def worst(statuses: list[Status]) -> Status:
+    """The most serious of ``statuses`` (``ok`` for none)."""
+    return min(statuses, key=_SEVERITY.index, default=Status.ok)
