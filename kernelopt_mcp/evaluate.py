@@ -32,7 +32,7 @@ from .errors import LaunchConfigError, WorkloadError
 from .gpu import DeviceInfo
 from .harness import HarnessProcess, harness_features
 from .harness_case import CaseJob, DataSet, build_request, interpret
-from .inputs import CaseInputs, fresh_seed, materialize, write_atomic  # noqa: F401 (CaseInputs: annotation)
+from .inputs import CaseInputs, fresh_seed, materialize, write_atomic
 from .launch import DeviceLimits, LaunchSpec, ResolvedLaunch, resolve
 from .oracle import run_oracle
 from .outcomes import CaseResult, EvaluationResult, Status, TimingStats, worst
@@ -127,7 +127,7 @@ class Evaluator:
         self._prepared = False
 
     @property
-    def inputs(self):
+    def inputs(self) -> dict[str, CaseInputs]:
         """The validation inputs of every case."""
         return self.data.inputs
 
