@@ -145,8 +145,11 @@ class CaseInputs:
     files: dict[str, Path]
 
 
-def materialize(workload: Workload, seed: int, directory: Path) -> dict[str, CaseInputs]:
-    """Generate every case's inputs, write them as ``.bin`` files and a manifest.
+def materialize(
+    workload: Workload, seed: int, directory: Path, *, cases: set[str] | None = None
+) -> dict[str, CaseInputs]:
+    """Generate every case's inputs (or only those of ``cases``), write them as ``.bin``
+    files and a manifest.
 
     Files go to ``directory/<case>/<buffer>.bin``; the manifest ``directory/input_cases.json``
     is loadable as an input-cases file (see :func:`kernelopt_mcp.workload.load_parts`).
@@ -155,6 +158,8 @@ def materialize(workload: Workload, seed: int, directory: Path) -> dict[str, Cas
     out: dict[str, CaseInputs] = {}
     manifest_cases = []
     for case in spec.cases:
+        if cases is not None and case.name not in cases:
+            continue
         arrays: dict[str, np.ndarray] = {}
         shapes: dict[str, tuple[int, ...]] = {}
         files: dict[str, Path] = {}

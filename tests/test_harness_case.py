@@ -1,0 +1,197 @@
+"""One case through the harness: the protocol-2 request fields and what their answers mean.
+
+The answers here are shaped like the harness's (native_harness/PROTOCOL.md); the GPU tests
+check that the real harness produces them.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from fakegpu import TINY_SPEC, write_tiny_workload
+from kernelopt_mcp.compare import compare
+from kernelopt_mcp.harness import HarnessReply
+from kernelopt_mcp.harness_case import CaseJob, DataSet, build_request, interpret
+from kernelopt_mcp.inputs import materialize
+from kernelopt_mcp.launch import DeviceLimits, resolve
+from kernelopt_mcp.outcomes import Status
+from kernelopt_mcp.workload import Workload, load_workload
+
+
+def _workload(tmp_path: Path, **changes: object) -> Workload:
+    spec = {**TINY_SPEC, **changes}
+    return load_workload(write_tiny_workload(tmp_path / "wl", spec) / spec["name"])  # type: ignore[operator]
+
+
+def _job(tmp_path: Path, wl: Workload, case_name: str = "odd_1001", **kw: object) -> CaseJob:
+    data = DataSet("validation", 7, materialize(wl, 7, tmp_path / "inputs"))
+    case = wl.spec.case(case_name)
+    ci = data.inputs[case_name]
+    data.expected[case_name] = {"c": ci.arrays["a"].astype(np.float64) + ci.arrays["b"]}
+    data.store_expected(wl, tmp_path / "expected")
+    launch = resolve(wl.spec.initial.launch.for_case(case_name), case.scalars, DeviceLimits(), case_name)  # type: ignore[union-attr]
+    out_dir = tmp_path / "out"
+    out_dir.mkdir(exist_ok=True)
+    return CaseJob(case, launch, data, out_dir, **kw)  # type: ignore[arg-type]
+
+
+def _device_stats(expected: np.ndarray, actual: np.ndarray, ref_abs_tol: float, rtol: float, rel_floor: float) -> dict:
+    """What the harness's ko_compare reports (computed here the documented way)."""
+    e, a = expected.astype(np.float64).ravel(), actual.astype(np.float64).ravel()
+    with np.errstate(invalid="ignore"):
+        diff = np.abs(a - e)
+        ok = diff <= ref_abs_tol + rtol * np.abs(e)
+    finite = np.isfinite(diff)
+    d = np.where(finite, diff, 0.0)
+    bad = np.flatnonzero(~ok)
+    return {
+        "elements": e.size, "mismatches": int(bad.size), "nonfinite": int((~np.isfinite(a)).sum()),
+        "max_abs_error": float(d.max()), "max_rel_error": float((d / np.maximum(np.abs(e), rel_floor)).max()),
+        "err_sq": float(np.dot(d, d)), "first_mismatch": int(bad[0]) if bad.size else None,
+    }
+
+
+def _answer(case: str, *, compares: list | None = None, **extra: object) -> HarnessReply:
+    ca = {"name": case, "status": "ok", "error": None, "guard_violations": [], "modified_inputs": [], **extra}
+    if compares is not None:
+        ca["compares"] = compares
+    return HarnessReply({"protocol": 2, "status": "ok", "error": None, "cases": [ca]}, exit_code=0)
+
+
+def test_request_carries_expected_files_tolerances_and_checks(tmp_path: Path) -> None:
+    wl = _workload(tmp_path)
+    job = _job(tmp_path, wl, repeat=True, device_compare=True)
+    timed = DataSet("timed", 8, materialize(wl, 8, tmp_path / "timed", cases={"odd_1001"}))
+    timed.expected["odd_1001"] = {"c": np.zeros(1001)}
+    timed.store_expected(wl, tmp_path / "expected")
+    job.timed, job.timing = timed, {"warmup": 1, "iterations": 3}
+    support = tmp_path / "support.cubin"
+    req = build_request(
+        job, wl, device=0, module=tmp_path / "k.cubin", guard_bytes=256, flush_l2=True,
+        support=support, input_cache=True,
+    )
+    assert req["support_module"] == str(support.resolve()) and req["input_cache"] is True
+    entry = req["cases"][0]
+    assert entry["repeat_validation"] is True and entry["timing"] == {"warmup": 1, "iterations": 3}
+    a, _, c, _ = entry["args"]
+    assert a["timed_input"].endswith("timed/odd_1001/a.bin") and a["input"] != a["timed_input"]
+    ref = job.data.refs["odd_1001"]["c"]
+    assert c["dtype"] == "float32" and c["expected"] == str(ref.path)
+    assert c["compare"] == {"abs_tol": ref.abs_tol, "rtol": 1e-5, "rel_floor": ref.rel_floor}
+    assert c["timed_expected"] == str(timed.refs["odd_1001"]["c"].path)
+    # the expected file is float64, one value per element, equal to the expected array
+    stored = np.fromfile(ref.path, dtype="<f8")
+    assert np.array_equal(stored, job.data.expected["odd_1001"]["c"])
+    assert ref.scale == pytest.approx(math.sqrt(np.mean(stored**2)))
+
+
+def test_plain_request_has_no_protocol_2_fields(tmp_path: Path) -> None:
+    wl = _workload(tmp_path)
+    req = build_request(_job(tmp_path, wl), wl, device=0, module=tmp_path / "k.cubin", guard_bytes=256, flush_l2=True)
+    assert "support_module" not in req and "input_cache" not in req
+    c = req["cases"][0]["args"][2]
+    assert set(c) == {"kind", "name", "role", "bytes", "output", "init", "poison_byte"}
+
+
+def test_device_pass_needs_no_output_file(tmp_path: Path) -> None:
+    wl = _workload(tmp_path)
+    job = _job(tmp_path, wl, device_compare=True)
+    exp = job.data.expected["odd_1001"]["c"]
+    ref = job.data.refs["odd_1001"]["c"]
+    actual = (exp + 1e-9).astype(np.float32)
+    stats = _device_stats(exp, actual, ref.abs_tol, 1e-5, ref.rel_floor)
+    reply = _answer("odd_1001", compares=[{"buffer": "c", "launch": "validation", **stats, "output_written": False}])
+    cr, outputs = interpret(job, reply, wl, 10)
+    assert cr.status is Status.ok and outputs is None
+    cpu = compare("c", exp, actual, wl.spec.tolerance_for("c"))
+    dev = cr.outputs[0]
+    assert dev.passed and dev.elements == 1001 and dev.mismatches == 0
+    assert dev.max_abs_error == pytest.approx(cpu.max_abs_error, rel=1e-12)
+    assert dev.rel_l2_error == pytest.approx(cpu.rel_l2_error, rel=1e-9)
+    assert dev.scale == pytest.approx(cpu.scale, rel=1e-12)
+
+
+def test_device_mismatch_reads_the_written_output_for_the_report(tmp_path: Path) -> None:
+    wl = _workload(tmp_path)
+    job = _job(tmp_path, wl, device_compare=True)
+    exp = job.data.expected["odd_1001"]["c"]
+    actual = exp.astype(np.float32)
+    actual[17] = 123.0
+    actual.astype("<f4").tofile(job.out_dir / "c.bin")
+    ref = job.data.refs["odd_1001"]["c"]
+    stats = _device_stats(exp, actual, ref.abs_tol, 1e-5, ref.rel_floor)
+    reply = _answer("odd_1001", compares=[{"buffer": "c", "launch": "validation", **stats, "output_written": True}])
+    cr, _ = interpret(job, reply, wl, 10)
+    assert cr.status is Status.mismatch
+    assert cr.outputs[0].first_mismatches[0].index == [17] and "1/1001 elements mismatch" in cr.message
+    assert not (job.out_dir / "c.bin").exists()  # read once, then removed
+
+
+def test_old_harness_answer_falls_back_to_comparing_the_file(tmp_path: Path) -> None:
+    wl = _workload(tmp_path)
+    job = _job(tmp_path, wl)
+    exp = job.data.expected["odd_1001"]["c"]
+    exp.astype("<f4").tofile(job.out_dir / "c.bin")
+    cr, _ = interpret(job, _answer("odd_1001"), wl, 10)
+    assert cr.status is Status.ok and cr.outputs[0].passed and cr.outputs[0].elements == 1001
+
+
+def _repeat_answer(job: CaseJob, *, repeat_bad: int, bytes_differ: int) -> HarnessReply:
+    exp = job.data.expected["odd_1001"]["c"]
+    ref = job.data.refs["odd_1001"]["c"]
+    good = _device_stats(exp, exp.astype(np.float32), ref.abs_tol, 1e-5, ref.rel_floor)
+    repeat = {**good, "mismatches": repeat_bad, "first_mismatch": 3 if repeat_bad else None}
+    return _answer(
+        "odd_1001",
+        compares=[{"buffer": "c", "launch": "validation", **good}, {"buffer": "c", "launch": "repeat", **repeat}],
+        determinism=[{"buffer": "c", "bytes_differ": bytes_differ, "first_offset": 12 if bytes_differ else None}],
+    )
+
+
+def test_repeat_outside_tolerance_is_nondeterministic(tmp_path: Path) -> None:
+    wl = _workload(tmp_path, deterministic=False)
+    job = _job(tmp_path, wl, device_compare=True, repeat=True)
+    cr, _ = interpret(job, _repeat_answer(job, repeat_bad=2, bytes_differ=8), wl, 10)
+    assert cr.status is Status.nondeterministic and "second launch" in cr.message
+
+
+def test_bitwise_difference_matters_only_for_deterministic_workloads(tmp_path: Path) -> None:
+    loose = _workload(tmp_path / "a", deterministic=False)
+    job = _job(tmp_path / "a", loose, device_compare=True, repeat=True)
+    cr, _ = interpret(job, _repeat_answer(job, repeat_bad=0, bytes_differ=8), loose, 10)
+    assert cr.status is Status.ok and cr.determinism[0]["bytes_differ"] == 8
+    strict = _workload(tmp_path / "b", deterministic=True)
+    job = _job(tmp_path / "b", strict, device_compare=True, repeat=True)
+    cr, _ = interpret(job, _repeat_answer(job, repeat_bad=0, bytes_differ=8), strict, 10)
+    assert cr.status is Status.nondeterministic and "8 bytes" in cr.message and "bitwise" in cr.message
+
+
+def test_timed_check_failure_is_timed_mismatch(tmp_path: Path) -> None:
+    wl = _workload(tmp_path)
+    job = _job(tmp_path, wl, device_compare=True, timing={"warmup": 1, "iterations": 3})
+    timed = DataSet("timed", 8, materialize(wl, 8, tmp_path / "timed", cases={"odd_1001"}))
+    tci = timed.inputs["odd_1001"]
+    timed.expected["odd_1001"] = {"c": tci.arrays["a"].astype(np.float64) + tci.arrays["b"]}
+    timed.store_expected(wl, tmp_path / "expected")
+    job.timed = timed
+    exp = job.data.expected["odd_1001"]["c"]
+    ref, tref = job.data.refs["odd_1001"]["c"], timed.refs["odd_1001"]["c"]
+    stale = exp.astype(np.float32)  # the validation answer, replayed on the new inputs
+    stale.astype("<f4").tofile(job.out_dir / "c.bin")
+    good = _device_stats(exp, stale, ref.abs_tol, 1e-5, ref.rel_floor)
+    bad = _device_stats(timed.expected["odd_1001"]["c"], stale, tref.abs_tol, 1e-5, tref.rel_floor)
+    timing = {"warmup": 1, "iterations": 3, "flush_l2": True, "times_ms": [0.01, 0.011, 0.012], "check_launch_ms": 0.01}
+    reply = _answer(
+        "odd_1001", timing=timing,
+        compares=[{"buffer": "c", "launch": "validation", **good}, {"buffer": "c", "launch": "timed", **bad, "output_written": True}],
+    )
+    cr, _ = interpret(job, reply, wl, 10)
+    assert cr.status is Status.timed_mismatch
+    assert "not seen before" in cr.message and "elements mismatch" in cr.message
+    assert cr.timing is not None and cr.timing.iterations == 3
+    assert cr.timing_details is not None and cr.timing_details["check_launch_ms"] == 0.01
+    assert not cr.timed_check[0].passed
