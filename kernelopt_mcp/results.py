@@ -11,7 +11,7 @@ from typing import Any
 from pydantic import BaseModel, Field
 
 from .compiler import CompileResult, Diagnostic, Resources
-from .evaluate import EvaluationResult
+from .outcomes import STATUS_MEANING, EvaluationResult
 from .gpu import DeviceInfo
 from .launch import LaunchSpec
 from .workload import Tolerance, Workload, case_shape
@@ -144,8 +144,8 @@ class CaseOutput(BaseModel):
 
 class EvaluationOutput(BaseModel):
     status: str = Field(
-        description="ok | compile_error | invalid_launch | runtime_error | timeout | mismatch | "
-        "out_of_bounds_write | input_modified (the most serious over the cases)"
+        description="the most serious status over the cases: ok, or "
+        + "; ".join(f"{s.value}: {meaning}" for s, meaning in STATUS_MEANING.items())
     )
     message: str
     mode: str = Field(description="validate | benchmark")
@@ -161,6 +161,7 @@ class EvaluationOutput(BaseModel):
     cases: list[CaseOutput] = Field(default_factory=list)
     compile: CompileOutput | None = None
     expected_from: str = ""
+    checks: list[str] = Field(default_factory=list, description="the integrity checks this evaluation ran")
     notes: list[str] = Field(default_factory=list)
 
     def text(self) -> str:
@@ -176,6 +177,8 @@ class EvaluationOutput(BaseModel):
             lines.append(f"  {c.name} [{c.kind}] {c.status}{_case_detail(c)}")
         if self.compile is not None:
             lines.extend(line for line in self.compile.text().splitlines()[1:])
+        if self.checks:
+            lines.append(f"checks: {', '.join(self.checks)}")
         lines.extend(f"note: {n}" for n in self.notes)
         return "\n".join(lines)
 
@@ -241,7 +244,7 @@ def evaluation_output(result: EvaluationResult, mode: str) -> EvaluationOutput:
         cases_passed=sum(c.status == "ok" for c in cases), cases_total=len(cases),
         score_ms=result.score_ms, reference_score_ms=result.reference_score_ms, speedup=result.speedup,
         cases=cases, compile=compile_output(result.compile, "the device") if result.compile else None,
-        expected_from=result.expected_from, notes=result.notes,
+        expected_from=result.expected_from, checks=result.checks, notes=result.notes,
     )
 
 
