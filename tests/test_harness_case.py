@@ -11,8 +11,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-
 from fakegpu import TINY_SPEC, write_tiny_workload
+
 from kernelopt_mcp.compare import compare
 from kernelopt_mcp.harness import HarnessReply
 from kernelopt_mcp.harness_case import CaseJob, DataSet, build_request, interpret

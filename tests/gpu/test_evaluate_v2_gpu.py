@@ -8,7 +8,14 @@ from pathlib import Path
 
 import pytest
 
-from kernelopt_mcp import Candidate, EvaluateOptions, Evaluator, HarnessProcess, Settings, Status
+from kernelopt_mcp import (
+    Candidate,
+    EvaluateOptions,
+    Evaluator,
+    HarnessProcess,
+    Settings,
+    Status,
+)
 from kernelopt_mcp.config import find_workload
 from kernelopt_mcp.evaluate import initial_candidate
 from kernelopt_mcp.gpu import DeviceInfo, device_info
