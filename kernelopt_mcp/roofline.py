@@ -23,7 +23,15 @@ taken with ``flush_l2``.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from pydantic import BaseModel, Field
+
+from . import expr
+
+if TYPE_CHECKING:
+    from .evaluate import EvaluationResult
+    from .workload import Case, Workload
 
 #: measured < floor / IMPOSSIBLE_MARGIN is flagged impossible (see the module docstring)
 IMPOSSIBLE_MARGIN = 1.15
@@ -128,3 +136,24 @@ def case_roofline(
             f"{r.floor_ms:.4g} ms: the kernel cannot have done all the work (skipped work or reused outputs)"
         )
     return r
+
+
+def case_cost(workload: Workload, case: Case) -> tuple[float | None, float | None]:
+    """(bytes, flops) of a case from the workload's cost expressions (None where absent)."""
+    cost = workload.spec.cost
+    bytes_ = float(expr.evaluate(cost.bytes, case.scalars)) if cost.bytes else None
+    flops = float(expr.evaluate(cost.flops, case.scalars)) if cost.flops else None
+    return bytes_, flops
+
+
+def result_roofline(result: EvaluationResult, workload: Workload, peaks: Peaks) -> list[CaseRoofline]:
+    """Roofline figures of every timed case of an evaluation result."""
+    out = []
+    for cr in result.cases:
+        if cr.timing is None:
+            continue
+        bytes_, flops = case_cost(workload, workload.spec.case(cr.name))
+        out.append(case_roofline(
+            cr.name, cr.timing.median_ms, bytes_=bytes_, flops=flops, peaks=peaks, flush_l2=cr.timing.flush_l2,
+        ))
+    return out

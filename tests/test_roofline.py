@@ -70,3 +70,27 @@ def test_without_figures() -> None:
     assert r.bandwidth_pct is None and r.floor_ms is not None  # no calibration: no %, still a floor
     r = case_roofline("c", 0.0, bytes_=1e9, flops=None, peaks=H200, flush_l2=True)
     assert not r.impossible and r.bytes_per_s is None
+
+
+def test_result_roofline_through_the_fake_gpu(tmp_path) -> None:
+    """An evaluation's timed cases get roofline figures from the workload's cost model."""
+    from fakegpu import ADD_LAUNCH, kernel, write_harness, write_tiny_workload
+
+    from kernelopt_mcp import Candidate, Evaluator, HarnessProcess, LaunchSpec, Settings
+    from kernelopt_mcp.config import find_workload
+    from kernelopt_mcp.gpu import device_info
+    from kernelopt_mcp.roofline import result_roofline
+
+    harness = write_harness(tmp_path, "fake")
+    wl = find_workload(write_tiny_workload(tmp_path / "extra") / "tiny_add", Settings())
+    launch = LaunchSpec.model_validate(ADD_LAUNCH)
+    with HarnessProcess(harness, 0) as proc, Evaluator(wl, proc, device_info(harness, 0), workdir=tmp_path / "w") as ev:
+        honest = ev.evaluate(Candidate(kernel(), launch, [], "honest"))
+        # 49152 bytes in 1e-6 ms would be 49 PB/s: work was skipped
+        skipped = ev.evaluate(Candidate(kernel("MS:n_4096=0.000001;"), launch, [], "skipped"))
+    [r] = result_roofline(honest, wl, H200)
+    assert (r.case, r.bytes, r.flops) == ("n_4096", 12 * 4096, 4096)
+    assert r.median_ms == pytest.approx(0.1, rel=0.02) and not r.impossible
+    assert r.bandwidth_pct == pytest.approx(100 * 12 * 4096 / (r.median_ms * 1e-3) / 4.2e12)
+    [s] = result_roofline(skipped, wl, H200)
+    assert s.impossible and s.bound == "memory"
