@@ -114,3 +114,21 @@ def test_main_json(run: ModuleType, bench, tmp_path: Path, monkeypatch: pytest.M
     data = json.loads(capsys.readouterr().out)
     assert [s["name"] for s in data["sections"]] == ["agreement"]
     assert "nvidia-ml-py" in data["meta"]["clocks_before"] and "H200" in data["meta"]["device"]
+
+
+def test_record_timings_writes_fixtures_the_stats_tests_load(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    spec = importlib.util.spec_from_file_location("kernelopt_bench_record", REPO / "bench" / "record_timings.py")
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    settings = Settings(harness=write_harness(tmp_path, "fake"), workload_dirs=(write_tiny_workload(tmp_path / "extra"),))
+    vectors = (("fake_4096", "tiny_add", "n_4096", None, True), ("fake_2048_noflush", "tiny_add", "n_4096", {"n": 2048}, False))
+    written = module.record(settings, tmp_path / "out", vectors, iterations=30, warmup=2)
+    assert [p.name for p in written] == ["fake_4096.json", "fake_2048_noflush.json"]
+    from kernelopt_mcp.stats import summarize
+
+    for path in written:
+        data = json.loads(path.read_text())
+        assert set(data) >= {"kernel", "times_ms", "flush_l2"} and len(data["times_ms"]) == 30
+        assert summarize(data["times_ms"]).median_ms == pytest.approx(0.101)
+    assert "n': 2048" in json.loads(written[1].read_text())["kernel"]
