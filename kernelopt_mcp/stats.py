@@ -84,6 +84,9 @@ class TimingStats(BaseModel):
     blocking: bool | None = Field(None, description="launches enqueued behind a blocking kernel")
     launch_overhead_ms: float | None = Field(None, description="median time of an empty kernel timed the same way")
     adaptive_converged: bool | None = Field(None, description="adaptive timing reached its rse target")
+    blocking_timed_out: bool | None = Field(
+        None, description="the blocking kernel gave up before the launches were queued (gaps may be timed)"
+    )
 
     @classmethod
     def from_times(cls, times_ms: Sequence[float], warmup: int, flush_l2: bool) -> TimingStats:
@@ -171,38 +174,52 @@ def from_answer(timing: Mapping[str, Any], *, flush_l2: bool | None = None) -> T
     stats.blocking = timing.get("blocking")
     stats.launch_overhead_ms = timing.get("launch_overhead_ms")
     stats.adaptive_converged = adaptive.get("converged") if isinstance(adaptive, Mapping) else None
+    stats.blocking_timed_out = timing.get("blocking_timed_out")
+    if stats.blocking_timed_out:
+        reason = "the blocking kernel timed out: launch gaps may be in the times"
+        stats.noisy = True
+        stats.noisy_reason = f"{stats.noisy_reason}; {reason}" if stats.noisy_reason else reason
     return stats
 
 
 def adaptive_should_stop(
     times_ms: Sequence[float], target_rse: float, elapsed_ms: float, max_ms: float, max_samples: int
 ) -> bool:
-    """The adaptive-timing stopping rule (the harness implements the same in C++).
+    """The adaptive-timing stopping rule (the harness has the same in C++:
+    native_harness/src/stats.hpp, ``adaptive_step``).
 
-    Stop when ``len(times_ms) >= max_samples``, or ``elapsed_ms >= max_ms``, or
-    ``rse_median(times_ms) <= target_rse`` (rse is infinite below 2 samples or with a median
-    <= 0, so those never converge). The harness checks it after the first ``iterations``
-    samples and after each further batch; :func:`adaptive_stop_index` replays that schedule.
+    Stop when ``rse_median(times_ms) <= target_rse`` (converged; rse is infinite below 2
+    samples or with a median <= 0, so those never converge), or ``len(times_ms) >=
+    max_samples``, or ``elapsed_ms >= max_ms``. The harness checks it after the first
+    ``iterations`` samples and after each further round; :func:`adaptive_stop_index` replays
+    that schedule.
     """
-    n = len(times_ms)
-    if n >= max_samples or elapsed_ms >= max_ms:
+    if rse_median(times_ms) <= target_rse:
         return True
-    return rse_median(times_ms) <= target_rse
+    return len(times_ms) >= max_samples or elapsed_ms >= max_ms
+
+
+def adaptive_round(first: int) -> int:
+    """Samples per adaptive round after the first: as many as the first round, at least 16
+    (``adaptive_round`` in native_harness/src/stats.hpp)."""
+    return max(first, 16)
 
 
 def adaptive_stop_index(
-    times_ms: Sequence[float], target_rse: float, *, first: int, batch: int,
+    times_ms: Sequence[float], target_rse: float, *, first: int, batch: int | None = None,
     max_samples: int | None = None, max_ms: float = math.inf,
 ) -> tuple[int, bool]:
     """Replay adaptive timing on a recorded vector: the sample count it stops at and whether
     it converged (rse target met) rather than hitting a cap or running out of samples.
 
-    Elapsed time is modelled as the sum of the samples so far (launch time only).
+    ``batch`` defaults to the harness's round size (:func:`adaptive_round`); rounds are cut
+    short at the cap. Elapsed time is modelled as the sum of the samples so far.
     """
+    step = adaptive_round(first) if batch is None else batch
     cap = len(times_ms) if max_samples is None else min(max_samples, len(times_ms))
     n = min(first, cap)
     while True:
         head = times_ms[:n]
         if adaptive_should_stop(head, target_rse, float(np.sum(head)), max_ms, cap):
             return n, rse_median(head) <= target_rse
-        n = min(n + batch, cap)
+        n = min(n + step, cap)

@@ -61,8 +61,8 @@ def test_summary_matches_the_standard_library(path: Path) -> None:
 @pytest.mark.parametrize("target", [0.01, 0.003, 0.0005])
 def test_adaptive_replay_stops_at_the_first_checkpoint_under_target(path: Path, target: float) -> None:
     t = load(path)["times_ms"]
-    first, batch = min(10, len(t)), 16
-    n, converged = adaptive_stop_index(t, target, first=first, batch=batch)
+    first, batch = min(10, len(t)), 16  # the harness's rounds: max(iterations, 16)
+    n, converged = adaptive_stop_index(t, target, first=first)
     checkpoints = list(range(first, len(t), batch)) + [len(t)]
     assert n in checkpoints
     for k in checkpoints[: checkpoints.index(n)]:
@@ -84,6 +84,15 @@ def test_adaptive_caps(path: Path) -> None:
     max_ms = sum(t) / 3
     n, _ = adaptive_stop_index(t, 0.0, first=1, batch=1, max_ms=max_ms)
     assert sum(t[:n]) >= max_ms > sum(t[: n - 1])
+
+
+def test_rounds_mirror_the_harness() -> None:
+    from kernelopt_mcp.stats import adaptive_round
+
+    assert (adaptive_round(10), adaptive_round(16), adaptive_round(100)) == (16, 16, 100)
+    # a target met exactly at the sample cap counts as converged (as in the harness)
+    t = [1.0] * 20
+    assert adaptive_stop_index(t, 0.01, first=20, max_samples=20) == (20, True)
 
 
 def test_should_stop_rule() -> None:
@@ -153,6 +162,9 @@ def test_from_answer_protocol_1_and_2() -> None:
     })
     assert (new.mode, new.graph_batch, new.blocking, new.launch_overhead_ms) == ("graph", 64, True, 0.002)
     assert new.adaptive_converged is True and new.iterations == 4 and new.samples == 6
+    assert new.blocking_timed_out is None
+    spun_out = from_answer({"iterations": 6, "times_ms": [1.0] * 6, "blocking": True, "blocking_timed_out": True})
+    assert spun_out.noisy and "blocking kernel timed out" in spun_out.noisy_reason
     with pytest.raises(ValueError):
         from_answer({"warmup": 1, "iterations": 0, "times_ms": []})
 
