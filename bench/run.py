@@ -133,6 +133,7 @@ def kernel_ms(result: EvaluationResult) -> float:
             continue
         samples = getattr(t, "samples", None) or t.iterations
         ms += t.mean_ms * samples + t.median_ms * (t.warmup + 2)
+        ms += getattr(t, "check_launch_ms", None) or 0.0  # protocol 2: the timed-inputs check launch
     return ms
 
 
