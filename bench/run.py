@@ -416,11 +416,11 @@ def main(argv: list[str] | None = None) -> int:
     settings = Settings.from_env()
     with tempfile.TemporaryDirectory(prefix="kernelopt-bench-") as tmp:
         bench = make_bench(settings, Path(tmp), lambda m: err.print(f"[dim]… {m}[/]", highlight=False))
-        from kernelopt_mcp.clocks import probe_clocks
+        from kernelopt_mcp.clocks import probe_device_clocks
 
-        clocks_before, why = probe_clocks(bench.device.uuid or settings.device)
+        clocks_before, why = probe_device_clocks(bench.device)
         sections = run(bench, args.only)
-        clocks_after, _ = probe_clocks(bench.device.uuid or settings.device)
+        clocks_after, _ = probe_device_clocks(bench.device)
     meta = {"device": bench.device.summary(), "clocks_before": clocks_before.model_dump() if clocks_before else why,
             "clocks_after": clocks_after.model_dump() if clocks_after else why}
     if args.json:

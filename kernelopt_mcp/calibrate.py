@@ -27,7 +27,7 @@ from typing import Any
 import numpy as np
 from pydantic import BaseModel, Field, ValidationError
 
-from .clocks import ClockSample, read_clocks
+from .clocks import ClockSample, probe_device_clocks
 from .compiler import CompileCache, compile_kernel
 from .dtypes import DType, scalar_raw
 from .errors import HarnessError
@@ -156,7 +156,7 @@ def calibrate(
         DeviceUnavailable: no usable device.
     """
     say = progress or (lambda message: None)
-    clocks = read_clocks(device.uuid) if device.uuid else read_clocks(device.ordinal)
+    clocks = probe_device_clocks(device)[0]
     display_driver = clocks.driver_version if clocks else None
     if not force:
         cached = load_calibration(device, cache_root, display_driver=display_driver)
@@ -176,7 +176,7 @@ def calibrate(
         copy_timing = _time_copy(harness, device, module, copy_bytes, timeout_s)
         say("measuring the FP32 FMA rate")
         fma_flops, fma_timing = _time_fma(harness, device, module, work, timeout_s)
-    after = read_clocks(device.uuid) if device.uuid else read_clocks(device.ordinal)
+    after = probe_device_clocks(device)[0]
     cal = Calibration(
         device_name=device.name, device_uuid=device.uuid, pci_bus_id=device.pci_bus_id,
         driver_version=device.driver_version, display_driver=(after or clocks).driver_version if (after or clocks) else None,

@@ -158,3 +158,10 @@ def probe_clocks(device: int | str = 0) -> tuple[ClockSample | None, str | None]
 def read_clocks(device: int | str = 0) -> ClockSample | None:
     """Like :func:`probe_clocks`, without the reason: ``None`` when NVML cannot be read."""
     return probe_clocks(device)[0]
+
+
+def probe_device_clocks(device: Any) -> tuple[ClockSample | None, str | None]:
+    """Clocks of a :class:`~kernelopt_mcp.gpu.DeviceInfo`: found by its CUDA UUID, else its PCI
+    bus id, else its ordinal (NVML's index order can differ from CUDA's, so that is the last
+    resort)."""
+    return probe_clocks(getattr(device, "uuid", None) or getattr(device, "pci_bus_id", None) or device.ordinal)

@@ -116,6 +116,18 @@ def test_by_cuda_uuid_and_bus_id(use_module) -> None:
     assert sample is None and "Invalid Argument" in why
 
 
+def test_by_device_info(use_module) -> None:
+    from types import SimpleNamespace
+
+    from kernelopt_mcp.clocks import probe_device_clocks
+
+    use_module(stub_pynvml())
+    assert probe_device_clocks(SimpleNamespace(uuid=UUID, pci_bus_id=None, ordinal=5))[0] is not None
+    assert probe_device_clocks(SimpleNamespace(uuid=None, pci_bus_id="0000:19:00.0", ordinal=5))[0] is not None
+    sample, why = probe_device_clocks(SimpleNamespace(uuid=None, pci_bus_id=None, ordinal=5))
+    assert sample is None and "no device 5" in why
+
+
 def test_unsupported_queries_are_none(use_module) -> None:
     use_module(stub_pynvml(unsupported=(
         "nvmlDeviceGetPowerUsage", "nvmlDeviceGetTemperature", "nvmlDeviceGetCurrentClocksEventReasons",
