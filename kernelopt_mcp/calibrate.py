@@ -230,7 +230,9 @@ def _send(harness: HarnessProcess, request: dict[str, Any], timeout_s: float) ->
 
 
 def _check_copy(harness: HarnessProcess, device: DeviceInfo, module: Path, work: Path, timeout_s: float) -> None:
-    n4 = 262_147  # odd, and more float4s than the grid has threads: every stride step is exercised
+    # odd, and more than twice as many float4s as the grid has threads: the grid-stride loop
+    # runs three rounds, the last one partial
+    n4 = 2 * device.sm_count * BLOCKS_PER_SM * BLOCK + 3
     data = np.arange(4 * n4, dtype="<f4")
     src, dst = work / "check_src.bin", work / "check_dst.bin"
     src.write_bytes(data.tobytes())

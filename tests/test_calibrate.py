@@ -52,6 +52,8 @@ for line in sys.stdin:
         n = raw("n", "<Q")
         assert args["src"]["bytes"] == args["dst"]["bytes"] == 16 * n
         if args["src"]["role"] == "in":
+            grid, block = case["launch"]["grid"][0], case["launch"]["block"][0]
+            assert 2 * grid * block < n < 3 * grid * block  # the check exercises the grid-stride loop
             data = open(args["src"]["input"], "rb").read()
             if os.environ.get("KO_CAL_BROKEN"):
                 data = data[:-4] + b"\0\0\0\0"
