@@ -132,13 +132,10 @@ def kernel_ms(result: EvaluationResult) -> float:
         if t is None:
             continue
         samples = getattr(t, "samples", None) or t.iterations
-        ms += t.mean_ms * samples + t.median_ms * (t.warmup + 2)
+        batch = getattr(t, "graph_batch", None) or 1  # graph mode: a sample is one launch of batch kernels
+        ms += (t.mean_ms * samples + t.median_ms * t.warmup) * batch + t.median_ms * 2
         ms += getattr(t, "check_launch_ms", None) or 0.0  # protocol 2: the timed-inputs check launch
     return ms
-
-
-def _stats(values: list[float]) -> dict[str, float]:
-    return {"median": statistics.median(values), "min": min(values), "max": max(values)}
 
 
 # --- 1. per-candidate overhead ----------------------------------------------------------------
