@@ -150,3 +150,16 @@ def test_decode_reasons() -> None:
     assert decode_reasons(0x1) == ["gpu_idle"]
     assert decode_reasons(0x88) == ["hw_slowdown", "hw_power_brake_slowdown"]
     assert decode_reasons(0x1000 | 0x4) == ["sw_power_cap", "unknown_0x1000"]
+
+
+def test_the_real_nvidia_ml_py_without_a_driver(monkeypatch: pytest.MonkeyPatch) -> None:
+    """On a machine without libnvidia-ml (CI), the real bindings give None and the reason."""
+    pynvml = pytest.importorskip("pynvml")
+    from kernelopt_mcp.gpu import cuda_device_count
+
+    if cuda_device_count():
+        pytest.skip("this machine has a GPU: tests/gpu/test_calibrate_gpu.py reads its clocks")
+    monkeypatch.setitem(sys.modules, "pynvml", pynvml)
+    monkeypatch.setattr(clocks, "_initialized", False)
+    sample, why = probe_clocks(0)
+    assert sample is None and why.startswith("NVML is unavailable")
