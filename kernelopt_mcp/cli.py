@@ -18,8 +18,14 @@ from .compiler import CompileCache, OptionError, compile_kernel
 from .config import Settings, find_workload, list_workloads
 from .docs import search_docs
 from .errors import KerneloptError
-from .evaluate import Candidate, EvaluateOptions, EvaluationResult, Evaluator, initial_candidate
-from .gpu import device_info
+from .evaluate import (
+    Candidate,
+    EvaluateOptions,
+    EvaluationResult,
+    Evaluator,
+    initial_candidate,
+)
+from .gpu import DeviceInfo, device_info
 from .harness import HarnessProcess, find_harness
 from .launch import LaunchSpec
 from .profiler import CLOCK_CONTROLS, ProfileOptions, find_ncu, profile_case
@@ -39,7 +45,12 @@ def _settings(args: argparse.Namespace) -> Settings:
 
 def cmd_gpu(args: argparse.Namespace, out: Console) -> int:
     settings = _settings(args)
-    info = device_info(find_harness(settings.harness), settings.device)
+    if args.force and not args.calibrate:
+        raise KerneloptError("--force only applies to --calibrate: `kernelopt gpu --calibrate --force`")
+    harness = find_harness(settings.harness)
+    info = device_info(harness, settings.device)
+    if args.calibrate:
+        return _calibrate(args, out, settings, harness, info)
     if args.json:
         print(info.model_dump_json(indent=2))
         return EXIT_OK
@@ -47,6 +58,38 @@ def cmd_gpu(args: argparse.Namespace, out: Console) -> int:
     for key, value in info.model_dump().items():
         table.add_row(key, str(value))
     out.print(table)
+    return EXIT_OK
+
+
+def _calibrate(args: argparse.Namespace, out: Console, settings: Settings, harness: Path, info: DeviceInfo) -> int:
+    from .calibrate import calibrate
+
+    def progress(message: str) -> None:
+        if not args.json:
+            out.print(f"[dim]… {escape(message)}[/]", highlight=False)
+
+    cache = CompileCache(settings.cache_root() / "compile")
+    with HarnessProcess(harness, settings.device) as proc:
+        cal = calibrate(proc, info, settings.cache_root(), force=args.force, compile_cache=cache, progress=progress)
+    if args.json:
+        print(cal.model_dump_json(indent=2))
+        return EXIT_OK
+    table = Table(title=f"calibration of {escape(info.summary())}, measured {cal.measured_at}")
+    for col in ("", "measured", "theoretical", "%", "median ms", "IQR ms"):
+        table.add_column(col, justify="left" if not col else "right")
+    for label, value, theory, unit, t in (
+        ("copy bandwidth (read + write)", cal.copy_bytes_per_s, cal.theoretical_bytes_per_s, "TB/s", cal.copy_timing),
+        ("FP32 FMA rate", cal.fma_flops_per_s, cal.theoretical_flops_per_s, "TFLOP/s", cal.fma_timing),
+    ):
+        table.add_row(
+            label, f"{value / 1e12:.2f} {unit}", f"{theory / 1e12:.2f} {unit}" if theory else "",
+            f"{100 * value / theory:.0f}%" if theory else "", f"{t.median_ms:.4f}", f"{t.iqr_ms:.4f}",
+        )
+    out.print(table)
+    if cal.clocks is not None:
+        out.print(f"[dim]clocks after: {escape(cal.clocks.summary())}[/]", highlight=False)
+    out.print(f"[dim]cached in {escape(str(settings.cache_root() / 'calibration'))}; "
+              "`kernelopt gpu --calibrate --force` measures again[/]", highlight=False)
     return EXIT_OK
 
 
@@ -271,8 +314,11 @@ def build_parser() -> argparse.ArgumentParser:
         sp.add_argument("--harness", help="path to kernelopt-harness (default: installed one; env KERNELOPT_HARNESS)")
         sp.add_argument("--device", type=int, help="CUDA device ordinal (default 0; env KERNELOPT_DEVICE)")
 
-    sp = sub.add_parser("gpu", help="show the GPU's properties")
+    sp = sub.add_parser("gpu", help="show the GPU's properties; --calibrate measures its copy bandwidth and FP32 rate")
     common(sp)
+    sp.add_argument("--calibrate", action="store_true",
+                    help="measure copy bandwidth and FP32 FMA rate (cached per device and driver)")
+    sp.add_argument("--force", action="store_true", help="with --calibrate: measure again even if cached")
     sp.add_argument("--json", action="store_true")
     sp.set_defaults(fn=cmd_gpu)
 

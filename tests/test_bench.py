@@ -1,0 +1,134 @@
+"""bench/run.py's sections run end to end against the fake GPU (tests/fakegpu.py), so a change
+that breaks the bench is caught on CPU. No timing is asserted here: the figures come from the
+H200 (bench/README.md)."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import sys
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+from fakegpu import write_harness, write_tiny_workload
+from rich.console import Console
+
+from kernelopt_mcp import Settings
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture(scope="module")
+def run() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("kernelopt_bench_run", REPO / "bench" / "run.py")
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture
+def bench(run: ModuleType, tmp_path: Path):
+    harness = write_harness(tmp_path, "fake")
+    extra = write_tiny_workload(tmp_path / "extra")
+    settings = Settings(harness=harness, workload_dirs=(extra,), ncu=tmp_path / "no-ncu", iterations=20, warmup=2)
+    messages: list[str] = []
+    b = run.make_bench(settings, tmp_path / "bench", messages.append)
+    b.messages = messages
+    return b
+
+
+def check_rendering(run: ModuleType, sec) -> str:
+    console = Console(record=True, width=200)
+    run.print_section(console, sec)
+    json.dumps(sec.as_json())
+    return console.export_text()
+
+
+def test_overhead_section(run: ModuleType, bench) -> None:
+    sec = run.overhead(bench, workload="tiny_add", cases=["one", "odd_1001", "n_4096"], trials=2)
+    modes = [r["mode"] for r in sec.rows]
+    assert len(modes) == 3 and modes[0].startswith("cold") and modes[1].startswith("warm") and modes[2].startswith("baseline")
+    for row in sec.rows:
+        # the fake reports 0.1 ms launches: 2 warm-up + 20 measured + 2 validations of the one timed case
+        assert row["kernel ms"] == pytest.approx(0.1 * 24, rel=0.05) or row["mode"].startswith("baseline")
+        assert row["overhead ms (median)"] == pytest.approx(row["wall ms"] - row["kernel ms"], rel=0.5)
+        assert row["vs baseline"] > 0
+    assert sec.rows[2]["vs baseline"] == pytest.approx(1.0)
+    assert sec.passed in (True, False)
+    text = check_rendering(run, sec)
+    assert "<= 50 ms" in text and ("PASS" in text or "FAIL" in text)
+    assert any("baseline" in m for m in bench.messages)
+
+
+def test_baseline_uses_one_harness_process_per_case(run: ModuleType, bench) -> None:
+    wl = bench.workload("tiny_add")
+    with bench.evaluator(wl, "b") as ev:
+        wall, kernel, over = run._baseline(bench, ev, run.variant(run.reference(wl), "x"), "x")
+    requests = sorted((bench.workdir / "baseline" / "x").glob("*/request.json"))
+    assert [p.parent.name for p in requests] == ["n_4096", "odd_1001", "one"]
+    assert json.loads(requests[0].read_text())["cases"][0]["timing"]["iterations"] == 20
+    assert kernel == pytest.approx(0.1 * 23, rel=0.05) and wall > kernel and over == pytest.approx(wall - kernel)
+
+
+def test_baseline_checks_outputs(run: ModuleType, bench) -> None:
+    from fakegpu import kernel
+
+    wl = bench.workload("tiny_add")
+    wrong = run.reference(wl)
+    wrong.source = kernel("WRONG")
+    with bench.evaluator(wl, "w") as ev, pytest.raises(run.KerneloptError, match="baseline case .*"):
+        run._baseline(bench, ev, wrong, "w")
+
+
+def test_throughput_section(run: ModuleType, bench) -> None:
+    sec = run.throughput(bench, workloads=("tiny_add",), n=2)
+    assert [r["mode"] for r in sec.rows] == ["distinct (compile each)", "same candidate (warm)"]
+    assert all(r["per minute"] > 0 and 0 < r["kernel share"] < 1 for r in sec.rows)
+    assert sec.passed is None and "per minute" in check_rendering(run, sec)
+
+
+def test_repeatability_section(run: ModuleType, bench) -> None:
+    specs = (run.RepeatSpec("fake 4096", "tiny_add", "n_4096", 0.03, {"n": 2048}),)
+    sec = run.repeatability(bench, specs=specs, repeats=3)
+    [row] = sec.rows
+    assert row["median score ms"] == pytest.approx(0.1, rel=0.02)
+    assert row["CV"] == pytest.approx(0.0, abs=1e-9) and row["pass"] is True and sec.passed is True
+    assert "CV <= 1%" in check_rendering(run, sec)
+
+
+def test_agreement_skips_without_ncu(run: ModuleType, bench) -> None:
+    sec = run.agreement(bench, specs=(("tiny_add", "n_4096"),))
+    assert sec.skipped and "Nsight Compute not available" in sec.skipped and sec.passed is None
+    assert "skipped" in check_rendering(run, sec)
+
+
+def test_main_json(run: ModuleType, bench, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                   capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setenv("KERNELOPT_HARNESS", str(bench.harness))
+    monkeypatch.setenv("KERNELOPT_NCU", str(tmp_path / "no-ncu"))
+    monkeypatch.setitem(sys.modules, "pynvml", None)
+    assert run.main(["--json", "--only", "agreement"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert [s["name"] for s in data["sections"]] == ["agreement"]
+    assert "nvidia-ml-py" in data["meta"]["clocks_before"] and "H200" in data["meta"]["device"]
+
+
+def test_record_timings_writes_fixtures_the_stats_tests_load(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    spec = importlib.util.spec_from_file_location("kernelopt_bench_record", REPO / "bench" / "record_timings.py")
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    settings = Settings(harness=write_harness(tmp_path, "fake"), workload_dirs=(write_tiny_workload(tmp_path / "extra"),))
+    vectors = (("fake_4096", "tiny_add", "n_4096", None, True), ("fake_2048_noflush", "tiny_add", "n_4096", {"n": 2048}, False))
+    written = module.record(settings, tmp_path / "out", vectors, iterations=30, warmup=2)
+    assert [p.name for p in written] == ["fake_4096.json", "fake_2048_noflush.json"]
+    from kernelopt_mcp.stats import summarize
+
+    for path in written:
+        data = json.loads(path.read_text())
+        assert set(data) >= {"kernel", "times_ms", "flush_l2"} and len(data["times_ms"]) == 30
+        assert summarize(data["times_ms"]).median_ms == pytest.approx(0.101)
+    assert "n': 2048" in json.loads(written[1].read_text())["kernel"]

@@ -1,0 +1,96 @@
+"""Roofline arithmetic: peaks, floors, percentages and the impossible flag."""
+
+from __future__ import annotations
+
+import pytest
+
+from kernelopt_mcp.roofline import (
+    IMPOSSIBLE_MARGIN,
+    Peaks,
+    case_roofline,
+    roofline_floor_ms,
+    theoretical_fp32_flops,
+)
+
+H200 = Peaks(
+    calibrated_bytes_per_s=4.2e12, calibrated_flops_per_s=60e12,
+    theoretical_bytes_per_s=4.8e12, theoretical_flops_per_s=66.9e12,
+)
+
+
+def test_theoretical_fp32() -> None:
+    # H200: 132 SMs x 128 FP32 lanes x 2 flops x 1.98 GHz
+    assert theoretical_fp32_flops((9, 0), 132, 1_980_000) == pytest.approx(66.9e12, rel=1e-3)
+    assert theoretical_fp32_flops((8, 0), 108, 1_410_000) == pytest.approx(19.5e12, rel=1e-2)  # A100
+    assert theoretical_fp32_flops((8, 9), 128, 2_520_000) == pytest.approx(82.6e12, rel=1e-2)  # RTX 4090
+    assert theoretical_fp32_flops((9, 0), 132, None) is None
+    assert theoretical_fp32_flops((3, 0), 10, 1_000_000) is None
+
+
+def test_floor_uses_the_larger_peak_and_the_binding_term() -> None:
+    # softmax 8192^2: 512 MiB moved, 5 flops per element
+    n = 8192 * 8192
+    floor, bound = roofline_floor_ms(8 * n, 5 * n, H200)
+    assert bound == "memory" and floor == pytest.approx(8 * n / 4.8e12 * 1e3)
+    # sgemm 4096^3: compute-bound
+    m = 4096
+    floor, bound = roofline_floor_ms(4 * 3 * m * m, 2 * m**3, H200)
+    assert bound == "compute" and floor == pytest.approx(2 * m**3 / 66.9e12 * 1e3)
+    # a calibration above the theoretical figure (theoretical clocks under-reported) wins
+    fast = H200.model_copy(update={"calibrated_bytes_per_s": 5.0e12})
+    assert roofline_floor_ms(1e9, None, fast)[0] == pytest.approx(1e9 / 5.0e12 * 1e3)
+    assert roofline_floor_ms(None, None, H200) == (None, None)
+    assert roofline_floor_ms(1e9, None, Peaks()) == (None, None)
+
+
+def test_percent_of_calibrated_peaks() -> None:
+    r = case_roofline("c", 0.5, bytes_=1.05e9, flops=12e9, peaks=H200, flush_l2=True)
+    assert r.bytes_per_s == pytest.approx(2.1e12) and r.bandwidth_pct == pytest.approx(50.0)
+    assert r.flops_per_s == pytest.approx(24e12) and r.flops_pct == pytest.approx(40.0)
+    assert r.floor_ms == pytest.approx(1.05e9 / 4.8e12 * 1e3) and r.bound == "memory"
+    assert r.of_floor == pytest.approx(0.5 / r.floor_ms) and not r.impossible
+
+
+def test_impossible_only_beyond_the_margin_and_only_with_a_flush() -> None:
+    floor = 1e9 / 4.8e12 * 1e3
+    inside = case_roofline("c", floor / (IMPOSSIBLE_MARGIN * 0.99), bytes_=1e9, flops=None, peaks=H200, flush_l2=True)
+    assert not inside.impossible and inside.of_floor < 1  # faster than the floor, within the margin
+    beyond = case_roofline("c", floor / (IMPOSSIBLE_MARGIN * 1.01), bytes_=1e9, flops=None, peaks=H200, flush_l2=True)
+    assert beyond.impossible and "cannot have done all the work" in beyond.note
+    do_nothing = case_roofline("c", 0.004, bytes_=1e9, flops=None, peaks=H200, flush_l2=True)
+    assert do_nothing.impossible
+    cached = case_roofline("c", 0.004, bytes_=1e9, flops=None, peaks=H200, flush_l2=False)
+    assert not cached.impossible and "not flushed" in cached.note
+
+
+def test_without_figures() -> None:
+    r = case_roofline("c", 1.0, bytes_=None, flops=None, peaks=H200, flush_l2=True)
+    assert r.floor_ms is None and not r.impossible and "no floor" in r.note
+    r = case_roofline("c", 1.0, bytes_=1e9, flops=None, peaks=Peaks(theoretical_bytes_per_s=4.8e12), flush_l2=True)
+    assert r.bandwidth_pct is None and r.floor_ms is not None  # no calibration: no %, still a floor
+    r = case_roofline("c", 0.0, bytes_=1e9, flops=None, peaks=H200, flush_l2=True)
+    assert not r.impossible and r.bytes_per_s is None
+
+
+def test_result_roofline_through_the_fake_gpu(tmp_path) -> None:
+    """An evaluation's timed cases get roofline figures from the workload's cost model."""
+    from fakegpu import ADD_LAUNCH, kernel, write_harness, write_tiny_workload
+
+    from kernelopt_mcp import Candidate, Evaluator, HarnessProcess, LaunchSpec, Settings
+    from kernelopt_mcp.config import find_workload
+    from kernelopt_mcp.gpu import device_info
+    from kernelopt_mcp.roofline import result_roofline
+
+    harness = write_harness(tmp_path, "fake")
+    wl = find_workload(write_tiny_workload(tmp_path / "extra") / "tiny_add", Settings())
+    launch = LaunchSpec.model_validate(ADD_LAUNCH)
+    with HarnessProcess(harness, 0) as proc, Evaluator(wl, proc, device_info(harness, 0), workdir=tmp_path / "w") as ev:
+        honest = ev.evaluate(Candidate(kernel(), launch, [], "honest"))
+        # 49152 bytes in 1e-6 ms would be 49 PB/s: work was skipped
+        skipped = ev.evaluate(Candidate(kernel("MS:n_4096=0.000001;"), launch, [], "skipped"))
+    [r] = result_roofline(honest, wl, H200)
+    assert (r.case, r.bytes, r.flops) == ("n_4096", 12 * 4096, 4096)
+    assert r.median_ms == pytest.approx(0.1, rel=0.02) and not r.impossible
+    assert r.bandwidth_pct == pytest.approx(100 * 12 * 4096 / (r.median_ms * 1e-3) / 4.2e12)
+    [s] = result_roofline(skipped, wl, H200)
+    assert s.impossible and s.bound == "memory"
