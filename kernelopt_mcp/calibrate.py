@@ -117,6 +117,11 @@ def device_peaks(device: DeviceInfo, calibration: Calibration | None) -> Peaks:
     )
 
 
+def peaks_for(device: DeviceInfo, cache_root: Path) -> Peaks:
+    """The device's peaks: its cached calibration where there is one, else theoretical figures."""
+    return device_peaks(device, load_calibration(device, cache_root))
+
+
 def cache_path(device: DeviceInfo, cache_root: Path) -> Path:
     """``<cache_root>/calibration/<uuid>-cuda<driver>.json`` (bus id or name without a UUID)."""
     ident = device.uuid or device.pci_bus_id or device.name

@@ -15,6 +15,7 @@ from rich.table import Table
 
 from . import __version__
 from .compiler import CompileCache, OptionError, compile_kernel
+from .calibrate import peaks_for
 from .config import Settings, find_workload, list_workloads
 from .docs import search_docs
 from .errors import KerneloptError
@@ -177,7 +178,7 @@ def cmd_evaluate(args: argparse.Namespace, out: Console) -> int:
 
     with HarnessProcess(harness, settings.device) as proc, Evaluator(
         workload, proc, device, workdir=Path(args.workdir) if args.workdir else None, seed=args.seed,
-        options=options, arch=settings.arch, progress=progress,
+        options=options, arch=settings.arch, progress=progress, peaks=peaks_for(device, settings.cache_root()),
     ) as ev:
         ev.prepare(time_reference=not args.no_benchmark)
         result = ev.evaluate(candidate, benchmark=not args.no_benchmark)

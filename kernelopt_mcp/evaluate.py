@@ -25,7 +25,8 @@ from typing import Any
 
 import numpy as np
 
-from . import expr
+from .calibrate import device_peaks
+from .clocks import probe_device_clocks
 from .compare import geometric_mean
 from .compiler import CompileCache, CompileResult, compile_kernel
 from .errors import LaunchConfigError, WorkloadError
@@ -36,6 +37,7 @@ from .inputs import CaseInputs, fresh_seed, materialize, write_atomic
 from .launch import DeviceLimits, LaunchSpec, ResolvedLaunch, resolve
 from .oracle import run_oracle
 from .outcomes import CaseResult, EvaluationResult, Status, TimingStats, worst
+from .roofline import Peaks, case_cost, case_roofline
 from .support_module import support_module
 from .workload import BufferParam, Case, Workload
 
@@ -102,6 +104,7 @@ class Evaluator:
         arch: str | None = None,
         compile_cache: CompileCache | None = None,
         progress: ProgressFn | None = None,
+        peaks: Peaks | None = None,
     ) -> None:
         self.workload = workload
         self.harness = harness
@@ -114,6 +117,8 @@ class Evaluator:
         self.workdir = Path(self._tmp.name) if self._tmp else workdir  # type: ignore[assignment]
         self.workdir.mkdir(parents=True, exist_ok=True)
         self.compile_cache = compile_cache
+        # roofline figures and the impossible-time check (theoretical peaks unless calibrated ones are given)
+        self.peaks = peaks or (device_peaks(device, None) if device else None)
         self.progress = progress or (lambda message, done, total: None)
         binary = getattr(harness, "binary", None)
         self.features: frozenset[str] = harness_features(Path(binary)) if binary else frozenset()
@@ -330,7 +335,13 @@ class Evaluator:
                 return result
             self._add_rates(timed, case)
             by_name[case.name] = timed
+            if timed.status is Status.impossible_time:
+                result.cases = [by_name[c.name] for c in all_cases]
+                result.status, result.message = timed.status, f"{case.name}: {timed.message}"
+                return result
         result.cases = [by_name[c.name] for c in all_cases]
+        if self.device is not None and perf:
+            result.clocks, result.clocks_note = probe_device_clocks(self.device)
         medians = [by_name[c.name].timing.median_ms for c in perf if by_name[c.name].timing]  # type: ignore[union-attr]
         if medians:
             result.score_ms = geometric_mean(medians)
@@ -439,14 +450,20 @@ class Evaluator:
         return base + adaptive_s + min(per_launch_s * launches, 600.0)
 
     def _add_rates(self, cr: CaseResult, case: Case) -> None:
+        """Achieved rates, roofline figures, speedup; ``impossible_time`` below the floor."""
         if cr.timing is None or cr.timing.median_ms <= 0:
             return
         seconds = cr.timing.median_ms * 1e-3
-        cost = self.workload.spec.cost
-        if cost.flops:
-            cr.flops_per_s = float(expr.evaluate(cost.flops, case.scalars)) / seconds
-        if cost.bytes:
-            cr.bytes_per_s = float(expr.evaluate(cost.bytes, case.scalars)) / seconds
+        bytes_, flops = case_cost(self.workload, case)
+        cr.flops_per_s = flops / seconds if flops else None
+        cr.bytes_per_s = bytes_ / seconds if bytes_ else None
+        if self.peaks is not None:
+            cr.roofline = case_roofline(
+                case.name, cr.timing.median_ms, bytes_=bytes_, flops=flops, peaks=self.peaks,
+                flush_l2=cr.timing.flush_l2,
+            )
+            if cr.roofline.impossible:
+                cr.status, cr.message = Status.impossible_time, cr.roofline.note or "faster than the roofline allows"
         ref = self.reference_medians.get(case.name)
         if ref:
             cr.reference_median_ms = ref

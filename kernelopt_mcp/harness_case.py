@@ -21,7 +21,8 @@ from .errors import HarnessError
 from .harness import ExitCode, HarnessReply, raise_for_request_error
 from .inputs import CaseInputs, write_atomic
 from .launch import ResolvedLaunch
-from .outcomes import CaseResult, CudaErrorInfo, Status, TimingStats
+from .outcomes import CaseResult, CudaErrorInfo, Status
+from .stats import from_answer
 from .workload import BufferParam, Case, Workload
 
 
@@ -184,8 +185,7 @@ def interpret(
         _check_repeat(cr, workload, device, ca.get("determinism") or [])
     if cr.status is Status.ok and job.timing and ca.get("timing"):
         t = ca["timing"]
-        cr.timing = TimingStats.from_times(t["times_ms"], t.get("warmup", 0), t.get("flush_l2", True))
-        cr.timing_details = {k: v for k, v in t.items() if k != "times_ms"}
+        cr.timing = from_answer(t)
         if job.timed is not None:
             _check_timed(cr, job, workload, device)
     return cr, outputs if job.keep_outputs else None

@@ -7,16 +7,16 @@ needs to fix it.
 
 from __future__ import annotations
 
-import statistics
 from enum import StrEnum
 from typing import Any
 
 from pydantic import BaseModel, Field
 
+from .clocks import ClockSample
 from .compare import OutputComparison
 from .compiler import CompileResult
-
-NOISY_IQR_FRACTION = 0.1
+from .roofline import CaseRoofline
+from .stats import TimingStats
 
 
 class Status(StrEnum):
@@ -65,33 +65,6 @@ STATUS_MEANING = {
 }
 
 
-class TimingStats(BaseModel):
-    warmup: int
-    iterations: int
-    flush_l2: bool
-    median_ms: float
-    mean_ms: float
-    min_ms: float
-    max_ms: float
-    stdev_ms: float
-    iqr_ms: float = Field(description="interquartile range of the per-launch times")
-    cv: float = Field(description="coefficient of variation (stdev / mean)")
-    noisy: bool = Field(description=f"IQR above {NOISY_IQR_FRACTION:.0%} of the median")
-
-    @classmethod
-    def from_times(cls, times_ms: list[float], warmup: int, flush_l2: bool) -> TimingStats:
-        q = statistics.quantiles(times_ms, n=4, method="inclusive") if len(times_ms) > 1 else [times_ms[0]] * 3
-        median = statistics.median(times_ms)
-        mean = statistics.fmean(times_ms)
-        stdev = statistics.stdev(times_ms) if len(times_ms) > 1 else 0.0
-        iqr = q[2] - q[0]
-        return cls(
-            warmup=warmup, iterations=len(times_ms), flush_l2=flush_l2, median_ms=median,
-            mean_ms=mean, min_ms=min(times_ms), max_ms=max(times_ms), stdev_ms=stdev, iqr_ms=iqr,
-            cv=stdev / mean if mean > 0 else 0.0, noisy=median > 0 and iqr > NOISY_IQR_FRACTION * median,
-        )
-
-
 class CudaErrorInfo(BaseModel):
     call: str | None = None
     cuda_error: str | None = None
@@ -111,9 +84,7 @@ class CaseResult(BaseModel):
     modified_inputs: list[dict[str, Any]] = Field(default_factory=list)
     occupancy_blocks_per_sm: int | None = None
     timing: TimingStats | None = None
-    timing_details: dict[str, Any] | None = Field(
-        None, description="the harness's timing report besides the samples (mode, launch overhead, adaptive, ...)"
-    )
+    roofline: CaseRoofline | None = Field(None, description="achieved rates against the device's peaks")
     determinism: list[dict[str, Any]] = Field(
         default_factory=list, description="bytes that differed between two launches on the same inputs, per output"
     )
@@ -145,6 +116,8 @@ class EvaluationResult(BaseModel):
     checks: list[str] = Field(
         default_factory=list, description="the integrity checks this evaluation ran (see README: Integrity)"
     )
+    clocks: ClockSample | None = Field(None, description="GPU clocks and throttle reasons right after timing (NVML)")
+    clocks_note: str | None = Field(None, description="why clocks are missing, when they are")
 
     @property
     def ok(self) -> bool:

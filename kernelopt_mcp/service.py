@@ -36,6 +36,7 @@ import anyio.from_thread
 import anyio.lowlevel
 import anyio.to_thread
 
+from .calibrate import peaks_for
 from .compiler import MAX_SOURCE_BYTES, CompileCache, compile_kernel
 from .config import Settings, bundled_workloads_dir, list_workloads
 from .docs import DocsSearchResult, search_docs
@@ -426,6 +427,7 @@ class KerneloptService:
                 wl, dev.harness, info, seed=self._seeds.setdefault(wl.name, fresh_seed()),
                 workdir=Path(tempfile.mkdtemp(prefix=f"{wl.name}-", dir=self._private)),
                 arch=self.settings.arch, compile_cache=self.compile_cache,
+                peaks=peaks_for(info, self.settings.cache_root()),
                 options=EvaluateOptions(
                     warmup=self.settings.warmup, iterations=self.settings.iterations,
                     flush_l2=self.settings.flush_l2, timeout_s=self.settings.timeout_s,

@@ -87,6 +87,9 @@ class TimingStats(BaseModel):
     blocking_timed_out: bool | None = Field(
         None, description="the blocking kernel gave up before the launches were queued (gaps may be timed)"
     )
+    check_launch_ms: float | None = Field(
+        None, description="the extra launch after timing, on hidden-seed inputs (not among the samples)"
+    )
 
     @classmethod
     def from_times(cls, times_ms: Sequence[float], warmup: int, flush_l2: bool) -> TimingStats:
@@ -175,6 +178,7 @@ def from_answer(timing: Mapping[str, Any], *, flush_l2: bool | None = None) -> T
     stats.launch_overhead_ms = timing.get("launch_overhead_ms")
     stats.adaptive_converged = adaptive.get("converged") if isinstance(adaptive, Mapping) else None
     stats.blocking_timed_out = timing.get("blocking_timed_out")
+    stats.check_launch_ms = timing.get("check_launch_ms")
     if stats.blocking_timed_out:
         reason = "the blocking kernel timed out: launch gaps may be in the times"
         stats.noisy = True

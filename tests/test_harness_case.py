@@ -193,5 +193,5 @@ def test_timed_check_failure_is_timed_mismatch(tmp_path: Path) -> None:
     assert cr.status is Status.timed_mismatch
     assert "not seen before" in cr.message and "elements mismatch" in cr.message
     assert cr.timing is not None and cr.timing.iterations == 3
-    assert cr.timing_details is not None and cr.timing_details["check_launch_ms"] == 0.01
+    assert cr.timing.check_launch_ms == 0.01
     assert not cr.timed_check[0].passed
