@@ -7,6 +7,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -168,7 +169,14 @@ json request(const std::string& entry, json cases, std::uint64_t guard = 1024) {
 TEST_CASE("--version") {
   const auto r = run({"--version"});
   CHECK(r.rc == 0);
-  CHECK(r.answer == json({{"harness", "0.1.0"}, {"protocol", 1}}));
+  CHECK(r.answer["harness"] == "0.1.0" && r.answer["protocol"] == 2);
+  CHECK(r.answer["features"].is_array());
+  for (const char* f : {"support_module", "input_cache", "device_compare", "determinism",
+                        "timed_inputs"}) {
+    CHECK_MSG(std::find(r.answer["features"].begin(), r.answer["features"].end(), f) !=
+                  r.answer["features"].end(),
+              f);
+  }
 }
 
 TEST_CASE("usage errors exit 2 with a JSON answer and usage on stderr") {
@@ -227,7 +235,9 @@ TEST_CASE("a clean case: outputs written, guards intact, timed") {
   const auto r = run_request(req);
   CHECK_MSG(r.rc == 0, r.out + r.err);
   const auto& a = r.answer;
-  CHECK(a["protocol"] == 1 && a["status"] == "ok" && a["error"].is_null());
+  CHECK(a["protocol"] == 2 && a["status"] == "ok" && a["error"].is_null());
+  CHECK(!a.contains("input_cache"));  // only when the request asks for the cache
+  CHECK(!a["cases"][0].contains("compares") && !a["cases"][0].contains("determinism"));
   CHECK(a["device"] == json({{"ordinal", 0}, {"name", "Fake GPU"}, {"arch", "sm_90"}}));
   CHECK(a["module_load_ms"].is_number());
   CHECK(a["function"]["num_regs"] == 32 && a["function"]["binary_version"] == 90);
