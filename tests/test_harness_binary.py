@@ -10,10 +10,10 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from fakegpu import write_harness
 
 from kernelopt_mcp.gpu import cuda_device_count
 from kernelopt_mcp.harness import ExitCode, harness_features
-from tests.fakegpu import write_harness
 
 # What this branch's harness implements of protocol 2 (PROTOCOL.md, "Protocol 2").
 DATA_PATH_FEATURES = {"support_module", "input_cache", "device_compare", "determinism", "timed_inputs"}
