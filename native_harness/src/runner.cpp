@@ -520,6 +520,7 @@ void CaseRunner::compare_outputs(LaunchKind kind, json& result) {
     c["err_sq"] = error_figure(fig.err_sq);
     c["first_mismatch"] = fig.first_mismatch ? json(*fig.first_mismatch) : json(nullptr);
     c["output_written"] = write;
+    c["compare_ms"] = float_to_double(static_cast<float>(fig.kernel_ms));
     result["compares"].push_back(std::move(c));
   }
 }

@@ -5,6 +5,7 @@
 #include <limits>
 
 #include "check.hpp"
+#include "cuda_raii.hpp"
 
 namespace kernelopt {
 namespace {
@@ -57,11 +58,18 @@ CompareFigures device_compare(const detail::DriverApi& drv, CUfunction compare, 
   double rtol = tol.rtol;
   double rel_floor = tol.rel_floor;
   void* params[] = {&actual, &expected, &elements, &abs_tol, &rtol, &rel_floor, &scratch};
+  const detail::Event start;
+  const detail::Event stop;
+  KO_CU(drv.cuEventRecord(start.get(), stream));
   KO_CU(drv.cuLaunchKernel(compare, support_grid(drv, compare, sm_count, elements), 1, 1,
                            support_block, 1, 1, 0, stream, params, nullptr));
+  KO_CU(drv.cuEventRecord(stop.get(), stream));
   detail::KoCompareResult r{};
   KO_CU(drv.cuMemcpyDtoHAsync(&r, scratch, sizeof r, stream));
   KO_CU(drv.cuStreamSynchronize(stream));
+  float ms = 0;
+  KO_CU(drv.cuEventElapsedTime(&ms, start.get(), stop.get()));
+  fig.kernel_ms = ms;
   fig.mismatches = r.mismatches;
   fig.nonfinite = r.nonfinite;
   if (r.first_mismatch != none) fig.first_mismatch = r.first_mismatch;

@@ -46,6 +46,7 @@ struct CompareFigures {
   double max_rel_error = 0;
   double err_sq = 0;         // over finite differences
   std::optional<std::uint64_t> first_mismatch;
+  double kernel_ms = 0;      // the compare kernel's own time (events around it)
 };
 
 // The support kernel that compares elements of `dtype`: "ko_compare_float32", ...
