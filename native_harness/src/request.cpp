@@ -427,6 +427,16 @@ bool CaseSpec::has_expected() const noexcept {
   return false;
 }
 
+bool CaseSpec::has_compare() const noexcept {
+  for (const auto& a : args) {
+    if (a.kind == ArgKind::buffer &&
+        (!a.buffer.expected.empty() || !a.buffer.timed_expected.empty())) {
+      return true;
+    }
+  }
+  return false;
+}
+
 const char* role_name(BufferRole r) noexcept {
   switch (r) {
     case BufferRole::in: return "in";

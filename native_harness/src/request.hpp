@@ -80,6 +80,8 @@ struct CaseSpec {
   bool has_timed_check() const noexcept;
   // Whether any buffer carries expected (device-side compare after validation).
   bool has_expected() const noexcept;
+  // Whether any buffer carries expected or timed_expected (the answer lists "compares").
+  bool has_compare() const noexcept;
 };
 
 struct Request {

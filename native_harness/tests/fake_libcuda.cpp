@@ -144,6 +144,13 @@ void count_run(void** p) {
   for (std::uint32_t i = 0; i < n; ++i) out[i] += 1;
 }
 
+// Like copy, but from its second launch on also flips a bit of in[0]: only a check after the
+// measured launches can see it.
+void late_clobber_run(void** p) {
+  static int calls = 0;
+  copy_run(p);
+  if (calls++ > 0) bytes_at(arg<CUdeviceptr>(p, 0))[0] ^= 1;
+}
 // stamp(u32* out, u32 n): out[i] = the launch count, so no two launches agree.
 void stamp_run(void** p) {
   auto* out = reinterpret_cast<std::uint32_t*>(arg<CUdeviceptr>(p, 0));
@@ -238,6 +245,7 @@ void bitwise_diff_run(void** p) {
 
 Kernel g_kernels[] = {
     {"stamp_kernel", {8, 4}, 0.125, 0, 48 * 1024, stamp_run},
+    {"late_clobber_kernel", {8, 8, 8}, 0.5, 0, 48 * 1024, late_clobber_run},
     {"replay_kernel", {8, 8, 8}, 0.5, 0, 48 * 1024, replay_run},
     FAKE_COMPARE(int8, load_plain<std::int8_t>),
     FAKE_COMPARE(int16, load_plain<std::int16_t>),

@@ -704,14 +704,24 @@ TEST_CASE("timed inputs: a wrong size exits 2; without timing they are not used"
 }
 
 TEST_CASE("timed inputs: an input modified by the timed launch is input_modified") {
+  // late_clobber_kernel leaves its input alone on the validation launch only. The timed check
+  // (here without timed_expected, so without a support module) catches it.
   auto c = copy_case("tclob", 64, "tclob", {{"iterations", 2}});
   spit(path("tclob_timed.bin"), pattern(64, 9));
   c["args"][0]["timed_input"] = path("tclob_timed.bin");
-  // clobber_kernel already modifies its input on validation; timed_input without
-  // timed_expected still gets the guard and input checks, which needs no support module.
-  const auto r = run_request(request("clobber_kernel", {c}));
+  auto r = run_request(request("late_clobber_kernel", {c}));
   CHECK_MSG(r.rc == 0, r.out + r.err);
-  CHECK(r.answer["cases"][0]["status"] == "input_modified");
+  const auto& res = r.answer["cases"][0];
+  CHECK_MSG(res["status"] == "input_modified", res.dump());
+  CHECK(res["modified_inputs"] ==
+        json::array({{{"buffer", "in"}, {"first_offset", 0}, {"bytes_changed", 1}}}));
+  CHECK(res["timing"]["check_launch_ms"].is_number());
+  CHECK(!res.contains("compares"));
+  CHECK(slurp(path("tclob_out.bin")) == pattern(64, 3));  // the validation launch's output
+  // Without timed inputs the same kernel passes: nothing looks at its inputs after validation.
+  c["args"][0].erase("timed_input");
+  r = run_request(request("late_clobber_kernel", {c}));
+  CHECK(r.answer["cases"][0]["status"] == "ok");
 }
 
 TEST_CASE("input cache: misses, then hits across serve requests; a replaced file reloads") {
