@@ -124,7 +124,7 @@ BufferRole parse_role(const json& v, const std::string& path) {
   fail(path, "must be one of \"in\", \"out\", \"inout\", got \"" + s + "\"");
 }
 
-std::optional<ScalarType> parse_dtype(const json& v, const std::string& path) {
+ScalarType parse_dtype(const json& v, const std::string& path) {
   const auto name = as_string(v, path);
   const auto type = scalar_type_from_name(name);
   if (!type) {
@@ -132,7 +132,7 @@ std::optional<ScalarType> parse_dtype(const json& v, const std::string& path) {
                    "\" (known: int8, int16, int32, int64, uint8, uint16, uint32, uint64, "
                    "float16, bfloat16, float32, float64)");
   }
-  return type;
+  return *type;
 }
 
 CompareTolerance parse_compare(const json& c, const std::string& path) {
@@ -248,15 +248,8 @@ BufferArg parse_buffer(const json& a, const std::string& path) {
 
 ScalarArg parse_scalar(const json& a, const std::string& path) {
   ScalarArg s;
-  const auto dtype_path = member_path(path, "dtype");
-  const auto dtype = as_string(require(a, path, "dtype"), dtype_path);
-  const auto type = scalar_type_from_name(dtype);
-  if (!type) {
-    fail(dtype_path, "unknown dtype \"" + dtype +
-                         "\" (known: int8, int16, int32, int64, uint8, uint16, uint32, uint64, "
-                         "float16, bfloat16, float32, float64)");
-  }
-  s.dtype = *type;
+  s.dtype = parse_dtype(require(a, path, "dtype"), member_path(path, "dtype"));
+  const std::string dtype = scalar_type_name(s.dtype);
   const auto raw_path = member_path(path, "raw");
   const auto raw = as_string(require(a, path, "raw"), raw_path, true);
   const auto size = scalar_size(s.dtype);
