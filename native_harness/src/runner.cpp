@@ -579,11 +579,12 @@ void CaseRunner::check_guards(json& result) {
 }
 
 // Differences between the `bytes` at `data` and `src`: on the host when the source is there,
-// else with ko_bitwise_diff, else by copying both back.
+// else with ko_bitwise_diff when the request has a support module, else by copying both back.
 std::optional<ByteDiff> CaseRunner::diff_against(CUdeviceptr data, const Source& src,
                                                  std::uint64_t bytes) {
   if (bytes == 0) return std::nullopt;
-  if (src.device) {
+  // Only with this request's support module: its scratch was allocated before the launch.
+  if (src.device && !req_.support_module.empty()) {
     if (const CUfunction diff = s_.support_function(bitwise_diff_kernel_name)) {
       return device_bitwise_diff(drv_, diff, s_.sm_count(), s_.stream(), data,
                                  src.device->get(), bytes, s_.support_scratch());
