@@ -5,7 +5,7 @@ answer) and the bandwidth it reaches over the bytes it must read (output + float
 as a fraction of the device's theoretical DRAM bandwidth. Target: a 64 MB float32 output
 against 128 MB of float64 expected values well under 1 ms on an H200.
 
-    python bench/harness_compare.py [--harness build/h/kernelopt-harness]
+    PYTHONPATH=. python bench/harness_compare.py [--harness build/h/kernelopt-harness]
 """
 
 from __future__ import annotations
