@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable
+from dataclasses import dataclass
 
 import numpy as np
 from pydantic import BaseModel, Field
@@ -59,27 +60,36 @@ class OutputComparison(BaseModel):
 CHUNK_ELEMENTS = 1 << 20  # compare in slices: bounded temporaries, cache-friendly
 
 
-def expected_scale(expected: np.ndarray) -> tuple[float, float]:
-    """``(rms, l2 norm)`` of the finite expected values: the scale ``atol`` is relative to."""
-    flat = np.asarray(expected).reshape(-1)
+@dataclass(frozen=True)
+class Thresholds:
+    """What the elementwise rule needs from the expected values (pass 1 of :func:`compare`)."""
+
+    scale: float  # RMS of the finite expected values; atol is relative to it
+    norm: float  # L2 norm of the finite expected values
+    abs_tol: float  # atol * scale (float32 rounding noise when scale is 0)
+    rel_floor: float  # denominator floor of the relative error: scale, or 1.0 when 0
+
+    def harness_compare(self, rtol: float) -> dict[str, float]:
+        """The ``compare`` block of a harness request (PROTOCOL.md, protocol 2), so the
+        device-side comparison applies exactly the rule :func:`compare` applies."""
+        return {"abs_tol": self.abs_tol, "rtol": rtol, "rel_floor": self.rel_floor}
+
+
+def thresholds(expected: np.ndarray, tol: Tolerance) -> Thresholds:
+    """Pass 1 of :func:`compare`: the RMS scale of ``expected`` and the tolerances built on it."""
+    exp_flat = np.asarray(expected).reshape(-1)
     sum_sq, finite_count = 0.0, 0
-    for lo in range(0, flat.size, CHUNK_ELEMENTS):
-        e = flat[lo : lo + CHUNK_ELEMENTS].astype(np.float64)
+    for lo in range(0, exp_flat.size, CHUNK_ELEMENTS):
+        e = exp_flat[lo : lo + CHUNK_ELEMENTS].astype(np.float64)
         finite = np.isfinite(e)
         if not finite.all():
             e = e[finite]
         finite_count += e.size
         sum_sq += float(np.dot(e, e))
     scale = math.sqrt(sum_sq / finite_count) if finite_count else 0.0
-    return scale, math.sqrt(sum_sq)
-
-
-def thresholds(scale: float, tol: Tolerance) -> tuple[float, float]:
-    """``(absolute tolerance, floor of the relative error's denominator)`` for an output of
-    RMS ``scale``. The harness's device-side comparison uses the same two numbers."""
     # For an all-zero expectation, allow only float32 rounding noise rather than nothing.
     abs_tol = tol.atol * scale if scale > 0 else tol.atol * float(np.finfo(np.float32).tiny)
-    return abs_tol, scale if scale > 0 else 1.0
+    return Thresholds(scale=scale, norm=math.sqrt(sum_sq), abs_tol=abs_tol, rel_floor=scale if scale > 0 else 1.0)
 
 
 def compare(name: str, expected: np.ndarray, actual: np.ndarray, tol: Tolerance) -> OutputComparison:
@@ -95,8 +105,8 @@ def compare(name: str, expected: np.ndarray, actual: np.ndarray, tol: Tolerance)
             name=name, passed=True, elements=0, mismatches=0, nonfinite=0, max_abs_error=0.0,
             max_rel_error=0.0, rel_l2_error=0.0, scale=0.0, rtol=tol.rtol, atol=tol.atol,
         )
-    scale, norm = expected_scale(exp_flat)
-    abs_tol, rel_floor = thresholds(scale, tol)
+    th = thresholds(exp_flat, tol)
+    scale, norm, abs_tol, rel_floor = th.scale, th.norm, th.abs_tol, th.rel_floor
 
     # Pass 2: errors, mismatches and the first few mismatching elements.
     mismatches = nonfinite = 0

@@ -9,7 +9,6 @@ and reported as a timeout. Either way the caller gets data, never a dead server.
 
 from __future__ import annotations
 
-import functools
 import json
 import os
 import selectors
@@ -21,6 +20,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 from enum import IntEnum
+from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
@@ -298,6 +298,35 @@ def run_once(binary: Path, args: list[str], timeout_s: float = 60) -> tuple[int,
     return proc.returncode, answer, proc.stderr.decode(errors="replace")
 
 
+def harness_features(binary: Path) -> frozenset[str]:
+    """The optional protocol features ``binary --version`` lists (native_harness/PROTOCOL.md),
+    e.g. ``"device_compare"``; empty for a protocol 1 harness. Cached per binary and mtime, so a
+    rebuilt harness is asked again.
+
+    Raises:
+        HarnessError: the binary does not answer ``--version`` with a JSON object.
+    """
+    try:
+        mtime_ns = binary.stat().st_mtime_ns
+    except OSError as exc:
+        raise HarnessError(f"cannot ask {binary} for its features: {exc}") from None
+    return _harness_features(str(binary), mtime_ns)
+
+
+@lru_cache(maxsize=16)
+def _harness_features(binary: str, mtime_ns: int) -> frozenset[str]:
+    code, answer, stderr = run_once(Path(binary), ["--version"])
+    if code != ExitCode.OK or not isinstance(answer, dict):
+        raise HarnessError(
+            f"{binary} --version exited {code} without a JSON answer ({stderr.strip()[-300:]}); "
+            "rebuild the harness with `pip install .`"
+        )
+    features = answer.get("features") or []
+    if not isinstance(features, list):
+        raise HarnessError(f"{binary} --version answered features={features!r}, not a list")
+    return frozenset(str(f) for f in features)
+
+
 def raise_for_request_error(answer: dict[str, Any] | None, exit_code: int | None) -> None:
     """Turn request-level failures that are the tool's fault into exceptions."""
     error = (answer or {}).get("error") or {}
@@ -315,15 +344,3 @@ def raise_for_request_error(answer: dict[str, Any] | None, exit_code: int | None
     if exit_code == ExitCode.INTERNAL or kind == "internal":
         raise HarnessError(f"internal harness error: {message}")
 
-
-@functools.cache
-def harness_features(binary: Path) -> frozenset[str]:
-    """The optional protocol features ``binary`` supports (from ``--version``); empty for a
-    harness of protocol 1 or one that cannot answer."""
-    try:
-        code, answer, _ = run_once(binary, ["--version"], timeout_s=30)
-    except HarnessError:
-        return frozenset()
-    if code != 0 or not isinstance(answer, dict) or not isinstance(answer.get("features"), list):
-        return frozenset()
-    return frozenset(str(f) for f in answer["features"])

@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from .compare import compare, expected_scale, from_device, thresholds
+from .compare import Thresholds, compare, from_device, thresholds
 from .dtypes import scalar_raw
 from .errors import HarnessError
 from .harness import ExitCode, HarnessReply, raise_for_request_error
@@ -31,10 +31,15 @@ class ExpectedRef:
     """An expected output stored as float64 for the harness's device-side comparison."""
 
     path: Path
-    scale: float
-    norm: float
-    abs_tol: float
-    rel_floor: float
+    thresholds: Thresholds
+
+    @property
+    def scale(self) -> float:
+        return self.thresholds.scale
+
+    @property
+    def norm(self) -> float:
+        return self.thresholds.norm
 
 
 @dataclass
@@ -51,11 +56,10 @@ class DataSet:
         """Write every expected output as float64 (what the device comparison reads)."""
         for case_name, outputs in self.expected.items():
             for name, array in outputs.items():
-                scale, norm = expected_scale(array)
-                abs_tol, rel_floor = thresholds(scale, workload.spec.tolerance_for(name))
+                th = thresholds(array, workload.spec.tolerance_for(name))
                 path = directory / self.name / case_name / f"{name}.f64"
                 write_atomic(path, np.ascontiguousarray(array, dtype="<f8").tobytes(), durable=False)
-                self.refs.setdefault(case_name, {})[name] = ExpectedRef(path.resolve(), scale, norm, abs_tol, rel_floor)
+                self.refs.setdefault(case_name, {})[name] = ExpectedRef(path.resolve(), th)
 
 
 @dataclass
@@ -99,7 +103,7 @@ def build_request(
                     tol = workload.spec.tolerance_for(p.name)
                     basis = ref or timed_ref
                     assert basis is not None
-                    arg["compare"] = {"abs_tol": basis.abs_tol, "rtol": tol.rtol, "rel_floor": basis.rel_floor}
+                    arg["compare"] = basis.thresholds.harness_compare(tol.rtol)
                 if ref:
                     arg["expected"] = str(ref.path)
                     if job.keep_outputs:

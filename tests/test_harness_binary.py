@@ -10,9 +10,13 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from fakegpu import write_harness
 
 from kernelopt_mcp.gpu import cuda_device_count
-from kernelopt_mcp.harness import ExitCode
+from kernelopt_mcp.harness import ExitCode, harness_features
+
+# What this branch's harness implements of protocol 2 (PROTOCOL.md, "Protocol 2").
+DATA_PATH_FEATURES = {"support_module", "input_cache", "device_compare", "determinism", "timed_inputs"}
 
 
 def _run(binary: Path, *args: str, stdin: str | None = None) -> tuple[int, dict | None, str]:
@@ -42,13 +46,33 @@ def _request(tmp_path: Path) -> dict:
 
 def test_version(harness_binary: Path) -> None:
     code, answer, _ = _run(harness_binary, "--version")
-    assert code == 0 and answer == {"harness": "0.1.0", "protocol": 1}
+    assert code == 0 and answer is not None
+    assert answer["harness"] == "0.1.0" and answer["protocol"] == 2
+    assert DATA_PATH_FEATURES <= set(answer["features"])
+
+
+def test_harness_features_reads_version(harness_binary: Path, tmp_path: Path) -> None:
+    assert DATA_PATH_FEATURES <= harness_features(harness_binary)
+    # A protocol 1 harness (the CPU double answers {"harness": "fake", "protocol": 1}) has none.
+    assert harness_features(write_harness(tmp_path, "fake")) == frozenset()
+
+
+def test_protocol_2_requests_are_accepted_and_their_fields_validated(harness_binary: Path, tmp_path: Path) -> None:
+    req = _request(tmp_path)
+    req["protocol"] = 2
+    req["cases"][0]["args"][1].update(dtype="float32", expected=str(tmp_path / "e.bin"),
+                                      compare={"abs_tol": 0, "rtol": 0.01, "rel_floor": 1.0})
+    path = tmp_path / "req.json"
+    path.write_text(json.dumps(req))
+    code, answer, _ = _run(harness_binary, "run", str(path))
+    assert code == ExitCode.BAD_REQUEST
+    assert answer and answer["error"]["message"].startswith("support_module: is required by cases[0].args[1].expected")
 
 
 @pytest.mark.parametrize(
     ("mutate", "field"),
     [
-        (lambda r: r.update(protocol=2), "protocol"),
+        (lambda r: r.update(protocol=3), "protocol"),
         (lambda r: r.pop("entry"), "entry"),
         (lambda r: r["cases"][0]["args"][0].update(bytes=-1), "cases[0].args[0].bytes"),
         (lambda r: r["cases"][0]["args"][0].update(role="sideways"), "cases[0].args[0].role"),

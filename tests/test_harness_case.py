@@ -81,7 +81,7 @@ def test_request_carries_expected_files_tolerances_and_checks(tmp_path: Path) ->
     assert a["timed_input"].endswith("timed/odd_1001/a.bin") and a["input"] != a["timed_input"]
     ref = job.data.refs["odd_1001"]["c"]
     assert c["dtype"] == "float32" and c["expected"] == str(ref.path)
-    assert c["compare"] == {"abs_tol": ref.abs_tol, "rtol": 1e-5, "rel_floor": ref.rel_floor}
+    assert c["compare"] == {"abs_tol": ref.thresholds.abs_tol, "rtol": 1e-5, "rel_floor": ref.thresholds.rel_floor}
     assert c["timed_expected"] == str(timed.refs["odd_1001"]["c"].path)
     # the expected file is float64, one value per element, equal to the expected array
     stored = np.fromfile(ref.path, dtype="<f8")
@@ -103,7 +103,7 @@ def test_device_pass_needs_no_output_file(tmp_path: Path) -> None:
     exp = job.data.expected["odd_1001"]["c"]
     ref = job.data.refs["odd_1001"]["c"]
     actual = (exp + 1e-9).astype(np.float32)
-    stats = _device_stats(exp, actual, ref.abs_tol, 1e-5, ref.rel_floor)
+    stats = _device_stats(exp, actual, ref.thresholds.abs_tol, 1e-5, ref.thresholds.rel_floor)
     reply = _answer("odd_1001", compares=[{"buffer": "c", "launch": "validation", **stats, "output_written": False}])
     cr, outputs = interpret(job, reply, wl, 10)
     assert cr.status is Status.ok and outputs is None
@@ -123,7 +123,7 @@ def test_device_mismatch_reads_the_written_output_for_the_report(tmp_path: Path)
     actual[17] = 123.0
     actual.astype("<f4").tofile(job.out_dir / "c.bin")
     ref = job.data.refs["odd_1001"]["c"]
-    stats = _device_stats(exp, actual, ref.abs_tol, 1e-5, ref.rel_floor)
+    stats = _device_stats(exp, actual, ref.thresholds.abs_tol, 1e-5, ref.thresholds.rel_floor)
     reply = _answer("odd_1001", compares=[{"buffer": "c", "launch": "validation", **stats, "output_written": True}])
     cr, _ = interpret(job, reply, wl, 10)
     assert cr.status is Status.mismatch
@@ -143,7 +143,7 @@ def test_old_harness_answer_falls_back_to_comparing_the_file(tmp_path: Path) -> 
 def _repeat_answer(job: CaseJob, *, repeat_bad: int, bytes_differ: int) -> HarnessReply:
     exp = job.data.expected["odd_1001"]["c"]
     ref = job.data.refs["odd_1001"]["c"]
-    good = _device_stats(exp, exp.astype(np.float32), ref.abs_tol, 1e-5, ref.rel_floor)
+    good = _device_stats(exp, exp.astype(np.float32), ref.thresholds.abs_tol, 1e-5, ref.thresholds.rel_floor)
     repeat = {**good, "mismatches": repeat_bad, "first_mismatch": 3 if repeat_bad else None}
     return _answer(
         "odd_1001",
@@ -182,8 +182,8 @@ def test_timed_check_failure_is_timed_mismatch(tmp_path: Path) -> None:
     ref, tref = job.data.refs["odd_1001"]["c"], timed.refs["odd_1001"]["c"]
     stale = exp.astype(np.float32)  # the validation answer, replayed on the new inputs
     stale.astype("<f4").tofile(job.out_dir / "c.bin")
-    good = _device_stats(exp, stale, ref.abs_tol, 1e-5, ref.rel_floor)
-    bad = _device_stats(timed.expected["odd_1001"]["c"], stale, tref.abs_tol, 1e-5, tref.rel_floor)
+    good = _device_stats(exp, stale, ref.thresholds.abs_tol, 1e-5, ref.thresholds.rel_floor)
+    bad = _device_stats(timed.expected["odd_1001"]["c"], stale, tref.thresholds.abs_tol, 1e-5, tref.thresholds.rel_floor)
     timing = {"warmup": 1, "iterations": 3, "flush_l2": True, "times_ms": [0.01, 0.011, 0.012], "check_launch_ms": 0.01}
     reply = _answer(
         "odd_1001", timing=timing,

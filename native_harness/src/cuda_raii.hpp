@@ -72,15 +72,26 @@ class Module {
  public:
   Module() = default;
   explicit Module(CUmodule m) : module_(m) {}
-  ~Module() {
-    if (module_ != nullptr) {
-      if (const DriverApi* drv = loaded_driver()) drv->cuModuleUnload(module_);
+  ~Module() { reset(); }
+  Module(Module&& o) noexcept : module_(std::exchange(o.module_, nullptr)) {}
+  Module& operator=(Module&& o) noexcept {
+    if (this != &o) {
+      reset();
+      module_ = std::exchange(o.module_, nullptr);
     }
+    return *this;
   }
   Module(const Module&) = delete;
   Module& operator=(const Module&) = delete;
 
   CUmodule get() const noexcept { return module_; }
+
+  void reset() noexcept {
+    if (module_ != nullptr) {
+      if (const DriverApi* drv = loaded_driver()) drv->cuModuleUnload(module_);
+      module_ = nullptr;
+    }
+  }
 
  private:
   CUmodule module_ = nullptr;

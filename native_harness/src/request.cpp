@@ -1,5 +1,6 @@
 #include "request.hpp"
 
+#include <cmath>
 #include <limits>
 #include <map>
 #include <set>
@@ -7,6 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include "errors.hpp"
+#include "version.hpp"
 
 namespace kernelopt {
 namespace {
@@ -84,6 +86,16 @@ std::string as_string(const json& v, const std::string& path, bool allow_empty =
   return s;
 }
 
+// A finite number >= 0 (integers accepted: 0 is a common tolerance).
+double as_non_negative(const json& v, const std::string& path) {
+  if (!v.is_number()) fail(path, std::string("must be a number, got ") + type_name(v));
+  const double value = v.get<double>();
+  if (!std::isfinite(value) || value < 0) {
+    fail(path, "must be a finite number >= 0, got " + v.dump());
+  }
+  return value;
+}
+
 bool as_bool(const json& v, const std::string& path) {
   if (!v.is_boolean()) fail(path, std::string("must be true or false, got ") + type_name(v));
   return v.get<bool>();
@@ -110,6 +122,79 @@ BufferRole parse_role(const json& v, const std::string& path) {
   if (s == "out") return BufferRole::out;
   if (s == "inout") return BufferRole::inout;
   fail(path, "must be one of \"in\", \"out\", \"inout\", got \"" + s + "\"");
+}
+
+ScalarType parse_dtype(const json& v, const std::string& path) {
+  const auto name = as_string(v, path);
+  const auto type = scalar_type_from_name(name);
+  if (!type) {
+    fail(path, "unknown dtype \"" + name +
+                   "\" (known: int8, int16, int32, int64, uint8, uint16, uint32, uint64, "
+                   "float16, bfloat16, float32, float64)");
+  }
+  return *type;
+}
+
+CompareTolerance parse_compare(const json& c, const std::string& path) {
+  expect_object(c, path);
+  CompareTolerance t;
+  t.abs_tol = as_non_negative(require(c, path, "abs_tol"), member_path(path, "abs_tol"));
+  t.rtol = as_non_negative(require(c, path, "rtol"), member_path(path, "rtol"));
+  t.rel_floor = as_non_negative(require(c, path, "rel_floor"), member_path(path, "rel_floor"));
+  if (t.rel_floor == 0) {
+    fail(member_path(path, "rel_floor"),
+         "must be > 0 (the RMS of the expected values, or 1.0 when that is 0)");
+  }
+  return t;
+}
+
+// The protocol 2 fields of a buffer: dtype, expected, timed_expected, timed_input, compare,
+// write_output. Each is refused on a role it cannot act on, like input/output are.
+void parse_buffer_v2(const json& a, const std::string& path, BufferArg& b) {
+  const bool reads_input = b.role != BufferRole::out;
+  const bool writes_output = b.role != BufferRole::in;
+  if (const json* v = find(a, "dtype")) {
+    b.dtype = parse_dtype(*v, member_path(path, "dtype"));
+    const auto item = scalar_size(*b.dtype);
+    if (b.bytes % item != 0) {
+      fail(member_path(path, "bytes"), std::to_string(b.bytes) + " is not a whole number of " +
+                                           scalar_type_name(*b.dtype) + " elements (" +
+                                           std::to_string(item) + " bytes each)");
+    }
+  }
+  for (const char* key : {"expected", "timed_expected"}) {
+    const json* v = find(a, key);
+    if (v == nullptr) continue;
+    const auto p = member_path(path, key);
+    if (!writes_output) {
+      fail(p, "an \"in\" buffer is not compared; expected values belong to \"out\" or "
+              "\"inout\" buffers");
+    }
+    (std::string(key) == "expected" ? b.expected : b.timed_expected) = as_string(*v, p);
+    if (!b.dtype) fail(member_path(path, "dtype"), std::string("is required with \"") + key + "\"");
+    if (find(a, "compare") == nullptr) {
+      fail(member_path(path, "compare"),
+           std::string("is required with \"") + key + "\" ({\"abs_tol\", \"rtol\", \"rel_floor\"})");
+    }
+  }
+  if (const json* v = find(a, "timed_input")) {
+    const auto p = member_path(path, "timed_input");
+    if (!reads_input) {
+      fail(p, "an \"out\" buffer is not uploaded; timed inputs belong to \"in\" or \"inout\" "
+              "buffers");
+    }
+    b.timed_input = as_string(*v, p);
+  }
+  if (const json* v = find(a, "compare")) {
+    const auto p = member_path(path, "compare");
+    if (b.expected.empty() && b.timed_expected.empty()) {
+      fail(p, "compares against nothing: give \"expected\" (or \"timed_expected\") too");
+    }
+    b.compare = parse_compare(*v, p);
+  }
+  if (const json* v = find(a, "write_output")) {
+    b.write_output = as_bool(*v, member_path(path, "write_output"));
+  }
 }
 
 BufferArg parse_buffer(const json& a, const std::string& path) {
@@ -157,20 +242,14 @@ BufferArg parse_buffer(const json& a, const std::string& path) {
     b.poison_byte = static_cast<std::uint8_t>(
         as_uint(*v, member_path(path, "poison_byte"), 255, "an integer 0..255"));
   }
+  parse_buffer_v2(a, path, b);
   return b;
 }
 
 ScalarArg parse_scalar(const json& a, const std::string& path) {
   ScalarArg s;
-  const auto dtype_path = member_path(path, "dtype");
-  const auto dtype = as_string(require(a, path, "dtype"), dtype_path);
-  const auto type = scalar_type_from_name(dtype);
-  if (!type) {
-    fail(dtype_path, "unknown dtype \"" + dtype +
-                         "\" (known: int8, int16, int32, int64, uint8, uint16, uint32, uint64, "
-                         "float16, bfloat16, float32, float64)");
-  }
-  s.dtype = *type;
+  s.dtype = parse_dtype(require(a, path, "dtype"), member_path(path, "dtype"));
+  const std::string dtype = scalar_type_name(s.dtype);
   const auto raw_path = member_path(path, "raw");
   const auto raw = as_string(require(a, path, "raw"), raw_path, true);
   const auto size = scalar_size(s.dtype);
@@ -251,7 +330,27 @@ CaseSpec parse_case(const json& c, const std::string& path) {
     auto timing = parse_timing(*t, member_path(path, "timing"));
     if (timing.iterations > 0) spec.timing = timing;
   }
+  if (const json* v = find(c, "repeat_validation")) {
+    spec.repeat_validation = as_bool(*v, member_path(path, "repeat_validation"));
+  }
   return spec;
+}
+
+// The first field of the request that needs the support module's kernels, or "" if none.
+std::string first_support_user(const Request& req) {
+  for (std::size_t c = 0; c < req.cases.size(); ++c) {
+    const auto& spec = req.cases[c];
+    const auto case_path = index_path("cases", c);
+    if (spec.repeat_validation) return member_path(case_path, "repeat_validation");
+    for (std::size_t a = 0; a < spec.args.size(); ++a) {
+      const auto& b = spec.args[a].buffer;
+      if (spec.args[a].kind != ArgKind::buffer) continue;
+      const auto arg = index_path(member_path(case_path, "args"), a);
+      if (!b.expected.empty()) return member_path(arg, "expected");
+      if (!b.timed_expected.empty()) return member_path(arg, "timed_expected");
+    }
+  }
+  return {};
 }
 
 }  // namespace
@@ -304,6 +403,33 @@ std::optional<ScalarType> scalar_type_from_name(std::string_view name) noexcept 
   return std::nullopt;
 }
 
+bool CaseSpec::has_timed_check() const noexcept {
+  for (const auto& a : args) {
+    if (a.kind == ArgKind::buffer &&
+        (!a.buffer.timed_input.empty() || !a.buffer.timed_expected.empty())) {
+      return true;
+    }
+  }
+  return false;
+}
+
+bool CaseSpec::has_expected() const noexcept {
+  for (const auto& a : args) {
+    if (a.kind == ArgKind::buffer && !a.buffer.expected.empty()) return true;
+  }
+  return false;
+}
+
+bool CaseSpec::has_compare() const noexcept {
+  for (const auto& a : args) {
+    if (a.kind == ArgKind::buffer &&
+        (!a.buffer.expected.empty() || !a.buffer.timed_expected.empty())) {
+      return true;
+    }
+  }
+  return false;
+}
+
 const char* role_name(BufferRole r) noexcept {
   switch (r) {
     case BufferRole::in: return "in";
@@ -342,8 +468,11 @@ Request parse_request(const json& doc) {
   Request req;
 
   const json& protocol = require(doc, "", "protocol");
-  if (!protocol.is_number_integer() || protocol.get<std::int64_t>() != 1) {
-    fail("protocol", "must be 1 (this harness speaks protocol 1), got " + protocol.dump());
+  if (!protocol.is_number_integer() || protocol.get<std::int64_t>() < 1 ||
+      protocol.get<std::int64_t>() > protocol_version) {
+    fail("protocol", "must be 1 or " + std::to_string(protocol_version) +
+                         " (this harness speaks protocol " + std::to_string(protocol_version) +
+                         " and accepts protocol 1 requests), got " + protocol.dump());
   }
   if (const json* v = find(doc, "device")) {
     req.device = static_cast<int>(as_uint(*v, "device", std::numeric_limits<int>::max()));
@@ -357,6 +486,13 @@ Request parse_request(const json& doc) {
     }
   }
   if (const json* v = find(doc, "flush_l2")) req.flush_l2 = as_bool(*v, "flush_l2");
+  if (const json* v = find(doc, "support_module")) {
+    req.support_module = as_string(*v, "support_module");
+  }
+  if (const json* v = find(doc, "input_cache")) req.input_cache = as_bool(*v, "input_cache");
+  if (const json* v = find(doc, "input_cache_bytes")) {
+    req.input_cache_bytes = as_uint(*v, "input_cache_bytes", max_buffer_bytes);
+  }
 
   const json& cases = require(doc, "", "cases");
   if (!cases.is_array()) fail("cases", std::string("must be an array, got ") + type_name(cases));
@@ -370,6 +506,13 @@ Request parse_request(const json& doc) {
                                           index_path("cases", it->second) + ")");
     }
     req.cases.push_back(std::move(spec));
+  }
+  if (req.support_module.empty()) {
+    if (const auto user = first_support_user(req); !user.empty()) {
+      fail("support_module", "is required by " + user +
+                                 " (the harness's device-side compare kernels): compile it with "
+                                 "kernelopt_mcp.support_module.support_module(arch)");
+    }
   }
   return req;
 }

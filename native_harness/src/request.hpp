@@ -23,6 +23,13 @@ enum class ScalarType {
   float16, bfloat16, float32, float64,
 };
 
+// Tolerances of a device-side comparison, computed by Python exactly as compare.py does.
+struct CompareTolerance {
+  double abs_tol = 0;    // atol * rms(expected)
+  double rtol = 0;
+  double rel_floor = 1;  // rms(expected), or 1.0 when that is 0; > 0
+};
+
 struct BufferArg {
   BufferRole role = BufferRole::in;
   std::uint64_t bytes = 0;
@@ -30,6 +37,13 @@ struct BufferArg {
   std::string output;  // out, inout
   BufferInit init = BufferInit::poison;  // out only
   std::uint8_t poison_byte = 0xFF;
+  // Protocol 2 (all optional):
+  std::optional<ScalarType> dtype;  // element type; required with expected / timed_expected
+  std::string expected;             // out, inout: float64 file, one value per element
+  std::string timed_expected;       // out, inout: the same for the timed inputs
+  std::string timed_input;          // in, inout: replaces input for the timed check launch
+  CompareTolerance compare;         // with expected / timed_expected
+  bool write_output = false;        // with expected: write output even when it matches
 };
 
 struct ScalarArg {
@@ -60,6 +74,14 @@ struct CaseSpec {
   std::vector<KernelArg> args;
   LaunchConfig launch;
   std::optional<TimingConfig> timing;  // absent or iterations == 0: validate only
+  bool repeat_validation = false;      // protocol 2: second validation launch, bitwise diff
+
+  // Whether any buffer carries timed_input or timed_expected (the timed check launch).
+  bool has_timed_check() const noexcept;
+  // Whether any buffer carries expected (device-side compare after validation).
+  bool has_expected() const noexcept;
+  // Whether any buffer carries expected or timed_expected (the answer lists "compares").
+  bool has_compare() const noexcept;
 };
 
 struct Request {
@@ -69,11 +91,17 @@ struct Request {
   std::uint64_t guard_bytes = 65536;
   bool flush_l2 = true;
   std::vector<CaseSpec> cases;
+  // Protocol 2 (all optional):
+  std::string support_module;  // CUBIN of kernelopt_mcp/support/*.cu
+  bool input_cache = false;    // keep input/expected files resident on the device
+  std::optional<std::uint64_t> input_cache_bytes;  // default: 30% of device memory
 };
 
 inline constexpr std::uint64_t max_guard_bytes = 16ull << 20;
 inline constexpr unsigned max_iterations = 100000;
 inline constexpr unsigned max_warmup = 10000;
+// Expected files hold float64: one value per element.
+inline constexpr std::uint64_t expected_item_bytes = 8;
 
 // Throws BadRequest naming the offending field.
 Request parse_request(std::string_view text);

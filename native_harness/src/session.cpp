@@ -4,6 +4,7 @@
 
 #include "device_info.hpp"
 #include "errors.hpp"
+#include "support.hpp"
 
 namespace kernelopt {
 namespace {
@@ -66,6 +67,8 @@ Session::Session(int ordinal) : drv_(init_driver()), ordinal_(ordinal) {
     int l2 = 0;
     KO_CU(drv_.cuDeviceGetAttribute(&l2, CU_DEVICE_ATTRIBUTE_L2_CACHE_SIZE, device_));
     l2_bytes_ = l2 > 0 ? static_cast<std::size_t>(l2) : 0;
+    KO_CU(drv_.cuDeviceGetAttribute(&sm_count_, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, device_));
+    KO_CU(drv_.cuDeviceTotalMem(&total_memory_bytes_, device_));
   } catch (const detail::CudaError& e) {
     if (stream_ != nullptr) drv_.cuStreamDestroy(stream_);
     if (context_ != nullptr) drv_.cuDevicePrimaryCtxRelease(device_);
@@ -74,7 +77,11 @@ Session::Session(int ordinal) : drv_(init_driver()), ordinal_(ordinal) {
 }
 
 Session::~Session() {
+  // Everything on the device goes before the context is released.
   flush_scratch_.reset();
+  support_scratch_.reset();
+  input_cache_.clear();
+  support_module_.reset();
   if (stream_ != nullptr) drv_.cuStreamDestroy(stream_);
   if (context_ != nullptr) drv_.cuDevicePrimaryCtxRelease(device_);
 }
@@ -84,6 +91,43 @@ void Session::prepare_flush_l2() {
   // Rounded to 256 bytes so the 32-bit memset covers it exactly.
   const std::size_t bytes = (2 * l2_bytes_ + 255) / 256 * 256;
   flush_scratch_ = detail::DeviceBuffer(bytes);
+}
+
+detail::DeviceBuffer Session::allocate(std::size_t bytes) {
+  for (;;) {
+    try {
+      return detail::DeviceBuffer(bytes);
+    } catch (const detail::CudaError& e) {
+      if (e.code() != CUDA_ERROR_OUT_OF_MEMORY || !input_cache_.evict_one()) throw;
+    }
+  }
+}
+
+void Session::set_support_module(std::string path, detail::Module module) {
+  support_functions_.clear();
+  support_module_ = std::move(module);
+  support_path_ = std::move(path);
+}
+
+CUfunction Session::support_function(const std::string& name) {
+  if (support_module_.get() == nullptr) return nullptr;
+  if (const auto it = support_functions_.find(name); it != support_functions_.end()) {
+    return it->second;
+  }
+  CUfunction f = nullptr;
+  const CUresult r = drv_.cuModuleGetFunction(&f, support_module_.get(), name.c_str());
+  if (r == CUDA_ERROR_NOT_FOUND) {
+    f = nullptr;
+  } else if (r != CUDA_SUCCESS) {
+    detail::throw_cuda_error(r, "cuModuleGetFunction(&f, support, name)", __FILE__, __LINE__);
+  }
+  support_functions_[name] = f;
+  return f;
+}
+
+CUdeviceptr Session::support_scratch() {
+  if (support_scratch_.get() == 0) support_scratch_ = allocate(support_result_bytes);
+  return support_scratch_.get();
 }
 
 void Session::flush_l2() {

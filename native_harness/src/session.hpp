@@ -5,11 +5,13 @@
 #include <cuda.h>
 
 #include <cstddef>
+#include <map>
 #include <optional>
 #include <string>
 
 #include "cuda_raii.hpp"
 #include "driver.hpp"
+#include "input_cache.hpp"
 
 namespace kernelopt {
 
@@ -45,6 +47,28 @@ class Session {
   // comes from DRAM. Allocates the scratch on first use. Throws CudaError.
   void flush_l2();
 
+  int sm_count() const noexcept { return sm_count_; }
+  std::size_t total_memory_bytes() const noexcept { return total_memory_bytes_; }
+
+  // Device memory for a case, evicting input cache entries while the device is out of memory.
+  // Throws CudaError.
+  detail::DeviceBuffer allocate(std::size_t bytes);
+
+  // The input cache (protocol 2): lives as long as the session.
+  InputCache& input_cache() noexcept { return input_cache_; }
+
+  // The support module (protocol 2): loaded once, replaced when a request names another file.
+  bool has_support_module(const std::string& path) const noexcept {
+    return support_module_.get() != nullptr && support_path_ == path;
+  }
+  void set_support_module(std::string path, detail::Module module);
+  // A kernel of the support module, or nullptr when the module lacks it (or none is loaded).
+  // Throws CudaError for failures other than "not found".
+  CUfunction support_function(const std::string& name);
+  // support_result_bytes of device memory for the support kernels' results, allocated on first
+  // use and kept. Throws CudaError.
+  CUdeviceptr support_scratch();
+
   // After a context-fatal error every later call fails: the owner must stop using the session.
   bool broken() const noexcept { return broken_; }
   void mark_broken() noexcept { broken_ = true; }
@@ -58,7 +82,14 @@ class Session {
   std::string name_;
   std::string arch_;
   std::size_t l2_bytes_ = 0;
+  int sm_count_ = 0;
+  std::size_t total_memory_bytes_ = 0;
   detail::DeviceBuffer flush_scratch_;
+  InputCache input_cache_;
+  detail::Module support_module_;
+  std::string support_path_;
+  std::map<std::string, CUfunction> support_functions_;
+  detail::DeviceBuffer support_scratch_;
   bool broken_ = false;
 };
 

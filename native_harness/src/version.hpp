@@ -7,6 +7,16 @@ namespace kernelopt {
 #endif
 
 inline constexpr const char* harness_version = KERNELOPT_HARNESS_VERSION;
-inline constexpr int protocol_version = 1;
+inline constexpr int protocol_version = 2;
+
+// What `--version` lists under "features": the optional parts of protocol 2 that this binary
+// implements (PROTOCOL.md). One entry per line, so parallel additions merge cleanly.
+inline constexpr const char* harness_features[] = {
+    "support_module",
+    "input_cache",
+    "device_compare",
+    "determinism",
+    "timed_inputs",
+};
 
 }  // namespace kernelopt

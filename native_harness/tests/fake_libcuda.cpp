@@ -5,13 +5,17 @@
 // error classification can be tested on machines without a GPU.
 //
 // A module file is valid when it starts with "FAKE-MODULE"; anything else fails to load with
-// a JIT log. Environment knobs:
+// a JIT log. Every module holds every kernel, including CPU versions of the support module's
+// ko_compare_<dtype> and ko_bitwise_diff, except a module whose text contains
+// "NO-SUPPORT-KERNELS" (an out-of-date support module), which lacks the ko_* ones.
+// Environment knobs:
 //   FAKE_CUDA_INIT_ERROR=<code>  cuInit returns that CUresult
 //   FAKE_CUDA_NO_PARAM_INFO=1    cuFuncGetParamInfo reports CUDA_ERROR_NOT_SUPPORTED
 // At exit the fake reports leaked allocations, events, modules and streams on stderr and
 // exits with status 99, unless the context died (a fault makes frees fail, as on a GPU).
 #include <cuda.h>
 
+#include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -140,7 +144,122 @@ void count_run(void** p) {
   for (std::uint32_t i = 0; i < n; ++i) out[i] += 1;
 }
 
+// Like copy, but from its second launch on also flips a bit of in[0]: only a check after the
+// measured launches can see it.
+void late_clobber_run(void** p) {
+  static int calls = 0;
+  copy_run(p);
+  if (calls++ > 0) bytes_at(arg<CUdeviceptr>(p, 0))[0] ^= 1;
+}
+// stamp(u32* out, u32 n): out[i] = the launch count, so no two launches agree.
+void stamp_run(void** p) {
+  auto* out = reinterpret_cast<std::uint32_t*>(arg<CUdeviceptr>(p, 0));
+  const auto n = arg<std::uint32_t>(p, 1);
+  for (std::uint32_t i = 0; i < n; ++i) out[i] = static_cast<std::uint32_t>(g_launches + 1);
+}
+// replay(const u8* in, u8* out, u64 n): copies on its first launch, then replays that first
+// result whatever the input (a kernel that caches its answer).
+std::vector<std::uint8_t> g_replay;
+void replay_run(void** p) {
+  const auto n = arg<std::uint64_t>(p, 2);
+  const auto* in = bytes_at(arg<CUdeviceptr>(p, 0));
+  if (g_replay.empty()) g_replay.assign(in, in + n);
+  std::memcpy(bytes_at(arg<CUdeviceptr>(p, 1)), g_replay.data(), n < g_replay.size() ? n : g_replay.size());
+}
+
+// The support module's kernels, on the CPU, with compare.cu's semantics and result layout.
+double half_to_double(std::uint16_t h) {
+  const int exp = (h >> 10) & 0x1f;
+  const int mant = h & 0x3ff;
+  const double sign = (h & 0x8000) ? -1.0 : 1.0;
+  if (exp == 0) return sign * std::ldexp(mant, -24);
+  if (exp == 31) return mant ? std::nan("") : sign * INFINITY;
+  return sign * std::ldexp(mant | 0x400, exp - 25);
+}
+template <typename T>
+double load_plain(const std::uint8_t* p, std::uint64_t i) {
+  T v;
+  std::memcpy(&v, p + i * sizeof(T), sizeof v);
+  return static_cast<double>(v);
+}
+double load_half(const std::uint8_t* p, std::uint64_t i) {
+  std::uint16_t v;
+  std::memcpy(&v, p + 2 * i, 2);
+  return half_to_double(v);
+}
+double load_bf16(const std::uint8_t* p, std::uint64_t i) {
+  std::uint16_t v;
+  std::memcpy(&v, p + 2 * i, 2);
+  const std::uint32_t bits = std::uint32_t{v} << 16;
+  float f;
+  std::memcpy(&f, &bits, 4);
+  return f;
+}
+template <double (*Load)(const std::uint8_t*, std::uint64_t)>
+void compare_run(void** p) {
+  const auto* actual = bytes_at(arg<CUdeviceptr>(p, 0));
+  const auto* expected = reinterpret_cast<const double*>(arg<CUdeviceptr>(p, 1));
+  const auto n = arg<std::uint64_t>(p, 2);
+  const auto abs_tol = arg<double>(p, 3);
+  const auto rtol = arg<double>(p, 4);
+  const auto rel_floor = arg<double>(p, 5);
+  auto* r = reinterpret_cast<std::uint64_t*>(arg<CUdeviceptr>(p, 6));
+  double max_abs = 0, max_rel = 0, err_sq;
+  std::memcpy(&max_abs, &r[3], 8);
+  std::memcpy(&max_rel, &r[4], 8);
+  std::memcpy(&err_sq, &r[5], 8);
+  for (std::uint64_t i = 0; i < n; ++i) {
+    const double e = expected[i];
+    const double a = Load(actual, i);
+    const double diff = std::fabs(a - e);
+    if (!(diff <= abs_tol + rtol * std::fabs(e))) {
+      ++r[0];
+      if (i < r[2]) r[2] = i;
+    }
+    if (!std::isfinite(a)) ++r[1];
+    if (std::isfinite(diff)) {
+      max_abs = std::fmax(max_abs, diff);
+      max_rel = std::fmax(max_rel, diff / std::fmax(std::fabs(e), rel_floor));
+      err_sq += diff * diff;
+    }
+  }
+  std::memcpy(&r[3], &max_abs, 8);
+  std::memcpy(&r[4], &max_rel, 8);
+  std::memcpy(&r[5], &err_sq, 8);
+}
+void bitwise_diff_run(void** p) {
+  const auto* a = bytes_at(arg<CUdeviceptr>(p, 0));
+  const auto* b = bytes_at(arg<CUdeviceptr>(p, 1));
+  const auto n = arg<std::uint64_t>(p, 2);
+  auto* r = reinterpret_cast<std::uint64_t*>(arg<CUdeviceptr>(p, 3));
+  for (std::uint64_t i = 0; i < n; ++i) {
+    if (a[i] != b[i]) {
+      ++r[0];
+      if (i < r[1]) r[1] = i;
+    }
+  }
+}
+
+#define FAKE_COMPARE(dtype, load) \
+  {"ko_compare_" #dtype, {8, 8, 8, 8, 8, 8, 8}, 0.01, 1536, 48 * 1024, compare_run<load>}
+
 Kernel g_kernels[] = {
+    {"stamp_kernel", {8, 4}, 0.125, 0, 48 * 1024, stamp_run},
+    {"late_clobber_kernel", {8, 8, 8}, 0.5, 0, 48 * 1024, late_clobber_run},
+    {"replay_kernel", {8, 8, 8}, 0.5, 0, 48 * 1024, replay_run},
+    FAKE_COMPARE(int8, load_plain<std::int8_t>),
+    FAKE_COMPARE(int16, load_plain<std::int16_t>),
+    FAKE_COMPARE(int32, load_plain<std::int32_t>),
+    FAKE_COMPARE(int64, load_plain<std::int64_t>),
+    FAKE_COMPARE(uint8, load_plain<std::uint8_t>),
+    FAKE_COMPARE(uint16, load_plain<std::uint16_t>),
+    FAKE_COMPARE(uint32, load_plain<std::uint32_t>),
+    FAKE_COMPARE(uint64, load_plain<std::uint64_t>),
+    FAKE_COMPARE(float16, load_half),
+    FAKE_COMPARE(bfloat16, load_bf16),
+    FAKE_COMPARE(float32, load_plain<float>),
+    FAKE_COMPARE(float64, load_plain<double>),
+    {"ko_bitwise_diff", {8, 8, 8, 8}, 0.01, 512, 48 * 1024, bitwise_diff_run},
     {"copy_kernel", {8, 8, 8}, 0.5, 0, 48 * 1024, copy_run},
     {"oob_kernel", {8, 8, 8}, 0.5, 0, 48 * 1024, oob_run},
     {"clobber_kernel", {8, 8, 8}, 0.5, 0, 48 * 1024, clobber_run},
@@ -309,7 +428,9 @@ CUresult CUDAAPI cuModuleLoadDataEx(CUmodule* m, const void* image, unsigned int
     }
     return CUDA_ERROR_INVALID_IMAGE;
   }
-  *m = reinterpret_cast<CUmodule>(new int(0));
+  // The module remembers whether it lacks the support kernels.
+  *m = reinterpret_cast<CUmodule>(
+      new int(std::strstr(static_cast<const char*>(image), "NO-SUPPORT-KERNELS") != nullptr));
   g_modules.insert(*m);
   return CUDA_SUCCESS;
 }
@@ -322,6 +443,9 @@ CUresult CUDAAPI cuModuleUnload(CUmodule m) {
 CUresult CUDAAPI cuModuleGetFunction(CUfunction* f, CUmodule m, const char* name) {
   FAKE_ENTER();
   if (g_modules.count(m) == 0) return CUDA_ERROR_INVALID_HANDLE;
+  if (*reinterpret_cast<int*>(m) != 0 && std::strncmp(name, "ko_", 3) == 0) {
+    return CUDA_ERROR_NOT_FOUND;
+  }
   for (auto& k : g_kernels) {
     if (std::strcmp(k.name, name) == 0) {
       *f = reinterpret_cast<CUfunction>(&k);

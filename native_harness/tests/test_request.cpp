@@ -97,7 +97,9 @@ TEST_CASE("iterations 0 or a null timing mean validate only; null fields count a
 
 TEST_CASE("top-level fields are validated with their names") {
   EXPECT_ERROR(json::array(), "request: must be a JSON object");
-  auto d = valid(); d["protocol"] = 2; EXPECT_ERROR(d, "protocol: must be 1");
+  auto d = valid(); d["protocol"] = 3; EXPECT_ERROR(d, "protocol: must be 1 or 2");
+  d = valid(); d["protocol"] = 0; EXPECT_ERROR(d, "protocol: must be 1 or 2");
+  d = valid(); d["protocol"] = 2; CHECK(error_of(d).empty());
   d = valid(); d.erase("protocol"); EXPECT_ERROR(d, "protocol: is required");
   d = valid(); d["module"] = ""; EXPECT_ERROR(d, "module: must be a non-empty string");
   d = valid(); d["module"] = 3; EXPECT_ERROR(d, "module: must be a string");
@@ -172,6 +174,127 @@ TEST_CASE("launch and timing are validated with their paths") {
   EXPECT_ERROR(d, "cases[0].timing.iterations: is required");
   d = valid(); d["cases"][0]["timing"] = {{"iterations", 100000}, {"warmup", 10000}};
   CHECK(error_of(d).empty());
+}
+
+// ---- protocol 2 fields ---------------------------------------------------------------------
+
+namespace {
+
+// valid() with a float32 compare on "C" (8 elements) and the fields that need the support
+// module.
+json valid_v2() {
+  auto d = valid();
+  d["protocol"] = 2;
+  d["support_module"] = "/support.cubin";
+  d["input_cache"] = true;
+  d["input_cache_bytes"] = 1 << 20;
+  auto& c = d["cases"][0]["args"][2];
+  c["bytes"] = 32;
+  c["dtype"] = "float32";
+  c["expected"] = "/c_expected.bin";
+  c["timed_expected"] = "/c_timed_expected.bin";
+  c["compare"] = {{"abs_tol", 1e-6}, {"rtol", 0.001}, {"rel_floor", 0.5}};
+  c["write_output"] = true;
+  d["cases"][0]["args"][0]["timed_input"] = "/a_timed";
+  d["cases"][0]["repeat_validation"] = true;
+  return d;
+}
+
+}  // namespace
+
+TEST_CASE("protocol 2 fields parse") {
+  const auto r = kernelopt::parse_request(valid_v2());
+  CHECK(r.support_module == "/support.cubin");
+  CHECK(r.input_cache && r.input_cache_bytes == std::uint64_t{1} << 20);
+  const auto& c = r.cases[0];
+  CHECK(c.repeat_validation);
+  CHECK(c.has_expected() && c.has_timed_check());
+  CHECK(c.args[0].buffer.timed_input == "/a_timed");
+  const auto& b = c.args[2].buffer;
+  CHECK(b.dtype == kernelopt::ScalarType::float32);
+  CHECK(b.expected == "/c_expected.bin" && b.timed_expected == "/c_timed_expected.bin");
+  CHECK(b.compare.abs_tol == 1e-6 && b.compare.rtol == 0.001 && b.compare.rel_floor == 0.5);
+  CHECK(b.write_output);
+}
+
+TEST_CASE("protocol 2 defaults: no cache, no compare, no repeat, no timed check") {
+  const auto r = kernelopt::parse_request(valid());
+  CHECK(r.support_module.empty() && !r.input_cache && !r.input_cache_bytes);
+  CHECK(!r.cases[0].repeat_validation && !r.cases[0].has_expected() &&
+        !r.cases[0].has_timed_check());
+  CHECK(!r.cases[0].args[2].buffer.dtype && !r.cases[0].args[2].buffer.write_output);
+  // A dtype alone (no expected) needs no support module.
+  auto d = valid(); d["cases"][0]["args"][2]["dtype"] = "int8"; CHECK(error_of(d).empty());
+}
+
+TEST_CASE("protocol 2 top-level fields are validated") {
+  auto d = valid_v2(); d["support_module"] = 5; EXPECT_ERROR(d, "support_module: must be a string");
+  d = valid_v2(); d["support_module"] = ""; EXPECT_ERROR(d, "support_module: must be a non-empty");
+  d = valid_v2(); d["input_cache"] = "yes"; EXPECT_ERROR(d, "input_cache: must be true or false");
+  d = valid_v2(); d["input_cache_bytes"] = -1;
+  EXPECT_ERROR(d, "input_cache_bytes: must be a non-negative integer");
+  d = valid_v2(); d["input_cache_bytes"] = 1.5;
+  EXPECT_ERROR(d, "input_cache_bytes: must be a non-negative integer");
+  d = valid_v2(); d["cases"][0]["repeat_validation"] = 1;
+  EXPECT_ERROR(d, "cases[0].repeat_validation: must be true or false");
+}
+
+TEST_CASE("the support module is required by expected, timed_expected and repeat_validation") {
+  auto d = valid_v2(); d.erase("support_module");
+  EXPECT_ERROR(d, "support_module: is required by cases[0].repeat_validation");
+  d["cases"][0].erase("repeat_validation");
+  EXPECT_ERROR(d, "support_module: is required by cases[0].args[2].expected");
+  d["cases"][0]["args"][2].erase("expected");
+  EXPECT_ERROR(d, "support_module: is required by cases[0].args[2].timed_expected");
+  d["cases"][0]["args"][2].erase("timed_expected");
+  d["cases"][0]["args"][2].erase("compare");
+  CHECK(error_of(d).empty());  // timed_input and input_cache work without it
+}
+
+TEST_CASE("protocol 2 buffer fields are validated with their paths") {
+  auto d = valid_v2(); d["cases"][0]["args"][2]["dtype"] = "float128";
+  EXPECT_ERROR(d, "cases[0].args[2].dtype: unknown dtype \"float128\"");
+  d = valid_v2(); d["cases"][0]["args"][2]["dtype"] = 4;
+  EXPECT_ERROR(d, "cases[0].args[2].dtype: must be a string");
+  d = valid_v2(); d["cases"][0]["args"][2]["bytes"] = 30;
+  EXPECT_ERROR(d, "cases[0].args[2].bytes: 30 is not a whole number of float32 elements");
+  d = valid_v2(); d["cases"][0]["args"][2].erase("dtype");
+  EXPECT_ERROR(d, "cases[0].args[2].dtype: is required with \"expected\"");
+  d = valid_v2(); d["cases"][0]["args"][2].erase("compare");
+  EXPECT_ERROR(d, "cases[0].args[2].compare: is required with \"expected\"");
+  d = valid_v2(); d["cases"][0]["args"][2]["expected"] = 1;
+  EXPECT_ERROR(d, "cases[0].args[2].expected: must be a string");
+  d = valid_v2(); d["cases"][0]["args"][0]["expected"] = "/e";
+  EXPECT_ERROR(d, "cases[0].args[0].expected: an \"in\" buffer is not compared");
+  d = valid_v2(); d["cases"][0]["args"][0]["timed_expected"] = "/e";
+  EXPECT_ERROR(d, "cases[0].args[0].timed_expected: an \"in\" buffer is not compared");
+  d = valid_v2(); d["cases"][0]["args"][2]["timed_input"] = "/t";
+  EXPECT_ERROR(d, "cases[0].args[2].timed_input: an \"out\" buffer is not uploaded");
+  d = valid_v2(); d["cases"][0]["args"][0]["timed_input"] = false;
+  EXPECT_ERROR(d, "cases[0].args[0].timed_input: must be a string");
+  d = valid_v2(); d["cases"][0]["args"][1]["timed_input"] = "/x_timed";  // inout is fine
+  CHECK(error_of(d).empty());
+  d = valid_v2(); d["cases"][0]["args"][2]["write_output"] = "true";
+  EXPECT_ERROR(d, "cases[0].args[2].write_output: must be true or false");
+}
+
+TEST_CASE("compare tolerances are validated") {
+  auto d = valid_v2(); d["cases"][0]["args"][2]["compare"] = 0.1;
+  EXPECT_ERROR(d, "cases[0].args[2].compare: must be an object");
+  d = valid_v2(); d["cases"][0]["args"][2]["compare"].erase("rtol");
+  EXPECT_ERROR(d, "cases[0].args[2].compare.rtol: is required");
+  d = valid_v2(); d["cases"][0]["args"][2]["compare"]["abs_tol"] = -1e-3;
+  EXPECT_ERROR(d, "cases[0].args[2].compare.abs_tol: must be a finite number >= 0");
+  d = valid_v2(); d["cases"][0]["args"][2]["compare"]["rtol"] = "0.1";
+  EXPECT_ERROR(d, "cases[0].args[2].compare.rtol: must be a number");
+  d = valid_v2(); d["cases"][0]["args"][2]["compare"]["rel_floor"] = 0;
+  EXPECT_ERROR(d, "cases[0].args[2].compare.rel_floor: must be > 0");
+  d = valid_v2(); d["cases"][0]["args"][2]["compare"]["abs_tol"] = 0;  // integers are fine
+  CHECK(error_of(d).empty());
+  d = valid_v2();
+  d["cases"][0]["args"][2].erase("expected");
+  d["cases"][0]["args"][2].erase("timed_expected");
+  EXPECT_ERROR(d, "cases[0].args[2].compare: compares against nothing");
 }
 
 TEST_CASE("text that is not JSON is a bad request") {

@@ -1,0 +1,104 @@
+#include "input_cache.hpp"
+
+#include <sys/stat.h>
+
+#include <cerrno>
+#include <cstring>
+
+#include "check.hpp"
+#include "errors.hpp"
+#include "file_io.hpp"
+
+namespace kernelopt {
+
+FileIdentity identify_file(const std::string& path) {
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0) {
+    throw IoError("cannot stat " + path + ": " + std::strerror(errno));
+  }
+  if (!S_ISREG(st.st_mode)) throw IoError("not a regular file: " + path);
+  FileIdentity id;
+  id.size = static_cast<std::uint64_t>(st.st_size);
+  id.mtime_ns = static_cast<std::int64_t>(st.st_mtim.tv_sec) * 1000000000 + st.st_mtim.tv_nsec;
+  id.inode = static_cast<std::uint64_t>(st.st_ino);
+  id.device = static_cast<std::uint64_t>(st.st_dev);
+  return id;
+}
+
+void InputCache::begin_request(std::uint64_t budget_bytes) {
+  counters_ = {};
+  budget_bytes_ = budget_bytes;
+  while (resident_bytes_ > budget_bytes_ && evict_one()) {
+  }
+}
+
+InputCache::Entry InputCache::get(const std::string& path, std::uint64_t bytes, CUstream stream) {
+  const FileIdentity id = identify_file(path);
+  if (id.size != bytes) {
+    throw IoError(path + " has " + std::to_string(id.size) + " bytes, not the " +
+                  std::to_string(bytes) + " the buffer needs (it changed while the harness "
+                  "was running?)");
+  }
+  if (const auto it = map_.find(path); it != map_.end()) {
+    if (it->second.identity == id) {
+      ++counters_.hits;
+      lru_.splice(lru_.begin(), lru_, it->second.lru);
+      return it->second.buffer;
+    }
+    erase(path);  // a stale version of the file: not an eviction, a replacement
+  }
+  ++counters_.misses;
+  if (bytes == 0) return nullptr;
+
+  const bool keep = bytes <= budget_bytes_;
+  if (keep) {
+    while (resident_bytes_ + bytes > budget_bytes_ && evict_one()) {
+    }
+  }
+  const auto data = read_file(path);
+  if (data.size() != bytes) throw IoError(path + " changed size while being read");
+  auto buffer = allocate(bytes);
+  const auto& drv = detail::load_driver();
+  KO_CU(drv.cuMemcpyHtoDAsync(buffer->get(), data.data(), bytes, stream));
+  KO_CU(drv.cuStreamSynchronize(stream));
+  if (!keep) return buffer;
+
+  lru_.push_front(path);
+  map_[path] = Slot{id, buffer, lru_.begin()};
+  resident_bytes_ += bytes;
+  return buffer;
+}
+
+std::shared_ptr<detail::DeviceBuffer> InputCache::allocate(std::uint64_t bytes) {
+  for (;;) {
+    try {
+      return std::make_shared<detail::DeviceBuffer>(bytes);
+    } catch (const detail::CudaError& e) {
+      if (e.code() != CUDA_ERROR_OUT_OF_MEMORY || !evict_one()) throw;
+    }
+  }
+}
+
+bool InputCache::evict_one() {
+  if (lru_.empty()) return false;
+  const std::string victim = lru_.back();  // a copy: erase() destroys the list's string
+  erase(victim);
+  ++counters_.evictions;
+  return true;
+}
+
+void InputCache::erase(const std::string& path) {
+  const auto it = map_.find(path);
+  if (it == map_.end()) return;
+  resident_bytes_ -= it->second.buffer ? it->second.buffer->size() : 0;
+  lru_.erase(it->second.lru);
+  map_.erase(it);
+}
+
+void InputCache::clear() noexcept {
+  map_.clear();
+  lru_.clear();
+  resident_bytes_ = 0;
+}
+
+}  // namespace kernelopt

@@ -1,0 +1,102 @@
+#include "support.hpp"
+
+#include <cstddef>
+#include <cstring>
+#include <limits>
+
+#include "check.hpp"
+#include "cuda_raii.hpp"
+
+namespace kernelopt {
+namespace {
+
+constexpr std::uint64_t none = ~std::uint64_t{0};
+
+double from_bits(std::uint64_t bits) {
+  double d = 0;
+  std::memcpy(&d, &bits, sizeof d);
+  return d;
+}
+
+// Zeroes the scratch and sets the 8 bytes at `none_offset` to ~0 ("none").
+void reset_scratch(const detail::DriverApi& drv, CUstream stream, CUdeviceptr scratch,
+                   std::size_t bytes, std::size_t none_offset) {
+  KO_CU(drv.cuMemsetD8Async(scratch, 0, bytes, stream));
+  KO_CU(drv.cuMemsetD8Async(scratch + none_offset, 0xFF, sizeof(std::uint64_t), stream));
+}
+
+}  // namespace
+
+std::string compare_kernel_name(ScalarType dtype) {
+  return std::string("ko_compare_") + scalar_type_name(dtype);
+}
+
+unsigned support_grid(const detail::DriverApi& drv, CUfunction f, int sm_count,
+                      std::uint64_t items) {
+  int per_sm = 0;
+  if (drv.cuOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, f, support_block, 0) !=
+          CUDA_SUCCESS ||
+      per_sm <= 0) {
+    per_sm = 4;
+  }
+  const std::uint64_t fill = std::uint64_t(per_sm) * std::uint64_t(sm_count > 0 ? sm_count : 1);
+  const std::uint64_t needed = (items + support_block - 1) / support_block;
+  const std::uint64_t grid = needed < fill ? needed : fill;
+  return grid == 0 ? 1u : static_cast<unsigned>(grid);
+}
+
+CompareFigures device_compare(const detail::DriverApi& drv, CUfunction compare, int sm_count,
+                              CUstream stream, CUdeviceptr actual, CUdeviceptr expected,
+                              std::uint64_t elements, const CompareTolerance& tol,
+                              CUdeviceptr scratch) {
+  CompareFigures fig;
+  fig.elements = elements;
+  if (elements == 0) return fig;
+  reset_scratch(drv, stream, scratch, sizeof(detail::KoCompareResult),
+                offsetof(detail::KoCompareResult, first_mismatch));
+  double abs_tol = tol.abs_tol;
+  double rtol = tol.rtol;
+  double rel_floor = tol.rel_floor;
+  void* params[] = {&actual, &expected, &elements, &abs_tol, &rtol, &rel_floor, &scratch};
+  const detail::Event start;
+  const detail::Event stop;
+  KO_CU(drv.cuEventRecord(start.get(), stream));
+  KO_CU(drv.cuLaunchKernel(compare, support_grid(drv, compare, sm_count, elements), 1, 1,
+                           support_block, 1, 1, 0, stream, params, nullptr));
+  KO_CU(drv.cuEventRecord(stop.get(), stream));
+  detail::KoCompareResult r{};
+  KO_CU(drv.cuMemcpyDtoHAsync(&r, scratch, sizeof r, stream));
+  KO_CU(drv.cuStreamSynchronize(stream));
+  float ms = 0;
+  KO_CU(drv.cuEventElapsedTime(&ms, start.get(), stop.get()));
+  fig.kernel_ms = ms;
+  fig.mismatches = r.mismatches;
+  fig.nonfinite = r.nonfinite;
+  if (r.first_mismatch != none) fig.first_mismatch = r.first_mismatch;
+  // compare.py reports the maxima as inf as soon as one output element is NaN/Inf.
+  constexpr double inf = std::numeric_limits<double>::infinity();
+  fig.max_abs_error = r.nonfinite != 0 ? inf : from_bits(r.max_abs_bits);
+  fig.max_rel_error = r.nonfinite != 0 ? inf : from_bits(r.max_rel_bits);
+  fig.err_sq = r.err_sq;
+  return fig;
+}
+
+std::optional<ByteDiff> device_bitwise_diff(const detail::DriverApi& drv, CUfunction diff,
+                                            int sm_count, CUstream stream, CUdeviceptr a,
+                                            CUdeviceptr b, std::uint64_t bytes,
+                                            CUdeviceptr scratch) {
+  if (bytes == 0) return std::nullopt;
+  reset_scratch(drv, stream, scratch, sizeof(detail::KoDiffResult),
+                offsetof(detail::KoDiffResult, first_offset));
+  void* params[] = {&a, &b, &bytes, &scratch};
+  // One thread per 8-byte word.
+  KO_CU(drv.cuLaunchKernel(diff, support_grid(drv, diff, sm_count, (bytes + 7) / 8), 1, 1,
+                           support_block, 1, 1, 0, stream, params, nullptr));
+  detail::KoDiffResult r{};
+  KO_CU(drv.cuMemcpyDtoHAsync(&r, scratch, sizeof r, stream));
+  KO_CU(drv.cuStreamSynchronize(stream));
+  if (r.bytes_differ == 0) return std::nullopt;
+  return ByteDiff{r.first_offset, r.bytes_differ};
+}
+
+}  // namespace kernelopt

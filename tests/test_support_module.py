@@ -1,0 +1,38 @@
+"""The harness's support kernels (kernelopt_mcp/support/*.cu) compile with NVRTC and export the
+kernels native_harness looks up by name, with the parameter lists it launches them with."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from kernelopt_mcp.compiler import compile_kernel
+from kernelopt_mcp.dtypes import DType
+from kernelopt_mcp.support_module import support_module, support_source
+
+
+@pytest.fixture(scope="module")
+def entries() -> dict[str, list[int]]:
+    result = compile_kernel(support_source(), "sm_90", ["-std=c++17"], filename="kernelopt_support.cu")
+    assert result.ok, result.summary()
+    return {name: [p.size_bytes for p in params] for name, params in result.entries.items()}
+
+
+@pytest.mark.parametrize("dtype", list(DType))
+def test_a_compare_kernel_for_every_protocol_dtype(entries: dict[str, list[int]], dtype: DType) -> None:
+    # (actual, expected, n, abs_tol, rtol, rel_floor, result): native_harness/src/support.cpp
+    assert entries[f"ko_compare_{dtype.value}"] == [8] * 7
+
+
+def test_bitwise_diff_kernel(entries: dict[str, list[int]]) -> None:
+    # (a, b, n, result)
+    assert entries["ko_bitwise_diff"] == [8] * 4
+
+
+def test_support_module_is_a_cached_cubin(tmp_path: Path) -> None:
+    path = support_module("sm_90", tmp_path)
+    assert path.read_bytes()[:4] == b"\x7fELF"
+    mtime = path.stat().st_mtime_ns
+    assert support_module("sm_90", tmp_path) == path and path.stat().st_mtime_ns == mtime
+    assert support_module("sm_80", tmp_path) != path
