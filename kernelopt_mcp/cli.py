@@ -168,7 +168,8 @@ def cmd_evaluate(args: argparse.Namespace, out: Console) -> int:
     device = device_info(harness, settings.device)
     options = EvaluateOptions(
         warmup=args.warmup, iterations=args.iterations, flush_l2=not args.no_flush_l2,
-        timeout_s=args.timeout or settings.timeout_s,
+        timeout_s=args.timeout or settings.timeout_s, timing_mode=args.timing_mode, blocking=not args.no_blocking,
+        adaptive_rse=args.adaptive,
     )
     quiet = args.json
 
@@ -343,6 +344,12 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--warmup", type=int, default=10, help="warm-up launches per case (default 10)")
     sp.add_argument("--iterations", type=int, default=100, help="measured launches per case (default 100)")
     sp.add_argument("--no-flush-l2", action="store_true", help="do not flush L2 between measured launches")
+    sp.add_argument("--timing-mode", choices=["events", "graph"], default="events",
+                    help="events: an event pair per launch (default); graph: back-to-back launches in a CUDA graph")
+    sp.add_argument("--no-blocking", action="store_true",
+                    help="do not queue the launches behind a blocking kernel (host enqueue gaps may be timed)")
+    sp.add_argument("--adaptive", type=float, metavar="RSE",
+                    help="time until the median's relative standard error is below RSE (e.g. 0.01), ~2 s cap per case")
     sp.add_argument("--no-benchmark", action="store_true", help="validate only")
     sp.add_argument("--timeout", type=float, help="seconds per harness request (default 60)")
     sp.add_argument("--workdir", help="keep inputs and modules here (default: a temporary directory)")

@@ -117,13 +117,19 @@ class OutputCheck(BaseModel):
 
 class Timing(BaseModel):
     median_ms: float
+    q1_ms: float | None = None
+    q3_ms: float | None = None
     iqr_ms: float
     min_ms: float
     max_ms: float
     cv: float = Field(description="stdev / mean")
-    noisy: bool = Field(description="IQR above 10% of the median")
+    rse_median: float | None = Field(None, description="relative standard error of the median")
+    noisy: bool = Field(description="IQR above 5% of the median, rse above 2%, or too few samples")
+    noisy_reason: str | None = None
     warmup: int
     iterations: int
+    mode: str = Field("events", description="events (an event pair per launch) or graph (launches in a CUDA graph)")
+    launch_overhead_ms: float | None = Field(None, description="an empty kernel timed the same way: the floor")
 
 
 class CaseOutput(BaseModel):
@@ -140,6 +146,9 @@ class CaseOutput(BaseModel):
     speedup: float | None = Field(None, description="reference median / this median")
     flops_per_s: float | None = None
     bytes_per_s: float | None = None
+    bandwidth_pct: float | None = Field(None, description="bytes_per_s as % of the device's calibrated copy bandwidth")
+    flops_pct: float | None = Field(None, description="flops_per_s as % of the calibrated FP32 FMA rate")
+    of_roofline_floor: float | None = Field(None, description="median / the fastest time the work allows (1.0 = at the roofline)")
 
 
 class EvaluationOutput(BaseModel):
@@ -200,13 +209,13 @@ def _case_detail(c: CaseOutput) -> str:
         parts.append(text)
     if c.timing:
         t = c.timing
-        parts.append(f"median {t.median_ms:.4g} ms (IQR {t.iqr_ms:.2g}{', noisy' if t.noisy else ''})")
+        parts.append(f"median {t.median_ms:.4g} ms (IQR {t.iqr_ms:.2g}{f', noisy: {t.noisy_reason}' if t.noisy else ''})")
         if c.speedup:
             parts.append(f"ref {c.reference_median_ms:.4g} ms, {c.speedup:.3g}x")
         if c.bytes_per_s:
-            parts.append(f"{c.bytes_per_s / 1e9:.0f} GB/s")
+            parts.append(f"{c.bytes_per_s / 1e9:.0f} GB/s" + (f" ({c.bandwidth_pct:.0f}% of copy)" if c.bandwidth_pct else ""))
         if c.flops_per_s:
-            parts.append(f"{c.flops_per_s / 1e12:.2f} TFLOP/s")
+            parts.append(f"{c.flops_per_s / 1e12:.2f} TFLOP/s" + (f" ({c.flops_pct:.0f}% of FMA peak)" if c.flops_pct else ""))
     return (": " + "; ".join(parts)) if parts else ""
 
 
@@ -232,11 +241,15 @@ def evaluation_output(result: EvaluationResult, mode: str) -> EvaluationOutput:
             outputs=checks, cuda_error=(c.error.cuda_error or c.error.message) if c.error else None,
             occupancy_blocks_per_sm=c.occupancy_blocks_per_sm,
             timing=Timing(
-                median_ms=t.median_ms, iqr_ms=t.iqr_ms, min_ms=t.min_ms, max_ms=t.max_ms, cv=t.cv,
-                noisy=t.noisy, warmup=t.warmup, iterations=t.iterations,
+                median_ms=t.median_ms, q1_ms=t.q1_ms, q3_ms=t.q3_ms, iqr_ms=t.iqr_ms, min_ms=t.min_ms,
+                max_ms=t.max_ms, cv=t.cv, rse_median=t.rse_median, noisy=t.noisy, noisy_reason=t.noisy_reason,
+                warmup=t.warmup, iterations=t.iterations, mode=t.mode, launch_overhead_ms=t.launch_overhead_ms,
             ) if t else None,
             reference_median_ms=c.reference_median_ms, speedup=c.speedup,
             flops_per_s=c.flops_per_s, bytes_per_s=c.bytes_per_s,
+            bandwidth_pct=c.roofline.bandwidth_pct if c.roofline else None,
+            flops_pct=c.roofline.flops_pct if c.roofline else None,
+            of_roofline_floor=c.roofline.of_floor if c.roofline else None,
         ))
     return EvaluationOutput(
         status=result.status.value, message=_clip(result.message), mode=mode, workload=result.workload,

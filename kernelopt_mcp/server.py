@@ -289,22 +289,36 @@ def _register_tools(app: MCPServer, service: KerneloptService) -> None:
         compile_options: CompileOptions = None,
         warmup: Annotated[int, Field(ge=0, le=MAX_WARMUP, description="untimed launches per performance case")] = 10,
         iterations: Annotated[int, Field(ge=1, le=MAX_ITERATIONS, description="timed launches per performance case")] = 100,
+        timing_mode: Annotated[
+            Literal["events", "graph"],
+            Field(description="events: one CUDA event pair per launch, L2 flushed before each; graph: back-to-back "
+                  "launches in a CUDA graph, per-launch time = graph time / launches (for kernels under ~20 us)"),
+        ] = "events",
+        adaptive_rse: Annotated[
+            float | None,
+            Field(ge=0.001, le=0.2, description="keep timing until the median's relative standard error is below "
+                  "this (e.g. 0.01), within ~2 s per case; default: exactly `iterations` launches"),
+        ] = None,
     ) -> Annotated[CallToolResult, EvaluationOutput]:
         """Validate a kernel on every case exactly like `validate`, then time each performance case:
         `warmup` untimed launches, then `iterations` launches each timed with CUDA events, with the
-        L2 cache flushed before every launch outside the timed window. Per performance case: median,
-        IQR, min/max, cv and a noisy flag (IQR > 10% of the median), the CUDA reference's median
-        timed the same way in this session and the speedup over it, achieved FLOP/s and bytes/s
-        (from the workload's cost model; compare with gpu_properties' peaks). score_ms = geometric
-        mean of the performance cases' median latencies (lower is better); speedup = reference score
-        / score (>1 is faster). If any case fails nothing is timed and the result reports the
-        failure as validate does. warmup 0-100 (default 10), iterations 1-1000 (default 100): fewer
-        is quicker but noisier. Cost: validate's plus about (warmup + iterations) x (kernel time + L2
-        flush) per performance case, usually 5-60 s. Tool errors as for validate."""
+        L2 cache flushed before every launch outside the timed window and the launches queued behind
+        a blocking kernel (no host gaps). After timing, one more launch runs on inputs drawn from a
+        hidden seed and its outputs are checked (status timed_mismatch if wrong: results must never be
+        cached across launches). Per performance case: median, quartiles, IQR, cv, the relative
+        standard error of the median and a noisy flag with its reason; the CUDA reference's median
+        timed the same way in this session and the speedup over it; achieved FLOP/s and bytes/s and
+        their % of the device's calibrated peaks (roofline); a median below the roofline floor is
+        status impossible_time (work was skipped). score_ms = geometric mean of the performance
+        cases' median latencies (lower is better); speedup = reference score / score (>1 is faster).
+        If any case fails nothing is timed and the result reports the failure as validate does.
+        warmup 0-100 (default 10), iterations 1-1000 (default 100): fewer is quicker but noisier.
+        Cost: validate's plus about (warmup + iterations) x (kernel time + L2 flush) per performance
+        case, usually 5-60 s. Tool errors as for validate."""
         with tool_errors():
             out = await service.evaluate(
                 workload, source, path, launch, compile_options, benchmark=True, warmup=warmup,
-                iterations=iterations, notify=_progress(ctx),
+                iterations=iterations, timing_mode=timing_mode, adaptive_rse=adaptive_rse, notify=_progress(ctx),
             )
         return _result(out, out.text())
 

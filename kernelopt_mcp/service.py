@@ -383,6 +383,8 @@ class KerneloptService:
         benchmark: bool,
         warmup: int | None = None,
         iterations: int | None = None,
+        timing_mode: str = "events",
+        adaptive_rse: float | None = None,
         notify: Notify,
     ) -> EvaluationOutput:
         """Validate (and, if ``benchmark``, time) a candidate; see the validate/benchmark tools."""
@@ -403,6 +405,7 @@ class KerneloptService:
             warmup=self.settings.warmup if warmup is None else warmup,
             iterations=self.settings.iterations if iterations is None else iterations,
             flush_l2=self.settings.flush_l2, timeout_s=self.settings.timeout_s,
+            timing_mode=timing_mode, adaptive_rse=adaptive_rse,
         )
         job = partial(self._evaluate_job, wl, info, candidate, benchmark, timing)
         result = await self.gpu_job(job, notify)
