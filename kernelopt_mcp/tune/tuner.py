@@ -135,7 +135,7 @@ def tune(
         cached = result is not None
         label = "untuned" if index == 0 else f"config-{index:04d}"
         if result is None:
-            say(f"{label}: {config_key(config)}", index, total)
+            say(f"measuring {label} {config_key(config)}", index, total)
             result = evaluator.evaluate(_candidate(tunable, config, label))
             cache.put(key, context, config, result)
             out.counts.measured += 1
@@ -159,8 +159,8 @@ def tune(
         seen[config_key(config)] = score
         if score is not None and (out.best is None or score < (out.best.score_ms or float("inf"))):
             out.best, out.best_params = result, dict(config)
-        say(f"{label}: {result.status.value}" + (f", {score:.4g} ms" if score else "") + (" (cached)" if cached else ""),
-            index + 1, total)
+        say(f"{label} {config_key(config)}: {result.status.value}" + (f", {score:.4g} ms" if score else "")
+            + (" (cached)" if cached else ""), index + 1, total)
         return result
 
     out.untuned = measure(dict(tunable.spec.defaults))
