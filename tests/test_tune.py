@@ -13,7 +13,7 @@ import json
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import pytest
 
@@ -188,7 +188,7 @@ def test_evaluator_resolves_launch_with_params(tmp_path: Path) -> None:
     ev.limits = DeviceLimits()
 
     class Compiled:
-        resources: dict[str, Any] = {}
+        resources: ClassVar[dict[str, Any]] = {}
 
     case = wl.spec.case("n_4096")
     got = ev._resolve(cand, Compiled(), case)  # type: ignore[arg-type]

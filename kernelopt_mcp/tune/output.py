@@ -37,10 +37,10 @@ class AutotuneOutput(BaseModel):
     def text(self) -> str:
         c = self.counts
         lines = [
-            f"autotune {self.workload} on {self.device or '?'} ({self.strategy}): {self.status}; "
-            f"{c.tried} of {self.valid_space_size if self.valid_space_size is not None else self.space_size} "
-            f"configurations tried ({c.measured} measured, {c.cached} from the cache) in {self.elapsed_s:.1f} s; "
-            f"{self.stop_reason}",
+            (f"autotune {self.workload} on {self.device or '?'} ({self.strategy}): {self.status}; "
+             f"{c.tried} of {self.valid_space_size if self.valid_space_size is not None else self.space_size} "
+             f"configurations tried ({c.measured} measured, {c.cached} from the cache) in {self.elapsed_s:.1f} s; "
+             f"{self.stop_reason}"),
         ]
         if self.best_params is not None and self.best_score_ms:
             line = f"best {self.best_params}: {self.best_score_ms:.4g} ms"
