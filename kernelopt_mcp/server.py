@@ -416,6 +416,8 @@ def _register_tools(app: MCPServer, service: KerneloptService) -> None:
         budget_evals: Annotated[int, Field(ge=1, le=MAX_TUNE_EVALS, description="configurations to try at most, the untuned defaults included")] = 32,
         budget_s: Annotated[float, Field(gt=0, le=MAX_TUNE_SECONDS, description="wall-clock seconds; no new configuration starts after this")] = 900.0,
         top: Annotated[int, Field(ge=1, le=100, description="rows of the result table to return")] = 10,
+        warmup: Annotated[int | None, Field(ge=0, le=MAX_WARMUP, description="untimed launches per performance case (default: the server's, 10)")] = None,
+        iterations: Annotated[int | None, Field(ge=1, le=MAX_ITERATIONS, description="timed launches per performance case (default: the server's, 100)")] = None,
     ) -> Annotated[CallToolResult, AutotuneOutput]:
         """Search the best values of a kernel's tunable parameters (tile sizes, threads per block,
         unroll factors ...) on the GPU: the classic autotuner's job, which beats guessing among
@@ -441,7 +443,8 @@ def _register_tools(app: MCPServer, service: KerneloptService) -> None:
         invalid spec (the message names the field), unknown workload, no usable GPU."""
         with tool_errors():
             out = await service.autotune(
-                workload, tunable, source, tunable_path, strategy, budget_evals, budget_s, top, notify=_progress(ctx)
+                workload, tunable, source, tunable_path, strategy, budget_evals, budget_s, top,
+                warmup=warmup, iterations=iterations, notify=_progress(ctx),
             )
         return _result(out, out.text())
 

@@ -516,6 +516,8 @@ class KerneloptService:
         budget_s: float,
         top: int,
         *,
+        warmup: int | None = None,
+        iterations: int | None = None,
         notify: Notify,
     ) -> AutotuneOutput:
         """Tune a tunable kernel's parameters on a workload (see the autotune tool)."""
@@ -544,7 +546,8 @@ class KerneloptService:
         info = await self.device_info()
         cache = TuneCache((self.settings.cache_dir or self.config.workspace / "cache") / "tune")
         timing = EvaluateOptions(
-            warmup=self.settings.warmup, iterations=self.settings.iterations,
+            warmup=self.settings.warmup if warmup is None else warmup,
+            iterations=self.settings.iterations if iterations is None else iterations,
             flush_l2=self.settings.flush_l2, timeout_s=self.settings.timeout_s,
         )
 

@@ -1,7 +1,7 @@
 """The autotune tool through the SDK's in-memory client, on the fake GPU (tests/fakegpu.py).
 
-The tunable kernel (tests/fixtures/tune/add.cu) sets its own latency on the fake GPU to
-"BLOCK.UNROLL" ms, so the true best is known: BLOCK=32, UNROLL=4 (BLOCK=32, UNROLL=2 does not
+The tunable kernel (tests/fixtures/tune/add.cu) sets its own latency on the fake GPU
+(0.0<b><UNROLL> ms, b growing with BLOCK), so the true best is known: BLOCK=32, UNROLL=4 (BLOCK=32, UNROLL=2 does not
 compile; BLOCK=64, UNROLL=1 is wrong; BLOCK=2048 is an invalid launch; BLOCK * UNROLL < 64 breaks
 the constraint).
 """
@@ -52,9 +52,9 @@ async def test_autotune_finds_the_best_and_the_cache_remeasures_nothing(config: 
         assert out["status"] == "ok" and out["strategy"] == "exhaustive"
         assert out["best_params"] == {"BLOCK": 32, "UNROLL": 4}
         assert out["untuned_params"] == {"BLOCK": 256, "UNROLL": 4} and out["untuned_status"] == "ok"
-        assert out["best_score_ms"] == pytest.approx(32.4 * 1.01)
-        assert out["speedup_vs_untuned"] == pytest.approx(256.4 / 32.4)
-        assert out["speedup_vs_reference"] == pytest.approx(0.1 / 32.4)
+        assert out["best_score_ms"] == pytest.approx(0.014 * 1.01)
+        assert out["speedup_vs_untuned"] == pytest.approx(0.044 / 0.014)
+        assert out["speedup_vs_reference"] == pytest.approx(0.1 / 0.014)
         assert out["counts"] == {"tried": 14, "ok": 9, "measured": 14, "cached": 0, "skipped_by_constraint": 1,
                                  "compile_errors": 1, "invalid_launches": 3, "failures": 1}
         assert out["best_launch"]["default"]["block"] == [32]

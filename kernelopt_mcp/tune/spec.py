@@ -165,7 +165,7 @@ class Tunable:
         """A plain candidate for one configuration: the source with ``#define`` lines first, the launch
         with the values substituted, and the spec's compile options (no -D needed)."""
         defines = "".join(f"#define {k} {v}\n" for k, v in params.items())
-        header = f"// tuned configuration: {json.dumps(params)}\n"
+        header = f"// tunable configuration: {json.dumps(params)}\n"
         return header + defines + self.source, substitute_launch(self.spec.launch, params), list(self.spec.compile_options)
 
 
