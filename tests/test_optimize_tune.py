@@ -60,9 +60,13 @@ def test_no_api_key_tunes_the_bundled_tunable(env: dict[str, Path], monkeypatch:
 def test_tune_strategy_needs_a_tunable_and_a_workload(env: dict[str, Path], monkeypatch: pytest.MonkeyPatch,  # noqa: F811
                                                      capsys: pytest.CaptureFixture[str]) -> None:
     monkeypatch.delenv("OPENAI_API_KEY")
-    assert optimize(env, None, "--description", "add two vectors") == 2
+    assert optimize(env, None, "--description", "add two vectors", "--strategy", "tune") == 2
     err = capsys.readouterr().err
-    assert "no OPENAI_API_KEY, so --strategy tune" in err and "--workload" in err
+    assert "--strategy tune tunes a workload's tunable.json: pass --workload" in err
+    # no key and no workload: nothing to tune, so the model's missing key is the error
+    assert optimize(env, None, "--description", "add two vectors") == 2
+    assert "OPENAI_API_KEY is not set" in capsys.readouterr().err
+    shutil.rmtree(env["results"])
     assert optimize(env, None, "--workload", "tiny_add") == 2  # no tunable.json in this one
     out = capsys.readouterr()
     assert "has no tunable.json" in out.err + out.out

@@ -92,7 +92,9 @@ class OptimizeOptions:
                 setattr(opts, key, Path(value))
         opts.api_key = env.get("OPENAI_API_KEY") or dotenv.get("OPENAI_API_KEY") or None
         if opts.strategy is None:
-            opts.strategy = "llm" if opts.api_key else "tune"
+            # without a key, a workload is tuned; without a workload there is nothing to tune, and the
+            # model's missing key is the error to report (ModelClient says it)
+            opts.strategy = "tune" if not opts.api_key and opts.workload else "llm"
             opts.strategy_defaulted = True
         opts.check()
         return opts
@@ -105,9 +107,8 @@ class OptimizeOptions:
         if self.tune_seconds is not None and self.tune_seconds <= 0:
             raise OptionsError("--tune-seconds must be positive")
         if self.strategy == "tune" and self.workload is None:
-            why = "no OPENAI_API_KEY, so " if self.strategy_defaulted else ""
             raise OptionsError(
-                f"{why}--strategy tune tunes a workload's tunable.json: pass --workload NAME|DIR (bundled: sgemm, "
+                "--strategy tune tunes a workload's tunable.json: pass --workload NAME|DIR (bundled: sgemm, "
                 "softmax, reduce_sum, transpose, layernorm); to optimize from a description or separate parts, set "
                 "OPENAI_API_KEY (environment or .env) for --strategy llm"
             )
