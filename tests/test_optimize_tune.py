@@ -95,3 +95,17 @@ def test_a_proposal_with_tunables_is_tuned_before_ranking(env: dict[str, Path]) 
     src = (run / "candidates/002-it1/source.cu").read_text()
     assert f"#define BLOCK {tuned['best_params']['BLOCK']}\n" in src
     assert rec["score_ms"] == pytest.approx(tuned["best_score_ms"])
+
+
+def test_proposal_tunables_parse_both_forms() -> None:
+    from kernelopt_agent.proposal import ProposalError, parse_tunables
+
+    listed = {"params": [{"name": "BM", "values": ["64", "128"]}, {"name": "V", "values": ["a", "0.5"]}],
+              "constraints": ["BM >= 64"], "defaults": [{"name": "BM", "value": "64"}, {"name": "V", "value": "a"}]}
+    as_file = {"params": {"BM": [64, 128], "V": ["a", 0.5]}, "constraints": ["BM >= 64"], "defaults": {"BM": 64, "V": "a"}}
+    assert parse_tunables(listed) == parse_tunables(as_file) == as_file
+    assert parse_tunables(None) is None and parse_tunables({"params": [], "defaults": []}) is None
+    with pytest.raises(ProposalError, match="malformed"):
+        parse_tunables({"params": [{"values": ["1"]}], "defaults": []})
+    with pytest.raises(ProposalError, match="constraints"):
+        parse_tunables({**as_file, "constraints": "BM > 1"})
