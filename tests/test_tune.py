@@ -304,3 +304,22 @@ def test_cache_survives_a_torn_line(tmp_path: Path, workload: Any, tunable: Any)
     ev = FakeEvaluator(workload)
     tune(ev, tunable, strategy="random", budget_evals=4, cache=cache)  # type: ignore[arg-type]
     assert ev.calls == []
+
+
+def test_importing_the_library_does_not_import_optuna() -> None:
+    import subprocess
+    import sys
+
+    repo = Path(__file__).resolve().parent.parent
+    code = ("import sys, kernelopt_mcp, kernelopt_mcp.cli, kernelopt_mcp.tune, kernelopt_mcp.service; "
+            "kernelopt_mcp.cli.build_parser(); sys.exit('optuna' in sys.modules)")
+    assert subprocess.run([sys.executable, "-c", code], cwd=repo).returncode == 0
+
+
+def test_tpe_stops_when_the_valid_space_is_exhausted(workload: Any) -> None:
+    small = parse_tunable({**spec_dict(), "params": {**PARAMS, "BM": [32], "BN": [32, 64], "BK": [8]}}, "", "small")
+    n = len(Space(small.spec).valid())
+    ev = FakeEvaluator(workload)
+    result = tune(ev, small, strategy="tpe", budget_evals=n + 50)  # type: ignore[arg-type]
+    assert result.counts.tried == len(ev.calls) == n
+    assert result.stop_reason == "every configuration of the space was tried"

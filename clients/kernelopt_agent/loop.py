@@ -36,7 +36,7 @@ from .parts import Parts, load_parts
 from .progress import Display
 from .proposal import PROPOSAL_SCHEMA, Proposal, ProposalError, parse_proposal
 from .rundir import RunDir
-from .toolbox import ToolResult, Toolbox, model_text
+from .toolbox import Toolbox, ToolResult, model_text
 
 FORMAT_RETRIES = 2
 REFERENCE_REGENERATIONS = 2

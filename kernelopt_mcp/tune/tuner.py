@@ -21,7 +21,7 @@ from .space import Config, Space, config_key
 from .spec import Tunable, Value
 from .strategies import auto_choice, make_strategy
 
-MAX_IDLE_ASKS = 2000  # proposals in a row that bring nothing new: the strategy has converged
+MAX_IDLE_ASKS = 500  # proposals in a row that bring nothing new: the strategy has converged
 
 TuneProgress = Callable[[str, int, int], None]
 
@@ -172,6 +172,11 @@ def tune(
             break
         if budget_s is not None and time.monotonic() - start >= budget_s:
             out.stop_reason = f"time budget of {budget_s:g} s spent"
+            break
+        # a sampler may propose old configurations forever; the ordered strategies end by themselves
+        # (and so count every configuration their order skips)
+        if chosen == "tpe" and out.valid_space_size is not None and out.counts.tried >= out.valid_space_size:
+            out.stop_reason = "every configuration of the space was tried"
             break
         config = search.ask()
         if config is None:
