@@ -292,7 +292,8 @@ def print_tune(out: Console, result: Any, top: int) -> None:
     for col in ("#", *names, "status", "score ms", "vs untuned", "vs ref", "cached"):
         table.add_column(col, justify="left" if col == "status" else "right")
     rows = result.ranked()
-    for r in rows[:top]:
+    shown = rows[:top] + [r for r in rows[top:] if r.index == 0]  # the untuned row always
+    for r in shown:
         style = "green" if r.status == "ok" else "red"
         mark = " (untuned)" if r.index == 0 else ""
         table.add_row(
@@ -301,8 +302,8 @@ def print_tune(out: Console, result: Any, top: int) -> None:
             f"{r.speedup_vs_reference:.2f}x" if r.speedup_vs_reference else "", "yes" if r.cached else "",
         )
     out.print(table)
-    if len(rows) > top:
-        out.print(f"[dim]({len(rows) - top} more rows in tune.csv)[/]")
+    if len(rows) > len(shown):
+        out.print(f"[dim]({len(rows) - len(shown)} more rows in tune.csv)[/]")
 
 
 def cmd_schema(args: argparse.Namespace, out: Console) -> int:

@@ -78,7 +78,13 @@ class TPE:
     name = "tpe"
 
     def __init__(self, space: Space, seed: int = 0, startup: int = 8) -> None:
-        import optuna  # lazy: a heavy import that only this strategy needs
+        try:
+            import optuna  # lazy: a heavy import that only this strategy needs
+        except ImportError as exc:
+            raise ValueError(
+                f"the tpe strategy needs optuna ({exc}); install it (`pip install optuna`, a kernelopt dependency) or "
+                "use the random strategy"
+            ) from None
 
         optuna.logging.set_verbosity(optuna.logging.WARNING)
         self._optuna = optuna
