@@ -58,7 +58,7 @@ def spec_dict() -> dict[str, Any]:
 
 @dataclass
 class FakeEvaluator:
-    """The Evaluator's interface as tune() uses it, answering from ``simulated``."""
+    """The Evaluator's interface as tune() uses it, answering from ``table`` (default ``simulated``)."""
 
     workload: Any
     device: Any = None
@@ -67,6 +67,7 @@ class FakeEvaluator:
     reference_result: EvaluationResult | None = None
     limits: DeviceLimits = field(default_factory=DeviceLimits)
     calls: list[dict[str, Any]] = field(default_factory=list)
+    table: Any = simulated
 
     def prepare(self) -> None:
         self.reference_result = EvaluationResult(status=Status.ok, message="", workload=self.workload.name,
@@ -74,7 +75,7 @@ class FakeEvaluator:
 
     def evaluate(self, candidate: Candidate) -> EvaluationResult:
         self.calls.append(dict(candidate.params))
-        status, ms = simulated(candidate.params)
+        status, ms = self.table(candidate.params)
         case = CaseResult(name="n_4096", kind="performance", status=Status(status))
         return EvaluationResult(status=Status(status), message=status, workload=self.workload.name,
                                 candidate=candidate.name, seed=1, arch=self.arch, cases=[case], score_ms=ms)
@@ -323,3 +324,34 @@ def test_tpe_stops_when_the_valid_space_is_exhausted(workload: Any) -> None:
     result = tune(ev, small, strategy="tpe", budget_evals=n + 50)  # type: ignore[arg-type]
     assert result.counts.tried == len(ev.calls) == n
     assert result.stop_reason == "every configuration of the space was tried"
+
+
+# --- replaying timings recorded on a GPU ---------------------------------------------------------
+# Record one on a GPU machine:  kernelopt tune WORKLOAD --strategy exhaustive -o DIR
+# and copy DIR/tune.json to tests/fixtures/tune/recorded/<workload>_<gpu>.json.
+
+RECORDED = sorted((Path(__file__).resolve().parent / "fixtures" / "tune" / "recorded").glob("*.json"))
+
+
+@pytest.mark.skipif(not RECORDED, reason="no recorded tune.json under tests/fixtures/tune/recorded/")
+@pytest.mark.parametrize("path", RECORDED, ids=[p.stem for p in RECORDED])
+def test_strategies_on_recorded_timings(path: Path, tmp_path: Path) -> None:
+    recorded = json.loads(path.read_text())
+    spec = {k: v for k, v in recorded["tunable"].items() if k != "source_sha256"}
+    rows = {config_key(r["params"]): (r["status"], r["score_ms"]) for r in recorded["table"]}
+    tunable = parse_tunable(spec, "// replay\n", path.name)
+
+    def table(config: dict[str, Any]) -> tuple[str, float | None]:
+        return rows.get(config_key(config), ("skipped", None))  # not recorded: a failure that cannot win
+
+    from kernelopt_mcp.config import Settings, find_workload
+
+    wl = find_workload(recorded["workload"], Settings())  # the recording's own workload (scalars for the launch)
+    best = min((s for st, s in rows.values() if st == "ok" and s), default=None)
+    assert best is not None, "the recording has no valid configuration"
+    exhaustive = tune(FakeEvaluator(wl, table=table), tunable, strategy="exhaustive")  # type: ignore[arg-type]
+    assert exhaustive.best is not None and exhaustive.best.score_ms == best
+    n = len(Space(tunable.spec).valid())
+    budget = min(n, max(8, n // 3))
+    tpe = tune(FakeEvaluator(wl, table=table), tunable, strategy="tpe", budget_evals=budget)  # type: ignore[arg-type]
+    assert tpe.counts.tried == budget and tpe.best is not None and tpe.best.score_ms <= best * 1.15

@@ -67,6 +67,7 @@ class TuneResult(BaseModel):
     counts: TuneCounts = Field(default_factory=TuneCounts)
     table: list[TrialRow] = Field(default_factory=list)
     elapsed_s: float = 0.0
+    tunable: dict[str, Any] = Field(default_factory=dict, description="the tuned spec (tunable.json form) and source hash")
 
     def ranked(self) -> list[TrialRow]:
         """The table, fastest valid first, then the rest in measurement order."""
@@ -122,6 +123,7 @@ def tune(
         valid_space_size=len(space.valid()) if space.enumerable else None,
         budget_evals=budget_evals, budget_s=budget_s, untuned_params=dict(tunable.spec.defaults),
         reference_score_ms=ref_score,
+        tunable={**tunable.spec.model_dump(mode="json"), "source_sha256": context["source"]},
     )
     start = time.monotonic()
     seen: dict[str, float | None] = {}
