@@ -537,8 +537,13 @@ class KerneloptService:
                 tuned = parse_tunable(spec, text, "tunable", wl)
             elif tunable_path is not None:
                 real = self.confine(tunable_path)
+                try:
+                    data = json.loads(real.read_text(encoding="utf-8"))
+                except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+                    raise RequestError(f"{tunable_path}: not a readable tunable JSON file ({exc})") from None
+                name = data.get("source", "tunable.cu") if isinstance(data, dict) else "tunable.cu"
+                self.confine(str(real.parent / str(name)))  # before reading it: the source must lie inside a root too
                 tuned = load_tunable(real, wl)
-                self.confine(str(real.parent / tuned.spec.source))  # the source must be readable too
             else:
                 tuned = load_tunable(workload_tunable_path(wl), wl)
         except TunableError as exc:

@@ -107,3 +107,13 @@ async def test_autotune_refuses_bad_requests_with_a_fix(config: ServerConfig, ar
     async with in_memory_server(config) as (client, _):
         result = await client.call_tool("autotune", {"workload": "tiny_add", **args})
         assert result.is_error and message in text(result), text(result)
+
+
+async def test_autotune_source_beside_the_spec_must_be_inside_a_root(config: ServerConfig, tmp_path: Path) -> None:
+    spec = json.loads((FIXTURES / "add.json").read_text())
+    spec["source"] = "../../../../../../../../etc/hostname"
+    (config.workspace).mkdir(parents=True, exist_ok=True)
+    (config.workspace / "t.json").write_text(json.dumps(spec))
+    async with in_memory_server(config) as (client, _):
+        result = await client.call_tool("autotune", {"workload": "tiny_add", "tunable_path": "t.json"})
+        assert result.is_error and "outside the directories" in text(result)
