@@ -288,6 +288,69 @@ def cmd_docs(args: argparse.Namespace, out: Console) -> int:
     return EXIT_OK if result.passages else EXIT_FAILED
 
 
+def cmd_tune(args: argparse.Namespace, out: Console) -> int:
+    from .tune import TuneCache, load_tunable, summary_line, tune, workload_tunable_path
+    from .tune.report import save_tuning
+
+    settings = _settings(args)
+    workload = find_workload(args.workload, settings)
+    tunable = load_tunable(Path(args.tunable) if args.tunable else workload_tunable_path(workload), workload)
+    run_dir = Path(args.output) if args.output else (
+        Path("kernelopt-tune") / f"{time.strftime('%Y%m%d-%H%M%S')}-{workload.name}"
+    )
+    harness = find_harness(settings.harness)
+    device = device_info(harness, settings.device)
+    options = EvaluateOptions(
+        warmup=args.warmup, iterations=args.iterations, flush_l2=not args.no_flush_l2,
+        timeout_s=args.timeout or settings.timeout_s,
+    )
+    cache = TuneCache(None if args.no_cache else settings.cache_root() / "tune")
+    quiet = args.json
+
+    def progress(message: str, done: int, total: int) -> None:
+        if not quiet:
+            out.print(f"[dim]… [{done}/{total or '?'}] {escape(message)}[/]", highlight=False)
+
+    compile_cache = CompileCache(settings.cache_root() / "compile")
+    with HarnessProcess(harness, settings.device) as proc, Evaluator(
+        workload, proc, device, seed=args.seed, options=options, arch=settings.arch, compile_cache=compile_cache,
+        progress=(lambda m, d, t: out.print(f"[dim]    {escape(m)}[/]", highlight=False)) if args.verbose and not quiet else None,
+    ) as ev:
+        result = tune(
+            ev, tunable, strategy=args.strategy, budget_evals=args.budget_evals, budget_s=args.budget_s,
+            seed=args.tune_seed, cache=cache, progress=progress,
+        )
+    written = save_tuning(result, tunable, run_dir)
+    if args.json:
+        print(result.model_dump_json(indent=2, exclude={"best": {"compile"}, "untuned": {"compile"}}))
+        return EXIT_OK if result.best else EXIT_FAILED
+    print_tune(out, result, args.top)
+    out.print(f"saved in {escape(str(run_dir))}: {', '.join(written)}", highlight=False)
+    out.print(escape(summary_line(result)), highlight=False)
+    return EXIT_OK if result.best else EXIT_FAILED
+
+
+def print_tune(out: Console, result: Any, top: int) -> None:
+    names = list(result.untuned_params)
+    table = Table(title=f"{result.workload}: {result.strategy} search, {result.counts.tried} of "
+                  f"{result.valid_space_size if result.valid_space_size is not None else result.space_size} configurations")
+    for col in ("#", *names, "status", "score ms", "vs untuned", "vs ref", "cached"):
+        table.add_column(col, justify="left" if col == "status" else "right")
+    rows = result.ranked()
+    shown = rows[:top] + [r for r in rows[top:] if r.index == 0]  # the untuned row always
+    for r in shown:
+        style = "green" if r.status == "ok" else "red"
+        mark = " (untuned)" if r.index == 0 else ""
+        table.add_row(
+            f"{r.index}{mark}", *(str(r.params.get(n)) for n in names), f"[{style}]{r.status}[/]",
+            f"{r.score_ms:.4g}" if r.score_ms else "", f"{r.speedup_vs_untuned:.2f}x" if r.speedup_vs_untuned else "",
+            f"{r.speedup_vs_reference:.2f}x" if r.speedup_vs_reference else "", "yes" if r.cached else "",
+        )
+    out.print(table)
+    if len(rows) > len(shown):
+        out.print(f"[dim]({len(rows) - len(shown)} more rows in tune.csv)[/]")
+
+
 def cmd_schema(args: argparse.Namespace, out: Console) -> int:
     text = json.dumps(json_schema(), indent=2)
     if args.output:
@@ -376,6 +439,30 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("-n", type=int, default=6, help="passages to show (default 6)")
     sp.add_argument("--json", action="store_true")
     sp.set_defaults(fn=cmd_docs)
+
+    from .tune.strategies import STRATEGIES
+
+    sp = sub.add_parser("tune", help="autotune a tunable kernel (tunable.json) on a workload")
+    common(sp)
+    sp.add_argument("workload", help="bundled workload name or workload directory")
+    sp.add_argument("tunable", nargs="?", help="TUNABLE.json (default: the workload's tunable.json)")
+    sp.add_argument("--strategy", choices=STRATEGIES, default="auto",
+                    help="exhaustive, random, tpe (optuna) or auto: exhaustive when the valid space fits the budget (default)")
+    sp.add_argument("--budget-evals", type=int, help="configurations to try at most, the untuned defaults included")
+    sp.add_argument("--budget-s", type=float, help="seconds: no new configuration starts after this")
+    sp.add_argument("--seed", type=int, help="input seed (default: fresh, recorded)")
+    sp.add_argument("--tune-seed", type=int, default=0, help="the search strategy's seed (default 0: repeatable)")
+    sp.add_argument("--arch", help="compile target (default: the GPU's)")
+    sp.add_argument("--warmup", type=int, default=10, help="warm-up launches per case (default 10)")
+    sp.add_argument("--iterations", type=int, default=100, help="measured launches per case (default 100)")
+    sp.add_argument("--no-flush-l2", action="store_true", help="do not flush L2 between measured launches")
+    sp.add_argument("--timeout", type=float, help="seconds per harness request (default 60)")
+    sp.add_argument("--no-cache", action="store_true", help="measure everything again (the cache is ~/.cache/kernelopt/tune; env KERNELOPT_CACHE)")
+    sp.add_argument("--top", type=int, default=20, help="rows of the table to print (default 20; all are saved)")
+    sp.add_argument("-o", "--output", help="run directory for tune.json, tune.csv, best.cu ... (default kernelopt-tune/<time>-<workload>)")
+    sp.add_argument("-v", "--verbose", action="store_true", help="print every evaluation step")
+    sp.add_argument("--json", action="store_true", help="print the result as JSON")
+    sp.set_defaults(fn=cmd_tune)
 
     sp = sub.add_parser("schema", help="print the JSON Schema of workload.json")
     sp.add_argument("--output", "-o", help="write to a file instead of stdout")

@@ -5,6 +5,7 @@ Kernel outcomes (a compile error, a mismatch, a fault, a timeout) are *data*: se
 
     KerneloptError                  root: catch this to catch everything below
     ├── WorkloadError               a workload file or spec is malformed (names file, field, fix)
+    │   └── TunableError            a tunable candidate (tunable.json) is malformed or does not fit
     ├── LaunchConfigError           a launch configuration is invalid for a case or the device
     ├── ExpressionError             a shape/launch/cost expression is not allowed or fails
     ├── InputError                  an input generator or data file cannot produce the buffer
@@ -29,6 +30,10 @@ class KerneloptError(Exception):
 
 class WorkloadError(KerneloptError):
     """A workload (directory, JSON spec or seed-style files) is malformed."""
+
+
+class TunableError(WorkloadError):
+    """A tunable candidate (params, constraints, defaults, launch) is malformed or clashes with its workload."""
 
 
 class LaunchConfigError(KerneloptError):

@@ -49,12 +49,22 @@ __all__ = [
 
 @dataclass
 class Candidate:
-    """A kernel to evaluate: source, per-case launch configurations, compile options."""
+    """A kernel to evaluate: source, per-case launch configurations, compile options.
+
+    ``params`` (tunable parameters, see :mod:`kernelopt_mcp.tune`) reach the kernel as
+    ``-DNAME=VALUE`` after ``compile_options`` and the launch expressions as names beside the
+    case's scalars.
+    """
 
     source: str
     launch: LaunchSpec
     compile_options: list[str] = field(default_factory=list)
     name: str = "candidate"
+    params: dict[str, int | float | str] = field(default_factory=dict)
+
+    @property
+    def all_compile_options(self) -> list[str]:
+        return [*self.compile_options, *(f"-D{k}={v}" for k, v in self.params.items())]
 
 
 @dataclass
@@ -385,7 +395,7 @@ class Evaluator:
     def _compile(self, candidate: Candidate) -> tuple[CompileResult, Path | None, str | None]:
         """Compile and check the entry point; the module path is None when it cannot run."""
         compiled = compile_kernel(
-            candidate.source, self.arch, candidate.compile_options, cache=self.compile_cache
+            candidate.source, self.arch, candidate.all_compile_options, cache=self.compile_cache
         )
         if not compiled.ok:
             return compiled, None, compiled.summary()
@@ -399,7 +409,8 @@ class Evaluator:
         return compiled, module, None
 
     def _resolve(self, candidate: Candidate, compiled: CompileResult, case: Case) -> ResolvedLaunch:
-        launch = resolve(candidate.launch.for_case(case.name), case.scalars, self.limits, case.name)
+        scalars = {**case.scalars, **{k: v for k, v in candidate.params.items() if not isinstance(v, str)}}
+        launch = resolve(candidate.launch.for_case(case.name), scalars, self.limits, case.name)
         static_shared = sum((r.shared_bytes or 0) for r in compiled.resources.values())
         if launch.shared_bytes + static_shared > self.limits.max_shared_bytes_per_block_optin:
             raise LaunchConfigError(

@@ -67,7 +67,8 @@ from .results import (
     describe,
     gpu_properties_output,
 )
-from .service import MAX_ITERATIONS, MAX_WARMUP, NAME_RE, KerneloptService, ServerConfig
+from .service import MAX_ITERATIONS, MAX_TUNE_EVALS, MAX_TUNE_SECONDS, MAX_WARMUP, NAME_RE, KerneloptService, ServerConfig
+from .tune.output import AutotuneOutput
 from .workload import Workload, json_schema
 
 INSTRUCTIONS = """\
@@ -76,7 +77,8 @@ describe_workload (prototype, cases, reference and starting kernel) -> write a k
 (fix errors, watch registers and spills) -> validate (every case must pass) -> benchmark (score =
 geometric mean of the performance cases' median latencies; speedup vs the CUDA reference) ->
 iterate. ncu_profile says why a kernel is slow (hardware counters and hints); docs_search finds
-CUDA optimization guidance. A failing kernel is a result with a status and details, never a server error. The
+CUDA optimization guidance. autotune searches the values of a kernel's tunable parameters (tile
+sizes, block sizes) once its structure is right. A failing kernel is a result with a status and details, never a server error. The
 prompt optimize_kernel primes this loop."""
 
 READ_ONLY = ToolAnnotations(read_only_hint=True, destructive_hint=False, idempotent_hint=True, open_world_hint=False)
@@ -412,6 +414,52 @@ def _register_tools(app: MCPServer, service: KerneloptService) -> None:
         with tool_errors():
             options = ProfileOptions(clock_control=clock_control, section_set=section_set, timeout_s=service.settings.profile_timeout_s)
             out = await service.profile(workload, source, path, launch, compile_options, case, options, notify=_progress(ctx))
+        return _result(out, out.text())
+
+    @_tool(
+        app, "autotune", "Autotune a kernel's parameters",
+        ToolAnnotations(read_only_hint=False, destructive_hint=False, idempotent_hint=True, open_world_hint=False),
+    )
+    async def autotune(
+        workload: WorkloadName,
+        ctx: Context,
+        tunable: Annotated[dict[str, Any] | None, Field(description='inline tunable spec: {"params": {"BM": [64, 128], ...}, "constraints": ["BM * BK <= 8192"], "defaults": {"BM": 64, ...}, "launch": {...}, "compile_options": []}; needs `source`')] = None,
+        source: Source = None,
+        tunable_path: Annotated[str | None, Field(max_length=4096, description="a tunable.json under the workspace or a workload directory (its `source` file beside it)")] = None,
+        strategy: Annotated[Literal["auto", "exhaustive", "random", "tpe"], Field(description="auto (default): exhaustive when every valid configuration fits budget_evals, else tpe")] = "auto",
+        budget_evals: Annotated[int, Field(ge=1, le=MAX_TUNE_EVALS, description="configurations to try at most, the untuned defaults included")] = 32,
+        budget_s: Annotated[float, Field(gt=0, le=MAX_TUNE_SECONDS, description="wall-clock seconds; no new configuration starts after this")] = 900.0,
+        top: Annotated[int, Field(ge=1, le=100, description="rows of the result table to return")] = 10,
+        warmup: Annotated[int | None, Field(ge=0, le=MAX_WARMUP, description="untimed launches per performance case (default: the server's, 10)")] = None,
+        iterations: Annotated[int | None, Field(ge=1, le=MAX_ITERATIONS, description="timed launches per performance case (default: the server's, 100)")] = None,
+    ) -> Annotated[CallToolResult, AutotuneOutput]:
+        """Search the best values of a kernel's tunable parameters (tile sizes, threads per block,
+        unroll factors ...) on the GPU: the classic autotuner's job, which beats guessing among
+        dozens of combinations. A tunable kernel is CUDA source whose parameters are macros (guard
+        each: #ifndef BM / #define BM 64 / #endif), plus a spec: params (name -> list of values, ints,
+        floats or identifiers; not named like the workload's scalars), constraints (expressions of
+        the params: + - * / // % **, comparisons, and/or/not, min/max/ceil_div; a configuration must
+        satisfy all), defaults (the untuned configuration, measured first) and launch (as for
+        benchmark; expressions may use the case's scalars AND the params, e.g. block ["BM / TM"]).
+        Give the spec inline as `tunable` with `source`, or `tunable_path`, or neither to tune the
+        workload's bundled tunable.json. Each configuration reaches the kernel as -DNAME=VALUE and is
+        validated on every case, then timed exactly like benchmark; only one that passes every case
+        can win. Configurations breaking a constraint are skipped before compiling; compile errors,
+        invalid launches and failures are counted, never fatal. Strategies: exhaustive (every valid
+        configuration), random, tpe (optuna's model-based sampler, for large spaces), auto. Measured
+        configurations are cached on disk (by source, params, device, driver, NVRTC, timing options
+        and workload): repeating a call re-measures nothing. Result: best_params, best_score_ms,
+        best_launch (the launch with the values substituted), speedups vs the untuned defaults and
+        the CUDA reference, counts, and the top rows of the table (all rows in tune.csv under
+        saved_to, with best.cu: the source with #define lines, ready for benchmark). Cost: about one
+        benchmark per configuration (usually 2-30 s each), bounded by budget_evals and budget_s; one
+        GPU job for the whole search (progress notifications per configuration). Tool errors: an
+        invalid spec (the message names the field), unknown workload, no usable GPU."""
+        with tool_errors():
+            out = await service.autotune(
+                workload, tunable, source, tunable_path, strategy, budget_evals, budget_s, top,
+                warmup=warmup, iterations=iterations, notify=_progress(ctx),
+            )
         return _result(out, out.text())
 
     @_tool(

@@ -40,7 +40,7 @@ from .calibrate import peaks_for
 from .compiler import MAX_SOURCE_BYTES, CompileCache, compile_kernel
 from .config import Settings, bundled_workloads_dir, list_workloads
 from .docs import DocsSearchResult, search_docs
-from .errors import HarnessCancelled, KerneloptError
+from .errors import HarnessCancelled, KerneloptError, TunableError
 from .evaluate import Candidate, EvaluateOptions, EvaluationResult, Evaluator
 from .gpu import DeviceInfo, device_info
 from .harness import HarnessProcess, find_harness
@@ -48,6 +48,7 @@ from .inputs import MAX_BUFFER_BYTES, fresh_seed
 from .launch import LaunchSpec
 from .ncu_report import ProfileSummary
 from .profiler import ProfileOptions, find_ncu, profile_case
+from .tune.output import AutotuneOutput
 from .results import (
     CompileOutput,
     CreatedWorkload,
@@ -63,6 +64,8 @@ Notify = Callable[[str], Awaitable[None]]
 
 MAX_WARMUP = 100
 MAX_ITERATIONS = 1000
+MAX_TUNE_EVALS = 1000
+MAX_TUNE_SECONDS = 4 * 3600.0
 MAX_CREATED_WORKLOAD_BYTES = 4 * 2**30
 DEFAULT_PREPARED_WORKLOADS = 3
 HEARTBEAT_S = 10.0  # progress at least this often while a job waits or runs
@@ -506,6 +509,70 @@ class KerneloptService:
             ev, candidate, case, out_dir, options, harness=harness.binary,
             progress=lambda message: progress(message, 0, 1), cancelled=lambda: harness.cancelled,
         )
+
+    async def autotune(
+        self,
+        workload: str,
+        tunable: dict[str, Any] | None,
+        source: str | None,
+        tunable_path: str | None,
+        strategy: str,
+        budget_evals: int,
+        budget_s: float,
+        top: int,
+        *,
+        warmup: int | None = None,
+        iterations: int | None = None,
+        notify: Notify,
+    ) -> AutotuneOutput:
+        """Tune a tunable kernel's parameters on a workload (see the autotune tool)."""
+        from .tune import TuneCache, load_tunable, parse_tunable, tune, workload_tunable_path
+        from .tune.output import autotune_output
+        from .tune.report import save_tuning
+
+        wl = self.load(workload)
+        try:
+            if tunable is not None:
+                if tunable_path is not None:
+                    raise RequestError("give `tunable` (inline, with `source`) or `tunable_path`, not both")
+                if source is None:
+                    raise RequestError("an inline `tunable` needs `source`: the CUDA text whose macros are the params")
+                text, _ = self.read_source(source, None)
+                spec = {k: v for k, v in tunable.items() if k != "source"}
+                tuned = parse_tunable(spec, text, "tunable", wl)
+            elif tunable_path is not None:
+                real = self.confine(tunable_path)
+                try:
+                    data = json.loads(real.read_text(encoding="utf-8"))
+                except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+                    raise RequestError(f"{tunable_path}: not a readable tunable JSON file ({exc})") from None
+                name = data.get("source", "tunable.cu") if isinstance(data, dict) else "tunable.cu"
+                self.confine(str(real.parent / str(name)))  # before reading it: the source must lie inside a root too
+                tuned = load_tunable(real, wl)
+            else:
+                tuned = load_tunable(workload_tunable_path(wl), wl)
+        except TunableError as exc:
+            raise RequestError(str(exc)) from None
+        info = await self.device_info()
+        cache = TuneCache((self.settings.cache_dir or self.config.workspace / "cache") / "tune")
+        timing = EvaluateOptions(
+            warmup=self.settings.warmup if warmup is None else warmup,
+            iterations=self.settings.iterations if iterations is None else iterations,
+            flush_l2=self.settings.flush_l2, timeout_s=self.settings.timeout_s,
+        )
+
+        def job(dev: _Device, progress: Callable[[str, int, int], None]) -> Any:
+            ev = self._evaluator(wl, info, dev, progress)
+            ev.options = timing
+            return tune(ev, tuned, strategy=strategy, budget_evals=budget_evals, budget_s=budget_s, cache=cache,
+                        progress=progress)
+
+        result = await self.gpu_job(job, notify)
+        out_dir = Path(tempfile.mkdtemp(
+            prefix=f"{time.strftime('%Y%m%d-%H%M%S')}-{wl.name}-", dir=_mkdir(self.config.runs_dir / "tune")
+        ))
+        save_tuning(result, tuned, out_dir)
+        return autotune_output(result, tuned, top, str(out_dir))
 
     async def docs_search(
         self, query: str, arch: str | None, limit: int, offline: bool | None, *, notify: Notify

@@ -263,7 +263,8 @@ def test_max_tokens_stops_the_loop_cleanly(env: dict[str, Path]) -> None:
 def test_missing_api_key_is_a_clear_error_kept_in_the_run(env: dict[str, Path], monkeypatch: pytest.MonkeyPatch,
                                                          capsys: pytest.CaptureFixture[str]) -> None:
     monkeypatch.delenv("OPENAI_API_KEY")
-    assert optimize(env, None, "--workload", "tiny_add") == 2
+    # without a key the default is --strategy tune (tests/test_optimize_tune.py); asking for the model is an error
+    assert optimize(env, None, "--workload", "tiny_add", "--strategy", "llm") == 2
     assert "OPENAI_API_KEY is not set" in capsys.readouterr().err
     summary = read(env["results"] / "run-001" / "summary.json")
     assert summary["status"] == "failed" and "OPENAI_API_KEY is not set" in summary["error"]

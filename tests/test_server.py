@@ -31,7 +31,7 @@ from fakegpu import ADD_LAUNCH, TINY_SPEC, in_memory_server, kernel, write_harne
 REPO = Path(__file__).resolve().parent.parent
 TOOLS = {
     "gpu_properties", "compile", "validate", "benchmark", "list_workloads", "describe_workload", "create_workload",
-    "ncu_profile", "docs_search",
+    "ncu_profile", "docs_search", "autotune",
 }
 
 @pytest.fixture
@@ -112,9 +112,11 @@ async def test_tools_are_listed_with_schemas_descriptions_and_honest_annotations
         assert tool.output_schema and tool.output_schema["type"] == "object"
         # only docs_search reaches outside (it fetches NVIDIA's documentation)
         assert tool.annotations and tool.annotations.open_world_hint is (tool.name == "docs_search")
-    for name in TOOLS - {"create_workload", "ncu_profile"}:
+    for name in TOOLS - {"create_workload", "ncu_profile", "autotune"}:
         assert tools[name].annotations.read_only_hint is True and tools[name].annotations.destructive_hint is False
     assert tools["create_workload"].annotations.read_only_hint is False
+    # autotune writes its table and cache into the workspace, changing nothing that exists
+    assert tools["autotune"].annotations.read_only_hint is False and tools["autotune"].annotations.destructive_hint is False
     # ncu_profile writes a report into the workspace but changes nothing that exists
     assert tools["ncu_profile"].annotations.read_only_hint is False and tools["ncu_profile"].annotations.destructive_hint is False
     bench = tools["benchmark"].input_schema["properties"]

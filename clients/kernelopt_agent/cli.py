@@ -21,7 +21,10 @@ EXAMPLE = """examples:
   kernelopt optimize --description "..." --input-cases results/run-001/input_cases.json \\
       --reference results/run-001/reference.cu --initial-kernel results/run-001/best.cu --max-iterations 7
 
-OPENAI_API_KEY comes from the environment or a .env file in the working directory."""
+  kernelopt optimize --workload sgemm --strategy tune --tune-evals 100     (no model: autotune tunable.json)
+
+OPENAI_API_KEY comes from the environment or a .env file in the working directory; without one,
+--strategy tune is the default."""
 
 
 def optimize_parser(prog: str = "kernelopt optimize") -> argparse.ArgumentParser:
@@ -52,6 +55,11 @@ def optimize_parser(prog: str = "kernelopt optimize") -> argparse.ArgumentParser
     p.add_argument("--workspace", help="kernelopt-mcp workspace (default ~/.kernelopt)")
     p.add_argument("--harness", help="kernelopt-harness binary for the server (default: the installed one)")
     p.add_argument("--device", type=int, help="CUDA device ordinal (default 0)")
+    p.add_argument("--strategy", choices=("llm", "tune"), help="llm: a model proposes kernels (default with an API key); "
+                   "tune: autotune the workload's tunable.json, no model (default without one)")
+    p.add_argument("--tune-budget", type=int, help="configurations to measure when a model's proposal carries tunables (default 8)")
+    p.add_argument("--tune-evals", type=int, help="configurations to measure with --strategy tune (default 64)")
+    p.add_argument("--tune-seconds", type=float, help="seconds of tuning at most with --strategy tune")
     p.add_argument("--quiet", action="store_true", help="no progress output")
     return p
 
@@ -68,6 +76,9 @@ def cmd_optimize(argv: list[str]) -> int:
     except OptionsError as exc:
         err.print(f"error: {exc}", highlight=False, markup=False)
         return EXIT_ERROR
+    if opts.strategy == "tune" and opts.strategy_defaulted:
+        err.print("no OPENAI_API_KEY: tuning the bundled tunable kernel instead of asking a model", highlight=False,
+                  markup=False)
     return run_optimize(opts, Console(width=None if sys.stdout.isatty() else 160), quiet=quiet)
 
 

@@ -91,6 +91,7 @@ def summary(
         })
     data: dict[str, Any] = {
         "run": opt.run.name, "path": str(opt.run.path), "status": status, "stop_reason": opt.stop_reason or None,
+        "strategy": opt.opts.strategy,
         "error": error, "pid": os.getpid(), "updated": now,
         "workload": workload,
         "model": {"name": opt.opts.model, "reasoning_effort": opt.opts.reasoning_effort,

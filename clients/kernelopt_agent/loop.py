@@ -22,8 +22,10 @@ from typing import Any
 
 import anyio
 
+from kernelopt_mcp.errors import KerneloptError
 from kernelopt_mcp.gpu import DeviceInfo
 from kernelopt_mcp.launch import LaunchSpec
+from kernelopt_mcp.tune.spec import Tunable, load_tunable, parse_tunable
 
 from . import prompts
 from .freeze import FrozenWorkload, freeze
@@ -34,7 +36,7 @@ from .parts import Parts, load_parts
 from .progress import Display
 from .proposal import PROPOSAL_SCHEMA, Proposal, ProposalError, parse_proposal
 from .rundir import RunDir
-from .toolbox import Toolbox, model_text
+from .toolbox import Toolbox, ToolResult, model_text
 
 FORMAT_RETRIES = 2
 REFERENCE_REGENERATIONS = 2
@@ -48,7 +50,7 @@ class RunFailed(RuntimeError):
 class CandidateRecord:
     index: int
     label: str
-    kind: str  # reference | initial | proposal | repair
+    kind: str  # reference | initial | proposal | repair | untuned | tuned
     iteration: int | None
     source: str
     launch: dict[str, Any]
@@ -112,7 +114,13 @@ class Optimizer:
         opts = self.opts
         self.event("load", "loading the workload parts")
         self.parts = load_parts(opts)
-        if self.parts.missing() or opts.max_iterations > 0:
+        tuning = opts.strategy == "tune"
+        if tuning and self.parts.tunable is None:
+            raise RunFailed(
+                f"workload {self.parts.name!r} has no tunable.json, which --strategy tune tunes; pick a workload with "
+                "one (bundled: sgemm, softmax, reduce_sum, transpose, layernorm) or set OPENAI_API_KEY for --strategy llm"
+            )
+        if self.parts.missing() or (opts.max_iterations > 0 and not tuning):
             self.model = ModelClient(opts, self.run)  # fails now on a missing API key
         workloads_dir = self.run.path / "workload"
         workloads_dir.mkdir(exist_ok=True)
@@ -129,6 +137,9 @@ class Optimizer:
                                                       guidance=self.guidance, arch=self.arch)
             await self.freeze()
             await self.baseline()
+            if tuning:
+                await self.tune_workload()
+                return
             try:
                 for iteration in range(1, opts.max_iterations + 1):
                     self.iterations_used = iteration
@@ -215,10 +226,92 @@ class Optimizer:
             self.display.info(f"[iteration {iteration}] no usable proposal: {problem[0]}: {problem[1][:200]}", "red")
             self.write_progress()
             return
-        rec = await self.evaluate("repair" if repair else "proposal", iteration, proposal.source, proposal.launch,
-                                  proposal.compile_options, proposal.rationale, calls)
+        kind = "repair" if repair else "proposal"
+        if proposal.tunables:
+            rec = await self.tune_proposal(kind, iteration, proposal, calls)
+        else:
+            rec = await self.evaluate(kind, iteration, proposal.source, proposal.launch, proposal.compile_options,
+                                      proposal.rationale, calls)
         if rec.valid and self.opts.use_nsight:
             await self.profile(rec)
+
+    # --- tuning ----------------------------------------------------------------------------
+
+    async def autotune(self, tunable: Tunable, budget_evals: int, budget_s: float | None, label: str) -> ToolResult:
+        """The server's autotune tool on the frozen workload; tune.json / tune.csv kept under tuning/<label>/."""
+        assert self.tools is not None and self.frozen is not None
+        args: dict[str, Any] = {
+            "workload": self.frozen.name, "source": tunable.source, "budget_evals": budget_evals, "top": 100,
+            "tunable": tunable.spec.model_dump(mode="json", exclude={"source"}),
+        }
+        if budget_s is not None:
+            args["budget_s"] = budget_s
+        if self.opts.warmup is not None:
+            args["warmup"] = self.opts.warmup
+        if self.opts.iterations is not None:
+            args["iterations"] = self.opts.iterations
+        self.event("tune", f"{label}: autotune, at most {budget_evals} configurations")
+        with self.display.activity(f"{label}: tuning up to {budget_evals} configurations on the GPU"):
+            result = await self.tools.call("autotune", args)
+        self.run.write_json(f"tuning/{label}/autotune.json", {"tool_call": result.number, "is_error": result.is_error,
+                                                             "result": result.structured, "text": result.text})
+        saved = Path(str(result.structured.get("saved_to") or ""))
+        for name in ("tune.json", "tune.csv"):
+            if result.structured.get("saved_to") and (saved / name).is_file():
+                self.run.write_bytes(f"tuning/{label}/{name}", (saved / name).read_bytes())
+        self.history.append({"event": "tune", "label": label, "is_error": result.is_error,
+                             "status": result.structured.get("status"), "best_params": result.structured.get("best_params"),
+                             "counts": result.structured.get("counts"), "time": time.time()})
+        return result
+
+    async def tune_workload(self) -> None:
+        """--strategy tune: autotune the workload's tunable.json, then benchmark the untuned and the
+        best configuration as ordinary candidates (so history, summary, best.cu and the heatmap hold them)."""
+        assert self.parts is not None and self.parts.tunable is not None
+        try:
+            tunable = load_tunable(self.parts.tunable)
+        except KerneloptError as exc:
+            raise RunFailed(str(exc)) from None
+        result = await self.autotune(tunable, self.opts.tune_evals, self.opts.tune_seconds, "workload")
+        if result.is_error:
+            raise RunFailed(f"autotune failed: {result.text}")
+        out = result.structured
+        self.display.info(result.text.splitlines()[0] if result.text else "tuned")
+        source, launch, options = tunable.materialize(out["untuned_params"])
+        await self.evaluate("untuned", None, source, launch, options, f"tunable.json defaults {out['untuned_params']}")
+        if out.get("best_params") is not None and out["best_params"] != out["untuned_params"]:
+            source, launch, options = tunable.materialize(out["best_params"])
+            c = out["counts"]
+            await self.evaluate("tuned", None, source, launch, options,
+                                f"autotuned ({out['strategy']}, {c['tried']} configurations): {out['best_params']}")
+        self.stop_reason = f"tuning done: {out.get('stop_reason', '')}"
+
+    async def tune_proposal(self, kind: str, iteration: int, proposal: Proposal, calls: list[int]) -> CandidateRecord:
+        """A proposal with tunables: tune it (--tune-budget configurations), then evaluate its best configuration.
+        If it cannot be tuned, the proposal is evaluated as written (its macros' own defaults)."""
+        assert proposal.tunables is not None
+        spec = {**proposal.tunables, "launch": proposal.launch_json(), "compile_options": proposal.compile_options}
+        note = ""
+        source, launch, options = proposal.source, proposal.launch, proposal.compile_options
+        try:
+            tunable = parse_tunable(spec, proposal.source, "the proposal's tunables")
+        except KerneloptError as exc:
+            note = f"its tunables were not tuned: {exc}"
+        else:
+            result = await self.autotune(tunable, self.opts.tune_budget, None, f"it{iteration}")
+            out = result.structured
+            best = None if result.is_error else out.get("best_params")
+            source, launch, options = tunable.materialize(best if best is not None else tunable.spec.defaults)
+            if best is not None:
+                rec = await self.evaluate(kind, iteration, source, launch, options,
+                                          f"{proposal.rationale} [tuned {out['counts']['tried']} configurations: best "
+                                          f"{best}]", calls)
+                rec.feedback += f"\nTuning of the proposal's parameters:\n{result.text[:3000]}"
+                return rec
+            note = f"tuning found no valid configuration, so its defaults were evaluated: {result.text[:1500]}"
+        rec = await self.evaluate(kind, iteration, source, launch, options, f"{proposal.rationale} [{note[:300]}]", calls)
+        rec.feedback += f"\n{note}"
+        return rec
 
     def last_candidate(self) -> CandidateRecord | None:
         return self.records[-1] if self.records else None
@@ -291,7 +384,7 @@ class Optimizer:
                     return None, calls, ("unparseable", str(exc))
                 messages.append({"role": "assistant", "content": reply.content or ""})
                 messages.append({"role": "user", "content": f"Your answer could not be used: {exc}. Answer with exactly one "
-                                 "JSON object with keys rationale, source, launch, compile_options."})
+                                 "JSON object with keys rationale, source, launch, compile_options, tunables."})
 
     async def model_tool(self, call: Any, allowed: list[str]) -> str:
         assert self.tools is not None

@@ -56,6 +56,11 @@ class OptimizeOptions:
     device: int | None = None
     server_command: list[str] | None = None
     config_file: Path | None = None
+    strategy: str | None = None  # llm | tune; None: llm with an API key, tune without
+    strategy_defaulted: bool = False
+    tune_budget: int = 8  # configurations per model proposal that carries tunables
+    tune_evals: int = 64  # configurations for --strategy tune
+    tune_seconds: float | None = None
     api_key: str | None = field(default=None, repr=False)
 
     @classmethod
@@ -86,10 +91,27 @@ class OptimizeOptions:
             if value is not None and not isinstance(value, Path):
                 setattr(opts, key, Path(value))
         opts.api_key = env.get("OPENAI_API_KEY") or dotenv.get("OPENAI_API_KEY") or None
+        if opts.strategy is None:
+            # without a key, a workload is tuned; without a workload there is nothing to tune, and the
+            # model's missing key is the error to report (ModelClient says it)
+            opts.strategy = "tune" if not opts.api_key and opts.workload else "llm"
+            opts.strategy_defaulted = True
         opts.check()
         return opts
 
     def check(self) -> None:
+        if self.strategy not in (None, "llm", "tune"):
+            raise OptionsError(f"--strategy must be llm or tune (got {self.strategy!r})")
+        if self.tune_budget < 1 or self.tune_evals < 1:
+            raise OptionsError("--tune-budget and --tune-evals must be at least 1")
+        if self.tune_seconds is not None and self.tune_seconds <= 0:
+            raise OptionsError("--tune-seconds must be positive")
+        if self.strategy == "tune" and self.workload is None:
+            raise OptionsError(
+                "--strategy tune tunes a workload's tunable.json: pass --workload NAME|DIR (bundled: sgemm, "
+                "softmax, reduce_sum, transpose, layernorm); to optimize from a description or separate parts, set "
+                "OPENAI_API_KEY (environment or .env) for --strategy llm"
+            )
         if self.max_iterations < 0:
             raise OptionsError(f"--max-iterations must be >= 0 (got {self.max_iterations})")
         if self.reasoning_effort not in EFFORTS:
@@ -131,7 +153,7 @@ def read_config(path: Path) -> dict[str, Any]:
         raise OptionsError(f"--config {path}: line {exc.lineno}: invalid JSON ({exc.msg})") from None
     if not isinstance(data, dict):
         raise OptionsError(f"--config {path}: expected a JSON object of options")
-    known = {f.name for f in fields(OptimizeOptions)} - {"api_key", "config_file"}
+    known = {f.name for f in fields(OptimizeOptions)} - {"api_key", "config_file", "strategy_defaulted"}
     out = {}
     for key, value in data.items():
         name = key.replace("-", "_")

@@ -60,6 +60,7 @@ class Parts:
     oracle: Path | None = None
     deterministic: bool = True
     origin: dict[str, str] = field(default_factory=dict)  # part -> where it came from
+    tunable: Path | None = None  # the workload's tunable.json (what --strategy tune tunes)
 
     def missing(self) -> list[str]:
         """Parts the model must generate: signature, input_cases, reference(_launch), initial(_launch)."""
@@ -192,6 +193,8 @@ def _from_workload(parts: Parts, wl: Workload, given: str) -> None:
         parts.initial_options = list(spec.initial.compile_options)
         parts.origin["initial"] = label
     parts.oracle = wl.oracle_path.resolve() if wl.oracle_path else None
+    if wl.root is not None and (wl.root / "tunable.json").is_file():
+        parts.tunable = (wl.root / "tunable.json").resolve()
     for key in ("signature", "input_cases") + (("oracle",) if parts.oracle else ()):
         parts.origin[key] = label
 

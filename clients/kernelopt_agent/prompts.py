@@ -31,14 +31,22 @@ Rules:
 - Inputs are random and hidden; outputs must match to the stated tolerances, so keep the arithmetic's
   accuracy (no lower-precision tensor-core paths unless the tolerance allows them).
 - One idea per iteration is fine; explain it in `rationale`.
+- Optional `tunables`: when the right tile size, block size or unroll factor is a guess, make them macros
+  (guard each: #ifndef BM / #define BM 64 / #endif) and list values to try; kernelopt measures the
+  combinations that satisfy `constraints` (expressions of the params) and keeps the fastest that passes
+  every case. The launch expressions may then use the params (e.g. "block": ["BM / TM"]). Param names must
+  differ from the workload's scalars. Use null when there is nothing to tune.
 {tools}
 Answer with exactly one JSON object:
 {{"rationale": "...", "source": "<complete .cu source>",
   "launch": {{"default": {{"grid": ["ceil_div(N, 64)", "ceil_div(M, 64)"], "block": ["256"], "shared_bytes": "0"}},
              "cases": [{{"case": "<case name>", "grid": [...], "block": [...], "shared_bytes": "0"}}]}},
-  "compile_options": []}}
+  "compile_options": [],
+  "tunables": null}}
 `cases` holds optional per-case overrides of `default` (usually []). compile_options: NVRTC options such as
-"--use_fast_math" or "--maxrregcount=128", usually []."""
+"--use_fast_math" or "--maxrregcount=128", usually []. tunables, when used:
+{{"params": [{{"name": "BM", "values": ["64", "128"]}}], "constraints": ["BM * BK <= 8192"],
+  "defaults": [{{"name": "BM", "value": "64"}}]}}"""
 
 TOOL_LINES = {
     "gpu_properties": "- gpu_properties: the GPU's limits and peaks (already summarized below).",

@@ -25,12 +25,34 @@ _CONFIG = {
         "shared_bytes": {"type": "string", "description": "dynamic shared memory bytes: an integer or expression, \"0\" if none"},
     },
 }
+_NAMED_VALUE = {
+    "type": "object", "additionalProperties": False, "required": ["name", "value"],
+    "properties": {"name": {"type": "string"}, "value": {"type": "string", "description": "an integer, float or identifier"}},
+}
+_TUNABLES = {
+    "anyOf": [
+        {"type": "null"},
+        {
+            "type": "object", "additionalProperties": False, "required": ["params", "constraints", "defaults"],
+            "description": "optional: macros of `source` for kernelopt to autotune before ranking the proposal",
+            "properties": {
+                "params": {"type": "array", "items": {
+                    "type": "object", "additionalProperties": False, "required": ["name", "values"],
+                    "properties": {"name": {"type": "string", "description": "a macro of the source (guarded by #ifndef)"},
+                                   "values": {"type": "array", "items": {"type": "string"}, "description": "values to try"}},
+                }},
+                "constraints": {"type": "array", "items": {"type": "string"}, "description": "expressions of the params that must hold"},
+                "defaults": {"type": "array", "items": _NAMED_VALUE, "description": "one value per param (the untuned configuration)"},
+            },
+        },
+    ],
+}
 PROPOSAL_SCHEMA: dict[str, Any] = {
     "name": "kernel_proposal",
     "strict": True,
     "schema": {
         "type": "object", "additionalProperties": False,
-        "required": ["rationale", "source", "launch", "compile_options"],
+        "required": ["rationale", "source", "launch", "compile_options", "tunables"],
         "properties": {
             "rationale": {"type": "string", "description": "what changed and why it should be faster (2-5 sentences)"},
             "source": {"type": "string", "description": "the complete CUDA C++ source: device code only, the exact prototype"},
@@ -49,6 +71,7 @@ PROPOSAL_SCHEMA: dict[str, Any] = {
                 },
             },
             "compile_options": {"type": "array", "items": {"type": "string"}, "description": "NVRTC options from the whitelist; usually []"},
+            "tunables": _TUNABLES,
         },
     },
 }
@@ -64,6 +87,7 @@ class Proposal:
     launch: LaunchSpec
     rationale: str = ""
     compile_options: list[str] = field(default_factory=list)
+    tunables: dict[str, Any] | None = None  # {"params": {name: [values]}, "constraints": [...], "defaults": {name: value}}
 
     def launch_json(self) -> dict[str, Any]:
         return self.launch.model_dump(mode="json", exclude_none=True)
@@ -97,7 +121,47 @@ def proposal_from(data: Any, case_names: list[str] | None = None) -> Proposal:
     if not isinstance(options, list) or not all(isinstance(o, str) for o in options):
         raise ProposalError("`compile_options` must be a list of strings")
     rationale = data.get("rationale") or ""
-    return Proposal(strip_fences(source), launch, str(rationale), [o for o in options if o.strip()])
+    tunables = parse_tunables(data.get("tunables"))
+    return Proposal(strip_fences(source), launch, str(rationale), [o for o in options if o.strip()], tunables)
+
+
+def parse_tunables(raw: Any) -> dict[str, Any] | None:
+    """The schema's list form ({"params": [{"name", "values"}], "defaults": [{"name", "value"}]}) or the
+    tunable.json form ({"params": {name: [values]}, "defaults": {name: value}}), as the latter; None if absent."""
+    if raw is None or raw == {} or raw == []:
+        return None
+    if not isinstance(raw, dict):
+        raise ProposalError("`tunables` must be null or an object with params, constraints, defaults")
+    params, defaults = raw.get("params"), raw.get("defaults")
+    try:
+        if isinstance(params, list):
+            params = {str(p["name"]): [_value(v) for v in p["values"]] for p in params}
+        if isinstance(defaults, list):
+            defaults = {str(d["name"]): _value(d["value"]) for d in defaults}
+    except (KeyError, TypeError) as exc:
+        raise ProposalError(f"`tunables` is malformed ({exc}): params [{{name, values}}], defaults [{{name, value}}]") from None
+    if not isinstance(params, dict) or not params:
+        return None
+    if not isinstance(defaults, dict):
+        raise ProposalError("`tunables.defaults` must give one value per param (the untuned configuration)")
+    constraints = raw.get("constraints") or []
+    if not isinstance(constraints, list) or not all(isinstance(c, str) for c in constraints):
+        raise ProposalError("`tunables.constraints` must be a list of expressions (strings)")
+    return {"params": {k: [_value(v) for v in vs] for k, vs in params.items()}, "constraints": constraints,
+            "defaults": {k: _value(v) for k, v in defaults.items()}}
+
+
+def _value(v: Any) -> Any:
+    """Numbers from strings ("64" -> 64, "0.5" -> 0.5); identifiers stay strings."""
+    if isinstance(v, str):
+        text = v.strip()
+        for cast in (int, float):
+            try:
+                return cast(text)
+            except ValueError:
+                continue
+        return text
+    return v
 
 
 def parse_launch(raw: Any, case_names: list[str] | None = None) -> LaunchSpec:

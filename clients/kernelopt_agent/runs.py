@@ -59,8 +59,11 @@ def show(path: Path, out: Console, as_json: bool = False) -> int:
     model = s.get("model", {})
     tokens = s.get("tokens", {})
     cost = tokens.get("cost_usd")
-    out.print(f"model {escape(str(model.get('name')))} ({model.get('reasoning_effort')}), {tokens.get('total_tokens', 0):,} tokens"
-              f" in {tokens.get('calls', 0)} calls" + (f", about {cost:.4f} USD" if cost else ""), highlight=False)
+    if s.get("strategy") == "tune" and not tokens.get("calls"):
+        out.print("strategy tune: the workload's tunable kernel was autotuned (no model)", highlight=False)
+    else:
+        out.print(f"model {escape(str(model.get('name')))} ({model.get('reasoning_effort')}), {tokens.get('total_tokens', 0):,} tokens"
+                  f" in {tokens.get('calls', 0)} calls" + (f", about {cost:.4f} USD" if cost else ""), highlight=False)
     ref = (wl.get("reference") or {}).get("note")
     if ref:
         out.print(f"reference: {escape(ref)}", highlight=False)

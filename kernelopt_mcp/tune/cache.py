@@ -1,0 +1,97 @@
+"""The tuning cache: a JSON-lines file of measured configurations, so repeated or resumed tuning
+re-measures nothing.
+
+A line is ``{"key": <sha256>, "fields": {...}, "status", "score_ms", "result": {...}}``. The key
+covers everything that changes a measurement: the source (with its compile options and launch
+spec), the parameter values, the device (name and UUID), the driver, NVRTC, the target arch, the
+timing options (warm-up, iterations, L2 flush) and the workload (name and its cases, inputs and
+tolerances: what a kernel is checked and timed on, but not the random seed). Later lines win; a
+torn last line (a killed process) is ignored.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import threading
+from pathlib import Path
+from typing import Any
+
+from ..evaluate import EvaluationResult, Evaluator
+from .space import Config, config_key
+from .spec import Tunable
+
+CACHE_FILE = "tune.jsonl"
+
+
+def context_fields(evaluator: Evaluator, tunable: Tunable) -> dict[str, Any]:
+    """The parts of the key shared by every configuration of one tuning session."""
+    from ..compiler import nvrtc_version
+
+    wl = evaluator.workload
+    dev = evaluator.device
+    opts = evaluator.options
+    source = hashlib.sha256(json.dumps([
+        tunable.source, tunable.spec.compile_options, tunable.spec.launch.model_dump(mode="json"),
+    ]).encode()).hexdigest()
+    cases = wl.spec.model_dump(mode="json", include={"signature", "inputs", "cases", "tolerance"})
+    try:
+        nvrtc = nvrtc_version()
+    except Exception:  # noqa: BLE001 (NVRTC missing: compiling will say so; the key still works)
+        nvrtc = None
+    return {
+        "source": source,
+        "device": dev.name if dev else None,
+        "device_uuid": dev.uuid if dev else None,
+        "driver": dev.driver_version_str if dev else None,
+        "nvrtc": nvrtc,
+        "arch": evaluator.arch,
+        "timing": {"warmup": opts.warmup, "iterations": opts.iterations, "flush_l2": opts.flush_l2},
+        "workload": wl.name,
+        "cases": hashlib.sha256(json.dumps(cases, sort_keys=True).encode()).hexdigest(),
+    }
+
+
+def entry_key(context: dict[str, Any], config: Config) -> str:
+    return hashlib.sha256(json.dumps([context, config_key(config)], sort_keys=True).encode()).hexdigest()
+
+
+class TuneCache:
+    """Measured configurations by key, backed by ``directory/tune.jsonl`` (or memory only)."""
+
+    def __init__(self, directory: Path | None) -> None:
+        self.path = directory / CACHE_FILE if directory is not None else None
+        self._entries: dict[str, dict[str, Any]] = {}
+        self._lock = threading.Lock()
+        if self.path is not None and self.path.is_file():
+            for line in self.path.read_text(encoding="utf-8", errors="replace").splitlines():
+                try:
+                    entry = json.loads(line)
+                except json.JSONDecodeError:
+                    continue
+                if isinstance(entry, dict) and isinstance(entry.get("key"), str):
+                    self._entries[entry["key"]] = entry
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def get(self, key: str) -> EvaluationResult | None:
+        entry = self._entries.get(key)
+        if entry is None:
+            return None
+        try:
+            return EvaluationResult.model_validate(entry["result"])
+        except (KeyError, ValueError):
+            return None
+
+    def put(self, key: str, fields: dict[str, Any], config: Config, result: EvaluationResult) -> None:
+        entry = {
+            "key": key, "fields": fields, "params": config, "status": result.status.value,
+            "score_ms": result.score_ms, "result": json.loads(result.model_dump_json()),
+        }
+        with self._lock:
+            self._entries[key] = entry
+            if self.path is not None:
+                self.path.parent.mkdir(parents=True, exist_ok=True)
+                with self.path.open("a", encoding="utf-8") as f:  # one write per line: appends don't interleave
+                    f.write(json.dumps(entry, separators=(",", ":")) + "\n")

@@ -1,0 +1,247 @@
+"""Tuning: measure configurations of a tunable kernel with an :class:`Evaluator`, best wins.
+
+The untuned ``defaults`` are measured first (so "best vs untuned" is always reported), then the
+strategy proposes configurations until it runs out or a budget (evaluations, seconds) is spent.
+A configuration that breaks a constraint is skipped before compiling and counted; every other is
+evaluated exactly like any candidate (validated on every case, then timed) unless the cache
+already holds it. Only a configuration whose status is ``ok`` on every case may win.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any
+
+from pydantic import BaseModel, Field
+
+from ..evaluate import Candidate, EvaluationResult, Evaluator, Status
+from .cache import TuneCache, context_fields, entry_key
+from .space import Config, Space, config_key
+from .spec import Tunable, Value
+from .strategies import auto_choice, make_strategy
+
+MAX_IDLE_ASKS = 500  # proposals in a row that bring nothing new: the strategy has converged
+
+TuneProgress = Callable[[str, int, int], None]
+
+
+class TrialRow(BaseModel):
+    index: int = Field(description="order of measurement (0 = the untuned defaults)")
+    params: dict[str, Value]
+    status: str
+    score_ms: float | None = None
+    speedup_vs_untuned: float | None = None
+    speedup_vs_reference: float | None = None
+    cached: bool = False
+    seconds: float = 0.0
+    message: str = ""
+
+
+class TuneCounts(BaseModel):
+    tried: int = 0
+    ok: int = 0
+    measured: int = Field(0, description="evaluated on the GPU in this session")
+    cached: int = Field(0, description="answered from the tuning cache, not re-measured")
+    skipped_by_constraint: int = 0
+    compile_errors: int = 0
+    invalid_launches: int = 0
+    failures: int = Field(0, description="mismatch, runtime error, timeout, out-of-bounds write, input modified")
+
+
+class TuneResult(BaseModel):
+    workload: str
+    strategy: str
+    space_size: int
+    valid_space_size: int | None = None
+    budget_evals: int | None = None
+    budget_s: float | None = None
+    stop_reason: str = ""
+    best_params: dict[str, Value] | None = None
+    best: EvaluationResult | None = None
+    untuned_params: dict[str, Value]
+    untuned: EvaluationResult | None = None
+    speedup_vs_untuned: float | None = None
+    speedup_vs_reference: float | None = None
+    reference_score_ms: float | None = None
+    counts: TuneCounts = Field(default_factory=TuneCounts)
+    table: list[TrialRow] = Field(default_factory=list)
+    elapsed_s: float = 0.0
+    tunable: dict[str, Any] = Field(default_factory=dict, description="the tuned spec (tunable.json form) and source hash")
+
+    def ranked(self) -> list[TrialRow]:
+        """The table, fastest valid first, then the rest in measurement order."""
+        ok = sorted((r for r in self.table if r.status == "ok" and r.score_ms), key=lambda r: r.score_ms or 0.0)
+        return ok + [r for r in self.table if r not in ok]
+
+
+def _candidate(tunable: Tunable, config: Config, label: str) -> Candidate:
+    return Candidate(tunable.source, tunable.spec.launch, list(tunable.spec.compile_options), label, dict(config))
+
+
+def tune(
+    evaluator: Evaluator,
+    tunable: Tunable,
+    *,
+    strategy: str = "auto",
+    budget_evals: int | None = None,
+    budget_s: float | None = None,
+    seed: int = 0,
+    cache: TuneCache | None = None,
+    progress: TuneProgress | None = None,
+) -> TuneResult:
+    """Search ``tunable``'s space on ``evaluator``'s workload and device.
+
+    Args:
+        strategy: auto, exhaustive, random or tpe (see :mod:`.strategies`).
+        budget_evals: configurations to try at most (the defaults and cache hits included, so a
+            repeated run with the same budget and seed re-measures nothing).
+        budget_s: wall-clock seconds; no new configuration starts after it.
+        seed: the strategy's seed (not the inputs' seed).
+        cache: measured configurations to reuse and extend (default: in memory only).
+        progress: ``progress(message, tried, budget_or_0)``.
+
+    Raises:
+        TunableError: the tunable does not fit the workload. ValueError: an unknown strategy or
+        a budget below 1.
+    """
+    if budget_evals is not None and budget_evals < 1:
+        raise ValueError("budget_evals must be at least 1 (the untuned defaults are always measured)")
+    if budget_s is not None and budget_s <= 0:
+        raise ValueError("budget_s must be positive")
+    tunable.check(evaluator.workload)
+    say = progress or (lambda message, done, total: None)
+    cache = cache if cache is not None else TuneCache(None)
+    space = Space(tunable.spec)
+    chosen = auto_choice(space, budget_evals) if strategy == "auto" else strategy
+    search = make_strategy(chosen, space, seed=seed, budget_evals=budget_evals)
+    context = context_fields(evaluator, tunable)
+    evaluator.prepare()
+    ref_score = evaluator.reference_result.score_ms if evaluator.reference_result else None
+    out = TuneResult(
+        workload=evaluator.workload.name, strategy=chosen, space_size=space.size,
+        valid_space_size=len(space.valid()) if space.enumerable else None,
+        budget_evals=budget_evals, budget_s=budget_s, untuned_params=dict(tunable.spec.defaults),
+        reference_score_ms=ref_score,
+        tunable={**tunable.spec.model_dump(mode="json"), "source_sha256": context["source"]},
+    )
+    start = time.monotonic()
+    seen: dict[str, float | None] = {}
+    total = budget_evals or out.valid_space_size or 0
+
+    def measure(config: Config) -> EvaluationResult:
+        index = len(out.table)
+        key = entry_key(context, config)
+        t0 = time.monotonic()
+        result = cache.get(key)
+        cached = result is not None
+        label = "untuned" if index == 0 else f"config-{index:04d}"
+        if result is None:
+            say(f"measuring {label} {config_key(config)}", index, total)
+            result = evaluator.evaluate(_candidate(tunable, config, label))
+            cache.put(key, context, config, result)
+            out.counts.measured += 1
+        else:
+            out.counts.cached += 1
+        out.counts.tried += 1
+        if result.ok:
+            out.counts.ok += 1
+        elif result.status is Status.compile_error:
+            out.counts.compile_errors += 1
+        elif result.status is Status.invalid_launch:
+            out.counts.invalid_launches += 1
+        else:
+            out.counts.failures += 1
+        score = result.score_ms if result.ok else None
+        out.table.append(TrialRow(
+            index=index, params=dict(config), status=result.status.value, score_ms=score,
+            speedup_vs_reference=(ref_score / score) if ref_score and score else None,
+            cached=cached, seconds=round(time.monotonic() - t0, 3), message=result.message[:300],
+        ))
+        seen[config_key(config)] = score
+        if score is not None and (out.best is None or score < (out.best.score_ms or float("inf"))):
+            out.best, out.best_params = result, dict(config)
+        say(f"{label} {config_key(config)}: {result.status.value}" + (f", {score:.4g} ms" if score else "")
+            + (" (cached)" if cached else ""), index + 1, total)
+        return result
+
+    out.untuned = measure(dict(tunable.spec.defaults))
+    search.tell(dict(tunable.spec.defaults), seen[config_key(tunable.spec.defaults)])
+    idle = 0
+    while True:
+        if budget_evals is not None and out.counts.tried >= budget_evals:
+            out.stop_reason = f"evaluation budget of {budget_evals} spent"
+            break
+        if budget_s is not None and time.monotonic() - start >= budget_s:
+            out.stop_reason = f"time budget of {budget_s:g} s spent"
+            break
+        # a sampler may propose old configurations forever; the ordered strategies end by themselves
+        # (and so count every configuration their order skips)
+        if chosen == "tpe" and out.valid_space_size is not None and out.counts.tried >= out.valid_space_size:
+            out.stop_reason = "every configuration of the space was tried"
+            break
+        config = search.ask()
+        if config is None:
+            out.stop_reason = "every configuration of the space was tried"
+            break
+        key = config_key(config)
+        if key in seen:  # proposed again: the answer is known, nothing is measured or counted
+            search.tell(config, seen[key])
+            idle += 1
+            if idle >= MAX_IDLE_ASKS:
+                out.stop_reason = f"the {chosen} search proposed nothing new {MAX_IDLE_ASKS} times in a row"
+                break
+            continue
+        if not space.is_valid(config):
+            seen[key] = None
+            out.counts.skipped_by_constraint += 1
+            search.tell(config, None)
+            idle += 1
+            if idle >= MAX_IDLE_ASKS:
+                out.stop_reason = f"the {chosen} search proposed nothing valid and new {MAX_IDLE_ASKS} times in a row"
+                break
+            continue
+        idle = 0
+        measure(config)
+        search.tell(config, seen[key])
+    out.elapsed_s = round(time.monotonic() - start, 3)
+    untuned_score = out.untuned.score_ms if out.untuned and out.untuned.ok else None
+    for row in out.table:
+        if row.score_ms and untuned_score:
+            row.speedup_vs_untuned = untuned_score / row.score_ms
+    if out.best is not None and out.best.score_ms:
+        out.speedup_vs_untuned = untuned_score / out.best.score_ms if untuned_score else None
+        out.speedup_vs_reference = ref_score / out.best.score_ms if ref_score else None
+    return out
+
+
+def summary_line(result: TuneResult) -> str:
+    """One line: best configuration, score, speedups, counts."""
+    c = result.counts
+    head = (
+        f"best {result.best_params}: {result.best.score_ms:.4g} ms" if result.best and result.best.score_ms
+        else "no configuration passed every case"
+    )
+    parts = [head]
+    if result.speedup_vs_untuned:
+        parts.append(f"{result.speedup_vs_untuned:.2f}x vs untuned")
+    if result.speedup_vs_reference:
+        parts.append(f"{result.speedup_vs_reference:.2f}x vs the CUDA reference")
+    parts.append(
+        f"{c.tried} tried ({c.measured} measured, {c.cached} cached), {c.ok} ok, {c.skipped_by_constraint} skipped by "
+        f"constraints, {c.compile_errors} compile errors, {c.invalid_launches} invalid launches, {c.failures} failures"
+    )
+    return "; ".join(parts) + f" [{result.strategy}; {result.stop_reason}]"
+
+
+def table_rows(result: TuneResult) -> list[dict[str, Any]]:
+    """The table as flat rows (CSV): one column per parameter."""
+    names = list(result.untuned_params)
+    rows = []
+    for r in result.table:
+        rows.append({
+            "index": r.index, **{n: r.params.get(n) for n in names}, "status": r.status, "score_ms": r.score_ms,
+            "speedup_vs_untuned": r.speedup_vs_untuned, "speedup_vs_reference": r.speedup_vs_reference,
+            "cached": r.cached, "seconds": r.seconds, "message": r.message,
+        })
+    return rows

@@ -1,0 +1,53 @@
+"""`kernelopt tune` on the fake GPU (tests/fakegpu.py) with the test-only tunable kernel."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from kernelopt_mcp.cli import main
+
+from fakegpu import write_harness, write_tiny_workload
+
+FIXTURES = Path(__file__).resolve().parent / "fixtures" / "tune"
+
+
+@pytest.fixture
+def env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, str]:
+    monkeypatch.setenv("KERNELOPT_CACHE", str(tmp_path / "cache"))
+    workload = write_tiny_workload(tmp_path / "wl") / "tiny_add"
+    return {"harness": str(write_harness(tmp_path, "fake")), "workload": str(workload)}
+
+
+def test_tune_prints_a_table_and_saves_the_run(tmp_path: Path, env: dict[str, str], capsys: pytest.CaptureFixture[str]) -> None:
+    run = tmp_path / "run"
+    argv = ["tune", env["workload"], str(FIXTURES / "add.json"), "--harness", env["harness"], "--iterations", "3",
+            "--warmup", "0", "-o", str(run)]
+    assert main(argv) == 0
+    out = capsys.readouterr().out
+    assert "exhaustive search, 14 of 14 configurations" in out and "0 (untuned)" in out
+    assert "best {'BLOCK': 32, 'UNROLL': 4}" in out and "1 skipped by constraints" in out
+    assert {"tune.json", "tune.csv", "best.cu", "best_params.json", "best.launch.json"} <= {p.name for p in run.iterdir()}
+    saved = json.loads((run / "tune.json").read_text())
+    assert saved["best_params"] == {"BLOCK": 32, "UNROLL": 4} and len(saved["table"]) == 14
+    # the saved best is a plain kernel + launch that `kernelopt evaluate` runs as it is
+    assert main(["evaluate", env["workload"], str(run / "best.cu"), "--launch", str(run / "best.launch.json"),
+                 "--harness", env["harness"], "--iterations", "3", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["status"] == "ok"
+    # a second run with the same cache measures nothing
+    assert main([*argv[:-2], "-o", str(tmp_path / "run2"), "--json"]) == 0
+    again = json.loads(capsys.readouterr().out)
+    assert again["counts"]["measured"] == 0 and again["counts"]["cached"] == 14
+
+
+def test_tune_argument_errors(env: dict[str, str], capsys: pytest.CaptureFixture[str]) -> None:
+    base = ["tune", env["workload"], "--harness", env["harness"]]
+    assert main(base) == 2
+    assert "has no tunable.json" in capsys.readouterr().err
+    assert main([*base[:2], str(FIXTURES / "add.json"), *base[2:], "--budget-evals", "0"]) == 2
+    assert "at least 1" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        main([*base, "--strategy", "grid"])
+    assert "invalid choice: 'grid'" in capsys.readouterr().err
