@@ -28,7 +28,13 @@ import pytest
 
 from kernelopt_mcp import expr
 from kernelopt_mcp.compiler import CompileResult, compile_kernel
-from kernelopt_mcp.launch import DeviceLimits, LaunchConfig, LaunchSpec, ResolvedLaunch, resolve
+from kernelopt_mcp.launch import (
+    DeviceLimits,
+    LaunchConfig,
+    LaunchSpec,
+    ResolvedLaunch,
+    resolve,
+)
 from kernelopt_mcp.workload import Workload, load_workload
 
 REPO = Path(__file__).resolve().parent.parent
