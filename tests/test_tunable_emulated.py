@@ -13,7 +13,8 @@ aligned and deliberately misaligned inputs (the scalar fallbacks).
 
 A test double for the GPU, not a proof of speed or of memory-model subtleties (no reordering,
 no preemption): tests/gpu/test_tunable_gpu.py is the real check. Needs g++; skipped without it.
-KERNELOPT_TUNABLE_ALL=1 emulates every valid configuration (minutes) instead of a sample.
+KERNELOPT_TUNABLE_ALL=1 emulates every valid configuration instead of a sample (tens of minutes:
+add --timeout=0).
 """
 
 from __future__ import annotations

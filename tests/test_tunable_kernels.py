@@ -6,7 +6,8 @@ element; configurations compile with NVRTC for sm_90 with the workload's entry p
 parameter sizes, no spills or local memory, and registers x threads and shared memory within an
 SM's limits. Compiling every configuration takes minutes, so by default a fixed sample is compiled
 (the defaults, the largest and smallest blocks, the most register-hungry configuration, and a
-seeded random draw); KERNELOPT_TUNABLE_ALL=1 compiles all of them.
+seeded random draw); KERNELOPT_TUNABLE_ALL=1 compiles all of them (add --timeout=0).
+tests/test_tunable_emulated.py runs the kernels themselves on the CPU.
 
 The helpers (load_tunable, valid_configs, concrete_launch, options_for) are also used by
 tests/gpu/test_tunable_gpu.py.
