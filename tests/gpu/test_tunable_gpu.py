@@ -1,0 +1,114 @@
+"""The bundled tunable kernels on a real GPU: the defaults and a few other configurations of each
+pass every case of their workload (correctness and performance cases, validated by the Evaluator).
+
+Parameters reach the kernel as -DNAME=VALUE and are substituted into the launch expressions
+(concrete_launch, from tests/test_tunable_kernels.py), as the tuning library will do. With
+KERNELOPT_GPU_REPORT=path, each evaluation's per-case timings are appended there as JSON lines
+(the figures for bench/ and the README).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from test_tunable_kernels import concrete_launch, load_tunable, options_for, satisfies
+
+from kernelopt_mcp import (
+    Candidate,
+    EvaluateOptions,
+    Evaluator,
+    HarnessProcess,
+    Settings,
+    Status,
+)
+from kernelopt_mcp.config import find_workload
+from kernelopt_mcp.evaluate import EvaluationResult
+from kernelopt_mcp.gpu import DeviceInfo, device_info
+
+pytestmark = pytest.mark.gpu
+
+FAST = EvaluateOptions(warmup=3, iterations=20, timeout_s=120)
+
+# besides the defaults: a configuration expected to be fast, and ones that exercise other code
+# paths (warp-per-row, two-pass reduction, 64-wide tiles, the largest blocks)
+CONFIGS: dict[str, list[dict[str, int]]] = {
+    "sgemm": [
+        {"BM": 128, "BN": 128, "BK": 8, "TM": 8, "TN": 8, "MINB": 2},
+        {"BM": 128, "BN": 128, "BK": 16, "TM": 8, "TN": 8, "MINB": 1},
+        {"BM": 256, "BN": 128, "BK": 8, "TM": 8, "TN": 8, "MINB": 1},
+        {"BM": 64, "BN": 128, "BK": 8, "TM": 4, "TN": 4, "MINB": 1},
+    ],
+    "softmax": [
+        {"TPR": 256, "RPB": 1, "VPT": 8},
+        {"TPR": 32, "RPB": 4, "VPT": 8},
+        {"TPR": 1024, "RPB": 1, "VPT": 2},
+    ],
+    "reduce_sum": [
+        {"THREADS": 256, "BPS": 8, "UNROLL": 4, "TWO_PASS": 0},
+        {"THREADS": 512, "BPS": 4, "UNROLL": 2, "TWO_PASS": 1},
+        {"THREADS": 1024, "BPS": 2, "UNROLL": 8, "TWO_PASS": 1},
+    ],
+    "transpose": [
+        {"TILE": 32, "ROWS": 8},
+        {"TILE": 64, "ROWS": 4},
+        {"TILE": 32, "ROWS": 32},
+    ],
+    "layernorm": [
+        {"TPR": 128, "RPB": 1, "VPT": 8},
+        {"TPR": 32, "RPB": 4, "VPT": 8},
+        {"TPR": 1024, "RPB": 1, "VPT": 1},
+    ],
+}
+
+
+@pytest.fixture(scope="module")
+def device(harness_binary: Path) -> DeviceInfo:
+    return device_info(harness_binary, 0)
+
+
+@pytest.fixture(scope="module")
+def proc(harness_binary: Path) -> Iterator[HarnessProcess]:
+    with HarnessProcess(harness_binary, 0) as p:
+        yield p
+
+
+@pytest.mark.parametrize("name", list(CONFIGS))
+def test_tunable_kernel_passes_every_case_at_several_configs(
+    name: str, proc: HarnessProcess, device: DeviceInfo, tmp_path: Path
+) -> None:
+    t = load_tunable(name)
+    wl = find_workload(name, Settings())
+    configs = [t.spec["defaults"], *CONFIGS[name]]
+    failures = []
+    with Evaluator(wl, proc, device, workdir=tmp_path, options=FAST) as ev:
+        ev.prepare(time_reference=True)
+        for config in configs:
+            assert satisfies(t.spec, config), config
+            candidate = Candidate(t.source, concrete_launch(t.spec, config), options_for(t.spec, config),
+                                  name=f"{name}-tunable")
+            result = ev.evaluate(candidate)
+            bad = [f"{c.name}: {c.status.value} {c.message}" for c in result.cases
+                   if c.status is not Status.ok or not all(o.passed for o in c.outputs)]
+            if result.status is not Status.ok or bad:
+                failures.append(f"{config}: {result.status.value} {result.message}; " + "; ".join(bad))
+            assert len(result.cases) == len(wl.spec.cases) or result.status is not Status.ok
+            _report(name, config, result)
+    assert not failures, "\n".join(failures)
+
+
+def _report(name: str, config: dict[str, int], result: EvaluationResult) -> None:
+    path = os.environ.get("KERNELOPT_GPU_REPORT")
+    if not path:
+        return
+    cases = {
+        c.name: {"ms": c.timing.median_ms, "reference_ms": c.reference_median_ms,
+                 "GBps": (c.bytes_per_s or 0) / 1e9, "TFLOPs": (c.flops_per_s or 0) / 1e12}
+        for c in result.cases if c.timing
+    }
+    with open(path, "a") as f:
+        f.write(json.dumps({"workload": name, "tunable": config, "status": result.status.value,
+                            "score_ms": result.score_ms, "speedup": result.speedup, "cases": cases}) + "\n")

@@ -1,0 +1,50 @@
+// Tunable out-of-place transpose: out[c, r] = in[r, c], in[rows, cols], out[cols, rows].
+//
+// Design (parameters are -D defines, see tunable.json): each block moves a TILE x TILE tile
+// through shared memory padded by one float per row (no bank conflicts on the transposed
+// read). The block has TILE x ROWS threads; each thread handles TILE / ROWS elements, read
+// along a row of `in` (coalesced) and written along a row of `out` (coalesced). Edge tiles are
+// guarded element by element, so any rows and cols work.
+// Launch: grid (ceil_div(cols, TILE), ceil_div(rows, TILE)), block (TILE, ROWS).
+
+#ifndef TILE
+#define TILE 32
+#endif
+#ifndef ROWS
+#define ROWS 8
+#endif
+
+static_assert(TILE % ROWS == 0, "ROWS must divide TILE");
+static_assert(TILE * ROWS <= 1024, "TILE * ROWS must be at most 1024");
+
+extern "C" __global__ void __launch_bounds__(TILE * ROWS, 1)
+transpose(const float* __restrict__ in, float* __restrict__ out, int rows, int cols) {
+    __shared__ float tile[TILE][TILE + 1];
+    const int c0 = blockIdx.x * TILE, r0 = blockIdx.y * TILE;
+    const int tx = threadIdx.x, ty = threadIdx.y;
+
+    const int c = c0 + tx;
+    if (r0 + TILE <= rows && c0 + TILE <= cols) {   // interior tile: no checks
+#pragma unroll
+        for (int j = 0; j < TILE; j += ROWS)
+            tile[ty + j][tx] = __ldg(in + (size_t)(r0 + ty + j) * cols + c);
+        __syncthreads();
+        const int r = r0 + tx;
+#pragma unroll
+        for (int j = 0; j < TILE; j += ROWS)
+            __stcs(out + (size_t)(c0 + ty + j) * rows + r, tile[tx][ty + j]);
+    } else {
+#pragma unroll
+        for (int j = 0; j < TILE; j += ROWS) {
+            const int r = r0 + ty + j;
+            if (r < rows && c < cols) tile[ty + j][tx] = __ldg(in + (size_t)r * cols + c);
+        }
+        __syncthreads();
+        const int r = r0 + tx;
+#pragma unroll
+        for (int j = 0; j < TILE; j += ROWS) {
+            const int oc = c0 + ty + j;
+            if (oc < cols && r < rows) out[(size_t)oc * rows + r] = tile[tx][ty + j];
+        }
+    }
+}
