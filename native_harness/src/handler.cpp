@@ -2,6 +2,7 @@
 
 #include <new>
 
+#include "baseline.hpp"
 #include "check.hpp"
 #include "errors.hpp"
 #include "request.hpp"
@@ -29,7 +30,9 @@ Answer Handler::handle(std::string_view request_text) {
       session_.reset();  // release the old device's context before retaining another
       session_ = std::make_unique<Session>(req.device);
     }
-    const int code = run_request(*session_, req, response);
+    if (!req.support_module.empty()) session_->support().load(req.support_module);
+    const int code = req.op == RequestOp::baseline ? run_baseline(*session_, req, response)
+                                                   : run_request(*session_, req, response);
     return {std::move(response), code};
   } catch (const BadRequest& e) {
     set_request_error(response, request_error("bad_request", e.what()));

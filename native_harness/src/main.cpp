@@ -21,7 +21,7 @@ namespace {
 
 constexpr const char* usage_text =
     "usage:\n"
-    "  kernelopt-harness --version                  print {\"harness\", \"protocol\"}\n"
+    "  kernelopt-harness --version                  print {\"harness\", \"protocol\", \"features\"}\n"
     "  kernelopt-harness --device-info [--device N] print device N's properties (default 0)\n"
     "  kernelopt-harness run REQUEST.json           handle one request ('-' reads stdin)\n"
     "  kernelopt-harness serve                      one request per stdin line, one answer per\n"
@@ -59,6 +59,8 @@ int cmd_version() {
   nlohmann::json j = nlohmann::json::object();
   j["harness"] = harness_version;
   j["protocol"] = protocol_version;
+  j["features"] = nlohmann::json::array();
+  for (const char* feature : harness_features) j["features"].push_back(feature);
   return finish({j, exit_ok});
 }
 

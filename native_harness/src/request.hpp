@@ -50,9 +50,32 @@ struct LaunchConfig {
   unsigned shared_bytes = 0;
 };
 
+enum class TimingMode { events, graph };
+
+struct AdaptiveConfig {
+  double target_rse = 0.01;
+  double max_ms = 2000;
+  unsigned max_iterations = 10000;
+};
+
 struct TimingConfig {
   unsigned warmup = 0;
   unsigned iterations = 0;
+  TimingMode mode = TimingMode::events;
+  bool blocking = false;       // hold the stream with ko_spin while a batch is enqueued
+  unsigned graph_batch = 0;    // graph mode: launches per graph; 0 = chosen from the warm-up
+  std::optional<AdaptiveConfig> adaptive;
+};
+
+enum class RequestOp { run, baseline };
+
+// "op": "baseline": a library routine timed by the harness (cuBLAS SGEMM).
+struct BaselineSpec {
+  std::string library;       // "cublas"
+  std::string library_path;  // dlopen'ed
+  std::string routine;       // "sgemm"
+  std::uint64_t m = 0, n = 0, k = 0;
+  TimingConfig timing;
 };
 
 struct CaseSpec {
@@ -63,17 +86,23 @@ struct CaseSpec {
 };
 
 struct Request {
+  RequestOp op = RequestOp::run;
   int device = 0;
+  std::string support_module;  // the harness's own kernels (ko_spin, ko_empty, ...); "" = none
   std::string module_path;
   std::string entry;
   std::uint64_t guard_bytes = 65536;
   bool flush_l2 = true;
   std::vector<CaseSpec> cases;
+  BaselineSpec baseline;  // op == baseline
 };
 
 inline constexpr std::uint64_t max_guard_bytes = 16ull << 20;
 inline constexpr unsigned max_iterations = 100000;
 inline constexpr unsigned max_warmup = 10000;
+inline constexpr unsigned max_graph_batch = 1000;
+// Largest m, n or k of a baseline GEMM (a 65536^2 float matrix is 16 GiB).
+inline constexpr std::uint64_t max_gemm_dim = 65536;
 
 // Throws BadRequest naming the offending field.
 Request parse_request(std::string_view text);

@@ -15,7 +15,7 @@
 #include "file_io.hpp"
 #include "guard.hpp"
 #include "response.hpp"
-#include "stats.hpp"
+#include "timing.hpp"
 
 namespace kernelopt {
 namespace {
@@ -31,16 +31,6 @@ constexpr std::size_t jit_log_bytes = 64 * 1024;
 
 std::string arg_path(std::size_t case_index, std::size_t arg_index) {
   return "cases[" + std::to_string(case_index) + "].args[" + std::to_string(arg_index) + "]";
-}
-
-// Event times are floats; going through the shortest decimal that round-trips the float
-// keeps "0.512" from being printed as 0.5120000243186951.
-double float_to_double(float value) {
-  char buf[64];
-  const auto r = std::to_chars(buf, buf + sizeof buf, value);
-  if (r.ec != std::errc()) return static_cast<double>(value);
-  *r.ptr = '\0';
-  return std::strtod(buf, nullptr);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -188,7 +178,6 @@ class CaseRunner {
   void check_guards(json& result);
   void check_inputs(json& result);
   void prepare_timed_launch(bool flush);
-  json time_launches(const TimingConfig& timing);
   json occupancy();
   void drain() noexcept { drv_.cuStreamSynchronize(s_.stream()); }
 
@@ -227,7 +216,9 @@ bool CaseRunner::run(json& cases) {
       result["status"] = "input_modified";
     }
     if (result["status"] == "ok" && spec_.timing) {
-      result["timing"] = time_launches(*spec_.timing);
+      const bool flush = req_.flush_l2 && s_.can_flush_l2();
+      result["timing"] = time_work(
+          s_, *spec_.timing, {[&] { prepare_timed_launch(flush); }, [&] { launch(); }}, flush);
     }
   } catch (const CudaError& e) {
     result["error"] = case_error(e.info());
@@ -422,55 +413,6 @@ void CaseRunner::prepare_timed_launch(bool flush) {
     }
   }
   if (flush) s_.flush_l2();
-}
-
-json CaseRunner::time_launches(const TimingConfig& timing) {
-  const CUstream stream = s_.stream();
-  const bool flush = req_.flush_l2 && s_.can_flush_l2();
-
-  // All events exist before the first launch so that creating them never lands between a
-  // start and a stop. Everything below is queued without host synchronization.
-  std::vector<Event> starts;
-  std::vector<Event> stops;
-  starts.reserve(timing.iterations);
-  stops.reserve(timing.iterations);
-  for (unsigned i = 0; i < timing.iterations; ++i) {
-    starts.emplace_back();
-    stops.emplace_back();
-  }
-
-  for (unsigned i = 0; i < timing.warmup; ++i) {
-    prepare_timed_launch(flush);
-    launch();
-  }
-  for (unsigned i = 0; i < timing.iterations; ++i) {
-    prepare_timed_launch(flush);
-    KO_CU(drv_.cuEventRecord(starts[i].get(), stream));
-    launch();
-    KO_CU(drv_.cuEventRecord(stops[i].get(), stream));
-  }
-  sync();
-
-  std::vector<double> times;
-  times.reserve(timing.iterations);
-  for (unsigned i = 0; i < timing.iterations; ++i) {
-    float ms = 0;
-    KO_CU(drv_.cuEventElapsedTime(&ms, starts[i].get(), stops[i].get()));
-    times.push_back(float_to_double(ms));
-  }
-  const Summary sum = summarize(times);
-
-  json t = json::object();
-  t["warmup"] = timing.warmup;
-  t["iterations"] = timing.iterations;
-  t["flush_l2"] = flush;
-  t["times_ms"] = times;
-  t["median_ms"] = sum.median;
-  t["mean_ms"] = sum.mean;
-  t["min_ms"] = sum.min;
-  t["max_ms"] = sum.max;
-  t["stdev_ms"] = sum.stdev;
-  return t;
 }
 
 }  // namespace

@@ -75,6 +75,7 @@ Session::Session(int ordinal) : drv_(init_driver()), ordinal_(ordinal) {
 
 Session::~Session() {
   flush_scratch_.reset();
+  support_.reset();
   if (stream_ != nullptr) drv_.cuStreamDestroy(stream_);
   if (context_ != nullptr) drv_.cuDevicePrimaryCtxRelease(device_);
 }

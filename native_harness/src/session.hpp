@@ -10,6 +10,7 @@
 
 #include "cuda_raii.hpp"
 #include "driver.hpp"
+#include "support.hpp"
 
 namespace kernelopt {
 
@@ -45,6 +46,9 @@ class Session {
   // comes from DRAM. Allocates the scratch on first use. Throws CudaError.
   void flush_l2();
 
+  // The harness's own kernels (request field "support_module"), kept for the session.
+  SupportModule& support() noexcept { return support_; }
+
   // After a context-fatal error every later call fails: the owner must stop using the session.
   bool broken() const noexcept { return broken_; }
   void mark_broken() noexcept { broken_ = true; }
@@ -59,6 +63,7 @@ class Session {
   std::string arch_;
   std::size_t l2_bytes_ = 0;
   detail::DeviceBuffer flush_scratch_;
+  SupportModule support_;
   bool broken_ = false;
 };
 
