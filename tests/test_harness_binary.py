@@ -42,13 +42,15 @@ def _request(tmp_path: Path) -> dict:
 
 def test_version(harness_binary: Path) -> None:
     code, answer, _ = _run(harness_binary, "--version")
-    assert code == 0 and answer == {"harness": "0.1.0", "protocol": 1}
+    assert code == 0 and answer is not None
+    assert answer["harness"] == "0.1.0" and answer["protocol"] == 2
+    assert {"blocking", "graph", "adaptive", "baseline_cublas"} <= set(answer["features"])
 
 
 @pytest.mark.parametrize(
     ("mutate", "field"),
     [
-        (lambda r: r.update(protocol=2), "protocol"),
+        (lambda r: r.update(protocol=3), "protocol"),
         (lambda r: r.pop("entry"), "entry"),
         (lambda r: r["cases"][0]["args"][0].update(bytes=-1), "cases[0].args[0].bytes"),
         (lambda r: r["cases"][0]["args"][0].update(role="sideways"), "cases[0].args[0].role"),
