@@ -21,6 +21,26 @@ Answer error_answer(const char* kind, const std::string& message, int exit_code)
   return {std::move(body), exit_code};
 }
 
+namespace {
+
+// Looks up the timing kernels a request will need before anything runs, so a support module
+// that lacks them is a bad request up front rather than after the first validation launch.
+void check_support_kernels(SupportModule& support, const Request& req) {
+  auto check = [&](const TimingConfig& t) {
+    if (t.blocking) support.function("ko_spin");
+    support.function("ko_empty");  // launch_overhead_ms
+  };
+  if (req.op == RequestOp::baseline) {
+    check(req.baseline.timing);
+    return;
+  }
+  for (const auto& c : req.cases) {
+    if (c.timing) check(*c.timing);
+  }
+}
+
+}  // namespace
+
 Answer Handler::handle(std::string_view request_text) {
   auto response = empty_response();
   try {
@@ -30,7 +50,10 @@ Answer Handler::handle(std::string_view request_text) {
       session_.reset();  // release the old device's context before retaining another
       session_ = std::make_unique<Session>(req.device);
     }
-    if (!req.support_module.empty()) session_->support().load(req.support_module);
+    if (!req.support_module.empty()) {
+      session_->support().load(req.support_module);
+      check_support_kernels(session_->support(), req);
+    }
     const int code = req.op == RequestOp::baseline ? run_baseline(*session_, req, response)
                                                    : run_request(*session_, req, response);
     return {std::move(response), code};
