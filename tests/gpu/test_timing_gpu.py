@@ -155,15 +155,20 @@ def test_blocking_median_of_a_tiny_kernel_is_not_above_non_blocking(
     assert held["median_ms"] <= plain["median_ms"], (held["median_ms"], plain["median_ms"])
 
 
-def test_flush_makes_a_kernel_that_fits_in_l2_slower(proc: HarnessProcess, module: Path, device: DeviceInfo, tmp_path: Path) -> None:
+def test_flush_makes_a_kernel_that_fits_in_l2_slower(
+    proc: HarnessProcess, module: Path, device: DeviceInfo, support: Path, tmp_path: Path
+) -> None:
     nbytes = 16 << 20
     assert nbytes < device.l2_cache_bytes // 2, "the test needs an L2 that holds 16 MB comfortably"
     x = np.ones(nbytes // 4, dtype=np.float32)
     grid, block = 4 * device.sm_count, 256
     args = [_in(tmp_path, "x", x), _out(tmp_path, "out", 4 * grid * block), _scalar("n4", "uint32", nbytes // 16)]
-    timing = {"warmup": 10, "iterations": 200}
-    cold = _timing(proc, _request(module, "read_sum", args, grid, block, timing, flush=True))
-    warm = _timing(proc, _request(module, "read_sum", args, grid, block, timing, flush=False))
+    # Blocking in both: without the flush (tens of microseconds of GPU work per sample) the
+    # host's enqueue gap would land in the warm samples and hide what L2 saves.
+    timing = {"warmup": 10, "iterations": 200, "blocking": True}
+    cold = _timing(proc, _request(module, "read_sum", args, grid, block, timing, flush=True, support=support))
+    warm = _timing(proc, _request(module, "read_sum", args, grid, block, timing, flush=False, support=support))
+    assert not cold["blocking_timed_out"] and not warm["blocking_timed_out"]
     assert cold["flush_l2"] is True and warm["flush_l2"] is False
     # From DRAM vs from L2: flushing must cost at least 10% here.
     assert cold["median_ms"] > 1.1 * warm["median_ms"], (cold["median_ms"], warm["median_ms"])
