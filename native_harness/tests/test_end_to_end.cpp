@@ -164,6 +164,23 @@ json request(const std::string& entry, json cases, std::uint64_t guard = 1024) {
           {"guard_bytes", guard}, {"flush_l2", true}, {"cases", std::move(cases)}};
 }
 
+// The fake's counters, printed at exit with FAKE_CUDA_STATS=1.
+struct Stats {
+  unsigned long launches = 0, spins = 0, graph_launches = 0, graph_kernels = 0;
+};
+Stats stats_of(const Run& r) {
+  Stats s;
+  const auto at = r.err.find("fake libcuda stats:");
+  if (at == std::string::npos) {
+    std::fprintf(stderr, "  no fake stats in stderr: %s\n", r.err.c_str());
+    ++test::failures();
+    return s;
+  }
+  std::sscanf(r.err.c_str() + at, "fake libcuda stats: launches=%lu spins=%lu graph_launches=%lu graph_kernels=%lu",
+              &s.launches, &s.spins, &s.graph_launches, &s.graph_kernels);
+  return s;
+}
+
 }  // namespace
 
 TEST_CASE("--version") {
@@ -260,6 +277,16 @@ TEST_CASE("a clean case: outputs written, guards intact, timed") {
   CHECK(t["adaptive"].is_null() && t["launch_overhead_ms"].is_null());
   CHECK(t["blocking_timed_out"] == false);
   // Exactly one line on stdout.
+  CHECK(r.lines.size() == 1);
+}
+
+TEST_CASE("an old request launches exactly what it did before: validation, warm-up, measured") {
+  const auto r = run_request(
+      request("copy_kernel", {copy_case("c", 64, "old", {{"warmup", 2}, {"iterations", 5}})}),
+      {"FAKE_CUDA_STATS=1"});
+  CHECK_MSG(r.rc == 0, r.out + r.err);
+  const auto st = stats_of(r);
+  CHECK_MSG(st.launches == 1 + 2 + 5 && st.spins == 0 && st.graph_launches == 0, r.err);
   CHECK(r.lines.size() == 1);
 }
 
@@ -503,23 +530,6 @@ json axpy_case(const std::string& name, json timing) {
                     scalar("n", "uint32", raw_hex<std::uint32_t>(4))}},
           {"launch", launch()},
           {"timing", std::move(timing)}};
-}
-
-// The fake's counters, printed at exit with FAKE_CUDA_STATS=1.
-struct Stats {
-  unsigned long launches = 0, spins = 0, graph_launches = 0, graph_kernels = 0;
-};
-Stats stats_of(const Run& r) {
-  Stats s;
-  const auto at = r.err.find("fake libcuda stats:");
-  if (at == std::string::npos) {
-    std::fprintf(stderr, "  no fake stats in stderr: %s\n", r.err.c_str());
-    ++test::failures();
-    return s;
-  }
-  std::sscanf(r.err.c_str() + at, "fake libcuda stats: launches=%lu spins=%lu graph_launches=%lu graph_kernels=%lu",
-              &s.launches, &s.spins, &s.graph_launches, &s.graph_kernels);
-  return s;
 }
 
 bool near_ms(const json& v, double expected, double tol) {
