@@ -1,7 +1,6 @@
 #include "runner.hpp"
 
 #include <algorithm>
-#include <charconv>
 #include <chrono>
 #include <cmath>
 #include <cstdlib>
@@ -19,15 +18,14 @@
 #include "file_io.hpp"
 #include "guard.hpp"
 #include "response.hpp"
-#include "stats.hpp"
 #include "support.hpp"
+#include "timing.hpp"
 
 namespace kernelopt {
 namespace {
 
 using detail::CudaError;
 using detail::DeviceBuffer;
-using detail::Event;
 using nlohmann::json;
 
 // Above this a kernel must opt in to dynamic shared memory (CUDA's static 48 KiB limit).
@@ -36,16 +34,6 @@ constexpr std::size_t jit_log_bytes = 64 * 1024;
 
 std::string arg_path(std::size_t case_index, std::size_t arg_index) {
   return "cases[" + std::to_string(case_index) + "].args[" + std::to_string(arg_index) + "]";
-}
-
-// Event times are floats; going through the shortest decimal that round-trips the float
-// keeps "0.512" from being printed as 0.5120000243186951.
-double float_to_double(float value) {
-  char buf[64];
-  const auto r = std::to_chars(buf, buf + sizeof buf, value);
-  if (r.ec != std::errc()) return static_cast<double>(value);
-  *r.ptr = '\0';
-  return std::strtod(buf, nullptr);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -196,29 +184,6 @@ ModuleLoad load_module_image(const detail::DriverApi& drv, std::vector<std::uint
   return load;
 }
 
-// The support kernels the request's cases need that the loaded support module lacks.
-std::vector<std::string> missing_support_kernels(Session& session, const Request& req) {
-  std::vector<std::string> needed;
-  for (const auto& spec : req.cases) {
-    if (spec.repeat_validation) needed.emplace_back(bitwise_diff_kernel_name);
-    for (const auto& arg : spec.args) {
-      const auto& b = arg.buffer;
-      if (arg.kind != ArgKind::buffer || !b.dtype) continue;
-      if (!b.expected.empty() || !b.timed_expected.empty()) {
-        needed.push_back(compare_kernel_name(*b.dtype));
-      }
-    }
-  }
-  std::vector<std::string> missing;
-  for (const auto& name : needed) {
-    if (session.support_function(name) == nullptr &&
-        std::find(missing.begin(), missing.end(), name) == missing.end()) {
-      missing.push_back(name);
-    }
-  }
-  return missing;
-}
-
 // ---------------------------------------------------------------------------------------------
 // One case
 // ---------------------------------------------------------------------------------------------
@@ -299,7 +264,6 @@ class CaseRunner {
   void run_repeat(json& result);
   void run_timed_check(json& result);
   void prepare_timed_launch(bool flush);
-  json time_launches(const TimingConfig& timing);
   json occupancy();
   void drain() noexcept { drv_.cuStreamSynchronize(s_.stream()); }
 
@@ -338,7 +302,9 @@ bool CaseRunner::run(json& cases) {
     set_status(result);
     if (result["status"] == "ok" && spec_.repeat_validation) run_repeat(result);
     if (result["status"] == "ok" && spec_.timing) {
-      result["timing"] = time_launches(*spec_.timing);
+      const bool flush = req_.flush_l2 && s_.can_flush_l2();
+      result["timing"] = time_work(
+          s_, *spec_.timing, {[&] { prepare_timed_launch(flush); }, [&] { launch(); }}, flush);
       if (spec_.has_timed_check()) run_timed_check(result);
     }
   } catch (const CudaError& e) {
@@ -500,7 +466,7 @@ void CaseRunner::compare_outputs(LaunchKind kind, json& result) {
     const std::string& expected_path = kind == LaunchKind::timed ? b.timed_expected : b.expected;
     if (b.role == BufferRole::in || expected_path.empty() || !b.dtype) continue;
     const std::uint64_t elements = b.bytes / scalar_size(*b.dtype);
-    const CUfunction compare = s_.support_function(compare_kernel_name(*b.dtype));
+    const CUfunction compare = s_.support().function(compare_kernel_name(*b.dtype));
     const CompareFigures fig = device_compare(
         drv_, compare, s_.sm_count(), s_.stream(), d.data,
         expected.device ? expected.device->get() : CUdeviceptr{0}, elements, b.compare,
@@ -585,7 +551,7 @@ std::optional<ByteDiff> CaseRunner::diff_against(CUdeviceptr data, const Source&
   if (bytes == 0) return std::nullopt;
   // Only with this request's support module: its scratch was allocated before the launch.
   if (src.device && !req_.support_module.empty()) {
-    if (const CUfunction diff = s_.support_function(bitwise_diff_kernel_name)) {
+    if (const CUfunction diff = s_.support().find(bitwise_diff_kernel_name)) {
       return device_bitwise_diff(drv_, diff, s_.sm_count(), s_.stream(), data,
                                  src.device->get(), bytes, s_.support_scratch());
     }
@@ -639,7 +605,7 @@ void CaseRunner::run_repeat(json& result) {
   launch();
   sync();
   compare_outputs(LaunchKind::repeat, result);
-  const CUfunction diff = s_.support_function(bitwise_diff_kernel_name);
+  const CUfunction diff = s_.support().function(bitwise_diff_kernel_name);
   for (const auto& d : st_.buffers) {
     const auto& b = d.spec->buffer;
     if (b.role == BufferRole::in) continue;
@@ -664,26 +630,26 @@ void CaseRunner::run_repeat(json& result) {
 // time is reported apart (timing.check_launch_ms), never mixed into times_ms.
 void CaseRunner::run_timed_check(json& result) {
   const CUstream stream = s_.stream();
-  for (const auto& d : st_.buffers) {
-    const auto& b = d.spec->buffer;
-    if (b.bytes == 0) continue;
-    if (b.role == BufferRole::out) {
-      KO_CU(drv_.cuMemsetD8Async(
-          d.data, b.init == BufferInit::zero ? std::uint8_t{0} : b.poison_byte, b.bytes, stream));
-    } else {
-      copy_into(b.timed_input.empty() ? d.input : d.timed_input, d.data, b.bytes);
+  const bool flush = req_.flush_l2 && s_.can_flush_l2();
+  TimedWork check;
+  // Outside the timed window, like every measured launch: outputs re-initialised, in/inout
+  // buffers given their timed inputs (or their inputs, where none is given), L2 flushed.
+  check.prepare = [&] {
+    for (const auto& d : st_.buffers) {
+      const auto& b = d.spec->buffer;
+      if (b.bytes == 0) continue;
+      if (b.role == BufferRole::out) {
+        KO_CU(drv_.cuMemsetD8Async(d.data,
+                                   b.init == BufferInit::zero ? std::uint8_t{0} : b.poison_byte,
+                                   b.bytes, stream));
+      } else {
+        copy_into(b.timed_input.empty() ? d.input : d.timed_input, d.data, b.bytes);
+      }
     }
-  }
-  if (req_.flush_l2 && s_.can_flush_l2()) s_.flush_l2();
-  const Event start;
-  const Event stop;
-  KO_CU(drv_.cuEventRecord(start.get(), stream));
-  launch();
-  KO_CU(drv_.cuEventRecord(stop.get(), stream));
-  sync();
-  float ms = 0;
-  KO_CU(drv_.cuEventElapsedTime(&ms, start.get(), stop.get()));
-  result["timing"]["check_launch_ms"] = float_to_double(ms);
+    if (flush) s_.flush_l2();
+  };
+  check.launch = [&] { launch(); };
+  result["timing"]["check_launch_ms"] = time_one_launch(s_, check);
 
   compare_outputs(LaunchKind::timed, result);
   check_guards(result);
@@ -706,98 +672,9 @@ void CaseRunner::prepare_timed_launch(bool flush) {
   if (flush) s_.flush_l2();
 }
 
-json CaseRunner::time_launches(const TimingConfig& timing) {
-  const CUstream stream = s_.stream();
-  const bool flush = req_.flush_l2 && s_.can_flush_l2();
-
-  // All events exist before the first launch so that creating them never lands between a
-  // start and a stop. Everything below is queued without host synchronization.
-  std::vector<Event> starts;
-  std::vector<Event> stops;
-  starts.reserve(timing.iterations);
-  stops.reserve(timing.iterations);
-  for (unsigned i = 0; i < timing.iterations; ++i) {
-    starts.emplace_back();
-    stops.emplace_back();
-  }
-
-  for (unsigned i = 0; i < timing.warmup; ++i) {
-    prepare_timed_launch(flush);
-    launch();
-  }
-  for (unsigned i = 0; i < timing.iterations; ++i) {
-    prepare_timed_launch(flush);
-    KO_CU(drv_.cuEventRecord(starts[i].get(), stream));
-    launch();
-    KO_CU(drv_.cuEventRecord(stops[i].get(), stream));
-  }
-  sync();
-
-  std::vector<double> times;
-  times.reserve(timing.iterations);
-  for (unsigned i = 0; i < timing.iterations; ++i) {
-    float ms = 0;
-    KO_CU(drv_.cuEventElapsedTime(&ms, starts[i].get(), stops[i].get()));
-    times.push_back(float_to_double(ms));
-  }
-  const Summary sum = summarize(times);
-
-  json t = json::object();
-  t["warmup"] = timing.warmup;
-  t["iterations"] = timing.iterations;
-  t["flush_l2"] = flush;
-  t["times_ms"] = times;
-  t["median_ms"] = sum.median;
-  t["mean_ms"] = sum.mean;
-  t["min_ms"] = sum.min;
-  t["max_ms"] = sum.max;
-  t["stdev_ms"] = sum.stdev;
-  return t;
-}
-
 }  // namespace
 
 namespace {
-
-// Makes `req.support_module` the session's support module (loading it unless it is the one
-// already loaded) and checks it has every kernel the request needs. Returns false after
-// setting a module_load error in `response`; throws IoError when the file is unreadable.
-bool prepare_support_module(Session& session, const Request& req, json& response, int& exit) {
-  exit = exit_ok;
-  if (req.support_module.empty()) return true;
-  if (!session.has_support_module(req.support_module)) {
-    const ModuleLoad load = load_module_image(session.drv(), read_file(req.support_module));
-    if (load.result != CUDA_SUCCESS) {
-      const auto info = detail::make_cuda_error_info(load.result, "cuModuleLoadDataEx(...)",
-                                                     __FILE__, __LINE__);
-      auto error = request_error(
-          "module_load", "support_module " + req.support_module + " could not be loaded: " +
-                             info.name + " (" + info.description +
-                             "): recompile it for this device with "
-                             "kernelopt_mcp.support_module.support_module(arch)",
-          info);
-      error["log"] = load.log;
-      set_request_error(response, std::move(error));
-      if (detail::is_context_fatal(load.result)) {
-        session.mark_broken();
-        exit = exit_fatal_cuda;
-      }
-      return false;
-    }
-    session.set_support_module(req.support_module, detail::Module(load.module));
-  }
-  if (const auto missing = missing_support_kernels(session, req); !missing.empty()) {
-    std::string names;
-    for (const auto& m : missing) names += (names.empty() ? "" : ", ") + m;
-    set_request_error(response,
-                      request_error("module_load", "support_module " + req.support_module +
-                                                       " lacks kernel(s) " + names +
-                                                       ": it is out of date; recompile it with "
-                                                       "kernelopt_mcp.support_module"));
-    return false;
-  }
-  return true;
-}
 
 json cache_counters(Session& session) {
   const auto& cache = session.input_cache();
@@ -822,8 +699,6 @@ int run_request(Session& session, const Request& req, json& response) {
 
   auto image = read_file(req.module_path);
   check_input_files(req);
-  int support_exit = exit_ok;
-  if (!prepare_support_module(session, req, response, support_exit)) return support_exit;
 
   const ModuleLoad load = load_module_image(drv, std::move(image));
   if (load.result != CUDA_SUCCESS) {
