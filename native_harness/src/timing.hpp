@@ -1,6 +1,6 @@
 // The timing procedure of PROTOCOL.md ("Timing"): warm-up, events or graph mode, optional
 // blocking kernel, adaptive stopping, launch overhead. Independent of what is being timed: a
-// kernel case (runner.cpp) and a library baseline (baseline.cpp) both hand it a TimedWork.
+// kernel case (case_runner.cpp) and a library baseline (baseline.cpp) both hand it a TimedWork.
 #pragma once
 
 #include <functional>

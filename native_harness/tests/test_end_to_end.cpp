@@ -331,7 +331,7 @@ TEST_CASE("a refused launch is invalid_launch and the next case still runs") {
   CHECK(cases[0]["error"]["cuda_error"] == "CUDA_ERROR_INVALID_VALUE");
   CHECK(cases[0]["error"]["code"] == 1);
   CHECK(cases[0]["error"]["message"] == "invalid argument");
-  CHECK(cases[0]["error"]["file"] == "runner.cpp" && cases[0]["error"]["line"].is_number());
+  CHECK(cases[0]["error"]["file"] == "case_runner.cpp" && cases[0]["error"]["line"].is_number());
   CHECK(cases[0]["occupancy_blocks_per_sm"].is_null());
   CHECK(cases[1]["status"] == "ok");
   CHECK(cases[2]["status"] == "ok");
