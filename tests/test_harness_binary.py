@@ -15,8 +15,9 @@ from fakegpu import write_harness
 from kernelopt_mcp.gpu import cuda_device_count
 from kernelopt_mcp.harness import ExitCode, harness_features
 
-# What this branch's harness implements of protocol 2 (PROTOCOL.md, "Protocol 2").
+# What the harness implements of protocol 2 (PROTOCOL.md, "Commands"): the data path and timing.
 DATA_PATH_FEATURES = {"support_module", "input_cache", "device_compare", "determinism", "timed_inputs"}
+TIMING_FEATURES = {"blocking", "graph", "adaptive", "baseline_cublas"}
 
 
 def _run(binary: Path, *args: str, stdin: str | None = None) -> tuple[int, dict | None, str]:
@@ -48,11 +49,11 @@ def test_version(harness_binary: Path) -> None:
     code, answer, _ = _run(harness_binary, "--version")
     assert code == 0 and answer is not None
     assert answer["harness"] == "0.1.0" and answer["protocol"] == 2
-    assert DATA_PATH_FEATURES <= set(answer["features"])
+    assert set(answer["features"]) == DATA_PATH_FEATURES | TIMING_FEATURES
 
 
 def test_harness_features_reads_version(harness_binary: Path, tmp_path: Path) -> None:
-    assert DATA_PATH_FEATURES <= harness_features(harness_binary)
+    assert DATA_PATH_FEATURES | TIMING_FEATURES <= harness_features(harness_binary)
     # A protocol 1 harness (the CPU double answers {"harness": "fake", "protocol": 1}) has none.
     assert harness_features(write_harness(tmp_path, "fake")) == frozenset()
 

@@ -99,6 +99,15 @@ std::unique_ptr<DriverApi> load() {
   KO_REQUIRE(cuMemsetD8Async);
   KO_REQUIRE(cuMemsetD32Async);
   KO_REQUIRE(cuLaunchKernel);
+  KO_REQUIRE(cuMemHostAlloc);
+  KO_REQUIRE(cuMemFreeHost);
+  KO_REQUIRE(cuMemHostGetDevicePointer);
+  KO_REQUIRE(cuStreamBeginCapture);
+  KO_REQUIRE(cuStreamEndCapture);
+  KO_REQUIRE(cuGraphInstantiate);
+  KO_REQUIRE(cuGraphLaunch);
+  KO_REQUIRE(cuGraphDestroy);
+  KO_REQUIRE(cuGraphExecDestroy);
 #if CUDA_VERSION >= 12040
   bind(lib, api->cuFuncGetParamInfo, KO_STRINGIFY_EXPANDED(cuFuncGetParamInfo));
 #endif

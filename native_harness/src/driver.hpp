@@ -58,6 +58,17 @@ struct DriverApi {
   KO_DRIVER_FN(cuMemsetD8Async);
   KO_DRIVER_FN(cuMemsetD32Async);
   KO_DRIVER_FN(cuLaunchKernel);
+  // Blocking timing: the release flag of ko_spin lives in host memory mapped for the device.
+  KO_DRIVER_FN(cuMemHostAlloc);
+  KO_DRIVER_FN(cuMemFreeHost);
+  KO_DRIVER_FN(cuMemHostGetDevicePointer);
+  // Graph timing: launches captured from the stream and replayed as one graph.
+  KO_DRIVER_FN(cuStreamBeginCapture);
+  KO_DRIVER_FN(cuStreamEndCapture);
+  KO_DRIVER_FN(cuGraphInstantiate);
+  KO_DRIVER_FN(cuGraphLaunch);
+  KO_DRIVER_FN(cuGraphDestroy);
+  KO_DRIVER_FN(cuGraphExecDestroy);
 #if CUDA_VERSION >= 12040
   // Optional (driver 12.4+): lets the harness check the request's arguments against the
   // kernel's parameter list before launching. nullptr when the driver lacks it.

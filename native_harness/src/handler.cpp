@@ -2,11 +2,13 @@
 
 #include <new>
 
+#include "baseline.hpp"
 #include "check.hpp"
 #include "errors.hpp"
 #include "request.hpp"
 #include "response.hpp"
 #include "runner.hpp"
+#include "support.hpp"
 
 namespace kernelopt {
 
@@ -29,7 +31,18 @@ Answer Handler::handle(std::string_view request_text) {
       session_.reset();  // release the old device's context before retaining another
       session_ = std::make_unique<Session>(req.device);
     }
-    const int code = run_request(*session_, req, response);
+    // The session's support module is always the request's own (time_work measures the launch
+    // overhead exactly when one is loaded). Every support kernel the request needs is looked up
+    // before anything runs, so an outdated module is a bad request up front, not a failure
+    // after a launch.
+    if (req.support_module.empty()) {
+      session_->support().reset();
+    } else {
+      session_->support().load(req.support_module);
+      session_->support().require(support_kernels_needed(req));
+    }
+    const int code = req.op == RequestOp::baseline ? run_baseline(*session_, req, response)
+                                                   : run_request(*session_, req, response);
     return {std::move(response), code};
   } catch (const BadRequest& e) {
     set_request_error(response, request_error("bad_request", e.what()));

@@ -294,6 +294,40 @@ LaunchConfig parse_launch(const json& l, const std::string& path) {
   return launch;
 }
 
+double as_positive_number(const json& v, const std::string& path) {
+  if (!v.is_number() || !(v.get<double>() > 0)) {
+    fail(path, std::string("must be a positive number, got ") +
+                   (v.is_number() ? v.dump() : std::string(type_name(v))));
+  }
+  return v.get<double>();
+}
+
+AdaptiveConfig parse_adaptive(const json& a, const std::string& path, unsigned iterations) {
+  expect_object(a, path);
+  AdaptiveConfig c;
+  if (const json* v = find(a, "target_rse")) {
+    c.target_rse = as_positive_number(*v, member_path(path, "target_rse"));
+    if (c.target_rse >= 1) {
+      fail(member_path(path, "target_rse"),
+           "must be below 1 (a relative standard error, e.g. 0.01 for 1%), got " + v->dump());
+    }
+  }
+  if (const json* v = find(a, "max_ms")) {
+    c.max_ms = as_positive_number(*v, member_path(path, "max_ms"));
+    if (c.max_ms > 600000) fail(member_path(path, "max_ms"), "must be at most 600000 (10 minutes), got " + v->dump());
+  }
+  if (const json* v = find(a, "max_iterations")) {
+    c.max_iterations =
+        static_cast<unsigned>(as_uint(*v, member_path(path, "max_iterations"), max_iterations));
+  }
+  if (c.max_iterations < iterations) {
+    fail(member_path(path, "max_iterations"),
+         "must be at least the timing's iterations (" + std::to_string(iterations) + "), got " +
+             std::to_string(c.max_iterations));
+  }
+  return c;
+}
+
 TimingConfig parse_timing(const json& t, const std::string& path) {
   expect_object(t, path);
   TimingConfig timing;
@@ -302,7 +336,61 @@ TimingConfig parse_timing(const json& t, const std::string& path) {
   }
   timing.iterations = static_cast<unsigned>(
       as_uint(require(t, path, "iterations"), member_path(path, "iterations"), max_iterations));
+  if (const json* v = find(t, "mode")) {
+    const auto p = member_path(path, "mode");
+    const auto s = as_string(*v, p);
+    if (s == "events") {
+      timing.mode = TimingMode::events;
+    } else if (s == "graph") {
+      timing.mode = TimingMode::graph;
+    } else {
+      fail(p, "must be \"events\" or \"graph\", got \"" + s + "\"");
+    }
+  }
+  if (const json* v = find(t, "blocking")) timing.blocking = as_bool(*v, member_path(path, "blocking"));
+  if (const json* v = find(t, "graph_batch")) {
+    const auto p = member_path(path, "graph_batch");
+    const auto b = as_uint(*v, p, max_graph_batch, "an integer 1..1000");
+    if (b == 0) fail(p, "must be an integer 1..1000, got 0 (omit it to choose from the warm-up)");
+    if (timing.mode != TimingMode::graph) {
+      fail(p, "only applies to \"mode\": \"graph\"; drop it or set the mode");
+    }
+    timing.graph_batch = static_cast<unsigned>(b);
+  }
+  if (const json* v = find(t, "adaptive")) {
+    timing.adaptive = parse_adaptive(*v, member_path(path, "adaptive"), timing.iterations);
+  }
   return timing;
+}
+
+// Blocking mode launches ko_spin from the support module, so it cannot run without one.
+void require_support_for(const TimingConfig& timing, const std::string& path, bool has_support) {
+  if (timing.blocking && !has_support) {
+    fail(member_path(path, "blocking"),
+         "needs the harness's support kernels: pass \"support_module\" (the CUBIN from "
+         "kernelopt_mcp.support_module.support_module(arch))");
+  }
+}
+
+BaselineSpec parse_baseline(const json& doc) {
+  BaselineSpec b;
+  b.library = as_string(require(doc, "", "library"), "library");
+  if (b.library != "cublas") fail("library", "must be \"cublas\", got \"" + b.library + "\"");
+  b.library_path = as_string(require(doc, "", "library_path"), "library_path");
+  b.routine = as_string(require(doc, "", "routine"), "routine");
+  if (b.routine != "sgemm") fail("routine", "must be \"sgemm\", got \"" + b.routine + "\"");
+  for (auto [key, slot] : {std::pair{"m", &b.m}, std::pair{"n", &b.n}, std::pair{"k", &b.k}}) {
+    *slot = as_uint(require(doc, "", key), key, max_gemm_dim, "a positive integer");
+    if (*slot == 0) fail(key, "must be a positive integer, got 0");
+  }
+  if (const json* t = find(doc, "timing")) {
+    b.timing = parse_timing(*t, "timing");
+  } else {
+    b.timing.warmup = 10;
+    b.timing.iterations = 100;
+  }
+  if (b.timing.iterations == 0) fail("timing.iterations", "must be positive for a baseline");
+  return b;
 }
 
 CaseSpec parse_case(const json& c, const std::string& path) {
@@ -477,6 +565,23 @@ Request parse_request(const json& doc) {
   if (const json* v = find(doc, "device")) {
     req.device = static_cast<int>(as_uint(*v, "device", std::numeric_limits<int>::max()));
   }
+  if (const json* v = find(doc, "support_module")) {
+    req.support_module = as_string(*v, "support_module");
+  }
+  if (const json* v = find(doc, "flush_l2")) req.flush_l2 = as_bool(*v, "flush_l2");
+  if (const json* v = find(doc, "op")) {
+    const auto op = as_string(*v, "op");
+    if (op == "baseline") {
+      req.op = RequestOp::baseline;
+    } else if (op != "run") {
+      fail("op", "must be \"run\" or \"baseline\", got \"" + op + "\"");
+    }
+  }
+  if (req.op == RequestOp::baseline) {
+    req.baseline = parse_baseline(doc);
+    require_support_for(req.baseline.timing, "timing", !req.support_module.empty());
+    return req;
+  }
   req.module_path = as_string(require(doc, "", "module"), "module");
   req.entry = as_string(require(doc, "", "entry"), "entry");
   if (const json* v = find(doc, "guard_bytes")) {
@@ -484,10 +589,6 @@ Request parse_request(const json& doc) {
     if (req.guard_bytes % 256 != 0) {
       fail("guard_bytes", "must be a multiple of 256, got " + v->dump());
     }
-  }
-  if (const json* v = find(doc, "flush_l2")) req.flush_l2 = as_bool(*v, "flush_l2");
-  if (const json* v = find(doc, "support_module")) {
-    req.support_module = as_string(*v, "support_module");
   }
   if (const json* v = find(doc, "input_cache")) req.input_cache = as_bool(*v, "input_cache");
   if (const json* v = find(doc, "input_cache_bytes")) {
@@ -501,6 +602,9 @@ Request parse_request(const json& doc) {
   for (std::size_t i = 0; i < cases.size(); ++i) {
     const auto path = index_path("cases", i);
     auto spec = parse_case(cases[i], path);
+    if (spec.timing) {
+      require_support_for(*spec.timing, member_path(path, "timing"), !req.support_module.empty());
+    }
     if (const auto [it, fresh] = seen.emplace(spec.name, i); !fresh) {
       fail(member_path(path, "name"), "duplicate case name \"" + spec.name + "\" (also " +
                                           index_path("cases", it->second) + ")");

@@ -64,9 +64,32 @@ struct LaunchConfig {
   unsigned shared_bytes = 0;
 };
 
+enum class TimingMode { events, graph };
+
+struct AdaptiveConfig {
+  double target_rse = 0.01;
+  double max_ms = 2000;
+  unsigned max_iterations = 10000;
+};
+
 struct TimingConfig {
   unsigned warmup = 0;
   unsigned iterations = 0;
+  TimingMode mode = TimingMode::events;
+  bool blocking = false;       // hold the stream with ko_spin while a batch is enqueued
+  unsigned graph_batch = 0;    // graph mode: launches per graph; 0 = chosen from the warm-up
+  std::optional<AdaptiveConfig> adaptive;
+};
+
+enum class RequestOp { run, baseline };
+
+// "op": "baseline": a library routine timed by the harness (cuBLAS SGEMM).
+struct BaselineSpec {
+  std::string library;       // "cublas"
+  std::string library_path;  // dlopen'ed
+  std::string routine;       // "sgemm"
+  std::uint64_t m = 0, n = 0, k = 0;
+  TimingConfig timing;
 };
 
 struct CaseSpec {
@@ -85,21 +108,26 @@ struct CaseSpec {
 };
 
 struct Request {
+  RequestOp op = RequestOp::run;
   int device = 0;
+  std::string support_module;  // CUBIN of kernelopt_mcp/support/*.cu (ko_compare_*, ko_spin, ...); "" = none
   std::string module_path;
   std::string entry;
   std::uint64_t guard_bytes = 65536;
   bool flush_l2 = true;
   std::vector<CaseSpec> cases;
   // Protocol 2 (all optional):
-  std::string support_module;  // CUBIN of kernelopt_mcp/support/*.cu
-  bool input_cache = false;    // keep input/expected files resident on the device
+  bool input_cache = false;  // keep input/expected files resident on the device
   std::optional<std::uint64_t> input_cache_bytes;  // default: 30% of device memory
+  BaselineSpec baseline;     // op == baseline
 };
 
 inline constexpr std::uint64_t max_guard_bytes = 16ull << 20;
 inline constexpr unsigned max_iterations = 100000;
 inline constexpr unsigned max_warmup = 10000;
+inline constexpr unsigned max_graph_batch = 1000;
+// Largest m, n or k of a baseline GEMM (a 65536^2 float matrix is 16 GiB).
+inline constexpr std::uint64_t max_gemm_dim = 65536;
 // Expected files hold float64: one value per element.
 inline constexpr std::uint64_t expected_item_bytes = 8;
 

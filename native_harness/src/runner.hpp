@@ -1,4 +1,4 @@
-// The per-request and per-case procedure of PROTOCOL.md ("Per case, in order").
+// The per-request procedure of PROTOCOL.md; each case runs in a CaseRunner (case_runner.hpp).
 #pragma once
 
 #include <nlohmann/json_fwd.hpp>

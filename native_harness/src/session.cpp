@@ -81,7 +81,7 @@ Session::~Session() {
   flush_scratch_.reset();
   support_scratch_.reset();
   input_cache_.clear();
-  support_module_.reset();
+  support_.reset();
   if (stream_ != nullptr) drv_.cuStreamDestroy(stream_);
   if (context_ != nullptr) drv_.cuDevicePrimaryCtxRelease(device_);
 }
@@ -101,28 +101,6 @@ detail::DeviceBuffer Session::allocate(std::size_t bytes) {
       if (e.code() != CUDA_ERROR_OUT_OF_MEMORY || !input_cache_.evict_one()) throw;
     }
   }
-}
-
-void Session::set_support_module(std::string path, detail::Module module) {
-  support_functions_.clear();
-  support_module_ = std::move(module);
-  support_path_ = std::move(path);
-}
-
-CUfunction Session::support_function(const std::string& name) {
-  if (support_module_.get() == nullptr) return nullptr;
-  if (const auto it = support_functions_.find(name); it != support_functions_.end()) {
-    return it->second;
-  }
-  CUfunction f = nullptr;
-  const CUresult r = drv_.cuModuleGetFunction(&f, support_module_.get(), name.c_str());
-  if (r == CUDA_ERROR_NOT_FOUND) {
-    f = nullptr;
-  } else if (r != CUDA_SUCCESS) {
-    detail::throw_cuda_error(r, "cuModuleGetFunction(&f, support, name)", __FILE__, __LINE__);
-  }
-  support_functions_[name] = f;
-  return f;
 }
 
 CUdeviceptr Session::support_scratch() {

@@ -1,17 +1,17 @@
-// One device's primary context, the harness's own stream and the L2 flush scratch buffer.
+// One device's primary context, the harness's own stream, the L2 flush scratch buffer, and the
+// protocol 2 state kept between requests (input cache, support module).
 // `run` uses a session for one request; `serve` keeps it across requests.
 #pragma once
 
 #include <cuda.h>
 
 #include <cstddef>
-#include <map>
-#include <optional>
 #include <string>
 
 #include "cuda_raii.hpp"
 #include "driver.hpp"
 #include "input_cache.hpp"
+#include "support.hpp"
 
 namespace kernelopt {
 
@@ -57,14 +57,9 @@ class Session {
   // The input cache (protocol 2): lives as long as the session.
   InputCache& input_cache() noexcept { return input_cache_; }
 
-  // The support module (protocol 2): loaded once, replaced when a request names another file.
-  bool has_support_module(const std::string& path) const noexcept {
-    return support_module_.get() != nullptr && support_path_ == path;
-  }
-  void set_support_module(std::string path, detail::Module module);
-  // A kernel of the support module, or nullptr when the module lacks it (or none is loaded).
-  // Throws CudaError for failures other than "not found".
-  CUfunction support_function(const std::string& name);
+  // The harness's own kernels (request field "support_module"), kept for the session and
+  // replaced when a request names another file.
+  SupportModule& support() noexcept { return support_; }
   // support_result_bytes of device memory for the support kernels' results, allocated on first
   // use and kept. Throws CudaError.
   CUdeviceptr support_scratch();
@@ -86,9 +81,7 @@ class Session {
   std::size_t total_memory_bytes_ = 0;
   detail::DeviceBuffer flush_scratch_;
   InputCache input_cache_;
-  detail::Module support_module_;
-  std::string support_path_;
-  std::map<std::string, CUfunction> support_functions_;
+  SupportModule support_;
   detail::DeviceBuffer support_scratch_;
   bool broken_ = false;
 };

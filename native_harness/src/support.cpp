@@ -1,16 +1,21 @@
 #include "support.hpp"
 
+#include <algorithm>
 #include <cstddef>
 #include <cstring>
 #include <limits>
 
 #include "check.hpp"
 #include "cuda_raii.hpp"
+#include "errors.hpp"
+#include "file_io.hpp"
 
 namespace kernelopt {
 namespace {
 
 constexpr std::uint64_t none = ~std::uint64_t{0};
+constexpr const char* rebuild_hint =
+    "rebuild it for this device with kernelopt_mcp.support_module.support_module(arch)";
 
 double from_bits(std::uint64_t bits) {
   double d = 0;
@@ -25,7 +30,103 @@ void reset_scratch(const detail::DriverApi& drv, CUstream stream, CUdeviceptr sc
   KO_CU(drv.cuMemsetD8Async(scratch + none_offset, 0xFF, sizeof(std::uint64_t), stream));
 }
 
+void add_once(std::vector<std::string>& names, std::string name) {
+  if (std::find(names.begin(), names.end(), name) == names.end()) {
+    names.push_back(std::move(name));
+  }
+}
+
 }  // namespace
+
+// ---------------------------------------------------------------------------------------------
+// The module
+// ---------------------------------------------------------------------------------------------
+
+void SupportModule::load(const std::string& path) {
+  if (loaded() && path == path_) return;
+  auto image = read_file(path);
+  image.push_back(0);  // a PTX image must be NUL-terminated; an ELF ignores the extra byte
+  reset();
+  const auto& drv = detail::load_driver();
+  CUmodule m = nullptr;
+  const CUresult r = drv.cuModuleLoadDataEx(&m, image.data(), 0, nullptr, nullptr);
+  if (r != CUDA_SUCCESS) {
+    if (detail::is_context_fatal(r)) {
+      detail::throw_cuda_error(r, "cuModuleLoadDataEx(support_module)", __FILE__, __LINE__);
+    }
+    const auto info = detail::make_cuda_error_info(r, "cuModuleLoadDataEx", __FILE__, __LINE__);
+    throw BadRequest("support_module: " + path + " could not be loaded (" + info.name + "): " +
+                     rebuild_hint);
+  }
+  module_ = detail::Module(m);
+  path_ = path;
+}
+
+CUfunction SupportModule::find(const std::string& name) {
+  if (!loaded()) return nullptr;
+  if (const auto it = functions_.find(name); it != functions_.end()) return it->second;
+  CUfunction f = nullptr;
+  const CUresult r = detail::load_driver().cuModuleGetFunction(&f, module_.get(), name.c_str());
+  if (r == CUDA_ERROR_NOT_FOUND) {
+    f = nullptr;
+  } else if (r != CUDA_SUCCESS) {
+    detail::throw_cuda_error(r, "cuModuleGetFunction(support_module)", __FILE__, __LINE__);
+  }
+  functions_.emplace(name, f);
+  return f;
+}
+
+CUfunction SupportModule::function(const std::string& name) {
+  if (!loaded()) {
+    throw BadRequest("support_module: required for this request but not given");
+  }
+  require({name});
+  return find(name);
+}
+
+void SupportModule::require(const std::vector<std::string>& names) {
+  std::string missing;
+  for (const auto& name : names) {
+    if (find(name) == nullptr) missing += (missing.empty() ? "" : ", ") + name;
+  }
+  if (missing.empty()) return;
+  throw BadRequest("support_module: " + path_ + " lacks kernel(s) " + missing +
+                   ": it is older than this harness; " + rebuild_hint);
+}
+
+void SupportModule::reset() noexcept {
+  module_.reset();
+  path_.clear();
+  functions_.clear();
+}
+
+std::vector<std::string> support_kernels_needed(const Request& req) {
+  std::vector<std::string> names;
+  auto timing = [&](const TimingConfig& t) {
+    if (t.blocking) add_once(names, spin_kernel_name);
+    add_once(names, empty_kernel_name);
+  };
+  if (req.op == RequestOp::baseline) {
+    timing(req.baseline.timing);
+    return names;
+  }
+  for (const auto& spec : req.cases) {
+    if (spec.repeat_validation) add_once(names, bitwise_diff_kernel_name);
+    if (spec.timing) timing(*spec.timing);
+    for (const auto& arg : spec.args) {
+      const auto& b = arg.buffer;
+      if (arg.kind != ArgKind::buffer || !b.dtype) continue;
+      if (!b.expected.empty() || !b.timed_expected.empty()) {
+        add_once(names, compare_kernel_name(*b.dtype));
+      }
+    }
+  }
+  return names;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Comparison kernels
+// ---------------------------------------------------------------------------------------------
 
 std::string compare_kernel_name(ScalarType dtype) {
   return std::string("ko_compare_") + scalar_type_name(dtype);

@@ -1,18 +1,57 @@
-// The support module's kernels (kernelopt_mcp/support/*.cu), launched by the harness on its own
-// stream: device-side comparison of an output with float64 expected values, and a bitwise
-// diff of two buffers. The structs below are the ABI of kernelopt_mcp/support/compare.cu.
+// The harness's own device code (kernelopt_mcp/support/*.cu compiled by Python into one CUBIN):
+// loaded once per session from the request's "support_module" path, reloaded when the path
+// changes, and asked for its extern "C" kernels by name. compare.cu: ko_compare_<dtype> (device-
+// side comparison of an output with float64 expected values) and ko_bitwise_diff; timing.cu:
+// ko_spin (blocking kernel) and ko_empty (launch overhead). The structs in `detail` are the ABI
+// of compare.cu.
 #pragma once
 
 #include <cuda.h>
 
 #include <cstdint>
+#include <map>
 #include <optional>
+#include <string>
+#include <vector>
 
+#include "cuda_raii.hpp"
 #include "driver.hpp"
 #include "guard.hpp"
 #include "request.hpp"
 
 namespace kernelopt {
+
+class SupportModule {
+ public:
+  SupportModule() = default;
+
+  // Loads the CUBIN at `path` unless it is the one already loaded (the same path: Python
+  // names each build by its source hash, so a new build is a new path). Throws IoError
+  // (unreadable file), BadRequest (the driver refuses the image: the message says how to
+  // rebuild it) and CudaError when the refusal destroyed the context.
+  void load(const std::string& path);
+
+  bool loaded() const noexcept { return module_.get() != nullptr; }
+  const std::string& path() const noexcept { return path_; }
+
+  // The kernel `name`, looked up once and cached. Throws BadRequest when the loaded module
+  // lacks it (an older support module than this harness expects) or none is loaded.
+  CUfunction function(const std::string& name);
+  // The kernel `name`, or nullptr when the module lacks it or none is loaded. Throws
+  // CudaError for failures other than "not found".
+  CUfunction find(const std::string& name);
+
+  // Throws one BadRequest naming every kernel of `names` the loaded module lacks.
+  void require(const std::vector<std::string>& names);
+
+  // Unloads the module; must run while the context is still alive (Session's destructor).
+  void reset() noexcept;
+
+ private:
+  detail::Module module_;
+  std::string path_;
+  std::map<std::string, CUfunction> functions_;  // nullptr: looked up, not in the module
+};
 
 namespace detail {
 // KoCompareResult of compare.cu. All fields start at 0 except first_mismatch (~0: none).
@@ -49,9 +88,17 @@ struct CompareFigures {
   double kernel_ms = 0;      // the compare kernel's own time (events around it)
 };
 
-// The support kernel that compares elements of `dtype`: "ko_compare_float32", ...
+// The support kernels by name. compare_kernel_name(float32) is "ko_compare_float32", ...
 std::string compare_kernel_name(ScalarType dtype);
 inline constexpr const char* bitwise_diff_kernel_name = "ko_bitwise_diff";
+inline constexpr const char* spin_kernel_name = "ko_spin";
+inline constexpr const char* empty_kernel_name = "ko_empty";
+
+// The support kernels `req` will launch, each once: ko_compare_<dtype> for every dtype with
+// expected or timed_expected values, ko_bitwise_diff for repeat_validation, ko_spin for blocking
+// timing and ko_empty for any timing (launch_overhead_ms is measured whenever a support module
+// is given). The handler checks them before anything runs.
+std::vector<std::string> support_kernels_needed(const Request& req);
 
 // A grid for a grid-stride support kernel of 256-thread blocks over `items` items: enough
 // blocks to fill the device once, never more than the items need. At least 1.

@@ -10,13 +10,18 @@ inline constexpr const char* harness_version = KERNELOPT_HARNESS_VERSION;
 inline constexpr int protocol_version = 2;
 
 // What `--version` lists under "features": the optional parts of protocol 2 that this binary
-// implements (PROTOCOL.md). One entry per line, so parallel additions merge cleanly.
+// implements (PROTOCOL.md), so Python can tell. One entry per line, so parallel additions merge
+// cleanly.
 inline constexpr const char* harness_features[] = {
-    "support_module",
-    "input_cache",
-    "device_compare",
-    "determinism",
-    "timed_inputs",
+    "support_module",   // "support_module": the harness's own kernels, loaded once per session
+    "input_cache",      // "input_cache": input and expected files resident on the device
+    "device_compare",   // "expected" + "compare": ko_compare_<dtype> after the launch
+    "determinism",      // "repeat_validation": a second launch, diffed bit for bit
+    "timed_inputs",     // "timed_input" / "timed_expected": one checked launch after timing
+    "blocking",         // timing.blocking: ko_spin holds the stream while a batch is queued
+    "graph",            // timing.mode "graph": CUDA-graph replays of graph_batch launches
+    "adaptive",         // timing.adaptive: sample until the median's rse reaches a target
+    "baseline_cublas",  // "op": "baseline", library "cublas", routine "sgemm"
 };
 
 }  // namespace kernelopt

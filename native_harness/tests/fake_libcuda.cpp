@@ -6,11 +6,16 @@
 //
 // A module file is valid when it starts with "FAKE-MODULE"; anything else fails to load with
 // a JIT log. Every module holds every kernel, including CPU versions of the support module's
-// ko_compare_<dtype> and ko_bitwise_diff, except a module whose text contains
-// "NO-SUPPORT-KERNELS" (an out-of-date support module), which lacks the ko_* ones.
+// ko_compare_<dtype>, ko_bitwise_diff, ko_spin and ko_empty, except a module whose text contains
+// "NO-SUPPORT-KERNELS" (an out-of-date support module), which lacks the ko_* ones, or
+// "NO-TIMING-KERNELS" (one built from compare.cu alone), which lacks ko_spin and ko_empty.
 // Environment knobs:
 //   FAKE_CUDA_INIT_ERROR=<code>  cuInit returns that CUresult
 //   FAKE_CUDA_NO_PARAM_INFO=1    cuFuncGetParamInfo reports CUDA_ERROR_NOT_SUPPORTED
+//   FAKE_CUDA_SPIN_TIMEOUT=1     ko_spin reports that it timed out
+//   FAKE_CUDA_STATS=1            at exit, print "fake libcuda stats: ..." counters on stderr
+// Graph capture records kernel launches (with copies of their arguments) and cuGraphLaunch
+// replays them, so graph-mode timing runs the real control flow.
 // At exit the fake reports leaked allocations, events, modules and streams on stderr and
 // exits with status 99, unless the context died (a fault makes frees fail, as on a GPU).
 #include <cuda.h>
@@ -21,6 +26,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <map>
+#include <memory>
 #include <set>
 #include <string>
 #include <vector>
@@ -38,6 +44,23 @@ std::set<void*> g_modules;
 std::set<void*> g_streams;
 int g_ctx_refs = 0;
 int g_ctx_token = 0;
+std::set<void*> g_host;  // cuMemHostAlloc
+unsigned long g_spin_launches = 0;
+unsigned long g_graph_launches = 0;
+unsigned long g_graph_kernels = 0;  // kernels run by graph replays
+
+struct Kernel;
+struct CapturedLaunch {
+  Kernel* kernel;
+  std::vector<std::vector<std::uint8_t>> args;
+};
+struct Graph {
+  std::vector<CapturedLaunch> launches;
+};
+CUstream g_capturing = nullptr;  // the stream being captured, if any
+std::unique_ptr<Graph> g_capture;
+std::set<void*> g_graphs;
+std::set<void*> g_execs;
 
 struct Event {
   double t = -1;
@@ -45,6 +68,10 @@ struct Event {
 
 struct LeakCheck {
   ~LeakCheck() {
+    if (std::getenv("FAKE_CUDA_STATS") != nullptr) {
+      std::fprintf(stderr, "fake libcuda stats: launches=%lu spins=%lu graph_launches=%lu graph_kernels=%lu\n",
+                   g_launches, g_spin_launches, g_graph_launches, g_graph_kernels);
+    }
     if (g_sticky != CUDA_SUCCESS || g_pending != CUDA_SUCCESS) {
       // A dead context cannot free anything; the real driver reclaims it all at exit.
       for (const auto& a : g_allocs) std::free(reinterpret_cast<void*>(a.first));
@@ -54,14 +81,17 @@ struct LeakCheck {
       return;
     }
     if (g_allocs.empty() && g_events.empty() && g_modules.empty() && g_streams.empty() &&
-        g_ctx_refs == 0) {
+        g_ctx_refs == 0 && g_host.empty() && g_graphs.empty() && g_execs.empty() &&
+        g_capturing == nullptr) {
       return;
     }
     std::fprintf(stderr,
                  "fake libcuda: leaked %zu allocation(s), %zu event(s), %zu module(s), "
-                 "%zu stream(s), %d context reference(s)\n",
+                 "%zu stream(s), %d context reference(s), %zu host allocation(s), %zu graph(s), "
+                 "%zu graph exec(s), capture open: %d\n",
                  g_allocs.size(), g_events.size(), g_modules.size(), g_streams.size(),
-                 g_ctx_refs);
+                 g_ctx_refs, g_host.size(), g_graphs.size(), g_execs.size(),
+                 g_capturing != nullptr);
     std::_Exit(99);
   }
 } g_leak_check;
@@ -240,6 +270,17 @@ void bitwise_diff_run(void** p) {
   }
 }
 
+// ko_spin(u32* release, u32* timed_out, u64 timeout_ns): the fake runs launches when they are
+// enqueued, before the host could release the flag, so it returns at once; with
+// FAKE_CUDA_SPIN_TIMEOUT it reports a timeout instead.
+void spin_run(void** p) {
+  ++g_spin_launches;
+  if (std::getenv("FAKE_CUDA_SPIN_TIMEOUT") != nullptr) {
+    *reinterpret_cast<std::uint32_t*>(arg<CUdeviceptr>(p, 1)) = 1;
+  }
+}
+void empty_run(void**) {}
+
 #define FAKE_COMPARE(dtype, load) \
   {"ko_compare_" #dtype, {8, 8, 8, 8, 8, 8, 8}, 0.01, 1536, 48 * 1024, compare_run<load>}
 
@@ -260,6 +301,8 @@ Kernel g_kernels[] = {
     FAKE_COMPARE(float32, load_plain<float>),
     FAKE_COMPARE(float64, load_plain<double>),
     {"ko_bitwise_diff", {8, 8, 8, 8}, 0.01, 512, 48 * 1024, bitwise_diff_run},
+    {"ko_spin", {8, 8, 8}, 0.0, 0, 48 * 1024, spin_run},
+    {"ko_empty", {}, 0.002, 0, 48 * 1024, empty_run},
     {"copy_kernel", {8, 8, 8}, 0.5, 0, 48 * 1024, copy_run},
     {"oob_kernel", {8, 8, 8}, 0.5, 0, 48 * 1024, oob_run},
     {"clobber_kernel", {8, 8, 8}, 0.5, 0, 48 * 1024, clobber_run},
@@ -428,9 +471,11 @@ CUresult CUDAAPI cuModuleLoadDataEx(CUmodule* m, const void* image, unsigned int
     }
     return CUDA_ERROR_INVALID_IMAGE;
   }
-  // The module remembers whether it lacks the support kernels.
-  *m = reinterpret_cast<CUmodule>(
-      new int(std::strstr(static_cast<const char*>(image), "NO-SUPPORT-KERNELS") != nullptr));
+  // The module remembers which support kernels it lacks: 1 all ko_*, 2 ko_spin and ko_empty.
+  const char* text = static_cast<const char*>(image);
+  *m = reinterpret_cast<CUmodule>(new int(std::strstr(text, "NO-SUPPORT-KERNELS") != nullptr  ? 1
+                                          : std::strstr(text, "NO-TIMING-KERNELS") != nullptr ? 2
+                                                                                              : 0));
   g_modules.insert(*m);
   return CUDA_SUCCESS;
 }
@@ -443,7 +488,9 @@ CUresult CUDAAPI cuModuleUnload(CUmodule m) {
 CUresult CUDAAPI cuModuleGetFunction(CUfunction* f, CUmodule m, const char* name) {
   FAKE_ENTER();
   if (g_modules.count(m) == 0) return CUDA_ERROR_INVALID_HANDLE;
-  if (*reinterpret_cast<int*>(m) != 0 && std::strncmp(name, "ko_", 3) == 0) {
+  const int lacks = *reinterpret_cast<int*>(m);
+  if ((lacks == 1 && std::strncmp(name, "ko_", 3) == 0) ||
+      (lacks == 2 && (std::strcmp(name, "ko_spin") == 0 || std::strcmp(name, "ko_empty") == 0))) {
     return CUDA_ERROR_NOT_FOUND;
   }
   for (auto& k : g_kernels) {
@@ -567,10 +614,91 @@ CUresult CUDAAPI cuLaunchKernel(CUfunction f, unsigned int gx, unsigned int gy, 
   if (std::uint64_t{bx} * by * bz > 1024 || bz > 64) return CUDA_ERROR_INVALID_VALUE;
   if (shared > static_cast<unsigned>(k->max_dynamic_shared)) return CUDA_ERROR_INVALID_VALUE;
   if (!k->params.empty() && params == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  if (s == g_capturing) {
+    CapturedLaunch c{k, {}};
+    for (std::size_t i = 0; i < k->params.size(); ++i) {
+      const auto* b = static_cast<const std::uint8_t*>(params[i]);
+      c.args.emplace_back(b, b + k->params[i]);
+    }
+    g_capture->launches.push_back(std::move(c));
+    return CUDA_SUCCESS;
+  }
   k->run(params);
   ++g_launches;
   // Deterministic, slightly varying durations: 1.00x, 1.01x, 1.02x, 1.00x, ...
   g_clock_ms += k->ms * (1.0 + 0.01 * static_cast<double>(g_launches % 3));
+  return CUDA_SUCCESS;
+}
+
+
+CUresult CUDAAPI cuMemHostAlloc(void** p, size_t bytes, unsigned int flags) {
+  FAKE_ENTER();
+  if (bytes == 0 || (flags & CU_MEMHOSTALLOC_DEVICEMAP) == 0) return CUDA_ERROR_INVALID_VALUE;
+  *p = std::calloc(1, bytes);
+  g_host.insert(*p);
+  return CUDA_SUCCESS;
+}
+CUresult CUDAAPI cuMemFreeHost(void* p) {
+  FAKE_ENTER();
+  if (g_host.erase(p) == 0) return CUDA_ERROR_INVALID_VALUE;
+  std::free(p);
+  return CUDA_SUCCESS;
+}
+CUresult CUDAAPI cuMemHostGetDevicePointer(CUdeviceptr* d, void* p, unsigned int flags) {
+  FAKE_ENTER();
+  if (flags != 0 || g_host.count(p) == 0) return CUDA_ERROR_INVALID_VALUE;
+  *d = reinterpret_cast<CUdeviceptr>(p);
+  return CUDA_SUCCESS;
+}
+
+CUresult CUDAAPI cuStreamBeginCapture(CUstream s, CUstreamCaptureMode) {
+  FAKE_ENTER();
+  if (g_streams.count(s) == 0 || g_capturing != nullptr) return CUDA_ERROR_INVALID_VALUE;
+  g_capturing = s;
+  g_capture = std::make_unique<Graph>();
+  return CUDA_SUCCESS;
+}
+CUresult CUDAAPI cuStreamEndCapture(CUstream s, CUgraph* graph) {
+  FAKE_ENTER();
+  if (s != g_capturing) return CUDA_ERROR_INVALID_VALUE;
+  g_capturing = nullptr;
+  Graph* g = g_capture.release();
+  g_graphs.insert(g);
+  *graph = reinterpret_cast<CUgraph>(g);
+  return CUDA_SUCCESS;
+}
+CUresult CUDAAPI cuGraphInstantiate(CUgraphExec* exec, CUgraph graph, unsigned long long) {
+  FAKE_ENTER();
+  if (g_graphs.count(graph) == 0) return CUDA_ERROR_INVALID_HANDLE;
+  auto* copy = new Graph(*reinterpret_cast<Graph*>(graph));
+  g_execs.insert(copy);
+  *exec = reinterpret_cast<CUgraphExec>(copy);
+  return CUDA_SUCCESS;
+}
+CUresult CUDAAPI cuGraphLaunch(CUgraphExec exec, CUstream s) {
+  FAKE_ENTER();
+  if (g_execs.count(exec) == 0 || g_streams.count(s) == 0) return CUDA_ERROR_INVALID_HANDLE;
+  ++g_graph_launches;
+  for (auto& c : reinterpret_cast<Graph*>(exec)->launches) {
+    std::vector<void*> ptrs;
+    for (auto& a : c.args) ptrs.push_back(a.data());
+    c.kernel->run(ptrs.data());
+    ++g_launches;
+    ++g_graph_kernels;
+    g_clock_ms += c.kernel->ms * (1.0 + 0.01 * static_cast<double>(g_launches % 3));
+  }
+  return CUDA_SUCCESS;
+}
+CUresult CUDAAPI cuGraphDestroy(CUgraph graph) {
+  FAKE_ENTER();
+  if (g_graphs.erase(graph) == 0) return CUDA_ERROR_INVALID_HANDLE;
+  delete reinterpret_cast<Graph*>(graph);
+  return CUDA_SUCCESS;
+}
+CUresult CUDAAPI cuGraphExecDestroy(CUgraphExec exec) {
+  FAKE_ENTER();
+  if (g_execs.erase(exec) == 0) return CUDA_ERROR_INVALID_HANDLE;
+  delete reinterpret_cast<Graph*>(exec);
   return CUDA_SUCCESS;
 }
 

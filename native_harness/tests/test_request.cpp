@@ -100,6 +100,8 @@ TEST_CASE("top-level fields are validated with their names") {
   auto d = valid(); d["protocol"] = 3; EXPECT_ERROR(d, "protocol: must be 1 or 2");
   d = valid(); d["protocol"] = 0; EXPECT_ERROR(d, "protocol: must be 1 or 2");
   d = valid(); d["protocol"] = 2; CHECK(error_of(d).empty());
+  d = valid(); d["op"] = "launch"; EXPECT_ERROR(d, "op: must be \"run\" or \"baseline\"");
+  d = valid(); d["op"] = "run"; CHECK(error_of(d).empty());
   d = valid(); d.erase("protocol"); EXPECT_ERROR(d, "protocol: is required");
   d = valid(); d["module"] = ""; EXPECT_ERROR(d, "module: must be a non-empty string");
   d = valid(); d["module"] = 3; EXPECT_ERROR(d, "module: must be a string");
@@ -111,6 +113,87 @@ TEST_CASE("top-level fields are validated with their names") {
   d = valid(); d["flush_l2"] = 1; EXPECT_ERROR(d, "flush_l2: must be true or false");
   d = valid(); d["cases"] = json::array(); EXPECT_ERROR(d, "cases: must hold at least one case");
   d = valid(); d["cases"] = json::object(); EXPECT_ERROR(d, "cases: must be an array");
+}
+
+TEST_CASE("old timing objects parse to events mode, no blocking, no adaptive") {
+  const auto req = kernelopt::parse_request(valid());
+  const auto& t = *req.cases[0].timing;
+  CHECK(t.warmup == 3 && t.iterations == 7);
+  CHECK(t.mode == kernelopt::TimingMode::events && !t.blocking && t.graph_batch == 0);
+  CHECK(!t.adaptive.has_value());
+  CHECK(req.op == kernelopt::RequestOp::run && req.support_module.empty());
+}
+
+TEST_CASE("timing v2 fields parse and are validated with their paths") {
+  auto d = valid();
+  d["support_module"] = "/s.cubin";
+  d["cases"][0]["timing"] = {{"warmup", 2}, {"iterations", 50}, {"mode", "graph"}, {"blocking", true},
+                             {"graph_batch", 64},
+                             {"adaptive", {{"target_rse", 0.005}, {"max_ms", 500}, {"max_iterations", 400}}}};
+  const auto req = kernelopt::parse_request(d);
+  const auto& t = *req.cases[0].timing;
+  CHECK(t.mode == kernelopt::TimingMode::graph && t.blocking && t.graph_batch == 64);
+  CHECK(t.adaptive && t.adaptive->target_rse == 0.005 && t.adaptive->max_ms == 500 &&
+        t.adaptive->max_iterations == 400);
+  CHECK(req.support_module == "/s.cubin");
+
+  d = valid(); d["cases"][0]["timing"]["adaptive"] = json::object();
+  const auto defaults = kernelopt::parse_request(d);
+  CHECK(defaults.cases[0].timing->adaptive->target_rse == 0.01);
+  CHECK(defaults.cases[0].timing->adaptive->max_ms == 2000);
+  CHECK(defaults.cases[0].timing->adaptive->max_iterations == 10000);
+
+  d = valid(); d["cases"][0]["timing"]["mode"] = "cupti";
+  EXPECT_ERROR(d, "cases[0].timing.mode: must be \"events\" or \"graph\"");
+  d = valid(); d["cases"][0]["timing"]["graph_batch"] = 8;
+  EXPECT_ERROR(d, "cases[0].timing.graph_batch: only applies to \"mode\": \"graph\"");
+  d = valid(); d["cases"][0]["timing"]["mode"] = "graph"; d["cases"][0]["timing"]["graph_batch"] = 0;
+  EXPECT_ERROR(d, "cases[0].timing.graph_batch: must be an integer 1..1000, got 0");
+  d = valid(); d["cases"][0]["timing"]["mode"] = "graph"; d["cases"][0]["timing"]["graph_batch"] = 1001;
+  EXPECT_ERROR(d, "cases[0].timing.graph_batch: must be at most 1000");
+  d = valid(); d["cases"][0]["timing"]["blocking"] = true;
+  EXPECT_ERROR(d, "cases[0].timing.blocking: needs the harness's support kernels: pass \"support_module\"");
+  d = valid(); d["cases"][0]["timing"]["blocking"] = "yes";
+  EXPECT_ERROR(d, "cases[0].timing.blocking: must be true or false");
+  d = valid(); d["cases"][0]["timing"]["adaptive"] = {{"target_rse", 0}};
+  EXPECT_ERROR(d, "cases[0].timing.adaptive.target_rse: must be a positive number");
+  d = valid(); d["cases"][0]["timing"]["adaptive"] = {{"target_rse", 1.5}};
+  EXPECT_ERROR(d, "cases[0].timing.adaptive.target_rse: must be below 1");
+  d = valid(); d["cases"][0]["timing"]["adaptive"] = {{"max_ms", "long"}};
+  EXPECT_ERROR(d, "cases[0].timing.adaptive.max_ms: must be a positive number");
+  d = valid(); d["cases"][0]["timing"]["adaptive"] = {{"max_iterations", 5}};
+  EXPECT_ERROR(d, "cases[0].timing.adaptive.max_iterations: must be at least the timing's iterations (7)");
+  d = valid(); d["cases"][0]["timing"]["adaptive"] = 0.01;
+  EXPECT_ERROR(d, "cases[0].timing.adaptive: must be an object");
+}
+
+json baseline() {
+  return {{"protocol", 2}, {"op", "baseline"}, {"device", 0}, {"library", "cublas"},
+          {"library_path", "/lib/libcublas.so.13"}, {"routine", "sgemm"},
+          {"m", 128}, {"n", 256}, {"k", 64}, {"flush_l2", false},
+          {"timing", {{"warmup", 1}, {"iterations", 5}}}};
+}
+
+TEST_CASE("baseline requests need no module, entry or cases") {
+  const auto req = kernelopt::parse_request(baseline());
+  CHECK(req.op == kernelopt::RequestOp::baseline);
+  CHECK(req.baseline.library == "cublas" && req.baseline.routine == "sgemm");
+  CHECK(req.baseline.library_path == "/lib/libcublas.so.13");
+  CHECK(req.baseline.m == 128 && req.baseline.n == 256 && req.baseline.k == 64);
+  CHECK(req.baseline.timing.iterations == 5 && !req.flush_l2);
+  auto d = baseline(); d.erase("timing");
+  const auto dflt = kernelopt::parse_request(d);
+  CHECK(dflt.baseline.timing.warmup == 10 && dflt.baseline.timing.iterations == 100);
+
+  d = baseline(); d["library"] = "rocblas"; EXPECT_ERROR(d, "library: must be \"cublas\"");
+  d = baseline(); d.erase("library_path"); EXPECT_ERROR(d, "library_path: is required");
+  d = baseline(); d["routine"] = "dgemm"; EXPECT_ERROR(d, "routine: must be \"sgemm\"");
+  d = baseline(); d["k"] = 0; EXPECT_ERROR(d, "k: must be a positive integer, got 0");
+  d = baseline(); d["m"] = 1 << 20; EXPECT_ERROR(d, "m: must be at most 65536");
+  d = baseline(); d["timing"] = {{"iterations", 0}};
+  EXPECT_ERROR(d, "timing.iterations: must be positive for a baseline");
+  d = baseline(); d["timing"]["blocking"] = true;
+  EXPECT_ERROR(d, "timing.blocking: needs the harness's support kernels");
 }
 
 TEST_CASE("case names must be unique and present") {

@@ -1,0 +1,236 @@
+// What the harness checks after a launch of a case: device-side compare, outputs written,
+// guards, unchanged inputs; and the two extra checked launches (determinism re-run, timed check).
+#include <cmath>
+#include <cstdint>
+#include <optional>
+#include <vector>
+
+#include "case_runner.hpp"
+#include "file_io.hpp"
+#include "support.hpp"
+#include "timing.hpp"
+
+namespace kernelopt::detail {
+namespace {
+
+using nlohmann::json;
+
+const char* launch_kind_name(LaunchKind k) {
+  switch (k) {
+    case LaunchKind::validation: return "validation";
+    case LaunchKind::repeat: return "repeat";
+    case LaunchKind::timed: return "timed";
+  }
+  return "?";
+}
+
+// JSON has no infinity: PROTOCOL.md prints it as the string "inf".
+json error_figure(double value) {
+  if (std::isinf(value)) return "inf";
+  return value;
+}
+
+}  // namespace
+
+// Device-side comparison of every output that has expected values for this launch. The
+// output file is written when the comparison finds a mismatch (unless an earlier launch of
+// the case already wrote it) or, after validation, when write_output asks for it.
+void CaseRunner::compare_outputs(LaunchKind kind, json& result) {
+  for (auto& d : st_.buffers) {
+    const auto& b = d.spec->buffer;
+    const Source& expected = kind == LaunchKind::timed ? d.timed_expected : d.expected;
+    const std::string& expected_path = kind == LaunchKind::timed ? b.timed_expected : b.expected;
+    if (b.role == BufferRole::in || expected_path.empty() || !b.dtype) continue;
+    const std::uint64_t elements = b.bytes / scalar_size(*b.dtype);
+    const CUfunction compare = s_.support().function(compare_kernel_name(*b.dtype));
+    const CompareFigures fig = device_compare(
+        drv_, compare, s_.sm_count(), s_.stream(), d.data,
+        expected.device ? expected.device->get() : CUdeviceptr{0}, elements, b.compare,
+        s_.support_scratch());
+    const bool write = !d.output_written && (fig.mismatches > 0 ||
+                                             (kind == LaunchKind::validation && b.write_output));
+    if (write) write_output(d);
+
+    json c = json::object();
+    c["buffer"] = d.spec->name;
+    c["launch"] = launch_kind_name(kind);
+    c["elements"] = fig.elements;
+    c["mismatches"] = fig.mismatches;
+    c["nonfinite"] = fig.nonfinite;
+    c["max_abs_error"] = error_figure(fig.max_abs_error);
+    c["max_rel_error"] = error_figure(fig.max_rel_error);
+    c["err_sq"] = error_figure(fig.err_sq);
+    c["first_mismatch"] = fig.first_mismatch ? json(*fig.first_mismatch) : json(nullptr);
+    c["output_written"] = write;
+    c["compare_ms"] = float_to_double(static_cast<float>(fig.kernel_ms));
+    result["compares"].push_back(std::move(c));
+  }
+}
+
+void CaseRunner::write_output(DeviceArg& d) {
+  const auto& b = d.spec->buffer;
+  std::vector<std::uint8_t> host(b.bytes);
+  if (b.bytes > 0) {
+    KO_CU(drv_.cuMemcpyDtoHAsync(host.data(), d.data, b.bytes, s_.stream()));
+    sync();
+  }
+  write_file(b.output, host.data(), host.size());
+  d.output_written = true;
+}
+
+// After validation: every output without expected values (the comparison decided for the
+// others).
+void CaseRunner::write_outputs() {
+  for (auto& d : st_.buffers) {
+    const auto& b = d.spec->buffer;
+    if (b.role == BufferRole::in || !b.expected.empty()) continue;
+    write_output(d);
+  }
+}
+
+void CaseRunner::check_guards(json& result) {
+  for (const auto& d : st_.buffers) {
+    const auto& l = d.layout;
+    std::vector<std::uint8_t> before(l.before_bytes);
+    std::vector<std::uint8_t> after(l.after_bytes);
+    if (!before.empty()) {
+      KO_CU(drv_.cuMemcpyDtoHAsync(before.data(), d.allocation.get() + l.before_offset,
+                                   before.size(), s_.stream()));
+    }
+    if (!after.empty()) {
+      KO_CU(drv_.cuMemcpyDtoHAsync(after.data(), d.allocation.get() + l.after_offset,
+                                   after.size(), s_.stream()));
+    }
+    sync();
+    const struct {
+      const char* side;
+      const std::vector<std::uint8_t>& bytes;
+    } sides[] = {{"before", before}, {"after", after}};
+    for (const auto& side : sides) {
+      if (const auto diff =
+              find_pattern_changes(side.bytes.data(), side.bytes.size(), guard_pattern)) {
+        json v = json::object();
+        v["buffer"] = d.spec->name;
+        v["side"] = side.side;
+        v["first_offset"] = diff->first_offset;
+        v["bytes_changed"] = diff->bytes_changed;
+        result["guard_violations"].push_back(std::move(v));
+      }
+    }
+  }
+}
+
+// Differences between the `bytes` at `data` and `src`: on the host when the source is there,
+// else with ko_bitwise_diff when the request has a support module, else by copying both back.
+std::optional<ByteDiff> CaseRunner::diff_against(CUdeviceptr data, const Source& src,
+                                                 std::uint64_t bytes) {
+  if (bytes == 0) return std::nullopt;
+  // Only with this request's support module: its scratch was allocated before the launch.
+  if (src.device && !req_.support_module.empty()) {
+    if (const CUfunction diff = s_.support().find(bitwise_diff_kernel_name)) {
+      return device_bitwise_diff(drv_, diff, s_.sm_count(), s_.stream(), data,
+                                 src.device->get(), bytes, s_.support_scratch());
+    }
+  }
+  std::vector<std::uint8_t> now(bytes);
+  KO_CU(drv_.cuMemcpyDtoHAsync(now.data(), data, bytes, s_.stream()));
+  std::vector<std::uint8_t> reference;
+  if (src.device) {
+    reference.resize(bytes);
+    KO_CU(drv_.cuMemcpyDtoHAsync(reference.data(), src.device->get(), bytes, s_.stream()));
+  }
+  sync();
+  return find_differences(now.data(), src.device ? reference.data() : src.host.data(), bytes);
+}
+
+// Every `in` buffer must still equal what it started the launch with: its timed input after
+// the timed check launch, else its input.
+void CaseRunner::check_inputs(json& result, bool timed) {
+  for (const auto& d : st_.buffers) {
+    const auto& b = d.spec->buffer;
+    if (b.role != BufferRole::in || b.bytes == 0) continue;
+    const bool use_timed = timed && !b.timed_input.empty();
+    if (const auto diff = diff_against(d.data, use_timed ? d.timed_input : d.input, b.bytes)) {
+      json m = json::object();
+      m["buffer"] = d.spec->name;
+      m["first_offset"] = diff->first_offset;
+      m["bytes_changed"] = diff->bytes_changed;
+      result["modified_inputs"].push_back(std::move(m));
+    }
+  }
+}
+
+void CaseRunner::set_status(json& result) {
+  if (!result["guard_violations"].empty()) {
+    result["status"] = "out_of_bounds_write";
+  } else if (!result["modified_inputs"].empty()) {
+    result["status"] = "input_modified";
+  }
+}
+
+// repeat_validation: keep the validation launch's outputs, launch again from the same
+// starting state, compare again and diff the two launches bit for bit.
+void CaseRunner::run_repeat(json& result) {
+  const CUstream stream = s_.stream();
+  for (const auto& d : st_.buffers) {
+    if (d.saved.get() != 0) {
+      KO_CU(drv_.cuMemcpyDtoDAsync(d.saved.get(), d.data, d.spec->buffer.bytes, stream));
+    }
+  }
+  prepare_timed_launch(false);
+  launch();
+  sync();
+  compare_outputs(LaunchKind::repeat, result);
+  const CUfunction diff = s_.support().function(bitwise_diff_kernel_name);
+  for (const auto& d : st_.buffers) {
+    const auto& b = d.spec->buffer;
+    if (b.role == BufferRole::in) continue;
+    std::optional<ByteDiff> differ;
+    if (d.saved.get() != 0) {
+      differ = device_bitwise_diff(drv_, diff, s_.sm_count(), stream, d.saved.get(), d.data,
+                                   b.bytes, s_.support_scratch());
+    }
+    json det = json::object();
+    det["buffer"] = d.spec->name;
+    det["bytes_differ"] = differ ? differ->bytes_changed : 0;
+    det["first_offset"] = differ ? json(differ->first_offset) : json(nullptr);
+    result["determinism"].push_back(std::move(det));
+  }
+  check_guards(result);
+  check_inputs(result, false);
+  set_status(result);
+}
+
+// Timed inputs: after the measured launches, one more launch like a measured one, on inputs
+// the kernel has not seen during validation, then the same checks as after validation. Its
+// time is reported apart (timing.check_launch_ms), never mixed into times_ms.
+void CaseRunner::run_timed_check(json& result) {
+  const CUstream stream = s_.stream();
+  const bool flush = req_.flush_l2 && s_.can_flush_l2();
+  TimedWork check;
+  // Outside the timed window, like every measured launch: outputs re-initialised, in/inout
+  // buffers given their timed inputs (or their inputs, where none is given), L2 flushed.
+  check.prepare = [&] {
+    for (const auto& d : st_.buffers) {
+      const auto& b = d.spec->buffer;
+      if (b.bytes == 0) continue;
+      if (b.role == BufferRole::out) {
+        KO_CU(drv_.cuMemsetD8Async(d.data,
+                                   b.init == BufferInit::zero ? std::uint8_t{0} : b.poison_byte,
+                                   b.bytes, stream));
+      } else {
+        copy_into(b.timed_input.empty() ? d.input : d.timed_input, d.data, b.bytes);
+      }
+    }
+    if (flush) s_.flush_l2();
+  };
+  check.launch = [&] { launch(); };
+  result["timing"]["check_launch_ms"] = time_one_launch(s_, check);
+
+  compare_outputs(LaunchKind::timed, result);
+  check_guards(result);
+  check_inputs(result, true);
+  set_status(result);
+}
+
+}  // namespace kernelopt::detail

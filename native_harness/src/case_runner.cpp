@@ -1,0 +1,218 @@
+#include "case_runner.hpp"
+
+#include <cstring>
+#include <limits>
+
+#include "errors.hpp"
+#include "file_io.hpp"
+#include "response.hpp"
+#include "timing.hpp"
+
+namespace kernelopt::detail {
+namespace {
+
+using nlohmann::json;
+
+// Above this a kernel must opt in to dynamic shared memory (CUDA's static 48 KiB limit).
+constexpr unsigned default_dynamic_shared_limit = 48 * 1024;
+
+}  // namespace
+
+bool CaseRunner::run(json& cases) {
+  json result = json::object();
+  result["name"] = spec_.name;
+  result["status"] = "ok";
+  result["error"] = nullptr;
+  result["guard_violations"] = json::array();
+  result["modified_inputs"] = json::array();
+  result["occupancy_blocks_per_sm"] = nullptr;
+  result["timing"] = nullptr;
+  if (spec_.has_compare()) result["compares"] = json::array();
+  if (spec_.repeat_validation) result["determinism"] = json::array();
+
+  Phase phase = Phase::setup;
+  try {
+    setup();
+    result["occupancy_blocks_per_sm"] = occupancy();
+    launch();
+    phase = Phase::launched;
+    sync();
+
+    compare_outputs(LaunchKind::validation, result);
+    write_outputs();
+    check_guards(result);
+    check_inputs(result, false);
+    set_status(result);
+    if (result["status"] == "ok" && spec_.repeat_validation) run_repeat(result);
+    if (result["status"] == "ok" && spec_.timing) {
+      const bool flush = req_.flush_l2 && s_.can_flush_l2();
+      result["timing"] = time_work(
+          s_, *spec_.timing, {[&] { prepare_timed_launch(flush); }, [&] { launch(); }}, flush);
+      if (spec_.has_timed_check()) run_timed_check(result);
+    }
+  } catch (const CudaError& e) {
+    result["error"] = case_error(e.info());
+    // Once the kernel has run, any failure means the context may be poisoned: the launch
+    // itself was accepted, so what fails now is the kernel's doing.
+    const bool fatal = phase == Phase::launched || detail::is_context_fatal(e.code());
+    result["status"] = fatal ? "runtime_error" : "invalid_launch";
+    if (fatal) {
+      s_.mark_broken();
+    } else {
+      drain();  // cuMemFree must not race copies still queued on the stream
+    }
+    cases.push_back(std::move(result));
+    return fatal;
+  } catch (...) {
+    // IoError, bad_alloc: the request fails, but queued work must finish before the case's
+    // buffers are freed on the way out.
+    if (!s_.broken()) drain();
+    throw;
+  }
+  cases.push_back(std::move(result));
+  return false;
+}
+
+Source CaseRunner::stage(const std::string& path, std::uint64_t bytes, bool need_device) {
+  Source src;
+  if (req_.input_cache) {
+    src.device = s_.input_cache().get(path, bytes, s_.stream());
+    return src;
+  }
+  src.host = read_file(path);
+  if (src.host.size() != bytes) {
+    throw IoError(path + " changed size while the harness was running");
+  }
+  if (need_device && bytes > 0) {
+    auto device = std::make_shared<DeviceBuffer>(s_.allocate(bytes));
+    KO_CU(drv_.cuMemcpyHtoDAsync(device->get(), src.host.data(), bytes, s_.stream()));
+    src.device = std::move(device);
+    // The host copy is dropped once setup() has synchronized.
+  }
+  return src;
+}
+
+void CaseRunner::copy_into(const Source& src, CUdeviceptr dst, std::uint64_t bytes) {
+  if (bytes == 0) return;
+  if (src.device) {
+    KO_CU(drv_.cuMemcpyDtoDAsync(dst, src.device->get(), bytes, s_.stream()));
+  } else {
+    KO_CU(drv_.cuMemcpyHtoDAsync(dst, src.host.data(), bytes, s_.stream()));
+  }
+}
+
+void CaseRunner::setup() {
+  const CUstream stream = s_.stream();
+  const bool timed_check = spec_.timing.has_value() && spec_.has_timed_check();
+  st_.slots.resize(spec_.args.size());
+  st_.params.resize(spec_.args.size());
+  st_.buffers.reserve(spec_.args.size());
+  for (std::size_t i = 0; i < spec_.args.size(); ++i) {
+    const auto& arg = spec_.args[i];
+    ParamSlot& slot = st_.slots[i];
+    std::memset(slot.bytes, 0, sizeof slot.bytes);
+    st_.params[i] = slot.bytes;
+
+    if (arg.kind == ArgKind::scalar) {
+      std::memcpy(slot.bytes, arg.scalar.raw.data(), arg.scalar.raw.size());
+      continue;
+    }
+
+    const auto& b = arg.buffer;
+    // Owned by the case state before anything is queued on it, so an exception below frees
+    // it only after run() has drained the stream.
+    DeviceArg& d = st_.buffers.emplace_back();
+    d.spec = &arg;
+    // Files first (reads, cache look-ups): only then the guarded buffer and its uploads.
+    if (b.role != BufferRole::out) {
+      d.input = stage(b.input, b.bytes, b.role == BufferRole::inout);
+      if (timed_check && !b.timed_input.empty()) {
+        d.timed_input = stage(b.timed_input, b.bytes, false);
+      }
+    }
+    const std::uint64_t expected_bytes =
+        b.dtype ? b.bytes / scalar_size(*b.dtype) * expected_item_bytes : 0;
+    if (!b.expected.empty()) d.expected = stage(b.expected, expected_bytes, true);
+    if (timed_check && !b.timed_expected.empty()) {
+      d.timed_expected = stage(b.timed_expected, expected_bytes, true);
+    }
+
+    d.layout = make_layout(b.bytes, req_.guard_bytes);
+    d.allocation = s_.allocate(d.layout.total_bytes);
+    d.data = d.allocation.get() + d.layout.data_offset;
+    if (spec_.repeat_validation && b.role != BufferRole::in && b.bytes > 0) {
+      d.saved = s_.allocate(b.bytes);
+    }
+    // Guards, the alignment slack and (until overwritten below) the data all start as the
+    // pattern; only the guard and slack bytes are checked for it.
+    KO_CU(drv_.cuMemsetD8Async(d.allocation.get(), guard_pattern, d.layout.total_bytes, stream));
+    if (b.bytes > 0) {
+      if (b.role == BufferRole::out) {
+        KO_CU(drv_.cuMemsetD8Async(
+            d.data, b.init == BufferInit::zero ? std::uint8_t{0} : b.poison_byte, b.bytes,
+            stream));
+      } else {
+        copy_into(d.input, d.data, b.bytes);
+      }
+    }
+    std::memcpy(slot.bytes, &d.data, sizeof d.data);
+  }
+
+  // Every allocation happens before the validation launch: running out of memory is then a
+  // refused case (invalid_launch), never mistaken for a kernel fault.
+  if (spec_.timing && req_.flush_l2) s_.prepare_flush_l2();
+  if (!req_.support_module.empty()) s_.support_scratch();
+
+  if (spec_.launch.shared_bytes > default_dynamic_shared_limit) {
+    KO_CU(drv_.cuFuncSetAttribute(f_, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                                  static_cast<int>(spec_.launch.shared_bytes)));
+  }
+  sync();
+  // Host copies that only fed an upload are no longer needed; `in` inputs keep theirs for
+  // the unchanged-input check.
+  for (auto& d : st_.buffers) {
+    for (Source* src : {&d.input, &d.timed_input, &d.expected, &d.timed_expected}) {
+      if (src->device) src->host = {};
+    }
+  }
+}
+
+json CaseRunner::occupancy() {
+  const auto& b = spec_.launch.block;
+  const std::uint64_t threads = std::uint64_t{b[0]} * b[1] * b[2];
+  if (threads > static_cast<std::uint64_t>(std::numeric_limits<int>::max())) return nullptr;
+  int blocks = 0;
+  const CUresult r = drv_.cuOccupancyMaxActiveBlocksPerMultiprocessor(
+      &blocks, f_, static_cast<int>(threads), spec_.launch.shared_bytes);
+  if (r == CUDA_SUCCESS) return blocks;
+  if (detail::is_context_fatal(r)) {
+    detail::throw_cuda_error(r, "cuOccupancyMaxActiveBlocksPerMultiprocessor(...)", __FILE__,
+                             __LINE__);
+  }
+  return nullptr;  // e.g. a block too large for the kernel: the launch will say so
+}
+
+void CaseRunner::launch() {
+  const auto& l = spec_.launch;
+  KO_CU(drv_.cuLaunchKernel(f_, l.grid[0], l.grid[1], l.grid[2], l.block[0], l.block[1],
+                            l.block[2], l.shared_bytes, s_.stream(),
+                            st_.params.empty() ? nullptr : st_.params.data(), nullptr));
+}
+
+void CaseRunner::prepare_timed_launch(bool flush) {
+  const CUstream stream = s_.stream();
+  for (const auto& d : st_.buffers) {
+    const auto& b = d.spec->buffer;
+    if (b.bytes == 0) continue;
+    if (b.role == BufferRole::out) {
+      KO_CU(drv_.cuMemsetD8Async(
+          d.data, b.init == BufferInit::zero ? std::uint8_t{0} : b.poison_byte, b.bytes, stream));
+    } else if (b.role == BufferRole::inout) {
+      KO_CU(drv_.cuMemcpyDtoDAsync(d.data, d.input.device->get(), b.bytes, stream));
+    }
+  }
+  if (flush) s_.flush_l2();
+}
+
+
+}  // namespace kernelopt::detail

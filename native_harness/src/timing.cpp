@@ -1,0 +1,323 @@
+#include "timing.hpp"
+
+#include <algorithm>
+#include <charconv>
+#include <chrono>
+#include <cmath>
+#include <cstdint>
+#include <cstdlib>
+#include <optional>
+#include <utility>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "check.hpp"
+#include "cuda_raii.hpp"
+#include "stats.hpp"
+
+namespace kernelopt {
+namespace {
+
+using detail::Event;
+using nlohmann::json;
+using Clock = std::chrono::steady_clock;
+
+// Launches enqueued behind one ko_spin: each sample is a few commands (re-init, flush, two
+// event records, the launch), so 32 samples stay well inside the driver's launch queue; a full
+// queue would block the host while the spin kernel holds the stream.
+constexpr std::size_t blocking_batch = 32;
+// ko_spin gives up after this long (measured on the GPU with %globaltimer), so a host that
+// never releases it cannot hang the device.
+constexpr unsigned long long spin_timeout_ns = 1000000000ull;
+// launch_overhead_ms: ko_empty is measured with at most this many samples and warm-ups.
+constexpr unsigned overhead_iterations = 200;
+constexpr unsigned overhead_warmup = 10;
+// Graph mode without graph_batch: single launches timed to choose the batch.
+constexpr unsigned graph_probe_launches = 20;
+
+// Two 32-bit words of pinned host memory mapped into the device: [0] the release flag ko_spin
+// waits for, [1] set by ko_spin when it gave up waiting.
+class HostFlag {
+ public:
+  HostFlag(const detail::DriverApi& drv, CUstream stream) : drv_(drv), stream_(stream) {
+    void* p = nullptr;
+    KO_CU(drv_.cuMemHostAlloc(&p, 2 * sizeof(std::uint32_t),
+                              CU_MEMHOSTALLOC_DEVICEMAP | CU_MEMHOSTALLOC_PORTABLE));
+    host_ = static_cast<std::uint32_t*>(p);
+    host_[0] = 1;
+    host_[1] = 0;
+    KO_CU(drv_.cuMemHostGetDevicePointer(&device_, p, 0));
+  }
+  ~HostFlag() {
+    // Whatever happened, let a spinning kernel go before the memory it reads is freed.
+    release();
+    drv_.cuStreamSynchronize(stream_);
+    drv_.cuMemFreeHost(host_);
+  }
+  HostFlag(const HostFlag&) = delete;
+  HostFlag& operator=(const HostFlag&) = delete;
+
+  void arm() noexcept {
+    __atomic_store_n(&host_[1], 0u, __ATOMIC_SEQ_CST);
+    __atomic_store_n(&host_[0], 0u, __ATOMIC_SEQ_CST);
+  }
+  void release() noexcept { __atomic_store_n(&host_[0], 1u, __ATOMIC_SEQ_CST); }
+  bool timed_out() const noexcept { return __atomic_load_n(&host_[1], __ATOMIC_SEQ_CST) != 0; }
+  CUdeviceptr release_word() const noexcept { return device_; }
+  CUdeviceptr timed_out_word() const noexcept { return device_ + sizeof(std::uint32_t); }
+
+ private:
+  const detail::DriverApi& drv_;
+  CUstream stream_;
+  std::uint32_t* host_ = nullptr;
+  CUdeviceptr device_ = 0;
+};
+
+class GraphExec {
+ public:
+  GraphExec() = default;
+  explicit GraphExec(CUgraphExec e) : exec_(e) {}
+  ~GraphExec() {
+    if (exec_ != nullptr) {
+      if (const auto* drv = detail::loaded_driver()) drv->cuGraphExecDestroy(exec_);
+    }
+  }
+  GraphExec(GraphExec&& o) noexcept : exec_(std::exchange(o.exec_, nullptr)) {}
+  GraphExec& operator=(GraphExec&& o) noexcept {
+    std::swap(exec_, o.exec_);
+    return *this;
+  }
+  CUgraphExec get() const noexcept { return exec_; }
+
+ private:
+  CUgraphExec exec_ = nullptr;
+};
+
+// `batch` back-to-back calls of `launch`, captured from the session's stream into a graph.
+GraphExec capture_graph(Session& s, const std::function<void()>& launch, unsigned batch) {
+  const auto& drv = s.drv();
+  // Relaxed: a library call being captured may allocate or query (cuBLAS), which the stricter
+  // modes refuse; nothing else runs on this thread meanwhile.
+  KO_CU(drv.cuStreamBeginCapture(s.stream(), CU_STREAM_CAPTURE_MODE_RELAXED));
+  CUgraph graph = nullptr;
+  try {
+    for (unsigned i = 0; i < batch; ++i) launch();
+  } catch (...) {
+    // Leave the stream out of capture mode before anything else is queued on it.
+    drv.cuStreamEndCapture(s.stream(), &graph);
+    if (graph != nullptr) drv.cuGraphDestroy(graph);
+    throw;
+  }
+  KO_CU(drv.cuStreamEndCapture(s.stream(), &graph));
+  CUgraphExec exec = nullptr;
+  const CUresult r = drv.cuGraphInstantiate(&exec, graph, 0);
+  drv.cuGraphDestroy(graph);
+  if (r != CUDA_SUCCESS) detail::throw_cuda_error(r, "cuGraphInstantiate(...)", __FILE__, __LINE__);
+  return GraphExec(exec);
+}
+
+// Takes samples: each one is prepare (outside), start event, `unit`, stop event; its time is
+// the events' difference divided by `launches_per_unit`. Without blocking every sample is
+// queued before one synchronization; with it, batches of blocking_batch are queued behind
+// ko_spin and released together.
+class Sampler {
+ public:
+  Sampler(Session& s, CUfunction spin) : s_(s), drv_(s.drv()), spin_(spin) {
+    if (spin_ != nullptr) flag_.emplace(drv_, s_.stream());
+  }
+
+  void collect(const std::function<void()>& prepare, const std::function<void()>& unit,
+               std::size_t count, unsigned launches_per_unit, std::vector<double>& out) {
+    const std::size_t batch = spin_ != nullptr ? std::min(count, blocking_batch) : count;
+    if (batch == 0) return;
+    // Every event exists before the first launch, so creating one never lands in a window.
+    if (starts_.size() < batch) {
+      starts_.reserve(batch);
+      stops_.reserve(batch);
+      while (starts_.size() < batch) {
+        starts_.emplace_back();
+        stops_.emplace_back();
+      }
+    }
+    const CUstream stream = s_.stream();
+    for (std::size_t done = 0; done < count;) {
+      const std::size_t n = std::min(batch, count - done);
+      if (flag_) hold();
+      for (std::size_t i = 0; i < n; ++i) {
+        if (prepare) prepare();
+        KO_CU(drv_.cuEventRecord(starts_[i].get(), stream));
+        unit();
+        KO_CU(drv_.cuEventRecord(stops_[i].get(), stream));
+      }
+      if (flag_) flag_->release();
+      KO_CU(drv_.cuStreamSynchronize(stream));
+      if (flag_ && flag_->timed_out()) timed_out_ = true;
+      for (std::size_t i = 0; i < n; ++i) {
+        float ms = 0;
+        KO_CU(drv_.cuEventElapsedTime(&ms, starts_[i].get(), stops_[i].get()));
+        const double t = float_to_double(ms);
+        out.push_back(launches_per_unit == 1 ? t : t / launches_per_unit);
+      }
+      done += n;
+    }
+  }
+
+  bool blocking() const noexcept { return spin_ != nullptr; }
+  bool timed_out() const noexcept { return timed_out_; }
+
+ private:
+  void hold() {
+    flag_->arm();
+    CUdeviceptr release = flag_->release_word();
+    CUdeviceptr timed_out = flag_->timed_out_word();
+    unsigned long long timeout = spin_timeout_ns;
+    void* params[] = {&release, &timed_out, &timeout};
+    KO_CU(drv_.cuLaunchKernel(spin_, 1, 1, 1, 1, 1, 1, 0, s_.stream(), params, nullptr));
+  }
+
+  Session& s_;
+  const detail::DriverApi& drv_;
+  CUfunction spin_;
+  std::optional<HostFlag> flag_;
+  std::vector<Event> starts_;
+  std::vector<Event> stops_;
+  bool timed_out_ = false;
+};
+
+struct Measurement {
+  std::vector<double> times;
+  unsigned graph_batch = 1;
+  std::optional<json> adaptive;
+};
+
+Measurement measure(Session& s, Sampler& sampler, const TimingConfig& cfg, const TimedWork& work,
+                    Clock::time_point t0) {
+  const auto& drv = s.drv();
+  Measurement m;
+  auto plain = [&] {
+    if (work.prepare) work.prepare();
+    work.launch();
+  };
+  std::function<void()> unit = work.launch;
+  GraphExec exec;
+  if (cfg.mode == TimingMode::events) {
+    for (unsigned i = 0; i < cfg.warmup; ++i) plain();
+  } else {
+    unsigned warm_left = cfg.warmup;
+    m.graph_batch = cfg.graph_batch;
+    if (m.graph_batch == 0) {
+      // The first warm-up launches, timed one by one, choose the batch.
+      const unsigned probe = std::clamp(cfg.warmup, 1u, graph_probe_launches);
+      std::vector<double> probe_times;
+      sampler.collect(work.prepare, work.launch, probe, 1, probe_times);
+      warm_left -= std::min(warm_left, probe);
+      m.graph_batch = graph_batch_for(summarize(probe_times).median, 0.2, max_graph_batch);
+    }
+    for (unsigned i = 0; i < warm_left; ++i) plain();
+    exec = capture_graph(s, work.launch, m.graph_batch);
+    // One untimed replay: the first launch of a graph uploads it.
+    if (work.prepare) work.prepare();
+    KO_CU(drv.cuGraphLaunch(exec.get(), s.stream()));
+    unit = [&] { KO_CU(drv.cuGraphLaunch(exec.get(), s.stream())); };
+  }
+
+  sampler.collect(work.prepare, unit, cfg.iterations, m.graph_batch, m.times);
+
+  if (cfg.adaptive) {
+    AdaptiveLimits limits;
+    limits.target_rse = cfg.adaptive->target_rse;
+    limits.max_ms = cfg.adaptive->max_ms;
+    limits.max_iterations = cfg.adaptive->max_iterations;
+    double rse = 0;
+    AdaptiveStep step = AdaptiveStep::more;
+    for (;;) {
+      rse = median_rse(summarize(m.times), m.times.size());
+      const double elapsed = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+      step = adaptive_step(rse, m.times.size(), elapsed, limits);
+      if (step != AdaptiveStep::more) break;
+      sampler.collect(work.prepare, unit, adaptive_round(cfg.iterations, m.times.size(), limits),
+                      m.graph_batch, m.times);
+    }
+    json a = json::object();
+    a["rse"] = std::isfinite(rse) ? json(rse) : json(nullptr);
+    a["converged"] = step == AdaptiveStep::converged;
+    a["samples"] = m.times.size();
+    m.adaptive = std::move(a);
+  }
+  return m;
+}
+
+}  // namespace
+
+double float_to_double(float value) {
+  char buf[64];
+  const auto r = std::to_chars(buf, buf + sizeof buf, value);
+  if (r.ec != std::errc()) return static_cast<double>(value);
+  *r.ptr = '\0';
+  return std::strtod(buf, nullptr);
+}
+
+json time_work(Session& session, const TimingConfig& timing, const TimedWork& work,
+               bool flush_l2) {
+  const auto t0 = Clock::now();
+  const auto& drv = session.drv();
+  CUfunction spin = timing.blocking ? session.support().function("ko_spin") : nullptr;
+  Sampler sampler(session, spin);
+
+  const Measurement m = measure(session, sampler, timing, work, t0);
+  const Summary sum = summarize(m.times);
+
+  // The floor: an empty kernel measured the same way (mode, blocking, graph batch), no flush.
+  json overhead = nullptr;
+  if (session.support().loaded()) {
+    CUfunction empty = session.support().function("ko_empty");
+    TimedWork nothing;
+    nothing.launch = [&] {
+      KO_CU(drv.cuLaunchKernel(empty, 1, 1, 1, 1, 1, 1, 0, session.stream(), nullptr, nullptr));
+    };
+    TimingConfig cfg;
+    cfg.warmup = std::min(timing.warmup, overhead_warmup);
+    cfg.iterations = std::min(timing.iterations, overhead_iterations);
+    cfg.mode = timing.mode;
+    cfg.blocking = timing.blocking;
+    cfg.graph_batch = m.graph_batch;
+    overhead = summarize(measure(session, sampler, cfg, nothing, t0).times).median;
+  }
+
+  json t = json::object();
+  t["warmup"] = timing.warmup;
+  t["iterations"] = timing.iterations;
+  t["flush_l2"] = flush_l2;
+  t["times_ms"] = m.times;
+  t["median_ms"] = sum.median;
+  t["mean_ms"] = sum.mean;
+  t["min_ms"] = sum.min;
+  t["max_ms"] = sum.max;
+  t["stdev_ms"] = sum.stdev;
+  t["q1_ms"] = sum.q1;
+  t["q3_ms"] = sum.q3;
+  t["mode"] = timing.mode == TimingMode::graph ? "graph" : "events";
+  t["blocking"] = timing.blocking;
+  t["graph_batch"] = timing.mode == TimingMode::graph ? json(m.graph_batch) : json(nullptr);
+  t["adaptive"] = m.adaptive ? *m.adaptive : json(nullptr);
+  t["launch_overhead_ms"] = overhead;
+  t["blocking_timed_out"] = sampler.timed_out();
+  return t;
+}
+
+double time_one_launch(Session& session, const TimedWork& work) {
+  const auto& drv = session.drv();
+  Event start;
+  Event stop;
+  if (work.prepare) work.prepare();
+  KO_CU(drv.cuEventRecord(start.get(), session.stream()));
+  work.launch();
+  KO_CU(drv.cuEventRecord(stop.get(), session.stream()));
+  KO_CU(drv.cuStreamSynchronize(session.stream()));
+  float ms = 0;
+  KO_CU(drv.cuEventElapsedTime(&ms, start.get(), stop.get()));
+  return float_to_double(ms);
+}
+
+}  // namespace kernelopt
