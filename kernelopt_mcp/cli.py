@@ -14,6 +14,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from . import __version__
+from .compile_pool import set_default_limits
 from .compiler import CompileCache, OptionError, compile_kernel
 from .config import Settings, find_workload, list_workloads
 from .docs import search_docs
@@ -29,12 +30,14 @@ EXIT_OK, EXIT_FAILED, EXIT_ERROR = 0, 1, 2
 
 
 def _settings(args: argparse.Namespace) -> Settings:
-    return Settings.from_env(
+    settings = Settings.from_env(
         harness=getattr(args, "harness", None),
         device=getattr(args, "device", None),
         arch=getattr(args, "arch", None),
         ncu=getattr(args, "ncu", None),
     )
+    set_default_limits(settings.compile_limits())
+    return settings
 
 
 def cmd_gpu(args: argparse.Namespace, out: Console) -> int:

@@ -36,6 +36,7 @@ import anyio.from_thread
 import anyio.lowlevel
 import anyio.to_thread
 
+from .compile_pool import set_default_limits
 from .compiler import MAX_SOURCE_BYTES, CompileCache, compile_kernel
 from .config import Settings, bundled_workloads_dir, list_workloads
 from .docs import DocsSearchResult, search_docs
@@ -155,6 +156,7 @@ class KerneloptService:
     def __init__(self, config: ServerConfig) -> None:
         self.config = config
         self.settings = config.settings
+        set_default_limits(config.settings.compile_limits())  # compiles here and in the evaluators
         cache_dir = config.settings.cache_dir or config.workspace / "cache"
         self.compile_cache = CompileCache(cache_dir / "compile")
         self.docs_settings = replace(config.settings, cache_dir=cache_dir)
