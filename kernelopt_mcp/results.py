@@ -14,6 +14,8 @@ from .compiler import CompileResult, Diagnostic, Resources
 from .evaluate import EvaluationResult
 from .gpu import DeviceInfo
 from .launch import LaunchSpec
+from .sanitizer import SANITIZER_ERROR, SanitizerReport
+from .sanitizer import verdict as sanitizer_verdict
 from .workload import Tolerance, Workload, case_shape
 
 MAX_DIAGNOSTICS = 20
@@ -145,7 +147,8 @@ class CaseOutput(BaseModel):
 class EvaluationOutput(BaseModel):
     status: str = Field(
         description="ok | compile_error | invalid_launch | runtime_error | timeout | mismatch | "
-        "out_of_bounds_write | input_modified (the most serious over the cases)"
+        "out_of_bounds_write | input_modified (the most serious over the cases) | sanitizer_error (sanitize=true: "
+        "compute-sanitizer reported an error on a kernel that passed)"
     )
     message: str
     mode: str = Field(description="validate | benchmark")
@@ -162,6 +165,9 @@ class EvaluationOutput(BaseModel):
     compile: CompileOutput | None = None
     expected_from: str = ""
     notes: list[str] = Field(default_factory=list)
+    sanitizer: list[SanitizerReport] | None = Field(
+        None, description="compute-sanitizer per tool per correctness case (with sanitize=true, after a pass)"
+    )
 
     def text(self) -> str:
         head = f"{self.mode} {self.workload} on {self.device or '?'} ({self.arch}): {self.status}"
@@ -176,6 +182,8 @@ class EvaluationOutput(BaseModel):
             lines.append(f"  {c.name} [{c.kind}] {c.status}{_case_detail(c)}")
         if self.compile is not None:
             lines.extend(line for line in self.compile.text().splitlines()[1:])
+        for r in self.sanitizer or []:
+            lines.append(f"  sanitizer {_clip(r.summary(), 300)}")
         lines.extend(f"note: {n}" for n in self.notes)
         return "\n".join(lines)
 
@@ -207,7 +215,10 @@ def _case_detail(c: CaseOutput) -> str:
     return (": " + "; ".join(parts)) if parts else ""
 
 
-def evaluation_output(result: EvaluationResult, mode: str) -> EvaluationOutput:
+def evaluation_output(
+    result: EvaluationResult, mode: str, *, sanitizer: list[SanitizerReport] | None = None
+) -> EvaluationOutput:
+    """The tool result; with ``sanitizer`` reports, any error makes the status ``sanitizer_error``."""
     cases = []
     for c in result.cases:
         checks = [
@@ -235,8 +246,12 @@ def evaluation_output(result: EvaluationResult, mode: str) -> EvaluationOutput:
             reference_median_ms=c.reference_median_ms, speedup=c.speedup,
             flops_per_s=c.flops_per_s, bytes_per_s=c.bytes_per_s,
         ))
+    status, message = result.status.value, result.message
+    if sanitizer is not None:
+        clean, line = sanitizer_verdict(sanitizer)
+        status, message = (status, f"{message}; {line}") if clean else (SANITIZER_ERROR, line)
     return EvaluationOutput(
-        status=result.status.value, message=_clip(result.message), mode=mode, workload=result.workload,
+        status=status, message=_clip(message), mode=mode, workload=result.workload, sanitizer=sanitizer,
         device=result.device, arch=result.arch, source_hash=(result.source_hash or "")[:16] or None,
         cases_passed=sum(c.status == "ok" for c in cases), cases_total=len(cases),
         score_ms=result.score_ms, reference_score_ms=result.reference_score_ms, speedup=result.speedup,

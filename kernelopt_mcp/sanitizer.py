@@ -32,6 +32,7 @@ from pydantic import BaseModel, Field
 from .errors import KerneloptError, ToolchainNotFound
 
 SANITIZER_NAME = "compute-sanitizer"
+SANITIZER_ERROR = "sanitizer_error"  # the status a candidate gets when a tool reports an error
 ERROR_EXITCODE = 86  # what compute-sanitizer exits with when it reported an error
 MAX_FINDINGS = 5
 MAX_DETAIL_LINES = 6
@@ -343,4 +344,4 @@ def verdict(reports: list[SanitizerReport]) -> tuple[bool, str]:
     if not bad:
         tools = sorted({r.tool.value for r in reports})
         return True, f"sanitizer clean: {', '.join(tools)} on {len({r.case for r in reports})} correctness case(s)"
-    return False, f"sanitizer_error: {len(bad)} of {len(reports)} check(s) failed; " + "; ".join(r.summary() for r in bad[:3])
+    return False, f"{SANITIZER_ERROR}: {len(bad)} of {len(reports)} check(s) failed; " + "; ".join(r.summary() for r in bad[:3])

@@ -23,7 +23,8 @@ while args[i].startswith("--"):
     opts[args[i]] = args[i + 1]
     i += 2
 child = subprocess.run(args[i:], check=False)
-report = open(os.environ["FAKE_SANITIZER_REPORT"]).read()
+with open(os.environ["FAKE_SANITIZER_REPORT"]) as f:
+    report = f.read()
 with open(opts["--log-file"], "w") as f:
     f.write(report)
 errors = "ERROR SUMMARY: 0 errors" not in report and "(0 errors" not in report
