@@ -8,7 +8,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from fakegpu import ADD_LAUNCH, in_memory_server, kernel, write_harness, write_tiny_workload
+from fakegpu import (
+    ADD_LAUNCH,
+    in_memory_server,
+    kernel,
+    write_harness,
+    write_tiny_workload,
+)
 
 from kernelopt_mcp.config import Settings, bundled_workloads_dir
 from kernelopt_mcp.service import ServerConfig
