@@ -61,14 +61,17 @@ class _Worker:
     def __init__(self, memory_mb: int) -> None:
         self.memory_mb = memory_mb
         self.stderr = tempfile.TemporaryFile()  # noqa: SIM115 - lives as long as the worker
+        # an empty working directory: a quoted #include "name" finds nothing of the server's
+        self._cwd = tempfile.TemporaryDirectory(prefix="kernelopt-nvrtc-")
         try:
             self.proc = subprocess.Popen(
                 [sys.executable, str(WORKER_SCRIPT), "--memory-mb", str(memory_mb)],
-                stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.stderr,
+                stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.stderr, cwd=self._cwd.name,
                 start_new_session=True,  # its own process group: a kill takes everything it started
             )
         except OSError as exc:
             self.stderr.close()
+            self._cwd.cleanup()
             raise ToolchainNotFound(f"cannot start the compile worker {WORKER_SCRIPT}: {exc}") from None
         self._buffer = b""
 
@@ -147,6 +150,7 @@ class _Worker:
                 except OSError:
                     pass
         self.stderr.close()
+        self._cwd.cleanup()
 
 
 class CompilePool:

@@ -21,6 +21,7 @@ from pydantic import BaseModel, Field
 
 from .compile_pool import CompileFailure, CompileLimits, default_limits, default_pool
 from .errors import ToolchainNotFound
+from .source_policy import include_problem
 
 MAX_SOURCE_BYTES = 512 * 1024
 MAX_LOG_LINES = 60
@@ -280,6 +281,14 @@ def compile_kernel(
     if cached is not None:
         return cached.model_copy(update={"cache_hit": True})
 
+    refused = include_problem(source)
+    if refused is not None:  # before NVRTC reads anything; not cached (cheap to find again)
+        line, message = refused
+        return CompileResult(
+            status=CompileStatus.error, arch=arch, source_hash=source_hash(source), options=options,
+            nvrtc_version=nv.version, duration_ms=0.0, log=f"{filename}({line}): error: {message}",
+            diagnostics=[Diagnostic(line=line, severity="error", message=message)],
+        )
     full_options = [
         f"--gpu-architecture={arch}",
         "-std=c++17",
