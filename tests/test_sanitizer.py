@@ -92,7 +92,7 @@ def test_command_line() -> None:
     cmd = sanitizer_command(Path("/cs"), SanitizerTool.racecheck, Path("/h"), Path("/r.json"), Path("/log"))
     assert cmd == [
         "/cs", "--tool", "racecheck", "--log-file", "/log", "--print-limit", "100",
-        "--error-exitcode", str(ERROR_EXITCODE), "/h", "run", "/r.json",
+        "--error-exitcode", str(ERROR_EXITCODE), "--report-api-errors", "no", "/h", "run", "/r.json",
     ]
 
 
