@@ -150,3 +150,35 @@ def test_run_tool_kills_a_hanging_sanitizer(tmp_path: Path, monkeypatch: pytest.
     monkeypatch.setenv("FAKE_SANITIZER_SLEEP", "60")
     report = run_tool(sanitizer, SanitizerTool.initcheck, harness, REQUEST, "small", tmp_path / "w", timeout_s=1)
     assert report.timed_out and not report.passed and "did not finish within 1 s" in report.message
+
+
+def test_cli_evaluate_sanitize(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """`kernelopt evaluate --sanitize` on the pretend GPU: a passing kernel with a memcheck
+    report becomes sanitizer_error (exit 1); a clean report keeps ok (exit 0)."""
+    from fakegpu import kernel, write_harness, write_tiny_workload
+
+    from kernelopt_mcp.cli import main
+
+    harness = write_harness(tmp_path, "fake")
+    workload = write_tiny_workload(tmp_path / "extra") / "tiny_add"
+    source = tmp_path / "k.cu"
+    source.write_text(kernel())
+    monkeypatch.setenv("KERNELOPT_SANITIZER", str(_script(tmp_path, "compute-sanitizer", FAKE_SANITIZER)))
+    args = ["evaluate", str(workload), str(source), "--harness", str(harness), "--no-benchmark", "--sanitize"]
+
+    monkeypatch.setenv("FAKE_SANITIZER_REPORT", str(FIXTURES / "memcheck_oob_read.txt"))
+    assert main([*args, "--json"]) == 1
+    out = json.loads(capsys.readouterr().out)
+    assert out["status"] == "sanitizer_error" and out["sanitizer_message"].startswith("sanitizer_error:")
+    assert {r["case"] for r in out["sanitizer"]} == {"one", "odd_1001"} and len(out["sanitizer"]) == 6
+    assert main(args) == 1
+    printed = capsys.readouterr().out
+    assert "compute-sanitizer on the correctness cases" in printed and "sanitizer_error" in printed
+
+    monkeypatch.setenv("FAKE_SANITIZER_REPORT", str(FIXTURES / "memcheck_clean.txt"))
+    assert main([*args, "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["status"] == "ok"
+
+    monkeypatch.setenv("KERNELOPT_SANITIZER", str(tmp_path / "missing"))
+    assert main(args) == 2
+    assert "KERNELOPT_SANITIZER" in capsys.readouterr().err
