@@ -14,6 +14,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from . import __version__
+from .compile_pool import set_default_limits
 from .compiler import CompileCache, OptionError, compile_kernel
 from .calibrate import peaks_for
 from .config import Settings, find_workload, list_workloads
@@ -30,18 +31,27 @@ from .gpu import DeviceInfo, device_info
 from .harness import HarnessProcess, find_harness
 from .launch import LaunchSpec
 from .profiler import CLOCK_CONTROLS, ProfileOptions, find_ncu, profile_case
+from .sanitizer import (
+    SANITIZER_ERROR,
+    SanitizerReport,
+    find_sanitizer,
+    sanitize_candidate,
+    verdict,
+)
 from .workload import Workload, json_schema
 
 EXIT_OK, EXIT_FAILED, EXIT_ERROR = 0, 1, 2
 
 
 def _settings(args: argparse.Namespace) -> Settings:
-    return Settings.from_env(
+    settings = Settings.from_env(
         harness=getattr(args, "harness", None),
         device=getattr(args, "device", None),
         arch=getattr(args, "arch", None),
         ncu=getattr(args, "ncu", None),
     )
+    set_default_limits(settings.compile_limits())
+    return settings
 
 
 def cmd_gpu(args: argparse.Namespace, out: Console) -> int:
@@ -177,6 +187,8 @@ def cmd_evaluate(args: argparse.Namespace, out: Console) -> int:
         if not quiet:
             out.print(f"[dim]… {message}[/]", highlight=False)
 
+    sanitizer = find_sanitizer(settings.sanitizer) if args.sanitize else None  # say at once when it is missing
+    reports: list[SanitizerReport] | None = None
     with HarnessProcess(harness, settings.device) as proc, Evaluator(
         workload, proc, device, workdir=Path(args.workdir) if args.workdir else None, seed=args.seed,
         options=options, arch=settings.arch, progress=progress, peaks=peaks_for(device, settings.cache_root()),
@@ -184,14 +196,40 @@ def cmd_evaluate(args: argparse.Namespace, out: Console) -> int:
         ev.prepare(time_reference=not args.no_benchmark)
         result = ev.evaluate(candidate, benchmark=not args.no_benchmark)
         reference = ev.reference_result
+        if sanitizer is not None and result.ok:
+            progress("running compute-sanitizer memcheck, racecheck, initcheck on the correctness cases", 0, 1)
+            reports = sanitize_candidate(ev, candidate, sanitizer, harness, ev.workdir / "sanitizer")
+    clean, verdict_line = verdict(reports) if reports is not None else (True, "")
+    status = result.status.value if clean else SANITIZER_ERROR
     if args.json:
         payload: dict[str, Any] = json.loads(result.model_dump_json())
+        payload["status"] = status
+        if reports is not None:
+            payload["sanitizer"] = [json.loads(r.model_dump_json()) for r in reports]
+            payload["sanitizer_message"] = verdict_line
         if reference is not None:
             payload["reference"] = json.loads(reference.model_dump_json(exclude={"compile"}))
         print(json.dumps(payload, indent=2))
     else:
         print_result(out, result, reference)
-    return EXIT_OK if result.ok else EXIT_FAILED
+        if reports is not None:
+            print_sanitizer(out, reports, verdict_line, clean)
+        elif args.sanitize:
+            out.print("[dim]sanitizer not run: the kernel must pass validation first[/]", highlight=False)
+    return EXIT_OK if result.ok and clean else EXIT_FAILED
+
+
+def print_sanitizer(out: Console, reports: list[SanitizerReport], verdict_line: str, clean: bool) -> None:
+    table = Table(title="compute-sanitizer on the correctness cases")
+    for col in ("case", "tool", "result", "errors", "first finding"):
+        table.add_column(col)
+    for r in reports:
+        first = r.findings[0].summary() if r.findings else r.message
+        table.add_row(
+            r.case, r.tool.value, "[green]clean[/]" if r.passed else "[red]errors[/]", str(r.errors), escape(first),
+        )
+    out.print(table)
+    out.print(f"[bold]{'ok' if clean else SANITIZER_ERROR}[/]: {escape(verdict_line)}", highlight=False)
 
 
 def print_result(out: Console, result: EvaluationResult, reference: EvaluationResult | None) -> None:
@@ -416,6 +454,9 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--no-benchmark", action="store_true", help="validate only")
     sp.add_argument("--timeout", type=float, help="seconds per harness request (default 60)")
     sp.add_argument("--workdir", help="keep inputs and modules here (default: a temporary directory)")
+    sp.add_argument("--sanitize", action="store_true", help="after a passing validation, run compute-sanitizer "
+                    "memcheck, racecheck and initcheck on the correctness cases; an error fails the kernel with "
+                    "status sanitizer_error (env KERNELOPT_SANITIZER names the binary)")
     sp.add_argument("--json", action="store_true", help="print the full result as JSON")
     sp.set_defaults(fn=cmd_evaluate)
 

@@ -12,7 +12,6 @@ import hashlib
 import json
 import re
 import threading
-import time
 from collections import OrderedDict
 from dataclasses import dataclass
 from enum import StrEnum
@@ -20,7 +19,9 @@ from pathlib import Path
 
 from pydantic import BaseModel, Field
 
+from .compile_pool import CompileFailure, CompileLimits, default_limits, default_pool
 from .errors import ToolchainNotFound
+from .source_policy import include_problem
 
 MAX_SOURCE_BYTES = 512 * 1024
 MAX_LOG_LINES = 60
@@ -251,11 +252,14 @@ def compile_kernel(
     *,
     filename: str = "kernel.cu",
     cache: CompileCache | None = None,
+    limits: CompileLimits | None = None,
 ) -> CompileResult:
-    """Compile ``source`` for ``arch`` with NVRTC.
+    """Compile ``source`` for ``arch`` with NVRTC, in a capped worker process.
 
-    A compile error is a result with ``status=error`` and diagnostics (with line numbers);
-    exceptions are only for a missing toolchain or a refused option.
+    A compile error is a result with ``status=error`` and diagnostics (with line numbers); so
+    is a compile that exceeds ``limits`` (default :func:`compile_pool.default_limits`: 60 s,
+    8 GiB of address space), with a message saying which limit. Exceptions are only for a
+    missing toolchain or a refused option.
 
     Raises:
         ToolchainNotFound: NVRTC cannot be loaded.
@@ -277,7 +281,14 @@ def compile_kernel(
     if cached is not None:
         return cached.model_copy(update={"cache_hit": True})
 
-    nvrtc = nv.module
+    refused = include_problem(source)
+    if refused is not None:  # before NVRTC reads anything; not cached (cheap to find again)
+        line, message = refused
+        return CompileResult(
+            status=CompileStatus.error, arch=arch, source_hash=source_hash(source), options=options,
+            nvrtc_version=nv.version, duration_ms=0.0, log=f"{filename}({line}): error: {message}",
+            diagnostics=[Diagnostic(line=line, severity="error", message=message)],
+        )
     full_options = [
         f"--gpu-architecture={arch}",
         "-std=c++17",
@@ -287,22 +298,26 @@ def compile_kernel(
         *options,
     ]
     # a later -std wins in NVRTC, so a candidate's own -std overrides the default
-    start = time.perf_counter()
-    err, prog = nvrtc.nvrtcCreateProgram(encoded, filename.encode(), 0, [], [])  # type: ignore[attr-defined]
-    _check(nvrtc, err, "nvrtcCreateProgram")
+    limits = limits or default_limits()
     try:
-        (result_code,) = nvrtc.nvrtcCompileProgram(  # type: ignore[attr-defined]
-            prog, len(full_options), [o.encode() for o in full_options]
+        out = default_pool().compile(source, filename, full_options, limits)
+    except CompileFailure as exc:
+        # not cached: the same source may compile under a larger limit
+        return CompileResult(
+            status=CompileStatus.error, arch=arch, source_hash=source_hash(source), options=options,
+            nvrtc_version=nv.version, duration_ms=round(limits.timeout_s * 1000, 3), log=str(exc),
+            diagnostics=[Diagnostic(line=None, severity="error", message=str(exc))],
         )
-        log = _get_log(nvrtc, prog)
-        ok = result_code == nvrtc.nvrtcResult.NVRTC_SUCCESS  # type: ignore[attr-defined]
-        cubin = ptx = None
-        if ok:
-            cubin = _get_bytes(nvrtc, prog, "CUBIN")
-            ptx = _get_bytes(nvrtc, prog, "PTX").rstrip(b"\0").decode()
-    finally:
-        nvrtc.nvrtcDestroyProgram(prog)  # type: ignore[attr-defined]
-    duration_ms = (time.perf_counter() - start) * 1000
+    ok, log, cubin, ptx, duration_ms = out.ok, out.log, out.cubin, out.ptx, out.duration_ms
+    diagnostics = parse_diagnostics(log, filename)
+    if not ok and "out of memory" in log:
+        oom = (
+            f"compile exceeded the {limits.memory_mb} MiB memory limit: a huge unrolled template or "
+            "recursion; reduce unrolling"
+        )
+        log = f"{oom}\n{log}"
+        diagnostics.insert(0, Diagnostic(line=None, severity="error", message=oom))
+        cache = CompileCache()  # a throwaway: a larger limit may compile it, so it is not remembered
     log_text, omitted = _truncate_log(log)
     result = CompileResult(
         status=CompileStatus.ok if ok else CompileStatus.error,
@@ -313,7 +328,7 @@ def compile_kernel(
         duration_ms=round(duration_ms, 3),
         log=log_text,
         log_lines_omitted=omitted,
-        diagnostics=parse_diagnostics(log, filename),
+        diagnostics=diagnostics,
         resources=parse_resources(log),
         entries=parse_ptx_entries(ptx) if ptx else {},
         cubin=cubin,
@@ -321,25 +336,6 @@ def compile_kernel(
     )
     cache.put(key, result)
     return result
-
-
-def _check(nvrtc: object, err: object, call: str) -> None:
-    if err != nvrtc.nvrtcResult.NVRTC_SUCCESS:  # type: ignore[attr-defined]
-        raise ToolchainNotFound(f"{call} failed: {err}; reinstall nvidia-cuda-nvrtc")
-
-
-def _get_log(nvrtc: object, prog: object) -> str:
-    _, size = nvrtc.nvrtcGetProgramLogSize(prog)  # type: ignore[attr-defined]
-    buf = b" " * size
-    nvrtc.nvrtcGetProgramLog(prog, buf)  # type: ignore[attr-defined]
-    return buf.rstrip(b"\0").decode(errors="replace")
-
-
-def _get_bytes(nvrtc: object, prog: object, kind: str) -> bytes:
-    _, size = getattr(nvrtc, f"nvrtcGet{kind}Size")(prog)
-    buf = b" " * size
-    getattr(nvrtc, f"nvrtcGet{kind}")(prog, buf)
-    return bytes(buf)
 
 
 def _truncate_log(log: str) -> tuple[str, int]:

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from .compile_pool import CompileLimits
 from .errors import WorkloadError
 from .workload import Workload, load_workload
 
@@ -36,6 +37,11 @@ class Settings:
     warmup: int = 10
     iterations: int = 100
     flush_l2: bool = True
+    # NVRTC runs in a worker process under these caps (a compile bomb becomes a compile error)
+    compile_timeout_s: float = 60.0
+    compile_memory_mb: int = 8192
+    # compute-sanitizer for the sanitizer tier (else PATH, then CUDA_HOME/bin, /usr/local/cuda/bin)
+    sanitizer: Path | None = None
     # Nsight Compute: the ncu binary (else PATH and the usual install directories) and its deadline
     ncu: Path | None = None
     profile_timeout_s: float = 600.0
@@ -63,6 +69,12 @@ class Settings:
             values["cache_dir"] = Path(env["KERNELOPT_CACHE"])
         if env.get("KERNELOPT_TIMEOUT"):
             values["timeout_s"] = float(env["KERNELOPT_TIMEOUT"])
+        if env.get("KERNELOPT_COMPILE_TIMEOUT"):
+            values["compile_timeout_s"] = float(env["KERNELOPT_COMPILE_TIMEOUT"])
+        if env.get("KERNELOPT_COMPILE_MEMORY_MB"):
+            values["compile_memory_mb"] = int(env["KERNELOPT_COMPILE_MEMORY_MB"])
+        if env.get("KERNELOPT_SANITIZER"):
+            values["sanitizer"] = Path(env["KERNELOPT_SANITIZER"])
         if env.get("KERNELOPT_NCU"):
             values["ncu"] = Path(env["KERNELOPT_NCU"])
         if env.get("KERNELOPT_PROFILE_TIMEOUT"):
@@ -75,6 +87,10 @@ class Settings:
             values["docs_offline"] = True
         values.update({k: v for k, v in overrides.items() if v is not None})
         return replace(cls(), **values)
+
+    def compile_limits(self) -> CompileLimits:
+        """The caps on one NVRTC compile (wall seconds, worker address space in MiB)."""
+        return CompileLimits(timeout_s=self.compile_timeout_s, memory_mb=self.compile_memory_mb)
 
     def cache_root(self) -> Path:
         """Where caches live: ``cache_dir`` (KERNELOPT_CACHE), else ``~/.cache/kernelopt``."""

@@ -28,6 +28,7 @@ from .errors import DeviceUnavailable, HarnessCancelled, HarnessError, Toolchain
 
 HARNESS_NAME = "kernelopt-harness"
 MAX_STDERR_BYTES = 64 * 1024
+DROPPED_MARKER = "[... {} bytes dropped]"
 
 
 class ExitCode(IntEnum):
@@ -80,8 +81,8 @@ class HarnessReply:
     exit_code: int | None = None
     timed_out: bool = False
     elapsed_s: float = 0.0
-    stderr: str = ""
-    stderr_truncated: int = 0
+    stderr: str = ""  # the last MAX_STDERR_BYTES, after a DROPPED_MARKER line if cut
+    stderr_truncated: int = 0  # bytes dropped from the front
 
     @property
     def fatal(self) -> bool:
@@ -90,7 +91,11 @@ class HarnessReply:
 
 @dataclass
 class _StderrSink:
-    """Keeps the last MAX_STDERR_BYTES of the harness's stderr (kernel printf goes there)."""
+    """Keeps the last MAX_STDERR_BYTES of the harness's stderr (kernel printf goes there).
+
+    A printf flood costs memory only up to the cap: older bytes are dropped as they arrive and
+    counted; :meth:`take` puts a ``[... N bytes dropped]`` line in front of what was kept.
+    """
 
     data: bytearray = field(default_factory=bytearray)
     dropped: int = 0
@@ -107,6 +112,8 @@ class _StderrSink:
     def take(self) -> tuple[str, int]:
         with self.lock:
             text, dropped = self.data.decode(errors="replace"), self.dropped
+            if dropped:
+                text = f"{DROPPED_MARKER.format(dropped)}\n{text}"
             self.data.clear()
             self.dropped = 0
             return text, dropped

@@ -14,6 +14,8 @@ from .compiler import CompileResult, Diagnostic, Resources
 from .outcomes import STATUS_MEANING, EvaluationResult
 from .gpu import DeviceInfo
 from .launch import LaunchSpec
+from .sanitizer import SANITIZER_ERROR, SanitizerReport
+from .sanitizer import verdict as sanitizer_verdict
 from .workload import Tolerance, Workload, case_shape
 
 MAX_DIAGNOSTICS = 20
@@ -172,6 +174,9 @@ class EvaluationOutput(BaseModel):
     expected_from: str = ""
     checks: list[str] = Field(default_factory=list, description="the integrity checks this evaluation ran")
     notes: list[str] = Field(default_factory=list)
+    sanitizer: list[SanitizerReport] | None = Field(
+        None, description="compute-sanitizer per tool per correctness case (with sanitize=true, after a pass)"
+    )
 
     def text(self) -> str:
         head = f"{self.mode} {self.workload} on {self.device or '?'} ({self.arch}): {self.status}"
@@ -188,6 +193,8 @@ class EvaluationOutput(BaseModel):
             lines.extend(line for line in self.compile.text().splitlines()[1:])
         if self.checks:
             lines.append(f"checks: {', '.join(self.checks)}")
+        for r in self.sanitizer or []:
+            lines.append(f"  sanitizer {_clip(r.summary(), 300)}")
         lines.extend(f"note: {n}" for n in self.notes)
         return "\n".join(lines)
 
@@ -219,7 +226,10 @@ def _case_detail(c: CaseOutput) -> str:
     return (": " + "; ".join(parts)) if parts else ""
 
 
-def evaluation_output(result: EvaluationResult, mode: str) -> EvaluationOutput:
+def evaluation_output(
+    result: EvaluationResult, mode: str, *, sanitizer: list[SanitizerReport] | None = None
+) -> EvaluationOutput:
+    """The tool result; with ``sanitizer`` reports, any error makes the status ``sanitizer_error``."""
     cases = []
     for c in result.cases:
         checks = [
@@ -251,8 +261,12 @@ def evaluation_output(result: EvaluationResult, mode: str) -> EvaluationOutput:
             flops_pct=c.roofline.flops_pct if c.roofline else None,
             of_roofline_floor=c.roofline.of_floor if c.roofline else None,
         ))
+    status, message = result.status.value, result.message
+    if sanitizer is not None:
+        clean, line = sanitizer_verdict(sanitizer)
+        status, message = (status, f"{message}; {line}") if clean else (SANITIZER_ERROR, line)
     return EvaluationOutput(
-        status=result.status.value, message=_clip(result.message), mode=mode, workload=result.workload,
+        status=status, message=_clip(message), mode=mode, workload=result.workload, sanitizer=sanitizer,
         device=result.device, arch=result.arch, source_hash=(result.source_hash or "")[:16] or None,
         cases_passed=sum(c.status == "ok" for c in cases), cases_total=len(cases),
         score_ms=result.score_ms, reference_score_ms=result.reference_score_ms, speedup=result.speedup,

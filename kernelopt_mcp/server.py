@@ -255,6 +255,7 @@ def _register_tools(app: MCPServer, service: KerneloptService) -> None:
         source: Source = None,
         path: SourcePath = None,
         compile_options: CompileOptions = None,
+        sanitize: Annotated[bool, Field(description="after a pass, also run compute-sanitizer memcheck, racecheck and initcheck on the correctness cases (slower: seconds to minutes)")] = False,
     ) -> Annotated[CallToolResult, EvaluationOutput]:
         """Check a kernel against a workload: compile it, launch it once per case (all correctness
         and performance cases) with its per-case launch configuration, and compare every output
@@ -270,14 +271,19 @@ def _register_tools(app: MCPServer, service: KerneloptService) -> None:
         runtime_error (the kernel faulted, e.g. CUDA_ERROR_ILLEGAL_ADDRESS; later cases are
         skipped), timeout (an infinite loop or a __syncthreads deadlock), mismatch (per output: how
         many, max errors, the first mismatching indices with expected and actual values),
-        out_of_bounds_write, input_modified. A faulting or hanging kernel cannot harm the server.
+        out_of_bounds_write, input_modified; with sanitize=true, a kernel that passes is also run
+        under compute-sanitizer (memcheck: out-of-bounds or misaligned reads; racecheck: shared-memory
+        races; initcheck: reads of uninitialised global memory) on the correctness cases, and any
+        error makes it sanitizer_error with the first findings (kind, source line, thread, block,
+        address). A faulting or hanging kernel cannot harm the server.
         Cost: one launch per case, usually 1-10 s; the first call on a workload in a session also
         prepares it (inputs, expected outputs, timing the CUDA reference). One GPU job runs at a
         time; progress notifications give the queue position and each case. Tool errors: unknown
         workload, bad arguments, a path outside the allowed directories, no usable GPU."""
         with tool_errors():
             out = await service.evaluate(
-                workload, source, path, launch, compile_options, benchmark=False, notify=_progress(ctx)
+                workload, source, path, launch, compile_options, benchmark=False, sanitize=sanitize,
+                notify=_progress(ctx),
             )
         return _result(out, out.text())
 

@@ -21,6 +21,7 @@ import os
 import re
 import shutil
 import tempfile
+import time
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
@@ -29,14 +30,13 @@ from functools import partial
 from pathlib import Path
 from typing import Any, TypeVar
 
-import time
-
 import anyio
 import anyio.from_thread
 import anyio.lowlevel
 import anyio.to_thread
 
 from .calibrate import peaks_for
+from .compile_pool import set_default_limits
 from .compiler import MAX_SOURCE_BYTES, CompileCache, compile_kernel
 from .config import Settings, bundled_workloads_dir, list_workloads
 from .docs import DocsSearchResult, search_docs
@@ -57,7 +57,15 @@ from .results import (
     compile_output,
     evaluation_output,
 )
-from .workload import DataFile, Workload, WorkloadSpec, case_shape, load_workload, parse_spec
+from .sanitizer import SanitizerReport, find_sanitizer, sanitize_candidate
+from .workload import (
+    DataFile,
+    Workload,
+    WorkloadSpec,
+    case_shape,
+    load_workload,
+    parse_spec,
+)
 
 T = TypeVar("T")
 Notify = Callable[[str], Awaitable[None]]
@@ -159,6 +167,7 @@ class KerneloptService:
     def __init__(self, config: ServerConfig) -> None:
         self.config = config
         self.settings = config.settings
+        set_default_limits(config.settings.compile_limits())  # compiles here and in the evaluators
         cache_dir = config.settings.cache_dir or config.workspace / "cache"
         self.compile_cache = CompileCache(cache_dir / "compile")
         self.docs_settings = replace(config.settings, cache_dir=cache_dir)
@@ -388,10 +397,16 @@ class KerneloptService:
         iterations: int | None = None,
         timing_mode: str = "events",
         adaptive_rse: float | None = None,
+        sanitize: bool = False,
         notify: Notify,
     ) -> EvaluationOutput:
-        """Validate (and, if ``benchmark``, time) a candidate; see the validate/benchmark tools."""
+        """Validate (and, if ``benchmark``, time) a candidate; see the validate/benchmark tools.
+
+        With ``sanitize``, a candidate that passes is then run under compute-sanitizer (memcheck,
+        racecheck, initcheck) on the correctness cases; an error makes it ``sanitizer_error``.
+        """
         text, _ = self.read_source(source, path)
+        sanitizer = await anyio.to_thread.run_sync(find_sanitizer, self.settings.sanitizer) if sanitize else None
         wl = self.load(workload)
         info = await self.device_info()
         arch = self.settings.arch or info.arch
@@ -410,17 +425,27 @@ class KerneloptService:
             flush_l2=self.settings.flush_l2, timeout_s=self.settings.timeout_s,
             timing_mode=timing_mode, adaptive_rse=adaptive_rse,
         )
-        job = partial(self._evaluate_job, wl, info, candidate, benchmark, timing)
-        result = await self.gpu_job(job, notify)
-        return evaluation_output(result, mode)
+        job = partial(self._evaluate_job, wl, info, candidate, benchmark, timing, sanitizer)
+        result, reports = await self.gpu_job(job, notify)
+        return evaluation_output(result, mode, sanitizer=reports)
 
     def _evaluate_job(
         self, wl: Workload, info: DeviceInfo, candidate: Candidate, benchmark: bool,
-        timing: EvaluateOptions, dev: _Device, progress: Callable[[str, int, int], None],
-    ) -> EvaluationResult:
+        timing: EvaluateOptions, sanitizer: Path | None, dev: _Device, progress: Callable[[str, int, int], None],
+    ) -> tuple[EvaluationResult, list[SanitizerReport] | None]:
         ev = self._evaluator(wl, info, dev, progress)
         ev.options = timing
-        return ev.evaluate(candidate, benchmark=benchmark)
+        result = ev.evaluate(candidate, benchmark=benchmark)
+        if sanitizer is None or not result.ok:
+            return result, None
+        assert dev.harness is not None
+        progress("running compute-sanitizer memcheck, racecheck, initcheck on the correctness cases", 0, 1)
+        workdir = Path(tempfile.mkdtemp(prefix="sanitizer-", dir=ev.workdir))
+        try:
+            reports = sanitize_candidate(ev, candidate, sanitizer, dev.harness.binary, workdir)
+        finally:
+            shutil.rmtree(workdir, ignore_errors=True)
+        return result, reports
 
     def _evaluator(
         self, wl: Workload, info: DeviceInfo, dev: _Device, progress: Callable[[str, int, int], None]

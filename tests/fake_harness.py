@@ -2,7 +2,8 @@
 """A stand-in for `kernelopt-harness serve` that needs no GPU, for testing the client's
 process handling: deadlines, process-group kills, restarts after fatal exits, stderr caps.
 
-The request's "entry" picks the behaviour: ok, hang, hang_child, crash, die, spam, garbage.
+The request's "entry" picks the behaviour: ok, hang, hang_child, crash, die, spam, flood,
+garbage.
 """
 
 import json
@@ -31,6 +32,11 @@ for line in sys.stdin:
     elif entry == "spam":
         for _ in range(2000):
             sys.stderr.write("printf from a kernel " * 10 + "\n")
+        sys.stderr.flush()
+    elif entry == "flood":  # like a printf in every thread of a big grid: megabytes of stderr
+        line = ("printf from a kernel " * 10 + "\n").encode()
+        for _ in range(req.get("megabytes", 16) * 1024 * 1024 // len(line)):
+            sys.stderr.buffer.write(line)
         sys.stderr.flush()
     elif entry == "garbage":
         print("this is not json", flush=True)

@@ -84,9 +84,37 @@ def test_stderr_is_capped_and_the_cut_is_counted(fake: HarnessProcess) -> None:
         time.sleep(0.2)
         # stderr is drained by a thread; the next request collects anything left
         r2 = fake.request({"entry": "ok"}, 10)
-    total = len(r.stderr) + r.stderr_truncated + len(r2.stderr) + r2.stderr_truncated
+    kept = [reply.stderr.split("\n", 1)[1] if reply.stderr_truncated else reply.stderr for reply in (r, r2)]
+    total = len(kept[0]) + r.stderr_truncated + len(kept[1]) + r2.stderr_truncated
     assert total == 2000 * len("printf from a kernel " * 10 + "\n")
-    assert len(r.stderr) <= MAX_STDERR_BYTES
+    assert len(kept[0]) <= MAX_STDERR_BYTES
+    if r.stderr_truncated:
+        assert r.stderr.startswith(f"[... {r.stderr_truncated} bytes dropped]\n")
+
+
+def test_a_printf_flood_keeps_a_bounded_tail_with_a_marker(fake: HarnessProcess) -> None:
+    """16 MiB of kernel printf: the reply holds the last 64 KiB after a line saying how much was
+    dropped; the process's memory does not grow with the flood; the harness keeps answering."""
+    import resource
+
+    line = "printf from a kernel " * 10 + "\n"
+    sent = 16 * 1024 * 1024 // len(line) * len(line)
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    with fake:
+        r = fake.request({"entry": "flood", "megabytes": 16}, 30)
+        time.sleep(0.3)
+        r2 = fake.request({"entry": "ok"}, 10)
+    grown_kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before
+    assert r.answer is not None and r.answer["status"] == "ok" and r2.answer is not None
+    dropped = r.stderr_truncated + r2.stderr_truncated
+    assert dropped > 15 * 1024 * 1024
+    first = r if r.stderr_truncated else r2
+    marker, kept = first.stderr.split("\n", 1)
+    assert marker == f"[... {first.stderr_truncated} bytes dropped]"
+    assert len(kept.encode()) <= MAX_STDERR_BYTES and kept.endswith(line)
+    kept_total = sum(len(x.stderr.split("\n", 1)[1] if x.stderr_truncated else x.stderr) for x in (r, r2))
+    assert kept_total + dropped == sent
+    assert grown_kib < 8 * 1024, f"the client's peak memory grew by {grown_kib} KiB"
 
 
 def test_invalid_json_answer_is_a_harness_error(fake: HarnessProcess) -> None:

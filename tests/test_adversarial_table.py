@@ -1,0 +1,65 @@
+"""The adversarial suite's table (tests/adversarial/cases.json) is well formed, and every kernel
+compiles for its workload, except the two that must not: the compile bomb (hits a small time
+limit) and the one whose entry point does not exist. The kernels run on a GPU in
+tests/gpu/test_adversarial_gpu.py."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from kernelopt_mcp.compile_pool import CompileLimits
+from kernelopt_mcp.compiler import CompileCache, compile_kernel
+from kernelopt_mcp.config import Settings, find_workload
+from kernelopt_mcp.launch import LaunchSpec
+
+ADVERSARIAL = Path(__file__).parent / "adversarial"
+CASES = json.loads((ADVERSARIAL / "cases.json").read_text())
+# every status a candidate can get (the last four come with the integrity defenses and the sanitizer tier)
+VERDICTS = {
+    "ok", "compile_error", "invalid_launch", "runtime_error", "timeout", "mismatch", "out_of_bounds_write",
+    "input_modified", "timed_mismatch", "nondeterministic", "impossible_time", "sanitizer_error",
+}
+MUST_NOT_COMPILE = {"vector_add_compile_bomb.cu"}
+NO_ENTRY = {"vector_add_wrong_entry.cu"}
+
+
+def test_the_table_is_well_formed() -> None:
+    files = [c["file"] for c in CASES]
+    assert len(files) == len(set(files)), "one row per kernel"
+    assert set(files) == {p.name for p in ADVERSARIAL.glob("*.cu")}, "every .cu has a row and every row a .cu"
+    for case in CASES:
+        assert set(case) <= {"file", "workload", "launch", "tool", "sanitize", "trick", "expected", "message_contains", "note"}
+        assert case["tool"] in ("validate", "benchmark")
+        assert case["expected"] and set(case["expected"]) <= VERDICTS, case
+        assert case["trick"].strip()
+        assert not case["sanitize"] or case["tool"] == "validate"
+        wl = find_workload(case["workload"], Settings())
+        assert case["file"].startswith(wl.name), "kernels are named after their workload"
+        if case["launch"] is not None:
+            LaunchSpec.model_validate(case["launch"])
+    tricks = " ".join(c["trick"] for c in CASES)
+    for needed in ("stale", "__device__ global", "hard-codes", "by size", "zeros", "racy", "uninitialised", "skips",
+                   "fp16", "past the end", "into an input", "infinite loop", "__trap", "unmapped", "misaligned",
+                   "shared memory", "2048 threads", "does not exist", "compile bomb", "printf"):
+        assert needed in tricks, f"the suite lacks a kernel for: {needed}"
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c["file"] for c in CASES])
+def test_each_kernel_compiles_as_expected(case: dict) -> None:
+    source = (ADVERSARIAL / case["file"]).read_text()
+    wl = find_workload(case["workload"], Settings())
+    if case["file"] in MUST_NOT_COMPILE:
+        result = compile_kernel(source, limits=CompileLimits(timeout_s=3), cache=CompileCache())
+        assert not result.ok and "compile exceeded the 3 s limit" in result.summary()
+        return
+    result = compile_kernel(source, cache=CompileCache())
+    assert result.ok, result.summary()
+    entry = wl.signature.entry
+    if case["file"] in NO_ENTRY:
+        assert entry not in result.entries and result.entries
+        return
+    assert entry in result.entries
+    assert len(result.entries[entry]) == len(wl.signature.params)
