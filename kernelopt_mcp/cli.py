@@ -352,6 +352,7 @@ def cmd_tune(args: argparse.Namespace, out: Console) -> int:
     compile_cache = CompileCache(settings.cache_root() / "compile")
     with HarnessProcess(harness, settings.device) as proc, Evaluator(
         workload, proc, device, seed=args.seed, options=options, arch=settings.arch, compile_cache=compile_cache,
+        peaks=peaks_for(device, settings.cache_root()),
         progress=(lambda m, d, t: out.print(f"[dim]    {escape(m)}[/]", highlight=False)) if args.verbose and not quiet else None,
     ) as ev:
         result = tune(

@@ -154,7 +154,8 @@ _AT_PATTERNS = [
     re.compile(r"^at 0x(?P<off>[0-9a-fA-F]+) in (?P<func>.+)$"),
 ]
 _THREAD_RE = re.compile(r"by thread \((\d+),(\d+),(\d+)\) in block \((\d+),(\d+),(\d+)\)")
-_ADDRESS_RE = re.compile(r"(?:Address|Access at|access to) (0x[0-9a-fA-F]+)")
+# "Address 0x.. is out of bounds" (12.x) and "Access to 0x.. is out of bounds" (13.0, seen on an H200)
+_ADDRESS_RE = re.compile(r"(?:address|access at|access to) (0x[0-9a-f]+)", re.IGNORECASE)
 _RACE_RE = re.compile(r"^(?P<sev>Error|Warning): Race reported between (?P<first>.+)$")
 _HAZARDS_RE = re.compile(r"\s*\[[\d,]+ hazards?\]\s*$")
 _ERROR_SUMMARY_RE = re.compile(r"ERROR SUMMARY: ([\d,]+) errors?")

@@ -182,3 +182,21 @@ def test_cli_evaluate_sanitize(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, 
     monkeypatch.setenv("KERNELOPT_SANITIZER", str(tmp_path / "missing"))
     assert main(args) == 2
     assert "KERNELOPT_SANITIZER" in capsys.readouterr().err
+
+
+def test_the_address_is_found_in_either_wording() -> None:
+    """12.x says "Address 0x.. is out of bounds"; later releases word the same line differently
+    ("Access to 0x.."): the H200 run's finding had the line but no address until the pattern
+    ignored case."""
+    from kernelopt_mcp.sanitizer import parse_report
+
+    for wording in ("Address", "Access to", "access to"):
+        text = (
+            "========= Invalid __global__ read of size 4 bytes\n"
+            "=========     at vector_add+0x100 in kernel.cu:3\n"
+            "=========     by thread (0,0,0) in block (0,0,0)\n"
+            f"=========     {wording} 0x7f23DAC00000 is out of bounds\n"
+            "=========\n========= ERROR SUMMARY: 1 error\n"
+        )
+        findings, _, _ = parse_report(text)
+        assert findings[0].address == "0x7f23DAC00000", wording

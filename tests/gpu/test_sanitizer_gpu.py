@@ -99,7 +99,7 @@ def test_memcheck_flags_an_out_of_bounds_read_with_its_line(
     first = reports[0].findings[0]
     assert first.kind.startswith("Invalid __global__ read of size 4 bytes"), first
     assert first.line == 3 and first.function is not None and "vector_add" in first.function
-    assert first.thread is not None and first.block is not None and first.address
+    assert first.thread is not None and first.block is not None and first.address, first.detail
 
 
 def test_racecheck_flags_a_shared_memory_race(
