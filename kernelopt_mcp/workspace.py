@@ -1,0 +1,166 @@
+"""The MCP server's workspace: workloads created through it, and requests it refuses.
+
+A created workload is validated (no data files, no oracle: that would be model-written host
+code; sizes within limits; both kernels compile with the signature's entry point) and written
+to the workspace through a staging directory and a rename, so a reader never sees half of one.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import shutil
+import tempfile
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from .compiler import CompileCache, compile_kernel
+from .inputs import MAX_BUFFER_BYTES
+from .results import CreatedWorkload, compile_output
+from .workload import DataFile, WorkloadSpec, case_shape, load_workload, parse_spec
+
+if TYPE_CHECKING:
+    from .service import KerneloptService
+
+MAX_CREATED_WORKLOAD_BYTES = 4 * 2**30
+
+
+class RequestError(ValueError):
+    """The request cannot be served as asked; the message says what to change."""
+
+
+def _mkdir(path: Path) -> Path:
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def create_workload(
+    service: KerneloptService, spec: dict[str, Any], reference_cu: str | None, initial_cu: str | None,
+    overwrite: bool, arch: str,
+) -> CreatedWorkload:
+    """Validate ``spec`` and the kernels, then store the workload in the workspace atomically
+    (see the create_workload tool). The caller forgets any prepared evaluator of that name.
+
+    Raises:
+        RequestError: what to change in the request.
+    """
+    data = json.loads(json.dumps(spec))  # a deep copy of plain JSON
+    ref = data.setdefault("reference", {})
+    if not isinstance(ref, dict):
+        raise RequestError("spec.reference must be an object")
+    if ref.get("python"):
+        raise RequestError(
+            "spec.reference.python: a NumPy oracle cannot be created through this server (it "
+            "would be model-written host code); remove it (or set it to null) and pass "
+            "reference_cu: outputs are then checked against the CUDA reference, which is "
+            "marked as not independently checked"
+        )
+    ref["python"] = None
+    ref["cuda"] = "reference.cu"
+    if isinstance(data.get("initial"), dict):
+        data["initial"]["source"] = "initial.cu"
+    parsed = parse_spec(data, "spec")
+    name = parsed.name
+    target = service.config.created_dir / name
+    known = service.workloads()
+    if name in known and service.origin(known[name]) != "created":
+        raise RequestError(f"{name!r} is a {service.origin(known[name])} workload; choose another name")
+    exists = (target / "workload.json").is_file()
+    if exists and not overwrite:
+        raise RequestError(f"workload {name!r} already exists in the workspace; pass overwrite=true to replace it")
+    if reference_cu is None and exists:
+        reference_cu = _read_optional(target / "reference.cu")
+    if initial_cu is None and exists and parsed.initial is not None:
+        initial_cu = _read_optional(target / "initial.cu")
+    if reference_cu is None:
+        raise RequestError(
+            "reference_cu is required: the CUDA reference kernel (same signature) whose outputs "
+            "define correct answers"
+        )
+    if parsed.initial is None and initial_cu is not None:
+        raise RequestError(
+            'initial_cu was given but spec.initial is missing; add "initial": {"launch": '
+            '{"grid": [...], "block": [...]}}'
+        )
+    if parsed.initial is not None and initial_cu is None:
+        raise RequestError("spec.initial is set but initial_cu is missing; pass the starting kernel")
+    total = check_created_spec(parsed)
+    for label, text in (("reference_cu", reference_cu), ("initial_cu", initial_cu)):
+        if text is not None:
+            _check_compiles(service.compile_cache, label, text, parsed, arch)
+
+    staging = Path(tempfile.mkdtemp(prefix=f".{name}-", dir=_mkdir(service.config.created_dir)))
+    try:
+        (staging / "workload.json").write_text(json.dumps(parsed.model_dump(mode="json"), indent=2) + "\n")
+        (staging / "reference.cu").write_text(reference_cu)
+        if initial_cu is not None:
+            (staging / "initial.cu").write_text(initial_cu)
+        load_workload(staging)
+        if target.exists():
+            old = target.with_name(f".{name}-old-{os.getpid()}")
+            os.replace(target, old)
+            shutil.rmtree(old, ignore_errors=True)
+        os.replace(staging, target)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    wl = load_workload(target)
+    return CreatedWorkload(
+        name=name, path=str(target), replaced=exists, uri=f"kernelopt://workloads/{name}/workload.json",
+        c_prototype=wl.signature.c_prototype(),
+        correctness_cases=sum(c.kind == "correctness" for c in parsed.cases),
+        performance_cases=len(parsed.performance_cases), total_buffer_bytes=total,
+        notes=[
+            "expected outputs come from reference_cu, which is not independently checked: a bug "
+            "in it becomes the definition of correct"
+        ],
+    )
+
+def _check_compiles(cache: CompileCache, label: str, source: str, spec: WorkloadSpec, arch: str) -> None:
+    result = compile_kernel(source, arch, [], cache=cache)
+    if not result.ok:
+        out = compile_output(result, "create_workload")
+        raise RequestError(f"{label} does not compile for {arch}:\n{out.text()}")
+    entry = spec.signature.entry
+    if entry not in result.entries:
+        raise RequestError(
+            f"{label} defines no kernel {entry!r} (found: {', '.join(result.entries) or 'none'}); "
+            f"declare it as {spec.signature.c_prototype()}"
+        )
+    if len(result.entries[entry]) != len(spec.signature.params):
+        raise RequestError(
+            f"{label}: {entry!r} takes {len(result.entries[entry])} parameters; the signature has "
+            f"{len(spec.signature.params)}: {spec.signature.c_prototype()}"
+        )
+
+
+def _read_optional(path: Path) -> str | None:
+    return path.read_text(encoding="utf-8") if path.is_file() else None
+
+
+def check_created_spec(spec: WorkloadSpec) -> int:
+    """Refuse data files and oversized workloads; return the bytes of all buffers of all cases."""
+    gens = [("inputs." + k, g) for k, g in spec.inputs.items()]
+    gens += [(f"cases.{c.name}.inputs.{k}", g) for c in spec.cases for k, g in c.inputs.items()]
+    for where, gen in gens:
+        if isinstance(gen, DataFile):
+            raise RequestError(
+                f"spec.{where}: data files cannot be named through this server (paths would reach "
+                "outside the workspace); use a generator: uniform, normal, randint, arange or constant"
+            )
+    total = 0
+    for case in spec.cases:
+        for p in spec.signature.buffers:
+            size = math.prod(case_shape(p, case.scalars)) * p.dtype.itemsize  # Python ints: no overflow
+            if size > MAX_BUFFER_BYTES:
+                raise RequestError(
+                    f"case {case.name!r}: buffer {p.name!r} would be {size} bytes; the limit is {MAX_BUFFER_BYTES}"
+                )
+            total += size
+    if total > MAX_CREATED_WORKLOAD_BYTES:
+        raise RequestError(
+            f"the cases' buffers add up to {total / 2**30:.2f} GiB; a created workload may use at most "
+            f"{MAX_CREATED_WORKLOAD_BYTES / 2**30:.0f} GiB over all cases (inputs are kept on disk and "
+            "expected outputs in memory); use fewer or smaller performance cases"
+        )
+    return total
