@@ -56,6 +56,7 @@ class DeviceInfo(BaseModel):
             max_block_dim=self.max_block_dim,
             max_grid_dim=self.max_grid_dim,
             max_shared_bytes_per_block_optin=self.shared_memory_per_block_optin_bytes,
+            sm_count=self.sm_count,
         )
 
     def summary(self) -> str:

@@ -85,6 +85,7 @@ class DeviceLimits:
     max_block_dim: tuple[int, int, int] = (1024, 1024, 64)
     max_grid_dim: tuple[int, int, int] = (2**31 - 1, 65535, 65535)
     max_shared_bytes_per_block_optin: int = 232448
+    sm_count: int = 132  # SM_COUNT in launch expressions (persistent grids: "SM_COUNT * 4")
 
 
 @dataclass(frozen=True)
@@ -101,15 +102,25 @@ class ResolvedLaunch:
         return {"grid": list(self.grid), "block": list(self.block), "shared_bytes": self.shared_bytes}
 
 
+def device_names(limits: DeviceLimits) -> dict[str, int]:
+    """The device's figures that launch expressions may name (beside the case's scalars)."""
+    return {"SM_COUNT": limits.sm_count}
+
+
 def resolve(
     config: LaunchConfig, scalars: Mapping[str, int | float], limits: DeviceLimits, case: str
 ) -> ResolvedLaunch:
     """Evaluate a launch configuration for one case and check it against ``limits``.
 
+    Besides the case's scalars, expressions may use ``SM_COUNT``, the device's number of
+    multiprocessors (a case scalar of that name wins).
+
     Raises:
         LaunchConfigError: an expression fails, or a dimension breaks a device limit
             (the message names the case, the value and the limit).
     """
+
+    scalars = {**device_names(limits), **scalars}
 
     def dims(values: list[Dim], what: str) -> tuple[int, int, int]:
         padded = [*values, *([1] * (3 - len(values)))]

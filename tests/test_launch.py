@@ -47,3 +47,14 @@ def test_literal_negative_dims_are_rejected_at_parse_time() -> None:
         LaunchConfig.model_validate({"grid": [-1], "block": [32]})
     with pytest.raises(ValueError):
         LaunchConfig.model_validate({"grid": [1], "block": [32], "extra": 1})
+
+
+def test_sm_count_names_the_devices_multiprocessors() -> None:
+    from kernelopt_mcp.launch import DeviceLimits, LaunchConfig, resolve
+
+    config = LaunchConfig.model_validate({"grid": ["min(ceil_div(n, 256), SM_COUNT * 4)"], "block": [256]})
+    assert resolve(config, {"n": 1 << 30}, DeviceLimits(sm_count=132), "big").grid == (528, 1, 1)
+    assert resolve(config, {"n": 1 << 30}, DeviceLimits(sm_count=8), "big").grid == (32, 1, 1)
+    assert resolve(config, {"n": 1000}, DeviceLimits(sm_count=8), "small").grid == (4, 1, 1)
+    # a workload scalar of the same name wins
+    assert resolve(config, {"n": 1 << 30, "SM_COUNT": 2}, DeviceLimits(sm_count=132), "big").grid == (8, 1, 1)

@@ -27,6 +27,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from .. import expr
 from ..compiler import check_options
+from ..launch import DeviceLimits, device_names
 from ..errors import ExpressionError, TunableError
 from ..launch import LaunchConfig, LaunchSpec
 from ..workload import Workload
@@ -147,14 +148,14 @@ class Tunable:
                 f"{where}: parameter(s) {sorted(clash)} have the names of workload {workload.name!r}'s scalars; "
                 "rename them (e.g. BLOCK_N instead of N)"
             )
-        known = params | scalars
+        known = params | scalars | set(device_names(DeviceLimits()))
         for case_name, config in _configs(spec.launch):
             for text in _dims(config):
                 unknown = expr.names(text) - known
                 if unknown:
                     raise TunableError(
                         f"{where}: launch{'.cases.' + case_name if case_name else '.default'} uses {sorted(unknown)} in "
-                        f"{text!r}; known names are the parameters {sorted(params)} and the scalars {sorted(scalars)}"
+                        f"{text!r}; known names are the parameters {sorted(params)}, the scalars {sorted(scalars)} and SM_COUNT"
                     )
         cases = {c.name for c in workload.spec.cases}
         bad = set(spec.launch.cases) - cases

@@ -4,15 +4,15 @@
 // - grid-stride loop over float4s (when x is 16-byte aligned; a scalar tail covers n % 4 and
 //   the unaligned case), UNROLL independent float4 loads in flight per thread and iteration,
 //   each into its own accumulator (short dependency chains, better-conditioned partial sums);
-// - THREADS threads per block, grid = min(ceil_div(n, THREADS * 4 * UNROLL), 132 * BPS)
-//   (132 SMs on an H200, BPS blocks per SM);
+// - THREADS threads per block, grid = min(ceil_div(n, THREADS * 4 * UNROLL), SM_COUNT * BPS)
+//   (SM_COUNT: the device's multiprocessors, 132 on an H200; BPS blocks per SM);
 // - block reduction: warp shuffles, then a shared-memory step across warps;
 // - TWO_PASS = 0: one atomicAdd per block into out[0];
 //   TWO_PASS = 1: each block writes its partial sum to a device array, and the last block to
 //   finish (a ticket counter) adds the partials in a fixed order and writes out[0], so the
 //   result does not depend on the order in which blocks finish; it resets the counter for the
 //   next launch.
-// Launch: grid max(1, min(ceil_div(n, THREADS * 4 * UNROLL), 132 * BPS)), block THREADS.
+// Launch: grid max(1, min(ceil_div(n, THREADS * 4 * UNROLL), SM_COUNT * BPS)), block THREADS.
 
 #ifndef THREADS
 #define THREADS 256
