@@ -114,8 +114,8 @@ Launch = Annotated[
     Field(
         description='per-case launch configuration: {"default": {"grid": [x, y, z], "block": [x, y, z], '
         '"shared_bytes": n}, "cases": {"<case>": {...}}}; every value an integer or an expression of the '
-        'case\'s scalars such as "ceil_div(n, 256)"; missing dimensions are 1; a bare {"grid", "block"} '
-        "object applies to every case"
+        'case\'s scalars such as "ceil_div(n, 256)" (SM_COUNT names the device\'s multiprocessors); missing '
+        'dimensions are 1; a bare {"grid", "block"} object applies to every case'
     ),
 ]
 

@@ -25,7 +25,8 @@ Rules:
 - Device code only: CUDA C++ with `extern "C" __global__` and exactly the given prototype; CUDA headers
   may be included; no host code, no main(). Do not change parameter names, order or types.
 - The launch configuration is yours: per case grid, block and dynamic shared memory, as integers or
-  expressions of the case's scalars (ceil_div, round_up, min, max, ...). Dynamic shared memory above
+  expressions of the case's scalars (ceil_div, round_up, min, max, ...; SM_COUNT is the GPU's
+  multiprocessor count, for persistent grids). Dynamic shared memory above
   48 KiB is allowed up to the GPU's opt-in limit.
 - Handle every case: odd sizes, sizes smaller than a tile, single elements. Never write outside a buffer.
 - Inputs are random and hidden; outputs must match to the stated tolerances, so keep the arithmetic's
