@@ -355,3 +355,19 @@ def test_strategies_on_recorded_timings(path: Path, tmp_path: Path) -> None:
     budget = min(n, max(8, n // 3))
     tpe = tune(FakeEvaluator(wl, table=table), tunable, strategy="tpe", budget_evals=budget)  # type: ignore[arg-type]
     assert tpe.counts.tried == budget and tpe.best is not None and tpe.best.score_ms <= best * 1.15
+
+
+def test_cache_identity_ignores_where_hashed_data_files_live() -> None:
+    from kernelopt_mcp.tune.cache import content_identity
+
+    def spec(path: str, sha: str | None) -> dict:
+        gen = {"generator": "file", "path": path, **({"sha256": sha} if sha else {})}
+        return {"inputs": {"a": {"generator": "uniform"}}, "cases": [{"name": "c", "inputs": {"x": gen}}]}
+
+    # frozen runs name the same data in their own directories: same content, same identity
+    assert content_identity(spec("/runs/run-001/inputs/c/x.bin", "ab12")) == content_identity(
+        spec("/runs/run-002/inputs/c/x.bin", "ab12")
+    )
+    assert content_identity(spec("/a/x.bin", "ab12")) != content_identity(spec("/a/x.bin", "cd34"))
+    # without a hash the path is all there is to go on
+    assert content_identity(spec("/a/x.bin", None)) != content_identity(spec("/b/x.bin", None))

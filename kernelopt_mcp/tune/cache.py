@@ -34,7 +34,7 @@ def context_fields(evaluator: Evaluator, tunable: Tunable) -> dict[str, Any]:
     source = hashlib.sha256(json.dumps([
         tunable.source, tunable.spec.compile_options, tunable.spec.launch.model_dump(mode="json"),
     ]).encode()).hexdigest()
-    cases = wl.spec.model_dump(mode="json", include={"signature", "inputs", "cases", "tolerance"})
+    cases = content_identity(wl.spec.model_dump(mode="json", include={"signature", "inputs", "cases", "tolerance"}))
     try:
         nvrtc = nvrtc_version()
     except Exception:  # noqa: BLE001 (NVRTC missing: compiling will say so; the key still works)
@@ -46,10 +46,25 @@ def context_fields(evaluator: Evaluator, tunable: Tunable) -> dict[str, Any]:
         "driver": dev.driver_version_str if dev else None,
         "nvrtc": nvrtc,
         "arch": evaluator.arch,
-        "timing": {"warmup": opts.warmup, "iterations": opts.iterations, "flush_l2": opts.flush_l2},
+        "timing": {
+            "warmup": opts.warmup, "iterations": opts.iterations, "flush_l2": opts.flush_l2,
+            "mode": opts.timing_mode, "blocking": opts.blocking, "adaptive_rse": opts.adaptive_rse,
+        },
         "workload": wl.name,
         "cases": hashlib.sha256(json.dumps(cases, sort_keys=True).encode()).hexdigest(),
     }
+
+
+def content_identity(spec: Any) -> Any:
+    """``spec`` (a workload's JSON) with the paths of data files that carry a sha256 removed:
+    the content names the data, so the same inputs copied elsewhere (each `kernelopt optimize`
+    run freezes its workload into its own directory) still hit the cache."""
+    if isinstance(spec, dict):
+        drop_path = spec.get("generator") == "file" and bool(spec.get("sha256"))
+        return {k: content_identity(v) for k, v in spec.items() if not (drop_path and k == "path")}
+    if isinstance(spec, list):
+        return [content_identity(v) for v in spec]
+    return spec
 
 
 def entry_key(context: dict[str, Any], config: Config) -> str:
