@@ -14,6 +14,8 @@ the server and of clients above it runs for real, bar the GPU itself.
 from __future__ import annotations
 
 import json
+import os
+import shutil
 import sys
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -160,3 +162,34 @@ async def in_memory_server(config: Any) -> AsyncIterator[tuple[Any, Any]]:
             yield client, service
     finally:
         service.close()
+
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def tool_text(result: Any) -> str:
+    """The text content of an MCP tool result."""
+    return "\n".join(c.text for c in result.content if c.type == "text")
+
+
+def server_command(*args: str) -> list[str]:
+    """The installed console script when there is one (CI installs it), else the module."""
+    script = shutil.which("kernelopt-mcp")
+    return [script, *args] if script else [sys.executable, "-m", "kernelopt_mcp.server", *args]
+
+
+@asynccontextmanager
+async def stdio_server(*args: str, env: dict[str, str] | None = None, read_timeout_s: float = 600) -> AsyncIterator[Any]:
+    """kernelopt-mcp run with ``args`` as a subprocess, and the SDK's Client on its stdio. The
+    environment is this one (the SDK passes a minimal one by default) plus ``env``, with the
+    checkout on PYTHONPATH."""
+    from mcp import Client
+    from mcp.client.stdio import StdioServerParameters
+
+    cmd = server_command(*args)
+    path = os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))
+    params = StdioServerParameters(
+        command=cmd[0], args=cmd[1:], env={**os.environ, "PYTHONPATH": path, **(env or {})}, cwd=str(REPO)
+    )
+    async with Client(params, read_timeout_seconds=read_timeout_s) as client:
+        yield client

@@ -24,14 +24,21 @@ from typing import Any
 
 import anyio
 import pytest
+from fakegpu import (
+    ADD_LAUNCH,
+    TINY_SPEC,
+    in_memory_server,
+    kernel,
+    write_harness,
+    write_tiny_workload,
+)
+from fakegpu import tool_text as _text
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from test_properties import HOSTILE_PATHS, json_scalars, mutated_specs
 
 from kernelopt_mcp.config import Settings, bundled_workloads_dir
 from kernelopt_mcp.service import ServerConfig
-
-from fakegpu import ADD_LAUNCH, TINY_SPEC, in_memory_server, kernel, write_harness, write_tiny_workload
-from test_properties import HOSTILE_PATHS, json_scalars, mutated_specs
 
 CALL_DEADLINE_S = 60
 HUGE_SOURCE = "// " + "x" * (600 * 1024) + "\n" + kernel()
@@ -93,9 +100,6 @@ def _tree(root: Path, skip: Path | None = None) -> dict[str, tuple[int, int, boo
             out[str((here / name).relative_to(root))] = (st_.st_size, st_.st_mtime_ns, (here / name).is_symlink())
     return out
 
-
-def _text(result: Any) -> str:
-    return "\n".join(c.text for c in result.content if c.type == "text")
 
 
 GOOD_CALL = ("compile", {"source": kernel()})

@@ -20,13 +20,21 @@ from typing import Any
 
 import anyio
 import pytest
+from fakegpu import (
+    ADD_LAUNCH,
+    TINY_SPEC,
+    in_memory_server,
+    kernel,
+    server_command,
+    write_harness,
+    write_tiny_workload,
+)
+from fakegpu import tool_text as text
 from mcp import Client
 from mcp.client.stdio import StdioServerParameters
 
 from kernelopt_mcp.config import Settings, bundled_workloads_dir
 from kernelopt_mcp.service import ServerConfig
-
-from fakegpu import ADD_LAUNCH, TINY_SPEC, in_memory_server, kernel, write_harness, write_tiny_workload
 
 REPO = Path(__file__).resolve().parent.parent
 TOOLS = {
@@ -77,9 +85,6 @@ async def nogpu(nogpu_config: ServerConfig) -> AsyncIterator[Client]:
     async with _client(nogpu_config) as client:
         yield client
 
-
-def text(result: Any) -> str:
-    return "\n".join(c.text for c in result.content if c.type == "text")
 
 
 def fake_processes(marker: str) -> list[int]:
@@ -519,12 +524,6 @@ async def test_optimize_kernel_prompt(nogpu: Client) -> None:
 
 
 # --- a real client over stdio, and the MCP Inspector ---------------------------------------
-
-
-def server_command(*args: str) -> list[str]:
-    """The installed console script when there is one (CI installs it), else the module."""
-    script = shutil.which("kernelopt-mcp")
-    return [script, *args] if script else [sys.executable, "-m", "kernelopt_mcp.server", *args]
 
 
 async def test_stdio_session_with_the_sdk_client(tmp_path: Path, tiny_dir: Path) -> None:

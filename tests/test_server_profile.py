@@ -10,14 +10,20 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from fakegpu import (
+    ADD_LAUNCH,
+    in_memory_server,
+    kernel,
+    write_harness,
+    write_tiny_workload,
+)
+from fakegpu import tool_text as text
 from mcp import Client
+from test_docs import DocsServer, docs_server  # noqa: F401  (fixture)
+from test_profiler import stub  # noqa: F401  (fixture)
 
 from kernelopt_mcp.config import Settings, bundled_workloads_dir
 from kernelopt_mcp.service import ServerConfig
-
-from fakegpu import ADD_LAUNCH, in_memory_server, kernel, write_harness, write_tiny_workload
-from test_docs import DocsServer, docs_server  # noqa: F401  (fixture)
-from test_profiler import stub  # noqa: F401  (fixture)
 
 pytestmark = pytest.mark.anyio
 
@@ -41,9 +47,6 @@ async def client(cfg: ServerConfig) -> AsyncIterator[Client]:
     async with in_memory_server(cfg) as (c, _):
         yield c
 
-
-def text(result: Any) -> str:
-    return "\n".join(c.text for c in result.content if c.type == "text")
 
 
 async def test_ncu_profile_returns_the_summary_with_progress(tmp_path: Path, stub: Path) -> None:  # noqa: F811

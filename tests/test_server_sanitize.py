@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Any
 
 import pytest
 from fakegpu import (
@@ -15,6 +14,7 @@ from fakegpu import (
     write_harness,
     write_tiny_workload,
 )
+from fakegpu import tool_text as text
 
 from kernelopt_mcp.config import Settings, bundled_workloads_dir
 from kernelopt_mcp.service import ServerConfig
@@ -42,9 +42,6 @@ def stand_in(tmp_path: Path) -> Path:
     path.chmod(0o755)
     return path
 
-
-def text(result: Any) -> str:
-    return "\n".join(c.text for c in result.content if c.type == "text")
 
 
 async def test_a_sanitizer_error_fails_a_passing_kernel(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -13,11 +13,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from fakegpu import in_memory_server, write_harness, write_tiny_workload
+from fakegpu import tool_text as text
 
 from kernelopt_mcp.config import Settings, bundled_workloads_dir
 from kernelopt_mcp.service import ServerConfig
-
-from fakegpu import in_memory_server, write_harness, write_tiny_workload
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "tune"
 pytestmark = pytest.mark.anyio
@@ -35,9 +35,6 @@ def config(tmp_path: Path) -> ServerConfig:
                         timeout_s=20, iterations=5, warmup=1)
     return ServerConfig(settings=settings, workspace=tmp_path / "ws", extra_roots=(FIXTURES,))
 
-
-def text(result: Any) -> str:
-    return "\n".join(c.text for c in result.content if c.type == "text")
 
 
 async def test_autotune_finds_the_best_and_the_cache_remeasures_nothing(config: ServerConfig) -> None:

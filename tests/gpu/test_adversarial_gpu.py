@@ -12,17 +12,14 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
-import sys
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from contextlib import AbstractAsyncContextManager
 from pathlib import Path
 from typing import Any
 
 import anyio
 import pytest
-from mcp import Client
-from mcp.client.stdio import StdioServerParameters
+from fakegpu import stdio_server
+from fakegpu import tool_text as text
 
 pytestmark = pytest.mark.gpu
 
@@ -34,27 +31,13 @@ KERNEL_TIMEOUT_S = 20
 COMPILE_TIMEOUT_S = 10
 
 
-def text(result: Any) -> str:
-    return "\n".join(c.text for c in result.content if c.type == "text")
 
-
-@asynccontextmanager
-async def server(harness: Path, workspace: Path) -> AsyncIterator[Client]:
-    script = shutil.which("kernelopt-mcp")
-    cmd = [script] if script else [sys.executable, "-m", "kernelopt_mcp.server"]
-    env = {
-        **os.environ,
-        "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])),
-        "KERNELOPT_TIMEOUT": str(KERNEL_TIMEOUT_S),
-        "KERNELOPT_COMPILE_TIMEOUT": str(COMPILE_TIMEOUT_S),
-    }
-    params = StdioServerParameters(
-        command=cmd[0],
-        args=[*cmd[1:], "--harness", str(harness), "--workspace", str(workspace), "--root", str(ADVERSARIAL)],
-        env=env, cwd=str(REPO),
+def server(harness: Path, workspace: Path) -> AbstractAsyncContextManager[Any]:
+    return stdio_server(
+        "--harness", str(harness), "--workspace", str(workspace), "--root", str(ADVERSARIAL),
+        env={"KERNELOPT_TIMEOUT": str(KERNEL_TIMEOUT_S), "KERNELOPT_COMPILE_TIMEOUT": str(COMPILE_TIMEOUT_S)},
+        read_timeout_s=900,
     )
-    async with Client(params, read_timeout_seconds=900) as client:
-        yield client
 
 
 def _one_line(s: str, limit: int = 160) -> str:

@@ -19,7 +19,7 @@ from kernelopt_mcp.calibrate import (
     load_calibration,
 )
 from kernelopt_mcp.config import find_workload
-from kernelopt_mcp.gpu import DeviceInfo, device_info
+from kernelopt_mcp.gpu import DeviceInfo
 from kernelopt_mcp.harness import HarnessReply
 from kernelopt_mcp.roofline import case_cost, case_roofline
 from kernelopt_mcp.stats import from_answer
@@ -35,11 +35,6 @@ class CountingHarness(HarnessProcess):
     def request(self, payload: dict[str, Any], timeout_s: float) -> HarnessReply:
         self.requests += 1
         return super().request(payload, timeout_s)
-
-
-@pytest.fixture(scope="module")
-def device(harness_binary: Path) -> DeviceInfo:
-    return device_info(harness_binary, 0)
 
 
 def test_calibration_on_an_h200_and_its_cache(harness_binary: Path, device: DeviceInfo, tmp_path: Path) -> None:

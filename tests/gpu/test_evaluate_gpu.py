@@ -12,10 +12,17 @@ from pathlib import Path
 
 import pytest
 
-from kernelopt_mcp import Candidate, EvaluateOptions, Evaluator, HarnessProcess, Settings, Status
+from kernelopt_mcp import (
+    Candidate,
+    EvaluateOptions,
+    Evaluator,
+    HarnessProcess,
+    Settings,
+    Status,
+)
 from kernelopt_mcp.config import find_workload
 from kernelopt_mcp.evaluate import initial_candidate
-from kernelopt_mcp.gpu import DeviceInfo, device_info
+from kernelopt_mcp.gpu import DeviceInfo
 from kernelopt_mcp.launch import LaunchSpec
 
 pytestmark = pytest.mark.gpu
@@ -23,17 +30,6 @@ pytestmark = pytest.mark.gpu
 BUNDLED = ["vector_add", "sgemm", "reduce_sum", "softmax", "transpose", "layernorm"]
 VECTOR_ADD_LAUNCH = LaunchSpec.model_validate({"grid": ["ceil_div(n, 256)"], "block": [256]})
 FAST = EvaluateOptions(warmup=2, iterations=10, timeout_s=60)
-
-
-@pytest.fixture(scope="module")
-def device(harness_binary: Path) -> DeviceInfo:
-    return device_info(harness_binary, 0)
-
-
-@pytest.fixture
-def proc(harness_binary: Path) -> Iterator[HarnessProcess]:
-    with HarnessProcess(harness_binary, 0) as p:
-        yield p
 
 
 @pytest.fixture

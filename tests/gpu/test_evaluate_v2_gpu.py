@@ -3,7 +3,6 @@ determinism re-run and the timed check on hidden-seed inputs, end to end on a re
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -18,7 +17,7 @@ from kernelopt_mcp import (
 )
 from kernelopt_mcp.config import find_workload
 from kernelopt_mcp.evaluate import initial_candidate
-from kernelopt_mcp.gpu import DeviceInfo, device_info
+from kernelopt_mcp.gpu import DeviceInfo
 from kernelopt_mcp.harness import harness_features
 from kernelopt_mcp.launch import LaunchSpec
 
@@ -53,17 +52,6 @@ extern "C" __global__ void reduce_sum(const float* x, float* out, int n) {
     if ((threadIdx.x & 31) == 0) atomicAdd(out, v);
 }
 """
-
-
-@pytest.fixture(scope="module")
-def device(harness_binary: Path) -> DeviceInfo:
-    return device_info(harness_binary, 0)
-
-
-@pytest.fixture
-def proc(harness_binary: Path) -> Iterator[HarnessProcess]:
-    with HarnessProcess(harness_binary, 0) as p:
-        yield p
 
 
 def test_the_harness_offers_protocol_2(harness_binary: Path) -> None:

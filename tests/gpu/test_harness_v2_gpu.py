@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import math
 import zlib
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -16,7 +15,7 @@ import pytest
 from kernelopt_mcp.compare import compare, thresholds
 from kernelopt_mcp.compiler import compile_kernel
 from kernelopt_mcp.dtypes import DType
-from kernelopt_mcp.gpu import DeviceInfo, device_info
+from kernelopt_mcp.gpu import DeviceInfo
 from kernelopt_mcp.harness import HarnessProcess
 from kernelopt_mcp.support_module import support_module
 from kernelopt_mcp.workload import DEFAULT_TOLERANCE, EXACT, Tolerance
@@ -61,11 +60,6 @@ TAIL = 1000                 # elements the "unwritten" scenario leaves poisoned
 
 
 @pytest.fixture(scope="module")
-def device(harness_binary: Path) -> DeviceInfo:
-    return device_info(harness_binary, 0)
-
-
-@pytest.fixture(scope="module")
 def files(device: DeviceInfo, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     directory = tmp_path_factory.mktemp("harness_v2")
     compiled = compile_kernel(KERNELS, device.arch)
@@ -73,12 +67,6 @@ def files(device: DeviceInfo, tmp_path_factory: pytest.TempPathFactory) -> dict[
     module = directory / "kernels.cubin"
     module.write_bytes(compiled.cubin or b"")
     return {"module": module, "support": support_module(device.arch, directory / "support")}
-
-
-@pytest.fixture(scope="module")
-def proc(harness_binary: Path) -> Iterator[HarnessProcess]:
-    with HarnessProcess(harness_binary, 0) as p:
-        yield p
 
 
 def _request(files: dict[str, Path], entry: str, args: list[dict[str, Any]], grid: int, **case: Any) -> dict[str, Any]:

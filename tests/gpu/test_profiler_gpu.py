@@ -15,7 +15,13 @@ from pathlib import Path
 import anyio
 import pytest
 
-from kernelopt_mcp import Candidate, EvaluateOptions, Evaluator, HarnessProcess, Settings
+from kernelopt_mcp import (
+    Candidate,
+    EvaluateOptions,
+    Evaluator,
+    HarnessProcess,
+    Settings,
+)
 from kernelopt_mcp.cli import main
 from kernelopt_mcp.config import find_workload
 from kernelopt_mcp.evaluate import initial_candidate

@@ -6,23 +6,18 @@ else `python -m kernelopt_mcp.server`) with the real harness.
 
 from __future__ import annotations
 
-import os
-import shutil
-import sys
 import time
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from contextlib import AbstractAsyncContextManager
 from pathlib import Path
 from typing import Any
 
 import anyio
 import pytest
-from mcp import Client
-from mcp.client.stdio import StdioServerParameters
+from fakegpu import stdio_server
+from fakegpu import tool_text as text
 
 pytestmark = pytest.mark.gpu
 
-REPO = Path(__file__).resolve().parents[2]
 LAUNCH = {"default": {"grid": ["ceil_div(n, 256)"], "block": [256]}}
 FAST = {"warmup": 1, "iterations": 5}
 
@@ -42,22 +37,9 @@ SLOW = kernel(
 )
 
 
-def text(result: Any) -> str:
-    return "\n".join(c.text for c in result.content if c.type == "text")
 
-
-@asynccontextmanager
-async def server(harness: Path, workspace: Path) -> AsyncIterator[Client]:
-    script = shutil.which("kernelopt-mcp")
-    cmd = [script] if script else [sys.executable, "-m", "kernelopt_mcp.server"]
-    params = StdioServerParameters(
-        command=cmd[0], args=[*cmd[1:], "--harness", str(harness), "--workspace", str(workspace)],
-        # the SDK passes only a minimal environment by default; keep where packages live
-        env={**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))},
-        cwd=str(REPO),
-    )
-    async with Client(params, read_timeout_seconds=600) as client:
-        yield client
+def server(harness: Path, workspace: Path) -> AbstractAsyncContextManager[Any]:
+    return stdio_server("--harness", str(harness), "--workspace", str(workspace))
 
 
 def harness_children(workspace: Path) -> list[int]:

@@ -8,7 +8,6 @@ absolute times, except where the protocol promises a bound (launch overhead < 10
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +17,7 @@ import pytest
 from kernelopt_mcp import HarnessProcess
 from kernelopt_mcp.baselines import find_cublas, run_cublas_sgemm
 from kernelopt_mcp.compiler import compile_kernel
-from kernelopt_mcp.gpu import DeviceInfo, device_info
+from kernelopt_mcp.gpu import DeviceInfo
 from kernelopt_mcp.support_module import support_module
 
 pytestmark = pytest.mark.gpu
@@ -63,11 +62,6 @@ extern "C" __global__ void hang(volatile int* flag) {
 
 
 @pytest.fixture(scope="module")
-def device(harness_binary: Path) -> DeviceInfo:
-    return device_info(harness_binary, 0)
-
-
-@pytest.fixture(scope="module")
 def module(device: DeviceInfo, tmp_path_factory: pytest.TempPathFactory) -> Path:
     result = compile_kernel(SOURCE, device.arch)
     assert result.ok and result.cubin, result.summary()
@@ -79,12 +73,6 @@ def module(device: DeviceInfo, tmp_path_factory: pytest.TempPathFactory) -> Path
 @pytest.fixture(scope="module")
 def support(device: DeviceInfo, tmp_path_factory: pytest.TempPathFactory) -> Path:
     return support_module(device.arch, tmp_path_factory.mktemp("support"))
-
-
-@pytest.fixture
-def proc(harness_binary: Path) -> Iterator[HarnessProcess]:
-    with HarnessProcess(harness_binary, 0) as p:
-        yield p
 
 
 def _in(tmp: Path, name: str, array: np.ndarray) -> dict[str, Any]:

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -27,7 +26,7 @@ from kernelopt_mcp import (
 )
 from kernelopt_mcp.config import find_workload
 from kernelopt_mcp.evaluate import EvaluationResult
-from kernelopt_mcp.gpu import DeviceInfo, device_info
+from kernelopt_mcp.gpu import DeviceInfo
 
 pytestmark = pytest.mark.gpu
 
@@ -63,17 +62,6 @@ CONFIGS: dict[str, list[dict[str, int]]] = {
         {"TPR": 1024, "RPB": 1, "VPT": 1},
     ],
 }
-
-
-@pytest.fixture(scope="module")
-def device(harness_binary: Path) -> DeviceInfo:
-    return device_info(harness_binary, 0)
-
-
-@pytest.fixture(scope="module")
-def proc(harness_binary: Path) -> Iterator[HarnessProcess]:
-    with HarnessProcess(harness_binary, 0) as p:
-        yield p
 
 
 @pytest.mark.parametrize("name", list(CONFIGS))

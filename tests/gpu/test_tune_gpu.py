@@ -21,7 +21,14 @@ from kernelopt_mcp import EvaluateOptions, Evaluator, HarnessProcess, Settings
 from kernelopt_mcp.cli import main
 from kernelopt_mcp.config import find_workload
 from kernelopt_mcp.gpu import device_info
-from kernelopt_mcp.tune import Space, Tunable, TuneCache, load_tunable, parse_tunable, tune
+from kernelopt_mcp.tune import (
+    Space,
+    Tunable,
+    TuneCache,
+    load_tunable,
+    parse_tunable,
+    tune,
+)
 from kernelopt_mcp.workload import Workload
 
 pytestmark = pytest.mark.gpu
