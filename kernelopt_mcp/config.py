@@ -6,7 +6,7 @@ Library code never reads ``os.environ``; the CLI and the server call :meth:`Sett
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -24,6 +24,23 @@ def bundled_workloads_dir() -> Path:
         if candidate.is_dir():
             return candidate
     return PACKAGE_DIR / "_workloads"
+
+
+# KERNELOPT_* variables that set one field each, with the field's type
+_ENV_FIELDS: dict[str, tuple[str, Callable[[str], Any]]] = {
+    "KERNELOPT_HARNESS": ("harness", Path),
+    "KERNELOPT_DEVICE": ("device", int),
+    "KERNELOPT_ARCH": ("arch", str),
+    "KERNELOPT_CACHE": ("cache_dir", Path),
+    "KERNELOPT_TIMEOUT": ("timeout_s", float),
+    "KERNELOPT_COMPILE_TIMEOUT": ("compile_timeout_s", float),
+    "KERNELOPT_COMPILE_MEMORY_MB": ("compile_memory_mb", int),
+    "KERNELOPT_SANITIZER": ("sanitizer", Path),
+    "KERNELOPT_NCU": ("ncu", Path),
+    "KERNELOPT_PROFILE_TIMEOUT": ("profile_timeout_s", float),
+    "KERNELOPT_DOCS_URL": ("docs_url", str),
+    "KERNELOPT_DOCS_TTL": ("docs_ttl_s", float),
+}
 
 
 @dataclass(frozen=True)
@@ -56,33 +73,12 @@ class Settings:
         """Defaults, then ``KERNELOPT_*`` variables, then explicit overrides (non-None)."""
         env = os.environ if environ is None else environ
         values: dict[str, Any] = {}
-        if env.get("KERNELOPT_HARNESS"):
-            values["harness"] = Path(env["KERNELOPT_HARNESS"])
-        if env.get("KERNELOPT_DEVICE"):
-            values["device"] = int(env["KERNELOPT_DEVICE"])
-        if env.get("KERNELOPT_ARCH"):
-            values["arch"] = env["KERNELOPT_ARCH"]
+        for var, (name, convert) in _ENV_FIELDS.items():
+            if env.get(var):
+                values[name] = convert(env[var])
         if env.get("KERNELOPT_WORKLOADS"):
             extra = tuple(Path(p) for p in env["KERNELOPT_WORKLOADS"].split(os.pathsep) if p)
             values["workload_dirs"] = (*extra, bundled_workloads_dir())
-        if env.get("KERNELOPT_CACHE"):
-            values["cache_dir"] = Path(env["KERNELOPT_CACHE"])
-        if env.get("KERNELOPT_TIMEOUT"):
-            values["timeout_s"] = float(env["KERNELOPT_TIMEOUT"])
-        if env.get("KERNELOPT_COMPILE_TIMEOUT"):
-            values["compile_timeout_s"] = float(env["KERNELOPT_COMPILE_TIMEOUT"])
-        if env.get("KERNELOPT_COMPILE_MEMORY_MB"):
-            values["compile_memory_mb"] = int(env["KERNELOPT_COMPILE_MEMORY_MB"])
-        if env.get("KERNELOPT_SANITIZER"):
-            values["sanitizer"] = Path(env["KERNELOPT_SANITIZER"])
-        if env.get("KERNELOPT_NCU"):
-            values["ncu"] = Path(env["KERNELOPT_NCU"])
-        if env.get("KERNELOPT_PROFILE_TIMEOUT"):
-            values["profile_timeout_s"] = float(env["KERNELOPT_PROFILE_TIMEOUT"])
-        if env.get("KERNELOPT_DOCS_URL"):
-            values["docs_url"] = env["KERNELOPT_DOCS_URL"]
-        if env.get("KERNELOPT_DOCS_TTL"):
-            values["docs_ttl_s"] = float(env["KERNELOPT_DOCS_TTL"])
         if env.get("KERNELOPT_DOCS_OFFLINE", "").strip().lower() in ("1", "true", "yes", "on"):
             values["docs_offline"] = True
         values.update({k: v for k, v in overrides.items() if v is not None})
