@@ -91,11 +91,6 @@ class TimingStats(BaseModel):
         None, description="the extra launch after timing, on hidden-seed inputs (not among the samples)"
     )
 
-    @classmethod
-    def from_times(cls, times_ms: Sequence[float], warmup: int, flush_l2: bool) -> TimingStats:
-        """The first version's constructor (kept for callers of evaluate.TimingStats)."""
-        return summarize(times_ms, warmup=warmup, flush_l2=flush_l2)
-
 
 def quartiles(times_ms: Sequence[float]) -> tuple[float, float, float]:
     """(q1, median, q3) with NumPy's default linear interpolation."""

@@ -13,7 +13,6 @@ import numpy as np
 import pytest
 
 from kernelopt_mcp.stats import (
-    TimingStats,
     adaptive_should_stop,
     adaptive_stop_index,
     from_answer,
@@ -167,16 +166,3 @@ def test_from_answer_protocol_1_and_2() -> None:
     assert spun_out.noisy and "blocking kernel timed out" in spun_out.noisy_reason
     with pytest.raises(ValueError):
         from_answer({"warmup": 1, "iterations": 0, "times_ms": []})
-
-
-def test_same_fields_as_the_first_version() -> None:
-    """evaluate.py's TimingStats is being replaced by this one: every old field, same values."""
-    from kernelopt_mcp.evaluate import TimingStats as OldStats
-
-    t = load(FIXTURES / "synthetic_tiny_5us_tail.json")["times_ms"]
-    old = OldStats.from_times(t, 10, True)
-    new = TimingStats.from_times(t, 10, True)
-    for name, value in old.model_dump().items():
-        if name == "noisy":  # the rule changed on purpose (see TimingStats' docstring)
-            continue
-        assert getattr(new, name) == pytest.approx(value, rel=1e-9, abs=1e-15), name
