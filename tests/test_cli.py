@@ -6,7 +6,6 @@ from pathlib import Path
 import pytest
 
 from kernelopt_mcp.cli import main
-
 from kernelopt_mcp.gpu import cuda_device_count
 
 

@@ -6,10 +6,9 @@ import json
 from pathlib import Path
 
 import pytest
+from fakegpu import write_harness, write_tiny_workload
 
 from kernelopt_mcp.cli import main
-
-from fakegpu import write_harness, write_tiny_workload
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "tune"
 

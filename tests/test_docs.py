@@ -20,7 +20,12 @@ import pytest
 
 from kernelopt_mcp.cli import main
 from kernelopt_mcp.config import Settings
-from kernelopt_mcp.docs import arch_factor, load_knowledge_base, parse_sections, search_docs
+from kernelopt_mcp.docs import (
+    arch_factor,
+    load_knowledge_base,
+    parse_sections,
+    search_docs,
+)
 from kernelopt_mcp.docs.bm25 import BM25, tokenize
 
 PAGES = Path(__file__).parent / "fixtures" / "docs"

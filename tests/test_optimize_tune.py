@@ -13,12 +13,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
-from scripted_model import ScriptedModel
-from test_optimize import env, optimize, read  # noqa: F401  (env is a fixture)
-
 from kernelopt_agent.cli import main as agent_main
 from kernelopt_agent.proposal import PROPOSAL_SCHEMA
+from scripted_model import ScriptedModel
+from test_optimize import env, optimize, read  # noqa: F401  (env is a fixture)
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "tune"
 

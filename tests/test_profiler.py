@@ -18,18 +18,20 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from fakegpu import ADD_LAUNCH, kernel, write_harness, write_tiny_workload
 
-from kernelopt_mcp import Candidate, Evaluator, HarnessProcess, Settings
-from kernelopt_mcp import profiler
+from kernelopt_mcp import Candidate, Evaluator, HarnessProcess, Settings, profiler
 from kernelopt_mcp.cli import main
 from kernelopt_mcp.config import find_workload
-from kernelopt_mcp.errors import CountersNotPermitted, ProfiledKernelFailed, ProfilerTimeout, ToolchainNotFound
-from kernelopt_mcp.evaluate import initial_candidate
+from kernelopt_mcp.errors import (
+    CountersNotPermitted,
+    ProfiledKernelFailed,
+    ProfilerTimeout,
+    ToolchainNotFound,
+)
 from kernelopt_mcp.gpu import device_info
 from kernelopt_mcp.launch import LaunchSpec
 from kernelopt_mcp.profiler import ProfileOptions, find_ncu, profile_case
-
-from fakegpu import ADD_LAUNCH, kernel, write_harness, write_tiny_workload
 
 STUB_NCU = r'''
 import json, os, subprocess, sys, time

@@ -16,17 +16,22 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 import pytest
+from fakegpu import write_tiny_workload
 
 from kernelopt_mcp import expr
 from kernelopt_mcp.errors import ExpressionError, TunableError
-from kernelopt_mcp.evaluate import Candidate, CaseResult, EvaluateOptions, EvaluationResult, Status
+from kernelopt_mcp.evaluate import (
+    Candidate,
+    CaseResult,
+    EvaluateOptions,
+    EvaluationResult,
+    Status,
+)
 from kernelopt_mcp.launch import DeviceLimits, LaunchSpec
 from kernelopt_mcp.tune import Space, TuneCache, config_key, parse_tunable, tune
 from kernelopt_mcp.tune.spec import load_tunable, substitute
 from kernelopt_mcp.tune.strategies import make_strategy
 from kernelopt_mcp.workload import load_workload
-
-from fakegpu import write_tiny_workload
 
 PARAMS = {"BM": [32, 64, 128, 256], "BN": [32, 64, 128, 256], "BK": [8, 16, 32], "TM": [2, 4, 8], "TN": [2, 4, 8]}
 CONSTRAINTS = ["(BM / TM) * (BN / TN) <= 1024", "(BM / TM) * (BN / TN) >= 32", "4 * BK * (BM + BN) <= 49152"]
