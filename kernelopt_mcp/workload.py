@@ -20,7 +20,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from . import expr
 from .dtypes import DType, scalar_raw
@@ -419,23 +426,27 @@ def parse_spec(data: Any, source: str) -> WorkloadSpec:
         raise WorkloadError(format_validation_error(exc, source)) from None
 
 
-def _read_json(path: Path) -> Any:
+def read_json(path: Path, error: type[Exception] = WorkloadError) -> Any:
+    """A JSON file's value (a regular UTF-8 file of at most MAX_FILE_BYTES).
+
+    Raises:
+        error: the file is missing, unreadable, not regular, too large or not valid JSON; the
+            message names the file (and the line for a syntax error).
+    """
     try:
         text = _read_regular(path)
     except FileNotFoundError:
-        raise WorkloadError(f"{path}: file not found") from None
+        raise error(f"{path}: file not found") from None
     except OSError as exc:
-        raise WorkloadError(f"{path}: cannot read ({exc.strerror or exc})") from None
+        raise error(f"{path}: cannot read ({exc.strerror or exc})") from None
     except ValueError as exc:  # not UTF-8, or a NUL byte in the path
-        raise WorkloadError(f"{path}: cannot read ({exc})") from None
+        raise error(f"{path}: cannot read ({exc})") from None
     try:
         return json.loads(text)
     except json.JSONDecodeError as exc:
-        raise WorkloadError(
-            f"{path}: line {exc.lineno} column {exc.colno}: invalid JSON ({exc.msg})"
-        ) from None
+        raise error(f"{path}: line {exc.lineno} column {exc.colno}: invalid JSON ({exc.msg})") from None
     except RecursionError:
-        raise WorkloadError(f"{path}: invalid JSON (nested too deeply)") from None
+        raise error(f"{path}: invalid JSON (nested too deeply)") from None
 
 
 def _read_regular(path: Path) -> str:
@@ -450,13 +461,14 @@ def _read_regular(path: Path) -> str:
     return data.decode("utf-8")
 
 
-def _read_text(path: Path, what: str) -> str:
+def read_text(path: Path, what: str, error: type[Exception] = WorkloadError) -> str:
+    """A source file's text (regular, UTF-8, at most MAX_FILE_BYTES); ``error`` names ``what``."""
     try:
         return _read_regular(path)
     except FileNotFoundError:
-        raise WorkloadError(f"{path}: {what} not found; add the file or fix the path") from None
+        raise error(f"{path}: {what} not found; add the file or fix the path") from None
     except (OSError, ValueError) as exc:  # ValueError: not UTF-8, or a NUL byte in the path
-        raise WorkloadError(f"{path}: cannot read {what} ({exc.strerror if isinstance(exc, OSError) and exc.strerror else exc})") from None
+        raise error(f"{path}: cannot read {what} ({exc.strerror if isinstance(exc, OSError) and exc.strerror else exc})") from None
 
 
 def load_workload(path: str | Path) -> Workload:
@@ -476,7 +488,7 @@ def load_workload(path: str | Path) -> Workload:
             f"{spec_path}: no workload here; a workload is a directory with workload.json "
             "(see `kernelopt schema`), or name a bundled one (`kernelopt workloads`)"
         )
-    spec = parse_spec(_read_json(spec_path), str(spec_path))
+    spec = parse_spec(read_json(spec_path), str(spec_path))
     root = spec_path.parent
     return _attach_sources(spec, root, origin=str(root))
 
@@ -484,7 +496,7 @@ def load_workload(path: str | Path) -> Workload:
 def _attach_sources(spec: WorkloadSpec, root: Path, origin: str) -> Workload:
     wl = Workload(spec=spec, root=root, origin=origin)
     if spec.reference.cuda:
-        wl.reference_cu = _read_text(root / spec.reference.cuda, "reference.cuda")
+        wl.reference_cu = read_text(root / spec.reference.cuda, "reference.cuda")
         if spec.reference.launch is None:
             raise WorkloadError(
                 f"{root / 'workload.json'}: reference.launch: required when reference.cuda is "
@@ -495,7 +507,7 @@ def _attach_sources(spec: WorkloadSpec, root: Path, origin: str) -> Workload:
         if not _is_file(wl.oracle_path):
             raise WorkloadError(f"{wl.oracle_path}: reference.python not found; add it or set it to null")
     if spec.initial is not None:
-        wl.initial_cu = _read_text(root / spec.initial.source, "initial.source")
+        wl.initial_cu = read_text(root / spec.initial.source, "initial.source")
     if not spec.reference.cuda and not spec.reference.python:
         raise WorkloadError(
             f"{root / 'workload.json'}: reference: give a NumPy oracle (python) and/or a CUDA "
@@ -547,13 +559,13 @@ def load_parts(
     manifest from an earlier run (``results/run-001/input_cases.json``) works as is.
     """
     sig_path, cases_path = Path(signature), Path(input_cases)
-    sig_data = _read_json(sig_path)
+    sig_data = read_json(sig_path)
     try:
         sig = Signature.model_validate(sig_data.get("signature", sig_data) if isinstance(sig_data, dict) else sig_data)
     except ValidationError as exc:
         raise WorkloadError(format_validation_error(exc, str(sig_path))) from None
     try:
-        cases = InputCasesFile.model_validate(_read_json(cases_path))
+        cases = InputCasesFile.model_validate(read_json(cases_path))
     except ValidationError as exc:
         raise WorkloadError(format_validation_error(exc, str(cases_path))) from None
     base = Path(_resolved(cases_path.parent, "input_cases"))

@@ -163,8 +163,10 @@ def test_load_tunable_reads_the_source_beside_it(tmp_path: Path) -> None:
     (tmp_path / "tunable.json").write_text(json.dumps({**spec_dict(), "source": "k.cu"}))
     assert load_tunable(tmp_path / "tunable.json").source == "// kernel\n"
     (tmp_path / "bad.json").write_text("{\n  oops")
-    with pytest.raises(TunableError, match="line 2: invalid JSON"):
+    with pytest.raises(TunableError, match="line 2 column 3: invalid JSON"):
         load_tunable(tmp_path / "bad.json")
+    with pytest.raises(TunableError, match="not a regular file"):  # read like workload.json: never forever
+        load_tunable(Path("/dev/zero"))
     (tmp_path / "nosrc.json").write_text(json.dumps({**spec_dict(), "source": "missing.cu"}))
     with pytest.raises(TunableError, match="source 'missing.cu'"):
         load_tunable(tmp_path / "nosrc.json")

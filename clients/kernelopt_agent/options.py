@@ -8,13 +8,14 @@ run directory or a log).
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
+
+from kernelopt_mcp.workload import read_json
 
 DEFAULT_MODEL = "gpt-5-mini"
 DEFAULT_EFFORT = "medium"
@@ -143,14 +144,7 @@ class OptimizeOptions:
 
 def read_config(path: Path) -> dict[str, Any]:
     """A JSON object with the flags' names (``max-iterations`` or ``max_iterations``)."""
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise OptionsError(f"--config {path}: no such file") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise OptionsError(f"--config {path}: cannot read ({exc})") from None
-    except json.JSONDecodeError as exc:
-        raise OptionsError(f"--config {path}: line {exc.lineno}: invalid JSON ({exc.msg})") from None
+    data = read_json(path, OptionsError)
     if not isinstance(data, dict):
         raise OptionsError(f"--config {path}: expected a JSON object of options")
     known = {f.name for f in fields(OptimizeOptions)} - {"api_key", "config_file", "strategy_defaulted"}

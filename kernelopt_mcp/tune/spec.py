@@ -27,10 +27,9 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from .. import expr
 from ..compiler import check_options
-from ..launch import DeviceLimits, device_names
 from ..errors import ExpressionError, TunableError
-from ..launch import LaunchConfig, LaunchSpec
-from ..workload import Workload
+from ..launch import DeviceLimits, LaunchConfig, LaunchSpec, device_names
+from ..workload import Workload, read_json, read_text
 
 Value = int | float | str
 IDENT_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -247,20 +246,10 @@ def load_tunable(path: Path, workload: Workload | None = None) -> Tunable:
     Raises:
         TunableError: unreadable or invalid JSON, a missing source, or any check of :meth:`Tunable.check`.
     """
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise TunableError(f"{path}: no such file") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise TunableError(f"{path}: cannot read ({exc})") from None
-    except json.JSONDecodeError as exc:
-        raise TunableError(f"{path}: line {exc.lineno}: invalid JSON ({exc.msg})") from None
+    data = read_json(path, TunableError)
     source_name = data.get("source", "tunable.cu") if isinstance(data, dict) else "tunable.cu"
     source_path = path.parent / str(source_name)
-    try:
-        source = source_path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise TunableError(f"{path}: source {source_name!r}: cannot read {source_path} ({exc})") from None
+    source = read_text(source_path, f"the source {source_name!r} that {path.name} names", TunableError)
     return parse_tunable(data, source, str(path), workload)
 
 
