@@ -158,6 +158,11 @@ class Evaluator:
         }.get(feature, True)
         return wanted and feature in self.features
 
+    def _needs_support(self) -> bool:
+        """Whether any check or timing mode in use runs one of the support module's kernels."""
+        blocking = self.options.blocking and "blocking" in self.features
+        return blocking or any(self._uses(f) for f in ("device_compare", "determinism", "timed_inputs"))
+
     @property
     def checks(self) -> list[str]:
         """The integrity checks in force (recorded with every result)."""
@@ -187,7 +192,7 @@ class Evaluator:
             self.progress("generating hidden inputs for the timed check", 0, 1)
             names = {c.name for c in perf}
             self.timed = DataSet("timed", seed, materialize(wl, seed, self.workdir / "inputs-timed", cases=names))
-        if self._uses("device_compare") or self._uses("determinism") or self._uses("timed_inputs"):
+        if self._needs_support():
             self._support = support_module(self.arch, self.workdir / "support")
 
         has_oracle = wl.oracle_path is not None
@@ -383,7 +388,9 @@ class Evaluator:
         return build_request(
             job, self.workload, device=self.harness.device, module=module,
             guard_bytes=self.options.guard_bytes, flush_l2=self.options.flush_l2,
-            support=self._support if (job.device_compare or job.repeat or job.timed) else None,
+            # every request names it once loaded: the harness keeps one module per path, and a request
+            # without it would unload it (and blocking timing cannot run without its ko_spin)
+            support=self._support,
             input_cache="input_cache" in self.features,
         )
 

@@ -35,8 +35,11 @@ if os.environ.get("KO_FAKE_GPU") == "nogpu":
     say({"protocol": 1, "status": "error", "error": {"kind": "driver_unavailable",
          "message": "libcuda.so.1: cannot open shared object file"}})
     sys.exit(3)
+# KO_FAKE_FEATURES="blocking": advertise protocol-2 features (blocking timing), and refuse what the
+# real harness refuses for them (request.cpp: blocking needs the support module)
+FEATURES = [f for f in os.environ.get("KO_FAKE_FEATURES", "").split(",") if f]
 if sys.argv[1:2] == ["--version"]:
-    say({"harness": "fake", "protocol": 1}); sys.exit(0)
+    say({"harness": "fake", "protocol": 2 if FEATURES else 1, "features": FEATURES}); sys.exit(0)
 if sys.argv[1:2] == ["--device-info"] and os.environ.get("KO_FAKE_GPU") == "sparse":
     say({"ordinal": 0, "device_count": 1, "name": "Some GPU", "compute_capability": [8, 0], "arch": "sm_80",
          "sm_count": 108, "clock_khz": None, "total_memory_bytes": 42949672960, "l2_cache_bytes": 41943040,
@@ -59,6 +62,10 @@ for line in sys.stdin:
     req = json.loads(line)
     module = open(req["module"], "rb").read()
     case = req["cases"][0]
+    if (case.get("timing") or {}).get("blocking") and not req.get("support_module"):
+        say({"protocol": 1, "status": "error", "cases": [], "error": {"kind": "bad_request",
+             "message": "cases[0].timing.blocking: needs the harness's support kernels"}})
+        continue
     if b"KO_FAKE_HANG" in module:
         time.sleep(3600)
     if b"KO_FAKE_SLOW" in module:
