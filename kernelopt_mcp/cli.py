@@ -513,7 +513,7 @@ def build_parser() -> argparse.ArgumentParser:
     # The orchestrator (clients/kernelopt_agent): listed here, parsed there (main() hands them over).
     sub.add_parser("optimize", help="optimize a kernel with a model and kernelopt-mcp (see `kernelopt optimize -h`)", add_help=False)
     sub.add_parser("graph", help="print the optimize loop as a Mermaid diagram", add_help=False)
-    sub.add_parser("runs", help="read recorded optimize runs: `kernelopt runs show RUN_DIR`", add_help=False)
+    sub.add_parser("runs", help="read recorded optimize runs: `kernelopt runs list`, `kernelopt runs show [RUN]`", add_help=False)
     return p
 
 

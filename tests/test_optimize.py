@@ -375,6 +375,28 @@ def test_run_numbers_are_claimed_atomically(tmp_path: Path) -> None:
     assert sorted(claimed) == [f"run-{n:03d}" for n in range(8, 24)]
 
 
+def test_runs_are_found_by_path_name_number_or_as_the_newest(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from kernelopt_agent.runs import resolve_run
+
+    results = tmp_path / "results"
+    assert agent_main(["runs", "show", "--results-dir", str(results)]) == 2
+    assert "no run-NNN directories" in capsys.readouterr().err
+    for n in (2, 10, 9):  # numeric order, not name order or creation order
+        (results / f"run-{n:03d}").mkdir(parents=True)
+    (results / "run-x").mkdir()
+    assert resolve_run(None, results).name == "run-010"
+    assert resolve_run("9", results) == resolve_run("run-009", results) == results / "run-009"
+    assert resolve_run(str(results / "run-002"), results) == results / "run-002"
+    with pytest.raises(FileNotFoundError, match="runs list"):
+        resolve_run("4", results)
+    # runs without records are listed (and shown) as what they are, not skipped
+    assert agent_main(["runs", "list", "--results-dir", str(results), "--json"]) == 0
+    rows = json.loads(capsys.readouterr().out)
+    assert [r["run"] for r in rows] == ["run-002", "run-009", "run-010"] and {r["status"] for r in rows} == {"?"}
+    assert agent_main(["runs", "show", "--results-dir", str(results)]) == 0
+    assert "run-010" in capsys.readouterr().out
+
+
 def test_options_flags_beat_environment_beat_config(tmp_path: Path) -> None:
     (tmp_path / ".env").write_text("# secrets\nexport OPENAI_API_KEY='sk-from-dotenv'\nOPENAI_BASE_URL=http://dotenv/v1\n")
     cfg = tmp_path / "c.json"

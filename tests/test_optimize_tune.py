@@ -49,10 +49,17 @@ def test_no_api_key_tunes_the_bundled_tunable(env: dict[str, Path], monkeypatch:
     assert tuned["counts"]["tried"] == 14 and tuned["counts"]["skipped_by_constraint"] == 1
     assert any(h["event"] == "tune" for h in read(run / "history.json"))
     assert not (run / "model").exists() or not list((run / "model").iterdir())
-    # `kernelopt runs show` reads it
+    # `kernelopt runs show` reads it, named or (the newest run) not; `runs list` lists it
     assert agent_main(["runs", "show", str(run)]) == 0
     out = capsys.readouterr().out
     assert "strategy tune" in out and "003-tuned *" in out
+    assert agent_main(["runs", "show", "--results-dir", str(env["results"])]) == 0
+    assert capsys.readouterr().out == out
+    assert agent_main(["runs", "list", "--results-dir", str(env["results"]), "--json"]) == 0
+    [row] = json.loads(capsys.readouterr().out)
+    assert (row["run"], row["workload"], row["strategy"], row["status"], row["best"]) == (
+        "run-001", "tiny_add", "tune", "completed", "003-tuned")
+    assert row["score_ms"] == pytest.approx(0.014 * 1.01) and row["candidates"] == 4
 
 
 def test_tune_strategy_needs_a_tunable_and_a_workload(env: dict[str, Path], monkeypatch: pytest.MonkeyPatch,  # noqa: F811

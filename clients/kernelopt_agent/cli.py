@@ -1,4 +1,4 @@
-"""`kernelopt optimize`, `kernelopt graph` and `kernelopt runs show` (dispatched here lazily by
+"""`kernelopt optimize`, `kernelopt graph` and `kernelopt runs list|show` (dispatched here lazily by
 ``kernelopt_mcp.cli``, so importing the library never imports openai or mcp)."""
 
 from __future__ import annotations
@@ -154,16 +154,23 @@ def cmd_graph(argv: list[str]) -> int:
 
 
 def cmd_runs(argv: list[str]) -> int:
-    from .runs import show
+    from .runs import list_runs, resolve_run, show
 
     p = argparse.ArgumentParser(prog="kernelopt runs", description="Read recorded optimizer runs.")
     sub = p.add_subparsers(dest="action", required=True)
-    sp = sub.add_parser("show", help="summarize a run directory (finished, running or interrupted)")
-    sp.add_argument("run_dir")
-    sp.add_argument("--json", action="store_true")
+    lp = sub.add_parser("list", help="one line per run under the results directory")
+    sp = sub.add_parser("show", help="summarize a run (finished, running or interrupted); the newest when none is named")
+    sp.add_argument("run", nargs="?", help="a run directory, or a run's name or number under --results-dir (default: the newest)")
+    for q in (lp, sp):
+        q.add_argument("--results-dir", default="results", help="where `kernelopt optimize` put run-NNN/ (default results/)")
+        q.add_argument("--json", action="store_true")
     args = p.parse_args(argv)
+    console = Console(width=None if sys.stdout.isatty() else 160)
+    results = Path(args.results_dir)
     try:
-        return show(Path(args.run_dir), Console(width=None if sys.stdout.isatty() else 160), as_json=args.json)
+        if args.action == "list":
+            return list_runs(results, console, as_json=args.json)
+        return show(resolve_run(args.run, results), console, as_json=args.json)
     except FileNotFoundError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_ERROR

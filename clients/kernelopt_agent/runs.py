@@ -1,8 +1,9 @@
-"""`kernelopt runs show RUN_DIR`: read a run, finished, running or interrupted."""
+"""`kernelopt runs list` and `kernelopt runs show [RUN]`: read runs, finished, running or interrupted."""
 
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 from typing import Any
 
@@ -10,7 +11,37 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from .rundir import pid_alive, read_json
+from .rundir import RUN_RE, pid_alive, read_json
+
+
+def run_dirs(results_dir: Path) -> list[Path]:
+    """The ``run-NNN`` directories under ``results_dir``, oldest (lowest number) first."""
+    if not results_dir.is_dir():
+        return []
+    runs = [(int(m.group(1)), p) for p in results_dir.iterdir() if (m := RUN_RE.match(p.name)) and p.is_dir()]
+    return [p for _, p in sorted(runs)]
+
+
+def resolve_run(arg: str | None, results_dir: Path) -> Path:
+    """A run named on the command line: a directory, a run name under ``results_dir`` (``run-007``
+    or ``7``), or, when omitted, the newest run there.
+
+    Raises:
+        FileNotFoundError: nothing matches (the message says where it looked).
+    """
+    if arg is None:
+        runs = run_dirs(results_dir)
+        if not runs:
+            raise FileNotFoundError(f"no run-NNN directories under {results_dir}/: run `kernelopt optimize` first, "
+                                    "or name a run directory (`kernelopt runs show PATH`)")
+        return runs[-1]
+    path = Path(arg)
+    if path.is_dir():
+        return path
+    name = f"run-{int(arg):03d}" if arg.isdigit() else arg
+    if (results_dir / name).is_dir():
+        return results_dir / name
+    raise FileNotFoundError(f"{arg}: no such run directory (nor {results_dir / name}); `kernelopt runs list` shows the runs")
 
 
 def load_run(path: Path) -> dict[str, Any]:
@@ -85,4 +116,39 @@ def show(path: Path, out: Console, as_json: bool = False) -> int:
         out.print(f"[yellow]note:[/] {escape(str(note))}", highlight=False)
     files = [p.name for p in sorted(path.iterdir())]
     out.print(f"files: {escape(', '.join(files))}", highlight=False)
+    return 0
+
+
+def list_runs(results_dir: Path, out: Console, as_json: bool = False) -> int:
+    """One line per run under ``results_dir``: workload, strategy, status, best and when."""
+    rows = []
+    for path in run_dirs(results_dir):
+        run = load_run(path)
+        s, best = run["summary"], run["summary"].get("best") or {}
+        started = (s.get("timings") or {}).get("started")
+        rows.append({
+            "run": path.name, "path": str(path), "workload": (s.get("workload") or {}).get("name"),
+            "strategy": s.get("strategy"), "status": s.get("status", "?"), "best": best.get("label"),
+            "score_ms": best.get("score_ms"), "speedup_vs_reference": best.get("speedup_vs_reference"),
+            "candidates": (s.get("candidates") or {}).get("total", len(run["candidates"])),
+            "started": started, "wall_s": (s.get("timings") or {}).get("wall_s"),
+        })
+    if as_json:
+        print(json.dumps(rows, indent=2))
+        return 0
+    if not rows:
+        out.print(f"no runs under {escape(str(results_dir))}/ (`kernelopt optimize` makes them)", highlight=False)
+        return 0
+    table = Table(title=f"runs under {escape(str(results_dir))}/")
+    for col in ("run", "workload", "strategy", "status", "candidates", "best", "score ms", "vs reference", "started", "wall"):
+        table.add_column(col, justify="right" if col in ("candidates", "score ms", "vs reference", "wall") else "left")
+    for r in rows:
+        table.add_row(
+            r["run"], escape(str(r["workload"] or "?")), str(r["strategy"] or ""), r["status"], str(r["candidates"]),
+            escape(str(r["best"] or "")), f"{r['score_ms']:.4g}" if r["score_ms"] else "",
+            f"{r['speedup_vs_reference']:.2f}x" if r["speedup_vs_reference"] else "",
+            time.strftime("%Y-%m-%d %H:%M", time.localtime(r["started"])) if r["started"] else "",
+            f"{r['wall_s']:.0f} s" if r["wall_s"] is not None else "",
+        )
+    out.print(table)
     return 0
