@@ -276,7 +276,8 @@ class Optimizer:
         if result.is_error:
             raise RunFailed(f"autotune failed: {result.text}")
         out = result.structured
-        self.display.info(result.text.splitlines()[0] if result.text else "tuned")
+        for line in (result.text.splitlines()[:2] if result.text else ["tuned"]):  # the outcome; the best and untuned
+            self.display.info(line)
         source, launch, options = tunable.materialize(out["untuned_params"])
         await self.evaluate("untuned", None, source, launch, options, f"tunable.json defaults {out['untuned_params']}")
         if out.get("best_params") is not None and out["best_params"] != out["untuned_params"]:
