@@ -24,7 +24,8 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from .errors import DeviceUnavailable, HarnessCancelled, HarnessError, ToolchainNotFound
+from .errors import DeviceUnavailable, HarnessCancelled, HarnessError
+from .executables import find_executable
 
 HARNESS_NAME = "kernelopt-harness"
 MAX_STDERR_BYTES = 64 * 1024
@@ -51,25 +52,13 @@ def find_harness(explicit: str | Path | None = None) -> Path:
     Raises:
         ToolchainNotFound: with how to build it.
     """
-    if explicit:
-        path = Path(explicit)
-        if path.is_file() and os.access(path, os.X_OK):
-            return path
-        raise ToolchainNotFound(
-            f"the harness {explicit} does not exist or is not executable; rebuild it with "
-            "`pip install .` from the kernelopt checkout, or unset KERNELOPT_HARNESS"
-        )
-    candidates = [Path(sys.executable).parent / HARNESS_NAME]
-    found = shutil.which(HARNESS_NAME)
-    if found:
-        candidates.append(Path(found))
-    for c in candidates:
-        if c.is_file() and os.access(c, os.X_OK):
-            return c
-    raise ToolchainNotFound(
-        f"{HARNESS_NAME} not found next to {sys.executable} or on PATH; install kernelopt with "
+    return find_executable(
+        explicit, [Path(sys.executable).parent / HARNESS_NAME, shutil.which(HARNESS_NAME)],
+        bad_explicit=f"the harness {explicit} does not exist or is not executable; rebuild it with "
+        "`pip install .` from the kernelopt checkout, or unset KERNELOPT_HARNESS",
+        missing=f"{HARNESS_NAME} not found next to {sys.executable} or on PATH; install kernelopt with "
         "`pip install .` (it builds the harness; needs CMake >= 3.24 and a C++17 compiler), "
-        "or point KERNELOPT_HARNESS at a built binary"
+        "or point KERNELOPT_HARNESS at a built binary",
     )
 
 

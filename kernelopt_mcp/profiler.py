@@ -19,7 +19,6 @@ import json
 import os
 import re
 import shutil
-import signal
 import subprocess
 import time
 from collections.abc import Callable
@@ -30,13 +29,12 @@ from typing import Any
 from . import expr
 from .errors import (
     CountersNotPermitted,
-    HarnessCancelled,
     ProfiledKernelFailed,
     ProfilerError,
     ProfilerTimeout,
-    ToolchainNotFound,
 )
 from .evaluate import Candidate, Evaluator
+from .executables import find_executable, run_killable
 from .harness import find_harness, raise_for_request_error
 from .ncu_report import ProfileSummary, parse_raw_csv, pick_kernel, summarize
 
@@ -108,20 +106,12 @@ def find_ncu(explicit: str | Path | None = None) -> Path:
     Raises:
         ToolchainNotFound: with how to install it or point at it.
     """
-    if explicit:
-        path = Path(explicit)
-        if path.is_file() and os.access(path, os.X_OK):
-            return path
-        raise ToolchainNotFound(f"ncu {explicit} (KERNELOPT_NCU or --ncu) does not exist or is not executable")
-    candidates = [shutil.which(NCU_NAME), *NCU_FALLBACKS]
-    candidates += sorted(glob.glob(NCU_GLOB), key=_version_key, reverse=True)
-    for c in candidates:
-        if c and os.path.isfile(c) and os.access(c, os.X_OK):
-            return Path(c)
-    raise ToolchainNotFound(
-        "Nsight Compute (ncu) not found on PATH, in /usr/local/cuda/bin or /opt/nvidia/nsight-compute/*/; "
+    return find_executable(
+        explicit, [shutil.which(NCU_NAME), *NCU_FALLBACKS, *sorted(glob.glob(NCU_GLOB), key=_version_key, reverse=True)],
+        bad_explicit=f"ncu {explicit} (KERNELOPT_NCU or --ncu) does not exist or is not executable",
+        missing="Nsight Compute (ncu) not found on PATH, in /usr/local/cuda/bin or /opt/nvidia/nsight-compute/*/; "
         "install it (it ships with the CUDA toolkit, or as the nsight-compute package from NVIDIA's "
-        "repositories) or set KERNELOPT_NCU to the ncu binary"
+        "repositories) or set KERNELOPT_NCU to the ncu binary",
     )
 
 
@@ -259,33 +249,15 @@ def _run_ncu(
     (out_dir / "ncu_command.json").write_text(json.dumps(cmd, indent=1))
     log = out_dir / "ncu_output.txt"
     with open(log, "wb") as sink:
-        proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=sink, stderr=subprocess.STDOUT, start_new_session=True)
-        deadline = time.monotonic() + options.timeout_s
-        while True:
-            try:
-                rc = proc.wait(timeout=0.2)
-                break
-            except subprocess.TimeoutExpired:
-                pass
-            if cancelled is not None and cancelled():
-                _kill(proc)
-                raise HarnessCancelled("the call was cancelled; ncu and the profiled harness were stopped")
-            if time.monotonic() > deadline:
-                _kill(proc)
-                raise ProfilerTimeout(
-                    f"ncu did not finish within {options.timeout_s:.0f} s and was killed (a very slow kernel times the "
-                    "number of replay passes, or a hang); profile a smaller case, use --set basic, or raise "
-                    f"KERNELOPT_PROFILE_TIMEOUT; ncu said: {_tail(log.read_text(errors='replace'))}"
-                )
+        rc = run_killable(cmd, stdout=sink, stderr=subprocess.STDOUT, timeout_s=options.timeout_s, cancelled=cancelled,
+                          what="ncu (and the profiled harness)")
+    if rc is None:
+        raise ProfilerTimeout(
+            f"ncu did not finish within {options.timeout_s:.0f} s and was killed (a very slow kernel times the "
+            "number of replay passes, or a hang); profile a smaller case, use --set basic, or raise "
+            f"KERNELOPT_PROFILE_TIMEOUT; ncu said: {_tail(log.read_text(errors='replace'))}"
+        )
     return log.read_text(errors="replace"), rc
-
-
-def _kill(proc: subprocess.Popen[bytes]) -> None:
-    try:
-        os.killpg(proc.pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
-    proc.wait()
 
 
 def _metric_refused(output: str) -> bool:

@@ -20,9 +20,7 @@ import json
 import os
 import re
 import shutil
-import signal
-import subprocess
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from enum import StrEnum
 from pathlib import Path
 from typing import Any
@@ -30,6 +28,7 @@ from typing import Any
 from pydantic import BaseModel, Field
 
 from .errors import KerneloptError, ToolchainNotFound
+from .executables import find_executable, run_killable
 
 SANITIZER_NAME = "compute-sanitizer"
 SANITIZER_ERROR = "sanitizer_error"  # the status a candidate gets when a tool reports an error
@@ -106,24 +105,15 @@ def find_sanitizer(explicit: str | Path | None = None, environ: dict[str, str] |
         ToolchainNotFound: with how to install it.
     """
     env = os.environ if environ is None else environ
-    if explicit:
-        path = Path(explicit)
-        if path.is_file() and os.access(path, os.X_OK):
-            return path
-        raise ToolchainNotFound(f"the sanitizer {explicit} does not exist or is not executable; fix or unset KERNELOPT_SANITIZER")
-    found = shutil.which(SANITIZER_NAME, path=env.get("PATH"))
-    if found:
-        return Path(found)
     homes = [env.get("CUDA_HOME"), env.get("CUDA_PATH"), "/usr/local/cuda"]
-    for home in filter(None, homes):
-        for sub in ("bin", "compute-sanitizer"):
-            candidate = Path(home) / sub / SANITIZER_NAME
-            if candidate.is_file() and os.access(candidate, os.X_OK):
-                return candidate
-    raise ToolchainNotFound(
-        f"{SANITIZER_NAME} not found on PATH or under $CUDA_HOME/bin or /usr/local/cuda/bin; it ships with the "
+    return find_executable(
+        explicit,
+        [shutil.which(SANITIZER_NAME, path=env.get("PATH")),
+         *(Path(home) / sub / SANITIZER_NAME for home in filter(None, homes) for sub in ("bin", "compute-sanitizer"))],
+        bad_explicit=f"the sanitizer {explicit} does not exist or is not executable; fix or unset KERNELOPT_SANITIZER",
+        missing=f"{SANITIZER_NAME} not found on PATH or under $CUDA_HOME/bin or /usr/local/cuda/bin; it ships with the "
         "CUDA toolkit (apt install cuda-sanitizer-13-0, or pip install nvidia-cuda-sanitizer-api); or point "
-        "KERNELOPT_SANITIZER at the binary"
+        "KERNELOPT_SANITIZER at the binary",
     )
 
 
@@ -262,9 +252,13 @@ def _add_detail(finding: SanitizerFinding, line: str) -> None:
 
 def run_tool(
     sanitizer: Path, tool: SanitizerTool, harness: Path, request: dict[str, Any], case: str, workdir: Path,
-    *, timeout_s: float = DEFAULT_TIMEOUT_S,
+    *, timeout_s: float = DEFAULT_TIMEOUT_S, cancelled: Callable[[], bool] | None = None,
 ) -> SanitizerReport:
-    """Run one tool on one harness request and parse what it reports."""
+    """Run one tool on one harness request and parse what it reports.
+
+    Raises:
+        HarnessCancelled: ``cancelled()`` became true; the sanitizer and the harness under it were killed.
+    """
     workdir.mkdir(parents=True, exist_ok=True)
     request = json.loads(json.dumps(request))
     if tool is SanitizerTool.memcheck:
@@ -275,38 +269,41 @@ def run_tool(
     log_file = workdir / f"{tool.value}.log"
     log_file.unlink(missing_ok=True)
     cmd = sanitizer_command(sanitizer, tool, harness, request_path, log_file)
-    proc = subprocess.Popen(
-        cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True,
-    )
-    timed_out = False
-    try:
-        stdout, stderr = proc.communicate(timeout=timeout_s)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        stdout, stderr = proc.communicate()
-        timed_out = True
+    out_path, err_path = workdir / f"{tool.value}.stdout", workdir / f"{tool.value}.stderr"
+    with open(out_path, "wb") as out, open(err_path, "wb") as err:
+        code = run_killable(cmd, stdout=out, stderr=err, timeout_s=timeout_s, cancelled=cancelled,
+                            what=f"compute-sanitizer ({tool})")
+    stdout, stderr = _read_capped(out_path), _read_capped(err_path)  # the harness's answer is the last line
     log = log_file.read_text(errors="replace") if log_file.exists() else ""
     text = log or stderr.decode(errors="replace")
     harness_status = _harness_case_status(stdout)
-    if timed_out:
+    if code is None:
         return SanitizerReport(
-            tool=tool, case=case, passed=False, errors=0, exit_code=proc.returncode, timed_out=True,
+            tool=tool, case=case, passed=False, errors=0, exit_code=None, timed_out=True,
             harness_status=harness_status,
             message=f"{tool} did not finish within {timeout_s:.0f} s (the kernel runs far slower under the sanitizer)",
         )
     findings, errors, warnings = parse_report(text)
-    if proc.returncode not in (0, ERROR_EXITCODE) and not findings and harness_status is None:
+    if code not in (0, ERROR_EXITCODE) and not findings and harness_status is None:
         raise KerneloptError(
-            f"{tool} exited with code {proc.returncode} without a report or an answer from the harness: "
+            f"{tool} exited with code {code} without a report or an answer from the harness: "
             f"{(text or stderr.decode(errors='replace')).strip()[-600:]}"
         )
-    passed = errors == 0 and proc.returncode == 0
+    passed = errors == 0 and code == 0
     return SanitizerReport(
         tool=tool, case=case, passed=passed, errors=errors, warnings=warnings,
         findings=findings[:MAX_FINDINGS], findings_omitted=max(0, len(findings) - MAX_FINDINGS),
-        harness_status=harness_status, exit_code=proc.returncode,
-        message="" if passed else (findings[0].summary() if findings else f"exit code {proc.returncode}"),
+        harness_status=harness_status, exit_code=code,
+        message="" if passed else (findings[0].summary() if findings else f"exit code {code}"),
     )
+
+
+def _read_capped(path: Path, limit: int = 1 << 20) -> bytes:
+    """The last ``limit`` bytes of a file (a kernel's printf flood must not fill memory)."""
+    with open(path, "rb") as f:
+        f.seek(0, os.SEEK_END)
+        f.seek(max(0, f.tell() - limit))
+        return f.read()
 
 
 def _harness_case_status(stdout: bytes) -> str | None:
@@ -323,6 +320,7 @@ def _harness_case_status(stdout: bytes) -> str | None:
 def sanitize_candidate(
     evaluator: Any, candidate: Any, sanitizer: Path, harness: Path, workdir: Path,
     *, tools: Iterable[SanitizerTool] = ALL_TOOLS, timeout_s: float = DEFAULT_TIMEOUT_S,
+    cancelled: Callable[[], bool] | None = None,
 ) -> list[SanitizerReport]:
     """Every tool on every correctness case of ``candidate`` (an :class:`Evaluator` and a ``Candidate``).
 
@@ -330,6 +328,7 @@ def sanitize_candidate(
         KerneloptError: the candidate cannot be run (it does not compile or its launch is invalid:
             validate it first), or the sanitizer failed without a report.
         SanitizerUnavailable: the sanitizer cannot check kernels on this machine.
+        HarnessCancelled: ``cancelled()`` became true (polled while each tool runs).
     """
     reports = []
     cases = [c.name for c in evaluator.workload.spec.cases if c.kind == "correctness"]
@@ -338,7 +337,8 @@ def sanitize_candidate(
         if request is None:
             raise KerneloptError(f"case {case!r} cannot be run under the sanitizer: {problem}; validate the kernel first")
         for tool in tools:
-            reports.append(run_tool(sanitizer, SanitizerTool(tool), harness, request, case, workdir / case, timeout_s=timeout_s))
+            reports.append(run_tool(sanitizer, SanitizerTool(tool), harness, request, case, workdir / case,
+                                    timeout_s=timeout_s, cancelled=cancelled))
     return reports
 
 

@@ -348,7 +348,9 @@ class KerneloptService:
         progress("running compute-sanitizer memcheck, racecheck, initcheck on the correctness cases", 0, 1)
         workdir = Path(tempfile.mkdtemp(prefix="sanitizer-", dir=ev.workdir))
         try:
-            reports = sanitize_candidate(ev, candidate, sanitizer, dev.harness.binary, workdir)
+            harness = dev.harness
+            reports = sanitize_candidate(ev, candidate, sanitizer, harness.binary, workdir,
+                                         cancelled=lambda: harness.cancelled)
         finally:
             shutil.rmtree(workdir, ignore_errors=True)
         return result, reports

@@ -200,3 +200,19 @@ async def stdio_server(*args: str, env: dict[str, str] | None = None, read_timeo
     )
     async with Client(params, read_timeout_seconds=read_timeout_s) as client:
         yield client
+
+
+def fake_processes(marker: str) -> list[int]:
+    """Live (non-zombie) processes whose command line mentions ``marker`` (to check that a kill took)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        try:
+            cmdline = (entry / "cmdline").read_bytes()
+            state = (entry / "stat").read_text().rsplit(")", 1)[1].split()[0]
+        except OSError:
+            continue
+        if marker.encode() in cmdline and state != "Z":
+            found.append(int(entry.name))
+    return found

@@ -23,6 +23,7 @@ import pytest
 from fakegpu import (
     ADD_LAUNCH,
     TINY_SPEC,
+    fake_processes,
     in_memory_server,
     kernel,
     server_command,
@@ -85,22 +86,6 @@ async def nogpu(nogpu_config: ServerConfig) -> AsyncIterator[Client]:
     async with _client(nogpu_config) as client:
         yield client
 
-
-
-def fake_processes(marker: str) -> list[int]:
-    """Live (non-zombie) processes whose command line mentions ``marker``."""
-    found = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit() or int(entry.name) == os.getpid():
-            continue
-        try:
-            cmdline = (entry / "cmdline").read_bytes()
-            state = (entry / "stat").read_text().rsplit(")", 1)[1].split()[0]
-        except OSError:
-            continue
-        if marker.encode() in cmdline and state != "Z":
-            found.append(int(entry.name))
-    return found
 
 
 pytestmark = pytest.mark.anyio

@@ -3,12 +3,15 @@ stand-in compute-sanitizer (tests/fake_sanitizer.py) replaying recorded-style re
 
 from __future__ import annotations
 
+import shutil
 import sys
 from pathlib import Path
 
+import anyio
 import pytest
 from fakegpu import (
     ADD_LAUNCH,
+    fake_processes,
     in_memory_server,
     kernel,
     write_harness,
@@ -37,8 +40,10 @@ def config(tmp_path: Path, sanitizer: Path | None) -> ServerConfig:
 
 
 def stand_in(tmp_path: Path) -> Path:
+    """The stand-in, copied into tmp_path: its path in a process's command line names this test's runs."""
+    script = Path(shutil.copy(Path(__file__).with_name("fake_sanitizer.py"), tmp_path / "fake_sanitizer.py"))
     path = tmp_path / "compute-sanitizer"
-    path.write_text(f"#!/bin/sh\nexec {sys.executable} {Path(__file__).with_name('fake_sanitizer.py')} \"$@\"\n")
+    path.write_text(f"#!/bin/sh\nexec {sys.executable} {script} \"$@\"\n")
     path.chmod(0o755)
     return path
 
@@ -79,3 +84,29 @@ async def test_a_missing_sanitizer_is_a_tool_error_saying_how_to_install(tmp_pat
     async with in_memory_server(config(tmp_path, tmp_path / "no-such-sanitizer")) as (client, _):
         r = await client.call_tool("validate", {"workload": "tiny_add", "source": kernel(), "launch": ADD_LAUNCH, "sanitize": True})
         assert r.is_error and "KERNELOPT_SANITIZER" in text(r)
+
+
+async def test_cancelling_a_sanitizer_run_kills_it_and_the_next_call_works(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """compute-sanitizer runs minutes on a slow kernel: a client's cancel must stop it, not leave it
+    holding the device until its own timeout."""
+    monkeypatch.setenv("FAKE_SANITIZER_REPORT", str(FIXTURES / "memcheck_clean.txt"))
+    monkeypatch.setenv("FAKE_SANITIZER_SLEEP", "15")  # short: a regression fails, not hangs
+    marker = str(tmp_path / "fake_sanitizer.py")
+    args = {"workload": "tiny_add", "source": kernel(), "launch": ADD_LAUNCH}
+    async with in_memory_server(config(tmp_path, stand_in(tmp_path))) as (client, _):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(lambda: client.call_tool("validate", {**args, "sanitize": True}))
+            with anyio.fail_after(30):
+                while not fake_processes(marker):
+                    await anyio.sleep(0.1)
+            cancelled_at = anyio.current_time()
+            tg.cancel_scope.cancel()
+        while fake_processes(marker):
+            await anyio.sleep(0.1)
+        # unkilled, the stand-in runs its full sleep once per tool and case (6 x 15 s)
+        assert anyio.current_time() - cancelled_at < 10, "the sanitizer outlived the cancelled call"
+        monkeypatch.delenv("FAKE_SANITIZER_SLEEP")
+        r = await client.call_tool("validate", {**args, "sanitize": True})
+        assert r.structured_content["status"] == "ok", text(r)

@@ -1,0 +1,73 @@
+"""External tools the server runs (the harness, ncu, compute-sanitizer): finding them, and running
+one so that a timeout or a cancelled call kills it and everything it started."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import time
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import IO
+
+from .errors import HarnessCancelled, ToolchainNotFound
+
+
+def is_executable(path: str | Path | None) -> bool:
+    return bool(path) and os.path.isfile(path) and os.access(path, os.X_OK)  # type: ignore[arg-type]
+
+
+def find_executable(
+    explicit: str | Path | None, candidates: Iterable[str | Path | None], *, bad_explicit: str, missing: str
+) -> Path:
+    """``explicit`` when given (it must be an executable file: no silent fallback past a setting
+    that names something else), else the first executable of ``candidates`` (None entries skipped).
+
+    Raises:
+        ToolchainNotFound: ``bad_explicit`` or ``missing``, which should say what to do next.
+    """
+    if explicit:
+        if is_executable(explicit):
+            return Path(explicit)
+        raise ToolchainNotFound(bad_explicit)
+    for c in candidates:
+        if is_executable(c):
+            return Path(c)  # type: ignore[arg-type]
+    raise ToolchainNotFound(missing)
+
+
+def kill_group(proc: subprocess.Popen[bytes]) -> None:
+    """SIGKILL ``proc``'s process group (it was started with ``start_new_session``) and reap it."""
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    proc.wait()
+
+
+def run_killable(
+    cmd: list[str], *, stdout: IO[bytes], stderr: IO[bytes] | int, timeout_s: float,
+    cancelled: Callable[[], bool] | None = None, what: str = "the tool", poll_s: float = 0.2,
+) -> int | None:
+    """Run ``cmd`` in its own process group, output to the given files; its exit code, or None
+    when it outlasted ``timeout_s`` (it is killed with every child first).
+
+    Files, not pipes: polling for ``cancelled`` must never leave a full pipe blocking the child.
+
+    Raises:
+        HarnessCancelled: ``cancelled()`` became true; the process group was killed.
+    """
+    proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=stdout, stderr=stderr, start_new_session=True)
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            return proc.wait(timeout=min(poll_s, max(0.0, deadline - time.monotonic())))
+        except subprocess.TimeoutExpired:
+            pass
+        if cancelled is not None and cancelled():
+            kill_group(proc)
+            raise HarnessCancelled(f"the call was cancelled; {what} was stopped")
+        if time.monotonic() >= deadline:
+            kill_group(proc)
+            return None
