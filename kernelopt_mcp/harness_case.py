@@ -159,6 +159,14 @@ def interpret(
             f"no answer within {timeout_s:.0f} s; the harness was killed (an infinite loop, a "
             "deadlock at a barrier, or a kernel far slower than the reference)"
         )
+        kept = reply.stderr.split("\n", 1)[-1] if reply.stderr_truncated else reply.stderr  # less the marker line
+        printed = len(kept.encode()) + reply.stderr_truncated
+        if kept.strip():
+            last = kept.strip().splitlines()[-1][-200:]
+            cr.message += (
+                f"; it printed {_size(printed)} before the deadline (device printf from many threads can "
+                f"dominate the run: print from one thread, or drop it), last line: {last!r}"
+            )
         return cr, None
     answer = reply.answer
     raise_for_request_error(answer, reply.exit_code)
@@ -330,3 +338,7 @@ def describe(error: CudaErrorInfo | None) -> str:
     if error is None:
         return "no details"
     return f"{error.call}: {error.cuda_error} ({error.message})"
+
+
+def _size(n: int) -> str:
+    return f"{n / 2**20:.1f} MiB" if n >= 2**20 else f"{n / 2**10:.1f} KiB" if n >= 2**10 else f"{n} bytes"

@@ -5,7 +5,7 @@ Two modes of the stand-in (written to a test's tmp_path by :func:`write_harness`
 - "nogpu": answers every command like a machine without a driver (exit 3, driver_unavailable);
 - "fake":  a pretend H200 that computes c = a + b (buffers named a, b, c) in NumPy. Markers in the
   kernel's source (kept in the CUBIN as a __device__ string, see :func:`kernel`) make it hang
-  (HANG), crash (CRASH), return a wrong element (WRONG), be slow to answer (SLOW) or fast (FAST);
+  (HANG), print 20000 lines to stderr (PRINT), crash (CRASH), return a wrong element (WRONG), be slow to answer (SLOW) or fast (FAST);
   ``MS:<case>=<ms>;...`` sets the median latency of named cases.
 It speaks the harness's `serve` protocol (one JSON request per line on stdin), so every path of
 the server and of clients above it runs for real, bar the GPU itself.
@@ -66,6 +66,10 @@ for line in sys.stdin:
         say({"protocol": 1, "status": "error", "cases": [], "error": {"kind": "bad_request",
              "message": "cases[0].timing.blocking: needs the harness's support kernels"}})
         continue
+    if b"KO_FAKE_PRINT" in module:  # device printf from every thread, before the hang below
+        for i in range(20000):
+            sys.stderr.write(f"thread {i}: hello\n")
+        sys.stderr.flush()
     if b"KO_FAKE_HANG" in module:
         time.sleep(3600)
     if b"KO_FAKE_SLOW" in module:

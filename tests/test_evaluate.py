@@ -32,3 +32,20 @@ def test_blocking_timing_sends_the_support_module_even_with_every_check_off(tmp_
     assert timed and all(r["cases"][0]["timing"]["blocking"] is blocking for r in timed)
     # once loaded, every request names the module (a request without it would unload it)
     assert all(("support_module" in r) is blocking for r in requests)
+
+
+def test_a_timeout_says_how_much_the_kernel_printed(tmp_path) -> None:
+    """A kernel that printf's from every thread and runs past the deadline: the timeout names the
+    printing as a likely cause, with its size and last line (the log itself is capped)."""
+    harness = write_harness(tmp_path, "fake")
+    wl = find_workload(write_tiny_workload(tmp_path / "extra") / "tiny_add", Settings())
+    source = kernel("PRINT") + '__device__ char ko_fake_also[] = "KO_FAKE_HANG";\n'
+    opts = EvaluateOptions(warmup=1, iterations=3, timeout_s=3)
+    with HarnessProcess(harness, 0) as proc, Evaluator(wl, proc, device_info(harness, 0), workdir=tmp_path / "w",
+                                                       options=opts) as ev:
+        result = ev.evaluate(Candidate(source, LaunchSpec.model_validate(ADD_LAUNCH), [], "printer"), benchmark=False)
+        quiet = ev.evaluate(Candidate(kernel("HANG"), LaunchSpec.model_validate(ADD_LAUNCH), [], "hang"), benchmark=False)
+    assert result.status.value == "timeout"
+    assert "it printed 379.8 KiB before the deadline" in result.message, result.message  # 20000 lines, 388890 bytes
+    assert "last line: 'thread 19999: hello'" in result.message
+    assert quiet.status.value == "timeout" and "printed" not in quiet.message
