@@ -18,7 +18,6 @@ import base64
 import json
 import os
 import selectors
-import signal
 import subprocess
 import sys
 import tempfile
@@ -29,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from .errors import ToolchainNotFound
+from .executables import kill_group
 
 WORKER_SCRIPT = Path(__file__).with_name("_compile_worker.py")
 DEFAULT_TIMEOUT_S = 60.0
@@ -129,11 +129,7 @@ class _Worker:
 
     def kill(self) -> None:
         if self.proc.poll() is None:
-            try:
-                os.killpg(self.proc.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-            self.proc.wait()
+            kill_group(self.proc)
 
     def close(self) -> None:
         if self.proc.poll() is None:

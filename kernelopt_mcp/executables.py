@@ -13,6 +13,8 @@ from typing import IO
 
 from .errors import HarnessCancelled, ToolchainNotFound
 
+POLL_S = 0.2  # how often a running tool is checked for a cancelled call
+
 
 def is_executable(path: str | Path | None) -> bool:
     return bool(path) and os.path.isfile(path) and os.access(path, os.X_OK)  # type: ignore[arg-type]
@@ -48,7 +50,7 @@ def kill_group(proc: subprocess.Popen[bytes]) -> None:
 
 def run_killable(
     cmd: list[str], *, stdout: IO[bytes], stderr: IO[bytes] | int, timeout_s: float,
-    cancelled: Callable[[], bool] | None = None, what: str = "the tool", poll_s: float = 0.2,
+    cancelled: Callable[[], bool] | None = None, what: str = "the tool",
 ) -> int | None:
     """Run ``cmd`` in its own process group, output to the given files; its exit code, or None
     when it outlasted ``timeout_s`` (it is killed with every child first).
@@ -62,7 +64,7 @@ def run_killable(
     deadline = time.monotonic() + timeout_s
     while True:
         try:
-            return proc.wait(timeout=min(poll_s, max(0.0, deadline - time.monotonic())))
+            return proc.wait(timeout=min(POLL_S, max(0.0, deadline - time.monotonic())))
         except subprocess.TimeoutExpired:
             pass
         if cancelled is not None and cancelled():

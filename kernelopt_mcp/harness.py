@@ -13,7 +13,6 @@ import json
 import os
 import selectors
 import shutil
-import signal
 import subprocess
 import sys
 import threading
@@ -25,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from .errors import DeviceUnavailable, HarnessCancelled, HarnessError
-from .executables import find_executable
+from .executables import find_executable, kill_group
 
 HARNESS_NAME = "kernelopt-harness"
 MAX_STDERR_BYTES = 64 * 1024
@@ -72,6 +71,13 @@ class HarnessReply:
     elapsed_s: float = 0.0
     stderr: str = ""  # the last MAX_STDERR_BYTES, after a DROPPED_MARKER line if cut
     stderr_truncated: int = 0  # bytes dropped from the front
+
+    @property
+    def printed(self) -> tuple[str, int]:
+        """What the process printed (kernel printf): the kept text without the dropped-bytes
+        marker line, and how many bytes it printed in all."""
+        kept = self.stderr.split("\n", 1)[-1] if self.stderr_truncated else self.stderr
+        return kept, len(kept.encode()) + self.stderr_truncated
 
     @property
     def fatal(self) -> bool:
@@ -235,14 +241,8 @@ class HarnessProcess:
 
     def kill(self) -> None:
         """Kill the process group now (a hung kernel, a cancelled call)."""
-        proc = self._proc
-        if proc is None or proc.poll() is not None:
-            return
-        try:
-            os.killpg(proc.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-        proc.wait()
+        if self._proc is not None and self._proc.poll() is None:
+            kill_group(self._proc)
 
     def close(self) -> None:
         """Ask the harness to exit (EOF on its stdin); kill it if it does not."""

@@ -159,8 +159,7 @@ def interpret(
             f"no answer within {timeout_s:.0f} s; the harness was killed (an infinite loop, a "
             "deadlock at a barrier, or a kernel far slower than the reference)"
         )
-        kept = reply.stderr.split("\n", 1)[-1] if reply.stderr_truncated else reply.stderr  # less the marker line
-        printed = len(kept.encode()) + reply.stderr_truncated
+        kept, printed = reply.printed
         if kept.strip():
             last = kept.strip().splitlines()[-1][-200:]
             cr.message += (
