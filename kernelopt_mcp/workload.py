@@ -449,16 +449,28 @@ def read_json(path: Path, error: type[Exception] = WorkloadError) -> Any:
         raise error(f"{path}: invalid JSON (nested too deeply)") from None
 
 
-def _read_regular(path: Path) -> str:
-    """A regular file's UTF-8 text, at most MAX_FILE_BYTES: a spec naming /dev/zero or a fifo
-    must fail, not read forever."""
-    with open(path, "rb") as f:
-        if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
+def read_regular_bytes(path: Path, limit: int = MAX_FILE_BYTES) -> bytes:
+    """A regular file's bytes, at most ``limit``: a name for /dev/zero or a FIFO must fail, not
+    read (or wait for a writer) forever. The file is opened non-blocking (opening a FIFO for
+    reading otherwise waits for a writer), checked to be regular on the open descriptor (no
+    swap after the check), and read no further than ``limit`` + 1 bytes.
+
+    Raises:
+        OSError: missing, unreadable, not a regular file, or larger than ``limit``.
+    """
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | getattr(os, "O_NOCTTY", 0))
+    with open(fd, "rb") as f:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
             raise OSError("not a regular file")
-        data = f.read(MAX_FILE_BYTES + 1)
-    if len(data) > MAX_FILE_BYTES:
-        raise OSError(f"larger than {MAX_FILE_BYTES} bytes")
-    return data.decode("utf-8")
+        data = f.read(limit + 1)
+    if len(data) > limit:
+        raise OSError(f"larger than {limit} bytes")
+    return data
+
+
+def _read_regular(path: Path) -> str:
+    """A regular file's UTF-8 text, at most MAX_FILE_BYTES (see :func:`read_regular_bytes`)."""
+    return read_regular_bytes(path).decode("utf-8")
 
 
 def read_text(path: Path, what: str, error: type[Exception] = WorkloadError) -> str:
