@@ -32,7 +32,7 @@ from .errors import LaunchConfigError, WorkloadError
 from .gpu import DeviceInfo
 from .harness import HarnessProcess, harness_features
 from .harness_case import CaseJob, DataSet, build_request, interpret
-from .inputs import CaseInputs, fresh_seed, materialize, write_atomic
+from .inputs import CaseInputs, fresh_seed, hidden_seed_checks, materialize, write_atomic
 from .launch import DeviceLimits, LaunchSpec, ResolvedLaunch, resolve
 from .oracle import run_oracle
 from .outcomes import CaseResult, EvaluationResult, Status, TimingStats, worst
@@ -170,7 +170,7 @@ class Evaluator:
         if self._uses("determinism"):
             checks.append("repeat launch" + (" (bitwise)" if self.workload.spec.deterministic else " (tolerance)"))
         if self._uses("timed_inputs"):
-            checks.append("timed outputs on hidden-seed inputs")
+            checks += hidden_seed_checks(self.workload, {c.name for c in self.workload.spec.performance_cases})
         return checks
 
     # --- preparation -----------------------------------------------------------------
@@ -191,7 +191,7 @@ class Evaluator:
             seed = fresh_seed()
             self.progress("generating hidden inputs for the timed check", 0, 1)
             names = {c.name for c in perf}
-            self.timed = DataSet("timed", seed, materialize(wl, seed, self.workdir / "inputs-timed", cases=names))
+            self.timed = DataSet("timed", seed, materialize(wl, seed, self.workdir / "inputs-timed", cases=names, redraw=True))
         if self._needs_support():
             self._support = support_module(self.arch, self.workdir / "support")
 

@@ -50,9 +50,15 @@ def _stream(seed: int, case: str, buffer: str) -> np.random.Generator:
 
 
 def generate(
-    gen: Generator, param: BufferParam, shape: tuple[int, ...], seed: int, case: str, base: Path | None
+    gen: Generator, param: BufferParam, shape: tuple[int, ...], seed: int, case: str, base: Path | None,
+    *, redraw: bool = False,
 ) -> np.ndarray:
     """Make one input array of ``param.dtype`` and ``shape``.
+
+    With ``redraw`` (hidden data sets) a data file that records its generator (``drawn_from``)
+    is drawn again from it with ``seed`` (the same stream as the original: the original seed gives
+    the file's bytes back), and one with a ``hidden_path`` reads that file instead; other data
+    files give their bytes, whatever the seed.
 
     Raises:
         InputError: a data file is missing, of the wrong size/dtype/shape, or a generator's
@@ -87,6 +93,10 @@ def generate(
                 values = np.mod(values, modulo)
         case Constant(value=value):
             values = np.full(count, value, dtype=np.float64)
+        case DataFile(drawn_from=drawn) if redraw and drawn is not None:
+            return generate(drawn, param, shape, seed, case, base)
+        case DataFile(hidden_path=hidden) if redraw and hidden is not None:
+            return load_data_file(DataFile(generator="file", path=hidden), param, shape, case, base)
         case DataFile():
             return load_data_file(gen, param, shape, case, base)
     return _cast(values, dtype, param.name, case).reshape(shape)
@@ -148,10 +158,16 @@ class CaseInputs:
 
 
 def materialize(
-    workload: Workload, seed: int, directory: Path, *, cases: set[str] | None = None
+    workload: Workload, seed: int, directory: Path, *, cases: set[str] | None = None, redraw: bool = False
 ) -> dict[str, CaseInputs]:
     """Generate every case's inputs (or only those of ``cases``), write them as ``.bin``
     files and a manifest.
+
+    ``redraw`` is for hidden data sets (the timed check's second seed): data files that record
+    the generator they were drawn from are drawn again with ``seed`` (see :func:`generate`);
+    the validation set leaves it off, so it sees the very bytes a run recorded. The manifest
+    records each buffer's generator as ``drawn_from`` (a file's own, when it has one), so the
+    files it names can be redrawn in turn.
 
     Files go to ``directory/<case>/<buffer>.bin``; the manifest ``directory/input_cases.json``
     is loadable as an input-cases file (see :func:`kernelopt_mcp.workload.load_parts`).
@@ -174,7 +190,7 @@ def materialize(
             if not param.is_input:
                 continue
             gen = case.inputs.get(param.name) or spec.inputs[param.name]
-            array = generate(gen, param, shape, seed, case.name, workload.root)
+            array = generate(gen, param, shape, seed, case.name, workload.root, redraw=redraw)
             arrays[param.name] = array
             path = case_dir / f"{param.name}.bin"
             data = np.ascontiguousarray(array).astype(param.dtype.numpy.newbyteorder("<"), copy=False).tobytes()
@@ -185,6 +201,11 @@ def materialize(
                 "path": f"{case.name}/{param.name}.bin",
                 "sha256": hashlib.sha256(data).hexdigest(),
             }
+            drawn = _drawn_from(gen)
+            if drawn is not None and not redraw:  # a redrawn set's files came from another seed's draw
+                manifest_inputs[param.name]["drawn_from"] = drawn.model_dump(mode="json")
+            if isinstance(gen, DataFile) and gen.hidden_path and not redraw:
+                manifest_inputs[param.name]["hidden_path"] = str(_data_path(gen.hidden_path, workload.root))
         out[case.name] = CaseInputs(case, arrays, shapes, files)
         manifest_cases.append({**case.model_dump(mode="json"), "inputs": manifest_inputs})
     manifest = {
@@ -194,6 +215,56 @@ def materialize(
         "tolerance": {k: v.model_dump() for k, v in spec.tolerance.items()},
     }
     write_atomic(directory / "input_cases.json", json.dumps(manifest, indent=2).encode())
+    return out
+
+
+def _drawn_from(gen: Generator) -> Generator | None:
+    return gen.drawn_from if isinstance(gen, DataFile) else gen
+
+
+def _data_path(path: str, base: Path | None) -> Path:
+    p = Path(path)
+    return base / p if not p.is_absolute() and base is not None else p
+
+
+def seed_independent_inputs(workload: Workload, cases: set[str] | None = None) -> dict[str, str]:
+    """The inputs a hidden seed cannot change, as ``{"<case>.<buffer>": kind}``: ``"data-file"``
+    (a file with neither ``drawn_from`` nor ``hidden_path``: a user's data), ``"arange"`` or
+    ``"constant"``. A hidden-seed check cannot catch a kernel that recognises these."""
+    spec = workload.spec
+    fixed: dict[str, str] = {}
+    for case in spec.cases:
+        if cases is not None and case.name not in cases:
+            continue
+        for param in spec.signature.inputs:
+            gen = case.inputs.get(param.name) or spec.inputs[param.name]
+            if isinstance(gen, DataFile) and gen.hidden_path:
+                continue
+            drawn = _drawn_from(gen)
+            if drawn is None:
+                fixed[f"{case.name}.{param.name}"] = "data-file"
+            elif drawn.generator in ("arange", "constant"):
+                fixed[f"{case.name}.{param.name}"] = drawn.generator
+    return fixed
+
+
+def hidden_seed_checks(workload: Workload, cases: set[str]) -> list[str]:
+    """What a hidden-seed data set over ``cases`` really checks, in the words of a result's
+    ``checks`` list: "timed outputs on hidden-seed inputs" only when some input differs from
+    the validation inputs, and a plain line for the inputs it cannot change (grouped by kind)."""
+    fixed = seed_independent_inputs(workload, cases)
+    total = len(cases) * len(workload.spec.signature.inputs)
+    out = ["timed outputs on hidden-seed inputs"] if len(fixed) < total else []
+    by_kind: dict[str, list[str]] = {}
+    for where, kind in fixed.items():
+        by_kind.setdefault(kind, []).append(where)
+    for kind, where in by_kind.items():
+        names = sorted({w.split(".", 1)[1] for w in where})
+        scope = "" if len(where) == len(cases) * len(names) else f" in {len(where)} case inputs"
+        out.append(
+            f"hidden-seed check: not possible for {kind} inputs {', '.join(names)}{scope} "
+            "(the same values on every seed)"
+        )
     return out
 
 

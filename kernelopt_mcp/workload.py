@@ -194,12 +194,28 @@ class Constant(_Model):
     value: float
 
 
+DrawnGenerator = Annotated[Uniform | Normal | RandInt | Arange | Constant, Field(discriminator="generator")]
+
+
 class DataFile(_Model):
-    """Data from a file: ``.npy`` (dtype and shape checked) or raw little-endian ``.bin``."""
+    """Data from a file: ``.npy`` (dtype and shape checked) or raw little-endian ``.bin``.
+
+    A file ignores the seed, so hidden data sets (the timed check's second seed) see the same
+    bytes as validation unless the file says how to get others: ``drawn_from`` (the generator
+    the bytes were drawn from; a frozen `kernelopt optimize` run records it) is redrawn with the
+    hidden seed, ``hidden_path`` (a second data set supplied with the first) is read instead.
+    """
 
     generator: Literal["file"]
     path: str = Field(description="relative to the file that names it, or absolute")
     sha256: str | None = Field(None, description="checked when given")
+    drawn_from: DrawnGenerator | None = Field(
+        None, description="the generator these bytes were drawn from: hidden data sets redraw from it with their own seed"
+    )
+    hidden_path: str | None = Field(
+        None, description="a second data file of the same dtype and shape, used by hidden data sets instead of `path` "
+        "(relative like `path`)"
+    )
 
 
 Generator = Annotated[
@@ -614,8 +630,9 @@ def _resolved(path: str | Path, what: str) -> str:
 
 def _absolute_files(cases: InputCasesFile, base: Path) -> InputCasesFile:
     def fix(gen: Any) -> Any:
-        if isinstance(gen, DataFile) and not Path(gen.path).is_absolute():
-            return gen.model_copy(update={"path": str(base / gen.path)})
+        if isinstance(gen, DataFile):
+            update = {k: str(base / v) for k in ("path", "hidden_path") if (v := getattr(gen, k)) and not Path(v).is_absolute()}
+            return gen.model_copy(update=update) if update else gen
         return gen
 
     return cases.model_copy(

@@ -215,8 +215,10 @@ def absolute_files(cases: InputCasesFile, base: Path) -> InputCasesFile:
     """Data-file paths made absolute (relative ones are relative to the file that names them)."""
 
     def fix(gen: Any) -> Any:
-        if isinstance(gen, DataFile) and not Path(gen.path).is_absolute():
-            return gen.model_copy(update={"path": str((base / gen.path).resolve())})
+        if isinstance(gen, DataFile):
+            update = {k: str((base / v).resolve()) for k in ("path", "hidden_path")
+                      if (v := getattr(gen, k)) and not Path(v).is_absolute()}
+            return gen.model_copy(update=update) if update else gen
         return gen
 
     return cases.model_copy(update={
