@@ -7,18 +7,22 @@ to the workspace through a staging directory and a rename, so a reader never see
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import json
 import math
 import os
 import shutil
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from .compiler import CompileCache, compile_kernel
 from .inputs import MAX_BUFFER_BYTES
 from .results import CreatedWorkload, compile_output
-from .workload import DataFile, WorkloadSpec, case_shape, load_workload, parse_spec
+from .errors import WorkloadError
+from .workload import DataFile, WorkloadSpec, case_shape, load_workload, parse_spec, read_text
 
 if TYPE_CHECKING:
     from .service import KerneloptService
@@ -68,7 +72,7 @@ def create_workload(
         raise RequestError(f"{name!r} is a {service.origin(known[name])} workload; choose another name")
     exists = (target / "workload.json").is_file()
     if exists and not overwrite:
-        raise RequestError(f"workload {name!r} already exists in the workspace; pass overwrite=true to replace it")
+        raise _exists_error(name)
     if reference_cu is None and exists:
         reference_cu = _read_optional(target / "reference.cu")
     if initial_cu is None and exists and parsed.initial is not None:
@@ -90,21 +94,14 @@ def create_workload(
         if text is not None:
             _check_compiles(service.compile_cache, label, text, parsed, arch)
 
-    staging = Path(tempfile.mkdtemp(prefix=f".{name}-", dir=_mkdir(service.config.created_dir)))
-    try:
-        (staging / "workload.json").write_text(json.dumps(parsed.model_dump(mode="json"), indent=2) + "\n")
-        (staging / "reference.cu").write_text(reference_cu)
-        if initial_cu is not None:
-            (staging / "initial.cu").write_text(initial_cu)
-        load_workload(staging)
-        if target.exists():
-            old = target.with_name(f".{name}-old-{os.getpid()}")
-            os.replace(target, old)
-            shutil.rmtree(old, ignore_errors=True)
-        os.replace(staging, target)
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
-    wl = load_workload(target)
+    created_dir = _mkdir(service.config.created_dir)
+    with _name_lock(created_dir, name):
+        # Decided again under the lock: a concurrent call may have created it meanwhile.
+        exists = (target / "workload.json").is_file()
+        if exists and not overwrite:
+            raise _exists_error(name)
+        _store(parsed, reference_cu, initial_cu, created_dir, target)
+        wl = load_workload(target)
     return CreatedWorkload(
         name=name, path=str(target), replaced=exists, uri=f"kernelopt://workloads/{name}/workload.json",
         c_prototype=wl.signature.c_prototype(),
@@ -115,6 +112,59 @@ def create_workload(
             "in it becomes the definition of correct"
         ],
     )
+
+def _exists_error(name: str) -> RequestError:
+    return RequestError(
+        f"workload {name!r} already exists in the workspace (perhaps created by another call just now); "
+        "pass overwrite=true to replace it, or choose another name"
+    )
+
+
+@contextlib.contextmanager
+def _name_lock(created_dir: Path, name: str) -> Iterator[None]:
+    """Hold an exclusive lock on one workload name, across threads and processes (``flock`` on a
+    lock file: each ``open`` is its own lock holder). Deciding whether the name is free and
+    storing the workload happen under it, so concurrent calls never both create one name.
+
+    The lock files (``.<name>.lock``) stay: removing one while another call waits on it would
+    let a third call lock a new file of the same name.
+    """
+    fd = os.open(created_dir / f".{name}.lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)  # releases the lock
+
+
+def _store(
+    parsed: WorkloadSpec, reference_cu: str, initial_cu: str | None, created_dir: Path, target: Path
+) -> None:
+    """Write the workload to a staging directory, check it loads, then move it into place (the
+    caller holds the name's lock). An existing directory is moved aside first and removed after."""
+    name = parsed.name
+    staging = Path(tempfile.mkdtemp(prefix=f".{name}-", dir=created_dir))
+    old: Path | None = None
+    try:
+        (staging / "workload.json").write_text(json.dumps(parsed.model_dump(mode="json"), indent=2) + "\n")
+        (staging / "reference.cu").write_text(reference_cu)
+        if initial_cu is not None:
+            (staging / "initial.cu").write_text(initial_cu)
+        load_workload(staging)
+        if target.exists() or target.is_symlink():
+            old = Path(tempfile.mkdtemp(prefix=f".{name}-old-", dir=created_dir))
+            os.rename(target, old / name)
+        os.rename(staging, target)  # onto a name that is free: never merges into another directory
+    except OSError as exc:
+        raise WorkloadError(
+            f"could not store workload {name!r} in {created_dir} ({exc.strerror or exc}); check the "
+            "workspace's permissions and free space"
+        ) from None
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+        if old is not None:
+            shutil.rmtree(old, ignore_errors=True)
+
 
 def _check_compiles(cache: CompileCache, label: str, source: str, spec: WorkloadSpec, arch: str) -> None:
     result = compile_kernel(source, arch, [], cache=cache)
@@ -135,7 +185,10 @@ def _check_compiles(cache: CompileCache, label: str, source: str, spec: Workload
 
 
 def _read_optional(path: Path) -> str | None:
-    return path.read_text(encoding="utf-8") if path.is_file() else None
+    """A stored kernel kept by overwrite (regular files only, capped like any source)."""
+    if not path.is_file():
+        return None
+    return read_text(path, f"the stored {path.name}", RequestError)
 
 
 def check_created_spec(spec: WorkloadSpec) -> int:
