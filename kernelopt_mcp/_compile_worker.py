@@ -1,9 +1,20 @@
 """The NVRTC compile worker: a child process that compiles one program per request.
 
-Run by :mod:`kernelopt_mcp.compile_pool` as ``python .../_compile_worker.py --memory-mb N``
-(by path, so starting it imports only the standard library and cuda-python, ~0.3 s). It caps
-its own address space first (``RLIMIT_AS``), so a compile that tries to use more memory fails
-here, not in the server; the parent enforces the wall-time limit by killing it.
+Run by :mod:`kernelopt_mcp.compile_pool` as ``python .../_compile_worker.py --memory-mb N ...``
+(by path, with an EMPTY environment, so starting it imports only the standard library and
+cuda-python, ~0.3 s). Before it reads any request it
+
+1. loads NVRTC (the library path and the directories holding cuda-python come as arguments:
+   nothing is taken from the environment) and compiles a tiny kernel, so that everything NVRTC
+   loads lazily (libnvrtc-builtins, ptxas's pieces) is in memory;
+2. confines itself with Landlock (``--confine landlock``, :mod:`sandbox`): from then on it can
+   read only the ``--read`` directories (the CUDA headers), map NVRTC's own library directory,
+   and write only its working directory (an empty scratch directory); no TCP, no signals out.
+   ``--confine none`` (only when the user accepted an unconfined compiler) skips this;
+3. caps its own address space (``RLIMIT_AS``), so a compile that tries to use more memory fails
+   here, not in the server; the parent enforces the wall-time limit by killing it;
+4. answers ``{"ready": true, "confinement": "landlock abi 7" | "unconfined (accepted)"}``, or
+   ``{"failure": str}`` and exits 3 when it could not confine itself as asked.
 
 Protocol, one JSON object per line on stdin/stdout:
 
@@ -12,18 +23,26 @@ Protocol, one JSON object per line on stdin/stdout:
               "duration_ms": float}
           or {"failure": str}   NVRTC itself failed (out of memory, a bad call)
 
-The worker exits at EOF on stdin. It imports nothing from kernelopt (standard library only).
+The worker exits at EOF on stdin. It imports nothing from kernelopt but ``sandbox.py`` (standard
+library only), loaded by path.
 """
 
 from __future__ import annotations
 
 import argparse
 import base64
+import ctypes
+import importlib.util
 import json
+import os
 import resource
 import sys
 import time
+from pathlib import Path
 from typing import Any
+
+WARM_UP_SOURCE = 'extern "C" __global__ void kernelopt_warm_up(float* x) { x[threadIdx.x] = 1.0f; }\n'
+WARM_UP_OPTIONS = ["--gpu-architecture=sm_90", "-std=c++17", "-lineinfo", "-Xptxas=-v"]
 
 
 def _limit_memory(megabytes: int) -> None:
@@ -65,16 +84,62 @@ def compile_one(nvrtc: Any, request: dict[str, Any]) -> dict[str, Any]:
     return {"ok": ok, "log": log, "cubin": cubin, "ptx": ptx, "duration_ms": duration_ms}
 
 
+def _load_sandbox() -> Any:
+    path = Path(__file__).with_name("sandbox.py")
+    spec = importlib.util.spec_from_file_location("kernelopt_sandbox", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up there
+    spec.loader.exec_module(module)
+    return module
+
+
+def _say(answer: dict[str, Any]) -> None:
+    sys.stdout.write(json.dumps(answer) + "\n")
+    sys.stdout.flush()
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--memory-mb", type=int, default=0, help="address-space limit in MiB (0: none)")
+    parser.add_argument("--confine", choices=("landlock", "none"), default="landlock")
+    parser.add_argument("--read", action="append", default=[], help="a directory NVRTC may read (the -I directories)")
+    parser.add_argument("--python-path", action="append", default=[], help="a directory holding cuda-python")
+    parser.add_argument("--nvrtc-lib", default=None, help="the NVRTC shared library to load")
     args = parser.parse_args(argv)
-    # imported before the limit: loading the library is not the compile
+    # the script's own directory is the package: nothing there is imported by name
+    if sys.path and sys.path[0] == str(Path(__file__).parent):
+        sys.path.pop(0)
+    sys.path.extend(p for p in args.python_path if p not in sys.path)
+    sandbox = _load_sandbox() if args.confine == "landlock" else None
+    lib_dirs = []
+    if args.nvrtc_lib:  # loaded by path: cuda-python finds it already loaded, no search needed
+        ctypes.CDLL(args.nvrtc_lib)
+        lib_dirs.append(str(Path(args.nvrtc_lib).resolve().parent))
+    # imported and warmed up before the sandbox and the limit: loading NVRTC is not the compile
     from cuda.bindings import nvrtc
 
-    nvrtc.nvrtcVersion()
+    _, major, minor = nvrtc.nvrtcVersion()
+    for lib_dir in lib_dirs:  # what cuda.pathfinder preloads; NVRTC's own lookup needs the environment
+        builtins = Path(lib_dir, f"libnvrtc-builtins.so.{major}.{minor}")
+        if builtins.exists():
+            ctypes.CDLL(str(builtins))
+    warm = compile_one(nvrtc, {"source": WARM_UP_SOURCE, "filename": "warm_up.cu", "options": WARM_UP_OPTIONS})
+    if not warm.get("ok"):
+        _say({"failure": f"NVRTC cannot compile a trivial kernel: {warm.get('failure') or warm.get('log')}"})
+        return 3
+    if sandbox is None:
+        confinement = "unconfined (accepted)"
+    else:
+        try:
+            # NVRTC's own directory stays readable: a lazily loaded piece of it is NVIDIA's code
+            done = sandbox.restrict(read=[*args.read, *lib_dirs], write=[os.getcwd()], execute=lib_dirs)
+        except OSError as exc:
+            _say({"failure": f"the compile worker could not confine itself with Landlock: {exc}"})
+            return 3
+        confinement = done.describe()
     _limit_memory(args.memory_mb)
-    out = sys.stdout
+    _say({"ready": True, "confinement": confinement})
     for line in sys.stdin:
         if not line.strip():
             continue
@@ -84,8 +149,7 @@ def main(argv: list[str] | None = None) -> int:
             answer = {"failure": "the compile ran out of memory (MemoryError in the worker)"}
         except Exception as exc:  # noqa: BLE001 - a malformed request or an NVRTC binding error: answer, keep serving
             answer = {"failure": f"{type(exc).__name__}: {exc}"}
-        out.write(json.dumps(answer) + "\n")
-        out.flush()
+        _say(answer)
     return 0
 
 

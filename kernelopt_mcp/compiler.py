@@ -4,12 +4,16 @@ Compiling needs no GPU. The CUBIN is built for a real architecture (``sm_90``), 
 driver loads it without JIT; the PTX is kept for inspection and for checking the entry
 point's parameters against the workload's signature before anything is launched.
 Results are cached by the hash of (source, options, arch, NVRTC version).
+
+NVRTC runs in a confined worker (:mod:`compile_pool`, :mod:`sandbox`); what it reports back is
+filtered too: a compile log quotes only the candidate's own source lines (:func:`quote_own_lines`).
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import os
 import re
 import threading
 from collections import OrderedDict
@@ -19,12 +23,13 @@ from pathlib import Path
 
 from pydantic import BaseModel, Field
 
-from .compile_pool import CompileFailure, CompileLimits, default_limits, default_pool
+from .compile_pool import CompileFailure, CompileLimits, Toolchain, default_limits, default_pool
 from .errors import ToolchainNotFound
-from .source_policy import include_problem
+from .source_policy import MAX_SOURCE_BYTES, include_problem
 
-MAX_SOURCE_BYTES = 512 * 1024
 MAX_LOG_LINES = 60
+DEFAULT_CACHE_MB = 1024  # the disk compile cache's total size
+DEFAULT_CACHE_ENTRY_MB = 4  # larger entries are stored without their PTX, or not at all
 
 # Options a candidate may pass to NVRTC. Anything that links, relocates, includes files from
 # arbitrary paths or changes the target is refused.
@@ -92,6 +97,9 @@ class CompileResult(BaseModel):
     nvrtc_version: str
     duration_ms: float
     cache_hit: bool = False
+    confinement: str = Field(
+        "", description="how NVRTC was confined: 'landlock abi N', or 'unconfined (accepted)' by the user's choice"
+    )
     log: str = Field("", description="compiler log (truncated)")
     log_lines_omitted: int = 0
     diagnostics: list[Diagnostic] = Field(default_factory=list)
@@ -149,6 +157,7 @@ class _Nvrtc:
     module: object
     version: str
     include_dirs: tuple[str, ...]
+    toolchain: Toolchain
 
 
 _nvrtc_lock = threading.Lock()
@@ -184,8 +193,27 @@ def _load_nvrtc() -> _Nvrtc:
                     includes.append(found)
         except Exception:  # headers are optional: kernels without #include still compile
             pass
-        _nvrtc = _Nvrtc(nvrtc, f"{major}.{minor}", tuple(dict.fromkeys(includes)))
+        include_dirs = tuple(dict.fromkeys(includes))
+        _nvrtc = _Nvrtc(nvrtc, f"{major}.{minor}", include_dirs, _worker_toolchain(include_dirs))
         return _nvrtc
+
+
+def _worker_toolchain(include_dirs: tuple[str, ...]) -> Toolchain:
+    """What a compile worker, started with an empty environment, needs to find NVRTC: the
+    library this process loaded and the directories holding cuda-python; it may read only
+    ``include_dirs`` (the ``-I`` directories) besides."""
+    import cuda.bindings
+
+    python_path = [str(Path(cuda.bindings.__file__).resolve().parents[2])]
+    lib = None
+    try:
+        import cuda.pathfinder as pathfinder
+
+        python_path.append(str(Path(pathfinder.__file__).resolve().parents[2]))
+        lib = pathfinder.load_nvidia_dynamic_lib("nvrtc").abs_path
+    except Exception:  # an older cuda-python: the worker searches the default places itself
+        pass
+    return Toolchain(read_dirs=include_dirs, nvrtc_lib=lib, python_path=tuple(dict.fromkeys(python_path)))
 
 
 def nvrtc_version() -> str:
@@ -193,49 +221,155 @@ def nvrtc_version() -> str:
 
 
 class CompileCache:
-    """An in-memory LRU of compile results, optionally backed by a directory."""
+    """Compile results by key: an in-memory LRU, optionally backed by a bounded directory.
 
-    def __init__(self, directory: Path | None = None, capacity: int = 256) -> None:
+    On disk an entry is ``<key>.cubin``, an optional ``<key>.ptx`` and ``<key>.json``, written
+    last (the entry exists once it does), each with ``inputs.write_atomic``: concurrent writers
+    of one entry (threads or processes) each rename a whole file into place. The directory holds
+    at most ``max_bytes``: when a put passes that, the least recently used entries (by the mtime
+    of their ``.json``, touched on every hit) are removed until it holds three quarters of it.
+    An entry above ``max_entry_bytes`` is kept without its PTX (a hit then has ``ptx=None``),
+    or not kept at all when its CUBIN alone is too large; the in-memory LRU keeps at most
+    ``capacity`` entries and ``max_memory_bytes`` of CUBIN and PTX.
+    """
+
+    def __init__(
+        self,
+        directory: Path | None = None,
+        capacity: int = 256,
+        *,
+        max_bytes: int = DEFAULT_CACHE_MB * 2**20,
+        max_entry_bytes: int = DEFAULT_CACHE_ENTRY_MB * 2**20,
+        max_memory_bytes: int = 256 * 2**20,
+    ) -> None:
         self.directory = directory
         self.capacity = capacity
+        self.max_bytes = max_bytes
+        self.max_entry_bytes = max_entry_bytes
+        self.max_memory_bytes = max_memory_bytes
         self._items: OrderedDict[str, CompileResult] = OrderedDict()
+        self._memory_bytes = 0
+        self._disk_bytes: int | None = None  # what this process believes the directory holds
         self._lock = threading.Lock()
+        self.evicted = 0  # entries removed from disk so far (tests read it)
 
     def get(self, key: str) -> CompileResult | None:
         with self._lock:
-            if key in self._items:
+            found = self._items.get(key)
+            if found is not None:
                 self._items.move_to_end(key)
-                return self._items[key]
-        if self.directory is not None:
-            meta, cubin = self.directory / f"{key}.json", self.directory / f"{key}.cubin"
-            if meta.exists() and cubin.exists():
-                try:
-                    result = CompileResult.model_validate_json(meta.read_text())
-                    result.cubin = cubin.read_bytes()
-                    ptx = self.directory / f"{key}.ptx"
-                    result.ptx = ptx.read_text() if ptx.exists() else None
-                except (OSError, ValueError):
-                    return None
-                self._remember(key, result)
-                return result
-        return None
+        if found is not None:
+            self._touch(key)
+            return found
+        if self.directory is None:
+            return None
+        meta, cubin = self.directory / f"{key}.json", self.directory / f"{key}.cubin"
+        try:
+            result = CompileResult.model_validate_json(meta.read_bytes())
+            result.cubin = cubin.read_bytes()
+            ptx = self.directory / f"{key}.ptx"
+            result.ptx = ptx.read_text() if ptx.exists() else None
+        except (OSError, ValueError):  # absent, evicted meanwhile, or half of an old entry
+            return None
+        self._touch(key)
+        self._remember(key, result)
+        return result
 
     def put(self, key: str, result: CompileResult) -> None:
         self._remember(key, result)
-        if self.directory is not None and result.ok and result.cubin is not None:
-            from .inputs import write_atomic
+        if self.directory is None or not result.ok or result.cubin is None:
+            return
+        from .inputs import write_atomic
 
-            write_atomic(self.directory / f"{key}.cubin", result.cubin)
-            if result.ptx is not None:
-                write_atomic(self.directory / f"{key}.ptx", result.ptx.encode())
-            write_atomic(self.directory / f"{key}.json", result.model_dump_json().encode())
+        meta = result.model_dump_json().encode()
+        ptx = result.ptx.encode() if result.ptx is not None else None
+        if len(result.cubin) + len(meta) > self.max_entry_bytes:
+            return  # too large to keep: compiled again when asked again
+        if ptx is not None and len(result.cubin) + len(meta) + len(ptx) > self.max_entry_bytes:
+            ptx = None  # keep what the harness loads; the PTX is only for reading
+        files = [(f"{key}.cubin", result.cubin)] + ([(f"{key}.ptx", ptx)] if ptx is not None else []) + [(f"{key}.json", meta)]
+        for name, data in files:
+            write_atomic(self.directory / name, data, durable=False)
+        written = sum(len(data) for _, data in files)
+        with self._lock:
+            if self._disk_bytes is None:
+                self._disk_bytes = self._scan_bytes()
+            else:
+                self._disk_bytes += written
+            over = self._disk_bytes > self.max_bytes
+        if over:
+            self.evict()
+
+    def evict(self) -> None:
+        """Remove least recently used entries until the directory holds 3/4 of ``max_bytes``."""
+        if self.directory is None:
+            return
+        entries: dict[str, list[tuple[Path, int, float]]] = {}
+        for path, size, mtime in self._files():
+            entries.setdefault(path.name.split(".", 1)[0], []).append((path, size, mtime))
+        total = sum(size for files in entries.values() for _, size, _ in files)
+
+        def last_used(key: str) -> float:
+            files = entries[key]
+            metas = [mtime for p, _, mtime in files if p.suffix == ".json"]
+            return max(metas) if metas else min(mtime for _, _, mtime in files)
+
+        target = self.max_bytes * 3 // 4
+        for key in sorted(entries, key=last_used):
+            if total <= target:
+                break
+            # the json first: a reader sees the entry gone, not half of it
+            for path, size, _ in sorted(entries[key], key=lambda f: f[0].suffix != ".json"):
+                try:
+                    path.unlink()
+                except FileNotFoundError:
+                    pass  # another process evicted it
+                total -= size
+            self.evicted += 1
+        with self._lock:
+            self._disk_bytes = total
+
+    def _files(self) -> list[tuple[Path, int, float]]:
+        assert self.directory is not None
+        out = []
+        try:
+            with os.scandir(self.directory) as it:
+                for entry in it:
+                    if entry.name.startswith(".") or not entry.is_file(follow_symlinks=False):
+                        continue  # a write in flight (inputs.write_atomic's temporary name)
+                    try:
+                        st = entry.stat(follow_symlinks=False)
+                    except FileNotFoundError:
+                        continue
+                    out.append((Path(entry.path), st.st_size, st.st_mtime))
+        except FileNotFoundError:
+            pass
+        return out
+
+    def _scan_bytes(self) -> int:
+        return sum(size for _, size, _ in self._files())
+
+    def _touch(self, key: str) -> None:
+        if self.directory is not None:
+            try:
+                os.utime(self.directory / f"{key}.json")
+            except OSError:
+                pass  # not on disk (too large, or evicted): nothing to keep fresh
 
     def _remember(self, key: str, result: CompileResult) -> None:
+        size = len(result.cubin or b"") + len(result.ptx or "")
+        if size > self.max_entry_bytes:
+            result = result.model_copy(update={"ptx": None})
+            size = len(result.cubin or b"")
         with self._lock:
+            if key in self._items:
+                old = self._items.pop(key)
+                self._memory_bytes -= len(old.cubin or b"") + len(old.ptx or "")
             self._items[key] = result
-            self._items.move_to_end(key)
-            while len(self._items) > self.capacity:
-                self._items.popitem(last=False)
+            self._memory_bytes += size
+            while len(self._items) > self.capacity or (self._memory_bytes > self.max_memory_bytes and len(self._items) > 1):
+                _, old = self._items.popitem(last=False)
+                self._memory_bytes -= len(old.cubin or b"") + len(old.ptx or "")
 
 
 _default_cache = CompileCache()
@@ -300,7 +434,7 @@ def compile_kernel(
     # a later -std wins in NVRTC, so a candidate's own -std overrides the default
     limits = limits or default_limits()
     try:
-        out = default_pool().compile(source, filename, full_options, limits)
+        out = default_pool().compile(source, filename, full_options, limits, nv.toolchain)
     except CompileFailure as exc:
         # not cached: the same source may compile under a larger limit
         return CompileResult(
@@ -308,7 +442,8 @@ def compile_kernel(
             nvrtc_version=nv.version, duration_ms=round(limits.timeout_s * 1000, 3), log=str(exc),
             diagnostics=[Diagnostic(line=None, severity="error", message=str(exc))],
         )
-    ok, log, cubin, ptx, duration_ms = out.ok, out.log, out.cubin, out.ptx, out.duration_ms
+    ok, cubin, ptx, duration_ms = out.ok, out.cubin, out.ptx, out.duration_ms
+    log = quote_own_lines(out.log, source, filename, nv.include_dirs)
     diagnostics = parse_diagnostics(log, filename)
     if not ok and "out of memory" in log:
         oom = (
@@ -333,9 +468,55 @@ def compile_kernel(
         entries=parse_ptx_entries(ptx) if ptx else {},
         cubin=cubin,
         ptx=ptx,
+        confinement=out.confinement,
     )
     cache.put(key, result)
     return result
+
+
+_CARET_RE = re.compile(r"^[ \t]*\^[ \t]*$")
+WITHHELD = "(message withheld: the location is not the kernel's source nor a CUDA header)"
+
+
+def quote_own_lines(log: str, source: str, filename: str, header_dirs: tuple[str, ...] = ()) -> str:
+    """The NVRTC log with every quoted source line taken from ``source`` itself.
+
+    NVRTC follows each diagnostic ``file(line): error: message`` with the text of that line and
+    a caret. For a location in the candidate's file (``filename``) the quoted text is replaced
+    by line ``line`` of ``source``, as sent; for any other location the quote and caret are
+    dropped, and the message too unless the file lies in ``header_dirs`` (the CUDA headers).
+    So whatever file NVRTC managed to read, its lines never reach a client through the log.
+    """
+    own = source.splitlines()
+    dirs = tuple(os.path.join(os.path.realpath(d), "") for d in header_dirs)
+    lines = log.splitlines()
+    out: list[str] = []
+    i = 0
+    while i < len(lines):
+        line = lines[i]
+        m = _DIAG_RE.match(line.strip())
+        out_line = line
+        quote = i + 1 < len(lines) and lines[i + 1].startswith("  ") and not _DIAG_RE.match(lines[i + 1].strip())
+        caret = quote and i + 2 < len(lines) and bool(_CARET_RE.match(lines[i + 2]))
+        if m is None:
+            out.append(line)
+            i += 1
+            continue
+        mine = m["file"] == filename
+        if not mine and not os.path.realpath(m["file"]).startswith(dirs or ("\0",)):
+            out_line = f"{m['file']}({m['line']}): {m['sev']}: {WITHHELD}"
+        out.append(out_line)
+        i += 1
+        if not quote:
+            continue
+        if mine:
+            n = int(m["line"])
+            if 1 <= n <= len(own):
+                out.append("  " + own[n - 1])
+                if caret:
+                    out.append(lines[i + 1])
+        i += 2 if caret else 1
+    return "\n".join(out)
 
 
 def _truncate_log(log: str) -> tuple[str, int]:

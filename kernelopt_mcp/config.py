@@ -26,6 +26,10 @@ def bundled_workloads_dir() -> Path:
     return PACKAGE_DIR / "_workloads"
 
 
+def _flag(value: str) -> bool:
+    return value.strip().lower() in ("1", "true", "yes", "on")
+
+
 # KERNELOPT_* variables that set one field each, with the field's type
 _ENV_FIELDS: dict[str, tuple[str, Callable[[str], Any]]] = {
     "KERNELOPT_HARNESS": ("harness", Path),
@@ -35,6 +39,11 @@ _ENV_FIELDS: dict[str, tuple[str, Callable[[str], Any]]] = {
     "KERNELOPT_TIMEOUT": ("timeout_s", float),
     "KERNELOPT_COMPILE_TIMEOUT": ("compile_timeout_s", float),
     "KERNELOPT_COMPILE_MEMORY_MB": ("compile_memory_mb", int),
+    "KERNELOPT_COMPILE_TOTAL_MEMORY_MB": ("compile_total_memory_mb", int),
+    "KERNELOPT_COMPILE_WORKERS": ("compile_max_workers", int),
+    "KERNELOPT_COMPILE_LANDLOCK": ("compile_landlock", _flag),
+    "KERNELOPT_UNCONFINED_COMPILER": ("unconfined_compiler", _flag),
+    "KERNELOPT_COMPILE_CACHE_MB": ("compile_cache_mb", int),
     "KERNELOPT_SANITIZER": ("sanitizer", Path),
     "KERNELOPT_NCU": ("ncu", Path),
     "KERNELOPT_PROFILE_TIMEOUT": ("profile_timeout_s", float),
@@ -57,6 +66,16 @@ class Settings:
     # NVRTC runs in a worker process under these caps (a compile bomb becomes a compile error)
     compile_timeout_s: float = 60.0
     compile_memory_mb: int = 8192
+    # ... and all compiles at once: the sum of their caps (0: min(physical memory / 2, 4 caps))
+    # and the number of live workers
+    compile_total_memory_mb: int = 0
+    compile_max_workers: int = 8
+    # NVRTC is confined with Landlock; where the kernel has none (or compile_landlock is False,
+    # which acts as if it had none) compiles are refused unless unconfined_compiler accepts the risk
+    compile_landlock: bool = True
+    unconfined_compiler: bool = False
+    # the disk compile cache's size (least recently used entries are evicted past it)
+    compile_cache_mb: int = 1024
     # compute-sanitizer for the sanitizer tier (else PATH, then CUDA_HOME/bin, /usr/local/cuda/bin)
     sanitizer: Path | None = None
     # Nsight Compute: the ncu binary (else PATH and the usual install directories) and its deadline
@@ -85,8 +104,16 @@ class Settings:
         return replace(cls(), **values)
 
     def compile_limits(self) -> CompileLimits:
-        """The caps on one NVRTC compile (wall seconds, worker address space in MiB)."""
-        return CompileLimits(timeout_s=self.compile_timeout_s, memory_mb=self.compile_memory_mb)
+        """The caps on NVRTC compiles (per compile and pool-wide) and how they are confined."""
+        return CompileLimits(
+            timeout_s=self.compile_timeout_s, memory_mb=self.compile_memory_mb,
+            total_memory_mb=self.compile_total_memory_mb, max_workers=self.compile_max_workers,
+            landlock=self.compile_landlock, accept_unconfined=self.unconfined_compiler,
+        )
+
+    def compile_cache_bytes(self) -> int:
+        """The disk compile cache's bound in bytes (``compile_cache_mb``)."""
+        return self.compile_cache_mb * 2**20
 
     def cache_root(self) -> Path:
         """Where caches live: ``cache_dir`` (KERNELOPT_CACHE), else ``~/.cache/kernelopt``."""

@@ -1,62 +1,87 @@
-"""What a kernel's source may ask the preprocessor to read: headers by plain relative names only.
+"""What a kernel's source may ask the preprocessor to read: a first, friendly check.
 
-NVRTC reads any file an ``#include`` names, and its error log quotes the lines it could not
-parse, so ``#include "/etc/passwd"`` in a model-written kernel would print that file into a
-compile result. Before compiling, every include-like directive is checked: the argument must
-be a quoted or bracketed relative name (letters, digits, ``_ . / + -``; no leading ``/``, no
-``..`` component), never a macro. The compile worker runs in an empty directory, so such names
-resolve only in the CUDA header directories. Comments, line splices, digraphs (``%:``) and
-trigraphs (``??=``) are normalised first, so they cannot hide a directive.
+This is NOT the defense: the compile worker is confined by the operating system (Landlock, see
+:mod:`sandbox`), so NVRTC cannot open a file outside the CUDA headers whatever the source says,
+and compile logs quote only the candidate's own lines. This check only turns the obvious
+attempts into a clear compile error before NVRTC runs.
+
+Every include-like directive is checked: the argument must be a quoted or bracketed relative
+name (letters, digits, ``_ . / + -``; no leading ``/``, no ``..`` component), never a macro.
+Comments, line splices, digraphs (``%:``), trigraphs (``??=``, ``??/``), a byte-order mark and
+carriage returns are normalised first, so they cannot hide a directive; digit separators
+(``1'000``) are not taken for character literals, raw strings are skipped whole.
+
+The scan is linear in the source's size, and refuses sources over :data:`MAX_SOURCE_BYTES`
+before reading them.
 """
 
 from __future__ import annotations
 
 import re
 
-_DIRECTIVE_RE = re.compile(r"^[ \t\f\v]*#[ \t\f\v]*(include_next|include|import|embed)\b(.*)$", re.MULTILINE)
-_RAW_OPEN_RE = re.compile(r'"([^()\\ \t\n]{0,16})\(')
+MAX_SOURCE_BYTES = 512 * 1024
+
+# horizontal whitespace as the preprocessor sees it; a carriage return also starts a line
+_WS = r"[ \t\f\v\r\ufeff]"
+_DIRECTIVE_RE = re.compile(rf"(?:^|\r){_WS}*#{_WS}*(include_next|include|import|embed)\b([^\n]*)", re.MULTILINE)
 _ARG_RE = re.compile(r'^\s*(?:<(?P<a>[A-Za-z0-9_./+\-]+)>|"(?P<q>[A-Za-z0-9_./+\-]+)")\s*$')
+# one token of the comment-stripping scan; raw strings are finished by hand (their end is data)
+_TOKEN_RE = re.compile(
+    r"""(?P<line>//[^\n]*)"""
+    r"""|(?P<block>/\*(?:[^*]|\*(?!/))*(?:\*/|\Z))"""
+    r"""|(?P<raw>(?:u8|[uUL])?R"(?P<delim>[^()\\ \t\n]{0,16})\()"""
+    r"""|(?P<str>(?:u8|[uUL])?"(?:\\.|[^"\\\n])*"?)"""
+    r"""|(?P<num>\.?[0-9](?:[eEpP][+-]|[0-9A-Za-z_.]|'(?=[0-9A-Za-z_]))*)"""
+    r"""|(?P<chr>(?:u8|[uUL])?'(?:\\.|[^'\\\n])*'?)"""
+    r"""|(?P<other>[A-Za-z_][A-Za-z0-9_]*|[^/"'0-9.A-Za-z_]+|.)""",
+    re.DOTALL,
+)
 
 
 def _without_comments(text: str) -> str:
-    """Comments replaced by a space (newlines kept), string and character literals left alone."""
+    """Comments replaced by a space (newlines kept), literals and everything else left alone."""
     out: list[str] = []
     i, n = 0, len(text)
     while i < n:
-        c = text[i]
-        if c == "/" and text.startswith("//", i):
-            end = text.find("\n", i)
-            i = n if end < 0 else end
+        m = _TOKEN_RE.match(text, i)
+        assert m is not None  # the last alternative matches any character
+        kind = m.lastgroup if m.lastgroup != "delim" else "raw"
+        if kind == "line":
             out.append(" ")
-        elif c == "/" and text.startswith("/*", i):
-            end = text.find("*/", i + 2)
-            body = text[i : (n if end < 0 else end + 2)]
-            out.append(" " + "\n" * body.count("\n"))
-            i = n if end < 0 else end + 2
-        elif c == '"' and i > 0 and text[i - 1] == "R" and (m := _RAW_OPEN_RE.match(text, i)):
-            end = text.find(")" + m.group(1) + '"', m.end())  # a raw string: R"delim( ... )delim"
-            stop = n if end < 0 else end + len(m.group(1)) + 2
+        elif kind == "block":
+            out.append(" " + "\n" * m.group().count("\n"))
+        elif kind == "raw":
+            end = text.find(")" + m["delim"] + '"', m.end())
+            stop = n if end < 0 else end + len(m["delim"]) + 2
             out.append(text[i:stop])
             i = stop
-        elif c in "\"'":
-            j = i + 1
-            while j < n and text[j] != c and text[j] != "\n":
-                j += 2 if text[j] == "\\" else 1
-            out.append(text[i : j + 1])
-            i = j + 1
+            continue
         else:
-            out.append(c)
-            i += 1
+            out.append(m.group())
+        i = m.end()
     return "".join(out)
 
 
+def _normalise(source: str) -> str:
+    text = source.replace("??=", "#").replace("%:", "#").replace("??/", "\\")
+    # line splices (also with spaces before the line end) join a directive split over lines
+    return re.sub(r"\\[ \t]*(?:\r\n|\r|\n)", "", text)
+
+
 def include_problem(source: str) -> tuple[int, str] | None:
-    """``(line, message)`` for the first include directive that is not allowed, else None."""
-    text = source.replace("??=", "#").replace("%:", "#")
-    text = re.sub(r"\\\r?\n", "", text)  # line splices join a directive split over lines
-    text = _without_comments(text)
+    """``(line, message)`` for the first include directive that is not allowed, else None.
+
+    Raises:
+        ValueError: the source is larger than :data:`MAX_SOURCE_BYTES` (checked before any scan).
+    """
+    size = len(source) if source.isascii() else len(source.encode())
+    if size > MAX_SOURCE_BYTES:
+        raise ValueError(f"source is {size} bytes; the limit is {MAX_SOURCE_BYTES}")
+    text = _without_comments(_normalise(source))
+    line, counted_to = 1, 0
     for m in _DIRECTIVE_RE.finditer(text):
-        line = text.count("\n", 0, m.start()) + 1
+        line += text.count("\n", counted_to, m.start())  # each stretch counted once: linear
+        counted_to = m.start()
         arg = _ARG_RE.match(m.group(2))
         name = (arg["a"] or arg["q"]) if arg else None
         if name is None or name.startswith("/") or ".." in name.split("/") or m.group(1) != "include":

@@ -1,0 +1,164 @@
+"""Confine the current process with Landlock (Linux >= 5.13), through ctypes.
+
+The compile worker calls :func:`restrict` once, after NVRTC is loaded and warmed up and before
+it reads any request: from then on the kernel itself refuses every file it opens outside the
+directories named here (NVRTC's ``#include`` of ``/etc/passwd`` or ``/proc/self/environ`` fails
+with "cannot open source file"), and, where the kernel's Landlock ABI knows them, TCP binds and
+connects, signals to processes outside the sandbox and abstract UNIX sockets.
+
+Landlock is stackable and unprivileged; ``PR_SET_NO_NEW_PRIVS`` is set first (it requires it).
+A restriction can never be lifted, and it is inherited by every child.
+
+This module imports only the standard library: the worker loads it by path.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import errno
+import os
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+# syscall numbers are the same on every architecture that has Landlock (asm-generic table)
+_SYS_CREATE_RULESET = 444
+_SYS_ADD_RULE = 445
+_SYS_RESTRICT_SELF = 446
+_CREATE_RULESET_VERSION = 1 << 0
+_RULE_PATH_BENEATH = 1
+_PR_SET_NO_NEW_PRIVS = 38
+
+# filesystem access rights, and the ABI version that introduced each group
+FS_EXECUTE = 1 << 0
+FS_WRITE_FILE = 1 << 1
+FS_READ_FILE = 1 << 2
+FS_READ_DIR = 1 << 3
+FS_REMOVE_DIR = 1 << 4
+FS_REMOVE_FILE = 1 << 5
+FS_MAKE_CHAR = 1 << 6
+FS_MAKE_DIR = 1 << 7
+FS_MAKE_REG = 1 << 8
+FS_MAKE_SOCK = 1 << 9
+FS_MAKE_FIFO = 1 << 10
+FS_MAKE_BLOCK = 1 << 11
+FS_MAKE_SYM = 1 << 12
+FS_REFER = 1 << 13  # ABI 2
+FS_TRUNCATE = 1 << 14  # ABI 3
+FS_IOCTL_DEV = 1 << 15  # ABI 5
+NET_BIND_TCP = 1 << 0  # ABI 4
+NET_CONNECT_TCP = 1 << 1  # ABI 4
+SCOPE_ABSTRACT_UNIX_SOCKET = 1 << 0  # ABI 6
+SCOPE_SIGNAL = 1 << 1  # ABI 6
+
+_FILE_ONLY = FS_EXECUTE | FS_WRITE_FILE | FS_READ_FILE | FS_TRUNCATE | FS_IOCTL_DEV
+_READ = FS_READ_FILE | FS_READ_DIR
+
+
+def fs_rights(abi: int) -> int:
+    """Every filesystem access right Landlock ABI ``abi`` knows (all of them are handled)."""
+    rights = (1 << 13) - 1
+    if abi >= 2:
+        rights |= FS_REFER
+    if abi >= 3:
+        rights |= FS_TRUNCATE
+    if abi >= 5:
+        rights |= FS_IOCTL_DEV
+    return rights
+
+
+class _RulesetAttr(ctypes.Structure):
+    _fields_ = [("handled_access_fs", ctypes.c_uint64), ("handled_access_net", ctypes.c_uint64), ("scoped", ctypes.c_uint64)]
+
+
+class _PathBeneathAttr(ctypes.Structure):
+    _pack_ = 1
+    _fields_ = [("allowed_access", ctypes.c_uint64), ("parent_fd", ctypes.c_int32)]
+
+
+class LandlockError(OSError):
+    """Landlock is missing or refused the restriction."""
+
+
+def _libc() -> ctypes.CDLL:
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.syscall.restype = ctypes.c_long
+    return libc
+
+
+def landlock_abi() -> int:
+    """The kernel's Landlock ABI version; 0 where Landlock is missing or disabled."""
+    try:
+        libc = _libc()
+    except OSError:
+        return 0
+    abi = libc.syscall(ctypes.c_long(_SYS_CREATE_RULESET), None, ctypes.c_size_t(0), ctypes.c_uint32(_CREATE_RULESET_VERSION))
+    return int(abi) if abi > 0 else 0
+
+
+@dataclass(frozen=True)
+class Confinement:
+    """What :func:`restrict` applied: ``describe()`` is recorded with every compile."""
+
+    abi: int
+    read_dirs: tuple[str, ...]
+    write_dirs: tuple[str, ...]
+
+    def describe(self) -> str:
+        return f"landlock abi {self.abi}"
+
+
+def restrict(read: Iterable[str], write: Iterable[str] = (), execute: Iterable[str] = ()) -> Confinement:
+    """Allow this process (and its children) to open only files beneath ``read`` (read-only:
+    read files, list directories), ``execute`` (also map as code: shared libraries) and
+    ``write`` (read-write, create, remove); no TCP, no signals or abstract sockets outside,
+    where the ABI knows those. Paths that do not exist are skipped.
+
+    Raises:
+        LandlockError: the kernel has no usable Landlock, or a call failed (errno attached).
+    """
+    abi = landlock_abi()
+    if abi < 1:
+        raise LandlockError(errno.EOPNOTSUPP, "Landlock is not available in this kernel (needs Linux >= 5.13 with lsm=landlock)")
+    libc = _libc()
+    handled = fs_rights(abi)
+    attr = _RulesetAttr(handled_access_fs=handled)
+    size = 8
+    if abi >= 4:
+        attr.handled_access_net = NET_BIND_TCP | NET_CONNECT_TCP
+        size = 16
+    if abi >= 6:
+        attr.scoped = SCOPE_ABSTRACT_UNIX_SOCKET | SCOPE_SIGNAL
+        size = 24
+    fd = libc.syscall(ctypes.c_long(_SYS_CREATE_RULESET), ctypes.byref(attr), ctypes.c_size_t(size), ctypes.c_uint32(0))
+    if fd < 0:
+        err = ctypes.get_errno()
+        raise LandlockError(err, f"landlock_create_ruleset failed: {os.strerror(err)}")
+    read_dirs, write_dirs = [], []
+    try:
+        rules = ((read, _READ, read_dirs), (execute, _READ | FS_EXECUTE, read_dirs), (write, handled, write_dirs))
+        for paths, rights, kept in rules:
+            for path in dict.fromkeys(paths):
+                try:
+                    pfd = os.open(path, os.O_PATH | os.O_CLOEXEC)
+                except OSError:
+                    continue  # a directory that is not there needs no rule
+                try:
+                    allowed = rights & handled
+                    if not os.path.isdir(path):
+                        allowed &= _FILE_ONLY
+                    rule = _PathBeneathAttr(allowed_access=allowed, parent_fd=pfd)
+                    if libc.syscall(ctypes.c_long(_SYS_ADD_RULE), ctypes.c_int(fd), ctypes.c_int(_RULE_PATH_BENEATH), ctypes.byref(rule), ctypes.c_uint32(0)) < 0:
+                        err = ctypes.get_errno()
+                        raise LandlockError(err, f"landlock_add_rule({path}) failed: {os.strerror(err)}")
+                    kept.append(path)
+                finally:
+                    os.close(pfd)
+        if libc.prctl(_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0:
+            err = ctypes.get_errno()
+            raise LandlockError(err, f"prctl(PR_SET_NO_NEW_PRIVS) failed: {os.strerror(err)}")
+        if libc.syscall(ctypes.c_long(_SYS_RESTRICT_SELF), ctypes.c_int(fd), ctypes.c_uint32(0)) < 0:
+            err = ctypes.get_errno()
+            raise LandlockError(err, f"landlock_restrict_self failed: {os.strerror(err)}")
+    finally:
+        os.close(fd)
+    return Confinement(abi, tuple(dict.fromkeys(read_dirs)), tuple(write_dirs))
