@@ -5,7 +5,8 @@ Two modes of the stand-in (written to a test's tmp_path by :func:`write_harness`
 - "nogpu": answers every command like a machine without a driver (exit 3, driver_unavailable);
 - "fake":  a pretend H200 that computes c = a + b (buffers named a, b, c) in NumPy. Markers in the
   kernel's source (kept in the CUBIN as a __device__ string, see :func:`kernel`) make it hang
-  (HANG), print 20000 lines to stderr (PRINT), crash (CRASH), return a wrong element (WRONG), be slow to answer (SLOW) or fast (FAST);
+  (HANG), print 20000 lines to stderr (PRINT), crash (CRASH), return a wrong element (WRONG), be slow to answer (SLOW) or fast (FAST),
+  differ on the determinism re-run (RACE) or be wrong on the hidden inputs after timing (CACHE);
   ``MS:<case>=<ms>;...`` sets the median latency of named cases.
 It speaks the harness's `serve` protocol (one JSON request per line on stdin), so every path of
 the server and of clients above it runs for real, bar the GPU itself.
@@ -89,6 +90,15 @@ for line in sys.stdin:
     if b"KO_FAKE_WRONG" in module and c.size:
         c[c.size // 2] += 1.0
     c.tofile(bufs["c"]["output"])
+    # KO_FAKE_RACE: the determinism re-run differs; KO_FAKE_CACHE: the check launch on hidden inputs is wrong
+    # (both need KO_FAKE_FEATURES to name determinism / timed_inputs, so the evaluator asks for them)
+    bad = {"elements": int(c.size), "mismatches": 7, "nonfinite": 0, "max_abs_error": 1.0, "max_rel_error": 1.0,
+           "err_sq": 7.0, "first_mismatch": 0, "output_written": False}
+    if b"KO_FAKE_RACE" in module and case.get("repeat_validation"):
+        result.setdefault("compares", []).append({"buffer": "c", "launch": "repeat", **bad})
+        result["determinism"] = [{"buffer": "c", "bytes_differ": 28, "first_offset": 0}]
+    if b"KO_FAKE_CACHE" in module and "timed_input" in bufs["a"]:
+        result.setdefault("compares", []).append({"buffer": "c", "launch": "timed", **bad})
     timing = case.get("timing") or {}
     if timing.get("iterations"):
         t = 0.05 if b"KO_FAKE_FAST" in module else 0.1

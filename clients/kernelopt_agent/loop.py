@@ -61,6 +61,7 @@ class CandidateRecord:
     speedup: float | None = None
     case_ms: dict[str, float] = field(default_factory=dict)
     case_status: dict[str, str] = field(default_factory=dict)
+    checks: list[str] = field(default_factory=list)  # the integrity checks its evaluation ran (the result's own list)
     message: str = ""
     feedback: str = ""
     profile_case: str = ""
@@ -339,6 +340,10 @@ class Optimizer:
             names.append("ncu_profile")
         return names
 
+    def checks_in_force(self) -> list[str]:
+        """The checks of the newest evaluation that reported any (what the model may be told)."""
+        return next((r.checks for r in reversed(self.records) if r.checks), [])
+
     async def propose(self, iteration: int, repair: bool) -> tuple[Proposal | None, list[int], tuple[str, str]]:
         assert self.model is not None and self.tools is not None and self.frozen is not None
         names = [n for n in self.tool_names() if self.tools.has(n)]
@@ -348,7 +353,7 @@ class Optimizer:
             {"role": "user", "content": prompts.workload_prompt(self.frozen, self.gpu_text, self.reference(), self.guidance)},
             {"role": "user", "content": prompts.state_prompt(
                 self.records, self.best(), self.last_candidate(), self.reference(), iteration, self.opts.max_iterations,
-                repair, self.frozen.performance_cases)},
+                repair, self.frozen.performance_cases, self.checks_in_force())},
         ]
         calls: list[int] = []
         retries = 0
@@ -439,6 +444,7 @@ class Optimizer:
             rec.status = out.get("status", "unknown")
             rec.message = out.get("message", "")
             rec.score_ms, rec.speedup = out.get("score_ms"), out.get("speedup")
+            rec.checks = [str(c) for c in out.get("checks") or []]
             for case in out.get("cases", []):
                 rec.case_status[case["name"]] = case["status"]
                 if case.get("timing"):

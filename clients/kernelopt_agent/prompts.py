@@ -31,6 +31,10 @@ Rules:
 - Handle every case: odd sizes, sizes smaller than a tile, single elements. Never write outside a buffer.
 - Inputs are random and hidden; outputs must match to the stated tolerances, so keep the arithmetic's
   accuracy (no lower-precision tensor-core paths unless the tolerance allows them).
+- Compute every output from the inputs on every launch. Never cache or reuse results across launches
+  (keyed on input values, pointers or a launch counter), never skip work on some launches or on the
+  elements a check might not look at, never detect warm-up, timing or the case by its size. Such a kernel
+  is rejected, not ranked.
 - One idea per iteration is fine; explain it in `rationale`.
 - Optional `tunables`: when the right tile size, block size or unroll factor is a guess, make them macros
   (guard each: #ifndef BM / #define BM 64 / #endif) and list values to try; kernelopt measures the
@@ -89,10 +93,38 @@ def workload_prompt(frozen: FrozenWorkload, gpu_text: str, reference: CandidateR
     return "\n".join(lines)
 
 
+# Verdicts that reject the idea, not a slip in carrying it out: what each says the kernel did.
+CHEATS = {
+    "timed_mismatch": (
+        "the outputs of its timed launches were wrong on inputs it had not seen before, while the validation launches "
+        "passed: results are cached or reused across launches (keyed on input values, pointers or a launch count), or "
+        "work is skipped while it is timed (warm-up or back-to-back launch detection)."
+    ),
+    "inconsistent_timing": (
+        "a launch on inputs it had not seen was much slower than its timed launches: its speed depends on having seen "
+        "the inputs before (a result cache, or work skipped on repeated launches)."
+    ),
+    "impossible_time": (
+        "it was timed faster than the device's memory bandwidth and compute peak allow for the work every correct "
+        "kernel must do: it skips work while timed (or reuses results across launches)."
+    ),
+    "nondeterministic": (
+        "two launches on the same inputs gave different outputs: a race (a missing __syncthreads or atomic, unordered "
+        "writes to one location) or a read of uninitialised memory; such a kernel is right only by luck."
+    ),
+    "input_modified": (
+        "it wrote into an input buffer: inputs are read-only (neither scratch space nor a place to leave results for a "
+        "later launch)."
+    ),
+}
+
+
 def state_prompt(
     records: list[CandidateRecord], best: CandidateRecord | None, last: CandidateRecord | None, reference: CandidateRecord | None,
-    iteration: int, max_iterations: int, repair: bool, perf_cases: list[str],
+    iteration: int, max_iterations: int, repair: bool, perf_cases: list[str], checks: list[str] | None = None,
 ) -> str:
+    """The iteration's state and task. ``checks`` are the integrity checks the evaluator says it
+    ran (a result's ``checks`` list): the model is told those, and nothing it did not run."""
     lines = [f"Iteration {iteration} of {max_iterations}.", "Candidates so far (score = geometric mean, ms; lower is better):"]
     for r in records:
         lines.append(f"  {r.label}: {r.status}" + (f", score {r.score_ms:.4g} ms" if r.score_ms else "")
@@ -114,7 +146,16 @@ def state_prompt(
             lines.append(f"  {case}: {' / '.join(cells)}")
     if last is not None and last.profile_text:
         lines.append(f"\nNsight Compute profile of {last.label} ({last.profile_case}):\n{last.profile_text}")
-    if repair and last is not None:
+    if checks:
+        lines.append("\nIntegrity checks kernelopt ran on the last evaluation: " + "; ".join(checks) + ".")
+    if repair and last is not None and last.status in CHEATS:
+        lines.append(
+            f"\nTask: {last.label} was rejected ({last.status}): {CHEATS[last.status]} This is not a bug to repair: the "
+            "optimization idea itself is not acceptable, because a kernel must compute every output from its inputs on "
+            "every launch, as fast as it would on inputs it has never seen. Do not keep, patch or disguise this idea; "
+            "start again from the best valid kernel with a different, legitimate approach. Answer with the JSON proposal."
+        )
+    elif repair and last is not None:
         lines.append(f"\nTask: {last.label} is invalid ({last.status}). Repair it: fix the cause named in the feedback, "
                      "keeping its optimization idea if you can. Answer with the JSON proposal.")
     else:
