@@ -49,6 +49,7 @@ def _settings(args: argparse.Namespace) -> Settings:
         device=getattr(args, "device", None),
         arch=getattr(args, "arch", None),
         ncu=getattr(args, "ncu", None),
+        unconfined_compiler=getattr(args, "unconfined_compiler", None),
     )
     set_default_limits(settings.compile_limits())
     return settings
@@ -79,7 +80,7 @@ def _calibrate(args: argparse.Namespace, out: Console, settings: Settings, harne
         if not args.json:
             out.print(f"[dim]… {escape(message)}[/]", highlight=False)
 
-    cache = CompileCache(settings.cache_root() / "compile")
+    cache = CompileCache(settings.cache_root() / "compile", max_bytes=settings.compile_cache_bytes())
     with HarnessProcess(harness, settings.device) as proc:
         cal = calibrate(proc, info, settings.cache_root(), force=args.force, compile_cache=cache, progress=progress)
     if args.json:
@@ -136,7 +137,7 @@ def cmd_compile(args: argparse.Namespace, out: Console) -> int:
             arch = device_info(find_harness(settings.harness), settings.device).arch
         except KerneloptError:
             arch = "sm_90"
-    cache = CompileCache(settings.cache_dir / "compile") if settings.cache_dir else None
+    cache = CompileCache(settings.cache_dir / "compile", max_bytes=settings.compile_cache_bytes()) if settings.cache_dir else None
     result = compile_kernel(source, arch, args.option or [], filename=Path(args.file).name, cache=cache)
     if args.json:
         print(result.model_dump_json(indent=2))
@@ -349,7 +350,7 @@ def cmd_tune(args: argparse.Namespace, out: Console) -> int:
         if not quiet:
             out.print(f"[dim]… [{done}/{total or '?'}] {escape(message)}[/]", highlight=False)
 
-    compile_cache = CompileCache(settings.cache_root() / "compile")
+    compile_cache = CompileCache(settings.cache_root() / "compile", max_bytes=settings.compile_cache_bytes())
     with HarnessProcess(harness, settings.device) as proc, Evaluator(
         workload, proc, device, seed=args.seed, options=options, arch=settings.arch, compile_cache=compile_cache,
         peaks=peaks_for(device, settings.cache_root()),
@@ -417,6 +418,9 @@ def build_parser() -> argparse.ArgumentParser:
     def common(sp: argparse.ArgumentParser) -> None:
         sp.add_argument("--harness", help="path to kernelopt-harness (default: installed one; env KERNELOPT_HARNESS)")
         sp.add_argument("--device", type=int, help="CUDA device ordinal (default 0; env KERNELOPT_DEVICE)")
+        sp.add_argument("--unconfined-compiler", action="store_true", default=None,
+                        help="where the kernel has no Landlock, compile anyway WITHOUT confining NVRTC (trusted "
+                        "sources only; env KERNELOPT_UNCONFINED_COMPILER=1)")
 
     sp = sub.add_parser("gpu", help="show the GPU's properties; --calibrate measures its copy bandwidth and FP32 rate")
     common(sp)

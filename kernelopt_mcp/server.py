@@ -637,13 +637,19 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--port", type=int, default=8000, help="HTTP port (default 8000)")
     p.add_argument("--token", help="bearer token clients must send over HTTP (prefer env KERNELOPT_MCP_TOKEN: flags show in ps)")
     p.add_argument("--allowed-host", action="append", default=[], help="Host name clients use to reach a non-loopback bind, repeatable")
+    p.add_argument("--unconfined-compiler", action="store_true", default=None,
+                   help="where the kernel has no Landlock, compile WITHOUT confining NVRTC: a kernel could read this "
+                   "user's files into a compile log (trusted clients only; env KERNELOPT_UNCONFINED_COMPILER=1)")
     p.add_argument("--log-level", default="WARNING", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
     return p
 
 
 def config_from_args(args: argparse.Namespace, environ: dict[str, str] | None = None) -> ServerConfig:
     env = dict(os.environ if environ is None else environ)
-    settings = Settings.from_env(env, harness=args.harness, device=args.device, arch=args.arch)
+    settings = Settings.from_env(
+        env, harness=args.harness, device=args.device, arch=args.arch,
+        unconfined_compiler=getattr(args, "unconfined_compiler", None),
+    )
     if settings.arch and not re.fullmatch(r"sm_\d{2,3}[a-z]?", settings.arch):
         raise SystemExit(f"kernelopt-mcp: --arch {settings.arch!r} is not of the form sm_90")
     workspace = Path(args.workspace or env.get("KERNELOPT_MCP_WORKSPACE") or Path.home() / ".kernelopt").expanduser()

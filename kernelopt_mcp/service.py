@@ -160,7 +160,7 @@ class KerneloptService:
         self.settings = config.settings
         set_default_limits(config.settings.compile_limits())  # compiles here and in the evaluators
         cache_dir = config.settings.cache_dir or config.workspace / "cache"
-        self.compile_cache = CompileCache(cache_dir / "compile")
+        self.compile_cache = CompileCache(cache_dir / "compile", max_bytes=config.settings.compile_cache_bytes())
         self.docs_settings = replace(config.settings, cache_dir=cache_dir)
         self._devices: dict[int, _Device] = {}
         self._seeds: dict[str, int] = {}

@@ -6,8 +6,15 @@ import threading
 import time
 from pathlib import Path
 
-from kernelopt_mcp.compile_pool import CompileLimits, default_pool
-from kernelopt_mcp.compiler import CompileCache, compile_kernel
+from kernelopt_mcp.compile_pool import (
+    CompileLimits,
+    CompilePool,
+    WorkerSpec,
+    default_budget_mb,
+    default_pool,
+    physical_memory_mb,
+)
+from kernelopt_mcp.compiler import CompileCache, _load_nvrtc, compile_kernel
 from kernelopt_mcp.config import Settings
 
 BOMB = (Path(__file__).parent / "adversarial" / "vector_add_compile_bomb.cu").read_text()
@@ -63,3 +70,124 @@ def test_limits_come_from_the_environment() -> None:
     s = Settings.from_env({"KERNELOPT_COMPILE_TIMEOUT": "7.5", "KERNELOPT_COMPILE_MEMORY_MB": "2048"})
     assert s.compile_limits() == CompileLimits(timeout_s=7.5, memory_mb=2048)
     assert Settings.from_env({}).compile_limits() == CompileLimits(timeout_s=60.0, memory_mb=8192)
+    assert Settings.from_env({}).compile_limits().budget_mb() == default_budget_mb(8192)
+
+
+# --- the pool-wide budget ---------------------------------------------------------------------
+
+
+class _BlockedWorker:
+    """A stand-in for a compile worker that answers only when the test releases it."""
+
+    live = 0
+    peak_live = 0
+    lock = threading.Lock()
+
+    def __init__(self, spec: WorkerSpec, release: threading.Event) -> None:
+        self.spec = spec
+        self._release = release
+        self._alive = True
+        with _BlockedWorker.lock:
+            _BlockedWorker.live += 1
+            _BlockedWorker.peak_live = max(_BlockedWorker.peak_live, _BlockedWorker.live)
+
+    def alive(self) -> bool:
+        return self._alive
+
+    def compile(self, request: dict, timeout_s: float) -> dict:
+        assert self._release.wait(timeout=60)
+        return {"ok": True, "log": "", "cubin": None, "ptx": None, "duration_ms": 1.0}
+
+    def kill(self) -> None:
+        pass
+
+    def close(self) -> None:
+        if self._alive:
+            self._alive = False
+            with _BlockedWorker.lock:
+                _BlockedWorker.live -= 1
+
+
+def test_concurrent_compiles_queue_behind_the_pool_memory_budget() -> None:
+    """50 concurrent compile bombs gave 40 live 8 GiB workers (issue 13): now a compile reserves
+    its worker's cap from a pool-wide budget and waits while it is taken."""
+    release = threading.Event()
+    _BlockedWorker.live = _BlockedWorker.peak_live = 0
+    pool = CompilePool(max_idle=2, memory_budget_mb=3 * 512, max_workers=8,
+                       worker_factory=lambda spec: _BlockedWorker(spec, release))
+    limits = CompileLimits(memory_mb=512, landlock=False, accept_unconfined=True)
+    done: list[bool] = []
+
+    def work(i: int) -> None:
+        done.append(pool.compile(f"// {i}", "k.cu", [], limits).ok)
+
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(20)]
+    for t in threads:
+        t.start()
+    deadline = time.monotonic() + 30
+    while pool.peak_busy < 3 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    time.sleep(0.2)  # the others had time to start a worker, were they allowed to
+    assert pool.peak_busy == 3 and _BlockedWorker.live == 3 and not done
+    release.set()
+    for t in threads:
+        t.join(timeout=60)
+    assert done == [True] * 20
+    assert pool.peak_busy == 3 and pool.peak_reserved_mb == 3 * 512 and _BlockedWorker.peak_live == 3
+    assert pool.live_workers() <= 2  # idle ones kept for reuse, at most max_idle
+    pool.close()
+    assert _BlockedWorker.live == 0
+
+
+def test_live_workers_are_capped_and_a_cap_above_the_budget_takes_it_all() -> None:
+    release = threading.Event()
+    release.set()
+    _BlockedWorker.live = _BlockedWorker.peak_live = 0
+    pool = CompilePool(max_idle=4, memory_budget_mb=10_000, max_workers=2,
+                       worker_factory=lambda spec: _BlockedWorker(spec, release))
+    threads = []
+    for i in range(12):
+        # different caps: idle workers of another cap must not pile up past max_workers
+        limits = CompileLimits(memory_mb=100 + i % 5, landlock=False, accept_unconfined=True)
+        threads.append(threading.Thread(target=pool.compile, args=(f"// {i}", "k.cu", [], limits)))
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=60)
+    assert _BlockedWorker.peak_live <= 2 and pool.peak_busy <= 2
+    # a worker without a cap (0) or above the budget reserves the whole budget: it runs alone
+    big = CompilePool(memory_budget_mb=1000, worker_factory=lambda spec: _BlockedWorker(spec, release))
+    big.compile("//", "k.cu", [], CompileLimits(memory_mb=0, landlock=False, accept_unconfined=True))
+    big.compile("//", "k.cu", [], CompileLimits(memory_mb=5000, landlock=False, accept_unconfined=True))
+    assert big.peak_reserved_mb == 1000
+    pool.close()
+    big.close()
+
+
+def test_real_workers_under_a_one_worker_budget() -> None:
+    pool = CompilePool(memory_budget_mb=4096, max_workers=4)
+    limits = CompileLimits(memory_mb=4096)
+    nv = _load_nvrtc()
+    results: list[bool] = []
+
+    def work(i: int) -> None:
+        out = pool.compile(SMALL.format(200 + i), "kernel.cu", ["--gpu-architecture=sm_90"], limits, nv.toolchain)
+        results.append(out.ok)
+
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=120)
+    assert results == [True] * 3 and pool.peak_busy == 1 and pool.started == 1
+    pool.close()
+
+
+def test_the_default_budget_follows_the_machine() -> None:
+    assert default_budget_mb(8192) >= 8192  # never below one worker
+    assert default_budget_mb(8192) <= 4 * 8192
+    physical = physical_memory_mb()
+    if physical // 2 >= 2048:
+        assert default_budget_mb(512) == min(physical // 2, 4 * 512)
+    s = Settings.from_env({"KERNELOPT_COMPILE_TOTAL_MEMORY_MB": "3000", "KERNELOPT_COMPILE_WORKERS": "3"})
+    assert s.compile_limits().budget_mb() == 3000 and s.compile_limits().max_workers == 3

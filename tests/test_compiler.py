@@ -1,10 +1,13 @@
 from __future__ import annotations
 
+import re
+import threading
 from pathlib import Path
 
 import pytest
 
 from kernelopt_mcp.compiler import (
+    WITHHELD,
     CompileCache,
     OptionError,
     check_options,
@@ -12,6 +15,7 @@ from kernelopt_mcp.compiler import (
     parse_diagnostics,
     parse_ptx_entries,
     parse_resources,
+    quote_own_lines,
 )
 
 GOOD = r'''
@@ -115,3 +119,123 @@ ptxas info    : Used 128 registers, used 1 barriers, 8192 bytes smem, 400 bytes 
     assert [(x.line, x.severity) for x in d] == [(12, "error"), (3, "warning")]
     ptx = ".visible .entry k(\n\t.param .u64 .ptr .global .align 4 k_param_0,\n\t.param .align 2 .b8 k_param_1[2],\n\t.param .u32 k_param_2\n)"
     assert [p.size_bytes for p in parse_ptx_entries(ptx)["k"]] == [8, 2, 4]
+
+
+# --- compile logs quote only the candidate's own lines -------------------------------------------
+
+HEADER_ERROR = '#define __half_raw 1\n#include <cuda_fp16.h>\nextern "C" __global__ void k(float* x) { x[0] = 1; }\n'
+
+
+def test_a_log_quotes_no_line_of_an_included_header() -> None:
+    r = compile_kernel(HEADER_ERROR, "sm_90", cache=CompileCache())
+    assert not r.ok
+    located = [re.match(r"(\S+cuda_fp16\.h)\((\d+)\): error", line) for line in r.log.splitlines()]
+    located = [m for m in located if m]
+    assert located and any(d.line is None and "cuda_fp16.h" in d.message for d in r.diagnostics), r.log
+    # NVRTC quoted the header's lines after each of those errors; none of them reach the result
+    for m in located:
+        quoted = Path(m[1]).read_text().splitlines()[int(m[2]) - 1].strip()
+        assert quoted and quoted not in r.log, quoted
+    own = set(HEADER_ERROR.splitlines())
+    for line in r.log.splitlines():
+        if line.startswith("  ") and line.strip() and not set(line.strip()) <= {"^"}:
+            assert line[2:] in own or line.lstrip().startswith(("detected during", "instantiation")), line
+
+
+def test_a_log_quotes_the_candidates_line_from_the_source_sent() -> None:
+    r = compile_kernel(SYNTAX_ERROR, "sm_90", cache=CompileCache())
+    lines = r.log.splitlines()
+    at = next(i for i, line in enumerate(lines) if line.startswith("kernel.cu(3): error"))
+    assert lines[at + 1] == "  " + SYNTAX_ERROR.splitlines()[2] and lines[at + 2].strip() == "^"
+
+
+def test_quote_own_lines_on_a_recorded_log() -> None:
+    log = (
+        'kernel.cu(1): catastrophic error: cannot open source file "x"\n  #include "x"\n            ^\n'
+        "/etc/passwd(1): error: this declaration has no storage class or type specifier\n"
+        "  root:x:0:0:root:/root:/bin/bash\n  ^\n"
+        "/cuda/include/cuda_fp16.h(171): warning #47-D: incompatible redefinition of macro \"X\"\n"
+        "  #define X\n          ^\n"
+        "kernel.cu(9): error: beyond the source\n  anything at all\n  ^\n"
+        "2 errors detected in the compilation of \"kernel.cu\".\n"
+    )
+    out = quote_own_lines(log, 'int a = 0; // mine\n', "kernel.cu", ("/cuda/include",))
+    assert "root:" not in out and "#define X" not in out and "anything at all" not in out
+    assert out.splitlines() == [
+        'kernel.cu(1): catastrophic error: cannot open source file "x"', "  int a = 0; // mine", "            ^",
+        f"/etc/passwd(1): error: {WITHHELD}",
+        '/cuda/include/cuda_fp16.h(171): warning #47-D: incompatible redefinition of macro "X"',
+        "kernel.cu(9): error: beyond the source",
+        '2 errors detected in the compilation of "kernel.cu".',
+    ]
+
+
+# --- the disk cache: bounded, evicting, safe under concurrent writers ----------------------------
+
+def _kernel(i: int, pad: int = 0) -> str:
+    body = "".join(f"  x[{j}] = {j}.0f;\n" for j in range(pad))
+    return f'extern "C" __global__ void k{i}(float* x) {{\n  x[0] = {i}.0f;\n{body}}}\n'
+
+
+def _disk_bytes(d: Path) -> int:
+    return sum(p.stat().st_size for p in d.iterdir() if p.is_file())
+
+
+def test_the_disk_cache_evicts_the_least_recently_used_past_its_bound(tmp_path: Path) -> None:
+    probe = compile_kernel(_kernel(0), cache=CompileCache(tmp_path / "probe"))
+    entry = _disk_bytes(tmp_path / "probe")
+    assert entry > 0 and probe.ok
+    cache = CompileCache(tmp_path / "c", max_bytes=int(entry * 4.5))
+    compile_kernel(_kernel(1), cache=cache)
+    for i in range(2, 5):
+        compile_kernel(_kernel(i), cache=cache)
+        # entry 1 used again: fresh, so it outlives 2 and 3
+        assert CompileCache(tmp_path / "c").get(_key(cache, 1)) is not None
+    assert cache.evicted == 0
+    compile_kernel(_kernel(5), cache=cache)  # past 4.5 entries: evicted down to 3/4 of the bound
+    assert cache.evicted >= 2
+    assert _disk_bytes(tmp_path / "c") <= cache.max_bytes
+    fresh = CompileCache(tmp_path / "c")
+    assert fresh.get(_key(cache, 1)) is not None and fresh.get(_key(cache, 5)) is not None
+    assert fresh.get(_key(cache, 2)) is None
+
+
+def _key(cache: CompileCache, i: int) -> str:
+    return next(k for k, r in cache._items.items() if f"k{i}" in r.entries)
+
+
+def test_an_entry_over_the_cap_is_kept_without_its_ptx_or_not_at_all(tmp_path: Path) -> None:
+    big = compile_kernel(_kernel(7, pad=400), cache=CompileCache())
+    assert big.ok and big.ptx and big.cubin
+    cap = len(big.cubin) + 4096  # room for the CUBIN and the metadata, not the PTX
+    assert len(big.ptx) > 4096
+    cache = CompileCache(tmp_path / "c", max_entry_bytes=cap)
+    compile_kernel(_kernel(7, pad=400), cache=cache)
+    assert not list((tmp_path / "c").glob("*.ptx")) and len(list((tmp_path / "c").glob("*.cubin"))) == 1
+    again = compile_kernel(_kernel(7, pad=400), cache=CompileCache(tmp_path / "c"))
+    assert again.cache_hit and again.cubin == big.cubin and again.ptx is None
+    tiny = CompileCache(tmp_path / "t", max_entry_bytes=100)
+    compile_kernel(_kernel(7, pad=400), cache=tiny)
+    assert not (tmp_path / "t").exists() or not list((tmp_path / "t").iterdir())
+
+
+def test_concurrent_writers_of_one_entry(tmp_path: Path) -> None:
+    first = compile_kernel(GOOD, cache=CompileCache())
+    errors: list[BaseException] = []
+
+    def put() -> None:
+        try:
+            for _ in range(20):
+                CompileCache(tmp_path).put("k" * 64, first)
+        except BaseException as exc:  # noqa: BLE001 - collected for the assertion
+            errors.append(exc)
+
+    threads = [threading.Thread(target=put) for _ in range(6)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=60)
+    assert not errors
+    got = CompileCache(tmp_path).get("k" * 64)
+    assert got is not None and got.cubin == first.cubin
+    assert sorted(p.name for p in tmp_path.iterdir()) == [f"{'k' * 64}.{ext}" for ext in ("cubin", "json", "ptx")]
