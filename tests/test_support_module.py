@@ -36,3 +36,15 @@ def test_support_module_is_a_cached_cubin(tmp_path: Path) -> None:
     mtime = path.stat().st_mtime_ns
     assert support_module("sm_90", tmp_path) == path and path.stat().st_mtime_ns == mtime
     assert support_module("sm_80", tmp_path) != path
+
+
+@pytest.mark.parametrize("dtype", list(DType))
+def test_a_reference_compare_kernel_for_every_dtype(entries: dict[str, list[int]], dtype: DType) -> None:
+    # (actual, reference, n, abs_tol, rtol, rel_floor, result): the checked timed launches
+    assert entries[f"ko_compare_ref_{dtype.value}"] == [8] * 7
+
+
+@pytest.mark.parametrize("dtype", list(DType))
+def test_a_fill_kernel_for_every_dtype(entries: dict[str, list[int]], dtype: DType) -> None:
+    # (out, n, seed, launch, buffer u32, kind u32, a, b, low, range): native_harness/src/fresh.cpp
+    assert entries[f"ko_fill_{dtype.value}"] == [8, 8, 8, 8, 4, 4, 8, 8, 8, 8]

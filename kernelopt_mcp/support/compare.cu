@@ -13,6 +13,10 @@
 // Arithmetic uses the _rn intrinsics so the compiler cannot contract it into FMAs: the
 // mismatch rule and the maxima then round exactly as NumPy's do.
 //
+// ko_compare_ref_<dtype>(const T* actual, const T* reference, ...): the same rule with e =
+// (double)reference[i] (an output of the validated CUDA reference on the same inputs; used for
+// the checked timed launches, native_harness/PROTOCOL.md "Fresh inputs and checked launches").
+//
 // ko_bitwise_diff(const u8* a, const u8* b, u64 n, KoDiffResult* result): how many of the n
 // bytes differ and the first differing offset.
 //
@@ -118,14 +122,18 @@ __device__ Partial block_reduce(Partial p) {
   return p;
 }
 
-template <typename L>
-__device__ void compare(const typename L::Stored* actual, const double* expected, ko_u64 n,
-                        double abs_tol, double rtol, double rel_floor, KoCompareResult* result) {
+// E loads the expected values: Plain<double> for the float64 expected files, or the output's
+// own loader when the expected values are another launch's output (the CUDA reference's, for
+// the checked timed launches).
+template <typename L, typename E>
+__device__ void compare(const typename L::Stored* actual, const typename E::Stored* expected,
+                        ko_u64 n, double abs_tol, double rtol, double rel_floor,
+                        KoCompareResult* result) {
   Partial p{0, 0, ~0ull, 0.0, 0.0, 0.0};
   const ko_u64 stride = static_cast<ko_u64>(gridDim.x) * blockDim.x;
 #pragma unroll 4
   for (ko_u64 i = static_cast<ko_u64>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) {
-    const double e = expected[i];
+    const double e = E::load(expected, i);
     const double a = L::load(actual, i);
     const double abs_e = dabs(e);
     const double diff = dabs(__dsub_rn(a, e));
@@ -168,11 +176,18 @@ __device__ __forceinline__ ko_u64 nonzero_bytes(ko_u64 x) {
 
 }  // namespace ko_compare_detail
 
-#define KO_COMPARE_KERNEL(name, loader)                                                        \
-  extern "C" __global__ void ko_compare_##name(                                                \
-      const loader::Stored* actual, const double* expected, ko_u64 n, double abs_tol,          \
-      double rtol, double rel_floor, KoCompareResult* result) {                                \
-    ko_compare_detail::compare<loader>(actual, expected, n, abs_tol, rtol, rel_floor, result); \
+#define KO_COMPARE_KERNEL(name, loader)                                                         \
+  extern "C" __global__ void ko_compare_##name(                                                 \
+      const loader::Stored* actual, const double* expected, ko_u64 n, double abs_tol,           \
+      double rtol, double rel_floor, KoCompareResult* result) {                                 \
+    ko_compare_detail::compare<loader, ko_compare_detail::Plain<double> >(                      \
+        actual, expected, n, abs_tol, rtol, rel_floor, result);                                 \
+  }                                                                                             \
+  extern "C" __global__ void ko_compare_ref_##name(                                             \
+      const loader::Stored* actual, const loader::Stored* reference, ko_u64 n, double abs_tol,  \
+      double rtol, double rel_floor, KoCompareResult* result) {                                 \
+    ko_compare_detail::compare<loader, loader>(actual, reference, n, abs_tol, rtol, rel_floor,  \
+                                               result);                                         \
   }
 
 KO_COMPARE_KERNEL(int8, ko_compare_detail::Plain<signed char>)

@@ -177,7 +177,7 @@ void CaseRunner::run_repeat(json& result) {
       KO_CU(drv_.cuMemcpyDtoDAsync(d.saved.get(), d.data, d.spec->buffer.bytes, stream));
     }
   }
-  prepare_timed_launch(false);
+  prepare_timed_launch(false, false);
   launch();
   sync();
   compare_outputs(LaunchKind::repeat, result);

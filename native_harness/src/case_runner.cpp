@@ -2,10 +2,12 @@
 
 #include <cstring>
 #include <limits>
+#include <set>
 
 #include "errors.hpp"
 #include "file_io.hpp"
 #include "response.hpp"
+#include "support.hpp"
 #include "timing.hpp"
 
 namespace kernelopt::detail {
@@ -46,9 +48,20 @@ bool CaseRunner::run(json& cases) {
     if (result["status"] == "ok" && spec_.repeat_validation) run_repeat(result);
     if (result["status"] == "ok" && spec_.timing) {
       const bool flush = req_.flush_l2 && s_.can_flush_l2();
-      result["timing"] = time_work(
-          s_, *spec_.timing, {[&] { prepare_timed_launch(flush); }, [&] { launch(); }}, flush);
+      const std::set<std::size_t> checked(spec_.checked_launches.begin(),
+                                          spec_.checked_launches.end());
+      TimedWork work;
+      work.prepare = [&] { prepare_timed_launch(flush, redraws()); };
+      work.launch = [&] { launch(); };
+      if (!checked.empty()) {
+        work.after = [&](std::size_t sample) {
+          if (checked.count(sample) != 0) enqueue_reference_check(sample);
+        };
+      }
+      result["timing"] = time_work(s_, *spec_.timing, work, flush);
       if (spec_.has_timed_check()) run_timed_check(result);
+      if (spec_.confirm_launch) run_confirm(result);
+      if (spec_.has_fresh() || spec_.has_reference_checks()) report_reference_checks(result);
     }
   } catch (const CudaError& e) {
     result["error"] = case_error(e.info());
@@ -123,6 +136,7 @@ void CaseRunner::setup() {
     // it only after run() has drained the stream.
     DeviceArg& d = st_.buffers.emplace_back();
     d.spec = &arg;
+    d.index = static_cast<unsigned>(i);
     // Files first (reads, cache look-ups): only then the guarded buffer and its uploads.
     if (b.role != BufferRole::out) {
       d.input = stage(b.input, b.bytes, b.role == BufferRole::inout);
@@ -160,6 +174,7 @@ void CaseRunner::setup() {
 
   // Every allocation happens before the validation launch: running out of memory is then a
   // refused case (invalid_launch), never mistaken for a kernel fault.
+  if (spec_.timing && check_ != nullptr && spec_.has_reference_checks()) setup_reference();
   if (spec_.timing && req_.flush_l2) s_.prepare_flush_l2();
   if (!req_.support_module.empty()) s_.support_scratch();
 
@@ -199,19 +214,30 @@ void CaseRunner::launch() {
                             st_.params.empty() ? nullptr : st_.params.data(), nullptr));
 }
 
-void CaseRunner::prepare_timed_launch(bool flush) {
+void CaseRunner::prepare_timed_launch(bool flush, bool redraw) {
   const CUstream stream = s_.stream();
+  last_draw_.reset();
+  if (redraw) last_draw_ = draws_++;
   for (const auto& d : st_.buffers) {
     const auto& b = d.spec->buffer;
     if (b.bytes == 0) continue;
     if (b.role == BufferRole::out) {
       KO_CU(drv_.cuMemsetD8Async(
           d.data, b.init == BufferInit::zero ? std::uint8_t{0} : b.poison_byte, b.bytes, stream));
+    } else if (redraw && b.fresh) {
+      draw(d, d.data, *last_draw_);  // an inout buffer's redraw replaces its restore
     } else if (b.role == BufferRole::inout) {
       KO_CU(drv_.cuMemcpyDtoDAsync(d.data, d.input.device->get(), b.bytes, stream));
     }
   }
   if (flush) s_.flush_l2();
+}
+
+void CaseRunner::draw(const DeviceArg& d, CUdeviceptr dst, std::uint64_t draw_index) {
+  const auto& b = d.spec->buffer;
+  const CUfunction fill = s_.support().function(fill_kernel_name(*b.dtype));
+  enqueue_fill(drv_, fill, s_.sm_count(), s_.stream(), dst, b.bytes / scalar_size(*b.dtype),
+               *spec_.fresh_seed, draw_index, d.index, *b.fresh);
 }
 
 

@@ -39,6 +39,10 @@ struct DeviceArg {
   Source expected;        // out, inout with expected (device, float64)
   Source timed_expected;  // out, inout with timed_expected (device, float64)
   DeviceBuffer saved;     // repeat_validation: the validation launch's output
+  // Checked launches: the CUDA reference's copy of this buffer (in: its inputs, out/inout:
+  // its outputs), so it never reads what the candidate may have changed.
+  DeviceBuffer ref;
+  unsigned index = 0;     // the argument's position: the Philox stream of its fresh draws
   bool output_written = false;
 };
 
@@ -52,6 +56,17 @@ struct CaseState {
   std::vector<DeviceArg> buffers;
   std::vector<ParamSlot> slots;
   std::vector<void*> params;
+  // Checked launches: the reference's parameters (its own buffers) and one KoCompareResult
+  // per (check, output buffer).
+  std::vector<ParamSlot> ref_slots;
+  std::vector<void*> ref_params;
+  DeviceBuffer check_results;
+};
+
+// One launch whose outputs the reference checks: a measured sample or the confirm launch.
+struct ReferenceCheck {
+  std::optional<std::size_t> sample;  // measured sample index; none: the confirm launch
+  std::optional<std::uint64_t> draw;  // the fresh draw its inputs came from; none: not redrawn
 };
 
 
@@ -59,8 +74,10 @@ enum class LaunchKind { validation, repeat, timed };
 
 class CaseRunner {
  public:
-  CaseRunner(Session& s, CUfunction f, const Request& req, const CaseSpec& spec)
-      : s_(s), drv_(s.drv()), f_(f), req_(req), spec_(spec) {}
+  // `check` is the CUDA reference's kernel (request "check_module"), or nullptr.
+  CaseRunner(Session& s, CUfunction f, const Request& req, const CaseSpec& spec,
+             CUfunction check = nullptr)
+      : s_(s), drv_(s.drv()), f_(f), check_(check), req_(req), spec_(spec) {}
 
   // Appends the case's result to `cases`. Returns true when the error was fatal.
   bool run(nlohmann::json& cases);
@@ -82,16 +99,29 @@ class CaseRunner {
   static void set_status(nlohmann::json& result);
   void run_repeat(nlohmann::json& result);
   void run_timed_check(nlohmann::json& result);
-  void prepare_timed_launch(bool flush);
+  // Outside the timed window: outputs re-initialised, inout buffers restored (or redrawn),
+  // with `redraw` every buffer with a fresh spec drawn anew, then L2 flushed.
+  void prepare_timed_launch(bool flush, bool redraw);
+  void draw(const DeviceArg& d, CUdeviceptr dst, std::uint64_t draw_index);
+  // fresh.cpp: checked launches against the CUDA reference, the confirm launch.
+  void setup_reference();
+  void enqueue_reference_check(std::optional<std::size_t> sample);
+  void report_reference_checks(nlohmann::json& result);
+  void run_confirm(nlohmann::json& result);
+  bool redraws() const noexcept { return spec_.fresh_timed && spec_.has_fresh(); }
   nlohmann::json occupancy();
   void drain() noexcept { drv_.cuStreamSynchronize(s_.stream()); }
 
   Session& s_;
   const detail::DriverApi& drv_;
   CUfunction f_;
+  CUfunction check_;
   const Request& req_;
   const CaseSpec& spec_;
   CaseState st_;
+  std::uint64_t draws_ = 0;                 // fresh draws made so far (the next draw's index)
+  std::optional<std::uint64_t> last_draw_;  // the draw the last prepared launch saw
+  std::vector<ReferenceCheck> checks_;      // in the order of their check_results slots
 };
 
 }  // namespace kernelopt::detail

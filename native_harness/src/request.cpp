@@ -148,6 +148,49 @@ CompareTolerance parse_compare(const json& c, const std::string& path) {
   return t;
 }
 
+double as_finite(const json& v, const std::string& path) {
+  if (!v.is_number() || !std::isfinite(v.get<double>())) {
+    fail(path, std::string("must be a finite number, got ") +
+                   (v.is_number() ? v.dump() : std::string(type_name(v))));
+  }
+  return v.get<double>();
+}
+
+std::int64_t as_int64(const json& v, const std::string& path) {
+  if (v.is_number_unsigned() && v.get<std::uint64_t>() <= std::uint64_t(INT64_MAX)) {
+    return static_cast<std::int64_t>(v.get<std::uint64_t>());
+  }
+  if (v.is_number_integer() && !v.is_number_unsigned()) return v.get<std::int64_t>();
+  fail(path, std::string("must be an integer within int64, got ") +
+                 (v.is_number() ? v.dump() : std::string(type_name(v))));
+}
+
+// {"kind": "uniform", "low", "high"} | {"kind": "normal", "mean", "std"} |
+// {"kind": "randint", "low", "high"} (integers, high exclusive).
+FreshSpec parse_fresh(const json& f, const std::string& path) {
+  expect_object(f, path);
+  FreshSpec spec;
+  const auto kind_path = member_path(path, "kind");
+  const auto kind = as_string(require(f, path, "kind"), kind_path);
+  if (kind == "uniform" || kind == "normal") {
+    const char* first = kind == "uniform" ? "low" : "mean";
+    const char* second = kind == "uniform" ? "high" : "std";
+    spec.kind = kind == "uniform" ? FreshKind::uniform : FreshKind::normal;
+    spec.a = as_finite(require(f, path, first), member_path(path, first));
+    spec.b = as_finite(require(f, path, second), member_path(path, second));
+    if (spec.kind == FreshKind::normal && spec.b < 0) fail(member_path(path, "std"), "must be >= 0");
+  } else if (kind == "randint") {
+    spec.kind = FreshKind::randint;
+    spec.low = as_int64(require(f, path, "low"), member_path(path, "low"));
+    const auto high = as_int64(require(f, path, "high"), member_path(path, "high"));
+    if (high <= spec.low) fail(member_path(path, "high"), "must be greater than low");
+    spec.range = static_cast<std::uint64_t>(high) - static_cast<std::uint64_t>(spec.low);
+  } else {
+    fail(kind_path, "must be \"uniform\", \"normal\" or \"randint\", got \"" + kind + "\"");
+  }
+  return spec;
+}
+
 // The protocol 2 fields of a buffer: dtype, expected, timed_expected, timed_input, compare,
 // write_output. Each is refused on a role it cannot act on, like input/output are.
 void parse_buffer_v2(const json& a, const std::string& path, BufferArg& b) {
@@ -186,11 +229,19 @@ void parse_buffer_v2(const json& a, const std::string& path, BufferArg& b) {
     b.timed_input = as_string(*v, p);
   }
   if (const json* v = find(a, "compare")) {
-    const auto p = member_path(path, "compare");
-    if (b.expected.empty() && b.timed_expected.empty()) {
-      fail(p, "compares against nothing: give \"expected\" (or \"timed_expected\") too");
+    // Without expected values it still serves checked launches (parse_case refuses it there
+    // when the case has none).
+    b.compare = parse_compare(*v, member_path(path, "compare"));
+    b.has_compare = true;
+  }
+  if (const json* v = find(a, "fresh")) {
+    const auto p = member_path(path, "fresh");
+    if (!reads_input) {
+      fail(p, "an \"out\" buffer has no input to redraw; fresh inputs belong to \"in\" or "
+              "\"inout\" buffers");
     }
-    b.compare = parse_compare(*v, p);
+    if (!b.dtype) fail(member_path(path, "dtype"), "is required with \"fresh\"");
+    b.fresh = parse_fresh(*v, p);
   }
   if (const json* v = find(a, "write_output")) {
     b.write_output = as_bool(*v, member_path(path, "write_output"));
@@ -393,6 +444,71 @@ BaselineSpec parse_baseline(const json& doc) {
   return b;
 }
 
+// The case fields of "Fresh inputs and checked launches" (PROTOCOL.md).
+void parse_fresh_checks(const json& c, const std::string& path, CaseSpec& spec) {
+  if (const json* v = find(c, "fresh_seed")) {
+    spec.fresh_seed = as_uint(*v, member_path(path, "fresh_seed"), UINT64_MAX);
+  }
+  if (const json* v = find(c, "fresh_timed")) {
+    spec.fresh_timed = as_bool(*v, member_path(path, "fresh_timed"));
+  }
+  if (spec.has_fresh() && !spec.fresh_seed) {
+    fail(member_path(path, "fresh_seed"), "is required when a buffer has \"fresh\"");
+  }
+  if (const json* v = find(c, "check_launch")) {
+    spec.check_launch = parse_launch(*v, member_path(path, "check_launch"));
+  }
+  if (const json* v = find(c, "confirm_launch")) {
+    spec.confirm_launch = as_bool(*v, member_path(path, "confirm_launch"));
+    if (spec.confirm_launch && !spec.timing) {
+      fail(member_path(path, "confirm_launch"), "needs \"timing\" (it runs after the measured launches)");
+    }
+  }
+  if (const json* v = find(c, "checked_launches")) {
+    const auto p = member_path(path, "checked_launches");
+    if (!v->is_array()) fail(p, std::string("must be an array, got ") + type_name(*v));
+    if (!v->empty() && !spec.timing) fail(p, "needs \"timing\" (indices of measured samples)");
+    std::set<unsigned> seen;
+    for (std::size_t i = 0; i < v->size(); ++i) {
+      const auto ip = index_path(p, i);
+      const auto index = static_cast<unsigned>(as_uint((*v)[i], ip, max_iterations));
+      if (index >= spec.timing->iterations) {
+        fail(ip, "must be below timing.iterations (" + std::to_string(spec.timing->iterations) +
+                     "), got " + std::to_string(index));
+      }
+      if (!seen.insert(index).second) fail(ip, "duplicate index " + std::to_string(index));
+      spec.checked_launches.push_back(index);
+    }
+    if (spec.checked_launches.size() > max_checked_launches) {
+      fail(p, "at most " + std::to_string(max_checked_launches) + " checked launches");
+    }
+  }
+  if (spec.has_reference_checks() || !spec.checked_launches.empty()) {
+    if (!spec.check_launch) {
+      fail(member_path(path, "check_launch"), "is required with \"checked_launches\" (the CUDA "
+                                               "reference's grid, block and shared_bytes)");
+    }
+    for (std::size_t a = 0; a < spec.args.size(); ++a) {
+      const auto& arg = spec.args[a];
+      if (arg.kind != ArgKind::buffer || arg.buffer.role == BufferRole::in) continue;
+      const auto ap = index_path(member_path(path, "args"), a);
+      if (!arg.buffer.dtype || !arg.buffer.has_compare) {
+        fail(member_path(ap, arg.buffer.dtype ? "compare" : "dtype"),
+             "is required on every \"out\"/\"inout\" buffer of a case with checked launches");
+      }
+    }
+  }
+  for (std::size_t a = 0; a < spec.args.size(); ++a) {
+    const auto& b = spec.args[a].buffer;
+    if (spec.args[a].kind != ArgKind::buffer || !b.has_compare) continue;
+    if (b.expected.empty() && b.timed_expected.empty() && spec.checked_launches.empty() &&
+        !spec.check_launch) {
+      fail(member_path(index_path(member_path(path, "args"), a), "compare"),
+           "compares against nothing: give \"expected\" (or \"timed_expected\") too");
+    }
+  }
+}
+
 CaseSpec parse_case(const json& c, const std::string& path) {
   expect_object(c, path);
   CaseSpec spec;
@@ -421,6 +537,7 @@ CaseSpec parse_case(const json& c, const std::string& path) {
   if (const json* v = find(c, "repeat_validation")) {
     spec.repeat_validation = as_bool(*v, member_path(path, "repeat_validation"));
   }
+  parse_fresh_checks(c, path, spec);
   return spec;
 }
 
@@ -518,6 +635,17 @@ bool CaseSpec::has_compare() const noexcept {
   return false;
 }
 
+bool CaseSpec::has_fresh() const noexcept {
+  for (const auto& a : args) {
+    if (a.kind == ArgKind::buffer && a.buffer.fresh) return true;
+  }
+  return false;
+}
+
+bool CaseSpec::has_reference_checks() const noexcept {
+  return !checked_launches.empty() || (confirm_launch && check_launch.has_value());
+}
+
 const char* role_name(BufferRole r) noexcept {
   switch (r) {
     case BufferRole::in: return "in";
@@ -591,6 +719,12 @@ Request parse_request(const json& doc) {
     }
   }
   if (const json* v = find(doc, "input_cache")) req.input_cache = as_bool(*v, "input_cache");
+  if (const json* v = find(doc, "check_module")) req.check_module = as_string(*v, "check_module");
+  if (const json* v = find(doc, "check_entry")) req.check_entry = as_string(*v, "check_entry");
+  if (req.check_module.empty() != req.check_entry.empty()) {
+    fail(req.check_module.empty() ? "check_module" : "check_entry",
+         "is required with \"check_module\"/\"check_entry\" (the CUDA reference's module and kernel)");
+  }
   if (const json* v = find(doc, "input_cache_bytes")) {
     req.input_cache_bytes = as_uint(*v, "input_cache_bytes", max_buffer_bytes);
   }
@@ -604,6 +738,18 @@ Request parse_request(const json& doc) {
     auto spec = parse_case(cases[i], path);
     if (spec.timing) {
       require_support_for(*spec.timing, member_path(path, "timing"), !req.support_module.empty());
+    }
+    if (spec.has_reference_checks() && req.check_module.empty()) {
+      fail("check_module", "is required by " + member_path(path, "checked_launches") +
+                               " (the CUDA reference that checks the timed launches)");
+    }
+    if ((spec.has_reference_checks() || (spec.has_fresh() && spec.timing)) &&
+        req.support_module.empty()) {
+      fail("support_module", "is required by " + member_path(path, spec.has_reference_checks()
+                                                                      ? "checked_launches"
+                                                                      : "fresh_seed") +
+                                 " (ko_fill_<dtype> and ko_compare_ref_<dtype>): compile it with "
+                                 "kernelopt_mcp.support_module.support_module(arch)");
     }
     if (const auto [it, fresh] = seen.emplace(spec.name, i); !fresh) {
       fail(member_path(path, "name"), "duplicate case name \"" + spec.name + "\" (also " +

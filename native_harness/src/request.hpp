@@ -30,6 +30,18 @@ struct CompareTolerance {
   double rel_floor = 1;  // rms(expected), or 1.0 when that is 0; > 0
 };
 
+// How a buffer is redrawn on the device before every timed launch (protocol 2 "fresh"):
+// ko_fill_<dtype> of kernelopt_mcp/support/fill.cu with these parameters.
+enum class FreshKind { uniform = 0, normal = 1, randint = 2 };
+
+struct FreshSpec {
+  FreshKind kind = FreshKind::uniform;
+  double a = 0;              // uniform: low; normal: mean
+  double b = 0;              // uniform: high; normal: std
+  std::int64_t low = 0;      // randint: low (inclusive)
+  std::uint64_t range = 0;   // randint: high - low (> 0)
+};
+
 struct BufferArg {
   BufferRole role = BufferRole::in;
   std::uint64_t bytes = 0;
@@ -44,6 +56,8 @@ struct BufferArg {
   std::string timed_input;          // in, inout: replaces input for the timed check launch
   CompareTolerance compare;         // with expected / timed_expected
   bool write_output = false;        // with expected: write output even when it matches
+  bool has_compare = false;         // "compare" was given
+  std::optional<FreshSpec> fresh;   // in, inout: redrawn before every timed launch
 };
 
 struct ScalarArg {
@@ -98,6 +112,12 @@ struct CaseSpec {
   LaunchConfig launch;
   std::optional<TimingConfig> timing;  // absent or iterations == 0: validate only
   bool repeat_validation = false;      // protocol 2: second validation launch, bitwise diff
+  // Protocol 2, fresh inputs and checked launches (PROTOCOL.md):
+  std::optional<std::uint64_t> fresh_seed;  // Philox key of the device draws; hidden
+  bool fresh_timed = true;                  // redraw before every warm-up and measured launch
+  std::vector<unsigned> checked_launches;   // measured samples whose outputs the reference checks
+  std::optional<LaunchConfig> check_launch; // the CUDA reference's launch for this case
+  bool confirm_launch = false;              // one more fresh launch after timing, timed alone
 
   // Whether any buffer carries timed_input or timed_expected (the timed check launch).
   bool has_timed_check() const noexcept;
@@ -105,6 +125,11 @@ struct CaseSpec {
   bool has_expected() const noexcept;
   // Whether any buffer carries expected or timed_expected (the answer lists "compares").
   bool has_compare() const noexcept;
+  // Whether any buffer carries a fresh spec.
+  bool has_fresh() const noexcept;
+  // Whether launches of this case are checked against the CUDA reference (checked_launches,
+  // or the confirm launch with a check_launch).
+  bool has_reference_checks() const noexcept;
 };
 
 struct Request {
@@ -120,12 +145,16 @@ struct Request {
   bool input_cache = false;  // keep input/expected files resident on the device
   std::optional<std::uint64_t> input_cache_bytes;  // default: 30% of device memory
   BaselineSpec baseline;     // op == baseline
+  std::string check_module;  // the validated CUDA reference (CUBIN/PTX) for checked launches
+  std::string check_entry;
 };
 
 inline constexpr std::uint64_t max_guard_bytes = 16ull << 20;
 inline constexpr unsigned max_iterations = 100000;
 inline constexpr unsigned max_warmup = 10000;
 inline constexpr unsigned max_graph_batch = 1000;
+// checked_launches per case (each one runs the CUDA reference and a compare).
+inline constexpr std::size_t max_checked_launches = 64;
 // Largest m, n or k of a baseline GEMM (a 65536^2 float matrix is 16 GiB).
 inline constexpr std::uint64_t max_gemm_dim = 65536;
 // Expected files hold float64: one value per element.

@@ -2,6 +2,7 @@
 
 #include <chrono>
 #include <cstring>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -242,8 +243,30 @@ int run_request(Session& session, const Request& req, json& response) {
         default_cache_budget(session)));
     response["input_cache"] = cache_counters(session);
   }
+  // The CUDA reference that checks timed launches: the tool's (validated), so a module that
+  // does not load is a bad request, never the candidate's module_load.
+  std::optional<detail::Module> check_module;
+  CUfunction check = nullptr;
+  if (!req.check_module.empty()) {
+    const ModuleLoad ref = load_module_image(drv, read_file(req.check_module));
+    if (ref.result != CUDA_SUCCESS) {
+      if (detail::is_context_fatal(ref.result)) {
+        detail::throw_cuda_error(ref.result, "cuModuleLoadDataEx(check_module)", __FILE__, __LINE__);
+      }
+      throw BadRequest("check_module: " + req.check_module + " could not be loaded: " + ref.log);
+    }
+    check_module.emplace(ref.module);
+    const CUresult r = drv.cuModuleGetFunction(&check, ref.module, req.check_entry.c_str());
+    if (r != CUDA_SUCCESS) {
+      if (detail::is_context_fatal(r)) {
+        detail::throw_cuda_error(r, "cuModuleGetFunction(check_module)", __FILE__, __LINE__);
+      }
+      throw BadRequest("check_entry: no kernel named \"" + req.check_entry + "\" in " +
+                       req.check_module);
+    }
+  }
   for (const auto& spec : req.cases) {
-    detail::CaseRunner runner(session, f, req, spec);
+    detail::CaseRunner runner(session, f, req, spec, check);
     const bool fatal = runner.run(response["cases"]);
     if (req.input_cache) response["input_cache"] = cache_counters(session);
     if (fatal) return exit_fatal_cuda;

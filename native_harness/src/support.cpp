@@ -119,6 +119,10 @@ std::vector<std::string> support_kernels_needed(const Request& req) {
       if (!b.expected.empty() || !b.timed_expected.empty()) {
         add_once(names, compare_kernel_name(*b.dtype));
       }
+      if (b.fresh && spec.timing) add_once(names, fill_kernel_name(*b.dtype));
+      if (spec.has_reference_checks() && b.role != BufferRole::in) {
+        add_once(names, compare_ref_kernel_name(*b.dtype));
+      }
     }
   }
   return names;
@@ -146,6 +150,66 @@ unsigned support_grid(const detail::DriverApi& drv, CUfunction f, int sm_count,
   return grid == 0 ? 1u : static_cast<unsigned>(grid);
 }
 
+std::string fill_kernel_name(ScalarType dtype) {
+  return std::string("ko_fill_") + scalar_type_name(dtype);
+}
+
+std::string compare_ref_kernel_name(ScalarType dtype) {
+  return std::string("ko_compare_ref_") + scalar_type_name(dtype);
+}
+
+void enqueue_fill(const detail::DriverApi& drv, CUfunction fill, int sm_count, CUstream stream,
+                  CUdeviceptr out, std::uint64_t elements, std::uint64_t seed,
+                  std::uint64_t launch, unsigned buffer, const FreshSpec& spec) {
+  if (elements == 0) return;
+  unsigned kind = static_cast<unsigned>(spec.kind);
+  double a = spec.a;
+  double b = spec.b;
+  long long low = spec.low;
+  unsigned long long range = spec.range;
+  unsigned long long n = elements;
+  unsigned long long s = seed;
+  unsigned long long l = launch;
+  void* params[] = {&out, &n, &s, &l, &buffer, &kind, &a, &b, &low, &range};
+  KO_CU(drv.cuLaunchKernel(fill, support_grid(drv, fill, sm_count, elements), 1, 1,
+                           support_block, 1, 1, 0, stream, params, nullptr));
+}
+
+void enqueue_compare(const detail::DriverApi& drv, CUfunction compare, int sm_count,
+                     CUstream stream, CUdeviceptr actual, CUdeviceptr expected,
+                     std::uint64_t elements, const CompareTolerance& tol, CUdeviceptr result) {
+  if (elements == 0) return;
+  double abs_tol = tol.abs_tol;
+  double rtol = tol.rtol;
+  double rel_floor = tol.rel_floor;
+  void* params[] = {&actual, &expected, &elements, &abs_tol, &rtol, &rel_floor, &result};
+  KO_CU(drv.cuLaunchKernel(compare, support_grid(drv, compare, sm_count, elements), 1, 1,
+                           support_block, 1, 1, 0, stream, params, nullptr));
+}
+
+void init_compare_results(const detail::DriverApi& drv, CUstream stream, CUdeviceptr results,
+                          std::size_t count) {
+  for (std::size_t i = 0; i < count; ++i) {
+    reset_scratch(drv, stream, results + i * sizeof(detail::KoCompareResult),
+                  sizeof(detail::KoCompareResult),
+                  offsetof(detail::KoCompareResult, first_mismatch));
+  }
+}
+
+CompareFigures compare_figures(const detail::KoCompareResult& r, std::uint64_t elements) {
+  CompareFigures fig;
+  fig.elements = elements;
+  fig.mismatches = r.mismatches;
+  fig.nonfinite = r.nonfinite;
+  if (r.first_mismatch != none) fig.first_mismatch = r.first_mismatch;
+  // compare.py reports the maxima as inf as soon as one output element is NaN/Inf.
+  constexpr double inf = std::numeric_limits<double>::infinity();
+  fig.max_abs_error = r.nonfinite != 0 ? inf : from_bits(r.max_abs_bits);
+  fig.max_rel_error = r.nonfinite != 0 ? inf : from_bits(r.max_rel_bits);
+  fig.err_sq = r.err_sq;
+  return fig;
+}
+
 CompareFigures device_compare(const detail::DriverApi& drv, CUfunction compare, int sm_count,
                               CUstream stream, CUdeviceptr actual, CUdeviceptr expected,
                               std::uint64_t elements, const CompareTolerance& tol,
@@ -170,15 +234,8 @@ CompareFigures device_compare(const detail::DriverApi& drv, CUfunction compare, 
   KO_CU(drv.cuStreamSynchronize(stream));
   float ms = 0;
   KO_CU(drv.cuEventElapsedTime(&ms, start.get(), stop.get()));
+  fig = compare_figures(r, elements);
   fig.kernel_ms = ms;
-  fig.mismatches = r.mismatches;
-  fig.nonfinite = r.nonfinite;
-  if (r.first_mismatch != none) fig.first_mismatch = r.first_mismatch;
-  // compare.py reports the maxima as inf as soon as one output element is NaN/Inf.
-  constexpr double inf = std::numeric_limits<double>::infinity();
-  fig.max_abs_error = r.nonfinite != 0 ? inf : from_bits(r.max_abs_bits);
-  fig.max_rel_error = r.nonfinite != 0 ? inf : from_bits(r.max_rel_bits);
-  fig.err_sq = r.err_sq;
   return fig;
 }
 

@@ -106,6 +106,27 @@ unsigned support_grid(const detail::DriverApi& drv, CUfunction f, int sm_count,
                       std::uint64_t items);
 inline constexpr unsigned support_block = 256;
 
+// fill.cu and compare.cu's reference compare: "ko_fill_float32", "ko_compare_ref_float32", ...
+std::string fill_kernel_name(ScalarType dtype);
+std::string compare_ref_kernel_name(ScalarType dtype);
+
+// Enqueues `fill` (a ko_fill_<dtype>) over `elements` elements at `out`: the values of
+// (seed, launch, buffer) as fill.cu defines them. Does not wait. Throws CudaError.
+void enqueue_fill(const detail::DriverApi& drv, CUfunction fill, int sm_count, CUstream stream,
+                  CUdeviceptr out, std::uint64_t elements, std::uint64_t seed,
+                  std::uint64_t launch, unsigned buffer, const FreshSpec& spec);
+
+// Enqueues `compare` (a ko_compare_<dtype> or ko_compare_ref_<dtype>) accumulating into
+// `result` (a KoCompareResult the caller initialised with init_compare_results). Does not wait.
+void enqueue_compare(const detail::DriverApi& drv, CUfunction compare, int sm_count,
+                     CUstream stream, CUdeviceptr actual, CUdeviceptr expected,
+                     std::uint64_t elements, const CompareTolerance& tol, CUdeviceptr result);
+// Sets `count` consecutive KoCompareResult at `results` to "nothing found yet".
+void init_compare_results(const detail::DriverApi& drv, CUstream stream, CUdeviceptr results,
+                          std::size_t count);
+// The figures of a KoCompareResult read back from the device.
+CompareFigures compare_figures(const detail::KoCompareResult& r, std::uint64_t elements);
+
 // Runs `compare` (a ko_compare_<dtype>) over `elements` elements on `stream` and waits for it.
 // `scratch` is support_result_bytes of device memory. Throws CudaError.
 CompareFigures device_compare(const detail::DriverApi& drv, CUfunction compare, int sm_count,

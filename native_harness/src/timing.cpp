@@ -127,8 +127,10 @@ class Sampler {
     if (spin_ != nullptr) flag_.emplace(drv_, s_.stream());
   }
 
+  // `after` (may be empty) runs after each sample's stop event with the sample's index in `out`.
   void collect(const std::function<void()>& prepare, const std::function<void()>& unit,
-               std::size_t count, unsigned launches_per_unit, std::vector<double>& out) {
+               std::size_t count, unsigned launches_per_unit, std::vector<double>& out,
+               const std::function<void(std::size_t)>& after = {}) {
     const std::size_t batch = spin_ != nullptr ? std::min(count, blocking_batch) : count;
     if (batch == 0) return;
     // Every event exists before the first launch, so creating one never lands in a window.
@@ -149,6 +151,7 @@ class Sampler {
         KO_CU(drv_.cuEventRecord(starts_[i].get(), stream));
         unit();
         KO_CU(drv_.cuEventRecord(stops_[i].get(), stream));
+        if (after) after(out.size() + i);
       }
       if (flag_) flag_->release();
       KO_CU(drv_.cuStreamSynchronize(stream));
@@ -222,7 +225,7 @@ Measurement measure(Session& s, Sampler& sampler, const TimingConfig& cfg, const
     unit = [&] { KO_CU(drv.cuGraphLaunch(exec.get(), s.stream())); };
   }
 
-  sampler.collect(work.prepare, unit, cfg.iterations, m.graph_batch, m.times);
+  sampler.collect(work.prepare, unit, cfg.iterations, m.graph_batch, m.times, work.after);
 
   if (cfg.adaptive) {
     AdaptiveLimits limits;
@@ -237,7 +240,7 @@ Measurement measure(Session& s, Sampler& sampler, const TimingConfig& cfg, const
       step = adaptive_step(rse, m.times.size(), elapsed, limits);
       if (step != AdaptiveStep::more) break;
       sampler.collect(work.prepare, unit, adaptive_round(cfg.iterations, m.times.size(), limits),
-                      m.graph_batch, m.times);
+                      m.graph_batch, m.times, work.after);
     }
     json a = json::object();
     a["rse"] = std::isfinite(rse) ? json(rse) : json(nullptr);

@@ -3,6 +3,7 @@
 // kernel case (case_runner.cpp) and a library baseline (baseline.cpp) both hand it a TimedWork.
 #pragma once
 
+#include <cstddef>
 #include <functional>
 
 #include <nlohmann/json_fwd.hpp>
@@ -20,6 +21,10 @@ struct TimedWork {
   // Between the events: the measured work. In graph mode it is captured into a CUDA graph,
   // so it must be capturable (kernel launches, library calls on the stream).
   std::function<void()> launch;
+  // After the stop event of measured sample `sample` (0-based, adaptive rounds included),
+  // outside the timed window: enqueue the checks of that sample (the case's checked launches).
+  // Not called for warm-up launches or the launch-overhead measurement. May be empty.
+  std::function<void(std::size_t sample)> after;
 };
 
 // Runs warm-up and measurement as `timing` asks and returns the answer's "timing" object

@@ -6,7 +6,8 @@
 //
 // A module file is valid when it starts with "FAKE-MODULE"; anything else fails to load with
 // a JIT log. Every module holds every kernel, including CPU versions of the support module's
-// ko_compare_<dtype>, ko_bitwise_diff, ko_spin and ko_empty, except a module whose text contains
+// ko_compare_<dtype>, ko_compare_ref_<dtype>, ko_fill_<dtype>, ko_bitwise_diff, ko_spin and
+// ko_empty, except a module whose text contains
 // "NO-SUPPORT-KERNELS" (an out-of-date support module), which lacks the ko_* ones, or
 // "NO-TIMING-KERNELS" (one built from compare.cu alone), which lacks ko_spin and ko_empty.
 // Environment knobs:
@@ -37,6 +38,8 @@ CUresult g_sticky = CUDA_SUCCESS;   // once set, every call returns it, like a d
 CUresult g_pending = CUDA_SUCCESS;  // an asynchronous fault surfacing at the next sync
 double g_clock_ms = 0;              // advanced by kernels; read by event records
 unsigned long g_launches = 0;
+unsigned long g_fills = 0;        // ko_fill_<dtype> launches
+unsigned long g_ref_compares = 0; // ko_compare_ref_<dtype> launches
 
 std::map<std::uintptr_t, std::size_t> g_allocs;
 std::set<void*> g_events;
@@ -69,8 +72,11 @@ struct Event {
 struct LeakCheck {
   ~LeakCheck() {
     if (std::getenv("FAKE_CUDA_STATS") != nullptr) {
-      std::fprintf(stderr, "fake libcuda stats: launches=%lu spins=%lu graph_launches=%lu graph_kernels=%lu\n",
-                   g_launches, g_spin_launches, g_graph_launches, g_graph_kernels);
+      std::fprintf(stderr,
+                   "fake libcuda stats: launches=%lu spins=%lu graph_launches=%lu graph_kernels=%lu "
+                   "fills=%lu ref_compares=%lu\n",
+                   g_launches, g_spin_launches, g_graph_launches, g_graph_kernels, g_fills,
+                   g_ref_compares);
     }
     if (g_sticky != CUDA_SUCCESS || g_pending != CUDA_SUCCESS) {
       // A dead context cannot free anything; the real driver reclaims it all at exit.
@@ -281,8 +287,56 @@ void spin_run(void** p) {
 }
 void empty_run(void**) {}
 
+// ko_fill_<dtype>(T* out, u64 n, u64 seed, u64 launch, u32 buffer, u32 kind, double a,
+// double b, i64 low, u64 range): not fill.cu's Philox, only a deterministic function of
+// (seed, launch, buffer, i) in the generator's range, which is what the harness relies on.
+std::uint64_t mix(std::uint64_t x) {
+  x += 0x9E3779B97F4A7C15ull;
+  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+  return x ^ (x >> 31);
+}
+template <typename T>
+void fill_run(void** p) {
+  ++g_fills;
+  auto* out = reinterpret_cast<T*>(arg<CUdeviceptr>(p, 0));
+  const auto n = arg<std::uint64_t>(p, 1);
+  const auto seed = arg<std::uint64_t>(p, 2);
+  const auto launch = arg<std::uint64_t>(p, 3);
+  const auto buffer = arg<std::uint32_t>(p, 4);
+  const auto kind = arg<std::uint32_t>(p, 5);
+  const auto a = arg<double>(p, 6);
+  const auto b = arg<double>(p, 7);
+  const auto low = arg<std::int64_t>(p, 8);
+  const auto range = arg<std::uint64_t>(p, 9);
+  for (std::uint64_t i = 0; i < n; ++i) {
+    const std::uint64_t h = mix(seed ^ mix(launch * 0x100000001B3ull + buffer) ^ mix(i));
+    const double u = static_cast<double>(h >> 11) * 0x1p-53;
+    double v = kind == 2 ? static_cast<double>(low + static_cast<std::int64_t>(h % range))
+                         : kind == 0 ? a + (b - a) * u : a + b * (2 * u - 1);
+    out[i] = static_cast<T>(v);
+  }
+}
+// ko_compare_ref_<dtype>: ko_compare_<dtype> with the reference output as the expected values.
+template <double (*Load)(const std::uint8_t*, std::uint64_t)>
+void compare_ref_run(void** p) {
+  ++g_ref_compares;
+  const auto* reference = bytes_at(arg<CUdeviceptr>(p, 1));
+  const auto n = arg<std::uint64_t>(p, 2);
+  std::vector<double> expected(n);
+  for (std::uint64_t i = 0; i < n; ++i) expected[i] = Load(reference, i);
+  CUdeviceptr e = reinterpret_cast<CUdeviceptr>(expected.data());
+  void* q[] = {p[0], &e, p[2], p[3], p[4], p[5], p[6]};
+  compare_run<Load>(q);
+}
+
 #define FAKE_COMPARE(dtype, load) \
   {"ko_compare_" #dtype, {8, 8, 8, 8, 8, 8, 8}, 0.01, 1536, 48 * 1024, compare_run<load>}
+
+#define FAKE_REF(dtype, load, T)                                                          \
+  {"ko_compare_ref_" #dtype, {8, 8, 8, 8, 8, 8, 8}, 0.01, 1536, 48 * 1024,                \
+   compare_ref_run<load>},                                                                 \
+  {"ko_fill_" #dtype, {8, 8, 8, 8, 4, 4, 8, 8, 8, 8}, 0.02, 0, 48 * 1024, fill_run<T>}
 
 Kernel g_kernels[] = {
     {"stamp_kernel", {8, 4}, 0.125, 0, 48 * 1024, stamp_run},
@@ -300,6 +354,18 @@ Kernel g_kernels[] = {
     FAKE_COMPARE(bfloat16, load_bf16),
     FAKE_COMPARE(float32, load_plain<float>),
     FAKE_COMPARE(float64, load_plain<double>),
+    FAKE_REF(int8, load_plain<std::int8_t>, std::int8_t),
+    FAKE_REF(int16, load_plain<std::int16_t>, std::int16_t),
+    FAKE_REF(int32, load_plain<std::int32_t>, std::int32_t),
+    FAKE_REF(int64, load_plain<std::int64_t>, std::int64_t),
+    FAKE_REF(uint8, load_plain<std::uint8_t>, std::uint8_t),
+    FAKE_REF(uint16, load_plain<std::uint16_t>, std::uint16_t),
+    FAKE_REF(uint32, load_plain<std::uint32_t>, std::uint32_t),
+    FAKE_REF(uint64, load_plain<std::uint64_t>, std::uint64_t),
+    FAKE_REF(float16, load_half, std::uint16_t),
+    FAKE_REF(bfloat16, load_bf16, std::uint16_t),
+    FAKE_REF(float32, load_plain<float>, float),
+    FAKE_REF(float64, load_plain<double>, double),
     {"ko_bitwise_diff", {8, 8, 8, 8}, 0.01, 512, 48 * 1024, bitwise_diff_run},
     {"ko_spin", {8, 8, 8}, 0.0, 0, 48 * 1024, spin_run},
     {"ko_empty", {}, 0.002, 0, 48 * 1024, empty_run},

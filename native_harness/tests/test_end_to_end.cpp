@@ -12,6 +12,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <functional>
 #include <fstream>
 #include <sstream>
 #include <string>
@@ -167,7 +168,8 @@ json request(const std::string& entry, json cases, std::uint64_t guard = 1024) {
 
 // The fake's counters, printed at exit with FAKE_CUDA_STATS=1.
 struct Stats {
-  unsigned long launches = 0, spins = 0, graph_launches = 0, graph_kernels = 0;
+  unsigned long launches = 0, spins = 0, graph_launches = 0, graph_kernels = 0, fills = 0,
+                ref_compares = 0;
 };
 Stats stats_of(const Run& r) {
   Stats s;
@@ -177,8 +179,11 @@ Stats stats_of(const Run& r) {
     ++test::failures();
     return s;
   }
-  std::sscanf(r.err.c_str() + at, "fake libcuda stats: launches=%lu spins=%lu graph_launches=%lu graph_kernels=%lu",
-              &s.launches, &s.spins, &s.graph_launches, &s.graph_kernels);
+  std::sscanf(r.err.c_str() + at,
+              "fake libcuda stats: launches=%lu spins=%lu graph_launches=%lu graph_kernels=%lu "
+              "fills=%lu ref_compares=%lu",
+              &s.launches, &s.spins, &s.graph_launches, &s.graph_kernels, &s.fills,
+              &s.ref_compares);
   return s;
 }
 
@@ -191,7 +196,8 @@ TEST_CASE("--version") {
                           {"protocol", 2},
                           {"features", {"support_module", "input_cache", "device_compare",
                                         "determinism", "timed_inputs", "blocking", "graph",
-                                        "adaptive", "baseline_cublas"}}}));
+                                        "adaptive", "baseline_cublas", "fresh_inputs",
+                                        "timed_check", "confirm_launch"}}}));
 }
 
 TEST_CASE("usage errors exit 2 with a JSON answer and usage on stderr") {
@@ -1080,6 +1086,166 @@ TEST_CASE("timed inputs after graph and blocking timing: one events-style checke
     const auto st = stats_of(r);
     CHECK_MSG(st.graph_launches == 2 * 5 && st.spins == 2, r.err);
   }
+}
+
+namespace {
+
+// compare_case with fresh inputs: `in` redrawn (uniform [1, 2) float32) before every timed
+// launch, the outputs of `checked` measured samples compared with copy_kernel as the reference.
+json fresh_case(const std::string& name, json timing, json checked, bool confirm = false) {
+  auto c = compare_case(name, {1, 2, 3, 4}, {1, 2, 3, 4}, std::move(timing));
+  c["args"][0]["dtype"] = "float32";
+  c["args"][0]["fresh"] = {{"kind", "uniform"}, {"low", 1.0}, {"high", 2.0}};
+  c["fresh_seed"] = 12345;
+  c["checked_launches"] = std::move(checked);
+  c["check_launch"] = launch();
+  if (confirm) c["confirm_launch"] = true;
+  return c;
+}
+
+json with_reference(json req, const std::string& entry = "copy_kernel") {
+  req["check_module"] = path("module.fake");
+  req["check_entry"] = entry;
+  return req;
+}
+
+}  // namespace
+
+TEST_CASE("fresh inputs: every timed launch redrawn, checked launches agree with the reference") {
+  const auto r = run_request(
+      with_reference(request_v2("copy_kernel", {fresh_case("fr", {{"warmup", 2}, {"iterations", 5}},
+                                                           {1, 4}, true)})),
+      {"FAKE_CUDA_STATS=1"});
+  CHECK_MSG(r.rc == 0, r.out + r.err);
+  const auto& res = r.answer["cases"][0];
+  CHECK_MSG(res["status"] == "ok", res.dump());
+  const auto& t = res["timing"];
+  CHECK(t["fresh_buffers"] == json::array({"in"}));
+  // 2 warm-up + 5 measured + the confirm launch, each its own draw.
+  CHECK_MSG(t["fresh_draws"] == 8, t.dump());
+  CHECK(t["confirm_launch_ms"].is_number());
+  const auto& checks = res["timed_checks"];
+  CHECK_MSG(checks.size() == 3, res.dump());
+  if (checks.size() == 3) {
+    CHECK(checks[0]["launch"] == "measured" && checks[0]["sample"] == 1 && checks[0]["draw"] == 3);
+    CHECK(checks[1]["sample"] == 4 && checks[1]["draw"] == 6);
+    CHECK(checks[2]["launch"] == "confirm" && checks[2]["sample"].is_null() && checks[2]["draw"] == 7);
+    CHECK(checks[2]["time_ms"] == t["confirm_launch_ms"]);
+    CHECK(checks[0]["time_ms"] == t["times_ms"][1]);
+    for (const auto& c : checks) CHECK(c["buffer"] == "out" && c["mismatches"] == 0 && c["elements"] == 4);
+  }
+  const auto st = stats_of(r);
+  // 8 candidate draws + 3 reference redraws of the same draws; one reference compare per check.
+  CHECK_MSG(st.fills == 11 && st.ref_compares == 3, r.err);
+  // The validation launch still saw the request's input (its expected values matched).
+  CHECK(res["compares"][0]["mismatches"] == 0);
+}
+
+TEST_CASE("fresh inputs: a kernel that replays its first result fails the checked launches") {
+  for (const bool fresh : {true, false}) {
+    auto c = fresh_case("rp", {{"warmup", 1}, {"iterations", 4}}, {0, 3});
+    if (!fresh) {
+      c["args"][0].erase("fresh");
+    }
+    const auto r = run_request(with_reference(request_v2("replay_kernel", {c})));
+    CHECK_MSG(r.rc == 0, r.out + r.err);
+    const auto& checks = r.answer["cases"][0]["timed_checks"];
+    CHECK_MSG(checks.size() == 2, r.answer.dump());
+    if (checks.size() != 2) continue;
+    // On fresh inputs the replayed first result is wrong; on the same bytes every launch it
+    // is right, which is the hole fresh inputs close.
+    CHECK_MSG(checks[0]["mismatches"] == (fresh ? 4 : 0), checks.dump());
+    CHECK(checks[1]["mismatches"] == (fresh ? 4 : 0));
+    if (fresh) CHECK(checks[0]["first_mismatch"] == 0);
+    CHECK(r.answer["cases"][0]["timing"]["fresh_buffers"] == (fresh ? json::array({"in"}) : json::array()));
+  }
+}
+
+TEST_CASE("fresh inputs: an inout buffer is redrawn instead of restored; the reference gets the same") {
+  // axpy_kernel: y = a * x + y, x in and y inout, both redrawn; the reference is axpy_kernel too.
+  const std::size_t n = 8;
+  spit(path("ax_x.bin"), raw_of(std::vector<float>(n, 1.0f)));
+  spit(path("ax_y.bin"), raw_of(std::vector<float>(n, 2.0f)));
+  json x = buffer("x", "in", n * 4, path("ax_x.bin"));
+  json y = buffer("y", "inout", n * 4, path("ax_y.bin"), path("ax_y_out.bin"));
+  for (json* b : {&x, &y}) {
+    (*b)["dtype"] = "float32";
+    (*b)["fresh"] = {{"kind", "normal"}, {"mean", 0.0}, {"std", 1.0}};
+  }
+  y["compare"] = {{"abs_tol", 1e-6}, {"rtol", 1e-6}, {"rel_floor", 1.0}};
+  json c = {{"name", "ax"},
+            {"args", {scalar("a", "float32", raw_hex<float>(3.0f)), x, y,
+                      scalar("n", "uint32", raw_hex<std::uint32_t>(n))}},
+            {"launch", launch()}, {"timing", {{"warmup", 1}, {"iterations", 3}, {"blocking", true}}},
+            {"fresh_seed", 7}, {"checked_launches", {0, 1, 2}}, {"check_launch", launch()}};
+  const auto r = run_request(with_reference(request_v2("axpy_kernel", {c}), "axpy_kernel"),
+                             {"FAKE_CUDA_STATS=1"});
+  CHECK_MSG(r.rc == 0, r.out + r.err);
+  const auto& res = r.answer["cases"][0];
+  CHECK_MSG(res["status"] == "ok" && res["timed_checks"].size() == 3, res.dump());
+  for (const auto& e : res["timed_checks"]) CHECK_MSG(e["mismatches"] == 0, e.dump());
+  // The validation launch ran on the files: y = 3 * 1 + 2.
+  CHECK(slurp(path("ax_y_out.bin")) == raw_of(std::vector<float>(n, 5.0f)));
+  // 4 launches x 2 buffers, plus 3 checks x 2 buffers for the reference; one spin per batch.
+  const auto st = stats_of(r);
+  CHECK_MSG(st.fills == 8 + 6 && st.spins == 2, r.err);
+}
+
+TEST_CASE("fresh inputs: graph mode redraws before every replay and checks after it") {
+  const auto r = run_request(
+      with_reference(request_v2(
+          "copy_kernel", {fresh_case("fg", {{"warmup", 1}, {"iterations", 3}, {"mode", "graph"},
+                                            {"graph_batch", 2}}, {2})})),
+      {"FAKE_CUDA_STATS=1"});
+  CHECK_MSG(r.rc == 0, r.out + r.err);
+  const auto& res = r.answer["cases"][0];
+  CHECK_MSG(res["timed_checks"].size() == 1 && res["timed_checks"][0]["mismatches"] == 0, res.dump());
+  // 1 warm-up + 1 upload replay + 3 measured replays, each prepared with its own draw.
+  CHECK_MSG(res["timing"]["fresh_draws"] == 5, res.dump());
+  CHECK(res["timed_checks"][0]["draw"] == 4);
+}
+
+TEST_CASE("fresh inputs: malformed fields exit 2 naming the field") {
+  auto base = [] { return fresh_case("bad", {{"iterations", 2}}, {0}); };
+  struct Bad {
+    std::function<void(json&, json&)> edit;
+    std::string message;
+  };
+  const std::vector<Bad> bads = {
+      {[](json&, json& c) { c["args"][1]["fresh"] = {{"kind", "uniform"}, {"low", 0}, {"high", 1}}; },
+       "cases[0].args[1].fresh: an \"out\" buffer has no input to redraw"},
+      {[](json&, json& c) { c["args"][0].erase("dtype"); }, "cases[0].args[0].dtype: is required with \"fresh\""},
+      {[](json&, json& c) { c.erase("fresh_seed"); }, "cases[0].fresh_seed: is required"},
+      {[](json&, json& c) { c["args"][0]["fresh"]["kind"] = "zipf"; }, "cases[0].args[0].fresh.kind: must be"},
+      {[](json&, json& c) { c["args"][0]["fresh"] = {{"kind", "randint"}, {"low", 5}, {"high", 5}}; },
+       "cases[0].args[0].fresh.high: must be greater than low"},
+      {[](json&, json& c) { c["checked_launches"] = {2}; }, "cases[0].checked_launches[0]: must be below timing.iterations (2)"},
+      {[](json&, json& c) { c["checked_launches"] = {1, 1}; }, "duplicate index 1"},
+      {[](json&, json& c) { c.erase("check_launch"); }, "cases[0].check_launch: is required"},
+      {[](json&, json& c) { c["args"][1].erase("compare"); c["args"][1].erase("expected"); },
+       "cases[0].args[1].compare: is required on every"},
+      {[](json& r, json&) { r.erase("check_module"); r.erase("check_entry"); }, "check_module: is required by cases[0]"},
+      {[](json& r, json&) { r.erase("check_entry"); }, "check_entry: is required"},
+  };
+  for (const auto& bad : bads) {
+    auto req = with_reference(request_v2("copy_kernel", {base()}));
+    bad.edit(req, req["cases"][0]);
+    const auto r = run_request(req);
+    CHECK_MSG(r.rc == 2, bad.message + ": " + r.out);
+    CHECK_MSG(test::contains(r.answer["error"]["message"].get<std::string>(), bad.message),
+              bad.message + " vs " + r.answer.dump());
+  }
+  // A check module the driver refuses is a bad request, not the candidate's module_load.
+  auto req = with_reference(request_v2("copy_kernel", {base()}));
+  spit(path("broken_ref.fake"), "not a module");
+  req["check_module"] = path("broken_ref.fake");
+  auto r = run_request(req);
+  CHECK_MSG(r.rc == 2 && test::contains(r.answer["error"]["message"].get<std::string>(), "check_module:"),
+            r.out);
+  req = with_reference(request_v2("copy_kernel", {base()}), "no_such_kernel");
+  r = run_request(req);
+  CHECK_MSG(r.rc == 2 && test::contains(r.answer["error"]["message"].get<std::string>(), "check_entry:"),
+            r.out);
 }
 
 int main(int argc, char** argv) {

@@ -1,0 +1,173 @@
+// Fresh inputs drawn on the device (native_harness/PROTOCOL.md, "Fresh inputs and checked
+// launches"): before every timed launch, outside the timed window, the harness redraws each
+// input buffer that has a `fresh` spec, so no two timed launches see the same input bytes and
+// a kernel cannot recognise inputs it has seen. No headers (no curand): bare NVRTC builds it.
+//
+// ko_fill_<dtype>(T* out, u64 n, u64 seed, u64 launch, u32 buffer, u32 kind, double a,
+//                 double b, long long low, u64 range)
+// Element i gets its own Philox4x32-10 block: counter (i lo, i hi, launch, buffer), key = the
+// two halves of the hidden seed, so the values are a pure function of (seed, launch, buffer, i)
+// (the harness redraws a launch's inputs to run the CUDA reference on them) and independent
+// of the grid. The generators follow kernelopt_mcp/inputs.py `generate` (same distribution and
+// range, not the same bits as NumPy):
+//   kind 0 uniform [a, b): float16/bfloat16/float32 drawn in float32 (24 random bits), then
+//          rounded to the type; float64 and integer types drawn in float64 (53 bits); integers
+//          are then rounded half to even (np.round) and clamped to the type's range.
+//   kind 1 normal(mean a, std b): Box-Muller, in float32 for the narrow floats, else float64;
+//          integers rounded and clamped like uniform.
+//   kind 2 randint [low, low + range): low + floor(x * range / 2^64) for a 64-bit x (Lemire's
+//          multiply, bias <= range / 2^64), cast to the type (integers clamped).
+// Any grid and block size; the loop is grid-stride.
+
+typedef unsigned long long ko_fill_u64;
+
+namespace ko_fill_detail {
+
+struct U4 {
+  unsigned x, y, z, w;
+};
+
+__device__ __forceinline__ U4 philox(ko_fill_u64 i, ko_fill_u64 launch, unsigned buffer,
+                                     ko_fill_u64 seed) {
+  unsigned c0 = static_cast<unsigned>(i), c1 = static_cast<unsigned>(i >> 32);
+  unsigned c2 = static_cast<unsigned>(launch), c3 = buffer ^ (static_cast<unsigned>(launch >> 32) << 16);
+  unsigned k0 = static_cast<unsigned>(seed), k1 = static_cast<unsigned>(seed >> 32);
+#pragma unroll
+  for (int r = 0; r < 10; ++r) {
+    const unsigned hi0 = __umulhi(0xD2511F53u, c0), lo0 = 0xD2511F53u * c0;
+    const unsigned hi1 = __umulhi(0xCD9E8D57u, c2), lo1 = 0xCD9E8D57u * c2;
+    c0 = hi1 ^ c1 ^ k0;
+    c1 = lo1;
+    c2 = hi0 ^ c3 ^ k1;
+    c3 = lo0;
+    k0 += 0x9E3779B9u;
+    k1 += 0xBB67AE85u;
+  }
+  U4 r = {c0, c1, c2, c3};
+  return r;
+}
+
+__device__ __forceinline__ ko_fill_u64 u64_of(unsigned hi, unsigned lo) {
+  return (static_cast<ko_fill_u64>(hi) << 32) | lo;
+}
+
+// [0, 1) with 24 random bits; (0, 1] for the logarithm.
+__device__ __forceinline__ float unit_f(unsigned x) { return static_cast<float>(x >> 8) * 5.9604644775390625e-08f; }
+__device__ __forceinline__ float unit_f_open(unsigned x) {
+  return static_cast<float>((x >> 8) + 1u) * 5.9604644775390625e-08f;
+}
+// [0, 1) with 53 random bits; (0, 1] for the logarithm.
+__device__ __forceinline__ double unit_d(ko_fill_u64 x) {
+  return static_cast<double>(x >> 11) * 1.1102230246251565e-16;
+}
+__device__ __forceinline__ double unit_d_open(ko_fill_u64 x) {
+  return static_cast<double>((x >> 11) + 1ull) * 1.1102230246251565e-16;
+}
+
+// The value for element i drawn in float32 (narrow float types).
+__device__ __forceinline__ float draw_f(const U4& r, unsigned kind, double a, double b,
+                                        long long low, ko_fill_u64 range) {
+  if (kind == 0u) {
+    return __fadd_rn(__fmul_rn(unit_f(r.x), static_cast<float>(b - a)), static_cast<float>(a));
+  }
+  if (kind == 1u) {
+    const float z = sqrtf(-2.0f * logf(unit_f_open(r.x))) * cospif(2.0f * unit_f(r.y));
+    return __fadd_rn(__fmul_rn(z, static_cast<float>(b)), static_cast<float>(a));
+  }
+  return static_cast<float>(low + static_cast<long long>(__umul64hi(u64_of(r.x, r.y), range)));
+}
+
+// The value for element i drawn in float64 (float64 and the integer types).
+__device__ __forceinline__ double draw_d(const U4& r, unsigned kind, double a, double b) {
+  if (kind == 0u) return __dadd_rn(__dmul_rn(unit_d(u64_of(r.x, r.y)), b - a), a);
+  const double z = sqrt(-2.0 * log(unit_d_open(u64_of(r.x, r.y)))) * cospi(2.0 * unit_d(u64_of(r.z, r.w)));
+  return __dadd_rn(__dmul_rn(z, b), a);
+}
+
+__device__ __forceinline__ unsigned short to_half(float v) {
+  unsigned short h;
+  asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(v));
+  return h;
+}
+
+__device__ __forceinline__ unsigned short to_bfloat16(float v) {
+  const unsigned bits = __float_as_uint(v);
+  if ((bits & 0x7fffffffu) > 0x7f800000u) return 0x7fc0u;  // NaN stays NaN
+  return static_cast<unsigned short>((bits + 0x7fffu + ((bits >> 16) & 1u)) >> 16);  // nearest even
+}
+
+// Integer types: round half to even (np.round), then clamp to the type's range (NumPy's host
+// generator refuses values outside it; a device draw cannot, so it saturates).
+template <typename T>
+__device__ __forceinline__ T to_int(double v, long long lo, long long hi) {
+  v = rint(v);
+  if (!(v >= static_cast<double>(lo))) return static_cast<T>(lo);  // NaN too
+  if (v >= static_cast<double>(hi)) return static_cast<T>(hi);
+  return static_cast<T>(static_cast<long long>(v));
+}
+
+template <typename T>
+__device__ __forceinline__ T clamp_int(long long v, long long lo, long long hi) {
+  return static_cast<T>(v < lo ? lo : v > hi ? hi : v);
+}
+
+}  // namespace ko_fill_detail
+
+#define KO_FILL_LOOP(T, BODY)                                                                  \
+  const ko_fill_u64 stride = static_cast<ko_fill_u64>(gridDim.x) * blockDim.x;                \
+  for (ko_fill_u64 i = static_cast<ko_fill_u64>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; \
+       i += stride) {                                                                          \
+    const ko_fill_detail::U4 r = ko_fill_detail::philox(i, launch, buffer, seed);              \
+    BODY                                                                                       \
+  }
+
+#define KO_FILL_PARAMS(T)                                                                      \
+  T *out, ko_fill_u64 n, ko_fill_u64 seed, ko_fill_u64 launch, unsigned buffer, unsigned kind, \
+      double a, double b, long long low, ko_fill_u64 range
+
+extern "C" __global__ void ko_fill_float32(KO_FILL_PARAMS(float)) {
+  KO_FILL_LOOP(float, out[i] = ko_fill_detail::draw_f(r, kind, a, b, low, range);)
+}
+
+extern "C" __global__ void ko_fill_float16(KO_FILL_PARAMS(unsigned short)) {
+  KO_FILL_LOOP(unsigned short,
+               out[i] = ko_fill_detail::to_half(ko_fill_detail::draw_f(r, kind, a, b, low, range));)
+}
+
+extern "C" __global__ void ko_fill_bfloat16(KO_FILL_PARAMS(unsigned short)) {
+  KO_FILL_LOOP(unsigned short, out[i] = ko_fill_detail::to_bfloat16(
+                                   ko_fill_detail::draw_f(r, kind, a, b, low, range));)
+}
+
+extern "C" __global__ void ko_fill_float64(KO_FILL_PARAMS(double)) {
+  KO_FILL_LOOP(double, out[i] = kind == 2u ? static_cast<double>(
+                                                 low + static_cast<long long>(__umul64hi(
+                                                           ko_fill_detail::u64_of(r.x, r.y), range)))
+                                           : ko_fill_detail::draw_d(r, kind, a, b);)
+}
+
+// Integer types: T, the range as long long (uint64 above 2^63 - 1 saturates at 2^63 - 1, which
+// the host generator cannot exceed either: it draws int64) and as double.
+#define KO_FILL_INT(name, T, LO, HI)                                                            \
+  extern "C" __global__ void ko_fill_##name(KO_FILL_PARAMS(T)) {                                \
+    KO_FILL_LOOP(T, if (kind == 2u) {                                                           \
+      out[i] = ko_fill_detail::clamp_int<T>(                                                    \
+          low + static_cast<long long>(__umul64hi(ko_fill_detail::u64_of(r.x, r.y), range)),    \
+          LO, HI);                                                                              \
+    } else {                                                                                    \
+      out[i] = ko_fill_detail::to_int<T>(ko_fill_detail::draw_d(r, kind, a, b), LO, HI);        \
+    })                                                                                          \
+  }
+
+KO_FILL_INT(int8, signed char, -128ll, 127ll)
+KO_FILL_INT(int16, short, -32768ll, 32767ll)
+KO_FILL_INT(int32, int, -2147483648ll, 2147483647ll)
+KO_FILL_INT(int64, long long, (-9223372036854775807ll - 1), 9223372036854775807ll)
+KO_FILL_INT(uint8, unsigned char, 0ll, 255ll)
+KO_FILL_INT(uint16, unsigned short, 0ll, 65535ll)
+KO_FILL_INT(uint32, unsigned int, 0ll, 4294967295ll)
+KO_FILL_INT(uint64, unsigned long long, 0ll, 9223372036854775807ll)
+
+#undef KO_FILL_INT
+#undef KO_FILL_LOOP
+#undef KO_FILL_PARAMS

@@ -1,0 +1,160 @@
+// Fresh inputs and checked launches (PROTOCOL.md): the CUDA reference run on the inputs of a
+// measured launch, right after it and outside its timed window, and compared with the
+// candidate's outputs on the device; the confirm launch after timing.
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "case_runner.hpp"
+#include "support.hpp"
+#include "timing.hpp"
+
+namespace kernelopt::detail {
+namespace {
+
+using nlohmann::json;
+
+json figure(double value) {
+  if (std::isinf(value)) return "inf";
+  return value;
+}
+
+bool is_output(const DeviceArg& d) { return d.spec->buffer.role != BufferRole::in; }
+
+}  // namespace
+
+// Before the validation launch (every allocation happens then): a copy of every buffer for the
+// reference, the reference's parameters pointing at them, and the compare results.
+void CaseRunner::setup_reference() {
+  st_.ref_slots = st_.slots;
+  st_.ref_params.resize(st_.ref_slots.size());
+  for (std::size_t i = 0; i < st_.ref_slots.size(); ++i) st_.ref_params[i] = st_.ref_slots[i].bytes;
+  std::size_t outputs = 0;
+  for (auto& d : st_.buffers) {
+    const auto& b = d.spec->buffer;
+    // At least one allocation granule, so an empty buffer still gets a valid pointer.
+    d.ref = s_.allocate(std::max<std::uint64_t>(b.bytes, 256));
+    CUdeviceptr ptr = d.ref.get();
+    // An `in` buffer that is never redrawn holds its input for every launch: copied once.
+    if (b.role == BufferRole::in && !b.fresh && b.bytes > 0) copy_into(d.input, ptr, b.bytes);
+    std::memcpy(st_.ref_slots[d.index].bytes, &ptr, sizeof ptr);
+    if (is_output(d)) ++outputs;
+  }
+  const std::size_t checks =
+      spec_.checked_launches.size() + (spec_.confirm_launch && spec_.check_launch ? 1 : 0);
+  const std::size_t slots = std::max<std::size_t>(checks * outputs, 1);
+  st_.check_results = s_.allocate(slots * sizeof(KoCompareResult));
+  init_compare_results(drv_, s_.stream(), st_.check_results.get(), slots);
+  if (spec_.check_launch->shared_bytes > 48 * 1024) {
+    KO_CU(drv_.cuFuncSetAttribute(check_, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                                  static_cast<int>(spec_.check_launch->shared_bytes)));
+  }
+}
+
+// Enqueued right after the candidate's launch (its stop event): the reference gets the same
+// inputs (redrawn from the same draw, or its copy of the input), fresh outputs initialised
+// like the candidate's, runs, and every output is compared into this check's result slots.
+// Nothing here waits: in blocking mode it is part of the batch held behind ko_spin.
+void CaseRunner::enqueue_reference_check(std::optional<std::size_t> sample) {
+  const CUstream stream = s_.stream();
+  const std::size_t slot = checks_.size();
+  checks_.push_back({sample, last_draw_});
+  for (const auto& d : st_.buffers) {
+    const auto& b = d.spec->buffer;
+    if (b.bytes == 0) continue;
+    if (b.role == BufferRole::out) {
+      KO_CU(drv_.cuMemsetD8Async(d.ref.get(),
+                                 b.init == BufferInit::zero ? std::uint8_t{0} : b.poison_byte,
+                                 b.bytes, stream));
+    } else if (last_draw_ && b.fresh) {
+      draw(d, d.ref.get(), *last_draw_);
+    } else if (b.role == BufferRole::inout) {
+      KO_CU(drv_.cuMemcpyDtoDAsync(d.ref.get(), d.input.device->get(), b.bytes, stream));
+    }
+  }
+  const auto& l = *spec_.check_launch;
+  KO_CU(drv_.cuLaunchKernel(check_, l.grid[0], l.grid[1], l.grid[2], l.block[0], l.block[1],
+                            l.block[2], l.shared_bytes, stream,
+                            st_.ref_params.empty() ? nullptr : st_.ref_params.data(), nullptr));
+  std::size_t j = 0;
+  const std::size_t outputs = static_cast<std::size_t>(
+      std::count_if(st_.buffers.begin(), st_.buffers.end(), is_output));
+  for (const auto& d : st_.buffers) {
+    if (!is_output(d)) continue;
+    const auto& b = d.spec->buffer;
+    const CUfunction compare = s_.support().function(compare_ref_kernel_name(*b.dtype));
+    const CUdeviceptr result =
+        st_.check_results.get() + (slot * outputs + j++) * sizeof(KoCompareResult);
+    enqueue_compare(drv_, compare, s_.sm_count(), stream, d.data, d.ref.get(),
+                    b.bytes / scalar_size(*b.dtype), b.compare, result);
+  }
+}
+
+// After timing: one more launch prepared exactly like a measured one (outputs re-initialised,
+// inputs redrawn where they can be, L2 flushed), timed alone (confirm_launch_ms), and checked
+// against the reference like a checked launch.
+void CaseRunner::run_confirm(json& result) {
+  const bool flush = req_.flush_l2 && s_.can_flush_l2();
+  // The timed check left its timed inputs in the `in` buffers: the ones that are not redrawn
+  // get their input back, which is what the measured launches saw.
+  for (const auto& d : st_.buffers) {
+    const auto& b = d.spec->buffer;
+    if (b.role == BufferRole::in && !b.fresh && !b.timed_input.empty()) {
+      copy_into(d.input, d.data, b.bytes);
+    }
+  }
+  TimedWork confirm;
+  confirm.prepare = [&] { prepare_timed_launch(flush, spec_.has_fresh()); };
+  confirm.launch = [&] { launch(); };
+  result["timing"]["confirm_launch_ms"] = time_one_launch(s_, confirm);
+  if (check_ != nullptr && spec_.check_launch) enqueue_reference_check(std::nullopt);
+}
+
+void CaseRunner::report_reference_checks(json& result) {
+  json& timing = result["timing"];
+  json fresh = json::array();
+  for (const auto& d : st_.buffers) {
+    if (d.spec->buffer.fresh) fresh.push_back(d.spec->name);
+  }
+  timing["fresh_buffers"] = redraws() ? fresh : json::array();
+  timing["fresh_draws"] = draws_;
+  if (checks_.empty()) return;
+
+  std::vector<const DeviceArg*> outputs;
+  for (const auto& d : st_.buffers) {
+    if (is_output(d)) outputs.push_back(&d);
+  }
+  std::vector<KoCompareResult> raw(checks_.size() * outputs.size());
+  if (!raw.empty()) {
+    KO_CU(drv_.cuMemcpyDtoHAsync(raw.data(), st_.check_results.get(),
+                                 raw.size() * sizeof(KoCompareResult), s_.stream()));
+  }
+  sync();
+  json entries = json::array();
+  const json& times = timing["times_ms"];
+  for (std::size_t c = 0; c < checks_.size(); ++c) {
+    const auto& check = checks_[c];
+    for (std::size_t j = 0; j < outputs.size(); ++j) {
+      const auto& b = outputs[j]->spec->buffer;
+      const CompareFigures fig =
+          compare_figures(raw[c * outputs.size() + j], b.bytes / scalar_size(*b.dtype));
+      json e = json::object();
+      e["launch"] = check.sample ? "measured" : "confirm";
+      e["sample"] = check.sample ? json(*check.sample) : json(nullptr);
+      e["draw"] = check.draw ? json(*check.draw) : json(nullptr);
+      e["time_ms"] = check.sample ? (*check.sample < times.size() ? times[*check.sample] : json(nullptr))
+                                  : timing.value("confirm_launch_ms", json(nullptr));
+      e["buffer"] = outputs[j]->spec->name;
+      e["elements"] = fig.elements;
+      e["mismatches"] = fig.mismatches;
+      e["nonfinite"] = fig.nonfinite;
+      e["max_abs_error"] = figure(fig.max_abs_error);
+      e["max_rel_error"] = figure(fig.max_rel_error);
+      e["first_mismatch"] = fig.first_mismatch ? json(*fig.first_mismatch) : json(nullptr);
+      entries.push_back(std::move(e));
+    }
+  }
+  result["timed_checks"] = std::move(entries);
+}
+
+}  // namespace kernelopt::detail
