@@ -30,6 +30,7 @@ class Status(StrEnum):
     input_modified = "input_modified"
     nondeterministic = "nondeterministic"
     timed_mismatch = "timed_mismatch"
+    inconsistent_timing = "inconsistent_timing"
     impossible_time = "impossible_time"
     sanitizer_error = "sanitizer_error"
     skipped = "skipped"
@@ -39,7 +40,8 @@ class Status(StrEnum):
 _SEVERITY = [
     Status.compile_error, Status.runtime_error, Status.timeout, Status.out_of_bounds_write,
     Status.input_modified, Status.sanitizer_error, Status.invalid_launch, Status.timed_mismatch,
-    Status.mismatch, Status.nondeterministic, Status.impossible_time, Status.skipped, Status.ok,
+    Status.mismatch, Status.nondeterministic, Status.inconsistent_timing, Status.impossible_time,
+    Status.skipped, Status.ok,
 ]
 
 # What each failing status means, for messages and for the model's manual.
@@ -55,6 +57,11 @@ STATUS_MEANING = {
     Status.timed_mismatch: (
         "the outputs of the timed launches, run on inputs drawn from a hidden seed, are wrong "
         "(results cached across launches, or work skipped while timed)"
+    ),
+    Status.inconsistent_timing: (
+        "launches on inputs the kernel had not seen were much slower than the timed median, twice, "
+        "beyond the measured noise: the timed launches were faster for a reason other than the work "
+        "(results reused from inputs seen before, or work skipped while timed)"
     ),
     Status.impossible_time: (
         "measured faster than the device's roofline allows for the work the case requires: the "
@@ -91,6 +98,20 @@ class CaseResult(BaseModel):
     timed_check: list[OutputComparison] = Field(
         default_factory=list, description="outputs of the launch after timing, on inputs from a hidden seed"
     )
+    fresh_inputs: list[str] = Field(
+        default_factory=list,
+        description="input buffers drawn afresh on the device before every timed launch (the others kept their bytes)",
+    )
+    checked_launches: int = Field(
+        0, description="timed launches (and the confirm launch) whose outputs the CUDA reference checked on their inputs"
+    )
+    reference_checks: list[dict[str, Any]] = Field(
+        default_factory=list,
+        description="per checked launch and output: sample index, time, mismatches and errors against the reference",
+    )
+    confirm_launch_ms: float | None = Field(
+        None, description="one more launch on fresh inputs after timing, prepared like a timed one and timed alone"
+    )
     reference_median_ms: float | None = None
     speedup: float | None = Field(None, description="reference median / this median")
     flops_per_s: float | None = None
@@ -103,7 +124,9 @@ class EvaluationResult(BaseModel):
     workload: str
     candidate: str
     source_hash: str | None = None
-    seed: int
+    seed: int | None = Field(
+        None, description="the input seed; None where it is private (the MCP server's results, cached results)"
+    )
     device: str | None = None
     arch: str
     compile: CompileResult | None = None

@@ -69,7 +69,7 @@ from .results import (
 )
 from .service import MAX_ITERATIONS, MAX_TUNE_EVALS, MAX_TUNE_SECONDS, MAX_WARMUP, NAME_RE, KerneloptService, ServerConfig
 from .tune.output import AutotuneOutput
-from .workload import Workload, json_schema
+from .workload import Workload, json_schema, read_regular_bytes
 
 INSTRUCTIONS = """\
 kernelopt: trustworthy GPU tools for writing fast CUDA kernels. The loop: list_workloads ->
@@ -528,7 +528,7 @@ def _register_resources(app: MCPServer, service: KerneloptService) -> None:
             raise ResourceNotFoundError(str(exc)) from None
         if file not in _workload_files(wl) or wl.root is None:
             raise ResourceNotFoundError(f"workload {name!r} has no file {file!r}; it has {', '.join(_workload_files(wl))}")
-        return (wl.root / file).read_text(encoding="utf-8")
+        return _read_resource(wl.root / file, f"{name}/{file}").decode("utf-8", errors="replace")
 
     app.resource(
         "kernelopt://workloads/{name}/{file}", name="workload file", mime_type="text/plain",
@@ -564,14 +564,27 @@ def _register_resources(app: MCPServer, service: KerneloptService) -> None:
     def run_file(path: str) -> str | bytes:
         root = service.config.runs_dir.resolve()
         real = (root / path).resolve()
-        if not real.is_relative_to(root) or not real.is_file():
+        if not real.is_relative_to(root):
             raise ResourceNotFoundError(f"no file {path!r} under {root}")
-        if real.stat().st_size > MAX_RESOURCE_BYTES:
-            raise ResourceNotFoundError(f"{path}: larger than {MAX_RESOURCE_BYTES} bytes; read it from disk")
-        data = real.read_bytes()
+        data = _read_resource(real, path)
         if real.suffix in RESOURCE_TEXT_SUFFIXES:
             return data.decode("utf-8", errors="replace")
         return data
+
+
+def _read_resource(path: Path, name: str) -> bytes:
+    """A resource file's bytes: a regular file of at most MAX_RESOURCE_BYTES, opened non-blocking
+    (a FIFO or device named like a run file fails at once instead of holding a worker thread).
+    The SDK calls synchronous resource functions in worker threads, off the event loop."""
+    try:
+        return read_regular_bytes(path, MAX_RESOURCE_BYTES)
+    except FileNotFoundError:
+        raise ResourceNotFoundError(f"no file {name!r}") from None
+    except OSError as exc:
+        raise ResourceNotFoundError(
+            f"{name}: cannot read ({exc.strerror or exc}); resources are regular files of at most "
+            f"{MAX_RESOURCE_BYTES} bytes (read larger ones from disk)"
+        ) from None
 
 
 def _register_prompts(app: MCPServer) -> None:

@@ -56,10 +56,13 @@ from .results import (
     evaluation_output,
 )
 from .sanitizer import SanitizerReport, find_sanitizer, sanitize_candidate
+from .tune import Tunable, load_tunable, parse_tunable, workload_tunable_path
 from .tune.output import AutotuneOutput
 from .workload import (
     Workload,
     load_workload,
+    read_json,
+    read_regular_bytes,
 )
 from .workspace import RequestError, create_workload
 
@@ -73,6 +76,7 @@ MAX_TUNE_SECONDS = 4 * 3600.0
 DEFAULT_PREPARED_WORKLOADS = 3
 HEARTBEAT_S = 10.0  # progress at least this often while a job waits or runs
 NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+SOURCE_SUFFIXES = (".cu", ".cuh")  # what a `path` argument may name
 
 
 @dataclass(frozen=True)
@@ -192,8 +196,20 @@ class KerneloptService:
             f"workspace {self.config.workspace}, or start the server with --root DIR"
         )
 
+    async def source_text(self, source: str | None, path: str | None) -> tuple[str, str]:
+        """:meth:`read_source` off the event loop (a file read must never stall other calls)."""
+        if path is None:
+            return self.read_source(source, path)
+        return await anyio.to_thread.run_sync(self.read_source, source, path)
+
     def read_source(self, source: str | None, path: str | None) -> tuple[str, str]:
-        """The kernel text and a file name for diagnostics, from exactly one of the two."""
+        """The kernel text and a file name for diagnostics, from exactly one of the two.
+
+        A ``path`` must name a regular ``.cu``/``.cuh`` file under a root, of at most
+        MAX_SOURCE_BYTES: never a FIFO or device (opened non-blocking, checked on the open
+        descriptor) and never another kind of file (the workspace also holds caches and run
+        records, whose text a compile log would quote). Blocking: call it in a worker thread.
+        """
         if (source is None) == (path is None):
             raise RequestError(
                 "give exactly one of `source` (the CUDA C++ text) or `path` (a .cu file under the "
@@ -205,17 +221,23 @@ class KerneloptService:
             return source, "kernel.cu"
         assert path is not None
         real = self.confine(path)
+        if real.suffix not in SOURCE_SUFFIXES:
+            raise RequestError(
+                f"{path}: not a kernel source (resolved to {real}); `path` names a .cu or .cuh file"
+            )
         try:
-            if not real.is_file():
-                raise RequestError(f"{path}: no such file (resolved to {real})")
-            size = real.stat().st_size
-            if size > MAX_SOURCE_BYTES:
-                raise RequestError(f"{path}: {size} bytes; the source limit is {MAX_SOURCE_BYTES}")
-            return real.read_text(encoding="utf-8"), real.name
+            data = read_regular_bytes(real, MAX_SOURCE_BYTES)
+        except FileNotFoundError:
+            raise RequestError(f"{path}: no such file (resolved to {real})") from None
+        except OSError as exc:  # not a regular file, too large, unreadable, gone since it was resolved
+            raise RequestError(
+                f"{path}: cannot read ({exc.strerror or exc}); pass a regular .cu file of at most "
+                f"{MAX_SOURCE_BYTES} bytes"
+            ) from None
+        try:
+            return data.decode("utf-8"), real.name
         except UnicodeDecodeError:
             raise RequestError(f"{path}: not UTF-8 text; pass CUDA C++ source") from None
-        except OSError as exc:  # unreadable (permissions), or gone since it was resolved
-            raise RequestError(f"{path}: cannot read ({exc.strerror or exc})") from None
 
     # --- workloads ----------------------------------------------------------------------
 
@@ -283,7 +305,7 @@ class KerneloptService:
     async def compile(
         self, source: str | None, path: str | None, arch: str | None, options: list[str] | None
     ) -> CompileOutput:
-        text, filename = self.read_source(source, path)
+        text, filename = await self.source_text(source, path)
         target, where = await self.target_arch(arch)
         result = await anyio.to_thread.run_sync(
             partial(compile_kernel, text, target, options or [], filename=filename, cache=self.compile_cache)
@@ -311,9 +333,9 @@ class KerneloptService:
         With ``sanitize``, a candidate that passes is then run under compute-sanitizer (memcheck,
         racecheck, initcheck) on the correctness cases; an error makes it ``sanitizer_error``.
         """
-        text, _ = self.read_source(source, path)
+        text, _ = await self.source_text(source, path)
         sanitizer = await anyio.to_thread.run_sync(find_sanitizer, self.settings.sanitizer) if sanitize else None
-        wl = self.load(workload)
+        wl = await anyio.to_thread.run_sync(self.load, workload)
         info = await self.device_info()
         arch = self.settings.arch or info.arch
         mode = "benchmark" if benchmark else "validate"
@@ -333,7 +355,7 @@ class KerneloptService:
         )
         job = partial(self._evaluate_job, wl, info, candidate, benchmark, timing, sanitizer)
         result, reports = await self.gpu_job(job, notify)
-        return evaluation_output(result, mode, sanitizer=reports)
+        return evaluation_output(_private(result), mode, sanitizer=reports)
 
     def _evaluate_job(
         self, wl: Workload, info: DeviceInfo, candidate: Candidate, benchmark: bool,
@@ -403,13 +425,13 @@ class KerneloptService:
         notify: Notify,
     ) -> ProfileSummary:
         """Profile one case under Nsight Compute (see the ncu_profile tool)."""
-        wl = self.load(workload)
+        wl = await anyio.to_thread.run_sync(self.load, workload)
         if source is None and path is None:
             if wl.initial_cu is None or wl.spec.initial is None:
                 raise RequestError(f"workload {wl.name!r} has no starting kernel; pass `source` or `path` and `launch`")
             candidate = Candidate(wl.initial_cu, launch or wl.spec.initial.launch, list(compile_options or wl.spec.initial.compile_options), "initial")
         else:
-            text, _ = self.read_source(source, path)
+            text, _ = await self.source_text(source, path)
             if launch is None:
                 raise RequestError("`launch` is required with `source` or `path` (the same launch spec validate takes)")
             candidate = Candidate(text, launch, list(compile_options or []), "candidate")
@@ -459,17 +481,48 @@ class KerneloptService:
         notify: Notify,
     ) -> AutotuneOutput:
         """Tune a tunable kernel's parameters on a workload (see the autotune tool)."""
-        from .tune import (
-            TuneCache,
-            load_tunable,
-            parse_tunable,
-            tune,
-            workload_tunable_path,
-        )
+        from .tune import TuneCache, tune
         from .tune.output import autotune_output
         from .tune.report import save_tuning
 
-        wl = self.load(workload)
+        wl = await anyio.to_thread.run_sync(self.load, workload)
+        tuned = await anyio.to_thread.run_sync(partial(self._tunable, wl, tunable, source, tunable_path))
+        info = await self.device_info()
+        cache_dir = (self.settings.cache_dir or self.config.workspace / "cache") / "tune"
+        timing = EvaluateOptions(
+            warmup=self.settings.warmup if warmup is None else warmup,
+            iterations=self.settings.iterations if iterations is None else iterations,
+            flush_l2=self.settings.flush_l2, timeout_s=self.settings.timeout_s,
+        )
+
+        def job(dev: _Device, progress: Callable[[str, int, int], None]) -> Any:
+            cache = TuneCache(cache_dir)  # reads tune.jsonl: here, in the worker thread
+            ev = self._evaluator(wl, info, dev, progress)
+            ev.options = timing
+            return tune(ev, tuned, strategy=strategy, budget_evals=budget_evals, budget_s=budget_s, cache=cache,
+                        progress=progress)
+
+        result = await self.gpu_job(job, notify)
+        # tune.json lands under the workspace (a root, and kernelopt://runs/): no private seed in it
+        result = result.model_copy(update={
+            "best": _private(result.best) if result.best else None,
+            "untuned": _private(result.untuned) if result.untuned else None,
+        })
+
+        def save() -> str:
+            out_dir = Path(tempfile.mkdtemp(
+                prefix=f"{time.strftime('%Y%m%d-%H%M%S')}-{wl.name}-", dir=_mkdir(self.config.runs_dir / "tune")
+            ))
+            save_tuning(result, tuned, out_dir)
+            return str(out_dir)
+
+        return autotune_output(result, tuned, top, await anyio.to_thread.run_sync(save))
+
+    def _tunable(
+        self, wl: Workload, tunable: dict[str, Any] | None, source: str | None, tunable_path: str | None
+    ) -> Tunable:
+        """The tunable to search: inline, from a tunable.json under a root, or the workload's own.
+        Blocking (reads files): call it in a worker thread."""
         try:
             if tunable is not None:
                 if tunable_path is not None:
@@ -478,40 +531,21 @@ class KerneloptService:
                     raise RequestError("an inline `tunable` needs `source`: the CUDA text whose macros are the params")
                 text, _ = self.read_source(source, None)
                 spec = {k: v for k, v in tunable.items() if k != "source"}
-                tuned = parse_tunable(spec, text, "tunable", wl)
-            elif tunable_path is not None:
+                return parse_tunable(spec, text, "tunable", wl)
+            if tunable_path is not None:
                 real = self.confine(tunable_path)
-                try:
-                    data = json.loads(real.read_text(encoding="utf-8"))
-                except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-                    raise RequestError(f"{tunable_path}: not a readable tunable JSON file ({exc})") from None
+                if real.suffix != ".json":
+                    raise RequestError(f"{tunable_path}: not a tunable spec (resolved to {real}); name a .json file")
+                data = read_json(real, RequestError)  # regular file, size cap: a FIFO or /dev/zero fails at once
                 name = data.get("source", "tunable.cu") if isinstance(data, dict) else "tunable.cu"
-                self.confine(str(real.parent / str(name)))  # before reading it: the source must lie inside a root too
-                tuned = load_tunable(real, wl)
-            else:
-                tuned = load_tunable(workload_tunable_path(wl), wl)
+                # before reading it: the source must lie inside a root too, and be a kernel source
+                source_path = self.confine(str(real.parent / str(name)))
+                if source_path.suffix not in SOURCE_SUFFIXES:
+                    raise RequestError(f"{tunable_path}: its source {name!r} is not a .cu or .cuh file")
+                return load_tunable(real, wl)
+            return load_tunable(workload_tunable_path(wl), wl)
         except TunableError as exc:
             raise RequestError(str(exc)) from None
-        info = await self.device_info()
-        cache = TuneCache((self.settings.cache_dir or self.config.workspace / "cache") / "tune")
-        timing = EvaluateOptions(
-            warmup=self.settings.warmup if warmup is None else warmup,
-            iterations=self.settings.iterations if iterations is None else iterations,
-            flush_l2=self.settings.flush_l2, timeout_s=self.settings.timeout_s,
-        )
-
-        def job(dev: _Device, progress: Callable[[str, int, int], None]) -> Any:
-            ev = self._evaluator(wl, info, dev, progress)
-            ev.options = timing
-            return tune(ev, tuned, strategy=strategy, budget_evals=budget_evals, budget_s=budget_s, cache=cache,
-                        progress=progress)
-
-        result = await self.gpu_job(job, notify)
-        out_dir = Path(tempfile.mkdtemp(
-            prefix=f"{time.strftime('%Y%m%d-%H%M%S')}-{wl.name}-", dir=_mkdir(self.config.runs_dir / "tune")
-        ))
-        save_tuning(result, tuned, out_dir)
-        return autotune_output(result, tuned, top, str(out_dir))
 
     async def docs_search(
         self, query: str, arch: str | None, limit: int, offline: bool | None, *, notify: Notify
@@ -612,6 +646,12 @@ class KerneloptService:
             if dev.harness is not None:
                 dev.harness.close()
         shutil.rmtree(self._private, ignore_errors=True)
+
+
+def _private(result: EvaluationResult) -> EvaluationResult:
+    """``result`` without its input seed: the server's seed is never shown to a client (tool
+    results, resources, files under the roots), so the model cannot choose or predict inputs."""
+    return result.model_copy(update={"seed": None})
 
 
 def _discard(ev: Evaluator) -> None:

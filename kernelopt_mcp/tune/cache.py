@@ -100,9 +100,12 @@ class TuneCache:
             return None
 
     def put(self, key: str, fields: dict[str, Any], config: Config, result: EvaluationResult) -> None:
+        """Record a measured configuration. The input seed is left out: the key does not cover it
+        (a cached result stands for any seed), and the file may lie where a client can read it
+        (the MCP server's workspace) while the seed must stay private."""
         entry = {
             "key": key, "fields": fields, "params": config, "status": result.status.value,
-            "score_ms": result.score_ms, "result": json.loads(result.model_dump_json()),
+            "score_ms": result.score_ms, "result": json.loads(result.model_dump_json(exclude={"seed"})),
         }
         with self._lock:
             self._entries[key] = entry
