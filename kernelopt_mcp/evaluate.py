@@ -31,6 +31,7 @@ from .compiler import CompileCache, CompileResult, compile_kernel
 from .errors import LaunchConfigError, WorkloadError
 from .gpu import DeviceInfo
 from .harness import HarnessProcess, harness_features
+from .fresh_inputs import case_fresh, fresh_checks, pick_checked_launches, request_seed
 from .harness_case import CaseJob, DataSet, build_request, interpret
 from .inputs import CaseInputs, fresh_seed, hidden_seed_checks, materialize, write_atomic
 from .launch import DeviceLimits, LaunchSpec, ResolvedLaunch, resolve
@@ -82,6 +83,9 @@ class EvaluateOptions:
     check_determinism: bool = True  # repeat each validation launch and compare the two
     check_timed_outputs: bool = True  # validate one launch after timing on hidden-seed inputs
     device_compare: bool = True  # compare outputs on the GPU when the harness can
+    fresh_inputs: bool = True  # redraw inputs on the device before every timed launch
+    checked_launches: int = 3  # hidden measured launches whose outputs the CUDA reference checks
+    check_consistency: bool = True  # flag launches on unseen inputs much slower than the median
 
     def timing_request(self, features: frozenset[str]) -> dict[str, Any]:
         """The harness's ``timing`` object, using only what this harness supports."""
@@ -137,6 +141,9 @@ class Evaluator:
         self.reference_medians: dict[str, float] = {}
         self.reference_result: EvaluationResult | None = None
         self._support: Path | None = None
+        # the validated CUDA reference that checks candidates' timed launches, and its launches
+        self._check_module: Path | None = None
+        self._check_launches: dict[str, dict[str, Any]] = {}
         self._counter = 0
         self._prepared = False
 
@@ -155,13 +162,22 @@ class Evaluator:
             "device_compare": self.options.device_compare,
             "determinism": self.options.check_determinism,
             "timed_inputs": self.options.check_timed_outputs,
+            "fresh_inputs": self.options.fresh_inputs,
+            "timed_check": self.options.checked_launches > 0,
+            "confirm_launch": self.options.check_consistency,
         }.get(feature, True)
         return wanted and feature in self.features
 
     def _needs_support(self) -> bool:
         """Whether any check or timing mode in use runs one of the support module's kernels."""
         blocking = self.options.blocking and "blocking" in self.features
-        return blocking or any(self._uses(f) for f in ("device_compare", "determinism", "timed_inputs"))
+        return blocking or any(
+            self._uses(f) for f in ("device_compare", "determinism", "timed_inputs", "fresh_inputs", "timed_check")
+        )
+
+    def _checks_timed_launches(self) -> bool:
+        """Whether candidates' timed launches are checked against the CUDA reference."""
+        return self._uses("timed_check") and self.workload.reference_cu is not None
 
     @property
     def checks(self) -> list[str]:
@@ -171,6 +187,13 @@ class Evaluator:
             checks.append("repeat launch" + (" (bitwise)" if self.workload.spec.deterministic else " (tolerance)"))
         if self._uses("timed_inputs"):
             checks += hidden_seed_checks(self.workload, {c.name for c in self.workload.spec.performance_cases})
+        if any(self._uses(f) for f in ("fresh_inputs", "timed_check", "confirm_launch")):
+            checks += fresh_checks(
+                self.workload, list(self.workload.spec.performance_cases), redraw=self._uses("fresh_inputs"),
+                reference=self._checks_timed_launches(),
+                checked=self.options.checked_launches if self._uses("timed_check") else 0,
+                consistency=self._uses("confirm_launch") and self._uses("timed_inputs") and self.options.timing_mode == "events",
+            )
         return checks
 
     # --- preparation -----------------------------------------------------------------
@@ -241,6 +264,8 @@ class Evaluator:
                 f"{detail or result.message}. Fix reference.cu or its launch configuration."
             )
         self.reference_result = result
+        if self._checks_timed_launches():
+            self._prepare_reference_checks(ref)
         self.reference_medians = {c.name: c.timing.median_ms for c in result.cases if c.timing is not None}
         missing = {name: outs for name, outs in kept.items() if name not in self.data.expected}
         self.data.expected.update(missing)
@@ -250,6 +275,40 @@ class Evaluator:
             "oracle on those) elsewhere" if checked else
             "CUDA reference only (no NumPy oracle: not independently checked)"
         )
+
+    def _prepare_reference_checks(self, ref: Candidate) -> None:
+        """The reference's module and per-case launches, for the checked timed launches."""
+        compiled, module, problem = self._compile(ref)
+        if module is None:
+            raise WorkloadError(f"workload {self.workload.name!r}: the CUDA reference no longer compiles: {problem}")
+        self._check_module = module
+        for case in self.workload.spec.performance_cases:
+            self._check_launches[case.name] = self._resolve(ref, compiled, case).as_json()
+
+    def _timing_job(
+        self, case: Case, launch: ResolvedLaunch, data: DataSet, out_dir: Path, timing: dict[str, Any], *,
+        candidate: bool, check: bool,
+    ) -> CaseJob:
+        """The timing request of one performance case: fresh inputs for every timed launch (the
+        reference is timed on them too, so speedups compare like with like); for a candidate also
+        the hidden checked launches, the check launch after timing and the confirm launch."""
+        job = CaseJob(
+            case, launch, data, out_dir, timing=timing,
+            timed=self.timed if candidate and self._uses("timed_inputs") else None,
+            device_compare=check and self._uses("device_compare"), check=check,
+        )
+        specs = case_fresh(self.workload, case).specs if self._uses("fresh_inputs") or self._uses("confirm_launch") else {}
+        if specs:
+            job.fresh, job.fresh_seed, job.fresh_timed = specs, request_seed(), self._uses("fresh_inputs")
+        if not candidate:
+            return job
+        if self._check_module is not None and case.name in self._check_launches:
+            job.checked = pick_checked_launches(self.options.iterations, self.options.checked_launches)
+            job.check_launch = self._check_launches[case.name]
+        if specs and self._uses("confirm_launch"):
+            job.confirm = True
+            job.consistency = job.timed is not None and timing.get("mode", "events") == "events"
+        return job
 
     # --- evaluation ------------------------------------------------------------------
 
@@ -333,14 +392,13 @@ class Evaluator:
         timing = self.options.timing_request(self.features)
         for i, case in enumerate(perf):
             self.progress(f"{candidate.name}: timing {case.name}", i, len(perf))
-            job = CaseJob(
-                case, resolved[case.name], data, self._out_dir(tag, case), timing=timing,
-                timed=self.timed if data is self.data and keep is None and self._uses("timed_inputs") else None,
-                device_compare=check and self._uses("device_compare"), check=check,
+            job = self._timing_job(
+                case, resolved[case.name], data, self._out_dir(tag, case), timing,
+                candidate=data is self.data and keep is None, check=check,
             )
             timed, _ = self._submit(job, module, tag)
             if timed.status is not Status.ok:
-                if timed.status is not Status.timed_mismatch:
+                if timed.status not in (Status.timed_mismatch, Status.inconsistent_timing):
                     timed.message = f"failed when re-run for timing: {timed.message}"
                 by_name[case.name] = timed
                 result.cases = [by_name[c.name] for c in all_cases]
@@ -392,6 +450,7 @@ class Evaluator:
             # without it would unload it (and blocking timing cannot run without its ko_spin)
             support=self._support,
             input_cache="input_cache" in self.features,
+            check_module=self._check_module,
         )
 
     def _compile(self, candidate: Candidate) -> tuple[CompileResult, Path | None, str | None]:
@@ -458,7 +517,8 @@ class Evaluator:
             return base
         # Allow the launches a generous multiple of the reference's time (or 1 s each).
         per_launch_s = max(self.reference_medians.get(case.name, 0.0) * 1e-3 * 20, 1.0)
-        launches = self.options.warmup + self.options.iterations + 2
+        # + the check and confirm launches, and the reference on each checked launch
+        launches = self.options.warmup + self.options.iterations + 3 + self.options.checked_launches
         adaptive_s = self.options.adaptive_max_ms * 1e-3 * 2 if self.options.adaptive_rse else 0.0
         return base + adaptive_s + min(per_launch_s * launches, 600.0)
 

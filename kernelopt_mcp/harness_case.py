@@ -18,6 +18,7 @@ import numpy as np
 from .compare import Thresholds, compare, from_device, thresholds
 from .dtypes import scalar_raw
 from .errors import HarnessError
+from .fresh_inputs import consistency_problem
 from .harness import ExitCode, HarnessReply, raise_for_request_error
 from .inputs import CaseInputs, write_atomic
 from .launch import ResolvedLaunch
@@ -78,11 +79,19 @@ class CaseJob:
     device_compare: bool = False
     keep_outputs: bool = False
     check: bool = True  # compare with the expected outputs (False: a reference that defines them)
+    # Fresh inputs and checked launches (fresh_inputs.py; timing requests only):
+    fresh: dict[str, dict[str, Any]] = field(default_factory=dict)  # buffer -> harness "fresh" spec
+    fresh_seed: int | None = None  # hidden, new for every request
+    fresh_timed: bool = True  # redraw before every timed launch (False: only the confirm launch)
+    checked: list[int] = field(default_factory=list)  # measured samples the CUDA reference checks
+    check_launch: dict[str, Any] | None = None  # the reference's launch for this case
+    confirm: bool = False  # one more fresh launch after timing (timing consistency)
+    consistency: bool = False  # judge check_launch_ms / confirm_launch_ms against the median
 
 
 def build_request(
     job: CaseJob, workload: Workload, *, device: int, module: Path, guard_bytes: int, flush_l2: bool,
-    support: Path | None = None, input_cache: bool = False,
+    support: Path | None = None, input_cache: bool = False, check_module: Path | None = None,
 ) -> dict[str, Any]:
     """The harness request for ``job`` (see native_harness/PROTOCOL.md)."""
     case, ci = job.case, job.data.inputs[job.case.name]
@@ -98,6 +107,9 @@ def build_request(
                 arg["input"] = str(ci.files[p.name].resolve())
                 if timed_ci is not None:
                     arg["timed_input"] = str(timed_ci.files[p.name].resolve())
+                if p.name in job.fresh and job.timing:
+                    arg["dtype"] = p.dtype.value
+                    arg["fresh"] = job.fresh[p.name]
             if p.is_output:
                 arg["output"] = str((job.out_dir / f"{p.name}.bin").resolve())
                 ref, timed_ref = refs.get(p.name), timed_refs.get(p.name)
@@ -113,6 +125,14 @@ def build_request(
                         arg["write_output"] = True
                 if timed_ref:
                     arg["timed_expected"] = str(timed_ref.path)
+                if job.checked and "compare" not in arg:
+                    # the checked launches compare with the reference's outputs on the tolerances
+                    # of the validation's expected values (the same distribution of inputs)
+                    basis = job.data.refs.get(case.name, {}).get(p.name)
+                    if basis is None:
+                        raise HarnessError(f"case {case.name!r}: no expected values of {p.name!r} to take tolerances from")
+                    arg["dtype"] = p.dtype.value
+                    arg["compare"] = basis.thresholds.harness_compare(workload.spec.tolerance_for(p.name).rtol)
             if p.role == "out":
                 arg["init"] = p.init
                 arg["poison_byte"] = 0xFF if p.dtype.is_float else 0xA5
@@ -130,6 +150,15 @@ def build_request(
         entry["repeat_validation"] = True
     if job.timing:
         entry["timing"] = job.timing
+        if job.fresh:
+            entry["fresh_seed"] = job.fresh_seed
+            entry["fresh_timed"] = job.fresh_timed
+        if job.checked:
+            entry["checked_launches"] = job.checked
+        if job.check_launch and (job.checked or job.confirm):
+            entry["check_launch"] = job.check_launch
+        if job.confirm:
+            entry["confirm_launch"] = True
     request: dict[str, Any] = {
         "protocol": 1,
         "device": device,
@@ -143,6 +172,9 @@ def build_request(
         request["support_module"] = str(support.resolve())
     if input_cache:
         request["input_cache"] = True
+    if check_module is not None and "check_launch" in entry:
+        request["check_module"] = str(check_module.resolve())
+        request["check_entry"] = workload.signature.entry
     return request
 
 
@@ -200,8 +232,15 @@ def interpret(
     if cr.status is Status.ok and job.timing and ca.get("timing"):
         t = ca["timing"]
         cr.timing = from_answer(t)
-        if job.timed is not None:
+        cr.fresh_inputs = list(t.get("fresh_buffers") or [])
+        cr.confirm_launch_ms = t.get("confirm_launch_ms")
+        _check_reference(cr, ca.get("timed_checks") or [], len(t.get("times_ms") or []))
+        if cr.status is Status.ok and job.timed is not None:
             _check_timed(cr, job, workload, device)
+        if cr.status is Status.ok and job.consistency:
+            problem = consistency_problem(cr.timing, cr.timing.check_launch_ms, cr.confirm_launch_ms)
+            if problem:
+                cr.status, cr.message = Status.inconsistent_timing, problem
     return cr, outputs if job.keep_outputs else None
 
 
@@ -330,6 +369,29 @@ def _check_timed(
             f"the outputs of the timed launches are wrong on inputs the kernel had not seen before ({detail}); "
             "results must be computed from the inputs on every launch, never cached or skipped"
         )
+
+
+def _check_reference(cr: CaseResult, checks: list[dict[str, Any]], samples: int) -> None:
+    """The checked launches: each measured launch's outputs against the CUDA reference run on the
+    same (freshly drawn) inputs, and the confirm launch after timing."""
+    cr.reference_checks = checks
+    cr.checked_launches = len({(c.get("launch"), c.get("sample")) for c in checks})
+    bad = [c for c in checks if int(c.get("mismatches") or 0) > 0]
+    if not bad:
+        return
+    c = bad[0]
+    where = (
+        f"timed launch {c.get('sample')} of {samples} measured" if c.get("launch") == "measured"
+        else "the launch after timing"
+    )
+    inputs = "fresh inputs drawn on the device" if c.get("draw") is not None else "its inputs"
+    cr.status = Status.timed_mismatch
+    cr.message = (
+        f"the outputs of {where}, on {inputs}, were wrong: {c.get('buffer')}: {c.get('mismatches')} of "
+        f"{c.get('elements')} elements differ from the CUDA reference run on the same inputs (first at flat index "
+        f"{c.get('first_mismatch')}, max abs error {c.get('max_abs_error')}, {c.get('nonfinite')} non-finite): results "
+        "were cached or work was skipped while timed; they must be computed from the inputs on every launch"
+    )
 
 
 def describe(error: CudaErrorInfo | None) -> str:

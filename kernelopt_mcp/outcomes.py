@@ -124,9 +124,7 @@ class EvaluationResult(BaseModel):
     workload: str
     candidate: str
     source_hash: str | None = None
-    seed: int | None = Field(
-        None, description="the input seed; None where it is private (the MCP server's results, cached results)"
-    )
+    seed: int
     device: str | None = None
     arch: str
     compile: CompileResult | None = None

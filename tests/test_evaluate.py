@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 from fakegpu import ADD_LAUNCH, kernel, write_harness, write_tiny_workload
@@ -49,3 +50,71 @@ def test_a_timeout_says_how_much_the_kernel_printed(tmp_path) -> None:
     assert "it printed 379.8 KiB before the deadline" in result.message, result.message  # 20000 lines, 388890 bytes
     assert "last line: 'thread 19999: hello'" in result.message
     assert quiet.status.value == "timeout" and "printed" not in quiet.message
+
+
+FRESH_FEATURES = "blocking,timed_inputs,fresh_inputs,timed_check,confirm_launch"
+
+
+def _requests(workdir) -> list[tuple[str, dict]]:  # noqa: ANN001
+    return [(p.parent.name, json.loads(p.read_text())) for p in sorted((workdir / "requests").rglob("*.json"))]
+
+
+def test_timing_requests_redraw_inputs_and_check_hidden_launches_against_the_reference(tmp_path, monkeypatch) -> None:
+    """Issue 14: every timed launch gets fresh device-drawn inputs, a hidden subset of a candidate's
+    measured launches is checked against the CUDA reference, and the result's checks say so."""
+    monkeypatch.setenv("KO_FAKE_FEATURES", FRESH_FEATURES)
+    harness = write_harness(tmp_path, "fake")
+    wl = find_workload(write_tiny_workload(tmp_path / "extra") / "tiny_add", Settings())
+    opts = EvaluateOptions(warmup=2, iterations=40)
+    workdir = tmp_path / "w"
+    with HarnessProcess(harness, 0) as proc, Evaluator(wl, proc, device_info(harness, 0), workdir=workdir,
+                                                       options=opts) as ev:
+        result = ev.evaluate(Candidate(kernel(), LaunchSpec.model_validate(ADD_LAUNCH), [], "add"))
+    assert result.ok, result.message
+    requests = _requests(workdir)
+    timed = [(who, r) for who, r in requests if r["cases"][0].get("timing")]
+    ref_timed = [r for who, r in timed if who.endswith("reference")]
+    cand_timed = [r for who, r in timed if who.endswith("add")]
+    assert ref_timed and cand_timed
+    seeds = set()
+    for r in ref_timed + cand_timed:
+        case = r["cases"][0]
+        a, b, _, _ = case["args"]
+        assert a["fresh"] == {"kind": "uniform", "low": -1.0, "high": 1.0} and b["fresh"]["kind"] == "normal"
+        assert case["fresh_timed"] is True and 0 <= case["fresh_seed"] < 2**64
+        seeds.add(case["fresh_seed"])
+    # the reference is timed on fresh inputs too, but checks nothing
+    assert not {"checked_launches", "confirm_launch", "check_launch"} & set(ref_timed[0]["cases"][0])
+    cand = cand_timed[0]
+    case = cand["cases"][0]
+    assert len(case["checked_launches"]) == 3 and max(case["checked_launches"]) >= 30
+    assert case["check_launch"]["block"] == [128, 1, 1]  # the reference's launch, not the candidate's
+    assert case["confirm_launch"] is True
+    assert Path(cand["check_module"]).is_file() and cand["check_entry"] == "vector_add"
+    assert len(seeds) == len(ref_timed) + len(cand_timed)  # a new hidden seed for every request
+    # validation requests draw nothing
+    assert all("fresh" not in r["cases"][0]["args"][0] for who, r in requests if not r["cases"][0].get("timing"))
+    assert "fresh device-drawn inputs for every timed launch (buffers a, b)" in result.checks
+    assert any("3 hidden timed launches per case checked against the CUDA reference" in c for c in result.checks)
+    # the seeds are never reported
+    dumped = result.model_dump_json()
+    assert not any(str(s) in dumped for s in seeds)
+
+
+def test_an_older_harness_or_switched_off_checks_send_and_claim_nothing(tmp_path, monkeypatch) -> None:
+    wl = find_workload(write_tiny_workload(tmp_path / "extra") / "tiny_add", Settings())
+    harness = write_harness(tmp_path, "fake")
+    for features, opts in [("blocking", EvaluateOptions(warmup=1, iterations=8)),
+                           (FRESH_FEATURES, EvaluateOptions(warmup=1, iterations=8, fresh_inputs=False,
+                                                            checked_launches=0, check_consistency=False))]:
+        monkeypatch.setenv("KO_FAKE_FEATURES", features)
+        workdir = tmp_path / f"w{len(features)}"
+        with HarnessProcess(harness, 0) as proc, Evaluator(wl, proc, device_info(harness, 0), workdir=workdir,
+                                                           options=opts) as ev:
+            result = ev.evaluate(Candidate(kernel(), LaunchSpec.model_validate(ADD_LAUNCH), [], "add"))
+        assert result.ok, result.message
+        for _, r in _requests(workdir):
+            case = r["cases"][0]
+            assert "fresh" not in case["args"][0] and "checked_launches" not in case and "check_module" not in r
+        claims = [c for c in result.checks if c != "fresh inputs per session"]
+        assert not any("fresh" in c or "CUDA reference" in c for c in claims), result.checks

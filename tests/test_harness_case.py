@@ -195,3 +195,80 @@ def test_timed_check_failure_is_timed_mismatch(tmp_path: Path) -> None:
     assert cr.timing is not None and cr.timing.iterations == 3
     assert cr.timing.check_launch_ms == 0.01
     assert not cr.timed_check[0].passed
+
+
+def test_request_carries_fresh_specs_checked_launches_and_the_reference(tmp_path: Path) -> None:
+    wl = _workload(tmp_path)
+    job = _job(tmp_path, wl, timing={"warmup": 10, "iterations": 100})
+    job.fresh = {"a": {"kind": "uniform", "low": -1.0, "high": 1.0}, "b": {"kind": "normal", "mean": 0.0, "std": 1.0}}
+    job.fresh_seed, job.checked, job.confirm = 2**64 - 5, [3, 40, 97], True
+    job.check_launch = {"grid": [8, 1, 1], "block": [128, 1, 1], "shared_bytes": 0}
+    ref = tmp_path / "reference.cubin"
+    req = build_request(job, wl, device=0, module=tmp_path / "k.cubin", guard_bytes=256, flush_l2=True,
+                        support=tmp_path / "s.cubin", check_module=ref)
+    entry = req["cases"][0]
+    a, b, c, _ = entry["args"]
+    assert a["fresh"] == job.fresh["a"] and a["dtype"] == "float32" and b["fresh"]["kind"] == "normal"
+    assert entry["fresh_seed"] == 2**64 - 5 and entry["fresh_timed"] is True
+    assert entry["checked_launches"] == [3, 40, 97] and entry["check_launch"] == job.check_launch
+    assert entry["confirm_launch"] is True
+    assert req["check_module"] == str(ref.resolve()) and req["check_entry"] == "vector_add"
+    # the reference's outputs are compared with the validation's tolerances, even without device compare
+    assert c["dtype"] == "float32" and set(c["compare"]) == {"abs_tol", "rtol", "rel_floor"}
+    assert "expected" not in c
+    # a validation-only request draws nothing and checks nothing
+    plain = build_request(_job(tmp_path, wl), wl, device=0, module=tmp_path / "k.cubin", guard_bytes=256,
+                          flush_l2=True, check_module=ref)
+    assert "fresh" not in plain["cases"][0]["args"][0] and "check_module" not in plain
+    assert not {"fresh_seed", "checked_launches", "confirm_launch"} & set(plain["cases"][0])
+
+
+def _timing_answer(times: list[float], **timing: object) -> dict:
+    return {"warmup": 1, "iterations": len(times), "flush_l2": True, "times_ms": times, "mode": "events", **timing}
+
+
+def _check(sample: int | None, mismatches: int = 0, **kw: object) -> dict:
+    return {"launch": "measured" if sample is not None else "confirm", "sample": sample, "draw": 7, "time_ms": 1.0,
+            "buffer": "c", "elements": 1001, "mismatches": mismatches, "nonfinite": 0, "max_abs_error": 0.5 if mismatches else 0.0,
+            "max_rel_error": 0.1, "first_mismatch": 12 if mismatches else None, **kw}
+
+
+def test_a_wrong_checked_launch_is_timed_mismatch_naming_the_launch(tmp_path: Path) -> None:
+    wl = _workload(tmp_path)
+    job = _job(tmp_path, wl, timing={"warmup": 1, "iterations": 8})
+    ci = job.data.inputs["odd_1001"]
+    (job.out_dir / "c.bin").write_bytes((ci.arrays["a"] + ci.arrays["b"]).astype("<f4").tobytes())
+    reply = _answer("odd_1001", timing=_timing_answer([1.0] * 8, fresh_buffers=["a", "b"], confirm_launch_ms=1.0),
+                    timed_checks=[_check(2), _check(6, mismatches=1001), _check(None)])
+    cr, _ = interpret(job, reply, wl, 10.0)
+    assert cr.status is Status.timed_mismatch
+    assert "timed launch 6 of 8 measured, on fresh inputs drawn on the device" in cr.message
+    assert "1001 of 1001 elements differ from the CUDA reference" in cr.message and "first at flat index 12" in cr.message
+    assert cr.checked_launches == 3 and cr.fresh_inputs == ["a", "b"] and len(cr.reference_checks) == 3
+    # the same answer with every check passing is ok and says how many launches were checked
+    (job.out_dir / "c.bin").write_bytes((ci.arrays["a"] + ci.arrays["b"]).astype("<f4").tobytes())
+    good = _answer("odd_1001", timing=_timing_answer([1.0] * 8), timed_checks=[_check(2), _check(6), _check(None)])
+    cr, _ = interpret(job, good, wl, 10.0)
+    assert cr.status is Status.ok and cr.checked_launches == 3
+
+
+def test_two_slow_launches_on_unseen_inputs_are_inconsistent_timing(tmp_path: Path) -> None:
+    wl = _workload(tmp_path)
+    ci_sum = None
+    for check_ms, confirm_ms, expected in [(28.3, 27.9, Status.inconsistent_timing), (28.3, 18.2, Status.ok),
+                                           (18.5, 18.4, Status.ok)]:
+        job = _job(tmp_path, wl, timing={"warmup": 1, "iterations": 100}, consistency=True)
+        ci = job.data.inputs["odd_1001"]
+        ci_sum = (ci.arrays["a"] + ci.arrays["b"]).astype("<f4").tobytes()
+        (job.out_dir / "c.bin").write_bytes(ci_sum)
+        times = [18.1 + 0.01 * (i % 3) for i in range(100)]
+        reply = _answer("odd_1001", timing=_timing_answer(times, check_launch_ms=check_ms, confirm_launch_ms=confirm_ms))
+        cr, _ = interpret(job, reply, wl, 10.0)
+        assert cr.status is expected, (check_ms, confirm_ms, cr.message)
+        if expected is Status.inconsistent_timing:
+            assert "28.3 ms" in cr.message and "27.9 ms" in cr.message and "median of 18.1" in cr.message
+    # without the consistency check asked for, the same times pass
+    job = _job(tmp_path, wl, timing={"warmup": 1, "iterations": 100})
+    (job.out_dir / "c.bin").write_bytes(ci_sum or b"")
+    reply = _answer("odd_1001", timing=_timing_answer([18.1] * 100, check_launch_ms=28.3, confirm_launch_ms=27.9))
+    assert interpret(job, reply, wl, 10.0)[0].status is Status.ok

@@ -1,0 +1,163 @@
+"""Fresh inputs for every timed launch, and which timed launches are checked.
+
+The harness redraws input buffers on the device before every warm-up and measured launch
+(native_harness/PROTOCOL.md, "Fresh inputs and checked launches"), from the case's own
+generator: ``uniform``, ``normal`` and ``randint`` map to the support module's ``ko_fill_<dtype>``
+(Philox4x32-10 keyed by a hidden per-request seed; same distribution and range as
+:func:`kernelopt_mcp.inputs.generate`, not the same bits). ``arange`` and ``constant`` buffers are
+deterministic and data files are the user's bytes: those are not redrawn (a data file that
+records ``drawn_from``, as a frozen ``optimize`` run's do, is redrawn from that generator).
+
+This module decides, per case and buffer, what the harness is asked to draw; picks the hidden
+measured launches whose outputs the CUDA reference checks; and judges the fresh-input timing
+consistency (a launch on unseen inputs much slower than the timed median, twice).
+"""
+
+from __future__ import annotations
+
+import secrets
+from dataclasses import dataclass, field
+from typing import Any
+
+from .dtypes import DType
+from .stats import TimingStats
+from .workload import BufferParam, Case, DataFile, Normal, RandInt, Uniform, Workload
+
+#: A launch on unseen inputs is inconsistent when slower than median * (1 + max(this, ...)) ...
+CONSISTENCY_MIN_FRACTION = 0.25
+#: ... and than median * (1 + this * CV) (the measured noise) ...
+CONSISTENCY_CV_FACTOR = 5.0
+#: ... and than median + this many milliseconds (launch latency of a lone launch).
+CONSISTENCY_MIN_MS = 0.020
+
+
+def request_seed() -> int:
+    """A new hidden seed for one request's device draws (never reported: a seed that leaked is
+    useless for the next evaluation, which draws its own)."""
+    return secrets.randbits(64)
+
+
+def generator_of(param: BufferParam, case: Case, workload: Workload) -> Any:
+    return case.inputs.get(param.name) or workload.spec.inputs[param.name]
+
+
+def fresh_spec(gen: Any, dtype: DType) -> tuple[dict[str, Any] | None, str]:
+    """The harness's ``fresh`` object for a buffer made by ``gen``, or None and why not."""
+    if isinstance(gen, DataFile):
+        drawn = getattr(gen, "drawn_from", None)
+        if drawn is None:
+            return None, "data file (the user's bytes)"
+        spec, why = fresh_spec(drawn, dtype)
+        return spec, why if spec is None else "drawn_from"
+    match gen:
+        case Uniform(low=low, high=high):
+            return {"kind": "uniform", "low": float(low), "high": float(high)}, ""
+        case Normal(mean=mean, std=std):
+            return {"kind": "normal", "mean": float(mean), "std": float(std)}, ""
+        case RandInt(low=low, high=high) if high > low:
+            return {"kind": "randint", "low": int(low), "high": int(high)}, ""
+    kind = getattr(gen, "generator", type(gen).__name__)
+    return None, f"{kind} (deterministic: the same values on every launch)"
+
+
+@dataclass
+class CaseFresh:
+    """What the harness redraws for one case: specs by buffer, and the buffers it cannot redraw."""
+
+    specs: dict[str, dict[str, Any]] = field(default_factory=dict)
+    fixed: dict[str, str] = field(default_factory=dict)  # buffer -> why it is not redrawn
+
+
+def case_fresh(workload: Workload, case: Case) -> CaseFresh:
+    out = CaseFresh()
+    for param in workload.signature.inputs:
+        spec, why = fresh_spec(generator_of(param, case, workload), param.dtype)
+        if spec is None:
+            out.fixed[param.name] = why
+        else:
+            out.specs[param.name] = spec
+    return out
+
+
+def pick_checked_launches(iterations: int, count: int) -> list[int]:
+    """``count`` distinct measured-sample indices in ``[0, iterations)``, hidden (from the OS's
+    random source), at least one in the last quarter (a kernel that turns lazy late in the
+    timing is caught), sorted."""
+    if iterations <= 0 or count <= 0:
+        return []
+    count = min(count, iterations)
+    rng = secrets.SystemRandom()
+    last_quarter = range(iterations - max(1, iterations // 4), iterations)
+    picked = {rng.choice(last_quarter)}
+    while len(picked) < count:
+        picked.add(rng.randrange(iterations))
+    return sorted(picked)
+
+
+def consistency_limit_ms(timing: TimingStats) -> float:
+    """The slowest a launch on unseen inputs may be before it counts as inconsistent."""
+    med = timing.median_ms
+    return max(
+        med * (1 + max(CONSISTENCY_MIN_FRACTION, CONSISTENCY_CV_FACTOR * timing.cv)),
+        med + CONSISTENCY_MIN_MS,
+    )
+
+
+def consistency_problem(timing: TimingStats, check_ms: float | None, confirm_ms: float | None) -> str | None:
+    """Why the fresh-input launches are inconsistent with the timed median, or None.
+
+    Both the launch after timing on hidden-seed inputs (``check_ms``) and the confirm launch on
+    freshly drawn inputs (``confirm_ms``) must exceed :func:`consistency_limit_ms`: one slow
+    launch alone can be a hiccup. Only events-mode timing is judged (graph-mode samples are
+    back-to-back launches without an L2 flush between them, not comparable with a lone launch).
+    """
+    if timing.mode != "events" or check_ms is None or confirm_ms is None or timing.median_ms <= 0:
+        return None
+    limit = consistency_limit_ms(timing)
+    if check_ms <= limit or confirm_ms <= limit:
+        return None
+    return (
+        f"the timed launches took a median of {timing.median_ms:.4g} ms, but a launch on inputs the kernel had not "
+        f"seen took {check_ms:.4g} ms and a second one {confirm_ms:.4g} ms (limit {limit:.4g} ms: the median plus "
+        f"max({CONSISTENCY_MIN_FRACTION:.0%}, {CONSISTENCY_CV_FACTOR:g} x CV {timing.cv:.3f}) and at least "
+        f"{CONSISTENCY_MIN_MS * 1e3:.0f} us): the timed launches were faster for a reason other than the work, such as "
+        "results reused from inputs seen before or work skipped while timed"
+    )
+
+
+def fresh_checks(workload: Workload, cases: list[Case], *, redraw: bool, reference: bool, checked: int,
+                 consistency: bool) -> list[str]:
+    """The lines of a result's ``checks`` list for fresh inputs, checked launches and timing
+    consistency over the performance ``cases``: only what really runs, and what cannot."""
+    lines: list[str] = []
+    drawn: list[str] = []
+    fixed: dict[str, str] = {}
+    for case in cases:
+        cf = case_fresh(workload, case)
+        drawn += [b for b in cf.specs if b not in drawn]
+        for name, why in cf.fixed.items():
+            fixed.setdefault(name, why)
+    if redraw and drawn:
+        lines.append(f"fresh device-drawn inputs for every timed launch (buffers {', '.join(drawn)})")
+        for name, why in fixed.items():
+            lines.append(f"fresh inputs: buffer {name} not redrawn ({why})")
+    elif redraw and cases:
+        lines.append(
+            "fresh inputs: not possible, no input can be redrawn ("
+            + "; ".join(f"{n}: {w}" for n, w in fixed.items()) + "): every timed launch sees the same bytes"
+        )
+    if cases and checked > 0 and reference:
+        lines.append(
+            f"outputs of {checked} hidden timed launches per case checked against the CUDA reference on their inputs"
+        )
+    elif cases and checked > 0:
+        lines.append(
+            "outputs of timed launches checked only by the launch after timing (no CUDA reference to check "
+            "the fresh inputs of timed launches with)"
+        )
+    if consistency and cases:
+        if drawn:
+            lines.append("fresh-input timing consistency (two launches on unseen inputs vs the timed median, events mode)")
+        else:
+            lines.append("fresh-input timing consistency: not possible (no input can be redrawn for the second launch)")
+    return lines
