@@ -124,7 +124,9 @@ class EvaluationResult(BaseModel):
     workload: str
     candidate: str
     source_hash: str | None = None
-    seed: int
+    seed: int | None = Field(
+        None, description="the input seed; None where it is private (the MCP server's results, cached results)"
+    )
     device: str | None = None
     arch: str
     compile: CompileResult | None = None
