@@ -8,8 +8,8 @@ cuda-python, ~0.3 s). Before it reads any request it
    nothing is taken from the environment) and compiles a tiny kernel, so that everything NVRTC
    loads lazily (libnvrtc-builtins, ptxas's pieces) is in memory;
 2. confines itself with Landlock (``--confine landlock``, :mod:`sandbox`): from then on it can
-   read only the ``--read`` directories (the CUDA headers), map NVRTC's own library directory,
-   and write only its working directory (an empty scratch directory); no TCP, no signals out.
+   read only the ``--read`` directories (the CUDA headers) and NVRTC's own library files (also
+   mappable as code), and write only its working directory (an empty scratch directory); no TCP, no signals out.
    ``--confine none`` (only when the user accepted an unconfined compiler) skips this;
 3. caps its own address space (``RLIMIT_AS``), so a compile that tries to use more memory fails
    here, not in the server; the parent enforces the wall-time limit by killing it;
@@ -131,9 +131,10 @@ def main(argv: list[str] | None = None) -> int:
     if sandbox is None:
         confinement = "unconfined (accepted)"
     else:
+        # NVRTC's own files stay readable (and mappable): a piece loaded lazily is NVIDIA's code
+        lib_files = sorted(str(p) for d in lib_dirs for p in Path(d).glob("libnvrtc*"))
         try:
-            # NVRTC's own directory stays readable: a lazily loaded piece of it is NVIDIA's code
-            done = sandbox.restrict(read=[*args.read, *lib_dirs], write=[os.getcwd()], execute=lib_dirs)
+            done = sandbox.restrict(read=args.read, write=[os.getcwd()], execute=lib_files)
         except OSError as exc:
             _say({"failure": f"the compile worker could not confine itself with Landlock: {exc}"})
             return 3

@@ -395,8 +395,12 @@ def compile_kernel(
     8 GiB of address space), with a message saying which limit. Exceptions are only for a
     missing toolchain or a refused option.
 
+    NVRTC runs confined (see :mod:`compile_pool`); ``result.confinement`` says how.
+
     Raises:
-        ToolchainNotFound: NVRTC cannot be loaded.
+        ToolchainNotFound: NVRTC cannot be loaded, or the worker cannot start or confine itself.
+        UnconfinedCompilerRefused: (a ToolchainNotFound) the kernel has no Landlock and ``limits``
+            do not accept an unconfined compiler.
         OptionError: an option is not whitelisted.
         ValueError: the source is too large or the arch is malformed.
     """

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import ctypes
 import errno
+import functools
 import os
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -79,6 +80,7 @@ class LandlockError(OSError):
     """Landlock is missing or refused the restriction."""
 
 
+@functools.cache
 def _libc() -> ctypes.CDLL:
     libc = ctypes.CDLL(None, use_errno=True)
     libc.syscall.restype = ctypes.c_long
