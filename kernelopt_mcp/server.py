@@ -21,9 +21,11 @@ import hmac
 import inspect
 import ipaddress
 import json
+import math
 import os
 import re
 import signal
+import socket
 import sys
 from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
@@ -67,7 +69,17 @@ from .results import (
     describe,
     gpu_properties_output,
 )
-from .service import MAX_ITERATIONS, MAX_TUNE_EVALS, MAX_TUNE_SECONDS, MAX_WARMUP, NAME_RE, KerneloptService, ServerConfig
+from .service import (
+    DEFAULT_MAX_SESSIONS,
+    DEFAULT_SESSION_IDLE_TIMEOUT_S,
+    MAX_ITERATIONS,
+    MAX_TUNE_EVALS,
+    MAX_TUNE_SECONDS,
+    MAX_WARMUP,
+    NAME_RE,
+    KerneloptService,
+    ServerConfig,
+)
 from .tune.output import AutotuneOutput
 from .workload import Workload, json_schema, read_regular_bytes
 
@@ -615,20 +627,40 @@ Report the best kernel's source, its launch spec, its score and speedup, and wha
 # --- entry point ---------------------------------------------------------------------------
 
 
-def _is_loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
+BindKind = Literal["loopback", "wildcard", "other"]
+
+
+def bind_kind(host: str) -> BindKind:
+    """What binding ``host`` exposes, judged from the addresses the socket would get: resolved
+    like the bind resolves it (getaddrinfo), so every spelling counts: ``0``, ``0x0``, ``0.0``,
+    ``::0``, ``0000:0000::0``, ``::ffff:0.0.0.0`` and names that resolve to them are all
+    ``wildcard`` (every interface); ``127.1`` and ``localhost`` are ``loopback`` only when every
+    address they resolve to is; anything else, or a name that does not resolve, is ``other``."""
+    name = host[1:-1] if host.startswith("[") and host.endswith("]") else host
+    if not name.strip():
+        return "wildcard"  # an empty host binds every interface
     try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
+        infos = socket.getaddrinfo(name, None, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    except (OSError, UnicodeError):
+        return "other"
+    addresses = []
+    for *_, sockaddr in infos:
+        ip = ipaddress.ip_address(str(sockaddr[0]).split("%", 1)[0])
+        if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
+            ip = ip.ipv4_mapped
+        addresses.append(ip)
+    if any(ip.is_unspecified for ip in addresses):
+        return "wildcard"
+    if addresses and all(ip.is_loopback for ip in addresses):
+        return "loopback"
+    return "other"
 
 
 def http_security(host: str, allowed_hosts: list[str]) -> TransportSecuritySettings:
     """DNS-rebinding protection: only these Host (and Origin) names are answered."""
     names = ["127.0.0.1", "localhost", "[::1]", *allowed_hosts]
-    if host not in ("0.0.0.0", "::") and not _is_loopback(host):
-        names.append(f"[{host}]" if ":" in host else host)
+    if bind_kind(host) == "other":  # a wildcard is no name a client sends
+        names.append(f"[{host}]" if ":" in host and not host.startswith("[") else host)
     names = list(dict.fromkeys(names))
     return TransportSecuritySettings(
         enable_dns_rebinding_protection=True,
@@ -650,6 +682,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--port", type=int, default=8000, help="HTTP port (default 8000)")
     p.add_argument("--token", help="bearer token clients must send over HTTP (prefer env KERNELOPT_MCP_TOKEN: flags show in ps)")
     p.add_argument("--allowed-host", action="append", default=[], help="Host name clients use to reach a non-loopback bind, repeatable")
+    p.add_argument("--session-idle-timeout", type=float, help=f"seconds an HTTP session may stay idle (no request in flight) before it is closed and its id answers 404 (default {DEFAULT_SESSION_IDLE_TIMEOUT_S:.0f}; env KERNELOPT_MCP_SESSION_IDLE_TIMEOUT)")
+    p.add_argument("--max-sessions", type=int, help=f"open HTTP sessions at most; beyond, a new one gets 503 until others end or expire (default {DEFAULT_MAX_SESSIONS}; env KERNELOPT_MCP_MAX_SESSIONS)")
     p.add_argument("--unconfined-compiler", action="store_true", default=None,
                    help="where the kernel has no Landlock, compile WITHOUT confining NVRTC: a kernel could read this "
                    "user's files into a compile log (trusted clients only; env KERNELOPT_UNCONFINED_COMPILER=1)")
@@ -667,13 +701,44 @@ def config_from_args(args: argparse.Namespace, environ: dict[str, str] | None = 
         raise SystemExit(f"kernelopt-mcp: --arch {settings.arch!r} is not of the form sm_90")
     workspace = Path(args.workspace or env.get("KERNELOPT_MCP_WORKSPACE") or Path.home() / ".kernelopt").expanduser()
     roots = [*args.root, *(r for r in env.get("KERNELOPT_MCP_ROOTS", "").split(os.pathsep) if r)]
-    return ServerConfig(settings=settings, workspace=workspace.resolve(), extra_roots=tuple(Path(r).expanduser().resolve() for r in roots))
+    idle = _flag_or_env(getattr(args, "session_idle_timeout", None), env, "KERNELOPT_MCP_SESSION_IDLE_TIMEOUT", float, DEFAULT_SESSION_IDLE_TIMEOUT_S)
+    sessions = _flag_or_env(getattr(args, "max_sessions", None), env, "KERNELOPT_MCP_MAX_SESSIONS", int, DEFAULT_MAX_SESSIONS)
+    if not (math.isfinite(idle) and idle > 0):
+        raise SystemExit(f"kernelopt-mcp: --session-idle-timeout {idle} must be a positive number of seconds")
+    if sessions < 1:
+        raise SystemExit(f"kernelopt-mcp: --max-sessions {sessions} must be at least 1")
+    return ServerConfig(
+        settings=settings, workspace=workspace.resolve(), extra_roots=tuple(Path(r).expanduser().resolve() for r in roots),
+        session_idle_timeout_s=idle, max_sessions=sessions,
+    )
+
+
+def _flag_or_env(flag: Any, env: dict[str, str], var: str, convert: Callable[[str], Any], default: Any) -> Any:
+    if flag is not None:
+        return flag
+    if env.get(var):
+        try:
+            return convert(env[var])
+        except ValueError:
+            raise SystemExit(f"kernelopt-mcp: {var}={env[var]!r} is not a {convert.__name__}") from None
+    return default
+
+
+def http_app(app: MCPServer, config: ServerConfig, host: str, allowed_hosts: list[str]) -> Any:
+    """The streamable-HTTP ASGI app: DNS-rebinding protection for ``host``, sessions that expire
+    after ``config.session_idle_timeout_s`` without a request in flight (their id then answers
+    404 and the SDK drops them), at most ``config.max_sessions`` open at once."""
+    return app.streamable_http_app(
+        host=host, transport_security=http_security(host, allowed_hosts),
+        session_idle_timeout=config.session_idle_timeout_s, max_sessions=config.max_sessions,
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     token = args.token or os.environ.get("KERNELOPT_MCP_TOKEN") or None
-    if args.http and not _is_loopback(args.host):
+    kind = bind_kind(args.host) if args.http else "loopback"
+    if kind != "loopback":
         if not token:
             print(
                 f"kernelopt-mcp: refusing to serve HTTP on {args.host} without a bearer token: anyone who can reach "
@@ -681,10 +746,10 @@ def main(argv: list[str] | None = None) -> int:
                 file=sys.stderr,
             )
             return 2
-        if args.host in ("0.0.0.0", "::") and not args.allowed_host:
+        if kind == "wildcard" and not args.allowed_host:
             print(
-                f"kernelopt-mcp: binding to {args.host} needs --allowed-host NAME for each host name clients use "
-                "(DNS-rebinding protection answers only known Host headers).",
+                f"kernelopt-mcp: binding to {args.host} (every interface) needs --allowed-host NAME for each host "
+                "name clients use (DNS-rebinding protection answers only known Host headers).",
                 file=sys.stderr,
             )
             return 2
@@ -704,7 +769,7 @@ def main(argv: list[str] | None = None) -> int:
             return 0
         import uvicorn
 
-        starlette_app = app.streamable_http_app(host=args.host, transport_security=http_security(args.host, args.allowed_host))
+        starlette_app = http_app(app, config, args.host, args.allowed_host)
         print(
             f"kernelopt-mcp: streamable HTTP on http://{args.host}:{args.port}/mcp"
             + (" (bearer token required)" if token else ""),

@@ -74,6 +74,8 @@ MAX_ITERATIONS = 1000
 MAX_TUNE_EVALS = 1000
 MAX_TUNE_SECONDS = 4 * 3600.0
 DEFAULT_PREPARED_WORKLOADS = 3
+DEFAULT_SESSION_IDLE_TIMEOUT_S = 30 * 60.0  # an HTTP session with no request in flight this long is closed
+DEFAULT_MAX_SESSIONS = 1000  # open HTTP sessions (the SDK's 10 000 would hold ~370 MiB)
 HEARTBEAT_S = 10.0  # progress at least this often while a job waits or runs
 NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 SOURCE_SUFFIXES = (".cu", ".cuh")  # what a `path` argument may name
@@ -87,6 +89,8 @@ class ServerConfig:
     workspace: Path = field(default_factory=lambda: Path.home() / ".kernelopt")
     extra_roots: tuple[Path, ...] = ()
     max_prepared: int = DEFAULT_PREPARED_WORKLOADS
+    session_idle_timeout_s: float = DEFAULT_SESSION_IDLE_TIMEOUT_S  # streamable HTTP only
+    max_sessions: int = DEFAULT_MAX_SESSIONS  # streamable HTTP only
 
     @property
     def created_dir(self) -> Path:
