@@ -11,11 +11,13 @@ filtered too: a compile log quotes only the candidate's own source lines (:func:
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
 import re
 import threading
+import time
 from collections import OrderedDict
 from dataclasses import dataclass
 from enum import StrEnum
@@ -30,6 +32,7 @@ from .source_policy import MAX_SOURCE_BYTES, include_problem
 MAX_LOG_LINES = 60
 DEFAULT_CACHE_MB = 1024  # the disk compile cache's total size
 DEFAULT_CACHE_ENTRY_MB = 4  # larger entries are stored without their PTX, or not at all
+STALE_TEMP_S = 3600.0  # a cache temporary file this old belongs to no live writer
 
 # Options a candidate may pass to NVRTC. Anything that links, relocates, includes files from
 # arbitrary paths or changes the target is refused.
@@ -335,12 +338,17 @@ class CompileCache:
         try:
             with os.scandir(self.directory) as it:
                 for entry in it:
-                    if entry.name.startswith(".") or not entry.is_file(follow_symlinks=False):
-                        continue  # a write in flight (inputs.write_atomic's temporary name)
+                    if not entry.is_file(follow_symlinks=False):
+                        continue
                     try:
                         st = entry.stat(follow_symlinks=False)
                     except FileNotFoundError:
                         continue
+                    if entry.name.startswith("."):  # inputs.write_atomic's temporary file
+                        if time.time() - st.st_mtime > STALE_TEMP_S:  # left by a writer that died
+                            with contextlib.suppress(OSError):
+                                os.unlink(entry.path)
+                        continue  # else a write in flight
                     out.append((Path(entry.path), st.st_size, st.st_mtime))
         except FileNotFoundError:
             pass

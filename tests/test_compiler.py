@@ -239,3 +239,14 @@ def test_concurrent_writers_of_one_entry(tmp_path: Path) -> None:
     got = CompileCache(tmp_path).get("k" * 64)
     assert got is not None and got.cubin == first.cubin
     assert sorted(p.name for p in tmp_path.iterdir()) == [f"{'k' * 64}.{ext}" for ext in ("cubin", "json", "ptx")]
+
+
+def test_eviction_removes_temporary_files_left_by_dead_writers(tmp_path: Path) -> None:
+    import os
+
+    stale, fresh = tmp_path / ".x.cubin.abc.tmp", tmp_path / ".y.cubin.def.tmp"
+    stale.write_bytes(b"0" * 10)
+    fresh.write_bytes(b"0" * 10)
+    os.utime(stale, (0, 0))
+    CompileCache(tmp_path, max_bytes=1).evict()
+    assert not stale.exists() and fresh.exists()
