@@ -8,8 +8,11 @@ Sections (each a function taking a :class:`Bench`, so they can be run separately
                   `kernelopt-harness run` process per case, compile per case, no caches);
 2. throughput:    candidates per minute for sgemm and softmax;
 3. repeatability: CV of the score over 10 repeated benchmarks, ~5 us and ~1 ms kernels;
-4. agreement:     our median against Nsight Compute's gpu__time_duration (kernels >= 20 us).
-Every table states its target from issue 6 and PASS/FAIL. See bench/README.md.
+4. agreement:     our median against Nsight Compute's gpu__time_duration (kernels >= 20 us);
+5. checks:        per-candidate overhead with issue 14's timed-launch checks (fresh device-drawn
+                  inputs for every timed launch, checked launches against the CUDA reference,
+                  the confirm launch) on and off, side by side in one harness, as a ratio.
+Every table states its target (issues 6 and 14) and PASS/FAIL. See bench/README.md.
 """
 
 from __future__ import annotations
@@ -56,6 +59,8 @@ WARM_OVERHEAD_MS = 50.0
 BASELINE_RATIO = 0.1
 CV_LONG, CV_SHORT = 0.01, 0.03
 AGREEMENT = 0.05
+# Target from issue 14: the new checks cost at most 10% more per-candidate overhead
+CHECKS_RATIO = 1.10
 
 
 @dataclass
@@ -96,9 +101,11 @@ class Bench:
         return wl
 
     @contextmanager
-    def evaluator(self, wl: Workload, tag: str, *, time_reference: bool = False) -> Iterator[Evaluator]:
+    def evaluator(
+        self, wl: Workload, tag: str, *, time_reference: bool = False, options: EvaluateOptions | None = None,
+    ) -> Iterator[Evaluator]:
         with HarnessProcess(self.harness, self.settings.device) as proc, Evaluator(
-            wl, proc, self.device, workdir=self.workdir / tag, options=self.options,
+            wl, proc, self.device, workdir=self.workdir / tag, options=options or self.options,
         ) as ev:
             ev.prepare(time_reference=time_reference)
             yield ev
@@ -135,6 +142,7 @@ def kernel_ms(result: EvaluationResult) -> float:
         batch = getattr(t, "graph_batch", None) or 1  # graph mode: a sample is one launch of batch kernels
         ms += (t.mean_ms * samples + t.median_ms * t.warmup) * batch + t.median_ms * 2
         ms += getattr(t, "check_launch_ms", None) or 0.0  # protocol 2: the timed-inputs check launch
+        ms += getattr(case, "confirm_launch_ms", None) or 0.0  # the confirm launch on fresh inputs
     return ms
 
 
@@ -357,8 +365,53 @@ def agreement(bench: Bench, specs: tuple[tuple[str, str], ...] = AGREE_SPECS) ->
     return sec
 
 
+# --- 5. the cost of issue 14's checks ---------------------------------------------------------
+
+
+def checks(bench: Bench, workloads: tuple[str, ...] = ("vector_add", "softmax", "sgemm"), trials: int = 3) -> Section:
+    """Per-candidate overhead (wall minus the candidate's own GPU time) of one warm candidate with the
+    timed-launch checks on (the defaults) and off (today's behaviour before issue 14), evaluated
+    alternately in one session per mode so clocks and caches affect both alike."""
+    sec = Section(
+        "checks", "per-candidate overhead with issue 14's checks (fresh device-drawn inputs before every timed "
+        "launch, hidden launches checked against the CUDA reference, the confirm launch) on vs off",
+        f"on <= {CHECKS_RATIO:.2f} x off", ["workload", "mode", "wall ms", "kernel ms", "overhead ms (median)", "vs off", "pass"],
+    )
+    off_options = replace(bench.options, fresh_inputs=False, checked_launches=0, check_consistency=False)
+    verdicts = []
+    for name in workloads:
+        wl = bench.workload(name)
+        cand = variant(reference(wl), "checks")
+        with bench.evaluator(wl, f"checks-{name}-on") as on, \
+                bench.evaluator(wl, f"checks-{name}-off", options=off_options) as off:
+            runs: dict[str, list[tuple[float, float, float]]] = {"off": [], "on": []}
+            for mode, ev in (("off", off), ("on", on)):
+                ev.evaluate(cand)  # compiled once before the clock starts
+            for i in range(trials):
+                for mode, ev in (("off", off), ("on", on)):
+                    bench.say(f"checks: {name} {mode} {i + 1}/{trials}")
+                    runs[mode].append(_timed_evaluate(ev, cand))
+            described = [c for c in on.checks if "fresh" in c or "CUDA reference" in c]
+        over = {mode: statistics.median(o for _, _, o in r) for mode, r in runs.items()}
+        ratio = over["on"] / over["off"] if over["off"] > 0 else None
+        ok = ratio is not None and ratio <= CHECKS_RATIO
+        verdicts.append(ok)
+        for mode in ("off", "on"):
+            sec.rows.append({
+                "workload": name, "mode": mode, "wall ms": statistics.median(w for w, _, _ in runs[mode]),
+                "kernel ms": statistics.median(k for _, k, _ in runs[mode]), "overhead ms (median)": over[mode],
+                "vs off": ratio if mode == "on" else 1.0, "pass": ok if mode == "on" else None,
+            })
+        sec.notes.append(f"{name} 'on' ran: " + "; ".join(described))
+    sec.passed = all(verdicts)
+    sec.notes.append(f"{trials} trials each, alternating; {bench.options.warmup} warm-up + {bench.options.iterations} "
+                     "measured launches per performance case; the reference's checked launches count as overhead")
+    return sec
+
+
 SECTIONS: dict[str, Callable[[Bench], Section]] = {
     "overhead": overhead, "throughput": throughput, "repeatability": repeatability, "agreement": agreement,
+    "checks": checks,
 }
 
 
@@ -373,6 +426,8 @@ def _cell(column: str, value: Any) -> str:
         return "-"
     if isinstance(value, bool):
         return "PASS" if value else "FAIL"
+    if isinstance(value, float) and column == "vs off":
+        return f"{value:.3f}x"
     if isinstance(value, float) and column == "vs baseline":
         return f"1/{1 / value:.0f}" if 0 < value < 0.5 else f"{value:.2f}x"
     if isinstance(value, float):

@@ -99,6 +99,18 @@ def test_repeatability_section(run: ModuleType, bench) -> None:
     assert "CV <= 1%" in check_rendering(run, sec)
 
 
+def test_checks_section_measures_the_new_checks_on_and_off(run: ModuleType, bench, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("KO_FAKE_FEATURES", "blocking,timed_inputs,fresh_inputs,timed_check,confirm_launch")
+    sec = run.checks(bench, workloads=("tiny_add",), trials=2)
+    assert [(r["workload"], r["mode"]) for r in sec.rows] == [("tiny_add", "off"), ("tiny_add", "on")]
+    off, on = sec.rows
+    assert off["vs off"] == 1.0 and on["vs off"] == pytest.approx(on["overhead ms (median)"] / off["overhead ms (median)"])
+    assert on["pass"] is (on["vs off"] <= run.CHECKS_RATIO) and sec.passed is on["pass"]
+    # the note says which checks the 'on' mode really ran
+    assert any("fresh device-drawn inputs for every timed launch (buffers a, b)" in n for n in sec.notes)
+    assert "vs off" in check_rendering(run, sec)
+
+
 def test_agreement_skips_without_ncu(run: ModuleType, bench) -> None:
     sec = run.agreement(bench, specs=(("tiny_add", "n_4096"),))
     assert sec.skipped and "Nsight Compute not available" in sec.skipped and sec.passed is None

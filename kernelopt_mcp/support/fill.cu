@@ -5,10 +5,10 @@
 //
 // ko_fill_<dtype>(T* out, u64 n, u64 seed, u64 launch, u32 buffer, u32 kind, double a,
 //                 double b, long long low, u64 range)
-// Element i gets its own Philox4x32-10 block: counter (i lo, i hi, launch, buffer), key = the
-// two halves of the hidden seed, so the values are a pure function of (seed, launch, buffer, i)
-// (the harness redraws a launch's inputs to run the CUDA reference on them) and independent
-// of the grid. The generators follow kernelopt_mcp/inputs.py `generate` (same distribution and
+// Philox4x32-10 block g (counter (g lo, g hi, launch, buffer), key = the two halves of the hidden
+// seed) gives four 32-bit words, which feed 1, 2 or 4 consecutive elements (per_block_*), so the
+// values are a pure function of (seed, launch, buffer, i) (the harness redraws a launch's inputs
+// to run the CUDA reference on them) and independent of the grid. The generators follow kernelopt_mcp/inputs.py `generate` (same distribution and
 // range, not the same bits as NumPy):
 //   kind 0 uniform [a, b): float16/bfloat16/float32 drawn in float32 (24 random bits), then
 //          rounded to the type; float64 and integer types drawn in float64 (53 bits); integers
@@ -64,24 +64,34 @@ __device__ __forceinline__ double unit_d_open(ko_fill_u64 x) {
   return static_cast<double>((x >> 11) + 1ull) * 1.1102230246251565e-16;
 }
 
-// The value for element i drawn in float32 (narrow float types).
-__device__ __forceinline__ float draw_f(const U4& r, unsigned kind, double a, double b,
-                                        long long low, ko_fill_u64 range) {
+// How many elements one Philox block (four 32-bit words) feeds: narrow floats take one word
+// per uniform value and two per normal or randint value; float64 and integers two words per
+// uniform or randint value and all four per normal value.
+__device__ __forceinline__ unsigned per_block_narrow(unsigned kind) { return kind == 0u ? 4u : 2u; }
+__device__ __forceinline__ unsigned per_block_wide(unsigned kind) { return kind == 1u ? 1u : 2u; }
+
+// Element j of its block, drawn in float32 (narrow float types).
+__device__ __forceinline__ float draw_f(const unsigned* w, unsigned j, unsigned kind, double a,
+                                        double b, long long low, ko_fill_u64 range) {
   if (kind == 0u) {
-    return __fadd_rn(__fmul_rn(unit_f(r.x), static_cast<float>(b - a)), static_cast<float>(a));
+    return __fadd_rn(__fmul_rn(unit_f(w[j]), static_cast<float>(b - a)), static_cast<float>(a));
   }
   if (kind == 1u) {
-    const float z = sqrtf(-2.0f * logf(unit_f_open(r.x))) * cospif(2.0f * unit_f(r.y));
+    const float z = sqrtf(-2.0f * logf(unit_f_open(w[2 * j]))) * cospif(2.0f * unit_f(w[2 * j + 1]));
     return __fadd_rn(__fmul_rn(z, static_cast<float>(b)), static_cast<float>(a));
   }
-  return static_cast<float>(low + static_cast<long long>(__umul64hi(u64_of(r.x, r.y), range)));
+  return static_cast<float>(low + static_cast<long long>(__umul64hi(u64_of(w[2 * j], w[2 * j + 1]), range)));
 }
 
-// The value for element i drawn in float64 (float64 and the integer types).
-__device__ __forceinline__ double draw_d(const U4& r, unsigned kind, double a, double b) {
-  if (kind == 0u) return __dadd_rn(__dmul_rn(unit_d(u64_of(r.x, r.y)), b - a), a);
-  const double z = sqrt(-2.0 * log(unit_d_open(u64_of(r.x, r.y)))) * cospi(2.0 * unit_d(u64_of(r.z, r.w)));
+// Element j of its block, drawn in float64 (float64 and the integer types; not randint).
+__device__ __forceinline__ double draw_d(const unsigned* w, unsigned j, unsigned kind, double a, double b) {
+  if (kind == 0u) return __dadd_rn(__dmul_rn(unit_d(u64_of(w[2 * j], w[2 * j + 1])), b - a), a);
+  const double z = sqrt(-2.0 * log(unit_d_open(u64_of(w[0], w[1])))) * cospi(2.0 * unit_d(u64_of(w[2], w[3])));
   return __dadd_rn(__dmul_rn(z, b), a);
+}
+
+__device__ __forceinline__ long long draw_int(const unsigned* w, unsigned j, long long low, ko_fill_u64 range) {
+  return low + static_cast<long long>(__umul64hi(u64_of(w[2 * j], w[2 * j + 1]), range));
 }
 
 __device__ __forceinline__ unsigned short to_half(float v) {
@@ -113,49 +123,55 @@ __device__ __forceinline__ T clamp_int(long long v, long long lo, long long hi) 
 
 }  // namespace ko_fill_detail
 
-#define KO_FILL_LOOP(T, BODY)                                                                  \
+// Grid-stride over Philox blocks; element i = g * per + j. BODY sets out[i] from w and j.
+#define KO_FILL_LOOP(PER, BODY)                                                                \
+  const unsigned per = (PER);                                                                  \
+  const ko_fill_u64 blocks = (n + per - 1) / per;                                              \
   const ko_fill_u64 stride = static_cast<ko_fill_u64>(gridDim.x) * blockDim.x;                \
-  for (ko_fill_u64 i = static_cast<ko_fill_u64>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; \
-       i += stride) {                                                                          \
-    const ko_fill_detail::U4 r = ko_fill_detail::philox(i, launch, buffer, seed);              \
-    BODY                                                                                       \
+  for (ko_fill_u64 g = static_cast<ko_fill_u64>(blockIdx.x) * blockDim.x + threadIdx.x;        \
+       g < blocks; g += stride) {                                                              \
+    const ko_fill_detail::U4 r = ko_fill_detail::philox(g, launch, buffer, seed);              \
+    const unsigned w[4] = {r.x, r.y, r.z, r.w};                                                \
+    _Pragma("unroll") for (unsigned j = 0; j < 4u; ++j) {                                      \
+      const ko_fill_u64 i = g * per + j;                                                       \
+      if (j >= per || i >= n) break;                                                           \
+      BODY                                                                                     \
+    }                                                                                          \
   }
 
 #define KO_FILL_PARAMS(T)                                                                      \
   T *out, ko_fill_u64 n, ko_fill_u64 seed, ko_fill_u64 launch, unsigned buffer, unsigned kind, \
       double a, double b, long long low, ko_fill_u64 range
 
+#define KO_FILL_NARROW ko_fill_detail::per_block_narrow(kind)
+#define KO_FILL_WIDE ko_fill_detail::per_block_wide(kind)
+#define KO_DRAW_F ko_fill_detail::draw_f(w, j, kind, a, b, low, range)
+
 extern "C" __global__ void ko_fill_float32(KO_FILL_PARAMS(float)) {
-  KO_FILL_LOOP(float, out[i] = ko_fill_detail::draw_f(r, kind, a, b, low, range);)
+  KO_FILL_LOOP(KO_FILL_NARROW, out[i] = KO_DRAW_F;)
 }
 
 extern "C" __global__ void ko_fill_float16(KO_FILL_PARAMS(unsigned short)) {
-  KO_FILL_LOOP(unsigned short,
-               out[i] = ko_fill_detail::to_half(ko_fill_detail::draw_f(r, kind, a, b, low, range));)
+  KO_FILL_LOOP(KO_FILL_NARROW, out[i] = ko_fill_detail::to_half(KO_DRAW_F);)
 }
 
 extern "C" __global__ void ko_fill_bfloat16(KO_FILL_PARAMS(unsigned short)) {
-  KO_FILL_LOOP(unsigned short, out[i] = ko_fill_detail::to_bfloat16(
-                                   ko_fill_detail::draw_f(r, kind, a, b, low, range));)
+  KO_FILL_LOOP(KO_FILL_NARROW, out[i] = ko_fill_detail::to_bfloat16(KO_DRAW_F);)
 }
 
 extern "C" __global__ void ko_fill_float64(KO_FILL_PARAMS(double)) {
-  KO_FILL_LOOP(double, out[i] = kind == 2u ? static_cast<double>(
-                                                 low + static_cast<long long>(__umul64hi(
-                                                           ko_fill_detail::u64_of(r.x, r.y), range)))
-                                           : ko_fill_detail::draw_d(r, kind, a, b);)
+  KO_FILL_LOOP(KO_FILL_WIDE, out[i] = kind == 2u ? static_cast<double>(ko_fill_detail::draw_int(w, j, low, range))
+                                                 : ko_fill_detail::draw_d(w, j, kind, a, b);)
 }
 
-// Integer types: T, the range as long long (uint64 above 2^63 - 1 saturates at 2^63 - 1, which
-// the host generator cannot exceed either: it draws int64) and as double.
+// Integer types: uint64 above 2^63 - 1 saturates at 2^63 - 1, which the host generator cannot
+// exceed either (it draws int64).
 #define KO_FILL_INT(name, T, LO, HI)                                                            \
   extern "C" __global__ void ko_fill_##name(KO_FILL_PARAMS(T)) {                                \
-    KO_FILL_LOOP(T, if (kind == 2u) {                                                           \
-      out[i] = ko_fill_detail::clamp_int<T>(                                                    \
-          low + static_cast<long long>(__umul64hi(ko_fill_detail::u64_of(r.x, r.y), range)),    \
-          LO, HI);                                                                              \
+    KO_FILL_LOOP(KO_FILL_WIDE, if (kind == 2u) {                                                \
+      out[i] = ko_fill_detail::clamp_int<T>(ko_fill_detail::draw_int(w, j, low, range), LO, HI); \
     } else {                                                                                    \
-      out[i] = ko_fill_detail::to_int<T>(ko_fill_detail::draw_d(r, kind, a, b), LO, HI);        \
+      out[i] = ko_fill_detail::to_int<T>(ko_fill_detail::draw_d(w, j, kind, a, b), LO, HI);     \
     })                                                                                          \
   }
 
@@ -168,6 +184,9 @@ KO_FILL_INT(uint16, unsigned short, 0ll, 65535ll)
 KO_FILL_INT(uint32, unsigned int, 0ll, 4294967295ll)
 KO_FILL_INT(uint64, unsigned long long, 0ll, 9223372036854775807ll)
 
+#undef KO_DRAW_F
+#undef KO_FILL_WIDE
+#undef KO_FILL_NARROW
 #undef KO_FILL_INT
 #undef KO_FILL_LOOP
 #undef KO_FILL_PARAMS

@@ -1,0 +1,287 @@
+"""Fresh inputs for every timed launch and checked launches, on a real GPU (issue 14).
+
+(a) a kernel that memoizes on a hash of sampled inputs gets no speed-up and no pass from its
+cache; with fresh inputs switched off it is faster (the hole), and the timing-consistency check
+alone then catches it; (b) kernels that compute on the first launches and then replay or skip
+are timed_mismatch, naming the timed launch; (c) the bundled references and initial kernels stay
+ok with every check on (tests/gpu/test_evaluate_gpu.py and test_tunable_gpu.py run the rest with
+the default options, which include these checks); (d) the Philox fill of support/fill.cu gives
+the generator's range and moments for every generator and dtype.
+"""
+
+from __future__ import annotations
+
+import ctypes
+from pathlib import Path
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+from kernelopt_mcp import Candidate, EvaluateOptions, Evaluator, HarnessProcess, Settings, Status
+from kernelopt_mcp.config import find_workload
+from kernelopt_mcp.dtypes import DType
+from kernelopt_mcp.evaluate import initial_candidate
+from kernelopt_mcp.gpu import DeviceInfo
+from kernelopt_mcp.harness import harness_features
+from kernelopt_mcp.launch import LaunchSpec
+from kernelopt_mcp.support_module import support_module
+
+pytestmark = pytest.mark.gpu
+
+ADD_LAUNCH = LaunchSpec.model_validate({"grid": ["ceil_div(n, 256)"], "block": [256]})
+OPTS = dict(warmup=3, iterations=30, timeout_s=120)
+
+# Content-keyed memoization of the whole output (as tests/adversarial/vector_add_memo_full.cu):
+# every block hashes 8 sampled elements of a and b; when the key equals the last finished
+# launch's, c is copied from a __device__ cache (8 bytes moved per element instead of 12).
+MEMO_ADD = r"""
+#define CACHE_ELEMENTS (1 << 27)
+__device__ float cache[CACHE_ELEMENTS];
+__device__ unsigned long long cached_key = 0;
+__device__ unsigned int blocks_done = 0;
+__device__ __forceinline__ unsigned long long mix(unsigned long long h, float v) {
+    return (h ^ __float_as_uint(v)) * 1099511628211ull;
+}
+extern "C" __global__ void vector_add(const float* a, const float* b, float* c, int n) {
+    __shared__ unsigned long long key;
+    __shared__ bool hit;
+    if (threadIdx.x == 0) {
+        unsigned long long h = 1469598103934665603ull ^ (unsigned long long)n;
+        for (int s = 0; s < 8; ++s) {
+            size_t i = ((size_t)s * 2654435761u) % (size_t)n;
+            h = mix(mix(h, a[i]), b[i]);
+        }
+        key = h | 1ull;
+        hit = n <= CACHE_ELEMENTS && *(volatile unsigned long long*)&cached_key == key;
+    }
+    __syncthreads();
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) {
+        if (hit) { c[i] = cache[i]; }
+        else { float v = a[i] + b[i]; c[i] = v; if (n <= CACHE_ELEMENTS) cache[i] = v; }
+    }
+    if (!hit && n <= CACHE_ELEMENTS) {
+        __threadfence();
+        __syncthreads();
+        if (threadIdx.x == 0 && atomicAdd(&blocks_done, 1) == gridDim.x - 1) {
+            blocks_done = 0;
+            __threadfence();
+            cached_key = key;
+        }
+    }
+}
+"""
+
+# Honest for the first 8 launches of a request (validation, warm-up, the first samples), then it
+# skips the work: the outputs keep their poison.
+LAZY_ADD = r"""
+__device__ unsigned int launches = 0;
+extern "C" __global__ void vector_add(const float* a, const float* b, float* c, int n) {
+    __shared__ unsigned int seen;
+    if (threadIdx.x == 0) seen = *(volatile unsigned int*)&launches;
+    __syncthreads();
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i == 0) atomicAdd(&launches, 1u);  // counted once per launch; later blocks may see it early
+    if (seen >= 8) return;
+    if (i < n) c[i] = a[i] + b[i];
+}
+"""
+
+# Correct on the first launch of each size; afterwards every thread replays what it computed.
+REPLAY_ADD = r"""
+__device__ float ko_cache[1 << 27];
+__device__ int ko_tag[1 << 27];
+extern "C" __global__ void vector_add(const float* a, const float* b, float* c, int n) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n) return;
+    if (ko_tag[i] == n) { c[i] = ko_cache[i]; return; }
+    float v = a[i] + b[i];
+    c[i] = v;
+    ko_cache[i] = v;
+    ko_tag[i] = n;
+}
+"""
+
+
+def _evaluate(proc: HarnessProcess, device: DeviceInfo, tmp: Path, sources: dict[str, str], **opts: object):  # noqa: ANN202
+    wl = find_workload("vector_add", Settings())
+    options = EvaluateOptions(**{**OPTS, **opts})  # type: ignore[arg-type]
+    with Evaluator(wl, proc, device, workdir=tmp, options=options) as ev:
+        return {name: ev.evaluate(Candidate(src, ADD_LAUNCH, [], name)) for name, src in sources.items()}
+
+
+def _median(result, case: str = "n_2e25") -> float:  # noqa: ANN001
+    return next(c.timing.median_ms for c in result.cases if c.name == case)
+
+
+def test_the_harness_offers_fresh_inputs_and_checked_launches(harness_binary: Path) -> None:
+    assert {"fresh_inputs", "timed_check", "confirm_launch"} <= harness_features(harness_binary)
+
+
+def test_a_memoizing_kernel_gains_nothing_from_its_cache(proc: HarnessProcess, device: DeviceInfo, tmp_path: Path) -> None:
+    wl = find_workload("vector_add", Settings())
+    honest_src = initial_candidate(wl).source
+    on = _evaluate(proc, device, tmp_path / "on", {"honest": honest_src, "memo": MEMO_ADD})
+    assert on["honest"].ok and on["memo"].ok, (on["honest"].message, on["memo"].message)
+    # every timed launch saw inputs it had never seen: the cache never hit, and only cost
+    assert _median(on["memo"]) > 0.95 * _median(on["honest"]), (_median(on["memo"]), _median(on["honest"]))
+    perf = [c for c in on["memo"].cases if c.kind == "performance"]
+    assert all(c.checked_launches == 4 and c.fresh_inputs == ["a", "b"] for c in perf), [
+        (c.checked_launches, c.fresh_inputs) for c in perf]
+    assert "fresh device-drawn inputs for every timed launch (buffers a, b)" in on["memo"].checks
+    # the hole, with today's behaviour: the same bytes every timed launch, the cache hits, faster
+    off = _evaluate(proc, device, tmp_path / "off", {"honest": honest_src, "memo": MEMO_ADD},
+                    fresh_inputs=False, checked_launches=0, check_consistency=False)
+    assert off["memo"].ok and _median(off["memo"]) < 0.9 * _median(off["honest"])
+    # timing consistency alone (fresh timed inputs off): two launches on unseen inputs are slow
+    consistency = _evaluate(proc, device, tmp_path / "cons", {"memo": MEMO_ADD}, fresh_inputs=False,
+                            checked_launches=0)
+    assert consistency["memo"].status is Status.inconsistent_timing, consistency["memo"].message
+    assert "had not seen" in consistency["memo"].message
+
+
+@pytest.mark.parametrize("name,source", [("lazy", LAZY_ADD), ("replay", REPLAY_ADD)])
+def test_work_skipped_or_replayed_while_timed_is_timed_mismatch(
+    name: str, source: str, proc: HarnessProcess, device: DeviceInfo, tmp_path: Path
+) -> None:
+    result = _evaluate(proc, device, tmp_path, {name: source})[name]
+    assert result.status is Status.timed_mismatch, result.message
+    assert "the outputs of timed launch" in result.message and "CUDA reference" in result.message
+    # the same kernel without the new checks: only the launch after timing stands between it and a pass
+    old = _evaluate(proc, device, tmp_path / "old", {name: source}, fresh_inputs=False, checked_launches=0,
+                    check_consistency=False)[name]
+    assert old.status is Status.timed_mismatch, old.message  # the hidden-seed launch after timing
+    assert "not seen before" in old.message
+
+
+@pytest.mark.parametrize("name", ["vector_add", "sgemm", "reduce_sum", "softmax", "transpose", "layernorm"])
+def test_bundled_reference_and_initial_stay_ok_with_every_check(
+    name: str, proc: HarnessProcess, device: DeviceInfo, tmp_path: Path
+) -> None:
+    wl = find_workload(name, Settings())
+    with Evaluator(wl, proc, device, workdir=tmp_path, options=EvaluateOptions(warmup=3, iterations=30)) as ev:
+        ev.prepare()
+        ref = wl.spec.reference
+        results = [ev.evaluate(initial_candidate(wl)),
+                   ev.evaluate(Candidate(wl.reference_cu or "", ref.launch, ref.compile_options, "reference"))]  # type: ignore[arg-type]
+    for r in results:
+        assert r.status is Status.ok, (r.candidate, r.message)
+        for c in r.cases:
+            if c.kind == "performance":
+                assert c.checked_launches == 4, (c.name, c.checked_launches)
+                assert c.confirm_launch_ms is not None and c.timing and c.timing.check_launch_ms is not None
+    assert any(line.startswith("fresh device-drawn inputs") for line in results[0].checks)
+
+
+# --- (d) the device generator ------------------------------------------------------------
+
+
+class _Cuda:
+    """Just enough of the driver API, through ctypes, to launch a support kernel and read back."""
+
+    def __init__(self) -> None:
+        self.lib = ctypes.CDLL("libcuda.so.1")
+        self._ok(self.lib.cuInit(0))
+        dev = ctypes.c_int()
+        self._ok(self.lib.cuDeviceGet(ctypes.byref(dev), 0))
+        self.ctx = ctypes.c_void_p()
+        self._ok(self.lib.cuDevicePrimaryCtxRetain(ctypes.byref(self.ctx), dev))
+        self._ok(self.lib.cuCtxSetCurrent(self.ctx))
+        self.dev = dev
+
+    def _ok(self, r: int) -> None:
+        assert r == 0, f"CUDA driver error {r}"
+
+    def load(self, image: bytes) -> ctypes.c_void_p:
+        mod = ctypes.c_void_p()
+        self._ok(self.lib.cuModuleLoadData(ctypes.byref(mod), ctypes.c_char_p(image)))
+        return mod
+
+    def function(self, mod: ctypes.c_void_p, name: str) -> ctypes.c_void_p:
+        f = ctypes.c_void_p()
+        self._ok(self.lib.cuModuleGetFunction(ctypes.byref(f), mod, name.encode()))
+        return f
+
+    def alloc(self, nbytes: int) -> ctypes.c_uint64:
+        p = ctypes.c_uint64()
+        self._ok(self.lib.cuMemAlloc_v2(ctypes.byref(p), ctypes.c_size_t(nbytes)))
+        return p
+
+    def launch(self, f: ctypes.c_void_p, grid: int, block: int, args: list) -> None:  # noqa: ANN001
+        params = (ctypes.c_void_p * len(args))(*[ctypes.cast(ctypes.byref(a), ctypes.c_void_p) for a in args])
+        self._ok(self.lib.cuLaunchKernel(f, grid, 1, 1, block, 1, 1, 0, None, params, None))
+        self._ok(self.lib.cuCtxSynchronize())
+
+    def read(self, p: ctypes.c_uint64, nbytes: int) -> bytes:
+        buf = ctypes.create_string_buffer(nbytes)
+        self._ok(self.lib.cuMemcpyDtoH_v2(buf, p, ctypes.c_size_t(nbytes)))
+        return buf.raw
+
+    def free(self, p: ctypes.c_uint64) -> None:
+        self._ok(self.lib.cuMemFree_v2(p))
+
+
+@pytest.fixture(scope="module")
+def fill(device: DeviceInfo):  # noqa: ANN201
+    cuda = _Cuda()
+    mod = cuda.load(support_module(device.arch).read_bytes())
+    n = 1 << 20
+
+    def draw(dtype: DType, kind: int, a: float = 0.0, b: float = 0.0, low: int = 0, high: int = 1,
+             seed: int = 0x1234_5678_9ABC_DEF0, launch: int = 3, buffer: int = 1) -> np.ndarray:
+        ptr = cuda.alloc(n * dtype.itemsize)
+        try:
+            args = [ptr, ctypes.c_uint64(n), ctypes.c_uint64(seed), ctypes.c_uint64(launch),
+                    ctypes.c_uint32(buffer), ctypes.c_uint32(kind), ctypes.c_double(a), ctypes.c_double(b),
+                    ctypes.c_int64(low), ctypes.c_uint64(high - low)]
+            cuda.launch(cuda.function(mod, f"ko_fill_{dtype.value}"), 528, 256, args)
+            raw = cuda.read(ptr, n * dtype.itemsize)
+        finally:
+            cuda.free(ptr)
+        numpy_type = np.dtype(ml_dtypes.bfloat16) if dtype is DType.bfloat16 else np.dtype(dtype.value)
+        return np.frombuffer(raw, dtype=numpy_type.newbyteorder("<")).astype(np.float64)
+
+    return draw
+
+
+FLOATS = [DType.float16, DType.bfloat16, DType.float32, DType.float64]
+INTS = [DType.int8, DType.int16, DType.int32, DType.int64, DType.uint8, DType.uint16, DType.uint32, DType.uint64]
+
+
+@pytest.mark.parametrize("dtype", FLOATS)
+def test_fill_uniform_and_normal_floats(fill, dtype: DType) -> None:  # noqa: ANN001
+    u = fill(dtype, 0, a=-2.0, b=3.0)
+    assert np.isfinite(u).all() and u.min() >= -2.0 and u.max() <= 3.0
+    assert u.mean() == pytest.approx(0.5, abs=0.01) and u.var() == pytest.approx(25 / 12, rel=0.02)
+    assert len(np.unique(u)) > (200 if dtype in (DType.float16, DType.bfloat16) else 100000)
+    z = fill(dtype, 1, a=1.0, b=2.0)
+    assert np.isfinite(z).all()
+    assert z.mean() == pytest.approx(1.0, abs=0.02) and z.std() == pytest.approx(2.0, rel=0.02)
+    assert abs(((z - 1) / 2) ** 3).mean() == pytest.approx(1.596, rel=0.05)  # E|Z|^3 of a normal
+    r = fill(dtype, 2, low=-5, high=9)
+    assert set(np.unique(r)) == set(range(-5, 9))
+
+
+@pytest.mark.parametrize("dtype", INTS)
+def test_fill_integers_round_and_stay_in_range(fill, dtype: DType) -> None:  # noqa: ANN001
+    u = fill(dtype, 0, a=0.0, b=100.0)
+    assert (u == np.round(u)).all() and u.min() >= 0 and u.max() <= 100
+    assert u.mean() == pytest.approx(50.0, abs=0.3)
+    z = fill(dtype, 1, a=60.0, b=10.0)
+    assert z.mean() == pytest.approx(60.0, abs=0.2) and z.std() == pytest.approx(10.0, rel=0.03)
+    r = fill(dtype, 2, low=3, high=120)
+    assert set(np.unique(r)) == set(range(3, 120)) and r.mean() == pytest.approx(61.0, abs=0.3)
+    # beyond the type's range the draw saturates instead of wrapping
+    big = fill(dtype, 0, a=-1e30, b=1e30)
+    info = np.iinfo(np.dtype(dtype.value))
+    assert big.min() >= float(info.min) and big.max() <= float(info.max)
+
+
+def test_fill_is_a_pure_function_of_seed_launch_and_buffer(fill) -> None:  # noqa: ANN001
+    a = fill(DType.float32, 0, a=-1.0, b=1.0)
+    assert np.array_equal(a, fill(DType.float32, 0, a=-1.0, b=1.0))  # the reference redraws this
+    for other in ({"launch": 4}, {"buffer": 2}, {"seed": 99}):
+        b = fill(DType.float32, 0, a=-1.0, b=1.0, **other)
+        assert np.mean(a == b) < 0.001, other
+        assert abs(np.corrcoef(a, b)[0, 1]) < 0.01, other
