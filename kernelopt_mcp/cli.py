@@ -154,17 +154,29 @@ def cmd_compile(args: argparse.Namespace, out: Console) -> int:
     return EXIT_OK if result.ok else EXIT_FAILED
 
 
-def _candidate(args: argparse.Namespace, workload: Workload) -> Candidate:
-    """KERNEL.cu with --launch (default: the initial kernel's launch), or the initial kernel."""
-    if args.kernel:
-        source = Path(args.kernel).read_text()
+def _candidate(args: argparse.Namespace, workload: Workload, kernel: str | None = None) -> Candidate:
+    """KERNEL.cu (``kernel``, else args.kernel) with --launch, else ``<name>.launch.json`` beside it
+    (a launch spec, or {"launch": ..., "compile_options": [...]}), else the initial kernel's
+    launch; or the initial kernel."""
+    kernel = kernel or args.kernel
+    if kernel:
+        source = Path(kernel).read_text()
+        beside = Path(kernel).with_name(Path(kernel).stem + ".launch.json")
+        options = list(args.option or [])
         if args.launch:
             launch = LaunchSpec.model_validate_json(Path(args.launch).read_text())
+        elif beside.is_file():
+            data = json.loads(beside.read_text())
+            if isinstance(data, dict) and "launch" in data:
+                launch = LaunchSpec.model_validate(data["launch"])
+                options += list(data.get("compile_options") or [])
+            else:
+                launch = LaunchSpec.model_validate(data)
         elif workload.spec.initial is not None:
             launch = workload.spec.initial.launch
         else:
             raise KerneloptError("no launch configuration: pass --launch LAUNCH.json")
-        return Candidate(source, launch, args.option or [], Path(args.kernel).stem)
+        return Candidate(source, launch, options, Path(kernel).stem)
     candidate = initial_candidate(workload)
     if args.launch:
         candidate.launch = LaunchSpec.model_validate_json(Path(args.launch).read_text())
@@ -174,7 +186,8 @@ def _candidate(args: argparse.Namespace, workload: Workload) -> Candidate:
 def cmd_evaluate(args: argparse.Namespace, out: Console) -> int:
     settings = _settings(args)
     workload = find_workload(args.workload, settings)
-    candidate = _candidate(args, workload)
+    # several kernels share one session: the same inputs, expected outputs and reference timing
+    candidates = [_candidate(args, workload, k) for k in [args.kernel, *args.more_kernels] if k] or [_candidate(args, workload)]
     harness = find_harness(settings.harness)
     device = device_info(harness, settings.device)
     options = EvaluateOptions(
@@ -189,17 +202,34 @@ def cmd_evaluate(args: argparse.Namespace, out: Console) -> int:
             out.print(f"[dim]… {message}[/]", highlight=False)
 
     sanitizer = find_sanitizer(settings.sanitizer) if args.sanitize else None  # say at once when it is missing
-    reports: list[SanitizerReport] | None = None
+    done: list[tuple[EvaluationResult, list[SanitizerReport] | None]] = []
     with HarnessProcess(harness, settings.device) as proc, Evaluator(
         workload, proc, device, workdir=Path(args.workdir) if args.workdir else None, seed=args.seed,
         options=options, arch=settings.arch, progress=progress, peaks=peaks_for(device, settings.cache_root()),
     ) as ev:
         ev.prepare(time_reference=not args.no_benchmark)
-        result = ev.evaluate(candidate, benchmark=not args.no_benchmark)
+        for candidate in candidates:
+            result = ev.evaluate(candidate, benchmark=not args.no_benchmark)
+            reports: list[SanitizerReport] | None = None
+            if sanitizer is not None and result.ok:
+                progress("running compute-sanitizer memcheck, racecheck, initcheck on the correctness cases", 0, 1)
+                reports = sanitize_candidate(ev, candidate, sanitizer, harness, ev.workdir / "sanitizer" / candidate.name)
+            done.append((result, reports))
         reference = ev.reference_result
-        if sanitizer is not None and result.ok:
-            progress("running compute-sanitizer memcheck, racecheck, initcheck on the correctness cases", 0, 1)
-            reports = sanitize_candidate(ev, candidate, sanitizer, harness, ev.workdir / "sanitizer")
+    payloads = []
+    failed = False
+    for result, reports in done:
+        failed |= _report_evaluation(args, out, result, reports, reference, payloads)
+    if args.json:
+        print(json.dumps(payloads[0] if len(payloads) == 1 else payloads, indent=2))
+    return EXIT_FAILED if failed else EXIT_OK
+
+
+def _report_evaluation(
+    args: argparse.Namespace, out: Console, result: EvaluationResult, reports: list[SanitizerReport] | None,
+    reference: EvaluationResult | None, payloads: list[dict[str, Any]],
+) -> bool:
+    """Print one kernel's result (or add its JSON to ``payloads``); True when it failed."""
     clean, verdict_line = verdict(reports) if reports is not None else (True, "")
     status = result.status.value if clean else SANITIZER_ERROR
     if args.json:
@@ -210,14 +240,14 @@ def cmd_evaluate(args: argparse.Namespace, out: Console) -> int:
             payload["sanitizer_message"] = verdict_line
         if reference is not None:
             payload["reference"] = json.loads(reference.model_dump_json(exclude={"compile"}))
-        print(json.dumps(payload, indent=2))
+        payloads.append(payload)
     else:
         print_result(out, result, reference)
         if reports is not None:
             print_sanitizer(out, reports, verdict_line, clean)
         elif args.sanitize:
             out.print("[dim]sanitizer not run: the kernel must pass validation first[/]", highlight=False)
-    return EXIT_OK if result.ok and clean else EXIT_FAILED
+    return not (result.ok and clean)
 
 
 def print_sanitizer(out: Console, reports: list[SanitizerReport], verdict_line: str, clean: bool) -> None:
@@ -444,9 +474,13 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--json", action="store_true")
     sp.set_defaults(fn=cmd_compile)
 
-    sp = sub.add_parser("evaluate", help="validate and benchmark a kernel on a workload")
+    sp = sub.add_parser("evaluate", help="validate and benchmark a kernel (or several) on a workload")
     common(sp)
     kernel_args(sp)
+    sp.add_argument("more_kernels", nargs="*", metavar="KERNEL",
+                    help="more kernels, evaluated in the same session (same inputs, expected outputs and reference "
+                    "timing); each takes its launch from --launch, else <name>.launch.json beside it, else the "
+                    "initial kernel's; with --json the results are printed as a list")
     sp.add_argument("--warmup", type=int, default=10, help="warm-up launches per case (default 10)")
     sp.add_argument("--iterations", type=int, default=100, help="measured launches per case (default 100)")
     sp.add_argument("--no-flush-l2", action="store_true", help="do not flush L2 between measured launches")

@@ -17,11 +17,12 @@ from kernelopt_mcp.launch import LaunchSpec
 
 ADVERSARIAL = Path(__file__).parent / "adversarial"
 CASES = json.loads((ADVERSARIAL / "cases.json").read_text())
-# every status a candidate can get (the last four come with the integrity defenses and the sanitizer tier)
+# every status a candidate can get (the last five come with the integrity defenses and the sanitizer tier)
 VERDICTS = {
     "ok", "compile_error", "invalid_launch", "runtime_error", "timeout", "mismatch", "out_of_bounds_write",
-    "input_modified", "timed_mismatch", "nondeterministic", "impossible_time", "sanitizer_error",
+    "input_modified", "timed_mismatch", "nondeterministic", "impossible_time", "inconsistent_timing", "sanitizer_error",
 }
+README = Path(__file__).parent.parent / "README.md"
 MUST_NOT_COMPILE = {"vector_add_compile_bomb.cu"}
 NO_ENTRY = {"vector_add_wrong_entry.cu"}
 
@@ -31,7 +32,8 @@ def test_the_table_is_well_formed() -> None:
     assert len(files) == len(set(files)), "one row per kernel"
     assert set(files) == {p.name for p in ADVERSARIAL.glob("*.cu")}, "every .cu has a row and every row a .cu"
     for case in CASES:
-        assert set(case) <= {"file", "workload", "launch", "tool", "sanitize", "trick", "expected", "message_contains", "note"}
+        assert set(case) <= {"file", "workload", "launch", "tool", "sanitize", "trick", "expected", "message_contains", "note",
+                             "compile_options", "no_faster_than"}
         assert case["tool"] in ("validate", "benchmark")
         assert case["expected"] and set(case["expected"]) <= VERDICTS, case
         assert case["trick"].strip()
@@ -40,11 +42,31 @@ def test_the_table_is_well_formed() -> None:
         assert case["file"].startswith(wl.name), "kernels are named after their workload"
         if case["launch"] is not None:
             LaunchSpec.model_validate(case["launch"])
+        if "no_faster_than" in case:
+            # a memoizer that is ok must not gain: its score is compared with the kernel it is built on
+            assert case["no_faster_than"] == "initial" and case["tool"] == "benchmark" and "ok" in case["expected"], case
+        assert isinstance(case.get("compile_options", []), list)
     tricks = " ".join(c["trick"] for c in CASES)
     for needed in ("stale", "__device__ global", "hard-codes", "by size", "zeros", "racy", "uninitialised", "skips",
                    "fp16", "past the end", "into an input", "infinite loop", "__trap", "unmapped", "misaligned",
-                   "shared memory", "2048 threads", "does not exist", "compile bomb", "printf"):
+                   "shared memory", "2048 threads", "does not exist", "compile bomb", "printf",
+                   # issue 14: the documented reward hacks, and correct kernels that must stay ok
+                   "content-keyed memoization, full", "content-keyed memoization, partial", "pointer-keyed",
+                   "launch counting", "%globaltimer", "left in C by an earlier launch", "size detection", "fast math",
+                   "TF32", "skips rows", "summation order varies", "must stay ok"):
         assert needed in tricks, f"the suite lacks a kernel for: {needed}"
+    assert len(CASES) >= 30
+
+
+def test_the_readme_table_lists_every_kernel_with_its_expected_verdict() -> None:
+    rows = {}
+    for line in README.read_text().splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split(" | ")]
+        if line.startswith("| `") and len(cells) >= 3 and cells[0].strip("`").endswith(".cu"):
+            rows[cells[0].strip("`")] = cells[2]
+    for case in CASES:
+        assert case["file"] in rows, f"README's adversarial table lacks {case['file']}"
+        assert rows[case["file"]] == " or ".join(case["expected"]), (case["file"], rows[case["file"]])
 
 
 @pytest.mark.parametrize("case", CASES, ids=[c["file"] for c in CASES])
@@ -55,7 +77,7 @@ def test_each_kernel_compiles_as_expected(case: dict) -> None:
         result = compile_kernel(source, limits=CompileLimits(timeout_s=3), cache=CompileCache())
         assert not result.ok and "compile exceeded the 3 s limit" in result.summary()
         return
-    result = compile_kernel(source, cache=CompileCache())
+    result = compile_kernel(source, options=case.get("compile_options", []), cache=CompileCache())
     assert result.ok, result.summary()
     entry = wl.signature.entry
     if case["file"] in NO_ENTRY:
