@@ -149,7 +149,7 @@ def warn_unconfined_once(reason: str) -> None:
 def unconfined_reason(limits: CompileLimits) -> str | None:
     """Why compiles under ``limits`` cannot be confined (None: Landlock will confine them)."""
     if not limits.landlock:
-        return "Landlock turned off by the settings (compile_landlock=false)"
+        return "Landlock turned off by the settings (KERNELOPT_COMPILE_LANDLOCK=0)"
     if landlock_abi() < 1:
         return "this kernel has no Landlock (Linux >= 5.13 with Landlock enabled is needed)"
     return None

@@ -487,6 +487,8 @@ def compile_kernel(
 
 
 _CARET_RE = re.compile(r"^[ \t]*\^[ \t]*$")
+# a diagnostic's location, with any file name (spaces and parentheses included)
+_LOCATED_RE = re.compile(r"^(?P<file>.+)\((?P<line>\d+)\): (?P<sev>[a-z ]*(?:error|warning|remark|note))\b(?P<rest>.*)$")
 WITHHELD = "(message withheld: the location is not the kernel's source nor a CUDA header)"
 
 
@@ -506,9 +508,9 @@ def quote_own_lines(log: str, source: str, filename: str, header_dirs: tuple[str
     i = 0
     while i < len(lines):
         line = lines[i]
-        m = _DIAG_RE.match(line.strip())
+        m = _LOCATED_RE.match(line.strip())
         out_line = line
-        quote = i + 1 < len(lines) and lines[i + 1].startswith("  ") and not _DIAG_RE.match(lines[i + 1].strip())
+        quote = i + 1 < len(lines) and lines[i + 1].startswith("  ") and not _LOCATED_RE.match(lines[i + 1].strip())
         caret = quote and i + 2 < len(lines) and bool(_CARET_RE.match(lines[i + 2]))
         if m is None:
             out.append(line)
