@@ -35,8 +35,9 @@ void CaseRunner::setup_reference() {
     // At least one allocation granule, so an empty buffer still gets a valid pointer.
     d.ref = s_.allocate(std::max<std::uint64_t>(b.bytes, 256));
     CUdeviceptr ptr = d.ref.get();
-    // An `in` buffer that is never redrawn holds its input for every launch: copied once.
-    if (b.role == BufferRole::in && !b.fresh && b.bytes > 0) copy_into(d.input, ptr, b.bytes);
+    // An `in` buffer holds its input for every launch that is not redrawn: copied once (a
+    // checked launch with a draw overwrites it with that draw).
+    if (b.role == BufferRole::in && b.bytes > 0) copy_into(d.input, ptr, b.bytes);
     std::memcpy(st_.ref_slots[d.index].bytes, &ptr, sizeof ptr);
     if (is_output(d)) ++outputs;
   }

@@ -1191,6 +1191,21 @@ TEST_CASE("fresh inputs: an inout buffer is redrawn instead of restored; the ref
   CHECK_MSG(st.fills == 8 + 6 && st.spins == 2, r.err);
 }
 
+TEST_CASE("fresh inputs: with fresh_timed false the checked launches see the input, the confirm a draw") {
+  auto c = fresh_case("nt", {{"warmup", 1}, {"iterations", 3}}, {0, 2}, true);
+  c["fresh_timed"] = false;
+  const auto r = run_request(with_reference(request_v2("copy_kernel", {c})), {"FAKE_CUDA_STATS=1"});
+  CHECK_MSG(r.rc == 0, r.out + r.err);
+  const auto& res = r.answer["cases"][0];
+  CHECK_MSG(res["timing"]["fresh_buffers"] == json::array() && res["timing"]["fresh_draws"] == 1, res.dump());
+  const auto& checks = res["timed_checks"];
+  CHECK_MSG(checks.size() == 3, res.dump());
+  for (const auto& e : checks) CHECK_MSG(e["mismatches"] == 0, e.dump());
+  if (checks.size() == 3) CHECK(checks[0]["draw"].is_null() && checks[2]["draw"] == 0);
+  // one draw for the confirm launch and one for its reference
+  CHECK_MSG(stats_of(r).fills == 2, r.err);
+}
+
 TEST_CASE("fresh inputs: graph mode redraws before every replay and checks after it") {
   const auto r = run_request(
       with_reference(request_v2(
