@@ -155,7 +155,9 @@ def restrict(read: Iterable[str], write: Iterable[str] = (), execute: Iterable[s
                     kept.append(path)
                 finally:
                     os.close(pfd)
-        if libc.prctl(_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0:
+        # full-width arguments: the kernel refuses PR_SET_NO_NEW_PRIVS unless arg3..5 are 0
+        zero = ctypes.c_ulong(0)
+        if libc.prctl(ctypes.c_int(_PR_SET_NO_NEW_PRIVS), ctypes.c_ulong(1), zero, zero, zero) != 0:
             err = ctypes.get_errno()
             raise LandlockError(err, f"prctl(PR_SET_NO_NEW_PRIVS) failed: {os.strerror(err)}")
         if libc.syscall(ctypes.c_long(_SYS_RESTRICT_SELF), ctypes.c_int(fd), ctypes.c_uint32(0)) < 0:
