@@ -136,7 +136,7 @@ def main(argv: list[str] | None = None) -> int:
         try:
             done = sandbox.restrict(read=args.read, write=[os.getcwd()], execute=lib_files)
         except OSError as exc:
-            _say({"failure": f"the compile worker could not confine itself with Landlock: {exc}"})
+            _say({"failure": f"the compile worker could not confine itself with Landlock: {exc}", "unconfined": True})
             return 3
         confinement = done.describe()
     _limit_memory(args.memory_mb)

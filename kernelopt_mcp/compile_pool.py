@@ -101,6 +101,10 @@ class UnconfinedCompilerRefused(ToolchainNotFound):
     """The kernel offers no Landlock to confine NVRTC, and the user did not accept running it unconfined."""
 
 
+class ConfinementFailed(UnconfinedCompilerRefused):
+    """The kernel has Landlock, but the worker could not restrict itself (a seccomp filter, an LSM)."""
+
+
 @dataclass(frozen=True)
 class Toolchain:
     """What a worker needs from the parent: the header directories it may read (the ``-I``
@@ -228,7 +232,7 @@ class _Worker:
             self._starting = False
         if "failure" in hello:
             self.kill()
-            raise ToolchainNotFound(
+            raise (ConfinementFailed if hello.get("unconfined") else ToolchainNotFound)(
                 f"{hello['failure']}. Compiles are refused rather than run unconfined; to accept the risk "
                 "for trusted sources pass --unconfined-compiler or set KERNELOPT_UNCONFINED_COMPILER=1"
             )
@@ -357,17 +361,17 @@ class CompilePool:
             ToolchainNotFound: the worker cannot start, confine itself or import cuda-python.
         """
         spec = WorkerSpec(limits.memory_mb, confinement_mode(limits), toolchain or Toolchain())
+        request = {"source": source, "filename": filename, "options": options}
         reserved = self._reserve(spec.memory_mb, limits)
         try:
-            worker = self._take(spec, limits)
-            request = {"source": source, "filename": filename, "options": options}
             try:
-                answer = worker.compile(request, limits.timeout_s)
-            except BaseException:
-                worker.kill()
-                worker.close()
-                raise
-            self._give_back(worker, limits)
+                worker, answer = self._compile_in(spec, request, limits)
+            except ConfinementFailed as exc:
+                if not limits.accept_unconfined:
+                    raise
+                warn_unconfined_once(str(exc))  # accepted: as on a kernel without Landlock
+                spec = WorkerSpec(spec.memory_mb, "none", spec.toolchain)
+                worker, answer = self._compile_in(spec, request, limits)
         finally:
             self._release(reserved)
         if "failure" in answer:
@@ -375,6 +379,19 @@ class CompilePool:
         cubin = base64.b64decode(answer["cubin"]) if answer.get("cubin") else None
         confinement = UNCONFINED if spec.confine == "none" else getattr(worker, "confinement", "")
         return WorkerOutput(answer["ok"], answer["log"], cubin, answer.get("ptx"), answer["duration_ms"], confinement)
+
+    def _compile_in(
+        self, spec: WorkerSpec, request: dict[str, Any], limits: CompileLimits
+    ) -> tuple[WorkerLike, dict[str, Any]]:
+        worker = self._take(spec, limits)
+        try:
+            answer = worker.compile(request, limits.timeout_s)
+        except BaseException:
+            worker.kill()
+            worker.close()
+            raise
+        self._give_back(worker, limits)
+        return worker, answer
 
     def _limits(self, limits: CompileLimits) -> tuple[int, int]:
         budget = self.memory_budget_mb if self.memory_budget_mb is not None else limits.budget_mb()

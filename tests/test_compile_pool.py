@@ -6,8 +6,12 @@ import threading
 import time
 from pathlib import Path
 
+import pytest
+
+from kernelopt_mcp import compile_pool
 from kernelopt_mcp.compile_pool import (
     CompileLimits,
+    ConfinementFailed,
     CompilePool,
     WorkerSpec,
     default_budget_mb,
@@ -191,3 +195,26 @@ def test_the_default_budget_follows_the_machine() -> None:
         assert default_budget_mb(512) == min(physical // 2, 4 * 512)
     s = Settings.from_env({"KERNELOPT_COMPILE_TOTAL_MEMORY_MB": "3000", "KERNELOPT_COMPILE_WORKERS": "3"})
     assert s.compile_limits().budget_mb() == 3000 and s.compile_limits().max_workers == 3
+
+
+class _UnconfinableWorker(_BlockedWorker):
+    """A worker on a kernel whose Landlock refuses the restriction (e.g. a seccomp filter)."""
+
+    def compile(self, request: dict, timeout_s: float) -> dict:
+        if self.spec.confine == "landlock":
+            raise ConfinementFailed("the compile worker could not confine itself with Landlock: EPERM")
+        return super().compile(request, timeout_s)
+
+
+def test_a_worker_that_cannot_confine_itself_is_refused_unless_accepted(monkeypatch: pytest.MonkeyPatch) -> None:
+    release = threading.Event()
+    release.set()
+    monkeypatch.setattr(compile_pool, "landlock_abi", lambda: 7)
+    monkeypatch.setattr(compile_pool, "_warned_unconfined", False)
+    pool = CompilePool(memory_budget_mb=1024, worker_factory=lambda spec: _UnconfinableWorker(spec, release))
+    with pytest.raises(ConfinementFailed, match="could not confine"):
+        pool.compile("//", "k.cu", [], CompileLimits(memory_mb=512))
+    out = pool.compile("//", "k.cu", [], CompileLimits(memory_mb=512, accept_unconfined=True))
+    assert out.ok and out.confinement == "unconfined (accepted)"
+    assert pool.peak_reserved_mb == 512  # the retry ran under the same reservation
+    pool.close()
