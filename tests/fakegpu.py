@@ -6,7 +6,8 @@ Two modes of the stand-in (written to a test's tmp_path by :func:`write_harness`
 - "fake":  a pretend H200 that computes c = a + b (buffers named a, b, c) in NumPy. Markers in the
   kernel's source (kept in the CUBIN as a __device__ string, see :func:`kernel`) make it hang
   (HANG), print 20000 lines to stderr (PRINT), crash (CRASH), return a wrong element (WRONG), be slow to answer (SLOW) or fast (FAST),
-  differ on the determinism re-run (RACE) or be wrong on the hidden inputs after timing (CACHE);
+  differ on the determinism re-run (RACE), be wrong on the hidden inputs after timing (CACHE) or slow on them
+  (SLOWCHECK);
   ``MS:<case>=<ms>;...`` sets the median latency of named cases.
 It speaks the harness's `serve` protocol (one JSON request per line on stdin), so every path of
 the server and of clients above it runs for real, bar the GPU itself.
@@ -108,6 +109,9 @@ for line in sys.stdin:
                 t = float(ms)
         result["timing"] = {"warmup": timing["warmup"], "iterations": timing["iterations"], "flush_l2": True,
                             "times_ms": [t * (1 + 0.01 * (i % 3)) for i in range(timing["iterations"])]}
+        if case.get("confirm_launch"):  # KO_FAKE_SLOWCHECK: launches on unseen inputs 10x slower than the timed ones
+            slow = 10 if b"KO_FAKE_SLOWCHECK" in module else 1
+            result["timing"].update(check_launch_ms=t * slow, confirm_launch_ms=t * slow)
     say({"protocol": 1, "status": "ok", "error": None, "cases": [result]})
 '''
 
