@@ -1,7 +1,10 @@
 """The run's frozen workload: parts written to the run directory, inputs drawn once, expected
 outputs from the NumPy oracle, and a workload directory for kernelopt-mcp whose inputs are
 those very files, so that what the server checks and times is what the run records and what
-its replay requests feed the harness.
+its replay requests feed the harness. Each frozen file records the generator it was drawn from
+(``drawn_from``, written by :func:`~kernelopt_mcp.inputs.materialize`): a file ignores the seed,
+so without it the evaluator's hidden data sets would be these very bytes; with it, they (and the
+harness's fresh inputs for timed launches) are drawn again from the generator.
 
 Replay requests are built by the library's :class:`~kernelopt_mcp.evaluate.Evaluator`
 (``request_for``) over the frozen workload without its references: building a request
