@@ -18,10 +18,12 @@ from pathlib import Path
 from typing import Any
 
 from ..evaluate import EvaluationResult, Evaluator
+from ..workload import read_regular_bytes
 from .space import Config, config_key
 from .spec import Tunable
 
 CACHE_FILE = "tune.jsonl"
+MAX_CACHE_BYTES = 256 * 2**20
 
 
 def context_fields(evaluator: Evaluator, tunable: Tunable) -> dict[str, Any]:
@@ -79,7 +81,11 @@ class TuneCache:
         self._entries: dict[str, dict[str, Any]] = {}
         self._lock = threading.Lock()
         if self.path is not None and self.path.is_file():
-            for line in self.path.read_text(encoding="utf-8", errors="replace").splitlines():
+            try:  # a regular file (never a FIFO's wait), capped: a cache too large is started afresh
+                text = read_regular_bytes(self.path, MAX_CACHE_BYTES).decode("utf-8", errors="replace")
+            except OSError:
+                text = ""
+            for line in text.splitlines():
                 try:
                     entry = json.loads(line)
                 except json.JSONDecodeError:
@@ -111,5 +117,7 @@ class TuneCache:
             self._entries[key] = entry
             if self.path is not None:
                 self.path.parent.mkdir(parents=True, exist_ok=True)
-                with self.path.open("a", encoding="utf-8") as f:  # one write per line: appends don't interleave
-                    f.write(json.dumps(entry, separators=(",", ":")) + "\n")
+                line = (json.dumps(entry, separators=(",", ":")) + "\n").encode()
+                # one unbuffered O_APPEND write per line: lines from other processes never interleave
+                with open(self.path, "ab", buffering=0) as f:
+                    f.write(line)
