@@ -3,6 +3,7 @@ latency relative to the CUDA reference's (below 1 is faster), invalid candidates
 
 from __future__ import annotations
 
+import io
 import math
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -63,10 +64,9 @@ def write_heatmap(
     names = []
     for ext in ("png", "svg"):
         path = run_path / f"heatmap.{ext}"
-        tmp = path.with_name(f".{path.name}.tmp")
-        fig.savefig(tmp, format=ext)
-        write_atomic(path, tmp.read_bytes())
-        tmp.unlink()
+        image_bytes = io.BytesIO()  # in memory, then write_atomic (a fixed temporary name could collide)
+        fig.savefig(image_bytes, format=ext)
+        write_atomic(path, image_bytes.getvalue())
         names.append(path.name)
     return names
 

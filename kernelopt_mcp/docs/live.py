@@ -16,15 +16,15 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import re
-import threading
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 from urllib.parse import urljoin
+
+from ..inputs import write_atomic
 
 CACHE_FORMAT = 1
 MAX_PAGE_BYTES = 40 * 2**20
@@ -187,9 +187,7 @@ def load_cached(cache_dir: Path, url: str) -> CachedPage | None:
 def save_cached(cache_dir: Path, page: CachedPage) -> None:
     cache_dir.mkdir(parents=True, exist_ok=True)
     target = _cache_file(cache_dir, page.url)
-    tmp = target.with_name(f".{target.name}.{os.getpid()}-{threading.get_ident()}.tmp")
-    tmp.write_text(json.dumps(page.to_json()))
-    os.replace(tmp, target)
+    write_atomic(target, json.dumps(page.to_json()).encode(), durable=False)  # regenerable cache
 
 
 def load_pages(
