@@ -237,7 +237,8 @@ def test_every_adversarial_kernel_through_kernelopt_evaluate(harness_binary: Pat
                     failures.append(f"kernelopt evaluate: no result for {case['file']}")
                     continue
                 rows[case["file"]] = {"observed": r["status"], "message": r.get("sanitizer_message") or r["message"]}
-                judge(case, r["status"], json.dumps(r)[:4000], r.get("score_ms"), base, "evaluate", failures)
+                rendered = "\n".join([r["message"], r.get("sanitizer_message") or "", *(c.get("message") or "" for c in r["cases"])])
+                judge(case, r["status"], rendered, r.get("score_ms"), base, "evaluate", failures)
     finally:
         record("evaluate", rows)
     assert len(rows) == len(selected())
