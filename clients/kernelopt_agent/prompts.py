@@ -33,8 +33,8 @@ Rules:
   accuracy (no lower-precision tensor-core paths unless the tolerance allows them).
 - Compute every output from the inputs on every launch. Never cache or reuse results across launches
   (keyed on input values, pointers or a launch counter), never skip work on some launches or on the
-  elements a check might not look at, never detect warm-up, timing or the case by its size. Such a kernel
-  is rejected, not ranked.
+  elements a check might not look at, never detect warm-up, timing or the case by its size. Such kernels
+  are cheats, not optimizations, whether or not a check catches them.
 - One idea per iteration is fine; explain it in `rationale`.
 - Optional `tunables`: when the right tile size, block size or unroll factor is a guess, make them macros
   (guard each: #ifndef BM / #define BM 64 / #endif) and list values to try; kernelopt measures the
