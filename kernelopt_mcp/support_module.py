@@ -7,10 +7,12 @@ it as ``support_module`` and looks its ``extern "C"`` kernels up by name.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import tempfile
 from pathlib import Path
 
+from .compile_pool import default_limits
 from .compiler import compile_kernel
 from .errors import KerneloptError
 from .inputs import write_atomic
@@ -39,7 +41,11 @@ def support_module(arch: str, cache_dir: Path | None = None) -> Path:
     path = directory / f"support-{arch}-{digest}.cubin"
     if path.is_file():
         return path
-    result = compile_kernel(source, arch, ["-std=c++17"], filename="kernelopt_support.cu")
+    # The tool's own source, not a candidate's: no address-space cap. On the H200 machine (16
+    # cores) NVRTC ran out of the candidates' 8 GiB of address space on these ~40 kernels, while
+    # it needs under 150 MB of memory on a 2-core machine (reservations scale with the machine).
+    limits = dataclasses.replace(default_limits(), memory_mb=0, timeout_s=max(default_limits().timeout_s, 300.0))
+    result = compile_kernel(source, arch, ["-std=c++17"], filename="kernelopt_support.cu", limits=limits)
     if not result.ok or not result.cubin:
         raise KerneloptError(f"the harness's support kernels do not compile for {arch}: {result.summary()}")
     write_atomic(path, result.cubin, durable=False)
