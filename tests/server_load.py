@@ -56,6 +56,20 @@ SLOW = kernel(
 )
 
 
+CREATED_SPEC: dict[str, Any] = {
+    "name": "load_created_add", "description": "c = a + b, created by several clients at once",
+    "signature": {"entry": "vector_add", "params": [
+        {"kind": "buffer", "name": "a", "dtype": "float32", "role": "in", "shape": ["n"]},
+        {"kind": "buffer", "name": "b", "dtype": "float32", "role": "in", "shape": ["n"]},
+        {"kind": "buffer", "name": "c", "dtype": "float32", "role": "out", "shape": ["n"]},
+        {"kind": "scalar", "name": "n", "dtype": "int32"},
+    ]},
+    "inputs": {"a": {"generator": "uniform"}, "b": {"generator": "normal"}},
+    "cases": [{"name": "small", "kind": "correctness", "scalars": {"n": 1000}}],
+    "reference": {"launch": LAUNCH},
+}
+
+
 def variant(k: int) -> str:
     """A different kernel that compiles (different work for `compile`; not a + b exactly)."""
     return kernel(f"if (i < n) c[i] = a[i] * {k + 1}.0f + b[i] - {k}.0f * a[i] - a[i] * 1.0f + a[i];")
@@ -71,6 +85,7 @@ class LoadPlan:
     agree_within: float = 0.0  # max/min - 1 of the identical benchmarks' scores
     budget_s: float = 240.0  # the whole load, start to finish
     disconnect_after_s: float = 1.0
+    creates: int = 3  # clients creating one new workload name at once
 
 
 def free_port() -> int:
@@ -158,6 +173,7 @@ async def run_load(url: str, plan: LoadPlan) -> dict[str, Any]:
         ("describe", "describe_workload", {"name": plan.workload}),
         ("list", "list_workloads", {}),
     ]
+    jobs += [(f"create_{i}", "create_workload", {"spec": CREATED_SPEC, "reference_cu": OK}) for i in range(plan.creates)]
 
     go, ready = anyio.Event(), []
 
@@ -196,6 +212,9 @@ async def run_load(url: str, plan: LoadPlan) -> dict[str, Any]:
     assert results["hang"].structured_content["status"] == "timeout", text(results["hang"])
     assert results["trap"].structured_content["status"] == "runtime_error", text(results["trap"])
     assert results["disconnect"] == "left"
+    created = [results[f"create_{i}"] for i in range(plan.creates)]
+    assert sum(not r.is_error for r in created) == 1, [text(r) for r in created]  # one name, one winner
+    assert all("already exists" in text(r) for r in created if r.is_error), [text(r) for r in created]
     return results
 
 
