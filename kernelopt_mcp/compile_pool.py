@@ -40,7 +40,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-from .errors import ToolchainNotFound
+from .errors import ConfinementFailed, ToolchainNotFound, UnconfinedCompilerRefused
 from .executables import kill_group
 from .sandbox import landlock_abi
 
@@ -95,14 +95,6 @@ class CompileLimits:
 
 class CompileFailure(Exception):
     """The compile did not finish: over the time limit, out of memory, or the worker died."""
-
-
-class UnconfinedCompilerRefused(ToolchainNotFound):
-    """The kernel offers no Landlock to confine NVRTC, and the user did not accept running it unconfined."""
-
-
-class ConfinementFailed(UnconfinedCompilerRefused):
-    """The kernel has Landlock, but the worker could not restrict itself (a seccomp filter, an LSM)."""
 
 
 @dataclass(frozen=True)

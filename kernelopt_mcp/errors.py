@@ -10,6 +10,9 @@ Kernel outcomes (a compile error, a mismatch, a fault, a timeout) are *data*: se
     ├── ExpressionError             a shape/launch/cost expression is not allowed or fails
     ├── InputError                  an input generator or data file cannot produce the buffer
     ├── ToolchainNotFound           NVRTC, the CUDA headers, the harness or ncu are missing
+    │   └── UnconfinedCompilerRefused  no Landlock to confine NVRTC, and running it unconfined
+    │       │                          was not accepted (--unconfined-compiler)
+    │       └── ConfinementFailed   Landlock is there but the compile worker could not restrict itself
     ├── DeviceUnavailable           no CUDA driver or device where one is needed
     ├── HarnessError                the native harness misbehaved (bad answer, I/O, protocol)
     ├── HarnessCancelled            the caller cancelled the job; the harness was stopped
@@ -50,6 +53,14 @@ class InputError(KerneloptError):
 
 class ToolchainNotFound(KerneloptError):
     """A required tool (NVRTC, CUDA headers, kernelopt-harness) is not installed."""
+
+
+class UnconfinedCompilerRefused(ToolchainNotFound):
+    """The kernel offers no Landlock to confine NVRTC, and the user did not accept running it unconfined."""
+
+
+class ConfinementFailed(UnconfinedCompilerRefused):
+    """The kernel has Landlock, but the worker could not restrict itself (a seccomp filter, an LSM)."""
 
 
 class DeviceUnavailable(KerneloptError):
