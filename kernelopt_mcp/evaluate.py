@@ -181,10 +181,8 @@ class Evaluator:
 
     @property
     def checks(self) -> list[str]:
-        """The integrity checks in force (recorded with every result)."""
-        checks = ["fresh inputs per session", "poisoned outputs", "guard bytes", "inputs unchanged"]
-        if self._uses("determinism"):
-            checks.append("repeat launch" + (" (bitwise)" if self.workload.spec.deterministic else " (tolerance)"))
+        """The integrity checks in force; each result lists those that ran for it."""
+        checks = self._validation_checks()
         if self._uses("timed_inputs"):
             checks += hidden_seed_checks(self.workload, {c.name for c in self.workload.spec.performance_cases})
         if any(self._uses(f) for f in ("fresh_inputs", "timed_check", "confirm_launch")):
@@ -323,6 +321,43 @@ class Evaluator:
         return result
 
     def _run(
+        self, candidate: Candidate, *, benchmark: bool, keep: dict[str, dict[str, np.ndarray]] | None,
+        check: bool, data: DataSet | None = None, cases: list[Case] | None = None,
+    ) -> EvaluationResult:
+        result = self._run_cases(candidate, benchmark=benchmark, keep=keep, check=check, data=data, cases=cases)
+        result.checks = self._checks_that_ran(result)
+        return result
+
+    def _checks_that_ran(self, result: EvaluationResult) -> list[str]:
+        """The result's ``checks``: those in force (:attr:`checks`), less the checks of timed
+        launches that did not run for this result (no case timed, or the CUDA reference's own
+        runs, which are not checked against themselves)."""
+        timed = [c for c in result.cases if c.timing is not None]
+        if not timed:
+            return [c for c in self.checks if c in self._validation_checks()]
+        checks = list(self._validation_checks())
+        if any(c.timing.check_launch_ms is not None for c in timed):  # type: ignore[union-attr]
+            checks += hidden_seed_checks(self.workload, {c.name for c in timed})
+        perf = [c for c in self.workload.spec.performance_cases if c.name in {t.name for t in timed}]
+        checked = any(c.checked_launches for c in timed)
+        consistency = any(
+            c.confirm_launch_ms is not None and c.timing.check_launch_ms is not None and c.timing.mode == "events"  # type: ignore[union-attr]
+            for c in timed
+        ) and self._uses("confirm_launch")
+        if self._uses("fresh_inputs") or checked or consistency:
+            checks += fresh_checks(
+                self.workload, perf, redraw=self._uses("fresh_inputs"),
+                reference=checked, checked=self.options.checked_launches if checked else 0, consistency=consistency,
+            )
+        return checks
+
+    def _validation_checks(self) -> list[str]:
+        checks = ["fresh inputs per session", "poisoned outputs", "guard bytes", "inputs unchanged"]
+        if self._uses("determinism"):
+            checks.append("repeat launch" + (" (bitwise)" if self.workload.spec.deterministic else " (tolerance)"))
+        return checks
+
+    def _run_cases(
         self, candidate: Candidate, *, benchmark: bool, keep: dict[str, dict[str, np.ndarray]] | None,
         check: bool, data: DataSet | None = None, cases: list[Case] | None = None,
     ) -> EvaluationResult:

@@ -198,6 +198,8 @@ def test_bundled_reference_and_initial_stay_ok_with_every_check(
                 assert c.checked_launches == 4, (c.name, c.checked_launches)
                 assert c.confirm_launch_ms is not None and c.timing and c.timing.check_launch_ms is not None
     assert any(line.startswith("fresh device-drawn inputs") for line in results[0].checks)
+    assert any("3 hidden timed launches per case checked against the CUDA reference" in c for c in results[0].checks)
+    assert any(c.startswith("fresh-input timing consistency (") for c in results[0].checks)
 
 
 # --- (d) the device generator ------------------------------------------------------------
