@@ -86,6 +86,7 @@ class EvaluateOptions:
     fresh_inputs: bool = True  # redraw inputs on the device before every timed launch
     checked_launches: int = 3  # hidden measured launches whose outputs the CUDA reference checks
     check_consistency: bool = True  # flag launches on unseen inputs much slower than the median
+    oracle_checked_launches: int = 1  # without a CUDA reference: hidden launches checked by the NumPy oracle
 
     def timing_request(self, features: frozenset[str]) -> dict[str, Any]:
         """The harness's ``timing`` object, using only what this harness supports."""
@@ -165,6 +166,7 @@ class Evaluator:
             "fresh_inputs": self.options.fresh_inputs,
             "timed_check": self.options.checked_launches > 0,
             "confirm_launch": self.options.check_consistency,
+            "checked_dump": self.options.oracle_checked_launches > 0,
         }.get(feature, True)
         return wanted and feature in self.features
 
@@ -179,6 +181,13 @@ class Evaluator:
         """Whether candidates' timed launches are checked against the CUDA reference."""
         return self._uses("timed_check") and self.workload.reference_cu is not None
 
+    def _oracle_checks_timed_launches(self) -> bool:
+        """Without a CUDA reference: whether checked launches' files go through the NumPy oracle."""
+        return (
+            self.workload.reference_cu is None and self.workload.oracle_path is not None
+            and self._uses("checked_dump") and self._uses("timed_check")
+        )
+
     @property
     def checks(self) -> list[str]:
         """The integrity checks in force; each result lists those that ran for it."""
@@ -191,6 +200,7 @@ class Evaluator:
                 reference=self._checks_timed_launches(),
                 checked=self.options.checked_launches if self._uses("timed_check") else 0,
                 consistency=self._uses("confirm_launch") and self._uses("timed_inputs") and self.options.timing_mode == "events",
+                oracle_checked=self.options.oracle_checked_launches if self._oracle_checks_timed_launches() else 0,
             )
         return checks
 
@@ -303,6 +313,9 @@ class Evaluator:
         if self._check_module is not None and case.name in self._check_launches:
             job.checked = pick_checked_launches(self.options.iterations, self.options.checked_launches)
             job.check_launch = self._check_launches[case.name]
+        elif self._oracle_checks_timed_launches():
+            job.checked = pick_checked_launches(self.options.iterations, self.options.oracle_checked_launches)
+            job.dump_dir = out_dir / "checked"
         if specs and self._uses("confirm_launch"):
             job.confirm = True
             job.consistency = job.timed is not None and timing.get("mode", "events") == "events"
@@ -339,15 +352,17 @@ class Evaluator:
         if any(c.timing.check_launch_ms is not None for c in timed):  # type: ignore[union-attr]
             checks += hidden_seed_checks(self.workload, {c.name for c in timed})
         perf = [c for c in self.workload.spec.performance_cases if c.name in {t.name for t in timed}]
-        checked = any(c.checked_launches for c in timed)
+        by_oracle = any(r.get("checked_by") == "NumPy oracle" for c in timed for r in c.reference_checks)
+        checked = any(c.checked_launches for c in timed) and not by_oracle
         consistency = any(
             c.confirm_launch_ms is not None and c.timing.check_launch_ms is not None and c.timing.mode == "events"  # type: ignore[union-attr]
             for c in timed
         ) and self._uses("confirm_launch")
-        if self._uses("fresh_inputs") or checked or consistency:
+        if self._uses("fresh_inputs") or checked or by_oracle or consistency:
             checks += fresh_checks(
                 self.workload, perf, redraw=self._uses("fresh_inputs"),
                 reference=checked, checked=self.options.checked_launches if checked else 0, consistency=consistency,
+                oracle_checked=self.options.oracle_checked_launches if by_oracle else 0,
             )
         return checks
 

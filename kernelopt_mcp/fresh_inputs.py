@@ -126,7 +126,7 @@ def consistency_problem(timing: TimingStats, check_ms: float | None, confirm_ms:
 
 
 def fresh_checks(workload: Workload, cases: list[Case], *, redraw: bool, reference: bool, checked: int,
-                 consistency: bool) -> list[str]:
+                 consistency: bool, oracle_checked: int = 0) -> list[str]:
     """The lines of a result's ``checks`` list for fresh inputs, checked launches and timing
     consistency over the performance ``cases``: only what really runs, and what cannot."""
     lines: list[str] = []
@@ -149,6 +149,11 @@ def fresh_checks(workload: Workload, cases: list[Case], *, redraw: bool, referen
     if cases and checked > 0 and reference:
         lines.append(
             f"outputs of {checked} hidden timed launches per case checked against the CUDA reference on their inputs"
+        )
+    elif cases and oracle_checked > 0:
+        lines.append(
+            f"outputs of {oracle_checked} hidden timed launch(es) per case checked against the NumPy oracle on their "
+            "inputs (no CUDA reference)"
         )
     elif cases and checked > 0:
         lines.append(

@@ -22,6 +22,7 @@ from .fresh_inputs import consistency_problem
 from .harness import ExitCode, HarnessReply, raise_for_request_error
 from .inputs import CaseInputs, write_atomic
 from .launch import ResolvedLaunch
+from .oracle import run_oracle
 from .outcomes import CaseResult, CudaErrorInfo, Status
 from .stats import from_answer
 from .workload import BufferParam, Case, Workload
@@ -86,6 +87,7 @@ class CaseJob:
     checked: list[int] = field(default_factory=list)  # measured samples the CUDA reference checks
     check_launch: dict[str, Any] | None = None  # the reference's launch for this case
     confirm: bool = False  # one more fresh launch after timing (timing consistency)
+    dump_dir: Path | None = None  # no CUDA reference: the checked launches' files, checked with the oracle
     consistency: bool = False  # judge check_launch_ms / confirm_launch_ms against the median
 
 
@@ -125,7 +127,7 @@ def build_request(
                         arg["write_output"] = True
                 if timed_ref:
                     arg["timed_expected"] = str(timed_ref.path)
-                if job.checked and "compare" not in arg:
+                if job.checked and job.check_launch and "compare" not in arg:
                     # the checked launches compare with the reference's outputs on the tolerances
                     # of the validation's expected values (the same distribution of inputs)
                     basis = job.data.refs.get(case.name, {}).get(p.name)
@@ -159,6 +161,9 @@ def build_request(
             entry["check_launch"] = job.check_launch
         if job.confirm:
             entry["confirm_launch"] = True
+        if job.checked and job.dump_dir is not None:
+            job.dump_dir.mkdir(parents=True, exist_ok=True)
+            entry["checked_dump"] = str(job.dump_dir.resolve())
     request: dict[str, Any] = {
         "protocol": 1,
         "device": device,
@@ -235,6 +240,8 @@ def interpret(
         cr.fresh_inputs = list(t.get("fresh_buffers") or [])
         cr.confirm_launch_ms = t.get("confirm_launch_ms")
         _check_reference(cr, ca.get("timed_checks") or [], len(t.get("times_ms") or []))
+        if cr.status is Status.ok and ca.get("timed_dumps"):
+            _check_dumps(cr, job, workload, ca["timed_dumps"], len(t.get("times_ms") or []))
         if cr.status is Status.ok and job.timed is not None:
             _check_timed(cr, job, workload, device)
         if cr.status is Status.ok and job.consistency:
@@ -392,6 +399,49 @@ def _check_reference(cr: CaseResult, checks: list[dict[str, Any]], samples: int)
         f"{c.get('first_mismatch')}, max abs error {c.get('max_abs_error')}, {c.get('nonfinite')} non-finite): results "
         "were cached or work was skipped while timed; they must be computed from the inputs on every launch"
     )
+
+
+def _check_dumps(
+    cr: CaseResult, job: CaseJob, workload: Workload, dumps: list[dict[str, Any]], samples: int
+) -> None:
+    """Workloads without a CUDA reference: each checked launch's inputs (redrawn ones from the
+    harness's files, the others the case's own) through the NumPy oracle, against its outputs."""
+    case, ci = job.case, job.data.inputs[job.case.name]
+    for dump in dumps:
+        files = dump.get("files") or {}
+        try:
+            arrays = {
+                p.name: _read_array(files["inputs"][p.name], p, ci.shapes[p.name])
+                if p.name in files.get("inputs", {}) else ci.arrays[p.name]
+                for p in workload.signature.inputs
+            }
+            actual = {p.name: _read_array(files["outputs"][p.name], p, ci.shapes[p.name]) for p in workload.signature.outputs}
+        finally:
+            for group in files.values():
+                for path in group.values():
+                    Path(path).unlink(missing_ok=True)
+        expected = run_oracle(workload, case.name, arrays, ci.shapes)
+        cr.checked_launches += 1
+        for p in workload.signature.outputs:
+            cmp = compare(p.name, expected[p.name], actual[p.name], workload.spec.tolerance_for(p.name))
+            cr.reference_checks.append({
+                "launch": "measured", "sample": dump.get("sample"), "draw": dump.get("draw"),
+                "time_ms": dump.get("time_ms"), "buffer": p.name, "elements": cmp.elements, "mismatches": cmp.mismatches,
+                "max_abs_error": cmp.max_abs_error, "checked_by": "NumPy oracle",
+            })
+            if not cmp.passed and cr.status is Status.ok:
+                inputs = "fresh inputs drawn on the device" if dump.get("draw") is not None else "its inputs"
+                cr.status = Status.timed_mismatch
+                cr.message = (
+                    f"the outputs of timed launch {dump.get('sample')} of {samples} measured, on {inputs}, were wrong "
+                    f"against the NumPy oracle on the same inputs: {cmp.summary()}: results were cached or work was "
+                    "skipped while timed; they must be computed from the inputs on every launch"
+                )
+
+
+def _read_array(path: str, param: BufferParam, shape: tuple[int, ...]) -> np.ndarray:
+    data = Path(path).read_bytes()
+    return np.frombuffer(data, dtype=param.dtype.numpy.newbyteorder("<")).astype(param.dtype.numpy).reshape(shape)
 
 
 def describe(error: CudaErrorInfo | None) -> str:

@@ -125,3 +125,26 @@ def test_an_older_harness_or_switched_off_checks_send_and_claim_nothing(tmp_path
             assert "fresh" not in case["args"][0] and "checked_launches" not in case and "check_module" not in r
         claims = [c for c in result.checks if c != "fresh inputs per session"]
         assert not any("fresh" in c or "CUDA reference" in c for c in claims), result.checks
+
+
+def test_without_a_cuda_reference_checked_launches_are_written_for_the_oracle(tmp_path, monkeypatch) -> None:
+    monkeypatch.setenv("KO_FAKE_FEATURES", FRESH_FEATURES + ",checked_dump")
+    harness = write_harness(tmp_path, "fake")
+    root = write_tiny_workload(tmp_path / "extra") / "tiny_add"
+    spec = json.loads((root / "workload.json").read_text())
+    spec["reference"] = {"python": "reference.py", "cuda": None}
+    (root / "workload.json").write_text(json.dumps(spec))
+    (root / "reference.cu").unlink()
+    wl = find_workload(root, Settings())
+    workdir = tmp_path / "w"
+    with HarnessProcess(harness, 0) as proc, Evaluator(wl, proc, device_info(harness, 0), workdir=workdir,
+                                                       options=EvaluateOptions(warmup=1, iterations=20)) as ev:
+        assert any("checked against the NumPy oracle" in c for c in ev.checks)
+        result = ev.evaluate(Candidate(kernel(), LaunchSpec.model_validate(ADD_LAUNCH), [], "add"))
+    assert result.ok, result.message
+    timed = [r for _, r in _requests(workdir) if r["cases"][0].get("timing")]
+    assert timed and "check_module" not in timed[0]
+    case = timed[0]["cases"][0]
+    assert len(case["checked_launches"]) == 1 and case["checked_launches"][0] >= 15 and Path(case["checked_dump"]).is_dir()
+    # the pretend GPU writes no files: the result does not claim the oracle checked a timed launch
+    assert not any("NumPy oracle" in c for c in result.checks), result.checks

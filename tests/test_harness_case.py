@@ -272,3 +272,35 @@ def test_two_slow_launches_on_unseen_inputs_are_inconsistent_timing(tmp_path: Pa
     (job.out_dir / "c.bin").write_bytes(ci_sum or b"")
     reply = _answer("odd_1001", timing=_timing_answer([18.1] * 100, check_launch_ms=28.3, confirm_launch_ms=27.9))
     assert interpret(job, reply, wl, 10.0)[0].status is Status.ok
+
+
+def test_checked_launch_files_go_through_the_oracle_without_a_cuda_reference(tmp_path: Path) -> None:
+    """checked_dump: the harness writes a checked launch's redrawn inputs and its outputs; the
+    NumPy oracle decides. A kernel that replayed an old result is timed_mismatch naming the launch."""
+    wl = _workload(tmp_path)
+    job = _job(tmp_path, wl, timing={"warmup": 1, "iterations": 8})
+    job.checked, job.dump_dir = [6], tmp_path / "dumps"
+    req = build_request(job, wl, device=0, module=tmp_path / "k.cubin", guard_bytes=256, flush_l2=True)
+    entry = req["cases"][0]
+    assert entry["checked_launches"] == [6] and entry["checked_dump"] == str(job.dump_dir.resolve())
+    assert "check_launch" not in entry and "check_module" not in req and job.dump_dir.is_dir()
+    ci = job.data.inputs["odd_1001"]
+    rng = np.random.default_rng(5)
+    drawn_a = rng.uniform(-1, 1, 1001).astype(np.float32)
+    for replayed in (False, True):
+        (job.out_dir / "c.bin").write_bytes((ci.arrays["a"] + ci.arrays["b"]).astype("<f4").tobytes())
+        files = {"inputs": {"a": str(job.dump_dir / "s6_in_a.bin")}, "outputs": {"c": str(job.dump_dir / "s6_out_c.bin")}}
+        Path(files["inputs"]["a"]).write_bytes(drawn_a.astype("<f4").tobytes())
+        out = (ci.arrays["a"] if replayed else drawn_a) + ci.arrays["b"]  # b was not redrawn
+        Path(files["outputs"]["c"]).write_bytes(out.astype("<f4").tobytes())
+        reply = _answer("odd_1001", timing=_timing_answer([1.0] * 8),
+                        timed_dumps=[{"sample": 6, "draw": 7, "time_ms": 1.0, "files": files}])
+        cr, _ = interpret(job, reply, wl, 10.0)
+        assert cr.checked_launches == 1 and cr.reference_checks[0]["checked_by"] == "NumPy oracle"
+        assert not any(job.dump_dir.iterdir()), "the files are removed once read"
+        if replayed:
+            assert cr.status is Status.timed_mismatch
+            assert "timed launch 6 of 8 measured, on fresh inputs drawn on the device" in cr.message
+            assert "against the NumPy oracle" in cr.message
+        else:
+            assert cr.status is Status.ok, cr.message

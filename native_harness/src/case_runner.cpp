@@ -53,15 +53,19 @@ bool CaseRunner::run(json& cases) {
       TimedWork work;
       work.prepare = [&] { prepare_timed_launch(flush, redraws()); };
       work.launch = [&] { launch(); };
+      const bool reference = check_ != nullptr && spec_.check_launch.has_value();
       if (!checked.empty()) {
         work.after = [&](std::size_t sample) {
-          if (checked.count(sample) != 0) enqueue_reference_check(sample);
+          if (checked.count(sample) == 0) return;
+          if (reference) enqueue_reference_check(sample);
+          if (!spec_.checked_dump.empty()) enqueue_dump(sample);
         };
       }
       result["timing"] = time_work(s_, *spec_.timing, work, flush);
       if (spec_.has_timed_check()) run_timed_check(result);
       if (spec_.confirm_launch) run_confirm(result);
       if (spec_.has_fresh() || spec_.has_reference_checks()) report_reference_checks(result);
+      if (!spec_.checked_dump.empty()) write_dumps(result);
     }
   } catch (const CudaError& e) {
     result["error"] = case_error(e.info());
@@ -175,6 +179,7 @@ void CaseRunner::setup() {
   // Every allocation happens before the validation launch: running out of memory is then a
   // refused case (invalid_launch), never mistaken for a kernel fault.
   if (spec_.timing && check_ != nullptr && spec_.has_reference_checks()) setup_reference();
+  if (spec_.timing && !spec_.checked_dump.empty()) setup_dumps();
   if (spec_.timing && req_.flush_l2) s_.prepare_flush_l2();
   if (!req_.support_module.empty()) s_.support_scratch();
 

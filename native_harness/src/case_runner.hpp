@@ -61,6 +61,10 @@ struct CaseState {
   std::vector<ParamSlot> ref_slots;
   std::vector<void*> ref_params;
   DeviceBuffer check_results;
+  // checked_dump: the candidate's outputs of each checked launch (slot * outputs + j), and a
+  // scratch buffer the size of the largest input to redraw a launch's inputs into.
+  std::vector<DeviceBuffer> dump_outputs;
+  DeviceBuffer dump_scratch;
 };
 
 // One launch whose outputs the reference checks: a measured sample or the confirm launch.
@@ -108,6 +112,9 @@ class CaseRunner {
   void enqueue_reference_check(std::optional<std::size_t> sample);
   void report_reference_checks(nlohmann::json& result);
   void run_confirm(nlohmann::json& result);
+  void setup_dumps();
+  void enqueue_dump(std::size_t sample);
+  void write_dumps(nlohmann::json& result);
   bool redraws() const noexcept { return spec_.fresh_timed && spec_.has_fresh(); }
   nlohmann::json occupancy();
   void drain() noexcept { drv_.cuStreamSynchronize(s_.stream()); }
@@ -122,6 +129,7 @@ class CaseRunner {
   std::uint64_t draws_ = 0;                 // fresh draws made so far (the next draw's index)
   std::optional<std::uint64_t> last_draw_;  // the draw the last prepared launch saw
   std::vector<ReferenceCheck> checks_;      // in the order of their check_results slots
+  std::vector<ReferenceCheck> dumps_;       // in the order of their dump_outputs slots
 };
 
 }  // namespace kernelopt::detail

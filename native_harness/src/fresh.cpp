@@ -6,6 +6,7 @@
 #include <cstring>
 
 #include "case_runner.hpp"
+#include "file_io.hpp"
 #include "support.hpp"
 #include "timing.hpp"
 
@@ -109,6 +110,85 @@ void CaseRunner::run_confirm(json& result) {
   confirm.launch = [&] { launch(); };
   result["timing"]["confirm_launch_ms"] = time_one_launch(s_, confirm);
   if (check_ != nullptr && spec_.check_launch) enqueue_reference_check(std::nullopt);
+}
+
+// checked_dump (workloads without a CUDA reference: Python checks the files with the NumPy
+// oracle). Every allocation before the validation launch, like the rest of the case's.
+void CaseRunner::setup_dumps() {
+  std::uint64_t largest_input = 0;
+  for (const auto& d : st_.buffers) {
+    const auto& b = d.spec->buffer;
+    if (b.role != BufferRole::out && b.fresh) largest_input = std::max(largest_input, b.bytes);
+  }
+  for (std::size_t c = 0; c < spec_.checked_launches.size(); ++c) {
+    for (const auto& d : st_.buffers) {
+      if (is_output(d)) {
+        st_.dump_outputs.push_back(s_.allocate(std::max<std::uint64_t>(d.spec->buffer.bytes, 256)));
+      }
+    }
+  }
+  if (largest_input > 0) st_.dump_scratch = s_.allocate(largest_input);
+}
+
+// Right after a checked launch, outside its timed window: keep its outputs (device copies; the
+// files are written after timing, so nothing here waits).
+void CaseRunner::enqueue_dump(std::size_t sample) {
+  const std::size_t outputs = static_cast<std::size_t>(
+      std::count_if(st_.buffers.begin(), st_.buffers.end(), is_output));
+  const std::size_t slot = dumps_.size();
+  dumps_.push_back({sample, last_draw_});
+  std::size_t j = 0;
+  for (const auto& d : st_.buffers) {
+    if (!is_output(d)) continue;
+    const auto bytes = d.spec->buffer.bytes;
+    const CUdeviceptr saved = st_.dump_outputs.at(slot * outputs + j++).get();
+    if (bytes > 0) KO_CU(drv_.cuMemcpyDtoDAsync(saved, d.data, bytes, s_.stream()));
+  }
+}
+
+// After timing: per checked launch, the files "<dir>/s<sample>_out_<buffer>.bin" of its outputs
+// and "<dir>/s<sample>_in_<buffer>.bin" of the inputs that were redrawn (drawn again from the
+// same draw); inputs not redrawn are the request's `input` files.
+void CaseRunner::write_dumps(json& result) {
+  const std::size_t outputs = static_cast<std::size_t>(
+      std::count_if(st_.buffers.begin(), st_.buffers.end(), is_output));
+  json entries = json::array();
+  const json& times = result["timing"]["times_ms"];
+  std::vector<std::uint8_t> host;
+  for (std::size_t slot = 0; slot < dumps_.size(); ++slot) {
+    const auto& dump = dumps_[slot];
+    json files = {{"inputs", json::object()}, {"outputs", json::object()}};
+    auto save = [&](const DeviceArg& d, CUdeviceptr from, const char* kind) {
+      const auto bytes = d.spec->buffer.bytes;
+      host.resize(bytes);
+      if (bytes > 0) {
+        KO_CU(drv_.cuMemcpyDtoHAsync(host.data(), from, bytes, s_.stream()));
+        sync();
+      }
+      const std::string file = spec_.checked_dump + "/s" + std::to_string(*dump.sample) + "_" +
+                               (kind[0] == 'i' ? "in_" : "out_") + d.spec->name + ".bin";
+      write_file(file, host.data(), host.size());
+      files[kind][d.spec->name] = file;
+    };
+    std::size_t j = 0;
+    for (const auto& d : st_.buffers) {
+      const auto& b = d.spec->buffer;
+      if (b.role != BufferRole::out && b.fresh && dump.draw) {
+        draw(d, st_.dump_scratch.get(), *dump.draw);
+        save(d, st_.dump_scratch.get(), "inputs");
+      }
+    }
+    for (const auto& d : st_.buffers) {
+      if (is_output(d)) save(d, st_.dump_outputs.at(slot * outputs + j++).get(), "outputs");
+    }
+    json e = json::object();
+    e["sample"] = *dump.sample;
+    e["draw"] = dump.draw ? json(*dump.draw) : json(nullptr);
+    e["time_ms"] = *dump.sample < times.size() ? times[*dump.sample] : json(nullptr);
+    e["files"] = std::move(files);
+    entries.push_back(std::move(e));
+  }
+  result["timed_dumps"] = std::move(entries);
 }
 
 void CaseRunner::report_reference_checks(json& result) {

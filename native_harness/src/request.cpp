@@ -483,11 +483,19 @@ void parse_fresh_checks(const json& c, const std::string& path, CaseSpec& spec) 
       fail(p, "at most " + std::to_string(max_checked_launches) + " checked launches");
     }
   }
-  if (spec.has_reference_checks() || !spec.checked_launches.empty()) {
-    if (!spec.check_launch) {
-      fail(member_path(path, "check_launch"), "is required with \"checked_launches\" (the CUDA "
-                                               "reference's grid, block and shared_bytes)");
+  if (const json* v = find(c, "checked_dump")) {
+    const auto p = member_path(path, "checked_dump");
+    spec.checked_dump = as_string(*v, p);
+    if (spec.checked_launches.empty()) {
+      fail(p, "needs \"checked_launches\" (the launches whose inputs and outputs are written)");
     }
+  }
+  if (!spec.checked_launches.empty() && spec.checked_dump.empty() && !spec.check_launch) {
+    fail(member_path(path, "check_launch"), "is required with \"checked_launches\" (the CUDA "
+                                             "reference's grid, block and shared_bytes), unless "
+                                             "\"checked_dump\" asks for files instead");
+  }
+  if (spec.has_reference_checks()) {
     for (std::size_t a = 0; a < spec.args.size(); ++a) {
       const auto& arg = spec.args[a];
       if (arg.kind != ArgKind::buffer || arg.buffer.role == BufferRole::in) continue;
@@ -643,7 +651,7 @@ bool CaseSpec::has_fresh() const noexcept {
 }
 
 bool CaseSpec::has_reference_checks() const noexcept {
-  return !checked_launches.empty() || (confirm_launch && check_launch.has_value());
+  return check_launch.has_value() && (!checked_launches.empty() || confirm_launch);
 }
 
 const char* role_name(BufferRole r) noexcept {
@@ -739,7 +747,7 @@ Request parse_request(const json& doc) {
     if (spec.timing) {
       require_support_for(*spec.timing, member_path(path, "timing"), !req.support_module.empty());
     }
-    if (spec.has_reference_checks() && req.check_module.empty()) {
+    if (spec.has_reference_checks() && spec.check_launch && req.check_module.empty()) {
       fail("check_module", "is required by " + member_path(path, "checked_launches") +
                                " (the CUDA reference that checks the timed launches)");
     }

@@ -118,6 +118,7 @@ struct CaseSpec {
   std::vector<unsigned> checked_launches;   // measured samples whose outputs the reference checks
   std::optional<LaunchConfig> check_launch; // the CUDA reference's launch for this case
   bool confirm_launch = false;              // one more fresh launch after timing, timed alone
+  std::string checked_dump;                 // directory: the checked launches' inputs and outputs
 
   // Whether any buffer carries timed_input or timed_expected (the timed check launch).
   bool has_timed_check() const noexcept;

@@ -25,6 +25,7 @@ inline constexpr const char* harness_features[] = {
     "fresh_inputs",     // buffer "fresh" + case "fresh_seed": inputs redrawn before every timed launch
     "timed_check",      // "check_module" + case "checked_launches"/"check_launch": reference checks
     "confirm_launch",   // case "confirm_launch": one more fresh launch after timing, timed alone
+    "checked_dump",     // case "checked_dump": checked launches' inputs and outputs as files
 };
 
 }  // namespace kernelopt

@@ -197,7 +197,7 @@ TEST_CASE("--version") {
                           {"features", {"support_module", "input_cache", "device_compare",
                                         "determinism", "timed_inputs", "blocking", "graph",
                                         "adaptive", "baseline_cublas", "fresh_inputs",
-                                        "timed_check", "confirm_launch"}}}));
+                                        "timed_check", "confirm_launch", "checked_dump"}}}));
 }
 
 TEST_CASE("usage errors exit 2 with a JSON answer and usage on stderr") {
@@ -1204,6 +1204,45 @@ TEST_CASE("fresh inputs: with fresh_timed false the checked launches see the inp
   if (checks.size() == 3) CHECK(checks[0]["draw"].is_null() && checks[2]["draw"] == 0);
   // one draw for the confirm launch and one for its reference
   CHECK_MSG(stats_of(r).fills == 2, r.err);
+}
+
+TEST_CASE("checked_dump: the checked launches' redrawn inputs and outputs are written for the oracle") {
+  for (const std::string entry : {"copy_kernel", "replay_kernel"}) {
+    auto c = fresh_case("dump_" + entry, {{"warmup", 1}, {"iterations", 4}, {"blocking", true}}, {1, 3});
+    c.erase("check_launch");
+    std::filesystem::create_directories(path("dump_" + entry));
+    c["checked_dump"] = path("dump_" + entry);
+    const auto r = run_request(request_v2(entry, {c}), {"FAKE_CUDA_STATS=1"});
+    CHECK_MSG(r.rc == 0, r.out + r.err);
+    const auto& res = r.answer["cases"][0];
+    const auto& dumps = res["timed_dumps"];
+    CHECK_MSG(dumps.size() == 2 && !res.contains("timed_checks"), res.dump());
+    if (dumps.size() != 2) continue;
+    CHECK(dumps[0]["sample"] == 1 && dumps[0]["draw"] == 2 && dumps[1]["sample"] == 3);
+    CHECK(dumps[1]["time_ms"] == res["timing"]["times_ms"][3]);
+    for (const auto& d : dumps) {
+      const auto in = slurp(d["files"]["inputs"]["in"].get<std::string>());
+      const auto out = slurp(d["files"]["outputs"]["out"].get<std::string>());
+      CHECK(in.size() == 16 && out.size() == 16);
+      // the input file is the launch's own draw (not the request's input); a copy kernel's
+      // output equals it, a kernel replaying its first result's does not
+      CHECK(in != raw_of(std::vector<float>{1, 2, 3, 4}));
+      CHECK_MSG((in == out) == (entry == "copy_kernel"), entry);
+    }
+  }
+  // without fresh inputs nothing is redrawn: only the outputs are written
+  auto c = fresh_case("dump_plain", {{"iterations", 2}}, {0});
+  c["args"][0].erase("fresh");
+  c.erase("check_launch");
+  std::filesystem::create_directories(path("dump_plain"));
+  c["checked_dump"] = path("dump_plain");
+  const auto r = run_request(request_v2("copy_kernel", {c}));
+  CHECK_MSG(r.rc == 0, r.out + r.err);
+  const auto& d = r.answer["cases"][0]["timed_dumps"];
+  CHECK_MSG(d.size() == 1 && d[0]["files"]["inputs"].empty() && d[0]["draw"].is_null(), r.answer.dump());
+  // checked_dump needs checked_launches
+  c.erase("checked_launches");
+  CHECK(run_request(request_v2("copy_kernel", {c})).rc == 2);
 }
 
 TEST_CASE("fresh inputs: graph mode redraws before every replay and checks after it") {
