@@ -313,3 +313,27 @@ def test_fill_is_a_pure_function_of_seed_launch_and_buffer(fill) -> None:  # noq
         b = fill(DType.float32, 0, a=-1.0, b=1.0, **other)
         assert np.mean(a == b) < 0.001, other
         assert abs(np.corrcoef(a, b)[0, 1]) < 0.01, other
+
+
+def test_without_a_cuda_reference_the_oracle_checks_a_hidden_timed_launch(
+    proc: HarnessProcess, device: DeviceInfo, tmp_path: Path
+) -> None:
+    import json
+    import shutil
+
+    root = tmp_path / "vector_add_oracle_only"
+    shutil.copytree(find_workload("vector_add", Settings()).root, root)
+    spec = json.loads((root / "workload.json").read_text())
+    spec["name"] = "vector_add_oracle_only"
+    spec["reference"] = {"python": "reference.py", "cuda": None}
+    (root / "workload.json").write_text(json.dumps(spec))
+    (root / "reference.cu").unlink()
+    wl = find_workload(root, Settings())
+    with Evaluator(wl, proc, device, workdir=tmp_path / "w", options=EvaluateOptions(**OPTS)) as ev:  # type: ignore[arg-type]
+        honest = ev.evaluate(initial_candidate(wl))
+        replay = ev.evaluate(Candidate(REPLAY_ADD, ADD_LAUNCH, [], "replay"))
+    assert honest.ok, honest.message
+    assert all(c.checked_launches == 1 for c in honest.cases if c.kind == "performance")
+    assert any("checked against the NumPy oracle" in c for c in honest.checks), honest.checks
+    assert replay.status is Status.timed_mismatch, replay.message
+    assert "against the NumPy oracle" in replay.message
