@@ -150,6 +150,13 @@ class CaseOutput(BaseModel):
     bytes_per_s: float | None = None
     bandwidth_pct: float | None = Field(None, description="bytes_per_s as % of the device's calibrated copy bandwidth")
     flops_pct: float | None = Field(None, description="flops_per_s as % of the calibrated FP32 FMA rate")
+    checked_launches: int = Field(
+        0, description="timed launches whose outputs were checked on their own (fresh) inputs against the CUDA "
+        "reference or the NumPy oracle"
+    )
+    fresh_inputs: list[str] = Field(
+        default_factory=list, description="inputs drawn afresh on the device before every timed launch"
+    )
     of_roofline_floor: float | None = Field(None, description="median / the fastest time the work allows (1.0 = at the roofline)")
 
 
@@ -223,6 +230,8 @@ def _case_detail(c: CaseOutput) -> str:
             parts.append(f"{c.bytes_per_s / 1e9:.0f} GB/s" + (f" ({c.bandwidth_pct:.0f}% of copy)" if c.bandwidth_pct else ""))
         if c.flops_per_s:
             parts.append(f"{c.flops_per_s / 1e12:.2f} TFLOP/s" + (f" ({c.flops_pct:.0f}% of FMA peak)" if c.flops_pct else ""))
+        if c.checked_launches:
+            parts.append(f"{c.checked_launches} timed launches checked")
     return (": " + "; ".join(parts)) if parts else ""
 
 
@@ -259,6 +268,7 @@ def evaluation_output(
             flops_per_s=c.flops_per_s, bytes_per_s=c.bytes_per_s,
             bandwidth_pct=c.roofline.bandwidth_pct if c.roofline else None,
             flops_pct=c.roofline.flops_pct if c.roofline else None,
+            checked_launches=c.checked_launches, fresh_inputs=list(c.fresh_inputs),
             of_roofline_floor=c.roofline.of_floor if c.roofline else None,
         ))
     status, message = result.status.value, result.message
