@@ -201,6 +201,7 @@ class Evaluator:
                 checked=self.options.checked_launches if self._uses("timed_check") else 0,
                 consistency=self._uses("confirm_launch") and self._uses("timed_inputs") and self.options.timing_mode == "events",
                 oracle_checked=self.options.oracle_checked_launches if self._oracle_checks_timed_launches() else 0,
+                graph=self.options.timing_mode == "graph" and "graph" in self.features,
             )
         return checks
 
@@ -363,6 +364,7 @@ class Evaluator:
                 self.workload, perf, redraw=self._uses("fresh_inputs"),
                 reference=checked, checked=self.options.checked_launches if checked else 0, consistency=consistency,
                 oracle_checked=self.options.oracle_checked_launches if by_oracle else 0,
+                graph=any(c.timing.mode == "graph" for c in timed),  # type: ignore[union-attr]
             )
         return checks
 

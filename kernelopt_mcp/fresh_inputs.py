@@ -126,7 +126,7 @@ def consistency_problem(timing: TimingStats, check_ms: float | None, confirm_ms:
 
 
 def fresh_checks(workload: Workload, cases: list[Case], *, redraw: bool, reference: bool, checked: int,
-                 consistency: bool, oracle_checked: int = 0) -> list[str]:
+                 consistency: bool, oracle_checked: int = 0, graph: bool = False) -> list[str]:
     """The lines of a result's ``checks`` list for fresh inputs, checked launches and timing
     consistency over the performance ``cases``: only what really runs, and what cannot."""
     lines: list[str] = []
@@ -137,7 +137,12 @@ def fresh_checks(workload: Workload, cases: list[Case], *, redraw: bool, referen
         drawn += [b for b in cf.specs if b not in drawn]
         for name, why in cf.fixed.items():
             fixed.setdefault(name, why)
-    if redraw and drawn:
+    if redraw and drawn and graph:
+        lines.append(
+            f"fresh device-drawn inputs for every CUDA-graph replay (buffers {', '.join(drawn)}); the launches inside "
+            "one replay share them, so memoization within a replay is not excluded (events mode excludes it)"
+        )
+    elif redraw and drawn:
         lines.append(f"fresh device-drawn inputs for every timed launch (buffers {', '.join(drawn)})")
         for name, why in fixed.items():
             lines.append(f"fresh inputs: buffer {name} not redrawn ({why})")

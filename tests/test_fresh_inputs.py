@@ -62,6 +62,10 @@ def test_case_fresh_and_the_checks_it_implies(tmp_path: Path) -> None:
     no_ref = fresh_checks(wl, [case], redraw=True, reference=False, checked=3, consistency=False)
     assert not any("against the CUDA reference" in x for x in no_ref)
     assert any("checked only by the launch after timing" in x for x in no_ref)
+    # graph mode: the launches inside one replay share their inputs, and the line says so
+    graph = fresh_checks(wl, [case], redraw=True, reference=True, checked=3, consistency=False, graph=True)
+    assert graph[0].startswith("fresh device-drawn inputs for every CUDA-graph replay (buffers a)")
+    assert "memoization within a replay is not excluded" in graph[0]
     # nothing drawn: no claim of fresh inputs
     off = fresh_checks(wl, [case], redraw=False, reference=True, checked=0, consistency=False)
     assert not any(x.startswith("fresh device-drawn") for x in off)
