@@ -11,8 +11,9 @@ cuda-python, ~0.3 s). Before it reads any request it
    read only the ``--read`` directories (the CUDA headers) and NVRTC's own library files (also
    mappable as code), and write only its working directory (an empty scratch directory); no TCP, no signals out.
    ``--confine none`` (only when the user accepted an unconfined compiler) skips this;
-3. caps its own address space (``RLIMIT_AS``), so a compile that tries to use more memory fails
-   here, not in the server; the parent enforces the wall-time limit by killing it;
+3. caps how much memory a compile may add to what it holds after the warm-up (``RLIMIT_DATA``,
+   and ``RLIMIT_AS`` as a backstop), so a compile that tries to use more fails here, not in the
+   server; the parent enforces the wall-time limit by killing it;
 4. answers ``{"ready": true, "confinement": "landlock abi 7" | "unconfined (accepted)"}``, or
    ``{"failure": str}`` and exits 3 when it could not confine itself as asked.
 
@@ -45,13 +46,34 @@ WARM_UP_SOURCE = 'extern "C" __global__ void kernelopt_warm_up(float* x) { x[thr
 WARM_UP_OPTIONS = ["--gpu-architecture=sm_90", "-std=c++17", "-lineinfo", "-Xptxas=-v"]
 
 
-def _limit_memory(megabytes: int) -> None:
-    if megabytes > 0:
-        limit = megabytes * 2**20
-        _, hard = resource.getrlimit(resource.RLIMIT_AS)
+def _vm_kib() -> dict[str, int]:
+    """This process's VmSize and VmData in KiB (read before the sandbox closes /proc)."""
+    try:
+        with open("/proc/self/status", encoding="ascii", errors="replace") as f:
+            fields = dict(line.split(":", 1) for line in f if line.startswith(("VmSize:", "VmData:")))
+        return {k: int(v.split()[0]) for k, v in fields.items()}
+    except (OSError, ValueError):
+        return {}
+
+
+def _limit_memory(megabytes: int, base_kib: dict[str, int]) -> None:
+    """Let the compiles grow this process by at most ``megabytes`` from ``base_kib``.
+
+    Measured from what the process already holds, not from zero: on some machines NVRTC
+    reserves ~13 GB of address space when it loads (the H200 machine: VmSize 13 GB, VmRSS
+    100 MB after a trivial compile), so an absolute RLIMIT_AS of 8 GiB failed every compile
+    with "out of memory". RLIMIT_DATA bounds the private writable memory a compile allocates
+    (what a compile bomb grows); RLIMIT_AS stays as a backstop above the reservations.
+    """
+    if megabytes <= 0:
+        return
+    extra = megabytes * 2**20
+    for limit_kind, field in ((resource.RLIMIT_DATA, "VmData"), (resource.RLIMIT_AS, "VmSize")):
+        limit = base_kib.get(field, 0) * 1024 + extra
+        _, hard = resource.getrlimit(limit_kind)
         if hard != resource.RLIM_INFINITY:
             limit = min(limit, hard)
-        resource.setrlimit(resource.RLIMIT_AS, (limit, hard))
+        resource.setrlimit(limit_kind, (limit, hard))
 
 
 def _bytes(nvrtc: Any, prog: Any, kind: str) -> bytes:
@@ -128,6 +150,7 @@ def main(argv: list[str] | None = None) -> int:
     if not warm.get("ok"):
         _say({"failure": f"NVRTC cannot compile a trivial kernel: {warm.get('failure') or warm.get('log')}"})
         return 3
+    base_kib = _vm_kib()  # before the sandbox: /proc is closed to the worker after it
     if sandbox is None:
         confinement = "unconfined (accepted)"
     else:
@@ -139,7 +162,7 @@ def main(argv: list[str] | None = None) -> int:
             _say({"failure": f"the compile worker could not confine itself with Landlock: {exc}", "unconfined": True})
             return 3
         confinement = done.describe()
-    _limit_memory(args.memory_mb)
+    _limit_memory(args.memory_mb, base_kib)
     _say({"ready": True, "confinement": confinement})
     for line in sys.stdin:
         if not line.strip():

@@ -6,7 +6,8 @@ deep recursive instantiation), and NVRTC opens any file an ``#include`` names an
 its log. In-process, neither can be stopped. Here every compile runs in a child process
 (``_compile_worker.py``) started with an empty environment, which confines itself with Landlock
 (:mod:`sandbox`: it can read only the CUDA headers and NVRTC's own files, write only its scratch
-directory) and caps its own address space (``RLIMIT_AS``); the parent kills it when the
+directory) and caps the memory a compile may add (``RLIMIT_DATA``, ``RLIMIT_AS`` as a backstop);
+the parent kills it when the
 wall-time limit passes. Workers are plain subprocesses (no fork of a threaded server, no
 multiprocessing machinery), kept and reused: a warm compile pays a pipe round trip, not a
 Python start-up (~0.5 s with the warm-up compile, paid once per worker).

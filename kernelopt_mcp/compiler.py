@@ -457,7 +457,7 @@ def compile_kernel(
     ok, cubin, ptx, duration_ms = out.ok, out.cubin, out.ptx, out.duration_ms
     log = quote_own_lines(out.log, source, filename, nv.include_dirs)
     diagnostics = parse_diagnostics(log, filename)
-    if not ok and "out of memory" in log:
+    if not ok and "out of memory" in out.log:  # the raw log: the filter may withhold where it was said
         oom = (
             f"compile exceeded the {limits.memory_mb} MiB memory limit: a huge unrolled template or "
             "recursion; reduce unrolling"
@@ -492,6 +492,9 @@ _LOCATED_RE = re.compile(r"^(?P<file>.+)\((?P<line>\d+)\): (?P<sev>[a-z ]*(?:err
 WITHHELD = "(message withheld: the location is not the kernel's source nor a CUDA header)"
 
 
+NVRTC_BUILTIN_HEADER = "__nv_nvrtc_builtin_header.h"
+
+
 def quote_own_lines(log: str, source: str, filename: str, header_dirs: tuple[str, ...] = ()) -> str:
     """The NVRTC log with every quoted source line taken from ``source`` itself.
 
@@ -517,7 +520,8 @@ def quote_own_lines(log: str, source: str, filename: str, header_dirs: tuple[str
             i += 1
             continue
         mine = m["file"] == filename
-        if not mine and not os.path.realpath(m["file"]).startswith(dirs or ("\0",)):
+        nvrtcs_own = m["file"] == NVRTC_BUILTIN_HEADER  # in NVRTC's memory, never read from a file
+        if not mine and not nvrtcs_own and not os.path.realpath(m["file"]).startswith(dirs or ("\0",)):
             out_line = f"{m['file']}({m['line']}): {m['sev']}: {WITHHELD}"
         out.append(out_line)
         i += 1

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -218,3 +220,32 @@ def test_a_worker_that_cannot_confine_itself_is_refused_unless_accepted(monkeypa
     assert out.ok and out.confinement == "unconfined (accepted)"
     assert pool.peak_reserved_mb == 512  # the retry ran under the same reservation
     pool.close()
+
+
+LIMIT_PROBE = r"""
+import importlib.util, mmap, sys
+spec = importlib.util.spec_from_file_location("w", sys.argv[1])
+w = importlib.util.module_from_spec(spec); spec.loader.exec_module(w)
+# what NVRTC does when it loads on the H200 machine: ~13 GB of address space reserved, little used
+reserved = mmap.mmap(-1, 12 * 2**30, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS | getattr(mmap, "MAP_NORESERVE", 0), prot=0)  # PROT_NONE
+w._limit_memory(512, w._vm_kib())
+small = bytearray(100 * 2**20)  # within the cap: must work
+try:
+    big = bytearray(1024 * 2**20)  # over the cap: must fail here, in the worker
+except MemoryError:
+    print("capped")
+else:
+    print("not capped")
+"""
+
+
+def test_the_worker_memory_cap_counts_from_what_the_worker_already_holds(tmp_path: Path) -> None:
+    # An absolute RLIMIT_AS of 8 GiB failed every compile on the H200, where NVRTC reserves
+    # ~13 GB of address space on load: the cap bounds what a compile adds, not the reservation.
+    from kernelopt_mcp.compile_pool import WORKER_SCRIPT
+
+    probe = tmp_path / "probe.py"
+    probe.write_text(LIMIT_PROBE)
+    out = subprocess.run([sys.executable, str(probe), str(WORKER_SCRIPT)], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "capped"

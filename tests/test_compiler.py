@@ -172,6 +172,17 @@ def test_quote_own_lines_on_a_recorded_log() -> None:
     ]
 
 
+
+def test_nvrtcs_builtin_header_keeps_its_message() -> None:
+    # NVRTC's out-of-memory on the H200 was reported at its in-memory builtin header; withholding
+    # that message left a failed compile with no reason. Its quoted line is still dropped.
+    log = (
+        "__nv_nvrtc_builtin_header.h(838): catastrophic error: out of memory\n"
+        "  __host__ __device__ constexpr dim3(unsigned int vx = 1) : x(vx) {}\n      ^\n"
+    )
+    out = quote_own_lines(log, "int a;\n", "kernel.cu", ("/cuda/include",))
+    assert out.splitlines() == ["__nv_nvrtc_builtin_header.h(838): catastrophic error: out of memory"]
+
 # --- the disk cache: bounded, evicting, safe under concurrent writers ----------------------------
 
 def _kernel(i: int, pad: int = 0) -> str:
