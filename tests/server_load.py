@@ -47,7 +47,8 @@ def kernel(body: str, fake_mode: str = "") -> str:
 OK = kernel("if (i < n) c[i] = a[i] + b[i];")
 GRID_STRIDE = kernel("for (int j = i; j < n; j += gridDim.x * blockDim.x) c[j] = a[j] + b[j];")  # same sums, other code
 WRONG = kernel("if (i < n) c[i] = a[i] - b[i];", "WRONG")
-HANG = kernel("volatile int spin = 1; while (spin) { } if (i < n) c[i] = a[i] + b[i];", "HANG")
+# spins on a global flag nothing sets (NVRTC removes a loop on a volatile local: it finished on the H200)
+HANG = "__device__ volatile int ko_release = 0;\n" + kernel("while (ko_release == 0) { } if (i < n) c[i] = a[i] + b[i];", "HANG")
 TRAP = kernel('asm volatile("trap;"); if (i < n) c[i] = a[i] + b[i];', "CRASH")
 # correct but slow on the GPU (and on the pretend one): a call long enough to walk away from
 SLOW = kernel(
