@@ -15,7 +15,6 @@ loop keeps answering while a kernel runs:
 
 from __future__ import annotations
 
-import json
 import math
 import re
 import shutil

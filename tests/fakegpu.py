@@ -18,7 +18,10 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import socket
+import subprocess
 import sys
+import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -234,3 +237,17 @@ def fake_processes(marker: str) -> list[int]:
         if marker.encode() in cmdline and state != "Z":
             found.append(int(entry.name))
     return found
+
+
+def wait_for_port(proc: subprocess.Popen[Any], port: int, output: Any, timeout_s: float = 60) -> None:
+    """Wait until the server ``proc`` accepts connections on loopback ``port``; if it exits or
+    the time passes first, fail with the end of ``output()`` (what the server printed)."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=1).close()
+            return
+        except OSError:
+            if proc.poll() is not None or time.monotonic() > deadline:
+                raise AssertionError(f"the server did not start: {output()}") from None
+            time.sleep(0.2)

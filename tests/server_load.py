@@ -18,7 +18,6 @@ import os
 import socket
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -29,6 +28,8 @@ import anyio
 import httpx2
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
+
+from fakegpu import wait_for_port
 
 REPO = Path(__file__).resolve().parent.parent
 TOKEN = "load-test-token-9d41"
@@ -109,16 +110,7 @@ def http_server(workspace: Path, *args: str, env: dict[str, str] | None = None) 
         env=full_env, cwd=REPO, stdout=log, stderr=subprocess.STDOUT,
     )
     try:
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=1).close()
-                break
-            except OSError:
-                if proc.poll() is not None or time.monotonic() > deadline:
-                    log.seek(0)
-                    raise AssertionError(f"the server did not start: {log.read()[-4000:]}") from None
-                time.sleep(0.2)
+        wait_for_port(proc, port, lambda: (log.seek(0), log.read()[-4000:])[1])
         yield f"http://127.0.0.1:{port}/mcp"
         assert proc.poll() is None, "the server died under load"
     finally:

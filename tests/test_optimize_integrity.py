@@ -12,7 +12,6 @@ loopback proposes kernels that the pretend GPU of tests/fakegpu.py rejects as a 
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 

@@ -20,6 +20,8 @@ import pytest
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 
+from fakegpu import wait_for_port
+
 from kernelopt_mcp.server import bind_kind, build_server, config_from_args, build_parser, http_app, http_security, main
 from kernelopt_mcp.service import DEFAULT_SESSION_IDLE_TIMEOUT_S, ServerConfig
 
@@ -121,15 +123,7 @@ def http_server(tmp_path: Path) -> Iterator[str]:
         env=server_env(KERNELOPT_MCP_TOKEN=TOKEN), cwd=REPO, stderr=subprocess.PIPE, text=True,
     )
     try:
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=1).close()
-                break
-            except OSError:
-                if proc.poll() is not None or time.monotonic() > deadline:
-                    raise AssertionError(f"the server did not start: {proc.stderr.read() if proc.stderr else ''}") from None
-                time.sleep(0.2)
+        wait_for_port(proc, port, lambda: proc.stderr.read() if proc.stderr else "")
         yield f"http://127.0.0.1:{port}/mcp"
     finally:
         proc.terminate()

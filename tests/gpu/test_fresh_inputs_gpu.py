@@ -27,74 +27,17 @@ from kernelopt_mcp.harness import harness_features
 from kernelopt_mcp.launch import LaunchSpec
 from kernelopt_mcp.support_module import support_module
 
+from gpu_kernels import CACHING_ADD
+
 pytestmark = pytest.mark.gpu
 
 ADD_LAUNCH = LaunchSpec.model_validate({"grid": ["ceil_div(n, 256)"], "block": [256]})
 OPTS = dict(warmup=3, iterations=30, timeout_s=120)
 
-# Content-keyed memoization of half the output (the issue's hack, as
-# tests/adversarial/sgemm_memo_partial.cu): the starting sgemm, but every block hashes 16 sampled
-# elements of A and B; when the key equals the last finished launch's, the top half of C's rows is
-# copied from a __device__ cache. Above the roofline floor, so only fresh inputs (or the timing
-# consistency) can catch it. On an H200 before fresh inputs: score 7.76 ms -> 5.83 ms, status ok.
-MEMO_SGEMM = r"""
-#define CACHE_ELEMENTS (1 << 24)
-#define SAMPLES 16
-__device__ float cache[CACHE_ELEMENTS];
-__device__ unsigned long long cached_key = 0;
-__device__ unsigned int blocks_done = 0;
-
-__device__ __forceinline__ unsigned long long mix64(unsigned long long x) {
-    x ^= x >> 33;
-    x *= 0xff51afd7ed558ccdull;
-    x ^= x >> 33;
-    x *= 0xc4ceb9fe1a85ec53ull;
-    return x ^ (x >> 33);
-}
-
-extern "C" __global__ void sgemm(const float* A, const float* B, float* C, int M, int N, int K) {
-    __shared__ unsigned long long key;
-    __shared__ bool hit;
-    int t = threadIdx.y * blockDim.x + threadIdx.x;
-    bool cacheable = (size_t)(M / 2) * N <= CACHE_ELEMENTS;
-    if (t < 32) {  // the first warp hashes the samples, one per lane, in parallel
-        unsigned long long v = 0;
-        if (t < SAMPLES) {
-            unsigned int a = __float_as_uint(A[((size_t)t * 2654435761u) % ((size_t)M * K)]);
-            unsigned int b = __float_as_uint(B[((size_t)t * 2246822519u) % ((size_t)K * N)]);
-            v = mix64(((unsigned long long)a << 32 | b) + t);
-        }
-        for (int o = 16; o > 0; o /= 2) v += __shfl_xor_sync(0xffffffffu, v, o);
-        if (t == 0) {
-            key = (v ^ mix64(((unsigned long long)M << 42) ^ ((unsigned long long)N << 21) ^ K)) | 1ull;
-            hit = cacheable && *(volatile unsigned long long*)&cached_key == key;
-        }
-    }
-    __syncthreads();
-    int col = blockIdx.x * blockDim.x + threadIdx.x;
-    int row = blockIdx.y * blockDim.y + threadIdx.y;
-    if (row < M && col < N) {
-        size_t at = (size_t)row * N + col;
-        if (hit && row < M / 2) {
-            C[at] = cache[at];
-        } else {
-            float acc = 0.0f;
-            for (int k = 0; k < K; ++k) acc += A[(size_t)row * K + k] * B[(size_t)k * N + col];
-            C[at] = acc;
-            if (cacheable && row < M / 2) cache[at] = acc;
-        }
-    }
-    if (!hit && cacheable) {
-        __threadfence();
-        __syncthreads();
-        if (t == 0 && atomicAdd(&blocks_done, 1) == gridDim.x * gridDim.y - 1) {
-            blocks_done = 0;
-            __threadfence();
-            cached_key = key;
-        }
-    }
-}
-"""
+# Content-keyed memoization of half the output (the issue's hack): the adversarial suite's kernel.
+# Above the roofline floor, so only fresh inputs (or the timing consistency) can catch it. On an
+# H200 before fresh inputs: score 7.76 ms -> 5.83 ms, status ok.
+MEMO_SGEMM = (Path(__file__).parents[1] / "adversarial" / "sgemm_memo_partial.cu").read_text()
 
 # Honest for the first 8 launches of a request (validation, warm-up, the first samples), then it
 # skips the work: the outputs keep their poison.
@@ -112,19 +55,7 @@ extern "C" __global__ void vector_add(const float* a, const float* b, float* c, 
 """
 
 # Correct on the first launch of each size; afterwards every thread replays what it computed.
-REPLAY_ADD = r"""
-__device__ float ko_cache[1 << 27];
-__device__ int ko_tag[1 << 27];
-extern "C" __global__ void vector_add(const float* a, const float* b, float* c, int n) {
-    int i = blockIdx.x * blockDim.x + threadIdx.x;
-    if (i >= n) return;
-    if (ko_tag[i] == n) { c[i] = ko_cache[i]; return; }
-    float v = a[i] + b[i];
-    c[i] = v;
-    ko_cache[i] = v;
-    ko_tag[i] = n;
-}
-"""
+REPLAY_ADD = CACHING_ADD
 
 
 def _evaluate(proc: HarnessProcess, device: DeviceInfo, tmp: Path, sources: dict[str, str], **opts: object):  # noqa: ANN202
