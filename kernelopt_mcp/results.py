@@ -60,6 +60,9 @@ class CompileOutput(BaseModel):
     diagnostics_omitted: int = 0
     log: str = Field("", description="the compiler log, on errors only (truncated)")
     log_lines_omitted: int = 0
+    confinement: str = Field(
+        "", description="how NVRTC was confined: 'landlock abi N', or 'unconfined (accepted)' by the server's operator"
+    )
 
     def text(self) -> str:
         head = f"compile {self.status} for {self.arch} ({self.arch_from}; NVRTC {self.nvrtc_version}, {self.duration_ms:.0f} ms{', cached' if self.cache_hit else ''})"
@@ -93,6 +96,7 @@ def compile_output(result: CompileResult, arch_from: str) -> CompileOutput:
         options=result.options, kernels=kernels, diagnostics=result.diagnostics[:MAX_DIAGNOSTICS],
         diagnostics_omitted=max(0, len(result.diagnostics) - MAX_DIAGNOSTICS),
         log="" if result.ok else result.log, log_lines_omitted=0 if result.ok else result.log_lines_omitted,
+        confinement=result.confinement,
     )
 
 

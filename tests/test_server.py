@@ -124,6 +124,7 @@ async def test_compile_reports_resources(nogpu: Client) -> None:
     assert out["status"] == "ok" and out["arch"] == "sm_90" and "no GPU" in out["arch_from"]
     assert out["kernels"]["vector_add"]["registers"] > 0 and out["kernels"]["vector_add"]["param_bytes"] == [8, 8, 8, 4]
     assert "kernel vector_add" in text(r) and out["log"] == ""
+    assert out["confinement"].startswith("landlock abi "), out["confinement"]  # a client can see how NVRTC ran
 
 
 async def test_compile_error_is_a_result_with_line_numbers(nogpu: Client) -> None:
