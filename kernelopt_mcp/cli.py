@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import time
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
 from rich.console import Console
 from rich.markup import escape
@@ -30,6 +32,7 @@ from .evaluate import (
 from .gpu import DeviceInfo, device_info
 from .harness import HarnessProcess, find_harness
 from .launch import LaunchSpec
+from .results import compile_output
 from .profiler import CLOCK_CONTROLS, ProfileOptions, find_ncu, profile_case
 from .sanitizer import (
     SANITIZER_ERROR,
@@ -131,26 +134,27 @@ def cmd_workloads(args: argparse.Namespace, out: Console) -> int:
 def cmd_compile(args: argparse.Namespace, out: Console) -> int:
     settings = _settings(args)
     source = Path(args.file).read_text()
-    arch = args.arch or settings.arch
+    arch, arch_from = args.arch, "argument"
+    if arch is None and settings.arch is not None:
+        arch, arch_from = settings.arch, "setting (KERNELOPT_ARCH)"
     if arch is None:
         try:
-            arch = device_info(find_harness(settings.harness), settings.device).arch
+            arch, arch_from = device_info(find_harness(settings.harness), settings.device).arch, "this GPU"
         except KerneloptError:
-            arch = "sm_90"
-    cache = CompileCache(settings.cache_dir / "compile", max_bytes=settings.compile_cache_bytes()) if settings.cache_dir else None
+            arch, arch_from = "sm_90", "default (no GPU found)"
+    cache = CompileCache(settings.cache_root() / "compile", max_bytes=settings.compile_cache_bytes())
     result = compile_kernel(source, arch, args.option or [], filename=Path(args.file).name, cache=cache)
+    # the same shape as the MCP compile tool's output (results.CompileOutput)
+    output = compile_output(result, arch_from)
+    if args.ptx and result.ptx:
+        Path(args.ptx).write_text(result.ptx)
+    if args.cubin and result.cubin:
+        Path(args.cubin).write_bytes(result.cubin)
     if args.json:
-        print(result.model_dump_json(indent=2))
+        print(output.model_dump_json(indent=2))
     else:
-        out.print(f"[bold]{args.file}[/] for {result.arch} (NVRTC {result.nvrtc_version}, {result.duration_ms:.0f} ms)")
-        for d in result.diagnostics:
-            where = f"line {d.line}" if d.line else "-"
-            out.print(f"  {d.severity}: {where}: {escape(d.message)}", highlight=False)
-        out.print(escape(result.summary()), highlight=False)
-        if args.ptx and result.ptx:
-            Path(args.ptx).write_text(result.ptx)
-        if args.cubin and result.cubin:
-            Path(args.cubin).write_bytes(result.cubin)
+        out.print(f"[bold]{escape(args.file)}[/]", highlight=False)
+        out.print(escape(output.text()), highlight=False)
     return EXIT_OK if result.ok else EXIT_FAILED
 
 
@@ -442,7 +446,8 @@ def build_parser() -> argparse.ArgumentParser:
         sp.add_argument("--launch", help='launch spec JSON: {"default": {grid, block, shared_bytes}, "cases": {...}} '
                         "(default: the initial kernel's launch)")
         sp.add_argument("--arch", help="compile target (default: the GPU's)")
-        sp.add_argument("-O", "--option", action="append", help="NVRTC option (whitelisted), repeatable")
+        sp.add_argument("-O", "--option", action="append", metavar="OPT",
+                        help="NVRTC option (whitelisted), repeatable: -O --use_fast_math or -O=--use_fast_math")
         sp.add_argument("--seed", type=int, help="input seed (default: fresh, recorded in the result)")
 
     def common(sp: argparse.ArgumentParser) -> None:
@@ -457,21 +462,22 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--calibrate", action="store_true",
                     help="measure copy bandwidth and FP32 FMA rate (cached per device and driver)")
     sp.add_argument("--force", action="store_true", help="with --calibrate: measure again even if cached")
-    sp.add_argument("--json", action="store_true")
+    sp.add_argument("--json", action="store_true", help="print the properties (or the calibration) as JSON; errors too")
     sp.set_defaults(fn=cmd_gpu)
 
     sp = sub.add_parser("workloads", help="list bundled and configured workloads")
-    sp.add_argument("--json", action="store_true")
+    sp.add_argument("--json", action="store_true", help="print the list as JSON; errors too")
     sp.set_defaults(fn=cmd_workloads)
 
     sp = sub.add_parser("compile", help="compile a .cu file with NVRTC (no GPU needed)")
     common(sp)
     sp.add_argument("file")
     sp.add_argument("--arch", help="target, e.g. sm_90 (default: the GPU's, else sm_90)")
-    sp.add_argument("-O", "--option", action="append", help="NVRTC option (whitelisted), repeatable")
+    sp.add_argument("-O", "--option", action="append", metavar="OPT",
+                        help="NVRTC option (whitelisted), repeatable: -O --use_fast_math or -O=--use_fast_math")
     sp.add_argument("--ptx", help="write the PTX here")
     sp.add_argument("--cubin", help="write the CUBIN here")
-    sp.add_argument("--json", action="store_true")
+    sp.add_argument("--json", action="store_true", help="print the result as JSON (the MCP compile tool's shape); errors too")
     sp.set_defaults(fn=cmd_compile)
 
     sp = sub.add_parser("evaluate", help="validate and benchmark a kernel (or several) on a workload")
@@ -512,12 +518,12 @@ def build_parser() -> argparse.ArgumentParser:
     sp.set_defaults(fn=cmd_profile)
 
     sp = sub.add_parser("docs", help="search CUDA optimization guidance (offline notes + NVIDIA docs)")
-    common(sp)
+    # no --harness/--device: it needs no GPU (the arch comes from --arch, else KERNELOPT_ARCH, else a GPU if one is set up)
     sp.add_argument("query", nargs="+", help="a few words, e.g. shared memory bank conflicts")
     sp.add_argument("--arch", help="rank guidance for this GPU first, e.g. sm_90 (default: the GPU's, if any)")
     sp.add_argument("--offline", action="store_true", help="no network: the shipped notes and cached NVIDIA pages only")
     sp.add_argument("-n", type=int, default=6, help="passages to show (default 6)")
-    sp.add_argument("--json", action="store_true")
+    sp.add_argument("--json", action="store_true", help="print the passages as JSON; errors too")
     sp.set_defaults(fn=cmd_docs)
 
     from .tune.strategies import STRATEGIES
@@ -569,25 +575,69 @@ def run_agent(argv: list[str]) -> int:
     return agent_main(argv)
 
 
+OPTION_FLAGS = ("-O", "--option")
+
+
+def join_option_values(argv: list[str]) -> list[str]:
+    """``-O --use_fast_math`` as ``--option=--use_fast_math``: argparse takes a value that starts
+    with '-' for a flag of its own and refuses it ("expected one argument"), while NVRTC options
+    all start with '-'. Arguments after ``--`` are left alone."""
+    out: list[str] = []
+    i = 0
+    while i < len(argv):
+        token = argv[i]
+        if token == "--":
+            out += argv[i:]
+            break
+        if token in OPTION_FLAGS and i + 1 < len(argv) and argv[i + 1].startswith("-") and argv[i + 1] != "--":
+            out.append(f"--option={argv[i + 1]}")
+            i += 2
+            continue
+        out.append(token)
+        i += 1
+    return out
+
+
+def consoles(environ: Mapping[str, str] | None = None) -> tuple[Console, Console]:
+    """stdout and stderr consoles. On a terminal rich measures it; elsewhere (a log, a pipe, CI) the
+    width is COLUMNS when set, else 160 so tables are not squeezed into 80 columns. Text is never
+    hard-wrapped (soft_wrap): a message piped to a file stays on one line."""
+    env = os.environ if environ is None else environ
+    columns = env.get("COLUMNS", "")
+    width = int(columns) if columns.isdigit() and int(columns) > 0 else None
+
+    def make(stream: TextIO, stderr: bool) -> Console:
+        return Console(stderr=stderr, width=width or (None if stream.isatty() else 160), soft_wrap=True)
+
+    return make(sys.stdout, False), make(sys.stderr, True)
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     if argv and argv[0] in AGENT_COMMANDS:
         return run_agent(argv)
-    args = build_parser().parse_args(argv)
-    # Not a terminal (a log, a pipe, CI): don't squeeze tables into 80 columns.
-    out = Console(stderr=False, width=None if sys.stdout.isatty() else 160)
-    err = Console(stderr=True, width=None if sys.stderr.isatty() else 160)
+    args = build_parser().parse_args(join_option_values(argv))
+    out, err = consoles()
     try:
         return args.fn(args, out)
-    except (KerneloptError, OptionError) as exc:
-        err.print(f"[red]error:[/] {escape(str(exc))}", highlight=False)
-        return EXIT_ERROR
+    except (KerneloptError, OptionError, ValueError) as exc:
+        return _fail(args, err, str(exc), type(exc).__name__)
     except FileNotFoundError as exc:
-        err.print(f"[red]error:[/] {exc.filename}: file not found", highlight=False)
-        return EXIT_ERROR
-    except ValueError as exc:
-        err.print(f"[red]error:[/] {escape(str(exc))}", highlight=False)
-        return EXIT_ERROR
+        return _fail(args, err, f"{exc.filename}: file not found", "FileNotFoundError")
+    except BrokenPipeError:
+        raise  # the reader went away (`| head`): nobody to tell
+    except OSError as exc:
+        return _fail(args, err, f"{exc.filename or ''}: {exc.strerror or exc}".lstrip(": "), type(exc).__name__)
+
+
+def _fail(args: argparse.Namespace, err: Console, message: str, kind: str) -> int:
+    """An error that stopped the command: JSON on stdout with --json (a script reads one stream),
+    else a line on stderr; the exit status is EXIT_ERROR either way."""
+    if getattr(args, "json", False):
+        print(json.dumps({"status": "error", "error": kind, "message": message}, indent=2))
+    else:
+        err.print(f"[red]error:[/] {escape(message)}", highlight=False)
+    return EXIT_ERROR
 
 
 if __name__ == "__main__":

@@ -54,6 +54,7 @@ class CompileOutput(BaseModel):
     duration_ms: float
     cache_hit: bool
     source_hash: str = Field(description="first 16 hex digits of the source's SHA-256")
+    source_sha256: str = Field("", description="the source's full SHA-256 (64 hex digits)")
     options: list[str]
     kernels: dict[str, KernelResources] = Field(default_factory=dict, description="per __global__ function")
     diagnostics: list[Diagnostic] = Field(default_factory=list, description="errors and warnings, with 1-based lines")
@@ -93,6 +94,7 @@ def compile_output(result: CompileResult, arch_from: str) -> CompileOutput:
     return CompileOutput(
         status=result.status.value, arch=result.arch, arch_from=arch_from, nvrtc_version=result.nvrtc_version,
         duration_ms=result.duration_ms, cache_hit=result.cache_hit, source_hash=result.source_hash[:16],
+        source_sha256=result.source_hash,
         options=result.options, kernels=kernels, diagnostics=result.diagnostics[:MAX_DIAGNOSTICS],
         diagnostics_omitted=max(0, len(result.diagnostics) - MAX_DIAGNOSTICS),
         log="" if result.ok else result.log, log_lines_omitted=0 if result.ok else result.log_lines_omitted,

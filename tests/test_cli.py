@@ -27,7 +27,7 @@ def test_workloads_json_lists_the_bundled_ones(capsys: pytest.CaptureFixture[str
 def test_compile_ok_and_error_exit_codes(tmp_path: Path, repo: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["compile", str(repo / "workloads/sgemm/reference.cu"), "--arch", "sm_90", "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
-    assert out["status"] == "ok" and out["resources"]["sgemm"]["registers"] > 0
+    assert out["status"] == "ok" and out["kernels"]["sgemm"]["registers"] > 0
     bad = tmp_path / "bad.cu"
     bad.write_text('extern "C" __global__ void k() {\n  undefined_thing();\n}\n')
     assert main(["compile", str(bad), "--arch", "sm_90"]) == 1

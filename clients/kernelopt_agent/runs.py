@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import time
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
@@ -119,6 +120,12 @@ def show(path: Path, out: Console, as_json: bool = False) -> int:
     return 0
 
 
+def _iso_utc(epoch_s: float | None) -> str | None:
+    if not isinstance(epoch_s, (int, float)):
+        return None
+    return datetime.fromtimestamp(epoch_s, tz=timezone.utc).isoformat(timespec="seconds").replace("+00:00", "Z")
+
+
 def list_runs(results_dir: Path, out: Console, as_json: bool = False) -> int:
     """One line per run under ``results_dir``: workload, strategy, status, best and when."""
     rows = []
@@ -133,8 +140,8 @@ def list_runs(results_dir: Path, out: Console, as_json: bool = False) -> int:
             "candidates": (s.get("candidates") or {}).get("total", len(run["candidates"])),
             "started": started, "wall_s": (s.get("timings") or {}).get("wall_s"),
         })
-    if as_json:
-        print(json.dumps(rows, indent=2))
+    if as_json:  # times as ISO 8601 UTC strings, not epoch floats
+        print(json.dumps([{**r, "started": _iso_utc(r["started"])} for r in rows], indent=2))
         return 0
     if not rows:
         out.print(f"no runs under {escape(str(results_dir))}/ (`kernelopt optimize` makes them)", highlight=False)
