@@ -377,7 +377,7 @@ def cmd_tune(args: argparse.Namespace, out: Console) -> int:
         warmup=args.warmup, iterations=args.iterations, flush_l2=not args.no_flush_l2,
         timeout_s=args.timeout or settings.timeout_s,
     )
-    cache = TuneCache(None if args.no_cache else settings.cache_root() / "tune")
+    cache = TuneCache(None if args.no_cache else settings.cache_root() / "tune", max_bytes=settings.tune_cache_bytes())
     quiet = args.json
 
     def progress(message: str, done: int, total: int) -> None:
@@ -431,6 +431,45 @@ def cmd_schema(args: argparse.Namespace, out: Console) -> int:
         Path(args.output).write_text(text + "\n")
     else:
         print(text)
+    return EXIT_OK
+
+
+def _size(n: int) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if n < 1024 or unit == "GiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024  # type: ignore[assignment]
+    return str(n)
+
+
+def cmd_cache(args: argparse.Namespace, out: Console) -> int:
+    from dataclasses import asdict
+
+    from .caches import cache_info, clear_cache
+
+    settings = _settings(args)
+    if args.action == "info":
+        kinds = cache_info(settings)
+        if args.json:
+            print(json.dumps({"location": str(settings.cache_root()), "kinds": [asdict(k) for k in kinds]}, indent=2))
+            return EXIT_OK
+        table = Table(title=f"caches in {escape(str(settings.cache_root()))}")
+        for col in ("kind", "entries", "size", "bound"):
+            table.add_column(col, justify="left" if col == "kind" else "right")
+        for k in kinds:
+            table.add_row(k.kind, str(k.entries), _size(k.bytes), _size(k.bound_bytes) if k.bound_bytes else "")
+        out.print(table)
+        out.print("[dim]`kernelopt cache clear [KIND]` empties them; KERNELOPT_CACHE moves them; "
+                  "KERNELOPT_COMPILE_CACHE_MB and KERNELOPT_TUNE_CACHE_MB bound them[/]", highlight=False)
+        return EXIT_OK
+    if args.kind and args.action != "clear":
+        raise KerneloptError(f"`kernelopt cache info` shows every kind; `kernelopt cache clear {args.kind}` clears one")
+    removed = clear_cache(settings, args.kind)
+    if args.json:
+        print(json.dumps({"location": str(settings.cache_root()), "removed": [asdict(k) for k in removed]}, indent=2))
+        return EXIT_OK
+    for k in removed:
+        out.print(f"cleared {k.kind}: {k.entries} entries, {_size(k.bytes)}", highlight=False)
     return EXIT_OK
 
 
@@ -543,12 +582,21 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--iterations", type=int, default=100, help="measured launches per case (default 100)")
     sp.add_argument("--no-flush-l2", action="store_true", help="do not flush L2 between measured launches")
     sp.add_argument("--timeout", type=float, help="seconds per harness request (default 60)")
-    sp.add_argument("--no-cache", action="store_true", help="measure everything again (the cache is ~/.cache/kernelopt/tune; env KERNELOPT_CACHE)")
+    sp.add_argument("--no-cache", action="store_true", help="measure everything again (the cache is <cache>/tune: see `kernelopt cache info`)")
     sp.add_argument("--top", type=int, default=20, help="rows of the table to print (default 20; all are saved)")
     sp.add_argument("-o", "--output", help="run directory for tune.json, tune.csv, best.cu ... (default kernelopt-tune/<time>-<workload>)")
     sp.add_argument("-v", "--verbose", action="store_true", help="print every evaluation step")
     sp.add_argument("--json", action="store_true", help="print the result as JSON")
     sp.set_defaults(fn=cmd_tune)
+
+    from .caches import KINDS
+
+    sp = sub.add_parser("cache", help="the on-disk caches: `kernelopt cache info`, `kernelopt cache clear [KIND]`")
+    sp.add_argument("action", choices=["info", "clear"], help="info: location, entries and bytes per kind; "
+                    "clear: remove every cache, or one KIND")
+    sp.add_argument("kind", nargs="?", choices=KINDS, help="with clear: only this kind")
+    sp.add_argument("--json", action="store_true", help="print the result as JSON; errors too")
+    sp.set_defaults(fn=cmd_cache)
 
     sp = sub.add_parser("schema", help="print the JSON Schema of workload.json")
     sp.add_argument("--output", "-o", help="write to a file instead of stdout")

@@ -44,6 +44,7 @@ _ENV_FIELDS: dict[str, tuple[str, Callable[[str], Any]]] = {
     "KERNELOPT_COMPILE_LANDLOCK": ("compile_landlock", _flag),
     "KERNELOPT_UNCONFINED_COMPILER": ("unconfined_compiler", _flag),
     "KERNELOPT_COMPILE_CACHE_MB": ("compile_cache_mb", int),
+    "KERNELOPT_TUNE_CACHE_MB": ("tune_cache_mb", int),
     "KERNELOPT_SANITIZER": ("sanitizer", Path),
     "KERNELOPT_NCU": ("ncu", Path),
     "KERNELOPT_PROFILE_TIMEOUT": ("profile_timeout_s", float),
@@ -74,8 +75,11 @@ class Settings:
     # which acts as if it had none) compiles are refused unless unconfined_compiler accepts the risk
     compile_landlock: bool = True
     unconfined_compiler: bool = False
-    # the disk compile cache's size (least recently used entries are evicted past it)
+    # the caches' location (compile/, tune/, docs/, calibration/ below it; None: see cache_root)
+    # and bounds: past compile_cache_mb the least recently used compiles are evicted, past
+    # tune_cache_mb the oldest measured configurations
     compile_cache_mb: int = 1024
+    tune_cache_mb: int = 256
     # compute-sanitizer for the sanitizer tier (else PATH, then CUDA_HOME/bin, /usr/local/cuda/bin)
     sanitizer: Path | None = None
     # Nsight Compute: the ncu binary (else PATH and the usual install directories) and its deadline
@@ -92,6 +96,9 @@ class Settings:
         """Defaults, then ``KERNELOPT_*`` variables, then explicit overrides (non-None)."""
         env = os.environ if environ is None else environ
         values: dict[str, Any] = {}
+        # one cache location for the CLI and the server: KERNELOPT_CACHE, else the XDG cache directory
+        xdg = env.get("XDG_CACHE_HOME", "")
+        values["cache_dir"] = (Path(xdg) if Path(xdg).is_absolute() else Path.home() / ".cache") / "kernelopt"
         for var, (name, convert) in _ENV_FIELDS.items():
             if env.get(var):
                 values[name] = convert(env[var])
@@ -115,8 +122,13 @@ class Settings:
         """The disk compile cache's bound in bytes (``compile_cache_mb``)."""
         return self.compile_cache_mb * 2**20
 
+    def tune_cache_bytes(self) -> int:
+        """The tuning cache's bound in bytes (``tune_cache_mb``)."""
+        return self.tune_cache_mb * 2**20
+
     def cache_root(self) -> Path:
-        """Where caches live: ``cache_dir`` (KERNELOPT_CACHE), else ``~/.cache/kernelopt``."""
+        """Where caches live: ``cache_dir`` (:meth:`from_env` sets it from KERNELOPT_CACHE, else
+        ``$XDG_CACHE_HOME/kernelopt``, else ``~/.cache/kernelopt``), else ``~/.cache/kernelopt``."""
         return self.cache_dir if self.cache_dir is not None else Path.home() / ".cache" / "kernelopt"
 
     def as_json(self) -> dict[str, Any]:

@@ -672,7 +672,7 @@ def http_security(host: str, allowed_hosts: list[str]) -> TransportSecuritySetti
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="kernelopt-mcp", description="kernelopt's GPU tools as an MCP server (stdio by default).")
     p.add_argument("--version", action="version", version=f"kernelopt-mcp {__version__}")
-    p.add_argument("--workspace", help="created workloads, runs and caches (default ~/.kernelopt; env KERNELOPT_MCP_WORKSPACE)")
+    p.add_argument("--workspace", help="created workloads and runs (default ~/.kernelopt; env KERNELOPT_MCP_WORKSPACE); caches are in KERNELOPT_CACHE, else $XDG_CACHE_HOME/kernelopt or ~/.cache/kernelopt (see `kernelopt cache info`)")
     p.add_argument("--root", action="append", default=[], help="another directory `path` arguments may read, repeatable (env KERNELOPT_MCP_ROOTS, ':'-separated)")
     p.add_argument("--harness", help="kernelopt-harness binary (default: the installed one; env KERNELOPT_HARNESS)")
     p.add_argument("--device", type=int, help="CUDA device ordinal (default 0; env KERNELOPT_DEVICE)")

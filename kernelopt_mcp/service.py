@@ -166,6 +166,8 @@ class KerneloptService:
         self.config = config
         self.settings = config.settings
         set_default_limits(config.settings.compile_limits())  # compiles here and in the evaluators
+        # the one cache location (Settings.from_env: KERNELOPT_CACHE, else the XDG cache directory);
+        # settings built without it (a library caller, tests) keep a cache in the workspace
         cache_dir = config.settings.cache_dir or config.workspace / "cache"
         self.compile_cache = CompileCache(cache_dir / "compile", max_bytes=config.settings.compile_cache_bytes())
         self.docs_settings = replace(config.settings, cache_dir=cache_dir)
@@ -499,7 +501,7 @@ class KerneloptService:
         )
 
         def job(dev: _Device, progress: Callable[[str, int, int], None]) -> Any:
-            cache = TuneCache(cache_dir)  # reads tune.jsonl: here, in the worker thread
+            cache = TuneCache(cache_dir, max_bytes=self.settings.tune_cache_bytes())  # reads tune.jsonl: here, in the worker thread
             ev = self._evaluator(wl, info, dev, progress)
             ev.options = timing
             return tune(ev, tuned, strategy=strategy, budget_evals=budget_evals, budget_s=budget_s, cache=cache,

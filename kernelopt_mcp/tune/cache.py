@@ -6,7 +6,8 @@ covers everything that changes a measurement: the source (with its compile optio
 spec), the parameter values, the device (name and UUID), the driver, NVRTC, the target arch, the
 timing options (warm-up, iterations, L2 flush) and the workload (name and its cases, inputs and
 tolerances: what a kernel is checked and timed on, but not the random seed). Later lines win; a
-torn last line (a killed process) is ignored.
+torn last line (a killed process) is ignored. The file holds at most ``max_bytes``: a put that
+passes it rewrites the file with the most recently measured entries, up to three quarters of it.
 """
 
 from __future__ import annotations
@@ -76,21 +77,26 @@ def entry_key(context: dict[str, Any], config: Config) -> str:
 class TuneCache:
     """Measured configurations by key, backed by ``directory/tune.jsonl`` (or memory only)."""
 
-    def __init__(self, directory: Path | None) -> None:
+    def __init__(self, directory: Path | None, *, max_bytes: int = MAX_CACHE_BYTES) -> None:
         self.path = directory / CACHE_FILE if directory is not None else None
-        self._entries: dict[str, dict[str, Any]] = {}
+        self.max_bytes = max_bytes
+        self._entries: dict[str, dict[str, Any]] = {}  # oldest first
         self._lock = threading.Lock()
+        self._file_bytes = 0
+        self.evicted = 0  # entries dropped from the file so far (tests read it)
         if self.path is not None and self.path.is_file():
             try:  # a regular file (never a FIFO's wait), capped: a cache too large is started afresh
-                text = read_regular_bytes(self.path, MAX_CACHE_BYTES).decode("utf-8", errors="replace")
+                data = read_regular_bytes(self.path, max(self.max_bytes, MAX_CACHE_BYTES))
             except OSError:
-                text = ""
-            for line in text.splitlines():
+                data = b""
+            self._file_bytes = len(data)
+            for line in data.decode("utf-8", errors="replace").splitlines():
                 try:
                     entry = json.loads(line)
                 except json.JSONDecodeError:
                     continue
                 if isinstance(entry, dict) and isinstance(entry.get("key"), str):
+                    self._entries.pop(entry["key"], None)  # later lines win, and count as newer
                     self._entries[entry["key"]] = entry
 
     def __len__(self) -> int:
@@ -114,6 +120,7 @@ class TuneCache:
             "score_ms": result.score_ms, "result": json.loads(result.model_dump_json(exclude={"seed"})),
         }
         with self._lock:
+            self._entries.pop(key, None)
             self._entries[key] = entry
             if self.path is not None:
                 self.path.parent.mkdir(parents=True, exist_ok=True)
@@ -121,3 +128,24 @@ class TuneCache:
                 # one unbuffered O_APPEND write per line: lines from other processes never interleave
                 with open(self.path, "ab", buffering=0) as f:
                     f.write(line)
+                self._file_bytes += len(line)
+                if self._file_bytes > self.max_bytes:
+                    self._compact()
+
+    def _compact(self) -> None:
+        """Rewrite the file with the newest entries that fit in 3/4 of ``max_bytes`` (lock held).
+        Lines another process appended since this one read the file are lost: a cache may forget."""
+        from ..inputs import write_atomic
+
+        assert self.path is not None
+        kept: list[bytes] = []
+        total = 0
+        for entry in reversed(self._entries.values()):
+            line = (json.dumps(entry, separators=(",", ":")) + "\n").encode()
+            if total + len(line) > self.max_bytes * 3 // 4:
+                break
+            kept.append(line)
+            total += len(line)
+        self.evicted += len(self._entries) - len(kept)
+        write_atomic(self.path, b"".join(reversed(kept)), durable=False)
+        self._file_bytes = total
