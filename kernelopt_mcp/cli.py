@@ -16,9 +16,9 @@ from rich.markup import escape
 from rich.table import Table
 
 from . import __version__
+from .calibrate import peaks_for
 from .compile_pool import set_default_limits
 from .compiler import CompileCache, OptionError, compile_kernel
-from .calibrate import peaks_for
 from .config import Settings, find_workload, list_workloads
 from .docs import search_docs
 from .errors import KerneloptError
@@ -32,8 +32,8 @@ from .evaluate import (
 from .gpu import DeviceInfo, device_info
 from .harness import HarnessProcess, find_harness
 from .launch import LaunchSpec
-from .results import compile_output
 from .profiler import CLOCK_CONTROLS, ProfileOptions, find_ncu, profile_case
+from .results import compile_output
 from .sanitizer import (
     SANITIZER_ERROR,
     SanitizerReport,

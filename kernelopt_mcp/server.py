@@ -27,6 +27,8 @@ import re
 import signal
 import socket
 import sys
+import urllib.parse
+import weakref
 from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -35,11 +37,19 @@ from typing import Annotated, Any, Literal
 import anyio
 from mcp.server.auth.provider import AccessToken
 from mcp.server.auth.settings import AuthSettings
-from mcp.server.mcpserver import Context, MCPServer
+from mcp.server.mcpserver import Context, ListRoots, MCPServer, Resolve
 from mcp.server.mcpserver.exceptions import ResourceNotFoundError, ToolError
 from mcp.server.mcpserver.resources import FunctionResource
 from mcp.server.transport_security import TransportSecuritySettings
-from mcp_types import CallToolResult, TextContent, ToolAnnotations
+from mcp_types import (
+    CallToolResult,
+    Completion,
+    ListRootsResult,
+    PromptReference,
+    ResourceTemplateReference,
+    TextContent,
+    ToolAnnotations,
+)
 from pydantic import BaseModel, Field
 
 from . import __version__
@@ -70,6 +80,7 @@ from .results import (
     gpu_properties_output,
 )
 from .service import (
+    CLIENT_ROOTS,
     DEFAULT_MAX_SESSIONS,
     DEFAULT_SESSION_IDLE_TIMEOUT_S,
     MAX_ITERATIONS,
@@ -195,10 +206,65 @@ class _StaticToken:
         return None
 
 
+# Servers that ignore their clients' roots (HTTP on a non-loopback address); see build_server.
+_ROOTS_OFF: weakref.WeakSet[MCPServer] = weakref.WeakSet()
+
+
+def _root_path(uri: str) -> Path | None:
+    """A ``file://`` root's directory (absolute, resolved), else None."""
+    parsed = urllib.parse.urlparse(uri)
+    if parsed.scheme != "file" or parsed.netloc not in ("", "localhost"):
+        return None
+    path = Path(urllib.parse.unquote(parsed.path))
+    if not path.is_absolute():
+        return None
+    try:
+        return path.resolve()
+    except (OSError, RuntimeError):
+        return None
+
+
+def _ask_roots(ctx: Context, wanted: bool) -> ListRoots | None:
+    """Ask the client for its roots (the SDK sends roots/list, or an input request on protocols that
+    batch them) when the call names a path and the client declared the capability."""
+    caps = ctx.client_capabilities
+    if not wanted or caps is None or caps.roots is None or ctx.mcp_server in _ROOTS_OFF:
+        return None
+    return ListRoots()
+
+
+def _roots_for_path(ctx: Context, path: str | None = None) -> ListRoots | None:
+    return _ask_roots(ctx, bool(path))
+
+
+def _roots_for_tunable(ctx: Context, tunable_path: str | None = None) -> ListRoots | None:
+    return _ask_roots(ctx, bool(tunable_path))
+
+
+# A tool parameter the SDK fills with the client's roots (never part of the tool's input schema).
+SharedRoots = Annotated[ListRootsResult | None, Resolve(_roots_for_path)]
+SharedRootsForTunable = Annotated[ListRootsResult | None, Resolve(_roots_for_tunable)]
+
+
+@contextmanager
+def shared_roots(listed: ListRootsResult | None) -> Iterator[None]:
+    """While open, confine() also accepts paths under the client's file roots, as under --root."""
+    roots = tuple(p for p in (_root_path(str(r.uri)) for r in listed.roots) if p is not None) if listed else ()
+    token = CLIENT_ROOTS.set(roots)
+    try:
+        yield
+    finally:
+        CLIENT_ROOTS.reset(token)
+
+
 def build_server(
-    config: ServerConfig, *, token: str | None = None, log_level: str = "WARNING"
+    config: ServerConfig, *, token: str | None = None, log_level: str = "WARNING", client_roots: bool = True,
 ) -> tuple[MCPServer, KerneloptService]:
-    """The MCP server and the service behind it (close the service when done)."""
+    """The MCP server and the service behind it (close the service when done).
+
+    ``client_roots``: paths under the roots a client advertises are readable like --root
+    directories. Off for HTTP on a non-loopback address: a remote client's roots name its own
+    machine, not this one."""
     service = KerneloptService(config)
     auth = dict(
         auth=AuthSettings(issuer_url="http://127.0.0.1", resource_server_url=None), token_verifier=_StaticToken(token)
@@ -207,9 +273,12 @@ def build_server(
         "kernelopt", title="kernelopt: GPU kernel tools", version=__version__, instructions=INSTRUCTIONS,
         log_level=log_level, **auth,
     )
+    if not client_roots:
+        _ROOTS_OFF.add(app)
     _register_tools(app, service)
     _register_resources(app, service)
     _register_prompts(app)
+    _register_completions(app, service)
     return app, service
 
 
@@ -240,6 +309,7 @@ def _register_tools(app: MCPServer, service: KerneloptService) -> None:
 
     @_tool(app, "compile", "Compile a kernel (NVRTC)")
     async def compile_tool(
+        shared: SharedRoots,
         source: Source = None,
         path: SourcePath = None,
         arch: Annotated[str | None, Field(pattern=r"^sm_\d{2,3}[a-z]?$", description="target such as sm_90 or sm_90a; default: the server's GPU, else sm_90")] = None,
@@ -255,7 +325,7 @@ def _register_tools(app: MCPServer, service: KerneloptService) -> None:
         > 0 usually means too many registers per thread. Cost ~0.1-2 s, no GPU, cached by source
         hash, runs concurrently with GPU jobs. Tool errors: both or neither of source/path, a path
         outside the allowed directories, a compile option outside the whitelist."""
-        with tool_errors():
+        with shared_roots(shared), tool_errors():
             out = await service.compile(source, path, arch, options)
         return _result(out, out.text())
 
@@ -264,6 +334,7 @@ def _register_tools(app: MCPServer, service: KerneloptService) -> None:
         workload: WorkloadName,
         launch: Launch,
         ctx: Context,
+        shared: SharedRoots,
         source: Source = None,
         path: SourcePath = None,
         compile_options: CompileOptions = None,
@@ -292,7 +363,7 @@ def _register_tools(app: MCPServer, service: KerneloptService) -> None:
         prepares it (inputs, expected outputs, timing the CUDA reference). One GPU job runs at a
         time; progress notifications give the queue position and each case. Tool errors: unknown
         workload, bad arguments, a path outside the allowed directories, no usable GPU."""
-        with tool_errors():
+        with shared_roots(shared), tool_errors():
             out = await service.evaluate(
                 workload, source, path, launch, compile_options, benchmark=False, sanitize=sanitize,
                 notify=_progress(ctx),
@@ -304,6 +375,7 @@ def _register_tools(app: MCPServer, service: KerneloptService) -> None:
         workload: WorkloadName,
         launch: Launch,
         ctx: Context,
+        shared: SharedRoots,
         source: Source = None,
         path: SourcePath = None,
         compile_options: CompileOptions = None,
@@ -335,7 +407,7 @@ def _register_tools(app: MCPServer, service: KerneloptService) -> None:
         warmup 0-100 (default 10), iterations 1-1000 (default 100): fewer is quicker but noisier.
         Cost: validate's plus about (warmup + iterations) x (kernel time + L2 flush) per performance
         case, usually 5-60 s. Tool errors as for validate."""
-        with tool_errors():
+        with shared_roots(shared), tool_errors():
             out = await service.evaluate(
                 workload, source, path, launch, compile_options, benchmark=True, warmup=warmup,
                 iterations=iterations, timing_mode=timing_mode, adaptive_rse=adaptive_rse, notify=_progress(ctx),
@@ -404,6 +476,7 @@ def _register_tools(app: MCPServer, service: KerneloptService) -> None:
     async def ncu_profile(
         workload: WorkloadName,
         ctx: Context,
+        shared: SharedRoots,
         source: Source = None,
         path: SourcePath = None,
         launch: Annotated[LaunchSpec | None, Field(description="per-case launch spec as for validate; required with source/path, default the starting kernel's")] = None,
@@ -429,7 +502,7 @@ def _register_tools(app: MCPServer, service: KerneloptService) -> None:
         install it or set KERNELOPT_NCU), counters not permitted (ERR_NVGPUCTRPERM: says what the
         machine's owner must change), the kernel failing or not compiling under the profiler (the
         harness's answer with the CUDA error), ncu timing out, no usable GPU."""
-        with tool_errors():
+        with shared_roots(shared), tool_errors():
             options = ProfileOptions(clock_control=clock_control, section_set=section_set, timeout_s=service.settings.profile_timeout_s)
             out = await service.profile(workload, source, path, launch, compile_options, case, options, notify=_progress(ctx))
         return _result(out, out.text())
@@ -441,6 +514,7 @@ def _register_tools(app: MCPServer, service: KerneloptService) -> None:
     async def autotune(
         workload: WorkloadName,
         ctx: Context,
+        shared: SharedRootsForTunable,
         tunable: Annotated[dict[str, Any] | None, Field(description='inline tunable spec: {"params": {"BM": [64, 128], ...}, "constraints": ["BM * BK <= 8192"], "defaults": {"BM": 64, ...}, "launch": {...}, "compile_options": []}; needs `source`')] = None,
         source: Source = None,
         tunable_path: Annotated[str | None, Field(max_length=4096, description="a tunable.json under the workspace or a workload directory (its `source` file beside it)")] = None,
@@ -473,7 +547,7 @@ def _register_tools(app: MCPServer, service: KerneloptService) -> None:
         benchmark per configuration (usually 2-30 s each), bounded by budget_evals and budget_s; one
         GPU job for the whole search (progress notifications per configuration). Tool errors: an
         invalid spec (the message names the field), unknown workload, no usable GPU."""
-        with tool_errors():
+        with shared_roots(shared), tool_errors():
             out = await service.autotune(
                 workload, tunable, source, tunable_path, strategy, budget_evals, budget_s, top,
                 warmup=warmup, iterations=iterations, notify=_progress(ctx),
@@ -529,7 +603,27 @@ def _list(service: KerneloptService) -> WorkloadList:
 
 def _workload_files(wl: Workload) -> list[str]:
     names = ["workload.json", wl.spec.reference.cuda, wl.spec.reference.python, wl.spec.initial.source if wl.spec.initial else None]
-    return [n for n in names if n and "/" not in n and (wl.root is not None and (wl.root / n).is_file())]
+    names += _tunable_files(wl)
+    return list(dict.fromkeys(n for n in names if n and "/" not in n and (wl.root is not None and (wl.root / n).is_file())))
+
+
+def _tunable_files(wl: Workload) -> list[str]:
+    """tunable.json and the source it names (what autotune tunes when given neither spec nor path)."""
+    if wl.root is None or not (wl.root / "tunable.json").is_file():
+        return []
+    try:
+        spec = json.loads(read_regular_bytes(wl.root / "tunable.json", MAX_RESOURCE_BYTES))
+    except (OSError, ValueError):
+        return ["tunable.json"]
+    source = spec.get("source") if isinstance(spec, dict) else None
+    return ["tunable.json", *([source] if isinstance(source, str) else [])]
+
+
+def _title(file: str) -> str:
+    return {
+        "workload.json": "spec (workload.json)", "reference.cu": "CUDA reference", "reference.py": "NumPy oracle",
+        "initial.cu": "starting kernel", "tunable.json": "autotune spec (tunable.json)",
+    }.get(file, "tunable kernel" if file.endswith(".cu") else file)
 
 
 def _register_resources(app: MCPServer, service: KerneloptService) -> None:
@@ -543,8 +637,9 @@ def _register_resources(app: MCPServer, service: KerneloptService) -> None:
         return _read_resource(wl.root / file, f"{name}/{file}").decode("utf-8", errors="replace")
 
     app.resource(
-        "kernelopt://workloads/{name}/{file}", name="workload file", mime_type="text/plain",
-        description="a workload's workload.json, reference.cu, reference.py or initial.cu (read-only)",
+        "kernelopt://workloads/{name}/{file}", name="workload file", title="Workload file", mime_type="text/plain",
+        description="a workload's workload.json, reference.cu, reference.py, initial.cu, and where it has them "
+        "tunable.json and its tunable kernel (what autotune tunes by default) (read-only)",
     )(read_workload_file)
 
     for name in service.workloads():
@@ -555,24 +650,24 @@ def _register_resources(app: MCPServer, service: KerneloptService) -> None:
         for file in files:
             app.add_resource(FunctionResource.from_function(
                 fn=lambda name=name, file=file: read_workload_file(name, file),
-                uri=f"kernelopt://workloads/{name}/{file}", name=f"{name}/{file}",
+                uri=f"kernelopt://workloads/{name}/{file}", name=f"{name}/{file}", title=f"{name}: {_title(file)}",
                 mime_type="application/json" if file.endswith(".json") else "text/plain",
                 description=f"{file} of the {name} workload (read-only)",
             ))
 
-    @app.resource("kernelopt://schema/workload", name="workload schema", mime_type="application/schema+json")
+    @app.resource("kernelopt://schema/workload", name="workload schema", title="Workload JSON Schema", mime_type="application/schema+json")
     def workload_schema() -> str:
         """The JSON Schema of workload.json (what create_workload's `spec` must follow)."""
         return json.dumps(json_schema(), indent=2)
 
-    @app.resource("kernelopt://runs", name="recorded runs", mime_type="application/json")
+    @app.resource("kernelopt://runs", name="recorded runs", title="Recorded runs", mime_type="application/json")
     def runs_index() -> str:
         """The files of recorded runs under the workspace's runs/ directory (read them as kernelopt://runs/<path>)."""
         root = service.config.runs_dir
         files = sorted(str(p.relative_to(root)) for p in root.rglob("*") if p.is_file()) if root.is_dir() else []
         return json.dumps({"root": str(root), "files": files[:1000], "files_not_listed": max(0, len(files) - 1000)})
 
-    @app.resource("kernelopt://runs/{+path}", name="run artifact", description="one file of a recorded run (read-only)")
+    @app.resource("kernelopt://runs/{+path}", name="run artifact", title="Run artifact", description="one file of a recorded run (read-only)")
     def run_file(path: str) -> str | bytes:
         root = service.config.runs_dir.resolve()
         real = (root / path).resolve()
@@ -597,6 +692,33 @@ def _read_resource(path: Path, name: str) -> bytes:
             f"{name}: cannot read ({exc.strerror or exc}); resources are regular files of at most "
             f"{MAX_RESOURCE_BYTES} bytes (read larger ones from disk)"
         ) from None
+
+
+def _register_completions(app: MCPServer, service: KerneloptService) -> None:
+    """Completion of the prompt's `workload` and of the workload file template's `name` and `file`."""
+
+    @app.completion()
+    async def complete(ref: Any, argument: Any, context: Any) -> Completion | None:
+        prefix = argument.value or ""
+        if isinstance(ref, PromptReference) and ref.name == "optimize_kernel" and argument.name == "workload":
+            names = await anyio.to_thread.run_sync(service.workloads)
+        elif isinstance(ref, ResourceTemplateReference) and ref.uri == "kernelopt://workloads/{name}/{file}":
+            if argument.name == "name":
+                names = await anyio.to_thread.run_sync(service.workloads)
+            elif argument.name == "file":
+                workload = ((context.arguments if context is not None else None) or {}).get("name")
+                if not workload:
+                    return None
+                try:
+                    names = _workload_files(await anyio.to_thread.run_sync(service.load, workload))
+                except (KerneloptError, ValueError):
+                    return None
+            else:
+                return None
+        else:
+            return None
+        matches = sorted(n for n in names if n.startswith(prefix))
+        return Completion(values=matches[:100], total=len(matches), has_more=len(matches) > 100)
 
 
 def _register_prompts(app: MCPServer) -> None:
@@ -755,7 +877,9 @@ def main(argv: list[str] | None = None) -> int:
             return 2
     config = config_from_args(args)
     config.workspace.mkdir(parents=True, exist_ok=True)
-    app, service = build_server(config, token=token if args.http else None, log_level=args.log_level)
+    app, service = build_server(
+        config, token=token if args.http else None, log_level=args.log_level, client_roots=kind == "loopback",
+    )
     try:
         if not args.http:
             def terminate(signum: int, frame: Any) -> None:

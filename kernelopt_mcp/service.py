@@ -23,6 +23,7 @@ import time
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass, field, replace
 from functools import partial
 from pathlib import Path
@@ -159,6 +160,11 @@ class _Device:
     prepared: set[str] = field(default_factory=set)
 
 
+# Directories the connected MCP client shares (its roots), for the request being served: server.py
+# sets them per tool call; confine() accepts paths under them as under --root directories.
+CLIENT_ROOTS: ContextVar[tuple[Path, ...]] = ContextVar("kernelopt_client_roots", default=())
+
+
 class KerneloptService:
     """The tools' implementations, independent of MCP."""
 
@@ -192,7 +198,7 @@ class KerneloptService:
             raise RequestError(f"{raw}: cannot resolve the path ({exc})") from None
         if real.is_relative_to(self._private):
             raise RequestError(f"{raw}: inside the evaluations' private directory (their inputs are hidden)")
-        roots = self.config.roots()
+        roots = list(dict.fromkeys([*self.config.roots(), *CLIENT_ROOTS.get()]))
         if any(real.is_relative_to(root) for root in roots):
             return real
         raise RequestError(

@@ -29,7 +29,7 @@ def _run(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedP
     """The CLI in a child process with stdout and stderr piped (not terminals)."""
     full = {**os.environ, "PYTHONPATH": str(REPO), **(env or {})}
     return subprocess.run(
-        [sys.executable, "-m", "kernelopt_mcp", *args], capture_output=True, text=True, env=full, cwd=REPO, timeout=120,
+        [sys.executable, "-m", "kernelopt_mcp", *args], check=False, capture_output=True, text=True, env=full, cwd=REPO, timeout=120,
     )
 
 
