@@ -188,7 +188,7 @@ GENERATED = {
 }
 
 
-def test_omitted_parts_are_generated_and_registered(env: dict[str, Path]) -> None:
+def test_omitted_parts_are_generated_run_scoped(env: dict[str, Path]) -> None:
     with_file = {**GENERATED, "inputs": {"a": {"generator": "file", "path": "/etc/passwd"}, "b": {"generator": "normal"}}}
     script = [
         {"content": "```json\n" + json.dumps(with_file) + "\n```"},  # data files are refused: declarative only
@@ -203,8 +203,8 @@ def test_omitted_parts_are_generated_and_registered(env: dict[str, Path]) -> Non
     summary = read(run / "summary.json")
     parts = summary["workload"]["parts"]
     assert parts["signature"] == parts["input_cases"] == parts["reference"] == parts["initial"] == "generated"
-    assert parts["registered"].startswith("create_workload: vec_add")
-    assert (env["ws"] / "workloads" / "vec_add" / "workload.json").is_file()
+    assert "registered" not in parts and not (env["ws"] / "workloads").exists()  # nothing left in the workspace
+    assert (run / "workload" / "vec_add" / "workload.json").is_file()
     note = summary["workload"]["reference"]
     assert note["model_generated"] and not note["independent_oracle"] and "NOT an independent" in note["note"]
     assert (run / "reference.cu").is_file() and not (run / "supplied-reference.cu").exists()
@@ -213,11 +213,14 @@ def test_omitted_parts_are_generated_and_registered(env: dict[str, Path]) -> Non
     assert set(summary["files"]["replay_reference"]) == {"one", "odd_1001", "n_4096"}
     assert read(run / "signature.json")["name"] == "vec_add"
 
-    # a second generated run never replaces the first one's workload
-    with ScriptedModel([{"content": json.dumps(GENERATED)}]) as model:
+    # a second generated run has its own copy under the same name; a name the server knows is avoided
+    with ScriptedModel([{"content": json.dumps(GENERATED)}, {"content": json.dumps({**GENERATED, "name": "tiny_add"})}]) as model:
+        assert optimize(env, model, "--description", "Add two float vectors.", "--max-iterations", "0") == 0
         assert optimize(env, model, "--description", "Add two float vectors.", "--max-iterations", "0") == 0
     second = read(env["results"] / "run-002" / "summary.json")
-    assert second["workload"]["name"] == "vec_add_gen1" and (env["ws"] / "workloads" / "vec_add_gen1").is_dir()
+    assert second["workload"]["name"] == "vec_add" and (env["results"] / "run-002" / "workload" / "vec_add").is_dir()
+    assert read(env["results"] / "run-003" / "summary.json")["workload"]["name"] == "tiny_add_gen1"
+    assert not (env["ws"] / "workloads").exists()
 
 
 def test_a_run_continues_from_its_files(env: dict[str, Path]) -> None:
@@ -258,14 +261,13 @@ def test_max_tokens_stops_the_loop_cleanly(env: dict[str, Path]) -> None:
     assert summary["best"]["label"] == "002-it1" and (env["results"] / "run-001" / "best.cu").is_file()
 
 
-def test_missing_api_key_is_a_clear_error_kept_in_the_run(env: dict[str, Path], monkeypatch: pytest.MonkeyPatch,
-                                                         capsys: pytest.CaptureFixture[str]) -> None:
+def test_missing_api_key_is_a_clear_error_before_a_run_directory(env: dict[str, Path], monkeypatch: pytest.MonkeyPatch,
+                                                                 capsys: pytest.CaptureFixture[str]) -> None:
     monkeypatch.delenv("OPENAI_API_KEY")
     # without a key the default is --strategy tune (tests/test_optimize_tune.py); asking for the model is an error
     assert optimize(env, None, "--workload", "tiny_add", "--strategy", "llm") == 2
-    assert "OPENAI_API_KEY is not set" in capsys.readouterr().err
-    summary = read(env["results"] / "run-001" / "summary.json")
-    assert summary["status"] == "failed" and "OPENAI_API_KEY is not set" in summary["error"]
+    assert "OPENAI_API_KEY is not set" in " ".join(capsys.readouterr().err.split())
+    assert not env["results"].exists()  # a run that cannot start leaves no run directory
 
 
 def test_unreachable_endpoint_is_a_clear_error_kept_in_the_run(env: dict[str, Path], capsys: pytest.CaptureFixture[str]) -> None:

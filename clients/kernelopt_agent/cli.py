@@ -83,24 +83,34 @@ def cmd_optimize(argv: list[str]) -> int:
 
 
 def run_optimize(opts: Any, console: Console, quiet: bool = False) -> int:
-    """Create the run directory, run the loop, finalize whatever happened."""
+    """Check what can be checked, create the run directory, run the loop, finalize whatever happened.
+
+    A run that cannot start (unreadable parts, no API key, no tunable for --strategy tune, no GPU
+    or no server) exits 2 with the error and leaves no run directory."""
+    import shutil
+
     import anyio
 
     from .finalize import error_text, finalize
     from kernelopt_mcp.errors import KerneloptError
 
-    from .loop import Optimizer, RunFailed
+    from .loop import Optimizer, RunFailed, preflight
     from .model import ModelError
     from .parts import PartsError
     from .progress import Display
     from .rundir import RunDir
     from .toolbox import ToolboxError
 
+    try:
+        parts = preflight(opts)
+    except (PartsError, RunFailed, ModelError, KerneloptError) as exc:
+        Console(stderr=True).print(f"error: {exc}", highlight=False, markup=False)
+        return EXIT_ERROR
     run = RunDir.create(opts.results_dir)
     run.write_json("config.json", opts.as_json())
     display = Display(console, quiet=quiet)
     display.info(f"{run.name}: {run.path}")
-    opt = Optimizer(opts, run, display)
+    opt = Optimizer(opts, run, display, parts=parts)
     opt.write_progress()
 
     def terminate(signum: int, frame: Any) -> None:
@@ -124,13 +134,31 @@ def run_optimize(opts: Any, console: Console, quiet: bool = False) -> int:
         opt.stop_reason = {"failed": "error", "interrupted": "interrupted"}.get(status, "")
     finally:
         signal.signal(signal.SIGTERM, previous)
-        summary = finalize(opt, status, error=error)
+        if opt.device is None and not opt.records:  # it never started (no GPU, no server): leave no run behind
+            error = (error or status) + server_log_tail(run.path)
+            shutil.rmtree(run.path, ignore_errors=True)
+            summary = None
+        else:
+            summary = finalize(opt, status, error=error)
+    if summary is None:
+        Console(stderr=True).print(f"error: {error}\n(no run directory was kept: nothing ran)", highlight=False,
+                                   markup=False)
+        return EXIT_ERROR if code == EXIT_OK else code
     if error:
         Console(stderr=True).print(f"error: {error}", highlight=False, markup=False)
     display.final(opt.records, opt.best(), opt.frozen.performance_cases if opt.frozen else [], summary)
     if code == EXIT_OK and opt.best() is None and opt.records:
         code = EXIT_NO_VALID
     return code
+
+
+def server_log_tail(run_path: Path, lines: int = 15) -> str:
+    """The end of the server's stderr (kept in the message when the run directory is removed)."""
+    try:
+        text = (run_path / "server.log").read_text(encoding="utf-8", errors="replace").strip()
+    except OSError:
+        return ""
+    return f"\nkernelopt-mcp's stderr (last lines):\n" + "\n".join(text.splitlines()[-lines:]) if text else ""
 
 
 def unwrap(exc: BaseException) -> BaseException:

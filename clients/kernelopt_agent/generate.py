@@ -3,9 +3,14 @@
 The model writes declarative parts only: a signature, input cases drawn by named generators
 (uniform, normal, randint, arange, constant: never a file, never host code), tolerances, a cost
 model, and CUDA device code for the reference and the initial kernel with launch configs. Each
-answer is checked (the spec locally; the sources by the server, through create_workload when
-the inputs are declarative, which also registers the workload in the server's workspace) and
-sent back with the errors for up to ``MAX_ATTEMPTS`` answers.
+answer is checked (the spec and the buffer-size caps of created workloads locally; the sources
+by the server's compile tool: each must compile and define the entry with the signature's
+parameter count) and sent back with the errors for up to ``MAX_ATTEMPTS`` answers.
+
+Generated workloads are run-scoped: nothing is registered in the server's workspace. The run's
+frozen copy (``results/run-NNN/workload/<name>/``) is the only one, configured for the run's own
+server; the name only avoids the names the server already knows, and a regenerated reference
+keeps it (it replaces the run's copy, never a workload of the user's).
 """
 
 from __future__ import annotations
@@ -15,8 +20,9 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from kernelopt_mcp.errors import WorkloadError
+from kernelopt_mcp.errors import KerneloptError, WorkloadError
 from kernelopt_mcp.workload import DataFile, InputCasesFile, Signature, format_validation_error, parse_spec
+from kernelopt_mcp.workspace import check_created_spec
 
 from .model import ModelClient
 from .parts import Parts, safe_name, unused_name
@@ -170,22 +176,15 @@ def _merge(parts: Parts, missing: list[str], answer: str, taken: set[str]) -> Pa
 
 
 async def _check(parts: Parts, missing: list[str], tools: Toolbox, arch: str) -> str:
-    """Problems with the generated parts ('' when none): the spec locally, the sources by the server."""
+    """Problems with the generated parts ('' when none): the spec and its size caps locally (the
+    limits create_workload applies), the generated sources by the server's compile tool."""
     try:
-        spec = parts.spec(reference_path="reference.cu", initial_path="initial.cu", oracle_path=None)
-        parse_spec(spec, "generated workload")
-    except WorkloadError as exc:
+        spec = parse_spec(parts.spec(reference_path="reference.cu", initial_path="initial.cu", oracle_path=None),
+                          "generated workload")
+        if any(p in missing for p in ("signature", "input_cases")):
+            check_created_spec(spec)  # RequestError (a ValueError): too large, or a data file
+    except (KerneloptError, ValueError) as exc:
         return str(exc)
-    if parts.declarative and any(p in missing for p in ("signature", "input_cases", "reference", "initial")):
-        spec["reference"].pop("cuda", None)
-        spec["reference"]["python"] = None
-        result = await tools.call("create_workload", {
-            "spec": spec, "reference_cu": parts.reference_cu, "initial_cu": parts.initial_cu, "overwrite": False,
-        })
-        if result.is_error:
-            return result.text
-        parts.origin["registered"] = f"create_workload: {result.structured.get('name')} at {result.structured.get('path')}"
-        return ""
     problems = []
     assert parts.signature is not None
     for which in ("reference", "initial"):
@@ -193,8 +192,12 @@ async def _check(parts: Parts, missing: list[str], tools: Toolbox, arch: str) ->
         if which not in missing or source is None:
             continue
         result = await tools.call("compile", {"source": source, "arch": arch})
+        kernels = result.structured.get("kernels") or {}
         if result.is_error or result.status != "ok":
             problems.append(f"{which}_cu does not compile:\n{result.text}")
-        elif parts.signature.entry not in (result.structured.get("kernels") or {}):
+        elif parts.signature.entry not in kernels:
             problems.append(f"{which}_cu defines no kernel {parts.signature.entry!r}; use {parts.signature.c_prototype()}")
+        elif isinstance(kernels[parts.signature.entry], list) and len(kernels[parts.signature.entry]) != len(parts.signature.params):
+            problems.append(f"{which}_cu: {parts.signature.entry!r} takes {len(kernels[parts.signature.entry])} parameters; "
+                            f"the signature has {len(parts.signature.params)}: {parts.signature.c_prototype()}")
     return "\n".join(problems)

@@ -30,9 +30,9 @@ from kernelopt_mcp.tune.spec import Tunable, load_tunable, parse_tunable
 from . import prompts
 from .freeze import FrozenWorkload, freeze
 from .generate import generate_parts
-from .model import BudgetExhausted, ModelClient
+from .model import BudgetExhausted, ModelClient, check_key
 from .options import OptimizeOptions
-from .parts import Parts, load_parts
+from .parts import Parts, PartsError, load_parts
 from .progress import Display
 from .proposal import PROPOSAL_SCHEMA, Proposal, ProposalError, parse_proposal
 from .rundir import RunDir
@@ -44,6 +44,32 @@ REFERENCE_REGENERATIONS = 2
 
 class RunFailed(RuntimeError):
     """The run cannot go on (no GPU, a broken reference); the message says why."""
+
+
+def needs_model(opts: OptimizeOptions, parts: Parts) -> bool:
+    """A model is asked when parts are to be generated or a --strategy llm iteration is to run."""
+    return bool(parts.missing()) or (opts.max_iterations > 0 and opts.strategy != "tune")
+
+
+def preflight(opts: OptimizeOptions) -> Parts:
+    """Everything that can be checked before a run directory is made: the parts load, a tunable
+    exists for --strategy tune, omitted parts have a description to come from, a model has a key.
+
+    Raises:
+        PartsError, RunFailed, ModelError: the run cannot start (the message says what to change).
+    """
+    parts = load_parts(opts)
+    if opts.strategy == "tune" and parts.tunable is None:
+        raise RunFailed(
+            f"workload {parts.name!r} has no tunable.json, which --strategy tune tunes; pick a workload with "
+            "one (bundled: sgemm, softmax, reduce_sum, transpose, layernorm) or set OPENAI_API_KEY for --strategy llm"
+        )
+    if parts.missing() and not parts.description:
+        raise PartsError(f"the parts {', '.join(parts.missing())} are missing and there is no --description to "
+                         "generate them from; pass --description \"...\" or the missing files")
+    if needs_model(opts, parts):
+        check_key(opts)
+    return parts
 
 
 @dataclass
@@ -89,14 +115,14 @@ class CandidateRecord:
 
 
 class Optimizer:
-    def __init__(self, opts: OptimizeOptions, run: RunDir, display: Display) -> None:
+    def __init__(self, opts: OptimizeOptions, run: RunDir, display: Display, parts: Parts | None = None) -> None:
         self.opts = opts
         self.run = run
         self.display = display
         self.started = time.time()
         self.records: list[CandidateRecord] = []
         self.history: list[dict[str, Any]] = []
-        self.parts: Parts | None = None
+        self.parts: Parts | None = parts  # from preflight(), else loaded by run_loop
         self.model: ModelClient | None = None
         self.tools: Toolbox | None = None
         self.frozen: FrozenWorkload | None = None
@@ -107,6 +133,7 @@ class Optimizer:
         self.iterations_used = 0
         self.stop_reason = ""
         self.notes: list[str] = []
+        self.nsight_unusable = ""  # why ncu cannot profile on this server (found on the first try): no retries
 
     # --- the loop ------------------------------------------------------------------------
 
@@ -114,14 +141,10 @@ class Optimizer:
         """Steps 1-3; finalize() is called by the caller whatever happens here."""
         opts = self.opts
         self.event("load", "loading the workload parts")
-        self.parts = load_parts(opts)
+        if self.parts is None:
+            self.parts = preflight(opts)
         tuning = opts.strategy == "tune"
-        if tuning and self.parts.tunable is None:
-            raise RunFailed(
-                f"workload {self.parts.name!r} has no tunable.json, which --strategy tune tunes; pick a workload with "
-                "one (bundled: sgemm, softmax, reduce_sum, transpose, layernorm) or set OPENAI_API_KEY for --strategy llm"
-            )
-        if self.parts.missing() or (opts.max_iterations > 0 and not tuning):
+        if needs_model(opts, self.parts):
             self.model = ModelClient(opts, self.run)  # fails now on a missing API key
         workloads_dir = self.run.path / "workload"
         workloads_dir.mkdir(exist_ok=True)
@@ -167,7 +190,8 @@ class Optimizer:
             self.notes.append("--nvidia-research: this kernelopt-mcp has no docs_search tool; no guidance was retrieved")
             self.display.warn(self.notes[-1])
             return
-        query = f"{self.parts.description or self.parts.name} CUDA kernel optimization"
+        schema = (self.tools.tools["docs_search"].input_schema or {}).get("properties", {}).get("query", {})
+        query = prompts.search_query(self.parts.description or self.parts.name, int(schema.get("maxLength") or 300))
         args = fit_arguments(self.tools.tools["docs_search"], {"query": query, "arch": self.arch, "limit": 6, "top_k": 6})
         self.event("research", f"docs_search: {query}")
         with self.display.activity("retrieving NVIDIA guidance"):
@@ -336,7 +360,7 @@ class Optimizer:
         names = ["gpu_properties", "compile"]
         if self.opts.nvidia_research:
             names.append("docs_search")
-        if self.opts.use_nsight:
+        if self.opts.use_nsight and not self.nsight_unusable:
             names.append("ncu_profile")
         return names
 
@@ -459,6 +483,8 @@ class Optimizer:
     async def profile(self, rec: CandidateRecord) -> None:
         """ncu_profile of one performance case (the one furthest behind the reference)."""
         assert self.tools is not None and self.frozen is not None
+        if self.nsight_unusable:
+            return  # said once already (console and summary notes); no retry per candidate
         if not self.tools.has("ncu_profile"):
             if not any("ncu_profile" in n for n in self.notes):
                 self.notes.append("--use-nsight: this kernelopt-mcp has no ncu_profile tool; nothing was profiled")
@@ -476,6 +502,16 @@ class Optimizer:
         self.event("profile", f"{rec.label}: ncu_profile {case}")
         with self.display.activity(f"{rec.label}: profiling {case} with Nsight Compute"):
             result = await self.tools.call("ncu_profile", args)
+        if result.is_error and ncu_unusable(result.text):
+            self.nsight_unusable = result.text
+            self.notes.append(f"--use-nsight: nothing was profiled: Nsight Compute cannot run on the server ({result.text[:400]})")
+            self.display.warn(self.notes[-1])
+            self.history.append({"event": "profile_unavailable", "label": rec.label, "message": result.text,
+                                 "time": time.time()})
+            self.run.write_json(f"{rec.dir}/profile.json", {"case": case, "is_error": True, "result": result.structured,
+                                                            "text": result.text})
+            self.write_progress()
+            return
         rec.profile_case = case
         rec.profile_text = model_text(result)[:4000]
         self.run.write_json(f"{rec.dir}/profile.json", {"case": case, "is_error": result.is_error,
@@ -499,6 +535,12 @@ class Optimizer:
 
         self.run.write_json("history.json", self.history)
         self.run.write_json("summary.json", summary(self, "running"))
+
+
+def ncu_unusable(text: str) -> bool:
+    """A profile error that every later candidate would get too: ncu missing, or its counters not permitted
+    (the server's texts for ToolchainNotFound and ERR_NVGPUCTRPERM); a failing kernel is not one of them."""
+    return "the server is missing a tool" in text or "ERR_NVGPUCTRPERM" in text
 
 
 def fit_arguments(tool: Any, wanted: dict[str, Any]) -> dict[str, Any]:

@@ -32,8 +32,30 @@ PRICES_PER_M: dict[str, tuple[float, float, float]] = {
 }
 
 
+# Every keyword argument chat() ever passes to ``chat.completions.create``; pyproject's openai floor
+# (1.58: the first release whose create() takes reasoning_effort) must accept all of them, which
+# tests/test_optimize_sdk.py checks against the installed SDK's signature.
+SENT_PARAMETERS = ("model", "messages", "tools", "reasoning_effort", "response_format")
+
+
 class ModelError(RuntimeError):
     """The model could not be asked (after the SDK's retries); the message says why and what to do."""
+
+
+def check_key(opts: OptimizeOptions) -> str:
+    """The API key to send ("no-key" for a local server given by --base-url).
+
+    Raises:
+        ModelError: no key and no --base-url (checked before a run directory is made).
+    """
+    if opts.api_key:
+        return opts.api_key
+    if not opts.base_url:
+        raise ModelError(
+            "OPENAI_API_KEY is not set: export it, or put `OPENAI_API_KEY=...` in a .env file in the "
+            "working directory (for a local OpenAI-compatible server, pass --base-url instead)"
+        )
+    return "no-key"  # local servers (vLLM, Ollama) ignore it; the SDK requires one
 
 
 class BudgetExhausted(RuntimeError):
@@ -128,14 +150,7 @@ class ModelClient:
     _send_effort: bool = True
 
     def __post_init__(self) -> None:
-        key = self.opts.api_key
-        if not key:
-            if not self.opts.base_url:
-                raise ModelError(
-                    "OPENAI_API_KEY is not set: export it, or put `OPENAI_API_KEY=...` in a .env file in the "
-                    "working directory (for a local OpenAI-compatible server, pass --base-url instead)"
-                )
-            key = "no-key"  # local servers (vLLM, Ollama) ignore it; the SDK requires one
+        key = check_key(self.opts)
         self._send_effort = self.opts.reasoning_effort != "off"
         self.client = openai.AsyncOpenAI(
             api_key=key, base_url=self.opts.base_url, max_retries=self.opts.max_retries,

@@ -144,7 +144,7 @@ def load_parts(opts: OptimizeOptions) -> Parts:
         _from_workload(parts, wl, opts.workload)
     if opts.input_cases:
         parts.cases = read_input_cases(opts.input_cases)
-        parts.origin["input_cases"] = f"supplied: {opts.input_cases}"
+        parts.origin["input_cases"] = f"supplied: {where(opts.input_cases)}"
     sig_path = opts.signature
     if sig_path is None and parts.signature is None and opts.input_cases:
         beside = opts.input_cases.parent / "signature.json"
@@ -152,18 +152,18 @@ def load_parts(opts: OptimizeOptions) -> Parts:
             sig_path = beside
     if sig_path is not None:
         _read_signature(parts, sig_path)
-        parts.origin["signature"] = ("supplied" if opts.signature else "inferred") + f": {sig_path}"
+        parts.origin["signature"] = ("supplied" if opts.signature else "inferred") + f": {where(sig_path)}"
     if opts.reference:
         parts.reference_cu = _read_source(opts.reference)
         parts.reference_launch, parts.reference_options = read_launch_beside(opts.reference)
-        parts.origin["reference"] = f"supplied: {opts.reference}"
+        parts.origin["reference"] = f"supplied: {where(opts.reference)}"
     if opts.initial_kernel:
         parts.initial_cu = _read_source(opts.initial_kernel)
         parts.initial_launch, parts.initial_options = read_launch_beside(opts.initial_kernel)
-        parts.origin["initial"] = f"supplied: {opts.initial_kernel}"
+        parts.origin["initial"] = f"supplied: {where(opts.initial_kernel)}"
     if opts.oracle:
         parts.oracle = opts.oracle.resolve()
-        parts.origin["oracle"] = f"supplied: {opts.oracle}"
+        parts.origin["oracle"] = f"supplied: {where(opts.oracle)}"
     elif parts.oracle is None and opts.input_cases and (opts.input_cases.parent / "reference.py").is_file():
         parts.oracle = (opts.input_cases.parent / "reference.py").resolve()
         parts.origin["oracle"] = f"inferred: {parts.oracle}"
@@ -176,8 +176,9 @@ def load_parts(opts: OptimizeOptions) -> Parts:
 
 def _from_workload(parts: Parts, wl: Workload, given: str) -> None:
     spec = wl.spec
-    where = "bundled" if wl.root and wl.root.parent.resolve() == bundled_workloads_dir().resolve() else "workload"
-    label = f"{where}: {given}"
+    kind = "bundled" if wl.root and wl.root.parent.resolve() == bundled_workloads_dir().resolve() else "workload"
+    # a name as given; a directory as an absolute path (summary.json is read from anywhere)
+    label = f"{kind}: {given if wl.root is None or not Path(given).is_dir() else wl.root.resolve()}"
     parts.name, parts.description = spec.name, spec.description
     parts.signature = spec.signature
     cases = InputCasesFile(inputs=spec.inputs, cases=spec.cases, tolerance=spec.tolerance)
@@ -197,6 +198,11 @@ def _from_workload(parts: Parts, wl: Workload, given: str) -> None:
         parts.tunable = (wl.root / "tunable.json").resolve()
     for key in ("signature", "input_cases") + (("oracle",) if parts.oracle else ()):
         parts.origin[key] = label
+
+
+def where(path: Path) -> str:
+    """A supplied file as recorded in summary.json's parts: absolute, whatever the working directory was."""
+    return str(path.resolve())
 
 
 def read_input_cases(path: Path) -> InputCasesFile:

@@ -70,6 +70,10 @@ class Display:
     def final(self, records: list[CandidateRecord], best: CandidateRecord | None, perf_cases: list[str], summary: dict[str, Any]) -> None:
         if self.quiet:
             return
+        if not records:  # nothing was evaluated: no empty table, no verdict on candidates that never existed
+            self.info(f"{summary.get('run')}: no candidate was evaluated ({summary.get('status')})", "bold red")
+            self.info(f"run directory: {summary.get('path')}")
+            return
         table = Table(title=f"{summary.get('run')} · {summary.get('workload', {}).get('name')} · {summary.get('status')}")
         for col in ("candidate", "status", "score ms", "vs reference", *perf_cases):
             table.add_column(col, justify="left" if col in ("candidate", "status") else "right")
@@ -82,8 +86,11 @@ class Display:
         self.console.print(table)
         tokens = summary.get("tokens", {})
         cost = tokens.get("cost_usd")
-        self.info(f"tokens: {tokens.get('total_tokens', 0):,} in {tokens.get('calls', 0)} model calls"
-                  + (f", about {cost:.4f} USD" if cost is not None else ""))
+        if summary.get("model") is None:
+            self.info("no model was asked")
+        else:
+            self.info(f"tokens: {tokens.get('total_tokens', 0):,} in {tokens.get('calls', 0)} model calls"
+                      + (f", about {cost:.4f} USD" if cost is not None else ""))
         if best is not None:
             self.info(f"best: {best.label}, score {best.score_ms:.4g} ms" + (f", {best.speedup:.2f}x vs reference" if best.speedup else "")
                       + f" -> {summary.get('files', {}).get('best')}", "bold green")

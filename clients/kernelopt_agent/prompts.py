@@ -172,3 +172,34 @@ def feedback_text(result_text: str, structured: dict[str, Any]) -> str:
     """The server's own rendering of a result (status, per-case details, compiler errors), capped."""
     text = result_text or json.dumps(structured)[:4000]
     return text if len(text) < 6000 else text[:6000] + "\n[... cut]"
+
+
+SEARCH_SUFFIX = "CUDA kernel optimization"
+STOPWORDS = frozenset(
+    "a an the and or of to in on for with by from into over per each is are be as at it its this that which "
+    "where when than then so such using use given two one all any both every most more".split()
+)
+
+
+def search_query(description: str, limit: int = 300) -> str:
+    """A docs_search query that fits ``limit`` characters: the description's keywords (stop words and
+    repeats left out, in order) plus "CUDA kernel optimization", cut at a word boundary."""
+    words: list[str] = []
+    seen: set[str] = set()
+    for raw in description.split():
+        word = raw.strip(".,;:!?()[]{}\"'`")
+        key = word.lower()
+        if len(word) < 2 or key in STOPWORDS or key in seen:
+            continue
+        seen.add(key)
+        words.append(word)
+    budget = max(limit - len(SEARCH_SUFFIX) - 1, 0)
+    kept: list[str] = []
+    used = 0
+    for word in words:
+        cost = len(word) + (1 if kept else 0)
+        if used + cost > budget:
+            break
+        kept.append(word)
+        used += cost
+    return " ".join([*kept, SEARCH_SUFFIX])[:limit]

@@ -88,11 +88,15 @@ def show(path: Path, out: Console, as_json: bool = False) -> int:
               + (f" ({escape(str(s.get('stop_reason')))})" if s.get("stop_reason") else ""), highlight=False)
     if s.get("error"):
         out.print(f"[red]error:[/] {escape(str(s['error']))}", highlight=False)
-    model = s.get("model", {})
+    model = s.get("model") or {}
     tokens = s.get("tokens", {})
     cost = tokens.get("cost_usd")
+    tuned = any(h.get("event") == "tune" for h in run["history"])
     if s.get("strategy") == "tune" and not tokens.get("calls"):
-        out.print("strategy tune: the workload's tunable kernel was autotuned (no model)", highlight=False)
+        out.print("strategy tune: " + ("the workload's tunable kernel was autotuned (no model)" if tuned
+                                       else "nothing was tuned (no model)"), highlight=False)
+    elif not model:
+        out.print("no model was asked", highlight=False)
     else:
         out.print(f"model {escape(str(model.get('name')))} ({model.get('reasoning_effort')}), {tokens.get('total_tokens', 0):,} tokens"
                   f" in {tokens.get('calls', 0)} calls" + (f", about {cost:.4f} USD" if cost else ""), highlight=False)
