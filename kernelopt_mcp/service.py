@@ -393,6 +393,13 @@ class KerneloptService:
     ) -> Evaluator:
         """The workload's prepared evaluator on this device (inputs, expected outputs, reference timed)."""
         ev = dev.evaluators.get(wl.name)
+        if ev is not None and ev.workload != wl:
+            # its files changed since it was prepared (e.g. kernelopt optimize regenerated a failing reference
+            # in the run's configured copy): expected outputs from the old files would judge every candidate
+            dev.evaluators.pop(wl.name, None)
+            dev.prepared.discard(wl.name)
+            _discard(ev)
+            ev = None
         if ev is None:
             assert dev.harness is not None
             ev = Evaluator(

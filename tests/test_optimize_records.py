@@ -9,6 +9,7 @@ from __future__ import annotations
 import inspect
 import json
 import re
+import sys
 import tomllib
 from pathlib import Path
 
@@ -91,10 +92,16 @@ def test_runs_that_cannot_start_fail_before_a_run_directory(env: dict[str, Path]
     assert said("cannot read it as JSON")
     assert optimize(env, None, "--input-cases", str(env["tmp"] / "bad.json"), "--description", "x") == 2
     assert said("cannot read it as JSON")
+    # a server that does not start: its stderr is in the message, since its log is not kept
+    broken = [sys.executable, "-c", "import sys; sys.stderr.write('kernelopt-mcp: broken install\\n'); sys.exit(1)"]
+    (env["tmp"] / "cfg.json").write_text(json.dumps({"server_command": broken}))
+    assert optimize(env, None, "--workload", "tiny_add", "--max-iterations", "0", "--config", str(env["tmp"] / "cfg.json")) == 2
+    err = " ".join(capsys.readouterr().err.split())
+    assert "could not start the MCP server" in err and "kernelopt-mcp: broken install" in err and "server.log" not in err
     monkeypatch.delenv("OPENAI_API_KEY")
     assert optimize(env, None, "--description", "add two vectors") == 2
     assert said("OPENAI_API_KEY is not set")
-    assert not env["results"].exists()
+    assert not list(env["results"].glob("run-*"))
 
 
 def test_records_name_what_ran(env: dict[str, Path], capsys: pytest.CaptureFixture[str],  # noqa: F811

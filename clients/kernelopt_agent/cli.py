@@ -135,7 +135,7 @@ def run_optimize(opts: Any, console: Console, quiet: bool = False) -> int:
     finally:
         signal.signal(signal.SIGTERM, previous)
         if opt.device is None and not opt.records:  # it never started (no GPU, no server): leave no run behind
-            error = (error or status) + server_log_tail(run.path)
+            error = (error or status).replace(f"; see {run.path / 'server.log'}", "") + server_log_tail(run.path)
             shutil.rmtree(run.path, ignore_errors=True)
             summary = None
         else:
