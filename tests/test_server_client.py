@@ -113,3 +113,17 @@ async def test_roots_are_not_used_when_turned_off(config: ServerConfig, tmp_path
             assert r.is_error and "outside the directories" in text(r)
     finally:
         service.close()
+
+
+async def test_roots_over_the_legacy_handshake(config: ServerConfig, tmp_path: Path) -> None:
+    """Clients on protocol revisions before 2026-07-28 answer roots/list over the back-channel."""
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    (shared / "k.cu").write_text(kernel())
+    app, service = build_server(config)
+    try:
+        async with Client(app, mode="legacy", list_roots_callback=_roots_callback(shared)) as client:
+            r = await client.call_tool("compile", {"path": str(shared / "k.cu"), "arch": "sm_90"})
+            assert not r.is_error, text(r)
+    finally:
+        service.close()
