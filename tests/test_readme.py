@@ -17,7 +17,7 @@ README = (REPO / "README.md").read_text()
 def test_the_readmes_mermaid_graph_is_kernelopt_graph(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["graph"]) == 0
     graph = capsys.readouterr().out.strip()
-    blocks = re.findall(r"```mermaid\n(.*?)```", README, re.S)
+    blocks = re.findall(r"```mermaid\n(.*?)```", README, re.DOTALL)
     assert len(blocks) == 1
     assert blocks[0].strip() == graph, "README.md's Mermaid graph is stale: paste `kernelopt graph` into it"
 
