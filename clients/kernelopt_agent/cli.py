@@ -158,7 +158,7 @@ def server_log_tail(run_path: Path, lines: int = 15) -> str:
         text = (run_path / "server.log").read_text(encoding="utf-8", errors="replace").strip()
     except OSError:
         return ""
-    return f"\nkernelopt-mcp's stderr (last lines):\n" + "\n".join(text.splitlines()[-lines:]) if text else ""
+    return "\nkernelopt-mcp's stderr (last lines):\n" + "\n".join(text.splitlines()[-lines:]) if text else ""
 
 
 def unwrap(exc: BaseException) -> BaseException:
