@@ -1,0 +1,89 @@
+"""`kernelopt optimize` routes of issue 15 on a real GPU, against the scripted model of
+tests/scripted_model.py: a description run whose generated reference launches blocks of 2048
+threads (more than any NVIDIA GPU allows) is regenerated and then runs, leaving nothing in the
+workspace; and `--use-nsight` on this machine either profiles or says once why it cannot.
+
+Run with --run-gpu (scripts/device_gpu_tests.sh tests/gpu/test_optimize_routes_gpu.py).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+from kernelopt_agent.cli import main as agent_main
+from scripted_model import ScriptedModel
+
+pytestmark = [pytest.mark.gpu, pytest.mark.timeout(900)]
+
+REPO = Path(__file__).resolve().parents[2]
+
+ADD = 'extern "C" __global__ void vec_add(const float* a, const float* b, float* c, int n) {\n' \
+      "    int i = blockIdx.x * blockDim.x + threadIdx.x;\n    if (i < n) c[i] = a[i] + b[i];\n}\n"
+ADD4 = 'extern "C" __global__ void vec_add(const float* a, const float* b, float* c, int n) {\n' \
+       "    int i = (blockIdx.x * blockDim.x + threadIdx.x) * 4;\n" \
+       "    if (i + 3 < n) {\n" \
+       "        float4 x = *reinterpret_cast<const float4*>(a + i), y = *reinterpret_cast<const float4*>(b + i);\n" \
+       "        *reinterpret_cast<float4*>(c + i) = make_float4(x.x + y.x, x.y + y.y, x.z + y.z, x.w + y.w);\n" \
+       "    } else {\n        for (; i < n; ++i) c[i] = a[i] + b[i];\n    }\n}\n"
+
+
+def launch(block: int, per_thread: int = 1) -> dict[str, Any]:
+    return {"default": {"grid": [f"ceil_div(n, {block * per_thread})"], "block": [block], "shared_bytes": 0}}
+
+
+GENERATED = {
+    "name": "vec_add_issue15", "description": "c = a + b, float32",
+    "signature": {"entry": "vec_add", "params": [
+        {"kind": "buffer", "name": "a", "dtype": "float32", "role": "in", "shape": ["n"]},
+        {"kind": "buffer", "name": "b", "dtype": "float32", "role": "in", "shape": ["n"]},
+        {"kind": "buffer", "name": "c", "dtype": "float32", "role": "out", "shape": ["n"]},
+        {"kind": "scalar", "name": "n", "dtype": "int32"}]},
+    "inputs": {"a": {"generator": "uniform", "low": -1, "high": 1}, "b": {"generator": "normal"}},
+    "cases": [{"name": "one", "kind": "correctness", "scalars": {"n": 1}},
+              {"name": "odd_1001", "kind": "correctness", "scalars": {"n": 1001}},
+              {"name": "big", "kind": "performance", "scalars": {"n": 1 << 24}}],
+    "tolerance": {"c": {"rtol": 1e-6, "atol": 1e-6}},
+    "cost": {"flops": "n", "bytes": "12 * n"},
+    "reference_cu": ADD, "reference_launch": launch(2048),
+    "initial_cu": ADD, "initial_launch": launch(128),
+}
+
+
+def read(path: Path) -> Any:
+    return json.loads(path.read_text())
+
+
+def test_a_failing_generated_reference_is_regenerated_on_the_gpu(tmp_path: Path, harness_binary: Path,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-scripted")
+    monkeypatch.setenv("KERNELOPT_DOCS_OFFLINE", "1")
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(REPO), str(REPO / "clients"), os.environ.get("PYTHONPATH")])))
+    fixed = {"name": GENERATED["name"], "description": GENERATED["description"], "reference_cu": ADD,
+             "reference_launch": launch(256)}
+    faster = {"rationale": "float4 loads and stores", "source": ADD4, "launch": launch(256, 4), "compile_options": []}
+    script = [{"content": json.dumps(GENERATED)}, {"content": json.dumps(fixed)}, {"content": json.dumps(faster)}]
+    results, ws = tmp_path / "results", tmp_path / "ws"
+    with ScriptedModel(script) as model:
+        code = agent_main(["optimize", "--description", "Add two float32 vectors.", "--max-iterations", "1",
+                           "--use-nsight", "--base-url", model.url, "--harness", str(harness_binary), "--workspace", str(ws),
+                           "--results-dir", str(results), "--warmup", "2", "--iterations", "10", "--quiet"])
+    run = results / "run-001"
+    summary = read(run / "summary.json")
+    assert code == 0 and not model.steps and not model.exhausted, summary
+    status = [(h["label"], h["status"]) for h in read(run / "history.json") if h["event"] == "candidate"]
+    assert status[0][0] == "000-reference" and status[0][1] != "ok"  # 2048 threads per block cannot launch
+    assert status[1:] == [("001-reference", "ok"), ("002-initial", "ok"), ("003-it1", "ok")]
+    assert summary["reference"]["label"] == "001-reference" and summary["workload"]["reference"]["checked"] is True
+    assert not (ws / "workloads").exists()  # run-scoped: nothing registered in the workspace
+    profiles = list((run / "tools").glob("*-ncu_profile.json"))
+    notes = [n for n in summary["notes"] if n.startswith("--use-nsight")]
+    if notes:  # no usable ncu here: said once, tried once
+        assert len(profiles) == 1 and "nothing was profiled" in notes[0]
+    else:  # profiled: the initial kernel and the proposal
+        assert len(profiles) == 2 and (run / "profiles").is_dir()
+    print(json.dumps({"statuses": status, "notes": summary["notes"], "best": summary["best"]["label"]}, indent=1))
