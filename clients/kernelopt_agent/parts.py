@@ -83,14 +83,6 @@ class Parts:
     def reference_generated(self) -> bool:
         return self.origin.get("reference", "").startswith("generated")
 
-    @property
-    def declarative(self) -> bool:
-        """No data files among the inputs (what create_workload accepts)."""
-        if self.cases is None:
-            return True
-        gens = [*self.cases.inputs.values(), *(g for c in self.cases.cases for g in c.inputs.values())]
-        return not any(isinstance(g, DataFile) for g in gens)
-
     def spec(self, *, reference_path: str | None, initial_path: str | None, oracle_path: str | None) -> dict[str, Any]:
         """A workload.json object of these parts (every part present)."""
         assert self.signature is not None and self.cases is not None

@@ -1,7 +1,7 @@
 """The GPU side: ``kernelopt-mcp`` started over stdio and used through its tools, like any client.
 
 Everything that touches the GPU goes through here (benchmark, validate, gpu_properties,
-ncu_profile); so do the compile checks and create_workload. Each call is recorded in the run
+ncu_profile); so do the compile checks of generated parts. Each call is recorded in the run
 directory (``tools/NNNN-<tool>.json``) with its arguments, result and duration. The server's
 stderr goes to ``server.log`` in the run directory.
 """
