@@ -32,6 +32,12 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         raise pytest.UsageError("--run-gpu was given but no CUDA device is usable (cuInit/cuDeviceGetCount)")
 
 
+@pytest.fixture
+def anyio_backend() -> str:
+    """anyio tests (pytest.mark.anyio) run on asyncio, as the MCP server does."""
+    return "asyncio"
+
+
 @pytest.fixture(scope="session")
 def repo() -> Path:
     return REPO

@@ -151,11 +151,6 @@ def test_the_oracle_sees_a_leak(secret: tuple[str, Path], monkeypatch: pytest.Mo
     assert leaks(token, own, True, monkeypatch) is not None
 
 
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
 @pytest.mark.anyio
 @pytest.mark.parametrize("scanner", [True, False], ids=["scanner-on", "scanner-off"])
 async def test_no_secret_comes_out_of_the_mcp_compile_tool(

@@ -64,11 +64,6 @@ def nogpu_config(tmp_path: Path, tiny_dir: Path) -> ServerConfig:
     return make_config(tmp_path, tiny_dir, "nogpu")
 
 
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
 @asynccontextmanager
 async def _client(config: ServerConfig) -> AsyncIterator[Client]:
     async with in_memory_server(config) as (client, _):
@@ -85,7 +80,6 @@ async def fake(fake_config: ServerConfig) -> AsyncIterator[Client]:
 async def nogpu(nogpu_config: ServerConfig) -> AsyncIterator[Client]:
     async with _client(nogpu_config) as client:
         yield client
-
 
 
 pytestmark = pytest.mark.anyio

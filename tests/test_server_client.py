@@ -21,11 +21,6 @@ pytestmark = pytest.mark.anyio
 
 
 @pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
-@pytest.fixture
 def config(tmp_path: Path) -> ServerConfig:
     settings = Settings(harness=write_harness(tmp_path, "nogpu"), workload_dirs=(bundled_workloads_dir(),), timeout_s=20)
     return ServerConfig(settings=settings, workspace=tmp_path / "ws")

@@ -31,11 +31,6 @@ RELEASE_AFTER_S = 3.0
 
 
 @pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
-@pytest.fixture
 def config(tmp_path: Path) -> ServerConfig:
     settings = Settings(harness=write_harness(tmp_path, "fake"), timeout_s=20,
                         workload_dirs=(bundled_workloads_dir(), write_tiny_workload(tmp_path / "extra")))

@@ -28,11 +28,6 @@ from kernelopt_mcp.service import ServerConfig
 pytestmark = pytest.mark.anyio
 
 
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
 def config(tmp_path: Path, ncu: Path | None, **settings: Any) -> ServerConfig:
     extra = write_tiny_workload(tmp_path / "extra")
     s = Settings(
@@ -46,7 +41,6 @@ def config(tmp_path: Path, ncu: Path | None, **settings: Any) -> ServerConfig:
 async def client(cfg: ServerConfig) -> AsyncIterator[Client]:
     async with in_memory_server(cfg) as (c, _):
         yield c
-
 
 
 async def test_ncu_profile_returns_the_summary_with_progress(tmp_path: Path, stub: Path) -> None:  # noqa: F811

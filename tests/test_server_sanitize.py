@@ -26,11 +26,6 @@ FIXTURES = Path(__file__).parent / "fixtures" / "sanitizer"
 pytestmark = pytest.mark.anyio
 
 
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
 def config(tmp_path: Path, sanitizer: Path | None) -> ServerConfig:
     settings = Settings(
         harness=write_harness(tmp_path, "fake"), sanitizer=sanitizer, timeout_s=20,
@@ -46,7 +41,6 @@ def stand_in(tmp_path: Path) -> Path:
     path.write_text(f"#!/bin/sh\nexec {sys.executable} {script} \"$@\"\n")
     path.chmod(0o755)
     return path
-
 
 
 async def test_a_sanitizer_error_fails_a_passing_kernel(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

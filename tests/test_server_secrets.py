@@ -28,11 +28,6 @@ TUNE = Path(__file__).resolve().parent / "fixtures" / "tune"
 pytestmark = pytest.mark.anyio
 
 
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
 def _config(tmp_path: Path, ncu: Path) -> ServerConfig:
     settings = Settings(
         harness=write_harness(tmp_path, "fake"), ncu=ncu, timeout_s=20, iterations=5, warmup=1,

@@ -24,17 +24,11 @@ pytestmark = pytest.mark.anyio
 
 
 @pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
-@pytest.fixture
 def config(tmp_path: Path) -> ServerConfig:
     tiny = write_tiny_workload(tmp_path / "extra")
     settings = Settings(harness=write_harness(tmp_path, "fake"), workload_dirs=(bundled_workloads_dir(), tiny),
                         timeout_s=20, iterations=5, warmup=1)
     return ServerConfig(settings=settings, workspace=tmp_path / "ws", extra_roots=(FIXTURES,))
-
 
 
 async def test_autotune_finds_the_best_and_the_cache_remeasures_nothing(config: ServerConfig) -> None:

@@ -16,11 +16,6 @@ from kernelopt_mcp.service import ServerConfig
 pytestmark = pytest.mark.anyio
 
 
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
 async def test_a_changed_reference_is_prepared_again(tmp_path: Path) -> None:
     wl = tmp_path / "extra" / "tiny_cuda"
     wl.mkdir(parents=True)
