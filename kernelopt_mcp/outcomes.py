@@ -8,15 +8,18 @@ needs to fix it.
 from __future__ import annotations
 
 from enum import StrEnum
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, Field
 
 from .clocks import ClockSample
 from .compare import OutputComparison
 from .compiler import CompileResult
-from .roofline import CaseRoofline
+from .roofline import CaseRoofline, Peaks, case_cost, case_roofline
 from .stats import TimingStats
+
+if TYPE_CHECKING:
+    from .workload import Workload
 
 
 class Status(StrEnum):
@@ -150,3 +153,16 @@ class EvaluationResult(BaseModel):
 def worst(statuses: list[Status]) -> Status:
     """The most serious of ``statuses`` (``ok`` for none)."""
     return min(statuses, key=_SEVERITY.index, default=Status.ok)
+
+
+def result_roofline(result: EvaluationResult, workload: Workload, peaks: Peaks) -> list[CaseRoofline]:
+    """Roofline figures of every timed case of an evaluation result."""
+    out = []
+    for cr in result.cases:
+        if cr.timing is None:
+            continue
+        bytes_, flops = case_cost(workload, workload.spec.case(cr.name))
+        out.append(case_roofline(
+            cr.name, cr.timing.median_ms, bytes_=bytes_, flops=flops, peaks=peaks, flush_l2=cr.timing.flush_l2,
+        ))
+    return out

@@ -30,7 +30,6 @@ from pydantic import BaseModel, Field
 from . import expr
 
 if TYPE_CHECKING:
-    from .evaluate import EvaluationResult
     from .workload import Case, Workload
 
 #: measured < floor / IMPOSSIBLE_MARGIN is flagged impossible (see the module docstring)
@@ -144,16 +143,3 @@ def case_cost(workload: Workload, case: Case) -> tuple[float | None, float | Non
     bytes_ = float(expr.evaluate(cost.bytes, case.scalars)) if cost.bytes else None
     flops = float(expr.evaluate(cost.flops, case.scalars)) if cost.flops else None
     return bytes_, flops
-
-
-def result_roofline(result: EvaluationResult, workload: Workload, peaks: Peaks) -> list[CaseRoofline]:
-    """Roofline figures of every timed case of an evaluation result."""
-    out = []
-    for cr in result.cases:
-        if cr.timing is None:
-            continue
-        bytes_, flops = case_cost(workload, workload.spec.case(cr.name))
-        out.append(case_roofline(
-            cr.name, cr.timing.median_ms, bytes_=bytes_, flops=flops, peaks=peaks, flush_l2=cr.timing.flush_l2,
-        ))
-    return out
