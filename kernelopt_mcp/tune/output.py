@@ -6,7 +6,8 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
-from .spec import Tunable, Value
+from .space import Value
+from .spec import Tunable
 from .tuner import TrialRow, TuneCounts, TuneResult
 
 

@@ -12,15 +12,13 @@ import json
 import math
 import random
 from collections.abc import Iterator
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from .. import expr
 from ..errors import ExpressionError
 
-if TYPE_CHECKING:
-    from .spec import TunableSpec, Value
-
-Config = dict[str, "Value"]
+Value = int | float | str
+Config = dict[str, Value]
 ENUMERATION_LIMIT = 200_000  # configurations checked one by one at most (constraints are ~10 us each)
 
 
@@ -29,8 +27,15 @@ def config_key(config: Config) -> str:
     return json.dumps(config, sort_keys=True, separators=(",", ":"))
 
 
+class Parameters(Protocol):
+    """What a space is built from: a :class:`~kernelopt_mcp.tune.spec.TunableSpec`."""
+
+    params: dict[str, list[Value]]
+    constraints: list[str]
+
+
 class Space:
-    def __init__(self, spec: TunableSpec) -> None:
+    def __init__(self, spec: Parameters) -> None:
         self.names = list(spec.params)
         self.values = [list(spec.params[n]) for n in self.names]
         self.constraints = list(spec.constraints)

@@ -30,8 +30,8 @@ from ..compiler import check_options
 from ..errors import ExpressionError, TunableError
 from ..launch import DeviceLimits, LaunchConfig, LaunchSpec, device_names
 from ..workload import Workload, read_json, read_text
+from .space import Space, Value
 
-Value = int | float | str
 IDENT_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 MAX_PARAMS = 16
 MAX_VALUES = 64
@@ -133,8 +133,6 @@ class Tunable:
                     f"{where}: constraint {c!r} names {sorted(unknown)}, which are not parameters; constraints may "
                     f"use only {sorted(params)}"
                 )
-        from .space import Space
-
         reason = Space(spec).violation(spec.defaults)
         if reason:
             raise TunableError(f"{where}: the defaults {spec.defaults} break the constraint {reason}; pick defaults that satisfy every constraint")

@@ -17,8 +17,8 @@ from pydantic import BaseModel, Field
 
 from ..evaluate import Candidate, EvaluationResult, Evaluator, Status
 from .cache import TuneCache, context_fields, entry_key
-from .space import Config, Space, config_key
-from .spec import Tunable, Value
+from .space import Config, Space, Value, config_key
+from .spec import Tunable
 from .strategies import auto_choice, make_strategy
 
 MAX_IDLE_ASKS = 500  # proposals in a row that bring nothing new: the strategy has converged
