@@ -16,16 +16,13 @@ import shutil
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from .compiler import CompileCache, compile_kernel
 from .inputs import MAX_BUFFER_BYTES
 from .results import CreatedWorkload, compile_output
 from .errors import WorkloadError
 from .workload import DataFile, WorkloadSpec, case_shape, load_workload, parse_spec, read_text
-
-if TYPE_CHECKING:
-    from .service import KerneloptService
 
 MAX_CREATED_WORKLOAD_BYTES = 4 * 2**30
 
@@ -34,13 +31,32 @@ class RequestError(ValueError):
     """The request cannot be served as asked; the message says what to change."""
 
 
+class _WorkspaceConfig(Protocol):
+    @property
+    def created_dir(self) -> Path: ...
+
+
+class Workspace(Protocol):
+    """What creating a workload needs of the server: a :class:`~kernelopt_mcp.service.KerneloptService`."""
+
+    @property
+    def config(self) -> _WorkspaceConfig: ...
+
+    @property
+    def compile_cache(self) -> CompileCache: ...
+
+    def workloads(self) -> dict[str, Path]: ...
+
+    def origin(self, directory: Path) -> str: ...
+
+
 def _mkdir(path: Path) -> Path:
     path.mkdir(parents=True, exist_ok=True)
     return path
 
 
 def create_workload(
-    service: KerneloptService, spec: dict[str, Any], reference_cu: str | None, initial_cu: str | None,
+    service: Workspace, spec: dict[str, Any], reference_cu: str | None, initial_cu: str | None,
     overwrite: bool, arch: str,
 ) -> CreatedWorkload:
     """Validate ``spec`` and the kernels, then store the workload in the workspace atomically
