@@ -91,7 +91,7 @@ def run_optimize(opts: Any, console: Console, quiet: bool = False) -> int:
 
     import anyio
 
-    from .finalize import error_text, finalize
+    from .finalize import error_text, finalize, summary
     from kernelopt_mcp.errors import KerneloptError
 
     from .loop import Optimizer, RunFailed, preflight
@@ -110,7 +110,7 @@ def run_optimize(opts: Any, console: Console, quiet: bool = False) -> int:
     run.write_json("config.json", opts.as_json())
     display = Display(console, quiet=quiet)
     display.info(f"{run.name}: {run.path}")
-    opt = Optimizer(opts, run, display, parts=parts)
+    opt = Optimizer(opts, run, display, parts=parts, summarize=summary)
     opt.write_progress()
 
     def terminate(signum: int, frame: Any) -> None:

@@ -17,7 +17,8 @@ from kernelopt_mcp.launch import LaunchSpec
 from .options import redact_url
 
 if TYPE_CHECKING:
-    from .loop import CandidateRecord, Optimizer
+    from .loop import Optimizer
+    from .records import CandidateRecord
 
 
 def finalize(opt: Optimizer, status: str, *, error: str | None = None) -> dict[str, Any]:

@@ -16,7 +16,7 @@ from matplotlib.figure import Figure
 from kernelopt_mcp.inputs import write_atomic
 
 if TYPE_CHECKING:
-    from .loop import CandidateRecord
+    from .records import CandidateRecord
 
 
 def write_heatmap(

@@ -16,7 +16,7 @@ from __future__ import annotations
 import json
 import os
 import time
-from dataclasses import asdict, dataclass, field
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -35,6 +35,7 @@ from .options import OptimizeOptions
 from .parts import Parts, PartsError, load_parts
 from .progress import Display
 from .proposal import PROPOSAL_SCHEMA, Proposal, ProposalError, parse_proposal
+from .records import CandidateRecord
 from .rundir import RunDir
 from .toolbox import Toolbox, ToolResult, model_text
 
@@ -72,51 +73,15 @@ def preflight(opts: OptimizeOptions) -> Parts:
     return parts
 
 
-@dataclass
-class CandidateRecord:
-    index: int
-    label: str
-    kind: str  # reference | initial | proposal | repair | untuned | tuned
-    iteration: int | None
-    source: str
-    launch: dict[str, Any]
-    compile_options: list[str] = field(default_factory=list)
-    rationale: str = ""
-    status: str = "pending"
-    score_ms: float | None = None
-    speedup: float | None = None
-    case_ms: dict[str, float] = field(default_factory=dict)
-    case_status: dict[str, str] = field(default_factory=dict)
-    checks: list[str] = field(default_factory=list)  # the integrity checks its evaluation ran (the result's own list)
-    message: str = ""
-    feedback: str = ""
-    profile_case: str = ""
-    profile_text: str = ""
-    profile_files: list[str] = field(default_factory=list)
-    model_calls: list[int] = field(default_factory=list)
-    tool_call: int | None = None
-    seconds: float = 0.0
-
-    @property
-    def valid(self) -> bool:
-        return self.status == "ok"
-
-    @property
-    def dir(self) -> str:
-        return f"candidates/{self.label}"
-
-    def as_json(self) -> dict[str, Any]:
-        data = asdict(self)
-        data.pop("source")
-        data.pop("feedback")
-        data["valid"] = self.valid
-        data["files"] = {k: f"{self.dir}/{k}" for k in ("source.cu", "launch.json", "request.json", "result.json")}
-        return data
-
-
 class Optimizer:
-    def __init__(self, opts: OptimizeOptions, run: RunDir, display: Display, parts: Parts | None = None) -> None:
+    def __init__(
+        self, opts: OptimizeOptions, run: RunDir, display: Display, parts: Parts | None = None, *,
+        summarize: Callable[[Optimizer, str], dict[str, Any]],
+    ) -> None:
+        """``summarize(optimizer, status)`` is summary.json's content (``finalize.summary``): the
+        caller passes it, since finalize reads the optimizer and the loop stays below it."""
         self.opts = opts
+        self.summarize = summarize
         self.run = run
         self.display = display
         self.started = time.time()
@@ -531,10 +496,8 @@ class Optimizer:
         self.history.append({"event": "step", "node": node, "message": message, "time": time.time()})
 
     def write_progress(self) -> None:
-        from .finalize import summary
-
         self.run.write_json("history.json", self.history)
-        self.run.write_json("summary.json", summary(self, "running"))
+        self.run.write_json("summary.json", self.summarize(self, "running"))
 
 
 def ncu_unusable(text: str) -> bool:

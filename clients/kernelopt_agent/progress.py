@@ -12,7 +12,7 @@ from rich.markup import escape
 from rich.table import Table
 
 if TYPE_CHECKING:
-    from .loop import CandidateRecord
+    from .records import CandidateRecord
 
 
 class Display:

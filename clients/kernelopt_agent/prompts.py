@@ -12,8 +12,8 @@ import json
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from .loop import CandidateRecord
     from .freeze import FrozenWorkload
+    from .records import CandidateRecord
 
 SYSTEM = """You are an expert CUDA performance engineer. You optimize one GPU kernel with kernelopt: each
 iteration you propose a kernel and its per-case launch configuration; kernelopt compiles it with NVRTC,
