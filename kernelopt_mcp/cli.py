@@ -7,7 +7,8 @@ import json
 import os
 import sys
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from importlib.metadata import EntryPoint, entry_points
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -610,12 +611,23 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 AGENT_COMMANDS = ("optimize", "graph", "runs")
+# The orchestrator's commands are found as entry points (pyproject.toml), so the library never
+# imports the client package; an install whose metadata predates the group gets the same value.
+COMMAND_GROUP = "kernelopt.commands"
+AGENT_MAIN = "kernelopt_agent.cli:main"
+
+
+def agent_command(name: str) -> EntryPoint:
+    """The entry point that provides the orchestrator command ``name``."""
+    for found in entry_points(group=COMMAND_GROUP, name=name):
+        return found
+    return EntryPoint(name=name, value=AGENT_MAIN, group=COMMAND_GROUP)
 
 
 def run_agent(argv: list[str]) -> int:
-    """Hand an orchestrator command to kernelopt_agent, imported only now (it imports openai and mcp)."""
+    """Hand an orchestrator command to kernelopt_agent, loaded only now (it imports openai and mcp)."""
     try:
-        from kernelopt_agent.cli import main as agent_main
+        agent_main: Callable[[list[str]], int] = agent_command(argv[0]).load()
     except ImportError as exc:
         print(f"error: `kernelopt {argv[0]}` needs the kernelopt_agent package ({exc}); reinstall kernelopt with "
               "`pip install .`", file=sys.stderr)
