@@ -1,0 +1,156 @@
+"""The import graph, read from the source with ``ast``: no cycles, no upward arrows.
+
+Counts top-level and function-level imports alike (an import moved into a function to dodge
+a cycle is still a cycle) and resolves relative imports. ``if TYPE_CHECKING:`` imports are
+counted too: they are the same dependency, only deferred.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+PACKAGES = {
+    "kernelopt_mcp": ROOT / "kernelopt_mcp",
+    "kernelopt_agent": ROOT / "clients" / "kernelopt_agent",
+}
+# Modules of kernelopt_mcp that may import mcp: the server and the command line that starts it.
+MCP_ALLOWED = {"kernelopt_mcp.server", "kernelopt_mcp.cli", "kernelopt_mcp.__main__"}
+
+
+def _module_name(package: str, root: Path, path: Path) -> str:
+    parts = [package, *path.relative_to(root).with_suffix("").parts]
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def _modules() -> dict[str, Path]:
+    modules = {}
+    for package, root in PACKAGES.items():
+        for path in sorted(root.rglob("*.py")):
+            modules[_module_name(package, root, path)] = path
+    return modules
+
+
+def _imported_names(module: str, path: Path) -> set[str]:
+    """Every dotted name ``module`` imports, relative imports resolved to absolute ones."""
+    is_package = path.name == "__init__.py"
+    names: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            names.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = module.split(".")
+                if not is_package:
+                    base = base[:-1]
+                base = base[: len(base) - (node.level - 1)]
+                source = ".".join(base + ([node.module] if node.module else []))
+            else:
+                source = node.module or ""
+            names.add(source)
+            # "from package import module" imports the submodule.
+            names.update(f"{source}.{alias.name}" for alias in node.names)
+    return names
+
+
+def _graph() -> tuple[dict[str, set[str]], dict[str, set[str]]]:
+    """(edges between the project's modules, every name each module imports)."""
+    modules = _modules()
+    edges: dict[str, set[str]] = {}
+    imported: dict[str, set[str]] = {}
+    for module, path in modules.items():
+        names = _imported_names(module, path)
+        imported[module] = names
+        targets = set()
+        for name in names:
+            # The longest project module that the name is or lies inside.
+            parts = name.split(".")
+            for end in range(len(parts), 0, -1):
+                candidate = ".".join(parts[:end])
+                if candidate in modules:
+                    if candidate != module:
+                        targets.add(candidate)
+                    break
+        edges[module] = targets
+    return edges, imported
+
+
+def _cycles(edges: dict[str, set[str]], prefix: str) -> list[list[str]]:
+    """The strongly connected components of more than one module under ``prefix`` (Tarjan)."""
+    nodes = [n for n in edges if n == prefix or n.startswith(prefix + ".")]
+    sub = {n: sorted(t for t in edges[n] if t in nodes) for n in nodes}
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    components: list[list[str]] = []
+
+    def visit(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        on_stack.add(node)
+        for target in sub[node]:
+            if target not in index:
+                visit(target)
+                low[node] = min(low[node], low[target])
+            elif target in on_stack:
+                low[node] = min(low[node], index[target])
+        if low[node] == index[node]:
+            component = []
+            while True:
+                member = stack.pop()
+                on_stack.discard(member)
+                component.append(member)
+                if member == node:
+                    break
+            if len(component) > 1:
+                components.append(sorted(component))
+
+    for node in sorted(nodes):
+        if node not in index:
+            visit(node)
+    return components
+
+
+# A package's __init__ re-exporting its submodules, and the submodules importing the package's
+# siblings through it, is the ordinary shape of a package, not a cycle between modules; the
+# package node is left out so that only module-to-module cycles count.
+def _without_packages(edges: dict[str, set[str]]) -> dict[str, set[str]]:
+    modules = _modules()
+    packages = {m for m, p in modules.items() if p.name == "__init__.py"}
+    return {m: t - packages for m, t in edges.items() if m not in packages}
+
+
+def test_no_cycles_in_kernelopt_mcp() -> None:
+    edges, _ = _graph()
+    assert _cycles(_without_packages(edges), "kernelopt_mcp") == []
+
+
+def test_no_cycles_in_kernelopt_agent() -> None:
+    edges, _ = _graph()
+    assert _cycles(_without_packages(edges), "kernelopt_agent") == []
+
+
+def test_library_never_imports_the_client_or_openai() -> None:
+    _, imported = _graph()
+    upward = {
+        module: sorted(n for n in names if n.split(".")[0] in {"kernelopt_agent", "openai"})
+        for module, names in imported.items()
+        if module.startswith("kernelopt_mcp")
+    }
+    assert {m: n for m, n in upward.items() if n} == {}
+
+
+def test_only_the_server_and_cli_import_mcp() -> None:
+    _, imported = _graph()
+    users = sorted(
+        module
+        for module, names in imported.items()
+        if module.startswith("kernelopt_mcp")
+        and module not in MCP_ALLOWED
+        and any(n == "mcp" or n.startswith("mcp.") for n in names)
+    )
+    assert users == []
