@@ -42,7 +42,7 @@ from .sanitizer import (
     sanitize_candidate,
     verdict,
 )
-from .workload import Workload, json_schema
+from .workload import Workload, json_schema, read_text
 
 EXIT_OK, EXIT_FAILED, EXIT_ERROR = 0, 1, 2
 
@@ -134,7 +134,7 @@ def cmd_workloads(args: argparse.Namespace, out: Console) -> int:
 
 def cmd_compile(args: argparse.Namespace, out: Console) -> int:
     settings = _settings(args)
-    source = Path(args.file).read_text()
+    source = read_text(Path(args.file), "kernel source", KerneloptError)
     arch, arch_from = args.arch, "argument"
     if arch is None and settings.arch is not None:
         arch, arch_from = settings.arch, "setting (KERNELOPT_ARCH)"
@@ -165,13 +165,13 @@ def _candidate(args: argparse.Namespace, workload: Workload, kernel: str | None 
     launch; or the initial kernel."""
     kernel = kernel or args.kernel
     if kernel:
-        source = Path(kernel).read_text()
+        source = read_text(Path(kernel), "kernel source", KerneloptError)
         beside = Path(kernel).with_name(Path(kernel).stem + ".launch.json")
         options = list(args.option or [])
         if args.launch:
-            launch = LaunchSpec.model_validate_json(Path(args.launch).read_text())
+            launch = LaunchSpec.model_validate_json(read_text(Path(args.launch), "launch file", KerneloptError))
         elif beside.is_file():
-            data = json.loads(beside.read_text())
+            data = json.loads(read_text(beside, "launch file", KerneloptError))
             if isinstance(data, dict) and "launch" in data:
                 launch = LaunchSpec.model_validate(data["launch"])
                 options += list(data.get("compile_options") or [])
@@ -184,7 +184,7 @@ def _candidate(args: argparse.Namespace, workload: Workload, kernel: str | None 
         return Candidate(source, launch, options, Path(kernel).stem)
     candidate = initial_candidate(workload)
     if args.launch:
-        candidate.launch = LaunchSpec.model_validate_json(Path(args.launch).read_text())
+        candidate.launch = LaunchSpec.model_validate_json(read_text(Path(args.launch), "launch file", KerneloptError))
     return candidate
 
 

@@ -117,3 +117,12 @@ def test_python_dash_m_runs_the_cli() -> None:
     assert done.returncode == 0 and done.stdout.startswith("kernelopt ")
     done = _run("schema")
     assert json.loads(done.stdout)["title"] == "kernelopt workload"
+
+
+def test_compile_of_a_fifo_fails_at_once(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # `kernelopt compile FIFO` waited for a writer forever (Path.read_text): the CLI reads kernels
+    # and launch files through the same hardened reader as the server (regular files only)
+    fifo = tmp_path / "k.cu"
+    os.mkfifo(fifo)
+    assert main(["compile", str(fifo), "--json"]) == 2
+    assert "not a regular file" in json.loads(capsys.readouterr().out)["message"]

@@ -97,10 +97,15 @@ async def test_paths_under_the_clients_roots_are_readable(config: ServerConfig, 
         service.close()
 
 
-async def test_roots_are_not_used_when_turned_off(config: ServerConfig, tmp_path: Path) -> None:
+def shared_dir(tmp_path: Path) -> Path:
+    """A folder a client shares, holding one kernel k.cu."""
     shared = tmp_path / "shared"
     shared.mkdir()
     (shared / "k.cu").write_text(kernel())
+    return shared
+
+async def test_roots_are_not_used_when_turned_off(config: ServerConfig, tmp_path: Path) -> None:
+    shared = shared_dir(tmp_path)
     app, service = build_server(config, client_roots=False)  # HTTP on a non-loopback address
     try:
         async with Client(app, list_roots_callback=_roots_callback(shared)) as client:
@@ -112,9 +117,7 @@ async def test_roots_are_not_used_when_turned_off(config: ServerConfig, tmp_path
 
 async def test_roots_over_the_legacy_handshake(config: ServerConfig, tmp_path: Path) -> None:
     """Clients on protocol revisions before 2026-07-28 answer roots/list over the back-channel."""
-    shared = tmp_path / "shared"
-    shared.mkdir()
-    (shared / "k.cu").write_text(kernel())
+    shared = shared_dir(tmp_path)
     app, service = build_server(config)
     try:
         async with Client(app, mode="legacy", list_roots_callback=_roots_callback(shared)) as client:
