@@ -1,0 +1,49 @@
+"""The MCP server assembled: instructions, tools, resources, prompts and completions over one
+:class:`~kernelopt_mcp.service.KerneloptService`."""
+
+from __future__ import annotations
+
+from mcp.server.mcpserver import MCPServer
+
+from .. import __version__
+from ..service import KerneloptService, ServerConfig
+from .resources import register_completions, register_prompts, register_resources
+from .roots import ROOTS_OFF
+from .tools_analysis import register_analysis_tools
+from .tools_evaluate import register_evaluate_tools
+from .tools_workloads import register_workload_tools
+from .transport import token_auth
+
+INSTRUCTIONS = """\
+kernelopt: trustworthy GPU tools for writing fast CUDA kernels. The loop: list_workloads ->
+describe_workload (prototype, cases, reference and starting kernel) -> write a kernel -> compile
+(fix errors, watch registers and spills) -> validate (every case must pass) -> benchmark (score =
+geometric mean of the performance cases' median latencies; speedup vs the CUDA reference) ->
+iterate. ncu_profile says why a kernel is slow (hardware counters and hints); docs_search finds
+CUDA optimization guidance. autotune searches the values of a kernel's tunable parameters (tile
+sizes, block sizes) once its structure is right. A failing kernel is a result with a status and details, never a server error. The
+prompt optimize_kernel primes this loop."""
+
+
+def build_server(
+    config: ServerConfig, *, token: str | None = None, log_level: str = "WARNING", client_roots: bool = True,
+) -> tuple[MCPServer, KerneloptService]:
+    """The MCP server and the service behind it (close the service when done).
+
+    ``client_roots``: paths under the roots a client advertises are readable like --root
+    directories. Off for HTTP on a non-loopback address: a remote client's roots name its own
+    machine, not this one."""
+    service = KerneloptService(config)
+    app: MCPServer = MCPServer(
+        "kernelopt", title="kernelopt: GPU kernel tools", version=__version__, instructions=INSTRUCTIONS,
+        log_level=log_level, **token_auth(token),
+    )
+    if not client_roots:
+        ROOTS_OFF.add(app)
+    register_evaluate_tools(app, service)
+    register_workload_tools(app, service)
+    register_analysis_tools(app, service)
+    register_resources(app, service)
+    register_prompts(app)
+    register_completions(app, service)
+    return app, service

@@ -1,0 +1,125 @@
+"""``kernelopt-mcp``: argument parsing, the server's configuration from flags and environment
+(the only place the server reads ``os.environ``), and :func:`main` (stdio or streamable HTTP)."""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import re
+import signal
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from .. import __version__
+from ..config import Settings
+from ..service import DEFAULT_MAX_SESSIONS, DEFAULT_SESSION_IDLE_TIMEOUT_S, ServerConfig
+from .build import build_server
+from .transport import bind_kind, http_app
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="kernelopt-mcp", description="kernelopt's GPU tools as an MCP server (stdio by default).")
+    p.add_argument("--version", action="version", version=f"kernelopt-mcp {__version__}")
+    p.add_argument("--workspace", help="created workloads and runs (default ~/.kernelopt; env KERNELOPT_MCP_WORKSPACE); caches are in KERNELOPT_CACHE, else $XDG_CACHE_HOME/kernelopt or ~/.cache/kernelopt (see `kernelopt cache info`)")
+    p.add_argument("--root", action="append", default=[], help="another directory `path` arguments may read, repeatable (env KERNELOPT_MCP_ROOTS, ':'-separated)")
+    p.add_argument("--harness", help="kernelopt-harness binary (default: the installed one; env KERNELOPT_HARNESS)")
+    p.add_argument("--device", type=int, help="CUDA device ordinal (default 0; env KERNELOPT_DEVICE)")
+    p.add_argument("--arch", help="compile target override, e.g. sm_90 (env KERNELOPT_ARCH)")
+    p.add_argument("--http", action="store_true", help="serve streamable HTTP instead of stdio")
+    p.add_argument("--host", default="127.0.0.1", help="HTTP bind address (default 127.0.0.1; any other needs a token)")
+    p.add_argument("--port", type=int, default=8000, help="HTTP port (default 8000)")
+    p.add_argument("--token", help="bearer token clients must send over HTTP (prefer env KERNELOPT_MCP_TOKEN: flags show in ps)")
+    p.add_argument("--allowed-host", action="append", default=[], help="Host name clients use to reach a non-loopback bind, repeatable")
+    p.add_argument("--session-idle-timeout", type=float, help=f"seconds an HTTP session may stay idle (no request in flight) before it is closed and its id answers 404 (default {DEFAULT_SESSION_IDLE_TIMEOUT_S:.0f}; env KERNELOPT_MCP_SESSION_IDLE_TIMEOUT)")
+    p.add_argument("--max-sessions", type=int, help=f"open HTTP sessions at most; beyond, a new one gets 503 until others end or expire (default {DEFAULT_MAX_SESSIONS}; env KERNELOPT_MCP_MAX_SESSIONS)")
+    p.add_argument("--unconfined-compiler", action="store_true", default=None,
+                   help="where the kernel has no Landlock, compile WITHOUT confining NVRTC: a kernel could read this "
+                   "user's files into a compile log (trusted clients only; env KERNELOPT_UNCONFINED_COMPILER=1)")
+    p.add_argument("--log-level", default="WARNING", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
+    return p
+
+
+def config_from_args(args: argparse.Namespace, environ: dict[str, str] | None = None) -> ServerConfig:
+    env = dict(os.environ if environ is None else environ)
+    settings = Settings.from_env(
+        env, harness=args.harness, device=args.device, arch=args.arch,
+        unconfined_compiler=getattr(args, "unconfined_compiler", None),
+    )
+    if settings.arch and not re.fullmatch(r"sm_\d{2,3}[a-z]?", settings.arch):
+        raise SystemExit(f"kernelopt-mcp: --arch {settings.arch!r} is not of the form sm_90")
+    workspace = Path(args.workspace or env.get("KERNELOPT_MCP_WORKSPACE") or Path.home() / ".kernelopt").expanduser()
+    roots = [*args.root, *(r for r in env.get("KERNELOPT_MCP_ROOTS", "").split(os.pathsep) if r)]
+    idle = _flag_or_env(getattr(args, "session_idle_timeout", None), env, "KERNELOPT_MCP_SESSION_IDLE_TIMEOUT", float, DEFAULT_SESSION_IDLE_TIMEOUT_S)
+    sessions = _flag_or_env(getattr(args, "max_sessions", None), env, "KERNELOPT_MCP_MAX_SESSIONS", int, DEFAULT_MAX_SESSIONS)
+    if not (math.isfinite(idle) and idle > 0):
+        raise SystemExit(f"kernelopt-mcp: --session-idle-timeout {idle} must be a positive number of seconds")
+    if sessions < 1:
+        raise SystemExit(f"kernelopt-mcp: --max-sessions {sessions} must be at least 1")
+    return ServerConfig(
+        settings=settings, workspace=workspace.resolve(), extra_roots=tuple(Path(r).expanduser().resolve() for r in roots),
+        session_idle_timeout_s=idle, max_sessions=sessions,
+    )
+
+
+def _flag_or_env(flag: Any, env: dict[str, str], var: str, convert: Callable[[str], Any], default: Any) -> Any:
+    if flag is not None:
+        return flag
+    if env.get(var):
+        try:
+            return convert(env[var])
+        except ValueError:
+            raise SystemExit(f"kernelopt-mcp: {var}={env[var]!r} is not a {convert.__name__}") from None
+    return default
+
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    token = args.token or os.environ.get("KERNELOPT_MCP_TOKEN") or None
+    kind = bind_kind(args.host) if args.http else "loopback"
+    if kind != "loopback":
+        if not token:
+            print(
+                f"kernelopt-mcp: refusing to serve HTTP on {args.host} without a bearer token: anyone who can reach "
+                "it could run code on this GPU. Set KERNELOPT_MCP_TOKEN (or --token), or bind to 127.0.0.1.",
+                file=sys.stderr,
+            )
+            return 2
+        if kind == "wildcard" and not args.allowed_host:
+            print(
+                f"kernelopt-mcp: binding to {args.host} (every interface) needs --allowed-host NAME for each host "
+                "name clients use (DNS-rebinding protection answers only known Host headers).",
+                file=sys.stderr,
+            )
+            return 2
+    config = config_from_args(args)
+    config.workspace.mkdir(parents=True, exist_ok=True)
+    app, service = build_server(
+        config, token=token if args.http else None, log_level=args.log_level, client_roots=kind == "loopback",
+    )
+    try:
+        if not args.http:
+            def terminate(signum: int, frame: Any) -> None:
+                # stopped by the client: stop the harness, remove the private files, and exit now
+                # (a worker thread blocked reading stdin would otherwise hold the process open)
+                service.close()
+                os._exit(128 + signum)
+
+            signal.signal(signal.SIGTERM, terminate)
+            app.run("stdio")
+            return 0
+        import uvicorn
+
+        starlette_app = http_app(app, config, args.host, args.allowed_host)
+        print(
+            f"kernelopt-mcp: streamable HTTP on http://{args.host}:{args.port}/mcp"
+            + (" (bearer token required)" if token else ""),
+            file=sys.stderr, flush=True,
+        )
+        uvicorn.Server(uvicorn.Config(starlette_app, host=args.host, port=args.port, log_level=args.log_level.lower())).run()
+        return 0
+    finally:
+        service.close()

@@ -1,0 +1,96 @@
+"""Tools about workloads: list_workloads, describe_workload, create_workload."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Any
+
+import anyio
+from mcp.server.mcpserver import MCPServer
+from mcp_types import CallToolResult, ToolAnnotations
+from pydantic import Field
+
+from ..compiler import MAX_SOURCE_BYTES
+from ..errors import KerneloptError
+from ..results import (
+    CreatedWorkload,
+    WorkloadDescription,
+    WorkloadList,
+    WorkloadSummary,
+    describe,
+)
+from ..service import KerneloptService
+from .toolkit import WorkloadName, tool, tool_errors, tool_result
+
+
+def register_workload_tools(app: MCPServer, service: KerneloptService) -> None:
+    @tool(app, "list_workloads", "List workloads")
+    async def list_workloads() -> Annotated[CallToolResult, WorkloadList]:
+        """The workloads kernels are validated and benchmarked against: bundled ones, configured ones
+        and those made with create_workload, each with its description, kernel prototype and number
+        of correctness and performance cases. Cheap, no GPU. Next: describe_workload(name)."""
+        out = await anyio.to_thread.run_sync(_list, service)
+        return tool_result(out, out.text())
+
+    @tool(app, "describe_workload", "Describe a workload")
+    async def describe_workload(name: WorkloadName) -> Annotated[CallToolResult, WorkloadDescription]:
+        """Everything needed to write a kernel for a workload: the exact C prototype (entry name,
+        parameter order and types), each parameter's dtype, role (in: read-only, checked unchanged;
+        out: written; inout: both) and shape; every case with its kind (correctness: small, odd
+        sizes and edge cases; performance: timed and scored), scalars and buffer shapes; the input
+        generators; the tolerances; the cost model (FLOPs and bytes per case); the CUDA reference
+        (reference_cu: what speedups are measured against); and the starting kernel (initial_cu)
+        with initial_launch, a valid `launch` argument to start from. Cheap, no GPU."""
+        with tool_errors():
+            wl = await anyio.to_thread.run_sync(service.load, name)
+            out = describe(wl, service.origin(wl.root or Path()))
+        return tool_result(out, out.text())
+
+    @tool(
+        app, "create_workload", "Create a workload",
+        ToolAnnotations(read_only_hint=False, destructive_hint=True, idempotent_hint=True, open_world_hint=False),
+    )
+    async def create_workload(
+        spec: Annotated[dict[str, Any], Field(description="a workload.json object (see the tool description)")],
+        reference_cu: Annotated[str | None, Field(max_length=MAX_SOURCE_BYTES, description="CUDA source of the reference kernel; it defines correct outputs")] = None,
+        initial_cu: Annotated[str | None, Field(max_length=MAX_SOURCE_BYTES, description="CUDA source of a starting kernel (needs spec.initial.launch)")] = None,
+        overwrite: Annotated[bool, Field(description="replace a workload created earlier under the same name")] = False,
+    ) -> Annotated[CallToolResult, CreatedWorkload]:
+        """Store a new workload in the server's workspace so validate and benchmark can name it.
+        `spec` is a workload.json object (JSON Schema: resource kernelopt://schema/workload; example:
+        kernelopt://workloads/vector_add/workload.json): name, description, signature {entry, params:
+        buffers {"kind": "buffer", name, dtype, role in|out|inout, shape: integers or expressions of
+        scalars} and scalars {"kind": "scalar", name, dtype}}, inputs (a generator per input buffer:
+        uniform, normal, randint, arange or constant), cases (1-64 of {name, kind: correctness |
+        performance, scalars}), tolerance per output {rtol, atol}, reference {launch} (the launch of
+        reference_cu), initial {launch} (with initial_cu), cost {flops, bytes} expressions.
+        reference_cu is required (unless overwrite keeps the stored one): its outputs define correct,
+        and nothing checks it independently (a NumPy oracle cannot be created through this server),
+        so keep it simple and obviously right. Limits: 64 cases, 8 GiB per buffer, 4 GiB of buffers
+        over all cases; data files are refused. The spec is validated (errors name the field) and
+        the sources are compiled and checked against the signature before anything is stored.
+        Bundled names are refused; a created workload is replaced only with overwrite=true. No GPU
+        needed: the reference first runs on the next validate."""
+        with tool_errors():
+            arch, _ = await service.target_arch(None)
+            out = await anyio.to_thread.run_sync(
+                lambda: service.create_workload(spec, reference_cu, initial_cu, overwrite, arch)
+            )
+        return tool_result(out, out.text())
+
+
+def _list(service: KerneloptService) -> WorkloadList:
+    rows, errors = [], []
+    for name, directory in service.workloads().items():
+        try:
+            wl = service.load(name)
+        except (KerneloptError, ValueError) as exc:
+            errors.append(f"{name}: {exc}")
+            continue
+        rows.append(WorkloadSummary(
+            name=name, origin=service.origin(directory), description=wl.spec.description,
+            c_prototype=wl.signature.c_prototype(),
+            correctness_cases=sum(c.kind == "correctness" for c in wl.spec.cases),
+            performance_cases=len(wl.spec.performance_cases),
+        ))
+    return WorkloadList(workloads=rows, errors=errors)
