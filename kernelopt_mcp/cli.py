@@ -599,6 +599,10 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--json", action="store_true", help="print the result as JSON; errors too")
     sp.set_defaults(fn=cmd_cache)
 
+    from .torch_cli import add_parser as add_import_torch
+
+    add_import_torch(sub)  # kernelopt import-torch: a PyTorch problem file becomes a workload (torch_import.py)
+
     sp = sub.add_parser("schema", help="print the JSON Schema of workload.json")
     sp.add_argument("--output", "-o", help="write to a file instead of stdout")
     sp.set_defaults(fn=cmd_schema)

@@ -1,0 +1,583 @@
+"""``kernelopt import-torch``: a KernelBench-style PyTorch problem file becomes a workload.
+
+What converts: a ``Model(nn.Module)`` whose forward takes tensors and Python numbers (from
+``get_inputs()``) and returns one tensor, deterministically, without changing its inputs or its
+own state. Its parameters and registered buffers (``nn.Linear`` weights, a causal mask) become
+extra input buffers filled from the module's initialized values. Everything else is refused with
+:class:`~kernelopt_mcp.torch_problem.TorchProblemError` naming the reason.
+
+The workload written (a directory):
+
+- ``workload.json``: the signature (tensor inputs, then parameters, as ``in`` buffers; the output
+  as the ``out`` buffer; Python ints as int32 scalars, floats as float32; every dimension that
+  changes with the size constants as an int32 scalar named after its constant), the cases
+  (``small_odd`` and ``mid_odd`` correctness cases with the size constants scaled down to odd
+  sizes, and ``perf``, get_inputs' own sizes), tolerances by dtype (widened where the module's own
+  result differs more from its float64 result), the minimum bytes moved (and the FLOPs where
+  torch's FlopCounterMode counts them and they fit ``c * product of scalars``);
+- ``data/<case>/<buffer>.bin``: every input as drawn by torch, and a second draw under
+  ``hidden/`` named by each file's ``hidden_path`` (the timed check's hidden inputs);
+- ``expected/``: the module's output for both draws, and ``reference.py``, a NumPy oracle that
+  looks them up by the inputs' bytes: the GPU machine needs neither torch nor the problem file;
+- ``problem.py``: a copy of the problem, for the record (nothing imports it).
+
+Inputs are files, so the harness cannot redraw them before every timed launch (no generator
+could reproduce torch's values and the stored oracle knows only the stored draws): evaluation
+results say so in their ``checks``. A file does not record ``drawn_from`` for that reason.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import itertools
+import json
+import math
+import os
+import re
+import shutil
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from .dtypes import DType
+from .launch import LaunchSpec
+from .torch_problem import (
+    Arg,
+    Draw,
+    ProblemSource,
+    SizeConstant,
+    TorchProblemError,
+    draw,
+    parse_problem,
+    require_torch,
+)
+from .workload import DEFAULT_TOLERANCE, IDENTIFIER, WorkloadSpec, load_workload, parse_spec
+
+__all__ = ["TorchImportOptions", "TorchImportResult", "TorchProblemError", "import_torch_problem", "size_variants"]
+
+SMALL_SIZES = (5, 7, 11, 13, 17, 19, 23, 29, 31, 37, 41, 43, 47, 53, 59, 61)
+MAX_CORRECTNESS_BYTES = 256 * 2**20  # all buffers of one correctness case
+HIDDEN_SEED_OFFSET = 1_000_003
+INT32_MAX = 2**31 - 1
+
+
+@dataclass
+class TorchImportOptions:
+    """How to import a problem.
+
+    ``initial`` / ``initial_launch``: a starting kernel (CUDA source) and its launch; without one
+    the workload has no initial kernel (``kernelopt optimize --workload`` then has the model write
+    one, and a CUDA reference; ``kernelopt evaluate DIR KERNEL.cu --launch L.json`` evaluates yours).
+    """
+
+    name: str | None = None
+    seed: int = 0
+    initial_cu: str | None = None
+    initial_launch: LaunchSpec | None = None
+    initial_options: list[str] = field(default_factory=list)
+    overwrite: bool = False
+    max_correctness_bytes: int = MAX_CORRECTNESS_BYTES
+
+
+@dataclass
+class TorchImportResult:
+    path: Path
+    spec: WorkloadSpec
+    constants: list[SizeConstant]
+    notes: list[str]
+    torch_version: str
+
+    @property
+    def c_prototype(self) -> str:
+        return self.spec.signature.c_prototype()
+
+    def text(self) -> str:
+        lines = [f"workload {self.spec.name!r} written to {self.path}", f"  kernel: {self.c_prototype}"]
+        consts = ", ".join(f"{c.name}={c.value}" for c in self.constants) or "none found"
+        lines.append(f"  size constants (scaled for the correctness cases): {consts}")
+        for case in self.spec.cases:
+            scalars = ", ".join(f"{k}={v}" for k, v in case.scalars.items())
+            lines.append(f"  case {case.name} ({case.kind}){': ' + scalars if scalars else ''}")
+        lines += [f"  note: {n}" for n in self.notes]
+        return "\n".join(lines)
+
+
+def safe_name(stem: str) -> str:
+    """A workload/entry name from a file name: ``1_Square_matmul_`` -> ``p1_Square_matmul``."""
+    name = re.sub(r"\W+", "_", stem).strip("_") or "problem"
+    if name[0].isdigit():
+        name = f"p{name}"
+    return name[:64]
+
+
+def size_variants(constants: list[SizeConstant]) -> list[tuple[str, str, dict[str, int]]]:
+    """The cases' size constants: ``small_odd`` (each constant a distinct small prime, at most its
+    own value), ``mid_odd`` (about 1/16 of each, odd and distinct) and ``perf`` (as written).
+    Variants equal to an earlier one are left out."""
+    small = {c.name: min(c.value, SMALL_SIZES[i % len(SMALL_SIZES)]) for i, c in enumerate(constants)}
+    mid = {c.name: min(c.value, max(SMALL_SIZES[-1], (c.value // 16) | 1) + 2 * i) for i, c in enumerate(constants)}
+    perf = {c.name: c.value for c in constants}
+    out: list[tuple[str, str, dict[str, int]]] = []
+    for name, kind, values in (("small_odd", "correctness", small), ("mid_odd", "correctness", mid), ("perf", "performance", perf)):
+        if all(values != v for _, _, v in out) and (kind == "performance" or values != perf):
+            out.append((name, kind, values))
+    if len(out) == 1:  # nothing to scale: a correctness case of the same sizes, drawn with another seed
+        out.insert(0, ("check", "correctness", perf))
+    return out
+
+
+@dataclass
+class _Case:
+    name: str
+    kind: str
+    values: dict[str, int]
+    seed: int
+    main: Draw
+    hidden: Draw
+
+
+def import_torch_problem(
+    problem: str | Path, out_dir: str | Path, options: TorchImportOptions | None = None, *, source_text: str | None = None,
+) -> TorchImportResult:
+    """Convert a KernelBench-style problem file into a workload directory ``out_dir``.
+
+    Args:
+        problem: the problem file (its name labels messages; with ``source_text`` it is not read).
+        out_dir: the workload directory to write (must not exist unless ``options.overwrite``).
+        source_text: the problem's source, instead of reading ``problem``.
+
+    Raises:
+        TorchProblemError: torch is missing, or the problem is not convertible (the reason).
+        WorkloadError: the directory exists, or the workload written does not load.
+    """
+    options = options or TorchImportOptions()
+    torch = require_torch()
+    label = str(problem)
+    if source_text is None:
+        try:
+            source_text = Path(problem).read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as exc:
+            raise TorchProblemError(f"{label}: cannot read the problem file ({exc})") from None
+    out_dir = Path(out_dir)
+    if out_dir.exists() and not options.overwrite and any(out_dir.iterdir()):
+        raise TorchProblemError(f"{out_dir}: exists and is not empty; choose another directory or pass --force")
+    src = parse_problem(source_text, label)
+    name = options.name or safe_name(Path(label).stem)
+    if not re.match(IDENTIFIER, name):
+        raise TorchProblemError(f"name {name!r}: use letters, digits and _ (not starting with a digit)")
+    notes: list[str] = []
+    cases = _draw_cases(src, options, notes)
+    layout = _Layout.of(cases, src.constants)
+    spec_data = _spec(name, label, src, cases, layout, options, notes, torch.__version__)
+    parse_spec(spec_data, f"{label} (imported)")  # fail before writing anything
+    staging = Path(tempfile.mkdtemp(prefix=f".{name}.", dir=_mkdir(out_dir.parent)))
+    try:
+        _write(staging, spec_data, src, cases, layout, options, torch.__version__)
+        load_workload(staging)  # what was written loads
+        _move_into_place(staging, out_dir)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    spec = load_workload(out_dir).spec
+    return TorchImportResult(out_dir, spec, src.constants, notes, torch.__version__)
+
+
+def _mkdir(path: Path) -> Path:
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def _draw_cases(src: ProblemSource, options: TorchImportOptions, notes: list[str]) -> list[_Case]:
+    variants = size_variants(src.constants)
+    perf_name, _, perf_values = variants[-1]
+    seeds = {name: options.seed + 7919 * i for i, (name, _, _) in enumerate(variants)}
+    # the problem as written first: whether it converts at all is decided there
+    perf_seed = seeds[perf_name]
+    perf = _Case(perf_name, "performance", perf_values, perf_seed,
+                 draw(src, perf_values, perf_seed, reference64=True), draw(src, perf_values, perf_seed + HIDDEN_SEED_OFFSET))
+    _same_layout(perf.main, perf.hidden, src.label, "a second draw")
+    cases = []
+    for name, kind, values in variants[:-1]:
+        scaled = ", ".join(f"{k}={v}" for k, v in values.items() if v != perf_values[k]) or "as written"
+        try:
+            main = draw(src, values, seeds[name], reference64=True)
+            hidden = draw(src, values, seeds[name] + HIDDEN_SEED_OFFSET)
+            _same_layout(main, perf.main, src.label, f"the sizes of case {name}")
+            _same_layout(main, hidden, src.label, "a second draw")
+        except TorchProblemError as exc:
+            notes.append(f"correctness case {name} ({scaled}) left out: {exc}")
+            continue
+        size = sum(a.array.nbytes for a in _buffers(main))
+        if size > options.max_correctness_bytes:
+            notes.append(f"correctness case {name} ({scaled}) left out: {size} bytes of buffers")
+            continue
+        cases.append(_Case(name, kind, values, seeds[name], main, hidden))
+    if not cases:
+        notes.append("no correctness case of other sizes: the performance case is the only one (it is validated too)")
+    return [*cases, perf]
+
+
+def _buffers(d: Draw) -> list[Arg]:
+    return [*(a for a in d.args if a.array is not None), *d.state, d.output]
+
+
+def _same_layout(a: Draw, b: Draw, label: str, what: str) -> None:
+    """Both draws have the same arguments, dtypes and ranks (and shapes, for a second draw)."""
+    def layout(d: Draw, shapes: bool) -> list[tuple[Any, ...]]:
+        return [(x.name, x.dtype, len(x.shape), x.shape if shapes else None, x.array is None) for x in [*d.args, *d.state, d.output]]
+
+    same_sizes = what == "a second draw"
+    if layout(a, same_sizes) != layout(b, same_sizes):
+        detail = "shapes" if same_sizes else "arguments, dtypes or ranks"
+        raise TorchProblemError(
+            f"{label}: {what} gives other {detail} ({_describe(a)} vs {_describe(b)}); shapes must be fixed by "
+            "get_inputs and the size constants"
+        )
+
+
+def _describe(d: Draw) -> str:
+    return ", ".join(f"{x.name}{list(x.shape)}" if x.array is not None else f"{x.name}={x.number!r}" for x in [*d.args, *d.state, d.output])
+
+
+# --- the signature ---------------------------------------------------------------------------
+
+
+@dataclass
+class _Layout:
+    """Names and shapes: buffers (dims: int or a scalar's name) and scalars (name -> per-case value)."""
+
+    buffers: list[tuple[str, str, DType, list[int | str], str]]  # (name, role, dtype, shape, source key)
+    scalars: dict[str, tuple[DType, list[int | float]]]  # name -> (dtype, value per case)
+    number_args: dict[str, str]  # forward arg name -> scalar name
+
+    @classmethod
+    def of(cls, cases: list[_Case], constants: list[SizeConstant]) -> _Layout:
+        first = cases[-1].main
+        taken: set[str] = set()
+
+        def claim(wanted: str) -> str:
+            base = re.sub(r"\W", "_", wanted) or "x"
+            base = base if re.match(IDENTIFIER, base) else f"v_{base}"
+            name, i = base[:60], 1
+            while name in taken:
+                i += 1
+                name = f"{base[:56]}_{i}"
+            taken.add(name)
+            return name
+
+        buffer_keys: list[tuple[str, str, str]] = []  # (buffer name, role, key)
+        for a in first.args:
+            if a.array is not None:
+                buffer_keys.append((claim(a.name), "in", f"arg:{a.name}"))
+        for s in first.state:
+            buffer_keys.append((claim(s.name.replace(".", "_")), "in", f"state:{s.name}"))
+        buffer_keys.append((claim("out"), "out", "out"))
+        scalars: dict[str, tuple[DType, list[int | float]]] = {}
+        number_args: dict[str, str] = {}
+        for i, a in enumerate(first.args):
+            if a.array is None:
+                values = [c.main.args[i].number for c in cases]
+                dtype = DType.float32 if any(isinstance(v, float) for v in values) else DType.int32
+                if dtype is DType.int32 and any(abs(int(v)) > INT32_MAX for v in values):  # type: ignore[arg-type]
+                    dtype = DType.int64
+                sname = claim(a.name)
+                scalars[sname] = (dtype, [v if dtype is DType.float32 else int(v) for v in values])  # type: ignore[arg-type]
+                number_args[a.name] = sname
+        # dimensions: literal where no case changes them, else a scalar (shared by equal vectors)
+        by_vector: dict[tuple[int, ...], str] = {}
+        for sname, (dtype, values) in scalars.items():
+            if dtype is not DType.float32:
+                by_vector.setdefault(tuple(int(v) for v in values), sname)
+        const_vectors = {tuple(c.values.get(k.name, k.value) for c in cases): k.name for k in constants}
+        buffers = []
+        for bname, role, key in buffer_keys:
+            arrays = [_arg(c.main, key) for c in cases]
+            rank = len(arrays[0].shape)
+            shape: list[int | str] = []
+            for dim in range(rank):
+                vector = tuple(a.shape[dim] for a in arrays)
+                if len(set(vector)) == 1:
+                    shape.append(vector[0])
+                    continue
+                if vector not in by_vector:
+                    sname = claim(const_vectors.get(vector, f"{bname}_dim{dim}"))
+                    by_vector[vector] = sname
+                    scalars[sname] = (DType.int32 if max(vector) <= INT32_MAX else DType.int64, list(vector))
+                shape.append(by_vector[vector])
+            buffers.append((bname, role, arrays[0].dtype, shape or [1], key))  # a 0-dim tensor is one element
+        return cls(buffers, scalars, number_args)
+
+    def case_scalars(self, index: int) -> dict[str, int | float]:
+        return {name: values[index] for name, (_, values) in self.scalars.items()}
+
+
+def _arg(d: Draw, key: str) -> Arg:
+    kind, _, name = key.partition(":")
+    if kind == "out":
+        return d.output
+    pool = d.args if kind == "arg" else d.state
+    return next(a for a in pool if a.name == name)
+
+
+def _tolerance(cases: list[_Case], dtype: DType, notes: list[str]) -> dict[str, float]:
+    """The dtype's default, widened to 10x the largest error of the module's own result against its
+    float64 result (relative to the output's RMS plus the element, as the comparison measures)."""
+    base = DEFAULT_TOLERANCE.get(dtype)
+    if base is None:
+        return {"rtol": 0.0, "atol": 0.0}
+    needed = 0.0
+    for c in cases:
+        if c.main.output64 is None or c.main.output.array is None:
+            continue
+        expected = c.main.output64.reshape(-1)
+        actual = c.main.output.array.astype(np.float64).reshape(-1)
+        if expected.size == 0 or not np.all(np.isfinite(expected)):
+            continue
+        scale = float(np.sqrt(np.mean(expected * expected)))
+        err = np.abs(actual - expected) / (scale + np.abs(expected) + 1e-300)
+        needed = max(needed, float(err.max()))
+    widened = min(0.25, _round_up(10 * needed))
+    if widened > max(base.rtol, base.atol):
+        notes.append(
+            f"tolerance widened to {widened:.3g} (the dtype's default is {base.rtol:g}): the module's own {dtype} result "
+            f"differs from its float64 result by up to {needed:.3g} of the output's scale"
+        )
+        return {"rtol": widened, "atol": widened}
+    return {"rtol": base.rtol, "atol": base.atol}
+
+
+def _round_up(x: float) -> float:
+    """``x`` rounded up to two significant digits (a tolerance that reads well in workload.json)."""
+    if x <= 0:
+        return 0.0
+    step = 10.0 ** (math.floor(math.log10(x)) - 1)
+    return float(f"{math.ceil(x / step) * step:.2g}")
+
+
+def _cost(layout: _Layout, cases: list[_Case], notes: list[str]) -> dict[str, str]:
+    terms = []
+    for name, _, dtype, shape, _ in layout.buffers:
+        dims = [str(d) for d in shape if d != 1]
+        terms.append("*".join([str(dtype.itemsize), *dims]))
+    cost = {"bytes": " + ".join(terms)}
+    flops = [c.main.flops for c in cases]
+    if all(flops):
+        fitted = _fit_flops(layout, [int(f) for f in flops if f])
+        if fitted:
+            cost["flops"] = fitted
+        else:
+            notes.append(f"FLOPs counted by torch ({flops[-1]} on the performance case) fit no product of the scalars: left out")
+    return cost
+
+
+def _fit_flops(layout: _Layout, flops: list[int]) -> str | None:
+    """``c*s1*s2...`` (up to 4 integer scalars, repeats allowed) equal to the counted FLOPs in every case."""
+    names = [n for n, (dtype, _) in layout.scalars.items() if dtype is not DType.float32]
+    values = {n: [int(v) for v in layout.scalars[n][1]] for n in names}
+    for size in range(0, 5):
+        for combo in itertools.combinations_with_replacement(names, size):
+            prods = [math.prod(values[n][i] for n in combo) for i in range(len(flops))]
+            if any(p == 0 for p in prods) or flops[0] % prods[0]:
+                continue
+            coeff = flops[0] // prods[0]
+            if all(coeff * p == f for p, f in zip(prods, flops, strict=True)):
+                return "*".join([str(coeff), *combo]) if combo else str(coeff)
+    return None
+
+
+def _spec(
+    name: str, label: str, src: ProblemSource, cases: list[_Case], layout: _Layout, options: TorchImportOptions,
+    notes: list[str], torch_version: str,
+) -> dict[str, Any]:
+    params: list[dict[str, Any]] = [
+        {"kind": "buffer", "name": b, "dtype": dtype.value, "role": role, "shape": shape}
+        for b, role, dtype, shape, _ in layout.buffers
+    ]
+    params += [{"kind": "scalar", "name": s, "dtype": dtype.value} for s, (dtype, _) in layout.scalars.items()]
+    out_name, _, out_dtype, _, _ = layout.buffers[-1]
+    digest = hashlib.sha256(src.text.encode()).hexdigest()[:16]
+    spec: dict[str, Any] = {
+        "name": name,
+        "description": (
+            f"Imported from the PyTorch problem {Path(label).name} (sha256 {digest}...) by `kernelopt import-torch` "
+            f"with torch {torch_version}: the output of Model.forward; expected outputs were computed with torch "
+            "on the CPU and are stored with the workload."
+        ),
+        "signature": {"entry": name, "params": params},
+        "cases": [
+            {
+                "name": c.name, "kind": c.kind, "scalars": layout.case_scalars(i),
+                "inputs": {
+                    b: {
+                        "generator": "file", "path": f"data/{c.name}/{b}.bin",
+                        "sha256": _sha(_arg(c.main, key).array), "hidden_path": f"data/{c.name}/hidden/{b}.bin",
+                    }
+                    for b, role, _, _, key in layout.buffers if role == "in"
+                },
+            }
+            for i, c in enumerate(cases)
+        ],
+        "tolerance": {out_name: _tolerance(cases, out_dtype, notes)} if out_dtype.is_float else {},
+        "reference": {"python": "reference.py", "cuda": None},
+        "cost": _cost(layout, cases, notes),
+    }
+    if options.initial_cu is not None:
+        if options.initial_launch is None:
+            raise TorchProblemError("the initial kernel needs a launch configuration (--initial-launch, or KERNEL.launch.json beside it)")
+        if not re.search(rf"\b{re.escape(name)}\s*\(", options.initial_cu):
+            raise TorchProblemError(
+                f"the initial kernel defines no {name!r}; its entry must be {parse_spec(spec, 'x').signature.c_prototype()} "
+                "(or pass --name to match yours)"
+            )
+        spec["initial"] = {
+            "source": "initial.cu", "launch": options.initial_launch.model_dump(mode="json", exclude_none=True),
+            "compile_options": options.initial_options,
+        }
+    else:
+        notes.append(
+            "no initial kernel: `kernelopt optimize --workload DIR` has the model write one (and a CUDA reference); "
+            "`kernelopt evaluate DIR KERNEL.cu --launch LAUNCH.json` evaluates your own"
+        )
+    notes.append(
+        "inputs are torch's draws stored as files (a second draw as each file's hidden_path): the hidden-seed check "
+        "runs on that second draw, but redrawing inputs before every timed launch is not possible (no generator "
+        "reproduces torch's values, and the stored oracle knows only the stored draws)"
+    )
+    return spec
+
+
+def _sha(array: np.ndarray | None) -> str:
+    assert array is not None
+    return hashlib.sha256(_le_bytes(array)).hexdigest()
+
+
+def _le_bytes(array: np.ndarray) -> bytes:
+    return np.ascontiguousarray(array).astype(array.dtype.newbyteorder("<"), copy=False).tobytes()
+
+
+# --- writing ---------------------------------------------------------------------------------
+
+
+ORACLE_TEMPLATE = '''"""NumPy oracle of {name}: the outputs of the PyTorch problem {problem}, computed with torch
+{torch_version} by `kernelopt import-torch` and stored under expected/.
+
+They are looked up by the bytes of the inputs: the workload's data files and the second draw each
+names as its hidden_path. This needs neither torch nor the problem file, and it cannot compute
+outputs for other inputs (they raise LookupError): import the problem again to change them.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+
+import numpy as np
+
+HERE = Path(__file__).resolve().parent
+INPUTS = {inputs!r}
+SCALARS = {scalars!r}  # name -> "int" | "float"
+OUTPUT = {output!r}
+
+
+def input_key(params: dict) -> str:
+    """sha256 over the input buffers' names, dtypes, sizes and bytes and the scalars' values."""
+    h = hashlib.sha256()
+    for name in INPUTS:
+        a = np.ascontiguousarray(params[name])
+        h.update(f"{{name}}:{{a.dtype.name}}:{{a.size}}\\0".encode())
+        h.update(a.astype(a.dtype.newbyteorder("<"), copy=False).tobytes())
+    for name, kind in SCALARS.items():
+        value = int(params[name]) if kind == "int" else float(params[name])
+        h.update(f"{{name}}={{value!r}}\\0".encode())
+    return h.hexdigest()
+
+
+def reference(**params) -> dict:
+    index = json.loads((HERE / "expected" / "index.json").read_text())
+    entry = index.get(input_key(params))
+    if entry is None:
+        raise LookupError(
+            "these inputs are not among those stored when the problem was imported (the workload's data files "
+            "and their hidden_path draws): this oracle cannot compute others; evaluate with the workload's own "
+            "files, or import the problem again"
+        )
+    if entry["dtype"] == "bfloat16":
+        import ml_dtypes
+
+        dtype = np.dtype(ml_dtypes.bfloat16)
+    else:
+        dtype = np.dtype(entry["dtype"])
+    data = (HERE / entry["path"]).read_bytes()
+    return {{OUTPUT: np.frombuffer(data, dtype=dtype.newbyteorder("<")).astype(dtype).reshape(entry["shape"])}}
+'''
+
+
+def _write(
+    root: Path, spec: dict[str, Any], src: ProblemSource, cases: list[_Case], layout: _Layout,
+    options: TorchImportOptions, torch_version: str,
+) -> None:
+    inputs = [(b, key) for b, role, _, _, key in layout.buffers if role == "in"]
+    out_name, _, out_dtype, _, _ = layout.buffers[-1]
+    oracle = ORACLE_TEMPLATE.format(
+        name=spec["name"], problem=Path(src.label).name, torch_version=torch_version,
+        inputs=[b for b, _ in inputs],
+        scalars={s: ("float" if dtype is DType.float32 else "int") for s, (dtype, _) in layout.scalars.items()},
+        output=out_name,
+    )
+    (root / "reference.py").write_text(oracle)
+    (root / "problem.py").write_text(src.text)
+    if options.initial_cu is not None:
+        (root / "initial.cu").write_text(options.initial_cu)
+    key_of = _load_key_function(root / "reference.py")
+    index: dict[str, dict[str, Any]] = {}
+    for i, c in enumerate(cases):
+        for which, d in (("", c.main), ("hidden/", c.hidden)):
+            params: dict[str, Any] = dict(layout.case_scalars(i))
+            for b, key in inputs:
+                array = _arg(d, key).array
+                assert array is not None
+                path = root / "data" / c.name / f"{which}{b}.bin"
+                path.parent.mkdir(parents=True, exist_ok=True)
+                path.write_bytes(_le_bytes(array))
+                params[b] = array
+            expected = d.output.array
+            assert expected is not None
+            rel = f"expected/{c.name}/{which}{out_name}.bin"
+            (root / rel).parent.mkdir(parents=True, exist_ok=True)
+            (root / rel).write_bytes(_le_bytes(expected))
+            index[key_of(params)] = {
+                "case": c.name, "set": "hidden" if which else "validation", "path": rel,
+                "dtype": out_dtype.value, "shape": list(expected.shape) or [1],
+            }
+    (root / "expected" / "index.json").write_text(json.dumps(index, indent=1))
+    (root / "workload.json").write_text(json.dumps(spec, indent=2) + "\n")
+
+
+def _load_key_function(path: Path) -> Any:
+    """The written oracle's own ``input_key``, so the index is keyed exactly as it looks up."""
+    spec = importlib.util.spec_from_file_location(f"kernelopt_torch_oracle_{os.getpid()}_{id(path)}", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.input_key
+
+
+def _move_into_place(staging: Path, target: Path) -> None:
+    """Rename the staged directory onto ``target`` (an existing one is moved aside, then removed)."""
+    old = None
+    if target.exists():
+        old = target.with_name(f".{target.name}.old-{os.getpid()}")
+        os.rename(target, old)
+    try:
+        os.rename(staging, target)
+    except BaseException:
+        if old is not None:
+            os.rename(old, target)
+        raise
+    if old is not None:
+        shutil.rmtree(old, ignore_errors=True)
