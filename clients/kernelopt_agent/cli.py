@@ -189,6 +189,11 @@ def cmd_runs(argv: list[str]) -> int:
     lp = sub.add_parser("list", help="one line per run under the results directory")
     sp = sub.add_parser("show", help="summarize a run (finished, running or interrupted); the newest when none is named")
     sp.add_argument("run", nargs="?", help="a run directory, or a run's name or number under --results-dir (default: the newest)")
+    rp = sub.add_parser("report", help="write the run's report.html (one self-contained page: plots, candidates, diffs, "
+                        "tuning, timing, provenance; opens offline); the newest run when none is named")
+    rp.add_argument("run", nargs="?", help="a run directory, or a run's name or number under --results-dir (default: the newest)")
+    rp.add_argument("--output", "-o", help="where to write the page (default: report.html in the run directory)")
+    rp.add_argument("--results-dir", default="results", help="where `kernelopt optimize` put run-NNN/ (default results/)")
     for q in (lp, sp):
         q.add_argument("--results-dir", default="results", help="where `kernelopt optimize` put run-NNN/ (default results/)")
         q.add_argument("--json", action="store_true")
@@ -198,6 +203,11 @@ def cmd_runs(argv: list[str]) -> int:
     try:
         if args.action == "list":
             return list_runs(results, console, as_json=args.json)
+        if args.action == "report":
+            from .report import write_report
+
+            print(write_report(resolve_run(args.run, results), output=Path(args.output) if args.output else None))
+            return EXIT_OK
         return show(resolve_run(args.run, results), console, as_json=args.json)
     except FileNotFoundError as exc:
         print(f"error: {exc}", file=sys.stderr)

@@ -38,6 +38,9 @@ def finalize(opt: Optimizer, status: str, *, error: str | None = None) -> dict[s
             problems.append(f"{label}: {type(exc).__name__}: {exc}")
     opt.run.write_json("history.json", opt.history)
     data = summary(opt, status, error=error, files=files, problems=problems)
+    from .report import finish_report  # report.html from the records above (a failure is a note in data)
+
+    finish_report(opt.run.path, data)
     opt.run.write_json("summary.json", data)
     return data
 
