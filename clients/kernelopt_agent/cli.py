@@ -47,9 +47,14 @@ def optimize_parser(prog: str = "kernelopt optimize") -> argparse.ArgumentParser
     p.add_argument("--model", help="model name (default gpt-5-mini)")
     p.add_argument("--reasoning-effort", help="none|minimal|low|medium|high|xhigh, or off to not send it (default medium)")
     p.add_argument("--base-url", help="OpenAI-compatible endpoint, e.g. http://localhost:11434/v1 (env OPENAI_BASE_URL)")
+    p.add_argument("--api", choices=("responses", "chat"), help="OpenAI API to use: responses (default on OpenAI's "
+                   "endpoint; reasoning kept between turns) or chat (Chat Completions; default with another --base-url)")
     p.add_argument("--results-dir", help="where run-NNN/ directories go (default results/)")
     p.add_argument("--max-tokens", type=int, help="stop cleanly once the run has used this many tokens")
-    p.add_argument("--max-cost", type=float, help="stop cleanly once the estimated cost reaches this many USD")
+    p.add_argument("--max-cost", type=float, help="stop cleanly once the estimated cost reaches this many USD "
+                   "(prices: clients/kernelopt_agent/pricing.py, or --price-per-mtok)")
+    p.add_argument("--price-per-mtok", help="the model's prices, USD per million tokens: IN,OUT or IN,CACHED,OUT "
+                   "(for a model the price table lacks, or prices that changed)")
     p.add_argument("--warmup", type=int, help="untimed launches per performance case (server default 10)")
     p.add_argument("--iterations", type=int, help="timed launches per performance case (server default 100)")
     p.add_argument("--workspace", help="kernelopt-mcp workspace (default ~/.kernelopt)")

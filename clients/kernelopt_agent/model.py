@@ -1,9 +1,14 @@
-"""The model: Chat Completions through the official ``openai`` SDK (any compatible server).
+"""The model, through the official ``openai`` SDK: the Responses API or Chat Completions.
 
-Every request and response is written to the run directory before anything else happens with
-it; token usage is counted per call and in total, priced where the model's price is known.
-The SDK retries connection errors, 429 and 5xx itself (``max_retries``); what is left becomes a
-:class:`ModelError` whose message says what to do.
+``--api responses`` (the default on OpenAI's own endpoint) lets reasoning models keep their reasoning
+between turns (encrypted reasoning items sent back, see ``responses_api.py``); ``--api chat`` serves
+every other OpenAI-compatible server. The loop speaks Chat Completions' messages either way and gets
+the same :class:`ModelReply`, so proposals, tool calls, retries and errors behave alike.
+
+Every request and response is written to the run directory before anything else happens with it;
+token usage is counted per call and in total and priced from ``pricing.py`` (unknown prices stay
+unknown). The SDK retries connection errors, 429 and 5xx itself (``max_retries``); what is left
+becomes a :class:`ModelError` whose message says what to do.
 """
 
 from __future__ import annotations
@@ -15,26 +20,36 @@ from typing import Any
 import openai
 
 from .options import OptimizeOptions, redact_url
+from .pricing import PRICES, Price, Pricing, Usage, price_for
+from .responses_api import (
+    ENCRYPTED_REASONING,
+    RESPONSES_SENT_PARAMETERS,
+    function_tools,
+    parse_response,
+    text_format,
+    to_input,
+)
 from .rundir import RunDir
 
-# USD per million tokens (input, cached input, output), from OpenAI's public price list.
-PRICES_PER_M: dict[str, tuple[float, float, float]] = {
-    "gpt-5": (1.25, 0.125, 10.0),
-    "gpt-5-mini": (0.25, 0.025, 2.0),
-    "gpt-5-nano": (0.05, 0.005, 0.40),
-    "gpt-4.1": (2.0, 0.5, 8.0),
-    "gpt-4.1-mini": (0.40, 0.10, 1.60),
-    "gpt-4.1-nano": (0.10, 0.025, 0.40),
-    "gpt-4o": (2.50, 1.25, 10.0),
-    "gpt-4o-mini": (0.15, 0.075, 0.60),
-    "o4-mini": (1.10, 0.275, 4.40),
-    "o3": (2.0, 0.5, 8.0),
-}
-
+__all__ = [
+    "PRICES",
+    "RESPONSES_SENT_PARAMETERS",
+    "SENT_PARAMETERS",
+    "BudgetExhausted",
+    "ModelClient",
+    "ModelError",
+    "ModelReply",
+    "Price",
+    "Pricing",
+    "Usage",
+    "check_key",
+    "price_for",
+]
 
 # Every keyword argument chat() ever passes to ``chat.completions.create``; pyproject's openai floor
 # (1.58: the first release whose create() takes reasoning_effort) must accept all of them, which
-# tests/test_optimize_sdk.py checks against the installed SDK's signature.
+# tests/test_optimize_records.py checks against the installed SDK's signature. The Responses API's
+# keywords are RESPONSES_SENT_PARAMETERS (tests/test_optimize_model.py).
 SENT_PARAMETERS = ("model", "messages", "tools", "reasoning_effort", "response_format")
 
 
@@ -63,64 +78,10 @@ class BudgetExhausted(RuntimeError):
 
 
 @dataclass
-class Usage:
-    calls: int = 0
-    prompt_tokens: int = 0
-    completion_tokens: int = 0
-    reasoning_tokens: int = 0
-    cached_tokens: int = 0
-
-    @property
-    def total_tokens(self) -> int:
-        return self.prompt_tokens + self.completion_tokens
-
-    def add(self, usage: Any) -> dict[str, int]:
-        """Add one response's usage (an SDK object or None); returns this call's numbers."""
-        if usage is None:
-            return {}
-        prompt = int(getattr(usage, "prompt_tokens", 0) or 0)
-        completion = int(getattr(usage, "completion_tokens", 0) or 0)
-        details = getattr(usage, "completion_tokens_details", None)
-        reasoning = int(getattr(details, "reasoning_tokens", 0) or 0) if details else 0
-        pdetails = getattr(usage, "prompt_tokens_details", None)
-        cached = int(getattr(pdetails, "cached_tokens", 0) or 0) if pdetails else 0
-        self.prompt_tokens += prompt
-        self.completion_tokens += completion
-        self.reasoning_tokens += reasoning
-        self.cached_tokens += cached
-        return {"prompt_tokens": prompt, "completion_tokens": completion, "reasoning_tokens": reasoning,
-                "cached_tokens": cached, "total_tokens": prompt + completion}
-
-    def cost_usd(self, model: str) -> float | None:
-        price = price_for(model)
-        if price is None:
-            return None
-        inp, cached, out = price
-        fresh = self.prompt_tokens - self.cached_tokens
-        return (fresh * inp + self.cached_tokens * cached + self.completion_tokens * out) / 1e6
-
-    def as_json(self, model: str) -> dict[str, Any]:
-        cost = self.cost_usd(model)
-        return {
-            "calls": self.calls, "prompt_tokens": self.prompt_tokens, "completion_tokens": self.completion_tokens,
-            "reasoning_tokens": self.reasoning_tokens, "cached_tokens": self.cached_tokens,
-            "total_tokens": self.total_tokens,
-            "cost_usd": round(cost, 6) if cost is not None else None,
-            "cost_note": "estimate from list prices" if cost is not None else f"no price known for {model!r}",
-        }
-
-
-def price_for(model: str) -> tuple[float, float, float] | None:
-    """The longest known model name that ``model`` starts with (dated snapshots share prices)."""
-    for name in sorted(PRICES_PER_M, key=len, reverse=True):
-        if model == name or model.startswith(name + "-20") or model.startswith(name + "-2"):
-            return PRICES_PER_M[name]
-    return None
-
-
-@dataclass
 class ModelReply:
-    message: Any  # openai ChatCompletionMessage
+    """One answer in Chat Completions' terms, whichever API gave it."""
+
+    message: Any  # openai ChatCompletionMessage, or responses_api.AssistantMessage
     usage: dict[str, int]
     number: int
     finish_reason: str | None = None
@@ -140,6 +101,8 @@ class ModelReply:
 
 @dataclass
 class ModelClient:
+    """Asks the model (``opts.api``: responses or chat); ``chat()`` is the one call the loop makes."""
+
     opts: OptimizeOptions
     run: RunDir
     usage: Usage = field(default_factory=Usage)
@@ -148,10 +111,14 @@ class ModelClient:
     calls: list[dict[str, Any]] = field(default_factory=list)  # per call: number, purpose, tokens, seconds
     _response_format: str = "json_schema"  # json_schema -> json_object -> none, as the server allows
     _send_effort: bool = True
+    _send_include: bool = True  # Responses: ask for encrypted reasoning (refused by non-reasoning models)
+    _turns: dict[str, list[dict[str, Any]]] = field(default_factory=dict)  # Responses: output items per turn
 
     def __post_init__(self) -> None:
         key = check_key(self.opts)
+        self.api = self.opts.api or "chat"
         self._send_effort = self.opts.reasoning_effort != "off"
+        self.usage.pricing = Pricing.resolve(self.opts.model, self.opts.price_per_mtok)
         self.client = openai.AsyncOpenAI(
             api_key=key, base_url=self.opts.base_url, max_retries=self.opts.max_retries,
             timeout=self.opts.request_timeout_s,
@@ -164,35 +131,38 @@ class ModelClient:
     def check_budget(self) -> None:
         if self.opts.max_tokens is not None and self.usage.total_tokens >= self.opts.max_tokens:
             raise BudgetExhausted(f"--max-tokens {self.opts.max_tokens} reached ({self.usage.total_tokens} tokens used)")
-        cost = self.usage.cost_usd(self.opts.model)
-        if self.opts.max_cost is not None and cost is not None and cost >= self.opts.max_cost:
+        if self.opts.max_cost is None:
+            return
+        cost = self.usage.cost_usd()
+        if cost is None:  # options refuse this combination; never spend without a limit that can trigger
+            raise BudgetExhausted(f"--max-cost {self.opts.max_cost} USD cannot be checked: {self.usage.pricing.describe()}"
+                                  if self.usage.pricing else "--max-cost cannot be checked: no price")
+        if cost >= self.opts.max_cost:
             raise BudgetExhausted(f"--max-cost {self.opts.max_cost} USD reached ({cost:.4f} USD estimated)")
 
     async def chat(
         self, messages: list[dict[str, Any]], *, purpose: str, tools: list[dict[str, Any]] | None = None,
         schema: dict[str, Any] | None = None,
     ) -> ModelReply:
-        """One Chat Completions call, recorded; raises ModelError or BudgetExhausted."""
+        """One model call, recorded; raises ModelError or BudgetExhausted.
+
+        ``messages`` are Chat Completions messages and ``tools`` Chat Completions function tools whatever
+        the API; ``schema`` is a ``json_schema`` (name, schema, strict) the answer should follow."""
         self.check_budget()
         number = self.run.next_number("model")
         while True:
-            params: dict[str, Any] = {"model": self.opts.model, "messages": messages}
-            if tools:
-                params["tools"] = tools
-            if self._send_effort:
-                params["reasoning_effort"] = self.opts.reasoning_effort
-            if schema is not None and self._response_format == "json_schema":
-                params["response_format"] = {"type": "json_schema", "json_schema": schema}
-            elif schema is not None and self._response_format == "json_object":
-                params["response_format"] = {"type": "json_object"}
+            params = self._params(messages, tools, schema)
             self.run.write_json(f"model/{number:04d}-request.json", {
-                "number": number, "purpose": purpose, "endpoint": self.endpoint,
+                "number": number, "purpose": purpose, "endpoint": self.endpoint, "api": self.api,
                 **{k: v for k, v in params.items() if k != "tools"},
                 "tools": [t["function"]["name"] for t in tools or []],
             })
             start = time.monotonic()
             try:
-                response = await self.client.chat.completions.create(**params)
+                if self.api == "responses":
+                    response = await self.client.responses.create(**params)
+                else:
+                    response = await self.client.chat.completions.create(**params)
             except openai.BadRequestError as exc:
                 self._record_error(number, exc, time.monotonic() - start)
                 if self._downgrade(exc, params):
@@ -207,26 +177,82 @@ class ModelClient:
             self.usage.calls += 1
             used = self.usage.add(response.usage)
             self.calls.append({"number": number, "purpose": purpose, "seconds": round(elapsed, 3), **used})
+            data = response.model_dump(mode="json")
             self.run.write_json(f"model/{number:04d}-response.json", {
-                "number": number, "purpose": purpose, "seconds": round(elapsed, 3), "usage": used,
-                "total_tokens_so_far": self.usage.total_tokens, "response": response.model_dump(mode="json"),
+                "number": number, "purpose": purpose, "api": self.api, "seconds": round(elapsed, 3), "usage": used,
+                "total_tokens_so_far": self.usage.total_tokens, "response": data,
             })
+            if self.api == "responses":
+                return self._responses_reply(data, used, number)
             if not response.choices:
                 raise ModelError(f"{self.endpoint} answered with no choices (response model/{number:04d}-response.json)")
             choice = response.choices[0]
             return ModelReply(choice.message, used, number, choice.finish_reason)
 
+    def _params(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None,
+                schema: dict[str, Any] | None) -> dict[str, Any]:
+        params: dict[str, Any] = {"model": self.opts.model}
+        if self.api == "responses":
+            params["input"] = to_input(messages, self._turns)
+            if tools:
+                params["tools"] = function_tools(tools)
+            if self._send_effort:
+                params["reasoning"] = {"effort": self.opts.reasoning_effort}
+            fmt = text_format(schema, self._response_format)
+            if fmt is not None:
+                params["text"] = fmt
+            if self._send_include:
+                params["include"] = [ENCRYPTED_REASONING]
+            params["store"] = False  # no server-side state: the reasoning travels encrypted in the requests
+            return params
+        params["messages"] = messages
+        if tools:
+            params["tools"] = tools
+        if self._send_effort:
+            params["reasoning_effort"] = self.opts.reasoning_effort
+        if schema is not None and self._response_format == "json_schema":
+            params["response_format"] = {"type": "json_schema", "json_schema": schema}
+        elif schema is not None and self._response_format == "json_object":
+            params["response_format"] = {"type": "json_object"}
+        return params
+
+    def _responses_reply(self, data: dict[str, Any], used: dict[str, int], number: int) -> ModelReply:
+        if data.get("status") == "failed" or data.get("error"):
+            error = data.get("error") or {}
+            raise ModelError(f"{self.endpoint} could not answer: {error.get('code') or 'failed'}: "
+                             f"{error.get('message') or 'no message'} (response model/{number:04d}-response.json)")
+        parsed = parse_response(data)
+        if parsed.replay:
+            self._turns[parsed.key] = parsed.replay
+        return ModelReply(parsed.message, used, number, parsed.finish_reason)
+
     def _downgrade(self, exc: openai.BadRequestError, params: dict[str, Any]) -> bool:
-        """Retry without what the server refused: structured output, then reasoning effort."""
+        """Retry without what the server refused: encrypted reasoning (models without reasoning), structured
+        output (json_schema, then json_object), then the reasoning effort. A stale encrypted reasoning item is
+        dropped from what is sent back."""
         text = _detail(exc).lower()
-        if "response_format" in params and ("response_format" in text or "json_schema" in text or "structured output" in text):
+        param = (_param(exc) or "").lower()
+        if "include" in params and (param == "include" or "encrypted content is not supported" in text):
+            self._send_include = False
+            self.notes.append(f"{self.endpoint} refused include {ENCRYPTED_REASONING} ({_detail(exc)[:120]}); "
+                              "sent without it")
+            return True
+        if "input" in params and "encrypted" in text and any(i.get("type") == "reasoning" for i in params["input"]):
+            for key, items in self._turns.items():
+                self._turns[key] = [i for i in items if i.get("type") != "reasoning"]
+            self.notes.append(f"{self.endpoint} refused earlier reasoning items ({_detail(exc)[:120]}); sent without them")
+            return True
+        structured = "response_format" in params or "text" in params
+        if structured and any(w in text or w in param for w in ("response_format", "text.format", "json_schema",
+                                                                 "json_object", "structured output")):
             old = self._response_format
             self._response_format = "json_object" if old == "json_schema" else "none"
-            self.notes.append(f"{self.endpoint} refused response_format {old}; using {self._response_format}")
+            self.notes.append(f"{self.endpoint} refused response format {old}; using {self._response_format}")
             return True
-        if "reasoning_effort" in params and ("reasoning" in text or "effort" in text):
+        if ("reasoning_effort" in params or "reasoning" in params) and ("reasoning" in text or "effort" in text
+                                                                         or param.startswith("reasoning")):
             self._send_effort = False
-            self.notes.append(f"{self.endpoint} refused reasoning_effort; sent without it")
+            self.notes.append(f"{self.endpoint} refused reasoning effort; sent without it")
             return True
         return False
 
@@ -256,6 +282,16 @@ class ModelClient:
         if isinstance(exc, openai.APIStatusError):
             return f"{where} answered {exc.status_code} (after retries): {_detail(exc)}"
         return f"{where}: {type(exc).__name__}: {_detail(exc)}"
+
+
+def _param(exc: Exception) -> str | None:
+    """The request parameter an API error names (OpenAI's error body has ``param``)."""
+    body = getattr(exc, "body", None)
+    if isinstance(body, dict):
+        err = body.get("error", body)
+        if isinstance(err, dict) and isinstance(err.get("param"), str):
+            return err["param"]
+    return None
 
 
 def _detail(exc: Exception) -> str:

@@ -17,8 +17,11 @@ from urllib.parse import urlsplit, urlunsplit
 
 from kernelopt_mcp.workload import read_json
 
+from .pricing import PriceError, Pricing
+
 DEFAULT_MODEL = "gpt-5-mini"
 DEFAULT_EFFORT = "medium"
+APIS = ("responses", "chat")
 EFFORTS = ("off", "none", "minimal", "low", "medium", "high", "xhigh")
 PATH_KEYS = ("signature", "reference", "initial_kernel", "input_cases", "oracle", "results_dir", "workspace", "harness")
 
@@ -62,6 +65,8 @@ class OptimizeOptions:
     tune_budget: int = 8  # configurations per model proposal that carries tunables
     tune_evals: int = 64  # configurations for --strategy tune
     tune_seconds: float | None = None
+    api: str | None = None  # responses | chat; None: responses on OpenAI's own endpoint, chat elsewhere
+    price_per_mtok: str | list[float] | None = None  # "IN,OUT" or "IN,CACHED,OUT" USD per 1M tokens
     api_key: str | None = field(default=None, repr=False)
 
     @classmethod
@@ -119,6 +124,7 @@ class OptimizeOptions:
             raise OptionsError(f"--reasoning-effort must be one of {', '.join(EFFORTS)} (got {self.reasoning_effort!r})")
         if self.max_tokens is not None and self.max_tokens <= 0:
             raise OptionsError("--max-tokens must be positive")
+        self.check_model_api()
         if self.workload is None and self.description is None and not (self.signature and self.input_cases):
             raise OptionsError(
                 "say what to optimize: --description \"...\" (omitted parts are generated), --workload NAME|DIR, "
@@ -128,6 +134,25 @@ class OptimizeOptions:
             path = getattr(self, key)
             if path is not None and not path.is_file():
                 raise OptionsError(f"--{key.replace('_', '-')} {path}: no such file")
+
+    def check_model_api(self) -> None:
+        """--api (resolved to the API used), --price-per-mtok, and a --max-cost that can be priced."""
+        if self.api is None:
+            self.api = default_api(self.base_url)
+        if self.api not in APIS:
+            raise OptionsError(f"--api must be responses or chat (got {self.api!r})")
+        try:
+            pricing = Pricing.resolve(self.model, self.price_per_mtok)
+        except PriceError as exc:
+            raise OptionsError(str(exc)) from None
+        if self.max_cost is not None and self.max_cost <= 0:
+            raise OptionsError("--max-cost must be a positive number of USD")
+        if self.max_cost is not None and not pricing.known and self.strategy != "tune":
+            raise OptionsError(
+                f"--max-cost {self.max_cost} needs the price of model {self.model!r}, which the price table "
+                "(clients/kernelopt_agent/pricing.py) does not have: give it with --price-per-mtok IN,OUT "
+                "(USD per million input and output tokens, e.g. 0.5,1.5), or limit tokens with --max-tokens"
+            )
 
     def as_json(self) -> dict[str, Any]:
         """The merged settings as saved with a run: no API key, no credentials in the URL."""
@@ -140,6 +165,14 @@ class OptimizeOptions:
         out["base_url"] = redact_url(self.base_url)
         out["api_key"] = "set" if self.api_key else "not set"
         return out
+
+
+def default_api(base_url: str | None) -> str:
+    """responses on OpenAI's own endpoint (no --base-url, or api.openai.com), chat for other servers."""
+    if not base_url:
+        return "responses"
+    host = (urlsplit(base_url).hostname or "").lower()
+    return "responses" if host == "api.openai.com" else "chat"
 
 
 def read_config(path: Path) -> dict[str, Any]:
