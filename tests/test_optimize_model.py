@@ -16,6 +16,7 @@ from typing import Any
 import anyio
 import pytest
 from fakegpu import kernel
+from kernelopt_agent.cli import main as agent_main
 from kernelopt_agent.model import SENT_PARAMETERS, ModelClient, ModelError
 from kernelopt_agent.options import OptimizeOptions, OptionsError
 from kernelopt_agent.pricing import (
@@ -312,3 +313,16 @@ def test_max_cost_stops_a_responses_run_with_given_prices(env: dict[str, Path]) 
     assert summary["tokens"]["cost_usd"] == pytest.approx(1.55) and summary["tokens"]["reasoning_tokens"] == 60_000
     assert summary["tokens"]["prices"]["source"] == "--price-per-mtok"
     assert summary["iterations"]["used"] == 2 and summary["best"]["label"] == "002-it1"
+
+
+def test_an_unknown_model_runs_with_its_cost_unknown_not_zero(env: dict[str, Path],  # noqa: F811
+                                                              capsys: pytest.CaptureFixture[str]) -> None:
+    with ScriptedModel([{**proposal(kernel("FAST")), "usage": {"prompt_tokens": 1_000, "completion_tokens": 100}}]) as model:
+        assert optimize(env, model, "--workload", "tiny_add", "--max-iterations", "1", "--model", "my-local-model") == 0
+    tokens = read(env["results"] / "run-001" / "summary.json")["tokens"]
+    assert tokens["cost_usd"] is None and tokens["total_tokens"] == 1_100
+    assert tokens["prices"]["source"] == "none" and "no price known for 'my-local-model'" in tokens["cost_note"]
+    capsys.readouterr()
+    assert agent_main(["runs", "show", "--results-dir", str(env["results"])]) == 0
+    shown = " ".join(capsys.readouterr().out.split())
+    assert "1,100 tokens in 1 calls, cost unknown" in shown and "USD" not in shown

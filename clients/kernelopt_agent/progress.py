@@ -90,7 +90,8 @@ class Display:
             self.info("no model was asked")
         else:
             self.info(f"tokens: {tokens.get('total_tokens', 0):,} in {tokens.get('calls', 0)} model calls"
-                      + (f", about {cost:.4f} USD" if cost is not None else ""))
+                      + (f", about {cost:.4f} USD" if cost is not None else ", cost unknown")
+                      + (f" ({tokens['cost_note']})" if tokens.get("cost_note") else ""))
         if best is not None:
             self.info(f"best: {best.label}, score {best.score_ms:.4g} ms" + (f", {best.speedup:.2f}x vs reference" if best.speedup else "")
                       + f" -> {summary.get('files', {}).get('best')}", "bold green")

@@ -99,7 +99,7 @@ def show(path: Path, out: Console, as_json: bool = False) -> int:
         out.print("no model was asked", highlight=False)
     else:
         out.print(f"model {escape(str(model.get('name')))} ({model.get('reasoning_effort')}), {tokens.get('total_tokens', 0):,} tokens"
-                  f" in {tokens.get('calls', 0)} calls" + (f", about {cost:.4f} USD" if cost else ""), highlight=False)
+                  f" in {tokens.get('calls', 0)} calls" + (f", about {cost:.4f} USD" if cost is not None else ", cost unknown"), highlight=False)
     ref = (wl.get("reference") or {}).get("note")
     if ref:
         out.print(f"reference: {escape(ref)}", highlight=False)
