@@ -5,7 +5,8 @@ of test_profiler, so candidates carry profiles, and a proposal with tunables, so
 
 The browser test loads the page in a real headless Chromium (Playwright): every section renders,
 every plot has a size, no script error, nothing fetched but the page itself. It skips where
-Playwright or a Chromium is missing (README, "Run report", says how to get both).
+Playwright or a Chromium is missing (README, "Run report", says how to get both). With
+KO_REPORT_SCREENSHOT=FILE it also saves the top of the page as a PNG (the README's docs/report.png).
 """
 
 from __future__ import annotations
@@ -202,6 +203,8 @@ def test_the_report_renders_in_headless_chromium(run: Path) -> None:
             page.on("requestfailed", lambda r: problems.append(f"request failed: {r.url}"))
             page.on("request", lambda r: requests.append(r.url))
             page.goto(url, wait_until="load")
+            if shot := os.environ.get("KO_REPORT_SCREENSHOT"):  # the README's picture: docs/report.png
+                page.screenshot(path=shot, full_page=True, clip={"x": 0, "y": 0, "width": 1280, "height": 1700})
             shown = page.evaluate("""() => [...document.querySelectorAll('section')].map(s => {
                 const r = s.getBoundingClientRect(); return [s.id, r.width, r.height, s.querySelector('h2').innerText]; })""")
             plots = page.evaluate("""() => [...document.querySelectorAll('svg.plot')].map(s => {

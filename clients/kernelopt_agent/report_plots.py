@@ -78,7 +78,7 @@ def _log_scale_wanted(values: Sequence[float]) -> bool:
 def score_plot(points: Sequence[ScorePoint], reference_ms: float | None) -> str:
     """Score (geometric-mean latency) of each candidate in evaluation order, the best-so-far line,
     invalid candidates as red crosses along the bottom and the CUDA reference as a dashed line."""
-    fig = _figure(max(6.0, min(14.0, 0.35 * len(points) + 3)), 3.6)
+    fig = _figure(max(8.0, min(14.0, 0.35 * len(points) + 5)), 3.6)
     ax = fig.add_subplot()
     xs = list(range(len(points)))
     timed = [(x, p.score_ms) for x, p in zip(xs, points) if p.valid and p.score_ms]
@@ -104,7 +104,7 @@ def score_plot(points: Sequence[ScorePoint], reference_ms: float | None) -> str:
     ax.set_xlim(-0.5, max(len(points) - 0.5, 0.5))
     ax.set_ylabel("score: geometric-mean latency (ms)", fontsize=9)
     ax.grid(axis="y", alpha=0.3)
-    ax.legend(fontsize=8, loc="upper right")
+    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))
     ax.set_title("score over the run (lower is better)", fontsize=10)
     fig.tight_layout()
     return svg_text(fig, "score")
@@ -141,7 +141,7 @@ def timing_boxes(cases: Sequence[str], boxes: dict[str, list[BoxStats]]) -> str:
 def tuning_plot(label: str, scores: Sequence[float | None]) -> str:
     """Score of each configuration in the order the tuner measured it, with the best-so-far line;
     configurations that failed (compile error, mismatch, bad launch) as red crosses."""
-    fig = _figure(6.5, 3.0)
+    fig = _figure(8.0, 3.0)
     ax = fig.add_subplot()
     ok = [(i, s) for i, s in enumerate(scores) if s]
     if ok:
@@ -161,7 +161,7 @@ def tuning_plot(label: str, scores: Sequence[float | None]) -> str:
     ax.set_xlabel("configuration, in the order measured", fontsize=9)
     ax.set_ylabel("score (ms)", fontsize=9)
     ax.grid(axis="y", alpha=0.3)
-    ax.legend(fontsize=8, loc="upper right")
+    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))
     ax.set_title(f"tuning {label}", fontsize=10)
     fig.tight_layout()
     return svg_text(fig, f"tuning-{label}")
