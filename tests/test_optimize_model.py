@@ -326,3 +326,18 @@ def test_an_unknown_model_runs_with_its_cost_unknown_not_zero(env: dict[str, Pat
     assert agent_main(["runs", "show", "--results-dir", str(env["results"])]) == 0
     shown = " ".join(capsys.readouterr().out.split())
     assert "1,100 tokens in 1 calls, cost unknown" in shown and "USD" not in shown
+
+
+def test_the_readmes_price_table_is_pricing_py() -> None:
+    from kernelopt_agent.pricing import PRICES
+
+    text = (REPO / "README.md").read_text()
+    table = text.split("<!-- price table: kept equal to pricing.PRICES by tests/test_optimize_model.py -->", 1)[1]
+    rows = {}
+    for line in table.strip().splitlines()[2:]:
+        if not line.startswith("|"):
+            break
+        name, inp, cached, out = (c.strip() for c in line.strip("|").split("|"))
+        rows[name.split()[0]] = Price(float(inp), float(out), None if cached == "-" else float(cached))
+    assert rows == PRICES
+    assert PRICES_CHECKED in text and PRICE_SOURCE in text
