@@ -474,7 +474,9 @@ def read_regular_bytes(path: Path, limit: int = MAX_FILE_BYTES) -> bytes:
     Raises:
         OSError: missing, unreadable, not a regular file, or larger than ``limit``.
     """
-    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | getattr(os, "O_NOCTTY", 0))
+    # (flags Windows lacks are 0 there; O_BINARY: no newline translation where it exists)
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_NOCTTY", 0)
+                 | getattr(os, "O_BINARY", 0))
     with open(fd, "rb") as f:
         if not stat.S_ISREG(os.fstat(fd).st_mode):
             raise OSError("not a regular file")

@@ -102,6 +102,8 @@ def read_json(path: Path) -> Any:
 def pid_alive(pid: int | None) -> bool:
     if not pid:
         return False
+    if os.name == "nt":  # there os.kill(pid, 0) ends the process (TerminateProcess); assume it runs
+        return True
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
