@@ -19,7 +19,7 @@ from typing import Any
 
 import openai
 
-from .options import OptimizeOptions, redact_url
+from .options import OptimizeOptions, default_api, redact_url
 from .pricing import PRICES, Price, Pricing, Usage, price_for
 from .responses_api import (
     ENCRYPTED_REASONING,
@@ -116,7 +116,7 @@ class ModelClient:
 
     def __post_init__(self) -> None:
         key = check_key(self.opts)
-        self.api = self.opts.api or "chat"
+        self.api = self.opts.api or default_api(self.opts.base_url)  # options resolve it; built by hand, too
         self._send_effort = self.opts.reasoning_effort != "off"
         self.usage.pricing = Pricing.resolve(self.opts.model, self.opts.price_per_mtok)
         self.client = openai.AsyncOpenAI(
