@@ -50,6 +50,7 @@ _ENV_FIELDS: dict[str, tuple[str, Callable[[str], Any]]] = {
     "KERNELOPT_PROFILE_TIMEOUT": ("profile_timeout_s", float),
     "KERNELOPT_DOCS_URL": ("docs_url", str),
     "KERNELOPT_DOCS_TTL": ("docs_ttl_s", float),
+    "KERNELOPT_ALLOW_TORCH_PROBLEMS": ("allow_torch_problems", _flag),
 }
 
 
@@ -90,6 +91,8 @@ class Settings:
     docs_url: str = "https://docs.nvidia.com/cuda/"
     docs_ttl_s: float = 7 * 24 * 3600.0
     docs_offline: bool = False
+    # create_workload's torch_problem runs the client's Python (in a child process): trusted clients only
+    allow_torch_problems: bool = False
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None, **overrides: Any) -> Settings:

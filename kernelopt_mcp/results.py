@@ -419,10 +419,12 @@ class WorkloadDescription(BaseModel):
     tolerances: dict[str, Tolerance] = Field(description="per output: |a - e| <= atol * rms(e) + rtol * |e|")
     cost: dict[str, str | None] = Field(description="FLOPs and minimum bytes per case, expressions of the scalars")
     expected_outputs: str
-    reference_cu: str | None
-    reference_launch: LaunchSpec | None
-    initial_cu: str | None
-    initial_launch: LaunchSpec | None = Field(description="a valid `launch` for initial_cu")
+    # None where the workload has none (a NumPy oracle only, no starting kernel): defaults, so the
+    # tool's structured content (nulls dropped) still matches its output schema
+    reference_cu: str | None = None
+    reference_launch: LaunchSpec | None = None
+    initial_cu: str | None = None
+    initial_launch: LaunchSpec | None = Field(None, description="a valid `launch` for initial_cu")
     initial_compile_options: list[str]
     notes: list[str]
 

@@ -281,6 +281,17 @@ class KerneloptService:
         self._forget(created.name)
         return created
 
+    def create_torch_workload(
+        self, name: str | None, problem: str, initial_cu: str | None, initial_launch: dict[str, Any] | None, overwrite: bool
+    ) -> CreatedWorkload:
+        """Import a PyTorch problem into the workspace, where the operator allowed it (see torch_workspace)."""
+        from .torch_workspace import create_torch_workload
+
+        created = create_torch_workload(self, name, problem, initial_cu=initial_cu, initial_launch=initial_launch,
+                                        overwrite=overwrite, allowed=self.settings.allow_torch_problems)
+        self._forget(created.name)
+        return created
+
     # --- devices ------------------------------------------------------------------------
 
     def _device(self) -> _Device:

@@ -55,7 +55,14 @@ from .torch_problem import (
     parse_problem,
     require_torch,
 )
-from .workload import DEFAULT_TOLERANCE, IDENTIFIER, Tolerance, WorkloadSpec, load_workload, parse_spec
+from .workload import (
+    DEFAULT_TOLERANCE,
+    IDENTIFIER,
+    Tolerance,
+    WorkloadSpec,
+    load_workload,
+    parse_spec,
+)
 
 __all__ = ["TorchImportOptions", "TorchImportResult", "TorchProblemError", "import_torch_problem", "size_variants"]
 
@@ -384,7 +391,7 @@ def _fit_flops(layout: _Layout, flops: list[int]) -> str | None:
     """``c*s1*s2...`` (up to 4 integer scalars, repeats allowed) equal to the counted FLOPs in every case."""
     names = [n for n, (dtype, _) in layout.scalars.items() if dtype is not DType.float32]
     values = {n: [int(v) for v in layout.scalars[n][1]] for n in names}
-    for size in range(0, 5):
+    for size in range(5):
         for combo in itertools.combinations_with_replacement(names, size):
             prods = [math.prod(values[n][i] for n in combo) for i in range(len(flops))]
             if any(p == 0 for p in prods) or flops[0] % prods[0]:

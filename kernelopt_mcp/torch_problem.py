@@ -186,7 +186,7 @@ def load_module(source: ProblemSource, values: dict[str, int]) -> types.ModuleTy
     sys.modules[name] = module  # dataclasses and pickling look the module up while it executes
     try:
         exec(code, module.__dict__)  # noqa: S102 - the user's own problem file, as `python problem.py` would
-    except Exception as exc:
+    except Exception as exc:  # noqa: BLE001 - the problem's own code may raise anything
         raise TorchProblemError(f"{source.label}: executing the file failed: {type(exc).__name__}: {exc}") from None
     finally:
         sys.modules.pop(name, None)
@@ -312,7 +312,7 @@ def draw(source: ProblemSource, values: dict[str, int], seed: int, *, reference6
     init_inputs = list(_call(module, "get_init_inputs", label)) if source.has_init_inputs else []
     try:
         model = module.Model(*init_inputs)
-    except Exception as exc:
+    except Exception as exc:  # noqa: BLE001 - the problem's own code may raise anything
         raise TorchProblemError(f"{label}: Model(*get_init_inputs()) failed: {type(exc).__name__}: {exc}") from None
     if not isinstance(model, torch.nn.Module):
         raise TorchProblemError(f"{label}: Model is not a torch.nn.Module")
@@ -356,7 +356,7 @@ def draw(source: ProblemSource, values: dict[str, int], seed: int, *, reference6
         flops = int(counter.get_total_flops())
     except TorchProblemError:
         raise
-    except Exception as exc:
+    except Exception as exc:  # noqa: BLE001 - the problem's own code may raise anything
         raise TorchProblemError(f"{label}: Model.forward failed: {type(exc).__name__}: {exc}") from None
     if not torch.equal(rng, torch.random.get_rng_state()):
         raise TorchProblemError(
@@ -387,7 +387,7 @@ def draw(source: ProblemSource, values: dict[str, int], seed: int, *, reference6
 def _call(module: types.ModuleType, name: str, label: str) -> Any:
     try:
         return getattr(module, name)()
-    except Exception as exc:
+    except Exception as exc:  # noqa: BLE001 - the problem's own code may raise anything
         raise TorchProblemError(f"{label}: {name}() failed: {type(exc).__name__}: {exc}") from None
 
 
@@ -427,5 +427,5 @@ def _float64_output(model: Any, call_args: list[Any], torch: Any) -> np.ndarray 
         with torch.no_grad():
             out = model64(*args64)
         return out.detach().cpu().double().numpy() if isinstance(out, torch.Tensor) else None
-    except Exception:  # a module that cannot run in float64 keeps the dtype's default tolerance
+    except Exception:  # noqa: BLE001 - a module that cannot run in float64 keeps the dtype's default tolerance
         return None
