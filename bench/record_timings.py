@@ -29,7 +29,7 @@ from kernelopt_mcp import (
 )
 from kernelopt_mcp.config import find_workload
 from kernelopt_mcp.gpu import device_info
-from kernelopt_mcp.harness import find_harness
+from kernelopt_mcp.evaluation.harness import find_harness
 
 # (file name, workload, case, scalars override, flush_l2)
 VECTORS = (

@@ -46,12 +46,12 @@ from kernelopt_mcp import (
     HarnessProcess,
     Settings,
 )
-from kernelopt_mcp.compare import compare
+from kernelopt_mcp.evaluation.compare import compare
 from kernelopt_mcp.compiler import CompileCache, compile_kernel
 from kernelopt_mcp.config import find_workload
 from kernelopt_mcp.errors import KerneloptError
 from kernelopt_mcp.gpu import DeviceInfo, device_info
-from kernelopt_mcp.harness import find_harness
+from kernelopt_mcp.evaluation.harness import find_harness
 from kernelopt_mcp.workload import Workload
 
 # Targets from issue 6 ("Measurement you can trust")
@@ -468,7 +468,7 @@ def main(argv: list[str] | None = None) -> int:
     settings = Settings.from_env()
     with tempfile.TemporaryDirectory(prefix="kernelopt-bench-") as tmp:
         bench = make_bench(settings, Path(tmp), lambda m: err.print(f"[dim]… {m}[/]", highlight=False))
-        from kernelopt_mcp.clocks import probe_device_clocks
+        from kernelopt_mcp.evaluation.clocks import probe_device_clocks
 
         clocks_before, why = probe_device_clocks(bench.device)
         sections = run(bench, args.only)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 __version__ = "0.1.0"
 
-from .compare import OutputComparison, compare, geometric_mean
+from .evaluation.compare import OutputComparison, compare, geometric_mean
 from .compiler import CompileResult, compile_kernel
 from .config import Settings, find_workload, list_workloads
 from .docs import DocsSearchResult, search_docs
@@ -26,9 +26,9 @@ from .errors import (
     ToolchainNotFound,
     WorkloadError,
 )
-from .evaluate import Candidate, EvaluateOptions, EvaluationResult, Evaluator, Status, initial_candidate
+from .evaluation.evaluate import Candidate, EvaluateOptions, EvaluationResult, Evaluator, Status, initial_candidate
 from .gpu import DeviceInfo, device_info
-from .harness import HarnessProcess, find_harness
+from .evaluation.harness import HarnessProcess, find_harness
 from .launch import LaunchConfig, LaunchSpec
 from .ncu_report import ProfileSummary
 from .profiler import ProfileOptions, find_ncu, profile_case

@@ -18,7 +18,7 @@ from typing import Any
 from pydantic import BaseModel, Field
 
 from .errors import HarnessError, ToolchainNotFound
-from .harness import HarnessProcess, raise_for_request_error
+from .evaluation.harness import HarnessProcess, raise_for_request_error
 
 # Sonames in order of preference: CUDA 13, then CUDA 12.
 CUBLAS_SONAMES = ("libcublas.so.13", "libcublas.so.12")
@@ -102,7 +102,7 @@ def cublas_sgemm_request(
 
     ``timing`` is the protocol's timing object (``warmup``, ``iterations``, ``mode``,
     ``blocking``, ``adaptive``...); default 10 warm-up and 100 measured launches.
-    ``support_module`` (a CUBIN from :func:`kernelopt_mcp.support_module.support_module`) is
+    ``support_module`` (a CUBIN from :func:`kernelopt_mcp.evaluation.support_module.support_module`) is
     needed for ``blocking`` and gives ``launch_overhead_ms``.
 
     Raises:

@@ -17,13 +17,13 @@ from rich.markup import escape
 from rich.table import Table
 
 from . import __version__
-from .calibrate import peaks_for
+from .evaluation.calibrate import peaks_for
 from .compile_pool import set_default_limits
 from .compiler import CompileCache, OptionError, compile_kernel
 from .config import Settings, find_workload, list_workloads
 from .docs import search_docs
 from .errors import KerneloptError
-from .evaluate import (
+from .evaluation.evaluate import (
     Candidate,
     EvaluateOptions,
     EvaluationResult,
@@ -31,7 +31,7 @@ from .evaluate import (
     initial_candidate,
 )
 from .gpu import DeviceInfo, device_info
-from .harness import HarnessProcess, find_harness
+from .evaluation.harness import HarnessProcess, find_harness
 from .launch import LaunchSpec
 from .profiler import CLOCK_CONTROLS, ProfileOptions, find_ncu, profile_case
 from .results import compile_output
@@ -78,7 +78,7 @@ def cmd_gpu(args: argparse.Namespace, out: Console) -> int:
 
 
 def _calibrate(args: argparse.Namespace, out: Console, settings: Settings, harness: Path, info: DeviceInfo) -> int:
-    from .calibrate import calibrate
+    from .evaluation.calibrate import calibrate
 
     def progress(message: str) -> None:
         if not args.json:

@@ -282,7 +282,7 @@ class CompileCache:
         self._remember(key, result)
         if self.directory is None or not result.ok or result.cubin is None:
             return
-        from .inputs import write_atomic
+        from .files import write_atomic
 
         meta = result.model_dump_json().encode()
         ptx = result.ptx.encode() if result.ptx is not None else None

@@ -8,7 +8,7 @@ from pathlib import Path
 from pydantic import BaseModel, ConfigDict, Field
 
 from .errors import DeviceUnavailable, HarnessError
-from .harness import ExitCode, run_once
+from .evaluation.harness import ExitCode, run_once
 from .launch import DeviceLimits
 
 

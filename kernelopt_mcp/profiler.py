@@ -33,9 +33,9 @@ from .errors import (
     ProfilerError,
     ProfilerTimeout,
 )
-from .evaluate import Candidate, Evaluator
+from .evaluation.evaluate import Candidate, Evaluator
 from .executables import find_executable, run_killable
-from .harness import find_harness, raise_for_request_error
+from .evaluation.harness import find_harness, raise_for_request_error
 from .ncu_report import ProfileSummary, parse_raw_csv, pick_kernel, summarize
 
 NCU_NAME = "ncu"

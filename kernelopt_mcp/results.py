@@ -11,7 +11,7 @@ from typing import Any
 from pydantic import BaseModel, Field
 
 from .compiler import CompileResult, Diagnostic, Resources
-from .outcomes import STATUS_MEANING, EvaluationResult
+from .evaluation.outcomes import STATUS_MEANING, EvaluationResult
 from .gpu import DeviceInfo
 from .launch import LaunchSpec
 from .sanitizer import SANITIZER_ERROR, SanitizerReport

@@ -34,16 +34,16 @@ import anyio.from_thread
 import anyio.lowlevel
 import anyio.to_thread
 
-from .calibrate import peaks_for
+from .evaluation.calibrate import peaks_for
 from .compile_pool import set_default_limits
 from .compiler import MAX_SOURCE_BYTES, CompileCache, compile_kernel
 from .config import Settings, bundled_workloads_dir, list_workloads
 from .docs import DocsSearchResult, search_docs
 from .errors import HarnessCancelled, KerneloptError, TunableError
-from .evaluate import Candidate, EvaluateOptions, EvaluationResult, Evaluator
+from .evaluation.evaluate import Candidate, EvaluateOptions, EvaluationResult, Evaluator
 from .gpu import DeviceInfo, device_info
-from .harness import HarnessProcess, find_harness
-from .inputs import fresh_seed
+from .evaluation.harness import HarnessProcess, find_harness
+from .evaluation.inputs import fresh_seed
 from .launch import LaunchSpec
 from .ncu_report import ProfileSummary
 from .profiler import ProfileOptions, find_ncu, profile_case

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from .compiler import CompileCache, compile_kernel
-from .inputs import MAX_BUFFER_BYTES
+from .evaluation.inputs import MAX_BUFFER_BYTES
 from .results import CreatedWorkload, compile_output
 from .errors import WorkloadError
 from .workload import DataFile, WorkloadSpec, case_shape, load_workload, parse_spec, read_text

@@ -11,8 +11,8 @@ step() { echo "== $*" | tee -a "$LOG"; }
 step "cuBLAS SGEMM 4096^3 (FP32, no TF32)"
 timeout 60 python3 - >> "$LOG" 2>&1 <<'PY'
 from kernelopt_mcp.baselines import find_cublas, run_cublas_sgemm
-from kernelopt_mcp.harness import HarnessProcess
-from kernelopt_mcp.support_module import support_module
+from kernelopt_mcp.evaluation.harness import HarnessProcess
+from kernelopt_mcp.evaluation.support_module import support_module
 import os
 with HarnessProcess(os.environ["KERNELOPT_HARNESS"]) as proc:
     for m, n, k in [(4096, 4096, 4096), (2048, 8192, 1024), (3001, 2999, 1007)]:

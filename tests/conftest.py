@@ -46,7 +46,7 @@ def repo() -> Path:
 @pytest.fixture(scope="session")
 def harness_binary() -> Path:
     from kernelopt_mcp.errors import ToolchainNotFound
-    from kernelopt_mcp.harness import find_harness
+    from kernelopt_mcp.evaluation.harness import find_harness
 
     try:
         return find_harness(os.environ.get("KERNELOPT_HARNESS"))

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from kernelopt_mcp.inputs import write_atomic
+from kernelopt_mcp.files import write_atomic
 
 WRITERS = 16
 ROUNDS = 30

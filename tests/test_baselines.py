@@ -15,7 +15,7 @@ from kernelopt_mcp.baselines import (
     run_cublas_sgemm,
 )
 from kernelopt_mcp.errors import HarnessError, ToolchainNotFound
-from kernelopt_mcp.harness import HarnessReply
+from kernelopt_mcp.evaluation.harness import HarnessReply
 
 
 @pytest.fixture

@@ -137,7 +137,7 @@ def test_record_timings_writes_fixtures_the_stats_tests_load(tmp_path: Path, cap
     vectors = (("fake_4096", "tiny_add", "n_4096", None, True), ("fake_2048_noflush", "tiny_add", "n_4096", {"n": 2048}, False))
     written = module.record(settings, tmp_path / "out", vectors, iterations=30, warmup=2)
     assert [p.name for p in written] == ["fake_4096.json", "fake_2048_noflush.json"]
-    from kernelopt_mcp.stats import summarize
+    from kernelopt_mcp.evaluation.stats import summarize
 
     for path in written:
         data = json.loads(path.read_text())

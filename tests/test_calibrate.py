@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from kernelopt_mcp.calibrate import (
+from kernelopt_mcp.evaluation.calibrate import (
     Calibration,
     cache_path,
     calibrate,
@@ -21,7 +21,7 @@ from kernelopt_mcp.cli import main
 from kernelopt_mcp.compiler import CompileCache
 from kernelopt_mcp.errors import HarnessError
 from kernelopt_mcp.gpu import DeviceInfo
-from kernelopt_mcp.harness import HarnessProcess
+from kernelopt_mcp.evaluation.harness import HarnessProcess
 
 DEVICE = {
     "ordinal": 0, "device_count": 1, "name": "NVIDIA H200 (fake)", "uuid": "5f0c6a1e-0b7d-4c1a-9d2e-7a8b9c0d1e2f",
@@ -167,7 +167,7 @@ def test_cli_calibrate(fake: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPat
 
 
 def _stored(device: DeviceInfo, cache_root: Path) -> Calibration:
-    from kernelopt_mcp.stats import summarize
+    from kernelopt_mcp.evaluation.stats import summarize
 
     cal = Calibration(
         device_name=device.name, device_uuid=device.uuid, driver_version=device.driver_version,

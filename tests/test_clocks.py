@@ -8,8 +8,8 @@ import types
 
 import pytest
 
-from kernelopt_mcp import clocks
-from kernelopt_mcp.clocks import decode_reasons, probe_clocks, read_clocks
+from kernelopt_mcp.evaluation import clocks
+from kernelopt_mcp.evaluation.clocks import decode_reasons, probe_clocks, read_clocks
 
 UUID = "5f0c6a1e-0b7d-4c1a-9d2e-7a8b9c0d1e2f"
 
@@ -119,7 +119,7 @@ def test_by_cuda_uuid_and_bus_id(use_module) -> None:
 def test_by_device_info(use_module) -> None:
     from types import SimpleNamespace
 
-    from kernelopt_mcp.clocks import probe_device_clocks
+    from kernelopt_mcp.evaluation.clocks import probe_device_clocks
 
     use_module(stub_pynvml())
     assert probe_device_clocks(SimpleNamespace(uuid=UUID, pci_bus_id=None, ordinal=5))[0] is not None

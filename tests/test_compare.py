@@ -6,7 +6,7 @@ import ml_dtypes
 import numpy as np
 import pytest
 
-from kernelopt_mcp.compare import compare, geometric_mean
+from kernelopt_mcp.evaluation.compare import compare, geometric_mean
 from kernelopt_mcp.workload import Tolerance
 
 TOL = Tolerance(rtol=1e-5, atol=1e-5)
@@ -111,7 +111,7 @@ def test_geometric_mean() -> None:
 
 
 def test_chunked_comparison_matches_across_chunk_boundaries() -> None:
-    from kernelopt_mcp.compare import CHUNK_ELEMENTS
+    from kernelopt_mcp.evaluation.compare import CHUNK_ELEMENTS
 
     rows = 3 * CHUNK_ELEMENTS // 1024 + 1
     expected = np.random.default_rng(2).normal(size=(rows, 1024))

@@ -10,7 +10,7 @@ from fakegpu import ADD_LAUNCH, kernel, write_harness, write_tiny_workload
 
 from kernelopt_mcp import Candidate, Evaluator, HarnessProcess, LaunchSpec, Settings
 from kernelopt_mcp.config import find_workload
-from kernelopt_mcp.evaluate import EvaluateOptions
+from kernelopt_mcp.evaluation.evaluate import EvaluateOptions
 from kernelopt_mcp.gpu import device_info
 
 

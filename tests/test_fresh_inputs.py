@@ -1,4 +1,4 @@
-"""Fresh inputs for every timed launch (kernelopt_mcp/fresh_inputs.py): what is redrawn and how,
+"""Fresh inputs for every timed launch (kernelopt_mcp/evaluation/fresh_inputs.py): what is redrawn and how,
 which timed launches are checked, the timing-consistency rule, and what a result's checks say."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import pytest
 from fakegpu import TINY_SPEC, write_tiny_workload
 
 from kernelopt_mcp.dtypes import DType
-from kernelopt_mcp.fresh_inputs import (
+from kernelopt_mcp.evaluation.fresh_inputs import (
     case_fresh,
     consistency_limit_ms,
     consistency_problem,
@@ -17,7 +17,7 @@ from kernelopt_mcp.fresh_inputs import (
     fresh_spec,
     pick_checked_launches,
 )
-from kernelopt_mcp.stats import summarize
+from kernelopt_mcp.evaluation.stats import summarize
 from kernelopt_mcp.workload import Arange, Constant, DataFile, Normal, RandInt, Uniform, load_workload
 
 
@@ -113,7 +113,7 @@ def test_consistency_flags_only_two_slow_launches_beyond_noise() -> None:
 
 
 def test_the_tool_output_says_how_many_timed_launches_were_checked() -> None:
-    from kernelopt_mcp.outcomes import CaseResult, EvaluationResult, Status
+    from kernelopt_mcp.evaluation.outcomes import CaseResult, EvaluationResult, Status
     from kernelopt_mcp.results import evaluation_output
 
     case = CaseResult(name="n_4096", kind="performance", status=Status.ok, timing=_stats([0.1] * 20),

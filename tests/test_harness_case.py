@@ -13,12 +13,12 @@ import numpy as np
 import pytest
 from fakegpu import TINY_SPEC, write_tiny_workload
 
-from kernelopt_mcp.compare import compare
-from kernelopt_mcp.harness import HarnessReply
-from kernelopt_mcp.harness_case import CaseJob, DataSet, build_request, interpret
-from kernelopt_mcp.inputs import materialize
+from kernelopt_mcp.evaluation.compare import compare
+from kernelopt_mcp.evaluation.harness import HarnessReply
+from kernelopt_mcp.evaluation.harness_case import CaseJob, DataSet, build_request, interpret
+from kernelopt_mcp.evaluation.inputs import materialize
 from kernelopt_mcp.launch import DeviceLimits, resolve
-from kernelopt_mcp.outcomes import Status
+from kernelopt_mcp.evaluation.outcomes import Status
 from kernelopt_mcp.workload import Workload, load_workload
 
 

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from kernelopt_mcp.errors import HarnessError, ToolchainNotFound
-from kernelopt_mcp.harness import MAX_STDERR_BYTES, HarnessProcess, find_harness
+from kernelopt_mcp.evaluation.harness import MAX_STDERR_BYTES, HarnessProcess, find_harness
 
 FAKE = Path(__file__).with_name("fake_harness.py")
 

@@ -9,7 +9,7 @@ import pytest
 
 from kernelopt_mcp.dtypes import DType
 from kernelopt_mcp.errors import InputError
-from kernelopt_mcp.inputs import generate, materialize
+from kernelopt_mcp.evaluation.inputs import generate, materialize
 from kernelopt_mcp.workload import BufferParam, DataFile, load_parts, load_workload
 
 GENS = [

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from kernelopt_mcp.roofline import (
+from kernelopt_mcp.evaluation.roofline import (
     IMPOSSIBLE_MARGIN,
     Peaks,
     case_roofline,
@@ -79,7 +79,7 @@ def test_result_roofline_through_the_fake_gpu(tmp_path) -> None:
     from kernelopt_mcp import Candidate, Evaluator, HarnessProcess, LaunchSpec, Settings
     from kernelopt_mcp.config import find_workload
     from kernelopt_mcp.gpu import device_info
-    from kernelopt_mcp.outcomes import result_roofline
+    from kernelopt_mcp.evaluation.outcomes import result_roofline
 
     harness = write_harness(tmp_path, "fake")
     wl = find_workload(write_tiny_workload(tmp_path / "extra") / "tiny_add", Settings())

@@ -213,7 +213,7 @@ async def test_no_gpu_gives_a_clear_error_and_the_server_lives_on(nogpu: Client)
 
 def _installed_harness() -> Path | None:
     from kernelopt_mcp.errors import ToolchainNotFound
-    from kernelopt_mcp.harness import find_harness
+    from kernelopt_mcp.evaluation.harness import find_harness
 
     try:
         return find_harness()

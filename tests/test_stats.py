@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from kernelopt_mcp.stats import (
+from kernelopt_mcp.evaluation.stats import (
     adaptive_should_stop,
     adaptive_stop_index,
     from_answer,
@@ -86,7 +86,7 @@ def test_adaptive_caps(path: Path) -> None:
 
 
 def test_rounds_mirror_the_harness() -> None:
-    from kernelopt_mcp.stats import adaptive_round
+    from kernelopt_mcp.evaluation.stats import adaptive_round
 
     assert (adaptive_round(10), adaptive_round(16), adaptive_round(100)) == (16, 16, 100)
     # a target met exactly at the sample cap counts as converged (as in the harness)

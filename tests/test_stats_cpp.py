@@ -1,4 +1,4 @@
-"""The harness's C++ statistics (native_harness/src/stats.hpp) and kernelopt_mcp.stats agree on
+"""The harness's C++ statistics (native_harness/src/stats.hpp) and kernelopt_mcp.evaluation.stats agree on
 every vector in tests/fixtures/timings/: quartiles, median, stdev, the median's rse, and the
 sample count where adaptive timing stops.
 
@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from kernelopt_mcp.stats import adaptive_stop_index, rse_median, summarize
+from kernelopt_mcp.evaluation.stats import adaptive_stop_index, rse_median, summarize
 
 REPO = Path(__file__).resolve().parent.parent
 HEADER = REPO / "native_harness" / "src" / "stats.hpp"

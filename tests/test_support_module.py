@@ -9,7 +9,7 @@ import pytest
 
 from kernelopt_mcp.compiler import compile_kernel
 from kernelopt_mcp.dtypes import DType
-from kernelopt_mcp.support_module import support_module, support_source
+from kernelopt_mcp.evaluation.support_module import support_module, support_source
 
 
 @pytest.fixture(scope="module")

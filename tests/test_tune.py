@@ -20,7 +20,7 @@ from fakegpu import write_tiny_workload
 
 from kernelopt_mcp import expr
 from kernelopt_mcp.errors import ExpressionError, TunableError
-from kernelopt_mcp.evaluate import (
+from kernelopt_mcp.evaluation.evaluate import (
     Candidate,
     CaseResult,
     EvaluateOptions,
@@ -185,7 +185,7 @@ def test_substitution_into_launch_expressions(tunable: Any) -> None:
 
 def test_evaluator_resolves_launch_with_params(tmp_path: Path) -> None:
     """Candidate.params join the case's scalars in launch expressions and become -D options."""
-    from kernelopt_mcp.evaluate import Evaluator
+    from kernelopt_mcp.evaluation.evaluate import Evaluator
     from kernelopt_mcp.launch import resolve
 
     wl = load_workload(write_tiny_workload(tmp_path / "wl") / "tiny_add")

@@ -24,11 +24,11 @@ import numpy as np
 
 from kernelopt_mcp.compiler import CompileCache
 from kernelopt_mcp.errors import HarnessError
-from kernelopt_mcp.evaluate import Candidate, EvaluateOptions, Evaluator
+from kernelopt_mcp.evaluation.evaluate import Candidate, EvaluateOptions, Evaluator
 from kernelopt_mcp.gpu import DeviceInfo
-from kernelopt_mcp.inputs import fresh_seed
+from kernelopt_mcp.evaluation.inputs import fresh_seed
 from kernelopt_mcp.launch import LaunchSpec
-from kernelopt_mcp.oracle import run_oracle
+from kernelopt_mcp.evaluation.oracle import run_oracle
 from kernelopt_mcp.workload import Workload, load_workload
 
 from .parts import Parts, launch_path

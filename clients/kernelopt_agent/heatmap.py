@@ -13,7 +13,7 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.colors import TwoSlopeNorm
 from matplotlib.figure import Figure
 
-from kernelopt_mcp.inputs import write_atomic
+from kernelopt_mcp.files import write_atomic
 
 if TYPE_CHECKING:
     from .records import CandidateRecord

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urljoin
 
-from ..inputs import write_atomic
+from ..files import write_atomic
 
 CACHE_FORMAT = 1
 MAX_PAGE_BYTES = 40 * 2**20

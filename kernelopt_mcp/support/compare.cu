@@ -1,10 +1,10 @@
 // Device-side comparison for the harness (native_harness/PROTOCOL.md, "Device-side
-// comparison" and "Determinism re-run"). Compiled by kernelopt_mcp/support_module.py together
+// comparison" and "Determinism re-run"). Compiled by kernelopt_mcp/evaluation/support_module.py together
 // with the other support/*.cu files; no headers, so it builds with bare NVRTC.
 //
 // ko_compare_<dtype>(const T* actual, const double* expected, u64 n, double abs_tol,
 //                    double rtol, double rel_floor, KoCompareResult* result)
-// mirrors kernelopt_mcp/compare.py element for element, in float64:
+// mirrors kernelopt_mcp/evaluation/compare.py element for element, in float64:
 //   a = (double)actual[i], e = expected[i], diff = |a - e|
 //   mismatch   when NOT (diff <= abs_tol + rtol * |e|)   (NaN/Inf on either side mismatch)
 //   nonfinite  counts non-finite a

@@ -8,7 +8,7 @@
 // Philox4x32-10 block g (counter (g lo, g hi, launch, buffer), key = the two halves of the hidden
 // seed) gives four 32-bit words, which feed 1, 2 or 4 consecutive elements (per_block_*), so the
 // values are a pure function of (seed, launch, buffer, i) (the harness redraws a launch's inputs
-// to run the CUDA reference on them) and independent of the grid. The generators follow kernelopt_mcp/inputs.py `generate` (same distribution and
+// to run the CUDA reference on them) and independent of the grid. The generators follow kernelopt_mcp/evaluation/inputs.py `generate` (same distribution and
 // range, not the same bits as NumPy):
 //   kind 0 uniform [a, b): float16/bfloat16/float32 drawn in float32 (24 random bits), then
 //          rounded to the type; float64 and integer types drawn in float64 (53 bits); integers

@@ -18,7 +18,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from ..evaluate import EvaluationResult, Evaluator
+from ..evaluation.evaluate import EvaluationResult, Evaluator
 from ..workload import read_regular_bytes
 from .space import Config, config_key
 from .spec import Tunable
@@ -135,7 +135,7 @@ class TuneCache:
     def _compact(self) -> None:
         """Rewrite the file with the newest entries that fit in 3/4 of ``max_bytes`` (lock held).
         Lines another process appended since this one read the file are lost: a cache may forget."""
-        from ..inputs import write_atomic
+        from ..files import write_atomic
 
         assert self.path is not None
         kept: list[bytes] = []

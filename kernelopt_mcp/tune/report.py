@@ -7,7 +7,7 @@ import io
 import json
 from pathlib import Path
 
-from ..inputs import write_atomic
+from ..files import write_atomic
 from .spec import Tunable
 from .tuner import TuneResult, table_rows
 

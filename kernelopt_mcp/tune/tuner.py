@@ -15,7 +15,7 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
-from ..evaluate import Candidate, EvaluationResult, Evaluator, Status
+from ..evaluation.evaluate import Candidate, EvaluationResult, Evaluator, Status
 from .cache import TuneCache, context_fields, entry_key
 from .space import Config, Space, Value, config_key
 from .spec import Tunable

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from kernelopt_mcp import Candidate, Evaluator, HarnessProcess, LaunchSpec, Settings
-from kernelopt_mcp.calibrate import (
+from kernelopt_mcp.evaluation.calibrate import (
     cache_path,
     calibrate,
     device_peaks,
@@ -20,9 +20,9 @@ from kernelopt_mcp.calibrate import (
 )
 from kernelopt_mcp.config import find_workload
 from kernelopt_mcp.gpu import DeviceInfo
-from kernelopt_mcp.harness import HarnessReply
-from kernelopt_mcp.roofline import case_cost, case_roofline
-from kernelopt_mcp.stats import from_answer
+from kernelopt_mcp.evaluation.harness import HarnessReply
+from kernelopt_mcp.evaluation.roofline import case_cost, case_roofline
+from kernelopt_mcp.evaluation.stats import from_answer
 
 pytestmark = pytest.mark.gpu
 
@@ -59,7 +59,7 @@ def test_calibration_on_an_h200_and_its_cache(harness_binary: Path, device: Devi
 
 def test_clocks_through_nvml(device: DeviceInfo) -> None:
     """nvidia-ml-py is a dependency: on a GPU machine the clocks must be readable, by CUDA UUID."""
-    from kernelopt_mcp.clocks import probe_clocks
+    from kernelopt_mcp.evaluation.clocks import probe_clocks
 
     sample, why = probe_clocks(device.uuid or 0)
     assert sample is not None, why

@@ -21,7 +21,7 @@ from kernelopt_mcp import (
     Status,
 )
 from kernelopt_mcp.config import find_workload
-from kernelopt_mcp.evaluate import initial_candidate
+from kernelopt_mcp.evaluation.evaluate import initial_candidate
 from kernelopt_mcp.gpu import DeviceInfo
 from kernelopt_mcp.launch import LaunchSpec
 

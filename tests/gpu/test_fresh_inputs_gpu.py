@@ -21,11 +21,11 @@ import pytest
 from kernelopt_mcp import Candidate, EvaluateOptions, Evaluator, HarnessProcess, Settings, Status
 from kernelopt_mcp.config import find_workload
 from kernelopt_mcp.dtypes import DType
-from kernelopt_mcp.evaluate import initial_candidate
+from kernelopt_mcp.evaluation.evaluate import initial_candidate
 from kernelopt_mcp.gpu import DeviceInfo
-from kernelopt_mcp.harness import harness_features
+from kernelopt_mcp.evaluation.harness import harness_features
 from kernelopt_mcp.launch import LaunchSpec
-from kernelopt_mcp.support_module import support_module
+from kernelopt_mcp.evaluation.support_module import support_module
 
 from gpu_kernels import CACHING_ADD
 

@@ -1,5 +1,5 @@
 """Protocol 2 of the native harness on a real GPU, driven in serve mode with real files:
-device-side compare (against kernelopt_mcp.compare.compare), the input cache, determinism
+device-side compare (against kernelopt_mcp.evaluation.compare.compare), the input cache, determinism
 re-runs and timed inputs (native_harness/PROTOCOL.md, "Protocol 2")."""
 
 from __future__ import annotations
@@ -12,12 +12,12 @@ from typing import Any
 import numpy as np
 import pytest
 
-from kernelopt_mcp.compare import compare, thresholds
+from kernelopt_mcp.evaluation.compare import compare, thresholds
 from kernelopt_mcp.compiler import compile_kernel
 from kernelopt_mcp.dtypes import DType
 from kernelopt_mcp.gpu import DeviceInfo
-from kernelopt_mcp.harness import HarnessProcess
-from kernelopt_mcp.support_module import support_module
+from kernelopt_mcp.evaluation.harness import HarnessProcess
+from kernelopt_mcp.evaluation.support_module import support_module
 from kernelopt_mcp.workload import DEFAULT_TOLERANCE, EXACT, Tolerance
 
 pytestmark = pytest.mark.gpu

@@ -20,7 +20,7 @@ import pytest
 from kernelopt_agent.cli import main as agent_main
 from scripted_model import ScriptedModel
 
-from kernelopt_mcp.compare import compare
+from kernelopt_mcp.evaluation.compare import compare
 from kernelopt_mcp.workload import Tolerance
 
 pytestmark = [pytest.mark.gpu, pytest.mark.timeout(1200)]

@@ -22,7 +22,7 @@ from kernelopt_mcp import (
 )
 from kernelopt_mcp.config import find_workload
 from kernelopt_mcp.errors import ToolchainNotFound
-from kernelopt_mcp.evaluate import initial_candidate
+from kernelopt_mcp.evaluation.evaluate import initial_candidate
 from kernelopt_mcp.gpu import device_info
 from kernelopt_mcp.launch import LaunchSpec
 from kernelopt_mcp.sanitizer import (

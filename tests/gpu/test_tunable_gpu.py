@@ -25,7 +25,7 @@ from kernelopt_mcp import (
     Status,
 )
 from kernelopt_mcp.config import find_workload
-from kernelopt_mcp.evaluate import EvaluationResult
+from kernelopt_mcp.evaluation.evaluate import EvaluationResult
 from kernelopt_mcp.gpu import DeviceInfo
 
 pytestmark = pytest.mark.gpu

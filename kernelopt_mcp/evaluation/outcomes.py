@@ -14,12 +14,12 @@ from pydantic import BaseModel, Field
 
 from .clocks import ClockSample
 from .compare import OutputComparison
-from .compiler import CompileResult
+from ..compiler import CompileResult
 from .roofline import CaseRoofline, Peaks, case_cost, case_roofline
 from .stats import TimingStats
 
 if TYPE_CHECKING:
-    from .workload import Workload
+    from ..workload import Workload
 
 
 class Status(StrEnum):

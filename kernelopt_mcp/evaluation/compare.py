@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import numpy as np
 from pydantic import BaseModel, Field
 
-from .workload import Tolerance
+from ..workload import Tolerance
 
 MAX_REPORTED_MISMATCHES = 5
 

@@ -12,12 +12,13 @@ import hashlib
 import tempfile
 from pathlib import Path
 
-from .compile_pool import default_limits
-from .compiler import compile_kernel
-from .errors import KerneloptError
-from .inputs import write_atomic
+from ..compile_pool import default_limits
+from ..compiler import compile_kernel
+from ..errors import KerneloptError
+from ..files import write_atomic
 
-SUPPORT_DIR = Path(__file__).resolve().parent / "support"
+# kernelopt_mcp/support/*.cu (native_harness and PROTOCOL.md name them there)
+SUPPORT_DIR = Path(__file__).resolve().parents[1] / "support"
 
 
 def support_source() -> str:

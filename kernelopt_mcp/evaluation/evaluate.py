@@ -27,19 +27,20 @@ import numpy as np
 from .calibrate import device_peaks
 from .clocks import probe_device_clocks
 from .compare import geometric_mean
-from .compiler import CompileCache, CompileResult, compile_kernel
-from .errors import LaunchConfigError, WorkloadError
-from .gpu import DeviceInfo
+from ..compiler import CompileCache, CompileResult, compile_kernel
+from ..errors import LaunchConfigError, WorkloadError
+from ..gpu import DeviceInfo
 from .harness import HarnessProcess, harness_features
 from .fresh_inputs import case_fresh, fresh_checks, pick_checked_launches, request_seed
 from .harness_case import CaseJob, DataSet, build_request, interpret
-from .inputs import CaseInputs, fresh_seed, hidden_seed_checks, materialize, write_atomic
-from .launch import DeviceLimits, LaunchSpec, ResolvedLaunch, resolve
+from .inputs import CaseInputs, fresh_seed, hidden_seed_checks, materialize
+from ..files import write_atomic
+from ..launch import DeviceLimits, LaunchSpec, ResolvedLaunch, resolve
 from .oracle import run_oracle
 from .outcomes import CaseResult, EvaluationResult, Status, TimingStats, worst
 from .roofline import Peaks, case_cost, case_roofline
 from .support_module import support_module
-from .workload import BufferParam, Case, Workload
+from ..workload import BufferParam, Case, Workload
 
 __all__ = [
     "Candidate", "CaseResult", "EvaluateOptions", "EvaluationResult", "Evaluator", "Status",

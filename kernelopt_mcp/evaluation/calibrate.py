@@ -28,12 +28,12 @@ import numpy as np
 from pydantic import BaseModel, Field, ValidationError
 
 from .clocks import ClockSample, probe_device_clocks
-from .compiler import CompileCache, compile_kernel
-from .dtypes import DType, scalar_raw
-from .errors import HarnessError
-from .gpu import DeviceInfo
+from ..compiler import CompileCache, compile_kernel
+from ..dtypes import DType, scalar_raw
+from ..errors import HarnessError
+from ..gpu import DeviceInfo
 from .harness import HarnessProcess, raise_for_request_error
-from .inputs import write_atomic
+from ..files import write_atomic
 from .roofline import Peaks, theoretical_fp32_flops
 from .stats import TimingStats, from_answer
 

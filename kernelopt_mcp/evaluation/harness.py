@@ -23,8 +23,8 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from .errors import DeviceUnavailable, HarnessCancelled, HarnessError
-from .executables import find_executable, kill_group
+from ..errors import DeviceUnavailable, HarnessCancelled, HarnessError
+from ..executables import find_executable, kill_group
 
 HARNESS_NAME = "kernelopt-harness"
 MAX_STDERR_BYTES = 64 * 1024

@@ -1,7 +1,7 @@
 """Roofline figures of a measured case: achieved bandwidth and FLOP rate as a share of the
 device's peaks, the fastest time the work could possibly take, and an ``impossible`` flag.
 
-Pure arithmetic (no GPU, no I/O): the peaks come from :mod:`kernelopt_mcp.calibrate`
+Pure arithmetic (no GPU, no I/O): the peaks come from :mod:`kernelopt_mcp.evaluation.calibrate`
 (measured copy bandwidth and FP32 FMA rate) and from the device's theoretical figures.
 
 The floor: a kernel that moves ``bytes`` and computes ``flops`` (the workload's cost model:
@@ -27,10 +27,10 @@ from typing import TYPE_CHECKING
 
 from pydantic import BaseModel, Field
 
-from . import expr
+from .. import expr
 
 if TYPE_CHECKING:
-    from .workload import Case, Workload
+    from ..workload import Case, Workload
 
 #: measured < floor / IMPOSSIBLE_MARGIN is flagged impossible (see the module docstring)
 IMPOSSIBLE_MARGIN = 1.15

@@ -16,8 +16,8 @@ from typing import Any
 
 import numpy as np
 
-from .errors import WorkloadError
-from .workload import Workload
+from ..errors import WorkloadError
+from ..workload import Workload
 
 _loaded: dict[Path, Callable[..., Any]] = {}
 

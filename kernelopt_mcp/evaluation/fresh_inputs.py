@@ -4,7 +4,7 @@ The harness redraws input buffers on the device before every warm-up and measure
 (native_harness/PROTOCOL.md, "Fresh inputs and checked launches"), from the case's own
 generator: ``uniform``, ``normal`` and ``randint`` map to the support module's ``ko_fill_<dtype>``
 (Philox4x32-10 keyed by a hidden per-request seed; same distribution and range as
-:func:`kernelopt_mcp.inputs.generate`, not the same bits). ``arange`` and ``constant`` buffers are
+:func:`kernelopt_mcp.evaluation.inputs.generate`, not the same bits). ``arange`` and ``constant`` buffers are
 deterministic and data files are the user's bytes: those are not redrawn (a data file that
 records ``drawn_from``, as a frozen ``optimize`` run's do, is redrawn from that generator).
 
@@ -19,9 +19,9 @@ import secrets
 from dataclasses import dataclass, field
 from typing import Any
 
-from .dtypes import DType
+from ..dtypes import DType
 from .stats import TimingStats
-from .workload import BufferParam, Case, DataFile, Normal, RandInt, Uniform, Workload
+from ..workload import BufferParam, Case, DataFile, Normal, RandInt, Uniform, Workload
 
 #: A launch on unseen inputs is inconsistent when slower than median * (1 + max(this, ...)) ...
 CONSISTENCY_MIN_FRACTION = 0.25

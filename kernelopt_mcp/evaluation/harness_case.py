@@ -1,6 +1,6 @@
 """One case of one candidate through the harness: the request, and what its answer means.
 
-The :class:`~kernelopt_mcp.evaluate.Evaluator` decides which cases run and when; this module
+The :class:`~kernelopt_mcp.evaluation.evaluate.Evaluator` decides which cases run and when; this module
 builds each harness request (inputs, poisoned outputs, the device-side comparison, the
 determinism re-run, the check launch on hidden inputs after timing) and turns the answer into
 a :class:`CaseResult`.
@@ -16,16 +16,17 @@ from typing import Any
 import numpy as np
 
 from .compare import Thresholds, compare, from_device, thresholds
-from .dtypes import scalar_raw
-from .errors import HarnessError
+from ..dtypes import scalar_raw
+from ..errors import HarnessError
 from .fresh_inputs import consistency_problem
 from .harness import ExitCode, HarnessReply, raise_for_request_error
-from .inputs import CaseInputs, write_atomic
-from .launch import ResolvedLaunch
+from .inputs import CaseInputs
+from ..files import write_atomic
+from ..launch import ResolvedLaunch
 from .oracle import run_oracle
 from .outcomes import CaseResult, CudaErrorInfo, Status
 from .stats import from_answer
-from .workload import BufferParam, Case, Workload
+from ..workload import BufferParam, Case, Workload
 
 
 @dataclass
