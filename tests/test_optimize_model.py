@@ -341,3 +341,12 @@ def test_the_readmes_price_table_is_pricing_py() -> None:
         rows[name.split()[0]] = Price(float(inp), float(out), None if cached == "-" else float(cached))
     assert rows == PRICES
     assert PRICES_CHECKED in text and PRICE_SOURCE in text
+
+
+def test_api_and_prices_from_a_config_file(tmp_path: Path) -> None:
+    config = tmp_path / "optimize.json"
+    config.write_text(json.dumps({"description": "x", "api": "chat", "model": "my-model", "price-per-mtok": [0.5, 0.05, 1.5],
+                                  "max-cost": 2.0}))
+    opts = OptimizeOptions.build({"config": str(config)}, environ={"OPENAI_API_KEY": "sk-test"}, cwd=tmp_path)
+    assert opts.api == "chat" and Pricing.resolve(opts.model, opts.price_per_mtok).price == Price(0.5, 1.5, 0.05)
+    assert opts.as_json()["price_per_mtok"] == [0.5, 0.05, 1.5]
