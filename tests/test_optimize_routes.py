@@ -45,7 +45,9 @@ def test_max_cost_stops_the_loop_cleanly(env: dict[str, Path]) -> None:  # noqa:
     summary = read(run / "summary.json")
     assert summary["status"] == "stopped" and summary["stop_reason"].startswith("--max-cost 0.4 USD reached")
     assert summary["tokens"]["cost_usd"] == pytest.approx(0.45) and summary["best"]["label"] == "002-it1"
-    assert "stop" in steps(run) and summary["iterations"]["used"] == 2
+    stops = [h for h in read(run / "history.json") if h["event"] == "stop"]
+    assert len(stops) == 1 and stops[0]["reason"] == summary["stop_reason"] and summary["iterations"]["used"] == 2
+    assert steps(run)[-3:] == ["evaluate", "finalize", "done"]  # the budget is checked before the next step
 
 
 def test_a_reference_that_keeps_failing_ends_the_run(env: dict[str, Path], capsys: pytest.CaptureFixture[str]) -> None:  # noqa: F811

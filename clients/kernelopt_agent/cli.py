@@ -65,6 +65,8 @@ def optimize_parser(prog: str = "kernelopt optimize") -> argparse.ArgumentParser
     p.add_argument("--tune-budget", type=int, help="configurations to measure when a model's proposal carries tunables (default 8)")
     p.add_argument("--tune-evals", type=int, help="configurations to measure with --strategy tune (default 64)")
     p.add_argument("--tune-seconds", type=float, help="seconds of tuning at most with --strategy tune")
+    p.add_argument("--candidates", type=int, help="proposals per iteration, asked for concurrently (distinct ideas; "
+                   "identical ones evaluated once) and evaluated one after another on the GPU (default 1)")
     p.add_argument("--quiet", action="store_true", help="no progress output")
     return p
 
@@ -144,6 +146,7 @@ def run_optimize(opts: Any, console: Console, quiet: bool = False) -> int:
             shutil.rmtree(run.path, ignore_errors=True)
             summary = None
         else:
+            opt.finishing(status)
             summary = finalize(opt, status, error=error)
     if summary is None:
         Console(stderr=True).print(f"error: {error}\n(no run directory was kept: nothing ran)", highlight=False,

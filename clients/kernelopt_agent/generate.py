@@ -16,6 +16,7 @@ keeps it (it replaces the run's copy, never a workload of the user's).
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from typing import Any
 
 from pydantic import ValidationError
@@ -72,9 +73,10 @@ RULES = """Rules:
 
 async def generate_parts(
     parts: Parts, model: ModelClient, tools: Toolbox, *, gpu_summary: str, guidance: str = "",
-    feedback: str = "", arch: str = "sm_90",
+    feedback: str = "", arch: str = "sm_90", on_retry: Callable[[str], None] | None = None,
 ) -> Parts:
-    """Fill in ``parts.missing()`` with the model's answer; raises WorkloadError after MAX_ATTEMPTS."""
+    """Fill in ``parts.missing()`` with the model's answer; raises WorkloadError after MAX_ATTEMPTS.
+    ``on_retry(problems)`` is told before each answer asked again (the run records the route)."""
     missing = parts.missing()
     if not missing:
         return parts
@@ -90,6 +92,8 @@ async def generate_parts(
     problems = ""
     for attempt in range(1, MAX_ATTEMPTS + 1):
         if problems:
+            if on_retry is not None:
+                on_retry(problems)
             messages.append({"role": "user", "content": f"That answer has problems:\n{problems}\nAnswer again with the "
                              "complete corrected JSON object."})
         reply = await model.chat(messages, purpose=f"generate workload parts (attempt {attempt})", schema=None)

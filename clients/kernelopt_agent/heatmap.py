@@ -1,5 +1,8 @@
 """heatmap.png and heatmap.svg: candidates x performance cases, each cell the candidate's median
-latency relative to the CUDA reference's (below 1 is faster), invalid candidates marked."""
+latency relative to the CUDA reference's (below 1 is faster), invalid candidates marked.
+
+Long runs (many iterations, --candidates N) keep the figure readable: past MAX_ROWS candidates it
+shows the baseline rows, the fastest valid ones and the newest, in run order, and says so."""
 
 from __future__ import annotations
 
@@ -25,6 +28,10 @@ def write_heatmap(
 ) -> list[str]:
     """Draw the heatmap (no pyplot: no global state, no display needed); returns the file names."""
     rows = [r for r in records if r.kind != "reference"] or records
+    total = len(rows)
+    rows = pick_rows(rows, best)
+    if len(rows) < total:
+        title += f" · {len(rows)} of {total} candidates: the fastest and the newest"
     columns = [*cases, "geo-mean"]
     ratios = np.full((len(rows), len(columns)), np.nan)
     for i, r in enumerate(rows):
@@ -69,6 +76,26 @@ def write_heatmap(
         write_atomic(path, image_bytes.getvalue())
         names.append(path.name)
     return names
+
+
+MAX_ROWS = 60
+
+
+def pick_rows(rows: list[CandidateRecord], best: CandidateRecord | None, limit: int = MAX_ROWS) -> list[CandidateRecord]:
+    """At most ``limit`` rows in run order: the baseline (non-model) rows, the best, the fastest valid, the newest."""
+    if len(rows) <= limit:
+        return rows
+    keep = {id(r) for r in rows if r.iteration is None}
+    if best is not None:
+        keep.add(id(best))
+    fastest = sorted((r for r in rows if r.valid and r.score_ms), key=lambda r: r.score_ms or math.inf)
+    newest = list(reversed(rows))
+    for pool, share in ((fastest, limit * 2 // 3), (newest, limit)):
+        for r in pool:
+            if len(keep) >= share:
+                break
+            keep.add(id(r))
+    return [r for r in rows if id(r) in keep]
 
 
 def _cmap():  # type: ignore[no-untyped-def]

@@ -8,11 +8,19 @@
 4. finalize: the fastest candidate that passes every case (geometric mean), its replay requests,
    the heatmap, history.json and summary.json.
 
+``--candidates N`` runs N lanes of step 3 at once: each lane is the sequential loop above (its
+own repairs), asked for a proposal distinct from the others'; their model requests are in flight
+together while the GPU evaluates whatever has arrived, one candidate at a time (``gpu_lock``).
+A proposal identical to an earlier one (source, launch, options) is recorded, not evaluated.
+
 All state lives in :class:`Optimizer`, so an interrupted run is finalized with what it has.
+Every event is appended to history.jsonl as it happens (records.py has the types); history.json
+and summary.json are rewritten at checkpoints (after the baseline, at each iteration's end).
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import time
@@ -23,7 +31,6 @@ from typing import Any
 import anyio
 
 from kernelopt_mcp.errors import KerneloptError
-from kernelopt_mcp.gpu import DeviceInfo
 from kernelopt_mcp.launch import LaunchSpec
 from kernelopt_mcp.tune.spec import Tunable, load_tunable, parse_tunable
 
@@ -34,13 +41,22 @@ from .model import BudgetExhausted, ModelClient, check_key
 from .options import OptimizeOptions
 from .parts import Parts, PartsError, load_parts
 from .progress import Display
-from .proposal import PROPOSAL_SCHEMA, Proposal, ProposalError, parse_proposal
-from .records import CandidateRecord
+from .proposal import Proposal
+from .proposer import ask
+from .records import (CandidateRecord, DuplicateEvent, Event, NoProposalEvent, ProfileEvent, ProfileUnavailableEvent,
+                      StepEvent, StopEvent, TuneEvent)
 from .rundir import RunDir
-from .toolbox import Toolbox, ToolResult, model_text
+from .toolbox import DeviceInfo, Toolbox, ToolResult, model_text
 
-FORMAT_RETRIES = 2
 REFERENCE_REGENERATIONS = 2
+# What each --candidates lane is steered towards, so that concurrent proposals differ in kind.
+DIRECTIONS = (
+    "",
+    "memory traffic: coalescing, vectorized loads and stores, reuse through shared memory or registers, fewer bytes moved",
+    "parallel decomposition: tile shapes, work per thread, block size, occupancy, grid shape",
+    "instruction efficiency: unrolling, fewer index computations and branches, warp-level primitives",
+    "a different algorithm or data flow (fusion of passes, another reduction or blocking scheme)",
+)
 
 
 class RunFailed(RuntimeError):
@@ -86,7 +102,13 @@ class Optimizer:
         self.display = display
         self.started = time.time()
         self.records: list[CandidateRecord] = []
-        self.history: list[dict[str, Any]] = []
+        self.history: list[Event] = []
+        self.lanes: dict[int | None, str] = {None: "begin"}  # the graph node each lane is at (None: the main one)
+        self.gpu_lock = anyio.Lock()  # one GPU job at a time: evaluations, profiles, tuning
+        self.seen: dict[str, str] = {}  # proposal key (source, launch, options) -> the label that has it
+        self.pending: dict[str, anyio.Event] = {}  # proposal key -> set once its evaluation is recorded
+        self.duplicates: list[DuplicateEvent] = []
+        self.in_flight: dict[int, str] = {}  # --candidates lane -> the rationale of its proposal being evaluated
         self.parts: Parts | None = parts  # from preflight(), else loaded by run_loop
         self.model: ModelClient | None = None
         self.tools: Toolbox | None = None
@@ -123,21 +145,40 @@ class Optimizer:
                 self.event("generate", f"generating {', '.join(self.parts.missing())} from the description")
                 with self.display.activity(f"generating {', '.join(self.parts.missing())}"):
                     self.parts = await generate_parts(self.parts, self.model, tools, gpu_summary=self.gpu_text,
-                                                      guidance=self.guidance, arch=self.arch)
+                                                      guidance=self.guidance, arch=self.arch, on_retry=self.regenerating)
             await self.freeze()
             await self.baseline()
+            self.checkpoint()
             if tuning:
+                self.event("tune", "autotuning the workload's tunable.json")
                 await self.tune_workload()
                 return
+            if opts.candidates == 1:
+                await self.lane(None)
+            else:
+                for slot in range(1, opts.candidates + 1):
+                    self.lanes[slot] = self.lanes[None]  # every lane starts where the baseline ended
+                async with anyio.create_task_group() as lanes:
+                    for slot in range(1, opts.candidates + 1):
+                        lanes.start_soon(self.lane, slot)
+            self.stop_reason = self.stop_reason or f"--max-iterations {opts.max_iterations} done"
+
+    async def lane(self, slot: int | None) -> None:
+        """Iterations 1..--max-iterations of one lane (the only one without --candidates); a budget stops every lane."""
+        for iteration in range(1, self.opts.max_iterations + 1):
+            if self.stop_reason:
+                return
+            self.iterations_used = max(self.iterations_used, iteration)
             try:
-                for iteration in range(1, opts.max_iterations + 1):
-                    self.iterations_used = iteration
-                    await self.iterate(iteration)
-                self.stop_reason = self.stop_reason or f"--max-iterations {opts.max_iterations} done"
+                await self.iterate(iteration, slot)
             except BudgetExhausted as exc:
-                self.stop_reason = str(exc)
-                self.event("stop", str(exc))
-                self.display.info(f"stopping: {exc}", "yellow")
+                if not self.stop_reason:
+                    self.stop_reason = str(exc)
+                    self.record(StopEvent(reason=str(exc)))
+                    self.display.info(f"stopping: {exc}", "yellow")
+                return
+            finally:
+                self.checkpoint()
 
     async def read_gpu(self) -> None:
         assert self.tools is not None
@@ -185,6 +226,7 @@ class Optimizer:
     async def baseline(self) -> None:
         """Run the reference (regenerating a generated one that fails) and evaluate the initial kernel."""
         assert self.parts is not None
+        self.event("baseline", "running the reference and the initial kernel")
         for attempt in range(REFERENCE_REGENERATIONS + 1):
             ref = await self.evaluate("reference", None, self.parts.reference_cu or "", self.parts.reference_launch,
                                       self.parts.reference_options, "the workload's CUDA reference")
@@ -197,33 +239,57 @@ class Optimizer:
             self.parts.reference_cu = None
             self.parts.reference_launch = None
             self.parts = await generate_parts(self.parts, self.model, self.tools, gpu_summary=self.gpu_text,  # type: ignore[arg-type]
-                                              guidance=self.guidance, feedback=feedback, arch=self.arch)
+                                              guidance=self.guidance, feedback=feedback, arch=self.arch,
+                                              on_retry=self.regenerating)
             await self.freeze()
+            self.event("baseline", "running the regenerated reference")
         if self.parts.initial_cu is not None:
             init = await self.evaluate("initial", None, self.parts.initial_cu, self.parts.initial_launch,
                                        self.parts.initial_options, "the starting kernel")
             if init.valid and self.opts.use_nsight:
-                await self.profile(init)
+                await self.profile(init, step=False)
 
-    async def iterate(self, iteration: int) -> None:
-        last = self.last_candidate()
+    async def iterate(self, iteration: int, slot: int | None = None) -> None:
+        """One iteration of one lane: propose (or repair its last candidate), evaluate, profile."""
+        assert self.model is not None
+        last = self.last_candidate(slot)
         repair = last is not None and not last.valid and last.kind != "reference"
-        self.event("repair" if repair else "propose", f"iteration {iteration}" + (f": repair {last.label}" if repair and last else ""))
-        proposal, calls, problem = await self.propose(iteration, repair)
+        self.model.check_budget()  # a spent budget routes to finalize before a step is taken
+        where = f"iteration {iteration}" + (f" candidate {slot}" if slot else "")
+        self.event("repair" if repair else "propose", where + (f": repair {last.label}" if repair and last else ""), lane=slot)
+        state = self.state_text(iteration, repair, last, slot)
+        asked = await ask(self, iteration, repair, slot, state)
+        proposal, calls = asked.proposal, asked.calls
         if proposal is None:
-            self.history.append({"event": "no_proposal", "iteration": iteration, "status": problem[0],
-                                 "message": problem[1], "model_calls": calls, "time": time.time()})
-            self.display.info(f"[iteration {iteration}] no usable proposal: {problem[0]}: {problem[1][:200]}", "red")
-            self.write_progress()
+            status, message = asked.problem
+            self.record(NoProposalEvent(iteration=iteration, slot=slot, status=status, message=message, model_calls=calls))
+            self.display.info(f"[{where}] no usable proposal: {status}: {message[:200]}", "red")
             return
+        key = proposal_key(proposal)
+        if key in self.pending:  # the same kernel from another lane is being evaluated: wait for its label
+            await self.pending[key].wait()
+        if key in self.seen:
+            dup = DuplicateEvent(iteration=iteration, slot=slot, same_as=self.seen[key], model_calls=calls)
+            self.duplicates.append(dup)
+            self.record(dup)
+            self.display.info(f"[{where}] the same kernel as {dup.same_as}: not evaluated again", "yellow")
+            return
+        self.pending[key] = anyio.Event()
+        if slot is not None:
+            self.in_flight[slot] = proposal.rationale
         kind = "repair" if repair else "proposal"
-        if proposal.tunables:
-            rec = await self.tune_proposal(kind, iteration, proposal, calls)
-        else:
-            rec = await self.evaluate(kind, iteration, proposal.source, proposal.launch, proposal.compile_options,
-                                      proposal.rationale, calls)
-        if rec.valid and self.opts.use_nsight:
-            await self.profile(rec)
+        async with self.gpu_lock:
+            if proposal.tunables:
+                self.event("tune", f"{where}: tuning the proposal's parameters", lane=slot)
+                rec = await self.tune_proposal(kind, iteration, proposal, calls, slot)
+            else:
+                rec = await self.evaluate(kind, iteration, proposal.source, proposal.launch, proposal.compile_options,
+                                          proposal.rationale, calls, slot=slot)
+            self.seen[key] = rec.label
+            self.pending.pop(key).set()
+            self.in_flight.pop(slot or 0, None)
+            if rec.valid and self.opts.use_nsight:
+                await self.profile(rec, lane=slot)
 
     # --- tuning ----------------------------------------------------------------------------
 
@@ -240,7 +306,6 @@ class Optimizer:
             args["warmup"] = self.opts.warmup
         if self.opts.iterations is not None:
             args["iterations"] = self.opts.iterations
-        self.event("tune", f"{label}: autotune, at most {budget_evals} configurations")
         with self.display.activity(f"{label}: tuning up to {budget_evals} configurations on the GPU"):
             result = await self.tools.call("autotune", args)
         self.run.write_json(f"tuning/{label}/autotune.json", {"tool_call": result.number, "is_error": result.is_error,
@@ -249,9 +314,8 @@ class Optimizer:
         for name in ("tune.json", "tune.csv"):
             if result.structured.get("saved_to") and (saved / name).is_file():
                 self.run.write_bytes(f"tuning/{label}/{name}", (saved / name).read_bytes())
-        self.history.append({"event": "tune", "label": label, "is_error": result.is_error,
-                             "status": result.structured.get("status"), "best_params": result.structured.get("best_params"),
-                             "counts": result.structured.get("counts"), "time": time.time()})
+        self.record(TuneEvent(label=label, is_error=result.is_error, status=result.structured.get("status"),
+                              best_params=result.structured.get("best_params"), counts=result.structured.get("counts")))
         return result
 
     async def tune_workload(self) -> None:
@@ -269,7 +333,8 @@ class Optimizer:
         for line in (result.text.splitlines()[:2] if result.text else ["tuned"]):  # the outcome; the best and untuned
             self.display.info(line)
         source, launch, options = tunable.materialize(out["untuned_params"])
-        await self.evaluate("untuned", None, source, launch, options, f"tunable.json defaults {out['untuned_params']}")
+        await self.evaluate("untuned", None, source, launch, options, f"tunable.json defaults {out['untuned_params']}",
+                            step=True)
         if out.get("best_params") is not None and out["best_params"] != out["untuned_params"]:
             source, launch, options = tunable.materialize(out["best_params"])
             c = out["counts"]
@@ -277,7 +342,8 @@ class Optimizer:
                                 f"autotuned ({out['strategy']}, {c['tried']} configurations): {out['best_params']}")
         self.stop_reason = f"tuning done: {out.get('stop_reason', '')}"
 
-    async def tune_proposal(self, kind: str, iteration: int, proposal: Proposal, calls: list[int]) -> CandidateRecord:
+    async def tune_proposal(self, kind: str, iteration: int, proposal: Proposal, calls: list[int],
+                            slot: int | None = None) -> CandidateRecord:
         """A proposal with tunables: tune it (--tune-budget configurations), then evaluate its best configuration.
         If it cannot be tuned, the proposal is evaluated as written (its macros' own defaults)."""
         assert proposal.tunables is not None
@@ -289,22 +355,30 @@ class Optimizer:
         except KerneloptError as exc:
             note = f"its tunables were not tuned: {exc}"
         else:
-            result = await self.autotune(tunable, self.opts.tune_budget, None, f"it{iteration}")
+            result = await self.autotune(tunable, self.opts.tune_budget, None, f"it{iteration}" + (f"-{slot}" if slot else ""))
             out = result.structured
             best = None if result.is_error else out.get("best_params")
             source, launch, options = tunable.materialize(best if best is not None else tunable.spec.defaults)
             if best is not None:
                 rec = await self.evaluate(kind, iteration, source, launch, options,
                                           f"{proposal.rationale} [tuned {out['counts']['tried']} configurations: best "
-                                          f"{best}]", calls)
+                                          f"{best}]", calls, slot=slot)
                 rec.feedback += f"\nTuning of the proposal's parameters:\n{result.text[:3000]}"
                 return rec
             note = f"tuning found no valid configuration, so its defaults were evaluated: {result.text[:1500]}"
-        rec = await self.evaluate(kind, iteration, source, launch, options, f"{proposal.rationale} [{note[:300]}]", calls)
+        rec = await self.evaluate(kind, iteration, source, launch, options, f"{proposal.rationale} [{note[:300]}]", calls,
+                                  slot=slot)
         rec.feedback += f"\n{note}"
         return rec
 
-    def last_candidate(self) -> CandidateRecord | None:
+    def last_candidate(self, slot: int | None = None) -> CandidateRecord | None:
+        """The newest candidate (of the --candidates lane ``slot``: its own, else the baseline's newest)."""
+        if slot is not None:
+            own = [r for r in self.records if r.slot == slot]
+            if own:
+                return own[-1]
+            base = [r for r in self.records if r.iteration is None]
+            return base[-1] if base else None
         return self.records[-1] if self.records else None
 
     def best(self) -> CandidateRecord | None:
@@ -333,81 +407,42 @@ class Optimizer:
         """The checks of the newest evaluation that reported any (what the model may be told)."""
         return next((r.checks for r in reversed(self.records) if r.checks), [])
 
-    async def propose(self, iteration: int, repair: bool) -> tuple[Proposal | None, list[int], tuple[str, str]]:
-        assert self.model is not None and self.tools is not None and self.frozen is not None
-        names = [n for n in self.tool_names() if self.tools.has(n)]
-        tools = self.tools.openai_tools(names)
-        messages: list[dict[str, Any]] = [
-            {"role": "system", "content": prompts.system_prompt(names)},
-            {"role": "user", "content": prompts.workload_prompt(self.frozen, self.gpu_text, self.reference(), self.guidance)},
-            {"role": "user", "content": prompts.state_prompt(
-                self.records, self.best(), self.last_candidate(), self.reference(), iteration, self.opts.max_iterations,
-                repair, self.frozen.performance_cases, self.checks_in_force())},
-        ]
-        calls: list[int] = []
-        retries = 0
-        rounds = 0
-        while True:
-            offer = tools if rounds < self.opts.tool_rounds else None
-            with self.display.activity(f"iteration {iteration}: asking {self.opts.model}"):
-                reply = await self.model.chat(messages, purpose=f"iteration {iteration}" + (" (repair)" if repair else ""),
-                                              tools=offer, schema=PROPOSAL_SCHEMA)
-            calls.append(reply.number)
-            self.display.tokens = self.model.usage.total_tokens
-            if reply.tool_calls and offer:
-                rounds += 1
-                messages.append({"role": "assistant", "content": reply.message.content, "tool_calls": [
-                    {"id": c.id, "type": "function", "function": {"name": c.function.name, "arguments": c.function.arguments}}
-                    for c in reply.tool_calls
-                ]})
-                for call in reply.tool_calls:
-                    messages.append({"role": "tool", "tool_call_id": call.id, "content": await self.model_tool(call, names)})
-                if rounds >= self.opts.tool_rounds:
-                    messages.append({"role": "user", "content": "No more tool calls: answer now with the JSON proposal."})
-                continue
-            if reply.refusal:
-                return None, calls, ("refused", reply.refusal)
-            try:
-                return parse_proposal(reply.content, self.frozen.case_names), calls, ("", "")
-            except ProposalError as exc:
-                if reply.finish_reason == "length":
-                    exc = ProposalError(f"the answer was cut off at the output limit ({exc}); answer more briefly")
-                retries += 1
-                self.history.append({"event": "unparseable_answer", "iteration": iteration, "model_call": reply.number,
-                                     "message": str(exc), "time": time.time()})
-                if retries > FORMAT_RETRIES:
-                    return None, calls, ("unparseable", str(exc))
-                messages.append({"role": "assistant", "content": reply.content or ""})
-                messages.append({"role": "user", "content": f"Your answer could not be used: {exc}. Answer with exactly one "
-                                 "JSON object with keys rationale, source, launch, compile_options, tunables."})
+    def workload_text(self) -> str:
+        assert self.frozen is not None
+        return prompts.workload_prompt(self.frozen, self.gpu_text, self.reference(), self.guidance)
 
-    async def model_tool(self, call: Any, allowed: list[str]) -> str:
-        assert self.tools is not None
-        name = call.function.name
-        if name not in allowed:
-            return f"tool error: no tool {name!r}; available: {', '.join(allowed)}"
-        try:
-            args = json.loads(call.function.arguments or "{}")
-        except json.JSONDecodeError as exc:
-            return f"tool error: the arguments are not JSON ({exc})"
-        if not isinstance(args, dict):
-            return "tool error: the arguments must be a JSON object"
-        with self.display.activity(f"model calls {name}"):
-            result = await self.tools.call(name, args, caller="model")
-        return model_text(result)
+    def state_text(self, iteration: int, repair: bool, last: CandidateRecord | None, slot: int | None) -> str:
+        """The iteration's state prompt, fitted to what the budget leaves after the system and workload prompts."""
+        assert self.frozen is not None
+        parallel = ""
+        if slot is not None:
+            others = [f"  candidate {k}: {why[:300]}" for k, why in sorted(self.in_flight.items()) if k != slot and why]
+            parallel = (f"You are candidate {slot} of {self.opts.candidates} proposals made in parallel this iteration; each "
+                        "must be a different idea (an identical kernel is not evaluated again). "
+                        + (f"Lean towards {DIRECTIONS[(slot - 1) % (len(DIRECTIONS) - 1) + 1]}. " if slot > 1 else "")
+                        + ("The other candidates now being evaluated:\n" + "\n".join(others) if others else ""))
+        dups = [f"{d.iteration}" + (f".{d.slot}" if d.slot else "") + f" repeated {d.same_as}" for d in self.duplicates[-5:]]
+        room = prompts.PROMPT_BUDGET_TOKENS * prompts.CHARS_PER_TOKEN - len(prompts.system_prompt(self.tool_names())) \
+            - len(self.workload_text())
+        return prompts.state_prompt(
+            self.records, self.best(), last, self.reference(), iteration, self.opts.max_iterations, repair,
+            self.frozen.performance_cases, self.checks_in_force(), parallel=parallel, duplicates=dups, budget_chars=room)
 
     # --- evaluating ----------------------------------------------------------------------
 
     async def evaluate(
         self, kind: str, iteration: int | None, source: str, launch: LaunchSpec | None, options: list[str],
-        rationale: str, calls: list[int] | None = None,
+        rationale: str, calls: list[int] | None = None, *, slot: int | None = None, step: bool | None = None,
     ) -> CandidateRecord:
+        """Benchmark one candidate through the server; ``step``: record the graph's evaluate step
+        (default: for the loop's own candidates, not the baseline's reference and initial kernel)."""
         assert self.tools is not None and self.frozen is not None
         index = len(self.records)
-        label = f"{index:03d}-{kind if iteration is None else f'it{iteration}' + ('-repair' if kind == 'repair' else '')}"
+        name = kind if iteration is None else f"it{iteration}" + (f"-{slot}" if slot else "") + ("-repair" if kind == "repair" else "")
+        label = f"{index:03d}-{name}"
         launch_json = launch.model_dump(mode="json", exclude_none=True) if launch is not None else {}
         rec = CandidateRecord(index, label, kind, iteration, source, launch_json, list(options), rationale,
-                              model_calls=list(calls or []))
+                              model_calls=list(calls or []), slot=slot)
         self.run.write_text(f"{rec.dir}/source.cu", source)
         self.run.write_json(f"{rec.dir}/launch.json", {"launch": launch_json, "compile_options": list(options)})
         args: dict[str, Any] = {"workload": self.frozen.name, "source": source, "launch": launch_json}
@@ -418,7 +453,8 @@ class Optimizer:
         if self.opts.iterations is not None:
             args["iterations"] = self.opts.iterations
         self.run.write_json(f"{rec.dir}/request.json", {"tool": "benchmark", "arguments": args, "rationale": rationale})
-        self.event("evaluate", f"{label}: benchmark")
+        if step if step is not None else iteration is not None:
+            self.event("evaluate", f"{label}: benchmark", lane=slot)
         start = time.monotonic()
         with self.display.activity(f"{label}: validating and timing on the GPU"):
             result = await self.tools.call("benchmark", args)
@@ -440,14 +476,16 @@ class Optimizer:
                     rec.case_ms[case["name"]] = case["timing"]["median_ms"]
         rec.feedback = prompts.feedback_text(result.text, out)
         self.records.append(rec)
-        self.history.append({"event": "candidate", **rec.as_json(), "time": time.time()})
-        self.write_progress()
+        self.record(rec.as_event())
         self.display.candidate(rec, self.best(), self.model.usage.total_tokens if self.model else 0)
         return rec
 
-    async def profile(self, rec: CandidateRecord) -> None:
-        """ncu_profile of one performance case (the one furthest behind the reference)."""
+    async def profile(self, rec: CandidateRecord, *, step: bool = True, lane: int | None = None) -> None:
+        """ncu_profile of one performance case (the one furthest behind the reference); the caller holds the GPU."""
         assert self.tools is not None and self.frozen is not None
+        if step:  # the route is taken whether or not ncu can run here
+            self.event("profile", f"{rec.label}: ncu_profile" + (" skipped: ncu cannot run here" if self.nsight_unusable else ""),
+                       lane=lane)
         if self.nsight_unusable:
             return  # said once already (console and summary notes); no retry per candidate
         if not self.tools.has("ncu_profile"):
@@ -464,18 +502,15 @@ class Optimizer:
             "workload": self.frozen.name, "source": rec.source, "launch": rec.launch,
             "compile_options": rec.compile_options or None, "case": case, "case_name": case,
         })
-        self.event("profile", f"{rec.label}: ncu_profile {case}")
         with self.display.activity(f"{rec.label}: profiling {case} with Nsight Compute"):
             result = await self.tools.call("ncu_profile", args)
         if result.is_error and ncu_unusable(result.text):
             self.nsight_unusable = result.text
             self.notes.append(f"--use-nsight: nothing was profiled: Nsight Compute cannot run on the server ({result.text[:400]})")
             self.display.warn(self.notes[-1])
-            self.history.append({"event": "profile_unavailable", "label": rec.label, "message": result.text,
-                                 "time": time.time()})
+            self.record(ProfileUnavailableEvent(label=rec.label, message=result.text))
             self.run.write_json(f"{rec.dir}/profile.json", {"case": case, "is_error": True, "result": result.structured,
                                                             "text": result.text})
-            self.write_progress()
             return
         rec.profile_case = case
         rec.profile_text = model_text(result)[:4000]
@@ -486,18 +521,45 @@ class Optimizer:
             target.parent.mkdir(parents=True, exist_ok=True)
             self.run.write_bytes(target.relative_to(self.run.path), path.read_bytes())
             rec.profile_files.append(self.run.relative(target))
-        self.history.append({"event": "profile", "label": rec.label, "case": case, "is_error": result.is_error,
-                             "files": rec.profile_files, "time": time.time()})
-        self.write_progress()
+        self.record(ProfileEvent(label=rec.label, case=case, is_error=result.is_error, files=rec.profile_files))
 
     # --- records ---------------------------------------------------------------------------
 
-    def event(self, node: str, message: str) -> None:
-        self.history.append({"event": "step", "node": node, "message": message, "time": time.time()})
+    def record(self, event: Event) -> None:
+        """Keep an event and append it to history.jsonl at once (durable before the loop goes on)."""
+        self.history.append(event)
+        self.run.append_jsonl("history.jsonl", event.model_dump(mode="json"))
 
-    def write_progress(self) -> None:
+    def event(self, node: str, message: str, *, lane: int | None = None) -> None:
+        """The loop enters ``node`` of the graph; ``lane``: the --candidates lane taking the route."""
+        came_from = self.lanes.get(lane, self.lanes[None])
+        self.lanes[lane] = node
+        if lane is not None:
+            self.lanes[None] = node  # the main lane follows the newest step (finalize comes from it)
+        self.record(StepEvent(node=node, came_from=came_from, message=message))
+
+    def regenerating(self, problems: str) -> None:
+        self.event("generate", f"the generated parts have problems; asking again: {problems[:300]}")
+
+    def finishing(self, status: str) -> None:
+        """The finalize step (called just before finalize.finalize writes the records): ``status`` says
+        whether it came by its routes or because the run was interrupted or failed."""
+        if self.history:
+            self.event("finalize", status)
+            self.event("done", status)
+
+    def checkpoint(self) -> None:
+        """history.json and summary.json, whole and atomically (the events are in history.jsonl already)."""
         self.run.write_json("history.json", self.history)
         self.run.write_json("summary.json", self.summarize(self, "running"))
+
+    write_progress = checkpoint
+
+
+def proposal_key(proposal: Proposal) -> str:
+    """What makes two proposals the same experiment: source, launch and compile options."""
+    text = json.dumps([proposal.source, proposal.launch_json(), proposal.compile_options], sort_keys=True)
+    return hashlib.sha256(text.encode()).hexdigest()
 
 
 def ncu_unusable(text: str) -> bool:

@@ -23,6 +23,7 @@ DEFAULT_MODEL = "gpt-5-mini"
 DEFAULT_EFFORT = "medium"
 APIS = ("responses", "chat")
 EFFORTS = ("off", "none", "minimal", "low", "medium", "high", "xhigh")
+MAX_CANDIDATES = 16  # concurrent model requests per iteration; more mostly queues on the one GPU
 PATH_KEYS = ("signature", "reference", "initial_kernel", "input_cases", "oracle", "results_dir", "workspace", "harness")
 
 
@@ -65,6 +66,7 @@ class OptimizeOptions:
     tune_budget: int = 8  # configurations per model proposal that carries tunables
     tune_evals: int = 64  # configurations for --strategy tune
     tune_seconds: float | None = None
+    candidates: int = 1  # proposals per iteration, asked concurrently, evaluated one after another on the GPU
     api: str | None = None  # responses | chat; None: responses on OpenAI's own endpoint, chat elsewhere
     price_per_mtok: str | list[float] | None = None  # "IN,OUT" or "IN,CACHED,OUT" USD per 1M tokens
     api_key: str | None = field(default=None, repr=False)
@@ -118,6 +120,9 @@ class OptimizeOptions:
                 "softmax, reduce_sum, transpose, layernorm); to optimize from a description or separate parts, set "
                 "OPENAI_API_KEY (environment or .env) for --strategy llm"
             )
+        if not isinstance(self.candidates, int) or not 1 <= self.candidates <= MAX_CANDIDATES:
+            raise OptionsError(f"--candidates must be an integer from 1 to {MAX_CANDIDATES} (got {self.candidates!r}): "
+                               "the number of proposals asked for concurrently each iteration")
         if self.max_iterations < 0:
             raise OptionsError(f"--max-iterations must be >= 0 (got {self.max_iterations})")
         if self.reasoning_effort not in EFFORTS:

@@ -1,5 +1,8 @@
 """Live terminal progress (rich): a status line while the model thinks or the GPU runs, one line
-per candidate (iteration, status, score, best so far, tokens), and a final table."""
+per candidate (iteration, status, score, best so far, tokens), and a final table.
+
+With --candidates N several activities run at once (model requests in flight, the GPU busy): the
+one status line shows them all, started by the first and stopped by the last."""
 
 from __future__ import annotations
 
@@ -20,6 +23,7 @@ class Display:
         self.console = console or Console()
         self.quiet = quiet
         self._status: Any = None
+        self._active: list[str] = []  # activities under way, oldest first
         self.tokens = 0
         self.best = ""
 
@@ -33,25 +37,35 @@ class Display:
 
     @contextmanager
     def activity(self, message: str) -> Iterator[None]:
-        """A spinner with the current activity (terminals only); server progress updates it."""
+        """A spinner with the current activities (terminals only); server progress updates it."""
         if self.quiet or not self.console.is_terminal:
             yield
             return
-        with self.console.status(self._line(message)) as status:
-            self._status = (status, message)
-            try:
-                yield
-            finally:
+        self._active.append(message)
+        if self._status is None:
+            self._status = self.console.status(self._line())
+            self._status.start()
+        else:
+            self._status.update(self._line())
+        try:
+            yield
+        finally:
+            self._active.remove(message)
+            if not self._active:
+                self._status.stop()
                 self._status = None
+            else:
+                self._status.update(self._line())
 
     def progress(self, message: str) -> None:
-        if self._status is not None:
-            status, base = self._status
-            status.update(self._line(f"{base}: {message}"))
+        if self._status is not None and self._active:
+            self._status.update(self._line(f": {message}"))
 
-    def _line(self, message: str) -> str:
+    def _line(self, detail: str = "") -> str:
         tail = f" · best {self.best}" if self.best else ""
-        return escape(f"{message}{tail} · {self.tokens:,} tokens")
+        now = self._active[-1] + detail if self._active else ""
+        more = f" (+{len(self._active) - 1} more under way)" if len(self._active) > 1 else ""
+        return escape(f"{now}{more}{tail} · {self.tokens:,} tokens")
 
     def candidate(self, rec: CandidateRecord, best: CandidateRecord | None, tokens: int) -> None:
         self.tokens = tokens
@@ -60,7 +74,7 @@ class Display:
         style = "green" if rec.valid else "red"
         score = f" score {rec.score_ms:.4g} ms" if rec.score_ms else ""
         speed = f" ({rec.speedup:.2f}x vs reference)" if rec.speedup else ""
-        where = f"iteration {rec.iteration}" if rec.iteration else rec.kind
+        where = (f"iteration {rec.iteration}" + (f" candidate {rec.slot}" if rec.slot else "")) if rec.iteration else rec.kind
         self.info(
             f"[{where}] {rec.label}: {rec.status}{score}{speed} | best {self.best or '-'} | {tokens:,} tokens", style
         )

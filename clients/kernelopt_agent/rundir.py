@@ -12,6 +12,7 @@ Layout (see the README's "Running the optimizer"):
     candidates/NNN-<label>/  source.cu, launch.json, request.json, result.json (+ profile.json)
     model/NNNN-*.json      every model request and response
     tools/NNNN-<tool>.json every MCP tool call with its result
+    history.jsonl          every event as it happens (one JSON object a line; records.py has the types)
     history.json summary.json best.cu best.launch.json heatmap.png heatmap.svg
     replay/<case>.json     harness requests for the best kernel: kernelopt-harness run FILE
     profiles/              Nsight Compute reports (--use-nsight)
@@ -28,7 +29,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from kernelopt_mcp.inputs import write_atomic
+from kernelopt_mcp.files import write_atomic
 
 RUN_RE = re.compile(r"^run-(\d{3,})$")
 
@@ -77,6 +78,16 @@ class RunDir:
 
     def write_json(self, relative: str | Path, data: Any) -> Path:
         return self.write_text(relative, json.dumps(data, indent=2, default=_jsonable) + "\n")
+
+    def append_jsonl(self, relative: str | Path, data: Any) -> None:
+        """Append one JSON line and make it durable (flush + fsync) before returning: a run killed
+        later keeps it. One line per call, written with a single write() under the lock, so lines from
+        concurrent tasks never interleave."""
+        line = json.dumps(data, default=_jsonable, separators=(",", ":")) + "\n"
+        with self._lock, open(self.path / relative, "a", encoding="utf-8") as fh:
+            fh.write(line)
+            fh.flush()
+            os.fsync(fh.fileno())
 
     def relative(self, path: Path) -> str:
         try:

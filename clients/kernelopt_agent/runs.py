@@ -12,6 +12,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from .records import CandidateEvent, StopEvent, TuneEvent, read_history
 from .rundir import RUN_RE, pid_alive, read_json
 
 
@@ -46,11 +47,11 @@ def resolve_run(arg: str | None, results_dir: Path) -> Path:
 
 
 def load_run(path: Path) -> dict[str, Any]:
-    """summary.json and history.json of a run; a run that died without a word is marked interrupted."""
+    """summary.json and the typed history (history.jsonl, else history.json) of a run; a run that died
+    without a word is marked interrupted. ``candidates`` are CandidateEvent models."""
     if not path.is_dir():
         raise FileNotFoundError(f"{path}: no such run directory")
     summary: dict[str, Any] = {}
-    history: list[dict[str, Any]] = []
     notes = []
     try:
         summary = read_json(path / "summary.json")
@@ -58,22 +59,21 @@ def load_run(path: Path) -> dict[str, Any]:
         notes.append("no summary.json: the run ended before its first record")
     except json.JSONDecodeError as exc:
         notes.append(f"summary.json unreadable: {exc}")
-    try:
-        history = read_json(path / "history.json")
-    except (FileNotFoundError, json.JSONDecodeError):
-        pass
+    history = read_history(path)
+    notes.extend(history.problems)
     if summary.get("status") == "running" and not pid_alive(summary.get("pid")):
         summary["status"] = "interrupted"
         summary["stop_reason"] = f"process {summary.get('pid')} ended without finishing (killed or crashed)"
-    candidates = [h for h in history if h.get("event") == "candidate"]
+    candidates = history.candidates
     if not candidates:  # fall back on the candidate directories
-        for result in sorted(path.glob("candidates/*/result.json")):
+        for index, result in enumerate(sorted(path.glob("candidates/*/result.json"))):
             try:
                 res = read_json(result).get("result", {})
             except (OSError, json.JSONDecodeError):
                 continue
-            candidates.append({"label": result.parent.name, "status": res.get("status", "?"), "score_ms": res.get("score_ms"),
-                               "speedup": res.get("speedup"), "case_ms": {}})
+            status = str(res.get("status", "?"))
+            candidates.append(CandidateEvent(index=index, label=result.parent.name, kind="?", status=status,
+                                             valid=status == "ok", score_ms=res.get("score_ms"), speedup=res.get("speedup")))
     return {"summary": summary, "candidates": candidates, "history": history, "notes": notes}
 
 
@@ -81,7 +81,8 @@ def show(path: Path, out: Console, as_json: bool = False) -> int:
     run = load_run(path)
     s = run["summary"]
     if as_json:
-        print(json.dumps({"summary": s, "candidates": run["candidates"], "notes": run["notes"]}, indent=2))
+        print(json.dumps({"summary": s, "candidates": [c.model_dump(mode="json") for c in run["candidates"]],
+                          "notes": run["notes"]}, indent=2))
         return 0
     wl = s.get("workload", {})
     out.print(f"[bold]{escape(path.name)}[/] · {escape(str(wl.get('name', '?')))} · status [bold]{s.get('status', '?')}[/]"
@@ -91,7 +92,7 @@ def show(path: Path, out: Console, as_json: bool = False) -> int:
     model = s.get("model") or {}
     tokens = s.get("tokens", {})
     cost = tokens.get("cost_usd")
-    tuned = any(h.get("event") == "tune" for h in run["history"])
+    tuned = bool(run["history"].of(TuneEvent))
     if s.get("strategy") == "tune" and not tokens.get("calls"):
         out.print("strategy tune: " + ("the workload's tunable kernel was autotuned (no model)" if tuned
                                        else "nothing was tuned (no model)"), highlight=False)
@@ -108,12 +109,20 @@ def show(path: Path, out: Console, as_json: bool = False) -> int:
     for col in ("candidate", "status", "score ms", "vs reference", *perf):
         table.add_column(col, justify="left" if col in ("candidate", "status") else "right")
     best = (s.get("best") or {}).get("label")
+    per_iteration = max((c.slot or 0 for c in run["candidates"]), default=0)
+    if per_iteration > 1:
+        table.add_column("iteration.candidate", justify="right")
     for c in run["candidates"]:
-        case_ms = c.get("case_ms") or {}
-        table.add_row(escape(c["label"] + (" *" if c["label"] == best else "")), c.get("status", "?"),
-                      f"{c['score_ms']:.4g}" if c.get("score_ms") else "", f"{c['speedup']:.2f}x" if c.get("speedup") else "",
-                      *(f"{case_ms[p]:.4g}" if p in case_ms else "" for p in perf))
+        table.add_row(escape(c.label + (" *" if c.label == best else "")), c.status,
+                      f"{c.score_ms:.4g}" if c.score_ms else "", f"{c.speedup:.2f}x" if c.speedup else "",
+                      *(f"{c.case_ms[p]:.4g}" if p in c.case_ms else "" for p in perf),
+                      *([f"{c.iteration}.{c.slot}" if c.slot else ""] if per_iteration > 1 else []))
     out.print(table)
+    dups = [e for e in run["history"].events if e.event == "duplicate"]
+    if dups:
+        out.print(f"{len(dups)} proposal(s) repeated an earlier candidate and were not evaluated again", highlight=False)
+    for stop in run["history"].of(StopEvent):
+        out.print(f"stopped: {escape(stop.reason)}", highlight=False)
     if s.get("best"):
         b = s["best"]
         out.print(f"best: {b['label']}, score {b['score_ms']:.4g} ms" if b.get("score_ms") else f"best: {b['label']}", highlight=False)
