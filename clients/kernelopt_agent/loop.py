@@ -31,6 +31,7 @@ from typing import Any
 import anyio
 
 from kernelopt_mcp.errors import KerneloptError
+from kernelopt_mcp.gpu import DeviceInfo
 from kernelopt_mcp.launch import LaunchSpec
 from kernelopt_mcp.tune.spec import Tunable, load_tunable, parse_tunable
 
@@ -46,7 +47,7 @@ from .proposer import ask
 from .records import (CandidateRecord, DuplicateEvent, Event, NoProposalEvent, ProfileEvent, ProfileUnavailableEvent,
                       StepEvent, StopEvent, TuneEvent)
 from .rundir import RunDir
-from .toolbox import DeviceInfo, Toolbox, ToolResult, model_text
+from .toolbox import Toolbox, ToolResult, model_text
 
 REFERENCE_REGENERATIONS = 2
 # What each --candidates lane is steered towards, so that concurrent proposals differ in kind.
