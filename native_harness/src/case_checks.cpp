@@ -43,12 +43,12 @@ void CaseRunner::compare_outputs(LaunchKind kind, json& result) {
     if (b.role == BufferRole::in || expected_path.empty() || !b.dtype) continue;
     const std::uint64_t elements = b.bytes / scalar_size(*b.dtype);
     const CUfunction compare = s_.support().function(compare_kernel_name(*b.dtype));
-    const CompareFigures fig = device_compare(
-        drv_, compare, s_.sm_count(), s_.stream(), d.data,
-        expected.device ? expected.device->get() : CUdeviceptr{0}, elements, b.compare,
-        s_.support_scratch());
-    const bool write = !d.output_written && (fig.mismatches > 0 ||
-                                             (kind == LaunchKind::validation && b.write_output));
+    const CompareFigures fig =
+        device_compare(drv_, compare, s_.sm_count(), s_.stream(), d.data,
+                       expected.device ? expected.device->get() : CUdeviceptr{0}, elements,
+                       b.compare, s_.support_scratch());
+    const bool write = !d.output_written &&
+                       (fig.mismatches > 0 || (kind == LaunchKind::validation && b.write_output));
     if (write) write_output(d);
 
     json c = json::object();
@@ -98,8 +98,8 @@ void CaseRunner::check_guards(json& result) {
                                    before.size(), s_.stream()));
     }
     if (!after.empty()) {
-      KO_CU(drv_.cuMemcpyDtoHAsync(after.data(), d.allocation.get() + l.after_offset,
-                                   after.size(), s_.stream()));
+      KO_CU(drv_.cuMemcpyDtoHAsync(after.data(), d.allocation.get() + l.after_offset, after.size(),
+                                   s_.stream()));
     }
     sync();
     const struct {
@@ -128,8 +128,8 @@ std::optional<ByteDiff> CaseRunner::diff_against(CUdeviceptr data, const Source&
   // Only with this request's support module: its scratch was allocated before the launch.
   if (src.device && !req_.support_module.empty()) {
     if (const CUfunction diff = s_.support().find(bitwise_diff_kernel_name)) {
-      return device_bitwise_diff(drv_, diff, s_.sm_count(), s_.stream(), data,
-                                 src.device->get(), bytes, s_.support_scratch());
+      return device_bitwise_diff(drv_, diff, s_.sm_count(), s_.stream(), data, src.device->get(),
+                                 bytes, s_.support_scratch());
     }
   }
   std::vector<std::uint8_t> now(bytes);
@@ -215,9 +215,8 @@ void CaseRunner::run_timed_check(json& result) {
       const auto& b = d.spec->buffer;
       if (b.bytes == 0) continue;
       if (b.role == BufferRole::out) {
-        KO_CU(drv_.cuMemsetD8Async(d.data,
-                                   b.init == BufferInit::zero ? std::uint8_t{0} : b.poison_byte,
-                                   b.bytes, stream));
+        KO_CU(drv_.cuMemsetD8Async(
+            d.data, b.init == BufferInit::zero ? std::uint8_t{0} : b.poison_byte, b.bytes, stream));
       } else {
         copy_into(b.timed_input.empty() ? d.input : d.timed_input, d.data, b.bytes);
       }

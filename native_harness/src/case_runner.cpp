@@ -167,8 +167,7 @@ void CaseRunner::setup() {
     if (b.bytes > 0) {
       if (b.role == BufferRole::out) {
         KO_CU(drv_.cuMemsetD8Async(
-            d.data, b.init == BufferInit::zero ? std::uint8_t{0} : b.poison_byte, b.bytes,
-            stream));
+            d.data, b.init == BufferInit::zero ? std::uint8_t{0} : b.poison_byte, b.bytes, stream));
       } else {
         copy_into(d.input, d.data, b.bytes);
       }
@@ -214,8 +213,8 @@ json CaseRunner::occupancy() {
 
 void CaseRunner::launch() {
   const auto& l = spec_.launch;
-  KO_CU(drv_.cuLaunchKernel(f_, l.grid[0], l.grid[1], l.grid[2], l.block[0], l.block[1],
-                            l.block[2], l.shared_bytes, s_.stream(),
+  KO_CU(drv_.cuLaunchKernel(f_, l.grid[0], l.grid[1], l.grid[2], l.block[0], l.block[1], l.block[2],
+                            l.shared_bytes, s_.stream(),
                             st_.params.empty() ? nullptr : st_.params.data(), nullptr));
 }
 
@@ -244,6 +243,5 @@ void CaseRunner::draw(const DeviceArg& d, CUdeviceptr dst, std::uint64_t draw_in
   enqueue_fill(drv_, fill, s_.sm_count(), s_.stream(), dst, b.bytes / scalar_size(*b.dtype),
                *spec_.fresh_seed, draw_index, d.index, *b.fresh);
 }
-
 
 }  // namespace kernelopt::detail

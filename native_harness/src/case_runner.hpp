@@ -42,7 +42,7 @@ struct DeviceArg {
   // Checked launches: the CUDA reference's copy of this buffer (in: its inputs, out/inout:
   // its outputs), so it never reads what the candidate may have changed.
   DeviceBuffer ref;
-  unsigned index = 0;     // the argument's position: the Philox stream of its fresh draws
+  unsigned index = 0;  // the argument's position: the Philox stream of its fresh draws
   bool output_written = false;
 };
 
@@ -72,7 +72,6 @@ struct ReferenceCheck {
   std::optional<std::size_t> sample;  // measured sample index; none: the confirm launch
   std::optional<std::uint64_t> draw;  // the fresh draw its inputs came from; none: not redrawn
 };
-
 
 enum class LaunchKind { validation, repeat, timed };
 

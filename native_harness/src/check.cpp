@@ -19,9 +19,7 @@ std::string describe(const CudaErrorInfo& i) {
          std::to_string(i.line) + "]";
 }
 
-bool is_ident_char(char c) {
-  return std::isalnum(static_cast<unsigned char>(c)) != 0 || c == '_';
-}
+bool is_ident_char(char c) { return std::isalnum(static_cast<unsigned char>(c)) != 0 || c == '_'; }
 
 }  // namespace
 
@@ -50,10 +48,8 @@ bool is_context_fatal(CUresult code) noexcept {
     case CUDA_ERROR_INVALID_CONTEXT:
     case CUDA_ERROR_SYSTEM_NOT_READY:
     // Unknown is what a wedged device tends to return; assume the worst.
-    case CUDA_ERROR_UNKNOWN:
-      return true;
-    default:
-      return false;
+    case CUDA_ERROR_UNKNOWN: return true;
+    default: return false;
   }
 }
 

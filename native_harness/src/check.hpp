@@ -50,10 +50,10 @@ CudaErrorInfo make_cuda_error_info(CUresult code, const char* call_text, const c
 
 }  // namespace kernelopt::detail
 
-#define KO_CU(call)                                                                     \
-  do {                                                                                  \
-    const CUresult ko_cu_status_ = (call);                                              \
-    if (ko_cu_status_ != CUDA_SUCCESS) {                                                \
-      ::kernelopt::detail::throw_cuda_error(ko_cu_status_, #call, __FILE__, __LINE__);  \
-    }                                                                                   \
+#define KO_CU(call)                                                                    \
+  do {                                                                                 \
+    const CUresult ko_cu_status_ = (call);                                             \
+    if (ko_cu_status_ != CUDA_SUCCESS) {                                               \
+      ::kernelopt::detail::throw_cuda_error(ko_cu_status_, #call, __FILE__, __LINE__); \
+    }                                                                                  \
   } while (0)

@@ -130,8 +130,8 @@ nlohmann::json device_info_json(int ordinal) {
     j["peak_memory_bandwidth_bytes_per_s"] =
         memory_clock_khz.is_null() || bus_width.is_null()
             ? nlohmann::json(nullptr)
-            : nlohmann::json(detail::peak_memory_bandwidth(memory_clock_khz.get<int>(),
-                                                           bus_width.get<int>()));
+            : nlohmann::json(
+                  detail::peak_memory_bandwidth(memory_clock_khz.get<int>(), bus_width.get<int>()));
     j["async_engine_count"] = attr(CU_DEVICE_ATTRIBUTE_ASYNC_ENGINE_COUNT);
     j["concurrent_kernels"] = flag(CU_DEVICE_ATTRIBUTE_CONCURRENT_KERNELS);
     return j;

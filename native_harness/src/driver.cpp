@@ -48,20 +48,20 @@ std::unique_ptr<DriverApi> load() {
                              "CUDA 12 or newer driver, 525+)");
   };
 
-#define KO_REQUIRE(member)                                                \
-  do {                                                                    \
-    if (!bind(lib, api->member, KO_STRINGIFY_EXPANDED(member))) {         \
-      throw missing(KO_STRINGIFY_EXPANDED(member));                       \
-    }                                                                     \
+#define KO_REQUIRE(member)                                        \
+  do {                                                            \
+    if (!bind(lib, api->member, KO_STRINGIFY_EXPANDED(member))) { \
+      throw missing(KO_STRINGIFY_EXPANDED(member));               \
+    }                                                             \
   } while (0)
 // Falls back to the unversioned symbol where the versioned one is newer than some drivers we
 // still want to run on; the signatures are identical.
-#define KO_REQUIRE_OR(member, fallback)                                   \
-  do {                                                                    \
-    if (!bind(lib, api->member, KO_STRINGIFY_EXPANDED(member)) &&         \
-        !bind(lib, api->member, fallback)) {                              \
-      throw missing(KO_STRINGIFY_EXPANDED(member));                       \
-    }                                                                     \
+#define KO_REQUIRE_OR(member, fallback)                           \
+  do {                                                            \
+    if (!bind(lib, api->member, KO_STRINGIFY_EXPANDED(member)) && \
+        !bind(lib, api->member, fallback)) {                      \
+      throw missing(KO_STRINGIFY_EXPANDED(member));               \
+    }                                                             \
   } while (0)
 
   KO_REQUIRE(cuGetErrorName);

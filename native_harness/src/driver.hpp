@@ -22,6 +22,7 @@ namespace kernelopt::detail {
 // preprocessor renames the member the same way, so `drv.cuMemAlloc(...)` calls exactly the
 // ABI that this cuda.h declares, and driver.cpp resolves that versioned symbol.
 struct DriverApi {
+// NOLINTNEXTLINE(bugprone-macro-parentheses): `name` is a declarator, not an expression.
 #define KO_DRIVER_FN(name) decltype(&::name) name = nullptr
   KO_DRIVER_FN(cuGetErrorName);
   KO_DRIVER_FN(cuGetErrorString);

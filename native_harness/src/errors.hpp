@@ -36,7 +36,9 @@ class DriverUnavailable : public std::runtime_error {
  public:
   explicit DriverUnavailable(const std::string& message, int code = 0, std::string call = {},
                              std::string cuda_error = {})
-      : std::runtime_error(message), code_(code), call_(std::move(call)),
+      : std::runtime_error(message),
+        code_(code),
+        call_(std::move(call)),
         cuda_error_(std::move(cuda_error)) {}
   int code() const noexcept { return code_; }
   const std::string& call() const noexcept { return call_; }

@@ -39,7 +39,7 @@ class Fd {
 }  // namespace
 
 std::uint64_t file_size(const std::string& path) {
-  struct stat st {};
+  struct stat st{};
   if (::stat(path.c_str(), &st) != 0) fail("cannot stat", path, errno);
   if (!S_ISREG(st.st_mode)) throw IoError("not a regular file: " + path);
   return static_cast<std::uint64_t>(st.st_size);
@@ -48,7 +48,7 @@ std::uint64_t file_size(const std::string& path) {
 std::vector<std::uint8_t> read_file(const std::string& path) {
   Fd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
   if (fd.get() < 0) fail("cannot open", path, errno);
-  struct stat st {};
+  struct stat st{};
   if (::fstat(fd.get(), &st) != 0) fail("cannot stat", path, errno);
   if (!S_ISREG(st.st_mode)) throw IoError("not a regular file: " + path);
 

@@ -79,8 +79,8 @@ void CaseRunner::enqueue_reference_check(std::optional<std::size_t> sample) {
                             l.block[2], l.shared_bytes, stream,
                             st_.ref_params.empty() ? nullptr : st_.ref_params.data(), nullptr));
   std::size_t j = 0;
-  const std::size_t outputs = static_cast<std::size_t>(
-      std::count_if(st_.buffers.begin(), st_.buffers.end(), is_output));
+  const std::size_t outputs =
+      static_cast<std::size_t>(std::count_if(st_.buffers.begin(), st_.buffers.end(), is_output));
   for (const auto& d : st_.buffers) {
     if (!is_output(d)) continue;
     const auto& b = d.spec->buffer;
@@ -133,8 +133,8 @@ void CaseRunner::setup_dumps() {
 // Right after a checked launch, outside its timed window: keep its outputs (device copies; the
 // files are written after timing, so nothing here waits).
 void CaseRunner::enqueue_dump(std::size_t sample) {
-  const std::size_t outputs = static_cast<std::size_t>(
-      std::count_if(st_.buffers.begin(), st_.buffers.end(), is_output));
+  const std::size_t outputs =
+      static_cast<std::size_t>(std::count_if(st_.buffers.begin(), st_.buffers.end(), is_output));
   const std::size_t slot = dumps_.size();
   dumps_.push_back({sample, last_draw_});
   std::size_t j = 0;
@@ -150,8 +150,8 @@ void CaseRunner::enqueue_dump(std::size_t sample) {
 // and "<dir>/s<sample>_in_<buffer>.bin" of the inputs that were redrawn (drawn again from the
 // same draw); inputs not redrawn are the request's `input` files.
 void CaseRunner::write_dumps(json& result) {
-  const std::size_t outputs = static_cast<std::size_t>(
-      std::count_if(st_.buffers.begin(), st_.buffers.end(), is_output));
+  const std::size_t outputs =
+      static_cast<std::size_t>(std::count_if(st_.buffers.begin(), st_.buffers.end(), is_output));
   json entries = json::array();
   const json& times = result["timing"]["times_ms"];
   std::vector<std::uint8_t> host;
@@ -223,8 +223,9 @@ void CaseRunner::report_reference_checks(json& result) {
       e["launch"] = check.sample ? "measured" : "confirm";
       e["sample"] = check.sample ? json(*check.sample) : json(nullptr);
       e["draw"] = check.draw ? json(*check.draw) : json(nullptr);
-      e["time_ms"] = check.sample ? (*check.sample < times.size() ? times[*check.sample] : json(nullptr))
-                                  : timing.value("confirm_launch_ms", json(nullptr));
+      e["time_ms"] = check.sample
+                         ? (*check.sample < times.size() ? times[*check.sample] : json(nullptr))
+                         : timing.value("confirm_launch_ms", json(nullptr));
       e["buffer"] = outputs[j]->spec->name;
       e["elements"] = fig.elements;
       e["mismatches"] = fig.mismatches;

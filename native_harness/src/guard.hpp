@@ -15,11 +15,11 @@ inline constexpr std::uint64_t buffer_alignment = 256;
 // The slack belongs to the after-guard: a kernel may not write past `bytes`, and the checker
 // sees the after-guard as starting right at `bytes`.
 struct BufferLayout {
-  std::uint64_t bytes = 0;        // what the kernel may touch
-  std::uint64_t guard = 0;        // requested guard on each side
+  std::uint64_t bytes = 0;  // what the kernel may touch
+  std::uint64_t guard = 0;  // requested guard on each side
   std::uint64_t before_offset = 0;
   std::uint64_t before_bytes = 0;
-  std::uint64_t data_offset = 0;  // the pointer the kernel gets: allocation + data_offset
+  std::uint64_t data_offset = 0;   // the pointer the kernel gets: allocation + data_offset
   std::uint64_t after_offset = 0;  // == data_offset + bytes
   std::uint64_t after_bytes = 0;   // slack + guard
   std::uint64_t total_bytes = 0;   // allocation size, never 0

@@ -12,7 +12,7 @@
 namespace kernelopt {
 
 FileIdentity identify_file(const std::string& path) {
-  struct stat st {};
+  struct stat st{};
   if (::stat(path.c_str(), &st) != 0) {
     throw IoError("cannot stat " + path + ": " + std::strerror(errno));
   }
@@ -36,7 +36,8 @@ InputCache::Entry InputCache::get(const std::string& path, std::uint64_t bytes, 
   const FileIdentity id = identify_file(path);
   if (id.size != bytes) {
     throw IoError(path + " has " + std::to_string(id.size) + " bytes, not the " +
-                  std::to_string(bytes) + " the buffer needs (it changed while the harness "
+                  std::to_string(bytes) +
+                  " the buffer needs (it changed while the harness "
                   "was running?)");
   }
   if (const auto it = map_.find(path); it != map_.end()) {

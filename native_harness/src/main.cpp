@@ -21,7 +21,8 @@ namespace {
 
 constexpr const char* usage_text =
     "usage:\n"
-    "  kernelopt-harness --version                  print {\"harness\", \"protocol\", \"features\"}\n"
+    "  kernelopt-harness --version                  print {\"harness\", \"protocol\", "
+    "\"features\"}\n"
     "  kernelopt-harness --device-info [--device N] print device N's properties (default 0)\n"
     "  kernelopt-harness run REQUEST.json           handle one request ('-' reads stdin)\n"
     "  kernelopt-harness serve                      one request per stdin line, one answer per\n"

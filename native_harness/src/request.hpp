@@ -19,13 +19,23 @@ enum class BufferRole { in, out, inout };
 enum class BufferInit { poison, zero };
 
 enum class ScalarType {
-  int8, int16, int32, int64, uint8, uint16, uint32, uint64,
-  float16, bfloat16, float32, float64,
+  int8,
+  int16,
+  int32,
+  int64,
+  uint8,
+  uint16,
+  uint32,
+  uint64,
+  float16,
+  bfloat16,
+  float32,
+  float64,
 };
 
 // Tolerances of a device-side comparison, computed by Python exactly as compare.py does.
 struct CompareTolerance {
-  double abs_tol = 0;    // atol * rms(expected)
+  double abs_tol = 0;  // atol * rms(expected)
   double rtol = 0;
   double rel_floor = 1;  // rms(expected), or 1.0 when that is 0; > 0
 };
@@ -36,17 +46,17 @@ enum class FreshKind { uniform = 0, normal = 1, randint = 2 };
 
 struct FreshSpec {
   FreshKind kind = FreshKind::uniform;
-  double a = 0;              // uniform: low; normal: mean
-  double b = 0;              // uniform: high; normal: std
-  std::int64_t low = 0;      // randint: low (inclusive)
-  std::uint64_t range = 0;   // randint: high - low (> 0)
+  double a = 0;             // uniform: low; normal: mean
+  double b = 0;             // uniform: high; normal: std
+  std::int64_t low = 0;     // randint: low (inclusive)
+  std::uint64_t range = 0;  // randint: high - low (> 0)
 };
 
 struct BufferArg {
   BufferRole role = BufferRole::in;
   std::uint64_t bytes = 0;
-  std::string input;   // in, inout
-  std::string output;  // out, inout
+  std::string input;                     // in, inout
+  std::string output;                    // out, inout
   BufferInit init = BufferInit::poison;  // out only
   std::uint8_t poison_byte = 0xFF;
   // Protocol 2 (all optional):
@@ -90,8 +100,8 @@ struct TimingConfig {
   unsigned warmup = 0;
   unsigned iterations = 0;
   TimingMode mode = TimingMode::events;
-  bool blocking = false;       // hold the stream with ko_spin while a batch is enqueued
-  unsigned graph_batch = 0;    // graph mode: launches per graph; 0 = chosen from the warm-up
+  bool blocking = false;     // hold the stream with ko_spin while a batch is enqueued
+  unsigned graph_batch = 0;  // graph mode: launches per graph; 0 = chosen from the warm-up
   std::optional<AdaptiveConfig> adaptive;
 };
 
@@ -113,12 +123,12 @@ struct CaseSpec {
   std::optional<TimingConfig> timing;  // absent or iterations == 0: validate only
   bool repeat_validation = false;      // protocol 2: second validation launch, bitwise diff
   // Protocol 2, fresh inputs and checked launches (PROTOCOL.md):
-  std::optional<std::uint64_t> fresh_seed;  // Philox key of the device draws; hidden
-  bool fresh_timed = true;                  // redraw before every warm-up and measured launch
-  std::vector<unsigned> checked_launches;   // measured samples whose outputs the reference checks
-  std::optional<LaunchConfig> check_launch; // the CUDA reference's launch for this case
-  bool confirm_launch = false;              // one more fresh launch after timing, timed alone
-  std::string checked_dump;                 // directory: the checked launches' inputs and outputs
+  std::optional<std::uint64_t> fresh_seed;   // Philox key of the device draws; hidden
+  bool fresh_timed = true;                   // redraw before every warm-up and measured launch
+  std::vector<unsigned> checked_launches;    // measured samples whose outputs the reference checks
+  std::optional<LaunchConfig> check_launch;  // the CUDA reference's launch for this case
+  bool confirm_launch = false;               // one more fresh launch after timing, timed alone
+  std::string checked_dump;                  // directory: the checked launches' inputs and outputs
 
   // Whether any buffer carries timed_input or timed_expected (the timed check launch).
   bool has_timed_check() const noexcept;
@@ -136,7 +146,8 @@ struct CaseSpec {
 struct Request {
   RequestOp op = RequestOp::run;
   int device = 0;
-  std::string support_module;  // CUBIN of kernelopt_mcp/support/*.cu (ko_compare_*, ko_spin, ...); "" = none
+  std::string support_module;  // CUBIN of kernelopt_mcp/support/*.cu (ko_compare_*, ko_spin, ...);
+                               // "" = none
   std::string module_path;
   std::string entry;
   std::uint64_t guard_bytes = 65536;
@@ -145,11 +156,14 @@ struct Request {
   // Protocol 2 (all optional):
   bool input_cache = false;  // keep input/expected files resident on the device
   std::optional<std::uint64_t> input_cache_bytes;  // default: 30% of device memory
-  BaselineSpec baseline;     // op == baseline
+  BaselineSpec baseline;                           // op == baseline
   std::string check_module;  // the validated CUDA reference (CUBIN/PTX) for checked launches
   std::string check_entry;
 };
 
+// Large enough for any real buffer, small enough that bytes + 2 * guard + padding cannot
+// overflow 64 bits anywhere downstream.
+inline constexpr std::uint64_t max_buffer_bytes = 1ull << 48;
 inline constexpr std::uint64_t max_guard_bytes = 16ull << 20;
 inline constexpr unsigned max_iterations = 100000;
 inline constexpr unsigned max_warmup = 10000;

@@ -20,7 +20,7 @@ namespace {
 
 using nlohmann::json;
 
-constexpr std::size_t jit_log_bytes = 64 * 1024;
+constexpr std::size_t jit_log_bytes = std::size_t{64} * 1024;
 
 std::string arg_path(std::size_t case_index, std::size_t arg_index) {
   return "cases[" + std::to_string(case_index) + "].args[" + std::to_string(arg_index) + "]";
@@ -64,11 +64,10 @@ void check_input_files(const Request& req) {
           throw BadRequest(field + ": buffer \"" + arg.name + "\" is " + std::to_string(b.bytes) +
                            " bytes but " + f.file + " has " + std::to_string(size) + " bytes");
         }
-        throw BadRequest(field + ": buffer \"" + arg.name + "\" has " +
-                         std::to_string(elements) + " " + scalar_type_name(*b.dtype) +
-                         " elements, so " + f.file + " must hold as many float64 values (" +
-                         std::to_string(f.bytes) + " bytes), but it has " +
-                         std::to_string(size) + " bytes");
+        throw BadRequest(field + ": buffer \"" + arg.name + "\" has " + std::to_string(elements) +
+                         " " + scalar_type_name(*b.dtype) + " elements, so " + f.file +
+                         " must hold as many float64 values (" + std::to_string(f.bytes) +
+                         " bytes), but it has " + std::to_string(size) + " bytes");
       }
     }
   }
@@ -120,15 +119,14 @@ void check_parameters(const detail::DriverApi& drv, CUfunction f, const Request&
     }
     for (std::size_t a = 0; a < args.size(); ++a) {
       const bool is_buffer = args[a].kind == ArgKind::buffer;
-      const std::size_t given =
-          is_buffer ? sizeof(CUdeviceptr) : scalar_size(args[a].scalar.dtype);
+      const std::size_t given = is_buffer ? sizeof(CUdeviceptr) : scalar_size(args[a].scalar.dtype);
       if (given != sizes[a]) {
-        throw BadRequest(
-            arg_path(c, a) + ": kernel parameter " + std::to_string(a) + " of \"" + req.entry +
-            "\" is " + std::to_string(sizes[a]) + " bytes but " +
-            (is_buffer ? std::string("a buffer is passed as an 8-byte pointer")
-                       : "dtype " + std::string(scalar_type_name(args[a].scalar.dtype)) +
-                             " is " + std::to_string(given) + " bytes"));
+        throw BadRequest(arg_path(c, a) + ": kernel parameter " + std::to_string(a) + " of \"" +
+                         req.entry + "\" is " + std::to_string(sizes[a]) + " bytes but " +
+                         (is_buffer
+                              ? std::string("a buffer is passed as an 8-byte pointer")
+                              : "dtype " + std::string(scalar_type_name(args[a].scalar.dtype)) +
+                                    " is " + std::to_string(given) + " bytes"));
       }
     }
   }
@@ -140,8 +138,8 @@ void check_parameters(const detail::DriverApi& drv, CUfunction f, const Request&
 }
 
 std::string jit_log(const std::vector<char>& error_log, const std::vector<char>& info_log) {
-  const std::string error(error_log.data(), strnlen(error_log.data(), error_log.size()));
-  const std::string info(info_log.data(), strnlen(info_log.data(), info_log.size()));
+  std::string error(error_log.data(), strnlen(error_log.data(), error_log.size()));
+  std::string info(info_log.data(), strnlen(info_log.data(), info_log.size()));
   if (error.empty()) return info;
   if (info.empty()) return error;
   return error + "\n" + info;
@@ -191,9 +189,8 @@ std::uint64_t default_cache_budget(const Session& session) {
 
 int run_request(Session& session, const Request& req, json& response) {
   const auto& drv = session.drv();
-  response["device"] = {{"ordinal", session.ordinal()},
-                        {"name", session.name()},
-                        {"arch", session.arch()}};
+  response["device"] = {
+      {"ordinal", session.ordinal()}, {"name", session.name()}, {"arch", session.arch()}};
 
   auto image = read_file(req.module_path);
   check_input_files(req);
@@ -202,10 +199,10 @@ int run_request(Session& session, const Request& req, json& response) {
   if (load.result != CUDA_SUCCESS) {
     const auto info =
         detail::make_cuda_error_info(load.result, "cuModuleLoadDataEx(...)", __FILE__, __LINE__);
-    auto error = request_error("module_load",
-                               req.module_path + " could not be loaded: " + info.name + " (" +
-                                   info.description + ")",
-                               info);
+    auto error = request_error(
+        "module_load",
+        req.module_path + " could not be loaded: " + info.name + " (" + info.description + ")",
+        info);
     error["log"] = load.log;
     set_request_error(response, std::move(error));
     if (detail::is_context_fatal(load.result)) {
@@ -221,13 +218,13 @@ int run_request(Session& session, const Request& req, json& response) {
   if (get != CUDA_SUCCESS) {
     const auto info =
         detail::make_cuda_error_info(get, "cuModuleGetFunction(...)", __FILE__, __LINE__);
-    set_request_error(
-        response,
-        request_error("entry_not_found",
-                      "no kernel named \"" + req.entry + "\" in " + req.module_path + " (" +
-                          info.name + "): declare it extern \"C\" __global__ so its name is "
-                          "not C++-mangled, or pass the mangled name",
-                      info));
+    set_request_error(response,
+                      request_error("entry_not_found",
+                                    "no kernel named \"" + req.entry + "\" in " + req.module_path +
+                                        " (" + info.name +
+                                        "): declare it extern \"C\" __global__ so its name is "
+                                        "not C++-mangled, or pass the mangled name",
+                                    info));
     if (detail::is_context_fatal(get)) {
       session.mark_broken();
       return exit_fatal_cuda;
@@ -239,8 +236,8 @@ int run_request(Session& session, const Request& req, json& response) {
   check_parameters(drv, f, req);
 
   if (req.input_cache) {
-    session.input_cache().begin_request(req.input_cache_bytes.value_or(
-        default_cache_budget(session)));
+    session.input_cache().begin_request(
+        req.input_cache_bytes.value_or(default_cache_budget(session)));
     response["input_cache"] = cache_counters(session);
   }
   // The CUDA reference that checks timed launches: the tool's (validated), so a module that
@@ -251,7 +248,8 @@ int run_request(Session& session, const Request& req, json& response) {
     const ModuleLoad ref = load_module_image(drv, read_file(req.check_module));
     if (ref.result != CUDA_SUCCESS) {
       if (detail::is_context_fatal(ref.result)) {
-        detail::throw_cuda_error(ref.result, "cuModuleLoadDataEx(check_module)", __FILE__, __LINE__);
+        detail::throw_cuda_error(ref.result, "cuModuleLoadDataEx(check_module)", __FILE__,
+                                 __LINE__);
       }
       throw BadRequest("check_module: " + req.check_module + " could not be loaded: " + ref.log);
     }

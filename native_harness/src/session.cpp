@@ -11,8 +11,7 @@ namespace {
 
 [[noreturn]] void unavailable(const std::string& what, const detail::CudaError& e) {
   const auto& i = e.info();
-  throw DriverUnavailable(what + ": " + i.call + " returned " + i.name + " (" + i.description +
-                              ")",
+  throw DriverUnavailable(what + ": " + i.call + " returned " + i.name + " (" + i.description + ")",
                           static_cast<int>(i.code), i.call, i.name);
 }
 
@@ -42,9 +41,9 @@ CUdevice get_device(const detail::DriverApi& drv, int ordinal) {
   try {
     KO_CU(drv.cuDeviceGetCount(&count));
     if (ordinal >= count) {
-      throw DriverUnavailable("device " + std::to_string(ordinal) + " does not exist: " +
-                              std::to_string(count) + " CUDA device(s) visible" +
-                              " (check CUDA_VISIBLE_DEVICES)");
+      throw DriverUnavailable("device " + std::to_string(ordinal) +
+                              " does not exist: " + std::to_string(count) +
+                              " CUDA device(s) visible" + " (check CUDA_VISIBLE_DEVICES)");
     }
     KO_CU(drv.cuDeviceGet(&device, ordinal));
   } catch (const detail::CudaError& e) {

@@ -68,7 +68,7 @@ inline double median_rse(const Summary& s, std::size_t n) {
 
 struct AdaptiveLimits {
   double target_rse = 0.01;
-  double max_ms = 2000;              // wall time of the whole measurement
+  double max_ms = 2000;                // wall time of the whole measurement
   std::size_t max_iterations = 10000;  // samples in all
 };
 
@@ -101,7 +101,8 @@ inline std::size_t adaptive_round(std::size_t first_round, std::size_t samples,
 // Graph mode without an explicit graph_batch: enough launches that one graph replay takes at
 // least `target_ms` (so launch and event overheads are amortised), 1..max_batch. A launch time
 // that is not positive (no estimate) gives max_batch.
-inline unsigned graph_batch_for(double launch_ms, double target_ms = 0.2, unsigned max_batch = 1000) {
+inline unsigned graph_batch_for(double launch_ms, double target_ms = 0.2,
+                                unsigned max_batch = 1000) {
   if (!(launch_ms > 0)) return max_batch;
   const double want = std::ceil(target_ms / launch_ms);
   if (want <= 1) return 1;

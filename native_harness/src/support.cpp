@@ -55,8 +55,8 @@ void SupportModule::load(const std::string& path) {
       detail::throw_cuda_error(r, "cuModuleLoadDataEx(support_module)", __FILE__, __LINE__);
     }
     const auto info = detail::make_cuda_error_info(r, "cuModuleLoadDataEx", __FILE__, __LINE__);
-    throw BadRequest("support_module: " + path + " could not be loaded (" + info.name + "): " +
-                     rebuild_hint);
+    throw BadRequest("support_module: " + path + " could not be loaded (" + info.name +
+                     "): " + rebuild_hint);
   }
   module_ = detail::Module(m);
   path_ = path;
@@ -159,8 +159,8 @@ std::string compare_ref_kernel_name(ScalarType dtype) {
 }
 
 void enqueue_fill(const detail::DriverApi& drv, CUfunction fill, int sm_count, CUstream stream,
-                  CUdeviceptr out, std::uint64_t elements, std::uint64_t seed,
-                  std::uint64_t launch, unsigned buffer, const FreshSpec& spec) {
+                  CUdeviceptr out, std::uint64_t elements, std::uint64_t seed, std::uint64_t launch,
+                  unsigned buffer, const FreshSpec& spec) {
   if (elements == 0) return;
   unsigned kind = static_cast<unsigned>(spec.kind);
   double a = spec.a;
@@ -171,8 +171,8 @@ void enqueue_fill(const detail::DriverApi& drv, CUfunction fill, int sm_count, C
   unsigned long long s = seed;
   unsigned long long l = launch;
   void* params[] = {&out, &n, &s, &l, &buffer, &kind, &a, &b, &low, &range};
-  KO_CU(drv.cuLaunchKernel(fill, support_grid(drv, fill, sm_count, elements), 1, 1,
-                           support_block, 1, 1, 0, stream, params, nullptr));
+  KO_CU(drv.cuLaunchKernel(fill, support_grid(drv, fill, sm_count, elements), 1, 1, support_block,
+                           1, 1, 0, stream, params, nullptr));
 }
 
 void enqueue_compare(const detail::DriverApi& drv, CUfunction compare, int sm_count,

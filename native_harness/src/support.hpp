@@ -83,9 +83,9 @@ struct CompareFigures {
   std::uint64_t nonfinite = 0;
   double max_abs_error = 0;  // +inf when any element is non-finite, as compare.py reports it
   double max_rel_error = 0;
-  double err_sq = 0;         // over finite differences
+  double err_sq = 0;  // over finite differences
   std::optional<std::uint64_t> first_mismatch;
-  double kernel_ms = 0;      // the compare kernel's own time (events around it)
+  double kernel_ms = 0;  // the compare kernel's own time (events around it)
 };
 
 // The support kernels by name. compare_kernel_name(float32) is "ko_compare_float32", ...
@@ -113,8 +113,8 @@ std::string compare_ref_kernel_name(ScalarType dtype);
 // Enqueues `fill` (a ko_fill_<dtype>) over `elements` elements at `out`: the values of
 // (seed, launch, buffer) as fill.cu defines them. Does not wait. Throws CudaError.
 void enqueue_fill(const detail::DriverApi& drv, CUfunction fill, int sm_count, CUstream stream,
-                  CUdeviceptr out, std::uint64_t elements, std::uint64_t seed,
-                  std::uint64_t launch, unsigned buffer, const FreshSpec& spec);
+                  CUdeviceptr out, std::uint64_t elements, std::uint64_t seed, std::uint64_t launch,
+                  unsigned buffer, const FreshSpec& spec);
 
 // Enqueues `compare` (a ko_compare_<dtype> or ko_compare_ref_<dtype>) accumulating into
 // `result` (a KoCompareResult the caller initialised with init_compare_results). Does not wait.

@@ -261,8 +261,7 @@ double float_to_double(float value) {
   return std::strtod(buf, nullptr);
 }
 
-json time_work(Session& session, const TimingConfig& timing, const TimedWork& work,
-               bool flush_l2) {
+json time_work(Session& session, const TimingConfig& timing, const TimedWork& work, bool flush_l2) {
   const auto t0 = Clock::now();
   const auto& drv = session.drv();
   CUfunction spin = timing.blocking ? session.support().function("ko_spin") : nullptr;

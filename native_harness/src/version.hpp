@@ -22,10 +22,10 @@ inline constexpr const char* harness_features[] = {
     "graph",            // timing.mode "graph": CUDA-graph replays of graph_batch launches
     "adaptive",         // timing.adaptive: sample until the median's rse reaches a target
     "baseline_cublas",  // "op": "baseline", library "cublas", routine "sgemm"
-    "fresh_inputs",     // buffer "fresh" + case "fresh_seed": inputs redrawn before every timed launch
-    "timed_check",      // "check_module" + case "checked_launches"/"check_launch": reference checks
-    "confirm_launch",   // case "confirm_launch": one more fresh launch after timing, timed alone
-    "checked_dump",     // case "checked_dump": checked launches' inputs and outputs as files
+    "fresh_inputs",  // buffer "fresh" + case "fresh_seed": inputs redrawn before every timed launch
+    "timed_check",   // "check_module" + case "checked_launches"/"check_launch": reference checks
+    "confirm_launch",  // case "confirm_launch": one more fresh launch after timing, timed alone
+    "checked_dump",    // case "checked_dump": checked launches' inputs and outputs as files
 };
 
 }  // namespace kernelopt

@@ -46,7 +46,9 @@ int cublasSgemm_v2(FakeHandle* h, int ta, int tb, int m, int n, int k, const flo
   for (int j = 0; j < n; ++j) {
     for (int i = 0; i < m; ++i) {
       float sum = 0;
-      for (int p = 0; p < k; ++p) sum += a[i + static_cast<std::int64_t>(p) * lda] * b[p + static_cast<std::int64_t>(j) * ldb];
+      for (int p = 0; p < k; ++p)
+        sum +=
+            a[i + static_cast<std::int64_t>(p) * lda] * b[p + static_cast<std::int64_t>(j) * ldb];
       float& out = c[i + static_cast<std::int64_t>(j) * ldc];
       out = *alpha * sum + (*beta == 0 ? 0.0f : *beta * out);
     }

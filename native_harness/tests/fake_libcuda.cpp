@@ -38,8 +38,8 @@ CUresult g_sticky = CUDA_SUCCESS;   // once set, every call returns it, like a d
 CUresult g_pending = CUDA_SUCCESS;  // an asynchronous fault surfacing at the next sync
 double g_clock_ms = 0;              // advanced by kernels; read by event records
 unsigned long g_launches = 0;
-unsigned long g_fills = 0;        // ko_fill_<dtype> launches
-unsigned long g_ref_compares = 0; // ko_compare_ref_<dtype> launches
+unsigned long g_fills = 0;         // ko_fill_<dtype> launches
+unsigned long g_ref_compares = 0;  // ko_compare_ref_<dtype> launches
 
 std::map<std::uintptr_t, std::size_t> g_allocs;
 std::set<void*> g_events;
@@ -72,11 +72,11 @@ struct Event {
 struct LeakCheck {
   ~LeakCheck() {
     if (std::getenv("FAKE_CUDA_STATS") != nullptr) {
-      std::fprintf(stderr,
-                   "fake libcuda stats: launches=%lu spins=%lu graph_launches=%lu graph_kernels=%lu "
-                   "fills=%lu ref_compares=%lu\n",
-                   g_launches, g_spin_launches, g_graph_launches, g_graph_kernels, g_fills,
-                   g_ref_compares);
+      std::fprintf(
+          stderr,
+          "fake libcuda stats: launches=%lu spins=%lu graph_launches=%lu graph_kernels=%lu "
+          "fills=%lu ref_compares=%lu\n",
+          g_launches, g_spin_launches, g_graph_launches, g_graph_kernels, g_fills, g_ref_compares);
     }
     if (g_sticky != CUDA_SUCCESS || g_pending != CUDA_SUCCESS) {
       // A dead context cannot free anything; the real driver reclaims it all at exit.
@@ -95,16 +95,15 @@ struct LeakCheck {
                  "fake libcuda: leaked %zu allocation(s), %zu event(s), %zu module(s), "
                  "%zu stream(s), %d context reference(s), %zu host allocation(s), %zu graph(s), "
                  "%zu graph exec(s), capture open: %d\n",
-                 g_allocs.size(), g_events.size(), g_modules.size(), g_streams.size(),
-                 g_ctx_refs, g_host.size(), g_graphs.size(), g_execs.size(),
-                 g_capturing != nullptr);
+                 g_allocs.size(), g_events.size(), g_modules.size(), g_streams.size(), g_ctx_refs,
+                 g_host.size(), g_graphs.size(), g_execs.size(), g_capturing != nullptr);
     std::_Exit(99);
   }
 } g_leak_check;
 
-#define FAKE_ENTER()                                \
-  do {                                              \
-    if (g_sticky != CUDA_SUCCESS) return g_sticky;  \
+#define FAKE_ENTER()                               \
+  do {                                             \
+    if (g_sticky != CUDA_SUCCESS) return g_sticky; \
   } while (0)
 
 bool valid_range(CUdeviceptr p, std::size_t n) {
@@ -200,7 +199,8 @@ void replay_run(void** p) {
   const auto n = arg<std::uint64_t>(p, 2);
   const auto* in = bytes_at(arg<CUdeviceptr>(p, 0));
   if (g_replay.empty()) g_replay.assign(in, in + n);
-  std::memcpy(bytes_at(arg<CUdeviceptr>(p, 1)), g_replay.data(), n < g_replay.size() ? n : g_replay.size());
+  std::memcpy(bytes_at(arg<CUdeviceptr>(p, 1)), g_replay.data(),
+              n < g_replay.size() ? n : g_replay.size());
 }
 
 // The support module's kernels, on the CPU, with compare.cu's semantics and result layout.
@@ -312,8 +312,9 @@ void fill_run(void** p) {
   for (std::uint64_t i = 0; i < n; ++i) {
     const std::uint64_t h = mix(seed ^ mix(launch * 0x100000001B3ull + buffer) ^ mix(i));
     const double u = static_cast<double>(h >> 11) * 0x1p-53;
-    double v = kind == 2 ? static_cast<double>(low + static_cast<std::int64_t>(h % range))
-                         : kind == 0 ? a + (b - a) * u : a + b * (2 * u - 1);
+    double v = kind == 2   ? static_cast<double>(low + static_cast<std::int64_t>(h % range))
+               : kind == 0 ? a + (b - a) * u
+                           : a + b * (2 * u - 1);
     out[i] = static_cast<T>(v);
   }
 }
@@ -333,10 +334,11 @@ void compare_ref_run(void** p) {
 #define FAKE_COMPARE(dtype, load) \
   {"ko_compare_" #dtype, {8, 8, 8, 8, 8, 8, 8}, 0.01, 1536, 48 * 1024, compare_run<load>}
 
-#define FAKE_REF(dtype, load, T)                                                          \
-  {"ko_compare_ref_" #dtype, {8, 8, 8, 8, 8, 8, 8}, 0.01, 1536, 48 * 1024,                \
-   compare_ref_run<load>},                                                                 \
-  {"ko_fill_" #dtype, {8, 8, 8, 8, 4, 4, 8, 8, 8, 8}, 0.02, 0, 48 * 1024, fill_run<T>}
+#define FAKE_REF(dtype, load, T)                                                                   \
+  {"ko_compare_ref_" #dtype, {8, 8, 8, 8, 8, 8, 8}, 0.01, 1536, 48 * 1024, compare_ref_run<load>}, \
+  {                                                                                                \
+    "ko_fill_" #dtype, {8, 8, 8, 8, 4, 4, 8, 8, 8, 8}, 0.02, 0, 48 * 1024, fill_run<T>             \
+  }
 
 Kernel g_kernels[] = {
     {"stamp_kernel", {8, 4}, 0.125, 0, 48 * 1024, stamp_run},
@@ -412,18 +414,27 @@ CUresult CUDAAPI cuGetErrorString(CUresult error, const char** s) {
   switch (error) {
     case CUDA_ERROR_INVALID_VALUE: *s = "invalid argument"; return CUDA_SUCCESS;
     case CUDA_ERROR_OUT_OF_MEMORY: *s = "out of memory"; return CUDA_SUCCESS;
-    case CUDA_ERROR_ILLEGAL_ADDRESS: *s = "an illegal memory access was encountered"; return CUDA_SUCCESS;
+    case CUDA_ERROR_ILLEGAL_ADDRESS:
+      *s = "an illegal memory access was encountered";
+      return CUDA_SUCCESS;
     case CUDA_ERROR_NO_DEVICE: *s = "no CUDA-capable device is detected"; return CUDA_SUCCESS;
     default: *s = "fake error"; return CUDA_SUCCESS;
   }
 }
 
 CUresult CUDAAPI cuInit(unsigned int) {
-  if (const char* e = std::getenv("FAKE_CUDA_INIT_ERROR")) return static_cast<CUresult>(std::atoi(e));
+  if (const char* e = std::getenv("FAKE_CUDA_INIT_ERROR"))
+    return static_cast<CUresult>(std::atoi(e));
   return CUDA_SUCCESS;
 }
-CUresult CUDAAPI cuDriverGetVersion(int* v) { *v = 13000; return CUDA_SUCCESS; }
-CUresult CUDAAPI cuDeviceGetCount(int* n) { *n = 1; return CUDA_SUCCESS; }
+CUresult CUDAAPI cuDriverGetVersion(int* v) {
+  *v = 13000;
+  return CUDA_SUCCESS;
+}
+CUresult CUDAAPI cuDeviceGetCount(int* n) {
+  *n = 1;
+  return CUDA_SUCCESS;
+}
 CUresult CUDAAPI cuDeviceGet(CUdevice* d, int ordinal) {
   if (ordinal != 0) return CUDA_ERROR_INVALID_DEVICE;
   *d = 0;
@@ -447,7 +458,10 @@ CUresult CUDAAPI cuDeviceGetAttribute(int* v, CUdevice_attribute a, CUdevice) {
   }
   return CUDA_SUCCESS;
 }
-CUresult CUDAAPI cuDeviceTotalMem(size_t* bytes, CUdevice) { *bytes = 80ull << 30; return CUDA_SUCCESS; }
+CUresult CUDAAPI cuDeviceTotalMem(size_t* bytes, CUdevice) {
+  *bytes = 80ull << 30;
+  return CUDA_SUCCESS;
+}
 CUresult CUDAAPI cuDeviceGetUuid(CUuuid* uuid, CUdevice) {
   for (int i = 0; i < 16; ++i) uuid->bytes[i] = static_cast<char>(i * 17);
   return CUDA_SUCCESS;
@@ -467,7 +481,10 @@ CUresult CUDAAPI cuDevicePrimaryCtxRelease(CUdevice) {
   --g_ctx_refs;
   return CUDA_SUCCESS;
 }
-CUresult CUDAAPI cuCtxSetCurrent(CUcontext) { FAKE_ENTER(); return CUDA_SUCCESS; }
+CUresult CUDAAPI cuCtxSetCurrent(CUcontext) {
+  FAKE_ENTER();
+  return CUDA_SUCCESS;
+}
 
 CUresult CUDAAPI cuStreamCreate(CUstream* s, unsigned int flags) {
   FAKE_ENTER();
@@ -695,7 +712,6 @@ CUresult CUDAAPI cuLaunchKernel(CUfunction f, unsigned int gx, unsigned int gy, 
   g_clock_ms += k->ms * (1.0 + 0.01 * static_cast<double>(g_launches % 3));
   return CUDA_SUCCESS;
 }
-
 
 CUresult CUDAAPI cuMemHostAlloc(void** p, size_t bytes, unsigned int flags) {
   FAKE_ENTER();

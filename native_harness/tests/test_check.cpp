@@ -6,7 +6,8 @@ using kernelopt::detail::call_name;
 using kernelopt::detail::is_context_fatal;
 
 TEST_CASE("call_name extracts the driver function from the call text") {
-  CHECK(call_name("drv.cuLaunchKernel(f, 1, 1, 1, 32, 1, 1, 0, s, p, nullptr)") == "cuLaunchKernel");
+  CHECK(call_name("drv.cuLaunchKernel(f, 1, 1, 1, 32, 1, 1, 0, s, p, nullptr)") ==
+        "cuLaunchKernel");
   CHECK(call_name("drv_.cuMemAlloc(&ptr_, bytes)") == "cuMemAlloc");
   CHECK(call_name("load_driver().cuEventCreate(&event_, CU_EVENT_DEFAULT)") == "cuEventCreate");
   CHECK(call_name("cuInit (0)") == "cuInit");

@@ -12,8 +12,8 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
-#include <functional>
 #include <fstream>
+#include <functional>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -152,8 +152,9 @@ json copy_case(const std::string& name, std::size_t n, const std::string& tag,
   const auto in = path(tag + "_in.bin");
   spit(in, pattern(n, 3));
   json c = {{"name", name},
-            {"args", {buffer("in", "in", n, in), buffer("out", "out", n, "", path(tag + "_out.bin")),
-                      scalar("n", "uint64", raw_hex<std::uint64_t>(n))}},
+            {"args",
+             {buffer("in", "in", n, in), buffer("out", "out", n, "", path(tag + "_out.bin")),
+              scalar("n", "uint64", raw_hex<std::uint64_t>(n))}},
             {"launch", launch(block, shared)}};
   if (!timing.is_null()) c["timing"] = timing;
   return c;
@@ -162,7 +163,7 @@ json copy_case(const std::string& name, std::size_t n, const std::string& tag,
 json request(const std::string& entry, json cases, std::uint64_t guard = 1024) {
   const auto module = path("module.fake");
   spit(module, "FAKE-MODULE v1\n");
-  return {{"protocol", 1}, {"device", 0},       {"module", module}, {"entry", entry},
+  return {{"protocol", 1},        {"device", 0},      {"module", module},         {"entry", entry},
           {"guard_bytes", guard}, {"flush_l2", true}, {"cases", std::move(cases)}};
 }
 
@@ -194,10 +195,10 @@ TEST_CASE("--version") {
   CHECK(r.rc == 0);
   CHECK(r.answer == json({{"harness", "0.1.0"},
                           {"protocol", 2},
-                          {"features", {"support_module", "input_cache", "device_compare",
-                                        "determinism", "timed_inputs", "blocking", "graph",
-                                        "adaptive", "baseline_cublas", "fresh_inputs",
-                                        "timed_check", "confirm_launch", "checked_dump"}}}));
+                          {"features",
+                           {"support_module", "input_cache", "device_compare", "determinism",
+                            "timed_inputs", "blocking", "graph", "adaptive", "baseline_cublas",
+                            "fresh_inputs", "timed_check", "confirm_launch", "checked_dump"}}}));
 }
 
 TEST_CASE("usage errors exit 2 with a JSON answer and usage on stderr") {
@@ -251,8 +252,8 @@ TEST_CASE("--device-info: no driver, no device, cuInit failure all exit 3") {
 }
 
 TEST_CASE("a clean case: outputs written, guards intact, timed") {
-  const auto req = request("copy_kernel",
-                           {copy_case("c", 1000, "clean", {{"warmup", 2}, {"iterations", 5}})});
+  const auto req =
+      request("copy_kernel", {copy_case("c", 1000, "clean", {{"warmup", 2}, {"iterations", 5}})});
   const auto r = run_request(req);
   CHECK_MSG(r.rc == 0, r.out + r.err);
   const auto& a = r.answer;
@@ -302,7 +303,8 @@ TEST_CASE("an old request launches exactly what it did before: validation, warm-
 }
 
 TEST_CASE("out-of-bounds writes are reported per side, slack included, output still written") {
-  const auto r = run_request(request("oob_kernel", {copy_case("c", 1000, "oob", {{"iterations", 3}})}));
+  const auto r =
+      run_request(request("oob_kernel", {copy_case("c", 1000, "oob", {{"iterations", 3}})}));
   CHECK_MSG(r.rc == 0, r.out + r.err);
   const auto& c = r.answer["cases"][0];
   CHECK(c["status"] == "out_of_bounds_write");
@@ -374,9 +376,10 @@ TEST_CASE("inout buffers and scalars reach the kernel") {
   spit(path("x.bin"), std::string(reinterpret_cast<const char*>(x.data()), 16));
   spit(path("y.bin"), std::string(reinterpret_cast<const char*>(y.data()), 16));
   json c = {{"name", "axpy"},
-            {"args", {scalar("a", "float32", raw_hex(2.0f)), buffer("x", "in", 16, path("x.bin")),
-                      buffer("y", "inout", 16, path("y.bin"), path("y_out.bin")),
-                      scalar("n", "uint32", raw_hex<std::uint32_t>(4))}},
+            {"args",
+             {scalar("a", "float32", raw_hex(2.0f)), buffer("x", "in", 16, path("x.bin")),
+              buffer("y", "inout", 16, path("y.bin"), path("y_out.bin")),
+              scalar("n", "uint32", raw_hex<std::uint32_t>(4))}},
             {"launch", launch()},
             {"timing", {{"warmup", 1}, {"iterations", 4}}}};
   const auto r = run_request(request("axpy_kernel", {c}));
@@ -398,7 +401,8 @@ TEST_CASE("out buffers start as poison or zero") {
                 {"launch", launch()},
                 {"timing", {{"iterations", 2}}}};
   };
-  const auto r = run_request(request("count_kernel", {make("zero", "zero"), make("poison", "poison")}));
+  const auto r =
+      run_request(request("count_kernel", {make("zero", "zero"), make("poison", "poison")}));
   CHECK_MSG(r.rc == 0, r.out + r.err);
   CHECK(slurp(path("zero.bin")) == bytes_of({1, 0, 0, 0, 1, 0, 0, 0}));
   CHECK(slurp(path("poison.bin")) == bytes_of({0, 0, 0, 0, 0, 0, 0, 0}));  // 0xFFFFFFFF + 1
@@ -409,7 +413,7 @@ TEST_CASE("empty buffers get a valid pointer and an empty output file") {
   const auto r = run_request(request("copy_kernel", {c}, 0));
   CHECK_MSG(r.rc == 0, r.out + r.err);
   CHECK(r.answer["cases"][0]["status"] == "ok");
-  struct stat st {};
+  struct stat st{};
   CHECK(stat(path("empty_out.bin").c_str(), &st) == 0 && st.st_size == 0);
 }
 
@@ -418,8 +422,10 @@ TEST_CASE("arguments that do not match the kernel's parameters are bad requests"
   c["args"].erase(2);
   auto r = run_request(request("copy_kernel", {c}));
   CHECK(r.rc == 2);
-  CHECK_MSG(test::contains(r.answer["error"]["message"], "cases[0].args: kernel \"copy_kernel\" takes 3 parameter(s) but 2 are given"),
-            r.answer.dump());
+  CHECK_MSG(
+      test::contains(r.answer["error"]["message"],
+                     "cases[0].args: kernel \"copy_kernel\" takes 3 parameter(s) but 2 are given"),
+      r.answer.dump());
   c = copy_case("c", 8, "mismatch");
   c["args"][2] = scalar("n", "uint32", "08000000");
   r = run_request(request("copy_kernel", {c}));
@@ -519,7 +525,6 @@ TEST_CASE("serve: one answer per line, bad lines answered, fatal ends with 5") {
   CHECK(r.rc == 3 && r.lines.size() == 1);
 }
 
-
 // ---------------------------------------------------------------------------------------------
 // Protocol 2: the support module, device compare, determinism, timed inputs, the input cache
 // ---------------------------------------------------------------------------------------------
@@ -548,8 +553,9 @@ json compare_case(const std::string& name, const std::vector<float>& in,
   out["expected"] = path(name + "_expected.bin");
   out["compare"] = {{"abs_tol", 1e-6}, {"rtol", 1e-3}, {"rel_floor", 1.0}};
   json c = {{"name", name},
-            {"args", {buffer("in", "in", n, path(name + "_in.bin")), out,
-                      scalar("n", "uint64", raw_hex<std::uint64_t>(n))}},
+            {"args",
+             {buffer("in", "in", n, path(name + "_in.bin")), out,
+              scalar("n", "uint64", raw_hex<std::uint64_t>(n))}},
             {"launch", launch()}};
   if (!timing.is_null()) c["timing"] = timing;
   return c;
@@ -563,7 +569,7 @@ json request_v2(const std::string& entry, json cases) {
 }
 
 bool exists(const std::string& file) {
-  struct stat st {};
+  struct stat st{};
   return stat(file.c_str(), &st) == 0;
 }
 
@@ -577,10 +583,15 @@ TEST_CASE("device compare: a matching output is not written, its figures are rep
   CHECK(c["status"] == "ok");
   CHECK(c["compares"][0]["compare_ms"].is_number());
   c["compares"][0].erase("compare_ms");
-  CHECK_MSG(c["compares"] == json::array({{{"buffer", "out"}, {"launch", "validation"},
-                                           {"elements", 4}, {"mismatches", 0}, {"nonfinite", 0},
-                                           {"max_abs_error", 0.0}, {"max_rel_error", 0.0},
-                                           {"err_sq", 0.0}, {"first_mismatch", nullptr},
+  CHECK_MSG(c["compares"] == json::array({{{"buffer", "out"},
+                                           {"launch", "validation"},
+                                           {"elements", 4},
+                                           {"mismatches", 0},
+                                           {"nonfinite", 0},
+                                           {"max_abs_error", 0.0},
+                                           {"max_rel_error", 0.0},
+                                           {"err_sq", 0.0},
+                                           {"first_mismatch", nullptr},
                                            {"output_written", false}}}),
             c["compares"].dump());
   CHECK(!exists(path("match_out.bin")));
@@ -588,8 +599,8 @@ TEST_CASE("device compare: a matching output is not written, its figures are rep
 
 TEST_CASE("device compare: a mismatch writes the output and names the first index") {
   const std::vector<float> in{1, 2, 3, 4, 5};
-  const auto r = run_request(
-      request_v2("copy_kernel", {compare_case("wrong", in, {1, 2, 3.5, 4, 7})}));
+  const auto r =
+      run_request(request_v2("copy_kernel", {compare_case("wrong", in, {1, 2, 3.5, 4, 7})}));
   CHECK_MSG(r.rc == 0, r.out + r.err);
   const auto& c = r.answer["cases"][0];
   CHECK(c["status"] == "ok");  // Python decides "mismatch"
@@ -665,7 +676,8 @@ TEST_CASE("serve: the support module is loaded once and reloaded when its path c
   auto b = a;
   spit(path("old2.fake"), "FAKE-MODULE NO-SUPPORT-KERNELS\n");
   b["support_module"] = path("old2.fake");
-  const auto r = run({"serve"}, a.dump() + "\n" + a.dump() + "\n" + b.dump() + "\n" + a.dump() + "\n");
+  const auto r =
+      run({"serve"}, a.dump() + "\n" + a.dump() + "\n" + b.dump() + "\n" + a.dump() + "\n");
   CHECK_MSG(r.rc == 0 && r.lines.size() == 4, r.out + r.err);
   if (r.lines.size() == 4) {
     CHECK(r.lines[0]["cases"][0]["compares"][0]["mismatches"] == 0);
@@ -687,8 +699,9 @@ TEST_CASE("determinism: identical launches differ in 0 bytes, a launch counter d
   CHECK(c["compares"][1]["mismatches"] == 0);
 
   json stamp = {{"name", "stamp"},
-                {"args", {buffer("out", "out", 16, "", path("stamp_out.bin")),
-                          scalar("n", "uint32", raw_hex<std::uint32_t>(4))}},
+                {"args",
+                 {buffer("out", "out", 16, "", path("stamp_out.bin")),
+                  scalar("n", "uint32", raw_hex<std::uint32_t>(4))}},
                 {"launch", launch()},
                 {"repeat_validation", true}};
   r = run_request(request_v2("stamp_kernel", {stamp}));
@@ -771,8 +784,8 @@ TEST_CASE("input cache: misses, then hits across serve requests; a replaced file
   const auto r = run({"serve"}, first + "\n" + first + "\n");
   CHECK_MSG(r.rc == 0 && r.lines.size() == 2, r.out + r.err);
   if (r.lines.size() != 2) return;
-  CHECK_MSG(r.lines[0]["input_cache"] == json({{"hits", 0}, {"misses", 1}, {"evictions", 0},
-                                               {"resident_bytes", 1000}}),
+  CHECK_MSG(r.lines[0]["input_cache"] ==
+                json({{"hits", 0}, {"misses", 1}, {"evictions", 0}, {"resident_bytes", 1000}}),
             r.lines[0].dump());
   CHECK(r.lines[1]["input_cache"] ==
         json({{"hits", 1}, {"misses", 0}, {"evictions", 0}, {"resident_bytes", 1000}}));
@@ -784,8 +797,9 @@ TEST_CASE("input cache: a file replaced on disk is reloaded, not served stale") 
   const auto in = path("cache_r_in.bin");
   spit(in, pattern(64, 1));
   json c = {{"name", "r"},
-            {"args", {buffer("in", "in", 64, in), buffer("out", "out", 64, "", path("cache_r_out.bin")),
-                      scalar("n", "uint64", raw_hex<std::uint64_t>(64))}},
+            {"args",
+             {buffer("in", "in", 64, in), buffer("out", "out", 64, "", path("cache_r_out.bin")),
+              scalar("n", "uint64", raw_hex<std::uint64_t>(64))}},
             {"launch", launch()}};
   auto req = request("copy_kernel", {c});
   req["input_cache"] = true;
@@ -817,11 +831,11 @@ TEST_CASE("input cache: LRU eviction within input_cache_bytes") {
   CHECK_MSG(r.rc == 0 && r.lines.size() == 2, r.out + r.err);
   if (r.lines.size() != 2) return;
   // b evicts a; on the second request a evicts b and b evicts a again: never a hit.
-  CHECK_MSG(r.lines[0]["input_cache"] == json({{"hits", 0}, {"misses", 2}, {"evictions", 1},
-                                               {"resident_bytes", 1000}}),
+  CHECK_MSG(r.lines[0]["input_cache"] ==
+                json({{"hits", 0}, {"misses", 2}, {"evictions", 1}, {"resident_bytes", 1000}}),
             r.lines[0].dump());
-  CHECK_MSG(r.lines[1]["input_cache"] == json({{"hits", 0}, {"misses", 2}, {"evictions", 2},
-                                               {"resident_bytes", 1000}}),
+  CHECK_MSG(r.lines[1]["input_cache"] ==
+                json({{"hits", 0}, {"misses", 2}, {"evictions", 2}, {"resident_bytes", 1000}}),
             r.lines[1].dump());
   for (const auto& line : r.lines) {
     CHECK(line["cases"][0]["status"] == "ok" && line["cases"][1]["status"] == "ok");
@@ -868,9 +882,10 @@ json axpy_case(const std::string& name, json timing) {
   spit(path(name + "_x.bin"), std::string(reinterpret_cast<const char*>(x.data()), 16));
   spit(path(name + "_y.bin"), std::string(reinterpret_cast<const char*>(y.data()), 16));
   return {{"name", name},
-          {"args", {scalar("a", "float32", raw_hex(2.0f)), buffer("x", "in", 16, path(name + "_x.bin")),
-                    buffer("y", "inout", 16, path(name + "_y.bin"), path(name + "_y_out.bin")),
-                    scalar("n", "uint32", raw_hex<std::uint32_t>(4))}},
+          {"args",
+           {scalar("a", "float32", raw_hex(2.0f)), buffer("x", "in", 16, path(name + "_x.bin")),
+            buffer("y", "inout", 16, path(name + "_y.bin"), path(name + "_y_out.bin")),
+            scalar("n", "uint32", raw_hex<std::uint32_t>(4))}},
           {"launch", launch()},
           {"timing", std::move(timing)}};
 }
@@ -880,7 +895,9 @@ bool near_ms(const json& v, double expected, double tol) {
 }
 
 TEST_CASE("graph mode: one graph of graph_batch launches per sample, time per launch") {
-  auto req = request("axpy_kernel", {axpy_case("g", {{"warmup", 2}, {"iterations", 5}, {"mode", "graph"}, {"graph_batch", 4}})});
+  auto req = request(
+      "axpy_kernel",
+      {axpy_case("g", {{"warmup", 2}, {"iterations", 5}, {"mode", "graph"}, {"graph_batch", 4}})});
   req["protocol"] = 2;
   const auto r = run_request(req, {"FAKE_CUDA_STATS=1"});
   CHECK_MSG(r.rc == 0, r.out + r.err);
@@ -901,8 +918,10 @@ TEST_CASE("graph mode: one graph of graph_batch launches per sample, time per la
 }
 
 TEST_CASE("graph mode without graph_batch: chosen from the warm-up for >= 0.2 ms per graph") {
-  const auto r = run_request(request("axpy_kernel", {axpy_case("ga", {{"warmup", 3}, {"iterations", 4}, {"mode", "graph"}})}),
-                             {"FAKE_CUDA_STATS=1"});
+  const auto r =
+      run_request(request("axpy_kernel",
+                          {axpy_case("ga", {{"warmup", 3}, {"iterations", 4}, {"mode", "graph"}})}),
+                  {"FAKE_CUDA_STATS=1"});
   CHECK_MSG(r.rc == 0, r.out + r.err);
   const auto& t = r.answer["cases"][0]["timing"];
   // The fake's axpy takes 0.125-0.1275 ms: ceil(0.2 / 0.12625) = 2.
@@ -912,7 +931,8 @@ TEST_CASE("graph mode without graph_batch: chosen from the warm-up for >= 0.2 ms
 }
 
 TEST_CASE("blocking mode: ko_spin holds each batch of at most 32 samples; overhead measured") {
-  auto req = request("axpy_kernel", {axpy_case("b", {{"warmup", 1}, {"iterations", 70}, {"blocking", true}})});
+  auto req = request("axpy_kernel",
+                     {axpy_case("b", {{"warmup", 1}, {"iterations", 70}, {"blocking", true}})});
   req["support_module"] = support_module();
   const auto r = run_request(req, {"FAKE_CUDA_STATS=1"});
   CHECK_MSG(r.rc == 0, r.out + r.err);
@@ -934,7 +954,10 @@ TEST_CASE("blocking mode: a spin kernel that timed out is reported") {
 }
 
 TEST_CASE("graph and blocking together, and the overhead in graph mode") {
-  auto req = request("axpy_kernel", {axpy_case("gb", {{"iterations", 5}, {"mode", "graph"}, {"graph_batch", 3}, {"blocking", true}})});
+  auto req = request(
+      "axpy_kernel",
+      {axpy_case("gb",
+                 {{"iterations", 5}, {"mode", "graph"}, {"graph_batch", 3}, {"blocking", true}})});
   req["support_module"] = support_module();
   const auto r = run_request(req, {"FAKE_CUDA_STATS=1"});
   CHECK_MSG(r.rc == 0, r.out + r.err);
@@ -947,9 +970,13 @@ TEST_CASE("graph and blocking together, and the overhead in graph mode") {
 }
 
 TEST_CASE("adaptive: more samples until the median's rse reaches the target, or a limit") {
-  auto req = request("axpy_kernel", {axpy_case("ad", {{"iterations", 10}, {"adaptive", {{"target_rse", 0.001}}}}),
-                                     axpy_case("cap", {{"iterations", 10}, {"adaptive", {{"target_rse", 1e-9}, {"max_iterations", 42}}}}),
-                                     axpy_case("wall", {{"iterations", 10}, {"adaptive", {{"target_rse", 1e-9}, {"max_ms", 1e-6}}}})});
+  auto req = request(
+      "axpy_kernel",
+      {axpy_case("ad", {{"iterations", 10}, {"adaptive", {{"target_rse", 0.001}}}}),
+       axpy_case("cap", {{"iterations", 10},
+                         {"adaptive", {{"target_rse", 1e-9}, {"max_iterations", 42}}}}),
+       axpy_case("wall",
+                 {{"iterations", 10}, {"adaptive", {{"target_rse", 1e-9}, {"max_ms", 1e-6}}}})});
   const auto r = run_request(req);
   CHECK_MSG(r.rc == 0, r.out + r.err);
   const auto& cases = r.answer["cases"];
@@ -961,13 +988,16 @@ TEST_CASE("adaptive: more samples until the median's rse reaches the target, or 
   CHECK(a["adaptive"]["rse"].get<double>() <= 0.001 && a["adaptive"]["rse"].get<double>() > 0);
   CHECK(a["iterations"] == 10);
   const auto& cap = cases[1]["timing"];
-  CHECK_MSG(cap["adaptive"]["converged"] == false && cap["adaptive"]["samples"] == 42, cap["adaptive"].dump());
+  CHECK_MSG(cap["adaptive"]["converged"] == false && cap["adaptive"]["samples"] == 42,
+            cap["adaptive"].dump());
   CHECK(cap["times_ms"].size() == 42);
   const auto& wall = cases[2]["timing"];
-  CHECK_MSG(wall["adaptive"]["converged"] == false && wall["adaptive"]["samples"] == 10, wall["adaptive"].dump());
+  CHECK_MSG(wall["adaptive"]["converged"] == false && wall["adaptive"]["samples"] == 10,
+            wall["adaptive"].dump());
 }
 
-TEST_CASE("support module problems: blocking without one, unreadable, not loadable, serve goes on") {
+TEST_CASE(
+    "support module problems: blocking without one, unreadable, not loadable, serve goes on") {
   auto req = request("axpy_kernel", {axpy_case("s", {{"iterations", 2}, {"blocking", true}})});
   auto r = run_request(req);
   CHECK(r.rc == 2 && r.answer["error"]["kind"] == "bad_request");
@@ -991,9 +1021,17 @@ TEST_CASE("support module problems: blocking without one, unreadable, not loadab
 }
 
 json baseline_request(const std::string& library_path, unsigned m, unsigned n, unsigned k) {
-  return {{"protocol", 2}, {"op", "baseline"}, {"device", 0}, {"library", "cublas"},
-          {"library_path", library_path}, {"routine", "sgemm"}, {"m", m}, {"n", n}, {"k", k},
-          {"flush_l2", true}, {"timing", {{"warmup", 1}, {"iterations", 3}}}};
+  return {{"protocol", 2},
+          {"op", "baseline"},
+          {"device", 0},
+          {"library", "cublas"},
+          {"library_path", library_path},
+          {"routine", "sgemm"},
+          {"m", m},
+          {"n", n},
+          {"k", k},
+          {"flush_l2", true},
+          {"timing", {{"warmup", 1}, {"iterations", 3}}}};
 }
 
 TEST_CASE("baseline: a missing library is library_unavailable and serve goes on") {
@@ -1020,7 +1058,8 @@ TEST_CASE("baseline: sgemm through the column-major call, timed like a kernel") 
   CHECK_MSG(r.rc == 0, r.out + r.err);
   const auto& a = r.answer;
   CHECK_MSG(a["status"] == "ok" && a["error"].is_null(), a.dump());
-  CHECK(a["protocol"] == 2 && a["op"] == "baseline" && a["library"] == "cublas" && a["routine"] == "sgemm");
+  CHECK(a["protocol"] == 2 && a["op"] == "baseline" && a["library"] == "cublas" &&
+        a["routine"] == "sgemm");
   CHECK(a["library_version"] == 130100);
   CHECK(a["m"] == 48 && a["n"] == 40 && a["k"] == 24 && a["flops"] == 2.0 * 48 * 40 * 24);
   CHECK(a["math_mode"] == "default");
@@ -1064,8 +1103,11 @@ TEST_CASE("serve: a request without support_module gets no launch overhead after
 TEST_CASE("timed inputs after graph and blocking timing: one events-style checked launch") {
   for (const std::string entry : {"copy_kernel", "replay_kernel"}) {
     auto c = compare_case("tg_" + entry, {1, 2, 3, 4}, {1, 2, 3, 4},
-                          {{"warmup", 1}, {"iterations", 4}, {"mode", "graph"},
-                           {"graph_batch", 2}, {"blocking", true}});
+                          {{"warmup", 1},
+                           {"iterations", 4},
+                           {"mode", "graph"},
+                           {"graph_batch", 2},
+                           {"blocking", true}});
     spit(path("tg_in.bin"), raw_of(std::vector<float>{5, 6, 7, 8}));
     spit(path("tg_expected.bin"), raw_of(std::vector<double>{5, 6, 7, 8}));
     c["args"][0]["timed_input"] = path("tg_in.bin");
@@ -1113,8 +1155,8 @@ json with_reference(json req, const std::string& entry = "copy_kernel") {
 
 TEST_CASE("fresh inputs: every timed launch redrawn, checked launches agree with the reference") {
   const auto r = run_request(
-      with_reference(request_v2("copy_kernel", {fresh_case("fr", {{"warmup", 2}, {"iterations", 5}},
-                                                           {1, 4}, true)})),
+      with_reference(request_v2(
+          "copy_kernel", {fresh_case("fr", {{"warmup", 2}, {"iterations", 5}}, {1, 4}, true)})),
       {"FAKE_CUDA_STATS=1"});
   CHECK_MSG(r.rc == 0, r.out + r.err);
   const auto& res = r.answer["cases"][0];
@@ -1129,10 +1171,12 @@ TEST_CASE("fresh inputs: every timed launch redrawn, checked launches agree with
   if (checks.size() == 3) {
     CHECK(checks[0]["launch"] == "measured" && checks[0]["sample"] == 1 && checks[0]["draw"] == 3);
     CHECK(checks[1]["sample"] == 4 && checks[1]["draw"] == 6);
-    CHECK(checks[2]["launch"] == "confirm" && checks[2]["sample"].is_null() && checks[2]["draw"] == 7);
+    CHECK(checks[2]["launch"] == "confirm" && checks[2]["sample"].is_null() &&
+          checks[2]["draw"] == 7);
     CHECK(checks[2]["time_ms"] == t["confirm_launch_ms"]);
     CHECK(checks[0]["time_ms"] == t["times_ms"][1]);
-    for (const auto& c : checks) CHECK(c["buffer"] == "out" && c["mismatches"] == 0 && c["elements"] == 4);
+    for (const auto& c : checks)
+      CHECK(c["buffer"] == "out" && c["mismatches"] == 0 && c["elements"] == 4);
   }
   const auto st = stats_of(r);
   // 8 candidate draws + 3 reference redraws of the same draws; one reference compare per check.
@@ -1157,11 +1201,13 @@ TEST_CASE("fresh inputs: a kernel that replays its first result fails the checke
     CHECK_MSG(checks[0]["mismatches"] == (fresh ? 4 : 0), checks.dump());
     CHECK(checks[1]["mismatches"] == (fresh ? 4 : 0));
     if (fresh) CHECK(checks[0]["first_mismatch"] == 0);
-    CHECK(r.answer["cases"][0]["timing"]["fresh_buffers"] == (fresh ? json::array({"in"}) : json::array()));
+    CHECK(r.answer["cases"][0]["timing"]["fresh_buffers"] ==
+          (fresh ? json::array({"in"}) : json::array()));
   }
 }
 
-TEST_CASE("fresh inputs: an inout buffer is redrawn instead of restored; the reference gets the same") {
+TEST_CASE(
+    "fresh inputs: an inout buffer is redrawn instead of restored; the reference gets the same") {
   // axpy_kernel: y = a * x + y, x in and y inout, both redrawn; the reference is axpy_kernel too.
   const std::size_t n = 8;
   spit(path("ax_x.bin"), raw_of(std::vector<float>(n, 1.0f)));
@@ -1174,10 +1220,14 @@ TEST_CASE("fresh inputs: an inout buffer is redrawn instead of restored; the ref
   }
   y["compare"] = {{"abs_tol", 1e-6}, {"rtol", 1e-6}, {"rel_floor", 1.0}};
   json c = {{"name", "ax"},
-            {"args", {scalar("a", "float32", raw_hex<float>(3.0f)), x, y,
-                      scalar("n", "uint32", raw_hex<std::uint32_t>(n))}},
-            {"launch", launch()}, {"timing", {{"warmup", 1}, {"iterations", 3}, {"blocking", true}}},
-            {"fresh_seed", 7}, {"checked_launches", {0, 1, 2}}, {"check_launch", launch()}};
+            {"args",
+             {scalar("a", "float32", raw_hex<float>(3.0f)), x, y,
+              scalar("n", "uint32", raw_hex<std::uint32_t>(n))}},
+            {"launch", launch()},
+            {"timing", {{"warmup", 1}, {"iterations", 3}, {"blocking", true}}},
+            {"fresh_seed", 7},
+            {"checked_launches", {0, 1, 2}},
+            {"check_launch", launch()}};
   const auto r = run_request(with_reference(request_v2("axpy_kernel", {c}), "axpy_kernel"),
                              {"FAKE_CUDA_STATS=1"});
   CHECK_MSG(r.rc == 0, r.out + r.err);
@@ -1191,13 +1241,15 @@ TEST_CASE("fresh inputs: an inout buffer is redrawn instead of restored; the ref
   CHECK_MSG(st.fills == 8 + 6 && st.spins == 2, r.err);
 }
 
-TEST_CASE("fresh inputs: with fresh_timed false the checked launches see the input, the confirm a draw") {
+TEST_CASE(
+    "fresh inputs: with fresh_timed false the checked launches see the input, the confirm a draw") {
   auto c = fresh_case("nt", {{"warmup", 1}, {"iterations", 3}}, {0, 2}, true);
   c["fresh_timed"] = false;
   const auto r = run_request(with_reference(request_v2("copy_kernel", {c})), {"FAKE_CUDA_STATS=1"});
   CHECK_MSG(r.rc == 0, r.out + r.err);
   const auto& res = r.answer["cases"][0];
-  CHECK_MSG(res["timing"]["fresh_buffers"] == json::array() && res["timing"]["fresh_draws"] == 1, res.dump());
+  CHECK_MSG(res["timing"]["fresh_buffers"] == json::array() && res["timing"]["fresh_draws"] == 1,
+            res.dump());
   const auto& checks = res["timed_checks"];
   CHECK_MSG(checks.size() == 3, res.dump());
   for (const auto& e : checks) CHECK_MSG(e["mismatches"] == 0, e.dump());
@@ -1206,9 +1258,11 @@ TEST_CASE("fresh inputs: with fresh_timed false the checked launches see the inp
   CHECK_MSG(stats_of(r).fills == 2, r.err);
 }
 
-TEST_CASE("checked_dump: the checked launches' redrawn inputs and outputs are written for the oracle") {
+TEST_CASE(
+    "checked_dump: the checked launches' redrawn inputs and outputs are written for the oracle") {
   for (const std::string entry : {"copy_kernel", "replay_kernel"}) {
-    auto c = fresh_case("dump_" + entry, {{"warmup", 1}, {"iterations", 4}, {"blocking", true}}, {1, 3});
+    auto c =
+        fresh_case("dump_" + entry, {{"warmup", 1}, {"iterations", 4}, {"blocking", true}}, {1, 3});
     c.erase("check_launch");
     std::filesystem::create_directories(path("dump_" + entry));
     c["checked_dump"] = path("dump_" + entry);
@@ -1239,7 +1293,8 @@ TEST_CASE("checked_dump: the checked launches' redrawn inputs and outputs are wr
   const auto r = run_request(request_v2("copy_kernel", {c}));
   CHECK_MSG(r.rc == 0, r.out + r.err);
   const auto& d = r.answer["cases"][0]["timed_dumps"];
-  CHECK_MSG(d.size() == 1 && d[0]["files"]["inputs"].empty() && d[0]["draw"].is_null(), r.answer.dump());
+  CHECK_MSG(d.size() == 1 && d[0]["files"]["inputs"].empty() && d[0]["draw"].is_null(),
+            r.answer.dump());
   // checked_dump needs checked_launches
   c.erase("checked_launches");
   CHECK(run_request(request_v2("copy_kernel", {c})).rc == 2);
@@ -1248,12 +1303,15 @@ TEST_CASE("checked_dump: the checked launches' redrawn inputs and outputs are wr
 TEST_CASE("fresh inputs: graph mode redraws before every replay and checks after it") {
   const auto r = run_request(
       with_reference(request_v2(
-          "copy_kernel", {fresh_case("fg", {{"warmup", 1}, {"iterations", 3}, {"mode", "graph"},
-                                            {"graph_batch", 2}}, {2})})),
+          "copy_kernel",
+          {fresh_case("fg",
+                      {{"warmup", 1}, {"iterations", 3}, {"mode", "graph"}, {"graph_batch", 2}},
+                      {2})})),
       {"FAKE_CUDA_STATS=1"});
   CHECK_MSG(r.rc == 0, r.out + r.err);
   const auto& res = r.answer["cases"][0];
-  CHECK_MSG(res["timed_checks"].size() == 1 && res["timed_checks"][0]["mismatches"] == 0, res.dump());
+  CHECK_MSG(res["timed_checks"].size() == 1 && res["timed_checks"][0]["mismatches"] == 0,
+            res.dump());
   // 1 warm-up + 1 upload replay + 3 measured replays, each prepared with its own draw.
   CHECK_MSG(res["timing"]["fresh_draws"] == 5, res.dump());
   CHECK(res["timed_checks"][0]["draw"] == 4);
@@ -1266,19 +1324,33 @@ TEST_CASE("fresh inputs: malformed fields exit 2 naming the field") {
     std::string message;
   };
   const std::vector<Bad> bads = {
-      {[](json&, json& c) { c["args"][1]["fresh"] = {{"kind", "uniform"}, {"low", 0}, {"high", 1}}; },
+      {[](json&, json& c) {
+         c["args"][1]["fresh"] = {{"kind", "uniform"}, {"low", 0}, {"high", 1}};
+       },
        "cases[0].args[1].fresh: an \"out\" buffer has no input to redraw"},
-      {[](json&, json& c) { c["args"][0].erase("dtype"); }, "cases[0].args[0].dtype: is required with \"fresh\""},
+      {[](json&, json& c) { c["args"][0].erase("dtype"); },
+       "cases[0].args[0].dtype: is required with \"fresh\""},
       {[](json&, json& c) { c.erase("fresh_seed"); }, "cases[0].fresh_seed: is required"},
-      {[](json&, json& c) { c["args"][0]["fresh"]["kind"] = "zipf"; }, "cases[0].args[0].fresh.kind: must be"},
-      {[](json&, json& c) { c["args"][0]["fresh"] = {{"kind", "randint"}, {"low", 5}, {"high", 5}}; },
+      {[](json&, json& c) { c["args"][0]["fresh"]["kind"] = "zipf"; },
+       "cases[0].args[0].fresh.kind: must be"},
+      {[](json&, json& c) {
+         c["args"][0]["fresh"] = {{"kind", "randint"}, {"low", 5}, {"high", 5}};
+       },
        "cases[0].args[0].fresh.high: must be greater than low"},
-      {[](json&, json& c) { c["checked_launches"] = {2}; }, "cases[0].checked_launches[0]: must be below timing.iterations (2)"},
+      {[](json&, json& c) { c["checked_launches"] = {2}; },
+       "cases[0].checked_launches[0]: must be below timing.iterations (2)"},
       {[](json&, json& c) { c["checked_launches"] = {1, 1}; }, "duplicate index 1"},
       {[](json&, json& c) { c.erase("check_launch"); }, "cases[0].check_launch: is required"},
-      {[](json&, json& c) { c["args"][1].erase("compare"); c["args"][1].erase("expected"); },
+      {[](json&, json& c) {
+         c["args"][1].erase("compare");
+         c["args"][1].erase("expected");
+       },
        "cases[0].args[1].compare: is required on every"},
-      {[](json& r, json&) { r.erase("check_module"); r.erase("check_entry"); }, "check_module: is required by cases[0]"},
+      {[](json& r, json&) {
+         r.erase("check_module");
+         r.erase("check_entry");
+       },
+       "check_module: is required by cases[0]"},
       {[](json& r, json&) { r.erase("check_entry"); }, "check_entry: is required"},
   };
   for (const auto& bad : bads) {
@@ -1294,12 +1366,14 @@ TEST_CASE("fresh inputs: malformed fields exit 2 naming the field") {
   spit(path("broken_ref.fake"), "not a module");
   req["check_module"] = path("broken_ref.fake");
   auto r = run_request(req);
-  CHECK_MSG(r.rc == 2 && test::contains(r.answer["error"]["message"].get<std::string>(), "check_module:"),
-            r.out);
+  CHECK_MSG(
+      r.rc == 2 && test::contains(r.answer["error"]["message"].get<std::string>(), "check_module:"),
+      r.out);
   req = with_reference(request_v2("copy_kernel", {base()}), "no_such_kernel");
   r = run_request(req);
-  CHECK_MSG(r.rc == 2 && test::contains(r.answer["error"]["message"].get<std::string>(), "check_entry:"),
-            r.out);
+  CHECK_MSG(
+      r.rc == 2 && test::contains(r.answer["error"]["message"].get<std::string>(), "check_entry:"),
+      r.out);
 }
 
 int main(int argc, char** argv) {

@@ -97,22 +97,54 @@ TEST_CASE("iterations 0 or a null timing mean validate only; null fields count a
 
 TEST_CASE("top-level fields are validated with their names") {
   EXPECT_ERROR(json::array(), "request: must be a JSON object");
-  auto d = valid(); d["protocol"] = 3; EXPECT_ERROR(d, "protocol: must be 1 or 2");
-  d = valid(); d["protocol"] = 0; EXPECT_ERROR(d, "protocol: must be 1 or 2");
-  d = valid(); d["protocol"] = 2; CHECK(error_of(d).empty());
-  d = valid(); d["op"] = "launch"; EXPECT_ERROR(d, "op: must be \"run\" or \"baseline\"");
-  d = valid(); d["op"] = "run"; CHECK(error_of(d).empty());
-  d = valid(); d.erase("protocol"); EXPECT_ERROR(d, "protocol: is required");
-  d = valid(); d["module"] = ""; EXPECT_ERROR(d, "module: must be a non-empty string");
-  d = valid(); d["module"] = 3; EXPECT_ERROR(d, "module: must be a string");
-  d = valid(); d.erase("entry"); EXPECT_ERROR(d, "entry: is required");
-  d = valid(); d["device"] = -1; EXPECT_ERROR(d, "device: must be a non-negative integer");
-  d = valid(); d["guard_bytes"] = 100; EXPECT_ERROR(d, "guard_bytes: must be a multiple of 256");
-  d = valid(); d["guard_bytes"] = (16 << 20) + 256; EXPECT_ERROR(d, "guard_bytes: must be at most");
-  d = valid(); d["guard_bytes"] = 0; CHECK(error_of(d).empty());
-  d = valid(); d["flush_l2"] = 1; EXPECT_ERROR(d, "flush_l2: must be true or false");
-  d = valid(); d["cases"] = json::array(); EXPECT_ERROR(d, "cases: must hold at least one case");
-  d = valid(); d["cases"] = json::object(); EXPECT_ERROR(d, "cases: must be an array");
+  auto d = valid();
+  d["protocol"] = 3;
+  EXPECT_ERROR(d, "protocol: must be 1 or 2");
+  d = valid();
+  d["protocol"] = 0;
+  EXPECT_ERROR(d, "protocol: must be 1 or 2");
+  d = valid();
+  d["protocol"] = 2;
+  CHECK(error_of(d).empty());
+  d = valid();
+  d["op"] = "launch";
+  EXPECT_ERROR(d, "op: must be \"run\" or \"baseline\"");
+  d = valid();
+  d["op"] = "run";
+  CHECK(error_of(d).empty());
+  d = valid();
+  d.erase("protocol");
+  EXPECT_ERROR(d, "protocol: is required");
+  d = valid();
+  d["module"] = "";
+  EXPECT_ERROR(d, "module: must be a non-empty string");
+  d = valid();
+  d["module"] = 3;
+  EXPECT_ERROR(d, "module: must be a string");
+  d = valid();
+  d.erase("entry");
+  EXPECT_ERROR(d, "entry: is required");
+  d = valid();
+  d["device"] = -1;
+  EXPECT_ERROR(d, "device: must be a non-negative integer");
+  d = valid();
+  d["guard_bytes"] = 100;
+  EXPECT_ERROR(d, "guard_bytes: must be a multiple of 256");
+  d = valid();
+  d["guard_bytes"] = (16 << 20) + 256;
+  EXPECT_ERROR(d, "guard_bytes: must be at most");
+  d = valid();
+  d["guard_bytes"] = 0;
+  CHECK(error_of(d).empty());
+  d = valid();
+  d["flush_l2"] = 1;
+  EXPECT_ERROR(d, "flush_l2: must be true or false");
+  d = valid();
+  d["cases"] = json::array();
+  EXPECT_ERROR(d, "cases: must hold at least one case");
+  d = valid();
+  d["cases"] = json::object();
+  EXPECT_ERROR(d, "cases: must be an array");
 }
 
 TEST_CASE("old timing objects parse to events mode, no blocking, no adaptive") {
@@ -127,9 +159,13 @@ TEST_CASE("old timing objects parse to events mode, no blocking, no adaptive") {
 TEST_CASE("timing v2 fields parse and are validated with their paths") {
   auto d = valid();
   d["support_module"] = "/s.cubin";
-  d["cases"][0]["timing"] = {{"warmup", 2}, {"iterations", 50}, {"mode", "graph"}, {"blocking", true},
-                             {"graph_batch", 64},
-                             {"adaptive", {{"target_rse", 0.005}, {"max_ms", 500}, {"max_iterations", 400}}}};
+  d["cases"][0]["timing"] = {
+      {"warmup", 2},
+      {"iterations", 50},
+      {"mode", "graph"},
+      {"blocking", true},
+      {"graph_batch", 64},
+      {"adaptive", {{"target_rse", 0.005}, {"max_ms", 500}, {"max_iterations", 400}}}};
   const auto req = kernelopt::parse_request(d);
   const auto& t = *req.cases[0].timing;
   CHECK(t.mode == kernelopt::TimingMode::graph && t.blocking && t.graph_batch == 64);
@@ -137,40 +173,63 @@ TEST_CASE("timing v2 fields parse and are validated with their paths") {
         t.adaptive->max_iterations == 400);
   CHECK(req.support_module == "/s.cubin");
 
-  d = valid(); d["cases"][0]["timing"]["adaptive"] = json::object();
+  d = valid();
+  d["cases"][0]["timing"]["adaptive"] = json::object();
   const auto defaults = kernelopt::parse_request(d);
   CHECK(defaults.cases[0].timing->adaptive->target_rse == 0.01);
   CHECK(defaults.cases[0].timing->adaptive->max_ms == 2000);
   CHECK(defaults.cases[0].timing->adaptive->max_iterations == 10000);
 
-  d = valid(); d["cases"][0]["timing"]["mode"] = "cupti";
+  d = valid();
+  d["cases"][0]["timing"]["mode"] = "cupti";
   EXPECT_ERROR(d, "cases[0].timing.mode: must be \"events\" or \"graph\"");
-  d = valid(); d["cases"][0]["timing"]["graph_batch"] = 8;
+  d = valid();
+  d["cases"][0]["timing"]["graph_batch"] = 8;
   EXPECT_ERROR(d, "cases[0].timing.graph_batch: only applies to \"mode\": \"graph\"");
-  d = valid(); d["cases"][0]["timing"]["mode"] = "graph"; d["cases"][0]["timing"]["graph_batch"] = 0;
+  d = valid();
+  d["cases"][0]["timing"]["mode"] = "graph";
+  d["cases"][0]["timing"]["graph_batch"] = 0;
   EXPECT_ERROR(d, "cases[0].timing.graph_batch: must be an integer 1..1000, got 0");
-  d = valid(); d["cases"][0]["timing"]["mode"] = "graph"; d["cases"][0]["timing"]["graph_batch"] = 1001;
+  d = valid();
+  d["cases"][0]["timing"]["mode"] = "graph";
+  d["cases"][0]["timing"]["graph_batch"] = 1001;
   EXPECT_ERROR(d, "cases[0].timing.graph_batch: must be at most 1000");
-  d = valid(); d["cases"][0]["timing"]["blocking"] = true;
-  EXPECT_ERROR(d, "cases[0].timing.blocking: needs the harness's support kernels: pass \"support_module\"");
-  d = valid(); d["cases"][0]["timing"]["blocking"] = "yes";
+  d = valid();
+  d["cases"][0]["timing"]["blocking"] = true;
+  EXPECT_ERROR(
+      d, "cases[0].timing.blocking: needs the harness's support kernels: pass \"support_module\"");
+  d = valid();
+  d["cases"][0]["timing"]["blocking"] = "yes";
   EXPECT_ERROR(d, "cases[0].timing.blocking: must be true or false");
-  d = valid(); d["cases"][0]["timing"]["adaptive"] = {{"target_rse", 0}};
+  d = valid();
+  d["cases"][0]["timing"]["adaptive"] = {{"target_rse", 0}};
   EXPECT_ERROR(d, "cases[0].timing.adaptive.target_rse: must be a positive number");
-  d = valid(); d["cases"][0]["timing"]["adaptive"] = {{"target_rse", 1.5}};
+  d = valid();
+  d["cases"][0]["timing"]["adaptive"] = {{"target_rse", 1.5}};
   EXPECT_ERROR(d, "cases[0].timing.adaptive.target_rse: must be below 1");
-  d = valid(); d["cases"][0]["timing"]["adaptive"] = {{"max_ms", "long"}};
+  d = valid();
+  d["cases"][0]["timing"]["adaptive"] = {{"max_ms", "long"}};
   EXPECT_ERROR(d, "cases[0].timing.adaptive.max_ms: must be a positive number");
-  d = valid(); d["cases"][0]["timing"]["adaptive"] = {{"max_iterations", 5}};
-  EXPECT_ERROR(d, "cases[0].timing.adaptive.max_iterations: must be at least the timing's iterations (7)");
-  d = valid(); d["cases"][0]["timing"]["adaptive"] = 0.01;
+  d = valid();
+  d["cases"][0]["timing"]["adaptive"] = {{"max_iterations", 5}};
+  EXPECT_ERROR(
+      d, "cases[0].timing.adaptive.max_iterations: must be at least the timing's iterations (7)");
+  d = valid();
+  d["cases"][0]["timing"]["adaptive"] = 0.01;
   EXPECT_ERROR(d, "cases[0].timing.adaptive: must be an object");
 }
 
 json baseline() {
-  return {{"protocol", 2}, {"op", "baseline"}, {"device", 0}, {"library", "cublas"},
-          {"library_path", "/lib/libcublas.so.13"}, {"routine", "sgemm"},
-          {"m", 128}, {"n", 256}, {"k", 64}, {"flush_l2", false},
+  return {{"protocol", 2},
+          {"op", "baseline"},
+          {"device", 0},
+          {"library", "cublas"},
+          {"library_path", "/lib/libcublas.so.13"},
+          {"routine", "sgemm"},
+          {"m", 128},
+          {"n", 256},
+          {"k", 64},
+          {"flush_l2", false},
           {"timing", {{"warmup", 1}, {"iterations", 5}}}};
 }
 
@@ -181,18 +240,31 @@ TEST_CASE("baseline requests need no module, entry or cases") {
   CHECK(req.baseline.library_path == "/lib/libcublas.so.13");
   CHECK(req.baseline.m == 128 && req.baseline.n == 256 && req.baseline.k == 64);
   CHECK(req.baseline.timing.iterations == 5 && !req.flush_l2);
-  auto d = baseline(); d.erase("timing");
+  auto d = baseline();
+  d.erase("timing");
   const auto dflt = kernelopt::parse_request(d);
   CHECK(dflt.baseline.timing.warmup == 10 && dflt.baseline.timing.iterations == 100);
 
-  d = baseline(); d["library"] = "rocblas"; EXPECT_ERROR(d, "library: must be \"cublas\"");
-  d = baseline(); d.erase("library_path"); EXPECT_ERROR(d, "library_path: is required");
-  d = baseline(); d["routine"] = "dgemm"; EXPECT_ERROR(d, "routine: must be \"sgemm\"");
-  d = baseline(); d["k"] = 0; EXPECT_ERROR(d, "k: must be a positive integer, got 0");
-  d = baseline(); d["m"] = 1 << 20; EXPECT_ERROR(d, "m: must be at most 65536");
-  d = baseline(); d["timing"] = {{"iterations", 0}};
+  d = baseline();
+  d["library"] = "rocblas";
+  EXPECT_ERROR(d, "library: must be \"cublas\"");
+  d = baseline();
+  d.erase("library_path");
+  EXPECT_ERROR(d, "library_path: is required");
+  d = baseline();
+  d["routine"] = "dgemm";
+  EXPECT_ERROR(d, "routine: must be \"sgemm\"");
+  d = baseline();
+  d["k"] = 0;
+  EXPECT_ERROR(d, "k: must be a positive integer, got 0");
+  d = baseline();
+  d["m"] = 1 << 20;
+  EXPECT_ERROR(d, "m: must be at most 65536");
+  d = baseline();
+  d["timing"] = {{"iterations", 0}};
   EXPECT_ERROR(d, "timing.iterations: must be positive for a baseline");
-  d = baseline(); d["timing"]["blocking"] = true;
+  d = baseline();
+  d["timing"]["blocking"] = true;
   EXPECT_ERROR(d, "timing.blocking: needs the harness's support kernels");
 }
 
@@ -200,62 +272,89 @@ TEST_CASE("case names must be unique and present") {
   auto d = valid();
   d["cases"].push_back(d["cases"][0]);
   EXPECT_ERROR(d, "cases[1].name: duplicate case name \"c0\"");
-  d = valid(); d["cases"][0].erase("name"); EXPECT_ERROR(d, "cases[0].name: is required");
-  d = valid(); d["cases"][0]["args"][1]["name"] = "A";
+  d = valid();
+  d["cases"][0].erase("name");
+  EXPECT_ERROR(d, "cases[0].name: is required");
+  d = valid();
+  d["cases"][0]["args"][1]["name"] = "A";
   EXPECT_ERROR(d, "cases[0].args[1].name: duplicate argument name");
 }
 
 TEST_CASE("buffer fields are validated with their paths") {
-  auto d = valid(); d["cases"][0]["args"][1]["bytes"] = -1;
+  auto d = valid();
+  d["cases"][0]["args"][1]["bytes"] = -1;
   EXPECT_ERROR(d, "cases[0].args[1].bytes: must be a non-negative integer");
-  d = valid(); d["cases"][0]["args"][1]["bytes"] = 4.0;
+  d = valid();
+  d["cases"][0]["args"][1]["bytes"] = 4.0;
   EXPECT_ERROR(d, "cases[0].args[1].bytes: must be a non-negative integer");
-  d = valid(); d["cases"][0]["args"][1]["bytes"] = "4";
+  d = valid();
+  d["cases"][0]["args"][1]["bytes"] = "4";
   EXPECT_ERROR(d, "cases[0].args[1].bytes: must be a non-negative integer");
-  d = valid(); d["cases"][0]["args"][0]["role"] = "both";
+  d = valid();
+  d["cases"][0]["args"][0]["role"] = "both";
   EXPECT_ERROR(d, "cases[0].args[0].role: must be one of");
-  d = valid(); d["cases"][0]["args"][0]["kind"] = "texture";
+  d = valid();
+  d["cases"][0]["args"][0]["kind"] = "texture";
   EXPECT_ERROR(d, "cases[0].args[0].kind: must be \"buffer\" or \"scalar\"");
-  d = valid(); d["cases"][0]["args"][0].erase("input");
+  d = valid();
+  d["cases"][0]["args"][0].erase("input");
   EXPECT_ERROR(d, "cases[0].args[0].input: is required for role \"in\"");
-  d = valid(); d["cases"][0]["args"][1].erase("output");
+  d = valid();
+  d["cases"][0]["args"][1].erase("output");
   EXPECT_ERROR(d, "cases[0].args[1].output: is required for role \"inout\"");
-  d = valid(); d["cases"][0]["args"][2].erase("output");
+  d = valid();
+  d["cases"][0]["args"][2].erase("output");
   EXPECT_ERROR(d, "cases[0].args[2].output: is required for role \"out\"");
-  d = valid(); d["cases"][0]["args"][2]["input"] = "/i";
+  d = valid();
+  d["cases"][0]["args"][2]["input"] = "/i";
   EXPECT_ERROR(d, "cases[0].args[2].input: an \"out\" buffer is not uploaded");
-  d = valid(); d["cases"][0]["args"][0]["output"] = "/o";
+  d = valid();
+  d["cases"][0]["args"][0]["output"] = "/o";
   EXPECT_ERROR(d, "cases[0].args[0].output: an \"in\" buffer is not written back");
-  d = valid(); d["cases"][0]["args"][2]["init"] = "nan";
+  d = valid();
+  d["cases"][0]["args"][2]["init"] = "nan";
   EXPECT_ERROR(d, "cases[0].args[2].init: must be \"poison\" or \"zero\"");
-  d = valid(); d["cases"][0]["args"][2]["poison_byte"] = 256;
+  d = valid();
+  d["cases"][0]["args"][2]["poison_byte"] = 256;
   EXPECT_ERROR(d, "cases[0].args[2].poison_byte: must be at most 255");
-  d = valid(); d["cases"][0]["args"][0]["init"] = "poison";  // ignored on "in"
+  d = valid();
+  d["cases"][0]["args"][0]["init"] = "poison";  // ignored on "in"
   CHECK(error_of(d).empty());
-  d = valid(); d["cases"][0]["args"][0] = 5;
+  d = valid();
+  d["cases"][0]["args"][0] = 5;
   EXPECT_ERROR(d, "cases[0].args[0]: must be an object");
 }
 
 TEST_CASE("launch and timing are validated with their paths") {
-  auto d = valid(); d["cases"][0]["launch"]["grid"] = {1, 1};
+  auto d = valid();
+  d["cases"][0]["launch"]["grid"] = {1, 1};
   EXPECT_ERROR(d, "cases[0].launch.grid: must be an array of 3 positive integers");
-  d = valid(); d["cases"][0]["launch"]["block"] = {32, 0, 1};
+  d = valid();
+  d["cases"][0]["launch"]["block"] = {32, 0, 1};
   EXPECT_ERROR(d, "cases[0].launch.block[1]: must be a positive integer, got 0");
-  d = valid(); d["cases"][0]["launch"]["block"] = {32, 1.5, 1};
+  d = valid();
+  d["cases"][0]["launch"]["block"] = {32, 1.5, 1};
   EXPECT_ERROR(d, "cases[0].launch.block[1]: must be a positive integer");
-  d = valid(); d["cases"][0]["launch"]["grid"] = {4294967296ull, 1, 1};
+  d = valid();
+  d["cases"][0]["launch"]["grid"] = {4294967296ull, 1, 1};
   EXPECT_ERROR(d, "cases[0].launch.grid[0]: must be at most 4294967295");
-  d = valid(); d["cases"][0]["launch"]["shared_bytes"] = -4;
+  d = valid();
+  d["cases"][0]["launch"]["shared_bytes"] = -4;
   EXPECT_ERROR(d, "cases[0].launch.shared_bytes: must be a non-negative integer");
-  d = valid(); d["cases"][0].erase("launch");
+  d = valid();
+  d["cases"][0].erase("launch");
   EXPECT_ERROR(d, "cases[0].launch: is required");
-  d = valid(); d["cases"][0]["timing"]["iterations"] = 100001;
+  d = valid();
+  d["cases"][0]["timing"]["iterations"] = 100001;
   EXPECT_ERROR(d, "cases[0].timing.iterations: must be at most 100000");
-  d = valid(); d["cases"][0]["timing"]["warmup"] = 10001;
+  d = valid();
+  d["cases"][0]["timing"]["warmup"] = 10001;
   EXPECT_ERROR(d, "cases[0].timing.warmup: must be at most 10000");
-  d = valid(); d["cases"][0]["timing"].erase("iterations");
+  d = valid();
+  d["cases"][0]["timing"].erase("iterations");
   EXPECT_ERROR(d, "cases[0].timing.iterations: is required");
-  d = valid(); d["cases"][0]["timing"] = {{"iterations", 100000}, {"warmup", 10000}};
+  d = valid();
+  d["cases"][0]["timing"] = {{"iterations", 100000}, {"warmup", 10000}};
   CHECK(error_of(d).empty());
 }
 
@@ -307,23 +406,35 @@ TEST_CASE("protocol 2 defaults: no cache, no compare, no repeat, no timed check"
         !r.cases[0].has_timed_check());
   CHECK(!r.cases[0].args[2].buffer.dtype && !r.cases[0].args[2].buffer.write_output);
   // A dtype alone (no expected) needs no support module.
-  auto d = valid(); d["cases"][0]["args"][2]["dtype"] = "int8"; CHECK(error_of(d).empty());
+  auto d = valid();
+  d["cases"][0]["args"][2]["dtype"] = "int8";
+  CHECK(error_of(d).empty());
 }
 
 TEST_CASE("protocol 2 top-level fields are validated") {
-  auto d = valid_v2(); d["support_module"] = 5; EXPECT_ERROR(d, "support_module: must be a string");
-  d = valid_v2(); d["support_module"] = ""; EXPECT_ERROR(d, "support_module: must be a non-empty");
-  d = valid_v2(); d["input_cache"] = "yes"; EXPECT_ERROR(d, "input_cache: must be true or false");
-  d = valid_v2(); d["input_cache_bytes"] = -1;
+  auto d = valid_v2();
+  d["support_module"] = 5;
+  EXPECT_ERROR(d, "support_module: must be a string");
+  d = valid_v2();
+  d["support_module"] = "";
+  EXPECT_ERROR(d, "support_module: must be a non-empty");
+  d = valid_v2();
+  d["input_cache"] = "yes";
+  EXPECT_ERROR(d, "input_cache: must be true or false");
+  d = valid_v2();
+  d["input_cache_bytes"] = -1;
   EXPECT_ERROR(d, "input_cache_bytes: must be a non-negative integer");
-  d = valid_v2(); d["input_cache_bytes"] = 1.5;
+  d = valid_v2();
+  d["input_cache_bytes"] = 1.5;
   EXPECT_ERROR(d, "input_cache_bytes: must be a non-negative integer");
-  d = valid_v2(); d["cases"][0]["repeat_validation"] = 1;
+  d = valid_v2();
+  d["cases"][0]["repeat_validation"] = 1;
   EXPECT_ERROR(d, "cases[0].repeat_validation: must be true or false");
 }
 
 TEST_CASE("the support module is required by expected, timed_expected and repeat_validation") {
-  auto d = valid_v2(); d.erase("support_module");
+  auto d = valid_v2();
+  d.erase("support_module");
   EXPECT_ERROR(d, "support_module: is required by cases[0].repeat_validation");
   d["cases"][0].erase("repeat_validation");
   EXPECT_ERROR(d, "support_module: is required by cases[0].args[2].expected");
@@ -335,44 +446,62 @@ TEST_CASE("the support module is required by expected, timed_expected and repeat
 }
 
 TEST_CASE("protocol 2 buffer fields are validated with their paths") {
-  auto d = valid_v2(); d["cases"][0]["args"][2]["dtype"] = "float128";
+  auto d = valid_v2();
+  d["cases"][0]["args"][2]["dtype"] = "float128";
   EXPECT_ERROR(d, "cases[0].args[2].dtype: unknown dtype \"float128\"");
-  d = valid_v2(); d["cases"][0]["args"][2]["dtype"] = 4;
+  d = valid_v2();
+  d["cases"][0]["args"][2]["dtype"] = 4;
   EXPECT_ERROR(d, "cases[0].args[2].dtype: must be a string");
-  d = valid_v2(); d["cases"][0]["args"][2]["bytes"] = 30;
+  d = valid_v2();
+  d["cases"][0]["args"][2]["bytes"] = 30;
   EXPECT_ERROR(d, "cases[0].args[2].bytes: 30 is not a whole number of float32 elements");
-  d = valid_v2(); d["cases"][0]["args"][2].erase("dtype");
+  d = valid_v2();
+  d["cases"][0]["args"][2].erase("dtype");
   EXPECT_ERROR(d, "cases[0].args[2].dtype: is required with \"expected\"");
-  d = valid_v2(); d["cases"][0]["args"][2].erase("compare");
+  d = valid_v2();
+  d["cases"][0]["args"][2].erase("compare");
   EXPECT_ERROR(d, "cases[0].args[2].compare: is required with \"expected\"");
-  d = valid_v2(); d["cases"][0]["args"][2]["expected"] = 1;
+  d = valid_v2();
+  d["cases"][0]["args"][2]["expected"] = 1;
   EXPECT_ERROR(d, "cases[0].args[2].expected: must be a string");
-  d = valid_v2(); d["cases"][0]["args"][0]["expected"] = "/e";
+  d = valid_v2();
+  d["cases"][0]["args"][0]["expected"] = "/e";
   EXPECT_ERROR(d, "cases[0].args[0].expected: an \"in\" buffer is not compared");
-  d = valid_v2(); d["cases"][0]["args"][0]["timed_expected"] = "/e";
+  d = valid_v2();
+  d["cases"][0]["args"][0]["timed_expected"] = "/e";
   EXPECT_ERROR(d, "cases[0].args[0].timed_expected: an \"in\" buffer is not compared");
-  d = valid_v2(); d["cases"][0]["args"][2]["timed_input"] = "/t";
+  d = valid_v2();
+  d["cases"][0]["args"][2]["timed_input"] = "/t";
   EXPECT_ERROR(d, "cases[0].args[2].timed_input: an \"out\" buffer is not uploaded");
-  d = valid_v2(); d["cases"][0]["args"][0]["timed_input"] = false;
+  d = valid_v2();
+  d["cases"][0]["args"][0]["timed_input"] = false;
   EXPECT_ERROR(d, "cases[0].args[0].timed_input: must be a string");
-  d = valid_v2(); d["cases"][0]["args"][1]["timed_input"] = "/x_timed";  // inout is fine
+  d = valid_v2();
+  d["cases"][0]["args"][1]["timed_input"] = "/x_timed";  // inout is fine
   CHECK(error_of(d).empty());
-  d = valid_v2(); d["cases"][0]["args"][2]["write_output"] = "true";
+  d = valid_v2();
+  d["cases"][0]["args"][2]["write_output"] = "true";
   EXPECT_ERROR(d, "cases[0].args[2].write_output: must be true or false");
 }
 
 TEST_CASE("compare tolerances are validated") {
-  auto d = valid_v2(); d["cases"][0]["args"][2]["compare"] = 0.1;
+  auto d = valid_v2();
+  d["cases"][0]["args"][2]["compare"] = 0.1;
   EXPECT_ERROR(d, "cases[0].args[2].compare: must be an object");
-  d = valid_v2(); d["cases"][0]["args"][2]["compare"].erase("rtol");
+  d = valid_v2();
+  d["cases"][0]["args"][2]["compare"].erase("rtol");
   EXPECT_ERROR(d, "cases[0].args[2].compare.rtol: is required");
-  d = valid_v2(); d["cases"][0]["args"][2]["compare"]["abs_tol"] = -1e-3;
+  d = valid_v2();
+  d["cases"][0]["args"][2]["compare"]["abs_tol"] = -1e-3;
   EXPECT_ERROR(d, "cases[0].args[2].compare.abs_tol: must be a finite number >= 0");
-  d = valid_v2(); d["cases"][0]["args"][2]["compare"]["rtol"] = "0.1";
+  d = valid_v2();
+  d["cases"][0]["args"][2]["compare"]["rtol"] = "0.1";
   EXPECT_ERROR(d, "cases[0].args[2].compare.rtol: must be a number");
-  d = valid_v2(); d["cases"][0]["args"][2]["compare"]["rel_floor"] = 0;
+  d = valid_v2();
+  d["cases"][0]["args"][2]["compare"]["rel_floor"] = 0;
   EXPECT_ERROR(d, "cases[0].args[2].compare.rel_floor: must be > 0");
-  d = valid_v2(); d["cases"][0]["args"][2]["compare"]["abs_tol"] = 0;  // integers are fine
+  d = valid_v2();
+  d["cases"][0]["args"][2]["compare"]["abs_tol"] = 0;  // integers are fine
   CHECK(error_of(d).empty());
   d = valid_v2();
   d["cases"][0]["args"][2].erase("expected");

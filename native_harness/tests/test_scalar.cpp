@@ -11,10 +11,11 @@ namespace {
 
 std::string scalar_error(const std::string& dtype, const std::string& raw) {
   json doc = {{"protocol", 1}, {"module", "/m"}, {"entry", "k"}};
-  doc["cases"] = json::array({{{"name", "c"},
-                               {"args", json::array({{{"kind", "scalar"}, {"name", "s"},
-                                                      {"dtype", dtype}, {"raw", raw}}})},
-                               {"launch", {{"grid", {1, 1, 1}}, {"block", {1, 1, 1}}}}}});
+  doc["cases"] = json::array(
+      {{{"name", "c"},
+        {"args",
+         json::array({{{"kind", "scalar"}, {"name", "s"}, {"dtype", dtype}, {"raw", raw}}})},
+        {"launch", {{"grid", {1, 1, 1}}, {"block", {1, 1, 1}}}}}});
   try {
     kernelopt::parse_request(doc);
   } catch (const kernelopt::BadRequest& e) {
@@ -51,8 +52,8 @@ TEST_CASE("every dtype has its size") {
   CHECK(kernelopt::scalar_size(ScalarType::float32) == 4);
   CHECK(kernelopt::scalar_size(ScalarType::int64) == 8);
   CHECK(kernelopt::scalar_size(ScalarType::float64) == 8);
-  for (const char* name : {"int8", "int16", "int32", "int64", "uint8", "uint16", "uint32",
-                           "uint64", "float16", "bfloat16", "float32", "float64"}) {
+  for (const char* name : {"int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64",
+                           "float16", "bfloat16", "float32", "float64"}) {
     const auto t = kernelopt::scalar_type_from_name(name);
     CHECK(t && std::string(kernelopt::scalar_type_name(*t)) == name);
   }

@@ -20,7 +20,9 @@ inline std::vector<std::pair<const char*, std::function<void()>>>& registry() {
 }
 
 struct Register {
-  Register(const char* name, std::function<void()> fn) { registry().emplace_back(name, std::move(fn)); }
+  Register(const char* name, std::function<void()> fn) {
+    registry().emplace_back(name, std::move(fn));
+  }
 };
 
 inline bool contains(const std::string& haystack, const std::string& needle) {
@@ -46,26 +48,26 @@ inline int run_all() {
 
 #define TEST_CONCAT2(a, b) a##b
 #define TEST_CONCAT(a, b) TEST_CONCAT2(a, b)
-#define TEST_CASE(name)                                                              \
-  static void TEST_CONCAT(test_fn_, __LINE__)();                                     \
+#define TEST_CASE(name)                                                                          \
+  static void TEST_CONCAT(test_fn_, __LINE__)();                                                 \
   static test::Register TEST_CONCAT(test_reg_, __LINE__)(name, TEST_CONCAT(test_fn_, __LINE__)); \
   static void TEST_CONCAT(test_fn_, __LINE__)()
 
-#define CHECK(cond)                                                                  \
-  do {                                                                               \
-    if (!(cond)) {                                                                   \
+#define CHECK(cond)                                                                   \
+  do {                                                                                \
+    if (!(cond)) {                                                                    \
       std::fprintf(stderr, "  %s:%d: CHECK(%s) failed\n", __FILE__, __LINE__, #cond); \
-      ++test::failures();                                                            \
-    }                                                                                \
+      ++test::failures();                                                             \
+    }                                                                                 \
   } while (0)
 
-#define CHECK_MSG(cond, msg)                                                         \
-  do {                                                                               \
-    if (!(cond)) {                                                                   \
+#define CHECK_MSG(cond, msg)                                                             \
+  do {                                                                                   \
+    if (!(cond)) {                                                                       \
       std::fprintf(stderr, "  %s:%d: CHECK(%s) failed: %s\n", __FILE__, __LINE__, #cond, \
-                   std::string(msg).c_str());                                        \
-      ++test::failures();                                                            \
-    }                                                                                \
+                   std::string(msg).c_str());                                            \
+      ++test::failures();                                                                \
+    }                                                                                    \
   } while (0)
 
 #define TEST_MAIN() \

@@ -1,0 +1,302 @@
+// Kernel arguments of a request (buffers and scalars) and the names of their types.
+#include "request_args.hpp"
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "request_fields.hpp"
+
+namespace kernelopt {
+namespace detail {
+namespace {
+
+BufferRole parse_role(const json& v, const std::string& path) {
+  const auto s = as_string(v, path);
+  if (s == "in") return BufferRole::in;
+  if (s == "out") return BufferRole::out;
+  if (s == "inout") return BufferRole::inout;
+  fail(path, "must be one of \"in\", \"out\", \"inout\", got \"" + s + "\"");
+}
+
+ScalarType parse_dtype(const json& v, const std::string& path) {
+  const auto name = as_string(v, path);
+  const auto type = scalar_type_from_name(name);
+  if (!type) {
+    fail(path, "unknown dtype \"" + name +
+                   "\" (known: int8, int16, int32, int64, uint8, uint16, uint32, uint64, "
+                   "float16, bfloat16, float32, float64)");
+  }
+  return *type;
+}
+
+CompareTolerance parse_compare(const json& c, const std::string& path) {
+  expect_object(c, path);
+  CompareTolerance t;
+  t.abs_tol = as_non_negative(require(c, path, "abs_tol"), member_path(path, "abs_tol"));
+  t.rtol = as_non_negative(require(c, path, "rtol"), member_path(path, "rtol"));
+  t.rel_floor = as_non_negative(require(c, path, "rel_floor"), member_path(path, "rel_floor"));
+  if (t.rel_floor == 0) {
+    fail(member_path(path, "rel_floor"),
+         "must be > 0 (the RMS of the expected values, or 1.0 when that is 0)");
+  }
+  return t;
+}
+
+// {"kind": "uniform", "low", "high"} | {"kind": "normal", "mean", "std"} |
+// {"kind": "randint", "low", "high"} (integers, high exclusive).
+FreshSpec parse_fresh(const json& f, const std::string& path) {
+  expect_object(f, path);
+  FreshSpec spec;
+  const auto kind_path = member_path(path, "kind");
+  const auto kind = as_string(require(f, path, "kind"), kind_path);
+  if (kind == "uniform" || kind == "normal") {
+    const char* first = kind == "uniform" ? "low" : "mean";
+    const char* second = kind == "uniform" ? "high" : "std";
+    spec.kind = kind == "uniform" ? FreshKind::uniform : FreshKind::normal;
+    spec.a = as_finite(require(f, path, first), member_path(path, first));
+    spec.b = as_finite(require(f, path, second), member_path(path, second));
+    if (spec.kind == FreshKind::normal && spec.b < 0)
+      fail(member_path(path, "std"), "must be >= 0");
+  } else if (kind == "randint") {
+    spec.kind = FreshKind::randint;
+    spec.low = as_int64(require(f, path, "low"), member_path(path, "low"));
+    const auto high = as_int64(require(f, path, "high"), member_path(path, "high"));
+    if (high <= spec.low) fail(member_path(path, "high"), "must be greater than low");
+    spec.range = static_cast<std::uint64_t>(high) - static_cast<std::uint64_t>(spec.low);
+  } else {
+    fail(kind_path, "must be \"uniform\", \"normal\" or \"randint\", got \"" + kind + "\"");
+  }
+  return spec;
+}
+
+// The protocol 2 fields of a buffer: dtype, expected, timed_expected, timed_input, compare,
+// write_output. Each is refused on a role it cannot act on, like input/output are.
+void parse_buffer_v2(const json& a, const std::string& path, BufferArg& b) {
+  const bool reads_input = b.role != BufferRole::out;
+  const bool writes_output = b.role != BufferRole::in;
+  if (const json* v = find(a, "dtype")) {
+    b.dtype = parse_dtype(*v, member_path(path, "dtype"));
+    const auto item = scalar_size(*b.dtype);
+    if (b.bytes % item != 0) {
+      fail(member_path(path, "bytes"), std::to_string(b.bytes) + " is not a whole number of " +
+                                           scalar_type_name(*b.dtype) + " elements (" +
+                                           std::to_string(item) + " bytes each)");
+    }
+  }
+  for (const char* key : {"expected", "timed_expected"}) {
+    const json* v = find(a, key);
+    if (v == nullptr) continue;
+    const auto p = member_path(path, key);
+    if (!writes_output) {
+      fail(p,
+           "an \"in\" buffer is not compared; expected values belong to \"out\" or "
+           "\"inout\" buffers");
+    }
+    (std::string(key) == "expected" ? b.expected : b.timed_expected) = as_string(*v, p);
+    if (!b.dtype) fail(member_path(path, "dtype"), std::string("is required with \"") + key + "\"");
+    if (find(a, "compare") == nullptr) {
+      fail(member_path(path, "compare"), std::string("is required with \"") + key +
+                                             "\" ({\"abs_tol\", \"rtol\", \"rel_floor\"})");
+    }
+  }
+  if (const json* v = find(a, "timed_input")) {
+    const auto p = member_path(path, "timed_input");
+    if (!reads_input) {
+      fail(p,
+           "an \"out\" buffer is not uploaded; timed inputs belong to \"in\" or \"inout\" "
+           "buffers");
+    }
+    b.timed_input = as_string(*v, p);
+  }
+  if (const json* v = find(a, "compare")) {
+    // Without expected values it still serves checked launches (parse_case refuses it there
+    // when the case has none).
+    b.compare = parse_compare(*v, member_path(path, "compare"));
+    b.has_compare = true;
+  }
+  if (const json* v = find(a, "fresh")) {
+    const auto p = member_path(path, "fresh");
+    if (!reads_input) {
+      fail(p,
+           "an \"out\" buffer has no input to redraw; fresh inputs belong to \"in\" or "
+           "\"inout\" buffers");
+    }
+    if (!b.dtype) fail(member_path(path, "dtype"), "is required with \"fresh\"");
+    b.fresh = parse_fresh(*v, p);
+  }
+  if (const json* v = find(a, "write_output")) {
+    b.write_output = as_bool(*v, member_path(path, "write_output"));
+  }
+}
+
+BufferArg parse_buffer(const json& a, const std::string& path) {
+  BufferArg b;
+  b.role = parse_role(require(a, path, "role"), member_path(path, "role"));
+  b.bytes = as_uint(require(a, path, "bytes"), member_path(path, "bytes"), max_buffer_bytes);
+
+  const bool reads_input = b.role != BufferRole::out;
+  const bool writes_output = b.role != BufferRole::in;
+  if (const json* v = find(a, "input")) {
+    if (!reads_input) {
+      fail(member_path(path, "input"),
+           "an \"out\" buffer is not uploaded; use role \"inout\" to start from an input file");
+    }
+    b.input = as_string(*v, member_path(path, "input"));
+  } else if (reads_input) {
+    fail(member_path(path, "input"),
+         std::string("is required for role \"") + role_name(b.role) + "\"");
+  }
+  if (const json* v = find(a, "output")) {
+    if (!writes_output) {
+      fail(member_path(path, "output"),
+           "an \"in\" buffer is not written back; use role \"inout\" to get its contents");
+    }
+    b.output = as_string(*v, member_path(path, "output"));
+  } else if (writes_output) {
+    fail(member_path(path, "output"),
+         std::string("is required for role \"") + role_name(b.role) + "\"");
+  }
+
+  // init and poison_byte only act on "out" buffers. They are validated on every buffer, so a
+  // typo is never silently ignored, but a client that always sends them is accepted.
+  if (const json* v = find(a, "init")) {
+    const auto p = member_path(path, "init");
+    const auto s = as_string(*v, p);
+    if (s == "poison") {
+      b.init = BufferInit::poison;
+    } else if (s == "zero") {
+      b.init = BufferInit::zero;
+    } else {
+      fail(p, "must be \"poison\" or \"zero\", got \"" + s + "\"");
+    }
+  }
+  if (const json* v = find(a, "poison_byte")) {
+    b.poison_byte = static_cast<std::uint8_t>(
+        as_uint(*v, member_path(path, "poison_byte"), 255, "an integer 0..255"));
+  }
+  parse_buffer_v2(a, path, b);
+  return b;
+}
+
+ScalarArg parse_scalar(const json& a, const std::string& path) {
+  ScalarArg s;
+  s.dtype = parse_dtype(require(a, path, "dtype"), member_path(path, "dtype"));
+  const std::string dtype = scalar_type_name(s.dtype);
+  const auto raw_path = member_path(path, "raw");
+  const auto raw = as_string(require(a, path, "raw"), raw_path, true);
+  const auto size = scalar_size(s.dtype);
+  auto bytes = detail::decode_hex(raw, size);
+  if (!bytes) {
+    fail(raw_path, "must be " + std::to_string(2 * size) + " hex digits (the " +
+                       std::to_string(size) + " little-endian bytes of a " + dtype + "), got \"" +
+                       raw + "\"");
+  }
+  s.raw = std::move(*bytes);
+  // "value" is informational only: "raw" is what the kernel receives.
+  return s;
+}
+
+}  // namespace
+
+KernelArg parse_arg(const json& a, const std::string& path) {
+  expect_object(a, path);
+  KernelArg arg;
+  const auto kind_path = member_path(path, "kind");
+  const auto kind = as_string(require(a, path, "kind"), kind_path);
+  arg.name = as_string(require(a, path, "name"), member_path(path, "name"));
+  if (kind == "buffer") {
+    arg.kind = ArgKind::buffer;
+    arg.buffer = parse_buffer(a, path);
+  } else if (kind == "scalar") {
+    arg.kind = ArgKind::scalar;
+    arg.scalar = parse_scalar(a, path);
+  } else {
+    fail(kind_path, "must be \"buffer\" or \"scalar\", got \"" + kind + "\"");
+  }
+  return arg;
+}
+
+std::optional<std::vector<std::uint8_t>> decode_hex(std::string_view hex, std::size_t size) {
+  if (hex.size() != 2 * size) return std::nullopt;
+  auto nibble = [](char c) -> int {
+    if (c >= '0' && c <= '9') return c - '0';
+    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+    if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+    return -1;
+  };
+  std::vector<std::uint8_t> out(size);
+  for (std::size_t i = 0; i < size; ++i) {
+    const int hi = nibble(hex[2 * i]);
+    const int lo = nibble(hex[2 * i + 1]);
+    if (hi < 0 || lo < 0) return std::nullopt;
+    out[i] = static_cast<std::uint8_t>(hi << 4 | lo);
+  }
+  return out;
+}
+
+}  // namespace detail
+
+std::size_t scalar_size(ScalarType t) noexcept {
+  switch (t) {
+    case ScalarType::int8:
+    case ScalarType::uint8: return 1;
+    case ScalarType::int16:
+    case ScalarType::uint16:
+    case ScalarType::float16:
+    case ScalarType::bfloat16: return 2;
+    case ScalarType::int32:
+    case ScalarType::uint32:
+    case ScalarType::float32: return 4;
+    case ScalarType::int64:
+    case ScalarType::uint64:
+    case ScalarType::float64: return 8;
+  }
+  return 0;
+}
+
+const char* scalar_type_name(ScalarType t) noexcept {
+  switch (t) {
+    case ScalarType::int8: return "int8";
+    case ScalarType::int16: return "int16";
+    case ScalarType::int32: return "int32";
+    case ScalarType::int64: return "int64";
+    case ScalarType::uint8: return "uint8";
+    case ScalarType::uint16: return "uint16";
+    case ScalarType::uint32: return "uint32";
+    case ScalarType::uint64: return "uint64";
+    case ScalarType::float16: return "float16";
+    case ScalarType::bfloat16: return "bfloat16";
+    case ScalarType::float32: return "float32";
+    case ScalarType::float64: return "float64";
+  }
+  return "?";
+}
+
+std::optional<ScalarType> scalar_type_from_name(std::string_view name) noexcept {
+  static constexpr ScalarType all[] = {
+      ScalarType::int8,    ScalarType::int16,    ScalarType::int32,   ScalarType::int64,
+      ScalarType::uint8,   ScalarType::uint16,   ScalarType::uint32,  ScalarType::uint64,
+      ScalarType::float16, ScalarType::bfloat16, ScalarType::float32, ScalarType::float64,
+  };
+  for (const auto t : all) {
+    if (name == scalar_type_name(t)) return t;
+  }
+  return std::nullopt;
+}
+
+const char* role_name(BufferRole r) noexcept {
+  switch (r) {
+    case BufferRole::in: return "in";
+    case BufferRole::out: return "out";
+    case BufferRole::inout: return "inout";
+  }
+  return "?";
+}
+
+}  // namespace kernelopt
