@@ -29,11 +29,8 @@ results say so in their ``checks``. A file does not record ``drawn_from`` for th
 from __future__ import annotations
 
 import hashlib
-import importlib.util
 import itertools
-import json
 import math
-import os
 import re
 import shutil
 import tempfile
@@ -55,6 +52,7 @@ from .torch_problem import (
     parse_problem,
     require_torch,
 )
+from .torch_store import StoredDraw, move_into_place, sha256_of, write_workload
 from .workload import (
     DEFAULT_TOLERANCE,
     IDENTIFIER,
@@ -69,6 +67,15 @@ __all__ = ["TorchImportOptions", "TorchImportResult", "TorchProblemError", "impo
 SMALL_SIZES = (5, 7, 11, 13, 17, 19, 23, 29, 31, 37, 41, 43, 47, 53, 59, 61)
 MAX_CORRECTNESS_BYTES = 256 * 2**20  # all buffers of one correctness case
 HIDDEN_SEED_OFFSET = 1_000_003
+#: Names a kernel parameter cannot take (C++ keywords, CUDA built-ins); they get a trailing _.
+_RESERVED_WORDS = (
+    "alignas alignof asm auto bool break case catch char class const constexpr continue decltype default delete do "
+    "double else enum explicit export extern false float for friend goto if inline int long mutable namespace new "
+    "noexcept nullptr operator private protected public register return short signed sizeof static struct switch "
+    "template this throw true try typedef typeid typename union unsigned using virtual void volatile while "
+    "threadIdx blockIdx blockDim gridDim warpSize dim3 half"
+)
+CUDA_RESERVED = frozenset(_RESERVED_WORDS.split())
 INT32_MAX = 2**31 - 1
 
 
@@ -185,7 +192,7 @@ def import_torch_problem(
     try:
         _write(staging, spec_data, src, cases, layout, options, torch.__version__)
         load_workload(staging)  # what was written loads
-        _move_into_place(staging, out_dir)
+        move_into_place(staging, out_dir)
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise
@@ -269,6 +276,7 @@ class _Layout:
         def claim(wanted: str) -> str:
             base = re.sub(r"\W", "_", wanted) or "x"
             base = base if re.match(IDENTIFIER, base) else f"v_{base}"
+            base = f"{base}_" if base in CUDA_RESERVED else base  # a parameter named `new` would not compile
             name, i = base[:60], 1
             while name in taken:
                 i += 1
@@ -427,7 +435,7 @@ def _spec(
                 "inputs": {
                     b: {
                         "generator": "file", "path": f"data/{c.name}/{b}.bin",
-                        "sha256": _sha(_arg(c.main, key).array), "hidden_path": f"data/{c.name}/hidden/{b}.bin",
+                        "sha256": sha256_of(_array(c.main, key)), "hidden_path": f"data/{c.name}/hidden/{b}.bin",
                     }
                     for b, role, _, _, key in layout.buffers if role == "in"
                 },
@@ -463,134 +471,27 @@ def _spec(
     return spec
 
 
-def _sha(array: np.ndarray | None) -> str:
-    assert array is not None
-    return hashlib.sha256(_le_bytes(array)).hexdigest()
-
-
-def _le_bytes(array: np.ndarray) -> bytes:
-    return np.ascontiguousarray(array).astype(array.dtype.newbyteorder("<"), copy=False).tobytes()
-
-
-# --- writing ---------------------------------------------------------------------------------
-
-
-ORACLE_TEMPLATE = '''"""NumPy oracle of {name}: the outputs of the PyTorch problem {problem}, computed with torch
-{torch_version} by `kernelopt import-torch` and stored under expected/.
-
-They are looked up by the bytes of the inputs: the workload's data files and the second draw each
-names as its hidden_path. This needs neither torch nor the problem file, and it cannot compute
-outputs for other inputs (they raise LookupError): import the problem again to change them.
-"""
-
-from __future__ import annotations
-
-import hashlib
-import json
-from pathlib import Path
-
-import numpy as np
-
-HERE = Path(__file__).resolve().parent
-INPUTS = {inputs!r}
-SCALARS = {scalars!r}  # name -> "int" | "float"
-OUTPUT = {output!r}
-
-
-def input_key(params: dict) -> str:
-    """sha256 over the input buffers' names, dtypes, sizes and bytes and the scalars' values."""
-    h = hashlib.sha256()
-    for name in INPUTS:
-        a = np.ascontiguousarray(params[name])
-        h.update(f"{{name}}:{{a.dtype.name}}:{{a.size}}\\0".encode())
-        h.update(a.astype(a.dtype.newbyteorder("<"), copy=False).tobytes())
-    for name, kind in SCALARS.items():
-        value = int(params[name]) if kind == "int" else float(params[name])
-        h.update(f"{{name}}={{value!r}}\\0".encode())
-    return h.hexdigest()
-
-
-def reference(**params) -> dict:
-    index = json.loads((HERE / "expected" / "index.json").read_text())
-    entry = index.get(input_key(params))
-    if entry is None:
-        raise LookupError(
-            "these inputs are not among those stored when the problem was imported (the workload's data files "
-            "and their hidden_path draws): this oracle cannot compute others; evaluate with the workload's own "
-            "files, or import the problem again"
-        )
-    if entry["dtype"] == "bfloat16":
-        import ml_dtypes
-
-        dtype = np.dtype(ml_dtypes.bfloat16)
-    else:
-        dtype = np.dtype(entry["dtype"])
-    data = (HERE / entry["path"]).read_bytes()
-    return {{OUTPUT: np.frombuffer(data, dtype=dtype.newbyteorder("<")).astype(dtype).reshape(entry["shape"])}}
-'''
-
-
 def _write(
     root: Path, spec: dict[str, Any], src: ProblemSource, cases: list[_Case], layout: _Layout,
     options: TorchImportOptions, torch_version: str,
 ) -> None:
     inputs = [(b, key) for b, role, _, _, key in layout.buffers if role == "in"]
     out_name, _, out_dtype, _, _ = layout.buffers[-1]
-    oracle = ORACLE_TEMPLATE.format(
-        name=spec["name"], problem=Path(src.label).name, torch_version=torch_version,
-        inputs=[b for b, _ in inputs],
-        scalars={s: ("float" if dtype is DType.float32 else "int") for s, (dtype, _) in layout.scalars.items()},
-        output=out_name,
-    )
-    (root / "reference.py").write_text(oracle)
-    (root / "problem.py").write_text(src.text)
-    if options.initial_cu is not None:
-        (root / "initial.cu").write_text(options.initial_cu)
-    key_of = _load_key_function(root / "reference.py")
-    index: dict[str, dict[str, Any]] = {}
+    draws = []
     for i, c in enumerate(cases):
-        for which, d in (("", c.main), ("hidden/", c.hidden)):
+        for hidden, d in ((False, c.main), (True, c.hidden)):
             params: dict[str, Any] = dict(layout.case_scalars(i))
-            for b, key in inputs:
-                array = _arg(d, key).array
-                assert array is not None
-                path = root / "data" / c.name / f"{which}{b}.bin"
-                path.parent.mkdir(parents=True, exist_ok=True)
-                path.write_bytes(_le_bytes(array))
-                params[b] = array
-            expected = d.output.array
-            assert expected is not None
-            rel = f"expected/{c.name}/{which}{out_name}.bin"
-            (root / rel).parent.mkdir(parents=True, exist_ok=True)
-            (root / rel).write_bytes(_le_bytes(expected))
-            index[key_of(params)] = {
-                "case": c.name, "set": "hidden" if which else "validation", "path": rel,
-                "dtype": out_dtype.value, "shape": list(expected.shape) or [1],
-            }
-    (root / "expected" / "index.json").write_text(json.dumps(index, indent=1))
-    (root / "workload.json").write_text(json.dumps(spec, indent=2) + "\n")
+            params.update({b: _array(d, key) for b, key in inputs})
+            draws.append(StoredDraw(c.name, hidden, params, _array(d, "out")))
+    write_workload(
+        root, spec, problem=src.text, problem_name=Path(src.label).name, torch_version=torch_version,
+        inputs=[b for b, _ in inputs],
+        scalar_kinds={s: ("float" if dtype is DType.float32 else "int") for s, (dtype, _) in layout.scalars.items()},
+        output=out_name, output_dtype=out_dtype.value, draws=draws, initial_cu=options.initial_cu,
+    )
 
 
-def _load_key_function(path: Path) -> Any:
-    """The written oracle's own ``input_key``, so the index is keyed exactly as it looks up."""
-    spec = importlib.util.spec_from_file_location(f"kernelopt_torch_oracle_{os.getpid()}_{id(path)}", path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module.input_key
-
-
-def _move_into_place(staging: Path, target: Path) -> None:
-    """Rename the staged directory onto ``target`` (an existing one is moved aside, then removed)."""
-    old = None
-    if target.exists():
-        old = target.with_name(f".{target.name}.old-{os.getpid()}")
-        os.rename(target, old)
-    try:
-        os.rename(staging, target)
-    except BaseException:
-        if old is not None:
-            os.rename(old, target)
-        raise
-    if old is not None:
-        shutil.rmtree(old, ignore_errors=True)
+def _array(d: Draw, key: str) -> np.ndarray:
+    array = _arg(d, key).array
+    assert array is not None  # buffers always have one
+    return array

@@ -388,7 +388,10 @@ def _call(module: types.ModuleType, name: str, label: str) -> Any:
     try:
         return getattr(module, name)()
     except Exception as exc:  # noqa: BLE001 - the problem's own code may raise anything
-        raise TorchProblemError(f"{label}: {name}() failed: {type(exc).__name__}: {exc}") from None
+        hint = ""
+        if "cuda" in str(exc).lower():
+            hint = " (it asks for a GPU: import where torch sees one, or let it make CPU tensors; the module runs on the CPU)"
+        raise TorchProblemError(f"{label}: {name}() failed: {type(exc).__name__}: {exc}{hint}") from None
 
 
 def _named_state(model: Any) -> list[tuple[str, Any]]:

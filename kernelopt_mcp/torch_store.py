@@ -1,0 +1,152 @@
+"""Writing an imported PyTorch problem's workload: data files, stored outputs, the lookup oracle.
+
+See :mod:`kernelopt_mcp.torch_import` for what is written and why. The oracle (``reference.py``)
+is a fixed template: it looks outputs up in ``expected/index.json`` by the sha256 of the inputs'
+bytes and the scalars; the index is keyed with the written oracle's own ``input_key``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import json
+import os
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+
+@dataclass
+class StoredDraw:
+    """One data set of one case: its scalars and input arrays by name, and the module's output."""
+
+    case: str
+    hidden: bool
+    params: dict[str, Any]
+    expected: np.ndarray
+
+
+def sha256_of(array: np.ndarray) -> str:
+    return hashlib.sha256(le_bytes(array)).hexdigest()
+
+
+def le_bytes(array: np.ndarray) -> bytes:
+    return np.ascontiguousarray(array).astype(array.dtype.newbyteorder("<"), copy=False).tobytes()
+
+
+ORACLE_TEMPLATE = '''"""NumPy oracle of {name}: the outputs of the PyTorch problem {problem}, computed with torch
+{torch_version} by `kernelopt import-torch` and stored under expected/.
+
+They are looked up by the bytes of the inputs: the workload's data files and the second draw each
+names as its hidden_path. This needs neither torch nor the problem file, and it cannot compute
+outputs for other inputs (they raise LookupError): import the problem again to change them.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+
+import numpy as np
+
+HERE = Path(__file__).resolve().parent
+INPUTS = {inputs!r}
+SCALARS = {scalars!r}  # name -> "int" | "float"
+OUTPUT = {output!r}
+
+
+def input_key(params: dict) -> str:
+    """sha256 over the input buffers' names, dtypes, sizes and bytes and the scalars' values."""
+    h = hashlib.sha256()
+    for name in INPUTS:
+        a = np.ascontiguousarray(params[name])
+        h.update(f"{{name}}:{{a.dtype.name}}:{{a.size}}\\0".encode())
+        h.update(a.astype(a.dtype.newbyteorder("<"), copy=False).tobytes())
+    for name, kind in SCALARS.items():
+        value = int(params[name]) if kind == "int" else float(params[name])
+        h.update(f"{{name}}={{value!r}}\\0".encode())
+    return h.hexdigest()
+
+
+def reference(**params) -> dict:
+    index = json.loads((HERE / "expected" / "index.json").read_text())
+    entry = index.get(input_key(params))
+    if entry is None:
+        raise LookupError(
+            "these inputs are not among those stored when the problem was imported (the workload's data files "
+            "and their hidden_path draws): this oracle cannot compute others; evaluate with the workload's own "
+            "files, or import the problem again"
+        )
+    if entry["dtype"] == "bfloat16":
+        import ml_dtypes
+
+        dtype = np.dtype(ml_dtypes.bfloat16)
+    else:
+        dtype = np.dtype(entry["dtype"])
+    data = (HERE / entry["path"]).read_bytes()
+    return {{OUTPUT: np.frombuffer(data, dtype=dtype.newbyteorder("<")).astype(dtype).reshape(entry["shape"])}}
+'''
+
+
+
+def write_workload(
+    root: Path, spec: dict[str, Any], *, problem: str, problem_name: str, torch_version: str, inputs: list[str],
+    scalar_kinds: dict[str, str], output: str, output_dtype: str, draws: list[StoredDraw], initial_cu: str | None,
+) -> None:
+    """Write the workload into ``root``: every draw's inputs as ``data/<case>/[hidden/]<buffer>.bin``
+    (the paths ``spec`` names), its output under ``expected/`` with the index, the oracle, a copy of
+    the problem, the initial kernel and ``workload.json``."""
+    oracle = ORACLE_TEMPLATE.format(
+        name=spec["name"], problem=problem_name, torch_version=torch_version, inputs=inputs, scalars=scalar_kinds,
+        output=output,
+    )
+    (root / "reference.py").write_text(oracle)
+    (root / "problem.py").write_text(problem)
+    if initial_cu is not None:
+        (root / "initial.cu").write_text(initial_cu)
+    key_of = _load_key_function(root / "reference.py")
+    index: dict[str, dict[str, Any]] = {}
+    for d in draws:
+        which = "hidden/" if d.hidden else ""
+        for name in inputs:
+            path = root / "data" / d.case / f"{which}{name}.bin"
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_bytes(le_bytes(d.params[name]))
+        rel = f"expected/{d.case}/{which}{output}.bin"
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_bytes(le_bytes(d.expected))
+        index[key_of(d.params)] = {
+            "case": d.case, "set": "hidden" if d.hidden else "validation", "path": rel,
+            "dtype": output_dtype, "shape": list(d.expected.shape) or [1],
+        }
+    (root / "expected" / "index.json").write_text(json.dumps(index, indent=1))
+    (root / "workload.json").write_text(json.dumps(spec, indent=2) + "\n")
+
+
+def _load_key_function(path: Path) -> Any:
+    """The written oracle's own ``input_key``, so the index is keyed exactly as it looks up."""
+    spec = importlib.util.spec_from_file_location(f"kernelopt_torch_oracle_{os.getpid()}_{id(path)}", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.input_key
+
+
+def move_into_place(staging: Path, target: Path) -> None:
+    """Rename the staged directory onto ``target`` (an existing one is moved aside, then removed)."""
+    old = None
+    if target.exists():
+        old = target.with_name(f".{target.name}.old-{os.getpid()}")
+        os.rename(target, old)
+    try:
+        os.rename(staging, target)
+    except BaseException:
+        if old is not None:
+            os.rename(old, target)
+        raise
+    if old is not None:
+        shutil.rmtree(old, ignore_errors=True)

@@ -1,0 +1,136 @@
+"""PyTorch problems on a real GPU (issue 19): each supported kind of tests/torch_problems/ is
+imported with `kernelopt import-torch` and a plain CUDA kernel for it passes `kernelopt evaluate`
+against the stored outputs of the module (a wrong one fails); the imported matmul runs through
+`kernelopt optimize --workload DIR` with the scripted model writing the reference and initial
+kernel and one proposal.
+
+Needs torch where the import runs (here, the same machine). Run with --run-gpu
+(scripts/device_gpu_tests.sh tests/gpu/test_torch_import_gpu.py).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+from kernelopt_agent.cli import main as agent_main
+from scripted_model import ScriptedModel
+
+from kernelopt_mcp.cli import main
+from kernelopt_mcp.torch_import import import_torch_problem
+
+pytestmark = [pytest.mark.gpu, pytest.mark.timeout(900)]
+
+REPO = Path(__file__).resolve().parents[2]
+PROBLEMS = REPO / "tests" / "torch_problems"
+
+GELU = r"""extern "C" __global__ void elementwise_gelu(const float* x, float* out, int batch_size, int dim) {
+    long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < (long long)batch_size * dim) {
+        double v = x[i];
+        out[i] = (float)(0.5 * v * (1.0 + tanh(0.7978845608028654 * (v + 0.044715 * v * v * v))));
+    }
+}
+"""
+SUM = r"""extern "C" __global__ void reduction_sum(const float* x, float* out, int batch_size, int dim1, int dim2) {
+    int j = blockIdx.x * blockDim.x + threadIdx.x;
+    int b = blockIdx.y;
+    if (j < dim2 && b < batch_size) {
+        double acc = 0.0;
+        for (int i = 0; i < dim1; ++i) acc += x[((size_t)b * dim1 + i) * dim2 + j];
+        out[(size_t)b * dim2 + j] = (float)acc;
+    }
+}
+"""
+MATMUL = r"""extern "C" __global__ void matmul(const float* A, const float* B, float* out, int M, int K, int N) {
+    int col = blockIdx.x * blockDim.x + threadIdx.x;
+    int row = blockIdx.y * blockDim.y + threadIdx.y;
+    if (row < M && col < N) {
+        double acc = 0.0;
+        for (int k = 0; k < K; ++k) acc += (double)A[(size_t)row * K + k] * B[(size_t)k * N + col];
+        out[(size_t)row * N + col] = (float)acc;
+    }
+}
+"""
+LINEAR = r"""extern "C" __global__ void linear_relu(const float* x, const float* fc_weight, const float* fc_bias, float* out,
+                                         int batch_size, int in_features, int out_features) {
+    int o = blockIdx.x * blockDim.x + threadIdx.x;
+    int b = blockIdx.y;
+    if (o < out_features && b < batch_size) {
+        double acc = fc_bias[o];
+        for (int k = 0; k < in_features; ++k)
+            acc += (double)x[(size_t)b * in_features + k] * fc_weight[(size_t)o * in_features + k];
+        out[(size_t)b * out_features + o] = (float)(acc > 0.0 ? acc : 0.0);
+    }
+}
+"""
+KERNELS: dict[str, tuple[str, dict[str, Any]]] = {
+    "elementwise_gelu": (GELU, {"grid": ["ceil_div(batch_size * dim, 256)"], "block": [256]}),
+    "reduction_sum": (SUM, {"grid": ["ceil_div(dim2, 128)", "batch_size"], "block": [128]}),
+    "matmul": (MATMUL, {"grid": ["ceil_div(N, 16)", "ceil_div(M, 16)"], "block": [16, 16]}),
+    "linear_relu": (LINEAR, {"grid": ["ceil_div(out_features, 128)", "batch_size"], "block": [128]}),
+}
+
+
+@pytest.fixture(autouse=True)
+def _torch() -> None:
+    pytest.importorskip("torch", reason="torch is not installed here: the import needs it (the evaluation does not)")
+
+
+def evaluate(workload: Path, source: str, launch: dict[str, Any], tmp_path: Path, harness: Path,
+             capsys: pytest.CaptureFixture[str]) -> tuple[int, dict[str, Any]]:
+    kernel = tmp_path / f"{workload.name}-{abs(hash(source))}.cu"
+    kernel.write_text(source)
+    (tmp_path / "launch.json").write_text(json.dumps({"default": launch}))
+    capsys.readouterr()
+    code = main(["evaluate", str(workload), str(kernel), "--launch", str(tmp_path / "launch.json"), "--harness",
+                 str(harness), "--warmup", "2", "--iterations", "20", "--json"])
+    return code, json.loads(capsys.readouterr().out)
+
+
+@pytest.mark.parametrize("problem", sorted(KERNELS))
+def test_imported_problem_evaluates_on_the_gpu(problem: str, tmp_path: Path, harness_binary: Path,
+                                               capsys: pytest.CaptureFixture[str]) -> None:
+    workload = import_torch_problem(PROBLEMS / f"{problem}.py", tmp_path / problem).path
+    source, launch = KERNELS[problem]
+    code, result = evaluate(workload, source, launch, tmp_path, harness_binary, capsys)
+    assert code == 0 and result["status"] == "ok", json.dumps(result, indent=1)[:4000]
+    assert {c["name"]: c["status"] for c in result["cases"]} == {"small_odd": "ok", "mid_odd": "ok", "perf": "ok"}
+    checks = result["checks"]
+    assert "timed outputs on hidden-seed inputs" in checks, checks
+    assert any(c.startswith("fresh inputs: not possible") for c in checks), checks
+    print(problem, json.dumps({c["name"]: (c["timing"] or {}).get("median_ms") for c in result["cases"]}))
+
+    # a kernel that is wrong on the odd sizes only (it skips the last row/column/element) fails
+    wrong = source.replace("if (", "if (1 + ", 1) if problem != "elementwise_gelu" else source.replace(
+        "if (i < (long long)batch_size * dim)", "if (i + 1 < (long long)batch_size * dim)")
+    code, result = evaluate(workload, wrong, launch, tmp_path, harness_binary, capsys)
+    assert code != 0 and result["status"] == "mismatch", json.dumps(result, indent=1)[:4000]
+
+
+def test_optimize_an_imported_problem(tmp_path: Path, harness_binary: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    workload = import_torch_problem(PROBLEMS / "matmul.py", tmp_path / "matmul").path
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-scripted")
+    monkeypatch.setenv("KERNELOPT_DOCS_OFFLINE", "1")
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(REPO), str(REPO / "clients"), os.environ.get("PYTHONPATH")])))
+    naive = {"default": {"grid": ["ceil_div(N, 16)", "ceil_div(M, 16)"], "block": [16, 16], "shared_bytes": 0}}
+    generated = {"reference_cu": MATMUL, "reference_launch": naive, "initial_cu": MATMUL, "initial_launch": naive}
+    proposal = {"rationale": "a 32x8 block: more threads along N for coalesced reads of B", "source": MATMUL,
+                "launch": {"default": {"grid": ["ceil_div(N, 32)", "ceil_div(M, 8)"], "block": [32, 8], "shared_bytes": 0}},
+                "compile_options": []}
+    results = tmp_path / "results"
+    with ScriptedModel([{"content": json.dumps(generated)}, {"content": json.dumps(proposal)}]) as model:
+        code = agent_main(["optimize", "--workload", str(workload), "--max-iterations", "1", "--base-url", model.url,
+                           "--harness", str(harness_binary), "--workspace", str(tmp_path / "ws"),
+                           "--results-dir", str(results), "--warmup", "2", "--iterations", "10", "--quiet"])
+    run = results / "run-001"
+    summary = json.loads((run / "summary.json").read_text())
+    assert code == 0 and not model.steps and not model.exhausted, summary
+    status = [(h["label"], h["status"]) for h in json.loads((run / "history.json").read_text()) if h["event"] == "candidate"]
+    assert status == [("000-reference", "ok"), ("001-initial", "ok"), ("002-it1", "ok")], status
+    assert summary["workload"]["reference"]["checked"] is True  # the generated reference matched the stored outputs
+    print(json.dumps({"statuses": status, "best": summary["best"]["label"], "notes": summary["notes"]}, indent=1))
