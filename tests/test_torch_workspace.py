@@ -110,3 +110,27 @@ async def test_the_create_workload_tool_imports_where_allowed(tmp_path: Path, to
         assert r.structured_content["c_prototype"].startswith('extern "C" __global__ void lin(const float* x, const float* fc_weight')
         described = await client.call_tool("describe_workload", {"name": "lin"})
     assert not described.is_error and "fc_bias" in described.content[0].text
+
+
+@pytest.mark.anyio
+async def test_describe_workload_of_a_workload_with_only_a_numpy_oracle(tmp_path: Path) -> None:
+    """What import-torch writes (no CUDA reference, no initial kernel), without torch: describe_workload
+    used to fail its own output schema (reference_cu and initial_cu required, but dropped as nulls)."""
+    import json
+
+    from fakegpu import TINY_SPEC, in_memory_server, write_harness
+
+    from kernelopt_mcp.config import Settings, bundled_workloads_dir
+    from kernelopt_mcp.service import ServerConfig
+
+    wl = tmp_path / "extra" / "oracle_only"
+    wl.mkdir(parents=True)
+    spec = {k: v for k, v in TINY_SPEC.items() if k != "initial"}
+    spec.update(name="oracle_only", reference={"python": "reference.py", "cuda": None})
+    (wl / "workload.json").write_text(json.dumps(spec))
+    (wl / "reference.py").write_text("def reference(a, b, n):\n    return {'c': a + b}\n")
+    settings = Settings(harness=write_harness(tmp_path, "nogpu"), workload_dirs=(bundled_workloads_dir(), tmp_path / "extra"))
+    async with in_memory_server(ServerConfig(settings=settings, workspace=tmp_path / "ws")) as (client, _):
+        r = await client.call_tool("describe_workload", {"name": "oracle_only"})
+    assert not r.is_error, r.content[0].text
+    assert "void vector_add(const float* a" in r.content[0].text and "reference_cu" not in r.structured_content
