@@ -16,6 +16,9 @@ from typing import Any
 import anyio
 import pytest
 from fakegpu import kernel
+from scripted_model import ScriptedModel
+from test_optimize import REPO, env, optimize, proposal, read  # noqa: F401  (env is a fixture)
+
 from kernelopt_agent.cli import main as agent_main
 from kernelopt_agent.model import SENT_PARAMETERS, ModelClient, ModelError
 from kernelopt_agent.options import OptimizeOptions, OptionsError
@@ -29,12 +32,10 @@ from kernelopt_agent.pricing import (
 from kernelopt_agent.proposal import PROPOSAL_SCHEMA
 from kernelopt_agent.responses_api import RESPONSES_SENT_PARAMETERS
 from kernelopt_agent.rundir import RunDir
-from scripted_model import ScriptedModel
-from test_optimize import REPO, env, optimize, proposal, read  # noqa: F401  (env is a fixture)
 
 # The first openai release whose responses.create() takes each keyword ModelClient sends: the Responses API
 # arrived in 1.66.0 with all of them (1.65.5 has no client.responses; 1.66.0's create() signature read from its wheel).
-RESPONSES_FIRST_RELEASE = {k: (1, 66) for k in ("model", "input", "tools", "reasoning", "text", "include", "store")}
+RESPONSES_FIRST_RELEASE = dict.fromkeys(("model", "input", "tools", "reasoning", "text", "include", "store"), (1, 66))
 
 TOOL = {"type": "function", "function": {"name": "compile", "description": "compile a kernel",
                                          "parameters": {"type": "object", "properties": {"source": {"type": "string"}}}}}
@@ -118,7 +119,7 @@ def test_tokens_and_cost_are_what_the_server_reported(tmp_path: Path, api: str) 
                                    "total_tokens")} == {"calls": 2, "input_tokens": 30_000, "cached_input_tokens": 20_000,
                                                         "output_tokens": 5_000, "reasoning_tokens": 4_000,
                                                         "total_tokens": 35_000}
-    assert tokens["cost_usd"] == pytest.approx(COST_1_2) and COST_1_2 == pytest.approx(0.013)
+    assert tokens["cost_usd"] == pytest.approx(COST_1_2) and pytest.approx(0.013) == COST_1_2
     assert tokens["prices"] == {"model": "gpt-5-mini", "source": "table", "input_per_mtok": 0.25,
                                 "cached_input_per_mtok": 0.025, "output_per_mtok": 2.0, "url": PRICE_SOURCE,
                                 "checked": PRICES_CHECKED, "note": tokens["prices"]["note"]}
