@@ -32,6 +32,7 @@ def add_parser(sub: Any) -> None:
     sp.add_argument("--seed", type=int, default=0, help="torch seed of the stored draws (default 0; the hidden draw uses another)")
     sp.add_argument("--force", action="store_true", help="replace the output directory if it exists")
     sp.add_argument("--json", action="store_true", help="print the result as JSON; errors too")
+    sp.add_argument("--home", help=argparse.SUPPRESS)  # where the output directory will be moved (the MCP server's staging)
     sp.set_defaults(fn=cmd_import_torch)
 
 
@@ -49,7 +50,7 @@ def _launch(path: Path) -> tuple[LaunchSpec, list[str]]:
 def cmd_import_torch(args: argparse.Namespace, out: Console) -> int:
     problem = Path(args.problem)
     name = args.name or safe_name(problem.stem)
-    options = TorchImportOptions(name=name, seed=args.seed, overwrite=args.force)
+    options = TorchImportOptions(name=name, seed=args.seed, overwrite=args.force, home=Path(args.home) if args.home else None)
     if args.initial:
         kernel = Path(args.initial)
         options.initial_cu = read_text(kernel, "initial kernel", KerneloptError)

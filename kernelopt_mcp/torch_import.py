@@ -95,6 +95,7 @@ class TorchImportOptions:
     initial_options: list[str] = field(default_factory=list)
     overwrite: bool = False
     max_correctness_bytes: int = MAX_CORRECTNESS_BYTES
+    home: Path | None = None  # where the workload will live when out_dir is staged elsewhere (default out_dir)
 
 
 @dataclass
@@ -190,7 +191,7 @@ def import_torch_problem(
     parse_spec(spec_data, f"{label} (imported)")  # fail before writing anything
     staging = Path(tempfile.mkdtemp(prefix=f".{name}.", dir=_mkdir(out_dir.parent)))
     try:
-        _write(staging, spec_data, src, cases, layout, options, torch.__version__)
+        _write(staging, spec_data, src, cases, layout, options, torch.__version__, out_dir)
         load_workload(staging)  # what was written loads
         move_into_place(staging, out_dir)
     except BaseException:
@@ -381,7 +382,7 @@ def _round_up(x: float) -> float:
 
 def _cost(layout: _Layout, cases: list[_Case], notes: list[str]) -> dict[str, str]:
     terms = []
-    for name, _, dtype, shape, _ in layout.buffers:
+    for _name, _, dtype, shape, _ in layout.buffers:
         dims = [str(d) for d in shape if d != 1]
         terms.append("*".join([str(dtype.itemsize), *dims]))
     cost = {"bytes": " + ".join(terms)}
@@ -473,7 +474,7 @@ def _spec(
 
 def _write(
     root: Path, spec: dict[str, Any], src: ProblemSource, cases: list[_Case], layout: _Layout,
-    options: TorchImportOptions, torch_version: str,
+    options: TorchImportOptions, torch_version: str, out_dir: Path,
 ) -> None:
     inputs = [(b, key) for b, role, _, _, key in layout.buffers if role == "in"]
     out_name, _, out_dtype, _, _ = layout.buffers[-1]
@@ -484,7 +485,7 @@ def _write(
             params.update({b: _array(d, key) for b, key in inputs})
             draws.append(StoredDraw(c.name, hidden, params, _array(d, "out")))
     write_workload(
-        root, spec, problem=src.text, problem_name=Path(src.label).name, torch_version=torch_version,
+        root, spec, home=(options.home or out_dir).resolve(), problem=src.text, problem_name=Path(src.label).name, torch_version=torch_version,
         inputs=[b for b, _ in inputs],
         scalar_kinds={s: ("float" if dtype is DType.float32 else "int") for s, (dtype, _) in layout.scalars.items()},
         output=out_name, output_dtype=out_dtype.value, draws=draws, initial_cu=options.initial_cu,

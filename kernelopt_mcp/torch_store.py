@@ -43,6 +43,8 @@ ORACLE_TEMPLATE = '''"""NumPy oracle of {name}: the outputs of the PyTorch probl
 They are looked up by the bytes of the inputs: the workload's data files and the second draw each
 names as its hidden_path. This needs neither torch nor the problem file, and it cannot compute
 outputs for other inputs (they raise LookupError): import the problem again to change them.
+The store is beside this file, else in the directory the workload was imported to (a copy of this
+file, as `kernelopt optimize` keeps in its run directory, reads it there).
 """
 
 from __future__ import annotations
@@ -54,6 +56,7 @@ from pathlib import Path
 import numpy as np
 
 HERE = Path(__file__).resolve().parent
+IMPORTED_TO = {home!r}
 INPUTS = {inputs!r}
 SCALARS = {scalars!r}  # name -> "int" | "float"
 OUTPUT = {output!r}
@@ -72,8 +75,20 @@ def input_key(params: dict) -> str:
     return h.hexdigest()
 
 
+def store() -> Path:
+    """The workload directory holding expected/index.json: this file's, else the one imported to."""
+    for root in (HERE, Path(IMPORTED_TO)):
+        if (root / "expected" / "index.json").is_file():
+            return root
+    raise LookupError(
+        f"the stored outputs (expected/index.json) are neither beside this oracle ({{HERE}}) nor in the directory the "
+        f"problem was imported to ({{IMPORTED_TO}}): keep the workload directory, or import the problem again"
+    )
+
+
 def reference(**params) -> dict:
-    index = json.loads((HERE / "expected" / "index.json").read_text())
+    root = store()
+    index = json.loads((root / "expected" / "index.json").read_text())
     entry = index.get(input_key(params))
     if entry is None:
         raise LookupError(
@@ -87,22 +102,23 @@ def reference(**params) -> dict:
         dtype = np.dtype(ml_dtypes.bfloat16)
     else:
         dtype = np.dtype(entry["dtype"])
-    data = (HERE / entry["path"]).read_bytes()
+    data = (root / entry["path"]).read_bytes()
     return {{OUTPUT: np.frombuffer(data, dtype=dtype.newbyteorder("<")).astype(dtype).reshape(entry["shape"])}}
 '''
 
 
 
 def write_workload(
-    root: Path, spec: dict[str, Any], *, problem: str, problem_name: str, torch_version: str, inputs: list[str],
+    root: Path, spec: dict[str, Any], *, home: Path, problem: str, problem_name: str, torch_version: str, inputs: list[str],
     scalar_kinds: dict[str, str], output: str, output_dtype: str, draws: list[StoredDraw], initial_cu: str | None,
 ) -> None:
     """Write the workload into ``root``: every draw's inputs as ``data/<case>/[hidden/]<buffer>.bin``
     (the paths ``spec`` names), its output under ``expected/`` with the index, the oracle, a copy of
-    the problem, the initial kernel and ``workload.json``."""
+    the problem, the initial kernel and ``workload.json``. ``home`` is where the workload will live
+    (``root`` may be a staging directory renamed there): copies of the oracle look for the store there."""
     oracle = ORACLE_TEMPLATE.format(
         name=spec["name"], problem=problem_name, torch_version=torch_version, inputs=inputs, scalars=scalar_kinds,
-        output=output,
+        output=output, home=str(home),
     )
     (root / "reference.py").write_text(oracle)
     (root / "problem.py").write_text(problem)

@@ -64,7 +64,7 @@ def create_torch_workload(
     created_dir.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{name}-torch-", dir=created_dir))
     try:
-        answer = _run_import(staging, name, problem, initial_cu, initial_launch, timeout_s, python)
+        answer = _run_import(staging, name, problem, initial_cu, initial_launch, timeout_s, python, target)
         wl = load_workload(staging / "workload")
         total = sum(
             math.prod(case_shape(p, case.scalars)) * p.dtype.itemsize for case in wl.spec.cases for p in wl.signature.buffers
@@ -103,7 +103,7 @@ def _exists(name: str) -> RequestError:
 
 def _run_import(
     staging: Path, name: str, problem: str, initial_cu: str | None, initial_launch: dict[str, Any] | None,
-    timeout_s: float, python: str,
+    timeout_s: float, python: str, target: Path,
 ) -> dict[str, Any]:
     """``kernelopt import-torch`` in a child process (its own session, killed whole at the deadline)."""
     source = staging / f"{name}.py"
@@ -111,7 +111,8 @@ def _run_import(
     # the same kernelopt_mcp as this process (an installed copy may be another version)
     root = str(Path(__file__).resolve().parent.parent)
     boot = f"import sys; sys.path.insert(0, {root!r}); from kernelopt_mcp.cli import main; sys.exit(main(sys.argv[1:]))"
-    argv = [python, "-c", boot, "import-torch", str(source), "-o", str(staging / "workload"), "--name", name, "--json"]
+    argv = [python, "-c", boot, "import-torch", str(source), "-o", str(staging / "workload"), "--name", name, "--json",
+            "--home", str(target)]
     if initial_cu is not None:
         (staging / "initial.cu").write_text(initial_cu)
         (staging / "initial.launch.json").write_text(json.dumps(initial_launch))

@@ -134,6 +134,29 @@ def test_the_stored_oracle_refuses_inputs_it_has_not_stored(tmp_path: Path, torc
         run_oracle(wl, "small_odd", other, ci.shapes)
 
 
+def test_a_copy_of_the_oracle_finds_the_store_and_a_moved_workload_its_own(tmp_path: Path, torch: Any) -> None:
+    """`kernelopt optimize` copies reference.py into its run directory: the copy reads the store where the
+    workload was imported; a workload directory moved elsewhere reads its own."""
+    import shutil
+
+    from kernelopt_mcp.evaluation.oracle import load_oracle
+
+    wl = load_workload(import_torch_problem(PROBLEMS / "matmul.py", tmp_path / "w").path)
+    ci = materialize(wl, 1, tmp_path / "in")["mid_odd"]
+    expected = run_oracle(wl, "mid_odd", ci.arrays, ci.shapes)["out"]
+    run = tmp_path / "run"
+    run.mkdir()
+    shutil.copy(wl.oracle_path, run / "reference.py")
+    copied = load_oracle(run / "reference.py")(**ci.arrays, **wl.spec.case("mid_odd").scalars)["out"]
+    assert np.array_equal(copied.reshape(expected.shape), expected)
+
+    moved = load_workload(shutil.move(tmp_path / "w", tmp_path / "elsewhere"))
+    assert np.array_equal(run_oracle(moved, "mid_odd", ci.arrays, ci.shapes)["out"], expected)
+    (run / "reference.py").rename(run / "again.py")  # a fresh module: the copy now finds no store
+    with pytest.raises(LookupError, match="neither beside this oracle"):
+        load_oracle(run / "again.py")(**ci.arrays, **wl.spec.case("mid_odd").scalars)
+
+
 UNSUPPORTED = {
     "two_outputs": "returns 2 outputs",
     "dropout": "draws random numbers",
