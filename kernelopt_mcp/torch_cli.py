@@ -29,6 +29,7 @@ def add_parser(sub: Any) -> None:
     sp.add_argument("--initial", metavar="KERNEL.cu", help="starting kernel (default: none; `kernelopt optimize` then has the model write one)")
     sp.add_argument("--initial-launch", metavar="LAUNCH.json",
                     help="launch spec of --initial (default: KERNEL.launch.json beside it)")
+    sp.add_argument("--output-name", default="out", help="the output buffer's name (default out)")
     sp.add_argument("--seed", type=int, default=0, help="torch seed of the stored draws (default 0; the hidden draw uses another)")
     sp.add_argument("--force", action="store_true", help="replace the output directory if it exists")
     sp.add_argument("--json", action="store_true", help="print the result as JSON; errors too")
@@ -50,7 +51,8 @@ def _launch(path: Path) -> tuple[LaunchSpec, list[str]]:
 def cmd_import_torch(args: argparse.Namespace, out: Console) -> int:
     problem = Path(args.problem)
     name = args.name or safe_name(problem.stem)
-    options = TorchImportOptions(name=name, seed=args.seed, overwrite=args.force, home=Path(args.home) if args.home else None)
+    options = TorchImportOptions(name=name, seed=args.seed, overwrite=args.force, home=Path(args.home) if args.home else None,
+                                 output_name=args.output_name)
     if args.initial:
         kernel = Path(args.initial)
         options.initial_cu = read_text(kernel, "initial kernel", KerneloptError)

@@ -96,6 +96,7 @@ class TorchImportOptions:
     overwrite: bool = False
     max_correctness_bytes: int = MAX_CORRECTNESS_BYTES
     home: Path | None = None  # where the workload will live when out_dir is staged elsewhere (default out_dir)
+    output_name: str = "out"  # the output buffer's name
 
 
 @dataclass
@@ -185,8 +186,10 @@ def import_torch_problem(
     if not re.match(IDENTIFIER, name):
         raise TorchProblemError(f"name {name!r}: use letters, digits and _ (not starting with a digit)")
     notes: list[str] = []
+    if not re.match(IDENTIFIER, options.output_name) or options.output_name in CUDA_RESERVED:
+        raise TorchProblemError(f"output name {options.output_name!r}: use letters, digits and _ (not a C++ keyword)")
     cases = _draw_cases(src, options, notes)
-    layout = _Layout.of(cases, src.constants)
+    layout = _Layout.of(cases, src.constants, options.output_name)
     spec_data = _spec(name, label, src, cases, layout, options, notes, torch.__version__)
     parse_spec(spec_data, f"{label} (imported)")  # fail before writing anything
     staging = Path(tempfile.mkdtemp(prefix=f".{name}.", dir=_mkdir(out_dir.parent)))
@@ -270,9 +273,9 @@ class _Layout:
     number_args: dict[str, str]  # forward arg name -> scalar name
 
     @classmethod
-    def of(cls, cases: list[_Case], constants: list[SizeConstant]) -> _Layout:
+    def of(cls, cases: list[_Case], constants: list[SizeConstant], output_name: str = "out") -> _Layout:
         first = cases[-1].main
-        taken: set[str] = set()
+        taken: set[str] = {output_name}  # the output keeps its name; an argument of that name gets a suffix
 
         def claim(wanted: str) -> str:
             base = re.sub(r"\W", "_", wanted) or "x"
@@ -291,7 +294,7 @@ class _Layout:
                 buffer_keys.append((claim(a.name), "in", f"arg:{a.name}"))
         for s in first.state:
             buffer_keys.append((claim(s.name.replace(".", "_")), "in", f"state:{s.name}"))
-        buffer_keys.append((claim("out"), "out", "out"))
+        buffer_keys.append((output_name, "out", "out"))
         scalars: dict[str, tuple[DType, list[int | float]]] = {}
         number_args: dict[str, str] = {}
         for i, a in enumerate(first.args):
