@@ -112,8 +112,9 @@ def test_the_whole_loop(env: dict[str, Path]) -> None:
     assert summary["best"]["score_ms"] == pytest.approx((0.004 * 1.0) ** 0.5, rel=0.05)
     assert (run / "best.cu").read_text() == fast_uneven.rstrip() + "\n"
     assert summary["best"]["speedup_vs_initial"] == pytest.approx(0.1 / 0.0632, rel=0.05)
-    assert summary["candidates"] == {"total": 6, "valid": 4, "invalid": ["002-it1: compile_error", "003-it2-repair: mismatch"]}
-    assert summary["iterations"] == {"max": 5, "used": 5}
+    assert summary["candidates"] == {"total": 6, "valid": 4, "invalid": ["002-it1: compile_error", "003-it2-repair: mismatch"],
+                                     "duplicates": []}
+    assert summary["iterations"] == {"max": 5, "used": 5, "candidates_per_iteration": 1}
     tokens = summary["tokens"]
     assert tokens["calls"] == 7 and tokens["total_tokens"] > 0 and tokens["cost_usd"] > 0
     responses = sorted((run / "model").glob("*-response.json"))

@@ -73,7 +73,9 @@ def test_three_candidates_per_iteration(env: dict[str, Path], capsys: pytest.Cap
     assert "You are candidate 2 of 3" in lane2 and "Lean towards" in lane2
     summary = read(run / "summary.json")
     assert summary["best"]["label"].endswith("-it2-3-repair") and summary["best"]["score_ms"] == pytest.approx(0.02, rel=0.05)
-    assert summary["candidates"]["total"] == 7 and summary["iterations"]["used"] == 2
+    assert summary["candidates"]["total"] == 7 and summary["iterations"] == {"max": 2, "used": 2, "candidates_per_iteration": 3}
+    assert summary["candidates"]["duplicates"] == [f"iteration 1 candidate {dup[0]['slot']}: the same kernel as {first['label']}"]
+    assert summary["best"]["iteration"] == 2 and summary["best"]["candidate"] == 3
     assert (run / "heatmap.png").is_file()
     # history.jsonl has every event, one a line, the same as history.json
     lines = [json.loads(line) for line in (run / "history.jsonl").read_text().splitlines()]

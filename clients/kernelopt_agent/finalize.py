@@ -104,9 +104,12 @@ def summary(
                   "endpoint": redact_url(opt.opts.base_url) or "api.openai.com",
                   "notes": model.notes} if model else None,
         "tokens": {**model.usage.as_json(opt.opts.model), "per_call": model.calls} if model else {"calls": 0, "total_tokens": 0, "cost_usd": 0.0},
-        "iterations": {"max": opt.opts.max_iterations, "used": opt.iterations_used},
+        "iterations": {"max": opt.opts.max_iterations, "used": opt.iterations_used,
+                       "candidates_per_iteration": opt.opts.candidates},
         "candidates": {"total": len(opt.records), "valid": sum(r.valid for r in opt.records),
-                       "invalid": [f"{r.label}: {r.status}" for r in opt.records if not r.valid]},
+                       "invalid": [f"{r.label}: {r.status}" for r in opt.records if not r.valid],
+                       "duplicates": [f"iteration {d.iteration}" + (f" candidate {d.slot}" if d.slot else "")
+                                      + f": the same kernel as {d.same_as}" for d in opt.duplicates]},
         "best": None,
         "reference": {"label": ref.label, "score_ms": ref.score_ms, "case_ms": ref.case_ms} if ref else None,
         "initial": {"label": initial.label, "status": initial.status, "score_ms": initial.score_ms,
@@ -120,7 +123,8 @@ def summary(
     }
     if best is not None:
         data["best"] = {
-            "label": best.label, "kind": best.kind, "iteration": best.iteration, "score_ms": best.score_ms,
+            "label": best.label, "kind": best.kind, "iteration": best.iteration, "candidate": best.slot,
+            "score_ms": best.score_ms,
             "speedup_vs_reference": best.speedup or _ratio(ref.score_ms if ref else None, best.score_ms),
             "speedup_vs_initial": _ratio(initial.score_ms if initial else None, best.score_ms),
             "case_ms": best.case_ms, "rationale": best.rationale, "source": f"{best.dir}/source.cu",

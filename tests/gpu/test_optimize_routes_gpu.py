@@ -87,3 +87,47 @@ def test_a_failing_generated_reference_is_regenerated_on_the_gpu(tmp_path: Path,
     else:  # profiled: the initial kernel and the proposal
         assert len(profiles) == 2 and (run / "profiles").is_dir()
     print(json.dumps({"statuses": status, "notes": summary["notes"], "best": summary["best"]["label"]}, indent=1))
+
+
+def test_four_candidates_per_iteration_on_the_gpu(tmp_path: Path, harness_binary: Path,
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """--candidates 4 on the real GPU: 4 lanes x 2 iterations of distinct kernels (block sizes, float4),
+    one duplicate evaluated once, every candidate recorded with its lane, the fastest valid one best."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-scripted")
+    monkeypatch.setenv("KERNELOPT_DOCS_OFFLINE", "1")
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(REPO), str(REPO / "clients"), os.environ.get("PYTHONPATH")])))
+    parts = {**GENERATED, "reference_launch": launch(256)}
+    kernels = {(1, 1): (ADD, launch(128)), (1, 2): (ADD, launch(512)), (1, 3): (ADD4, launch(256, 4)),
+               (1, 4): (ADD, launch(512)),  # the same as candidate 2: evaluated once
+               (2, 1): (ADD4, launch(128, 4)), (2, 2): (ADD4, launch(512, 4)), (2, 3): (ADD, launch(1024)),
+               (2, 4): (ADD4, launch(64, 4))}
+
+    def answer(body: dict[str, Any]) -> dict[str, Any]:
+        state = body["messages"][-1]["content"]
+        it = int(state.split("Iteration ", 1)[1].split(" ", 1)[0])
+        slot = int(state.split("You are candidate ", 1)[1].split(" ", 1)[0])
+        source, how = kernels[(it, slot)]
+        return {"content": json.dumps({"rationale": f"candidate {it}.{slot}", "source": source, "launch": how,
+                                       "compile_options": [], "tunables": None})}
+
+    results, ws = tmp_path / "results", tmp_path / "ws"
+    with ScriptedModel([{"content": json.dumps(parts)}] + [answer] * 8) as model:
+        code = agent_main(["optimize", "--description", "Add two float32 vectors.", "--max-iterations", "2",
+                           "--candidates", "4", "--base-url", model.url, "--harness", str(harness_binary),
+                           "--workspace", str(ws), "--results-dir", str(results), "--warmup", "2", "--iterations", "10",
+                           "--quiet"])
+    run = results / "run-001"
+    summary = read(run / "summary.json")
+    assert code == 0 and not model.steps and not model.exhausted, summary
+    history = read(run / "history.json")
+    candidates = [h for h in history if h["event"] == "candidate" and h["iteration"] is not None]
+    assert len(candidates) == 7 and all(h["status"] == "ok" for h in candidates), candidates
+    assert sorted((h["iteration"], h["slot"]) for h in candidates if h["iteration"] == 2) == [(2, 1), (2, 2), (2, 3), (2, 4)]
+    dup = [h for h in history if h["event"] == "duplicate"]
+    assert len(dup) == 1 and dup[0]["iteration"] == 1 and dup[0]["slot"] in (2, 4)
+    ranked = [h for h in history if h["event"] == "candidate" and h["kind"] != "reference" and h["valid"]]
+    fastest = min(ranked, key=lambda h: h["score_ms"])  # the initial kernel competes too
+    assert summary["best"]["label"] == fastest["label"] and summary["iterations"]["candidates_per_iteration"] == 4
+    assert (run / "heatmap.png").is_file() and (run / "history.jsonl").is_file()
+    print(json.dumps({"best": summary["best"]["label"], "scores": {h["label"]: h["score_ms"] for h in candidates}}, indent=1))
