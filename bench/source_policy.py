@@ -17,7 +17,7 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from kernelopt_mcp.source_policy import include_problem  # noqa: E402
+from kernelopt_mcp.source_policy import include_problem
 
 
 def per_directive_us(n: int, repeats: int = 3) -> float:
