@@ -41,6 +41,7 @@ from .config import Settings, bundled_workloads_dir, list_workloads
 from .docs import DocsSearchResult, search_docs
 from .errors import HarnessCancelled, KerneloptError, TunableError
 from .evaluation.evaluate import Candidate, EvaluateOptions, EvaluationResult, Evaluator
+from .freeze import frozen_workloads
 from .gpu import DeviceInfo, device_info
 from .evaluation.harness import HarnessProcess, find_harness
 from .evaluation.inputs import fresh_seed
@@ -253,9 +254,12 @@ class KerneloptService:
     # --- workloads ----------------------------------------------------------------------
 
     def workloads(self) -> dict[str, Path]:
-        return list_workloads(self.config.workload_settings)
+        """Every workload by name; those frozen through the server (freeze_workload) win."""
+        return {**list_workloads(self.config.workload_settings), **frozen_workloads()}
 
     def origin(self, directory: Path) -> str:
+        if directory.resolve() in {p.resolve() for p in frozen_workloads().values()}:
+            return "frozen"
         parent = directory.resolve().parent
         if parent == self.config.created_dir.resolve():
             return "created"

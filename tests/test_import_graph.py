@@ -151,3 +151,52 @@ def test_only_the_server_and_cli_import_mcp() -> None:
         and any(n == "mcp" or n.startswith("mcp.") for n in names)
     )
     assert users == []
+
+
+# What the orchestrator (clients/kernelopt_agent) may import of the library: its data layer only.
+# Everything that evaluates, compiles, runs the harness or serves MCP is reached through the MCP
+# server's tools (freeze_workload, replay_requests, benchmark, ...), so the orchestrator could drive
+# a server on another machine.
+CLIENT_MAY_IMPORT = {
+    "kernelopt_mcp.workload",   # the workload schema (specs, signatures, input cases), read_json
+    "kernelopt_mcp.launch",     # launch specs
+    "kernelopt_mcp.tune.spec",  # tunable specs (what a proposal's tunables must be)
+    "kernelopt_mcp.errors",     # the exception tree
+    "kernelopt_mcp.config",     # where workloads are found (Settings, bundled_workloads_dir, find_workload)
+    "kernelopt_mcp.files",      # atomic writes of the run's records
+}
+CLIENT_MAY_IMPORT_FROM_PACKAGE = {"__version__"}
+CLIENT_NEVER = ("evaluation", "compiler", "harness", "service", "server", "oracle", "inputs", "evaluate", "freeze")
+
+
+def _client_library_imports() -> dict[str, set[str]]:
+    """Each client module's imports of kernelopt_mcp: module names, and ``kernelopt_mcp:<name>`` for
+    names taken from the package itself (``from kernelopt_mcp import __version__``)."""
+    out: dict[str, set[str]] = {}
+    root = PACKAGES["kernelopt_agent"]
+    for path in sorted(root.rglob("*.py")):
+        found: set[str] = set()
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.Import):
+                found.update(a.name for a in node.names if a.name.split(".")[0] == "kernelopt_mcp")
+            elif isinstance(node, ast.ImportFrom) and not node.level and node.module:
+                if node.module == "kernelopt_mcp":
+                    found.update(f"kernelopt_mcp:{a.name}" for a in node.names)
+                elif node.module.startswith("kernelopt_mcp."):
+                    found.add(node.module)
+        out[_module_name("kernelopt_agent", root, path)] = found
+    return out
+
+
+def test_the_client_imports_only_the_library_data_layer() -> None:
+    imports = _client_library_imports()
+    allowed = CLIENT_MAY_IMPORT | {f"kernelopt_mcp:{n}" for n in CLIENT_MAY_IMPORT_FROM_PACKAGE}
+    beyond = {module: sorted(names - allowed) for module, names in imports.items() if names - allowed}
+    assert beyond == {}
+    never = {
+        module: sorted(n for n in names if set(n.replace(":", ".").split(".")[1:2]) & set(CLIENT_NEVER))
+        for module, names in imports.items()
+    }
+    assert {m: n for m, n in never.items() if n} == {}
+    # the rule has teeth: the orchestrator does use the data layer
+    assert {"kernelopt_mcp.workload", "kernelopt_mcp.launch", "kernelopt_mcp:__version__"} <= set().union(*imports.values())

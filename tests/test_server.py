@@ -40,8 +40,9 @@ from kernelopt_mcp.service import ServerConfig
 REPO = Path(__file__).resolve().parent.parent
 TOOLS = {
     "gpu_properties", "compile", "validate", "benchmark", "list_workloads", "describe_workload", "create_workload",
-    "ncu_profile", "docs_search", "autotune",
+    "ncu_profile", "docs_search", "autotune", "freeze_workload", "replay_requests",
 }
+WRITERS = {"create_workload", "freeze_workload", "replay_requests"}  # they replace files they wrote before
 
 @pytest.fixture
 def tiny_dir(tmp_path: Path) -> Path:
@@ -96,9 +97,10 @@ async def test_tools_are_listed_with_schemas_descriptions_and_honest_annotations
         assert tool.output_schema and tool.output_schema["type"] == "object"
         # only docs_search reaches outside (it fetches NVIDIA's documentation)
         assert tool.annotations and tool.annotations.open_world_hint is (tool.name == "docs_search")
-    for name in TOOLS - {"create_workload", "ncu_profile", "autotune"}:
+    for name in TOOLS - WRITERS - {"ncu_profile", "autotune"}:
         assert tools[name].annotations.read_only_hint is True and tools[name].annotations.destructive_hint is False
-    assert tools["create_workload"].annotations.read_only_hint is False
+    for name in WRITERS:
+        assert tools[name].annotations.read_only_hint is False and tools[name].annotations.destructive_hint is True
     # autotune writes its table and cache into the workspace, changing nothing that exists
     assert tools["autotune"].annotations.read_only_hint is False and tools["autotune"].annotations.destructive_hint is False
     # ncu_profile writes a report into the workspace but changes nothing that exists
@@ -393,9 +395,9 @@ async def test_the_hidden_inputs_cannot_be_read_even_under_a_root(tmp_path: Path
 
 
 async def test_long_waits_and_launches_send_heartbeats(fake: Client, monkeypatch: pytest.MonkeyPatch) -> None:
-    import kernelopt_mcp.service
+    import kernelopt_mcp.gpu_queue
 
-    monkeypatch.setattr(kernelopt_mcp.service, "HEARTBEAT_S", 0.2)
+    monkeypatch.setattr(kernelopt_mcp.gpu_queue, "HEARTBEAT_S", 0.2)
     await fake.call_tool("validate", {"workload": "tiny_add", "launch": ADD_LAUNCH, "source": kernel()})  # prepare
     messages: list[list[str]] = [[], [], []]
 

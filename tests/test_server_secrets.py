@@ -37,10 +37,10 @@ def _config(tmp_path: Path, ncu: Path) -> ServerConfig:
 
 
 def private_seeds(service: KerneloptService) -> set[int]:
-    """Every input seed the server holds: each workload's, and each evaluator's hidden ones."""
+    """Every input seed the server holds: each workload's, and each session's hidden ones."""
     seeds = set(service._seeds.values())
     for dev in service._devices.values():
-        for ev in dev.evaluators.values():
+        for ev in dev.sessions.values():
             seeds.add(ev.seed)
             for data in vars(ev).values():  # the hidden data sets (timed check, ...) carry their own
                 seed = getattr(data, "seed", None)
@@ -119,6 +119,10 @@ async def test_no_private_seed_in_any_output_resource_or_file(tmp_path: Path, st
         ("compile", {"path": "cache/tune/tune.jsonl"}),
         ("validate", {"workload": "tiny_add", "path": "cache/tune/tune.jsonl", "launch": ADD_LAUNCH}),
         ("autotune", {"workload": "tiny_add", "tunable_path": "cache/tune/tune.jsonl"}),
+        # a frozen workload (under the workspace's runs/frozen/): its recorded inputs, and what evaluates it
+        ("freeze_workload", {"spec": {**TINY_SPEC, "name": "frozen_here"}, "reference_cu": kernel(), "initial_cu": kernel()}),
+        ("benchmark", {"workload": "frozen_here", "source": kernel(), "launch": ADD_LAUNCH, "warmup": 1, "iterations": 5}),
+        ("replay_requests", {"workload": "frozen_here", "source": kernel(), "launch": ADD_LAUNCH}),
     ]
     seen: dict[str, str] = {}
     async with in_memory_server(config) as (client, service):
@@ -138,3 +142,5 @@ async def test_no_private_seed_in_any_output_resource_or_file(tmp_path: Path, st
     assert leaks == [], f"private seeds reached a client: {leaks[:10]}"
     assert "not a kernel source" in seen["13:compile"] and ".cu" in seen["13:compile"]
     assert "not a tunable spec" in seen["15:autotune"]
+    assert "froze 'frozen_here'" in seen["16:freeze_workload"] and '"status": "ok"' in seen["18:replay_requests"]
+    assert any("runs/frozen/" in where and where.endswith("input_cases.json") for where in seen)

@@ -11,9 +11,8 @@ import traceback
 from typing import TYPE_CHECKING, Any
 
 from kernelopt_mcp import __version__
-from kernelopt_mcp.compiler import nvrtc_version
-from kernelopt_mcp.launch import LaunchSpec
 
+from .freeze import REPLAY, REPLAY_REFERENCE
 from .options import redact_url
 
 if TYPE_CHECKING:
@@ -46,20 +45,17 @@ def finalize(opt: Optimizer, status: str, *, error: str | None = None) -> dict[s
 
 
 def _replay(opt: Optimizer, best: CandidateRecord | None, files: dict[str, Any]) -> None:
+    """The replay requests the server wrote for the best candidate and the reference (the loop asks
+    for them whenever either changes, so an interrupted run has them too)."""
     frozen = opt.frozen
     if frozen is None:
         return
-    if best is not None:
-        written, problem = frozen.write_replay(best.source, LaunchSpec.model_validate(best.launch), best.compile_options, "replay")
-        if problem:
-            raise RuntimeError(problem)
-        files["replay"] = written
-    ref = opt.reference()
-    if ref is not None:
-        written, problem = frozen.write_replay(ref.source, LaunchSpec.model_validate(ref.launch), ref.compile_options,
-                                               "replay/reference")
-        if not problem:
-            files["replay_reference"] = written
+    for key, into, rec in (("replay", REPLAY, best), ("replay_reference", REPLAY_REFERENCE, opt.reference())):
+        if rec is not None and frozen.replay_labels.get(into) == rec.label:
+            files[key] = frozen.replays[into]
+    problem = frozen.replay_problems.get(REPLAY)
+    if best is not None and "replay" not in files:
+        raise RuntimeError(problem or f"no replay requests were written for {best.label}")
 
 
 def _heatmap(opt: Optimizer, files: dict[str, Any]) -> None:
@@ -157,10 +153,8 @@ def _provenance(opt: Optimizer) -> dict[str, Any]:
         "arch": opt.arch, "device": dev.name if dev else None,
         "driver": dev.driver_version_str if dev else None, "device_uuid": dev.uuid if dev else None,
     }
-    try:
-        out["nvrtc"] = nvrtc_version()
-    except Exception:  # NVRTC missing: the compile tool said so already
-        out["nvrtc"] = None
+    # the server's NVRTC (freeze_workload says which): the one that compiled every candidate
+    out["nvrtc"] = opt.frozen.nvrtc_version if opt.frozen is not None else None
     return out
 
 

@@ -16,14 +16,22 @@ keeps it (it replaces the run's copy, never a workload of the user's).
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Callable
 from typing import Any
 
 from pydantic import ValidationError
 
 from kernelopt_mcp.errors import KerneloptError, WorkloadError
-from kernelopt_mcp.workload import DataFile, InputCasesFile, Signature, format_validation_error, parse_spec
-from kernelopt_mcp.workspace import check_created_spec
+from kernelopt_mcp.workload import (
+    DataFile,
+    InputCasesFile,
+    Signature,
+    WorkloadSpec,
+    case_shape,
+    format_validation_error,
+    parse_spec,
+)
 
 from .model import ModelClient
 from .parts import Parts, safe_name, unused_name
@@ -179,6 +187,39 @@ def _merge(parts: Parts, missing: list[str], answer: str, taken: set[str]) -> Pa
     return new
 
 
+# The caps create_workload applies (kernelopt_mcp.workspace), for parts a model wrote: the server's
+# limits are its own; these keep a generated workload's inputs small enough to draw and keep.
+MAX_GENERATED_BUFFER_BYTES = 8 * 2**30
+MAX_GENERATED_WORKLOAD_BYTES = 4 * 2**30
+
+
+def check_generated_spec(spec: WorkloadSpec) -> int:
+    """Refuse data files and oversized generated workloads; return the bytes of all buffers of all cases.
+
+    Raises:
+        WorkloadError: what to change (the model is told).
+    """
+    gens = [("inputs." + k, g) for k, g in spec.inputs.items()]
+    gens += [(f"cases.{c.name}.inputs.{k}", g) for c in spec.cases for k, g in c.inputs.items()]
+    for where, gen in gens:
+        if isinstance(gen, DataFile):
+            raise WorkloadError(f"spec.{where}: data files cannot be generated; use a generator: uniform, normal, "
+                                "randint, arange or constant")
+    total = 0
+    for case in spec.cases:
+        for p in spec.signature.buffers:
+            size = math.prod(case_shape(p, case.scalars)) * p.dtype.itemsize  # Python ints: no overflow
+            if size > MAX_GENERATED_BUFFER_BYTES:
+                raise WorkloadError(f"case {case.name!r}: buffer {p.name!r} would be {size} bytes; the limit is "
+                                    f"{MAX_GENERATED_BUFFER_BYTES}")
+            total += size
+    if total > MAX_GENERATED_WORKLOAD_BYTES:
+        raise WorkloadError(f"the cases' buffers add up to {total / 2**30:.2f} GiB; a generated workload may use at most "
+                            f"{MAX_GENERATED_WORKLOAD_BYTES / 2**30:.0f} GiB over all cases; use fewer or smaller "
+                            "performance cases")
+    return total
+
+
 async def _check(parts: Parts, missing: list[str], tools: Toolbox, arch: str) -> str:
     """Problems with the generated parts ('' when none): the spec and its size caps locally (the
     limits create_workload applies), the generated sources by the server's compile tool."""
@@ -186,7 +227,7 @@ async def _check(parts: Parts, missing: list[str], tools: Toolbox, arch: str) ->
         spec = parse_spec(parts.spec(reference_path="reference.cu", initial_path="initial.cu", oracle_path=None),
                           "generated workload")
         if any(p in missing for p in ("signature", "input_cases")):
-            check_created_spec(spec)  # RequestError (a ValueError): too large, or a data file
+            check_generated_spec(spec)  # too large, or a data file
     except (KerneloptError, ValueError) as exc:
         return str(exc)
     problems = []

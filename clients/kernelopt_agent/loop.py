@@ -31,12 +31,11 @@ from typing import Any
 import anyio
 
 from kernelopt_mcp.errors import KerneloptError
-from kernelopt_mcp.gpu import DeviceInfo
 from kernelopt_mcp.launch import LaunchSpec
 from kernelopt_mcp.tune.spec import Tunable, load_tunable, parse_tunable
 
 from . import prompts
-from .freeze import FrozenWorkload, freeze
+from .freeze import FrozenWorkload, freeze, shared_dirs
 from .generate import generate_parts
 from .model import BudgetExhausted, ModelClient, check_key
 from .options import OptimizeOptions
@@ -47,7 +46,7 @@ from .proposer import ask
 from .records import (CandidateRecord, DuplicateEvent, Event, NoProposalEvent, ProfileEvent, ProfileUnavailableEvent,
                       StepEvent, StopEvent, TuneEvent)
 from .rundir import RunDir
-from .toolbox import Toolbox, ToolResult, model_text
+from .toolbox import DeviceInfo, Toolbox, ToolResult, model_text
 
 REFERENCE_REGENERATIONS = 2
 # What each --candidates lane is steered towards, so that concurrent proposals differ in kind.
@@ -134,9 +133,7 @@ class Optimizer:
         tuning = opts.strategy == "tune"
         if needs_model(opts, self.parts):
             self.model = ModelClient(opts, self.run)  # fails now on a missing API key
-        workloads_dir = self.run.path / "workload"
-        workloads_dir.mkdir(exist_ok=True)
-        async with Toolbox.start(opts, self.run, workloads_dir, self.display.progress) as tools:
+        async with Toolbox.start(opts, self.run, shared_dirs(self.parts), self.display.progress) as tools:
             self.tools = tools
             await self.read_gpu()
             if opts.nvidia_research:
@@ -211,16 +208,13 @@ class Optimizer:
         self.run.write_text("research.md", f"# docs_search: {query}\n\n{result.text}\n")
 
     async def freeze(self) -> None:
-        assert self.parts is not None and self.device is not None
+        """The server's freeze_workload: the parts' inputs drawn once and expected outputs, in the run directory."""
+        assert self.parts is not None and self.tools is not None
         self.event("freeze", "writing the parts, drawing inputs, computing expected outputs")
-        parts, device, arch = self.parts, self.device, self.arch
-        ordinal = self.opts.device or 0
         seed = self.frozen.seed if self.frozen else None
         with self.display.activity("drawing inputs and expected outputs"):
-            self.frozen = await anyio.to_thread.run_sync(lambda: freeze(
-                parts, self.run, device, arch, ordinal=ordinal, seed=seed,
-                warmup=self.opts.warmup, iterations=self.opts.iterations,
-            ))
+            self.frozen = await freeze(self.parts, self.run, self.tools, seed=seed, warmup=self.opts.warmup,
+                                       iterations=self.opts.iterations)
         self.display.info(f"workload {self.frozen.name}: {len(self.frozen.case_names)} cases "
                           f"({len(self.frozen.performance_cases)} timed); expected outputs: {self.frozen.expected_from}")
 
@@ -477,6 +471,8 @@ class Optimizer:
                     rec.case_ms[case["name"]] = case["timing"]["median_ms"]
         rec.feedback = prompts.feedback_text(result.text, out)
         self.records.append(rec)
+        if rec.valid:  # replay requests of a new best (or reference), so an interrupted run has them
+            await self.frozen.keep_replays(self.tools, self.best(), self.reference())
         self.record(rec.as_event())
         self.display.candidate(rec, self.best(), self.model.usage.total_tokens if self.model else 0)
         return rec

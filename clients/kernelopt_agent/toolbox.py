@@ -1,7 +1,8 @@
 """The GPU side: ``kernelopt-mcp`` started over stdio and used through its tools, like any client.
 
-Everything that touches the GPU goes through here (benchmark, validate, gpu_properties,
-ncu_profile); so do the compile checks of generated parts. Each call is recorded in the run
+Everything that touches the GPU or the evaluation library goes through here (benchmark, validate,
+gpu_properties, ncu_profile, freezing the run's workload and its replay requests); so do the
+compile checks of generated parts. Each call is recorded in the run
 directory (``tools/NNNN-<tool>.json``) with its arguments, result and duration. The server's
 stderr goes to ``server.log`` in the run directory.
 """
@@ -20,12 +21,28 @@ from typing import Any
 
 from mcp import Client
 from mcp.client.stdio import StdioServerParameters, stdio_client
+from pydantic import BaseModel, ConfigDict
 
 from .options import OptimizeOptions
 from .rundir import RunDir
 
 MODEL_TEXT_LIMIT = 8000  # characters of a tool's text a model sees
 TOOL_TIMEOUT_S = 3600.0
+
+
+REQUIRED_TOOLS = {"gpu_properties", "compile", "benchmark", "freeze_workload", "replay_requests"}
+
+
+class DeviceInfo(BaseModel):
+    """The GPU as gpu_properties describes it (its ``device`` object): the fields the run reads;
+    the others are kept as they came."""
+
+    model_config = ConfigDict(extra="allow")
+
+    name: str
+    arch: str
+    driver_version_str: str
+    uuid: str | None = None
 
 
 class ToolboxError(RuntimeError):
@@ -72,11 +89,13 @@ class Toolbox:
     @classmethod
     @asynccontextmanager
     async def start(
-        cls, opts: OptimizeOptions, run: RunDir, workloads_dir: Path, on_progress: Callable[[str], None] | None = None
+        cls, opts: OptimizeOptions, run: RunDir, shared: list[Path], on_progress: Callable[[str], None] | None = None
     ) -> AsyncIterator[Toolbox]:
-        """Start the server with the run's frozen workloads configured (``workloads_dir``)."""
+        """Start the server with the run directory as a --root (its freeze_workload writes there and
+        reads the oracle copied there) and the ``shared`` directories (the parts' data files) too."""
         command = server_command(opts)
-        args = [*command[1:], "--root", str(run.path)]
+        roots = [str(run.path), *(str(d) for d in shared if d != run.path)]
+        args = [*command[1:], *(a for root in roots for a in ("--root", root))]
         if opts.workspace:
             args += ["--workspace", str(opts.workspace)]
         if opts.harness:
@@ -85,9 +104,8 @@ class Toolbox:
             args += ["--device", str(opts.device)]
         # The server gets this process's environment (CUDA, PATH for ncu, KERNELOPT_*) but no OpenAI settings.
         env = {k: v for k, v in os.environ.items() if not k.startswith("OPENAI_")}
-        env["KERNELOPT_WORKLOADS"] = os.pathsep.join(filter(None, [str(workloads_dir), os.environ.get("KERNELOPT_WORKLOADS")]))
         params = StdioServerParameters(command=command[0], args=args, env=env)
-        run.write_json("server.json", {"command": [command[0], *args], "workloads_dir": str(workloads_dir)})
+        run.write_json("server.json", {"command": [command[0], *args], "roots": roots})
         log = open(run.path / "server.log", "a", encoding="utf-8")  # noqa: SIM115 (the subprocess writes to it)
         async with AsyncExitStack() as stack:
             stack.callback(log.close)
@@ -102,9 +120,12 @@ class Toolbox:
                 ) from None
             box = cls(client, run, on_progress=on_progress)
             box.tools = {t.name: t for t in tools}
-            missing = {"gpu_properties", "compile", "benchmark"} - set(box.tools)
+            missing = REQUIRED_TOOLS - set(box.tools)
             if missing:
-                raise ToolboxError(f"the MCP server lacks the tools {sorted(missing)}; is it kernelopt-mcp?")
+                raise ToolboxError(
+                    f"the MCP server lacks the tools {sorted(missing)}; is it kernelopt-mcp, and as new as this "
+                    "kernelopt optimize?"
+                )
             yield box
 
     def has(self, name: str) -> bool:

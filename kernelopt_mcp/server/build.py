@@ -9,8 +9,10 @@ from .. import __version__
 from ..service import KerneloptService, ServerConfig
 from .resources import register_completions, register_prompts, register_resources
 from .roots import ROOTS_OFF
+from .session import SHARED
 from .tools_analysis import register_analysis_tools
 from .tools_evaluate import register_evaluate_tools
+from .tools_freeze import register_freeze_tools
 from .tools_workloads import register_workload_tools
 from .transport import token_auth
 
@@ -27,12 +29,14 @@ prompt optimize_kernel primes this loop."""
 
 def build_server(
     config: ServerConfig, *, token: str | None = None, log_level: str = "WARNING", client_roots: bool = True,
+    single_client: bool = True,
 ) -> tuple[MCPServer, KerneloptService]:
     """The MCP server and the service behind it (close the service when done).
 
     ``client_roots``: paths under the roots a client advertises are readable like --root
     directories. Off for HTTP on a non-loopback address: a remote client's roots name its own
-    machine, not this one."""
+    machine, not this one. ``single_client``: the transport serves one client (stdio), so a
+    workload frozen through it may shadow another of its name; off for HTTP."""
     service = KerneloptService(config)
     app: MCPServer = MCPServer(
         "kernelopt", title="kernelopt: GPU kernel tools", version=__version__, instructions=INSTRUCTIONS,
@@ -40,9 +44,12 @@ def build_server(
     )
     if not client_roots:
         ROOTS_OFF.add(app)
+    if not single_client:
+        SHARED.add(app)
     register_evaluate_tools(app, service)
     register_workload_tools(app, service)
     register_analysis_tools(app, service)
+    register_freeze_tools(app, service)
     register_resources(app, service)
     register_prompts(app)
     register_completions(app, service)

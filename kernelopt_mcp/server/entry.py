@@ -99,6 +99,7 @@ def main(argv: list[str] | None = None) -> int:
     config.workspace.mkdir(parents=True, exist_ok=True)
     app, service = build_server(
         config, token=token if args.http else None, log_level=args.log_level, client_roots=kind == "loopback",
+        single_client=not args.http,
     )
     try:
         if not args.http:

@@ -50,9 +50,14 @@ def _roots_for_tunable(ctx: Context, tunable_path: str | None = None) -> ListRoo
     return _ask_roots(ctx, bool(tunable_path))
 
 
+def _roots_for_directory(ctx: Context, directory: str | None = None) -> ListRoots | None:
+    return _ask_roots(ctx, bool(directory))
+
+
 # A tool parameter the SDK fills with the client's roots (never part of the tool's input schema).
 SharedRoots = Annotated[ListRootsResult | None, Resolve(_roots_for_path)]
 SharedRootsForTunable = Annotated[ListRootsResult | None, Resolve(_roots_for_tunable)]
+SharedRootsForDirectory = Annotated[ListRootsResult | None, Resolve(_roots_for_directory)]
 
 
 @contextmanager

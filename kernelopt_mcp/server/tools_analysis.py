@@ -21,6 +21,7 @@ from ..service import (
 )
 from ..tune.output import AutotuneOutput
 from .roots import SharedRoots, SharedRootsForTunable, shared_roots
+from .session import session_state
 from .toolkit import (
     CompileOptions,
     Source,
@@ -67,7 +68,7 @@ def register_analysis_tools(app: MCPServer, service: KerneloptService) -> None:
         install it or set KERNELOPT_NCU), counters not permitted (ERR_NVGPUCTRPERM: says what the
         machine's owner must change), the kernel failing or not compiling under the profiler (the
         harness's answer with the CUDA error), ncu timing out, no usable GPU."""
-        with shared_roots(shared), tool_errors():
+        with shared_roots(shared), session_state(ctx), tool_errors():
             options = ProfileOptions(clock_control=clock_control, section_set=section_set, timeout_s=service.settings.profile_timeout_s)
             out = await service.profile(workload, source, path, launch, compile_options, case, options, notify=notifier(ctx))
         return tool_result(out, out.text())
@@ -112,7 +113,7 @@ def register_analysis_tools(app: MCPServer, service: KerneloptService) -> None:
         benchmark per configuration (usually 2-30 s each), bounded by budget_evals and budget_s; one
         GPU job for the whole search (progress notifications per configuration). Tool errors: an
         invalid spec (the message names the field), unknown workload, no usable GPU."""
-        with shared_roots(shared), tool_errors():
+        with shared_roots(shared), session_state(ctx), tool_errors():
             out = await service.autotune(
                 workload, tunable, source, tunable_path, strategy, budget_evals, budget_s, top,
                 warmup=warmup, iterations=iterations, notify=notifier(ctx),

@@ -16,6 +16,7 @@ from ..results import (
 )
 from ..service import MAX_ITERATIONS, MAX_WARMUP, KerneloptService
 from .roots import SharedRoots, shared_roots
+from .session import session_state
 from .toolkit import (
     CompileOptions,
     Launch,
@@ -100,7 +101,7 @@ def register_evaluate_tools(app: MCPServer, service: KerneloptService) -> None:
         prepares it (inputs, expected outputs, timing the CUDA reference). One GPU job runs at a
         time; progress notifications give the queue position and each case. Tool errors: unknown
         workload, bad arguments, a path outside the allowed directories, no usable GPU."""
-        with shared_roots(shared), tool_errors():
+        with shared_roots(shared), session_state(ctx), tool_errors():
             out = await service.evaluate(
                 workload, source, path, launch, compile_options, benchmark=False, sanitize=sanitize,
                 notify=notifier(ctx),
@@ -144,7 +145,7 @@ def register_evaluate_tools(app: MCPServer, service: KerneloptService) -> None:
         warmup 0-100 (default 10), iterations 1-1000 (default 100): fewer is quicker but noisier.
         Cost: validate's plus about (warmup + iterations) x (kernel time + L2 flush) per performance
         case, usually 5-60 s. Tool errors as for validate."""
-        with shared_roots(shared), tool_errors():
+        with shared_roots(shared), session_state(ctx), tool_errors():
             out = await service.evaluate(
                 workload, source, path, launch, compile_options, benchmark=True, warmup=warmup,
                 iterations=iterations, timing_mode=timing_mode, adaptive_rse=adaptive_rse, notify=notifier(ctx),

@@ -6,7 +6,7 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import anyio
-from mcp.server.mcpserver import MCPServer
+from mcp.server.mcpserver import Context, MCPServer
 from mcp_types import CallToolResult, ToolAnnotations
 from pydantic import Field
 
@@ -20,20 +20,23 @@ from ..results import (
     describe,
 )
 from ..service import KerneloptService
+from .session import session_state
 from .toolkit import WorkloadName, tool, tool_errors, tool_result
 
 
 def register_workload_tools(app: MCPServer, service: KerneloptService) -> None:
     @tool(app, "list_workloads", "List workloads")
-    async def list_workloads() -> Annotated[CallToolResult, WorkloadList]:
-        """The workloads kernels are validated and benchmarked against: bundled ones, configured ones
-        and those made with create_workload, each with its description, kernel prototype and number
-        of correctness and performance cases. Cheap, no GPU. Next: describe_workload(name)."""
-        out = await anyio.to_thread.run_sync(_list, service)
+    async def list_workloads(ctx: Context) -> Annotated[CallToolResult, WorkloadList]:
+        """The workloads kernels are validated and benchmarked against: bundled ones, configured ones,
+        those made with create_workload and those this session froze with freeze_workload, each with
+        its description, kernel prototype and number of correctness and performance cases. Cheap, no
+        GPU. Next: describe_workload(name)."""
+        with session_state(ctx):
+            out = await anyio.to_thread.run_sync(_list, service)
         return tool_result(out, out.text())
 
     @tool(app, "describe_workload", "Describe a workload")
-    async def describe_workload(name: WorkloadName) -> Annotated[CallToolResult, WorkloadDescription]:
+    async def describe_workload(name: WorkloadName, ctx: Context) -> Annotated[CallToolResult, WorkloadDescription]:
         """Everything needed to write a kernel for a workload: the exact C prototype (entry name,
         parameter order and types), each parameter's dtype, role (in: read-only, checked unchanged;
         out: written; inout: both) and shape; every case with its kind (correctness: small, odd
@@ -41,7 +44,7 @@ def register_workload_tools(app: MCPServer, service: KerneloptService) -> None:
         generators; the tolerances; the cost model (FLOPs and bytes per case); the CUDA reference
         (reference_cu: what speedups are measured against); and the starting kernel (initial_cu)
         with initial_launch, a valid `launch` argument to start from. Cheap, no GPU."""
-        with tool_errors():
+        with session_state(ctx), tool_errors():
             wl = await anyio.to_thread.run_sync(service.load, name)
             out = describe(wl, service.origin(wl.root or Path()))
         return tool_result(out, out.text())

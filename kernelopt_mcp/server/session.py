@@ -1,0 +1,36 @@
+"""The workloads frozen through a server (``freeze_workload``), seen by its tools' calls.
+
+The MCP protocol keeps no per-client state on the server (each request may arrive on a fresh
+session object), so frozen workloads belong to the server process: for a server with one client
+(stdio, what ``kernelopt optimize`` starts) a frozen workload is found ahead of any other of its
+name, so a run's frozen ``sgemm`` is what its benchmarks measure; a server that may have several
+clients (HTTP) refuses to freeze under a name another workload has (see ``tools_freeze``)."""
+
+from __future__ import annotations
+
+import weakref
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+from mcp.server.mcpserver import Context, MCPServer
+
+from ..freeze import FROZEN_WORKLOADS, FrozenWorkload
+
+_FROZEN: weakref.WeakKeyDictionary[MCPServer, dict[str, FrozenWorkload]] = weakref.WeakKeyDictionary()
+# Servers that may have several clients at once (HTTP); see build_server.
+SHARED: weakref.WeakSet[MCPServer] = weakref.WeakSet()
+
+
+@contextmanager
+def session_state(ctx: Context) -> Iterator[None]:
+    """While open, workload lookups see the workloads frozen through this server first."""
+    frozen = _FROZEN.setdefault(ctx.mcp_server, {})
+    token = FROZEN_WORKLOADS.set(frozen)
+    try:
+        yield
+    finally:
+        FROZEN_WORKLOADS.reset(token)
+
+
+def shared_server(ctx: Context) -> bool:
+    return ctx.mcp_server in SHARED
