@@ -1,6 +1,6 @@
 // Device-side comparison for the harness (native_harness/PROTOCOL.md, "Device-side
-// comparison" and "Determinism re-run"). Compiled by kernelopt_mcp/evaluation/support_module.py together
-// with the other support/*.cu files; no headers, so it builds with bare NVRTC.
+// comparison" and "Determinism re-run"). Compiled by kernelopt_mcp/evaluation/support_module.py
+// together with the other support/*.cu files; no headers, so it builds with bare NVRTC.
 //
 // ko_compare_<dtype>(const T* actual, const double* expected, u64 n, double abs_tol,
 //                    double rtol, double rel_floor, KoCompareResult* result)
@@ -176,18 +176,18 @@ __device__ __forceinline__ ko_u64 nonzero_bytes(ko_u64 x) {
 
 }  // namespace ko_compare_detail
 
-#define KO_COMPARE_KERNEL(name, loader)                                                         \
-  extern "C" __global__ void ko_compare_##name(                                                 \
-      const loader::Stored* actual, const double* expected, ko_u64 n, double abs_tol,           \
-      double rtol, double rel_floor, KoCompareResult* result) {                                 \
-    ko_compare_detail::compare<loader, ko_compare_detail::Plain<double> >(                      \
-        actual, expected, n, abs_tol, rtol, rel_floor, result);                                 \
-  }                                                                                             \
-  extern "C" __global__ void ko_compare_ref_##name(                                             \
-      const loader::Stored* actual, const loader::Stored* reference, ko_u64 n, double abs_tol,  \
-      double rtol, double rel_floor, KoCompareResult* result) {                                 \
-    ko_compare_detail::compare<loader, loader>(actual, reference, n, abs_tol, rtol, rel_floor,  \
-                                               result);                                         \
+#define KO_COMPARE_KERNEL(name, loader)                                                            \
+  extern "C" __global__ void ko_compare_##name(                                                    \
+      const loader::Stored* actual, const double* expected, ko_u64 n, double abs_tol, double rtol, \
+      double rel_floor, KoCompareResult* result) {                                                 \
+    ko_compare_detail::compare<loader, ko_compare_detail::Plain<double> >(                         \
+        actual, expected, n, abs_tol, rtol, rel_floor, result);                                    \
+  }                                                                                                \
+  extern "C" __global__ void ko_compare_ref_##name(                                                \
+      const loader::Stored* actual, const loader::Stored* reference, ko_u64 n, double abs_tol,     \
+      double rtol, double rel_floor, KoCompareResult* result) {                                    \
+    ko_compare_detail::compare<loader, loader>(actual, reference, n, abs_tol, rtol, rel_floor,     \
+                                               result);                                            \
   }
 
 KO_COMPARE_KERNEL(int8, ko_compare_detail::Plain<signed char>)
@@ -205,8 +205,8 @@ KO_COMPARE_KERNEL(float64, ko_compare_detail::Plain<double>)
 
 #undef KO_COMPARE_KERNEL
 
-extern "C" __global__ void ko_bitwise_diff(const unsigned char* a, const unsigned char* b,
-                                           ko_u64 n, KoDiffResult* result) {
+extern "C" __global__ void ko_bitwise_diff(const unsigned char* a, const unsigned char* b, ko_u64 n,
+                                           KoDiffResult* result) {
   using ko_compare_detail::nonzero_bytes;
   ko_u64 differ = 0;
   ko_u64 first = ~0ull;

@@ -8,8 +8,9 @@
 // Philox4x32-10 block g (counter (g lo, g hi, launch, buffer), key = the two halves of the hidden
 // seed) gives four 32-bit words, which feed 1, 2 or 4 consecutive elements (per_block_*), so the
 // values are a pure function of (seed, launch, buffer, i) (the harness redraws a launch's inputs
-// to run the CUDA reference on them) and independent of the grid. The generators follow kernelopt_mcp/evaluation/inputs.py `generate` (same distribution and
-// range, not the same bits as NumPy):
+// to run the CUDA reference on them) and independent of the grid. The generators follow
+// kernelopt_mcp/evaluation/inputs.py `generate` (same distribution and range, not the same bits as
+// NumPy):
 //   kind 0 uniform [a, b): float16/bfloat16/float32 drawn in float32 (24 random bits), then
 //          rounded to the type; float64 and integer types drawn in float64 (53 bits); integers
 //          are then rounded half to even (np.round) and clamped to the type's range.
@@ -33,7 +34,8 @@ struct U4 {
 __device__ __forceinline__ U4 philox(ko_fill_u64 i, ko_fill_u64 launch, unsigned buffer,
                                      ko_fill_u64 seed) {
   unsigned c0 = static_cast<unsigned>(i), c1 = static_cast<unsigned>(i >> 32);
-  unsigned c2 = static_cast<unsigned>(launch), c3 = buffer ^ (static_cast<unsigned>(launch >> 32) << 16);
+  unsigned c2 = static_cast<unsigned>(launch),
+           c3 = buffer ^ (static_cast<unsigned>(launch >> 32) << 16);
   unsigned k0 = static_cast<unsigned>(seed), k1 = static_cast<unsigned>(seed >> 32);
 #pragma unroll
   for (int r = 0; r < 10; ++r) {
@@ -55,7 +57,9 @@ __device__ __forceinline__ ko_fill_u64 u64_of(unsigned hi, unsigned lo) {
 }
 
 // [0, 1) with 24 random bits; (0, 1] for the logarithm.
-__device__ __forceinline__ float unit_f(unsigned x) { return static_cast<float>(x >> 8) * 5.9604644775390625e-08f; }
+__device__ __forceinline__ float unit_f(unsigned x) {
+  return static_cast<float>(x >> 8) * 5.9604644775390625e-08f;
+}
 __device__ __forceinline__ float unit_f_open(unsigned x) {
   return static_cast<float>((x >> 8) + 1u) * 5.9604644775390625e-08f;
 }
@@ -75,8 +79,8 @@ __device__ __forceinline__ unsigned per_block_narrow(unsigned kind) { return kin
 __device__ __forceinline__ unsigned per_block_wide(unsigned kind) { return kind == 1u ? 1u : 2u; }
 
 // The per_block_narrow(kind) elements of one block, drawn in float32 (narrow float types):
-// uniform a + (b - a) u; normal a + b z with (z0, z1) = r (cos, sin)(2 pi u1 - pi), r = sqrt(-2 ln u0)
-// for the word pairs (0, 1) and (2, 3); randint from the 64-bit words (0, 1) and (2, 3).
+// uniform a + (b - a) u; normal a + b z with (z0, z1) = r (cos, sin)(2 pi u1 - pi), r = sqrt(-2 ln
+// u0) for the word pairs (0, 1) and (2, 3); randint from the 64-bit words (0, 1) and (2, 3).
 __device__ __forceinline__ void draw_narrow(const U4& r, unsigned kind, float a, float scale,
                                             long long low, ko_fill_u64 range, float v[4]) {
   if (kind == 0u) {
@@ -103,13 +107,16 @@ __device__ __forceinline__ void draw_narrow(const U4& r, unsigned kind, float a,
 }
 
 // Element j of its block, drawn in float64 (float64 and the integer types; not randint).
-__device__ __forceinline__ double draw_d(const unsigned* w, unsigned j, unsigned kind, double a, double b) {
+__device__ __forceinline__ double draw_d(const unsigned* w, unsigned j, unsigned kind, double a,
+                                         double b) {
   if (kind == 0u) return __dadd_rn(__dmul_rn(unit_d(u64_of(w[2 * j], w[2 * j + 1])), b - a), a);
-  const double z = sqrt(-2.0 * log(unit_d_open(u64_of(w[0], w[1])))) * cospi(2.0 * unit_d(u64_of(w[2], w[3])));
+  const double z =
+      sqrt(-2.0 * log(unit_d_open(u64_of(w[0], w[1])))) * cospi(2.0 * unit_d(u64_of(w[2], w[3])));
   return __dadd_rn(__dmul_rn(z, b), a);
 }
 
-__device__ __forceinline__ long long draw_int(const unsigned* w, unsigned j, long long low, ko_fill_u64 range) {
+__device__ __forceinline__ long long draw_int(const unsigned* w, unsigned j, long long low,
+                                              ko_fill_u64 range) {
   return low + static_cast<long long>(__umul64hi(u64_of(w[2 * j], w[2 * j + 1]), range));
 }
 
@@ -143,19 +150,19 @@ __device__ __forceinline__ T clamp_int(long long v, long long lo, long long hi) 
 }  // namespace ko_fill_detail
 
 // Grid-stride over Philox blocks; element i = g * per + j. BODY sets out[i] from w and j.
-#define KO_FILL_LOOP(PER, BODY)                                                                \
-  const unsigned per = (PER);                                                                  \
-  const ko_fill_u64 blocks = (n + per - 1) / per;                                              \
-  const ko_fill_u64 stride = static_cast<ko_fill_u64>(gridDim.x) * blockDim.x;                \
-  for (ko_fill_u64 g = static_cast<ko_fill_u64>(blockIdx.x) * blockDim.x + threadIdx.x;        \
-       g < blocks; g += stride) {                                                              \
-    const ko_fill_detail::U4 r = ko_fill_detail::philox(g, launch, buffer, seed);              \
-    const unsigned w[4] = {r.x, r.y, r.z, r.w};                                                \
-    _Pragma("unroll") for (unsigned j = 0; j < 4u; ++j) {                                      \
-      const ko_fill_u64 i = g * per + j;                                                       \
-      if (j >= per || i >= n) break;                                                           \
-      BODY                                                                                     \
-    }                                                                                          \
+#define KO_FILL_LOOP(PER, BODY)                                                         \
+  const unsigned per = (PER);                                                           \
+  const ko_fill_u64 blocks = (n + per - 1) / per;                                       \
+  const ko_fill_u64 stride = static_cast<ko_fill_u64>(gridDim.x) * blockDim.x;          \
+  for (ko_fill_u64 g = static_cast<ko_fill_u64>(blockIdx.x) * blockDim.x + threadIdx.x; \
+       g < blocks; g += stride) {                                                       \
+    const ko_fill_detail::U4 r = ko_fill_detail::philox(g, launch, buffer, seed);       \
+    const unsigned w[4] = {r.x, r.y, r.z, r.w};                                         \
+    _Pragma("unroll") for (unsigned j = 0; j < 4u; ++j) {                               \
+      const ko_fill_u64 i = g * per + j;                                                \
+      if (j >= per || i >= n) break;                                                    \
+      BODY                                                                              \
+    }                                                                                   \
   }
 
 #define KO_FILL_PARAMS(T)                                                                      \
@@ -227,31 +234,38 @@ __device__ __forceinline__ void fill_narrow(typename C::T* out, ko_fill_u64 n, k
 }  // namespace ko_fill_detail
 
 extern "C" __global__ void ko_fill_float32(KO_FILL_PARAMS(float)) {
-  ko_fill_detail::fill_narrow<ko_fill_detail::AsFloat>(out, n, seed, launch, buffer, kind, a, b, low, range);
+  ko_fill_detail::fill_narrow<ko_fill_detail::AsFloat>(out, n, seed, launch, buffer, kind, a, b,
+                                                       low, range);
 }
 
 extern "C" __global__ void ko_fill_float16(KO_FILL_PARAMS(unsigned short)) {
-  ko_fill_detail::fill_narrow<ko_fill_detail::AsHalf>(out, n, seed, launch, buffer, kind, a, b, low, range);
+  ko_fill_detail::fill_narrow<ko_fill_detail::AsHalf>(out, n, seed, launch, buffer, kind, a, b, low,
+                                                      range);
 }
 
 extern "C" __global__ void ko_fill_bfloat16(KO_FILL_PARAMS(unsigned short)) {
-  ko_fill_detail::fill_narrow<ko_fill_detail::AsBfloat16>(out, n, seed, launch, buffer, kind, a, b, low, range);
+  ko_fill_detail::fill_narrow<ko_fill_detail::AsBfloat16>(out, n, seed, launch, buffer, kind, a, b,
+                                                          low, range);
 }
 
 extern "C" __global__ void ko_fill_float64(KO_FILL_PARAMS(double)) {
-  KO_FILL_LOOP(KO_FILL_WIDE, out[i] = kind == 2u ? static_cast<double>(ko_fill_detail::draw_int(w, j, low, range))
-                                                 : ko_fill_detail::draw_d(w, j, kind, a, b);)
+  KO_FILL_LOOP(KO_FILL_WIDE,
+               out[i] = kind == 2u ? static_cast<double>(ko_fill_detail::draw_int(w, j, low, range))
+                                   : ko_fill_detail::draw_d(w, j, kind, a, b);)
 }
 
 // Integer types: uint64 above 2^63 - 1 saturates at 2^63 - 1, which the host generator cannot
 // exceed either (it draws int64).
 #define KO_FILL_INT(name, T, LO, HI)                                                            \
   extern "C" __global__ void ko_fill_##name(KO_FILL_PARAMS(T)) {                                \
-    KO_FILL_LOOP(KO_FILL_WIDE, if (kind == 2u) {                                                \
-      out[i] = ko_fill_detail::clamp_int<T>(ko_fill_detail::draw_int(w, j, low, range), LO, HI); \
-    } else {                                                                                    \
-      out[i] = ko_fill_detail::to_int<T>(ko_fill_detail::draw_d(w, j, kind, a, b), LO, HI);     \
-    })                                                                                          \
+    KO_FILL_LOOP(                                                                               \
+        KO_FILL_WIDE,                                                                           \
+        if (kind == 2u) {                                                                       \
+          out[i] =                                                                              \
+              ko_fill_detail::clamp_int<T>(ko_fill_detail::draw_int(w, j, low, range), LO, HI); \
+        } else {                                                                                \
+          out[i] = ko_fill_detail::to_int<T>(ko_fill_detail::draw_d(w, j, kind, a, b), LO, HI); \
+        })                                                                                      \
   }
 
 KO_FILL_INT(int8, signed char, -128ll, 127ll)

@@ -6,7 +6,8 @@
 // non-zero (the host writes it through pinned, device-mapped memory) or timeout_ns have passed
 // on %globaltimer; in the latter case it sets *timed_out so the harness can report that the
 // batch was not fully held. Launch with one block of one thread.
-extern "C" __global__ void ko_spin(const volatile unsigned int* release, volatile unsigned int* timed_out,
+extern "C" __global__ void ko_spin(const volatile unsigned int* release,
+                                   volatile unsigned int* timed_out,
                                    unsigned long long timeout_ns) {
   unsigned long long start;
   asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(start));
