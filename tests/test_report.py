@@ -23,12 +23,13 @@ from typing import Any
 
 import pytest
 from fakegpu import kernel, write_harness, write_tiny_workload
-from kernelopt_agent.cli import main as agent_main
-from kernelopt_agent.runs import load_run
-from kernelopt_agent.report import SECTIONS, finish_report, load_candidates, render_report, write_report
 from scripted_model import ScriptedModel
 from test_optimize import REPO, SECRET, SYNTAX_ERROR, TWO_PERF, proposal
 from test_profiler import STUB_CSV, STUB_NCU
+
+from kernelopt_agent.cli import main as agent_main
+from kernelopt_agent.report import SECTIONS, finish_report, load_candidates, render_report, write_report
+from kernelopt_agent.runs import load_run
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "tune"
 BETTER = kernel("MS:big_a=0.05;big_b=0.08;")

@@ -16,7 +16,7 @@ import difflib
 import html
 import json
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from importlib import resources
 from pathlib import Path
 from string import Template
@@ -119,7 +119,7 @@ def render_report(run_path: Path, summary: dict[str, Any] | None = None) -> str:
                     + (f" · started {_iso(started)}" if (started := (s.get("timings") or {}).get("started")) else "")),
         nav=" ".join(f'<a href="#{k}">{v}</a>' for k, v in SECTIONS.items()),
         sections="\n".join(sections), version=_e(__version__), run_path=_e(str(run_path)),
-        generated=_iso(datetime.now(timezone.utc).timestamp()),
+        generated=_iso(datetime.now(UTC).timestamp()),
     )
 
 
@@ -401,7 +401,7 @@ def _float(value: Any) -> float | None:
 def _iso(epoch_s: Any) -> str:
     if not isinstance(epoch_s, (int, float)):
         return ""
-    return datetime.fromtimestamp(epoch_s, tz=timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
+    return datetime.fromtimestamp(epoch_s, tz=UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
 
 
 def _verdict(status: str) -> str:

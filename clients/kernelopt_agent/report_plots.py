@@ -81,7 +81,7 @@ def score_plot(points: Sequence[ScorePoint], reference_ms: float | None) -> str:
     fig = _figure(max(8.0, min(14.0, 0.35 * len(points) + 5)), 3.6)
     ax = fig.add_subplot()
     xs = list(range(len(points)))
-    timed = [(x, p.score_ms) for x, p in zip(xs, points) if p.valid and p.score_ms]
+    timed = [(x, p.score_ms) for x, p in zip(xs, points, strict=True) if p.valid and p.score_ms]
     if timed:
         ax.plot([x for x, _ in timed], [s for _, s in timed], "o", color=VALID, label="valid candidate", zorder=3)
         best_x, best_y, best = [], [], math.inf
@@ -94,7 +94,7 @@ def score_plot(points: Sequence[ScorePoint], reference_ms: float | None) -> str:
         ax.step(best_x, best_y, where="post", color=BEST, linewidth=2, label="best so far", zorder=2)
     if reference_ms:
         ax.axhline(reference_ms, color=REFERENCE, linestyle="--", linewidth=1, label=f"CUDA reference {reference_ms:.4g} ms")
-    invalid = [x for x, p in zip(xs, points) if not p.valid]
+    invalid = [x for x, p in zip(xs, points, strict=True) if not p.valid]
     if invalid:
         ax.plot(invalid, [0.02] * len(invalid), "x", color=INVALID, markersize=8, mew=2, label="invalid",
                 transform=ax.get_xaxis_transform(), clip_on=False, zorder=4)
@@ -122,7 +122,7 @@ def timing_boxes(cases: Sequence[str], boxes: dict[str, list[BoxStats]]) -> str:
         stats = [{"label": b.label, "med": b.median_ms, "q1": b.q1_ms, "q3": b.q3_ms, "whislo": b.min_ms,
                   "whishi": b.max_ms, "fliers": []} for b in boxes[case]]
         parts = ax.bxp(stats, showfliers=False, patch_artist=True, widths=0.6)
-        for box, b in zip(parts["boxes"], boxes[case]):
+        for box, b in zip(parts["boxes"], boxes[case], strict=True):
             box.set_facecolor("#dddddd" if b.label.endswith("reference") else "#aec7e8")
         for median in parts["medians"]:
             median.set_color("#d62728")
