@@ -271,6 +271,7 @@ class _Layout:
     buffers: list[tuple[str, str, DType, list[int | str], str]]  # (name, role, dtype, shape, source key)
     scalars: dict[str, tuple[DType, list[int | float]]]  # name -> (dtype, value per case)
     number_args: dict[str, str]  # forward arg name -> scalar name
+    derived: dict[str, list[int]] = field(default_factory=dict)  # dimension expressions -> value per case
 
     @classmethod
     def of(cls, cases: list[_Case], constants: list[SizeConstant], output_name: str = "out") -> _Layout:
@@ -312,6 +313,7 @@ class _Layout:
             if dtype is not DType.float32:
                 by_vector.setdefault(tuple(int(v) for v in values), sname)
         const_vectors = {tuple(c.values.get(k.name, k.value) for c in cases): k.name for k in constants}
+        derived_dims: dict[str, list[int]] = {}
         buffers = []
         for bname, role, key in buffer_keys:
             arrays = [_arg(c.main, key) for c in cases]
@@ -323,15 +325,38 @@ class _Layout:
                     shape.append(vector[0])
                     continue
                 if vector not in by_vector:
-                    sname = claim(const_vectors.get(vector, f"{bname}_dim{dim}"))
-                    by_vector[vector] = sname
-                    scalars[sname] = (DType.int32 if max(vector) <= INT32_MAX else DType.int64, list(vector))
+                    derived = None if vector in const_vectors else _express(vector, by_vector)
+                    if derived is not None:  # e.g. a convolution's output: height - 2
+                        by_vector[vector] = derived
+                        derived_dims[derived] = list(vector)
+                    else:
+                        sname = claim(const_vectors.get(vector, f"{bname}_dim{dim}"))
+                        by_vector[vector] = sname
+                        scalars[sname] = (DType.int32 if max(vector) <= INT32_MAX else DType.int64, list(vector))
                 shape.append(by_vector[vector])
             buffers.append((bname, role, arrays[0].dtype, shape or [1], key))  # a 0-dim tensor is one element
-        return cls(buffers, scalars, number_args)
+        return cls(buffers, scalars, number_args, derived_dims)
 
     def case_scalars(self, index: int) -> dict[str, int | float]:
         return {name: values[index] for name, (_, values) in self.scalars.items()}
+
+
+def _express(vector: tuple[int, ...], known: dict[tuple[int, ...], str]) -> str | None:
+    """``vector`` (a dimension's value per case) as ``s + d``, ``m * s`` or ``s // m`` of a scalar ``s``
+    whose values are known, where that holds on every case; else None."""
+    for values, name in list(known.items()):
+        if not name.isidentifier() or len(set(values)) == 1:
+            continue
+        diffs = {v - s for v, s in zip(vector, values, strict=True)}
+        if len(diffs) == 1:
+            d = diffs.pop()
+            return f"{name} + {d}" if d > 0 else f"{name} - {-d}"
+        for m in range(2, 65):
+            if all(v == m * s for v, s in zip(vector, values, strict=True)):
+                return f"{m} * {name}"
+            if all(v == s // m for v, s in zip(vector, values, strict=True)):
+                return f"{name} // {m}"
+    return None
 
 
 def _arg(d: Draw, key: str) -> Arg:
@@ -386,7 +411,7 @@ def _round_up(x: float) -> float:
 def _cost(layout: _Layout, cases: list[_Case], notes: list[str]) -> dict[str, str]:
     terms = []
     for _name, _, dtype, shape, _ in layout.buffers:
-        dims = [str(d) for d in shape if d != 1]
+        dims = [str(d) if isinstance(d, int) or d.isidentifier() else f"({d})" for d in shape if d != 1]
         terms.append("*".join([str(dtype.itemsize), *dims]))
     cost = {"bytes": " + ".join(terms)}
     flops = [c.main.flops for c in cases]
@@ -400,10 +425,12 @@ def _cost(layout: _Layout, cases: list[_Case], notes: list[str]) -> dict[str, st
 
 
 def _fit_flops(layout: _Layout, flops: list[int]) -> str | None:
-    """``c*s1*s2...`` (up to 4 integer scalars, repeats allowed) equal to the counted FLOPs in every case."""
-    names = [n for n, (dtype, _) in layout.scalars.items() if dtype is not DType.float32]
-    values = {n: [int(v) for v in layout.scalars[n][1]] for n in names}
-    for size in range(5):
+    """``c*s1*s2...`` (up to 6 integer scalars or dimension expressions, repeats allowed) equal to the
+    counted FLOPs in every case."""
+    values = {n: [int(v) for v in vs] for n, (dtype, vs) in layout.scalars.items() if dtype is not DType.float32}
+    values.update({f"({d})": vs for d, vs in layout.derived.items()})
+    names = list(values)
+    for size in range(7):
         for combo in itertools.combinations_with_replacement(names, size):
             prods = [math.prod(values[n][i] for n in combo) for i in range(len(flops))]
             if any(p == 0 for p in prods) or flops[0] % prods[0]:

@@ -100,15 +100,13 @@ def parse_problem(text: str, label: str) -> ProblemSource:
     assigned: dict[str, ast.AST] = {}
     literal: dict[str, tuple[int, int]] = {}
     for node in tree.body:
-        target, value = _simple_assignment(node)
-        if target is None or value is None:
-            continue
-        assigned[target] = value
-        number = int_literal(value)
-        if number is not None and number > 0:
-            literal[target] = (number, node.lineno)
-        else:
-            literal.pop(target, None)  # reassigned to something else later: not a constant
+        for target, value, _ in _assignments(node):
+            assigned[target] = value
+            number = int_literal(value)
+            if number is not None and number > 0:
+                literal[target] = (number, node.lineno)
+            else:
+                literal.pop(target, None)  # reassigned to something else later: not a constant
     reached: set[str] = set()
     todo = [n for f in ("get_inputs", "get_init_inputs") if f in defined for n in _loaded_names(defined[f])]
     while todo:
@@ -123,12 +121,27 @@ def parse_problem(text: str, label: str) -> ProblemSource:
     return ProblemSource(text, label, tree, constants, isinstance(defined.get("get_init_inputs"), ast.FunctionDef))
 
 
-def _simple_assignment(node: ast.stmt) -> tuple[str | None, ast.AST | None]:
-    if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
-        return node.targets[0].id, node.value
+def _assignments(node: ast.stmt) -> list[tuple[str, ast.expr, Callable[[ast.expr], None]]]:
+    """The module-level names ``node`` assigns, with their value and how to replace it:
+    ``N = 4096``, ``N: int = 4096`` and ``height, width = 32, 32``."""
+    def setter(holder: Any, attr: str, index: int | None = None) -> Callable[[ast.expr], None]:
+        def put(new: ast.expr) -> None:
+            if index is None:
+                setattr(holder, attr, new)
+            else:
+                getattr(holder, attr)[index] = new
+        return put
+
+    if isinstance(node, ast.Assign) and len(node.targets) == 1:
+        target = node.targets[0]
+        if isinstance(target, ast.Name):
+            return [(target.id, node.value, setter(node, "value"))]
+        if (isinstance(target, ast.Tuple) and isinstance(node.value, ast.Tuple) and len(target.elts) == len(node.value.elts)
+                and all(isinstance(t, ast.Name) for t in target.elts)):
+            return [(t.id, v, setter(node.value, "elts", i)) for i, (t, v) in enumerate(zip(target.elts, node.value.elts, strict=True))]  # type: ignore[attr-defined]
     if isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name) and node.value is not None:
-        return node.target.id, node.value
-    return None, None
+        return [(node.target.id, node.value, setter(node, "value"))]
+    return []
 
 
 _INT_OPS: dict[type, Callable[[int, int], int]] = {
@@ -160,11 +173,9 @@ def with_constants(source: ProblemSource, values: dict[str, int]) -> ast.Module:
     """The problem's syntax tree with the size constants' literals replaced by ``values``."""
     tree = copy.deepcopy(source.tree)
     for node in tree.body:
-        target, value = _simple_assignment(node)
-        if target in values and value is not None and int_literal(value) is not None:
-            ast.copy_location(replacement := ast.Constant(values[target]), value)
-            if isinstance(node, ast.Assign | ast.AnnAssign):
-                node.value = replacement
+        for target, value, put in _assignments(node):
+            if target in values and int_literal(value) is not None:
+                put(ast.copy_location(ast.Constant(values[target]), value))
     return ast.fix_missing_locations(tree)
 
 

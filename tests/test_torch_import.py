@@ -8,7 +8,7 @@ constants and the message for a missing torch are tested everywhere.
 from __future__ import annotations
 
 import json
-import runpy
+import re
 import sys
 from pathlib import Path
 from typing import Any
@@ -35,7 +35,7 @@ from kernelopt_mcp.torch_problem import TorchProblemError, parse_problem, requir
 from kernelopt_mcp.workload import Workload, load_workload
 
 PROBLEMS = Path(__file__).parent / "torch_problems"
-SUPPORTED = ["elementwise_gelu", "reduction_sum", "matmul", "linear_relu", "scale_int_arg"]
+SUPPORTED = ["elementwise_gelu", "reduction_sum", "matmul", "linear_relu", "scale_int_arg", "conv2d_relu_bias", "vector_add"]
 
 
 @pytest.fixture
@@ -44,12 +44,17 @@ def torch() -> Any:
 
 
 def module_output(problem: Path, wl: Workload, case_name: str, arrays: dict[str, np.ndarray], torch: Any) -> np.ndarray:
-    """The problem's Model run directly (runpy, no kernelopt code) on a case's input arrays: the size
-    constants set from the case's scalars, parameters loaded from the weight buffers."""
-    ns = runpy.run_path(str(problem))
+    """The problem's Model run directly (no kernelopt code) on a case's input arrays: the source's
+    size-constant lines rewritten with the case's scalars, parameters loaded from the weight buffers."""
     case = wl.spec.case(case_name)
-    fn_globals = ns["get_inputs"].__globals__
-    fn_globals.update({k: v for k, v in case.scalars.items() if k in ns})
+    lines = []
+    for line in problem.read_text().splitlines():
+        names = [n.strip() for n in line.split("=", 1)[0].split(",")] if re.match(r"^[\w, ]+=[^=]", line) else []
+        if names and all(n in case.scalars for n in names):
+            line = f"{', '.join(names)} = {', '.join(str(case.scalars[n]) for n in names)}"
+        lines.append(line)
+    ns: dict[str, Any] = {"__name__": "problem"}
+    exec(compile("\n".join(lines), str(problem), "exec"), ns)  # noqa: S102 - the test's own problem files
     init = ns["get_init_inputs"]() if "get_init_inputs" in ns else []
     model = ns["Model"](*init)
     state = {name: torch.from_numpy(arrays[name.replace(".", "_")].copy()) for name in model.state_dict()}
@@ -102,6 +107,15 @@ def test_signature_cases_cost_and_tolerance(tmp_path: Path, torch: Any) -> None:
         ("x", "in", ["batch_size", "in_features"]), ("fc_weight", "in", ["out_features", "in_features"]),
         ("fc_bias", "in", ["out_features"]), ("out", "out", ["batch_size", "out_features"]),
     ]
+
+    conv = import_torch_problem(PROBLEMS / "conv2d_relu_bias.py", tmp_path / "conv").spec
+    assert [(p.name, p.shape) for p in conv.signature.buffers] == [
+        ("x", ["batch_size", 3, "height", "width"]), ("bias", ["out_channels", 1, 1]),
+        ("conv_weight", ["out_channels", 3, 3, 3]), ("conv_bias", ["out_channels"]),
+        ("out", ["batch_size", "out_channels", "height - 2", "width - 2"]),
+    ]
+    assert conv.cost.flops == "54*batch_size*out_channels*(height - 2)*(width - 2)"
+    assert conv.cases[0].scalars == {"batch_size": 5, "height": 13, "width": 17, "out_channels": 11}
 
     scaled = import_torch_problem(PROBLEMS / "scale_int_arg.py", tmp_path / "int").spec
     assert scaled.signature.c_prototype().endswith("(const __half* x, __half* out, int factor, int n)")
@@ -180,7 +194,7 @@ def test_initial_kernel(tmp_path: Path, torch: Any) -> None:
     options = TorchImportOptions(initial_cu=source, initial_launch=launch)
     wl = load_workload(import_torch_problem(PROBLEMS / "matmul.py", tmp_path / "w", options).path)
     assert wl.initial_cu == source and wl.spec.initial is not None
-    with pytest.raises(TorchProblemError, match="defines no 'matmul'.*void matmul\\(const float\\* A"):
+    with pytest.raises(TorchProblemError, match=r"defines no 'matmul'.*void matmul\(const float\* A"):
         import_torch_problem(PROBLEMS / "matmul.py", tmp_path / "x",
                              TorchImportOptions(initial_cu=source.replace("matmul", "mm"), initial_launch=launch))
 
@@ -212,17 +226,16 @@ def test_cli_import_torch(tmp_path: Path, torch: Any, capsys: pytest.CaptureFixt
 def test_size_constants_are_the_literals_get_inputs_reaches() -> None:
     src = parse_problem(
         "import torch\nclass Model: pass\n"
-        "batch = 16\nN = 1 << 12\nM = 2 * N\nunused = 99\nname = 'x'\nK: int = 64\n"
-        "def get_inputs():\n    return [torch.randn(batch, M, K)]\n",
+        "batch = 16\nN = 1 << 12\nM = 2 * N\nunused = 99\nname = 'x'\nK: int = 64\nH, W = 8, 9\n"
+        "def get_inputs():\n    return [torch.randn(batch, M, K, H)]\n",
         "p.py",
     )
-    assert [(c.name, c.value) for c in src.constants] == [("batch", 16), ("N", 4096), ("K", 64)]
+    assert [(c.name, c.value) for c in src.constants] == [("batch", 16), ("N", 4096), ("K", 64), ("H", 8)]
     variants = size_variants(src.constants)
     assert [(n, k) for n, k, _ in variants] == [("small_odd", "correctness"), ("mid_odd", "correctness"), ("perf", "performance")]
     small, mid, perf = (v for _, _, v in variants)
-    assert small == {"batch": 5, "N": 7, "K": 11} and perf == {"batch": 16, "N": 4096, "K": 64}
-    assert mid == {"batch": 16, "N": 259, "K": 64}  # 4096 // 16 | 1, + 2 per position: distinct
-    assert len(set(small.values())) == 3
+    assert small == {"batch": 5, "N": 7, "K": 11, "H": 8} and perf == {"batch": 16, "N": 4096, "K": 64, "H": 8}
+    assert mid == {"batch": 16, "N": 259, "K": 64, "H": 8}  # 4096 // 16 | 1, + 2 per position: distinct
 
 
 def test_problem_file_errors_without_torch() -> None:
@@ -235,7 +248,7 @@ def test_problem_file_errors_without_torch() -> None:
 def test_missing_torch_says_how_to_get_it(monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
                                           capsys: pytest.CaptureFixture[str]) -> None:
     monkeypatch.setitem(sys.modules, "torch", None)  # import torch raises ImportError
-    with pytest.raises(TorchProblemError, match="install torch .any build.*the GPU machine does not need it afterwards"):
+    with pytest.raises(TorchProblemError, match=r"install torch .any build.*the GPU machine does not need it afterwards"):
         require_torch()
     assert main(["import-torch", str(PROBLEMS / "matmul.py"), "-o", str(tmp_path / "w")]) == 2
     assert "install torch" in capsys.readouterr().err and not (tmp_path / "w").exists()

@@ -16,11 +16,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from kernelopt_agent.cli import main as agent_main
 from scripted_model import ScriptedModel
 
+from kernelopt_agent.cli import main as agent_main
 from kernelopt_mcp.cli import main
 from kernelopt_mcp.torch_import import import_torch_problem
+from kernelopt_mcp.workload import load_workload
 
 pytestmark = [pytest.mark.gpu, pytest.mark.timeout(900)]
 
@@ -67,11 +68,30 @@ LINEAR = r"""extern "C" __global__ void linear_relu(const float* x, const float*
     }
 }
 """
+CONV = r"""extern "C" __global__ void conv2d_relu_bias(const float* x, const float* bias, const float* conv_weight,
+                                              const float* conv_bias, float* out, int batch_size, int height, int width,
+                                              int out_channels) {
+    const int oh = height - 2, ow = width - 2;
+    int p = blockIdx.x * blockDim.x + threadIdx.x;
+    int o = blockIdx.y, b = blockIdx.z;
+    if (p < oh * ow) {
+        int y = p / ow, xx = p % ow;
+        double acc = conv_bias[o];
+        for (int c = 0; c < 3; ++c)
+            for (int ky = 0; ky < 3; ++ky)
+                for (int kx = 0; kx < 3; ++kx)
+                    acc += (double)x[(((size_t)b * 3 + c) * height + y + ky) * width + xx + kx]
+                         * conv_weight[((o * 3 + c) * 3 + ky) * 3 + kx];
+        out[(((size_t)b * out_channels + o) * oh + y) * ow + xx] = (float)((acc > 0.0 ? acc : 0.0) + bias[o]);
+    }
+}
+"""
 KERNELS: dict[str, tuple[str, dict[str, Any]]] = {
     "elementwise_gelu": (GELU, {"grid": ["ceil_div(batch_size * dim, 256)"], "block": [256]}),
     "reduction_sum": (SUM, {"grid": ["ceil_div(dim2, 128)", "batch_size"], "block": [128]}),
     "matmul": (MATMUL, {"grid": ["ceil_div(N, 16)", "ceil_div(M, 16)"], "block": [16, 16]}),
     "linear_relu": (LINEAR, {"grid": ["ceil_div(out_features, 128)", "batch_size"], "block": [128]}),
+    "conv2d_relu_bias": (CONV, {"grid": ["ceil_div((height - 2) * (width - 2), 128)", "out_channels", "batch_size"], "block": [128]}),
 }
 
 
@@ -98,7 +118,7 @@ def test_imported_problem_evaluates_on_the_gpu(problem: str, tmp_path: Path, har
     source, launch = KERNELS[problem]
     code, result = evaluate(workload, source, launch, tmp_path, harness_binary, capsys)
     assert code == 0 and result["status"] == "ok", json.dumps(result, indent=1)[:4000]
-    assert {c["name"]: c["status"] for c in result["cases"]} == {"small_odd": "ok", "mid_odd": "ok", "perf": "ok"}
+    assert {c["name"]: c["status"] for c in result["cases"]} == {c.name: "ok" for c in load_workload(workload).spec.cases}
     checks = result["checks"]
     assert "timed outputs on hidden-seed inputs" in checks, checks
     assert any(c.startswith("fresh inputs: not possible") for c in checks), checks
@@ -107,6 +127,7 @@ def test_imported_problem_evaluates_on_the_gpu(problem: str, tmp_path: Path, har
     # a kernel that is wrong on the odd sizes only (it skips the last row/column/element) fails
     wrong = source.replace("if (", "if (1 + ", 1) if problem != "elementwise_gelu" else source.replace(
         "if (i < (long long)batch_size * dim)", "if (i + 1 < (long long)batch_size * dim)")
+    assert wrong != source
     code, result = evaluate(workload, wrong, launch, tmp_path, harness_binary, capsys)
     assert code != 0 and result["status"] == "mismatch", json.dumps(result, indent=1)[:4000]
 
