@@ -109,3 +109,17 @@ def test_a_request_is_fitted_by_cutting_the_oldest_tool_results() -> None:
     prompts.fit_request(messages)
     assert len(json.dumps(messages)) <= budget_chars
     assert messages[2]["content"].startswith("[cut") and messages[-1]["content"].startswith("result 11")
+
+
+def test_the_heatmap_of_a_long_run_keeps_the_baseline_the_fastest_and_the_newest() -> None:
+    from kernelopt_agent.heatmap import MAX_ROWS, pick_rows
+
+    initial = CandidateRecord(1, "001-initial", "initial", None, "", {}, status="ok", score_ms=1.0)
+    rows = [initial] + [_record(i, "ok" if i % 4 else "mismatch", 0) for i in range(2, 400)]
+    best = min((r for r in rows if r.valid), key=lambda r: r.score_ms or 1.0)
+    kept = pick_rows(rows, best)
+    assert len(kept) == MAX_ROWS and kept == sorted(kept, key=lambda r: r.index)  # in run order
+    assert initial in kept and best in kept and rows[-1] in kept
+    fastest = sorted((r for r in rows if r.valid and r.iteration), key=lambda r: r.score_ms or 1.0)[:30]
+    assert all(r in kept for r in fastest)
+    assert pick_rows(rows[:10], best) == rows[:10]
