@@ -19,7 +19,7 @@ from kernelopt_mcp.gpu import cuda_device_count
 DATA_PATH_FEATURES = {"support_module", "input_cache", "device_compare", "determinism", "timed_inputs"}
 TIMING_FEATURES = {"blocking", "graph", "adaptive", "baseline_cublas"}
 # Issue 14's checks of the timed launches (PROTOCOL.md, "Fresh inputs and checked launches").
-TIMED_CHECK_FEATURES = {"fresh_inputs", "timed_check", "confirm_launch", "checked_dump"}
+TIMED_CHECK_FEATURES = {"fresh_inputs", "timed_check", "confirm_launch", "checked_dump", "fresh_launches"}
 
 
 def _run(binary: Path, *args: str, stdin: str | None = None) -> tuple[int, dict | None, str]:

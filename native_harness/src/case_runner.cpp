@@ -1,5 +1,6 @@
 #include "case_runner.hpp"
 
+#include <algorithm>
 #include <cstring>
 #include <limits>
 #include <set>
@@ -51,7 +52,7 @@ bool CaseRunner::run(json& cases) {
       const std::set<std::size_t> checked(spec_.checked_launches.begin(),
                                           spec_.checked_launches.end());
       TimedWork work;
-      work.prepare = [&] { prepare_timed_launch(flush, redraws()); };
+      work.prepare = [&] { prepare_timed_launch(flush, redraw_next()); };
       work.launch = [&] { launch(); };
       const bool reference = check_ != nullptr && spec_.check_launch.has_value();
       if (!checked.empty()) {
@@ -218,10 +219,23 @@ void CaseRunner::launch() {
                             st_.params.empty() ? nullptr : st_.params.data(), nullptr));
 }
 
+bool CaseRunner::redraw_next() {
+  const std::size_t n = timed_prepares_++;
+  if (!redraws()) return false;
+  if (!spec_.fresh_launches || n == 0) return true;
+  const std::size_t warmup = spec_.timing->warmup;
+  if (n < warmup) return false;
+  const auto& samples = *spec_.fresh_launches;
+  return std::binary_search(samples.begin(), samples.end(), static_cast<unsigned>(n - warmup));
+}
+
 void CaseRunner::prepare_timed_launch(bool flush, bool redraw) {
   const CUstream stream = s_.stream();
   last_draw_.reset();
-  if (redraw) last_draw_ = draws_++;
+  if (redraw) {
+    last_draw_ = draws_++;
+    in_draw_ = last_draw_;
+  }
   for (const auto& d : st_.buffers) {
     const auto& b = d.spec->buffer;
     if (b.bytes == 0) continue;

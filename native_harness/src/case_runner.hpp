@@ -70,7 +70,8 @@ struct CaseState {
 // One launch whose outputs the reference checks: a measured sample or the confirm launch.
 struct ReferenceCheck {
   std::optional<std::size_t> sample;  // measured sample index; none: the confirm launch
-  std::optional<std::uint64_t> draw;  // the fresh draw its inputs came from; none: not redrawn
+  std::optional<std::uint64_t> draw;  // the draw its fresh `in` inputs came from; none: input
+  std::optional<std::uint64_t> launch_draw;  // the draw made for it (inout buffers); none: restored
 };
 
 enum class LaunchKind { validation, repeat, timed };
@@ -115,6 +116,8 @@ class CaseRunner {
   void enqueue_dump(std::size_t sample);
   void write_dumps(nlohmann::json& result);
   bool redraws() const noexcept { return spec_.fresh_timed && spec_.has_fresh(); }
+  // Whether the next warm-up or measured launch gets a redraw (fresh_launches).
+  bool redraw_next();
   nlohmann::json occupancy();
   void drain() noexcept { drv_.cuStreamSynchronize(s_.stream()); }
 
@@ -126,7 +129,9 @@ class CaseRunner {
   const CaseSpec& spec_;
   CaseState st_;
   std::uint64_t draws_ = 0;                 // fresh draws made so far (the next draw's index)
-  std::optional<std::uint64_t> last_draw_;  // the draw the last prepared launch saw
+  std::optional<std::uint64_t> last_draw_;  // the draw made for the last prepared launch
+  std::optional<std::uint64_t> in_draw_;    // the draw the fresh `in` buffers hold
+  std::size_t timed_prepares_ = 0;          // warm-up and measured launches prepared so far
   std::vector<ReferenceCheck> checks_;      // in the order of their check_results slots
   std::vector<ReferenceCheck> dumps_;       // in the order of their dump_outputs slots
 };

@@ -60,16 +60,19 @@ void CaseRunner::setup_reference() {
 void CaseRunner::enqueue_reference_check(std::optional<std::size_t> sample) {
   const CUstream stream = s_.stream();
   const std::size_t slot = checks_.size();
-  checks_.push_back({sample, last_draw_});
+  checks_.push_back({sample, in_draw_, last_draw_});
   for (const auto& d : st_.buffers) {
     const auto& b = d.spec->buffer;
     if (b.bytes == 0) continue;
+    // The launch's inputs: an `in` buffer holds the draw made for the last redrawn launch (with
+    // fresh_launches that may be an earlier one), an inout buffer this launch's draw or its input.
+    const std::optional<std::uint64_t> drawn = b.role == BufferRole::in ? in_draw_ : last_draw_;
     if (b.role == BufferRole::out) {
       KO_CU(drv_.cuMemsetD8Async(d.ref.get(),
                                  b.init == BufferInit::zero ? std::uint8_t{0} : b.poison_byte,
                                  b.bytes, stream));
-    } else if (last_draw_ && b.fresh) {
-      draw(d, d.ref.get(), *last_draw_);
+    } else if (drawn && b.fresh) {
+      draw(d, d.ref.get(), *drawn);
     } else if (b.role == BufferRole::inout) {
       KO_CU(drv_.cuMemcpyDtoDAsync(d.ref.get(), d.input.device->get(), b.bytes, stream));
     }
@@ -136,7 +139,7 @@ void CaseRunner::enqueue_dump(std::size_t sample) {
   const std::size_t outputs =
       static_cast<std::size_t>(std::count_if(st_.buffers.begin(), st_.buffers.end(), is_output));
   const std::size_t slot = dumps_.size();
-  dumps_.push_back({sample, last_draw_});
+  dumps_.push_back({sample, in_draw_, last_draw_});
   std::size_t j = 0;
   for (const auto& d : st_.buffers) {
     if (!is_output(d)) continue;
@@ -173,8 +176,9 @@ void CaseRunner::write_dumps(json& result) {
     std::size_t j = 0;
     for (const auto& d : st_.buffers) {
       const auto& b = d.spec->buffer;
-      if (b.role != BufferRole::out && b.fresh && dump.draw) {
-        draw(d, st_.dump_scratch.get(), *dump.draw);
+      const auto drawn = b.role == BufferRole::in ? dump.draw : dump.launch_draw;
+      if (b.role != BufferRole::out && b.fresh && drawn) {
+        draw(d, st_.dump_scratch.get(), *drawn);
         save(d, st_.dump_scratch.get(), "inputs");
       }
     }

@@ -136,6 +136,22 @@ void parse_fresh_checks(const json& c, const std::string& path, CaseSpec& spec) 
   if (spec.has_fresh() && !spec.fresh_seed) {
     fail(member_path(path, "fresh_seed"), "is required when a buffer has \"fresh\"");
   }
+  if (const json* v = find(c, "fresh_launches")) {
+    const auto p = member_path(path, "fresh_launches");
+    if (!v->is_array()) fail(p, std::string("must be an array, got ") + type_name(*v));
+    if (!spec.timing) fail(p, "needs \"timing\" (indices of measured samples)");
+    if (spec.timing->mode != TimingMode::events) {
+      fail(p, "needs timing mode \"events\" (a graph replays its launches without a redraw)");
+    }
+    std::vector<unsigned> samples;
+    for (std::size_t i = 0; i < v->size(); ++i) {
+      const auto ip = index_path(p, i);
+      const auto index = static_cast<unsigned>(as_uint((*v)[i], ip, max_iterations));
+      if (!samples.empty() && index <= samples.back()) fail(ip, "indices must be increasing");
+      samples.push_back(index);
+    }
+    spec.fresh_launches = std::move(samples);
+  }
   if (const json* v = find(c, "check_launch")) {
     spec.check_launch = parse_launch(*v, member_path(path, "check_launch"));
   }

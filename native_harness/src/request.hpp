@@ -123,8 +123,11 @@ struct CaseSpec {
   std::optional<TimingConfig> timing;  // absent or iterations == 0: validate only
   bool repeat_validation = false;      // protocol 2: second validation launch, bitwise diff
   // Protocol 2, fresh inputs and checked launches (PROTOCOL.md):
-  std::optional<std::uint64_t> fresh_seed;   // Philox key of the device draws; hidden
-  bool fresh_timed = true;                   // redraw before every warm-up and measured launch
+  std::optional<std::uint64_t> fresh_seed;  // Philox key of the device draws; hidden
+  bool fresh_timed = true;                  // redraw before every warm-up and measured launch
+  // With fresh_timed: redraw only before the first warm-up launch and these measured samples
+  // (sorted); none: before every launch.
+  std::optional<std::vector<unsigned>> fresh_launches;
   std::vector<unsigned> checked_launches;    // measured samples whose outputs the reference checks
   std::optional<LaunchConfig> check_launch;  // the CUDA reference's launch for this case
   bool confirm_launch = false;               // one more fresh launch after timing, timed alone

@@ -26,6 +26,7 @@ inline constexpr const char* harness_features[] = {
     "timed_check",   // "check_module" + case "checked_launches"/"check_launch": reference checks
     "confirm_launch",  // case "confirm_launch": one more fresh launch after timing, timed alone
     "checked_dump",    // case "checked_dump": checked launches' inputs and outputs as files
+    "fresh_launches",  // case "fresh_launches": redraw before these measured samples only
 };
 
 }  // namespace kernelopt

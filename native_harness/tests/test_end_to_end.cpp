@@ -193,12 +193,13 @@ Stats stats_of(const Run& r) {
 TEST_CASE("--version") {
   const auto r = run({"--version"});
   CHECK(r.rc == 0);
-  CHECK(r.answer == json({{"harness", "0.1.0"},
-                          {"protocol", 2},
-                          {"features",
-                           {"support_module", "input_cache", "device_compare", "determinism",
-                            "timed_inputs", "blocking", "graph", "adaptive", "baseline_cublas",
-                            "fresh_inputs", "timed_check", "confirm_launch", "checked_dump"}}}));
+  CHECK(r.answer ==
+        json({{"harness", "0.1.0"},
+              {"protocol", 2},
+              {"features",
+               {"support_module", "input_cache", "device_compare", "determinism", "timed_inputs",
+                "blocking", "graph", "adaptive", "baseline_cublas", "fresh_inputs", "timed_check",
+                "confirm_launch", "checked_dump", "fresh_launches"}}}));
 }
 
 TEST_CASE("usage errors exit 2 with a JSON answer and usage on stderr") {
@@ -1242,6 +1243,39 @@ TEST_CASE(
 }
 
 TEST_CASE(
+    "fresh_launches: draws before the first warm-up and the listed samples; the reference "
+    "checks a launch on inputs drawn for an earlier one") {
+  auto c = fresh_case("fl", {{"warmup", 2}, {"iterations", 6}}, {1, 4}, true);
+  c["fresh_launches"] = {2, 4};
+  const auto r = run_request(with_reference(request_v2("copy_kernel", {c})), {"FAKE_CUDA_STATS=1"});
+  CHECK_MSG(r.rc == 0, r.out + r.err);
+  const auto& res = r.answer["cases"][0];
+  CHECK_MSG(res["status"] == "ok", res.dump());
+  // Draw 0 before the first warm-up launch, 1 before sample 2, 2 before sample 4, 3 for the
+  // confirm launch; samples 0, 1, 3 and 5 reuse the inputs drawn before them.
+  CHECK_MSG(res["timing"]["fresh_draws"] == 4, res.dump());
+  const auto& checks = res["timed_checks"];
+  CHECK_MSG(checks.size() == 3, res.dump());
+  if (checks.size() == 3) {
+    CHECK(checks[0]["sample"] == 1 && checks[0]["draw"] == 0);
+    CHECK(checks[1]["sample"] == 4 && checks[1]["draw"] == 2);
+    CHECK(checks[2]["launch"] == "confirm" && checks[2]["draw"] == 3);
+    for (const auto& e : checks) CHECK_MSG(e["mismatches"] == 0, e.dump());
+  }
+  // 4 candidate draws + 3 reference redraws.
+  CHECK_MSG(stats_of(r).fills == 7, r.err);
+}
+
+TEST_CASE("fresh_launches: a kernel replaying its first result still fails a checked launch") {
+  auto c = fresh_case("flr", {{"warmup", 1}, {"iterations", 4}}, {3});
+  c["fresh_launches"] = {3};
+  const auto r = run_request(with_reference(request_v2("replay_kernel", {c})));
+  CHECK_MSG(r.rc == 0, r.out + r.err);
+  const auto& checks = r.answer["cases"][0]["timed_checks"];
+  CHECK_MSG(checks.size() == 1 && checks[0]["mismatches"] == 4, r.answer.dump());
+}
+
+TEST_CASE(
     "fresh inputs: with fresh_timed false the checked launches see the input, the confirm a draw") {
   auto c = fresh_case("nt", {{"warmup", 1}, {"iterations", 3}}, {0, 2}, true);
   c["fresh_timed"] = false;
@@ -1352,6 +1386,15 @@ TEST_CASE("fresh inputs: malformed fields exit 2 naming the field") {
        },
        "check_module: is required by cases[0]"},
       {[](json& r, json&) { r.erase("check_entry"); }, "check_entry: is required"},
+      {[](json&, json& c) { c["fresh_launches"] = {1, 1}; },
+       "cases[0].fresh_launches[1]: indices must be increasing"},
+      {[](json&, json& c) { c["fresh_launches"] = 3; },
+       "cases[0].fresh_launches: must be an array"},
+      {[](json&, json& c) {
+         c["timing"]["mode"] = "graph";
+         c["fresh_launches"] = {0};
+       },
+       "cases[0].fresh_launches: needs timing mode \"events\""},
   };
   for (const auto& bad : bads) {
     auto req = with_reference(request_v2("copy_kernel", {base()}));
