@@ -17,6 +17,8 @@ Modules:
     tools_evaluate.py   gpu_properties, compile, validate, benchmark
     tools_workloads.py  list_workloads, describe_workload, create_workload
     tools_analysis.py   ncu_profile, autotune, docs_search
+    tools_freeze.py     freeze_workload, replay_requests (kernelopt optimize's run records)
+    session.py          the workloads frozen through this server, seen by its tool calls
     resources.py        resources, completions, the optimize_kernel prompt
     transport.py        HTTP: bind_kind, http_security, the bearer-token check, http_app
     entry.py            argument parsing, config_from_args, main
