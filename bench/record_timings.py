@@ -23,11 +23,12 @@ if str(ROOT) not in sys.path:
 from kernelopt_mcp import (
     Candidate,
     EvaluateOptions,
-    Evaluator,
     HarnessProcess,
     Settings,
 )
+from kernelopt_mcp import app
 from kernelopt_mcp.config import find_workload
+from kernelopt_mcp.evaluation.evaluate import case_request
 from kernelopt_mcp.gpu import device_info
 from kernelopt_mcp.evaluation.harness import find_harness
 
@@ -56,11 +57,11 @@ def record(settings: Settings, out: Path, vectors: tuple = VECTORS, *, iteration
                 raise SystemExit(f"{name}: workload {workload} has no CUDA reference")
             ref = Candidate(wl.reference_cu, wl.spec.reference.launch, list(wl.spec.reference.compile_options), "reference")
             options = EvaluateOptions(warmup=warmup, iterations=iterations, flush_l2=flush)
-            with Evaluator(wl, proc, device, workdir=Path(tmp) / name, options=options) as ev:
-                request, _, problem = ev.request_for(ref, case.name, Path(tmp) / name / "out", timing=True)
-                if request is None:
-                    raise SystemExit(f"{name}: {problem}")
-                reply = proc.request(request, 600)
+            with app.open_session(settings, wl, proc, device, workdir=Path(tmp) / name, options=options) as ev:
+                built = case_request(ev, ref, case.name, Path(tmp) / name / "out", timing=True)
+                if built.request is None:
+                    raise SystemExit(f"{name}: {built.problem}")
+                reply = proc.request(built.request, 600)
             answer = (reply.answer or {}).get("cases") or [{}]
             timing = answer[0].get("timing")
             if not timing:

@@ -42,7 +42,7 @@ from kernelopt_mcp import (
     Candidate,
     EvaluateOptions,
     EvaluationResult,
-    Evaluator,
+    Session,
     HarnessProcess,
     Settings,
 )
@@ -53,6 +53,9 @@ from kernelopt_mcp.errors import KerneloptError
 from kernelopt_mcp.gpu import DeviceInfo, device_info
 from kernelopt_mcp.evaluation.harness import find_harness
 from kernelopt_mcp.workload import Workload
+from kernelopt_mcp.evaluation.evaluate import case_request, evaluate, prepare
+from kernelopt_mcp.evaluation.protocol import request_json
+from kernelopt_mcp import app
 
 # Targets from issue 6 ("Measurement you can trust")
 WARM_OVERHEAD_MS = 50.0
@@ -103,11 +106,11 @@ class Bench:
     @contextmanager
     def evaluator(
         self, wl: Workload, tag: str, *, time_reference: bool = False, options: EvaluateOptions | None = None,
-    ) -> Iterator[Evaluator]:
-        with HarnessProcess(self.harness, self.settings.device) as proc, Evaluator(
-            wl, proc, self.device, workdir=self.workdir / tag, options=options or self.options,
+    ) -> Iterator[Session]:
+        with HarnessProcess(self.harness, self.settings.device) as proc, app.open_session(
+            self.settings, wl, proc, self.device, workdir=self.workdir / tag, options=options or self.options,
         ) as ev:
-            ev.prepare(time_reference=time_reference)
+            prepare(ev, time_reference=time_reference)
             yield ev
 
 
@@ -168,7 +171,7 @@ def overhead(bench: Bench, workload: str = "softmax", cases: list[str] | None = 
             bench.say(f"overhead: cold evaluation {i + 1}/{trials}")
             cold.append(_timed_evaluate(ev, variant(base, f"cold{i}")))
         warm_candidate = variant(base, "warm")
-        ev.evaluate(warm_candidate)  # compile it once
+        evaluate(ev, warm_candidate)  # compile it once
         for i in range(trials):
             bench.say(f"overhead: warm evaluation {i + 1}/{trials}")
             warm.append(_timed_evaluate(ev, warm_candidate))
@@ -192,9 +195,9 @@ def overhead(bench: Bench, workload: str = "softmax", cases: list[str] | None = 
     return sec
 
 
-def _timed_evaluate(ev: Evaluator, candidate: Candidate) -> tuple[float, float, float]:
+def _timed_evaluate(ev: Session, candidate: Candidate) -> tuple[float, float, float]:
     start = time.perf_counter()
-    result = ev.evaluate(candidate)
+    result = evaluate(ev, candidate)
     wall = (time.perf_counter() - start) * 1e3
     if not result.ok:
         raise KerneloptError(f"bench candidate failed: {result.status}: {result.message}")
@@ -202,17 +205,17 @@ def _timed_evaluate(ev: Evaluator, candidate: Candidate) -> tuple[float, float, 
     return wall, k, wall - k
 
 
-def _baseline(bench: Bench, ev: Evaluator, candidate: Candidate, tag: str) -> tuple[float, float, float]:
+def _baseline(bench: Bench, ev: Session, candidate: Candidate, tag: str) -> tuple[float, float, float]:
     """The original tool's way: per case, compile, write the request, start a harness process,
-    read its outputs back and compare them. Request JSON files come from Evaluator.request_for."""
+    read its outputs back and compare them. Request JSON files come from evaluation.evaluate.case_request."""
     wl = ev.workload
     requests = {}
     root = bench.workdir / "baseline" / tag
     for case in wl.spec.cases:  # building the requests is not timed: the same files either way
-        req, _, problem = ev.request_for(candidate, case.name, root / case.name, timing=case.kind == "performance")
-        if req is None:
-            raise KerneloptError(f"baseline request for {case.name}: {problem}")
-        requests[case.name] = req
+        built = case_request(ev, candidate, case.name, root / case.name, timing=case.kind == "performance")
+        if built.request is None:
+            raise KerneloptError(f"baseline request for {case.name}: {built.problem}")
+        requests[case.name] = request_json(built.request)
     start = time.perf_counter()
     kernel = 0.0
     for i, case in enumerate(wl.spec.cases):
@@ -260,7 +263,7 @@ def throughput(bench: Bench, workloads: tuple[str, ...] = ("sgemm", "softmax"), 
                                      ("same candidate (warm)", [variant(base, "same")] * n)):
                 bench.say(f"throughput: {name}, {mode}")
                 if mode.startswith("same"):
-                    ev.evaluate(candidates[0])  # compiled once before the clock starts
+                    evaluate(ev, candidates[0])  # compiled once before the clock starts
                 runs = [_timed_evaluate(ev, c) for c in candidates]
                 wall = sum(w for w, _, _ in runs)
                 sec.rows.append({
@@ -304,7 +307,7 @@ def repeatability(bench: Bench, specs: tuple[RepeatSpec, ...] = REPEAT_SPECS, re
             scores = []
             for i in range(repeats):
                 bench.say(f"repeatability: {spec.label} {i + 1}/{repeats}")
-                result = ev.evaluate(cand)
+                result = evaluate(ev, cand)
                 if not result.ok or result.score_ms is None:
                     raise KerneloptError(f"{spec.label}: {result.status}: {result.message}")
                 scores.append(result.score_ms)
@@ -345,7 +348,7 @@ def agreement(bench: Bench, specs: tuple[tuple[str, str], ...] = AGREE_SPECS) ->
         with bench.evaluator(wl, f"agree-{name}") as ev:
             cand = reference(wl)
             bench.say(f"agreement: {name} {case}: benchmark")
-            result = ev.evaluate(cand)
+            result = evaluate(ev, cand)
             timing = result.cases[0].timing
             if not result.ok or timing is None:
                 raise KerneloptError(f"{name}: {result.status}: {result.message}")
@@ -386,7 +389,7 @@ def checks(bench: Bench, workloads: tuple[str, ...] = ("vector_add", "softmax", 
                 bench.evaluator(wl, f"checks-{name}-off", options=off_options) as off:
             runs: dict[str, list[tuple[float, float, float]]] = {"off": [], "on": []}
             for mode, ev in (("off", off), ("on", on)):
-                ev.evaluate(cand)  # compiled once before the clock starts
+                evaluate(ev, cand)  # compiled once before the clock starts
             for i in range(trials):
                 for mode, ev in (("off", off), ("on", on)):
                     bench.say(f"checks: {name} {mode} {i + 1}/{trials}")

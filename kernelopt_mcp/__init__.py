@@ -26,7 +26,10 @@ from .errors import (
     ToolchainNotFound,
     WorkloadError,
 )
-from .evaluation.evaluate import Candidate, EvaluateOptions, EvaluationResult, Evaluator, Status, initial_candidate
+from .evaluation.candidate import Candidate, EvaluateOptions, initial_candidate
+from .evaluation.evaluate import case_request, evaluate, prepare
+from .evaluation.outcomes import EvaluationResult, Status
+from .evaluation.session import Session
 from .gpu import DeviceInfo, device_info
 from .evaluation.harness import HarnessProcess, find_harness
 from .launch import LaunchConfig, LaunchSpec
@@ -38,10 +41,10 @@ __all__ = [
     "Candidate", "CompileResult", "CountersNotPermitted", "DeviceInfo", "DeviceUnavailable", "DocsSearchResult",
     "EvaluateOptions", "ProfileOptions", "ProfileSummary", "ProfiledKernelFailed", "ProfilerError", "ProfilerTimeout",
     "find_ncu", "profile_case", "search_docs",
-    "EvaluationResult", "Evaluator", "ExpressionError", "HarnessError", "HarnessProcess",
+    "EvaluationResult", "ExpressionError", "HarnessError", "HarnessProcess",
     "InputError", "KerneloptError", "LaunchConfig", "LaunchConfigError", "LaunchSpec",
-    "OutputComparison", "Settings", "Status", "ToolchainNotFound", "Workload", "WorkloadError",
-    "WorkloadSpec", "__version__", "compare", "compile_kernel", "device_info", "find_harness",
-    "find_workload", "geometric_mean", "initial_candidate", "list_workloads", "load_parts",
+    "OutputComparison", "Session", "Settings", "Status", "ToolchainNotFound", "Workload", "WorkloadError",
+    "WorkloadSpec", "__version__", "case_request", "compare", "compile_kernel", "device_info", "evaluate", "find_harness",
+    "find_workload", "geometric_mean", "initial_candidate", "list_workloads", "load_parts", "prepare",
     "load_workload",
 ]

@@ -9,7 +9,6 @@ and runs the request.
 from __future__ import annotations
 
 import importlib.util
-import os
 import shutil
 import subprocess
 from pathlib import Path
@@ -59,23 +58,24 @@ def _ldconfig_paths() -> dict[str, Path]:
     return found
 
 
-def cublas_search_dirs() -> list[Path]:
-    """Where :func:`find_cublas` looks, in order (before the linker cache)."""
+def cublas_search_dirs(cuda_home: Path | None = None) -> list[Path]:
+    """Where :func:`find_cublas` looks, in order (before the linker cache); ``cuda_home`` is
+    ``Settings.cuda_home`` (CUDA_HOME, else CUDA_PATH, read at the entry point)."""
     dirs = _pip_lib_dirs()
-    cuda_home = os.environ.get("CUDA_HOME") or os.environ.get("CUDA_PATH")
-    if cuda_home:
-        dirs.append(Path(cuda_home) / "lib64")
+    if cuda_home is not None:
+        dirs.append(cuda_home / "lib64")
     dirs.extend(SYSTEM_CUDA_LIB_DIRS)
     return dirs
 
 
-def find_cublas() -> Path | None:
+def find_cublas(cuda_home: Path | None = None) -> Path | None:
     """The path of a loadable ``libcublas.so.13`` (or ``.12``), or None if there is none.
 
     Order: the ``nvidia.cu13`` / ``nvidia.cublas`` pip packages' ``lib`` directories,
-    ``$CUDA_HOME/lib64``, ``/usr/local/cuda/lib64``, then the names ``ldconfig -p`` knows.
+    ``cuda_home/lib64`` (``Settings.cuda_home``), ``/usr/local/cuda/lib64``, then the names
+    ``ldconfig -p`` knows.
     """
-    for directory in cublas_search_dirs():
+    for directory in cublas_search_dirs(cuda_home):
         for soname in CUBLAS_SONAMES:
             candidate = directory / soname
             if candidate.is_file():
@@ -97,6 +97,7 @@ def cublas_sgemm_request(
     library_path: Path | None = None,
     flush_l2: bool = True,
     support_module: Path | None = None,
+    cuda_home: Path | None = None,
 ) -> dict[str, Any]:
     """The harness request that times row-major FP32 ``C[m,n] = A[m,k] B[k,n]`` with cuBLAS.
 
@@ -113,10 +114,10 @@ def cublas_sgemm_request(
         if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
             raise ValueError(f"{name} must be a positive integer, got {value!r}")
     if library_path is None:
-        library_path = find_cublas()
+        library_path = find_cublas(cuda_home)
         if library_path is None:
             raise ToolchainNotFound(
-                "cuBLAS not found (looked in " + ", ".join(str(d) for d in cublas_search_dirs())
+                "cuBLAS not found (looked in " + ", ".join(str(d) for d in cublas_search_dirs(cuda_home))
                 + " and the ldconfig cache); install it with `pip install nvidia-cublas` or set CUDA_HOME"
             )
     request: dict[str, Any] = {
@@ -179,6 +180,7 @@ def run_cublas_sgemm(
     library_path: Path | None = None,
     flush_l2: bool = True,
     support_module: Path | None = None,
+    cuda_home: Path | None = None,
     timeout_s: float = 300,
 ) -> BaselineResult:
     """Time cuBLAS SGEMM on ``proc``'s device and return its median and TFLOP/s.
@@ -190,7 +192,8 @@ def run_cublas_sgemm(
         DeviceUnavailable: no usable GPU.
     """
     request = cublas_sgemm_request(
-        m, n, k, timing, proc.device, library_path=library_path, flush_l2=flush_l2, support_module=support_module
+        m, n, k, timing, proc.device, library_path=library_path, flush_l2=flush_l2, support_module=support_module,
+        cuda_home=cuda_home,
     )
     reply = proc.request(request, timeout_s)
     if reply.timed_out:

@@ -10,38 +10,25 @@ import time
 from collections.abc import Callable, Mapping
 from importlib.metadata import EntryPoint, entry_points
 from pathlib import Path
-from typing import Any, TextIO
+from typing import TextIO
 
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from . import __version__
-from .evaluation.calibrate import peaks_for
-from .compile_pool import set_default_limits
-from .compiler import CompileCache, OptionError, compile_kernel
+from . import __version__, app
+from .compile_pool import warn_if_unconfined
+from .compiler import OptionError
 from .config import Settings, find_workload, list_workloads
 from .docs import search_docs
 from .errors import KerneloptError
-from .evaluation.evaluate import (
-    Candidate,
-    EvaluateOptions,
-    EvaluationResult,
-    Evaluator,
-    initial_candidate,
-)
-from .gpu import DeviceInfo, device_info
-from .evaluation.harness import HarnessProcess, find_harness
+from .evaluation.candidate import Candidate, initial_candidate
+from .evaluation.evaluate import prepare
 from .launch import LaunchSpec
-from .profiler import CLOCK_CONTROLS, ProfileOptions, find_ncu, profile_case
-from .results import compile_output
-from .sanitizer import (
-    SANITIZER_ERROR,
-    SanitizerReport,
-    find_sanitizer,
-    sanitize_candidate,
-    verdict,
-)
+from .profiler import CLOCK_CONTROLS, ProfileOptions, find_ncu
+from .render import print_calibration, print_evaluation, print_tune, size_text
+from .results import CheckedEvaluation
+from .sanitizer import find_sanitizer
 from .workload import Workload, json_schema, read_text
 
 EXIT_OK, EXIT_FAILED, EXIT_ERROR = 0, 1, 2
@@ -55,7 +42,7 @@ def _settings(args: argparse.Namespace) -> Settings:
         ncu=getattr(args, "ncu", None),
         unconfined_compiler=getattr(args, "unconfined_compiler", None),
     )
-    set_default_limits(settings.compile_limits())
+    warn_if_unconfined(settings.compile_limits())
     return settings
 
 
@@ -63,10 +50,9 @@ def cmd_gpu(args: argparse.Namespace, out: Console) -> int:
     settings = _settings(args)
     if args.force and not args.calibrate:
         raise KerneloptError("--force only applies to --calibrate: `kernelopt gpu --calibrate --force`")
-    harness = find_harness(settings.harness)
-    info = device_info(harness, settings.device)
     if args.calibrate:
-        return _calibrate(args, out, settings, harness, info)
+        return _calibrate(args, out, settings)
+    info = app.gpu_info(settings)
     if args.json:
         print(info.model_dump_json(indent=2))
         return EXIT_OK
@@ -77,35 +63,16 @@ def cmd_gpu(args: argparse.Namespace, out: Console) -> int:
     return EXIT_OK
 
 
-def _calibrate(args: argparse.Namespace, out: Console, settings: Settings, harness: Path, info: DeviceInfo) -> int:
-    from .evaluation.calibrate import calibrate
-
+def _calibrate(args: argparse.Namespace, out: Console, settings: Settings) -> int:
     def progress(message: str) -> None:
         if not args.json:
             out.print(f"[dim]… {escape(message)}[/]", highlight=False)
 
-    cache = CompileCache(settings.cache_root() / "compile", max_bytes=settings.compile_cache_bytes())
-    with HarnessProcess(harness, settings.device) as proc:
-        cal = calibrate(proc, info, settings.cache_root(), force=args.force, compile_cache=cache, progress=progress)
+    info, cal = app.calibrate_gpu(settings, force=args.force, progress=progress)
     if args.json:
         print(cal.model_dump_json(indent=2))
         return EXIT_OK
-    table = Table(title=f"calibration of {escape(info.summary())}, measured {cal.measured_at}")
-    for col in ("", "measured", "theoretical", "%", "median ms", "IQR ms"):
-        table.add_column(col, justify="left" if not col else "right")
-    for label, value, theory, unit, t in (
-        ("copy bandwidth (read + write)", cal.copy_bytes_per_s, cal.theoretical_bytes_per_s, "TB/s", cal.copy_timing),
-        ("FP32 FMA rate", cal.fma_flops_per_s, cal.theoretical_flops_per_s, "TFLOP/s", cal.fma_timing),
-    ):
-        table.add_row(
-            label, f"{value / 1e12:.2f} {unit}", f"{theory / 1e12:.2f} {unit}" if theory else "",
-            f"{100 * value / theory:.0f}%" if theory else "", f"{t.median_ms:.4f}", f"{t.iqr_ms:.4f}",
-        )
-    out.print(table)
-    if cal.clocks is not None:
-        out.print(f"[dim]clocks after: {escape(cal.clocks.summary())}[/]", highlight=False)
-    out.print(f"[dim]cached in {escape(str(settings.cache_root() / 'calibration'))}; "
-              "`kernelopt gpu --calibrate --force` measures again[/]", highlight=False)
+    print_calibration(out, info, cal, settings.cache_root())
     return EXIT_OK
 
 
@@ -135,18 +102,12 @@ def cmd_workloads(args: argparse.Namespace, out: Console) -> int:
 def cmd_compile(args: argparse.Namespace, out: Console) -> int:
     settings = _settings(args)
     source = read_text(Path(args.file), "kernel source", KerneloptError)
-    arch, arch_from = args.arch, "argument"
-    if arch is None and settings.arch is not None:
-        arch, arch_from = settings.arch, "setting (KERNELOPT_ARCH)"
-    if arch is None:
-        try:
-            arch, arch_from = device_info(find_harness(settings.harness), settings.device).arch, "this GPU"
-        except KerneloptError:
-            arch, arch_from = "sm_90", "default (no GPU found)"
-    cache = CompileCache(settings.cache_root() / "compile", max_bytes=settings.compile_cache_bytes())
-    result = compile_kernel(source, arch, args.option or [], filename=Path(args.file).name, cache=cache)
+    arch, arch_from = app.target_arch(settings, args.arch)
     # the same shape as the MCP compile tool's output (results.CompileOutput)
-    output = compile_output(result, arch_from)
+    result, output = app.compile_source(
+        settings, source, arch, arch_from=arch_from, options=args.option or [], filename=Path(args.file).name,
+        cache=app.compile_cache(settings),
+    )
     if args.ptx and result.ptx:
         Path(args.ptx).write_text(result.ptx)
     if args.cubin and result.cubin:
@@ -193,11 +154,10 @@ def cmd_evaluate(args: argparse.Namespace, out: Console) -> int:
     workload = find_workload(args.workload, settings)
     # several kernels share one session: the same inputs, expected outputs and reference timing
     candidates = [_candidate(args, workload, k) for k in [args.kernel, *args.more_kernels] if k] or [_candidate(args, workload)]
-    harness = find_harness(settings.harness)
-    device = device_info(harness, settings.device)
-    options = EvaluateOptions(
-        warmup=args.warmup, iterations=args.iterations, flush_l2=not args.no_flush_l2,
-        timeout_s=args.timeout or settings.timeout_s, timing_mode=args.timing_mode, blocking=not args.no_blocking,
+    device = app.gpu_info(settings)
+    options = app.evaluate_options(
+        settings, warmup=args.warmup, iterations=args.iterations, flush_l2=not args.no_flush_l2,
+        timeout_s=args.timeout, timing_mode=args.timing_mode, blocking=not args.no_blocking,
         adaptive_rse=args.adaptive,
     )
     quiet = args.json
@@ -207,102 +167,25 @@ def cmd_evaluate(args: argparse.Namespace, out: Console) -> int:
             out.print(f"[dim]… {message}[/]", highlight=False)
 
     sanitizer = find_sanitizer(settings.sanitizer) if args.sanitize else None  # say at once when it is missing
-    done: list[tuple[EvaluationResult, list[SanitizerReport] | None]] = []
-    with HarnessProcess(harness, settings.device) as proc, Evaluator(
-        workload, proc, device, workdir=Path(args.workdir) if args.workdir else None, seed=args.seed,
-        options=options, arch=settings.arch, progress=progress, peaks=peaks_for(device, settings.cache_root()),
-    ) as ev:
-        ev.prepare(time_reference=not args.no_benchmark)
+    done: list[CheckedEvaluation] = []
+    with app.open_harness(settings) as proc, app.open_session(
+        settings, workload, proc, device, options=options, seed=args.seed,
+        workdir=Path(args.workdir) if args.workdir else None, progress=progress,
+    ) as session:
+        prepare(session, time_reference=not args.no_benchmark)
         for candidate in candidates:
-            result = ev.evaluate(candidate, benchmark=not args.no_benchmark)
-            reports: list[SanitizerReport] | None = None
-            if sanitizer is not None and result.ok:
-                progress("running compute-sanitizer memcheck, racecheck, initcheck on the correctness cases", 0, 1)
-                reports = sanitize_candidate(ev, candidate, sanitizer, harness, ev.workdir / "sanitizer" / candidate.name)
-            done.append((result, reports))
-        reference = ev.reference_result
-    payloads = []
-    failed = False
-    for result, reports in done:
-        failed |= _report_evaluation(args, out, result, reports, reference, payloads)
+            done.append(app.evaluate_kernel(
+                session, candidate, benchmark=not args.no_benchmark, sanitizer=sanitizer,
+                sanitizer_dir=session.workdir / "sanitizer" / candidate.name,
+            ))
+        reference = session.reference_result
+    payloads = [checked.as_json(reference) for checked in done]
     if args.json:
         print(json.dumps(payloads[0] if len(payloads) == 1 else payloads, indent=2))
-    return EXIT_FAILED if failed else EXIT_OK
-
-
-def _report_evaluation(
-    args: argparse.Namespace, out: Console, result: EvaluationResult, reports: list[SanitizerReport] | None,
-    reference: EvaluationResult | None, payloads: list[dict[str, Any]],
-) -> bool:
-    """Print one kernel's result (or add its JSON to ``payloads``); True when it failed."""
-    clean, verdict_line = verdict(reports) if reports is not None else (True, "")
-    status = result.status.value if clean else SANITIZER_ERROR
-    if args.json:
-        payload: dict[str, Any] = json.loads(result.model_dump_json())
-        payload["status"] = status
-        if reports is not None:
-            payload["sanitizer"] = [json.loads(r.model_dump_json()) for r in reports]
-            payload["sanitizer_message"] = verdict_line
-        if reference is not None:
-            payload["reference"] = json.loads(reference.model_dump_json(exclude={"compile"}))
-        payloads.append(payload)
     else:
-        print_result(out, result, reference)
-        if reports is not None:
-            print_sanitizer(out, reports, verdict_line, clean)
-        elif args.sanitize:
-            out.print("[dim]sanitizer not run: the kernel must pass validation first[/]", highlight=False)
-    return not (result.ok and clean)
-
-
-def print_sanitizer(out: Console, reports: list[SanitizerReport], verdict_line: str, clean: bool) -> None:
-    table = Table(title="compute-sanitizer on the correctness cases")
-    for col in ("case", "tool", "result", "errors", "first finding"):
-        table.add_column(col)
-    for r in reports:
-        first = r.findings[0].summary() if r.findings else r.message
-        table.add_row(
-            r.case, r.tool.value, "[green]clean[/]" if r.passed else "[red]errors[/]", str(r.errors), escape(first),
-        )
-    out.print(table)
-    out.print(f"[bold]{'ok' if clean else SANITIZER_ERROR}[/]: {escape(verdict_line)}", highlight=False)
-
-
-def print_result(out: Console, result: EvaluationResult, reference: EvaluationResult | None) -> None:
-    out.print(
-        f"[bold]{result.workload}[/] · {result.candidate} · {result.device or result.arch} · seed {result.seed}",
-        highlight=False,
-    )
-    if result.compile is not None and result.compile.ok:
-        out.print(f"  {escape(result.compile.summary())}", highlight=False)
-    table = Table()
-    for col in ("case", "kind", "status", "max rel err", "median ms", "IQR ms", "ref ms", "speedup", "GB/s", "TFLOP/s"):
-        table.add_column(col, justify="right" if col not in ("case", "kind", "status") else "left")
-    for c in result.cases:
-        t = c.timing
-        err = max((o.max_rel_error for o in c.outputs), default=None)
-        style = "green" if c.status == "ok" else "red"
-        table.add_row(
-            c.name, c.kind, f"[{style}]{c.status.value}[/]",
-            f"{err:.2e}" if err is not None else "",
-            f"{t.median_ms:.4f}" if t else "",
-            f"{t.iqr_ms:.4f}" if t else "",
-            f"{c.reference_median_ms:.4f}" if c.reference_median_ms else "",
-            f"{c.speedup:.2f}x" if c.speedup else "",
-            f"{c.bytes_per_s / 1e9:.0f}" if c.bytes_per_s else "",
-            f"{c.flops_per_s / 1e12:.2f}" if c.flops_per_s else "",
-        )
-    out.print(table)
-    for c in result.cases:
-        if c.message:
-            out.print(f"  [red]{c.name}[/]: {escape(c.message)}", highlight=False)
-    line = f"[bold]{result.status.value}[/]: {escape(result.message)}"
-    if result.speedup:
-        line += f"; speedup vs CUDA reference {result.speedup:.2f}x (reference score {result.reference_score_ms:.4g} ms)"
-    out.print(line, highlight=False)
-    out.print(f"[dim]expected outputs: {escape(result.expected_from)}[/]", highlight=False)
-    for note in result.notes:
-        out.print(f"[yellow]note:[/] {escape(note)}", highlight=False)
+        for checked in done:
+            print_evaluation(out, checked, reference, sanitize_asked=args.sanitize)
+    return EXIT_OK if all(checked.ok for checked in done) else EXIT_FAILED
 
 
 def cmd_profile(args: argparse.Namespace, out: Console) -> int:
@@ -315,9 +198,8 @@ def cmd_profile(args: argparse.Namespace, out: Console) -> int:
     )
     options.check()
     options.ncu = find_ncu(settings.ncu)  # before any GPU work: say at once when ncu is missing
-    harness = find_harness(settings.harness)
-    device = device_info(harness, settings.device)
-    case = args.case or (workload.spec.performance_cases[0].name if workload.spec.performance_cases else workload.spec.cases[-1].name)
+    device = app.gpu_info(settings)
+    case = args.case or app.default_profile_case(workload)
     out_dir = Path(args.output) if args.output else (
         Path("kernelopt-profiles") / f"{time.strftime('%Y%m%d-%H%M%S')}-{workload.name}-{candidate.name}-{case}"
     )
@@ -326,11 +208,10 @@ def cmd_profile(args: argparse.Namespace, out: Console) -> int:
         if not args.json:
             out.print(f"[dim]… {escape(message)}[/]", highlight=False)
 
-    with HarnessProcess(harness, settings.device) as proc, Evaluator(
-        workload, proc, device, seed=args.seed, arch=settings.arch, progress=progress,
-        options=EvaluateOptions(timeout_s=settings.timeout_s),
-    ) as ev:
-        summary = profile_case(ev, candidate, case, out_dir, options, harness=harness, progress=progress)
+    with app.open_harness(settings) as proc, app.open_session(
+        settings, workload, proc, device, seed=args.seed, progress=progress,
+    ) as session:
+        summary = app.profile_kernel(session, candidate, case, out_dir, options, progress=progress)
     if args.json:
         print(summary.model_dump_json(indent=2))
     else:
@@ -343,7 +224,7 @@ def cmd_docs(args: argparse.Namespace, out: Console) -> int:
     arch = args.arch or settings.arch
     if arch is None and not args.offline and not settings.docs_offline:
         try:
-            arch = device_info(find_harness(settings.harness), settings.device).arch
+            arch = app.gpu_info(settings).arch
         except KerneloptError:
             arch = None
 
@@ -363,7 +244,7 @@ def cmd_docs(args: argparse.Namespace, out: Console) -> int:
 
 
 def cmd_tune(args: argparse.Namespace, out: Console) -> int:
-    from .tune import TuneCache, load_tunable, summary_line, tune, workload_tunable_path
+    from .tune import load_tunable, summary_line, workload_tunable_path
     from .tune.report import save_tuning
 
     settings = _settings(args)
@@ -372,27 +253,23 @@ def cmd_tune(args: argparse.Namespace, out: Console) -> int:
     run_dir = Path(args.output) if args.output else (
         Path("kernelopt-tune") / f"{time.strftime('%Y%m%d-%H%M%S')}-{workload.name}"
     )
-    harness = find_harness(settings.harness)
-    device = device_info(harness, settings.device)
-    options = EvaluateOptions(
-        warmup=args.warmup, iterations=args.iterations, flush_l2=not args.no_flush_l2,
-        timeout_s=args.timeout or settings.timeout_s,
+    device = app.gpu_info(settings)
+    options = app.evaluate_options(
+        settings, warmup=args.warmup, iterations=args.iterations, flush_l2=not args.no_flush_l2, timeout_s=args.timeout,
     )
-    cache = TuneCache(None if args.no_cache else settings.cache_root() / "tune", max_bytes=settings.tune_cache_bytes())
+    cache = app.tune_cache(settings, enabled=not args.no_cache)
     quiet = args.json
 
     def progress(message: str, done: int, total: int) -> None:
         if not quiet:
             out.print(f"[dim]… [{done}/{total or '?'}] {escape(message)}[/]", highlight=False)
 
-    compile_cache = CompileCache(settings.cache_root() / "compile", max_bytes=settings.compile_cache_bytes())
-    with HarnessProcess(harness, settings.device) as proc, Evaluator(
-        workload, proc, device, seed=args.seed, options=options, arch=settings.arch, compile_cache=compile_cache,
-        peaks=peaks_for(device, settings.cache_root()),
+    with app.open_harness(settings) as proc, app.open_session(
+        settings, workload, proc, device, seed=args.seed, options=options, cache=app.compile_cache(settings),
         progress=(lambda m, d, t: out.print(f"[dim]    {escape(m)}[/]", highlight=False)) if args.verbose and not quiet else None,
-    ) as ev:
-        result = tune(
-            ev, tunable, strategy=args.strategy, budget_evals=args.budget_evals, budget_s=args.budget_s,
+    ) as session:
+        result = app.tune_kernel(
+            session, tunable, strategy=args.strategy, budget_evals=args.budget_evals, budget_s=args.budget_s,
             seed=args.tune_seed, cache=cache, progress=progress,
         )
     written = save_tuning(result, tunable, run_dir)
@@ -405,27 +282,6 @@ def cmd_tune(args: argparse.Namespace, out: Console) -> int:
     return EXIT_OK if result.best else EXIT_FAILED
 
 
-def print_tune(out: Console, result: Any, top: int) -> None:
-    names = list(result.untuned_params)
-    table = Table(title=f"{result.workload}: {result.strategy} search, {result.counts.tried} of "
-                  f"{result.valid_space_size if result.valid_space_size is not None else result.space_size} configurations")
-    for col in ("#", *names, "status", "score ms", "vs untuned", "vs ref", "cached"):
-        table.add_column(col, justify="left" if col == "status" else "right")
-    rows = result.ranked()
-    shown = rows[:top] + [r for r in rows[top:] if r.index == 0]  # the untuned row always
-    for r in shown:
-        style = "green" if r.status == "ok" else "red"
-        mark = " (untuned)" if r.index == 0 else ""
-        table.add_row(
-            f"{r.index}{mark}", *(str(r.params.get(n)) for n in names), f"[{style}]{r.status}[/]",
-            f"{r.score_ms:.4g}" if r.score_ms else "", f"{r.speedup_vs_untuned:.2f}x" if r.speedup_vs_untuned else "",
-            f"{r.speedup_vs_reference:.2f}x" if r.speedup_vs_reference else "", "yes" if r.cached else "",
-        )
-    out.print(table)
-    if len(rows) > len(shown):
-        out.print(f"[dim]({len(rows) - len(shown)} more rows in tune.csv)[/]")
-
-
 def cmd_schema(args: argparse.Namespace, out: Console) -> int:
     text = json.dumps(json_schema(), indent=2)
     if args.output:
@@ -433,14 +289,6 @@ def cmd_schema(args: argparse.Namespace, out: Console) -> int:
     else:
         print(text)
     return EXIT_OK
-
-
-def _size(n: int) -> str:
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if n < 1024 or unit == "GiB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1024  # type: ignore[assignment]
-    return str(n)
 
 
 def cmd_cache(args: argparse.Namespace, out: Console) -> int:
@@ -458,7 +306,7 @@ def cmd_cache(args: argparse.Namespace, out: Console) -> int:
         for col in ("kind", "entries", "size", "bound"):
             table.add_column(col, justify="left" if col == "kind" else "right")
         for k in kinds:
-            table.add_row(k.kind, str(k.entries), _size(k.bytes), _size(k.bound_bytes) if k.bound_bytes else "")
+            table.add_row(k.kind, str(k.entries), size_text(k.bytes), size_text(k.bound_bytes) if k.bound_bytes else "")
         out.print(table)
         out.print("[dim]`kernelopt cache clear [KIND]` empties them; KERNELOPT_CACHE moves them; "
                   "KERNELOPT_COMPILE_CACHE_MB and KERNELOPT_TUNE_CACHE_MB bound them[/]", highlight=False)
@@ -470,7 +318,7 @@ def cmd_cache(args: argparse.Namespace, out: Console) -> int:
         print(json.dumps({"location": str(settings.cache_root()), "removed": [asdict(k) for k in removed]}, indent=2))
         return EXIT_OK
     for k in removed:
-        out.print(f"cleared {k.kind}: {k.entries} entries, {_size(k.bytes)}", highlight=False)
+        out.print(f"cleared {k.kind}: {k.entries} entries, {size_text(k.bytes)}", highlight=False)
     return EXIT_OK
 
 

@@ -453,25 +453,14 @@ class CompilePool:
 
 _default_pool = CompilePool()
 atexit.register(_default_pool.close)
-_default_limits = CompileLimits()
-
-
 def default_pool() -> CompilePool:
     return _default_pool
 
 
-def default_limits() -> CompileLimits:
-    return _default_limits
-
-
-def set_default_limits(limits: CompileLimits) -> None:
-    """The limits compiles use when the caller passes none (entry points set them from Settings).
-
-    Where compiles will run unconfined because the user accepted it, this says so now (once,
-    on stderr), so the warning is part of the server's or the CLI's start-up.
-    """
-    global _default_limits
-    _default_limits = limits
+def warn_if_unconfined(limits: CompileLimits) -> None:
+    """At an entry point's start-up: where compiles under ``limits`` (the settings' limits, passed
+    to every compile) will run unconfined because the user accepted it, say so now (once, on
+    stderr), so the warning is part of the server's or the CLI's start-up."""
     reason = unconfined_reason(limits)
     if reason is not None and limits.accept_unconfined:
         warn_unconfined_once(reason)

@@ -25,7 +25,7 @@ from pathlib import Path
 
 from pydantic import BaseModel, Field
 
-from .compile_pool import CompileFailure, CompileLimits, Toolchain, default_limits, default_pool
+from .compile_pool import CompileFailure, CompileLimits, Toolchain, default_pool
 from .errors import ToolchainNotFound
 from .source_policy import MAX_SOURCE_BYTES, include_problem
 
@@ -399,7 +399,7 @@ def compile_kernel(
     """Compile ``source`` for ``arch`` with NVRTC, in a capped worker process.
 
     A compile error is a result with ``status=error`` and diagnostics (with line numbers); so
-    is a compile that exceeds ``limits`` (default :func:`compile_pool.default_limits`: 60 s,
+    is a compile that exceeds ``limits`` (default ``CompileLimits()``, or the settings' at the entry points: 60 s,
     8 GiB of address space), with a message saying which limit. Exceptions are only for a
     missing toolchain or a refused option.
 
@@ -444,7 +444,7 @@ def compile_kernel(
         *options,
     ]
     # a later -std wins in NVRTC, so a candidate's own -std overrides the default
-    limits = limits or default_limits()
+    limits = limits or CompileLimits()
     try:
         out = default_pool().compile(source, filename, full_options, limits, nv.toolchain)
     except CompileFailure as exc:

@@ -83,6 +83,8 @@ class Settings:
     tune_cache_mb: int = 256
     # compute-sanitizer for the sanitizer tier (else PATH, then CUDA_HOME/bin, /usr/local/cuda/bin)
     sanitizer: Path | None = None
+    # the CUDA toolkit's root (CUDA_HOME, else CUDA_PATH): where the cuBLAS baseline looks for libcublas
+    cuda_home: Path | None = None
     # Nsight Compute: the ncu binary (else PATH and the usual install directories) and its deadline
     ncu: Path | None = None
     profile_timeout_s: float = 600.0
@@ -105,6 +107,9 @@ class Settings:
         for var, (name, convert) in _ENV_FIELDS.items():
             if env.get(var):
                 values[name] = convert(env[var])
+        cuda_home = env.get("CUDA_HOME") or env.get("CUDA_PATH")
+        if cuda_home:
+            values["cuda_home"] = Path(cuda_home)
         if env.get("KERNELOPT_WORKLOADS"):
             extra = tuple(Path(p) for p in env["KERNELOPT_WORKLOADS"].split(os.pathsep) if p)
             values["workload_dirs"] = (*extra, bundled_workloads_dir())

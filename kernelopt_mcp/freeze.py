@@ -15,8 +15,8 @@ Each frozen file records the generator it was drawn from (``drawn_from``, writte
 evaluator's hidden data sets would be these very bytes; with it, they (and the harness's fresh
 inputs for timed launches) are drawn again from the generator with the server's hidden seed.
 
-Replay requests are built by an :class:`~kernelopt_mcp.evaluation.evaluate.Evaluator` over the
-frozen workload without its references (``request_for``): building one compiles (NVRTC, no GPU)
+Replay requests are built by a :class:`~kernelopt_mcp.evaluation.session.Session` over the
+frozen workload without its references (``case_request``): building one compiles (NVRTC, no GPU)
 and writes files; nothing is launched here.
 
 Frozen workloads belong to the server process that froze them: :data:`FROZEN_WORKLOADS` holds
@@ -41,9 +41,12 @@ from pydantic import BaseModel, Field
 from .compile_pool import CompileLimits
 from .compiler import CompileCache, nvrtc_version
 from .errors import HarnessError, KerneloptError
-from .evaluation.evaluate import Candidate, EvaluateOptions, Evaluator
+from .evaluation.candidate import Candidate, EvaluateOptions
+from .evaluation.evaluate import case_request, prepare
 from .evaluation.inputs import fresh_seed
 from .evaluation.oracle import run_oracle
+from .evaluation.protocol import request_json
+from .evaluation.session import Session
 from .files import write_atomic
 from .gpu import DeviceInfo
 from .launch import LaunchSpec
@@ -76,7 +79,7 @@ class FrozenWorkload:
     name: str
     directory: Path
     workload: Workload
-    builder: Evaluator
+    builder: Session
     seed: int
     expected_from: str
     expected_cases: list[str]
@@ -219,12 +222,12 @@ def freeze_workload(
         write_atomic(wl_dir / "initial.cu", initial_cu.encode())
     _write_json(wl_dir / "workload.json", data)
     drawn = load_workload(wl_dir)
-    builder = Evaluator(
+    builder = Session(
         dataclasses.replace(drawn, reference_cu=None, oracle_path=None), _NoHarness(ordinal), device,  # type: ignore[arg-type]
-        workdir=directory, seed=seed, arch=arch, compile_cache=compile_cache,
+        workdir=directory, seed=seed, arch=arch, compile_cache=compile_cache, compile_limits=compile_limits,
         options=EvaluateOptions(warmup=warmup, iterations=iterations),
     )
-    builder.prepare(time_reference=False)  # materializes inputs/<case>/<buffer>.bin and a manifest
+    prepare(builder, time_reference=False)  # materializes inputs/<case>/<buffer>.bin and a manifest
 
     manifest_path = directory / "inputs" / "input_cases.json"
     manifest = json.loads(manifest_path.read_text())
@@ -251,7 +254,7 @@ def freeze_workload(
     return FrozenWorkload(name, directory, frozen_wl, builder, seed, expected_from, expected_cases)
 
 
-def _expected_outputs(wl: Workload, builder: Evaluator, directory: Path) -> list[str]:
+def _expected_outputs(wl: Workload, builder: Session, directory: Path) -> list[str]:
     """Raw little-endian float64 expected outputs from the oracle (readable without numpy's .npy parser)."""
     if wl.oracle_path is None:
         return []
@@ -285,11 +288,11 @@ def write_replay(
     written: dict[str, str] = {}
     for case in frozen.workload.spec.cases:
         out_dir = frozen.directory / into / "outputs" / case.name
-        request, _, problem = frozen.builder.request_for(candidate, case.name, out_dir, timing=case.kind == "performance")
-        if request is None:
-            return {}, problem or "the candidate cannot be built"
+        built = case_request(frozen.builder, candidate, case.name, out_dir, timing=case.kind == "performance")
+        if built.request is None:
+            return {}, built.problem or "the candidate cannot be built"
         relative = Path(into) / f"{case.name}.json"
-        _write_json(frozen.directory / relative, request)
+        _write_json(frozen.directory / relative, request_json(built.request))
         written[case.name] = str(relative)
     return written, None
 
@@ -371,9 +374,9 @@ __all__ = [
     "FrozenWorkload",
     "ReplayOutput",
     "freeze_workload",
-    "frozen_output",
-    "remember",
     "frozen_named",
+    "frozen_output",
     "frozen_workloads",
+    "remember",
     "write_replay",
 ]

@@ -3,7 +3,8 @@
 The profiled process is the native harness running one request without ``timing``: exactly
 one launch of the entry, which ncu replays as often as its sections need (memory saved and
 restored between passes, caches flushed by ncu before each pass). The request comes from
-:meth:`Evaluator.request_for`, so the kernel sees the same inputs as in ``evaluate``. The
+:func:`~kernelopt_mcp.evaluation.evaluate.case_request` on the workload's session, so the
+kernel sees the same inputs as in ``evaluate``. The
 run never feeds a timing: the duration ncu reports is under the profiler, with its clock
 control, and is labelled so.
 
@@ -33,9 +34,12 @@ from .errors import (
     ProfilerError,
     ProfilerTimeout,
 )
-from .evaluation.evaluate import Candidate, Evaluator
+from .evaluation.candidate import Candidate
+from .evaluation.evaluate import case_request
 from .executables import find_executable, run_killable
 from .evaluation.harness import find_harness, raise_for_request_error
+from .evaluation.protocol import request_json
+from .evaluation.session import Session
 from .ncu_report import ProfileSummary, parse_raw_csv, pick_kernel, summarize
 
 NCU_NAME = "ncu"
@@ -129,7 +133,7 @@ def ncu_version(ncu: Path) -> str | None:
 
 
 def profile_case(
-    evaluator: Evaluator,
+    session: Session,
     candidate: Candidate,
     case_name: str | None,
     out_dir: Path,
@@ -142,7 +146,7 @@ def profile_case(
     """Profile one case of ``candidate`` under ncu and summarise it.
 
     Args:
-        evaluator: the workload session (its inputs; prepared on first use, which needs the GPU).
+        session: the workload's session (its inputs; prepared on first use, which needs the GPU).
         case_name: a case of the workload; default the first performance case.
         out_dir: where the report (``profile.ncu-rep``), the raw CSV export and the summary go.
         harness: the kernelopt-harness binary (default: the installed one).
@@ -158,16 +162,17 @@ def profile_case(
     say = progress or (lambda message: None)
     ncu = find_ncu(options.ncu)
     binary = harness or find_harness()
-    wl = evaluator.workload
-    case = _pick_case(evaluator, case_name)
+    wl = session.workload
+    case = _pick_case(session, case_name)
     out_dir.mkdir(parents=True, exist_ok=True)
-    work = evaluator.workdir / "profile" / f"{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}-{candidate.name}-{case.name}"
+    work = session.workdir / "profile" / f"{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}-{candidate.name}-{case.name}"
     say(f"preparing {wl.name} and compiling {candidate.name}")
-    request, compiled, problem = evaluator.request_for(candidate, case.name, work / "outputs")
-    if request is None:
-        raise ProfiledKernelFailed(f"{candidate.name} cannot be profiled on case {case.name!r}: {problem or compiled.summary()}")
+    built = case_request(session, candidate, case.name, work / "outputs")
+    if built.request is None:
+        problem = built.problem or built.compiled.summary()
+        raise ProfiledKernelFailed(f"{candidate.name} cannot be profiled on case {case.name!r}: {problem}")
     request_path = work / "request.json"
-    request_path.write_text(json.dumps(request, indent=1))
+    request_path.write_text(json.dumps(request_json(built.request), indent=1))
     report = out_dir / "profile"
     entry = wl.signature.entry
     metrics = SUMMARY_METRICS if options.extra_metrics else ()
@@ -212,14 +217,14 @@ def profile_case(
     return summary
 
 
-def _pick_case(evaluator: Evaluator, case_name: str | None) -> Any:
-    spec = evaluator.workload.spec
+def _pick_case(session: Session, case_name: str | None) -> Any:
+    spec = session.workload.spec
     if case_name is None:
         perf = spec.performance_cases
         return perf[0] if perf else spec.cases[-1]
     names = [c.name for c in spec.cases]
     if case_name not in names:
-        raise ValueError(f"workload {evaluator.workload.name!r} has no case {case_name!r}; cases: {', '.join(names)}")
+        raise ValueError(f"workload {session.workload.name!r} has no case {case_name!r}; cases: {', '.join(names)}")
     return spec.case(case_name)
 
 

@@ -241,10 +241,55 @@ def _case_detail(c: CaseOutput) -> str:
     return (": " + "; ".join(parts)) if parts else ""
 
 
-def evaluation_output(
-    result: EvaluationResult, mode: str, *, sanitizer: list[SanitizerReport] | None = None
-) -> EvaluationOutput:
-    """The tool result; with ``sanitizer`` reports, any error makes the status ``sanitizer_error``."""
+class CheckedEvaluation(BaseModel):
+    """An evaluation and, when it ran, compute-sanitizer's verdict on it: what
+    :func:`kernelopt_mcp.app.evaluate_kernel` returns, printed by the CLI and turned into the
+    MCP tools' :class:`EvaluationOutput`. A sanitizer error makes the status ``sanitizer_error``
+    (decided here, once)."""
+
+    result: EvaluationResult
+    sanitizer: list[SanitizerReport] | None = Field(
+        None, description="compute-sanitizer per tool per correctness case (None: not run)"
+    )
+
+    @property
+    def clean(self) -> bool:
+        return self.sanitizer is None or sanitizer_verdict(self.sanitizer)[0]
+
+    @property
+    def sanitizer_message(self) -> str:
+        return sanitizer_verdict(self.sanitizer)[1] if self.sanitizer is not None else ""
+
+    @property
+    def ok(self) -> bool:
+        return self.result.ok and self.clean
+
+    @property
+    def status(self) -> str:
+        return self.result.status.value if self.clean else SANITIZER_ERROR
+
+    @property
+    def message(self) -> str:
+        if self.sanitizer is None:
+            return self.result.message
+        return f"{self.result.message}; {self.sanitizer_message}" if self.clean else self.sanitizer_message
+
+    def as_json(self, reference: EvaluationResult | None = None) -> dict[str, Any]:
+        """The full result as the CLI's --json prints it (the library's result, its merged status,
+        the sanitizer's reports and verdict, and the CUDA reference's own result)."""
+        payload: dict[str, Any] = json.loads(self.result.model_dump_json())
+        payload["status"] = self.status
+        if self.sanitizer is not None:
+            payload["sanitizer"] = [json.loads(r.model_dump_json()) for r in self.sanitizer]
+            payload["sanitizer_message"] = self.sanitizer_message
+        if reference is not None:
+            payload["reference"] = json.loads(reference.model_dump_json(exclude={"compile"}))
+        return payload
+
+
+def evaluation_output(checked: CheckedEvaluation, mode: str) -> EvaluationOutput:
+    """The MCP tools' compact result of an evaluation (its status merged with the sanitizer's)."""
+    result = checked.result
     cases = []
     for c in result.cases:
         checks = [
@@ -277,12 +322,9 @@ def evaluation_output(
             checked_launches=c.checked_launches, fresh_inputs=list(c.fresh_inputs),
             of_roofline_floor=c.roofline.of_floor if c.roofline else None,
         ))
-    status, message = result.status.value, result.message
-    if sanitizer is not None:
-        clean, line = sanitizer_verdict(sanitizer)
-        status, message = (status, f"{message}; {line}") if clean else (SANITIZER_ERROR, line)
     return EvaluationOutput(
-        status=status, message=_clip(message), mode=mode, workload=result.workload, sanitizer=sanitizer,
+        status=checked.status, message=_clip(checked.message), mode=mode, workload=result.workload,
+        sanitizer=checked.sanitizer,
         device=result.device, arch=result.arch, source_hash=(result.source_hash or "")[:16] or None,
         cases_passed=sum(c.status == "ok" for c in cases), cases_total=len(cases),
         score_ms=result.score_ms, reference_score_ms=result.reference_score_ms, speedup=result.speedup,

@@ -4,7 +4,7 @@ Validation compares outputs; it cannot see an out-of-bounds *read*, a read of un
 memory or a shared-memory race that happened to give the right answer this time. This tier
 runs ``compute-sanitizer --tool memcheck|racecheck|initcheck`` on
 ``kernelopt-harness run REQUEST.json`` for each correctness case (the same request the
-evaluator sends, from :meth:`Evaluator.request_for`) and parses its report into a
+evaluator sends, from :func:`~kernelopt_mcp.evaluation.evaluate.case_request`) and parses its report into a
 :class:`SanitizerReport` per tool per case. Kernels are compiled with ``-lineinfo`` (the
 compiler always adds it), so findings name the kernel's source line.
 
@@ -23,11 +23,14 @@ import shutil
 from collections.abc import Callable, Iterable
 from enum import StrEnum
 from pathlib import Path
-from typing import Any
 
 from pydantic import BaseModel, Field
 
 from .errors import KerneloptError, ToolchainNotFound
+from .evaluation.candidate import Candidate
+from .evaluation.evaluate import case_request
+from .evaluation.protocol import RunRequest, request_json
+from .evaluation.session import Session
 from .executables import find_executable, run_killable
 
 SANITIZER_NAME = "compute-sanitizer"
@@ -251,7 +254,7 @@ def _add_detail(finding: SanitizerFinding, line: str) -> None:
 
 
 def run_tool(
-    sanitizer: Path, tool: SanitizerTool, harness: Path, request: dict[str, Any], case: str, workdir: Path,
+    sanitizer: Path, tool: SanitizerTool, harness: Path, request: RunRequest, case: str, workdir: Path,
     *, timeout_s: float = DEFAULT_TIMEOUT_S, cancelled: Callable[[], bool] | None = None,
 ) -> SanitizerReport:
     """Run one tool on one harness request and parse what it reports.
@@ -260,12 +263,13 @@ def run_tool(
         HarnessCancelled: ``cancelled()`` became true; the sanitizer and the harness under it were killed.
     """
     workdir.mkdir(parents=True, exist_ok=True)
-    request = json.loads(json.dumps(request))
+    request = request.model_copy(deep=True)
     if tool is SanitizerTool.memcheck:
-        request["guard_bytes"] = 0
-    request.get("cases", [{}])[0].pop("timing", None)  # correctness only: one launch
+        request.guard_bytes = 0
+    for entry in request.cases[:1]:
+        entry.timing = None  # correctness only: one launch
     request_path = workdir / f"{tool.value}.request.json"
-    request_path.write_text(json.dumps(request, indent=1))
+    request_path.write_text(json.dumps(request_json(request), indent=1))
     log_file = workdir / f"{tool.value}.log"
     log_file.unlink(missing_ok=True)
     cmd = sanitizer_command(sanitizer, tool, harness, request_path, log_file)
@@ -318,11 +322,11 @@ def _harness_case_status(stdout: bytes) -> str | None:
 
 
 def sanitize_candidate(
-    evaluator: Any, candidate: Any, sanitizer: Path, harness: Path, workdir: Path,
+    session: Session, candidate: Candidate, sanitizer: Path, harness: Path, workdir: Path,
     *, tools: Iterable[SanitizerTool] = ALL_TOOLS, timeout_s: float = DEFAULT_TIMEOUT_S,
     cancelled: Callable[[], bool] | None = None,
 ) -> list[SanitizerReport]:
-    """Every tool on every correctness case of ``candidate`` (an :class:`Evaluator` and a ``Candidate``).
+    """Every tool on every correctness case of ``candidate``, on the session's inputs.
 
     Raises:
         KerneloptError: the candidate cannot be run (it does not compile or its launch is invalid:
@@ -331,13 +335,15 @@ def sanitize_candidate(
         HarnessCancelled: ``cancelled()`` became true (polled while each tool runs).
     """
     reports = []
-    cases = [c.name for c in evaluator.workload.spec.cases if c.kind == "correctness"]
+    cases = [c.name for c in session.workload.spec.cases if c.kind == "correctness"]
     for case in cases:
-        request, _, problem = evaluator.request_for(candidate, case, workdir / case / "outputs")
-        if request is None:
-            raise KerneloptError(f"case {case!r} cannot be run under the sanitizer: {problem}; validate the kernel first")
+        built = case_request(session, candidate, case, workdir / case / "outputs")
+        if built.request is None:
+            raise KerneloptError(
+                f"case {case!r} cannot be run under the sanitizer: {built.problem}; validate the kernel first"
+            )
         for tool in tools:
-            reports.append(run_tool(sanitizer, SanitizerTool(tool), harness, request, case, workdir / case,
+            reports.append(run_tool(sanitizer, SanitizerTool(tool), harness, built.request, case, workdir / case,
                                     timeout_s=timeout_s, cancelled=cancelled))
     return reports
 

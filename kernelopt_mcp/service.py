@@ -1,28 +1,27 @@
 """The MCP server's engine room, with no MCP in it: configuration, path confinement, the GPU
-queue, prepared evaluators, created workloads, and the compact results the tools return.
+queue, prepared sessions, created workloads, and the compact results the tools return.
 
-``server.py`` maps this onto MCP tools; tests can drive it directly. The library underneath is
-synchronous; here it runs in worker threads (:func:`anyio.to_thread.run_sync`) so the event
-loop keeps answering while a kernel runs:
+The server package maps this onto MCP tools; tests can drive it directly. The work itself is the
+application layer's (:mod:`kernelopt_mcp.app`, shared with the CLI), synchronous; here it runs
+in worker threads (:func:`anyio.to_thread.run_sync`) so the event loop keeps answering while a
+kernel runs:
 
-- One GPU job at a time per device, first come first served; a job learns its queue position.
-  Compiles do not queue: they need no GPU and run concurrently.
+- One GPU job at a time per device, first come first served; a job learns its queue position
+  (:mod:`kernelopt_mcp.gpu_queue`). Compiles do not queue: they need no GPU and run concurrently.
 - One persistent harness process per device. Cancelling a call kills it (and keeps it from
   restarting until the job has unwound), so nothing is left running on the GPU.
-- One prepared :class:`Evaluator` per workload (a small LRU), drawn from a seed fixed for the
-  server's lifetime and never returned to the model, which therefore cannot choose inputs.
+- One prepared :class:`~kernelopt_mcp.evaluation.session.Session` per workload (a small LRU),
+  drawn from a seed fixed for the server's lifetime and never returned to the model, which
+  therefore cannot choose inputs.
 """
 
 from __future__ import annotations
 
-import math
 import re
 import shutil
 import tempfile
 import time
-from collections import OrderedDict
-from collections.abc import AsyncIterator, Awaitable, Callable
-from contextlib import asynccontextmanager
+from collections.abc import Callable
 from contextvars import ContextVar
 from dataclasses import dataclass, field, replace
 from functools import partial
@@ -30,33 +29,34 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import anyio
-import anyio.from_thread
-import anyio.lowlevel
 import anyio.to_thread
 
-from .evaluation.calibrate import peaks_for
-from .compile_pool import set_default_limits
-from .compiler import MAX_SOURCE_BYTES, CompileCache, compile_kernel
+from . import app
+from .compile_pool import warn_if_unconfined
+from .compiler import MAX_SOURCE_BYTES
 from .config import Settings, bundled_workloads_dir, list_workloads
 from .docs import DocsSearchResult, search_docs
-from .errors import HarnessCancelled, KerneloptError, TunableError
-from .evaluation.evaluate import Candidate, EvaluateOptions, EvaluationResult, Evaluator
-from .freeze import frozen_workloads
-from .gpu import DeviceInfo, device_info
-from .evaluation.harness import HarnessProcess, find_harness
+from .errors import KerneloptError, TunableError
+from .evaluation.candidate import Candidate
+from .evaluation.evaluate import prepare
 from .evaluation.inputs import fresh_seed
+from .evaluation.outcomes import EvaluationResult
+from .evaluation.session import Session
+from .freeze import frozen_workloads
+from .gpu import DeviceInfo
+from .gpu_queue import DeviceSlot, Notify, ProgressFn, run_on_device
 from .launch import LaunchSpec
 from .ncu_report import ProfileSummary
-from .profiler import ProfileOptions, find_ncu, profile_case
+from .profiler import ProfileOptions, find_ncu
 from .results import (
+    CheckedEvaluation,
     CompileOutput,
     CreatedWorkload,
     EvaluationOutput,
     compile_error_output,
-    compile_output,
     evaluation_output,
 )
-from .sanitizer import SanitizerReport, find_sanitizer, sanitize_candidate
+from .sanitizer import find_sanitizer
 from .tune import Tunable, load_tunable, parse_tunable, workload_tunable_path
 from .tune.output import AutotuneOutput
 from .workload import (
@@ -68,7 +68,6 @@ from .workload import (
 from .workspace import RequestError, create_workload
 
 T = TypeVar("T")
-Notify = Callable[[str], Awaitable[None]]
 
 MAX_WARMUP = 100
 MAX_ITERATIONS = 1000
@@ -77,7 +76,6 @@ MAX_TUNE_SECONDS = 4 * 3600.0
 DEFAULT_PREPARED_WORKLOADS = 3
 DEFAULT_SESSION_IDLE_TIMEOUT_S = 30 * 60.0  # an HTTP session with no request in flight this long is closed
 DEFAULT_MAX_SESSIONS = 1000  # open HTTP sessions (the SDK's 10 000 would hold ~370 MiB)
-HEARTBEAT_S = 10.0  # progress at least this often while a job waits or runs
 NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 SOURCE_SUFFIXES = (".cu", ".cuh")  # what a `path` argument may name
 
@@ -112,55 +110,6 @@ class ServerConfig:
         return list(dict.fromkeys(r.expanduser().resolve() for r in roots))
 
 
-class GpuQueue:
-    """One job at a time, first come first served; a waiting job hears how many are ahead."""
-
-    def __init__(self) -> None:
-        self._lock = anyio.Lock()
-        self._queue: list[object] = []
-
-    @asynccontextmanager
-    async def turn(self, notify: Notify) -> AsyncIterator[None]:
-        ticket = object()
-        self._queue.append(ticket)
-        acquired = False
-
-        async def report() -> None:
-            while True:
-                ahead = self._queue.index(ticket) + 1  # the running job, then those queued earlier
-                await notify(f"queued for the GPU: {ahead} job(s) ahead (one GPU job runs at a time)")
-                await anyio.sleep(HEARTBEAT_S)
-
-        try:
-            async with anyio.create_task_group() as tg:
-                if self._lock.locked():
-                    tg.start_soon(report)
-                await self._lock.acquire()
-                acquired = True
-                tg.cancel_scope.cancel()
-        except BaseException:
-            if acquired:  # cancelled (or the report failed) right after the lock was taken
-                self._lock.release()
-            raise
-        finally:
-            self._queue.remove(ticket)
-        try:
-            yield
-        finally:
-            self._lock.release()
-
-
-@dataclass
-class _Device:
-    """A device's queue, harness and prepared evaluators (touched only while holding the queue)."""
-
-    ordinal: int
-    queue: GpuQueue = field(default_factory=GpuQueue)
-    harness: HarnessProcess | None = None
-    evaluators: OrderedDict[str, Evaluator] = field(default_factory=OrderedDict)
-    prepared: set[str] = field(default_factory=set)
-
-
 # Directories the connected MCP client shares (its roots), for the request being served: server.py
 # sets them per tool call; confine() accepts paths under them as under --root directories.
 CLIENT_ROOTS: ContextVar[tuple[Path, ...]] = ContextVar("kernelopt_client_roots", default=())
@@ -171,17 +120,15 @@ class KerneloptService:
 
     def __init__(self, config: ServerConfig) -> None:
         self.config = config
-        self.settings = config.settings
-        set_default_limits(config.settings.compile_limits())  # compiles here and in the evaluators
         # the one cache location (Settings.from_env: KERNELOPT_CACHE, else the XDG cache directory);
         # settings built without it (a library caller, tests) keep a cache in the workspace
-        cache_dir = config.settings.cache_dir or config.workspace / "cache"
-        self.compile_cache = CompileCache(cache_dir / "compile", max_bytes=config.settings.compile_cache_bytes())
-        self.docs_settings = replace(config.settings, cache_dir=cache_dir)
-        self._devices: dict[int, _Device] = {}
+        self.settings = replace(config.settings, cache_dir=config.settings.cache_dir or config.workspace / "cache")
+        warn_if_unconfined(self.settings.compile_limits())  # say it at start-up, not at the first compile
+        self.compile_cache = app.compile_cache(self.settings)
+        self._devices: dict[int, DeviceSlot] = {}
         self._seeds: dict[str, int] = {}
         self._arch_probe: tuple[str, str] | None = None
-        # Evaluators keep inputs (and the seed) here: outside every root, and refused by confine().
+        # Sessions keep inputs (and the seed) here: outside every root, and refused by confine().
         self._private = Path(tempfile.mkdtemp(prefix="kernelopt-mcp-")).resolve()
 
     # --- paths and sources --------------------------------------------------------------
@@ -298,32 +245,22 @@ class KerneloptService:
 
     # --- devices ------------------------------------------------------------------------
 
-    def _device(self) -> _Device:
+    def _device(self) -> DeviceSlot:
         ordinal = self.settings.device
         if ordinal not in self._devices:
-            self._devices[ordinal] = _Device(ordinal)
+            self._devices[ordinal] = DeviceSlot(ordinal)
         return self._devices[ordinal]
 
     async def device_info(self) -> DeviceInfo:
         """The configured device's properties (raises DeviceUnavailable, ToolchainNotFound)."""
-
-        def probe() -> DeviceInfo:
-            return device_info(find_harness(self.settings.harness), self.settings.device)
-
-        return await anyio.to_thread.run_sync(probe)
+        return await anyio.to_thread.run_sync(app.gpu_info, self.settings)
 
     async def target_arch(self, arch: str | None) -> tuple[str, str]:
         """(arch, where it came from): the argument, the server setting, the GPU, or sm_90."""
-        if arch:
-            return arch, "argument"
-        if self.settings.arch:
-            return self.settings.arch, "server setting"
-        if self._arch_probe is None:
-            try:
-                info = await self.device_info()
-                self._arch_probe = (info.arch, f"this server's GPU ({info.name})")
-            except KerneloptError:
-                self._arch_probe = ("sm_90", "default, no GPU found; pass arch to target another GPU")
+        if arch or self.settings.arch:
+            return app.target_arch(self.settings, arch)
+        if self._arch_probe is None:  # asked once: the GPU does not change while the server runs
+            self._arch_probe = await anyio.to_thread.run_sync(app.target_arch, self.settings, None)
         return self._arch_probe
 
     # --- tools ----------------------------------------------------------------------------
@@ -333,10 +270,11 @@ class KerneloptService:
     ) -> CompileOutput:
         text, filename = await self.source_text(source, path)
         target, where = await self.target_arch(arch)
-        result = await anyio.to_thread.run_sync(
-            partial(compile_kernel, text, target, options or [], filename=filename, cache=self.compile_cache)
-        )
-        return compile_output(result, where)
+        _, output = await anyio.to_thread.run_sync(partial(
+            app.compile_source, self.settings, text, target, arch_from=where, options=options or [], filename=filename,
+            cache=self.compile_cache,
+        ))
+        return output
 
     async def evaluate(
         self,
@@ -363,87 +301,62 @@ class KerneloptService:
         sanitizer = await anyio.to_thread.run_sync(find_sanitizer, self.settings.sanitizer) if sanitize else None
         wl = await anyio.to_thread.run_sync(self.load, workload)
         info = await self.device_info()
-        arch = self.settings.arch or info.arch
         mode = "benchmark" if benchmark else "validate"
         options = list(compile_options or [])
         # Compile before queueing: an error comes back at once, and the job finds it cached.
-        compiled = await anyio.to_thread.run_sync(
-            partial(compile_kernel, text, arch, options, cache=self.compile_cache)
-        )
+        compiled, _ = await anyio.to_thread.run_sync(partial(
+            app.compile_source, self.settings, text, self.settings.arch or info.arch, options=options,
+            cache=self.compile_cache,
+        ))
         if not compiled.ok:
             return compile_error_output(compiled, wl.name, mode, info.name)
         candidate = Candidate(text, launch, options, "candidate")
-        timing = EvaluateOptions(
-            warmup=self.settings.warmup if warmup is None else warmup,
-            iterations=self.settings.iterations if iterations is None else iterations,
-            flush_l2=self.settings.flush_l2, timeout_s=self.settings.timeout_s,
-            timing_mode=timing_mode, adaptive_rse=adaptive_rse,
+        timing = app.evaluate_options(
+            self.settings, warmup=warmup, iterations=iterations, timing_mode=timing_mode, adaptive_rse=adaptive_rse,
         )
-        job = partial(self._evaluate_job, wl, info, candidate, benchmark, timing, sanitizer)
-        result, reports = await self.gpu_job(job, notify)
-        return evaluation_output(_private(result), mode, sanitizer=reports)
 
-    def _evaluate_job(
-        self, wl: Workload, info: DeviceInfo, candidate: Candidate, benchmark: bool,
-        timing: EvaluateOptions, sanitizer: Path | None, dev: _Device, progress: Callable[[str, int, int], None],
-    ) -> tuple[EvaluationResult, list[SanitizerReport] | None]:
-        ev = self._evaluator(wl, info, dev, progress)
-        ev.options = timing
-        result = ev.evaluate(candidate, benchmark=benchmark)
-        if sanitizer is None or not result.ok:
-            return result, None
-        assert dev.harness is not None
-        progress("running compute-sanitizer memcheck, racecheck, initcheck on the correctness cases", 0, 1)
-        workdir = Path(tempfile.mkdtemp(prefix="sanitizer-", dir=ev.workdir))
-        try:
-            harness = dev.harness
-            reports = sanitize_candidate(ev, candidate, sanitizer, harness.binary, workdir,
-                                         cancelled=lambda: harness.cancelled)
-        finally:
-            shutil.rmtree(workdir, ignore_errors=True)
-        return result, reports
+        def job(dev: DeviceSlot, progress: ProgressFn) -> CheckedEvaluation:
+            session = self._session(wl, info, dev, progress)
+            harness = session.harness
+            return app.evaluate_kernel(
+                session, candidate, timing, benchmark=benchmark, sanitizer=sanitizer,
+                cancelled=lambda: harness.cancelled,
+            )
 
-    def _evaluator(
-        self, wl: Workload, info: DeviceInfo, dev: _Device, progress: Callable[[str, int, int], None]
-    ) -> Evaluator:
-        """The workload's prepared evaluator on this device (inputs, expected outputs, reference timed)."""
-        ev = dev.evaluators.get(wl.name)
-        if ev is not None and ev.workload != wl:
+        checked = await self.gpu_job(job, notify)
+        return evaluation_output(checked.model_copy(update={"result": _private(checked.result)}), mode)
+
+    def _session(self, wl: Workload, info: DeviceInfo, dev: DeviceSlot, progress: ProgressFn) -> Session:
+        """The workload's prepared session on this device (inputs, expected outputs, reference timed)."""
+        session = dev.sessions.get(wl.name)
+        if session is not None and session.workload != wl:
             # its files changed since it was prepared (e.g. kernelopt optimize regenerated a failing reference
             # in the run's configured copy): expected outputs from the old files would judge every candidate
-            dev.evaluators.pop(wl.name, None)
-            dev.prepared.discard(wl.name)
-            _discard(ev)
-            ev = None
-        if ev is None:
-            assert dev.harness is not None
-            ev = Evaluator(
-                wl, dev.harness, info, seed=self._seeds.setdefault(wl.name, fresh_seed()),
-                workdir=Path(tempfile.mkdtemp(prefix=f"{wl.name}-", dir=self._private)),
-                arch=self.settings.arch, compile_cache=self.compile_cache,
-                peaks=peaks_for(info, self.settings.cache_root()),
-                options=EvaluateOptions(
-                    warmup=self.settings.warmup, iterations=self.settings.iterations,
-                    flush_l2=self.settings.flush_l2, timeout_s=self.settings.timeout_s,
-                ),
+            dev.sessions.pop(wl.name, None)
+            _discard(session)
+            session = None
+        if session is None:
+            if dev.harness is None:
+                raise KerneloptError("internal error: a GPU job runs without its device's harness")
+            session = app.open_session(
+                self.settings, wl, dev.harness, info, seed=self._seeds.setdefault(wl.name, fresh_seed()),
+                workdir=Path(tempfile.mkdtemp(prefix=f"{wl.name}-", dir=self._private)), cache=self.compile_cache,
             )
-            dev.evaluators[wl.name] = ev
-            while len(dev.evaluators) > self.config.max_prepared:
-                name, evicted = dev.evaluators.popitem(last=False)
-                dev.prepared.discard(name)
+            dev.sessions[wl.name] = session
+            while len(dev.sessions) > self.config.max_prepared:
+                _, evicted = dev.sessions.popitem(last=False)
                 _discard(evicted)
-        dev.evaluators.move_to_end(wl.name)
-        ev.progress = progress
-        if wl.name not in dev.prepared:  # say why the first call on a workload takes longer
+        dev.sessions.move_to_end(wl.name)
+        session.progress = progress
+        if not session.prepared:  # say why the first call on a workload takes longer
             progress(f"preparing {wl.name}: inputs, expected outputs, timing the CUDA reference (once per server session)", 0, 1)
             try:
-                ev.prepare()
+                prepare(session)
             except BaseException:
-                dev.evaluators.pop(wl.name, None)
-                _discard(ev)
+                dev.sessions.pop(wl.name, None)
+                _discard(session)
                 raise
-            dev.prepared.add(wl.name)
-        return ev
+        return session
 
     async def profile(
         self,
@@ -469,7 +382,7 @@ class KerneloptService:
                 raise RequestError("`launch` is required with `source` or `path` (the same launch spec validate takes)")
             candidate = Candidate(text, launch, list(compile_options or []), "candidate")
         names = [c.name for c in wl.spec.cases]
-        case = case or (wl.spec.performance_cases[0].name if wl.spec.performance_cases else names[-1])
+        case = case or app.default_profile_case(wl)
         if case not in names:
             raise RequestError(f"workload {wl.name!r} has no case {case!r}; cases: {', '.join(names)}")
         options.ncu = options.ncu or self.settings.ncu
@@ -477,25 +390,25 @@ class KerneloptService:
         await anyio.to_thread.run_sync(find_ncu, options.ncu)  # fail before queueing when ncu is missing
         info = await self.device_info()
         arch = self.settings.arch or info.arch
-        compiled = await anyio.to_thread.run_sync(
-            partial(compile_kernel, candidate.source, arch, candidate.compile_options, cache=self.compile_cache)
-        )
+        compiled, output = await anyio.to_thread.run_sync(partial(
+            app.compile_source, self.settings, candidate.source, arch, arch_from="server",
+            options=candidate.compile_options, cache=self.compile_cache,
+        ))
         if not compiled.ok:
-            raise RequestError(f"the kernel does not compile for {arch}:\n{compile_output(compiled, 'server').text()}")
+            raise RequestError(f"the kernel does not compile for {arch}:\n{output.text()}")
         out_dir = self.config.runs_dir / "profiles" / f"{time.strftime('%Y%m%d-%H%M%S')}-{wl.name}-{candidate.name}-{case}"
         job = partial(self._profile_job, wl, info, candidate, case, options, out_dir)
         return await self.gpu_job(job, notify)
 
     def _profile_job(
         self, wl: Workload, info: DeviceInfo, candidate: Candidate, case: str, options: ProfileOptions,
-        out_dir: Path, dev: _Device, progress: Callable[[str, int, int], None],
+        out_dir: Path, dev: DeviceSlot, progress: ProgressFn,
     ) -> ProfileSummary:
-        ev = self._evaluator(wl, info, dev, progress)
-        harness = dev.harness
-        assert harness is not None
-        return profile_case(
-            ev, candidate, case, out_dir, options, harness=harness.binary,
-            progress=lambda message: progress(message, 0, 1), cancelled=lambda: harness.cancelled,
+        session = self._session(wl, info, dev, progress)
+        harness = session.harness
+        return app.profile_kernel(
+            session, candidate, case, out_dir, options, progress=lambda message: progress(message, 0, 1),
+            cancelled=lambda: harness.cancelled,
         )
 
     async def autotune(
@@ -514,26 +427,21 @@ class KerneloptService:
         notify: Notify,
     ) -> AutotuneOutput:
         """Tune a tunable kernel's parameters on a workload (see the autotune tool)."""
-        from .tune import TuneCache, tune
         from .tune.output import autotune_output
         from .tune.report import save_tuning
 
         wl = await anyio.to_thread.run_sync(self.load, workload)
         tuned = await anyio.to_thread.run_sync(partial(self._tunable, wl, tunable, source, tunable_path))
         info = await self.device_info()
-        cache_dir = (self.settings.cache_dir or self.config.workspace / "cache") / "tune"
-        timing = EvaluateOptions(
-            warmup=self.settings.warmup if warmup is None else warmup,
-            iterations=self.settings.iterations if iterations is None else iterations,
-            flush_l2=self.settings.flush_l2, timeout_s=self.settings.timeout_s,
-        )
+        timing = app.evaluate_options(self.settings, warmup=warmup, iterations=iterations)
 
-        def job(dev: _Device, progress: Callable[[str, int, int], None]) -> Any:
-            cache = TuneCache(cache_dir, max_bytes=self.settings.tune_cache_bytes())  # reads tune.jsonl: here, in the worker thread
-            ev = self._evaluator(wl, info, dev, progress)
-            ev.options = timing
-            return tune(ev, tuned, strategy=strategy, budget_evals=budget_evals, budget_s=budget_s, cache=cache,
-                        progress=progress)
+        def job(dev: DeviceSlot, progress: ProgressFn) -> Any:
+            cache = app.tune_cache(self.settings)  # reads tune.jsonl: here, in the worker thread
+            session = self._session(wl, info, dev, progress)
+            return app.tune_kernel(
+                session, tuned, options=timing, strategy=strategy, budget_evals=budget_evals, budget_s=budget_s,
+                cache=cache, progress=progress,
+            )
 
         result = await self.gpu_job(job, notify)
         # tune.json lands under the workspace (a root, and kernelopt://runs/): no private seed in it
@@ -593,89 +501,27 @@ class KerneloptService:
                 pass
 
         return await anyio.to_thread.run_sync(
-            partial(search_docs, query, arch=target, limit=limit, settings=self.docs_settings, offline=offline, progress=progress)
+            partial(search_docs, query, arch=target, limit=limit, settings=self.settings, offline=offline, progress=progress)
         )
 
-    async def gpu_job(self, fn: Callable[[_Device, Callable[[str, int, int], None]], T], notify: Notify) -> T:
-        """Run ``fn(device, progress)`` in a worker thread, alone on the device.
-
-        Progress from the thread becomes ``notify`` calls. If the caller is cancelled, the
-        harness is killed at once and kept from restarting, the thread unwinds, and only then
-        is the device free for the next job.
-        """
-        dev = self._device()
-        async with dev.queue.turn(notify):
-            if dev.harness is None:
-                dev.harness = HarnessProcess(find_harness(self.settings.harness), dev.ordinal)
-            harness = dev.harness
-            harness.rearm()
-            send, receive = anyio.create_memory_object_stream[str](math.inf)
-            finished = False
-
-            def progress(message: str, done: int, total: int) -> None:
-                if harness.cancelled:
-                    raise HarnessCancelled("the call was cancelled")
-                try:
-                    anyio.from_thread.run_sync(send.send_nowait, message)
-                except (anyio.ClosedResourceError, anyio.BrokenResourceError, RuntimeError):
-                    pass
-
-            last = ["running on the GPU"]
-
-            async def forward() -> None:
-                async with receive:
-                    async for message in receive:
-                        last[0] = message
-                        await notify(message)
-
-            async def heartbeat() -> None:  # a long launch sends no progress; clients may time out
-                start = anyio.current_time()
-                while True:
-                    await anyio.sleep(HEARTBEAT_S)
-                    await notify(f"{last[0]} (still running, {anyio.current_time() - start:.0f} s)")
-
-            async def kill_on_cancel() -> None:
-                try:
-                    await anyio.sleep_forever()
-                finally:
-                    if not finished:
-                        harness.cancel()
-
-            outcome: tuple[bool, Any] = (False, None)
-            async with anyio.create_task_group() as tg:
-                tg.start_soon(forward)
-                tg.start_soon(kill_on_cancel)
-                tg.start_soon(heartbeat)
-                await notify(last[0])
-                try:
-                    outcome = (True, await anyio.to_thread.run_sync(partial(fn, dev, progress)))
-                except Exception as exc:  # re-raised below, outside the task group
-                    outcome = (False, exc)
-                finally:
-                    finished = True
-                    send.close()
-                    tg.cancel_scope.cancel()
-            await anyio.lowlevel.checkpoint_if_cancelled()
-            ok, value = outcome
-            if not ok:
-                raise value
-            return value
+    async def gpu_job(self, fn: Callable[[DeviceSlot, ProgressFn], T], notify: Notify) -> T:
+        """Run ``fn(device, progress)`` in a worker thread, alone on the device (see
+        :func:`kernelopt_mcp.gpu_queue.run_on_device`: queued, cancellable, with progress)."""
+        return await run_on_device(self._device(), lambda: app.open_harness(self.settings), fn, notify)
 
     def _forget(self, name: str) -> None:
         for dev in self._devices.values():
-            dev.prepared.discard(name)
-            ev = dev.evaluators.pop(name, None)
-            if ev is not None:
-                _discard(ev)
+            session = dev.sessions.pop(name, None)
+            if session is not None:
+                _discard(session)
         self._seeds.pop(name, None)
 
     def close(self) -> None:
-        """Stop every harness and remove the evaluators' temporary files."""
+        """Stop every harness and remove the sessions' temporary files."""
         for dev in self._devices.values():
-            for ev in dev.evaluators.values():
-                ev.close()
-            dev.evaluators.clear()
-            dev.prepared.clear()
+            for session in dev.sessions.values():
+                session.close()
+            dev.sessions.clear()
             if dev.harness is not None:
                 dev.harness.close()
         shutil.rmtree(self._private, ignore_errors=True)
@@ -687,9 +533,9 @@ def _private(result: EvaluationResult) -> EvaluationResult:
     return result.model_copy(update={"seed": None})
 
 
-def _discard(ev: Evaluator) -> None:
-    ev.close()
-    shutil.rmtree(ev.workdir, ignore_errors=True)
+def _discard(session: Session) -> None:
+    session.close()
+    shutil.rmtree(session.workdir, ignore_errors=True)
 
 
 def _mkdir(path: Path) -> Path:

@@ -18,7 +18,9 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, Protocol
 
+from .compile_pool import CompileLimits
 from .compiler import CompileCache, compile_kernel
+from .config import Settings
 from .evaluation.inputs import MAX_BUFFER_BYTES
 from .results import CreatedWorkload, compile_output
 from .errors import WorkloadError
@@ -44,6 +46,9 @@ class Workspace(Protocol):
 
     @property
     def compile_cache(self) -> CompileCache: ...
+
+    @property
+    def settings(self) -> Settings: ...
 
     def workloads(self) -> dict[str, Path]: ...
 
@@ -108,7 +113,7 @@ def create_workload(
     total = check_created_spec(parsed)
     for label, text in (("reference_cu", reference_cu), ("initial_cu", initial_cu)):
         if text is not None:
-            _check_compiles(service.compile_cache, label, text, parsed, arch)
+            _check_compiles(service.compile_cache, service.settings.compile_limits(), label, text, parsed, arch)
 
     created_dir = _mkdir(service.config.created_dir)
     with _name_lock(created_dir, name):
@@ -182,8 +187,10 @@ def _store(
             shutil.rmtree(old, ignore_errors=True)
 
 
-def _check_compiles(cache: CompileCache, label: str, source: str, spec: WorkloadSpec, arch: str) -> None:
-    result = compile_kernel(source, arch, [], cache=cache)
+def _check_compiles(
+    cache: CompileCache, limits: CompileLimits, label: str, source: str, spec: WorkloadSpec, arch: str
+) -> None:
+    result = compile_kernel(source, arch, [], cache=cache, limits=limits)
     if not result.ok:
         out = compile_output(result, "create_workload")
         raise RequestError(f"{label} does not compile for {arch}:\n{out.text()}")

@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 
 from kernelopt_mcp import baselines
+from kernelopt_mcp.config import Settings
 from kernelopt_mcp.baselines import (
     baseline_result,
     cublas_sgemm_request,
@@ -47,11 +48,12 @@ def test_find_cublas_prefers_pip_then_cuda_home_then_system(
     system_lib = _lib(nowhere, "libcublas.so.12")
     assert find_cublas() == system_lib
     home_lib = _lib(tmp_path / "cuda" / "lib64", "libcublas.so.13")
-    monkeypatch.setenv("CUDA_HOME", str(tmp_path / "cuda"))
-    assert find_cublas() == home_lib
+    cuda_home = Settings.from_env({"CUDA_HOME": str(tmp_path / "cuda")}).cuda_home  # read at the entry point
+    assert find_cublas(cuda_home) == home_lib
+    assert Settings.from_env({"CUDA_PATH": str(tmp_path / "cuda")}).cuda_home == cuda_home
     pip_lib = _lib(tmp_path / "site" / "nvidia" / "cu13" / "lib", "libcublas.so.13")
     monkeypatch.setattr(baselines, "_pip_lib_dirs", lambda: [pip_lib.parent])
-    assert find_cublas() == pip_lib
+    assert find_cublas(cuda_home) == pip_lib
 
 
 def test_find_cublas_prefers_13_over_12_in_one_dir(nowhere: Path) -> None:

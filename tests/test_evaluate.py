@@ -1,4 +1,4 @@
-"""The Evaluator's requests against a harness that offers protocol-2 features (the fake GPU)."""
+"""The Session's requests against a harness that offers protocol-2 features (the fake GPU)."""
 
 from __future__ import annotations
 
@@ -8,25 +8,26 @@ from pathlib import Path
 import pytest
 from fakegpu import ADD_LAUNCH, kernel, write_harness, write_tiny_workload
 
-from kernelopt_mcp import Candidate, Evaluator, HarnessProcess, LaunchSpec, Settings
+from kernelopt_mcp import Candidate, Session, HarnessProcess, LaunchSpec, Settings
 from kernelopt_mcp.config import find_workload
-from kernelopt_mcp.evaluation.evaluate import EvaluateOptions
+from kernelopt_mcp.evaluation.candidate import EvaluateOptions
 from kernelopt_mcp.gpu import device_info
+from kernelopt_mcp.evaluation.evaluate import evaluate
 
 
 @pytest.mark.parametrize("blocking", [True, False])
 def test_blocking_timing_sends_the_support_module_even_with_every_check_off(tmp_path, monkeypatch, blocking) -> None:
     """Blocking timing launches the support module's ko_spin: a harness refuses it without the
-    module, so the Evaluator must load it even when no comparison or determinism check needs it."""
+    module, so the Session must load it even when no comparison or determinism check needs it."""
     monkeypatch.setenv("KO_FAKE_FEATURES", "blocking")
     harness = write_harness(tmp_path, "fake")
     wl = find_workload(write_tiny_workload(tmp_path / "extra") / "tiny_add", Settings())
     opts = EvaluateOptions(warmup=1, iterations=3, blocking=blocking, device_compare=False,
                            check_determinism=False, check_timed_outputs=False)
     workdir = tmp_path / "w"
-    with HarnessProcess(harness, 0) as proc, Evaluator(wl, proc, device_info(harness, 0), workdir=workdir,
+    with HarnessProcess(harness, 0) as proc, Session(wl, proc, device_info(harness, 0), workdir=workdir,
                                                        options=opts) as ev:
-        result = ev.evaluate(Candidate(kernel(), LaunchSpec.model_validate(ADD_LAUNCH), [], "add"))
+        result = evaluate(ev, Candidate(kernel(), LaunchSpec.model_validate(ADD_LAUNCH), [], "add"))
     assert result.ok, result.message
     requests = [json.loads(p.read_text()) for p in sorted((workdir / "requests").rglob("*.json"))]
     timed = [r for r in requests if r["cases"][0].get("timing")]
@@ -42,10 +43,10 @@ def test_a_timeout_says_how_much_the_kernel_printed(tmp_path) -> None:
     wl = find_workload(write_tiny_workload(tmp_path / "extra") / "tiny_add", Settings())
     source = kernel("PRINT") + '__device__ char ko_fake_also[] = "KO_FAKE_HANG";\n'
     opts = EvaluateOptions(warmup=1, iterations=3, timeout_s=3)
-    with HarnessProcess(harness, 0) as proc, Evaluator(wl, proc, device_info(harness, 0), workdir=tmp_path / "w",
+    with HarnessProcess(harness, 0) as proc, Session(wl, proc, device_info(harness, 0), workdir=tmp_path / "w",
                                                        options=opts) as ev:
-        result = ev.evaluate(Candidate(source, LaunchSpec.model_validate(ADD_LAUNCH), [], "printer"), benchmark=False)
-        quiet = ev.evaluate(Candidate(kernel("HANG"), LaunchSpec.model_validate(ADD_LAUNCH), [], "hang"), benchmark=False)
+        result = evaluate(ev, Candidate(source, LaunchSpec.model_validate(ADD_LAUNCH), [], "printer"), benchmark=False)
+        quiet = evaluate(ev, Candidate(kernel("HANG"), LaunchSpec.model_validate(ADD_LAUNCH), [], "hang"), benchmark=False)
     assert result.status.value == "timeout"
     assert "it printed 379.8 KiB before the deadline" in result.message, result.message  # 20000 lines, 388890 bytes
     assert "last line: 'thread 19999: hello'" in result.message
@@ -67,9 +68,9 @@ def test_timing_requests_redraw_inputs_and_check_hidden_launches_against_the_ref
     wl = find_workload(write_tiny_workload(tmp_path / "extra") / "tiny_add", Settings())
     opts = EvaluateOptions(warmup=2, iterations=40)
     workdir = tmp_path / "w"
-    with HarnessProcess(harness, 0) as proc, Evaluator(wl, proc, device_info(harness, 0), workdir=workdir,
+    with HarnessProcess(harness, 0) as proc, Session(wl, proc, device_info(harness, 0), workdir=workdir,
                                                        options=opts) as ev:
-        result = ev.evaluate(Candidate(kernel(), LaunchSpec.model_validate(ADD_LAUNCH), [], "add"))
+        result = evaluate(ev, Candidate(kernel(), LaunchSpec.model_validate(ADD_LAUNCH), [], "add"))
     assert result.ok, result.message
     requests = _requests(workdir)
     timed = [(who, r) for who, r in requests if r["cases"][0].get("timing")]
@@ -99,9 +100,9 @@ def test_timing_requests_redraw_inputs_and_check_hidden_launches_against_the_ref
     assert not any("checked against the CUDA reference" in c for c in result.checks), result.checks
     assert all(c.checked_launches == 0 for c in result.cases)
     # a validation-only evaluation lists no check of timed launches
-    with HarnessProcess(harness, 0) as proc, Evaluator(wl, proc, device_info(harness, 0), workdir=tmp_path / "v",
+    with HarnessProcess(harness, 0) as proc, Session(wl, proc, device_info(harness, 0), workdir=tmp_path / "v",
                                                        options=opts) as ev:
-        validated = ev.evaluate(Candidate(kernel(), LaunchSpec.model_validate(ADD_LAUNCH), [], "add"), benchmark=False)
+        validated = evaluate(ev, Candidate(kernel(), LaunchSpec.model_validate(ADD_LAUNCH), [], "add"), benchmark=False)
     assert validated.ok and not any("fresh device" in c or "hidden" in c for c in validated.checks), validated.checks
     # the seeds are never reported
     dumped = result.model_dump_json()
@@ -116,9 +117,9 @@ def test_an_older_harness_or_switched_off_checks_send_and_claim_nothing(tmp_path
                                                             checked_launches=0, check_consistency=False))]:
         monkeypatch.setenv("KO_FAKE_FEATURES", features)
         workdir = tmp_path / f"w{len(features)}"
-        with HarnessProcess(harness, 0) as proc, Evaluator(wl, proc, device_info(harness, 0), workdir=workdir,
+        with HarnessProcess(harness, 0) as proc, Session(wl, proc, device_info(harness, 0), workdir=workdir,
                                                            options=opts) as ev:
-            result = ev.evaluate(Candidate(kernel(), LaunchSpec.model_validate(ADD_LAUNCH), [], "add"))
+            result = evaluate(ev, Candidate(kernel(), LaunchSpec.model_validate(ADD_LAUNCH), [], "add"))
         assert result.ok, result.message
         for _, r in _requests(workdir):
             case = r["cases"][0]
@@ -137,10 +138,10 @@ def test_without_a_cuda_reference_checked_launches_are_written_for_the_oracle(tm
     (root / "reference.cu").unlink()
     wl = find_workload(root, Settings())
     workdir = tmp_path / "w"
-    with HarnessProcess(harness, 0) as proc, Evaluator(wl, proc, device_info(harness, 0), workdir=workdir,
+    with HarnessProcess(harness, 0) as proc, Session(wl, proc, device_info(harness, 0), workdir=workdir,
                                                        options=EvaluateOptions(warmup=1, iterations=20)) as ev:
         assert any("checked against the NumPy oracle" in c for c in ev.checks)
-        result = ev.evaluate(Candidate(kernel(), LaunchSpec.model_validate(ADD_LAUNCH), [], "add"))
+        result = evaluate(ev, Candidate(kernel(), LaunchSpec.model_validate(ADD_LAUNCH), [], "add"))
     assert result.ok, result.message
     timed = [r for _, r in _requests(workdir) if r["cases"][0].get("timing")]
     assert timed and "check_module" not in timed[0]

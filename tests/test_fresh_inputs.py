@@ -114,12 +114,12 @@ def test_consistency_flags_only_two_slow_launches_beyond_noise() -> None:
 
 def test_the_tool_output_says_how_many_timed_launches_were_checked() -> None:
     from kernelopt_mcp.evaluation.outcomes import CaseResult, EvaluationResult, Status
-    from kernelopt_mcp.results import evaluation_output
+    from kernelopt_mcp.results import CheckedEvaluation, evaluation_output
 
     case = CaseResult(name="n_4096", kind="performance", status=Status.ok, timing=_stats([0.1] * 20),
                       checked_launches=4, fresh_inputs=["a", "b"])
     result = EvaluationResult(status=Status.ok, message="all pass", workload="tiny_add", candidate="add", seed=1,
                               arch="sm_90", cases=[case], checks=["fresh device-drawn inputs for every timed launch (buffers a, b)"])
-    out = evaluation_output(result, "benchmark")
+    out = evaluation_output(CheckedEvaluation(result=result), "benchmark")
     assert out.cases[0].checked_launches == 4 and out.cases[0].fresh_inputs == ["a", "b"]
     assert "4 timed launches checked" in out.text() and "fresh device-drawn inputs" in out.text()

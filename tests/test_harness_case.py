@@ -7,6 +7,7 @@ check that the real harness produces them.
 from __future__ import annotations
 
 import math
+from typing import Any
 from pathlib import Path
 
 import numpy as np
@@ -16,10 +17,16 @@ from fakegpu import TINY_SPEC, write_tiny_workload
 from kernelopt_mcp.evaluation.compare import compare
 from kernelopt_mcp.evaluation.harness import HarnessReply
 from kernelopt_mcp.evaluation.harness_case import CaseJob, DataSet, build_request, interpret
+from kernelopt_mcp.evaluation.protocol import LaunchRequest, TimingRequest, request_json
 from kernelopt_mcp.evaluation.inputs import materialize
 from kernelopt_mcp.launch import DeviceLimits, resolve
 from kernelopt_mcp.evaluation.outcomes import Status
 from kernelopt_mcp.workload import Workload, load_workload
+
+
+def _wire(*args: Any, **kwargs: Any) -> dict[str, Any]:
+    """build_request's request as the harness reads it (JSON)."""
+    return request_json(build_request(*args, **kwargs))
 
 
 def _workload(tmp_path: Path, **changes: object) -> Workload:
@@ -68,9 +75,9 @@ def test_request_carries_expected_files_tolerances_and_checks(tmp_path: Path) ->
     timed = DataSet("timed", 8, materialize(wl, 8, tmp_path / "timed", cases={"odd_1001"}))
     timed.expected["odd_1001"] = {"c": np.zeros(1001)}
     timed.store_expected(wl, tmp_path / "expected")
-    job.timed, job.timing = timed, {"warmup": 1, "iterations": 3}
+    job.timed, job.timing = timed, TimingRequest(warmup=1, iterations=3)
     support = tmp_path / "support.cubin"
-    req = build_request(
+    req = _wire(
         job, wl, device=0, module=tmp_path / "k.cubin", guard_bytes=256, flush_l2=True,
         support=support, input_cache=True,
     )
@@ -91,7 +98,7 @@ def test_request_carries_expected_files_tolerances_and_checks(tmp_path: Path) ->
 
 def test_plain_request_has_no_protocol_2_fields(tmp_path: Path) -> None:
     wl = _workload(tmp_path)
-    req = build_request(_job(tmp_path, wl), wl, device=0, module=tmp_path / "k.cubin", guard_bytes=256, flush_l2=True)
+    req = _wire(_job(tmp_path, wl), wl, device=0, module=tmp_path / "k.cubin", guard_bytes=256, flush_l2=True)
     assert "support_module" not in req and "input_cache" not in req
     c = req["cases"][0]["args"][2]
     assert set(c) == {"kind", "name", "role", "bytes", "output", "init", "poison_byte"}
@@ -172,7 +179,7 @@ def test_bitwise_difference_matters_only_for_deterministic_workloads(tmp_path: P
 
 def test_timed_check_failure_is_timed_mismatch(tmp_path: Path) -> None:
     wl = _workload(tmp_path)
-    job = _job(tmp_path, wl, device_compare=True, timing={"warmup": 1, "iterations": 3})
+    job = _job(tmp_path, wl, device_compare=True, timing=TimingRequest(warmup=1, iterations=3))
     timed = DataSet("timed", 8, materialize(wl, 8, tmp_path / "timed", cases={"odd_1001"}))
     tci = timed.inputs["odd_1001"]
     timed.expected["odd_1001"] = {"c": tci.arrays["a"].astype(np.float64) + tci.arrays["b"]}
@@ -199,25 +206,25 @@ def test_timed_check_failure_is_timed_mismatch(tmp_path: Path) -> None:
 
 def test_request_carries_fresh_specs_checked_launches_and_the_reference(tmp_path: Path) -> None:
     wl = _workload(tmp_path)
-    job = _job(tmp_path, wl, timing={"warmup": 10, "iterations": 100})
+    job = _job(tmp_path, wl, timing=TimingRequest(warmup=10, iterations=100))
     job.fresh = {"a": {"kind": "uniform", "low": -1.0, "high": 1.0}, "b": {"kind": "normal", "mean": 0.0, "std": 1.0}}
     job.fresh_seed, job.checked, job.confirm = 2**64 - 5, [3, 40, 97], True
-    job.check_launch = {"grid": [8, 1, 1], "block": [128, 1, 1], "shared_bytes": 0}
+    job.check_launch = LaunchRequest(grid=[8, 1, 1], block=[128, 1, 1], shared_bytes=0)
     ref = tmp_path / "reference.cubin"
-    req = build_request(job, wl, device=0, module=tmp_path / "k.cubin", guard_bytes=256, flush_l2=True,
+    req = _wire(job, wl, device=0, module=tmp_path / "k.cubin", guard_bytes=256, flush_l2=True,
                         support=tmp_path / "s.cubin", check_module=ref)
     entry = req["cases"][0]
     a, b, c, _ = entry["args"]
     assert a["fresh"] == job.fresh["a"] and a["dtype"] == "float32" and b["fresh"]["kind"] == "normal"
     assert entry["fresh_seed"] == 2**64 - 5 and entry["fresh_timed"] is True
-    assert entry["checked_launches"] == [3, 40, 97] and entry["check_launch"] == job.check_launch
+    assert entry["checked_launches"] == [3, 40, 97] and entry["check_launch"] == job.check_launch.model_dump()
     assert entry["confirm_launch"] is True
     assert req["check_module"] == str(ref.resolve()) and req["check_entry"] == "vector_add"
     # the reference's outputs are compared with the validation's tolerances, even without device compare
     assert c["dtype"] == "float32" and set(c["compare"]) == {"abs_tol", "rtol", "rel_floor"}
     assert "expected" not in c
     # a validation-only request draws nothing and checks nothing
-    plain = build_request(_job(tmp_path, wl), wl, device=0, module=tmp_path / "k.cubin", guard_bytes=256,
+    plain = _wire(_job(tmp_path, wl), wl, device=0, module=tmp_path / "k.cubin", guard_bytes=256,
                           flush_l2=True, check_module=ref)
     assert "fresh" not in plain["cases"][0]["args"][0] and "check_module" not in plain
     assert not {"fresh_seed", "checked_launches", "confirm_launch"} & set(plain["cases"][0])
@@ -235,7 +242,7 @@ def _check(sample: int | None, mismatches: int = 0, **kw: object) -> dict:
 
 def test_a_wrong_checked_launch_is_timed_mismatch_naming_the_launch(tmp_path: Path) -> None:
     wl = _workload(tmp_path)
-    job = _job(tmp_path, wl, timing={"warmup": 1, "iterations": 8})
+    job = _job(tmp_path, wl, timing=TimingRequest(warmup=1, iterations=8))
     ci = job.data.inputs["odd_1001"]
     (job.out_dir / "c.bin").write_bytes((ci.arrays["a"] + ci.arrays["b"]).astype("<f4").tobytes())
     reply = _answer("odd_1001", timing=_timing_answer([1.0] * 8, fresh_buffers=["a", "b"], confirm_launch_ms=1.0),
@@ -257,7 +264,7 @@ def test_two_slow_launches_on_unseen_inputs_are_inconsistent_timing(tmp_path: Pa
     ci_sum = None
     for check_ms, confirm_ms, expected in [(28.3, 27.9, Status.inconsistent_timing), (28.3, 18.2, Status.ok),
                                            (18.5, 18.4, Status.ok)]:
-        job = _job(tmp_path, wl, timing={"warmup": 1, "iterations": 100}, consistency=True)
+        job = _job(tmp_path, wl, timing=TimingRequest(warmup=1, iterations=100), consistency=True)
         ci = job.data.inputs["odd_1001"]
         ci_sum = (ci.arrays["a"] + ci.arrays["b"]).astype("<f4").tobytes()
         (job.out_dir / "c.bin").write_bytes(ci_sum)
@@ -268,7 +275,7 @@ def test_two_slow_launches_on_unseen_inputs_are_inconsistent_timing(tmp_path: Pa
         if expected is Status.inconsistent_timing:
             assert "28.3 ms" in cr.message and "27.9 ms" in cr.message and "median of 18.1" in cr.message
     # without the consistency check asked for, the same times pass
-    job = _job(tmp_path, wl, timing={"warmup": 1, "iterations": 100})
+    job = _job(tmp_path, wl, timing=TimingRequest(warmup=1, iterations=100))
     (job.out_dir / "c.bin").write_bytes(ci_sum or b"")
     reply = _answer("odd_1001", timing=_timing_answer([18.1] * 100, check_launch_ms=28.3, confirm_launch_ms=27.9))
     assert interpret(job, reply, wl, 10.0)[0].status is Status.ok
@@ -278,9 +285,9 @@ def test_checked_launch_files_go_through_the_oracle_without_a_cuda_reference(tmp
     """checked_dump: the harness writes a checked launch's redrawn inputs and its outputs; the
     NumPy oracle decides. A kernel that replayed an old result is timed_mismatch naming the launch."""
     wl = _workload(tmp_path)
-    job = _job(tmp_path, wl, timing={"warmup": 1, "iterations": 8})
+    job = _job(tmp_path, wl, timing=TimingRequest(warmup=1, iterations=8))
     job.checked, job.dump_dir = [6], tmp_path / "dumps"
-    req = build_request(job, wl, device=0, module=tmp_path / "k.cubin", guard_bytes=256, flush_l2=True)
+    req = _wire(job, wl, device=0, module=tmp_path / "k.cubin", guard_bytes=256, flush_l2=True)
     entry = req["cases"][0]
     assert entry["checked_launches"] == [6] and entry["checked_dump"] == str(job.dump_dir.resolve())
     assert "check_launch" not in entry and "check_module" not in req and job.dump_dir.is_dir()

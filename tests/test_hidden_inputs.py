@@ -17,10 +17,11 @@ import numpy as np
 import pytest
 from fakegpu import TINY_SPEC, write_harness, write_tiny_workload
 
-from kernelopt_mcp.evaluation.evaluate import Evaluator
+from kernelopt_mcp.evaluation.session import Session
 from kernelopt_mcp.gpu import device_info
 from kernelopt_mcp.evaluation.inputs import hidden_seed_checks, materialize, seed_independent_inputs
 from kernelopt_mcp.workload import DataFile, Workload, load_workload
+from kernelopt_mcp.evaluation.evaluate import prepare
 
 
 @pytest.fixture
@@ -73,10 +74,10 @@ def test_the_evaluators_hidden_set_differs_from_the_frozen_inputs(frozen: tuple[
     wl, _ = frozen
     harness = write_harness(tmp_path, "fake")
     # no CUDA reference: nothing runs on the (fake) GPU; the oracle gives both data sets' expected outputs
-    ev = Evaluator(dataclasses.replace(wl, reference_cu=None), None, device_info(harness, 0),  # type: ignore[arg-type]
+    ev = Session(dataclasses.replace(wl, reference_cu=None), None, device_info(harness, 0),  # type: ignore[arg-type]
                    workdir=tmp_path / "ev", seed=5, arch="sm_90")
     ev.features = frozenset({"timed_inputs"})
-    ev.prepare(time_reference=False)
+    prepare(ev, time_reference=False)
     assert ev.timed is not None and ev.timed.seed != ev.seed
     for case, ci in ev.timed.inputs.items():
         for name, array in ci.arrays.items():

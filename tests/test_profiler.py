@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 from fakegpu import ADD_LAUNCH, kernel, write_harness, write_tiny_workload
 
-from kernelopt_mcp import Candidate, Evaluator, HarnessProcess, Settings, profiler
+from kernelopt_mcp import Candidate, Session, HarnessProcess, Settings, profiler
 from kernelopt_mcp.cli import main
 from kernelopt_mcp.config import find_workload
 from kernelopt_mcp.errors import (
@@ -32,6 +32,7 @@ from kernelopt_mcp.errors import (
 from kernelopt_mcp.gpu import device_info
 from kernelopt_mcp.launch import LaunchSpec
 from kernelopt_mcp.profiler import ProfileOptions, find_ncu, profile_case
+from kernelopt_mcp.evaluation.evaluate import prepare
 
 STUB_NCU = r'''
 import json, os, subprocess, sys, time
@@ -102,9 +103,9 @@ def fake_harness(tmp_path: Path) -> Path:
 
 
 @pytest.fixture
-def evaluator(tmp_path: Path, fake_harness: Path) -> Iterator[Evaluator]:
+def evaluator(tmp_path: Path, fake_harness: Path) -> Iterator[Session]:
     wl = find_workload(write_tiny_workload(tmp_path / "extra") / "tiny_add", Settings())
-    with HarnessProcess(fake_harness, 0) as proc, Evaluator(wl, proc, device_info(fake_harness, 0), workdir=tmp_path / "work") as ev:
+    with HarnessProcess(fake_harness, 0) as proc, Session(wl, proc, device_info(fake_harness, 0), workdir=tmp_path / "work") as ev:
         yield ev
 
 
@@ -151,7 +152,7 @@ def test_cli_profile_without_ncu_is_a_clear_error(tmp_path: Path, capsys: pytest
 # --- the profiled run ------------------------------------------------------------------------
 
 
-def test_profile_runs_one_launch_of_the_entry_under_ncu(evaluator: Evaluator, stub: Path, fake_harness: Path, tmp_path: Path) -> None:
+def test_profile_runs_one_launch_of_the_entry_under_ncu(evaluator: Session, stub: Path, fake_harness: Path, tmp_path: Path) -> None:
     out = tmp_path / "profile"
     summary = profile_case(evaluator, candidate(), None, out, ProfileOptions(ncu=stub), harness=fake_harness)
     cmd = json.loads((out / "ncu_command.json").read_text())
@@ -173,7 +174,7 @@ def test_profile_runs_one_launch_of_the_entry_under_ncu(evaluator: Evaluator, st
     assert any("not a benchmark" in n for n in summary.notes)
 
 
-def test_clock_control_and_section_set_are_passed_on(evaluator: Evaluator, stub: Path, fake_harness: Path, tmp_path: Path) -> None:
+def test_clock_control_and_section_set_are_passed_on(evaluator: Session, stub: Path, fake_harness: Path, tmp_path: Path) -> None:
     out = tmp_path / "p"
     options = ProfileOptions(ncu=stub, clock_control="base", section_set="full")
     summary = profile_case(evaluator, candidate(), "odd_1001", out, options, harness=fake_harness)
@@ -186,7 +187,7 @@ def test_clock_control_and_section_set_are_passed_on(evaluator: Evaluator, stub:
         profile_case(evaluator, candidate(), "nope", out, ProfileOptions(ncu=stub), harness=fake_harness)
 
 
-def test_counters_not_permitted_says_what_to_change(evaluator: Evaluator, stub: Path, fake_harness: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_counters_not_permitted_says_what_to_change(evaluator: Session, stub: Path, fake_harness: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("KO_STUB_NCU", "perm")
     with pytest.raises(CountersNotPermitted) as info:
         profile_case(evaluator, candidate(), None, tmp_path / "p", ProfileOptions(ncu=stub), harness=fake_harness)
@@ -195,30 +196,30 @@ def test_counters_not_permitted_says_what_to_change(evaluator: Evaluator, stub: 
     assert "options nvidia NVreg_RestrictProfilingToAdminUsers=0" in message
 
 
-def test_a_kernel_that_faults_under_the_profiler_is_reported_with_its_cuda_error(evaluator: Evaluator, stub: Path, fake_harness: Path, tmp_path: Path) -> None:
+def test_a_kernel_that_faults_under_the_profiler_is_reported_with_its_cuda_error(evaluator: Session, stub: Path, fake_harness: Path, tmp_path: Path) -> None:
     with pytest.raises(ProfiledKernelFailed) as info:
         profile_case(evaluator, candidate("CRASH"), None, tmp_path / "p", ProfileOptions(ncu=stub), harness=fake_harness)
     message = str(info.value)
     assert "runtime_error" in message and "CUDA_ERROR_ILLEGAL_ADDRESS" in message and "validate" in message
 
 
-def test_a_kernel_that_does_not_compile_is_reported_before_ncu_runs(evaluator: Evaluator, stub: Path, fake_harness: Path, tmp_path: Path) -> None:
+def test_a_kernel_that_does_not_compile_is_reported_before_ncu_runs(evaluator: Session, stub: Path, fake_harness: Path, tmp_path: Path) -> None:
     bad = Candidate('extern "C" __global__ void vector_add(const float* a) { oops; }', LaunchSpec.model_validate(ADD_LAUNCH), [], "bad")
     with pytest.raises(ProfiledKernelFailed, match="cannot be profiled"):
         profile_case(evaluator, bad, None, tmp_path / "p", ProfileOptions(ncu=stub), harness=fake_harness)
     assert not (tmp_path / "stub_calls.jsonl").exists()
 
 
-def test_ncu_that_never_finishes_is_killed_at_the_deadline(evaluator: Evaluator, stub: Path, fake_harness: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_ncu_that_never_finishes_is_killed_at_the_deadline(evaluator: Session, stub: Path, fake_harness: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("KO_STUB_NCU", "hang")
-    evaluator.prepare(time_reference=False)
+    prepare(evaluator, time_reference=False)
     start = time.monotonic()
     with pytest.raises(ProfilerTimeout, match="did not finish within 1 s"):
         profile_case(evaluator, candidate(), None, tmp_path / "p", ProfileOptions(ncu=stub, timeout_s=1), harness=fake_harness)
     assert time.monotonic() - start < 15
 
 
-def test_cancelling_kills_ncu(evaluator: Evaluator, stub: Path, fake_harness: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_cancelling_kills_ncu(evaluator: Session, stub: Path, fake_harness: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from kernelopt_mcp.errors import HarnessCancelled
 
     monkeypatch.setenv("KO_STUB_NCU", "hang")
@@ -230,7 +231,7 @@ def test_cancelling_kills_ncu(evaluator: Evaluator, stub: Path, fake_harness: Pa
         )
 
 
-def test_an_ncu_that_refuses_an_extra_metric_is_retried_with_sections_only(evaluator: Evaluator, stub: Path, fake_harness: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_an_ncu_that_refuses_an_extra_metric_is_retried_with_sections_only(evaluator: Session, stub: Path, fake_harness: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("KO_STUB_NCU", "badmetric")
     summary = profile_case(evaluator, candidate(), None, tmp_path / "p", ProfileOptions(ncu=stub), harness=fake_harness)
     profiled = [c for c in calls(tmp_path) if "run" in c]

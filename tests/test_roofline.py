@@ -11,6 +11,7 @@ from kernelopt_mcp.evaluation.roofline import (
     roofline_floor_ms,
     theoretical_fp32_flops,
 )
+from kernelopt_mcp.evaluation.evaluate import evaluate
 
 H200 = Peaks(
     calibrated_bytes_per_s=4.2e12, calibrated_flops_per_s=60e12,
@@ -76,7 +77,7 @@ def test_result_roofline_through_the_fake_gpu(tmp_path) -> None:
     """An evaluation's timed cases get roofline figures from the workload's cost model."""
     from fakegpu import ADD_LAUNCH, kernel, write_harness, write_tiny_workload
 
-    from kernelopt_mcp import Candidate, Evaluator, HarnessProcess, LaunchSpec, Settings
+    from kernelopt_mcp import Candidate, Session, HarnessProcess, LaunchSpec, Settings
     from kernelopt_mcp.config import find_workload
     from kernelopt_mcp.gpu import device_info
     from kernelopt_mcp.evaluation.outcomes import result_roofline
@@ -84,10 +85,10 @@ def test_result_roofline_through_the_fake_gpu(tmp_path) -> None:
     harness = write_harness(tmp_path, "fake")
     wl = find_workload(write_tiny_workload(tmp_path / "extra") / "tiny_add", Settings())
     launch = LaunchSpec.model_validate(ADD_LAUNCH)
-    with HarnessProcess(harness, 0) as proc, Evaluator(wl, proc, device_info(harness, 0), workdir=tmp_path / "w") as ev:
-        honest = ev.evaluate(Candidate(kernel(), launch, [], "honest"))
+    with HarnessProcess(harness, 0) as proc, Session(wl, proc, device_info(harness, 0), workdir=tmp_path / "w") as ev:
+        honest = evaluate(ev, Candidate(kernel(), launch, [], "honest"))
         # 49152 bytes in 1e-6 ms would be 49 PB/s: work was skipped
-        skipped = ev.evaluate(Candidate(kernel("MS:n_4096=0.000001;"), launch, [], "skipped"))
+        skipped = evaluate(ev, Candidate(kernel("MS:n_4096=0.000001;"), launch, [], "skipped"))
     [r] = result_roofline(honest, wl, H200)
     assert (r.case, r.bytes, r.flops) == ("n_4096", 12 * 4096, 4096)
     assert r.median_ms == pytest.approx(0.1, rel=0.02) and not r.impossible

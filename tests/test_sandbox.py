@@ -128,13 +128,9 @@ def test_an_accepted_unconfined_compiler_is_announced_at_start_up(
     monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
     monkeypatch.setattr(compile_pool, "_warned_unconfined", False)
-    previous = compile_pool.default_limits()
-    try:
-        with caplog.at_level(logging.WARNING, logger="kernelopt.compile"):
-            compile_pool.set_default_limits(Settings(compile_landlock=False, unconfined_compiler=True).compile_limits())
-        assert any("UNCONFINED" in r.getMessage() for r in caplog.records)
-    finally:
-        compile_pool.set_default_limits(previous)
+    with caplog.at_level(logging.WARNING, logger="kernelopt.compile"):
+        compile_pool.warn_if_unconfined(Settings(compile_landlock=False, unconfined_compiler=True).compile_limits())
+    assert any("UNCONFINED" in r.getMessage() for r in caplog.records)
 
 
 @needs_landlock

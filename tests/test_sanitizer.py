@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from kernelopt_mcp.evaluation.protocol import CaseRequest, LaunchRequest, RunRequest, TimingRequest
 from kernelopt_mcp.errors import ToolchainNotFound
 from kernelopt_mcp.sanitizer import (
     ERROR_EXITCODE,
@@ -117,7 +118,11 @@ def _script(tmp_path: Path, name: str, target: Path) -> Path:
     return path
 
 
-REQUEST = {"protocol": 1, "entry": "ok", "guard_bytes": 65536, "cases": [{"name": "small", "args": [], "timing": {"iterations": 5}}]}
+REQUEST = RunRequest(
+    device=0, module="/k.cubin", entry="ok", guard_bytes=65536, flush_l2=True,
+    cases=[CaseRequest(name="small", args=[], launch=LaunchRequest(grid=[1, 1, 1], block=[1, 1, 1]),
+                       timing=TimingRequest(warmup=0, iterations=5))],
+)
 
 
 def test_run_tool_through_a_stand_in(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -134,7 +139,7 @@ def test_run_tool_through_a_stand_in(tmp_path: Path, monkeypatch: pytest.MonkeyP
     sent = json.loads(Path(args[-1]).read_text())
     assert sent["guard_bytes"] == 0, "memcheck must see reads past the buffer, not into guards"
     assert "timing" not in sent["cases"][0]
-    assert REQUEST["guard_bytes"] == 65536 and "timing" in REQUEST["cases"][0]  # the caller's copy is untouched
+    assert REQUEST.guard_bytes == 65536 and REQUEST.cases[0].timing is not None  # the caller's copy is untouched
 
     monkeypatch.setenv("FAKE_SANITIZER_REPORT", str(FIXTURES / "racecheck_clean.txt"))
     clean = run_tool(sanitizer, SanitizerTool.racecheck, harness, REQUEST, "small", tmp_path / "w")

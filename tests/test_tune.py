@@ -20,18 +20,14 @@ from fakegpu import write_tiny_workload
 
 from kernelopt_mcp import expr
 from kernelopt_mcp.errors import ExpressionError, TunableError
-from kernelopt_mcp.evaluation.evaluate import (
-    Candidate,
-    CaseResult,
-    EvaluateOptions,
-    EvaluationResult,
-    Status,
-)
+from kernelopt_mcp.evaluation.candidate import Candidate, EvaluateOptions
+from kernelopt_mcp.evaluation.outcomes import CaseResult, EvaluationResult, Status
 from kernelopt_mcp.launch import DeviceLimits, LaunchSpec
 from kernelopt_mcp.tune import Space, TuneCache, config_key, parse_tunable, tune
 from kernelopt_mcp.tune.spec import load_tunable, substitute
 from kernelopt_mcp.tune.strategies import make_strategy
 from kernelopt_mcp.workload import load_workload
+from kernelopt_mcp.tune import tuner as tuner_module
 
 PARAMS = {"BM": [32, 64, 128, 256], "BN": [32, 64, 128, 256], "BK": [8, 16, 32], "TM": [2, 4, 8], "TN": [2, 4, 8]}
 CONSTRAINTS = ["(BM / TM) * (BN / TN) <= 1024", "(BM / TM) * (BN / TN) >= 32", "4 * BK * (BM + BN) <= 49152"]
@@ -63,7 +59,7 @@ def spec_dict() -> dict[str, Any]:
 
 @dataclass
 class FakeEvaluator:
-    """The Evaluator's interface as tune() uses it, answering from ``table`` (default ``simulated``)."""
+    """The Session's interface as tune() uses it, answering from ``table`` (default ``simulated``)."""
 
     workload: Any
     device: Any = None
@@ -84,6 +80,23 @@ class FakeEvaluator:
         case = CaseResult(name="n_4096", kind="performance", status=Status(status))
         return EvaluationResult(status=Status(status), message=status, workload=self.workload.name,
                                 candidate=candidate.name, seed=1, arch=self.arch, cases=[case], score_ms=ms)
+
+
+@pytest.fixture(autouse=True)
+def fake_sessions(monkeypatch: pytest.MonkeyPatch) -> None:
+    """tune() prepares and evaluates through evaluation.evaluate's functions: a FakeEvaluator answers instead."""
+    real_prepare, real_evaluate = tuner_module.prepare, tuner_module.evaluate
+
+    def prepare(session: Any, **kwargs: Any) -> None:
+        return session.prepare() if isinstance(session, FakeEvaluator) else real_prepare(session, **kwargs)
+
+    def evaluate(session: Any, candidate: Candidate, options: Any = None, **kwargs: Any) -> EvaluationResult:
+        if isinstance(session, FakeEvaluator):
+            return session.evaluate(candidate)
+        return real_evaluate(session, candidate, options, **kwargs)
+
+    monkeypatch.setattr(tuner_module, "prepare", prepare)
+    monkeypatch.setattr(tuner_module, "evaluate", evaluate)
 
 
 @pytest.fixture
@@ -185,21 +198,21 @@ def test_substitution_into_launch_expressions(tunable: Any) -> None:
 
 def test_evaluator_resolves_launch_with_params(tmp_path: Path) -> None:
     """Candidate.params join the case's scalars in launch expressions and become -D options."""
-    from kernelopt_mcp.evaluation.evaluate import Evaluator
+    from kernelopt_mcp.evaluation.session import Session
     from kernelopt_mcp.launch import resolve
 
     wl = load_workload(write_tiny_workload(tmp_path / "wl") / "tiny_add")
     cand = Candidate("", LaunchSpec.model_validate({"grid": ["ceil_div(n, BLOCK * UNROLL)"], "block": ["BLOCK"]}),
                      ["-DX=1"], "c", {"BLOCK": 128, "UNROLL": 4})
     assert cand.all_compile_options == ["-DX=1", "-DBLOCK=128", "-DUNROLL=4"]
-    ev = Evaluator.__new__(Evaluator)  # _resolve needs only limits
+    ev = Session.__new__(Session)  # _resolve needs only limits
     ev.limits = DeviceLimits()
 
     class Compiled:
         resources: ClassVar[dict[str, Any]] = {}
 
     case = wl.spec.case("n_4096")
-    got = ev._resolve(cand, Compiled(), case)  # type: ignore[arg-type]
+    got = ev.resolve(cand, Compiled(), case)  # type: ignore[arg-type]
     assert got.grid == (8, 1, 1) and got.block == (128, 1, 1)
     with pytest.raises(Exception, match="unknown name 'BLOCK'"):
         resolve(cand.launch.for_case("n_4096"), case.scalars, DeviceLimits(), "n_4096")

@@ -22,17 +22,27 @@ import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 from pydantic import BaseModel, Field, ValidationError
 
 from .clocks import ClockSample, probe_device_clocks
+from ..compile_pool import CompileLimits
 from ..compiler import CompileCache, compile_kernel
 from ..dtypes import DType, scalar_raw
 from ..errors import HarnessError
 from ..gpu import DeviceInfo
 from .harness import HarnessProcess, raise_for_request_error
+from .protocol import (
+    BufferArg,
+    CaseAnswer,
+    CaseRequest,
+    LaunchRequest,
+    RunRequest,
+    ScalarArg,
+    TimingRequest,
+    parse_answer,
+)
 from ..files import write_atomic
 from .roofline import Peaks, theoretical_fp32_flops
 from .stats import TimingStats, from_answer
@@ -151,6 +161,7 @@ def calibrate(
     *,
     force: bool = False,
     compile_cache: CompileCache | None = None,
+    compile_limits: CompileLimits | None = None,
     progress: ProgressFn | None = None,
     timeout_s: float = 120.0,
 ) -> Calibration:
@@ -167,7 +178,7 @@ def calibrate(
         cached = load_calibration(device, cache_root, display_driver=display_driver)
         if cached is not None:
             return cached
-    compiled = compile_kernel(CALIBRATION_SOURCE, device.arch, [], cache=compile_cache)
+    compiled = compile_kernel(CALIBRATION_SOURCE, device.arch, [], cache=compile_cache, limits=compile_limits)
     if not compiled.ok or compiled.cubin is None:
         raise HarnessError(f"the calibration kernels did not compile: {compiled.summary()}")
     with tempfile.TemporaryDirectory(prefix="kernelopt-calibrate-") as tmp:
@@ -200,37 +211,35 @@ def calibrate(
 # --- requests --------------------------------------------------------------------------
 
 
-def _grid(device: DeviceInfo) -> dict[str, Any]:
-    return {"grid": [device.sm_count * BLOCKS_PER_SM, 1, 1], "block": [BLOCK, 1, 1], "shared_bytes": 0}
+def _grid(device: DeviceInfo) -> LaunchRequest:
+    return LaunchRequest(grid=[device.sm_count * BLOCKS_PER_SM, 1, 1], block=[BLOCK, 1, 1], shared_bytes=0)
 
 
-def _scalar(name: str, dtype: DType, value: float) -> dict[str, Any]:
-    return {"kind": "scalar", "name": name, "dtype": dtype.value, "value": value, "raw": scalar_raw(dtype, value).hex()}
+def _scalar(name: str, dtype: DType, value: float) -> ScalarArg:
+    return ScalarArg(name=name, dtype=dtype.value, value=value, raw=scalar_raw(dtype, value).hex())
 
 
-def _request(device: DeviceInfo, module: Path, entry: str, args: list[dict[str, Any]], *,
-             flush_l2: bool, timing: dict[str, int] | None) -> dict[str, Any]:
-    case: dict[str, Any] = {"name": entry, "args": args, "launch": _grid(device)}
-    if timing:
-        case["timing"] = timing
-    return {"protocol": 1, "device": device.ordinal, "module": str(module.resolve()), "entry": entry,
-            "guard_bytes": 65536, "flush_l2": flush_l2, "cases": [case]}
+def _request(device: DeviceInfo, module: Path, entry: str, args: list[BufferArg | ScalarArg], *,
+             flush_l2: bool, timing: TimingRequest | None) -> RunRequest:
+    case = CaseRequest(name=entry, args=args, launch=_grid(device), timing=timing)
+    return RunRequest(device=device.ordinal, module=str(module.resolve()), entry=entry, guard_bytes=65536,
+                      flush_l2=flush_l2, cases=[case])
 
 
-def _send(harness: HarnessProcess, request: dict[str, Any], timeout_s: float) -> dict[str, Any]:
+def _send(harness: HarnessProcess, request: RunRequest, timeout_s: float) -> CaseAnswer:
     """One request; the case answer when it ran cleanly, else HarnessError with the details."""
     reply = harness.request(request, timeout_s)
-    entry = request["entry"]
+    entry = request.entry
     if reply.timed_out:
         raise HarnessError(f"calibration kernel {entry} did not finish within {timeout_s:.0f} s")
     raise_for_request_error(reply.answer, reply.exit_code)
-    answer = reply.answer or {}
-    if answer.get("status") != "ok" or not answer.get("cases"):
-        raise HarnessError(f"calibration kernel {entry}: the harness answered {json.dumps(answer)[:500]} "
+    answer = parse_answer(reply.answer or {"status": "error"})
+    if answer.status != "ok" or not answer.cases:
+        raise HarnessError(f"calibration kernel {entry}: the harness answered {json.dumps(reply.answer)[:500]} "
                            f"(exit {reply.exit_code}; stderr: {reply.stderr[-300:]})")
-    case = answer["cases"][0]
-    if case.get("status") != "ok":
-        raise HarnessError(f"calibration kernel {entry} failed: {case.get('status')} {case.get('error')}")
+    case = answer.cases[0]
+    if case.status != "ok":
+        raise HarnessError(f"calibration kernel {entry} failed: {case.status} {case.error}")
     return case
 
 
@@ -241,10 +250,9 @@ def _check_copy(harness: HarnessProcess, device: DeviceInfo, module: Path, work:
     data = np.arange(4 * n4, dtype="<f4")
     src, dst = work / "check_src.bin", work / "check_dst.bin"
     src.write_bytes(data.tobytes())
-    args = [
-        {"kind": "buffer", "name": "src", "role": "in", "bytes": data.nbytes, "input": str(src)},
-        {"kind": "buffer", "name": "dst", "role": "out", "bytes": data.nbytes, "output": str(dst),
-         "init": "poison", "poison_byte": 255},
+    args: list[BufferArg | ScalarArg] = [
+        BufferArg(name="src", role="in", bytes=data.nbytes, input=str(src)),
+        BufferArg(name="dst", role="out", bytes=data.nbytes, output=str(dst), init="poison", poison_byte=255),
         _scalar("n", DType.uint64, n4),
     ]
     _send(harness, _request(device, module, COPY_ENTRY, args, flush_l2=False, timing=None), timeout_s)
@@ -255,14 +263,13 @@ def _check_copy(harness: HarnessProcess, device: DeviceInfo, module: Path, work:
 def _time_copy(harness: HarnessProcess, device: DeviceInfo, module: Path, nbytes: int, timeout_s: float) -> TimingStats:
     # Both buffers are harness-initialised (no multi-GiB input file to write and upload); the
     # outputs are discarded: the copy itself was checked by _check_copy.
-    args = [
-        {"kind": "buffer", "name": "src", "role": "out", "bytes": nbytes, "output": "/dev/null", "init": "zero"},
-        {"kind": "buffer", "name": "dst", "role": "out", "bytes": nbytes, "output": "/dev/null",
-         "init": "poison", "poison_byte": 255},
+    args: list[BufferArg | ScalarArg] = [
+        BufferArg(name="src", role="out", bytes=nbytes, output="/dev/null", init="zero"),
+        BufferArg(name="dst", role="out", bytes=nbytes, output="/dev/null", init="poison", poison_byte=255),
         _scalar("n", DType.uint64, nbytes // 16),
     ]
     case = _send(harness, _request(device, module, COPY_ENTRY, args, flush_l2=True,
-                                   timing={"warmup": 5, "iterations": 40}), timeout_s)
+                                   timing=TimingRequest(warmup=5, iterations=40)), timeout_s)
     return _timing(case, COPY_ENTRY)
 
 
@@ -271,25 +278,25 @@ def _time_fma(harness: HarnessProcess, device: DeviceInfo, module: Path, work: P
     threads = device.sm_count * BLOCKS_PER_SM * BLOCK
     iterations = 16_384  # ~1 ms per launch at ~65 TFLOP/s on 132 SMs
     out = work / "fma_out.bin"
-    args = [
-        {"kind": "buffer", "name": "out", "role": "out", "bytes": threads * 4, "output": str(out),
-         "init": "poison", "poison_byte": 255},
+    args: list[BufferArg | ScalarArg] = [
+        BufferArg(name="out", role="out", bytes=threads * 4, output=str(out), init="poison", poison_byte=255),
         _scalar("iterations", DType.int32, iterations),
         _scalar("a", DType.float32, 0.9999999),
         _scalar("b", DType.float32, 1e-7),
     ]
     case = _send(harness, _request(device, module, FMA_ENTRY, args, flush_l2=False,
-                                   timing={"warmup": 3, "iterations": 30}), timeout_s)
+                                   timing=TimingRequest(warmup=3, iterations=30)), timeout_s)
     values = np.frombuffer(out.read_bytes(), dtype="<f4")
     if values.size != threads or not np.all(np.isfinite(values)):
         raise HarnessError("the calibration FMA kernel left non-finite or missing outputs")
     return 2.0 * FMA_CHAINS * iterations * threads, _timing(case, FMA_ENTRY)
 
 
-def _timing(case: dict[str, Any], entry: str) -> TimingStats:
-    timing = case.get("timing") or {}
+def _timing(case: CaseAnswer, entry: str) -> TimingStats:
+    if case.timing is None:
+        raise HarnessError(f"calibration kernel {entry}: the harness returned no timing")
     try:
-        stats = from_answer(timing)
+        stats = from_answer(case.timing)
     except ValueError:
         raise HarnessError(f"calibration kernel {entry}: the harness returned no times") from None
     if stats.median_ms <= 0:

@@ -17,6 +17,7 @@ import numpy as np
 from pydantic import BaseModel, Field
 
 from ..workload import Tolerance
+from .protocol import CompareEntry
 
 MAX_REPORTED_MISMATCHES = 5
 
@@ -164,26 +165,25 @@ def geometric_mean(values: Iterable[float]) -> float:
 
 
 def from_device(
-    name: str, stats: dict[str, object], *, scale: float, norm: float, tol: Tolerance
+    name: str, stats: CompareEntry, *, scale: float, norm: float, tol: Tolerance
 ) -> OutputComparison:
     """An :class:`OutputComparison` from the harness's device-side comparison (one entry of
     a case answer's ``compares``). It carries no mismatching elements: when the device finds
     any, the harness writes the output and :func:`compare` produces the detailed report."""
 
-    def number(key: str) -> float:
-        value = stats.get(key)
-        return math.inf if value in ("inf", "Infinity") else float(value)  # type: ignore[arg-type]
+    def number(value: float | int | str | None) -> float:
+        return math.inf if value in ("inf", "Infinity") else float(value or 0)
 
-    mismatches, nonfinite = int(stats["mismatches"]), int(stats["nonfinite"])  # type: ignore[call-overload]
-    err_norm = math.sqrt(number("err_sq"))
+    mismatches, nonfinite = stats.mismatches, stats.nonfinite
+    err_norm = math.sqrt(number(stats.err_sq))
     return OutputComparison(
         name=name,
         passed=mismatches == 0,
-        elements=int(stats["elements"]),  # type: ignore[call-overload]
+        elements=stats.elements,
         mismatches=mismatches,
         nonfinite=nonfinite,
-        max_abs_error=math.inf if nonfinite else number("max_abs_error"),
-        max_rel_error=math.inf if nonfinite else number("max_rel_error"),
+        max_abs_error=math.inf if nonfinite else number(stats.max_abs_error),
+        max_rel_error=math.inf if nonfinite else number(stats.max_rel_error),
         rel_l2_error=math.inf if nonfinite else (err_norm / norm if norm > 0 else err_norm),
         scale=scale,
         rtol=tol.rtol,

@@ -17,6 +17,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import IntEnum
 from functools import lru_cache
@@ -25,6 +26,7 @@ from typing import Any
 
 from ..errors import DeviceUnavailable, HarnessCancelled, HarnessError
 from ..executables import find_executable, kill_group
+from .protocol import RunRequest, request_json
 
 HARNESS_NAME = "kernelopt-harness"
 MAX_STDERR_BYTES = 64 * 1024
@@ -164,11 +166,13 @@ class HarnessProcess:
         self._stderr_thread.start()
         return proc
 
-    def request(self, payload: dict[str, Any], timeout_s: float) -> HarnessReply:
-        """Send one request and wait at most ``timeout_s`` for its answer."""
+    def request(self, payload: RunRequest | Mapping[str, Any], timeout_s: float) -> HarnessReply:
+        """Send one request (a typed ``run`` request, or another op's JSON object) and wait at
+        most ``timeout_s`` for its answer."""
         proc = self._start()
         start = time.monotonic()
-        line = json.dumps(payload, separators=(",", ":")).encode() + b"\n"
+        data = request_json(payload) if isinstance(payload, RunRequest) else dict(payload)
+        line = json.dumps(data, separators=(",", ":")).encode() + b"\n"
         try:
             assert proc.stdin is not None
             proc.stdin.write(line)

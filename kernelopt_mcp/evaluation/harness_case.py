@@ -1,6 +1,6 @@
 """One case of one candidate through the harness: the request, and what its answer means.
 
-The :class:`~kernelopt_mcp.evaluation.evaluate.Evaluator` decides which cases run and when; this module
+The runner (:mod:`kernelopt_mcp.evaluation.runner`) decides which cases run and when; this module
 builds each harness request (inputs, poisoned outputs, the device-side comparison, the
 determinism re-run, the check launch on hidden inputs after timing) and turns the answer into
 a :class:`CaseResult`.
@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from pydantic import BaseModel
 
 from .compare import Thresholds, compare, from_device, thresholds
 from ..dtypes import scalar_raw
@@ -25,8 +26,27 @@ from ..files import write_atomic
 from ..launch import ResolvedLaunch
 from .oracle import run_oracle
 from .outcomes import CaseResult, CudaErrorInfo, Status
+from .protocol import (
+    BufferArg,
+    CaseRequest,
+    CompareEntry,
+    CompareThresholds,
+    DeterminismEntry,
+    FreshSpec,
+    LaunchRequest,
+    RequestError,
+    RunRequest,
+    ScalarArg,
+    TimedCheck,
+    TimedDump,
+    TimingRequest,
+    parse_answer,
+)
 from .stats import from_answer
 from ..workload import BufferParam, Case, Workload
+
+
+Compares = dict[tuple[str, str], CompareEntry]  # (buffer, launch) -> the device's comparison
 
 
 @dataclass
@@ -75,7 +95,7 @@ class CaseJob:
     launch: ResolvedLaunch
     data: DataSet
     out_dir: Path
-    timing: dict[str, Any] | None = None
+    timing: TimingRequest | None = None
     timed: DataSet | None = None  # inputs for the check launch after the measured ones
     repeat: bool = False  # determinism re-run
     device_compare: bool = False
@@ -86,7 +106,7 @@ class CaseJob:
     fresh_seed: int | None = None  # hidden, new for every request
     fresh_timed: bool = True  # redraw before every timed launch (False: only the confirm launch)
     checked: list[int] = field(default_factory=list)  # measured samples the CUDA reference checks
-    check_launch: dict[str, Any] | None = None  # the reference's launch for this case
+    check_launch: LaunchRequest | None = None  # the reference's launch for this case
     confirm: bool = False  # one more fresh launch after timing (timing consistency)
     dump_dir: Path | None = None  # no CUDA reference: the checked launches' files, checked with the oracle
     consistency: bool = False  # judge check_launch_ms / confirm_launch_ms against the median
@@ -95,93 +115,96 @@ class CaseJob:
 def build_request(
     job: CaseJob, workload: Workload, *, device: int, module: Path, guard_bytes: int, flush_l2: bool,
     support: Path | None = None, input_cache: bool = False, check_module: Path | None = None,
-) -> dict[str, Any]:
+) -> RunRequest:
     """The harness request for ``job`` (see native_harness/PROTOCOL.md)."""
     case, ci = job.case, job.data.inputs[job.case.name]
     refs = job.data.refs.get(case.name, {}) if job.device_compare else {}
     timed_ci = job.timed.inputs.get(case.name) if job.timed else None
     timed_refs = job.timed.refs.get(case.name, {}) if job.timed and timed_ci else {}
-    args: list[dict[str, Any]] = []
+    args: list[BufferArg | ScalarArg] = []
     for p in workload.signature.params:
         if isinstance(p, BufferParam):
-            nbytes = int(np.prod(ci.shapes[p.name], dtype=np.int64)) * p.dtype.itemsize
-            arg: dict[str, Any] = {"kind": "buffer", "name": p.name, "role": p.role, "bytes": nbytes}
-            if p.is_input:
-                arg["input"] = str(ci.files[p.name].resolve())
-                if timed_ci is not None:
-                    arg["timed_input"] = str(timed_ci.files[p.name].resolve())
-                if p.name in job.fresh and job.timing:
-                    arg["dtype"] = p.dtype.value
-                    arg["fresh"] = job.fresh[p.name]
-            if p.is_output:
-                arg["output"] = str((job.out_dir / f"{p.name}.bin").resolve())
-                ref, timed_ref = refs.get(p.name), timed_refs.get(p.name)
-                if ref or timed_ref:
-                    arg["dtype"] = p.dtype.value
-                    tol = workload.spec.tolerance_for(p.name)
-                    basis = ref or timed_ref
-                    assert basis is not None
-                    arg["compare"] = basis.thresholds.harness_compare(tol.rtol)
-                if ref:
-                    arg["expected"] = str(ref.path)
-                    if job.keep_outputs:
-                        arg["write_output"] = True
-                if timed_ref:
-                    arg["timed_expected"] = str(timed_ref.path)
-                if job.checked and job.check_launch and "compare" not in arg:
-                    # the checked launches compare with the reference's outputs on the tolerances
-                    # of the validation's expected values (the same distribution of inputs)
-                    basis = job.data.refs.get(case.name, {}).get(p.name)
-                    if basis is None:
-                        raise HarnessError(f"case {case.name!r}: no expected values of {p.name!r} to take tolerances from")
-                    arg["dtype"] = p.dtype.value
-                    arg["compare"] = basis.thresholds.harness_compare(workload.spec.tolerance_for(p.name).rtol)
-            if p.role == "out":
-                arg["init"] = p.init
-                arg["poison_byte"] = 0xFF if p.dtype.is_float else 0xA5
-            args.append(arg)
+            args.append(_buffer_arg(job, workload, p, ci, timed_ci, refs.get(p.name), timed_refs.get(p.name)))
         else:
             value = case.scalars[p.name]
-            args.append({
-                "kind": "scalar", "name": p.name, "dtype": p.dtype.value,
+            args.append(ScalarArg(
+                name=p.name, dtype=p.dtype.value,
                 # informational; `raw` is what is passed (JSON has no NaN/Inf)
-                "value": value if math.isfinite(value) else str(value),
-                "raw": scalar_raw(p.dtype, value).hex(),
-            })
-    entry: dict[str, Any] = {"name": case.name, "args": args, "launch": job.launch.as_json()}
+                value=value if math.isfinite(value) else str(value),
+                raw=scalar_raw(p.dtype, value).hex(),
+            ))
+    entry = CaseRequest(name=case.name, args=args, launch=LaunchRequest.model_validate(job.launch.as_json()))
     if job.repeat:
-        entry["repeat_validation"] = True
+        entry.repeat_validation = True
     if job.timing:
-        entry["timing"] = job.timing
+        entry.timing = job.timing
         if job.fresh:
-            entry["fresh_seed"] = job.fresh_seed
-            entry["fresh_timed"] = job.fresh_timed
+            entry.fresh_seed = job.fresh_seed
+            entry.fresh_timed = job.fresh_timed
         if job.checked:
-            entry["checked_launches"] = job.checked
+            entry.checked_launches = job.checked
         if job.check_launch and (job.checked or job.confirm):
-            entry["check_launch"] = job.check_launch
+            entry.check_launch = job.check_launch
         if job.confirm:
-            entry["confirm_launch"] = True
+            entry.confirm_launch = True
         if job.checked and job.dump_dir is not None:
             job.dump_dir.mkdir(parents=True, exist_ok=True)
-            entry["checked_dump"] = str(job.dump_dir.resolve())
-    request: dict[str, Any] = {
-        "protocol": 1,
-        "device": device,
-        "module": str(module.resolve()),
-        "entry": workload.signature.entry,
-        "guard_bytes": guard_bytes,
-        "flush_l2": flush_l2,
-        "cases": [entry],
-    }
+            entry.checked_dump = str(job.dump_dir.resolve())
+    request = RunRequest(
+        device=device, module=str(module.resolve()), entry=workload.signature.entry, guard_bytes=guard_bytes,
+        flush_l2=flush_l2, cases=[entry],
+    )
     if support is not None:
-        request["support_module"] = str(support.resolve())
+        request.support_module = str(support.resolve())
     if input_cache:
-        request["input_cache"] = True
-    if check_module is not None and "check_launch" in entry:
-        request["check_module"] = str(check_module.resolve())
-        request["check_entry"] = workload.signature.entry
+        request.input_cache = True
+    if check_module is not None and entry.check_launch is not None:
+        request.check_module = str(check_module.resolve())
+        request.check_entry = workload.signature.entry
     return request
+
+
+def _buffer_arg(
+    job: CaseJob, workload: Workload, p: BufferParam, ci: CaseInputs, timed_ci: CaseInputs | None,
+    ref: ExpectedRef | None, timed_ref: ExpectedRef | None,
+) -> BufferArg:
+    nbytes = int(np.prod(ci.shapes[p.name], dtype=np.int64)) * p.dtype.itemsize
+    arg = BufferArg(name=p.name, role=p.role, bytes=nbytes)
+    if p.is_input:
+        arg.input = str(ci.files[p.name].resolve())
+        if timed_ci is not None:
+            arg.timed_input = str(timed_ci.files[p.name].resolve())
+        if p.name in job.fresh and job.timing:
+            arg.dtype = p.dtype.value
+            arg.fresh = FreshSpec.model_validate(job.fresh[p.name])
+    if p.is_output:
+        arg.output = str((job.out_dir / f"{p.name}.bin").resolve())
+        basis = ref or timed_ref
+        if basis is not None:
+            arg.dtype = p.dtype.value
+            arg.compare = _thresholds(basis, workload.spec.tolerance_for(p.name).rtol)
+        if ref:
+            arg.expected = str(ref.path)
+            if job.keep_outputs:
+                arg.write_output = True
+        if timed_ref:
+            arg.timed_expected = str(timed_ref.path)
+        if job.checked and job.check_launch and arg.compare is None:
+            # the checked launches compare with the reference's outputs on the tolerances
+            # of the validation's expected values (the same distribution of inputs)
+            tolerances = job.data.refs.get(job.case.name, {}).get(p.name)
+            if tolerances is None:
+                raise HarnessError(f"case {job.case.name!r}: no expected values of {p.name!r} to take tolerances from")
+            arg.dtype = p.dtype.value
+            arg.compare = _thresholds(tolerances, workload.spec.tolerance_for(p.name).rtol)
+    if p.role == "out":
+        arg.init = p.init
+        arg.poison_byte = 0xFF if p.dtype.is_float else 0xA5
+    return arg
+
+
+def _thresholds(ref: ExpectedRef, rtol: float) -> CompareThresholds:
+    return CompareThresholds.model_validate(ref.thresholds.harness_compare(rtol))
 
 
 def interpret(
@@ -205,44 +228,43 @@ def interpret(
                 f"dominate the run: print from one thread, or drop it), last line: {last!r}"
             )
         return cr, None
-    answer = reply.answer
-    raise_for_request_error(answer, reply.exit_code)
-    if answer is None:
+    raise_for_request_error(reply.answer, reply.exit_code)
+    if reply.answer is None:
         raise HarnessError(
             f"the harness exited with code {reply.exit_code} without answering; stderr: {reply.stderr[-800:]}"
         )
-    if answer.get("status") == "error":
-        err = answer.get("error") or {}
+    answer = parse_answer(reply.answer)
+    if answer.status == "error":
+        err = answer.error or RequestError()
         cr.status = Status.compile_error
-        cr.message = f"{err.get('kind')}: {err.get('message')}" + (f"\n{err['log'][:2000]}" if err.get("log") else "")
+        cr.message = f"{err.kind}: {err.message}" + (f"\n{err.log[:2000]}" if err.log else "")
         return cr, None
-    case_answers = answer.get("cases") or []
-    if not case_answers:
-        raise HarnessError(f"the harness answered with no case result: {answer}")
-    ca = case_answers[0]
-    cr.occupancy_blocks_per_sm = ca.get("occupancy_blocks_per_sm")
-    if ca.get("error"):
-        cr.error = CudaErrorInfo.model_validate({k: ca["error"].get(k) for k in ("call", "cuda_error", "code", "message")})
-    cr.guard_violations = ca.get("guard_violations") or []
-    cr.modified_inputs = ca.get("modified_inputs") or []
-    if _harness_status(cr, ca.get("status"), reply):
+    if not answer.cases:
+        raise HarnessError(f"the harness answered with no case result: {reply.answer}")
+    ca = answer.cases[0]
+    cr.occupancy_blocks_per_sm = ca.occupancy_blocks_per_sm
+    if ca.error:
+        cr.error = CudaErrorInfo.model_validate(ca.error.model_dump(include={"call", "cuda_error", "code", "message"}))
+    cr.guard_violations = [_raw(v) for v in ca.guard_violations]
+    cr.modified_inputs = [_raw(m) for m in ca.modified_inputs]
+    if _harness_status(cr, ca.status, reply):
         return cr, None
     if reply.exit_code not in (None, ExitCode.OK):
         raise HarnessError(f"the harness reported ok but exited with code {reply.exit_code}")
 
-    device = {(c.get("buffer"), c.get("launch")): c for c in ca.get("compares") or []}
+    device = {(c.buffer, c.launch): c for c in ca.compares}
     outputs = _read_outputs(job, workload, required=job.keep_outputs or not device)
     _check_outputs(cr, job, workload, device, outputs)
     if cr.status is Status.ok and job.repeat:
-        _check_repeat(cr, workload, device, ca.get("determinism") or [])
-    if cr.status is Status.ok and job.timing and ca.get("timing"):
-        t = ca["timing"]
+        _check_repeat(cr, workload, device, ca.determinism)
+    t = ca.timing
+    if cr.status is Status.ok and job.timing and t is not None:
         cr.timing = from_answer(t)
-        cr.fresh_inputs = list(t.get("fresh_buffers") or [])
-        cr.confirm_launch_ms = t.get("confirm_launch_ms")
-        _check_reference(cr, ca.get("timed_checks") or [], len(t.get("times_ms") or []))
-        if cr.status is Status.ok and ca.get("timed_dumps"):
-            _check_dumps(cr, job, workload, ca["timed_dumps"], len(t.get("times_ms") or []))
+        cr.fresh_inputs = list(t.fresh_buffers)
+        cr.confirm_launch_ms = t.confirm_launch_ms
+        _check_reference(cr, ca.timed_checks, len(t.times_ms))
+        if cr.status is Status.ok and ca.timed_dumps:
+            _check_dumps(cr, job, workload, ca.timed_dumps, len(t.times_ms))
         if cr.status is Status.ok and job.timed is not None:
             _check_timed(cr, job, workload, device)
         if cr.status is Status.ok and job.consistency:
@@ -250,6 +272,11 @@ def interpret(
             if problem:
                 cr.status, cr.message = Status.inconsistent_timing, problem
     return cr, outputs if job.keep_outputs else None
+
+
+def _raw(part: BaseModel) -> dict[str, Any]:
+    """An answer part as the harness sent it (for results that keep the harness's words)."""
+    return part.model_dump(mode="json", exclude_unset=True)
 
 
 def _harness_status(cr: CaseResult, status: str | None, reply: HarnessReply) -> bool:
@@ -302,7 +329,7 @@ def _read_outputs(job: CaseJob, workload: Workload, *, required: bool) -> dict[s
 
 def _check_outputs(
     cr: CaseResult, job: CaseJob, workload: Workload,
-    device: dict[tuple[Any, Any], dict[str, Any]], outputs: dict[str, np.ndarray],
+    device: Compares, outputs: dict[str, np.ndarray],
 ) -> None:
     """Compare the validation launch's outputs (on the device's figures when it compared)."""
     expected = job.data.expected.get(job.case.name)
@@ -312,7 +339,7 @@ def _check_outputs(
     for p in workload.signature.outputs:
         tol = workload.spec.tolerance_for(p.name)
         stats, ref = device.get((p.name, "validation")), refs.get(p.name)
-        if stats is not None and ref is not None and int(stats["mismatches"]) == 0:
+        if stats is not None and ref is not None and stats.mismatches == 0:
             cr.outputs.append(from_device(p.name, stats, scale=ref.scale, norm=ref.norm, tol=tol))
         elif p.name in outputs:
             cr.outputs.append(compare(p.name, expected[p.name], outputs[p.name], tol))
@@ -325,36 +352,37 @@ def _check_outputs(
 
 
 def _check_repeat(
-    cr: CaseResult, workload: Workload, device: dict[tuple[Any, Any], dict[str, Any]], determinism: list[dict[str, Any]]
+    cr: CaseResult, workload: Workload, device: Compares, determinism: list[DeterminismEntry]
 ) -> None:
     """The determinism re-run: within tolerance always, bit for bit where the workload says so."""
-    cr.determinism = determinism
+    cr.determinism = [_raw(d) for d in determinism]
     for p in workload.signature.outputs:
         stats = device.get((p.name, "repeat"))
-        if stats is not None and int(stats["mismatches"]):
+        if stats is not None and stats.mismatches:
             cr.status = Status.nondeterministic
             cr.message = (
-                f"{p.name}: a second launch on the same inputs gave {stats['mismatches']} elements outside "
+                f"{p.name}: a second launch on the same inputs gave {stats.mismatches} elements outside "
                 "the tolerance (the first launch passed): a race or uninitialised read?"
             )
             return
     if workload.spec.deterministic:
-        differ = [d for d in determinism if int(d.get("bytes_differ") or 0)]
+        differ = [d for d in determinism if d.bytes_differ]
         if differ:
             d = differ[0]
             cr.status = Status.nondeterministic
             cr.message = (
-                f"{d['buffer']}: a second launch on the same inputs changed {d['bytes_differ']} bytes (first at "
-                f"byte {d.get('first_offset')}); this workload must be bitwise reproducible (no races, no "
+                f"{d.buffer}: a second launch on the same inputs changed {d.bytes_differ} bytes (first at "
+                f"byte {d.first_offset}); this workload must be bitwise reproducible (no races, no "
                 "order-dependent atomics)"
             )
 
 
 def _check_timed(
-    cr: CaseResult, job: CaseJob, workload: Workload, device: dict[tuple[Any, Any], dict[str, Any]]
+    cr: CaseResult, job: CaseJob, workload: Workload, device: Compares
 ) -> None:
     """The check launch after timing ran on inputs from a hidden seed: its outputs must match."""
-    assert job.timed is not None
+    if job.timed is None:
+        return
     refs = job.timed.refs.get(job.case.name, {})
     bad = []
     for p in workload.signature.outputs:
@@ -379,37 +407,37 @@ def _check_timed(
         )
 
 
-def _check_reference(cr: CaseResult, checks: list[dict[str, Any]], samples: int) -> None:
+def _check_reference(cr: CaseResult, checks: list[TimedCheck], samples: int) -> None:
     """The checked launches: each measured launch's outputs against the CUDA reference run on the
     same (freshly drawn) inputs, and the confirm launch after timing."""
-    cr.reference_checks = checks
-    cr.checked_launches = len({(c.get("launch"), c.get("sample")) for c in checks})
-    bad = [c for c in checks if int(c.get("mismatches") or 0) > 0]
+    cr.reference_checks = [_raw(c) for c in checks]
+    cr.checked_launches = len({(c.launch, c.sample) for c in checks})
+    bad = [c for c in checks if c.mismatches > 0]
     if not bad:
         return
     c = bad[0]
     where = (
-        f"timed launch {c.get('sample')} of {samples} measured" if c.get("launch") == "measured"
+        f"timed launch {c.sample} of {samples} measured" if c.launch == "measured"
         else "the launch after timing"
     )
-    inputs = "fresh inputs drawn on the device" if c.get("draw") is not None else "its inputs"
+    inputs = "fresh inputs drawn on the device" if c.draw is not None else "its inputs"
     cr.status = Status.timed_mismatch
     cr.message = (
-        f"the outputs of {where}, on {inputs}, were wrong: {c.get('buffer')}: {c.get('mismatches')} of "
-        f"{c.get('elements')} elements differ from the CUDA reference run on the same inputs (first at flat index "
-        f"{c.get('first_mismatch')}, max abs error {c.get('max_abs_error')}, {c.get('nonfinite')} non-finite): results "
+        f"the outputs of {where}, on {inputs}, were wrong: {c.buffer}: {c.mismatches} of "
+        f"{c.elements} elements differ from the CUDA reference run on the same inputs (first at flat index "
+        f"{c.first_mismatch}, max abs error {c.max_abs_error}, {c.nonfinite} non-finite): results "
         "were cached or work was skipped while timed; they must be computed from the inputs on every launch"
     )
 
 
 def _check_dumps(
-    cr: CaseResult, job: CaseJob, workload: Workload, dumps: list[dict[str, Any]], samples: int
+    cr: CaseResult, job: CaseJob, workload: Workload, dumps: list[TimedDump], samples: int
 ) -> None:
     """Workloads without a CUDA reference: each checked launch's inputs (redrawn ones from the
     harness's files, the others the case's own) through the NumPy oracle, against its outputs."""
     case, ci = job.case, job.data.inputs[job.case.name]
     for dump in dumps:
-        files = dump.get("files") or {}
+        files = dump.files
         try:
             arrays = {
                 p.name: _read_array(files["inputs"][p.name], p, ci.shapes[p.name])
@@ -426,15 +454,15 @@ def _check_dumps(
         for p in workload.signature.outputs:
             cmp = compare(p.name, expected[p.name], actual[p.name], workload.spec.tolerance_for(p.name))
             cr.reference_checks.append({
-                "launch": "measured", "sample": dump.get("sample"), "draw": dump.get("draw"),
-                "time_ms": dump.get("time_ms"), "buffer": p.name, "elements": cmp.elements, "mismatches": cmp.mismatches,
+                "launch": "measured", "sample": dump.sample, "draw": dump.draw,
+                "time_ms": dump.time_ms, "buffer": p.name, "elements": cmp.elements, "mismatches": cmp.mismatches,
                 "max_abs_error": cmp.max_abs_error, "checked_by": "NumPy oracle",
             })
             if not cmp.passed and cr.status is Status.ok:
-                inputs = "fresh inputs drawn on the device" if dump.get("draw") is not None else "its inputs"
+                inputs = "fresh inputs drawn on the device" if dump.draw is not None else "its inputs"
                 cr.status = Status.timed_mismatch
                 cr.message = (
-                    f"the outputs of timed launch {dump.get('sample')} of {samples} measured, on {inputs}, were wrong "
+                    f"the outputs of timed launch {dump.sample} of {samples} measured, on {inputs}, were wrong "
                     f"against the NumPy oracle on the same inputs: {cmp.summary()}: results were cached or work was "
                     "skipped while timed; they must be computed from the inputs on every launch"
                 )

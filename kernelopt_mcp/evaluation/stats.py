@@ -24,6 +24,8 @@ from typing import Any
 import numpy as np
 from pydantic import BaseModel, Field
 
+from .protocol import TimingAnswer
+
 #: sqrt(pi / 2): sd(median) / (sigma / sqrt(n)) for large normal samples
 MEDIAN_SE_FACTOR = 1.2533
 #: IQR / sigma for a normal distribution
@@ -152,8 +154,9 @@ def summarize(
     )
 
 
-def from_answer(timing: Mapping[str, Any], *, flush_l2: bool | None = None) -> TimingStats:
-    """Summarize a harness case answer's ``timing`` object (protocol 1 or 2).
+def from_answer(answer: TimingAnswer | Mapping[str, Any], *, flush_l2: bool | None = None) -> TimingStats:
+    """Summarize a harness case answer's ``timing`` object (protocol 1 or 2; a mapping is read
+    as :class:`~kernelopt_mcp.evaluation.protocol.TimingAnswer`).
 
     Protocol-2 fields (``mode``, ``graph_batch``, ``blocking``, ``launch_overhead_ms``,
     ``adaptive``) are read when present and ignored when not.
@@ -161,19 +164,18 @@ def from_answer(timing: Mapping[str, Any], *, flush_l2: bool | None = None) -> T
     Raises:
         ValueError: the answer has no samples.
     """
-    times = timing.get("times_ms") or []
+    timing = answer if isinstance(answer, TimingAnswer) else TimingAnswer.model_validate(answer)
+    flushed = timing.flush_l2 if timing.flush_l2 is not None else (True if flush_l2 is None else flush_l2)
     stats = summarize(
-        times, warmup=int(timing.get("warmup") or 0),
-        flush_l2=bool(timing.get("flush_l2", True if flush_l2 is None else flush_l2)),
-        mode=str(timing.get("mode") or "events"), iterations=timing.get("iterations"),
+        timing.times_ms, warmup=timing.warmup, flush_l2=flushed, mode=timing.mode or "events",
+        iterations=timing.iterations,
     )
-    adaptive = timing.get("adaptive")
-    stats.graph_batch = timing.get("graph_batch")
-    stats.blocking = timing.get("blocking")
-    stats.launch_overhead_ms = timing.get("launch_overhead_ms")
-    stats.adaptive_converged = adaptive.get("converged") if isinstance(adaptive, Mapping) else None
-    stats.blocking_timed_out = timing.get("blocking_timed_out")
-    stats.check_launch_ms = timing.get("check_launch_ms")
+    stats.graph_batch = timing.graph_batch
+    stats.blocking = timing.blocking
+    stats.launch_overhead_ms = timing.launch_overhead_ms
+    stats.adaptive_converged = timing.adaptive.converged if timing.adaptive is not None else None
+    stats.blocking_timed_out = timing.blocking_timed_out
+    stats.check_launch_ms = timing.check_launch_ms
     if stats.blocking_timed_out:
         reason = "the blocking kernel timed out: launch gaps may be in the times"
         stats.noisy = True

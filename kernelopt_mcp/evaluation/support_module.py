@@ -12,7 +12,7 @@ import hashlib
 import tempfile
 from pathlib import Path
 
-from ..compile_pool import default_limits
+from ..compile_pool import CompileLimits
 from ..compiler import compile_kernel
 from ..errors import KerneloptError
 from ..files import write_atomic
@@ -29,8 +29,11 @@ def support_source() -> str:
     return "\n".join(parts)
 
 
-def support_module(arch: str, cache_dir: Path | None = None) -> Path:
+def support_module(arch: str, cache_dir: Path | None = None, *, limits: CompileLimits | None = None) -> Path:
     """Compile the support kernels for ``arch`` (cached by source hash) and return the CUBIN path.
+
+    ``limits`` (default: :class:`CompileLimits`' defaults) says how NVRTC is confined; the
+    memory cap is lifted and the deadline raised to at least 300 s, as the tool's own source.
 
     Raises:
         KerneloptError: the support kernels do not compile (a bug in kernelopt: report it).
@@ -44,8 +47,9 @@ def support_module(arch: str, cache_dir: Path | None = None) -> Path:
         return path
     # The tool's own source, not a candidate's: no memory cap, and a longer deadline for its ~40
     # kernels on a loaded machine.
-    limits = dataclasses.replace(default_limits(), memory_mb=0, timeout_s=max(default_limits().timeout_s, 300.0))
-    result = compile_kernel(source, arch, ["-std=c++17"], filename="kernelopt_support.cu", limits=limits)
+    base = limits or CompileLimits()
+    own = dataclasses.replace(base, memory_mb=0, timeout_s=max(base.timeout_s, 300.0))
+    result = compile_kernel(source, arch, ["-std=c++17"], filename="kernelopt_support.cu", limits=own)
     if not result.ok or not result.cubin:
         raise KerneloptError(f"the harness's support kernels do not compile for {arch}: {result.summary()}")
     write_atomic(path, result.cubin, durable=False)

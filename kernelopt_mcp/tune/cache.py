@@ -18,7 +18,9 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from ..evaluation.evaluate import EvaluationResult, Evaluator
+from ..evaluation.candidate import EvaluateOptions
+from ..evaluation.outcomes import EvaluationResult
+from ..evaluation.session import Session
 from ..workload import read_regular_bytes
 from .space import Config, config_key
 from .spec import Tunable
@@ -27,13 +29,13 @@ CACHE_FILE = "tune.jsonl"
 MAX_CACHE_BYTES = 256 * 2**20
 
 
-def context_fields(evaluator: Evaluator, tunable: Tunable) -> dict[str, Any]:
+def context_fields(session: Session, tunable: Tunable, options: EvaluateOptions | None = None) -> dict[str, Any]:
     """The parts of the key shared by every configuration of one tuning session."""
     from ..compiler import nvrtc_version
 
-    wl = evaluator.workload
-    dev = evaluator.device
-    opts = evaluator.options
+    wl = session.workload
+    dev = session.device
+    opts = options or session.options
     source = hashlib.sha256(json.dumps([
         tunable.source, tunable.spec.compile_options, tunable.spec.launch.model_dump(mode="json"),
     ]).encode()).hexdigest()
@@ -48,7 +50,7 @@ def context_fields(evaluator: Evaluator, tunable: Tunable) -> dict[str, Any]:
         "device_uuid": dev.uuid if dev else None,
         "driver": dev.driver_version_str if dev else None,
         "nvrtc": nvrtc,
-        "arch": evaluator.arch,
+        "arch": session.arch,
         "timing": {
             "warmup": opts.warmup, "iterations": opts.iterations, "flush_l2": opts.flush_l2,
             "mode": opts.timing_mode, "blocking": opts.blocking, "adaptive_rse": opts.adaptive_rse,

@@ -1,4 +1,4 @@
-"""Tuning: measure configurations of a tunable kernel with an :class:`Evaluator`, best wins.
+"""Tuning: measure configurations of a tunable kernel on a prepared session, best wins.
 
 The untuned ``defaults`` are measured first (so "best vs untuned" is always reported), then the
 strategy proposes configurations until it runs out or a budget (evaluations, seconds) is spent.
@@ -15,7 +15,10 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
-from ..evaluation.evaluate import Candidate, EvaluationResult, Evaluator, Status
+from ..evaluation.candidate import Candidate, EvaluateOptions
+from ..evaluation.evaluate import evaluate, prepare
+from ..evaluation.outcomes import EvaluationResult, Status
+from ..evaluation.session import Session
 from .cache import TuneCache, context_fields, entry_key
 from .space import Config, Space, Value, config_key
 from .spec import Tunable
@@ -80,9 +83,10 @@ def _candidate(tunable: Tunable, config: Config, label: str) -> Candidate:
 
 
 def tune(
-    evaluator: Evaluator,
+    session: Session,
     tunable: Tunable,
     *,
+    options: EvaluateOptions | None = None,
     strategy: str = "auto",
     budget_evals: int | None = None,
     budget_s: float | None = None,
@@ -90,9 +94,10 @@ def tune(
     cache: TuneCache | None = None,
     progress: TuneProgress | None = None,
 ) -> TuneResult:
-    """Search ``tunable``'s space on ``evaluator``'s workload and device.
+    """Search ``tunable``'s space on ``session``'s workload and device.
 
     Args:
+        options: timing and checks of every measurement (default: the session's).
         strategy: auto, exhaustive, random or tpe (see :mod:`.strategies`).
         budget_evals: configurations to try at most (the defaults and cache hits included, so a
             repeated run with the same budget and seed re-measures nothing).
@@ -109,17 +114,18 @@ def tune(
         raise ValueError("budget_evals must be at least 1 (the untuned defaults are always measured)")
     if budget_s is not None and budget_s <= 0:
         raise ValueError("budget_s must be positive")
-    tunable.check(evaluator.workload)
+    tunable.check(session.workload)
+    opts = options or session.options
     say = progress or (lambda message, done, total: None)
     cache = cache if cache is not None else TuneCache(None)
     space = Space(tunable.spec)
     chosen = auto_choice(space, budget_evals) if strategy == "auto" else strategy
     search = make_strategy(chosen, space, seed=seed, budget_evals=budget_evals)
-    context = context_fields(evaluator, tunable)
-    evaluator.prepare()
-    ref_score = evaluator.reference_result.score_ms if evaluator.reference_result else None
+    context = context_fields(session, tunable, opts)
+    prepare(session)
+    ref_score = session.reference_result.score_ms if session.reference_result else None
     out = TuneResult(
-        workload=evaluator.workload.name, strategy=chosen, space_size=space.size,
+        workload=session.workload.name, strategy=chosen, space_size=space.size,
         valid_space_size=len(space.valid()) if space.enumerable else None,
         budget_evals=budget_evals, budget_s=budget_s, untuned_params=dict(tunable.spec.defaults),
         reference_score_ms=ref_score,
@@ -138,7 +144,7 @@ def tune(
         label = "untuned" if index == 0 else f"config-{index:04d}"
         if result is None:
             say(f"measuring {label} {config_key(config)}", index, total)
-            result = evaluator.evaluate(_candidate(tunable, config, label))
+            result = evaluate(session, _candidate(tunable, config, label), opts)
             cache.put(key, context, config, result)
             out.counts.measured += 1
         else:

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from kernelopt_mcp import Candidate, Evaluator, HarnessProcess, LaunchSpec, Settings
+from kernelopt_mcp import Candidate, Session, HarnessProcess, LaunchSpec, Settings
 from kernelopt_mcp.evaluation.calibrate import (
     cache_path,
     calibrate,
@@ -89,7 +89,7 @@ def test_impossible_flag_fires_for_a_kernel_that_does_nothing(
             LaunchSpec.model_validate({"grid": [1], "block": [32]}),
         )
         honest = Candidate(wl.reference_cu or "", wl.spec.reference.launch or launch, [], "reference")
-        with Evaluator(wl, proc, device, workdir=tmp_path / "work") as ev:
+        with Session(wl, proc, device, workdir=tmp_path / "work") as ev:
             figures = {}
             for cand in (honest, nothing):
                 request, _, problem = ev.request_for(cand, case.name, tmp_path / cand.name, timing=True)

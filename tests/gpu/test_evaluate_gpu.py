@@ -15,15 +15,16 @@ import pytest
 from kernelopt_mcp import (
     Candidate,
     EvaluateOptions,
-    Evaluator,
+    Session,
     HarnessProcess,
     Settings,
     Status,
 )
 from kernelopt_mcp.config import find_workload
-from kernelopt_mcp.evaluation.evaluate import initial_candidate
+from kernelopt_mcp.evaluation.candidate import initial_candidate
 from kernelopt_mcp.gpu import DeviceInfo
 from kernelopt_mcp.launch import LaunchSpec
+from kernelopt_mcp.evaluation.evaluate import evaluate, prepare
 
 pytestmark = pytest.mark.gpu
 
@@ -33,12 +34,12 @@ FAST = EvaluateOptions(warmup=2, iterations=10, timeout_s=60)
 
 
 @pytest.fixture
-def vector_add(proc: HarnessProcess, device: DeviceInfo, tmp_path: Path) -> Iterator[Evaluator]:
+def vector_add(proc: HarnessProcess, device: DeviceInfo, tmp_path: Path) -> Iterator[Session]:
     wl = find_workload("vector_add", Settings())
     # the two correctness cases are enough to catch every fault below, and keep it quick
     wl.spec = wl.spec.model_copy(update={"cases": [c for c in wl.spec.cases if c.kind == "correctness"] + wl.spec.performance_cases[:1]})
-    with Evaluator(wl, proc, device, workdir=tmp_path, options=FAST) as ev:
-        ev.prepare()
+    with Session(wl, proc, device, workdir=tmp_path, options=FAST) as ev:
+        prepare(ev)
         yield ev
 
 
@@ -69,11 +70,11 @@ def test_bundled_reference_matches_oracle_and_initial_passes(
     name: str, proc: HarnessProcess, device: DeviceInfo, tmp_path: Path
 ) -> None:
     wl = find_workload(name, Settings())
-    with Evaluator(wl, proc, device, workdir=tmp_path, options=FAST) as ev:
+    with Session(wl, proc, device, workdir=tmp_path, options=FAST) as ev:
         # the CUDA reference is checked against the NumPy oracle on every case, large ones too
-        ev.prepare(time_reference=True, oracle_on_all_cases=True)
+        prepare(ev, time_reference=True, oracle_on_all_cases=True)
         assert ev.reference_result is not None and ev.reference_result.ok
-        result = ev.evaluate(initial_candidate(wl))
+        result = evaluate(ev, initial_candidate(wl))
     assert result.status is Status.ok, result.message
     assert result.score_ms and result.score_ms > 0
     assert result.speedup and result.speedup > 0
@@ -101,7 +102,7 @@ def _kernel(body: str) -> str:
     )
 
 
-def test_wrong_kernel_is_a_mismatch_with_details(vector_add: Evaluator) -> None:
+def test_wrong_kernel_is_a_mismatch_with_details(vector_add: Session) -> None:
     r = vector_add.evaluate(Candidate(_kernel("if (i < n) c[i] = a[i] - b[i];"), VECTOR_ADD_LAUNCH, name="minus"))
     assert r.status is Status.mismatch
     case = next(c for c in r.cases if c.status is Status.mismatch)
@@ -111,13 +112,13 @@ def test_wrong_kernel_is_a_mismatch_with_details(vector_add: Evaluator) -> None:
     assert r.score_ms is None
 
 
-def test_kernel_that_writes_nothing_is_caught_by_the_poison(vector_add: Evaluator) -> None:
+def test_kernel_that_writes_nothing_is_caught_by_the_poison(vector_add: Session) -> None:
     r = vector_add.evaluate(Candidate(_kernel("if (i < n && i % 2) c[i] = a[i] + b[i];"), VECTOR_ADD_LAUNCH, name="half"))
     assert r.status is Status.mismatch
     assert any(o.nonfinite > 0 for c in r.cases for o in c.outputs)
 
 
-def test_write_past_the_end_is_out_of_bounds_write(vector_add: Evaluator) -> None:
+def test_write_past_the_end_is_out_of_bounds_write(vector_add: Session) -> None:
     r = vector_add.evaluate(Candidate(_kernel("if (i < n) c[i + 1] = a[i] + b[i];"), VECTOR_ADD_LAUNCH, name="oob"))
     assert r.status is Status.out_of_bounds_write
     case = next(c for c in r.cases if c.status is Status.out_of_bounds_write)
@@ -125,14 +126,14 @@ def test_write_past_the_end_is_out_of_bounds_write(vector_add: Evaluator) -> Non
     assert case.guard_violations[0]["side"] == "after"
 
 
-def test_writing_an_input_is_input_modified(vector_add: Evaluator) -> None:
+def test_writing_an_input_is_input_modified(vector_add: Session) -> None:
     src = _kernel("if (i < n) { c[i] = a[i] + b[i]; ((float*)a)[i] = 0.0f; }")
     r = vector_add.evaluate(Candidate(src, VECTOR_ADD_LAUNCH, name="clobber"))
     assert r.status is Status.input_modified
     assert any(m["buffer"] == "a" for c in r.cases for m in c.modified_inputs)
 
 
-def test_illegal_address_is_runtime_error_and_the_next_evaluation_works(vector_add: Evaluator) -> None:
+def test_illegal_address_is_runtime_error_and_the_next_evaluation_works(vector_add: Session) -> None:
     bad = _kernel("if (i < n) { ((float*)0x10)[i] = 1.0f; c[i] = a[i] + b[i]; }")
     r = vector_add.evaluate(Candidate(bad, VECTOR_ADD_LAUNCH, name="illegal"))
     assert r.status is Status.runtime_error
@@ -145,13 +146,13 @@ def test_illegal_address_is_runtime_error_and_the_next_evaluation_works(vector_a
     assert vector_add.harness.restarts == restarts + 1
 
 
-def test_trap_is_runtime_error(vector_add: Evaluator) -> None:
+def test_trap_is_runtime_error(vector_add: Session) -> None:
     r = vector_add.evaluate(Candidate(_kernel("if (i == 0) __trap(); if (i < n) c[i] = a[i] + b[i];"), VECTOR_ADD_LAUNCH, name="trap"))
     assert r.status is Status.runtime_error
     assert vector_add.evaluate(initial_candidate(vector_add.workload)).ok
 
 
-def test_infinite_loop_times_out_within_the_deadline(vector_add: Evaluator) -> None:
+def test_infinite_loop_times_out_within_the_deadline(vector_add: Session) -> None:
     vector_add.options.timeout_s = 5
     hang = _kernel("while (true) { __nanosleep(1000); }")
     start = time.monotonic()
@@ -163,14 +164,14 @@ def test_infinite_loop_times_out_within_the_deadline(vector_add: Evaluator) -> N
     assert vector_add.evaluate(initial_candidate(vector_add.workload)).ok
 
 
-def test_block_over_1024_threads_is_invalid_launch_naming_the_limit(vector_add: Evaluator) -> None:
+def test_block_over_1024_threads_is_invalid_launch_naming_the_limit(vector_add: Session) -> None:
     launch = LaunchSpec.model_validate({"grid": ["ceil_div(n, 2048)"], "block": [2048]})
     r = vector_add.evaluate(Candidate(_kernel("if (i < n) c[i] = a[i] + b[i];"), launch, name="big"))
     assert r.status is Status.invalid_launch
     assert "1024" in r.cases[0].message
 
 
-def test_missing_entry_is_a_compile_error_naming_the_prototype(vector_add: Evaluator) -> None:
+def test_missing_entry_is_a_compile_error_naming_the_prototype(vector_add: Session) -> None:
     src = 'extern "C" __global__ void vec_add(const float* a, const float* b, float* c, int n) {}'
     r = vector_add.evaluate(Candidate(src, VECTOR_ADD_LAUNCH, name="wrong-name"))
     assert r.status is Status.compile_error

@@ -1,4 +1,4 @@
-"""The Evaluator on a protocol-2 harness: device-side comparison, the input cache, the
+"""The Session on a protocol-2 harness: device-side comparison, the input cache, the
 determinism re-run and the timed check on hidden-seed inputs, end to end on a real GPU."""
 
 from __future__ import annotations
@@ -10,16 +10,17 @@ import pytest
 from kernelopt_mcp import (
     Candidate,
     EvaluateOptions,
-    Evaluator,
+    Session,
     HarnessProcess,
     Settings,
     Status,
 )
 from kernelopt_mcp.config import find_workload
-from kernelopt_mcp.evaluation.evaluate import initial_candidate
+from kernelopt_mcp.evaluation.candidate import initial_candidate
 from kernelopt_mcp.gpu import DeviceInfo
 from kernelopt_mcp.evaluation.harness import harness_features
 from kernelopt_mcp.launch import LaunchSpec
+from kernelopt_mcp.evaluation.evaluate import evaluate, prepare
 
 from gpu_kernels import CACHING_ADD
 
@@ -50,8 +51,8 @@ def test_device_compare_agrees_with_the_cpu_compare(proc: HarnessProcess, device
     results = {}
     for on in (True, False):
         opts = EvaluateOptions(warmup=2, iterations=5, device_compare=on)
-        with Evaluator(wl, proc, device, workdir=tmp_path / str(on), options=opts, seed=11) as ev:
-            results[on] = ev.evaluate(initial_candidate(wl), benchmark=False)
+        with Session(wl, proc, device, workdir=tmp_path / str(on), options=opts, seed=11) as ev:
+            results[on] = evaluate(ev, initial_candidate(wl), benchmark=False)
     assert results[True].ok and results[False].ok
     for dev_case, cpu_case in zip(results[True].cases, results[False].cases, strict=True):
         d, c = dev_case.outputs[0], cpu_case.outputs[0]
@@ -63,11 +64,11 @@ def test_device_compare_agrees_with_the_cpu_compare(proc: HarnessProcess, device
 
 def test_repeated_evaluations_of_one_candidate_agree(proc: HarnessProcess, device: DeviceInfo, tmp_path: Path) -> None:
     wl = find_workload("sgemm", Settings())
-    with Evaluator(wl, proc, device, workdir=tmp_path, options=FAST) as ev:
-        ev.prepare(time_reference=False)
+    with Session(wl, proc, device, workdir=tmp_path, options=FAST) as ev:
+        prepare(ev, time_reference=False)
         cand = initial_candidate(wl)
-        first = ev.evaluate(cand, benchmark=False)
-        second = ev.evaluate(cand, benchmark=False)  # inputs and expected outputs now resident
+        first = evaluate(ev, cand, benchmark=False)
+        second = evaluate(ev, cand, benchmark=False)  # inputs and expected outputs now resident
     assert first.ok and second.ok, (first.message, second.message)
     # validation only: no timed launch ran, so no check of timed launches is listed
     assert "timed outputs on hidden-seed inputs" not in second.checks and "repeat launch (bitwise)" in second.checks
@@ -79,14 +80,14 @@ def test_a_kernel_that_replays_cached_results_fails_the_timed_check(
     proc: HarnessProcess, device: DeviceInfo, tmp_path: Path
 ) -> None:
     wl = find_workload("vector_add", Settings())
-    with Evaluator(wl, proc, device, workdir=tmp_path, options=FAST) as ev:
-        result = ev.evaluate(Candidate(CACHING_ADD, ADD_LAUNCH, [], "cacher"))
+    with Session(wl, proc, device, workdir=tmp_path, options=FAST) as ev:
+        result = evaluate(ev, Candidate(CACHING_ADD, ADD_LAUNCH, [], "cacher"))
     # validation (first launch of each case) passes; the checked timed launches on fresh inputs do not
     assert result.status is Status.timed_mismatch, result.message
     assert "the outputs of timed launch" in result.message and "cached" in result.message
     honest = initial_candidate(wl)
-    with Evaluator(wl, proc, device, workdir=tmp_path / "honest", options=FAST) as ev:
-        ok = ev.evaluate(honest)
+    with Session(wl, proc, device, workdir=tmp_path / "honest", options=FAST) as ev:
+        ok = evaluate(ev, honest)
     assert ok.ok, ok.message
     assert all(c.timed_check and all(o.passed for o in c.timed_check) for c in ok.cases if c.kind == "performance")
 
@@ -98,16 +99,16 @@ def test_racy_atomics_pass_where_the_workload_allows_them_and_fail_where_it_dema
     assert wl.spec.deterministic is False
     launch = LaunchSpec.model_validate({"grid": [1024], "block": [256]})
     racy = Candidate(RACY_SUM, launch, [], "racy")
-    with Evaluator(wl, proc, device, workdir=tmp_path / "loose", options=FAST) as ev:
-        loose = ev.evaluate(racy, benchmark=False)
+    with Session(wl, proc, device, workdir=tmp_path / "loose", options=FAST) as ev:
+        loose = evaluate(ev, racy, benchmark=False)
     assert loose.ok, loose.message
     differing = [d for c in loose.cases for d in c.determinism if d["bytes_differ"]]
     strict_wl = find_workload("reduce_sum", Settings())
     strict_wl.spec = strict_wl.spec.model_copy(update={"deterministic": True})
     verdicts = []
     for attempt in range(3):  # the race shows up on the large cases nearly always; allow luck
-        with Evaluator(strict_wl, proc, device, workdir=tmp_path / f"strict{attempt}", options=FAST) as ev:
-            verdicts.append(ev.evaluate(racy, benchmark=False).status)
+        with Session(strict_wl, proc, device, workdir=tmp_path / f"strict{attempt}", options=FAST) as ev:
+            verdicts.append(evaluate(ev, racy, benchmark=False).status)
         if verdicts[-1] is Status.nondeterministic:
             break
     assert Status.nondeterministic in verdicts, (verdicts, differing)

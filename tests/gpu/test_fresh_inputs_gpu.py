@@ -18,14 +18,15 @@ import ml_dtypes
 import numpy as np
 import pytest
 
-from kernelopt_mcp import Candidate, EvaluateOptions, Evaluator, HarnessProcess, Settings, Status
+from kernelopt_mcp import Candidate, EvaluateOptions, Session, HarnessProcess, Settings, Status
 from kernelopt_mcp.config import find_workload
 from kernelopt_mcp.dtypes import DType
-from kernelopt_mcp.evaluation.evaluate import initial_candidate
+from kernelopt_mcp.evaluation.candidate import initial_candidate
 from kernelopt_mcp.gpu import DeviceInfo
 from kernelopt_mcp.evaluation.harness import harness_features
 from kernelopt_mcp.launch import LaunchSpec
 from kernelopt_mcp.evaluation.support_module import support_module
+from kernelopt_mcp.evaluation.evaluate import evaluate, prepare
 
 from gpu_kernels import CACHING_ADD
 
@@ -61,8 +62,8 @@ REPLAY_ADD = CACHING_ADD
 def _evaluate(proc: HarnessProcess, device: DeviceInfo, tmp: Path, sources: dict[str, str], **opts: object):  # noqa: ANN202
     wl = find_workload("vector_add", Settings())
     options = EvaluateOptions(**{**OPTS, **opts})  # type: ignore[arg-type]
-    with Evaluator(wl, proc, device, workdir=tmp, options=options) as ev:
-        return {name: ev.evaluate(Candidate(src, ADD_LAUNCH, [], name)) for name, src in sources.items()}
+    with Session(wl, proc, device, workdir=tmp, options=options) as ev:
+        return {name: evaluate(ev, Candidate(src, ADD_LAUNCH, [], name)) for name, src in sources.items()}
 
 
 def test_the_harness_offers_fresh_inputs_and_checked_launches(harness_binary: Path) -> None:
@@ -76,8 +77,8 @@ def test_a_memoizing_kernel_gains_nothing_from_its_cache(proc: HarnessProcess, d
 
     def run(tag: str, **opts: object) -> dict[str, object]:
         options = EvaluateOptions(**{**OPTS, **opts})  # type: ignore[arg-type]
-        with Evaluator(wl, proc, device, workdir=tmp_path / tag, options=options) as ev:
-            return {"honest": ev.evaluate(honest), "memo": ev.evaluate(memo)}
+        with Session(wl, proc, device, workdir=tmp_path / tag, options=options) as ev:
+            return {"honest": evaluate(ev, honest), "memo": evaluate(ev, memo)}
 
     on = run("on")
     assert on["honest"].ok and on["memo"].ok, (on["honest"].message, on["memo"].message)  # type: ignore[attr-defined]
@@ -117,11 +118,11 @@ def test_bundled_reference_and_initial_stay_ok_with_every_check(
     name: str, proc: HarnessProcess, device: DeviceInfo, tmp_path: Path
 ) -> None:
     wl = find_workload(name, Settings())
-    with Evaluator(wl, proc, device, workdir=tmp_path, options=EvaluateOptions(warmup=3, iterations=30)) as ev:
-        ev.prepare()
+    with Session(wl, proc, device, workdir=tmp_path, options=EvaluateOptions(warmup=3, iterations=30)) as ev:
+        prepare(ev)
         ref = wl.spec.reference
-        results = [ev.evaluate(initial_candidate(wl)),
-                   ev.evaluate(Candidate(wl.reference_cu or "", ref.launch, ref.compile_options, "reference"))]  # type: ignore[arg-type]
+        results = [evaluate(ev, initial_candidate(wl)),
+                   evaluate(ev, Candidate(wl.reference_cu or "", ref.launch, ref.compile_options, "reference"))]  # type: ignore[arg-type]
     for r in results:
         assert r.status is Status.ok, (r.candidate, r.message)
         for c in r.cases:
@@ -260,9 +261,9 @@ def test_without_a_cuda_reference_the_oracle_checks_a_hidden_timed_launch(
     (root / "workload.json").write_text(json.dumps(spec))
     (root / "reference.cu").unlink()
     wl = find_workload(root, Settings())
-    with Evaluator(wl, proc, device, workdir=tmp_path / "w", options=EvaluateOptions(**OPTS)) as ev:  # type: ignore[arg-type]
-        honest = ev.evaluate(initial_candidate(wl))
-        replay = ev.evaluate(Candidate(REPLAY_ADD, ADD_LAUNCH, [], "replay"))
+    with Session(wl, proc, device, workdir=tmp_path / "w", options=EvaluateOptions(**OPTS)) as ev:  # type: ignore[arg-type]
+        honest = evaluate(ev, initial_candidate(wl))
+        replay = evaluate(ev, Candidate(REPLAY_ADD, ADD_LAUNCH, [], "replay"))
     assert honest.ok, honest.message
     assert all(c.checked_launches == 1 for c in honest.cases if c.kind == "performance")
     assert any("checked against the NumPy oracle" in c for c in honest.checks), honest.checks

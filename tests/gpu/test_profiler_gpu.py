@@ -18,13 +18,13 @@ import pytest
 from kernelopt_mcp import (
     Candidate,
     EvaluateOptions,
-    Evaluator,
+    Session,
     HarnessProcess,
     Settings,
 )
 from kernelopt_mcp.cli import main
 from kernelopt_mcp.config import find_workload
-from kernelopt_mcp.evaluation.evaluate import initial_candidate
+from kernelopt_mcp.evaluation.candidate import initial_candidate
 from kernelopt_mcp.gpu import device_info
 from kernelopt_mcp.ncu_report import ProfileSummary
 from kernelopt_mcp.profiler import ProfileOptions, find_ncu, profile_case
@@ -45,7 +45,7 @@ def profiles(harness_binary: Path, tmp_path_factory: pytest.TempPathFactory) -> 
         "reference": Candidate(wl.reference_cu, ref.launch, ref.compile_options, "reference"),
     }
     out = tmp_path_factory.mktemp("profiles")
-    with HarnessProcess(harness_binary, 0) as proc, Evaluator(
+    with HarnessProcess(harness_binary, 0) as proc, Session(
         wl, proc, device_info(harness_binary, 0), options=EvaluateOptions(timeout_s=120)
     ) as ev:
         yield {

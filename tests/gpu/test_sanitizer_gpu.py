@@ -16,13 +16,13 @@ import pytest
 from kernelopt_mcp import (
     Candidate,
     EvaluateOptions,
-    Evaluator,
+    Session,
     HarnessProcess,
     Settings,
 )
 from kernelopt_mcp.config import find_workload
 from kernelopt_mcp.errors import ToolchainNotFound
-from kernelopt_mcp.evaluation.evaluate import initial_candidate
+from kernelopt_mcp.evaluation.candidate import initial_candidate
 from kernelopt_mcp.gpu import device_info
 from kernelopt_mcp.launch import LaunchSpec
 from kernelopt_mcp.sanitizer import (
@@ -31,6 +31,7 @@ from kernelopt_mcp.sanitizer import (
     find_sanitizer,
     sanitize_candidate,
 )
+from kernelopt_mcp.evaluation.evaluate import prepare
 
 pytestmark = pytest.mark.gpu
 
@@ -47,28 +48,28 @@ def sanitizer() -> Path:
         pytest.skip(str(exc))
 
 
-def evaluator(name: str, harness: Path, tmp_path: Path, correctness_cases: int) -> Iterator[Evaluator]:
+def evaluator(name: str, harness: Path, tmp_path: Path, correctness_cases: int) -> Iterator[Session]:
     wl = find_workload(name, Settings())
     small = [c for c in wl.spec.cases if c.kind == "correctness"][:correctness_cases]
     wl.spec = wl.spec.model_copy(update={"cases": small})
-    with HarnessProcess(harness, 0) as proc, Evaluator(
+    with HarnessProcess(harness, 0) as proc, Session(
         wl, proc, device_info(harness, 0), workdir=tmp_path / "ev", options=FAST
     ) as ev:
-        ev.prepare(time_reference=False)
+        prepare(ev, time_reference=False)
         yield ev
 
 
 @pytest.fixture
-def vector_add(harness_binary: Path, tmp_path: Path) -> Iterator[Evaluator]:
+def vector_add(harness_binary: Path, tmp_path: Path) -> Iterator[Session]:
     yield from evaluator("vector_add", harness_binary, tmp_path, 2)
 
 
 @pytest.fixture
-def reduce_sum(harness_binary: Path, tmp_path: Path) -> Iterator[Evaluator]:
+def reduce_sum(harness_binary: Path, tmp_path: Path) -> Iterator[Session]:
     yield from evaluator("reduce_sum", harness_binary, tmp_path, 3)
 
 
-def run(ev: Evaluator, candidate: Candidate, sanitizer: Path, harness: Path, tmp_path: Path, tools: list[SanitizerTool]):
+def run(ev: Session, candidate: Candidate, sanitizer: Path, harness: Path, tmp_path: Path, tools: list[SanitizerTool]):
     try:
         return sanitize_candidate(ev, candidate, sanitizer, harness, tmp_path / "san", tools=tools, timeout_s=300)
     except SanitizerUnavailable as exc:
@@ -76,7 +77,7 @@ def run(ev: Evaluator, candidate: Candidate, sanitizer: Path, harness: Path, tmp
 
 
 def test_a_correct_kernel_is_clean_under_every_tool(
-    vector_add: Evaluator, sanitizer: Path, harness_binary: Path, tmp_path: Path
+    vector_add: Session, sanitizer: Path, harness_binary: Path, tmp_path: Path
 ) -> None:
     """No false positives from the harness itself: its inputs, poisoned outputs and guards are
     all initialised, and it copies back only what it allocated."""
@@ -86,7 +87,7 @@ def test_a_correct_kernel_is_clean_under_every_tool(
 
 
 def test_memcheck_flags_an_out_of_bounds_read_with_its_line(
-    vector_add: Evaluator, sanitizer: Path, harness_binary: Path, tmp_path: Path
+    vector_add: Session, sanitizer: Path, harness_binary: Path, tmp_path: Path
 ) -> None:
     source = (
         'extern "C" __global__ void vector_add(const float* a, const float* b, float* c, int n) {\n'
@@ -103,7 +104,7 @@ def test_memcheck_flags_an_out_of_bounds_read_with_its_line(
 
 
 def test_racecheck_flags_a_shared_memory_race(
-    reduce_sum: Evaluator, sanitizer: Path, harness_binary: Path, tmp_path: Path
+    reduce_sum: Session, sanitizer: Path, harness_binary: Path, tmp_path: Path
 ) -> None:
     source = (ADVERSARIAL / "reduce_sum_racy.cu").read_text()
     launch = LaunchSpec.model_validate({"grid": ["ceil_div(n, 256)"], "block": [256]})
@@ -116,7 +117,7 @@ def test_racecheck_flags_a_shared_memory_race(
 
 
 def test_initcheck_flags_a_read_of_uninitialised_memory(
-    vector_add: Evaluator, sanitizer: Path, harness_binary: Path, tmp_path: Path
+    vector_add: Session, sanitizer: Path, harness_binary: Path, tmp_path: Path
 ) -> None:
     """Outputs are poisoned (initialised) by the harness, so the kernel reads memory nobody
     initialised: a device-heap block from malloc() and a __device__ array never written."""

@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from kernelopt_mcp import HarnessProcess
+from kernelopt_mcp import HarnessProcess, Settings
 from kernelopt_mcp.baselines import find_cublas, run_cublas_sgemm
 from kernelopt_mcp.compiler import compile_kernel
 from kernelopt_mcp.gpu import DeviceInfo
@@ -200,7 +200,7 @@ def test_worker_survives_a_fault_and_a_hang(proc: HarnessProcess, module: Path, 
 
 
 def test_cublas_sgemm_4096_reaches_30_tflops(proc: HarnessProcess, support: Path) -> None:
-    library = find_cublas()
+    library = find_cublas(Settings.from_env().cuda_home)  # CUDA_HOME, read as an entry point reads it
     if library is None:
         pytest.skip("cuBLAS not found (pip install nvidia-cublas, or set CUDA_HOME)")
     result = run_cublas_sgemm(

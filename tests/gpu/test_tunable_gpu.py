@@ -1,5 +1,5 @@
 """The bundled tunable kernels on a real GPU: the defaults and a few other configurations of each
-pass every case of their workload (correctness and performance cases, validated by the Evaluator).
+pass every case of their workload (correctness and performance cases, validated by the Session).
 
 Parameters reach the kernel as -DNAME=VALUE and are substituted into the launch expressions
 (concrete_launch, from tests/test_tunable_kernels.py), as the tuning library will do. With
@@ -19,14 +19,15 @@ from test_tunable_kernels import concrete_launch, load_tunable, options_for, sat
 from kernelopt_mcp import (
     Candidate,
     EvaluateOptions,
-    Evaluator,
+    Session,
     HarnessProcess,
     Settings,
     Status,
 )
 from kernelopt_mcp.config import find_workload
-from kernelopt_mcp.evaluation.evaluate import EvaluationResult
+from kernelopt_mcp.evaluation.outcomes import EvaluationResult
 from kernelopt_mcp.gpu import DeviceInfo
+from kernelopt_mcp.evaluation.evaluate import evaluate, prepare
 
 pytestmark = pytest.mark.gpu
 
@@ -72,13 +73,13 @@ def test_tunable_kernel_passes_every_case_at_several_configs(
     wl = find_workload(name, Settings())
     configs = [t.spec["defaults"], *CONFIGS[name]]
     failures = []
-    with Evaluator(wl, proc, device, workdir=tmp_path, options=FAST) as ev:
-        ev.prepare(time_reference=True)
+    with Session(wl, proc, device, workdir=tmp_path, options=FAST) as ev:
+        prepare(ev, time_reference=True)
         for config in configs:
             assert satisfies(t.spec, config), config
             candidate = Candidate(t.source, concrete_launch(t.spec, config), options_for(t.spec, config),
                                   name=f"{name}-tunable")
-            result = ev.evaluate(candidate)
+            result = evaluate(ev, candidate)
             bad = [f"{c.name}: {c.status.value} {c.message}" for c in result.cases
                    if c.status is not Status.ok or not all(o.passed for o in c.outputs)]
             if result.status is not Status.ok or bad:

@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from kernelopt_mcp import EvaluateOptions, Evaluator, HarnessProcess, Settings
+from kernelopt_mcp import EvaluateOptions, Session, HarnessProcess, Settings
 from kernelopt_mcp.cli import main
 from kernelopt_mcp.config import find_workload
 from kernelopt_mcp.gpu import device_info
@@ -123,7 +123,7 @@ def test_tune_small_sgemm_space_then_the_cache_measures_nothing(
     assert 4 <= len(valid) <= 8
     device = device_info(harness_binary, 0)
     cache_root = tmp_path / "cache"
-    with HarnessProcess(harness_binary, 0) as proc, Evaluator(wl, proc, device, options=TIMING) as ev:
+    with HarnessProcess(harness_binary, 0) as proc, Session(wl, proc, device, options=TIMING) as ev:
         result = tune(ev, tunable, strategy="exhaustive", cache=TuneCache(cache_root / "tune"))
     c = result.counts
     print(json.dumps([r.model_dump() for r in result.ranked()], indent=1))

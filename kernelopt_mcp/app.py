@@ -1,0 +1,197 @@
+"""The application layer: what kernelopt can do, as plain functions over one :class:`Settings`.
+
+The command line (:mod:`kernelopt_mcp.cli`) and the MCP server's engine
+(:mod:`kernelopt_mcp.service`) both call these, so the caches, the evaluation options and the
+prepared :class:`~kernelopt_mcp.evaluation.session.Session` are built in one place, from the
+settings the entry point made (flags > environment > defaults). The CLI adds argument parsing
+and rendering; the service adds the GPU queue, cancellation and path confinement.
+"""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+from .compiler import CompileCache, CompileResult, compile_kernel
+from .config import Settings
+from .errors import KerneloptError
+from .evaluation.calibrate import Calibration, calibrate, peaks_for
+from .evaluation.candidate import Candidate, EvaluateOptions, ProgressFn
+from .evaluation.evaluate import evaluate
+from .evaluation.harness import HarnessProcess, find_harness
+from .evaluation.session import Session
+from .gpu import DeviceInfo, device_info
+from .ncu_report import ProfileSummary
+from .profiler import ProfileOptions, profile_case
+from .results import CheckedEvaluation, CompileOutput, compile_output
+from .sanitizer import sanitize_candidate
+from .tune import TuneCache, Tunable, TuneResult, tune
+from .workload import Workload
+
+__all__ = [
+    "calibrate_gpu", "compile_cache", "compile_source", "default_profile_case", "evaluate_kernel",
+    "evaluate_options", "gpu_info", "harness_binary", "open_harness", "open_session", "profile_kernel",
+    "target_arch", "tune_cache", "tune_kernel",
+]
+
+#: ``arch`` when neither the caller, the settings nor a GPU names one
+DEFAULT_ARCH = "sm_90"
+
+
+# --- the machine: harness, GPU, caches -------------------------------------------------------
+
+
+def harness_binary(settings: Settings) -> Path:
+    """The kernelopt-harness executable (raises ToolchainNotFound with how to build it)."""
+    return find_harness(settings.harness)
+
+
+def open_harness(settings: Settings) -> HarnessProcess:
+    """A harness process for the configured device (started on its first request)."""
+    return HarnessProcess(harness_binary(settings), settings.device)
+
+
+def gpu_info(settings: Settings) -> DeviceInfo:
+    """The configured device's properties (raises DeviceUnavailable, ToolchainNotFound)."""
+    return device_info(harness_binary(settings), settings.device)
+
+
+def calibrate_gpu(
+    settings: Settings, *, force: bool = False, progress: Callable[[str], None] | None = None
+) -> tuple[DeviceInfo, Calibration]:
+    """The device's measured copy bandwidth and FP32 rate (cached per device and driver)."""
+    info = gpu_info(settings)
+    with open_harness(settings) as proc:
+        cal = calibrate(
+            proc, info, settings.cache_root(), force=force, compile_cache=compile_cache(settings),
+            compile_limits=settings.compile_limits(), progress=progress,
+        )
+    return info, cal
+
+
+def compile_cache(settings: Settings) -> CompileCache:
+    """The disk cache of compiles (``<cache>/compile``, bounded by ``compile_cache_mb``)."""
+    return CompileCache(settings.cache_root() / "compile", max_bytes=settings.compile_cache_bytes())
+
+
+def tune_cache(settings: Settings, *, enabled: bool = True) -> TuneCache:
+    """The cache of measured configurations (``<cache>/tune``; memory only when not ``enabled``)."""
+    return TuneCache(settings.cache_root() / "tune" if enabled else None, max_bytes=settings.tune_cache_bytes())
+
+
+# --- compiling ---------------------------------------------------------------------------------
+
+
+def target_arch(settings: Settings, arch: str | None) -> tuple[str, str]:
+    """(arch, where it came from): the argument, the settings, the GPU, else sm_90."""
+    if arch:
+        return arch, "argument"
+    if settings.arch:
+        return settings.arch, "setting (KERNELOPT_ARCH)"
+    try:
+        info = gpu_info(settings)
+    except KerneloptError:
+        return DEFAULT_ARCH, "default, no GPU found; pass arch to target another GPU"
+    return info.arch, f"this GPU ({info.name})"
+
+
+def compile_source(
+    settings: Settings, source: str, arch: str, *, arch_from: str = "argument", options: Sequence[str] = (),
+    filename: str = "kernel.cu", cache: CompileCache | None = None,
+) -> tuple[CompileResult, CompileOutput]:
+    """Compile ``source`` for ``arch`` with NVRTC (no GPU), confined as the settings say.
+
+    Returns the library's result (CUBIN and PTX bytes) and its JSON-safe report.
+    """
+    result = compile_kernel(
+        source, arch, list(options), filename=filename, cache=cache, limits=settings.compile_limits()
+    )
+    return result, compile_output(result, arch_from)
+
+
+# --- evaluating ---------------------------------------------------------------------------------
+
+
+def evaluate_options(
+    settings: Settings, *, warmup: int | None = None, iterations: int | None = None, flush_l2: bool | None = None,
+    timeout_s: float | None = None, timing_mode: str = "events", blocking: bool = True,
+    adaptive_rse: float | None = None,
+) -> EvaluateOptions:
+    """How candidates are checked and timed: the arguments given, else the settings."""
+    return EvaluateOptions(
+        warmup=settings.warmup if warmup is None else warmup,
+        iterations=settings.iterations if iterations is None else iterations,
+        flush_l2=settings.flush_l2 if flush_l2 is None else flush_l2,
+        timeout_s=timeout_s or settings.timeout_s,
+        timing_mode=timing_mode, blocking=blocking, adaptive_rse=adaptive_rse,
+    )
+
+
+def open_session(
+    settings: Settings, workload: Workload, harness: HarnessProcess, device: DeviceInfo, *,
+    options: EvaluateOptions | None = None, seed: int | None = None, workdir: Path | None = None,
+    cache: CompileCache | None = None, progress: ProgressFn | None = None,
+) -> Session:
+    """An evaluation session of ``workload`` on ``device`` (not prepared yet: inputs, expected
+    outputs and the reference's timing come with the first evaluation, or ``prepare``)."""
+    return Session(
+        workload, harness, device, workdir=workdir, seed=seed, options=options or evaluate_options(settings),
+        arch=settings.arch, compile_cache=cache, compile_limits=settings.compile_limits(), progress=progress,
+        peaks=peaks_for(device, settings.cache_root()),
+    )
+
+
+def evaluate_kernel(
+    session: Session, candidate: Candidate, options: EvaluateOptions | None = None, *, benchmark: bool = True,
+    sanitizer: Path | None = None, sanitizer_dir: Path | None = None, cancelled: Callable[[], bool] | None = None,
+) -> CheckedEvaluation:
+    """Validate (and, with ``benchmark``, time) ``candidate``; with ``sanitizer`` (the
+    compute-sanitizer binary), a candidate that passes also runs memcheck, racecheck and
+    initcheck on the correctness cases (files under ``sanitizer_dir``, else a temporary
+    directory in the session's). Never raises for a bad kernel."""
+    result = evaluate(session, candidate, options, benchmark=benchmark)
+    if sanitizer is None or not result.ok:
+        return CheckedEvaluation(result=result)
+    session.progress("running compute-sanitizer memcheck, racecheck, initcheck on the correctness cases", 0, 1)
+    binary = Path(session.harness.binary)
+    workdir = sanitizer_dir or Path(tempfile.mkdtemp(prefix="sanitizer-", dir=session.workdir))
+    try:
+        reports = sanitize_candidate(session, candidate, sanitizer, binary, workdir, cancelled=cancelled)
+    finally:
+        if sanitizer_dir is None:
+            shutil.rmtree(workdir, ignore_errors=True)
+    return CheckedEvaluation(result=result, sanitizer=reports)
+
+
+# --- profiling and tuning ----------------------------------------------------------------------
+
+
+def default_profile_case(workload: Workload) -> str:
+    """The case profiled when none is named: the first performance case, else the last case."""
+    perf = workload.spec.performance_cases
+    return perf[0].name if perf else workload.spec.cases[-1].name
+
+
+def profile_kernel(
+    session: Session, candidate: Candidate, case: str, out_dir: Path, options: ProfileOptions, *,
+    progress: Callable[[str], None] | None = None, cancelled: Callable[[], bool] | None = None,
+) -> ProfileSummary:
+    """One case of ``candidate`` under Nsight Compute, on the session's inputs."""
+    return profile_case(
+        session, candidate, case, out_dir, options, harness=Path(session.harness.binary), progress=progress,
+        cancelled=cancelled,
+    )
+
+
+def tune_kernel(
+    session: Session, tunable: Tunable, *, options: EvaluateOptions | None = None, strategy: str = "auto",
+    budget_evals: int | None = None, budget_s: float | None = None, seed: int = 0, cache: TuneCache | None = None,
+    progress: ProgressFn | None = None,
+) -> TuneResult:
+    """Search ``tunable``'s parameter space on the session's workload and device."""
+    return tune(
+        session, tunable, options=options, strategy=strategy, budget_evals=budget_evals, budget_s=budget_s,
+        seed=seed, cache=cache, progress=progress,
+    )

@@ -1,0 +1,82 @@
+"""What is evaluated and how: a :class:`Candidate` kernel and the :class:`EvaluateOptions`."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from ..errors import WorkloadError
+from ..launch import LaunchSpec
+from ..workload import Workload
+from .protocol import AdaptiveRequest, TimingRequest
+
+__all__ = ["Candidate", "EvaluateOptions", "ProgressFn", "initial_candidate"]
+
+#: progress(message, done, total): what a long evaluation is doing now
+ProgressFn = Callable[[str, int, int], None]
+
+
+@dataclass
+class Candidate:
+    """A kernel to evaluate: source, per-case launch configurations, compile options.
+
+    ``params`` (tunable parameters, see :mod:`kernelopt_mcp.tune`) reach the kernel as
+    ``-DNAME=VALUE`` after ``compile_options`` and the launch expressions as names beside the
+    case's scalars.
+    """
+
+    source: str
+    launch: LaunchSpec
+    compile_options: list[str] = field(default_factory=list)
+    name: str = "candidate"
+    params: dict[str, int | float | str] = field(default_factory=dict)
+
+    @property
+    def all_compile_options(self) -> list[str]:
+        return [*self.compile_options, *(f"-D{k}={v}" for k, v in self.params.items())]
+
+
+@dataclass
+class EvaluateOptions:
+    """How candidates are checked and timed (defaults: 10 warm-up, 100 measured launches)."""
+
+    warmup: int = 10
+    iterations: int = 100
+    flush_l2: bool = True
+    timeout_s: float = 60.0
+    guard_bytes: int = 65536
+    timing_mode: str = "events"  # "events": one event pair per launch; "graph": CUDA graph batches
+    blocking: bool = True  # hold the stream while launches are queued (no host enqueue gaps)
+    adaptive_rse: float | None = None  # repeat until the median's relative standard error is below
+    adaptive_max_ms: float = 2000.0
+    check_determinism: bool = True  # repeat each validation launch and compare the two
+    check_timed_outputs: bool = True  # validate one launch after timing on hidden-seed inputs
+    device_compare: bool = True  # compare outputs on the GPU when the harness can
+    fresh_inputs: bool = True  # redraw inputs on the device before every timed launch
+    checked_launches: int = 3  # hidden measured launches whose outputs the CUDA reference checks
+    check_consistency: bool = True  # flag launches on unseen inputs much slower than the median
+    oracle_checked_launches: int = 1  # without a CUDA reference: hidden launches checked by the NumPy oracle
+
+    def timing_request(self, features: frozenset[str]) -> TimingRequest:
+        """The harness's ``timing`` object, using only what this harness supports."""
+        timing = TimingRequest(warmup=self.warmup, iterations=self.iterations)
+        if self.timing_mode == "graph" and "graph" in features:
+            timing.mode = "graph"
+        if "blocking" in features:
+            timing.blocking = self.blocking
+        if self.adaptive_rse is not None and "adaptive" in features:
+            timing.adaptive = AdaptiveRequest(target_rse=self.adaptive_rse, max_ms=self.adaptive_max_ms)
+        return timing
+
+
+def initial_candidate(workload: Workload) -> Candidate:
+    """The workload's starting kernel (initial.cu with its launch and options).
+
+    Raises:
+        WorkloadError: the workload has none.
+    """
+    if workload.initial_cu is None or workload.spec.initial is None:
+        raise WorkloadError(f"workload {workload.name!r} has no initial kernel; pass a KERNEL.cu")
+    return Candidate(
+        workload.initial_cu, workload.spec.initial.launch, workload.spec.initial.compile_options, "initial"
+    )

@@ -1,0 +1,252 @@
+"""Running one candidate through every case of a prepared :class:`Session`.
+
+Phase 1 validates every case, one harness request each (so a hang or fault is attributable);
+phase 2 times the performance cases, each request validating again before timing, with fresh
+inputs, checked launches and the check on hidden-seed inputs where the session has them. The
+CUDA reference runs through the same path while the session is prepared.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+
+from ..errors import LaunchConfigError
+from ..files import write_atomic
+from ..launch import ResolvedLaunch
+from ..workload import Case
+from .candidate import Candidate, EvaluateOptions
+from .clocks import probe_device_clocks
+from .compare import geometric_mean
+from .fresh_inputs import case_fresh, fresh_checks, pick_checked_launches, request_seed
+from .harness_case import CaseJob, DataSet, interpret
+from .inputs import hidden_seed_checks
+from .outcomes import CaseResult, EvaluationResult, Status, worst
+from .protocol import TimingRequest, request_json
+from .roofline import case_cost, case_roofline
+from .session import Session
+
+__all__ = ["run_candidate"]
+
+Outputs = dict[str, dict[str, np.ndarray]]
+
+
+def run_candidate(
+    session: Session, candidate: Candidate, options: EvaluateOptions, *, benchmark: bool,
+    keep: Outputs | None, check: bool, data: DataSet | None = None, cases: list[Case] | None = None,
+) -> EvaluationResult:
+    """Validate ``candidate`` on every case (or ``cases``) and, with ``benchmark``, time it.
+
+    ``keep`` collects the outputs of passing cases (the CUDA reference defining expected
+    outputs); ``check`` False runs without comparing (nothing to compare with yet).
+    """
+    result = _run_cases(session, candidate, options, benchmark=benchmark, keep=keep, check=check, data=data, cases=cases)
+    result.checks = _checks_that_ran(session, result, options)
+    return result
+
+
+def _run_cases(
+    s: Session, candidate: Candidate, options: EvaluateOptions, *, benchmark: bool, keep: Outputs | None,
+    check: bool, data: DataSet | None, cases: list[Case] | None,
+) -> EvaluationResult:
+    wl = s.workload
+    data = data or s.data
+    all_cases = cases if cases is not None else list(wl.spec.cases)
+    s.counter += 1
+    tag = f"{s.counter:04d}-{candidate.name}"
+    base = {
+        "workload": wl.name, "candidate": candidate.name, "seed": s.seed, "arch": s.arch,
+        "device": s.device.name if s.device else None, "expected_from": s.expected_from,
+        "notes": list(wl.notes), "checks": s.checks_in_force(options),
+    }
+    compiled, module, problem = s.compile(candidate)
+    if module is None:
+        return EvaluationResult.model_validate({
+            **base, "status": Status.compile_error, "message": problem or compiled.summary(), "compile": compiled,
+            "source_hash": compiled.source_hash,
+        })
+    results: list[CaseResult] = []
+    resolved: dict[str, ResolvedLaunch] = {}
+    for case in all_cases:
+        try:
+            resolved[case.name] = s.resolve(candidate, compiled, case)
+        except LaunchConfigError as exc:
+            results.append(CaseResult(name=case.name, kind=case.kind, status=Status.invalid_launch, message=str(exc)))
+
+    # Phase 1: validate every case, one request each, so a hang or fault is attributable.
+    stop: CaseResult | None = None
+    runnable = [c for c in all_cases if c.name in resolved]
+    for i, case in enumerate(runnable):
+        if stop is not None:
+            results.append(CaseResult(
+                name=case.name, kind=case.kind, status=Status.skipped,
+                message=f"not run: case {stop.name!r} ended the process ({stop.status})",
+                launch=resolved[case.name].as_json(),
+            ))
+            continue
+        s.progress(f"{candidate.name}: validating {case.name}", i, len(runnable))
+        job = CaseJob(
+            case, resolved[case.name], data, s.out_dir(tag, case),
+            repeat=keep is None and s.uses("determinism", options),
+            device_compare=check and s.uses("device_compare", options), keep_outputs=keep is not None, check=check,
+        )
+        cr, outputs = _submit(s, job, module, tag, options)
+        if keep is not None and outputs is not None and cr.status is Status.ok:
+            keep[case.name] = outputs
+        results.append(cr)
+        if cr.status in (Status.runtime_error, Status.timeout):
+            stop = cr
+
+    order = {c.name: i for i, c in enumerate(all_cases)}
+    results.sort(key=lambda c: order[c.name])
+    status = worst([c.status for c in results])
+    result = EvaluationResult.model_validate({
+        **base, "status": status, "message": "", "compile": compiled, "source_hash": compiled.source_hash,
+        "cases": results,
+    })
+    if status is not Status.ok:
+        result.message = _failure_message(results)
+        return result
+    if not benchmark:
+        result.message = f"all {len(results)} cases pass"
+        return result
+
+    # Phase 2: time the performance cases (each request validates again before timing).
+    perf = [c for c in all_cases if c.kind == "performance"]
+    by_name = {c.name: c for c in results}
+    timing = options.timing_request(s.features)
+    for i, case in enumerate(perf):
+        s.progress(f"{candidate.name}: timing {case.name}", i, len(perf))
+        job = _timing_job(
+            s, case, resolved[case.name], data, s.out_dir(tag, case), timing, options,
+            candidate=data is s.data and keep is None, check=check,
+        )
+        timed, _ = _submit(s, job, module, tag, options)
+        if timed.status is not Status.ok:
+            if timed.status not in (Status.timed_mismatch, Status.inconsistent_timing):
+                timed.message = f"failed when re-run for timing: {timed.message}"
+            by_name[case.name] = timed
+            result.cases = [by_name[c.name] for c in all_cases]
+            result.status = timed.status
+            result.message = f"{case.name}: {timed.status.value} ({timed.message})"
+            return result
+        _add_rates(s, timed, case)
+        by_name[case.name] = timed
+        if timed.status is Status.impossible_time:
+            result.cases = [by_name[c.name] for c in all_cases]
+            result.status, result.message = timed.status, f"{case.name}: {timed.message}"
+            return result
+    result.cases = [by_name[c.name] for c in all_cases]
+    if s.device is not None and perf:
+        result.clocks, result.clocks_note = probe_device_clocks(s.device)
+    medians = [t.median_ms for c in perf if (t := by_name[c.name].timing) is not None]
+    if medians:
+        result.score_ms = geometric_mean(medians)
+    noisy = [c.name for c in result.cases if c.timing and c.timing.noisy]
+    result.message = f"all {len(results)} cases pass" + (
+        f"; score {result.score_ms:.4g} ms (geometric mean over {len(medians)} performance cases)"
+        if result.score_ms else "; no performance cases to time"
+    ) + (f"; noisy timing on {', '.join(noisy)}" if noisy else "")
+    return result
+
+
+def _timing_job(
+    s: Session, case: Case, launch: ResolvedLaunch, data: DataSet, out_dir: Path, timing: TimingRequest,
+    options: EvaluateOptions, *, candidate: bool, check: bool,
+) -> CaseJob:
+    """The timing request of one performance case: fresh inputs for every timed launch (the
+    reference is timed on them too, so speedups compare like with like); for a candidate also
+    the hidden checked launches, the check launch after timing and the confirm launch."""
+    job = CaseJob(
+        case, launch, data, out_dir, timing=timing,
+        timed=s.timed if candidate and s.uses("timed_inputs", options) else None,
+        device_compare=check and s.uses("device_compare", options), check=check,
+    )
+    wants_fresh = s.uses("fresh_inputs", options) or s.uses("confirm_launch", options)
+    specs = case_fresh(s.workload, case).specs if wants_fresh else {}
+    if specs:
+        job.fresh, job.fresh_seed, job.fresh_timed = specs, request_seed(), s.uses("fresh_inputs", options)
+    if not candidate:
+        return job
+    if s.check_module is not None and case.name in s.check_launches:
+        job.checked = pick_checked_launches(options.iterations, options.checked_launches)
+        job.check_launch = s.check_launches[case.name]
+    elif s.oracle_checks_timed_launches(options):
+        job.checked = pick_checked_launches(options.iterations, options.oracle_checked_launches)
+        job.dump_dir = out_dir / "checked"
+    if specs and s.uses("confirm_launch", options):
+        job.confirm = True
+        job.consistency = job.timed is not None and (timing.mode or "events") == "events"
+    return job
+
+
+def _submit(
+    s: Session, job: CaseJob, module: Path, tag: str, options: EvaluateOptions
+) -> tuple[CaseResult, dict[str, np.ndarray] | None]:
+    request = s.request(job, module, options)
+    # Kept so a case can be replayed with the harness alone: kernelopt-harness run FILE
+    write_atomic(
+        s.workdir / "requests" / tag / f"{job.case.name}{'.timing' if job.timing else ''}.json",
+        json.dumps(request_json(request), indent=1).encode(), durable=False,
+    )
+    timeout = s.timeout_s(job.case, job.timing is not None, options)
+    reply = s.harness.request(request, timeout)
+    return interpret(job, reply, s.workload, timeout)
+
+
+def _checks_that_ran(s: Session, result: EvaluationResult, options: EvaluateOptions) -> list[str]:
+    """The result's ``checks``: those in force, less the checks of timed launches that did not
+    run for this result (no case timed, or the CUDA reference's own runs, which are not checked
+    against themselves)."""
+    validation = s.validation_checks(options)
+    timed = [(c, c.timing) for c in result.cases if c.timing is not None]
+    if not timed:
+        return [c for c in s.checks_in_force(options) if c in validation]
+    checks = list(validation)
+    if any(t.check_launch_ms is not None for _, t in timed):
+        checks += hidden_seed_checks(s.workload, {c.name for c, _ in timed})
+    names = {c.name for c, _ in timed}
+    perf = [c for c in s.workload.spec.performance_cases if c.name in names]
+    by_oracle = any(r.get("checked_by") == "NumPy oracle" for c, _ in timed for r in c.reference_checks)
+    checked = any(c.checked_launches for c, _ in timed) and not by_oracle
+    consistency = any(
+        c.confirm_launch_ms is not None and t.check_launch_ms is not None and t.mode == "events" for c, t in timed
+    ) and s.uses("confirm_launch", options)
+    if s.uses("fresh_inputs", options) or checked or by_oracle or consistency:
+        checks += fresh_checks(
+            s.workload, perf, redraw=s.uses("fresh_inputs", options),
+            reference=checked, checked=options.checked_launches if checked else 0, consistency=consistency,
+            oracle_checked=options.oracle_checked_launches if by_oracle else 0,
+            graph=any(t.mode == "graph" for _, t in timed),
+        )
+    return checks
+
+
+def _add_rates(s: Session, cr: CaseResult, case: Case) -> None:
+    """Achieved rates, roofline figures, speedup; ``impossible_time`` below the floor."""
+    if cr.timing is None or cr.timing.median_ms <= 0:
+        return
+    seconds = cr.timing.median_ms * 1e-3
+    bytes_, flops = case_cost(s.workload, case)
+    cr.flops_per_s = flops / seconds if flops else None
+    cr.bytes_per_s = bytes_ / seconds if bytes_ else None
+    if s.peaks is not None:
+        cr.roofline = case_roofline(
+            case.name, cr.timing.median_ms, bytes_=bytes_, flops=flops, peaks=s.peaks,
+            flush_l2=cr.timing.flush_l2,
+        )
+        if cr.roofline.impossible:
+            cr.status, cr.message = Status.impossible_time, cr.roofline.note or "faster than the roofline allows"
+    ref = s.reference_medians.get(case.name)
+    if ref:
+        cr.reference_median_ms = ref
+        cr.speedup = ref / cr.timing.median_ms
+
+
+def _failure_message(cases: list[CaseResult]) -> str:
+    bad = [c for c in cases if c.status is not Status.ok and c.status is not Status.skipped]
+    return f"{len(bad)} of {len(cases)} case(s) failed: " + "; ".join(
+        f"{c.name}: {c.status.value}" + (f" ({c.message})" if c.message else "") for c in bad[:3]
+    )

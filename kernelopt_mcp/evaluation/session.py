@@ -1,0 +1,283 @@
+"""A prepared evaluation session: one workload on one device, with one set of inputs.
+
+A :class:`Session` holds what every candidate of a workload is checked against, prepared once
+(by :func:`kernelopt_mcp.evaluation.evaluate.prepare`): the inputs drawn from a seed the
+model never sees, the expected outputs (NumPy oracle, or the CUDA reference after it matched
+the oracle), the reference's timings, the harness process and the support module. It also
+knows how to compile a candidate for the device, resolve its launches and build the harness
+request of one case. Running candidates is :mod:`kernelopt_mcp.evaluation.runner`'s job.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import tempfile
+from pathlib import Path
+import numpy as np
+
+from ..compile_pool import CompileLimits
+from ..compiler import CompileCache, CompileResult, compile_kernel
+from ..errors import LaunchConfigError
+from ..files import write_atomic
+from ..gpu import DeviceInfo
+from ..launch import DeviceLimits, ResolvedLaunch, resolve
+from ..workload import BufferParam, Case, Workload
+from .calibrate import device_peaks
+from .candidate import Candidate, EvaluateOptions, ProgressFn
+from .fresh_inputs import fresh_checks
+from .harness import HarnessProcess, harness_features
+from .harness_case import CaseJob, DataSet, build_request
+from .inputs import CaseInputs, fresh_seed, hidden_seed_checks
+from .outcomes import EvaluationResult
+from .protocol import LaunchRequest, RunRequest
+from .roofline import Peaks
+
+__all__ = ["Session"]
+
+
+def _no_progress(message: str, done: int, total: int) -> None:
+    return None
+
+
+class Session:
+    """Evaluates candidates of one workload on one device, with one set of inputs.
+
+    Args:
+        workload: what candidates compute.
+        harness: the device's harness process (the session does not own it).
+        device: the device's properties (None: compile for ``arch`` only, default limits).
+        workdir: where inputs, expected outputs, modules and requests go (default: a temporary
+            directory removed by :meth:`close`).
+        seed: the input seed (default: fresh and private).
+        options: the checks and timing (defaults: :class:`EvaluateOptions`).
+        arch: the compile target (default: the device's, else sm_90).
+        compile_cache: reuse CUBINs by source hash.
+        compile_limits: the caps on NVRTC compiles (Settings.compile_limits()).
+        progress: told what a long step is doing.
+        peaks: roofline peaks (default: the device's theoretical figures).
+    """
+
+    def __init__(
+        self,
+        workload: Workload,
+        harness: HarnessProcess,
+        device: DeviceInfo | None,
+        *,
+        workdir: Path | None = None,
+        seed: int | None = None,
+        options: EvaluateOptions | None = None,
+        arch: str | None = None,
+        compile_cache: CompileCache | None = None,
+        compile_limits: CompileLimits | None = None,
+        progress: ProgressFn | None = None,
+        peaks: Peaks | None = None,
+    ) -> None:
+        self.workload = workload
+        self.harness = harness
+        self.device = device
+        self.options = options or EvaluateOptions()
+        self.arch = arch or (device.arch if device else "sm_90")
+        self.limits = device.limits if device else DeviceLimits()
+        self.seed = fresh_seed() if seed is None else seed
+        self._tmp = tempfile.TemporaryDirectory(prefix="kernelopt-") if workdir is None else None
+        self.workdir: Path = Path(self._tmp.name) if self._tmp is not None else workdir  # type: ignore[assignment]
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        self.compile_cache = compile_cache
+        self.compile_limits = compile_limits
+        # roofline figures and the impossible-time check (theoretical peaks unless calibrated ones are given)
+        self.peaks = peaks or (device_peaks(device, None) if device else None)
+        self.progress: ProgressFn = progress or _no_progress
+        binary = getattr(harness, "binary", None)
+        self.features: frozenset[str] = harness_features(Path(binary)) if binary else frozenset()
+        self.data = DataSet("validation", self.seed, {})
+        self.timed: DataSet | None = None  # from a second seed that is never reported
+        self.expected_from = ""
+        self.reference_medians: dict[str, float] = {}
+        self.reference_result: EvaluationResult | None = None
+        self.support: Path | None = None
+        # the validated CUDA reference that checks candidates' timed launches, and its launches
+        self.check_module: Path | None = None
+        self.check_launches: dict[str, LaunchRequest] = {}
+        self.counter = 0
+        self.prepared = False
+
+    @property
+    def inputs(self) -> dict[str, CaseInputs]:
+        """The validation inputs of every case."""
+        return self.data.inputs
+
+    @property
+    def expected(self) -> dict[str, dict[str, np.ndarray]]:
+        """The expected outputs of every case with one (validation inputs)."""
+        return self.data.expected
+
+    # --- which checks run ----------------------------------------------------------------
+
+    def uses(self, feature: str, options: EvaluateOptions | None = None) -> bool:
+        """Whether the harness has ``feature`` and ``options`` (default: the session's) want it."""
+        o = options or self.options
+        wanted = {
+            "device_compare": o.device_compare,
+            "determinism": o.check_determinism,
+            "timed_inputs": o.check_timed_outputs,
+            "fresh_inputs": o.fresh_inputs,
+            "timed_check": o.checked_launches > 0,
+            "confirm_launch": o.check_consistency,
+            "checked_dump": o.oracle_checked_launches > 0,
+        }.get(feature, True)
+        return wanted and feature in self.features
+
+    def needs_support(self) -> bool:
+        """Whether any check or timing mode in use runs one of the support module's kernels."""
+        blocking = self.options.blocking and "blocking" in self.features
+        return blocking or any(
+            self.uses(f) for f in ("device_compare", "determinism", "timed_inputs", "fresh_inputs", "timed_check")
+        )
+
+    def checks_timed_launches(self, options: EvaluateOptions | None = None) -> bool:
+        """Whether candidates' timed launches are checked against the CUDA reference."""
+        return self.uses("timed_check", options) and self.workload.reference_cu is not None
+
+    def oracle_checks_timed_launches(self, options: EvaluateOptions | None = None) -> bool:
+        """Without a CUDA reference: whether checked launches' files go through the NumPy oracle."""
+        return (
+            self.workload.reference_cu is None and self.workload.oracle_path is not None
+            and self.uses("checked_dump", options) and self.uses("timed_check", options)
+        )
+
+    def validation_checks(self, options: EvaluateOptions | None = None) -> list[str]:
+        checks = ["fresh inputs per session", "poisoned outputs", "guard bytes", "inputs unchanged"]
+        if self.uses("determinism", options):
+            checks.append("repeat launch" + (" (bitwise)" if self.workload.spec.deterministic else " (tolerance)"))
+        return checks
+
+    def checks_in_force(self, options: EvaluateOptions | None = None) -> list[str]:
+        """The integrity checks in force; each result lists those that ran for it."""
+        o = options or self.options
+        checks = self.validation_checks(o)
+        if self.uses("timed_inputs", o):
+            checks += hidden_seed_checks(self.workload, {c.name for c in self.workload.spec.performance_cases})
+        if any(self.uses(f, o) for f in ("fresh_inputs", "timed_check", "confirm_launch")):
+            checks += fresh_checks(
+                self.workload, list(self.workload.spec.performance_cases), redraw=self.uses("fresh_inputs", o),
+                reference=self.checks_timed_launches(o),
+                checked=o.checked_launches if self.uses("timed_check", o) else 0,
+                consistency=self.uses("confirm_launch", o) and self.uses("timed_inputs", o) and o.timing_mode == "events",
+                oracle_checked=o.oracle_checked_launches if self.oracle_checks_timed_launches(o) else 0,
+                graph=o.timing_mode == "graph" and "graph" in self.features,
+            )
+        return checks
+
+    @property
+    def checks(self) -> list[str]:
+        """The integrity checks in force with the session's options."""
+        return self.checks_in_force()
+
+    # --- compiling and launching -----------------------------------------------------------
+
+    def compile(self, candidate: Candidate) -> tuple[CompileResult, Path | None, str | None]:
+        """Compile ``candidate`` for the session's arch and check its entry point.
+
+        Returns ``(compiled, module, None)``, or ``(compiled, None, problem)`` when it cannot run.
+        """
+        compiled = compile_kernel(
+            candidate.source, self.arch, candidate.all_compile_options, cache=self.compile_cache,
+            limits=self.compile_limits,
+        )
+        if not compiled.ok:
+            return compiled, None, compiled.summary()
+        problem = self.check_entry(compiled)
+        if problem:
+            return compiled, None, problem
+        key = hashlib.sha256(json.dumps([compiled.source_hash, compiled.options, compiled.arch]).encode())
+        module = self.workdir / "modules" / f"{key.hexdigest()[:24]}.cubin"
+        if not module.exists():
+            write_atomic(module, compiled.cubin or b"", durable=False)
+        return compiled, module, None
+
+    def check_entry(self, compiled: CompileResult) -> str | None:
+        """Why the module's entry point does not match the workload's signature (None: it does)."""
+        sig = self.workload.signature
+        if sig.entry not in compiled.entries:
+            found = ", ".join(compiled.entries) or "none"
+            return (
+                f"no kernel named {sig.entry!r} in the module (kernels found: {found}); declare it "
+                f"as {sig.c_prototype()}"
+            )
+        params = compiled.entries[sig.entry]
+        if len(params) != len(sig.params):
+            return (
+                f"kernel {sig.entry!r} takes {len(params)} parameters but the signature has "
+                f"{len(sig.params)}: {sig.c_prototype()}"
+            )
+        for ptx, p in zip(params, sig.params, strict=True):
+            want = 8 if isinstance(p, BufferParam) else p.dtype.itemsize
+            if ptx.size_bytes and ptx.size_bytes != want:
+                return (
+                    f"parameter {p.name!r} is {ptx.size_bytes} bytes in the kernel but {want} in the "
+                    f"signature: {sig.c_prototype()}"
+                )
+        return None
+
+    def resolve(self, candidate: Candidate, compiled: CompileResult, case: Case) -> ResolvedLaunch:
+        """The candidate's launch for ``case`` on this device.
+
+        Raises:
+            LaunchConfigError: the launch is invalid (shape, limits, shared memory).
+        """
+        scalars = {**case.scalars, **{k: v for k, v in candidate.params.items() if not isinstance(v, str)}}
+        launch = resolve(candidate.launch.for_case(case.name), scalars, self.limits, case.name)
+        static_shared = sum((r.shared_bytes or 0) for r in compiled.resources.values())
+        if launch.shared_bytes + static_shared > self.limits.max_shared_bytes_per_block_optin:
+            raise LaunchConfigError(
+                f"case {case.name!r}: {launch.shared_bytes} B dynamic + {static_shared} B "
+                f"static shared memory exceeds the device's "
+                f"{self.limits.max_shared_bytes_per_block_optin} B per block"
+            )
+        return launch
+
+    def request(self, job: CaseJob, module: Path, options: EvaluateOptions | None = None) -> RunRequest:
+        """The harness request of ``job`` with the session's data, support and check modules."""
+        o = options or self.options
+        return build_request(
+            job, self.workload, device=self.harness.device, module=module,
+            guard_bytes=o.guard_bytes, flush_l2=o.flush_l2,
+            # every request names it once loaded: the harness keeps one module per path, and a request
+            # without it would unload it (and blocking timing cannot run without its ko_spin)
+            support=self.support,
+            input_cache="input_cache" in self.features,
+            check_module=self.check_module,
+        )
+
+    def timeout_s(self, case: Case, timing: bool, options: EvaluateOptions | None = None) -> float:
+        """The deadline of one request: the base timeout, plus the timed launches' share."""
+        o = options or self.options
+        if not timing:
+            return o.timeout_s
+        # Allow the launches a generous multiple of the reference's time (or 1 s each).
+        per_launch_s = max(self.reference_medians.get(case.name, 0.0) * 1e-3 * 20, 1.0)
+        # + the check and confirm launches, and the reference on each checked launch
+        launches = o.warmup + o.iterations + 3 + o.checked_launches
+        adaptive_s = o.adaptive_max_ms * 1e-3 * 2 if o.adaptive_rse else 0.0
+        return o.timeout_s + adaptive_s + min(per_launch_s * launches, 600.0)
+
+    def out_dir(self, tag: str, case: Case) -> Path:
+        out_dir = self.workdir / "outputs" / tag / case.name
+        out_dir.mkdir(parents=True, exist_ok=True)
+        return out_dir
+
+    # --- lifetime --------------------------------------------------------------------------
+
+    def close(self) -> None:
+        """Remove the temporary working directory (a given ``workdir`` is kept)."""
+        if self._tmp is not None:
+            self._tmp.cleanup()
+            self._tmp = None
+
+    def __enter__(self) -> Session:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
