@@ -15,7 +15,9 @@ consistency (a launch on unseen inputs much slower than the timed median, twice)
 
 from __future__ import annotations
 
+import math
 import secrets
+import statistics
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -92,6 +94,62 @@ def pick_checked_launches(iterations: int, count: int) -> list[int]:
     while len(picked) < count:
         picked.add(rng.randrange(iterations))
     return sorted(picked)
+
+
+#: With ``fresh_launches`` (a hidden subset of measured launches redrawn, the rest reusing the
+#: last draw), the launches on new inputs are inconsistent when their median exceeds that of the
+#: launches on inputs seen before by more than this fraction ...
+SPLIT_MIN_FRACTION = 0.03
+#: ... and the two medians' confidence intervals (order statistics, this z: 99%) do not overlap,
+#: so noise, outliers and several clock states never count ...
+SPLIT_Z = 2.576
+#: ... judged when each side has at least this many samples.
+SPLIT_MIN_SAMPLES = 5
+
+
+def pick_fresh_launches(iterations: int, count: int) -> list[int]:
+    """``count`` distinct measured-sample indices in ``[0, iterations)`` before which the harness
+    redraws the inputs (``fresh_launches``), hidden (the OS's random source), sorted."""
+    if iterations <= 0 or count <= 0:
+        return []
+    return sorted(secrets.SystemRandom().sample(range(iterations), min(count, iterations)))
+
+
+def _median_interval(values: list[float]) -> tuple[float, float, float]:
+    """The median and a distribution-free confidence interval for it: the order statistics
+    n/2 -/+ z sqrt(n)/2 (clamped to the sample), which widens by itself when the samples fall in
+    several modes."""
+    xs = sorted(values)
+    n = len(xs)
+    half = SPLIT_Z * math.sqrt(n) / 2
+    lo = xs[max(0, math.floor(n / 2 - half))]
+    hi = xs[min(n - 1, math.ceil(n / 2 + half) - 1)]
+    return statistics.median(xs), lo, hi
+
+
+def split_problem(times_ms: list[float], fresh: list[int]) -> str | None:
+    """Why the launches on new inputs (measured samples ``fresh``) are inconsistent with those on
+    inputs seen before, or None (consistent, or too few samples on either side to judge).
+
+    A kernel that recognises inputs it has seen and reuses results is fast only on the reused
+    ones: their median drops below the new inputs' median by what the cache saves. Honest kernels
+    take the same time on both (the inputs are drawn alike and L2 is flushed before each launch).
+    """
+    chosen = set(fresh)
+    new = [t for i, t in enumerate(times_ms) if i in chosen]
+    seen = [t for i, t in enumerate(times_ms) if i not in chosen]
+    if len(new) < SPLIT_MIN_SAMPLES or len(seen) < SPLIT_MIN_SAMPLES:
+        return None
+    (m_new, lo_new, _), (m_seen, _, hi_seen) = _median_interval(new), _median_interval(seen)
+    if m_seen <= 0 or m_new <= m_seen * (1 + SPLIT_MIN_FRACTION) or lo_new <= hi_seen:
+        return None
+    return (
+        f"the {len(new)} timed launches on inputs never seen before took a median of {m_new:.4g} ms, the "
+        f"{len(seen)} on inputs seen before {m_seen:.4g} ms ({m_new / m_seen - 1:+.1%}, beyond "
+        f"{SPLIT_MIN_FRACTION:.0%} and the medians' 99% confidence intervals, {lo_new:.4g} ms above "
+        f"{hi_seen:.4g} ms): the kernel is faster on "
+        "inputs it has seen, such as results reused from a cache, which is not a speed-up of the work"
+    )
 
 
 def consistency_limit_ms(timing: TimingStats) -> float:
