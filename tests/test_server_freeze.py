@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import json
 import subprocess
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -229,3 +230,20 @@ async def test_freeze_over_stdio(setup: dict[str, Any]) -> None:
         assert bench.structured_content["status"] == "ok", text(bench)
         assert "big" in {c["name"] for c in bench.structured_content["cases"]}
     assert (run / "workload" / "tiny_add" / "workload.json").is_file()
+
+
+async def test_freezing_needs_no_gpu(setup: dict[str, Any]) -> None:
+    """Freezing and writing replay requests compile and write files only: they work on a machine
+    without a driver (requests for sm_90); evaluating the frozen workload then says there is no GPU."""
+    run: Path = setup["run"]
+    config: ServerConfig = setup["config"]
+    (setup["tmp"] / "nogpu").mkdir()
+    nogpu = replace(config, settings=replace(config.settings, harness=write_harness(setup["tmp"] / "nogpu", "nogpu")))
+    async with in_memory_server(nogpu) as (client, _):
+        result = await client.call_tool("freeze_workload", freeze_args(run))
+        assert not result.is_error, text(result)
+        replay = await client.call_tool("replay_requests", {"workload": "tiny_add", "source": kernel(), "launch": ADD_LAUNCH})
+        assert replay.structured_content["status"] == "ok", text(replay)
+        assert json.loads((run / "replay" / "big.json").read_text())["cases"][0]["timing"] == {"warmup": 2, "iterations": 7}
+        bench = await client.call_tool("benchmark", {"workload": "tiny_add", "source": kernel(), "launch": ADD_LAUNCH})
+        assert bench.is_error and "need a GPU" in text(bench)
