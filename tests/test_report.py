@@ -228,3 +228,20 @@ def test_the_report_renders_in_headless_chromium(run: Path) -> None:
     assert all(width > 300 and height > 150 and elements > 20 for _, width, height, elements in plots), plots
     assert best_open and not closed and diff_visible
     assert verdict.startswith("Verdict: compile_error compile error: line 2")
+
+
+def test_model_text_is_escaped_never_markup(tmp_path: Path) -> None:
+    """Rationales, sources, messages and labels come from a model: shown as text, never as HTML."""
+    run = tmp_path / "run-001"
+    evil = '<script>alert(1)</script><img src=x onerror="alert(2)"></pre></details>'
+    folder = run / "candidates" / "001-initial"
+    folder.mkdir(parents=True)
+    (folder / "source.cu").write_text(f"// {evil}\n" + kernel())
+    event = {"event": "candidate", "index": 1, "label": "001-initial", "kind": "initial", "status": "mismatch",
+             "valid": False, "rationale": evil, "message": evil}
+    (run / "history.json").write_text(json.dumps([event]))
+    (run / "summary.json").write_text(json.dumps({"status": "completed", "error": evil, "notes": [evil],
+                                                  "workload": {"name": evil}}))
+    page = render_report(run)
+    assert "<script" not in page and "<img" not in page and "onerror=\"" not in page
+    assert page.count(html.escape(evil)) >= 5  # title, error, note, verdict message, rationale (+ the source)
