@@ -30,6 +30,11 @@ def honest(rng: np.random.Generator, shape: str, cv: float) -> list[float]:
     return [float(t) for t in base]
 
 
+def subset(rng: np.random.Generator) -> list[int]:
+    """A hidden subset as pick_fresh_launches draws it, from a seeded generator (reproducible)."""
+    return sorted(int(i) for i in rng.choice(ITERATIONS, FRESH, replace=False))
+
+
 @pytest.mark.parametrize("shape", ["normal", "outliers", "drift", "two_states"])
 @pytest.mark.parametrize("cv", [0.001, 0.01, 0.05])
 def test_honest_kernels_are_never_flagged(shape: str, cv: float) -> None:
@@ -37,17 +42,17 @@ def test_honest_kernels_are_never_flagged(shape: str, cv: float) -> None:
     flagged = []
     for _ in range(300):
         times = honest(rng, shape, cv)
-        fresh = pick_fresh_launches(ITERATIONS, FRESH)
+        fresh = subset(rng)
         if (problem := split_problem(times, fresh)) is not None:
             flagged.append(problem)
     assert not flagged, flagged[:2]
 
 
-@pytest.mark.parametrize(("saving", "cv"), [(0.5, 0.05), (0.2, 0.01), (0.1, 0.003), (0.08, 0.001)])
+@pytest.mark.parametrize(("saving", "cv"), [(0.2, 0.05), (0.1, 0.01), (0.08, 0.003), (0.05, 0.001)])
 def test_a_cache_that_pays_on_seen_inputs_is_flagged(saving: float, cv: float) -> None:
     rng = np.random.default_rng(99)
     for _ in range(50):
-        fresh = pick_fresh_launches(ITERATIONS, FRESH)
+        fresh = subset(rng)
         times = honest(rng, "normal", cv)
         cached = [t * (1 - saving) if i not in fresh else t for i, t in enumerate(times)]
         problem = split_problem(cached, fresh)
