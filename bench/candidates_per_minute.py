@@ -28,12 +28,13 @@ for path in (ROOT, ROOT / "clients", ROOT / "tests"):
     if str(path) not in sys.path:
         sys.path.insert(0, str(path))
 
-from fakegpu import kernel, write_harness, write_tiny_workload  # noqa: E402
-from kernelopt_agent.cli import main as agent_main  # noqa: E402
-from kernelopt_agent.records import CandidateEvent, StepEvent, read_history  # noqa: E402
-from rich.console import Console  # noqa: E402
-from rich.table import Table  # noqa: E402
-from scripted_model import ScriptedModel  # noqa: E402
+from fakegpu import kernel, write_harness, write_tiny_workload
+from rich.console import Console
+from rich.table import Table
+from scripted_model import ScriptedModel
+
+from kernelopt_agent.cli import main as agent_main
+from kernelopt_agent.records import CandidateEvent, StepEvent, read_history
 
 LAUNCH = {"default": {"grid": ["ceil_div(n, 256)"], "block": ["256"], "shared_bytes": "0"}, "cases": []}
 

@@ -10,10 +10,21 @@ import threading
 from pathlib import Path
 
 import pytest
+
 from kernelopt_agent import prompts
 from kernelopt_agent.graph import EDGES, NODES, edges_taken
-from kernelopt_agent.records import (CandidateEvent, CandidateRecord, DuplicateEvent, NoProposalEvent, OtherEvent,
-                                     StepEvent, StopEvent, TuneEvent, parse_event, read_history)
+from kernelopt_agent.records import (
+    CandidateEvent,
+    CandidateRecord,
+    DuplicateEvent,
+    NoProposalEvent,
+    OtherEvent,
+    StepEvent,
+    StopEvent,
+    TuneEvent,
+    parse_event,
+    read_history,
+)
 from kernelopt_agent.rundir import RunDir
 
 

@@ -16,10 +16,11 @@ from typing import Any
 
 import pytest
 from fakegpu import kernel
-from kernelopt_agent.cli import main as agent_main
-from kernelopt_agent.graph import EDGES, edges_taken
 from scripted_model import ScriptedModel
 from test_optimize import env, optimize, proposal, read  # noqa: F401  (env is a fixture)
+
+from kernelopt_agent.cli import main as agent_main
+from kernelopt_agent.graph import EDGES, edges_taken
 
 WAIT_S = 120  # only a deadlock would wait this long; the test fails then instead of hanging
 

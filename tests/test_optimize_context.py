@@ -13,9 +13,10 @@ from typing import Any
 
 import pytest
 from fakegpu import kernel
-from kernelopt_agent import prompts
 from scripted_model import ScriptedModel
 from test_optimize import env, optimize, proposal, read  # noqa: F401  (env is a fixture)
+
+from kernelopt_agent import prompts
 
 ITERATIONS = 100
 BEST_AT = 37

@@ -18,11 +18,12 @@ from typing import Any
 
 import pytest
 from fakegpu import kernel
-from kernelopt_agent.graph import EDGES, edges_taken
-from kernelopt_agent.records import StepEvent, read_history
 from scripted_model import ScriptedModel
 from test_optimize import GENERATED, SYNTAX_ERROR, env, optimize, proposal, read  # noqa: F401  (env is a fixture)
 from test_optimize_tune import FIXTURES, add_tunable
+
+from kernelopt_agent.graph import EDGES, edges_taken
+from kernelopt_agent.records import StepEvent, read_history
 
 DECLARED = {(src, dst) for src, dst, _ in EDGES}
 Scenario = Callable[[dict[str, Path]], tuple[int, Path]]
@@ -35,8 +36,8 @@ def scenario(fn: Scenario) -> Scenario:
     return fn
 
 
-def newest_run(env: dict[str, Path]) -> Path:
-    return max(env["results"].glob("run-*"), key=lambda p: int(p.name.split("-")[1]))
+def newest_run(paths: dict[str, Path]) -> Path:
+    return max(paths["results"].glob("run-*"), key=lambda p: int(p.name.split("-")[1]))
 
 
 def taken(run: Path) -> set[tuple[str, str]]:
@@ -54,7 +55,7 @@ def tuned_answer(rationale: str) -> dict[str, Any]:  # (the rationale in a comme
 
 
 @scenario
-def description_research_nsight(env: dict[str, Path]) -> tuple[int, Path]:
+def description_research_nsight(paths: dict[str, Path]) -> tuple[int, Path]:
     """Research, generation retried, a generated reference regenerated, tool calls while proposing and
     repairing, profiles after valid candidates, iterations spent."""
     with_file = {**GENERATED, "inputs": {"a": {"generator": "file", "path": "/etc/passwd"}, "b": {"generator": "normal"}}}
@@ -68,70 +69,70 @@ def description_research_nsight(env: dict[str, Path]) -> tuple[int, Path]:
         {"tool_calls": [("compile", {"source": kernel()})]}, proposal(kernel("MS:n_4096=0.04;"), "fixed"),
     ]
     with ScriptedModel(script) as model:
-        code = optimize(env, model, "--description", "Add two float vectors.", "--nvidia-research", "--use-nsight",
+        code = optimize(paths, model, "--description", "Add two float vectors.", "--nvidia-research", "--use-nsight",
                         "--max-iterations", "3")
     assert not model.steps and not model.exhausted
-    return code, newest_run(env)
+    return code, newest_run(paths)
 
 
 @scenario
-def workload_tunables_refusal(env: dict[str, Path]) -> tuple[int, Path]:
+def workload_tunables_refusal(paths: dict[str, Path]) -> tuple[int, Path]:
     """Research before a supplied workload; a proposal and a repair that carry tunables; a refusal in the
     last iteration."""
     script = [tuned_answer("tuned"), proposal(kernel("WRONG"), "wrong"), tuned_answer("repaired, tuned"),
               {"refusal": "I can't help with that."}]
     with ScriptedModel(script) as model:
-        code = optimize(env, model, "--workload", "tiny_add", "--nvidia-research", "--max-iterations", "4",
+        code = optimize(paths, model, "--workload", "tiny_add", "--nvidia-research", "--max-iterations", "4",
                         "--tune-budget", "2")
     assert not model.steps and not model.exhausted
-    return code, newest_run(env)
+    return code, newest_run(paths)
 
 
 @scenario
-def no_iterations(env: dict[str, Path]) -> tuple[int, Path]:
+def no_iterations(paths: dict[str, Path]) -> tuple[int, Path]:
     """All parts given, --max-iterations 0: no model."""
-    return optimize(env, None, "--workload", "tiny_add", "--max-iterations", "0"), newest_run(env)
+    return optimize(paths, None, "--workload", "tiny_add", "--max-iterations", "0"), newest_run(paths)
 
 
 @scenario
-def strategy_tune(env: dict[str, Path]) -> tuple[int, Path]:
-    add_tunable(env["extra"] / "tiny_add")
-    return optimize(env, None, "--workload", "tiny_add", "--strategy", "tune", "--tune-evals", "3"), newest_run(env)
+def strategy_tune(paths: dict[str, Path]) -> tuple[int, Path]:
+    add_tunable(paths["extra"] / "tiny_add")
+    return optimize(paths, None, "--workload", "tiny_add", "--strategy", "tune", "--tune-evals", "3"), newest_run(paths)
 
 
 @scenario
-def invalid_initial_kernel(env: dict[str, Path]) -> tuple[int, Path]:
+def invalid_initial_kernel(paths: dict[str, Path]) -> tuple[int, Path]:
     """A generated initial kernel that is wrong is repaired first; no usable repair in the last iteration."""
     script = [{"content": json.dumps({**GENERATED, "initial_cu": kernel("WRONG")})}, {"refusal": "No."}]
     with ScriptedModel(script) as model:
-        code = optimize(env, model, "--description", "Add two float vectors.", "--max-iterations", "1")
+        code = optimize(paths, model, "--description", "Add two float vectors.", "--max-iterations", "1")
     assert not model.steps and not model.exhausted
-    return code, newest_run(env)
+    return code, newest_run(paths)
 
 
 @scenario
-def budget_spent_while_asking(env: dict[str, Path]) -> tuple[int, Path]:
+def budget_spent_while_asking(paths: dict[str, Path]) -> tuple[int, Path]:
     """--max-tokens is reached in the middle of an iteration's tool calls."""
     script = [{"tool_calls": [("gpu_properties", {})], "usage": {"prompt_tokens": 50_000, "completion_tokens": 10}},
               proposal(kernel())]
     with ScriptedModel(script) as model:
-        code = optimize(env, model, "--workload", "tiny_add", "--max-iterations", "2", "--max-tokens", "20000")
+        code = optimize(paths, model, "--workload", "tiny_add", "--max-iterations", "2", "--max-tokens", "20000")
     assert len(model.steps) == 1  # the answer after the tool call was never asked for
-    assert read(newest_run(env) / "summary.json")["status"] == "stopped"
-    return code, newest_run(env)
+    assert read(newest_run(paths) / "summary.json")["status"] == "stopped"
+    return code, newest_run(paths)
 
 
 @scenario
-def interrupted(env: dict[str, Path]) -> tuple[int, Path]:
+def interrupted(paths: dict[str, Path]) -> tuple[int, Path]:
     """Ctrl-C (SIGINT to this process, which runs the optimizer) while the model is thinking."""
     def ctrl_c(body: dict[str, Any]) -> dict[str, Any]:
         os.kill(os.getpid(), signal.SIGINT)
         return proposal(kernel())
 
     with ScriptedModel([ctrl_c]) as model:
-        code = optimize(env, model, "--workload", "tiny_add", "--max-iterations", "2")
-    assert read(newest_run(env) / "summary.json")["status"] == "interrupted"
-    return code, newest_run(env)
+        code = optimize(paths, model, "--workload", "tiny_add", "--max-iterations", "2")
+    assert read(newest_run(paths) / "summary.json")["status"] == "interrupted"
+    return code, newest_run(paths)
 
 
 EXPECTED_EXIT = {"interrupted": 130, "invalid_initial_kernel": 1}  # 1: no candidate passed

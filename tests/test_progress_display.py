@@ -6,8 +6,9 @@ from __future__ import annotations
 import io
 
 import anyio
-from kernelopt_agent.progress import Display
 from rich.console import Console
+
+from kernelopt_agent.progress import Display
 
 
 def test_overlapping_activities_share_one_status_line() -> None:

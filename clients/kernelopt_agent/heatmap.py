@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 from matplotlib.backends.backend_agg import FigureCanvasAgg
-from matplotlib.colors import TwoSlopeNorm
+from matplotlib.colors import Colormap, TwoSlopeNorm
 from matplotlib.figure import Figure
 
 from kernelopt_mcp.files import write_atomic
@@ -98,7 +98,7 @@ def pick_rows(rows: list[CandidateRecord], best: CandidateRecord | None, limit: 
     return [r for r in rows if id(r) in keep]
 
 
-def _cmap():  # type: ignore[no-untyped-def]
+def _cmap() -> Colormap:
     from matplotlib import colormaps
 
     return colormaps["RdYlGn_r"].with_extremes(bad="#d9d9d9")  # invalid candidates: grey

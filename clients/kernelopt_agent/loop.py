@@ -43,8 +43,17 @@ from .parts import Parts, PartsError, load_parts
 from .progress import Display
 from .proposal import Proposal
 from .proposer import ask
-from .records import (CandidateRecord, DuplicateEvent, Event, NoProposalEvent, ProfileEvent, ProfileUnavailableEvent,
-                      StepEvent, StopEvent, TuneEvent)
+from .records import (
+    CandidateRecord,
+    DuplicateEvent,
+    Event,
+    NoProposalEvent,
+    ProfileEvent,
+    ProfileUnavailableEvent,
+    StepEvent,
+    StopEvent,
+    TuneEvent,
+)
 from .rundir import RunDir
 from .toolbox import DeviceInfo, Toolbox, ToolResult, model_text
 

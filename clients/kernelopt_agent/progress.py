@@ -6,9 +6,9 @@ one status line shows them all, started by the first and stopped by the last."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
-from collections.abc import Iterator
 
 from rich.console import Console
 from rich.markup import escape

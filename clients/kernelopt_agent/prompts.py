@@ -302,10 +302,12 @@ def feedback_text(result_text: str, structured: dict[str, Any]) -> str:
 
 
 SEARCH_SUFFIX = "CUDA kernel optimization"
-STOPWORDS = frozenset(
-    "a an the and or of to in on for with by from into over per each is are be as at it its this that which "
-    "where when than then so such using use given two one all any both every most more".split()
-)
+STOPWORDS = frozenset((
+    "a", "an", "the", "and", "or", "of", "to", "in", "on", "for", "with", "by", "from", "into", "over",
+    "per", "each", "is", "are", "be", "as", "at", "it", "its", "this", "that", "which", "where", "when",
+    "than", "then", "so", "such", "using", "use", "given", "two", "one", "all", "any", "both", "every",
+    "most", "more"
+))
 
 
 def search_query(description: str, limit: int = 300) -> str:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import time
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -136,7 +136,7 @@ def show(path: Path, out: Console, as_json: bool = False) -> int:
 def _iso_utc(epoch_s: float | None) -> str | None:
     if not isinstance(epoch_s, (int, float)):
         return None
-    return datetime.fromtimestamp(epoch_s, tz=timezone.utc).isoformat(timespec="seconds").replace("+00:00", "Z")
+    return datetime.fromtimestamp(epoch_s, tz=UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
 
 
 def list_runs(results_dir: Path, out: Console, as_json: bool = False) -> int:
