@@ -73,7 +73,8 @@ from .results import CheckedEvaluation
 from .torch_import import TorchImportOptions, TorchImportResult, import_torch_problem
 from .torch_problem import TorchProblemError
 from .tune import Tunable, TuneResult, load_tunable
-from .workload import Workload, WorkloadSpec, load_parts, load_workload
+from .workload import Workload, WorkloadSpec, load_workload
+from .workload_parts import load_parts
 
 __all__ = [  # noqa: RUF022 (grouped by what the names are for, sorted within a group)
     "__version__",

@@ -29,7 +29,8 @@ from .profiler import CLOCK_CONTROLS, ProfileOptions, find_ncu
 from .render import print_calibration, print_evaluation, print_tune, size_text
 from .results import CheckedEvaluation
 from .sanitizer import find_sanitizer
-from .workload import Workload, json_schema, read_text
+from .files import read_text
+from .workload import Workload, json_schema
 
 EXIT_OK, EXIT_FAILED, EXIT_ERROR = 0, 1, 2
 

@@ -10,7 +10,8 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
-from .compiler import CompileResult, Diagnostic, Resources
+from .compile_log import Diagnostic, Resources
+from .compiler import CompileResult
 from .evaluation.outcomes import STATUS_MEANING, EvaluationResult
 from .gpu import DeviceInfo
 from .launch import LaunchSpec

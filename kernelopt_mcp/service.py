@@ -59,12 +59,8 @@ from .results import (
 from .sanitizer import find_sanitizer
 from .tune import Tunable, load_tunable, parse_tunable, workload_tunable_path
 from .tune.output import AutotuneOutput
-from .workload import (
-    Workload,
-    load_workload,
-    read_json,
-    read_regular_bytes,
-)
+from .files import read_json, read_regular_bytes
+from .workload import Workload, load_workload
 from .workspace import RequestError, create_workload
 
 T = TypeVar("T")

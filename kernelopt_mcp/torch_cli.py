@@ -14,7 +14,8 @@ from rich.markup import escape
 from .errors import KerneloptError
 from .launch import LaunchSpec
 from .torch_import import TorchImportOptions, import_torch_problem, safe_name
-from .workload import format_validation_error, read_text
+from .files import read_text
+from .workload import format_validation_error
 
 
 def add_parser(sub: Any) -> None:

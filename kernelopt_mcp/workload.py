@@ -11,11 +11,7 @@ Every load error names the file, the field and what to change.
 
 from __future__ import annotations
 
-import json
 import math
-import os
-import re
-import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -32,6 +28,7 @@ from pydantic import (
 from . import expr
 from .dtypes import DType, scalar_raw
 from .errors import ExpressionError, WorkloadError
+from .files import read_json, read_text
 from .launch import LaunchSpec
 
 IDENTIFIER = r"^[A-Za-z_][A-Za-z0-9_]*$"
@@ -40,7 +37,6 @@ MAX_CASES = 64
 MAX_PARAMS = 64
 # No device holds a buffer this large; the bound keeps element counts far from int64 overflow.
 MAX_ELEMENTS = 2**48
-MAX_FILE_BYTES = 16 * 2**20  # workload.json and the CUDA sources it names
 
 Identifier = Annotated[str, Field(pattern=IDENTIFIER, max_length=64)]
 CaseName = Annotated[str, Field(pattern=CASE_NAME, max_length=64)]
@@ -442,65 +438,6 @@ def parse_spec(data: Any, source: str) -> WorkloadSpec:
         raise WorkloadError(format_validation_error(exc, source)) from None
 
 
-def read_json(path: Path, error: type[Exception] = WorkloadError) -> Any:
-    """A JSON file's value (a regular UTF-8 file of at most MAX_FILE_BYTES).
-
-    Raises:
-        error: the file is missing, unreadable, not regular, too large or not valid JSON; the
-            message names the file (and the line for a syntax error).
-    """
-    try:
-        text = _read_regular(path)
-    except FileNotFoundError:
-        raise error(f"{path}: file not found") from None
-    except OSError as exc:
-        raise error(f"{path}: cannot read ({exc.strerror or exc})") from None
-    except ValueError as exc:  # not UTF-8, or a NUL byte in the path
-        raise error(f"{path}: cannot read ({exc})") from None
-    try:
-        return json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise error(f"{path}: line {exc.lineno} column {exc.colno}: invalid JSON ({exc.msg})") from None
-    except RecursionError:
-        raise error(f"{path}: invalid JSON (nested too deeply)") from None
-
-
-def read_regular_bytes(path: Path, limit: int = MAX_FILE_BYTES) -> bytes:
-    """A regular file's bytes, at most ``limit``: a name for /dev/zero or a FIFO must fail, not
-    read (or wait for a writer) forever. The file is opened non-blocking (opening a FIFO for
-    reading otherwise waits for a writer), checked to be regular on the open descriptor (no
-    swap after the check), and read no further than ``limit`` + 1 bytes.
-
-    Raises:
-        OSError: missing, unreadable, not a regular file, or larger than ``limit``.
-    """
-    # (flags Windows lacks are 0 there; O_BINARY: no newline translation where it exists)
-    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_NOCTTY", 0)
-                 | getattr(os, "O_BINARY", 0))
-    with open(fd, "rb") as f:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            raise OSError("not a regular file")
-        data = f.read(limit + 1)
-    if len(data) > limit:
-        raise OSError(f"larger than {limit} bytes")
-    return data
-
-
-def _read_regular(path: Path) -> str:
-    """A regular file's UTF-8 text, at most MAX_FILE_BYTES (see :func:`read_regular_bytes`)."""
-    return read_regular_bytes(path).decode("utf-8")
-
-
-def read_text(path: Path, what: str, error: type[Exception] = WorkloadError) -> str:
-    """A source file's text (regular, UTF-8, at most MAX_FILE_BYTES); ``error`` names ``what``."""
-    try:
-        return _read_regular(path)
-    except FileNotFoundError:
-        raise error(f"{path}: {what} not found; add the file or fix the path") from None
-    except (OSError, ValueError) as exc:  # ValueError: not UTF-8, or a NUL byte in the path
-        raise error(f"{path}: cannot read {what} ({exc.strerror if isinstance(exc, OSError) and exc.strerror else exc})") from None
-
-
 def load_workload(path: str | Path) -> Workload:
     """Load a workload directory (or its ``workload.json``).
 
@@ -520,10 +457,10 @@ def load_workload(path: str | Path) -> Workload:
         )
     spec = parse_spec(read_json(spec_path), str(spec_path))
     root = spec_path.parent
-    return _attach_sources(spec, root, origin=str(root))
+    return attach_sources(spec, root, origin=str(root))
 
 
-def _attach_sources(spec: WorkloadSpec, root: Path, origin: str) -> Workload:
+def attach_sources(spec: WorkloadSpec, root: Path, origin: str) -> Workload:
     wl = Workload(spec=spec, root=root, origin=origin)
     if spec.reference.cuda:
         wl.reference_cu = read_text(root / spec.reference.cuda, "reference.cuda")
@@ -569,83 +506,6 @@ class InputCasesFile(_Model):
     inputs: dict[str, Generator] = Field(default_factory=dict)
     cases: list[Case] = Field(min_length=1, max_length=MAX_CASES)
     tolerance: dict[str, Tolerance] = Field(default_factory=dict)
-
-
-def load_parts(
-    *,
-    signature: str | Path,
-    input_cases: str | Path,
-    reference_cu: str | Path | None = None,
-    initial_cu: str | Path | None = None,
-    oracle: str | Path | None = None,
-    reference_launch: dict[str, Any] | None = None,
-    initial_launch: dict[str, Any] | None = None,
-    name: str | None = None,
-    description: str = "",
-) -> Workload:
-    """Build a workload from separate files, as the original tool takes them.
-
-    Data files named in the input-cases JSON are resolved relative to that JSON, so a
-    manifest from an earlier run (``results/run-001/input_cases.json``) works as is.
-    """
-    sig_path, cases_path = Path(signature), Path(input_cases)
-    sig_data = read_json(sig_path)
-    try:
-        sig = Signature.model_validate(sig_data.get("signature", sig_data) if isinstance(sig_data, dict) else sig_data)
-    except ValidationError as exc:
-        raise WorkloadError(format_validation_error(exc, str(sig_path))) from None
-    try:
-        cases = InputCasesFile.model_validate(read_json(cases_path))
-    except ValidationError as exc:
-        raise WorkloadError(format_validation_error(exc, str(cases_path))) from None
-    base = Path(_resolved(cases_path.parent, "input_cases"))
-    cases = _absolute_files(cases, base)
-    spec_data: dict[str, Any] = {
-        "name": name or re.sub(r"\W", "_", sig.entry),
-        "description": description,
-        "signature": sig.model_dump(mode="json"),
-        "inputs": {k: v.model_dump(mode="json") for k, v in cases.inputs.items()},
-        "cases": [c.model_dump(mode="json") for c in cases.cases],
-        "tolerance": {k: v.model_dump() for k, v in cases.tolerance.items()},
-        "reference": {
-            "python": _resolved(oracle, "oracle") if oracle else None,
-            "cuda": _resolved(reference_cu, "reference_cu") if reference_cu else None,
-            "launch": reference_launch,
-        },
-        "initial": (
-            {"source": _resolved(initial_cu, "initial_cu"), "launch": initial_launch}
-            if initial_cu and initial_launch else None
-        ),
-    }
-    if initial_cu and not initial_launch:
-        raise WorkloadError(f"{initial_cu}: the initial kernel needs a launch configuration")
-    spec = parse_spec(spec_data, f"{sig_path} + {cases_path}")
-    return _attach_sources(spec, base, origin=f"{sig_path}, {cases_path}")
-
-
-def _resolved(path: str | Path, what: str) -> str:
-    try:
-        return str(Path(path).resolve())
-    except (OSError, RuntimeError, ValueError) as exc:  # a symlink loop, a NUL byte
-        raise WorkloadError(f"{str(path)[:200]!r}: {what}: not a usable path ({exc})") from None
-
-
-def _absolute_files(cases: InputCasesFile, base: Path) -> InputCasesFile:
-    def fix(gen: Any) -> Any:
-        if isinstance(gen, DataFile):
-            update = {k: str(base / v) for k in ("path", "hidden_path") if (v := getattr(gen, k)) and not Path(v).is_absolute()}
-            return gen.model_copy(update=update) if update else gen
-        return gen
-
-    return cases.model_copy(
-        update={
-            "inputs": {k: fix(v) for k, v in cases.inputs.items()},
-            "cases": [
-                c.model_copy(update={"inputs": {k: fix(v) for k, v in c.inputs.items()}})
-                for c in cases.cases
-            ],
-        }
-    )
 
 
 def json_schema() -> dict[str, Any]:

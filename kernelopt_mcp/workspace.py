@@ -24,7 +24,8 @@ from .config import Settings
 from .evaluation.inputs import MAX_BUFFER_BYTES
 from .results import CreatedWorkload, compile_output
 from .errors import WorkloadError
-from .workload import DataFile, WorkloadSpec, case_shape, load_workload, parse_spec, read_text
+from .files import read_text
+from .workload import DataFile, WorkloadSpec, case_shape, load_workload, parse_spec
 
 MAX_CREATED_WORKLOAD_BYTES = 4 * 2**30
 

@@ -10,7 +10,8 @@ import pytest
 from kernelopt_mcp.dtypes import DType
 from kernelopt_mcp.errors import InputError
 from kernelopt_mcp.evaluation.inputs import generate, materialize
-from kernelopt_mcp.workload import BufferParam, DataFile, load_parts, load_workload
+from kernelopt_mcp.workload import BufferParam, DataFile, load_workload
+from kernelopt_mcp.workload_parts import load_parts
 
 GENS = [
     {"generator": "uniform", "low": -2, "high": 3},

@@ -81,15 +81,15 @@ def test_the_library_and_the_report_import_without_posix_only_modules() -> None:
 
 
 def test_a_hardened_read_on_a_system_without_posix_open_flags(tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
-    """workload.read_regular_bytes builds its flags with getattr: where O_NONBLOCK / O_CLOEXEC / O_NOCTTY do
+    """files.read_regular_bytes builds its flags with getattr: where O_NONBLOCK / O_CLOEXEC / O_NOCTTY do
     not exist (Windows) the read still works."""
-    from kernelopt_mcp import workload
+    from kernelopt_mcp import files
 
     path = tmp_path / "k.cu"
     path.write_bytes(b"__global__ void k() {}\r\n")
     for flag in ("O_NONBLOCK", "O_CLOEXEC", "O_NOCTTY"):
         monkeypatch.delattr(os, flag)
-    assert workload.read_regular_bytes(path, 1024) == b"__global__ void k() {}\r\n"
+    assert files.read_regular_bytes(path, 1024) == b"__global__ void k() {}\r\n"
 
 
 def test_runs_never_probe_a_process_with_os_kill_on_windows(monkeypatch) -> None:  # type: ignore[no-untyped-def]

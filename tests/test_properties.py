@@ -26,13 +26,8 @@ from pydantic import ValidationError
 from kernelopt_mcp import expr
 from kernelopt_mcp.errors import ExpressionError, LaunchConfigError, WorkloadError
 from kernelopt_mcp.launch import DeviceLimits, LaunchConfig, LaunchSpec, resolve
-from kernelopt_mcp.workload import (
-    Workload,
-    WorkloadSpec,
-    load_parts,
-    load_workload,
-    parse_spec,
-)
+from kernelopt_mcp.workload import Workload, WorkloadSpec, load_workload, parse_spec
+from kernelopt_mcp.workload_parts import load_parts
 
 REPO = Path(__file__).resolve().parent.parent
 BASES = {name: json.loads((REPO / "workloads" / name / "workload.json").read_text()) for name in ("vector_add", "sgemm")}

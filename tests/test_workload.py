@@ -10,7 +10,8 @@ import pytest
 
 from kernelopt_mcp.config import Settings, find_workload, list_workloads
 from kernelopt_mcp.errors import WorkloadError
-from kernelopt_mcp.workload import WorkloadSpec, json_schema, load_parts, load_workload
+from kernelopt_mcp.workload import WorkloadSpec, json_schema, load_workload
+from kernelopt_mcp.workload_parts import load_parts
 
 BUNDLED = ["vector_add", "sgemm", "reduce_sum", "softmax", "transpose", "layernorm"]
 

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
-from kernelopt_mcp.workload import read_json
+from kernelopt_mcp.files import read_json
 
 from .pricing import PriceError, Pricing
 

@@ -168,7 +168,7 @@ def materialize(
     files it names can be redrawn in turn.
 
     Files go to ``directory/<case>/<buffer>.bin``; the manifest ``directory/input_cases.json``
-    is loadable as an input-cases file (see :func:`kernelopt_mcp.workload.load_parts`).
+    is loadable as an input-cases file (see :func:`kernelopt_mcp.workload_parts.load_parts`).
     """
     spec = workload.spec
     out: dict[str, CaseInputs] = {}

@@ -16,7 +16,8 @@ from pydantic import Field
 
 from ..errors import KerneloptError
 from ..service import KerneloptService
-from ..workload import Workload, json_schema, read_regular_bytes
+from ..files import read_regular_bytes
+from ..workload import Workload, json_schema
 
 RESOURCE_TEXT_SUFFIXES = {".json", ".cu", ".cuh", ".py", ".md", ".txt", ".csv", ".log", ".svg", ".ptx"}
 MAX_RESOURCE_BYTES = 4 * 2**20

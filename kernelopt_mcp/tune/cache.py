@@ -21,7 +21,7 @@ from typing import Any
 from ..evaluation.candidate import EvaluateOptions
 from ..evaluation.outcomes import EvaluationResult
 from ..evaluation.session import Session
-from ..workload import read_regular_bytes
+from ..files import read_regular_bytes
 from .space import Config, config_key
 from .spec import Tunable
 

@@ -29,7 +29,8 @@ from .. import expr
 from ..compiler import check_options
 from ..errors import ExpressionError, TunableError
 from ..launch import DeviceLimits, LaunchConfig, LaunchSpec, device_names
-from ..workload import Workload, read_json, read_text
+from ..files import read_json, read_text
+from ..workload import Workload
 from .space import Space, Value
 
 IDENT_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
