@@ -52,7 +52,7 @@ from .torch_problem import (
     parse_problem,
     require_torch,
 )
-from .torch_store import StoredDraw, move_into_place, sha256_of, write_workload
+from .torch_store import StoredDraw, le_bytes, move_into_place, sha256_of, write_workload
 from .workload import (
     DEFAULT_TOLERANCE,
     IDENTIFIER,
@@ -464,11 +464,7 @@ def _spec(
             {
                 "name": c.name, "kind": c.kind, "scalars": layout.case_scalars(i),
                 "inputs": {
-                    b: {
-                        "generator": "file", "path": f"data/{c.name}/{b}.bin",
-                        "sha256": sha256_of(_array(c.main, key)), "hidden_path": f"data/{c.name}/hidden/{b}.bin",
-                    }
-                    for b, role, _, _, key in layout.buffers if role == "in"
+                    b: _data_file(c, b, key) for b, role, _, _, key in layout.buffers if role == "in"
                 },
             }
             for i, c in enumerate(cases)
@@ -500,6 +496,16 @@ def _spec(
         "reproduces torch's values, and the stored oracle knows only the stored draws)"
     )
     return spec
+
+
+def _data_file(c: _Case, buffer: str, key: str) -> dict[str, Any]:
+    """A buffer's data file; ``hidden_path`` only where the second draw differs (a buffer that get_inputs or
+    the module's init make without randomness is the same on every draw, and the checks must say so)."""
+    main, hidden = _array(c.main, key), _array(c.hidden, key)
+    gen = {"generator": "file", "path": f"data/{c.name}/{buffer}.bin", "sha256": sha256_of(main)}
+    if le_bytes(main) != le_bytes(hidden):
+        gen["hidden_path"] = f"data/{c.name}/hidden/{buffer}.bin"
+    return gen
 
 
 def _write(

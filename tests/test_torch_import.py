@@ -265,3 +265,21 @@ def test_names_a_kernel_cannot_take_get_a_suffix(tmp_path: Path, torch: Any) -> 
         'extern "C" __global__ void keywords(const float* new_, float* out, float float_, int threadIdx_)'
     )
     assert [c.scalars for c in spec.cases] == [{"float_": 2.5, "threadIdx_": 5}, {"float_": 2.5, "threadIdx_": 33}]
+
+
+def test_inputs_without_randomness_are_said_to_be_fixed(tmp_path: Path, torch: Any) -> None:
+    """An arange input and a parameter of ones are the same on the hidden draw: no hidden_path, and the
+    hidden-seed check says it cannot change them instead of claiming a check."""
+    problem = tmp_path / "fixed_inputs.py"
+    problem.write_text(
+        "import torch\nclass Model(torch.nn.Module):\n    def __init__(self):\n        super().__init__()\n"
+        "        self.scale = torch.nn.Parameter(torch.ones(n))\n"
+        "    def forward(self, x, y):\n        return x * self.scale + y\n"
+        "n = 64\ndef get_inputs():\n    return [torch.arange(n, dtype=torch.float32), torch.randn(n)]\n"
+    )
+    wl = load_workload(import_torch_problem(problem, tmp_path / "w").path)
+    perf = wl.spec.case("perf")
+    assert [name for name, gen in perf.inputs.items() if gen.hidden_path] == ["y"]
+    checks = hidden_seed_checks(wl, {"perf"})
+    assert checks[0] == "timed outputs on hidden-seed inputs"
+    assert checks[1].startswith("hidden-seed check: not possible for data-file inputs scale, x")
