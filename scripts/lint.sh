@@ -33,9 +33,9 @@ cxx_files() {
 status=0
 echo "== ruff check ($(ruff --version))"
 if [ "$fix" = 1 ]; then
-  ruff check --fix . || status=1
+  ruff check --fix --output-format concise . || status=1
 else
-  ruff check . || status=1
+  ruff check --output-format concise . || status=1
 fi
 
 echo "== mypy ($(mypy --version)): strict on kernelopt_mcp/evaluation and kernelopt_mcp/app.py"
