@@ -9,6 +9,7 @@ and reported as a timeout. Either way the caller gets data, never a dead server.
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import selectors
@@ -158,8 +159,10 @@ class HarnessProcess:
         proc = self._proc
 
         def drain() -> None:
-            assert proc.stderr is not None
-            for chunk in iter(lambda: proc.stderr.read1(65536), b""):  # type: ignore[union-attr]
+            stream = proc.stderr
+            if not isinstance(stream, io.BufferedReader):  # Popen's PIPE with default buffering is one
+                return
+            for chunk in iter(lambda: stream.read1(65536), b""):
                 self._sink.feed(chunk)
 
         self._stderr_thread = threading.Thread(target=drain, daemon=True)

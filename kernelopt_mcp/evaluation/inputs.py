@@ -14,6 +14,7 @@ import math
 import secrets
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -72,6 +73,7 @@ def generate(
     rng = _stream(seed, case, param.name)
     # Draw narrow float types in float32: half the memory and time for large buffers.
     draw = np.float32 if dtype.is_float and dtype.itemsize <= 4 else np.float64
+    values: np.ndarray
     match gen:
         case Uniform(low=low, high=high):
             values = rng.random(size=count, dtype=draw)
@@ -179,7 +181,7 @@ def materialize(
         arrays: dict[str, np.ndarray] = {}
         shapes: dict[str, tuple[int, ...]] = {}
         files: dict[str, Path] = {}
-        manifest_inputs = {}
+        manifest_inputs: dict[str, dict[str, Any]] = {}
         case_dir = directory / case.name
         case_dir.mkdir(parents=True, exist_ok=True)
         for param in spec.signature.buffers:
@@ -256,9 +258,9 @@ def hidden_seed_checks(workload: Workload, cases: set[str]) -> list[str]:
     by_kind: dict[str, list[str]] = {}
     for where, kind in fixed.items():
         by_kind.setdefault(kind, []).append(where)
-    for kind, where in by_kind.items():
-        names = sorted({w.split(".", 1)[1] for w in where})
-        scope = "" if len(where) == len(cases) * len(names) else f" in {len(where)} case inputs"
+    for kind, places in by_kind.items():
+        names = sorted({w.split(".", 1)[1] for w in places})
+        scope = "" if len(places) == len(cases) * len(names) else f" in {len(places)} case inputs"
         out.append(
             f"hidden-seed check: not possible for {kind} inputs {', '.join(names)}{scope} "
             "(the same values on every seed)"

@@ -43,8 +43,9 @@ def load_oracle(path: Path) -> Callable[..., Any]:
             f"{path}: defines no function `reference`; add "
             "`def reference(<inputs>, <scalars>) -> dict[str, numpy.ndarray]`"
         )
-    _loaded[path] = fn
-    return fn
+    reference: Callable[..., Any] = fn
+    _loaded[path] = reference
+    return reference
 
 
 def run_oracle(

@@ -84,7 +84,8 @@ def _larger(a: float | None, b: float | None) -> float | None:
 
 def theoretical_fp32_flops(compute_capability: tuple[int, int], sm_count: int, clock_khz: int | None) -> float | None:
     """SIMT FP32 peak (2 flops per FMA per lane per cycle) at the boost clock; None if unknown."""
-    lanes = FP32_LANES_PER_SM.get(tuple(compute_capability)) or FP32_LANES_PER_SM.get(compute_capability[0])  # type: ignore[call-overload]
+    major, minor = compute_capability
+    lanes = FP32_LANES_PER_SM.get((major, minor)) or FP32_LANES_PER_SM.get(major)
     if not lanes or not clock_khz:
         return None
     return float(sm_count * lanes * 2 * clock_khz * 1e3)

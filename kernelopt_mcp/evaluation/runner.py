@@ -132,9 +132,9 @@ def _run_cases(
             result.status = timed.status
             result.message = f"{case.name}: {timed.status.value} ({timed.message})"
             return result
-        _add_rates(s, timed, case)
+        impossible = _add_rates(s, timed, case)
         by_name[case.name] = timed
-        if timed.status is Status.impossible_time:
+        if impossible:
             result.cases = [by_name[c.name] for c in all_cases]
             result.status, result.message = timed.status, f"{case.name}: {timed.message}"
             return result
@@ -224,10 +224,10 @@ def _checks_that_ran(s: Session, result: EvaluationResult, options: EvaluateOpti
     return checks
 
 
-def _add_rates(s: Session, cr: CaseResult, case: Case) -> None:
-    """Achieved rates, roofline figures, speedup; ``impossible_time`` below the floor."""
+def _add_rates(s: Session, cr: CaseResult, case: Case) -> bool:
+    """Achieved rates, roofline figures, speedup; ``impossible_time`` below the floor (True then)."""
     if cr.timing is None or cr.timing.median_ms <= 0:
-        return
+        return False
     seconds = cr.timing.median_ms * 1e-3
     bytes_, flops = case_cost(s.workload, case)
     cr.flops_per_s = flops / seconds if flops else None
@@ -243,6 +243,7 @@ def _add_rates(s: Session, cr: CaseResult, case: Case) -> None:
     if ref:
         cr.reference_median_ms = ref
         cr.speedup = ref / cr.timing.median_ms
+    return cr.status is Status.impossible_time
 
 
 def _failure_message(cases: list[CaseResult]) -> str:

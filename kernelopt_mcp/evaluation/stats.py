@@ -22,6 +22,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
+from numpy.typing import NDArray
 from pydantic import BaseModel, Field
 
 from .protocol import TimingAnswer
@@ -94,13 +95,13 @@ class TimingStats(BaseModel):
     )
 
 
-def quartiles(times_ms: Sequence[float]) -> tuple[float, float, float]:
+def quartiles(times_ms: Sequence[float] | NDArray[np.float64]) -> tuple[float, float, float]:
     """(q1, median, q3) with NumPy's default linear interpolation."""
     q1, med, q3 = np.percentile(np.asarray(times_ms, dtype=np.float64), [25.0, 50.0, 75.0])
     return float(q1), float(med), float(q3)
 
 
-def rse_median(times_ms: Sequence[float]) -> float:
+def rse_median(times_ms: Sequence[float] | NDArray[np.float64]) -> float:
     """Relative standard error of the median: ``1.2533 * (IQR / 1.349) / sqrt(n) / median``.
 
     Returns ``inf`` for fewer than 2 samples or a non-positive median (nothing is known yet).
