@@ -167,7 +167,7 @@ def cmd_evaluate(args: argparse.Namespace, out: Console) -> int:
         if not quiet:
             out.print(f"[dim]… {message}[/]", highlight=False)
 
-    sanitizer = find_sanitizer(settings.sanitizer) if args.sanitize else None  # say at once when it is missing
+    sanitizer = find_sanitizer(settings.sanitizer, cuda_home=settings.cuda_home) if args.sanitize else None  # say at once when it is missing
     done: list[CheckedEvaluation] = []
     with app.open_harness(settings) as proc, app.open_session(
         settings, workload, proc, device, options=options, seed=args.seed,

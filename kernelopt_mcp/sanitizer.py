@@ -101,18 +101,21 @@ class SanitizerReport(BaseModel):
 # --- finding the tool --------------------------------------------------------------------
 
 
-def find_sanitizer(explicit: str | Path | None = None, environ: dict[str, str] | None = None) -> Path:
-    """``explicit`` (settings / KERNELOPT_SANITIZER), else PATH, else $CUDA_HOME/bin, /usr/local/cuda/bin.
+def find_sanitizer(
+    explicit: str | Path | None = None, *, cuda_home: Path | None = None, search_path: str | None = None
+) -> Path:
+    """``explicit`` (``Settings.sanitizer``: KERNELOPT_SANITIZER), else ``search_path`` (default:
+    PATH), else ``cuda_home``/bin (``Settings.cuda_home``: CUDA_HOME or CUDA_PATH), else
+    /usr/local/cuda/bin.
 
     Raises:
         ToolchainNotFound: with how to install it.
     """
-    env = os.environ if environ is None else environ
-    homes = [env.get("CUDA_HOME"), env.get("CUDA_PATH"), "/usr/local/cuda"]
+    homes = [cuda_home, Path("/usr/local/cuda")]
     return find_executable(
         explicit,
-        [shutil.which(SANITIZER_NAME, path=env.get("PATH")),
-         *(Path(home) / sub / SANITIZER_NAME for home in filter(None, homes) for sub in ("bin", "compute-sanitizer"))],
+        [shutil.which(SANITIZER_NAME, path=search_path),
+         *(home / sub / SANITIZER_NAME for home in homes if home is not None for sub in ("bin", "compute-sanitizer"))],
         bad_explicit=f"the sanitizer {explicit} does not exist or is not executable; fix or unset KERNELOPT_SANITIZER",
         missing=f"{SANITIZER_NAME} not found on PATH or under $CUDA_HOME/bin or /usr/local/cuda/bin; it ships with the "
         "CUDA toolkit (apt install cuda-sanitizer-13-0, or pip install nvidia-cuda-sanitizer-api); or point "

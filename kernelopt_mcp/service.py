@@ -294,7 +294,9 @@ class KerneloptService:
         racecheck, initcheck) on the correctness cases; an error makes it ``sanitizer_error``.
         """
         text, _ = await self.source_text(source, path)
-        sanitizer = await anyio.to_thread.run_sync(find_sanitizer, self.settings.sanitizer) if sanitize else None
+        sanitizer = await anyio.to_thread.run_sync(
+            partial(find_sanitizer, self.settings.sanitizer, cuda_home=self.settings.cuda_home)
+        ) if sanitize else None
         wl = await anyio.to_thread.run_sync(self.load, workload)
         info = await self.device_info()
         mode = "benchmark" if benchmark else "validate"

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from kernelopt_mcp.evaluation.protocol import CaseRequest, LaunchRequest, RunRequest, TimingRequest
+from kernelopt_mcp.config import Settings
 from kernelopt_mcp.errors import ToolchainNotFound
 from kernelopt_mcp.sanitizer import (
     ERROR_EXITCODE,
@@ -103,12 +104,13 @@ def test_find_sanitizer(tmp_path: Path) -> None:
     binary = home / "bin" / "compute-sanitizer"
     binary.write_text("#!/bin/sh\n")
     binary.chmod(0o755)
-    assert find_sanitizer(None, {"PATH": "/nonexistent", "CUDA_HOME": str(home)}) == binary
-    assert find_sanitizer(binary, {"PATH": ""}) == binary
+    cuda_home = Settings.from_env({"CUDA_HOME": str(home)}).cuda_home  # read at the entry point
+    assert find_sanitizer(None, cuda_home=cuda_home, search_path="/nonexistent") == binary
+    assert find_sanitizer(binary, search_path="") == binary
     with pytest.raises(ToolchainNotFound, match="KERNELOPT_SANITIZER"):
-        find_sanitizer(tmp_path / "nope", {})
+        find_sanitizer(tmp_path / "nope")
     with pytest.raises(ToolchainNotFound, match="ships with the CUDA toolkit"):
-        find_sanitizer(None, {"PATH": "/nonexistent", "CUDA_HOME": str(tmp_path / "none")})
+        find_sanitizer(None, cuda_home=tmp_path / "none", search_path="/nonexistent")
 
 
 def _script(tmp_path: Path, name: str, target: Path) -> Path:

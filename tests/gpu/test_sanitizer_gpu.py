@@ -7,7 +7,6 @@ KERNELOPT_SANITIZER); skipped where it is missing or refuses the device (gVisor 
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -43,7 +42,8 @@ LAUNCH_256 = LaunchSpec.model_validate({"grid": ["ceil_div(n, 256)"], "block": [
 @pytest.fixture(scope="module")
 def sanitizer() -> Path:
     try:
-        return find_sanitizer(os.environ.get("KERNELOPT_SANITIZER"))
+        settings = Settings.from_env()
+        return find_sanitizer(settings.sanitizer, cuda_home=settings.cuda_home)
     except ToolchainNotFound as exc:
         pytest.skip(str(exc))
 
