@@ -22,7 +22,6 @@ if str(ROOT) not in sys.path:
 
 from kernelopt_mcp import (
     Candidate,
-    EvaluateOptions,
     HarnessProcess,
     Settings,
 )
@@ -56,7 +55,7 @@ def record(settings: Settings, out: Path, vectors: tuple = VECTORS, *, iteration
             if not wl.reference_cu or wl.spec.reference.launch is None:
                 raise SystemExit(f"{name}: workload {workload} has no CUDA reference")
             ref = Candidate(wl.reference_cu, wl.spec.reference.launch, list(wl.spec.reference.compile_options), "reference")
-            options = EvaluateOptions(warmup=warmup, iterations=iterations, flush_l2=flush)
+            options = app.evaluate_options(settings, warmup=warmup, iterations=iterations, flush_l2=flush)
             with app.open_session(settings, wl, proc, device, workdir=Path(tmp) / name, options=options) as ev:
                 built = case_request(ev, ref, case.name, Path(tmp) / name / "out", timing=True)
                 if built.request is None:

@@ -452,8 +452,7 @@ def print_section(out: Console, sec: Section) -> None:
 
 def make_bench(settings: Settings, workdir: Path, say: Callable[[str], None]) -> Bench:
     harness = find_harness(settings.harness)
-    options = EvaluateOptions(warmup=settings.warmup, iterations=settings.iterations, flush_l2=settings.flush_l2,
-                              timeout_s=settings.timeout_s)
+    options = app.evaluate_options(settings)
     return Bench(settings, harness, device_info(harness, settings.device), workdir, options, say)
 
 
