@@ -1,11 +1,19 @@
-"""Validating and timing a candidate: inputs, the harness process, comparison, statistics.
+"""Validating and timing a candidate: a prepared session, the harness and its protocol, the checks.
 
-``evaluate`` runs a candidate through every case; ``harness`` talks to the native harness
-(one process per GPU); ``harness_case`` builds one case's request and reads its answer;
-``inputs`` / ``fresh_inputs`` / ``oracle`` make the inputs and expected outputs; ``compare``
-and ``stats`` judge outputs and timings; ``calibrate`` / ``roofline`` / ``clocks`` put the
-numbers in context; ``outcomes`` holds the result types; ``support_module`` compiles the
-harness's own kernels (kernelopt_mcp/support/*.cu).
+- ``session``: :class:`~.session.Session`, one workload on one device, prepared once (inputs,
+  expected outputs, the reference's timings, the harness process, the support module); it
+  compiles candidates, resolves their launches and builds their requests.
+- ``evaluate``: ``prepare(session)``, ``evaluate(session, candidate, options)`` and
+  ``case_request(session, candidate, case, out_dir)`` (one case's request, for profiling,
+  sanitizing and replay); ``runner`` runs a candidate's cases (validation, then timing).
+- ``candidate``: :class:`~.candidate.Candidate` and :class:`~.candidate.EvaluateOptions`.
+- ``protocol``: native_harness/PROTOCOL.md as pydantic models; ``harness``: the harness
+  process (one per GPU, a deadline per request); ``harness_case``: one case's request and what
+  its answer means.
+- ``inputs`` / ``fresh_inputs`` / ``oracle``: inputs, device-drawn inputs and expected outputs;
+  ``compare`` and ``stats``: outputs and timings judged; ``calibrate`` / ``roofline`` /
+  ``clocks``: the numbers in context; ``outcomes``: the result types; ``support_module``: the
+  harness's own kernels (kernelopt_mcp/support/*.cu).
 
 This ``__init__`` imports nothing, so importing one submodule does not import the rest.
 """
