@@ -100,7 +100,7 @@ void require_support_for(const TimingConfig& timing, const std::string& path, bo
   if (timing.blocking && !has_support) {
     fail(member_path(path, "blocking"),
          "needs the harness's support kernels: pass \"support_module\" (the CUBIN from "
-         "kernelopt_mcp.support_module.support_module(arch))");
+         "kernelopt_mcp.evaluation.support_module.support_module(arch))");
   }
 }
 
@@ -378,7 +378,7 @@ Request parse_request(const json& doc) {
            "is required by " +
                member_path(path, spec.has_reference_checks() ? "checked_launches" : "fresh_seed") +
                " (ko_fill_<dtype> and ko_compare_ref_<dtype>): compile it with "
-               "kernelopt_mcp.support_module.support_module(arch)");
+               "kernelopt_mcp.evaluation.support_module.support_module(arch)");
     }
     if (const auto [it, fresh] = seen.emplace(spec.name, i); !fresh) {
       fail(member_path(path, "name"), "duplicate case name \"" + spec.name + "\" (also " +
@@ -390,7 +390,7 @@ Request parse_request(const json& doc) {
     if (const auto user = first_support_user(req); !user.empty()) {
       fail("support_module", "is required by " + user +
                                  " (the harness's device-side compare kernels): compile it with "
-                                 "kernelopt_mcp.support_module.support_module(arch)");
+                                 "kernelopt_mcp.evaluation.support_module.support_module(arch)");
     }
   }
   return req;

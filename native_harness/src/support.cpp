@@ -15,7 +15,7 @@ namespace {
 
 constexpr std::uint64_t none = ~std::uint64_t{0};
 constexpr const char* rebuild_hint =
-    "rebuild it for this device with kernelopt_mcp.support_module.support_module(arch)";
+    "rebuild it for this device with kernelopt_mcp.evaluation.support_module.support_module(arch)";
 
 double from_bits(std::uint64_t bits) {
   double d = 0;
