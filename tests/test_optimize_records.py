@@ -62,7 +62,7 @@ def test_generated_parts_too_large_for_a_created_workload_are_sent_back(env: dic
     huge = {**GENERATED, "cases": [*GENERATED["cases"], {"name": "huge", "kind": "performance", "scalars": {"n": 2**31 - 1}}]}
     with ScriptedModel([{"content": json.dumps(huge)}, {"content": json.dumps(GENERATED)}]) as model:
         assert optimize(env, model, "--description", "Add two float vectors.", "--max-iterations", "0") == 0
-    assert "a created workload may use at most" in model.requests[1]["messages"][-1]["content"]
+    assert "a generated workload may use at most" in model.requests[1]["messages"][-1]["content"]
 
 
 def test_a_run_without_a_gpu_leaves_no_run_directory(env: dict[str, Path], capsys: pytest.CaptureFixture[str]) -> None:  # noqa: F811
