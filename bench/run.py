@@ -42,20 +42,20 @@ from kernelopt_mcp import (
     Candidate,
     EvaluateOptions,
     EvaluationResult,
-    Session,
     HarnessProcess,
+    Session,
     Settings,
+    app,
 )
-from kernelopt_mcp.evaluation.compare import compare
 from kernelopt_mcp.compiler import CompileCache, compile_kernel
 from kernelopt_mcp.config import find_workload
 from kernelopt_mcp.errors import KerneloptError
-from kernelopt_mcp.gpu import DeviceInfo, device_info
-from kernelopt_mcp.evaluation.harness import find_harness
-from kernelopt_mcp.workload import Workload
+from kernelopt_mcp.evaluation.compare import compare
 from kernelopt_mcp.evaluation.evaluate import case_request, evaluate, prepare
+from kernelopt_mcp.evaluation.harness import find_harness
 from kernelopt_mcp.evaluation.protocol import request_json
-from kernelopt_mcp import app
+from kernelopt_mcp.gpu import DeviceInfo, device_info
+from kernelopt_mcp.workload import Workload
 
 # Targets from issue 6 ("Measurement you can trust")
 WARM_OVERHEAD_MS = 50.0
@@ -388,7 +388,7 @@ def checks(bench: Bench, workloads: tuple[str, ...] = ("vector_add", "softmax", 
         with bench.evaluator(wl, f"checks-{name}-on") as on, \
                 bench.evaluator(wl, f"checks-{name}-off", options=off_options) as off:
             runs: dict[str, list[tuple[float, float, float]]] = {"off": [], "on": []}
-            for mode, ev in (("off", off), ("on", on)):
+            for _mode, ev in (("off", off), ("on", on)):
                 evaluate(ev, cand)  # compiled once before the clock starts
             for i in range(trials):
                 for mode, ev in (("off", off), ("on", on)):

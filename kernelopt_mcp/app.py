@@ -27,7 +27,7 @@ from .ncu_report import ProfileSummary
 from .profiler import ProfileOptions, profile_case
 from .results import CheckedEvaluation, CompileOutput, compile_output
 from .sanitizer import sanitize_candidate
-from .tune import TuneCache, Tunable, TuneResult, tune
+from .tune import Tunable, TuneCache, TuneResult, tune
 from .workload import Workload
 
 __all__ = [

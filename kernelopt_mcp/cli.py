@@ -10,7 +10,7 @@ import time
 from collections.abc import Callable, Mapping
 from importlib.metadata import EntryPoint, entry_points
 from pathlib import Path
-from typing import TextIO
+from typing import Any, TextIO
 
 from rich.console import Console
 from rich.markup import escape
@@ -24,12 +24,12 @@ from .docs import search_docs
 from .errors import KerneloptError
 from .evaluation.candidate import Candidate, initial_candidate
 from .evaluation.evaluate import prepare
+from .files import read_text
 from .launch import LaunchSpec
 from .profiler import CLOCK_CONTROLS, ProfileOptions, find_ncu
 from .render import print_calibration, print_evaluation, print_tune, size_text
 from .results import CheckedEvaluation
 from .sanitizer import find_sanitizer
-from .files import read_text
 from .workload import Workload, json_schema
 
 EXIT_OK, EXIT_FAILED, EXIT_ERROR = 0, 1, 2
@@ -79,7 +79,7 @@ def _calibrate(args: argparse.Namespace, out: Console, settings: Settings) -> in
 
 def cmd_workloads(args: argparse.Namespace, out: Console) -> int:
     settings = _settings(args)
-    rows = []
+    rows: list[dict[str, Any]] = []
     for name, path in list_workloads(settings).items():
         wl = find_workload(path, settings)
         kinds = [c.kind for c in wl.spec.cases]

@@ -167,7 +167,7 @@ def _load_nvrtc() -> _Nvrtc:
                 "`pip install 'cuda-bindings>=13,<14' 'nvidia-cuda-nvrtc>=13.0,<13.1'`"
             ) from None
         try:
-            err, major, minor = nvrtc.nvrtcVersion()
+            _err, major, minor = nvrtc.nvrtcVersion()
         except Exception as exc:  # the shared library itself failed to load
             raise ToolchainNotFound(
                 f"NVRTC could not be loaded ({exc}); install it with "

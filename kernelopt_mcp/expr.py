@@ -39,8 +39,8 @@ FUNCTIONS: dict[str, Callable[..., Number]] = {
     "min": min,
     "max": max,
     "abs": abs,
-    "floor": lambda x: int(math.floor(x)),
-    "ceil": lambda x: int(math.ceil(x)),
+    "floor": lambda x: math.floor(x),
+    "ceil": lambda x: math.ceil(x),
     "log2": math.log2,
     "sqrt": math.sqrt,
 }
@@ -115,7 +115,8 @@ def _check_node(node: ast.AST, text: str) -> None:
 def names(text: str) -> set[str]:
     """The variable names an expression refers to (functions excluded)."""
     tree = parse(text)
-    called = {n.func.id for n in ast.walk(tree) if isinstance(n, ast.Call)}  # type: ignore[union-attr]
+    # parse() admits calls of plain names only
+    called = {n.func.id for n in ast.walk(tree) if isinstance(n, ast.Call) and isinstance(n.func, ast.Name)}
     return {n.id for n in ast.walk(tree) if isinstance(n, ast.Name)} - called
 
 
@@ -151,7 +152,7 @@ def evaluate_int(expression: str | Number, variables: Mapping[str, Number], what
 def _eval(node: ast.AST, env: Mapping[str, Number], text: str) -> Number:
     match node:
         case ast.Constant(value=value):
-            return value
+            return value  # type: ignore[return-value]  # numeric: _check_node
         case ast.Name(id=name):
             if name not in env:
                 known = ", ".join(sorted(env)) or "none"
@@ -173,9 +174,9 @@ def _eval(node: ast.AST, env: Mapping[str, Number], text: str) -> Number:
             return result
         case ast.Compare(left=left, ops=ops, comparators=comparators):
             a = _eval(left, env, text)
-            for op, comparator in zip(ops, comparators, strict=True):
+            for cmp_op, comparator in zip(ops, comparators, strict=True):
                 b = _eval(comparator, env, text)
-                if not _CMPOPS[type(op)](a, b):
+                if not _CMPOPS[type(cmp_op)](a, b):
                     return 0
                 a = b
             return 1

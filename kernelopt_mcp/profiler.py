@@ -36,10 +36,10 @@ from .errors import (
 )
 from .evaluation.candidate import Candidate
 from .evaluation.evaluate import case_request
-from .executables import find_executable, run_killable
 from .evaluation.harness import find_harness, raise_for_request_error
 from .evaluation.protocol import request_json
 from .evaluation.session import Session
+from .executables import find_executable, run_killable
 from .ncu_report import ProfileSummary, parse_raw_csv, pick_kernel, summarize
 
 NCU_NAME = "ncu"

@@ -135,7 +135,8 @@ def restrict(read: Iterable[str], write: Iterable[str] = (), execute: Iterable[s
     if fd < 0:
         err = ctypes.get_errno()
         raise LandlockError(err, f"landlock_create_ruleset failed: {os.strerror(err)}")
-    read_dirs, write_dirs = [], []
+    read_dirs: list[str] = []
+    write_dirs: list[str] = []
     try:
         rules = ((read, _READ, read_dirs), (execute, _READ | FS_EXECUTE, read_dirs), (write, handled, write_dirs))
         for paths, rights, kept in rules:

@@ -42,6 +42,7 @@ from .evaluation.evaluate import prepare
 from .evaluation.inputs import fresh_seed
 from .evaluation.outcomes import EvaluationResult
 from .evaluation.session import Session
+from .files import read_json, read_regular_bytes
 from .freeze import frozen_workloads
 from .gpu import DeviceInfo
 from .gpu_queue import DeviceSlot, Notify, ProgressFn, run_on_device
@@ -59,7 +60,6 @@ from .results import (
 from .sanitizer import find_sanitizer
 from .tune import Tunable, load_tunable, parse_tunable, workload_tunable_path
 from .tune.output import AutotuneOutput
-from .files import read_json, read_regular_bytes
 from .workload import Workload, load_workload
 from .workspace import RequestError, create_workload
 
@@ -494,7 +494,7 @@ class KerneloptService:
 
         def progress(message: str) -> None:
             try:
-                anyio.from_thread.run(notify, message)
+                anyio.from_thread.run(notify, message)  # type: ignore[arg-type]  # every Notify is an async def
             except (RuntimeError, anyio.ClosedResourceError, anyio.BrokenResourceError):
                 pass
 

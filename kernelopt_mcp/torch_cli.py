@@ -12,9 +12,9 @@ from rich.console import Console
 from rich.markup import escape
 
 from .errors import KerneloptError
+from .files import read_text
 from .launch import LaunchSpec
 from .torch_import import TorchImportOptions, import_torch_problem, safe_name
-from .files import read_text
 from .workload import format_validation_error
 
 

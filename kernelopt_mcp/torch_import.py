@@ -36,7 +36,7 @@ import shutil
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
@@ -229,7 +229,7 @@ def _draw_cases(src: ProblemSource, options: TorchImportOptions, notes: list[str
         except TorchProblemError as exc:
             notes.append(f"correctness case {name} ({scaled}) left out: {exc}")
             continue
-        size = sum(a.array.nbytes for a in _buffers(main))
+        size = sum(a.array.nbytes for a in _buffers(main) if a.array is not None)  # _buffers: arrays only
         if size > options.max_correctness_bytes:
             notes.append(f"correctness case {name} ({scaled}) left out: {size} bytes of buffers")
             continue
@@ -300,12 +300,12 @@ class _Layout:
         number_args: dict[str, str] = {}
         for i, a in enumerate(first.args):
             if a.array is None:
-                values = [c.main.args[i].number for c in cases]
+                values = [cast("int | float", c.main.args[i].number) for c in cases]  # a number where no array
                 dtype = DType.float32 if any(isinstance(v, float) for v in values) else DType.int32
-                if dtype is DType.int32 and any(abs(int(v)) > INT32_MAX for v in values):  # type: ignore[arg-type]
+                if dtype is DType.int32 and any(abs(int(v)) > INT32_MAX for v in values):
                     dtype = DType.int64
                 sname = claim(a.name)
-                scalars[sname] = (dtype, [v if dtype is DType.float32 else int(v) for v in values])  # type: ignore[arg-type]
+                scalars[sname] = (dtype, [v if dtype is DType.float32 else int(v) for v in values])
                 number_args[a.name] = sname
         # dimensions: literal where no case changes them, else a scalar (shared by equal vectors)
         by_vector: dict[tuple[int, ...], str] = {}
@@ -334,7 +334,7 @@ class _Layout:
                         by_vector[vector] = sname
                         scalars[sname] = (DType.int32 if max(vector) <= INT32_MAX else DType.int64, list(vector))
                 shape.append(by_vector[vector])
-            buffers.append((bname, role, arrays[0].dtype, shape or [1], key))  # a 0-dim tensor is one element
+            buffers.append((bname, role, cast(DType, arrays[0].dtype), shape or [1], key))  # a 0-dim tensor is one element
         return cls(buffers, scalars, number_args, derived_dims)
 
     def case_scalars(self, index: int) -> dict[str, int | float]:

@@ -21,10 +21,10 @@ from typing import Any, Protocol
 from .compile_pool import CompileLimits
 from .compiler import CompileCache, compile_kernel
 from .config import Settings
-from .evaluation.inputs import MAX_BUFFER_BYTES
-from .results import CreatedWorkload, compile_output
 from .errors import WorkloadError
+from .evaluation.inputs import MAX_BUFFER_BYTES
 from .files import read_text
+from .results import CreatedWorkload, compile_output
 from .workload import DataFile, WorkloadSpec, case_shape, load_workload, parse_spec
 
 MAX_CREATED_WORKLOAD_BYTES = 4 * 2**30

@@ -26,10 +26,9 @@ from typing import Any
 
 import anyio
 import httpx2
+from fakegpu import wait_for_port
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
-
-from fakegpu import wait_for_port
 
 REPO = Path(__file__).resolve().parent.parent
 TOKEN = "load-test-token-9d41"
@@ -131,12 +130,14 @@ async def call(url: str, tool: str, args: dict[str, Any], go: anyio.Event | None
     """One client session (its own HTTP connection and MCP session) making one call; with ``go``,
     the session is opened first (and counted in ``ready``) and the call waits for ``go``, so that
     every client calls at the same moment."""
-    async with httpx2.AsyncClient(headers={"Authorization": f"Bearer {TOKEN}"}, timeout=600) as http:
-        async with Client(streamable_http_client(url, http_client=http)) as client:
-            if go is not None and ready is not None:
-                ready.append(tool)
-                await go.wait()
-            return await client.call_tool(tool, args)
+    async with (
+        httpx2.AsyncClient(headers={"Authorization": f"Bearer {TOKEN}"}, timeout=600) as http,
+        Client(streamable_http_client(url, http_client=http)) as client,
+    ):
+        if go is not None and ready is not None:
+            ready.append(tool)
+            await go.wait()
+        return await client.call_tool(tool, args)
 
 
 def check_clear(tool: str, result: Any) -> None:
@@ -213,10 +214,12 @@ async def run_load(url: str, plan: LoadPlan) -> dict[str, Any]:
 
 async def still_serves(url: str, plan: LoadPlan) -> None:
     """After the load: tools/list answers and a kernel still runs (the harness came back)."""
-    async with httpx2.AsyncClient(headers={"Authorization": f"Bearer {TOKEN}"}, timeout=120) as http:
-        async with Client(streamable_http_client(url, http_client=http)) as client:
-            with anyio.fail_after(10):
-                names = {t.name for t in (await client.list_tools()).tools}
-            assert {"compile", "validate", "benchmark"} <= names
-            r = await client.call_tool("validate", {"workload": plan.workload, "source": OK, "launch": LAUNCH})
-            assert not r.is_error and r.structured_content["status"] == "ok", text(r)
+    async with (
+        httpx2.AsyncClient(headers={"Authorization": f"Bearer {TOKEN}"}, timeout=120) as http,
+        Client(streamable_http_client(url, http_client=http)) as client,
+    ):
+        with anyio.fail_after(10):
+            names = {t.name for t in (await client.list_tools()).tools}
+        assert {"compile", "validate", "benchmark"} <= names
+        r = await client.call_tool("validate", {"workload": plan.workload, "source": OK, "launch": LAUNCH})
+        assert not r.is_error and r.structured_content["status"] == "ok", text(r)

@@ -8,13 +8,13 @@ from typing import Any
 import pytest
 
 from kernelopt_mcp import baselines
-from kernelopt_mcp.config import Settings
 from kernelopt_mcp.baselines import (
     baseline_result,
     cublas_sgemm_request,
     find_cublas,
     run_cublas_sgemm,
 )
+from kernelopt_mcp.config import Settings
 from kernelopt_mcp.errors import HarnessError, ToolchainNotFound
 from kernelopt_mcp.evaluation.harness import HarnessReply
 

@@ -79,7 +79,7 @@ def test_baseline_checks_outputs(run: ModuleType, bench) -> None:
     wl = bench.workload("tiny_add")
     wrong = run.reference(wl)
     wrong.source = kernel("WRONG")
-    with bench.evaluator(wl, "w") as ev, pytest.raises(run.KerneloptError, match="baseline case .*"):
+    with bench.evaluator(wl, "w") as ev, pytest.raises(run.KerneloptError, match=r"baseline case .*"):
         run._baseline(bench, ev, wrong, "w")
 
 

@@ -9,8 +9,7 @@ import pytest
 
 from kernelopt_mcp.cli import main
 from kernelopt_mcp.config import Settings
-from kernelopt_mcp.evaluation.outcomes import EvaluationResult
-from kernelopt_mcp.evaluation.outcomes import Status
+from kernelopt_mcp.evaluation.outcomes import EvaluationResult, Status
 from kernelopt_mcp.server import build_parser as server_parser
 from kernelopt_mcp.server import config_from_args
 from kernelopt_mcp.service import KerneloptService

@@ -10,6 +10,9 @@ from pathlib import Path
 
 import pytest
 
+from kernelopt_mcp.cli import main
+from kernelopt_mcp.compiler import CompileCache
+from kernelopt_mcp.errors import HarnessError
 from kernelopt_mcp.evaluation.calibrate import (
     Calibration,
     cache_path,
@@ -17,11 +20,8 @@ from kernelopt_mcp.evaluation.calibrate import (
     device_peaks,
     load_calibration,
 )
-from kernelopt_mcp.cli import main
-from kernelopt_mcp.compiler import CompileCache
-from kernelopt_mcp.errors import HarnessError
-from kernelopt_mcp.gpu import DeviceInfo
 from kernelopt_mcp.evaluation.harness import HarnessProcess
+from kernelopt_mcp.gpu import DeviceInfo
 
 DEVICE = {
     "ordinal": 0, "device_count": 1, "name": "NVIDIA H200 (fake)", "uuid": "5f0c6a1e-0b7d-4c1a-9d2e-7a8b9c0d1e2f",

@@ -79,7 +79,7 @@ def test_piped_output_is_not_hard_wrapped_and_honours_columns() -> None:
     done = _run("compile", src, "--arch", "sm_90", "--option=-rdc=true")
     assert done.returncode == 2
     # the whole message (well over 160 characters) on one line
-    line = next(l for l in done.stderr.splitlines() if "not allowed" in l)
+    line = next(x for x in done.stderr.splitlines() if "not allowed" in x)
     assert len(line) > 160 and line.rstrip().endswith("chosen for you)")
     wide = _run("workloads")
     narrow = _run("workloads", env={"COLUMNS": "90"})

@@ -13,8 +13,8 @@ import pytest
 from kernelopt_mcp import compile_pool
 from kernelopt_mcp.compile_pool import (
     CompileLimits,
-    ConfinementFailed,
     CompilePool,
+    ConfinementFailed,
     WorkerSpec,
     default_budget_mb,
     default_pool,
@@ -69,7 +69,7 @@ def test_concurrent_compiles_from_threads() -> None:
         t.start()
     for t in threads:
         t.join(timeout=120)
-    assert results == {i: True for i in range(4)}
+    assert results == dict.fromkeys(range(4), True)
 
 
 def test_limits_come_from_the_environment() -> None:

@@ -8,11 +8,11 @@ from pathlib import Path
 import pytest
 from fakegpu import ADD_LAUNCH, kernel, write_harness, write_tiny_workload
 
-from kernelopt_mcp import Candidate, Session, HarnessProcess, LaunchSpec, Settings
+from kernelopt_mcp import Candidate, HarnessProcess, LaunchSpec, Session, Settings
 from kernelopt_mcp.config import find_workload
 from kernelopt_mcp.evaluation.candidate import EvaluateOptions
-from kernelopt_mcp.gpu import device_info
 from kernelopt_mcp.evaluation.evaluate import evaluate
+from kernelopt_mcp.gpu import device_info
 
 
 @pytest.mark.parametrize("blocking", [True, False])

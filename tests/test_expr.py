@@ -69,7 +69,7 @@ def test_wrong_arity_is_an_expression_error() -> None:
 
 def test_integer_results_are_enforced() -> None:
     assert expr.evaluate_int("n / 2", {"n": 8}, "grid.x") == 4
-    with pytest.raises(ExpressionError, match="grid.x.*not an integer"):
+    with pytest.raises(ExpressionError, match=r"grid\.x.*not an integer"):
         expr.evaluate_int("n / 3", {"n": 8}, "grid.x")
 
 

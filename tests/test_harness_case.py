@@ -7,8 +7,8 @@ check that the real harness produces them.
 from __future__ import annotations
 
 import math
-from typing import Any
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -17,10 +17,10 @@ from fakegpu import TINY_SPEC, write_tiny_workload
 from kernelopt_mcp.evaluation.compare import compare
 from kernelopt_mcp.evaluation.harness import HarnessReply
 from kernelopt_mcp.evaluation.harness_case import CaseJob, DataSet, build_request, interpret
-from kernelopt_mcp.evaluation.protocol import LaunchRequest, TimingRequest, request_json
 from kernelopt_mcp.evaluation.inputs import materialize
-from kernelopt_mcp.launch import DeviceLimits, resolve
 from kernelopt_mcp.evaluation.outcomes import Status
+from kernelopt_mcp.evaluation.protocol import LaunchRequest, TimingRequest, request_json
+from kernelopt_mcp.launch import DeviceLimits, resolve
 from kernelopt_mcp.workload import Workload, load_workload
 
 

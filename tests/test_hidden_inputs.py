@@ -17,11 +17,11 @@ import numpy as np
 import pytest
 from fakegpu import TINY_SPEC, write_harness, write_tiny_workload
 
+from kernelopt_mcp.evaluation.evaluate import prepare
+from kernelopt_mcp.evaluation.inputs import hidden_seed_checks, materialize, seed_independent_inputs
 from kernelopt_mcp.evaluation.session import Session
 from kernelopt_mcp.gpu import device_info
-from kernelopt_mcp.evaluation.inputs import hidden_seed_checks, materialize, seed_independent_inputs
 from kernelopt_mcp.workload import DataFile, Workload, load_workload
-from kernelopt_mcp.evaluation.evaluate import prepare
 
 
 @pytest.fixture

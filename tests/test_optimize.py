@@ -21,11 +21,12 @@ from typing import Any
 import numpy as np
 import pytest
 from fakegpu import TINY_SPEC, kernel, write_harness, write_tiny_workload
+from scripted_model import ScriptedModel
+from test_profiler import stub  # noqa: F401  (fixture: a stub ncu in front of the pretend harness)
+
 from kernelopt_agent.cli import main as agent_main
 from kernelopt_agent.options import OptimizeOptions
 from kernelopt_agent.rundir import RunDir
-from scripted_model import ScriptedModel
-from test_profiler import stub  # noqa: F401  (fixture: a stub ncu in front of the pretend harness)
 
 REPO = Path(__file__).resolve().parent.parent
 SECRET = "sk-test-do-not-leak-4f9a"

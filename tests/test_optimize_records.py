@@ -15,12 +15,13 @@ from pathlib import Path
 
 import pytest
 from fakegpu import kernel, write_harness
-from kernelopt_agent.cli import main as agent_main
-from kernelopt_agent.model import SENT_PARAMETERS
-from kernelopt_agent.prompts import search_query
 from scripted_model import ScriptedModel
 from test_optimize import GENERATED, REPO, env, optimize, proposal, read  # noqa: F401  (env is a fixture)
 from test_optimize_tune import add_tunable
+
+from kernelopt_agent.cli import main as agent_main
+from kernelopt_agent.model import SENT_PARAMETERS
+from kernelopt_agent.prompts import search_query
 
 # The first openai release whose chat.completions.create() takes each keyword ModelClient sends
 # (from the SDK's changelog: structured outputs' json_schema in 1.40.0, reasoning_effort in 1.58.0).

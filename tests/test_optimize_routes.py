@@ -10,9 +10,10 @@ from pathlib import Path
 
 import pytest
 from fakegpu import kernel
-from kernelopt_agent.graph import EDGES
 from scripted_model import ScriptedModel
 from test_optimize import GENERATED, env, optimize, proposal, read  # noqa: F401  (env is a fixture)
+
+from kernelopt_agent.graph import EDGES
 
 
 def steps(run: Path) -> list[str]:

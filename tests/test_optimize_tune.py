@@ -13,10 +13,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from kernelopt_agent.cli import main as agent_main
-from kernelopt_agent.proposal import PROPOSAL_SCHEMA
 from scripted_model import ScriptedModel
 from test_optimize import env, optimize, read  # noqa: F401  (env is a fixture)
+
+from kernelopt_agent.cli import main as agent_main
+from kernelopt_agent.proposal import PROPOSAL_SCHEMA
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "tune"
 

@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 from fakegpu import ADD_LAUNCH, kernel, write_harness, write_tiny_workload
 
-from kernelopt_mcp import Candidate, Session, HarnessProcess, Settings, profiler
+from kernelopt_mcp import Candidate, HarnessProcess, Session, Settings, profiler
 from kernelopt_mcp.cli import main
 from kernelopt_mcp.config import find_workload
 from kernelopt_mcp.errors import (
@@ -29,10 +29,10 @@ from kernelopt_mcp.errors import (
     ProfilerTimeout,
     ToolchainNotFound,
 )
+from kernelopt_mcp.evaluation.evaluate import prepare
 from kernelopt_mcp.gpu import device_info
 from kernelopt_mcp.launch import LaunchSpec
 from kernelopt_mcp.profiler import ProfileOptions, find_ncu, profile_case
-from kernelopt_mcp.evaluation.evaluate import prepare
 
 STUB_NCU = r'''
 import json, os, subprocess, sys, time
@@ -124,7 +124,7 @@ def test_missing_ncu_says_how_to_install_or_point_at_it(monkeypatch: pytest.Monk
     monkeypatch.setenv("PATH", str(tmp_path))
     monkeypatch.setattr(profiler, "NCU_FALLBACKS", (str(tmp_path / "nope"),))
     monkeypatch.setattr(profiler, "NCU_GLOB", str(tmp_path / "nsight-compute" / "*" / "ncu"))
-    with pytest.raises(ToolchainNotFound, match="install it .*KERNELOPT_NCU"):
+    with pytest.raises(ToolchainNotFound, match=r"install it .*KERNELOPT_NCU"):
         find_ncu()
     with pytest.raises(ToolchainNotFound, match="does not exist"):
         find_ncu(tmp_path / "ncu")

@@ -137,7 +137,7 @@ def test_parse_spec_returns_a_spec_or_a_workload_error_naming_the_file(data: dic
 @FAST
 @given(json_values)
 def test_parse_spec_of_any_json_value_is_a_workload_error(data: Any) -> None:
-    with pytest.raises(WorkloadError, match="anything.json"):
+    with pytest.raises(WorkloadError, match=r"anything\.json"):
         parse_spec(data, "anything.json")
 
 
@@ -186,7 +186,7 @@ def test_hostile_source_paths_give_a_workload_error_or_a_file(
 @given(st.binary(max_size=200) | st.sampled_from([b"\xff\xfe{", b"[" * 100_000, b'{"a": ' * 50_000, b"\x00", b"null", b"1e999"]))
 def test_undecodable_or_absurd_workload_json_is_a_workload_error(workload_dir: Path, raw: bytes) -> None:
     (workload_dir / "workload.json").write_bytes(raw)
-    with pytest.raises(WorkloadError, match="workload.json"):
+    with pytest.raises(WorkloadError, match=r"workload\.json"):
         load_workload(workload_dir)
 
 
@@ -236,7 +236,7 @@ def test_huge_shapes_are_refused_before_any_size_arithmetic() -> None:
         data = copy.deepcopy(BASES["vector_add"])
         data["signature"]["params"][0]["shape"] = shape
         data["cases"][-1]["scalars"]["n"] = 2**31 - 1
-        with pytest.raises(WorkloadError, match="more than .* elements"):
+        with pytest.raises(WorkloadError, match=r"more than .* elements"):
             parse_spec(data, "workload.json")
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from kernelopt_mcp.evaluation.evaluate import evaluate
 from kernelopt_mcp.evaluation.roofline import (
     IMPOSSIBLE_MARGIN,
     Peaks,
@@ -11,7 +12,6 @@ from kernelopt_mcp.evaluation.roofline import (
     roofline_floor_ms,
     theoretical_fp32_flops,
 )
-from kernelopt_mcp.evaluation.evaluate import evaluate
 
 H200 = Peaks(
     calibrated_bytes_per_s=4.2e12, calibrated_flops_per_s=60e12,
@@ -77,10 +77,10 @@ def test_result_roofline_through_the_fake_gpu(tmp_path) -> None:
     """An evaluation's timed cases get roofline figures from the workload's cost model."""
     from fakegpu import ADD_LAUNCH, kernel, write_harness, write_tiny_workload
 
-    from kernelopt_mcp import Candidate, Session, HarnessProcess, LaunchSpec, Settings
+    from kernelopt_mcp import Candidate, HarnessProcess, LaunchSpec, Session, Settings
     from kernelopt_mcp.config import find_workload
-    from kernelopt_mcp.gpu import device_info
     from kernelopt_mcp.evaluation.outcomes import result_roofline
+    from kernelopt_mcp.gpu import device_info
 
     harness = write_harness(tmp_path, "fake")
     wl = find_workload(write_tiny_workload(tmp_path / "extra") / "tiny_add", Settings())

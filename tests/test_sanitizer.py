@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from kernelopt_mcp.evaluation.protocol import CaseRequest, LaunchRequest, RunRequest, TimingRequest
 from kernelopt_mcp.config import Settings
 from kernelopt_mcp.errors import ToolchainNotFound
+from kernelopt_mcp.evaluation.protocol import CaseRequest, LaunchRequest, RunRequest, TimingRequest
 from kernelopt_mcp.sanitizer import (
     ERROR_EXITCODE,
     SanitizerTool,

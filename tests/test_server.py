@@ -33,6 +33,7 @@ from fakegpu import (
 from fakegpu import tool_text as text
 from mcp import Client
 from mcp.client.stdio import StdioServerParameters
+from mcp.shared.exceptions import MCPError
 
 from kernelopt_mcp.config import Settings, bundled_workloads_dir
 from kernelopt_mcp.service import ServerConfig
@@ -492,7 +493,7 @@ async def test_resources_are_read_only_views(nogpu: Client, nogpu_config: Server
     (run / "summary.json").write_text('{"best": 1}')
     assert json.loads((await nogpu.read_resource("kernelopt://runs/run-001/summary.json")).contents[0].text) == {"best": 1}
     for uri in ("kernelopt://runs/../workloads/x", "kernelopt://workloads/vector_add/secret.txt", "kernelopt://workloads/nope/workload.json"):
-        with pytest.raises(Exception):
+        with pytest.raises(MCPError):
             await nogpu.read_resource(uri)
 
 

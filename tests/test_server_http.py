@@ -17,12 +17,11 @@ from pathlib import Path
 import anyio
 import httpx2
 import pytest
+from fakegpu import wait_for_port
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 
-from fakegpu import wait_for_port
-
-from kernelopt_mcp.server import bind_kind, build_server, config_from_args, build_parser, http_app, http_security, main
+from kernelopt_mcp.server import bind_kind, build_parser, build_server, config_from_args, http_app, http_security, main
 from kernelopt_mcp.service import DEFAULT_SESSION_IDLE_TIMEOUT_S, ServerConfig
 
 REPO = Path(__file__).resolve().parent.parent
@@ -145,12 +144,14 @@ def test_http_needs_the_token_and_keeps_dns_rebinding_protection(http_server: st
 
 def test_sdk_client_over_http_with_the_token(http_server: str) -> None:
     async def session() -> None:
-        async with httpx2.AsyncClient(headers={"Authorization": f"Bearer {TOKEN}"}, timeout=60) as http:
-            async with Client(streamable_http_client(http_server, http_client=http)) as client:
-                names = {t.name for t in (await client.list_tools()).tools}
-                assert {"compile", "validate", "benchmark"} <= names
-                r = await client.call_tool("compile", {"source": 'extern "C" __global__ void k(int* x) { x[0] = 1; }'})
-                assert r.structured_content and r.structured_content["status"] == "ok"
+        async with (
+            httpx2.AsyncClient(headers={"Authorization": f"Bearer {TOKEN}"}, timeout=60) as http,
+            Client(streamable_http_client(http_server, http_client=http)) as client,
+        ):
+            names = {t.name for t in (await client.list_tools()).tools}
+            assert {"compile", "validate", "benchmark"} <= names
+            r = await client.call_tool("compile", {"source": 'extern "C" __global__ void k(int* x) { x[0] = 1; }'})
+            assert r.structured_content and r.structured_content["status"] == "ok"
 
     anyio.run(session)
 

@@ -13,9 +13,9 @@ from typing import Any
 
 import pytest
 from fakegpu import kernel, write_harness
-from kernelopt_agent.cli import main as agent_main
 from scripted_model import ScriptedModel
 
+from kernelopt_agent.cli import main as agent_main
 from kernelopt_mcp.torch_import import TorchImportOptions, import_torch_problem
 
 REPO = Path(__file__).resolve().parent.parent

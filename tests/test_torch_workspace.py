@@ -39,7 +39,7 @@ class FakeWorkspace:
 
 def test_refused_unless_the_operator_allowed_it(tmp_path: Path) -> None:
     ws = FakeWorkspace(tmp_path)
-    with pytest.raises(RequestError, match="does not run PyTorch problems.*KERNELOPT_ALLOW_TORCH_PROBLEMS=1"):
+    with pytest.raises(RequestError, match=r"does not run PyTorch problems.*KERNELOPT_ALLOW_TORCH_PROBLEMS=1"):
         create_torch_workload(ws, "mm", (PROBLEMS / "matmul.py").read_text())
     assert not ws.config.created_dir.exists()
 

@@ -24,10 +24,10 @@ from kernelopt_mcp.evaluation.candidate import Candidate, EvaluateOptions
 from kernelopt_mcp.evaluation.outcomes import CaseResult, EvaluationResult, Status
 from kernelopt_mcp.launch import DeviceLimits, LaunchSpec
 from kernelopt_mcp.tune import Space, TuneCache, config_key, parse_tunable, tune
+from kernelopt_mcp.tune import tuner as tuner_module
 from kernelopt_mcp.tune.spec import load_tunable, substitute
 from kernelopt_mcp.tune.strategies import make_strategy
 from kernelopt_mcp.workload import load_workload
-from kernelopt_mcp.tune import tuner as tuner_module
 
 PARAMS = {"BM": [32, 64, 128, 256], "BN": [32, 64, 128, 256], "BK": [8, 16, 32], "TM": [2, 4, 8], "TN": [2, 4, 8]}
 CONSTRAINTS = ["(BM / TM) * (BN / TN) <= 1024", "(BM / TM) * (BN / TN) >= 32", "4 * BK * (BM + BN) <= 49152"]
@@ -181,7 +181,7 @@ def test_load_tunable_reads_the_source_beside_it(tmp_path: Path) -> None:
     with pytest.raises(TunableError, match="not a regular file"):  # read like workload.json: never forever
         load_tunable(Path("/dev/zero"))
     (tmp_path / "nosrc.json").write_text(json.dumps({**spec_dict(), "source": "missing.cu"}))
-    with pytest.raises(TunableError, match="source 'missing.cu'"):
+    with pytest.raises(TunableError, match=r"source 'missing\.cu'"):
         load_tunable(tmp_path / "nosrc.json")
 
 

@@ -98,9 +98,9 @@ def run_optimize(opts: Any, console: Console, quiet: bool = False) -> int:
 
     import anyio
 
-    from .finalize import error_text, finalize, summary
     from kernelopt_mcp.errors import KerneloptError
 
+    from .finalize import error_text, finalize, summary
     from .loop import Optimizer, RunFailed, preflight
     from .model import ModelError
     from .parts import PartsError
@@ -130,31 +130,31 @@ def run_optimize(opts: Any, console: Console, quiet: bool = False) -> int:
         if opt.stop_reason.startswith("--max-tokens") or opt.stop_reason.startswith("--max-cost"):
             status = "stopped"
     except BaseException as raised:  # noqa: BLE001 (every ending is recorded; none may lose the run)
-        exc = unwrap(raised)
-        if isinstance(exc, KeyboardInterrupt):
-            status, error, code = "interrupted", f"interrupted ({exc or 'Ctrl-C'})", EXIT_INTERRUPTED
-        elif isinstance(exc, (ModelError, ToolboxError, PartsError, KerneloptError, RunFailed, ValueError)):
-            status, error, code = "failed", str(exc), EXIT_ERROR
+        cause = unwrap(raised)
+        if isinstance(cause, KeyboardInterrupt):
+            status, error, code = "interrupted", f"interrupted ({cause or 'Ctrl-C'})", EXIT_INTERRUPTED
+        elif isinstance(cause, (ModelError, ToolboxError, PartsError, KerneloptError, RunFailed, ValueError)):
+            status, error, code = "failed", str(cause), EXIT_ERROR
         else:  # a crash: keep the run readable and say what happened
-            status, error, code = "interrupted", f"crashed: {error_text(exc)}", EXIT_ERROR
-            console.print_exception() if exc is raised else console.print(f"{error_text(exc)}", markup=False)
+            status, error, code = "interrupted", f"crashed: {error_text(cause)}", EXIT_ERROR
+            console.print_exception() if cause is raised else console.print(f"{error_text(cause)}", markup=False)
         opt.stop_reason = {"failed": "error", "interrupted": "interrupted"}.get(status, "")
     finally:
         signal.signal(signal.SIGTERM, previous)
         if opt.device is None and not opt.records:  # it never started (no GPU, no server): leave no run behind
             error = (error or status).replace(f"; see {run.path / 'server.log'}", "") + server_log_tail(run.path)
             shutil.rmtree(run.path, ignore_errors=True)
-            summary = None
+            written = None
         else:
             opt.finishing(status)
-            summary = finalize(opt, status, error=error)
-    if summary is None:
+            written = finalize(opt, status, error=error)
+    if written is None:
         Console(stderr=True).print(f"error: {error}\n(no run directory was kept: nothing ran)", highlight=False,
                                    markup=False)
         return EXIT_ERROR if code == EXIT_OK else code
     if error:
         Console(stderr=True).print(f"error: {error}", highlight=False, markup=False)
-    display.final(opt.records, opt.best(), opt.frozen.performance_cases if opt.frozen else [], summary)
+    display.final(opt.records, opt.best(), opt.frozen.performance_cases if opt.frozen else [], written)
     if code == EXIT_OK and opt.best() is None and opt.records:
         code = EXIT_NO_VALID
     return code

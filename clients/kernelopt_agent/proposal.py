@@ -18,7 +18,7 @@ from pydantic import ValidationError
 from kernelopt_mcp.launch import LaunchSpec
 
 _DIMS = {"type": "array", "items": {"type": "string"}, "description": "1-3 integers or expressions, e.g. \"ceil_div(N, 64)\""}
-_CONFIG = {
+_CONFIG: dict[str, Any] = {
     "type": "object", "additionalProperties": False, "required": ["grid", "block", "shared_bytes"],
     "properties": {
         "grid": _DIMS, "block": _DIMS,

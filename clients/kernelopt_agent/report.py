@@ -141,7 +141,7 @@ def load_candidates(run_path: Path, recorded: list[Any]) -> list[Candidate]:
         result = result_file.get("result") or {}
         launch = _json(folder / "launch.json")
         out.append(Candidate(
-            index=h.get("index", n), label=label, kind=h.get("kind") if h.get("kind") not in (None, "", "?") else _kind(label),
+            index=h.get("index", n), label=label, kind=str(h.get("kind")) if h.get("kind") not in (None, "", "?") else _kind(label),
             iteration=h.get("iteration"),
             status=h.get("status") or result.get("status") or ("error" if result_file.get("is_error") else "?"),
             score_ms=h.get("score_ms", result.get("score_ms")), speedup=h.get("speedup", result.get("speedup")),

@@ -21,6 +21,7 @@ from typing import Any
 
 from mcp import Client
 from mcp.client.stdio import StdioServerParameters, stdio_client
+from mcp.types import TextContent
 from pydantic import BaseModel, ConfigDict
 
 from .options import OptimizeOptions
@@ -149,13 +150,13 @@ class Toolbox:
         number = self.run.next_number("tools")
         start = time.monotonic()
 
-        async def progress(done: float, total: float | None, message: str | None) -> None:
+        async def progress(progress: float, total: float | None, message: str | None) -> None:  # mcp's ProgressFnT
             if message and self.on_progress is not None:
                 self.on_progress(message)
 
         try:
             result = await self.client.call_tool(name, arguments, progress_callback=progress)
-            text = "\n".join(c.text for c in result.content if getattr(c, "type", None) == "text")
+            text = "\n".join(c.text for c in result.content if isinstance(c, TextContent))
             out = ToolResult(name, number, bool(result.is_error), dict(result.structured_content or {}), text,
                              time.monotonic() - start)
         except Exception as exc:  # the transport or the SDK failed: still a recorded result

@@ -115,7 +115,7 @@ def parse_sections(html: str | bytes, page_url: str, guide: str, archs: tuple[st
         tag.decompose()
     for tag in soup.select("a.headerlink"):
         tag.decompose()
-    root = soup.find("article") or soup.find(attrs={"role": "main"}) or soup.find("main") or soup.body or soup
+    root = soup.find("article") or soup.find(None, {"role": "main"}) or soup.find("main") or soup.body or soup
     out: list[Section] = []
     for sec in root.find_all(_is_section):
         heading = None
@@ -130,7 +130,7 @@ def parse_sections(html: str | bytes, page_url: str, guide: str, archs: tuple[st
             text = child.get_text(" ") if name else str(child)
             if text.strip():
                 parts.append(text)
-        title = _clean(heading.get_text(" ")) if heading is not None else sec["id"].replace("-", " ")
+        title = _clean(heading.get_text(" ")) if heading is not None else str(sec["id"]).replace("-", " ")
         title = title.rstrip("#¶ ").strip()
         body = _clean(" ".join(parts))
         if len(body) < 40:

@@ -26,12 +26,13 @@ from pathlib import Path
 import numpy as np
 from pydantic import BaseModel, Field, ValidationError
 
-from .clocks import ClockSample, probe_device_clocks
 from ..compile_pool import CompileLimits
 from ..compiler import CompileCache, compile_kernel
 from ..dtypes import DType, scalar_raw
 from ..errors import HarnessError
+from ..files import write_atomic
 from ..gpu import DeviceInfo
+from .clocks import ClockSample, probe_device_clocks
 from .harness import HarnessProcess, raise_for_request_error
 from .protocol import (
     BufferArg,
@@ -43,7 +44,6 @@ from .protocol import (
     TimingRequest,
     parse_answer,
 )
-from ..files import write_atomic
 from .roofline import Peaks, theoretical_fp32_flops
 from .stats import TimingStats, from_answer
 

@@ -16,14 +16,15 @@ from typing import Any
 import numpy as np
 from pydantic import BaseModel
 
-from .compare import Thresholds, compare, from_device, thresholds
 from ..dtypes import scalar_raw
 from ..errors import HarnessError
+from ..files import write_atomic
+from ..launch import ResolvedLaunch
+from ..workload import BufferParam, Case, Workload
+from .compare import Thresholds, compare, from_device, thresholds
 from .fresh_inputs import consistency_problem
 from .harness import ExitCode, HarnessReply, raise_for_request_error
 from .inputs import CaseInputs
-from ..files import write_atomic
-from ..launch import ResolvedLaunch
 from .oracle import run_oracle
 from .outcomes import CaseResult, CudaErrorInfo, Status
 from .protocol import (
@@ -43,8 +44,6 @@ from .protocol import (
     parse_answer,
 )
 from .stats import from_answer
-from ..workload import BufferParam, Case, Workload
-
 
 Compares = dict[tuple[str, str], CompareEntry]  # (buffer, launch) -> the device's comparison
 

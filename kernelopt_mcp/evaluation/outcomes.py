@@ -12,9 +12,9 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, Field
 
+from ..compiler import CompileResult
 from .clocks import ClockSample
 from .compare import OutputComparison
-from ..compiler import CompileResult
 from .roofline import CaseRoofline, Peaks, case_cost, case_roofline
 from .stats import TimingStats
 

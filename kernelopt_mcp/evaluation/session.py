@@ -14,6 +14,7 @@ import hashlib
 import json
 import tempfile
 from pathlib import Path
+
 import numpy as np
 
 from ..compile_pool import CompileLimits

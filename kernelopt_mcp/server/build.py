@@ -40,7 +40,7 @@ def build_server(
     service = KerneloptService(config)
     app: MCPServer = MCPServer(
         "kernelopt", title="kernelopt: GPU kernel tools", version=__version__, instructions=INSTRUCTIONS,
-        log_level=log_level, **token_auth(token),
+        log_level=log_level, **token_auth(token),  # type: ignore[arg-type]  # --log-level's choices
     )
     if not client_roots:
         ROOTS_OFF.add(app)

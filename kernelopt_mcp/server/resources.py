@@ -15,8 +15,8 @@ from mcp_types import Completion, PromptReference, ResourceTemplateReference
 from pydantic import Field
 
 from ..errors import KerneloptError
-from ..service import KerneloptService
 from ..files import read_regular_bytes
+from ..service import KerneloptService
 from ..workload import Workload, json_schema
 
 RESOURCE_TEXT_SUFFIXES = {".json", ".cu", ".cuh", ".py", ".md", ".txt", ".csv", ".log", ".svg", ".ptx"}
@@ -121,6 +121,7 @@ def register_completions(app: MCPServer, service: KerneloptService) -> None:
     @app.completion()
     async def complete(ref: Any, argument: Any, context: Any) -> Completion | None:
         prefix = argument.value or ""
+        names: Any  # workload names (a dict's keys) or file names
         if isinstance(ref, PromptReference) and ref.name == "optimize_kernel" and argument.name == "workload":
             names = await anyio.to_thread.run_sync(service.workloads)
         elif isinstance(ref, ResourceTemplateReference) and ref.uri == "kernelopt://workloads/{name}/{file}":

@@ -72,9 +72,10 @@ def autotune_output(result: TuneResult, tunable: Tunable, top: int, saved_to: st
     ranked = result.ranked()
     best = result.best
     untuned = result.untuned
+    shown = best or untuned
     return AutotuneOutput(
         status="ok" if best is not None else "no_valid_configuration",
-        workload=result.workload, device=(best or untuned).device if (best or untuned) else None,
+        workload=result.workload, device=shown.device if shown else None,
         strategy=result.strategy, best_params=result.best_params,
         best_score_ms=best.score_ms if best else None,
         best_case_ms={c.name: c.timing.median_ms for c in best.cases if c.timing} if best else {},

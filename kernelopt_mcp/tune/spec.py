@@ -28,8 +28,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from .. import expr
 from ..compiler import check_options
 from ..errors import ExpressionError, TunableError
-from ..launch import DeviceLimits, LaunchConfig, LaunchSpec, device_names
 from ..files import read_json, read_text
+from ..launch import DeviceLimits, LaunchConfig, LaunchSpec, device_names
 from ..workload import Workload
 from .space import Space, Value
 
@@ -170,7 +170,7 @@ class Tunable:
 
 def _configs(spec: LaunchSpec) -> list[tuple[str, LaunchConfig]]:
     out = [("", spec.default)] if spec.default is not None else []
-    return [*out, *spec.cases.items()]  # type: ignore[list-item]
+    return [*out, *spec.cases.items()]
 
 
 def _dims(config: LaunchConfig) -> list[str]:

@@ -89,7 +89,7 @@ class TPE:
         optuna.logging.set_verbosity(optuna.logging.WARNING)
         self._optuna = optuna
         self.space = space
-        self.distributions = {
+        self.distributions: dict[str, optuna.distributions.BaseDistribution] = {
             n: optuna.distributions.CategoricalDistribution(v) for n, v in zip(space.names, space.values, strict=True)
         }
         with warnings.catch_warnings():

@@ -266,8 +266,9 @@ def proposal(case: dict[str, Any]) -> dict[str, Any]:
 def test_every_adversarial_kernel_through_kernelopt_optimize(
     harness_binary: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from kernelopt_agent.cli import main as agent_main
     from scripted_model import ScriptedModel
+
+    from kernelopt_agent.cli import main as agent_main
 
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("OPENAI_API_KEY", "sk-scripted")

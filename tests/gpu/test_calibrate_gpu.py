@@ -11,18 +11,18 @@ from typing import Any
 
 import pytest
 
-from kernelopt_mcp import Candidate, Session, HarnessProcess, LaunchSpec, Settings
+from kernelopt_mcp import Candidate, HarnessProcess, LaunchSpec, Session, Settings
+from kernelopt_mcp.config import find_workload
 from kernelopt_mcp.evaluation.calibrate import (
     cache_path,
     calibrate,
     device_peaks,
     load_calibration,
 )
-from kernelopt_mcp.config import find_workload
-from kernelopt_mcp.gpu import DeviceInfo
 from kernelopt_mcp.evaluation.harness import HarnessReply
 from kernelopt_mcp.evaluation.roofline import case_cost, case_roofline
 from kernelopt_mcp.evaluation.stats import from_answer
+from kernelopt_mcp.gpu import DeviceInfo
 
 pytestmark = pytest.mark.gpu
 

@@ -15,16 +15,16 @@ import pytest
 from kernelopt_mcp import (
     Candidate,
     EvaluateOptions,
-    Session,
     HarnessProcess,
+    Session,
     Settings,
     Status,
 )
 from kernelopt_mcp.config import find_workload
 from kernelopt_mcp.evaluation.candidate import initial_candidate
+from kernelopt_mcp.evaluation.evaluate import evaluate, prepare
 from kernelopt_mcp.gpu import DeviceInfo
 from kernelopt_mcp.launch import LaunchSpec
-from kernelopt_mcp.evaluation.evaluate import evaluate, prepare
 
 pytestmark = pytest.mark.gpu
 

@@ -6,23 +6,22 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from gpu_kernels import CACHING_ADD
 
 from kernelopt_mcp import (
     Candidate,
     EvaluateOptions,
-    Session,
     HarnessProcess,
+    Session,
     Settings,
     Status,
 )
 from kernelopt_mcp.config import find_workload
 from kernelopt_mcp.evaluation.candidate import initial_candidate
-from kernelopt_mcp.gpu import DeviceInfo
-from kernelopt_mcp.evaluation.harness import harness_features
-from kernelopt_mcp.launch import LaunchSpec
 from kernelopt_mcp.evaluation.evaluate import evaluate, prepare
-
-from gpu_kernels import CACHING_ADD
+from kernelopt_mcp.evaluation.harness import harness_features
+from kernelopt_mcp.gpu import DeviceInfo
+from kernelopt_mcp.launch import LaunchSpec
 
 pytestmark = pytest.mark.gpu
 

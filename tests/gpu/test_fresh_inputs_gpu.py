@@ -17,23 +17,22 @@ from pathlib import Path
 import ml_dtypes
 import numpy as np
 import pytest
+from gpu_kernels import CACHING_ADD
 
-from kernelopt_mcp import Candidate, EvaluateOptions, Session, HarnessProcess, Settings, Status
+from kernelopt_mcp import Candidate, EvaluateOptions, HarnessProcess, Session, Settings, Status
 from kernelopt_mcp.config import find_workload
 from kernelopt_mcp.dtypes import DType
 from kernelopt_mcp.evaluation.candidate import initial_candidate
-from kernelopt_mcp.gpu import DeviceInfo
-from kernelopt_mcp.evaluation.harness import harness_features
-from kernelopt_mcp.launch import LaunchSpec
-from kernelopt_mcp.evaluation.support_module import support_module
 from kernelopt_mcp.evaluation.evaluate import evaluate, prepare
-
-from gpu_kernels import CACHING_ADD
+from kernelopt_mcp.evaluation.harness import harness_features
+from kernelopt_mcp.evaluation.support_module import support_module
+from kernelopt_mcp.gpu import DeviceInfo
+from kernelopt_mcp.launch import LaunchSpec
 
 pytestmark = pytest.mark.gpu
 
 ADD_LAUNCH = LaunchSpec.model_validate({"grid": ["ceil_div(n, 256)"], "block": [256]})
-OPTS = dict(warmup=3, iterations=30, timeout_s=120)
+OPTS = {"warmup": 3, "iterations": 30, "timeout_s": 120}
 
 # Content-keyed memoization of half the output (the hack): the adversarial suite's kernel.
 # Above the roofline floor, so only fresh inputs (or the timing consistency) can catch it. On an

@@ -17,9 +17,9 @@ from typing import Any
 
 import numpy as np
 import pytest
-from kernelopt_agent.cli import main as agent_main
 from scripted_model import ScriptedModel
 
+from kernelopt_agent.cli import main as agent_main
 from kernelopt_mcp.evaluation.compare import compare
 from kernelopt_mcp.workload import Tolerance
 

@@ -14,8 +14,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from kernelopt_agent.cli import main as agent_main
 from scripted_model import ScriptedModel
+
+from kernelopt_agent.cli import main as agent_main
 
 pytestmark = [pytest.mark.gpu, pytest.mark.timeout(900)]
 

@@ -18,8 +18,8 @@ import pytest
 from kernelopt_mcp import (
     Candidate,
     EvaluateOptions,
-    Session,
     HarnessProcess,
+    Session,
     Settings,
 )
 from kernelopt_mcp.cli import main

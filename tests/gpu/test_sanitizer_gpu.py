@@ -15,13 +15,14 @@ import pytest
 from kernelopt_mcp import (
     Candidate,
     EvaluateOptions,
-    Session,
     HarnessProcess,
+    Session,
     Settings,
 )
 from kernelopt_mcp.config import find_workload
 from kernelopt_mcp.errors import ToolchainNotFound
 from kernelopt_mcp.evaluation.candidate import initial_candidate
+from kernelopt_mcp.evaluation.evaluate import prepare
 from kernelopt_mcp.gpu import device_info
 from kernelopt_mcp.launch import LaunchSpec
 from kernelopt_mcp.sanitizer import (
@@ -30,7 +31,6 @@ from kernelopt_mcp.sanitizer import (
     find_sanitizer,
     sanitize_candidate,
 )
-from kernelopt_mcp.evaluation.evaluate import prepare
 
 pytestmark = pytest.mark.gpu
 

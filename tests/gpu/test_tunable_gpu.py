@@ -19,15 +19,15 @@ from test_tunable_kernels import concrete_launch, load_tunable, options_for, sat
 from kernelopt_mcp import (
     Candidate,
     EvaluateOptions,
-    Session,
     HarnessProcess,
+    Session,
     Settings,
     Status,
 )
 from kernelopt_mcp.config import find_workload
+from kernelopt_mcp.evaluation.evaluate import evaluate, prepare
 from kernelopt_mcp.evaluation.outcomes import EvaluationResult
 from kernelopt_mcp.gpu import DeviceInfo
-from kernelopt_mcp.evaluation.evaluate import evaluate, prepare
 
 pytestmark = pytest.mark.gpu
 

@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from kernelopt_mcp import EvaluateOptions, Session, HarnessProcess, Settings
+from kernelopt_mcp import EvaluateOptions, HarnessProcess, Session, Settings
 from kernelopt_mcp.cli import main
 from kernelopt_mcp.config import find_workload
 from kernelopt_mcp.gpu import device_info

@@ -7,7 +7,7 @@ import torch.nn as nn
 
 class Model(nn.Module):
     def __init__(self, in_channels, out_channels, kernel_size, bias_shape):
-        super(Model, self).__init__()
+        super().__init__()
         self.conv = nn.Conv2d(in_channels, out_channels, kernel_size)
         self.bias = nn.Parameter(torch.randn(bias_shape))
 
