@@ -1,0 +1,266 @@
+// The fake driver's built-in kernels, run on the CPU when launched (see fake_libcuda.cpp).
+#include "fake_libcuda.hpp"
+
+#include <iterator>
+
+namespace fake {
+namespace {
+
+// copy(const u8* in, u8* out, u64 n)
+void copy_run(void** p) {
+  const auto n = arg<std::uint64_t>(p, 2);
+  std::memcpy(bytes_at(arg<CUdeviceptr>(p, 1)), bytes_at(arg<CUdeviceptr>(p, 0)), n);
+}
+// Like copy, then one byte past the end of `out` and 3 bytes just before it.
+void oob_run(void** p) {
+  copy_run(p);
+  const auto n = arg<std::uint64_t>(p, 2);
+  auto* out = bytes_at(arg<CUdeviceptr>(p, 1));
+  out[n] = 0;
+  out[-1] = 0;
+  out[-2] = 0;
+  out[-3] = 0;
+}
+// Like copy, then flips bits of in[3] and in[5].
+void clobber_run(void** p) {
+  copy_run(p);
+  auto* in = bytes_at(arg<CUdeviceptr>(p, 0));
+  in[3] ^= 1;
+  in[5] ^= 1;
+}
+// An illegal address, reported asynchronously.
+void fault_run(void**) { g_pending = CUDA_ERROR_ILLEGAL_ADDRESS; }
+// inc(u8* data, u64 n): data[i] += 1
+void inc_run(void** p) {
+  const auto n = arg<std::uint64_t>(p, 1);
+  auto* d = bytes_at(arg<CUdeviceptr>(p, 0));
+  for (std::uint64_t i = 0; i < n; ++i) d[i] = static_cast<std::uint8_t>(d[i] + 1);
+}
+// axpy(float a, const float* x, float* y, u32 n): y = a * x + y
+void axpy_run(void** p) {
+  const auto a = arg<float>(p, 0);
+  const auto* x = reinterpret_cast<const float*>(arg<CUdeviceptr>(p, 1));
+  auto* y = reinterpret_cast<float*>(arg<CUdeviceptr>(p, 2));
+  const auto n = arg<std::uint32_t>(p, 3);
+  for (std::uint32_t i = 0; i < n; ++i) y[i] = a * x[i] + y[i];
+}
+// count(u32* out, u32 n): out[i] += 1 (an accumulating kernel: needs init "zero")
+void count_run(void** p) {
+  auto* out = reinterpret_cast<std::uint32_t*>(arg<CUdeviceptr>(p, 0));
+  const auto n = arg<std::uint32_t>(p, 1);
+  for (std::uint32_t i = 0; i < n; ++i) out[i] += 1;
+}
+
+// Like copy, but from its second launch on also flips a bit of in[0]: only a check after the
+// measured launches can see it.
+void late_clobber_run(void** p) {
+  static int calls = 0;
+  copy_run(p);
+  if (calls++ > 0) bytes_at(arg<CUdeviceptr>(p, 0))[0] ^= 1;
+}
+// stamp(u32* out, u32 n): out[i] = the launch count, so no two launches agree.
+void stamp_run(void** p) {
+  auto* out = reinterpret_cast<std::uint32_t*>(arg<CUdeviceptr>(p, 0));
+  const auto n = arg<std::uint32_t>(p, 1);
+  for (std::uint32_t i = 0; i < n; ++i) out[i] = static_cast<std::uint32_t>(g_launches + 1);
+}
+// replay(const u8* in, u8* out, u64 n): copies on its first launch, then replays that first
+// result whatever the input (a kernel that caches its answer).
+std::vector<std::uint8_t> g_replay;
+void replay_run(void** p) {
+  const auto n = arg<std::uint64_t>(p, 2);
+  const auto* in = bytes_at(arg<CUdeviceptr>(p, 0));
+  if (g_replay.empty()) g_replay.assign(in, in + n);
+  std::memcpy(bytes_at(arg<CUdeviceptr>(p, 1)), g_replay.data(),
+              n < g_replay.size() ? n : g_replay.size());
+}
+
+// The support module's kernels, on the CPU, with compare.cu's semantics and result layout.
+double half_to_double(std::uint16_t h) {
+  const int exp = (h >> 10) & 0x1f;
+  const int mant = h & 0x3ff;
+  const double sign = (h & 0x8000) ? -1.0 : 1.0;
+  if (exp == 0) return sign * std::ldexp(mant, -24);
+  if (exp == 31) return mant ? std::nan("") : sign * INFINITY;
+  return sign * std::ldexp(mant | 0x400, exp - 25);
+}
+template <typename T>
+double load_plain(const std::uint8_t* p, std::uint64_t i) {
+  T v;
+  std::memcpy(&v, p + i * sizeof(T), sizeof v);
+  return static_cast<double>(v);
+}
+double load_half(const std::uint8_t* p, std::uint64_t i) {
+  std::uint16_t v;
+  std::memcpy(&v, p + 2 * i, 2);
+  return half_to_double(v);
+}
+double load_bf16(const std::uint8_t* p, std::uint64_t i) {
+  std::uint16_t v;
+  std::memcpy(&v, p + 2 * i, 2);
+  const std::uint32_t bits = std::uint32_t{v} << 16;
+  float f;
+  std::memcpy(&f, &bits, 4);
+  return f;
+}
+template <double (*Load)(const std::uint8_t*, std::uint64_t)>
+void compare_run(void** p) {
+  const auto* actual = bytes_at(arg<CUdeviceptr>(p, 0));
+  const auto* expected = reinterpret_cast<const double*>(arg<CUdeviceptr>(p, 1));
+  const auto n = arg<std::uint64_t>(p, 2);
+  const auto abs_tol = arg<double>(p, 3);
+  const auto rtol = arg<double>(p, 4);
+  const auto rel_floor = arg<double>(p, 5);
+  auto* r = reinterpret_cast<std::uint64_t*>(arg<CUdeviceptr>(p, 6));
+  double max_abs = 0, max_rel = 0, err_sq;
+  std::memcpy(&max_abs, &r[3], 8);
+  std::memcpy(&max_rel, &r[4], 8);
+  std::memcpy(&err_sq, &r[5], 8);
+  for (std::uint64_t i = 0; i < n; ++i) {
+    const double e = expected[i];
+    const double a = Load(actual, i);
+    const double diff = std::fabs(a - e);
+    if (!(diff <= abs_tol + rtol * std::fabs(e))) {
+      ++r[0];
+      if (i < r[2]) r[2] = i;
+    }
+    if (!std::isfinite(a)) ++r[1];
+    if (std::isfinite(diff)) {
+      max_abs = std::fmax(max_abs, diff);
+      max_rel = std::fmax(max_rel, diff / std::fmax(std::fabs(e), rel_floor));
+      err_sq += diff * diff;
+    }
+  }
+  std::memcpy(&r[3], &max_abs, 8);
+  std::memcpy(&r[4], &max_rel, 8);
+  std::memcpy(&r[5], &err_sq, 8);
+}
+void bitwise_diff_run(void** p) {
+  const auto* a = bytes_at(arg<CUdeviceptr>(p, 0));
+  const auto* b = bytes_at(arg<CUdeviceptr>(p, 1));
+  const auto n = arg<std::uint64_t>(p, 2);
+  auto* r = reinterpret_cast<std::uint64_t*>(arg<CUdeviceptr>(p, 3));
+  for (std::uint64_t i = 0; i < n; ++i) {
+    if (a[i] != b[i]) {
+      ++r[0];
+      if (i < r[1]) r[1] = i;
+    }
+  }
+}
+
+// ko_spin(u32* release, u32* timed_out, u64 timeout_ns): the fake runs launches when they are
+// enqueued, before the host could release the flag, so it returns at once; with
+// FAKE_CUDA_SPIN_TIMEOUT it reports a timeout instead.
+void spin_run(void** p) {
+  ++g_spin_launches;
+  if (std::getenv("FAKE_CUDA_SPIN_TIMEOUT") != nullptr) {
+    *reinterpret_cast<std::uint32_t*>(arg<CUdeviceptr>(p, 1)) = 1;
+  }
+}
+void empty_run(void**) {}
+
+// ko_fill_<dtype>(T* out, u64 n, u64 seed, u64 launch, u32 buffer, u32 kind, double a,
+// double b, i64 low, u64 range): not fill.cu's Philox, only a deterministic function of
+// (seed, launch, buffer, i) in the generator's range, which is what the harness relies on.
+std::uint64_t mix(std::uint64_t x) {
+  x += 0x9E3779B97F4A7C15ull;
+  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+  return x ^ (x >> 31);
+}
+template <typename T>
+void fill_run(void** p) {
+  ++g_fills;
+  auto* out = reinterpret_cast<T*>(arg<CUdeviceptr>(p, 0));
+  const auto n = arg<std::uint64_t>(p, 1);
+  const auto seed = arg<std::uint64_t>(p, 2);
+  const auto launch = arg<std::uint64_t>(p, 3);
+  const auto buffer = arg<std::uint32_t>(p, 4);
+  const auto kind = arg<std::uint32_t>(p, 5);
+  const auto a = arg<double>(p, 6);
+  const auto b = arg<double>(p, 7);
+  const auto low = arg<std::int64_t>(p, 8);
+  const auto range = arg<std::uint64_t>(p, 9);
+  for (std::uint64_t i = 0; i < n; ++i) {
+    const std::uint64_t h = mix(seed ^ mix(launch * 0x100000001B3ull + buffer) ^ mix(i));
+    const double u = static_cast<double>(h >> 11) * 0x1p-53;
+    double v = kind == 2   ? static_cast<double>(low + static_cast<std::int64_t>(h % range))
+               : kind == 0 ? a + (b - a) * u
+                           : a + b * (2 * u - 1);
+    out[i] = static_cast<T>(v);
+  }
+}
+// ko_compare_ref_<dtype>: ko_compare_<dtype> with the reference output as the expected values.
+template <double (*Load)(const std::uint8_t*, std::uint64_t)>
+void compare_ref_run(void** p) {
+  ++g_ref_compares;
+  const auto* reference = bytes_at(arg<CUdeviceptr>(p, 1));
+  const auto n = arg<std::uint64_t>(p, 2);
+  std::vector<double> expected(n);
+  for (std::uint64_t i = 0; i < n; ++i) expected[i] = Load(reference, i);
+  CUdeviceptr e = reinterpret_cast<CUdeviceptr>(expected.data());
+  void* q[] = {p[0], &e, p[2], p[3], p[4], p[5], p[6]};
+  compare_run<Load>(q);
+}
+
+#define FAKE_COMPARE(dtype, load) \
+  {"ko_compare_" #dtype, {8, 8, 8, 8, 8, 8, 8}, 0.01, 1536, 48 * 1024, compare_run<load>}
+
+#define FAKE_REF(dtype, load, T)                                                                   \
+  {"ko_compare_ref_" #dtype, {8, 8, 8, 8, 8, 8, 8}, 0.01, 1536, 48 * 1024, compare_ref_run<load>}, \
+  {                                                                                                \
+    "ko_fill_" #dtype, {8, 8, 8, 8, 4, 4, 8, 8, 8, 8}, 0.02, 0, 48 * 1024, fill_run<T>             \
+  }
+
+Kernel g_kernels[] = {
+    {"stamp_kernel", {8, 4}, 0.125, 0, 48 * 1024, stamp_run},
+    {"late_clobber_kernel", {8, 8, 8}, 0.5, 0, 48 * 1024, late_clobber_run},
+    {"replay_kernel", {8, 8, 8}, 0.5, 0, 48 * 1024, replay_run},
+    FAKE_COMPARE(int8, load_plain<std::int8_t>),
+    FAKE_COMPARE(int16, load_plain<std::int16_t>),
+    FAKE_COMPARE(int32, load_plain<std::int32_t>),
+    FAKE_COMPARE(int64, load_plain<std::int64_t>),
+    FAKE_COMPARE(uint8, load_plain<std::uint8_t>),
+    FAKE_COMPARE(uint16, load_plain<std::uint16_t>),
+    FAKE_COMPARE(uint32, load_plain<std::uint32_t>),
+    FAKE_COMPARE(uint64, load_plain<std::uint64_t>),
+    FAKE_COMPARE(float16, load_half),
+    FAKE_COMPARE(bfloat16, load_bf16),
+    FAKE_COMPARE(float32, load_plain<float>),
+    FAKE_COMPARE(float64, load_plain<double>),
+    FAKE_REF(int8, load_plain<std::int8_t>, std::int8_t),
+    FAKE_REF(int16, load_plain<std::int16_t>, std::int16_t),
+    FAKE_REF(int32, load_plain<std::int32_t>, std::int32_t),
+    FAKE_REF(int64, load_plain<std::int64_t>, std::int64_t),
+    FAKE_REF(uint8, load_plain<std::uint8_t>, std::uint8_t),
+    FAKE_REF(uint16, load_plain<std::uint16_t>, std::uint16_t),
+    FAKE_REF(uint32, load_plain<std::uint32_t>, std::uint32_t),
+    FAKE_REF(uint64, load_plain<std::uint64_t>, std::uint64_t),
+    FAKE_REF(float16, load_half, std::uint16_t),
+    FAKE_REF(bfloat16, load_bf16, std::uint16_t),
+    FAKE_REF(float32, load_plain<float>, float),
+    FAKE_REF(float64, load_plain<double>, double),
+    {"ko_bitwise_diff", {8, 8, 8, 8}, 0.01, 512, 48 * 1024, bitwise_diff_run},
+    {"ko_spin", {8, 8, 8}, 0.0, 0, 48 * 1024, spin_run},
+    {"ko_empty", {}, 0.002, 0, 48 * 1024, empty_run},
+    {"copy_kernel", {8, 8, 8}, 0.5, 0, 48 * 1024, copy_run},
+    {"oob_kernel", {8, 8, 8}, 0.5, 0, 48 * 1024, oob_run},
+    {"clobber_kernel", {8, 8, 8}, 0.5, 0, 48 * 1024, clobber_run},
+    {"fault_kernel", {8, 8, 8}, 0.5, 0, 48 * 1024, fault_run},
+    {"inc_kernel", {8, 8}, 0.25, 0, 48 * 1024, inc_run},
+    {"axpy_kernel", {4, 8, 8, 4}, 0.125, 0, 48 * 1024, axpy_run},
+    {"count_kernel", {8, 4}, 0.125, 1024, 48 * 1024, count_run},
+};
+
+}  // namespace
+
+KernelTable kernels() { return {std::begin(g_kernels), std::end(g_kernels)}; }
+
+Kernel* as_kernel(CUfunction f) {
+  for (auto& k : g_kernels) {
+    if (reinterpret_cast<CUfunction>(&k) == f) return &k;
+  }
+  return nullptr;
+}
+
+}  // namespace fake

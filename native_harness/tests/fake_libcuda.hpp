@@ -1,0 +1,91 @@
+// The fake driver's state, shared by fake_libcuda.cpp (the driver entry points) and
+// fake_kernels.cpp (the built-in kernels). See fake_libcuda.cpp.
+#pragma once
+
+#include <cuda.h>
+
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include <memory>
+#include <set>
+#include <string>
+#include <vector>
+
+namespace fake {
+
+inline CUresult g_sticky = CUDA_SUCCESS;   // once set, every call returns it, like a dead context
+inline CUresult g_pending = CUDA_SUCCESS;  // an asynchronous fault surfacing at the next sync
+inline double g_clock_ms = 0;              // advanced by kernels; read by event records
+inline unsigned long g_launches = 0;
+inline unsigned long g_fills = 0;         // ko_fill_<dtype> launches
+inline unsigned long g_ref_compares = 0;  // ko_compare_ref_<dtype> launches
+
+inline std::map<std::uintptr_t, std::size_t> g_allocs;
+inline std::set<void*> g_events;
+inline std::set<void*> g_modules;
+inline std::set<void*> g_streams;
+inline int g_ctx_refs = 0;
+inline int g_ctx_token = 0;
+inline std::set<void*> g_host;  // cuMemHostAlloc
+inline unsigned long g_spin_launches = 0;
+inline unsigned long g_graph_launches = 0;
+inline unsigned long g_graph_kernels = 0;  // kernels run by graph replays
+
+struct Kernel;
+struct CapturedLaunch {
+  Kernel* kernel;
+  std::vector<std::vector<std::uint8_t>> args;
+};
+struct Graph {
+  std::vector<CapturedLaunch> launches;
+};
+inline CUstream g_capturing = nullptr;  // the stream being captured, if any
+inline std::unique_ptr<Graph> g_capture;
+inline std::set<void*> g_graphs;
+inline std::set<void*> g_execs;
+
+struct Event {
+  double t = -1;
+};
+
+inline bool valid_range(CUdeviceptr p, std::size_t n) {
+  auto it = g_allocs.upper_bound(static_cast<std::uintptr_t>(p));
+  if (it == g_allocs.begin()) return false;
+  --it;
+  return p >= it->first && p + n <= it->first + it->second;
+}
+
+inline std::uint8_t* bytes_at(CUdeviceptr p) { return reinterpret_cast<std::uint8_t*>(p); }
+
+struct Kernel {
+  const char* name;
+  std::vector<std::size_t> params;
+  double ms;
+  int static_shared;
+  int max_dynamic_shared = 48 * 1024;
+  void (*run)(void** p);
+};
+
+template <typename T>
+T arg(void** p, int i) {
+  T v;
+  std::memcpy(&v, p[i], sizeof v);
+  return v;
+}
+
+// The built-in kernels, iterable: for (Kernel& k : kernels()).
+struct KernelTable {
+  Kernel* first;
+  Kernel* last;
+  Kernel* begin() const { return first; }
+  Kernel* end() const { return last; }
+};
+KernelTable kernels();
+// The kernel a CUfunction handle points at, or nullptr.
+Kernel* as_kernel(CUfunction f);
+
+}  // namespace fake
