@@ -26,18 +26,19 @@ from kernelopt_mcp.workload import DataFile, Workload, load_workload
 
 @pytest.fixture
 def frozen(tmp_path: Path) -> tuple[Workload, int]:
-    """The frozen workload of a run of the tiny c = a + b workload (what the server checks)."""
-    from kernelopt_agent.freeze import freeze
-    from kernelopt_agent.options import OptimizeOptions
-    from kernelopt_agent.parts import load_parts
-    from kernelopt_agent.rundir import RunDir
+    """The frozen workload of a run of the tiny c = a + b workload (what the server checks), frozen
+    as the server's freeze_workload tool freezes it."""
+    from kernelopt_mcp.freeze import freeze_workload
 
     harness = write_harness(tmp_path, "fake")
-    parent = write_tiny_workload(tmp_path / "wl")
-    opts = OptimizeOptions.build({"workload": str(parent / "tiny_add")}, environ={}, cwd=tmp_path)
-    run = RunDir.create(tmp_path / "results")
-    fw = freeze(load_parts(opts), run, device_info(harness, 0), "sm_90", seed=1234)
-    return load_workload(run.path / "workload" / "tiny_add"), fw.seed
+    src = write_tiny_workload(tmp_path / "wl") / "tiny_add"
+    spec = json.loads((src / "workload.json").read_text())
+    fw = freeze_workload(
+        spec, (src / "reference.cu").read_text(), (src / "initial.cu").read_text(), tmp_path / "run",
+        oracle=src / "reference.py", data_path=Path, seed=1234, device=device_info(harness, 0), arch="sm_90",
+        ordinal=0, compile_cache=None, warmup=10, iterations=100,
+    )
+    return load_workload(tmp_path / "run" / "workload" / "tiny_add"), fw.seed
 
 
 def _arrays(wl: Workload, seed: int, where: Path, **kw: bool) -> dict[tuple[str, str], np.ndarray]:
