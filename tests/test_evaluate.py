@@ -149,3 +149,41 @@ def test_without_a_cuda_reference_checked_launches_are_written_for_the_oracle(tm
     assert len(case["checked_launches"]) == 1 and case["checked_launches"][0] >= 15 and Path(case["checked_dump"]).is_dir()
     # the pretend GPU writes no files: the result does not claim the oracle checked a timed launch
     assert not any("NumPy oracle" in c for c in result.checks), result.checks
+
+
+def test_fresh_launches_redraw_a_hidden_subset_and_catch_a_cache_on_the_others(tmp_path, monkeypatch) -> None:
+    """EvaluateOptions.fresh_launches (issue 14's cost): the harness redraws before a hidden subset
+    of the measured launches only (the reference's timing too); a kernel faster on the launches
+    that reuse inputs it has seen is inconsistent_timing; an honest one is ok and its checks say
+    what ran. Without the harness feature nothing is sent or claimed."""
+    monkeypatch.setenv("KO_FAKE_FEATURES", FRESH_FEATURES + ",fresh_launches")
+    harness = write_harness(tmp_path, "fake")
+    wl = find_workload(write_tiny_workload(tmp_path / "extra") / "tiny_add", Settings())
+    opts = EvaluateOptions(warmup=2, iterations=60, fresh_launches=12)
+    launch = LaunchSpec.model_validate(ADD_LAUNCH)
+    results = {}
+    for mode in ("", "MEMO"):
+        workdir = tmp_path / f"w{mode}"
+        with HarnessProcess(harness, 0) as proc, Session(wl, proc, device_info(harness, 0), workdir=workdir,
+                                                           options=opts) as ev:
+            results[mode] = evaluate(ev, Candidate(kernel(mode), launch, [], "add"))
+        timed = [r["cases"][0] for _, r in _requests(workdir) if r["cases"][0].get("timing")]
+        assert timed and all(len(c["fresh_launches"]) == 12 for c in timed)
+        assert all(c["fresh_launches"] == sorted(set(c["fresh_launches"])) for c in timed)
+        assert len({tuple(c["fresh_launches"]) for c in timed}) > 1  # hidden: a new subset every request
+    honest, memo = results[""], results["MEMO"]
+    assert honest.ok, honest.message
+    assert any("before a hidden 12 of the 60 measured launches" in c for c in honest.checks), honest.checks
+    assert not any("for every timed launch" in c for c in honest.checks)
+    assert memo.status.value == "inconsistent_timing", memo.message
+    assert "inputs it has seen" in memo.message
+    # a harness without the feature gets no fresh_launches, and the result claims every-launch draws
+    monkeypatch.setenv("KO_FAKE_FEATURES", FRESH_FEATURES)
+    (tmp_path / "old").mkdir()
+    harness = write_harness(tmp_path / "old", "fake")  # a new binary path: features are cached per binary
+    workdir = tmp_path / "old" / "w"
+    with HarnessProcess(harness, 0) as proc, Session(wl, proc, device_info(harness, 0), workdir=workdir,
+                                                       options=opts) as ev:
+        old = evaluate(ev, Candidate(kernel(), launch, [], "add"))
+    assert old.ok and "fresh device-drawn inputs for every timed launch (buffers a, b)" in old.checks
+    assert not any("fresh_launches" in r["cases"][0] for _, r in _requests(workdir))

@@ -53,6 +53,10 @@ class EvaluateOptions:
     check_timed_outputs: bool = True  # validate one launch after timing on hidden-seed inputs
     device_compare: bool = True  # compare outputs on the GPU when the harness can
     fresh_inputs: bool = True  # redraw inputs on the device before every timed launch
+    # Redraw before only this many hidden measured launches (and the first warm-up); the others
+    # reuse the last draw and their times are compared with the new-input launches'
+    # (fresh_inputs.split_problem). None: redraw before every launch. Events mode only.
+    fresh_launches: int | None = None
     checked_launches: int = 3  # hidden measured launches whose outputs the CUDA reference checks
     check_consistency: bool = True  # flag launches on unseen inputs much slower than the median
     oracle_checked_launches: int = 1  # without a CUDA reference: hidden launches checked by the NumPy oracle

@@ -185,7 +185,8 @@ def consistency_problem(timing: TimingStats, check_ms: float | None, confirm_ms:
 
 
 def fresh_checks(workload: Workload, cases: list[Case], *, redraw: bool, reference: bool, checked: int,
-                 consistency: bool, oracle_checked: int = 0, graph: bool = False) -> list[str]:
+                 consistency: bool, oracle_checked: int = 0, graph: bool = False,
+                 subset: tuple[int, int] | None = None) -> list[str]:
     """The lines of a result's ``checks`` list for fresh inputs, checked launches and timing
     consistency over the performance ``cases``: only what really runs, and what cannot."""
     lines: list[str] = []
@@ -201,6 +202,16 @@ def fresh_checks(workload: Workload, cases: list[Case], *, redraw: bool, referen
             f"fresh device-drawn inputs for every CUDA-graph replay (buffers {', '.join(drawn)}); the launches inside "
             "one replay share them, so memoization within a replay is not excluded (events mode excludes it)"
         )
+    elif redraw and drawn and subset is not None:
+        count, iterations = subset
+        lines.append(
+            f"fresh device-drawn inputs before a hidden {min(count, iterations)} of the {iterations} measured launches "
+            f"and the first warm-up (buffers {', '.join(drawn)}); the others reuse the last draw, and launches on new "
+            f"inputs slower than those on inputs seen before (over {SPLIT_MIN_FRACTION:.0%}, beyond both medians' "
+            "99.99% intervals) are inconsistent_timing"
+        )
+        for name, why in fixed.items():
+            lines.append(f"fresh inputs: buffer {name} not redrawn ({why})")
     elif redraw and drawn:
         lines.append(f"fresh device-drawn inputs for every timed launch (buffers {', '.join(drawn)})")
         for name, why in fixed.items():

@@ -22,7 +22,7 @@ from ..files import write_atomic
 from ..launch import ResolvedLaunch
 from ..workload import BufferParam, Case, Workload
 from .compare import Thresholds, compare, from_device, thresholds
-from .fresh_inputs import consistency_problem
+from .fresh_inputs import consistency_problem, split_problem
 from .harness import ExitCode, HarnessReply, raise_for_request_error
 from .inputs import CaseInputs
 from .oracle import run_oracle
@@ -104,6 +104,8 @@ class CaseJob:
     fresh: dict[str, dict[str, Any]] = field(default_factory=dict)  # buffer -> harness "fresh" spec
     fresh_seed: int | None = None  # hidden, new for every request
     fresh_timed: bool = True  # redraw before every timed launch (False: only the confirm launch)
+    fresh_launches: list[int] | None = None  # redraw before these measured samples only (hidden)
+    split: bool = False  # judge the launches on new inputs against those on inputs seen before
     checked: list[int] = field(default_factory=list)  # measured samples the CUDA reference checks
     check_launch: LaunchRequest | None = None  # the reference's launch for this case
     confirm: bool = False  # one more fresh launch after timing (timing consistency)
@@ -140,6 +142,8 @@ def build_request(
         if job.fresh:
             entry.fresh_seed = job.fresh_seed
             entry.fresh_timed = job.fresh_timed
+            if job.fresh_launches is not None and job.fresh_timed:
+                entry.fresh_launches = job.fresh_launches
         if job.checked:
             entry.checked_launches = job.checked
         if job.check_launch and (job.checked or job.confirm):
@@ -266,6 +270,10 @@ def interpret(
             _check_dumps(cr, job, workload, ca.timed_dumps, len(t.times_ms))
         if cr.status is Status.ok and job.timed is not None:
             _check_timed(cr, job, workload, device)
+        if cr.status is Status.ok and job.split and job.fresh_launches is not None:
+            problem = split_problem(list(t.times_ms), job.fresh_launches)
+            if problem:
+                cr.status, cr.message = Status.inconsistent_timing, problem
         if cr.status is Status.ok and job.consistency:
             problem = consistency_problem(cr.timing, cr.timing.check_launch_ms, cr.confirm_launch_ms)
             if problem:

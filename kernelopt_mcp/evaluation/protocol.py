@@ -128,6 +128,7 @@ class CaseRequest(_Request):
     timing: TimingRequest | None = None
     fresh_seed: int | None = None
     fresh_timed: bool | None = None
+    fresh_launches: list[int] | None = None
     checked_launches: list[int] | None = None
     check_launch: LaunchRequest | None = None
     confirm_launch: bool | None = None

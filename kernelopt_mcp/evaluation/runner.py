@@ -20,7 +20,14 @@ from ..workload import Case
 from .candidate import Candidate, EvaluateOptions
 from .clocks import probe_device_clocks
 from .compare import geometric_mean
-from .fresh_inputs import case_fresh, fresh_checks, pick_checked_launches, request_seed
+from .fresh_inputs import (
+    SPLIT_MIN_SAMPLES,
+    case_fresh,
+    fresh_checks,
+    pick_checked_launches,
+    pick_fresh_launches,
+    request_seed,
+)
 from .harness_case import CaseJob, DataSet, interpret
 from .inputs import hidden_seed_checks
 from .outcomes import CaseResult, EvaluationResult, Status, worst
@@ -168,8 +175,13 @@ def _timing_job(
     specs = case_fresh(s.workload, case).specs if wants_fresh else {}
     if specs:
         job.fresh, job.fresh_seed, job.fresh_timed = specs, request_seed(), s.uses("fresh_inputs", options)
+        if job.fresh_timed and s.uses("fresh_launches", options) and (timing.mode or "events") == "events":
+            # the reference is timed the same way, so speedups compare like with like
+            count = max(SPLIT_MIN_SAMPLES, options.fresh_launches or 0)  # fewer could not be judged
+            job.fresh_launches = pick_fresh_launches(options.iterations, count)
     if not candidate:
         return job
+    job.split = job.fresh_launches is not None
     if s.check_module is not None and case.name in s.check_launches:
         job.checked = pick_checked_launches(options.iterations, options.checked_launches)
         job.check_launch = s.check_launches[case.name]
@@ -220,6 +232,8 @@ def _checks_that_ran(s: Session, result: EvaluationResult, options: EvaluateOpti
             reference=checked, checked=options.checked_launches if checked else 0, consistency=consistency,
             oracle_checked=options.oracle_checked_launches if by_oracle else 0,
             graph=any(t.mode == "graph" for _, t in timed),
+            subset=(max(SPLIT_MIN_SAMPLES, options.fresh_launches or 0), options.iterations)
+            if s.uses("fresh_launches", options) and all(t.mode == "events" for _, t in timed) else None,
         )
     return checks
 

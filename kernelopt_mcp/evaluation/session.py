@@ -123,6 +123,7 @@ class Session:
             "determinism": o.check_determinism,
             "timed_inputs": o.check_timed_outputs,
             "fresh_inputs": o.fresh_inputs,
+            "fresh_launches": o.fresh_inputs and o.fresh_launches is not None,
             "timed_check": o.checked_launches > 0,
             "confirm_launch": o.check_consistency,
             "checked_dump": o.oracle_checked_launches > 0,
