@@ -113,7 +113,7 @@ def test_checks_section_measures_the_new_checks_on_and_off(run: ModuleType, benc
     assert any("'on' ran:" in n and "fresh device-drawn inputs for every timed launch (buffers a, b)" in n
                for n in sec.notes), sec.notes
     assert any("'subset' ran:" in n and "fresh device-drawn inputs before a hidden " in n and "measured launches" in n
-               for n in sec.notes), sec.notes
+               for n in sec.notes), "\n".join(sec.notes)
     assert "vs off" in check_rendering(run, sec)
 
 

@@ -21,7 +21,6 @@ from .candidate import Candidate, EvaluateOptions
 from .clocks import probe_device_clocks
 from .compare import geometric_mean
 from .fresh_inputs import (
-    SPLIT_MIN_SAMPLES,
     case_fresh,
     fresh_checks,
     pick_checked_launches,
@@ -175,10 +174,10 @@ def _timing_job(
     specs = case_fresh(s.workload, case).specs if wants_fresh else {}
     if specs:
         job.fresh, job.fresh_seed, job.fresh_timed = specs, request_seed(), s.uses("fresh_inputs", options)
-        if job.fresh_timed and s.uses("fresh_launches", options) and (timing.mode or "events") == "events":
+        subset = s.fresh_subset(options)
+        if job.fresh_timed and subset is not None and (timing.mode or "events") == "events":
             # the reference is timed the same way, so speedups compare like with like
-            count = max(SPLIT_MIN_SAMPLES, options.fresh_launches or 0)  # fewer could not be judged
-            job.fresh_launches = pick_fresh_launches(options.iterations, count)
+            job.fresh_launches = pick_fresh_launches(options.iterations, subset[0])
     if not candidate:
         return job
     job.split = job.fresh_launches is not None
@@ -232,8 +231,7 @@ def _checks_that_ran(s: Session, result: EvaluationResult, options: EvaluateOpti
             reference=checked, checked=options.checked_launches if checked else 0, consistency=consistency,
             oracle_checked=options.oracle_checked_launches if by_oracle else 0,
             graph=any(t.mode == "graph" for _, t in timed),
-            subset=(max(SPLIT_MIN_SAMPLES, options.fresh_launches or 0), options.iterations)
-            if s.uses("fresh_launches", options) and all(t.mode == "events" for _, t in timed) else None,
+            subset=s.fresh_subset(options) if all(t.mode == "events" for _, t in timed) else None,
         )
     return checks
 

@@ -26,7 +26,7 @@ from ..launch import DeviceLimits, ResolvedLaunch, resolve
 from ..workload import BufferParam, Case, Workload
 from .calibrate import device_peaks
 from .candidate import Candidate, EvaluateOptions, ProgressFn
-from .fresh_inputs import fresh_checks
+from .fresh_inputs import SPLIT_MIN_SAMPLES, fresh_checks
 from .harness import HarnessProcess, harness_features
 from .harness_case import CaseJob, DataSet, build_request
 from .inputs import CaseInputs, fresh_seed, hidden_seed_checks
@@ -168,8 +168,17 @@ class Session:
                 consistency=self.uses("confirm_launch", o) and self.uses("timed_inputs", o) and o.timing_mode == "events",
                 oracle_checked=o.oracle_checked_launches if self.oracle_checks_timed_launches(o) else 0,
                 graph=o.timing_mode == "graph" and "graph" in self.features,
+                subset=self.fresh_subset(o) if o.timing_mode == "events" else None,
             )
         return checks
+
+    def fresh_subset(self, options: EvaluateOptions | None = None) -> tuple[int, int] | None:
+        """With ``fresh_launches`` in use: (how many measured launches are redrawn before, of how
+        many); None: a redraw before every launch."""
+        o = options or self.options
+        if not self.uses("fresh_launches", o):
+            return None
+        return max(SPLIT_MIN_SAMPLES, o.fresh_launches or 0), o.iterations
 
     @property
     def checks(self) -> list[str]:
