@@ -6,7 +6,10 @@
 set -o pipefail
 OUT=${OUT:-/tmp/out}
 LOGS=$(mktemp -d)
-finish() { tar -czf "$OUT/logs.tar.gz" -C "$LOGS" . ; }
+# pytest's temporary directories live here and go at exit: on a machine kept warm between calls the
+# default /tmp/pytest-of-$USER kept three runs' inputs (a full run's are tens of GB) and filled the disk
+BASETEMP=$(mktemp -d /tmp/ko-pytest.XXXXXX)
+finish() { tar -czf "$OUT/logs.tar.gz" -C "$LOGS" . ; rm -rf "$BASETEMP"; }
 trap finish EXIT
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 1
 export PYTHONPATH=/tmp/site:$PYTHONPATH PATH=/tmp/site/bin:$PATH PYTHONUNBUFFERED=1
@@ -16,7 +19,7 @@ nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu,
 kernelopt gpu --json > "$LOGS/gpu.json" || { echo "kernelopt gpu failed"; exit 1; }
 if [ "$#" -gt 0 ]; then
   # straight into $OUT: it comes back even if the device's time limit kills the run
-  KERNELOPT_GPU_REPORT="$OUT/report.jsonl" python3 -m pytest --run-gpu -q -p no:cacheprovider --durations=15 "$@" 2>&1 | tee "$OUT/pytest_gpu.log"
+  KERNELOPT_GPU_REPORT="$OUT/report.jsonl" python3 -m pytest --run-gpu -q -p no:cacheprovider --basetemp "$BASETEMP" --durations=15 "$@" 2>&1 | tee "$OUT/pytest_gpu.log"
 fi
 if [ -n "$EVALUATE_ALL" ]; then
   for w in vector_add sgemm reduce_sum softmax transpose layernorm; do
