@@ -245,3 +245,11 @@ def test_model_text_is_escaped_never_markup(tmp_path: Path) -> None:
     page = render_report(run)
     assert "<script" not in page and "<img" not in page and "onerror=\"" not in page
     assert page.count(html.escape(evil)) >= 5  # title, error, note, verdict message, rationale (+ the source)
+
+
+@pytest.mark.parametrize(("cost", "shown"), [(None, "(cost unknown)"), (0.0, "(~0.0000 USD)"), (0.25, "(~0.2500 USD)")])
+def test_the_overview_says_an_unknown_cost_is_unknown(cost: float | None, shown: str) -> None:
+    from kernelopt_agent.report import _overview
+
+    page = _overview({"status": "completed", "tokens": {"total_tokens": 1234, "cost_usd": cost}}, [])
+    assert f"1,234 {shown}" in page

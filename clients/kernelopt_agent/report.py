@@ -202,7 +202,7 @@ def _overview(s: dict[str, Any], notes: list[str]) -> str:
         ("reference score", _ms(ref.get("score_ms"))),
         ("valid candidates", f"{cands.get('valid', '?')} of {cands.get('total', '?')}"),
         ("iterations", f"{its.get('used', '?')} of {its.get('max', '?')}"),
-        ("model tokens", f"{tokens.get('total_tokens', 0):,}" + (f" (~{tokens['cost_usd']:.4f} USD)" if tokens.get("cost_usd") else "")),
+        ("model tokens", f"{tokens.get('total_tokens', 0):,}" + _cost(tokens.get("cost_usd"))),
         ("wall time", f"{timings['wall_s']:.1f} s" if isinstance(timings.get("wall_s"), (int, float)) else "?"),
     ]
     out = ['<div class="cards">' + "".join(f'<div class="card"><span class="muted">{k}</span><b>{v}</b></div>' for k, v in cards) + "</div>"]
@@ -432,3 +432,9 @@ def _csv(path: Path) -> list[dict[str, str]]:
             return list(csv.DictReader(f))
     except OSError:
         return []
+
+
+def _cost(usd: float | None) -> str:
+    """The model cost beside the token count: an unknown model's is said to be unknown (never
+    left out, which read as free), a real 0.0 shown as such."""
+    return " (cost unknown)" if usd is None else f" (~{usd:.4f} USD)"
