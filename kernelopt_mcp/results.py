@@ -414,7 +414,7 @@ def gpu_properties_output(info: DeviceInfo) -> GpuProperties:
 
 class WorkloadSummary(BaseModel):
     name: str
-    origin: str = Field(description="bundled | configured | created")
+    origin: str = Field(description="bundled | configured | created | frozen (a workload freeze_workload wrote in this server)")
     description: str
     c_prototype: str
     correctness_cases: int
