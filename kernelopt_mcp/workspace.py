@@ -225,6 +225,12 @@ def check_created_spec(spec: WorkloadSpec) -> int:
                 f"spec.{where}: data files cannot be named through this server (paths would reach "
                 "outside the workspace); use a generator: uniform, normal, randint, arange or constant"
             )
+    return check_spec_size(spec, "a created workload")
+
+
+def check_spec_size(spec: WorkloadSpec, what: str) -> int:
+    """Refuse a workload whose buffers would exceed MAX_BUFFER_BYTES each or MAX_CREATED_WORKLOAD_BYTES
+    over all cases (a client's request makes the server draw and keep them on disk); return the total."""
     total = 0
     for case in spec.cases:
         for p in spec.signature.buffers:
@@ -236,7 +242,7 @@ def check_created_spec(spec: WorkloadSpec) -> int:
             total += size
     if total > MAX_CREATED_WORKLOAD_BYTES:
         raise RequestError(
-            f"the cases' buffers add up to {total / 2**30:.2f} GiB; a created workload may use at most "
+            f"the cases' buffers add up to {total / 2**30:.2f} GiB; {what} may use at most "
             f"{MAX_CREATED_WORKLOAD_BYTES / 2**30:.0f} GiB over all cases (inputs are kept on disk and "
             "expected outputs in memory); use fewer or smaller performance cases"
         )

@@ -187,6 +187,8 @@ async def test_without_directory_or_oracle_it_freezes_under_the_workspace(setup:
     ({"spec": "DATAFILE"}, "outside the directories this server may read"),
     ({"spec": "NO_REFERENCE"}, "spec.reference must be an object"),
     ({"initial_cu": None}, "initial_cu is missing"),
+    # a client's freeze makes the server keep every buffer on disk: bounded like create_workload
+    ({"spec": "HUGE"}, "a frozen workload may use at most 4 GiB"),
 ])
 async def test_refusals(setup: dict[str, Any], change: dict[str, Any], message: str) -> None:
     run: Path = setup["run"]
@@ -204,6 +206,9 @@ async def test_refusals(setup: dict[str, Any], change: dict[str, Any], message: 
     if args["spec"] == "DATAFILE":
         args["spec"] = frozen_spec()
         args["spec"]["inputs"]["a"] = {"generator": "file", "path": "/etc/passwd"}
+    if args["spec"] == "HUGE":  # 60 cases of 3 x 256 MiB buffers: 45 GiB
+        args["spec"] = frozen_spec()
+        args["spec"]["cases"] += [{"name": f"c{i}", "kind": "performance", "scalars": {"n": 2**26}} for i in range(60)]
     if args["spec"] == "NO_REFERENCE":
         args["spec"] = {k: v for k, v in frozen_spec().items() if k != "reference"}
     async with in_memory_server(setup["config"]) as (client, _):

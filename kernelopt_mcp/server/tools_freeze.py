@@ -33,6 +33,8 @@ from ..freeze import (
     write_replay,
 )
 from ..service import CLIENT_ROOTS, MAX_ITERATIONS, MAX_WARMUP, KerneloptService
+from ..workload import parse_spec
+from ..workspace import check_spec_size
 from .roots import SharedRoots, SharedRootsForDirectory, shared_roots
 from .session import session_state, shared_server
 from .toolkit import CompileOptions, Launch, Source, SourcePath, WorkloadName, tool, tool_errors, tool_result
@@ -74,6 +76,9 @@ def register_freeze_tools(app: MCPServer, service: KerneloptService) -> None:
         Tool errors: an invalid spec (the message names the field), a directory or file outside the
         allowed directories, the oracle failing."""
         with shared_roots(shared), session_state(ctx), tool_errors():
+            # the same bound as create_workload, before anything is written: a client's freeze makes the
+            # server draw and keep every buffer of every case on disk (uncapped, one call wrote 31 GB)
+            check_spec_size(parse_spec(spec, "spec"), "a frozen workload")
             target = await anyio.to_thread.run_sync(partial(_directory, service, directory, spec))
             if shared_server(ctx):
                 await anyio.to_thread.run_sync(partial(_check_name_free, service, spec, target))
