@@ -210,12 +210,10 @@ def fresh_checks(workload: Workload, cases: list[Case], *, redraw: bool, referen
             f"inputs slower than those on inputs seen before (over {SPLIT_MIN_FRACTION:.0%}, beyond both medians' "
             "99.99% intervals) are inconsistent_timing"
         )
-        for name, why in fixed.items():
-            lines.append(f"fresh inputs: buffer {name} not redrawn ({why})")
     elif redraw and drawn:
         lines.append(f"fresh device-drawn inputs for every timed launch (buffers {', '.join(drawn)})")
-        for name, why in fixed.items():
-            lines.append(f"fresh inputs: buffer {name} not redrawn ({why})")
+    if redraw and drawn and not graph:
+        lines += [f"fresh inputs: buffer {name} not redrawn ({why})" for name, why in fixed.items()]
     elif redraw and cases:
         lines.append(
             "fresh inputs: not possible, no input can be redrawn ("
