@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from enum import IntEnum
 from functools import lru_cache
 from pathlib import Path
-from typing import Any
+from typing import Any, Self
 
 from ..errors import DeviceUnavailable, HarnessCancelled, HarnessError
 from ..executables import find_executable, kill_group
@@ -277,7 +277,7 @@ class HarnessProcess:
                 except OSError:
                     pass
 
-    def __enter__(self) -> HarnessProcess:
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(self, *exc: object) -> None:

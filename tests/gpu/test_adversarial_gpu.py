@@ -214,7 +214,7 @@ def test_every_adversarial_kernel_through_kernelopt_evaluate(harness_binary: Pat
                 (folder / case["file"]).with_suffix(".launch.json").write_text(json.dumps(beside))
                 kernels.append(str(folder / case["file"]))
             if any(c.get("no_faster_than") for c in cases):
-                shutil.copy(find_workload(wl, Settings()).root / "initial.cu", folder / f"{BASE}.cu")  # type: ignore[operator]
+                shutil.copy(find_workload(wl, Settings()).root / "initial.cu", folder / f"{BASE}.cu")
                 kernels.append(str(folder / f"{BASE}.cu"))
             args = [wl, *kernels, "--harness", str(harness_binary), "--timeout", str(KERNEL_TIMEOUT_S), "--json"]
             args += ["--warmup", str(FAST["warmup"]), "--iterations", str(FAST["iterations"])] if tool == "benchmark" else ["--no-benchmark"]
@@ -307,7 +307,7 @@ def test_every_adversarial_kernel_through_kernelopt_optimize(
             undrawable = [n for c in frozen["cases"] for n, g in c["inputs"].items() if g["generator"] == "file" and not g.get("drawn_from")]
             if undrawable:
                 failures.append(f"optimize {wl}: frozen inputs without drawn_from: {undrawable}")
-            initial_checks = next((h["checks"] for h in records if h["kind"] == "initial"), [])
+            initial_checks: list[str] = next((h["checks"] for h in records if h["kind"] == "initial"), [])
             if not any(("hidden" in c or "timed launch" in c) and "not possible" not in c for c in initial_checks):
                 failures.append(f"optimize {wl}: the initial kernel's checks name no hidden-input check: {initial_checks}")
             for case, h in zip(cases, proposed, strict=False):

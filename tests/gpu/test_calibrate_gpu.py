@@ -6,6 +6,7 @@ Run: python -m pytest --run-gpu tests/gpu/test_calibrate_gpu.py
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +20,9 @@ from kernelopt_mcp.evaluation.calibrate import (
     device_peaks,
     load_calibration,
 )
+from kernelopt_mcp.evaluation.evaluate import case_request
 from kernelopt_mcp.evaluation.harness import HarnessReply
+from kernelopt_mcp.evaluation.protocol import RunRequest, TimingRequest
 from kernelopt_mcp.evaluation.roofline import case_cost, case_roofline
 from kernelopt_mcp.evaluation.stats import from_answer
 from kernelopt_mcp.gpu import DeviceInfo
@@ -32,7 +35,7 @@ class CountingHarness(HarnessProcess):
 
     requests = 0
 
-    def request(self, payload: dict[str, Any], timeout_s: float) -> HarnessReply:
+    def request(self, payload: RunRequest | Mapping[str, Any], timeout_s: float) -> HarnessReply:
         self.requests += 1
         return super().request(payload, timeout_s)
 
@@ -92,9 +95,10 @@ def test_impossible_flag_fires_for_a_kernel_that_does_nothing(
         with Session(wl, proc, device, workdir=tmp_path / "work") as ev:
             figures = {}
             for cand in (honest, nothing):
-                request, _, problem = ev.request_for(cand, case.name, tmp_path / cand.name, timing=True)
-                assert request is not None, problem
-                request["cases"][0]["timing"] = {"warmup": 3, "iterations": 30}
+                replay = case_request(ev, cand, case.name, tmp_path / cand.name, timing=True)
+                request = replay.request
+                assert request is not None, replay.problem
+                request.cases[0].timing = TimingRequest(warmup=3, iterations=30)
                 reply = proc.request(request, 120)
                 assert reply.answer is not None, reply.stderr
                 timing = from_answer(reply.answer["cases"][0]["timing"])

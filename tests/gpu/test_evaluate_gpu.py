@@ -103,7 +103,7 @@ def _kernel(body: str) -> str:
 
 
 def test_wrong_kernel_is_a_mismatch_with_details(vector_add: Session) -> None:
-    r = vector_add.evaluate(Candidate(_kernel("if (i < n) c[i] = a[i] - b[i];"), VECTOR_ADD_LAUNCH, name="minus"))
+    r = evaluate(vector_add, Candidate(_kernel("if (i < n) c[i] = a[i] - b[i];"), VECTOR_ADD_LAUNCH, name="minus"))
     assert r.status is Status.mismatch
     case = next(c for c in r.cases if c.status is Status.mismatch)
     out = case.outputs[0]
@@ -113,13 +113,13 @@ def test_wrong_kernel_is_a_mismatch_with_details(vector_add: Session) -> None:
 
 
 def test_kernel_that_writes_nothing_is_caught_by_the_poison(vector_add: Session) -> None:
-    r = vector_add.evaluate(Candidate(_kernel("if (i < n && i % 2) c[i] = a[i] + b[i];"), VECTOR_ADD_LAUNCH, name="half"))
+    r = evaluate(vector_add, Candidate(_kernel("if (i < n && i % 2) c[i] = a[i] + b[i];"), VECTOR_ADD_LAUNCH, name="half"))
     assert r.status is Status.mismatch
     assert any(o.nonfinite > 0 for c in r.cases for o in c.outputs)
 
 
 def test_write_past_the_end_is_out_of_bounds_write(vector_add: Session) -> None:
-    r = vector_add.evaluate(Candidate(_kernel("if (i < n) c[i + 1] = a[i] + b[i];"), VECTOR_ADD_LAUNCH, name="oob"))
+    r = evaluate(vector_add, Candidate(_kernel("if (i < n) c[i + 1] = a[i] + b[i];"), VECTOR_ADD_LAUNCH, name="oob"))
     assert r.status is Status.out_of_bounds_write
     case = next(c for c in r.cases if c.status is Status.out_of_bounds_write)
     assert case.guard_violations[0]["buffer"] == "c"
@@ -128,52 +128,52 @@ def test_write_past_the_end_is_out_of_bounds_write(vector_add: Session) -> None:
 
 def test_writing_an_input_is_input_modified(vector_add: Session) -> None:
     src = _kernel("if (i < n) { c[i] = a[i] + b[i]; ((float*)a)[i] = 0.0f; }")
-    r = vector_add.evaluate(Candidate(src, VECTOR_ADD_LAUNCH, name="clobber"))
+    r = evaluate(vector_add, Candidate(src, VECTOR_ADD_LAUNCH, name="clobber"))
     assert r.status is Status.input_modified
     assert any(m["buffer"] == "a" for c in r.cases for m in c.modified_inputs)
 
 
 def test_illegal_address_is_runtime_error_and_the_next_evaluation_works(vector_add: Session) -> None:
     bad = _kernel("if (i < n) { ((float*)0x10)[i] = 1.0f; c[i] = a[i] + b[i]; }")
-    r = vector_add.evaluate(Candidate(bad, VECTOR_ADD_LAUNCH, name="illegal"))
+    r = evaluate(vector_add, Candidate(bad, VECTOR_ADD_LAUNCH, name="illegal"))
     assert r.status is Status.runtime_error
     case = next(c for c in r.cases if c.status is Status.runtime_error)
     assert case.error is not None and case.error.cuda_error == "CUDA_ERROR_ILLEGAL_ADDRESS"
     assert any(c.status is Status.skipped for c in r.cases)
     restarts = vector_add.harness.restarts
-    ok = vector_add.evaluate(initial_candidate(vector_add.workload))
+    ok = evaluate(vector_add, initial_candidate(vector_add.workload))
     assert ok.status is Status.ok, ok.message
     assert vector_add.harness.restarts == restarts + 1
 
 
 def test_trap_is_runtime_error(vector_add: Session) -> None:
-    r = vector_add.evaluate(Candidate(_kernel("if (i == 0) __trap(); if (i < n) c[i] = a[i] + b[i];"), VECTOR_ADD_LAUNCH, name="trap"))
+    r = evaluate(vector_add, Candidate(_kernel("if (i == 0) __trap(); if (i < n) c[i] = a[i] + b[i];"), VECTOR_ADD_LAUNCH, name="trap"))
     assert r.status is Status.runtime_error
-    assert vector_add.evaluate(initial_candidate(vector_add.workload)).ok
+    assert evaluate(vector_add, initial_candidate(vector_add.workload)).ok
 
 
 def test_infinite_loop_times_out_within_the_deadline(vector_add: Session) -> None:
     vector_add.options.timeout_s = 5
     hang = _kernel("while (true) { __nanosleep(1000); }")
     start = time.monotonic()
-    r = vector_add.evaluate(Candidate(hang, VECTOR_ADD_LAUNCH, name="hang"))
+    r = evaluate(vector_add, Candidate(hang, VECTOR_ADD_LAUNCH, name="hang"))
     elapsed = time.monotonic() - start
     assert r.status is Status.timeout
     assert elapsed < 5 + 15, f"took {elapsed:.1f} s"
     vector_add.options.timeout_s = 60
-    assert vector_add.evaluate(initial_candidate(vector_add.workload)).ok
+    assert evaluate(vector_add, initial_candidate(vector_add.workload)).ok
 
 
 def test_block_over_1024_threads_is_invalid_launch_naming_the_limit(vector_add: Session) -> None:
     launch = LaunchSpec.model_validate({"grid": ["ceil_div(n, 2048)"], "block": [2048]})
-    r = vector_add.evaluate(Candidate(_kernel("if (i < n) c[i] = a[i] + b[i];"), launch, name="big"))
+    r = evaluate(vector_add, Candidate(_kernel("if (i < n) c[i] = a[i] + b[i];"), launch, name="big"))
     assert r.status is Status.invalid_launch
     assert "1024" in r.cases[0].message
 
 
 def test_missing_entry_is_a_compile_error_naming_the_prototype(vector_add: Session) -> None:
     src = 'extern "C" __global__ void vec_add(const float* a, const float* b, float* c, int n) {}'
-    r = vector_add.evaluate(Candidate(src, VECTOR_ADD_LAUNCH, name="wrong-name"))
+    r = evaluate(vector_add, Candidate(src, VECTOR_ADD_LAUNCH, name="wrong-name"))
     assert r.status is Status.compile_error
     assert "vec_add" in r.message and "extern \"C\" __global__ void vector_add(" in r.message
 

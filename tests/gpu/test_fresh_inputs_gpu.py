@@ -121,7 +121,7 @@ def test_bundled_reference_and_initial_stay_ok_with_every_check(
         prepare(ev)
         ref = wl.spec.reference
         results = [evaluate(ev, initial_candidate(wl)),
-                   evaluate(ev, Candidate(wl.reference_cu or "", ref.launch, ref.compile_options, "reference"))]  # type: ignore[arg-type]
+                   evaluate(ev, Candidate(wl.reference_cu or "", ref.launch, ref.compile_options, "reference"))]
     for r in results:
         assert r.status is Status.ok, (r.candidate, r.message)
         for c in r.cases:

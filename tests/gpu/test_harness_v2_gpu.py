@@ -197,7 +197,7 @@ def test_a_racy_float_reduction_is_caught_by_the_bitwise_diff(
     rng = np.random.default_rng(7)
     # Magnitudes over six decades, so the rounding of the running sum depends on the order.
     x = (rng.standard_normal(n) * 10.0 ** rng.integers(-3, 4, n)).astype(np.float32)
-    args = [
+    args: list[dict[str, Any]] = [
         {"kind": "buffer", "name": "x", "role": "in", "bytes": 4 * n, "input": _write(tmp_path / "x.bin", x)},
         {"kind": "buffer", "name": "sum", "role": "out", "bytes": 4, "output": str(tmp_path / "sum.out"), "init": "zero"},
         {"kind": "scalar", "name": "n", "dtype": "int32", "raw": n.to_bytes(4, "little").hex()},

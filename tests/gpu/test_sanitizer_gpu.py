@@ -22,7 +22,7 @@ from kernelopt_mcp import (
 from kernelopt_mcp.config import find_workload
 from kernelopt_mcp.errors import ToolchainNotFound
 from kernelopt_mcp.evaluation.candidate import initial_candidate
-from kernelopt_mcp.evaluation.evaluate import prepare
+from kernelopt_mcp.evaluation.evaluate import evaluate, prepare
 from kernelopt_mcp.gpu import device_info
 from kernelopt_mcp.launch import LaunchSpec
 from kernelopt_mcp.sanitizer import (
@@ -122,7 +122,7 @@ def test_initcheck_flags_a_read_of_uninitialised_memory(
     """Outputs are poisoned (initialised) by the harness, so the kernel reads memory nobody
     initialised: a device-heap block from malloc() and a __device__ array never written."""
     source = (ADVERSARIAL / "vector_add_uninitialized.cu").read_text()
-    ok = vector_add.evaluate(Candidate(source, LAUNCH_256), benchmark=False)
+    ok = evaluate(vector_add, Candidate(source, LAUNCH_256), benchmark=False)
     assert ok.ok, ok.message  # validation cannot see it
     reports = run(vector_add, Candidate(source, LAUNCH_256), sanitizer, harness_binary, tmp_path, [SanitizerTool.initcheck])
     flagged = [r for r in reports if not r.passed]

@@ -1,6 +1,6 @@
 """PyTorch problems on a real GPU (issue 19): each supported kind of tests/torch_problems/ is
 imported with `kernelopt import-torch` and a plain CUDA kernel for it passes `kernelopt evaluate`
-against the stored outputs of the module (a wrong one fails); the imported matmul runs through
+against the stored outputs of the module (a wrong one fails); each runs through
 `kernelopt optimize --workload DIR` with the scripted model writing the reference and initial
 kernel and one proposal.
 
@@ -132,17 +132,27 @@ def test_imported_problem_evaluates_on_the_gpu(problem: str, tmp_path: Path, har
     assert code != 0 and result["status"] == "mismatch", json.dumps(result, indent=1)[:4000]
 
 
-def test_optimize_an_imported_problem(tmp_path: Path, harness_binary: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    workload = import_torch_problem(PROBLEMS / "matmul.py", tmp_path / "matmul").path
+@pytest.mark.parametrize("problem", sorted(KERNELS))
+def test_optimize_an_imported_problem(problem: str, tmp_path: Path, harness_binary: Path,
+                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every supported kind (elementwise, reduction, matmul, a module with parameters, a conv) runs
+    through `kernelopt optimize --workload`: the scripted model writes the reference and initial
+    kernel (the plain kernel above) and proposes it again with another block shape."""
+    workload = import_torch_problem(PROBLEMS / f"{problem}.py", tmp_path / problem).path
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("OPENAI_API_KEY", "sk-scripted")
     monkeypatch.setenv("KERNELOPT_DOCS_OFFLINE", "1")
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(REPO), str(REPO / "clients"), os.environ.get("PYTHONPATH")])))
-    naive = {"default": {"grid": ["ceil_div(N, 16)", "ceil_div(M, 16)"], "block": [16, 16], "shared_bytes": 0}}
-    generated = {"reference_cu": MATMUL, "reference_launch": naive, "initial_cu": MATMUL, "initial_launch": naive}
-    proposal = {"rationale": "a 32x8 block: more threads along N for coalesced reads of B", "source": MATMUL,
-                "launch": {"default": {"grid": ["ceil_div(N, 32)", "ceil_div(M, 8)"], "block": [32, 8], "shared_bytes": 0}},
+    source, launch = KERNELS[problem]
+    plain = {"default": {**launch, "shared_bytes": 0}}
+    generated = {"reference_cu": source, "reference_launch": plain, "initial_cu": source, "initial_launch": plain}
+    # the same kernel with half the threads per block along x (every grid above divides by block x)
+    half = launch["block"][0] // 2
+    grid = [launch["grid"][0].replace(f", {launch['block'][0]})", f", {half})"), *launch["grid"][1:]]
+    proposal = {"rationale": f"{half} threads per block along x: more blocks in flight", "source": source,
+                "launch": {"default": {"grid": grid, "block": [half, *launch["block"][1:]], "shared_bytes": 0}},
                 "compile_options": []}
+    assert grid != launch["grid"]
     results = tmp_path / "results"
     with ScriptedModel([{"content": json.dumps(generated)}, {"content": json.dumps(proposal)}]) as model:
         code = agent_main(["optimize", "--workload", str(workload), "--max-iterations", "1", "--base-url", model.url,
@@ -154,4 +164,4 @@ def test_optimize_an_imported_problem(tmp_path: Path, harness_binary: Path, monk
     status = [(h["label"], h["status"]) for h in json.loads((run / "history.json").read_text()) if h["event"] == "candidate"]
     assert status == [("000-reference", "ok"), ("001-initial", "ok"), ("002-it1", "ok")], status
     assert summary["workload"]["reference"]["checked"] is True  # the generated reference matched the stored outputs
-    print(json.dumps({"statuses": status, "best": summary["best"]["label"], "notes": summary["notes"]}, indent=1))
+    print(problem, json.dumps({"statuses": status, "best": summary["best"]["label"], "notes": summary["notes"]}, indent=1))
