@@ -49,6 +49,7 @@ from .gpu_queue import DeviceSlot, Notify, ProgressFn, run_on_device
 from .launch import LaunchSpec
 from .ncu_report import ProfileSummary
 from .profiler import ProfileOptions, find_ncu
+from .quota import DEFAULT_WORKLOAD_MAX_BYTES, DEFAULT_WORKSPACE_QUOTA_BYTES, WorkspaceQuota
 from .results import (
     CheckedEvaluation,
     CompileOutput,
@@ -86,6 +87,10 @@ class ServerConfig:
     max_prepared: int = DEFAULT_PREPARED_WORKLOADS
     session_idle_timeout_s: float = DEFAULT_SESSION_IDLE_TIMEOUT_S  # streamable HTTP only
     max_sessions: int = DEFAULT_MAX_SESSIONS  # streamable HTTP only
+    # what clients may make the server keep on disk (quota.py): one workload's buffers over all
+    # cases, and everything created or frozen through the server
+    workload_max_bytes: int = DEFAULT_WORKLOAD_MAX_BYTES
+    workspace_quota_bytes: int = DEFAULT_WORKSPACE_QUOTA_BYTES
 
     @property
     def created_dir(self) -> Path:
@@ -124,6 +129,7 @@ class KerneloptService:
         self._devices: dict[int, DeviceSlot] = {}
         self._seeds: dict[str, int] = {}
         self._arch_probe: tuple[str, str] | None = None
+        self.quota = WorkspaceQuota(config.workspace, config.workspace_quota_bytes)
         # Sessions keep inputs (and the seed) here: outside every root, and refused by confine().
         self._private = Path(tempfile.mkdtemp(prefix="kernelopt-mcp-")).resolve()
 

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import math
 import os
 import re
 import shutil
@@ -25,8 +24,8 @@ from pathlib import Path
 from typing import Any
 
 from .results import CreatedWorkload
-from .workload import IDENTIFIER, case_shape, load_workload
-from .workspace import MAX_CREATED_WORKLOAD_BYTES, RequestError, Workspace, _name_lock
+from .workload import IDENTIFIER, load_workload
+from .workspace import RequestError, Workspace, _name_lock, check_spec_size, within_quota
 
 TORCH_PROBLEM_TIMEOUT_S = 600.0
 REFUSED = (
@@ -66,15 +65,9 @@ def create_torch_workload(
     try:
         answer = _run_import(staging, name, problem, initial_cu, initial_launch, timeout_s, python, target)
         wl = load_workload(staging / "workload")
-        total = sum(
-            math.prod(case_shape(p, case.scalars)) * p.dtype.itemsize for case in wl.spec.cases for p in wl.signature.buffers
-        )
-        if total > MAX_CREATED_WORKLOAD_BYTES:
-            raise RequestError(
-                f"the cases' buffers add up to {total / 2**30:.2f} GiB; a created workload may use at most "
-                f"{MAX_CREATED_WORKLOAD_BYTES / 2**30:.0f} GiB: make the problem's sizes smaller"
-            )
-        with _name_lock(created_dir, name):
+        total = check_spec_size(wl.spec, "an imported PyTorch problem", service.config.workload_max_bytes)
+        # the staging directory lies in the workspace: its files (the stored outputs) already count
+        with _name_lock(created_dir, name), within_quota(service.quota.reserve(0, f"importing {name!r}")):
             exists = (target / "workload.json").is_file()
             if exists and not overwrite:
                 raise _exists(name)

@@ -10,7 +10,6 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import json
-import math
 import os
 import shutil
 import tempfile
@@ -24,10 +23,9 @@ from .config import Settings
 from .errors import WorkloadError
 from .evaluation.inputs import MAX_BUFFER_BYTES
 from .files import read_text
+from .quota import QuotaError, WorkspaceQuota, check_workload_bytes
 from .results import CreatedWorkload, compile_output
-from .workload import DataFile, WorkloadSpec, case_shape, load_workload, parse_spec
-
-MAX_CREATED_WORKLOAD_BYTES = 4 * 2**30
+from .workload import DataFile, WorkloadSpec, load_workload, parse_spec
 
 
 class RequestError(ValueError):
@@ -37,6 +35,9 @@ class RequestError(ValueError):
 class _WorkspaceConfig(Protocol):
     @property
     def created_dir(self) -> Path: ...
+
+    @property
+    def workload_max_bytes(self) -> int: ...
 
 
 class Workspace(Protocol):
@@ -54,6 +55,9 @@ class Workspace(Protocol):
     def workloads(self) -> dict[str, Path]: ...
 
     def origin(self, directory: Path) -> str: ...
+
+    @property
+    def quota(self) -> WorkspaceQuota: ...
 
 
 def _mkdir(path: Path) -> Path:
@@ -111,13 +115,14 @@ def create_workload(
         )
     if parsed.initial is not None and initial_cu is None:
         raise RequestError("spec.initial is set but initial_cu is missing; pass the starting kernel")
-    total = check_created_spec(parsed)
+    total = check_created_spec(parsed, service.config.workload_max_bytes)
     for label, text in (("reference_cu", reference_cu), ("initial_cu", initial_cu)):
         if text is not None:
             _check_compiles(service.compile_cache, service.settings.compile_limits(), label, text, parsed, arch)
 
     created_dir = _mkdir(service.config.created_dir)
-    with _name_lock(created_dir, name):
+    stored = len(json.dumps(spec)) + len(reference_cu.encode()) + len((initial_cu or "").encode())
+    with _name_lock(created_dir, name), within_quota(service.quota.reserve(stored, f"creating {name!r}")):
         # Decided again under the lock: a concurrent call may have created it meanwhile.
         exists = (target / "workload.json").is_file()
         if exists and not overwrite:
@@ -215,8 +220,8 @@ def _read_optional(path: Path) -> str | None:
     return read_text(path, f"the stored {path.name}", RequestError)
 
 
-def check_created_spec(spec: WorkloadSpec) -> int:
-    """Refuse data files and oversized workloads; return the bytes of all buffers of all cases."""
+def check_created_spec(spec: WorkloadSpec, limit: int) -> int:
+    """Refuse data files and workloads over ``limit`` bytes; return the bytes of all buffers of all cases."""
     gens = [("inputs." + k, g) for k, g in spec.inputs.items()]
     gens += [(f"cases.{c.name}.inputs.{k}", g) for c in spec.cases for k, g in c.inputs.items()]
     for where, gen in gens:
@@ -225,25 +230,21 @@ def check_created_spec(spec: WorkloadSpec) -> int:
                 f"spec.{where}: data files cannot be named through this server (paths would reach "
                 "outside the workspace); use a generator: uniform, normal, randint, arange or constant"
             )
-    return check_spec_size(spec, "a created workload")
+    return check_spec_size(spec, "a created workload", limit)
 
 
-def check_spec_size(spec: WorkloadSpec, what: str) -> int:
-    """Refuse a workload whose buffers would exceed MAX_BUFFER_BYTES each or MAX_CREATED_WORKLOAD_BYTES
-    over all cases (a client's request makes the server draw and keep them on disk); return the total."""
-    total = 0
-    for case in spec.cases:
-        for p in spec.signature.buffers:
-            size = math.prod(case_shape(p, case.scalars)) * p.dtype.itemsize  # Python ints: no overflow
-            if size > MAX_BUFFER_BYTES:
-                raise RequestError(
-                    f"case {case.name!r}: buffer {p.name!r} would be {size} bytes; the limit is {MAX_BUFFER_BYTES}"
-                )
-            total += size
-    if total > MAX_CREATED_WORKLOAD_BYTES:
-        raise RequestError(
-            f"the cases' buffers add up to {total / 2**30:.2f} GiB; {what} may use at most "
-            f"{MAX_CREATED_WORKLOAD_BYTES / 2**30:.0f} GiB over all cases (inputs are kept on disk and "
-            "expected outputs in memory); use fewer or smaller performance cases"
-        )
-    return total
+def check_spec_size(spec: WorkloadSpec, what: str, limit: int) -> int:
+    """Refuse a workload whose buffers would exceed MAX_BUFFER_BYTES each or ``limit`` bytes over all
+    cases (a client's request makes the server draw and keep them); return the total."""
+    with within_quota(None):
+        return check_workload_bytes(spec, what, limit, MAX_BUFFER_BYTES)
+
+
+@contextlib.contextmanager
+def within_quota(reservation: contextlib.AbstractContextManager[None] | None) -> Iterator[None]:
+    """``reservation`` (if any) held for the block, a QuotaError raised as a RequestError."""
+    try:
+        with reservation or contextlib.nullcontext():
+            yield
+    except QuotaError as exc:
+        raise RequestError(str(exc)) from None

@@ -64,6 +64,10 @@ class ToolResult:
         return self.structured.get("status")
 
 
+#: "no bound" for the disk limits of the run's own server (1 PiB)
+UNBOUNDED_GIB = 2**20
+
+
 def server_command(opts: OptimizeOptions) -> list[str]:
     """``kernelopt-mcp`` of this Python (else on PATH, else ``python -m kernelopt_mcp.server``)."""
     if opts.server_command:
@@ -103,6 +107,12 @@ class Toolbox:
             args += ["--harness", str(opts.harness)]
         if opts.device is not None:
             args += ["--device", str(opts.device)]
+        # This server serves this run alone and writes only its frozen workload, into the run directory
+        # (the user's results): the workspace quota, meant for shared servers, would count every past run.
+        # A workload the user names is theirs at any size; a generated one keeps the default bound.
+        args += ["--workspace-quota-gib", str(UNBOUNDED_GIB)]
+        if opts.workload:
+            args += ["--workload-max-gib", str(UNBOUNDED_GIB)]
         # The server gets this process's environment (CUDA, PATH for ncu, KERNELOPT_*) but no OpenAI settings.
         env = {k: v for k, v in os.environ.items() if not k.startswith("OPENAI_")}
         params = StdioServerParameters(command=command[0], args=args, env=env)

@@ -15,6 +15,7 @@ from typing import Any
 
 from .. import __version__
 from ..config import Settings
+from ..quota import DEFAULT_WORKLOAD_MAX_BYTES, DEFAULT_WORKSPACE_QUOTA_BYTES, GIB
 from ..service import DEFAULT_MAX_SESSIONS, DEFAULT_SESSION_IDLE_TIMEOUT_S, ServerConfig
 from .build import build_server
 from .transport import bind_kind, http_app
@@ -35,6 +36,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--allowed-host", action="append", default=[], help="Host name clients use to reach a non-loopback bind, repeatable")
     p.add_argument("--session-idle-timeout", type=float, help=f"seconds an HTTP session may stay idle (no request in flight) before it is closed and its id answers 404 (default {DEFAULT_SESSION_IDLE_TIMEOUT_S:.0f}; env KERNELOPT_MCP_SESSION_IDLE_TIMEOUT)")
     p.add_argument("--max-sessions", type=int, help=f"open HTTP sessions at most; beyond, a new one gets 503 until others end or expire (default {DEFAULT_MAX_SESSIONS}; env KERNELOPT_MCP_MAX_SESSIONS)")
+    p.add_argument("--workload-max-gib", type=float, help=f"the most a workload created or frozen by a client may hold, all buffers of all cases (default {DEFAULT_WORKLOAD_MAX_BYTES / GIB:g}; env KERNELOPT_MCP_WORKLOAD_MAX_GIB)")
+    p.add_argument("--workspace-quota-gib", type=float, help=f"the most the workspace may hold of created and frozen workloads and runs; a create or freeze past it is refused (default {DEFAULT_WORKSPACE_QUOTA_BYTES / GIB:g}; env KERNELOPT_MCP_WORKSPACE_QUOTA_GIB)")
     p.add_argument("--unconfined-compiler", action="store_true", default=None,
                    help="where the kernel has no Landlock, compile WITHOUT confining NVRTC: a kernel could read this "
                    "user's files into a compile log (trusted clients only; env KERNELOPT_UNCONFINED_COMPILER=1)")
@@ -58,9 +61,17 @@ def config_from_args(args: argparse.Namespace, environ: dict[str, str] | None = 
         raise SystemExit(f"kernelopt-mcp: --session-idle-timeout {idle} must be a positive number of seconds")
     if sessions < 1:
         raise SystemExit(f"kernelopt-mcp: --max-sessions {sessions} must be at least 1")
+    disk = {}
+    for flag, var, default in (("workload_max_gib", "KERNELOPT_MCP_WORKLOAD_MAX_GIB", DEFAULT_WORKLOAD_MAX_BYTES),
+                               ("workspace_quota_gib", "KERNELOPT_MCP_WORKSPACE_QUOTA_GIB", DEFAULT_WORKSPACE_QUOTA_BYTES)):
+        gib = _flag_or_env(getattr(args, flag, None), env, var, float, default / GIB)
+        if not (math.isfinite(gib) and gib > 0):
+            raise SystemExit(f"kernelopt-mcp: --{flag.replace('_', '-')} {gib} must be a positive number of GiB")
+        disk[flag] = int(gib * GIB)
     return ServerConfig(
         settings=settings, workspace=workspace.resolve(), extra_roots=tuple(Path(r).expanduser().resolve() for r in roots),
         session_idle_timeout_s=idle, max_sessions=sessions,
+        workload_max_bytes=disk["workload_max_gib"], workspace_quota_bytes=disk["workspace_quota_gib"],
     )
 
 

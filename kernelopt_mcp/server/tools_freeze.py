@@ -3,6 +3,7 @@ replay_requests (what ``kernelopt optimize`` records; the library side is ``kern
 
 from __future__ import annotations
 
+import contextlib
 import re
 import tempfile
 import time
@@ -32,6 +33,7 @@ from ..freeze import (
     remember,
     write_replay,
 )
+from ..quota import QuotaError, spec_bytes
 from ..service import CLIENT_ROOTS, MAX_ITERATIONS, MAX_WARMUP, KerneloptService
 from ..workload import parse_spec
 from ..workspace import check_spec_size
@@ -77,8 +79,11 @@ def register_freeze_tools(app: MCPServer, service: KerneloptService) -> None:
         allowed directories, the oracle failing."""
         with shared_roots(shared), session_state(ctx), tool_errors():
             # the same bound as create_workload, before anything is written: a client's freeze makes the
-            # server draw and keep every buffer of every case on disk (uncapped, one call wrote 31 GB)
-            check_spec_size(parse_spec(spec, "spec"), "a frozen workload")
+            # server draw and keep every buffer of every case on disk (uncapped, one call wrote 31 GB);
+            # and what it writes is reserved in the workspace's quota (repeated calls add up)
+            parsed = parse_spec(spec, "spec")
+            check_spec_size(parsed, "a frozen workload", service.config.workload_max_bytes)
+            _, writes = spec_bytes(parsed)
             target = await anyio.to_thread.run_sync(partial(_directory, service, directory, spec))
             if shared_server(ctx):
                 await anyio.to_thread.run_sync(partial(_check_name_free, service, spec, target))
@@ -89,9 +94,9 @@ def register_freeze_tools(app: MCPServer, service: KerneloptService) -> None:
             except KerneloptError:  # no GPU here: the requests are still written (for sm_90 unless configured)
                 info = None
             frozen: FrozenWorkload = await anyio.to_thread.run_sync(partial(
-                freeze_workload, spec, reference_cu, initial_cu, target, oracle=oracle, data_path=service.confine,
-                seed=seed, device=info, arch=arch, ordinal=service.settings.device, compile_cache=service.compile_cache,
-                compile_limits=service.settings.compile_limits(),
+                _freeze_within_quota, service, writes, spec, reference_cu, initial_cu, target, oracle=oracle,
+                data_path=service.confine, seed=seed, device=info, arch=arch, ordinal=service.settings.device,
+                compile_cache=service.compile_cache, compile_limits=service.settings.compile_limits(),
                 warmup=service.settings.warmup if warmup is None else warmup,
                 iterations=service.settings.iterations if iterations is None else iterations,
             ))
@@ -127,6 +132,24 @@ def register_freeze_tools(app: MCPServer, service: KerneloptService) -> None:
             out = ReplayOutput(status="error" if problem else "ok", workload=frozen.name, directory=str(frozen.directory),
                                requests=written, message=problem or "")
         return tool_result(out, out.text())
+
+
+def _freeze_within_quota(service: KerneloptService, writes: int, spec: dict[str, Any], *args: Any, **kwargs: Any) -> FrozenWorkload:
+    """freeze_workload with its ``writes`` bytes reserved in the workspace's quota (QuotaError if they do
+    not fit). Blocking: measures the workspace's usage."""
+    target: Path = args[2]
+    try:
+        service.quota.claim(writes, f"freezing {spec.get('name')!r}")
+    except QuotaError:
+        if target.parent == service.config.runs_dir / "frozen":
+            with contextlib.suppress(OSError):
+                target.rmdir()  # the new empty directory _directory made for this call
+        raise
+    try:
+        service.quota.remember(target)  # a directory outside the workspace counts from now on
+        return freeze_workload(spec, *args, **kwargs)
+    finally:
+        service.quota.release(writes)
 
 
 def _directory(service: KerneloptService, raw: str | None, spec: dict[str, Any]) -> Path:
