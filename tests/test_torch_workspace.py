@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from kernelopt_mcp.quota import DEFAULT_WORKLOAD_MAX_BYTES, DEFAULT_WORKSPACE_QUOTA_BYTES, WorkspaceQuota
 from kernelopt_mcp.torch_workspace import create_torch_workload
 from kernelopt_mcp.workload import load_workload
 from kernelopt_mcp.workspace import RequestError
@@ -20,14 +21,17 @@ PROBLEMS = Path(__file__).parent / "torch_problems"
 @dataclass
 class _Config:
     created_dir: Path
+    workload_max_bytes: int = DEFAULT_WORKLOAD_MAX_BYTES
 
 
 class FakeWorkspace:
-    """What create_torch_workload reads of the service: the created directory, known workloads."""
+    """What create_torch_workload reads of the service: the created directory, known workloads, the
+    workspace's disk quota (a real one)."""
 
-    def __init__(self, root: Path) -> None:
+    def __init__(self, root: Path, quota: int = DEFAULT_WORKSPACE_QUOTA_BYTES) -> None:
         self.config = _Config(root / "workloads")
         self.compile_cache: Any = None
+        self.quota = WorkspaceQuota(root, quota)
 
     def workloads(self) -> dict[str, Path]:
         found = {p.name: p for p in self.config.created_dir.glob("*") if (p / "workload.json").is_file()}
@@ -69,6 +73,13 @@ def test_allowed_import_creates_a_workload(tmp_path: Path, torch: Any) -> None:
     assert load_workload(ws.config.created_dir / "mm").name == "mm"  # a failed replacement keeps the old one
     again = create_torch_workload(ws, "mm", (PROBLEMS / "elementwise_gelu.py").read_text(), allowed=True, overwrite=True)
     assert again.replaced and "const float* x" in again.c_prototype
+
+
+def test_an_import_past_the_workspace_quota_is_refused_and_leaves_nothing(tmp_path: Path, torch: Any) -> None:
+    ws = FakeWorkspace(tmp_path, quota=1000)  # the stored outputs of any problem exceed it
+    with pytest.raises(RequestError, match=r"importing 'mm' .*workspace quota"):
+        create_torch_workload(ws, "mm", (PROBLEMS / "matmul.py").read_text(), allowed=True)
+    assert [p.name for p in ws.config.created_dir.iterdir() if not p.name.startswith(".mm.lock")] == []
 
 
 def test_a_problem_that_never_finishes_is_killed(tmp_path: Path, torch: Any) -> None:
