@@ -401,10 +401,12 @@ async def test_long_waits_and_launches_send_heartbeats(fake: Client, monkeypatch
     monkeypatch.setattr(kernelopt_mcp.gpu_queue, "HEARTBEAT_S", 0.2)
     await fake.call_tool("validate", {"workload": "tiny_add", "launch": ADD_LAUNCH, "source": kernel()})  # prepare
     messages: list[list[str]] = [[], [], []]
+    heard = [anyio.Event() for _ in messages]
 
     async def run(i: int) -> None:
         async def progress(done: float, total: float | None, message: str | None) -> None:
             messages[i].append(message or "")
+            heard[i].set()
 
         r = await fake.call_tool("validate", {"workload": "tiny_add", "launch": ADD_LAUNCH, "source": kernel("SLOW")},
                                  progress_callback=progress)
@@ -413,7 +415,8 @@ async def test_long_waits_and_launches_send_heartbeats(fake: Client, monkeypatch
     async with anyio.create_task_group() as tg:
         for i in range(3):
             tg.start_soon(run, i)
-            await anyio.sleep(0.1)
+            with anyio.fail_after(30):  # each call is in the queue (or running) before the next starts
+                await heard[i].wait()
     assert any("still running" in m for m in messages[0]), messages[0]
     queued = [m for m in messages[2] if m.startswith("queued")]
     assert queued[0].startswith("queued for the GPU: 2 job(s) ahead") and any(" 1 job(s) ahead" in m for m in queued), queued
