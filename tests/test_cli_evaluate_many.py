@@ -39,3 +39,21 @@ def test_several_kernels_share_one_session(tmp_path: Path, capsys: pytest.Captur
     assert main(["evaluate", str(wl), str(good), "--harness", str(harness), "--warmup", "1", "--iterations", "3", "--json"]) == 0
     single = json.loads(capsys.readouterr().out)
     assert isinstance(single, dict) and single["status"] == "ok"
+
+
+def test_kernelopt_fresh_launches_sets_the_redraw_subset_everywhere(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                                    capsys: pytest.CaptureFixture[str]) -> None:
+    """KERNELOPT_FRESH_LAUNCHES=N (Settings.fresh_launches) makes every evaluation built by the app layer
+    (the CLI here; the MCP server and so kernelopt optimize alike) redraw before a hidden N measured
+    launches, and the result says so; 0 or unset keeps a redraw before every launch."""
+    monkeypatch.setenv("KO_FAKE_FEATURES", "blocking,timed_inputs,fresh_inputs,timed_check,confirm_launch,fresh_launches")
+    harness = write_harness(tmp_path, "fake")
+    wl = write_tiny_workload(tmp_path / "wl") / "tiny_add"
+    good = tmp_path / "good.cu"
+    good.write_text(kernel())
+    for value, expect in (("12", "before a hidden 12 of the 40 measured launches"), ("0", "for every timed launch")):
+        monkeypatch.setenv("KERNELOPT_FRESH_LAUNCHES", value)
+        assert main(["evaluate", str(wl), str(good), "--harness", str(harness), "--warmup", "1", "--iterations", "40",
+                     "--json"]) == 0
+        checks = json.loads(capsys.readouterr().out)["checks"]
+        assert any(expect in c for c in checks), (value, checks)
