@@ -361,7 +361,7 @@ def build_parser() -> argparse.ArgumentParser:
     sp = sub.add_parser("compile", help="compile a .cu file with NVRTC (no GPU needed)")
     common(sp)
     sp.add_argument("file")
-    sp.add_argument("--arch", help="target, e.g. sm_90 (default: the GPU's, else sm_90)")
+    sp.add_argument("--arch", help="target, e.g. sm_90 or sm_90a (arch-specific: wgmma, setmaxnreg) (default: the GPU's, else sm_90)")
     sp.add_argument("-O", "--option", action="append", metavar="OPT",
                         help="NVRTC option (whitelisted), repeatable: -O --use_fast_math or -O=--use_fast_math")
     sp.add_argument("--ptx", help="write the PTX here")

@@ -80,7 +80,9 @@ class CompileLimits:
     ``total_memory_mb`` (0: :func:`default_budget_mb`) is the sum of the caps of compiles that
     may run at once, ``max_workers`` the number of live workers. Confinement: ``landlock``
     (False acts as if the kernel had none) and ``accept_unconfined`` (compile without
-    confinement where there is none, with a warning, instead of refusing).
+    confinement where there is none, with a warning, instead of refusing). Headers:
+    ``cuda_home`` (``Settings.cuda_home``), a CUDA toolkit searched after the wheels for a header
+    family they lack (:mod:`kernelopt_mcp.cuda_headers`).
     """
 
     timeout_s: float = DEFAULT_TIMEOUT_S
@@ -89,6 +91,7 @@ class CompileLimits:
     max_workers: int = DEFAULT_MAX_WORKERS
     landlock: bool = True
     accept_unconfined: bool = False
+    cuda_home: Path | None = None
 
     def budget_mb(self) -> int:
         return self.total_memory_mb if self.total_memory_mb > 0 else default_budget_mb(self.memory_mb)

@@ -13,6 +13,7 @@ filtered too: a compile log quotes only the candidate's own source lines
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import hashlib
 import json
 import os
@@ -37,6 +38,7 @@ from .compile_log import (
     truncate_log,
 )
 from .compile_pool import CompileFailure, CompileLimits, Toolchain, default_pool
+from .cuda_headers import HeaderDirs, find_header_dirs
 from .errors import ToolchainNotFound
 from .source_policy import MAX_SOURCE_BYTES, include_problem
 
@@ -44,9 +46,12 @@ DEFAULT_CACHE_MB = 1024  # the disk compile cache's total size
 DEFAULT_CACHE_ENTRY_MB = 4  # larger entries are stored without their PTX, or not at all
 STALE_TEMP_S = 3600.0  # a cache temporary file this old belongs to no live writer
 
-# Options a candidate may pass to NVRTC. Anything that links, relocates, includes files from
-# arbitrary paths or changes the target is refused.
+# Options a candidate may pass to NVRTC. Anything that links, relocates or includes files from
+# arbitrary paths is refused; the target may only be narrowed to its arch-specific variant
+# (-arch=sm_90a on an sm_90 target: wgmma, setmaxnreg, ...), which compile_kernel checks.
+_ARCH_OPTION_RE = re.compile(r"(?:-arch|--gpu-architecture)=(sm_\d{2,3}a)")
 _ALLOWED_OPTIONS = [
+    _ARCH_OPTION_RE.pattern,
     r"-D[A-Za-z_]\w*(=[\w.+\-]*)?",
     r"--define-macro=[A-Za-z_]\w*(=[\w.+\-]*)?",
     r"-U[A-Za-z_]\w*",
@@ -137,17 +142,88 @@ def check_options(options: list[str]) -> list[str]:
                 f"compile option {opt!r} is not allowed; allowed: -DNAME[=VALUE], -UNAME, "
                 "-std=c++17/20, --use_fast_math, --ftz=, --prec-div=, --prec-sqrt=, --fmad=, "
                 "--maxrregcount=N, -lineinfo, --extra-device-vectorization, --restrict, "
-                "-Xptxas=-O0..3, -Xptxas=-dlcm=ca|cg (no -rdc, -I, -arch: the target is chosen for you)"
+                "-Xptxas=-O0..3, -Xptxas=-dlcm=ca|cg, -arch=sm_90a (the GPU's arch-specific variant: "
+                "wgmma, setmaxnreg; no other -arch, no -rdc, -I: the target is chosen for you)"
             )
     return options
+
+
+_ARCH_RE = re.compile(r"sm_(\d{1,2})(\d)([a-z]?)")
+_UNSUPPORTED_RE = re.compile(r"(?P<what>Instruction '[^']+'|Feature '[^']+') (?:not supported on|requires) \.target '?(?P<arch>sm_\d+)'?")
+
+
+def base_arch(arch: str) -> str:
+    """``arch`` without its variant letter: sm_90a -> sm_90."""
+    m = _ARCH_RE.fullmatch(arch)
+    return f"sm_{m[1]}{m[2]}" if m else arch
+
+
+def _capability(arch: str) -> str:
+    m = _ARCH_RE.fullmatch(arch)
+    return f"{m[1]}.{m[2]}" if m else arch
+
+
+def _major(arch: str) -> int:
+    m = _ARCH_RE.fullmatch(arch)
+    return int(m[1]) if m else 0
+
+
+def arch_problem(arch: str, device_arch: str) -> str | None:
+    """Why code compiled for ``arch`` cannot be loaded on a ``device_arch`` GPU, for an
+    arch-specific target (sm_90a runs on compute capability 9.0 only); None where it can."""
+    if arch == device_arch or not arch.endswith("a") or base_arch(arch) == base_arch(device_arch):
+        return None
+    return (
+        f"{arch} is an arch-specific target: its code (wgmma, setmaxnreg, ...) runs only on GPUs of compute "
+        f"capability {_capability(arch)}, and this GPU is {device_arch}; compile for {device_arch} "
+        f"(drop -arch={arch} / --arch {arch})"
+    )
+
+
+def _target(arch: str, options: list[str]) -> tuple[str, list[str], str | None]:
+    """(the target NVRTC compiles for, the options it gets besides, why the options' -arch is
+    refused): ``-arch=sm_90a`` narrows an sm_90 target to its arch-specific variant."""
+    asked = {m[1] for o in options if (m := _ARCH_OPTION_RE.fullmatch(o))}
+    rest = [o for o in options if not _ARCH_OPTION_RE.fullmatch(o)]
+    if not asked:
+        return arch, rest, None
+    if len(asked) > 1:
+        return arch, rest, f"compile options name {len(asked)} targets ({', '.join(sorted(asked))}): give one -arch"
+    (variant,) = asked
+    if base_arch(variant) != base_arch(arch):
+        own = f", or use -arch={base_arch(arch)}a, its own" if _major(arch) >= 9 else ""
+        return arch, rest, (
+            f"-arch={variant} selects the arch-specific variant of {base_arch(variant)}, whose code runs only on "
+            f"compute capability {_capability(variant)} GPUs; this compile targets {arch}: drop the option{own}"
+        )
+    return variant, rest, None
+
+
+def _hints(log: str, target: str, headers: HeaderDirs) -> list[str]:
+    """What to do about a failed compile's log, where the log alone does not say."""
+    hints = []
+    m = _UNSUPPORTED_RE.search(log)
+    if m and not target.endswith("a") and _major(target) >= 9:  # arch-specific variants: Hopper on
+        hints.append(
+            f"{m['what']} is not supported on {m['arch']}: it needs the arch-specific target {base_arch(target)}a; "
+            f"add the compile option -arch={base_arch(target)}a (that code runs only on compute capability "
+            f"{_capability(target)} GPUs)"
+        )
+    if "cannot open source file" in log and headers.missing:
+        hints.append(headers.missing_hint())
+    return hints
 
 
 @dataclass(frozen=True)
 class _Nvrtc:
     module: object
     version: str
-    include_dirs: tuple[str, ...]
-    toolchain: Toolchain
+    include_dirs: tuple[str, ...]  # the default header directories (wheels, then /usr/local/cuda)
+    toolchain: Toolchain  # a worker's, reading include_dirs
+
+    def toolchain_for(self, headers: HeaderDirs) -> Toolchain:
+        """A worker's toolchain that may read ``headers`` (and only those besides NVRTC's files)."""
+        return dataclasses.replace(self.toolchain, read_dirs=headers.dirs)
 
 
 _nvrtc_lock = threading.Lock()
@@ -173,17 +249,8 @@ def _load_nvrtc() -> _Nvrtc:
                 f"NVRTC could not be loaded ({exc}); install it with "
                 "`pip install 'nvidia-cuda-nvrtc>=13.0,<13.1'` or install the CUDA toolkit"
             ) from None
-        includes = []
-        try:
-            import cuda.pathfinder as pathfinder
-
-            for lib in ("cudart", "cccl"):
-                found = pathfinder.find_nvidia_header_directory(lib)
-                if found:
-                    includes.append(found)
-        except Exception:  # headers are optional: kernels without #include still compile
-            pass
-        include_dirs = tuple(dict.fromkeys(includes))
+        # headers are optional: kernels without #include compile without any
+        include_dirs = find_header_dirs().dirs
         _nvrtc = _Nvrtc(nvrtc, f"{major}.{minor}", include_dirs, _worker_toolchain(include_dirs))
         return _nvrtc
 
@@ -382,6 +449,7 @@ def compile_kernel(
     filename: str = "kernel.cu",
     cache: CompileCache | None = None,
     limits: CompileLimits | None = None,
+    headers: HeaderDirs | None = None,
 ) -> CompileResult:
     """Compile ``source`` for ``arch`` with NVRTC, in a capped worker process.
 
@@ -389,6 +457,11 @@ def compile_kernel(
     is a compile that exceeds ``limits`` (default ``CompileLimits()``, or the settings' at the entry points: 60 s,
     8 GiB of address space), with a message saying which limit. Exceptions are only for a
     missing toolchain or a refused option.
+
+    An option ``-arch=sm_90a`` narrows an ``sm_90`` target to its arch-specific variant (the
+    result's ``arch`` says sm_90a); naming any other GPU's is a compile error. ``headers`` are the
+    CUDA header directories NVRTC may read (default: :func:`cuda_headers.find_header_dirs` for
+    ``limits.cuda_home``: the wheels, then that toolkit, then /usr/local/cuda).
 
     NVRTC runs confined (see :mod:`compile_pool`); ``result.confinement`` says how.
 
@@ -400,50 +473,58 @@ def compile_kernel(
         ValueError: the source is too large or the arch is malformed.
     """
     options = check_options(list(options or []))
-    if not re.fullmatch(r"sm_\d{2,3}[a-z]?", arch):
+    if not _ARCH_RE.fullmatch(arch):
         raise ValueError(f"arch {arch!r} is not of the form sm_90 / sm_90a")
     encoded = source.encode()
     if len(encoded) > MAX_SOURCE_BYTES:
         raise ValueError(f"source is {len(encoded)} bytes; the limit is {MAX_SOURCE_BYTES}")
     nv = _load_nvrtc()
+    limits = limits or CompileLimits()
+    headers = headers if headers is not None else find_header_dirs(limits.cuda_home)
+    target, nvrtc_options, refused_arch = _target(arch, options)
     cache = cache or _default_cache
     key = hashlib.sha256(
-        json.dumps([source, options, arch, nv.version, filename]).encode()
+        json.dumps([source, options, target, nv.version, filename, headers.dirs]).encode()
     ).hexdigest()
     cached = cache.get(key)
     if cached is not None:
         return cached.model_copy(update={"cache_hit": True})
 
-    refused = include_problem(source)
-    if refused is not None:  # before NVRTC reads anything; not cached (cheap to find again)
-        line, message = refused
+    def refused(line: int | None, message: str, duration_ms: float = 0.0) -> CompileResult:
+        where = f"{filename}({line}): error: " if line else ""
         return CompileResult(
-            status=CompileStatus.error, arch=arch, source_hash=source_hash(source), options=options,
-            nvrtc_version=nv.version, duration_ms=0.0, log=f"{filename}({line}): error: {message}",
+            status=CompileStatus.error, arch=target, source_hash=source_hash(source), options=options,
+            nvrtc_version=nv.version, duration_ms=duration_ms, log=f"{where}{message}",
             diagnostics=[Diagnostic(line=line, severity="error", message=message)],
         )
+
+    # refused before NVRTC reads anything; not cached (cheap to find again)
+    if refused_arch is not None:
+        return refused(None, refused_arch)
+    include = include_problem(source)
+    if include is not None:
+        return refused(*include)
     full_options = [
-        f"--gpu-architecture={arch}",
+        f"--gpu-architecture={target}",
         "-std=c++17",
         "-lineinfo",
         "-Xptxas=-v",
-        *(f"-I{d}" for d in nv.include_dirs),
-        *options,
+        *(f"-I{d}" for d in headers.dirs),
+        *nvrtc_options,
     ]
     # a later -std wins in NVRTC, so a candidate's own -std overrides the default
-    limits = limits or CompileLimits()
     try:
-        out = default_pool().compile(source, filename, full_options, limits, nv.toolchain)
+        out = default_pool().compile(source, filename, full_options, limits, nv.toolchain_for(headers))
     except CompileFailure as exc:
         # not cached: the same source may compile under a larger limit
-        return CompileResult(
-            status=CompileStatus.error, arch=arch, source_hash=source_hash(source), options=options,
-            nvrtc_version=nv.version, duration_ms=round(limits.timeout_s * 1000, 3), log=str(exc),
-            diagnostics=[Diagnostic(line=None, severity="error", message=str(exc))],
-        )
+        return refused(None, str(exc), round(limits.timeout_s * 1000, 3))
     ok, cubin, ptx, duration_ms = out.ok, out.cubin, out.ptx, out.duration_ms
-    log = quote_own_lines(out.log, source, filename, nv.include_dirs)
+    log = quote_own_lines(out.log, source, filename, headers.dirs)
     diagnostics = parse_diagnostics(log, filename)
+    if not ok:
+        for hint in _hints(log, target, headers):
+            log = f"{hint}\n{log}"
+            diagnostics.insert(0, Diagnostic(line=None, severity="error", message=hint))
     if not ok and "out of memory" in out.log:  # the raw log: the filter may withhold where it was said
         oom = (
             f"compile exceeded the {limits.memory_mb} MiB memory limit: a huge unrolled template or "
@@ -455,7 +536,7 @@ def compile_kernel(
     log_text, omitted = truncate_log(log)
     result = CompileResult(
         status=CompileStatus.ok if ok else CompileStatus.error,
-        arch=arch,
+        arch=target,
         source_hash=source_hash(source),
         options=options,
         nvrtc_version=nv.version,

@@ -84,7 +84,8 @@ class Settings:
     tune_cache_mb: int = 256
     # compute-sanitizer for the sanitizer tier (else PATH, then CUDA_HOME/bin, /usr/local/cuda/bin)
     sanitizer: Path | None = None
-    # the CUDA toolkit's root (CUDA_HOME, else CUDA_PATH): where the cuBLAS baseline looks for libcublas
+    # the CUDA toolkit's root (CUDA_HOME, else CUDA_PATH): where the cuBLAS baseline looks for libcublas,
+    # and NVRTC for a header family the wheels lack (cuda_headers.py)
     cuda_home: Path | None = None
     # Nsight Compute: the ncu binary (else PATH and the usual install directories) and its deadline
     ncu: Path | None = None
@@ -128,7 +129,7 @@ class Settings:
         return CompileLimits(
             timeout_s=self.compile_timeout_s, memory_mb=self.compile_memory_mb,
             total_memory_mb=self.compile_total_memory_mb, max_workers=self.compile_max_workers,
-            landlock=self.compile_landlock, accept_unconfined=self.unconfined_compiler,
+            landlock=self.compile_landlock, accept_unconfined=self.unconfined_compiler, cuda_home=self.cuda_home,
         )
 
     def compile_cache_bytes(self) -> int:

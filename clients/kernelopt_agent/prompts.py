@@ -68,7 +68,8 @@ Answer with exactly one JSON object:
   "compile_options": [],
   "tunables": null}}
 `cases` holds optional per-case overrides of `default` (usually []). compile_options: NVRTC options such as
-"--use_fast_math" or "--maxrregcount=128", usually []. tunables, when used:
+"--use_fast_math" or "--maxrregcount=128", usually []; "-arch=sm_90a" on an sm_90 GPU for Hopper's
+arch-specific instructions (wgmma, setmaxnreg) in inline PTX. tunables, when used:
 {{"params": [{{"name": "BM", "values": ["64", "128"]}}], "constraints": ["BM * BK <= 8192"],
   "defaults": [{{"name": "BM", "value": "64"}}]}}"""
 

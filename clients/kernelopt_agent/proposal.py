@@ -70,7 +70,7 @@ PROPOSAL_SCHEMA: dict[str, Any] = {
                     },
                 },
             },
-            "compile_options": {"type": "array", "items": {"type": "string"}, "description": "NVRTC options from the whitelist; usually []"},
+            "compile_options": {"type": "array", "items": {"type": "string"}, "description": "NVRTC options from the whitelist; usually []. \"-arch=sm_90a\" for Hopper's arch-specific instructions (wgmma, setmaxnreg) on an sm_90 GPU"},
             "tunables": _TUNABLES,
         },
     },

@@ -18,8 +18,8 @@ from pathlib import Path
 import numpy as np
 
 from ..compile_pool import CompileLimits
-from ..compiler import CompileCache, CompileResult, compile_kernel
-from ..errors import LaunchConfigError
+from ..compiler import CompileCache, CompileResult, arch_problem, compile_kernel
+from ..errors import KerneloptError, LaunchConfigError
 from ..files import write_atomic
 from ..gpu import DeviceInfo
 from ..launch import DeviceLimits, ResolvedLaunch, resolve
@@ -79,6 +79,9 @@ class Session:
         self.device = device
         self.options = options or EvaluateOptions()
         self.arch = arch or (device.arch if device else "sm_90")
+        wrong_arch = arch_problem(self.arch, device.arch) if device else None  # sm_90a on a GPU other than sm_90
+        if wrong_arch:
+            raise KerneloptError(wrong_arch)
         self.limits = device.limits if device else DeviceLimits()
         self.seed = fresh_seed() if seed is None else seed
         self._tmp = tempfile.TemporaryDirectory(prefix="kernelopt-") if workdir is None else None
@@ -198,7 +201,7 @@ class Session:
         )
         if not compiled.ok:
             return compiled, None, compiled.summary()
-        problem = self.check_entry(compiled)
+        problem = (arch_problem(compiled.arch, self.device.arch) if self.device else None) or self.check_entry(compiled)
         if problem:
             return compiled, None, problem
         key = hashlib.sha256(json.dumps([compiled.source_hash, compiled.options, compiled.arch]).encode())

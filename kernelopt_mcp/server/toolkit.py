@@ -50,7 +50,8 @@ CompileOptions = Annotated[
         max_length=32,
         description="NVRTC options from a whitelist: -DNAME[=VALUE], -UNAME, -std=c++17|20, --use_fast_math, "
         "--ftz=, --prec-div=, --prec-sqrt=, --fmad=, --maxrregcount=N, --extra-device-vectorization, "
-        "-Xptxas=-O0..3, -Xptxas=-dlcm=ca|cg (never -arch, -rdc or -I: the target is chosen for you)",
+        "-Xptxas=-O0..3, -Xptxas=-dlcm=ca|cg, -arch=sm_90a (Hopper's arch-specific instructions: wgmma, setmaxnreg; "
+        "an sm_90 GPU only). Never another -arch, -rdc or -I: the target is chosen for you",
     ),
 ]
 Launch = Annotated[

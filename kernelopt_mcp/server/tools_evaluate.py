@@ -56,8 +56,10 @@ def register_evaluate_tools(app: MCPServer, service: KerneloptService) -> None:
         """Compile CUDA C++ with NVRTC to a CUBIN without running it: the fast way to fix syntax and
         type errors and to read each kernel's registers, static shared memory, spills and stack
         before spending GPU time. Give exactly one of `source` or `path`. Device code only:
-        `extern "C" __global__` entry points; CUDA headers such as cuda_fp16.h, cuda_bf16.h, mma.h,
-        cuda_pipeline.h and cooperative_groups.h may be included; no host code, 512 KiB at most.
+        `extern "C" __global__` entry points; CUDA headers such as cuda_fp16.h, cuda_bf16.h, cuda_fp8.h,
+        mma.h (WMMA), cuda_pipeline.h, cuda/pipeline, cuda/barrier, cuda/ptx, cuda/std/* and
+        cooperative_groups.h (+ cooperative_groups/reduce.h) may be included; no host code, 512 KiB
+        at most. arch sm_90a (or the option -arch=sm_90a) reaches Hopper's wgmma and setmaxnreg.
         Result status ok or error; an error is a normal result whose diagnostics carry 1-based line
         numbers (plus the compiler log, truncated with a count), not a tool failure. spill_store_bytes
         > 0 usually means too many registers per thread. Cost ~0.1-2 s, no GPU, cached by source
