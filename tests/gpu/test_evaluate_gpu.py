@@ -28,7 +28,7 @@ from kernelopt_mcp.launch import LaunchSpec
 
 pytestmark = pytest.mark.gpu
 
-BUNDLED = ["vector_add", "sgemm", "reduce_sum", "softmax", "transpose", "layernorm"]
+BUNDLED = ["vector_add", "sgemm", "reduce_sum", "softmax", "transpose", "layernorm", "histogram", "gemm_bf16"]
 VECTOR_ADD_LAUNCH = LaunchSpec.model_validate({"grid": ["ceil_div(n, 256)"], "block": [256]})
 FAST = EvaluateOptions(warmup=2, iterations=10, timeout_s=60)
 

@@ -112,7 +112,7 @@ def test_work_skipped_or_replayed_while_timed_is_timed_mismatch(
     assert "not seen before" in old.message
 
 
-@pytest.mark.parametrize("name", ["vector_add", "sgemm", "reduce_sum", "softmax", "transpose", "layernorm"])
+@pytest.mark.parametrize("name", ["vector_add", "sgemm", "reduce_sum", "softmax", "transpose", "layernorm", "histogram", "gemm_bf16"])
 def test_bundled_reference_and_initial_stay_ok_with_every_check(
     name: str, proc: HarnessProcess, device: DeviceInfo, tmp_path: Path
 ) -> None:

@@ -62,6 +62,16 @@ CONFIGS: dict[str, list[dict[str, int]]] = {
         {"TPR": 32, "RPB": 4, "VPT": 8},
         {"TPR": 1024, "RPB": 1, "VPT": 1},
     ],
+    "histogram": [
+        {"THREADS": 512, "VPT": 4, "COPIES": 4, "GRID": 1056},
+        {"THREADS": 1024, "VPT": 2, "COPIES": 8, "GRID": 2112},
+        {"THREADS": 128, "VPT": 1, "COPIES": 1, "GRID": 264},
+    ],
+    "gemm_bf16": [
+        {"BM": 128, "BN": 256, "BK": 32, "WM": 64, "WN": 64, "STAGES": 4},
+        {"BM": 128, "BN": 128, "BK": 64, "WM": 64, "WN": 64, "STAGES": 3},
+        {"BM": 64, "BN": 128, "BK": 64, "WM": 32, "WN": 64, "STAGES": 2},
+    ],
 }
 
 

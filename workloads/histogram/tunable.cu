@@ -1,0 +1,80 @@
+// Tunable 256-bin histogram of a uint8 vector, int32 counts (hist zeroed before each launch).
+//
+// Design (parameters are -D defines, see tunable.json):
+// - THREADS threads per block, GRID blocks walking the input with a grid-stride loop;
+// - COPIES private sub-histograms per block in shared memory: warp w counts into copy
+//   w % COPIES, so warps of one block contend less for the same bin (a one-bin input makes
+//   every increment of a copy hit one address); at the end the copies are summed per bin and
+//   each non-zero bin is added to the global histogram with one atomicAdd;
+// - vector path (x 16-byte aligned): each thread loads VPT 16-byte vectors per iteration
+//   (VPT independent loads in flight) and counts their 16 * VPT bytes; the last n % 16 bytes
+//   are counted one by one; a misaligned x takes the scalar path for all of it.
+// Launch: grid min(ceil_div(n, THREADS * 16 * VPT), GRID), block THREADS,
+// static shared memory 4 * 256 * COPIES bytes.
+
+#ifndef THREADS
+#define THREADS 256
+#endif
+#ifndef VPT
+#define VPT 1
+#endif
+#ifndef COPIES
+#define COPIES 1
+#endif
+#ifndef GRID
+#define GRID 1056
+#endif
+
+static_assert(THREADS % 32 == 0 && THREADS <= 1024, "THREADS must be a multiple of 32, at most 1024");
+static_assert(COPIES >= 1 && COPIES <= THREADS / 32, "COPIES must be between 1 and the warps per block");
+
+__device__ __forceinline__ void count_word(int* bins, unsigned w) {
+    atomicAdd(&bins[w & 0xffu], 1);
+    atomicAdd(&bins[(w >> 8) & 0xffu], 1);
+    atomicAdd(&bins[(w >> 16) & 0xffu], 1);
+    atomicAdd(&bins[w >> 24], 1);
+}
+
+extern "C" __global__ void __launch_bounds__(THREADS)
+histogram(const unsigned char* __restrict__ x, int* __restrict__ hist, int n) {
+    __shared__ int smem[COPIES * 256];
+    for (int i = threadIdx.x; i < COPIES * 256; i += THREADS) smem[i] = 0;
+    __syncthreads();
+    int* bins = smem + ((threadIdx.x >> 5) % COPIES) * 256;
+
+    size_t done = 0;   // bytes counted by the vector loop
+    if ((reinterpret_cast<unsigned long long>(x) & 15ull) == 0) {
+        const size_t nvec = (size_t)n / 16;
+        const uint4* x16 = reinterpret_cast<const uint4*>(x);
+        const size_t step = (size_t)gridDim.x * THREADS * VPT;
+        for (size_t base = (size_t)blockIdx.x * THREADS * VPT + threadIdx.x; base < nvec; base += step) {
+            uint4 v[VPT];
+#pragma unroll
+            for (int j = 0; j < VPT; ++j) {
+                const size_t i = base + (size_t)j * THREADS;
+                v[j] = i < nvec ? __ldcs(x16 + i) : make_uint4(0u, 0u, 0u, 0u);
+            }
+#pragma unroll
+            for (int j = 0; j < VPT; ++j) {
+                if (base + (size_t)j * THREADS < nvec) {
+                    count_word(bins, v[j].x);
+                    count_word(bins, v[j].y);
+                    count_word(bins, v[j].z);
+                    count_word(bins, v[j].w);
+                }
+            }
+        }
+        done = nvec * 16;
+    }
+    const size_t stride = (size_t)gridDim.x * THREADS;
+    for (size_t i = done + (size_t)blockIdx.x * THREADS + threadIdx.x; i < (size_t)n; i += stride)
+        atomicAdd(&bins[__ldg(x + i)], 1);
+    __syncthreads();
+
+    for (int b = threadIdx.x; b < 256; b += THREADS) {
+        int c = 0;
+#pragma unroll
+        for (int k = 0; k < COPIES; ++k) c += smem[k * 256 + b];
+        if (c != 0) atomicAdd(&hist[b], c);
+    }
+}
