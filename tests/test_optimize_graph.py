@@ -135,6 +135,24 @@ def interrupted(paths: dict[str, Path]) -> tuple[int, Path]:
     return code, newest_run(paths)
 
 
+@scenario
+def interrupted_then_resumed(paths: dict[str, Path]) -> tuple[int, Path]:
+    """--resume twice: after Ctrl-C with an invalid last candidate (a repair first), then after it completed
+    (more iterations asked for: a proposal first)."""
+    def ctrl_c(body: dict[str, Any]) -> dict[str, Any]:
+        os.kill(os.getpid(), signal.SIGINT)
+        return proposal(kernel())
+
+    with ScriptedModel([proposal(kernel("WRONG"), "wrong"), ctrl_c]) as model:
+        assert optimize(paths, model, "--workload", "tiny_add", "--max-iterations", "2") == 130
+    run = newest_run(paths)
+    with ScriptedModel([proposal(kernel("MS:n_4096=0.05;"), "fixed"), proposal(kernel("MS:n_4096=0.04;"), "more")]) as model:
+        assert optimize(paths, model, "--resume", str(run)) == 0
+        code = optimize(paths, model, "--resume", str(run), "--max-iterations", "3")
+    assert not model.steps and not model.exhausted and len(read(run / "summary.json")["resumes"]) == 2
+    return code, run
+
+
 EXPECTED_EXIT = {"interrupted": 130, "invalid_initial_kernel": 1}  # 1: no candidate passed
 
 

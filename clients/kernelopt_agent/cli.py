@@ -22,6 +22,7 @@ EXAMPLE = """examples:
       --reference results/run-001/reference.cu --initial-kernel results/run-001/best.cu --max-iterations 7
 
   kernelopt optimize --workload sgemm --strategy tune --tune-evals 100     (no model: autotune tunable.json)
+  kernelopt optimize --resume run-007 --max-iterations 12    (go on with an interrupted or finished run)
 
 OPENAI_API_KEY comes from the environment or a .env file in the working directory; without one,
 --strategy tune is the default."""
@@ -34,7 +35,8 @@ def optimize_parser(prog: str = "kernelopt optimize") -> argparse.ArgumentParser
         epilog=EXAMPLE, formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("--description", help="what the kernel computes; omitted parts are generated from it")
-    p.add_argument("--max-iterations", type=int, help="proposals (repairs included) after the initial kernel (default 7)")
+    p.add_argument("--max-iterations", type=int, help="proposals (repairs included) after the initial kernel (default 7); "
+                   "with --resume, the total, counting the iterations done")
     p.add_argument("--signature", help="signature JSON (entry and parameters; a run's signature.json)")
     p.add_argument("--reference", help="CUDA reference .cu (its launch from <name>.launch.json beside it, else generated)")
     p.add_argument("--initial-kernel", help="starting kernel .cu (launch from <name>.launch.json beside it, else generated)")
@@ -67,6 +69,11 @@ def optimize_parser(prog: str = "kernelopt optimize") -> argparse.ArgumentParser
     p.add_argument("--tune-seconds", type=float, help="seconds of tuning at most with --strategy tune")
     p.add_argument("--candidates", type=int, help="proposals per iteration, asked for concurrently (distinct ideas; "
                    "identical ones evaluated once) and evaluated one after another on the GPU (default 1)")
+    p.add_argument("--resume", metavar="RUN", help="continue a run (interrupted, stopped by a budget, or finished) in its "
+                   "directory: a path, or a run's name or number under --results-dir. It keeps its options, frozen "
+                   "workload, candidates and their numbering, best so far and spent tokens and cost; only "
+                   "--max-iterations (the total, counting the iterations done), --max-tokens and --max-cost (which "
+                   "count what was spent) and --base-url, --harness, --workspace, --device may be given again")
     p.add_argument("--quiet", action="store_true", help="no progress output")
     return p
 
@@ -78,6 +85,9 @@ def cmd_optimize(argv: list[str]) -> int:
     quiet = bool(args.quiet)
     flags = {k: v for k, v in vars(args).items() if k != "quiet"}
     err = Console(stderr=True)
+    if args.resume is not None:
+        return resume_optimize(flags, Console(width=None if sys.stdout.isatty() else 160), quiet=quiet)
+    flags.pop("resume")
     try:
         opts = OptimizeOptions.build(flags)
     except OptionsError as exc:
@@ -94,19 +104,14 @@ def run_optimize(opts: Any, console: Console, quiet: bool = False) -> int:
 
     A run that cannot start (unreadable parts, no API key, no tunable for --strategy tune, no GPU
     or no server) exits 2 with the error and leaves no run directory."""
-    import shutil
-
-    import anyio
-
     from kernelopt_mcp.errors import KerneloptError
 
-    from .finalize import error_text, finalize, summary
+    from .finalize import summary
     from .loop import Optimizer, RunFailed, preflight
     from .model import ModelError
     from .parts import PartsError
     from .progress import Display
     from .rundir import RunDir
-    from .toolbox import ToolboxError
 
     try:
         parts = preflight(opts)
@@ -119,6 +124,47 @@ def run_optimize(opts: Any, console: Console, quiet: bool = False) -> int:
     display.info(f"{run.name}: {run.path}")
     opt = Optimizer(opts, run, display, parts=parts, summarize=summary)
     opt.write_progress()
+    return execute(opt, display, console)
+
+
+def resume_optimize(flags: dict[str, Any], console: Console, quiet: bool = False) -> int:
+    """``--resume RUN``: check that the run can go on as asked (before anything is written), then run the
+    loop from its records (resume.py). A resume that cannot start (no GPU, no server) leaves the run as it was."""
+    from .finalize import summary
+    from .loop import RunFailed
+    from .model import ModelError
+    from .options import OptionsError
+    from .progress import Display
+    from .resume import ResumedOptimizer, resume_options
+
+    try:
+        res = resume_options(flags)
+        display = Display(console, quiet=quiet)
+        opt = ResumedOptimizer(res, display, summarize=summary)
+    except (OptionsError, RunFailed, ModelError) as exc:
+        Console(stderr=True).print(f"error: {exc}", highlight=False, markup=False)
+        return EXIT_ERROR
+    display.info(f"{res.run.name}: {res.run.path} (resumed)")
+    return execute(opt, display, console, started=lambda: opt.reopened)
+
+
+def execute(opt: Any, display: Any, console: Console, started: Any = None) -> int:
+    """Run the loop and finalize whatever happened. ``started()``: whether the run got going (default: it
+    reached the GPU or has a candidate); one that did not leaves no run directory (a resumed one: untouched)."""
+    import shutil
+
+    import anyio
+
+    from kernelopt_mcp.errors import KerneloptError
+
+    from .finalize import error_text, finalize
+    from .loop import RunFailed
+    from .model import ModelError
+    from .parts import PartsError
+    from .toolbox import ToolboxError
+
+    run = opt.run
+    resumed = started is not None
 
     def terminate(signum: int, frame: Any) -> None:
         raise KeyboardInterrupt(f"signal {signum}")
@@ -141,16 +187,17 @@ def run_optimize(opts: Any, console: Console, quiet: bool = False) -> int:
         opt.stop_reason = {"failed": "error", "interrupted": "interrupted"}.get(status, "")
     finally:
         signal.signal(signal.SIGTERM, previous)
-        if opt.device is None and not opt.records:  # it never started (no GPU, no server): leave no run behind
+        if not (started() if resumed else opt.device is not None or opt.records):  # it never started (no GPU, no server)
             error = (error or status).replace(f"; see {run.path / 'server.log'}", "") + server_log_tail(run.path)
-            shutil.rmtree(run.path, ignore_errors=True)
+            if not resumed:  # leave no run behind; a resumed run stays as it was
+                shutil.rmtree(run.path, ignore_errors=True)
             written = None
         else:
             opt.finishing(status)
             written = finalize(opt, status, error=error)
     if written is None:
-        Console(stderr=True).print(f"error: {error}\n(no run directory was kept: nothing ran)", highlight=False,
-                                   markup=False)
+        kept = f"(the resume did not start: {run.name} is as it was)" if resumed else "(no run directory was kept: nothing ran)"
+        Console(stderr=True).print(f"error: {error}\n{kept}", highlight=False, markup=False)
         return EXIT_ERROR if code == EXIT_OK else code
     if error:
         Console(stderr=True).print(f"error: {error}", highlight=False, markup=False)

@@ -114,6 +114,8 @@ def summary(
                     "wall_s": round(now - opt.started, 3), "model_s": round(model.seconds, 3) if model else 0.0,
                     "tools_s": round(opt.tools.seconds, 3) if opt.tools else 0.0},
         "provenance": _provenance(opt),
+        # each --resume: when ("at", epoch s), from which iteration, the status it resumed, limits changed
+        "resumes": opt.resumes,
         "notes": opt.notes + (problems or []),
         "files": files or {},
     }

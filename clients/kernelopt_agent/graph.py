@@ -4,6 +4,8 @@
 evaluation routes straight to the next proposal, repair or finalize; research runs only with
 --nvidia-research; generation only for parts that were not supplied. With --candidates N, N
 lanes take the propose / repair / evaluate / profile routes at once (the GPU one at a time).
+``--resume RUN`` starts at resume instead of load: the run's records, options and frozen workload
+are read back and its lanes go on from their next iteration (``resume.py``).
 
 The loop records every node it enters as a ``step`` event with the node it came from
 (records.StepEvent), so :func:`edges_taken` reads the routes a run took from its history.
@@ -16,6 +18,7 @@ from collections.abc import Iterable
 # Node ids avoid Mermaid's reserved words (end); the text is the label.
 NODES = {
     "begin": "start",
+    "resume": "resume: reopen the run (--resume RUN)<br/>its records, options, frozen workload",
     "load": "load workload parts<br/>--workload / --signature / --input-cases / --reference / --initial-kernel",
     "research": "research: docs_search<br/>NVIDIA guidance",
     "generate": "generate omitted parts<br/>from --description",
@@ -34,6 +37,9 @@ NODES = {
 # (from, to, condition or None). A condition makes the edge a conditional (dashed) route.
 EDGES: list[tuple[str, str, str | None]] = [
     ("begin", "load", None),
+    ("begin", "resume", "--resume RUN"),
+    ("resume", "propose", "iterations left"),
+    ("resume", "repair", "the last candidate is invalid"),
     ("load", "research", "--nvidia-research"),
     ("load", "generate", "parts omitted"),
     ("load", "freeze", "all parts given"),

@@ -130,6 +130,8 @@ class Optimizer:
         self.stop_reason = ""
         self.notes: list[str] = []
         self.nsight_unusable = ""  # why ncu cannot profile on this server (found on the first try): no retries
+        self.first_iteration: dict[int | None, int] = {}  # lane -> its first iteration (resume.py sets it)
+        self.resumes: list[dict[str, Any]] = []  # each --resume of this run (summary.json's "resumes")
 
     # --- the loop ------------------------------------------------------------------------
 
@@ -160,19 +162,23 @@ class Optimizer:
                 self.event("tune", "autotuning the workload's tunable.json")
                 await self.tune_workload()
                 return
-            if opts.candidates == 1:
-                await self.lane(None)
-            else:
-                for slot in range(1, opts.candidates + 1):
-                    self.lanes[slot] = self.lanes[None]  # every lane starts where the baseline ended
-                async with anyio.create_task_group() as lanes:
-                    for slot in range(1, opts.candidates + 1):
-                        lanes.start_soon(self.lane, slot)
-            self.stop_reason = self.stop_reason or f"--max-iterations {opts.max_iterations} done"
+            await self.run_lanes()
+
+    async def run_lanes(self) -> None:
+        """Step 3: one lane, or --candidates N lanes at once (each starts where the baseline, or a resume, left it)."""
+        if self.opts.candidates == 1:
+            await self.lane(None)
+        else:
+            for slot in range(1, self.opts.candidates + 1):
+                self.lanes[slot] = self.lanes[None]
+            async with anyio.create_task_group() as lanes:
+                for slot in range(1, self.opts.candidates + 1):
+                    lanes.start_soon(self.lane, slot)
+        self.stop_reason = self.stop_reason or f"--max-iterations {self.opts.max_iterations} done"
 
     async def lane(self, slot: int | None) -> None:
-        """Iterations 1..--max-iterations of one lane (the only one without --candidates); a budget stops every lane."""
-        for iteration in range(1, self.opts.max_iterations + 1):
+        """Iterations first_iteration (1; a resume's next)..--max-iterations of one lane; a budget stops every lane."""
+        for iteration in range(self.first_iteration.get(slot, 1), self.opts.max_iterations + 1):
             if self.stop_reason:
                 return
             self.iterations_used = max(self.iterations_used, iteration)

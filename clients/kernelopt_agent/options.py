@@ -107,7 +107,9 @@ class OptimizeOptions:
         opts.check()
         return opts
 
-    def check(self) -> None:
+    def check(self, *, files: bool = True) -> None:
+        """Raise OptionsError for options that cannot work; ``files``: the part files must exist (a resumed
+        run reads its parts from its own records, so its original files may be gone)."""
         if self.strategy not in (None, "llm", "tune"):
             raise OptionsError(f"--strategy must be llm or tune (got {self.strategy!r})")
         if self.tune_budget < 1 or self.tune_evals < 1:
@@ -130,6 +132,8 @@ class OptimizeOptions:
         if self.max_tokens is not None and self.max_tokens <= 0:
             raise OptionsError("--max-tokens must be positive")
         self.check_model_api()
+        if not files:
+            return
         if self.workload is None and self.description is None and not (self.signature and self.input_cases):
             raise OptionsError(
                 "say what to optimize: --description \"...\" (omitted parts are generated), --workload NAME|DIR, "

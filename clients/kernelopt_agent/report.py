@@ -26,7 +26,7 @@ from kernelopt_mcp import __version__
 
 from .report_plots import BoxStats, ScorePoint, inline_svg, score_plot, timing_boxes, tuning_plot
 from .rundir import RunDir
-from .runs import load_run
+from .runs import load_run, resume_text
 
 REPORT_NAME = "report.html"
 SECTIONS = {"overview": "Overview", "score": "Score", "heatmap": "Heatmap", "candidates": "Candidates",
@@ -208,6 +208,8 @@ def _overview(s: dict[str, Any], notes: list[str]) -> str:
     out = ['<div class="cards">' + "".join(f'<div class="card"><span class="muted">{k}</span><b>{v}</b></div>' for k, v in cards) + "</div>"]
     if s.get("error"):
         out.append(f'<p class="bad">error: {_e(s["error"])}</p>')
+    if s.get("resumes"):  # kernelopt optimize --resume
+        out.append("<p>Resumed " + "; ".join(_e(resume_text(r)) for r in s["resumes"]) + ".</p>")
     reference = ((s.get("workload") or {}).get("reference") or {}).get("note")
     if reference:
         out.append(f"<p>Reference: {_e(reference)}.</p>")

@@ -32,6 +32,7 @@ from typing import Any
 from kernelopt_mcp.files import write_atomic
 
 RUN_RE = re.compile(r"^run-(\d{3,})$")
+NUMBERED_RE = re.compile(r"^(\d{4,})-")
 
 
 class RunDir:
@@ -56,6 +57,42 @@ class RunDir:
                 number += 1
                 continue
             return cls(path.resolve())
+
+    @classmethod
+    def reopen(cls, path: Path) -> RunDir:
+        """An existing run directory, to be continued (``--resume``): its record numbers go on from the
+        highest already written (model/NNNN-*, tools/NNNN-*), so no earlier record is overwritten."""
+        run = cls(path.resolve())
+        for kind in ("model", "tools"):
+            numbers = [int(m.group(1)) for p in (run.path / kind).glob("*.json") if (m := NUMBERED_RE.match(p.name))]
+            run._counters[kind] = max(numbers, default=0)
+        return run
+
+    def drop_torn_line(self, relative: str | Path) -> str | None:
+        """Cut a last line that has no newline (a kill mid-write) off a JSON-lines file, so the next append
+        starts a line of its own (a whole last line only gets its newline); returns what was cut, else None."""
+        path = self.path / relative
+        try:
+            data = path.read_bytes()
+        except FileNotFoundError:
+            return None
+        if not data or data.endswith(b"\n"):
+            return None
+        keep = data.rfind(b"\n") + 1
+        try:
+            json.loads(data[keep:])
+            whole = True  # cut just before its newline: the line itself is whole
+        except ValueError:
+            whole = False
+        with self._lock, open(path, "r+b") as fh:
+            if whole:
+                fh.seek(0, os.SEEK_END)
+                fh.write(b"\n")
+            else:
+                fh.truncate(keep)
+            fh.flush()
+            os.fsync(fh.fileno())
+        return None if whole else data[keep:].decode("utf-8", errors="replace")
 
     @property
     def name(self) -> str:

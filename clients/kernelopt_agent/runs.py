@@ -123,6 +123,9 @@ def show(path: Path, out: Console, as_json: bool = False) -> int:
         out.print(f"{len(dups)} proposal(s) repeated an earlier candidate and were not evaluated again", highlight=False)
     for stop in run["history"].of(StopEvent):
         out.print(f"stopped: {escape(stop.reason)}", highlight=False)
+    resumes = s.get("resumes") or []
+    if resumes:
+        out.print(f"resumed {len(resumes)} time(s): " + "; ".join(resume_text(r) for r in resumes), highlight=False)
     if s.get("best"):
         b = s["best"]
         out.print(f"best: {b['label']}, score {b['score_ms']:.4g} ms" if b.get("score_ms") else f"best: {b['label']}", highlight=False)
@@ -131,6 +134,13 @@ def show(path: Path, out: Console, as_json: bool = False) -> int:
     files = [p.name for p in sorted(path.iterdir())]
     out.print(f"files: {escape(', '.join(files))}", highlight=False)
     return 0
+
+
+def resume_text(resume: dict[str, Any]) -> str:
+    """One --resume of a run, as `runs show` and the report say it."""
+    changed = ", ".join(f"--{k.replace('_', '-')} {v[0]} -> {v[1]}" for k, v in (resume.get("changed") or {}).items())
+    return (f"{_iso_utc(resume.get('at')) or '?'} from iteration {resume.get('from_iteration', '?')} "
+            f"(was {resume.get('previous_status', '?')}" + (f"; {changed}" if changed else "") + ")")
 
 
 def _iso_utc(epoch_s: float | None) -> str | None:

@@ -1,7 +1,8 @@
 """`kernelopt optimize` routes of issue 15 on a real GPU, against the scripted model of
 tests/scripted_model.py: a description run whose generated reference launches blocks of 2048
 threads (more than any NVIDIA GPU allows) is regenerated and then runs, leaving nothing in the
-workspace; and `--use-nsight` on this machine either profiles or says once why it cannot.
+workspace; `--use-nsight` on this machine either profiles or says once why it cannot; and a
+`--workload` run interrupted by Ctrl-C goes on with `--resume`.
 
 Run with --run-gpu (scripts/device_gpu_tests.sh tests/gpu/test_optimize_routes_gpu.py).
 """
@@ -10,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 from pathlib import Path
 from typing import Any
 
@@ -131,4 +133,48 @@ def test_four_candidates_per_iteration_on_the_gpu(tmp_path: Path, harness_binary
     fastest = min(ranked, key=lambda h: h["score_ms"])  # the initial kernel competes too
     assert summary["best"]["label"] == fastest["label"] and summary["iterations"]["candidates_per_iteration"] == 4
     assert (run / "heatmap.png").is_file() and (run / "history.jsonl").is_file()
+    print(json.dumps({"best": summary["best"]["label"], "scores": {h["label"]: h["score_ms"] for h in candidates}}, indent=1))
+
+
+def test_an_interrupted_workload_run_resumes_on_the_gpu(tmp_path: Path, harness_binary: Path,
+                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    """--workload vector_add interrupted (Ctrl-C) in iteration 2, then `--resume` to 3 iterations: the same
+    directory, the numbering going on, the frozen inputs unchanged, the best over both sessions."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-scripted")
+    monkeypatch.setenv("KERNELOPT_DOCS_OFFLINE", "1")
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(REPO), str(REPO / "clients"), os.environ.get("PYTHONPATH")])))
+    vadd, vadd4 = ADD.replace("vec_add", "vector_add"), ADD4.replace("vec_add", "vector_add")
+
+    def answer(source: str, how: dict[str, Any], why: str) -> dict[str, Any]:
+        return {"content": json.dumps({"rationale": why, "source": source, "launch": how, "compile_options": []})}
+
+    def ctrl_c(body: dict[str, Any]) -> dict[str, Any]:
+        os.kill(os.getpid(), signal.SIGINT)  # Ctrl-C while the model is thinking about iteration 2
+        return answer(vadd, launch(1024), "never evaluated")
+
+    results, ws = tmp_path / "results", tmp_path / "ws"
+    where = ["--harness", str(harness_binary), "--workspace", str(ws), "--quiet"]
+    with ScriptedModel([answer(vadd4, launch(256, 4), "float4"), ctrl_c]) as model:
+        code = agent_main(["optimize", "--workload", "vector_add", "--max-iterations", "3", "--base-url", model.url,
+                           "--results-dir", str(results), "--warmup", "2", "--iterations", "10", *where])
+    run = results / "run-001"
+    first = read(run / "summary.json")
+    assert code == 130 and first["status"] == "interrupted", first
+    inputs = (run / "input_cases.json").read_bytes()
+    with ScriptedModel([answer(vadd, launch(512), "block 512"), answer(vadd4, launch(128, 4), "float4, block 128")]) as model:
+        code = agent_main(["optimize", "--resume", str(run), "--base-url", model.url, *where])
+    summary = read(run / "summary.json")
+    assert code == 0 and not model.steps and not model.exhausted, summary
+    history = read(run / "history.json")
+    candidates = [h for h in history if h["event"] == "candidate"]
+    assert [h["label"] for h in candidates] == ["000-reference", "001-initial", "002-it1", "003-it2", "004-it3"]
+    assert all(h["status"] == "ok" for h in candidates), candidates
+    fastest = min((h for h in candidates if h["kind"] != "reference"), key=lambda h: h["score_ms"])
+    assert summary["best"]["label"] == fastest["label"] and summary["status"] == "completed"
+    assert summary["iterations"]["used"] == 3 and summary["tokens"]["calls"] == 3
+    assert summary["resumes"][0]["from_iteration"] == 2 and summary["resumes"][0]["previous_status"] == "interrupted"
+    assert (run / "input_cases.json").read_bytes() == inputs and summary["workload"]["seed"] == first["workload"]["seed"]
+    assert summary["provenance"]["device"] == first["provenance"]["device"]
+    assert all((run / f).is_file() for f in summary["files"]["replay"].values())
     print(json.dumps({"best": summary["best"]["label"], "scores": {h["label"]: h["score_ms"] for h in candidates}}, indent=1))
