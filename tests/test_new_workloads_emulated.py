@@ -1,4 +1,4 @@
-"""The histogram and gemm_bf16 kernels (reference, initial, tunable) executed on the CPU.
+"""The histogram, gemm_bf16 and attention_fwd kernels (reference, initial, tunable) executed on the CPU.
 
 The CUDA emulator of tests/test_tunable_emulated.py (threads as fibers, barriers, shuffles) runs
 each kernel source as C++ against exact CPU results. gemm_bf16's tensor-core kernels use inline
@@ -42,6 +42,11 @@ static inline float2 make_float2(float a, float b) { return float2{a, b}; }
 struct __nv_bfloat16 { unsigned short bits; };
 static inline float bf16_bits_to_float(unsigned short b) { unsigned u = (unsigned)b << 16; float f; std::memcpy(&f, &u, 4); return f; }
 static inline float __bfloat162float(__nv_bfloat16 v) { return bf16_bits_to_float(v.bits); }
+static inline __nv_bfloat16 __float2bfloat16(float f) {   // round to nearest even (no NaN inputs here)
+    unsigned u; std::memcpy(&u, &f, 4);
+    u += 0x7fffu + ((u >> 16) & 1u);
+    return __nv_bfloat16{(unsigned short)(u >> 16)};
+}
 static inline int atomicAdd(int* p, int v) { int o = *p; *p = o + v; return o; }
 template <class T> static inline T min(T a, T b) { return a < b ? a : b; }
 #define __align__(n) __attribute__((aligned(n)))
@@ -178,6 +183,46 @@ int main(int argc, char** argv) {
             if (fail < 5) std::fprintf(stderr, "C[%zu] = %.9g, expected %.9g\n", i, c[i], ref[i]);
             ++fail; }
     if (!(A.guards_ok() && B.guards_ok() && C.guards_ok())) { std::fprintf(stderr, "guard words overwritten\n"); fail = 1; }
+#elif defined(WL_attention_fwd)
+    int Bn = atoi(argv[9]), Hn = atoi(argv[10]), S = atoi(argv[11]), D = atoi(argv[12]), causal = atoi(argv[13]);
+    double rtol = atof(argv[14]), atol = atof(argv[15]);
+    const size_t n = (size_t)Bn * Hn * S * D;
+    const __nv_bfloat16 g16{0x7fc1};
+    Buf<__nv_bfloat16> Q(n, 0, g16), Kb(n, mis, g16), V(n, 0, g16), O(n, 0, g16);   // k misaligned: scalar tile copies
+    auto normal = [] { double u = urand() + 1e-12, w = urand(); return (float)(std::sqrt(-2 * std::log(u)) * std::cos(6.283185307179586 * w)); };
+    for (size_t i = 0; i < n; ++i) { Q.p()[i] = __float2bfloat16(normal()); Kb.p()[i] = __float2bfloat16(normal()); V.p()[i] = __float2bfloat16(normal()); }
+    for (size_t i = 0; i < n; ++i) O.p()[i] = __nv_bfloat16{0x7fff};   // NaN poison
+    std::vector<double> ref(n);
+    double sq = 0;
+    for (int bh = 0; bh < Bn * Hn; ++bh)
+        for (int i = 0; i < S; ++i) {
+            const size_t base = (size_t)bh * S * D;
+            std::vector<double> sc(S);
+            double mx = -INFINITY;
+            const int last = causal ? i : S - 1;
+            for (int j = 0; j <= last; ++j) {
+                double dot = 0;
+                for (int d = 0; d < D; ++d) dot += (double)__bfloat162float(Q.p()[base + (size_t)i * D + d]) * __bfloat162float(Kb.p()[base + (size_t)j * D + d]);
+                sc[j] = dot / std::sqrt((double)D); mx = std::max(mx, sc[j]);
+            }
+            double l = 0;
+            for (int j = 0; j <= last; ++j) l += std::exp(sc[j] - mx);
+            for (int d = 0; d < D; ++d) {
+                double a = 0;
+                for (int j = 0; j <= last; ++j) a += std::exp(sc[j] - mx) * __bfloat162float(V.p()[base + (size_t)j * D + d]);
+                ref[base + (size_t)i * D + d] = a / l; sq += (a / l) * (a / l);
+            }
+        }
+    const double rms = std::sqrt(sq / n);
+    __nv_bfloat16 *q = Q.p(), *k = Kb.p(), *v = V.p(), *o = O.p();
+    emu::launch(grid, block, [&] { attention_fwd(q, k, v, o, Bn, Hn, S, D, causal); });
+    for (size_t i = 0; i < n; ++i) {
+        const float got = __bfloat162float(o[i]);
+        if (!(std::fabs(got - ref[i]) <= atol * rms + rtol * std::fabs(ref[i]))) {
+            if (fail < 5) std::fprintf(stderr, "o[%zu] = %.9g, expected %.9g\n", i, got, ref[i]);
+            ++fail; }
+    }
+    if (!(Q.guards_ok() && Kb.guards_ok() && V.guards_ok() && O.guards_ok())) { std::fprintf(stderr, "guard words overwritten\n"); fail = 1; }
 #endif
     if (fail) { std::fprintf(stderr, "FAIL\n"); return 1; }
     std::printf("OK\n");
@@ -295,3 +340,34 @@ def test_the_gemm_emulation_catches_a_pipeline_or_fragment_bug(old: str, new: st
     broken = t.source.replace(old, new)
     assert broken != t.source
     assert gemm_failures(broken, t.spec["launch"]["default"], t.spec["defaults"], tmp_path, "broken")
+
+
+# --- attention_fwd --------------------------------------------------------------------------------
+
+# (B, H, S, D, causal): one key, odd S over several key tiles and query blocks, D 32 / 64 / 128
+ATTN_CASES = [(1, 1, 1, 64, 0), (1, 1, 1, 128, 1), (1, 2, 33, 64, 1), (2, 1, 100, 128, 0), (1, 1, 77, 32, 1),
+              (1, 1, 70, 64, 0)]
+
+
+def attention_failures(source: str, launch: dict[str, object], directory: Path, tag: str) -> list[str]:
+    tol = load_workload(REPO / "workloads" / "attention_fwd").spec.tolerance["o"]
+    exe = build("attention_fwd", source, {}, directory, tag)
+    return [f for b, h, s, d, causal in ATTN_CASES for mis in (0, 1)
+            if (f := run(exe, launch, {"B": b, "H": h, "S": s, "D": d, "causal": causal}, {}, mis,
+                         [b, h, s, d, causal, tol.rtol / 2, tol.atol / 2]))]
+
+
+def test_attention_reference_and_initial_match_float64(tmp_path: Path) -> None:
+    wl = load_workload(REPO / "workloads" / "attention_fwd")
+    assert wl.reference_cu and wl.initial_cu and wl.spec.reference.launch and wl.spec.initial
+    failures = attention_failures(wl.reference_cu, wl.spec.reference.launch.default.model_dump(), tmp_path, "ref")
+    failures += attention_failures(wl.initial_cu, wl.spec.initial.launch.default.model_dump(), tmp_path, "init")
+    assert not failures, "\n".join(failures)
+
+
+def test_the_attention_emulation_catches_a_causal_mask_off_by_one(tmp_path: Path) -> None:
+    wl = load_workload(REPO / "workloads" / "attention_fwd")
+    assert wl.reference_cu and wl.spec.reference.launch
+    broken = wl.reference_cu.replace("j0 + jj <= i", "j0 + jj < i + 1 + (i & 1)")
+    assert broken != wl.reference_cu
+    assert attention_failures(broken, wl.spec.reference.launch.default.model_dump(), tmp_path, "broken")

@@ -13,7 +13,7 @@ from kernelopt_mcp.errors import WorkloadError
 from kernelopt_mcp.workload import WorkloadSpec, json_schema, load_workload
 from kernelopt_mcp.workload_parts import load_parts
 
-BUNDLED = ["vector_add", "sgemm", "reduce_sum", "softmax", "transpose", "layernorm", "histogram", "gemm_bf16"]
+BUNDLED = ["vector_add", "sgemm", "reduce_sum", "softmax", "transpose", "layernorm", "histogram", "gemm_bf16", "attention_fwd"]
 
 
 def _spec(repo: Path) -> dict[str, Any]:

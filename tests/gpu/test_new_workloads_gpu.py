@@ -1,4 +1,4 @@
-"""The workloads of issue 16 (histogram, gemm_bf16) through `kernelopt optimize` on a real GPU.
+"""The workloads of issue 16 (histogram, gemm_bf16, attention_fwd) on a real GPU.
 
 With no API key and `--strategy tune`, optimize freezes the workload (inputs of every case, the
 oracle on the correctness cases, the CUDA reference on the performance cases), evaluates the
@@ -7,9 +7,11 @@ finish with a tuned kernel that passes every case and is faster than the naive i
 The figures (best score, speedup over the CUDA reference, GB/s or TFLOP/s of the best kernel per
 performance case) are printed for the README's table.
 
-The reference-vs-oracle and initial checks are in tests/gpu/test_evaluate_gpu.py (BUNDLED), the
-tunable kernels at several configurations in tests/gpu/test_tunable_gpu.py; the CPU emulation of
-the same kernels in tests/test_new_workloads_emulated.py.
+The reference-vs-oracle and initial checks of histogram and gemm_bf16 are in
+tests/gpu/test_evaluate_gpu.py (BUNDLED), the tunable kernels at several configurations in
+tests/gpu/test_tunable_gpu.py; attention_fwd (no tunable kernel yet; its float64 oracle on the
+4x32x4096 performance cases would take minutes, so it runs on the correctness cases only) is
+checked here. The CPU emulation of the same kernels is tests/test_new_workloads_emulated.py.
 
 Run with --run-gpu (scripts/device_gpu_tests.sh tests/gpu/test_new_workloads_gpu.py).
 """
@@ -24,6 +26,11 @@ from typing import Any
 import pytest
 
 from kernelopt_agent.cli import main as agent_main
+from kernelopt_mcp import EvaluateOptions, HarnessProcess, Session, Settings, Status
+from kernelopt_mcp.config import find_workload
+from kernelopt_mcp.evaluation.candidate import initial_candidate
+from kernelopt_mcp.evaluation.evaluate import evaluate, prepare
+from kernelopt_mcp.gpu import DeviceInfo
 
 pytestmark = [pytest.mark.gpu, pytest.mark.timeout(900)]
 
@@ -66,3 +73,16 @@ def test_optimize_tune_without_a_key_finishes_with_a_tuned_kernel(
     assert tuned["counts"]["tried"] >= min(evals, 10), tuned["counts"]
     print(json.dumps({"workload": name, "best": best, "initial_ms": initial_ms,
                       "best_params": tuned.get("best_params"), "summary_best": summary.get("best")}, indent=1))
+
+
+def test_attention_reference_matches_the_oracle_and_the_naive_kernel_passes(
+    proc: HarnessProcess, device: DeviceInfo, tmp_path: Path
+) -> None:
+    wl = find_workload("attention_fwd", Settings())
+    with Session(wl, proc, device, workdir=tmp_path, options=EvaluateOptions(warmup=1, iterations=5, timeout_s=300)) as ev:
+        prepare(ev, time_reference=True)  # the CUDA reference against the oracle on every correctness case
+        assert ev.reference_result is not None and ev.reference_result.ok
+        result = evaluate(ev, initial_candidate(wl))
+    assert result.status is Status.ok, result.message
+    print(json.dumps({c.name: {"initial_ms": c.timing.median_ms if c.timing else None,
+                               "reference_ms": c.reference_median_ms} for c in result.cases}, indent=1))
