@@ -1,6 +1,7 @@
 #include "case_runner.hpp"
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
 #include <limits>
 #include <set>
@@ -19,6 +20,28 @@ using nlohmann::json;
 // Above this a kernel must opt in to dynamic shared memory (CUDA's static 48 KiB limit).
 constexpr unsigned default_dynamic_shared_limit = 48 * 1024;
 
+// For tests on a GPU only (KERNELOPT_HARNESS_REPORT_STAGED=1, never set by kernelopt): the
+// device addresses of the case's staged copies, so a test kernel can aim at one exactly.
+json staged_addresses(const std::vector<DeviceArg>& buffers) {
+  const char* env = std::getenv("KERNELOPT_HARNESS_REPORT_STAGED");
+  if (env == nullptr || std::strcmp(env, "1") != 0) return nullptr;
+  json staged = json::array();
+  for (const auto& d : buffers) {
+    const std::pair<const char*, const Source*> sources[] = {{"input", &d.input},
+                                                             {"timed_input", &d.timed_input},
+                                                             {"expected", &d.expected},
+                                                             {"timed_expected", &d.timed_expected}};
+    for (const auto& [what, src] : sources) {
+      if (!src->device) continue;
+      staged.push_back({{"buffer", d.spec->name},
+                        {"source", what},
+                        {"address", static_cast<std::uint64_t>(src->device->get())},
+                        {"bytes", src->device->size()}});
+    }
+  }
+  return staged;
+}
+
 }  // namespace
 
 bool CaseRunner::run(json& cases) {
@@ -36,6 +59,7 @@ bool CaseRunner::run(json& cases) {
   Phase phase = Phase::setup;
   try {
     setup();
+    if (json staged = staged_addresses(st_.buffers); !staged.is_null()) result["staged"] = staged;
     result["occupancy_blocks_per_sm"] = occupancy();
     launch();
     phase = Phase::launched;
@@ -102,9 +126,12 @@ Source CaseRunner::stage(const std::string& path, std::uint64_t bytes, bool need
     throw IoError(path + " changed size while the harness was running");
   }
   if (need_device && bytes > 0) {
-    auto device = std::make_shared<DeviceBuffer>(s_.allocate(bytes));
+    auto device = std::make_shared<DeviceBuffer>(s_.allocate_staged(bytes));
     KO_CU(drv_.cuMemcpyHtoDAsync(device->get(), src.host.data(), bytes, s_.stream()));
     src.device = std::move(device);
+    // Read-only for kernels from here on (staging.hpp): the upload must have finished first.
+    sync();
+    s_.protect_staged(*src.device);
     // The host copy is dropped once setup() has synchronized.
   }
   return src;

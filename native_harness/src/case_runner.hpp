@@ -23,7 +23,9 @@ namespace kernelopt::detail {
 
 // Where a buffer's starting contents come from: the file's bytes on the host, or a device
 // copy (the input cache's entry, or an upload made once because the device needs it: inout
-// restores, expected values). Empty files have neither.
+// restores, expected values). Empty files have neither. Device copies are staged
+// (Session::allocate_staged): mapped read-only for kernels once uploaded, where the device
+// allows, so the harness only ever reads them.
 struct Source {
   std::vector<std::uint8_t> host;
   std::shared_ptr<const DeviceBuffer> device;

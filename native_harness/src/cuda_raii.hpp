@@ -19,14 +19,24 @@ class DeviceBuffer {
   explicit DeviceBuffer(std::size_t bytes) : bytes_(bytes) {
     KO_CU(load_driver().cuMemAlloc(&ptr_, bytes));
   }
+  // Takes over a virtual memory mapping (staging.cpp): `handle` mapped at `ptr` over
+  // `mapped` bytes (`bytes` rounded up to the allocation granularity), the whole reservation.
+  DeviceBuffer(CUdeviceptr ptr, std::size_t bytes, std::size_t mapped,
+               CUmemGenericAllocationHandle handle) noexcept
+      : ptr_(ptr), bytes_(bytes), mapped_(mapped), handle_(handle) {}
   ~DeviceBuffer() { reset(); }
   DeviceBuffer(DeviceBuffer&& o) noexcept
-      : ptr_(std::exchange(o.ptr_, 0)), bytes_(std::exchange(o.bytes_, 0)) {}
+      : ptr_(std::exchange(o.ptr_, 0)),
+        bytes_(std::exchange(o.bytes_, 0)),
+        mapped_(std::exchange(o.mapped_, 0)),
+        handle_(std::exchange(o.handle_, 0)) {}
   DeviceBuffer& operator=(DeviceBuffer&& o) noexcept {
     if (this != &o) {
       reset();
       ptr_ = std::exchange(o.ptr_, 0);
       bytes_ = std::exchange(o.bytes_, 0);
+      mapped_ = std::exchange(o.mapped_, 0);
+      handle_ = std::exchange(o.handle_, 0);
     }
     return *this;
   }
@@ -35,18 +45,33 @@ class DeviceBuffer {
 
   CUdeviceptr get() const noexcept { return ptr_; }
   std::size_t size() const noexcept { return bytes_; }
+  // A virtual memory mapping: its access flags can be changed over mapped_size() bytes.
+  bool mapped() const noexcept { return handle_ != 0; }
+  std::size_t mapped_size() const noexcept { return mapped_; }
 
   void reset() noexcept {
     if (ptr_ != 0) {
-      if (const DriverApi* drv = loaded_driver()) drv->cuMemFree(ptr_);
+      if (const DriverApi* drv = loaded_driver()) {
+        if (handle_ != 0) {
+          drv->cuMemUnmap(ptr_, mapped_);
+          drv->cuMemAddressFree(ptr_, mapped_);
+          drv->cuMemRelease(handle_);
+        } else {
+          drv->cuMemFree(ptr_);
+        }
+      }
       ptr_ = 0;
       bytes_ = 0;
+      mapped_ = 0;
+      handle_ = 0;
     }
   }
 
  private:
   CUdeviceptr ptr_ = 0;
   std::size_t bytes_ = 0;
+  std::size_t mapped_ = 0;
+  CUmemGenericAllocationHandle handle_ = 0;
 };
 
 class Event {

@@ -108,6 +108,17 @@ std::unique_ptr<DriverApi> load() {
   KO_REQUIRE(cuGraphLaunch);
   KO_REQUIRE(cuGraphDestroy);
   KO_REQUIRE(cuGraphExecDestroy);
+  // Optional (staging.hpp): all or none, so a partial set counts as none.
+  const bool vmm = bind(lib, api->cuMemCreate, KO_STRINGIFY_EXPANDED(cuMemCreate)) &
+                   bind(lib, api->cuMemRelease, KO_STRINGIFY_EXPANDED(cuMemRelease)) &
+                   bind(lib, api->cuMemAddressReserve, KO_STRINGIFY_EXPANDED(cuMemAddressReserve)) &
+                   bind(lib, api->cuMemAddressFree, KO_STRINGIFY_EXPANDED(cuMemAddressFree)) &
+                   bind(lib, api->cuMemMap, KO_STRINGIFY_EXPANDED(cuMemMap)) &
+                   bind(lib, api->cuMemUnmap, KO_STRINGIFY_EXPANDED(cuMemUnmap)) &
+                   bind(lib, api->cuMemSetAccess, KO_STRINGIFY_EXPANDED(cuMemSetAccess)) &
+                   bind(lib, api->cuMemGetAllocationGranularity,
+                        KO_STRINGIFY_EXPANDED(cuMemGetAllocationGranularity));
+  if (!vmm) api->cuMemCreate = nullptr;
 #if CUDA_VERSION >= 12040
   bind(lib, api->cuFuncGetParamInfo, KO_STRINGIFY_EXPANDED(cuFuncGetParamInfo));
 #endif

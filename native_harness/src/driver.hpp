@@ -70,6 +70,16 @@ struct DriverApi {
   KO_DRIVER_FN(cuGraphLaunch);
   KO_DRIVER_FN(cuGraphDestroy);
   KO_DRIVER_FN(cuGraphExecDestroy);
+  // Optional: virtual memory management, for staged data mapped read-only (staging.hpp).
+  // nullptr when the driver lacks one of them; the harness then falls back to cuMemAlloc.
+  KO_DRIVER_FN(cuMemCreate);
+  KO_DRIVER_FN(cuMemRelease);
+  KO_DRIVER_FN(cuMemAddressReserve);
+  KO_DRIVER_FN(cuMemAddressFree);
+  KO_DRIVER_FN(cuMemMap);
+  KO_DRIVER_FN(cuMemUnmap);
+  KO_DRIVER_FN(cuMemSetAccess);
+  KO_DRIVER_FN(cuMemGetAllocationGranularity);
 #if CUDA_VERSION >= 12040
   // Optional (driver 12.4+): lets the harness check the request's arguments against the
   // kernel's parameter list before launching. nullptr when the driver lacks it.

@@ -62,6 +62,7 @@ InputCache::Entry InputCache::get(const std::string& path, std::uint64_t bytes, 
   const auto& drv = detail::load_driver();
   KO_CU(drv.cuMemcpyHtoDAsync(buffer->get(), data.data(), bytes, stream));
   KO_CU(drv.cuStreamSynchronize(stream));
+  staging_.protect(*buffer);
   if (!keep) return buffer;
 
   lru_.push_front(path);
@@ -73,7 +74,7 @@ InputCache::Entry InputCache::get(const std::string& path, std::uint64_t bytes, 
 std::shared_ptr<detail::DeviceBuffer> InputCache::allocate(std::uint64_t bytes) {
   for (;;) {
     try {
-      return std::make_shared<detail::DeviceBuffer>(bytes);
+      return std::make_shared<detail::DeviceBuffer>(staging_.allocate(bytes));
     } catch (const detail::CudaError& e) {
       if (e.code() != CUDA_ERROR_OUT_OF_MEMORY || !evict_one()) throw;
     }

@@ -14,6 +14,7 @@
 #include <unordered_map>
 
 #include "cuda_raii.hpp"
+#include "staging.hpp"
 
 namespace kernelopt {
 
@@ -42,13 +43,18 @@ class InputCache {
  public:
   using Entry = std::shared_ptr<const detail::DeviceBuffer>;
 
+  // Entries are allocated and, once uploaded, protected through `staging` (read-only where
+  // the device supports it), which must outlive the cache.
+  explicit InputCache(detail::Staging& staging) : staging_(staging) {}
+
   // Starts a request: resets the counters and sets the budget in bytes.
   void begin_request(std::uint64_t budget_bytes);
 
   // The device copy of `path`, which must hold `bytes` bytes (IoError otherwise). A miss reads
   // the file and uploads it on `stream` (synchronously). A file larger than the budget is
-  // uploaded but not kept. The entry stays valid while the caller holds it, even if it is
-  // evicted meanwhile. nullptr for an empty file. Throws IoError, CudaError.
+  // uploaded but not kept. Either way the upload has completed and the entry is read-only for
+  // kernels where staging allows (staging.hpp). The entry stays valid while the caller holds it,
+  // even if it is evicted meanwhile. nullptr for an empty file. Throws IoError, CudaError.
   Entry get(const std::string& path, std::uint64_t bytes, CUstream stream);
 
   // Drops the least recently used entry; false when there is none. The memory is freed once
@@ -73,6 +79,7 @@ class InputCache {
   // A device buffer of `bytes`, evicting entries while the device is out of memory.
   std::shared_ptr<detail::DeviceBuffer> allocate(std::uint64_t bytes);
 
+  detail::Staging& staging_;
   std::unordered_map<std::string, Slot> map_;
   std::list<std::string> lru_;
   std::uint64_t resident_bytes_ = 0;

@@ -180,6 +180,14 @@ json cache_counters(Session& session) {
           {"resident_bytes", cache.resident_bytes()}};
 }
 
+// Whether staged data (input and expected copies) is mapped read-only for kernels, and why
+// not (PROTOCOL.md, "Read-only staging"). Can turn false during a request (the driver refused).
+json staging_answer(const Session& session) {
+  const auto& st = session.staging();
+  return {{"readonly", st.readonly()},
+          {"reason", st.readonly() ? json(nullptr) : json(st.reason())}};
+}
+
 // The default input_cache_bytes: 30% of the device's memory.
 std::uint64_t default_cache_budget(const Session& session) {
   return static_cast<std::uint64_t>(session.total_memory_bytes()) / 10 * 3;
@@ -191,6 +199,7 @@ int run_request(Session& session, const Request& req, json& response) {
   const auto& drv = session.drv();
   response["device"] = {
       {"ordinal", session.ordinal()}, {"name", session.name()}, {"arch", session.arch()}};
+  response["staging"] = staging_answer(session);
 
   auto image = read_file(req.module_path);
   check_input_files(req);
@@ -267,6 +276,7 @@ int run_request(Session& session, const Request& req, json& response) {
     detail::CaseRunner runner(session, f, req, spec, check);
     const bool fatal = runner.run(response["cases"]);
     if (req.input_cache) response["input_cache"] = cache_counters(session);
+    response["staging"] = staging_answer(session);
     if (fatal) return exit_fatal_cuda;
   }
   return exit_ok;

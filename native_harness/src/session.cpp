@@ -68,6 +68,7 @@ Session::Session(int ordinal) : drv_(init_driver()), ordinal_(ordinal) {
     l2_bytes_ = l2 > 0 ? static_cast<std::size_t>(l2) : 0;
     KO_CU(drv_.cuDeviceGetAttribute(&sm_count_, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, device_));
     KO_CU(drv_.cuDeviceTotalMem(&total_memory_bytes_, device_));
+    staging_.init(drv_, device_);
   } catch (const detail::CudaError& e) {
     if (stream_ != nullptr) drv_.cuStreamDestroy(stream_);
     if (context_ != nullptr) drv_.cuDevicePrimaryCtxRelease(device_);
@@ -96,6 +97,16 @@ detail::DeviceBuffer Session::allocate(std::size_t bytes) {
   for (;;) {
     try {
       return detail::DeviceBuffer(bytes);
+    } catch (const detail::CudaError& e) {
+      if (e.code() != CUDA_ERROR_OUT_OF_MEMORY || !input_cache_.evict_one()) throw;
+    }
+  }
+}
+
+detail::DeviceBuffer Session::allocate_staged(std::size_t bytes) {
+  for (;;) {
+    try {
+      return staging_.allocate(bytes);
     } catch (const detail::CudaError& e) {
       if (e.code() != CUDA_ERROR_OUT_OF_MEMORY || !input_cache_.evict_one()) throw;
     }

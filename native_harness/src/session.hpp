@@ -11,6 +11,7 @@
 #include "cuda_raii.hpp"
 #include "driver.hpp"
 #include "input_cache.hpp"
+#include "staging.hpp"
 #include "support.hpp"
 
 namespace kernelopt {
@@ -54,6 +55,15 @@ class Session {
   // Throws CudaError.
   detail::DeviceBuffer allocate(std::size_t bytes);
 
+  // Device memory for staged data (input, timed input, expected and timed expected copies):
+  // call protect_staged() once its upload has completed. Evicts input cache entries while the
+  // device is out of memory. Throws CudaError.
+  detail::DeviceBuffer allocate_staged(std::size_t bytes);
+  // Maps a buffer from allocate_staged() read-only for kernels, where staging allows.
+  void protect_staged(const detail::DeviceBuffer& buffer) { staging_.protect(buffer); }
+  // Whether staged data is mapped read-only (PROTOCOL.md, "Read-only staging"), and why not.
+  const detail::Staging& staging() const noexcept { return staging_; }
+
   // The input cache (protocol 2): lives as long as the session.
   InputCache& input_cache() noexcept { return input_cache_; }
 
@@ -80,7 +90,8 @@ class Session {
   int sm_count_ = 0;
   std::size_t total_memory_bytes_ = 0;
   detail::DeviceBuffer flush_scratch_;
-  InputCache input_cache_;
+  detail::Staging staging_;  // before input_cache_, which allocates through it
+  InputCache input_cache_{staging_};
   SupportModule support_;
   detail::DeviceBuffer support_scratch_;
   bool broken_ = false;

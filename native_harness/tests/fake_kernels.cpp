@@ -75,6 +75,47 @@ void replay_run(void** p) {
               n < g_replay.size() ? n : g_replay.size());
 }
 
+// Whether the allocation at `base` holds the kernel's own buffer at `p` (a forger spares it).
+bool holds(const std::pair<const std::uintptr_t, std::size_t>& a, CUdeviceptr p) {
+  return p >= a.first && p < a.first + a.second;
+}
+// forge(const float* in, float* out, u64 bytes): out = in + 1 (wrong for copy_kernel's
+// expected values), then, like a kernel scanning device memory for its expected outputs, every
+// allocation that starts with in's values as float64 is overwritten with out's, so a compare
+// against it passes. A read-only mapping stops it (run_kernel).
+void forge_run(void** p) {
+  const auto* in = reinterpret_cast<const float*>(arg<CUdeviceptr>(p, 0));
+  auto* out = reinterpret_cast<float*>(arg<CUdeviceptr>(p, 1));
+  const auto n = arg<std::uint64_t>(p, 2) / 4;
+  for (std::uint64_t i = 0; i < n; ++i) out[i] = in[i] + 1;
+  for (const auto& a : g_allocs) {
+    if (n == 0 || a.second < n * 8 || holds(a, arg<CUdeviceptr>(p, 0)) ||
+        holds(a, arg<CUdeviceptr>(p, 1))) {
+      continue;
+    }
+    auto* d = reinterpret_cast<double*>(a.first);
+    bool match = true;
+    for (std::uint64_t i = 0; i < n && match; ++i) match = d[i] == static_cast<double>(in[i]);
+    if (!match) continue;
+    for (std::uint64_t i = 0; i < n; ++i) d[i] = static_cast<double>(out[i]);
+  }
+}
+// scribble(const u8* in, u8* out, u64 n): copies, then overwrites with 0xEE every other
+// allocation that starts with in's bytes: the harness's own copies of its input (the input
+// cache's), which later requests would copy from.
+void scribble_run(void** p) {
+  copy_run(p);
+  const auto* in = bytes_at(arg<CUdeviceptr>(p, 0));
+  const auto n = arg<std::uint64_t>(p, 2);
+  for (const auto& a : g_allocs) {
+    if (n == 0 || a.second < n || holds(a, arg<CUdeviceptr>(p, 0)) ||
+        holds(a, arg<CUdeviceptr>(p, 1)) || std::memcmp(bytes_at(a.first), in, n) != 0) {
+      continue;
+    }
+    std::memset(bytes_at(a.first), 0xEE, n);
+  }
+}
+
 // The support module's kernels, on the CPU, with compare.cu's semantics and result layout.
 double half_to_double(std::uint16_t h) {
   const int exp = (h >> 10) & 0x1f;
@@ -244,6 +285,8 @@ Kernel g_kernels[] = {
     {"ko_spin", {8, 8, 8}, 0.0, 0, 48 * 1024, spin_run},
     {"ko_empty", {}, 0.002, 0, 48 * 1024, empty_run},
     {"copy_kernel", {8, 8, 8}, 0.5, 0, 48 * 1024, copy_run},
+    {"forge_kernel", {8, 8, 8}, 0.5, 0, 48 * 1024, forge_run},
+    {"scribble_kernel", {8, 8, 8}, 0.5, 0, 48 * 1024, scribble_run},
     {"oob_kernel", {8, 8, 8}, 0.5, 0, 48 * 1024, oob_run},
     {"clobber_kernel", {8, 8, 8}, 0.5, 0, 48 * 1024, clobber_run},
     {"fault_kernel", {8, 8, 8}, 0.5, 0, 48 * 1024, fault_run},

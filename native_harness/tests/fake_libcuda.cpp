@@ -15,6 +15,12 @@
 //   FAKE_CUDA_NO_PARAM_INFO=1    cuFuncGetParamInfo reports CUDA_ERROR_NOT_SUPPORTED
 //   FAKE_CUDA_SPIN_TIMEOUT=1     ko_spin reports that it timed out
 //   FAKE_CUDA_STATS=1            at exit, print "fake libcuda stats: ..." counters on stderr
+//   FAKE_CUDA_NO_VMM=1           the device reports no virtual memory management support
+//   FAKE_CUDA_NO_READONLY=1      cuMemSetAccess refuses PROT_READ (CUDA_ERROR_NOT_SUPPORTED)
+// Virtual memory management (cuMemCreate, cuMemMap, cuMemSetAccess, ...) is simulated over
+// host memory: kernels run under a pretend MMU (a write into a read-only or inaccessible
+// mapping is undone and faults with CUDA_ERROR_ILLEGAL_ADDRESS, like the GPU's), and a copy or
+// memset into such a mapping kills the context.
 // Graph capture records kernel launches (with copies of their arguments) and cuGraphLaunch
 // replays them, so graph-mode timing runs the real control flow.
 // At exit the fake reports leaked allocations, events, modules and streams on stderr and
@@ -44,12 +50,16 @@ struct LeakCheck {
       std::fprintf(
           stderr,
           "fake libcuda stats: launches=%lu spins=%lu graph_launches=%lu graph_kernels=%lu "
-          "fills=%lu ref_compares=%lu\n",
-          g_launches, g_spin_launches, g_graph_launches, g_graph_kernels, g_fills, g_ref_compares);
+          "fills=%lu ref_compares=%lu maps=%lu protects=%lu mmu_faults=%lu\n",
+          g_launches, g_spin_launches, g_graph_launches, g_graph_kernels, g_fills, g_ref_compares,
+          g_maps, g_protects, g_mmu_faults);
     }
     if (g_sticky != CUDA_SUCCESS || g_pending != CUDA_SUCCESS) {
       // A dead context cannot free anything; the real driver reclaims it all at exit.
-      for (const auto& a : g_allocs) std::free(reinterpret_cast<void*>(a.first));
+      for (const auto& a : g_allocs) {
+        if (g_mapped.count(a.first) == 0) std::free(reinterpret_cast<void*>(a.first));
+      }
+      for (const auto& r : g_reserved) std::free(reinterpret_cast<void*>(r.first));
       for (void* e : g_events) delete static_cast<Event*>(e);
       for (void* m : g_modules) delete static_cast<int*>(m);
       for (void* s : g_streams) delete static_cast<int*>(s);
@@ -57,15 +67,17 @@ struct LeakCheck {
     }
     if (g_allocs.empty() && g_events.empty() && g_modules.empty() && g_streams.empty() &&
         g_ctx_refs == 0 && g_host.empty() && g_graphs.empty() && g_execs.empty() &&
-        g_capturing == nullptr) {
+        g_capturing == nullptr && g_handles.empty() && g_reserved.empty() && g_mapped.empty()) {
       return;
     }
     std::fprintf(stderr,
                  "fake libcuda: leaked %zu allocation(s), %zu event(s), %zu module(s), "
                  "%zu stream(s), %d context reference(s), %zu host allocation(s), %zu graph(s), "
-                 "%zu graph exec(s), capture open: %d\n",
+                 "%zu graph exec(s), capture open: %d, %zu memory handle(s), %zu address "
+                 "reservation(s), %zu mapping(s)\n",
                  g_allocs.size(), g_events.size(), g_modules.size(), g_streams.size(), g_ctx_refs,
-                 g_host.size(), g_graphs.size(), g_execs.size(), g_capturing != nullptr);
+                 g_host.size(), g_graphs.size(), g_execs.size(), g_capturing != nullptr,
+                 g_handles.size(), g_reserved.size(), g_mapped.size());
     std::_Exit(99);
   }
 } g_leak_check;
@@ -74,6 +86,36 @@ struct LeakCheck {
   do {                                             \
     if (g_sticky != CUDA_SUCCESS) return g_sticky; \
   } while (0)
+
+// A copy engine writing a mapping that is not writable (or reading one that is not readable)
+// faults, and the fault kills the context.
+CUresult mmu_fault() {
+  g_sticky = CUDA_ERROR_ILLEGAL_ADDRESS;
+  return g_sticky;
+}
+
+// Runs a kernel under the pretend MMU: what it wrote into a mapping that is not read-write is
+// put back, and the launch faults asynchronously.
+void run_kernel(Kernel* k, void** params) {
+  std::vector<std::pair<const Mapping*, std::vector<std::uint8_t>>> before;
+  for (const auto& [base, m] : g_mapped) {
+    if (m.access != CU_MEM_ACCESS_FLAGS_PROT_READWRITE) {
+      const auto* b = bytes_at(base);
+      before.emplace_back(&m, std::vector<std::uint8_t>(b, b + m.bytes));
+    }
+  }
+  k->run(params);
+  for (const auto& [m, bytes] : before) {
+    for (const auto& [base, mapping] : g_mapped) {
+      if (&mapping != m) continue;
+      if (std::memcmp(bytes_at(base), bytes.data(), bytes.size()) != 0) {
+        std::memcpy(bytes_at(base), bytes.data(), bytes.size());
+        ++g_mmu_faults;
+        g_pending = CUDA_ERROR_ILLEGAL_ADDRESS;
+      }
+    }
+  }
+}
 
 }  // namespace
 
@@ -142,6 +184,9 @@ CUresult CUDAAPI cuDeviceGetAttribute(int* v, CUdevice_attribute a, CUdevice) {
     case CU_DEVICE_ATTRIBUTE_GLOBAL_MEMORY_BUS_WIDTH: *v = 5120; break;
     case CU_DEVICE_ATTRIBUTE_WARP_SIZE: *v = 32; break;
     case CU_DEVICE_ATTRIBUTE_CLOCK_RATE: return CUDA_ERROR_NOT_SUPPORTED;  // a retired attribute
+    case CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED:
+      *v = std::getenv("FAKE_CUDA_NO_VMM") != nullptr ? 0 : 1;
+      break;
     default: *v = 1; break;
   }
   return CUDA_SUCCESS;
@@ -342,12 +387,14 @@ CUresult CUDAAPI cuMemFree(CUdeviceptr p) {
 CUresult CUDAAPI cuMemcpyHtoDAsync(CUdeviceptr dst, const void* src, size_t n, CUstream s) {
   FAKE_ENTER();
   if (g_streams.count(s) == 0 || !valid_range(dst, n)) return CUDA_ERROR_INVALID_VALUE;
+  if (!writable(dst, n)) return mmu_fault();
   std::memcpy(bytes_at(dst), src, n);
   return CUDA_SUCCESS;
 }
 CUresult CUDAAPI cuMemcpyDtoHAsync(void* dst, CUdeviceptr src, size_t n, CUstream s) {
   FAKE_ENTER();
   if (g_streams.count(s) == 0 || !valid_range(src, n)) return CUDA_ERROR_INVALID_VALUE;
+  if (!readable(src, n)) return mmu_fault();
   std::memcpy(dst, bytes_at(src), n);
   return CUDA_SUCCESS;
 }
@@ -356,12 +403,14 @@ CUresult CUDAAPI cuMemcpyDtoDAsync(CUdeviceptr dst, CUdeviceptr src, size_t n, C
   if (g_streams.count(s) == 0 || !valid_range(src, n) || !valid_range(dst, n)) {
     return CUDA_ERROR_INVALID_VALUE;
   }
+  if (!readable(src, n) || !writable(dst, n)) return mmu_fault();
   std::memmove(bytes_at(dst), bytes_at(src), n);
   return CUDA_SUCCESS;
 }
 CUresult CUDAAPI cuMemsetD8Async(CUdeviceptr dst, unsigned char v, size_t n, CUstream s) {
   FAKE_ENTER();
   if (g_streams.count(s) == 0 || !valid_range(dst, n)) return CUDA_ERROR_INVALID_VALUE;
+  if (!writable(dst, n)) return mmu_fault();
   std::memset(bytes_at(dst), v, n);
   return CUDA_SUCCESS;
 }
@@ -370,6 +419,7 @@ CUresult CUDAAPI cuMemsetD32Async(CUdeviceptr dst, unsigned int v, size_t n, CUs
   if (g_streams.count(s) == 0 || dst % 4 != 0 || !valid_range(dst, n * 4)) {
     return CUDA_ERROR_INVALID_VALUE;
   }
+  if (!writable(dst, n * 4)) return mmu_fault();
   auto* d = reinterpret_cast<std::uint32_t*>(dst);
   for (std::size_t i = 0; i < n; ++i) d[i] = v;
   return CUDA_SUCCESS;
@@ -394,10 +444,102 @@ CUresult CUDAAPI cuLaunchKernel(CUfunction f, unsigned int gx, unsigned int gy, 
     g_capture->launches.push_back(std::move(c));
     return CUDA_SUCCESS;
   }
-  k->run(params);
+  run_kernel(k, params);
   ++g_launches;
   // Deterministic, slightly varying durations: 1.00x, 1.01x, 1.02x, 1.00x, ...
   g_clock_ms += k->ms * (1.0 + 0.01 * static_cast<double>(g_launches % 3));
+  return CUDA_SUCCESS;
+}
+
+CUresult CUDAAPI cuMemGetAllocationGranularity(size_t* g, const CUmemAllocationProp* prop,
+                                               CUmemAllocationGranularity_flags) {
+  FAKE_ENTER();
+  if (prop == nullptr || prop->type != CU_MEM_ALLOCATION_TYPE_PINNED ||
+      prop->location.type != CU_MEM_LOCATION_TYPE_DEVICE || prop->location.id != 0) {
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+  *g = g_granularity;
+  return CUDA_SUCCESS;
+}
+CUresult CUDAAPI cuMemCreate(CUmemGenericAllocationHandle* h, size_t bytes,
+                             const CUmemAllocationProp* prop, unsigned long long flags) {
+  FAKE_ENTER();
+  if (prop == nullptr || prop->type != CU_MEM_ALLOCATION_TYPE_PINNED ||
+      prop->location.type != CU_MEM_LOCATION_TYPE_DEVICE || prop->location.id != 0 || flags != 0 ||
+      bytes == 0 || bytes % g_granularity != 0) {
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+  if (bytes > (1ull << 36)) return CUDA_ERROR_OUT_OF_MEMORY;
+  *h = g_next_handle++;
+  g_handles[*h] = bytes;
+  return CUDA_SUCCESS;
+}
+CUresult CUDAAPI cuMemRelease(CUmemGenericAllocationHandle h) {
+  FAKE_ENTER();
+  if (g_handles.erase(h) == 0) return CUDA_ERROR_INVALID_VALUE;
+  return CUDA_SUCCESS;
+}
+CUresult CUDAAPI cuMemAddressReserve(CUdeviceptr* p, size_t bytes, size_t alignment,
+                                     CUdeviceptr addr, unsigned long long flags) {
+  FAKE_ENTER();
+  if (bytes == 0 || bytes % g_granularity != 0 || alignment != 0 || addr != 0 || flags != 0) {
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+  void* mem = std::aligned_alloc(g_granularity, bytes);
+  if (mem == nullptr) return CUDA_ERROR_OUT_OF_MEMORY;
+  *p = reinterpret_cast<CUdeviceptr>(mem);
+  g_reserved[reinterpret_cast<std::uintptr_t>(mem)] = bytes;
+  return CUDA_SUCCESS;
+}
+CUresult CUDAAPI cuMemAddressFree(CUdeviceptr p, size_t bytes) {
+  FAKE_ENTER();
+  auto it = g_reserved.find(static_cast<std::uintptr_t>(p));
+  if (it == g_reserved.end() || it->second != bytes || g_mapped.count(p) != 0) {
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+  std::free(reinterpret_cast<void*>(p));
+  g_reserved.erase(it);
+  return CUDA_SUCCESS;
+}
+// Only whole reservations map whole handles: all the harness needs.
+CUresult CUDAAPI cuMemMap(CUdeviceptr p, size_t bytes, size_t offset,
+                          CUmemGenericAllocationHandle h, unsigned long long flags) {
+  FAKE_ENTER();
+  const auto r = g_reserved.find(static_cast<std::uintptr_t>(p));
+  const auto hd = g_handles.find(h);
+  if (r == g_reserved.end() || hd == g_handles.end() || r->second != bytes || hd->second != bytes ||
+      offset != 0 || flags != 0 || g_mapped.count(p) != 0) {
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+  std::memset(bytes_at(p), 0x5A, bytes);
+  g_mapped[p] = Mapping{bytes, h, 0};
+  g_allocs[p] = bytes;
+  ++g_maps;
+  return CUDA_SUCCESS;
+}
+CUresult CUDAAPI cuMemUnmap(CUdeviceptr p, size_t bytes) {
+  FAKE_ENTER();
+  const auto it = g_mapped.find(static_cast<std::uintptr_t>(p));
+  if (it == g_mapped.end() || it->second.bytes != bytes) return CUDA_ERROR_INVALID_VALUE;
+  g_mapped.erase(it);
+  g_allocs.erase(p);
+  return CUDA_SUCCESS;
+}
+CUresult CUDAAPI cuMemSetAccess(CUdeviceptr p, size_t bytes, const CUmemAccessDesc* desc,
+                                size_t count) {
+  FAKE_ENTER();
+  const auto it = g_mapped.find(static_cast<std::uintptr_t>(p));
+  if (it == g_mapped.end() || it->second.bytes != bytes || count != 1 || desc == nullptr ||
+      desc->location.type != CU_MEM_LOCATION_TYPE_DEVICE || desc->location.id != 0) {
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+  if (desc->flags == CU_MEM_ACCESS_FLAGS_PROT_READ) {
+    if (std::getenv("FAKE_CUDA_NO_READONLY") != nullptr) return CUDA_ERROR_NOT_SUPPORTED;
+    ++g_protects;
+  } else if (desc->flags != CU_MEM_ACCESS_FLAGS_PROT_READWRITE) {
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+  it->second.access = desc->flags;
   return CUDA_SUCCESS;
 }
 
@@ -452,7 +594,7 @@ CUresult CUDAAPI cuGraphLaunch(CUgraphExec exec, CUstream s) {
   for (auto& c : reinterpret_cast<Graph*>(exec)->launches) {
     std::vector<void*> ptrs;
     for (auto& a : c.args) ptrs.push_back(a.data());
-    c.kernel->run(ptrs.data());
+    run_kernel(c.kernel, ptrs.data());
     ++g_launches;
     ++g_graph_kernels;
     g_clock_ms += c.kernel->ms * (1.0 + 0.01 * static_cast<double>(g_launches % 3));

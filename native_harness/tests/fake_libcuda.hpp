@@ -48,6 +48,24 @@ inline std::unique_ptr<Graph> g_capture;
 inline std::set<void*> g_graphs;
 inline std::set<void*> g_execs;
 
+// Virtual memory management: handles (cuMemCreate) and their sizes, reservations
+// (cuMemAddressReserve, host memory), mappings (cuMemMap; also in g_allocs) with their access
+// flags (0 until cuMemSetAccess). Kernels run under a simulated MMU (run_kernel): a write into
+// a mapping that is not read-write is undone and faults with CUDA_ERROR_ILLEGAL_ADDRESS.
+inline constexpr std::size_t g_granularity = 64 * 1024;
+inline unsigned long long g_next_handle = 1;
+inline std::map<unsigned long long, std::size_t> g_handles;
+inline std::map<std::uintptr_t, std::size_t> g_reserved;
+struct Mapping {
+  std::size_t bytes;
+  unsigned long long handle;
+  unsigned access;  // CUmemAccess_flags
+};
+inline std::map<std::uintptr_t, Mapping> g_mapped;
+inline unsigned long g_maps = 0;        // cuMemMap calls
+inline unsigned long g_protects = 0;    // cuMemSetAccess(PROT_READ) calls
+inline unsigned long g_mmu_faults = 0;  // kernel writes stopped by a read-only mapping
+
 struct Event {
   double t = -1;
 };
@@ -60,6 +78,19 @@ inline bool valid_range(CUdeviceptr p, std::size_t n) {
 }
 
 inline std::uint8_t* bytes_at(CUdeviceptr p) { return reinterpret_cast<std::uint8_t*>(p); }
+
+// The access flags of the mapping that holds [p, p + n); read-write for cuMemAlloc memory.
+inline unsigned access_of(CUdeviceptr p, std::size_t n) {
+  auto it = g_mapped.upper_bound(static_cast<std::uintptr_t>(p));
+  if (it == g_mapped.begin()) return CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+  --it;
+  if (p >= it->first && p + n <= it->first + it->second.bytes) return it->second.access;
+  return CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+}
+inline bool writable(CUdeviceptr p, std::size_t n) {
+  return access_of(p, n) == CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+}
+inline bool readable(CUdeviceptr p, std::size_t n) { return access_of(p, n) != 0; }
 
 struct Kernel {
   const char* name;
