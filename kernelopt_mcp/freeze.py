@@ -44,7 +44,7 @@ from .errors import HarnessError, KerneloptError
 from .evaluation.candidate import Candidate, EvaluateOptions
 from .evaluation.evaluate import case_request, prepare
 from .evaluation.inputs import fresh_seed
-from .evaluation.oracle import run_oracle
+from .evaluation.oracle import OracleLimits, run_oracle
 from .evaluation.protocol import request_json
 from .evaluation.session import Session
 from .files import write_atomic
@@ -148,13 +148,13 @@ def output_directory(real: Path, *, writable: list[Path], refused: list[Path]) -
 
 
 def check_oracle(real: Path, trusted: list[Path]) -> Path:
-    """A NumPy oracle runs inside the server: only a .py file under a directory the server's
-    operator named (a workload directory or --root), never one a client could have written."""
+    """A NumPy oracle is Python the server runs (confined, in a worker process): only a .py file
+    under a directory the server's operator named (a workload directory or --root), never one a client could have written."""
     if real.suffix != ".py" or not real.is_file():
         raise FreezeError(f"{real}: the oracle must be an existing .py file (a reference.py with a reference() function)")
     if not inside(real, trusted):
         raise FreezeError(
-            f"{real}: a NumPy oracle runs inside the server, so it must lie under a workload directory or a "
+            f"{real}: a NumPy oracle is Python the server runs (confined), so it must lie under a workload directory or a "
             f"--root directory of the server ({', '.join(map(str, trusted)) or 'none configured'}); "
             "start the server with --root DIR, or freeze without an oracle (the CUDA reference then defines correct)"
         )
@@ -265,7 +265,8 @@ def _expected_outputs(wl: Workload, builder: Session, directory: Path) -> list[s
         out_bytes = sum(int(np.prod(ci.shapes[p.name], dtype=np.int64)) * 8 for p in wl.signature.outputs)
         if out_bytes > MAX_ORACLE_OUTPUT_BYTES:
             continue
-        for out, array in run_oracle(wl, case.name, ci.arrays, ci.shapes).items():
+        limits = OracleLimits.following(builder.compile_limits)
+        for out, array in run_oracle(wl, case.name, ci.arrays, ci.shapes, limits=limits).items():
             values = np.ascontiguousarray(array, dtype="<f8")
             relative = Path("expected") / case.name / f"{out}.bin"
             write_atomic(directory / relative, values.tobytes())

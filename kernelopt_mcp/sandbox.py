@@ -167,3 +167,73 @@ def restrict(read: Iterable[str], write: Iterable[str] = (), execute: Iterable[s
     finally:
         os.close(fd)
     return Confinement(abi, tuple(dict.fromkeys(read_dirs)), tuple(write_dirs))
+
+
+# --- seccomp: the syscalls Landlock does not cover, for the oracle worker ----------------------
+
+_PR_SET_SECCOMP = 22
+_SECCOMP_MODE_FILTER = 2
+_RET_ALLOW = 0x7FFF0000
+_RET_ERRNO = 0x00050000
+# (audit arch, socket, socketpair, kill, tkill, tgkill)
+_SYSCALLS = {
+    "x86_64": (0xC000003E, 41, 53, 62, 200, 234),
+    "aarch64": (0xC00000B7, 198, 199, 129, 130, 131),
+}
+
+
+class _SockFilter(ctypes.Structure):
+    _fields_ = [("code", ctypes.c_uint16), ("jt", ctypes.c_uint8), ("jf", ctypes.c_uint8), ("k", ctypes.c_uint32)]
+
+
+class _SockFprog(ctypes.Structure):
+    _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.POINTER(_SockFilter))]
+
+
+def _filter_program(arch: str, pid: int) -> list[tuple[int, int, int, int]]:
+    """A classic-BPF seccomp program: EPERM for socket/socketpair, tkill, and kill/tgkill of any
+    process but ``pid``; EPERM for every syscall of a foreign ABI (i386 via int 0x80, x32)."""
+    audit, socket_nr, socketpair_nr, kill_nr, tkill_nr, tgkill_nr = _SYSCALLS[arch]
+    ld_abs, jeq, jge, ret = 0x20, 0x15, 0x35, 0x06  # BPF_LD|BPF_W|BPF_ABS, BPF_JMP|BPF_JEQ|BPF_K, ...|BPF_JGE, BPF_RET|BPF_K
+    allow, deny, check_pid = 11, 12, 9
+    prog = [
+        (ld_abs, 0, 0, 4),  # 0: arch
+        (jeq, 0, deny - 2, audit),  # 1
+        (ld_abs, 0, 0, 0),  # 2: syscall number
+        (jge, deny - 4, 0, 0x40000000),  # 3: x32
+        (jeq, deny - 5, 0, socket_nr),  # 4
+        (jeq, deny - 6, 0, socketpair_nr),  # 5
+        (jeq, deny - 7, 0, tkill_nr),  # 6
+        (jeq, check_pid - 8, 0, kill_nr),  # 7
+        (jeq, check_pid - 9, allow - 9, tgkill_nr),  # 8
+        (ld_abs, 0, 0, 16),  # 9: args[0], low word (little-endian)
+        (jeq, allow - 11, deny - 11, pid & 0xFFFFFFFF),  # 10
+        (ret, 0, 0, _RET_ALLOW),  # 11
+        (ret, 0, 0, _RET_ERRNO | errno.EPERM),  # 12
+    ]
+    return prog
+
+
+def restrict_syscalls() -> str:
+    """Refuse (EPERM) every new socket (UDP, UNIX sockets by path: what Landlock does not cover)
+    and signals to any other process, with a seccomp filter; binds this process and its children.
+    Sets ``PR_SET_NO_NEW_PRIVS``. Returns a description of what was applied.
+
+    Raises:
+        LandlockError: seccomp is not available here (another architecture, or the call failed).
+    """
+    arch = os.uname().machine
+    if arch not in _SYSCALLS:
+        raise LandlockError(errno.EOPNOTSUPP, f"no seccomp filter for the {arch} architecture")
+    program = _filter_program(arch, os.getpid())
+    filters = (_SockFilter * len(program))(*(_SockFilter(*insn) for insn in program))
+    fprog = _SockFprog(len(program), filters)
+    libc = _libc()
+    zero = ctypes.c_ulong(0)
+    if libc.prctl(ctypes.c_int(_PR_SET_NO_NEW_PRIVS), ctypes.c_ulong(1), zero, zero, zero) != 0:
+        err = ctypes.get_errno()
+        raise LandlockError(err, f"prctl(PR_SET_NO_NEW_PRIVS) failed: {os.strerror(err)}")
+    if libc.prctl(ctypes.c_int(_PR_SET_SECCOMP), ctypes.c_ulong(_SECCOMP_MODE_FILTER), ctypes.byref(fprog), zero, zero) != 0:
+        err = ctypes.get_errno()
+        raise LandlockError(err, f"prctl(PR_SET_SECCOMP) failed: {os.strerror(err)}")
+    return "seccomp: no sockets, no signals out"

@@ -150,10 +150,11 @@ def test_the_stored_oracle_refuses_inputs_it_has_not_stored(tmp_path: Path, torc
 
 def test_a_copy_of_the_oracle_finds_the_store_and_a_moved_workload_its_own(tmp_path: Path, torch: Any) -> None:
     """`kernelopt optimize` copies reference.py into its run directory: the copy reads the store where the
-    workload was imported; a workload directory moved elsewhere reads its own."""
+    workload was imported (its confined worker may read that expected/, as the copy is kernelopt's own
+    template); a workload directory moved elsewhere reads its own."""
     import shutil
 
-    from kernelopt_mcp.evaluation.oracle import load_oracle
+    from kernelopt_mcp.evaluation.oracle_sandbox import call_oracle
 
     wl = load_workload(import_torch_problem(PROBLEMS / "matmul.py", tmp_path / "w").path)
     ci = materialize(wl, 1, tmp_path / "in")["mid_odd"]
@@ -161,14 +162,20 @@ def test_a_copy_of_the_oracle_finds_the_store_and_a_moved_workload_its_own(tmp_p
     run = tmp_path / "run"
     run.mkdir()
     shutil.copy(wl.oracle_path, run / "reference.py")
-    copied = load_oracle(run / "reference.py")(**ci.arrays, **wl.spec.case("mid_odd").scalars)["out"]
-    assert np.array_equal(copied.reshape(expected.shape), expected)
+    scalars = wl.spec.case("mid_odd").scalars
+    copied = call_oracle(run / "reference.py", ci.arrays, scalars, {"out": ci.shapes["out"]}, case="mid_odd")["out"]
+    assert np.array_equal(copied, expected)
 
     moved = load_workload(shutil.move(tmp_path / "w", tmp_path / "elsewhere"))
     assert np.array_equal(run_oracle(moved, "mid_odd", ci.arrays, ci.shapes)["out"], expected)
-    (run / "reference.py").rename(run / "again.py")  # a fresh module: the copy now finds no store
-    with pytest.raises(LookupError, match="neither beside this oracle"):
-        load_oracle(run / "again.py")(**ci.arrays, **wl.spec.case("mid_odd").scalars)
+    (run / "reference.py").rename(run / "again.py")  # a fresh worker: the copy now finds no store
+    with pytest.raises(WorkloadError, match=r"LookupError: the stored outputs .* are neither beside this oracle"):
+        call_oracle(run / "again.py", ci.arrays, scalars, {"out": ci.shapes["out"]}, case="mid_odd")
+    edited = (run / "again.py").read_text().replace("    root = store()", "    root = store()  # edited")
+    (tmp_path / "run2").mkdir()
+    (tmp_path / "run2" / "reference.py").write_text(edited.replace(repr(str(tmp_path / "w")), repr(str(tmp_path / "elsewhere"))))
+    with pytest.raises(WorkloadError, match="Permission denied"):  # not the template: only its own directory
+        call_oracle(tmp_path / "run2" / "reference.py", ci.arrays, scalars, {"out": ci.shapes["out"]}, case="mid_odd")
 
 
 UNSUPPORTED = {

@@ -25,7 +25,7 @@ from ..workload import Case
 from .candidate import Candidate, EvaluateOptions
 from .harness_case import CaseJob, DataSet, build_request
 from .inputs import fresh_seed, materialize
-from .oracle import run_oracle
+from .oracle import OracleLimits, run_oracle
 from .outcomes import EvaluationResult, Status
 from .protocol import LaunchRequest, RunRequest, TimingRequest
 from .runner import run_candidate
@@ -141,7 +141,7 @@ def _oracle(s: Session, data: DataSet, cases: list[Case]) -> dict[str, dict[str,
     for i, case in enumerate(cases):
         s.progress(f"NumPy oracle on {case.name}", i, len(cases))
         ci = data.inputs[case.name]
-        out[case.name] = run_oracle(s.workload, case.name, ci.arrays, ci.shapes)
+        out[case.name] = run_oracle(s.workload, case.name, ci.arrays, ci.shapes, limits=OracleLimits.following(s.compile_limits))
     return out
 
 

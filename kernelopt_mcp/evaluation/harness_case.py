@@ -25,7 +25,7 @@ from .compare import Thresholds, compare, from_device, thresholds
 from .fresh_inputs import consistency_problem, split_problem
 from .harness import ExitCode, HarnessReply, raise_for_request_error
 from .inputs import CaseInputs
-from .oracle import run_oracle
+from .oracle import OracleLimits, run_oracle
 from .outcomes import CaseResult, CudaErrorInfo, Status
 from .protocol import (
     BufferArg,
@@ -110,6 +110,7 @@ class CaseJob:
     check_launch: LaunchRequest | None = None  # the reference's launch for this case
     confirm: bool = False  # one more fresh launch after timing (timing consistency)
     dump_dir: Path | None = None  # no CUDA reference: the checked launches' files, checked with the oracle
+    oracle_limits: OracleLimits | None = None  # how that oracle runs (the session's confinement setting)
     consistency: bool = False  # judge check_launch_ms / confirm_launch_ms against the median
 
 
@@ -456,7 +457,7 @@ def _check_dumps(
             for group in files.values():
                 for path in group.values():
                     Path(path).unlink(missing_ok=True)
-        expected = run_oracle(workload, case.name, arrays, ci.shapes)
+        expected = run_oracle(workload, case.name, arrays, ci.shapes, limits=job.oracle_limits)
         cr.checked_launches += 1
         for p in workload.signature.outputs:
             cmp = compare(p.name, expected[p.name], actual[p.name], workload.spec.tolerance_for(p.name))

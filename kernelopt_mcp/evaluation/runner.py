@@ -29,6 +29,7 @@ from .fresh_inputs import (
 )
 from .harness_case import CaseJob, DataSet, interpret
 from .inputs import hidden_seed_checks
+from .oracle import OracleLimits
 from .outcomes import CaseResult, EvaluationResult, Status, worst
 from .protocol import TimingRequest, request_json
 from .roofline import case_cost, case_roofline
@@ -186,7 +187,7 @@ def _timing_job(
         job.check_launch = s.check_launches[case.name]
     elif s.oracle_checks_timed_launches(options):
         job.checked = pick_checked_launches(options.iterations, options.oracle_checked_launches)
-        job.dump_dir = out_dir / "checked"
+        job.dump_dir, job.oracle_limits = out_dir / "checked", OracleLimits.following(s.compile_limits)
     if specs and s.uses("confirm_launch", options):
         job.confirm = True
         job.consistency = job.timed is not None and (timing.mode or "events") == "events"
