@@ -25,6 +25,8 @@ POSIX_SIGNALS = {"SIGKILL", "SIGHUP", "SIGUSR1", "SIGUSR2", "SIGALRM", "SIGCHLD"
 KNOWN = {
     "kernelopt_mcp/_compile_worker.py": ["/proc", "resource"],  # rlimits of the compile worker
     "kernelopt_mcp/compile_pool.py": ["os.sysconf"],  # guarded: physical memory 0 where unknown
+    "kernelopt_mcp/_oracle_worker.py": ["/proc", "resource"],  # rlimits of the oracle worker
+    "kernelopt_mcp/evaluation/oracle_sandbox.py": ["fcntl", "signal.SIGKILL"],  # pipe size (imported lazily), exit names
     "kernelopt_mcp/executables.py": ["os.killpg", "signal.SIGKILL"],  # kill a process group
     "kernelopt_mcp/files.py": ["/proc", "os.fchmod"],  # /proc guarded; os.fchmod: Python >= 3.13 on Windows
     "kernelopt_mcp/sandbox.py": ["os.O_CLOEXEC", "os.O_PATH"],  # Landlock: Linux only by design

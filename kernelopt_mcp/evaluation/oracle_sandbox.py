@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import ast
 import atexit
-import fcntl
 import json
 import logging
 import os
@@ -55,6 +54,21 @@ MAX_HEADER_BYTES = 1 << 20
 ML_DTYPES = ("bfloat16", "float8_e4m3fn", "float8_e5m2", "float8_e4m3fnuz", "float8_e5m2fnuz", "int4", "uint4")
 
 log = logging.getLogger("kernelopt.oracle")
+
+
+def _widen_pipes(*fds: int) -> None:
+    """1 MiB pipe buffers (Linux's F_SETPIPE_SZ): fewer wake-ups for large arrays. Where fcntl
+    does not exist (Windows) or the call is refused, the default size works too. Imported here so
+    that the public API loads where fcntl is missing."""
+    try:
+        import fcntl
+    except ImportError:
+        return
+    for fd in fds:
+        try:
+            fcntl.fcntl(fd, 1031, 1 << 20)
+        except OSError:
+            pass
 
 
 @dataclass(frozen=True)
@@ -201,11 +215,7 @@ class _Worker:
         assert self.proc.stdin is not None and self.proc.stdout is not None
         self._in = self.proc.stdin.fileno()
         self._out = self.proc.stdout.fileno()
-        for fd in (self._in, self._out):
-            try:
-                fcntl.fcntl(fd, 1031, 1 << 20)  # F_SETPIPE_SZ: fewer wake-ups for large arrays
-            except OSError:
-                pass
+        _widen_pipes(self._in, self._out)
         self._buffer = b""
         self._timed_out = False
         self.cpu_s = 0.0
