@@ -50,3 +50,30 @@ def test_tune_argument_errors(env: dict[str, str], capsys: pytest.CaptureFixture
     with pytest.raises(SystemExit):
         main([*base, "--strategy", "grid"])
     assert "invalid choice: 'grid'" in capsys.readouterr().err
+
+
+def test_configurations_are_compiled_ahead_and_only_once(tmp_path: Path, env: dict[str, str], monkeypatch: pytest.MonkeyPatch,
+                                                       capsys: pytest.CaptureFixture[str]) -> None:
+    """Issue 17: while the GPU measures one configuration, the next ones of an ordered strategy
+    compile in the background; each reaches NVRTC exactly once (the evaluation finds it cached,
+    or waits for the compile in flight), and the best is what a plain run finds."""
+    from kernelopt_mcp import compiler
+
+    pool = compiler.default_pool()
+    sources: list[tuple[str, ...]] = []
+    real = pool.compile
+
+    def counting(source: str, filename: str, options: list[str], *args: object, **kwargs: object) -> object:
+        sources.append(tuple(o for o in options if o.startswith("-D")))
+        return real(source, filename, options, *args, **kwargs)
+
+    monkeypatch.setattr(pool, "compile", counting)
+    argv = ["tune", env["workload"], str(FIXTURES / "add.json"), "--harness", env["harness"], "--iterations", "3",
+            "--warmup", "0", "--json", "-o", str(tmp_path / "run")]
+    assert main(argv) == 0
+    result = json.loads(capsys.readouterr().out)
+    assert result["best_params"] == {"BLOCK": 32, "UNROLL": 4}
+    measured = result["counts"]["measured"]
+    assert result["counts"]["compiled_ahead"] >= measured - 2  # all but the first (and what the lookahead saw last)
+    tunable = [s for s in sources if any(o.startswith("-DBLOCK") for o in s)]
+    assert len(tunable) == len(set(tunable)) == measured, sorted(tunable)

@@ -69,6 +69,7 @@ class FakeEvaluator:
     limits: DeviceLimits = field(default_factory=DeviceLimits)
     calls: list[dict[str, Any]] = field(default_factory=list)
     table: Any = simulated
+    compile_cache: Any = None  # nothing is compiled ahead in simulation
 
     def prepare(self) -> None:
         self.reference_result = EvaluationResult(status=Status.ok, message="", workload=self.workload.name,

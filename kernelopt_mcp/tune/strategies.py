@@ -15,6 +15,7 @@ from __future__ import annotations
 import math
 import random
 import warnings
+from collections import deque
 from collections.abc import Iterator
 from typing import Any, Protocol
 
@@ -36,14 +37,27 @@ class Strategy(Protocol):
 
 
 class _Ordered:
+    """A fixed order: what comes next is known before it is asked for (:meth:`peek`), so the
+    tuner can compile it while the GPU measures the current one."""
+
     def __init__(self, order: Iterator[int], space: Space, name: str) -> None:
         self._order = order
+        self._ahead: deque[int] = deque()
         self.space = space
         self.name = name
 
     def ask(self) -> Config | None:
-        index = next(self._order, None)
+        index = self._ahead.popleft() if self._ahead else next(self._order, None)
         return None if index is None else self.space.at(index)
+
+    def peek(self, count: int) -> list[Config]:
+        """The next ``count`` configurations :meth:`ask` will give (fewer at the end), not consumed."""
+        while len(self._ahead) < count:
+            index = next(self._order, None)
+            if index is None:
+                break
+            self._ahead.append(index)
+        return [self.space.at(i) for i in list(self._ahead)[:count]]
 
     def tell(self, config: Config, score_ms: float | None) -> None:
         pass

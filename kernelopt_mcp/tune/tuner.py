@@ -20,6 +20,7 @@ from ..evaluation.evaluate import evaluate, prepare
 from ..evaluation.outcomes import EvaluationResult, Status
 from ..evaluation.session import Session
 from .cache import TuneCache, context_fields, entry_key
+from .prefetch import LOOKAHEAD, CompileAhead
 from .space import Config, Space, Value, config_key
 from .spec import Tunable
 from .strategies import auto_choice, make_strategy
@@ -50,6 +51,7 @@ class TuneCounts(BaseModel):
     compile_errors: int = 0
     invalid_launches: int = 0
     failures: int = Field(0, description="mismatch, runtime error, timeout, out-of-bounds write, input modified")
+    compiled_ahead: int = Field(0, description="compiles started while the GPU measured the previous configuration")
 
 
 class TuneResult(BaseModel):
@@ -135,6 +137,18 @@ def tune(
     seen: dict[str, float | None] = {}
     total = budget_evals or out.valid_space_size or 0
 
+    ahead = CompileAhead(session)
+
+    def compile_next() -> None:
+        """Start compiling what an ordered strategy will ask for next (valid, new, not cached, within
+        the evaluation budget: the one being measured is not counted yet)."""
+        peek = getattr(search, "peek", None)
+        room = LOOKAHEAD if budget_evals is None else min(LOOKAHEAD, budget_evals - out.counts.tried - 1)
+        for upcoming in peek(room) if peek is not None and room > 0 else []:
+            k = config_key(upcoming)
+            if k not in seen and space.is_valid(upcoming) and cache.get(entry_key(context, upcoming)) is None:
+                ahead.start(k, _candidate(tunable, upcoming, "ahead"))
+
     def measure(config: Config) -> EvaluationResult:
         index = len(out.table)
         key = entry_key(context, config)
@@ -144,6 +158,8 @@ def tune(
         label = "untuned" if index == 0 else f"config-{index:04d}"
         if result is None:
             say(f"measuring {label} {config_key(config)}", index, total)
+            ahead.wait(config_key(config))
+            compile_next()  # while this one is on the GPU
             result = evaluate(session, _candidate(tunable, config, label), opts)
             cache.put(key, context, config, result)
             out.counts.measured += 1
@@ -171,6 +187,27 @@ def tune(
             + (" (cached)" if cached else ""), index + 1, total)
         return result
 
+    try:
+        _search(out, search, measure, seen, space, chosen, budget_evals, budget_s, start, tunable)
+    finally:
+        ahead.close()
+    out.counts.compiled_ahead = ahead.started
+    out.elapsed_s = round(time.monotonic() - start, 3)
+    untuned_score = out.untuned.score_ms if out.untuned and out.untuned.ok else None
+    for row in out.table:
+        if row.score_ms and untuned_score:
+            row.speedup_vs_untuned = untuned_score / row.score_ms
+    if out.best is not None and out.best.score_ms:
+        out.speedup_vs_untuned = untuned_score / out.best.score_ms if untuned_score else None
+        out.speedup_vs_reference = ref_score / out.best.score_ms if ref_score else None
+    return out
+
+
+def _search(
+    out: TuneResult, search: Any, measure: Callable[[Config], EvaluationResult], seen: dict[str, float | None],
+    space: Space, chosen: str, budget_evals: int | None, budget_s: float | None, start: float, tunable: Tunable,
+) -> None:
+    """The untuned defaults, then the strategy's proposals until it ends or a budget is spent."""
     out.untuned = measure(dict(tunable.spec.defaults))
     search.tell(dict(tunable.spec.defaults), seen[config_key(tunable.spec.defaults)])
     idle = 0
@@ -210,15 +247,6 @@ def tune(
         idle = 0
         measure(config)
         search.tell(config, seen[key])
-    out.elapsed_s = round(time.monotonic() - start, 3)
-    untuned_score = out.untuned.score_ms if out.untuned and out.untuned.ok else None
-    for row in out.table:
-        if row.score_ms and untuned_score:
-            row.speedup_vs_untuned = untuned_score / row.score_ms
-    if out.best is not None and out.best.score_ms:
-        out.speedup_vs_untuned = untuned_score / out.best.score_ms if untuned_score else None
-        out.speedup_vs_reference = ref_score / out.best.score_ms if ref_score else None
-    return out
 
 
 def summary_line(result: TuneResult) -> str:

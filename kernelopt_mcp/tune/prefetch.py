@@ -1,0 +1,60 @@
+"""Compile ahead while the GPU measures (issue 17: overlap compilation with the previous
+candidate's GPU work).
+
+The tuner measures one configuration at a time: compile (NVRTC, in a worker process), then
+validate and time on the GPU. The next configurations of an ordered strategy (exhaustive,
+random) are known in advance, so their compiles start in a background thread while the current
+one runs on the GPU; the evaluation then finds each CUBIN in the session's compile cache. A
+compile that is still running when its configuration comes up is waited for, never started twice.
+Nothing here touches the GPU or changes what is measured: without a compile cache it does nothing.
+"""
+
+from __future__ import annotations
+
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import Any
+
+from ..compiler import compile_kernel
+from ..evaluation.candidate import Candidate
+from ..evaluation.session import Session
+
+#: configurations compiled ahead of the one being measured
+LOOKAHEAD = 2
+
+
+class CompileAhead:
+    """Compiles candidates of ``session`` in the background (one thread; the compile pool's own
+    limits still bound the workers and their memory)."""
+
+    def __init__(self, session: Session, workers: int = 1) -> None:
+        self.session = session
+        self.enabled = session.compile_cache is not None
+        self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="compile-ahead") if self.enabled else None
+        self._pending: dict[str, Future[Any]] = {}
+        self.started = 0
+
+    def start(self, key: str, candidate: Candidate) -> None:
+        """Begin compiling ``candidate`` (known by ``key``) unless it already began."""
+        if self._pool is None or key in self._pending:
+            return
+        s = self.session
+        self._pending[key] = self._pool.submit(
+            compile_kernel, candidate.source, s.arch, candidate.all_compile_options, cache=s.compile_cache,
+            limits=s.compile_limits,
+        )
+        self.started += 1
+
+    def wait(self, key: str) -> None:
+        """Let a compile of ``key`` that began finish (its result lands in the cache), so the
+        evaluation does not compile it a second time. Errors are the evaluation's to report."""
+        future = self._pending.pop(key, None)
+        if future is not None:
+            try:
+                future.result()
+            except Exception:  # noqa: BLE001 (the evaluation compiles again and reports it)
+                pass
+
+    def close(self) -> None:
+        if self._pool is not None:
+            self._pool.shutdown(wait=True, cancel_futures=True)
+            self._pending.clear()
