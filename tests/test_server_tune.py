@@ -46,8 +46,10 @@ async def test_autotune_finds_the_best_and_the_cache_remeasures_nothing(config: 
         assert out["best_score_ms"] == pytest.approx(0.014 * 1.01)
         assert out["speedup_vs_untuned"] == pytest.approx(0.044 / 0.014)
         assert out["speedup_vs_reference"] == pytest.approx(0.1 / 0.014)
-        assert out["counts"] == {"tried": 14, "ok": 9, "measured": 14, "cached": 0, "skipped_by_constraint": 1,
-                                 "compile_errors": 1, "invalid_launches": 3, "failures": 1}
+        counts = dict(out["counts"])
+        assert counts.pop("compiled_ahead") >= 14 - 2  # all but the first (and what was peeked last)
+        assert counts == {"tried": 14, "ok": 9, "measured": 14, "cached": 0, "skipped_by_constraint": 1,
+                          "compile_errors": 1, "invalid_launches": 3, "failures": 1}
         assert out["best_launch"]["default"]["block"] == [32]
         assert out["best_launch"]["default"]["grid"] == ["ceil_div(n, 32 * 4)"]
         assert [r["params"] for r in out["top"][:2]] == [{"BLOCK": 32, "UNROLL": 4}, {"BLOCK": 64, "UNROLL": 2}]
