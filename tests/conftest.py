@@ -15,9 +15,20 @@ from kernelopt_mcp.gpu import cuda_device_count
 
 REPO = Path(__file__).resolve().parent.parent
 
+# The tests see no terminal of the runner's: xdist's workers set COLUMNS=80 and LINES=24, which the
+# CLI honours (its tables and a child's would be narrower than on a pipe, where the default is 160).
+for _name in ("COLUMNS", "LINES"):
+    os.environ.pop(_name, None)
+
 
 def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addoption("--run-gpu", action="store_true", help="run tests that need a CUDA device")
+
+
+def pytest_xdist_auto_num_workers(config: pytest.Config) -> int | None:
+    """``-n auto`` (pyproject's addopts) runs the CPU tests on every core; with --run-gpu in one
+    process: the GPU tests time kernels, and parallel ones would share the GPU and its clocks."""
+    return 0 if config.getoption("--run-gpu") else None
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
