@@ -81,10 +81,12 @@ bool CaseRunner::run(json& cases) {
       const bool reference = check_ != nullptr && spec_.check_launch.has_value();
       if (!checked.empty()) {
         work.after = [&](std::size_t sample) {
-          if (checked.count(sample) == 0) return;
+          if (checked.count(sample) == 0) return false;
           if (reference) enqueue_reference_check(sample);
           if (!spec_.checked_dump.empty()) enqueue_dump(sample);
+          return true;  // read back before the candidate launches again
         };
+        work.settle = [&] { settle_checks(); };
       }
       result["timing"] = time_work(s_, *spec_.timing, work, flush);
       if (spec_.has_timed_check()) run_timed_check(result);

@@ -18,6 +18,7 @@
 #include "guard.hpp"
 #include "request.hpp"
 #include "session.hpp"
+#include "support.hpp"
 
 namespace kernelopt::detail {
 
@@ -112,6 +113,9 @@ class CaseRunner {
   // fresh.cpp: checked launches against the CUDA reference, the confirm launch.
   void setup_reference();
   void enqueue_reference_check(std::optional<std::size_t> sample);
+  // With the stream idle: the verdicts of the checks and the outputs of the dumps enqueued
+  // since the last call, copied to host memory before the candidate can launch again.
+  void settle_checks();
   void report_reference_checks(nlohmann::json& result);
   void run_confirm(nlohmann::json& result);
   void setup_dumps();
@@ -136,6 +140,8 @@ class CaseRunner {
   std::size_t timed_prepares_ = 0;          // warm-up and measured launches prepared so far
   std::vector<ReferenceCheck> checks_;      // in the order of their check_results slots
   std::vector<ReferenceCheck> dumps_;       // in the order of their dump_outputs slots
+  std::vector<KoCompareResult> check_raw_;  // the settled checks' verdicts, read back in order
+  std::vector<std::vector<std::uint8_t>> dump_host_;  // the settled dumps' outputs, in order
 };
 
 }  // namespace kernelopt::detail

@@ -34,11 +34,18 @@ void CaseRunner::setup_reference() {
   for (auto& d : st_.buffers) {
     const auto& b = d.spec->buffer;
     // At least one allocation granule, so an empty buffer still gets a valid pointer.
-    d.ref = s_.allocate(std::max<std::uint64_t>(b.bytes, 256));
+    // An `in` buffer without a fresh spec holds its input for every check: copied once and
+    // staged (read-only for kernels where the device allows), so a candidate's launch cannot
+    // change what the reference computes from. One with a fresh spec gets each check's draw.
+    const bool fixed_input = b.role == BufferRole::in && !b.fresh && b.bytes > 0;
+    const std::uint64_t bytes = std::max<std::uint64_t>(b.bytes, 256);
+    d.ref = fixed_input ? s_.allocate_staged(bytes) : s_.allocate(bytes);
     CUdeviceptr ptr = d.ref.get();
-    // An `in` buffer holds its input for every launch that is not redrawn: copied once (a
-    // checked launch with a draw overwrites it with that draw).
     if (b.role == BufferRole::in && b.bytes > 0) copy_into(d.input, ptr, b.bytes);
+    if (fixed_input) {
+      sync();
+      s_.protect_staged(d.ref);
+    }
     std::memcpy(st_.ref_slots[d.index].bytes, &ptr, sizeof ptr);
     if (is_output(d)) ++outputs;
   }
@@ -84,6 +91,10 @@ void CaseRunner::enqueue_reference_check(std::optional<std::size_t> sample) {
   std::size_t j = 0;
   const std::size_t outputs =
       static_cast<std::size_t>(std::count_if(st_.buffers.begin(), st_.buffers.end(), is_output));
+  // The slots are reset here, after the candidate's launch, so nothing it wrote into them
+  // earlier counts; settle_checks() reads them back before it launches again.
+  init_compare_results(drv_, stream,
+                       st_.check_results.get() + slot * outputs * sizeof(KoCompareResult), outputs);
   for (const auto& d : st_.buffers) {
     if (!is_output(d)) continue;
     const auto& b = d.spec->buffer;
@@ -93,6 +104,33 @@ void CaseRunner::enqueue_reference_check(std::optional<std::size_t> sample) {
     enqueue_compare(drv_, compare, s_.sm_count(), stream, d.data, d.ref.get(),
                     b.bytes / scalar_size(*b.dtype), b.compare, result);
   }
+}
+
+void CaseRunner::settle_checks() {
+  const std::size_t outputs =
+      static_cast<std::size_t>(std::count_if(st_.buffers.begin(), st_.buffers.end(), is_output));
+  const std::size_t settled = check_raw_.size() / std::max<std::size_t>(outputs, 1);
+  if (checks_.size() > settled && outputs > 0) {
+    check_raw_.resize(checks_.size() * outputs);
+    KO_CU(drv_.cuMemcpyDtoHAsync(
+        check_raw_.data() + settled * outputs,
+        st_.check_results.get() + settled * outputs * sizeof(KoCompareResult),
+        (checks_.size() - settled) * outputs * sizeof(KoCompareResult), s_.stream()));
+  }
+  for (std::size_t slot = dump_host_.size() / std::max<std::size_t>(outputs, 1);
+       slot < dumps_.size(); ++slot) {
+    std::size_t j = 0;
+    for (const auto& d : st_.buffers) {
+      if (!is_output(d)) continue;
+      auto& host = dump_host_.emplace_back(d.spec->buffer.bytes);
+      if (!host.empty()) {
+        KO_CU(drv_.cuMemcpyDtoHAsync(host.data(), st_.dump_outputs.at(slot * outputs + j).get(),
+                                     host.size(), s_.stream()));
+      }
+      ++j;
+    }
+  }
+  sync();
 }
 
 // After timing: one more launch prepared exactly like a measured one (outputs re-initialised,
@@ -183,7 +221,13 @@ void CaseRunner::write_dumps(json& result) {
       }
     }
     for (const auto& d : st_.buffers) {
-      if (is_output(d)) save(d, st_.dump_outputs.at(slot * outputs + j++).get(), "outputs");
+      if (!is_output(d)) continue;
+      // read back right after the checked launch (settle_checks), never from the device now
+      const auto& host_copy = dump_host_.at(slot * outputs + j++);
+      const std::string file = spec_.checked_dump + "/s" + std::to_string(*dump.sample) + "_out_" +
+                               d.spec->name + ".bin";
+      write_file(file, host_copy.data(), host_copy.size());
+      files["outputs"][d.spec->name] = file;
     }
     json e = json::object();
     e["sample"] = *dump.sample;
@@ -209,12 +253,8 @@ void CaseRunner::report_reference_checks(json& result) {
   for (const auto& d : st_.buffers) {
     if (is_output(d)) outputs.push_back(&d);
   }
-  std::vector<KoCompareResult> raw(checks_.size() * outputs.size());
-  if (!raw.empty()) {
-    KO_CU(drv_.cuMemcpyDtoHAsync(raw.data(), st_.check_results.get(),
-                                 raw.size() * sizeof(KoCompareResult), s_.stream()));
-  }
-  sync();
+  settle_checks();  // the confirm launch's check; the measured ones were read as they ran
+  const std::vector<KoCompareResult>& raw = check_raw_;
   json entries = json::array();
   const json& times = timing["times_ms"];
   for (std::size_t c = 0; c < checks_.size(); ++c) {

@@ -127,10 +127,13 @@ class Sampler {
     if (spin_ != nullptr) flag_.emplace(drv_, s_.stream());
   }
 
-  // `after` (may be empty) runs after each sample's stop event with the sample's index in `out`.
+  // `after` (may be empty) runs after each sample's stop event with the sample's index in `out`;
+  // when it returns true the batch ends there and `settle` runs once the stream is idle, before
+  // the next sample is enqueued (TimedWork).
   void collect(const std::function<void()>& prepare, const std::function<void()>& unit,
                std::size_t count, unsigned launches_per_unit, std::vector<double>& out,
-               const std::function<void(std::size_t)>& after = {}) {
+               const std::function<bool(std::size_t)>& after = {},
+               const std::function<void()>& settle = {}) {
     const std::size_t batch = spin_ != nullptr ? std::min(count, blocking_batch) : count;
     if (batch == 0) return;
     // Every event exists before the first launch, so creating one never lands in a window.
@@ -144,18 +147,22 @@ class Sampler {
     }
     const CUstream stream = s_.stream();
     for (std::size_t done = 0; done < count;) {
-      const std::size_t n = std::min(batch, count - done);
+      const std::size_t room = std::min(batch, count - done);
       if (flag_) hold();
-      for (std::size_t i = 0; i < n; ++i) {
+      std::size_t n = 0;
+      bool unsettled = false;
+      while (n < room && !unsettled) {
         if (prepare) prepare();
-        KO_CU(drv_.cuEventRecord(starts_[i].get(), stream));
+        KO_CU(drv_.cuEventRecord(starts_[n].get(), stream));
         unit();
-        KO_CU(drv_.cuEventRecord(stops_[i].get(), stream));
-        if (after) after(out.size() + i);
+        KO_CU(drv_.cuEventRecord(stops_[n].get(), stream));
+        if (after) unsettled = after(out.size() + n);
+        ++n;
       }
       if (flag_) flag_->release();
       KO_CU(drv_.cuStreamSynchronize(stream));
       if (flag_ && flag_->timed_out()) timed_out_ = true;
+      if (unsettled && settle) settle();
       for (std::size_t i = 0; i < n; ++i) {
         float ms = 0;
         KO_CU(drv_.cuEventElapsedTime(&ms, starts_[i].get(), stops_[i].get()));
@@ -225,7 +232,8 @@ Measurement measure(Session& s, Sampler& sampler, const TimingConfig& cfg, const
     unit = [&] { KO_CU(drv.cuGraphLaunch(exec.get(), s.stream())); };
   }
 
-  sampler.collect(work.prepare, unit, cfg.iterations, m.graph_batch, m.times, work.after);
+  sampler.collect(work.prepare, unit, cfg.iterations, m.graph_batch, m.times, work.after,
+                  work.settle);
 
   if (cfg.adaptive) {
     AdaptiveLimits limits;
@@ -240,7 +248,7 @@ Measurement measure(Session& s, Sampler& sampler, const TimingConfig& cfg, const
       step = adaptive_step(rse, m.times.size(), elapsed, limits);
       if (step != AdaptiveStep::more) break;
       sampler.collect(work.prepare, unit, adaptive_round(cfg.iterations, m.times.size(), limits),
-                      m.graph_batch, m.times, work.after);
+                      m.graph_batch, m.times, work.after, work.settle);
     }
     json a = json::object();
     a["rse"] = std::isfinite(rse) ? json(rse) : json(nullptr);

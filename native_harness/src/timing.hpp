@@ -23,8 +23,13 @@ struct TimedWork {
   std::function<void()> launch;
   // After the stop event of measured sample `sample` (0-based, adaptive rounds included),
   // outside the timed window: enqueue the checks of that sample (the case's checked launches).
+  // Returns true when it enqueued a check whose verdict lies in device memory: the sampler
+  // then ends its batch after this sample, synchronizes and calls `settle` before it enqueues
+  // any later launch, so no kernel of the candidate's runs between a check and its read-back.
   // Not called for warm-up launches or the launch-overhead measurement. May be empty.
-  std::function<void(std::size_t sample)> after;
+  std::function<bool(std::size_t sample)> after;
+  // With the stream idle: copy what `after` left on the device to host memory. May be empty.
+  std::function<void()> settle;
 };
 
 // Runs warm-up and measurement as `timing` asks and returns the answer's "timing" object

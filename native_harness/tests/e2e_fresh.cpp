@@ -88,9 +88,11 @@ TEST_CASE(
   for (const auto& e : res["timed_checks"]) CHECK_MSG(e["mismatches"] == 0, e.dump());
   // The validation launch ran on the files: y = 3 * 1 + 2.
   CHECK(slurp(path("ax_y_out.bin")) == raw_of(std::vector<float>(n, 5.0f)));
-  // 4 launches x 2 buffers, plus 3 checks x 2 buffers for the reference; one spin per batch.
+  // 4 launches x 2 buffers, plus 3 checks x 2 buffers for the reference; one spin per batch,
+  // and a batch ends after each checked launch (its verdict is read back before the next
+  // launch): 3 measured batches and the launch-overhead one.
   const auto st = stats_of(r);
-  CHECK_MSG(st.fills == 8 + 6 && st.spins == 2, r.err);
+  CHECK_MSG(st.fills == 8 + 6 && st.spins == 3 + 1, r.err);
 }
 
 TEST_CASE(
@@ -115,6 +117,45 @@ TEST_CASE(
   }
   // 4 candidate draws + 3 reference redraws.
   CHECK_MSG(stats_of(r).fills == 7, r.err);
+}
+
+TEST_CASE("checked launches: a kernel resetting compare results in device memory still fails") {
+  // hush_kernel replays its first answer (wrong on fresh inputs) and, at every launch, resets
+  // whatever compare results it finds on the device. Each checked launch's verdict is read
+  // back before any later launch runs, and its slot is reset right before its compare, so
+  // neither a later launch nor an earlier one can change it. In blocking mode (the default
+  // path) and without, and in graph mode.
+  for (const json& timing :
+       {json{{"warmup", 1}, {"iterations", 6}},
+        json{{"warmup", 1}, {"iterations", 6}, {"blocking", true}},
+        json{{"warmup", 1}, {"iterations", 6}, {"mode", "graph"}, {"graph_batch", 1}}}) {
+    const auto c = fresh_case("hs", timing, {1, 2, 5}, true);
+    const auto r =
+        run_request(with_reference(request_v2("hush_kernel", {c})), {"FAKE_CUDA_STATS=1"});
+    CHECK_MSG(r.rc == 0, r.out + r.err);
+    const auto& res = r.answer["cases"][0];
+    const auto& checks = res["timed_checks"];
+    CHECK_MSG(checks.size() == 4, timing.dump() + ": " + res.dump());
+    for (const auto& e : checks) CHECK_MSG(e["mismatches"] == 4, timing.dump() + ": " + e.dump());
+    // the kernel did find and reset compare results (after they were read)
+    CHECK_MSG(stats_of(r).hushed > 0, r.err);
+  }
+}
+
+TEST_CASE("checked launches: the reference's copy of a fixed input is out of a kernel's reach") {
+  // blank_kernel passes validation, then writes zeros and zeroes whatever else starts with its
+  // input: had the reference's private copy of the (never redrawn) input been writable, the
+  // reference would compute zeros too and every check would agree. It is staged read-only.
+  auto c = fresh_case("bl", {{"warmup", 1}, {"iterations", 4}, {"blocking", true}}, {1, 2});
+  c["args"][0].erase("fresh");
+  c["repeat_validation"] = true;
+  const auto r =
+      run_request(with_reference(request_v2("blank_kernel", {c})), {"FAKE_CUDA_STATS=1"});
+  CHECK_MSG(r.rc == 5, r.out + r.err);
+  const auto& res = r.answer["cases"][0];
+  CHECK_MSG(res["status"] == "runtime_error", res.dump());
+  CHECK(res["error"]["cuda_error"] == "CUDA_ERROR_ILLEGAL_ADDRESS");
+  CHECK_MSG(stats_of(r).mmu_faults > 0, r.err);
 }
 
 TEST_CASE("fresh_launches: a kernel replaying its first result still fails a checked launch") {
@@ -168,6 +209,24 @@ TEST_CASE(
       CHECK(in != raw_of(std::vector<float>{1, 2, 3, 4}));
       CHECK_MSG((in == out) == (entry == "copy_kernel"), entry);
     }
+  }
+  {
+    // cover_kernel replays a wrong answer and rewrites copies of it left on the device with
+    // what its previous launch should have output: the dumps were read back before that.
+    auto c =
+        fresh_case("dump_cover", {{"warmup", 1}, {"iterations", 4}, {"blocking", true}}, {1, 3});
+    c.erase("check_launch");
+    std::filesystem::create_directories(path("dump_cover"));
+    c["checked_dump"] = path("dump_cover");
+    const auto r = run_request(request_v2("cover_kernel", {c}), {"FAKE_CUDA_STATS=1"});
+    CHECK_MSG(r.rc == 0, r.out + r.err);
+    const auto& dumps = r.answer["cases"][0]["timed_dumps"];
+    CHECK_MSG(dumps.size() == 2, r.answer.dump());
+    for (const auto& d : dumps) {
+      const auto in = slurp(d["files"]["inputs"]["in"].get<std::string>());
+      CHECK_MSG(in != slurp(d["files"]["outputs"]["out"].get<std::string>()), d.dump());
+    }
+    CHECK_MSG(stats_of(r).hushed > 0, r.err);
   }
   // without fresh inputs nothing is redrawn: only the outputs are written
   auto c = fresh_case("dump_plain", {{"iterations", 2}}, {0});

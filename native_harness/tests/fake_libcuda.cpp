@@ -50,9 +50,9 @@ struct LeakCheck {
       std::fprintf(
           stderr,
           "fake libcuda stats: launches=%lu spins=%lu graph_launches=%lu graph_kernels=%lu "
-          "fills=%lu ref_compares=%lu maps=%lu protects=%lu mmu_faults=%lu\n",
+          "fills=%lu ref_compares=%lu maps=%lu protects=%lu mmu_faults=%lu hushed=%lu\n",
           g_launches, g_spin_launches, g_graph_launches, g_graph_kernels, g_fills, g_ref_compares,
-          g_maps, g_protects, g_mmu_faults);
+          g_maps, g_protects, g_mmu_faults, g_hushed);
     }
     if (g_sticky != CUDA_SUCCESS || g_pending != CUDA_SUCCESS) {
       // A dead context cannot free anything; the real driver reclaims it all at exit.

@@ -65,6 +65,7 @@ inline std::map<std::uintptr_t, Mapping> g_mapped;
 inline unsigned long g_maps = 0;        // cuMemMap calls
 inline unsigned long g_protects = 0;    // cuMemSetAccess(PROT_READ) calls
 inline unsigned long g_mmu_faults = 0;  // kernel writes stopped by a read-only mapping
+inline unsigned long g_hushed = 0;      // allocations hush_kernel / cover_kernel rewrote
 
 struct Event {
   double t = -1;
