@@ -21,12 +21,19 @@ using nlohmann::json;
 constexpr unsigned default_dynamic_shared_limit = 48 * 1024;
 
 // For tests on a GPU only (KERNELOPT_HARNESS_REPORT_STAGED=1, never set by kernelopt): the
-// device addresses of the case's staged copies, so a test kernel can aim at one exactly.
-json staged_addresses(const std::vector<DeviceArg>& buffers) {
+// device addresses of the case's staged copies and of its checked launches' compare results,
+// so a test kernel can aim at one exactly.
+json staged_addresses(const CaseState& st) {
   const char* env = std::getenv("KERNELOPT_HARNESS_REPORT_STAGED");
   if (env == nullptr || std::strcmp(env, "1") != 0) return nullptr;
   json staged = json::array();
-  for (const auto& d : buffers) {
+  if (st.check_results.get() != 0) {
+    staged.push_back({{"buffer", nullptr},
+                      {"source", "check_results"},
+                      {"address", static_cast<std::uint64_t>(st.check_results.get())},
+                      {"bytes", st.check_results.size()}});
+  }
+  for (const auto& d : st.buffers) {
     const std::pair<const char*, const Source*> sources[] = {{"input", &d.input},
                                                              {"timed_input", &d.timed_input},
                                                              {"expected", &d.expected},
@@ -37,6 +44,13 @@ json staged_addresses(const std::vector<DeviceArg>& buffers) {
                         {"source", what},
                         {"address", static_cast<std::uint64_t>(src->device->get())},
                         {"bytes", src->device->size()}});
+    }
+    // the reference's staged copy of an input that is never redrawn (setup_reference)
+    if (d.ref.get() != 0 && d.spec->buffer.role == BufferRole::in && !d.spec->buffer.fresh) {
+      staged.push_back({{"buffer", d.spec->name},
+                        {"source", "reference_input"},
+                        {"address", static_cast<std::uint64_t>(d.ref.get())},
+                        {"bytes", d.spec->buffer.bytes}});
     }
   }
   return staged;
@@ -59,7 +73,7 @@ bool CaseRunner::run(json& cases) {
   Phase phase = Phase::setup;
   try {
     setup();
-    if (json staged = staged_addresses(st_.buffers); !staged.is_null()) result["staged"] = staged;
+    if (json staged = staged_addresses(st_); !staged.is_null()) result["staged"] = staged;
     result["occupancy_blocks_per_sm"] = occupancy();
     launch();
     phase = Phase::launched;
