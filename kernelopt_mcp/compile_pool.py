@@ -42,7 +42,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from .errors import ConfinementFailed, ToolchainNotFound, UnconfinedCompilerRefused
-from .executables import kill_group
+from .executables import exit_code_and_tail, kill_group
 from .sandbox import landlock_abi
 
 WORKER_SCRIPT = Path(__file__).with_name("_compile_worker.py")
@@ -269,14 +269,7 @@ class _Worker:
         return json.loads(line)
 
     def _death(self) -> str:
-        try:
-            code = self.proc.wait(timeout=5)
-        except subprocess.TimeoutExpired:
-            self.kill()
-            code = self.proc.returncode
-        self.stderr.seek(0, os.SEEK_END)
-        self.stderr.seek(max(0, self.stderr.tell() - 600))
-        tail = self.stderr.read().decode(errors="replace").strip()
+        code, tail = exit_code_and_tail(self.proc, self.stderr, self.kill)
         how = f"killed by signal {-code}" if code is not None and code < 0 else f"exit code {code}"
         if "cuda" in tail.lower() and ("ModuleNotFoundError" in tail or "ImportError" in tail):
             raise ToolchainNotFound(

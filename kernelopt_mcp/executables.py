@@ -39,6 +39,19 @@ def find_executable(
     raise ToolchainNotFound(missing)
 
 
+def exit_code_and_tail(proc: subprocess.Popen[bytes], stderr: IO[bytes], kill: Callable[[], None]) -> tuple[int | None, str]:
+    """How a worker process ended (its exit code; negative: the signal, after ``kill`` if it did
+    not end within 5 s) and the last 600 bytes of the file its stderr went to."""
+    try:
+        code = proc.wait(timeout=5)
+    except subprocess.TimeoutExpired:
+        kill()
+        code = proc.returncode
+    stderr.seek(0, os.SEEK_END)
+    stderr.seek(max(0, stderr.tell() - 600))
+    return code, stderr.read().decode(errors="replace").strip()
+
+
 def kill_group(proc: subprocess.Popen[bytes]) -> None:
     """SIGKILL ``proc``'s process group (it was started with ``start_new_session``) and reap it."""
     try:

@@ -41,7 +41,7 @@ import numpy as np
 
 from ..compile_pool import CompileLimits, physical_memory_mb
 from ..errors import WorkloadError
-from ..executables import kill_group
+from ..executables import exit_code_and_tail, kill_group
 from ..sandbox import landlock_abi
 
 __all__ = ["OracleLimits", "OraclePool", "call_oracle", "default_pool"]
@@ -344,14 +344,7 @@ class _Worker:
         return result
 
     def _death(self) -> str:
-        try:
-            code = self.proc.wait(timeout=5)
-        except subprocess.TimeoutExpired:
-            self.kill()
-            code = self.proc.returncode
-        self.stderr.seek(0, os.SEEK_END)
-        self.stderr.seek(max(0, self.stderr.tell() - 600))
-        tail = self.stderr.read().decode(errors="replace").strip()
+        code, tail = exit_code_and_tail(self.proc, self.stderr, self.kill)
         tail = f"; its stderr ends: {tail[-400:]}" if tail else ""
         if code is not None and code < 0:
             sig = -code
