@@ -172,9 +172,19 @@ void CaseRunner::set_status(json& result) {
 // starting state, compare again and diff the two launches bit for bit.
 void CaseRunner::run_repeat(json& result) {
   const CUstream stream = s_.stream();
+  bool saved = false;
   for (const auto& d : st_.buffers) {
     if (d.saved.get() != 0) {
       KO_CU(drv_.cuMemcpyDtoDAsync(d.saved.get(), d.data, d.spec->buffer.bytes, stream));
+      saved = true;
+    }
+  }
+  // The copies are what the re-run is compared with: read-only for kernels from here on, so
+  // the re-run cannot make them agree with whatever it writes.
+  if (saved) {
+    sync();
+    for (const auto& d : st_.buffers) {
+      if (d.saved.get() != 0) s_.protect_staged(d.saved);
     }
   }
   prepare_timed_launch(false, false);

@@ -203,7 +203,7 @@ void CaseRunner::setup() {
     d.allocation = s_.allocate(d.layout.total_bytes);
     d.data = d.allocation.get() + d.layout.data_offset;
     if (spec_.repeat_validation && b.role != BufferRole::in && b.bytes > 0) {
-      d.saved = s_.allocate(b.bytes);
+      d.saved = s_.allocate_staged(b.bytes);  // read-only once it holds the output (run_repeat)
     }
     // Guards, the alignment slack and (until overwritten below) the data all start as the
     // pattern; only the guard and slack bytes are checked for it.

@@ -139,6 +139,13 @@ TEST_CASE("determinism: identical launches differ in 0 bytes, a launch counter d
   const auto& d = r.answer["cases"][0]["determinism"][0];
   CHECK_MSG(d["bytes_differ"] == 4 && d["first_offset"] == 0, d.dump());  // low byte of each
   CHECK(!r.answer["cases"][0].contains("compares"));
+
+  // mend_kernel also rewrites the saved copy of its first output with its second: the copy
+  // is staged read-only once saved, so the write faults instead of hiding the difference
+  r = run_request(request_v2("mend_kernel", {stamp}), {"FAKE_CUDA_STATS=1"});
+  CHECK_MSG(r.rc == 5, r.out + r.err);
+  CHECK_MSG(r.answer["cases"][0]["status"] == "runtime_error", r.answer.dump());
+  CHECK_MSG(stats_of(r).mmu_faults > 0, r.err);
 }
 
 TEST_CASE("timed inputs: a fresh input passes, a replayed first result fails the timed compare") {

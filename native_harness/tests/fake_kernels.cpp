@@ -121,6 +121,26 @@ void blank_run(void** p) {
     std::memset(bytes_at(a.first), 0, n);
   }
 }
+// mend(u32* out, u32 n): stamp's launch count (no two launches agree), then every other
+// allocation holding its previous output is rewritten with this one, so a saved copy of the
+// validation launch's output (the determinism re-run's) would agree. That copy is read-only.
+std::vector<std::uint32_t> g_previous_out;
+void mend_run(void** p) {
+  auto* out = reinterpret_cast<std::uint32_t*>(arg<CUdeviceptr>(p, 0));
+  const auto n = arg<std::uint32_t>(p, 1);
+  stamp_run(p);
+  const std::size_t bytes = n * sizeof(std::uint32_t);
+  if (g_previous_out.size() == n && n > 0) {
+    for (const auto& a : g_allocs) {
+      if (a.second < bytes || holds(a, arg<CUdeviceptr>(p, 0)) ||
+          std::memcmp(bytes_at(a.first), g_previous_out.data(), bytes) != 0) {
+        continue;
+      }
+      std::memcpy(bytes_at(a.first), out, bytes);
+    }
+  }
+  g_previous_out.assign(out, out + n);
+}
 // hush(const u8* in, u8* out, u64 n): replay's cached answer, then, like a kernel that finds
 // the harness's compare results in device memory, resets every allocation outside its own
 // buffers that holds only KoCompareResult-shaped records (48 bytes: counts, first mismatch
@@ -360,6 +380,7 @@ Kernel g_kernels[] = {
     {"hush_kernel", {8, 8, 8}, 0.5, 0, 48 * 1024, hush_run},
     {"cover_kernel", {8, 8, 8}, 0.5, 0, 48 * 1024, cover_run},
     {"blank_kernel", {8, 8, 8}, 0.5, 0, 48 * 1024, blank_run},
+    {"mend_kernel", {8, 4}, 0.125, 0, 48 * 1024, mend_run},
     {"scribble_kernel", {8, 8, 8}, 0.5, 0, 48 * 1024, scribble_run},
     {"oob_kernel", {8, 8, 8}, 0.5, 0, 48 * 1024, oob_run},
     {"clobber_kernel", {8, 8, 8}, 0.5, 0, 48 * 1024, clobber_run},
