@@ -199,35 +199,30 @@ void CaseRunner::write_dumps(json& result) {
   for (std::size_t slot = 0; slot < dumps_.size(); ++slot) {
     const auto& dump = dumps_[slot];
     json files = {{"inputs", json::object()}, {"outputs", json::object()}};
-    auto save = [&](const DeviceArg& d, CUdeviceptr from, const char* kind) {
-      const auto bytes = d.spec->buffer.bytes;
-      host.resize(bytes);
-      if (bytes > 0) {
-        KO_CU(drv_.cuMemcpyDtoHAsync(host.data(), from, bytes, s_.stream()));
-        sync();
-      }
-      const std::string file = spec_.checked_dump + "/s" + std::to_string(*dump.sample) + "_" +
-                               (kind[0] == 'i' ? "in_" : "out_") + d.spec->name + ".bin";
-      write_file(file, host.data(), host.size());
-      files[kind][d.spec->name] = file;
+    auto save = [&](const DeviceArg& d, const std::vector<std::uint8_t>& bytes, bool input) {
+      const std::string file = spec_.checked_dump + "/s" + std::to_string(*dump.sample) +
+                               (input ? "_in_" : "_out_") + d.spec->name + ".bin";
+      write_file(file, bytes.data(), bytes.size());
+      files[input ? "inputs" : "outputs"][d.spec->name] = file;
     };
-    std::size_t j = 0;
     for (const auto& d : st_.buffers) {
       const auto& b = d.spec->buffer;
       const auto drawn = b.role == BufferRole::in ? dump.draw : dump.launch_draw;
       if (b.role != BufferRole::out && b.fresh && drawn) {
+        // drawn again from the same draw by the harness's own fill: no candidate launch between
         draw(d, st_.dump_scratch.get(), *drawn);
-        save(d, st_.dump_scratch.get(), "inputs");
+        host.resize(b.bytes);
+        if (b.bytes > 0) {
+          KO_CU(drv_.cuMemcpyDtoHAsync(host.data(), st_.dump_scratch.get(), b.bytes, s_.stream()));
+          sync();
+        }
+        save(d, host, true);
       }
     }
+    std::size_t j = 0;
     for (const auto& d : st_.buffers) {
-      if (!is_output(d)) continue;
       // read back right after the checked launch (settle_checks), never from the device now
-      const auto& host_copy = dump_host_.at(slot * outputs + j++);
-      const std::string file = spec_.checked_dump + "/s" + std::to_string(*dump.sample) + "_out_" +
-                               d.spec->name + ".bin";
-      write_file(file, host_copy.data(), host_copy.size());
-      files["outputs"][d.spec->name] = file;
+      if (is_output(d)) save(d, dump_host_.at(slot * outputs + j++), false);
     }
     json e = json::object();
     e["sample"] = *dump.sample;

@@ -1,4 +1,20 @@
-"""Kernel sources shared by several GPU tests."""
+"""Kernel sources shared by several GPU tests, and the module files a raw harness request needs."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from kernelopt_mcp.compiler import compile_kernel
+from kernelopt_mcp.evaluation.support_module import support_module
+
+
+def module_files(source: str, arch: str, directory: Path) -> dict[str, Path]:
+    """``source`` compiled for ``arch`` (``module``) and the support module (``support``), in ``directory``."""
+    compiled = compile_kernel(source, arch)
+    assert compiled.ok, compiled.summary()
+    module = directory / "kernels.cubin"
+    module.write_bytes(compiled.cubin or b"")
+    return {"module": module, "support": support_module(arch, directory / "support")}
 
 # Correct on the first launch of each size; afterwards every thread replays what it computed
 # then (a per-element result cache tagged with n: no races between blocks).

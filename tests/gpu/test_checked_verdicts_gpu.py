@@ -15,10 +15,9 @@ from typing import Any
 
 import numpy as np
 import pytest
+from gpu_kernels import module_files
 
 from kernelopt_mcp import HarnessProcess
-from kernelopt_mcp.compiler import compile_kernel
-from kernelopt_mcp.evaluation.support_module import support_module
 from kernelopt_mcp.gpu import DeviceInfo
 
 pytestmark = pytest.mark.gpu
@@ -78,15 +77,11 @@ def _u64(v: int) -> str:
 
 @pytest.fixture
 def files(device: DeviceInfo, tmp_path: Path) -> dict[str, Path]:
-    compiled = compile_kernel(KERNELS, device.arch)
-    assert compiled.ok, compiled.summary()
-    module = tmp_path / "kernels.cubin"
-    module.write_bytes(compiled.cubin or b"")
+    files = module_files(KERNELS, device.arch, tmp_path)
     data = np.arange(1, N + 1, dtype=np.float32)  # no zero: a zero output mismatches everywhere
     (tmp_path / "in.bin").write_bytes(data.tobytes())
     (tmp_path / "expected.bin").write_bytes(data.astype("<f8").tobytes())
-    return {"module": module, "support": support_module(device.arch, tmp_path / "support"),
-            "in": tmp_path / "in.bin", "expected": tmp_path / "expected.bin", "out": tmp_path / "out.bin"}
+    return {**files, "in": tmp_path / "in.bin", "expected": tmp_path / "expected.bin", "out": tmp_path / "out.bin"}
 
 
 def _request(files: dict[str, Path], entry: str, target: tuple[int, int]) -> dict[str, Any]:

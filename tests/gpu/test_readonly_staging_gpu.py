@@ -16,13 +16,12 @@ from typing import Any
 
 import numpy as np
 import pytest
+from gpu_kernels import module_files
 
 from kernelopt_mcp import Candidate, EvaluateOptions, HarnessProcess, Session, Settings, Status
-from kernelopt_mcp.compiler import compile_kernel
 from kernelopt_mcp.config import find_workload
 from kernelopt_mcp.evaluation.candidate import initial_candidate
 from kernelopt_mcp.evaluation.evaluate import evaluate, prepare
-from kernelopt_mcp.evaluation.support_module import support_module
 from kernelopt_mcp.gpu import DeviceInfo
 from kernelopt_mcp.launch import LaunchSpec
 
@@ -95,11 +94,7 @@ def _request(tmp_path: Path, files: dict[str, Path], entry: str, target: tuple[i
 
 @pytest.fixture
 def files(device: DeviceInfo, tmp_path: Path) -> dict[str, Path]:
-    compiled = compile_kernel(KERNELS, device.arch)
-    assert compiled.ok, compiled.summary()
-    module = tmp_path / "kernels.cubin"
-    module.write_bytes(compiled.cubin or b"")
-    return {"module": module, "support": support_module(device.arch, tmp_path / "support")}
+    return module_files(KERNELS, device.arch, tmp_path)
 
 
 def _staged(answer: dict[str, Any], source: str) -> tuple[int, int]:
