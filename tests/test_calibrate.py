@@ -141,6 +141,9 @@ def test_peaks_with_and_without_calibration(tmp_path: Path) -> None:
     assert bare.theoretical_flops_per_s == pytest.approx(66.9e12, rel=1e-3)
     peaks = device_peaks(device, _stored(device, tmp_path))
     assert peaks.calibrated_bytes_per_s == 4.1e12 and peaks.floor_bytes_per_s == 4.9e12
+    # tensor-core peaks are theoretical with or without a calibration (132 SMs x 4096 x 1.98 GHz)
+    assert bare.tensor_flops_per_s == peaks.tensor_flops_per_s
+    assert peaks.floor_flops_per_s("float") == pytest.approx(1070.6e12, rel=1e-3)
 
 
 def test_a_wrong_copy_is_an_error(fake: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

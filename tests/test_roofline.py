@@ -10,12 +10,15 @@ from kernelopt_mcp.evaluation.roofline import (
     Peaks,
     case_roofline,
     roofline_floor_ms,
+    tensor_operands,
     theoretical_fp32_flops,
+    theoretical_tensor_flops,
 )
 
 H200 = Peaks(
     calibrated_bytes_per_s=4.2e12, calibrated_flops_per_s=60e12,
     theoretical_bytes_per_s=4.8e12, theoretical_flops_per_s=66.9e12,
+    tensor_flops_per_s={"float": 1070.5e12, "int8": 2141e12},
 )
 
 
@@ -26,6 +29,40 @@ def test_theoretical_fp32() -> None:
     assert theoretical_fp32_flops((8, 9), 128, 2_520_000) == pytest.approx(82.6e12, rel=1e-2)  # RTX 4090
     assert theoretical_fp32_flops((9, 0), 132, None) is None
     assert theoretical_fp32_flops((3, 0), 10, 1_000_000) is None
+
+
+def test_theoretical_tensor_peaks() -> None:
+    # H100/H200: 989 TFLOP/s dense bf16 at 1830 MHz on 132 SMs; A100: 312 at 1410 MHz on 108
+    assert theoretical_tensor_flops((9, 0), 132, 1_830_000)["float"] == pytest.approx(989.4e12, rel=1e-3)
+    assert theoretical_tensor_flops((8, 0), 108, 1_410_000) == pytest.approx({"float": 312e12, "int8": 624e12}, rel=1e-2)
+    assert theoretical_tensor_flops((6, 1), 28, 1_500_000) == {}
+    assert theoretical_tensor_flops((9, 0), 132, None) == {}
+
+
+@pytest.mark.parametrize(("name", "operands"), [("sgemm", "float"), ("gemm_bf16", "float"), ("softmax", "float"), ("histogram", "int8")])
+def test_floating_inputs_are_bounded_by_the_tensor_core_rate(name: str, operands: str) -> None:
+    from kernelopt_mcp import Settings
+    from kernelopt_mcp.config import find_workload
+
+    assert tensor_operands(find_workload(name, Settings())) == operands
+
+
+def test_a_tensor_core_gemm_is_not_impossible_but_a_cached_one_is() -> None:
+    """gemm_bf16 4096^3 at 0.567 ms (cuBLAS-class, 243 TFLOP/s, measured on the H200) is 3.6x
+    under the FP32 SIMT floor: flagging it failed the bundled reference. The tensor-core floor
+    passes it and still catches a kernel that skips most of the work."""
+    m = 4096
+    flops, bytes_ = 2 * m**3, 2 * 2 * m * m + 4 * m * m
+    simt = case_roofline("c", 0.5666, bytes_=bytes_, flops=flops, peaks=H200, flush_l2=True)
+    assert simt.impossible  # what the SIMT-only floor said
+    honest = case_roofline("c", 0.5666, bytes_=bytes_, flops=flops, peaks=H200, flush_l2=True, operands="float")
+    assert not honest.impossible and honest.bound == "compute"
+    assert honest.floor_ms == pytest.approx(flops / 1070.5e12 * 1e3)
+    cached = case_roofline("c", 0.05, bytes_=bytes_, flops=flops, peaks=H200, flush_l2=True, operands="float")
+    assert cached.impossible
+    # int8 operands: their own (faster) rate; no tensor rate known: the SIMT one
+    assert H200.floor_flops_per_s("int8") == 2141e12 and H200.floor_flops_per_s(None) == 66.9e12
+    assert Peaks(theoretical_flops_per_s=1e12).floor_flops_per_s("float") == 1e12
 
 
 def test_floor_uses_the_larger_peak_and_the_binding_term() -> None:

@@ -44,7 +44,7 @@ from .protocol import (
     TimingRequest,
     parse_answer,
 )
-from .roofline import Peaks, theoretical_fp32_flops
+from .roofline import Peaks, theoretical_fp32_flops, theoretical_tensor_flops
 from .stats import TimingStats, from_answer
 
 CALIBRATION_VERSION = 1
@@ -118,13 +118,14 @@ class Calibration(BaseModel):
 
 
 def device_peaks(device: DeviceInfo, calibration: Calibration | None) -> Peaks:
-    """The peaks for roofline figures: calibrated where known, theoretical always."""
-    if calibration is not None:
-        return calibration.peaks()
-    return Peaks(
+    """The peaks for roofline figures: calibrated where known, theoretical always (tensor-core
+    peaks are theoretical only: nothing calibrates them)."""
+    peaks = calibration.peaks() if calibration is not None else Peaks(
         theoretical_bytes_per_s=device.peak_memory_bandwidth_bytes_per_s,
         theoretical_flops_per_s=theoretical_fp32_flops(device.compute_capability, device.sm_count, device.clock_khz),
     )
+    peaks.tensor_flops_per_s = theoretical_tensor_flops(device.compute_capability, device.sm_count, device.clock_khz)
+    return peaks
 
 
 def peaks_for(device: DeviceInfo, cache_root: Path) -> Peaks:

@@ -15,7 +15,7 @@ from pydantic import BaseModel, Field
 from ..compiler import CompileResult
 from .clocks import ClockSample
 from .compare import OutputComparison
-from .roofline import CaseRoofline, Peaks, case_cost, case_roofline
+from .roofline import CaseRoofline, Peaks, case_cost, case_roofline, tensor_operands
 from .stats import TimingStats
 
 if TYPE_CHECKING:
@@ -158,11 +158,13 @@ def worst(statuses: list[Status]) -> Status:
 def result_roofline(result: EvaluationResult, workload: Workload, peaks: Peaks) -> list[CaseRoofline]:
     """Roofline figures of every timed case of an evaluation result."""
     out = []
+    operands = tensor_operands(workload)
     for cr in result.cases:
         if cr.timing is None:
             continue
         bytes_, flops = case_cost(workload, workload.spec.case(cr.name))
         out.append(case_roofline(
             cr.name, cr.timing.median_ms, bytes_=bytes_, flops=flops, peaks=peaks, flush_l2=cr.timing.flush_l2,
+            operands=operands,
         ))
     return out

@@ -8,7 +8,12 @@ The floor: a kernel that moves ``bytes`` and computes ``flops`` (the workload's 
 the minimum any correct kernel must do) cannot take less than
 ``max(bytes / bw_peak, flops / flop_peak)``. The peaks used for the floor are the larger of
 the calibrated and the theoretical figure, so an under-measured calibration cannot make an
-honest kernel look impossible.
+honest kernel look impossible. ``flop_peak`` is the fastest unit that could do the work: for a
+workload with floating-point inputs that is the dense 16-bit tensor-core rate, whatever the
+inputs' own type (a bf16 GEMM runs on tensor cores; an fp32 one can too, as 3xTF32 or split
+bf16 products that keep float32 accuracy), for 8-bit integer inputs the int8 tensor rate, and
+the SIMT FP32 rate only where no tensor path applies. So the compute term of a GEMM-like floor
+is loose (an sgemm floor sits well below any real kernel); it is a bound, never a target.
 
 ``impossible`` is set when the median is below ``floor / IMPOSSIBLE_MARGIN`` (1.15). The
 margin covers what can legitimately push a real kernel a little under the floor computed from
@@ -42,6 +47,18 @@ FP32_LANES_PER_SM: dict[tuple[int, int] | int, int] = {
 }
 
 
+#: dense tensor-core operations per SM per clock by operand kind ("float": fp16/bf16 operands,
+#: the fastest path any floating-point result within a tolerance can take; "int8"), for the
+#: fastest part of each compute capability (V100/T4; A100; L40S and RTX parts are given more
+#: than they have, which only loosens their floors; H100/H200: 989 TFLOP/s bf16 at 1830 MHz on
+#: 132 SMs; B200). Sparsity is not counted: the cost model's flops are the dense product's.
+TENSOR_OPS_PER_SM: dict[tuple[int, int] | int, dict[str, int]] = {
+    7: {"float": 1024, "int8": 2048}, (8, 0): {"float": 2048, "int8": 4096}, 8: {"float": 1024, "int8": 2048},
+    9: {"float": 4096, "int8": 8192}, 10: {"float": 8192, "int8": 16384}, 11: {"float": 8192, "int8": 16384},
+    12: {"float": 1024, "int8": 2048},
+}
+
+
 class Peaks(BaseModel):
     """Peak rates of a device; any of them may be unknown."""
 
@@ -49,14 +66,18 @@ class Peaks(BaseModel):
     calibrated_flops_per_s: float | None = Field(None, description="measured FP32 FMA rate, 2 flops per FMA")
     theoretical_bytes_per_s: float | None = Field(None, description="DRAM bandwidth from clock and bus width")
     theoretical_flops_per_s: float | None = Field(None, description="SMs x FP32 lanes x 2 x boost clock")
+    tensor_flops_per_s: dict[str, float] = Field(
+        default_factory=dict, description="dense tensor-core peaks by operand kind ('float', 'int8') at the boost clock"
+    )
 
     @property
     def floor_bytes_per_s(self) -> float | None:
         return _larger(self.calibrated_bytes_per_s, self.theoretical_bytes_per_s)
 
-    @property
-    def floor_flops_per_s(self) -> float | None:
-        return _larger(self.calibrated_flops_per_s, self.theoretical_flops_per_s)
+    def floor_flops_per_s(self, operands: str | None = None) -> float | None:
+        """The fastest rate at which work on ``operands`` ('float', 'int8', None: SIMT only) can run."""
+        simt = _larger(self.calibrated_flops_per_s, self.theoretical_flops_per_s)
+        return _larger(simt, self.tensor_flops_per_s.get(operands) if operands else None)
 
 
 class CaseRoofline(BaseModel):
@@ -91,13 +112,36 @@ def theoretical_fp32_flops(compute_capability: tuple[int, int], sm_count: int, c
     return float(sm_count * lanes * 2 * clock_khz * 1e3)
 
 
-def roofline_floor_ms(bytes_: float | None, flops: float | None, peaks: Peaks) -> tuple[float | None, str | None]:
+def theoretical_tensor_flops(compute_capability: tuple[int, int], sm_count: int, clock_khz: int | None) -> dict[str, float]:
+    """Dense tensor-core peaks by operand kind at the boost clock ({} without tensor cores)."""
+    major, minor = compute_capability
+    per_sm = TENSOR_OPS_PER_SM.get((major, minor)) or TENSOR_OPS_PER_SM.get(major)
+    if not per_sm or not clock_khz:
+        return {}
+    return {kind: float(sm_count * ops * clock_khz * 1e3) for kind, ops in per_sm.items()}
+
+
+def tensor_operands(workload: Workload) -> str | None:
+    """Which tensor-core rate bounds the workload: 'float' for any floating-point input, 'int8'
+    for 8-bit integer inputs, None (SIMT only) otherwise."""
+    inputs = [p.dtype for p in workload.spec.signature.buffers if p.is_input]
+    if any(d.is_float for d in inputs):
+        return "float"
+    if any(d.itemsize == 1 for d in inputs):
+        return "int8"
+    return None
+
+
+def roofline_floor_ms(
+    bytes_: float | None, flops: float | None, peaks: Peaks, operands: str | None = None,
+) -> tuple[float | None, str | None]:
     """The fastest possible time (ms) for the work, and which term sets it."""
     terms: dict[str, float] = {}
+    flop_peak = peaks.floor_flops_per_s(operands)
     if bytes_ and peaks.floor_bytes_per_s:
         terms["memory"] = bytes_ / peaks.floor_bytes_per_s * 1e3
-    if flops and peaks.floor_flops_per_s:
-        terms["compute"] = flops / peaks.floor_flops_per_s * 1e3
+    if flops and flop_peak:
+        terms["compute"] = flops / flop_peak * 1e3
     if not terms:
         return None, None
     bound = max(terms, key=terms.__getitem__)
@@ -106,6 +150,7 @@ def roofline_floor_ms(bytes_: float | None, flops: float | None, peaks: Peaks) -
 
 def case_roofline(
     case: str, median_ms: float, *, bytes_: float | None, flops: float | None, peaks: Peaks, flush_l2: bool,
+    operands: str | None = None,
 ) -> CaseRoofline:
     """Achieved rates, % of calibrated peaks, the floor and the impossible flag of one case."""
     r = CaseRoofline(case=case, median_ms=median_ms, bytes=bytes_, flops=flops)
@@ -121,7 +166,7 @@ def case_roofline(
         r.flops_per_s = flops / seconds
         if peaks.calibrated_flops_per_s:
             r.flops_pct = 100.0 * r.flops_per_s / peaks.calibrated_flops_per_s
-    r.floor_ms, r.bound = roofline_floor_ms(bytes_, flops, peaks)
+    r.floor_ms, r.bound = roofline_floor_ms(bytes_, flops, peaks, operands)
     if r.floor_ms is None:
         r.note = "no cost model or no peak figures: no floor"
         return r

@@ -32,7 +32,7 @@ from .inputs import hidden_seed_checks
 from .oracle import OracleLimits
 from .outcomes import CaseResult, EvaluationResult, Status, worst
 from .protocol import TimingRequest, request_json
-from .roofline import case_cost, case_roofline
+from .roofline import case_cost, case_roofline, tensor_operands
 from .session import Session
 
 __all__ = ["run_candidate"]
@@ -248,7 +248,7 @@ def _add_rates(s: Session, cr: CaseResult, case: Case) -> bool:
     if s.peaks is not None:
         cr.roofline = case_roofline(
             case.name, cr.timing.median_ms, bytes_=bytes_, flops=flops, peaks=s.peaks,
-            flush_l2=cr.timing.flush_l2,
+            flush_l2=cr.timing.flush_l2, operands=tensor_operands(s.workload),
         )
         if cr.roofline.impossible:
             cr.status, cr.message = Status.impossible_time, cr.roofline.note or "faster than the roofline allows"
