@@ -19,7 +19,8 @@ nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu,
 kernelopt gpu --json > "$LOGS/gpu.json" || { echo "kernelopt gpu failed"; exit 1; }
 if [ "$#" -gt 0 ]; then
   # straight into $OUT: it comes back even if the device's time limit kills the run
-  KERNELOPT_GPU_REPORT="$OUT/report.jsonl" KERNELOPT_GPU_FAILURES="$OUT/failures.txt" KERNELOPT_GPU_PROGRESS="$OUT/progress.txt" \
+  # the adversarial suite's verdict table (README "Adversarial suite") comes back too
+  KERNELOPT_ADVERSARIAL_REPORT="$OUT/adversarial.md" KERNELOPT_GPU_REPORT="$OUT/report.jsonl" KERNELOPT_GPU_FAILURES="$OUT/failures.txt" KERNELOPT_GPU_PROGRESS="$OUT/progress.txt" \
     python3 -m pytest --run-gpu -v -p no:cacheprovider --basetemp "$BASETEMP" --durations=15 -rA "$@" 2>&1 | tee "$OUT/pytest_gpu.log"
 fi
 if [ -n "$EVALUATE_ALL" ]; then
