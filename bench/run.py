@@ -50,6 +50,7 @@ from kernelopt_mcp import (
 from kernelopt_mcp.compiler import CompileCache, compile_kernel
 from kernelopt_mcp.config import find_workload
 from kernelopt_mcp.errors import KerneloptError
+from kernelopt_mcp.evaluation.candidate import PRECISION_MIN_ITERATIONS, PRECISION_RSE
 from kernelopt_mcp.evaluation.compare import compare
 from kernelopt_mcp.evaluation.evaluate import case_request, evaluate, prepare
 from kernelopt_mcp.evaluation.harness import find_harness
@@ -196,13 +197,19 @@ def overhead(bench: Bench, workload: str = "softmax", cases: list[str] | None = 
 
 
 def _timed_evaluate(ev: Session, candidate: Candidate) -> tuple[float, float, float]:
+    wall, k, _ = _evaluate_counted(ev, candidate)
+    return wall, k, wall - k
+
+
+def _evaluate_counted(ev: Session, candidate: Candidate) -> tuple[float, float, float]:
+    """(wall ms, kernel ms, mean measured launches per timed case) of one evaluation."""
     start = time.perf_counter()
     result = evaluate(ev, candidate)
     wall = (time.perf_counter() - start) * 1e3
     if not result.ok:
         raise KerneloptError(f"bench candidate failed: {result.status}: {result.message}")
-    k = kernel_ms(result)
-    return wall, k, wall - k
+    samples = [t.samples or t.iterations for c in result.cases if (t := c.timing) is not None]
+    return wall, kernel_ms(result), sum(samples) / max(len(samples), 1)
 
 
 def _baseline(bench: Bench, ev: Session, candidate: Candidate, tag: str) -> tuple[float, float, float]:
@@ -250,27 +257,37 @@ def _baseline(bench: Bench, ev: Session, candidate: Candidate, tag: str) -> tupl
 
 
 def throughput(bench: Bench, workloads: tuple[str, ...] = ("sgemm", "softmax"), n: int = 5) -> Section:
-    """Evaluate n distinct-but-equivalent candidates (a new compile each), then one candidate n times."""
+    """Evaluate n distinct-but-equivalent candidates (a new compile each), then one candidate n
+    times; each with both stopping rules ("count": the seed's exact launches; "precision":
+    search's default), side by side in one run."""
     sec = Section(
         "throughput", "candidates per minute (CUDA reference kernel, full validation + timing of every case)",
-        "no number in issue 6: reported", ["workload", "mode", "candidates", "wall s", "per minute", "kernel share"],
+        "issue 17: distinct, stop precision: >= 120 / min sgemm, >= 300 / min softmax",
+        ["workload", "stop", "mode", "candidates", "launches", "wall s", "per minute", "kernel share", "target"],
     )
+    targets = {"sgemm": 120, "softmax": 300}
     for name in workloads:
         wl = bench.workload(name)
         base = reference(wl)
-        with bench.evaluator(wl, f"throughput-{name}") as ev:
-            for mode, candidates in (("distinct (compile each)", [variant(base, f"d{i}") for i in range(n)]),
-                                     ("same candidate (warm)", [variant(base, "same")] * n)):
-                bench.say(f"throughput: {name}, {mode}")
-                if mode.startswith("same"):
-                    evaluate(ev, candidates[0])  # compiled once before the clock starts
-                runs = [_timed_evaluate(ev, c) for c in candidates]
-                wall = sum(w for w, _, _ in runs)
-                sec.rows.append({
-                    "workload": name, "mode": mode, "candidates": n, "wall s": wall / 1e3,
-                    "per minute": 60e3 * n / wall, "kernel share": sum(k for _, k, _ in runs) / wall,
-                })
-    sec.notes.append(f"{bench.options.warmup} warm-up + {bench.options.iterations} measured launches per performance case")
+        for stop in ("count", "precision"):
+            with bench.evaluator(wl, f"throughput-{name}-{stop}", options=replace(bench.options, stop=stop)) as ev:
+                for mode, candidates in (("distinct (compile each)", [variant(base, f"d{stop}{i}") for i in range(n)]),
+                                         ("same candidate (warm)", [variant(base, f"same{stop}")] * n)):
+                    bench.say(f"throughput: {name}, {stop}, {mode}")
+                    if mode.startswith("same"):
+                        evaluate(ev, candidates[0])  # compiled once before the clock starts
+                    runs = [_evaluate_counted(ev, c) for c in candidates]
+                    wall = sum(w for w, _, _ in runs)
+                    target = targets.get(name) if stop == "precision" and mode.startswith("distinct") else None
+                    sec.rows.append({
+                        "workload": name, "stop": stop, "mode": mode, "candidates": n,
+                        "launches": sum(s for _, _, s in runs) / n, "wall s": wall / 1e3, "per minute": 60e3 * n / wall,
+                        "kernel share": sum(k for _, k, _ in runs) / wall,
+                        "target": "-" if target is None else ("met" if 60e3 * n / wall >= target else f"NOT met (>= {target})"),
+                    })
+    sec.notes.append(f"{bench.options.warmup} warm-up per performance case; count: {bench.options.iterations} measured "
+                     f"launches; precision: {PRECISION_MIN_ITERATIONS}, then rounds until the median's rse <= "
+                     f"{100 * PRECISION_RSE:g}%, {bench.options.iterations} at most (launches: the mean measured)")
     return sec
 
 

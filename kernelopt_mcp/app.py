@@ -117,15 +117,16 @@ def compile_source(
 def evaluate_options(
     settings: Settings, *, warmup: int | None = None, iterations: int | None = None, flush_l2: bool | None = None,
     timeout_s: float | None = None, timing_mode: str = "events", blocking: bool = True,
-    adaptive_rse: float | None = None,
+    adaptive_rse: float | None = None, stop: str = "count",
 ) -> EvaluateOptions:
-    """How candidates are checked and timed: the arguments given, else the settings."""
+    """How candidates are checked and timed: the arguments given, else the settings (with
+    ``stop="precision"``, ``iterations`` is the most measured launches: see STOP_RULES)."""
     return EvaluateOptions(
         warmup=settings.warmup if warmup is None else warmup,
         iterations=settings.iterations if iterations is None else iterations,
         flush_l2=settings.flush_l2 if flush_l2 is None else flush_l2,
         timeout_s=timeout_s or settings.timeout_s,
-        timing_mode=timing_mode, blocking=blocking, adaptive_rse=adaptive_rse,
+        timing_mode=timing_mode, blocking=blocking, adaptive_rse=adaptive_rse, stop=stop,
         fresh_launches=settings.fresh_launches or None,
     )
 

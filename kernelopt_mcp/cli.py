@@ -22,7 +22,14 @@ from .compiler import OptionError
 from .config import Settings, find_workload, list_workloads
 from .docs import search_docs
 from .errors import KerneloptError
-from .evaluation.candidate import Candidate, initial_candidate
+from .evaluation.candidate import (
+    PRECISION_MIN_ITERATIONS,
+    PRECISION_RSE,
+    STOP_RULES,
+    Candidate,
+    initial_candidate,
+    stop_rule,
+)
 from .evaluation.evaluate import prepare
 from .files import read_text
 from .launch import LaunchSpec
@@ -159,7 +166,7 @@ def cmd_evaluate(args: argparse.Namespace, out: Console) -> int:
     options = app.evaluate_options(
         settings, warmup=args.warmup, iterations=args.iterations, flush_l2=not args.no_flush_l2,
         timeout_s=args.timeout, timing_mode=args.timing_mode, blocking=not args.no_blocking,
-        adaptive_rse=args.adaptive,
+        adaptive_rse=args.adaptive, stop=args.stop,
     )
     quiet = args.json
 
@@ -257,6 +264,7 @@ def cmd_tune(args: argparse.Namespace, out: Console) -> int:
     device = app.gpu_info(settings)
     options = app.evaluate_options(
         settings, warmup=args.warmup, iterations=args.iterations, flush_l2=not args.no_flush_l2, timeout_s=args.timeout,
+        stop=stop_rule(args.stop, warmup=args.warmup, iterations=args.iterations),
     )
     cache = app.tune_cache(settings, enabled=not args.no_cache)
     quiet = args.json
@@ -385,6 +393,10 @@ def build_parser() -> argparse.ArgumentParser:
                     help="do not queue the launches behind a blocking kernel (host enqueue gaps may be timed)")
     sp.add_argument("--adaptive", type=float, metavar="RSE",
                     help="time until the median's relative standard error is below RSE (e.g. 0.01), ~2 s cap per case")
+    sp.add_argument("--stop", choices=STOP_RULES, default="count",
+                    help=f"count: exactly --iterations launches (default); precision: {PRECISION_MIN_ITERATIONS} "
+                    f"launches, then more until the median's relative standard error is at most "
+                    f"{100 * PRECISION_RSE:g}% (or --adaptive), --iterations at most (search's default)")
     sp.add_argument("--no-benchmark", action="store_true", help="validate only")
     sp.add_argument("--timeout", type=float, help="seconds per harness request (default 60)")
     sp.add_argument("--workdir", help="keep inputs and modules here (default: a temporary directory)")
@@ -428,8 +440,14 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--seed", type=int, help="input seed (default: fresh, recorded)")
     sp.add_argument("--tune-seed", type=int, default=0, help="the search strategy's seed (default 0: repeatable)")
     sp.add_argument("--arch", help="compile target (default: the GPU's)")
-    sp.add_argument("--warmup", type=int, default=10, help="warm-up launches per case (default 10)")
-    sp.add_argument("--iterations", type=int, default=100, help="measured launches per case (default 100)")
+    sp.add_argument("--warmup", type=int, help="warm-up launches per case (default 10)")
+    sp.add_argument("--iterations", type=int,
+                    help="measured launches per case (default 100); given, or --warmup given, the count is exact "
+                    "(the seed's 10 + 100 protocol) unless --stop precision")
+    sp.add_argument("--stop", choices=STOP_RULES,
+                    help=f"precision (default without --warmup/--iterations): {PRECISION_MIN_ITERATIONS} launches, then "
+                    f"more until the median's relative standard error is at most {100 * PRECISION_RSE:g}%, 100 (or "
+                    "--iterations) at most; count: exactly --iterations launches")
     sp.add_argument("--no-flush-l2", action="store_true", help="do not flush L2 between measured launches")
     sp.add_argument("--timeout", type=float, help="seconds per harness request (default 60)")
     sp.add_argument("--no-cache", action="store_true", help="measure everything again (the cache is <cache>/tune: see `kernelopt cache info`)")

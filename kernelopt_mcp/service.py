@@ -291,6 +291,7 @@ class KerneloptService:
         iterations: int | None = None,
         timing_mode: str = "events",
         adaptive_rse: float | None = None,
+        stop: str = "count",
         sanitize: bool = False,
         notify: Notify,
     ) -> EvaluationOutput:
@@ -317,6 +318,7 @@ class KerneloptService:
         candidate = Candidate(text, launch, options, "candidate")
         timing = app.evaluate_options(
             self.settings, warmup=warmup, iterations=iterations, timing_mode=timing_mode, adaptive_rse=adaptive_rse,
+            stop=stop,
         )
 
         def job(dev: DeviceSlot, progress: ProgressFn) -> CheckedEvaluation:
@@ -428,6 +430,7 @@ class KerneloptService:
         *,
         warmup: int | None = None,
         iterations: int | None = None,
+        stop: str = "count",
         notify: Notify,
     ) -> AutotuneOutput:
         """Tune a tunable kernel's parameters on a workload (see the autotune tool)."""
@@ -437,7 +440,7 @@ class KerneloptService:
         wl = await anyio.to_thread.run_sync(self.load, workload)
         tuned = await anyio.to_thread.run_sync(partial(self._tunable, wl, tunable, source, tunable_path))
         info = await self.device_info()
-        timing = app.evaluate_options(self.settings, warmup=warmup, iterations=iterations)
+        timing = app.evaluate_options(self.settings, warmup=warmup, iterations=iterations, stop=stop)
 
         def job(dev: DeviceSlot, progress: ProgressFn) -> Any:
             cache = app.tune_cache(self.settings)  # reads tune.jsonl: here, in the worker thread

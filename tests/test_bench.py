@@ -85,8 +85,12 @@ def test_baseline_checks_outputs(run: ModuleType, bench) -> None:
 
 def test_throughput_section(run: ModuleType, bench) -> None:
     sec = run.throughput(bench, workloads=("tiny_add",), n=2)
-    assert [r["mode"] for r in sec.rows] == ["distinct (compile each)", "same candidate (warm)"]
+    assert [(r["stop"], r["mode"]) for r in sec.rows] == [
+        (stop, mode) for stop in ("count", "precision") for mode in ("distinct (compile each)", "same candidate (warm)")
+    ]
     assert all(r["per minute"] > 0 and 0 < r["kernel share"] < 1 for r in sec.rows)
+    # the pretend harness times exactly the launches asked for; tiny_add has no throughput target
+    assert {r["launches"] for r in sec.rows} == {bench.options.iterations} and {r["target"] for r in sec.rows} == {"-"}
     assert sec.passed is None and "per minute" in check_rendering(run, sec)
 
 

@@ -60,6 +60,28 @@ def _requests(workdir) -> list[tuple[str, dict]]:  # noqa: ANN001
     return [(p.parent.name, json.loads(p.read_text())) for p in sorted((workdir / "requests").rglob("*.json"))]
 
 
+def test_precision_stopping_asks_for_a_first_round_and_checks_launches_inside_it(tmp_path, monkeypatch) -> None:
+    """Issue 17: with stop="precision" a timed case asks the harness for 20 launches and rounds
+    up to `iterations` until the median's rse reaches 0.3%; the hidden checked launches are
+    chosen among the 20 every case is sure to get (a pick past them would never run)."""
+    monkeypatch.setenv("KO_FAKE_FEATURES", FRESH_FEATURES + ",adaptive")
+    harness = write_harness(tmp_path, "fake")
+    wl = find_workload(write_tiny_workload(tmp_path / "extra") / "tiny_add", Settings())
+    opts = EvaluateOptions(warmup=2, iterations=100, stop="precision")
+    workdir = tmp_path / "w"
+    with HarnessProcess(harness, 0) as proc, Session(wl, proc, device_info(harness, 0), workdir=workdir,
+                                                       options=opts) as ev:
+        result = evaluate(ev, Candidate(kernel(), LaunchSpec.model_validate(ADD_LAUNCH), [], "add"))
+    assert result.ok, result.message
+    timed = [(who, r["cases"][0]) for who, r in _requests(workdir) if r["cases"][0].get("timing")]
+    assert {who.rsplit("-", 1)[-1] for who, _ in timed} >= {"reference", "add"}
+    for _, case in timed:  # the reference is timed the same way
+        assert case["timing"]["iterations"] == 20
+        assert case["timing"]["adaptive"] == {"target_rse": 0.003, "max_ms": 2000.0, "max_iterations": 100}
+    [checked] = [c["checked_launches"] for who, c in timed if who.endswith("add")]
+    assert len(checked) == 3 and max(checked) < 20
+
+
 def test_timing_requests_redraw_inputs_and_check_hidden_launches_against_the_reference(tmp_path, monkeypatch) -> None:
     """Issue 14: every timed launch gets fresh device-drawn inputs, a hidden subset of a candidate's
     measured launches is checked against the CUDA reference, and the result's checks say so."""

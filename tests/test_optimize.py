@@ -104,6 +104,8 @@ def test_the_whole_loop(env: dict[str, Path]) -> None:
     for label in labels:
         for f in ("source.cu", "launch.json", "request.json", "result.json"):
             assert (run / "candidates" / label / f).is_file()
+    timing = read(run / "candidates" / "004-it3-repair" / "request.json")["arguments"]
+    assert (timing["warmup"], timing["iterations"], timing["stop"]) == (1, 3, "count")  # a count was given
     assert not list(run.rglob("*.tmp")) and not list(run.rglob(".*.tmp"))
 
     # best by geometric mean, not arithmetic
@@ -415,6 +417,19 @@ def test_options_flags_beat_environment_beat_config(tmp_path: Path) -> None:
         OptimizeOptions.build({"config": str(cfg)}, environ={}, cwd=tmp_path)
     with pytest.raises(ValueError, match="say what to optimize"):
         OptimizeOptions.build({}, environ={}, cwd=tmp_path)
+
+
+def test_the_loop_times_candidates_to_a_precision_unless_a_count_is_given(tmp_path: Path) -> None:
+    """Issue 17: searching stops on the median's precision by default; --warmup/--iterations
+    (the seed's 10 + 100) give an exact count; --stop says which outright."""
+    def args(**flags: Any) -> dict[str, Any]:
+        return OptimizeOptions.build({"description": "x", **flags}, environ={}, cwd=tmp_path).timing_args
+
+    assert args() == {"stop": "precision"}
+    assert args(warmup=10, iterations=100) == {"warmup": 10, "iterations": 100, "stop": "count"}
+    assert args(iterations=400, stop="precision") == {"iterations": 400, "stop": "precision"}
+    with pytest.raises(ValueError, match="--stop must be count or precision"):
+        args(stop="soon")
 
 
 def test_example_config_and_help(capsys: pytest.CaptureFixture[str]) -> None:

@@ -312,10 +312,7 @@ class Optimizer:
         }
         if budget_s is not None:
             args["budget_s"] = budget_s
-        if self.opts.warmup is not None:
-            args["warmup"] = self.opts.warmup
-        if self.opts.iterations is not None:
-            args["iterations"] = self.opts.iterations
+        args.update(self.opts.timing_args)
         with self.display.activity(f"{label}: tuning up to {budget_evals} configurations on the GPU"):
             result = await self.tools.call("autotune", args)
         self.run.write_json(f"tuning/{label}/autotune.json", {"tool_call": result.number, "is_error": result.is_error,
@@ -458,10 +455,7 @@ class Optimizer:
         args: dict[str, Any] = {"workload": self.frozen.name, "source": source, "launch": launch_json}
         if options:
             args["compile_options"] = list(options)
-        if self.opts.warmup is not None:
-            args["warmup"] = self.opts.warmup
-        if self.opts.iterations is not None:
-            args["iterations"] = self.opts.iterations
+        args.update(self.opts.timing_args)
         self.run.write_json(f"{rec.dir}/request.json", {"tool": "benchmark", "arguments": args, "rationale": rationale})
         if step if step is not None else iteration is not None:
             self.event("evaluate", f"{label}: benchmark", lane=slot)

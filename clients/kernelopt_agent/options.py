@@ -53,6 +53,7 @@ class OptimizeOptions:
     max_cost: float | None = None
     warmup: int | None = None
     iterations: int | None = None
+    stop: str | None = None  # count | precision; None: precision unless warmup or iterations is given
     tool_rounds: int = 8
     request_timeout_s: float = 600.0
     max_retries: int = 3
@@ -70,6 +71,15 @@ class OptimizeOptions:
     api: str | None = None  # responses | chat; None: responses on OpenAI's own endpoint, chat elsewhere
     price_per_mtok: str | list[float] | None = None  # "IN,OUT" or "IN,CACHED,OUT" USD per 1M tokens
     api_key: str | None = field(default=None, repr=False)
+
+    @property
+    def timing_args(self) -> dict[str, Any]:
+        """The benchmark and autotune tools' timing arguments: the counts given, and the stopping
+        rule: searching stops on precision (the median's relative standard error) unless a launch
+        count was asked for (the seed's 10 + 100 protocol: --warmup 10 --iterations 100)."""
+        args: dict[str, Any] = {k: v for k, v in (("warmup", self.warmup), ("iterations", self.iterations)) if v is not None}
+        args["stop"] = self.stop or ("count" if args else "precision")
+        return args
 
     @classmethod
     def build(
@@ -112,6 +122,8 @@ class OptimizeOptions:
         run reads its parts from its own records, so its original files may be gone)."""
         if self.strategy not in (None, "llm", "tune"):
             raise OptionsError(f"--strategy must be llm or tune (got {self.strategy!r})")
+        if self.stop not in (None, "count", "precision"):
+            raise OptionsError(f"--stop must be count or precision (got {self.stop!r})")
         if self.tune_budget < 1 or self.tune_evals < 1:
             raise OptionsError("--tune-budget and --tune-evals must be at least 1")
         if self.tune_seconds is not None and self.tune_seconds <= 0:

@@ -10,7 +10,10 @@ from ..launch import LaunchSpec
 from ..workload import Workload
 from .protocol import AdaptiveRequest, TimingRequest
 
-__all__ = ["Candidate", "EvaluateOptions", "ProgressFn", "initial_candidate"]
+__all__ = [
+    "PRECISION_MIN_ITERATIONS", "PRECISION_RSE", "STOP_RULES", "Candidate", "EvaluateOptions", "ProgressFn",
+    "initial_candidate", "stop_rule",
+]
 
 #: progress(message, done, total): what a long evaluation is doing now
 ProgressFn = Callable[[str, int, int], None]
@@ -36,6 +39,26 @@ class Candidate:
         return [*self.compile_options, *(f"-D{k}={v}" for k, v in self.params.items())]
 
 
+#: When a case's timing stops. "count": exactly ``iterations`` measured launches (the seed's
+#: 10 + 100, the default for evaluating). "precision" (search's default: ``kernelopt tune``,
+#: ``kernelopt optimize``, the autotune tool), as nvbench stops on noise rather than a count:
+#: PRECISION_MIN_ITERATIONS measured launches, then rounds of as many until the median's
+#: relative standard error is at most PRECISION_RSE, never more than ``iterations`` launches in
+#: all nor (past the first round) ``adaptive_max_ms`` of wall time. A 4 ms sgemm case that is
+#: quiet stops after 20 launches instead of 100; a noisy one keeps going up to 100.
+STOP_RULES = ("count", "precision")
+PRECISION_MIN_ITERATIONS = 20
+PRECISION_RSE = 0.003
+
+
+def stop_rule(stop: str | None, *, warmup: int | None, iterations: int | None) -> str:
+    """Search's stopping rule: ``stop`` if given, else "count" when a launch count was asked
+    for (``--warmup`` / ``--iterations``: the seed's protocol), else "precision"."""
+    if stop is not None:
+        return stop
+    return "count" if warmup is not None or iterations is not None else "precision"
+
+
 @dataclass
 class EvaluateOptions:
     """How candidates are checked and timed (defaults: 10 warm-up, 100 measured launches)."""
@@ -49,6 +72,7 @@ class EvaluateOptions:
     blocking: bool = True  # hold the stream while launches are queued (no host enqueue gaps)
     adaptive_rse: float | None = None  # repeat until the median's relative standard error is below
     adaptive_max_ms: float = 2000.0
+    stop: str = "count"  # STOP_RULES: "count", or "precision" (iterations is then the most launches)
     check_determinism: bool = True  # repeat each validation launch and compare the two
     check_timed_outputs: bool = True  # validate one launch after timing on hidden-seed inputs
     device_compare: bool = True  # compare outputs on the GPU when the harness can
@@ -61,14 +85,36 @@ class EvaluateOptions:
     check_consistency: bool = True  # flag launches on unseen inputs much slower than the median
     oracle_checked_launches: int = 1  # without a CUDA reference: hidden launches checked by the NumPy oracle
 
+    def __post_init__(self) -> None:
+        if self.stop not in STOP_RULES:
+            raise ValueError(f"stop must be one of {', '.join(STOP_RULES)}, not {self.stop!r}")
+
+    @property
+    def first_round(self) -> int:
+        """Measured launches every timed case is sure to get; the hidden checked and redrawn
+        launches are chosen among them. ``iterations``, or with "precision" the launches before
+        the noise rule may stop (twice ``fresh_launches`` at least, so the launches reusing a draw
+        are as many as the redrawn ones)."""
+        if self.stop != "precision":
+            return self.iterations
+        return min(self.iterations, max(PRECISION_MIN_ITERATIONS, 2 * (self.fresh_launches or 0)))
+
     def timing_request(self, features: frozenset[str]) -> TimingRequest:
-        """The harness's ``timing`` object, using only what this harness supports."""
+        """The harness's ``timing`` object, using only what this harness supports (a harness
+        without adaptive timing gets "precision" as a count: ``iterations`` launches)."""
         timing = TimingRequest(warmup=self.warmup, iterations=self.iterations)
         if self.timing_mode == "graph" and "graph" in features:
             timing.mode = "graph"
         if "blocking" in features:
             timing.blocking = self.blocking
-        if self.adaptive_rse is not None and "adaptive" in features:
+        if "adaptive" not in features:
+            return timing
+        if self.stop == "precision" and self.first_round < self.iterations:
+            timing.iterations = self.first_round
+            timing.adaptive = AdaptiveRequest(
+                target_rse=self.adaptive_rse or PRECISION_RSE, max_ms=self.adaptive_max_ms, max_iterations=self.iterations,
+            )
+        elif self.adaptive_rse is not None and self.stop == "count":
             timing.adaptive = AdaptiveRequest(target_rse=self.adaptive_rse, max_ms=self.adaptive_max_ms)
         return timing
 

@@ -178,15 +178,15 @@ def _timing_job(
         subset = s.fresh_subset(options)
         if job.fresh_timed and subset is not None and (timing.mode or "events") == "events":
             # the reference is timed the same way, so speedups compare like with like
-            job.fresh_launches = pick_fresh_launches(options.iterations, subset[0])
+            job.fresh_launches = pick_fresh_launches(options.first_round, subset[0])
     if not candidate:
         return job
     job.split = job.fresh_launches is not None
     if s.check_module is not None and case.name in s.check_launches:
-        job.checked = pick_checked_launches(options.iterations, options.checked_launches)
+        job.checked = pick_checked_launches(options.first_round, options.checked_launches)
         job.check_launch = s.check_launches[case.name]
     elif s.oracle_checks_timed_launches(options):
-        job.checked = pick_checked_launches(options.iterations, options.oracle_checked_launches)
+        job.checked = pick_checked_launches(options.first_round, options.oracle_checked_launches)
         job.dump_dir, job.oracle_limits = out_dir / "checked", OracleLimits.following(s.compile_limits)
     if specs and s.uses("confirm_launch", options):
         job.confirm = True

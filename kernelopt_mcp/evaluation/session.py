@@ -181,7 +181,7 @@ class Session:
         o = options or self.options
         if not self.uses("fresh_launches", o):
             return None
-        return max(SPLIT_MIN_SAMPLES, o.fresh_launches or 0), o.iterations
+        return max(SPLIT_MIN_SAMPLES, o.fresh_launches or 0), o.first_round
 
     @property
     def checks(self) -> list[str]:

@@ -9,6 +9,7 @@ from mcp_types import CallToolResult, ToolAnnotations
 from pydantic import Field
 
 from ..docs import DocsSearchResult
+from ..evaluation.candidate import PRECISION_MIN_ITERATIONS, PRECISION_RSE, stop_rule
 from ..launch import LaunchSpec
 from ..ncu_report import ProfileSummary
 from ..profiler import ProfileOptions
@@ -89,7 +90,8 @@ def register_analysis_tools(app: MCPServer, service: KerneloptService) -> None:
         budget_s: Annotated[float, Field(gt=0, le=MAX_TUNE_SECONDS, description="wall-clock seconds; no new configuration starts after this")] = 900.0,
         top: Annotated[int, Field(ge=1, le=100, description="rows of the result table to return")] = 10,
         warmup: Annotated[int | None, Field(ge=0, le=MAX_WARMUP, description="untimed launches per performance case (default: the server's, 10)")] = None,
-        iterations: Annotated[int | None, Field(ge=1, le=MAX_ITERATIONS, description="timed launches per performance case (default: the server's, 100)")] = None,
+        iterations: Annotated[int | None, Field(ge=1, le=MAX_ITERATIONS, description="timed launches per performance case (default: the server's, 100); with stop=precision the most of them")] = None,
+        stop: Annotated[Literal["count", "precision"] | None, Field(description=f"precision (default unless warmup or iterations is given): {PRECISION_MIN_ITERATIONS} timed launches, then more until the median's relative standard error is at most {100 * PRECISION_RSE:g}%, `iterations` at most; count: exactly `iterations`")] = None,
     ) -> Annotated[CallToolResult, AutotuneOutput]:
         """Search the best values of a kernel's tunable parameters (tile sizes, threads per block,
         unroll factors ...) on the GPU: the classic autotuner's job, which beats guessing among
@@ -116,7 +118,8 @@ def register_analysis_tools(app: MCPServer, service: KerneloptService) -> None:
         with shared_roots(shared), session_state(ctx), tool_errors():
             out = await service.autotune(
                 workload, tunable, source, tunable_path, strategy, budget_evals, budget_s, top,
-                warmup=warmup, iterations=iterations, notify=notifier(ctx),
+                warmup=warmup, iterations=iterations, stop=stop_rule(stop, warmup=warmup, iterations=iterations),
+                notify=notifier(ctx),
             )
         return tool_result(out, out.text())
 

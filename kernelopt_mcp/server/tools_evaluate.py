@@ -8,6 +8,7 @@ from mcp.server.mcpserver import Context, MCPServer
 from mcp_types import CallToolResult
 from pydantic import Field
 
+from ..evaluation.candidate import PRECISION_MIN_ITERATIONS, PRECISION_RSE
 from ..results import (
     CompileOutput,
     EvaluationOutput,
@@ -131,6 +132,12 @@ def register_evaluate_tools(app: MCPServer, service: KerneloptService) -> None:
             Field(ge=0.001, le=0.2, description="keep timing until the median's relative standard error is below "
                   "this (e.g. 0.01), within ~2 s per case; default: exactly `iterations` launches"),
         ] = None,
+        stop: Annotated[
+            Literal["count", "precision"],
+            Field(description=f"count (default): exactly `iterations` timed launches; precision (for searching): "
+                  f"{PRECISION_MIN_ITERATIONS}, then more until the median's relative standard error is at most "
+                  f"{100 * PRECISION_RSE:g}% (or adaptive_rse), `iterations` at most"),
+        ] = "count",
     ) -> Annotated[CallToolResult, EvaluationOutput]:
         """Validate a kernel on every case exactly like `validate`, then time each performance case:
         `warmup` untimed launches, then `iterations` launches each timed with CUDA events, with the
@@ -150,6 +157,6 @@ def register_evaluate_tools(app: MCPServer, service: KerneloptService) -> None:
         with shared_roots(shared), session_state(ctx), tool_errors():
             out = await service.evaluate(
                 workload, source, path, launch, compile_options, benchmark=True, warmup=warmup,
-                iterations=iterations, timing_mode=timing_mode, adaptive_rse=adaptive_rse, notify=notifier(ctx),
+                iterations=iterations, timing_mode=timing_mode, adaptive_rse=adaptive_rse, stop=stop, notify=notifier(ctx),
             )
         return tool_result(out, out.text())

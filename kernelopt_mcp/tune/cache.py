@@ -53,7 +53,7 @@ def context_fields(session: Session, tunable: Tunable, options: EvaluateOptions 
         "arch": session.arch,
         "timing": {
             "warmup": opts.warmup, "iterations": opts.iterations, "flush_l2": opts.flush_l2,
-            "mode": opts.timing_mode, "blocking": opts.blocking, "adaptive_rse": opts.adaptive_rse,
+            "mode": opts.timing_mode, "blocking": opts.blocking, "adaptive_rse": opts.adaptive_rse, "stop": opts.stop,
         },
         "workload": wl.name,
         "cases": hashlib.sha256(json.dumps(cases, sort_keys=True).encode()).hexdigest(),
