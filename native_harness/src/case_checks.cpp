@@ -30,6 +30,27 @@ json error_figure(double value) {
   return value;
 }
 
+// Staged expected values mapped for as long as it lives, hidden again after (also when the
+// compare throws: a cached copy must not stay readable for the next candidate).
+class Revealed {
+ public:
+  Revealed(Session& s, const DeviceBuffer& buffer) : s_(s), buffer_(buffer) {
+    s_.reveal_staged(buffer_);
+  }
+  ~Revealed() {
+    try {
+      s_.hide_staged(buffer_);
+    } catch (...) {  // a dead context: it goes with everything in it
+    }
+  }
+  Revealed(const Revealed&) = delete;
+  Revealed& operator=(const Revealed&) = delete;
+
+ private:
+  Session& s_;
+  const DeviceBuffer& buffer_;
+};
+
 }  // namespace
 
 // Device-side comparison of every output that has expected values for this launch. The
@@ -43,10 +64,19 @@ void CaseRunner::compare_outputs(LaunchKind kind, json& result) {
     if (b.role == BufferRole::in || expected_path.empty() || !b.dtype) continue;
     const std::uint64_t elements = b.bytes / scalar_size(*b.dtype);
     const CUfunction compare = s_.support().function(compare_kernel_name(*b.dtype));
-    const CompareFigures fig =
-        device_compare(drv_, compare, s_.sm_count(), s_.stream(), d.data,
-                       expected.device ? expected.device->get() : CUdeviceptr{0}, elements,
-                       b.compare, s_.support_scratch());
+    const CompareFigures fig = [&] {
+      if (!expected.device) {
+        return device_compare(drv_, compare, s_.sm_count(), s_.stream(), d.data, CUdeviceptr{0},
+                              elements, b.compare, s_.support_scratch());
+      }
+      // Mapped for this compare only, once every launch before it has finished: no candidate
+      // kernel ever runs while its expected values are in the address space (staging.hpp).
+      sync();
+      const Revealed shown(s_, *expected.device);
+      return device_compare(drv_, compare, s_.sm_count(), s_.stream(), d.data,
+                            expected.device->get(), elements, b.compare,
+                            s_.support_scratch());  // synchronizes before it returns
+    }();
     const bool write = !d.output_written &&
                        (fig.mismatches > 0 || (kind == LaunchKind::validation && b.write_output));
     if (write) write_output(d);

@@ -29,7 +29,8 @@ class DeviceBuffer {
       : ptr_(std::exchange(o.ptr_, 0)),
         bytes_(std::exchange(o.bytes_, 0)),
         mapped_(std::exchange(o.mapped_, 0)),
-        handle_(std::exchange(o.handle_, 0)) {}
+        handle_(std::exchange(o.handle_, 0)),
+        unmapped_(std::exchange(o.unmapped_, false)) {}
   DeviceBuffer& operator=(DeviceBuffer&& o) noexcept {
     if (this != &o) {
       reset();
@@ -37,6 +38,7 @@ class DeviceBuffer {
       bytes_ = std::exchange(o.bytes_, 0);
       mapped_ = std::exchange(o.mapped_, 0);
       handle_ = std::exchange(o.handle_, 0);
+      unmapped_ = std::exchange(o.unmapped_, false);
     }
     return *this;
   }
@@ -48,12 +50,18 @@ class DeviceBuffer {
   // A virtual memory mapping: its access flags can be changed over mapped_size() bytes.
   bool mapped() const noexcept { return handle_ != 0; }
   std::size_t mapped_size() const noexcept { return mapped_; }
+  CUmemGenericAllocationHandle handle() const noexcept { return handle_; }
+  // A mapping taken out of the address space for now (Staging::hide): its physical memory
+  // and reservation are kept, so Staging::reveal can map it back at the same address. The
+  // state of the mapping, not of the contents: it may change on a const buffer.
+  bool unmapped() const noexcept { return unmapped_; }
+  void set_unmapped(bool unmapped) const noexcept { unmapped_ = unmapped; }
 
   void reset() noexcept {
     if (ptr_ != 0) {
       if (const DriverApi* drv = loaded_driver()) {
         if (handle_ != 0) {
-          drv->cuMemUnmap(ptr_, mapped_);
+          if (!unmapped_) drv->cuMemUnmap(ptr_, mapped_);
           drv->cuMemAddressFree(ptr_, mapped_);
           drv->cuMemRelease(handle_);
         } else {
@@ -64,6 +72,7 @@ class DeviceBuffer {
       bytes_ = 0;
       mapped_ = 0;
       handle_ = 0;
+      unmapped_ = false;
     }
   }
 
@@ -72,6 +81,7 @@ class DeviceBuffer {
   std::size_t bytes_ = 0;
   std::size_t mapped_ = 0;
   CUmemGenericAllocationHandle handle_ = 0;
+  mutable bool unmapped_ = false;
 };
 
 class Event {

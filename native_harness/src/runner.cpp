@@ -185,7 +185,9 @@ json cache_counters(Session& session) {
 json staging_answer(const Session& session) {
   const auto& st = session.staging();
   return {{"readonly", st.readonly()},
-          {"reason", st.readonly() ? json(nullptr) : json(st.reason())}};
+          {"reason", st.readonly() ? json(nullptr) : json(st.reason())},
+          {"expected_hidden", st.hides()},
+          {"hide_reason", st.hides() ? json(nullptr) : json(st.hide_reason())}};
 }
 
 // The default input_cache_bytes: 30% of the device's memory.

@@ -61,6 +61,10 @@ class Session {
   detail::DeviceBuffer allocate_staged(std::size_t bytes);
   // Maps a buffer from allocate_staged() read-only for kernels, where staging allows.
   void protect_staged(const detail::DeviceBuffer& buffer) { staging_.protect(buffer); }
+  // Hides staged expected values from kernels between compares, and maps them back for one
+  // (staging.hpp: Staging::hide, Staging::reveal).
+  void hide_staged(const detail::DeviceBuffer& buffer) { staging_.hide(buffer); }
+  void reveal_staged(const detail::DeviceBuffer& buffer) { staging_.reveal(buffer); }
   // Whether staged data is mapped read-only (PROTOCOL.md, "Read-only staging"), and why not.
   const detail::Staging& staging() const noexcept { return staging_; }
 

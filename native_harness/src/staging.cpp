@@ -59,6 +59,9 @@ void Staging::init(const DriverApi& drv, CUdevice device) {
   granularity_ = granularity;
   readonly_ = true;
   reason_.clear();
+  const char* hide = std::getenv("KERNELOPT_HARNESS_HIDE_EXPECTED");
+  hides_ = hide == nullptr || std::strcmp(hide, "0") != 0;
+  hide_reason_ = hides_ ? "" : "disabled by KERNELOPT_HARNESS_HIDE_EXPECTED=0";
 }
 
 DeviceBuffer Staging::allocate(std::size_t bytes) const {
@@ -93,6 +96,26 @@ void Staging::protect(const DeviceBuffer& buffer) {
   if (is_context_fatal(r)) throw_cuda_error(r, "cuMemSetAccess(PROT_READ)", __FILE__, __LINE__);
   readonly_ = false;
   reason_ = "cuMemSetAccess(PROT_READ) returned " + error_name(*drv_, r);
+}
+
+void Staging::hide(const DeviceBuffer& buffer) {
+  if (!hides() || !buffer.mapped() || buffer.unmapped()) return;
+  const CUresult r = drv_->cuMemUnmap(buffer.get(), buffer.mapped_size());
+  if (r == CUDA_SUCCESS) {
+    buffer.set_unmapped(true);
+    return;
+  }
+  if (is_context_fatal(r)) throw_cuda_error(r, "cuMemUnmap(...)", __FILE__, __LINE__);
+  hides_ = false;
+  hide_reason_ = "cuMemUnmap returned " + error_name(*drv_, r);
+}
+
+void Staging::reveal(const DeviceBuffer& buffer) {
+  if (!buffer.unmapped()) return;
+  KO_CU(drv_->cuMemMap(buffer.get(), buffer.mapped_size(), 0, buffer.handle(), 0));
+  buffer.set_unmapped(false);
+  const CUresult r = set_access(buffer, CU_MEM_ACCESS_FLAGS_PROT_READ);
+  if (r != CUDA_SUCCESS) throw_cuda_error(r, "cuMemSetAccess(PROT_READ)", __FILE__, __LINE__);
 }
 
 CUresult Staging::set_access(const DeviceBuffer& buffer, CUmemAccess_flags flags) const {

@@ -4,6 +4,8 @@
 // once uploaded it is mapped read-only for the device, so a kernel writing into it anywhere
 // faults instead of silently corrupting what it (or a later kernel) is judged against.
 // Without driver or device support the buffers come from cuMemAlloc and stay writable.
+// Expected values are more than read-only: they are hidden (unmapped, their memory kept)
+// whenever no compare is reading them, so a kernel cannot read its answers either.
 #pragma once
 
 #include <cuda.h>
@@ -39,6 +41,22 @@ class Staging {
   // writable.
   void protect(const DeviceBuffer& buffer);
 
+  // Whether expected values are hidden between compares, and why not (empty when they are).
+  // Needs readonly(); KERNELOPT_HARNESS_HIDE_EXPECTED=0 turns it off.
+  bool hides() const noexcept { return readonly_ && hides_; }
+  const std::string& hide_reason() const noexcept { return readonly_ ? hide_reason_ : reason_; }
+
+  // Takes a protected buffer out of the address space (cuMemUnmap; its memory and address
+  // stay reserved): any kernel touching it faults, so none can read it. No kernel may be
+  // using it (the caller synchronizes). A no-op when !hides(), for a cuMemAlloc buffer, or
+  // one hidden already. A driver that refuses (other than context-fatally, which throws)
+  // turns hiding off for the session, with the reason; the buffer stays mapped.
+  void hide(const DeviceBuffer& buffer);
+  // Maps a hidden buffer back at its address, read-only, for the harness's own kernels and
+  // copies. Every candidate launch before must have finished (the caller synchronizes).
+  // Throws CudaError: a hidden buffer that cannot come back cannot be compared against.
+  void reveal(const DeviceBuffer& buffer);
+
  private:
   CUresult set_access(const DeviceBuffer& buffer, CUmemAccess_flags flags) const;
 
@@ -46,7 +64,9 @@ class Staging {
   CUdevice device_ = 0;
   std::size_t granularity_ = 0;
   bool readonly_ = false;
+  bool hides_ = false;
   std::string reason_ = "not initialized";
+  std::string hide_reason_ = "not initialized";
 };
 
 }  // namespace kernelopt::detail

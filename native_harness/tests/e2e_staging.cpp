@@ -12,7 +12,11 @@ using namespace e2e;
 
 namespace {
 
-const json protected_staging = {{"readonly", true}, {"reason", nullptr}};
+const json protected_staging = {
+    {"readonly", true}, {"reason", nullptr}, {"expected_hidden", true}, {"hide_reason", nullptr}};
+const char* no_hiding = "KERNELOPT_HARNESS_HIDE_EXPECTED=0";
+
+json mismatches_of(const Run& r) { return r.answer["cases"][0]["compares"][0]["mismatches"]; }
 
 // copy_kernel's compare case run by `entry`: forge_kernel writes in + 1 and overwrites every
 // copy of the expected values it finds with that.
@@ -35,20 +39,57 @@ TEST_CASE("staged data: uploads map read-only, a clean case passes, everything i
     CHECK(r.answer["cases"][0]["status"] == "ok");
     const auto st = stats_of(r);
     // Without the cache only the expected values need a device copy; with it the input too.
+    // The expected values are mapped once more, for their compare, and unmapped twice: after
+    // the upload and after the compare (the cached input's unmap is its free at exit).
     const unsigned long staged = cache ? 2 : 1;
-    CHECK_MSG(st.maps == staged && st.protects == staged && st.mmu_faults == 0, r.err);
+    CHECK_MSG(st.maps == staged + 1 && st.protects == staged + 1 && st.unmaps == staged + 1 &&
+                  st.mmu_faults == 0,
+              r.err);
   }
 }
 
-TEST_CASE("staged data: a kernel overwriting its expected values faults, never passes") {
+TEST_CASE("staged data: a kernel looking for its expected values finds none, so cannot copy them") {
+  // peek_kernel computes nothing and copies the answer if it can find it in the address space.
   for (bool cache : {false, true}) {
-    const auto r =
-        run_request(forge_request(cache ? "forge_c" : "forge", cache), {"FAKE_CUDA_STATS=1"});
+    auto req = request_v2("peek_kernel",
+                          {compare_case(cache ? "peek_c" : "peek", {1, 2, 3, 4}, {1, 2, 3, 4})});
+    req["input_cache"] = cache;
+    auto r = run_request(req);
+    CHECK_MSG(r.rc == 0 && r.answer["staging"] == protected_staging, r.out + r.err);
+    CHECK_MSG(mismatches_of(r) == 4, r.answer.dump());
+    // Readable expected values (read-only is no defense against a read): the copy passes.
+    r = run_request(req, {no_hiding});
+    CHECK_MSG(mismatches_of(r) == 0, r.answer.dump());
+    CHECK(r.answer["staging"]["readonly"] == true &&
+          r.answer["staging"]["expected_hidden"] == false);
+    CHECK(r.answer["staging"]["hide_reason"] == "disabled by KERNELOPT_HARNESS_HIDE_EXPECTED=0");
+  }
+  // Cached expected values stay hidden between requests: the second one hits the cache and
+  // still finds nothing.
+  auto req = request_v2("peek_kernel", {compare_case("peek_twice", {1, 2, 3, 4}, {1, 2, 3, 4})});
+  req["input_cache"] = true;
+  const auto r = run({"serve"}, req.dump() + "\n" + req.dump() + "\n");
+  CHECK_MSG(r.rc == 0 && r.lines.size() == 2, r.out + r.err);
+  if (r.lines.size() == 2) {
+    CHECK(r.lines[1]["input_cache"]["hits"] == 2);
+    for (const auto& line : r.lines) CHECK(line["cases"][0]["compares"][0]["mismatches"] == 4);
+  }
+}
+
+TEST_CASE("staged data: a kernel overwriting its expected values cannot reach them") {
+  for (bool cache : {false, true}) {
+    // Hidden, they are nowhere to be found: the forger's own answer is compared, and is wrong.
+    auto r = run_request(forge_request(cache ? "forge_c" : "forge", cache), {"FAKE_CUDA_STATS=1"});
+    CHECK_MSG(r.rc == 0 && mismatches_of(r) == 4, r.out + r.err);
+    CHECK(r.answer["staging"] == protected_staging);
+    CHECK_MSG(stats_of(r).mmu_faults == 0, r.err);
+    // Only read-only, the write into them faults.
+    r = run_request(forge_request(cache ? "forge_rc" : "forge_r", cache),
+                    {"FAKE_CUDA_STATS=1", no_hiding});
     CHECK_MSG(r.rc == 5, r.out + r.err);
     const auto& c = r.answer["cases"][0];
     CHECK_MSG(c["status"] == "runtime_error", c.dump());
     CHECK(c["error"]["cuda_error"] == "CUDA_ERROR_ILLEGAL_ADDRESS");
-    CHECK(r.answer["staging"] == protected_staging);
     CHECK_MSG(stats_of(r).mmu_faults == 1, r.err);
   }
 }
@@ -65,7 +106,10 @@ TEST_CASE("staged data: without read-only mappings the same forger passes (what 
     const auto r = run_request(forge_request("forge_open", false), {env});
     CHECK_MSG(r.rc == 0, env + ": " + r.out + r.err);
     CHECK_MSG(r.answer["cases"][0]["status"] == "ok", env + ": " + r.answer.dump());
-    CHECK_MSG(r.answer["staging"] == json({{"readonly", false}, {"reason", reason}}),
+    CHECK_MSG(r.answer["staging"] == json({{"readonly", false},
+                                           {"reason", reason},
+                                           {"expected_hidden", false},
+                                           {"hide_reason", reason}}),
               r.answer.dump());
   }
 }

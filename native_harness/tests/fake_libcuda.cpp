@@ -50,9 +50,10 @@ struct LeakCheck {
       std::fprintf(
           stderr,
           "fake libcuda stats: launches=%lu spins=%lu graph_launches=%lu graph_kernels=%lu "
-          "fills=%lu ref_compares=%lu maps=%lu protects=%lu mmu_faults=%lu hushed=%lu\n",
+          "fills=%lu ref_compares=%lu maps=%lu protects=%lu mmu_faults=%lu hushed=%lu "
+          "unmaps=%lu\n",
           g_launches, g_spin_launches, g_graph_launches, g_graph_kernels, g_fills, g_ref_compares,
-          g_maps, g_protects, g_mmu_faults, g_hushed);
+          g_maps, g_protects, g_mmu_faults, g_hushed, g_unmaps);
     }
     if (g_sticky != CUDA_SUCCESS || g_pending != CUDA_SUCCESS) {
       // A dead context cannot free anything; the real driver reclaims it all at exit.
@@ -477,6 +478,7 @@ CUresult CUDAAPI cuMemCreate(CUmemGenericAllocationHandle* h, size_t bytes,
 CUresult CUDAAPI cuMemRelease(CUmemGenericAllocationHandle h) {
   FAKE_ENTER();
   if (g_handles.erase(h) == 0) return CUDA_ERROR_INVALID_VALUE;
+  g_filled.erase(h);
   return CUDA_SUCCESS;
 }
 CUresult CUDAAPI cuMemAddressReserve(CUdeviceptr* p, size_t bytes, size_t alignment,
@@ -511,7 +513,9 @@ CUresult CUDAAPI cuMemMap(CUdeviceptr p, size_t bytes, size_t offset,
       offset != 0 || flags != 0 || g_mapped.count(p) != 0) {
     return CUDA_ERROR_INVALID_VALUE;
   }
-  std::memset(bytes_at(p), 0x5A, bytes);
+  // New physical memory starts as garbage; a handle mapped again (after cuMemUnmap) keeps
+  // what it held, as the GPU's does.
+  if (g_filled.insert(h).second) std::memset(bytes_at(p), 0x5A, bytes);
   g_mapped[p] = Mapping{bytes, h, 0};
   g_allocs[p] = bytes;
   ++g_maps;
@@ -523,6 +527,7 @@ CUresult CUDAAPI cuMemUnmap(CUdeviceptr p, size_t bytes) {
   if (it == g_mapped.end() || it->second.bytes != bytes) return CUDA_ERROR_INVALID_VALUE;
   g_mapped.erase(it);
   g_allocs.erase(p);
+  ++g_unmaps;
   return CUDA_SUCCESS;
 }
 CUresult CUDAAPI cuMemSetAccess(CUdeviceptr p, size_t bytes, const CUmemAccessDesc* desc,

@@ -62,10 +62,12 @@ struct Mapping {
   unsigned access;  // CUmemAccess_flags
 };
 inline std::map<std::uintptr_t, Mapping> g_mapped;
-inline unsigned long g_maps = 0;        // cuMemMap calls
-inline unsigned long g_protects = 0;    // cuMemSetAccess(PROT_READ) calls
-inline unsigned long g_mmu_faults = 0;  // kernel writes stopped by a read-only mapping
-inline unsigned long g_hushed = 0;      // allocations hush_kernel / cover_kernel rewrote
+inline std::set<unsigned long long> g_filled;  // handles mapped once (their memory initialized)
+inline unsigned long g_maps = 0;               // cuMemMap calls
+inline unsigned long g_unmaps = 0;             // cuMemUnmap calls (hidden expected values, frees)
+inline unsigned long g_protects = 0;           // cuMemSetAccess(PROT_READ) calls
+inline unsigned long g_mmu_faults = 0;         // kernel writes stopped by a read-only mapping
+inline unsigned long g_hushed = 0;             // allocations hush_kernel / cover_kernel rewrote
 
 struct Event {
   double t = -1;

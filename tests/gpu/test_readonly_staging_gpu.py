@@ -44,6 +44,12 @@ extern "C" __global__ void poke(const float* in, float* out, unsigned long long 
         ((unsigned char*)target)[k] = 0xEE;
     if (i < n) out[i] = in[i];
 }
+// Reads its answer from [target, target + 8 n): float64 expected values, aimed at their staged copy.
+extern "C" __global__ void peek(const float* in, float* out, unsigned long long n,
+                                unsigned long long target, unsigned long long bytes) {
+    unsigned long long i = (unsigned long long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n && i * 8 < bytes) out[i] = (float)((const double*)target)[i];
+}
 """
 # Scans the 64 MiB below `c` for its own float64 expected values (c = a + b); where it finds
 # them it overwrites them with 0 and writes zeros to c, so a compare against them would pass.
@@ -63,6 +69,9 @@ extern "C" __global__ void vector_add(const float* a, const float* b, float* c, 
     if (i < (size_t)n) c[i] = 0.0f;
 }
 """
+
+
+PROTECTED = {"readonly": True, "reason": None, "expected_hidden": True, "hide_reason": None}
 
 
 def _env(**extra: str) -> dict[str, str]:
@@ -111,7 +120,7 @@ def test_a_write_into_a_cached_copy_faults_and_the_cache_survives(
 ) -> None:
     with HarnessProcess(harness_binary, 0, env=_env()) as proc:
         first = proc.request(_request(tmp_path, files, "copy_f32", None), timeout_s=120).answer
-        assert first is not None and first["staging"] == {"readonly": True, "reason": None}, first
+        assert first is not None and first["staging"] == PROTECTED, first
         assert first["cases"][0]["status"] == "ok"
         target = _staged(first, source)  # the cache keeps it for the next request
         reply = proc.request(_request(tmp_path, files, "poke", target), timeout_s=120)
@@ -122,6 +131,27 @@ def test_a_write_into_a_cached_copy_faults_and_the_cache_survives(
         again = proc.request(_request(tmp_path, files, "copy_f32", None), timeout_s=120).answer
         assert again is not None and again["cases"][0]["status"] == "ok"
         assert [c["mismatches"] for c in again["cases"][0]["compares"]] == [0]
+
+
+def test_a_kernel_reading_its_expected_values_faults(harness_binary: Path, files: dict[str, Path], tmp_path: Path) -> None:
+    """Hidden expected values (unmapped between compares): a kernel aimed at their address faults
+    instead of copying its answer; without hiding (only read-only) the same read passes."""
+    with HarnessProcess(harness_binary, 0, env=_env()) as proc:
+        first = proc.request(_request(tmp_path, files, "copy_f32", None), timeout_s=120).answer
+        assert first is not None and first["staging"] == PROTECTED, first
+        reply = proc.request(_request(tmp_path, files, "peek", _staged(first, "expected")), timeout_s=120)
+        assert reply.answer is not None
+        case = reply.answer["cases"][0]
+        assert case["status"] == "runtime_error" and case["error"]["cuda_error"] == "CUDA_ERROR_ILLEGAL_ADDRESS", case
+        again = proc.request(_request(tmp_path, files, "copy_f32", None), timeout_s=120).answer
+        assert again is not None and again["cases"][0]["status"] == "ok"
+        assert [c["mismatches"] for c in again["cases"][0]["compares"]] == [0]
+    with HarnessProcess(harness_binary, 0, env=_env(KERNELOPT_HARNESS_HIDE_EXPECTED="0")) as proc:
+        first = proc.request(_request(tmp_path, files, "copy_f32", None), timeout_s=120).answer
+        assert first is not None and first["staging"]["expected_hidden"] is False
+        read = proc.request(_request(tmp_path, files, "peek", _staged(first, "expected")), timeout_s=120).answer
+        assert read is not None and read["cases"][0]["status"] == "ok"
+        assert [c["mismatches"] for c in read["cases"][0]["compares"]] == [0]  # the answer, copied
 
 
 def test_without_protection_the_same_write_poisons_the_cache(harness_binary: Path, files: dict[str, Path], tmp_path: Path) -> None:
