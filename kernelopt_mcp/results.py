@@ -136,7 +136,9 @@ class Timing(BaseModel):
     noisy: bool = Field(description="IQR above 5% of the median, rse above 2%, or too few samples")
     noisy_reason: str | None = None
     warmup: int
-    iterations: int
+    iterations: int = Field(description="measured launches asked for (with stop=precision: the first round)")
+    samples: int | None = Field(None, description="measured launches taken (stop=precision: until the rse target)")
+    converged: bool | None = Field(None, description="stop=precision / adaptive: the rse target was reached")
     mode: str = Field("events", description="events (an event pair per launch) or graph (launches in a CUDA graph)")
     launch_overhead_ms: float | None = Field(None, description="an empty kernel timed the same way: the floor")
 
@@ -157,6 +159,10 @@ class CaseOutput(BaseModel):
     bytes_per_s: float | None = None
     bandwidth_pct: float | None = Field(None, description="bytes_per_s as % of the device's calibrated copy bandwidth")
     flops_pct: float | None = Field(None, description="flops_per_s as % of the calibrated FP32 FMA rate")
+    tensor_pct: float | None = Field(
+        None, description="flops_per_s as % of the dense tensor-core peak for the workload's inputs (16-bit rate "
+        "for floating point, int8 for 8-bit integers): what the roofline floor uses"
+    )
     checked_launches: int = Field(
         0, description="timed launches whose outputs were checked on their own (fresh) inputs against the CUDA "
         "reference or the NumPy oracle"
@@ -236,7 +242,9 @@ def _case_detail(c: CaseOutput) -> str:
         if c.bytes_per_s:
             parts.append(f"{c.bytes_per_s / 1e9:.0f} GB/s" + (f" ({c.bandwidth_pct:.0f}% of copy)" if c.bandwidth_pct else ""))
         if c.flops_per_s:
-            parts.append(f"{c.flops_per_s / 1e12:.2f} TFLOP/s" + (f" ({c.flops_pct:.0f}% of FMA peak)" if c.flops_pct else ""))
+            of = [f"{c.flops_pct:.0f}% of FMA peak"] if c.flops_pct else []
+            of += [f"{c.tensor_pct:.0f}% of tensor-core peak"] if c.tensor_pct else []
+            parts.append(f"{c.flops_per_s / 1e12:.2f} TFLOP/s" + (f" ({', '.join(of)})" if of else ""))
         if c.checked_launches:
             parts.append(f"{c.checked_launches} timed launches checked")
     return (": " + "; ".join(parts)) if parts else ""
@@ -314,12 +322,14 @@ def evaluation_output(checked: CheckedEvaluation, mode: str) -> EvaluationOutput
             timing=Timing(
                 median_ms=t.median_ms, q1_ms=t.q1_ms, q3_ms=t.q3_ms, iqr_ms=t.iqr_ms, min_ms=t.min_ms,
                 max_ms=t.max_ms, cv=t.cv, rse_median=t.rse_median, noisy=t.noisy, noisy_reason=t.noisy_reason,
-                warmup=t.warmup, iterations=t.iterations, mode=t.mode, launch_overhead_ms=t.launch_overhead_ms,
+                warmup=t.warmup, iterations=t.iterations, samples=t.samples, converged=t.adaptive_converged,
+                mode=t.mode, launch_overhead_ms=t.launch_overhead_ms,
             ) if t else None,
             reference_median_ms=c.reference_median_ms, speedup=c.speedup,
             flops_per_s=c.flops_per_s, bytes_per_s=c.bytes_per_s,
             bandwidth_pct=c.roofline.bandwidth_pct if c.roofline else None,
             flops_pct=c.roofline.flops_pct if c.roofline else None,
+            tensor_pct=c.roofline.tensor_pct if c.roofline else None,
             checked_launches=c.checked_launches, fresh_inputs=list(c.fresh_inputs),
             of_roofline_floor=c.roofline.of_floor if c.roofline else None,
         ))

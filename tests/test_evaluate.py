@@ -80,6 +80,11 @@ def test_precision_stopping_asks_for_a_first_round_and_checks_launches_inside_it
         assert case["timing"]["adaptive"] == {"target_rse": 0.003, "max_ms": 2000.0, "max_iterations": 100}
     [checked] = [c["checked_launches"] for who, c in timed if who.endswith("add")]
     assert len(checked) == 3 and max(checked) < 20
+    # what was asked for and what was taken, in the tools' output
+    from kernelopt_mcp.results import CheckedEvaluation, evaluation_output
+
+    out = evaluation_output(CheckedEvaluation(result=result), "benchmark")
+    assert {(c.timing.iterations, c.timing.samples) for c in out.cases if c.timing} == {(20, 20)}
 
 
 def test_timing_requests_redraw_inputs_and_check_hidden_launches_against_the_reference(tmp_path, monkeypatch) -> None:

@@ -57,6 +57,7 @@ def test_a_tensor_core_gemm_is_not_impossible_but_a_cached_one_is() -> None:
     assert simt.impossible  # what the SIMT-only floor said
     honest = case_roofline("c", 0.5666, bytes_=bytes_, flops=flops, peaks=H200, flush_l2=True, operands="float")
     assert not honest.impossible and honest.bound == "compute"
+    assert honest.tensor_pct == pytest.approx(100 * flops / 0.5666e-3 / 1070.5e12) and simt.tensor_pct is None
     assert honest.floor_ms == pytest.approx(flops / 1070.5e12 * 1e3)
     cached = case_roofline("c", 0.05, bytes_=bytes_, flops=flops, peaks=H200, flush_l2=True, operands="float")
     assert cached.impossible
@@ -132,3 +133,13 @@ def test_result_roofline_through_the_fake_gpu(tmp_path) -> None:
     assert r.bandwidth_pct == pytest.approx(100 * 12 * 4096 / (r.median_ms * 1e-3) / 4.2e12)
     [s] = result_roofline(skipped, wl, H200)
     assert s.impossible and s.bound == "memory"
+
+
+def test_a_tensor_core_rate_is_shown_beside_the_fma_rate() -> None:
+    from kernelopt_mcp.results import CaseOutput, Timing, _case_detail
+
+    timing = Timing(median_ms=0.5666, iqr_ms=0.001, min_ms=0.56, max_ms=0.57, cv=0.001, noisy=False, warmup=10, iterations=20)
+    case = CaseOutput(name="square_4096", kind="performance", status="ok", timing=timing,
+                      flops_per_s=242.6e12, flops_pct=373.0, tensor_pct=22.7)
+    assert "242.60 TFLOP/s (373% of FMA peak, 23% of tensor-core peak)" in _case_detail(case)
+    assert "(373% of FMA peak)" in _case_detail(case.model_copy(update={"tensor_pct": None}))

@@ -91,6 +91,7 @@ class CaseRoofline(BaseModel):
     flops_per_s: float | None = None
     bandwidth_pct: float | None = Field(None, description="bytes_per_s as % of the calibrated copy bandwidth")
     flops_pct: float | None = Field(None, description="flops_per_s as % of the calibrated FP32 FMA rate")
+    tensor_pct: float | None = Field(None, description="flops_per_s as % of the dense tensor-core peak for the operands")
     floor_ms: float | None = Field(None, description="max(bytes / bw peak, flops / flop peak), larger peaks")
     bound: str | None = Field(None, description="'memory' or 'compute': which term sets the floor")
     of_floor: float | None = Field(None, description="median / floor (1.0 = at the roofline)")
@@ -166,6 +167,8 @@ def case_roofline(
         r.flops_per_s = flops / seconds
         if peaks.calibrated_flops_per_s:
             r.flops_pct = 100.0 * r.flops_per_s / peaks.calibrated_flops_per_s
+        if operands and (tensor := peaks.tensor_flops_per_s.get(operands)):
+            r.tensor_pct = 100.0 * r.flops_per_s / tensor
     r.floor_ms, r.bound = roofline_floor_ms(bytes_, flops, peaks, operands)
     if r.floor_ms is None:
         r.note = "no cost model or no peak figures: no floor"
