@@ -104,6 +104,15 @@ void CaseRunner::enqueue_reference_check(std::optional<std::size_t> sample) {
     enqueue_compare(drv_, compare, s_.sm_count(), stream, d.data, d.ref.get(),
                     b.bytes / scalar_size(*b.dtype), b.compare, result);
   }
+  // The reference's outputs are the answers for this launch's inputs, which later launches may
+  // get again (fresh_launches: the launches after a draw reuse it): wiped right after their
+  // compare, in stream order, so no later candidate launch can find and copy them.
+  for (const auto& d : st_.buffers) {
+    if (is_output(d) && d.spec->buffer.bytes > 0) {
+      KO_CU(drv_.cuMemsetD8Async(d.ref.get(), d.spec->buffer.poison_byte, d.spec->buffer.bytes,
+                                 stream));
+    }
+  }
 }
 
 void CaseRunner::settle_checks() {

@@ -158,6 +158,22 @@ TEST_CASE("checked launches: the reference's copy of a fixed input is out of a k
   CHECK_MSG(stats_of(r).mmu_faults > 0, r.err);
 }
 
+TEST_CASE("fresh_launches: a kernel copying an earlier reference check's outputs finds none") {
+  // Draw 0 serves samples 0-2 (fresh_launches {3}); the reference (plus1) checks samples 0 and 2.
+  // crib copies plus1's answer from wherever it lies: after check 0 the reference's outputs
+  // held the answer for the inputs sample 2 reuses; they are wiped right after their compare.
+  auto c = fresh_case("cr", {{"warmup", 1}, {"iterations", 4}}, {0, 2});
+  c["fresh_launches"] = {3};
+  for (bool blocking : {false, true}) {
+    c["timing"]["blocking"] = blocking;
+    const auto r = run_request(with_reference(request_v2("crib_kernel", {c}), "plus1_kernel"));
+    CHECK_MSG(r.rc == 0, r.out + r.err);
+    const auto& checks = r.answer["cases"][0]["timed_checks"];
+    CHECK_MSG(checks.size() == 2, r.answer.dump());
+    for (const auto& e : checks) CHECK_MSG(e["mismatches"] == 4, e.dump());
+  }
+}
+
 TEST_CASE("fresh_launches: a kernel replaying its first result still fails a checked launch") {
   auto c = fresh_case("flr", {{"warmup", 1}, {"iterations", 4}}, {3});
   c["fresh_launches"] = {3};

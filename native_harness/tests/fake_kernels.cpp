@@ -214,6 +214,33 @@ void peek_run(void** p) {
     return;
   }
 }
+// plus1(const float* in, float* out, u64 bytes): out = in + 1, a reference for crib.
+void plus1_run(void** p) {
+  const auto* in = reinterpret_cast<const float*>(arg<CUdeviceptr>(p, 0));
+  auto* out = reinterpret_cast<float*>(arg<CUdeviceptr>(p, 1));
+  const auto n = arg<std::uint64_t>(p, 2) / 4;
+  for (std::uint64_t i = 0; i < n; ++i) out[i] = in[i] + 1;
+}
+// crib(const float* in, float* out, u64 bytes): plus1's answer copied from wherever it lies
+// (an earlier reference check's outputs, on the inputs this launch reuses), else zeros.
+void crib_run(void** p) {
+  const auto* in = reinterpret_cast<const float*>(arg<CUdeviceptr>(p, 0));
+  auto* out = reinterpret_cast<float*>(arg<CUdeviceptr>(p, 1));
+  const auto n = arg<std::uint64_t>(p, 2) / 4;
+  for (std::uint64_t i = 0; i < n; ++i) out[i] = 0;
+  for (const auto& a : g_allocs) {
+    if (n == 0 || a.second < n * 4 || holds(a, arg<CUdeviceptr>(p, 0)) ||
+        holds(a, arg<CUdeviceptr>(p, 1))) {
+      continue;
+    }
+    const auto* f = reinterpret_cast<const float*>(a.first);
+    bool match = true;
+    for (std::uint64_t i = 0; i < n && match; ++i) match = f[i] == in[i] + 1;
+    if (!match) continue;
+    for (std::uint64_t i = 0; i < n; ++i) out[i] = f[i];
+    return;
+  }
+}
 // scribble(const u8* in, u8* out, u64 n): copies, then overwrites with 0xEE every other
 // allocation that starts with in's bytes: the harness's own copies of its input (the input
 // cache's), which later requests would copy from.
@@ -401,6 +428,8 @@ Kernel g_kernels[] = {
     {"copy_kernel", {8, 8, 8}, 0.5, 0, 48 * 1024, copy_run},
     {"forge_kernel", {8, 8, 8}, 0.5, 0, 48 * 1024, forge_run},
     {"peek_kernel", {8, 8, 8}, 0.5, 0, 48 * 1024, peek_run},
+    {"plus1_kernel", {8, 8, 8}, 0.5, 0, 48 * 1024, plus1_run},
+    {"crib_kernel", {8, 8, 8}, 0.5, 0, 48 * 1024, crib_run},
     {"hush_kernel", {8, 8, 8}, 0.5, 0, 48 * 1024, hush_run},
     {"cover_kernel", {8, 8, 8}, 0.5, 0, 48 * 1024, cover_run},
     {"blank_kernel", {8, 8, 8}, 0.5, 0, 48 * 1024, blank_run},
