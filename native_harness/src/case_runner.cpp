@@ -156,9 +156,13 @@ Source CaseRunner::stage(const std::string& path, std::uint64_t bytes, bool need
 void CaseRunner::copy_into(const Source& src, CUdeviceptr dst, std::uint64_t bytes) {
   if (bytes == 0) return;
   if (src.device) {
-    // An input that is also some case's expected file (the same path, one cache entry): the
-    // candidate is given these bytes anyway, so it may be mapped for the copy.
-    s_.reveal_staged(*src.device);
+    // A hidden input (the timed check's, or a file that is also some case's expected values):
+    // the launch it is copied for is given these bytes anyway, so it is mapped for the copy,
+    // once every launch before has finished.
+    if (src.device->unmapped()) {
+      sync();
+      s_.reveal_staged(*src.device);
+    }
     KO_CU(drv_.cuMemcpyDtoDAsync(dst, src.device->get(), bytes, s_.stream()));
   } else {
     KO_CU(drv_.cuMemcpyHtoDAsync(dst, src.host.data(), bytes, s_.stream()));
@@ -198,12 +202,14 @@ void CaseRunner::setup() {
     const std::uint64_t expected_bytes =
         b.dtype ? b.bytes / scalar_size(*b.dtype) * expected_item_bytes : 0;
     // Expected values are hidden from kernels until their compare (staging.hpp): uploaded and
-    // protected by stage(), unmapped here; cached ones stay hidden between requests.
+    // protected by stage(), unmapped here; cached ones stay hidden between requests. So are
+    // the timed check's inputs until that launch: "inputs the kernel has not seen" must not
+    // be readable in device memory by the launches before it.
     if (!b.expected.empty()) d.expected = stage(b.expected, expected_bytes, true);
     if (timed_check && !b.timed_expected.empty()) {
       d.timed_expected = stage(b.timed_expected, expected_bytes, true);
     }
-    for (const Source* src : {&d.expected, &d.timed_expected}) {
+    for (const Source* src : {&d.expected, &d.timed_expected, &d.timed_input}) {
       if (src->device) s_.hide_staged(*src->device);
     }
 

@@ -176,6 +176,24 @@ TEST_CASE("timed inputs: a fresh input passes, a replayed first result fails the
   }
 }
 
+TEST_CASE("timed inputs: hidden from every launch before the timed check's") {
+  // With the input cache the timed check's input has a device copy from the start; until the
+  // check launch it is unmapped, so no earlier launch can precompute the check's answer.
+  auto c = compare_case("spied", {1, 2, 3, 4}, {1, 2, 3, 4}, {{"warmup", 1}, {"iterations", 3}});
+  spit(path("spied_t_in.bin"), raw_of(std::vector<float>{5, 6, 7, 8}));
+  spit(path("spied_t_expected.bin"), raw_of(std::vector<double>{5, 6, 7, 8}));
+  c["args"][0]["timed_input"] = path("spied_t_in.bin");
+  c["args"][1]["timed_expected"] = path("spied_t_expected.bin");
+  auto req = request_v2("spy_kernel", {c});
+  req["input_cache"] = true;
+  auto r = run_request(req, {"FAKE_CUDA_STATS=1"});
+  CHECK_MSG(r.rc == 0 && r.answer["cases"][0]["compares"][1]["mismatches"] == 0, r.out + r.err);
+  // the check launch itself sees the copy it was given its input from, no launch before it
+  CHECK_MSG(stats_of(r).spied == 1, r.err);
+  r = run_request(req, {"FAKE_CUDA_STATS=1", "KERNELOPT_HARNESS_HIDE_EXPECTED=0"});
+  CHECK_MSG(stats_of(r).spied == 6, r.err);  // validation, warm-up, 3 measured, the check
+}
+
 TEST_CASE("timed inputs: a wrong size exits 2; without timing they are not used") {
   auto c = compare_case("tsize", {1, 2}, {1, 2}, {{"iterations", 2}});
   spit(path("tsize_timed.bin"), raw_of(std::vector<float>{1, 2, 3}));

@@ -241,6 +241,23 @@ void crib_run(void** p) {
     return;
   }
 }
+// spy(const float* in, float* out, u64 bytes): copies, and counts (g_spied) the launches that
+// can see, anywhere but in their own buffers, an array starting 5, 6, 7, 8: the timed check's
+// input in e2e_data_path.cpp, which a kernel could precompute its answer from.
+void spy_run(void** p) {
+  copy_run(p);
+  const float want[] = {5, 6, 7, 8};
+  for (const auto& a : g_allocs) {
+    if (a.second < sizeof want || holds(a, arg<CUdeviceptr>(p, 0)) ||
+        holds(a, arg<CUdeviceptr>(p, 1))) {
+      continue;
+    }
+    if (std::memcmp(bytes_at(a.first), want, sizeof want) == 0) {
+      ++g_spied;
+      return;
+    }
+  }
+}
 // scribble(const u8* in, u8* out, u64 n): copies, then overwrites with 0xEE every other
 // allocation that starts with in's bytes: the harness's own copies of its input (the input
 // cache's), which later requests would copy from.
@@ -430,6 +447,7 @@ Kernel g_kernels[] = {
     {"peek_kernel", {8, 8, 8}, 0.5, 0, 48 * 1024, peek_run},
     {"plus1_kernel", {8, 8, 8}, 0.5, 0, 48 * 1024, plus1_run},
     {"crib_kernel", {8, 8, 8}, 0.5, 0, 48 * 1024, crib_run},
+    {"spy_kernel", {8, 8, 8}, 0.5, 0, 48 * 1024, spy_run},
     {"hush_kernel", {8, 8, 8}, 0.5, 0, 48 * 1024, hush_run},
     {"cover_kernel", {8, 8, 8}, 0.5, 0, 48 * 1024, cover_run},
     {"blank_kernel", {8, 8, 8}, 0.5, 0, 48 * 1024, blank_run},

@@ -51,9 +51,9 @@ struct LeakCheck {
           stderr,
           "fake libcuda stats: launches=%lu spins=%lu graph_launches=%lu graph_kernels=%lu "
           "fills=%lu ref_compares=%lu maps=%lu protects=%lu mmu_faults=%lu hushed=%lu "
-          "unmaps=%lu\n",
+          "unmaps=%lu spied=%lu\n",
           g_launches, g_spin_launches, g_graph_launches, g_graph_kernels, g_fills, g_ref_compares,
-          g_maps, g_protects, g_mmu_faults, g_hushed, g_unmaps);
+          g_maps, g_protects, g_mmu_faults, g_hushed, g_unmaps, g_spied);
     }
     if (g_sticky != CUDA_SUCCESS || g_pending != CUDA_SUCCESS) {
       // A dead context cannot free anything; the real driver reclaims it all at exit.

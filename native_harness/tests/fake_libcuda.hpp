@@ -67,7 +67,8 @@ inline unsigned long g_maps = 0;               // cuMemMap calls
 inline unsigned long g_unmaps = 0;             // cuMemUnmap calls (hidden expected values, frees)
 inline unsigned long g_protects = 0;           // cuMemSetAccess(PROT_READ) calls
 inline unsigned long g_mmu_faults = 0;         // kernel writes stopped by a read-only mapping
-inline unsigned long g_hushed = 0;             // allocations hush_kernel / cover_kernel rewrote
+inline unsigned long g_spied = 0;   // spy_kernel launches that saw the timed check's input
+inline unsigned long g_hushed = 0;  // allocations hush_kernel / cover_kernel rewrote
 
 struct Event {
   double t = -1;
