@@ -82,13 +82,17 @@ def _u64(v: int) -> str:
     return v.to_bytes(8, "little").hex()
 
 
-def _request(tmp_path: Path, files: dict[str, Path], entry: str, target: tuple[int, int] | None) -> dict[str, Any]:
+def _request(
+    tmp_path: Path, files: dict[str, Path], entry: str, target: tuple[int, int] | None, *, timed: bool = False,
+) -> dict[str, Any]:
     # Written once: the input cache knows a file by its identity (mtime included), so rewriting
     # the same bytes for each request would make every request a miss.
     if not (tmp_path / "in.bin").exists():
         data = np.arange(N, dtype=np.float32)
         (tmp_path / "in.bin").write_bytes(data.tobytes())
         (tmp_path / "expected.bin").write_bytes(data.astype("<f8").tobytes())
+        (tmp_path / "timed_in.bin").write_bytes(data[::-1].copy().tobytes())
+        (tmp_path / "timed_expected.bin").write_bytes(data[::-1].astype("<f8").tobytes())
     args: list[dict[str, Any]] = [
         {"kind": "buffer", "name": "in", "role": "in", "bytes": N * 4, "input": str(tmp_path / "in.bin")},
         {"kind": "buffer", "name": "out", "role": "out", "bytes": N * 4, "output": str(tmp_path / "out.bin"),
@@ -99,9 +103,14 @@ def _request(tmp_path: Path, files: dict[str, Path], entry: str, target: tuple[i
     if target is not None:
         args += [{"kind": "scalar", "name": "target", "dtype": "uint64", "raw": _u64(target[0])},
                  {"kind": "scalar", "name": "bytes", "dtype": "uint64", "raw": _u64(target[1])}]
+    case: dict[str, Any] = {"name": "c", "args": args, "launch": {"grid": [16, 1, 1], "block": [256, 1, 1]}}
+    if timed:  # a timed case with a timed check: its inputs and expected values are staged too
+        args[0]["timed_input"] = str(tmp_path / "timed_in.bin")
+        args[1]["timed_expected"] = str(tmp_path / "timed_expected.bin")
+        case["timing"] = {"warmup": 1, "iterations": 3}
     return {"protocol": 2, "device": 0, "module": str(files["module"]), "entry": entry,
             "support_module": str(files["support"]), "input_cache": True, "guard_bytes": 4096, "flush_l2": False,
-            "cases": [{"name": "c", "args": args, "launch": {"grid": [16, 1, 1], "block": [256, 1, 1]}}]}
+            "cases": [case]}
 
 
 @pytest.fixture
@@ -152,6 +161,27 @@ def test_a_kernel_reading_its_expected_values_faults(harness_binary: Path, files
         read = proc.request(_request(tmp_path, files, "peek", _staged(first, "expected")), timeout_s=120).answer
         assert read is not None and read["cases"][0]["status"] == "ok"
         assert [c["mismatches"] for c in read["cases"][0]["compares"]] == [0]  # the answer, copied
+
+
+@pytest.mark.parametrize("source", ["timed_input", "timed_expected"])
+def test_the_timed_checks_data_is_out_of_reach_until_its_launch(
+    harness_binary: Path, files: dict[str, Path], tmp_path: Path, source: str
+) -> None:
+    """The timed check's inputs ("not seen before") and expected values are unmapped while the
+    validation and timed launches run: a read aimed at them faults; without hiding it does not."""
+    for hidden in (True, False):
+        env = _env() if hidden else _env(KERNELOPT_HARNESS_HIDE_EXPECTED="0")
+        with HarnessProcess(harness_binary, 0, env=env) as proc:
+            first = proc.request(_request(tmp_path, files, "copy_f32", None, timed=True), timeout_s=120).answer
+            assert first is not None and first["cases"][0]["status"] == "ok", first
+            reply = proc.request(_request(tmp_path, files, "peek", _staged(first, source), timed=True), timeout_s=120)
+            assert reply.answer is not None
+            case = reply.answer["cases"][0]
+            if hidden:
+                assert case["status"] == "runtime_error", case
+                assert case["error"]["cuda_error"] == "CUDA_ERROR_ILLEGAL_ADDRESS"
+            else:
+                assert case["status"] != "runtime_error", case
 
 
 def test_without_protection_the_same_write_poisons_the_cache(harness_binary: Path, files: dict[str, Path], tmp_path: Path) -> None:
