@@ -99,6 +99,22 @@ class EvaluateOptions:
             return self.iterations
         return min(self.iterations, max(PRECISION_MIN_ITERATIONS, 2 * (self.fresh_launches or 0)))
 
+    def rounds(self, features: frozenset[str]) -> list[tuple[int, int]]:
+        """The measured launches as the harness takes them, [start, end) per round: one round of
+        ``iterations``, or with "precision" the first round and the later ones (as many launches
+        each, at least 16: the harness's ``adaptive_round``) up to ``iterations``, of which only
+        those before the stop run. Hidden checks go in every round: a kernel that is honest in
+        the first round and cheats once the noise rule has asked for more would escape checks
+        picked in the first round alone."""
+        timing = self.timing_request(features)
+        if timing.adaptive is None:
+            return [(0, timing.iterations)]
+        out, start, step = [(0, timing.iterations)], timing.iterations, max(timing.iterations, 16)
+        while start < self.iterations:
+            out.append((start, min(start + step, self.iterations)))
+            start += step
+        return out
+
     def timing_request(self, features: frozenset[str]) -> TimingRequest:
         """The harness's ``timing`` object, using only what this harness supports (a harness
         without adaptive timing gets "precision" as a count: ``iterations`` launches)."""

@@ -81,6 +81,14 @@ def case_fresh(workload: Workload, case: Case) -> CaseFresh:
     return out
 
 
+def later_round_checks(first: int) -> int:
+    """Hidden checks in each measuring round after the first (stop="precision"): a third of the
+    first round's, at least one. To move the median, a kernel honest in the first round must
+    cheat on most later launches, so one check per later round of 20 misses it with
+    probability <= 1/2 per round, and the rounds multiply."""
+    return max(1, first // 3) if first > 0 else 0
+
+
 def pick_checked_launches(iterations: int, count: int) -> list[int]:
     """``count`` distinct measured-sample indices in ``[0, iterations)``, hidden (from the OS's
     random source), at least one in the last quarter (a kernel that turns lazy late in the
@@ -186,9 +194,11 @@ def consistency_problem(timing: TimingStats, check_ms: float | None, confirm_ms:
 
 def fresh_checks(workload: Workload, cases: list[Case], *, redraw: bool, reference: bool, checked: int,
                  consistency: bool, oracle_checked: int = 0, graph: bool = False,
-                 subset: tuple[int, int] | None = None) -> list[str]:
+                 subset: tuple[int, int] | None = None, later_rounds: bool = False) -> list[str]:
     """The lines of a result's ``checks`` list for fresh inputs, checked launches and timing
-    consistency over the performance ``cases``: only what really runs, and what cannot."""
+    consistency over the performance ``cases``: only what really runs, and what cannot.
+    ``later_rounds``: the precision rule may measure more rounds after the first (each gets
+    its own hidden redraws and checks)."""
     lines: list[str] = []
     drawn: list[str] = []
     fixed: dict[str, str] = {}
@@ -205,8 +215,8 @@ def fresh_checks(workload: Workload, cases: list[Case], *, redraw: bool, referen
     elif redraw and drawn and subset is not None:
         count, iterations = subset
         lines.append(
-            f"fresh device-drawn inputs before a hidden {min(count, iterations)} of the {iterations} measured launches "
-            f"and the first warm-up (buffers {', '.join(drawn)}); the others reuse the last draw, and launches on new "
+            f"fresh device-drawn inputs before a hidden {min(count, iterations)} of the {iterations} measured launches"
+            f"{' of each round' if later_rounds else ''} and the first warm-up (buffers {', '.join(drawn)}); the others reuse the last draw, and launches on new "
             f"inputs slower than those on inputs seen before (over {SPLIT_MIN_FRACTION:.0%}, beyond both medians' "
             "99.99% intervals) are inconsistent_timing"
         )
@@ -221,12 +231,15 @@ def fresh_checks(workload: Workload, cases: list[Case], *, redraw: bool, referen
         )
     if cases and checked > 0 and reference:
         lines.append(
-            f"outputs of {checked} hidden timed launches per case checked against the CUDA reference on their inputs"
+            f"outputs of {checked} hidden timed launches per case"
+            + (f" in the first round, and {later_round_checks(checked)} in each later round the precision rule asks for,"
+               if later_rounds else "")
+            + " checked against the CUDA reference on their inputs"
         )
     elif cases and oracle_checked > 0:
         lines.append(
-            f"outputs of {oracle_checked} hidden timed launch(es) per case checked against the NumPy oracle on their "
-            "inputs (no CUDA reference)"
+            f"outputs of {oracle_checked} hidden timed launch(es) per case{' (and one in each later round)' if later_rounds else ''} "
+            "checked against the NumPy oracle on their inputs (no CUDA reference)"
         )
     elif cases and checked > 0:
         lines.append(

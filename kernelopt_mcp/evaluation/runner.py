@@ -9,6 +9,7 @@ CUDA reference runs through the same path while the session is prepared.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -23,6 +24,7 @@ from .compare import geometric_mean
 from .fresh_inputs import (
     case_fresh,
     fresh_checks,
+    later_round_checks,
     pick_checked_launches,
     pick_fresh_launches,
     request_seed,
@@ -178,20 +180,31 @@ def _timing_job(
         subset = s.fresh_subset(options)
         if job.fresh_timed and subset is not None and (timing.mode or "events") == "events":
             # the reference is timed the same way, so speedups compare like with like
-            job.fresh_launches = pick_fresh_launches(options.first_round, subset[0])
+            job.fresh_launches = _in_rounds(options.rounds(s.features), pick_fresh_launches, subset[0], subset[0])
     if not candidate:
         return job
     job.split = job.fresh_launches is not None
     if s.check_module is not None and case.name in s.check_launches:
-        job.checked = pick_checked_launches(options.first_round, options.checked_launches)
+        job.checked = _in_rounds(options.rounds(s.features), pick_checked_launches, options.checked_launches,
+                                 later_round_checks(options.checked_launches))
         job.check_launch = s.check_launches[case.name]
     elif s.oracle_checks_timed_launches(options):
-        job.checked = pick_checked_launches(options.first_round, options.oracle_checked_launches)
+        job.checked = _in_rounds(options.rounds(s.features), pick_checked_launches, options.oracle_checked_launches,
+                                 later_round_checks(options.oracle_checked_launches))
         job.dump_dir, job.oracle_limits = out_dir / "checked", OracleLimits.following(s.compile_limits)
     if specs and s.uses("confirm_launch", options):
         job.confirm = True
         job.consistency = job.timed is not None and (timing.mode or "events") == "events"
     return job
+
+
+def _in_rounds(rounds: list[tuple[int, int]], pick: Callable[[int, int], list[int]], first: int, later: int) -> list[int]:
+    """``pick(size, count)`` hidden indices in each measuring round, as indices of the whole
+    sequence: ``first`` in the first round, ``later`` in each one after it."""
+    out: list[int] = []
+    for k, (lo, hi) in enumerate(rounds):
+        out += [lo + i for i in pick(hi - lo, first if k == 0 else later)]
+    return sorted(out)
 
 
 def _submit(
@@ -233,6 +246,7 @@ def _checks_that_ran(s: Session, result: EvaluationResult, options: EvaluateOpti
             oracle_checked=options.oracle_checked_launches if by_oracle else 0,
             graph=any(t.mode == "graph" for _, t in timed),
             subset=s.fresh_subset(options) if all(t.mode == "events" for _, t in timed) else None,
+            later_rounds=len(options.rounds(s.features)) > 1,
         )
     return checks
 

@@ -172,6 +172,7 @@ class Session:
                 oracle_checked=o.oracle_checked_launches if self.oracle_checks_timed_launches(o) else 0,
                 graph=o.timing_mode == "graph" and "graph" in self.features,
                 subset=self.fresh_subset(o) if o.timing_mode == "events" else None,
+                later_rounds=len(o.rounds(self.features)) > 1,
             )
         return checks
 

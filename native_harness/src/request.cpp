@@ -170,9 +170,13 @@ void parse_fresh_checks(const json& c, const std::string& path, CaseSpec& spec) 
     for (std::size_t i = 0; i < v->size(); ++i) {
       const auto ip = index_path(p, i);
       const auto index = static_cast<unsigned>(as_uint((*v)[i], ip, max_iterations));
-      if (index >= spec.timing->iterations) {
-        fail(ip, "must be below timing.iterations (" + std::to_string(spec.timing->iterations) +
-                     "), got " + std::to_string(index));
+      // With adaptive timing the later rounds' samples may be checked too (the ones that run).
+      const auto& t = *spec.timing;
+      const unsigned limit = t.adaptive ? t.adaptive->max_iterations : t.iterations;
+      if (index >= limit) {
+        fail(ip, std::string("must be below ") +
+                     (t.adaptive ? "timing.adaptive.max_iterations (" : "timing.iterations (") +
+                     std::to_string(limit) + "), got " + std::to_string(index));
       }
       if (!seen.insert(index).second) fail(ip, "duplicate index " + std::to_string(index));
       spec.checked_launches.push_back(index);

@@ -174,6 +174,37 @@ TEST_CASE("fresh_launches: a kernel copying an earlier reference check's outputs
   }
 }
 
+TEST_CASE("adaptive timing: a checked launch in a later round runs, one past the stop does not") {
+  // 4 samples, then rounds of 16 up to 20 (the target is never reached): sample 17 is in the
+  // second round. A kernel honest only in the first round is caught there.
+  const json timing = {{"warmup", 1},
+                       {"iterations", 4},
+                       {"adaptive", {{"target_rse", 1e-9}, {"max_iterations", 20}}}};
+  for (const std::string entry : {"copy_kernel", "replay_kernel"}) {
+    const auto r =
+        run_request(with_reference(request_v2(entry, {fresh_case("lr", timing, {1, 17})})));
+    CHECK_MSG(r.rc == 0, r.out + r.err);
+    const auto& checks = r.answer["cases"][0]["timed_checks"];
+    CHECK_MSG(checks.size() == 2, r.answer.dump());
+    if (checks.size() != 2) continue;
+    CHECK(checks[0]["sample"] == 1 && checks[1]["sample"] == 17);
+    for (const auto& e : checks)
+      CHECK_MSG(e["mismatches"] == (entry == "copy_kernel" ? 0 : 4), e.dump());
+  }
+  // converged after the first round: the later pick never runs, and nothing claims it did
+  json quiet = timing;
+  quiet["adaptive"]["target_rse"] = 0.5;
+  const auto r =
+      run_request(with_reference(request_v2("copy_kernel", {fresh_case("lq", quiet, {1, 17})})));
+  CHECK_MSG(r.rc == 0 && r.answer["cases"][0]["timing"]["times_ms"].size() == 4, r.out + r.err);
+  CHECK_MSG(r.answer["cases"][0]["timed_checks"].size() == 1, r.answer.dump());
+  // past max_iterations: refused, naming the bound
+  const auto bad =
+      run_request(with_reference(request_v2("copy_kernel", {fresh_case("lb", timing, {1, 20})})));
+  CHECK_MSG(bad.rc == 2 && bad.out.find("timing.adaptive.max_iterations (20)") != std::string::npos,
+            bad.out + bad.err);
+}
+
 TEST_CASE("fresh_launches: a kernel replaying its first result still fails a checked launch") {
   auto c = fresh_case("flr", {{"warmup", 1}, {"iterations", 4}}, {3});
   c["fresh_launches"] = {3};
