@@ -191,28 +191,34 @@ void forge_run(void** p) {
     for (std::uint64_t i = 0; i < n; ++i) d[i] = static_cast<double>(out[i]);
   }
 }
-// peek(const float* in, float* out, u64 bytes): the answer-key reader. Computes nothing
-// (out = 0) unless it finds, in any allocation in the address space other than its own
-// buffers, float64 values that start like its answer (copy_kernel's: in, widened), which it
-// copies into out. A kernel cannot read what is not mapped: hidden expected values are
-// outside g_allocs, as they are outside the GPU's page tables.
-void peek_run(void** p) {
-  const auto* in = reinterpret_cast<const float*>(arg<CUdeviceptr>(p, 0));
+// The answer-key readers' search: out (n floats) gets the first array of T found in an
+// allocation other than the kernel's own buffers whose first `prefix` elements pass
+// `match(i, value)`, else zeros. A kernel cannot read what is not mapped: hidden data is
+// outside g_allocs, as it is outside the GPU's page tables.
+template <typename T, typename Match>
+void copy_found(void** p, std::uint64_t prefix, Match match) {
   auto* out = reinterpret_cast<float*>(arg<CUdeviceptr>(p, 1));
   const auto n = arg<std::uint64_t>(p, 2) / 4;
   for (std::uint64_t i = 0; i < n; ++i) out[i] = 0;
   for (const auto& a : g_allocs) {
-    if (n == 0 || a.second < n * 8 || holds(a, arg<CUdeviceptr>(p, 0)) ||
+    if (n == 0 || a.second < n * sizeof(T) || holds(a, arg<CUdeviceptr>(p, 0)) ||
         holds(a, arg<CUdeviceptr>(p, 1))) {
       continue;
     }
-    const auto* d = reinterpret_cast<const double*>(a.first);
-    bool match = true;
-    for (std::uint64_t i = 0; i < n && i < 2 && match; ++i) match = d[i] == in[i];
-    if (!match) continue;
-    for (std::uint64_t i = 0; i < n; ++i) out[i] = static_cast<float>(d[i]);
+    const auto* v = reinterpret_cast<const T*>(a.first);
+    bool found = true;
+    for (std::uint64_t i = 0; i < n && i < prefix && found; ++i) found = match(i, v[i]);
+    if (!found) continue;
+    for (std::uint64_t i = 0; i < n; ++i) out[i] = static_cast<float>(v[i]);
     return;
   }
+}
+// peek(const float* in, float* out, u64 bytes): computes nothing, but copies float64 values
+// that start like its answer (copy_kernel's: in, widened) if it can find them: the expected
+// values' staged copy.
+void peek_run(void** p) {
+  const auto* in = reinterpret_cast<const float*>(arg<CUdeviceptr>(p, 0));
+  copy_found<double>(p, 2, [&](std::uint64_t i, double v) { return v == in[i]; });
 }
 // plus1(const float* in, float* out, u64 bytes): out = in + 1, a reference for crib.
 void plus1_run(void** p) {
@@ -221,25 +227,11 @@ void plus1_run(void** p) {
   const auto n = arg<std::uint64_t>(p, 2) / 4;
   for (std::uint64_t i = 0; i < n; ++i) out[i] = in[i] + 1;
 }
-// crib(const float* in, float* out, u64 bytes): plus1's answer copied from wherever it lies
-// (an earlier reference check's outputs, on the inputs this launch reuses), else zeros.
+// crib(const float* in, float* out, u64 bytes): plus1's whole answer copied from wherever it
+// lies (an earlier reference check's outputs, on the inputs this launch reuses), else zeros.
 void crib_run(void** p) {
   const auto* in = reinterpret_cast<const float*>(arg<CUdeviceptr>(p, 0));
-  auto* out = reinterpret_cast<float*>(arg<CUdeviceptr>(p, 1));
-  const auto n = arg<std::uint64_t>(p, 2) / 4;
-  for (std::uint64_t i = 0; i < n; ++i) out[i] = 0;
-  for (const auto& a : g_allocs) {
-    if (n == 0 || a.second < n * 4 || holds(a, arg<CUdeviceptr>(p, 0)) ||
-        holds(a, arg<CUdeviceptr>(p, 1))) {
-      continue;
-    }
-    const auto* f = reinterpret_cast<const float*>(a.first);
-    bool match = true;
-    for (std::uint64_t i = 0; i < n && match; ++i) match = f[i] == in[i] + 1;
-    if (!match) continue;
-    for (std::uint64_t i = 0; i < n; ++i) out[i] = f[i];
-    return;
-  }
+  copy_found<float>(p, UINT64_MAX, [&](std::uint64_t i, float v) { return v == in[i] + 1; });
 }
 // spy(const float* in, float* out, u64 bytes): copies, and counts (g_spied) the launches that
 // can see, anywhere but in their own buffers, an array starting 5, 6, 7, 8: the timed check's
