@@ -9,6 +9,7 @@ from ..errors import WorkloadError
 from ..launch import LaunchSpec
 from ..workload import Workload
 from .protocol import AdaptiveRequest, TimingRequest
+from .stats import adaptive_round
 
 __all__ = [
     "PRECISION_MIN_ITERATIONS", "PRECISION_RSE", "STOP_RULES", "Candidate", "EvaluateOptions", "ProgressFn",
@@ -91,10 +92,9 @@ class EvaluateOptions:
 
     @property
     def first_round(self) -> int:
-        """Measured launches every timed case is sure to get; the hidden checked and redrawn
-        launches are chosen among them. ``iterations``, or with "precision" the launches before
-        the noise rule may stop (twice ``fresh_launches`` at least, so the launches reusing a draw
-        are as many as the redrawn ones)."""
+        """Measured launches every timed case is sure to get: ``iterations``, or with "precision"
+        the launches before the noise rule may stop (twice ``fresh_launches`` at least, so the
+        launches reusing a draw are as many as the redrawn ones). The first of :meth:`rounds`."""
         if self.stop != "precision":
             return self.iterations
         return min(self.iterations, max(PRECISION_MIN_ITERATIONS, 2 * (self.fresh_launches or 0)))
@@ -102,14 +102,14 @@ class EvaluateOptions:
     def rounds(self, features: frozenset[str]) -> list[tuple[int, int]]:
         """The measured launches as the harness takes them, [start, end) per round: one round of
         ``iterations``, or with "precision" the first round and the later ones (as many launches
-        each, at least 16: the harness's ``adaptive_round``) up to ``iterations``, of which only
+        each, at least 16: :func:`~.stats.adaptive_round`) up to ``iterations``, of which only
         those before the stop run. Hidden checks go in every round: a kernel that is honest in
         the first round and cheats once the noise rule has asked for more would escape checks
         picked in the first round alone."""
         timing = self.timing_request(features)
         if timing.adaptive is None:
             return [(0, timing.iterations)]
-        out, start, step = [(0, timing.iterations)], timing.iterations, max(timing.iterations, 16)
+        out, start, step = [(0, timing.iterations)], timing.iterations, adaptive_round(timing.iterations)
         while start < self.iterations:
             out.append((start, min(start + step, self.iterations)))
             start += step

@@ -131,6 +131,24 @@ bool CaseRunner::run(json& cases) {
   return false;
 }
 
+// Expected values are hidden from kernels until their compare (staging.hpp): uploaded and
+// protected by stage(), unmapped here; cached ones stay hidden between requests. So are the
+// timed check's inputs until that launch: "inputs the kernel has not seen" must not be readable
+// by the launches before it. A copy that is also one of the case's inputs (the same file, one
+// cache entry) stays mapped: the candidate is given those bytes anyway, and the timed launches
+// copy from it.
+void CaseRunner::hide_secrets() {
+  std::set<const DeviceBuffer*> inputs;
+  for (const auto& d : st_.buffers) {
+    if (d.input.device) inputs.insert(d.input.device.get());
+  }
+  for (const auto& d : st_.buffers) {
+    for (const Source* src : {&d.expected, &d.timed_expected, &d.timed_input}) {
+      if (src->device && inputs.count(src->device.get()) == 0) s_.hide_staged(*src->device);
+    }
+  }
+}
+
 Source CaseRunner::stage(const std::string& path, std::uint64_t bytes, bool need_device) {
   Source src;
   if (req_.input_cache) {
@@ -156,7 +174,7 @@ Source CaseRunner::stage(const std::string& path, std::uint64_t bytes, bool need
 void CaseRunner::copy_into(const Source& src, CUdeviceptr dst, std::uint64_t bytes) {
   if (bytes == 0) return;
   if (src.device) {
-    // A hidden input (the timed check's, or a file that is also some case's expected values):
+    // A hidden input (the timed check's, or a file an earlier request hid as expected values):
     // the launch it is copied for is given these bytes anyway, so it is mapped for the copy,
     // once every launch before has finished.
     if (src.device->unmapped()) {
@@ -201,16 +219,9 @@ void CaseRunner::setup() {
     }
     const std::uint64_t expected_bytes =
         b.dtype ? b.bytes / scalar_size(*b.dtype) * expected_item_bytes : 0;
-    // Expected values are hidden from kernels until their compare (staging.hpp): uploaded and
-    // protected by stage(), unmapped here; cached ones stay hidden between requests. So are
-    // the timed check's inputs until that launch: "inputs the kernel has not seen" must not
-    // be readable in device memory by the launches before it.
     if (!b.expected.empty()) d.expected = stage(b.expected, expected_bytes, true);
     if (timed_check && !b.timed_expected.empty()) {
       d.timed_expected = stage(b.timed_expected, expected_bytes, true);
-    }
-    for (const Source* src : {&d.expected, &d.timed_expected, &d.timed_input}) {
-      if (src->device) s_.hide_staged(*src->device);
     }
 
     d.layout = make_layout(b.bytes, req_.guard_bytes);
@@ -232,6 +243,8 @@ void CaseRunner::setup() {
     }
     std::memcpy(slot.bytes, &d.data, sizeof d.data);
   }
+
+  hide_secrets();
 
   // Every allocation happens before the validation launch: running out of memory is then a
   // refused case (invalid_launch), never mistaken for a kernel fault.

@@ -93,6 +93,7 @@ class CaseRunner {
   enum class Phase { setup, launched };
 
   void setup();
+  void hide_secrets();
   Source stage(const std::string& path, std::uint64_t bytes, bool need_device);
   void copy_into(const Source& src, CUdeviceptr dst, std::uint64_t bytes);
   void launch();
