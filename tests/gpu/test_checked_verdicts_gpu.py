@@ -129,7 +129,7 @@ def test_a_kernel_resetting_earlier_verdicts_still_fails_every_check(harness_bin
 def test_the_references_copy_of_a_fixed_input_is_read_only(harness_binary: Path, files: dict[str, Path]) -> None:
     with HarnessProcess(harness_binary, 0, env={**os.environ, "KERNELOPT_HARNESS_REPORT_STAGED": "1"}) as proc:
         probe = proc.request(_request(files, "copy_ref", (0, 0)), timeout_s=120).answer
-        assert probe is not None and probe["staging"] == {"readonly": True, "reason": None}, probe
+        assert probe is not None and (probe["staging"]["readonly"], probe["staging"]["reason"]) == (True, None), probe
         target = _address(probe, "reference_input")
         answer = proc.request(_request(files, "blank", target), timeout_s=120).answer
         assert answer is not None
