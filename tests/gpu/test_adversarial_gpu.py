@@ -14,7 +14,9 @@ A kernel with `no_faster_than: "initial"` (the memoizers: with fresh inputs per 
 their cache never hits) may be `ok`, but then its score must not beat the workload's starting
 kernel, timed in the same session, by more than NO_GAIN_MARGIN.
 
-Timing is FAST (1 warm-up, 5 measured launches); the servers run with a short kernel timeout
+Timing is FAST (1 warm-up, 5 measured launches), except for the memoizers, timed with the seed's
+10 + 100 (SEED): with KERNELOPT_FRESH_LAUNCHES=16 (a redraw before 16 hidden measured launches, the
+others reusing the last draw) 5 launches would all be redrawn and their caches never tried. The servers run with a short kernel timeout
 (20 s) and compile limit (10 s), so the infinite loop and the compile bomb end quickly.
 KERNELOPT_ADVERSARIAL_ONLY=a.cu,b.cu re-runs a few kernels. If KERNELOPT_ADVERSARIAL_REPORT is
 set, each path adds its column to a markdown table written there (kernel, trick, expected
@@ -46,9 +48,16 @@ REPO = Path(__file__).resolve().parents[2]
 ADVERSARIAL = REPO / "tests" / "adversarial"
 CASES: list[dict[str, Any]] = json.loads((ADVERSARIAL / "cases.json").read_text())
 FAST = {"warmup": 1, "iterations": 5}
+SEED = {"warmup": 10, "iterations": 100}
 KERNEL_TIMEOUT_S = 20
 COMPILE_TIMEOUT_S = 10
-NO_GAIN_MARGIN = 0.10  # an ok memoizer's score must be >= 0.9 x its base kernel's (FAST timing is noisy)
+NO_GAIN_MARGIN = 0.10  # an ok memoizer's score must be >= 0.9 x its base kernel's
+
+
+def timing_of(cases: list[dict[str, Any]]) -> dict[str, int]:
+    """FAST, or SEED where a memoizer is among ``cases``: its cache can only pay on launches that
+    reuse inputs, which a fresh_launches subset leaves only among many measured launches."""
+    return SEED if any(c.get("no_faster_than") for c in cases) else FAST
 PATHS = {"mcp": "MCP session", "evaluate": "kernelopt evaluate", "optimize": "kernelopt optimize"}
 ENV = {"KERNELOPT_TIMEOUT": str(KERNEL_TIMEOUT_S), "KERNELOPT_COMPILE_TIMEOUT": str(COMPILE_TIMEOUT_S)}
 
@@ -150,7 +159,7 @@ def test_every_adversarial_kernel_gets_its_verdict_and_the_server_keeps_answerin
                 if case.get("compile_options"):
                     args["compile_options"] = case["compile_options"]
                 if case["tool"] == "benchmark":
-                    args.update(FAST)
+                    args.update(timing_of([case]))
                 if case["sanitize"]:
                     args["sanitize"] = True
                 r = await client.call_tool(case["tool"], args)
@@ -166,7 +175,7 @@ def test_every_adversarial_kernel_gets_its_verdict_and_the_server_keeps_answerin
                 base = None
                 if case.get("no_faster_than") and observed == "ok":
                     if wl not in base_score:  # the starting kernel, timed the same way in this session
-                        b = await client.call_tool("benchmark", {**good[wl], **FAST})
+                        b = await client.call_tool("benchmark", {**good[wl], **timing_of([case])})
                         base_score[wl] = None if b.is_error else b.structured_content.get("score_ms")
                     base = base_score[wl]
                 rows[case["file"]] = {"observed": observed, "message": message}
@@ -200,12 +209,13 @@ BASE = "base_initial"  # the workload's starting kernel, evaluated beside the me
 def test_every_adversarial_kernel_through_kernelopt_evaluate(harness_binary: Path, tmp_path: Path) -> None:
     rows: dict[str, dict[str, str]] = {}
     failures: list[str] = []
-    groups: dict[tuple[str, str, bool], list[dict[str, Any]]] = {}
+    groups: dict[tuple[str, str, bool, bool], list[dict[str, Any]]] = {}
     for case in selected():
-        groups.setdefault((case["workload"], case["tool"], case["sanitize"]), []).append(case)
+        key = (case["workload"], case["tool"], case["sanitize"], bool(case.get("no_faster_than")))
+        groups.setdefault(key, []).append(case)
     try:
-        for (wl, tool, sanitize), cases in groups.items():
-            folder = tmp_path / f"{wl}-{tool}{'-sanitize' if sanitize else ''}"
+        for (wl, tool, sanitize, memo), cases in groups.items():
+            folder = tmp_path / f"{wl}-{tool}{'-sanitize' if sanitize else ''}{'-memo' if memo else ''}"
             folder.mkdir()
             kernels = []
             for case in cases:
@@ -217,7 +227,8 @@ def test_every_adversarial_kernel_through_kernelopt_evaluate(harness_binary: Pat
                 shutil.copy(find_workload(wl, Settings()).root / "initial.cu", folder / f"{BASE}.cu")
                 kernels.append(str(folder / f"{BASE}.cu"))
             args = [wl, *kernels, "--harness", str(harness_binary), "--timeout", str(KERNEL_TIMEOUT_S), "--json"]
-            args += ["--warmup", str(FAST["warmup"]), "--iterations", str(FAST["iterations"])] if tool == "benchmark" else ["--no-benchmark"]
+            timing = timing_of(cases)
+            args += ["--warmup", str(timing["warmup"]), "--iterations", str(timing["iterations"])] if tool == "benchmark" else ["--no-benchmark"]
             if sanitize:
                 args.append("--sanitize")
             proc = kernelopt("evaluate", *args)
@@ -289,7 +300,7 @@ def test_every_adversarial_kernel_through_kernelopt_optimize(
                 code = agent_main([
                     "optimize", "--workload", wl, "--max-iterations", str(len(cases)), "--base-url", model.url,
                     "--harness", str(harness_binary), "--workspace", str(tmp_path / "ws"), "--results-dir", str(results),
-                    "--warmup", str(FAST["warmup"]), "--iterations", str(FAST["iterations"]), "--quiet",
+                    "--warmup", str(timing_of(cases)["warmup"]), "--iterations", str(timing_of(cases)["iterations"]), "--quiet",
                 ])
             run = results / "run-001"
             summary = json.loads((run / "summary.json").read_text())
