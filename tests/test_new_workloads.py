@@ -26,7 +26,16 @@ import jsonschema
 import ml_dtypes
 import numpy as np
 import pytest
-from test_tunable_kernels import LIMITS, REGISTERS_PER_SM, Config, load_tunable, options_for, resolved, valid_configs
+from test_tunable_kernels import (
+    LIMITS,
+    REGISTERS_PER_SM,
+    Config,
+    Tunable,
+    load_tunable,
+    options_for,
+    resolved,
+    valid_configs,
+)
 
 from kernelopt_mcp import expr
 from kernelopt_mcp.cli import main
@@ -39,7 +48,13 @@ from kernelopt_mcp.workspace import check_spec_size
 
 REPO = Path(__file__).resolve().parent.parent
 NEW = ["histogram", "gemm_bf16", "attention_fwd"]
-TUNABLE_NEW = ["histogram", "gemm_bf16"]
+# tunable kernels: "<workload>" for its tunable.json, "<workload>:<spec>" for another spec beside it
+TUNABLE_NEW = ["histogram", "gemm_bf16", "sgemm:tunable_3xtf32.json"]
+
+
+def _tunable(key: str) -> Tunable:
+    name, _, spec = key.partition(":")
+    return load_tunable(name, spec or "tunable.json")
 
 
 def _workload(name: str) -> Workload:
@@ -250,24 +265,26 @@ def test_reference_and_initial_compile_for_sm_90(name: str) -> None:
     assert not problems, "\n".join(problems)
 
 
-def _compile_sample(name: str) -> list[Config]:
+def _compile_sample(key: str) -> list[Config]:
     """Every configuration that compiles differently: all of histogram's (GRID is launch-only);
-    for gemm_bf16 (108 configurations, ~5 s each) the defaults and a seeded sample, or all of them
-    with KERNELOPT_TUNABLE_ALL=1 (they all compiled without spills when the space was set)."""
-    t = load_tunable(name)
+    for the tensor-core GEMMs (108 configurations each, ~5 s a compile) the defaults, two of the
+    hungriest (64x64 warp tiles, the deepest slices) and a seeded sample, or all of them with
+    KERNELOPT_TUNABLE_ALL=1 (they all compiled without spills when the spaces were set)."""
+    t = _tunable(key)
     configs = valid_configs(t.spec)
-    if name == "histogram":
+    if key == "histogram":
         return [c for c in configs if c["GRID"] == t.spec["defaults"]["GRID"]]
     if os.environ.get("KERNELOPT_TUNABLE_ALL") == "1":
         return configs
-    hungry = [c for c in configs if c["WM"] == c["WN"] == 64 and c["BK"] == 64]
+    deepest = max(t.spec["params"]["BK"])
+    hungry = [c for c in configs if c["WM"] == c["WN"] == 64 and c["BK"] == deepest]
     rest = [c for c in configs if c != t.spec["defaults"]]
-    return [t.spec["defaults"], *random.Random("gemm_bf16").sample(hungry, 2), *random.Random("gemm").sample(rest, 3)]
+    return [t.spec["defaults"], *random.Random(key).sample(hungry, 2), *random.Random(f"{key}-rest").sample(rest, 3)]
 
 
 @pytest.mark.parametrize("name", TUNABLE_NEW)
 def test_tunable_configurations_compile_without_spills(name: str) -> None:
-    t = load_tunable(name)
+    t = _tunable(name)
     configs = _compile_sample(name)
     with ThreadPoolExecutor(max_workers=2) as pool:
         found = pool.map(
@@ -280,7 +297,7 @@ def test_tunable_configurations_compile_without_spills(name: str) -> None:
 
 @pytest.mark.parametrize("name", TUNABLE_NEW)
 def test_tunable_defaults_are_valid_and_every_launch_resolves_and_covers_the_output(name: str) -> None:
-    t = load_tunable(name)
+    t = _tunable(name)
     spec = t.spec
     assert set(spec["defaults"]) == set(spec["params"]) and all(expr.evaluate(c, spec["defaults"]) for c in spec["constraints"])
     for param in spec["params"]:

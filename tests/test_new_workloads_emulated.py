@@ -54,7 +54,7 @@ template <class T> static inline T min(T a, T b) { return a < b ? a : b; }
 namespace emu {
 static unsigned long long xchg[2][1024][8];
 static unsigned xchg_count[1024];
-struct Copy { void* dst; const void* src; bool pred; };
+struct Copy { void* dst; const void* src; bool pred; int bytes; };
 static std::vector<Copy> open_group[1024];
 static std::vector<std::vector<Copy>> groups[1024];
 static int lin() { return fibers[current].lin; }
@@ -69,8 +69,9 @@ static const unsigned long long (*exchange(const unsigned long long (&mine)[8]))
 }  // namespace emu
 """
 
-PTX_EMU = r"""
-static inline void cp_async16(void* dst, const void* src, bool pred) { emu::open_group[emu::lin()].push_back({dst, src, pred}); }
+# cp.async and ldmatrix, shared by the bf16 and the tf32 kernels
+PTX_EMU_COPIES = r"""
+static inline void cp_async16(void* dst, const void* src, bool pred) { emu::open_group[emu::lin()].push_back({dst, src, pred, 16}); }
 static inline void cp_async_commit() {
     const int me = emu::lin();
     emu::groups[me].push_back(emu::open_group[me]);
@@ -80,7 +81,7 @@ template <int N> static inline void cp_async_wait() {   // the copies land now, 
     auto& g = emu::groups[emu::lin()];
     while ((int)g.size() > N) {
         for (const auto& c : g.front()) {
-            if (c.pred) std::memcpy(c.dst, c.src, 16); else std::memset(c.dst, 0, 16);
+            if (c.pred) std::memcpy(c.dst, c.src, c.bytes); else std::memset(c.dst, 0, c.bytes);
         }
         g.erase(g.begin());
     }
@@ -103,6 +104,9 @@ static inline void ldmatrix_x4_impl(unsigned (&r)[4], const void* p, bool trans)
 }
 static inline void ldmatrix_x4(unsigned (&r)[4], const void* p) { ldmatrix_x4_impl(r, p, false); }
 static inline void ldmatrix_x4_trans(unsigned (&r)[4], const void* p) { ldmatrix_x4_impl(r, p, true); }
+"""
+
+PTX_EMU = PTX_EMU_COPIES + r"""
 static inline void mma_bf16_16816(float (&d)[4], const unsigned (&a)[4], const unsigned (&b)[2]) {
     unsigned long long mine[8] = {a[0], a[1], a[2], a[3], b[0], b[1]};
     const auto* all = emu::exchange(mine);
@@ -114,6 +118,39 @@ static inline void mma_bf16_16816(float (&d)[4], const unsigned (&a)[4], const u
         const int row = g + 8 * (q >> 1), col = 2 * t + (q & 1);
         double s = 0;
         for (int k = 0; k < 16; ++k) s += (double)A(row, k) * B(k, col);   // exact: bf16 products
+        d[q] = (float)(d[q] + s);
+    }
+}
+"""
+
+# sgemm's 3xTF32 kernel (workloads/sgemm/tunable_3xtf32.cu): 4-byte cp.async, the TF32 split
+# (cvt.rna: round to nearest, ties away from zero, to 10 mantissa bits) and mma.m16n8k8 .tf32, whose
+# operands are read as TF32 (the low 13 bits ignored). Fragments, from the PTX ISA: A (16x8) a0 row
+# groupID, column threadID_in_group; a1 row + 8; a2 column + 4; a3 both; B (8x8) b0 row
+# threadID_in_group, column groupID, b1 row + 4; C as for m16n8k16.
+PTX_EMU_TF32 = PTX_EMU_COPIES + r"""
+static inline void cp_async4(void* dst, const void* src, bool pred) { emu::open_group[emu::lin()].push_back({dst, src, pred, 4}); }
+static inline float f32_of(unsigned u) { float f; std::memcpy(&f, &u, 4); return f; }
+static inline unsigned cvt_rna_tf32(float f) {
+    unsigned u; std::memcpy(&u, &f, 4);
+    if ((u & 0x7f800000u) == 0x7f800000u) return u;   // inf, nan: unchanged
+    return (u + 0x1000u) & 0xffffe000u;
+}
+static inline void split_tf32(unsigned x, unsigned& big, unsigned& small) {
+    big = cvt_rna_tf32(f32_of(x));
+    small = cvt_rna_tf32(f32_of(x) - f32_of(big));
+}
+static inline void mma_tf32_1688(float (&d)[4], const unsigned (&a)[4], const unsigned (&b)[2]) {
+    unsigned long long mine[8] = {a[0], a[1], a[2], a[3], b[0], b[1]};
+    const auto* all = emu::exchange(mine);
+    const int lane = emu::lin() & 31, g = lane >> 2, t = lane & 3;
+    auto tf32 = [](unsigned long long w) { return f32_of((unsigned)w & 0xffffe000u); };
+    auto A = [&](int row, int k) { return tf32(all[4 * (row & 7) + (k & 3)][(row >> 3) + 2 * (k >> 2)]); };
+    auto B = [&](int k, int n) { return tf32(all[4 * n + (k & 3)][4 + (k >> 2)]); };
+    for (int q = 0; q < 4; ++q) {
+        const int row = g + 8 * (q >> 1), col = 2 * t + (q & 1);
+        double s = 0;
+        for (int k = 0; k < 8; ++k) s += (double)A(row, k) * B(k, col);   // exact: tf32 products
         d[q] = (float)(d[q] + s);
     }
 }
@@ -183,6 +220,24 @@ int main(int argc, char** argv) {
             if (fail < 5) std::fprintf(stderr, "C[%zu] = %.9g, expected %.9g\n", i, c[i], ref[i]);
             ++fail; }
     if (!(A.guards_ok() && B.guards_ok() && C.guards_ok())) { std::fprintf(stderr, "guard words overwritten\n"); fail = 1; }
+#elif defined(WL_sgemm)
+    int M = atoi(argv[9]), N = atoi(argv[10]), K = atoi(argv[11]);
+    double rtol = atof(argv[12]), atol = atof(argv[13]);
+    Buf<float> A((size_t)M * K, mis, 12345.0f), B((size_t)K * N, 0, 12345.0f), C((size_t)M * N, 0, 12345.0f);
+    for (size_t i = 0; i < A.n; ++i) A.p()[i] = (float)(2 * urand() - 1);   // all 24 mantissa bits
+    for (size_t i = 0; i < B.n; ++i) B.p()[i] = (float)(2 * urand() - 1);
+    for (size_t i = 0; i < C.n; ++i) C.p()[i] = std::nanf("");
+    float *a = A.p(), *b = B.p(), *c = C.p();
+    emu::launch(grid, block, [&] { sgemm(a, b, c, M, N, K); });
+    for (int m = 0; m < M; ++m) for (int j = 0; j < N; ++j) {
+        double s = 0;
+        for (int k = 0; k < K; ++k) s += (double)a[(size_t)m * K + k] * b[(size_t)k * N + j];
+        const float got = c[(size_t)m * N + j];
+        if (!(std::fabs(got - s) <= atol + rtol * std::fabs(s))) {
+            if (fail < 5) std::fprintf(stderr, "C[%d, %d] = %.9g, expected %.9g\n", m, j, got, s);
+            ++fail; }
+    }
+    if (!(A.guards_ok() && B.guards_ok() && C.guards_ok())) { std::fprintf(stderr, "guard words overwritten\n"); fail = 1; }
 #elif defined(WL_attention_fwd)
     int Bn = atoi(argv[9]), Hn = atoi(argv[10]), S = atoi(argv[11]), D = atoi(argv[12]), causal = atoi(argv[13]);
     double rtol = atof(argv[14]), atol = atof(argv[15]);
@@ -231,17 +286,17 @@ int main(int argc, char** argv) {
 """
 
 
-def program(source: str) -> str:
-    """One C++ translation unit: the emulator, the kernel (includes dropped, PTX emulated), the driver."""
+def program(source: str, ptx: str = PTX_EMU) -> str:
+    """One C++ translation unit: the emulator, the kernel (includes dropped, PTX emulated by ``ptx``), the driver."""
     kernel = re.sub(r"^#include <cuda_bf16\.h>$", "", source, flags=re.MULTILINE)
-    kernel = re.sub(r"// PTX-BEGIN\n.*?// PTX-END\n", lambda _: PTX_EMU, kernel, flags=re.DOTALL)
+    kernel = re.sub(r"// PTX-BEGIN\n.*?// PTX-END\n", lambda _: ptx, kernel, flags=re.DOTALL)
     kernel = re.sub(r"extern __shared__ (\w+) (\w+)\[\];", r"\1* \2 = reinterpret_cast<\1*>(ko_emu_dyn_smem);", kernel)
     return CUDA_EMU + EMU_EXT + "static char* ko_emu_dyn_smem;\n#line 1 \"kernel.cu\"\n" + kernel + "\n#line 1 \"driver.cpp\"\n" + DRIVER
 
 
-def build(name: str, source: str, config: Config, directory: Path, tag: str) -> Path:
+def build(name: str, source: str, config: Config, directory: Path, tag: str, ptx: str = PTX_EMU) -> Path:
     cpp, exe = directory / f"{tag}.cpp", directory / tag
-    cpp.write_text(program(source))
+    cpp.write_text(program(source, ptx))
     cmd = [GXX or "g++", "-O1", "-std=c++17", "-w", f"-DWL_{name}", *(f"-D{k}={v}" for k, v in config.items()),
            str(cpp), "-o", str(exe)]
     done = subprocess.run(cmd, check=False, capture_output=True, text=True)
@@ -340,6 +395,46 @@ def test_the_gemm_emulation_catches_a_pipeline_or_fragment_bug(old: str, new: st
     broken = t.source.replace(old, new)
     assert broken != t.source
     assert gemm_failures(broken, t.spec["launch"]["default"], t.spec["defaults"], tmp_path, "broken")
+
+
+# --- sgemm on tensor cores (3xTF32) ---------------------------------------------------------------
+
+# the same shapes as gemm_bf16's (K % 4 == N % 4 == 0 takes the 16-byte cp.async path), each also with
+# A misaligned by one float (the 4-byte path); the workload's tolerance, tightened 10x
+SGEMM_CASES = [(1, 1, 1), (17, 33, 9), (127, 129, 61), (200, 136, 72), (70, 64, 328)]
+
+
+def sgemm_tc_failures(source: str, launch: dict[str, object], config: Config, directory: Path, tag: str) -> list[str]:
+    tol = load_workload(REPO / "workloads" / "sgemm").spec.tolerance["C"]
+    exe = build("sgemm", source, config, directory, tag, PTX_EMU_TF32)
+    return [f for m, n, k in SGEMM_CASES for mis in (0, 1)
+            if (f := run(exe, launch, {"M": m, "N": n, "K": k}, config, mis, [m, n, k, tol.rtol / 10, tol.atol / 10]))]
+
+
+@pytest.mark.parametrize("config", [
+    {"BM": 128, "BN": 128, "BK": 32, "WM": 64, "WN": 32, "STAGES": 3},
+    {"BM": 64, "BN": 128, "BK": 16, "WM": 32, "WN": 32, "STAGES": 2},
+    {"BM": 128, "BN": 256, "BK": 16, "WM": 64, "WN": 64, "STAGES": 4},
+    {"BM": 256, "BN": 64, "BK": 32, "WM": 64, "WN": 32, "STAGES": 4},
+])
+def test_sgemm_3xtf32_tunable_matches_float64(config: Config, tmp_path: Path) -> None:
+    t = load_tunable("sgemm", "tunable_3xtf32.json")
+    failures = sgemm_tc_failures(t.source, t.spec["launch"]["default"], config, tmp_path, "tc")
+    assert not failures, "\n".join(failures)
+
+
+@pytest.mark.parametrize(("old", "new"), [
+    ("cp_async_wait<STAGES - 2>();", "cp_async_wait<STAGES - 1>();"),   # reads a slice before it lands
+    ("(lane >> 4) * 4);", "(lane >> 4) * 8);"),   # wrong ldmatrix column for a2 / a3
+    ("col[4 * BS_LD]", "col[BS_LD]"),   # wrong row for b1
+    # plain TF32: the small terms dropped (what tests/adversarial/sgemm_tf32.cu does), too coarse
+    ("mma_tf32_1688(acc[i][j], a_big, b_small[j]);\n                    mma_tf32_1688(acc[i][j], a_small, b_big[j]);", ""),
+])
+def test_the_sgemm_3xtf32_emulation_catches_a_pipeline_fragment_or_precision_bug(old: str, new: str, tmp_path: Path) -> None:
+    t = load_tunable("sgemm", "tunable_3xtf32.json")
+    broken = t.source.replace(old, new)
+    assert broken != t.source
+    assert sgemm_tc_failures(broken, t.spec["launch"]["default"], t.spec["defaults"], tmp_path, "broken")
 
 
 # --- attention_fwd --------------------------------------------------------------------------------

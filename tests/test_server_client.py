@@ -34,6 +34,9 @@ async def test_tunable_files_are_resources_and_every_resource_has_a_title(config
             by_uri = {str(r.uri): r for r in resources}
             assert "kernelopt://workloads/sgemm/tunable.json" in by_uri
             assert "kernelopt://workloads/sgemm/tunable.cu" in by_uri
+            # the other autotune specs beside tunable.json, and their kernels, with titles that say so
+            assert by_uri["kernelopt://workloads/sgemm/tunable_3xtf32.json"].title == "sgemm: autotune spec (tunable_3xtf32.json)"
+            assert by_uri["kernelopt://workloads/sgemm/tunable_3xtf32.cu"].title == "sgemm: tunable kernel"
             assert all(r.title for r in resources), [r.name for r in resources if not r.title]
             templates = (await client.list_resource_templates()).resource_templates
             assert templates and all(t.title for t in templates)
@@ -59,7 +62,7 @@ async def test_completion_of_the_prompts_workload_and_the_templates_arguments(co
             ref = ResourceTemplateReference(type="ref/resource", uri="kernelopt://workloads/{name}/{file}")
             assert (await client.complete(ref, {"name": "name", "value": "vec"})).completion.values == ["vector_add"]
             files = await client.complete(ref, {"name": "file", "value": "t"}, {"name": "sgemm"})
-            assert files.completion.values == ["tunable.cu", "tunable.json"]
+            assert files.completion.values == ["tunable.cu", "tunable.json", "tunable_3xtf32.cu", "tunable_3xtf32.json"]
     finally:
         service.close()
 

@@ -53,10 +53,10 @@ class Tunable:
     source: str
 
 
-def load_tunable(name: str) -> Tunable:
-    """workloads/<name>/tunable.json, its source and the workload beside it."""
+def load_tunable(name: str, spec_file: str = "tunable.json") -> Tunable:
+    """workloads/<name>/tunable.json (or another spec beside it), its source and the workload."""
     root = REPO / "workloads" / name
-    spec = json.loads((root / "tunable.json").read_text())
+    spec = json.loads((root / spec_file).read_text())
     return Tunable(load_workload(root), spec, (root / spec["source"]).read_text())
 
 

@@ -29,22 +29,30 @@ def _workload_files(wl: Workload) -> list[str]:
 
 
 def _tunable_files(wl: Workload) -> list[str]:
-    """tunable.json and the source it names (what autotune tunes when given neither spec nor path)."""
-    if wl.root is None or not (wl.root / "tunable.json").is_file():
+    """tunable.json (what autotune tunes when given neither spec nor path), the other autotune
+    specs beside it (tunable_<variant>.json: pass one as tunable_path), and the sources they name."""
+    if wl.root is None:
         return []
-    try:
-        spec = json.loads(read_regular_bytes(wl.root / "tunable.json", MAX_RESOURCE_BYTES))
-    except (OSError, ValueError):
-        return ["tunable.json"]
-    source = spec.get("source") if isinstance(spec, dict) else None
-    return ["tunable.json", *([source] if isinstance(source, str) else [])]
+    specs = sorted(p.name for p in wl.root.glob("tunable*.json") if p.is_file())
+    specs.sort(key=lambda n: n != "tunable.json")
+    files: list[str] = []
+    for name in specs:
+        files.append(name)
+        try:
+            spec = json.loads(read_regular_bytes(wl.root / name, MAX_RESOURCE_BYTES))
+        except (OSError, ValueError):
+            continue
+        source = spec.get("source") if isinstance(spec, dict) else None
+        if isinstance(source, str):
+            files.append(source)
+    return files
 
 
 def _title(file: str) -> str:
     return {
         "workload.json": "spec (workload.json)", "reference.cu": "CUDA reference", "reference.py": "NumPy oracle",
         "initial.cu": "starting kernel", "tunable.json": "autotune spec (tunable.json)",
-    }.get(file, "tunable kernel" if file.endswith(".cu") else file)
+    }.get(file, "tunable kernel" if file.endswith(".cu") else f"autotune spec ({file})" if file.startswith("tunable") else file)
 
 
 def register_resources(app: MCPServer, service: KerneloptService) -> None:
@@ -60,7 +68,8 @@ def register_resources(app: MCPServer, service: KerneloptService) -> None:
     app.resource(
         "kernelopt://workloads/{name}/{file}", name="workload file", title="Workload file", mime_type="text/plain",
         description="a workload's workload.json, reference.cu, reference.py, initial.cu, and where it has them "
-        "tunable.json and its tunable kernel (what autotune tunes by default) (read-only)",
+        "tunable.json and its tunable kernel (what autotune tunes by default), and other autotune specs "
+        "(tunable_<variant>.json, for autotune's tunable_path) with their kernels (read-only)",
     )(read_workload_file)
 
     for name in service.workloads():

@@ -34,7 +34,8 @@ pytestmark = pytest.mark.gpu
 FAST = EvaluateOptions(warmup=3, iterations=20, timeout_s=120)
 
 # besides the defaults: a configuration expected to be fast, and ones that exercise other code
-# paths (warp-per-row, two-pass reduction, 64-wide tiles, the largest blocks)
+# paths (warp-per-row, two-pass reduction, 64-wide tiles, the largest blocks). A key
+# "<workload>:<spec>" names another tunable spec beside the workload's tunable.json.
 CONFIGS: dict[str, list[dict[str, int]]] = {
     "sgemm": [
         {"BM": 128, "BN": 128, "BK": 8, "TM": 8, "TN": 8, "MINB": 2},
@@ -72,6 +73,12 @@ CONFIGS: dict[str, list[dict[str, int]]] = {
         {"BM": 128, "BN": 128, "BK": 64, "WM": 64, "WN": 64, "STAGES": 3},
         {"BM": 64, "BN": 128, "BK": 64, "WM": 32, "WN": 64, "STAGES": 2},
     ],
+    # sgemm on tensor cores at FP32 accuracy: the tolerance is sgemm's, on every case
+    "sgemm:tunable_3xtf32.json": [
+        {"BM": 128, "BN": 256, "BK": 16, "WM": 64, "WN": 64, "STAGES": 4},
+        {"BM": 256, "BN": 128, "BK": 32, "WM": 64, "WN": 64, "STAGES": 3},
+        {"BM": 64, "BN": 64, "BK": 16, "WM": 32, "WN": 32, "STAGES": 2},
+    ],
 }
 
 
@@ -79,8 +86,9 @@ CONFIGS: dict[str, list[dict[str, int]]] = {
 def test_tunable_kernel_passes_every_case_at_several_configs(
     name: str, proc: HarnessProcess, device: DeviceInfo, tmp_path: Path
 ) -> None:
-    t = load_tunable(name)
-    wl = find_workload(name, Settings())
+    workload, _, spec = name.partition(":")
+    t = load_tunable(workload, spec or "tunable.json")
+    wl = find_workload(workload, Settings())
     configs = [t.spec["defaults"], *CONFIGS[name]]
     failures = []
     with Session(wl, proc, device, workdir=tmp_path, options=FAST) as ev:
@@ -88,7 +96,7 @@ def test_tunable_kernel_passes_every_case_at_several_configs(
         for config in configs:
             assert satisfies(t.spec, config), config
             candidate = Candidate(t.source, concrete_launch(t.spec, config), options_for(t.spec, config),
-                                  name=f"{name}-tunable")
+                                  name=f"{workload}-{Path(spec).stem if spec else 'tunable'}")
             result = evaluate(ev, candidate)
             bad = [f"{c.name}: {c.status.value} {c.message}" for c in result.cases
                    if c.status is not Status.ok or not all(o.passed for o in c.outputs)]
