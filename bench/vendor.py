@@ -17,8 +17,8 @@ and times the vendor's routine on the same performance cases:
   floor is moving their bytes once.
 
 The ratio is the vendor's time over ours (copy: our bytes per second over the copy rate): above 1,
-ours is faster. Targets are issue 16's; a row without one is reported, not judged. attention_fwd
-has no tunable kernel: its CUDA reference is shown. Run on the H200 in pieces (each entry is a few
+ours is faster. Targets are issue 16's; a row without one is reported, not judged. Run on the H200
+in pieces (each entry is a few
 minutes at the default budget): ``--only sgemm_3xtf32 --only sgemm``.
 """
 
@@ -69,7 +69,9 @@ ENTRIES: dict[str, Entry] = {
     "sgemm_3xtf32": Entry("sgemm", "tunable_3xtf32.json", "cublas", 1.2, ("square_4096", "wide_2048x8192x1024"),
                           "tensor cores at FP32 accuracy; issue 16: >= 1.2x cuBLAS FP32 at 4096^3 and 2048x8192x1024"),
     "gemm_bf16": Entry("gemm_bf16", "tunable.json", "torch", 0.9, note="torch.matmul on bf16 (cuBLAS, bf16 out; ours writes fp32)"),
-    "attention_fwd": Entry("attention_fwd", None, "torch", 1.0, note="no tunable kernel yet: the CUDA reference against SDPA (flash)"),
+    "attention_fwd": Entry("attention_fwd", "tunable.json", "torch", 1.0,
+                           ("d128_4x32x4096", "d128_4x32x4096_causal", "d64_4x32x4096", "d64_4x32x4096_causal"),
+                           "issue 16: >= 1.0x PyTorch SDPA (flash backend)"),
     "softmax": Entry("softmax", "tunable.json", "torch", 2.0, ("square_8192",), "issue 16: >= 2x PyTorch at 8192x8192"),
     "layernorm": Entry("layernorm", "tunable.json", "copy", 0.85, note="issue 16: >= 85% of copy"),
     "transpose": Entry("transpose", "tunable.json", "copy", 0.9, note="issue 16: >= 90% of copy at every size"),

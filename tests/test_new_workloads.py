@@ -6,8 +6,8 @@ enforces; its NumPy oracle agrees with an independent formula on small cases dra
 library's own generators; its tolerance admits float32-accumulation results and rejects the
 cheaper arithmetic it is meant to reject; every CUDA source (reference, initial, tunable) compiles
 with NVRTC for sm_90 with the signature's parameters and no spills; every tunable configuration's
-launch resolves for every case and covers the output (attention_fwd has no tunable kernel yet). tests/test_new_workloads_emulated.py runs
-the kernels on the CPU; tests/gpu/test_new_workloads_gpu.py on an H200.
+launch resolves for every case and covers the output (sgemm's 3xTF32 tunable too).
+tests/test_new_workloads_emulated.py runs the kernels on the CPU; tests/gpu/test_new_workloads_gpu.py on an H200.
 """
 
 from __future__ import annotations
@@ -49,7 +49,7 @@ from kernelopt_mcp.workspace import check_spec_size
 REPO = Path(__file__).resolve().parent.parent
 NEW = ["histogram", "gemm_bf16", "attention_fwd"]
 # tunable kernels: "<workload>" for its tunable.json, "<workload>:<spec>" for another spec beside it
-TUNABLE_NEW = ["histogram", "gemm_bf16", "sgemm:tunable_3xtf32.json"]
+TUNABLE_NEW = ["histogram", "gemm_bf16", "attention_fwd", "sgemm:tunable_3xtf32.json"]
 
 
 def _tunable(key: str) -> Tunable:
@@ -274,6 +274,9 @@ def _compile_sample(key: str) -> list[Config]:
     configs = valid_configs(t.spec)
     if key == "histogram":
         return [c for c in configs if c["GRID"] == t.spec["defaults"]["GRID"]]
+    if key == "attention_fwd":  # 21 configurations, each compiling four head-dim instances
+        return configs if os.environ.get("KERNELOPT_TUNABLE_ALL") == "1" else [
+            t.spec["defaults"], *[c for c in configs if c["BKV"] == 128 or (c["WARPS"] == 8 and c["QREG"] == 1)]]
     if os.environ.get("KERNELOPT_TUNABLE_ALL") == "1":
         return configs
     deepest = max(t.spec["params"]["BK"])
@@ -310,6 +313,11 @@ def test_tunable_defaults_are_valid_and_every_launch_resolves_and_covers_the_out
             s = case.scalars
             if name == "histogram":
                 assert r.block == (config["THREADS"], 1, 1) and 1 <= r.grid[0] <= config["GRID"]
+            elif name == "attention_fwd":
+                rows = 16 * config["WARPS"]
+                assert r.block == (32 * config["WARPS"], 1, 1) and r.grid[1] == s["B"] * s["H"]
+                assert r.grid[0] * rows >= s["S"] and (r.grid[0] - 1) * rows < s["S"]
+                assert r.shared_bytes <= LIMITS.max_shared_bytes_per_block_optin
             else:
                 warps = (config["BM"] // config["WM"]) * (config["BN"] // config["WN"])
                 assert r.block == (32 * warps, 1, 1) and 4 <= warps <= 8

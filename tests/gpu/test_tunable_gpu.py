@@ -73,6 +73,11 @@ CONFIGS: dict[str, list[dict[str, int]]] = {
         {"BM": 128, "BN": 128, "BK": 64, "WM": 64, "WN": 64, "STAGES": 3},
         {"BM": 64, "BN": 128, "BK": 64, "WM": 32, "WN": 64, "STAGES": 2},
     ],
+    "attention_fwd": [
+        {"WARPS": 8, "BKV": 64, "QREG": 1},
+        {"WARPS": 4, "BKV": 128, "QREG": 0},
+        {"WARPS": 2, "BKV": 16, "QREG": 0},
+    ],
     # sgemm on tensor cores at FP32 accuracy: the tolerance is sgemm's, on every case
     "sgemm:tunable_3xtf32.json": [
         {"BM": 128, "BN": 256, "BK": 16, "WM": 64, "WN": 64, "STAGES": 4},
