@@ -4,29 +4,22 @@ H200 (bench/README.md)."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import sys
 from pathlib import Path
 from types import ModuleType
 
 import pytest
+from bench_scripts import load_bench_script
 from fakegpu import write_harness, write_tiny_workload
 from rich.console import Console
 
 from kernelopt_mcp import Settings
 
-REPO = Path(__file__).resolve().parent.parent
-
 
 @pytest.fixture(scope="module")
 def run() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("kernelopt_bench_run", REPO / "bench" / "run.py")
-    assert spec and spec.loader
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up
-    spec.loader.exec_module(module)
-    return module
+    return load_bench_script("run.py")
 
 
 @pytest.fixture
@@ -139,10 +132,7 @@ def test_main_json(run: ModuleType, bench, tmp_path: Path, monkeypatch: pytest.M
 
 
 def test_record_timings_writes_fixtures_the_stats_tests_load(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    spec = importlib.util.spec_from_file_location("kernelopt_bench_record", REPO / "bench" / "record_timings.py")
-    assert spec and spec.loader
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    module = load_bench_script("record_timings.py")
     settings = Settings(harness=write_harness(tmp_path, "fake"), workload_dirs=(write_tiny_workload(tmp_path / "extra"),))
     vectors = (("fake_4096", "tiny_add", "n_4096", None, True), ("fake_2048_noflush", "tiny_add", "n_4096", {"n": 2048}, False))
     written = module.record(settings, tmp_path / "out", vectors, iterations=30, warmup=2)

@@ -3,13 +3,11 @@ change that breaks it is caught on CPU. No timing is asserted: the figures are i
 
 from __future__ import annotations
 
-import importlib.util
 import json
 from pathlib import Path
 
 import pytest
-
-REPO = Path(__file__).resolve().parent.parent
+from bench_scripts import load_bench_script
 
 
 def test_the_candidates_bench_compares_each_n(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
@@ -18,10 +16,7 @@ def test_the_candidates_bench_compares_each_n(monkeypatch: pytest.MonkeyPatch, c
         monkeypatch.setenv(key, "restored after the test")  # the script sets them for its runs
     monkeypatch.delenv("OPENAI_BASE_URL", raising=False)
     monkeypatch.chdir(tmp_path)
-    spec = importlib.util.spec_from_file_location("kernelopt_bench_cpm", REPO / "bench" / "candidates_per_minute.py")
-    assert spec and spec.loader
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    module = load_bench_script("candidates_per_minute.py")
     assert module.main(["--delay", "0", "--iterations", "1", "--candidates", "1,2", "--json"]) == 0
     rows = json.loads(capsys.readouterr().out)
     assert [(r["candidates_per_iteration"], r["evaluated"]) for r in rows] == [(1, 1), (2, 2)]

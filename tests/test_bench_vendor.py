@@ -5,29 +5,23 @@ figures come from the H200."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import sys
 from pathlib import Path
 from types import ModuleType, SimpleNamespace
 
 import pytest
+from bench_scripts import load_bench_script
 from fakegpu import kernel, write_harness, write_tiny_workload
 
 from kernelopt_mcp import Settings
 
-REPO = Path(__file__).resolve().parent.parent
 COPY_RATE = 2e9  # bytes/s the pretend calibration reports
 
 
 @pytest.fixture(scope="module")
 def vendor() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("kernelopt_bench_vendor", REPO / "bench" / "vendor.py")
-    assert spec and spec.loader
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up
-    spec.loader.exec_module(module)
-    return module
+    return load_bench_script("vendor.py")
 
 
 @pytest.fixture
