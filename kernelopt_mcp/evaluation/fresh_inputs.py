@@ -3,7 +3,8 @@
 The harness redraws input buffers on the device before every warm-up and measured launch
 (native_harness/PROTOCOL.md, "Fresh inputs and checked launches"), from the case's own
 generator: ``uniform``, ``normal`` and ``randint`` map to the support module's ``ko_fill_<dtype>``
-(Philox4x32-10 keyed by a hidden per-request seed; same distribution and range as
+(Philox4x32-10 keyed per draw by a PRF of a hidden per-request seed, which never reaches the
+device; same distribution and range as
 :func:`kernelopt_mcp.evaluation.inputs.generate`, not the same bits). ``arange`` and ``constant`` buffers are
 deterministic and data files are the user's bytes: those are not redrawn (a data file that
 records ``drawn_from``, as a frozen ``optimize`` run's do, is redrawn from that generator).

@@ -6,6 +6,7 @@
 #include <limits>
 #include <set>
 
+#include "draw_key.hpp"
 #include "errors.hpp"
 #include "file_io.hpp"
 #include "response.hpp"
@@ -324,8 +325,9 @@ void CaseRunner::prepare_timed_launch(bool flush, bool redraw) {
 void CaseRunner::draw(const DeviceArg& d, CUdeviceptr dst, std::uint64_t draw_index) {
   const auto& b = d.spec->buffer;
   const CUfunction fill = s_.support().function(fill_kernel_name(*b.dtype));
+  // each draw's own key, never the request's seed (draw_key.hpp says why)
   enqueue_fill(drv_, fill, s_.sm_count(), s_.stream(), dst, b.bytes / scalar_size(*b.dtype),
-               *spec_.fresh_seed, draw_index, d.index, *b.fresh);
+               draw_key(*spec_.fresh_seed, draw_index, d.index), draw_index, d.index, *b.fresh);
 }
 
 }  // namespace kernelopt::detail

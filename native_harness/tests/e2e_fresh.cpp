@@ -81,7 +81,7 @@ TEST_CASE(
             {"checked_launches", {0, 1, 2}},
             {"check_launch", launch()}};
   const auto r = run_request(with_reference(request_v2("axpy_kernel", {c}), "axpy_kernel"),
-                             {"FAKE_CUDA_STATS=1"});
+                             {"FAKE_CUDA_STATS=1", "FAKE_CUDA_WATCH_SEED=7"});
   CHECK_MSG(r.rc == 0, r.out + r.err);
   const auto& res = r.answer["cases"][0];
   CHECK_MSG(res["status"] == "ok" && res["timed_checks"].size() == 3, res.dump());
@@ -93,6 +93,9 @@ TEST_CASE(
   // launch): 3 measured batches and the launch-overhead one.
   const auto st = stats_of(r);
   CHECK_MSG(st.fills == 8 + 6 && st.spins == 3 + 1, r.err);
+  // Each (draw, buffer) has its own key, which the reference's redraws share; the request's
+  // fresh_seed itself never reaches the device (draw_key.hpp).
+  CHECK_MSG(st.fill_keys == 8 && st.watched_fills == 0, r.err);
 }
 
 TEST_CASE(

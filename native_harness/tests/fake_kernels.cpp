@@ -372,6 +372,10 @@ void fill_run(void** p) {
   const auto b = arg<double>(p, 7);
   const auto low = arg<std::int64_t>(p, 8);
   const auto range = arg<std::uint64_t>(p, 9);
+  g_fill_keys.insert(seed);
+  if (const char* watch = std::getenv("FAKE_CUDA_WATCH_SEED");
+      watch && std::strtoull(watch, nullptr, 10) == seed)
+    ++g_watched_fills;
   for (std::uint64_t i = 0; i < n; ++i) {
     const std::uint64_t h = mix(seed ^ mix(launch * 0x100000001B3ull + buffer) ^ mix(i));
     const double u = static_cast<double>(h >> 11) * 0x1p-53;

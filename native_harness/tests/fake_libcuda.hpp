@@ -21,8 +21,10 @@ inline CUresult g_sticky = CUDA_SUCCESS;   // once set, every call returns it, l
 inline CUresult g_pending = CUDA_SUCCESS;  // an asynchronous fault surfacing at the next sync
 inline double g_clock_ms = 0;              // advanced by kernels; read by event records
 inline unsigned long g_launches = 0;
-inline unsigned long g_fills = 0;         // ko_fill_<dtype> launches
-inline unsigned long g_ref_compares = 0;  // ko_compare_ref_<dtype> launches
+inline unsigned long g_fills = 0;            // ko_fill_<dtype> launches
+inline std::set<std::uint64_t> g_fill_keys;  // the distinct keys the fills were given
+inline unsigned long g_watched_fills = 0;    // fills given the key in FAKE_CUDA_WATCH_SEED
+inline unsigned long g_ref_compares = 0;     // ko_compare_ref_<dtype> launches
 
 inline std::map<std::uintptr_t, std::size_t> g_allocs;
 inline std::set<void*> g_events;
