@@ -47,7 +47,7 @@ EMULATED: dict[str, list[Config]] = {
     "sgemm": [{"BM": 128, "BN": 128, "BK": 8, "TM": 8, "TN": 8, "MINB": 2}],
     "softmax": [{"TPR": 64, "RPB": 2, "VPT": 4}],
     "reduce_sum": [{"THREADS": 128, "BPS": 2, "UNROLL": 4, "TWO_PASS": 1}],
-    "transpose": [{"TILE": 64, "ROWS": 16}],
+    "transpose": [{"TILE": 64, "ROWS": 16, "STCS": 0}],
     "layernorm": [{"TPR": 32, "RPB": 4, "VPT": 8}],
 }
 

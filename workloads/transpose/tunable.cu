@@ -4,7 +4,11 @@
 // through shared memory padded by one float per row (no bank conflicts on the transposed
 // read). The block has TILE x ROWS threads; each thread handles TILE / ROWS elements, read
 // along a row of `in` (coalesced) and written along a row of `out` (coalesced). Edge tiles are
-// guarded element by element, so any rows and cols work.
+// guarded element by element, so any rows and cols work. STCS = 1 writes interior tiles with
+// streaming stores (evict-first: the output is not read again); STCS = 0 with plain stores,
+// which keep a partly written 32-byte sector in L2 until the neighbouring tile fills the rest:
+// where rows is not a multiple of 8 every output row starts mid-sector, and a sector evicted
+// half written costs DRAM a read-modify-write.
 // Launch: grid (ceil_div(cols, TILE), ceil_div(rows, TILE)), block (TILE, ROWS).
 
 #ifndef TILE
@@ -12,6 +16,9 @@
 #endif
 #ifndef ROWS
 #define ROWS 8
+#endif
+#ifndef STCS
+#define STCS 1
 #endif
 
 static_assert(TILE % ROWS == 0, "ROWS must divide TILE");
@@ -32,7 +39,10 @@ transpose(const float* __restrict__ in, float* __restrict__ out, int rows, int c
         const int r = r0 + tx;
 #pragma unroll
         for (int j = 0; j < TILE; j += ROWS)
-            __stcs(out + (size_t)(c0 + ty + j) * rows + r, tile[tx][ty + j]);
+            if (STCS)
+                __stcs(out + (size_t)(c0 + ty + j) * rows + r, tile[tx][ty + j]);
+            else
+                out[(size_t)(c0 + ty + j) * rows + r] = tile[tx][ty + j];
     } else {
 #pragma unroll
         for (int j = 0; j < TILE; j += ROWS) {
