@@ -172,16 +172,9 @@ def execute(opt: Any, display: Any, console: Console, started: Any = None) -> in
     resumed = started is not None
 
     def terminate(signum: int, frame: Any) -> None:
-        # Raised where the main thread is, for Ctrl-C too. Left to asyncio, SIGINT cancels the main
-        # task instead, and that cancellation could be absorbed on its way out of the MCP client's
-        # task groups: CI saw a run go on after Ctrl-C and ask the model again.
-        raise KeyboardInterrupt() if signum == signal.SIGINT else KeyboardInterrupt(f"signal {signum}")
+        raise KeyboardInterrupt(f"signal {signum}")
 
-    previous = {
-        signum: signal.signal(signum, terminate)
-        for signum in (signal.SIGTERM, signal.SIGINT)
-        if signal.getsignal(signum) is not signal.SIG_IGN  # a background job's ignored Ctrl-C stays ignored
-    }
+    previous = signal.signal(signal.SIGTERM, terminate)
     status, error, code = "completed", None, EXIT_OK
     try:
         anyio.run(opt.run_loop)
@@ -198,8 +191,7 @@ def execute(opt: Any, display: Any, console: Console, started: Any = None) -> in
             console.print_exception() if cause is raised else console.print(f"{error_text(cause)}", markup=False)
         opt.stop_reason = {"failed": "error", "interrupted": "interrupted"}.get(status, "")
     finally:
-        for signum, handler in previous.items():
-            signal.signal(signum, handler)
+        signal.signal(signal.SIGTERM, previous)
         if not (started() if resumed else opt.device is not None or opt.records):  # it never started (no GPU, no server)
             error = (error or status).replace(f"; see {run.path / 'server.log'}", "") + server_log_tail(run.path)
             if not resumed:  # leave no run behind; a resumed run stays as it was
