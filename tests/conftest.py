@@ -7,6 +7,7 @@ fails the run instead of skipping, so a GPU run can never pass silently.
 from __future__ import annotations
 
 import os
+import signal
 from pathlib import Path
 
 import pytest
@@ -19,6 +20,12 @@ REPO = Path(__file__).resolve().parent.parent
 # CLI honours (its tables and a child's would be narrower than on a pipe, where the default is 160).
 for _name in ("COLUMNS", "LINES"):
     os.environ.pop(_name, None)
+
+# Started as a background job of a non-interactive shell (`cmd &` in a script), a process inherits
+# SIGINT ignored, and so does every optimizer the tests start: the Ctrl-C tests would then see no
+# Ctrl-C (the run goes on). They test a terminal's default, so the tests run with it.
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
