@@ -33,7 +33,10 @@ def _tunable_files(wl: Workload) -> list[str]:
     specs beside it (tunable_<variant>.json: pass one as tunable_path), and the sources they name."""
     if wl.root is None:
         return []
-    specs = sorted(p.name for p in wl.root.glob("tunable*.json") if p.is_file())
+    root = wl.root.resolve()
+    # only regular files that are the workload's own: a link out of the directory is never served
+    specs = sorted(p.name for p in wl.root.glob("tunable*.json")
+                   if not p.is_symlink() and p.is_file() and p.resolve().parent == root)
     specs.sort(key=lambda n: n != "tunable.json")
     files: list[str] = []
     for name in specs:
