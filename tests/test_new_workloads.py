@@ -209,27 +209,36 @@ def test_attention_oracle_matches_logsumexp_rows_and_the_edge_cases() -> None:
             np.testing.assert_array_equal(got[:, :, 0], arrays["v"][:, :, 0].astype(np.float64))
 
 
-def test_attention_tolerance_admits_bf16_probabilities_and_rejects_wrong_math() -> None:
+@pytest.mark.parametrize("case", ["odd_1x3x257x128_causal", "long_1x1x1500x64_causal", "odd_2x1x100x128"])
+def test_attention_tolerance_admits_bf16_probabilities_and_rejects_wrong_math(case: str) -> None:
+    """The causal cases are the hard ones: their first rows average few keys, so they are many
+    times RMS(o), and the bf16 rounding of P is relative to them (atol 1e-2 failed on the H200 at
+    1x3x257 and 1x1x1500; this test, with that rounding modelled, fails at 1e-2)."""
     wl, reference = _workload("attention_fwd"), _oracle("attention_fwd")
     tol = wl.spec.tolerance_for("o")
-    s = dict(wl.spec.case("odd_1x3x257x128_causal").scalars)
-    arrays = _case_inputs(wl, "odd_1x3x257x128_causal")
+    s = dict(wl.spec.case(case).scalars)
+    arrays = _case_inputs(wl, case)
     expected = reference(**arrays, **s)["o"]
-    q, k, v = (arrays[n].astype(np.float64) for n in "qkv")
-    mask = np.triu(np.ones((s["S"], s["S"]), dtype=bool), k=1)
+    q, k, v = (arrays[n].astype(np.float32) for n in "qkv")
+    causal_mask = np.triu(np.ones((s["S"], s["S"]), dtype=bool), k=1) if s["causal"] else None
 
-    def attend(scale: float, mask: np.ndarray, p_dtype: Any) -> np.ndarray:
-        scores = np.einsum("bhid,bhjd->bhij", q, k) * scale
-        scores[..., mask] = -np.inf
-        p = np.exp(scores - scores.max(axis=-1, keepdims=True))
-        out = np.einsum("bhij,bhjd->bhid", p.astype(p_dtype).astype(np.float64), v) / p.sum(axis=-1, keepdims=True)
+    def attend(scale: float, mask: np.ndarray | None, p_dtype: Any, s_dtype: Any = np.float32) -> np.ndarray:
+        scores = (np.einsum("bhid,bhjd->bhij", q, k) * np.float32(scale)).astype(s_dtype).astype(np.float32)
+        if mask is not None:
+            scores[..., mask] = -np.inf
+        p = np.exp(scores - scores.max(axis=-1, keepdims=True))  # float32, as a kernel keeps them
+        out = np.einsum("bhij,bhjd->bhid", p.astype(p_dtype).astype(np.float32), v) / p.sum(axis=-1, keepdims=True)
         return out.astype(ml_dtypes.bfloat16)  # o is bf16
 
-    flash_like = attend(1 / math.sqrt(s["D"]), mask, ml_dtypes.bfloat16)  # P rounded to bf16 for P @ V
-    assert compare("o", expected, flash_like, tol).passed
-    assert not compare("o", expected, attend(1 / s["D"], mask, np.float32), tol).passed  # 1/D scale
-    off_by_one = np.triu(np.ones_like(mask), k=2)  # key i + 1 visible
-    assert not compare("o", expected, attend(1 / math.sqrt(s["D"]), off_by_one, np.float32), tol).passed
+    right = 1 / math.sqrt(s["D"])
+    flash_like = attend(right, causal_mask, ml_dtypes.bfloat16)  # P rounded to bf16
+    # with a 2x margin: other inputs (the hidden seeds) and a kernel's own rounding order move the error
+    half = compare("o", expected, flash_like, tol.model_copy(update={"atol": tol.atol / 2}))
+    assert half.passed, half.summary()
+    assert not compare("o", expected, attend(1 / s["D"], causal_mask, np.float32), tol).passed  # 1/D scale
+    if causal_mask is not None:
+        off_by_one = np.triu(np.ones_like(causal_mask), k=2)  # key i + 1 visible
+        assert not compare("o", expected, attend(right, off_by_one, np.float32), tol).passed
 
 
 # --- compiling ----------------------------------------------------------------------------------

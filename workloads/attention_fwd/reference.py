@@ -1,11 +1,17 @@
 """NumPy oracle for attention_fwd (float64 from the exact bf16 values, independent of any GPU code).
 
-Tolerance (workload.json: rtol 1e-2, atol 1e-2 of RMS(o)): o is bf16, so rounding it costs up to
-2^-9 = 2e-3 of |o|; flash-style kernels also round the probabilities to bf16 for the P @ V
-tensor-core product (2^-9 relative per probability, averaging out over the keys: ~2^-9 of
-RMS(o) at most), and accumulate in float32 (negligible). 1e-2 admits those with a 2.5x margin
-and rejects an unstable softmax (inf / NaN on the large-scores case), a wrong scale (1/D instead
-of 1/sqrt(D): tens of % off), or a causal mask off by one key.
+Tolerance (workload.json: rtol 1e-2, atol 6e-2 of RMS(o)): o is bf16, so rounding it costs up to
+2^-9 = 2e-3 of |o|, which rtol covers; flash-style kernels also round the probabilities to bf16
+for the P @ V tensor-core product, an error of ~2^-9 of the *row's* magnitude, and that is what
+atol must admit. Without a mask every row averages S keys and has the same magnitude, but with
+the causal mask query i averages only i + 1 keys: the first rows are ~10x RMS(o) at S = 4096
+(RMS is dominated by the long rows), and where their terms cancel, rtol does not help. Measured
+with a NumPy model of that rounding (float32 scores and sums, bf16 P, bf16 o): the smallest
+passing atol is 0.008 at 1x3x257 causal, 0.015 at 1x1x1500 causal, 0.029 over 8 heads of
+4096x128 causal (the H200's tuned kernels missed 1e-2 there by 2262 of 67M elements). 6e-2 keeps
+a 2x margin and still rejects an unstable softmax (inf / NaN on the large-scores case), a wrong
+scale (1/D instead of 1/sqrt(D): tens of % off), or a causal mask off by one key
+(tests/test_new_workloads.py).
 """
 
 import numpy as np
