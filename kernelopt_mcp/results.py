@@ -12,7 +12,7 @@ from pydantic import BaseModel, Field
 
 from .compile_log import Diagnostic, Resources
 from .compiler import CompileResult
-from .evaluation.outcomes import STATUS_MEANING, EvaluationResult
+from .evaluation.outcomes import STATUS_MEANING, EvaluationResult, PhaseTimes
 from .gpu import DeviceInfo
 from .launch import LaunchSpec
 from .sanitizer import SANITIZER_ERROR, SanitizerReport
@@ -197,6 +197,9 @@ class EvaluationOutput(BaseModel):
     sanitizer: list[SanitizerReport] | None = Field(
         None, description="compute-sanitizer per tool per correctness case (with sanitize=true, after a pass)"
     )
+    phases: PhaseTimes | None = Field(
+        None, description="where the evaluation's host wall time went (compile, validation, timing with its checks)"
+    )
 
     def text(self) -> str:
         head = f"{self.mode} {self.workload} on {self.device or '?'} ({self.arch}): {self.status}"
@@ -213,6 +216,8 @@ class EvaluationOutput(BaseModel):
             lines.extend(line for line in self.compile.text().splitlines()[1:])
         if self.checks:
             lines.append(f"checks: {', '.join(self.checks)}")
+        if self.phases is not None:
+            lines.append(self.phases.text())
         for r in self.sanitizer or []:
             lines.append(f"  sanitizer {_clip(r.summary(), 300)}")
         lines.extend(f"note: {n}" for n in self.notes)
@@ -340,7 +345,7 @@ def evaluation_output(checked: CheckedEvaluation, mode: str) -> EvaluationOutput
         cases_passed=sum(c.status == "ok" for c in cases), cases_total=len(cases),
         score_ms=result.score_ms, reference_score_ms=result.reference_score_ms, speedup=result.speedup,
         cases=cases, compile=compile_output(result.compile, "the device") if result.compile else None,
-        expected_from=result.expected_from, checks=result.checks, notes=result.notes,
+        expected_from=result.expected_from, checks=result.checks, notes=result.notes, phases=result.phases,
     )
 
 

@@ -219,3 +219,27 @@ def test_fresh_launches_redraw_a_hidden_subset_and_catch_a_cache_on_the_others(t
         old = evaluate(ev, Candidate(kernel(), launch, [], "add"))
     assert old.ok and "fresh device-drawn inputs for every timed launch (buffers a, b)" in old.checks
     assert not any("fresh_launches" in r["cases"][0] for _, r in _requests(workdir))
+
+
+def test_a_result_says_where_its_host_time_went(tmp_path) -> None:
+    """Every harness request of this kernel takes 0.5 s (KO_FAKE_SLOW): the phases and the cases'
+    wall times must add those up where they happened, and the MCP text must say it."""
+    from kernelopt_mcp.results import CheckedEvaluation, evaluation_output
+
+    harness = write_harness(tmp_path, "fake")
+    wl = find_workload(write_tiny_workload(tmp_path / "extra") / "tiny_add", Settings())
+    opts = EvaluateOptions(warmup=1, iterations=3)
+    with HarnessProcess(harness, 0) as proc, Session(wl, proc, device_info(harness, 0), workdir=tmp_path / "w",
+                                                       options=opts) as ev:
+        result = evaluate(ev, Candidate(kernel("SLOW"), LaunchSpec.model_validate(ADD_LAUNCH), [], "slow"))
+    assert result.ok, result.message
+    p = result.phases
+    assert p is not None
+    assert p.validate_ms >= 3 * 500 and p.timing_ms >= 500, p  # 3 validation requests, 1 timed
+    assert p.timing_ms < p.validate_ms and p.compile_ms < p.total_ms
+    assert p.total_ms >= p.compile_ms + p.validate_ms + p.timing_ms
+    walls = {c.name: c.wall_ms for c in result.cases}
+    assert walls["one"] >= 500 and walls["odd_1001"] >= 500 and walls["n_4096"] >= 1000, walls  # validated + timed
+    assert sum(walls.values()) <= p.validate_ms + p.timing_ms + 1
+    text = evaluation_output(CheckedEvaluation(result=result), "benchmark").text()
+    assert f"host time {p.total_ms / 1e3:.3g} s: compile" in text, text

@@ -119,6 +119,22 @@ class CaseResult(BaseModel):
     speedup: float | None = Field(None, description="reference median / this median")
     flops_per_s: float | None = None
     bytes_per_s: float | None = None
+    wall_ms: float | None = Field(
+        None, description="host wall time of this case's harness requests (validation, then timing with its checks)"
+    )
+
+
+class PhaseTimes(BaseModel):
+    """Where an evaluation's host wall time went (not kernel time: see each case's ``timing``)."""
+
+    compile_ms: float = Field(0.0, description="compiling the candidate (next to nothing on a compile-cache hit)")
+    validate_ms: float = Field(0.0, description="phase 1: one validation request per case")
+    timing_ms: float = Field(0.0, description="phase 2: the timed requests, with fresh inputs and checked launches")
+    total_ms: float = Field(0.0, description="the whole evaluation, bookkeeping included")
+
+    def text(self) -> str:
+        return (f"host time {self.total_ms / 1e3:.3g} s: compile {self.compile_ms:.0f} ms, validation "
+                f"{self.validate_ms:.0f} ms, timing and its checks {self.timing_ms:.0f} ms")
 
 
 class EvaluationResult(BaseModel):
@@ -144,6 +160,7 @@ class EvaluationResult(BaseModel):
     )
     clocks: ClockSample | None = Field(None, description="GPU clocks and throttle reasons right after timing (NVML)")
     clocks_note: str | None = Field(None, description="why clocks are missing, when they are")
+    phases: PhaseTimes | None = Field(None, description="where the evaluation's host wall time went")
 
     @property
     def ok(self) -> bool:

@@ -9,6 +9,7 @@ CUDA reference runs through the same path while the session is prepared.
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -32,7 +33,7 @@ from .fresh_inputs import (
 from .harness_case import CaseJob, DataSet, interpret
 from .inputs import hidden_seed_checks
 from .oracle import OracleLimits
-from .outcomes import CaseResult, EvaluationResult, Status, worst
+from .outcomes import CaseResult, EvaluationResult, PhaseTimes, Status, worst
 from .protocol import TimingRequest, request_json
 from .roofline import case_cost, case_roofline, tensor_operands
 from .session import Session
@@ -51,14 +52,23 @@ def run_candidate(
     ``keep`` collects the outputs of passing cases (the CUDA reference defining expected
     outputs); ``check`` False runs without comparing (nothing to compare with yet).
     """
-    result = _run_cases(session, candidate, options, benchmark=benchmark, keep=keep, check=check, data=data, cases=cases)
+    phases = PhaseTimes()
+    start = time.perf_counter()
+    result = _run_cases(session, candidate, options, benchmark=benchmark, keep=keep, check=check, data=data,
+                        cases=cases, phases=phases)
     result.checks = _checks_that_ran(session, result, options)
+    phases.total_ms = (time.perf_counter() - start) * 1e3
+    result.phases = phases
     return result
+
+
+def _since(start: float) -> float:
+    return (time.perf_counter() - start) * 1e3
 
 
 def _run_cases(
     s: Session, candidate: Candidate, options: EvaluateOptions, *, benchmark: bool, keep: Outputs | None,
-    check: bool, data: DataSet | None, cases: list[Case] | None,
+    check: bool, data: DataSet | None, cases: list[Case] | None, phases: PhaseTimes,
 ) -> EvaluationResult:
     wl = s.workload
     data = data or s.data
@@ -70,7 +80,9 @@ def _run_cases(
         "device": s.device.name if s.device else None, "expected_from": s.expected_from,
         "notes": list(wl.notes), "checks": s.checks_in_force(options),
     }
+    start = time.perf_counter()
     compiled, module, problem = s.compile(candidate)
+    phases.compile_ms = _since(start)
     if module is None:
         return EvaluationResult.model_validate({
             **base, "status": Status.compile_error, "message": problem or compiled.summary(), "compile": compiled,
@@ -86,6 +98,7 @@ def _run_cases(
 
     # Phase 1: validate every case, one request each, so a hang or fault is attributable.
     stop: CaseResult | None = None
+    start = time.perf_counter()
     runnable = [c for c in all_cases if c.name in resolved]
     for i, case in enumerate(runnable):
         if stop is not None:
@@ -108,6 +121,7 @@ def _run_cases(
         if cr.status in (Status.runtime_error, Status.timeout):
             stop = cr
 
+    phases.validate_ms = _since(start)
     order = {c.name: i for i, c in enumerate(all_cases)}
     results.sort(key=lambda c: order[c.name])
     status = worst([c.status for c in results])
@@ -126,6 +140,7 @@ def _run_cases(
     perf = [c for c in all_cases if c.kind == "performance"]
     by_name = {c.name: c for c in results}
     timing = options.timing_request(s.features)
+    start = time.perf_counter()
     for i, case in enumerate(perf):
         s.progress(f"{candidate.name}: timing {case.name}", i, len(perf))
         job = _timing_job(
@@ -133,6 +148,8 @@ def _run_cases(
             candidate=data is s.data and keep is None, check=check,
         )
         timed, _ = _submit(s, job, module, tag, options)
+        phases.timing_ms = _since(start)
+        timed.wall_ms = (by_name[case.name].wall_ms or 0.0) + (timed.wall_ms or 0.0)
         if timed.status is not Status.ok:
             if timed.status not in (Status.timed_mismatch, Status.inconsistent_timing):
                 timed.message = f"failed when re-run for timing: {timed.message}"
@@ -217,8 +234,11 @@ def _submit(
         json.dumps(request_json(request), indent=1).encode(), durable=False,
     )
     timeout = s.timeout_s(job.case, job.timing is not None, options)
+    start = time.perf_counter()
     reply = s.harness.request(request, timeout)
-    return interpret(job, reply, s.workload, timeout)
+    cr, outputs = interpret(job, reply, s.workload, timeout)
+    cr.wall_ms = _since(start)
+    return cr, outputs
 
 
 def _checks_that_ran(s: Session, result: EvaluationResult, options: EvaluateOptions) -> list[str]:

@@ -184,7 +184,7 @@ def tune(
         if score is not None and (out.best is None or score < (out.best.score_ms or float("inf"))):
             out.best, out.best_params = result, dict(config)
         say(f"{label} {config_key(config)}: {result.status.value}" + (f", {score:.4g} ms" if score else "")
-            + (" (cached)" if cached else ""), index + 1, total)
+            + (" (cached)" if cached else f"; {result.phases.text()}" if result.phases else ""), index + 1, total)
         return result
 
     try:
