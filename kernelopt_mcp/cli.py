@@ -257,7 +257,7 @@ def cmd_tune(args: argparse.Namespace, out: Console) -> int:
 
     settings = _settings(args)
     workload = find_workload(args.workload, settings)
-    tunable = load_tunable(Path(args.tunable) if args.tunable else workload_tunable_path(workload), workload)
+    tunable = load_tunable(workload_tunable_path(workload, args.tunable), workload)
     run_dir = Path(args.output) if args.output else (
         Path("kernelopt-tune") / f"{time.strftime('%Y%m%d-%H%M%S')}-{workload.name}"
     )
@@ -396,7 +396,7 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--stop", choices=STOP_RULES, default="count",
                     help=f"count: exactly --iterations launches (default); precision: {PRECISION_MIN_ITERATIONS} "
                     f"launches, then more until the median's relative standard error is at most "
-                    f"{100 * PRECISION_RSE:g}% (or --adaptive), --iterations at most (search's default)")
+                    f"{100 * PRECISION_RSE:g}%% (or --adaptive), --iterations at most (search's default)")
     sp.add_argument("--no-benchmark", action="store_true", help="validate only")
     sp.add_argument("--timeout", type=float, help="seconds per harness request (default 60)")
     sp.add_argument("--workdir", help="keep inputs and modules here (default: a temporary directory)")
@@ -432,7 +432,8 @@ def build_parser() -> argparse.ArgumentParser:
     sp = sub.add_parser("tune", help="autotune a tunable kernel (tunable.json) on a workload")
     common(sp)
     sp.add_argument("workload", help="bundled workload name or workload directory")
-    sp.add_argument("tunable", nargs="?", help="TUNABLE.json (default: the workload's tunable.json)")
+    sp.add_argument("tunable", nargs="?", help="TUNABLE.json: a path, or the name of a spec beside the workload "
+                    "(sgemm: tunable_3xtf32.json) (default: the workload's tunable.json)")
     sp.add_argument("--strategy", choices=STRATEGIES, default="auto",
                     help="exhaustive, random, tpe (optuna) or auto: exhaustive when the valid space fits the budget (default)")
     sp.add_argument("--budget-evals", type=int, help="configurations to try at most, the untuned defaults included")
@@ -446,7 +447,7 @@ def build_parser() -> argparse.ArgumentParser:
                     "(the seed's 10 + 100 protocol) unless --stop precision")
     sp.add_argument("--stop", choices=STOP_RULES,
                     help=f"precision (default without --warmup/--iterations): {PRECISION_MIN_ITERATIONS} launches, then "
-                    f"more until the median's relative standard error is at most {100 * PRECISION_RSE:g}%, 100 (or "
+                    f"more until the median's relative standard error is at most {100 * PRECISION_RSE:g}%%, 100 (or "
                     "--iterations) at most; count: exactly --iterations launches")
     sp.add_argument("--no-flush-l2", action="store_true", help="do not flush L2 between measured launches")
     sp.add_argument("--timeout", type=float, help="seconds per harness request (default 60)")

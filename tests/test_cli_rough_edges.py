@@ -101,6 +101,31 @@ def test_every_json_flag_has_help_and_docs_takes_no_gpu_flags() -> None:
     assert "--harness" not in flags and "--device" not in flags
 
 
+def _parsers(parser: argparse.ArgumentParser, path: tuple[str, ...] = ()) -> list[tuple[tuple[str, ...], argparse.ArgumentParser]]:
+    out = [(path, parser)]
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for name, sub in action.choices.items():
+                out += _parsers(sub, (*path, name))
+    return out
+
+
+def test_every_command_prints_its_help(capsys: pytest.CaptureFixture[str]) -> None:
+    """argparse formats help strings with %: a bare '%' in one (e.g. "at most 0.3%") makes that
+    command's --help a traceback (`kernelopt evaluate --help` and `tune --help` were)."""
+    from kernelopt_agent.cli import main as agent_main
+
+    parsers = _parsers(build_parser())
+    assert len(parsers) >= 14
+    for path, parser in parsers:
+        assert "usage:" in parser.format_help(), path
+    for argv in (["optimize"], ["graph"], ["runs"], ["runs", "list"], ["runs", "show"], ["runs", "report"]):
+        with pytest.raises(SystemExit) as exit_:
+            agent_main([*argv, "--help"])
+        assert exit_.value.code == 0, argv
+        assert "usage:" in capsys.readouterr().out, argv
+
+
 def test_runs_list_json_times_are_iso_utc(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     from kernelopt_agent.cli import main as agent_main
 

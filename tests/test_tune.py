@@ -392,3 +392,23 @@ def test_cache_identity_ignores_where_hashed_data_files_live() -> None:
     assert content_identity(spec("/a/x.bin", "ab12")) != content_identity(spec("/a/x.bin", "cd34"))
     # without a hash the path is all there is to go on
     assert content_identity(spec("/a/x.bin", None)) != content_identity(spec("/b/x.bin", None))
+
+
+def test_a_bare_spec_name_is_found_beside_the_workload(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`kernelopt tune sgemm tunable_3xtf32.json`: a name that is not in the working directory
+    names the workload's own spec; a file of that name in the working directory wins; a path
+    with a directory is taken as it is."""
+    from kernelopt_mcp.tune import workload_tunable_path
+
+    wl = load_workload(Path(__file__).resolve().parents[1] / "workloads" / "sgemm")
+    monkeypatch.chdir(tmp_path)
+    assert wl.root is not None
+    assert workload_tunable_path(wl) == wl.root / "tunable.json"
+    assert workload_tunable_path(wl, "tunable_3xtf32.json") == wl.root / "tunable_3xtf32.json"
+    assert load_tunable(workload_tunable_path(wl, "tunable_3xtf32.json"), wl).spec.params
+    (tmp_path / "tunable_3xtf32.json").write_text("{}")
+    assert workload_tunable_path(wl, "tunable_3xtf32.json") == Path("tunable_3xtf32.json")
+    assert workload_tunable_path(wl, "sub/tunable_3xtf32.json") == Path("sub/tunable_3xtf32.json")
+    assert workload_tunable_path(wl, "missing.json") == Path("missing.json")
+    with pytest.raises(TunableError):
+        load_tunable(workload_tunable_path(wl, "missing.json"), wl)

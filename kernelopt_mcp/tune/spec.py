@@ -252,8 +252,14 @@ def load_tunable(path: Path, workload: Workload | None = None) -> Tunable:
     return parse_tunable(data, source, str(path), workload)
 
 
-def workload_tunable_path(workload: Workload) -> Path:
-    """``<workload dir>/tunable.json`` (raises TunableError when the workload has none)."""
+def workload_tunable_path(workload: Workload, given: str | None = None) -> Path:
+    """The spec to tune: ``given`` (a path; a bare file name that is not in the working directory
+    names a spec beside the workload, e.g. sgemm's ``tunable_3xtf32.json``), else
+    ``<workload dir>/tunable.json`` (raises TunableError when the workload has none)."""
+    if given is not None:
+        path = Path(given)
+        beside = workload.root / given if workload.root is not None and path.name == given else None
+        return beside if not path.exists() and beside is not None and beside.is_file() else path
     if workload.root is None or not (workload.root / "tunable.json").is_file():
         raise TunableError(
             f"workload {workload.name!r} has no tunable.json; pass a TUNABLE.json (see the README's Autotuning section)"
