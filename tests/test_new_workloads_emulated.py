@@ -452,21 +452,34 @@ ATTN_CASES = [(1, 1, 1, 64, 0), (1, 1, 1, 128, 1), (1, 2, 33, 64, 1), (2, 1, 100
               (1, 1, 70, 64, 0)]
 
 
+# Head dims the tunable kernel does not take (it needs D % 32 == 0); the reference and the naive
+# kernel take any D <= 128: the reference's zero-padded chunks past D, over several query blocks
+ATTN_ODD_D = [(1, 1, 40, 50, 1), (1, 2, 65, 100, 0), (1, 1, 3, 1, 0)]
+#: The emulation asks for these kernels' own accuracy (rtol, atol of RMS(o)), the tolerance this
+#: test was written for: tighter than the workload's (atol 6e-2, which admits flash-style bf16
+#: probabilities on the long causal rows of the H200's cases; reference.py)
+EMU_TOL = (1e-2, 1e-2)
+
+
 def attention_failures(source: str, launch: dict[str, object], directory: Path, tag: str,
-                       config: Config | None = None, ptx: str = PTX_EMU, share: float = 0.5) -> list[str]:
-    """What failed against float64, within ``share`` of the workload's tolerance."""
-    tol = load_workload(REPO / "workloads" / "attention_fwd").spec.tolerance["o"]
+                       config: Config | None = None, ptx: str = PTX_EMU, share: float = 0.5,
+                       cases: list[tuple[int, int, int, int, int]] = ATTN_CASES) -> list[str]:
+    """What failed against float64, within ``share`` of :data:`EMU_TOL`."""
+    rtol, atol = EMU_TOL
     exe = build("attention_fwd", source, config or {}, directory, tag, ptx)
-    return [f for b, h, s, d, causal in ATTN_CASES for mis in (0, 1)
+    return [f for b, h, s, d, causal in cases for mis in (0, 1)
             if (f := run(exe, launch, {"B": b, "H": h, "S": s, "D": d, "causal": causal}, config or {}, mis,
-                         [b, h, s, d, causal, tol.rtol * share, tol.atol * share]))]
+                         [b, h, s, d, causal, rtol * share, atol * share]))]
 
 
 def test_attention_reference_and_initial_match_float64(tmp_path: Path) -> None:
     wl = load_workload(REPO / "workloads" / "attention_fwd")
     assert wl.reference_cu and wl.initial_cu and wl.spec.reference.launch and wl.spec.initial
-    failures = attention_failures(wl.reference_cu, wl.spec.reference.launch.default.model_dump(), tmp_path, "ref")
-    failures += attention_failures(wl.initial_cu, wl.spec.initial.launch.default.model_dump(), tmp_path, "init")
+    cases = ATTN_CASES + ATTN_ODD_D
+    failures = attention_failures(wl.reference_cu, wl.spec.reference.launch.default.model_dump(), tmp_path, "ref",
+                                  cases=cases)
+    failures += attention_failures(wl.initial_cu, wl.spec.initial.launch.default.model_dump(), tmp_path, "init",
+                                   cases=cases)
     assert not failures, "\n".join(failures)
 
 
