@@ -141,6 +141,10 @@ class Timing(BaseModel):
     converged: bool | None = Field(None, description="stop=precision / adaptive: the rse target was reached")
     mode: str = Field("events", description="events (an event pair per launch) or graph (launches in a CUDA graph)")
     launch_overhead_ms: float | None = Field(None, description="an empty kernel timed the same way: the floor")
+    net_median_ms: float | None = Field(
+        None, description="median minus the floor: the kernel's own duration as Nsight Compute measures it "
+        "(estimate below ~20 us); scores use median_ms"
+    )
 
 
 class CaseOutput(BaseModel):
@@ -328,7 +332,7 @@ def evaluation_output(checked: CheckedEvaluation, mode: str) -> EvaluationOutput
                 median_ms=t.median_ms, q1_ms=t.q1_ms, q3_ms=t.q3_ms, iqr_ms=t.iqr_ms, min_ms=t.min_ms,
                 max_ms=t.max_ms, cv=t.cv, rse_median=t.rse_median, noisy=t.noisy, noisy_reason=t.noisy_reason,
                 warmup=t.warmup, iterations=t.iterations, samples=t.samples, converged=t.adaptive_converged,
-                mode=t.mode, launch_overhead_ms=t.launch_overhead_ms,
+                mode=t.mode, launch_overhead_ms=t.launch_overhead_ms, net_median_ms=t.net_median_ms,
             ) if t else None,
             reference_median_ms=c.reference_median_ms, speedup=c.speedup,
             flops_per_s=c.flops_per_s, bytes_per_s=c.bytes_per_s,

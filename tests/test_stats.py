@@ -166,3 +166,15 @@ def test_from_answer_protocol_1_and_2() -> None:
     assert spun_out.noisy and "blocking kernel timed out" in spun_out.noisy_reason
     with pytest.raises(ValueError):
         from_answer({"warmup": 1, "iterations": 0, "times_ms": []})
+
+
+def test_the_net_median_takes_the_measured_floor_out() -> None:
+    """net = median - the empty kernel's time measured the same way (what ncu's duration leaves
+    out); never negative; absent where the harness measured no floor."""
+    times = [0.125, 0.126, 0.124, 0.125, 0.127]
+    with_floor = from_answer({"iterations": 5, "times_ms": times, "launch_overhead_ms": 0.0041})
+    assert with_floor.median_ms == 0.125
+    assert with_floor.net_median_ms == pytest.approx(0.125 - 0.0041)
+    assert from_answer({"iterations": 5, "times_ms": times}).net_median_ms is None
+    tiny = from_answer({"iterations": 3, "times_ms": [0.003, 0.003, 0.004], "launch_overhead_ms": 0.0045})
+    assert tiny.net_median_ms == 0.0

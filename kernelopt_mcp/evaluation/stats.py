@@ -86,6 +86,11 @@ class TimingStats(BaseModel):
     graph_batch: int | None = Field(None, description="launches per graph sample (mode 'graph')")
     blocking: bool | None = Field(None, description="launches enqueued behind a blocking kernel")
     launch_overhead_ms: float | None = Field(None, description="median time of an empty kernel timed the same way")
+    net_median_ms: float | None = Field(
+        None, description="median minus launch_overhead_ms (at least 0): the event pair's fixed cost taken out, "
+        "which is what Nsight Compute's gpu__time_duration measures (README: within 3% for kernels >= 20 us; "
+        "below that the fixed cost dominates and this is an estimate); scores use median_ms"
+    )
     adaptive_converged: bool | None = Field(None, description="adaptive timing reached its rse target")
     blocking_timed_out: bool | None = Field(
         None, description="the blocking kernel gave up before the launches were queued (gaps may be timed)"
@@ -174,6 +179,8 @@ def from_answer(answer: TimingAnswer | Mapping[str, Any], *, flush_l2: bool | No
     stats.graph_batch = timing.graph_batch
     stats.blocking = timing.blocking
     stats.launch_overhead_ms = timing.launch_overhead_ms
+    if timing.launch_overhead_ms is not None:
+        stats.net_median_ms = max(0.0, stats.median_ms - timing.launch_overhead_ms)
     stats.adaptive_converged = timing.adaptive.converged if timing.adaptive is not None else None
     stats.blocking_timed_out = timing.blocking_timed_out
     stats.check_launch_ms = timing.check_launch_ms
