@@ -190,10 +190,11 @@ def profile_kernel(
 def tune_kernel(
     session: Session, tunable: Tunable, *, options: EvaluateOptions | None = None, strategy: str = "auto",
     budget_evals: int | None = None, budget_s: float | None = None, seed: int = 0, cache: TuneCache | None = None,
-    progress: ProgressFn | None = None,
+    progress: ProgressFn | None = None, early_stop: bool = True,
 ) -> TuneResult:
-    """Search ``tunable``'s parameter space on the session's workload and device."""
+    """Search ``tunable``'s parameter space on the session's workload and device (``early_stop``:
+    stop timing a configuration that provably cannot beat the best so far)."""
     return tune(
         session, tunable, options=options, strategy=strategy, budget_evals=budget_evals, budget_s=budget_s,
-        seed=seed, cache=cache, progress=progress,
+        seed=seed, cache=cache, progress=progress, early_stop=early_stop,
     )

@@ -279,7 +279,7 @@ def cmd_tune(args: argparse.Namespace, out: Console) -> int:
     ) as session:
         result = app.tune_kernel(
             session, tunable, strategy=args.strategy, budget_evals=args.budget_evals, budget_s=args.budget_s,
-            seed=args.tune_seed, cache=cache, progress=progress,
+            seed=args.tune_seed, cache=cache, progress=progress, early_stop=not args.time_all,
         )
     written = save_tuning(result, tunable, run_dir)
     if args.json:
@@ -452,6 +452,9 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--no-flush-l2", action="store_true", help="do not flush L2 between measured launches")
     sp.add_argument("--timeout", type=float, help="seconds per harness request (default 60)")
     sp.add_argument("--no-cache", action="store_true", help="measure everything again (the cache is <cache>/tune: see `kernelopt cache info`)")
+    sp.add_argument("--time-all", action="store_true",
+                    help="time every configuration on every performance case; by default timing stops once a "
+                    "configuration provably cannot beat the best so far (its row: stopped_early, with the bound)")
     sp.add_argument("--top", type=int, default=20, help="rows of the table to print (default 20; all are saved)")
     sp.add_argument("-o", "--output", help="run directory for tune.json, tune.csv, best.cu ... (default kernelopt-tune/<time>-<workload>)")
     sp.add_argument("-v", "--verbose", action="store_true", help="print every evaluation step")

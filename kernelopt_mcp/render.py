@@ -109,11 +109,12 @@ def print_tune(out: Console, result: Any, top: int) -> None:
     rows = result.ranked()
     shown = rows[:top] + [r for r in rows[top:] if r.index == 0]  # the untuned row always
     for r in shown:
-        style = "green" if r.status == "ok" else "red"
+        style = "green" if r.status == "ok" else "yellow" if r.status == "stopped_early" else "red"
         mark = " (untuned)" if r.index == 0 else ""
+        score = f"{r.score_ms:.4g}" if r.score_ms else f">= {r.score_bound_ms:.4g}" if r.score_bound_ms else ""
         table.add_row(
             f"{r.index}{mark}", *(str(r.params.get(n)) for n in names), f"[{style}]{r.status}[/]",
-            f"{r.score_ms:.4g}" if r.score_ms else "", f"{r.speedup_vs_untuned:.2f}x" if r.speedup_vs_untuned else "",
+            score, f"{r.speedup_vs_untuned:.2f}x" if r.speedup_vs_untuned else "",
             f"{r.speedup_vs_reference:.2f}x" if r.speedup_vs_reference else "", "yes" if r.cached else "",
         )
     out.print(table)

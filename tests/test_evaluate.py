@@ -243,3 +243,85 @@ def test_a_result_says_where_its_host_time_went(tmp_path) -> None:
     assert sum(walls.values()) <= p.validate_ms + p.timing_ms + 1
     text = evaluation_output(CheckedEvaluation(result=result), "benchmark").text()
     assert f"host time {p.total_ms / 1e3:.3g} s: compile" in text, text
+
+
+def _three_case_workload(tmp_path) -> object:  # noqa: ANN001
+    """tiny_add with three performance cases whose cost model puts each roofline floor at ~10 ms
+    (4.9e10 bytes at the fake device's 4.9 TB/s), so medians of 20 ms pass the impossible-time check."""
+    import copy
+
+    from fakegpu import TINY_SPEC
+
+    spec = copy.deepcopy(TINY_SPEC)
+    spec["name"] = "tiny_three"
+    spec["cases"] = [{"name": "one", "kind": "correctness", "scalars": {"n": 1}},
+                     *({"name": f"p{k}", "kind": "performance", "scalars": {"n": 4096}} for k in "abc")]
+    spec["cost"] = {"flops": "n", "bytes": "12 * n * 1000000"}
+    root = write_tiny_workload(tmp_path / "extra", spec) / "tiny_three"
+    (root / "reference.cu").write_text(kernel("MS:pa=40;pb=40;pc=40;"))  # above the floors too
+    return find_workload(root, Settings())
+
+
+def test_timing_stops_once_a_candidate_provably_cannot_beat_the_best(tmp_path) -> None:
+    """Sound: the untimed cases are bounded by their roofline floors over the impossible-time
+    margin, so a candidate stopped early could never have been ranked below the score to beat;
+    one that could is timed in full."""
+    from kernelopt_mcp.evaluation.roofline import IMPOSSIBLE_MARGIN
+
+    harness = write_harness(tmp_path, "fake")
+    wl = _three_case_workload(tmp_path)
+    opts = EvaluateOptions(warmup=1, iterations=5)
+
+    def slow(ms_a: float) -> Candidate:
+        return Candidate(kernel(f"MS:pa={ms_a};pb=20;pc=20;"), LaunchSpec.model_validate(ADD_LAUNCH), [], f"a{ms_a}")
+
+    with HarnessProcess(harness, 0) as proc, Session(wl, proc, device_info(harness, 0), workdir=tmp_path / "w",
+                                                       options=opts) as ev:
+        best = evaluate(ev, slow(20))
+        assert best.ok and best.score_ms and best.stopped_early is None
+        floor = 12 * 4096 * 1e6 / ev.peaks.floor_bytes_per_s * 1e3 / IMPOSSIBLE_MARGIN
+        # 200 ms on the first case: even at the floor on the other two the score is above the best
+        hopeless = evaluate(ev, slow(200), beat_ms=best.score_ms)
+        # 30 ms: (30 * floor * floor)^(1/3) is below the best, so the rest must be timed (and it loses)
+        close = evaluate(ev, slow(30), beat_ms=best.score_ms)
+        unbounded = evaluate(ev, slow(200))
+    assert hopeless.ok and hopeless.score_ms is None and hopeless.stopped_early
+    assert hopeless.score_bound_ms == pytest.approx((200 * 1.01 * floor * floor) ** (1 / 3), rel=0.02)
+    assert hopeless.score_bound_ms >= best.score_ms
+    assert "timing stopped after 1 of 3 performance cases" in hopeless.message
+    timed = [c.name for c in hopeless.cases if c.timing is not None]
+    assert timed == ["pa"] and all(c.status.value == "ok" for c in hopeless.cases)
+    assert close.stopped_early is None and close.score_ms and close.score_ms > best.score_ms
+    assert unbounded.stopped_early is None and unbounded.score_ms  # no score to beat: timed in full
+    assert unbounded.score_ms >= hopeless.score_bound_ms  # the bound held
+
+
+def test_tuning_stops_hopeless_configurations_early_and_finds_the_same_best(tmp_path) -> None:
+    """MS sets case pa's median (pb, pc: 20 ms). After the untuned 40 (score 25.2) and 20 (the
+    best, 20), 300 is stopped after one case; 21 cannot be excluded by the bound and is timed in
+    full. With early_stop off every row has a score, and the best is the same."""
+    from kernelopt_mcp.tune import TuneCache, parse_tunable, tune
+
+    source = ('#ifndef MS\n#define MS 40\n#endif\n#define KO_STR2(x) #x\n#define KO_STR(x) KO_STR2(x)\n'
+              '__device__ char ko_fake_mode[] = "KO_FAKE_MS:pa=" KO_STR(MS) ";pb=20;pc=20;";\n' + kernel())
+    spec = {"source": "t.cu", "params": {"MS": [40, 20, 300, 21]}, "defaults": {"MS": 40},
+            "launch": ADD_LAUNCH, "compile_options": []}
+    harness = write_harness(tmp_path, "fake")
+    wl = _three_case_workload(tmp_path)
+    runs = {}
+    for early in (True, False):
+        with HarnessProcess(harness, 0) as proc, Session(wl, proc, device_info(harness, 0),
+                                                           workdir=tmp_path / f"w{early}",
+                                                           options=EvaluateOptions(warmup=1, iterations=5)) as ev:
+            runs[early] = tune(ev, parse_tunable(spec, source, "t", wl), strategy="exhaustive", early_stop=early,
+                               cache=TuneCache(tmp_path / f"cache{early}"))
+    stopped, full = runs[True], runs[False]
+    rows = {r.params["MS"]: r for r in stopped.table}
+    assert rows[300].status == "stopped_early" and rows[300].score_ms is None, {k: (r.status, r.message) for k, r in rows.items()}
+    assert rows[300].score_bound_ms and rows[300].score_bound_ms >= rows[20].score_ms
+    assert all(rows[ms].status == "ok" and rows[ms].score_ms for ms in (40, 20, 21))
+    assert stopped.counts.stopped_early == 1 and stopped.counts.ok == 3
+    assert full.counts.stopped_early == 0 and all(r.status == "ok" and r.score_ms for r in full.table)
+    assert stopped.best_params == full.best_params == {"MS": 20}
+    full_300 = next(r for r in full.table if r.params["MS"] == 300)
+    assert full_300.score_ms and full_300.score_ms >= rows[300].score_bound_ms  # the bound held

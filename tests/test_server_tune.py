@@ -49,7 +49,7 @@ async def test_autotune_finds_the_best_and_the_cache_remeasures_nothing(config: 
         counts = dict(out["counts"])
         assert counts.pop("compiled_ahead") >= 14 - 2  # all but the first (and what was peeked last)
         assert counts == {"tried": 14, "ok": 9, "measured": 14, "cached": 0, "skipped_by_constraint": 1,
-                          "compile_errors": 1, "invalid_launches": 3, "failures": 1}
+                          "compile_errors": 1, "invalid_launches": 3, "failures": 1, "stopped_early": 0}
         assert out["best_launch"]["default"]["block"] == [32]
         assert out["best_launch"]["default"]["grid"] == ["ceil_div(n, 32 * 4)"]
         assert [r["params"] for r in out["top"][:2]] == [{"BLOCK": 32, "UNROLL": 4}, {"BLOCK": 64, "UNROLL": 2}]

@@ -76,14 +76,18 @@ def prepare(session: Session, *, time_reference: bool = True, oracle_on_all_case
 
 
 def evaluate(
-    session: Session, candidate: Candidate, options: EvaluateOptions | None = None, *, benchmark: bool = True
+    session: Session, candidate: Candidate, options: EvaluateOptions | None = None, *, benchmark: bool = True,
+    beat_ms: float | None = None,
 ) -> EvaluationResult:
     """Compile, validate every case and, if all pass and ``benchmark``, time the performance
     cases (preparing the session first if needed). ``options`` (default: the session's) may
     change the timing and checks of this evaluation; the session's data stays as prepared.
+    With ``beat_ms`` (a search's best score so far), timing stops as soon as the candidate
+    provably cannot score below it (``stopped_early``; :func:`.runner.score_bound_ms`).
     Never raises for a bad kernel: the result says what went wrong."""
     prepare(session)
-    result = run_candidate(session, candidate, options or session.options, benchmark=benchmark, keep=None, check=True)
+    result = run_candidate(session, candidate, options or session.options, benchmark=benchmark, keep=None, check=True,
+                           beat_ms=beat_ms)
     ref = session.reference_result
     if result.score_ms and ref is not None and ref.score_ms:
         result.reference_score_ms = ref.score_ms

@@ -161,6 +161,14 @@ class EvaluationResult(BaseModel):
     clocks: ClockSample | None = Field(None, description="GPU clocks and throttle reasons right after timing (NVML)")
     clocks_note: str | None = Field(None, description="why clocks are missing, when they are")
     phases: PhaseTimes | None = Field(None, description="where the evaluation's host wall time went")
+    stopped_early: str | None = Field(
+        None, description="why timing stopped before every performance case was timed: the candidate cannot beat "
+        "the score it was asked to beat (every case passed validation; score_ms is then None)"
+    )
+    score_bound_ms: float | None = Field(
+        None, description="with stopped_early: the least score the candidate could still have reached (>= the score "
+        "to beat)"
+    )
 
     @property
     def ok(self) -> bool:

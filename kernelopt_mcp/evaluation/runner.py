@@ -35,7 +35,7 @@ from .inputs import hidden_seed_checks
 from .oracle import OracleLimits
 from .outcomes import CaseResult, EvaluationResult, PhaseTimes, Status, worst
 from .protocol import TimingRequest, request_json
-from .roofline import case_cost, case_roofline, tensor_operands
+from .roofline import IMPOSSIBLE_MARGIN, case_cost, case_roofline, roofline_floor_ms, tensor_operands
 from .session import Session
 
 __all__ = ["run_candidate"]
@@ -46,16 +46,18 @@ Outputs = dict[str, dict[str, np.ndarray]]
 def run_candidate(
     session: Session, candidate: Candidate, options: EvaluateOptions, *, benchmark: bool,
     keep: Outputs | None, check: bool, data: DataSet | None = None, cases: list[Case] | None = None,
+    beat_ms: float | None = None,
 ) -> EvaluationResult:
     """Validate ``candidate`` on every case (or ``cases``) and, with ``benchmark``, time it.
 
     ``keep`` collects the outputs of passing cases (the CUDA reference defining expected
-    outputs); ``check`` False runs without comparing (nothing to compare with yet).
+    outputs); ``check`` False runs without comparing (nothing to compare with yet); with
+    ``beat_ms``, timing stops once :func:`score_bound_ms` reaches it.
     """
     phases = PhaseTimes()
     start = time.perf_counter()
     result = _run_cases(session, candidate, options, benchmark=benchmark, keep=keep, check=check, data=data,
-                        cases=cases, phases=phases)
+                        cases=cases, phases=phases, beat_ms=beat_ms)
     result.checks = _checks_that_ran(session, result, options)
     phases.total_ms = (time.perf_counter() - start) * 1e3
     result.phases = phases
@@ -66,9 +68,27 @@ def _since(start: float) -> float:
     return (time.perf_counter() - start) * 1e3
 
 
+def score_bound_ms(s: Session, timed_ms: list[float], untimed: list[Case], flush_l2: bool) -> float | None:
+    """The least score (geometric mean over the performance cases) a candidate can still reach
+    with the medians ``timed_ms`` measured and the ``untimed`` cases to go, or None when there
+    is no bound. Sound: an untimed case is bounded by its roofline floor over the margin below
+    which its time would be rejected as ``impossible_time``, so every score the candidate could
+    be ranked with is at least this. Without a floor for every untimed case (no peaks, no cost
+    model, L2 not flushed) there is none until all are timed."""
+    lows = []
+    for case in untimed:
+        bytes_, flops = case_cost(s.workload, case)
+        floor = roofline_floor_ms(bytes_, flops, s.peaks, tensor_operands(s.workload))[0] if s.peaks else None
+        if floor is None or not flush_l2:
+            return None
+        lows.append(floor / IMPOSSIBLE_MARGIN)
+    values = [*timed_ms, *lows]
+    return geometric_mean(values) if values and all(v > 0 for v in values) else None
+
+
 def _run_cases(
     s: Session, candidate: Candidate, options: EvaluateOptions, *, benchmark: bool, keep: Outputs | None,
-    check: bool, data: DataSet | None, cases: list[Case] | None, phases: PhaseTimes,
+    check: bool, data: DataSet | None, cases: list[Case] | None, phases: PhaseTimes, beat_ms: float | None,
 ) -> EvaluationResult:
     wl = s.workload
     data = data or s.data
@@ -141,7 +161,19 @@ def _run_cases(
     by_name = {c.name: c for c in results}
     timing = options.timing_request(s.features)
     start = time.perf_counter()
+    timed_ms: list[float] = []
     for i, case in enumerate(perf):
+        bound = score_bound_ms(s, timed_ms, perf[i:], options.flush_l2) if beat_ms is not None else None
+        if beat_ms is not None and bound is not None and bound >= beat_ms:
+            result.cases = [by_name[c.name] for c in all_cases]
+            result.stopped_early = (
+                f"timing stopped after {i} of {len(perf)} performance cases: with the medians measured and the "
+                f"roofline floors of the rest, the score is at least {bound:.4g} ms, not below the {beat_ms:.4g} ms "
+                "to beat"
+            )
+            result.score_bound_ms = bound
+            result.message = f"all {len(results)} cases pass; {result.stopped_early}"
+            return result
         s.progress(f"{candidate.name}: timing {case.name}", i, len(perf))
         job = _timing_job(
             s, case, resolved[case.name], data, s.out_dir(tag, case), timing, options,
@@ -160,6 +192,8 @@ def _run_cases(
             return result
         impossible = _add_rates(s, timed, case)
         by_name[case.name] = timed
+        if timed.timing is not None:
+            timed_ms.append(timed.timing.median_ms)
         if impossible:
             result.cases = [by_name[c.name] for c in all_cases]
             result.status, result.message = timed.status, f"{case.name}: {timed.message}"

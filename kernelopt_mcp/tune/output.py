@@ -54,7 +54,8 @@ class AutotuneOutput(BaseModel):
         else:
             lines.append(f"no configuration passed every case; the untuned {self.untuned_params}: {self.untuned_status}")
         lines.append(
-            f"ok {c.ok}, skipped by constraints {c.skipped_by_constraint}, compile errors {c.compile_errors}, "
+            f"ok {c.ok}, stopped early {c.stopped_early}, skipped by constraints {c.skipped_by_constraint}, "
+            f"compile errors {c.compile_errors}, "
             f"invalid launches {c.invalid_launches}, other failures {c.failures}"
         )
         for r in self.top:

@@ -35,6 +35,7 @@ class TrialRow(BaseModel):
     params: dict[str, Value]
     status: str
     score_ms: float | None = None
+    score_bound_ms: float | None = Field(None, description="stopped_early: the least score it could have reached")
     speedup_vs_untuned: float | None = None
     speedup_vs_reference: float | None = None
     cached: bool = False
@@ -51,6 +52,9 @@ class TuneCounts(BaseModel):
     compile_errors: int = 0
     invalid_launches: int = 0
     failures: int = Field(0, description="mismatch, runtime error, timeout, out-of-bounds write, input modified")
+    stopped_early: int = Field(
+        0, description="passed every case, timing stopped once the configuration provably could not beat the best"
+    )
     compiled_ahead: int = Field(0, description="compiles started while the GPU measured the previous configuration")
 
 
@@ -95,6 +99,7 @@ def tune(
     seed: int = 0,
     cache: TuneCache | None = None,
     progress: TuneProgress | None = None,
+    early_stop: bool = True,
 ) -> TuneResult:
     """Search ``tunable``'s space on ``session``'s workload and device.
 
@@ -107,6 +112,9 @@ def tune(
         seed: the strategy's seed (not the inputs' seed).
         cache: measured configurations to reuse and extend (default: in memory only).
         progress: ``progress(message, tried, budget_or_0)``.
+        early_stop: stop timing a configuration once it provably cannot beat the best so far
+            (:func:`~kernelopt_mcp.evaluation.runner.score_bound_ms`; never the untuned defaults):
+            its row says ``stopped_early`` with the bound instead of a score.
 
     Raises:
         TunableError: the tunable does not fit the workload. ValueError: an unknown strategy or
@@ -160,13 +168,17 @@ def tune(
             say(f"measuring {label} {config_key(config)}", index, total)
             ahead.wait(config_key(config))
             compile_next()  # while this one is on the GPU
-            result = evaluate(session, _candidate(tunable, config, label), opts)
-            cache.put(key, context, config, result)
+            beat = out.best.score_ms if early_stop and index > 0 and out.best is not None else None
+            result = evaluate(session, _candidate(tunable, config, label), opts, beat_ms=beat)
+            if result.stopped_early is None:  # a partial timing depends on the best it was to beat
+                cache.put(key, context, config, result)
             out.counts.measured += 1
         else:
             out.counts.cached += 1
         out.counts.tried += 1
-        if result.ok:
+        if result.ok and result.stopped_early:
+            out.counts.stopped_early += 1
+        elif result.ok:
             out.counts.ok += 1
         elif result.status is Status.compile_error:
             out.counts.compile_errors += 1
@@ -175,15 +187,18 @@ def tune(
         else:
             out.counts.failures += 1
         score = result.score_ms if result.ok else None
+        status = "stopped_early" if result.ok and result.stopped_early else result.status.value
         out.table.append(TrialRow(
-            index=index, params=dict(config), status=result.status.value, score_ms=score,
+            index=index, params=dict(config), status=status, score_ms=score, score_bound_ms=result.score_bound_ms,
             speedup_vs_reference=(ref_score / score) if ref_score and score else None,
             cached=cached, seconds=round(time.monotonic() - t0, 3), message=result.message[:300],
         ))
-        seen[config_key(config)] = score
+        # the strategy learns a stopped configuration's bound: no better than the best, which is all it needs
+        seen[config_key(config)] = score if score is not None else result.score_bound_ms
         if score is not None and (out.best is None or score < (out.best.score_ms or float("inf"))):
             out.best, out.best_params = result, dict(config)
-        say(f"{label} {config_key(config)}: {result.status.value}" + (f", {score:.4g} ms" if score else "")
+        say(f"{label} {config_key(config)}: {status}" + (f", {score:.4g} ms" if score else "")
+            + (f", >= {result.score_bound_ms:.4g} ms" if result.score_bound_ms else "")
             + (" (cached)" if cached else f"; {result.phases.text()}" if result.phases else ""), index + 1, total)
         return result
 
@@ -262,7 +277,9 @@ def summary_line(result: TuneResult) -> str:
     if result.speedup_vs_reference:
         parts.append(f"{result.speedup_vs_reference:.2f}x vs the CUDA reference")
     parts.append(
-        f"{c.tried} tried ({c.measured} measured, {c.cached} cached), {c.ok} ok, {c.skipped_by_constraint} skipped by "
+        f"{c.tried} tried ({c.measured} measured, {c.cached} cached), {c.ok} ok"
+        + (f", {c.stopped_early} stopped early (could not beat the best)" if c.stopped_early else "")
+        + f", {c.skipped_by_constraint} skipped by "
         f"constraints, {c.compile_errors} compile errors, {c.invalid_launches} invalid launches, {c.failures} failures"
     )
     return "; ".join(parts) + f" [{result.strategy}; {result.stop_reason}]"
