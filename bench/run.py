@@ -191,7 +191,9 @@ def overhead(bench: Bench, workload: str = "softmax", cases: list[str] | None = 
         })
     warm_over = statistics.median(o for _, _, o in warm)
     sec.passed = warm_over <= WARM_OVERHEAD_MS and warm_over <= BASELINE_RATIO * base_over
-    sec.notes.append(f"once per run, not per candidate: harness start + inputs + expected outputs {prepare_ms:.0f} ms")
+    steps = ", ".join(f"{k} {v:.0f}" for k, v in ev.prepare_ms.items() if k != "total")
+    sec.notes.append(f"once per run, not per candidate: harness start + inputs + expected outputs {prepare_ms:.0f} ms "
+                     f"(preparation {ev.prepare_ms.get('total', 0.0):.0f} ms of it: {steps})")
     sec.notes.append(f"{trials} trials each; kernel time = measured + warm-up + validation launches "
                      f"({bench.options.warmup} warm-up, {bench.options.iterations} measured per timed case)")
     return sec

@@ -232,7 +232,12 @@ def test_a_result_says_where_its_host_time_went(tmp_path) -> None:
     with HarnessProcess(harness, 0) as proc, Session(wl, proc, device_info(harness, 0), workdir=tmp_path / "w",
                                                        options=opts) as ev:
         result = evaluate(ev, Candidate(kernel("SLOW"), LaunchSpec.model_validate(ADD_LAUNCH), [], "slow"))
+        prepared = dict(ev.prepare_ms)
     assert result.ok, result.message
+    # once per session: where the preparation went (the reference's requests are quick here)
+    assert {"inputs", "oracle", "reference", "total"} <= set(prepared), prepared
+    assert prepared["total"] >= sum(v for k, v in prepared.items() if k != "total") - 1
+    assert prepared["reference"] > 0 and prepared["inputs"] > 0
     p = result.phases
     assert p is not None
     assert p.validate_ms >= 3 * 500 and p.timing_ms >= 500, p  # 3 validation requests, 1 timed

@@ -14,6 +14,7 @@ seed, whose outputs must match too (a kernel that caches results across launches
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -46,16 +47,27 @@ def prepare(session: Session, *, time_reference: bool = True, oracle_on_all_case
     if s.prepared:
         return
     wl = s.workload
+    start = mark = time.perf_counter()
+
+    def step(name: str) -> None:  # the host wall time since the previous step, in s.prepare_ms
+        nonlocal mark
+        now = time.perf_counter()
+        s.prepare_ms[name] = s.prepare_ms.get(name, 0.0) + (now - mark) * 1e3
+        mark = now
+
     s.progress("generating inputs", 0, 1)
     s.data = DataSet("validation", s.seed, materialize(wl, s.seed, s.workdir / "inputs"))
+    step("inputs")
     perf = [c for c in wl.spec.cases if c.kind == "performance"]
     if s.uses("timed_inputs") and perf:
         seed = fresh_seed()
         s.progress("generating hidden inputs for the timed check", 0, 1)
         names = {c.name for c in perf}
         s.timed = DataSet("timed", seed, materialize(wl, seed, s.workdir / "inputs-timed", cases=names, redraw=True))
+        step("hidden_inputs")
     if s.needs_support():
         s.support = support_module(s.arch, s.workdir / "support", limits=s.compile_limits)
+        step("support_module")
 
     has_oracle = wl.oracle_path is not None
     oracle_cases = [
@@ -64,14 +76,19 @@ def prepare(session: Session, *, time_reference: bool = True, oracle_on_all_case
     ]
     s.data.expected = _oracle(s, s.data, oracle_cases)
     s.data.store_expected(wl, s.workdir / "expected")
+    step("oracle")
     if wl.reference_cu:
         _run_reference(s, time_reference, checked=bool(s.data.expected))
+        step("reference")
     else:
         s.expected_from = "NumPy oracle on every case"
         if s.timed is not None:
             s.timed.expected = _oracle(s, s.timed, perf)
+            step("oracle")
     if s.timed is not None:
         s.timed.store_expected(wl, s.workdir / "expected")
+        step("store_expected")
+    s.prepare_ms["total"] = (time.perf_counter() - start) * 1e3
     s.prepared = True
 
 

@@ -105,6 +105,8 @@ class Session:
         self.check_launches: dict[str, LaunchRequest] = {}
         self.counter = 0
         self.prepared = False
+        # host wall ms of each preparation step (evaluate.prepare): where "once per run" goes
+        self.prepare_ms: dict[str, float] = {}
 
     @property
     def inputs(self) -> dict[str, CaseInputs]:
