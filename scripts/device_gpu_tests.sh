@@ -2,7 +2,7 @@
 # Run on the GPU machine (the `device` tool): install from .whl/ and the tree, run the given
 # pytest selection with --run-gpu, then evaluate every bundled workload with the CLI.
 # Everything lands in $OUT/logs.tar.gz (the device returns at most 8 files).
-# Usage: bash scripts/device_gpu_tests.sh [pytest args...]   (no args: install and check only)
+# Usage: [BENCH=...] [VENDOR=...] bash scripts/device_gpu_tests.sh [pytest args...]   (no args: install and check only)
 set -o pipefail
 OUT=${OUT:-/tmp/out}
 LOGS=$(mktemp -d)
@@ -23,6 +23,19 @@ if [ "$#" -gt 0 ]; then
   KERNELOPT_ADVERSARIAL_REPORT="$OUT/adversarial.md" KERNELOPT_GPU_REPORT="$OUT/report.jsonl" KERNELOPT_GPU_FAILURES="$OUT/failures.txt" KERNELOPT_GPU_PROGRESS="$OUT/progress.txt" \
     python3 -m pytest --run-gpu -v -p no:cacheprovider --basetemp "$BASETEMP" --durations=15 -rA "$@" 2>&1 | tee "$OUT/pytest_gpu.log"
 fi
+# BENCH="--only checks --only agreement": bench/run.py with those arguments (JSON into $OUT/bench.json);
+# VENDOR="attention_fwd softmax" (VENDOR_BUDGET, default 8): bench/vendor.py per entry into $OUT/vendor_<entry>.json.
+# Each is capped by STEP_TIMEOUT seconds (default 240) so one slow step cannot eat the call.
+if [ -n "$BENCH" ]; then
+  # shellcheck disable=SC2086
+  timeout "${STEP_TIMEOUT:-240}" python3 bench/run.py --json $BENCH > "$OUT/bench.json" 2> "$LOGS/bench.err"
+  echo "bench $BENCH: rc=$? $(tail -1 "$LOGS/bench.err")"
+fi
+for entry in $VENDOR; do
+  timeout "${STEP_TIMEOUT:-240}" python3 bench/vendor.py --json --only "$entry" --budget "${VENDOR_BUDGET:-8}" \
+    > "$OUT/vendor_$entry.json" 2> "$LOGS/vendor_$entry.err"
+  echo "vendor $entry: rc=$? $(tail -1 "$LOGS/vendor_$entry.err")"
+done
 if [ -n "$EVALUATE_ALL" ]; then
   for w in vector_add sgemm reduce_sum softmax transpose layernorm; do
     /usr/bin/time -f "$w: %e s wall" kernelopt evaluate "$w" --json > "$LOGS/eval_$w.json" 2> "$LOGS/eval_$w.err"
