@@ -124,7 +124,8 @@ def test_tune_small_sgemm_space_then_the_cache_measures_nothing(
     device = device_info(harness_binary, 0)
     cache_root = tmp_path / "cache"
     with HarnessProcess(harness_binary, 0) as proc, Session(wl, proc, device, options=TIMING) as ev:
-        result = tune(ev, tunable, strategy="exhaustive", cache=TuneCache(cache_root / "tune"))
+        # every configuration timed in full (no early stop), so every one is cached and the rerun measures nothing
+        result = tune(ev, tunable, strategy="exhaustive", cache=TuneCache(cache_root / "tune"), early_stop=False)
     c = result.counts
     print(json.dumps([r.model_dump() for r in result.ranked()], indent=1))
     assert c.tried == c.measured == len(valid) and c.cached == 0
@@ -143,7 +144,7 @@ def test_tune_small_sgemm_space_then_the_cache_measures_nothing(
     # the same search through the CLI with the same cache: nothing is measured again
     monkeypatch.setenv("KERNELOPT_CACHE", str(cache_root))
     capsys.readouterr()
-    code = main(["tune", "sgemm", str(path), "--strategy", "exhaustive", "--warmup", str(TIMING.warmup),
+    code = main(["tune", "sgemm", str(path), "--strategy", "exhaustive", "--time-all", "--warmup", str(TIMING.warmup),
                  "--iterations", str(TIMING.iterations), "--timeout", "120", "--harness", str(harness_binary),
                  "-o", str(tmp_path / "run"), "--json"])
     assert code == 0
