@@ -44,9 +44,11 @@ CONFIGS: dict[str, list[dict[str, int]]] = {
         {"BM": 64, "BN": 128, "BK": 8, "TM": 4, "TN": 4, "MINB": 1},
     ],
     "softmax": [
-        {"TPR": 256, "RPB": 1, "VPT": 8},
-        {"TPR": 32, "RPB": 4, "VPT": 8},
-        {"TPR": 1024, "RPB": 1, "VPT": 2},
+        {"TPR": 256, "RPB": 1, "VPT": 8, "SMEM": 0},
+        {"TPR": 32, "RPB": 4, "VPT": 8, "SMEM": 0},
+        {"TPR": 1024, "RPB": 1, "VPT": 2, "SMEM": 0},
+        {"TPR": 128, "RPB": 1, "VPT": 8, "SMEM": 1},  # 8192 columns from shared memory, 65536 read twice
+        {"TPR": 256, "RPB": 4, "VPT": 0, "SMEM": 1},
     ],
     "reduce_sum": [
         {"THREADS": 256, "BPS": 8, "UNROLL": 4, "TWO_PASS": 0},

@@ -8,6 +8,8 @@
 // - streaming path otherwise (long or odd rows): one pass computing the running maximum and
 //   the sum of exponentials rescaled on the fly (online softmax, Milakov & Gimelshein 2018),
 //   float4 loads where aligned and scalar loads otherwise, then a second pass writing y;
+//   with SMEM = 1 the first pass also stores the row in dynamic shared memory when the block's
+//   RPB rows fit (<= 220 KiB), and the second pass reads it from there: one DRAM read of x;
 // - reductions: warp shuffles, then (TPR > 32) a shared-memory step across the row's warps.
 // Launch: grid ceil_div(rows, RPB), block TPR * RPB.
 
@@ -20,6 +22,11 @@
 #ifndef VPT
 #define VPT 0
 #endif
+#ifndef SMEM
+#define SMEM 0
+#endif
+// dynamic shared memory a block may use for its rows (tunable.json's shared_bytes uses the same number)
+#define SMEM_LIMIT 225280
 
 #define NTHREADS (TPR * RPB)
 #define NWARPS_ROW (TPR / 32)
@@ -157,7 +164,18 @@ softmax(const float* __restrict__ x, float* __restrict__ y, int rows, int cols) 
     }
 #endif
 
-    // streaming path: online (max, sum), then a second pass that writes y
+    // streaming path: online (max, sum), then a second pass that writes y. With SMEM, where the
+    // launch gives the block's rows in dynamic shared memory (SMEM_LIMIT: the same rule as
+    // tunable.json's shared_bytes), the first pass keeps what it read there and the second reads
+    // it back, so x is read from DRAM once; each thread reads back only the float4s it stored.
+#if SMEM
+    extern __shared__ float4 rowbuf[];
+    const bool keep = vec && (long long)RPB * cols * 4 <= SMEM_LIMIT;
+    float4* rb = rowbuf + (long long)(threadIdx.x / TPR) * (cols >> 2);
+#else
+    const bool keep = false;
+    float4* rb = nullptr;
+#endif
     float m = NEG_INF, s = 0.f;
     if (valid) {
         if (vec) {
@@ -166,6 +184,7 @@ softmax(const float* __restrict__ x, float* __restrict__ y, int rows, int cols) 
 #pragma unroll 4
             for (int i = t; i < nv; i += TPR) {
                 const float4 v = __ldg(x4 + i);
+                if (keep) rb[i] = v;
                 const float lm = fmaxf(fmaxf(v.x, v.y), fmaxf(v.z, v.w));
                 const float mn = fmaxf(m, lm);
                 s = s * expf(m - mn) + ((expf(v.x - mn) + expf(v.y - mn)) + (expf(v.z - mn) + expf(v.w - mn)));
@@ -191,7 +210,7 @@ softmax(const float* __restrict__ x, float* __restrict__ y, int rows, int cols) 
         const float4* x4 = reinterpret_cast<const float4*>(xr);
         float4* y4 = reinterpret_cast<float4*>(yr);
         for (int i = t; i < nv; i += TPR) {
-            const float4 v = __ldg(x4 + i);
+            const float4 v = keep ? rb[i] : __ldg(x4 + i);
             __stcs(y4 + i, make_float4(expf(v.x - m) * inv, expf(v.y - m) * inv,
                                        expf(v.z - m) * inv, expf(v.w - m) * inv));
         }
