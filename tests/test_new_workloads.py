@@ -283,9 +283,10 @@ def _compile_sample(key: str) -> list[Config]:
     configs = valid_configs(t.spec)
     if key == "histogram":
         return [c for c in configs if c["GRID"] == t.spec["defaults"]["GRID"]]
-    if key == "attention_fwd":  # 21 configurations, each compiling four head-dim instances
+    if key == "attention_fwd":  # 24 configurations, each compiling four head-dim instances
         return configs if os.environ.get("KERNELOPT_TUNABLE_ALL") == "1" else [
-            t.spec["defaults"], *[c for c in configs if c["BKV"] == 128 or (c["WARPS"] == 8 and c["QREG"] == 1)]]
+            t.spec["defaults"], *[c for c in configs if c["BKV"] == 128 or (c["WARPS"] == 8 and c["QREG"] == 1)
+                                  or c["RPW"] == 2]]
     if os.environ.get("KERNELOPT_TUNABLE_ALL") == "1":
         return configs
     deepest = max(t.spec["params"]["BK"])
@@ -323,7 +324,7 @@ def test_tunable_defaults_are_valid_and_every_launch_resolves_and_covers_the_out
             if name == "histogram":
                 assert r.block == (config["THREADS"], 1, 1) and 1 <= r.grid[0] <= config["GRID"]
             elif name == "attention_fwd":
-                rows = 16 * config["WARPS"]
+                rows = 16 * config["WARPS"] * config["RPW"]
                 assert r.block == (32 * config["WARPS"], 1, 1) and r.grid[1] == s["B"] * s["H"]
                 assert r.grid[0] * rows >= s["S"] and (r.grid[0] - 1) * rows < s["S"]
                 assert r.shared_bytes <= LIMITS.max_shared_bytes_per_block_optin

@@ -76,9 +76,10 @@ CONFIGS: dict[str, list[dict[str, int]]] = {
         {"BM": 64, "BN": 128, "BK": 64, "WM": 32, "WN": 64, "STAGES": 2},
     ],
     "attention_fwd": [
-        {"WARPS": 8, "BKV": 64, "QREG": 1},
-        {"WARPS": 4, "BKV": 128, "QREG": 0},
-        {"WARPS": 2, "BKV": 16, "QREG": 0},
+        {"WARPS": 8, "BKV": 64, "QREG": 1, "RPW": 1},
+        {"WARPS": 4, "BKV": 128, "QREG": 0, "RPW": 1},
+        {"WARPS": 2, "BKV": 16, "QREG": 0, "RPW": 1},
+        {"WARPS": 4, "BKV": 16, "QREG": 0, "RPW": 2},
     ],
     # sgemm on tensor cores at FP32 accuracy: the tolerance is sgemm's, on every case
     "sgemm:tunable_3xtf32.json": [

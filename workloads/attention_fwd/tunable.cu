@@ -2,9 +2,12 @@
 // o[b,h,i,:] = softmax_j(q[b,h,i,:] . k[b,h,j,:] / sqrt(D)) v[b,h,j,:], causal = 1 masks j > i.
 //
 // Design (parameters are -D defines, see tunable.json):
-// - a block takes WARPS * 16 query rows of one (b, h) (grid (ceil_div(S, WARPS * 16), B * H));
-//   each warp owns 16 rows; QREG = 1 keeps their q fragments in registers for the whole key loop
-//   (D/4 more registers per thread), QREG = 0 reads them from shared memory again for each tile;
+// - a block takes WARPS * 16 * RPW query rows of one (b, h) (grid (ceil_div(S, WARPS * 16 * RPW),
+//   B * H)); each warp owns RPW blocks of 16 rows, so every k and v fragment it reads from shared
+//   memory feeds RPW mma's (RPW = 2 halves the shared-memory traffic per mma, as FlashAttention-2
+//   does with 32+ rows a warp, for twice the accumulators); QREG = 1 keeps the q fragments in
+//   registers for the whole key loop (RPW * D/4 more registers per thread), QREG = 0 reads them
+//   from shared memory again for each tile;
 // - keys and values are walked in tiles of BKV rows through two shared-memory buffers: tile t + 1
 //   is copied (cp.async) while tile t is used. With causal, tiles past the block's last row are
 //   not visited and scores with j > i are -inf; keys past S are -inf;
@@ -19,8 +22,8 @@
 // - copies are 16 bytes where D % 8 == 0 and q, k, v are 16-byte aligned, else one element at a
 //   time (same tiles, plain loads);
 // - o = accumulator / sum, written as bf16 pairs where D is even and o 4-byte aligned.
-// Launch: grid (ceil_div(S, WARPS * 16), B * H), block WARPS * 32, dynamic shared memory
-// 2 * (WARPS * 16 + 4 * BKV) * (ceil_div(D, 32) * 32 + 8) bytes (q, then two buffers of k and v).
+// Launch: grid (ceil_div(S, WARPS * 16 * RPW), B * H), block WARPS * 32, dynamic shared memory
+// 2 * (WARPS * 16 * RPW + 4 * BKV) * (ceil_div(D, 32) * 32 + 8) bytes (q, then two buffers of k and v).
 // The PTX wrappers sit between the PTX-BEGIN / PTX-END lines: tests/test_new_workloads_emulated.py
 // swaps that block for a CPU emulation of the same instructions.
 #include <cuda_bf16.h>
@@ -34,8 +37,11 @@
 #ifndef QREG
 #define QREG 1
 #endif
+#ifndef RPW
+#define RPW 1
+#endif
 
-#define BQ (WARPS * 16)
+#define BQ (WARPS * 16 * RPW)
 #define NTH (WARPS * 32)
 #define LOG2E 1.4426950408889634f
 #define NEG_INF (-__int_as_float(0x7f800000))
@@ -109,11 +115,12 @@ __device__ __forceinline__ void attention_block(const unsigned short* __restrict
                                                 int S, int D, int causal, unsigned short* smem) {
     constexpr int LD = HD + 8;
     constexpr int KD = HD / 16;   // k-steps of q . k
-    constexpr int NS = BKV / 8;   // score tiles (8 keys each) per warp row block
+    constexpr int NS = BKV / 8;   // score tiles (8 keys each) per 16-row block
     constexpr int NO = HD / 8;    // output tiles (8 dimensions each)
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int g = lane >> 2, t = lane & 3;
     const int q0 = blockIdx.x * BQ;
+    const int w0 = q0 + warp * 16 * RPW;   // the warp's first row; its RPW blocks of 16 follow
     const size_t head = (size_t)blockIdx.y * S * D;
     q += head;
     k += head;
@@ -131,14 +138,23 @@ __device__ __forceinline__ void attention_block(const unsigned short* __restrict
     load_rows<HD, VEC>(kvs + BKV * LD, v, 0, BKV, S, D);
     cp_async_commit();
 
-    unsigned qf[QREG ? KD : 1][4];
-    float acc[NO][4];
+    unsigned qf[QREG ? RPW : 1][QREG ? KD : 1][4];
+    float acc[RPW][NO][4];
 #pragma unroll
-    for (int n = 0; n < NO; ++n)
+    for (int r = 0; r < RPW; ++r)
 #pragma unroll
-        for (int c = 0; c < 4; ++c) acc[n][c] = 0.f;
-    float m[2] = {NEG_INF, NEG_INF}, l[2] = {0.f, 0.f};   // rows g and g + 8 of the warp
-    const int row[2] = {q0 + warp * 16 + g, q0 + warp * 16 + g + 8};
+        for (int n = 0; n < NO; ++n)
+#pragma unroll
+            for (int c = 0; c < 4; ++c) acc[r][n][c] = 0.f;
+    float m[RPW][2], l[RPW][2];   // rows g and g + 8 of each of the warp's 16-row blocks
+    int row[RPW][2];
+#pragma unroll
+    for (int r = 0; r < RPW; ++r) {
+        m[r][0] = m[r][1] = NEG_INF;
+        l[r][0] = l[r][1] = 0.f;
+        row[r][0] = w0 + r * 16 + g;
+        row[r][1] = w0 + r * 16 + g + 8;
+    }
 
     for (int tile = 0; tile < ntiles; ++tile) {
         const int j0 = tile * BKV;
@@ -152,88 +168,116 @@ __device__ __forceinline__ void attention_block(const unsigned short* __restrict
         __syncthreads();      // ... and everyone's
         if (QREG && tile == 0) {
 #pragma unroll
-            for (int kd = 0; kd < KD; ++kd)
-                ldmatrix_x4(qf[kd], qs + (warp * 16 + (lane & 15)) * LD + kd * 16 + (lane >> 4) * 8);
+            for (int r = 0; r < RPW; ++r)
+#pragma unroll
+                for (int kd = 0; kd < KD; ++kd)
+                    ldmatrix_x4(qf[QREG ? r : 0][QREG ? kd : 0],
+                                qs + (warp * 16 * RPW + r * 16 + (lane & 15)) * LD + kd * 16 + (lane >> 4) * 8);
         }
         const unsigned short* ks = kvs + 2 * (tile & 1) * BKV * LD;
         const unsigned short* vs = ks + BKV * LD;
 
-        // S = q k^T for this warp's 16 rows and the tile's BKV keys
-        float s[NS][4];
+        // S = q k^T for the warp's RPW x 16 rows and the tile's BKV keys: each k fragment read
+        // from shared memory feeds RPW row blocks
+        float s[RPW][NS][4];
 #pragma unroll
-        for (int n = 0; n < NS; ++n)
+        for (int r = 0; r < RPW; ++r)
 #pragma unroll
-            for (int c = 0; c < 4; ++c) s[n][c] = 0.f;
+            for (int n = 0; n < NS; ++n)
+#pragma unroll
+                for (int c = 0; c < 4; ++c) s[r][n][c] = 0.f;
 #pragma unroll
         for (int kd = 0; kd < KD; ++kd) {
-            unsigned qa[4];
-            if (QREG) {
+            unsigned qa[RPW][4];
 #pragma unroll
-                for (int c = 0; c < 4; ++c) qa[c] = qf[QREG ? kd : 0][c];
-            } else {
-                ldmatrix_x4(qa, qs + (warp * 16 + (lane & 15)) * LD + kd * 16 + (lane >> 4) * 8);
+            for (int r = 0; r < RPW; ++r) {
+                if (QREG) {
+#pragma unroll
+                    for (int c = 0; c < 4; ++c) qa[r][c] = qf[QREG ? r : 0][QREG ? kd : 0][c];
+                } else {
+                    ldmatrix_x4(qa[r], qs + (warp * 16 * RPW + r * 16 + (lane & 15)) * LD + kd * 16 + (lane >> 4) * 8);
+                }
             }
 #pragma unroll
             for (int n = 0; n < NS; n += 2) {
-                unsigned r[4];
-                ldmatrix_x4(r, ks + (n * 8 + (lane & 7) + ((lane >> 4) & 1) * 8) * LD + kd * 16 + ((lane >> 3) & 1) * 8);
-                const unsigned b0[2] = {r[0], r[1]}, b1[2] = {r[2], r[3]};
-                mma_bf16_16816(s[n], qa, b0);
-                mma_bf16_16816(s[n + 1], qa, b1);
+                unsigned b[4];
+                ldmatrix_x4(b, ks + (n * 8 + (lane & 7) + ((lane >> 4) & 1) * 8) * LD + kd * 16 + ((lane >> 3) & 1) * 8);
+                const unsigned b0[2] = {b[0], b[1]}, b1[2] = {b[2], b[3]};
+#pragma unroll
+                for (int r = 0; r < RPW; ++r) {
+                    mma_bf16_16816(s[r][n], qa[r], b0);
+                    mma_bf16_16816(s[r][n + 1], qa[r], b1);
+                }
             }
         }
 
-        // mask, the tile's row maxima, and the running maxima
-        const bool edge = j0 + BKV > S || (causal && j0 + BKV - 1 > q0 + warp * 16);
-        float tmax[2] = {NEG_INF, NEG_INF};
+        // mask, the tile's row maxima, the running maxima; the output accumulators rescaled
+        const bool edge = j0 + BKV > S || (causal && j0 + BKV - 1 > w0);
+        float mnew[RPW][2];
 #pragma unroll
-        for (int n = 0; n < NS; ++n)
+        for (int r = 0; r < RPW; ++r) {
+            float tmax[2] = {NEG_INF, NEG_INF};
 #pragma unroll
-            for (int c = 0; c < 4; ++c) {
-                const int j = j0 + n * 8 + 2 * t + (c & 1);
-                float x = s[n][c] * scale;
-                if (edge && (j >= S || (causal && j > row[c >> 1]))) x = NEG_INF;
-                s[n][c] = x;
-                tmax[c >> 1] = fmaxf(tmax[c >> 1], x);
-            }
-        float corr[2], mnew[2];
-#pragma unroll
-        for (int h = 0; h < 2; ++h) {
-            tmax[h] = fmaxf(tmax[h], __shfl_xor_sync(0xffffffffu, tmax[h], 1));
-            tmax[h] = fmaxf(tmax[h], __shfl_xor_sync(0xffffffffu, tmax[h], 2));
-            mnew[h] = fmaxf(m[h], tmax[h]);
-            corr[h] = mnew[h] == NEG_INF ? 1.f : exp2f(m[h] - mnew[h]);   // 0 on the first live tile
-            m[h] = mnew[h];
-            l[h] *= corr[h];
-        }
-#pragma unroll
-        for (int n = 0; n < NO; ++n)
-#pragma unroll
-            for (int c = 0; c < 4; ++c) acc[n][c] *= corr[c >> 1];
-
-        // P = exp2(s - m), its row sums, and acc += P v, 16 keys at a time
-#pragma unroll
-        for (int kk = 0; kk < BKV / 16; ++kk) {
-            float p[2][4];
-#pragma unroll
-            for (int half = 0; half < 2; ++half)
+            for (int n = 0; n < NS; ++n)
 #pragma unroll
                 for (int c = 0; c < 4; ++c) {
-                    const float mm = mnew[c >> 1];
-                    const float x = mm == NEG_INF ? 0.f : exp2f(s[2 * kk + half][c] - mm);
-                    p[half][c] = x;
-                    l[c >> 1] += x;
+                    const int j = j0 + n * 8 + 2 * t + (c & 1);
+                    float x = s[r][n][c] * scale;
+                    if (edge && (j >= S || (causal && j > row[r][c >> 1]))) x = NEG_INF;
+                    s[r][n][c] = x;
+                    tmax[c >> 1] = fmaxf(tmax[c >> 1], x);
                 }
-            // the S accumulators of keys 16kk..16kk+15 are P's A fragment for those 16 keys
-            const unsigned pa[4] = {pack_bf16x2(p[0][0], p[0][1]), pack_bf16x2(p[0][2], p[0][3]),
-                                    pack_bf16x2(p[1][0], p[1][1]), pack_bf16x2(p[1][2], p[1][3])};
+            float corr[2];
+#pragma unroll
+            for (int h = 0; h < 2; ++h) {
+                tmax[h] = fmaxf(tmax[h], __shfl_xor_sync(0xffffffffu, tmax[h], 1));
+                tmax[h] = fmaxf(tmax[h], __shfl_xor_sync(0xffffffffu, tmax[h], 2));
+                mnew[r][h] = fmaxf(m[r][h], tmax[h]);
+                corr[h] = mnew[r][h] == NEG_INF ? 1.f : exp2f(m[r][h] - mnew[r][h]);   // 0 on the first live tile
+                m[r][h] = mnew[r][h];
+                l[r][h] *= corr[h];
+            }
+            if (corr[0] != 1.f || corr[1] != 1.f) {   // once the maxima settle, most tiles change neither
+#pragma unroll
+                for (int n = 0; n < NO; ++n)
+#pragma unroll
+                    for (int c = 0; c < 4; ++c) acc[r][n][c] *= corr[c >> 1];
+            }
+        }
+
+        // P = exp2(s - m), its row sums, and acc += P v, 16 keys at a time: each v fragment feeds
+        // RPW row blocks
+#pragma unroll
+        for (int kk = 0; kk < BKV / 16; ++kk) {
+            unsigned pa[RPW][4];
+#pragma unroll
+            for (int r = 0; r < RPW; ++r) {
+                float p[2][4];
+#pragma unroll
+                for (int half = 0; half < 2; ++half)
+#pragma unroll
+                    for (int c = 0; c < 4; ++c) {
+                        const float mm = mnew[r][c >> 1];
+                        const float x = mm == NEG_INF ? 0.f : exp2f(s[r][2 * kk + half][c] - mm);
+                        p[half][c] = x;
+                        l[r][c >> 1] += x;
+                    }
+                // the S accumulators of keys 16kk..16kk+15 are P's A fragment for those 16 keys
+                pa[r][0] = pack_bf16x2(p[0][0], p[0][1]);
+                pa[r][1] = pack_bf16x2(p[0][2], p[0][3]);
+                pa[r][2] = pack_bf16x2(p[1][0], p[1][1]);
+                pa[r][3] = pack_bf16x2(p[1][2], p[1][3]);
+            }
 #pragma unroll
             for (int n = 0; n < NO; n += 2) {
-                unsigned r[4];
-                ldmatrix_x4_trans(r, vs + (kk * 16 + (lane & 7) + ((lane >> 3) & 1) * 8) * LD + n * 8 + (lane >> 4) * 8);
-                const unsigned b0[2] = {r[0], r[1]}, b1[2] = {r[2], r[3]};
-                mma_bf16_16816(acc[n], pa, b0);
-                mma_bf16_16816(acc[n + 1], pa, b1);
+                unsigned b[4];
+                ldmatrix_x4_trans(b, vs + (kk * 16 + (lane & 7) + ((lane >> 3) & 1) * 8) * LD + n * 8 + (lane >> 4) * 8);
+                const unsigned b0[2] = {b[0], b[1]}, b1[2] = {b[2], b[3]};
+#pragma unroll
+                for (int r = 0; r < RPW; ++r) {
+                    mma_bf16_16816(acc[r][n], pa[r], b0);
+                    mma_bf16_16816(acc[r][n + 1], pa[r], b1);
+                }
             }
         }
         __syncthreads();   // everyone is done with this buffer before it is refilled
@@ -243,26 +287,28 @@ __device__ __forceinline__ void attention_block(const unsigned short* __restrict
     // o = acc / l for rows < S, dimensions < D
     const bool pairs = (D % 2 == 0) && ((reinterpret_cast<unsigned long long>(o) & 3ull) == 0);
 #pragma unroll
-    for (int h = 0; h < 2; ++h) {
-        float sum = l[h];
-        sum += __shfl_xor_sync(0xffffffffu, sum, 1);
-        sum += __shfl_xor_sync(0xffffffffu, sum, 2);
-        if (row[h] >= S) continue;
-        const float inv = 1.f / sum;
-        __nv_bfloat16* orow = o + head + (size_t)row[h] * D;
+    for (int r = 0; r < RPW; ++r)
 #pragma unroll
-        for (int n = 0; n < NO; ++n) {
-            const int d = n * 8 + 2 * t;
-            const float v0 = acc[n][2 * h] * inv, v1 = acc[n][2 * h + 1] * inv;
-            if (pairs) {
-                if (d < D) *reinterpret_cast<unsigned*>(orow + d) = pack_bf16x2(v0, v1);
-            } else {
-                const unsigned w = pack_bf16x2(v0, v1);
-                if (d < D) reinterpret_cast<unsigned short*>(orow)[d] = (unsigned short)(w & 0xffffu);
-                if (d + 1 < D) reinterpret_cast<unsigned short*>(orow)[d + 1] = (unsigned short)(w >> 16);
+        for (int h = 0; h < 2; ++h) {
+            float sum = l[r][h];
+            sum += __shfl_xor_sync(0xffffffffu, sum, 1);
+            sum += __shfl_xor_sync(0xffffffffu, sum, 2);
+            if (row[r][h] >= S) continue;
+            const float inv = 1.f / sum;
+            __nv_bfloat16* orow = o + head + (size_t)row[r][h] * D;
+#pragma unroll
+            for (int n = 0; n < NO; ++n) {
+                const int d = n * 8 + 2 * t;
+                const float v0 = acc[r][n][2 * h] * inv, v1 = acc[r][n][2 * h + 1] * inv;
+                if (pairs) {
+                    if (d < D) *reinterpret_cast<unsigned*>(orow + d) = pack_bf16x2(v0, v1);
+                } else {
+                    const unsigned w = pack_bf16x2(v0, v1);
+                    if (d < D) reinterpret_cast<unsigned short*>(orow)[d] = (unsigned short)(w & 0xffffu);
+                    if (d + 1 < D) reinterpret_cast<unsigned short*>(orow)[d + 1] = (unsigned short)(w >> 16);
+                }
             }
         }
-    }
 }
 
 template <int HD>
