@@ -56,9 +56,11 @@ CONFIGS: dict[str, list[dict[str, int]]] = {
         {"THREADS": 1024, "BPS": 2, "UNROLL": 8, "TWO_PASS": 1},
     ],
     "transpose": [
-        {"TILE": 32, "ROWS": 8, "STCS": 1},
-        {"TILE": 64, "ROWS": 4, "STCS": 0},
-        {"TILE": 32, "ROWS": 32, "STCS": 0},
+        {"TILE": 32, "ROWS": 8, "STCS": 1, "ALIGN": 0},
+        {"TILE": 64, "ROWS": 4, "STCS": 0, "ALIGN": 0},
+        {"TILE": 32, "ROWS": 32, "STCS": 0, "ALIGN": 0},
+        {"TILE": 64, "ROWS": 8, "STCS": 1, "ALIGN": 1},  # 5003 x 8191: aligned output windows
+        {"TILE": 32, "ROWS": 8, "STCS": 0, "ALIGN": 1},
     ],
     "layernorm": [
         {"TPR": 128, "RPB": 1, "VPT": 8},
