@@ -1,6 +1,6 @@
 """kernelopt's own performance, measured side by side in one run on one GPU (issue 6).
 
-    python bench/run.py [--json] [--only overhead|throughput|repeatability|agreement]
+    python bench/run.py [--json] [--only overhead|throughput|repeatability|agreement|checks|tuning]
 
 Sections (each a function taking a :class:`Bench`, so they can be run separately):
 1. overhead:      per-candidate overhead (evaluate wall time minus the kernels' own GPU time),
@@ -12,7 +12,9 @@ Sections (each a function taking a :class:`Bench`, so they can be run separately
                   against Nsight Compute's gpu__time_duration (kernels >= 20 us);
 5. checks:        per-candidate overhead with issue 14's timed-launch checks (fresh device-drawn
                   inputs for every timed launch, checked launches against the CUDA reference,
-                  the confirm launch) on and off, side by side in one harness, as a ratio.
+                  the confirm launch) on and off, side by side in one harness, as a ratio;
+6. tuning:        one `kernelopt tune sgemm` search timed the seed's way and with the defaults
+                  (precision stopping rule, early stop): wall time and the best configuration.
 Every table states its target (issues 6 and 14) and PASS/FAIL. See bench/README.md.
 """
 
@@ -454,9 +456,66 @@ def checks(bench: Bench, workloads: tuple[str, ...] = ("vector_add", "softmax", 
     return sec
 
 
+# --- 6. tuning speed (issue 17) ---------------------------------------------------------------
+
+#: Target from issue 17: `kernelopt tune` with its defaults at least this much faster than the
+#: seed's way of timing every configuration, with the same best configuration (or one within noise)
+TUNE_SPEEDUP = 2.0
+#: ... where "within noise" is a best score at most this much above the other's
+TUNE_NOISE = 0.01
+
+
+def tuning(bench: Bench, workload: str = "sgemm", budget: int = 24) -> Section:
+    """The same search twice (random, seed 0, ``budget`` configurations, the workload's
+    tunable.json, nothing cached): timed the seed's way (10 warm-up + 100 measured launches, every
+    configuration timed in full) and with `kernelopt tune`'s defaults (the precision stopping rule,
+    configurations that cannot beat the best stopped early). Each run compiles its own copy of the
+    source, so neither finds the other's compiles cached."""
+    from kernelopt_mcp.tune import load_tunable, workload_tunable_path
+
+    wl = bench.workload(workload)
+    base = load_tunable(workload_tunable_path(wl), wl)
+    sec = Section(
+        "tuning", f"`kernelopt tune {workload}`: one search ({budget} configurations, random, seed 0) timed the "
+        "seed's way and with the defaults", f">= {TUNE_SPEEDUP:g}x faster with the same best configuration (or one "
+        f"within {TUNE_NOISE:.0%})",
+        ["mode", "wall s", "measured", "stopped early", "best configuration", "best score ms", "speedup", "pass"],
+    )
+    modes = {
+        "seed's way: 10 + 100 launches, all in full": (EvaluateOptions(warmup=10, iterations=100, stop="count"), False),
+        "defaults: precision rule, early stop": (app.evaluate_options(bench.settings, stop="precision"), True),
+    }
+    runs = {}
+    for mode, (options, early) in modes.items():
+        tunable = replace(base, source=f"// kernelopt bench tuning {mode} {time.time_ns()}\n{base.source}")
+        bench.say(f"tuning: {workload}, {mode}")
+        with bench.evaluator(wl, f"tuning-{len(runs)}", options=options) as ev:
+            start = time.perf_counter()
+            runs[mode] = (app.tune_kernel(ev, tunable, options=options, strategy="random", budget_evals=budget, seed=0,
+                                          early_stop=early), time.perf_counter() - start)
+    (seed_way, seed_s), (ours, ours_s) = runs.values()
+    for mode, (result, wall) in runs.items():
+        best = result.best.score_ms if result.best else None
+        row: dict[str, Any] = {
+            "mode": mode, "wall s": wall, "measured": result.counts.measured, "stopped early": result.counts.stopped_early,
+            "best configuration": json.dumps(result.best_params), "best score ms": best, "speedup": None, "pass": None,
+        }
+        sec.rows.append(row)
+    speedup = seed_s / ours_s if ours_s else None
+    same = ours.best_params == seed_way.best_params
+    near = bool(ours.best and seed_way.best and ours.best.score_ms and seed_way.best.score_ms
+                and ours.best.score_ms <= seed_way.best.score_ms * (1 + TUNE_NOISE))
+    sec.rows[-1]["speedup"] = speedup
+    sec.passed = sec.rows[-1]["pass"] = bool(speedup and speedup >= TUNE_SPEEDUP and (same or near))
+    sec.notes.append("the best configurations are " + ("the same" if same else
+                     "different; the defaults' is " + ("within noise" if near else "slower")))
+    sec.notes.append("the scores compared are each run's own measurement of its best configuration")
+    return sec
+
+
 SECTIONS: dict[str, Callable[[Bench], Section]] = {
     "overhead": overhead, "throughput": throughput, "repeatability": repeatability, "agreement": agreement,
-    "checks": checks,
+    "checks": checks, "tuning": tuning,
 }
 
 

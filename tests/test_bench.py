@@ -16,6 +16,8 @@ from rich.console import Console
 
 from kernelopt_mcp import Settings
 
+REPO = Path(__file__).resolve().parent.parent
+
 
 @pytest.fixture(scope="module")
 def run() -> ModuleType:
@@ -144,3 +146,23 @@ def test_record_timings_writes_fixtures_the_stats_tests_load(tmp_path: Path, cap
         assert set(data) >= {"kernel", "times_ms", "flush_l2"} and len(data["times_ms"]) == 30
         assert summarize(data["times_ms"]).median_ms == pytest.approx(0.101)
     assert "n': 2048" in json.loads(written[1].read_text())["kernel"]
+
+
+def test_tuning_section_runs_one_search_both_ways(run: ModuleType, bench, tmp_path: Path) -> None:
+    """tests/fixtures/tune/add.* as tiny_add's tunable.json: the fake's medians make BLOCK 32,
+    UNROLL 4 the best; both ways must find it, and the row says the wall-time ratio."""
+    import shutil
+
+    root = tmp_path / "extra" / "tiny_add"
+    shutil.copy(REPO / "tests" / "fixtures" / "tune" / "add.json", root / "tunable.json")
+    shutil.copy(REPO / "tests" / "fixtures" / "tune" / "add.cu", root / "add.cu")
+    sec = run.tuning(bench, workload="tiny_add", budget=20)
+    seed_way, ours = sec.rows
+    assert seed_way["mode"].startswith("seed's way") and ours["mode"].startswith("defaults")
+    assert seed_way["best configuration"] == ours["best configuration"] == json.dumps({"BLOCK": 32, "UNROLL": 4})
+    assert seed_way["measured"] == ours["measured"] > 5  # nothing cached between the two, same configurations
+    assert seed_way["stopped early"] == 0
+    assert ours["speedup"] == pytest.approx(seed_way["wall s"] / ours["wall s"])
+    assert ours["pass"] is (ours["speedup"] >= run.TUNE_SPEEDUP) and sec.passed is ours["pass"]
+    assert "the same" in " ".join(sec.notes)
+    assert ">= 2x faster" in check_rendering(run, sec)
