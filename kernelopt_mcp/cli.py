@@ -187,12 +187,17 @@ def cmd_evaluate(args: argparse.Namespace, out: Console) -> int:
                 sanitizer_dir=session.workdir / "sanitizer" / candidate.name,
             ))
         reference = session.reference_result
-    payloads = [checked.as_json(reference) for checked in done]
+        prepared = dict(session.prepare_ms)
+    payloads = [{**checked.as_json(reference), "preparation_ms": prepared} for checked in done]
     if args.json:
         print(json.dumps(payloads[0] if len(payloads) == 1 else payloads, indent=2))
     else:
         for checked in done:
             print_evaluation(out, checked, reference, sanitize_asked=args.sanitize)
+        if prepared:
+            steps = ", ".join(f"{k.replace('_', ' ')} {v:.0f} ms" for k, v in prepared.items() if k != "total")
+            out.print(f"[dim]prepared once in {prepared.get('total', 0.0) / 1e3:.3g} s: {escape(steps)}[/]",
+                      highlight=False)
     return EXIT_OK if all(checked.ok for checked in done) else EXIT_FAILED
 
 

@@ -39,6 +39,13 @@ def test_several_kernels_share_one_session(tmp_path: Path, capsys: pytest.Captur
     assert main(["evaluate", str(wl), str(good), "--harness", str(harness), "--warmup", "1", "--iterations", "3", "--json"]) == 0
     single = json.loads(capsys.readouterr().out)
     assert isinstance(single, dict) and single["status"] == "ok"
+    # the session's one-time preparation, beside every result (the same for all: one session)
+    assert {"inputs", "oracle", "reference", "total"} <= set(single["preparation_ms"])
+    assert len({json.dumps(r["preparation_ms"]) for r in results}) == 1
+    assert single["phases"]["total_ms"] >= single["phases"]["validate_ms"] > 0
+    assert main(["evaluate", str(wl), str(good), "--harness", str(harness), "--warmup", "1", "--iterations", "3"]) == 0
+    text = " ".join(capsys.readouterr().out.split())
+    assert "prepared once in" in text and "reference" in text and "host time" in text
 
 
 def test_kernelopt_fresh_launches_sets_the_redraw_subset_everywhere(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
