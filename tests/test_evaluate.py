@@ -330,3 +330,30 @@ def test_tuning_stops_hopeless_configurations_early_and_finds_the_same_best(tmp_
     assert stopped.best_params == full.best_params == {"MS": 20}
     full_300 = next(r for r in full.table if r.params["MS"] == 300)
     assert full_300.score_ms and full_300.score_ms >= rows[300].score_bound_ms  # the bound held
+
+
+def test_without_a_floor_for_every_untimed_case_there_is_no_bound(tmp_path) -> None:
+    """No cost model (or L2 not flushed): nothing bounds an untimed case, so nothing stops early;
+    with every case timed the bound is the score itself."""
+    import copy
+
+    from fakegpu import TINY_SPEC
+
+    from kernelopt_mcp.evaluation.compare import geometric_mean
+    from kernelopt_mcp.evaluation.runner import score_bound_ms
+
+    spec = copy.deepcopy(TINY_SPEC)
+    spec["name"] = "tiny_nocost"
+    del spec["cost"]
+    harness = write_harness(tmp_path, "fake")
+    costless = find_workload(write_tiny_workload(tmp_path / "a", spec) / "tiny_nocost", Settings())
+    costed = _three_case_workload(tmp_path / "b")
+    with HarnessProcess(harness, 0) as proc:
+        with Session(costless, proc, device_info(harness, 0), workdir=tmp_path / "w1") as ev:
+            assert score_bound_ms(ev, [], costless.spec.performance_cases, True) is None
+        with Session(costed, proc, device_info(harness, 0), workdir=tmp_path / "w2") as ev:
+            perf = costed.spec.performance_cases
+            assert score_bound_ms(ev, [30.0], perf[1:], False) is None  # L2 kept: the floor is no bound
+            with_floors = score_bound_ms(ev, [30.0], perf[1:], True)
+            assert with_floors is not None and 0 < with_floors < 30.0
+            assert score_bound_ms(ev, [30.0, 20.0, 10.0], [], True) == pytest.approx(geometric_mean([30.0, 20.0, 10.0]))
