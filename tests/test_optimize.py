@@ -148,6 +148,9 @@ def test_the_whole_loop(env: dict[str, Path]) -> None:
     history = read(run / "history.json")
     events = [h["event"] for h in history]
     assert events.count("candidate") == 6 and "unparseable_answer" in events
+    # where each evaluation went, as the server measured it (compile errors stop before validation)
+    evaluated = [h for h in history if h["event"] == "candidate" and h["status"] != "compile_error"]
+    assert evaluated and all(h["host_ms"]["total_ms"] >= h["host_ms"]["validate_ms"] > 0 for h in evaluated)
     refused = [h for h in history if h["event"] == "no_proposal"]
     assert refused and refused[0]["status"] == "refused" and refused[0]["iteration"] == 4
     model_tool = [read(p) for p in (run / "tools").glob("*-compile.json") if read(p)["caller"] == "model"]

@@ -474,6 +474,7 @@ class Optimizer:
             rec.message = out.get("message", "")
             rec.score_ms, rec.speedup = out.get("score_ms"), out.get("speedup")
             rec.checks = [str(c) for c in out.get("checks") or []]
+            rec.host_ms = {str(k): float(v) for k, v in (out.get("phases") or {}).items() if isinstance(v, int | float)}
             for case in out.get("cases", []):
                 rec.case_status[case["name"]] = case["status"]
                 if case.get("timing"):

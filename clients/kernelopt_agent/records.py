@@ -55,6 +55,7 @@ class CandidateRecord:
     tool_call: int | None = None
     seconds: float = 0.0
     slot: int | None = None  # which of --candidates N proposals of its iteration (1..N); None for N = 1
+    host_ms: dict[str, float] = field(default_factory=dict)  # the evaluation's phases: compile, validate, timing, total
 
     @property
     def valid(self) -> bool:
@@ -118,6 +119,10 @@ class CandidateEvent(Event):
     model_calls: list[int] = Field(default_factory=list)
     tool_call: int | None = None
     seconds: float = 0.0
+    host_ms: dict[str, float] = Field(
+        default_factory=dict, description="where the server's evaluation spent its wall time (compile_ms, validate_ms, "
+        "timing_ms, total_ms); seconds also counts the tool call around it"
+    )
     files: dict[str, str] = Field(default_factory=dict)
 
 
