@@ -55,7 +55,7 @@ from kernelopt_mcp.config import find_workload
 from kernelopt_mcp.errors import KerneloptError
 from kernelopt_mcp.evaluation.candidate import PRECISION_MIN_ITERATIONS, PRECISION_RSE
 from kernelopt_mcp.evaluation.compare import compare
-from kernelopt_mcp.evaluation.evaluate import case_request, evaluate, prepare
+from kernelopt_mcp.evaluation.evaluate import case_request, evaluate, preparation_text, prepare
 from kernelopt_mcp.evaluation.harness import find_harness
 from kernelopt_mcp.evaluation.protocol import request_json
 from kernelopt_mcp.gpu import DeviceInfo, device_info
@@ -193,9 +193,8 @@ def overhead(bench: Bench, workload: str = "softmax", cases: list[str] | None = 
         })
     warm_over = statistics.median(o for _, _, o in warm)
     sec.passed = warm_over <= WARM_OVERHEAD_MS and warm_over <= BASELINE_RATIO * base_over
-    steps = ", ".join(f"{k} {v:.0f}" for k, v in ev.prepare_ms.items() if k != "total")
     sec.notes.append(f"once per run, not per candidate: harness start + inputs + expected outputs {prepare_ms:.0f} ms "
-                     f"(preparation {ev.prepare_ms.get('total', 0.0):.0f} ms of it: {steps})")
+                     f"({preparation_text(ev.prepare_ms)})")
     sec.notes.append(f"{trials} trials each; kernel time = measured + warm-up + validation launches "
                      f"({bench.options.warmup} warm-up, {bench.options.iterations} measured per timed case)")
     return sec

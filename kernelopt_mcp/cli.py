@@ -30,7 +30,7 @@ from .evaluation.candidate import (
     initial_candidate,
     stop_rule,
 )
-from .evaluation.evaluate import prepare
+from .evaluation.evaluate import preparation_text, prepare
 from .files import read_text
 from .launch import LaunchSpec
 from .profiler import CLOCK_CONTROLS, ProfileOptions, find_ncu
@@ -195,9 +195,7 @@ def cmd_evaluate(args: argparse.Namespace, out: Console) -> int:
         for checked in done:
             print_evaluation(out, checked, reference, sanitize_asked=args.sanitize)
         if prepared:
-            steps = ", ".join(f"{k.replace('_', ' ')} {v:.0f} ms" for k, v in prepared.items() if k != "total")
-            out.print(f"[dim]prepared once in {prepared.get('total', 0.0) / 1e3:.3g} s: {escape(steps)}[/]",
-                      highlight=False)
+            out.print(f"[dim]{escape(preparation_text(prepared))}[/]", highlight=False)
     return EXIT_OK if all(checked.ok for checked in done) else EXIT_FAILED
 
 

@@ -238,6 +238,11 @@ def test_a_result_says_where_its_host_time_went(tmp_path) -> None:
     assert {"inputs", "oracle", "reference", "total"} <= set(prepared), prepared
     assert prepared["total"] >= sum(v for k, v in prepared.items() if k != "total") - 1
     assert prepared["reference"] > 0 and prepared["inputs"] > 0
+    from kernelopt_mcp.evaluation.evaluate import preparation_text
+
+    line = preparation_text(prepared)
+    assert line.startswith(f"prepared once in {prepared['total'] / 1e3:.3g} s: inputs ") and "reference" in line
+    assert preparation_text({}) == ""
     p = result.phases
     assert p is not None
     assert p.validate_ms >= 3 * 500 and p.timing_ms >= 500, p  # 3 validation requests, 1 timed

@@ -33,7 +33,15 @@ from .runner import run_candidate
 from .session import Session
 from .support_module import support_module
 
-__all__ = ["ReplayRequest", "case_request", "evaluate", "prepare"]
+__all__ = ["ReplayRequest", "case_request", "evaluate", "preparation_text", "prepare"]
+
+
+def preparation_text(prepare_ms: dict[str, float]) -> str:
+    """One line of :attr:`Session.prepare_ms`: the total and each step (empty before preparing)."""
+    if not prepare_ms:
+        return ""
+    steps = ", ".join(f"{k.replace('_', ' ')} {v:.0f} ms" for k, v in prepare_ms.items() if k != "total")
+    return f"prepared once in {prepare_ms.get('total', 0.0) / 1e3:.3g} s: {steps}"
 
 
 def prepare(session: Session, *, time_reference: bool = True, oracle_on_all_cases: bool = False) -> None:
