@@ -22,6 +22,8 @@ TIMING_FEATURES = {"blocking", "graph", "adaptive", "baseline_cublas"}
 TIMED_CHECK_FEATURES = {"fresh_inputs", "timed_check", "confirm_launch", "checked_dump", "fresh_launches"}
 # Staged inputs and expected values mapped read-only (PROTOCOL.md, "Read-only staging").
 INTEGRITY_FEATURES = {"readonly_staging"}
+# Inputs of performance cases drawn on the device (PROTOCOL.md, "Inputs drawn on the device").
+INPUT_FEATURES = {"input_draw"}
 
 
 def _run(binary: Path, *args: str, stdin: str | None = None) -> tuple[int, dict | None, str]:
@@ -53,7 +55,7 @@ def test_version(harness_binary: Path) -> None:
     code, answer, _ = _run(harness_binary, "--version")
     assert code == 0 and answer is not None
     assert answer["harness"] == "0.1.0" and answer["protocol"] == 2
-    assert set(answer["features"]) == DATA_PATH_FEATURES | TIMING_FEATURES | TIMED_CHECK_FEATURES | INTEGRITY_FEATURES
+    assert set(answer["features"]) == DATA_PATH_FEATURES | TIMING_FEATURES | TIMED_CHECK_FEATURES | INTEGRITY_FEATURES | INPUT_FEATURES
 
 
 def test_harness_features_reads_version(harness_binary: Path, tmp_path: Path) -> None:

@@ -183,7 +183,7 @@ void CaseRunner::check_inputs(json& result, bool timed) {
   for (const auto& d : st_.buffers) {
     const auto& b = d.spec->buffer;
     if (b.role != BufferRole::in || b.bytes == 0) continue;
-    const bool use_timed = timed && !b.timed_input.empty();
+    const bool use_timed = timed && b.has_timed_input();
     if (const auto diff = diff_against(d.data, use_timed ? d.timed_input : d.input, b.bytes)) {
       json m = json::object();
       m["buffer"] = d.spec->name;
@@ -262,7 +262,7 @@ void CaseRunner::run_timed_check(json& result) {
         KO_CU(drv_.cuMemsetD8Async(
             d.data, b.init == BufferInit::zero ? std::uint8_t{0} : b.poison_byte, b.bytes, stream));
       } else {
-        copy_into(b.timed_input.empty() ? d.input : d.timed_input, d.data, b.bytes);
+        copy_into(b.has_timed_input() ? d.timed_input : d.input, d.data, b.bytes);
       }
     }
     if (flush) s_.flush_l2();

@@ -172,6 +172,40 @@ Source CaseRunner::stage(const std::string& path, std::uint64_t bytes, bool need
   return src;
 }
 
+Source CaseRunner::drawn(const DeviceArg& d, const InputDraw& draw) {
+  const auto& b = d.spec->buffer;
+  Source src;
+  if (b.bytes == 0) return src;
+  const CUfunction fill = s_.support().function(fill_kernel_name(*b.dtype));
+  const auto enqueue = [&](CUdeviceptr dst) {
+    // draw index 0 under the draw's own key, like a fresh draw (draw_key.hpp): the values are
+    // a function of (seed, argument, element, spec) only, the same in every request
+    enqueue_fill(drv_, fill, s_.sm_count(), s_.stream(), dst, b.bytes / scalar_size(*b.dtype),
+                 draw_key(draw.seed, 0, d.index), 0, d.index, draw.spec);
+  };
+  if (req_.input_cache) {
+    const auto bits = [](double x) {
+      std::uint64_t u = 0;
+      std::memcpy(&u, &x, sizeof u);
+      return std::to_string(u);
+    };
+    const auto& f = draw.spec;
+    const std::string key = "draw:" + std::to_string(draw.seed) + ":" + std::to_string(d.index) +
+                            ":" + scalar_type_name(*b.dtype) + ":" +
+                            std::to_string(static_cast<int>(f.kind)) + ":" + bits(f.a) + ":" +
+                            bits(f.b) + ":" + std::to_string(f.low) + ":" +
+                            std::to_string(f.range);
+    src.device = s_.input_cache().get_drawn(key, b.bytes, s_.stream(), enqueue);
+    return src;
+  }
+  auto device = std::make_shared<DeviceBuffer>(s_.allocate_staged(b.bytes));
+  enqueue(device->get());
+  sync();  // read-only for kernels from here on (staging.hpp): the fill must have finished
+  s_.protect_staged(*device);
+  src.device = std::move(device);
+  return src;
+}
+
 void CaseRunner::copy_into(const Source& src, CUdeviceptr dst, std::uint64_t bytes) {
   if (bytes == 0) return;
   if (src.device) {
@@ -213,8 +247,11 @@ void CaseRunner::setup() {
     d.index = static_cast<unsigned>(i);
     // Files first (reads, cache look-ups): only then the guarded buffer and its uploads.
     if (b.role != BufferRole::out) {
-      d.input = stage(b.input, b.bytes, b.role == BufferRole::inout);
-      if (timed_check && !b.timed_input.empty()) {
+      d.input = b.input_draw ? drawn(d, *b.input_draw)
+                             : stage(b.input, b.bytes, b.role == BufferRole::inout);
+      if (timed_check && b.timed_input_draw) {
+        d.timed_input = drawn(d, *b.timed_input_draw);
+      } else if (timed_check && !b.timed_input.empty()) {
         d.timed_input = stage(b.timed_input, b.bytes, false);
       }
     }

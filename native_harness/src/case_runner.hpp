@@ -95,6 +95,8 @@ class CaseRunner {
   void setup();
   void hide_secrets();
   Source stage(const std::string& path, std::uint64_t bytes, bool need_device);
+  // A buffer's input drawn on the device (input_draw / timed_input_draw): a staged device copy.
+  Source drawn(const DeviceArg& d, const InputDraw& draw);
   void copy_into(const Source& src, CUdeviceptr dst, std::uint64_t bytes);
   void launch();
   void sync() { KO_CU(drv_.cuStreamSynchronize(s_.stream())); }

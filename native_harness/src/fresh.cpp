@@ -151,7 +151,7 @@ void CaseRunner::run_confirm(json& result) {
   // get their input back, which is what the measured launches saw.
   for (const auto& d : st_.buffers) {
     const auto& b = d.spec->buffer;
-    if (b.role == BufferRole::in && !b.fresh && !b.timed_input.empty()) {
+    if (b.role == BufferRole::in && !b.fresh && b.has_timed_input()) {
       copy_into(d.input, d.data, b.bytes);
     }
   }

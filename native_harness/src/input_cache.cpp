@@ -50,23 +50,46 @@ InputCache::Entry InputCache::get(const std::string& path, std::uint64_t bytes, 
   }
   ++counters_.misses;
   if (bytes == 0) return nullptr;
+  const auto data = read_file(path);
+  if (data.size() != bytes) throw IoError(path + " changed size while being read");
+  const auto& drv = detail::load_driver();
+  return insert(path, id, bytes, stream, [&](CUdeviceptr dst) {
+    KO_CU(drv.cuMemcpyHtoDAsync(dst, data.data(), bytes, stream));
+  });
+}
 
+InputCache::Entry InputCache::get_drawn(const std::string& key, std::uint64_t bytes,
+                                        CUstream stream,
+                                        const std::function<void(CUdeviceptr)>& fill) {
+  FileIdentity id;
+  id.size = bytes;  // the key names everything else
+  if (const auto it = map_.find(key); it != map_.end() && it->second.identity == id) {
+    ++counters_.hits;
+    lru_.splice(lru_.begin(), lru_, it->second.lru);
+    return it->second.buffer;
+  }
+  erase(key);
+  ++counters_.misses;
+  if (bytes == 0) return nullptr;
+  return insert(key, id, bytes, stream, fill);
+}
+
+InputCache::Entry InputCache::insert(const std::string& key, const FileIdentity& id,
+                                     std::uint64_t bytes, CUstream stream,
+                                     const std::function<void(CUdeviceptr)>& write) {
   const bool keep = bytes <= budget_bytes_;
   if (keep) {
     while (resident_bytes_ + bytes > budget_bytes_ && evict_one()) {
     }
   }
-  const auto data = read_file(path);
-  if (data.size() != bytes) throw IoError(path + " changed size while being read");
   auto buffer = allocate(bytes);
-  const auto& drv = detail::load_driver();
-  KO_CU(drv.cuMemcpyHtoDAsync(buffer->get(), data.data(), bytes, stream));
-  KO_CU(drv.cuStreamSynchronize(stream));
+  write(buffer->get());
+  KO_CU(detail::load_driver().cuStreamSynchronize(stream));
   staging_.protect(*buffer);
   if (!keep) return buffer;
 
-  lru_.push_front(path);
-  map_[path] = Slot{id, buffer, lru_.begin()};
+  lru_.push_front(key);
+  map_[key] = Slot{id, buffer, lru_.begin()};
   resident_bytes_ += bytes;
   return buffer;
 }

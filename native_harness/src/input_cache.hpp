@@ -8,6 +8,7 @@
 #include <cuda.h>
 
 #include <cstdint>
+#include <functional>
 #include <list>
 #include <memory>
 #include <string>
@@ -57,6 +58,13 @@ class InputCache {
   // even if it is evicted meanwhile. nullptr for an empty file. Throws IoError, CudaError.
   Entry get(const std::string& path, std::uint64_t bytes, CUstream stream);
 
+  // The device copy of an input drawn on the device (protocol 2 "input_draw"): `key` names the
+  // draw (seed, argument, dtype, spec; never an absolute path, so never a file's key), `fill`
+  // enqueues the writing of its `bytes` on `stream`. Kept, evicted and protected like a file's
+  // copy; nullptr for 0 bytes. Throws CudaError.
+  Entry get_drawn(const std::string& key, std::uint64_t bytes, CUstream stream,
+                  const std::function<void(CUdeviceptr)>& fill);
+
   // Drops the least recently used entry; false when there is none. The memory is freed once
   // no caller holds the entry.
   bool evict_one();
@@ -76,6 +84,10 @@ class InputCache {
   };
 
   void erase(const std::string& path);
+  // A miss: a new entry of `bytes` written by `write` (which may throw before anything is
+  // queued), synchronised, protected, and kept under `key` when it fits the budget.
+  Entry insert(const std::string& key, const FileIdentity& id, std::uint64_t bytes,
+               CUstream stream, const std::function<void(CUdeviceptr)>& write);
   // A device buffer of `bytes`, evicting entries while the device is out of memory.
   std::shared_ptr<detail::DeviceBuffer> allocate(std::uint64_t bytes);
 

@@ -191,6 +191,11 @@ void parse_fresh_checks(const json& c, const std::string& path, CaseSpec& spec) 
     if (spec.checked_launches.empty()) {
       fail(p, "needs \"checked_launches\" (the launches whose inputs and outputs are written)");
     }
+    if (spec.has_input_draws()) {
+      fail(p,
+           "needs input files (the oracle reads the inputs of launches that were not redrawn); "
+           "give this case's buffers \"input\" files instead of \"input_draw\"");
+    }
   }
   if (!spec.checked_launches.empty() && spec.checked_dump.empty() && !spec.check_launch) {
     fail(member_path(path, "check_launch"),
@@ -274,7 +279,7 @@ std::string first_support_user(const Request& req) {
 bool CaseSpec::has_timed_check() const noexcept {
   for (const auto& a : args) {
     if (a.kind == ArgKind::buffer &&
-        (!a.buffer.timed_input.empty() || !a.buffer.timed_expected.empty())) {
+        (a.buffer.has_timed_input() || !a.buffer.timed_expected.empty())) {
       return true;
     }
   }
@@ -301,6 +306,15 @@ bool CaseSpec::has_compare() const noexcept {
 bool CaseSpec::has_fresh() const noexcept {
   for (const auto& a : args) {
     if (a.kind == ArgKind::buffer && a.buffer.fresh) return true;
+  }
+  return false;
+}
+
+bool CaseSpec::has_input_draws() const noexcept {
+  for (const auto& a : args) {
+    if (a.kind == ArgKind::buffer && (a.buffer.input_draw || a.buffer.timed_input_draw)) {
+      return true;
+    }
   }
   return false;
 }
@@ -376,13 +390,15 @@ Request parse_request(const json& doc) {
       fail("check_module", "is required by " + member_path(path, "checked_launches") +
                                " (the CUDA reference that checks the timed launches)");
     }
-    if ((spec.has_reference_checks() || (spec.has_fresh() && spec.timing)) &&
+    if ((spec.has_reference_checks() || (spec.has_fresh() && spec.timing) ||
+         spec.has_input_draws()) &&
         req.support_module.empty()) {
-      fail("support_module",
-           "is required by " +
-               member_path(path, spec.has_reference_checks() ? "checked_launches" : "fresh_seed") +
-               " (ko_fill_<dtype> and ko_compare_ref_<dtype>): compile it with "
-               "kernelopt_mcp.evaluation.support_module.support_module(arch)");
+      const char* user = spec.has_reference_checks()         ? "checked_launches"
+                         : spec.has_fresh() && spec.timing ? "fresh_seed"
+                                                           : "args (input_draw)";
+      fail("support_module", "is required by " + member_path(path, user) +
+                                 " (ko_fill_<dtype> and ko_compare_ref_<dtype>): compile it with "
+                                 "kernelopt_mcp.evaluation.support_module.support_module(arch)");
     }
     if (const auto [it, fresh] = seen.emplace(spec.name, i); !fresh) {
       fail(member_path(path, "name"), "duplicate case name \"" + spec.name + "\" (also " +

@@ -52,6 +52,15 @@ struct FreshSpec {
   std::uint64_t range = 0;  // randint: high - low (> 0)
 };
 
+// A buffer's starting bytes drawn on the device instead of read from a file (protocol 2
+// "input_draw" / "timed_input_draw"): ko_fill_<dtype> with draw index 0 and key
+// draw_key(seed, 0, argument index), so the same (seed, argument, spec) gives the same bytes in
+// every request and every process.
+struct InputDraw {
+  std::uint64_t seed = 0;
+  FreshSpec spec;
+};
+
 struct BufferArg {
   BufferRole role = BufferRole::in;
   std::uint64_t bytes = 0;
@@ -68,6 +77,9 @@ struct BufferArg {
   bool write_output = false;        // with expected: write output even when it matches
   bool has_compare = false;         // "compare" was given
   std::optional<FreshSpec> fresh;   // in, inout: redrawn before every timed launch
+  std::optional<InputDraw> input_draw;        // in, inout: replaces `input` (no file)
+  std::optional<InputDraw> timed_input_draw;  // in, inout: replaces `timed_input`
+  bool has_timed_input() const noexcept { return !timed_input.empty() || timed_input_draw; }
 };
 
 struct ScalarArg {
@@ -141,6 +153,9 @@ struct CaseSpec {
   bool has_compare() const noexcept;
   // Whether any buffer carries a fresh spec.
   bool has_fresh() const noexcept;
+  // Whether any buffer's input or timed input is drawn on the device (input_draw,
+  // timed_input_draw): needs the support module's ko_fill_<dtype>.
+  bool has_input_draws() const noexcept;
   // Whether launches of this case are checked against the CUDA reference (checked_launches,
   // or the confirm launch with a check_launch).
   bool has_reference_checks() const noexcept;

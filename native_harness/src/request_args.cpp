@@ -75,6 +75,33 @@ FreshSpec parse_fresh(const json& f, const std::string& path) {
   return spec;
 }
 
+// "input_draw" / "timed_input_draw": {"seed": u64, "kind", ...as "fresh"}, each instead of
+// the file field it replaces (input / timed_input), on a buffer that reads an input.
+void parse_input_draws(const json& a, const std::string& path, BufferArg& b) {
+  const struct {
+    const char* key;
+    const char* file_key;
+    std::optional<InputDraw>& draw;
+  } fields[] = {{"input_draw", "input", b.input_draw},
+                {"timed_input_draw", "timed_input", b.timed_input_draw}};
+  for (const auto& f : fields) {
+    const json* v = find(a, f.key);
+    if (v == nullptr) continue;
+    const auto p = member_path(path, f.key);
+    if (b.role == BufferRole::out) {
+      fail(p, "an \"out\" buffer has no input; drawn inputs belong to \"in\" or \"inout\" buffers");
+    }
+    if (find(a, f.file_key) != nullptr) {
+      fail(p, std::string("is instead of \"") + f.file_key + "\": give one of the two");
+    }
+    if (!b.dtype) fail(member_path(path, "dtype"), std::string("is required with \"") + f.key + "\"");
+    InputDraw draw;
+    draw.spec = parse_fresh(*v, p);  // an object with "kind" and its parameters
+    draw.seed = as_uint(require(*v, p, "seed"), member_path(p, "seed"), UINT64_MAX);
+    f.draw = draw;
+  }
+}
+
 // The protocol 2 fields of a buffer: dtype, expected, timed_expected, timed_input, compare,
 // write_output. Each is refused on a role it cannot act on, like input/output are.
 void parse_buffer_v2(const json& a, const std::string& path, BufferArg& b) {
@@ -133,6 +160,7 @@ void parse_buffer_v2(const json& a, const std::string& path, BufferArg& b) {
   if (const json* v = find(a, "write_output")) {
     b.write_output = as_bool(*v, member_path(path, "write_output"));
   }
+  parse_input_draws(a, path, b);
 }
 
 BufferArg parse_buffer(const json& a, const std::string& path) {
@@ -148,9 +176,9 @@ BufferArg parse_buffer(const json& a, const std::string& path) {
            "an \"out\" buffer is not uploaded; use role \"inout\" to start from an input file");
     }
     b.input = as_string(*v, member_path(path, "input"));
-  } else if (reads_input) {
-    fail(member_path(path, "input"),
-         std::string("is required for role \"") + role_name(b.role) + "\"");
+  } else if (reads_input && find(a, "input_draw") == nullptr) {
+    fail(member_path(path, "input"), std::string("is required for role \"") + role_name(b.role) +
+                                         "\" (or \"input_draw\": drawn on the device)");
   }
   if (const json* v = find(a, "output")) {
     if (!writes_output) {

@@ -23,7 +23,8 @@ TEST_CASE("--version") {
               {"features",
                {"support_module", "input_cache", "device_compare", "determinism", "timed_inputs",
                 "blocking", "graph", "adaptive", "baseline_cublas", "fresh_inputs", "timed_check",
-                "confirm_launch", "checked_dump", "fresh_launches", "readonly_staging"}}}));
+                "confirm_launch", "checked_dump", "fresh_launches", "input_draw",
+                "readonly_staging"}}}));
 }
 
 TEST_CASE("usage errors exit 2 with a JSON answer and usage on stderr") {
