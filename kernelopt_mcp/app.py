@@ -127,7 +127,7 @@ def evaluate_options(
         flush_l2=settings.flush_l2 if flush_l2 is None else flush_l2,
         timeout_s=timeout_s or settings.timeout_s,
         timing_mode=timing_mode, blocking=blocking, adaptive_rse=adaptive_rse, stop=stop,
-        fresh_launches=settings.fresh_launches or None,
+        fresh_launches=settings.fresh_launches or None, device_inputs=settings.device_inputs,
     )
 
 

@@ -52,6 +52,7 @@ _ENV_FIELDS: dict[str, tuple[str, Callable[[str], Any]]] = {
     "KERNELOPT_DOCS_TTL": ("docs_ttl_s", float),
     "KERNELOPT_ALLOW_TORCH_PROBLEMS": ("allow_torch_problems", _flag),
     "KERNELOPT_FRESH_LAUNCHES": ("fresh_launches", int),
+    "KERNELOPT_DEVICE_INPUTS": ("device_inputs", _flag),
 }
 
 
@@ -101,6 +102,9 @@ class Settings:
     # instead of before every launch; None: every launch (the default until the H200 has run the
     # adversarial suite with the subset: KERNELOPT_FRESH_LAUNCHES=16 there runs it without a code change)
     fresh_launches: int | None = None
+    # performance cases' inputs drawn on the device when the CUDA reference gives their expected
+    # outputs (EvaluateOptions.device_inputs); KERNELOPT_DEVICE_INPUTS=0 makes every input on the host
+    device_inputs: bool = True
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None, **overrides: Any) -> Settings:

@@ -75,6 +75,8 @@ def print_result(out: Console, result: EvaluationResult, reference: EvaluationRe
         line += f"; speedup vs CUDA reference {result.speedup:.2f}x (reference score {result.reference_score_ms:.4g} ms)"
     out.print(line, highlight=False)
     out.print(f"[dim]expected outputs: {escape(result.expected_from)}[/]", highlight=False)
+    if result.inputs_from:
+        out.print(f"[dim]inputs: {escape(result.inputs_from)}[/]", highlight=False)
     if result.phases is not None:
         out.print(f"[dim]{escape(result.phases.text())}[/]", highlight=False)
     for note in result.notes:

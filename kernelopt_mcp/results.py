@@ -196,6 +196,7 @@ class EvaluationOutput(BaseModel):
     cases: list[CaseOutput] = Field(default_factory=list)
     compile: CompileOutput | None = None
     expected_from: str = ""
+    inputs_from: str = Field("", description="where the inputs were made: NumPy on the host, or drawn on the device")
     checks: list[str] = Field(default_factory=list, description="the integrity checks this evaluation ran")
     notes: list[str] = Field(default_factory=list)
     sanitizer: list[SanitizerReport] | None = Field(
@@ -349,7 +350,7 @@ def evaluation_output(checked: CheckedEvaluation, mode: str) -> EvaluationOutput
         cases_passed=sum(c.status == "ok" for c in cases), cases_total=len(cases),
         score_ms=result.score_ms, reference_score_ms=result.reference_score_ms, speedup=result.speedup,
         cases=cases, compile=compile_output(result.compile, "the device") if result.compile else None,
-        expected_from=result.expected_from, checks=result.checks, notes=result.notes, phases=result.phases,
+        expected_from=result.expected_from, inputs_from=result.inputs_from, checks=result.checks, notes=result.notes, phases=result.phases,
     )
 
 

@@ -88,8 +88,21 @@ for line in sys.stdin:
         say({"protocol": 1, "status": "ok", "error": None, "cases": [result]})
         sys.exit(5)
     bufs = {a["name"]: a for a in case["args"] if a["kind"] == "buffer"}
-    a = np.fromfile(bufs["a"]["input"], dtype="<f4")
-    b = np.fromfile(bufs["b"]["input"], dtype="<f4")
+    drawn = [n for n, x in bufs.items() if "input_draw" in x]
+    if drawn and ("input_draw" not in FEATURES or not req.get("support_module")):
+        say({"protocol": 1, "status": "error", "cases": [], "error": {"kind": "bad_request",
+             "message": f"cases[0].args: input_draw on {drawn} needs the input_draw feature and the support module"}})
+        continue
+
+    def load(buf):  # input_draw: like ko_fill, a pure function of (seed, spec); not its bits
+        d = buf.get("input_draw")
+        if d is None:
+            return np.fromfile(buf["input"], dtype="<f4")
+        rng, n = np.random.default_rng(d["seed"]), buf["bytes"] // 4
+        v = rng.uniform(d["low"], d["high"], n) if d["kind"] == "uniform" else rng.normal(d["mean"], d["std"], n)
+        return v.astype("<f4")
+
+    a, b = load(bufs["a"]), load(bufs["b"])
     c = (a + b).astype("<f4")
     if b"KO_FAKE_WRONG" in module and c.size:
         c[c.size // 2] += 1.0

@@ -85,6 +85,9 @@ class EvaluateOptions:
     checked_launches: int = 3  # hidden measured launches whose outputs the CUDA reference checks
     check_consistency: bool = True  # flag launches on unseen inputs much slower than the median
     oracle_checked_launches: int = 1  # without a CUDA reference: hidden launches checked by the NumPy oracle
+    # draw performance cases' inputs on the device where the CUDA reference gives their expected
+    # outputs (no host draw, file or upload; inputs.py); False: every input made on the host
+    device_inputs: bool = True
 
     def __post_init__(self) -> None:
         if self.stop not in STOP_RULES:

@@ -63,25 +63,31 @@ def prepare(session: Session, *, time_reference: bool = True, oracle_on_all_case
         s.prepare_ms[name] = s.prepare_ms.get(name, 0.0) + (now - mark) * 1e3
         mark = now
 
-    s.progress("generating inputs", 0, 1)
-    s.data = DataSet("validation", s.seed, materialize(wl, s.seed, s.workdir / "inputs"))
-    step("inputs")
     perf = [c for c in wl.spec.cases if c.kind == "performance"]
-    if s.uses("timed_inputs") and perf:
-        seed = fresh_seed()
-        s.progress("generating hidden inputs for the timed check", 0, 1)
-        names = {c.name for c in perf}
-        s.timed = DataSet("timed", seed, materialize(wl, seed, s.workdir / "inputs-timed", cases=names, redraw=True))
-        step("hidden_inputs")
-    if s.needs_support():
-        s.support = support_module(s.arch, s.workdir / "support", limits=s.compile_limits)
-        step("support_module")
-
     has_oracle = wl.oracle_path is not None
     oracle_cases = [
         c for c in wl.spec.cases
         if has_oracle and (oracle_on_all_cases or not wl.reference_cu or c.kind == "correctness")
     ]
+    # the cases whose expected outputs only the CUDA reference makes: their inputs need no host copy
+    if wl.reference_cu and s.uses("input_draw"):
+        s.device_cases = frozenset(c.name for c in perf) - {c.name for c in oracle_cases}
+    s.progress("generating inputs", 0, 1)
+    s.data = DataSet("validation", s.seed, materialize(wl, s.seed, s.workdir / "inputs", on_device=s.device_cases))
+    s.inputs_from = _inputs_from(s.data, len(wl.spec.cases))
+    step("inputs")
+    if s.uses("timed_inputs") and perf:
+        seed = fresh_seed()
+        s.progress("generating hidden inputs for the timed check", 0, 1)
+        names = {c.name for c in perf}
+        s.timed = DataSet("timed", seed, materialize(
+            wl, seed, s.workdir / "inputs-timed", cases=names, redraw=True, on_device=s.device_cases,
+        ))
+        step("hidden_inputs")
+    if s.needs_support():
+        s.support = support_module(s.arch, s.workdir / "support", limits=s.compile_limits)
+        step("support_module")
+
     s.data.expected = _oracle(s, s.data, oracle_cases)
     s.data.store_expected(wl, s.workdir / "expected")
     step("oracle")
@@ -133,8 +139,9 @@ def case_request(
     session: Session, candidate: Candidate, case_name: str, out_dir: Path, *, timing: bool = False
 ) -> ReplayRequest:
     """A harness request that runs one case of ``candidate`` on the session's inputs, for
-    profiling, sanitizing or replay with ``kernelopt-harness run``: files only, no support
-    module, outputs always written. Prepares the session's inputs first (without timing the
+    profiling, sanitizing or replay with ``kernelopt-harness run``: outputs always written, no
+    support module unless the case's inputs are drawn on the device (its ``ko_fill`` kernels then
+    run before the candidate's launch). Prepares the session's inputs first (without timing the
     reference).
 
     Returns the request, or none and the problem when the candidate does not compile or its
@@ -158,6 +165,8 @@ def case_request(
     request = build_request(
         job, session.workload, device=session.harness.device, module=module,
         guard_bytes=o.guard_bytes, flush_l2=o.flush_l2,
+        # inputs drawn on the device need the support module's ko_fill (the request's only use of it)
+        support=session.support if session.data.inputs[case_name].draws else None,
     )
     return ReplayRequest(request, compiled)
 
@@ -172,6 +181,17 @@ def _oracle(s: Session, data: DataSet, cases: list[Case]) -> dict[str, dict[str,
         ci = data.inputs[case.name]
         out[case.name] = run_oracle(s.workload, case.name, ci.arrays, ci.shapes, limits=OracleLimits.following(s.compile_limits))
     return out
+
+
+def _inputs_from(data: DataSet, cases: int) -> str:
+    drawn = [name for name, ci in data.inputs.items() if ci.draws]
+    if not drawn:
+        return "NumPy on the host, every case"
+    buffers = sorted({b for name in drawn for b in data.inputs[name].draws})
+    return (
+        f"drawn on the device (Philox, from the seed) in {len(drawn)} performance case(s) ({', '.join(buffers)}); "
+        f"NumPy on the host in the other {cases - len(drawn)}"
+    )
 
 
 def _run_reference(s: Session, time_reference: bool, checked: bool) -> None:

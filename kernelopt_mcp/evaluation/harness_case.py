@@ -175,8 +175,15 @@ def _buffer_arg(
     nbytes = int(np.prod(ci.shapes[p.name], dtype=np.int64)) * p.dtype.itemsize
     arg = BufferArg(name=p.name, role=p.role, bytes=nbytes)
     if p.is_input:
-        arg.input = str(ci.files[p.name].resolve())
-        if timed_ci is not None:
+        if p.name in ci.draws:
+            arg.dtype = p.dtype.value
+            arg.input_draw = ci.draws[p.name]
+        else:
+            arg.input = str(ci.files[p.name].resolve())
+        if timed_ci is not None and p.name in timed_ci.draws:
+            arg.dtype = p.dtype.value
+            arg.timed_input_draw = timed_ci.draws[p.name]
+        elif timed_ci is not None:
             arg.timed_input = str(timed_ci.files[p.name].resolve())
         if p.name in job.fresh and job.timing:
             arg.dtype = p.dtype.value

@@ -4,6 +4,12 @@ Each buffer of each case gets its own random stream, derived from (seed, case, b
 case's inputs do not change when other cases are added. Inputs are written once per run as
 raw little-endian ``.bin`` files with a manifest (``input_cases.json``) that can be loaded
 back as the input cases of a later run.
+
+Cases named in ``materialize(on_device=...)`` (performance cases whose expected outputs come
+from the CUDA reference, not from NumPy) are not made here: their ``uniform``, ``normal`` and
+``randint`` buffers are drawn by the harness on the device (``input_draw``, native_harness/
+PROTOCOL.md), under a key derived from (seed, case, buffer), the same bytes in every request.
+The same distribution and range as the host's, not the same bits; no host memory, no file.
 """
 
 from __future__ import annotations
@@ -12,7 +18,7 @@ import hashlib
 import json
 import math
 import secrets
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -34,6 +40,8 @@ from ..workload import (
     Workload,
     case_shape,
 )
+from .fresh_inputs import fresh_spec
+from .protocol import InputDraw
 
 MAX_BUFFER_BYTES = 8 * 2**30
 
@@ -64,12 +72,7 @@ def generate(
             values cannot be represented in the buffer's dtype.
     """
     dtype = param.dtype
-    count = math.prod(shape)  # Python ints: a huge shape cannot wrap around
-    if count * dtype.itemsize > MAX_BUFFER_BYTES:
-        raise InputError(
-            f"case {case!r}: buffer {param.name!r} would be {count * dtype.itemsize} bytes; "
-            f"the limit is {MAX_BUFFER_BYTES} bytes"
-        )
+    count = _check_size(param, shape, case)
     rng = _stream(seed, case, param.name)
     # Draw narrow float types in float32: half the memory and time for large buffers.
     draw = np.float32 if dtype.is_float and dtype.itemsize <= 4 else np.float64
@@ -100,6 +103,17 @@ def generate(
         case DataFile():
             return load_data_file(gen, param, shape, case, base)
     return _cast(values, dtype, param.name, case).reshape(shape)
+
+
+def _check_size(param: BufferParam, shape: tuple[int, ...], case: str) -> int:
+    """The element count of the buffer; InputError beyond MAX_BUFFER_BYTES."""
+    count = math.prod(shape)  # Python ints: a huge shape cannot wrap around
+    if count * param.dtype.itemsize > MAX_BUFFER_BYTES:
+        raise InputError(
+            f"case {case!r}: buffer {param.name!r} would be {count * param.dtype.itemsize} bytes; "
+            f"the limit is {MAX_BUFFER_BYTES} bytes"
+        )
+    return count
 
 
 def _cast(values: np.ndarray, dtype: DType, name: str, case: str) -> np.ndarray:
@@ -149,19 +163,42 @@ def load_data_file(
 
 @dataclass
 class CaseInputs:
-    """The materialised inputs and resolved shapes of one case."""
+    """The materialised inputs and resolved shapes of one case: each input buffer is either an
+    array written to a file (``arrays``, ``files``) or drawn on the device (``draws``)."""
 
     case: Case
     arrays: dict[str, np.ndarray]
     shapes: dict[str, tuple[int, ...]]
     files: dict[str, Path]
+    draws: dict[str, InputDraw] = field(default_factory=dict)
+
+    @property
+    def on_host(self) -> bool:
+        """Every input is a host array (the NumPy oracle can run on this case)."""
+        return not self.draws
+
+
+def device_draw(gen: Generator, param: BufferParam, seed: int, case: str, *, redraw: bool = False) -> InputDraw | None:
+    """How the harness draws the buffer ``gen`` makes, or None where it must come from the host:
+    ``arange`` and ``constant`` are exact values, and a data file gives its bytes (in a hidden
+    set, ``redraw``, one that records ``drawn_from`` is drawn from that generator instead, as
+    :func:`generate` does). The key is derived from (seed, case, buffer) like the host streams."""
+    if isinstance(gen, DataFile) and not redraw:
+        return None
+    spec, _ = fresh_spec(gen, param.dtype)
+    if spec is None:
+        return None
+    digest = hashlib.blake2b(f"{seed}\0{case}\0{param.name}".encode(), digest_size=8, person=b"ko-input").digest()
+    return InputDraw(seed=int.from_bytes(digest, "little"), **spec)
 
 
 def materialize(
-    workload: Workload, seed: int, directory: Path, *, cases: set[str] | None = None, redraw: bool = False
+    workload: Workload, seed: int, directory: Path, *, cases: set[str] | None = None, redraw: bool = False,
+    on_device: set[str] | frozenset[str] = frozenset(),
 ) -> dict[str, CaseInputs]:
     """Generate every case's inputs (or only those of ``cases``), write them as ``.bin``
-    files and a manifest.
+    files and a manifest. In the cases of ``on_device`` the buffers :func:`device_draw` can
+    draw are left to the harness (``CaseInputs.draws``; the manifest keeps their generator).
 
     ``redraw`` is for hidden data sets (the timed check's second seed): data files that record
     the generator they were drawn from are drawn again with ``seed`` (see :func:`generate`);
@@ -181,6 +218,7 @@ def materialize(
         arrays: dict[str, np.ndarray] = {}
         shapes: dict[str, tuple[int, ...]] = {}
         files: dict[str, Path] = {}
+        draws: dict[str, InputDraw] = {}
         manifest_inputs: dict[str, dict[str, Any]] = {}
         case_dir = directory / case.name
         case_dir.mkdir(parents=True, exist_ok=True)
@@ -190,6 +228,12 @@ def materialize(
             if not param.is_input:
                 continue
             gen = case.inputs.get(param.name) or spec.inputs[param.name]
+            drawn_here = device_draw(gen, param, seed, case.name, redraw=redraw) if case.name in on_device else None
+            if drawn_here is not None:
+                _check_size(param, shape, case.name)
+                draws[param.name] = drawn_here
+                manifest_inputs[param.name] = (_drawn_from(gen) or gen).model_dump(mode="json")
+                continue
             array = generate(gen, param, shape, seed, case.name, workload.root, redraw=redraw)
             arrays[param.name] = array
             path = case_dir / f"{param.name}.bin"
@@ -206,7 +250,7 @@ def materialize(
                 manifest_inputs[param.name]["drawn_from"] = drawn.model_dump(mode="json")
             if isinstance(gen, DataFile) and gen.hidden_path and not redraw:
                 manifest_inputs[param.name]["hidden_path"] = str(_data_path(gen.hidden_path, workload.root))
-        out[case.name] = CaseInputs(case, arrays, shapes, files)
+        out[case.name] = CaseInputs(case, arrays, shapes, files, draws)
         manifest_cases.append({**case.model_dump(mode="json"), "inputs": manifest_inputs})
     manifest = {
         "seed": seed,

@@ -154,6 +154,7 @@ class EvaluationResult(BaseModel):
     reference_score_ms: float | None = None
     speedup: float | None = Field(None, description="reference score / this score")
     expected_from: str = ""
+    inputs_from: str = Field("", description="where the inputs were made: NumPy on the host, or drawn on the device")
     notes: list[str] = Field(default_factory=list)
     checks: list[str] = Field(
         default_factory=list, description="the integrity checks this evaluation ran (see README: Integrity)"

@@ -17,7 +17,7 @@ from ..errors import HarnessError
 
 __all__ = [
     "AdaptiveRequest", "BufferArg", "CaseAnswer", "CaseError", "CaseRequest", "CompareEntry",
-    "CompareThresholds", "DeterminismEntry", "FreshSpec", "GuardViolation", "HarnessAnswer",
+    "CompareThresholds", "DeterminismEntry", "FreshSpec", "GuardViolation", "HarnessAnswer", "InputDraw",
     "LaunchRequest", "ModifiedInput", "RequestError", "RunRequest", "ScalarArg", "TimedCheck",
     "TimedDump", "TimingAnswer", "TimingRequest", "parse_answer", "request_json",
 ]
@@ -70,6 +70,14 @@ class FreshSpec(_Request):
     std: float | None = None
 
 
+class InputDraw(FreshSpec):
+    """A buffer's starting bytes drawn on the device (``input_draw``, ``timed_input_draw``):
+    ``ko_fill_<dtype>`` under a key derived from ``seed`` and the argument's position, the same
+    bytes in every request."""
+
+    seed: int = Field(ge=0, lt=2**64)
+
+
 class BufferArg(_Request):
     kind: Literal["buffer"] = "buffer"
     name: str
@@ -79,6 +87,8 @@ class BufferArg(_Request):
     timed_input: str | None = None
     dtype: str | None = None
     fresh: FreshSpec | None = None
+    input_draw: InputDraw | None = None
+    timed_input_draw: InputDraw | None = None
     output: str | None = None
     compare: CompareThresholds | None = None
     expected: str | None = None

@@ -98,7 +98,7 @@ def _run_cases(
     base = {
         "workload": wl.name, "candidate": candidate.name, "seed": s.seed, "arch": s.arch,
         "device": s.device.name if s.device else None, "expected_from": s.expected_from,
-        "notes": list(wl.notes), "checks": s.checks_in_force(options),
+        "inputs_from": s.inputs_from, "notes": list(wl.notes), "checks": s.checks_in_force(options),
     }
     start = time.perf_counter()
     compiled, module, problem = s.compile(candidate)

@@ -95,8 +95,11 @@ class Session:
         binary = getattr(harness, "binary", None)
         self.features: frozenset[str] = harness_features(Path(binary)) if binary else frozenset()
         self.data = DataSet("validation", self.seed, {})
+        # performance cases whose inputs the harness draws on the device (evaluate.prepare)
+        self.device_cases: frozenset[str] = frozenset()
         self.timed: DataSet | None = None  # from a second seed that is never reported
         self.expected_from = ""
+        self.inputs_from = ""  # what a result says of where its inputs were made (evaluate.prepare)
         self.reference_medians: dict[str, float] = {}
         self.reference_result: EvaluationResult | None = None
         self.support: Path | None = None
@@ -132,13 +135,14 @@ class Session:
             "timed_check": o.checked_launches > 0,
             "confirm_launch": o.check_consistency,
             "checked_dump": o.oracle_checked_launches > 0,
+            "input_draw": o.device_inputs,
         }.get(feature, True)
         return wanted and feature in self.features
 
     def needs_support(self) -> bool:
         """Whether any check or timing mode in use runs one of the support module's kernels."""
         blocking = self.options.blocking and "blocking" in self.features
-        return blocking or any(
+        return blocking or bool(self.device_cases) or any(
             self.uses(f) for f in ("device_compare", "determinism", "timed_inputs", "fresh_inputs", "timed_check")
         )
 
