@@ -166,3 +166,17 @@ def test_tuning_section_runs_one_search_both_ways(run: ModuleType, bench, tmp_pa
     assert ours["pass"] is (ours["speedup"] >= run.TUNE_SPEEDUP) and sec.passed is ours["pass"]
     assert "the same" in " ".join(sec.notes)
     assert ">= 2x faster" in check_rendering(run, sec)
+
+
+def test_preparation_section_prepares_with_device_and_host_inputs(run: ModuleType, bench, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("KO_FAKE_FEATURES", "blocking,timed_inputs,input_draw")
+    sec = run.preparation(bench, workloads=("tiny_add",))
+    [row] = sec.rows
+    assert row["workload"] == "tiny_add" and row["device inputs ms"] > 0 and row["host inputs ms"] > 0
+    assert "prepared once in" in row["device: where it went"] and "inputs" in row["device: where it went"]
+    # one session drew its performance case on the device, the other made it on the host
+    drawn = list((bench.workdir / "prepare-tiny_add-True" / "inputs" / "n_4096").glob("*.bin"))
+    made = list((bench.workdir / "prepare-tiny_add-False" / "inputs" / "n_4096").glob("*.bin"))
+    assert not drawn and {p.name for p in made} == {"a.bin", "b.bin"}
+    assert sec.passed in (True, False)
+    assert "< 2 s" in check_rendering(run, sec)
