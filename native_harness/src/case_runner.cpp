@@ -193,8 +193,7 @@ Source CaseRunner::drawn(const DeviceArg& d, const InputDraw& draw) {
     const std::string key = "draw:" + std::to_string(draw.seed) + ":" + std::to_string(d.index) +
                             ":" + scalar_type_name(*b.dtype) + ":" +
                             std::to_string(static_cast<int>(f.kind)) + ":" + bits(f.a) + ":" +
-                            bits(f.b) + ":" + std::to_string(f.low) + ":" +
-                            std::to_string(f.range);
+                            bits(f.b) + ":" + std::to_string(f.low) + ":" + std::to_string(f.range);
     src.device = s_.input_cache().get_drawn(key, b.bytes, s_.stream(), enqueue);
     return src;
   }

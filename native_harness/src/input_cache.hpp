@@ -86,8 +86,8 @@ class InputCache {
   void erase(const std::string& path);
   // A miss: a new entry of `bytes` written by `write` (which may throw before anything is
   // queued), synchronised, protected, and kept under `key` when it fits the budget.
-  Entry insert(const std::string& key, const FileIdentity& id, std::uint64_t bytes,
-               CUstream stream, const std::function<void(CUdeviceptr)>& write);
+  Entry insert(const std::string& key, const FileIdentity& id, std::uint64_t bytes, CUstream stream,
+               const std::function<void(CUdeviceptr)>& write);
   // A device buffer of `bytes`, evicting entries while the device is out of memory.
   std::shared_ptr<detail::DeviceBuffer> allocate(std::uint64_t bytes);
 

@@ -393,7 +393,7 @@ Request parse_request(const json& doc) {
     if ((spec.has_reference_checks() || (spec.has_fresh() && spec.timing) ||
          spec.has_input_draws()) &&
         req.support_module.empty()) {
-      const char* user = spec.has_reference_checks()         ? "checked_launches"
+      const char* user = spec.has_reference_checks()       ? "checked_launches"
                          : spec.has_fresh() && spec.timing ? "fresh_seed"
                                                            : "args (input_draw)";
       fail("support_module", "is required by " + member_path(path, user) +

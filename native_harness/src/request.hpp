@@ -69,15 +69,15 @@ struct BufferArg {
   BufferInit init = BufferInit::poison;  // out only
   std::uint8_t poison_byte = 0xFF;
   // Protocol 2 (all optional):
-  std::optional<ScalarType> dtype;  // element type; required with expected / timed_expected
-  std::string expected;             // out, inout: float64 file, one value per element
-  std::string timed_expected;       // out, inout: the same for the timed inputs
-  std::string timed_input;          // in, inout: replaces input for the timed check launch
-  CompareTolerance compare;         // with expected / timed_expected
-  bool write_output = false;        // with expected: write output even when it matches
-  bool has_compare = false;         // "compare" was given
-  std::optional<FreshSpec> fresh;   // in, inout: redrawn before every timed launch
-  std::optional<InputDraw> input_draw;        // in, inout: replaces `input` (no file)
+  std::optional<ScalarType> dtype;      // element type; required with expected / timed_expected
+  std::string expected;                 // out, inout: float64 file, one value per element
+  std::string timed_expected;           // out, inout: the same for the timed inputs
+  std::string timed_input;              // in, inout: replaces input for the timed check launch
+  CompareTolerance compare;             // with expected / timed_expected
+  bool write_output = false;            // with expected: write output even when it matches
+  bool has_compare = false;             // "compare" was given
+  std::optional<FreshSpec> fresh;       // in, inout: redrawn before every timed launch
+  std::optional<InputDraw> input_draw;  // in, inout: replaces `input` (no file)
   std::optional<InputDraw> timed_input_draw;  // in, inout: replaces `timed_input`
   bool has_timed_input() const noexcept { return !timed_input.empty() || timed_input_draw; }
 };

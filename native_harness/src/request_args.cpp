@@ -94,7 +94,8 @@ void parse_input_draws(const json& a, const std::string& path, BufferArg& b) {
     if (find(a, f.file_key) != nullptr) {
       fail(p, std::string("is instead of \"") + f.file_key + "\": give one of the two");
     }
-    if (!b.dtype) fail(member_path(path, "dtype"), std::string("is required with \"") + f.key + "\"");
+    if (!b.dtype)
+      fail(member_path(path, "dtype"), std::string("is required with \"") + f.key + "\"");
     InputDraw draw;
     draw.spec = parse_fresh(*v, p);  // an object with "kind" and its parameters
     draw.seed = as_uint(require(*v, p, "seed"), member_path(p, "seed"), UINT64_MAX);

@@ -100,7 +100,8 @@ TEST_CASE("input_draw: an inout buffer starts from the draw and is restored to i
   CHECK(out.size() == n);
   bool plus_one = out.size() == n;
   for (std::size_t i = 0; i < out.size() && i < n; ++i) {
-    plus_one = plus_one && static_cast<std::uint8_t>(out[i]) == static_cast<std::uint8_t>(before[i] + 1);
+    plus_one =
+        plus_one && static_cast<std::uint8_t>(out[i]) == static_cast<std::uint8_t>(before[i] + 1);
   }
   CHECK_MSG(plus_one, "the validation launch did not start from the draw");
 }
