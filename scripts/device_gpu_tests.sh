@@ -17,6 +17,13 @@ python3 -m pip install -q --no-build-isolation --no-deps --upgrade --target /tmp
 export KERNELOPT_HARNESS=/tmp/site/bin/kernelopt-harness
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu,power.draw --format=csv | tee "$LOGS/nvidia-smi.txt"
 kernelopt gpu --json > "$LOGS/gpu.json" || { echo "kernelopt gpu failed"; exit 1; }
+run_bench() {
+  # shellcheck disable=SC2086
+  timeout "${STEP_TIMEOUT:-240}" python3 bench/run.py --json $BENCH > "$OUT/bench.json" 2> "$LOGS/bench.err"
+  echo "bench $BENCH: rc=$? $(tail -1 "$LOGS/bench.err")"
+}
+# BENCH_FIRST=1: the bench before the tests (its figures come back even if the tests run out of time)
+if [ -n "$BENCH" ] && [ -n "$BENCH_FIRST" ]; then run_bench; fi
 if [ "$#" -gt 0 ]; then
   # straight into $OUT: it comes back even if the device's time limit kills the run
   # the adversarial suite's verdict table (README "Adversarial suite") comes back too
@@ -26,11 +33,7 @@ fi
 # BENCH="--only checks --only agreement": bench/run.py with those arguments (JSON into $OUT/bench.json);
 # VENDOR="attention_fwd softmax" (VENDOR_BUDGET, default 8): bench/vendor.py per entry into $OUT/vendor_<entry>.json.
 # Each is capped by STEP_TIMEOUT seconds (default 240) so one slow step cannot eat the call.
-if [ -n "$BENCH" ]; then
-  # shellcheck disable=SC2086
-  timeout "${STEP_TIMEOUT:-240}" python3 bench/run.py --json $BENCH > "$OUT/bench.json" 2> "$LOGS/bench.err"
-  echo "bench $BENCH: rc=$? $(tail -1 "$LOGS/bench.err")"
-fi
+if [ -n "$BENCH" ] && [ -z "$BENCH_FIRST" ]; then run_bench; fi
 for entry in $VENDOR; do
   timeout "${STEP_TIMEOUT:-240}" python3 bench/vendor.py --json --only "$entry" --budget "${VENDOR_BUDGET:-8}" \
     > "$OUT/vendor_$entry.json" 2> "$LOGS/vendor_$entry.err"
