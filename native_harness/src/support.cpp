@@ -119,7 +119,9 @@ std::vector<std::string> support_kernels_needed(const Request& req) {
       if (!b.expected.empty() || !b.timed_expected.empty()) {
         add_once(names, compare_kernel_name(*b.dtype));
       }
-      if (b.fresh && spec.timing) add_once(names, fill_kernel_name(*b.dtype));
+      if ((b.fresh && spec.timing) || b.input_draw || b.timed_input_draw) {
+        add_once(names, fill_kernel_name(*b.dtype));
+      }
       if (spec.has_reference_checks() && b.role != BufferRole::in) {
         add_once(names, compare_ref_kernel_name(*b.dtype));
       }
