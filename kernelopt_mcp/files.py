@@ -17,7 +17,7 @@ from .errors import WorkloadError
 MAX_FILE_BYTES = 16 * 2**20  # workload.json and the CUDA sources it names
 
 
-def write_atomic(path: Path, data: bytes, *, durable: bool = True) -> None:
+def write_atomic(path: Path, data: bytes | memoryview, *, durable: bool = True) -> None:
     """Write ``data`` to ``path`` through a temporary file and a rename, so a reader never
     sees a partial file; ``durable`` also flushes it to disk before the rename.
 

@@ -25,7 +25,7 @@ from kernelopt_mcp.evaluation.protocol import request_json
 from kernelopt_mcp.gpu import device_info
 from kernelopt_mcp.workload import Arange, BufferParam, DataFile, InputCasesFile, Uniform, Workload, load_workload
 
-FEATURES = "blocking,timed_inputs,fresh_inputs,timed_check,confirm_launch,input_draw"
+FEATURES = "blocking,device_compare,timed_inputs,fresh_inputs,timed_check,confirm_launch,input_draw,expected_dtype"
 
 
 def _tiny(tmp_path: Path, **changes: object) -> Workload:
@@ -128,7 +128,7 @@ def test_performance_inputs_are_drawn_on_the_device_and_the_reference_gives_thei
 def test_every_input_is_made_on_the_host_without_the_feature_or_when_asked(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, how: str,
 ) -> None:
-    features = FEATURES.replace(",input_draw", "") if how == "no feature" else FEATURES
+    features = FEATURES.replace(",input_draw,expected_dtype", "") if how == "no feature" else FEATURES
     proc, ev = _session(tmp_path, monkeypatch, features, device_inputs=how != "option off")
     with proc, ev:
         prepare(ev, oracle_on_all_cases=how == "oracle on every case")
@@ -140,3 +140,25 @@ def test_every_input_is_made_on_the_host_without_the_feature_or_when_asked(
 def test_kernelopt_device_inputs_0_turns_the_draws_off() -> None:
     assert evaluate_options(Settings.from_env({})).device_inputs is True
     assert evaluate_options(Settings.from_env({"KERNELOPT_DEVICE_INPUTS": "0"})).device_inputs is False
+
+
+def test_the_references_expected_outputs_are_stored_as_it_wrote_them_where_the_harness_reads_that(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """No float64 copy of a performance case's expected outputs: the reference wrote float32, the
+    file holds those bytes and the request says so; the oracle's expected values stay float64."""
+    proc, ev = _session(tmp_path, monkeypatch)
+    with proc, ev:
+        prepare(ev)
+        assert ev.native_expected == {"n_4096"}
+        perf, small = ev.data.refs["n_4096"]["c"], ev.data.refs["odd_1001"]["c"]
+        timed = ev.timed.refs["n_4096"]["c"]  # type: ignore[union-attr]
+        assert (perf.dtype, timed.dtype, small.dtype) == ("float32", "float32", "float64")
+        assert perf.path.read_bytes() == ev.data.expected["n_4096"]["c"].astype("<f4").tobytes()
+        assert small.path.stat().st_size == 1001 * 8
+        evaluate(ev, Candidate(kernel(), LaunchSpec.model_validate(ADD_LAUNCH), [], "add"))
+    for who, request in _requests(tmp_path / "w"):
+        c = _args(request)["c"]
+        if "expected" in c:
+            want = "float32" if request["cases"][0]["name"] == "n_4096" else None
+            assert c.get("expected_dtype") == want, (who, c)

@@ -22,8 +22,8 @@ TIMING_FEATURES = {"blocking", "graph", "adaptive", "baseline_cublas"}
 TIMED_CHECK_FEATURES = {"fresh_inputs", "timed_check", "confirm_launch", "checked_dump", "fresh_launches"}
 # Staged inputs and expected values mapped read-only (PROTOCOL.md, "Read-only staging").
 INTEGRITY_FEATURES = {"readonly_staging"}
-# Inputs of performance cases drawn on the device (PROTOCOL.md, "Inputs drawn on the device").
-INPUT_FEATURES = {"input_draw"}
+# Inputs drawn on the device, expected files in the buffer's dtype (PROTOCOL.md, "Inputs drawn on the device").
+INPUT_FEATURES = {"input_draw", "expected_dtype"}
 
 
 def _run(binary: Path, *args: str, stdin: str | None = None) -> tuple[int, dict | None, str]:

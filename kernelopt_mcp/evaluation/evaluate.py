@@ -69,9 +69,12 @@ def prepare(session: Session, *, time_reference: bool = True, oracle_on_all_case
         c for c in wl.spec.cases
         if has_oracle and (oracle_on_all_cases or not wl.reference_cu or c.kind == "correctness")
     ]
-    # the cases whose expected outputs only the CUDA reference makes: their inputs need no host copy
-    if wl.reference_cu and s.uses("input_draw"):
-        s.device_cases = frozenset(c.name for c in perf) - {c.name for c in oracle_cases}
+    # the cases whose expected outputs only the CUDA reference makes: their inputs need no host
+    # copy, and their expected values are stored as the reference wrote them (no float64 copy)
+    reference_only = frozenset(c.name for c in perf) - {c.name for c in oracle_cases} if wl.reference_cu else frozenset()
+    if s.uses("input_draw"):
+        s.device_cases = reference_only
+    s.native_expected = reference_only if s.uses("expected_dtype") else frozenset()
     s.progress("generating inputs", 0, 1)
     s.data = DataSet("validation", s.seed, materialize(wl, s.seed, s.workdir / "inputs", on_device=s.device_cases))
     s.inputs_from = _inputs_from(s.data, len(wl.spec.cases))
@@ -100,7 +103,7 @@ def prepare(session: Session, *, time_reference: bool = True, oracle_on_all_case
             s.timed.expected = _oracle(s, s.timed, perf)
             step("oracle")
     if s.timed is not None:
-        s.timed.store_expected(wl, s.workdir / "expected")
+        s.timed.store_expected(wl, s.workdir / "expected", native=s.native_expected)
         step("store_expected")
     s.prepare_ms["total"] = (time.perf_counter() - start) * 1e3
     s.prepared = True
@@ -222,7 +225,7 @@ def _run_reference(s: Session, time_reference: bool, checked: bool) -> None:
     s.reference_medians = {c.name: c.timing.median_ms for c in result.cases if c.timing is not None}
     missing = {name: outs for name, outs in kept.items() if name not in s.data.expected}
     s.data.expected.update(missing)
-    s.data.store_expected(wl, s.workdir / "expected")
+    s.data.store_expected(wl, s.workdir / "expected", native=s.native_expected)
     s.expected_from = (
         f"NumPy oracle on {len(s.data.expected) - len(missing)} case(s); CUDA reference (matched the "
         "oracle on those) elsewhere" if checked else

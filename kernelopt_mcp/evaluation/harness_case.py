@@ -50,10 +50,12 @@ Compares = dict[tuple[str, str], CompareEntry]  # (buffer, launch) -> the device
 
 @dataclass
 class ExpectedRef:
-    """An expected output stored as float64 for the harness's device-side comparison."""
+    """An expected output stored for the harness's device-side comparison: float64, or (a CUDA
+    reference's outputs, with the harness's ``expected_dtype``) the output's own dtype."""
 
     path: Path
     thresholds: Thresholds
+    dtype: str = "float64"
 
     @property
     def scale(self) -> float:
@@ -74,15 +76,26 @@ class DataSet:
     expected: dict[str, dict[str, np.ndarray]] = field(default_factory=dict)
     refs: dict[str, dict[str, ExpectedRef]] = field(default_factory=dict)
 
-    def store_expected(self, workload: Workload, directory: Path) -> None:
-        """Write every expected output not yet written as float64 (what the device comparison reads)."""
+    def store_expected(self, workload: Workload, directory: Path, *, native: frozenset[str] = frozenset()) -> None:
+        """Write every expected output not yet written for the device comparison: as float64, or
+        in the cases of ``native`` (expected outputs the CUDA reference wrote in the output's
+        dtype) as they are, half or less the bytes and no conversion."""
+        dtypes = {p.name: p.dtype for p in workload.signature.outputs}
         for case_name, outputs in self.expected.items():
             for name, array in outputs.items():
                 if name in self.refs.get(case_name, {}):
                     continue
                 th = thresholds(array, workload.spec.tolerance_for(name))
+                dtype = dtypes[name]
+                if case_name in native and array.dtype == dtype.numpy and dtype.value != "float64":
+                    data = np.ascontiguousarray(array).astype(dtype.numpy.newbyteorder("<"), copy=False)
+                    path = directory / self.name / case_name / f"{name}.{dtype.value}"
+                    write_atomic(path, memoryview(data.reshape(-1).view(np.uint8)), durable=False)
+                    self.refs.setdefault(case_name, {})[name] = ExpectedRef(path.resolve(), th, dtype.value)
+                    continue
                 path = directory / self.name / case_name / f"{name}.f64"
-                write_atomic(path, np.ascontiguousarray(array, dtype="<f8").tobytes(), durable=False)
+                wide = np.ascontiguousarray(array, dtype="<f8").reshape(-1)
+                write_atomic(path, memoryview(wide.view(np.uint8)), durable=False)
                 self.refs.setdefault(case_name, {})[name] = ExpectedRef(path.resolve(), th)
 
 
@@ -196,6 +209,8 @@ def _buffer_arg(
             arg.compare = _thresholds(basis, workload.spec.tolerance_for(p.name).rtol)
         if ref:
             arg.expected = str(ref.path)
+        if (ref or timed_ref) and basis is not None and basis.dtype != "float64":
+            arg.expected_dtype = basis.dtype  # one field for both files: prepare stores them alike
             if job.keep_outputs:
                 arg.write_output = True
         if timed_ref:

@@ -92,6 +92,7 @@ class BufferArg(_Request):
     output: str | None = None
     compare: CompareThresholds | None = None
     expected: str | None = None
+    expected_dtype: str | None = None
     write_output: bool | None = None
     timed_expected: str | None = None
     init: Literal["poison", "zero"] | None = None

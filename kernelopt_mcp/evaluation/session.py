@@ -97,6 +97,8 @@ class Session:
         self.data = DataSet("validation", self.seed, {})
         # performance cases whose inputs the harness draws on the device (evaluate.prepare)
         self.device_cases: frozenset[str] = frozenset()
+        # ... and whose expected values are stored in the output's dtype, as the reference wrote them
+        self.native_expected: frozenset[str] = frozenset()
         self.timed: DataSet | None = None  # from a second seed that is never reported
         self.expected_from = ""
         self.inputs_from = ""  # what a result says of where its inputs were made (evaluate.prepare)
@@ -136,6 +138,7 @@ class Session:
             "confirm_launch": o.check_consistency,
             "checked_dump": o.oracle_checked_launches > 0,
             "input_draw": o.device_inputs,
+            "expected_dtype": o.device_inputs,
         }.get(feature, True)
         return wanted and feature in self.features
 

@@ -67,7 +67,10 @@ void CaseRunner::compare_outputs(LaunchKind kind, json& result) {
     const std::string& expected_path = kind == LaunchKind::timed ? b.timed_expected : b.expected;
     if (b.role == BufferRole::in || expected_path.empty() || !b.dtype) continue;
     const std::uint64_t elements = b.bytes / scalar_size(*b.dtype);
-    const CUfunction compare = s_.support().function(compare_kernel_name(*b.dtype));
+    // expected values in the buffer's dtype (a reference's outputs) widen on the device as a
+    // checked launch's reference outputs do
+    const CUfunction compare = s_.support().function(
+        b.native_expected() ? compare_ref_kernel_name(*b.dtype) : compare_kernel_name(*b.dtype));
     const CompareFigures fig = [&] {
       if (!expected.device) {
         return device_compare(drv_, compare, s_.sm_count(), s_.stream(), d.data, CUdeviceptr{0},

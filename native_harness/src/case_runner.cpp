@@ -255,7 +255,7 @@ void CaseRunner::setup() {
       }
     }
     const std::uint64_t expected_bytes =
-        b.dtype ? b.bytes / scalar_size(*b.dtype) * expected_item_bytes : 0;
+        b.dtype ? b.bytes / scalar_size(*b.dtype) * b.expected_item_size() : 0;
     if (!b.expected.empty()) d.expected = stage(b.expected, expected_bytes, true);
     if (timed_check && !b.timed_expected.empty()) {
       d.timed_expected = stage(b.timed_expected, expected_bytes, true);

@@ -69,17 +69,26 @@ struct BufferArg {
   BufferInit init = BufferInit::poison;  // out only
   std::uint8_t poison_byte = 0xFF;
   // Protocol 2 (all optional):
-  std::optional<ScalarType> dtype;      // element type; required with expected / timed_expected
-  std::string expected;                 // out, inout: float64 file, one value per element
-  std::string timed_expected;           // out, inout: the same for the timed inputs
-  std::string timed_input;              // in, inout: replaces input for the timed check launch
-  CompareTolerance compare;             // with expected / timed_expected
-  bool write_output = false;            // with expected: write output even when it matches
-  bool has_compare = false;             // "compare" was given
-  std::optional<FreshSpec> fresh;       // in, inout: redrawn before every timed launch
-  std::optional<InputDraw> input_draw;  // in, inout: replaces `input` (no file)
+  std::optional<ScalarType> dtype;  // element type; required with expected / timed_expected
+  std::string expected;             // out, inout: float64 file, one value per element
+  std::string timed_expected;       // out, inout: the same for the timed inputs
+  std::string timed_input;          // in, inout: replaces input for the timed check launch
+  // The element type of the expected / timed_expected files: float64 (none) or the buffer's own
+  // dtype (a CUDA reference's outputs as it wrote them: compared by ko_compare_ref_<dtype>).
+  std::optional<ScalarType> expected_dtype;
+  CompareTolerance compare;                   // with expected / timed_expected
+  bool write_output = false;                  // with expected: write output even when it matches
+  bool has_compare = false;                   // "compare" was given
+  std::optional<FreshSpec> fresh;             // in, inout: redrawn before every timed launch
+  std::optional<InputDraw> input_draw;        // in, inout: replaces `input` (no file)
   std::optional<InputDraw> timed_input_draw;  // in, inout: replaces `timed_input`
   bool has_timed_input() const noexcept { return !timed_input.empty() || timed_input_draw; }
+  // Bytes of one expected value: 8 (float64), or the buffer's element size.
+  std::uint64_t expected_item_size() const noexcept;
+  // Whether expected values are in the buffer's own dtype (not float64).
+  bool native_expected() const noexcept {
+    return expected_dtype && *expected_dtype != ScalarType::float64;
+  }
 };
 
 struct ScalarArg {

@@ -133,6 +133,18 @@ void parse_buffer_v2(const json& a, const std::string& path, BufferArg& b) {
                                              "\" ({\"abs_tol\", \"rtol\", \"rel_floor\"})");
     }
   }
+  if (const json* v = find(a, "expected_dtype")) {
+    const auto p = member_path(path, "expected_dtype");
+    if (b.expected.empty() && b.timed_expected.empty()) {
+      fail(p, "needs \"expected\" or \"timed_expected\" (the files it describes)");
+    }
+    const auto t = parse_dtype(*v, p);
+    if (t != ScalarType::float64 && t != *b.dtype) {
+      fail(p, std::string("must be \"float64\" or the buffer's dtype \"") +
+                  scalar_type_name(*b.dtype) + "\", got \"" + scalar_type_name(t) + "\"");
+    }
+    b.expected_dtype = t;
+  }
   if (const json* v = find(a, "timed_input")) {
     const auto p = member_path(path, "timed_input");
     if (!reads_input) {
@@ -270,6 +282,10 @@ std::optional<std::vector<std::uint8_t>> decode_hex(std::string_view hex, std::s
 }
 
 }  // namespace detail
+
+std::uint64_t BufferArg::expected_item_size() const noexcept {
+  return native_expected() ? scalar_size(*dtype) : expected_item_bytes;
+}
 
 std::size_t scalar_size(ScalarType t) noexcept {
   switch (t) {

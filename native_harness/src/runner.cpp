@@ -46,10 +46,11 @@ void check_input_files(const Request& req) {
         const char* field;
         const std::string& file;
         std::uint64_t bytes;
-      } files[] = {{"input", b.input, b.bytes},
-                   {"timed_input", b.timed_input, b.bytes},
-                   {"expected", b.expected, elements * expected_item_bytes},
-                   {"timed_expected", b.timed_expected, elements * expected_item_bytes}};
+        bool expected;
+      } files[] = {{"input", b.input, b.bytes, false},
+                   {"timed_input", b.timed_input, b.bytes, false},
+                   {"expected", b.expected, elements * b.expected_item_size(), true},
+                   {"timed_expected", b.timed_expected, elements * b.expected_item_size(), true}};
       for (const auto& f : files) {
         if (f.file.empty()) continue;
         const auto field = arg_path(c, a) + "." + f.field;
@@ -60,13 +61,14 @@ void check_input_files(const Request& req) {
           throw IoError(field + " (buffer \"" + arg.name + "\"): " + e.what());
         }
         if (size == f.bytes) continue;
-        if (f.bytes == b.bytes) {
+        if (!f.expected) {
           throw BadRequest(field + ": buffer \"" + arg.name + "\" is " + std::to_string(b.bytes) +
                            " bytes but " + f.file + " has " + std::to_string(size) + " bytes");
         }
+        const char* values = b.native_expected() ? scalar_type_name(*b.dtype) : "float64";
         throw BadRequest(field + ": buffer \"" + arg.name + "\" has " + std::to_string(elements) +
                          " " + scalar_type_name(*b.dtype) + " elements, so " + f.file +
-                         " must hold as many float64 values (" + std::to_string(f.bytes) +
+                         " must hold as many " + values + " values (" + std::to_string(f.bytes) +
                          " bytes), but it has " + std::to_string(size) + " bytes");
       }
     }

@@ -117,7 +117,8 @@ std::vector<std::string> support_kernels_needed(const Request& req) {
       const auto& b = arg.buffer;
       if (arg.kind != ArgKind::buffer || !b.dtype) continue;
       if (!b.expected.empty() || !b.timed_expected.empty()) {
-        add_once(names, compare_kernel_name(*b.dtype));
+        add_once(names, b.native_expected() ? compare_ref_kernel_name(*b.dtype)
+                                            : compare_kernel_name(*b.dtype));
       }
       if ((b.fresh && spec.timing) || b.input_draw || b.timed_input_draw) {
         add_once(names, fill_kernel_name(*b.dtype));

@@ -178,3 +178,54 @@ TEST_CASE("input_draw: malformed fields exit 2 naming the field") {
               bad.message + " vs " + r.answer.dump());
   }
 }
+
+TEST_CASE(
+    "expected_dtype: expected values in the buffer's own dtype are compared like float64 ones") {
+  const std::vector<float> in{1.5f, -2.25f, 3.0f, 1e-3f};
+  for (const bool wrong : {false, true}) {
+    auto c = compare_case(wrong ? "ed_wrong" : "ed", in, {0, 0, 0, 0});
+    std::vector<float> expected = in;
+    if (wrong) expected[2] = 3.5f;
+    spit(path("ed_native.bin"), raw_of(expected));
+    c["args"][1]["expected"] = path("ed_native.bin");
+    c["args"][1]["expected_dtype"] = "float32";
+    const auto r = run_request(request_v2("copy_kernel", {c}));
+    CHECK_MSG(r.rc == 0, r.out + r.err);
+    const auto& cmp = r.answer["cases"][0]["compares"][0];
+    CHECK_MSG(cmp["mismatches"] == (wrong ? 1 : 0) && cmp["elements"] == 4, cmp.dump());
+    if (wrong) CHECK(cmp["first_mismatch"] == 2);
+  }
+  // "float64" is the default, said out loud
+  auto c = compare_case("ed64", in, {1.5, -2.25, 3.0, 1e-3});
+  c["args"][1]["expected_dtype"] = "float64";
+  const auto r = run_request(request_v2("copy_kernel", {c}));
+  CHECK_MSG(r.rc == 0 && r.answer["cases"][0]["compares"][0]["mismatches"] == 0, r.out);
+}
+
+TEST_CASE("expected_dtype: malformed fields and wrong file sizes exit 2 naming the field") {
+  const std::vector<float> in{1, 2, 3, 4};
+  struct Bad {
+    std::function<void(json&)> edit;
+    std::string message;
+  };
+  const std::vector<Bad> bads = {
+      {[](json& out) { out["expected_dtype"] = "int32"; },
+       "cases[0].args[1].expected_dtype: must be \"float64\" or the buffer's dtype \"float32\""},
+      {[](json& out) {
+         out.erase("expected");
+         out["expected_dtype"] = "float32";
+       },
+       "cases[0].args[1].expected_dtype: needs \"expected\""},
+      // the float64 file of compare_case is twice the size float32 values take
+      {[](json& out) { out["expected_dtype"] = "float32"; },
+       "must hold as many float32 values (16 bytes), but it has 32 bytes"},
+  };
+  for (const auto& bad : bads) {
+    auto c = compare_case("edbad", in, {1, 2, 3, 4});
+    bad.edit(c["args"][1]);
+    const auto r = run_request(request_v2("copy_kernel", {c}));
+    CHECK_MSG(r.rc == 2, bad.message + ": " + r.out);
+    CHECK_MSG(test::contains(r.answer["error"]["message"].get<std::string>(), bad.message),
+              bad.message + " vs " + r.answer.dump());
+  }
+}
