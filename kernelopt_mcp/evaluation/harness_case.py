@@ -90,12 +90,12 @@ class DataSet:
                 if case_name in native and array.dtype == dtype.numpy and dtype.value != "float64":
                     data = np.ascontiguousarray(array).astype(dtype.numpy.newbyteorder("<"), copy=False)
                     path = directory / self.name / case_name / f"{name}.{dtype.value}"
-                    write_atomic(path, memoryview(data.reshape(-1).view(np.uint8)), durable=False)
+                    write_atomic(path, data.reshape(-1).view(np.uint8).data, durable=False)
                     self.refs.setdefault(case_name, {})[name] = ExpectedRef(path.resolve(), th, dtype.value)
                     continue
                 path = directory / self.name / case_name / f"{name}.f64"
                 wide = np.ascontiguousarray(array, dtype="<f8").reshape(-1)
-                write_atomic(path, memoryview(wide.view(np.uint8)), durable=False)
+                write_atomic(path, wide.view(np.uint8).data, durable=False)
                 self.refs.setdefault(case_name, {})[name] = ExpectedRef(path.resolve(), th)
 
 
