@@ -311,3 +311,20 @@ def test_checked_launch_files_go_through_the_oracle_without_a_cuda_reference(tmp
             assert "against the NumPy oracle" in cr.message
         else:
             assert cr.status is Status.ok, cr.message
+
+
+@pytest.mark.parametrize("native", [False, True])
+def test_a_reference_whose_outputs_are_kept_asks_for_them_even_when_they_match(tmp_path: Path, native: bool) -> None:
+    """The CUDA reference's outputs define the expected values: with an expected file to compare
+    with (the oracle's, float64 or the reference's own dtype) the harness writes its outputs only
+    when asked, so a kept request must ask (write_output) whatever the expected file's dtype."""
+    wl = _workload(tmp_path)
+    job = _job(tmp_path, wl, device_compare=True, keep_outputs=True)
+    job.data.refs.clear()
+    if native:  # the reference's outputs, as it wrote them
+        job.data.expected["odd_1001"]["c"] = job.data.expected["odd_1001"]["c"].astype(np.float32)
+    job.data.store_expected(wl, tmp_path / "expected", native=frozenset({"odd_1001"} if native else ()))
+    c = _wire(job, wl, device=0, module=tmp_path / "k.cubin", guard_bytes=256, flush_l2=True)["cases"][0]["args"][2]
+    assert c["write_output"] is True and c["expected"] == str(job.data.refs["odd_1001"]["c"].path)
+    assert c.get("expected_dtype") == ("float32" if native else None)
+    assert job.data.refs["odd_1001"]["c"].path.stat().st_size == 1001 * (4 if native else 8)

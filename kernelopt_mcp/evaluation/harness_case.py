@@ -209,10 +209,10 @@ def _buffer_arg(
             arg.compare = _thresholds(basis, workload.spec.tolerance_for(p.name).rtol)
         if ref:
             arg.expected = str(ref.path)
-        if (ref or timed_ref) and basis is not None and basis.dtype != "float64":
-            arg.expected_dtype = basis.dtype  # one field for both files: prepare stores them alike
             if job.keep_outputs:
                 arg.write_output = True
+        if (ref or timed_ref) and basis is not None and basis.dtype != "float64":
+            arg.expected_dtype = basis.dtype  # one field for both files: prepare stores them alike
         if timed_ref:
             arg.timed_expected = str(timed_ref.path)
         if job.checked and job.check_launch and arg.compare is None:
