@@ -50,8 +50,8 @@ def test_materialize_leaves_the_drawable_buffers_of_the_named_cases_to_the_devic
     assert set(perf.draws) == {"a"} and perf.draws["a"].kind == "uniform"
     assert "a" not in perf.files and "a" not in perf.arrays and not (tmp_path / "in" / "n_4096" / "a.bin").exists()
     assert perf.files["b"].exists(), "arange is exact values: made on the host"
-    assert perf.shapes["a"] == (4096,) and not perf.on_host
-    assert all(ci.on_host and set(ci.files) == {"a", "b"} for name, ci in data.items() if name != "n_4096")
+    assert perf.shapes["a"] == (4096,)
+    assert all(not ci.draws and set(ci.files) == {"a", "b"} for name, ci in data.items() if name != "n_4096")
     # the manifest keeps the generator of a drawn buffer (still loadable as input cases)
     manifest = json.loads((tmp_path / "in" / "input_cases.json").read_text())
     InputCasesFile.model_validate(manifest)
@@ -162,3 +162,15 @@ def test_the_references_expected_outputs_are_stored_as_it_wrote_them_where_the_h
         if "expected" in c:
             want = "float32" if request["cases"][0]["name"] == "n_4096" else None
             assert c.get("expected_dtype") == want, (who, c)
+
+
+def test_a_drawn_buffer_keeps_the_size_limit_of_a_host_one(tmp_path: Path) -> None:
+    """No host memory is spent on a drawn buffer, but a case asking for more than 8 GiB is still
+    refused before the harness is asked to allocate it."""
+    from kernelopt_mcp.errors import InputError
+
+    cases = [*TINY_SPEC["cases"], {"name": "huge", "kind": "performance", "scalars": {"n": 2**31 - 1}}]
+    wl = _tiny(tmp_path, cases=cases, signature={**TINY_SPEC["signature"], "params": [
+        {**p, "dtype": "float64"} if p["kind"] == "buffer" else p for p in TINY_SPEC["signature"]["params"]]})
+    with pytest.raises(InputError, match="would be 17179869176 bytes; the limit is 8589934592"):
+        materialize(wl, 1, tmp_path / "in", cases={"huge"}, on_device={"huge"})

@@ -172,11 +172,6 @@ class CaseInputs:
     files: dict[str, Path]
     draws: dict[str, InputDraw] = field(default_factory=dict)
 
-    @property
-    def on_host(self) -> bool:
-        """Every input is a host array (the NumPy oracle can run on this case)."""
-        return not self.draws
-
 
 def device_draw(gen: Generator, param: BufferParam, seed: int, case: str, *, redraw: bool = False) -> InputDraw | None:
     """How the harness draws the buffer ``gen`` makes, or None where it must come from the host:
