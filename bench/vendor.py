@@ -69,6 +69,8 @@ ENTRIES: dict[str, Entry] = {
     "sgemm_3xtf32": Entry("sgemm", "tunable_3xtf32.json", "cublas", 1.2, ("square_4096", "wide_2048x8192x1024"),
                           "tensor cores at FP32 accuracy; issue 16: >= 1.2x cuBLAS FP32 at 4096^3 and 2048x8192x1024"),
     "gemm_bf16": Entry("gemm_bf16", "tunable.json", "torch", 0.9, note="torch.matmul on bf16 (cuBLAS, bf16 out; ours writes fp32)"),
+    "gemm_bf16_wgmma": Entry("gemm_bf16", "tunable_wgmma.json", "torch", 0.9,
+                             note="wgmma (sm_90a); issue 16: >= 90% of cuBLAS bf16 at 4096^3 and 8192x8192x4096"),
     "attention_fwd": Entry("attention_fwd", "tunable.json", "torch", 1.0,
                            ("d128_4x32x4096", "d128_4x32x4096_causal", "d64_4x32x4096", "d64_4x32x4096_causal"),
                            "issue 16: >= 1.0x PyTorch SDPA (flash backend)"),

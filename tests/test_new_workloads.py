@@ -49,7 +49,7 @@ from kernelopt_mcp.workspace import check_spec_size
 REPO = Path(__file__).resolve().parent.parent
 NEW = ["histogram", "gemm_bf16", "attention_fwd"]
 # tunable kernels: "<workload>" for its tunable.json, "<workload>:<spec>" for another spec beside it
-TUNABLE_NEW = ["histogram", "gemm_bf16", "attention_fwd", "sgemm:tunable_3xtf32.json"]
+TUNABLE_NEW = ["histogram", "gemm_bf16", "gemm_bf16:tunable_wgmma.json", "attention_fwd", "sgemm:tunable_3xtf32.json"]
 
 
 def _tunable(key: str) -> Tunable:
@@ -287,8 +287,8 @@ def _compile_sample(key: str) -> list[Config]:
         return configs if os.environ.get("KERNELOPT_TUNABLE_ALL") == "1" else [
             t.spec["defaults"], *[c for c in configs if c["BKV"] == 128 or (c["WARPS"] == 8 and c["QREG"] == 1)
                                   or c["RPW"] == 2]]
-    if os.environ.get("KERNELOPT_TUNABLE_ALL") == "1":
-        return configs
+    if os.environ.get("KERNELOPT_TUNABLE_ALL") == "1" or key == "gemm_bf16:tunable_wgmma.json":
+        return configs  # the wgmma kernel's 35 compile in ~0.5 s each
     deepest = max(t.spec["params"]["BK"])
     hungry = [c for c in configs if c["WM"] == c["WN"] == 64 and c["BK"] == deepest]
     rest = [c for c in configs if c != t.spec["defaults"]]
@@ -327,6 +327,11 @@ def test_tunable_defaults_are_valid_and_every_launch_resolves_and_covers_the_out
                 rows = 16 * config["WARPS"] * config["RPW"]
                 assert r.block == (32 * config["WARPS"], 1, 1) and r.grid[1] == s["B"] * s["H"]
                 assert r.grid[0] * rows >= s["S"] and (r.grid[0] - 1) * rows < s["S"]
+                assert r.shared_bytes <= LIMITS.max_shared_bytes_per_block_optin
+            elif name == "gemm_bf16:tunable_wgmma.json":
+                assert r.block == (2 * config["BM"], 1, 1)  # BM / 64 warpgroups of 128 threads
+                assert r.grid[0] * config["BN"] >= s["N"] and r.grid[1] * config["BM"] >= s["M"]
+                assert (r.grid[0] - 1) * config["BN"] < s["N"] and (r.grid[1] - 1) * config["BM"] < s["M"]
                 assert r.shared_bytes <= LIMITS.max_shared_bytes_per_block_optin
             else:
                 warps = (config["BM"] // config["WM"]) * (config["BN"] // config["WN"])

@@ -83,6 +83,13 @@ CONFIGS: dict[str, list[dict[str, int]]] = {
         {"WARPS": 2, "BKV": 16, "QREG": 0, "RPW": 1},
         {"WARPS": 4, "BKV": 16, "QREG": 0, "RPW": 2},
     ],
+    # Hopper's warpgroup MMA (sm_90a): every warpgroup count, every wgmma width, the deepest ring
+    "gemm_bf16:tunable_wgmma.json": [
+        {"BM": 64, "BN": 64, "STAGES": 3},
+        {"BM": 192, "BN": 128, "STAGES": 3},
+        {"BM": 256, "BN": 128, "STAGES": 4},
+        {"BM": 64, "BN": 128, "STAGES": 6},
+    ],
     # sgemm on tensor cores at FP32 accuracy: the tolerance is sgemm's, on every case
     "sgemm:tunable_3xtf32.json": [
         {"BM": 128, "BN": 256, "BK": 16, "WM": 64, "WN": 64, "STAGES": 4},
