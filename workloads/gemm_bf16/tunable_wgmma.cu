@@ -147,6 +147,11 @@ __device__ __forceinline__ void wgmma_n256(float (&d)[128], unsigned long long d
 #endif
 // PTX-END
 
+// Byte offsets of 16-byte chunks in a stage, 128-byte swizzle: chunk kc (k columns 8kc..8kc+7) of A
+// row r; chunk nc (columns 8nc..8nc+7) of B's k row r, in 64-column blocks of 8 KiB.
+__device__ __forceinline__ int a_chunk(int r, int kc) { return r * 128 + ((kc ^ (r & 7)) << 4); }
+__device__ __forceinline__ int b_chunk(int r, int nc) { return (nc >> 3) * 8192 + r * 128 + (((nc & 7) ^ (r & 7)) << 4); }
+
 // Issues the loads of one 64-deep slice (A: BM x 64, B: 64 x BN) into one stage, in 8-element
 // chunks at their swizzled places. VEC: cp.async per chunk; otherwise guarded scalar loads and
 // shared stores.
@@ -162,7 +167,7 @@ __device__ __forceinline__ void load_slice(const unsigned short* __restrict__ A,
                 const int r = c >> 3, kc = c & 7;
                 const int gr = m0 + r, gk = k0 + kc * 8;
                 const bool in = gr < M && gk < K;   // K % 8 == 0: the whole chunk is in or out
-                cp_async16(as + r * 128 + ((kc ^ (r & 7)) << 4), in ? A + (size_t)gr * K + gk : A, in);
+                cp_async16(as + a_chunk(r, kc), in ? A + (size_t)gr * K + gk : A, in);
             }
         }
 #pragma unroll
@@ -172,8 +177,7 @@ __device__ __forceinline__ void load_slice(const unsigned short* __restrict__ A,
                 const int r = c / (BN / 8), nc = c % (BN / 8);
                 const int gk = k0 + r, gn = n0 + nc * 8;
                 const bool in = gk < K && gn < N;   // N % 8 == 0
-                cp_async16(bs + (nc >> 3) * 8192 + r * 128 + (((nc & 7) ^ (r & 7)) << 4),
-                           in ? B + (size_t)gk * N + gn : B, in);
+                cp_async16(bs + b_chunk(r, nc), in ? B + (size_t)gk * N + gn : B, in);
             }
         }
     } else {   // the slow path: kept rolled, so it adds no register pressure to the kernel
@@ -181,7 +185,7 @@ __device__ __forceinline__ void load_slice(const unsigned short* __restrict__ A,
         for (int c = tid; c < A_CHUNKS; c += NTH) {
             const int r = c >> 3, kc = c & 7;
             const int gr = m0 + r, gk = k0 + kc * 8;
-            unsigned short* dst = reinterpret_cast<unsigned short*>(as + r * 128 + ((kc ^ (r & 7)) << 4));
+            unsigned short* dst = reinterpret_cast<unsigned short*>(as + a_chunk(r, kc));
 #pragma unroll
             for (int e = 0; e < 8; ++e)
                 dst[e] = (gr < M && gk + e < K) ? A[(size_t)gr * K + gk + e] : (unsigned short)0;
@@ -190,8 +194,7 @@ __device__ __forceinline__ void load_slice(const unsigned short* __restrict__ A,
         for (int c = tid; c < B_CHUNKS; c += NTH) {
             const int r = c / (BN / 8), nc = c % (BN / 8);
             const int gk = k0 + r, gn = n0 + nc * 8;
-            unsigned short* dst =
-                reinterpret_cast<unsigned short*>(bs + (nc >> 3) * 8192 + r * 128 + (((nc & 7) ^ (r & 7)) << 4));
+            unsigned short* dst = reinterpret_cast<unsigned short*>(bs + b_chunk(r, nc));
 #pragma unroll
             for (int e = 0; e < 8; ++e)
                 dst[e] = (gk < K && gn + e < N) ? B[(size_t)gk * N + gn + e] : (unsigned short)0;
