@@ -6,6 +6,7 @@ tests/gpu/test_adversarial_gpu.py."""
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -67,6 +68,18 @@ def test_the_readme_table_lists_every_kernel_with_its_expected_verdict() -> None
     for case in CASES:
         assert case["file"] in rows, f"README's adversarial table lacks {case['file']}"
         assert rows[case["file"]] == " or ".join(case["expected"]), (case["file"], rows[case["file"]])
+
+
+def test_the_docs_count_the_kernels_the_suite_holds() -> None:
+    """README and SECURITY.md say how many kernels the suite holds: the number is the suite's."""
+    count = len(CASES)
+    readme, security = README.read_text(), (README.parent / "SECURITY.md").read_text()
+    said = re.findall(r"tests/adversarial/ holds (\d+) kernels", readme) + \
+        re.findall(r"the verdict it must get \((\d+):", " ".join(security.split()))
+    assert len(said) == 2 and all(int(n) == count for n in said), (said, count)
+    # every row of the README's table also says what a GPU run observed: no "not run yet" left behind
+    rows = [line for line in readme.splitlines() if line.startswith("| `") and ".cu` |" in line]
+    assert len(rows) == count and not [r for r in rows if "not run yet" in r], "rerun the table from a GPU report"
 
 
 @pytest.mark.parametrize("case", CASES, ids=[c["file"] for c in CASES])

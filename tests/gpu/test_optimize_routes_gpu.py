@@ -1,8 +1,9 @@
 """`kernelopt optimize` routes of issue 15 on a real GPU, against the scripted model of
 tests/scripted_model.py: a description run whose generated reference launches blocks of 2048
 threads (more than any NVIDIA GPU allows) is regenerated and then runs, leaving nothing in the
-workspace; `--use-nsight` on this machine either profiles or says once why it cannot; and a
-`--workload` run interrupted by Ctrl-C goes on with `--resume`.
+workspace; `--use-nsight` on this machine either profiles or says once why it cannot;
+`--candidates 4` on a description run and on a `--workload` run; and a `--workload` run
+interrupted by Ctrl-C goes on with `--resume`.
 
 Run with --run-gpu (scripts/device_gpu_tests.sh tests/gpu/test_optimize_routes_gpu.py).
 """
@@ -92,19 +93,22 @@ def test_a_failing_generated_reference_is_regenerated_on_the_gpu(tmp_path: Path,
     print(json.dumps({"statuses": status, "notes": summary["notes"], "best": summary["best"]["label"]}, indent=1))
 
 
+@pytest.mark.parametrize("route", ["description", "workload"])
 def test_four_candidates_per_iteration_on_the_gpu(tmp_path: Path, harness_binary: Path,
-                                                   monkeypatch: pytest.MonkeyPatch) -> None:
-    """--candidates 4 on the real GPU: 4 lanes x 2 iterations of distinct kernels (block sizes, float4),
-    one duplicate evaluated once, every candidate recorded with its lane, the fastest valid one best."""
+                                                   monkeypatch: pytest.MonkeyPatch, route: str) -> None:
+    """--candidates 4 on the real GPU, on a generated workload (--description) and on a bundled one
+    (--workload vector_add): 4 lanes x 2 iterations of distinct kernels (block sizes, float4), one
+    duplicate evaluated once, every candidate recorded with its lane, the fastest valid one best."""
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("OPENAI_API_KEY", "sk-scripted")
     monkeypatch.setenv("KERNELOPT_DOCS_OFFLINE", "1")
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(REPO), str(REPO / "clients"), os.environ.get("PYTHONPATH")])))
-    parts = {**GENERATED, "reference_launch": launch(256)}
-    kernels = {(1, 1): (ADD, launch(128)), (1, 2): (ADD, launch(512)), (1, 3): (ADD4, launch(256, 4)),
-               (1, 4): (ADD, launch(512)),  # the same as candidate 2: evaluated once
-               (2, 1): (ADD4, launch(128, 4)), (2, 2): (ADD4, launch(512, 4)), (2, 3): (ADD, launch(1024)),
-               (2, 4): (ADD4, launch(64, 4))}
+    add, add4 = (ADD, ADD4) if route == "description" else (ADD.replace("vec_add", "vector_add"),
+                                                            ADD4.replace("vec_add", "vector_add"))
+    kernels = {(1, 1): (add, launch(128)), (1, 2): (add, launch(512)), (1, 3): (add4, launch(256, 4)),
+               (1, 4): (add, launch(512)),  # the same as candidate 2: evaluated once
+               (2, 1): (add4, launch(128, 4)), (2, 2): (add4, launch(512, 4)), (2, 3): (add, launch(1024)),
+               (2, 4): (add4, launch(64, 4))}
 
     def answer(body: dict[str, Any]) -> dict[str, Any]:
         state = body["messages"][-1]["content"]
@@ -115,8 +119,13 @@ def test_four_candidates_per_iteration_on_the_gpu(tmp_path: Path, harness_binary
                                        "compile_options": [], "tunables": None})}
 
     results, ws = tmp_path / "results", tmp_path / "ws"
-    with ScriptedModel([{"content": json.dumps(parts)}] + [answer] * 8) as model:
-        code = agent_main(["optimize", "--description", "Add two float32 vectors.", "--max-iterations", "2",
+    if route == "description":  # the model first writes the workload's parts
+        script, what = [{"content": json.dumps({**GENERATED, "reference_launch": launch(256)})}], \
+            ["--description", "Add two float32 vectors."]
+    else:
+        script, what = [], ["--workload", "vector_add"]
+    with ScriptedModel([*script, *[answer] * 8]) as model:
+        code = agent_main(["optimize", *what, "--max-iterations", "2",
                            "--candidates", "4", "--base-url", model.url, "--harness", str(harness_binary),
                            "--workspace", str(ws), "--results-dir", str(results), "--warmup", "2", "--iterations", "10",
                            "--quiet"])
@@ -133,6 +142,7 @@ def test_four_candidates_per_iteration_on_the_gpu(tmp_path: Path, harness_binary
     fastest = min(ranked, key=lambda h: h["score_ms"])  # the initial kernel competes too
     assert summary["best"]["label"] == fastest["label"] and summary["iterations"]["candidates_per_iteration"] == 4
     assert (run / "heatmap.png").is_file() and (run / "history.jsonl").is_file()
+    assert summary["workload"]["name"] == ("vector_add" if route == "workload" else GENERATED["name"]), summary["workload"]
     print(json.dumps({"best": summary["best"]["label"], "scores": {h["label"]: h["score_ms"] for h in candidates}}, indent=1))
 
 
