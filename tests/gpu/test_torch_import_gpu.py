@@ -86,7 +86,21 @@ CONV = r"""extern "C" __global__ void conv2d_relu_bias(const float* x, const flo
     }
 }
 """
+ADD = r"""extern "C" __global__ void vector_add(const float* a, const float* b, float* out, int n) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) out[i] = a[i] + b[i];
+}
+"""
+# fp16 in and out, and a Python int of forward() as an int32 scalar
+SCALE = r"""#include <cuda_fp16.h>
+extern "C" __global__ void scale_int_arg(const __half* x, __half* out, int factor, int n) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) out[i] = __float2half(__half2float(x[i]) * (float)factor);
+}
+"""
 KERNELS: dict[str, tuple[str, dict[str, Any]]] = {
+    "vector_add": (ADD, {"grid": ["ceil_div(n, 256)"], "block": [256]}),
+    "scale_int_arg": (SCALE, {"grid": ["ceil_div(n, 256)"], "block": [256]}),
     "elementwise_gelu": (GELU, {"grid": ["ceil_div(batch_size * dim, 256)"], "block": [256]}),
     "reduction_sum": (SUM, {"grid": ["ceil_div(dim2, 128)", "batch_size"], "block": [128]}),
     "matmul": (MATMUL, {"grid": ["ceil_div(N, 16)", "ceil_div(M, 16)"], "block": [16, 16]}),
@@ -135,9 +149,10 @@ def test_imported_problem_evaluates_on_the_gpu(problem: str, tmp_path: Path, har
 @pytest.mark.parametrize("problem", sorted(KERNELS))
 def test_optimize_an_imported_problem(problem: str, tmp_path: Path, harness_binary: Path,
                                       monkeypatch: pytest.MonkeyPatch) -> None:
-    """Every supported kind (elementwise, reduction, matmul, a module with parameters, a conv) runs
-    through `kernelopt optimize --workload`: the scripted model writes the reference and initial
-    kernel (the plain kernel above) and proposes it again with another block shape."""
+    """Every supported kind (elementwise, reduction, matmul, a module with parameters, a conv, fp16 with
+    an int argument) runs through `kernelopt optimize --workload`: the scripted model writes the
+    reference and initial kernel (the plain kernel above) and proposes it again with another block
+    shape."""
     workload = import_torch_problem(PROBLEMS / f"{problem}.py", tmp_path / problem).path
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("OPENAI_API_KEY", "sk-scripted")
