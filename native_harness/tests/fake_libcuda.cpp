@@ -85,11 +85,6 @@ struct LeakCheck {
   }
 } g_leak_check;
 
-#define FAKE_ENTER()                               \
-  do {                                             \
-    if (g_sticky != CUDA_SUCCESS) return g_sticky; \
-  } while (0)
-
 // A copy engine writing a mapping that is not writable (or reading one that is not readable)
 // faults, and the fault kills the context.
 CUresult mmu_fault() {

@@ -1,5 +1,5 @@
-// The fake driver's state, shared by fake_libcuda.cpp (the driver entry points) and
-// fake_kernels.cpp (the built-in kernels). See fake_libcuda.cpp.
+// The fake driver's state, shared by fake_libcuda.cpp and fake_libcuda_vmm.cpp (the driver entry
+// points) and fake_kernels.cpp (the built-in kernels). See fake_libcuda.cpp.
 #pragma once
 
 #include <cuda.h>
@@ -126,3 +126,10 @@ KernelTable kernels();
 Kernel* as_kernel(CUfunction f);
 
 }  // namespace fake
+
+// The first line of every entry point: once the context is dead, every call returns the sticky
+// error.
+#define FAKE_ENTER()                                           \
+  do {                                                         \
+    if (fake::g_sticky != CUDA_SUCCESS) return fake::g_sticky; \
+  } while (0)

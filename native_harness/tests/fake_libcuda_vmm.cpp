@@ -12,12 +12,6 @@
 
 using namespace fake;
 
-// As in fake_libcuda.cpp: once the context is dead, every call returns the sticky error.
-#define FAKE_ENTER()                               \
-  do {                                             \
-    if (g_sticky != CUDA_SUCCESS) return g_sticky; \
-  } while (0)
-
 extern "C" {
 
 CUresult CUDAAPI cuMemGetAllocationGranularity(size_t* g, const CUmemAllocationProp* prop,
