@@ -1,22 +1,18 @@
 """What every section of bench/run.py is built on (bench/run.py imports it from here): the
 :class:`Section` a section returns and its rendering as a table, the :class:`Bench` it runs
 against, the candidates it evaluates (a workload's CUDA reference, equivalent variants of it) and
-the kernels' own GPU time in an evaluation. bench/vendor.py reuses them through bench/run.py.
+the kernels' own GPU time in an evaluation. bench/vendor.py reuses them through bench/run.py,
+which puts the repository on sys.path before importing this module.
 """
 
 from __future__ import annotations
 
-import sys
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
-
-ROOT = Path(__file__).resolve().parent.parent
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
 
 from rich.console import Console
 from rich.table import Table
@@ -100,16 +96,9 @@ def reference(wl: Workload) -> Candidate:
 def kernel_ms(result: EvaluationResult) -> float:
     """The kernels' own GPU time in one evaluation: measured + warm-up launches, and the two
     validation launches of each timed case (phase 1 and the one before timing). Launch times
-    the harness does not report (warm-up, validation) are taken as the case's median; a
-    future ``gpu_time_ms`` on the result or case, when present, is used as is."""
-    total = getattr(result, "gpu_time_ms", None)
-    if total is not None:
-        return float(total)
+    the harness does not report (warm-up, validation) are taken as the case's median."""
     ms = 0.0
     for case in result.cases:
-        if getattr(case, "gpu_time_ms", None) is not None:
-            ms += float(case.gpu_time_ms)
-            continue
         t = case.timing
         if t is None:
             continue
