@@ -8,7 +8,7 @@ import os
 import sys
 import time
 from collections.abc import Callable, Mapping
-from importlib.metadata import EntryPoint, entry_points
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -334,7 +334,17 @@ def cmd_cache(args: argparse.Namespace, out: Console) -> int:
     return EXIT_OK
 
 
-def build_parser() -> argparse.ArgumentParser:
+@dataclass(frozen=True)
+class Command:
+    """A command that another package adds to ``kernelopt`` (``main``'s ``extra_commands``): listed
+    in ``kernelopt -h`` with ``help``; ``run`` gets the arguments after the command's name, parses them
+    itself and returns the exit status."""
+
+    help: str
+    run: Callable[[list[str]], int]
+
+
+def build_parser(extra_commands: Mapping[str, Command] | None = None) -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="kernelopt", description="Agentic CUDA kernel optimizer: GPU tools and evaluation.")
     p.add_argument("--version", action="version", version=f"kernelopt {__version__}")
     sub = p.add_subparsers(dest="command", required=True)
@@ -481,36 +491,9 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--output", "-o", help="write to a file instead of stdout")
     sp.set_defaults(fn=cmd_schema)
 
-    # The orchestrator (clients/kernelopt_agent): listed here, parsed there (main() hands them over).
-    sub.add_parser("optimize", help="optimize a kernel with a model and kernelopt-mcp (see `kernelopt optimize -h`)", add_help=False)
-    sub.add_parser("graph", help="print the optimize loop as a Mermaid diagram", add_help=False)
-    sub.add_parser("runs", help="read recorded optimize runs: `kernelopt runs list`, `kernelopt runs show [RUN]`", add_help=False)
+    for name, command in (extra_commands or {}).items():  # listed here, parsed by command.run (main)
+        sub.add_parser(name, help=command.help, add_help=False)
     return p
-
-
-AGENT_COMMANDS = ("optimize", "graph", "runs")
-# The orchestrator's commands are found as entry points (pyproject.toml), so the library never
-# imports the client package; an install whose metadata predates the group gets the same value.
-COMMAND_GROUP = "kernelopt.commands"
-AGENT_MAIN = "kernelopt_agent.cli:main"
-
-
-def agent_command(name: str) -> EntryPoint:
-    """The entry point that provides the orchestrator command ``name``."""
-    for found in entry_points(group=COMMAND_GROUP, name=name):
-        return found
-    return EntryPoint(name=name, value=AGENT_MAIN, group=COMMAND_GROUP)
-
-
-def run_agent(argv: list[str]) -> int:
-    """Hand an orchestrator command to kernelopt_agent, loaded only now (it imports openai and mcp)."""
-    try:
-        agent_main: Callable[[list[str]], int] = agent_command(argv[0]).load()
-    except ImportError as exc:
-        print(f"error: `kernelopt {argv[0]}` needs the kernelopt_agent package ({exc}); reinstall kernelopt with "
-              "`pip install .`", file=sys.stderr)
-        return EXIT_ERROR
-    return agent_main(argv)
 
 
 OPTION_FLAGS = ("-O", "--option")
@@ -550,11 +533,20 @@ def consoles(environ: Mapping[str, str] | None = None) -> tuple[Console, Console
     return make(sys.stdout, False), make(sys.stderr, True)
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: list[str] | None = None, extra_commands: Mapping[str, Command] | None = None) -> int:
+    """Run ``kernelopt ARGV``; returns the exit status.
+
+    Args:
+        argv: the arguments (default ``sys.argv[1:]``).
+        extra_commands: commands another package adds (the ``kernelopt`` console script adds the
+            orchestrator's optimize, graph and runs): each is listed in ``kernelopt -h`` and runs
+            with the arguments after its name.
+    """
     argv = sys.argv[1:] if argv is None else list(argv)
-    if argv and argv[0] in AGENT_COMMANDS:
-        return run_agent(argv)
-    args = build_parser().parse_args(join_option_values(argv))
+    extra = dict(extra_commands or {})
+    if argv and argv[0] in extra:
+        return extra[argv[0]].run(argv[1:])
+    args = build_parser(extra).parse_args(join_option_values(argv))
     out, err = consoles()
     try:
         return args.fn(args, out)

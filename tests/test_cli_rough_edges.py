@@ -113,15 +113,16 @@ def _parsers(parser: argparse.ArgumentParser, path: tuple[str, ...] = ()) -> lis
 def test_every_command_prints_its_help(capsys: pytest.CaptureFixture[str]) -> None:
     """argparse formats help strings with %: a bare '%' in one (e.g. "at most 0.3%") makes that
     command's --help a traceback (`kernelopt evaluate --help` and `tune --help` were)."""
-    from kernelopt_agent.cli import main as agent_main
+    from kernelopt_agent.entry import commands
+    from kernelopt_agent.entry import main as kernelopt_main  # the `kernelopt` console script
 
-    parsers = _parsers(build_parser())
+    parsers = _parsers(build_parser(commands()))
     assert len(parsers) >= 14
     for path, parser in parsers:
         assert "usage:" in parser.format_help(), path
     for argv in (["optimize"], ["graph"], ["runs"], ["runs", "list"], ["runs", "show"], ["runs", "report"]):
         with pytest.raises(SystemExit) as exit_:
-            agent_main([*argv, "--help"])
+            kernelopt_main([*argv, "--help"])
         assert exit_.value.code == 0, argv
         assert "usage:" in capsys.readouterr().out, argv
 

@@ -138,6 +138,13 @@ def test_library_never_imports_the_client_or_openai() -> None:
         if module.startswith("kernelopt_mcp")
     }
     assert {m: n for m, n in upward.items() if n} == {}
+    # nor loads it by name (importlib, entry points): no string in the library names the client package
+    named = sorted(
+        module for module, path in _modules().items() if module.startswith("kernelopt_mcp")
+        for node in ast.walk(ast.parse(path.read_text(), str(path)))
+        if isinstance(node, ast.Constant) and isinstance(node.value, str) and "kernelopt_agent" in node.value
+    )
+    assert named == []
 
 
 def test_only_the_server_and_cli_import_mcp() -> None:
@@ -166,6 +173,9 @@ CLIENT_MAY_IMPORT = {
     "kernelopt_mcp.files",      # atomic writes of the run's records
 }
 CLIENT_MAY_IMPORT_FROM_PACKAGE = {"__version__"}
+# The one exception: the `kernelopt` console script (entry.py) hands every command but the
+# orchestrator's to the library's command line. No other client module may import it.
+CLIENT_ENTRY, LIBRARY_CLI = "kernelopt_agent.entry", "kernelopt_mcp.cli"
 CLIENT_NEVER = ("evaluation", "compiler", "harness", "service", "server", "oracle", "inputs", "evaluate", "freeze")
 
 
@@ -190,6 +200,8 @@ def _client_library_imports() -> dict[str, set[str]]:
 
 def test_the_client_imports_only_the_library_data_layer() -> None:
     imports = _client_library_imports()
+    assert imports[CLIENT_ENTRY] == {LIBRARY_CLI}
+    imports[CLIENT_ENTRY] = set()
     allowed = CLIENT_MAY_IMPORT | {f"kernelopt_mcp:{n}" for n in CLIENT_MAY_IMPORT_FROM_PACKAGE}
     beyond = {module: sorted(names - allowed) for module, names in imports.items() if names - allowed}
     assert beyond == {}

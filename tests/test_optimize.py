@@ -448,7 +448,7 @@ def test_example_config_and_help(capsys: pytest.CaptureFixture[str]) -> None:
 
 
 def test_graph_and_the_kernelopt_command(capsys: pytest.CaptureFixture[str]) -> None:
-    from kernelopt_mcp.cli import main as kernelopt_main
+    from kernelopt_agent.entry import main as kernelopt_main  # the `kernelopt` console script
 
     assert kernelopt_main(["graph"]) == 0
     text = capsys.readouterr().out

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from kernelopt_mcp.cli import main
+from kernelopt_agent.entry import main  # the `kernelopt` console script
 
 REPO = Path(__file__).resolve().parents[1]
 README = (REPO / "README.md").read_text()

@@ -1,5 +1,7 @@
+"""``python -m kernelopt_agent``: the ``kernelopt`` command (``entry.py``)."""
+
 import sys
 
-from .cli import main
+from .entry import main
 
 sys.exit(main())

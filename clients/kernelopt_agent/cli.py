@@ -1,5 +1,6 @@
-"""`kernelopt optimize`, `kernelopt graph` and `kernelopt runs list|show` (dispatched here lazily by
-``kernelopt_mcp.cli``, so importing the library never imports openai or mcp)."""
+"""`kernelopt optimize`, `kernelopt graph` and `kernelopt runs list|show|report` (``entry.py``, the
+``kernelopt`` console script, hands them here; each imports what it needs, openai and mcp among
+them, only when it runs)."""
 
 from __future__ import annotations
 

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -199,7 +198,7 @@ class Optimizer:
         if result.is_error:
             raise RunFailed(f"kernelopt-mcp cannot use a GPU: {result.text}")
         self.device = DeviceInfo.model_validate(result.structured["device"])
-        self.arch = os.environ.get("KERNELOPT_ARCH") or self.device.arch
+        self.arch = self.opts.arch or self.device.arch
         self.gpu_text = result.text
         self.display.info(f"GPU: {self.device.name} ({self.arch}), driver {self.device.driver_version_str}")
 

@@ -3,7 +3,8 @@
 Precedence: command-line flags > environment (``OPENAI_BASE_URL``) > the ``--config`` JSON file
 > defaults. The API key comes from ``OPENAI_API_KEY`` in the environment or a ``.env`` file in
 the working directory; it lives only in memory (never in :meth:`OptimizeOptions.as_json`, the
-run directory or a log).
+run directory or a log). What else the orchestrator takes from the environment is read here too
+(:meth:`OptimizeOptions.read_environment`), so the loop and the parts read only the options.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
+from kernelopt_mcp.config import Settings, bundled_workloads_dir
 from kernelopt_mcp.files import read_json
 
 from .pricing import PriceError, Pricing
@@ -25,6 +27,9 @@ APIS = ("responses", "chat")
 EFFORTS = ("off", "none", "minimal", "low", "medium", "high", "xhigh")
 MAX_CANDIDATES = 16  # concurrent model requests per iteration; more mostly queues on the one GPU
 PATH_KEYS = ("signature", "reference", "initial_kernel", "input_cases", "oracle", "results_dir", "workspace", "harness")
+# Options set from the environment alone (read_environment): never from --config, and a resumed run
+# reads them again from its own environment rather than from the run's config.json.
+FROM_ENVIRONMENT = ("api_key", "arch", "workload_dirs")
 
 
 class OptionsError(ValueError):
@@ -71,6 +76,8 @@ class OptimizeOptions:
     api: str | None = None  # responses | chat; None: responses on OpenAI's own endpoint, chat elsewhere
     price_per_mtok: str | list[float] | None = None  # "IN,OUT" or "IN,CACHED,OUT" USD per 1M tokens
     api_key: str | None = field(default=None, repr=False)
+    arch: str | None = None  # KERNELOPT_ARCH: the compile target named to the model and docs_search; None: the GPU's
+    workload_dirs: tuple[Path, ...] = field(default_factory=lambda: (bundled_workloads_dir(),))  # --workload lookup
 
     @property
     def timing_args(self) -> dict[str, Any]:
@@ -108,7 +115,7 @@ class OptimizeOptions:
             value = getattr(opts, key)
             if value is not None and not isinstance(value, Path):
                 setattr(opts, key, Path(value))
-        opts.api_key = env.get("OPENAI_API_KEY") or dotenv.get("OPENAI_API_KEY") or None
+        opts.read_environment(env, dotenv)
         if opts.strategy is None:
             # without a key, a workload is tuned; without a workload there is nothing to tune, and the
             # model's missing key is the error to report (ModelClient says it)
@@ -116,6 +123,25 @@ class OptimizeOptions:
             opts.strategy_defaulted = True
         opts.check()
         return opts
+
+    def read_environment(self, environ: Mapping[str, str], dotenv: Mapping[str, str]) -> None:
+        """Set the options that come from the environment alone: the API key (``OPENAI_API_KEY``, else
+        the .env file's), the compile target (``KERNELOPT_ARCH``; None: the GPU's) and where --workload
+        names are looked up: ``KERNELOPT_WORKLOADS``, the bundled workloads, then the workspace's created
+        ones (``--workspace``, else ``KERNELOPT_MCP_WORKSPACE``, else ~/.kernelopt).
+
+        Raises:
+            OptionsError: a ``KERNELOPT_*`` variable that cannot be read (e.g. a KERNELOPT_DEVICE that
+                is not a number).
+        """
+        self.api_key = environ.get("OPENAI_API_KEY") or dotenv.get("OPENAI_API_KEY") or None
+        self.arch = environ.get("KERNELOPT_ARCH") or None
+        try:
+            found = Settings.from_env(environ).workload_dirs
+        except ValueError as exc:
+            raise OptionsError(f"a KERNELOPT_* environment variable cannot be read: {exc}") from None
+        workspace = self.workspace or Path(environ.get("KERNELOPT_MCP_WORKSPACE") or Path.home() / ".kernelopt")
+        self.workload_dirs = (*found, Path(workspace).expanduser() / "workloads")
 
     def check(self, *, files: bool = True) -> None:
         """Raise OptionsError for options that cannot work; ``files``: the part files must exist (a resumed
@@ -182,7 +208,7 @@ class OptimizeOptions:
             if f.name == "api_key":
                 continue
             value = getattr(self, f.name)
-            out[f.name] = str(value) if isinstance(value, Path) else value
+            out[f.name] = str(value) if isinstance(value, Path) else [str(v) for v in value] if isinstance(value, tuple) else value
         out["base_url"] = redact_url(self.base_url)
         out["api_key"] = "set" if self.api_key else "not set"
         return out
@@ -201,7 +227,7 @@ def read_config(path: Path) -> dict[str, Any]:
     data = read_json(path, OptionsError)
     if not isinstance(data, dict):
         raise OptionsError(f"--config {path}: expected a JSON object of options")
-    known = {f.name for f in fields(OptimizeOptions)} - {"api_key", "config_file", "strategy_defaulted"}
+    known = {f.name for f in fields(OptimizeOptions)} - {*FROM_ENVIRONMENT, "config_file", "strategy_defaulted"}
     out = {}
     for key, value in data.items():
         name = key.replace("-", "_")

@@ -14,7 +14,6 @@ input-cases file, and ``<name>.launch.json`` next to each ``.cu`` file.
 from __future__ import annotations
 
 import json
-import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -115,10 +114,9 @@ def _launch_json(spec: LaunchSpec | None) -> dict[str, Any] | None:
 
 
 def workload_settings(opts: OptimizeOptions) -> Settings:
-    """Where --workload names are looked up: KERNELOPT_WORKLOADS, bundled, the workspace's created ones."""
-    settings = Settings.from_env()
-    workspace = opts.workspace or Path(os.environ.get("KERNELOPT_MCP_WORKSPACE") or Path.home() / ".kernelopt")
-    return Settings(workload_dirs=(*settings.workload_dirs, Path(workspace).expanduser() / "workloads"))
+    """Where --workload names are looked up: the options' workload_dirs (KERNELOPT_WORKLOADS, bundled,
+    the workspace's created ones: OptimizeOptions.read_environment)."""
+    return Settings(workload_dirs=opts.workload_dirs)
 
 
 def load_parts(opts: OptimizeOptions) -> Parts:

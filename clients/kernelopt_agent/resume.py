@@ -46,7 +46,7 @@ from . import prompts
 from .freeze import FrozenWorkload, shared_dirs
 from .loop import Optimizer, RunFailed, needs_model
 from .model import ModelClient, check_key
-from .options import PATH_KEYS, OptimizeOptions, OptionsError, read_config, read_dotenv, redact_url
+from .options import FROM_ENVIRONMENT, PATH_KEYS, OptimizeOptions, OptionsError, read_config, read_dotenv, redact_url
 from .parts import Parts
 from .pricing import Pricing, Usage
 from .records import (
@@ -64,7 +64,7 @@ from .toolbox import Toolbox
 
 LIMITS = ("max_iterations", "max_tokens", "max_cost")  # may be raised (or set) on resume
 WHEREABOUTS = ("base_url", "harness", "workspace", "device")  # where things are on this machine, not what is measured
-DERIVED = ("api_key", "config_file", "strategy_defaulted")
+DERIVED = (*FROM_ENVIRONMENT, "config_file", "strategy_defaulted")  # never taken from config.json
 FINALIZE_PROBLEMS = ("replay: ", "heatmap: ")  # notes finalize adds; a resume finalizes again
 
 
@@ -173,7 +173,7 @@ def _options(flags: Mapping[str, Any], recorded: dict[str, Any], path: Path, env
             setattr(opts, key, Path(value))
     opts.results_dir = path.parent
     env = dict(os.environ if environ is None else environ)
-    opts.api_key = env.get("OPENAI_API_KEY") or read_dotenv((cwd or Path.cwd()) / ".env").get("OPENAI_API_KEY") or None
+    opts.read_environment(env, read_dotenv((cwd or Path.cwd()) / ".env"))
     opts.check(files=False)
     changed = {k: [recorded.get(k), redact_url(v) if k == "base_url" else str(v) if isinstance(v, Path) else v]
                for k, v in given.items() if not _same(v, recorded.get(k))}
