@@ -21,6 +21,7 @@ from kernelopt_mcp.compiler import compile_kernel
 from kernelopt_mcp.dtypes import DType
 from kernelopt_mcp.evaluation.compare import thresholds
 from kernelopt_mcp.evaluation.harness import HarnessProcess, find_harness
+from kernelopt_mcp.evaluation.protocol import HarnessAnswer
 from kernelopt_mcp.evaluation.support_module import support_module
 from kernelopt_mcp.gpu import device_info
 from kernelopt_mcp.workload import DEFAULT_TOLERANCE, EXACT
@@ -70,10 +71,13 @@ def main() -> None:
             }
             times = []
             for _ in range(args.repeats):
-                answer = proc.request(request, timeout_s=120).answer or {}
-                [c] = answer["cases"][0]["compares"]
-                assert c["mismatches"] == 0, c
-                times.append(c["compare_ms"])
+                reply = proc.request(request, timeout_s=120)
+                answer = reply.parsed(HarnessAnswer)
+                if answer is None or not answer.cases:
+                    raise SystemExit(f"no case in the answer: {reply.answer} {reply.stderr[-500:]}")
+                [c] = answer.cases[0].compares
+                assert c.mismatches == 0 and c.compare_ms is not None, c
+                times.append(c.compare_ms)
             ms = statistics.median(times)
             read = nbytes + 8 * elements
             rate = read / (ms * 1e-3)

@@ -29,6 +29,7 @@ from kernelopt_mcp import (
 from kernelopt_mcp.config import find_workload
 from kernelopt_mcp.evaluation.evaluate import case_request
 from kernelopt_mcp.evaluation.harness import find_harness
+from kernelopt_mcp.evaluation.protocol import HarnessAnswer
 from kernelopt_mcp.gpu import device_info
 
 # (file name, workload, case, scalars override, flush_l2)
@@ -61,13 +62,14 @@ def record(settings: Settings, out: Path, vectors: tuple = VECTORS, *, iteration
                 if built.request is None:
                     raise SystemExit(f"{name}: {built.problem}")
                 reply = proc.request(built.request, 600)
-            answer = (reply.answer or {}).get("cases") or [{}]
-            timing = answer[0].get("timing")
-            if not timing:
+            answer = reply.parsed(HarnessAnswer)
+            timing = answer.cases[0].timing if answer is not None and answer.cases else None
+            if timing is None or not timing.times_ms:
                 raise SystemExit(f"{name}: no timing in the answer: {reply.answer} {reply.stderr[-500:]}")
             entry = {
-                "kernel": f"{workload} reference, case {case.name} {case.scalars}", "times_ms": timing["times_ms"],
-                "flush_l2": timing.get("flush_l2", flush), "warmup": timing.get("warmup"), "device": device.summary(),
+                "kernel": f"{workload} reference, case {case.name} {case.scalars}", "times_ms": timing.times_ms,
+                "flush_l2": flush if timing.flush_l2 is None else timing.flush_l2, "warmup": timing.warmup,
+                "device": device.summary(),
                 "recorded_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
             }
             path = out / f"{name}.json"

@@ -11,6 +11,7 @@ from __future__ import annotations
 import importlib.util
 import shutil
 import subprocess
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +19,14 @@ from pydantic import BaseModel, Field
 
 from .errors import HarnessError, ToolchainNotFound
 from .evaluation.harness import HarnessProcess, raise_for_request_error
+from .evaluation.protocol import (
+    AnswerEnvelope,
+    BaselineAnswer,
+    BaselineRequest,
+    RequestError,
+    TimingRequest,
+    parse_answer,
+)
 
 # Sonames in order of preference: CUDA 13, then CUDA 12.
 CUBLAS_SONAMES = ("libcublas.so.13", "libcublas.so.12")
@@ -25,7 +34,7 @@ CUBLAS_SONAMES = ("libcublas.so.13", "libcublas.so.12")
 # nvidia/cublas/lib).
 CUBLAS_PIP_PACKAGES = ("nvidia.cu13", "nvidia.cublas")
 SYSTEM_CUDA_LIB_DIRS = (Path("/usr/local/cuda/lib64"),)
-DEFAULT_TIMING: dict[str, Any] = {"warmup": 10, "iterations": 100}
+DEFAULT_TIMING = TimingRequest(warmup=10, iterations=100)
 
 
 def _pip_lib_dirs() -> list[Path]:
@@ -91,28 +100,34 @@ def cublas_sgemm_request(
     m: int,
     n: int,
     k: int,
-    timing: dict[str, Any] | None = None,
+    timing: TimingRequest | Mapping[str, Any] | None = None,
     device: int = 0,
     *,
     library_path: Path | None = None,
     flush_l2: bool = True,
     support_module: Path | None = None,
     cuda_home: Path | None = None,
-) -> dict[str, Any]:
+) -> BaselineRequest:
     """The harness request that times row-major FP32 ``C[m,n] = A[m,k] B[k,n]`` with cuBLAS.
 
     ``timing`` is the protocol's timing object (``warmup``, ``iterations``, ``mode``,
-    ``blocking``, ``adaptive``...); default 10 warm-up and 100 measured launches.
-    ``support_module`` (a CUBIN from :func:`kernelopt_mcp.evaluation.support_module.support_module`) is
-    needed for ``blocking`` and gives ``launch_overhead_ms``.
+    ``blocking``, ``adaptive``...; a mapping is read as a :class:`TimingRequest`); default 10
+    warm-up and 100 measured launches. ``support_module`` (a CUBIN from
+    :func:`kernelopt_mcp.evaluation.support_module.support_module`) is needed for ``blocking``
+    and gives ``launch_overhead_ms``.
 
     Raises:
-        ValueError: a dimension is not a positive integer.
+        ValueError: a dimension is not a positive integer, or ``timing`` is not a timing object
+            (a pydantic ``ValidationError`` naming the field).
         ToolchainNotFound: no ``library_path`` given and :func:`find_cublas` finds none.
     """
     for name, value in (("m", m), ("n", n), ("k", k)):
         if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
             raise ValueError(f"{name} must be a positive integer, got {value!r}")
+    if timing is None:
+        timing = DEFAULT_TIMING
+    # a copy: the request never shares the caller's object (nor the default)
+    timing = timing.model_copy(deep=True) if isinstance(timing, TimingRequest) else TimingRequest.model_validate(timing)
     if library_path is None:
         library_path = find_cublas(cuda_home)
         if library_path is None:
@@ -120,22 +135,11 @@ def cublas_sgemm_request(
                 "cuBLAS not found (looked in " + ", ".join(str(d) for d in cublas_search_dirs(cuda_home))
                 + " and the ldconfig cache); install it with `pip install nvidia-cublas` or set CUDA_HOME"
             )
-    request: dict[str, Any] = {
-        "protocol": 2,
-        "op": "baseline",
-        "device": device,
-        "library": "cublas",
-        "library_path": str(Path(library_path).absolute()),
-        "routine": "sgemm",
-        "m": m,
-        "n": n,
-        "k": k,
-        "flush_l2": flush_l2,
-        "timing": dict(timing) if timing is not None else dict(DEFAULT_TIMING),
-    }
-    if support_module is not None:
-        request["support_module"] = str(Path(support_module).absolute())
-    return request
+    return BaselineRequest(
+        device=device, library="cublas", library_path=str(Path(library_path).absolute()), routine="sgemm",
+        m=m, n=n, k=k, flush_l2=flush_l2, timing=timing,
+        support_module=str(Path(support_module).absolute()) if support_module is not None else None,
+    )
 
 
 class BaselineResult(BaseModel):
@@ -156,17 +160,17 @@ class BaselineResult(BaseModel):
     timing: dict[str, Any] = Field(description="the harness's whole timing object")
 
 
-def baseline_result(answer: dict[str, Any]) -> BaselineResult:
+def baseline_result(answer: BaselineAnswer) -> BaselineResult:
     """Turn an ``ok`` baseline answer into a :class:`BaselineResult`."""
-    timing = answer["timing"]
-    median_ms = float(timing["median_ms"])
-    flops = 2.0 * answer["m"] * answer["n"] * answer["k"]
+    timing = answer.timing
+    median_ms = timing.median_ms
+    flops = 2.0 * answer.m * answer.n * answer.k
     return BaselineResult(
-        library=answer["library"], routine=answer["routine"], library_version=answer.get("library_version"),
-        m=answer["m"], n=answer["n"], k=answer["k"], median_ms=median_ms,
-        q1_ms=float(timing["q1_ms"]), q3_ms=float(timing["q3_ms"]),
+        library=answer.library, routine=answer.routine, library_version=answer.library_version,
+        m=answer.m, n=answer.n, k=answer.k, median_ms=median_ms, q1_ms=timing.q1_ms, q3_ms=timing.q3_ms,
         tflops=flops / (median_ms * 1e-3) / 1e12 if median_ms > 0 else 0.0,
-        result_ok=answer.get("result_ok"), launch_overhead_ms=timing.get("launch_overhead_ms"), timing=timing,
+        result_ok=answer.result_ok, launch_overhead_ms=timing.launch_overhead_ms,
+        timing=timing.model_dump(mode="json", exclude_unset=True),
     )
 
 
@@ -175,7 +179,7 @@ def run_cublas_sgemm(
     m: int,
     n: int,
     k: int,
-    timing: dict[str, Any] | None = None,
+    timing: TimingRequest | Mapping[str, Any] | None = None,
     *,
     library_path: Path | None = None,
     flush_l2: bool = True,
@@ -187,8 +191,9 @@ def run_cublas_sgemm(
 
     Raises:
         ToolchainNotFound: cuBLAS is missing, or the harness could not load it.
-        HarnessError: the harness refused the request, a cuBLAS call failed, or no answer came
-            within ``timeout_s`` seconds (the harness was then restarted).
+        HarnessError: the harness refused the request, a cuBLAS call failed, no answer came
+            within ``timeout_s`` seconds (the harness was then restarted), or the answer lacks
+            a field the result needs (named).
         DeviceUnavailable: no usable GPU.
     """
     request = cublas_sgemm_request(
@@ -198,13 +203,13 @@ def run_cublas_sgemm(
     reply = proc.request(request, timeout_s)
     if reply.timed_out:
         raise HarnessError(f"cuBLAS sgemm {m}x{n}x{k} did not finish within {timeout_s} s; the harness was restarted")
-    answer = reply.answer
-    raise_for_request_error(answer, reply.exit_code)
-    if answer is None:
+    envelope = reply.parsed(AnswerEnvelope)
+    raise_for_request_error(envelope, reply.exit_code)
+    if reply.answer is None or envelope is None:
         raise HarnessError(f"the harness exited with code {reply.exit_code} without an answer; stderr: {reply.stderr[-500:]}")
-    error = answer.get("error") or {}
-    if error.get("kind") == "library_unavailable":
-        raise ToolchainNotFound(f"the harness could not use cuBLAS: {error.get('message')}")
-    if answer.get("status") != "ok" or not answer.get("timing"):
-        raise HarnessError(f"cuBLAS baseline failed: {error.get('kind')}: {error.get('message')}")
-    return baseline_result(answer)
+    error = envelope.error or RequestError()
+    if error.kind == "library_unavailable":
+        raise ToolchainNotFound(f"the harness could not use cuBLAS: {error.message}")
+    if envelope.status != "ok":
+        raise HarnessError(f"cuBLAS baseline failed: {error.kind}: {error.message}")
+    return baseline_result(parse_answer(reply.answer, BaselineAnswer))  # HarnessError naming a missing field

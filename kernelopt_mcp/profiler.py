@@ -37,7 +37,7 @@ from .errors import (
 from .evaluation.candidate import Candidate
 from .evaluation.evaluate import case_request
 from .evaluation.harness import find_harness, raise_for_request_error
-from .evaluation.protocol import request_json
+from .evaluation.protocol import AnswerEnvelope, CaseError, HarnessAnswer, RequestError, parse_answer, request_json
 from .evaluation.session import Session
 from .executables import find_executable, run_killable
 from .ncu_report import ProfileSummary, parse_raw_csv, pick_kernel, summarize
@@ -211,8 +211,8 @@ def profile_case(
         "outputs were not checked in the profiled run: validate the kernel separately",
         *notes,
     ]
-    if summary.device is None and answer:
-        summary.device = (answer.get("device") or {}).get("name")
+    if summary.device is None and answer is not None and answer.device is not None:
+        summary.device = answer.device.name
     (out_dir / "summary.json").write_text(summary.model_dump_json(indent=2))
     return summary
 
@@ -281,26 +281,28 @@ def harness_answer(output: str) -> dict[str, Any] | None:
     return None
 
 
-def _check_outcome(output: str, rc: int, candidate: str, case: str, entry: str) -> dict[str, Any] | None:
+def _check_outcome(output: str, rc: int, candidate: str, case: str, entry: str) -> HarnessAnswer | None:
     if "ERR_NVGPUCTRPERM" in output:
         raise CountersNotPermitted(PERMISSION_HELP)
-    answer = harness_answer(output)
-    if answer is not None:
-        raise_for_request_error(answer, None)
-        error = answer.get("error") or {}
-        if answer.get("status") == "error":
+    raw = harness_answer(output)
+    answer = None
+    if raw is not None:
+        raise_for_request_error(parse_answer(raw, AnswerEnvelope), None)
+        answer = parse_answer(raw)
+        if answer.status == "error":
+            error = answer.error or RequestError()
             raise ProfiledKernelFailed(
-                f"{candidate} failed to load in the profiled harness ({error.get('kind')}): {error.get('message')}"
+                f"{candidate} failed to load in the profiled harness ({error.kind}): {error.message}"
             )
-        cases = answer.get("cases") or []
-        status = cases[0].get("status") if cases else None
+        first = answer.cases[0] if answer.cases else None
+        status = first.status if first is not None else None
         if status != "ok":
-            err = (cases[0].get("error") if cases else None) or {}
-            detail = ", ".join(f"{k} {err[k]}" for k in ("cuda_error", "call", "message") if err.get(k))
+            err = (first.error if first is not None else None) or CaseError()
+            detail = ", ".join(f"{k} {v}" for k in ("cuda_error", "call", "message") if (v := getattr(err, k)))
             raise ProfiledKernelFailed(
                 f"{candidate} did not run cleanly under the profiler on case {case!r}: {status or 'no case result'}"
                 + (f" ({detail})" if detail else "")
-                + f"; validate it first. Harness answer: {json.dumps(answer)[:800]}"
+                + f"; validate it first. Harness answer: {json.dumps(raw)[:800]}"
             )
     if rc != 0:
         raise ProfilerError(f"ncu exited with code {rc} while profiling {entry!r}; ncu said: {_tail(output)}")

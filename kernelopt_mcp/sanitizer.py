@@ -29,7 +29,7 @@ from pydantic import BaseModel, Field
 from .errors import KerneloptError, ToolchainNotFound
 from .evaluation.candidate import Candidate
 from .evaluation.evaluate import case_request
-from .evaluation.protocol import RunRequest, request_json
+from .evaluation.protocol import RunRequest, parse_answer, request_json
 from .evaluation.session import Session
 from .executables import find_executable, run_killable
 
@@ -264,6 +264,7 @@ def run_tool(
 
     Raises:
         HarnessCancelled: ``cancelled()`` became true; the sanitizer and the harness under it were killed.
+        HarnessError: the harness's answer lacks a status.
     """
     workdir.mkdir(parents=True, exist_ok=True)
     request = request.model_copy(deep=True)
@@ -314,13 +315,20 @@ def _read_capped(path: Path, limit: int = 1 << 20) -> bytes:
 
 
 def _harness_case_status(stdout: bytes) -> str | None:
+    """The status of the harness's answer (its last JSON line): the case's, else the request's.
+
+    Raises:
+        HarnessError: the answer lacks a status (named).
+    """
     for line in reversed(stdout.decode(errors="replace").strip().splitlines()):
         try:
-            answer = json.loads(line)
+            raw = json.loads(line)
         except json.JSONDecodeError:
             continue
-        cases = answer.get("cases") or [] if isinstance(answer, dict) else []
-        return cases[0].get("status") if cases else answer.get("status") if isinstance(answer, dict) else None
+        if not isinstance(raw, dict):
+            return None
+        answer = parse_answer(raw)
+        return answer.cases[0].status if answer.cases else answer.status
     return None
 
 
@@ -333,7 +341,8 @@ def sanitize_candidate(
 
     Raises:
         KerneloptError: the candidate cannot be run (it does not compile or its launch is invalid:
-            validate it first), or the sanitizer failed without a report.
+            validate it first), or the sanitizer failed without a report (HarnessError: the
+            harness's answer lacks a status).
         SanitizerUnavailable: the sanitizer cannot check kernels on this machine.
         HarnessCancelled: ``cancelled()`` became true (polled while each tool runs).
     """

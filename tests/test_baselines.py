@@ -17,6 +17,7 @@ from kernelopt_mcp.baselines import (
 from kernelopt_mcp.config import Settings
 from kernelopt_mcp.errors import HarnessError, ToolchainNotFound
 from kernelopt_mcp.evaluation.harness import HarnessReply
+from kernelopt_mcp.evaluation.protocol import BaselineAnswer, BaselineRequest, TimingRequest, parse_answer, request_json
 
 
 @pytest.fixture
@@ -92,15 +93,26 @@ def test_request_shape(tmp_path: Path) -> None:
     lib = _lib(tmp_path, "libcublas.so.13")
     timing = {"warmup": 5, "iterations": 50, "adaptive": {"target_rse": 0.005}}
     req = cublas_sgemm_request(4096, 2048, 1024, timing, 1, library_path=lib, support_module=tmp_path / "s.cubin")
-    assert req == {
+    assert request_json(req) == {
         "protocol": 2, "op": "baseline", "device": 1, "library": "cublas", "library_path": str(lib),
         "routine": "sgemm", "m": 4096, "n": 2048, "k": 1024, "flush_l2": True, "timing": timing,
         "support_module": str(tmp_path / "s.cubin"),
     }
-    assert req["timing"] is not timing  # the caller's dict is not shared
     default = cublas_sgemm_request(8, 8, 8, library_path=lib, flush_l2=False)
-    assert default["timing"] == {"warmup": 10, "iterations": 100} and default["flush_l2"] is False
-    assert "support_module" not in default
+    assert request_json(default)["timing"] == {"warmup": 10, "iterations": 100} and default.flush_l2 is False
+    assert "support_module" not in request_json(default)
+    # a typed timing object is copied: the request never shares the caller's (nor the default's)
+    typed = TimingRequest(iterations=20)
+    shared = cublas_sgemm_request(8, 8, 8, typed, library_path=lib)
+    assert shared.timing == typed and shared.timing is not typed
+    assert request_json(shared)["timing"] == {"iterations": 20}  # warmup omitted: the harness's 0
+    default.timing.iterations = 1
+    assert request_json(cublas_sgemm_request(8, 8, 8, library_path=lib))["timing"]["iterations"] == 100
+
+
+def test_request_refuses_a_field_the_protocol_does_not_have(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="warmups"):
+        cublas_sgemm_request(8, 8, 8, {"warmups": 5, "iterations": 10}, library_path=tmp_path / "lib.so")
 
 
 @pytest.mark.parametrize("bad", [0, -4, 2.0, True, "8"])
@@ -121,9 +133,9 @@ class _Proc:
 
     def __init__(self, reply: HarnessReply) -> None:
         self.reply = reply
-        self.sent: list[dict[str, Any]] = []
+        self.sent: list[BaselineRequest] = []
 
-    def request(self, payload: dict[str, Any], timeout_s: float) -> HarnessReply:
+    def request(self, payload: BaselineRequest, timeout_s: float) -> HarnessReply:
         self.sent.append(payload)
         return self.reply
 
@@ -143,8 +155,21 @@ def test_result_tflops_from_the_median(tmp_path: Path) -> None:
     assert result.tflops == pytest.approx(2 * 4096**3 / 2.5e-3 / 1e12)
     assert result.median_ms == 2.5 and result.library_version == 130100 and result.result_ok is True
     assert result.launch_overhead_ms == 0.002
-    assert proc.sent[0]["op"] == "baseline"
-    assert baseline_result(_ok_answer(0.0)).tflops == 0.0
+    assert request_json(proc.sent[0])["op"] == "baseline"
+    assert result.timing["median_ms"] == 2.5 and result.timing["times_ms"] == [2.5]  # the harness's timing object
+    assert baseline_result(parse_answer(_ok_answer(0.0), BaselineAnswer)).tflops == 0.0
+
+
+@pytest.mark.parametrize("missing", ["m", "library", "timing"])
+def test_an_ok_answer_lacking_a_needed_field_is_a_harness_error_naming_it(tmp_path: Path, missing: str) -> None:
+    answer = _ok_answer(2.5)
+    del answer[missing]
+    with pytest.raises(HarnessError, match=rf"\({missing}: Field required"):
+        run_cublas_sgemm(_Proc(HarnessReply(answer, 0)), 8, 8, 8, library_path=_lib(tmp_path, "libcublas.so.13"))  # type: ignore[arg-type]
+    no_median = _ok_answer(2.5)
+    del no_median["timing"]["median_ms"]
+    with pytest.raises(HarnessError, match=r"timing\.median_ms: Field required"):
+        run_cublas_sgemm(_Proc(HarnessReply(no_median, 0)), 8, 8, 8, library_path=_lib(tmp_path, "libcublas.so.13"))  # type: ignore[arg-type]
 
 
 def test_library_unavailable_and_library_error_answers(tmp_path: Path) -> None:

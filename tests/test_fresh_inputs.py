@@ -17,17 +17,29 @@ from kernelopt_mcp.evaluation.fresh_inputs import (
     fresh_spec,
     pick_checked_launches,
 )
+from kernelopt_mcp.evaluation.protocol import FreshSpec
 from kernelopt_mcp.evaluation.stats import summarize
 from kernelopt_mcp.workload import Arange, Constant, DataFile, Normal, RandInt, Uniform, load_workload
 
 
+def _wire(spec: FreshSpec | None) -> dict:
+    """The ``fresh`` object as the harness reads it."""
+    assert spec is not None
+    return spec.model_dump(mode="json", exclude_none=True)
+
+
 def test_random_generators_map_to_device_draws() -> None:
     assert fresh_spec(Uniform(generator="uniform", low=-2, high=3), DType.float16) == (
-        {"kind": "uniform", "low": -2.0, "high": 3.0}, "")
-    assert fresh_spec(Normal(generator="normal", mean=1, std=0.5), DType.float32)[0] == {
-        "kind": "normal", "mean": 1.0, "std": 0.5}
-    assert fresh_spec(RandInt(generator="randint", low=-5, high=9), DType.int8)[0] == {
-        "kind": "randint", "low": -5, "high": 9}
+        FreshSpec(kind="uniform", low=-2.0, high=3.0), "")
+    assert fresh_spec(Normal(generator="normal", mean=1, std=0.5), DType.float32)[0] == FreshSpec(
+        kind="normal", mean=1.0, std=0.5)
+    randint = fresh_spec(RandInt(generator="randint", low=-5, high=9), DType.int8)[0]
+    assert randint == FreshSpec(kind="randint", low=-5, high=9)
+    # what the harness reads: floats stay floats, randint's bounds stay integers (PROTOCOL.md)
+    assert _wire(randint) == {"kind": "randint", "low": -5, "high": 9}
+    uniform = fresh_spec(Uniform(generator="uniform", low=-2, high=3), DType.float16)[0]
+    assert uniform is not None and _wire(uniform) == {"kind": "uniform", "low": -2.0, "high": 3.0}
+    assert isinstance(_wire(uniform)["low"], float) and isinstance(_wire(randint)["low"], int)
 
 
 @pytest.mark.parametrize("gen", [Arange(generator="arange"), Constant(generator="constant", value=2.0)])
@@ -42,7 +54,7 @@ def test_a_data_file_is_redrawn_only_from_its_drawn_from_generator() -> None:
     if "drawn_from" not in DataFile.model_fields:
         pytest.skip("DataFile.drawn_from not in this tree yet")
     frozen = DataFile(generator="file", path="a.bin", drawn_from={"generator": "normal", "std": 2.0})
-    assert fresh_spec(frozen, DType.float32) == ({"kind": "normal", "mean": 0.0, "std": 2.0}, "drawn_from")
+    assert fresh_spec(frozen, DType.float32) == (FreshSpec(kind="normal", mean=0.0, std=2.0), "drawn_from")
     frozen_arange = DataFile(generator="file", path="a.bin", drawn_from={"generator": "arange"})
     assert fresh_spec(frozen_arange, DType.float32)[0] is None
 

@@ -19,7 +19,7 @@ from kernelopt_mcp.evaluation.harness import HarnessReply
 from kernelopt_mcp.evaluation.harness_case import CaseJob, DataSet, build_request, interpret
 from kernelopt_mcp.evaluation.inputs import materialize
 from kernelopt_mcp.evaluation.outcomes import Status
-from kernelopt_mcp.evaluation.protocol import LaunchRequest, TimingRequest, request_json
+from kernelopt_mcp.evaluation.protocol import FreshSpec, LaunchRequest, TimingRequest, request_json
 from kernelopt_mcp.launch import DeviceLimits, resolve
 from kernelopt_mcp.workload import Workload, load_workload
 
@@ -207,7 +207,7 @@ def test_timed_check_failure_is_timed_mismatch(tmp_path: Path) -> None:
 def test_request_carries_fresh_specs_checked_launches_and_the_reference(tmp_path: Path) -> None:
     wl = _workload(tmp_path)
     job = _job(tmp_path, wl, timing=TimingRequest(warmup=10, iterations=100))
-    job.fresh = {"a": {"kind": "uniform", "low": -1.0, "high": 1.0}, "b": {"kind": "normal", "mean": 0.0, "std": 1.0}}
+    job.fresh = {"a": FreshSpec(kind="uniform", low=-1.0, high=1.0), "b": FreshSpec(kind="normal", mean=0.0, std=1.0)}
     job.fresh_seed, job.checked, job.confirm = 2**64 - 5, [3, 40, 97], True
     job.check_launch = LaunchRequest(grid=[8, 1, 1], block=[128, 1, 1], shared_bytes=0)
     ref = tmp_path / "reference.cubin"
@@ -215,7 +215,8 @@ def test_request_carries_fresh_specs_checked_launches_and_the_reference(tmp_path
                         support=tmp_path / "s.cubin", check_module=ref)
     entry = req["cases"][0]
     a, b, c, _ = entry["args"]
-    assert a["fresh"] == job.fresh["a"] and a["dtype"] == "float32" and b["fresh"]["kind"] == "normal"
+    assert a["fresh"] == {"kind": "uniform", "low": -1.0, "high": 1.0} and a["dtype"] == "float32"
+    assert b["fresh"] == {"kind": "normal", "mean": 0.0, "std": 1.0}
     assert entry["fresh_seed"] == 2**64 - 5 and entry["fresh_timed"] is True
     assert entry["checked_launches"] == [3, 40, 97] and entry["check_launch"] == job.check_launch.model_dump()
     assert entry["confirm_launch"] is True

@@ -35,14 +35,15 @@ from ..gpu import DeviceInfo
 from .clocks import ClockSample, probe_device_clocks
 from .harness import HarnessProcess, raise_for_request_error
 from .protocol import (
+    AnswerEnvelope,
     BufferArg,
     CaseAnswer,
     CaseRequest,
+    HarnessAnswer,
     LaunchRequest,
     RunRequest,
     ScalarArg,
     TimingRequest,
-    parse_answer,
 )
 from .roofline import Peaks, theoretical_fp32_flops, theoretical_tensor_flops
 from .stats import TimingStats, from_answer
@@ -233,9 +234,9 @@ def _send(harness: HarnessProcess, request: RunRequest, timeout_s: float) -> Cas
     entry = request.entry
     if reply.timed_out:
         raise HarnessError(f"calibration kernel {entry} did not finish within {timeout_s:.0f} s")
-    raise_for_request_error(reply.answer, reply.exit_code)
-    answer = parse_answer(reply.answer or {"status": "error"})
-    if answer.status != "ok" or not answer.cases:
+    raise_for_request_error(reply.parsed(AnswerEnvelope), reply.exit_code)
+    answer = reply.parsed(HarnessAnswer)
+    if answer is None or answer.status != "ok" or not answer.cases:
         raise HarnessError(f"calibration kernel {entry}: the harness answered {json.dumps(reply.answer)[:500]} "
                            f"(exit {reply.exit_code}; stderr: {reply.stderr[-300:]})")
     case = answer.cases[0]

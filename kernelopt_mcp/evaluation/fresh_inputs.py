@@ -24,6 +24,7 @@ from typing import Any
 
 from ..dtypes import DType
 from ..workload import BufferParam, Case, DataFile, Normal, RandInt, Uniform, Workload
+from .protocol import FreshSpec
 from .stats import TimingStats
 
 #: A launch on unseen inputs is inconsistent when slower than median * (1 + max(this, ...)) ...
@@ -44,7 +45,7 @@ def generator_of(param: BufferParam, case: Case, workload: Workload) -> Any:
     return case.inputs.get(param.name) or workload.spec.inputs[param.name]
 
 
-def fresh_spec(gen: Any, dtype: DType) -> tuple[dict[str, Any] | None, str]:
+def fresh_spec(gen: Any, dtype: DType) -> tuple[FreshSpec | None, str]:
     """The harness's ``fresh`` object for a buffer made by ``gen``, or None and why not."""
     if isinstance(gen, DataFile):
         drawn = getattr(gen, "drawn_from", None)
@@ -54,11 +55,11 @@ def fresh_spec(gen: Any, dtype: DType) -> tuple[dict[str, Any] | None, str]:
         return spec, why if spec is None else "drawn_from"
     match gen:
         case Uniform(low=low, high=high):
-            return {"kind": "uniform", "low": float(low), "high": float(high)}, ""
+            return FreshSpec(kind="uniform", low=float(low), high=float(high)), ""
         case Normal(mean=mean, std=std):
-            return {"kind": "normal", "mean": float(mean), "std": float(std)}, ""
+            return FreshSpec(kind="normal", mean=float(mean), std=float(std)), ""
         case RandInt(low=low, high=high) if high > low:
-            return {"kind": "randint", "low": int(low), "high": int(high)}, ""
+            return FreshSpec(kind="randint", low=int(low), high=int(high)), ""
     kind = getattr(gen, "generator", type(gen).__name__)
     return None, f"{kind} (deterministic: the same values on every launch)"
 
@@ -67,7 +68,7 @@ def fresh_spec(gen: Any, dtype: DType) -> tuple[dict[str, Any] | None, str]:
 class CaseFresh:
     """What the harness redraws for one case: specs by buffer, and the buffers it cannot redraw."""
 
-    specs: dict[str, dict[str, Any]] = field(default_factory=dict)
+    specs: dict[str, FreshSpec] = field(default_factory=dict)
     fixed: dict[str, str] = field(default_factory=dict)  # buffer -> why it is not redrawn
 
 

@@ -27,7 +27,16 @@ from typing import Any, Self
 
 from ..errors import DeviceUnavailable, HarnessCancelled, HarnessError
 from ..executables import find_executable, kill_group
-from .protocol import RunRequest, request_json
+from .protocol import (
+    AnswerEnvelope,
+    AnswerT,
+    BaselineRequest,
+    HarnessRequest,
+    RunRequest,
+    VersionAnswer,
+    parse_answer,
+    request_json,
+)
 
 HARNESS_NAME = "kernelopt-harness"
 MAX_STDERR_BYTES = 64 * 1024
@@ -66,7 +75,13 @@ def find_harness(explicit: str | Path | None = None) -> Path:
 
 @dataclass
 class HarnessReply:
-    """One request's outcome: the JSON answer (when there is one) and how the process fared."""
+    """One request's outcome: the JSON answer (when there is one) and how the process fared.
+
+    ``answer`` is the JSON object as the harness printed it: the process does not know which
+    op a request was, nor which of its fields the caller needs, so it parses nothing; callers
+    read it through :meth:`parsed` with the model of what they asked (protocol.py), and quote
+    the raw object in messages.
+    """
 
     answer: dict[str, Any] | None
     exit_code: int | None = None
@@ -74,6 +89,15 @@ class HarnessReply:
     elapsed_s: float = 0.0
     stderr: str = ""  # the last MAX_STDERR_BYTES, after a DROPPED_MARKER line if cut
     stderr_truncated: int = 0  # bytes dropped from the front
+
+    def parsed(self, model: type[AnswerT]) -> AnswerT | None:
+        """The answer as ``model`` (e.g. :class:`~.protocol.HarnessAnswer`), None without one.
+
+        Raises:
+            HarnessError: the answer lacks a field ``model`` needs, or has one of the wrong type
+                (named in the message).
+        """
+        return None if self.answer is None else parse_answer(self.answer, model)
 
     @property
     def printed(self) -> tuple[str, int]:
@@ -169,12 +193,12 @@ class HarnessProcess:
         self._stderr_thread.start()
         return proc
 
-    def request(self, payload: RunRequest | Mapping[str, Any], timeout_s: float) -> HarnessReply:
-        """Send one request (a typed ``run`` request, or another op's JSON object) and wait at
-        most ``timeout_s`` for its answer."""
+    def request(self, payload: HarnessRequest | Mapping[str, Any], timeout_s: float) -> HarnessReply:
+        """Send one request (typed, or a JSON object as is) and wait at most ``timeout_s`` for
+        its answer."""
         proc = self._start()
         start = time.monotonic()
-        data = request_json(payload) if isinstance(payload, RunRequest) else dict(payload)
+        data = request_json(payload) if isinstance(payload, RunRequest | BaselineRequest) else dict(payload)
         line = json.dumps(data, separators=(",", ":")).encode() + b"\n"
         try:
             assert proc.stdin is not None
@@ -324,17 +348,18 @@ def _harness_features(binary: str, mtime_ns: int) -> frozenset[str]:
             f"{binary} --version exited {code} without a JSON answer ({stderr.strip()[-300:]}); "
             "rebuild the harness with `pip install .`"
         )
-    features = answer.get("features") or []
-    if not isinstance(features, list):
-        raise HarnessError(f"{binary} --version answered features={features!r}, not a list")
-    return frozenset(str(f) for f in features)
+    return frozenset(parse_answer(answer, VersionAnswer).features)
 
 
-def raise_for_request_error(answer: dict[str, Any] | None, exit_code: int | None) -> None:
-    """Turn request-level failures that are the tool's fault into exceptions."""
-    error = (answer or {}).get("error") or {}
-    kind = error.get("kind")
-    message = error.get("message", "")
+def raise_for_request_error(answer: AnswerEnvelope | None, exit_code: int | None) -> None:
+    """Turn request-level failures that are the tool's fault into exceptions.
+
+    ``answer``: the answer's envelope (any answer parses as one: ``reply.parsed(AnswerEnvelope)``),
+    None when there is no answer.
+    """
+    error = answer.error if answer is not None else None
+    kind = error.kind if error is not None else None
+    message = error.message if error is not None and error.message is not None else ""
     if exit_code == ExitCode.DRIVER_UNAVAILABLE or kind == "driver_unavailable":
         raise DeviceUnavailable(
             f"no usable CUDA device: {message or 'the harness could not load the driver'} "

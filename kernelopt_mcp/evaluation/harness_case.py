@@ -28,12 +28,14 @@ from .inputs import CaseInputs
 from .oracle import OracleLimits, run_oracle
 from .outcomes import CaseResult, CudaErrorInfo, Status
 from .protocol import (
+    AnswerEnvelope,
     BufferArg,
     CaseRequest,
     CompareEntry,
     CompareThresholds,
     DeterminismEntry,
     FreshSpec,
+    HarnessAnswer,
     LaunchRequest,
     RequestError,
     RunRequest,
@@ -41,7 +43,6 @@ from .protocol import (
     TimedCheck,
     TimedDump,
     TimingRequest,
-    parse_answer,
 )
 from .stats import from_answer
 
@@ -114,7 +115,7 @@ class CaseJob:
     keep_outputs: bool = False
     check: bool = True  # compare with the expected outputs (False: a reference that defines them)
     # Fresh inputs and checked launches (fresh_inputs.py; timing requests only):
-    fresh: dict[str, dict[str, Any]] = field(default_factory=dict)  # buffer -> harness "fresh" spec
+    fresh: dict[str, FreshSpec] = field(default_factory=dict)  # buffer -> how the harness redraws it
     fresh_seed: int | None = None  # hidden, new for every request
     fresh_timed: bool = True  # redraw before every timed launch (False: only the confirm launch)
     fresh_launches: list[int] | None = None  # redraw before these measured samples only (hidden)
@@ -200,7 +201,7 @@ def _buffer_arg(
             arg.timed_input = str(timed_ci.files[p.name].resolve())
         if p.name in job.fresh and job.timing:
             arg.dtype = p.dtype.value
-            arg.fresh = FreshSpec.model_validate(job.fresh[p.name])
+            arg.fresh = job.fresh[p.name]
     if p.is_output:
         arg.output = str((job.out_dir / f"{p.name}.bin").resolve())
         basis = ref or timed_ref
@@ -254,12 +255,12 @@ def interpret(
                 f"dominate the run: print from one thread, or drop it), last line: {last!r}"
             )
         return cr, None
-    raise_for_request_error(reply.answer, reply.exit_code)
-    if reply.answer is None:
+    raise_for_request_error(reply.parsed(AnswerEnvelope), reply.exit_code)
+    answer = reply.parsed(HarnessAnswer)
+    if answer is None:
         raise HarnessError(
             f"the harness exited with code {reply.exit_code} without answering; stderr: {reply.stderr[-800:]}"
         )
-    answer = parse_answer(reply.answer)
     if answer.status == "error":
         err = answer.error or RequestError()
         cr.status = Status.compile_error

@@ -184,7 +184,7 @@ def device_draw(gen: Generator, param: BufferParam, seed: int, case: str, *, red
     if spec is None:
         return None
     digest = hashlib.blake2b(f"{seed}\0{case}\0{param.name}".encode(), digest_size=8, person=b"ko-input").digest()
-    return InputDraw(seed=int.from_bytes(digest, "little"), **spec)
+    return InputDraw(seed=int.from_bytes(digest, "little"), **spec.model_dump(exclude_none=True))
 
 
 def materialize(

@@ -2,24 +2,30 @@
 
 Requests are built as these models and serialised with :func:`request_json` at the process
 boundary (``None`` fields are left out: the harness treats a null like an absent field).
-Answers are read with :func:`parse_answer`: fields the harness adds later are kept (extra
-fields are allowed), and an answer that lacks a field this side needs is a
-:class:`~kernelopt_mcp.errors.HarnessError` that names it.
+Answers are read with :func:`parse_answer` into the model of what was asked (a ``run``
+request's :class:`HarnessAnswer`, a ``baseline`` request's :class:`BaselineAnswer`, or only the
+:class:`AnswerEnvelope` every answer has): fields the harness adds later are kept (extra fields
+are allowed), and an answer that lacks a field this side needs is a
+:class:`~kernelopt_mcp.errors.HarnessError` that names it. tests/test_protocol_doc.py checks
+these models against PROTOCOL.md, field by field, both ways.
 """
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+from collections.abc import Mapping
+from typing import Annotated, Any, Literal, TypeVar, overload
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from ..errors import HarnessError
 
 __all__ = [
-    "AdaptiveRequest", "BufferArg", "CaseAnswer", "CaseError", "CaseRequest", "CompareEntry",
-    "CompareThresholds", "DeterminismEntry", "FreshSpec", "GuardViolation", "HarnessAnswer", "InputDraw",
-    "LaunchRequest", "ModifiedInput", "RequestError", "RunRequest", "ScalarArg", "TimedCheck",
-    "TimedDump", "TimingAnswer", "TimingRequest", "parse_answer", "request_json",
+    "AdaptiveAnswer", "AdaptiveRequest", "AnswerEnvelope", "BaselineAnswer", "BaselineRequest",
+    "BaselineTiming", "BufferArg", "CaseAnswer", "CaseError", "CaseRequest", "CompareEntry",
+    "CompareThresholds", "DeterminismEntry", "DeviceAnswer", "FreshSpec", "FunctionAnswer",
+    "GuardViolation", "HarnessAnswer", "HarnessRequest", "InputCacheAnswer", "InputDraw", "LaunchRequest",
+    "ModifiedInput", "RequestError", "RunRequest", "ScalarArg", "StagingAnswer", "TimedCheck",
+    "TimedDump", "TimingAnswer", "TimingRequest", "VersionAnswer", "parse_answer", "request_json",
 ]
 
 Number = float | int | str  # the harness writes infinite maxima as "inf" (JSON has no Inf)
@@ -117,13 +123,17 @@ class LaunchRequest(_Request):
 
 
 class AdaptiveRequest(_Request):
-    target_rse: float
-    max_ms: float
+    """``timing.adaptive``: omitted fields take the harness's defaults (0.01, 2000 ms)."""
+
+    target_rse: float | None = None
+    max_ms: float | None = None
     max_iterations: int | None = None
 
 
 class TimingRequest(_Request):
-    warmup: int
+    """A ``timing`` object: ``warmup`` omitted is 0; ``iterations`` is required."""
+
+    warmup: int | None = None
     iterations: int
     mode: Literal["events", "graph"] | None = None
     graph_batch: int | None = None
@@ -150,6 +160,7 @@ class RunRequest(_Request):
     """A ``run`` request: one module, one entry, the cases to run."""
 
     protocol: int = 1
+    op: Literal["run"] | None = None  # omitted: "run"
     device: int
     module: str
     entry: str
@@ -163,7 +174,27 @@ class RunRequest(_Request):
     check_entry: str | None = None
 
 
-def request_json(request: RunRequest) -> dict[str, Any]:
+class BaselineRequest(_Request):
+    """A ``baseline`` request: time a library routine (cuBLAS SGEMM) the harness dlopens."""
+
+    protocol: int = 2
+    op: Literal["baseline"] = "baseline"
+    device: int
+    library: Literal["cublas"]
+    library_path: str
+    routine: Literal["sgemm"]
+    m: int
+    n: int
+    k: int
+    flush_l2: bool
+    timing: TimingRequest
+    support_module: str | None = None
+
+
+HarnessRequest = RunRequest | BaselineRequest  # a request of either op
+
+
+def request_json(request: HarnessRequest) -> dict[str, Any]:
     """The request as the harness reads it (JSON-ready; absent fields left out)."""
     return request.model_dump(mode="json", exclude_none=True)
 
@@ -299,25 +330,116 @@ class CaseAnswer(_Answer):
     timed_dumps: list[TimedDump] = Field(default_factory=list)
 
 
-class HarnessAnswer(_Answer):
-    """The answer to a ``run`` request."""
+class DeviceAnswer(_Answer):
+    """The answer's ``device``: the device the request ran on (null before it was opened)."""
+
+    ordinal: int | None = None
+    name: str | None = None
+    arch: str | None = None
+
+
+class FunctionAnswer(_Answer):
+    """The kernel's attributes as the driver reports them (``function``)."""
+
+    num_regs: int | None = None
+    static_shared_bytes: int | None = None
+    local_bytes: int | None = None
+    const_bytes: int | None = None
+    max_threads_per_block: int | None = None
+    binary_version: int | None = None
+
+
+class InputCacheAnswer(_Answer):
+    """This request's use of the device input cache (``input_cache``, when it was asked for)."""
+
+    hits: int | None = None
+    misses: int | None = None
+    evictions: int | None = None
+    resident_bytes: int | None = None
+
+
+class StagingAnswer(_Answer):
+    """Whether staged copies are read-only and expected values hidden (``staging``), and if not, why."""
+
+    readonly: bool | None = None
+    reason: str | None = None
+    expected_hidden: bool | None = None
+    hide_reason: str | None = None
+
+
+class AnswerEnvelope(_Answer):
+    """What every answer has, whatever was asked: enough to tell a request-level error."""
 
     protocol: int | None = None
-    status: str
+    status: str | None = None
     error: RequestError | None = None
+
+
+class HarnessAnswer(AnswerEnvelope):
+    """The answer to a ``run`` request."""
+
+    status: str
+    device: DeviceAnswer | None = None
     module_load_ms: float | None = None
+    function: FunctionAnswer | None = None
     cases: list[CaseAnswer] = Field(default_factory=list)
+    input_cache: InputCacheAnswer | None = None
+    staging: StagingAnswer | None = None
 
 
-def parse_answer(answer: dict[str, Any]) -> HarnessAnswer:
-    """The harness's answer, typed.
+class BaselineTiming(TimingAnswer):
+    """A baseline's ``timing``: the summary a :class:`~kernelopt_mcp.baselines.BaselineResult` needs."""
+
+    median_ms: float
+    q1_ms: float
+    q3_ms: float
+
+
+class BaselineAnswer(AnswerEnvelope):
+    """The ``ok`` answer to a ``baseline`` request (an error answer: :class:`AnswerEnvelope`)."""
+
+    status: str
+    op: str | None = None
+    device: DeviceAnswer | None = None
+    library: str
+    library_path: str | None = None
+    routine: str
+    library_version: int | None = None
+    m: int
+    n: int
+    k: int
+    math_mode: str | None = None
+    tf32_override: str | None = None
+    flops: float | None = None
+    result_ok: bool | None = None
+    timing: BaselineTiming
+    staging: StagingAnswer | None = None
+
+
+class VersionAnswer(_Answer):
+    """``kernelopt-harness --version``: the binary's version, protocol and optional features."""
+
+    harness: str | None = None
+    protocol: int | None = None
+    features: list[str] = Field(default_factory=list)
+
+
+AnswerT = TypeVar("AnswerT", bound=_Answer)
+
+
+@overload
+def parse_answer(answer: Mapping[str, Any]) -> HarnessAnswer: ...
+@overload
+def parse_answer(answer: Mapping[str, Any], model: type[AnswerT]) -> AnswerT: ...
+def parse_answer(answer: Mapping[str, Any], model: type[_Answer] = HarnessAnswer) -> _Answer:
+    """The harness's answer, typed: as ``model`` (default: the answer to a ``run`` request).
 
     Raises:
         HarnessError: a field this side reads is missing or of the wrong type (the harness
             and this package disagree on PROTOCOL.md: rebuild the harness).
     """
     try:
-        return HarnessAnswer.model_validate(answer)
+        return model.model_validate(answer)
     except ValidationError as exc:
         problems = "; ".join(
             f"{'.'.join(str(p) for p in e['loc']) or 'answer'}: {e['msg']}" for e in exc.errors()[:3]

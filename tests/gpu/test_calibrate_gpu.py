@@ -22,7 +22,7 @@ from kernelopt_mcp.evaluation.calibrate import (
 )
 from kernelopt_mcp.evaluation.evaluate import case_request
 from kernelopt_mcp.evaluation.harness import HarnessReply
-from kernelopt_mcp.evaluation.protocol import RunRequest, TimingRequest
+from kernelopt_mcp.evaluation.protocol import HarnessRequest, TimingRequest
 from kernelopt_mcp.evaluation.roofline import case_cost, case_roofline
 from kernelopt_mcp.evaluation.stats import from_answer
 from kernelopt_mcp.gpu import DeviceInfo
@@ -35,7 +35,7 @@ class CountingHarness(HarnessProcess):
 
     requests = 0
 
-    def request(self, payload: RunRequest | Mapping[str, Any], timeout_s: float) -> HarnessReply:
+    def request(self, payload: HarnessRequest | Mapping[str, Any], timeout_s: float) -> HarnessReply:
         self.requests += 1
         return super().request(payload, timeout_s)
 
