@@ -28,9 +28,9 @@ from kernelopt_mcp import (
 )
 from kernelopt_mcp.config import find_workload
 from kernelopt_mcp.errors import KerneloptError
+from kernelopt_mcp.evaluation.device import DeviceInfo, device_info
 from kernelopt_mcp.evaluation.evaluate import evaluate, prepare
 from kernelopt_mcp.evaluation.harness import find_harness
-from kernelopt_mcp.gpu import DeviceInfo, device_info
 from kernelopt_mcp.workload import Workload
 
 

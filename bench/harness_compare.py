@@ -20,10 +20,10 @@ import numpy as np
 from kernelopt_mcp.compiler import compile_kernel
 from kernelopt_mcp.dtypes import DType
 from kernelopt_mcp.evaluation.compare import thresholds
+from kernelopt_mcp.evaluation.device import device_info
 from kernelopt_mcp.evaluation.harness import HarnessProcess, find_harness
 from kernelopt_mcp.evaluation.protocol import HarnessAnswer
 from kernelopt_mcp.evaluation.support_module import support_module
-from kernelopt_mcp.gpu import device_info
 from kernelopt_mcp.workload import DEFAULT_TOLERANCE, EXACT
 
 COPY = r"""

@@ -27,10 +27,10 @@ from kernelopt_mcp import (
     app,
 )
 from kernelopt_mcp.config import find_workload
+from kernelopt_mcp.evaluation.device import device_info
 from kernelopt_mcp.evaluation.evaluate import case_request
 from kernelopt_mcp.evaluation.harness import find_harness
 from kernelopt_mcp.evaluation.protocol import HarnessAnswer
-from kernelopt_mcp.gpu import device_info
 
 # (file name, workload, case, scalars override, flush_l2)
 VECTORS = (

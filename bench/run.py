@@ -372,7 +372,7 @@ def tuning(bench: Bench, workload: str = "sgemm", budget: int = 24) -> Section:
     configuration timed in full) and with `kernelopt tune`'s defaults (the precision stopping rule,
     configurations that cannot beat the best stopped early). Each run compiles its own copy of the
     source, so neither finds the other's compiles cached."""
-    from kernelopt_mcp.tune import load_tunable, workload_tunable_path
+    from kernelopt_mcp.tune.spec import load_tunable, workload_tunable_path
 
     wl = bench.workload(workload)
     base = load_tunable(workload_tunable_path(wl), wl)

@@ -19,62 +19,121 @@ neither ``mcp`` nor ``openai`` (nor torch, optuna or matplotlib: they load where
 
 from __future__ import annotations
 
+import importlib
+from typing import TYPE_CHECKING, Any
+
 __version__ = "0.1.0"
 
-from .app import (
-    calibrate_gpu,
-    compile_cache,
-    compile_source,
-    default_profile_case,
-    evaluate_kernel,
-    evaluate_options,
-    gpu_info,
-    harness_binary,
-    open_harness,
-    open_session,
-    profile_kernel,
-    target_arch,
-    tune_cache,
-    tune_kernel,
-)
-from .compiler import CompileResult, compile_kernel
-from .config import Settings, find_workload, list_workloads
-from .docs import DocsSearchResult, search_docs
-from .errors import (
-    ConfinementFailed,
-    CountersNotPermitted,
-    DeviceUnavailable,
-    ExpressionError,
-    HarnessCancelled,
-    HarnessError,
-    InputError,
-    KerneloptError,
-    LaunchConfigError,
-    ProfiledKernelFailed,
-    ProfilerError,
-    ProfilerTimeout,
-    ToolchainNotFound,
-    TunableError,
-    UnconfinedCompilerRefused,
-    WorkloadError,
-)
-from .evaluation.calibrate import Calibration
-from .evaluation.candidate import Candidate, EvaluateOptions, initial_candidate
-from .evaluation.compare import OutputComparison, compare, geometric_mean
-from .evaluation.evaluate import case_request, evaluate, prepare
-from .evaluation.harness import HarnessProcess, find_harness
-from .evaluation.outcomes import EvaluationResult, Status
-from .evaluation.session import Session
-from .gpu import DeviceInfo, device_info
-from .launch import LaunchConfig, LaunchSpec
-from .ncu_report import ProfileSummary
-from .profiler import ProfileOptions, find_ncu, profile_case
-from .results import CheckedEvaluation
-from .torch_import import TorchImportOptions, TorchImportResult, import_torch_problem
-from .torch_problem import TorchProblemError
-from .tune import Tunable, TuneResult, load_tunable
-from .workload import Workload, WorkloadSpec, load_workload
-from .workload_parts import load_parts
+# The public names are loaded where they live on first use (PEP 562), so importing one module of
+# the package (the data layer, say: ``kernelopt_mcp.workload``) does not load the evaluation, the
+# compiler and the server's engine with it. The imports below are what type checkers and IDEs read;
+# tests/test_api.py checks that they and _MODULES name the same things.
+if TYPE_CHECKING:
+    from .app import (
+        calibrate_gpu,
+        compile_cache,
+        compile_source,
+        default_profile_case,
+        evaluate_kernel,
+        evaluate_options,
+        freeze_workload,
+        gpu_info,
+        harness_binary,
+        open_harness,
+        open_session,
+        profile_kernel,
+        target_arch,
+        tune_cache,
+        tune_kernel,
+    )
+    from .compiler import CompileResult, compile_kernel
+    from .config import Settings, find_workload, list_workloads
+    from .docs import DocsSearchResult, search_docs
+    from .errors import (
+        ConfinementFailed,
+        CountersNotPermitted,
+        DeviceUnavailable,
+        ExpressionError,
+        HarnessCancelled,
+        HarnessError,
+        InputError,
+        KerneloptError,
+        LaunchConfigError,
+        ProfiledKernelFailed,
+        ProfilerError,
+        ProfilerTimeout,
+        ToolchainNotFound,
+        TunableError,
+        UnconfinedCompilerRefused,
+        WorkloadError,
+    )
+    from .evaluation.calibrate import Calibration
+    from .evaluation.candidate import Candidate, EvaluateOptions, initial_candidate
+    from .evaluation.compare import OutputComparison, compare, geometric_mean
+    from .evaluation.device import DeviceInfo, device_info
+    from .evaluation.evaluate import case_request, evaluate, prepare
+    from .evaluation.harness import HarnessProcess, find_harness
+    from .evaluation.outcomes import EvaluationResult, Status
+    from .evaluation.session import Session
+    from .launch import LaunchConfig, LaunchSpec
+    from .ncu_report import ProfileSummary
+    from .profiler import ProfileOptions, find_ncu, profile_case
+    from .results import CheckedEvaluation
+    from .torch_import import TorchImportOptions, TorchImportResult, import_torch_problem
+    from .torch_problem import TorchProblemError
+    from .tune.spec import Tunable, load_tunable
+    from .tune.tuner import TuneResult
+    from .workload import Workload, WorkloadSpec, load_workload
+    from .workload_parts import load_parts
+
+_MODULES = {  # module under kernelopt_mcp -> the public names it defines
+    "app": (
+        "calibrate_gpu compile_cache compile_source default_profile_case evaluate_kernel evaluate_options "
+        "freeze_workload gpu_info harness_binary open_harness open_session profile_kernel target_arch tune_cache "
+        "tune_kernel"
+    ),
+    "compiler": "CompileResult compile_kernel",
+    "config": "Settings find_workload list_workloads",
+    "docs": "DocsSearchResult search_docs",
+    "errors": (
+        "ConfinementFailed CountersNotPermitted DeviceUnavailable ExpressionError HarnessCancelled HarnessError "
+        "InputError KerneloptError LaunchConfigError ProfiledKernelFailed ProfilerError ProfilerTimeout "
+        "ToolchainNotFound TunableError UnconfinedCompilerRefused WorkloadError"
+    ),
+    "evaluation.calibrate": "Calibration",
+    "evaluation.candidate": "Candidate EvaluateOptions initial_candidate",
+    "evaluation.compare": "OutputComparison compare geometric_mean",
+    "evaluation.device": "DeviceInfo device_info",
+    "evaluation.evaluate": "case_request evaluate prepare",
+    "evaluation.harness": "HarnessProcess find_harness",
+    "evaluation.outcomes": "EvaluationResult Status",
+    "evaluation.session": "Session",
+    "launch": "LaunchConfig LaunchSpec",
+    "ncu_report": "ProfileSummary",
+    "profiler": "ProfileOptions find_ncu profile_case",
+    "results": "CheckedEvaluation",
+    "torch_import": "TorchImportOptions TorchImportResult import_torch_problem",
+    "torch_problem": "TorchProblemError",
+    "tune.spec": "Tunable load_tunable",
+    "tune.tuner": "TuneResult",
+    "workload": "Workload WorkloadSpec load_workload",
+    "workload_parts": "load_parts",
+}
+_WHERE = {name: module for module, names in _MODULES.items() for name in names.split()}
+
+
+def __getattr__(name: str) -> Any:
+    module = _WHERE.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f".{module}", __name__), name)
+    globals()[name] = value  # later lookups skip this function
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_WHERE})
+
 
 __all__ = [  # noqa: RUF022 (grouped by what the names are for, sorted within a group)
     "__version__",
@@ -83,7 +142,7 @@ __all__ = [  # noqa: RUF022 (grouped by what the names are for, sorted within a 
     "find_workload", "import_torch_problem", "list_workloads", "load_parts", "load_workload",
     # the application layer (kernelopt_mcp.app)
     "calibrate_gpu", "compile_cache", "compile_source", "default_profile_case", "evaluate_kernel", "evaluate_options",
-    "gpu_info", "harness_binary", "open_harness", "open_session", "profile_kernel", "target_arch", "tune_cache",
+    "freeze_workload", "gpu_info", "harness_binary", "open_harness", "open_session", "profile_kernel", "target_arch", "tune_cache",
     "tune_kernel",
     # compiling, evaluating, profiling, tuning, documentation
     "Calibration", "Candidate", "CheckedEvaluation", "CompileResult", "DeviceInfo", "DocsSearchResult",

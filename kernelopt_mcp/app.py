@@ -13,27 +13,32 @@ import shutil
 import tempfile
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any
 
+from . import freeze
 from .compiler import CompileCache, CompileResult, compile_kernel
 from .config import Settings
 from .errors import KerneloptError
 from .evaluation.calibrate import Calibration, calibrate, peaks_for
 from .evaluation.candidate import Candidate, EvaluateOptions, ProgressFn
+from .evaluation.device import DeviceInfo, device_info
 from .evaluation.evaluate import evaluate
 from .evaluation.harness import HarnessProcess, find_harness
 from .evaluation.session import Session
-from .gpu import DeviceInfo, device_info
+from .freeze import FrozenWorkload, RequestsOnly
 from .ncu_report import ProfileSummary
 from .profiler import ProfileOptions, profile_case
 from .results import CheckedEvaluation, CompileOutput, compile_output
 from .sanitizer import sanitize_candidate
-from .tune import Tunable, TuneCache, TuneResult, tune
+from .tune.cache import TuneCache
+from .tune.spec import Tunable
+from .tune.tuner import TuneResult, tune
 from .workload import Workload
 
 __all__ = [
     "calibrate_gpu", "compile_cache", "compile_source", "default_profile_case", "evaluate_kernel",
-    "evaluate_options", "gpu_info", "harness_binary", "open_harness", "open_session", "profile_kernel",
-    "target_arch", "tune_cache", "tune_kernel",
+    "evaluate_options", "freeze_workload", "gpu_info", "harness_binary", "open_harness", "open_session",
+    "profile_kernel", "target_arch", "tune_cache", "tune_kernel",
 ]
 
 #: ``arch`` when neither the caller, the settings nor a GPU names one
@@ -132,16 +137,43 @@ def evaluate_options(
 
 
 def open_session(
-    settings: Settings, workload: Workload, harness: HarnessProcess, device: DeviceInfo, *,
+    settings: Settings, workload: Workload, harness: HarnessProcess | RequestsOnly, device: DeviceInfo | None, *,
     options: EvaluateOptions | None = None, seed: int | None = None, workdir: Path | None = None,
-    cache: CompileCache | None = None, progress: ProgressFn | None = None,
+    cache: CompileCache | None = None, progress: ProgressFn | None = None, arch: str | None = None,
 ) -> Session:
     """An evaluation session of ``workload`` on ``device`` (not prepared yet: inputs, expected
-    outputs and the reference's timing come with the first evaluation, or ``prepare``)."""
+    outputs and the reference's timing come with the first evaluation, or ``prepare``).
+
+    ``device`` None (no GPU here) and a :class:`~kernelopt_mcp.freeze.RequestsOnly` harness make a
+    session that only builds requests (replay files); ``arch`` overrides the settings' target.
+    """
     return Session(
-        workload, harness, device, workdir=workdir, seed=seed, options=options or evaluate_options(settings),
-        arch=settings.arch, compile_cache=cache, compile_limits=settings.compile_limits(), progress=progress,
-        peaks=peaks_for(device, settings.cache_root()),
+        workload, harness, device, workdir=workdir, seed=seed,  # type: ignore[arg-type]  # RequestsOnly sends nothing
+        options=options or evaluate_options(settings), arch=arch or settings.arch, compile_cache=cache,
+        compile_limits=settings.compile_limits(), progress=progress,
+        peaks=peaks_for(device, settings.cache_root()) if device is not None else None,
+    )
+
+
+def freeze_workload(
+    settings: Settings, spec: dict[str, Any], reference_cu: str, initial_cu: str | None, directory: Path, *,
+    oracle: Path | None, data_path: Callable[[str], Path], seed: int | None, device: DeviceInfo | None, arch: str,
+    cache: CompileCache | None = None, warmup: int | None = None, iterations: int | None = None,
+) -> FrozenWorkload:
+    """Freeze ``spec`` for a recorded run under ``directory`` (:func:`kernelopt_mcp.freeze.freeze_workload`):
+    its replay requests are built by a session opened here like every other, with the settings'
+    evaluation options (``warmup`` and ``iterations`` where given)."""
+    options = evaluate_options(settings, warmup=warmup, iterations=iterations)
+
+    def open_builder(workload: Workload, drawn_seed: int) -> Session:
+        return open_session(
+            settings, workload, RequestsOnly(settings.device), device, options=options, seed=drawn_seed,
+            workdir=directory, cache=cache, arch=arch,
+        )
+
+    return freeze.freeze_workload(
+        spec, reference_cu, initial_cu, directory, oracle=oracle, data_path=data_path, seed=seed,
+        open_builder=open_builder,
     )
 
 

@@ -17,8 +17,8 @@ from rich.markup import escape
 from rich.table import Table
 
 from . import __version__, app
+from .compile_options import OptionError
 from .compile_pool import warn_if_unconfined
-from .compiler import OptionError
 from .config import Settings, find_workload, list_workloads
 from .docs import search_docs
 from .errors import KerneloptError
@@ -255,8 +255,9 @@ def cmd_docs(args: argparse.Namespace, out: Console) -> int:
 
 
 def cmd_tune(args: argparse.Namespace, out: Console) -> int:
-    from .tune import load_tunable, summary_line, workload_tunable_path
     from .tune.report import save_tuning
+    from .tune.spec import load_tunable, workload_tunable_path
+    from .tune.tuner import summary_line
 
     settings = _settings(args)
     workload = find_workload(args.workload, settings)

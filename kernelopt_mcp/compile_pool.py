@@ -41,60 +41,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
+from .compile_options import CompileLimits
 from .errors import ConfinementFailed, ToolchainNotFound, UnconfinedCompilerRefused
 from .executables import exit_code_and_tail, kill_group
 from .sandbox import landlock_abi
 
 WORKER_SCRIPT = Path(__file__).with_name("_compile_worker.py")
-DEFAULT_TIMEOUT_S = 60.0
-DEFAULT_MEMORY_MB = 8192
-DEFAULT_MAX_WORKERS = 8
 MAX_IDLE_WORKERS = 4
 STARTUP_TIMEOUT_S = 120.0  # start, import cuda-python, warm-up compile, confine
 UNCONFINED = "unconfined (accepted)"
 
 log = logging.getLogger("kernelopt.compile")
-
-
-def physical_memory_mb() -> int:
-    """This machine's physical memory in MiB (0 where the OS does not say)."""
-    try:
-        return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE") // 2**20
-    except (ValueError, OSError, AttributeError):
-        return 0
-
-
-def default_budget_mb(memory_mb: int) -> int:
-    """Pool-wide compile memory: min(physical / 2, 4 workers' caps), never below one worker's cap."""
-    per_worker = memory_mb if memory_mb > 0 else DEFAULT_MEMORY_MB
-    physical = physical_memory_mb()
-    budget = min(physical // 2, 4 * per_worker) if physical else 4 * per_worker
-    return max(budget, per_worker)
-
-
-@dataclass(frozen=True)
-class CompileLimits:
-    """Caps on compiles.
-
-    Per compile: wall time in seconds, the worker's address space in MiB (0: none). Pool-wide:
-    ``total_memory_mb`` (0: :func:`default_budget_mb`) is the sum of the caps of compiles that
-    may run at once, ``max_workers`` the number of live workers. Confinement: ``landlock``
-    (False acts as if the kernel had none) and ``accept_unconfined`` (compile without
-    confinement where there is none, with a warning, instead of refusing). Headers:
-    ``cuda_home`` (``Settings.cuda_home``), a CUDA toolkit searched after the wheels for a header
-    family they lack (:mod:`kernelopt_mcp.cuda_headers`).
-    """
-
-    timeout_s: float = DEFAULT_TIMEOUT_S
-    memory_mb: int = DEFAULT_MEMORY_MB
-    total_memory_mb: int = 0
-    max_workers: int = DEFAULT_MAX_WORKERS
-    landlock: bool = True
-    accept_unconfined: bool = False
-    cuda_home: Path | None = None
-
-    def budget_mb(self) -> int:
-        return self.total_memory_mb if self.total_memory_mb > 0 else default_budget_mb(self.memory_mb)
 
 
 class CompileFailure(Exception):

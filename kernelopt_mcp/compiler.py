@@ -37,7 +37,8 @@ from .compile_log import (
     quote_own_lines,
     truncate_log,
 )
-from .compile_pool import CompileFailure, CompileLimits, Toolchain, default_pool
+from .compile_options import _ARCH_OPTION_RE, CompileLimits, check_options
+from .compile_pool import CompileFailure, Toolchain, default_pool
 from .cuda_headers import HeaderDirs, find_header_dirs
 from .errors import ToolchainNotFound
 from .source_policy import MAX_SOURCE_BYTES, include_problem
@@ -46,37 +47,6 @@ DEFAULT_CACHE_MB = 1024  # the disk compile cache's total size
 DEFAULT_CACHE_ENTRY_MB = 4  # larger entries are stored without their PTX, or not at all
 STALE_TEMP_S = 3600.0  # a cache temporary file this old belongs to no live writer
 
-# Options a candidate may pass to NVRTC. Anything that links, relocates or includes files from
-# arbitrary paths is refused; the target may only be narrowed to its arch-specific variant
-# (-arch=sm_90a on an sm_90 target: wgmma, setmaxnreg, ...), which compile_kernel checks.
-_ARCH_OPTION_RE = re.compile(r"(?:-arch|--gpu-architecture)=(sm_\d{2,3}a)")
-_ALLOWED_OPTIONS = [
-    _ARCH_OPTION_RE.pattern,
-    r"-D[A-Za-z_]\w*(=[\w.+\-]*)?",
-    r"--define-macro=[A-Za-z_]\w*(=[\w.+\-]*)?",
-    r"-U[A-Za-z_]\w*",
-    r"-std=c\+\+(11|14|17|20)",
-    r"--std=c\+\+(11|14|17|20)",
-    r"-?-use_fast_math",
-    r"--ftz=(true|false)",
-    r"--prec-div=(true|false)",
-    r"--prec-sqrt=(true|false)",
-    r"--fmad=(true|false)",
-    r"-?-maxrregcount=\d{1,3}",
-    r"-lineinfo",
-    r"--generate-line-info",
-    r"--extra-device-vectorization",
-    r"-?-restrict",
-    r"-w",
-    r"--disable-warnings",
-    r"--device-int128",
-    r"-default-device",
-    r"-Xptxas=-O[0-3]",
-    r"-Xptxas=--warn-on-spills",
-    r"-Xptxas=-dlcm=(ca|cg)",
-    r"-Xptxas=--allow-expensive-optimizations=(true|false)",
-]
-_ALLOWED_RE = re.compile("|".join(f"(?:{p})" for p in _ALLOWED_OPTIONS))
 
 
 class CompileStatus(StrEnum):
@@ -124,28 +94,6 @@ class CompileResult(BaseModel):
                 f"{r.spill_store_bytes} B spill stores, {r.stack_frame_bytes} B stack"
             )
         return "compiled; " + "; ".join(parts) if parts else "compiled"
-
-
-class OptionError(ValueError):
-    """A compile option is not in the whitelist."""
-
-
-def check_options(options: list[str]) -> list[str]:
-    """Return the options if every one is whitelisted.
-
-    Raises:
-        OptionError: naming the refused option and what is allowed.
-    """
-    for opt in options:
-        if not isinstance(opt, str) or not _ALLOWED_RE.fullmatch(opt):
-            raise OptionError(
-                f"compile option {opt!r} is not allowed; allowed: -DNAME[=VALUE], -UNAME, "
-                "-std=c++17/20, --use_fast_math, --ftz=, --prec-div=, --prec-sqrt=, --fmad=, "
-                "--maxrregcount=N, -lineinfo, --extra-device-vectorization, --restrict, "
-                "-Xptxas=-O0..3, -Xptxas=-dlcm=ca|cg, -arch=sm_90a (the GPU's arch-specific variant: "
-                "wgmma, setmaxnreg; no other -arch, no -rdc, -I: the target is chosen for you)"
-            )
-    return options
 
 
 _ARCH_RE = re.compile(r"sm_(\d{1,2})(\d)([a-z]?)")

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from .compile_pool import CompileLimits
+from .compile_options import CompileLimits
 from .errors import WorkloadError
 from .workload import Workload, load_workload
 

@@ -38,17 +38,15 @@ from typing import Any, Literal
 import numpy as np
 from pydantic import BaseModel, Field
 
-from .compile_pool import CompileLimits
-from .compiler import CompileCache, nvrtc_version
+from .compiler import nvrtc_version
 from .errors import HarnessError, KerneloptError
-from .evaluation.candidate import Candidate, EvaluateOptions
+from .evaluation.candidate import Candidate
 from .evaluation.evaluate import case_request, prepare
 from .evaluation.inputs import fresh_seed
 from .evaluation.oracle import OracleLimits, run_oracle
 from .evaluation.protocol import request_json
 from .evaluation.session import Session
 from .files import write_atomic
-from .gpu import DeviceInfo
 from .launch import LaunchSpec
 from .workload import Workload, load_workload, parse_spec
 
@@ -62,7 +60,7 @@ class FreezeError(KerneloptError, ValueError):
     """The freeze request cannot be served as asked; the message says what to change."""
 
 
-class _NoHarness:
+class RequestsOnly:
     """Stands in for the harness where requests are only written (replay files), never sent."""
 
     def __init__(self, device: int) -> None:
@@ -179,19 +177,16 @@ def freeze_workload(
     oracle: Path | None,
     data_path: Callable[[str], Path],
     seed: int | None,
-    device: DeviceInfo | None,
-    arch: str,
-    ordinal: int,
-    compile_cache: CompileCache | None,
-    warmup: int,
-    compile_limits: CompileLimits | None = None,
-    iterations: int,
+    open_builder: Callable[[Workload, int], Session],
 ) -> FrozenWorkload:
     """Write the frozen workload under ``directory``: draw the inputs, compute expected outputs.
 
     ``spec`` is a workload.json object; its reference and initial sources are ``reference_cu``
     and ``initial_cu`` (stored beside workload.json), its oracle ``oracle`` (checked by the
     caller). ``data_path`` resolves (and confines) each data file the spec names.
+    ``open_builder(workload, seed)`` makes the session that draws the inputs and builds replay
+    requests, around a :class:`RequestsOnly` harness, in ``directory``
+    (:func:`kernelopt_mcp.app.freeze_workload` makes it from the settings, as for evaluations).
 
     Raises:
         WorkloadError, InputError, FreezeError: the spec is invalid, a data file is missing or
@@ -222,11 +217,7 @@ def freeze_workload(
         write_atomic(wl_dir / "initial.cu", initial_cu.encode())
     _write_json(wl_dir / "workload.json", data)
     drawn = load_workload(wl_dir)
-    builder = Session(
-        dataclasses.replace(drawn, reference_cu=None, oracle_path=None), _NoHarness(ordinal), device,  # type: ignore[arg-type]
-        workdir=directory, seed=seed, arch=arch, compile_cache=compile_cache, compile_limits=compile_limits,
-        options=EvaluateOptions(warmup=warmup, iterations=iterations),
-    )
+    builder = open_builder(dataclasses.replace(drawn, reference_cu=None, oracle_path=None), seed)
     prepare(builder, time_reference=False)  # materializes inputs/<case>/<buffer>.bin and a manifest
 
     manifest_path = directory / "inputs" / "input_cases.json"

@@ -10,8 +10,8 @@ from rich.markup import escape
 from rich.table import Table
 
 from .evaluation.calibrate import Calibration
+from .evaluation.device import DeviceInfo
 from .evaluation.outcomes import EvaluationResult
-from .gpu import DeviceInfo
 from .results import CheckedEvaluation
 from .sanitizer import SANITIZER_ERROR, SanitizerReport
 

@@ -6,14 +6,14 @@ from __future__ import annotations
 
 import json
 import math
-from typing import Any
+from typing import Annotated, Any
 
-from pydantic import BaseModel, Field
+from pydantic import AliasChoices, BaseModel, BeforeValidator, ConfigDict, Field, model_validator
 
 from .compile_log import Diagnostic, Resources
 from .compiler import CompileResult
+from .evaluation.device import DeviceInfo
 from .evaluation.outcomes import STATUS_MEANING, EvaluationResult, PhaseTimes
-from .gpu import DeviceInfo
 from .launch import LaunchSpec
 from .sanitizer import SANITIZER_ERROR, SanitizerReport
 from .sanitizer import verdict as sanitizer_verdict
@@ -103,28 +103,44 @@ def compile_output(result: CompileResult, arch_from: str) -> CompileOutput:
     )
 
 
-class Mismatch(BaseModel):
+# A non-finite float of the library's results as the string JSON can carry ("nan", "inf", "-inf").
+JsonNum = Annotated[Num, BeforeValidator(_num)]
+
+
+class _View(BaseModel):
+    """A JSON-safe view of a library result: validated straight from its attributes
+    (``View.model_validate(library_object)``), the names it shares taken as they are."""
+
+    model_config = ConfigDict(from_attributes=True)
+
+
+class Mismatch(_View):
     index: list[int]
-    expected: Num
-    actual: Num
+    expected: JsonNum
+    actual: JsonNum
 
 
-class OutputCheck(BaseModel):
+class OutputCheck(_View):
     name: str
     passed: bool
     elements: int
     mismatches: int = Field(description="elements outside tolerance, NaN/Inf included")
     nonfinite: int = Field(description="NaN/Inf elements (outputs are NaN-poisoned: NaN often means unwritten)")
-    max_abs_error: Num
-    max_rel_error: Num
-    rel_l2_error: Num
+    max_abs_error: JsonNum
+    max_rel_error: JsonNum
+    rel_l2_error: JsonNum
     rtol: float
     atol: float = Field(description="relative to the RMS of the expected output")
     first_mismatches: list[Mismatch] = Field(default_factory=list)
     mismatches_not_listed: int = 0
 
+    @model_validator(mode="after")
+    def _count_unlisted(self) -> OutputCheck:
+        self.mismatches_not_listed = self.mismatches - len(self.first_mismatches)
+        return self
 
-class Timing(BaseModel):
+
+class Timing(_View):
     median_ms: float
     q1_ms: float | None = None
     q3_ms: float | None = None
@@ -138,7 +154,10 @@ class Timing(BaseModel):
     warmup: int
     iterations: int = Field(description="measured launches asked for (with stop=precision: the first round)")
     samples: int | None = Field(None, description="measured launches taken (stop=precision: until the rse target)")
-    converged: bool | None = Field(None, description="stop=precision / adaptive: the rse target was reached")
+    converged: bool | None = Field(
+        None, description="stop=precision / adaptive: the rse target was reached",
+        validation_alias=AliasChoices("converged", "adaptive_converged"),
+    )
     mode: str = Field("events", description="events (an event pair per launch) or graph (launches in a CUDA graph)")
     launch_overhead_ms: float | None = Field(None, description="an empty kernel timed the same way: the floor")
     net_median_ms: float | None = Field(
@@ -311,30 +330,12 @@ def evaluation_output(checked: CheckedEvaluation, mode: str) -> EvaluationOutput
     result = checked.result
     cases = []
     for c in result.cases:
-        checks = [
-            OutputCheck(
-                name=o.name, passed=o.passed, elements=o.elements, mismatches=o.mismatches, nonfinite=o.nonfinite,
-                max_abs_error=_num(o.max_abs_error), max_rel_error=_num(o.max_rel_error),
-                rel_l2_error=_num(o.rel_l2_error), rtol=o.rtol, atol=o.atol,
-                first_mismatches=[
-                    Mismatch(index=m.index, expected=_num(m.expected), actual=_num(m.actual))
-                    for m in o.first_mismatches
-                ],
-                mismatches_not_listed=o.mismatches - len(o.first_mismatches),
-            )
-            for o in c.outputs
-        ]
-        t = c.timing
         cases.append(CaseOutput(
             name=c.name, kind=c.kind, status=c.status.value, message=_clip(c.message), launch=c.launch,
-            outputs=checks, cuda_error=(c.error.cuda_error or c.error.message) if c.error else None,
+            outputs=[OutputCheck.model_validate(o) for o in c.outputs],
+            cuda_error=(c.error.cuda_error or c.error.message) if c.error else None,
             occupancy_blocks_per_sm=c.occupancy_blocks_per_sm,
-            timing=Timing(
-                median_ms=t.median_ms, q1_ms=t.q1_ms, q3_ms=t.q3_ms, iqr_ms=t.iqr_ms, min_ms=t.min_ms,
-                max_ms=t.max_ms, cv=t.cv, rse_median=t.rse_median, noisy=t.noisy, noisy_reason=t.noisy_reason,
-                warmup=t.warmup, iterations=t.iterations, samples=t.samples, converged=t.adaptive_converged,
-                mode=t.mode, launch_overhead_ms=t.launch_overhead_ms, net_median_ms=t.net_median_ms,
-            ) if t else None,
+            timing=Timing.model_validate(c.timing) if c.timing else None,
             reference_median_ms=c.reference_median_ms, speedup=c.speedup,
             flops_per_s=c.flops_per_s, bytes_per_s=c.bytes_per_s,
             bandwidth_pct=c.roofline.bandwidth_pct if c.roofline else None,

@@ -38,13 +38,13 @@ from .config import Settings, bundled_workloads_dir, list_workloads
 from .docs import DocsSearchResult, search_docs
 from .errors import KerneloptError, TunableError
 from .evaluation.candidate import Candidate
+from .evaluation.device import DeviceInfo
 from .evaluation.evaluate import prepare
 from .evaluation.inputs import fresh_seed
 from .evaluation.outcomes import EvaluationResult
 from .evaluation.session import Session
 from .files import read_json, read_regular_bytes
 from .freeze import frozen_workloads
-from .gpu import DeviceInfo
 from .gpu_queue import DeviceSlot, Notify, ProgressFn, run_on_device
 from .launch import LaunchSpec
 from .ncu_report import ProfileSummary
@@ -59,8 +59,8 @@ from .results import (
     evaluation_output,
 )
 from .sanitizer import find_sanitizer
-from .tune import Tunable, load_tunable, parse_tunable, workload_tunable_path
 from .tune.output import AutotuneOutput
+from .tune.spec import Tunable, load_tunable, parse_tunable, workload_tunable_path
 from .workload import Workload, load_workload
 from .workspace import RequestError, create_workload
 

@@ -17,7 +17,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, Protocol
 
-from .compile_pool import CompileLimits
+from .compile_options import CompileLimits
 from .compiler import CompileCache, compile_kernel
 from .config import Settings
 from .errors import WorkloadError

@@ -30,7 +30,7 @@ from pathlib import Path
 from kernelopt_mcp import Candidate, EvaluateOptions, Evaluator, HarnessProcess, Settings, find_harness
 from kernelopt_mcp.config import find_workload
 from kernelopt_mcp.evaluation.evaluate import initial_candidate
-from kernelopt_mcp.gpu import device_info
+from kernelopt_mcp.evaluation.device import device_info
 from kernelopt_mcp.profiler import ProfileOptions, find_ncu, ncu_version, profile_case
 
 out, case, work = Path(sys.argv[1]), sys.argv[2], Path(sys.argv[3])

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from kernelopt_mcp.gpu import cuda_device_count
+from kernelopt_mcp.evaluation.device import cuda_device_count
 
 REPO = Path(__file__).resolve().parent.parent
 

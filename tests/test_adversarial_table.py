@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from kernelopt_mcp.compile_pool import CompileLimits
+from kernelopt_mcp.compile_options import CompileLimits
 from kernelopt_mcp.compiler import CompileCache, compile_kernel
 from kernelopt_mcp.config import Settings, find_workload
 from kernelopt_mcp.launch import LaunchSpec

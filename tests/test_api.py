@@ -5,6 +5,7 @@ performance cases are too large for a NumPy stand-in)."""
 
 from __future__ import annotations
 
+import ast
 import inspect
 import json
 import os
@@ -27,9 +28,10 @@ def test_all_is_explicit_complete_and_documented() -> None:
     assert len(names) == len(set(names)), "a name listed twice"
     missing = [n for n in names if not hasattr(kernelopt_mcp, n)]
     assert missing == []
-    # every public name the package defines is listed (submodules aside)
-    public = {n for n, v in vars(kernelopt_mcp).items() if not n.startswith("_") and not inspect.ismodule(v)}
-    assert public - {"annotations"} == set(names) - {"__version__"}
+    # every public name the package defines is listed (submodules aside), and nothing else
+    public = {n for n in dir(kernelopt_mcp) if not n.startswith("_")}
+    public -= {n for n in public if inspect.ismodule(getattr(kernelopt_mcp, n))}
+    assert public - {"annotations", "importlib", "TYPE_CHECKING", "Any"} == set(names) - {"__version__"}
     for name in names:
         obj = getattr(kernelopt_mcp, name)
         if inspect.isfunction(obj) or inspect.isclass(obj):
@@ -46,6 +48,30 @@ def test_star_import_gives_the_api() -> None:
     scope: dict[str, object] = {}
     exec("from kernelopt_mcp import *", scope)  # noqa: S102 (the statement users write)
     assert set(kernelopt_mcp.__all__) <= set(scope)
+
+
+def test_what_type_checkers_read_is_what_is_loaded() -> None:
+    """The ``if TYPE_CHECKING:`` imports of __init__.py (what mypy and IDEs see) and the table
+    ``__getattr__`` loads from name the same modules and names."""
+    tree = ast.parse((REPO / "kernelopt_mcp" / "__init__.py").read_text())
+    guarded = next(n for n in tree.body if isinstance(n, ast.If) and ast.unparse(n.test) == "TYPE_CHECKING")
+    seen = {a.name: node.module for node in guarded.body if isinstance(node, ast.ImportFrom) for a in node.names}
+    assert seen == kernelopt_mcp._WHERE
+
+
+def test_importing_a_data_module_loads_only_the_data_layer() -> None:
+    """The package's names load on first use: a client that reads workloads does not load the
+    evaluation, the compiler or the server's engine (the orchestrator imports only these)."""
+    code = ("import sys, kernelopt_mcp.workload, kernelopt_mcp.launch, kernelopt_mcp.config, kernelopt_mcp.tune.spec\n"
+            "print(' '.join(sorted(m for m in sys.modules if m.startswith('kernelopt_mcp'))))")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "PYTHONPATH": str(REPO)})
+    assert proc.returncode == 0, proc.stderr
+    loaded = set(proc.stdout.split())
+    assert {"kernelopt_mcp.workload", "kernelopt_mcp.config"} <= loaded
+    heavy = {m for m in loaded if m.split(".")[1:2] in (["evaluation"], ["compiler"], ["compile_pool"], ["app"], ["service"], ["server"])}
+    assert heavy == set(), heavy
+    assert kernelopt_mcp.Settings is kernelopt_mcp.config.Settings  # and the names still resolve
 
 
 def test_the_package_is_typed() -> None:

@@ -13,7 +13,7 @@ from kernelopt_mcp.evaluation.outcomes import EvaluationResult, Status
 from kernelopt_mcp.server import build_parser as server_parser
 from kernelopt_mcp.server import config_from_args
 from kernelopt_mcp.service import KerneloptService
-from kernelopt_mcp.tune import TuneCache
+from kernelopt_mcp.tune.cache import TuneCache
 
 REPO = Path(__file__).resolve().parents[1]
 

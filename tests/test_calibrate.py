@@ -20,8 +20,8 @@ from kernelopt_mcp.evaluation.calibrate import (
     device_peaks,
     load_calibration,
 )
+from kernelopt_mcp.evaluation.device import DeviceInfo
 from kernelopt_mcp.evaluation.harness import HarnessProcess
-from kernelopt_mcp.gpu import DeviceInfo
 
 DEVICE = {
     "ordinal": 0, "device_count": 1, "name": "NVIDIA H200 (fake)", "uuid": "5f0c6a1e-0b7d-4c1a-9d2e-7a8b9c0d1e2f",

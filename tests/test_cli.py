@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 
 from kernelopt_mcp.cli import main
-from kernelopt_mcp.gpu import cuda_device_count
+from kernelopt_mcp.evaluation.device import cuda_device_count
 
 
 def test_schema_to_stdout_and_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -155,7 +155,7 @@ def test_decode_reasons() -> None:
 def test_the_real_nvidia_ml_py_without_a_driver(monkeypatch: pytest.MonkeyPatch) -> None:
     """On a machine without libnvidia-ml (CI), the real bindings give None and the reason."""
     pynvml = pytest.importorskip("pynvml")
-    from kernelopt_mcp.gpu import cuda_device_count
+    from kernelopt_mcp.evaluation.device import cuda_device_count
 
     if cuda_device_count():
         pytest.skip("this machine has a GPU: tests/gpu/test_calibrate_gpu.py reads its clocks")

@@ -11,15 +11,8 @@ from pathlib import Path
 import pytest
 
 from kernelopt_mcp import compile_pool
-from kernelopt_mcp.compile_pool import (
-    CompileLimits,
-    CompilePool,
-    ConfinementFailed,
-    WorkerSpec,
-    default_budget_mb,
-    default_pool,
-    physical_memory_mb,
-)
+from kernelopt_mcp.compile_options import CompileLimits, default_budget_mb, physical_memory_mb
+from kernelopt_mcp.compile_pool import CompilePool, ConfinementFailed, WorkerSpec, default_pool
 from kernelopt_mcp.compiler import CompileCache, _load_nvrtc, compile_kernel
 from kernelopt_mcp.config import Settings
 

@@ -7,7 +7,8 @@ from pathlib import Path
 import pytest
 
 from kernelopt_mcp.compile_log import WITHHELD, parse_diagnostics, parse_ptx_entries, parse_resources, quote_own_lines
-from kernelopt_mcp.compiler import CompileCache, OptionError, check_options, compile_kernel
+from kernelopt_mcp.compile_options import OptionError, check_options
+from kernelopt_mcp.compiler import CompileCache, compile_kernel
 
 GOOD = r'''
 extern "C" __global__ void scale(float* __restrict__ y, const float* __restrict__ x, float a, int n) {

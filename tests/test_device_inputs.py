@@ -19,10 +19,10 @@ from kernelopt_mcp.app import evaluate_options
 from kernelopt_mcp.config import find_workload
 from kernelopt_mcp.dtypes import DType
 from kernelopt_mcp.evaluation.candidate import EvaluateOptions
+from kernelopt_mcp.evaluation.device import device_info
 from kernelopt_mcp.evaluation.evaluate import case_request, evaluate, prepare
 from kernelopt_mcp.evaluation.inputs import device_draw, materialize
 from kernelopt_mcp.evaluation.protocol import request_json
-from kernelopt_mcp.gpu import device_info
 from kernelopt_mcp.workload import Arange, BufferParam, DataFile, InputCasesFile, Uniform, Workload, load_workload
 
 FEATURES = "blocking,device_compare,timed_inputs,fresh_inputs,timed_check,confirm_launch,input_draw,expected_dtype"

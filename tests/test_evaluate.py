@@ -11,8 +11,8 @@ from fakegpu import ADD_LAUNCH, kernel, write_harness, write_tiny_workload
 from kernelopt_mcp import Candidate, HarnessProcess, LaunchSpec, Session, Settings
 from kernelopt_mcp.config import find_workload
 from kernelopt_mcp.evaluation.candidate import EvaluateOptions
+from kernelopt_mcp.evaluation.device import device_info
 from kernelopt_mcp.evaluation.evaluate import evaluate
-from kernelopt_mcp.gpu import device_info
 
 
 @pytest.mark.parametrize("blocking", [True, False])
@@ -310,7 +310,9 @@ def test_tuning_stops_hopeless_configurations_early_and_finds_the_same_best(tmp_
     """MS sets case pa's median (pb, pc: 20 ms). After the untuned 40 (score 25.2) and 20 (the
     best, 20), 300 is stopped after one case; 21 cannot be excluded by the bound and is timed in
     full. With early_stop off every row has a score, and the best is the same."""
-    from kernelopt_mcp.tune import TuneCache, parse_tunable, tune
+    from kernelopt_mcp.tune.cache import TuneCache
+    from kernelopt_mcp.tune.spec import parse_tunable
+    from kernelopt_mcp.tune.tuner import tune
 
     source = ('#ifndef MS\n#define MS 40\n#endif\n#define KO_STR2(x) #x\n#define KO_STR(x) KO_STR2(x)\n'
               '__device__ char ko_fake_mode[] = "KO_FAKE_MS:pa=" KO_STR(MS) ";pb=20;pc=20;";\n' + kernel())

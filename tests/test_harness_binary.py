@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 from fakegpu import write_harness
 
+from kernelopt_mcp.evaluation.device import cuda_device_count
 from kernelopt_mcp.evaluation.harness import ExitCode, harness_features
-from kernelopt_mcp.gpu import cuda_device_count
 
 # What the harness implements of protocol 2 (PROTOCOL.md, "Commands"): the data path and timing.
 DATA_PATH_FEATURES = {"support_module", "input_cache", "device_compare", "determinism", "timed_inputs"}

@@ -18,13 +18,14 @@ from header_kernels import GPU_CANDIDATES, HEADER_KERNELS, SETMAXNREG_KERNEL, SM
 
 from kernelopt_mcp import Candidate, HarnessProcess, LaunchSpec, Session, Settings
 from kernelopt_mcp.cli import main
-from kernelopt_mcp.compiler import CompileCache, OptionError, arch_problem, check_options, compile_kernel
+from kernelopt_mcp.compile_options import OptionError, check_options
+from kernelopt_mcp.compiler import CompileCache, arch_problem, compile_kernel
 from kernelopt_mcp.config import find_workload
 from kernelopt_mcp.cuda_headers import FAMILIES, HeaderDirs, find_header_dirs, search_header_dirs
 from kernelopt_mcp.errors import KerneloptError
 from kernelopt_mcp.evaluation.candidate import EvaluateOptions
+from kernelopt_mcp.evaluation.device import device_info
 from kernelopt_mcp.evaluation.evaluate import evaluate
-from kernelopt_mcp.gpu import device_info
 from kernelopt_mcp.sandbox import landlock_abi
 from kernelopt_mcp.tune.spec import parse_tunable
 

@@ -17,10 +17,10 @@ import numpy as np
 import pytest
 from fakegpu import TINY_SPEC, write_harness, write_tiny_workload
 
+from kernelopt_mcp.evaluation.device import device_info
 from kernelopt_mcp.evaluation.evaluate import prepare
 from kernelopt_mcp.evaluation.inputs import hidden_seed_checks, materialize, seed_independent_inputs
 from kernelopt_mcp.evaluation.session import Session
-from kernelopt_mcp.gpu import device_info
 from kernelopt_mcp.workload import DataFile, Workload, load_workload
 
 
@@ -28,15 +28,15 @@ from kernelopt_mcp.workload import DataFile, Workload, load_workload
 def frozen(tmp_path: Path) -> tuple[Workload, int]:
     """The frozen workload of a run of the tiny c = a + b workload (what the server checks), frozen
     as the server's freeze_workload tool freezes it."""
-    from kernelopt_mcp.freeze import freeze_workload
+    from kernelopt_mcp.app import freeze_workload
+    from kernelopt_mcp.config import Settings
 
     harness = write_harness(tmp_path, "fake")
     src = write_tiny_workload(tmp_path / "wl") / "tiny_add"
     spec = json.loads((src / "workload.json").read_text())
     fw = freeze_workload(
-        spec, (src / "reference.cu").read_text(), (src / "initial.cu").read_text(), tmp_path / "run",
+        Settings(), spec, (src / "reference.cu").read_text(), (src / "initial.cu").read_text(), tmp_path / "run",
         oracle=src / "reference.py", data_path=Path, seed=1234, device=device_info(harness, 0), arch="sm_90",
-        ordinal=0, compile_cache=None, warmup=10, iterations=100,
     )
     return load_workload(tmp_path / "run" / "workload" / "tiny_add"), fw.seed
 

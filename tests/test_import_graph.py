@@ -212,3 +212,56 @@ def test_the_client_imports_only_the_library_data_layer() -> None:
     assert {m: n for m, n in never.items() if n} == {}
     # the rule has teeth: the orchestrator does use the data layer
     assert {"kernelopt_mcp.workload", "kernelopt_mcp.launch", "kernelopt_mcp:__version__"} <= set().union(*imports.values())
+
+
+# The library's layers, lowest first (ARCHITECTURE.md draws them). A module may import its own
+# layer and those below it, never one above; a new module must be given a layer here.
+LAYERS: dict[str, set[str]] = {
+    "data": {
+        "errors", "dtypes", "expr", "files", "launch", "workload", "workload_parts", "compile_options", "config",
+        "tune", "tune.space", "tune.spec", "torch_store",
+    },
+    "compiler": {
+        "compile_log", "compile_pool", "compiler", "cuda_headers", "sandbox", "executables", "source_policy",
+        "_compile_worker",
+    },
+    "evaluation": {"evaluation", "_oracle_worker"},  # and every evaluation.* module
+    "tools": {
+        "profiler", "ncu_report", "sanitizer", "tune.cache", "tune.output", "tune.prefetch", "tune.report",
+        "tune.strategies", "tune.tuner", "freeze", "baselines", "torch_import", "torch_problem", "docs", "docs.bm25",
+        "docs.live", "docs.search", "results",
+    },
+    "app": {"app", ""},  # "": the package's __init__ (the public API, loaded lazily)
+    "service": {"service", "gpu_queue", "quota", "workspace", "torch_workspace", "caches"},
+    "entry": {"cli", "render", "torch_cli", "__main__", "server"},  # and every server.* module
+}
+
+
+def _layer(module: str) -> int:
+    short = module.removeprefix("kernelopt_mcp").removeprefix(".")
+    for rank, members in enumerate(LAYERS.values()):
+        if short in members or short.split(".")[0] in members & {"evaluation", "server"}:
+            return rank
+    raise AssertionError(f"{module} has no layer: add it to LAYERS in tests/test_import_graph.py")
+
+
+def test_every_import_points_down_the_layers() -> None:
+    edges, _ = _graph()
+    names = list(LAYERS)
+    upward = sorted(
+        f"{module} ({names[_layer(module)]}) -> {target} ({names[_layer(target)]})"
+        for module, targets in edges.items() if module.startswith("kernelopt_mcp")
+        for target in targets if target.startswith("kernelopt_mcp") and _layer(target) > _layer(module)
+    )
+    assert upward == []
+
+
+def test_the_layer_check_has_teeth() -> None:
+    assert _layer("kernelopt_mcp.workload") < _layer("kernelopt_mcp.compiler") < _layer("kernelopt_mcp.evaluation.session")
+    assert _layer("kernelopt_mcp.evaluation.device") < _layer("kernelopt_mcp.app") < _layer("kernelopt_mcp.server.build")
+    try:
+        _layer("kernelopt_mcp.not_a_module")
+    except AssertionError as exc:
+        assert "no layer" in str(exc)
+    else:
+        raise AssertionError("an unknown module must be refused")

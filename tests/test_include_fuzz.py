@@ -25,7 +25,7 @@ import pytest
 from fakegpu import in_memory_server, tool_text, write_harness
 
 from kernelopt_mcp import compiler
-from kernelopt_mcp.compile_pool import CompileLimits
+from kernelopt_mcp.compile_options import CompileLimits
 from kernelopt_mcp.compiler import CompileCache, compile_kernel
 from kernelopt_mcp.config import Settings, bundled_workloads_dir
 from kernelopt_mcp.errors import KerneloptError

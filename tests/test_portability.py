@@ -24,7 +24,7 @@ POSIX_SIGNALS = {"SIGKILL", "SIGHUP", "SIGUSR1", "SIGUSR2", "SIGALRM", "SIGCHLD"
 # file -> its POSIX-only uses; each file is named in the README's "Windows (WSL2)" section
 KNOWN = {
     "kernelopt_mcp/_compile_worker.py": ["/proc", "resource"],  # rlimits of the compile worker
-    "kernelopt_mcp/compile_pool.py": ["os.sysconf"],  # guarded: physical memory 0 where unknown
+    "kernelopt_mcp/compile_options.py": ["os.sysconf"],  # guarded: physical memory 0 where unknown
     "kernelopt_mcp/_oracle_worker.py": ["/proc", "resource"],  # rlimits of the oracle worker
     "kernelopt_mcp/evaluation/oracle_sandbox.py": ["fcntl", "signal.SIGKILL"],  # pipe size (imported lazily), exit names
     "kernelopt_mcp/executables.py": ["os.killpg", "signal.SIGKILL"],  # kill a process group

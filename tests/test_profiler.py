@@ -29,8 +29,8 @@ from kernelopt_mcp.errors import (
     ProfilerTimeout,
     ToolchainNotFound,
 )
+from kernelopt_mcp.evaluation.device import device_info
 from kernelopt_mcp.evaluation.evaluate import prepare
-from kernelopt_mcp.gpu import device_info
 from kernelopt_mcp.launch import LaunchSpec
 from kernelopt_mcp.profiler import ProfileOptions, find_ncu, profile_case
 

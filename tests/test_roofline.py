@@ -117,8 +117,8 @@ def test_result_roofline_through_the_fake_gpu(tmp_path) -> None:
 
     from kernelopt_mcp import Candidate, HarnessProcess, LaunchSpec, Session, Settings
     from kernelopt_mcp.config import find_workload
+    from kernelopt_mcp.evaluation.device import device_info
     from kernelopt_mcp.evaluation.outcomes import result_roofline
-    from kernelopt_mcp.gpu import device_info
 
     harness = write_harness(tmp_path, "fake")
     wl = find_workload(write_tiny_workload(tmp_path / "extra") / "tiny_add", Settings())

@@ -19,7 +19,8 @@ from pathlib import Path
 import pytest
 
 from kernelopt_mcp import compile_pool, compiler
-from kernelopt_mcp.compile_pool import UNCONFINED, CompileLimits, UnconfinedCompilerRefused
+from kernelopt_mcp.compile_options import CompileLimits
+from kernelopt_mcp.compile_pool import UNCONFINED, UnconfinedCompilerRefused
 from kernelopt_mcp.compiler import CompileCache, compile_kernel
 from kernelopt_mcp.config import Settings
 from kernelopt_mcp.sandbox import landlock_abi

@@ -226,7 +226,7 @@ def _installed_harness() -> Path | None:
 
 @pytest.mark.skipif(_installed_harness() is None, reason="kernelopt-harness is not installed (pip install .)")
 async def test_the_real_harness_without_a_gpu_is_a_clear_error(tmp_path: Path) -> None:
-    from kernelopt_mcp.gpu import cuda_device_count
+    from kernelopt_mcp.evaluation.device import cuda_device_count
 
     if cuda_device_count():
         pytest.skip("a GPU is present: tests/gpu covers the real harness")

@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from kernelopt_mcp.compiler import compile_kernel
+from kernelopt_mcp import compiler
+from kernelopt_mcp.compiler import CompileCache, compile_kernel
 from kernelopt_mcp.dtypes import DType
 from kernelopt_mcp.evaluation.support_module import support_module, support_source
 
@@ -36,6 +37,24 @@ def test_support_module_is_a_cached_cubin(tmp_path: Path) -> None:
     mtime = path.stat().st_mtime_ns
     assert support_module("sm_90", tmp_path) == path and path.stat().st_mtime_ns == mtime
     assert support_module("sm_80", tmp_path) != path
+
+
+def test_a_new_session_takes_the_support_module_from_the_disk_compile_cache(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each session writes the module into its own temporary directory; with the settings' disk
+    compile cache the second one (another process: a new CompileCache on the same directory)
+    copies it from there instead of compiling the ~40 kernels again."""
+    first = support_module("sm_90", tmp_path / "session1", cache=CompileCache(tmp_path / "compile"))
+
+    def no_compile(*args: object, **kwargs: object) -> None:
+        raise AssertionError("compiled again: the disk cache was not used")
+
+    monkeypatch.setattr(compiler, "default_pool", no_compile)
+    second = support_module("sm_90", tmp_path / "session2", cache=CompileCache(tmp_path / "compile"))
+    assert second != first and second.read_bytes() == first.read_bytes()
+    with pytest.raises(AssertionError, match="compiled again"):  # the guard itself works
+        support_module("sm_90", tmp_path / "session3", cache=CompileCache(tmp_path / "elsewhere"))
 
 
 @pytest.mark.parametrize("dtype", list(DType))

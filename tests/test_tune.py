@@ -23,10 +23,12 @@ from kernelopt_mcp.errors import ExpressionError, TunableError
 from kernelopt_mcp.evaluation.candidate import Candidate, EvaluateOptions
 from kernelopt_mcp.evaluation.outcomes import CaseResult, EvaluationResult, Status
 from kernelopt_mcp.launch import DeviceLimits, LaunchSpec
-from kernelopt_mcp.tune import Space, TuneCache, config_key, parse_tunable, tune
 from kernelopt_mcp.tune import tuner as tuner_module
-from kernelopt_mcp.tune.spec import load_tunable, substitute
+from kernelopt_mcp.tune.cache import TuneCache
+from kernelopt_mcp.tune.space import Space, config_key
+from kernelopt_mcp.tune.spec import load_tunable, parse_tunable, substitute
 from kernelopt_mcp.tune.strategies import make_strategy
+from kernelopt_mcp.tune.tuner import tune
 from kernelopt_mcp.workload import load_workload
 
 PARAMS = {"BM": [32, 64, 128, 256], "BN": [32, 64, 128, 256], "BK": [8, 16, 32], "TM": [2, 4, 8], "TN": [2, 4, 8]}
@@ -398,7 +400,7 @@ def test_a_bare_spec_name_is_found_beside_the_workload(tmp_path: Path, monkeypat
     """`kernelopt tune sgemm tunable_3xtf32.json`: a name that is not in the working directory
     names the workload's own spec; a file of that name in the working directory wins; a path
     with a directory is taken as it is."""
-    from kernelopt_mcp.tune import workload_tunable_path
+    from kernelopt_mcp.tune.spec import workload_tunable_path
 
     wl = load_workload(Path(__file__).resolve().parents[1] / "workloads" / "sgemm")
     monkeypatch.chdir(tmp_path)

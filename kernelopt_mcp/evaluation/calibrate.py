@@ -26,13 +26,13 @@ from pathlib import Path
 import numpy as np
 from pydantic import BaseModel, Field, ValidationError
 
-from ..compile_pool import CompileLimits
+from ..compile_options import CompileLimits
 from ..compiler import CompileCache, compile_kernel
 from ..dtypes import DType, scalar_raw
 from ..errors import HarnessError
 from ..files import write_atomic
-from ..gpu import DeviceInfo
 from .clocks import ClockSample, probe_device_clocks
+from .device import DeviceInfo
 from .harness import HarnessProcess, raise_for_request_error
 from .protocol import (
     AnswerEnvelope,

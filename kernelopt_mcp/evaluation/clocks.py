@@ -161,7 +161,7 @@ def read_clocks(device: int | str = 0) -> ClockSample | None:
 
 
 def probe_device_clocks(device: Any) -> tuple[ClockSample | None, str | None]:
-    """Clocks of a :class:`~kernelopt_mcp.gpu.DeviceInfo`: found by its CUDA UUID, else its PCI
+    """Clocks of a :class:`~kernelopt_mcp.evaluation.device.DeviceInfo`: found by its CUDA UUID, else its PCI
     bus id, else its ordinal (NVML's index order can differ from CUDA's, so that is the last
     resort)."""
     return probe_clocks(getattr(device, "uuid", None) or getattr(device, "pci_bus_id", None) or device.ordinal)

@@ -88,7 +88,7 @@ def prepare(session: Session, *, time_reference: bool = True, oracle_on_all_case
         ))
         step("hidden_inputs")
     if s.needs_support():
-        s.support = support_module(s.arch, s.workdir / "support", limits=s.compile_limits)
+        s.support = support_module(s.arch, s.workdir / "support", limits=s.compile_limits, cache=s.compile_cache)
         step("support_module")
 
     s.data.expected = _oracle(s, s.data, oracle_cases)

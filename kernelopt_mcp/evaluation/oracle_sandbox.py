@@ -39,7 +39,7 @@ from typing import Any
 import ml_dtypes
 import numpy as np
 
-from ..compile_pool import CompileLimits, physical_memory_mb
+from ..compile_options import CompileLimits, physical_memory_mb
 from ..errors import WorkloadError
 from ..executables import exit_code_and_tail, kill_group
 from ..sandbox import landlock_abi

@@ -17,15 +17,15 @@ from pathlib import Path
 
 import numpy as np
 
-from ..compile_pool import CompileLimits
+from ..compile_options import CompileLimits
 from ..compiler import CompileCache, CompileResult, arch_problem, compile_kernel
 from ..errors import KerneloptError, LaunchConfigError
 from ..files import write_atomic
-from ..gpu import DeviceInfo
 from ..launch import DeviceLimits, ResolvedLaunch, resolve
 from ..workload import BufferParam, Case, Workload
 from .calibrate import device_peaks
 from .candidate import Candidate, EvaluateOptions, ProgressFn
+from .device import DeviceInfo
 from .fresh_inputs import SPLIT_MIN_SAMPLES, fresh_checks
 from .harness import HarnessProcess, harness_features
 from .harness_case import CaseJob, DataSet, build_request

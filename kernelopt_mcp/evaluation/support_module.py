@@ -12,8 +12,8 @@ import hashlib
 import tempfile
 from pathlib import Path
 
-from ..compile_pool import CompileLimits
-from ..compiler import compile_kernel
+from ..compile_options import CompileLimits
+from ..compiler import CompileCache, compile_kernel
 from ..errors import KerneloptError
 from ..files import write_atomic
 
@@ -29,11 +29,16 @@ def support_source() -> str:
     return "\n".join(parts)
 
 
-def support_module(arch: str, cache_dir: Path | None = None, *, limits: CompileLimits | None = None) -> Path:
+def support_module(
+    arch: str, cache_dir: Path | None = None, *, limits: CompileLimits | None = None, cache: CompileCache | None = None
+) -> Path:
     """Compile the support kernels for ``arch`` (cached by source hash) and return the CUBIN path.
 
     ``limits`` (default: :class:`CompileLimits`' defaults) says how NVRTC is confined; the
     memory cap is lifted and the deadline raised to at least 300 s, as the tool's own source.
+    ``cache`` (the settings' disk compile cache, keyed by source, options, arch and NVRTC
+    version) keeps the CUBIN across sessions and processes: a new session's ``cache_dir`` (its
+    own temporary directory) is then filled from it instead of by a cold compile of seconds.
 
     Raises:
         KerneloptError: the support kernels do not compile (a bug in kernelopt: report it).
@@ -49,7 +54,7 @@ def support_module(arch: str, cache_dir: Path | None = None, *, limits: CompileL
     # kernels on a loaded machine.
     base = limits or CompileLimits()
     own = dataclasses.replace(base, memory_mb=0, timeout_s=max(base.timeout_s, 300.0))
-    result = compile_kernel(source, arch, ["-std=c++17"], filename="kernelopt_support.cu", limits=own)
+    result = compile_kernel(source, arch, ["-std=c++17"], filename="kernelopt_support.cu", cache=cache, limits=own)
     if not result.ok or not result.cubin:
         raise KerneloptError(f"the harness's support kernels do not compile for {arch}: {result.summary()}")
     write_atomic(path, result.cubin, durable=False)

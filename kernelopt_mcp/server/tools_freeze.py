@@ -16,6 +16,7 @@ from mcp.server.mcpserver import Context, MCPServer
 from mcp_types import CallToolResult, ToolAnnotations
 from pydantic import Field
 
+from .. import app
 from ..compiler import MAX_SOURCE_BYTES
 from ..config import bundled_workloads_dir
 from ..errors import KerneloptError
@@ -25,7 +26,6 @@ from ..freeze import (
     FrozenWorkload,
     ReplayOutput,
     check_oracle,
-    freeze_workload,
     frozen_named,
     frozen_output,
     frozen_workloads,
@@ -95,10 +95,8 @@ def register_freeze_tools(app: MCPServer, service: KerneloptService) -> None:
                 info = None
             frozen: FrozenWorkload = await anyio.to_thread.run_sync(partial(
                 _freeze_within_quota, service, writes, spec, reference_cu, initial_cu, target, oracle=oracle,
-                data_path=service.confine, seed=seed, device=info, arch=arch, ordinal=service.settings.device,
-                compile_cache=service.compile_cache, compile_limits=service.settings.compile_limits(),
-                warmup=service.settings.warmup if warmup is None else warmup,
-                iterations=service.settings.iterations if iterations is None else iterations,
+                data_path=service.confine, seed=seed, device=info, arch=arch, cache=service.compile_cache,
+                warmup=warmup, iterations=iterations,
             ))
             remember(frozen)
             out = frozen_output(frozen)
@@ -147,7 +145,7 @@ def _freeze_within_quota(service: KerneloptService, writes: int, spec: dict[str,
         raise
     try:
         service.quota.remember(target)  # a directory outside the workspace counts from now on
-        return freeze_workload(spec, *args, **kwargs)
+        return app.freeze_workload(service.settings, spec, *args, **kwargs)
     finally:
         service.quota.release(writes)
 

@@ -4,25 +4,9 @@
     space.py       the configuration space and its constraints
     strategies.py  exhaustive, random, tpe (optuna, imported lazily), auto
     cache.py       measured configurations on disk (JSON lines), so nothing is measured twice
-    tuner.py       tune(evaluator, tunable, ...) -> TuneResult
+    tuner.py       tune(session, tunable, ...) -> TuneResult
+    prefetch.py, report.py, output.py: compiling ahead, the tuning run's files, the MCP tool's result
+
+This ``__init__`` imports nothing, so importing the format (``tune.spec``, part of the data layer)
+does not import the tuner and the evaluation under it.
 """
-
-from __future__ import annotations
-
-from .cache import TuneCache
-from .space import Space, config_key
-from .spec import (
-    Tunable,
-    TunableSpec,
-    load_tunable,
-    parse_tunable,
-    workload_tunable_path,
-)
-from .strategies import STRATEGIES, make_strategy
-from .tuner import TrialRow, TuneCounts, TuneResult, summary_line, table_rows, tune
-
-__all__ = [
-    "STRATEGIES", "Space", "TrialRow", "Tunable", "TunableSpec", "TuneCache", "TuneCounts", "TuneResult",
-    "config_key", "load_tunable", "make_strategy", "parse_tunable", "summary_line", "table_rows", "tune",
-    "workload_tunable_path",
-]

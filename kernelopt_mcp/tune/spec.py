@@ -26,7 +26,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from .. import expr
-from ..compiler import check_options
+from ..compile_options import check_options
 from ..errors import ExpressionError, TunableError
 from ..files import read_json, read_text
 from ..launch import DeviceLimits, LaunchConfig, LaunchSpec, device_names

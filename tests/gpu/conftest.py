@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
+from kernelopt_mcp.evaluation.device import DeviceInfo, device_info
 from kernelopt_mcp.evaluation.harness import HarnessProcess
-from kernelopt_mcp.gpu import DeviceInfo, device_info
 
 
 @pytest.fixture(scope="session")

@@ -20,12 +20,12 @@ from kernelopt_mcp.evaluation.calibrate import (
     device_peaks,
     load_calibration,
 )
+from kernelopt_mcp.evaluation.device import DeviceInfo
 from kernelopt_mcp.evaluation.evaluate import case_request
 from kernelopt_mcp.evaluation.harness import HarnessReply
 from kernelopt_mcp.evaluation.protocol import HarnessRequest, TimingRequest
 from kernelopt_mcp.evaluation.roofline import case_cost, case_roofline
 from kernelopt_mcp.evaluation.stats import from_answer
-from kernelopt_mcp.gpu import DeviceInfo
 
 pytestmark = pytest.mark.gpu
 

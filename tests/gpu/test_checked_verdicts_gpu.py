@@ -18,7 +18,7 @@ import pytest
 from gpu_kernels import module_files
 
 from kernelopt_mcp import HarnessProcess
-from kernelopt_mcp.gpu import DeviceInfo
+from kernelopt_mcp.evaluation.device import DeviceInfo
 
 pytestmark = pytest.mark.gpu
 

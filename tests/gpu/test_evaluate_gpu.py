@@ -22,8 +22,8 @@ from kernelopt_mcp import (
 )
 from kernelopt_mcp.config import find_workload
 from kernelopt_mcp.evaluation.candidate import initial_candidate
+from kernelopt_mcp.evaluation.device import DeviceInfo
 from kernelopt_mcp.evaluation.evaluate import evaluate, prepare
-from kernelopt_mcp.gpu import DeviceInfo
 from kernelopt_mcp.launch import LaunchSpec
 
 pytestmark = pytest.mark.gpu

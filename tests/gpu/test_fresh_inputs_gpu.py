@@ -23,10 +23,10 @@ from kernelopt_mcp import Candidate, EvaluateOptions, HarnessProcess, Session, S
 from kernelopt_mcp.config import find_workload
 from kernelopt_mcp.dtypes import DType
 from kernelopt_mcp.evaluation.candidate import initial_candidate
+from kernelopt_mcp.evaluation.device import DeviceInfo
 from kernelopt_mcp.evaluation.evaluate import evaluate, prepare
 from kernelopt_mcp.evaluation.harness import harness_features
 from kernelopt_mcp.evaluation.support_module import support_module
-from kernelopt_mcp.gpu import DeviceInfo
 from kernelopt_mcp.launch import LaunchSpec
 
 pytestmark = pytest.mark.gpu

@@ -15,9 +15,9 @@ import pytest
 from kernelopt_mcp.compiler import compile_kernel
 from kernelopt_mcp.dtypes import DType
 from kernelopt_mcp.evaluation.compare import compare, thresholds
+from kernelopt_mcp.evaluation.device import DeviceInfo
 from kernelopt_mcp.evaluation.harness import HarnessProcess
 from kernelopt_mcp.evaluation.support_module import support_module
-from kernelopt_mcp.gpu import DeviceInfo
 from kernelopt_mcp.workload import DEFAULT_TOLERANCE, EXACT, Tolerance
 
 pytestmark = pytest.mark.gpu

@@ -18,8 +18,8 @@ from kernelopt_mcp import Candidate, EvaluateOptions, HarnessProcess, Session, S
 from kernelopt_mcp.config import find_workload
 from kernelopt_mcp.cuda_headers import find_header_dirs
 from kernelopt_mcp.errors import KerneloptError
+from kernelopt_mcp.evaluation.device import DeviceInfo
 from kernelopt_mcp.evaluation.evaluate import evaluate, prepare
-from kernelopt_mcp.gpu import DeviceInfo
 from kernelopt_mcp.launch import LaunchSpec
 
 pytestmark = pytest.mark.gpu

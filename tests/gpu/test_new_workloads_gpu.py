@@ -30,8 +30,8 @@ from kernelopt_agent.cli import main as agent_main
 from kernelopt_mcp import EvaluateOptions, HarnessProcess, Session, Settings, Status
 from kernelopt_mcp.config import find_workload
 from kernelopt_mcp.evaluation.candidate import initial_candidate
+from kernelopt_mcp.evaluation.device import DeviceInfo
 from kernelopt_mcp.evaluation.evaluate import evaluate, prepare
-from kernelopt_mcp.gpu import DeviceInfo
 
 pytestmark = [pytest.mark.gpu, pytest.mark.timeout(900)]
 

@@ -25,7 +25,7 @@ from kernelopt_mcp import (
 from kernelopt_mcp.cli import main
 from kernelopt_mcp.config import find_workload
 from kernelopt_mcp.evaluation.candidate import initial_candidate
-from kernelopt_mcp.gpu import device_info
+from kernelopt_mcp.evaluation.device import device_info
 from kernelopt_mcp.ncu_report import ProfileSummary
 from kernelopt_mcp.profiler import ProfileOptions, find_ncu, profile_case
 

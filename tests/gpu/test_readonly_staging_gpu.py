@@ -21,8 +21,8 @@ from gpu_kernels import module_files
 from kernelopt_mcp import Candidate, EvaluateOptions, HarnessProcess, Session, Settings, Status
 from kernelopt_mcp.config import find_workload
 from kernelopt_mcp.evaluation.candidate import initial_candidate
+from kernelopt_mcp.evaluation.device import DeviceInfo
 from kernelopt_mcp.evaluation.evaluate import evaluate, prepare
-from kernelopt_mcp.gpu import DeviceInfo
 from kernelopt_mcp.launch import LaunchSpec
 
 pytestmark = pytest.mark.gpu

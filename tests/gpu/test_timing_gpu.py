@@ -17,8 +17,8 @@ import pytest
 from kernelopt_mcp import HarnessProcess, Settings
 from kernelopt_mcp.baselines import find_cublas, run_cublas_sgemm
 from kernelopt_mcp.compiler import compile_kernel
+from kernelopt_mcp.evaluation.device import DeviceInfo
 from kernelopt_mcp.evaluation.support_module import support_module
-from kernelopt_mcp.gpu import DeviceInfo
 
 pytestmark = pytest.mark.gpu
 

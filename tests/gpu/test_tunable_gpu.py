@@ -25,9 +25,9 @@ from kernelopt_mcp import (
     Status,
 )
 from kernelopt_mcp.config import find_workload
+from kernelopt_mcp.evaluation.device import DeviceInfo
 from kernelopt_mcp.evaluation.evaluate import evaluate, prepare
 from kernelopt_mcp.evaluation.outcomes import EvaluationResult
-from kernelopt_mcp.gpu import DeviceInfo
 
 pytestmark = pytest.mark.gpu
 

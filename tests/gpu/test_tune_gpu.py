@@ -20,15 +20,11 @@ import pytest
 from kernelopt_mcp import EvaluateOptions, HarnessProcess, Session, Settings
 from kernelopt_mcp.cli import main
 from kernelopt_mcp.config import find_workload
-from kernelopt_mcp.gpu import device_info
-from kernelopt_mcp.tune import (
-    Space,
-    Tunable,
-    TuneCache,
-    load_tunable,
-    parse_tunable,
-    tune,
-)
+from kernelopt_mcp.evaluation.device import device_info
+from kernelopt_mcp.tune.cache import TuneCache
+from kernelopt_mcp.tune.space import Space
+from kernelopt_mcp.tune.spec import Tunable, load_tunable, parse_tunable
+from kernelopt_mcp.tune.tuner import tune
 from kernelopt_mcp.workload import Workload
 
 pytestmark = pytest.mark.gpu

@@ -7,9 +7,10 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from .errors import DeviceUnavailable, HarnessError
-from .evaluation.harness import ExitCode, run_once
-from .launch import DeviceLimits
+from ..errors import DeviceUnavailable, HarnessError
+from ..launch import DeviceLimits
+from .harness import ExitCode, run_once
+from .protocol import AnswerEnvelope, parse_answer
 
 
 class DeviceInfo(BaseModel):
@@ -77,7 +78,8 @@ def device_info(harness: Path, device: int = 0) -> DeviceInfo:
     """
     code, answer, stderr = run_once(harness, ["--device-info", "--device", str(device)])
     if code == ExitCode.DRIVER_UNAVAILABLE:
-        message = ((answer or {}).get("error") or {}).get("message") or stderr.strip()
+        error = parse_answer(answer, AnswerEnvelope).error if answer else None
+        message = (error.message if error else "") or stderr.strip()
         raise DeviceUnavailable(
             f"no usable CUDA device: {message} (check `nvidia-smi`; compiling needs no GPU: "
             "`kernelopt compile --arch sm_90 FILE`)"
