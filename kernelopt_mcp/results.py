@@ -24,8 +24,10 @@ MAX_MESSAGE_CHARS = 600
 Num = float | str  # a number, or "nan" / "inf" / "-inf" (JSON has no non-finite numbers)
 
 
-def _num(x: float | None) -> Num | None:
-    if x is None or math.isfinite(x):
+def _num(x: Num | None) -> Num | None:
+    """A float as JSON can carry it; what is already a string (a view validated again, as the MCP
+    SDK does with a tool's structured result) stays as it is."""
+    if x is None or isinstance(x, str) or math.isfinite(x):
         return x
     return "nan" if math.isnan(x) else ("inf" if x > 0 else "-inf")
 

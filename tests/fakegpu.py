@@ -106,6 +106,8 @@ for line in sys.stdin:
     c = (a + b).astype("<f4")
     if b"KO_FAKE_WRONG" in module and c.size:
         c[c.size // 2] += 1.0
+    if b"KO_FAKE_NAN" in module:  # writes nothing: the output keeps the harness's NaN poison
+        c[:] = np.nan
     c.tofile(bufs["c"]["output"])
     # KO_FAKE_RACE: the determinism re-run differs; KO_FAKE_CACHE: the check launch on hidden inputs is wrong
     # (both need KO_FAKE_FEATURES to name determinism / timed_inputs, so the evaluator asks for them)

@@ -43,3 +43,14 @@ def test_timing_takes_the_statistics_and_names_convergence_converged() -> None:
     view = Timing.model_validate(stats)
     assert (view.median_ms, view.warmup, view.iterations, view.samples) == (stats.median_ms, 3, 20, 20)
     assert view.converged is True and "adaptive_converged" not in view.model_dump()
+
+
+def test_a_view_validates_again_from_its_own_json() -> None:
+    """The MCP SDK validates a tool's structured result against its output model once more: a
+    view's own dump (non-finite numbers already strings) must validate to the same view."""
+    import numpy as np
+
+    expected = np.arange(16, dtype=np.float64)
+    view = OutputCheck.model_validate(compare("c", expected, np.full(16, np.nan), Tolerance(rtol=1e-3, atol=1e-3)))
+    again = OutputCheck.model_validate(view.model_dump())
+    assert again == view and again.max_abs_error == "inf"
