@@ -67,8 +67,10 @@ CV_LONG, CV_SHORT = 0.01, 0.03
 AGREEMENT = 0.03
 # Target from issue 14: the new checks cost at most 10% more per-candidate overhead
 CHECKS_RATIO = 1.10
-# Target from issue 17: a session's one-time preparation (harness start, inputs, expected outputs)
+# Targets from issue 17: a session's one-time preparation (harness start, inputs, expected outputs),
+# and the warm per-candidate overhead (issue 6 asked for 50 ms; issue 17 for under 25 ms)
 PREPARE_MS = 2000.0
+WARM_OVERHEAD_17_MS = 25.0
 
 
 # --- 1. per-candidate overhead ----------------------------------------------------------------
@@ -81,7 +83,8 @@ def overhead(bench: Bench, workload: str = "softmax", cases: list[str] | None = 
     wl = bench.workload(workload, cases)
     sec = Section(
         "overhead", f"per-candidate overhead, {workload} ({len(wl.spec.cases)} cases, CUDA reference kernel)",
-        f"warm <= {WARM_OVERHEAD_MS:.0f} ms and <= {BASELINE_RATIO:g} x the baseline",
+        f"warm < {WARM_OVERHEAD_17_MS:.0f} ms (issue 17; issue 6: <= {WARM_OVERHEAD_MS:.0f} ms) and <= "
+        f"{BASELINE_RATIO:g} x the baseline",
         ["mode", "wall ms", "kernel ms", "overhead ms (median)", "overhead min", "overhead max", "vs baseline"],
     )
     base = reference(wl)
@@ -110,7 +113,12 @@ def overhead(bench: Bench, workload: str = "softmax", cases: list[str] | None = 
             "overhead min": min(over), "overhead max": max(over), "vs baseline": statistics.median(over) / base_over if base_over else None,
         })
     warm_over = statistics.median(o for _, _, o in warm)
-    sec.passed = warm_over <= WARM_OVERHEAD_MS and warm_over <= BASELINE_RATIO * base_over
+    sec.passed = warm_over < WARM_OVERHEAD_17_MS and warm_over <= BASELINE_RATIO * base_over
+    sec.notes.append(
+        f"warm overhead {warm_over:.1f} ms: issue 6's <= {WARM_OVERHEAD_MS:.0f} ms "
+        f"{'met' if warm_over <= WARM_OVERHEAD_MS else 'NOT met'}, issue 17's < {WARM_OVERHEAD_17_MS:.0f} ms "
+        f"{'met' if warm_over < WARM_OVERHEAD_17_MS else 'NOT met'}"
+    )
     sec.notes.append(f"once per run, not per candidate: harness start + inputs + expected outputs {prepare_ms:.0f} ms "
                      f"({preparation_text(ev.prepare_ms)})")
     sec.notes.append(f"{trials} trials each; kernel time = measured + warm-up + validation launches "
