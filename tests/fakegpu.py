@@ -63,6 +63,7 @@ if sys.argv[1:2] == ["--device-info"]:
          "warp_size": 32, "max_block_dim": [1024, 1024, 64], "max_grid_dim": [2147483647, 65535, 65535],
          "driver_version": 13000, "driver_version_str": "580.00", "peak_memory_bandwidth_bytes_per_s": 4.9e12})
     sys.exit(0)
+kept = {}  # device_expected: key -> the values a reference run kept (lost with the process)
 for line in sys.stdin:
     req = json.loads(line)
     module = open(req["module"], "rb").read()
@@ -102,13 +103,43 @@ for line in sys.stdin:
         v = rng.uniform(d["low"], d["high"], n) if d["kind"] == "uniform" else rng.normal(d["mean"], d["std"], n)
         return v.astype("<f4")
 
+    names = [x[f][5:] for x in bufs.values() for f in ("expected", "timed_expected")
+             if str(x.get(f, "")).startswith("kept:")]
+    if (names or any("keep_expected" in x for x in bufs.values())) and "device_expected" not in FEATURES:
+        say({"protocol": 1, "status": "error", "cases": [], "error": {"kind": "bad_request",
+             "message": "cases[0].args: keep_expected / kept: need the device_expected feature"}})
+        continue
+    if [k for k in names if k not in kept]:
+        say({"protocol": 2, "status": "error", "cases": [], "error": {"kind": "expected_missing",
+             "message": "no kept expected values under these keys", "missing": [k for k in names if k not in kept]}})
+        continue
     a, b = load(bufs["a"]), load(bufs["b"])
     c = (a + b).astype("<f4")
     if b"KO_FAKE_WRONG" in module and c.size:
         c[c.size // 2] += 1.0
     if b"KO_FAKE_NAN" in module:  # writes nothing: the output keeps the harness's NaN poison
         c[:] = np.nan
-    c.tofile(bufs["c"]["output"])
+    out = bufs["c"]
+    if out.get("keep_expected"):  # the reference's run: keep c under the key, report what tolerances need
+        fin = c[np.isfinite(c)].astype(np.float64)
+        kept[out["keep_expected"]] = c.copy()
+        result["kept"] = [{"buffer": "c", "key": out["keep_expected"], "elements": int(c.size), "finite": int(fin.size),
+                           "sum_sq": float(np.dot(fin, fin)), "bytes": int(c.size) * 4}]
+    if str(out.get("expected", "")).startswith("kept:"):  # ko_compare_ref on the device
+        e, th = kept[out["expected"][5:]].astype(np.float64), out["compare"]
+        diff = np.abs(c.astype(np.float64) - e)
+        bad = ~(diff <= th["abs_tol"] + th["rtol"] * np.abs(e))
+        fin = np.isfinite(diff)
+        result.setdefault("compares", []).append({
+            "buffer": "c", "launch": "validation", "elements": int(c.size), "mismatches": int(bad.sum()),
+            "nonfinite": int((~np.isfinite(c)).sum()), "max_abs_error": float(diff[fin].max(initial=0.0)),
+            "max_rel_error": float((diff[fin] / np.maximum(np.abs(e[fin]), th["rel_floor"])).max(initial=0.0)),
+            "err_sq": float(np.dot(diff[fin], diff[fin])), "first_mismatch": int(np.argmax(bad)) if bad.any() else None,
+            "output_written": bool(bad.any())})
+        if bad.any() or out.get("write_output"):
+            c.tofile(out["output"])
+    elif not out.get("keep_expected") or out.get("write_output"):
+        c.tofile(out["output"])
     # KO_FAKE_RACE: the determinism re-run differs; KO_FAKE_CACHE: the check launch on hidden inputs is wrong
     # (both need KO_FAKE_FEATURES to name determinism / timed_inputs, so the evaluator asks for them)
     bad = {"elements": int(c.size), "mismatches": 7, "nonfinite": 0, "max_abs_error": 1.0, "max_rel_error": 1.0,

@@ -75,6 +75,9 @@ def prepare(session: Session, *, time_reference: bool = True, oracle_on_all_case
     if s.uses("input_draw"):
         s.device_cases = reference_only
     s.native_expected = reference_only if s.uses("expected_dtype") else frozenset()
+    # the reference's outputs stay on the device as those cases' expected values: never written,
+    # read or stored again on the host (the harness reports the RMS the tolerances need)
+    s.device_kept = s.native_expected if s.uses("device_expected") else frozenset()
     s.progress("generating inputs", 0, 1)
     s.data = DataSet("validation", s.seed, materialize(wl, s.seed, s.workdir / "inputs", on_device=s.device_cases))
     s.inputs_from = _inputs_from(s.data, len(wl.spec.cases))
@@ -203,6 +206,7 @@ def _run_reference(s: Session, time_reference: bool, checked: bool) -> None:
     if launch is None or source is None:
         raise WorkloadError(f"workload {wl.name!r}: reference.cu needs a reference launch in workload.json")
     ref = Candidate(source, launch, wl.spec.reference.compile_options, "reference")
+    s.reference = ref
     kept: dict[str, dict[str, np.ndarray]] = {}
     result = run_candidate(s, ref, s.options, benchmark=time_reference, keep=kept, check=checked)
     if result.ok and s.timed is not None:

@@ -43,6 +43,16 @@ MAX_STDERR_BYTES = 64 * 1024
 DROPPED_MARKER = "[... {} bytes dropped]"
 
 
+class ExpectedMissing(HarnessError):
+    """The request named expected values kept on the device (``kept:KEY``) that the harness no
+    longer holds: a new process (the last one ended with a fault), or the cache evicted them.
+    The CUDA reference's run with ``keep_expected`` puts them back."""
+
+    def __init__(self, message: str, keys: list[str]) -> None:
+        super().__init__(message)
+        self.keys = keys
+
+
 class ExitCode(IntEnum):
     """The harness's documented exit codes (native_harness/PROTOCOL.md)."""
 
@@ -365,6 +375,8 @@ def raise_for_request_error(answer: AnswerEnvelope | None, exit_code: int | None
             f"no usable CUDA device: {message or 'the harness could not load the driver'} "
             "(check `nvidia-smi`)"
         )
+    if kind == "expected_missing":
+        raise ExpectedMissing(f"the harness no longer holds expected values: {message}", list(error.missing) if error else [])
     if exit_code == ExitCode.BAD_REQUEST or kind == "bad_request":
         raise HarnessError(f"the harness refused the request: {message}")
     if exit_code == ExitCode.IO_ERROR or kind == "io_error":

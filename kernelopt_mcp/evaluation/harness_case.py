@@ -8,6 +8,7 @@ a :class:`CaseResult`.
 
 from __future__ import annotations
 
+import hashlib
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -21,7 +22,7 @@ from ..errors import HarnessError
 from ..files import write_atomic
 from ..launch import ResolvedLaunch
 from ..workload import BufferParam, Case, Workload
-from .compare import Thresholds, compare, from_device, thresholds
+from .compare import Thresholds, compare, from_device, thresholds, thresholds_from
 from .fresh_inputs import consistency_problem, split_problem
 from .harness import ExitCode, HarnessReply, raise_for_request_error
 from .inputs import CaseInputs
@@ -36,6 +37,7 @@ from .protocol import (
     DeterminismEntry,
     FreshSpec,
     HarnessAnswer,
+    KeptEntry,
     LaunchRequest,
     RequestError,
     RunRequest,
@@ -51,12 +53,20 @@ Compares = dict[tuple[str, str], CompareEntry]  # (buffer, launch) -> the device
 
 @dataclass
 class ExpectedRef:
-    """An expected output stored for the harness's device-side comparison: float64, or (a CUDA
-    reference's outputs, with the harness's ``expected_dtype``) the output's own dtype."""
+    """An expected output for the harness's device-side comparison: a file of float64 values, or
+    (a CUDA reference's outputs, with the harness's ``expected_dtype``) of the output's own dtype;
+    or (``kept``, feature ``device_expected``) the reference's output the harness keeps on the
+    device under that key, never on the host."""
 
-    path: Path
+    path: Path | None
     thresholds: Thresholds
     dtype: str = "float64"
+    kept: str | None = None
+
+    @property
+    def location(self) -> str:
+        """What a request's ``expected`` / ``timed_expected`` says."""
+        return f"kept:{self.kept}" if self.kept else str(self.path)
 
     @property
     def scale(self) -> float:
@@ -76,6 +86,26 @@ class DataSet:
     inputs: dict[str, CaseInputs]
     expected: dict[str, dict[str, np.ndarray]] = field(default_factory=dict)
     refs: dict[str, dict[str, ExpectedRef]] = field(default_factory=dict)
+
+    def kept_key(self, workload: Workload, case: str, buffer: str) -> str:
+        """The device key of the expected values of ``buffer`` in ``case`` of this data set: unique
+        to the data set's seed, so sessions sharing one harness never meet each other's."""
+        digest = hashlib.sha256(f"{workload.name}\0{case}\0{buffer}".encode()).hexdigest()[:20]
+        return f"{self.name}.{self.seed:x}.{digest}"
+
+    def keep_on_device(self, workload: Workload, case: str, kept: list[KeptEntry]) -> None:
+        """Record the outputs the harness kept on the device for ``case`` as its expected values,
+        with the tolerances built on the figures it reported."""
+        dtypes = {p.name: p.dtype for p in workload.signature.outputs}
+        for entry in kept:
+            th = thresholds_from(float(entry.sum_sq), entry.finite, workload.spec.tolerance_for(entry.buffer))
+            self.refs.setdefault(case, {})[entry.buffer] = ExpectedRef(
+                None, th, dtypes[entry.buffer].value, kept=entry.key,
+            )
+
+    def kept_cases(self) -> set[str]:
+        """The cases whose expected values live on the device only."""
+        return {case for case, refs in self.refs.items() if any(r.kept for r in refs.values())}
 
     def store_expected(self, workload: Workload, directory: Path, *, native: frozenset[str] = frozenset()) -> None:
         """Write every expected output not yet written for the device comparison: as float64, or
@@ -126,6 +156,8 @@ class CaseJob:
     dump_dir: Path | None = None  # no CUDA reference: the checked launches' files, checked with the oracle
     oracle_limits: OracleLimits | None = None  # how that oracle runs (the session's confinement setting)
     consistency: bool = False  # judge check_launch_ms / confirm_launch_ms against the median
+    # the CUDA reference defining expected values: output -> the key the harness keeps them under
+    keep_on_device: dict[str, str] = field(default_factory=dict)
 
 
 def build_request(
@@ -209,13 +241,16 @@ def _buffer_arg(
             arg.dtype = p.dtype.value
             arg.compare = _thresholds(basis, workload.spec.tolerance_for(p.name).rtol)
         if ref:
-            arg.expected = str(ref.path)
+            arg.expected = ref.location
             if job.keep_outputs:
                 arg.write_output = True
         if (ref or timed_ref) and basis is not None and basis.dtype != "float64":
             arg.expected_dtype = basis.dtype  # one field for both files: prepare stores them alike
         if timed_ref:
-            arg.timed_expected = str(timed_ref.path)
+            arg.timed_expected = timed_ref.location
+        if p.name in job.keep_on_device and ref is None:
+            arg.dtype = p.dtype.value
+            arg.keep_expected = job.keep_on_device[p.name]
         if job.checked and job.check_launch and arg.compare is None:
             # the checked launches compare with the reference's outputs on the tolerances
             # of the validation's expected values (the same distribution of inputs)
@@ -302,6 +337,8 @@ def interpret(
             problem = consistency_problem(cr.timing, cr.timing.check_launch_ms, cr.confirm_launch_ms)
             if problem:
                 cr.status, cr.message = Status.inconsistent_timing, problem
+    if ca.kept and cr.status is Status.ok:  # the reference's outputs, now this case's expected values
+        job.data.keep_on_device(workload, case.name, ca.kept)
     return cr, outputs if job.keep_outputs else None
 
 
@@ -347,7 +384,7 @@ def _read_outputs(job: CaseJob, workload: Workload, *, required: bool) -> dict[s
         try:
             data = path.read_bytes()
         except FileNotFoundError:
-            if not required:
+            if not required or p.name in job.keep_on_device:
                 continue
             raise HarnessError(f"the harness wrote no output {path}") from None
         except OSError as exc:
@@ -363,16 +400,18 @@ def _check_outputs(
     device: Compares, outputs: dict[str, np.ndarray],
 ) -> None:
     """Compare the validation launch's outputs (on the device's figures when it compared)."""
-    expected = job.data.expected.get(job.case.name)
-    if expected is None or not job.check:
-        return
+    expected = job.data.expected.get(job.case.name, {})
     refs = job.data.refs.get(job.case.name, {})
+    if not (expected or refs) or not job.check:
+        return
     for p in workload.signature.outputs:
         tol = workload.spec.tolerance_for(p.name)
         stats, ref = device.get((p.name, "validation")), refs.get(p.name)
-        if stats is not None and ref is not None and stats.mismatches == 0:
+        if stats is not None and ref is not None and (stats.mismatches == 0 or p.name not in expected):
+            # the device's figures; values kept on the device have no host copy for the first
+            # mismatching elements (the count, maxima and L2 error are the device's)
             cr.outputs.append(from_device(p.name, stats, scale=ref.scale, norm=ref.norm, tol=tol))
-        elif p.name in outputs:
+        elif p.name in outputs and p.name in expected:
             cr.outputs.append(compare(p.name, expected[p.name], outputs[p.name], tol))
         else:
             raise HarnessError(f"case {job.case.name!r}: output {p.name!r} was neither compared nor written")

@@ -23,7 +23,7 @@ __all__ = [
     "AdaptiveAnswer", "AdaptiveRequest", "AnswerEnvelope", "BaselineAnswer", "BaselineRequest",
     "BaselineTiming", "BufferArg", "CaseAnswer", "CaseError", "CaseRequest", "CompareEntry",
     "CompareThresholds", "DeterminismEntry", "DeviceAnswer", "FreshSpec", "FunctionAnswer",
-    "GuardViolation", "HarnessAnswer", "HarnessRequest", "InputCacheAnswer", "InputDraw", "LaunchRequest",
+    "GuardViolation", "HarnessAnswer", "HarnessRequest", "InputCacheAnswer", "InputDraw", "KeptEntry", "LaunchRequest",
     "ModifiedInput", "RequestError", "RunRequest", "ScalarArg", "StagingAnswer", "TimedCheck",
     "TimedDump", "TimingAnswer", "TimingRequest", "VersionAnswer", "parse_answer", "request_json",
 ]
@@ -101,6 +101,7 @@ class BufferArg(_Request):
     expected_dtype: str | None = None
     write_output: bool | None = None
     timed_expected: str | None = None
+    keep_expected: str | None = None
     init: Literal["poison", "zero"] | None = None
     poison_byte: int | None = None
 
@@ -211,6 +212,7 @@ class RequestError(_Answer):
     cuda_error: str | None = None
     code: int | None = None
     log: str | None = None
+    missing: list[str] = Field(default_factory=list)
 
 
 class CaseError(_Answer):
@@ -251,6 +253,18 @@ class CompareEntry(_Answer):
     first_mismatch: int | None = None
     output_written: bool | None = None
     compare_ms: float | None = None
+
+
+class KeptEntry(_Answer):
+    """A buffer the harness kept on the device as expected values (``keep_expected``): its key
+    and what the tolerances need (the sum of squares and count of its finite values)."""
+
+    buffer: str
+    key: str
+    elements: int
+    finite: int
+    sum_sq: Number
+    bytes: int | None = None
 
 
 class DeterminismEntry(_Answer):
@@ -328,6 +342,7 @@ class CaseAnswer(_Answer):
     determinism: list[DeterminismEntry] = Field(default_factory=list)
     timed_checks: list[TimedCheck] = Field(default_factory=list)
     timed_dumps: list[TimedDump] = Field(default_factory=list)
+    kept: list[KeptEntry] = Field(default_factory=list)
 
 
 class DeviceAnswer(_Answer):

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..errors import LaunchConfigError
+from ..errors import HarnessError, LaunchConfigError
 from ..files import write_atomic
 from ..launch import ResolvedLaunch
 from ..workload import Case
@@ -30,6 +30,7 @@ from .fresh_inputs import (
     pick_fresh_launches,
     request_seed,
 )
+from .harness import ExpectedMissing
 from .harness_case import CaseJob, DataSet, interpret
 from .inputs import hidden_seed_checks
 from .oracle import OracleLimits
@@ -133,9 +134,10 @@ def _run_cases(
             case, resolved[case.name], data, s.out_dir(tag, case),
             repeat=keep is None and s.uses("determinism", options),
             device_compare=check and s.uses("device_compare", options), keep_outputs=keep is not None, check=check,
+            keep_on_device=s.kept_keys(data, case) if keep is not None else {},
         )
         cr, outputs = _submit(s, job, module, tag, options)
-        if keep is not None and outputs is not None and cr.status is Status.ok:
+        if keep is not None and outputs and cr.status is Status.ok:
             keep[case.name] = outputs
         results.append(cr)
         if cr.status in (Status.runtime_error, Status.timeout):
@@ -270,9 +272,35 @@ def _submit(
     timeout = s.timeout_s(job.case, job.timing is not None, options)
     start = time.perf_counter()
     reply = s.harness.request(request, timeout)
-    cr, outputs = interpret(job, reply, s.workload, timeout)
+    try:
+        cr, outputs = interpret(job, reply, s.workload, timeout)
+    except ExpectedMissing as missing:
+        # a new harness process (the last one ended with a fault) or an eviction: the expected
+        # values kept on the device are gone; the CUDA reference makes them again, once
+        _keep_again(s, job, set(missing.keys))
+        reply = s.harness.request(s.request(job, module, options), timeout)
+        cr, outputs = interpret(job, reply, s.workload, timeout)
     cr.wall_ms = _since(start)
     return cr, outputs
+
+
+def _keep_again(s: Session, job: CaseJob, missing: set[str]) -> None:
+    """Run the CUDA reference on ``job``'s case again, keeping its outputs on the device as the
+    expected values of the data sets (validation, hidden) whose keys are ``missing`` (all that
+    the job compares against when the harness named none)."""
+    if s.reference is None:
+        raise HarnessError("internal error: expected values kept on the device, but no CUDA reference to remake them")
+    for data in (job.data, job.timed):
+        keys = {r.kept for r in data.refs.get(job.case.name, {}).values() if r.kept} if data else set()
+        if data is None or not keys or (missing and not keys & missing):
+            continue
+        again = run_candidate(s, s.reference, s.options, benchmark=False, keep={}, check=False, data=data,
+                              cases=[job.case])
+        if not again.ok:
+            raise HarnessError(
+                f"the CUDA reference failed when run again to remake the expected values of {job.case.name!r} "
+                f"({again.status}: {again.message})"
+            )
 
 
 def _checks_that_ran(s: Session, result: EvaluationResult, options: EvaluateOptions) -> list[str]:

@@ -99,11 +99,14 @@ class Session:
         self.device_cases: frozenset[str] = frozenset()
         # ... and whose expected values are stored in the output's dtype, as the reference wrote them
         self.native_expected: frozenset[str] = frozenset()
+        # ... and whose expected values the harness keeps on the device (feature device_expected)
+        self.device_kept: frozenset[str] = frozenset()
         self.timed: DataSet | None = None  # from a second seed that is never reported
         self.expected_from = ""
         self.inputs_from = ""  # what a result says of where its inputs were made (evaluate.prepare)
         self.reference_medians: dict[str, float] = {}
         self.reference_result: EvaluationResult | None = None
+        self.reference: Candidate | None = None  # the CUDA reference, once it has run
         self.support: Path | None = None
         # the validated CUDA reference that checks candidates' timed launches, and its launches
         self.check_module: Path | None = None
@@ -139,6 +142,7 @@ class Session:
             "checked_dump": o.oracle_checked_launches > 0,
             "input_draw": o.device_inputs,
             "expected_dtype": o.device_inputs,
+            "device_expected": o.device_inputs and "input_cache" in self.features,
         }.get(feature, True)
         return wanted and feature in self.features
 
@@ -273,6 +277,13 @@ class Session:
             input_cache="input_cache" in self.features,
             check_module=self.check_module,
         )
+
+    def kept_keys(self, data: DataSet, case: Case) -> dict[str, str]:
+        """For the CUDA reference's run on ``case`` of ``data``: output -> the key under which the
+        harness keeps it on the device as the expected values (empty: written to files)."""
+        if case.name not in self.device_kept:
+            return {}
+        return {p.name: data.kept_key(self.workload, case.name, p.name) for p in self.workload.signature.outputs}
 
     def timeout_s(self, case: Case, timing: bool, options: EvaluateOptions | None = None) -> float:
         """The deadline of one request: the base timeout, plus the timed launches' share."""
