@@ -148,7 +148,7 @@ def open_session(
     session that only builds requests (replay files); ``arch`` overrides the settings' target.
     """
     return Session(
-        workload, harness, device, workdir=workdir, seed=seed,  # type: ignore[arg-type]  # RequestsOnly sends nothing
+        workload, harness, device, workdir=workdir, seed=seed,
         options=options or evaluate_options(settings), arch=arch or settings.arch, compile_cache=cache,
         compile_limits=settings.compile_limits(), progress=progress,
         peaks=peaks_for(device, settings.cache_root()) if device is not None else None,
@@ -189,7 +189,7 @@ def evaluate_kernel(
     if sanitizer is None or not result.ok:
         return CheckedEvaluation(result=result)
     session.progress("running compute-sanitizer memcheck, racecheck, initcheck on the correctness cases", 0, 1)
-    binary = Path(session.harness.binary)
+    binary = session.harness_binary()
     workdir = sanitizer_dir or Path(tempfile.mkdtemp(prefix="sanitizer-", dir=session.workdir))
     try:
         reports = sanitize_candidate(session, candidate, sanitizer, binary, workdir, cancelled=cancelled)
@@ -214,7 +214,7 @@ def profile_kernel(
 ) -> ProfileSummary:
     """One case of ``candidate`` under Nsight Compute, on the session's inputs."""
     return profile_case(
-        session, candidate, case, out_dir, options, harness=Path(session.harness.binary), progress=progress,
+        session, candidate, case, out_dir, options, harness=session.harness_binary(), progress=progress,
         cancelled=cancelled,
     )
 

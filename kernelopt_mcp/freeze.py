@@ -63,6 +63,8 @@ class FreezeError(KerneloptError, ValueError):
 class RequestsOnly:
     """Stands in for the harness where requests are only written (replay files), never sent."""
 
+    binary: Path | None = None  # nothing to run
+
     def __init__(self, device: int) -> None:
         self.device = device
 

@@ -322,11 +322,10 @@ class KerneloptService:
         )
 
         def job(dev: DeviceSlot, progress: ProgressFn) -> CheckedEvaluation:
-            session = self._session(wl, info, dev, progress)
-            harness = session.harness
+            session, harness = self._session(wl, info, dev, progress), dev.harness
             return app.evaluate_kernel(
                 session, candidate, timing, benchmark=benchmark, sanitizer=sanitizer,
-                cancelled=lambda: harness.cancelled,
+                cancelled=lambda: harness is not None and harness.cancelled,
             )
 
         checked = await self.gpu_job(job, notify)
@@ -410,11 +409,10 @@ class KerneloptService:
         self, wl: Workload, info: DeviceInfo, candidate: Candidate, case: str, options: ProfileOptions,
         out_dir: Path, dev: DeviceSlot, progress: ProgressFn,
     ) -> ProfileSummary:
-        session = self._session(wl, info, dev, progress)
-        harness = session.harness
+        session, harness = self._session(wl, info, dev, progress), dev.harness
         return app.profile_kernel(
             session, candidate, case, out_dir, options, progress=lambda message: progress(message, 0, 1),
-            cancelled=lambda: harness.cancelled,
+            cancelled=lambda: harness is not None and harness.cancelled,
         )
 
     async def autotune(

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from enum import IntEnum
 from functools import lru_cache
 from pathlib import Path
-from typing import Any, Self
+from typing import Any, Protocol, Self
 
 from ..errors import DeviceUnavailable, HarnessCancelled, HarnessError
 from ..executables import find_executable, kill_group
@@ -41,6 +41,20 @@ from .protocol import (
 HARNESS_NAME = "kernelopt-harness"
 MAX_STDERR_BYTES = 64 * 1024
 DROPPED_MARKER = "[... {} bytes dropped]"
+
+
+class RequestSender(Protocol):
+    """What a :class:`~kernelopt_mcp.evaluation.session.Session` needs of its harness: a
+    :class:`HarnessProcess`, or :class:`kernelopt_mcp.freeze.RequestsOnly` (a session that only
+    writes requests, for replay files; no binary)."""
+
+    @property
+    def device(self) -> int: ...
+
+    @property
+    def binary(self) -> Path | None: ...
+
+    def request(self, payload: HarnessRequest | Mapping[str, Any], timeout_s: float) -> HarnessReply: ...
 
 
 class ExpectedMissing(HarnessError):

@@ -19,7 +19,7 @@ import numpy as np
 
 from ..compile_options import CompileLimits
 from ..compiler import CompileCache, CompileResult, arch_problem, compile_kernel
-from ..errors import KerneloptError, LaunchConfigError
+from ..errors import HarnessError, KerneloptError, LaunchConfigError
 from ..files import write_atomic
 from ..launch import DeviceLimits, ResolvedLaunch, resolve
 from ..workload import BufferParam, Case, Workload
@@ -27,7 +27,7 @@ from .calibrate import device_peaks
 from .candidate import Candidate, EvaluateOptions, ProgressFn
 from .device import DeviceInfo
 from .fresh_inputs import SPLIT_MIN_SAMPLES, fresh_checks
-from .harness import HarnessProcess, harness_features
+from .harness import RequestSender, harness_features
 from .harness_case import CaseJob, DataSet, build_request
 from .inputs import CaseInputs, fresh_seed, hidden_seed_checks
 from .outcomes import EvaluationResult
@@ -62,7 +62,7 @@ class Session:
     def __init__(
         self,
         workload: Workload,
-        harness: HarnessProcess,
+        harness: RequestSender,
         device: DeviceInfo | None,
         *,
         workdir: Path | None = None,
@@ -92,8 +92,7 @@ class Session:
         # roofline figures and the impossible-time check (theoretical peaks unless calibrated ones are given)
         self.peaks = peaks or (device_peaks(device, None) if device else None)
         self.progress: ProgressFn = progress or _no_progress
-        binary = getattr(harness, "binary", None)
-        self.features: frozenset[str] = harness_features(Path(binary)) if binary else frozenset()
+        self.features: frozenset[str] = harness_features(Path(harness.binary)) if harness.binary else frozenset()
         self.data = DataSet("validation", self.seed, {})
         # performance cases whose inputs the harness draws on the device (evaluate.prepare)
         self.device_cases: frozenset[str] = frozenset()
@@ -277,6 +276,12 @@ class Session:
             input_cache="input_cache" in self.features,
             check_module=self.check_module,
         )
+
+    def harness_binary(self) -> Path:
+        """The harness executable (for the sanitizer and the profiler, which start their own)."""
+        if self.harness.binary is None:
+            raise HarnessError("this session only writes harness requests (a frozen workload's builder): nothing to run")
+        return Path(self.harness.binary)
 
     def kept_keys(self, data: DataSet, case: Case) -> dict[str, str]:
         """For the CUDA reference's run on ``case`` of ``data``: output -> the key under which the

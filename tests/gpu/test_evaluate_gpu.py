@@ -140,10 +140,12 @@ def test_illegal_address_is_runtime_error_and_the_next_evaluation_works(vector_a
     case = next(c for c in r.cases if c.status is Status.runtime_error)
     assert case.error is not None and case.error.cuda_error == "CUDA_ERROR_ILLEGAL_ADDRESS"
     assert any(c.status is Status.skipped for c in r.cases)
-    restarts = vector_add.harness.restarts
+    proc = vector_add.harness
+    assert isinstance(proc, HarnessProcess)
+    restarts = proc.restarts
     ok = evaluate(vector_add, initial_candidate(vector_add.workload))
     assert ok.status is Status.ok, ok.message
-    assert vector_add.harness.restarts == restarts + 1
+    assert proc.restarts == restarts + 1
 
 
 def test_trap_is_runtime_error(vector_add: Session) -> None:
