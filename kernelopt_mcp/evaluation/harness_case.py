@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import math
+import secrets
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -86,12 +87,14 @@ class DataSet:
     inputs: dict[str, CaseInputs]
     expected: dict[str, dict[str, np.ndarray]] = field(default_factory=dict)
     refs: dict[str, dict[str, ExpectedRef]] = field(default_factory=dict)
+    nonce: str = field(default_factory=lambda: secrets.token_hex(8))  # names its values kept on the device
 
     def kept_key(self, workload: Workload, case: str, buffer: str) -> str:
         """The device key of the expected values of ``buffer`` in ``case`` of this data set: unique
-        to the data set's seed, so sessions sharing one harness never meet each other's."""
+        to this data set (its random ``nonce``, never its seed, which requests must not carry), so
+        sessions sharing one harness never meet each other's."""
         digest = hashlib.sha256(f"{workload.name}\0{case}\0{buffer}".encode()).hexdigest()[:20]
-        return f"{self.name}.{self.seed:x}.{digest}"
+        return f"{self.name}.{self.nonce}.{digest}"
 
     def keep_on_device(self, workload: Workload, case: str, kept: list[KeptEntry]) -> None:
         """Record the outputs the harness kept on the device for ``case`` as its expected values,

@@ -122,7 +122,8 @@ class Session:
 
     @property
     def expected(self) -> dict[str, dict[str, np.ndarray]]:
-        """The expected outputs of every case with one (validation inputs)."""
+        """The expected outputs held on the host (validation inputs): every case with one, less
+        those the harness keeps on the device (:attr:`device_kept`)."""
         return self.data.expected
 
     # --- which checks run ----------------------------------------------------------------
