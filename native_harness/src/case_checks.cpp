@@ -116,11 +116,12 @@ void CaseRunner::write_output(DeviceArg& d) {
 }
 
 // After validation: every output without expected values (the comparison decided for the
-// others).
+// others); one kept as expected values (keep_expected) only with write_output.
 void CaseRunner::write_outputs() {
   for (auto& d : st_.buffers) {
     const auto& b = d.spec->buffer;
     if (b.role == BufferRole::in || !b.expected.empty()) continue;
+    if (!b.keep_expected.empty() && !b.write_output) continue;
     write_output(d);
   }
 }

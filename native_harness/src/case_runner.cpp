@@ -5,6 +5,7 @@
 #include <cstring>
 #include <limits>
 #include <set>
+#include <stdexcept>
 
 #include "draw_key.hpp"
 #include "errors.hpp"
@@ -46,6 +47,12 @@ json staged_addresses(const CaseState& st) {
                         {"address", static_cast<std::uint64_t>(src->device->get())},
                         {"bytes", src->device->size()}});
     }
+    if (d.kept) {
+      staged.push_back({{"buffer", d.spec->name},
+                        {"source", "kept"},
+                        {"address", static_cast<std::uint64_t>(d.kept->get())},
+                        {"bytes", d.kept->size()}});
+    }
     // the reference's staged copy of an input that is never redrawn (setup_reference)
     if (d.ref.get() != 0 && d.spec->buffer.role == BufferRole::in && !d.spec->buffer.fresh) {
       staged.push_back({{"buffer", d.spec->name},
@@ -70,6 +77,7 @@ bool CaseRunner::run(json& cases) {
   result["timing"] = nullptr;
   if (spec_.has_compare()) result["compares"] = json::array();
   if (spec_.repeat_validation) result["determinism"] = json::array();
+  if (spec_.has_keep_expected()) result["kept"] = json::array();
 
   Phase phase = Phase::setup;
   try {
@@ -85,6 +93,7 @@ bool CaseRunner::run(json& cases) {
     check_guards(result);
     check_inputs(result, false);
     set_status(result);
+    if (result["status"] == "ok" && spec_.has_keep_expected()) keep_outputs(result);
     if (result["status"] == "ok" && spec_.repeat_validation) run_repeat(result);
     if (result["status"] == "ok" && spec_.timing) {
       const bool flush = req_.flush_l2 && s_.can_flush_l2();
@@ -172,6 +181,19 @@ Source CaseRunner::stage(const std::string& path, std::uint64_t bytes, bool need
   return src;
 }
 
+Source CaseRunner::expected_source(const std::string& value, std::uint64_t bytes) {
+  if (!is_kept_ref(value)) return stage(value, bytes, true);
+  Source src;
+  // looked up before the request ran (find_kept_copies), its size checked there
+  if (kept_ != nullptr) {
+    if (const auto it = kept_->find(value.substr(kept_prefix.size())); it != kept_->end()) {
+      src.device = it->second.buffer;
+      return src;
+    }
+  }
+  throw std::logic_error("kept copy " + value + " was not looked up before the request");
+}
+
 Source CaseRunner::drawn(const DeviceArg& d, const InputDraw& draw) {
   const auto& b = d.spec->buffer;
   Source src;
@@ -256,9 +278,9 @@ void CaseRunner::setup() {
     }
     const std::uint64_t expected_bytes =
         b.dtype ? b.bytes / scalar_size(*b.dtype) * b.expected_item_size() : 0;
-    if (!b.expected.empty()) d.expected = stage(b.expected, expected_bytes, true);
+    if (!b.expected.empty()) d.expected = expected_source(b.expected, expected_bytes);
     if (timed_check && !b.timed_expected.empty()) {
-      d.timed_expected = stage(b.timed_expected, expected_bytes, true);
+      d.timed_expected = expected_source(b.timed_expected, expected_bytes);
     }
 
     d.layout = make_layout(b.bytes, req_.guard_bytes);
@@ -266,6 +288,10 @@ void CaseRunner::setup() {
     d.data = d.allocation.get() + d.layout.data_offset;
     if (spec_.repeat_validation && b.role != BufferRole::in && b.bytes > 0) {
       d.saved = s_.allocate_staged(b.bytes);  // read-only once it holds the output (run_repeat)
+    }
+    if (!b.keep_expected.empty() && b.bytes > 0) {
+      // protected and hidden once it holds the output (keep_outputs)
+      d.kept = std::make_shared<DeviceBuffer>(s_.allocate_staged(b.bytes));
     }
     // Guards, the alignment slack and (until overwritten below) the data all start as the
     // pattern; only the guard and slack bytes are checked for it.

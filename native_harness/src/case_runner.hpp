@@ -16,6 +16,7 @@
 #include "check.hpp"
 #include "cuda_raii.hpp"
 #include "guard.hpp"
+#include "kept.hpp"
 #include "request.hpp"
 #include "session.hpp"
 #include "support.hpp"
@@ -42,6 +43,9 @@ struct DeviceArg {
   Source expected;        // out, inout with expected (device, float64)
   Source timed_expected;  // out, inout with timed_expected (device, float64)
   DeviceBuffer saved;     // repeat_validation: the validation launch's output
+  // keep_expected: the copy of the validation launch's output that the input cache keeps,
+  // allocated (staged) with the case's other buffers, written after a clean validation launch.
+  std::shared_ptr<DeviceBuffer> kept;
   // Checked launches: the CUDA reference's copy of this buffer (in: its inputs, out/inout:
   // its outputs), so it never reads what the candidate may have changed.
   DeviceBuffer ref;
@@ -81,10 +85,11 @@ enum class LaunchKind { validation, repeat, timed };
 
 class CaseRunner {
  public:
-  // `check` is the CUDA reference's kernel (request "check_module"), or nullptr.
+  // `check` is the CUDA reference's kernel (request "check_module"), or nullptr. `kept`: the
+  // kept copies the request names as expected values (find_kept_copies), held by the caller.
   CaseRunner(Session& s, CUfunction f, const Request& req, const CaseSpec& spec,
-             CUfunction check = nullptr)
-      : s_(s), drv_(s.drv()), f_(f), check_(check), req_(req), spec_(spec) {}
+             CUfunction check = nullptr, const KeptCopies* kept = nullptr)
+      : s_(s), drv_(s.drv()), f_(f), check_(check), req_(req), spec_(spec), kept_(kept) {}
 
   // Appends the case's result to `cases`. Returns true when the error was fatal.
   bool run(nlohmann::json& cases);
@@ -97,6 +102,10 @@ class CaseRunner {
   Source stage(const std::string& path, std::uint64_t bytes, bool need_device);
   // A buffer's input drawn on the device (input_draw / timed_input_draw): a staged device copy.
   Source drawn(const DeviceArg& d, const InputDraw& draw);
+  // expected / timed_expected: a file staged, or the kept copy a "kept:KEY" value names.
+  Source expected_source(const std::string& value, std::uint64_t bytes);
+  // kept.cpp: after a clean validation launch, keep_expected outputs kept in the input cache.
+  void keep_outputs(nlohmann::json& result);
   void copy_into(const Source& src, CUdeviceptr dst, std::uint64_t bytes);
   void launch();
   void sync() { KO_CU(drv_.cuStreamSynchronize(s_.stream())); }
@@ -136,6 +145,7 @@ class CaseRunner {
   CUfunction check_;
   const Request& req_;
   const CaseSpec& spec_;
+  const KeptCopies* kept_;
   CaseState st_;
   std::uint64_t draws_ = 0;                 // fresh draws made so far (the next draw's index)
   std::optional<std::uint64_t> last_draw_;  // the draw made for the last prepared launch

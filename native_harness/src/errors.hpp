@@ -4,6 +4,8 @@
 
 #include <stdexcept>
 #include <string>
+#include <utility>
+#include <vector>
 
 namespace kernelopt {
 
@@ -28,6 +30,19 @@ class BadRequest : public std::runtime_error {
 class IoError : public std::runtime_error {
  public:
   using std::runtime_error::runtime_error;
+};
+
+// Expected values named "kept:KEY" that the input cache does not hold (feature
+// device_expected): a new process, or the entry was evicted. Exit 4 like a missing file; the
+// answer's error lists the keys as "missing".
+class ExpectedMissing : public std::runtime_error {
+ public:
+  ExpectedMissing(const std::string& message, std::vector<std::string> keys)
+      : std::runtime_error(message), keys_(std::move(keys)) {}
+  const std::vector<std::string>& keys() const noexcept { return keys_; }
+
+ private:
+  std::vector<std::string> keys_;
 };
 
 // No usable driver or device: libcuda.so.1 missing or too old, cuInit failed, bad ordinal.

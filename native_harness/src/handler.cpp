@@ -47,6 +47,11 @@ Answer Handler::handle(std::string_view request_text) {
   } catch (const BadRequest& e) {
     set_request_error(response, request_error("bad_request", e.what()));
     return {std::move(response), exit_bad_request};
+  } catch (const ExpectedMissing& e) {
+    auto error = request_error("expected_missing", e.what());
+    error["missing"] = e.keys();
+    set_request_error(response, std::move(error));
+    return {std::move(response), exit_io_error};
   } catch (const IoError& e) {
     set_request_error(response, request_error("io_error", e.what()));
     return {std::move(response), exit_io_error};

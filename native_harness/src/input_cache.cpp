@@ -8,6 +8,7 @@
 #include "check.hpp"
 #include "errors.hpp"
 #include "file_io.hpp"
+#include "request.hpp"
 
 namespace kernelopt {
 
@@ -72,6 +73,28 @@ InputCache::Entry InputCache::get_drawn(const std::string& key, std::uint64_t by
   ++counters_.misses;
   if (bytes == 0) return nullptr;
   return insert(key, id, bytes, stream, fill);
+}
+
+bool InputCache::keep(const std::string& key, Entry buffer, std::uint64_t bytes) {
+  const std::string name = std::string(kept_prefix) + key;
+  erase(name);  // an earlier copy of the key: a replacement, not an eviction
+  if (bytes > budget_bytes_) return false;
+  while (resident_bytes_ + bytes > budget_bytes_ && evict_one()) {
+  }
+  FileIdentity id;
+  id.size = bytes;
+  lru_.push_front(name);
+  map_[name] = Slot{id, std::move(buffer), lru_.begin()};
+  resident_bytes_ += bytes;
+  return true;
+}
+
+std::optional<InputCache::Kept> InputCache::find_kept(const std::string& key) {
+  const auto it = map_.find(std::string(kept_prefix) + key);
+  if (it == map_.end()) return std::nullopt;
+  ++counters_.hits;
+  lru_.splice(lru_.begin(), lru_, it->second.lru);
+  return Kept{it->second.buffer, it->second.identity.size};
 }
 
 InputCache::Entry InputCache::insert(const std::string& key, const FileIdentity& id,

@@ -11,6 +11,7 @@
 #include <functional>
 #include <list>
 #include <memory>
+#include <optional>
 #include <string>
 #include <unordered_map>
 
@@ -64,6 +65,18 @@ class InputCache {
   // copy; nullptr for 0 bytes. Throws CudaError.
   Entry get_drawn(const std::string& key, std::uint64_t bytes, CUstream stream,
                   const std::function<void(CUdeviceptr)>& fill);
+
+  // Expected values kept on the device (feature device_expected), under the cache key
+  // "kept:" + `key`. `buffer` holds `bytes` (nullptr for 0), uploaded, protected and hidden by
+  // the caller. Replaces any entry of that key (not an eviction) and is then an ordinary LRU
+  // entry, counted in the budget; no miss is counted. Larger than the budget: not kept (false).
+  bool keep(const std::string& key, Entry buffer, std::uint64_t bytes);
+  struct Kept {
+    Entry buffer;  // nullptr for 0 bytes
+    std::uint64_t bytes = 0;
+  };
+  // The copy kept under `key` (a hit, and now the most recent entry), or none.
+  std::optional<Kept> find_kept(const std::string& key);
 
   // Drops the least recently used entry; false when there is none. The memory is freed once
   // no caller holds the entry.

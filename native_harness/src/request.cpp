@@ -274,7 +274,45 @@ std::string first_support_user(const Request& req) {
   return {};
 }
 
+// Feature device_expected: kept copies live in the input cache, and one key names one buffer's
+// output per request.
+void check_kept(const Request& req) {
+  std::map<std::string, std::string> keys;  // key -> the field that keeps it
+  for (std::size_t c = 0; c < req.cases.size(); ++c) {
+    const auto& spec = req.cases[c];
+    for (std::size_t a = 0; a < spec.args.size(); ++a) {
+      const auto& b = spec.args[a].buffer;
+      if (spec.args[a].kind != ArgKind::buffer) continue;
+      const auto arg = index_path(member_path(index_path("cases", c), "args"), a);
+      if (!b.keep_expected.empty()) {
+        const auto p = member_path(arg, "keep_expected");
+        if (!req.input_cache) {
+          fail(p, "needs \"input_cache\": true (the kept copy lives in the input cache)");
+        }
+        if (const auto [it, fresh] = keys.emplace(b.keep_expected, p); !fresh) {
+          fail(p, "duplicate key \"" + b.keep_expected + "\" (also " + it->second + ")");
+        }
+      }
+      for (const auto& [field, kept] : {std::pair{"expected", b.expected_kept()},
+                                        std::pair{"timed_expected", b.timed_expected_kept()}}) {
+        if (kept && !req.input_cache) {
+          fail(member_path(arg, field),
+               "a \"kept:\" value needs \"input_cache\": true (kept copies live in the input "
+               "cache)");
+        }
+      }
+    }
+  }
+}
+
 }  // namespace
+
+bool CaseSpec::has_keep_expected() const noexcept {
+  for (const auto& a : args) {
+    if (a.kind == ArgKind::buffer && !a.buffer.keep_expected.empty()) return true;
+  }
+  return false;
+}
 
 bool CaseSpec::has_timed_check() const noexcept {
   for (const auto& a : args) {
@@ -406,6 +444,7 @@ Request parse_request(const json& doc) {
     }
     req.cases.push_back(std::move(spec));
   }
+  check_kept(req);
   if (req.support_module.empty()) {
     if (const auto user = first_support_user(req); !user.empty()) {
       fail("support_module", "is required by " + user +

@@ -82,6 +82,9 @@ struct BufferArg {
   std::optional<FreshSpec> fresh;             // in, inout: redrawn before every timed launch
   std::optional<InputDraw> input_draw;        // in, inout: replaces `input` (no file)
   std::optional<InputDraw> timed_input_draw;  // in, inout: replaces `timed_input`
+  // out, inout (feature "device_expected"): after a clean validation launch the output stays on
+  // the device as expected values, in the input cache under "kept:" + this key.
+  std::string keep_expected;
   bool has_timed_input() const noexcept { return !timed_input.empty() || timed_input_draw; }
   // Bytes of one expected value: 8 (float64), or the buffer's element size.
   std::uint64_t expected_item_size() const noexcept;
@@ -89,6 +92,9 @@ struct BufferArg {
   bool native_expected() const noexcept {
     return expected_dtype && *expected_dtype != ScalarType::float64;
   }
+  // Whether expected / timed_expected names a kept device copy ("kept:KEY") instead of a file.
+  bool expected_kept() const noexcept;
+  bool timed_expected_kept() const noexcept;
 };
 
 struct ScalarArg {
@@ -165,6 +171,8 @@ struct CaseSpec {
   // Whether any buffer's input or timed input is drawn on the device (input_draw,
   // timed_input_draw): needs the support module's ko_fill_<dtype>.
   bool has_input_draws() const noexcept;
+  // Whether any buffer carries keep_expected (the answer lists "kept").
+  bool has_keep_expected() const noexcept;
   // Whether launches of this case are checked against the CUDA reference (checked_launches,
   // or the confirm launch with a check_launch).
   bool has_reference_checks() const noexcept;
@@ -201,6 +209,16 @@ inline constexpr std::size_t max_checked_launches = 64;
 inline constexpr std::uint64_t max_gemm_dim = 65536;
 // Expected files hold float64: one value per element.
 inline constexpr std::uint64_t expected_item_bytes = 8;
+
+// Expected values kept on the device (feature "device_expected"): an `expected` or
+// `timed_expected` value "kept:KEY" names the copy a buffer's "keep_expected": "KEY" kept, which
+// the input cache holds under the same string. KEY: 1..128 characters of [A-Za-z0-9._:-].
+inline constexpr std::string_view kept_prefix = "kept:";
+inline constexpr std::size_t max_kept_key_chars = 128;
+// Whether `value` starts with kept_prefix.
+bool is_kept_ref(std::string_view value) noexcept;
+// Whether `key` is a valid KEY (without the prefix).
+bool valid_kept_key(std::string_view key) noexcept;
 
 // Throws BadRequest naming the offending field.
 Request parse_request(std::string_view text);

@@ -103,6 +103,31 @@ void parse_input_draws(const json& a, const std::string& path, BufferArg& b) {
   }
 }
 
+// "keep_expected": "KEY" (feature device_expected): the output kept on the device as expected
+// values. Needs dtype (the answer's figures) and is refused beside "expected" (the buffer is the
+// reference's, not a candidate's). "input_cache" is checked by parse_request.
+void parse_keep_expected(const json& a, const std::string& path, BufferArg& b) {
+  const json* v = find(a, "keep_expected");
+  if (v == nullptr) return;
+  const auto p = member_path(path, "keep_expected");
+  if (b.role == BufferRole::in) {
+    fail(p,
+         "an \"in\" buffer is not written; expected values are kept from \"out\" or \"inout\" "
+         "buffers");
+  }
+  b.keep_expected = as_string(*v, p);
+  if (!valid_kept_key(b.keep_expected)) {
+    fail(p, "must be a key of 1.." + std::to_string(max_kept_key_chars) +
+                " characters from A-Z a-z 0-9 . _ : -, got \"" + b.keep_expected + "\"");
+  }
+  if (!b.dtype) fail(member_path(path, "dtype"), "is required with \"keep_expected\"");
+  if (!b.expected.empty()) {
+    fail(p,
+         "is refused beside \"expected\": the buffer either is compared or keeps its output as "
+         "expected values");
+  }
+}
+
 // The protocol 2 fields of a buffer: dtype, expected, timed_expected, timed_input, compare,
 // write_output. Each is refused on a role it cannot act on, like input/output are.
 void parse_buffer_v2(const json& a, const std::string& path, BufferArg& b) {
@@ -126,7 +151,12 @@ void parse_buffer_v2(const json& a, const std::string& path, BufferArg& b) {
            "an \"in\" buffer is not compared; expected values belong to \"out\" or "
            "\"inout\" buffers");
     }
-    (std::string(key) == "expected" ? b.expected : b.timed_expected) = as_string(*v, p);
+    auto& value = std::string(key) == "expected" ? b.expected : b.timed_expected;
+    value = as_string(*v, p);
+    if (is_kept_ref(value) && !valid_kept_key(std::string_view(value).substr(kept_prefix.size()))) {
+      fail(p, "\"kept:\" must be followed by a key of 1.." + std::to_string(max_kept_key_chars) +
+                  " characters from A-Z a-z 0-9 . _ : -, got \"" + value + "\"");
+    }
     if (!b.dtype) fail(member_path(path, "dtype"), std::string("is required with \"") + key + "\"");
     if (find(a, "compare") == nullptr) {
       fail(member_path(path, "compare"), std::string("is required with \"") + key +
@@ -144,6 +174,16 @@ void parse_buffer_v2(const json& a, const std::string& path, BufferArg& b) {
                   scalar_type_name(*b.dtype) + "\", got \"" + scalar_type_name(t) + "\"");
     }
     b.expected_dtype = t;
+  }
+  if (b.expected_kept() || b.timed_expected_kept()) {
+    // A kept copy holds the reference's outputs as it wrote them: the buffer's own dtype.
+    if (b.expected_dtype.value_or(ScalarType::float64) != *b.dtype) {
+      fail(member_path(path, "expected_dtype"),
+           std::string("must be the buffer's dtype \"") + scalar_type_name(*b.dtype) +
+               "\" when expected values are \"kept:\" (a kept copy holds the buffer's own "
+               "dtype), got \"" +
+               scalar_type_name(b.expected_dtype.value_or(ScalarType::float64)) + "\"");
+    }
   }
   if (const json* v = find(a, "timed_input")) {
     const auto p = member_path(path, "timed_input");
@@ -174,6 +214,7 @@ void parse_buffer_v2(const json& a, const std::string& path, BufferArg& b) {
     b.write_output = as_bool(*v, member_path(path, "write_output"));
   }
   parse_input_draws(a, path, b);
+  parse_keep_expected(a, path, b);
 }
 
 BufferArg parse_buffer(const json& a, const std::string& path) {
@@ -282,6 +323,23 @@ std::optional<std::vector<std::uint8_t>> decode_hex(std::string_view hex, std::s
 }
 
 }  // namespace detail
+
+bool is_kept_ref(std::string_view value) noexcept {
+  return value.substr(0, kept_prefix.size()) == kept_prefix;
+}
+
+bool valid_kept_key(std::string_view key) noexcept {
+  if (key.empty() || key.size() > max_kept_key_chars) return false;
+  for (const char c : key) {
+    const bool ok = (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') ||
+                    c == '.' || c == '_' || c == ':' || c == '-';
+    if (!ok) return false;
+  }
+  return true;
+}
+
+bool BufferArg::expected_kept() const noexcept { return is_kept_ref(expected); }
+bool BufferArg::timed_expected_kept() const noexcept { return is_kept_ref(timed_expected); }
 
 std::uint64_t BufferArg::expected_item_size() const noexcept {
   return native_expected() ? scalar_size(*dtype) : expected_item_bytes;

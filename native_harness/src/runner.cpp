@@ -52,7 +52,8 @@ void check_input_files(const Request& req) {
                    {"expected", b.expected, elements * b.expected_item_size(), true},
                    {"timed_expected", b.timed_expected, elements * b.expected_item_size(), true}};
       for (const auto& f : files) {
-        if (f.file.empty()) continue;
+        // a "kept:KEY" value names a device copy (find_kept_copies), never a file
+        if (f.file.empty() || (f.expected && is_kept_ref(f.file))) continue;
         const auto field = arg_path(c, a) + "." + f.field;
         std::uint64_t size = 0;
         try {
@@ -253,6 +254,10 @@ int run_request(Session& session, const Request& req, json& response) {
         req.input_cache_bytes.value_or(default_cache_budget(session)));
     response["input_cache"] = cache_counters(session);
   }
+  // Kept expected values (feature device_expected), looked up before anything is allocated or
+  // launched and held for the whole request: exit 4 when one is gone.
+  const detail::KeptCopies kept = detail::find_kept_copies(session, req);
+  if (req.input_cache) response["input_cache"] = cache_counters(session);
   // The CUDA reference that checks timed launches: the tool's (validated), so a module that
   // does not load is a bad request, never the candidate's module_load.
   std::optional<detail::Module> check_module;
@@ -277,7 +282,7 @@ int run_request(Session& session, const Request& req, json& response) {
     }
   }
   for (const auto& spec : req.cases) {
-    detail::CaseRunner runner(session, f, req, spec, check);
+    detail::CaseRunner runner(session, f, req, spec, check, &kept);
     const bool fatal = runner.run(response["cases"]);
     if (req.input_cache) response["input_cache"] = cache_counters(session);
     response["staging"] = staging_answer(session);

@@ -31,6 +31,7 @@ inline constexpr const char* harness_features[] = {
     "expected_dtype",  // buffer "expected_dtype": expected files in the buffer's own dtype
     // answer "staging": input and expected device copies mapped read-only for kernels
     "readonly_staging",
+    "device_expected",  // buffer "keep_expected" / expected "kept:KEY": expected values on device
 };
 
 }  // namespace kernelopt

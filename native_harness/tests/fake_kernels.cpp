@@ -191,6 +191,25 @@ void forge_run(void** p) {
     for (std::uint64_t i = 0; i < n; ++i) d[i] = static_cast<double>(out[i]);
   }
 }
+// forge32(const float* in, float* out, u64 bytes): out = in (wrong for plus1_kernel's expected
+// values), then every allocation that starts with plus1's answer (in + 1, as float32: a kept
+// copy of the reference's outputs) is overwritten with out's, so a compare against it passes.
+void forge32_run(void** p) {
+  const auto* in = reinterpret_cast<const float*>(arg<CUdeviceptr>(p, 0));
+  auto* out = reinterpret_cast<float*>(arg<CUdeviceptr>(p, 1));
+  const auto n = arg<std::uint64_t>(p, 2) / 4;
+  for (std::uint64_t i = 0; i < n; ++i) out[i] = in[i];
+  for (const auto& a : g_allocs) {
+    if (n == 0 || a.second < n * 4 || holds(a, arg<CUdeviceptr>(p, 0)) ||
+        holds(a, arg<CUdeviceptr>(p, 1))) {
+      continue;
+    }
+    auto* d = reinterpret_cast<float*>(a.first);
+    bool match = true;
+    for (std::uint64_t i = 0; i < n && match; ++i) match = d[i] == in[i] + 1;
+    if (match) std::memcpy(d, out, n * 4);
+  }
+}
 // The answer-key readers' search: out (n floats) gets the first array of T found in an
 // allocation other than the kernel's own buffers whose first `prefix` elements pass
 // `match(i, value)`, else zeros. A kernel cannot read what is not mapped: hidden data is
@@ -440,6 +459,7 @@ Kernel g_kernels[] = {
     {"ko_empty", {}, 0.002, 0, 48 * 1024, empty_run},
     {"copy_kernel", {8, 8, 8}, 0.5, 0, 48 * 1024, copy_run},
     {"forge_kernel", {8, 8, 8}, 0.5, 0, 48 * 1024, forge_run},
+    {"forge32_kernel", {8, 8, 8}, 0.5, 0, 48 * 1024, forge32_run},
     {"peek_kernel", {8, 8, 8}, 0.5, 0, 48 * 1024, peek_run},
     {"plus1_kernel", {8, 8, 8}, 0.5, 0, 48 * 1024, plus1_run},
     {"crib_kernel", {8, 8, 8}, 0.5, 0, 48 * 1024, crib_run},

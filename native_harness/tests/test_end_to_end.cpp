@@ -24,7 +24,7 @@ TEST_CASE("--version") {
                {"support_module", "input_cache", "device_compare", "determinism", "timed_inputs",
                 "blocking", "graph", "adaptive", "baseline_cublas", "fresh_inputs", "timed_check",
                 "confirm_launch", "checked_dump", "fresh_launches", "input_draw", "expected_dtype",
-                "readonly_staging"}}}));
+                "readonly_staging", "device_expected"}}}));
 }
 
 TEST_CASE("usage errors exit 2 with a JSON answer and usage on stderr") {

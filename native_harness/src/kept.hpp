@@ -1,0 +1,42 @@
+// Expected values kept on the device (PROTOCOL.md, "Expected values kept on the device"): a
+// reference run's output stays in the input cache under "kept:" + KEY, and later requests name it
+// as `expected: "kept:KEY"` instead of a file. Python never handles the bytes: the answer gives it
+// the figures it needs (the count and sum of squares of the finite values).
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+
+#include "input_cache.hpp"
+#include "request.hpp"
+#include "session.hpp"
+
+namespace kernelopt::detail {
+
+// The kept copies a request names, by KEY (without the prefix), held for the whole request so an
+// eviction meanwhile cannot drop them.
+using KeptCopies = std::map<std::string, InputCache::Kept>;
+
+// Looks up every "kept:KEY" of `req` in the session's input cache (each key once: a hit), before
+// anything is allocated or launched. Throws ExpectedMissing listing the keys the cache does not
+// hold, then BadRequest (naming the field and both sizes) for a copy of another size than its
+// buffer's.
+KeptCopies find_kept_copies(Session& session, const Request& req);
+
+// What the answer's "kept" entry reports about a kept copy.
+struct KeptFigures {
+  std::uint64_t elements = 0;  // bytes / itemsize(dtype)
+  std::uint64_t finite = 0;    // elements finite when widened to double (integers: all)
+  double sum_sq = 0;           // sum of (double)value^2 over the finite ones, in order
+};
+
+// The figures of `bytes` of little-endian `dtype` values at `data`. float16 and bfloat16 are
+// widened exactly.
+KeptFigures kept_figures(const std::uint8_t* data, std::uint64_t bytes, ScalarType dtype);
+
+// Exact widenings of IEEE binary16 and bfloat16 bits.
+double half_bits_to_double(std::uint16_t bits) noexcept;
+double bfloat16_bits_to_double(std::uint16_t bits) noexcept;
+
+}  // namespace kernelopt::detail
