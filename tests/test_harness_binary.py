@@ -24,6 +24,8 @@ TIMED_CHECK_FEATURES = {"fresh_inputs", "timed_check", "confirm_launch", "checke
 INTEGRITY_FEATURES = {"readonly_staging"}
 # Inputs drawn on the device, expected files in the buffer's dtype (PROTOCOL.md, "Inputs drawn on the device").
 INPUT_FEATURES = {"input_draw", "expected_dtype"}
+# The CUDA reference's outputs kept on the device as expected values (PROTOCOL.md, "Expected values kept on the device").
+EXPECTED_FEATURES = {"device_expected"}
 
 
 def _run(binary: Path, *args: str, stdin: str | None = None) -> tuple[int, dict | None, str]:
@@ -55,7 +57,7 @@ def test_version(harness_binary: Path) -> None:
     code, answer, _ = _run(harness_binary, "--version")
     assert code == 0 and answer is not None
     assert answer["harness"] == "0.1.0" and answer["protocol"] == 2
-    assert set(answer["features"]) == DATA_PATH_FEATURES | TIMING_FEATURES | TIMED_CHECK_FEATURES | INTEGRITY_FEATURES | INPUT_FEATURES
+    assert set(answer["features"]) == DATA_PATH_FEATURES | TIMING_FEATURES | TIMED_CHECK_FEATURES | INTEGRITY_FEATURES | INPUT_FEATURES | EXPECTED_FEATURES
 
 
 def test_harness_features_reads_version(harness_binary: Path, tmp_path: Path) -> None:

@@ -21,6 +21,7 @@ from kernelopt_mcp.evaluation.device import device_info
 from kernelopt_mcp.evaluation.evaluate import prepare
 from kernelopt_mcp.evaluation.inputs import hidden_seed_checks, materialize, seed_independent_inputs
 from kernelopt_mcp.evaluation.session import Session
+from kernelopt_mcp.freeze import RequestsOnly
 from kernelopt_mcp.workload import DataFile, Workload, load_workload
 
 
@@ -75,8 +76,8 @@ def test_the_evaluators_hidden_set_differs_from_the_frozen_inputs(frozen: tuple[
     wl, _ = frozen
     harness = write_harness(tmp_path, "fake")
     # no CUDA reference: nothing runs on the (fake) GPU; the oracle gives both data sets' expected outputs
-    ev = Session(dataclasses.replace(wl, reference_cu=None), None, device_info(harness, 0),  # type: ignore[arg-type]
-                   workdir=tmp_path / "ev", seed=5, arch="sm_90")
+    ev = Session(dataclasses.replace(wl, reference_cu=None), RequestsOnly(0), device_info(harness, 0),
+                 workdir=tmp_path / "ev", seed=5, arch="sm_90")
     ev.features = frozenset({"timed_inputs"})
     prepare(ev, time_reference=False)
     assert ev.timed is not None and ev.timed.seed != ev.seed
