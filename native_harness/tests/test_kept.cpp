@@ -14,9 +14,9 @@
 #include "errors.hpp"
 #include "kept.hpp"
 #include "request.hpp"
+#include "request_errors.hpp"
 #include "test_util.hpp"
 
-using kernelopt::BadRequest;
 using kernelopt::ScalarType;
 using kernelopt::detail::bfloat16_bits_to_double;
 using kernelopt::detail::half_bits_to_double;
@@ -57,26 +57,6 @@ json valid_kept() {
   })");
 }
 
-// The message of the BadRequest that parsing `doc` throws, or "" if it parses.
-std::string error_of(const json& doc) {
-  try {
-    kernelopt::parse_request(doc);
-  } catch (const BadRequest& e) {
-    return e.what();
-  }
-  return "";
-}
-
-void expect_error(const json& doc, const std::string& prefix, const char* file, int line) {
-  const auto msg = error_of(doc);
-  if (msg.rfind(prefix, 0) != 0) {
-    std::fprintf(stderr, "  %s:%d: expected an error starting with \"%s\", got \"%s\"\n", file,
-                 line, prefix.c_str(), msg.c_str());
-    ++test::failures();
-  }
-}
-#define EXPECT_ERROR(doc, prefix) expect_error(doc, prefix, __FILE__, __LINE__)
-
 }  // namespace
 
 TEST_CASE("keep_expected and kept: expected values parse") {
@@ -93,15 +73,15 @@ TEST_CASE("keep_expected and kept: expected values parse") {
   doc["cases"][0]["args"][1]["keep_expected"] = "aZ09._:-" + std::string(120, 'x');
   doc["cases"][0]["args"][1]["write_output"] = true;
   doc["cases"][1]["args"][1]["timed_expected"] = "kept:" + std::string(128, 'k');
-  CHECK(error_of(doc).empty());
+  CHECK(test::error_of(doc).empty());
   doc["cases"].erase(1);
   doc.erase("support_module");
-  CHECK(error_of(doc).empty());
+  CHECK(test::error_of(doc).empty());
   // A float64 buffer's kept copy is float64: the default expected_dtype fits.
   doc = valid_kept();
   doc["cases"][1]["args"][1]["dtype"] = "float64";
   doc["cases"][1]["args"][1].erase("expected_dtype");
-  CHECK(error_of(doc).empty());
+  CHECK(test::error_of(doc).empty());
 }
 
 TEST_CASE("keep_expected is validated with its path") {
@@ -131,7 +111,7 @@ TEST_CASE("keep_expected is validated with its path") {
                "cases[1].args[1].keep_expected: duplicate key \"ref.C\" (also "
                "cases[0].args[1].keep_expected)");
   doc["cases"][1]["args"][1]["keep_expected"] = "other";
-  CHECK(error_of(doc).empty());
+  CHECK(test::error_of(doc).empty());
 }
 
 TEST_CASE("kept: expected values are validated with their path") {
@@ -144,9 +124,9 @@ TEST_CASE("kept: expected values are validated with their path") {
   EXPECT_ERROR(doc, d + "expected_dtype: must be the buffer's dtype \"float32\"");
   doc = valid_kept();
   doc["cases"][1]["args"][1]["timed_expected"] = "kept:t";  // expected_dtype covers both
-  CHECK(error_of(doc).empty());
+  CHECK(test::error_of(doc).empty());
   doc["cases"][1]["args"][1]["expected"] = "/e.bin";
-  CHECK(error_of(doc).empty());  // a float32 file beside a kept timed copy
+  CHECK(test::error_of(doc).empty());  // a float32 file beside a kept timed copy
   doc["cases"][1]["args"][1].erase("expected_dtype");
   EXPECT_ERROR(doc, d + "expected_dtype: must be the buffer's dtype");
   for (const char* bad : {"kept:", "kept:a b", "kept:a/b"}) {

@@ -2,6 +2,7 @@
 
 #include "errors.hpp"
 #include "request.hpp"
+#include "request_errors.hpp"
 #include "test_util.hpp"
 
 using kernelopt::BadRequest;
@@ -26,26 +27,6 @@ json valid() {
     }]
   })");
 }
-
-// The message of the BadRequest that parsing `doc` throws, or "" if it parses.
-std::string error_of(const json& doc) {
-  try {
-    kernelopt::parse_request(doc);
-  } catch (const BadRequest& e) {
-    return e.what();
-  }
-  return "";
-}
-
-void expect_error(json doc, const std::string& prefix, const char* file, int line) {
-  const auto msg = error_of(doc);
-  if (msg.rfind(prefix, 0) != 0) {
-    std::fprintf(stderr, "  %s:%d: expected an error starting with \"%s\", got \"%s\"\n", file,
-                 line, prefix.c_str(), msg.c_str());
-    ++test::failures();
-  }
-}
-#define EXPECT_ERROR(doc, prefix) expect_error(doc, prefix, __FILE__, __LINE__)
 
 }  // namespace
 
@@ -92,7 +73,7 @@ TEST_CASE("iterations 0 or a null timing mean validate only; null fields count a
   CHECK(!kernelopt::parse_request(doc).cases[0].timing);
   doc["cases"][0]["args"][0]["output"] = nullptr;
   doc["cases"][0]["args"][2]["input"] = nullptr;
-  CHECK(error_of(doc).empty());
+  CHECK(test::error_of(doc).empty());
 }
 
 TEST_CASE("top-level fields are validated with their names") {
@@ -105,13 +86,13 @@ TEST_CASE("top-level fields are validated with their names") {
   EXPECT_ERROR(d, "protocol: must be 1 or 2");
   d = valid();
   d["protocol"] = 2;
-  CHECK(error_of(d).empty());
+  CHECK(test::error_of(d).empty());
   d = valid();
   d["op"] = "launch";
   EXPECT_ERROR(d, "op: must be \"run\" or \"baseline\"");
   d = valid();
   d["op"] = "run";
-  CHECK(error_of(d).empty());
+  CHECK(test::error_of(d).empty());
   d = valid();
   d.erase("protocol");
   EXPECT_ERROR(d, "protocol: is required");
@@ -135,7 +116,7 @@ TEST_CASE("top-level fields are validated with their names") {
   EXPECT_ERROR(d, "guard_bytes: must be at most");
   d = valid();
   d["guard_bytes"] = 0;
-  CHECK(error_of(d).empty());
+  CHECK(test::error_of(d).empty());
   d = valid();
   d["flush_l2"] = 1;
   EXPECT_ERROR(d, "flush_l2: must be true or false");
@@ -319,7 +300,7 @@ TEST_CASE("buffer fields are validated with their paths") {
   EXPECT_ERROR(d, "cases[0].args[2].poison_byte: must be at most 255");
   d = valid();
   d["cases"][0]["args"][0]["init"] = "poison";  // ignored on "in"
-  CHECK(error_of(d).empty());
+  CHECK(test::error_of(d).empty());
   d = valid();
   d["cases"][0]["args"][0] = 5;
   EXPECT_ERROR(d, "cases[0].args[0]: must be an object");
@@ -355,7 +336,7 @@ TEST_CASE("launch and timing are validated with their paths") {
   EXPECT_ERROR(d, "cases[0].timing.iterations: is required");
   d = valid();
   d["cases"][0]["timing"] = {{"iterations", 100000}, {"warmup", 10000}};
-  CHECK(error_of(d).empty());
+  CHECK(test::error_of(d).empty());
 }
 
 // ---- protocol 2 fields ---------------------------------------------------------------------
@@ -408,7 +389,7 @@ TEST_CASE("protocol 2 defaults: no cache, no compare, no repeat, no timed check"
   // A dtype alone (no expected) needs no support module.
   auto d = valid();
   d["cases"][0]["args"][2]["dtype"] = "int8";
-  CHECK(error_of(d).empty());
+  CHECK(test::error_of(d).empty());
 }
 
 TEST_CASE("protocol 2 top-level fields are validated") {
@@ -442,7 +423,7 @@ TEST_CASE("the support module is required by expected, timed_expected and repeat
   EXPECT_ERROR(d, "support_module: is required by cases[0].args[2].timed_expected");
   d["cases"][0]["args"][2].erase("timed_expected");
   d["cases"][0]["args"][2].erase("compare");
-  CHECK(error_of(d).empty());  // timed_input and input_cache work without it
+  CHECK(test::error_of(d).empty());  // timed_input and input_cache work without it
 }
 
 TEST_CASE("protocol 2 buffer fields are validated with their paths") {
@@ -478,7 +459,7 @@ TEST_CASE("protocol 2 buffer fields are validated with their paths") {
   EXPECT_ERROR(d, "cases[0].args[0].timed_input: must be a string");
   d = valid_v2();
   d["cases"][0]["args"][1]["timed_input"] = "/x_timed";  // inout is fine
-  CHECK(error_of(d).empty());
+  CHECK(test::error_of(d).empty());
   d = valid_v2();
   d["cases"][0]["args"][2]["write_output"] = "true";
   EXPECT_ERROR(d, "cases[0].args[2].write_output: must be true or false");
@@ -502,7 +483,7 @@ TEST_CASE("compare tolerances are validated") {
   EXPECT_ERROR(d, "cases[0].args[2].compare.rel_floor: must be > 0");
   d = valid_v2();
   d["cases"][0]["args"][2]["compare"]["abs_tol"] = 0;  // integers are fine
-  CHECK(error_of(d).empty());
+  CHECK(test::error_of(d).empty());
   d = valid_v2();
   d["cases"][0]["args"][2].erase("expected");
   d["cases"][0]["args"][2].erase("timed_expected");
