@@ -53,6 +53,7 @@ _ENV_FIELDS: dict[str, tuple[str, Callable[[str], Any]]] = {
     "KERNELOPT_ALLOW_TORCH_PROBLEMS": ("allow_torch_problems", _flag),
     "KERNELOPT_FRESH_LAUNCHES": ("fresh_launches", int),
     "KERNELOPT_DEVICE_INPUTS": ("device_inputs", _flag),
+    "KERNELOPT_DEVICE_EXPECTED": ("device_expected", _flag),
 }
 
 
@@ -105,6 +106,9 @@ class Settings:
     # performance cases' inputs drawn on the device when the CUDA reference gives their expected
     # outputs (EvaluateOptions.device_inputs); KERNELOPT_DEVICE_INPUTS=0 makes every input on the host
     device_inputs: bool = True
+    # ... and their expected outputs kept on the device (EvaluateOptions.device_expected);
+    # KERNELOPT_DEVICE_EXPECTED=0 writes them to files (first mismatching elements in reports)
+    device_expected: bool = True
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None, **overrides: Any) -> Settings:

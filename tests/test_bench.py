@@ -168,15 +168,22 @@ def test_tuning_section_runs_one_search_both_ways(run: ModuleType, bench, tmp_pa
     assert ">= 2x faster" in check_rendering(run, sec)
 
 
-def test_preparation_section_prepares_with_device_and_host_inputs(run: ModuleType, bench, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("KO_FAKE_FEATURES", "blocking,timed_inputs,input_draw")
+def test_preparation_section_prepares_three_ways(run: ModuleType, bench, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("KO_FAKE_FEATURES", "blocking,device_compare,timed_inputs,input_draw,expected_dtype,input_cache,device_expected")
     sec = run.preparation(bench, workloads=("tiny_add",))
     [row] = sec.rows
-    assert row["workload"] == "tiny_add" and row["device inputs ms"] > 0 and row["host inputs ms"] > 0
-    assert "prepared once in" in row["device: where it went"] and "inputs" in row["device: where it went"]
-    # one session drew its performance case on the device, the other made it on the host
-    drawn = list((bench.workdir / "prepare-tiny_add-True" / "inputs" / "n_4096").glob("*.bin"))
-    made = list((bench.workdir / "prepare-tiny_add-False" / "inputs" / "n_4096").glob("*.bin"))
-    assert not drawn and {p.name for p in made} == {"a.bin", "b.bin"}
+    assert row["workload"] == "tiny_add" and all(row[column] > 0 for column, _, _ in run.PREPARATION_WAYS)
+    assert row["host / device"] == pytest.approx(row["all on the host ms"] / row["on the device ms"])
+    where = row["defaults: where it went"]
+    assert "prepared once in" in where and "inputs" in where
+    # the defaults drew the performance case on the device and kept its expected values there;
+    # the second way drew it and wrote them to a file; the third made everything on the host
+    dirs = {(i, e): bench.workdir / f"prepare-tiny_add-{i}-{e}" for i, e in ((True, True), (True, False), (False, False))}
+    assert not list((dirs[True, True] / "inputs" / "n_4096").glob("*.bin"))
+    assert not list((dirs[True, True] / "expected").rglob("n_4096/*"))
+    assert not list((dirs[True, False] / "inputs" / "n_4096").glob("*.bin"))
+    assert list((dirs[True, False] / "expected").rglob("n_4096/*"))
+    made = list((dirs[False, False] / "inputs" / "n_4096").glob("*.bin"))
+    assert {p.name for p in made} == {"a.bin", "b.bin"}
     assert sec.passed in (True, False)
     assert "< 2 s" in check_rendering(run, sec)

@@ -154,3 +154,29 @@ def test_expected_missing_is_its_own_error_naming_the_keys() -> None:
     with pytest.raises(ExpectedMissing, match="no kept expected values under k1") as info:
         raise_for_request_error(envelope, 4)
     assert info.value.keys == ["k1"]
+
+
+def test_an_evaluation_without_device_compare_still_checks_the_kept_cases(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Values kept on the device can be compared nowhere else: an evaluation that turns the
+    device-side compare off still sends them for its performance case (and is not waved through)."""
+    proc, ev = _session(tmp_path, monkeypatch)
+    with proc, ev:
+        prepare(ev)
+        off = EvaluateOptions(warmup=1, iterations=20, device_compare=False)
+        good = evaluate(ev, _add(), off)
+        wrong = evaluate(ev, _add("WRONG", "wrong"), off)
+    assert good.ok, good.message
+    assert {c.name: c.status for c in wrong.cases}["n_4096"] is Status.mismatch
+    sent = [(tag, name, _c(r)) for tag, name, r in _requests(tmp_path / "w") if tag.endswith("-wrong")]
+    assert any(name.startswith("n_4096") and c.get("expected", "").startswith("kept:") for _, name, c in sent)
+    assert all("expected" not in c for _, name, c in sent if name.startswith("odd_1001")), "files: compared on the host"
+
+
+def test_no_kept_values_without_the_device_compare_feature(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    proc, ev = _session(tmp_path, monkeypatch, FEATURES.replace("device_compare,", ""))
+    with proc, ev:
+        result = evaluate(ev, _add())
+        assert ev.device_kept == frozenset() and "n_4096" in ev.data.expected
+    assert result.ok, result.message

@@ -88,6 +88,10 @@ class EvaluateOptions:
     # draw performance cases' inputs on the device where the CUDA reference gives their expected
     # outputs (no host draw, file or upload; inputs.py); False: every input made on the host
     device_inputs: bool = True
+    # keep those cases' expected outputs (the CUDA reference's) on the device: never written, read
+    # or stored on the host (harness feature device_expected); False: files, as before, and a
+    # mismatch on a performance case lists its first mismatching elements
+    device_expected: bool = True
 
     def __post_init__(self) -> None:
         if self.stop not in STOP_RULES:

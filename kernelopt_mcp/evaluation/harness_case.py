@@ -169,7 +169,9 @@ def build_request(
 ) -> RunRequest:
     """The harness request for ``job`` (see native_harness/PROTOCOL.md)."""
     case, ci = job.case, job.data.inputs[job.case.name]
-    refs = job.data.refs.get(case.name, {}) if job.device_compare else {}
+    refs = job.data.refs.get(case.name, {})
+    if not job.device_compare:  # values kept on the device are compared there, or not at all
+        refs = {name: r for name, r in refs.items() if r.kept} if job.check else {}
     timed_ci = job.timed.inputs.get(case.name) if job.timed else None
     timed_refs = job.timed.refs.get(case.name, {}) if job.timed and timed_ci else {}
     args: list[BufferArg | ScalarArg] = []

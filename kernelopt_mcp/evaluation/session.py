@@ -142,7 +142,10 @@ class Session:
             "checked_dump": o.oracle_checked_launches > 0,
             "input_draw": o.device_inputs,
             "expected_dtype": o.device_inputs,
-            "device_expected": o.device_inputs and "input_cache" in self.features,
+            "device_expected": (
+                o.device_inputs and o.device_expected and "input_cache" in self.features
+                and "device_compare" in self.features  # kept values can be compared nowhere else
+            ),
         }.get(feature, True)
         return wanted and feature in self.features
 
