@@ -107,7 +107,7 @@ class Settings:
     # outputs (EvaluateOptions.device_inputs); KERNELOPT_DEVICE_INPUTS=0 makes every input on the host
     device_inputs: bool = True
     # ... and their expected outputs kept on the device (EvaluateOptions.device_expected);
-    # KERNELOPT_DEVICE_EXPECTED=0 writes them to files (first mismatching elements in reports)
+    # KERNELOPT_DEVICE_EXPECTED=0 writes them to files (five mismatching elements in reports, not one)
     device_expected: bool = True
 
     @classmethod

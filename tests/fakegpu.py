@@ -136,6 +136,10 @@ for line in sys.stdin:
             "max_rel_error": float((diff[fin] / np.maximum(np.abs(e[fin]), th["rel_floor"])).max(initial=0.0)),
             "err_sq": float(np.dot(diff[fin], diff[fin])), "first_mismatch": int(np.argmax(bad)) if bad.any() else None,
             "output_written": bool(bad.any())})
+        if bad.any():  # the values at the first mismatch, as the harness reads them ("nan" for NaN)
+            i = int(np.argmax(bad))
+            result["compares"][-1].update({k: (str(v) if not np.isfinite(v) else float(v)) for k, v in (
+                ("first_mismatch_expected", e[i]), ("first_mismatch_actual", float(c[i])))})
         if bad.any() or out.get("write_output"):
             c.tofile(out["output"])
     elif not out.get("keep_expected") or out.get("write_output"):

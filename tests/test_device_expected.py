@@ -82,7 +82,13 @@ def test_the_reference_keeps_its_outputs_on_the_device_and_candidates_are_compar
     perf = {c.name: c for c in wrong.cases}["n_4096"]
     assert perf.status is Status.mismatch and perf.outputs[0].mismatches == 1
     assert perf.outputs[0].max_abs_error == pytest.approx(1.0, rel=1e-6)
-    assert {c.name: c for c in nan.cases}["n_4096"].outputs[0].nonfinite == 4096
+    # the first mismatching element, with the values the harness read at it (no host copy)
+    [first] = perf.outputs[0].first_mismatches
+    assert first.index == [2048] and first.actual == pytest.approx(first.expected + 1.0, rel=1e-6)
+    assert "first at [2048]" in perf.message
+    nan_out = {c.name: c for c in nan.cases}["n_4096"].outputs[0]
+    assert nan_out.nonfinite == 4096 and nan_out.first_mismatches[0].index == [0]
+    assert np.isnan(nan_out.first_mismatches[0].actual)
     sent = _requests(tmp_path / "w")
     keeps = [(tag, _c(r)) for tag, _, r in sent if "keep_expected" in _c(r)]
     # the reference kept the performance case of each data set once: validation and hidden

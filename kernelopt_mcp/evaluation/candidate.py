@@ -90,7 +90,7 @@ class EvaluateOptions:
     device_inputs: bool = True
     # keep those cases' expected outputs (the CUDA reference's) on the device: never written, read
     # or stored on the host (harness feature device_expected); False: files, as before, and a
-    # mismatch on a performance case lists its first mismatching elements
+    # mismatch on a performance case lists its first five mismatching elements, not one
     device_expected: bool = True
 
     def __post_init__(self) -> None:

@@ -171,11 +171,13 @@ def geometric_mean(values: Iterable[float]) -> float:
 
 
 def from_device(
-    name: str, stats: CompareEntry, *, scale: float, norm: float, tol: Tolerance
+    name: str, stats: CompareEntry, *, scale: float, norm: float, tol: Tolerance,
+    shape: tuple[int, ...] | None = None,
 ) -> OutputComparison:
     """An :class:`OutputComparison` from the harness's device-side comparison (one entry of
-    a case answer's ``compares``). It carries no mismatching elements: when the device finds
-    any, the harness writes the output and :func:`compare` produces the detailed report."""
+    a case answer's ``compares``). Of the mismatching elements it carries the first, with its
+    expected and actual values, when the harness read them (and ``shape`` places its index);
+    where the expected values are on the host, :func:`compare` produces the full report."""
 
     def number(value: float | int | str | None) -> float:
         return math.inf if value in ("inf", "Infinity") else float(value or 0)
@@ -194,4 +196,13 @@ def from_device(
         scale=scale,
         rtol=tol.rtol,
         atol=tol.atol,
+        first_mismatches=_first_from_device(stats, shape),
     )
+
+
+def _first_from_device(stats: CompareEntry, shape: tuple[int, ...] | None) -> list[Mismatch]:
+    e, a, flat = stats.first_mismatch_expected, stats.first_mismatch_actual, stats.first_mismatch
+    if flat is None or e is None or a is None or not shape:
+        return []
+    index = [int(i) for i in np.unravel_index(flat, shape)]
+    return [Mismatch(index=index, expected=float(e), actual=float(a))]

@@ -413,9 +413,10 @@ def _check_outputs(
         tol = workload.spec.tolerance_for(p.name)
         stats, ref = device.get((p.name, "validation")), refs.get(p.name)
         if stats is not None and ref is not None and (stats.mismatches == 0 or p.name not in expected):
-            # the device's figures; values kept on the device have no host copy for the first
-            # mismatching elements (the count, maxima and L2 error are the device's)
-            cr.outputs.append(from_device(p.name, stats, scale=ref.scale, norm=ref.norm, tol=tol))
+            # the device's figures; for values kept on the device (no host copy) a mismatch lists
+            # the first mismatching element only, as the harness read it
+            cr.outputs.append(from_device(p.name, stats, scale=ref.scale, norm=ref.norm, tol=tol,
+                                          shape=job.data.inputs[job.case.name].shapes.get(p.name)))
         elif p.name in outputs and p.name in expected:
             cr.outputs.append(compare(p.name, expected[p.name], outputs[p.name], tol))
         else:
@@ -464,7 +465,8 @@ def _check_timed(
         stats, ref = device.get((p.name, "timed")), refs.get(p.name)
         if stats is None or ref is None:
             continue
-        cmp = from_device(p.name, stats, scale=ref.scale, norm=ref.norm, tol=workload.spec.tolerance_for(p.name))
+        cmp = from_device(p.name, stats, scale=ref.scale, norm=ref.norm, tol=workload.spec.tolerance_for(p.name),
+                          shape=job.timed.inputs[job.case.name].shapes.get(p.name))
         cr.timed_check.append(cmp)
         if not cmp.passed:
             bad.append(cmp)

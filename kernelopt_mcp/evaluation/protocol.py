@@ -251,6 +251,8 @@ class CompareEntry(_Answer):
     max_rel_error: Number | None = None
     err_sq: Number | None = None
     first_mismatch: int | None = None
+    first_mismatch_expected: Number | None = None
+    first_mismatch_actual: Number | None = None
     output_written: bool | None = None
     compare_ms: float | None = None
 

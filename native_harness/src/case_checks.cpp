@@ -7,6 +7,7 @@
 
 #include "case_runner.hpp"
 #include "file_io.hpp"
+#include "kept.hpp"
 #include "support.hpp"
 #include "timing.hpp"
 
@@ -27,6 +28,13 @@ const char* launch_kind_name(LaunchKind k) {
 // JSON has no infinity: PROTOCOL.md prints it as the string "inf".
 json error_figure(double value) {
   if (std::isinf(value)) return "inf";
+  return value;
+}
+
+// A value as JSON: a number, or "nan", "inf", "-inf".
+json value_figure(double value) {
+  if (std::isnan(value)) return "nan";
+  if (std::isinf(value)) return value > 0 ? "inf" : "-inf";
   return value;
 }
 
@@ -71,6 +79,9 @@ void CaseRunner::compare_outputs(LaunchKind kind, json& result) {
     // checked launch's reference outputs do
     const CUfunction compare = s_.support().function(
         b.native_expected() ? compare_ref_kernel_name(*b.dtype) : compare_kernel_name(*b.dtype));
+    // the first mismatching element, expected and actual (read while the expected values are
+    // mapped): a report can show them without a host copy of the expected values
+    std::optional<std::pair<double, double>> first;
     const CompareFigures fig = [&] {
       if (!expected.device) {
         return device_compare(drv_, compare, s_.sm_count(), s_.stream(), d.data, CUdeviceptr{0},
@@ -80,9 +91,15 @@ void CaseRunner::compare_outputs(LaunchKind kind, json& result) {
       // kernel ever runs while its expected values are in the address space (staging.hpp).
       sync();
       const Revealed shown(s_, *expected.device);
-      return device_compare(drv_, compare, s_.sm_count(), s_.stream(), d.data,
-                            expected.device->get(), elements, b.compare,
-                            s_.support_scratch());  // synchronizes before it returns
+      const CompareFigures f = device_compare(drv_, compare, s_.sm_count(), s_.stream(), d.data,
+                                              expected.device->get(), elements, b.compare,
+                                              s_.support_scratch());  // synchronizes first
+      if (f.first_mismatch) {
+        const ScalarType e_type = b.native_expected() ? *b.dtype : ScalarType::float64;
+        first = {element_at(expected.device->get(), *f.first_mismatch, e_type),
+                 element_at(d.data, *f.first_mismatch, *b.dtype)};
+      }
+      return f;
     }();
     const bool write = !d.output_written &&
                        (fig.mismatches > 0 || (kind == LaunchKind::validation && b.write_output));
@@ -98,10 +115,22 @@ void CaseRunner::compare_outputs(LaunchKind kind, json& result) {
     c["max_rel_error"] = error_figure(fig.max_rel_error);
     c["err_sq"] = error_figure(fig.err_sq);
     c["first_mismatch"] = fig.first_mismatch ? json(*fig.first_mismatch) : json(nullptr);
+    if (first) {
+      c["first_mismatch_expected"] = value_figure(first->first);
+      c["first_mismatch_actual"] = value_figure(first->second);
+    }
     c["output_written"] = write;
     c["compare_ms"] = float_to_double(static_cast<float>(fig.kernel_ms));
     result["compares"].push_back(std::move(c));
   }
+}
+
+double CaseRunner::element_at(CUdeviceptr base, std::uint64_t index, ScalarType dtype) {
+  std::uint8_t bytes[8] = {};
+  const std::size_t item = scalar_size(dtype);
+  KO_CU(drv_.cuMemcpyDtoHAsync(bytes, base + index * item, item, s_.stream()));
+  sync();
+  return element_to_double(bytes, dtype);
 }
 
 void CaseRunner::write_output(DeviceArg& d) {

@@ -110,6 +110,8 @@ class CaseRunner {
   void launch();
   void sync() { KO_CU(drv_.cuStreamSynchronize(s_.stream())); }
   void compare_outputs(LaunchKind kind, nlohmann::json& result);
+  // One element of `dtype` at `index` of the device array at `base`, widened to double.
+  double element_at(CUdeviceptr base, std::uint64_t index, ScalarType dtype);
   void write_output(DeviceArg& d);
   void write_outputs();
   void check_guards(nlohmann::json& result);

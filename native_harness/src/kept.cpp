@@ -82,6 +82,24 @@ double bfloat16_bits_to_double(std::uint16_t bits) noexcept {
   return f;
 }
 
+double element_to_double(const std::uint8_t* p, ScalarType dtype) noexcept {
+  switch (dtype) {
+    case ScalarType::int8: return load_plain<std::int8_t>(p);
+    case ScalarType::int16: return load_plain<std::int16_t>(p);
+    case ScalarType::int32: return load_plain<std::int32_t>(p);
+    case ScalarType::int64: return load_plain<std::int64_t>(p);
+    case ScalarType::uint8: return load_plain<std::uint8_t>(p);
+    case ScalarType::uint16: return load_plain<std::uint16_t>(p);
+    case ScalarType::uint32: return load_plain<std::uint32_t>(p);
+    case ScalarType::uint64: return load_plain<std::uint64_t>(p);
+    case ScalarType::float16: return load_half(p);
+    case ScalarType::bfloat16: return load_bfloat16(p);
+    case ScalarType::float32: return load_plain<float>(p);
+    case ScalarType::float64: return load_plain<double>(p);
+  }
+  return 0;
+}
+
 KeptFigures kept_figures(const std::uint8_t* data, std::uint64_t bytes, ScalarType dtype) {
   const std::size_t item = scalar_size(dtype);
   const std::uint64_t n = bytes / item;

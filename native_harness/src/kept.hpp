@@ -35,6 +35,9 @@ struct KeptFigures {
 // widened exactly.
 KeptFigures kept_figures(const std::uint8_t* data, std::uint64_t bytes, ScalarType dtype);
 
+// One little-endian `dtype` value at `p`, widened to double (float16 and bfloat16 exactly).
+double element_to_double(const std::uint8_t* p, ScalarType dtype) noexcept;
+
 // Exact widenings of IEEE binary16 and bfloat16 bits.
 double half_bits_to_double(std::uint16_t bits) noexcept;
 double bfloat16_bits_to_double(std::uint16_t bits) noexcept;

@@ -36,6 +36,9 @@ TEST_CASE("device compare: a mismatch writes the output and names the first inde
   CHECK(c["status"] == "ok");  // Python decides "mismatch"
   const auto& cmp = c["compares"][0];
   CHECK(cmp["mismatches"] == 2 && cmp["first_mismatch"] == 2 && cmp["nonfinite"] == 0);
+  // the values at the first mismatch: the float64 expected file's 3.5, the kernel's 3
+  CHECK_MSG(cmp["first_mismatch_expected"] == 3.5 && cmp["first_mismatch_actual"] == 3.0,
+            cmp.dump());
   CHECK(cmp["max_abs_error"] == 2.0);
   CHECK(cmp["max_rel_error"] == 2.0 / 7.0);
   CHECK(cmp["err_sq"] == 0.25 + 4.0);
@@ -50,6 +53,8 @@ TEST_CASE("device compare: unwritten (NaN) elements are nonfinite and the maxima
   CHECK_MSG(r.rc == 0, r.out + r.err);
   const auto& cmp = r.answer["cases"][0]["compares"][0];
   CHECK(cmp["mismatches"] == 2 && cmp["nonfinite"] == 2 && cmp["first_mismatch"] == 2);
+  CHECK_MSG(cmp["first_mismatch_expected"] == 3.0 && cmp["first_mismatch_actual"] == "nan",
+            cmp.dump());
   CHECK(cmp["max_abs_error"] == "inf" && cmp["max_rel_error"] == "inf");
   CHECK(cmp["err_sq"] == 0.0);
   CHECK(exists(path("nan_out.bin")));

@@ -109,6 +109,7 @@ TEST_CASE("kept: a later request compares against \"kept:KEY\"; a wrong output m
   const auto& g = compare_of(r.lines[1]);
   CHECK_MSG(g["mismatches"] == 0 && g["elements"] == 4 && g["output_written"] == false,
             r.lines[1].dump());
+  CHECK(!g.contains("first_mismatch_expected") && !g.contains("first_mismatch_actual"));
   CHECK(!exists(path("kc_good_out.bin")));
   // The kept copy and the input file (cached by the reference's request) are both hits.
   CHECK_MSG(r.lines[1]["input_cache"]["hits"] == 2 && r.lines[1]["input_cache"]["misses"] == 0,
@@ -116,6 +117,9 @@ TEST_CASE("kept: a later request compares against \"kept:KEY\"; a wrong output m
   const auto& b = compare_of(r.lines[2]);
   CHECK_MSG(b["mismatches"] == 4 && b["first_mismatch"] == 0 && b["output_written"] == true,
             r.lines[2].dump());
+  // The first mismatching element, read while the kept copy was mapped: the reference's 1 + 1,
+  // the candidate's copy of 1.
+  CHECK_MSG(b["first_mismatch_expected"] == 2.0 && b["first_mismatch_actual"] == 1.0, b.dump());
   CHECK(slurp(path("kc_bad_out.bin")) == raw_of(in));
 }
 
