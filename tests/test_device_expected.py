@@ -186,3 +186,20 @@ def test_no_kept_values_without_the_device_compare_feature(tmp_path: Path, monke
         result = evaluate(ev, _add())
         assert ev.device_kept == frozenset() and "n_4096" in ev.data.expected
     assert result.ok, result.message
+
+
+def test_a_case_too_large_for_the_cache_keeps_its_expected_values_in_files(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A kept copy must fit the harness's input cache beside the other data set's and the inputs:
+    on a device with little memory the performance case's expected values go through files."""
+    from kernelopt_mcp.evaluation import evaluate as evaluate_module
+
+    proc, ev = _session(tmp_path, monkeypatch)
+    assert ev.device is not None
+    # n_4096's output is 16 KiB: kept while the share of the device's memory allows it, not below
+    monkeypatch.setattr(evaluate_module, "KEPT_SHARE", 4096 * 4 / ev.device.total_memory_bytes * 0.99)
+    with proc, ev:
+        result = evaluate(ev, _add())
+        assert ev.device_kept == frozenset() and ev.data.refs["n_4096"]["c"].path is not None
+    assert result.ok, result.message

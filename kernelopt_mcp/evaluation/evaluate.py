@@ -25,7 +25,7 @@ from ..errors import LaunchConfigError, WorkloadError
 from ..workload import Case
 from .candidate import Candidate, EvaluateOptions
 from .harness_case import CaseJob, DataSet, build_request
-from .inputs import fresh_seed, materialize
+from .inputs import CaseInputs, fresh_seed, materialize
 from .oracle import OracleLimits, run_oracle
 from .outcomes import EvaluationResult, Status
 from .protocol import LaunchRequest, RunRequest, TimingRequest
@@ -75,12 +75,13 @@ def prepare(session: Session, *, time_reference: bool = True, oracle_on_all_case
     if s.uses("input_draw"):
         s.device_cases = reference_only
     s.native_expected = reference_only if s.uses("expected_dtype") else frozenset()
-    # the reference's outputs stay on the device as those cases' expected values: never written,
-    # read or stored again on the host (the harness reports the RMS the tolerances need)
-    s.device_kept = s.native_expected if s.uses("device_expected") else frozenset()
     s.progress("generating inputs", 0, 1)
     s.data = DataSet("validation", s.seed, materialize(wl, s.seed, s.workdir / "inputs", on_device=s.device_cases))
     s.inputs_from = _inputs_from(s.data, len(wl.spec.cases))
+    if s.uses("device_expected"):
+        # the reference's outputs stay on the device as those cases' expected values: never
+        # written, read or stored again on the host (the harness reports what the tolerances need)
+        s.device_kept = frozenset(c for c in s.native_expected if _fits_the_cache(s, s.data.inputs[c]))
     step("inputs")
     if s.uses("timed_inputs") and perf:
         seed = fresh_seed()
@@ -187,6 +188,20 @@ def _oracle(s: Session, data: DataSet, cases: list[Case]) -> dict[str, dict[str,
         ci = data.inputs[case.name]
         out[case.name] = run_oracle(s.workload, case.name, ci.arrays, ci.shapes, limits=OracleLimits.following(s.compile_limits))
     return out
+
+
+# The most a case's outputs may take of the device's memory to be kept there (per data set): the
+# validation and hidden sets' copies and a request's inputs then fit the harness's input cache (30%
+# of the memory by default) together, so a copy is never dropped as soon as it is kept (a larger
+# case's expected values go through files).
+KEPT_SHARE = 0.05
+
+
+def _fits_the_cache(s: Session, ci: CaseInputs) -> bool:
+    if s.device is None:
+        return False
+    outputs = sum(int(np.prod(ci.shapes[p.name], dtype=np.int64)) * p.dtype.itemsize for p in s.workload.signature.outputs)
+    return outputs <= KEPT_SHARE * s.device.total_memory_bytes
 
 
 def _inputs_from(data: DataSet, cases: int) -> str:

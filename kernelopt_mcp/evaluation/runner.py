@@ -264,7 +264,8 @@ def _submit(
     s: Session, job: CaseJob, module: Path, tag: str, options: EvaluateOptions
 ) -> tuple[CaseResult, dict[str, np.ndarray] | None]:
     request = s.request(job, module, options)
-    # Kept so a case can be replayed with the harness alone: kernelopt-harness run FILE
+    # Kept so a case can be replayed with the harness alone: kernelopt-harness run FILE (values
+    # kept on the device, "kept:KEY", exist only in the serve process that kept them)
     write_atomic(
         s.workdir / "requests" / tag / f"{job.case.name}{'.timing' if job.timing else ''}.json",
         json.dumps(request_json(request), indent=1).encode(), durable=False,
