@@ -15,8 +15,9 @@ import pytest
 from fakegpu import TINY_SPEC, write_tiny_workload
 
 from kernelopt_mcp.evaluation.compare import compare
+from kernelopt_mcp.evaluation.dataset import DataSet
 from kernelopt_mcp.evaluation.harness import HarnessReply
-from kernelopt_mcp.evaluation.harness_case import CaseJob, DataSet, build_request, interpret
+from kernelopt_mcp.evaluation.harness_case import CaseJob, build_request, interpret
 from kernelopt_mcp.evaluation.inputs import materialize
 from kernelopt_mcp.evaluation.outcomes import Status
 from kernelopt_mcp.evaluation.protocol import FreshSpec, LaunchRequest, TimingRequest, request_json

@@ -24,7 +24,8 @@ from ..compiler import CompileResult
 from ..errors import LaunchConfigError, WorkloadError
 from ..workload import Case
 from .candidate import Candidate, EvaluateOptions
-from .harness_case import CaseJob, DataSet, build_request
+from .dataset import DataSet
+from .harness_case import CaseJob, build_request
 from .inputs import CaseInputs, fresh_seed, materialize
 from .oracle import OracleLimits, run_oracle
 from .outcomes import EvaluationResult, Status

@@ -22,6 +22,7 @@ from ..workload import Case
 from .candidate import Candidate, EvaluateOptions
 from .clocks import probe_device_clocks
 from .compare import geometric_mean
+from .dataset import DataSet
 from .fresh_inputs import (
     case_fresh,
     fresh_checks,
@@ -31,7 +32,7 @@ from .fresh_inputs import (
     request_seed,
 )
 from .harness import ExpectedMissing
-from .harness_case import CaseJob, DataSet, interpret
+from .harness_case import CaseJob, interpret
 from .inputs import hidden_seed_checks
 from .oracle import OracleLimits
 from .outcomes import CaseResult, EvaluationResult, PhaseTimes, Status, worst

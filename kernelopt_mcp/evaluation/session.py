@@ -25,10 +25,11 @@ from ..launch import DeviceLimits, ResolvedLaunch, resolve
 from ..workload import BufferParam, Case, Workload
 from .calibrate import device_peaks
 from .candidate import Candidate, EvaluateOptions, ProgressFn
+from .dataset import DataSet
 from .device import DeviceInfo
 from .fresh_inputs import SPLIT_MIN_SAMPLES, fresh_checks
 from .harness import RequestSender, harness_features
-from .harness_case import CaseJob, DataSet, build_request
+from .harness_case import CaseJob, build_request
 from .inputs import CaseInputs, fresh_seed, hidden_seed_checks
 from .outcomes import EvaluationResult
 from .protocol import LaunchRequest, RunRequest
