@@ -235,7 +235,7 @@ def test_a_result_says_where_its_host_time_went(tmp_path) -> None:
         prepared = dict(ev.prepare_ms)
     assert result.ok, result.message
     # once per session: where the preparation went (the reference's requests are quick here)
-    assert {"inputs", "oracle", "reference", "total"} <= set(prepared), prepared
+    assert {"inputs", "oracle", "reference", "reference_validation", "reference_timing", "total"} <= set(prepared), prepared
     assert prepared["total"] >= sum(v for k, v in prepared.items() if k != "total") - 1
     assert prepared["reference"] > 0 and prepared["inputs"] > 0
     from kernelopt_mcp.evaluation.evaluate import preparation_text
