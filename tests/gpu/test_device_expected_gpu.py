@@ -82,10 +82,10 @@ def test_kept_tolerances_match_numpys_and_candidates_are_judged_against_the_kept
     finally:
         shutil.rmtree(tmp_path, ignore_errors=True)  # GBs of outputs: the disk is shared
     got = kept.thresholds
-    # the same drawn inputs, the same reference: the same RMS (a sequential double sum against
-    # NumPy's chunked dot products: rounding apart)
-    assert got.scale == pytest.approx(want.scale, rel=1e-9) and got.norm == pytest.approx(want.norm, rel=1e-9)
-    assert got.abs_tol == pytest.approx(want.abs_tol, rel=1e-9)
+    # the same drawn inputs, the same reference: the same RMS (a sequential double sum of 2^25
+    # squares against NumPy's chunked dot products: rounding apart, at most ~4e-9 relative)
+    assert got.scale == pytest.approx(want.scale, rel=1e-7) and got.norm == pytest.approx(want.norm, rel=1e-7)
+    assert got.abs_tol == pytest.approx(want.abs_tol, rel=1e-7)
     assert good.status is Status.ok, good.message
     perf = {c.name: c for c in wrong.cases}[CASE]
     assert perf.status is Status.mismatch, perf.message
