@@ -202,7 +202,7 @@ KEPT_SHARE = 0.05
 def _fits_the_cache(s: Session, ci: CaseInputs) -> bool:
     if s.device is None:
         return False
-    outputs = sum(int(np.prod(ci.shapes[p.name], dtype=np.int64)) * p.dtype.itemsize for p in s.workload.signature.outputs)
+    outputs = sum(ci.elements(p.name) * p.dtype.itemsize for p in s.workload.signature.outputs)
     return outputs <= KEPT_SHARE * s.device.total_memory_bytes
 
 

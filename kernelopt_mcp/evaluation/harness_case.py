@@ -139,7 +139,7 @@ def _buffer_arg(
     job: CaseJob, workload: Workload, p: BufferParam, ci: CaseInputs, timed_ci: CaseInputs | None,
     ref: ExpectedRef | None, timed_ref: ExpectedRef | None,
 ) -> BufferArg:
-    nbytes = int(np.prod(ci.shapes[p.name], dtype=np.int64)) * p.dtype.itemsize
+    nbytes = ci.elements(p.name) * p.dtype.itemsize
     arg = BufferArg(name=p.name, role=p.role, bytes=nbytes)
     if p.is_input:
         if p.name in ci.draws:

@@ -172,6 +172,10 @@ class CaseInputs:
     files: dict[str, Path]
     draws: dict[str, InputDraw] = field(default_factory=dict)
 
+    def elements(self, buffer: str) -> int:
+        """How many elements ``buffer`` has in this case."""
+        return int(np.prod(self.shapes[buffer], dtype=np.int64))
+
 
 def device_draw(gen: Generator, param: BufferParam, seed: int, case: str, *, redraw: bool = False) -> InputDraw | None:
     """How the harness draws the buffer ``gen`` makes, or None where it must come from the host:
