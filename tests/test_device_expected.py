@@ -22,7 +22,7 @@ from kernelopt_mcp.config import find_workload
 from kernelopt_mcp.evaluation.candidate import EvaluateOptions
 from kernelopt_mcp.evaluation.compare import thresholds
 from kernelopt_mcp.evaluation.device import device_info
-from kernelopt_mcp.evaluation.evaluate import evaluate, prepare
+from kernelopt_mcp.evaluation.evaluate import case_request, evaluate, prepare
 from kernelopt_mcp.evaluation.harness import ExpectedMissing, raise_for_request_error
 from kernelopt_mcp.evaluation.outcomes import Status
 from kernelopt_mcp.evaluation.protocol import AnswerEnvelope
@@ -152,6 +152,28 @@ def test_after_a_fault_the_new_harness_gets_the_expected_values_again(
     # once in prepare per data set, then again after the crash: the validation set before "add"
     # compared with it, and the hidden set before its timing request
     assert len(tags) == 4 and len(set(tags)) == 4, tags
+
+
+def test_a_replay_request_needs_nothing_kept_and_runs_in_another_process(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Profiling, sanitizing and replays send ``case_request``'s request to another process
+    (ncu, compute-sanitizer, ``kernelopt-harness run``), which holds none of this one's kept
+    copies: the request names none, and a new harness answers it."""
+    proc, ev = _session(tmp_path, monkeypatch)
+    with proc, ev:
+        prepare(ev)
+        assert ev.device_kept == {"n_4096"}
+        replay = case_request(ev, _add(), "n_4096", tmp_path / "replay", timing=True)
+    assert replay.request is not None, replay.problem
+    assert "kept:" not in replay.request.model_dump_json()
+    (tmp_path / "other").mkdir()
+    with HarnessProcess(write_harness(tmp_path / "other", "fake"), 0) as other:
+        reply = other.request(replay.request, 60)
+    assert reply.answer is not None, reply.stderr
+    (case,) = reply.answer["cases"]
+    assert case["status"] == "ok" and case["timing"]["iterations"] == 20, case
+    assert (tmp_path / "replay" / "c.bin").stat().st_size == 4096 * 4
 
 
 def test_expected_missing_is_its_own_error_naming_the_keys() -> None:

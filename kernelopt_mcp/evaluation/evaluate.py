@@ -148,10 +148,10 @@ def case_request(
     session: Session, candidate: Candidate, case_name: str, out_dir: Path, *, timing: bool = False
 ) -> ReplayRequest:
     """A harness request that runs one case of ``candidate`` on the session's inputs, for
-    profiling, sanitizing or replay with ``kernelopt-harness run``: outputs always written, no
-    support module unless the case's inputs are drawn on the device (its ``ko_fill`` kernels then
-    run before the candidate's launch). Prepares the session's inputs first (without timing the
-    reference).
+    profiling, sanitizing or replay with ``kernelopt-harness run``: outputs always written and
+    compared with nothing (the caller checks them, if at all), no support module unless the
+    case's inputs are drawn on the device (its ``ko_fill`` kernels then run before the
+    candidate's launch). Prepares the session's inputs first (without timing the reference).
 
     Returns the request, or none and the problem when the candidate does not compile or its
     launch is invalid for the case.
@@ -170,6 +170,9 @@ def case_request(
     job = CaseJob(
         case, launch, session.data, out_dir,
         timing=TimingRequest(warmup=o.warmup, iterations=o.iterations) if timing else None,
+        # no expected values: the request runs in another process (ncu, compute-sanitizer,
+        # `kernelopt-harness run`), where values kept on the device by this one do not exist
+        check=False,
     )
     request = build_request(
         job, session.workload, device=session.harness.device, module=module,
