@@ -7,6 +7,7 @@ which puts the repository on sys.path before importing this module.
 
 from __future__ import annotations
 
+import statistics
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -31,6 +32,7 @@ from kernelopt_mcp.errors import KerneloptError
 from kernelopt_mcp.evaluation.device import DeviceInfo, device_info
 from kernelopt_mcp.evaluation.evaluate import evaluate, prepare
 from kernelopt_mcp.evaluation.harness import find_harness
+from kernelopt_mcp.evaluation.outcomes import PhaseTimes
 from kernelopt_mcp.workload import Workload
 
 
@@ -110,18 +112,51 @@ def kernel_ms(result: EvaluationResult) -> float:
     return ms
 
 
-def timed_evaluate(ev: Session, candidate: Candidate) -> tuple[float, float, float]:
-    wall, k, _ = evaluate_counted(ev, candidate)
+def overhead_breakdown(phases: list[PhaseTimes], kernel_ms: float) -> str:
+    """Where evaluations' host time went, each figure the median over ``phases``: the harness's
+    steps (PROTOCOL.md, steps_ms; the kernels' ``kernel_ms`` are inside its launch and timing
+    steps), what the round trips add to them (request parsing, answer, pipe), Python's work on
+    the requests, the compile (a cache lookup when warm) and what is outside all of them."""
+    if not phases:
+        return "no evaluation to take apart"
+
+    def med(values: list[float]) -> float:
+        return statistics.median(values) if values else 0.0
+
+    steps = sorted({k for p in phases for k in p.harness_steps_ms})
+    step_ms = {k: med([p.harness_steps_ms.get(k, 0.0) for p in phases]) for k in steps}
+    in_steps = med([sum(p.harness_steps_ms.values()) for p in phases])
+    harness = med([p.harness_ms for p in phases])
+    python = med([p.python_ms for p in phases])
+    compile_ = med([p.compile_ms for p in phases])
+    outside = med([p.total_ms - p.harness_ms - p.python_ms - p.compile_ms for p in phases])
+    ranked = ", ".join(f"{k} {v:.1f}" for k, v in sorted(step_ms.items(), key=lambda kv: -kv[1]))
+    return (
+        f"{med([float(p.requests) for p in phases]):.0f} harness requests, {harness:.1f} ms round trip: "
+        f"steps {in_steps:.1f} ms ({ranked or 'none reported'}; kernels {kernel_ms:.1f} ms inside), "
+        f"parse/answer/pipe {harness - in_steps:.1f} ms; Python on the requests {python:.1f} ms; "
+        f"compile {compile_:.1f} ms; outside the requests {outside:.1f} ms"
+    )
+
+
+def timed_evaluate(ev: Session, candidate: Candidate, phases: list[PhaseTimes] | None = None) -> tuple[float, float, float]:
+    """(wall ms, kernel ms, overhead ms) of one evaluation; its phases appended to ``phases``."""
+    wall, k, _ = evaluate_counted(ev, candidate, phases)
     return wall, k, wall - k
 
 
-def evaluate_counted(ev: Session, candidate: Candidate) -> tuple[float, float, float]:
-    """(wall ms, kernel ms, mean measured launches per timed case) of one evaluation."""
+def evaluate_counted(
+    ev: Session, candidate: Candidate, phases: list[PhaseTimes] | None = None,
+) -> tuple[float, float, float]:
+    """(wall ms, kernel ms, mean measured launches per timed case) of one evaluation; its
+    phases (where the host time went) appended to ``phases``."""
     start = time.perf_counter()
     result = evaluate(ev, candidate)
     wall = (time.perf_counter() - start) * 1e3
     if not result.ok:
         raise KerneloptError(f"bench candidate failed: {result.status}: {result.message}")
+    if phases is not None and result.phases is not None:
+        phases.append(result.phases)
     samples = [t.samples or t.iterations for c in result.cases if (t := c.timing) is not None]
     return wall, kernel_ms(result), sum(samples) / max(len(samples), 1)
 

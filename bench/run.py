@@ -45,6 +45,7 @@ from bench_core import (
     Section,
     evaluate_counted,
     make_bench,
+    overhead_breakdown,
     print_section,
     reference,
     timed_evaluate,
@@ -58,6 +59,7 @@ from kernelopt_mcp.errors import KerneloptError
 from kernelopt_mcp.evaluation.candidate import PRECISION_MIN_ITERATIONS, PRECISION_RSE
 from kernelopt_mcp.evaluation.compare import compare
 from kernelopt_mcp.evaluation.evaluate import case_request, evaluate, preparation_text
+from kernelopt_mcp.evaluation.outcomes import PhaseTimes
 from kernelopt_mcp.evaluation.protocol import request_json
 from kernelopt_mcp.evaluation.support_module import support_module
 
@@ -90,6 +92,7 @@ def overhead(bench: Bench, workload: str = "softmax", cases: list[str] | None = 
     )
     base = reference(wl)
     cold, warm, baseline = [], [], []
+    warm_phases: list[PhaseTimes] = []
     start = time.perf_counter()
     with bench.evaluator(wl, "overhead") as ev:
         prepare_ms = (time.perf_counter() - start) * 1e3
@@ -100,7 +103,7 @@ def overhead(bench: Bench, workload: str = "softmax", cases: list[str] | None = 
         evaluate(ev, warm_candidate)  # compile it once
         for i in range(trials):
             bench.say(f"overhead: warm evaluation {i + 1}/{trials}")
-            warm.append(timed_evaluate(ev, warm_candidate))
+            warm.append(timed_evaluate(ev, warm_candidate, warm_phases))
     # the baseline compares on the host: its session writes every expected output to a file
     with bench.evaluator(wl, "overhead-baseline", options=replace(bench.options, device_expected=False)) as host_ev:
         for i in range(trials):
@@ -122,6 +125,8 @@ def overhead(bench: Bench, workload: str = "softmax", cases: list[str] | None = 
         f"{'met' if warm_over <= WARM_OVERHEAD_MS else 'NOT met'}, issue 17's < {WARM_OVERHEAD_17_MS:.0f} ms "
         f"{'met' if warm_over < WARM_OVERHEAD_17_MS else 'NOT met'}"
     )
+    sec.notes.append("warm, where it went (medians): "
+                     + overhead_breakdown(warm_phases, statistics.median(k for _, k, _ in warm)))
     sec.notes.append(f"once per run, not per candidate: harness start + inputs + expected outputs {prepare_ms:.0f} ms "
                      f"({preparation_text(ev.prepare_ms)})")
     sec.notes.append(f"{trials} trials each; kernel time = measured + warm-up + validation launches "

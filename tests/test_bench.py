@@ -52,6 +52,11 @@ def test_overhead_section(run: ModuleType, bench) -> None:
         assert row["overhead ms (median)"] == pytest.approx(row["wall ms"] - row["kernel ms"], rel=0.5)
         assert row["vs baseline"] > 0
     assert sec.rows[2]["vs baseline"] == pytest.approx(1.0)
+    # the warm evaluations taken apart: 4 requests (3 validations, 1 timing), the fake's steps
+    (where,) = [n for n in sec.notes if n.startswith("warm, where it went")]
+    assert "4 harness requests" in where and "setup" in where and "read_files" in where, where
+    assert "Python on the requests" in where and "outside the requests" in where
+    assert "cases " not in where.split("steps")[1].split(";")[0]  # the sum of the cases' steps is not a step
     assert sec.passed in (True, False)
     text = check_rendering(run, sec)
     assert "<= 50 ms" in text and ("PASS" in text or "FAIL" in text)

@@ -251,8 +251,26 @@ def test_a_result_says_where_its_host_time_went(tmp_path) -> None:
     walls = {c.name: c.wall_ms for c in result.cases}
     assert walls["one"] >= 500 and walls["odd_1001"] >= 500 and walls["n_4096"] >= 1000, walls  # validated + timed
     assert sum(walls.values()) <= p.validate_ms + p.timing_ms + 1
+    # the requests' round trips hold the fake's 0.5 s sleeps; Python's share is the rest of _submit
+    assert p.requests == 4 and p.harness_ms >= 4 * 500 and 0 < p.python_ms < 500, p
+    assert p.total_ms >= p.compile_ms + p.harness_ms + p.python_ms - 1
+    assert {"read_files", "setup", "validation_launch", "teardown"} <= set(p.harness_steps_ms), p.harness_steps_ms
+    assert "cases" not in p.harness_steps_ms and p.harness_steps_ms["read_files"] >= 4 * 500  # the sleep is there
     text = evaluation_output(CheckedEvaluation(result=result), "benchmark").text()
     assert f"host time {p.total_ms / 1e3:.3g} s: compile" in text, text
+    assert f"4 harness requests, {p.harness_ms:.0f} ms in the harness" in text, text
+
+
+def test_phase_times_add_only_the_steps_an_answer_reports() -> None:
+    from kernelopt_mcp.evaluation.outcomes import PhaseTimes
+
+    p = PhaseTimes()
+    p.add_request(10.0, 1.0, None)  # no answer (a hang): counted, no steps
+    p.add_request(5.0, 0.5, {"steps_ms": None, "cases": [{"steps_ms": {"setup": 2, "timing": 1.5}}]})
+    p.add_request(4.0, 0.5, {"steps_ms": {"module_load": 1.0, "cases": 3.0, "odd": True, "bad": "x"},
+                             "cases": [{"steps_ms": {"setup": 1.0}}, "not a case"]})
+    assert p.requests == 3 and p.harness_ms == 19.0 and p.python_ms == 2.0
+    assert p.harness_steps_ms == {"setup": 3.0, "timing": 1.5, "module_load": 1.0}
 
 
 def _three_case_workload(tmp_path) -> object:  # noqa: ANN001

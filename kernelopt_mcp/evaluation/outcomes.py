@@ -7,6 +7,7 @@ needs to fix it.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any
 
@@ -131,10 +132,42 @@ class PhaseTimes(BaseModel):
     validate_ms: float = Field(0.0, description="phase 1: one validation request per case")
     timing_ms: float = Field(0.0, description="phase 2: the timed requests, with fresh inputs and checked launches")
     total_ms: float = Field(0.0, description="the whole evaluation, bookkeeping included")
+    requests: int = Field(0, description="harness requests sent")
+    harness_ms: float = Field(
+        0.0, description="the requests' round trips: the harness's whole time (the kernels' included) and the pipe"
+    )
+    python_ms: float = Field(0.0, description="building, storing and interpreting the requests in Python")
+    harness_steps_ms: dict[str, float] = Field(
+        default_factory=dict,
+        description="the harness's own steps summed over the requests (native_harness/PROTOCOL.md, steps_ms): "
+        "where its time went; the kernels' own time is inside validation_launch and timing",
+    )
+
+    def add_request(self, round_trip_ms: float, python_ms: float, answer: Mapping[str, Any] | None) -> None:
+        """Count one harness request: its round trip, the Python time around it, and the
+        steps the harness reports for it and for its cases (an answer without them adds none)."""
+        self.requests += 1
+        self.harness_ms += round_trip_ms
+        self.python_ms += python_ms
+        if not isinstance(answer, Mapping):
+            return
+        found, cases = [answer.get("steps_ms")], answer.get("cases")
+        if isinstance(cases, list):
+            found += [c.get("steps_ms") for c in cases if isinstance(c, Mapping)]
+        for steps in found:
+            if not isinstance(steps, Mapping):
+                continue
+            for name, ms in steps.items():
+                # "cases" is the sum of the cases' own steps, which are added one by one
+                if name != "cases" and isinstance(ms, int | float) and not isinstance(ms, bool):
+                    self.harness_steps_ms[name] = self.harness_steps_ms.get(name, 0.0) + float(ms)
 
     def text(self) -> str:
-        return (f"host time {self.total_ms / 1e3:.3g} s: compile {self.compile_ms:.0f} ms, validation "
+        line = (f"host time {self.total_ms / 1e3:.3g} s: compile {self.compile_ms:.0f} ms, validation "
                 f"{self.validate_ms:.0f} ms, timing and its checks {self.timing_ms:.0f} ms")
+        if self.requests:
+            line += f"; {self.requests} harness requests, {self.harness_ms:.0f} ms in the harness"
+        return line
 
 
 class EvaluationResult(BaseModel):

@@ -345,6 +345,7 @@ class CaseAnswer(_Answer):
     timed_checks: list[TimedCheck] = Field(default_factory=list)
     timed_dumps: list[TimedDump] = Field(default_factory=list)
     kept: list[KeptEntry] = Field(default_factory=list)
+    steps_ms: dict[str, float] | None = None  # where the case's host time went (PROTOCOL.md)
 
 
 class DeviceAnswer(_Answer):
@@ -398,6 +399,7 @@ class HarnessAnswer(AnswerEnvelope):
     status: str
     device: DeviceAnswer | None = None
     module_load_ms: float | None = None
+    steps_ms: dict[str, float] | None = None  # where the request's host time went (PROTOCOL.md)
     function: FunctionAnswer | None = None
     cases: list[CaseAnswer] = Field(default_factory=list)
     input_cache: InputCacheAnswer | None = None

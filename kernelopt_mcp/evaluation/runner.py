@@ -137,7 +137,7 @@ def _run_cases(
             device_compare=check and s.uses("device_compare", options), keep_outputs=keep is not None, check=check,
             keep_on_device=s.kept_keys(data, case) if keep is not None else {},
         )
-        cr, outputs = _submit(s, job, module, tag, options)
+        cr, outputs = _submit(s, job, module, tag, options, phases)
         if keep is not None and outputs and cr.status is Status.ok:
             keep[case.name] = outputs
         results.append(cr)
@@ -182,7 +182,7 @@ def _run_cases(
             s, case, resolved[case.name], data, s.out_dir(tag, case), timing, options,
             candidate=data is s.data and keep is None, check=check,
         )
-        timed, _ = _submit(s, job, module, tag, options)
+        timed, _ = _submit(s, job, module, tag, options, phases)
         phases.timing_ms = _since(start)
         timed.wall_ms = (by_name[case.name].wall_ms or 0.0) + (timed.wall_ms or 0.0)
         if timed.status is not Status.ok:
@@ -262,8 +262,9 @@ def _in_rounds(rounds: list[tuple[int, int]], pick: Callable[[int, int], list[in
 
 
 def _submit(
-    s: Session, job: CaseJob, module: Path, tag: str, options: EvaluateOptions
+    s: Session, job: CaseJob, module: Path, tag: str, options: EvaluateOptions, phases: PhaseTimes,
 ) -> tuple[CaseResult, dict[str, np.ndarray] | None]:
+    begin = time.perf_counter()
     request = s.request(job, module, options)
     # Kept so a case can be replayed with the harness alone: kernelopt-harness run FILE (values
     # kept on the device, "kept:KEY", exist only in the serve process that kept them)
@@ -274,15 +275,21 @@ def _submit(
     timeout = s.timeout_s(job.case, job.timing is not None, options)
     start = time.perf_counter()
     reply = s.harness.request(request, timeout)
+    round_trip = _since(start)
     try:
         cr, outputs = interpret(job, reply, s.workload, timeout)
     except ExpectedMissing as missing:
         # a new harness process (the last one ended with a fault) or an eviction: the expected
         # values kept on the device are gone; the CUDA reference makes them again, once
-        _keep_again(s, job, set(missing.keys))
+        again = time.perf_counter()
+        _keep_again(s, job, set(missing.keys))  # the reference's own requests: not this candidate's
+        begin += time.perf_counter() - again
+        again = time.perf_counter()
         reply = s.harness.request(s.request(job, module, options), timeout)
+        round_trip += _since(again)
         cr, outputs = interpret(job, reply, s.workload, timeout)
     cr.wall_ms = _since(start)
+    phases.add_request(round_trip, _since(begin) - round_trip, reply.answer)
     return cr, outputs
 
 

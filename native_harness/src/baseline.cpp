@@ -180,6 +180,7 @@ json run_sgemm(Session& s, const Request& req, const CublasApi& api, json& respo
 int run_baseline(Session& session, const Request& req, json& response) {
   const auto& b = req.baseline;
   response.erase("module_load_ms");
+  response.erase("steps_ms");
   response.erase("function");
   response.erase("cases");
   response["op"] = "baseline";

@@ -84,17 +84,26 @@ bool CaseRunner::run(json& cases) {
     setup();
     if (json staged = staged_addresses(st_); !staged.is_null()) result["staged"] = staged;
     result["occupancy_blocks_per_sm"] = occupancy();
+    steps_.mark("setup");
     launch();
     phase = Phase::launched;
     sync();
+    steps_.mark("validation_launch");
 
     compare_outputs(LaunchKind::validation, result);
     write_outputs();
     check_guards(result);
     check_inputs(result, false);
     set_status(result);
-    if (result["status"] == "ok" && spec_.has_keep_expected()) keep_outputs(result);
-    if (result["status"] == "ok" && spec_.repeat_validation) run_repeat(result);
+    steps_.mark("validation_checks");
+    if (result["status"] == "ok" && spec_.has_keep_expected()) {
+      keep_outputs(result);
+      steps_.mark("keep");
+    }
+    if (result["status"] == "ok" && spec_.repeat_validation) {
+      run_repeat(result);
+      steps_.mark("repeat");
+    }
     if (result["status"] == "ok" && spec_.timing) {
       const bool flush = req_.flush_l2 && s_.can_flush_l2();
       const std::set<std::size_t> checked(spec_.checked_launches.begin(),
@@ -113,10 +122,18 @@ bool CaseRunner::run(json& cases) {
         work.settle = [&] { settle_checks(); };
       }
       result["timing"] = time_work(s_, *spec_.timing, work, flush);
-      if (spec_.has_timed_check()) run_timed_check(result);
-      if (spec_.confirm_launch) run_confirm(result);
+      steps_.mark("timing");
+      if (spec_.has_timed_check()) {
+        run_timed_check(result);
+        steps_.mark("timed_check");
+      }
+      if (spec_.confirm_launch) {
+        run_confirm(result);
+        steps_.mark("confirm");
+      }
       if (spec_.has_fresh() || spec_.has_reference_checks()) report_reference_checks(result);
       if (!spec_.checked_dump.empty()) write_dumps(result);
+      steps_.mark("reference_checks");
     }
   } catch (const CudaError& e) {
     result["error"] = case_error(e.info());
@@ -129,6 +146,8 @@ bool CaseRunner::run(json& cases) {
     } else {
       drain();  // cuMemFree must not race copies still queued on the stream
     }
+    steps_.mark("failed");
+    result["steps_ms"] = steps_.json();
     cases.push_back(std::move(result));
     return fatal;
   } catch (...) {
@@ -137,6 +156,7 @@ bool CaseRunner::run(json& cases) {
     if (!s_.broken()) drain();
     throw;
   }
+  result["steps_ms"] = steps_.json();
   cases.push_back(std::move(result));
   return false;
 }

@@ -19,6 +19,7 @@
 #include "kept.hpp"
 #include "request.hpp"
 #include "session.hpp"
+#include "step_clock.hpp"
 #include "support.hpp"
 
 namespace kernelopt::detail {
@@ -149,6 +150,7 @@ class CaseRunner {
   const CaseSpec& spec_;
   const KeptCopies* kept_;
   CaseState st_;
+  StepClock steps_;                         // the case's "steps_ms", from construction
   std::uint64_t draws_ = 0;                 // fresh draws made so far (the next draw's index)
   std::optional<std::uint64_t> last_draw_;  // the draw made for the last prepared launch
   std::optional<std::uint64_t> in_draw_;    // the draw the fresh `in` buffers hold

@@ -11,6 +11,7 @@ nlohmann::json empty_response() {
   r["error"] = nullptr;
   r["device"] = nullptr;
   r["module_load_ms"] = nullptr;
+  r["steps_ms"] = nullptr;
   r["function"] = nullptr;
   r["cases"] = nlohmann::json::array();
   return r;

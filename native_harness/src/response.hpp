@@ -10,7 +10,7 @@
 namespace kernelopt {
 
 // {"protocol": 1, "status": "ok", "error": null, "device": null, "module_load_ms": null,
-//  "function": null, "cases": []}
+//  "steps_ms": null, "function": null, "cases": []}
 nlohmann::json empty_response();
 
 // A request-level error: {"kind", "message", "call", "cuda_error", "code"}; the CUDA fields

@@ -205,11 +205,14 @@ int run_request(Session& session, const Request& req, json& response) {
   response["device"] = {
       {"ordinal", session.ordinal()}, {"name", session.name()}, {"arch", session.arch()}};
   response["staging"] = staging_answer(session);
+  detail::StepClock steps;
 
   auto image = read_file(req.module_path);
   check_input_files(req);
+  steps.mark("read_files");
 
   const ModuleLoad load = load_module_image(drv, std::move(image));
+  steps.mark("module_load");
   if (load.result != CUDA_SUCCESS) {
     const auto info =
         detail::make_cuda_error_info(load.result, "cuModuleLoadDataEx(...)", __FILE__, __LINE__);
@@ -258,6 +261,7 @@ int run_request(Session& session, const Request& req, json& response) {
   // launched and held for the whole request: exit 4 when one is gone.
   const detail::KeptCopies kept = detail::find_kept_copies(session, req);
   if (req.input_cache) response["input_cache"] = cache_counters(session);
+  steps.mark("prepare");
   // The CUDA reference that checks timed launches: the tool's (validated), so a module that
   // does not load is a bad request, never the candidate's module_load.
   std::optional<detail::Module> check_module;
@@ -281,14 +285,21 @@ int run_request(Session& session, const Request& req, json& response) {
                        req.check_module);
     }
   }
+  if (check_module) steps.mark("check_module_load");
+  bool fatal = false;
   for (const auto& spec : req.cases) {
-    detail::CaseRunner runner(session, f, req, spec, check, &kept);
-    const bool fatal = runner.run(response["cases"]);
+    {
+      detail::CaseRunner runner(session, f, req, spec, check, &kept);
+      fatal = runner.run(response["cases"]);
+      steps.mark("cases");
+    }  // the case's buffers are freed here
+    steps.mark("teardown");
     if (req.input_cache) response["input_cache"] = cache_counters(session);
     response["staging"] = staging_answer(session);
-    if (fatal) return exit_fatal_cuda;
+    if (fatal) break;
   }
-  return exit_ok;
+  response["steps_ms"] = steps.json();
+  return fatal ? exit_fatal_cuda : exit_ok;
 }
 
 }  // namespace kernelopt

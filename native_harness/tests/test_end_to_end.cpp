@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <string>
+#include <vector>
 
 #include <unistd.h>
 
@@ -114,6 +115,25 @@ TEST_CASE("a clean case: outputs written, guards intact, timed") {
   CHECK(t["mode"] == "events" && t["blocking"] == false && t["graph_batch"].is_null());
   CHECK(t["adaptive"].is_null() && t["launch_overhead_ms"].is_null());
   CHECK(t["blocking_timed_out"] == false);
+  // Where the time went: the request's steps and the case's, each a non-negative wall time.
+  const auto keys = [](const json& steps) {
+    std::vector<std::string> out;
+    for (const auto& [k, v] : steps.items()) {
+      CHECK_MSG(v.is_number() && v.get<double>() >= 0, k);
+      out.push_back(k);
+    }
+    return out;
+  };
+  const std::vector<std::string> request_steps{"cases", "module_load", "prepare", "read_files",
+                                               "teardown"};
+  const std::vector<std::string> case_steps{"reference_checks", "setup", "timing",
+                                            "validation_checks", "validation_launch"};
+  CHECK(keys(a["steps_ms"]) == request_steps);
+  CHECK(keys(c["steps_ms"]) == case_steps);
+  // the request's "cases" step holds every step of its case
+  double in_case = 0;
+  for (const auto& [k, v] : c["steps_ms"].items()) in_case += v.get<double>();
+  CHECK(a["steps_ms"]["cases"].get<double>() >= in_case);
   // Exactly one line on stdout.
   CHECK(r.lines.size() == 1);
 }
@@ -195,6 +215,10 @@ TEST_CASE("a fault is runtime_error: later cases are absent, exit 5") {
   CHECK(c["status"] == "runtime_error");
   CHECK(c["error"]["cuda_error"] == "CUDA_ERROR_ILLEGAL_ADDRESS");
   CHECK(c["error"]["call"] == "cuStreamSynchronize");
+  // the steps up to the fault, and the failed one; the request's own steps end with the case
+  CHECK(c["steps_ms"].contains("setup") && c["steps_ms"].contains("failed"));
+  CHECK(!c["steps_ms"].contains("timing"));
+  CHECK(r.answer["steps_ms"].contains("teardown"));
 }
 
 TEST_CASE("inout buffers and scalars reach the kernel") {
