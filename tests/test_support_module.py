@@ -64,6 +64,12 @@ def test_a_reference_compare_kernel_for_every_dtype(entries: dict[str, list[int]
 
 
 @pytest.mark.parametrize("dtype", list(DType))
+def test_a_sum_of_squares_kernel_for_every_dtype(entries: dict[str, list[int]], dtype: DType) -> None:
+    # (data, n, partials): the figures of an output kept on the device (native_harness/src/kept.cpp)
+    assert entries[f"ko_sum_sq_{dtype.value}"] == [8] * 3
+
+
+@pytest.mark.parametrize("dtype", list(DType))
 def test_a_fill_kernel_for_every_dtype(entries: dict[str, list[int]], dtype: DType) -> None:
     # (out, n, seed, launch, buffer u32, kind u32, a, b, low, range): native_harness/src/fresh.cpp
     assert entries[f"ko_fill_{dtype.value}"] == [8, 8, 8, 8, 4, 4, 8, 8, 8, 8]

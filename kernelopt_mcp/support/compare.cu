@@ -23,6 +23,13 @@
 // Both kernels accumulate into *result (one set of atomics per block), which the harness
 // initialises: every field 0 except first_mismatch / first_offset = ~0 (none). Any grid and
 // any block size up to 1024 threads (a multiple of 32) work; the loops are grid-stride.
+//
+// ko_sum_sq_<dtype>(const T* data, u64 n, KoSumSq* partials): the figures of an output kept on
+// the device as expected values (native_harness/src/kept.cpp): block b writes partials[b] = the
+// sum of x * x over the finite x = (double)data[i] of its grid-stride elements, and their count.
+// No atomics: each thread adds its elements in index order, then a fixed tree adds the threads,
+// so a given grid and block size give the same bits every run; the harness adds the partials
+// in block order.
 
 typedef unsigned long long ko_u64;
 
@@ -39,6 +46,11 @@ struct KoCompareResult {
 struct KoDiffResult {
   ko_u64 bytes_differ;
   ko_u64 first_offset;  // ~0: none
+};
+
+struct KoSumSq {
+  double sum_sq;
+  ko_u64 finite;
 };
 
 namespace ko_compare_detail {
@@ -174,6 +186,47 @@ __device__ __forceinline__ ko_u64 nonzero_bytes(ko_u64 x) {
   return static_cast<ko_u64>(__popcll(x & 0x0101010101010101ull));
 }
 
+// One block's part of ko_sum_sq_<dtype>, written to partials[blockIdx.x].
+template <typename L>
+__device__ void sum_sq(const typename L::Stored* data, ko_u64 n, KoSumSq* partials) {
+  double sq = 0.0;
+  ko_u64 count = 0;
+  const ko_u64 stride = static_cast<ko_u64>(gridDim.x) * blockDim.x;
+  for (ko_u64 i = static_cast<ko_u64>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) {
+    const double x = L::load(data, i);
+    if (finite(x)) {
+      sq = __dadd_rn(sq, __dmul_rn(x, x));
+      ++count;
+    }
+  }
+  __shared__ double warp_sq[32];
+  __shared__ ko_u64 warp_count[32];
+  for (int offset = 16; offset > 0; offset >>= 1) {
+    sq = __dadd_rn(sq, __shfl_down_sync(0xffffffffu, sq, offset));
+    count += __shfl_down_sync(0xffffffffu, count, offset);
+  }
+  const unsigned lane = threadIdx.x & 31u;
+  const unsigned warp = threadIdx.x >> 5;
+  if (lane == 0) {
+    warp_sq[warp] = sq;
+    warp_count[warp] = count;
+  }
+  __syncthreads();
+  if (warp == 0) {
+    const unsigned nwarps = (blockDim.x + 31u) >> 5;
+    sq = lane < nwarps ? warp_sq[lane] : 0.0;
+    count = lane < nwarps ? warp_count[lane] : 0ull;
+    for (int offset = 16; offset > 0; offset >>= 1) {
+      sq = __dadd_rn(sq, __shfl_down_sync(0xffffffffu, sq, offset));
+      count += __shfl_down_sync(0xffffffffu, count, offset);
+    }
+    if (lane == 0) {
+      partials[blockIdx.x].sum_sq = sq;
+      partials[blockIdx.x].finite = count;
+    }
+  }
+}
+
 }  // namespace ko_compare_detail
 
 #define KO_COMPARE_KERNEL(name, loader)                                                            \
@@ -188,6 +241,10 @@ __device__ __forceinline__ ko_u64 nonzero_bytes(ko_u64 x) {
       double rtol, double rel_floor, KoCompareResult* result) {                                    \
     ko_compare_detail::compare<loader, loader>(actual, reference, n, abs_tol, rtol, rel_floor,     \
                                                result);                                            \
+  }                                                                                                \
+  extern "C" __global__ void ko_sum_sq_##name(const loader::Stored* data, ko_u64 n,                \
+                                              KoSumSq* partials) {                                 \
+    ko_compare_detail::sum_sq<loader>(data, n, partials);                                          \
   }
 
 KO_COMPARE_KERNEL(int8, ko_compare_detail::Plain<signed char>)

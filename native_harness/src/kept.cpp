@@ -9,6 +9,7 @@
 
 #include "case_runner.hpp"
 #include "errors.hpp"
+#include "support.hpp"
 
 namespace kernelopt::detail {
 namespace {
@@ -120,6 +121,30 @@ KeptFigures kept_figures(const std::uint8_t* data, std::uint64_t bytes, ScalarTy
   return {};
 }
 
+KeptFigures device_kept_figures(Session& session, CUfunction sum_sq, CUdeviceptr data,
+                                std::uint64_t elements) {
+  KeptFigures f;
+  f.elements = elements;
+  if (elements == 0) return f;
+  const auto& drv = session.drv();
+  const CUstream stream = session.stream();
+  DeviceBuffer partials(sum_sq_blocks * sizeof(KoSumSq));
+  // every block writes its partial; zeroed first all the same, so none is ever left unset
+  KO_CU(drv.cuMemsetD8Async(partials.get(), 0, partials.size(), stream));
+  CUdeviceptr out = partials.get();
+  void* params[] = {&data, &elements, &out};
+  KO_CU(drv.cuLaunchKernel(sum_sq, sum_sq_blocks, 1, 1, support_block, 1, 1, 0, stream, params,
+                           nullptr));
+  std::vector<KoSumSq> host(sum_sq_blocks);
+  KO_CU(drv.cuMemcpyDtoHAsync(host.data(), out, partials.size(), stream));
+  KO_CU(drv.cuStreamSynchronize(stream));
+  for (const auto& p : host) {  // in block order: the same bits every run
+    f.sum_sq += p.sum_sq;
+    f.finite += p.finite;
+  }
+  return f;
+}
+
 KeptCopies find_kept_copies(Session& session, const Request& req) {
   KeptCopies found;
   std::vector<std::string> missing;
@@ -157,21 +182,31 @@ KeptCopies find_kept_copies(Session& session, const Request& req) {
 // After a clean validation launch (run() calls it only then): each output with keep_expected is
 // copied device to device into a copy staged like expected values (read-only, then hidden until a
 // compare reveals it), its figures read from that copy, and the copy kept in the input cache.
+// The figures are computed on the device (ko_sum_sq_<dtype>) when the support module has the
+// kernel; otherwise the copy is read back and added up on the host.
 void CaseRunner::keep_outputs(json& result) {
   const CUstream stream = s_.stream();
   for (auto& d : st_.buffers) {
     const auto& b = d.spec->buffer;
     if (b.keep_expected.empty()) continue;
-    std::vector<std::uint8_t> host(b.bytes);
+    KeptFigures fig;
+    fig.elements = b.bytes / scalar_size(*b.dtype);
     if (d.kept) {
       KO_CU(drv_.cuMemcpyDtoDAsync(d.kept->get(), d.data, b.bytes, stream));
       sync();
       s_.protect_staged(*d.kept);
-      KO_CU(drv_.cuMemcpyDtoHAsync(host.data(), d.kept->get(), b.bytes, stream));
-      sync();
+      const CUfunction sum_sq =
+          s_.support().loaded() ? s_.support().find(sum_sq_kernel_name(*b.dtype)) : nullptr;
+      if (sum_sq != nullptr) {
+        fig = device_kept_figures(s_, sum_sq, d.kept->get(), fig.elements);
+      } else {
+        std::vector<std::uint8_t> host(b.bytes);
+        KO_CU(drv_.cuMemcpyDtoHAsync(host.data(), d.kept->get(), b.bytes, stream));
+        sync();
+        fig = kept_figures(host.data(), b.bytes, *b.dtype);
+      }
       s_.hide_staged(*d.kept);
     }
-    const KeptFigures fig = kept_figures(host.data(), b.bytes, *b.dtype);
     s_.input_cache().keep(b.keep_expected, std::move(d.kept), b.bytes);
     json k = json::object();
     k["buffer"] = d.spec->name;

@@ -4,6 +4,8 @@
 // the figures it needs (the count and sum of squares of the finite values).
 #pragma once
 
+#include <cuda.h>
+
 #include <cstdint>
 #include <map>
 #include <string>
@@ -34,6 +36,17 @@ struct KeptFigures {
 // The figures of `bytes` of little-endian `dtype` values at `data`. float16 and bfloat16 are
 // widened exactly.
 KeptFigures kept_figures(const std::uint8_t* data, std::uint64_t bytes, ScalarType dtype);
+
+// The blocks of ko_sum_sq_<dtype>: a fixed grid, so the figures of the same bytes are the same
+// bits on any device.
+inline constexpr unsigned sum_sq_blocks = 1024;
+
+// The figures of `elements` values at device address `data`, computed on the device by
+// `sum_sq` (a ko_sum_sq_<dtype>: sum_sq_blocks partials added in block order), with nothing of
+// the data copied to the host. The same figures as kept_figures but for the order of the
+// additions. Waits for the kernel. Throws CudaError.
+KeptFigures device_kept_figures(Session& session, CUfunction sum_sq, CUdeviceptr data,
+                                std::uint64_t elements);
 
 // One little-endian `dtype` value at `p`, widened to double (float16 and bfloat16 exactly).
 double element_to_double(const std::uint8_t* p, ScalarType dtype) noexcept;

@@ -161,6 +161,10 @@ std::string compare_ref_kernel_name(ScalarType dtype) {
   return std::string("ko_compare_ref_") + scalar_type_name(dtype);
 }
 
+std::string sum_sq_kernel_name(ScalarType dtype) {
+  return std::string("ko_sum_sq_") + scalar_type_name(dtype);
+}
+
 void enqueue_fill(const detail::DriverApi& drv, CUfunction fill, int sm_count, CUstream stream,
                   CUdeviceptr out, std::uint64_t elements, std::uint64_t seed, std::uint64_t launch,
                   unsigned buffer, const FreshSpec& spec) {

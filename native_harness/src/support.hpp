@@ -71,6 +71,13 @@ struct KoDiffResult {
   std::uint64_t first_offset;
 };
 static_assert(sizeof(KoDiffResult) == 16, "layout of compare.cu's KoDiffResult");
+
+// KoSumSq of compare.cu: one block's part of ko_sum_sq_<dtype>.
+struct KoSumSq {
+  double sum_sq;
+  std::uint64_t finite;
+};
+static_assert(sizeof(KoSumSq) == 16, "layout of compare.cu's KoSumSq");
 }  // namespace detail
 
 // Device scratch the kernels accumulate into: at least this many bytes, 8-byte aligned.
@@ -106,9 +113,11 @@ unsigned support_grid(const detail::DriverApi& drv, CUfunction f, int sm_count,
                       std::uint64_t items);
 inline constexpr unsigned support_block = 256;
 
-// fill.cu and compare.cu's reference compare: "ko_fill_float32", "ko_compare_ref_float32", ...
+// fill.cu and compare.cu's reference compare and sum of squares: "ko_fill_float32",
+// "ko_compare_ref_float32", "ko_sum_sq_float32", ...
 std::string fill_kernel_name(ScalarType dtype);
 std::string compare_ref_kernel_name(ScalarType dtype);
+std::string sum_sq_kernel_name(ScalarType dtype);
 
 // Enqueues `fill` (a ko_fill_<dtype>) over `elements` elements at `out`: the values of
 // (seed, launch, buffer) as fill.cu defines them. Does not wait. Throws CudaError.

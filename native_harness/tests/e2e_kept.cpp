@@ -96,6 +96,26 @@ TEST_CASE("kept: a reference's output stays on the device, its figures are repor
   CHECK_MSG(k["elements"] == 5 && k["finite"] == 2 && k["sum_sq"] == 25.0, k.dump());
 }
 
+TEST_CASE("kept: with the support module the figures are computed on the device, the same") {
+  const float inf = std::numeric_limits<float>::infinity();
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  const std::vector<float> in{nan, 3, -inf, 4, inf, 0.5};
+  auto device = cached("copy_kernel", {keep_case("sum_dev", in, "dev")}, true);
+  spit(path("old_support_kept.fake"), "FAKE-MODULE NO-SUPPORT-KERNELS\n");
+  auto old = cached("copy_kernel", {keep_case("sum_old", in, "old")});
+  old["support_module"] = path("old_support_kept.fake");  // an older build without ko_sum_sq_*
+  auto host = cached("copy_kernel", {keep_case("sum_host", in, "host")});
+  for (const auto& [req, sums] :
+       {std::pair<const json&, unsigned long>{device, 1}, {old, 0}, {host, 0}}) {
+    const auto r = run_request(req, {"FAKE_CUDA_STATS=1"});
+    CHECK_MSG(r.rc == 0, r.out + r.err);
+    if (r.rc != 0) continue;
+    const auto& k = r.answer["cases"][0]["kept"][0];
+    CHECK_MSG(k["elements"] == 6 && k["finite"] == 3 && k["sum_sq"] == 25.25, k.dump());
+    CHECK_MSG(stats_of(r).sum_sqs == sums, r.err);
+  }
+}
+
 TEST_CASE("kept: a later request compares against \"kept:KEY\"; a wrong output mismatches") {
   const std::vector<float> in{1, 2, 3, 4};
   const auto ref = cached("plus1_kernel", {keep_case("kc_ref", in, "plus1")});

@@ -417,8 +417,30 @@ void compare_ref_run(void** p) {
   compare_run<Load>(q);
 }
 
-#define FAKE_COMPARE(dtype, load) \
-  {"ko_compare_" #dtype, {8, 8, 8, 8, 8, 8, 8}, 0.01, 1536, 48 * 1024, compare_run<load>}
+// ko_sum_sq_<dtype>(const T* data, u64 n, KoSumSq* partials): the fake cannot see the grid, so
+// it writes the whole sum into the first block's partial (the harness zeroes the others).
+template <double (*Load)(const std::uint8_t*, std::uint64_t)>
+void sum_sq_run(void** p) {
+  ++g_sum_sqs;
+  const auto* data = bytes_at(arg<CUdeviceptr>(p, 0));
+  const auto n = arg<std::uint64_t>(p, 1);
+  auto* partial = reinterpret_cast<std::uint8_t*>(arg<CUdeviceptr>(p, 2));
+  double sum_sq = 0;
+  std::uint64_t finite = 0;
+  for (std::uint64_t i = 0; i < n; ++i) {
+    const double x = Load(data, i);
+    if (!std::isfinite(x)) continue;
+    sum_sq += x * x;
+    ++finite;
+  }
+  std::memcpy(partial, &sum_sq, 8);
+  std::memcpy(partial + 8, &finite, 8);
+}
+
+#define FAKE_COMPARE(dtype, load)                                                            \
+  {"ko_compare_" #dtype, {8, 8, 8, 8, 8, 8, 8}, 0.01, 1536, 48 * 1024, compare_run<load>}, { \
+    "ko_sum_sq_" #dtype, {8, 8, 8}, 0.01, 1536, 48 * 1024, sum_sq_run<load>                  \
+  }
 
 #define FAKE_REF(dtype, load, T)                                                                   \
   {"ko_compare_ref_" #dtype, {8, 8, 8, 8, 8, 8, 8}, 0.01, 1536, 48 * 1024, compare_ref_run<load>}, \

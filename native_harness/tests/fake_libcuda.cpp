@@ -52,10 +52,10 @@ struct LeakCheck {
           stderr,
           "fake libcuda stats: launches=%lu spins=%lu graph_launches=%lu graph_kernels=%lu "
           "fills=%lu ref_compares=%lu maps=%lu protects=%lu mmu_faults=%lu hushed=%lu "
-          "unmaps=%lu spied=%lu fill_keys=%lu watched_fills=%lu\n",
+          "unmaps=%lu spied=%lu fill_keys=%lu watched_fills=%lu sum_sqs=%lu\n",
           g_launches, g_spin_launches, g_graph_launches, g_graph_kernels, g_fills, g_ref_compares,
           g_maps, g_protects, g_mmu_faults, g_hushed, g_unmaps, g_spied,
-          static_cast<unsigned long>(g_fill_keys.size()), g_watched_fills);
+          static_cast<unsigned long>(g_fill_keys.size()), g_watched_fills, g_sum_sqs);
     }
     if (g_sticky != CUDA_SUCCESS || g_pending != CUDA_SUCCESS) {
       // A dead context cannot free anything; the real driver reclaims it all at exit.
