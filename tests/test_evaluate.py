@@ -382,3 +382,46 @@ def test_without_a_floor_for_every_untimed_case_there_is_no_bound(tmp_path) -> N
             with_floors = score_bound_ms(ev, [30.0], perf[1:], True)
             assert with_floors is not None and 0 < with_floors < 30.0
             assert score_bound_ms(ev, [30.0, 20.0, 10.0], [], True) == pytest.approx(geometric_mean([30.0, 20.0, 10.0]))
+
+
+def test_the_reference_compiles_while_the_oracle_runs(tmp_path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """prepare() starts the CUDA reference's compile before the NumPy oracle runs: the reference's
+    own run then finds it in the session's compile cache (one NVRTC compile, off the critical path)."""
+    import threading
+
+    from kernelopt_mcp import compiler
+    from kernelopt_mcp.compiler import CompileCache
+    from kernelopt_mcp.evaluation import evaluate as evaluate_module
+    from kernelopt_mcp.evaluation.evaluate import prepare
+
+    compiling: list[str] = []  # the thread of each compile of the reference's source
+    real = compiler.compile_kernel
+
+    def spy(source: str, *args: object, **kwargs: object) -> object:
+        if source == wl.reference_cu:
+            compiling.append(threading.current_thread().name)
+        return real(source, *args, **kwargs)  # type: ignore[arg-type]
+
+    oracle_ran: list[int] = []
+    real_oracle = evaluate_module._oracle
+
+    def oracle(*args: object) -> object:
+        oracle_ran.append(len(compiling))  # how many compiles had started when the oracle began
+        return real_oracle(*args)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(evaluate_module, "compile_kernel", spy)
+    monkeypatch.setattr("kernelopt_mcp.evaluation.session.compile_kernel", spy)
+    monkeypatch.setattr(evaluate_module, "_oracle", oracle)
+    harness = write_harness(tmp_path, "fake")
+    wl = find_workload(write_tiny_workload(tmp_path / "extra") / "tiny_add", Settings())
+    assert wl.reference_cu
+    with HarnessProcess(harness, 0) as proc, Session(
+        wl, proc, device_info(harness, 0), workdir=tmp_path / "w", compile_cache=CompileCache(tmp_path / "cc"),
+        options=EvaluateOptions(warmup=1, iterations=3),
+    ) as ev:
+        prepare(ev)
+        result = ev.reference_result
+    assert result is not None and result.ok, result
+    assert oracle_ran == [1] and compiling[0].startswith("reference-compile"), (oracle_ran, compiling)
+    # the reference's run (and its checked launches' module) only hit the cache
+    assert result.compile is not None and result.compile.cache_hit

@@ -15,14 +15,15 @@ seed, whose outputs must match too (a kernel that caches results across launches
 from __future__ import annotations
 
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
-from ..compiler import CompileResult
+from ..compiler import CompileResult, compile_kernel
 from ..errors import LaunchConfigError, WorkloadError
-from ..workload import Case
+from ..workload import Case, Workload
 from .candidate import Candidate, EvaluateOptions
 from .dataset import DataSet
 from .harness_case import CaseJob, build_request
@@ -96,12 +97,22 @@ def prepare(session: Session, *, time_reference: bool = True, oracle_on_all_case
         s.support = support_module(s.arch, s.workdir / "support", limits=s.compile_limits, cache=s.compile_cache)
         step("support_module")
 
-    s.data.expected = _oracle(s, s.data, oracle_cases)
-    s.data.store_expected(wl, s.workdir / "expected")
-    step("oracle")
-    if wl.reference_cu:
+    # The CUDA reference compiles (NVRTC, in a compile worker) while the oracle runs; its run
+    # below then finds the CUBIN in the compile cache.
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="reference-compile") as ahead:
+        reference = _reference_candidate(wl) if wl.reference_cu else None
+        compiling = ahead.submit(
+            compile_kernel, reference.source, s.arch, reference.all_compile_options, cache=s.compile_cache,
+            limits=s.compile_limits,
+        ) if reference is not None else None
+        s.data.expected = _oracle(s, s.data, oracle_cases)
+        s.data.store_expected(wl, s.workdir / "expected")
+        step("oracle")
+        if compiling is not None:
+            compiling.exception()  # finished (its errors are the reference run's to report)
+    if reference is not None:
         before = sum(s.prepare_ms.get(k, 0.0) for k in REFERENCE_PARTS)
-        _run_reference(s, time_reference, checked=bool(s.data.expected))
+        _run_reference(s, reference, time_reference, checked=bool(s.data.expected))
         step("reference", less=sum(s.prepare_ms.get(k, 0.0) for k in REFERENCE_PARTS) - before)
     else:
         s.expected_from = "NumPy oracle on every case"
@@ -226,12 +237,15 @@ def _inputs_from(data: DataSet, cases: int) -> str:
 REFERENCE_PARTS = ("reference_compile", "reference_validation", "reference_timing", "reference_hidden_set")
 
 
-def _run_reference(s: Session, time_reference: bool, checked: bool) -> None:
-    wl = s.workload
+def _reference_candidate(wl: Workload) -> Candidate:
     launch, source = wl.spec.reference.launch, wl.reference_cu
     if launch is None or source is None:
         raise WorkloadError(f"workload {wl.name!r}: reference.cu needs a reference launch in workload.json")
-    ref = Candidate(source, launch, wl.spec.reference.compile_options, "reference")
+    return Candidate(source, launch, wl.spec.reference.compile_options, "reference")
+
+
+def _run_reference(s: Session, ref: Candidate, time_reference: bool, checked: bool) -> None:
+    wl = s.workload
     s.reference = ref
     kept: dict[str, dict[str, np.ndarray]] = {}
     result = run_candidate(s, ref, s.options, benchmark=time_reference, keep=kept, check=checked)
