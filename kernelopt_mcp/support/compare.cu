@@ -117,9 +117,43 @@ __device__ __forceinline__ Partial shfl_down(const Partial& p, int offset) {
   return q;
 }
 
-// The block's combined partial in thread 0 (other threads: unspecified).
-__device__ Partial block_reduce(Partial p) {
-  __shared__ Partial warps[32];
+// ko_sum_sq's partial: the finite values' sum of squares and their count.
+struct SumSq {
+  double sq;
+  ko_u64 count;
+};
+
+__device__ __forceinline__ void combine(SumSq& x, const SumSq& y) {
+  x.sq = __dadd_rn(x.sq, y.sq);
+  x.count += y.count;
+}
+
+__device__ __forceinline__ SumSq shfl_down(const SumSq& p, int offset) {
+  return SumSq{__shfl_down_sync(0xffffffffu, p.sq, offset),
+               __shfl_down_sync(0xffffffffu, p.count, offset)};
+}
+
+// ko_bitwise_diff's partial: differing bytes and the first differing offset.
+struct Diff {
+  ko_u64 differ, first;
+};
+
+__device__ __forceinline__ void combine(Diff& x, const Diff& y) {
+  x.differ += y.differ;
+  x.first = y.first < x.first ? y.first : x.first;
+}
+
+__device__ __forceinline__ Diff shfl_down(const Diff& p, int offset) {
+  return Diff{__shfl_down_sync(0xffffffffu, p.differ, offset),
+              __shfl_down_sync(0xffffffffu, p.first, offset)};
+}
+
+// The block's combined partial in thread 0 (other threads: unspecified), `none` standing for
+// the warps a block of fewer than 32 warps lacks. A fixed tree (shuffles within each warp, then
+// warp 0 over the warps), so a given block size combines in the same order every run.
+template <typename P>
+__device__ P block_reduce(P p, const P none) {
+  __shared__ P warps[32];
   for (int offset = 16; offset > 0; offset >>= 1) combine(p, shfl_down(p, offset));
   const unsigned lane = threadIdx.x & 31u;
   const unsigned warp = threadIdx.x >> 5;
@@ -127,7 +161,7 @@ __device__ Partial block_reduce(Partial p) {
   __syncthreads();
   if (warp == 0) {
     const unsigned nwarps = (blockDim.x + 31u) >> 5;
-    Partial q = lane < nwarps ? warps[lane] : Partial{0, 0, ~0ull, 0.0, 0.0, 0.0};
+    P q = lane < nwarps ? warps[lane] : none;
     for (int offset = 16; offset > 0; offset >>= 1) combine(q, shfl_down(q, offset));
     p = q;
   }
@@ -161,7 +195,7 @@ __device__ void compare(const typename L::Stored* actual, const typename E::Stor
       p.err_sq = __dadd_rn(p.err_sq, __dmul_rn(diff, diff));
     }
   }
-  p = block_reduce(p);
+  p = block_reduce(p, Partial{0, 0, ~0ull, 0.0, 0.0, 0.0});
   if (threadIdx.x == 0) {
     if (p.mismatches != 0) {
       atomicAdd(&result->mismatches, p.mismatches);
@@ -189,41 +223,16 @@ __device__ __forceinline__ ko_u64 nonzero_bytes(ko_u64 x) {
 // One block's part of ko_sum_sq_<dtype>, written to partials[blockIdx.x].
 template <typename L>
 __device__ void sum_sq(const typename L::Stored* data, ko_u64 n, KoSumSq* partials) {
-  double sq = 0.0;
-  ko_u64 count = 0;
+  SumSq p{0.0, 0};
   const ko_u64 stride = static_cast<ko_u64>(gridDim.x) * blockDim.x;
   for (ko_u64 i = static_cast<ko_u64>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) {
     const double x = L::load(data, i);
-    if (finite(x)) {
-      sq = __dadd_rn(sq, __dmul_rn(x, x));
-      ++count;
-    }
+    if (finite(x)) combine(p, SumSq{__dmul_rn(x, x), 1});
   }
-  __shared__ double warp_sq[32];
-  __shared__ ko_u64 warp_count[32];
-  for (int offset = 16; offset > 0; offset >>= 1) {
-    sq = __dadd_rn(sq, __shfl_down_sync(0xffffffffu, sq, offset));
-    count += __shfl_down_sync(0xffffffffu, count, offset);
-  }
-  const unsigned lane = threadIdx.x & 31u;
-  const unsigned warp = threadIdx.x >> 5;
-  if (lane == 0) {
-    warp_sq[warp] = sq;
-    warp_count[warp] = count;
-  }
-  __syncthreads();
-  if (warp == 0) {
-    const unsigned nwarps = (blockDim.x + 31u) >> 5;
-    sq = lane < nwarps ? warp_sq[lane] : 0.0;
-    count = lane < nwarps ? warp_count[lane] : 0ull;
-    for (int offset = 16; offset > 0; offset >>= 1) {
-      sq = __dadd_rn(sq, __shfl_down_sync(0xffffffffu, sq, offset));
-      count += __shfl_down_sync(0xffffffffu, count, offset);
-    }
-    if (lane == 0) {
-      partials[blockIdx.x].sum_sq = sq;
-      partials[blockIdx.x].finite = count;
-    }
+  p = block_reduce(p, SumSq{0.0, 0});
+  if (threadIdx.x == 0) {
+    partials[blockIdx.x].sum_sq = p.sq;
+    partials[blockIdx.x].finite = p.count;
   }
 }
 
@@ -292,32 +301,10 @@ extern "C" __global__ void ko_bitwise_diff(const unsigned char* a, const unsigne
     }
   }
   // Block reduction of (count, min offset), then one pair of atomics per block.
-  for (int offset = 16; offset > 0; offset >>= 1) {
-    differ += __shfl_down_sync(0xffffffffu, differ, offset);
-    const ko_u64 other = __shfl_down_sync(0xffffffffu, first, offset);
-    first = other < first ? other : first;
-  }
-  __shared__ ko_u64 warp_differ[32];
-  __shared__ ko_u64 warp_first[32];
-  const unsigned lane = threadIdx.x & 31u;
-  const unsigned warp = threadIdx.x >> 5;
-  if (lane == 0) {
-    warp_differ[warp] = differ;
-    warp_first[warp] = first;
-  }
-  __syncthreads();
-  if (warp == 0) {
-    const unsigned nwarps = (blockDim.x + 31u) >> 5;
-    differ = lane < nwarps ? warp_differ[lane] : 0;
-    first = lane < nwarps ? warp_first[lane] : ~0ull;
-    for (int offset = 16; offset > 0; offset >>= 1) {
-      differ += __shfl_down_sync(0xffffffffu, differ, offset);
-      const ko_u64 other = __shfl_down_sync(0xffffffffu, first, offset);
-      first = other < first ? other : first;
-    }
-    if (lane == 0 && differ != 0) {
-      atomicAdd(&result->bytes_differ, differ);
-      atomicMin(&result->first_offset, first);
-    }
+  using ko_compare_detail::Diff;
+  const Diff d = ko_compare_detail::block_reduce(Diff{differ, first}, Diff{0, ~0ull});
+  if (threadIdx.x == 0 && d.differ != 0) {
+    atomicAdd(&result->bytes_differ, d.differ);
+    atomicMin(&result->first_offset, d.first);
   }
 }
