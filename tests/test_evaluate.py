@@ -384,9 +384,12 @@ def test_without_a_floor_for_every_untimed_case_there_is_no_bound(tmp_path) -> N
             assert score_bound_ms(ev, [30.0, 20.0, 10.0], [], True) == pytest.approx(geometric_mean([30.0, 20.0, 10.0]))
 
 
-def test_the_reference_compiles_while_the_oracle_runs(tmp_path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """prepare() starts the CUDA reference's compile before the NumPy oracle runs: the reference's
-    own run then finds it in the session's compile cache (one NVRTC compile, off the critical path)."""
+def test_the_reference_compiles_and_the_harness_starts_while_the_oracle_runs(
+    tmp_path, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """prepare() starts the CUDA reference's compile and the harness (one empty launch of the
+    support module) before the NumPy oracle runs: the reference's own run then finds the CUBIN in
+    the session's compile cache, and a harness already running."""
     import threading
 
     from kernelopt_mcp import compiler
@@ -415,13 +418,26 @@ def test_the_reference_compiles_while_the_oracle_runs(tmp_path, monkeypatch: pyt
     harness = write_harness(tmp_path, "fake")
     wl = find_workload(write_tiny_workload(tmp_path / "extra") / "tiny_add", Settings())
     assert wl.reference_cu
+    monkeypatch.setenv("KO_FAKE_FEATURES", "blocking,device_compare,timed_inputs,input_draw,expected_dtype,input_cache")
+    sent: list[tuple[str, str]] = []  # (entry, thread) of each harness request, in order
     with HarnessProcess(harness, 0) as proc, Session(
         wl, proc, device_info(harness, 0), workdir=tmp_path / "w", compile_cache=CompileCache(tmp_path / "cc"),
         options=EvaluateOptions(warmup=1, iterations=3),
     ) as ev:
+        real_request = proc.request
+
+        def request(payload: object, timeout_s: float) -> object:
+            sent.append((payload.entry, threading.current_thread().name))  # type: ignore[attr-defined]
+            return real_request(payload, timeout_s)  # type: ignore[arg-type]
+
+        monkeypatch.setattr(proc, "request", request)
         prepare(ev)
         result = ev.reference_result
+        restarts = proc.restarts
     assert result is not None and result.ok, result
-    assert oracle_ran == [1] and compiling[0].startswith("reference-compile"), (oracle_ran, compiling)
+    assert oracle_ran == [1] and compiling[0].startswith("prepare-ahead"), (oracle_ran, compiling)
+    assert sent[0][0] == "ko_empty" and sent[0][1].startswith("prepare-ahead"), sent
+    assert {e for e, _ in sent[1:]} == {wl.signature.entry} and {t for _, t in sent[1:]} == {"MainThread"}, sent
+    assert restarts == 0  # the warm-up was answered; the reference's requests went to the same process
     # the reference's run (and its checked launches' module) only hit the cache
     assert result.compile is not None and result.compile.cache_hit

@@ -15,7 +15,7 @@ seed, whose outputs must match too (a kernel that caches results across launches
 from __future__ import annotations
 
 import time
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -30,7 +30,7 @@ from .harness_case import CaseJob, build_request
 from .inputs import CaseInputs, fresh_seed, materialize
 from .oracle import OracleLimits, run_oracle
 from .outcomes import EvaluationResult, Status
-from .protocol import LaunchRequest, RunRequest, TimingRequest
+from .protocol import CaseRequest, LaunchRequest, RunRequest, TimingRequest
 from .runner import run_candidate
 from .session import Session
 from .support_module import support_module
@@ -97,19 +97,22 @@ def prepare(session: Session, *, time_reference: bool = True, oracle_on_all_case
         s.support = support_module(s.arch, s.workdir / "support", limits=s.compile_limits, cache=s.compile_cache)
         step("support_module")
 
-    # The CUDA reference compiles (NVRTC, in a compile worker) while the oracle runs; its run
-    # below then finds the CUBIN in the compile cache.
-    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="reference-compile") as ahead:
+    # While the oracle runs: the CUDA reference compiles (NVRTC, in a compile worker; its run
+    # below finds the CUBIN in the compile cache), and the harness starts, creating its CUDA
+    # context and loading the support module (the harness is not used here until the reference).
+    with ThreadPoolExecutor(max_workers=2, thread_name_prefix="prepare-ahead") as ahead:
         reference = _reference_candidate(wl) if wl.reference_cu else None
-        compiling = ahead.submit(
+        early: list[Future[object]] = [ahead.submit(
             compile_kernel, reference.source, s.arch, reference.all_compile_options, cache=s.compile_cache,
             limits=s.compile_limits,
-        ) if reference is not None else None
+        )] if reference is not None else []
+        if reference is not None and s.support is not None and s.harness.binary is not None:
+            early.append(ahead.submit(_warm_harness, s, s.support))
         s.data.expected = _oracle(s, s.data, oracle_cases)
         s.data.store_expected(wl, s.workdir / "expected")
         step("oracle")
-        if compiling is not None:
-            compiling.exception()  # finished (its errors are the reference run's to report)
+        for work in early:
+            work.exception()  # finished (errors are the reference run's to report, when they recur)
     if reference is not None:
         before = sum(s.prepare_ms.get(k, 0.0) for k in REFERENCE_PARTS)
         _run_reference(s, reference, time_reference, checked=bool(s.data.expected))
@@ -195,6 +198,19 @@ def case_request(
 
 
 # --- preparation ----------------------------------------------------------------------------
+
+
+def _warm_harness(s: Session, support: Path) -> None:
+    """One launch of the support module's empty kernel: the harness process starts, creates its
+    CUDA context (hundreds of ms on a large GPU) and loads the support module, so the
+    reference's first request does not wait for them. The answer is not needed; a harness that
+    fails here fails the same way on that request, which reports it."""
+    whole = str(support.resolve())
+    s.harness.request(RunRequest(
+        device=s.harness.device, module=whole, entry="ko_empty", guard_bytes=s.options.guard_bytes, flush_l2=False,
+        support_module=whole,
+        cases=[CaseRequest(name="warm-up", args=[], launch=LaunchRequest(grid=[1, 1, 1], block=[1, 1, 1]))],
+    ), s.options.timeout_s)
 
 
 def _oracle(s: Session, data: DataSet, cases: list[Case]) -> dict[str, dict[str, np.ndarray]]:

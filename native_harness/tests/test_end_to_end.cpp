@@ -138,6 +138,20 @@ TEST_CASE("a clean case: outputs written, guards intact, timed") {
   CHECK(r.lines.size() == 1);
 }
 
+TEST_CASE(
+    "a case without buffers: the evaluator's warm-up launch of the support module's ko_empty") {
+  auto req =
+      request("ko_empty", {{{"name", "warm-up"}, {"args", json::array()}, {"launch", launch(1)}}});
+  req["module"] = support_module();
+  req["support_module"] = support_module();
+  req["flush_l2"] = false;
+  const auto r = run_request(req, {"FAKE_CUDA_STATS=1"});
+  CHECK_MSG(r.rc == 0, r.out + r.err);
+  const auto& c = r.answer["cases"][0];
+  CHECK_MSG(c["status"] == "ok" && c["error"].is_null() && c["guard_violations"].empty(), c.dump());
+  CHECK(stats_of(r).launches == 1);
+}
+
 TEST_CASE("an old request launches exactly what it did before: validation, warm-up, measured") {
   const auto r = run_request(
       request("copy_kernel", {copy_case("c", 64, "old", {{"warmup", 2}, {"iterations", 5}})}),
