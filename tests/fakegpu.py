@@ -5,7 +5,7 @@ Two modes of the stand-in (written to a test's tmp_path by :func:`write_harness`
 - "nogpu": answers every command like a machine without a driver (exit 3, driver_unavailable);
 - "fake":  a pretend H200 that computes c = a + b (buffers named a, b, c) in NumPy. Markers in the
   kernel's source (kept in the CUBIN as a __device__ string, see :func:`kernel`) make it hang
-  (HANG), print 20000 lines to stderr (PRINT), crash (CRASH), return a wrong element (WRONG), be slow to answer (SLOW) or fast (FAST),
+  (HANG; STALL:<case>; on that case only), print 20000 lines to stderr (PRINT), crash (CRASH), return a wrong element (WRONG), be slow to answer (SLOW) or fast (FAST),
   differ on the determinism re-run (RACE), be wrong on the hidden inputs after timing (CACHE) or slow on them
   (SLOWCHECK);
   ``MS:<case>=<ms>;...`` sets the median latency of named cases.
@@ -64,20 +64,24 @@ if sys.argv[1:2] == ["--device-info"]:
          "driver_version": 13000, "driver_version_str": "580.00", "peak_memory_bandwidth_bytes_per_s": 4.9e12})
     sys.exit(0)
 kept = {}  # device_expected: key -> the values a reference run kept (lost with the process)
-for line in sys.stdin:
-    t0 = time.perf_counter()
-    req = json.loads(line)
-    module = open(req["module"], "rb").read()
-    case = req["cases"][0]
+class Refuse(Exception):
+    """A request-level error answer (nothing of the request ran)."""
+
+class Crash(Exception):
+    """A case faulted: the request ends after answering, and the process exits 5."""
+
+def run_case(req, module, case, t0):
     if (case.get("timing") or {}).get("blocking") and not req.get("support_module"):
-        say({"protocol": 1, "status": "error", "cases": [], "error": {"kind": "bad_request",
+        raise Refuse({"protocol": 1, "status": "error", "cases": [], "error": {"kind": "bad_request",
              "message": "cases[0].timing.blocking: needs the harness's support kernels"}})
-        continue
     if b"KO_FAKE_PRINT" in module:  # device printf from every thread, before the hang below
         for i in range(20000):
             sys.stderr.write(f"thread {i}: hello\n")
         sys.stderr.flush()
     if b"KO_FAKE_HANG" in module:
+        time.sleep(3600)
+    stall = re.search(rb"KO_FAKE_STALL:([A-Za-z0-9_]+);", module)  # hangs on the case named only
+    if stall and stall.group(1).decode() == case["name"]:
         time.sleep(3600)
     if b"KO_FAKE_SLOW" in module:
         time.sleep(0.5)
@@ -87,17 +91,14 @@ for line in sys.stdin:
         result.update(status="runtime_error", error={"call": "cuCtxSynchronize",
                       "cuda_error": "CUDA_ERROR_ILLEGAL_ADDRESS", "code": 700,
                       "message": "an illegal memory access was encountered"})
-        say({"protocol": 1, "status": "ok", "error": None, "cases": [result]})
-        sys.exit(5)
+        raise Crash(result)
     bufs = {a["name"]: a for a in case["args"] if a["kind"] == "buffer"}
     if not bufs:  # a launch without buffers (the evaluator's warm-up: ko_empty): nothing to compute
-        say({"protocol": 1, "status": "ok", "error": None, "cases": [result]})
-        continue
+        return result, None
     drawn = [n for n, x in bufs.items() if "input_draw" in x]
     if drawn and ("input_draw" not in FEATURES or not req.get("support_module")):
-        say({"protocol": 1, "status": "error", "cases": [], "error": {"kind": "bad_request",
+        raise Refuse({"protocol": 1, "status": "error", "cases": [], "error": {"kind": "bad_request",
              "message": f"cases[0].args: input_draw on {drawn} needs the input_draw feature and the support module"}})
-        continue
 
     def load(buf):  # input_draw: like ko_fill, a pure function of (seed, spec); not its bits
         d = buf.get("input_draw")
@@ -110,13 +111,11 @@ for line in sys.stdin:
     names = [x[f][5:] for x in bufs.values() for f in ("expected", "timed_expected")
              if str(x.get(f, "")).startswith("kept:")]
     if (names or any("keep_expected" in x for x in bufs.values())) and "device_expected" not in FEATURES:
-        say({"protocol": 1, "status": "error", "cases": [], "error": {"kind": "bad_request",
+        raise Refuse({"protocol": 1, "status": "error", "cases": [], "error": {"kind": "bad_request",
              "message": "cases[0].args: keep_expected / kept: need the device_expected feature"}})
-        continue
     if [k for k in names if k not in kept]:
-        say({"protocol": 2, "status": "error", "cases": [], "error": {"kind": "expected_missing",
+        raise Refuse({"protocol": 2, "status": "error", "cases": [], "error": {"kind": "expected_missing",
              "message": "no kept expected values under these keys", "missing": [k for k in names if k not in kept]}})
-        continue
     t1 = time.perf_counter()
     a, b = load(bufs["a"]), load(bufs["b"])
     t2 = time.perf_counter()
@@ -168,9 +167,8 @@ for line in sys.stdin:
                 t = float(ms)
         times = [t * (1 + 0.01 * (i % 3)) for i in range(timing["iterations"])]
         if "fresh_launches" in case and "fresh_launches" not in FEATURES:
-            say({"protocol": 1, "status": "error", "cases": [], "error": {"kind": "bad_request",
+            raise Refuse({"protocol": 1, "status": "error", "cases": [], "error": {"kind": "bad_request",
                  "message": "cases[0].fresh_launches: unknown field"}})
-            continue
         # KO_FAKE_MEMO: a result cache: 30% faster on the launches that reuse inputs seen before
         # (with fresh_launches, every measured launch not listed there)
         if b"KO_FAKE_MEMO" in module and "fresh_launches" in case:
@@ -184,8 +182,28 @@ for line in sys.stdin:
     # where the time went, as the harness reports it (PROTOCOL.md, steps_ms)
     t3 = time.perf_counter()
     result["steps_ms"] = {"setup": (t2 - t1) * 1e3, "validation_launch": (t3 - t2) * 1e3}
-    say({"protocol": 1, "status": "ok", "error": None, "cases": [result],
-         "steps_ms": {"read_files": (t1 - t0) * 1e3, "cases": (t3 - t1) * 1e3, "teardown": 0.0}})
+    return result, {"read_files": (t1 - t0) * 1e3, "cases": (t3 - t1) * 1e3, "teardown": 0.0}
+
+for line in sys.stdin:
+    t0 = time.perf_counter()
+    req = json.loads(line)
+    module = open(req["module"], "rb").read()
+    # KO_FAKE_FEATURES=progress: every case of the request, a progress line before each (PROTOCOL.md)
+    batch = req["cases"] if "progress" in FEATURES else req["cases"][:1]
+    results, steps = [], None
+    try:
+        for i, case in enumerate(batch):
+            if req.get("progress"):
+                say({"progress": {"case": case["name"], "index": i}})
+            result, steps = run_case(req, module, case, t0)
+            results.append(result)
+    except Refuse as refused:
+        say(refused.args[0])
+        continue
+    except Crash as crash:
+        say({"protocol": 1, "status": "ok", "error": None, "cases": results + [crash.args[0]]})
+        sys.exit(5)
+    say({"protocol": 1, "status": "ok", "error": None, "cases": results, **({"steps_ms": steps} if steps else {})})
 '''
 
 ADD_KERNEL = """\

@@ -18,7 +18,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import IntEnum
 from functools import lru_cache
@@ -54,7 +54,9 @@ class RequestSender(Protocol):
     @property
     def binary(self) -> Path | None: ...
 
-    def request(self, payload: HarnessRequest | Mapping[str, Any], timeout_s: float) -> HarnessReply: ...
+    def request(
+        self, payload: HarnessRequest | Mapping[str, Any], timeout_s: float, case_timeouts: Sequence[float] | None = None,
+    ) -> HarnessReply: ...
 
 
 class ExpectedMissing(HarnessError):
@@ -113,6 +115,9 @@ class HarnessReply:
     elapsed_s: float = 0.0
     stderr: str = ""  # the last MAX_STDERR_BYTES, after a DROPPED_MARKER line if cut
     stderr_truncated: int = 0  # bytes dropped from the front
+    # a request with "progress": the cases begun, in order (the last one was running when a
+    # deadline killed the process)
+    started: list[str] = field(default_factory=list)
 
     def parsed(self, model: type[AnswerT]) -> AnswerT | None:
         """The answer as ``model`` (e.g. :class:`~.protocol.HarnessAnswer`), None without one.
@@ -217,9 +222,16 @@ class HarnessProcess:
         self._stderr_thread.start()
         return proc
 
-    def request(self, payload: HarnessRequest | Mapping[str, Any], timeout_s: float) -> HarnessReply:
+    def request(
+        self, payload: HarnessRequest | Mapping[str, Any], timeout_s: float, case_timeouts: Sequence[float] | None = None,
+    ) -> HarnessReply:
         """Send one request (typed, or a JSON object as is) and wait at most ``timeout_s`` for
-        its answer."""
+        its answer.
+
+        With ``case_timeouts`` (a request with ``progress``, one deadline per case), the harness's
+        progress line before case i gives that case ``case_timeouts[i]`` seconds from then
+        (``timeout_s`` runs until the first line), and the reply says which cases began.
+        """
         proc = self._start()
         start = time.monotonic()
         data = request_json(payload) if isinstance(payload, RunRequest | BaselineRequest) else dict(payload)
@@ -230,7 +242,16 @@ class HarnessProcess:
             proc.stdin.flush()
         except (BrokenPipeError, OSError):
             pass  # the process died; the read below reports its exit code
-        answer_line, timed_out = self._read_line(proc, start + timeout_s)
+        started: list[str] = []
+        deadline = start + timeout_s
+        while True:
+            answer_line, timed_out = self._read_line(proc, deadline)
+            begun = _progress_case(answer_line) if case_timeouts else None
+            if begun is None or not case_timeouts:
+                break
+            name, index = begun
+            started.append(name)
+            deadline = time.monotonic() + case_timeouts[min(index, len(case_timeouts) - 1)]
         exit_code = None
         if timed_out:
             self.kill()
@@ -256,7 +277,7 @@ class HarnessProcess:
                     f"the harness answered with invalid JSON: {answer_line[:200]!r}; "
                     f"stderr: {stderr[-500:]}"
                 ) from None
-        return HarnessReply(answer, exit_code, timed_out, elapsed, stderr, dropped)
+        return HarnessReply(answer, exit_code, timed_out, elapsed, stderr, dropped, started)
 
     def _read_line(self, proc: subprocess.Popen[bytes], deadline: float) -> tuple[bytes | None, bool]:
         assert proc.stdout is not None
@@ -373,6 +394,18 @@ def _harness_features(binary: str, mtime_ns: int) -> frozenset[str]:
             "rebuild the harness with `pip install .`"
         )
     return frozenset(parse_answer(answer, VersionAnswer).features)
+
+
+def _progress_case(line: bytes | None) -> tuple[str, int] | None:
+    """(case, index) of a progress line (PROTOCOL.md, ``progress``); None for any other line.
+    The answer stream is the harness's own, so what it says is the harness's word."""
+    if not line or not line.startswith(b'{"progress"'):
+        return None
+    try:
+        body = json.loads(line)["progress"]
+        return str(body["case"]), int(body["index"])
+    except (json.JSONDecodeError, KeyError, TypeError, ValueError):
+        raise HarnessError(f"the harness wrote a malformed progress line: {line[:200]!r}") from None
 
 
 def raise_for_request_error(answer: AnswerEnvelope | None, exit_code: int | None) -> None:

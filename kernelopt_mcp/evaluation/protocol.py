@@ -173,6 +173,7 @@ class RunRequest(_Request):
     input_cache_bytes: int | None = None
     check_module: str | None = None
     check_entry: str | None = None
+    progress: bool | None = None
 
 
 class BaselineRequest(_Request):

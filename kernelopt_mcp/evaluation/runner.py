@@ -1,7 +1,7 @@
 """Running one candidate through every case of a prepared :class:`Session`.
 
-Phase 1 validates every case, one harness request each (so a hang or fault is attributable);
-phase 2 times the performance cases, each request validating again before timing, with fresh
+Phase 1 validates every case: in one harness request where the harness reports progress (each
+case held to its own deadline, a hang or fault named by case), else one request each; phase 2 times the performance cases, each request validating again before timing, with fresh
 inputs, checked launches and the check on hidden-seed inputs where the session has them. The
 CUDA reference runs through the same path while the session is prepared.
 """
@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -31,12 +32,12 @@ from .fresh_inputs import (
     pick_fresh_launches,
     request_seed,
 )
-from .harness import ExpectedMissing
+from .harness import ExpectedMissing, HarnessReply
 from .harness_case import CaseJob, interpret
 from .inputs import hidden_seed_checks
 from .oracle import OracleLimits
 from .outcomes import CaseResult, EvaluationResult, PhaseTimes, Status, worst
-from .protocol import TimingRequest, request_json
+from .protocol import RunRequest, TimingRequest, request_json
 from .roofline import IMPOSSIBLE_MARGIN, case_cost, case_roofline, roofline_floor_ms, tensor_operands
 from .session import Session
 
@@ -118,11 +119,26 @@ def _run_cases(
         except LaunchConfigError as exc:
             results.append(CaseResult(name=case.name, kind=case.kind, status=Status.invalid_launch, message=str(exc)))
 
-    # Phase 1: validate every case, one request each, so a hang or fault is attributable.
+    # Phase 1: validate every case, in one request where the harness says which case is running
+    # (each held to its own deadline), else one request each, so a hang or fault is attributable.
     stop: CaseResult | None = None
     start = time.perf_counter()
     runnable = [c for c in all_cases if c.name in resolved]
-    for i, case in enumerate(runnable):
+    jobs = [
+        CaseJob(
+            case, resolved[case.name], data, s.out_dir(tag, case),
+            repeat=keep is None and s.uses("determinism", options),
+            device_compare=check and s.uses("device_compare", options), keep_outputs=keep is not None, check=check,
+            keep_on_device=s.kept_keys(data, case) if keep is not None else {},
+        )
+        for case in runnable
+    ]
+    answered: list[Answered | None] | None = None
+    if len(jobs) > 1 and "progress" in s.features:
+        s.progress(f"{candidate.name}: validating {len(jobs)} cases", 0, len(jobs))
+        answered = _submit_batch(s, jobs, module, tag, options, phases)
+    for i, job in enumerate(jobs):
+        case = job.case
         if stop is not None:
             results.append(CaseResult(
                 name=case.name, kind=case.kind, status=Status.skipped,
@@ -130,14 +146,13 @@ def _run_cases(
                 launch=resolved[case.name].as_json(),
             ))
             continue
-        s.progress(f"{candidate.name}: validating {case.name}", i, len(runnable))
-        job = CaseJob(
-            case, resolved[case.name], data, s.out_dir(tag, case),
-            repeat=keep is None and s.uses("determinism", options),
-            device_compare=check and s.uses("device_compare", options), keep_outputs=keep is not None, check=check,
-            keep_on_device=s.kept_keys(data, case) if keep is not None else {},
-        )
-        cr, outputs = _submit(s, job, module, tag, options, phases)
+        if answered is None:
+            s.progress(f"{candidate.name}: validating {case.name}", i, len(runnable))
+            cr, outputs = _submit(s, job, module, tag, options, phases)
+        elif (got := answered[i]) is not None:
+            cr, outputs = got
+        else:
+            raise HarnessError(f"the harness answered nothing for case {case.name!r} and no earlier case ended the process")
         if keep is not None and outputs and cr.status is Status.ok:
             keep[case.name] = outputs
         results.append(cr)
@@ -291,6 +306,84 @@ def _submit(
     cr.wall_ms = _since(start)
     phases.add_request(round_trip, _since(begin) - round_trip, reply.answer)
     return cr, outputs
+
+
+Answered = tuple[CaseResult, dict[str, np.ndarray] | None]
+
+
+def _submit_batch(
+    s: Session, jobs: list[CaseJob], module: Path, tag: str, options: EvaluateOptions, phases: PhaseTimes,
+) -> list[Answered | None]:
+    """Validate ``jobs`` in one request with ``progress`` (PROTOCOL.md): each case gets its own
+    deadline from the harness's line before it. Per job its result, or None where the harness
+    did not reach it (an earlier case faulted or hung: the caller skips those). The cases before
+    one that hung lost their answers with the killed process, and are run again."""
+    begin = time.perf_counter()
+    timeouts = [s.timeout_s(job.case, False, options) for job in jobs]
+    request = _batch_request(s, jobs, module, options)
+    write_atomic(s.workdir / "requests" / tag / "validation.json", json.dumps(request_json(request), indent=1).encode(),
+                 durable=False)
+    start = time.perf_counter()
+    reply = s.harness.request(request, timeouts[0], timeouts)
+    round_trip = _since(start)
+    try:
+        out = _interpret_batch(s, jobs, reply, timeouts)
+    except ExpectedMissing as missing:
+        # a new process or an eviction: the CUDA reference keeps the expected values again, once
+        again = time.perf_counter()
+        for job in jobs:
+            _keep_again(s, job, set(missing.keys))
+        begin += time.perf_counter() - again
+        again = time.perf_counter()
+        reply = s.harness.request(_batch_request(s, jobs, module, options), timeouts[0], timeouts)
+        round_trip += _since(again)
+        out = _interpret_batch(s, jobs, reply, timeouts)
+    phases.add_request(round_trip, _since(begin) - round_trip, reply.answer)
+    hung = next((i for i, got in enumerate(out) if got is not None and got[0].status is Status.timeout), None)
+    if reply.timed_out and hung:
+        before = jobs[:hung]
+        out[:hung] = (_submit_batch(s, before, module, tag, options, phases) if len(before) > 1
+                      else [_submit(s, before[0], module, tag, options, phases)])
+    return out
+
+
+def _batch_request(s: Session, jobs: list[CaseJob], module: Path, options: EvaluateOptions) -> RunRequest:
+    """One request running every job's case in order, with progress lines."""
+    single = [s.request(job, module, options) for job in jobs]
+    common = single[0].model_dump(exclude={"cases"})
+    if any(r.model_dump(exclude={"cases"}) != common for r in single[1:]):
+        raise HarnessError("internal error: the cases of one validation request need different modules or settings")
+    return single[0].model_copy(update={"cases": [r.cases[0] for r in single], "progress": True})
+
+
+def _interpret_batch(s: Session, jobs: list[CaseJob], reply: HarnessReply, timeouts: list[float]) -> list[Answered | None]:
+    """Each job's result from one batch reply (:func:`interpret` on the job's part of it)."""
+    out: list[Answered | None] = [None] * len(jobs)
+    if reply.timed_out:
+        running = len(reply.started) - 1 if reply.started else 0  # the case its progress line named last
+        out[running] = interpret(jobs[running], reply, s.workload, timeouts[running])
+        return out
+    answer = reply.answer
+    cases = answer.get("cases") if isinstance(answer, dict) else None
+    if not isinstance(answer, dict) or answer.get("status") == "error" or not isinstance(cases, list) or not cases:
+        # no case ran (a module that does not load: each case says so), or no answer at all
+        return [interpret(job, reply, s.workload, t) for job, t in zip(jobs, timeouts, strict=True)]
+    if len(cases) > len(jobs):
+        raise HarnessError(f"the harness answered {len(cases)} cases to a request of {len(jobs)}")
+    for i, case_answer in enumerate(cases):
+        last = i == len(cases) - 1
+        name = case_answer.get("name") if isinstance(case_answer, dict) else None
+        if name != jobs[i].case.name:
+            raise HarnessError(f"the harness answered case {name!r} where {jobs[i].case.name!r} was asked")
+        # the process's exit and what kernels printed belong to the last case it ran
+        part = replace(reply, answer={**answer, "cases": [case_answer]}, exit_code=reply.exit_code if last else None,
+                       stderr=reply.stderr if last else "", stderr_truncated=reply.stderr_truncated if last else 0)
+        cr, outputs = interpret(jobs[i], part, s.workload, timeouts[i])
+        steps = case_answer.get("steps_ms")
+        cr.wall_ms = (sum(v for v in steps.values() if isinstance(v, int | float)) if isinstance(steps, dict)
+                      else reply.elapsed_s * 1e3 / len(cases))
+        out[i] = (cr, outputs)
+    return out
 
 
 def _keep_again(s: Session, job: CaseJob, missing: set[str]) -> None:

@@ -22,7 +22,7 @@ Answer error_answer(const char* kind, const std::string& message, int exit_code)
   return {std::move(body), exit_code};
 }
 
-Answer Handler::handle(std::string_view request_text) {
+Answer Handler::handle(std::string_view request_text, const ProgressFn& progress) {
   auto response = empty_response();
   try {
     // Fully validated before the driver is touched: bad requests get exit 2 on any machine.
@@ -41,8 +41,9 @@ Answer Handler::handle(std::string_view request_text) {
       session_->support().load(req.support_module);
       session_->support().require(support_kernels_needed(req));
     }
-    const int code = req.op == RequestOp::baseline ? run_baseline(*session_, req, response)
-                                                   : run_request(*session_, req, response);
+    const int code = req.op == RequestOp::baseline
+                         ? run_baseline(*session_, req, response)
+                         : run_request(*session_, req, response, progress);
     return {std::move(response), code};
   } catch (const BadRequest& e) {
     set_request_error(response, request_error("bad_request", e.what()));

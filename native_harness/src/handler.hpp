@@ -7,6 +7,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "runner.hpp"
 #include "session.hpp"
 
 namespace kernelopt {
@@ -21,7 +22,8 @@ bool ends_session(int exit_code) noexcept;
 
 class Handler {
  public:
-  Answer handle(std::string_view request_text);
+  // `progress` writes a request's progress lines (PROTOCOL.md, "progress") before its answer.
+  Answer handle(std::string_view request_text, const ProgressFn& progress = {});
 
  private:
   std::unique_ptr<Session> session_;

@@ -43,6 +43,13 @@ bool emit(const nlohmann::json& body) {
   return write_all_fd(g_answer_fd, serialize(body) + "\n");
 }
 
+// A progress line of the request being handled: on the answer stream, which kernels cannot
+// write to (their printf goes to standard error), so a reader can trust it.
+void progress_line(const nlohmann::json& line) {
+  if (!emit(line))
+    std::perror("kernelopt-harness: cannot write a progress line to standard output");
+}
+
 int finish(const Answer& answer) {
   if (!emit(answer.body)) {
     std::perror("kernelopt-harness: cannot write the answer to standard output");
@@ -92,7 +99,7 @@ int cmd_run(const std::string& path) {
     return finish(error_answer("io_error", std::string("request: ") + e.what(), exit_io_error));
   }
   Handler handler;
-  return finish(handler.handle(text));
+  return finish(handler.handle(text, progress_line));
 }
 
 int cmd_serve() {
@@ -100,7 +107,7 @@ int cmd_serve() {
   std::string line;
   while (std::getline(std::cin, line)) {
     if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
-    const Answer answer = handler.handle(line);
+    const Answer answer = handler.handle(line, progress_line);
     if (!emit(answer.body)) {
       std::perror("kernelopt-harness: cannot write the answer to standard output");
       return exit_internal;

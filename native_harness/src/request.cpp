@@ -403,6 +403,7 @@ Request parse_request(const json& doc) {
     }
   }
   if (const json* v = find(doc, "input_cache")) req.input_cache = as_bool(*v, "input_cache");
+  if (const json* v = find(doc, "progress")) req.progress = as_bool(*v, "progress");
   if (const json* v = find(doc, "check_module")) req.check_module = as_string(*v, "check_module");
   if (const json* v = find(doc, "check_entry")) req.check_entry = as_string(*v, "check_entry");
   if (req.check_module.empty() != req.check_entry.empty()) {

@@ -194,6 +194,9 @@ struct Request {
   BaselineSpec baseline;                           // op == baseline
   std::string check_module;  // the validated CUDA reference (CUBIN/PTX) for checked launches
   std::string check_entry;
+  // Before each case, one line {"progress": {"case", "index"}} on the answer stream, so the
+  // caller can hold each case of a batch to its own deadline and name the case that hung.
+  bool progress = false;
 };
 
 // Large enough for any real buffer, small enough that bytes + 2 * guard + padding cannot

@@ -1,6 +1,7 @@
 #include "runner.hpp"
 
 #include <chrono>
+#include <cstddef>
 #include <cstring>
 #include <optional>
 #include <string>
@@ -200,7 +201,7 @@ std::uint64_t default_cache_budget(const Session& session) {
 
 }  // namespace
 
-int run_request(Session& session, const Request& req, json& response) {
+int run_request(Session& session, const Request& req, json& response, const ProgressFn& progress) {
   const auto& drv = session.drv();
   response["device"] = {
       {"ordinal", session.ordinal()}, {"name", session.name()}, {"arch", session.arch()}};
@@ -287,7 +288,11 @@ int run_request(Session& session, const Request& req, json& response) {
   }
   if (check_module) steps.mark("check_module_load");
   bool fatal = false;
-  for (const auto& spec : req.cases) {
+  for (std::size_t i = 0; i < req.cases.size(); ++i) {
+    const auto& spec = req.cases[i];
+    if (req.progress && progress) {
+      progress({{"progress", {{"case", spec.name}, {"index", i}}}});
+    }
     {
       detail::CaseRunner runner(session, f, req, spec, check, &kept);
       fatal = runner.run(response["cases"]);

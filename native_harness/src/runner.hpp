@@ -1,12 +1,17 @@
 // The per-request procedure of PROTOCOL.md; each case runs in a CaseRunner (case_runner.hpp).
 #pragma once
 
+#include <functional>
+
 #include <nlohmann/json_fwd.hpp>
 
 #include "request.hpp"
 #include "session.hpp"
 
 namespace kernelopt {
+
+// Writes one progress line (request "progress") on the answer stream; may be empty.
+using ProgressFn = std::function<void(const nlohmann::json&)>;
 
 // Runs `req` on `session`, filling `response` (built by empty_response()) as it goes, so that
 // whatever escapes still leaves the device, function and finished cases in it.
@@ -16,6 +21,8 @@ namespace kernelopt {
 // exit_fatal_cuda after a runtime_error case; the session is then broken.
 // Throws BadRequest (inputs of the wrong size, arguments that do not fit the kernel), IoError
 // (unreadable module or input, unwritable output) and, for what no case owns, CudaError.
-int run_request(Session& session, const Request& req, nlohmann::json& response);
+// With req.progress, `progress` gets {"progress": {"case": name, "index": i}} before case i.
+int run_request(Session& session, const Request& req, nlohmann::json& response,
+                const ProgressFn& progress = {});
 
 }  // namespace kernelopt

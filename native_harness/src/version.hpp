@@ -32,6 +32,7 @@ inline constexpr const char* harness_features[] = {
     // answer "staging": input and expected device copies mapped read-only for kernels
     "readonly_staging",
     "device_expected",  // buffer "keep_expected" / expected "kept:KEY": expected values on device
+    "progress",         // request "progress": a line on the answer stream before each case
 };
 
 }  // namespace kernelopt

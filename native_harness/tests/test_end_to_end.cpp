@@ -25,7 +25,7 @@ TEST_CASE("--version") {
                {"support_module", "input_cache", "device_compare", "determinism", "timed_inputs",
                 "blocking", "graph", "adaptive", "baseline_cublas", "fresh_inputs", "timed_check",
                 "confirm_launch", "checked_dump", "fresh_launches", "input_draw", "expected_dtype",
-                "readonly_staging", "device_expected"}}}));
+                "readonly_staging", "device_expected", "progress"}}}));
 }
 
 TEST_CASE("usage errors exit 2 with a JSON answer and usage on stderr") {
@@ -233,6 +233,28 @@ TEST_CASE("a fault is runtime_error: later cases are absent, exit 5") {
   CHECK(c["steps_ms"].contains("setup") && c["steps_ms"].contains("failed"));
   CHECK(!c["steps_ms"].contains("timing"));
   CHECK(r.answer["steps_ms"].contains("teardown"));
+}
+
+TEST_CASE("progress: a line before each case on the answer stream, then the answer") {
+  auto req = request("copy_kernel", {copy_case("a", 64, "p1"), copy_case("b", 64, "p2")});
+  req["progress"] = true;
+  const auto r = run_request(req);
+  CHECK_MSG(r.rc == 0, r.out + r.err);
+  CHECK_MSG(r.lines.size() == 3, r.out);
+  CHECK(r.lines[0] == json({{"progress", {{"case", "a"}, {"index", 0}}}}));
+  CHECK(r.lines[1] == json({{"progress", {{"case", "b"}, {"index", 1}}}}));
+  CHECK(r.lines[2]["cases"].size() == 2 && r.lines[2]["cases"][1]["status"] == "ok");
+  // without it, the answer alone, as before
+  req.erase("progress");
+  const auto plain = run_request(req);
+  CHECK_MSG(plain.lines.size() == 1 && plain.answer["cases"].size() == 2, plain.out);
+  // a fault ends the request: the faulting case's line is the last before the answer
+  auto fault = request("fault_kernel", {copy_case("a", 64, "p3"), copy_case("b", 64, "p4")});
+  fault["progress"] = true;
+  const auto f = run_request(fault);
+  CHECK_MSG(f.rc == 5 && f.lines.size() == 2, f.out + f.err);
+  CHECK(f.lines[0]["progress"]["case"] == "a");
+  CHECK(f.lines[1]["cases"].size() == 1 && f.lines[1]["cases"][0]["status"] == "runtime_error");
 }
 
 TEST_CASE("inout buffers and scalars reach the kernel") {

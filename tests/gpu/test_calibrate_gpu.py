@@ -6,7 +6,7 @@ Run: python -m pytest --run-gpu tests/gpu/test_calibrate_gpu.py
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -35,9 +35,11 @@ class CountingHarness(HarnessProcess):
 
     requests = 0
 
-    def request(self, payload: HarnessRequest | Mapping[str, Any], timeout_s: float) -> HarnessReply:
+    def request(
+        self, payload: HarnessRequest | Mapping[str, Any], timeout_s: float, case_timeouts: Sequence[float] | None = None,
+    ) -> HarnessReply:
         self.requests += 1
-        return super().request(payload, timeout_s)
+        return super().request(payload, timeout_s, case_timeouts)
 
 
 def test_calibration_on_an_h200_and_its_cache(harness_binary: Path, device: DeviceInfo, tmp_path: Path) -> None:
