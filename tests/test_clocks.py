@@ -75,6 +75,7 @@ def use_module(monkeypatch: pytest.MonkeyPatch):
     def install(module: types.ModuleType | None) -> None:
         monkeypatch.setitem(sys.modules, "pynvml", module)
         monkeypatch.setattr(clocks, "_initialized", False)
+        monkeypatch.setattr(clocks, "_devices", {})
     return install
 
 
@@ -101,8 +102,13 @@ def test_a_reading_by_index(use_module) -> None:
     assert s.throttle_reasons == ["sw_power_cap", "hw_thermal_slowdown"] and s.slowed_down
     assert (s.name, s.uuid, s.driver_version, s.nvml_index) == ("NVIDIA H200", f"GPU-{UUID}", "580.159.04", 0)
     assert "1755/1980 MHz" in s.summary() and "sw_power_cap" in s.summary()
-    read_clocks(0)
+    again = read_clocks(0)
+    assert again == s
     assert m.calls.count("nvmlInit") == 1  # initialized once per process
+    # the device is looked up and described once; what moves is read on every sample
+    assert m.calls.count("nvmlDeviceGetHandleByIndex") == 1 and m.calls.count("nvmlDeviceGetName") == 1
+    assert m.calls.count("nvmlDeviceGetMaxClockInfo") == 2 and m.calls.count("nvmlSystemGetDriverVersion") == 1
+    assert m.calls.count("nvmlDeviceGetClockInfo") == 4 and m.calls.count("nvmlDeviceGetPowerUsage") == 2
 
 
 def test_by_cuda_uuid_and_bus_id(use_module) -> None:

@@ -35,6 +35,11 @@ SLOWDOWN_REASONS = frozenset({
 
 _init_lock = threading.Lock()
 _initialized = False
+# (pynvml module, device) -> (NVML handle, what does not change while the driver is loaded:
+# identity, driver version, maximum clocks). A benchmark reads the clocks after every
+# evaluation; looking the device up and asking for these again each time cost about a
+# millisecond of host time per candidate.
+_devices: dict[tuple[ModuleType, int | str], tuple[Any, dict[str, Any]]] = {}
 
 
 class ClockSample(BaseModel):
@@ -119,35 +124,42 @@ def probe_clocks(device: int | str = 0) -> tuple[ClockSample | None, str | None]
     nvml, why = _nvml()
     if nvml is None:
         return None, why
-    try:
-        if isinstance(device, int):
-            handle = nvml.nvmlDeviceGetHandleByIndex(device)
-        elif ":" in device:
-            handle = nvml.nvmlDeviceGetHandleByPciBusId(device)
-        else:
-            uuid = device if device.startswith(("GPU-", "MIG-")) else f"GPU-{device}"
-            handle = nvml.nvmlDeviceGetHandleByUUID(uuid)
-    except nvml.NVMLError as exc:
-        return None, f"NVML has no device {device!r}: {exc}"
     err = nvml.NVMLError
+    known = _devices.get((nvml, device))
+    if known is None:
+        try:
+            if isinstance(device, int):
+                handle = nvml.nvmlDeviceGetHandleByIndex(device)
+            elif ":" in device:
+                handle = nvml.nvmlDeviceGetHandleByPciBusId(device)
+            else:
+                uuid = device if device.startswith(("GPU-", "MIG-")) else f"GPU-{device}"
+                handle = nvml.nvmlDeviceGetHandleByUUID(uuid)
+        except nvml.NVMLError as exc:
+            return None, f"NVML has no device {device!r}: {exc}"
+        get_max = nvml.nvmlDeviceGetMaxClockInfo
+        index = _optional(err, nvml.nvmlDeviceGetIndex, handle)
+        known = handle, {
+            "nvml_index": device if isinstance(device, int) else (index if index is not None else -1),
+            "uuid": _text(_optional(err, nvml.nvmlDeviceGetUUID, handle)),
+            "name": _text(_optional(err, nvml.nvmlDeviceGetName, handle)),
+            "driver_version": _text(_optional(err, nvml.nvmlSystemGetDriverVersion)),
+            "max_sm_clock_mhz": _optional(err, get_max, handle, nvml.NVML_CLOCK_SM),
+            "max_memory_clock_mhz": _optional(err, get_max, handle, nvml.NVML_CLOCK_MEM),
+        }
+        _devices[(nvml, device)] = known
+    handle, fixed = known
     get_clock = nvml.nvmlDeviceGetClockInfo
-    get_max = nvml.nvmlDeviceGetMaxClockInfo
     reasons_fn = getattr(nvml, "nvmlDeviceGetCurrentClocksEventReasons", None) or getattr(
         nvml, "nvmlDeviceGetCurrentClocksThrottleReasons", None
     )
     mask = _optional(err, reasons_fn, handle) if reasons_fn else None
     power_mw = _optional(err, nvml.nvmlDeviceGetPowerUsage, handle)
     limit_mw = _optional(err, nvml.nvmlDeviceGetEnforcedPowerLimit, handle)
-    index = _optional(err, nvml.nvmlDeviceGetIndex, handle)
     return ClockSample(
-        nvml_index=device if isinstance(device, int) else (index if index is not None else -1),
-        uuid=_text(_optional(err, nvml.nvmlDeviceGetUUID, handle)),
-        name=_text(_optional(err, nvml.nvmlDeviceGetName, handle)),
-        driver_version=_text(_optional(err, nvml.nvmlSystemGetDriverVersion)),
+        **fixed,
         sm_clock_mhz=_optional(err, get_clock, handle, nvml.NVML_CLOCK_SM),
         memory_clock_mhz=_optional(err, get_clock, handle, nvml.NVML_CLOCK_MEM),
-        max_sm_clock_mhz=_optional(err, get_max, handle, nvml.NVML_CLOCK_SM),
-        max_memory_clock_mhz=_optional(err, get_max, handle, nvml.NVML_CLOCK_MEM),
         temperature_c=_optional(err, nvml.nvmlDeviceGetTemperature, handle, nvml.NVML_TEMPERATURE_GPU),
         power_w=power_mw / 1000.0 if power_mw is not None else None,
         power_limit_w=limit_mw / 1000.0 if limit_mw is not None else None,

@@ -9,6 +9,7 @@ a :class:`CaseResult`.
 from __future__ import annotations
 
 import math
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -120,17 +121,17 @@ def build_request(
             entry.confirm_launch = True
         if job.checked and job.dump_dir is not None:
             job.dump_dir.mkdir(parents=True, exist_ok=True)
-            entry.checked_dump = str(job.dump_dir.resolve())
+            entry.checked_dump = _abs(job.dump_dir)
     request = RunRequest(
-        device=device, module=str(module.resolve()), entry=workload.signature.entry, guard_bytes=guard_bytes,
+        device=device, module=_abs(module), entry=workload.signature.entry, guard_bytes=guard_bytes,
         flush_l2=flush_l2, cases=[entry],
     )
     if support is not None:
-        request.support_module = str(support.resolve())
+        request.support_module = _abs(support)
     if input_cache:
         request.input_cache = True
     if check_module is not None and entry.check_launch is not None:
-        request.check_module = str(check_module.resolve())
+        request.check_module = _abs(check_module)
         request.check_entry = workload.signature.entry
     return request
 
@@ -146,17 +147,17 @@ def _buffer_arg(
             arg.dtype = p.dtype.value
             arg.input_draw = ci.draws[p.name]
         else:
-            arg.input = str(ci.files[p.name].resolve())
+            arg.input = _abs(ci.files[p.name])
         if timed_ci is not None and p.name in timed_ci.draws:
             arg.dtype = p.dtype.value
             arg.timed_input_draw = timed_ci.draws[p.name]
         elif timed_ci is not None:
-            arg.timed_input = str(timed_ci.files[p.name].resolve())
+            arg.timed_input = _abs(timed_ci.files[p.name])
         if p.name in job.fresh and job.timing:
             arg.dtype = p.dtype.value
             arg.fresh = job.fresh[p.name]
     if p.is_output:
-        arg.output = str((job.out_dir / f"{p.name}.bin").resolve())
+        arg.output = _abs(job.out_dir / f"{p.name}.bin")
         basis = ref or timed_ref
         if basis is not None:
             arg.dtype = p.dtype.value
@@ -184,6 +185,12 @@ def _buffer_arg(
         arg.init = p.init
         arg.poison_byte = 0xFF if p.dtype.is_float else 0xA5
     return arg
+
+
+def _abs(path: Path) -> str:
+    """``path`` made absolute for the harness, by its text alone (no symlink walk: every path
+    here is the session's own, and resolving them cost more than the rest of a request)."""
+    return os.path.abspath(path)
 
 
 def _thresholds(ref: ExpectedRef, rtol: float) -> CompareThresholds:

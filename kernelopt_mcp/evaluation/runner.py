@@ -281,12 +281,7 @@ def _submit(
 ) -> tuple[CaseResult, dict[str, np.ndarray] | None]:
     begin = time.perf_counter()
     request = s.request(job, module, options)
-    # Kept so a case can be replayed with the harness alone: kernelopt-harness run FILE (values
-    # kept on the device, "kept:KEY", exist only in the serve process that kept them)
-    write_atomic(
-        s.workdir / "requests" / tag / f"{job.case.name}{'.timing' if job.timing else ''}.json",
-        json.dumps(request_json(request), indent=1).encode(), durable=False,
-    )
+    _keep_request(s, tag, f"{job.case.name}{'.timing' if job.timing else ''}", request)
     timeout = s.timeout_s(job.case, job.timing is not None, options)
     start = time.perf_counter()
     reply = s.harness.request(request, timeout)
@@ -321,8 +316,7 @@ def _submit_batch(
     begin = time.perf_counter()
     timeouts = [s.timeout_s(job.case, False, options) for job in jobs]
     request = _batch_request(s, jobs, module, options)
-    write_atomic(s.workdir / "requests" / tag / "validation.json", json.dumps(request_json(request), indent=1).encode(),
-                 durable=False)
+    _keep_request(s, tag, "validation", request)
     start = time.perf_counter()
     reply = s.harness.request(request, timeouts[0], timeouts)
     round_trip = _since(start)
@@ -345,6 +339,15 @@ def _submit_batch(
         out[:hung] = (_submit_batch(s, before, module, tag, options, phases) if len(before) > 1
                       else [_submit(s, before[0], module, tag, options, phases)])
     return out
+
+
+def _keep_request(s: Session, tag: str, name: str, request: RunRequest) -> None:
+    """Keep a request as ``requests/<tag>/<name>.json``, so it can be replayed with the harness
+    alone (kernelopt-harness run FILE; values kept on the device, "kept:KEY", exist only in the
+    serve process that kept them). One line of JSON: the indented form costs Python's slow
+    encoder a fraction of a millisecond per request."""
+    write_atomic(s.workdir / "requests" / tag / f"{name}.json",
+                 json.dumps(request_json(request), separators=(",", ":")).encode(), durable=False)
 
 
 def _batch_request(s: Session, jobs: list[CaseJob], module: Path, options: EvaluateOptions) -> RunRequest:
