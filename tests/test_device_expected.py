@@ -133,13 +133,15 @@ def test_files_as_before_without_the_feature_the_cache_or_when_asked(
     assert not any("keep_expected" in _c(r) or "kept:" in str(_c(r).get("expected")) for _, _, r in _requests(tmp_path / "w"))
 
 
+@pytest.mark.parametrize("batch", ["", ",progress"], ids=["request per case", "validation batch"])
 def test_after_a_fault_the_new_harness_gets_the_expected_values_again(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, batch: str,
 ) -> None:
     """A candidate that faults ends the harness process, and the device copies with it: the next
     candidate's first request is answered expected_missing, the reference keeps its outputs
-    again (on the new process) and the request is sent once more; verdicts are unchanged."""
-    proc, ev = _session(tmp_path, monkeypatch)
+    again (on the new process) and the request is sent once more; verdicts are unchanged. The
+    same when a candidate's cases are validated in one request."""
+    proc, ev = _session(tmp_path, monkeypatch, FEATURES + batch)
     with proc, ev:
         prepare(ev)
         crash = evaluate(ev, _add("CRASH", "crash"))
@@ -148,7 +150,9 @@ def test_after_a_fault_the_new_harness_gets_the_expected_values_again(
     assert crash.status is Status.runtime_error
     assert after.ok, after.message
     assert {c.name: c.status for c in wrong.cases}["n_4096"] is Status.mismatch
-    tags = [tag for tag, name, r in _requests(tmp_path / "w") if "keep_expected" in _c(r)]
+    tags = [tag for tag, _, r in _requests(tmp_path / "w") for case in r["cases"]
+            if "keep_expected" in next(a for a in case["args"] if a["name"] == "c")]
+    assert any(name == "validation.json" for _, name, _ in _requests(tmp_path / "w")) is bool(batch)
     # once in prepare per data set, then again after the crash: the validation set before "add"
     # compared with it, and the hidden set before its timing request
     assert len(tags) == 4 and len(set(tags)) == 4, tags
