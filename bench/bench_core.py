@@ -139,19 +139,22 @@ def overhead_breakdown(phases: list[PhaseTimes], kernel_ms: float) -> str:
     )
 
 
-def timed_evaluate(ev: Session, candidate: Candidate, phases: list[PhaseTimes] | None = None) -> tuple[float, float, float]:
-    """(wall ms, kernel ms, overhead ms) of one evaluation; its phases appended to ``phases``."""
-    wall, k, _ = evaluate_counted(ev, candidate, phases)
+def timed_evaluate(
+    ev: Session, candidate: Candidate, phases: list[PhaseTimes] | None = None, options: EvaluateOptions | None = None,
+) -> tuple[float, float, float]:
+    """(wall ms, kernel ms, overhead ms) of one evaluation (``options``: the session's by default);
+    its phases appended to ``phases``."""
+    wall, k, _ = evaluate_counted(ev, candidate, phases, options)
     return wall, k, wall - k
 
 
 def evaluate_counted(
-    ev: Session, candidate: Candidate, phases: list[PhaseTimes] | None = None,
+    ev: Session, candidate: Candidate, phases: list[PhaseTimes] | None = None, options: EvaluateOptions | None = None,
 ) -> tuple[float, float, float]:
     """(wall ms, kernel ms, mean measured launches per timed case) of one evaluation; its
     phases (where the host time went) appended to ``phases``."""
     start = time.perf_counter()
-    result = evaluate(ev, candidate)
+    result = evaluate(ev, candidate, options)
     wall = (time.perf_counter() - start) * 1e3
     if not result.ok:
         raise KerneloptError(f"bench candidate failed: {result.status}: {result.message}")

@@ -91,8 +91,9 @@ def overhead(bench: Bench, workload: str = "softmax", cases: list[str] | None = 
         ["mode", "wall ms", "kernel ms", "overhead ms (median)", "overhead min", "overhead max", "vs baseline"],
     )
     base = reference(wl)
-    cold, warm, baseline = [], [], []
+    cold, warm, per_case, baseline = [], [], [], []
     warm_phases: list[PhaseTimes] = []
+    per_case_options = replace(bench.options, batch_validation=False)
     start = time.perf_counter()
     with bench.evaluator(wl, "overhead") as ev:
         prepare_ms = (time.perf_counter() - start) * 1e3
@@ -104,6 +105,8 @@ def overhead(bench: Bench, workload: str = "softmax", cases: list[str] | None = 
         for i in range(trials):
             bench.say(f"overhead: warm evaluation {i + 1}/{trials}")
             warm.append(timed_evaluate(ev, warm_candidate, warm_phases))
+            # side by side: the same candidate validated with one harness request per case
+            per_case.append(timed_evaluate(ev, warm_candidate, options=per_case_options))
     # the baseline compares on the host: its session writes every expected output to a file
     with bench.evaluator(wl, "overhead-baseline", options=replace(bench.options, device_expected=False)) as host_ev:
         for i in range(trials):
@@ -111,6 +114,7 @@ def overhead(bench: Bench, workload: str = "softmax", cases: list[str] | None = 
             baseline.append(_baseline(bench, host_ev, variant(base, f"baseline{i}"), f"b{i}"))
     base_over = statistics.median(o for _, _, o in baseline)
     for mode, runs in (("cold (compile, harness running)", cold), ("warm (compile cached)", warm),
+                       ("warm, one validation request per case", per_case),
                        ("baseline: process + compile per case", baseline)):
         over = [o for _, _, o in runs]
         sec.rows.append({

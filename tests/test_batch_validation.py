@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -106,3 +107,17 @@ def test_a_malformed_progress_line_is_a_harness_error(tmp_path) -> None:
     with HarnessProcess(script, 0) as proc, pytest.raises(HarnessError, match="malformed progress line"):
         proc.request({"op": "run", "cases": []}, 5, [5])
     assert HarnessReply(None).started == []
+
+
+def test_batch_validation_off_sends_a_request_per_case_to_a_harness_that_could_batch(tmp_path, monkeypatch) -> None:
+    monkeypatch.setenv("KO_FAKE_FEATURES", "progress")
+    harness = write_harness(tmp_path, "fake")
+    wl = find_workload(write_tiny_workload(tmp_path / "extra") / "tiny_add", Settings())
+    opts = EvaluateOptions(warmup=1, iterations=3)
+    with HarnessProcess(harness, 0) as proc, Session(wl, proc, device_info(harness, 0), workdir=tmp_path / "w",
+                                                       options=opts) as ev:
+        cand = Candidate(kernel(), LaunchSpec.model_validate(ADD_LAUNCH), [], "c")
+        off = evaluate(ev, cand, replace(opts, batch_validation=False))
+        on = evaluate(ev, cand)
+    assert off.ok and on.ok and off.score_ms == on.score_ms
+    assert off.phases is not None and on.phases is not None and (off.phases.requests, on.phases.requests) == (4, 2)

@@ -42,19 +42,21 @@ def check_rendering(run: ModuleType, sec) -> str:
     return console.export_text()
 
 
-def test_overhead_section(run: ModuleType, bench) -> None:
+def test_overhead_section(run: ModuleType, bench, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("KO_FAKE_FEATURES", "progress")
     sec = run.overhead(bench, workload="tiny_add", cases=["one", "odd_1001", "n_4096"], trials=2)
     modes = [r["mode"] for r in sec.rows]
-    assert len(modes) == 3 and modes[0].startswith("cold") and modes[1].startswith("warm") and modes[2].startswith("baseline")
+    assert modes[0].startswith("cold") and modes[1].startswith("warm (") and modes[3].startswith("baseline")
+    assert modes[2] == "warm, one validation request per case" and len(modes) == 4
     for row in sec.rows:
         # the fake reports 0.1 ms launches: 2 warm-up + 20 measured + 2 validations of the one timed case
         assert row["kernel ms"] == pytest.approx(0.1 * 24, rel=0.05) or row["mode"].startswith("baseline")
         assert row["overhead ms (median)"] == pytest.approx(row["wall ms"] - row["kernel ms"], rel=0.5)
         assert row["vs baseline"] > 0
-    assert sec.rows[2]["vs baseline"] == pytest.approx(1.0)
-    # the warm evaluations taken apart: 4 requests (3 validations, 1 timing), the fake's steps
+    assert sec.rows[3]["vs baseline"] == pytest.approx(1.0)
+    # the warm evaluations taken apart: 2 requests (the 3 cases validated in one, 1 timing), the fake's steps
     (where,) = [n for n in sec.notes if n.startswith("warm, where it went")]
-    assert "4 harness requests" in where and "setup" in where and "read_files" in where, where
+    assert "2 harness requests" in where and "setup" in where and "read_files" in where, where
     assert "Python on the requests" in where and "outside the requests" in where
     assert "cases " not in where.split("steps")[1].split(";")[0]  # the sum of the cases' steps is not a step
     assert sec.passed in (True, False)

@@ -92,6 +92,9 @@ class EvaluateOptions:
     # or stored on the host (harness feature device_expected); False: files, as before, and a
     # mismatch on a performance case lists its first five mismatching elements, not one
     device_expected: bool = True
+    # validate every case of a candidate in one harness request (harness feature progress: each
+    # case still has its own deadline and a hang is named by case); False: one request per case
+    batch_validation: bool = True
 
     def __post_init__(self) -> None:
         if self.stop not in STOP_RULES:

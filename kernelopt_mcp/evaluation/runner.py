@@ -134,7 +134,7 @@ def _run_cases(
         for case in runnable
     ]
     answered: list[Answered | None] | None = None
-    if len(jobs) > 1 and "progress" in s.features:
+    if len(jobs) > 1 and s.uses("progress", options):
         s.progress(f"{candidate.name}: validating {len(jobs)} cases", 0, len(jobs))
         answered = _submit_batch(s, jobs, module, tag, options, phases)
     for i, job in enumerate(jobs):

@@ -143,6 +143,7 @@ class Session:
             "checked_dump": o.oracle_checked_launches > 0,
             "input_draw": o.device_inputs,
             "expected_dtype": o.device_inputs,
+            "progress": o.batch_validation,
             "device_expected": (
                 o.device_inputs and o.device_expected and "input_cache" in self.features
                 and "device_compare" in self.features  # kept values can be compared nowhere else
