@@ -27,6 +27,7 @@ from kernelopt_mcp import (
     Settings,
     app,
 )
+from kernelopt_mcp.compiler import CompileCache
 from kernelopt_mcp.config import find_workload
 from kernelopt_mcp.errors import KerneloptError
 from kernelopt_mcp.evaluation.device import DeviceInfo, device_info
@@ -77,8 +78,12 @@ class Bench:
     def evaluator(
         self, wl: Workload, tag: str, *, time_reference: bool = False, options: EvaluateOptions | None = None,
     ) -> Iterator[Session]:
+        # a compile cache of the bench's own (as the CLI and the server keep one: search compiles
+        # ahead into it), so the user's cache neither serves nor keeps the bench's variants
+        cache = CompileCache(self.workdir / "compile-cache")
         with HarnessProcess(self.harness, self.settings.device) as proc, app.open_session(
             self.settings, wl, proc, self.device, workdir=self.workdir / tag, options=options or self.options,
+            cache=cache,
         ) as ev:
             prepare(ev, time_reference=time_reference)
             yield ev

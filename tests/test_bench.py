@@ -87,9 +87,10 @@ def test_baseline_checks_outputs(run: ModuleType, bench) -> None:
 
 def test_throughput_section(run: ModuleType, bench) -> None:
     sec = run.throughput(bench, workloads=("tiny_add",), n=2)
-    assert [(r["stop"], r["mode"]) for r in sec.rows] == [
-        (stop, mode) for stop in ("count", "precision") for mode in ("distinct (compile each)", "same candidate (warm)")
-    ]
+    modes = ("distinct (compile each)", "distinct, next compiles ahead", "same candidate (warm)")
+    assert [(r["stop"], r["mode"]) for r in sec.rows] == [(stop, mode) for stop in ("count", "precision") for mode in modes]
+    # while the GPU works on one candidate the next compiles: all but the first began ahead
+    assert [r["compiled ahead"] for r in sec.rows] == ["-", 1, "-"] * 2
     assert all(r["per minute"] > 0 and 0 < r["kernel share"] < 1 for r in sec.rows)
     # the pretend harness times exactly the launches asked for; tiny_add has no throughput target
     assert {r["launches"] for r in sec.rows} == {bench.options.iterations} and {r["target"] for r in sec.rows} == {"-"}
