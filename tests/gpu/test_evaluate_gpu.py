@@ -166,6 +166,26 @@ def test_infinite_loop_times_out_within_the_deadline(vector_add: Session) -> Non
     assert evaluate(vector_add, initial_candidate(vector_add.workload)).ok
 
 
+def test_a_hang_in_the_second_case_of_a_validation_batch_is_named_within_its_deadline(vector_add: Session) -> None:
+    """Every case of a candidate goes to the harness in one request (feature progress): a kernel
+    that hangs only on the second case is that case's timeout, after its own deadline and not the
+    four cases' sum; the first case, whose answer died with the killed process, is run again and
+    passes; the rest are skipped; the next candidate works."""
+    assert "progress" in vector_add.features
+    vector_add.options.timeout_s = 5
+    hang = _kernel("if (n == 1000003) { while (true) { __nanosleep(1000); } }\n    if (i < n) c[i] = a[i] + b[i];")
+    start = time.monotonic()
+    r = evaluate(vector_add, Candidate(hang, VECTOR_ADD_LAUNCH, name="hang-second"))
+    elapsed = time.monotonic() - start
+    vector_add.options.timeout_s = 60
+    statuses = {c.name: c.status for c in r.cases}
+    assert statuses == {"one": Status.ok, "odd_1000003": Status.timeout, "n_2e25": Status.skipped,
+                        "n_2e27": Status.skipped}, r.message
+    assert r.phases is not None and r.phases.requests == 2  # the batch, then "one" alone
+    assert elapsed < 5 + 15, f"took {elapsed:.1f} s"
+    assert evaluate(vector_add, initial_candidate(vector_add.workload)).ok
+
+
 def test_block_over_1024_threads_is_invalid_launch_naming_the_limit(vector_add: Session) -> None:
     launch = LaunchSpec.model_validate({"grid": ["ceil_div(n, 2048)"], "block": [2048]})
     r = evaluate(vector_add, Candidate(_kernel("if (i < n) c[i] = a[i] + b[i];"), launch, name="big"))
