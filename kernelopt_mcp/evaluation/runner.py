@@ -363,7 +363,7 @@ def _interpret_batch(s: Session, jobs: list[CaseJob], reply: HarnessReply, timeo
     """Each job's result from one batch reply (:func:`interpret` on the job's part of it)."""
     out: list[Answered | None] = [None] * len(jobs)
     if reply.timed_out:
-        running = len(reply.started) - 1 if reply.started else 0  # the case its progress line named last
+        running = min(max(len(reply.started) - 1, 0), len(jobs) - 1)  # the case its progress line named last
         out[running] = interpret(jobs[running], reply, s.workload, timeouts[running])
         return out
     answer = reply.answer
