@@ -26,6 +26,8 @@ INTEGRITY_FEATURES = {"readonly_staging"}
 INPUT_FEATURES = {"input_draw", "expected_dtype"}
 # The CUDA reference's outputs kept on the device as expected values (PROTOCOL.md, "Expected values kept on the device").
 EXPECTED_FEATURES = {"device_expected"}
+# A line on the answer stream before each case of a request (PROTOCOL.md, top-level "progress").
+PROGRESS_FEATURES = {"progress"}
 
 
 def _run(binary: Path, *args: str, stdin: str | None = None) -> tuple[int, dict | None, str]:
@@ -57,7 +59,8 @@ def test_version(harness_binary: Path) -> None:
     code, answer, _ = _run(harness_binary, "--version")
     assert code == 0 and answer is not None
     assert answer["harness"] == "0.1.0" and answer["protocol"] == 2
-    assert set(answer["features"]) == DATA_PATH_FEATURES | TIMING_FEATURES | TIMED_CHECK_FEATURES | INTEGRITY_FEATURES | INPUT_FEATURES | EXPECTED_FEATURES
+    assert set(answer["features"]) == (DATA_PATH_FEATURES | TIMING_FEATURES | TIMED_CHECK_FEATURES | INTEGRITY_FEATURES
+                                        | INPUT_FEATURES | EXPECTED_FEATURES | PROGRESS_FEATURES)
 
 
 def test_harness_features_reads_version(harness_binary: Path, tmp_path: Path) -> None:
