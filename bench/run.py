@@ -183,10 +183,6 @@ def _baseline(bench: Bench, ev: Session, candidate: Candidate, tag: str) -> tupl
 # --- 2. candidates per minute -----------------------------------------------------------------
 
 
-def named(candidate: Candidate, name: str) -> Candidate:
-    return replace(candidate, name=name)
-
-
 def evaluate_ahead(ev: Session, candidates: list[Candidate]) -> tuple[list[tuple[float, float, float]], int]:
     """Evaluate ``candidates`` in order as a search does (kernelopt tune): the next ones compile
     in the background (tune.prefetch) while the GPU validates and times the current one. Returns
@@ -195,9 +191,9 @@ def evaluate_ahead(ev: Session, candidates: list[Candidate]) -> tuple[list[tuple
     runs = []
     try:
         for i, candidate in enumerate(candidates):
-            ahead.wait(candidate.name)
-            for upcoming in candidates[i + 1:i + 1 + LOOKAHEAD]:
-                ahead.start(upcoming.name, upcoming)
+            ahead.wait(str(i))
+            for j in range(i + 1, min(i + 1 + LOOKAHEAD, len(candidates))):
+                ahead.start(str(j), candidates[j])
             runs.append(evaluate_counted(ev, candidate))
     finally:
         ahead.close()
@@ -223,8 +219,8 @@ def throughput(bench: Bench, workloads: tuple[str, ...] = ("sgemm", "softmax"), 
         for stop in ("count", "precision"):
             with bench.evaluator(wl, f"throughput-{name}-{stop}", options=replace(bench.options, stop=stop)) as ev:
                 for mode, candidates in (
-                    ("distinct (compile each)", [named(variant(base, f"d{stop}{i}"), f"d{i}") for i in range(n)]),
-                    ("distinct, next compiles ahead", [named(variant(base, f"a{stop}{i}"), f"a{i}") for i in range(n)]),
+                    ("distinct (compile each)", [variant(base, f"d{stop}{i}") for i in range(n)]),
+                    ("distinct, next compiles ahead", [variant(base, f"a{stop}{i}") for i in range(n)]),
                     ("same candidate (warm)", [variant(base, f"same{stop}")] * n),
                 ):
                     bench.say(f"throughput: {name}, {stop}, {mode}")

@@ -243,15 +243,12 @@ class HarnessProcess:
         except (BrokenPipeError, OSError):
             pass  # the process died; the read below reports its exit code
         started: list[str] = []
-        deadline = start + timeout_s
-        while True:
-            answer_line, timed_out = self._read_line(proc, deadline)
-            begun = _progress_case(answer_line) if case_timeouts else None
-            if begun is None or not case_timeouts:
-                break
+        answer_line, timed_out = self._read_line(proc, start + timeout_s)
+        while case_timeouts and (begun := _progress_case(answer_line)) is not None:
             name, index = begun
             started.append(name)
             deadline = time.monotonic() + case_timeouts[min(index, len(case_timeouts) - 1)]
+            answer_line, timed_out = self._read_line(proc, deadline)
         exit_code = None
         if timed_out:
             self.kill()

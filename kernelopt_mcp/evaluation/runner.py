@@ -1,9 +1,10 @@
 """Running one candidate through every case of a prepared :class:`Session`.
 
 Phase 1 validates every case: in one harness request where the harness reports progress (each
-case held to its own deadline, a hang or fault named by case), else one request each; phase 2 times the performance cases, each request validating again before timing, with fresh
-inputs, checked launches and the check on hidden-seed inputs where the session has them. The
-CUDA reference runs through the same path while the session is prepared.
+case held to its own deadline, a hang or fault named by case), else one request each. Phase 2
+times the performance cases, each request validating again before timing, with fresh inputs,
+checked launches and the check on hidden-seed inputs where the session has them. The CUDA
+reference runs through the same path while the session is prepared.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import time
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
+from typing import TypeVar
 
 import numpy as np
 
@@ -283,27 +285,43 @@ def _submit(
     request = s.request(job, module, options)
     _keep_request(s, tag, f"{job.case.name}{'.timing' if job.timing else ''}", request)
     timeout = s.timeout_s(job.case, job.timing is not None, options)
-    start = time.perf_counter()
-    reply = s.harness.request(request, timeout)
-    round_trip = _since(start)
-    try:
-        cr, outputs = interpret(job, reply, s.workload, timeout)
-    except ExpectedMissing as missing:
-        # a new harness process (the last one ended with a fault) or an eviction: the expected
-        # values kept on the device are gone; the CUDA reference makes them again, once
-        again = time.perf_counter()
-        _keep_again(s, job, set(missing.keys))  # the reference's own requests: not this candidate's
-        begin += time.perf_counter() - again
-        again = time.perf_counter()
-        reply = s.harness.request(s.request(job, module, options), timeout)
-        round_trip += _since(again)
-        cr, outputs = interpret(job, reply, s.workload, timeout)
+    (cr, outputs), _, start = _exchange(
+        s, [job], request, lambda: s.request(job, module, options), lambda r: s.harness.request(r, timeout),
+        lambda reply: interpret(job, reply, s.workload, timeout), phases, begin,
+    )
     cr.wall_ms = _since(start)
-    phases.add_request(round_trip, _since(begin) - round_trip, reply.answer)
     return cr, outputs
 
 
 Answered = tuple[CaseResult, dict[str, np.ndarray] | None]
+Read = TypeVar("Read")
+
+
+def _exchange(
+    s: Session, jobs: list[CaseJob], request: RunRequest, rebuild: Callable[[], RunRequest],
+    send: Callable[[RunRequest], HarnessReply], read: Callable[[HarnessReply], Read], phases: PhaseTimes, begin: float,
+) -> tuple[Read, HarnessReply, float]:
+    """Send ``request`` and ``read`` the reply. When the harness no longer holds expected values
+    the jobs compare with (a new process after a fault, or an eviction), the CUDA reference keeps
+    them again and ``rebuild()`` is sent once more. Counts one request in ``phases`` (Python's
+    share from ``begin``, the reference's own requests left out). Returns what ``read`` made, the
+    last reply and when the first send began."""
+    start = time.perf_counter()
+    reply = send(request)
+    round_trip = _since(start)
+    try:
+        got = read(reply)
+    except ExpectedMissing as missing:
+        again = time.perf_counter()
+        for job in jobs:
+            _keep_again(s, job, set(missing.keys))
+        begin += time.perf_counter() - again
+        again = time.perf_counter()
+        reply = send(rebuild())
+        round_trip += _since(again)
+        got = read(reply)
+    phases.add_request(round_trip, _since(begin) - round_trip, reply.answer)
+    return got, reply, start
 
 
 def _submit_batch(
@@ -317,22 +335,11 @@ def _submit_batch(
     timeouts = [s.timeout_s(job.case, False, options) for job in jobs]
     request = _batch_request(s, jobs, module, options)
     _keep_request(s, tag, "validation", request)
-    start = time.perf_counter()
-    reply = s.harness.request(request, timeouts[0], timeouts)
-    round_trip = _since(start)
-    try:
-        out = _interpret_batch(s, jobs, reply, timeouts)
-    except ExpectedMissing as missing:
-        # a new process or an eviction: the CUDA reference keeps the expected values again, once
-        again = time.perf_counter()
-        for job in jobs:
-            _keep_again(s, job, set(missing.keys))
-        begin += time.perf_counter() - again
-        again = time.perf_counter()
-        reply = s.harness.request(_batch_request(s, jobs, module, options), timeouts[0], timeouts)
-        round_trip += _since(again)
-        out = _interpret_batch(s, jobs, reply, timeouts)
-    phases.add_request(round_trip, _since(begin) - round_trip, reply.answer)
+    out, reply, _ = _exchange(
+        s, jobs, request, lambda: _batch_request(s, jobs, module, options),
+        lambda r: s.harness.request(r, timeouts[0], timeouts), lambda reply: _interpret_batch(s, jobs, reply, timeouts),
+        phases, begin,
+    )
     hung = next((i for i, got in enumerate(out) if got is not None and got[0].status is Status.timeout), None)
     if reply.timed_out and hung:
         before = jobs[:hung]
