@@ -169,8 +169,8 @@ def test_infinite_loop_times_out_within_the_deadline(vector_add: Session) -> Non
 def test_a_hang_in_the_second_case_of_a_validation_batch_is_named_within_its_deadline(vector_add: Session) -> None:
     """Every case of a candidate goes to the harness in one request (feature progress): a kernel
     that hangs only on the second case is that case's timeout, after its own deadline and not the
-    four cases' sum; the first case, whose answer died with the killed process, is run again and
-    passes; the rest are skipped; the next candidate works."""
+    cases' sum; the first case, whose answer died with the killed process, is run again and
+    passes; the cases after it are skipped; the next candidate works."""
     assert "progress" in vector_add.features
     vector_add.options.timeout_s = 5
     hang = _kernel("if (n == 1000003) { while (true) { __nanosleep(1000); } }\n    if (i < n) c[i] = a[i] + b[i];")
@@ -179,8 +179,10 @@ def test_a_hang_in_the_second_case_of_a_validation_batch_is_named_within_its_dea
     elapsed = time.monotonic() - start
     vector_add.options.timeout_s = 60
     statuses = {c.name: c.status for c in r.cases}
-    assert statuses == {"one": Status.ok, "odd_1000003": Status.timeout, "n_2e25": Status.skipped,
-                        "n_2e27": Status.skipped}, r.message
+    # the fixture keeps "one", "odd_1000003" and one performance case
+    expected = {c.name: Status.skipped for c in vector_add.workload.spec.cases}
+    expected.update({"one": Status.ok, "odd_1000003": Status.timeout})
+    assert len(expected) > 2 and statuses == expected, r.message
     assert r.phases is not None and r.phases.requests == 2  # the batch, then "one" alone
     assert elapsed < 5 + 15, f"took {elapsed:.1f} s"
     assert evaluate(vector_add, initial_candidate(vector_add.workload)).ok
