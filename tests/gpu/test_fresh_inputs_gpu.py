@@ -39,8 +39,10 @@ OPTS = {"warmup": 3, "iterations": 30, "timeout_s": 120}
 # H200 before fresh inputs: score 7.76 ms -> 5.83 ms, status ok.
 MEMO_SGEMM = (Path(__file__).parents[1] / "adversarial" / "sgemm_memo_partial.cu").read_text()
 
-# Honest for the first 8 launches of a request (validation, warm-up, the first samples), then it
-# skips the work: the outputs keep their poison.
+# Honest for the first 16 launches of a request, then it skips the work: the outputs keep their
+# poison. 16 is above the 8 launches of vector_add's validation request (4 cases, each launched
+# and repeated in one module load) and below the launches of a timing request (its validation,
+# warm-up, the first samples), so the skip falls on timed launches.
 LAZY_ADD = r"""
 __device__ unsigned int launches = 0;
 extern "C" __global__ void vector_add(const float* a, const float* b, float* c, int n) {
@@ -49,7 +51,7 @@ extern "C" __global__ void vector_add(const float* a, const float* b, float* c, 
     __syncthreads();
     int i = blockIdx.x * blockDim.x + threadIdx.x;
     if (i == 0) atomicAdd(&launches, 1u);  // counted once per launch; later blocks may see it early
-    if (seen >= 8) return;
+    if (seen >= 16) return;
     if (i < n) c[i] = a[i] + b[i];
 }
 """
