@@ -18,8 +18,14 @@ and times the vendor's routine on the same performance cases:
 
 The ratio is the vendor's time over ours (copy: our bytes per second over the copy rate): above 1,
 ours is faster. Targets are issue 16's; a row without one is reported, not judged. Run on the H200
-in pieces (each entry is a few
-minutes at the default budget): ``--only sgemm_3xtf32 --only sgemm``.
+in pieces (each entry is a few minutes at the default budget): ``--only sgemm_3xtf32 --only sgemm``.
+
+``--config ENTRY:NAME=VALUE,...`` evaluates that configuration instead of tuning (a known best,
+in seconds). ``--profile DIR`` puts every row that misses its target under Nsight Compute (the
+same kernel, case and inputs, in the same session) and names what bounds it in the notes: the
+speed-of-light figures, the top warp stalls and the summary's first hint; the reports and full
+summaries stay in ``DIR/<entry>-<case>/``. That is the profile evidence issue 16 asks for where a
+gap remains.
 """
 
 from __future__ import annotations
@@ -29,7 +35,8 @@ import json
 import statistics
 import sys
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -42,11 +49,14 @@ for path in (ROOT, ROOT / "bench"):
 from rich.console import Console
 from run import Bench, Section, make_bench, print_section, reference
 
-from kernelopt_mcp import EvaluationResult, HarnessProcess, Settings, app
+from kernelopt_mcp import Candidate, EvaluationResult, HarnessProcess, Session, Settings, app
 from kernelopt_mcp.baselines import run_cublas_sgemm
 from kernelopt_mcp.errors import KerneloptError
 from kernelopt_mcp.evaluation.evaluate import evaluate
-from kernelopt_mcp.tune.spec import load_tunable
+from kernelopt_mcp.ncu_report import ProfileSummary
+from kernelopt_mcp.profiler import ProfileOptions, find_ncu
+from kernelopt_mcp.tune.space import Space, Value
+from kernelopt_mcp.tune.spec import Tunable, load_tunable
 from kernelopt_mcp.workload import Workload
 
 WARMUP, ITERATIONS = 10, 100
@@ -82,20 +92,113 @@ ENTRIES: dict[str, Entry] = {
 }
 
 
-def best_result(bench: Bench, entry: Entry, wl: Workload, budget: int) -> tuple[EvaluationResult, str]:
-    """The tuned kernel's evaluation (or the reference's) and what it was."""
+@dataclass(frozen=True)
+class Best:
+    """An entry's kernel as measured: its evaluation, what it was, and the candidate itself, in
+    the session that measured it (open while the rows are made, so a profile sees the same inputs)."""
+
+    session: Session
+    result: EvaluationResult
+    what: str
+    candidate: Candidate
+
+
+def parse_config(text: str) -> tuple[str, dict[str, Value]]:
+    """``ENTRY:NAME=VALUE,...`` -> (entry, {NAME: VALUE}); values are ints, floats or strings."""
+    entry, sep, rest = text.partition(":")
+    if not sep or entry not in ENTRIES or not rest:
+        raise ValueError(f"--config {text!r}: expected ENTRY:NAME=VALUE,... with ENTRY one of {', '.join(ENTRIES)}")
+    config: dict[str, Value] = {}
+    for item in rest.split(","):
+        name, eq, value = item.partition("=")
+        if not eq or not name.strip():
+            raise ValueError(f"--config {text!r}: {item!r} is not NAME=VALUE")
+        config[name.strip()] = _value(value.strip())
+    return entry, config
+
+
+def _value(text: str) -> Value:
+    for kind in (int, float):
+        try:
+            return kind(text)
+        except ValueError:
+            pass
+    return text
+
+
+def configured(tunable: Tunable, config: dict[str, Value]) -> Candidate:
+    """The candidate of one configuration of ``tunable``, checked against its space."""
+    params = tunable.spec.params
+    if set(config) != set(params):
+        raise KerneloptError(f"{tunable.origin}: a configuration names every parameter ({', '.join(params)}); got {', '.join(config)}")
+    off = [f"{k}={v!r} (one of {params[k]})" for k, v in config.items() if v not in params[k]]
+    if off:
+        raise KerneloptError(f"{tunable.origin}: {', '.join(off)}")
+    if (broken := Space(tunable.spec).violation(config)) is not None:
+        raise KerneloptError(f"{tunable.origin}: {config} breaks the constraint {broken}")
+    source, launch, options = tunable.materialize(config)
+    return Candidate(source, launch, options, "configured", dict(config))
+
+
+@contextmanager
+def best_of(bench: Bench, entry: Entry, wl: Workload, budget: int, config: dict[str, Value] | None) -> Iterator[Best]:
+    """The entry's kernel: the CUDA reference, the given configuration, or the best of a tuning run."""
     options = app.evaluate_options(bench.settings, stop="precision")
     with bench.evaluator(wl, f"vendor-{entry.workload}-{entry.spec or 'reference'}", options=options) as ev:
         if entry.spec is None:
-            return evaluate(ev, reference(wl)), "CUDA reference"
+            cand = reference(wl)
+            yield Best(ev, evaluate(ev, cand), "CUDA reference", cand)
+            return
         assert wl.root is not None
         tunable = load_tunable(wl.root / entry.spec, wl)
+        if config is not None:
+            cand = configured(tunable, config)
+            bench.say(f"vendor: {entry.workload} {entry.spec} {config}")
+            result = evaluate(ev, cand)
+            if not result.ok:
+                raise KerneloptError(f"{entry.workload} {entry.spec} {config}: {result.status}: {result.message}")
+            yield Best(ev, result, f"{entry.spec} {config} (given)", cand)
+            return
         bench.say(f"vendor: tuning {entry.workload} {entry.spec} ({budget} configurations)")
         tuned = app.tune_kernel(ev, tunable, options=options, strategy="random", budget_evals=budget, seed=0,
                                 progress=lambda m, *_: bench.say(f"vendor: {m}"))
-        if tuned.best is None:
+        if tuned.best is None or tuned.best_params is None:
             raise KerneloptError(f"{entry.workload} {entry.spec}: no configuration passed every case ({tuned.stop_reason})")
-        return tuned.best, f"{entry.spec} {tuned.best_params}"
+        yield Best(ev, tuned.best, f"{entry.spec} {tuned.best_params}", configured(tunable, tuned.best_params))
+
+
+def profile_gap(bench: Bench, best: Best, name: str, case: str, out: Path) -> str:
+    """One line naming what bounds ``best`` on ``case`` (Nsight Compute, same session and inputs),
+    or why it was not profiled; the report and the full summary stay under ``out``."""
+    try:
+        ncu = find_ncu(bench.settings.ncu)
+        bench.say(f"vendor: {name} {case}: Nsight Compute")
+        summary = app.profile_kernel(best.session, best.candidate, case, out,
+                                     ProfileOptions(ncu=ncu, timeout_s=bench.settings.profile_timeout_s))
+    except KerneloptError as exc:
+        return f"{name} {case}: not profiled: {exc}"
+    (out / "summary.txt").write_text(summary.text() + "\n")
+    return f"{name} {case} under Nsight Compute: {profile_line(summary)}"
+
+
+def profile_line(s: ProfileSummary) -> str:
+    """The figures that say what bounds a kernel: speed of light, occupancy, the top stalls, a hint."""
+    parts = []
+    t = s.throughput
+    sol = [f"{label} {v:.0f}%" for label, v in (("compute", t.compute_pct), ("memory", t.memory_pct), ("DRAM", t.dram_pct))
+           if v is not None]
+    if sol:
+        parts.append("speed of light " + ", ".join(sol))
+    if s.occupancy.achieved_pct is not None:
+        limit = f", limited by {s.occupancy.limiter}" if s.occupancy.limiter else ""
+        parts.append(f"occupancy {s.occupancy.achieved_pct:.0f}% (of {s.occupancy.theoretical_pct or 0:.0f}%{limit})")
+    if s.top_stalls:
+        parts.append("stalls " + ", ".join(
+            f"{st.reason} {st.share_pct:.0f}%" if st.share_pct is not None else f"{st.reason} {st.cycles_per_issue:.1f} cycles"
+            for st in s.top_stalls[:3]))
+    if s.hints:
+        parts.append(f"hint: {s.hints[0]}")
+    return "; ".join(parts) or "no figures in the report"
 
 
 # --- the vendors -------------------------------------------------------------------------------
@@ -164,72 +267,97 @@ def torch_ms(wl: Workload, case: str, time_ms: Callable[[Callable[[], Any]], flo
 # --- the table ---------------------------------------------------------------------------------
 
 
-def vendor(bench: Bench, names: list[str], budget: int) -> Section:
+class Vendors:
+    """The vendors' side of the rows, each set up once per run: the copy rate (a calibration) and
+    the torch timer (None with the reason where torch cannot run)."""
+
+    def __init__(self, bench: Bench) -> None:
+        self.bench = bench
+        self.copy_rate: float | None = None
+        self.timer: Callable[[Callable[[], Any]], float] | None = None
+        self.timer_problem = ""
+
+    def time(self, entry: Entry, wl: Workload, case: str) -> tuple[str, float | None]:
+        """The vendor's name and its time on ``case`` (None for the copy rate, a rate not a time)."""
+        if entry.vendor == "cublas":
+            return "cuBLAS SGEMM (FP32)", cublas_ms(self.bench, wl, case)
+        if entry.vendor == "torch":
+            if self.timer is None and not self.timer_problem:
+                try:
+                    self.timer = torch_timer()
+                except (ImportError, RuntimeError) as exc:
+                    self.timer_problem = f"torch unavailable: {exc}"
+            if self.timer is None:
+                raise KerneloptError(self.timer_problem)
+            return "PyTorch", torch_ms(wl, case, self.timer)
+        if self.copy_rate is None:
+            _, cal = app.calibrate_gpu(self.bench.settings)
+            self.copy_rate = cal.copy_bytes_per_s
+        return f"copy {self.copy_rate / 1e12:.2f} TB/s", None
+
+
+def vendor(bench: Bench, names: list[str], budget: int, configs: dict[str, dict[str, Value]] | None = None,
+           profile_dir: Path | None = None) -> Section:
+    """The table: per entry its kernel (``configs[entry]``, else tuned with ``budget``
+    configurations) beside its vendor; with ``profile_dir``, every row under its target profiled."""
     sec = Section(
         "vendor", "kernels against the vendor: the best tuned kernel of each workload beside cuBLAS, PyTorch or "
         "the copy bandwidth (ratio > 1: ours is faster)",
         "issue 16's targets, per row", ["workload", "kernel", "case", "ours ms", "ours rate", "vendor", "vendor ms", "ratio",
                                         "target", "pass"],
     )
-    copy_rate: float | None = None
-    timer: Callable[[Callable[[], Any]], float] | None = None
-    timer_problem = ""
+    vendors = Vendors(bench)
     verdicts: list[bool] = []
     for name in names:
         entry = ENTRIES[name]
         wl = bench.workload(entry.workload)
         try:
-            result, what = best_result(bench, entry, wl, budget)
+            with best_of(bench, entry, wl, budget, (configs or {}).get(name)) as best:
+                sec.notes.append(f"{name}: {best.what}; score {best.result.score_ms:.4g} ms. {entry.note}".rstrip(". ") + ".")
+                for case in (c.name for c in wl.spec.performance_cases):
+                    ok = _row(bench, sec, vendors, name, entry, wl, best, case)
+                    if ok is not None:
+                        verdicts.append(ok)
+                    if ok is False and profile_dir is not None:
+                        sec.notes.append(profile_gap(bench, best, name, case, profile_dir / f"{name}-{case}"))
         except KerneloptError as exc:
             sec.notes.append(f"{name}: {exc}")
             verdicts.append(False)
-            continue
-        sec.notes.append(f"{name}: {what}; score {result.score_ms:.4g} ms. {entry.note}".rstrip(". ") + ".")
-        for case in (c.name for c in wl.spec.performance_cases):
-            got = next((c for c in result.cases if c.name == case and c.timing), None)
-            if got is None:
-                continue
-            ours = got.timing.median_ms
-            rate = (f"{got.flops_per_s / 1e12:.1f} TFLOP/s" if got.flops_per_s and wl.spec.cost and wl.spec.cost.flops
-                    else f"{(got.bytes_per_s or 0) / 1e12:.2f} TB/s")
-            vendor_name, vendor_ms, ratio = entry.vendor, None, None
-            try:
-                if entry.vendor == "cublas":
-                    vendor_name, vendor_ms = "cuBLAS SGEMM (FP32)", cublas_ms(bench, wl, case)
-                elif entry.vendor == "torch":
-                    if timer is None and not timer_problem:
-                        try:
-                            timer = torch_timer()
-                        except (ImportError, RuntimeError) as exc:
-                            timer_problem = f"torch unavailable: {exc}"
-                    if timer is None:
-                        raise KerneloptError(timer_problem)
-                    vendor_name, vendor_ms = "PyTorch", torch_ms(wl, case, timer)
-                else:
-                    if copy_rate is None:
-                        _, cal = app.calibrate_gpu(bench.settings)
-                        copy_rate = cal.copy_bytes_per_s
-                    vendor_name = f"copy {copy_rate / 1e12:.2f} TB/s"
-            except KerneloptError as exc:
-                sec.notes.append(f"{name} {case}: vendor not timed: {exc}")
-            if entry.vendor == "copy":
-                ratio = (got.bytes_per_s or 0) / copy_rate if copy_rate else None
-            elif vendor_ms:
-                ratio = vendor_ms / ours
-            judged = entry.target is not None and (not entry.cases or case in entry.cases)
-            ok = None if not judged or ratio is None else ratio >= (entry.target or 0)
-            if ok is not None:
-                verdicts.append(ok)
-            sec.rows.append({
-                "workload": wl.name, "kernel": entry.spec or "reference", "case": case, "ours ms": ours, "ours rate": rate,
-                "vendor": vendor_name, "vendor ms": vendor_ms, "ratio": ratio,
-                "target": f">= {entry.target:.2f}" if judged else "-", "pass": ok,
-            })
     sec.passed = all(verdicts) if verdicts else None
-    sec.notes.append(f"ours: tuned with {budget} configurations (random, seed 0), each validated on every case and timed "
-                     "with the precision rule (median's relative standard error <= 0.3%, 20 to 100 launches), L2 "
-                     f"flushed before each launch; vendors: {WARMUP} warm-up + {ITERATIONS} measured, L2 flushed")
+    how = ("the given configuration, validated on every case" if configs and set(configs) >= set(names) else
+           f"tuned with {budget} configurations (random, seed 0), each validated on every case")
+    sec.notes.append(f"ours: {how} and timed with the precision rule (median's relative standard error <= 0.3%, 20 to "
+                     f"100 launches), L2 flushed before each launch; vendors: {WARMUP} warm-up + {ITERATIONS} measured, "
+                     "L2 flushed")
     return sec
+
+
+def _row(bench: Bench, sec: Section, vendors: Vendors, name: str, entry: Entry, wl: Workload, best: Best,
+         case: str) -> bool | None:
+    """Adds ``case``'s row; its verdict (None: not judged)."""
+    got = next((c for c in best.result.cases if c.name == case and c.timing), None)
+    if got is None or got.timing is None:
+        return None
+    ours = got.timing.median_ms
+    rate = (f"{got.flops_per_s / 1e12:.1f} TFLOP/s" if got.flops_per_s and wl.spec.cost and wl.spec.cost.flops
+            else f"{(got.bytes_per_s or 0) / 1e12:.2f} TB/s")
+    vendor_name, vendor_ms, ratio = entry.vendor, None, None
+    try:
+        vendor_name, vendor_ms = vendors.time(entry, wl, case)
+    except KerneloptError as exc:
+        sec.notes.append(f"{name} {case}: vendor not timed: {exc}")
+    if entry.vendor == "copy":
+        ratio = (got.bytes_per_s or 0) / vendors.copy_rate if vendors.copy_rate else None
+    elif vendor_ms:
+        ratio = vendor_ms / ours
+    judged = entry.target is not None and (not entry.cases or case in entry.cases)
+    ok = None if not judged or ratio is None else ratio >= (entry.target or 0)
+    sec.rows.append({
+        "workload": wl.name, "kernel": entry.spec or "reference", "case": case, "ours ms": ours, "ours rate": rate,
+        "vendor": vendor_name, "vendor ms": vendor_ms, "ratio": ratio,
+        "target": f">= {entry.target:.2f}" if judged else "-", "pass": ok,
+    })
+    return ok
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -237,9 +365,17 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--json", action="store_true", help="print the table as JSON")
     p.add_argument("--only", action="append", choices=list(ENTRIES), help="run this entry (repeatable; default: all)")
     p.add_argument("--budget", type=int, default=40, help="configurations tuned per entry (default 40; 1: the defaults only)")
+    p.add_argument("--config", action="append", default=[], metavar="ENTRY:NAME=VALUE,...",
+                   help="evaluate this configuration of ENTRY instead of tuning it (repeatable)")
+    p.add_argument("--profile", type=Path, metavar="DIR",
+                   help="profile every row that misses its target with Nsight Compute; reports and summaries in DIR")
     args = p.parse_args(argv)
     if args.budget < 1:
         p.error("--budget must be at least 1")
+    try:
+        configs = dict(parse_config(c) for c in args.config)
+    except ValueError as exc:
+        p.error(str(exc))
     out, err = Console(), Console(stderr=True)
     settings = Settings.from_env()
     with tempfile.TemporaryDirectory(prefix="kernelopt-vendor-") as tmp:
@@ -249,7 +385,8 @@ def main(argv: list[str] | None = None) -> int:
             err.print(f"error: {exc}", highlight=False)
             return 2
         bench = replace(bench, options=app.evaluate_options(settings, stop="precision"))
-        sec = vendor(bench, args.only or list(ENTRIES), args.budget)
+        sec = vendor(bench, args.only or list(ENTRIES), args.budget, configs,
+                     args.profile.resolve() if args.profile else None)
     if args.json:
         print(json.dumps({"device": bench.device.summary(), "sections": [sec.as_json()]}, indent=1, default=str))
     else:

@@ -31,12 +31,15 @@ if [ "$#" -gt 0 ]; then
     python3 -m pytest --run-gpu -v -p no:cacheprovider --basetemp "$BASETEMP" --durations=15 -rA "$@" 2>&1 | tee "$OUT/pytest_gpu.log"
 fi
 # BENCH="--only checks --only agreement": bench/run.py with those arguments (JSON into $OUT/bench.json);
-# VENDOR="attention_fwd softmax" (VENDOR_BUDGET, default 8): bench/vendor.py per entry into $OUT/vendor_<entry>.json.
+# VENDOR="attention_fwd softmax" (VENDOR_BUDGET, default 8): bench/vendor.py per entry into $OUT/vendor_<entry>.json;
+# VENDOR_ARGS are added to each (e.g. "--config gemm_bf16_wgmma:BM=128,BN=256,STAGES=4"); VENDOR_PROFILE=1 profiles
+# every row under its target (reports and summaries in logs.tar.gz under profiles/).
 # Each is capped by STEP_TIMEOUT seconds (default 240) so one slow step cannot eat the call.
 if [ -n "$BENCH" ] && [ -z "$BENCH_FIRST" ]; then run_bench; fi
 for entry in $VENDOR; do
+  # shellcheck disable=SC2086
   timeout "${STEP_TIMEOUT:-240}" python3 bench/vendor.py --json --only "$entry" --budget "${VENDOR_BUDGET:-8}" \
-    > "$OUT/vendor_$entry.json" 2> "$LOGS/vendor_$entry.err"
+    ${VENDOR_PROFILE:+--profile "$LOGS/profiles"} $VENDOR_ARGS > "$OUT/vendor_$entry.json" 2> "$LOGS/vendor_$entry.err"
   echo "vendor $entry: rc=$? $(tail -1 "$LOGS/vendor_$entry.err")"
 done
 if [ -n "$EVALUATE_ALL" ]; then

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import sys
+from dataclasses import replace
 from pathlib import Path
 from types import ModuleType, SimpleNamespace
 
@@ -72,3 +73,77 @@ def test_main_refuses_a_budget_below_one_and_says_when_there_is_no_gpu(
     monkeypatch.setenv("KERNELOPT_HARNESS", str(write_harness(tmp_path, "nogpu")))
     assert vendor.main(["--only", "softmax", "--budget", "1"]) == 2
     assert "error: no usable CUDA device" in capsys.readouterr().err
+
+
+def test_a_given_configuration_is_evaluated_instead_of_tuned(vendor: ModuleType, bench, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(vendor, "ENTRIES", {"tiny": vendor.Entry("tiny_add", "tunable.json", "copy", 0.5)})
+    sec = vendor.vendor(bench, ["tiny"], budget=40, configs={"tiny": {"BLOCK": 64}})
+    assert any(n.startswith("tiny: tunable.json {'BLOCK': 64} (given)") for n in sec.notes), sec.notes
+    assert any("ours: the given configuration" in n for n in sec.notes), sec.notes
+    assert [r["case"] for r in sec.rows] == ["n_4096"] and sec.rows[0]["ours ms"] > 0
+    # a value outside the space, or a parameter missing, fails the entry with the reason, not the run
+    for config, reason in (({"BLOCK": 100}, "BLOCK=100 (one of [64, 128, 256])"), ({}, "names every parameter")):
+        bad = vendor.vendor(bench, ["tiny"], budget=1, configs={"tiny": config})
+        assert bad.passed is False and not bad.rows and any(reason in n for n in bad.notes), bad.notes
+
+
+def test_parse_config_reads_entry_names_and_typed_values(vendor: ModuleType) -> None:
+    assert vendor.parse_config("gemm_bf16_wgmma:BM=128,BN=256,STAGES=4") == (
+        "gemm_bf16_wgmma", {"BM": 128, "BN": 256, "STAGES": 4})
+    assert vendor.parse_config("softmax:TPR=128,X=0.5,MODE=fast")[1] == {"TPR": 128, "X": 0.5, "MODE": "fast"}
+    for bad in ("nope:BM=1", "softmax", "softmax:", "softmax:BM"):
+        with pytest.raises(ValueError, match="--config"):
+            vendor.parse_config(bad)
+    with pytest.raises(SystemExit):
+        vendor.main(["--config", "softmax:TPR"])
+
+
+def test_a_row_under_its_target_is_profiled_in_the_same_session(
+    vendor: ModuleType, bench, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """The stub ncu of tests/test_profiler.py runs the profiled request for real on the fake GPU and
+    reports its CSV; a row that meets its target is not profiled."""
+    from test_profiler import STUB_CSV, STUB_NCU
+
+    script, ncu = tmp_path / "stub_ncu.py", tmp_path / "bin" / "ncu"
+    script.write_text(STUB_NCU)
+    ncu.parent.mkdir()
+    ncu.write_text(f"#!/bin/sh\nexec {sys.executable} {script} \"$@\"\n")
+    ncu.chmod(0o755)
+    (tmp_path / "stub.csv").write_text(STUB_CSV)
+    for key, value in (("KO_STUB_CSV", tmp_path / "stub.csv"), ("KO_STUB_LOG", tmp_path / "calls.jsonl"), ("KO_STUB_NCU", "ok")):
+        monkeypatch.setenv(key, str(value))
+    bench = replace(bench, settings=replace(bench.settings, ncu=ncu))
+    monkeypatch.setattr(vendor, "ENTRIES", {"tiny": vendor.Entry("tiny_add", "tunable.json", "copy", 1e6)})
+    sec = vendor.vendor(bench, ["tiny"], budget=1, profile_dir=tmp_path / "prof")
+    assert sec.rows[0]["pass"] is False
+    note = next(n for n in sec.notes if n.startswith("tiny n_4096 under Nsight Compute: "))
+    assert "tiny_add" in (tmp_path / "prof" / "tiny-n_4096" / "summary.txt").read_text()
+    assert "hint: " in note  # the stub's CSV has no speed-of-light or stall figures, so only the hint
+    profiled = [json.loads(line) for line in (tmp_path / "calls.jsonl").read_text().splitlines()]
+    assert sum("run" in call for call in profiled) == 1  # one case, one profiled launch
+    # met targets are not profiled; without ncu a miss says why
+    monkeypatch.setattr(vendor, "ENTRIES", {"tiny": vendor.Entry("tiny_add", "tunable.json", "copy", 1e-9)})
+    assert not any("Nsight" in n for n in vendor.vendor(bench, ["tiny"], budget=1, profile_dir=tmp_path / "p2").notes)
+    bench = replace(bench, settings=replace(bench.settings, ncu=tmp_path / "no-ncu"))
+    monkeypatch.setattr(vendor, "ENTRIES", {"tiny": vendor.Entry("tiny_add", "tunable.json", "copy", 1e6)})
+    sec = vendor.vendor(bench, ["tiny"], budget=1, profile_dir=tmp_path / "p3")
+    assert any(n.startswith("tiny n_4096: not profiled: ") for n in sec.notes), sec.notes
+
+
+def test_profile_line_names_speed_of_light_occupancy_stalls_and_the_first_hint(vendor: ModuleType) -> None:
+    from kernelopt_mcp.ncu_report import Occupancy, ProfileSummary, Stall, Throughput
+
+    summary = ProfileSummary(
+        workload="gemm_bf16", candidate="c", case="square_4096", kernel="gemm_bf16",
+        throughput=Throughput(compute_pct=71.4, memory_pct=55.0, dram_pct=20.2),
+        occupancy=Occupancy(achieved_pct=12.4, theoretical_pct=12.5, limiter="shared memory"),
+        top_stalls=[Stall(reason="barrier", cycles_per_issue=3.0, share_pct=41.0),
+                    Stall(reason="long_scoreboard", cycles_per_issue=1.5, share_pct=20.0),
+                    Stall(reason="wait", cycles_per_issue=1.0), Stall(reason="not_selected", cycles_per_issue=0.5)],
+        hints=["warps mostly wait at barriers", "second hint"],
+    )
+    assert vendor.profile_line(summary) == (
+        "speed of light compute 71%, memory 55%, DRAM 20%; occupancy 12% (of 12%, limited by shared memory); "
+        "stalls barrier 41%, long_scoreboard 20%, wait 1.0 cycles; hint: warps mostly wait at barriers")
+    assert vendor.profile_line(ProfileSummary(workload="w", candidate="c", case="x", kernel="k")) == "no figures in the report"
