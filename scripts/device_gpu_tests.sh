@@ -33,7 +33,7 @@ fi
 # BENCH="--only checks --only agreement": bench/run.py with those arguments (JSON into $OUT/bench.json);
 # VENDOR="attention_fwd softmax" (VENDOR_BUDGET, default 8): bench/vendor.py per entry into $OUT/vendor_<entry>.json;
 # VENDOR_ARGS are added to each (e.g. "--config gemm_bf16_wgmma:BM=128,BN=256,STAGES=4"); VENDOR_PROFILE=1 profiles
-# every row under its target (reports and summaries in logs.tar.gz under profiles/).
+# each entry's row furthest under its target (reports and summaries in logs.tar.gz under profiles/).
 # Each is capped by STEP_TIMEOUT seconds (default 240) so one slow step cannot eat the call.
 if [ -n "$BENCH" ] && [ -z "$BENCH_FIRST" ]; then run_bench; fi
 for entry in $VENDOR; do

@@ -114,21 +114,28 @@ def test_a_row_under_its_target_is_profiled_in_the_same_session(
     for key, value in (("KO_STUB_CSV", tmp_path / "stub.csv"), ("KO_STUB_LOG", tmp_path / "calls.jsonl"), ("KO_STUB_NCU", "ok")):
         monkeypatch.setenv(key, str(value))
     bench = replace(bench, settings=replace(bench.settings, ncu=ncu))
+    # a second performance case: both miss the target, only the one furthest from it is profiled
+    spec_path = tmp_path / "extra" / "tiny_add" / "workload.json"
+    spec = json.loads(spec_path.read_text())
+    spec["cases"].append({"name": "n_8192", "kind": "performance", "scalars": {"n": 8192}})
+    spec_path.write_text(json.dumps(spec))
     monkeypatch.setattr(vendor, "ENTRIES", {"tiny": vendor.Entry("tiny_add", "tunable.json", "copy", 1e6)})
     sec = vendor.vendor(bench, ["tiny"], budget=1, profile_dir=tmp_path / "prof")
-    assert sec.rows[0]["pass"] is False
-    note = next(n for n in sec.notes if n.startswith("tiny n_4096 under Nsight Compute: "))
-    assert "tiny_add" in (tmp_path / "prof" / "tiny-n_4096" / "summary.txt").read_text()
+    assert [r["pass"] for r in sec.rows] == [False, False]
+    worst = min(sec.rows, key=lambda r: r["ratio"])["case"]
+    note = next(n for n in sec.notes if n.startswith(f"tiny {worst} under Nsight Compute: "))
     assert "hint: " in note  # the stub's CSV has no speed-of-light or stall figures, so only the hint
+    assert "tiny_add" in (tmp_path / "prof" / f"tiny-{worst}" / "summary.txt").read_text()
     profiled = [json.loads(line) for line in (tmp_path / "calls.jsonl").read_text().splitlines()]
-    assert sum("run" in call for call in profiled) == 1  # one case, one profiled launch
+    assert sum("run" in call for call in profiled) == 1  # one ncu run for the entry
+    assert [p.name for p in (tmp_path / "prof").iterdir()] == [f"tiny-{worst}"]
     # met targets are not profiled; without ncu a miss says why
     monkeypatch.setattr(vendor, "ENTRIES", {"tiny": vendor.Entry("tiny_add", "tunable.json", "copy", 1e-9)})
     assert not any("Nsight" in n for n in vendor.vendor(bench, ["tiny"], budget=1, profile_dir=tmp_path / "p2").notes)
     bench = replace(bench, settings=replace(bench.settings, ncu=tmp_path / "no-ncu"))
     monkeypatch.setattr(vendor, "ENTRIES", {"tiny": vendor.Entry("tiny_add", "tunable.json", "copy", 1e6)})
     sec = vendor.vendor(bench, ["tiny"], budget=1, profile_dir=tmp_path / "p3")
-    assert any(n.startswith("tiny n_4096: not profiled: ") for n in sec.notes), sec.notes
+    assert any(n.startswith("tiny n_") and ": not profiled: " in n for n in sec.notes), sec.notes
 
 
 def test_profile_line_names_speed_of_light_occupancy_stalls_and_the_first_hint(vendor: ModuleType) -> None:
