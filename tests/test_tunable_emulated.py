@@ -50,7 +50,10 @@ EMULATED: dict[str, list[Config]] = {
     "reduce_sum": [{"THREADS": 128, "BPS": 2, "UNROLL": 4, "TWO_PASS": 1}],
     "transpose": [{"TILE": 64, "ROWS": 16, "STCS": 0, "ALIGN": 0}, {"TILE": 64, "ROWS": 16, "STCS": 0, "ALIGN": 1},
                   {"TILE": 16, "ROWS": 4, "STCS": 1, "ALIGN": 1}],
-    "layernorm": [{"TPR": 32, "RPB": 4, "VPT": 8}],
+    # WR: rows of <= 128 * VPT columns a warp each (1024 and 4 columns below, and the correctness
+    # cases up to 1000), longer ones TPR threads (4096: registers; 20000 and 4099: streaming)
+    "layernorm": [{"TPR": 32, "RPB": 4, "VPT": 8, "WR": 0}, {"TPR": 128, "RPB": 2, "VPT": 8, "WR": 1},
+                  {"TPR": 256, "RPB": 1, "VPT": 2, "WR": 1}],
 }
 
 # cases the workloads only reach at performance sizes: the float4 paths, with ragged edges

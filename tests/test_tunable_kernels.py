@@ -136,8 +136,11 @@ def _cover_sgemm(c: Config, s: dict[str, int], r: ResolvedLaunch) -> None:
 
 def _cover_rows(c: Config, s: dict[str, int], r: ResolvedLaunch) -> None:
     assert r.block == (c["TPR"] * c["RPB"], 1, 1)
-    assert r.grid[0] * c["RPB"] >= s["rows"]
-    assert (r.grid[0] - 1) * c["RPB"] < s["rows"], "a whole block of empty rows"
+    # layernorm's WR: rows of at most 128 * VPT columns get a warp each, TPR * RPB / 32 per block
+    warp_rows = c.get("WR", 0) and s["cols"] <= 128 * c["VPT"]
+    per_block = c["TPR"] * c["RPB"] // 32 if warp_rows else c["RPB"]
+    assert r.grid[0] * per_block >= s["rows"]
+    assert (r.grid[0] - 1) * per_block < s["rows"], "a whole block of empty rows"
 
 
 def _cover_reduce(c: Config, s: dict[str, int], r: ResolvedLaunch) -> None:

@@ -63,14 +63,16 @@ CONFIGS: dict[str, list[dict[str, int]]] = {
         {"TILE": 32, "ROWS": 8, "STCS": 0, "ALIGN": 1},
     ],
     "layernorm": [
-        {"TPR": 128, "RPB": 1, "VPT": 8},
-        {"TPR": 32, "RPB": 4, "VPT": 8},
-        {"TPR": 1024, "RPB": 1, "VPT": 1},
+        {"TPR": 128, "RPB": 1, "VPT": 8, "WR": 0},
+        {"TPR": 32, "RPB": 4, "VPT": 8, "WR": 0},
+        {"TPR": 1024, "RPB": 1, "VPT": 1, "WR": 0},
+        {"TPR": 128, "RPB": 2, "VPT": 8, "WR": 1},  # 1024 columns a warp per row, 4096 a block's 128 threads
     ],
     "histogram": [
-        {"THREADS": 512, "VPT": 4, "COPIES": 4, "GRID": 1056},
-        {"THREADS": 1024, "VPT": 2, "COPIES": 8, "GRID": 2112},
-        {"THREADS": 128, "VPT": 1, "COPIES": 1, "GRID": 264},
+        {"THREADS": 512, "VPT": 4, "COPIES": 4, "GRID": 1056, "LANES": 0},
+        {"THREADS": 1024, "VPT": 2, "COPIES": 8, "GRID": 2112, "LANES": 0},
+        {"THREADS": 128, "VPT": 1, "COPIES": 1, "GRID": 264, "LANES": 0},
+        {"THREADS": 512, "VPT": 2, "COPIES": 1, "GRID": 2112, "LANES": 1},  # lane-striped sub-histogram
     ],
     "gemm_bf16": [
         {"BM": 128, "BN": 256, "BK": 32, "WM": 64, "WN": 64, "STAGES": 4},
