@@ -48,8 +48,9 @@ EMULATED: dict[str, list[Config]] = {
     "softmax": [{"TPR": 64, "RPB": 2, "VPT": 4, "SMEM": 0}, {"TPR": 128, "RPB": 2, "VPT": 0, "SMEM": 1},
                 {"TPR": 32, "RPB": 2, "VPT": 2, "SMEM": 1}],
     "reduce_sum": [{"THREADS": 128, "BPS": 2, "UNROLL": 4, "TWO_PASS": 1}],
-    "transpose": [{"TILE": 64, "ROWS": 16, "STCS": 0, "ALIGN": 0}, {"TILE": 64, "ROWS": 16, "STCS": 0, "ALIGN": 1},
-                  {"TILE": 16, "ROWS": 4, "STCS": 1, "ALIGN": 1}],
+    "transpose": [{"TILE": 64, "ROWS": 16, "STCS": 0, "ALIGN": 0}, {"TILE": 64, "ROWS": 16, "STCS": 0, "ALIGN": 8},
+                  {"TILE": 16, "ROWS": 4, "STCS": 1, "ALIGN": 8}, {"TILE": 64, "ROWS": 8, "STCS": 1, "ALIGN": 32},
+                  {"TILE": 32, "ROWS": 8, "STCS": 0, "ALIGN": 16}],
     # WR: rows of <= 128 * VPT columns a warp each (1024 and 4 columns below, and the correctness
     # cases up to 1000), longer ones TPR threads (4096: registers; 20000 and 4099: streaming)
     "layernorm": [{"TPR": 32, "RPB": 4, "VPT": 8, "WR": 0}, {"TPR": 128, "RPB": 2, "VPT": 8, "WR": 1},
@@ -65,7 +66,7 @@ EXTRA_CASES: dict[str, list[dict[str, int | float]]] = {
     "layernorm": [{"rows": 9, "cols": 1024, "eps": 1e-5}, {"rows": 3, "cols": 4096, "eps": 1e-5},
                   {"rows": 2, "cols": 20000, "eps": 1e-5}, {"rows": 3, "cols": 4, "eps": 1e-5}],
     "reduce_sum": [{"n": 300000}, {"n": 8}],
-    # (rows % 8 != 0: ALIGN's shifted windows; 64: its plain path)
+    # (rows % ALIGN != 0: ALIGN's shifted windows; 64: its plain path)
     "transpose": [{"rows": 64, "cols": 128}, {"rows": 130, "cols": 70}, {"rows": 37, "cols": 45}, {"rows": 5, "cols": 3}],
 }
 
@@ -149,7 +150,7 @@ def test_the_emulator_catches_a_missing_barrier_and_a_wrong_index(tmp_path: Path
     first = t.source.index("__syncthreads();", t.source.index("#endif", t.source.index("#if ALIGN")))
     no_barrier = Tunable(t.workload, t.spec, t.source[:first] + t.source[first + len("__syncthreads();"):])
     assert emulate(no_barrier, config, tmp_path)
-    aligned = {**config, "ALIGN": 1}  # and the ALIGN path's own barrier (130 x 70 takes it)
+    aligned = {**config, "ALIGN": 8}  # and the ALIGN path's own barrier (130 x 70 takes it)
     (tmp_path / "aligned").mkdir()
     first = t.source.index("__syncthreads();", t.source.index("#if ALIGN"))
     assert emulate(Tunable(t.workload, t.spec, t.source[:first] + t.source[first + len("__syncthreads();"):]), aligned,

@@ -59,8 +59,9 @@ CONFIGS: dict[str, list[dict[str, int]]] = {
         {"TILE": 32, "ROWS": 8, "STCS": 1, "ALIGN": 0},
         {"TILE": 64, "ROWS": 4, "STCS": 0, "ALIGN": 0},
         {"TILE": 32, "ROWS": 32, "STCS": 0, "ALIGN": 0},
-        {"TILE": 64, "ROWS": 8, "STCS": 1, "ALIGN": 1},  # 5003 x 8191: aligned output windows
-        {"TILE": 32, "ROWS": 8, "STCS": 0, "ALIGN": 1},
+        {"TILE": 64, "ROWS": 8, "STCS": 1, "ALIGN": 8},  # 5003 x 8191: aligned output windows
+        {"TILE": 32, "ROWS": 8, "STCS": 0, "ALIGN": 8},
+        {"TILE": 64, "ROWS": 8, "STCS": 1, "ALIGN": 32},  # windows on 128-byte lines
     ],
     "layernorm": [
         {"TPR": 128, "RPB": 1, "VPT": 8, "WR": 0},

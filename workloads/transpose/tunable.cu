@@ -8,10 +8,12 @@
 // streaming stores (evict-first: the output is not read again); STCS = 0 with plain stores,
 // which keep a partly written 32-byte sector in L2 until the neighbouring tile fills the rest:
 // where rows is not a multiple of 8 every output row starts mid-sector, and a sector evicted
-// half written costs DRAM a read-modify-write. ALIGN = 1 removes those partial sectors instead:
-// where rows % 8 != 0, each output row is written in TILE-long windows shifted to start on a
-// 32-byte boundary (the block stages 8 more input rows; the grid has one more tile row).
-// Launch: grid (ceil_div(cols, TILE), ceil_div(rows + 7 * ALIGN, TILE)), block (TILE, ROWS).
+// half written costs DRAM a read-modify-write. ALIGN = A (8, 16 or 32 floats) removes partial
+// writes instead: where rows % A != 0, each output row is written in TILE-long windows shifted to
+// start on a 4A-byte boundary (8: 32-byte sectors; 16: 64 bytes, the pair of sectors DRAM moves
+// at once; 32: 128-byte lines); the block stages A more input rows, and the grid has one more
+// tile row. ALIGN = 0: no shifted windows.
+// Launch: grid (ceil_div(cols, TILE), ceil_div(rows + max(ALIGN - 1, 0), TILE)), block (TILE, ROWS).
 
 #ifndef TILE
 #define TILE 32
@@ -27,35 +29,37 @@
 #endif
 
 static_assert(TILE % ROWS == 0, "ROWS must divide TILE");
+static_assert(ALIGN == 0 || ALIGN == 8 || ALIGN == 16 || ALIGN == 32, "ALIGN must be 0, 8, 16 or 32 (floats)");
 static_assert(TILE * ROWS <= 1024, "TILE * ROWS must be at most 1024");
 
 extern "C" __global__ void __launch_bounds__(TILE * ROWS, 1)
 transpose(const float* __restrict__ in, float* __restrict__ out, int rows, int cols) {
-    __shared__ float tile[TILE + (ALIGN ? 8 : 0)][TILE + 1];
+    __shared__ float tile[TILE + ALIGN][TILE + 1];
     const int c0 = blockIdx.x * TILE, r0 = blockIdx.y * TILE;
     const int tx = threadIdx.x, ty = threadIdx.y;
 #if ALIGN
-    if (rows & 7) {
-        // Output rows start mid-sector. Output row oc is written in windows [r0 - s, r0 - s + TILE)
-        // with s = (oc * rows) % 8, which start on 32-byte boundaries and, the same s for every
-        // tile of the row, partition it (the grid has one more tile row for the last window); the
-        // block stages input rows r0 - 8 .. r0 + TILE - 1 so every window's elements are at hand.
+    if (rows & (ALIGN - 1)) {
+        // Output rows start off the boundary. Output row oc is written in windows
+        // [r0 - s, r0 - s + TILE) with s = (oc * rows) % ALIGN, which start on 4 * ALIGN-byte
+        // boundaries and, the same s for every tile of the row, partition it (the grid has one more
+        // tile row for the last window); the block stages input rows r0 - ALIGN .. r0 + TILE - 1 so
+        // every window's elements are at hand.
 #pragma unroll
-        for (int j = ty; j < TILE + 8; j += ROWS) {
-            const int r = r0 - 8 + j, c = c0 + tx;
+        for (int j = ty; j < TILE + ALIGN; j += ROWS) {
+            const int r = r0 - ALIGN + j, c = c0 + tx;
             tile[j][tx] = (r >= 0 && r < rows && c < cols) ? __ldg(in + (size_t)r * cols + c) : 0.f;
         }
         __syncthreads();
 #pragma unroll
         for (int j = 0; j < TILE; j += ROWS) {
             const int oc = c0 + ty + j;
-            const int s = (int)(((size_t)oc * (size_t)rows) & 7u);
+            const int s = (int)(((size_t)oc * (size_t)rows) & (size_t)(ALIGN - 1));
             const int r = r0 - s + tx;
             if (oc < cols && r >= 0 && r < rows) {
                 if (STCS)
-                    __stcs(out + (size_t)oc * rows + r, tile[8 - s + tx][ty + j]);
+                    __stcs(out + (size_t)oc * rows + r, tile[ALIGN - s + tx][ty + j]);
                 else
-                    out[(size_t)oc * rows + r] = tile[8 - s + tx][ty + j];
+                    out[(size_t)oc * rows + r] = tile[ALIGN - s + tx][ty + j];
             }
         }
         return;
