@@ -33,6 +33,7 @@ inline constexpr const char* harness_features[] = {
     "readonly_staging",
     "device_expected",  // buffer "keep_expected" / expected "kept:KEY": expected values on device
     "progress",         // request "progress": a line on the answer stream before each case
+    "tensor_maps",      // case "tensor_maps": CUtensorMaps over the case's buffers, after its args
 };
 
 }  // namespace kernelopt
