@@ -102,8 +102,9 @@ def check_tensor_maps(launch: ResolvedLaunch, workload: Workload, case: Case) ->
         last = reach(m, size)
         if last > nbytes:
             strides = list(m.strides) if m.strides is not None else f"packed {list(packed_strides(m.dims, size))}"
+            layout = f"dims {list(m.dims)}" + (f", strides {strides}" if m.rank > 1 else "")
             raise LaunchConfigError(
-                f"{where}: the map reaches {last} bytes (dims {list(m.dims)}, strides {strides}) but the "
+                f"{where}: the map reaches {last} bytes ({layout}) but the "
                 f"buffer has {nbytes} bytes (shape {list(case_shape(param, case.scalars))}); a map may not "
                 "reach past its buffer: make dims (and strides) fit it. TMA clips tiles at dims, so a "
                 "partial last tile needs no padding"
