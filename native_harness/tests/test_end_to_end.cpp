@@ -1,7 +1,7 @@
 // Runs the real kernelopt-harness executable against the fake driver (fake_libcuda.cpp) and
 // checks the answers, exit codes and output files of PROTOCOL.md.
 //
-// usage: test_end_to_end HARNESS FAKE_LIBCUDA FAKE_LIBCUBLAS
+// usage: test_end_to_end HARNESS FAKE_LIBCUDA FAKE_LIBCUBLAS FAKE_LIBCUDA_OLD
 
 #include <cstdio>
 #include <filesystem>
@@ -413,13 +413,15 @@ TEST_CASE("serve: one answer per line, bad lines answered, fatal ends with 5") {
 }
 
 int main(int argc, char** argv) {
-  if (argc != 4) {
-    std::fprintf(stderr, "usage: test_end_to_end HARNESS FAKE_LIBCUDA FAKE_LIBCUBLAS\n");
+  if (argc != 5) {
+    std::fprintf(stderr,
+                 "usage: test_end_to_end HARNESS FAKE_LIBCUDA FAKE_LIBCUBLAS FAKE_LIBCUDA_OLD\n");
     return 2;
   }
   g_harness = argv[1];
   g_fake = argv[2];
   g_fake_cublas = argv[3];
+  g_fake_old = argv[4];
   char dir[] = "/tmp/kernelopt-harness-test-XXXXXX";
   if (mkdtemp(dir) == nullptr) return 2;
   g_dir = dir;
