@@ -68,12 +68,14 @@ Enum parse_choice(const json& v, const std::string& path, const char* const (&na
 std::vector<std::uint64_t> uint_array(const json& v, const std::string& path, std::uint64_t max) {
   if (!v.is_array()) fail(path, std::string("must be an array of integers, got ") + type_name(v));
   std::vector<std::uint64_t> out;
+  out.reserve(v.size());
   for (std::size_t i = 0; i < v.size(); ++i) out.push_back(as_uint(v[i], index_path(path, i), max));
   return out;
 }
 
 std::vector<std::uint32_t> uint32_array(const json& v, const std::string& path) {
   std::vector<std::uint32_t> out;
+  out.reserve(v.size());
   for (const auto x : uint_array(v, path, std::numeric_limits<std::uint32_t>::max())) {
     out.push_back(static_cast<std::uint32_t>(x));
   }
