@@ -25,8 +25,9 @@ from pathlib import Path
 import pytest
 from test_gemm_bf16_wgmma_emulated import PTX_EMU_WGMMA, WGMMA_CASES
 from test_new_workloads_emulated import DRIVER, GXX, program
-from test_tunable_kernels import LIMITS, Config, load_tunable
+from test_tunable_kernels import LIMITS, Config, load_tunable, options_for, valid_configs
 
+from kernelopt_mcp.compiler import compile_kernel
 from kernelopt_mcp.evaluation.tensor_maps import check_tensor_maps
 from kernelopt_mcp.launch import LaunchSpec, resolve
 from kernelopt_mcp.workload import load_workload
@@ -256,6 +257,28 @@ def test_gemm_bf16_tma_tunable_matches_float64(config: Config, tmp_path: Path) -
     t = load_tunable("gemm_bf16", "tunable_tma.json")
     failures = tma_failures(t.source, config, tmp_path, "tma")
     assert not failures, "\n".join(failures)
+
+
+def test_every_tma_configuration_compiles_for_sm_90a_without_spills() -> None:
+    # NVRTC, as the harness compiles it: the signature's parameters then the two 128-byte maps, no
+    # spills or local memory; the launch bound's register cap (384 threads, 1 block: 168) holds
+    t = load_tunable("gemm_bf16", "tunable_tma.json")
+    sig = t.workload.signature
+    sizes = [8 if p.kind == "buffer" else 4 for p in sig.params] + [128, 128]
+    problems = []
+    for config in valid_configs(t.spec):
+        result = compile_kernel(t.source, "sm_90", options_for(t.spec, config), filename="tunable_tma.cu")
+        if not result.ok:
+            problems.append(f"{config}: {result.summary()}")
+            continue
+        res = result.resources[sig.entry]
+        if [p.size_bytes for p in result.entries[sig.entry]] != sizes:
+            problems.append(f"{config}: parameters {result.entries[sig.entry]}")
+        if res.spill_store_bytes or res.spill_load_bytes or res.stack_frame_bytes or not res.registers:
+            problems.append(f"{config}: spills, local memory or no register count: {result.summary()}")
+        elif res.registers * 384 > 65536:
+            problems.append(f"{config}: {res.registers} registers x 384 threads")
+    assert not problems, "\n".join(problems)
 
 
 def test_the_tma_maps_are_valid_for_every_case_of_the_workload() -> None:
