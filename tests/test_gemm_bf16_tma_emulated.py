@@ -211,9 +211,10 @@ int main(int argc, char** argv) {
 TMA_DRIVER = DRIVER[: DRIVER.index("int main(")] + TMA_MAIN
 
 # the wgmma kernel's shapes (odd ones take the fallback; 200x136x72, 70x64x328 and 130x264x520 the
-# TMA path with ragged M / N / K tails, every one also with A misaligned: the fallback), and a deep K
-# (16 slices: every ring depth wraps several times) over three tile rows
-TMA_CASES = [*WGMMA_CASES, (300, 128, 1024)]
+# TMA path with ragged M / N / K tails, every one also with A misaligned: the fallback), a deep K
+# (16 slices: every ring depth wraps several times) over three tile rows, and small analogues of
+# the workload's row_1x4096x4096 (one row: A's box taller than its map) and long_k_64x72x8192
+TMA_CASES = [*WGMMA_CASES, (300, 128, 1024), (1, 520, 1024), (64, 72, 2048)]
 
 
 def build_tma(source: str, config: Config, directory: Path, tag: str) -> Path:
