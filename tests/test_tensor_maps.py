@@ -19,7 +19,13 @@ from kernelopt_mcp.evaluation import session as session_mod
 from kernelopt_mcp.evaluation.candidate import EvaluateOptions
 from kernelopt_mcp.evaluation.device import device_info
 from kernelopt_mcp.evaluation.evaluate import evaluate
-from kernelopt_mcp.evaluation.tensor_maps import check_tensor_maps, packed_strides, reach, tensor_map_requests
+from kernelopt_mcp.evaluation.tensor_maps import (
+    check_tensor_maps,
+    packed_strides,
+    reach,
+    store_tail_hint,
+    tensor_map_requests,
+)
 from kernelopt_mcp.launch import DeviceLimits, LaunchConfig, ResolvedLaunch, ResolvedTensorMap, TensorMapSpec, resolve
 from kernelopt_mcp.tune.spec import substitute_launch
 from kernelopt_mcp.workload import Workload
@@ -165,6 +171,22 @@ def test_the_request_carries_the_dtype_and_explicit_strides(workload: Workload) 
 def test_a_map_is_checked_against_its_buffer(workload: Workload, tmap: dict[str, Any], message: str) -> None:
     with pytest.raises(LaunchConfigError, match=message):
         check_tensor_maps(_resolved(workload, "odd_1001", tmap), workload, workload.spec.case("odd_1001"))
+
+
+def test_a_write_past_a_buffer_names_the_map_whose_rows_end_inside_a_16_byte_chunk(workload: Workload) -> None:
+    # 1001 floats end 4 bytes into a chunk: a TMA store of the last tile writes the other 12 (the
+    # map itself is in bounds, so it passes the checks; the guard bytes catch the store)
+    c_map = {"buffer": "c", "dims": ["n"], "box": [256]}
+    odd = _resolved(workload, "odd_1001", {"buffer": "a", "dims": ["n"], "box": [256]}, c_map)
+    check_tensor_maps(odd, workload, workload.spec.case("odd_1001"))
+    hint = store_tail_hint(odd, workload, "c")
+    assert "tensor_maps[1] over 'c' has rows of 4004 bytes, which end inside a 16-byte chunk" in hint
+    assert "plain stores" in hint
+    # no hint for a buffer without a map, or rows of a multiple of 16 bytes
+    assert store_tail_hint(odd, workload, "b") == ""
+    assert store_tail_hint(_resolved(workload, "n_4096", c_map), workload, "c") == ""
+    pitched = _resolved(workload, "odd_1001", {"buffer": "c", "dims": [4, 250], "strides": [16], "box": [4, 1]})
+    assert store_tail_hint(pitched, workload, "c") == ""
 
 
 def test_nan_fill_and_small_integers_follow_the_buffer_type(tmp_path: Path) -> None:

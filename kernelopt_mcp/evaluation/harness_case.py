@@ -46,7 +46,7 @@ from .protocol import (
     TimingRequest,
 )
 from .stats import from_answer
-from .tensor_maps import tensor_map_requests
+from .tensor_maps import store_tail_hint, tensor_map_requests
 
 Compares = dict[tuple[str, str], CompareEntry]  # (buffer, launch) -> the device's comparison
 
@@ -249,6 +249,8 @@ def interpret(
     cr.guard_violations = [_raw(v) for v in ca.guard_violations]
     cr.modified_inputs = [_raw(m) for m in ca.modified_inputs]
     if _harness_status(cr, ca.status, reply):
+        if cr.status is Status.out_of_bounds_write and cr.guard_violations:
+            cr.message = (cr.message or "") + store_tail_hint(job.launch, workload, cr.guard_violations[0].get("buffer", ""))
         return cr, None
     if reply.exit_code not in (None, ExitCode.OK):
         raise HarnessError(f"the harness reported ok but exited with code {reply.exit_code}")

@@ -18,13 +18,16 @@ from ..launch import ResolvedLaunch, ResolvedTensorMap
 from ..workload import BufferParam, Case, Workload, case_shape
 from .protocol import TensorMapRequest
 
-__all__ = ["FEATURE", "TENSOR_MAP_BYTES", "check_tensor_maps", "packed_strides", "reach", "tensor_map_requests"]
+__all__ = [
+    "FEATURE", "TENSOR_MAP_BYTES", "check_tensor_maps", "packed_strides", "reach", "store_tail_hint", "tensor_map_requests",
+]
 
 FEATURE = "tensor_maps"  # the harness's --version feature
 TENSOR_MAP_BYTES = 128  # sizeof(CUtensorMap): one kernel parameter per map, after the signature's
 # the scalar dtypes cuTensorMapEncodeTiled has no type for (PROTOCOL.md)
 NOT_TMA = frozenset({DType.int8, DType.int16})
 SWIZZLE_SPAN = {"32B": 32, "64B": 64, "128B": 128}
+STORE_CHUNK = 16  # a TMA store writes global memory in whole aligned 16-byte chunks (PROTOCOL.md, reach)
 
 
 def packed_strides(dims: tuple[int, ...], itemsize: int) -> tuple[int, ...]:
@@ -109,6 +112,23 @@ def check_tensor_maps(launch: ResolvedLaunch, workload: Workload, case: Case) ->
                 "reach past its buffer: make dims (and strides) fit it. TMA clips tiles at dims, so a "
                 "partial last tile needs no padding"
             )
+
+
+def store_tail_hint(launch: ResolvedLaunch, workload: Workload, buffer: str) -> str:
+    """Why a write just past ``buffer`` may have come from a TMA store ("" when no map of the
+    launch over it has rows that end inside a 16-byte chunk)."""
+    for j, m in enumerate(launch.tensor_maps):
+        if m.buffer != buffer:
+            continue
+        row = m.dims[0] * workload.signature.param(buffer).dtype.itemsize
+        if row % STORE_CHUNK:
+            return (
+                f"; tensor_maps[{j}] over {buffer!r} has rows of {row} bytes, which end inside a 16-byte chunk, "
+                "and a TMA store writes whole chunks: storing a row's last tile through it writes the rest of "
+                "that chunk past the row. Store the partial last tile with plain stores, or map rows of a "
+                "multiple of 16 bytes"
+            )
+    return ""
 
 
 def tensor_map_requests(launch: ResolvedLaunch, workload: Workload) -> list[TensorMapRequest]:

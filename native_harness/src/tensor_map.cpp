@@ -12,9 +12,16 @@
 #include <nlohmann/json.hpp>
 
 #include "errors.hpp"
+#include "guard.hpp"
 #include "request_fields.hpp"
 
 namespace kernelopt::detail {
+
+// Every buffer starts on buffer_alignment in its own allocation, its bytes padded up to the next
+// multiple and then guarded (make_layout): a row ending in bounds ends its 16-byte chunk there too.
+static_assert(buffer_alignment % store_chunk == 0,
+              "a TMA store's last 16-byte chunk must stay in the buffer's padding");
+
 namespace {
 
 std::string list(const std::vector<std::uint64_t>& values) {
@@ -259,8 +266,10 @@ void validate_tensor_map(const TensorMapSpec& m, std::uint64_t buffer_bytes,
          std::string("\"nan\" needs a float dtype (float16, bfloat16, float32, float64), got \"") +
              scalar_type_name(m.dtype) + "\"");
   }
-  // Reach: TMA never touches an element outside dims, so the buffer bounds everything the map
-  // gives the kernel when its last addressable byte lies within it.
+  // Reach: TMA reads no element outside dims, so the buffer bounds everything the map gives the
+  // kernel when its last addressable byte lies within it. A store may also write the rest of a
+  // row's last 16-byte chunk; that lands in the buffer's own padding and guard (static_assert
+  // above), where the guard check reports an out_of_bounds_write.
   const auto reach = tensor_map_reach(m);
   if (!reach || *reach > buffer_bytes) {
     std::vector<std::uint64_t> strides{size};

@@ -25,6 +25,12 @@ inline constexpr std::size_t max_tensor_rank = 5;
 inline constexpr std::uint64_t max_tensor_dim = 1ull << 32;       // inclusive
 inline constexpr std::uint64_t tensor_stride_limit = 1ull << 40;  // exclusive
 inline constexpr std::uint64_t tensor_stride_align = 16;
+// A TMA store writes global memory in whole aligned 16-byte chunks: where a row of the map does
+// not end on one, storing its last tile writes the rest of that chunk too, past dims (measured on
+// the H200; triton-lang/triton#11583 saw the same on the H100). Reach stays the element rule:
+// that chunk never leaves the buffer's own allocation (tensor_map.cpp), where the guard check
+// reports it.
+inline constexpr std::uint64_t store_chunk = 16;
 inline constexpr std::uint32_t max_tensor_box = 256;
 inline constexpr std::uint32_t max_tensor_element_stride = 8;
 // A CUtensorMap kernel parameter: 128 bytes, passed by value.

@@ -81,6 +81,30 @@ TEST_CASE("tensor maps: checked and confirm launches of fresh inputs get the map
   CHECK_MSG(got["timing"]["confirm_launch_ms"].is_number(), got.dump());
 }
 
+TEST_CASE("tensor maps: a store's 16-byte chunk past a row's end lands in the guard bytes") {
+  // 5 floats (20 bytes) copied into C through a map of exactly C: the store writes the chunk of
+  // bytes 16..31 whole, 12 bytes past C, into its own guard: out_of_bounds_write, not another
+  // buffer (every buffer starts 256-byte aligned, padded to 256, then guarded)
+  std::vector<float> a{1, 2, 3, 4, 5};
+  spit(path("tmt_a.bin"), raw_of(a));
+  json c = {
+      {"name", "tmt"},
+      {"args",
+       {buffer("A", "in", 20, path("tmt_a.bin")), buffer("C", "out", 20, "", path("tmt_c.bin")),
+        scalar("n", "uint64", raw_hex<std::uint64_t>(20))}},
+      {"tensor_maps",
+       {{{"buffer", "A"}, {"dtype", "float32"}, {"dims", {5}}, {"box", {8}}},
+        {{"buffer", "C"}, {"dtype", "float32"}, {"dims", {5}}, {"box", {8}}}}},
+      {"launch", launch()}};
+  const auto r = run_request(request_v2("tma_copy_kernel", {c}));
+  const auto& got = r.answer["cases"][0];
+  CHECK_MSG(got["status"] == "out_of_bounds_write", r.out + r.err);
+  CHECK_MSG(got["guard_violations"].size() == 1, got.dump());
+  CHECK(got["guard_violations"][0]["buffer"] == "C");
+  CHECK(got["guard_violations"][0]["side"] == "after");
+  CHECK(got["guard_violations"][0]["bytes_changed"] == 12);
+}
+
 TEST_CASE("tensor maps: the driver's refusal is a bad request naming the map and the error") {
   const auto req = request_v2("tma_copy_kernel", {tma_case("tmr")});
   auto r = run_request(req, {"FAKE_CUDA_TENSOR_MAP_ERROR=1"});

@@ -46,13 +46,14 @@ bool view_of(const CUtensorMap& m, View& v) {
   v.address = m.opaque[1];
   v.rank = m.opaque[2];
   v.size = m.opaque[3];
-  v.reach = v.size;
   for (std::uint64_t i = 0; i < v.rank; ++i) {
     v.dims[i] = m.opaque[4 + i];
     v.strides[i] = i == 0 ? v.size : m.opaque[9 + i - 1];
     v.elements *= v.dims[i];
-    v.reach += (v.dims[i] - 1) * v.strides[i];
+    if (i > 0) v.reach += (v.dims[i] - 1) * v.strides[i];
   }
+  // with a row's last 16-byte chunk whole (a store writes it; see tma_copy_run)
+  v.reach += (v.dims[0] * v.size + 15) / 16 * 16;
   return true;
 }
 
@@ -83,6 +84,14 @@ void tma_copy_run(void** p) {
   }
   for (std::uint64_t i = 0; i < src.elements; ++i) {
     std::memmove(element(dst, i), element(src, i), src.size);
+  }
+  // Like the hardware, a store writes whole 16-byte chunks: where a row does not end on one, the
+  // rest of its last chunk is written too (here with zeros), past dims.
+  const std::uint64_t row = dst.dims[0] * dst.size;
+  if (row % 16 == 0) return;
+  for (std::uint64_t r = 0; r < dst.elements / dst.dims[0]; ++r) {
+    std::uint8_t* end = element(dst, r * dst.dims[0] + dst.dims[0] - 1) + dst.size;
+    std::memset(end, 0, 16 - row % 16);
   }
 }
 

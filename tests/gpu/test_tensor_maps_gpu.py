@@ -28,7 +28,8 @@ TILE = 256
 # Each block loads one TILE-float tile of a and of b into shared memory with bulk tensor copies
 # that complete on an mbarrier, adds them, and stores the tile of c with a bulk tensor store. A
 # box is always moved whole: a load past n reads zeros (oob_fill) and still completes TILE * 4
-# bytes on the barrier; a store drops the elements past n. So no bounds checks are needed.
+# bytes on the barrier; a store drops the elements past n, but only down to whole 16-byte
+# chunks. With -DPLAIN_TAIL=1 a last tile ending inside a chunk is stored with plain stores.
 TMA_KERNEL = r"""
 struct alignas(64) TensorMap { unsigned long long opaque[16]; };  // CUtensorMap (cuda.h is not NVRTC's)
 
@@ -80,6 +81,14 @@ extern "C" __global__ void __launch_bounds__(TILE) vector_add(
     // this thread's generic-proxy write to sc, ordered before the async proxy's read of it
     asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
     __syncthreads();
+#if PLAIN_TAIL
+    // a TMA store writes whole 16-byte chunks, so a last tile that ends inside one (n % 4 != 0)
+    // goes out with plain stores
+    if (x + TILE > n && n % 4 != 0) {
+        if (x + threadIdx.x < n) c[x + threadIdx.x] = sc[threadIdx.x];
+        return;
+    }
+#endif
     if (threadIdx.x == 0) {
         asm volatile("cp.async.bulk.tensor.1d.global.shared::cta.bulk_group [%0, {%1}], [%2];"
                      :: "l"(reinterpret_cast<unsigned long long>(&tm_c)), "r"(x), "r"(smem_addr(sc)) : "memory");
@@ -108,12 +117,28 @@ def vector_add(proc: HarnessProcess, device: DeviceInfo, tmp_path: Path) -> Iter
 
 
 def test_a_tma_vector_add_passes_every_case(vector_add: Session) -> None:
-    result = evaluate(vector_add, Candidate(TMA_KERNEL, tma_launch(), [], "tma"))
+    result = evaluate(vector_add, Candidate(TMA_KERNEL, tma_launch(), ["-DPLAIN_TAIL=1"], "tma"))
     assert result.status is Status.ok, result.message
     assert {c.name for c in result.cases} == {"one", "odd_1000003", "n_2e25", "n_2e27"}
     assert all(c.status is Status.ok for c in result.cases), [(c.name, c.status, c.message) for c in result.cases]
     assert all(c.launch is not None and len(c.launch["tensor_maps"]) == 3 for c in result.cases)
     assert result.score_ms and result.score_ms > 0
+
+
+def test_a_tma_store_ending_inside_a_16_byte_chunk_is_an_out_of_bounds_write(vector_add: Session) -> None:
+    # the store of the last tile of n = 1 or 1000003 floats writes its 16-byte chunk whole: the
+    # guard bytes after c change (12 and 4 of them), and the message names the map
+    result = evaluate(vector_add, Candidate(TMA_KERNEL, tma_launch(), ["-DPLAIN_TAIL=0"], "tma_tail"), benchmark=False)
+    status = {c.name: c.status for c in result.cases}
+    assert status == {"one": Status.out_of_bounds_write, "odd_1000003": Status.out_of_bounds_write,
+                      "n_2e25": Status.ok, "n_2e27": Status.ok}, [(c.name, c.status, c.message) for c in result.cases]
+    past = {"one": 12, "odd_1000003": 4}  # the rest of the last chunk: 16 - 4 * (n % 4) bytes
+    for c in result.cases:
+        if c.name not in past:
+            continue
+        assert c.guard_violations and c.guard_violations[0]["buffer"] == "c", c.guard_violations
+        assert c.guard_violations[0]["side"] == "after" and c.guard_violations[0]["bytes_changed"] == past[c.name]
+        assert "tensor_maps[2] over 'c' has rows of" in (c.message or "") and "plain stores" in (c.message or ""), c.message
 
 
 def test_a_map_past_its_buffer_is_refused_before_any_launch(vector_add: Session, monkeypatch: pytest.MonkeyPatch) -> None:
