@@ -158,7 +158,7 @@ assert WAIT_OLD in PTX_EMU_WGMMA
 PTX_EMU_TMA = "#include <map>\n" + PTX_EMU_WGMMA.replace(WAIT_OLD, WAIT_NEW)
 
 # argv: the launch, misalign, M N K rtol atol, then per map (A, B): dims[0] dims[1] stride box[0] box[1]
-TMA_MAIN = r"""
+ENCODE = r"""
 static bool encode(TensorMap& tm, const void* p, size_t bytes, char** a) {   // false: reaches past the buffer
     tm = TensorMap{};
     tm.opaque[0] = (unsigned long long)(uintptr_t)p;
@@ -167,48 +167,34 @@ static bool encode(TensorMap& tm, const void* p, size_t bytes, char** a) {   // 
     return (tm.opaque[1] - 1) * 2 + (tm.opaque[2] - 1) * tm.opaque[3] + 2 <= bytes;
 }
 
-int main(int argc, char** argv) {
-    dim3 grid{(unsigned)atoi(argv[1]), (unsigned)atoi(argv[2]), (unsigned)atoi(argv[3])};
-    dim3 block{(unsigned)atoi(argv[4]), (unsigned)atoi(argv[5]), (unsigned)atoi(argv[6])};
-    size_t shared = atol(argv[7]);
-    size_t mis = atoi(argv[8]);
-    std::vector<float4> smem(shared / 16 + 1);
-    ko_emu_dyn_smem = reinterpret_cast<char*>(smem.data());
-    emu::smem_bytes = shared;
-    int fail = 0;
-    int M = atoi(argv[9]), N = atoi(argv[10]), K = atoi(argv[11]);
-    double rtol = atof(argv[12]), atol = atof(argv[13]);
-    const __nv_bfloat16 g16{0x7fc1};
-    Buf<__nv_bfloat16> A((size_t)M * K, mis, g16), B((size_t)K * N, 0, g16);
-    Buf<float> C((size_t)M * N, 0, 12345.0f);
-    auto draw = [] { float f = (float)(2 * urand() - 1); unsigned u; std::memcpy(&u, &f, 4); return __nv_bfloat16{(unsigned short)(u >> 16)}; };
-    for (size_t i = 0; i < A.n; ++i) A.p()[i] = draw();
-    for (size_t i = 0; i < B.n; ++i) B.p()[i] = draw();
-    for (size_t i = 0; i < C.n; ++i) C.p()[i] = std::nanf("");
-    TensorMap tmA, tmB;
-    if (!encode(tmA, A.p(), A.n * 2, argv + 14) || !encode(tmB, B.p(), B.n * 2, argv + 19)) {
-        std::fprintf(stderr, "a tensor map reaches past its buffer\n"); return 1; }
-    std::vector<double> ref((size_t)M * N);
-    double sq = 0;
-    for (int m = 0; m < M; ++m) for (int j = 0; j < N; ++j) {
-        double s = 0;
-        for (int k = 0; k < K; ++k) s += (double)__bfloat162float(A.p()[(size_t)m * K + k]) * __bfloat162float(B.p()[(size_t)k * N + j]);
-        ref[(size_t)m * N + j] = s; sq += s * s; }
-    const double rms = std::sqrt(sq / ref.size());
-    __nv_bfloat16 *a = A.p(), *b = B.p(); float* c = C.p();
-    emu::launch(grid, block, [&] { gemm_bf16(a, b, c, M, N, K, tmA, tmB); });
-    for (size_t i = 0; i < ref.size(); ++i)
-        if (!(std::fabs(c[i] - ref[i]) <= atol * rms + rtol * std::fabs(ref[i]))) {
-            if (fail < 5) std::fprintf(stderr, "C[%zu] = %.9g, expected %.9g\n", i, c[i], ref[i]);
-            ++fail; }
-    if (!(A.guards_ok() && B.guards_ok() && C.guards_ok())) { std::fprintf(stderr, "guard words overwritten\n"); fail = 1; }
-    if (emu::hazard) fail = 1;
-    if (fail) { std::fprintf(stderr, "FAIL\n"); return 1; }
-    std::printf("OK\n");
-    return 0;
-}
 """
-TMA_DRIVER = DRIVER[: DRIVER.index("int main(")] + TMA_MAIN
+
+
+def _tma_driver() -> str:
+    """The emulator's driver (test_new_workloads_emulated.DRIVER, built with -DWL_gemm_bf16) with
+    the two maps encoded over A and B and passed to the kernel, and the TMA emulation's shared
+    memory size and hazard flag wired in."""
+    edits = [
+        ("int main(", ENCODE + "int main("),
+        ("    ko_emu_dyn_smem = reinterpret_cast<char*>(smem.data());\n",
+         "    ko_emu_dyn_smem = reinterpret_cast<char*>(smem.data());\n    emu::smem_bytes = shared;\n"),
+        ("    for (size_t i = 0; i < C.n; ++i) C.p()[i] = std::nanf(\"\");\n    std::vector<double> ref((size_t)M * N);\n",
+         "    for (size_t i = 0; i < C.n; ++i) C.p()[i] = std::nanf(\"\");\n    TensorMap tmA, tmB;\n"
+         "    if (!encode(tmA, A.p(), A.n * 2, argv + 14) || !encode(tmB, B.p(), B.n * 2, argv + 19)) {\n"
+         "        std::fprintf(stderr, \"a tensor map reaches past its buffer\\n\"); return 1; }\n"
+         "    std::vector<double> ref((size_t)M * N);\n"),
+        ("gemm_bf16(a, b, c, M, N, K); });", "gemm_bf16(a, b, c, M, N, K, tmA, tmB); });"),
+        ("    if (fail) { std::fprintf(stderr, \"FAIL\\n\"); return 1; }",
+         "    if (emu::hazard) fail = 1;\n    if (fail) { std::fprintf(stderr, \"FAIL\\n\"); return 1; }"),
+    ]
+    text = DRIVER
+    for old, new in edits:
+        assert text.count(old) == 1, old
+        text = text.replace(old, new)
+    return text
+
+
+TMA_DRIVER = _tma_driver()
 
 # the wgmma kernel's shapes (odd ones take the fallback; 200x136x72, 70x64x328 and 130x264x520 the
 # TMA path with ragged M / N / K tails, every one also with A misaligned: the fallback), a deep K
@@ -221,7 +207,8 @@ def build_tma(source: str, config: Config, directory: Path, tag: str) -> Path:
     text = program(source, PTX_EMU_TMA)
     cpp, exe = directory / f"{tag}.cpp", directory / tag
     cpp.write_text(text[: text.rindex(DRIVER)] + TMA_DRIVER)
-    cmd = [GXX or "g++", "-O1", "-std=c++17", "-w", *(f"-D{k}={v}" for k, v in config.items()), str(cpp), "-o", str(exe)]
+    cmd = [GXX or "g++", "-O1", "-std=c++17", "-w", "-DWL_gemm_bf16", *(f"-D{k}={v}" for k, v in config.items()), str(cpp),
+           "-o", str(exe)]
     done = subprocess.run(cmd, check=False, capture_output=True, text=True)
     assert done.returncode == 0, f"{tag}: the emulator build failed:\n{done.stderr[-3000:]}"
     return exe
