@@ -1,32 +1,145 @@
-"""Launch configurations: per-case grid, block and dynamic shared memory.
+"""Launch configurations: per-case grid, block, dynamic shared memory and TMA tensor maps.
 
 A launch configuration belongs to the candidate, not the workload. Each dimension is a
 literal or an expression of the case's scalars (``ceil_div(N, 256)``), resolved per case
-and checked against the device's limits before anything is launched.
+and checked against the device's limits before anything is launched. Tensor maps
+(``CUtensorMap``, for Hopper's ``cp.async.bulk.tensor``) are encoded by the harness over the
+case's own buffers; what needs the buffer's element type (box bytes, swizzle span, the map's
+reach within the buffer) is checked where the workload's signature is known
+(:mod:`kernelopt_mcp.evaluation.tensor_maps`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    GetJsonSchemaHandler,
+    SerializerFunctionWrapHandler,
+    field_validator,
+    model_serializer,
+    model_validator,
+)
+from pydantic.json_schema import JsonSchemaValue
+from pydantic_core import CoreSchema
 
 from . import expr
 from .errors import ExpressionError, LaunchConfigError
 
 Dim = int | str
 
+MAX_TENSOR_RANK = 5
+MAX_TENSOR_MAPS = 16
+MAX_TENSOR_DIM = 2**32
+MAX_TENSOR_STRIDE = 2**40  # exclusive
+MAX_BOX = 256
+MAX_ELEMENT_STRIDE = 8
+Swizzle = Literal["none", "32B", "64B", "128B"]
+L2Promotion = Literal["none", "64B", "128B", "256B"]
+OobFill = Literal["zero", "nan"]
+
+
+class TensorMapSpec(BaseModel):
+    """A TMA tensor map (CUtensorMap) the harness encodes over one of the kernel's buffers.
+
+    The kernel takes one ``const __grid_constant__ CUtensorMap`` parameter per map, after the
+    signature's parameters, in the order of ``tensor_maps``.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    buffer: str = Field(
+        min_length=1, max_length=64,
+        description="name of a buffer parameter of the workload's signature (any role); the map is "
+        "encoded over the address of that buffer for each case",
+    )
+    dims: list[Dim] = Field(
+        min_length=1, max_length=MAX_TENSOR_RANK,
+        description="the tensor's extents in elements, innermost (contiguous) dimension first, rank 1 to 5; "
+        "integers or expressions of the case's scalars and tunable parameters, e.g. [\"K\", \"M\"] for a "
+        "row-major M x K matrix. dims and strides must stay within the buffer: the map's last byte, "
+        "sum((dims[i] - 1) * stride[i]) + element size, may not pass the buffer's end",
+    )
+    box: list[Dim] = Field(
+        min_length=1, max_length=MAX_TENSOR_RANK,
+        description="the tile one cp.async.bulk.tensor copy moves, in elements per dimension (same length as dims), "
+        "each 1..256; box[0] * element size must be a multiple of 16 bytes. Tiles past dims are "
+        "clipped by the hardware (loads read oob_fill, stores are dropped)",
+    )
+    strides: list[Dim] | None = Field(
+        None, max_length=MAX_TENSOR_RANK - 1,
+        description="byte strides of dimensions 1..rank-1 (rank-1 entries), each a positive multiple of 16 "
+        "below 2^40; omitted: packed (dims[0] * element size, then each times the next extent)",
+    )
+    element_strides: list[Dim] | None = Field(
+        None, max_length=MAX_TENSOR_RANK,
+        description="elements skipped per step in each dimension when filling the box (one per dimension, "
+        "each 1..8); omitted: all 1",
+    )
+    swizzle: Swizzle = Field(
+        "none",
+        description="shared-memory swizzle of the box; with a swizzle, box[0] * element size is at most "
+        "its span (32, 64 or 128 bytes) and the shared tile should be aligned to 1024 bytes",
+    )
+    l2_promotion: L2Promotion = Field("none", description="L2 promotion of the copies' global reads")
+    oob_fill: OobFill = Field(
+        "zero", description="what a load reads outside dims: zero, or nan (float buffers only)"
+    )
+
+    @field_validator("dims", "box", "element_strides", mode="after")
+    @classmethod
+    def _check_positive(cls, value: list[Dim] | None) -> list[Dim] | None:
+        for item in value or []:
+            _check_dim(item, minimum=1)
+        return value
+
+    @field_validator("strides", mode="after")
+    @classmethod
+    def _check_strides(cls, value: list[Dim] | None) -> list[Dim] | None:
+        for item in value or []:
+            _check_dim(item, minimum=16)
+        return value
+
+    @model_validator(mode="after")
+    def _check_rank(self) -> TensorMapSpec:
+        rank = len(self.dims)
+        if len(self.box) != rank:
+            raise ValueError(f"box has {len(self.box)} entries but dims has {rank}: give one box extent per dimension")
+        if self.strides is not None and len(self.strides) != rank - 1:
+            raise ValueError(
+                f"strides has {len(self.strides)} entries; a rank-{rank} map takes {rank - 1} (the byte "
+                "strides of dimensions 1..rank-1; dimension 0 is contiguous), or leave strides out for packed"
+            )
+        if self.element_strides is not None and len(self.element_strides) != rank:
+            raise ValueError(
+                f"element_strides has {len(self.element_strides)} entries but dims has {rank}: give one per dimension"
+            )
+        return self
+
+    def expressions(self) -> list[Dim]:
+        """Every dimension of the map (dims, box, strides, element strides), for substitution."""
+        return [*self.dims, *self.box, *(self.strides or []), *(self.element_strides or [])]
+
 
 class LaunchConfig(BaseModel):
-    """Grid, block and dynamic shared memory for one launch; missing dimensions are 1."""
+    """Grid, block, dynamic shared memory and tensor maps for one launch; missing dimensions are 1."""
 
     model_config = ConfigDict(extra="forbid")
 
     grid: list[Dim] = Field(min_length=1, max_length=3, description="blocks per grid, x[,y[,z]]")
     block: list[Dim] = Field(min_length=1, max_length=3, description="threads per block, x[,y[,z]]")
     shared_bytes: Dim = Field(0, description="dynamic shared memory per block, bytes")
+    tensor_maps: list[TensorMapSpec] = Field(
+        default_factory=list, max_length=MAX_TENSOR_MAPS,
+        description="TMA tensor maps (Hopper, sm_90+) the harness encodes over the case's buffers; the kernel "
+        "takes one `const __grid_constant__ CUtensorMap` per map after the signature's parameters, in this "
+        "order. Empty: none",
+    )
 
     @field_validator("grid", "block", mode="after")
     @classmethod
@@ -40,6 +153,19 @@ class LaunchConfig(BaseModel):
     def _check_shared(cls, value: Dim) -> Dim:
         _check_dim(value, minimum=0)
         return value
+
+    @model_serializer(mode="wrap")
+    def _leave_out_no_maps(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        # a configuration without tensor maps dumps as it did before they existed (cache keys, files)
+        data: dict[str, Any] = handler(self)
+        if not self.tensor_maps:
+            data.pop("tensor_maps", None)
+        return data
+
+    @classmethod
+    def __get_pydantic_json_schema__(cls, schema: CoreSchema, handler: GetJsonSchemaHandler) -> JsonSchemaValue:
+        # what a dump holds is the fields (less an empty tensor_maps), not the serializer's dict[str, Any]
+        return handler({k: v for k, v in schema.items() if k != "serialization"})
 
 
 def _check_dim(item: Dim, minimum: int) -> None:
@@ -89,17 +215,52 @@ class DeviceLimits:
 
 
 @dataclass(frozen=True)
+class ResolvedTensorMap:
+    """A tensor map with every dimension evaluated for one case (strides None: packed)."""
+
+    buffer: str
+    dims: tuple[int, ...]
+    box: tuple[int, ...]
+    strides: tuple[int, ...] | None = None
+    element_strides: tuple[int, ...] | None = None
+    swizzle: Swizzle = "none"
+    l2_promotion: L2Promotion = "none"
+    oob_fill: OobFill = "zero"
+
+    @property
+    def rank(self) -> int:
+        return len(self.dims)
+
+    def as_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"buffer": self.buffer, "dims": list(self.dims), "box": list(self.box)}
+        if self.strides is not None:
+            out["strides"] = list(self.strides)
+        if self.element_strides is not None:
+            out["element_strides"] = list(self.element_strides)
+        return {**out, "swizzle": self.swizzle, "l2_promotion": self.l2_promotion, "oob_fill": self.oob_fill}
+
+
+@dataclass(frozen=True)
 class ResolvedLaunch:
     grid: tuple[int, int, int]
     block: tuple[int, int, int]
     shared_bytes: int
+    tensor_maps: tuple[ResolvedTensorMap, ...] = ()
 
     @property
     def threads_per_block(self) -> int:
         return self.block[0] * self.block[1] * self.block[2]
 
-    def as_json(self) -> dict[str, Any]:
+    def dims_json(self) -> dict[str, Any]:
+        """Grid, block and shared memory: the harness's ``launch`` object."""
         return {"grid": list(self.grid), "block": list(self.block), "shared_bytes": self.shared_bytes}
+
+    def as_json(self) -> dict[str, Any]:
+        """The launch as results show it (``tensor_maps`` only when there are some)."""
+        out = self.dims_json()
+        if self.tensor_maps:
+            out["tensor_maps"] = [m.as_json() for m in self.tensor_maps]
+        return out
 
 
 def device_names(limits: DeviceLimits) -> dict[str, int]:
@@ -159,4 +320,37 @@ def resolve(
             f"{limits.max_shared_bytes_per_block_optin} bytes of dynamic shared memory per block "
             "(minus the kernel's static shared memory)"
         )
-    return ResolvedLaunch(grid, block, shared)
+    maps = tuple(_resolve_map(m, j, scalars, case) for j, m in enumerate(config.tensor_maps))
+    return ResolvedLaunch(grid, block, shared, maps)
+
+
+def _resolve_map(spec: TensorMapSpec, j: int, scalars: Mapping[str, int | float], case: str) -> ResolvedTensorMap:
+    """One tensor map evaluated for ``case``, with the rules that need no element type checked."""
+    where = f"case {case!r}: tensor_maps[{j}] (over {spec.buffer!r})"
+
+    def ints(values: list[Dim], what: str, low: int, high: int, hint: str) -> tuple[int, ...]:
+        try:
+            out = tuple(expr.evaluate_int(v, scalars, f"tensor_maps[{j}].{what} of case {case!r}") for v in values)
+        except ExpressionError as exc:
+            raise LaunchConfigError(str(exc)) from None
+        for i, value in enumerate(out):
+            if not low <= value <= high:
+                raise LaunchConfigError(f"{where}: {what}[{i}] = {value}; {hint}")
+        return out
+
+    dims = ints(spec.dims, "dims", 1, MAX_TENSOR_DIM, f"each extent must be 1..{MAX_TENSOR_DIM}")
+    box = ints(spec.box, "box", 1, MAX_BOX, f"each box extent must be 1..{MAX_BOX} elements (copy larger tiles in several boxes)")
+    strides = None
+    if spec.strides is not None:
+        strides = ints(spec.strides, "strides", 16, MAX_TENSOR_STRIDE - 1, "each byte stride must be 16..2^40-1")
+        for i, value in enumerate(strides):
+            if value % 16:
+                raise LaunchConfigError(
+                    f"{where}: strides[{i}] = {value} bytes is not a multiple of 16; pad the rows to a multiple "
+                    "of 16 bytes (and size the buffer for it), or use another layout"
+                )
+    elements = None
+    if spec.element_strides is not None:
+        elements = ints(spec.element_strides, "element_strides", 1, MAX_ELEMENT_STRIDE,
+                        f"each element stride must be 1..{MAX_ELEMENT_STRIDE}")
+    return ResolvedTensorMap(spec.buffer, dims, box, strides, elements, spec.swizzle, spec.l2_promotion, spec.oob_fill)

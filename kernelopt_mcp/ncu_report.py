@@ -14,6 +14,7 @@ import csv
 import io
 import math
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from pydantic import BaseModel, Field
@@ -139,10 +140,17 @@ class SharedMemoryAccess(BaseModel):
 
 
 class GlobalAccess(BaseModel):
+    """Coalescing of the kernel's plain global loads and stores (LDG, STG): None where it issued
+    none. Asynchronous copies into shared memory (cp.async, LDGSTS) are counted on their own;
+    TMA's bulk copies bypass these units and appear in neither."""
+
     load_sectors_per_request: float | None = Field(None, description="32-byte sectors per warp-level global load (4 = 32 threads x 4 B, coalesced)")
     store_sectors_per_request: float | None = None
     load_bytes_used_per_sector_pct: float | None = Field(None, description="of each 32-byte sector loaded, % the threads used (100 = coalesced)")
     store_bytes_used_per_sector_pct: float | None = None
+    async_copy_sectors_per_request: float | None = Field(
+        None, description="cp.async (LDGSTS): 32-byte sectors per warp-level request (16 = 32 threads x 16 B, coalesced)"
+    )
 
 
 class ProfileSummary(BaseModel):
@@ -191,7 +199,8 @@ class ProfileSummary(BaseModel):
             f"  global access: {_f(g.load_sectors_per_request, '', 3)} sectors/load request"
             + (f" ({g.load_bytes_used_per_sector_pct:.0f}% of each sector used)" if g.load_bytes_used_per_sector_pct is not None else "")
             + f", {_f(g.store_sectors_per_request, '', 3)} sectors/store request"
-            + (f" ({g.store_bytes_used_per_sector_pct:.0f}% used)" if g.store_bytes_used_per_sector_pct is not None else ""),
+            + (f" ({g.store_bytes_used_per_sector_pct:.0f}% used)" if g.store_bytes_used_per_sector_pct is not None else "")
+            + (f", {g.async_copy_sectors_per_request:.3f} sectors/cp.async request" if g.async_copy_sectors_per_request else ""),
             f"  shared memory: {_f(s.load_bank_conflicts, '', 0)} load / {_f(s.store_bank_conflicts, '', 0)} store bank conflicts"
             + (f" ({s.conflict_pct:.1f}% of shared wavefronts)" if s.conflict_pct is not None else ""),
         ]
@@ -291,14 +300,7 @@ def summarize(
         load_bank_conflicts=ld_c, store_bank_conflicts=st_c, load_wavefronts=ld_w, store_wavefronts=st_w,
         conflict_pct=100 * ((ld_c or 0) + (st_c or 0)) / wavefronts if wavefronts > 0 else None,
     )
-    glob = GlobalAccess(
-        load_sectors_per_request=_ratio(v("l1tex__t_sectors_pipe_lsu_mem_global_op_ld.sum"), v("l1tex__t_requests_pipe_lsu_mem_global_op_ld.sum"))
-        or v("l1tex__average_t_sectors_per_request_pipe_lsu_mem_global_op_ld.ratio"),
-        store_sectors_per_request=_ratio(v("l1tex__t_sectors_pipe_lsu_mem_global_op_st.sum"), v("l1tex__t_requests_pipe_lsu_mem_global_op_st.sum"))
-        or v("l1tex__average_t_sectors_per_request_pipe_lsu_mem_global_op_st.ratio"),
-        load_bytes_used_per_sector_pct=v("smsp__sass_average_data_bytes_per_sector_mem_global_op_ld.pct"),
-        store_bytes_used_per_sector_pct=v("smsp__sass_average_data_bytes_per_sector_mem_global_op_st.pct"),
-    )
+    glob = _global_access(v)
     latency = v("smsp__average_warp_latency_per_inst_issued.ratio")
     summary = ProfileSummary(
         workload=workload, candidate=candidate, case=case, kernel=kernel,
@@ -315,6 +317,35 @@ def summarize(
     )
     summary.hints = hints(summary)
     return summary
+
+
+def _global_access(v: Callable[..., float | None]) -> GlobalAccess:
+    """Coalescing of LDG / STG alone. The LSU's global-load counters also count cp.async
+    (LDGSTS), and the SASS bytes-per-sector ratios read 0% for an instruction that never ran, so
+    a kernel loading only with cp.async would look uncoalesced: its LDGSTS requests and sectors
+    are taken out and reported on their own."""
+    ldg, stg = v("smsp__sass_inst_executed_op_global_ld.sum"), v("smsp__sass_inst_executed_op_global_st.sum")
+    async_requests = v("sm__sass_l1tex_t_requests_pipe_lsu_mem_global_op_ldgsts.sum") or 0.0
+    async_sectors = sum(
+        v(f"sm__sass_l1tex_t_sectors_pipe_lsu_mem_global_op_ldgsts_cache_{way}.sum") or 0.0 for way in ("access", "bypass")
+    )
+    requests, sectors = v("l1tex__t_requests_pipe_lsu_mem_global_op_ld.sum"), v("l1tex__t_sectors_pipe_lsu_mem_global_op_ld.sum")
+    if ldg == 0:
+        load_spr = None
+    elif async_requests and requests is not None and sectors is not None:
+        load_spr = _ratio(sectors - async_sectors, requests - async_requests) if requests > async_requests else None
+    else:
+        load_spr = _ratio(sectors, requests) or v("l1tex__average_t_sectors_per_request_pipe_lsu_mem_global_op_ld.ratio")
+    return GlobalAccess(
+        load_sectors_per_request=load_spr,
+        store_sectors_per_request=None if stg == 0 else (
+            _ratio(v("l1tex__t_sectors_pipe_lsu_mem_global_op_st.sum"), v("l1tex__t_requests_pipe_lsu_mem_global_op_st.sum"))
+            or v("l1tex__average_t_sectors_per_request_pipe_lsu_mem_global_op_st.ratio")
+        ),
+        load_bytes_used_per_sector_pct=None if ldg == 0 else v("smsp__sass_average_data_bytes_per_sector_mem_global_op_ld.pct"),
+        store_bytes_used_per_sector_pct=None if stg == 0 else v("smsp__sass_average_data_bytes_per_sector_mem_global_op_st.pct"),
+        async_copy_sectors_per_request=_ratio(async_sectors, async_requests),
+    )
 
 
 def _ratio(a: float | None, b: float | None) -> float | None:

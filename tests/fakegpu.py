@@ -3,7 +3,8 @@ kernels in NumPy, and the small workload it understands.
 
 Two modes of the stand-in (written to a test's tmp_path by :func:`write_harness`):
 - "nogpu": answers every command like a machine without a driver (exit 3, driver_unavailable);
-- "fake":  a pretend H200 that computes c = a + b (buffers named a, b, c) in NumPy. Markers in the
+- "fake":  a pretend H200 that computes c = a + b (buffers named a, b, c) in NumPy, and checks a case's
+  tensor maps like the harness (KO_FAKE_FEATURES must name tensor_maps). Markers in the
   kernel's source (kept in the CUBIN as a __device__ string, see :func:`kernel`) make it hang
   (HANG; STALL:<case>; on that case only), print 20000 lines to stderr (PRINT), crash (CRASH), return a wrong element (WRONG), be slow to answer (SLOW) or fast (FAST),
   differ on the determinism re-run (RACE), be wrong on the hidden inputs after timing (CACHE) or slow on them
@@ -70,7 +71,39 @@ class Refuse(Exception):
 class Crash(Exception):
     """A case faulted: the request ends after answering, and the process exits 5."""
 
-def run_case(req, module, case, t0):
+SIZES = {"float16": 2, "bfloat16": 2, "float32": 4, "float64": 8, "int32": 4, "int64": 8,
+         "uint8": 1, "uint16": 2, "uint32": 4, "uint64": 8}  # TMA's types (no int8, int16)
+
+def check_maps(case, i):
+    """PROTOCOL.md "Tensor maps": the rules the harness checks before the first launch (buffer, dtype,
+    rank, reach), each failure a bad_request naming cases[i].tensor_maps[j]."""
+    def refuse(message):
+        raise Refuse({"protocol": 2, "status": "error", "cases": [], "error": {"kind": "bad_request", "message": message}})
+    if "tensor_maps" not in FEATURES:
+        refuse(f"cases[{i}].tensor_maps: unknown field")
+    bufs = {a["name"]: a for a in case["args"] if a["kind"] == "buffer"}
+    for j, m in enumerate(case["tensor_maps"]):
+        where = f"cases[{i}].tensor_maps[{j}]"
+        if m.get("buffer") not in bufs:
+            refuse(f"{where}.buffer: {m.get('buffer')!r} is no buffer arg of the case")
+        size = SIZES.get(m.get("dtype"))
+        if size is None:
+            refuse(f"{where}.dtype: {m.get('dtype')!r} is not a TMA element type")
+        dims = m["dims"]
+        strides = m.get("strides")
+        if strides is None:
+            strides = [size * dims[0]]
+            for d in dims[1:-1]:
+                strides.append(strides[-1] * d)
+        if not 1 <= len(dims) <= 5 or len(strides) != len(dims) - 1 or len(m["box"]) != len(dims):
+            refuse(f"{where}: dims, strides and box disagree on the rank")
+        reach = sum((d - 1) * st for d, st in zip(dims, [size, *strides])) + size
+        if reach > bufs[m["buffer"]]["bytes"]:
+            refuse(f"{where}: reaches {reach} bytes, past the {bufs[m['buffer']]['bytes']} bytes of buffer {m['buffer']!r}")
+
+def run_case(req, module, case, t0, index=0):
+    if "tensor_maps" in case:
+        check_maps(case, index)
     if (case.get("timing") or {}).get("blocking") and not req.get("support_module"):
         raise Refuse({"protocol": 1, "status": "error", "cases": [], "error": {"kind": "bad_request",
              "message": "cases[0].timing.blocking: needs the harness's support kernels"}})
@@ -195,7 +228,7 @@ for line in sys.stdin:
         for i, case in enumerate(batch):
             if req.get("progress"):
                 say({"progress": {"case": case["name"], "index": i}})
-            result, steps = run_case(req, module, case, t0)
+            result, steps = run_case(req, module, case, t0, i)
             results.append(result)
     except Refuse as refused:
         say(refused.args[0])

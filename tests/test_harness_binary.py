@@ -28,6 +28,9 @@ INPUT_FEATURES = {"input_draw", "expected_dtype"}
 EXPECTED_FEATURES = {"device_expected"}
 # A line on the answer stream before each case of a request (PROTOCOL.md, top-level "progress").
 PROGRESS_FEATURES = {"progress"}
+# CUtensorMaps the harness encodes over a case's buffers (PROTOCOL.md, "Tensor maps"); listed by a
+# harness built against CUDA 12.0+ headers, which every supported build is.
+TENSOR_MAP_FEATURES = {"tensor_maps"}
 
 
 def _run(binary: Path, *args: str, stdin: str | None = None) -> tuple[int, dict | None, str]:
@@ -60,7 +63,8 @@ def test_version(harness_binary: Path) -> None:
     assert code == 0 and answer is not None
     assert answer["harness"] == "0.1.0" and answer["protocol"] == 2
     assert set(answer["features"]) == (DATA_PATH_FEATURES | TIMING_FEATURES | TIMED_CHECK_FEATURES | INTEGRITY_FEATURES
-                                        | INPUT_FEATURES | EXPECTED_FEATURES | PROGRESS_FEATURES)
+                                        | INPUT_FEATURES | EXPECTED_FEATURES | PROGRESS_FEATURES
+                                        | TENSOR_MAP_FEATURES)
 
 
 def test_harness_features_reads_version(harness_binary: Path, tmp_path: Path) -> None:

@@ -49,7 +49,8 @@ from kernelopt_mcp.workspace import check_spec_size
 REPO = Path(__file__).resolve().parent.parent
 NEW = ["histogram", "gemm_bf16", "attention_fwd"]
 # tunable kernels: "<workload>" for its tunable.json, "<workload>:<spec>" for another spec beside it
-TUNABLE_NEW = ["histogram", "gemm_bf16", "gemm_bf16:tunable_wgmma.json", "attention_fwd", "sgemm:tunable_3xtf32.json"]
+TUNABLE_NEW = ["histogram", "gemm_bf16", "gemm_bf16:tunable_wgmma.json", "gemm_bf16:tunable_tma.json", "attention_fwd",
+               "sgemm:tunable_3xtf32.json"]
 
 
 def _tunable(key: str) -> Tunable:
@@ -245,12 +246,12 @@ def test_attention_tolerance_admits_bf16_probabilities_and_rejects_wrong_math(ca
 
 
 def _check_compiled(source: str, wl: Workload, options: list[str], what: str, block_threads: int,
-                    *, local_ok: bool = False) -> list[str]:
+                    *, local_ok: bool = False, tensor_maps: int = 0) -> list[str]:
     result = compile_kernel(source, "sm_90", options, filename=f"{what}.cu")
     if not result.ok:
         return [f"{what} {options}: {result.summary()}"]
     sig = wl.signature
-    sizes = [8 if p.kind == "buffer" else 4 for p in sig.params]
+    sizes = [8 if p.kind == "buffer" else 4 for p in sig.params] + [128] * tensor_maps  # maps after the params
     if [p.size_bytes for p in result.entries[sig.entry]] != sizes:
         return [f"{what} {options}: parameters {result.entries[sig.entry]}"]
     res = result.resources[sig.entry]
@@ -289,6 +290,8 @@ def _compile_sample(key: str) -> list[Config]:
                                   or c["RPW"] == 2]]
     if os.environ.get("KERNELOPT_TUNABLE_ALL") == "1" or key == "gemm_bf16:tunable_wgmma.json":
         return configs  # the wgmma kernel's 35 compile in ~0.5 s each
+    if key == "gemm_bf16:tunable_tma.json":  # GROUP only reorders tiles: one per (BN, STAGES)
+        return [c for c in configs if c["GROUP"] == t.spec["defaults"]["GROUP"]]
     deepest = max(t.spec["params"]["BK"])
     hungry = [c for c in configs if c["WM"] == c["WN"] == 64 and c["BK"] == deepest]
     rest = [c for c in configs if c != t.spec["defaults"]]
@@ -302,7 +305,8 @@ def test_tunable_configurations_compile_without_spills(name: str) -> None:
     with ThreadPoolExecutor(max_workers=2) as pool:
         found = pool.map(
             lambda c: _check_compiled(t.source, t.workload, options_for(t.spec, c), "tunable",
-                                      resolved(t, c, t.workload.spec.cases[0].name).threads_per_block),
+                                      (r := resolved(t, c, t.workload.spec.cases[0].name)).threads_per_block,
+                                      tensor_maps=len(r.tensor_maps)),
             configs)
         problems = [p for ps in found for p in ps]
     assert not problems, "\n".join(problems)
@@ -316,7 +320,7 @@ def test_tunable_defaults_are_valid_and_every_launch_resolves_and_covers_the_out
     for param in spec["params"]:
         assert f"#ifndef {param}\n#define {param} {spec['defaults'][param]}\n" in t.source
     configs = valid_configs(spec)
-    assert len(configs) >= 20
+    assert len(configs) >= (18 if name == "gemm_bf16:tunable_tma.json" else 20)
     for config in configs:
         for case in t.workload.spec.cases:
             r = resolved(t, config, case.name)  # raises beyond the device's limits
@@ -328,6 +332,12 @@ def test_tunable_defaults_are_valid_and_every_launch_resolves_and_covers_the_out
                 assert r.block == (32 * config["WARPS"], 1, 1) and r.grid[1] == s["B"] * s["H"]
                 assert r.grid[0] * rows >= s["S"] and (r.grid[0] - 1) * rows < s["S"]
                 assert r.shared_bytes <= LIMITS.max_shared_bytes_per_block_optin
+            elif name == "gemm_bf16:tunable_tma.json":
+                assert r.block == (384, 1, 1)  # a producer and two consumer warpgroups, 128 rows
+                assert r.grid[0] * config["BN"] >= s["N"] and r.grid[1] * 128 >= s["M"]
+                assert (r.grid[0] - 1) * config["BN"] < s["N"] and (r.grid[1] - 1) * 128 < s["M"]
+                assert r.shared_bytes <= LIMITS.max_shared_bytes_per_block_optin
+                assert [m.buffer for m in r.tensor_maps] == ["A", "B"]
             elif name == "gemm_bf16:tunable_wgmma.json":
                 assert r.block == (2 * config["BM"], 1, 1)  # BM / 64 warpgroups of 128 threads
                 assert r.grid[0] * config["BN"] >= s["N"] and r.grid[1] * config["BM"] >= s["M"]

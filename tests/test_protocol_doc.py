@@ -43,7 +43,8 @@ ANSWER_MODELS = [m for m in _MODELS if isclass(m) and issubclass(m, protocol._An
 
 # The sections whose bullet lists document request fields, and the one documenting answer fields
 # (their headings, without the leading #s). Other sections' bullets are values or steps.
-REQUEST_SECTIONS = ("Request", "Protocol 2 data path", "Fresh inputs and checked launches", "Inputs drawn on the device")
+REQUEST_SECTIONS = ("Request", "Protocol 2 data path", "Fresh inputs and checked launches", "Inputs drawn on the device",
+                    "Tensor maps")
 ANSWER_SECTIONS = ("Protocol 2 answer fields",)
 # "Top-level fields:", "Buffer fields:", "Case field:" ... say whose fields the bullets below are.
 LABELS = {"Top-level": RunRequest, "Buffer": BufferArg, "Case": CaseRequest}
@@ -101,18 +102,22 @@ def undocumented(models: Iterable[type[BaseModel]], text: str = TEXT) -> list[st
 
 
 def json_examples(text: str = TEXT) -> Iterator[Any]:
-    """Every ```json block, with its elisions (``{...}``, ``"...": "..."``) taken out."""
+    """Every ```json block, with its elisions (``{...}``, ``"...": "..."``) taken out; a block of
+    fields (``"tensor_maps": [...]``, part of an object) is read as the object holding them."""
     for block in re.findall(r"```json\n(.*?)```", text, re.S):
         block = block.replace("{...}", "{}")
         block = re.sub(r',\s*"\.\.\.":\s*"\.\.\."', "", block)
         block = re.sub(r'"\.\.\.":\s*"\.\.\.",\s*', "", block)
-        yield json.loads(block)
+        yield json.loads("{" + block + "}" if block.lstrip().startswith('"') else block)
 
 
 def example_model(example: dict[str, Any]) -> type[BaseModel]:
-    """What an example shows: a buffer argument, an answer (it has a status) or a request."""
+    """What an example shows: a buffer argument, fields of a case (every key one of a case's and
+    no ``args``: a part of one), an answer (it has a status) or a request."""
     if example.get("kind") == "buffer":
         return BufferArg
+    if example and "args" not in example and set(example) <= set(CaseRequest.model_fields):
+        return CaseRequest
     baseline = example.get("op") == "baseline"
     if "status" in example or any("status" in c for c in example.get("cases", [])):
         return BaselineAnswer if baseline else HarnessAnswer
@@ -142,7 +147,7 @@ def test_every_key_of_every_json_example_is_a_field_of_its_model() -> None:
     examples = list(json_examples())
     shown = {example_model(e) for e in examples}
     # every kind of example is found (a change in the document's layout fails here, not silently)
-    assert {RunRequest, BaselineRequest, BufferArg, HarnessAnswer, BaselineAnswer} <= shown, shown
+    assert {RunRequest, BaselineRequest, BufferArg, CaseRequest, HarnessAnswer, BaselineAnswer} <= shown, shown
     problems = [f"{example_model(e).__name__} example: {p}" for e in examples for p in unknown_keys([example_model(e)], e)]
     assert not problems, "PROTOCOL.md's examples have fields protocol.py lacks:\n" + "\n".join(problems)
 

@@ -86,11 +86,17 @@ def concrete_launch(spec: dict[str, Any], config: Config) -> LaunchSpec:
         return text
 
     def one(cfg: dict[str, Any]) -> dict[str, Any]:
-        return {
+        out = {
             "grid": [sub(v) for v in cfg["grid"]],
             "block": [sub(v) for v in cfg["block"]],
             "shared_bytes": sub(cfg.get("shared_bytes", 0)),
         }
+        if cfg.get("tensor_maps"):  # every list of expressions in a map, the rest as it is
+            out["tensor_maps"] = [
+                {k: [sub(v) for v in value] if isinstance(value, list) else value for k, value in m.items()}
+                for m in cfg["tensor_maps"]
+            ]
+        return out
 
     launch = spec["launch"]
     out: dict[str, Any] = {}
@@ -200,6 +206,12 @@ def test_concrete_launch_substitutes_whole_names_only() -> None:
     spec = {"launch": {"default": {"grid": ["ceil_div(N, BN)"], "block": ["BN // TN"], "shared_bytes": "BNX"}}}
     out = concrete_launch(spec, {"BN": 128, "TN": 8})
     assert out.for_case("x") == LaunchConfig(grid=["ceil_div(N, (128))"], block=["(128) // (8)"], shared_bytes="BNX")
+    # tensor maps keep their fields, with the parameters substituted in every list of expressions
+    tma = {"grid": [1], "block": [1], "tensor_maps": [{"buffer": "B", "dims": ["N", "K"], "box": [64, "BN"], "swizzle": "128B"}]}
+    out = concrete_launch({"launch": {"default": tma}}, {"BN": 128})
+    maps = out.for_case("x").tensor_maps
+    assert len(maps) == 1 and maps[0].box == [64, "(128)"], maps
+    assert maps[0].dims == ["N", "K"] and maps[0].buffer == "B" and maps[0].swizzle == "128B"
 
 
 # --- compiling ----------------------------------------------------------------------------------

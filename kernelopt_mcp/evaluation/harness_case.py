@@ -46,6 +46,7 @@ from .protocol import (
     TimingRequest,
 )
 from .stats import from_answer
+from .tensor_maps import store_tail_hint, tensor_map_requests
 
 Compares = dict[tuple[str, str], CompareEntry]  # (buffer, launch) -> the device's comparison
 
@@ -103,7 +104,9 @@ def build_request(
                 value=value if math.isfinite(value) else str(value),
                 raw=scalar_raw(p.dtype, value).hex(),
             ))
-    entry = CaseRequest(name=case.name, args=args, launch=LaunchRequest.model_validate(job.launch.as_json()))
+    entry = CaseRequest(name=case.name, args=args, launch=LaunchRequest.model_validate(job.launch.dims_json()))
+    if job.launch.tensor_maps:
+        entry.tensor_maps = tensor_map_requests(job.launch, workload)
     if job.repeat:
         entry.repeat_validation = True
     if job.timing:
@@ -218,7 +221,15 @@ def interpret(
                 f"dominate the run: print from one thread, or drop it), last line: {last!r}"
             )
         return cr, None
-    raise_for_request_error(reply.parsed(AnswerEnvelope), reply.exit_code)
+    envelope = reply.parsed(AnswerEnvelope)
+    refused = envelope.error if envelope is not None and envelope.error is not None else RequestError()
+    if refused.kind == "bad_request" and "tensor_maps" in (refused.message or ""):
+        # a map the checks here let through but the harness (or the driver's encoder) refuses: the
+        # candidate's launch, not the tool, is at fault
+        cr.status = Status.invalid_launch
+        cr.message = f"the harness refused a tensor map: {refused.message}"
+        return cr, None
+    raise_for_request_error(envelope, reply.exit_code)
     answer = reply.parsed(HarnessAnswer)
     if answer is None:
         raise HarnessError(
@@ -238,6 +249,8 @@ def interpret(
     cr.guard_violations = [_raw(v) for v in ca.guard_violations]
     cr.modified_inputs = [_raw(m) for m in ca.modified_inputs]
     if _harness_status(cr, ca.status, reply):
+        if cr.status is Status.out_of_bounds_write and cr.guard_violations:
+            cr.message = (cr.message or "") + store_tail_hint(job.launch, workload, cr.guard_violations[0].get("buffer", ""))
         return cr, None
     if reply.exit_code not in (None, ExitCode.OK):
         raise HarnessError(f"the harness reported ok but exited with code {reply.exit_code}")

@@ -24,7 +24,7 @@ __all__ = [
     "BaselineTiming", "BufferArg", "CaseAnswer", "CaseError", "CaseRequest", "CompareEntry",
     "CompareThresholds", "DeterminismEntry", "DeviceAnswer", "FreshSpec", "FunctionAnswer",
     "GuardViolation", "HarnessAnswer", "HarnessRequest", "InputCacheAnswer", "InputDraw", "KeptEntry", "LaunchRequest",
-    "ModifiedInput", "RequestError", "RunRequest", "ScalarArg", "StagingAnswer", "TimedCheck",
+    "ModifiedInput", "RequestError", "RunRequest", "ScalarArg", "StagingAnswer", "TensorMapRequest", "TimedCheck",
     "TimedDump", "TimingAnswer", "TimingRequest", "VersionAnswer", "parse_answer", "request_json",
 ]
 
@@ -142,10 +142,26 @@ class TimingRequest(_Request):
     adaptive: AdaptiveRequest | None = None
 
 
+class TensorMapRequest(_Request):
+    """A case's ``tensor_maps`` entry: a CUtensorMap the harness encodes over one of its buffers
+    and passes after the args (PROTOCOL.md, "Tensor maps")."""
+
+    buffer: str
+    dtype: str
+    dims: list[int]
+    strides: list[int] | None = None  # omitted: packed
+    box: list[int]
+    element_strides: list[int] | None = None  # omitted: all 1
+    swizzle: Literal["none", "32B", "64B", "128B"] | None = None
+    l2_promotion: Literal["none", "64B", "128B", "256B"] | None = None
+    oob_fill: Literal["zero", "nan"] | None = None
+
+
 class CaseRequest(_Request):
     name: str
     args: list[Arg]
     launch: LaunchRequest
+    tensor_maps: list[TensorMapRequest] | None = None  # feature tensor_maps
     repeat_validation: bool | None = None
     timing: TimingRequest | None = None
     fresh_seed: int | None = None

@@ -34,6 +34,8 @@ from .inputs import CaseInputs, fresh_seed, hidden_seed_checks
 from .outcomes import EvaluationResult
 from .protocol import LaunchRequest, RunRequest
 from .roofline import Peaks
+from .tensor_maps import FEATURE as TENSOR_MAPS
+from .tensor_maps import TENSOR_MAP_BYTES, check_tensor_maps
 
 __all__ = ["Session"]
 
@@ -220,7 +222,9 @@ class Session:
         )
         if not compiled.ok:
             return compiled, None, compiled.summary()
-        problem = (arch_problem(compiled.arch, self.device.arch) if self.device else None) or self.check_entry(compiled)
+        configs = [c for c in (candidate.launch.default, *candidate.launch.cases.values()) if c is not None]
+        maps = frozenset(len(c.tensor_maps) for c in configs) or frozenset({0})
+        problem = (arch_problem(compiled.arch, self.device.arch) if self.device else None) or self.check_entry(compiled, maps)
         if problem:
             return compiled, None, problem
         key = hashlib.sha256(json.dumps([compiled.source_hash, compiled.options, compiled.arch]).encode())
@@ -229,8 +233,10 @@ class Session:
             write_atomic(module, compiled.cubin or b"", durable=False)
         return compiled, module, None
 
-    def check_entry(self, compiled: CompileResult) -> str | None:
-        """Why the module's entry point does not match the workload's signature (None: it does)."""
+    def check_entry(self, compiled: CompileResult, maps: frozenset[int] = frozenset({0})) -> str | None:
+        """Why the module's entry point does not match the workload's signature followed by one
+        CUtensorMap per tensor map of the launch (``maps``: how many the launch's configurations
+        pass) (None: it does)."""
         sig = self.workload.signature
         if sig.entry not in compiled.entries:
             found = ", ".join(compiled.entries) or "none"
@@ -239,17 +245,27 @@ class Session:
                 f"as {sig.c_prototype()}"
             )
         params = compiled.entries[sig.entry]
-        if len(params) != len(sig.params):
+        if len(params) - len(sig.params) not in maps:
+            passed = " or ".join(str(n) for n in sorted(maps))
             return (
                 f"kernel {sig.entry!r} takes {len(params)} parameters but the signature has "
-                f"{len(sig.params)}: {sig.c_prototype()}"
+                f"{len(sig.params)}: {sig.c_prototype()}" + (
+                    f", then the launch passes {passed} tensor map(s), each a `const __grid_constant__ "
+                    "CUtensorMap` parameter" if maps != {0} else ""
+                )
             )
-        for ptx, p in zip(params, sig.params, strict=True):
+        for ptx, p in zip(params, sig.params, strict=False):
             want = 8 if isinstance(p, BufferParam) else p.dtype.itemsize
             if ptx.size_bytes and ptx.size_bytes != want:
                 return (
                     f"parameter {p.name!r} is {ptx.size_bytes} bytes in the kernel but {want} in the "
                     f"signature: {sig.c_prototype()}"
+                )
+        for j, ptx in enumerate(params[len(sig.params):]):
+            if ptx.size_bytes and ptx.size_bytes != TENSOR_MAP_BYTES:
+                return (
+                    f"parameter {len(sig.params) + j} (tensor map {j}) is {ptx.size_bytes} bytes in the kernel; "
+                    f"a tensor map is a {TENSOR_MAP_BYTES}-byte `const __grid_constant__ CUtensorMap` passed by value"
                 )
         return None
 
@@ -261,6 +277,8 @@ class Session:
         """
         scalars = {**case.scalars, **{k: v for k, v in candidate.params.items() if not isinstance(v, str)}}
         launch = resolve(candidate.launch.for_case(case.name), scalars, self.limits, case.name)
+        if launch.tensor_maps:
+            self._check_maps(launch, compiled, case)
         static_shared = sum((r.shared_bytes or 0) for r in compiled.resources.values())
         if launch.shared_bytes + static_shared > self.limits.max_shared_bytes_per_block_optin:
             raise LaunchConfigError(
@@ -269,6 +287,24 @@ class Session:
                 f"{self.limits.max_shared_bytes_per_block_optin} B per block"
             )
         return launch
+
+    def _check_maps(self, launch: ResolvedLaunch, compiled: CompileResult, case: Case) -> None:
+        """The launch's tensor maps: a harness that encodes them, one kernel parameter each, and
+        each within its buffer (:func:`~.tensor_maps.check_tensor_maps`)."""
+        if self.harness.binary is not None and TENSOR_MAPS not in self.features:
+            raise LaunchConfigError(
+                f"case {case.name!r}: the launch has tensor maps, but this kernelopt-harness is too old to "
+                f"encode them (its features lack {TENSOR_MAPS!r}): rebuild it with `pip install .`"
+            )
+        params = compiled.entries.get(self.workload.signature.entry)
+        want = len(self.workload.signature.params) + len(launch.tensor_maps)
+        if params is not None and len(params) != want:
+            raise LaunchConfigError(
+                f"case {case.name!r}: the launch passes {len(launch.tensor_maps)} tensor map(s), so the kernel "
+                f"takes {want} parameters, but it has {len(params)}: one `const __grid_constant__ CUtensorMap` "
+                "per map after the signature's parameters"
+            )
+        check_tensor_maps(launch, self.workload, case)
 
     def request(self, job: CaseJob, module: Path, options: EvaluateOptions | None = None) -> RunRequest:
         """The harness request of ``job`` with the session's data, support and check modules."""

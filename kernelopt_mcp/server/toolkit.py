@@ -60,7 +60,8 @@ Launch = Annotated[
         description='per-case launch configuration: {"default": {"grid": [x, y, z], "block": [x, y, z], '
         '"shared_bytes": n}, "cases": {"<case>": {...}}}; every value an integer or an expression of the '
         'case\'s scalars such as "ceil_div(n, 256)" (SM_COUNT names the device\'s multiprocessors); missing '
-        'dimensions are 1; a bare {"grid", "block"} object applies to every case'
+        'dimensions are 1; a bare {"grid", "block"} object applies to every case; optional "tensor_maps": TMA '
+        'tensor maps the harness encodes over the case\'s buffers, passed after the signature\'s parameters'
     ),
 ]
 

@@ -174,7 +174,8 @@ def _configs(spec: LaunchSpec) -> list[tuple[str, LaunchConfig]]:
 
 
 def _dims(config: LaunchConfig) -> list[str]:
-    return [d for d in [*config.grid, *config.block, config.shared_bytes] if isinstance(d, str)]
+    maps = [d for m in config.tensor_maps for d in m.expressions()]
+    return [d for d in [*config.grid, *config.block, config.shared_bytes, *maps] if isinstance(d, str)]
 
 
 def substitute(text: str | int, params: dict[str, Value]) -> str | int:
@@ -207,12 +208,19 @@ def substitute(text: str | int, params: dict[str, Value]) -> str | int:
 
 
 def substitute_launch(spec: LaunchSpec, params: dict[str, Value]) -> LaunchSpec:
+    def dims(values: list[int | str] | None) -> list[str | int] | None:
+        return None if values is None else [substitute(d, params) for d in values]
+
     def one(config: LaunchConfig) -> dict[str, Any]:
-        return {
-            "grid": [substitute(d, params) for d in config.grid],
-            "block": [substitute(d, params) for d in config.block],
-            "shared_bytes": substitute(config.shared_bytes, params),
+        out: dict[str, Any] = {
+            "grid": dims(config.grid), "block": dims(config.block), "shared_bytes": substitute(config.shared_bytes, params),
         }
+        if config.tensor_maps:
+            out["tensor_maps"] = [
+                {**m.model_dump(), **{k: dims(getattr(m, k)) for k in ("dims", "box", "strides", "element_strides")}}
+                for m in config.tensor_maps
+            ]
+        return out
 
     data: dict[str, Any] = {"cases": {k: one(v) for k, v in spec.cases.items()}}
     if spec.default is not None:

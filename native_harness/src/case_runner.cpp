@@ -12,6 +12,7 @@
 #include "file_io.hpp"
 #include "response.hpp"
 #include "support.hpp"
+#include "tensor_map.hpp"
 #include "timing.hpp"
 
 namespace kernelopt::detail {
@@ -327,6 +328,7 @@ void CaseRunner::setup() {
     std::memcpy(slot.bytes, &d.data, sizeof d.data);
   }
 
+  setup_tensor_maps();
   hide_secrets();
 
   // Every allocation happens before the validation launch: running out of memory is then a
@@ -348,6 +350,28 @@ void CaseRunner::setup() {
       if (src->device) src->host = {};
     }
   }
+}
+
+void CaseRunner::setup_tensor_maps() {
+  if (spec_.tensor_maps.empty()) return;
+#if CUDA_VERSION >= 12000
+  st_.tensor_maps.resize(spec_.tensor_maps.size());
+  for (std::size_t j = 0; j < spec_.tensor_maps.size(); ++j) {
+    const auto& m = spec_.tensor_maps[j];
+    const auto d = std::find_if(st_.buffers.begin(), st_.buffers.end(),
+                                [&](const DeviceArg& b) { return b.index == m.arg; });
+    if (d == st_.buffers.end()) throw std::logic_error("tensor map over an arg that is no buffer");
+    // The address the kernel is given for this buffer, the same for every launch of the case;
+    // reach is checked against the buffer's bytes again before the driver encodes it.
+    const auto c = static_cast<std::size_t>(&spec_ - req_.cases.data());  // spec_ is one of them
+    encode_tensor_map(drv_, m, d->data, d->spec->buffer.bytes,
+                      "cases[" + std::to_string(c) + "].tensor_maps[" + std::to_string(j) + "]",
+                      st_.tensor_maps[j]);
+    st_.params.push_back(&st_.tensor_maps[j]);
+  }
+#else
+  throw BadRequest("tensor_maps: this harness was built against CUDA headers older than 12.0");
+#endif
 }
 
 json CaseRunner::occupancy() {

@@ -62,7 +62,15 @@ struct alignas(16) ParamSlot {
 
 struct CaseState {
   std::vector<DeviceArg> buffers;
-  std::vector<ParamSlot> slots;
+  std::vector<ParamSlot> slots;  // one per arg
+#if CUDA_VERSION >= 12000
+  // One per tensor map, encoded once the buffers exist (setup_tensor_maps). CUtensorMap is
+  // over-aligned (64 or 128 bytes), which C++17's allocator honours; sized once, so the
+  // pointers in `params` stay valid.
+  std::vector<CUtensorMap> tensor_maps;
+#endif
+  // The candidate's kernelParams: the slots, then the tensor maps. Every launch of the
+  // candidate (CaseRunner::launch) passes these.
   std::vector<void*> params;
   // Checked launches: the reference's parameters (its own buffers) and one KoCompareResult
   // per (check, output buffer).
@@ -99,6 +107,8 @@ class CaseRunner {
   enum class Phase { setup, launched };
 
   void setup();
+  // The case's tensor maps, encoded over the guarded buffers and appended to st_.params.
+  void setup_tensor_maps();
   void hide_secrets();
   Source stage(const std::string& path, std::uint64_t bytes, bool need_device);
   // A buffer's input drawn on the device (input_draw / timed_input_draw): a staged device copy.

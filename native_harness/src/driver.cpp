@@ -119,6 +119,9 @@ std::unique_ptr<DriverApi> load() {
                    bind(lib, api->cuMemGetAllocationGranularity,
                         KO_STRINGIFY_EXPANDED(cuMemGetAllocationGranularity));
   if (!vmm) api->cuMemCreate = nullptr;
+#if CUDA_VERSION >= 12000
+  bind(lib, api->cuTensorMapEncodeTiled, KO_STRINGIFY_EXPANDED(cuTensorMapEncodeTiled));
+#endif
 #if CUDA_VERSION >= 12040
   bind(lib, api->cuFuncGetParamInfo, KO_STRINGIFY_EXPANDED(cuFuncGetParamInfo));
 #endif

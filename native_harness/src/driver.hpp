@@ -80,6 +80,11 @@ struct DriverApi {
   KO_DRIVER_FN(cuMemUnmap);
   KO_DRIVER_FN(cuMemSetAccess);
   KO_DRIVER_FN(cuMemGetAllocationGranularity);
+#if CUDA_VERSION >= 12000
+  // Optional (driver 12.0+): encodes the CUtensorMaps of a case's "tensor_maps"
+  // (tensor_map.hpp). nullptr when the driver lacks it; requests with tensor maps are refused.
+  KO_DRIVER_FN(cuTensorMapEncodeTiled);
+#endif
 #if CUDA_VERSION >= 12040
   // Optional (driver 12.4+): lets the harness check the request's arguments against the
   // kernel's parameter list before launching. nullptr when the driver lacks it.

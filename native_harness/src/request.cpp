@@ -13,6 +13,7 @@
 #include "errors.hpp"
 #include "request_args.hpp"
 #include "request_fields.hpp"
+#include "tensor_map.hpp"
 #include "version.hpp"
 
 namespace kernelopt {
@@ -243,6 +244,9 @@ CaseSpec parse_case(const json& c, const std::string& path) {
                                               index_path(args_path, it->second) + ")");
     }
     spec.args.push_back(std::move(arg));
+  }
+  if (const json* v = find(c, "tensor_maps")) {
+    parse_tensor_maps(*v, member_path(path, "tensor_maps"), spec);
   }
 
   spec.launch = parse_launch(require(c, path, "launch"), member_path(path, "launch"));

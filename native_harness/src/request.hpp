@@ -143,9 +143,32 @@ struct BaselineSpec {
   TimingConfig timing;
 };
 
+// A CUtensorMap the harness encodes over one of the case's buffers (feature "tensor_maps",
+// PROTOCOL.md "Tensor maps"), passed after the args. Validated by parse_request
+// (tensor_map.hpp), reach included, and again before it is encoded.
+enum class TensorSwizzle { none, b32, b64, b128 };
+enum class TensorL2Promotion { none, b64, b128, b256 };
+enum class TensorOobFill { zero, nan };
+
+struct TensorMapSpec {
+  std::string buffer;   // the name of a buffer arg of the case
+  std::size_t arg = 0;  // its index in the case's args
+  ScalarType dtype = ScalarType::uint8;
+  std::vector<std::uint64_t> dims;             // innermost first, rank 1..5
+  std::vector<std::uint64_t> strides;          // byte strides of dims 1..rank-1 (packed if omitted)
+  bool packed = false;                         // "strides" was omitted
+  std::vector<std::uint32_t> box;              // per dimension
+  std::vector<std::uint32_t> element_strides;  // per dimension (default all 1)
+  TensorSwizzle swizzle = TensorSwizzle::none;
+  TensorL2Promotion l2_promotion = TensorL2Promotion::none;
+  TensorOobFill oob_fill = TensorOobFill::zero;
+};
+
 struct CaseSpec {
   std::string name;
   std::vector<KernelArg> args;
+  // Kernel parameters after the args, in order: one 128-byte CUtensorMap each.
+  std::vector<TensorMapSpec> tensor_maps;
   LaunchConfig launch;
   std::optional<TimingConfig> timing;  // absent or iterations == 0: validate only
   bool repeat_validation = false;      // protocol 2: second validation launch, bitwise diff

@@ -15,6 +15,7 @@
 #include "errors.hpp"
 #include "file_io.hpp"
 #include "response.hpp"
+#include "tensor_map.hpp"
 
 namespace kernelopt {
 namespace {
@@ -96,7 +97,7 @@ json function_attributes(const detail::DriverApi& drv, CUfunction f) {
 // cuLaunchKernel reads one pointer per kernel parameter from kernelParams and copies as many
 // bytes as the parameter's size: too few arguments make it read past our array, a scalar of
 // the wrong width silently passes garbage. Where the driver can list the parameters
-// (cuFuncGetParamInfo, 12.4+), mismatches become bad requests instead.
+// (cuFuncGetParamInfo, 12.4+), mismatches become bad requests instead (check_parameter_sizes).
 void check_parameters(const detail::DriverApi& drv, CUfunction f, const Request& req) {
 #if CUDA_VERSION >= 12040
   if (drv.cuFuncGetParamInfo == nullptr) return;
@@ -110,30 +111,7 @@ void check_parameters(const detail::DriverApi& drv, CUfunction f, const Request&
     if (r != CUDA_SUCCESS) return;             // the driver cannot tell: launch unchecked
     sizes.push_back(size);
   }
-  // A kernel listed with no parameters may also be a driver that cannot introspect this
-  // module; extra kernelParams entries are harmless, so only a real list is enforced.
-  if (sizes.empty()) return;
-
-  for (std::size_t c = 0; c < req.cases.size(); ++c) {
-    const auto& args = req.cases[c].args;
-    if (args.size() != sizes.size()) {
-      throw BadRequest("cases[" + std::to_string(c) + "].args: kernel \"" + req.entry +
-                       "\" takes " + std::to_string(sizes.size()) + " parameter(s) but " +
-                       std::to_string(args.size()) + " are given");
-    }
-    for (std::size_t a = 0; a < args.size(); ++a) {
-      const bool is_buffer = args[a].kind == ArgKind::buffer;
-      const std::size_t given = is_buffer ? sizeof(CUdeviceptr) : scalar_size(args[a].scalar.dtype);
-      if (given != sizes[a]) {
-        throw BadRequest(arg_path(c, a) + ": kernel parameter " + std::to_string(a) + " of \"" +
-                         req.entry + "\" is " + std::to_string(sizes[a]) + " bytes but " +
-                         (is_buffer
-                              ? std::string("a buffer is passed as an 8-byte pointer")
-                              : "dtype " + std::string(scalar_type_name(args[a].scalar.dtype)) +
-                                    " is " + std::to_string(given) + " bytes"));
-      }
-    }
-  }
+  detail::check_parameter_sizes(req, sizes);
 #else
   (void)drv;
   (void)f;
@@ -201,6 +179,51 @@ std::uint64_t default_cache_budget(const Session& session) {
 
 }  // namespace
 
+namespace detail {
+
+void check_parameter_sizes(const Request& req, const std::vector<std::size_t>& sizes) {
+  // A kernel listed with no parameters may also be a driver that cannot introspect this
+  // module; extra kernelParams entries are harmless, so only a real list is enforced.
+  if (sizes.empty()) return;
+  for (std::size_t c = 0; c < req.cases.size(); ++c) {
+    const auto& args = req.cases[c].args;
+    const auto& maps = req.cases[c].tensor_maps;
+    const std::size_t given = args.size() + maps.size();
+    if (given != sizes.size()) {
+      throw BadRequest("cases[" + std::to_string(c) + "]." +
+                       (maps.empty() ? "args" : "tensor_maps") + ": kernel \"" + req.entry +
+                       "\" takes " + std::to_string(sizes.size()) + " parameter(s) but " +
+                       std::to_string(given) + " are given" +
+                       (maps.empty() ? std::string()
+                                     : " (" + std::to_string(args.size()) + " args, then " +
+                                           std::to_string(maps.size()) + " tensor maps)"));
+    }
+    for (std::size_t a = 0; a < args.size(); ++a) {
+      const bool is_buffer = args[a].kind == ArgKind::buffer;
+      const std::size_t bytes = is_buffer ? sizeof(CUdeviceptr) : scalar_size(args[a].scalar.dtype);
+      if (bytes != sizes[a]) {
+        throw BadRequest(arg_path(c, a) + ": kernel parameter " + std::to_string(a) + " of \"" +
+                         req.entry + "\" is " + std::to_string(sizes[a]) + " bytes but " +
+                         (is_buffer
+                              ? std::string("a buffer is passed as an 8-byte pointer")
+                              : "dtype " + std::string(scalar_type_name(args[a].scalar.dtype)) +
+                                    " is " + std::to_string(bytes) + " bytes"));
+      }
+    }
+    for (std::size_t j = 0; j < maps.size(); ++j) {
+      const std::size_t p = args.size() + j;
+      if (sizes[p] == tensor_map_param_bytes) continue;
+      throw BadRequest("cases[" + std::to_string(c) + "].tensor_maps[" + std::to_string(j) +
+                       "]: kernel parameter " + std::to_string(p) + " of \"" + req.entry +
+                       "\" is " + std::to_string(sizes[p]) +
+                       " bytes but a tensor map is passed as a 128-byte CUtensorMap (declare it "
+                       "const __grid_constant__ CUtensorMap, after the args)");
+    }
+  }
+}
+
+}  // namespace detail
+
 int run_request(Session& session, const Request& req, json& response, const ProgressFn& progress) {
   const auto& drv = session.drv();
   response["device"] = {
@@ -210,6 +233,7 @@ int run_request(Session& session, const Request& req, json& response, const Prog
 
   auto image = read_file(req.module_path);
   check_input_files(req);
+  detail::require_tensor_map_support(drv, req);
   steps.mark("read_files");
 
   const ModuleLoad load = load_module_image(drv, std::move(image));

@@ -1,7 +1,9 @@
 // The per-request procedure of PROTOCOL.md; each case runs in a CaseRunner (case_runner.hpp).
 #pragma once
 
+#include <cstddef>
 #include <functional>
+#include <vector>
 
 #include <nlohmann/json_fwd.hpp>
 
@@ -24,5 +26,13 @@ using ProgressFn = std::function<void(const nlohmann::json&)>;
 // With req.progress, `progress` gets {"progress": {"case": name, "index": i}} before case i.
 int run_request(Session& session, const Request& req, nlohmann::json& response,
                 const ProgressFn& progress = {});
+
+namespace detail {
+// Refuses (BadRequest, naming the case's field) a request whose cases do not fit the kernel's
+// parameter sizes as cuFuncGetParamInfo lists them: each case's args (a buffer an 8-byte
+// pointer, a scalar its dtype's size), then its tensor maps (128 bytes each). An empty list
+// (the driver could not tell) checks nothing.
+void check_parameter_sizes(const Request& req, const std::vector<std::size_t>& sizes);
+}  // namespace detail
 
 }  // namespace kernelopt

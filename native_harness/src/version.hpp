@@ -1,5 +1,7 @@
 #pragma once
 
+#include <cuda.h>  // CUDA_VERSION: features that need newer driver API headers
+
 namespace kernelopt {
 
 #ifndef KERNELOPT_HARNESS_VERSION
@@ -33,6 +35,9 @@ inline constexpr const char* harness_features[] = {
     "readonly_staging",
     "device_expected",  // buffer "keep_expected" / expected "kept:KEY": expected values on device
     "progress",         // request "progress": a line on the answer stream before each case
+#if CUDA_VERSION >= 12000
+    "tensor_maps",  // case "tensor_maps": CUtensorMaps over the case's buffers, after its args
+#endif
 };
 
 }  // namespace kernelopt

@@ -29,6 +29,7 @@ using nlohmann::json;
 inline std::string g_harness;
 inline std::string g_fake;
 inline std::string g_fake_cublas;
+inline std::string g_fake_old;  // the fake driver without cuTensorMapEncodeTiled
 inline std::string g_dir;
 
 struct Run {

@@ -497,6 +497,7 @@ Kernel g_kernels[] = {
     {"inc_kernel", {8, 8}, 0.25, 0, 48 * 1024, inc_run},
     {"axpy_kernel", {4, 8, 8, 4}, 0.125, 0, 48 * 1024, axpy_run},
     {"count_kernel", {8, 4}, 0.125, 1024, 48 * 1024, count_run},
+    {"tma_copy_kernel", {8, 8, 8, 128, 128}, 0.5, 0, 48 * 1024, tma_copy_run},
 };
 
 }  // namespace

@@ -125,6 +125,8 @@ struct KernelTable {
 KernelTable kernels();
 // The kernel a CUfunction handle points at, or nullptr.
 Kernel* as_kernel(CUfunction f);
+// tma_copy_kernel (fake_libcuda_tma.cpp): copies through two tensor maps.
+void tma_copy_run(void** p);
 
 }  // namespace fake
 

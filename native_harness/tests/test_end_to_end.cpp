@@ -1,7 +1,7 @@
 // Runs the real kernelopt-harness executable against the fake driver (fake_libcuda.cpp) and
 // checks the answers, exit codes and output files of PROTOCOL.md.
 //
-// usage: test_end_to_end HARNESS FAKE_LIBCUDA FAKE_LIBCUBLAS
+// usage: test_end_to_end HARNESS FAKE_LIBCUDA FAKE_LIBCUBLAS FAKE_LIBCUDA_OLD
 
 #include <cstdio>
 #include <filesystem>
@@ -22,10 +22,11 @@ TEST_CASE("--version") {
         json({{"harness", "0.1.0"},
               {"protocol", 2},
               {"features",
-               {"support_module", "input_cache", "device_compare", "determinism", "timed_inputs",
-                "blocking", "graph", "adaptive", "baseline_cublas", "fresh_inputs", "timed_check",
-                "confirm_launch", "checked_dump", "fresh_launches", "input_draw", "expected_dtype",
-                "readonly_staging", "device_expected", "progress"}}}));
+               {"support_module",   "input_cache",     "device_compare", "determinism",
+                "timed_inputs",     "blocking",        "graph",          "adaptive",
+                "baseline_cublas",  "fresh_inputs",    "timed_check",    "confirm_launch",
+                "checked_dump",     "fresh_launches",  "input_draw",     "expected_dtype",
+                "readonly_staging", "device_expected", "progress",       "tensor_maps"}}}));
 }
 
 TEST_CASE("usage errors exit 2 with a JSON answer and usage on stderr") {
@@ -412,13 +413,15 @@ TEST_CASE("serve: one answer per line, bad lines answered, fatal ends with 5") {
 }
 
 int main(int argc, char** argv) {
-  if (argc != 4) {
-    std::fprintf(stderr, "usage: test_end_to_end HARNESS FAKE_LIBCUDA FAKE_LIBCUBLAS\n");
+  if (argc != 5) {
+    std::fprintf(stderr,
+                 "usage: test_end_to_end HARNESS FAKE_LIBCUDA FAKE_LIBCUBLAS FAKE_LIBCUDA_OLD\n");
     return 2;
   }
   g_harness = argv[1];
   g_fake = argv[2];
   g_fake_cublas = argv[3];
+  g_fake_old = argv[4];
   char dir[] = "/tmp/kernelopt-harness-test-XXXXXX";
   if (mkdtemp(dir) == nullptr) return 2;
   g_dir = dir;

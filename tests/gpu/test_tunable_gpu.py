@@ -93,6 +93,13 @@ CONFIGS: dict[str, list[dict[str, int]]] = {
         {"BM": 256, "BN": 128, "STAGES": 4},
         {"BM": 64, "BN": 128, "STAGES": 6},
     ],
+    # warp-specialized TMA + mbarrier + wgmma (tensor maps built by the harness): both wgmma
+    # widths, the shallowest and deepest rings, each tile order; odd shapes take the fallback
+    "gemm_bf16:tunable_tma.json": [
+        {"BN": 256, "STAGES": 4, "GROUP": 8},
+        {"BN": 128, "STAGES": 6, "GROUP": 1},
+        {"BN": 256, "STAGES": 3, "GROUP": 16},
+    ],
     # sgemm on tensor cores at FP32 accuracy: the tolerance is sgemm's, on every case
     "sgemm:tunable_3xtf32.json": [
         {"BM": 128, "BN": 256, "BK": 16, "WM": 64, "WN": 64, "STAGES": 4},
