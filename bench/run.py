@@ -62,7 +62,7 @@ from kernelopt_mcp.evaluation.evaluate import case_request, evaluate, preparatio
 from kernelopt_mcp.evaluation.outcomes import PhaseTimes
 from kernelopt_mcp.evaluation.protocol import request_json
 from kernelopt_mcp.evaluation.support_module import support_module
-from kernelopt_mcp.tune.prefetch import LOOKAHEAD, CompileAhead
+from kernelopt_mcp.tune.prefetch import CompileAhead
 
 # Targets from issue 6 ("Measurement you can trust")
 WARM_OVERHEAD_MS = 50.0
@@ -192,7 +192,7 @@ def evaluate_ahead(ev: Session, candidates: list[Candidate]) -> tuple[list[tuple
     try:
         for i, candidate in enumerate(candidates):
             ahead.wait(str(i))
-            for j in range(i + 1, min(i + 1 + LOOKAHEAD, len(candidates))):
+            for j in range(i + 1, min(i + 1 + ahead.lookahead, len(candidates))):
                 ahead.start(str(j), candidates[j])
             runs.append(evaluate_counted(ev, candidate))
     finally:

@@ -20,7 +20,7 @@ from ..evaluation.evaluate import evaluate, prepare
 from ..evaluation.outcomes import EvaluationResult, Status
 from ..evaluation.session import Session
 from .cache import TuneCache, context_fields, entry_key
-from .prefetch import LOOKAHEAD, CompileAhead
+from .prefetch import CompileAhead
 from .space import Config, Space, Value, config_key
 from .spec import Tunable
 from .strategies import auto_choice, make_strategy
@@ -151,7 +151,7 @@ def tune(
         """Start compiling what an ordered strategy will ask for next (valid, new, not cached, within
         the evaluation budget: the one being measured is not counted yet)."""
         peek = getattr(search, "peek", None)
-        room = LOOKAHEAD if budget_evals is None else min(LOOKAHEAD, budget_evals - out.counts.tried - 1)
+        room = ahead.lookahead if budget_evals is None else min(ahead.lookahead, budget_evals - out.counts.tried - 1)
         for upcoming in peek(room) if peek is not None and room > 0 else []:
             k = config_key(upcoming)
             if k not in seen and space.is_valid(upcoming) and cache.get(entry_key(context, upcoming)) is None:

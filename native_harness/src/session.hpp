@@ -44,8 +44,12 @@ class Session {
   // for the session. Throws CudaError (out of memory).
   void prepare_flush_l2();
 
-  // Enqueues, on stream(), writes over the scratch buffer, so whatever the next kernel reads
-  // comes from DRAM. Allocates the scratch on first use. Throws CudaError.
+  // Enqueues, on stream(), a pass over the scratch buffer, so whatever the next kernel reads
+  // comes from DRAM. With the support module's ko_flush_l2 the pass reads: every dirty line is
+  // written back during the flush and L2 is left holding clean lines of the scratch (as after
+  // Nsight Compute's cache control), so the next kernel pays no write-back of the flush's lines.
+  // Without it the pass is a memset, whose dirty lines the next kernel evicts. Allocates the
+  // scratch on first use. Throws CudaError.
   void flush_l2();
 
   int sm_count() const noexcept { return sm_count_; }

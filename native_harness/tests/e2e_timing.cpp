@@ -240,3 +240,21 @@ TEST_CASE("timed inputs after graph and blocking timing: one events-style checke
     CHECK_MSG(st.graph_launches == 2 * 5 && st.spins == 2, r.err);
   }
 }
+
+TEST_CASE("flush_l2: by reading (ko_flush_l2) with a support module, by a memset without one") {
+  // The fake's L2 is 1 MiB: the scratch is 2 MiB, read before each of 2 warm-up + 5 measured.
+  auto req = request("axpy_kernel", {axpy_case("fr", {{"warmup", 2}, {"iterations", 5}})});
+  req["support_module"] = support_module();
+  auto r = run_request(req, {"FAKE_CUDA_STATS=1"});
+  CHECK_MSG(r.rc == 0 && r.answer["cases"][0]["timing"]["flush_l2"] == true, r.out + r.err);
+  auto st = stats_of(r);
+  CHECK_MSG(st.flush_reads == 7 && st.flush_bytes == 7ul * (2u << 20), r.err);
+  req.erase("support_module");
+  r = run_request(req, {"FAKE_CUDA_STATS=1"});
+  CHECK_MSG(r.rc == 0 && r.answer["cases"][0]["timing"]["times_ms"].size() == 5, r.out + r.err);
+  CHECK_MSG(stats_of(r).flush_reads == 0, r.err);
+  req["flush_l2"] = false;
+  req["support_module"] = support_module();
+  r = run_request(req, {"FAKE_CUDA_STATS=1"});
+  CHECK_MSG(r.rc == 0 && stats_of(r).flush_reads == 0, r.out + r.err);
+}

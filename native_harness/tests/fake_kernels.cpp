@@ -368,6 +368,13 @@ void spin_run(void** p) {
   }
 }
 void empty_run(void**) {}
+// ko_flush_l2(const uint4* scratch, u64 words, u32* sink): counts the bytes it would read when
+// they lie inside one allocation (a range outside any is not counted, so a test sees it).
+void flush_read_run(void** p) {
+  ++g_flush_reads;
+  const auto words = arg<std::uint64_t>(p, 1);
+  if (valid_range(arg<CUdeviceptr>(p, 0), words * 16)) g_flush_bytes += words * 16;
+}
 
 // ko_fill_<dtype>(T* out, u64 n, u64 seed, u64 launch, u32 buffer, u32 kind, double a,
 // double b, i64 low, u64 range): not fill.cu's Philox, only a deterministic function of
@@ -479,6 +486,7 @@ Kernel g_kernels[] = {
     {"ko_bitwise_diff", {8, 8, 8, 8}, 0.01, 512, 48 * 1024, bitwise_diff_run},
     {"ko_spin", {8, 8, 8}, 0.0, 0, 48 * 1024, spin_run},
     {"ko_empty", {}, 0.002, 0, 48 * 1024, empty_run},
+    {"ko_flush_l2", {8, 8, 8}, 0.0, 0, 48 * 1024, flush_read_run},
     {"copy_kernel", {8, 8, 8}, 0.5, 0, 48 * 1024, copy_run},
     {"forge_kernel", {8, 8, 8}, 0.5, 0, 48 * 1024, forge_run},
     {"forge32_kernel", {8, 8, 8}, 0.5, 0, 48 * 1024, forge32_run},

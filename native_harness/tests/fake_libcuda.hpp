@@ -21,6 +21,7 @@ inline CUresult g_sticky = CUDA_SUCCESS;   // once set, every call returns it, l
 inline CUresult g_pending = CUDA_SUCCESS;  // an asynchronous fault surfacing at the next sync
 inline double g_clock_ms = 0;              // advanced by kernels; read by event records
 inline unsigned long g_launches = 0;
+inline unsigned long g_timed_launches = 0;   // those of kernels that take time (ms > 0)
 inline unsigned long g_fills = 0;            // ko_fill_<dtype> launches
 inline std::set<std::uint64_t> g_fill_keys;  // the distinct keys the fills were given
 inline unsigned long g_watched_fills = 0;    // fills given the key in FAKE_CUDA_WATCH_SEED
@@ -35,6 +36,8 @@ inline int g_ctx_refs = 0;
 inline int g_ctx_token = 0;
 inline std::set<void*> g_host;  // cuMemHostAlloc
 inline unsigned long g_spin_launches = 0;
+inline unsigned long g_flush_reads = 0;  // ko_flush_l2 launches
+inline unsigned long g_flush_bytes = 0;  // bytes they read
 inline unsigned long g_graph_launches = 0;
 inline unsigned long g_graph_kernels = 0;  // kernels run by graph replays
 
