@@ -14,21 +14,21 @@ from kernelopt_mcp.compile_options import CompileLimits
 from kernelopt_mcp.compiler import CompileCache, compile_kernel
 from kernelopt_mcp.evaluation.candidate import Candidate
 from kernelopt_mcp.launch import LaunchSpec
-from kernelopt_mcp.tune.prefetch import MAX_AHEAD_WORKERS, CompileAhead, ahead_workers
+from kernelopt_mcp.tune.prefetch import MAX_AHEAD_WORKERS, QUEUE_PER_WORKER, CompileAhead, ahead_workers
 
 LAUNCH = LaunchSpec.model_validate({"grid": [1], "block": [32]})
 
 
-@pytest.mark.parametrize(("cpus", "workers"), [(1, 1), (2, 1), (3, 2), (4, 3), (16, MAX_AHEAD_WORKERS)])
+@pytest.mark.parametrize(("cpus", "workers"), [(1, 1), (2, 1), (3, 2), (4, 3), (5, 4), (16, MAX_AHEAD_WORKERS)])
 def test_one_core_is_left_to_the_gpu_thread(cpus: int, workers: int) -> None:
     assert ahead_workers(cpus) == workers
 
 
-def test_the_lookahead_keeps_every_worker_busy() -> None:
+def test_the_lookahead_queues_several_configurations_per_worker() -> None:
     session: Any = SimpleNamespace(compile_cache=CompileCache(), arch="sm_90", compile_limits=CompileLimits())
     ahead = CompileAhead(session, workers=3)
     try:
-        assert ahead.workers == 3 and ahead.lookahead == 4
+        assert ahead.workers == 3 and ahead.lookahead == 3 * QUEUE_PER_WORKER > 3
     finally:
         ahead.close()
     # without a compile cache nothing is compiled ahead, whatever the workers

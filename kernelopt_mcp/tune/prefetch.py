@@ -6,10 +6,12 @@ validate and time on the GPU. The next configurations of an ordered strategy (ex
 random) are known in advance, so their compiles start in background threads while the current
 one runs on the GPU; the evaluation then finds each CUBIN in the session's compile cache. A
 compile that is still running when its configuration comes up is waited for, never started twice.
-Several compile at once (:func:`ahead_workers`): on the H200 machine an sgemm configuration took
-~0.5 s to compile and ~0.25 s on the GPU with the precision rule, so one compile at a time
-left the GPU idle half of a tuning run. Nothing here touches the GPU or changes what is
-measured: without a compile cache it does nothing.
+Several compile at once (:func:`ahead_workers`), and the queue reaches well ahead
+(``lookahead``): on the H200 machine sgemm's configurations took 0.3-2 s each to compile and
+~0.28 s each on the GPU with the precision rule, so with one compile at a time, or a queue only
+as long as the workers, the GPU waited for every slow compile (24 configurations: 16.5 s, of them
+~7 s on the GPU). Nothing here touches the GPU or changes what is measured: without a compile
+cache it does nothing.
 """
 
 from __future__ import annotations
@@ -23,7 +25,9 @@ from ..evaluation.candidate import Candidate
 from ..evaluation.session import Session
 
 #: compiles ahead at most at once (the compile pool's memory budget may allow fewer)
-MAX_AHEAD_WORKERS = 3
+MAX_AHEAD_WORKERS = 4
+#: configurations queued per worker: a slow compile is started this far ahead of its turn
+QUEUE_PER_WORKER = 4
 
 
 def ahead_workers(cpus: int | None = None) -> int:
@@ -37,13 +41,14 @@ def ahead_workers(cpus: int | None = None) -> int:
 class CompileAhead:
     """Compiles candidates of ``session`` in the background, ``workers`` at once (the compile
     pool's own limits still bound the workers and their memory). ``lookahead``: how many of the
-    next configurations to start, enough to keep every worker busy while one is measured."""
+    next configurations to start: a queue of :data:`QUEUE_PER_WORKER` per worker, so that a
+    slow compile begins several measurements before its turn."""
 
     def __init__(self, session: Session, workers: int | None = None) -> None:
         self.session = session
         self.enabled = session.compile_cache is not None
         self.workers = ahead_workers() if workers is None else max(1, workers)
-        self.lookahead = self.workers + 1
+        self.lookahead = QUEUE_PER_WORKER * self.workers
         self._pool = (ThreadPoolExecutor(max_workers=self.workers, thread_name_prefix="compile-ahead")
                       if self.enabled else None)
         self._pending: dict[str, Future[Any]] = {}
