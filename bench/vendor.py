@@ -8,11 +8,12 @@ precision stopping rule that ``kernelopt tune`` uses; every configuration valida
 and times the vendor's routine on the same performance cases:
 
 - ``cuBLAS``: FP32 SGEMM through the harness's baseline op (no TF32), timed like the kernels
-  (CUDA events, L2 flushed before each launch, 10 warm-up + 100 measured);
+  (CUDA events, L2 flushed by the same read before each launch, 10 warm-up + 100 measured);
 - ``torch``: the PyTorch routine on CUDA tensors of the case's shapes (``torch.matmul`` on bf16,
   which is cuBLAS; ``scaled_dot_product_attention`` with the flash backend; ``softmax``;
-  ``layer_norm``), timed per launch with CUDA events after an L2 flush, 10 warm-up + 100
-  measured, the median; skipped with a reason where torch or its CUDA build is missing;
+  ``layer_norm``), timed per launch with CUDA events after an L2 flush (a read of twice the
+  L2, as the harness flushes before our kernels), 10 warm-up + 100 measured, the median; skipped
+  with a reason where torch or its CUDA build is missing;
 - ``copy``: the device's measured copy bandwidth (``kernelopt gpu --calibrate``), for kernels whose
   floor is moving their bytes once.
 
@@ -54,6 +55,7 @@ from kernelopt_mcp import Candidate, EvaluationResult, HarnessProcess, Session, 
 from kernelopt_mcp.baselines import run_cublas_sgemm
 from kernelopt_mcp.errors import KerneloptError
 from kernelopt_mcp.evaluation.evaluate import evaluate
+from kernelopt_mcp.evaluation.support_module import support_module
 from kernelopt_mcp.ncu_report import ProfileSummary
 from kernelopt_mcp.profiler import ProfileOptions, find_ncu
 from kernelopt_mcp.tune.space import Space, Value
@@ -210,27 +212,32 @@ def profile_line(s: ProfileSummary) -> str:
 
 def cublas_ms(bench: Bench, wl: Workload, case: str) -> float:
     s = wl.spec.case(case).scalars
+    # the support module gives the baseline the harness's flush by reading, as our kernels get
+    support = support_module(bench.device.arch)
     with HarnessProcess(bench.harness, bench.settings.device) as proc:
-        r = run_cublas_sgemm(proc, int(s["M"]), int(s["N"]), int(s["K"]), {"warmup": WARMUP, "iterations": ITERATIONS})
+        r = run_cublas_sgemm(proc, int(s["M"]), int(s["N"]), int(s["K"]), {"warmup": WARMUP, "iterations": ITERATIONS},
+                             support_module=support)
     return r.median_ms
 
 
 def torch_timer() -> Callable[[Callable[[], Any]], float]:
-    """A timer of one CUDA call: L2 flushed (a write of twice its size) before each launch, the
-    median of the measured launches (raises ImportError / RuntimeError without torch on CUDA)."""
+    """A timer of one CUDA call: L2 flushed before each launch by reading twice its size (so no
+    dirty line is left for the call to write back, as the harness's ko_flush_l2 does for our
+    kernels), the median of the measured launches (raises ImportError / RuntimeError without
+    torch on CUDA)."""
     import torch
 
     if not torch.cuda.is_available():
         raise RuntimeError("torch has no usable CUDA device")
     l2 = torch.cuda.get_device_properties(0).L2_cache_size or 64 * 2**20
-    scratch = torch.empty(2 * l2 // 4, dtype=torch.float32, device="cuda")
+    scratch = torch.zeros(2 * l2 // 4, dtype=torch.float32, device="cuda")
 
     def time_ms(fn: Callable[[], Any]) -> float:
         for _ in range(WARMUP):
             fn()
         times = []
         for _ in range(ITERATIONS):
-            scratch.zero_()
+            scratch.sum()  # reads every byte (and writes one float)
             start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
             start.record()
             fn()

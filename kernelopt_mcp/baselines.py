@@ -113,8 +113,10 @@ def cublas_sgemm_request(
     ``timing`` is the protocol's timing object (``warmup``, ``iterations``, ``mode``,
     ``blocking``, ``adaptive``...; a mapping is read as a :class:`TimingRequest`); default 10
     warm-up and 100 measured launches. ``support_module`` (a CUBIN from
-    :func:`kernelopt_mcp.evaluation.support_module.support_module`) is needed for ``blocking``
-    and gives ``launch_overhead_ms``.
+    :func:`kernelopt_mcp.evaluation.support_module.support_module`) is needed for ``blocking``,
+    gives ``launch_overhead_ms``, and makes the L2 flush the read candidates get (``ko_flush_l2``);
+    without it the flush is a memset, whose dirty lines the timed call writes back: pass it
+    whenever the figure is compared with a kernel's.
 
     Raises:
         ValueError: a dimension is not a positive integer, or ``timing`` is not a timing object
