@@ -46,14 +46,19 @@ def test_overhead_section(run: ModuleType, bench, monkeypatch: pytest.MonkeyPatc
     monkeypatch.setenv("KO_FAKE_FEATURES", "progress")
     sec = run.overhead(bench, workload="tiny_add", cases=["one", "odd_1001", "n_4096"], trials=2)
     modes = [r["mode"] for r in sec.rows]
-    assert modes[0].startswith("cold") and modes[1].startswith("warm (") and modes[3].startswith("baseline")
-    assert modes[2] == "warm, one validation request per case" and len(modes) == 4
+    assert modes[0].startswith("cold") and modes[1].startswith("warm (") and modes[4].startswith("baseline")
+    assert modes[2] == "warm, one validation request per case" and len(modes) == 5
+    assert modes[3] == "warm, precision rule (search's default stop)"
     for row in sec.rows:
-        # the fake reports 0.1 ms launches: 2 warm-up + 20 measured + 2 validations of the one timed case
+        # the fake reports 0.1 ms launches: 2 warm-up + 20 measured + 2 validations of the one timed
+        # case (the precision rule's first round is the 20 the options allow at most, and the
+        # fake's identical times stop it there)
         assert row["kernel ms"] == pytest.approx(0.1 * 24, rel=0.05) or row["mode"].startswith("baseline")
         assert row["overhead ms (median)"] == pytest.approx(row["wall ms"] - row["kernel ms"], rel=0.5)
         assert row["vs baseline"] > 0
-    assert sec.rows[3]["vs baseline"] == pytest.approx(1.0)
+    assert sec.rows[4]["vs baseline"] == pytest.approx(1.0)
+    (precision,) = [n for n in sec.notes if n.startswith("under search's precision rule")]
+    assert f"{sec.rows[3]['overhead ms (median)']:.1f} ms" in precision
     # the warm evaluations taken apart: 2 requests (the 3 cases validated in one, 1 timing), the fake's steps
     (where,) = [n for n in sec.notes if n.startswith("warm, where it went")]
     assert "2 harness requests" in where and "setup" in where and "read_files" in where, where
