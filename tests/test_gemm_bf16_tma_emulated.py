@@ -25,6 +25,7 @@ from pathlib import Path
 import pytest
 from test_gemm_bf16_wgmma_emulated import PTX_EMU_WGMMA, WGMMA_CASES
 from test_new_workloads_emulated import DRIVER, GXX, program
+from test_tunable_emulated import run_emulated
 from test_tunable_kernels import LIMITS, Config, load_tunable, options_for, valid_configs
 
 from kernelopt_mcp.compiler import compile_kernel
@@ -225,12 +226,8 @@ def tma_failures(source: str, config: Config, directory: Path, tag: str,
         r = resolve(spec, {"M": m, "N": n, "K": k, **config}, LIMITS, "x")
         geometry = [x for tm in r.tensor_maps for x in (*tm.dims, *(tm.strides or ()), *tm.box)]
         assert len(geometry) == 10, r.tensor_maps
-        for mis in (0, 1):
-            cmd = [str(exe), *map(str, r.grid), *map(str, r.block), str(r.shared_bytes), str(mis),
-                   *map(str, [m, n, k, tol.rtol / 10, tol.atol / 10, *geometry])]
-            done = subprocess.run(cmd, check=False, capture_output=True, text=True, timeout=300)
-            if done.returncode != 0 or done.stdout.strip() != "OK":
-                failures.append(f"{tag} {config} M={m} N={n} K={k} misalign={mis}: {done.stderr[-1500:]}")
+        args = [m, n, k, tol.rtol / 10, tol.atol / 10, *geometry]
+        failures += [f for mis in (0, 1) if (f := run_emulated(exe, r, mis, args, f"{tag} {config} M={m} N={n} K={k}"))]
     return failures
 
 

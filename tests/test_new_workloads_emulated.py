@@ -25,7 +25,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from test_tunable_emulated import CUDA_EMU
+from test_tunable_emulated import CUDA_EMU, run_emulated
 from test_tunable_kernels import LIMITS, Config, load_tunable
 
 from kernelopt_mcp.launch import LaunchSpec, resolve
@@ -318,11 +318,7 @@ def run(exe: Path, launch: dict[str, object], scalars: dict[str, int], config: C
         args: list[object]) -> str:
     """'' when the kernel matched, else what went wrong."""
     r = resolve(LaunchSpec.model_validate({"default": launch}).for_case("x"), {**scalars, **config}, LIMITS, "x")
-    cmd = [str(exe), *map(str, r.grid), *map(str, r.block), str(r.shared_bytes), str(misalign), *map(str, args)]
-    done = subprocess.run(cmd, check=False, capture_output=True, text=True, timeout=300)
-    if done.returncode == 0 and done.stdout.strip() == "OK":
-        return ""
-    return f"{exe.name} {scalars} misalign={misalign}: {done.stderr[-1500:]}"
+    return run_emulated(exe, r, misalign, args, f"{exe.name} {scalars}")
 
 
 # --- histogram ----------------------------------------------------------------------------------

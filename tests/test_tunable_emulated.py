@@ -108,6 +108,16 @@ def driver_args(name: str, scalars: dict[str, Any], inputs: dict[str, Any]) -> l
     return [scalars["rows"], scalars["cols"], mean, sd]
 
 
+def run_emulated(exe: Path, r: Any, misalign: int, args: list[object], label: str) -> str:
+    """Run the emulator binary ``exe`` with the resolved launch ``r`` (grid, block, shared bytes),
+    the misalignment flag and the driver's ``args``: '' when it printed OK, else what went wrong."""
+    cmd = [str(exe), *map(str, r.grid), *map(str, r.block), str(r.shared_bytes), str(misalign), *map(str, args)]
+    done = subprocess.run(cmd, check=False, capture_output=True, text=True, timeout=300)
+    if done.returncode == 0 and done.stdout.strip() == "OK":
+        return ""
+    return f"{label} misalign={misalign}: {done.stderr[-1500:]}"
+
+
 def emulate(t: Tunable, config: Config, directory: Path) -> list[str]:
     """Build and run one configuration on every case; the failures, as messages."""
     name = t.workload.name
@@ -118,12 +128,9 @@ def emulate(t: Tunable, config: Config, directory: Path) -> list[str]:
     failures = []
     for case_name, scalars, inputs in cases:
         r = resolve(launch.for_case(case_name), {**scalars, **config}, LIMITS, case_name)
-        for misalign in (0, 1):
-            cmd = [str(exe), *map(str, r.grid), *map(str, r.block), str(r.shared_bytes), str(misalign),
-                   *map(str, driver_args(name, scalars, inputs))]
-            done = subprocess.run(cmd, check=False, capture_output=True, text=True, timeout=300)
-            if done.returncode != 0 or done.stdout.strip() != "OK":
-                failures.append(f"{name} {config} case {case_name} {scalars} misalign={misalign}: {done.stderr[-1500:]}")
+        label = f"{name} {config} case {case_name} {scalars}"
+        failures += [f for misalign in (0, 1)
+                     if (f := run_emulated(exe, r, misalign, driver_args(name, scalars, inputs), label))]
     return failures
 
 
