@@ -140,7 +140,11 @@ def test_blocking_median_of_a_tiny_kernel_is_not_above_non_blocking(
     held = _timing(proc, _request(module, "add", args, 4, 256, {**timing, "blocking": True}, flush=False, support=support))
     assert plain["blocking"] is False and held["blocking"] is True
     assert held["blocking_timed_out"] is False
-    assert held["median_ms"] <= plain["median_ms"], (held["median_ms"], plain["median_ms"])
+    # Holding the stream can only remove the host's launch gaps from the events' window, never add
+    # time; a ~3.6 us kernel has no gap to remove on a fast host, so the two medians are equal up to
+    # run-to-run noise: plain's interquartile range or 5% (one such run: 3.664 vs 3.584 us).
+    noise = max(plain["q3_ms"] - plain["q1_ms"], 0.05 * plain["median_ms"])
+    assert held["median_ms"] <= plain["median_ms"] + noise, (held["median_ms"], plain["median_ms"], noise)
 
 
 def test_flush_makes_a_kernel_that_fits_in_l2_slower(
