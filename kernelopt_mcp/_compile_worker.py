@@ -46,16 +46,6 @@ WARM_UP_SOURCE = 'extern "C" __global__ void kernelopt_warm_up(float* x) { x[thr
 WARM_UP_OPTIONS = ["--gpu-architecture=sm_90", "-std=c++17", "-lineinfo", "-Xptxas=-v"]
 
 
-def _vm_kib() -> dict[str, int]:
-    """This process's VmSize and VmData in KiB (read before the sandbox closes /proc)."""
-    try:
-        with open("/proc/self/status", encoding="ascii", errors="replace") as f:
-            fields = dict(line.split(":", 1) for line in f if line.startswith(("VmSize:", "VmData:")))
-        return {k: int(v.split()[0]) for k, v in fields.items()}
-    except (OSError, ValueError):
-        return {}
-
-
 def _limit_memory(megabytes: int, base_kib: dict[str, int]) -> None:
     """Let the compiles grow this process by at most ``megabytes`` from ``base_kib``.
 
@@ -133,7 +123,7 @@ def main(argv: list[str] | None = None) -> int:
     if sys.path and sys.path[0] == str(Path(__file__).parent):
         sys.path.pop(0)
     sys.path.extend(p for p in args.python_path if p not in sys.path)
-    sandbox = _load_sandbox() if args.confine == "landlock" else None
+    sandbox = _load_sandbox()
     lib_dirs = []
     if args.nvrtc_lib:  # loaded by path: cuda-python finds it already loaded, no search needed
         ctypes.CDLL(args.nvrtc_lib)
@@ -150,8 +140,8 @@ def main(argv: list[str] | None = None) -> int:
     if not warm.get("ok"):
         _say({"failure": f"NVRTC cannot compile a trivial kernel: {warm.get('failure') or warm.get('log')}"})
         return 3
-    base_kib = _vm_kib()  # before the sandbox: /proc is closed to the worker after it
-    if sandbox is None:
+    base_kib = sandbox.vm_kib()  # before the sandbox: /proc is closed to the worker after it
+    if args.confine == "none":
         confinement = "unconfined (accepted)"
     else:
         # NVRTC's own files stay readable (and mappable): a piece loaded lazily is NVIDIA's code

@@ -67,15 +67,6 @@ class _Tail(io.TextIOBase):
         return text
 
 
-def _vm_kib() -> dict[str, int]:
-    try:
-        with open("/proc/self/status", encoding="ascii", errors="replace") as f:
-            fields = dict(line.split(":", 1) for line in f if line.startswith(("VmSize:", "VmData:")))
-        return {k: int(v.split()[0]) for k, v in fields.items()}
-    except (OSError, ValueError):
-        return {}
-
-
 def _mapped_dirs() -> list[str]:
     """Directories of the shared libraries this process has mapped (read before the sandbox):
     a library loaded lazily later (libgcc_s for a thread's exit) lies beside them."""
@@ -280,7 +271,7 @@ def main(argv: list[str] | None = None) -> int:
         pass
     warm = np.ones((64, 64)) @ np.ones((64, 64))
     assert float(warm[0, 0]) == 64.0
-    base_kib = _vm_kib()
+    base_kib = sandbox.vm_kib()
     oracle_dir = str(Path(args.oracle).parent)
     if args.confine == "none":
         confinement = "unconfined (accepted)"

@@ -43,7 +43,7 @@ from typing import Any, Protocol
 
 from .compile_options import CompileLimits
 from .errors import ConfinementFailed, ToolchainNotFound, UnconfinedCompilerRefused
-from .executables import exit_code_and_tail, kill_group
+from .executables import close_worker, exit_code_and_tail, kill_group
 from .sandbox import landlock_abi
 
 WORKER_SCRIPT = Path(__file__).with_name("_compile_worker.py")
@@ -246,19 +246,7 @@ class _Worker:
             kill_group(self.proc)
 
     def close(self) -> None:
-        if self.proc.poll() is None:
-            try:
-                assert self.proc.stdin is not None
-                self.proc.stdin.close()
-                self.proc.wait(timeout=2)
-            except (OSError, subprocess.TimeoutExpired):
-                self.kill()
-        for pipe in (self.proc.stdin, self.proc.stdout):
-            if pipe is not None:
-                try:
-                    pipe.close()
-                except OSError:
-                    pass
+        close_worker(self.proc, self.kill)
         self.stderr.close()
         self._cwd.cleanup()
 

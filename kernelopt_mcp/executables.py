@@ -61,6 +61,24 @@ def kill_group(proc: subprocess.Popen[bytes]) -> None:
     proc.wait()
 
 
+def close_worker(proc: subprocess.Popen[bytes], kill: Callable[[], None]) -> None:
+    """End a worker that exits at EOF on stdin: close its stdin and give it 2 s, else ``kill()``;
+    then close the pipes this side holds."""
+    if proc.poll() is None:
+        try:
+            assert proc.stdin is not None
+            proc.stdin.close()
+            proc.wait(timeout=2)
+        except (OSError, subprocess.TimeoutExpired):
+            kill()
+    for pipe in (proc.stdin, proc.stdout):
+        if pipe is not None:
+            try:
+                pipe.close()
+            except OSError:
+                pass
+
+
 def run_killable(
     cmd: list[str], *, stdout: IO[bytes], stderr: IO[bytes] | int, timeout_s: float,
     cancelled: Callable[[], bool] | None = None, what: str = "the tool",

@@ -67,6 +67,20 @@ def fs_rights(abi: int) -> int:
     return rights
 
 
+def vm_kib() -> dict[str, int]:
+    """This process's VmSize and VmData in KiB, from /proc/self/status ({} if unreadable).
+
+    The workers read it before they confine themselves (/proc is closed to them after) and limit
+    their growth from it rather than from zero: NVRTC and NumPy reserve address space when they
+    load (13 GB of VmSize for NVRTC on the H200 machine)."""
+    try:
+        with open("/proc/self/status", encoding="ascii", errors="replace") as f:
+            fields = dict(line.split(":", 1) for line in f if line.startswith(("VmSize:", "VmData:")))
+        return {k: int(v.split()[0]) for k, v in fields.items()}
+    except (OSError, ValueError):
+        return {}
+
+
 class _RulesetAttr(ctypes.Structure):
     _fields_ = [("handled_access_fs", ctypes.c_uint64), ("handled_access_net", ctypes.c_uint64), ("scoped", ctypes.c_uint64)]
 

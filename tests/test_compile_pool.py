@@ -221,7 +221,7 @@ spec = importlib.util.spec_from_file_location("w", sys.argv[1])
 w = importlib.util.module_from_spec(spec); spec.loader.exec_module(w)
 # what NVRTC does when it loads on the H200 machine: ~13 GB of address space reserved, little used
 reserved = mmap.mmap(-1, 12 * 2**30, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS | getattr(mmap, "MAP_NORESERVE", 0), prot=0)  # PROT_NONE
-w._limit_memory(512, w._vm_kib())
+w._limit_memory(512, w._load_sandbox().vm_kib())
 small = bytearray(100 * 2**20)  # within the cap: must work
 try:
     big = bytearray(1024 * 2**20)  # over the cap: must fail here, in the worker

@@ -41,7 +41,7 @@ import numpy as np
 
 from ..compile_options import CompileLimits, physical_memory_mb
 from ..errors import WorkloadError
-from ..executables import exit_code_and_tail, kill_group
+from ..executables import close_worker, exit_code_and_tail, kill_group
 from ..sandbox import landlock_abi
 
 __all__ = ["OracleLimits", "OraclePool", "call_oracle", "default_pool"]
@@ -367,19 +367,7 @@ class _Worker:
     def close(self) -> None:
         proc = getattr(self, "proc", None)
         if proc is not None:
-            if proc.poll() is None:
-                try:
-                    assert proc.stdin is not None
-                    proc.stdin.close()
-                    proc.wait(timeout=2)
-                except (OSError, subprocess.TimeoutExpired):
-                    self.kill()
-            for pipe in (proc.stdin, proc.stdout):
-                if pipe is not None:
-                    try:
-                        pipe.close()
-                    except OSError:
-                        pass
+            close_worker(proc, self.kill)
         self.stderr.close()
         self._cwd.cleanup()
 
