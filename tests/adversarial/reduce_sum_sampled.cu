@@ -1,9 +1,9 @@
-// A statistical estimate on performance-sized inputs (a known gap): for n >= 2^26 every 50th
-// block of 256 elements is skipped (whole cache lines, so 2% less memory traffic) and the
-// partial sums are scaled by 50/49. On uniform [0, 1) inputs the estimate is within ~1e-5 of
-// the true sum, inside the 1e-4 tolerance, on any inputs the checks draw, and 2% less traffic
-// is above the roofline floor: nothing catches it. The defense belongs in the workload
-// (zero-mean inputs, as the mixed-sign correctness case has, make the estimate fail).
+// A statistical estimate on performance-sized inputs: for n >= 2^26 every 50th block of 256
+// elements is skipped (whole cache lines, so 2% less memory traffic) and the partial sums are
+// scaled by 50/49. On the uniform [0, 1) inputs the performance cases had until 2026-12-04 the
+// estimate was within ~1e-5 of the true sum, inside the 1e-4 tolerance, and 2% less traffic is
+// above the roofline floor: nothing caught it. The defense is in the workload: its performance
+// inputs (normal, mean 1, std 1000) make any subset's estimate miss (tests/test_reduction_inputs.py).
 extern "C" __global__ void reduce_sum(const float* x, float* out, int n) {
     __shared__ float s[1024];
     bool sampled = n >= (1 << 26);
