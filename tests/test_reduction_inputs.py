@@ -8,18 +8,26 @@ The cases now draw normal(mean 1, std 1000): the sum stays dominated by its mean
 so correct float32 orders keep their error), while the spread makes any subset's estimate miss.
 
 The kernels are emulated in float32 with their summation orders (sequential per thread, a tree per
-block, atomics in an arbitrary order) on the very inputs the workload's generator draws.
+block, atomics in an arbitrary order) on the very inputs the workload's generator draws. A workload
+whose performance inputs still allow such an estimate gets an "estimate check" line in every
+result's checks (``estimate_gaps``).
 """
 
 from __future__ import annotations
 
+import json
+import shutil
 from pathlib import Path
 
 import numpy as np
 import pytest
+from fakegpu import write_harness
 
 from kernelopt_mcp.evaluation.compare import compare
-from kernelopt_mcp.evaluation.inputs import generate
+from kernelopt_mcp.evaluation.device import device_info
+from kernelopt_mcp.evaluation.inputs import estimate_gaps, generate
+from kernelopt_mcp.evaluation.session import Session
+from kernelopt_mcp.freeze import RequestsOnly
 from kernelopt_mcp.workload import BufferParam, Tolerance, case_shape, load_workload
 
 WORKLOAD = Path(__file__).resolve().parent.parent / "workloads" / "reduce_sum"
@@ -93,3 +101,33 @@ def test_the_performance_inputs_are_the_ones_this_test_reasons_about() -> None:
     for case in spec.performance_cases:
         gen = case.inputs["x"]
         assert gen.generator == "normal" and gen.std >= 1000 * abs(gen.mean) > 0, (case.name, gen)
+
+
+def _reduce_sum_with_uniform_performance_inputs(tmp_path: Path) -> Path:
+    """reduce_sum as it was until 2026-12-04: uniform [0, 1) inputs on the performance cases too."""
+    copy = tmp_path / "reduce_sum"
+    shutil.copytree(WORKLOAD, copy)
+    spec = json.loads((copy / "workload.json").read_text())
+    for case in spec["cases"]:
+        if case["kind"] == "performance":
+            case.pop("inputs", None)
+    (copy / "workload.json").write_text(json.dumps(spec))
+    return copy
+
+
+def test_the_results_name_performance_inputs_that_let_an_estimate_pass(tmp_path: Path) -> None:
+    # the bundled workloads have none
+    for path in sorted(WORKLOAD.parent.iterdir()):
+        if (path / "workload.json").exists():
+            wl = load_workload(path)
+            assert estimate_gaps(wl, {c.name for c in wl.spec.performance_cases}) == [], path.name
+    old = load_workload(_reduce_sum_with_uniform_performance_inputs(tmp_path))
+    gaps = estimate_gaps(old, {"n_2e26", "n_2e28"})
+    assert [g.split(" (")[0] for g in gaps] == ["estimate check: weak in n_2e26", "estimate check: weak in n_2e28"]
+    assert "~7e-05 of the truth, tolerance 0.0001" in gaps[0], gaps[0]
+    assert estimate_gaps(old, {"n_2e28"}) == gaps[1:]
+    # and every result of a session on it lists them with the checks that ran
+    session = Session(old, RequestsOnly(0), device_info(write_harness(tmp_path, "fake"), 0),
+                      workdir=tmp_path / "ev", seed=5, arch="sm_90")
+    assert session.validation_checks()[-2:] == gaps
+    assert all(g in session.checks_in_force() for g in gaps)

@@ -309,3 +309,60 @@ def hidden_seed_checks(workload: Workload, cases: set[str]) -> list[str]:
             "(the same values on every seed)"
         )
     return out
+
+
+#: an output element that depends on at least this many elements of one input is a reduction
+REDUCTION_MIN_INPUTS = 1024
+#: a half-input estimate within this many tolerances of the truth passes too often
+ESTIMATE_MARGIN = 3.0
+
+
+def _moments(gen: Generator) -> tuple[float, float] | None:
+    """(mean, std) of a random generator's values; None for files without one, arange and constant."""
+    match _drawn_from(gen):
+        case Uniform(low=low, high=high):
+            return (low + high) / 2, abs(high - low) / math.sqrt(12)
+        case Normal(mean=mean, std=std):
+            return mean, std
+        case RandInt(low=low, high=high) if high > low:
+            return (low + high - 1) / 2, math.sqrt(((high - low) ** 2 - 1) / 12)
+    return None
+
+
+def estimate_gaps(workload: Workload, cases: set[str]) -> list[str]:
+    """Performance inputs under which a reduction can be estimated from half of its inputs within
+    the tolerance, in the words of a result's ``checks`` list (empty when there is none).
+
+    An output compared with a relative tolerance cannot tell a sum from an estimate that reads a
+    subset and scales it up when the inputs' spread is small against their mean: half of ``R``
+    values of mean ``m`` and standard deviation ``s`` predict their sum to ``(s / |m|) / sqrt(R)``.
+    reduce_sum's uniform [0, 1) inputs at 2^26 gave 7e-5 against its 1e-4; its normal inputs of
+    mean 1, std 1000 give 0.12. Each output is paired with each input of ``R`` >= 1024 times its
+    elements (a reduction); whether the output sums them is the workload's to know, so the line
+    says "if".
+    """
+    spec = workload.spec
+    out: list[str] = []
+    for case in spec.cases:
+        if case.name not in cases:
+            continue
+        counts = {p.name: math.prod(case_shape(p, case.scalars)) for p in spec.signature.buffers}
+        for output in spec.signature.outputs:
+            tol = spec.tolerance_for(output.name)
+            relative = tol.rtol + tol.atol  # atol is relative to the output's RMS
+            if relative == 0 or counts[output.name] == 0:
+                continue
+            for param in spec.signature.inputs:
+                ratio = counts[param.name] / counts[output.name]
+                moments = _moments(case.inputs.get(param.name) or spec.inputs[param.name])
+                if ratio < REDUCTION_MIN_INPUTS or moments is None or moments[0] == 0:
+                    continue
+                error = moments[1] / abs(moments[0]) / math.sqrt(ratio)
+                if error < ESTIMATE_MARGIN * relative:
+                    out.append(
+                        f"estimate check: weak in {case.name} ({output.name} has {ratio:.3g} elements of "
+                        f"{param.name} per element; if it sums them, a sum from half of them is within "
+                        f"~{error:.2g} of the truth, tolerance {relative:.2g}: draw {param.name} with a std "
+                        f"far above its mean, see workloads/README.md)"
+                    )
+    return out
