@@ -330,8 +330,8 @@ def _moments(gen: Generator) -> tuple[float, float] | None:
 
 
 def estimate_gaps(workload: Workload, cases: set[str]) -> list[str]:
-    """Performance inputs under which a reduction can be estimated from half of its inputs within
-    the tolerance, in the words of a result's ``checks`` list (empty when there is none).
+    """Where the inputs of ``cases`` let a reduction be estimated from half of its inputs within
+    the tolerance: one line of advice to the workload's author per (case, output, input).
 
     An output compared with a relative tolerance cannot tell a sum from an estimate that reads a
     subset and scales it up when the inputs' spread is small against their mean: half of ``R``
@@ -360,9 +360,9 @@ def estimate_gaps(workload: Workload, cases: set[str]) -> list[str]:
                 error = moments[1] / abs(moments[0]) / math.sqrt(ratio)
                 if error < ESTIMATE_MARGIN * relative:
                     out.append(
-                        f"estimate check: weak in {case.name} ({output.name} has {ratio:.3g} elements of "
-                        f"{param.name} per element; if it sums them, a sum from half of them is within "
-                        f"~{error:.2g} of the truth, tolerance {relative:.2g}: draw {param.name} with a std "
-                        f"far above its mean, see workloads/README.md)"
+                        f"case {case.name}: {output.name} has {ratio:.3g} elements of {param.name} per "
+                        f"element; if it sums them, a kernel summing half of them and doubling is within "
+                        f"~{error:.2g} of the truth (tolerance {relative:.2g}): draw {param.name} with a std "
+                        "far above its mean (workloads/README.md, \"Inputs that make every element count\")"
                     )
     return out
