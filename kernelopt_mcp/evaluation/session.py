@@ -11,8 +11,8 @@ request of one case. Running candidates is :mod:`kernelopt_mcp.evaluation.runner
 from __future__ import annotations
 
 import hashlib
-import logging
 import json
+import logging
 import tempfile
 from pathlib import Path
 
