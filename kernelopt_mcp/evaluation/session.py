@@ -52,8 +52,12 @@ _estimate_gaps_warned: set[tuple[str, str]] = set()
 def _warn_of_estimate_gaps(workload: Workload) -> None:
     """Tell the workload's author (stderr, the server's log), once per process, where its
     performance inputs let an estimate pass. Not in results: the model reads those, and the line
-    would be a recipe."""
-    for gap in estimate_gaps(workload, {c.name for c in workload.spec.performance_cases}):
+    would be a recipe. Advice only: a workload it cannot reason about is left to the checks."""
+    try:
+        gaps = estimate_gaps(workload, {c.name for c in workload.spec.performance_cases})
+    except Exception:  # noqa: BLE001 - a shape that does not evaluate fails later, with its own message
+        return
+    for gap in gaps:
         if (workload.name, gap) not in _estimate_gaps_warned:
             _estimate_gaps_warned.add((workload.name, gap))
             log.warning("workload %s: %s", workload.name, gap)
