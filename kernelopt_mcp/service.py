@@ -115,6 +115,12 @@ class ServerConfig:
 # sets them per tool call; confine() accepts paths under them as under --root directories.
 CLIENT_ROOTS: ContextVar[tuple[Path, ...]] = ContextVar("kernelopt_client_roots", default=())
 
+# Who the request being served comes from: the client id its HTTP bearer token maps to, or
+# LOCAL_CLIENT (stdio: the one client that started the server). The server layer sets it per call;
+# what the service keeps for clients (created and frozen workloads, runs, queue shares) is keyed by it.
+LOCAL_CLIENT = "local"
+CLIENT_ID: ContextVar[str] = ContextVar("kernelopt_client_id", default=LOCAL_CLIENT)
+
 
 class KerneloptService:
     """The tools' implementations, independent of MCP."""
