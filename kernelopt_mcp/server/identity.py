@@ -178,10 +178,10 @@ def cap_sessions_per_client(manager: Any, cap: int) -> None:
     serve = manager.asgi_app
 
     def holding(client: str) -> int:
-        return sum(getattr(o, "client_id", None) == client for o in owners.values())
+        return sum(_owner(o) == client for o in owners.values())
 
     def admit_capped(requestor: Any) -> Any:
-        client = getattr(requestor, "client_id", None)
+        client = _owner(requestor)
         if client is not None and holding(client) >= cap:
             return None
         return admit(requestor)
@@ -206,6 +206,12 @@ def cap_sessions_per_client(manager: Any, cap: int) -> None:
 
     manager._admit_session = admit_capped
     manager.asgi_app = asgi_app
+
+
+def _owner(requestor: Any) -> str | None:
+    """The client id of a session's owner (the SDK's AuthorizationContext, a TypedDict)."""
+    client = requestor.get("client_id") if isinstance(requestor, Mapping) else getattr(requestor, "client_id", None)
+    return client if isinstance(client, str) else None
 
 
 __all__ = [
