@@ -114,7 +114,7 @@ class WorkspaceQuota:
 
     def usage(self) -> int:
         """Bytes the server keeps for clients now: workloads/, runs/ and the frozen directories elsewhere."""
-        dirs = [self.workspace / "workloads", self.workspace / "runs"]
+        dirs = [self.workspace / "workloads", self.workspace / "runs", self.workspace / "clients"]  # clients/<id>/: per token
         dirs += [p for p in self._elsewhere() if p.exists() and not p.is_relative_to(self.workspace)]
         return sum(tree_bytes(d) for d in dict.fromkeys(dirs))
 

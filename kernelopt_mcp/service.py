@@ -73,8 +73,16 @@ MAX_TUNE_SECONDS = 4 * 3600.0
 DEFAULT_PREPARED_WORKLOADS = 3
 DEFAULT_SESSION_IDLE_TIMEOUT_S = 30 * 60.0  # an HTTP session with no request in flight this long is closed
 DEFAULT_MAX_SESSIONS = 1000  # open HTTP sessions (the SDK's 10 000 would hold ~370 MiB)
+DEFAULT_MAX_SESSIONS_PER_CLIENT = 100  # of those, what one client token may hold
 NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 SOURCE_SUFFIXES = (".cu", ".cuh")  # what a `path` argument may name
+CLIENTS_DIR = "clients"  # <workspace>/clients/<id>/: what a client with a token keeps
+
+# Who the request being served comes from: the client id its HTTP bearer token maps to, or
+# LOCAL_CLIENT (stdio: the one client that started the server). The server layer sets it per call;
+# what the service keeps for clients (created and frozen workloads, runs, queue shares) is keyed by it.
+LOCAL_CLIENT = "local"
+CLIENT_ID: ContextVar[str] = ContextVar("kernelopt_client_id", default=LOCAL_CLIENT)
 
 
 @dataclass(frozen=True)
@@ -87,18 +95,32 @@ class ServerConfig:
     max_prepared: int = DEFAULT_PREPARED_WORKLOADS
     session_idle_timeout_s: float = DEFAULT_SESSION_IDLE_TIMEOUT_S  # streamable HTTP only
     max_sessions: int = DEFAULT_MAX_SESSIONS  # streamable HTTP only
+    max_sessions_per_client: int = DEFAULT_MAX_SESSIONS_PER_CLIENT  # streamable HTTP only, per client token
     # what clients may make the server keep on disk (quota.py): one workload's buffers over all
     # cases, and everything created or frozen through the server
     workload_max_bytes: int = DEFAULT_WORKLOAD_MAX_BYTES
     workspace_quota_bytes: int = DEFAULT_WORKSPACE_QUOTA_BYTES
 
+    def client_home(self, client: str | None = None) -> Path:
+        """Where ``client`` (default: the calling one, CLIENT_ID) keeps its created workloads and runs:
+        the workspace itself for LOCAL_CLIENT (stdio, token-less HTTP), else ``clients/<id>/`` in it.
+        Ids are ``[A-Za-z0-9_-]{1,64}`` (checked where tokens are loaded), so never a path."""
+        client = CLIENT_ID.get() if client is None else client
+        return self.workspace if client == LOCAL_CLIENT else self.workspace / CLIENTS_DIR / client
+
+    @property
+    def clients_dir(self) -> Path:
+        return self.workspace / CLIENTS_DIR
+
     @property
     def created_dir(self) -> Path:
-        return self.workspace / "workloads"
+        """The calling client's created workloads (a client never sees another's)."""
+        return self.client_home() / "workloads"
 
     @property
     def runs_dir(self) -> Path:
-        return self.workspace / "runs"
+        """The calling client's recorded runs (frozen runs, profiles, tune outputs)."""
+        return self.client_home() / "runs"
 
     @property
     def workload_settings(self) -> Settings:
@@ -106,20 +128,15 @@ class ServerConfig:
         return replace(self.settings, workload_dirs=(*self.settings.workload_dirs, self.created_dir))
 
     def roots(self) -> list[Path]:
-        """Directories that ``path`` arguments may name files under (symlinks resolved)."""
-        roots = [self.workspace, *self.settings.workload_dirs, *self.extra_roots]
+        """Directories that ``path`` arguments of the calling client may name files under (symlinks
+        resolved): its home (the workspace for LOCAL_CLIENT), the workload directories and --root."""
+        roots = [self.client_home(), *self.settings.workload_dirs, *self.extra_roots]
         return list(dict.fromkeys(r.expanduser().resolve() for r in roots))
 
 
 # Directories the connected MCP client shares (its roots), for the request being served: server.py
 # sets them per tool call; confine() accepts paths under them as under --root directories.
 CLIENT_ROOTS: ContextVar[tuple[Path, ...]] = ContextVar("kernelopt_client_roots", default=())
-
-# Who the request being served comes from: the client id its HTTP bearer token maps to, or
-# LOCAL_CLIENT (stdio: the one client that started the server). The server layer sets it per call;
-# what the service keeps for clients (created and frozen workloads, runs, queue shares) is keyed by it.
-LOCAL_CLIENT = "local"
-CLIENT_ID: ContextVar[str] = ContextVar("kernelopt_client_id", default=LOCAL_CLIENT)
 
 
 class KerneloptService:
@@ -142,25 +159,30 @@ class KerneloptService:
     # --- paths and sources --------------------------------------------------------------
 
     def confine(self, raw: str) -> Path:
-        """Resolve ``raw`` (absolute, or relative to the workspace) inside a configured root."""
+        """Resolve ``raw`` (absolute, or relative to the calling client's home: the workspace over
+        stdio) inside a configured root, and never inside another client's home."""
         if "\0" in raw or not raw.strip():
             raise RequestError("path is empty or contains a NUL byte")
         path = Path(raw).expanduser()
+        home = self.config.client_home()
         if not path.is_absolute():
-            path = self.config.workspace / path
+            path = home / path
         try:
             real = path.resolve()
         except (OSError, RuntimeError) as exc:  # a symlink loop, a name too long
             raise RequestError(f"{raw}: cannot resolve the path ({exc})") from None
         if real.is_relative_to(self._private):
             raise RequestError(f"{raw}: inside the evaluations' private directory (their inputs are hidden)")
+        clients, own = self.config.clients_dir.resolve(), home.resolve()
+        if real.is_relative_to(clients) and not (own.is_relative_to(clients) and real.is_relative_to(own)):
+            raise RequestError(f"{raw}: another client's files; name files under {home} (your own) or a --root directory")
         roots = list(dict.fromkeys([*self.config.roots(), *CLIENT_ROOTS.get()]))
         if any(real.is_relative_to(root) for root in roots):
             return real
         raise RequestError(
             f"{raw}: outside the directories this server may read ({', '.join(map(str, roots))}; "
             "symlinks are resolved). Pass the kernel inline as `source`, put the file under the "
-            f"workspace {self.config.workspace}, or start the server with --root DIR"
+            f"workspace {home}, or start the server with --root DIR"
         )
 
     async def source_text(self, source: str | None, path: str | None) -> tuple[str, str]:
@@ -237,7 +259,7 @@ class KerneloptService:
     ) -> CreatedWorkload:
         """Validate and store a workload in the workspace (see the create_workload tool)."""
         created = create_workload(self, spec, reference_cu, initial_cu, overwrite, arch)
-        self._forget(created.name)
+        self._forget(Path(created.path))
         return created
 
     def create_torch_workload(
@@ -248,7 +270,7 @@ class KerneloptService:
 
         created = create_torch_workload(self, name, problem, initial_cu=initial_cu, initial_launch=initial_launch,
                                         overwrite=overwrite, allowed=self.settings.allow_torch_problems)
-        self._forget(created.name)
+        self._forget(Path(created.path))
         return created
 
     # --- devices ------------------------------------------------------------------------
@@ -338,33 +360,37 @@ class KerneloptService:
         return evaluation_output(checked.model_copy(update={"result": _private(checked.result)}), mode)
 
     def _session(self, wl: Workload, info: DeviceInfo, dev: DeviceSlot, progress: ProgressFn) -> Session:
-        """The workload's prepared session on this device (inputs, expected outputs, reference timed)."""
-        session = dev.sessions.get(wl.name)
+        """The workload's prepared session on this device (inputs, expected outputs, reference timed).
+
+        Sessions and seeds are keyed by the workload's directory, not its name: two clients' workloads
+        of one name (or a frozen one and the configured one it shadows) never share either."""
+        key = _workload_key(wl)
+        session = dev.sessions.get(key)
         if session is not None and session.workload != wl:
             # its files changed since it was prepared (e.g. kernelopt optimize regenerated a failing reference
             # in the run's configured copy): expected outputs from the old files would judge every candidate
-            dev.sessions.pop(wl.name, None)
+            dev.sessions.pop(key, None)
             _discard(session)
             session = None
         if session is None:
             if dev.harness is None:
                 raise KerneloptError("internal error: a GPU job runs without its device's harness")
             session = app.open_session(
-                self.settings, wl, dev.harness, info, seed=self._seeds.setdefault(wl.name, fresh_seed()),
+                self.settings, wl, dev.harness, info, seed=self._seeds.setdefault(key, fresh_seed()),
                 workdir=Path(tempfile.mkdtemp(prefix=f"{wl.name}-", dir=self._private)), cache=self.compile_cache,
             )
-            dev.sessions[wl.name] = session
+            dev.sessions[key] = session
             while len(dev.sessions) > self.config.max_prepared:
                 _, evicted = dev.sessions.popitem(last=False)
                 _discard(evicted)
-        dev.sessions.move_to_end(wl.name)
+        dev.sessions.move_to_end(key)
         session.progress = progress
         if not session.prepared:  # say why the first call on a workload takes longer
             progress(f"preparing {wl.name}: inputs, expected outputs, timing the CUDA reference (once per server session)", 0, 1)
             try:
                 prepare(session)
             except BaseException:
-                dev.sessions.pop(wl.name, None)
+                dev.sessions.pop(key, None)
                 _discard(session)
                 raise
         return session
@@ -520,12 +546,14 @@ class KerneloptService:
         :func:`kernelopt_mcp.gpu_queue.run_on_device`: queued, cancellable, with progress)."""
         return await run_on_device(self._device(), lambda: app.open_harness(self.settings), fn, notify)
 
-    def _forget(self, name: str) -> None:
+    def _forget(self, directory: Path) -> None:
+        """Drop the prepared session and seed of the workload in ``directory`` (replaced on disk)."""
+        key = str(directory.resolve())
         for dev in self._devices.values():
-            session = dev.sessions.pop(name, None)
+            session = dev.sessions.pop(key, None)
             if session is not None:
                 _discard(session)
-        self._seeds.pop(name, None)
+        self._seeds.pop(key, None)
 
     def close(self) -> None:
         """Stop every harness and remove the sessions' temporary files."""
@@ -542,6 +570,11 @@ def _private(result: EvaluationResult) -> EvaluationResult:
     """``result`` without its input seed: the server's seed is never shown to a client (tool
     results, resources, files under the roots), so the model cannot choose or predict inputs."""
     return result.model_copy(update={"seed": None})
+
+
+def _workload_key(wl: Workload) -> str:
+    """What prepared sessions and seeds are keyed by: the workload's directory (resolved)."""
+    return str(wl.root.resolve()) if wl.root is not None else f"<inline>/{wl.name}"
 
 
 def _discard(session: Session) -> None:

@@ -3,10 +3,13 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from mcp.server.mcpserver import MCPServer
 
 from .. import __version__
 from ..service import KerneloptService, ServerConfig
+from .identity import TOKEN_CLIENT, ClientIdentity
 from .resources import register_completions, register_prompts, register_resources
 from .roots import ROOTS_OFF
 from .session import SHARED
@@ -29,18 +32,21 @@ prompt optimize_kernel primes this loop."""
 
 def build_server(
     config: ServerConfig, *, token: str | None = None, log_level: str = "WARNING", client_roots: bool = True,
-    single_client: bool = True,
+    single_client: bool = True, tokens: Mapping[str, str] | None = None,
 ) -> tuple[MCPServer, KerneloptService]:
     """The MCP server and the service behind it (close the service when done).
 
     ``client_roots``: paths under the roots a client advertises are readable like --root
     directories. Off for HTTP on a non-loopback address: a remote client's roots name its own
     machine, not this one. ``single_client``: the transport serves one client (stdio), so a
-    workload frozen through it may shadow another of its name; off for HTTP."""
+    workload frozen through it may shadow another of its name; off for HTTP. ``tokens``: client id
+    -> bearer token for HTTP (``token`` is one more, the client ``default``); each request then runs
+    as its token's client (identity.py), and what clients create is kept apart by that id."""
     service = KerneloptService(config)
     app: MCPServer = MCPServer(
         "kernelopt", title="kernelopt: GPU kernel tools", version=__version__, instructions=INSTRUCTIONS,
-        log_level=log_level, **token_auth(token),  # type: ignore[arg-type]  # --log-level's choices
+        log_level=log_level, middleware=[ClientIdentity()],
+        **token_auth({**(tokens or {}), **({TOKEN_CLIENT: token} if token else {})}),  # type: ignore[arg-type]  # --log-level's choices
     )
     if not client_roots:
         ROOTS_OFF.add(app)

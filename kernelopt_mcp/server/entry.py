@@ -16,8 +16,14 @@ from typing import Any
 from .. import __version__
 from ..config import Settings
 from ..quota import DEFAULT_WORKLOAD_MAX_BYTES, DEFAULT_WORKSPACE_QUOTA_BYTES, GIB
-from ..service import DEFAULT_MAX_SESSIONS, DEFAULT_SESSION_IDLE_TIMEOUT_S, ServerConfig
+from ..service import (
+    DEFAULT_MAX_SESSIONS,
+    DEFAULT_MAX_SESSIONS_PER_CLIENT,
+    DEFAULT_SESSION_IDLE_TIMEOUT_S,
+    ServerConfig,
+)
 from .build import build_server
+from .identity import TokensFileError, client_tokens
 from .transport import bind_kind, http_app
 
 
@@ -32,10 +38,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--http", action="store_true", help="serve streamable HTTP instead of stdio")
     p.add_argument("--host", default="127.0.0.1", help="HTTP bind address (default 127.0.0.1; any other needs a token)")
     p.add_argument("--port", type=int, default=8000, help="HTTP port (default 8000)")
-    p.add_argument("--token", help="bearer token clients must send over HTTP (prefer env KERNELOPT_MCP_TOKEN: flags show in ps)")
+    p.add_argument("--token", help="bearer token clients must send over HTTP, the client `default` (prefer env KERNELOPT_MCP_TOKEN: flags show in ps)")
+    p.add_argument("--tokens-file", help='one bearer token per HTTP client: a JSON object {"client_id": "token", ...}, mode 600; '
+                   "each client sees only its own created and frozen workloads and runs (env KERNELOPT_MCP_TOKENS_FILE)")
     p.add_argument("--allowed-host", action="append", default=[], help="Host name clients use to reach a non-loopback bind, repeatable")
     p.add_argument("--session-idle-timeout", type=float, help=f"seconds an HTTP session may stay idle (no request in flight) before it is closed and its id answers 404 (default {DEFAULT_SESSION_IDLE_TIMEOUT_S:.0f}; env KERNELOPT_MCP_SESSION_IDLE_TIMEOUT)")
     p.add_argument("--max-sessions", type=int, help=f"open HTTP sessions at most; beyond, a new one gets 503 until others end or expire (default {DEFAULT_MAX_SESSIONS}; env KERNELOPT_MCP_MAX_SESSIONS)")
+    p.add_argument("--max-sessions-per-client", type=int, help=f"open HTTP sessions one client token may hold; beyond, its new one gets 429 while other clients still get theirs (default {DEFAULT_MAX_SESSIONS_PER_CLIENT}; env KERNELOPT_MCP_MAX_SESSIONS_PER_CLIENT)")
     p.add_argument("--workload-max-gib", type=float, help=f"the most a workload created or frozen by a client may hold, all buffers of all cases (default {DEFAULT_WORKLOAD_MAX_BYTES / GIB:g}; env KERNELOPT_MCP_WORKLOAD_MAX_GIB)")
     p.add_argument("--workspace-quota-gib", type=float, help=f"the most the workspace may hold of created and frozen workloads and runs; a create or freeze past it is refused (default {DEFAULT_WORKSPACE_QUOTA_BYTES / GIB:g}; env KERNELOPT_MCP_WORKSPACE_QUOTA_GIB)")
     p.add_argument("--unconfined-compiler", action="store_true", default=None,
@@ -59,8 +68,11 @@ def config_from_args(args: argparse.Namespace, environ: dict[str, str] | None = 
     sessions = _flag_or_env(getattr(args, "max_sessions", None), env, "KERNELOPT_MCP_MAX_SESSIONS", int, DEFAULT_MAX_SESSIONS)
     if not (math.isfinite(idle) and idle > 0):
         raise SystemExit(f"kernelopt-mcp: --session-idle-timeout {idle} must be a positive number of seconds")
+    per_client = _flag_or_env(getattr(args, "max_sessions_per_client", None), env, "KERNELOPT_MCP_MAX_SESSIONS_PER_CLIENT", int, DEFAULT_MAX_SESSIONS_PER_CLIENT)
     if sessions < 1:
         raise SystemExit(f"kernelopt-mcp: --max-sessions {sessions} must be at least 1")
+    if per_client < 1:
+        raise SystemExit(f"kernelopt-mcp: --max-sessions-per-client {per_client} must be at least 1")
     disk = {}
     for flag, var, default in (("workload_max_gib", "KERNELOPT_MCP_WORKLOAD_MAX_GIB", DEFAULT_WORKLOAD_MAX_BYTES),
                                ("workspace_quota_gib", "KERNELOPT_MCP_WORKSPACE_QUOTA_GIB", DEFAULT_WORKSPACE_QUOTA_BYTES)):
@@ -70,7 +82,7 @@ def config_from_args(args: argparse.Namespace, environ: dict[str, str] | None = 
         disk[flag] = int(gib * GIB)
     return ServerConfig(
         settings=settings, workspace=workspace.resolve(), extra_roots=tuple(Path(r).expanduser().resolve() for r in roots),
-        session_idle_timeout_s=idle, max_sessions=sessions,
+        session_idle_timeout_s=idle, max_sessions=sessions, max_sessions_per_client=per_client,
         workload_max_bytes=disk["workload_max_gib"], workspace_quota_bytes=disk["workspace_quota_gib"],
     )
 
@@ -90,12 +102,18 @@ def _flag_or_env(flag: Any, env: dict[str, str], var: str, convert: Callable[[st
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     token = args.token or os.environ.get("KERNELOPT_MCP_TOKEN") or None
+    tokens_file = args.tokens_file or os.environ.get("KERNELOPT_MCP_TOKENS_FILE") or None
+    try:
+        tokens = client_tokens(token, Path(tokens_file).expanduser() if tokens_file else None) if args.http else {}
+    except TokensFileError as exc:
+        print(f"kernelopt-mcp: {exc}", file=sys.stderr)
+        return 2
     kind = bind_kind(args.host) if args.http else "loopback"
     if kind != "loopback":
-        if not token:
+        if not tokens:
             print(
                 f"kernelopt-mcp: refusing to serve HTTP on {args.host} without a bearer token: anyone who can reach "
-                "it could run code on this GPU. Set KERNELOPT_MCP_TOKEN (or --token), or bind to 127.0.0.1.",
+                "it could run code on this GPU. Set KERNELOPT_MCP_TOKEN (or --token) or --tokens-file, or bind to 127.0.0.1.",
                 file=sys.stderr,
             )
             return 2
@@ -109,7 +127,7 @@ def main(argv: list[str] | None = None) -> int:
     config = config_from_args(args)
     config.workspace.mkdir(parents=True, exist_ok=True)
     app, service = build_server(
-        config, token=token if args.http else None, log_level=args.log_level, client_roots=kind == "loopback",
+        config, tokens=tokens, log_level=args.log_level, client_roots=kind == "loopback",
         single_client=not args.http,
     )
     try:
@@ -128,7 +146,7 @@ def main(argv: list[str] | None = None) -> int:
         starlette_app = http_app(app, config, args.host, args.allowed_host)
         print(
             f"kernelopt-mcp: streamable HTTP on http://{args.host}:{args.port}/mcp"
-            + (" (bearer token required)" if token else ""),
+            + (f" (bearer token required; {len(tokens)} client(s))" if tokens else ""),
             file=sys.stderr, flush=True,
         )
         uvicorn.Server(uvicorn.Config(starlette_app, host=args.host, port=args.port, log_level=args.log_level.lower())).run()

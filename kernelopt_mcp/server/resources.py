@@ -18,6 +18,7 @@ from ..errors import KerneloptError
 from ..files import read_regular_bytes
 from ..service import KerneloptService
 from ..workload import Workload, json_schema
+from .session import SHARED
 
 RESOURCE_TEXT_SUFFIXES = {".json", ".cu", ".cuh", ".py", ".md", ".txt", ".csv", ".log", ".svg", ".ptx"}
 MAX_RESOURCE_BYTES = 4 * 2**20
@@ -75,7 +76,10 @@ def register_resources(app: MCPServer, service: KerneloptService) -> None:
         "(tunable_<variant>.json, for autotune's tunable_path) with their kernels (read-only)",
     )(read_workload_file)
 
-    for name in service.workloads():
+    shared = app in SHARED
+    for name, directory in service.workloads().items():
+        if shared and service.origin(directory) == "created":
+            continue  # listed to every client, while only its creator may read it (the template serves that)
         try:
             files = _workload_files(service.load(name))
         except (KerneloptError, ValueError):

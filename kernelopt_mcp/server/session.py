@@ -1,7 +1,9 @@
 """The workloads frozen through a server (``freeze_workload``), seen by its tools' calls.
 
 The MCP protocol keeps no per-client state on the server (each request may arrive on a fresh
-session object), so frozen workloads belong to the server process: for a server with one client
+session object), so frozen workloads belong to the server process, one registry per client id
+(:data:`~kernelopt_mcp.service.CLIENT_ID`, from the caller's token): a client sees, replays into
+and evicts (past MAX_FROZEN) only the workloads it froze itself. For a server with one client
 (stdio, what ``kernelopt optimize`` starts) a frozen workload is found ahead of any other of its
 name, so a run's frozen ``sgemm`` is what its benchmarks measure; a server that may have several
 clients (HTTP) refuses to freeze under a name another workload has (see ``tools_freeze``)."""
@@ -15,16 +17,18 @@ from contextlib import contextmanager
 from mcp.server.mcpserver import Context, MCPServer
 
 from ..freeze import FROZEN_WORKLOADS, FrozenWorkload
+from ..service import CLIENT_ID
 
-_FROZEN: weakref.WeakKeyDictionary[MCPServer, dict[str, FrozenWorkload]] = weakref.WeakKeyDictionary()
+# server -> client id -> name -> frozen workload
+_FROZEN: weakref.WeakKeyDictionary[MCPServer, dict[str, dict[str, FrozenWorkload]]] = weakref.WeakKeyDictionary()
 # Servers that may have several clients at once (HTTP); see build_server.
 SHARED: weakref.WeakSet[MCPServer] = weakref.WeakSet()
 
 
 @contextmanager
 def session_state(ctx: Context) -> Iterator[None]:
-    """While open, workload lookups see the workloads frozen through this server first."""
-    frozen = _FROZEN.setdefault(ctx.mcp_server, {})
+    """While open, workload lookups see the workloads the calling client froze through this server first."""
+    frozen = _FROZEN.setdefault(ctx.mcp_server, {}).setdefault(CLIENT_ID.get(), {})
     token = FROZEN_WORKLOADS.set(frozen)
     try:
         yield

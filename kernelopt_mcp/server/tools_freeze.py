@@ -162,7 +162,7 @@ def _directory(service: KerneloptService, raw: str | None, spec: dict[str, Any])
     real = service.confine(raw)  # resolved; never the evaluations' private directory
     cache = config.settings.cache_dir or config.workspace / "cache"
     refused = [*config.settings.workload_dirs, config.created_dir, bundled_workloads_dir(), cache]
-    writable = [config.workspace, *config.extra_roots, *CLIENT_ROOTS.get()]
+    writable = [config.client_home(), *config.extra_roots, *CLIENT_ROOTS.get()]  # the caller's own part of the workspace
     target = output_directory(real, writable=[p.resolve() for p in writable], refused=[p.resolve() for p in refused])
     target.mkdir(parents=True, exist_ok=True)
     return target

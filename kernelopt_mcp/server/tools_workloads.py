@@ -17,6 +17,7 @@ from ..results import (
     WorkloadDescription,
     WorkloadList,
     WorkloadSummary,
+    author_of,
     describe,
 )
 from ..service import KerneloptService
@@ -103,8 +104,9 @@ def _list(service: KerneloptService) -> WorkloadList:
         except (KerneloptError, ValueError) as exc:
             errors.append(f"{name}: {exc}")
             continue
+        origin = service.origin(directory)
         rows.append(WorkloadSummary(
-            name=name, origin=service.origin(directory), description=wl.spec.description,
+            name=name, origin=origin, author=author_of(origin), description=wl.spec.description,
             c_prototype=wl.signature.c_prototype(),
             correctness_cases=sum(c.kind == "correctness" for c in wl.spec.cases),
             performance_cases=len(wl.spec.performance_cases),

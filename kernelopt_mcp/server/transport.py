@@ -1,32 +1,19 @@
 """The streamable-HTTP transport: what a bind address exposes, DNS-rebinding protection, the
-bearer-token check, and the ASGI app with expiring sessions (see SECURITY.md)."""
+bearer-token check (one token per client: identity.py), and the ASGI app with expiring sessions (see SECURITY.md)."""
 
 from __future__ import annotations
 
-import hmac
 import ipaddress
 import socket
+from collections.abc import Mapping
 from typing import Any, Literal
 
-from mcp.server.auth.provider import AccessToken
 from mcp.server.auth.settings import AuthSettings
 from mcp.server.mcpserver import MCPServer
 from mcp.server.transport_security import TransportSecuritySettings
 
 from ..service import ServerConfig
-
-
-class StaticToken:
-    """Bearer-token check for the HTTP transport (constant-time comparison)."""
-
-    def __init__(self, token: str) -> None:
-        self._token = token
-
-    async def verify_token(self, token: str) -> AccessToken | None:
-        if hmac.compare_digest(token.encode(), self._token.encode()):
-            return AccessToken(token=token, client_id="kernelopt-mcp-client", scopes=[])
-        return None
-
+from .identity import ClientTokens, cap_sessions_per_client
 
 BindKind = Literal["loopback", "wildcard", "other"]
 
@@ -73,18 +60,22 @@ def http_security(host: str, allowed_hosts: list[str]) -> TransportSecuritySetti
 def http_app(app: MCPServer, config: ServerConfig, host: str, allowed_hosts: list[str]) -> Any:
     """The streamable-HTTP ASGI app: DNS-rebinding protection for ``host``, sessions that expire
     after ``config.session_idle_timeout_s`` without a request in flight (their id then answers
-    404 and the SDK drops them), at most ``config.max_sessions`` open at once."""
-    return app.streamable_http_app(
+    404 and the SDK drops them), at most ``config.max_sessions`` open at once and
+    ``config.max_sessions_per_client`` per client token."""
+    starlette_app = app.streamable_http_app(
         host=host, transport_security=http_security(host, allowed_hosts),
         session_idle_timeout=config.session_idle_timeout_s, max_sessions=config.max_sessions,
     )
+    cap_sessions_per_client(app.session_manager, config.max_sessions_per_client)
+    return starlette_app
 
 
-def token_auth(token: str | None) -> dict[str, Any]:
-    """MCPServer keyword arguments that require ``Authorization: Bearer <token>`` (none without a token)."""
-    if not token:
+def token_auth(tokens: Mapping[str, str]) -> dict[str, Any]:
+    """MCPServer keyword arguments that require ``Authorization: Bearer <token>`` with one of
+    ``tokens`` (client id -> token; none: no check), the request then running as that client."""
+    if not tokens:
         return {}
     return {
         "auth": AuthSettings(issuer_url="http://127.0.0.1", resource_server_url=None),
-        "token_verifier": StaticToken(token),
+        "token_verifier": ClientTokens(tokens),
     }
