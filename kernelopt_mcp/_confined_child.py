@@ -137,10 +137,12 @@ def _load_sandbox() -> Any:
 
 def _installation() -> list[str]:
     """The Python installation's directories: the standard library and site-packages, as this
-    interpreter started (-I: no user site, no PYTHONPATH), and the interpreter's own prefix."""
+    interpreter started (-I: no user site, no PYTHONPATH), and its prefixes' lib directories
+    (a conda environment keeps the C++ runtime that torch's libraries load there)."""
     paths = sysconfig.get_paths()
     dirs = [p for p in sys.path if p and os.path.isabs(p)]
     dirs += [paths[k] for k in ("stdlib", "platstdlib", "purelib", "platlib") if k in paths]
+    dirs += [os.path.join(prefix, "lib") for prefix in dict.fromkeys((sys.prefix, sys.base_prefix))]
     return dirs
 
 
