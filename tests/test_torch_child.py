@@ -144,3 +144,19 @@ def test_run_confined_python_runs_a_module_that_writes_only_its_staging_director
     off = run_confined_python("probe_mod", [], staging=staging, limits=ChildLimits(landlock=False))
     assert off.refused and "--unconfined-compiler" in off.refused and off.returncode is None
     assert sys.executable  # the child ran this interpreter
+
+
+@pytest.mark.anyio
+@pytest.mark.skipif(importlib.util.find_spec("torch") is not None, reason="torch is installed here")
+async def test_the_create_workload_tool_says_torch_is_missing(tmp_path: Path) -> None:
+    from fakegpu import in_memory_server
+    from test_torch_workspace import _config
+
+    ran = tmp_path / "ran.txt"
+    problem = f"open({str(ran)!r}, 'w').write('ran')\nclass Model:\n    pass\ndef get_inputs():\n    return []\n"
+    async with in_memory_server(_config(tmp_path, allow=True)) as (client, _):
+        r = await client.call_tool("create_workload", {"spec": {"name": "torch"}, "torch_problem": problem})
+        assert r.is_error and "has no torch" in r.content[0].text
+        listed = await client.call_tool("list_workloads", {})  # the server keeps answering
+        assert not listed.is_error
+    assert not ran.exists()
