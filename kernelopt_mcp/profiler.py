@@ -39,7 +39,7 @@ from .evaluation.evaluate import case_request
 from .evaluation.harness import find_harness, raise_for_request_error
 from .evaluation.protocol import AnswerEnvelope, CaseError, HarnessAnswer, RequestError, parse_answer, request_json
 from .evaluation.session import Session
-from .executables import find_executable, run_killable
+from .executables import child_env, find_executable, run_killable
 from .ncu_report import ProfileSummary, parse_raw_csv, pick_kernel, summarize
 
 NCU_NAME = "ncu"
@@ -125,7 +125,8 @@ def _version_key(path: str) -> list[int]:
 
 def ncu_version(ncu: Path) -> str | None:
     try:
-        out = subprocess.run([str(ncu), "--version"], capture_output=True, text=True, timeout=30, stdin=subprocess.DEVNULL)
+        out = subprocess.run([str(ncu), "--version"], capture_output=True, text=True, timeout=30, stdin=subprocess.DEVNULL,
+                             env=child_env())
     except (OSError, subprocess.TimeoutExpired):
         return None
     match = re.search(r"Version\s+(\S+)", out.stdout)
@@ -313,7 +314,7 @@ def export_raw(ncu: Path, report: Path, timeout_s: float = 300) -> str:
     """``ncu --import REPORT --csv --page raw --print-units base`` (needs no GPU)."""
     cmd = [str(ncu), "--import", str(report), "--csv", "--page", "raw", "--print-units", "base"]
     try:
-        out = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s, stdin=subprocess.DEVNULL)
+        out = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s, stdin=subprocess.DEVNULL, env=child_env())
     except subprocess.TimeoutExpired:
         raise ProfilerTimeout(f"exporting {report} did not finish within {timeout_s:.0f} s") from None
     if out.returncode != 0 or not out.stdout.strip():

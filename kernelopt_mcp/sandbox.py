@@ -123,11 +123,15 @@ class Confinement:
         return f"landlock abi {self.abi}"
 
 
-def restrict(read: Iterable[str], write: Iterable[str] = (), execute: Iterable[str] = ()) -> Confinement:
+def restrict(
+    read: Iterable[str], write: Iterable[str] = (), execute: Iterable[str] = (), list_only: Iterable[str] = (),
+) -> Confinement:
     """Allow this process (and its children) to open only files beneath ``read`` (read-only:
     read files, list directories), ``execute`` (also map as code: shared libraries) and
-    ``write`` (read-write, create, remove); no TCP, no signals or abstract sockets outside,
-    where the ABI knows those. Paths that do not exist are skipped.
+    ``write`` (read-write, create, remove); directories beneath ``list_only`` may be listed, not
+    their files read (a checkout on sys.path whose package alone is readable); no TCP, no
+    signals or abstract sockets outside, where the ABI knows those. Paths that do not exist are
+    skipped.
 
     Raises:
         LandlockError: the kernel has no usable Landlock, or a call failed (errno attached).
@@ -152,7 +156,8 @@ def restrict(read: Iterable[str], write: Iterable[str] = (), execute: Iterable[s
     read_dirs: list[str] = []
     write_dirs: list[str] = []
     try:
-        rules = ((read, _READ, read_dirs), (execute, _READ | FS_EXECUTE, read_dirs), (write, handled, write_dirs))
+        rules = ((read, _READ, read_dirs), (execute, _READ | FS_EXECUTE, read_dirs), (write, handled, write_dirs),
+                 (list_only, FS_READ_DIR, read_dirs))
         for paths, rights, kept in rules:
             for path in dict.fromkeys(paths):
                 try:
@@ -163,6 +168,8 @@ def restrict(read: Iterable[str], write: Iterable[str] = (), execute: Iterable[s
                     allowed = rights & handled
                     if not os.path.isdir(path):
                         allowed &= _FILE_ONLY
+                    if not allowed:
+                        continue  # list_only on a file
                     rule = _PathBeneathAttr(allowed_access=allowed, parent_fd=pfd)
                     if libc.syscall(ctypes.c_long(_SYS_ADD_RULE), ctypes.c_int(fd), ctypes.c_int(_RULE_PATH_BENEATH), ctypes.byref(rule), ctypes.c_uint32(0)) < 0:
                         err = ctypes.get_errno()

@@ -269,7 +269,8 @@ class KerneloptService:
         from .torch_workspace import create_torch_workload
 
         created = create_torch_workload(self, name, problem, initial_cu=initial_cu, initial_launch=initial_launch,
-                                        overwrite=overwrite, allowed=self.settings.allow_torch_problems)
+                                        overwrite=overwrite, allowed=self.settings.allow_torch_problems,
+                                        compile_limits=self.settings.compile_limits())
         self._forget(Path(created.path))
         return created
 

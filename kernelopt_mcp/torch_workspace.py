@@ -3,26 +3,28 @@
 The problem is the client's Python, and the server promises to run no model-written host code
 (SECURITY.md). So the option is refused unless the server's operator allowed it
 (``Settings.allow_torch_problems``, ``KERNELOPT_ALLOW_TORCH_PROBLEMS=1``: for trusted clients
-only); then ``kernelopt import-torch`` runs in a child process of its own session with a deadline
-(a problem that loops or crashes costs the child, not the server), writing into a staging
-directory of the workspace, which is renamed onto the workload's name under the same name lock
-as every created workload. The child is not confined: it runs as the server's user.
+only); then ``kernelopt import-torch`` runs in a confined child (:mod:`.confined_python`: an
+allowlisted environment, ``python -I``, Landlock and seccomp, rlimits, a deadline, its whole process
+tree reaped), writing only into a staging directory of the workspace, which is renamed onto the
+workload's name under the same name lock as every created workload. The problem is saved there as
+``problem.py``, on no import path: ``import torch`` finds the installed torch or nothing (the child
+is refused at once where torch is missing).
 """
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import re
 import shutil
-import signal
-import subprocess
 import sys
 import tempfile
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from .compile_options import CompileLimits
+from .confined_python import ChildLimits, ChildResult, run_confined_python
 from .results import CreatedWorkload
 from .workload import IDENTIFIER, load_workload
 from .workspace import RequestError, Workspace, _name_lock, check_spec_size, within_quota
@@ -34,18 +36,27 @@ REFUSED = (
     "problem where it is trusted (`kernelopt import-torch problem.py -o DIR`) and add DIR's parent to the "
     "server's KERNELOPT_WORKLOADS"
 )
+STDERR_LINE_CHARS = 300
 
 
 def create_torch_workload(
     service: Workspace, name: str | None, problem: str, *, initial_cu: str | None = None,
     initial_launch: dict[str, Any] | None = None, overwrite: bool = False, allowed: bool = False,
-    timeout_s: float = TORCH_PROBLEM_TIMEOUT_S, python: str = sys.executable,
+    timeout_s: float = TORCH_PROBLEM_TIMEOUT_S, python: str = sys.executable, python_path: Sequence[str] = (),
+    compile_limits: CompileLimits | None = None,
 ) -> CreatedWorkload:
     """Import ``problem`` (a KernelBench-style file's source) into the workspace as ``name``.
 
+    Args:
+        python: the interpreter the importer runs in (it needs torch).
+        python_path: directories the importer may import from besides ``python``'s installation
+            (where torch lies outside it).
+        compile_limits: the operator's confinement choice (Landlock off, unconfined accepted).
+
     Raises:
-        RequestError: not allowed, a bad name, the name taken, the problem not convertible (the
-            importer's reason), too large, or the import did not finish within ``timeout_s``.
+        RequestError: not allowed, a bad name, the name taken, torch missing, the problem not
+            convertible (the importer's reason), too large, or the import did not finish within
+            ``timeout_s``.
     """
     if not allowed:
         raise RequestError(REFUSED)
@@ -63,7 +74,8 @@ def create_torch_workload(
     created_dir.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{name}-torch-", dir=created_dir))
     try:
-        answer = _run_import(staging, name, problem, initial_cu, initial_launch, timeout_s, python, target)
+        limits = ChildLimits.following(compile_limits, timeout_s, service.config.workload_max_bytes // 2**20 + 16)
+        answer = _run_import(staging, name, problem, initial_cu, initial_launch, limits, python, python_path, target)
         wl = load_workload(staging / "workload")
         total = check_spec_size(wl.spec, "an imported PyTorch problem", service.config.workload_max_bytes)
         # the staging directory lies in the workspace: its files (the stored outputs) already count
@@ -96,36 +108,49 @@ def _exists(name: str) -> RequestError:
 
 def _run_import(
     staging: Path, name: str, problem: str, initial_cu: str | None, initial_launch: dict[str, Any] | None,
-    timeout_s: float, python: str, target: Path,
+    limits: ChildLimits, python: str, python_path: Sequence[str], target: Path,
 ) -> dict[str, Any]:
-    """``kernelopt import-torch`` in a child process (its own session, killed whole at the deadline)."""
-    source = staging / f"{name}.py"
+    """``kernelopt import-torch`` in a confined child; its JSON answer."""
+    source = staging / "problem.py"
     source.write_text(problem)
-    # the same kernelopt_mcp as this process (an installed copy may be another version)
-    root = str(Path(__file__).resolve().parent.parent)
-    boot = f"import sys; sys.path.insert(0, {root!r}); from kernelopt_mcp.cli import main; sys.exit(main(sys.argv[1:]))"
-    argv = [python, "-c", boot, "import-torch", str(source), "-o", str(staging / "workload"), "--name", name, "--json",
-            "--home", str(target)]
+    # the same kernelopt_mcp as this process (an installed copy may be another version): its
+    # directory is readable, the checkout around it only listed
+    package = Path(__file__).resolve().parent
+    args = ["import-torch", str(source), "-o", str(staging / "workload"), "--name", name, "--json", "--home", str(target)]
     if initial_cu is not None:
         (staging / "initial.cu").write_text(initial_cu)
         (staging / "initial.launch.json").write_text(json.dumps(initial_launch))
-        argv += ["--initial", str(staging / "initial.cu")]
-    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=staging, start_new_session=True)
-    try:
-        out, err = proc.communicate(timeout=timeout_s)
-    except subprocess.TimeoutExpired:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGKILL)
-        proc.communicate()
+        args += ["--initial", str(staging / "initial.cu")]
+    result = run_confined_python(
+        "kernelopt_mcp", args, staging=staging, python=python, python_path=[str(package.parent), *python_path],
+        read=[str(package), *python_path], requires=["torch"], limits=limits,
+    )
+    if result.refused is not None:
+        if result.missing == "torch":
+            raise RequestError(
+                f"torch_problem: this server's Python ({python}) has no torch, so it cannot import PyTorch problems: its "
+                "operator can install it (pip install torch); or import the problem where torch is installed "
+                "(`kernelopt import-torch problem.py -o DIR`) and add DIR's parent to the server's KERNELOPT_WORKLOADS"
+            )
+        raise RequestError(f"torch_problem: the importer was not run: {result.refused}")
+    if result.timed_out:
         raise RequestError(
-            f"torch_problem: importing did not finish within {timeout_s:.0f} s (the problem's get_inputs, Model or "
+            f"torch_problem: importing did not finish within {limits.timeout_s:.0f} s (the problem's get_inputs, Model or "
             "forward ran that long on the CPU): make its sizes smaller"
-        ) from None
+        )
     try:
-        answer = json.loads(out)
-    except json.JSONDecodeError:
-        tail = err.decode(errors="replace").strip().splitlines()[-5:]
-        raise RequestError(f"torch_problem: the import failed (exit {proc.returncode}): {' '.join(tail) or 'no output'}") from None
-    if proc.returncode != 0 or answer.get("status") != "ok":
-        raise RequestError(f"torch_problem: {answer.get('message') or answer}")
+        answer = json.loads(result.stdout)
+    except ValueError:
+        raise RequestError(f"torch_problem: the import failed (exit {result.returncode}): {_last_line(result)}") from None
+    if not isinstance(answer, dict):
+        raise RequestError(f"torch_problem: the import failed (exit {result.returncode}): {_last_line(result)}")
+    if result.returncode != 0 or answer.get("status") != "ok":
+        raise RequestError(f"torch_problem: {str(answer.get('message') or 'the import failed')[:2000]}")
     return answer
+
+
+def _last_line(result: ChildResult) -> str:
+    """The last line of the importer's stderr (a traceback's exception), printable and bounded."""
+    lines = [line.strip() for line in result.stderr_tail.splitlines() if line.strip()]
+    last = "".join(c for c in (lines[-1] if lines else "") if c.isprintable())
+    return last[:STDERR_LINE_CHARS] or "no output"

@@ -3,7 +3,8 @@
 runs the wrapped command (so its stdout is the harness's answer) and exits like the real tool.
 
 FAKE_SANITIZER_REPORT names the report file; FAKE_SANITIZER_ARGS (if set) is where the
-arguments it got are written as JSON; FAKE_SANITIZER_SLEEP makes it hang.
+arguments it got are written as JSON; FAKE_SANITIZER_ENV (if set) where its environment is written
+as JSON; FAKE_SANITIZER_SLEEP makes it hang.
 """
 
 import json
@@ -16,6 +17,9 @@ args = sys.argv[1:]
 if os.environ.get("FAKE_SANITIZER_ARGS"):
     with open(os.environ["FAKE_SANITIZER_ARGS"], "w") as f:
         json.dump(args, f)
+if os.environ.get("FAKE_SANITIZER_ENV"):
+    with open(os.environ["FAKE_SANITIZER_ENV"], "w") as f:
+        json.dump(dict(os.environ), f)
 if os.environ.get("FAKE_SANITIZER_SLEEP"):
     time.sleep(float(os.environ["FAKE_SANITIZER_SLEEP"]))
 opts, i = {}, 0

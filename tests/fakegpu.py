@@ -10,6 +10,9 @@ Two modes of the stand-in (written to a test's tmp_path by :func:`write_harness`
   differ on the determinism re-run (RACE), be wrong on the hidden inputs after timing (CACHE) or slow on them
   (SLOWCHECK);
   ``MS:<case>=<ms>;...`` sets the median latency of named cases.
+Every start of the stand-in appends its arguments and its whole environment to
+``harness-env.jsonl`` beside it (the wrapper names the file), so a test can check what the server
+let through to the harness.
 It speaks the harness's `serve` protocol (one JSON request per line on stdin), so every path of
 the server and of clients above it runs for real, bar the GPU itself.
 """
@@ -33,6 +36,10 @@ ADD_LAUNCH = {"default": {"grid": ["ceil_div(n, 256)"], "block": [256]}}
 FAKE_HARNESS = r'''
 import json, os, re, sys, time
 import numpy as np
+
+if os.environ.get("KO_FAKE_ENV_LOG"):
+    with open(os.environ["KO_FAKE_ENV_LOG"], "a") as log:
+        log.write(json.dumps({"argv": sys.argv[1:], "env": dict(os.environ)}) + "\n")
 
 def say(obj):
     sys.stdout.write(json.dumps(obj) + "\n"); sys.stdout.flush()
@@ -277,7 +284,8 @@ def write_harness(directory: Path, mode: str) -> Path:
     script = directory / "fake_harness.py"
     script.write_text(FAKE_HARNESS)
     wrapper = directory / f"kernelopt-harness-{mode}"
-    wrapper.write_text(f"#!/bin/sh\nKO_FAKE_GPU={mode} exec {sys.executable} {script} \"$@\"\n")
+    log = directory / "harness-env.jsonl"
+    wrapper.write_text(f"#!/bin/sh\nKO_FAKE_GPU={mode} KO_FAKE_ENV_LOG='{log}' exec {sys.executable} {script} \"$@\"\n")
     wrapper.chmod(0o755)
     return wrapper
 

@@ -223,7 +223,7 @@ LAYERS: dict[str, set[str]] = {
     },
     "compiler": {
         "compile_log", "compile_pool", "compiler", "cuda_headers", "sandbox", "executables", "source_policy",
-        "_compile_worker",
+        "_compile_worker", "confined_python", "_confined_child",
     },
     "evaluation": {"evaluation", "_oracle_worker"},  # and every evaluation.* module
     "tools": {

@@ -5,6 +5,9 @@ JSON line (see native_harness/PROTOCOL.md). A kernel that faults leaves the harn
 context unusable: it answers and exits with code 5, and the next request starts a fresh
 process. A kernel that never finishes is killed (the whole process group) at the deadline
 and reported as a timeout. Either way the caller gets data, never a dead server.
+
+Every invocation runs in :func:`~kernelopt_mcp.executables.child_env`: the harness runs clients'
+kernels, so none of the server's tokens or API keys is in its environment.
 """
 
 from __future__ import annotations
@@ -26,7 +29,7 @@ from pathlib import Path
 from typing import Any, Protocol, Self
 
 from ..errors import DeviceUnavailable, HarnessCancelled, HarnessError
-from ..executables import find_executable, kill_group
+from ..executables import child_env, find_executable, kill_group
 from .protocol import (
     AnswerEnvelope,
     AnswerT,
@@ -173,6 +176,8 @@ class _StderrSink:
 class HarnessProcess:
     """A ``kernelopt-harness serve`` process, restarted as needed.
 
+    ``env``: its whole environment; None (the default) is :func:`child_env` at each start.
+
     Not thread-safe: one request at a time (the GPU runs one job at a time anyway).
     """
 
@@ -207,7 +212,7 @@ class HarnessProcess:
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             start_new_session=True,  # its own process group, so a kill takes every child too
-            env=self.env,
+            env=child_env() if self.env is None else self.env,
         )
         proc = self._proc
 
@@ -356,6 +361,7 @@ def run_once(binary: Path, args: list[str], timeout_s: float = 60) -> tuple[int,
         proc = subprocess.run(
             [str(binary), *args], stdin=subprocess.DEVNULL, capture_output=True, timeout=timeout_s,
             start_new_session=True,  # never inherit an MCP client's stdio pipe
+            env=child_env(),
         )
     except subprocess.TimeoutExpired:
         raise HarnessError(f"{binary} {' '.join(args)} did not answer within {timeout_s} s") from None

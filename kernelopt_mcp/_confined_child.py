@@ -1,0 +1,221 @@
+"""Run one Python module confined, as a child of a supervisor that reaps its whole process tree.
+
+Started by :mod:`kernelopt_mcp.confined_python` as ``python -I -B .../_confined_child.py CONFIG``
+(by path, with an allowlisted environment, in its staging directory; CONFIG is one JSON object:
+see ``confined_python._config``). This process is the **supervisor**; it
+
+1. becomes a child subreaper (``PR_SET_CHILD_SUBREAPER``): a process its child starts that
+   double-forks and ``setsid``\\ s is re-parented to it, not to init, when its parent dies;
+2. checks that every module in ``requires`` can be found on the child's ``sys.path``
+   (``importlib.util.find_spec``: nothing of it runs; the staging directory is on no path), else
+   answers ``{"refused": why}`` and exits 125;
+3. starts the **child**: this file again with ``--child``, which confines itself before it runs
+   anything else: Landlock (read: the Python installation, the ``read`` directories, the
+   libraries the loader may map; list only: ``python_path``; write: ``write`` alone, the staging
+   directory), a seccomp filter (no new sockets, no signals to other processes), rlimits (data
+   memory, CPU time, file size, no core files); then runs ``module`` as ``__main__`` with ``args``;
+4. waits for the child up to ``timeout_s``, then SIGKILLs every descendant it has (found in
+   /proc by parent pid, again and again until none is left, reaping each), and exits with the
+   child's exit code (128 + N for a signal N), 124 at the deadline.
+
+The child's stdout and stderr are the supervisor's: once the supervisor has exited, no process
+holds them. Only the standard library is imported; ``sandbox.py`` is loaded by path.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import importlib.util
+import json
+import os
+import resource
+import runpy
+import signal
+import subprocess
+import sys
+import sysconfig
+import time
+from pathlib import Path
+from typing import Any
+
+REFUSED = 125
+TIMED_OUT = 124
+_PR_SET_CHILD_SUBREAPER = 36
+# files and directories any Python and its libraries read at run time (the loader's cache, time
+# zones, the CPU count and topology that BLAS and OpenMP runtimes ask for)
+SYSTEM_READ = (
+    "/etc/ld.so.cache", "/etc/localtime", "/usr/share/zoneinfo", "/proc/cpuinfo", "/proc/meminfo",
+    "/sys/devices/system/cpu", "/sys/fs/cgroup", "/lib", "/lib64", "/usr/lib", "/usr/lib64", "/usr/local/lib",
+)
+
+
+def _refuse(message: str, **extra: str) -> int:
+    sys.stdout.write(json.dumps({"refused": message, **extra}) + "\n")
+    sys.stdout.flush()
+    return REFUSED
+
+
+# --- the supervisor -------------------------------------------------------------------------
+
+
+def _descendants(root: int) -> list[int]:
+    """Every living process below ``root``, from /proc (a process whose parent died is ours again)."""
+    children: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", "rb") as f:
+                stat = f.read()
+        except OSError:
+            continue  # gone meanwhile
+        fields = stat[stat.rfind(b")") + 2:].split()
+        if len(fields) > 1:
+            children.setdefault(int(fields[1]), []).append(int(entry))
+    found, todo = [], list(children.get(root, []))
+    while todo:
+        pid = todo.pop()
+        found.append(pid)
+        todo += children.get(pid, [])
+    return found
+
+
+def _reap_all() -> None:
+    """SIGKILL every descendant and reap them all: ends when this process has no child left. A
+    process being killed cannot fork, and one forked meanwhile is found on the next pass."""
+    for _ in range(10000):
+        for pid in _descendants(os.getpid()):
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, signal.SIGKILL)
+        try:
+            while os.waitpid(-1, os.WNOHANG)[0] != 0:
+                pass
+        except ChildProcessError:
+            return  # no child at all: every descendant would be one of ours or below one
+        time.sleep(0.01)
+
+
+def supervise(config: dict[str, Any]) -> int:
+    libc = ctypes.CDLL(None, use_errno=True)
+    zero = ctypes.c_ulong(0)
+    if libc.prctl(ctypes.c_int(_PR_SET_CHILD_SUBREAPER), ctypes.c_ulong(1), zero, zero, zero) != 0:
+        return _refuse(f"cannot become a child subreaper: {os.strerror(ctypes.get_errno())}")
+    sys.path[:0] = config["python_path"]
+    for module in config["requires"]:
+        try:
+            found = importlib.util.find_spec(module) is not None
+        except (ImportError, ValueError):
+            found = False
+        if not found:
+            return _refuse(f"{module} cannot be imported by {sys.executable}", missing=module)
+    try:
+        child = subprocess.Popen([sys.executable, "-I", "-B", __file__, "--child", json.dumps(config)], stdin=subprocess.DEVNULL)
+    except OSError as exc:
+        return _refuse(f"cannot start the child: {exc}")
+    try:
+        code = child.wait(timeout=config["timeout_s"])
+    except subprocess.TimeoutExpired:
+        code = None
+    _reap_all()
+    if code is None:
+        return TIMED_OUT
+    return code if code >= 0 else 128 - code
+
+
+# --- the child ------------------------------------------------------------------------------
+
+
+def _load_sandbox() -> Any:
+    spec = importlib.util.spec_from_file_location("kernelopt_sandbox", Path(__file__).with_name("sandbox.py"))
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up there
+    spec.loader.exec_module(module)
+    return module
+
+
+def _installation() -> list[str]:
+    """The Python installation's directories: the standard library and site-packages, as this
+    interpreter started (-I: no user site, no PYTHONPATH), and its prefixes' lib directories
+    (a conda environment keeps the C++ runtime that torch's libraries load there)."""
+    paths = sysconfig.get_paths()
+    dirs = [p for p in sys.path if p and os.path.isabs(p)]
+    dirs += [paths[k] for k in ("stdlib", "platstdlib", "purelib", "platlib") if k in paths]
+    dirs += [os.path.join(prefix, "lib") for prefix in dict.fromkeys((sys.prefix, sys.base_prefix))]
+    return dirs
+
+
+def _mapped_dirs() -> list[str]:
+    """Directories of the shared libraries mapped so far: a library loaded later lies beside them."""
+    dirs: dict[str, None] = {}
+    with contextlib.suppress(OSError), open("/proc/self/maps", encoding="utf-8", errors="replace") as f:
+        for line in f:
+            parts = line.split(maxsplit=5)
+            path = parts[5].strip() if len(parts) == 6 else ""
+            if path.startswith("/") and ".so" in path and not path.endswith("(deleted)"):
+                dirs[os.path.dirname(path)] = None
+    return list(dirs)
+
+
+def _set_limit(kind: int, value: int) -> None:
+    _, hard = resource.getrlimit(kind)
+    if hard != resource.RLIM_INFINITY:
+        value = min(value, hard)
+    resource.setrlimit(kind, (value, value))
+
+
+def confine(config: dict[str, Any]) -> str:
+    """Landlock, seccomp and rlimits on this process, as CONFIG says; what was applied.
+
+    Raises:
+        OSError: Landlock was asked for and could not be applied.
+    """
+    sandbox = _load_sandbox()
+    library_path = [p for p in os.environ.get("LD_LIBRARY_PATH", "").split(":") if p]
+    applied = "unconfined (accepted)"
+    if config["confine"] == "landlock":
+        done = sandbox.restrict(
+            read=[*_installation(), *config["read"], *_mapped_dirs(), *library_path, *SYSTEM_READ],
+            write=[*config["write"], "/dev/null"], list_only=config["python_path"],
+        )
+        applied = done.describe()
+    try:
+        applied += ", " + sandbox.restrict_syscalls()
+    except OSError as exc:
+        applied += f", sockets and signals not restricted ({exc})"
+    if config["memory_mb"] > 0:
+        _set_limit(resource.RLIMIT_DATA, config["memory_mb"] << 20)
+    if config["cpu_s"] > 0:
+        _set_limit(resource.RLIMIT_CPU, config["cpu_s"])
+    _set_limit(resource.RLIMIT_FSIZE, config["fsize_mb"] << 20)
+    _set_limit(resource.RLIMIT_CORE, 0)
+    return applied
+
+
+def child(config: dict[str, Any]) -> int:
+    try:
+        confine(config)
+    except OSError as exc:
+        return _refuse(f"the child could not confine itself: {exc}")
+    sys.path[:0] = config["python_path"]
+    sys.argv = [config["module"], *config["args"]]
+    try:
+        runpy.run_module(config["module"], run_name="__main__", alter_sys=True)
+    except SystemExit as exc:
+        code = exc.code
+        if code is None or isinstance(code, int):
+            return code or 0
+        print(code, file=sys.stderr)
+        return 1
+    return 0
+
+
+def main(argv: list[str]) -> int:
+    if argv[:1] == ["--child"]:
+        return child(json.loads(argv[1]))
+    return supervise(json.loads(argv[0]))
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

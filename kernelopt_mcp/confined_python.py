@@ -1,0 +1,174 @@
+"""Run a Python module of a client's (a PyTorch problem's import, a reference) in a confined child.
+
+The child (``_confined_child.py``) runs under a supervisor of its own that reaps its whole
+process tree; it gets :func:`~kernelopt_mcp.executables.child_env` (HOME and TMPDIR inside its
+staging directory), ``python -I`` (no PYTHON* variables, no user site, neither the working
+directory nor a script's on sys.path), and confines itself like the NumPy oracle worker before it
+runs anything: Landlock (it reads the Python installation and what the caller names, writes only
+its staging directory), seccomp (no sockets, no signals out), rlimits. Its output is read from
+pipes up to a deadline, never to an end of file that a process it left behind could hold.
+
+Where the kernel has no Landlock the run is refused unless the operator accepted unconfined code
+runners (``ChildLimits.accept_unconfined``: the compiler's setting).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import selectors
+import subprocess
+import sys
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from .compile_options import CompileLimits, physical_memory_mb
+from .executables import child_env, kill_group
+from .sandbox import landlock_abi
+
+SUPERVISOR = Path(__file__).resolve().with_name("_confined_child.py")
+REFUSED = 125  # _confined_child.REFUSED
+TIMED_OUT = 124  # _confined_child.TIMED_OUT
+GRACE_S = 15.0  # the supervisor's own start and reaping, past the child's deadline
+DRAIN_S = 1.0  # reading after the supervisor exited: what is still in the pipes
+MAX_STDOUT_BYTES = 4 << 20
+STDERR_TAIL_BYTES = 8192
+
+
+@dataclass(frozen=True)
+class ChildLimits:
+    """Caps on one confined child: wall time (s), data memory (MiB; 0: half the physical memory,
+    at least 2 GiB), CPU time (s; 0: the wall time on every CPU), the largest file it may write
+    (MiB); ``landlock`` False acts as if the kernel had none, ``accept_unconfined`` runs the child
+    without Landlock where there is none instead of refusing (seccomp, rlimits and the clean
+    environment still apply)."""
+
+    timeout_s: float = 600.0
+    memory_mb: int = 0
+    cpu_s: int = 0
+    fsize_mb: int = 1024
+    landlock: bool = True
+    accept_unconfined: bool = False
+
+    @classmethod
+    def following(cls, compile_limits: CompileLimits | None, timeout_s: float, fsize_mb: int = 1024) -> ChildLimits:
+        """These caps, with the confinement the operator chose for compiles (Settings.compile_limits())."""
+        if compile_limits is None:
+            return cls(timeout_s=timeout_s, fsize_mb=fsize_mb)
+        return cls(timeout_s=timeout_s, fsize_mb=fsize_mb, landlock=compile_limits.landlock,
+                   accept_unconfined=compile_limits.accept_unconfined)
+
+    def memory_cap_mb(self) -> int:
+        if self.memory_mb > 0:
+            return self.memory_mb
+        physical = physical_memory_mb()
+        return max(2048, physical // 2) if physical else 16384
+
+    def cpu_cap_s(self) -> int:
+        return self.cpu_s if self.cpu_s > 0 else int(self.timeout_s * max(1, os.cpu_count() or 1)) + 10
+
+
+@dataclass(frozen=True)
+class ChildResult:
+    """How a confined child ended: ``refused`` (why it never ran the module: a required module
+    missing, named in ``missing``; no confinement possible), else its exit code (None: killed by the parent's backstop),
+    ``timed_out``, what it printed on stdout (up to MAX_STDOUT_BYTES) and its stderr's tail."""
+
+    returncode: int | None
+    stdout: bytes = b""
+    stderr_tail: str = ""
+    timed_out: bool = False
+    refused: str | None = None
+    missing: str | None = None
+
+
+def run_confined_python(
+    module: str, args: Sequence[str], *, staging: Path, python: str = sys.executable, python_path: Sequence[str] = (),
+    read: Sequence[str] = (), requires: Sequence[str] = (), limits: ChildLimits | None = None,
+    env: Mapping[str, str] | None = None,
+) -> ChildResult:
+    """Run ``python -m module *args`` confined, in ``staging`` (its only writable directory).
+
+    Args:
+        python_path: directories put first on the child's sys.path; listed, not read: name the
+            directories it may read in ``read`` (a package's own directory, not the checkout).
+        requires: modules that must be importable (found, not imported) before the module runs.
+        env: variables added to :func:`child_env` (HOME and TMPDIR are the staging directory's).
+    """
+    limits = limits or ChildLimits()
+    confine = "landlock"
+    if not limits.landlock or landlock_abi() < 1:
+        if not limits.accept_unconfined:
+            reason = "Landlock is turned off (KERNELOPT_COMPILE_LANDLOCK=0)" if not limits.landlock else "this kernel has no Landlock"
+            return ChildResult(None, refused=f"the child cannot be confined ({reason}); run on a kernel with Landlock "
+                               "(Linux >= 5.13), or accept unconfined code runners (--unconfined-compiler)")
+        confine = "none"
+    staging = staging.resolve()
+    home, tmp = staging / ".home", staging / ".tmp"
+    home.mkdir(exist_ok=True)
+    tmp.mkdir(exist_ok=True)
+    config = {
+        "module": module, "args": list(args), "python_path": [str(p) for p in python_path], "read": [str(p) for p in read],
+        "write": [str(staging)], "requires": list(requires), "timeout_s": limits.timeout_s, "confine": confine,
+        "memory_mb": limits.memory_cap_mb(), "cpu_s": limits.cpu_cap_s(), "fsize_mb": limits.fsize_mb,
+    }
+    proc = subprocess.Popen(
+        [python, "-I", "-B", str(SUPERVISOR), json.dumps(config)], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE, cwd=staging, env=child_env({**(env or {}), "HOME": str(home), "TMPDIR": str(tmp)}),
+        start_new_session=True,
+    )
+    try:
+        out, err, ended = _read(proc, time.monotonic() + limits.timeout_s + GRACE_S)
+    finally:
+        if proc.poll() is None:
+            kill_group(proc)  # the backstop: the supervisor itself did not end
+        for pipe in (proc.stdout, proc.stderr):
+            if pipe is not None:
+                pipe.close()
+    tail = err[-STDERR_TAIL_BYTES:].decode(errors="replace")
+    code = proc.returncode if ended else None
+    if code == REFUSED:
+        try:
+            answer = json.loads(out.split(b"\n", 1)[0])
+            missing = answer.get("missing")
+            return ChildResult(code, out, tail, refused=str(answer["refused"]), missing=str(missing) if missing else None)
+        except (ValueError, KeyError, TypeError, AttributeError):
+            pass  # the module's own exit code 125
+    return ChildResult(code, out, tail, timed_out=code in (None, TIMED_OUT))
+
+
+def _read(proc: subprocess.Popen[bytes], deadline: float) -> tuple[bytes, bytes, bool]:
+    """stdout (up to MAX_STDOUT_BYTES) and stderr (its tail) until both end, or DRAIN_S after the
+    supervisor exited, or ``deadline``; and whether the supervisor exited."""
+    assert proc.stdout is not None and proc.stderr is not None
+    out, err = bytearray(), bytearray()
+    buffers = {proc.stdout.fileno(): out, proc.stderr.fileno(): err}
+    exited_at: float | None = None
+    with selectors.DefaultSelector() as sel:
+        for fd in buffers:
+            sel.register(fd, selectors.EVENT_READ)
+        while sel.get_map():
+            now = time.monotonic()
+            if exited_at is None and proc.poll() is not None:
+                exited_at = now
+            stop = deadline if exited_at is None else min(deadline, exited_at + DRAIN_S)
+            if now >= stop:
+                break
+            for key, _ in sel.select(timeout=min(0.2, stop - now)):
+                chunk = os.read(key.fd, 65536)
+                if not chunk:
+                    sel.unregister(key.fd)
+                    continue
+                buf = buffers[key.fd]
+                buf += chunk
+                if buf is err and len(err) > 2 * STDERR_TAIL_BYTES:
+                    del err[:-STDERR_TAIL_BYTES]
+                elif buf is out and len(out) > MAX_STDOUT_BYTES:
+                    del out[MAX_STDOUT_BYTES:]
+    try:
+        proc.wait(timeout=max(0.0, deadline - time.monotonic()))
+    except subprocess.TimeoutExpired:
+        return bytes(out), bytes(err), False
+    return bytes(out), bytes(err), True

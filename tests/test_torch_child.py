@@ -1,0 +1,162 @@
+"""The PyTorch import child of create_workload(torch_problem) (torch_workspace.py, confined_python.py):
+an allowlisted environment, ``python -I``, confined by Landlock and seccomp, its whole process tree
+reaped, its pipes read to a deadline; refused at once where torch is missing. torch is not needed:
+a stand-in ``torch`` package on the child's path lets the problem's module-level code run (the
+importer executes the problem before it calls anything of torch's)."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from test_torch_workspace import FakeWorkspace
+
+from kernelopt_mcp.confined_python import ChildLimits, run_confined_python
+from kernelopt_mcp.sandbox import landlock_abi
+from kernelopt_mcp.torch_workspace import create_torch_workload
+from kernelopt_mcp.workspace import RequestError
+
+needs_landlock = pytest.mark.skipif(landlock_abi() < 1, reason="this kernel has no Landlock")
+SECRETS = {"KERNELOPT_MCP_TOKEN": "planted-token-7f3a", "OPENAI_API_KEY": "sk-planted-9c1e", "SECRET_X": "planted-x-42d0"}
+
+PROBE = '''
+import json, os, socket, sys, time
+import torch
+
+class Model:
+    pass
+
+def get_inputs():
+    return []
+
+def _try(fn):
+    try:
+        return "ok: " + str(fn())[:40]
+    except OSError as exc:
+        return type(exc).__name__
+
+found = {
+    "read": _try(lambda: open(SECRET).read()),
+    "write": _try(lambda: open(OUTSIDE, "w").write("escaped")),
+    "staging": _try(lambda: open("written-in-staging.txt", "w").write("fine")),
+    "socket": _try(lambda: socket.socket(socket.AF_INET, socket.SOCK_DGRAM)),
+    "signal": _try(lambda: os.kill(os.getppid(), 0)),
+    "env": sorted(os.environ),
+    "cwd_on_path": os.getcwd() in sys.path or "" in sys.path,
+}
+r, w = os.pipe()
+middle = os.fork()
+if middle == 0:  # a daemon: double-forked, a session of its own, holding the importer's stdout and stderr
+    os.setsid()
+    if os.fork() == 0:
+        os.write(w, str(os.getpid()).encode())
+        time.sleep(300)
+        os._exit(0)
+    os._exit(0)
+os.waitpid(middle, 0)
+os.close(w)
+found["daemon"] = int(os.read(r, 32))
+raise RuntimeError("PROBE" + json.dumps(found))
+'''
+
+
+def stand_in_torch(directory: Path) -> Path:
+    """A site directory holding a ``torch`` package that only says its version."""
+    (directory / "torch").mkdir(parents=True)
+    (directory / "torch" / "__init__.py").write_text('__version__ = "0.0+stand-in"\n')
+    return directory
+
+
+@pytest.mark.skipif(importlib.util.find_spec("torch") is not None, reason="torch is installed here")
+def test_without_torch_the_import_is_refused_and_a_problem_named_torch_never_runs(tmp_path: Path) -> None:
+    ws = FakeWorkspace(tmp_path)
+    ran = tmp_path / "ran.txt"
+    problem = f"open({str(ran)!r}, 'w').write('the problem ran as torch')\nclass Model:\n    pass\ndef get_inputs():\n    return []\n"
+    with pytest.raises(RequestError, match=r"has no torch.*pip install torch"):
+        create_torch_workload(ws, "torch", problem, allowed=True)
+    assert not ran.exists(), "the problem was imported as torch"
+    assert [p.name for p in ws.config.created_dir.iterdir() if not p.name.endswith(".lock")] == []
+
+
+@needs_landlock
+def test_the_import_child_is_confined_gets_no_secret_and_leaves_no_process(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    for name, value in SECRETS.items():
+        monkeypatch.setenv(name, value)
+    secret = tmp_path / "secret.txt"
+    secret.write_text("OPENAI_API_KEY=sk-planted-file")
+    outside = tmp_path / "escaped.txt"
+    site = stand_in_torch(tmp_path / "site")
+    ws = FakeWorkspace(tmp_path)
+    problem = f"SECRET = {str(secret)!r}\nOUTSIDE = {str(outside)!r}\n{PROBE}"
+    start = time.monotonic()
+    with pytest.raises(RequestError, match="PROBE") as caught:
+        create_torch_workload(ws, "probe", problem, allowed=True, python_path=[str(site)], timeout_s=120)
+    assert time.monotonic() - start < 120, "the server waited for the daemon"
+    found = json.loads(str(caught.value).split("PROBE", 1)[1])
+    assert found["read"] == "PermissionError" and found["write"] == "PermissionError" and not outside.exists()
+    assert found["staging"].startswith("ok")
+    assert found["socket"] == "PermissionError" and found["signal"] == "PermissionError"
+    assert not set(found["env"]) & set(SECRETS) and "sk-planted" not in str(caught.value)
+    assert found["env"] and not found["cwd_on_path"]
+    with pytest.raises(ProcessLookupError):
+        os.kill(found["daemon"], 0)
+    assert [p.name for p in ws.config.created_dir.iterdir() if not p.name.endswith(".lock")] == []
+
+
+@needs_landlock
+def test_a_problem_that_never_finishes_is_killed_at_the_deadline(tmp_path: Path) -> None:
+    site = stand_in_torch(tmp_path / "site")
+    ws = FakeWorkspace(tmp_path)
+    endless = "import torch\nclass Model:\n    pass\ndef get_inputs():\n    return []\nwhile True:\n    pass\n"
+    with pytest.raises(RequestError, match="did not finish within 5 s"):
+        create_torch_workload(ws, "loop", endless, allowed=True, python_path=[str(site)], timeout_s=5)
+    assert not (ws.config.created_dir / "loop").exists()
+
+
+@needs_landlock
+def test_run_confined_python_runs_a_module_that_writes_only_its_staging_directory(tmp_path: Path) -> None:
+    """The runner on its own (a reference run will use it too): a module from a directory it may
+    read, output on stdout, files in its staging directory, a refusal where a module is missing."""
+    package = tmp_path / "pkg" / "probe_mod"
+    package.mkdir(parents=True)
+    (package / "__init__.py").write_text("")
+    (package / "__main__.py").write_text(
+        "import json, os, sys\nopen('out.txt', 'w').write(sys.argv[1])\n"
+        "print(json.dumps({'home': os.environ['HOME'], 'tmp': os.environ['TMPDIR'], 'args': sys.argv[1:]}))\n"
+    )
+    staging = tmp_path / "staging"
+    staging.mkdir()
+    result = run_confined_python("probe_mod", ["hello"], staging=staging, python_path=[str(package.parent)],
+                                 read=[str(package)], limits=ChildLimits(timeout_s=60))
+    assert result.returncode == 0 and not result.timed_out, result.stderr_tail
+    answer = json.loads(result.stdout)
+    assert answer["args"] == ["hello"] and (staging / "out.txt").read_text() == "hello"
+    assert answer["home"].startswith(str(staging.resolve())) and answer["tmp"].startswith(str(staging.resolve()))
+
+    missing = run_confined_python("probe_mod", [], staging=staging, python_path=[str(package.parent)], read=[str(package)],
+                                  requires=["no_such_module_here"])
+    assert missing.missing == "no_such_module_here" and missing.refused and missing.returncode == 125
+    off = run_confined_python("probe_mod", [], staging=staging, limits=ChildLimits(landlock=False))
+    assert off.refused and "--unconfined-compiler" in off.refused and off.returncode is None
+    assert sys.executable  # the child ran this interpreter
+
+
+@pytest.mark.anyio
+@pytest.mark.skipif(importlib.util.find_spec("torch") is not None, reason="torch is installed here")
+async def test_the_create_workload_tool_says_torch_is_missing(tmp_path: Path) -> None:
+    from fakegpu import in_memory_server
+    from test_torch_workspace import _config
+
+    ran = tmp_path / "ran.txt"
+    problem = f"open({str(ran)!r}, 'w').write('ran')\nclass Model:\n    pass\ndef get_inputs():\n    return []\n"
+    async with in_memory_server(_config(tmp_path, allow=True)) as (client, _):
+        r = await client.call_tool("create_workload", {"spec": {"name": "torch"}, "torch_problem": problem})
+        assert r.is_error and "has no torch" in r.content[0].text
+        listed = await client.call_tool("list_workloads", {})  # the server keeps answering
+        assert not listed.is_error
+    assert not ran.exists()
