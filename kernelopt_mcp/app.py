@@ -16,7 +16,8 @@ from pathlib import Path
 from typing import Any
 
 from . import freeze
-from .compiler import CompileCache, CompileResult, compile_kernel
+from .compile_pool import default_pool
+from .compiler import CompileCache, CompileResult, cached_compile, compile_kernel
 from .config import Settings
 from .errors import KerneloptError
 from .evaluation.calibrate import Calibration, calibrate, peaks_for
@@ -114,6 +115,22 @@ def compile_source(
         source, arch, list(options), filename=filename, cache=cache, limits=settings.compile_limits()
     )
     return result, compile_output(result, arch_from)
+
+
+def cached_compile_source(
+    settings: Settings, source: str, arch: str, *, arch_from: str = "argument", options: Sequence[str] = (),
+    filename: str = "kernel.cu", cache: CompileCache | None = None,
+) -> tuple[CompileResult, CompileOutput] | None:
+    """:func:`compile_source`'s answer when the compile cache has it, else None (nothing compiled)."""
+    result = cached_compile(
+        source, arch, list(options), filename=filename, cache=cache, limits=settings.compile_limits()
+    )
+    return None if result is None else (result, compile_output(result, arch_from))
+
+
+def compile_concurrency(settings: Settings) -> int:
+    """Compiles that run at once under the settings' limits (the rest wait for the pool's budget)."""
+    return default_pool().concurrency(settings.compile_limits())
 
 
 # --- evaluating ---------------------------------------------------------------------------------

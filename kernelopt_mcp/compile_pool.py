@@ -332,6 +332,13 @@ class CompilePool:
         workers = self.max_workers if self.max_workers is not None else limits.max_workers
         return max(1, budget), max(1, workers)
 
+    def concurrency(self, limits: CompileLimits) -> int:
+        """Compiles under ``limits`` that run at once without waiting for the budget: what a caller
+        that queues compiles itself (the MCP server, in its event loop) lets through."""
+        budget, workers = self._limits(limits)
+        need = budget if limits.memory_mb <= 0 else min(limits.memory_mb, budget)
+        return max(1, min(workers, budget // need))
+
     def _reserve(self, memory_mb: int, limits: CompileLimits) -> int:
         budget, workers = self._limits(limits)
         need = budget if memory_mb <= 0 else min(memory_mb, budget)

@@ -389,6 +389,45 @@ def source_hash(source: str) -> str:
     return hashlib.sha256(source.encode()).hexdigest()
 
 
+def _lookup(
+    source: str, arch: str, options: list[str] | None, filename: str, limits: CompileLimits | None,
+    headers: HeaderDirs | None,
+) -> tuple[list[str], _Nvrtc, CompileLimits, HeaderDirs, str]:
+    """A compile's checked options, NVRTC, limits, header directories and cache key."""
+    options = check_options(list(options or []))
+    if not _ARCH_RE.fullmatch(arch):
+        raise ValueError(f"arch {arch!r} is not of the form sm_90 / sm_90a")
+    encoded = source.encode()
+    if len(encoded) > MAX_SOURCE_BYTES:
+        raise ValueError(f"source is {len(encoded)} bytes; the limit is {MAX_SOURCE_BYTES}")
+    nv = _load_nvrtc()
+    limits = limits or CompileLimits()
+    headers = headers if headers is not None else find_header_dirs(limits.cuda_home)
+    target, _, _ = _target(arch, options)
+    key = hashlib.sha256(
+        json.dumps([source, options, target, nv.version, filename, headers.dirs]).encode()
+    ).hexdigest()
+    return options, nv, limits, headers, key
+
+
+def cached_compile(
+    source: str,
+    arch: str = "sm_90",
+    options: list[str] | None = None,
+    *,
+    filename: str = "kernel.cu",
+    cache: CompileCache | None = None,
+    limits: CompileLimits | None = None,
+    headers: HeaderDirs | None = None,
+) -> CompileResult | None:
+    """What :func:`compile_kernel` would return from the cache, without compiling (None: not
+    cached). Cheap: a server answers a repeated compile at once instead of queueing it behind
+    running ones. Raises as :func:`compile_kernel` does for bad options, arch or size."""
+    *_, key = _lookup(source, arch, options, filename, limits, headers)
+    cached = (cache or _default_cache).get(key)
+    return cached.model_copy(update={"cache_hit": True}) if cached is not None else None
+
+
 def compile_kernel(
     source: str,
     arch: str = "sm_90",
@@ -420,20 +459,9 @@ def compile_kernel(
         OptionError: an option is not whitelisted.
         ValueError: the source is too large or the arch is malformed.
     """
-    options = check_options(list(options or []))
-    if not _ARCH_RE.fullmatch(arch):
-        raise ValueError(f"arch {arch!r} is not of the form sm_90 / sm_90a")
-    encoded = source.encode()
-    if len(encoded) > MAX_SOURCE_BYTES:
-        raise ValueError(f"source is {len(encoded)} bytes; the limit is {MAX_SOURCE_BYTES}")
-    nv = _load_nvrtc()
-    limits = limits or CompileLimits()
-    headers = headers if headers is not None else find_header_dirs(limits.cuda_home)
+    options, nv, limits, headers, key = _lookup(source, arch, options, filename, limits, headers)
     target, nvrtc_options, refused_arch = _target(arch, options)
     cache = cache or _default_cache
-    key = hashlib.sha256(
-        json.dumps([source, options, target, nv.version, filename, headers.dirs]).encode()
-    ).hexdigest()
     cached = cache.get(key)
     if cached is not None:
         return cached.model_copy(update={"cache_hit": True})

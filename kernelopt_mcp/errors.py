@@ -16,6 +16,8 @@ Kernel outcomes (a compile error, a mismatch, a fault, a timeout) are *data*: se
     ├── DeviceUnavailable           no CUDA driver or device where one is needed
     ├── HarnessError                the native harness misbehaved (bad answer, I/O, protocol)
     ├── HarnessCancelled            the caller cancelled the job; the harness was stopped
+    ├── GpuCallTooLong              a GPU job ran past the server's per-call cap; the harness was stopped
+    ├── ServerBusy                  too many jobs of a kind wait already; retry in N s
     └── ProfilerError               Nsight Compute could not profile the case (output attached)
         ├── CountersNotPermitted    ERR_NVGPUCTRPERM: this user may not read the GPU's counters
         ├── ProfiledKernelFailed    the kernel did not run cleanly under the profiler
@@ -73,6 +75,18 @@ class HarnessError(KerneloptError):
 
 class HarnessCancelled(KerneloptError):
     """The job was cancelled: the harness was killed and will not restart until re-armed."""
+
+
+class GpuCallTooLong(KerneloptError):
+    """A GPU job ran past the server's per-call GPU-time cap: the harness was killed, as on cancel."""
+
+
+class ServerBusy(KerneloptError):
+    """Too many jobs of a kind wait already (for this client or in all); nothing was queued."""
+
+    def __init__(self, message: str, *, retry_after_s: int) -> None:
+        super().__init__(message)
+        self.retry_after_s = retry_after_s
 
 
 class ProfilerError(KerneloptError):

@@ -6,8 +6,12 @@ application layer's (:mod:`kernelopt_mcp.app`, shared with the CLI), synchronous
 in worker threads (:func:`anyio.to_thread.run_sync`) so the event loop keeps answering while a
 kernel runs:
 
-- One GPU job at a time per device, first come first served; a job learns its queue position
-  (:mod:`kernelopt_mcp.gpu_queue`). Compiles do not queue: they need no GPU and run concurrently.
+- One GPU job at a time per device, clients taking turns; a job learns its queue position
+  (:mod:`kernelopt_mcp.gpu_queue`), and on a shared server runs at most ``gpu_call_max_s``.
+- Every other long job (compiles, workload builds, documentation fetches, device probes) waits
+  for a turn of its own kind in the event loop and then runs on threads of its own
+  (:mod:`kernelopt_mcp.admission`), so anyio's shared worker threads stay free for cheap calls.
+  Each queue is bounded per client and in all; past a bound a call is refused with "busy, retry".
 - One persistent harness process per device. Cancelling a call kills it (and keeps it from
   restarting until the job has unwound), so nothing is left running on the GPU.
 - One prepared :class:`~kernelopt_mcp.evaluation.session.Session` per workload (a small LRU),
@@ -32,8 +36,9 @@ import anyio
 import anyio.to_thread
 
 from . import app
+from .admission import QueueBounds, server_rooms
 from .compile_pool import warn_if_unconfined
-from .compiler import MAX_SOURCE_BYTES
+from .compiler import MAX_SOURCE_BYTES, CompileResult
 from .config import Settings, bundled_workloads_dir, list_workloads
 from .docs import DocsSearchResult, search_docs
 from .errors import KerneloptError, TunableError
@@ -45,7 +50,7 @@ from .evaluation.outcomes import EvaluationResult
 from .evaluation.session import Session
 from .files import read_json, read_regular_bytes
 from .freeze import frozen_workloads
-from .gpu_queue import DeviceSlot, Notify, ProgressFn, run_on_device
+from .gpu_queue import DeviceSlot, GpuQueue, Notify, ProgressFn, run_on_device
 from .launch import LaunchSpec
 from .ncu_report import ProfileSummary
 from .profiler import ProfileOptions, find_ncu
@@ -77,6 +82,9 @@ DEFAULT_MAX_SESSIONS_PER_CLIENT = 100  # of those, what one client token may hol
 NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 SOURCE_SUFFIXES = (".cu", ".cuh")  # what a `path` argument may name
 CLIENTS_DIR = "clients"  # <workspace>/clients/<id>/: what a client with a token keeps
+DEFAULT_GPU_CALL_MAX_S = 600.0  # a shared (HTTP) server's cap on one call's GPU time; stdio: none
+GPU_CALL_MAX_FLAG = "--gpu-call-max-s / KERNELOPT_MCP_GPU_CALL_MAX_S"
+TUNE_SHARE_OF_CAP = 0.75  # autotune's budget_s under a cap: the rest is for preparing and the last configuration
 
 # Who the request being served comes from: the client id its HTTP bearer token maps to, or
 # LOCAL_CLIENT (stdio: the one client that started the server). The server layer sets it per call;
@@ -100,6 +108,10 @@ class ServerConfig:
     # cases, and everything created or frozen through the server
     workload_max_bytes: int = DEFAULT_WORKLOAD_MAX_BYTES
     workspace_quota_bytes: int = DEFAULT_WORKSPACE_QUOTA_BYTES
+    # jobs that may wait, per client and in all, in each long job's queue (GPU, compiles, ...)
+    queue_bounds: QueueBounds = field(default_factory=QueueBounds)
+    # seconds one call may hold the GPU (0: no cap); the entry point sets DEFAULT_GPU_CALL_MAX_S over HTTP
+    gpu_call_max_s: float = 0.0
 
     def client_home(self, client: str | None = None) -> Path:
         """Where ``client`` (default: the calling one, CLIENT_ID) keeps its created workloads and runs:
@@ -152,6 +164,9 @@ class KerneloptService:
         self._devices: dict[int, DeviceSlot] = {}
         self._seeds: dict[str, int] = {}
         self._arch_probe: tuple[str, str] | None = None
+        self._device_info: DeviceInfo | None = None
+        self._probing = anyio.Lock()  # one device probe at a time: those waiting take its answer
+        self.rooms = server_rooms(app.compile_concurrency(self.settings), config.queue_bounds)
         self.quota = WorkspaceQuota(config.workspace, config.workspace_quota_bytes)
         # Sessions keep inputs (and the seed) here: outside every root, and refused by confine().
         self._private = Path(tempfile.mkdtemp(prefix="kernelopt-mcp-")).resolve()
@@ -274,24 +289,46 @@ class KerneloptService:
         self._forget(Path(created.path))
         return created
 
+    # --- long jobs ------------------------------------------------------------------------
+
+    async def run_long(self, kind: str, fn: Callable[[], T]) -> T:
+        """``fn()`` as a long job of ``kind`` (admission.ROOMS): it waits for a turn in the event loop
+        (cancellable), then runs on that kind's threads, never anyio's shared ones. Raises ServerBusy
+        when the kind's queue is full for the calling client or in all."""
+        return await self.rooms[kind].run(fn, CLIENT_ID.get())
+
+    async def compile_text(
+        self, text: str, arch: str, *, arch_from: str = "argument", options: list[str] | None = None,
+        filename: str = "kernel.cu",
+    ) -> tuple[CompileResult, CompileOutput]:
+        """A compile: from the cache at once (a cheap lookup), else in its turn in the compile queue."""
+        args: dict[str, Any] = {"arch_from": arch_from, "options": options or [], "filename": filename, "cache": self.compile_cache}
+        hit = await anyio.to_thread.run_sync(partial(app.cached_compile_source, self.settings, text, arch, **args))
+        return hit if hit is not None else await self.run_long("compile", partial(app.compile_source, self.settings, text, arch, **args))
+
     # --- devices ------------------------------------------------------------------------
 
     def _device(self) -> DeviceSlot:
         ordinal = self.settings.device
         if ordinal not in self._devices:
-            self._devices[ordinal] = DeviceSlot(ordinal)
+            self._devices[ordinal] = DeviceSlot(ordinal, GpuQueue(self.config.queue_bounds))
         return self._devices[ordinal]
 
     async def device_info(self) -> DeviceInfo:
-        """The configured device's properties (raises DeviceUnavailable, ToolchainNotFound)."""
-        return await anyio.to_thread.run_sync(app.gpu_info, self.settings)
+        """The configured device's properties (raises DeviceUnavailable, ToolchainNotFound); probed
+        until it answers once (the device does not change while the server runs)."""
+        async with self._probing:
+            if self._device_info is None:
+                self._device_info = await self.run_long("probe", partial(app.gpu_info, self.settings))
+        return self._device_info
 
     async def target_arch(self, arch: str | None) -> tuple[str, str]:
         """(arch, where it came from): the argument, the server setting, the GPU, or sm_90."""
         if arch or self.settings.arch:
             return app.target_arch(self.settings, arch)
-        if self._arch_probe is None:  # asked once: the GPU does not change while the server runs
-            self._arch_probe = await anyio.to_thread.run_sync(app.target_arch, self.settings, None)
+        async with self._probing:  # asked once: the GPU does not change while the server runs
+            if self._arch_probe is None:
+                self._arch_probe = await self.run_long("probe", partial(app.target_arch, self.settings, None))
         return self._arch_probe
 
     # --- tools ----------------------------------------------------------------------------
@@ -301,10 +338,7 @@ class KerneloptService:
     ) -> CompileOutput:
         text, filename = await self.source_text(source, path)
         target, where = await self.target_arch(arch)
-        _, output = await anyio.to_thread.run_sync(partial(
-            app.compile_source, self.settings, text, target, arch_from=where, options=options or [], filename=filename,
-            cache=self.compile_cache,
-        ))
+        _, output = await self.compile_text(text, target, arch_from=where, options=options or [], filename=filename)
         return output
 
     async def evaluate(
@@ -338,10 +372,7 @@ class KerneloptService:
         mode = "benchmark" if benchmark else "validate"
         options = list(compile_options or [])
         # Compile before queueing: an error comes back at once, and the job finds it cached.
-        compiled, _ = await anyio.to_thread.run_sync(partial(
-            app.compile_source, self.settings, text, self.settings.arch or info.arch, options=options,
-            cache=self.compile_cache,
-        ))
+        compiled, _ = await self.compile_text(text, self.settings.arch or info.arch, options=options)
         if not compiled.ok:
             return compile_error_output(compiled, wl.name, mode, info.name)
         candidate = Candidate(text, launch, options, "candidate")
@@ -425,13 +456,12 @@ class KerneloptService:
             raise RequestError(f"workload {wl.name!r} has no case {case!r}; cases: {', '.join(names)}")
         options.ncu = options.ncu or self.settings.ncu
         options.check()
-        await anyio.to_thread.run_sync(find_ncu, options.ncu)  # fail before queueing when ncu is missing
+        await self.run_long("probe", partial(find_ncu, options.ncu))  # fail before queueing when ncu is missing
         info = await self.device_info()
         arch = self.settings.arch or info.arch
-        compiled, output = await anyio.to_thread.run_sync(partial(
-            app.compile_source, self.settings, candidate.source, arch, arch_from="server",
-            options=candidate.compile_options, cache=self.compile_cache,
-        ))
+        compiled, output = await self.compile_text(
+            candidate.source, arch, arch_from="server", options=candidate.compile_options
+        )
         if not compiled.ok:
             raise RequestError(f"the kernel does not compile for {arch}:\n{output.text()}")
         out_dir = self.config.runs_dir / "profiles" / f"{time.strftime('%Y%m%d-%H%M%S')}-{wl.name}-{candidate.name}-{case}"
@@ -471,6 +501,14 @@ class KerneloptService:
         wl = await anyio.to_thread.run_sync(self.load, workload)
         tuned = await anyio.to_thread.run_sync(partial(self._tunable, wl, tunable, source, tunable_path))
         info = await self.device_info()
+        notes, cap = [], self.config.gpu_call_max_s
+        if cap > 0 and budget_s > cap * TUNE_SHARE_OF_CAP:
+            notes.append(
+                f"budget_s capped to {cap * TUNE_SHARE_OF_CAP:g} s (asked {budget_s:g} s): this server stops a GPU call "
+                f"after {cap:g} s ({GPU_CALL_MAX_FLAG}); preparing the workload and the last configuration need the "
+                "rest. Measured configurations stay in the tune cache: a repeated call measures only new ones"
+            )
+            budget_s = cap * TUNE_SHARE_OF_CAP
         timing = app.evaluate_options(self.settings, warmup=warmup, iterations=iterations, stop=stop)
 
         def job(dev: DeviceSlot, progress: ProgressFn) -> Any:
@@ -495,7 +533,8 @@ class KerneloptService:
             save_tuning(result, tuned, out_dir)
             return str(out_dir)
 
-        return autotune_output(result, tuned, top, await anyio.to_thread.run_sync(save))
+        out = autotune_output(result, tuned, top, await anyio.to_thread.run_sync(save))
+        return out.model_copy(update={"notes": notes}) if notes else out
 
     def _tunable(
         self, wl: Workload, tunable: dict[str, Any] | None, source: str | None, tunable_path: str | None
@@ -538,14 +577,19 @@ class KerneloptService:
             except (RuntimeError, anyio.ClosedResourceError, anyio.BrokenResourceError):
                 pass
 
-        return await anyio.to_thread.run_sync(
-            partial(search_docs, query, arch=target, limit=limit, settings=self.settings, offline=offline, progress=progress)
+        return await self.run_long(
+            "docs",
+            partial(search_docs, query, arch=target, limit=limit, settings=self.settings, offline=offline, progress=progress),
         )
 
     async def gpu_job(self, fn: Callable[[DeviceSlot, ProgressFn], T], notify: Notify) -> T:
         """Run ``fn(device, progress)`` in a worker thread, alone on the device (see
-        :func:`kernelopt_mcp.gpu_queue.run_on_device`: queued, cancellable, with progress)."""
-        return await run_on_device(self._device(), lambda: app.open_harness(self.settings), fn, notify)
+        :func:`kernelopt_mcp.gpu_queue.run_on_device`: queued in the calling client's turn,
+        cancellable, with progress, stopped past the server's per-call cap)."""
+        return await run_on_device(
+            self._device(), lambda: app.open_harness(self.settings), fn, notify, client=CLIENT_ID.get(),
+            max_s=self.config.gpu_call_max_s, cap_name=GPU_CALL_MAX_FLAG,
+        )
 
     def _forget(self, directory: Path) -> None:
         """Drop the prepared session and seed of the workload in ``directory`` (replaced on disk)."""

@@ -14,9 +14,11 @@ from pathlib import Path
 from typing import Any
 
 from .. import __version__
+from ..admission import DEFAULT_MAX_WAITING, DEFAULT_MAX_WAITING_PER_CLIENT, QueueBounds
 from ..config import Settings
 from ..quota import DEFAULT_WORKLOAD_MAX_BYTES, DEFAULT_WORKSPACE_QUOTA_BYTES, GIB
 from ..service import (
+    DEFAULT_GPU_CALL_MAX_S,
     DEFAULT_MAX_SESSIONS,
     DEFAULT_MAX_SESSIONS_PER_CLIENT,
     DEFAULT_SESSION_IDLE_TIMEOUT_S,
@@ -47,6 +49,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-sessions-per-client", type=int, help=f"open HTTP sessions one client token may hold; beyond, its new one gets 429 while other clients still get theirs (default {DEFAULT_MAX_SESSIONS_PER_CLIENT}; env KERNELOPT_MCP_MAX_SESSIONS_PER_CLIENT)")
     p.add_argument("--workload-max-gib", type=float, help=f"the most a workload created or frozen by a client may hold, all buffers of all cases (default {DEFAULT_WORKLOAD_MAX_BYTES / GIB:g}; env KERNELOPT_MCP_WORKLOAD_MAX_GIB)")
     p.add_argument("--workspace-quota-gib", type=float, help=f"the most the workspace may hold of created and frozen workloads and runs; a create or freeze past it is refused (default {DEFAULT_WORKSPACE_QUOTA_BYTES / GIB:g}; env KERNELOPT_MCP_WORKSPACE_QUOTA_GIB)")
+    p.add_argument("--max-waiting-per-client", type=int, help=f"jobs of one kind (compiles, GPU jobs, workload builds) one client may have waiting; beyond, a call is refused at once with 'busy, retry in N s' (default {DEFAULT_MAX_WAITING_PER_CLIENT}; env KERNELOPT_MCP_MAX_WAITING_PER_CLIENT)")
+    p.add_argument("--max-waiting", type=int, help=f"jobs of one kind all clients together may have waiting (default {DEFAULT_MAX_WAITING}; env KERNELOPT_MCP_MAX_WAITING)")
+    p.add_argument("--gpu-call-max-s", type=float, help=f"seconds one call may hold the GPU before it is stopped, 0 for no cap; autotune's budget_s is capped to fit (default {DEFAULT_GPU_CALL_MAX_S:g} with --http, none over stdio; env KERNELOPT_MCP_GPU_CALL_MAX_S)")
     p.add_argument("--unconfined-compiler", action="store_true", default=None,
                    help="where the kernel has no Landlock, compile WITHOUT confining NVRTC: a kernel could read this "
                    "user's files into a compile log (trusted clients only; env KERNELOPT_UNCONFINED_COMPILER=1)")
@@ -80,10 +85,22 @@ def config_from_args(args: argparse.Namespace, environ: dict[str, str] | None = 
         if not (math.isfinite(gib) and gib > 0):
             raise SystemExit(f"kernelopt-mcp: --{flag.replace('_', '-')} {gib} must be a positive number of GiB")
         disk[flag] = int(gib * GIB)
+    waiting = [_flag_or_env(getattr(args, flag, None), env, var, int, default) for flag, var, default in (
+        ("max_waiting_per_client", "KERNELOPT_MCP_MAX_WAITING_PER_CLIENT", DEFAULT_MAX_WAITING_PER_CLIENT),
+        ("max_waiting", "KERNELOPT_MCP_MAX_WAITING", DEFAULT_MAX_WAITING),
+    )]
+    if min(waiting) < 1:
+        raise SystemExit(f"kernelopt-mcp: --max-waiting-per-client {waiting[0]} and --max-waiting {waiting[1]} must be at least 1")
+    # one user's stdio server may hold its GPU as long as it likes; a shared server caps each call
+    gpu_max = _flag_or_env(getattr(args, "gpu_call_max_s", None), env, "KERNELOPT_MCP_GPU_CALL_MAX_S", float,
+                           DEFAULT_GPU_CALL_MAX_S if getattr(args, "http", False) else 0.0)
+    if not (math.isfinite(gpu_max) and gpu_max >= 0):
+        raise SystemExit(f"kernelopt-mcp: --gpu-call-max-s {gpu_max} must be a number of seconds (0: no cap)")
     return ServerConfig(
         settings=settings, workspace=workspace.resolve(), extra_roots=tuple(Path(r).expanduser().resolve() for r in roots),
         session_idle_timeout_s=idle, max_sessions=sessions, max_sessions_per_client=per_client,
         workload_max_bytes=disk["workload_max_gib"], workspace_quota_bytes=disk["workspace_quota_gib"],
+        queue_bounds=QueueBounds(*waiting), gpu_call_max_s=gpu_max,
     )
 
 

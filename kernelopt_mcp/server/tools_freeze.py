@@ -93,7 +93,7 @@ def register_freeze_tools(app: MCPServer, service: KerneloptService) -> None:
                 info = await service.device_info()
             except KerneloptError:  # no GPU here: the requests are still written (for sm_90 unless configured)
                 info = None
-            frozen: FrozenWorkload = await anyio.to_thread.run_sync(partial(
+            frozen: FrozenWorkload = await service.run_long("build", partial(
                 _freeze_within_quota, service, writes, spec, reference_cu, initial_cu, target, oracle=oracle,
                 data_path=service.confine, seed=seed, device=info, arch=arch, cache=service.compile_cache,
                 warmup=warmup, iterations=iterations,

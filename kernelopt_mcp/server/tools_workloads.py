@@ -84,15 +84,13 @@ def register_workload_tools(app: MCPServer, service: KerneloptService) -> None:
                 if reference_cu is not None:
                     raise ValueError("torch_problem: the module's stored outputs are the reference; leave reference_cu out")
                 launch = (spec.get("initial") or {}).get("launch") if isinstance(spec.get("initial"), dict) else None
-                out = await anyio.to_thread.run_sync(
-                    lambda: service.create_torch_workload(spec.get("name"), torch_problem, initial_cu, launch, overwrite)
+                out = await service.run_long(
+                    "build", lambda: service.create_torch_workload(spec.get("name"), torch_problem, initial_cu, launch, overwrite)
                 )
             return tool_result(out, out.text())
         with tool_errors():
             arch, _ = await service.target_arch(None)
-            out = await anyio.to_thread.run_sync(
-                lambda: service.create_workload(spec, reference_cu, initial_cu, overwrite, arch)
-            )
+            out = await service.run_long("build", lambda: service.create_workload(spec, reference_cu, initial_cu, overwrite, arch))
         return tool_result(out, out.text())
 
 

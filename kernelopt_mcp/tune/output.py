@@ -34,6 +34,7 @@ class AutotuneOutput(BaseModel):
     top: list[TrialRow] = Field(default_factory=list, description="the fastest configurations, then failures")
     rows_not_shown: int = 0
     saved_to: str | None = Field(None, description="directory with tune.json, tune.csv, best.cu, best.launch.json")
+    notes: list[str] = Field(default_factory=list, description="what the server changed in the request, and why")
 
     def text(self) -> str:
         c = self.counts
@@ -66,6 +67,7 @@ class AutotuneOutput(BaseModel):
             lines.append(f"  ... {self.rows_not_shown} more rows in tune.csv")
         if self.saved_to:
             lines.append(f"saved to {self.saved_to}")
+        lines.extend(f"note: {note}" for note in self.notes)
         return "\n".join(lines)
 
 
