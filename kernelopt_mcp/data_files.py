@@ -201,11 +201,12 @@ def _uses(data: dict[str, Any]) -> list[_Use]:
     raw_cases = data.get("cases") or []
     for i, case in enumerate(parsed.cases):
         for param in parsed.signature.inputs:
+            key: tuple[str, ...]
             if param.name in case.inputs:
-                key, gen, raw = ("case", str(i), param.name), case.inputs[param.name], raw_cases[i]["inputs"][param.name]
+                key, gen, raw = (str(i), param.name), case.inputs[param.name], raw_cases[i]["inputs"][param.name]
                 where = f"spec.cases.{case.name}.inputs.{param.name}"
             else:
-                key, gen, raw = ("inputs", param.name), parsed.inputs[param.name], data["inputs"][param.name]
+                key, gen, raw = (param.name,), parsed.inputs[param.name], data["inputs"][param.name]
                 where = f"spec.inputs.{param.name}"
             if isinstance(gen, DataFile):
                 use = uses.setdefault(key, _Use(where, raw, np.dtype(param.dtype.numpy).newbyteorder("<"), set()))
