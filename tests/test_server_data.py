@@ -356,3 +356,25 @@ async def test_replay_modules_are_capped_and_counted_before_they_are_written(set
         assert small.structured_content["status"] == "ok", text(small)
     assert not (directory / "big").exists() and not (directory / "quota").exists()
     assert all(p.stat().st_size < 2**20 for p in set((directory / "modules").glob("*")) - modules)
+
+
+@pytest.mark.parametrize("openat2", [True, False])
+def test_open_beneath_follows_no_link_with_or_without_openat2(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                              openat2: bool) -> None:
+    """Kernels without openat2 (or a seccomp profile refusing it) get the O_NOFOLLOW walk: the same answers."""
+    from kernelopt_mcp import data_files
+
+    if not openat2:
+        monkeypatch.setattr(data_files, "_openat2", lambda dir_fd, name: None)
+    root = tmp_path / "root"
+    (root / "sub").mkdir(parents=True)
+    (root / "sub" / "ok.bin").write_bytes(b"1234")
+    (tmp_path / "secret.bin").write_bytes(SECRET)
+    (root / "link.bin").symlink_to(tmp_path / "secret.bin")
+    (root / "dirlink").symlink_to(tmp_path)
+    fd = data_files.open_beneath(root, data_files.PurePosixPath("sub/ok.bin"))
+    assert os.read(fd, 10) == b"1234"
+    os.close(fd)
+    for name in ("link.bin", "dirlink/secret.bin", "../secret.bin", "sub/../link.bin"):
+        with pytest.raises(OSError):
+            data_files.open_beneath(root, data_files.PurePosixPath(name))

@@ -48,7 +48,7 @@ WRITES = ToolAnnotations(read_only_hint=False, destructive_hint=True, idempotent
 def register_freeze_tools(app: MCPServer, service: KerneloptService) -> None:
     @tool(app, "freeze_workload", "Freeze a workload's inputs and expected outputs", WRITES)
     async def freeze(
-        spec: Annotated[dict[str, Any], Field(description="a workload.json object, as for create_workload (data files allowed)")],
+        spec: Annotated[dict[str, Any], Field(description="a workload.json object, as for create_workload (data files only beneath the server's --data-root directories)")],
         reference_cu: Annotated[str, Field(max_length=MAX_SOURCE_BYTES, description="CUDA source of the reference kernel")],
         ctx: Context,
         initial_cu: Annotated[str | None, Field(max_length=MAX_SOURCE_BYTES, description="CUDA source of the starting kernel (needs spec.initial.launch)")] = None,
