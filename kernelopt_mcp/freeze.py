@@ -26,10 +26,11 @@ lookup sees them first, so a run's frozen ``sgemm`` is what its benchmarks measu
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from contextvars import ContextVar
 from dataclasses import dataclass
 from pathlib import Path
@@ -38,7 +39,7 @@ from typing import Any, Literal
 import numpy as np
 from pydantic import BaseModel, Field
 
-from .compiler import nvrtc_version
+from .compiler import compile_kernel, nvrtc_version
 from .errors import HarnessError, KerneloptError
 from .evaluation.candidate import Candidate
 from .evaluation.evaluate import case_request, prepare
@@ -53,7 +54,11 @@ from .workload import Workload, load_workload, parse_spec
 MAX_ORACLE_OUTPUT_BYTES = 2**30  # expected outputs of larger cases are left to the CUDA reference
 MAX_FROZEN = 16  # the oldest is forgotten beyond this (each keeps its inputs' file map)
 INTO_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]*(/[A-Za-z0-9_][A-Za-z0-9_.-]*){0,3}$")
-RESERVED_INTO = {"workload", "inputs", "expected", "input_cases.json"}
+RESERVED_INTO = {"workload", "inputs", "expected", "input_cases.json", "data", "modules"}
+MAX_REPLAY_MODULE_BYTES = 16 * 2**20  # a replay request's CUBIN (each call may write a new one)
+
+# Holds ``nbytes`` of the workspace quota for ``what`` while the block writes them (QuotaError if they do not fit).
+Reserve = Callable[[int, str], contextlib.AbstractContextManager[None]]
 
 
 class FreezeError(KerneloptError, ValueError):
@@ -135,12 +140,13 @@ def output_directory(real: Path, *, writable: list[Path], refused: list[Path]) -
     if inside(real, refused):
         raise FreezeError(
             f"{real}: inside a workload directory, the cache or the evaluations' private directory; "
-            "freeze into a run directory under the workspace or a --root directory"
+            "freeze into a run directory under the workspace's runs/ (or omit `directory`)"
         )
     if not inside(real, writable):
         raise FreezeError(
             f"{real}: outside the directories this server may write a frozen workload to "
-            f"({', '.join(map(str, writable))}); omit `directory` to freeze under the workspace"
+            f"({', '.join(map(str, writable))}: the workspace's runs/ and the operator's --output-root directories; "
+            "a --root or a root the client shares is read-only); omit `directory` to freeze under the workspace"
         )
     if real.exists() and not real.is_dir():
         raise FreezeError(f"{real}: not a directory")
@@ -270,25 +276,54 @@ def _expected_outputs(wl: Workload, builder: Session, directory: Path) -> list[s
 
 
 def write_replay(
-    frozen: FrozenWorkload, source: str, launch: LaunchSpec, options: list[str], into: str
+    frozen: FrozenWorkload, source: str, launch: LaunchSpec, options: list[str], into: str,
+    *, reserve: Reserve | None = None,
 ) -> tuple[dict[str, str], str | None]:
     """Harness requests for every case under ``frozen.directory / into`` (outputs to ``into/outputs/<case>/``).
 
+    Nothing is written before ``reserve(nbytes, what)`` (the workspace quota) has held what will be:
+    the compiled module (at most MAX_REPLAY_MODULE_BYTES; a kernel's initialized ``__device__`` data
+    lands in it), then the request files.
+
     Returns ({case: request path relative to the frozen directory}, None), or ({}, problem)
-    when the candidate does not compile or its launch is invalid for a case.
+    when the candidate does not compile, its module is too large or its launch is invalid for a case.
+
+    Raises:
+        QuotaError: the writes do not fit the quota.
     """
     check_into(into)
     candidate = Candidate(source, launch, list(options), Path(into).name)
-    written: dict[str, str] = {}
-    for case in frozen.workload.spec.cases:
-        out_dir = frozen.directory / into / "outputs" / case.name
-        built = case_request(frozen.builder, candidate, case.name, out_dir, timing=case.kind == "performance")
-        if built.request is None:
-            return {}, built.problem or "the candidate cannot be built"
-        relative = Path(into) / f"{case.name}.json"
-        _write_json(frozen.directory / relative, request_json(built.request))
-        written[case.name] = str(relative)
-    return written, None
+    builder = frozen.builder
+    # compiled before anything is written, to know the module's size (session.compile then hits the cache)
+    compiled = compile_kernel(candidate.source, builder.arch, candidate.all_compile_options,
+                              cache=builder.compile_cache, limits=builder.compile_limits)
+    if not compiled.ok:
+        return {}, compiled.summary()
+    module_bytes = len(compiled.cubin or b"")
+    if module_bytes > MAX_REPLAY_MODULE_BYTES:
+        return {}, (
+            f"the compiled module is {module_bytes / 2**20:.1f} MiB; replay requests keep modules of at most "
+            f"{MAX_REPLAY_MODULE_BYTES // 2**20} MiB. Large initialized __device__ or __constant__ arrays are "
+            "stored in the module: compute such tables in the kernel or take them from an input buffer"
+        )
+    hold = reserve or _no_quota
+    requests: dict[str, bytes] = {}
+    with hold(module_bytes, f"replay_requests' module for {frozen.name!r}"):
+        for case in frozen.workload.spec.cases:
+            out_dir = frozen.directory / into / "outputs" / case.name
+            built = case_request(builder, candidate, case.name, out_dir, timing=case.kind == "performance")
+            if built.request is None:
+                return {}, built.problem or "the candidate cannot be built"
+            requests[str(Path(into) / f"{case.name}.json")] = (json.dumps(request_json(built.request), indent=2) + "\n").encode()
+        with hold(sum(map(len, requests.values())), f"replay_requests' files for {frozen.name!r}"):
+            for relative, data in requests.items():
+                write_atomic(frozen.directory / relative, data)
+    return {case.name: rel for case, rel in zip(frozen.workload.spec.cases, requests, strict=True)}, None
+
+
+@contextlib.contextmanager
+def _no_quota(nbytes: int, what: str) -> Iterator[None]:
+    yield
 
 
 def check_into(into: str) -> None:

@@ -7,31 +7,32 @@ existed). Two bounds, enforced where the server writes and before it writes:
 
 - **per workload** (``--workload-max-gib``, default 4 GiB): the buffers of all cases together;
 - **per workspace** (``--workspace-quota-gib``, default 64 GiB): everything under the workspace's
-  ``workloads/`` and ``runs/`` plus every directory the server froze a workload into elsewhere
-  (a ledger in the workspace remembers those), and what calls still in flight have reserved.
+  ``workloads/`` and ``runs/``, and what calls still in flight have reserved.
 
-The usage is measured from the files (``lstat`` sizes, symlinks not followed), never taken from
-the client's word, and a write reserves its estimate under a lock first, so concurrent calls cannot
+Those two directories hold only what the server wrote: a client cannot make it write anywhere
+else in the workspace, nor name a directory of its own (freeze_workload writes under ``runs/`` or
+an operator's ``--output-root``). So the usage, measured from the files (``lstat`` sizes, symlinks
+not followed), is what the server wrote, never a file someone planted where the server once wrote
+(a sparse 4 TiB file beside a frozen run used to block every later write, across restarts). Writes
+under an ``--output-root`` are reserved while they are written, not counted after: the operator
+named that directory. A write reserves its estimate under a lock first, so concurrent calls cannot
 all pass the check and then all write.
 """
 
 from __future__ import annotations
 
 import contextlib
-import json
 import math
 import os
 import threading
 from collections.abc import Iterator
 from pathlib import Path
 
-from .files import write_atomic
 from .workload import WorkloadSpec, case_shape
 
 GIB = 2**30
 DEFAULT_WORKLOAD_MAX_BYTES = 4 * GIB
 DEFAULT_WORKSPACE_QUOTA_BYTES = 64 * GIB
-LEDGER = ".frozen-elsewhere.json"
 
 
 class QuotaError(ValueError):
@@ -101,22 +102,10 @@ class WorkspaceQuota:
         self._lock = threading.Lock()
         self._reserved = 0
 
-    @property
-    def _ledger(self) -> Path:
-        return self.workspace / LEDGER
-
-    def _elsewhere(self) -> list[Path]:
-        try:
-            paths = json.loads(self._ledger.read_text())
-        except (OSError, ValueError):
-            return []
-        return [Path(p) for p in paths if isinstance(p, str)] if isinstance(paths, list) else []
-
     def usage(self) -> int:
-        """Bytes the server keeps for clients now: workloads/, runs/ and the frozen directories elsewhere."""
-        dirs = [self.workspace / "workloads", self.workspace / "runs", self.workspace / "clients"]  # clients/<id>/: per token
-        dirs += [p for p in self._elsewhere() if p.exists() and not p.is_relative_to(self.workspace)]
-        return sum(tree_bytes(d) for d in dict.fromkeys(dirs))
+        """Bytes the server keeps for clients now: what it wrote under workloads/, runs/ and clients/
+        (each token's own workloads/ and runs/)."""
+        return sum(tree_bytes(self.workspace / d) for d in ("workloads", "runs", "clients"))
 
     @contextlib.contextmanager
     def reserve(self, nbytes: int, what: str) -> Iterator[None]:
@@ -137,22 +126,10 @@ class WorkspaceQuota:
                     f"{what} would write about {nbytes / GIB:.2f} GiB, and this server already keeps "
                     f"{used / GIB:.2f} GiB of created and frozen workloads (workspace quota {self.limit / GIB:g} GiB, "
                     f"--workspace-quota-gib): remove old runs under {self.workspace / 'runs'}, workloads under "
-                    f"{self.workspace / 'workloads'} or directories frozen elsewhere (listed in {self._ledger}), "
-                    "or ask the operator for a larger quota"
+                    f"{self.workspace / 'workloads'}, or ask the operator for a larger quota"
                 )
             self._reserved += nbytes
 
     def release(self, nbytes: int) -> None:
         with self._lock:
             self._reserved -= nbytes
-
-    def remember(self, directory: Path) -> None:
-        """Count ``directory`` (written outside the workspace) in later usage."""
-        if directory.is_relative_to(self.workspace):
-            return
-        with self._lock:
-            paths = [str(p) for p in self._elsewhere() if p.exists()]
-            if str(directory) not in paths:
-                paths.append(str(directory))
-            self.workspace.mkdir(parents=True, exist_ok=True)
-            write_atomic(self._ledger, json.dumps(paths).encode())

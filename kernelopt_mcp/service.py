@@ -100,6 +100,12 @@ class ServerConfig:
     settings: Settings = field(default_factory=Settings)
     workspace: Path = field(default_factory=lambda: Path.home() / ".kernelopt")
     extra_roots: tuple[Path, ...] = ()
+    # directories a client's data files (freeze_workload's "generator": "file") may be read from,
+    # opened beneath without following links; none: data files are refused (data_files.py)
+    data_roots: tuple[Path, ...] = ()
+    # directories besides <workspace>/runs that freeze_workload may write into (an operator's run
+    # directories, e.g. kernelopt optimize's); never a client's word
+    output_roots: tuple[Path, ...] = ()
     max_prepared: int = DEFAULT_PREPARED_WORKLOADS
     session_idle_timeout_s: float = DEFAULT_SESSION_IDLE_TIMEOUT_S  # streamable HTTP only
     max_sessions: int = DEFAULT_MAX_SESSIONS  # streamable HTTP only
@@ -170,6 +176,11 @@ class KerneloptService:
         self.quota = WorkspaceQuota(config.workspace, config.workspace_quota_bytes)
         # Sessions keep inputs (and the seed) here: outside every root, and refused by confine().
         self._private = Path(tempfile.mkdtemp(prefix="kernelopt-mcp-")).resolve()
+
+    @property
+    def private_dir(self) -> Path:
+        """Where sessions keep inputs (and the seed): outside every root, never written into for a client."""
+        return self._private
 
     # --- paths and sources --------------------------------------------------------------
 

@@ -1,7 +1,7 @@
 """What a client may make the server keep on disk (kernelopt_mcp/quota.py), tried as an attacker
 over real MCP sessions on the pretend GPU: repeated freeze_workload and create_workload calls stop
 at the workspace quota with a message that names it, concurrent calls cannot all slip under it,
-directories frozen outside the workspace still count, and the operator's flags set both bounds.
+only what the server wrote counts (a planted sparse file does not), and the operator's flags set both bounds.
 """
 
 from __future__ import annotations
@@ -104,21 +104,51 @@ async def test_concurrent_freezes_cannot_all_pass_the_check(setup: dict[str, Any
     assert any(r.is_error and "workspace quota" in text(r) for r in results)
 
 
-async def test_a_directory_frozen_outside_the_workspace_still_counts(setup: dict[str, Any]) -> None:
-    """The run directory is a --root outside the workspace: it goes into the ledger, so freezing there
-    again and again (or elsewhere) cannot escape the quota."""
+def sparse(path: Path, size: int = 4 * 2**40) -> Path:
+    """A file of ``size`` bytes (4 TiB) that takes no disk: what anyone may leave where they can write."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "wb") as f:
+        f.truncate(size)
+    return path
+
+
+async def test_a_planted_sparse_file_cannot_exhaust_the_quota(setup: dict[str, Any]) -> None:
+    """The quota counted every directory the server had once frozen into (a ledger in the workspace,
+    re-measured for ever): a client froze into a directory holding a sparse 4 TiB file, and every later
+    create/freeze of every client failed ("already keeps 4096.00 GiB"), across restarts. It counts what
+    the server wrote: a sparse file beside a run (an --output-root) or in a ledger an older server left
+    stops nothing."""
     _, one = spec_bytes(parse_spec(frozen_spec(), "spec"))
-    config = with_quota(setup, quota=int(1.5 * one))
+    config = with_quota(setup, quota=int(2.5 * one))
     run: Path = setup["run"]
+    planted = sparse(run / "elsewhere" / "huge.bin")
+    (setup["tmp"] / "ws").mkdir(exist_ok=True)
+    (setup["tmp"] / "ws" / ".frozen-elsewhere.json").write_text(json.dumps([str(planted.parent), str(run)]))
+    sparse(run / "beside.bin")
     async with in_memory_server(config) as (client, _):
-        first = await client.call_tool("freeze_workload", freeze_args(run))
-        assert not first.is_error, text(first)
-        other = run / "again"  # a new directory under the --root
-        other.mkdir()
-        second = await client.call_tool("freeze_workload", freeze_args(run, directory=str(other)))
-    assert second.is_error and "workspace quota" in text(second), text(second)
-    ledger = json.loads((setup["tmp"] / "ws" / ".frozen-elsewhere.json").read_text())
-    assert str(run.resolve()) in ledger or str(run) in ledger
+        for _ in range(2):  # into the output root, again and again: its planted file is not the server's
+            result = await client.call_tool("freeze_workload", freeze_args(run))
+            assert not result.is_error, text(result)
+        args = freeze_args(run)
+        del args["directory"]
+        fresh = await client.call_tool("freeze_workload", args)  # under <workspace>/runs/frozen
+        assert not fresh.is_error, text(fresh)
+        created = await client.call_tool("create_workload", {
+            "spec": {**frozen_spec("mine"), "reference": {"launch": frozen_spec()["reference"]["launch"]}},
+            "reference_cu": kernel(), "initial_cu": kernel()})
+        assert not created.is_error, text(created)
+    assert planted.stat().st_size == 4 * 2**40  # left alone
+
+
+def test_usage_is_what_the_server_wrote_under_workloads_and_runs(tmp_path: Path) -> None:
+    quota = WorkspaceQuota(tmp_path, 10_000)
+    (tmp_path / "runs" / "r").mkdir(parents=True)
+    (tmp_path / "runs" / "r" / "x.bin").write_bytes(b"x" * 3000)
+    (tmp_path / "workloads" / "w").mkdir(parents=True)
+    (tmp_path / "workloads" / "w" / "workload.json").write_bytes(b"{}" * 500)
+    sparse(tmp_path / "elsewhere" / "huge.bin")
+    (tmp_path / ".frozen-elsewhere.json").write_text(json.dumps([str(tmp_path / "elsewhere")]))
+    assert quota.usage() == 4000
 
 
 async def test_the_operator_sets_the_per_workload_bound(setup: dict[str, Any]) -> None:

@@ -38,15 +38,15 @@ def frozen_spec(name: str = "tiny_add") -> dict[str, Any]:
 
 @pytest.fixture
 def setup(tmp_path: Path) -> dict[str, Any]:
-    """A server config with the tiny_add workload configured, and a run directory shared with --root
-    that holds the oracle (as kernelopt optimize shares its run directory)."""
+    """A server config with the tiny_add workload configured, and a run directory, a --root that holds
+    the oracle and an --output-root the server freezes into (as kernelopt optimize starts its server)."""
     extra = write_tiny_workload(tmp_path / "extra")
     run = tmp_path / "results" / "run-001"
     run.mkdir(parents=True)
     (run / "reference.py").write_text(ORACLE)
     harness = write_harness(tmp_path, "fake")
     settings = Settings(harness=harness, workload_dirs=(bundled_workloads_dir(), extra), timeout_s=20)
-    config = ServerConfig(settings=settings, workspace=tmp_path / "ws", extra_roots=(run,))
+    config = ServerConfig(settings=settings, workspace=tmp_path / "ws", extra_roots=(run,), output_roots=(run.resolve(),))
     return {"config": config, "run": run, "harness": harness, "tmp": tmp_path}
 
 
@@ -137,7 +137,7 @@ async def test_a_frozen_name_shadows_others_on_a_one_client_server_only(setup: d
             assert not result.is_error, text(result)
             again = await client.call_tool("freeze_workload", {**freeze_args(run), "spec": frozen_spec("only_here")})
             assert not again.is_error, text(again)  # the same directory may re-freeze its own workload
-            elsewhere = setup["tmp"] / "ws" / "other-run"
+            elsewhere = setup["tmp"] / "ws" / "runs" / "other-run"
             moved = await client.call_tool("freeze_workload", {**freeze_args(run), "spec": frozen_spec("only_here"),
                                                                "directory": str(elsewhere)})
             assert moved.is_error and "already a frozen workload" in text(moved)
@@ -184,7 +184,7 @@ async def test_without_directory_or_oracle_it_freezes_under_the_workspace(setup:
     ({"directory": "WORKLOAD"}, "inside a workload directory"),
     ({"oracle_path": "WS_ORACLE"}, "must lie under a workload directory or a --root"),
     ({"oracle_path": "RUN_NOT_PY"}, "must be an existing .py file"),
-    ({"spec": "DATAFILE"}, "outside the directories this server may read"),
+    ({"spec": "DATAFILE"}, "not accepted by this server: its operator has named no data root"),
     ({"spec": "NO_REFERENCE"}, "spec.reference must be an object"),
     ({"initial_cu": None}, "initial_cu is missing"),
     # a client's freeze makes the server keep every buffer on disk: bounded like create_workload
@@ -221,11 +221,11 @@ async def test_refusals(setup: dict[str, Any], change: dict[str, Any], message: 
 
 
 async def test_freeze_over_stdio(setup: dict[str, Any]) -> None:
-    """The tool over a real pipe, as kernelopt optimize calls it (a server it starts with --root RUN)."""
+    """The tool over a real pipe, as kernelopt optimize calls it (a server it starts with --root RUN --output-root RUN)."""
     run: Path = setup["run"]
     config: ServerConfig = setup["config"]
     extra = setup["tmp"] / "extra"
-    args = ["--workspace", str(config.workspace), "--harness", str(setup["harness"]), "--root", str(run)]
+    args = ["--workspace", str(config.workspace), "--harness", str(setup["harness"]), "--root", str(run), "--output-root", str(run)]
     async with stdio_server(*args, env={"KERNELOPT_WORKLOADS": str(extra)}) as client:
         result = await client.call_tool("freeze_workload", freeze_args(run))
         assert not result.is_error, text(result)

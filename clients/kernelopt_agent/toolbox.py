@@ -96,11 +96,14 @@ class Toolbox:
     async def start(
         cls, opts: OptimizeOptions, run: RunDir, shared: list[Path], on_progress: Callable[[str], None] | None = None
     ) -> AsyncIterator[Toolbox]:
-        """Start the server with the run directory as a --root (its freeze_workload writes there and
-        reads the oracle copied there) and the ``shared`` directories (the parts' data files) too."""
+        """Start the server with the run directory as a --root (it reads the oracle copied there) and an
+        --output-root (its freeze_workload writes there), and the ``shared`` directories (the parts'
+        data files) as --data-root directories."""
         command = server_command(opts)
-        roots = [str(run.path), *(str(d) for d in shared if d != run.path)]
-        args = [*command[1:], *(a for root in roots for a in ("--root", root))]
+        roots = [str(run.path)]
+        data_roots = [str(d) for d in shared]
+        args = [*command[1:], "--root", str(run.path), "--output-root", str(run.path),
+                *(a for root in data_roots for a in ("--data-root", root))]
         if opts.workspace:
             args += ["--workspace", str(opts.workspace)]
         if opts.harness:
@@ -116,7 +119,7 @@ class Toolbox:
         # The server gets this process's environment (CUDA, PATH for ncu, KERNELOPT_*) but no OpenAI settings.
         env = {k: v for k, v in os.environ.items() if not k.startswith("OPENAI_")}
         params = StdioServerParameters(command=command[0], args=args, env=env)
-        run.write_json("server.json", {"command": [command[0], *args], "roots": roots})
+        run.write_json("server.json", {"command": [command[0], *args], "roots": roots, "data_roots": data_roots})
         log = open(run.path / "server.log", "a", encoding="utf-8")  # noqa: SIM115 (the subprocess writes to it)
         async with AsyncExitStack() as stack:
             stack.callback(log.close)

@@ -24,6 +24,7 @@ from typing import Any
 
 import numpy as np
 
+from ..data_files import DataFileProblem, open_data, read_array
 from ..dtypes import DType
 from ..errors import InputError
 from ..files import write_atomic
@@ -131,34 +132,29 @@ def _cast(values: np.ndarray, dtype: DType, name: str, case: str) -> np.ndarray:
 def load_data_file(
     gen: DataFile, param: BufferParam, shape: tuple[int, ...], case: str, base: Path | None
 ) -> np.ndarray:
+    """A data file's array (see :mod:`kernelopt_mcp.data_files`: opened non-blocking, regular files
+    only, read no further than the case needs; a FIFO or /dev/zero fails at once).
+
+    Raises:
+        InputError: missing, unreadable, not the bytes (or .npy dtype) the case needs, changed
+            since its sha256 was taken.
+    """
     path = Path(gen.path)
     if not path.is_absolute() and base is not None:
         path = base / path
     where = f"case {case!r}: {param.name}: {path}"
+    dtype = np.dtype(param.dtype.numpy).newbyteorder("<")
     try:
-        raw = path.read_bytes()
+        array, whole = read_array(open_data(path), path.suffix == ".npy", dtype, shape)
     except FileNotFoundError:
         raise InputError(f"{where}: data file not found; keep the run's inputs or fix the path") from None
+    except DataFileProblem as exc:
+        raise InputError(f"{where}: {exc}") from None
     except OSError as exc:
-        raise InputError(f"{where}: cannot read ({exc.strerror})") from None
-    if gen.sha256 and hashlib.sha256(raw).hexdigest() != gen.sha256:
+        raise InputError(f"{where}: cannot read ({exc.strerror or exc})") from None
+    if gen.sha256 and hashlib.sha256(whole).hexdigest() != gen.sha256:
         raise InputError(f"{where}: sha256 differs from the manifest; the file was changed")
-    expected_bytes = int(np.prod(shape, dtype=np.int64)) * param.dtype.itemsize
-    if path.suffix == ".npy":
-        array = np.load(path, allow_pickle=False)
-        if array.dtype != param.dtype.numpy:
-            raise InputError(f"{where}: dtype {array.dtype}, expected {param.dtype}")
-        if tuple(array.shape) != shape and array.size * array.itemsize == expected_bytes:
-            array = array.reshape(shape)
-        if tuple(array.shape) != shape:
-            raise InputError(f"{where}: shape {tuple(array.shape)}, expected {shape}")
-        return np.ascontiguousarray(array)
-    if len(raw) != expected_bytes:
-        raise InputError(
-            f"{where}: {len(raw)} bytes, expected {expected_bytes} "
-            f"({'x'.join(map(str, shape))} {param.dtype})"
-        )
-    return np.frombuffer(raw, dtype=param.dtype.numpy.newbyteorder("<")).astype(param.dtype.numpy).reshape(shape)
+    return array.astype(param.dtype.numpy, copy=False)
 
 
 @dataclass

@@ -36,9 +36,9 @@ def build_server(
 ) -> tuple[MCPServer, KerneloptService]:
     """The MCP server and the service behind it (close the service when done).
 
-    ``client_roots``: paths under the roots a client advertises are readable like --root
-    directories. Off for HTTP on a non-loopback address: a remote client's roots name its own
-    machine, not this one. ``single_client``: the transport serves one client (stdio), so a
+    ``client_roots``: kernel sources under the roots a client advertises are readable. Off for
+    HTTP unless the operator trusts its clients (--trust-client-roots): a client there may be any
+    local user, or name its own machine's paths. ``single_client``: the transport serves one client (stdio), so a
     workload frozen through it may shadow another of its name; off for HTTP. ``tokens``: client id
     -> bearer token for HTTP (``token`` is one more, the client ``default``); each request then runs
     as its token's client (identity.py), and what clients create is kept apart by that id."""

@@ -34,6 +34,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--version", action="version", version=f"kernelopt-mcp {__version__}")
     p.add_argument("--workspace", help="created workloads and runs (default ~/.kernelopt; env KERNELOPT_MCP_WORKSPACE); caches are in KERNELOPT_CACHE, else $XDG_CACHE_HOME/kernelopt or ~/.cache/kernelopt (see `kernelopt cache info`)")
     p.add_argument("--root", action="append", default=[], help="another directory `path` arguments may read, repeatable (env KERNELOPT_MCP_ROOTS, ':'-separated)")
+    p.add_argument("--data-root", action="append", default=[], help="a directory whose .bin/.npy files clients may name as data files in freeze_workload, repeatable (env KERNELOPT_MCP_DATA_ROOTS, ':'-separated; default none: data files are refused)")
+    p.add_argument("--output-root", action="append", default=[], help="a directory besides <workspace>/runs that freeze_workload may write into, repeatable (env KERNELOPT_MCP_OUTPUT_ROOTS, ':'-separated)")
+    p.add_argument("--trust-client-roots", action="store_true", default=None, help="over HTTP, read `path` kernel sources under the roots a client shares, as over stdio: any client then reads this user's files there (env KERNELOPT_MCP_TRUST_CLIENT_ROOTS=1)")
     p.add_argument("--harness", help="kernelopt-harness binary (default: the installed one; env KERNELOPT_HARNESS)")
     p.add_argument("--device", type=int, help="CUDA device ordinal (default 0; env KERNELOPT_DEVICE)")
     p.add_argument("--arch", help="compile target override, e.g. sm_90 (env KERNELOPT_ARCH)")
@@ -69,6 +72,8 @@ def config_from_args(args: argparse.Namespace, environ: dict[str, str] | None = 
         raise SystemExit(f"kernelopt-mcp: --arch {settings.arch!r} is not of the form sm_90")
     workspace = Path(args.workspace or env.get("KERNELOPT_MCP_WORKSPACE") or Path.home() / ".kernelopt").expanduser()
     roots = [*args.root, *(r for r in env.get("KERNELOPT_MCP_ROOTS", "").split(os.pathsep) if r)]
+    data_roots = _dirs(getattr(args, "data_root", []), env, "KERNELOPT_MCP_DATA_ROOTS")
+    output_roots = _dirs(getattr(args, "output_root", []), env, "KERNELOPT_MCP_OUTPUT_ROOTS")
     idle = _flag_or_env(getattr(args, "session_idle_timeout", None), env, "KERNELOPT_MCP_SESSION_IDLE_TIMEOUT", float, DEFAULT_SESSION_IDLE_TIMEOUT_S)
     sessions = _flag_or_env(getattr(args, "max_sessions", None), env, "KERNELOPT_MCP_MAX_SESSIONS", int, DEFAULT_MAX_SESSIONS)
     if not (math.isfinite(idle) and idle > 0):
@@ -98,10 +103,28 @@ def config_from_args(args: argparse.Namespace, environ: dict[str, str] | None = 
         raise SystemExit(f"kernelopt-mcp: --gpu-call-max-s {gpu_max} must be a number of seconds (0: no cap)")
     return ServerConfig(
         settings=settings, workspace=workspace.resolve(), extra_roots=tuple(Path(r).expanduser().resolve() for r in roots),
-        session_idle_timeout_s=idle, max_sessions=sessions, max_sessions_per_client=per_client,
+        data_roots=data_roots, output_roots=output_roots, session_idle_timeout_s=idle, max_sessions=sessions,
+        max_sessions_per_client=per_client,
         workload_max_bytes=disk["workload_max_gib"], workspace_quota_bytes=disk["workspace_quota_gib"],
         queue_bounds=QueueBounds(*waiting), gpu_call_max_s=gpu_max,
     )
+
+
+def _dirs(flags: list[str], env: dict[str, str], var: str) -> tuple[Path, ...]:
+    """Directories from repeated flags and a ':'-separated variable, resolved (each must exist)."""
+    dirs = tuple(Path(d).expanduser().resolve() for d in [*flags, *(r for r in env.get(var, "").split(os.pathsep) if r)])
+    for d in dirs:
+        if not d.is_dir():
+            raise SystemExit(f"kernelopt-mcp: {d} ({var} or its flag) is not a directory")
+    return dirs
+
+
+def trust_client_roots(args: argparse.Namespace, environ: dict[str, str] | None = None) -> bool:
+    """Whether a client's roots are honoured: always over stdio (the client started the server as
+    its own user); over HTTP only when the operator says so, since a client there may be anyone
+    who reaches the port, not the server's user."""
+    env = os.environ if environ is None else environ
+    return not args.http or bool(args.trust_client_roots) or env.get("KERNELOPT_MCP_TRUST_CLIENT_ROOTS") == "1"
 
 
 def _flag_or_env(flag: Any, env: dict[str, str], var: str, convert: Callable[[str], Any], default: Any) -> Any:
@@ -144,7 +167,7 @@ def main(argv: list[str] | None = None) -> int:
     config = config_from_args(args)
     config.workspace.mkdir(parents=True, exist_ok=True)
     app, service = build_server(
-        config, tokens=tokens, log_level=args.log_level, client_roots=kind == "loopback",
+        config, tokens=tokens, log_level=args.log_level, client_roots=trust_client_roots(args),
         single_client=not args.http,
     )
     try:

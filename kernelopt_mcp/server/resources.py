@@ -22,6 +22,14 @@ from .session import SHARED
 
 RESOURCE_TEXT_SUFFIXES = {".json", ".cu", ".cuh", ".py", ".md", ".txt", ".csv", ".log", ".svg", ".ptx"}
 MAX_RESOURCE_BYTES = 4 * 2**20
+# Run directories' data, never served: drawn inputs, copies of data files, expected outputs (the answer
+# key) and compiled modules. Only text records (requests, results, workload.json, sources) are.
+RUN_DATA_DIRS = {"inputs", "data", "expected", "modules", "outputs"}
+
+
+def servable_run_file(relative: Path) -> bool:
+    """Whether kernelopt://runs/ serves the file at ``relative`` (under runs/): a text record, not data."""
+    return relative.suffix in RESOURCE_TEXT_SUFFIXES and not RUN_DATA_DIRS.intersection(relative.parts[:-1])
 
 def _workload_files(wl: Workload) -> list[str]:
     names = ["workload.json", wl.spec.reference.cuda, wl.spec.reference.python, wl.spec.initial.source if wl.spec.initial else None]
@@ -101,19 +109,23 @@ def register_resources(app: MCPServer, service: KerneloptService) -> None:
     def runs_index() -> str:
         """The files of recorded runs under the workspace's runs/ directory (read them as kernelopt://runs/<path>)."""
         root = service.config.runs_dir
-        files = sorted(str(p.relative_to(root)) for p in root.rglob("*") if p.is_file()) if root.is_dir() else []
+        files = sorted(str(r) for p in root.rglob("*") if p.is_file() and servable_run_file(r := p.relative_to(root))) \
+            if root.is_dir() else []
         return json.dumps({"root": str(root), "files": files[:1000], "files_not_listed": max(0, len(files) - 1000)})
 
-    @app.resource("kernelopt://runs/{+path}", name="run artifact", title="Run artifact", description="one file of a recorded run (read-only)")
-    def run_file(path: str) -> str | bytes:
+    @app.resource("kernelopt://runs/{+path}", name="run artifact", title="Run artifact",
+                  description="one text record of a recorded run (read-only; inputs, expected outputs and modules are not served)")
+    def run_file(path: str) -> str:
         root = service.config.runs_dir.resolve()
         real = (root / path).resolve()
         if not real.is_relative_to(root):
             raise ResourceNotFoundError(f"no file {path!r} under {root}")
-        data = _read_resource(real, path)
-        if real.suffix in RESOURCE_TEXT_SUFFIXES:
-            return data.decode("utf-8", errors="replace")
-        return data
+        if not servable_run_file(real.relative_to(root)):
+            raise ResourceNotFoundError(
+                f"{path}: not served: kernelopt://runs/ serves a run's text records ({', '.join(sorted(RESOURCE_TEXT_SUFFIXES))}), "
+                f"never its data ({', '.join(sorted(RUN_DATA_DIRS))}/, .bin, .npy, .cubin)"
+            )
+        return _read_resource(real, path).decode("utf-8", errors="replace")
 
 
 def _read_resource(path: Path, name: str) -> bytes:

@@ -1,5 +1,8 @@
-"""The client's roots: directories an MCP client shares, readable like --root directories while
-a tool call that names a path is served (asked for on each such call, never for remote HTTP)."""
+"""The client's roots: directories an MCP client shares, from which a tool call may read a kernel
+source (`path`, `tunable_path`) while it is served (asked for on each such call). Honoured over
+stdio, where the client started the server as its own user; over HTTP only when the operator
+passes --trust-client-roots, since any client that reaches the port could otherwise name this
+user's files. Never writable and never data roots (freeze_workload does not ask for them)."""
 
 from __future__ import annotations
 
@@ -15,7 +18,7 @@ from mcp_types import ListRootsResult
 
 from ..service import CLIENT_ROOTS
 
-# Servers that ignore their clients' roots (HTTP on a non-loopback address); see build_server.
+# Servers that ignore their clients' roots (HTTP without --trust-client-roots); see build_server.
 ROOTS_OFF: weakref.WeakSet[MCPServer] = weakref.WeakSet()
 
 
@@ -50,14 +53,9 @@ def _roots_for_tunable(ctx: Context, tunable_path: str | None = None) -> ListRoo
     return _ask_roots(ctx, bool(tunable_path))
 
 
-def _roots_for_directory(ctx: Context, directory: str | None = None) -> ListRoots | None:
-    return _ask_roots(ctx, bool(directory))
-
-
 # A tool parameter the SDK fills with the client's roots (never part of the tool's input schema).
 SharedRoots = Annotated[ListRootsResult | None, Resolve(_roots_for_path)]
 SharedRootsForTunable = Annotated[ListRootsResult | None, Resolve(_roots_for_tunable)]
-SharedRootsForDirectory = Annotated[ListRootsResult | None, Resolve(_roots_for_directory)]
 
 
 @contextmanager

@@ -19,6 +19,7 @@ from pydantic import Field
 from .. import app
 from ..compiler import MAX_SOURCE_BYTES
 from ..config import bundled_workloads_dir
+from ..data_files import STAGED_DIR, stage_data_files, staged_bytes
 from ..errors import KerneloptError
 from ..freeze import (
     FreezeError,
@@ -34,10 +35,10 @@ from ..freeze import (
     write_replay,
 )
 from ..quota import QuotaError, spec_bytes
-from ..service import CLIENT_ROOTS, MAX_ITERATIONS, MAX_WARMUP, KerneloptService
+from ..service import MAX_ITERATIONS, MAX_WARMUP, KerneloptService
 from ..workload import parse_spec
 from ..workspace import check_spec_size
-from .roots import SharedRoots, SharedRootsForDirectory, shared_roots
+from .roots import SharedRoots, shared_roots
 from .session import session_state, shared_server
 from .toolkit import CompileOptions, Launch, Source, SourcePath, WorkloadName, tool, tool_errors, tool_result
 
@@ -47,13 +48,12 @@ WRITES = ToolAnnotations(read_only_hint=False, destructive_hint=True, idempotent
 def register_freeze_tools(app: MCPServer, service: KerneloptService) -> None:
     @tool(app, "freeze_workload", "Freeze a workload's inputs and expected outputs", WRITES)
     async def freeze(
-        spec: Annotated[dict[str, Any], Field(description="a workload.json object, as for create_workload (data files allowed)")],
+        spec: Annotated[dict[str, Any], Field(description="a workload.json object, as for create_workload (data files only beneath the server's --data-root directories)")],
         reference_cu: Annotated[str, Field(max_length=MAX_SOURCE_BYTES, description="CUDA source of the reference kernel")],
         ctx: Context,
-        shared: SharedRootsForDirectory,
         initial_cu: Annotated[str | None, Field(max_length=MAX_SOURCE_BYTES, description="CUDA source of the starting kernel (needs spec.initial.launch)")] = None,
         oracle_path: Annotated[str | None, Field(max_length=4096, description="a NumPy oracle (reference.py with reference()) under a workload directory or a --root directory of the server")] = None,
-        directory: Annotated[str | None, Field(max_length=4096, description="where to write (a run directory): absolute, under the workspace, a --root directory or a root the client shares; default: a new directory under the workspace's runs/frozen/")] = None,
+        directory: Annotated[str | None, Field(max_length=4096, description="where to write (a run directory): under the workspace's runs/ (absolute, or relative to the workspace) or an --output-root of the server; default: a new directory under the workspace's runs/frozen/")] = None,
         seed: Annotated[int | None, Field(ge=0, lt=2**63, description="seed of the recorded inputs (repeat a freeze with its answer's seed to get the same inputs); default: a fresh one")] = None,
         warmup: Annotated[int | None, Field(ge=0, le=MAX_WARMUP, description="untimed launches per performance case in replay requests (default: the server's, 10)")] = None,
         iterations: Annotated[int | None, Field(ge=1, le=MAX_ITERATIONS, description="timed launches per performance case in replay requests (default: the server's, 100)")] = None,
@@ -71,19 +71,22 @@ def register_freeze_tools(app: MCPServer, service: KerneloptService) -> None:
         sees: the recorded files are for auditing and replay, not what the timed launches are checked on.
         `spec` is a workload.json object (kernelopt://schema/workload); its reference.cuda,
         initial.source and reference.python are replaced by `reference_cu`, `initial_cu` and
-        `oracle_path`. Data files ("generator": "file") must be absolute paths under the server's
-        roots. The oracle is Python run inside the server, so it must lie under a directory the
+        `oracle_path`. Data files ("generator": "file") are refused unless the server's operator
+        named data roots (--data-root): then each is a .bin or .npy file relative to (or absolute
+        under) one, regular, no symlink on the way, holding exactly the bytes its cases need; it is
+        copied into the frozen directory. The oracle is Python run inside the server, so it must lie under a directory the
         server's operator named (a workload directory or --root), never one a client shares.
         Cost: drawing inputs and running the oracle, seconds to a minute for large cases; no GPU.
         Tool errors: an invalid spec (the message names the field), a directory or file outside the
         allowed directories, the oracle failing."""
-        with shared_roots(shared), session_state(ctx), tool_errors():
+        with session_state(ctx), tool_errors():
             # the same bound as create_workload, before anything is written: a client's freeze makes the
             # server draw and keep every buffer of every case on disk (uncapped, one call wrote 31 GB);
             # and what it writes is reserved in the workspace's quota (repeated calls add up)
             parsed = parse_spec(spec, "spec")
             check_spec_size(parsed, "a frozen workload", service.config.workload_max_bytes)
             _, writes = spec_bytes(parsed)
+            writes += staged_bytes(spec)  # the copies of the data files, if any (refused below without data roots)
             target = await anyio.to_thread.run_sync(partial(_directory, service, directory, spec))
             if shared_server(ctx):
                 await anyio.to_thread.run_sync(partial(_check_name_free, service, spec, target))
@@ -95,7 +98,7 @@ def register_freeze_tools(app: MCPServer, service: KerneloptService) -> None:
                 info = None
             frozen: FrozenWorkload = await service.run_long("build", partial(
                 _freeze_within_quota, service, writes, spec, reference_cu, initial_cu, target, oracle=oracle,
-                data_path=service.confine, seed=seed, device=info, arch=arch, cache=service.compile_cache,
+                seed=seed, device=info, arch=arch, cache=service.compile_cache,
                 warmup=warmup, iterations=iterations,
             ))
             remember(frozen)
@@ -124,18 +127,22 @@ def register_freeze_tools(app: MCPServer, service: KerneloptService) -> None:
         with shared_roots(shared), session_state(ctx), tool_errors():
             frozen = frozen_named(workload)
             text, _ = await service.source_text(source, path)
-            written, problem = await anyio.to_thread.run_sync(
-                write_replay, frozen, text, launch, list(compile_options or []), into
-            )
+            written, problem = await anyio.to_thread.run_sync(partial(
+                write_replay, frozen, text, launch, list(compile_options or []), into,
+                reserve=service.quota.reserve,
+            ))
             out = ReplayOutput(status="error" if problem else "ok", workload=frozen.name, directory=str(frozen.directory),
                                requests=written, message=problem or "")
         return tool_result(out, out.text())
 
 
-def _freeze_within_quota(service: KerneloptService, writes: int, spec: dict[str, Any], *args: Any, **kwargs: Any) -> FrozenWorkload:
+def _freeze_within_quota(
+    service: KerneloptService, writes: int, spec: dict[str, Any], reference_cu: str, initial_cu: str | None,
+    target: Path, **kwargs: Any,
+) -> FrozenWorkload:
     """freeze_workload with its ``writes`` bytes reserved in the workspace's quota (QuotaError if they do
-    not fit). Blocking: measures the workspace's usage."""
-    target: Path = args[2]
+    not fit), the client's data files first copied beneath the data roots (data_files.py): the frozen
+    workload reads only those copies. Blocking: measures the workspace's usage, reads and writes files."""
     try:
         service.quota.claim(writes, f"freezing {spec.get('name')!r}")
     except QuotaError:
@@ -144,25 +151,42 @@ def _freeze_within_quota(service: KerneloptService, writes: int, spec: dict[str,
                 target.rmdir()  # the new empty directory _directory made for this call
         raise
     try:
-        service.quota.remember(target)  # a directory outside the workspace counts from now on
-        return app.freeze_workload(service.settings, spec, *args, **kwargs)
+        staged = stage_data_files(spec, list(service.config.data_roots), target)
+        return app.freeze_workload(
+            service.settings, staged, reference_cu, initial_cu, target, data_path=partial(_staged, target), **kwargs
+        )
     finally:
         service.quota.release(writes)
 
 
+def _staged(target: Path, raw: str) -> Path:
+    """The one kind of data file a frozen spec names after staging: a copy the server wrote."""
+    path = Path(raw)
+    if not path.is_relative_to(target / STAGED_DIR):
+        raise FreezeError(f"internal error: data file {raw!r} was not staged")
+    return path
+
+
 def _directory(service: KerneloptService, raw: str | None, spec: dict[str, Any]) -> Path:
-    """The output directory: checked against the roots a frozen workload may be written under, or a
-    new one under the workspace's runs/frozen/. Blocking (resolves paths, makes directories)."""
+    """The output directory: under the workspace's runs/ (where the quota counts it) or an operator's
+    --output-root, never a --root, a client's root or a workload directory; or a new one under runs/frozen/.
+    Blocking (resolves paths, makes directories)."""
     config = service.config
     if raw is None:
         runs = config.runs_dir / "frozen"
         runs.mkdir(parents=True, exist_ok=True)
         name = re.sub(r"\W", "_", str(spec.get("name") or "workload"), flags=re.ASCII)[:48]
         return Path(tempfile.mkdtemp(prefix=f"{time.strftime('%Y%m%d-%H%M%S')}-{name}-", dir=runs)).resolve()
-    real = service.confine(raw)  # resolved; never the evaluations' private directory
+    if "\0" in raw or not raw.strip():
+        raise FreezeError("directory is empty or contains a NUL byte")
+    path = Path(raw).expanduser()
+    try:
+        real = (path if path.is_absolute() else config.workspace / path).resolve()
+    except (OSError, RuntimeError) as exc:  # a symlink loop, a name too long
+        raise FreezeError(f"{raw}: cannot resolve the path ({exc})") from None
     cache = config.settings.cache_dir or config.workspace / "cache"
-    refused = [*config.settings.workload_dirs, config.created_dir, bundled_workloads_dir(), cache]
-    writable = [config.client_home(), *config.extra_roots, *CLIENT_ROOTS.get()]  # the caller's own part of the workspace
+    refused = [*config.settings.workload_dirs, config.created_dir, bundled_workloads_dir(), cache, service.private_dir]
+    writable = [config.runs_dir, *config.output_roots]  # the caller's own runs/ (its home's, over HTTP with a token)
     target = output_directory(real, writable=[p.resolve() for p in writable], refused=[p.resolve() for p in refused])
     target.mkdir(parents=True, exist_ok=True)
     return target
