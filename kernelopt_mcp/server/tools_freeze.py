@@ -181,7 +181,7 @@ def _directory(service: KerneloptService, raw: str | None, spec: dict[str, Any])
         raise FreezeError("directory is empty or contains a NUL byte")
     path = Path(raw).expanduser()
     try:
-        real = (path if path.is_absolute() else config.workspace / path).resolve()
+        real = (path if path.is_absolute() else config.client_home() / path).resolve()
     except (OSError, RuntimeError) as exc:  # a symlink loop, a name too long
         raise FreezeError(f"{raw}: cannot resolve the path ({exc})") from None
     cache = config.settings.cache_dir or config.workspace / "cache"
