@@ -50,7 +50,7 @@ ROOMS = {
 
 @dataclass(frozen=True)
 class QueueBounds:
-    """Jobs of one kind that may wait at once: per client (``service.CLIENT_ID``) and in all."""
+    """Jobs of one kind that may wait at once: per client (``server_config.CLIENT_ID``) and in all."""
 
     per_client: int = DEFAULT_MAX_WAITING_PER_CLIENT
     total: int = DEFAULT_MAX_WAITING

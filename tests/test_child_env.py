@@ -61,7 +61,7 @@ async def test_the_harness_ncu_and_compute_sanitizer_never_see_the_servers_secre
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     from kernelopt_mcp.config import Settings, bundled_workloads_dir
-    from kernelopt_mcp.service import ServerConfig
+    from kernelopt_mcp.server_config import ServerConfig
 
     for name, value in SECRETS.items():
         monkeypatch.setenv(name, value)

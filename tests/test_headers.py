@@ -236,7 +236,7 @@ async def test_the_mcp_tools_take_sm_90a(tmp_path: Path) -> None:
     from fakegpu import in_memory_server, tool_text
 
     from kernelopt_mcp.config import bundled_workloads_dir
-    from kernelopt_mcp.service import ServerConfig
+    from kernelopt_mcp.server_config import ServerConfig
 
     tiny = write_tiny_workload(tmp_path / "extra")
     settings = Settings(harness=write_harness(tmp_path, "fake"), workload_dirs=(bundled_workloads_dir(), tiny), timeout_s=20)

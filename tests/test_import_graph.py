@@ -232,7 +232,7 @@ LAYERS: dict[str, set[str]] = {
         "docs.live", "docs.search", "results",
     },
     "app": {"app", ""},  # "": the package's __init__ (the public API, loaded lazily)
-    "service": {"service", "gpu_queue", "admission", "quota", "workspace", "torch_workspace", "caches"},
+    "service": {"service", "server_config", "gpu_queue", "admission", "quota", "workspace", "torch_workspace", "caches"},
     "entry": {"cli", "render", "torch_cli", "__main__", "server"},  # and every server.* module
 }
 

@@ -29,7 +29,7 @@ from kernelopt_mcp.compile_options import CompileLimits
 from kernelopt_mcp.compiler import CompileCache, compile_kernel
 from kernelopt_mcp.config import Settings, bundled_workloads_dir
 from kernelopt_mcp.errors import KerneloptError
-from kernelopt_mcp.service import ServerConfig
+from kernelopt_mcp.server_config import ServerConfig
 
 KERNEL = 'extern "C" __global__ void k(float* x) { x[0] = 1; }\n'
 CORPUS_SIZE = 250

@@ -38,7 +38,7 @@ from hypothesis import strategies as st
 from test_properties import HOSTILE_PATHS, json_scalars, mutated_specs
 
 from kernelopt_mcp.config import Settings, bundled_workloads_dir
-from kernelopt_mcp.service import ServerConfig
+from kernelopt_mcp.server_config import ServerConfig
 
 CALL_DEADLINE_S = 60
 HUGE_SOURCE = "// " + "x" * (600 * 1024) + "\n" + kernel()

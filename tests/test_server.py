@@ -36,7 +36,7 @@ from mcp.client.stdio import StdioServerParameters
 from mcp.shared.exceptions import MCPError
 
 from kernelopt_mcp.config import Settings, bundled_workloads_dir
-from kernelopt_mcp.service import ServerConfig
+from kernelopt_mcp.server_config import ServerConfig
 
 REPO = Path(__file__).resolve().parent.parent
 TOOLS = {

@@ -15,7 +15,7 @@ from mcp_types import ListRootsResult, PromptReference, ResourceTemplateReferenc
 
 from kernelopt_mcp.config import Settings, bundled_workloads_dir
 from kernelopt_mcp.server import build_server
-from kernelopt_mcp.service import ServerConfig
+from kernelopt_mcp.server_config import ServerConfig
 
 pytestmark = pytest.mark.anyio
 

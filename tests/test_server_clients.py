@@ -33,7 +33,7 @@ from kernelopt_mcp.config import Settings, bundled_workloads_dir
 from kernelopt_mcp.freeze import MAX_FROZEN
 from kernelopt_mcp.server import build_parser, build_server, config_from_args, http_app, main
 from kernelopt_mcp.server.identity import TokensFileError, load_tokens_file
-from kernelopt_mcp.service import ServerConfig
+from kernelopt_mcp.server_config import ServerConfig
 
 pytestmark = pytest.mark.anyio
 REPO = Path(__file__).resolve().parent.parent

@@ -23,7 +23,7 @@ from fakegpu import ADD_LAUNCH, in_memory_server, write_harness, write_tiny_work
 from fakegpu import tool_text as text
 
 from kernelopt_mcp.config import Settings, bundled_workloads_dir
-from kernelopt_mcp.service import ServerConfig
+from kernelopt_mcp.server_config import ServerConfig
 
 pytestmark = pytest.mark.anyio
 ANSWER_WITHIN_S = 1.0

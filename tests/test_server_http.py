@@ -22,7 +22,7 @@ from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 
 from kernelopt_mcp.server import bind_kind, build_parser, build_server, config_from_args, http_app, http_security, main
-from kernelopt_mcp.service import DEFAULT_SESSION_IDLE_TIMEOUT_S, ServerConfig
+from kernelopt_mcp.server_config import DEFAULT_SESSION_IDLE_TIMEOUT_S, ServerConfig
 
 REPO = Path(__file__).resolve().parent.parent
 TOKEN = "test-token-5f2c"

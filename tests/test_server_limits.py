@@ -27,7 +27,8 @@ from kernelopt_mcp.config import Settings, bundled_workloads_dir
 from kernelopt_mcp.errors import ServerBusy
 from kernelopt_mcp.launch import LaunchSpec
 from kernelopt_mcp.server.entry import build_parser, config_from_args
-from kernelopt_mcp.service import CLIENT_ID, KerneloptService, ServerConfig
+from kernelopt_mcp.server_config import CLIENT_ID, ServerConfig
+from kernelopt_mcp.service import KerneloptService
 
 pytestmark = pytest.mark.anyio
 BOMB = (Path(__file__).parent / "adversarial" / "vector_add_compile_bomb.cu").read_text()

@@ -13,7 +13,7 @@ from fakegpu import ADD_LAUNCH, in_memory_server, kernel, write_harness, write_t
 from mcp import Client
 
 from kernelopt_mcp.config import Settings, bundled_workloads_dir
-from kernelopt_mcp.service import ServerConfig
+from kernelopt_mcp.server_config import ServerConfig
 
 pytestmark = pytest.mark.anyio
 

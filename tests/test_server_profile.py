@@ -23,7 +23,7 @@ from test_docs import DocsServer, docs_server  # noqa: F401  (fixture)
 from test_profiler import stub  # noqa: F401  (fixture)
 
 from kernelopt_mcp.config import Settings, bundled_workloads_dir
-from kernelopt_mcp.service import ServerConfig
+from kernelopt_mcp.server_config import ServerConfig
 
 pytestmark = pytest.mark.anyio
 

@@ -20,7 +20,7 @@ from fakegpu import (
 from fakegpu import tool_text as text
 
 from kernelopt_mcp.config import Settings, bundled_workloads_dir
-from kernelopt_mcp.service import ServerConfig
+from kernelopt_mcp.server_config import ServerConfig
 
 FIXTURES = Path(__file__).parent / "fixtures" / "sanitizer"
 pytestmark = pytest.mark.anyio

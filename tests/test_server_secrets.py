@@ -22,7 +22,8 @@ from mcp import Client
 from test_profiler import stub  # noqa: F401  (fixture: a stub ncu)
 
 from kernelopt_mcp.config import Settings, bundled_workloads_dir
-from kernelopt_mcp.service import KerneloptService, ServerConfig
+from kernelopt_mcp.server_config import ServerConfig
+from kernelopt_mcp.service import KerneloptService
 
 TUNE = Path(__file__).resolve().parent / "fixtures" / "tune"
 pytestmark = pytest.mark.anyio

@@ -17,7 +17,7 @@ from fakegpu import in_memory_server, write_harness, write_tiny_workload
 from fakegpu import tool_text as text
 
 from kernelopt_mcp.config import Settings, bundled_workloads_dir
-from kernelopt_mcp.service import ServerConfig
+from kernelopt_mcp.server_config import ServerConfig
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "tune"
 pytestmark = pytest.mark.anyio

@@ -11,7 +11,7 @@ import pytest
 from fakegpu import ADD_LAUNCH, TINY_SPEC, in_memory_server, kernel, write_harness
 
 from kernelopt_mcp.config import Settings
-from kernelopt_mcp.service import ServerConfig
+from kernelopt_mcp.server_config import ServerConfig
 
 pytestmark = pytest.mark.anyio
 

@@ -97,7 +97,7 @@ def _config(tmp_path: Path, allow: bool) -> Any:
     from fakegpu import write_harness
 
     from kernelopt_mcp.config import Settings
-    from kernelopt_mcp.service import ServerConfig
+    from kernelopt_mcp.server_config import ServerConfig
 
     settings = Settings(harness=write_harness(tmp_path, "nogpu"), allow_torch_problems=allow, timeout_s=20)
     return ServerConfig(settings=settings, workspace=tmp_path / "ws")
@@ -134,7 +134,7 @@ async def test_describe_workload_of_a_workload_with_only_a_numpy_oracle(tmp_path
     from fakegpu import TINY_SPEC, in_memory_server, write_harness
 
     from kernelopt_mcp.config import Settings, bundled_workloads_dir
-    from kernelopt_mcp.service import ServerConfig
+    from kernelopt_mcp.server_config import ServerConfig
 
     wl = tmp_path / "extra" / "oracle_only"
     wl.mkdir(parents=True)

@@ -14,7 +14,8 @@ from typing import Any
 from fakegpu import TINY_SPEC, kernel
 
 from kernelopt_mcp.config import Settings, bundled_workloads_dir
-from kernelopt_mcp.service import KerneloptService, ServerConfig
+from kernelopt_mcp.server_config import ServerConfig
+from kernelopt_mcp.service import KerneloptService
 from kernelopt_mcp.workload import load_workload
 from kernelopt_mcp.workspace import RequestError
 

@@ -8,7 +8,8 @@ from collections.abc import Mapping
 from mcp.server.mcpserver import MCPServer
 
 from .. import __version__
-from ..service import KerneloptService, ServerConfig
+from ..server_config import ServerConfig
+from ..service import KerneloptService
 from .identity import TOKEN_CLIENT, ClientIdentity
 from .resources import register_completions, register_prompts, register_resources
 from .roots import ROOTS_OFF

@@ -17,7 +17,7 @@ from .. import __version__
 from ..admission import DEFAULT_MAX_WAITING, DEFAULT_MAX_WAITING_PER_CLIENT, QueueBounds
 from ..config import Settings
 from ..quota import DEFAULT_WORKLOAD_MAX_BYTES, DEFAULT_WORKSPACE_QUOTA_BYTES, GIB
-from ..service import (
+from ..server_config import (
     DEFAULT_GPU_CALL_MAX_S,
     DEFAULT_MAX_SESSIONS,
     DEFAULT_MAX_SESSIONS_PER_CLIENT,

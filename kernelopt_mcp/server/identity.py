@@ -2,7 +2,7 @@
 how many HTTP sessions one client may hold.
 
 A server shared by several clients keeps their workloads, frozen runs, ``runs/`` and prepared
-sessions apart by client id (:data:`kernelopt_mcp.service.CLIENT_ID`). The id comes from the
+sessions apart by client id (:data:`kernelopt_mcp.server_config.CLIENT_ID`). The id comes from the
 token the client authenticated with, never from anything the client writes in a request:
 
 - ``--tokens-file FILE``: a JSON object ``{"client_id": "token", ...}``; ids match
@@ -33,7 +33,7 @@ from mcp.server.context import CallNext, HandlerResult, ServerRequestContext
 from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS
 from starlette.responses import JSONResponse
 
-from ..service import CLIENT_ID, LOCAL_CLIENT
+from ..server_config import CLIENT_ID, LOCAL_CLIENT
 
 CLIENT_ID_RE = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 TOKEN_CLIENT = "default"  # the client that --token / KERNELOPT_MCP_TOKEN names
@@ -154,7 +154,7 @@ def request_client(ctx: ServerRequestContext[Any, Any]) -> str:
 
 class ClientIdentity:
     """Server middleware: every request (tool call, resource read, completion, prompt) runs with
-    :data:`~kernelopt_mcp.service.CLIENT_ID` set to its client, so what the service keeps for
+    :data:`~kernelopt_mcp.server_config.CLIENT_ID` set to its client, so what the service keeps for
     clients is keyed by who asked, in one place for every handler."""
 
     async def __call__(self, ctx: ServerRequestContext[Any, Any], call_next: CallNext) -> HandlerResult:

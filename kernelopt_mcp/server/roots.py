@@ -16,7 +16,7 @@ from typing import Annotated
 from mcp.server.mcpserver import Context, ListRoots, MCPServer, Resolve
 from mcp_types import ListRootsResult
 
-from ..service import CLIENT_ROOTS
+from ..server_config import CLIENT_ROOTS
 
 # Servers that ignore their clients' roots (HTTP without --trust-client-roots); see build_server.
 ROOTS_OFF: weakref.WeakSet[MCPServer] = weakref.WeakSet()

@@ -2,7 +2,7 @@
 
 The MCP protocol keeps no per-client state on the server (each request may arrive on a fresh
 session object), so frozen workloads belong to the server process, one registry per client id
-(:data:`~kernelopt_mcp.service.CLIENT_ID`, from the caller's token): a client sees, replays into
+(:data:`~kernelopt_mcp.server_config.CLIENT_ID`, from the caller's token): a client sees, replays into
 and evicts (past MAX_FROZEN) only the workloads it froze itself. For a server with one client
 (stdio, what ``kernelopt optimize`` starts) a frozen workload is found ahead of any other of its
 name, so a run's frozen ``sgemm`` is what its benchmarks measure; a server that may have several
@@ -17,7 +17,7 @@ from contextlib import contextmanager
 from mcp.server.mcpserver import Context, MCPServer
 
 from ..freeze import FROZEN_WORKLOADS, FrozenWorkload
-from ..service import CLIENT_ID
+from ..server_config import CLIENT_ID
 
 # server -> client id -> name -> frozen workload
 _FROZEN: weakref.WeakKeyDictionary[MCPServer, dict[str, dict[str, FrozenWorkload]]] = weakref.WeakKeyDictionary()

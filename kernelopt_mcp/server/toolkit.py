@@ -25,7 +25,7 @@ from ..errors import (
     WorkloadError,
 )
 from ..launch import LaunchSpec
-from ..service import NAME_RE
+from ..server_config import NAME_RE
 
 READ_ONLY = ToolAnnotations(read_only_hint=True, destructive_hint=False, idempotent_hint=True, open_world_hint=False)
 

@@ -13,13 +13,8 @@ from ..evaluation.candidate import PRECISION_MIN_ITERATIONS, PRECISION_RSE, stop
 from ..launch import LaunchSpec
 from ..ncu_report import ProfileSummary
 from ..profiler import ProfileOptions
-from ..service import (
-    MAX_ITERATIONS,
-    MAX_TUNE_EVALS,
-    MAX_TUNE_SECONDS,
-    MAX_WARMUP,
-    KerneloptService,
-)
+from ..server_config import MAX_ITERATIONS, MAX_TUNE_EVALS, MAX_TUNE_SECONDS, MAX_WARMUP
+from ..service import KerneloptService
 from ..tune.output import AutotuneOutput
 from .roots import SharedRoots, SharedRootsForTunable, shared_roots
 from .session import session_state

@@ -15,7 +15,8 @@ from ..results import (
     GpuProperties,
     gpu_properties_output,
 )
-from ..service import MAX_ITERATIONS, MAX_WARMUP, KerneloptService
+from ..server_config import MAX_ITERATIONS, MAX_WARMUP
+from ..service import KerneloptService
 from .roots import SharedRoots, shared_roots
 from .session import session_state
 from .toolkit import (

@@ -35,7 +35,8 @@ from ..freeze import (
     write_replay,
 )
 from ..quota import QuotaError, spec_bytes
-from ..service import MAX_ITERATIONS, MAX_WARMUP, KerneloptService
+from ..server_config import MAX_ITERATIONS, MAX_WARMUP
+from ..service import KerneloptService
 from ..workload import parse_spec
 from ..workspace import check_spec_size
 from .roots import SharedRoots, shared_roots

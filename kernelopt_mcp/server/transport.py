@@ -12,7 +12,7 @@ from mcp.server.auth.settings import AuthSettings
 from mcp.server.mcpserver import MCPServer
 from mcp.server.transport_security import TransportSecuritySettings
 
-from ..service import ServerConfig
+from ..server_config import ServerConfig
 from .identity import ClientTokens, cap_sessions_per_client
 
 BindKind = Literal["loopback", "wildcard", "other"]

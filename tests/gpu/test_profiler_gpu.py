@@ -98,7 +98,7 @@ def test_the_mcp_tool_returns_the_same_summary(harness_binary: Path, tmp_path: P
     from mcp import Client
 
     from kernelopt_mcp.server import build_server
-    from kernelopt_mcp.service import ServerConfig
+    from kernelopt_mcp.server_config import ServerConfig
 
     async def run() -> dict:
         app, service = build_server(ServerConfig(settings=Settings(harness=harness_binary), workspace=tmp_path / "ws"))
