@@ -18,6 +18,15 @@ from ..config import Settings
 from ..quota import DEFAULT_WORKLOAD_MAX_BYTES, DEFAULT_WORKSPACE_QUOTA_BYTES, GIB
 from ..service import DEFAULT_MAX_SESSIONS, DEFAULT_SESSION_IDLE_TIMEOUT_S, ServerConfig
 from .build import build_server
+from .http_guard import (
+    DEFAULT_BODY_TIMEOUT_S,
+    DEFAULT_HEADER_TIMEOUT_S,
+    DEFAULT_MAX_CONNECTIONS,
+    LISTEN_BACKLOG,
+    HttpLimits,
+    guarded_protocol,
+    raise_open_file_limit,
+)
 from .transport import bind_kind, http_app
 
 
@@ -36,6 +45,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--allowed-host", action="append", default=[], help="Host name clients use to reach a non-loopback bind, repeatable")
     p.add_argument("--session-idle-timeout", type=float, help=f"seconds an HTTP session may stay idle (no request in flight) before it is closed and its id answers 404 (default {DEFAULT_SESSION_IDLE_TIMEOUT_S:.0f}; env KERNELOPT_MCP_SESSION_IDLE_TIMEOUT)")
     p.add_argument("--max-sessions", type=int, help=f"open HTTP sessions at most; beyond, a new one gets 503 until others end or expire (default {DEFAULT_MAX_SESSIONS}; env KERNELOPT_MCP_MAX_SESSIONS)")
+    p.add_argument("--header-timeout", type=float, help=f"seconds a client may take to send a request's headers before its connection is closed (default {DEFAULT_HEADER_TIMEOUT_S:g}; env KERNELOPT_MCP_HEADER_TIMEOUT)")
+    p.add_argument("--body-timeout", type=float, help=f"seconds a client may take to send a request's body after its headers (default {DEFAULT_BODY_TIMEOUT_S:g}; env KERNELOPT_MCP_BODY_TIMEOUT)")
+    p.add_argument("--max-connections", type=int, help=f"open HTTP connections at most; when full, a new one closes the one that has waited longest without a request in flight, or gets 503 if all have one (default {DEFAULT_MAX_CONNECTIONS}, less where the open-file limit is low; env KERNELOPT_MCP_MAX_CONNECTIONS)")
     p.add_argument("--workload-max-gib", type=float, help=f"the most a workload created or frozen by a client may hold, all buffers of all cases (default {DEFAULT_WORKLOAD_MAX_BYTES / GIB:g}; env KERNELOPT_MCP_WORKLOAD_MAX_GIB)")
     p.add_argument("--workspace-quota-gib", type=float, help=f"the most the workspace may hold of created and frozen workloads and runs; a create or freeze past it is refused (default {DEFAULT_WORKSPACE_QUOTA_BYTES / GIB:g}; env KERNELOPT_MCP_WORKSPACE_QUOTA_GIB)")
     p.add_argument("--unconfined-compiler", action="store_true", default=None,
@@ -75,6 +87,19 @@ def config_from_args(args: argparse.Namespace, environ: dict[str, str] | None = 
     )
 
 
+def http_limits_from_args(args: argparse.Namespace, open_files: int, environ: dict[str, str] | None = None) -> HttpLimits:
+    """The HTTP listener's limits from flags and environment, checked against ``open_files``
+    (the soft open-file limit the server runs with)."""
+    env = dict(os.environ if environ is None else environ)
+    header = _flag_or_env(getattr(args, "header_timeout", None), env, "KERNELOPT_MCP_HEADER_TIMEOUT", float, DEFAULT_HEADER_TIMEOUT_S)
+    body = _flag_or_env(getattr(args, "body_timeout", None), env, "KERNELOPT_MCP_BODY_TIMEOUT", float, DEFAULT_BODY_TIMEOUT_S)
+    connections = _flag_or_env(getattr(args, "max_connections", None), env, "KERNELOPT_MCP_MAX_CONNECTIONS", int, None)
+    try:
+        return HttpLimits.for_open_files(open_files, header, body, connections)
+    except ValueError as exc:
+        raise SystemExit(f"kernelopt-mcp: {exc}") from None
+
+
 def _flag_or_env(flag: Any, env: dict[str, str], var: str, convert: Callable[[str], Any], default: Any) -> Any:
     if flag is not None:
         return flag
@@ -107,6 +132,8 @@ def main(argv: list[str] | None = None) -> int:
             )
             return 2
     config = config_from_args(args)
+    # before anything starts: a limit the open files cannot carry stops the server here
+    limits = http_limits_from_args(args, raise_open_file_limit()) if args.http else HttpLimits()
     config.workspace.mkdir(parents=True, exist_ok=True)
     app, service = build_server(
         config, token=token if args.http else None, log_level=args.log_level, client_roots=kind == "loopback",
@@ -131,7 +158,10 @@ def main(argv: list[str] | None = None) -> int:
             + (" (bearer token required)" if token else ""),
             file=sys.stderr, flush=True,
         )
-        uvicorn.Server(uvicorn.Config(starlette_app, host=args.host, port=args.port, log_level=args.log_level.lower())).run()
+        uvicorn.Server(uvicorn.Config(
+            starlette_app, host=args.host, port=args.port, log_level=args.log_level.lower(),
+            http=guarded_protocol(limits), ws="none", backlog=LISTEN_BACKLOG,  # MCP has no WebSocket transport
+        )).run()
         return 0
     finally:
         service.close()
