@@ -9,9 +9,9 @@ SSE for minutes, a GET stream). The rules:
 
 - headers must be complete within ``header_timeout_s`` of the connection's first byte of the
   request (of being accepted, for a new connection); trickling bytes does not extend it;
-- a body must be complete within ``body_timeout_s`` of its headers and hold at most
-  ``MAX_BODY_BYTES`` (an MCP message is a small JSON document);
-- both answer 408 (or 413) and close; nothing limits how long an answer takes to send;
+- a body must be complete within ``body_timeout_s`` of its headers (an MCP message is a small
+  JSON document; the SDK refuses one over 4 MiB with 413);
+- both answer 408 and close; nothing limits how long an answer takes to send;
 - at most ``max_connections`` are kept: when full, a new connection evicts the waiting one
   that has waited longest (the slowloris defense: half-open connections cannot crowd out a
   client); when every connection is busy, the newcomer is answered 503 and closed at once, so
@@ -39,7 +39,6 @@ from uvicorn.protocols.http.h11_impl import H11Protocol
 DEFAULT_HEADER_TIMEOUT_S = 10.0
 DEFAULT_BODY_TIMEOUT_S = 30.0  # 1.5 MiB (three 512 KiB sources) at 50 KiB/s
 DEFAULT_MAX_CONNECTIONS = 1024
-MAX_BODY_BYTES = 16 * 2**20  # the largest tool call, its sources JSON-escaped, is a few MiB
 LISTEN_BACKLOG = 128  # also how many connections asyncio accepts in one go, before any is judged
 FD_RESERVE = 256  # descriptors kept for the server itself: harness and worker pipes, files, logs
 RETRY_AFTER_S = 5
@@ -172,7 +171,6 @@ class GuardedH11Protocol(H11Protocol):
         self._phase = _Phase.HEADERS
         self._deadline: asyncio.TimerHandle | None = None
         self._refused = False
-        self._body_bytes = 0
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         if not self.table.admit(self):
@@ -198,8 +196,6 @@ class GuardedH11Protocol(H11Protocol):
         if self._phase is _Phase.IDLE:  # the next request on a kept-alive connection begins
             self._phase = _Phase.HEADERS
             self._arm(self.limits.header_timeout_s, self._headers_late)
-        elif self._phase is _Phase.BODY:
-            self._body_bytes += len(data)  # with chunked framing: a bound, not a count
         super().data_received(data)
         self._follow()
 
@@ -229,20 +225,10 @@ class GuardedH11Protocol(H11Protocol):
         elif state is h11.SEND_BODY:
             if self._phase is not _Phase.BODY:
                 self._phase = _Phase.BODY
-                self._body_bytes = 0
                 self._arm(self.limits.body_timeout_s, self._body_late)
-            if max(self._body_bytes, self._declared_length()) > MAX_BODY_BYTES:
-                self._refuse_request(http.HTTPStatus.REQUEST_ENTITY_TOO_LARGE,
-                                     f"kernelopt-mcp: a request's body may hold at most {MAX_BODY_BYTES} bytes")
         elif self._phase is not _Phase.SERVED:
             self._phase = _Phase.SERVED
             self._disarm()
-
-    def _declared_length(self) -> int:
-        for name, value in self.headers or ():
-            if name == b"content-length":
-                return int(value) if value.isdigit() else 0  # h11 has refused other values
-        return 0
 
     def _headers_late(self) -> None:
         if self._phase is _Phase.HEADERS:
