@@ -253,6 +253,35 @@ def test_a_slow_body_gets_408_and_close(tmp_path: Path) -> None:
         token_holder_is_answered(port)
 
 
+def test_a_client_that_never_reads_its_answers_loses_the_connection(tmp_path: Path) -> None:
+    """Requests pipelined without the token and never read: the 401 answers fill the buffers,
+    the next answer waits for room, and the connection stayed busy forever (before the token
+    check); two of them filled a two-connection server. Now each is closed once its client
+    has read nothing for the send timeout, and the token holder is answered."""
+    limits = {"KERNELOPT_MCP_MAX_CONNECTIONS": "2", "KERNELOPT_MCP_SEND_TIMEOUT": "1"}
+    request = b"POST /mcp HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nContent-Length: 2\r\n\r\n{}"
+    with server(tmp_path, "--harness", "/nonexistent", env=limits) as (port, _), ExitStack() as sockets:
+        stuck = []
+        for _ in range(2):
+            s = sockets.enter_context(socket.create_connection(("127.0.0.1", port), timeout=10))
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+            s.setblocking(False)
+            stuck.append(s)
+        closed = [False, False]
+        deadline = time.monotonic() + 30
+        while not all(closed) and time.monotonic() < deadline:
+            for i, s in enumerate(stuck):
+                try:
+                    s.send(request * 100)  # blocks (BlockingIOError) once the server stops reading
+                except BlockingIOError:
+                    pass
+                except OSError:  # reset: the server closed it
+                    closed[i] = True
+            time.sleep(0.05)
+        assert all(closed), "a client that reads nothing kept its connection"
+        token_holder_is_answered(port)
+
+
 def test_long_tool_calls_and_idle_sessions_outlive_the_read_timeouts(tmp_path: Path) -> None:
     """The timeouts are for receiving a request: a benchmark streaming progress over SSE for
     several header and body timeouts finishes, and the session (its GET stream, kept-alive
@@ -318,10 +347,11 @@ def test_limits_fit_the_open_file_limit() -> None:
 
 def test_limits_come_from_flags_and_environment() -> None:
     parse = build_parser().parse_args
-    assert http_limits_from_args(parse(["--http"]), 1 << 16, environ={}) == HttpLimits(10.0, 30.0, 1024)
-    env = {"KERNELOPT_MCP_HEADER_TIMEOUT": "5", "KERNELOPT_MCP_BODY_TIMEOUT": "7", "KERNELOPT_MCP_MAX_CONNECTIONS": "9"}
-    assert http_limits_from_args(parse(["--http"]), 1 << 16, environ=env) == HttpLimits(5.0, 7.0, 9)
-    flags = ["--http", "--header-timeout", "2", "--body-timeout", "3", "--max-connections", "4"]
-    assert http_limits_from_args(parse(flags), 1 << 16, environ=env) == HttpLimits(2.0, 3.0, 4)
+    assert http_limits_from_args(parse(["--http"]), 1 << 16, environ={}) == HttpLimits(10.0, 30.0, 1024, 60.0)
+    env = {"KERNELOPT_MCP_HEADER_TIMEOUT": "5", "KERNELOPT_MCP_BODY_TIMEOUT": "7", "KERNELOPT_MCP_MAX_CONNECTIONS": "9",
+           "KERNELOPT_MCP_SEND_TIMEOUT": "11"}
+    assert http_limits_from_args(parse(["--http"]), 1 << 16, environ=env) == HttpLimits(5.0, 7.0, 9, 11.0)
+    flags = ["--http", "--header-timeout", "2", "--body-timeout", "3", "--max-connections", "4", "--send-timeout", "6"]
+    assert http_limits_from_args(parse(flags), 1 << 16, environ=env) == HttpLimits(2.0, 3.0, 4, 6.0)
     with pytest.raises(SystemExit, match="kernelopt-mcp: --max-connections 5000 needs an open-file limit"):
         http_limits_from_args(parse(["--http", "--max-connections", "5000"]), 4096, environ={})

@@ -22,6 +22,7 @@ from .http_guard import (
     DEFAULT_BODY_TIMEOUT_S,
     DEFAULT_HEADER_TIMEOUT_S,
     DEFAULT_MAX_CONNECTIONS,
+    DEFAULT_SEND_TIMEOUT_S,
     LISTEN_BACKLOG,
     HttpLimits,
     guarded_protocol,
@@ -47,6 +48,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-sessions", type=int, help=f"open HTTP sessions at most; beyond, a new one gets 503 until others end or expire (default {DEFAULT_MAX_SESSIONS}; env KERNELOPT_MCP_MAX_SESSIONS)")
     p.add_argument("--header-timeout", type=float, help=f"seconds a client may take to send a request's headers before its connection is closed (default {DEFAULT_HEADER_TIMEOUT_S:g}; env KERNELOPT_MCP_HEADER_TIMEOUT)")
     p.add_argument("--body-timeout", type=float, help=f"seconds a client may take to send a request's body after its headers (default {DEFAULT_BODY_TIMEOUT_S:g}; env KERNELOPT_MCP_BODY_TIMEOUT)")
+    p.add_argument("--send-timeout", type=float, help=f"seconds an answer may wait with the client reading none of it before its connection is closed (default {DEFAULT_SEND_TIMEOUT_S:g}; env KERNELOPT_MCP_SEND_TIMEOUT)")
     p.add_argument("--max-connections", type=int, help=f"open HTTP connections at most; when full, a new one closes the one that has waited longest without a request in flight, or gets 503 if all have one (default {DEFAULT_MAX_CONNECTIONS}, less where the open-file limit is low; env KERNELOPT_MCP_MAX_CONNECTIONS)")
     p.add_argument("--workload-max-gib", type=float, help=f"the most a workload created or frozen by a client may hold, all buffers of all cases (default {DEFAULT_WORKLOAD_MAX_BYTES / GIB:g}; env KERNELOPT_MCP_WORKLOAD_MAX_GIB)")
     p.add_argument("--workspace-quota-gib", type=float, help=f"the most the workspace may hold of created and frozen workloads and runs; a create or freeze past it is refused (default {DEFAULT_WORKSPACE_QUOTA_BYTES / GIB:g}; env KERNELOPT_MCP_WORKSPACE_QUOTA_GIB)")
@@ -93,9 +95,10 @@ def http_limits_from_args(args: argparse.Namespace, open_files: int, environ: di
     env = dict(os.environ if environ is None else environ)
     header = _flag_or_env(getattr(args, "header_timeout", None), env, "KERNELOPT_MCP_HEADER_TIMEOUT", float, DEFAULT_HEADER_TIMEOUT_S)
     body = _flag_or_env(getattr(args, "body_timeout", None), env, "KERNELOPT_MCP_BODY_TIMEOUT", float, DEFAULT_BODY_TIMEOUT_S)
+    send = _flag_or_env(getattr(args, "send_timeout", None), env, "KERNELOPT_MCP_SEND_TIMEOUT", float, DEFAULT_SEND_TIMEOUT_S)
     connections = _flag_or_env(getattr(args, "max_connections", None), env, "KERNELOPT_MCP_MAX_CONNECTIONS", int, None)
     try:
-        return HttpLimits.for_open_files(open_files, header, body, connections)
+        return HttpLimits.for_open_files(open_files, header, body, connections, send)
     except ValueError as exc:
         raise SystemExit(f"kernelopt-mcp: {exc}") from None
 

@@ -11,7 +11,10 @@ SSE for minutes, a GET stream). The rules:
   request (of being accepted, for a new connection); trickling bytes does not extend it;
 - a body must be complete within ``body_timeout_s`` of its headers (an MCP message is a small
   JSON document; the SDK refuses one over 4 MiB with 413);
-- both answer 408 and close; nothing limits how long an answer takes to send;
+- both answer 408 and close; nothing limits how long an answer takes to send while the client
+  reads it, but an answer the client stops reading (none of it leaves the buffer for
+  ``send_timeout_s``) closes the connection: pipelined requests that are never read would
+  otherwise keep a connection busy forever, before any token check;
 - at most ``max_connections`` are kept: when full, a new connection evicts the waiting one
   that has waited longest (the slowloris defense: half-open connections cannot crowd out a
   client); when every connection is busy, the newcomer is answered 503 and closed at once, so
@@ -38,6 +41,7 @@ from uvicorn.protocols.http.h11_impl import H11Protocol
 
 DEFAULT_HEADER_TIMEOUT_S = 10.0
 DEFAULT_BODY_TIMEOUT_S = 30.0  # 1.5 MiB (three 512 KiB sources) at 50 KiB/s
+DEFAULT_SEND_TIMEOUT_S = 60.0
 DEFAULT_MAX_CONNECTIONS = 1024
 LISTEN_BACKLOG = 128  # also how many connections asyncio accepts in one go, before any is judged
 FD_RESERVE = 256  # descriptors kept for the server itself: harness and worker pipes, files, logs
@@ -72,10 +76,11 @@ class HttpLimits:
     header_timeout_s: float = DEFAULT_HEADER_TIMEOUT_S
     body_timeout_s: float = DEFAULT_BODY_TIMEOUT_S
     max_connections: int = DEFAULT_MAX_CONNECTIONS
+    send_timeout_s: float = DEFAULT_SEND_TIMEOUT_S
 
     @classmethod
     def for_open_files(cls, open_files: int, header_timeout_s: float, body_timeout_s: float,
-                       max_connections: int | None) -> HttpLimits:
+                       max_connections: int | None, send_timeout_s: float = DEFAULT_SEND_TIMEOUT_S) -> HttpLimits:
         """Limits checked against the open-file limit ``open_files``: the default connection
         limit is ``DEFAULT_MAX_CONNECTIONS`` or what the open-file limit leaves room for.
 
@@ -83,7 +88,8 @@ class HttpLimits:
             ValueError: a timeout that is not a positive number, or a connection limit below 1 or
                 beyond what ``open_files`` leaves room for (the message says what to change).
         """
-        for name, value in (("--header-timeout", header_timeout_s), ("--body-timeout", body_timeout_s)):
+        for name, value in (("--header-timeout", header_timeout_s), ("--body-timeout", body_timeout_s),
+                            ("--send-timeout", send_timeout_s)):
             if not (value > 0 and value != float("inf")):
                 raise ValueError(f"{name} {value} must be a positive number of seconds")
         room = open_files - open_files_needed(0)
@@ -98,7 +104,7 @@ class HttpLimits:
             raise ValueError(f"--max-connections {max_connections} needs an open-file limit of "
                              f"{open_files_needed(max_connections)}, and this process may open {open_files}: "
                              f"lower it to at most {max(room, 0)} or raise the hard limit (ulimit -Hn)")
-        return cls(header_timeout_s, body_timeout_s, max_connections)
+        return cls(header_timeout_s, body_timeout_s, max_connections, send_timeout_s)
 
 
 class _Evictable(Protocol):
@@ -171,6 +177,8 @@ class GuardedH11Protocol(H11Protocol):
         self._phase = _Phase.HEADERS
         self._deadline: asyncio.TimerHandle | None = None
         self._refused = False
+        self._stall: asyncio.TimerHandle | None = None
+        self._unsent = 0
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         if not self.table.admit(self):
@@ -190,6 +198,8 @@ class GuardedH11Protocol(H11Protocol):
             return
         self.table.remove(self)
         self._disarm()
+        if self._stall is not None:
+            self._stall.cancel()
         super().connection_lost(exc)
 
     def data_received(self, data: bytes) -> None:
@@ -198,6 +208,33 @@ class GuardedH11Protocol(H11Protocol):
             self._arm(self.limits.header_timeout_s, self._headers_late)
         super().data_received(data)
         self._follow()
+
+    def pause_writing(self) -> None:
+        super().pause_writing()
+        self._unsent = self.transport.get_write_buffer_size()
+        self._watch_stall()
+
+    def resume_writing(self) -> None:
+        super().resume_writing()
+        if self._stall is not None:
+            self._stall.cancel()
+            self._stall = None
+
+    def _watch_stall(self) -> None:
+        self._stall = self.loop.call_later(self.limits.send_timeout_s, self._check_stall)
+
+    def _check_stall(self) -> None:
+        """Writing is paused (the buffer is over its high-water mark): close the connection
+        unless the client read some of it since the last look."""
+        if self.transport.is_closing():
+            return
+        unsent = self.transport.get_write_buffer_size()
+        if unsent < self._unsent:
+            self._unsent = unsent
+            self._watch_stall()
+            return
+        log.info("closed a connection whose client read none of its answer for %g s", self.limits.send_timeout_s)
+        self.transport.abort()
 
     def on_response_complete(self) -> None:
         super().on_response_complete()
