@@ -7,8 +7,8 @@ still arriving, or it idles between requests (keep-alive). It is *busy* from its
 headers until the answer is sent, however long that takes (a tool call streaming progress over
 SSE for minutes, a GET stream). The rules:
 
-- headers must be complete within ``header_timeout_s`` of the connection's first byte of the
-  request (of being accepted, for a new connection); trickling bytes does not extend it;
+- headers must be complete within ``header_timeout_s`` of the connection being accepted (on a
+  kept-alive connection, of the next request's first byte); trickling bytes does not extend it;
 - a body must be complete within ``body_timeout_s`` of its headers (an MCP message is a small
   JSON document; the SDK refuses one over 4 MiB with 413);
 - both answer 408 and close; nothing limits how long an answer takes to send while the client
@@ -51,9 +51,10 @@ log = logging.getLogger("uvicorn.error")
 
 
 def open_files_needed(max_connections: int) -> int:
-    """The open-file limit ``max_connections`` needs: the connections, a burst of accepted ones
-    not yet judged (up to two accept rounds of ``LISTEN_BACKLOG``), and ``FD_RESERVE``."""
-    return max_connections + 2 * LISTEN_BACKLOG + FD_RESERVE
+    """The open-file limit ``max_connections`` needs: the connections, ``FD_RESERVE``, and a
+    burst of ``LISTEN_BACKLOG`` connections per event-loop turn for three turns (accepted, set
+    up, then closed when judged surplus)."""
+    return max_connections + 3 * LISTEN_BACKLOG + FD_RESERVE
 
 
 def raise_open_file_limit() -> int:
