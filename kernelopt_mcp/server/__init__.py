@@ -21,6 +21,7 @@ Modules:
     session.py          the workloads frozen through this server, seen by its tool calls
     resources.py        resources, completions, the optimize_kernel prompt
     transport.py        HTTP: bind_kind, http_security, the bearer-token check, http_app
+    http_guard.py       HTTP connections: header/body/send deadlines, the connection limit, open files
     entry.py            argument parsing, config_from_args, main
 
 Adding a tool: implement it in ``service`` (or the library), then register it in the tools module

@@ -25,6 +25,16 @@ from ..server_config import (
     ServerConfig,
 )
 from .build import build_server
+from .http_guard import (
+    DEFAULT_BODY_TIMEOUT_S,
+    DEFAULT_HEADER_TIMEOUT_S,
+    DEFAULT_MAX_CONNECTIONS,
+    DEFAULT_SEND_TIMEOUT_S,
+    LISTEN_BACKLOG,
+    HttpLimits,
+    guarded_protocol,
+    raise_open_file_limit,
+)
 from .identity import TokensFileError, client_tokens
 from .transport import bind_kind, http_app
 
@@ -50,6 +60,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--session-idle-timeout", type=float, help=f"seconds an HTTP session may stay idle (no request in flight) before it is closed and its id answers 404 (default {DEFAULT_SESSION_IDLE_TIMEOUT_S:.0f}; env KERNELOPT_MCP_SESSION_IDLE_TIMEOUT)")
     p.add_argument("--max-sessions", type=int, help=f"open HTTP sessions at most; beyond, a new one gets 503 until others end or expire (default {DEFAULT_MAX_SESSIONS}; env KERNELOPT_MCP_MAX_SESSIONS)")
     p.add_argument("--max-sessions-per-client", type=int, help=f"open HTTP sessions one client token may hold; beyond, its new one gets 429 while other clients still get theirs (default {DEFAULT_MAX_SESSIONS_PER_CLIENT}; env KERNELOPT_MCP_MAX_SESSIONS_PER_CLIENT)")
+    p.add_argument("--header-timeout", type=float, help=f"seconds a client may take to send a request's headers before its connection is closed (default {DEFAULT_HEADER_TIMEOUT_S:g}; env KERNELOPT_MCP_HEADER_TIMEOUT)")
+    p.add_argument("--body-timeout", type=float, help=f"seconds a client may take to send a request's body after its headers (default {DEFAULT_BODY_TIMEOUT_S:g}; env KERNELOPT_MCP_BODY_TIMEOUT)")
+    p.add_argument("--send-timeout", type=float, help=f"seconds an answer may wait with the client reading none of it before its connection is closed (default {DEFAULT_SEND_TIMEOUT_S:g}; env KERNELOPT_MCP_SEND_TIMEOUT)")
+    p.add_argument("--max-connections", type=int, help=f"open HTTP connections at most; when full, a new one closes the one that has waited longest without a request in flight, or gets 503 if all have one (default {DEFAULT_MAX_CONNECTIONS}, less where the open-file limit is low; env KERNELOPT_MCP_MAX_CONNECTIONS)")
     p.add_argument("--workload-max-gib", type=float, help=f"the most a workload created or frozen by a client may hold, all buffers of all cases (default {DEFAULT_WORKLOAD_MAX_BYTES / GIB:g}; env KERNELOPT_MCP_WORKLOAD_MAX_GIB)")
     p.add_argument("--workspace-quota-gib", type=float, help=f"the most the workspace may hold of created and frozen workloads and runs; a create or freeze past it is refused (default {DEFAULT_WORKSPACE_QUOTA_BYTES / GIB:g}; env KERNELOPT_MCP_WORKSPACE_QUOTA_GIB)")
     p.add_argument("--max-waiting-per-client", type=int, help=f"jobs of one kind (compiles, GPU jobs, workload builds) one client may have waiting; beyond, a call is refused at once with 'busy, retry in N s' (default {DEFAULT_MAX_WAITING_PER_CLIENT}; env KERNELOPT_MCP_MAX_WAITING_PER_CLIENT)")
@@ -127,6 +141,20 @@ def trust_client_roots(args: argparse.Namespace, environ: dict[str, str] | None 
     return not args.http or bool(args.trust_client_roots) or env.get("KERNELOPT_MCP_TRUST_CLIENT_ROOTS") == "1"
 
 
+def http_limits_from_args(args: argparse.Namespace, open_files: int, environ: dict[str, str] | None = None) -> HttpLimits:
+    """The HTTP listener's limits from flags and environment, checked against ``open_files``
+    (the soft open-file limit the server runs with)."""
+    env = dict(os.environ if environ is None else environ)
+    header = _flag_or_env(getattr(args, "header_timeout", None), env, "KERNELOPT_MCP_HEADER_TIMEOUT", float, DEFAULT_HEADER_TIMEOUT_S)
+    body = _flag_or_env(getattr(args, "body_timeout", None), env, "KERNELOPT_MCP_BODY_TIMEOUT", float, DEFAULT_BODY_TIMEOUT_S)
+    send = _flag_or_env(getattr(args, "send_timeout", None), env, "KERNELOPT_MCP_SEND_TIMEOUT", float, DEFAULT_SEND_TIMEOUT_S)
+    connections = _flag_or_env(getattr(args, "max_connections", None), env, "KERNELOPT_MCP_MAX_CONNECTIONS", int, None)
+    try:
+        return HttpLimits.for_open_files(open_files, header, body, connections, send)
+    except ValueError as exc:
+        raise SystemExit(f"kernelopt-mcp: {exc}") from None
+
+
 def _flag_or_env(flag: Any, env: dict[str, str], var: str, convert: Callable[[str], Any], default: Any) -> Any:
     if flag is not None:
         return flag
@@ -136,7 +164,6 @@ def _flag_or_env(flag: Any, env: dict[str, str], var: str, convert: Callable[[st
         except ValueError:
             raise SystemExit(f"kernelopt-mcp: {var}={env[var]!r} is not a {convert.__name__}") from None
     return default
-
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -165,6 +192,8 @@ def main(argv: list[str] | None = None) -> int:
             )
             return 2
     config = config_from_args(args)
+    # before anything starts: a limit the open files cannot carry stops the server here
+    limits = http_limits_from_args(args, raise_open_file_limit()) if args.http else HttpLimits()
     config.workspace.mkdir(parents=True, exist_ok=True)
     app, service = build_server(
         config, tokens=tokens, log_level=args.log_level, client_roots=trust_client_roots(args),
@@ -189,7 +218,10 @@ def main(argv: list[str] | None = None) -> int:
             + (f" (bearer token required; {len(tokens)} client(s))" if tokens else ""),
             file=sys.stderr, flush=True,
         )
-        uvicorn.Server(uvicorn.Config(starlette_app, host=args.host, port=args.port, log_level=args.log_level.lower())).run()
+        uvicorn.Server(uvicorn.Config(
+            starlette_app, host=args.host, port=args.port, log_level=args.log_level.lower(),
+            http=guarded_protocol(limits), ws="none", backlog=LISTEN_BACKLOG,  # MCP has no WebSocket transport
+        )).run()
         return 0
     finally:
         service.close()
