@@ -46,8 +46,8 @@ def build_server(
     service = KerneloptService(config)
     app: MCPServer = MCPServer(
         "kernelopt", title="kernelopt: GPU kernel tools", version=__version__, instructions=INSTRUCTIONS,
-        log_level=log_level, middleware=[ClientIdentity()],
-        **token_auth({**(tokens or {}), **({TOKEN_CLIENT: token} if token else {})}),  # type: ignore[arg-type]  # --log-level's choices
+        log_level=log_level,  # type: ignore[arg-type]  # --log-level's choices
+        middleware=[ClientIdentity()], **token_auth({**(tokens or {}), **({TOKEN_CLIENT: token} if token else {})}),
     )
     if not client_roots:
         ROOTS_OFF.add(app)

@@ -54,7 +54,7 @@ def load_tokens_file(path: Path) -> dict[str, str]:
             than 16 characters or with whitespace, the same token for two clients, a repeated id.
     """
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0))
     except OSError as exc:
         raise TokensFileError(f"--tokens-file {path}: cannot open ({exc.strerror or exc})") from None
     try:
