@@ -146,23 +146,6 @@ def _installation() -> list[str]:
     return dirs
 
 
-def _mapped_dirs() -> list[str]:
-    """Directories of the shared libraries mapped so far: a library loaded later lies beside them."""
-    dirs: dict[str, None] = {}
-    with contextlib.suppress(OSError), open("/proc/self/maps", encoding="utf-8", errors="replace") as f:
-        for line in f:
-            parts = line.split(maxsplit=5)
-            path = parts[5].strip() if len(parts) == 6 else ""
-            if path.startswith("/") and ".so" in path and not path.endswith("(deleted)"):
-                dirs[os.path.dirname(path)] = None
-    return list(dirs)
-
-
-def _set_limit(kind: int, value: int) -> None:
-    _, hard = resource.getrlimit(kind)
-    if hard != resource.RLIM_INFINITY:
-        value = min(value, hard)
-    resource.setrlimit(kind, (value, value))
 
 
 def confine(config: dict[str, Any]) -> str:
@@ -176,7 +159,7 @@ def confine(config: dict[str, Any]) -> str:
     applied = "unconfined (accepted)"
     if config["confine"] == "landlock":
         done = sandbox.restrict(
-            read=[*_installation(), *config["read"], *_mapped_dirs(), *library_path, *SYSTEM_READ],
+            read=[*_installation(), *config["read"], *sandbox.mapped_library_dirs(), *library_path, *SYSTEM_READ],
             write=[*config["write"], "/dev/null"], list_only=config["python_path"],
         )
         applied = done.describe()
@@ -185,11 +168,11 @@ def confine(config: dict[str, Any]) -> str:
     except OSError as exc:
         applied += f", sockets and signals not restricted ({exc})"
     if config["memory_mb"] > 0:
-        _set_limit(resource.RLIMIT_DATA, config["memory_mb"] << 20)
+        sandbox.set_rlimit(resource.RLIMIT_DATA, config["memory_mb"] << 20)
     if config["cpu_s"] > 0:
-        _set_limit(resource.RLIMIT_CPU, config["cpu_s"])
-    _set_limit(resource.RLIMIT_FSIZE, config["fsize_mb"] << 20)
-    _set_limit(resource.RLIMIT_CORE, 0)
+        sandbox.set_rlimit(resource.RLIMIT_CPU, config["cpu_s"])
+    sandbox.set_rlimit(resource.RLIMIT_FSIZE, config["fsize_mb"] << 20)
+    sandbox.set_rlimit(resource.RLIMIT_CORE, 0)
     return applied
 
 

@@ -67,37 +67,17 @@ class _Tail(io.TextIOBase):
         return text
 
 
-def _mapped_dirs() -> list[str]:
-    """Directories of the shared libraries this process has mapped (read before the sandbox):
-    a library loaded lazily later (libgcc_s for a thread's exit) lies beside them."""
-    dirs: dict[str, None] = {}
-    try:
-        with open("/proc/self/maps", encoding="utf-8", errors="replace") as f:
-            for line in f:
-                path = line.split(maxsplit=5)[5].strip() if len(line.split(maxsplit=5)) == 6 else ""
-                if path.startswith("/") and ".so" in path and not path.endswith("(deleted)"):
-                    dirs[os.path.dirname(path)] = None
-    except OSError:
-        pass
-    return list(dirs)
 
 
-def _set_limit(kind: int, value: int) -> None:
-    _, hard = resource.getrlimit(kind)
-    if hard != resource.RLIM_INFINITY:
-        value = min(value, hard)
-    resource.setrlimit(kind, (value, value))
-
-
-def _limit(memory_mb: int, cpu_s: int, fsize_mb: int, base_kib: dict[str, int]) -> None:
+def _limit(sandbox: Any, memory_mb: int, cpu_s: int, fsize_mb: int, base_kib: dict[str, int]) -> None:
     if memory_mb > 0:
-        _set_limit(resource.RLIMIT_AS, base_kib.get("VmSize", 0) * 1024 + memory_mb * 2**20)
+        sandbox.set_rlimit(resource.RLIMIT_AS, base_kib.get("VmSize", 0) * 1024 + memory_mb * 2**20)
     if cpu_s > 0:
-        _set_limit(resource.RLIMIT_CPU, cpu_s)
-    _set_limit(resource.RLIMIT_FSIZE, fsize_mb * 2**20)
-    _set_limit(resource.RLIMIT_CORE, 0)
-    _set_limit(resource.RLIMIT_NOFILE, 64)
-    _set_limit(resource.RLIMIT_NPROC, 0)  # no fork, no new thread (ignored for root: Landlock still bars exec)
+        sandbox.set_rlimit(resource.RLIMIT_CPU, cpu_s)
+    sandbox.set_rlimit(resource.RLIMIT_FSIZE, fsize_mb * 2**20)
+    sandbox.set_rlimit(resource.RLIMIT_CORE, 0)
+    sandbox.set_rlimit(resource.RLIMIT_NOFILE, 64)
+    sandbox.set_rlimit(resource.RLIMIT_NPROC, 0)  # no fork, no new thread (ignored for root: Landlock still bars exec)
 
 
 def _load_sandbox() -> Any:
@@ -277,7 +257,7 @@ def main(argv: list[str] | None = None) -> int:
         confinement = "unconfined (accepted)"
     else:
         try:
-            done = sandbox.restrict(read=[*args.read, oracle_dir, *_mapped_dirs(), "/etc/ld.so.cache"])
+            done = sandbox.restrict(read=[*args.read, oracle_dir, *sandbox.mapped_library_dirs(), "/etc/ld.so.cache"])
         except OSError as exc:
             return fail(f"the oracle worker could not confine itself with Landlock: {exc}", unconfined=True)
         confinement = done.describe() + ("" if done.abi >= 4 else " (TCP not restricted by Landlock: needs ABI 4)")
@@ -285,7 +265,7 @@ def main(argv: list[str] | None = None) -> int:
         confinement += ", " + sandbox.restrict_syscalls()
     except OSError as exc:
         confinement += f", sockets and signals not restricted ({exc})"
-    _limit(args.memory_mb, args.cpu_s, args.fsize_mb, base_kib)
+    _limit(sandbox, args.memory_mb, args.cpu_s, args.fsize_mb, base_kib)
     try:
         module = _import_oracle(args.oracle)
     except BaseException as exc:  # noqa: BLE001 - SystemExit and the like from the oracle's import too

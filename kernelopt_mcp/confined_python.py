@@ -24,9 +24,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from .compile_options import CompileLimits, physical_memory_mb
+from .compile_options import CompileLimits
 from .executables import child_env, kill_group
-from .sandbox import landlock_abi
+from .sandbox import WorkerCaps, landlock_abi
 
 SUPERVISOR = Path(__file__).resolve().with_name("_confined_child.py")
 REFUSED = 125  # _confined_child.REFUSED
@@ -38,7 +38,7 @@ STDERR_TAIL_BYTES = 8192
 
 
 @dataclass(frozen=True)
-class ChildLimits:
+class ChildLimits(WorkerCaps):
     """Caps on one confined child: wall time (s), data memory (MiB; 0: half the physical memory,
     at least 2 GiB), CPU time (s; 0: the wall time on every CPU), the largest file it may write
     (MiB); ``landlock`` False acts as if the kernel had none, ``accept_unconfined`` runs the child
@@ -59,15 +59,6 @@ class ChildLimits:
             return cls(timeout_s=timeout_s, fsize_mb=fsize_mb)
         return cls(timeout_s=timeout_s, fsize_mb=fsize_mb, landlock=compile_limits.landlock,
                    accept_unconfined=compile_limits.accept_unconfined)
-
-    def memory_cap_mb(self) -> int:
-        if self.memory_mb > 0:
-            return self.memory_mb
-        physical = physical_memory_mb()
-        return max(2048, physical // 2) if physical else 16384
-
-    def cpu_cap_s(self) -> int:
-        return self.cpu_s if self.cpu_s > 0 else int(self.timeout_s * max(1, os.cpu_count() or 1)) + 10
 
 
 @dataclass(frozen=True)

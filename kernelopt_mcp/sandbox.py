@@ -258,3 +258,55 @@ def restrict_syscalls() -> str:
         err = ctypes.get_errno()
         raise LandlockError(err, f"prctl(PR_SET_SECCOMP) failed: {os.strerror(err)}")
     return "seccomp: no sockets, no signals out"
+
+
+def mapped_library_dirs() -> list[str]:
+    """Directories of the shared libraries this process has mapped (read before confining it): a
+    library loaded lazily later (libgcc_s for a thread's exit, a torch extension) lies beside them."""
+    dirs: dict[str, None] = {}
+    try:
+        with open("/proc/self/maps", encoding="utf-8", errors="replace") as f:
+            for line in f:
+                parts = line.split(maxsplit=5)
+                path = parts[5].strip() if len(parts) == 6 else ""
+                if path.startswith("/") and ".so" in path and not path.endswith("(deleted)"):
+                    dirs[os.path.dirname(path)] = None
+    except OSError:
+        pass
+    return list(dirs)
+
+
+def set_rlimit(kind: int, value: int) -> None:
+    """Set both limits of resource ``kind`` to ``value``, never above the hard limit."""
+    import resource  # a worker's module: Linux only by design
+
+    _, hard = resource.getrlimit(kind)
+    if hard != resource.RLIM_INFINITY:
+        value = min(value, hard)
+    resource.setrlimit(kind, (value, value))
+
+
+class WorkerCaps:
+    """Default caps of a confined worker, for dataclasses with ``memory_mb``, ``cpu_s`` (0: the
+    default) and ``timeout_s``: memory half the physical memory (at least 2 GiB), CPU time the
+    wall time on every CPU."""
+
+    memory_mb: int
+    cpu_s: int
+    timeout_s: float
+
+    def memory_cap_mb(self) -> int:
+        if self.memory_mb > 0:
+            return self.memory_mb
+        physical = _physical_memory_mb()
+        return max(2048, physical // 2) if physical else 16384
+
+    def cpu_cap_s(self) -> int:
+        return self.cpu_s if self.cpu_s > 0 else int(self.timeout_s * max(1, os.cpu_count() or 1)) + 10
+
+
+def _physical_memory_mb() -> int:
+    from .compile_options import physical_memory_mb  # a worker loads this file alone: only the server asks
+
+    return physical_memory_mb()
+

@@ -380,3 +380,16 @@ def wait_for_port(proc: subprocess.Popen[Any], port: int, output: Any, timeout_s
             if proc.poll() is not None or time.monotonic() > deadline:
                 raise AssertionError(f"the server did not start: {output()}") from None
             time.sleep(0.2)
+
+
+def stop_server(proc: subprocess.Popen[Any], timeout_s: float = 10) -> None:
+    """Stop a server started by a test: SIGTERM, then SIGKILL if it has not exited within
+    ``timeout_s``; its stderr pipe, if any, is closed."""
+    proc.terminate()
+    try:
+        proc.wait(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+    if proc.stderr:
+        proc.stderr.close()

@@ -26,7 +26,7 @@ from typing import Any
 
 import anyio
 import httpx2
-from fakegpu import wait_for_port
+from fakegpu import stop_server, wait_for_port
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 
@@ -113,12 +113,7 @@ def http_server(workspace: Path, *args: str, env: dict[str, str] | None = None) 
         yield f"http://127.0.0.1:{port}/mcp"
         assert proc.poll() is None, "the server died under load"
     finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        stop_server(proc, 20)
         log.close()
 
 

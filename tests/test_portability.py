@@ -26,13 +26,13 @@ KNOWN = {
     "kernelopt_mcp/_compile_worker.py": ["resource"],  # rlimits of the compile worker
     "kernelopt_mcp/_confined_child.py": ["/proc", "os.WNOHANG", "resource", "signal.SIGKILL"],  # the torch child's supervisor
     "kernelopt_mcp/compile_options.py": ["os.sysconf"],  # guarded: physical memory 0 where unknown
-    "kernelopt_mcp/_oracle_worker.py": ["/proc", "resource"],  # rlimits of the oracle worker
+    "kernelopt_mcp/_oracle_worker.py": ["resource"],  # rlimits of the oracle worker
     "kernelopt_mcp/data_files.py": ["os.O_CLOEXEC", "os.O_NOCTTY", "os.O_NOFOLLOW", "os.O_NONBLOCK"],  # openat2 beneath a data root
     "kernelopt_mcp/evaluation/oracle_sandbox.py": ["fcntl", "signal.SIGKILL"],  # pipe size (imported lazily), exit names
     "kernelopt_mcp/executables.py": ["os.killpg", "signal.SIGKILL"],  # kill a process group
     "kernelopt_mcp/files.py": ["/proc", "os.fchmod"],  # /proc guarded; os.fchmod: Python >= 3.13 on Windows
     "kernelopt_mcp/server/http_guard.py": ["resource"],  # the open-file limit raised for --http
-    "kernelopt_mcp/sandbox.py": ["/proc", "os.O_CLOEXEC", "os.O_PATH"],  # Landlock, the workers' VmSize: Linux only by design
+    "kernelopt_mcp/sandbox.py": ["/proc", "os.O_CLOEXEC", "os.O_PATH", "resource"],  # Landlock, the workers' VmSize: Linux only by design
     "kernelopt_mcp/workspace.py": ["fcntl", "os.O_CLOEXEC"],  # flock per workload name
 }
 

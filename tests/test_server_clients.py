@@ -23,7 +23,7 @@ from typing import Any
 import httpx2
 import pytest
 import uvicorn
-from fakegpu import ADD_LAUNCH, TINY_SPEC, kernel, wait_for_port, write_harness, write_tiny_workload
+from fakegpu import ADD_LAUNCH, TINY_SPEC, kernel, stop_server, wait_for_port, write_harness, write_tiny_workload
 from fakegpu import tool_text as text
 from mcp import Client, MCPError
 from mcp.client.streamable_http import streamable_http_client
@@ -323,14 +323,7 @@ def test_the_console_server_takes_a_tokens_file(tmp_path: Path) -> None:
         for token in (*TOKENS.values(), "the-default-clients-token"):
             assert rpc(url, token, LEGACY_INITIALIZE)[0] == 200
     finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-        if proc.stderr:
-            proc.stderr.close()
+        stop_server(proc)
 
 
 async def test_clients_on_the_session_protocol_are_told_apart_too(server: dict[str, Any]) -> None:

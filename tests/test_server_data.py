@@ -32,7 +32,7 @@ import anyio
 import httpx2
 import numpy as np
 import pytest
-from fakegpu import ADD_LAUNCH, in_memory_server, kernel, wait_for_port
+from fakegpu import ADD_LAUNCH, in_memory_server, kernel, stop_server, wait_for_port
 from fakegpu import tool_text as text
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
@@ -315,14 +315,7 @@ def test_client_roots_over_loopback_http_need_the_operators_flag(tmp_path: Path,
         wait_for_port(proc, port, lambda: proc.stderr.read() if proc.stderr else "")
         result = anyio.run(compile_from_root)
     finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-        if proc.stderr:
-            proc.stderr.close()
+        stop_server(proc)
     if trusted:
         assert not result.is_error and result.structured_content["status"] == "ok", text(result)
     else:

@@ -17,7 +17,7 @@ from pathlib import Path
 import anyio
 import httpx2
 import pytest
-from fakegpu import wait_for_port
+from fakegpu import stop_server, wait_for_port
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 
@@ -125,14 +125,7 @@ def http_server(tmp_path: Path) -> Iterator[str]:
         wait_for_port(proc, port, lambda: proc.stderr.read() if proc.stderr else "")
         yield f"http://127.0.0.1:{port}/mcp"
     finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-        if proc.stderr:
-            proc.stderr.close()
+        stop_server(proc)
 
 
 def test_http_needs_the_token_and_keeps_dns_rebinding_protection(http_server: str) -> None:

@@ -22,7 +22,7 @@ from pathlib import Path
 import anyio
 import httpx2
 import pytest
-from fakegpu import ADD_LAUNCH, kernel, wait_for_port, write_harness, write_tiny_workload
+from fakegpu import ADD_LAUNCH, kernel, stop_server, wait_for_port, write_harness, write_tiny_workload
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 
@@ -69,12 +69,7 @@ def server(tmp_path: Path, *args: str, nofile: tuple[int, int] | None = None,
         yield port, proc
         assert proc.poll() is None, "the server died"
     finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        stop_server(proc, 20)
         log.close()
 
 

@@ -39,10 +39,10 @@ from typing import Any
 import ml_dtypes
 import numpy as np
 
-from ..compile_options import CompileLimits, physical_memory_mb
+from ..compile_options import CompileLimits
 from ..errors import WorkloadError
 from ..executables import close_worker, exit_code_and_tail, kill_group
-from ..sandbox import landlock_abi
+from ..sandbox import WorkerCaps, landlock_abi
 
 __all__ = ["OracleLimits", "OraclePool", "call_oracle", "default_pool"]
 
@@ -72,7 +72,7 @@ def _widen_pipes(*fds: int) -> None:
 
 
 @dataclass(frozen=True)
-class OracleLimits:
+class OracleLimits(WorkerCaps):
     """Caps on one oracle worker: wall time per call (s), memory beyond what Python and NumPy
     take (MiB; 0: half the physical memory), CPU time over the worker's life (s; 0: the wall
     time on every CPU); ``landlock`` False acts as if the kernel had none, ``accept_unconfined``
@@ -90,15 +90,6 @@ class OracleLimits:
         if compile_limits is None:
             return cls()
         return cls(landlock=compile_limits.landlock, accept_unconfined=compile_limits.accept_unconfined)
-
-    def memory_cap_mb(self) -> int:
-        if self.memory_mb > 0:
-            return self.memory_mb
-        physical = physical_memory_mb()
-        return max(2048, physical // 2) if physical else 16384
-
-    def cpu_cap_s(self) -> int:
-        return self.cpu_s if self.cpu_s > 0 else int(self.timeout_s * max(1, os.cpu_count() or 1)) + 10
 
 
 @dataclass(frozen=True)
