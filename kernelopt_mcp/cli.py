@@ -488,6 +488,10 @@ def build_parser(extra_commands: Mapping[str, Command] | None = None) -> argpars
 
     add_import_torch(sub)  # kernelopt import-torch: a PyTorch problem file becomes a workload (torch_import.py)
 
+    from .kernelbench_cli import add_parser as add_kernelbench
+
+    add_kernelbench(sub)  # kernelopt kernelbench: a KernelBench checkout imported, solutions evaluated (suite.py)
+
     sp = sub.add_parser("schema", help="print the JSON Schema of workload.json")
     sp.add_argument("--output", "-o", help="write to a file instead of stdout")
     sp.set_defaults(fn=cmd_schema)

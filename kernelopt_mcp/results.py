@@ -133,6 +133,7 @@ class OutputCheck(_View):
     rel_l2_error: JsonNum
     rtol: float
     atol: float = Field(description="relative to the RMS of the expected output")
+    tolerance_from: str | None = Field(None, description="dtype, workload, widened or kernelbench")
     first_mismatches: list[Mismatch] = Field(default_factory=list)
     mismatches_not_listed: int = 0
 
@@ -219,6 +220,7 @@ class EvaluationOutput(BaseModel):
     expected_from: str = ""
     inputs_from: str = Field("", description="where the inputs were made: NumPy on the host, or drawn on the device")
     checks: list[str] = Field(default_factory=list, description="the integrity checks this evaluation ran")
+    tolerances: dict[str, Tolerance] = Field(default_factory=dict, description="per output: what it was judged by")
     notes: list[str] = Field(default_factory=list)
     sanitizer: list[SanitizerReport] | None = Field(
         None, description="compute-sanitizer per tool per correctness case (with sanitize=true, after a pass)"
@@ -242,6 +244,9 @@ class EvaluationOutput(BaseModel):
             lines.extend(line for line in self.compile.text().splitlines()[1:])
         if self.checks:
             lines.append(f"checks: {', '.join(self.checks)}")
+        if self.tolerances:
+            lines.append("judged within " + ", ".join(
+                f"{k}: rtol {t.rtol:g}, atol {t.atol:g} x rms ({t.source or 'workload'})" for k, t in self.tolerances.items()))
         if self.phases is not None:
             lines.append(self.phases.text())
         for r in self.sanitizer or []:
@@ -354,6 +359,7 @@ def evaluation_output(checked: CheckedEvaluation, mode: str) -> EvaluationOutput
         score_ms=result.score_ms, reference_score_ms=result.reference_score_ms, speedup=result.speedup,
         cases=cases, compile=compile_output(result.compile, "the device") if result.compile else None,
         expected_from=result.expected_from, inputs_from=result.inputs_from, checks=result.checks, notes=result.notes, phases=result.phases,
+        tolerances=result.tolerances,
     )
 
 
@@ -524,7 +530,7 @@ class WorkloadDescription(BaseModel):
         lines.append("cases:")
         lines += [f"  {c.name} [{c.kind}] {c.scalars}" + (f" inputs {c.inputs}" if c.inputs else "") for c in self.cases]
         lines.append(f"inputs: {json.dumps(self.inputs)}")
-        lines.append("tolerances: " + ", ".join(f"{k}: rtol {t.rtol:g}, atol {t.atol:g}" for k, t in self.tolerances.items()))
+        lines.append("tolerances: " + ", ".join(f"{k}: rtol {t.rtol:g}, atol {t.atol:g} ({t.source})" for k, t in self.tolerances.items()))
         lines.append(f"cost: {self.cost}; expected outputs: {self.expected_outputs}")
         if self.initial_launch is not None:
             lines.append(f"initial launch: {self.initial_launch.model_dump_json(exclude_defaults=True)}")

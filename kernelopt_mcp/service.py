@@ -210,14 +210,15 @@ class KerneloptService:
         return created
 
     def create_torch_workload(
-        self, name: str | None, problem: str, initial_cu: str | None, initial_launch: dict[str, Any] | None, overwrite: bool
+        self, name: str | None, problem: str, initial_cu: str | None, initial_launch: dict[str, Any] | None, overwrite: bool,
+        tolerance: Any = "strict",
     ) -> CreatedWorkload:
         """Import a PyTorch problem into the workspace, where the operator allowed it (see torch_workspace)."""
         from .torch_workspace import create_torch_workload
 
         created = create_torch_workload(self, name, problem, initial_cu=initial_cu, initial_launch=initial_launch,
                                         overwrite=overwrite, allowed=self.settings.allow_torch_problems,
-                                        compile_limits=self.settings.compile_limits())
+                                        compile_limits=self.settings.compile_limits(), tolerance=tolerance)
         self._forget(Path(created.path))
         return created
 

@@ -26,6 +26,7 @@ from typing import Any
 from .compile_options import CompileLimits
 from .confined_python import ChildLimits, ChildResult, run_confined_python
 from .results import CreatedWorkload
+from .torch_import import TOLERANCE_MODES
 from .workload import IDENTIFIER, load_workload
 from .workspace import RequestError, Workspace, _name_lock, check_spec_size, within_quota
 
@@ -43,7 +44,7 @@ def create_torch_workload(
     service: Workspace, name: str | None, problem: str, *, initial_cu: str | None = None,
     initial_launch: dict[str, Any] | None = None, overwrite: bool = False, allowed: bool = False,
     timeout_s: float = TORCH_PROBLEM_TIMEOUT_S, python: str = sys.executable, python_path: Sequence[str] = (),
-    compile_limits: CompileLimits | None = None,
+    compile_limits: CompileLimits | None = None, tolerance: Any = "strict",
 ) -> CreatedWorkload:
     """Import ``problem`` (a KernelBench-style file's source) into the workspace as ``name``.
 
@@ -52,6 +53,8 @@ def create_torch_workload(
         python_path: directories the importer may import from besides ``python``'s installation
             (where torch lies outside it).
         compile_limits: the operator's confinement choice (Landlock off, unconfined accepted).
+        tolerance: "strict" (by the output's dtype) or "kernelbench" (atol = rtol = 1e-2), as
+            ``kernelopt import-torch --tolerance`` takes it.
 
     Raises:
         RequestError: not allowed, a bad name, the name taken, torch missing, the problem not
@@ -62,6 +65,11 @@ def create_torch_workload(
         raise RequestError(REFUSED)
     if not isinstance(name, str) or not re.match(IDENTIFIER, name) or len(name) > 64:
         raise RequestError('spec.name: give the workload a name of letters, digits and _, e.g. {"name": "my_matmul"}')
+    if tolerance not in TOLERANCE_MODES:
+        raise RequestError(
+            f"spec.tolerance: with torch_problem it is one of {', '.join(map(repr, TOLERANCE_MODES))} (strict: by the "
+            'output\'s dtype; kernelbench: atol = rtol = 1e-2), e.g. {"name": "my_op", "tolerance": "kernelbench"}'
+        )
     if initial_cu is not None and initial_launch is None:
         raise RequestError('initial_cu needs spec.initial.launch, e.g. {"initial": {"launch": {"grid": [...], "block": [...]}}}')
     target = service.config.created_dir / name
@@ -75,7 +83,8 @@ def create_torch_workload(
     staging = Path(tempfile.mkdtemp(prefix=f".{name}-torch-", dir=created_dir))
     try:
         limits = ChildLimits.following(compile_limits, timeout_s, service.config.workload_max_bytes // 2**20 + 16)
-        answer = _run_import(staging, name, problem, initial_cu, initial_launch, limits, python, python_path, target)
+        answer = _run_import(staging, name, problem, initial_cu, initial_launch, limits, python, python_path, target,
+                             tolerance)
         wl = load_workload(staging / "workload")
         total = check_spec_size(wl.spec, "an imported PyTorch problem", service.config.workload_max_bytes)
         # the staging directory lies in the workspace: its files (the stored outputs) already count
@@ -108,7 +117,7 @@ def _exists(name: str) -> RequestError:
 
 def _run_import(
     staging: Path, name: str, problem: str, initial_cu: str | None, initial_launch: dict[str, Any] | None,
-    limits: ChildLimits, python: str, python_path: Sequence[str], target: Path,
+    limits: ChildLimits, python: str, python_path: Sequence[str], target: Path, tolerance: str,
 ) -> dict[str, Any]:
     """``kernelopt import-torch`` in a confined child; its JSON answer."""
     source = staging / "problem.py"
@@ -116,7 +125,8 @@ def _run_import(
     # the same kernelopt_mcp as this process (an installed copy may be another version): its
     # directory is readable, the checkout around it only listed
     package = Path(__file__).resolve().parent
-    args = ["import-torch", str(source), "-o", str(staging / "workload"), "--name", name, "--json", "--home", str(target)]
+    args = ["import-torch", str(source), "-o", str(staging / "workload"), "--name", name, "--json", "--home", str(target),
+            "--tolerance", tolerance]
     if initial_cu is not None:
         (staging / "initial.cu").write_text(initial_cu)
         (staging / "initial.launch.json").write_text(json.dumps(initial_launch))

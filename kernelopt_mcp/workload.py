@@ -234,6 +234,9 @@ class Case(_Model):
     )
 
 
+ToleranceSource = Literal["dtype", "workload", "widened", "kernelbench"]
+
+
 class Tolerance(_Model):
     """Elementwise check ``|actual - expected| <= atol * scale + rtol * |expected|``.
 
@@ -243,6 +246,11 @@ class Tolerance(_Model):
 
     rtol: float = Field(ge=0, lt=0.5)
     atol: float = Field(ge=0, lt=0.5)
+    source: ToleranceSource | None = Field(
+        None, description="where the figures come from: 'dtype' (the output dtype's default), 'workload' (set by "
+        "the workload's author), 'widened' (an imported problem whose own result needs more than its dtype's), "
+        "'kernelbench' (KernelBench's atol = rtol = 1e-2, on request)"
+    )
 
 
 DEFAULT_TOLERANCE = {
@@ -275,6 +283,10 @@ class Cost(_Model):
 
     flops: str | None = None
     bytes: str | None = Field(None, description="minimum bytes moved: inputs read + outputs written")
+    floor_from: Literal["bytes_and_flops", "bytes"] = Field(
+        "bytes_and_flops", description="what bounds the roofline floor below which a time is impossible: 'bytes' "
+        "where ``flops`` counts one algorithm's operations that a smarter one may avoid (FLOP/s are still reported)"
+    )
 
     @field_validator("flops", "bytes")
     @classmethod
@@ -300,7 +312,10 @@ class WorkloadSpec(_Model):
     reference: Reference = Field(default_factory=Reference)
     initial: Initial | None = None
     cost: Cost = Field(default_factory=Cost)
-    deterministic: bool = Field(True, description="outputs are bitwise reproducible run to run")
+    deterministic: bool = Field(
+        True, description="floating-point outputs are bitwise reproducible run to run too (false: a repeated "
+        "launch need only agree within the tolerance, so float atomics are legal); integer outputs always are"
+    )
 
     @model_validator(mode="after")
     def _cross_check(self) -> WorkloadSpec:
@@ -314,10 +329,18 @@ class WorkloadSpec(_Model):
         return self
 
     def tolerance_for(self, output: str) -> Tolerance:
+        """The tolerance ``output`` is judged by, with its ``source`` filled in (results record it)."""
         if output in self.tolerance:
-            return self.tolerance[output]
+            tol = self.tolerance[output]
+            return tol if tol.source else tol.model_copy(update={"source": "workload"})
         dtype = self.signature.param(output).dtype
-        return DEFAULT_TOLERANCE.get(dtype, EXACT)
+        return DEFAULT_TOLERANCE.get(dtype, EXACT).model_copy(update={"source": "dtype"})
+
+    def bitwise_outputs(self) -> list[str]:
+        """Outputs a repeated launch on the same inputs must reproduce bit for bit: every one of a
+        ``deterministic`` workload, else the integer ones (an integer sum has no rounding to reorder,
+        so any difference between two launches is a race)."""
+        return [p.name for p in self.signature.outputs if self.deterministic or not p.dtype.is_float]
 
     def case(self, name: str) -> Case:
         for c in self.cases:

@@ -7,7 +7,7 @@ Two modes of the stand-in (written to a test's tmp_path by :func:`write_harness`
   tensor maps like the harness (KO_FAKE_FEATURES must name tensor_maps). Markers in the
   kernel's source (kept in the CUBIN as a __device__ string, see :func:`kernel`) make it hang
   (HANG; STALL:<case>; on that case only), print 20000 lines to stderr (PRINT), crash (CRASH), return a wrong element (WRONG), be slow to answer (SLOW) or fast (FAST),
-  differ on the determinism re-run (RACE), be wrong on the hidden inputs after timing (CACHE) or slow on them
+  differ on the determinism re-run beyond the tolerance (RACE) or within it (JITTER), be wrong on the hidden inputs after timing (CACHE) or slow on them
   (SLOWCHECK);
   ``MS:<case>=<ms>;...`` sets the median latency of named cases.
 Every start of the stand-in appends its arguments and its whole environment to
@@ -196,6 +196,11 @@ def run_case(req, module, case, t0, index=0):
     if b"KO_FAKE_RACE" in module and case.get("repeat_validation"):
         result.setdefault("compares", []).append({"buffer": "c", "launch": "repeat", **bad})
         result["determinism"] = [{"buffer": "c", "bytes_differ": 28, "first_offset": 0}]
+    # KO_FAKE_JITTER: the re-run's bytes differ within the tolerance (a float atomicAdd's reordered sum)
+    if b"KO_FAKE_JITTER" in module and case.get("repeat_validation"):
+        result.setdefault("compares", []).append({"buffer": "c", "launch": "repeat", **bad, "mismatches": 0, "first_mismatch": None,
+                                                  "max_abs_error": 1e-7, "max_rel_error": 1e-7, "err_sq": 1e-14})
+        result["determinism"] = [{"buffer": "c", "bytes_differ": 8, "first_offset": 4}]
     if b"KO_FAKE_CACHE" in module and "timed_input" in bufs["a"]:
         result.setdefault("compares", []).append({"buffer": "c", "launch": "timed", **bad})
     timing = case.get("timing") or {}

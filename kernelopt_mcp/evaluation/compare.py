@@ -42,6 +42,9 @@ class OutputComparison(BaseModel):
     scale: float = Field(description="RMS of the expected output; atol is relative to it")
     rtol: float
     atol: float
+    tolerance_from: str | None = Field(
+        None, description="where rtol / atol come from: dtype, workload, widened or kernelbench"
+    )
     first_mismatches: list[Mismatch] = Field(
         default_factory=list, description=f"the first {MAX_REPORTED_MISMATCHES} mismatching elements"
     )
@@ -110,7 +113,7 @@ def compare(name: str, expected: np.ndarray, actual: np.ndarray, tol: Tolerance)
     if n == 0:
         return OutputComparison(
             name=name, passed=True, elements=0, mismatches=0, nonfinite=0, max_abs_error=0.0,
-            max_rel_error=0.0, rel_l2_error=0.0, scale=0.0, rtol=tol.rtol, atol=tol.atol,
+            max_rel_error=0.0, rel_l2_error=0.0, scale=0.0, rtol=tol.rtol, atol=tol.atol, tolerance_from=tol.source,
         )
     th = thresholds(exp_flat, tol)
     scale, norm, abs_tol, rel_floor = th.scale, th.norm, th.abs_tol, th.rel_floor
@@ -156,6 +159,7 @@ def compare(name: str, expected: np.ndarray, actual: np.ndarray, tol: Tolerance)
         scale=scale,
         rtol=tol.rtol,
         atol=tol.atol,
+        tolerance_from=tol.source,
         first_mismatches=first,
     )
 
@@ -196,6 +200,7 @@ def from_device(
         scale=scale,
         rtol=tol.rtol,
         atol=tol.atol,
+        tolerance_from=tol.source,
         first_mismatches=_first_from_device(stats, shape),
     )
 

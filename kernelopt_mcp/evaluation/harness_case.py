@@ -366,7 +366,8 @@ def _check_outputs(
 def _check_repeat(
     cr: CaseResult, workload: Workload, device: Compares, determinism: list[DeterminismEntry]
 ) -> None:
-    """The determinism re-run: within tolerance always, bit for bit where the workload says so."""
+    """The determinism re-run: within tolerance always; bit for bit for integer outputs, and for
+    float ones where the workload says so (elsewhere a float atomic's reordered sum is legal)."""
     cr.determinism = [_raw(d) for d in determinism]
     for p in workload.signature.outputs:
         stats = device.get((p.name, "repeat"))
@@ -377,16 +378,20 @@ def _check_repeat(
                 "the tolerance (the first launch passed): a race or uninitialised read?"
             )
             return
-    if workload.spec.deterministic:
-        differ = [d for d in determinism if d.bytes_differ]
-        if differ:
-            d = differ[0]
-            cr.status = Status.nondeterministic
-            cr.message = (
-                f"{d.buffer}: a second launch on the same inputs changed {d.bytes_differ} bytes (first at "
-                f"byte {d.first_offset}); this workload must be bitwise reproducible (no races, no "
-                "order-dependent atomics)"
-            )
+    bitwise = workload.spec.bitwise_outputs()
+    differ = [d for d in determinism if d.bytes_differ and d.buffer in bitwise]
+    if differ:
+        d = differ[0]
+        why = (
+            "this workload must be bitwise reproducible (no races, no order-dependent atomics)"
+            if workload.spec.deterministic else
+            "an integer output must be bitwise reproducible (integer sums do not depend on order: a race?)"
+        )
+        cr.status = Status.nondeterministic
+        cr.message = (
+            f"{d.buffer}: a second launch on the same inputs changed {d.bytes_differ} bytes (first at "
+            f"byte {d.first_offset}); {why}"
+        )
 
 
 def _check_timed(

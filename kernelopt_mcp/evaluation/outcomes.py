@@ -14,9 +14,10 @@ from typing import TYPE_CHECKING, Any
 from pydantic import BaseModel, Field
 
 from ..compiler import CompileResult
+from ..workload import Tolerance
 from .clocks import ClockSample
 from .compare import OutputComparison
-from .roofline import CaseRoofline, Peaks, case_cost, case_roofline, tensor_operands
+from .roofline import CaseRoofline, Peaks, case_cost, case_roofline, flops_bound, tensor_operands
 from .stats import TimingStats
 
 if TYPE_CHECKING:
@@ -192,6 +193,9 @@ class EvaluationResult(BaseModel):
     checks: list[str] = Field(
         default_factory=list, description="the integrity checks this evaluation ran (see README: Integrity)"
     )
+    tolerances: dict[str, Tolerance] = Field(
+        default_factory=dict, description="per output: the rtol / atol it was judged by and where they come from"
+    )
     clocks: ClockSample | None = Field(None, description="GPU clocks and throttle reasons right after timing (NVML)")
     clocks_note: str | None = Field(None, description="why clocks are missing, when they are")
     phases: PhaseTimes | None = Field(None, description="where the evaluation's host wall time went")
@@ -224,6 +228,6 @@ def result_roofline(result: EvaluationResult, workload: Workload, peaks: Peaks) 
         bytes_, flops = case_cost(workload, workload.spec.case(cr.name))
         out.append(case_roofline(
             cr.name, cr.timing.median_ms, bytes_=bytes_, flops=flops, peaks=peaks, flush_l2=cr.timing.flush_l2,
-            operands=operands,
+            operands=operands, flops_bound=flops_bound(workload),
         ))
     return out

@@ -24,6 +24,11 @@ hits on a small tail). A kernel 15% faster than the physics allows skipped work 
 outputs; that is what the flag is for. Without an L2 flush the inputs may sit in L2 (50 MiB
 on an H200), where DRAM bandwidth is no bound at all, so the flag is only raised for timings
 taken with ``flush_l2``.
+
+A workload whose ``flops`` count one algorithm's operations (an imported PyTorch problem: torch
+counts the FLOPs of the module as written, and a GEMM followed by a sum can be done without
+forming the product) says ``cost.floor_from: bytes``: its floor is the bytes term alone, and its
+FLOP rate is reported but bounds nothing.
 """
 
 from __future__ import annotations
@@ -151,9 +156,10 @@ def roofline_floor_ms(
 
 def case_roofline(
     case: str, median_ms: float, *, bytes_: float | None, flops: float | None, peaks: Peaks, flush_l2: bool,
-    operands: str | None = None,
+    operands: str | None = None, flops_bound: bool = True,
 ) -> CaseRoofline:
-    """Achieved rates, % of calibrated peaks, the floor and the impossible flag of one case."""
+    """Achieved rates, % of calibrated peaks, the floor and the impossible flag of one case
+    (``flops_bound`` False: the FLOPs give rates only, the floor is the bytes term)."""
     r = CaseRoofline(case=case, median_ms=median_ms, bytes=bytes_, flops=flops)
     if median_ms <= 0:
         r.note = "no positive median time"
@@ -169,7 +175,7 @@ def case_roofline(
             r.flops_pct = 100.0 * r.flops_per_s / peaks.calibrated_flops_per_s
         if operands and (tensor := peaks.tensor_flops_per_s.get(operands)):
             r.tensor_pct = 100.0 * r.flops_per_s / tensor
-    r.floor_ms, r.bound = roofline_floor_ms(bytes_, flops, peaks, operands)
+    r.floor_ms, r.bound = roofline_floor_ms(bytes_, flops if flops_bound else None, peaks, operands)
     if r.floor_ms is None:
         r.note = "no cost model or no peak figures: no floor"
         return r
@@ -184,6 +190,11 @@ def case_roofline(
             f"{r.floor_ms:.4g} ms: the kernel cannot have done all the work (skipped work or reused outputs)"
         )
     return r
+
+
+def flops_bound(workload: Workload) -> bool:
+    """Whether the workload's FLOP count may bound its roofline floor (see the module docstring)."""
+    return workload.spec.cost.floor_from == "bytes_and_flops"
 
 
 def case_cost(workload: Workload, case: Case) -> tuple[float | None, float | None]:

@@ -40,7 +40,7 @@ from .inputs import hidden_seed_checks
 from .oracle import OracleLimits
 from .outcomes import CaseResult, EvaluationResult, PhaseTimes, Status, worst
 from .protocol import RunRequest, TimingRequest, request_json
-from .roofline import IMPOSSIBLE_MARGIN, case_cost, case_roofline, roofline_floor_ms, tensor_operands
+from .roofline import IMPOSSIBLE_MARGIN, case_cost, case_roofline, flops_bound, roofline_floor_ms, tensor_operands
 from .session import Session
 
 __all__ = ["run_candidate"]
@@ -83,7 +83,8 @@ def score_bound_ms(s: Session, timed_ms: list[float], untimed: list[Case], flush
     lows = []
     for case in untimed:
         bytes_, flops = case_cost(s.workload, case)
-        floor = roofline_floor_ms(bytes_, flops, s.peaks, tensor_operands(s.workload))[0] if s.peaks else None
+        floor_flops = flops if flops_bound(s.workload) else None
+        floor = roofline_floor_ms(bytes_, floor_flops, s.peaks, tensor_operands(s.workload))[0] if s.peaks else None
         if floor is None or not flush_l2:
             return None
         lows.append(floor / IMPOSSIBLE_MARGIN)
@@ -104,6 +105,7 @@ def _run_cases(
         "workload": wl.name, "candidate": candidate.name, "seed": s.seed, "arch": s.arch,
         "device": s.device.name if s.device else None, "expected_from": s.expected_from,
         "inputs_from": s.inputs_from, "notes": list(wl.notes), "checks": s.checks_in_force(options),
+        "tolerances": {p.name: wl.spec.tolerance_for(p.name) for p in wl.spec.signature.outputs},
     }
     start = time.perf_counter()
     compiled, module, problem = s.compile(candidate)
@@ -456,7 +458,7 @@ def _add_rates(s: Session, cr: CaseResult, case: Case) -> bool:
     if s.peaks is not None:
         cr.roofline = case_roofline(
             case.name, cr.timing.median_ms, bytes_=bytes_, flops=flops, peaks=s.peaks,
-            flush_l2=cr.timing.flush_l2, operands=tensor_operands(s.workload),
+            flush_l2=cr.timing.flush_l2, operands=tensor_operands(s.workload), flops_bound=flops_bound(s.workload),
         )
         if cr.roofline.impossible:
             cr.status, cr.message = Status.impossible_time, cr.roofline.note or "faster than the roofline allows"

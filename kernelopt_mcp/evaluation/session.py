@@ -194,7 +194,11 @@ class Session:
     def validation_checks(self, options: EvaluateOptions | None = None) -> list[str]:
         checks = ["fresh inputs per session", "poisoned outputs", "guard bytes", "inputs unchanged"]
         if self.uses("determinism", options):
-            checks.append("repeat launch" + (" (bitwise)" if self.workload.spec.deterministic else " (tolerance)"))
+            spec = self.workload.spec
+            bitwise = spec.bitwise_outputs()
+            mode = ("bitwise" if spec.deterministic else "tolerance" if not bitwise
+                    else "bitwise for integer outputs, tolerance for float")
+            checks.append(f"repeat launch ({mode})")
         return checks
 
     def checks_in_force(self, options: EvaluateOptions | None = None) -> list[str]:

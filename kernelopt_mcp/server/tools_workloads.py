@@ -59,7 +59,7 @@ def register_workload_tools(app: MCPServer, service: KerneloptService) -> None:
         reference_cu: Annotated[str | None, Field(max_length=MAX_SOURCE_BYTES, description="CUDA source of the reference kernel; it defines correct outputs")] = None,
         initial_cu: Annotated[str | None, Field(max_length=MAX_SOURCE_BYTES, description="CUDA source of a starting kernel (needs spec.initial.launch)")] = None,
         overwrite: Annotated[bool, Field(description="replace a workload created earlier under the same name")] = False,
-        torch_problem: Annotated[str | None, Field(max_length=MAX_SOURCE_BYTES, description="source of a KernelBench-style PyTorch problem (class Model, get_inputs, get_init_inputs) to import instead of a spec: spec is then {name} (plus initial {launch} with initial_cu); only where the server's operator allowed it")] = None,
+        torch_problem: Annotated[str | None, Field(max_length=MAX_SOURCE_BYTES, description="source of a KernelBench-style PyTorch problem (class Model, get_inputs, get_init_inputs) to import instead of a spec: spec is then {name} (plus initial {launch} with initial_cu, tolerance 'strict' or 'kernelbench'); only where the server's operator allowed it")] = None,
     ) -> Annotated[CallToolResult, CreatedWorkload]:
         """Store a new workload in the server's workspace so validate and benchmark can name it.
         `spec` is a workload.json object (JSON Schema: resource kernelopt://schema/workload; example:
@@ -77,15 +77,18 @@ def register_workload_tools(app: MCPServer, service: KerneloptService) -> None:
         Bundled names are refused; a created workload is replaced only with overwrite=true. No GPU
         needed: the reference first runs on the next validate. With torch_problem (a PyTorch
         problem's source, as `kernelopt import-torch` takes it) the server runs the problem with
-        torch to make the signature, cases and stored expected outputs; it is refused unless the
+        torch to make the signature, cases and stored expected outputs (spec.tolerance "strict", the
+        default, by the output's dtype, or "kernelbench", atol = rtol = 1e-2); it is refused unless the
         server was started with KERNELOPT_ALLOW_TORCH_PROBLEMS=1 (it runs the client's Python)."""
         if torch_problem is not None:
             with tool_errors():
                 if reference_cu is not None:
                     raise ValueError("torch_problem: the module's stored outputs are the reference; leave reference_cu out")
                 launch = (spec.get("initial") or {}).get("launch") if isinstance(spec.get("initial"), dict) else None
+                tolerance = spec.get("tolerance", "strict")
                 out = await service.run_long(
-                    "build", lambda: service.create_torch_workload(spec.get("name"), torch_problem, initial_cu, launch, overwrite)
+                    "build", lambda: service.create_torch_workload(spec.get("name"), torch_problem, initial_cu, launch, overwrite,
+                                                                   tolerance)
                 )
             return tool_result(out, out.text())
         with tool_errors():

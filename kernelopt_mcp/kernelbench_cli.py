@@ -1,0 +1,96 @@
+"""The ``kernelopt kernelbench`` command (parser and handler; cli.py registers them): arguments ->
+:func:`~kernelopt_mcp.suite.run_suite`, with an evaluator that keeps one harness for the run."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from contextlib import ExitStack
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.markup import escape
+
+from . import app
+from .config import Settings, find_workload
+from .errors import KerneloptError, WorkloadError
+from .evaluation.candidate import Candidate
+from .evaluation.device import DeviceInfo
+from .evaluation.harness import HarnessProcess
+from .files import read_text
+from .launch import LaunchSpec
+from .suite import SolutionOutcome, SuiteOptions, run_suite
+from .torch_import import TOLERANCE_MODES
+
+
+def add_parser(sub: Any) -> None:
+    """Add ``kernelbench`` to the CLI's subcommands."""
+    sp = sub.add_parser(
+        "kernelbench",
+        help="import every problem of a KernelBench checkout (level1/ ... level3/, N_Name.py), evaluate the solutions "
+        "found, and write a table (correct %%, fast_p, speedups) and JSON; a second run continues",
+    )
+    sp.add_argument("problems_dir", help="the directory holding level1/, level2/, level3/ (KernelBench's KernelBench/)")
+    sp.add_argument("--level", type=int, nargs="+", default=[1, 2, 3], choices=[1, 2, 3, 4], help="levels (default 1 2 3)")
+    sp.add_argument("--solutions", help="directory of <problem>.cu + <problem>.launch.json (or levelL/ folders of them)")
+    sp.add_argument("-o", "--output", default="kernelbench-out",
+                    help="where workloads, state.json, table.md and results.json go (default ./kernelbench-out)")
+    sp.add_argument("--tolerance", choices=TOLERANCE_MODES, default="strict",
+                    help="strict (default): by the output's dtype; kernelbench: atol = rtol = 1e-2")
+    sp.add_argument("--json", action="store_true", help="print results.json instead of the table")
+    sp.set_defaults(fn=cmd_kernelbench)
+
+
+class _Evaluator:
+    """Evaluates solutions on one harness process, started at the first solution."""
+
+    def __init__(self, settings: Settings, stack: ExitStack) -> None:
+        self.settings, self.stack = settings, stack
+        self.proc: HarnessProcess | None = None
+        self.device: DeviceInfo | None = None
+
+    def __call__(self, workload_dir: Path, kernel: Path, launch_file: Path) -> SolutionOutcome:
+        try:
+            workload = find_workload(workload_dir, self.settings)
+            candidate = _candidate(kernel, launch_file)
+        except (KerneloptError, ValueError) as exc:
+            return SolutionOutcome("error", None, str(exc))
+        if self.proc is None:
+            self.device = app.gpu_info(self.settings)
+            self.proc = self.stack.enter_context(app.open_harness(self.settings))
+        with app.open_session(self.settings, workload, self.proc, self.device) as session:
+            checked = app.evaluate_kernel(session, candidate)
+        return SolutionOutcome(checked.status, checked.result.score_ms, checked.message)
+
+
+def _candidate(kernel: Path, launch_file: Path) -> Candidate:
+    if not launch_file.is_file():
+        raise WorkloadError(f"{kernel}: no launch configuration: add {launch_file.name} beside it")
+    data = json.loads(read_text(launch_file, "launch file", KerneloptError))
+    options: list[str] = []
+    if isinstance(data, dict) and "launch" in data:
+        options, data = list(data.get("compile_options") or []), data["launch"]
+    return Candidate(read_text(kernel, "kernel source", KerneloptError), LaunchSpec.model_validate(data), options, kernel.stem)
+
+
+def cmd_kernelbench(args: argparse.Namespace, out: Console) -> int:
+    options = SuiteOptions(
+        problems_dir=Path(args.problems_dir), out_dir=Path(args.output), levels=tuple(args.level),
+        solutions=Path(args.solutions) if args.solutions else None, tolerance=args.tolerance,
+    )
+    settings = Settings.from_env()
+
+    def progress(done: int, total: int, line: str) -> None:
+        if not args.json:
+            out.print(f"[dim][{done}/{total}][/] {escape(line)}", highlight=False)
+
+    with ExitStack() as stack:
+        records = run_suite(options, _Evaluator(settings, stack) if options.solutions else None, progress)
+    table = (options.out_dir / ("results.json" if args.json else "table.md")).read_text()
+    if args.json:
+        print(table)
+    else:
+        out.print(escape(table), highlight=False)
+        out.print(escape(f"written: {options.out_dir / 'table.md'}, {options.out_dir / 'results.json'}"), highlight=False)
+    return 0 if records else 1

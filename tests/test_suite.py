@@ -1,0 +1,94 @@
+"""`kernelopt kernelbench` (suite.py, kernelbench_cli.py) on CPU: KernelBench's layout walked,
+refusals recorded with their reason, solutions evaluated on the pretend GPU, baselines said to
+be unmeasured (never invented), and a second run continuing where the first stopped."""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import json
+from pathlib import Path
+
+import pytest
+from fakegpu import ADD_LAUNCH, kernel, write_harness, write_tiny_workload
+from test_torch_tolerance import imported_style
+
+from kernelopt_mcp.cli import main
+from kernelopt_mcp.suite import NOT_MEASURED, TORCH_MISSING, find_problems
+
+no_torch = pytest.mark.skipif(importlib.util.find_spec("torch") is not None, reason="torch is installed here")
+PROBLEM = "import torch\nclass Model(torch.nn.Module):\n    pass\ndef get_inputs():\n    return []\n"
+
+
+def kernelbench_dir(root: Path) -> Path:
+    for rel in ("level1/1_Square_matmul_.py", "level1/2_Sum.py", "level1/10_Relu.py", "level2/1_Conv_ReLU.py",
+                "level3/1_MLP.py"):
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_text(PROBLEM)
+    (root / "level1" / "README.md").write_text("not a problem")
+    (root / "level1" / "helpers.py").write_text("not a problem either")
+    return root
+
+
+def test_problems_are_found_in_kernelbench_order(tmp_path: Path) -> None:
+    root = kernelbench_dir(tmp_path / "kb")
+    found = [f"{level}/{p.name}" for level, p in find_problems(root, (1, 2))]
+    assert found == ["1/1_Square_matmul_.py", "1/2_Sum.py", "1/10_Relu.py", "2/1_Conv_ReLU.py"]
+
+
+def test_an_empty_directory_says_what_layout_it_expects(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["kernelbench", str(tmp_path), "-o", str(tmp_path / "out")]) != 0
+    assert "level1/ ... level3/" in capsys.readouterr().err
+
+
+@no_torch
+def test_without_torch_every_problem_is_refused_with_the_reason(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    root, out = kernelbench_dir(tmp_path / "kb"), tmp_path / "out"
+    assert main(["kernelbench", str(root), "--level", "1", "2", "-o", str(out)]) == 0
+    printed = capsys.readouterr().out
+    assert "[4/4] level2/1_Conv_ReLU.py: refused: torch is not installed" in printed
+    table = (out / "table.md").read_text()
+    assert f"- 3 x {TORCH_MISSING}" not in table and f"- 4 x {TORCH_MISSING}" in table
+    assert "| 1 | 3 | 0 | 0 (0.0%) | not measured |" in table and f"- {NOT_MEASURED}" in table
+    data = json.loads((out / "results.json").read_text())
+    assert [lv["refusals"] for lv in data["levels"]] == [{TORCH_MISSING: 3}, {TORCH_MISSING: 1}]
+    assert all(p["eager_ms"] is None and p["eager_note"] == NOT_MEASURED for p in data["problems"])
+
+
+def _imported_already(root: Path, out: Path) -> None:
+    """out/ as a run with torch left it: level1/1_Square_matmul_ imported (an imported-style workload)."""
+    problem = root / "level1" / "1_Square_matmul_.py"
+    write_tiny_workload(out / "workloads" / "level1", imported_style(name="p1_Square_matmul"))
+    entry = {"sha256": hashlib.sha256(problem.read_bytes()).hexdigest(), "tolerance": "strict", "imported": True,
+             "workload": str(out / "workloads" / "level1" / "p1_Square_matmul")}
+    (out / "state.json").write_text(json.dumps({"problems": {"level1/1_Square_matmul_.py": entry}}))
+
+
+@no_torch
+def test_solutions_are_evaluated_once_and_a_second_run_continues(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    root, out, solutions = kernelbench_dir(tmp_path / "kb"), tmp_path / "out", tmp_path / "solutions"
+    _imported_already(root, out)
+    (solutions / "level1").mkdir(parents=True)
+    (solutions / "level1" / "1_Square_matmul_.cu").write_text(kernel("FAST"))
+    (solutions / "level1" / "1_Square_matmul_.launch.json").write_text(json.dumps(ADD_LAUNCH))
+    (solutions / "2_Sum.cu").write_text(kernel())  # a problem that did not import: nothing to evaluate
+    monkeypatch.setenv("KERNELOPT_HARNESS", str(write_harness(tmp_path, "fake")))
+    starts = tmp_path / "harness-env.jsonl"
+
+    def run() -> dict:
+        assert main(["kernelbench", str(root), "--level", "1", "-o", str(out), "--solutions", str(solutions), "--json"]) == 0
+        return json.loads((out / "results.json").read_text())
+
+    first = run()
+    row = next(p for p in first["problems"] if p["problem"] == "level1/1_Square_matmul_.py")
+    assert row["correct"] and row["status"] == "ok" and row["ours_ms"] == pytest.approx(0.05, rel=0.05)
+    assert row["speedup_eager"] is None  # eager was not measured: no speedup is made up
+    assert first["levels"][0]["correct"] == 1 and first["levels"][0]["fast"]["eager"]["1"] is None
+    n = len(starts.read_text().splitlines())
+    second = run()
+    assert second["problems"] == first["problems"] and len(starts.read_text().splitlines()) == n  # nothing re-run
+    # a changed solution is evaluated again: now wrong
+    (solutions / "level1" / "1_Square_matmul_.cu").write_text(kernel("WRONG"))
+    third = run()
+    assert next(p for p in third["problems"] if p["problem"] == "level1/1_Square_matmul_.py")["status"] == "mismatch"
+    assert third["levels"][0]["correct"] == 0

@@ -1,0 +1,70 @@
+"""The suite's numbers (suite_table.py): KernelBench's fast_p over all problems of a level,
+geometric-mean speedups over the correct ones, refusals by reason, and no invented figures."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+
+from kernelopt_mcp.suite_table import ProblemRecord, render_markdown, summarize, to_json
+
+NEEDS_GPU = "not measured: needs the GPU reference runner"
+
+
+def _level1() -> list[ProblemRecord]:
+    return [
+        # correct, 3x eager, 1.5x compile
+        ProblemRecord("1_A.py", 1, True, status="ok", ours_ms=1.0, eager_ms=3.0, compile_ms=1.5),
+        # correct, 0.5x eager (slower), compile could not run
+        ProblemRecord("2_B.py", 1, True, status="ok", ours_ms=2.0, eager_ms=1.0, compile_note="torch.compile failed: X"),
+        # wrong, yet "fast": never counts
+        ProblemRecord("3_C.py", 1, True, status="mismatch", ours_ms=0.1, eager_ms=5.0, compile_ms=5.0),
+        ProblemRecord("4_D.py", 1, False, refusal="forward uses randomness (dropout in training mode)"),
+        ProblemRecord("5_E.py", 1, False, refusal="forward uses randomness (dropout in training mode)"),
+        ProblemRecord("6_F.py", 1, True),  # imported, no solution evaluated
+    ]
+
+
+def test_fast_p_is_over_every_problem_of_the_level() -> None:
+    [s] = summarize(_level1())
+    assert (s.problems, s.imported, s.evaluated, s.correct) == (6, 4, 3, 2)
+    assert s.correct_pct == pytest.approx(100 * 2 / 6)
+    assert s.fast["eager"] == {0: pytest.approx(2 / 6), 1: pytest.approx(1 / 6), 2: pytest.approx(1 / 6)}
+    assert s.fast["compile"] == {0: pytest.approx(1 / 6), 1: pytest.approx(1 / 6), 2: 0.0}
+    assert s.geomean_speedup["eager"] == pytest.approx(math.sqrt(3.0 * 0.5))
+    assert s.geomean_speedup["compile"] == pytest.approx(1.5)
+    assert s.missing_time == {"eager": 0, "compile": 1}
+    assert s.refusals == {"forward uses randomness (dropout in training mode)": 2}
+
+
+def test_strictly_more_than_p_times_faster() -> None:
+    [s] = summarize([ProblemRecord("a", 2, True, status="ok", ours_ms=1.0, eager_ms=2.0)])
+    assert s.fast["eager"] == {0: 1.0, 1: 1.0, 2: 0.0}  # exactly 2x is not fast_2
+
+
+def test_unmeasured_baselines_are_not_numbers() -> None:
+    records = [ProblemRecord(f"{i}_P.py", 2, True, status="ok", ours_ms=1.0, eager_note=NEEDS_GPU, compile_note=NEEDS_GPU)
+               for i in range(3)]
+    [s] = summarize(records)
+    assert s.correct == 3 and s.fast["eager"] == {0: None, 1: None, 2: None} and s.geomean_speedup["eager"] is None
+    table = render_markdown(records)
+    assert "| 2 | 3 | 3 | 3 (100.0%) | not measured | not measured |" in table
+    assert f"- {NEEDS_GPU}" in table and "| 0.0%" not in table
+
+
+def test_levels_table_and_json() -> None:
+    records = [*_level1(), ProblemRecord("1_G.py", 2, True, status="ok", ours_ms=1.0, eager_ms=4.0, compile_ms=2.0)]
+    table = render_markdown(records)
+    assert table.splitlines()[0].startswith("| level | problems | imported | correct | fast_0 vs eager | fast_1 vs eager")
+    assert "| 1 | 6 | 4 | 2 (33.3%) | 33.3% | 16.7% | 16.7% | 1.22x | 16.7% | 16.7% | 0.0% | 1.50x |" in table
+    assert "| 2 | 1 | 1 | 1 (100.0%) | 100.0% | 100.0% | 100.0% | 4.00x |" in table
+    assert "- 2 x forward uses randomness (dropout in training mode)" in table
+    assert "| 4_D.py | 1 | refused: forward uses randomness" in table and "| 6_F.py | 1 | not evaluated |" in table
+    data = json.loads(to_json(records))
+    assert [lv["level"] for lv in data["levels"]] == [1, 2]
+    assert data["levels"][1]["fast"]["eager"] == {"0": 1.0, "1": 1.0, "2": 1.0}
+    first = data["problems"][0]
+    assert first["correct"] and first["speedup_eager"] == 3.0 and first["speedup_compile"] == 1.5
+    assert "more than p times faster" in data["definitions"]["fast_p"]
