@@ -246,7 +246,7 @@ class EvaluationOutput(BaseModel):
             lines.append(f"checks: {', '.join(self.checks)}")
         if self.tolerances:
             lines.append("judged within " + ", ".join(
-                f"{k}: rtol {t.rtol:g}, atol {t.atol:g} x rms ({t.source or 'workload'})" for k, t in self.tolerances.items()))
+                f"{k}: rtol {t.rtol:g}, atol {t.atol:g}{'' if t.absolute else ' x rms'} ({t.source or 'workload'})" for k, t in self.tolerances.items()))
         if self.phases is not None:
             lines.append(self.phases.text())
         for r in self.sanitizer or []:

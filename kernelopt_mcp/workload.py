@@ -241,11 +241,16 @@ class Tolerance(_Model):
     """Elementwise check ``|actual - expected| <= atol * scale + rtol * |expected|``.
 
     ``scale`` is the RMS of the expected output, so ``atol`` is relative to the output's
-    magnitude and an output of zeros cannot pass. NaN and Inf never pass.
+    magnitude and an output of zeros cannot pass; with ``absolute`` it is 1 (``torch.allclose``'s
+    rule, which KernelBench judges by). NaN and Inf never pass.
     """
 
     rtol: float = Field(ge=0, lt=0.5)
     atol: float = Field(ge=0, lt=0.5)
+    absolute: bool = Field(
+        False, description="atol is absolute, as in torch.allclose (KernelBench's rule), not relative to the "
+        "output's RMS"
+    )
     source: ToleranceSource | None = Field(
         None, description="where the figures come from: 'dtype' (the output dtype's default), 'workload' (set by "
         "the workload's author), 'widened' (an imported problem whose own result needs more than its dtype's), "

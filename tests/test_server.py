@@ -187,7 +187,7 @@ async def test_list_and_describe_workloads(nogpu: Client) -> None:
     assert [c["name"] for c in d["cases"]] == ["one", "odd_1000003", "n_2e25", "n_2e27"]
     assert d["cases"][1]["shapes"] == {"a": [1000003], "b": [1000003], "c": [1000003]}
     assert d["initial_launch"]["default"]["block"] == [128] and "vector_add" in d["reference_cu"]
-    assert d["tolerances"]["c"] == {"rtol": 1e-6, "atol": 1e-7, "source": "workload"} and d["cost"]["bytes"] == "12 * n"
+    assert d["tolerances"]["c"] == {"rtol": 1e-6, "atol": 1e-7, "absolute": False, "source": "workload"} and d["cost"]["bytes"] == "12 * n"
     assert "--- initial.cu ---" in text(r) and "kernel: extern" in text(r)
 
 

@@ -16,19 +16,21 @@ import json
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 from fakegpu import ADD_LAUNCH, TINY_SPEC, kernel, write_harness, write_tiny_workload
 
 from kernelopt_mcp import Candidate, HarnessProcess, LaunchSpec, Session, Settings
 from kernelopt_mcp.config import find_workload
 from kernelopt_mcp.dtypes import DType
+from kernelopt_mcp.evaluation.compare import compare
 from kernelopt_mcp.evaluation.device import device_info
 from kernelopt_mcp.evaluation.evaluate import evaluate
 from kernelopt_mcp.evaluation.harness_case import _check_repeat
 from kernelopt_mcp.evaluation.outcomes import CaseResult, EvaluationResult, Status
 from kernelopt_mcp.evaluation.protocol import DeterminismEntry
-from kernelopt_mcp.torch_import import choose_tolerance, judged_as_imported
-from kernelopt_mcp.workload import Workload, parse_spec
+from kernelopt_mcp.torch_import import KERNELBENCH_TOLERANCE, choose_tolerance, judged_as_imported
+from kernelopt_mcp.workload import Tolerance, Workload, parse_spec
 
 #: torch's FlopCounterMode on a "GEMM then sum" module counts the product it never needs: at
 #: n = 4096 this puts a FLOP floor of ~64 ms over a kernel that takes 0.05 ms
@@ -68,7 +70,8 @@ def test_tolerance_is_strict_by_dtype_kernelbench_on_request_and_widened_where_n
     notes: list[str] = []
     assert choose_tolerance(DType.float32, 0.0, "strict", notes) == {"rtol": 1e-4, "atol": 1e-4, "source": "dtype"}
     assert choose_tolerance(DType.float16, 0.0, "strict", notes) == {"rtol": 1e-2, "atol": 1e-2, "source": "dtype"}
-    assert choose_tolerance(DType.float32, 0.0, "kernelbench", notes) == {"rtol": 1e-2, "atol": 1e-2, "source": "kernelbench"}
+    assert choose_tolerance(DType.float32, 0.0, "kernelbench", notes) == {
+        "rtol": 1e-2, "atol": 1e-2, "source": "kernelbench", "absolute": True}
     assert choose_tolerance(DType.bfloat16, 0.0, "kernelbench", notes)["rtol"] == 1e-2
     assert not notes
     # the module's own float32 result is 3e-4 off its float64 one: 10x that
@@ -82,13 +85,13 @@ def test_every_result_records_the_tolerance_it_was_judged_by(tmp_path: Path) -> 
     from kernelopt_mcp.results import CheckedEvaluation, evaluation_output
 
     [kb] = run(tmp_path / "kb", imported_style("kernelbench"), "")
-    assert kb.ok and kb.tolerances["c"].model_dump() == {"rtol": 1e-2, "atol": 1e-2, "source": "kernelbench"}
+    assert kb.ok and kb.tolerances["c"].model_dump() == {"rtol": 1e-2, "atol": 1e-2, "absolute": True, "source": "kernelbench"}
     assert all(o.tolerance_from == "kernelbench" and o.rtol == 1e-2 for c in kb.cases for o in c.outputs)
     text = evaluation_output(CheckedEvaluation(result=kb), "benchmark").text()
-    assert "judged within c: rtol 0.01, atol 0.01 x rms (kernelbench)" in text
+    assert "judged within c: rtol 0.01, atol 0.01 (kernelbench)" in text
     # a bundled-style workload without a tolerance: its dtype's default, and it says so
     [plain] = run(tmp_path / "plain", TINY_SPEC, "")
-    assert plain.tolerances["c"].model_dump() == {"rtol": 1e-5, "atol": 1e-5, "source": "dtype"}
+    assert plain.tolerances["c"].model_dump() == {"rtol": 1e-5, "atol": 1e-5, "absolute": False, "source": "dtype"}
     assert plain.cases[0].outputs[0].tolerance_from == "dtype"
 
 
@@ -201,3 +204,18 @@ def test_create_workload_passes_the_tolerance_to_the_importer(tmp_path: Path) ->
                               timeout_s=120, tolerance="kernelbench")
     argv = json.loads(str(caught.value).split("ARGV", 1)[1])
     assert argv[argv.index("--tolerance") + 1] == "kernelbench"
+
+
+def test_kernelbench_atol_is_absolute_like_torch_allclose() -> None:
+    """KernelBench judges by torch.allclose: |a - e| <= atol + rtol |e|, atol absolute. An error of
+    0.5 on an element whose expected value is 0 passes an RMS-relative atol of 1e-2 on an output of
+    scale ~100, and fails KernelBench's rule."""
+    expected = np.array([0.0, 100.0, -100.0, 100.0], dtype=np.float32)
+    actual = expected.copy()
+    actual[0] = 0.5
+    relative = Tolerance(rtol=1e-2, atol=1e-2, source="workload")
+    assert compare("c", expected, actual, relative).passed
+    kernelbench = compare("c", expected, actual, KERNELBENCH_TOLERANCE)
+    assert not kernelbench.passed and kernelbench.mismatches == 1
+    actual[0] = 0.005  # within atol = 1e-2
+    assert compare("c", expected, actual, KERNELBENCH_TOLERANCE).passed

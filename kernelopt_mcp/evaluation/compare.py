@@ -98,7 +98,10 @@ def thresholds_from(sum_sq: float, finite: int, tol: Tolerance) -> Thresholds:
     expected values (as the harness reports them for values it keeps on the device)."""
     scale = math.sqrt(sum_sq / finite) if finite else 0.0
     # For an all-zero expectation, allow only float32 rounding noise rather than nothing.
-    abs_tol = tol.atol * scale if scale > 0 else tol.atol * float(np.finfo(np.float32).tiny)
+    if tol.absolute:
+        abs_tol = tol.atol
+    else:
+        abs_tol = tol.atol * scale if scale > 0 else tol.atol * float(np.finfo(np.float32).tiny)
     return Thresholds(scale=scale, norm=math.sqrt(sum_sq), abs_tol=abs_tol, rel_floor=scale if scale > 0 else 1.0)
 
 
