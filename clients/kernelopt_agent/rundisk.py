@@ -84,7 +84,7 @@ def run_state(path: Path, now: float | None = None) -> RunState:
 
 def du(results_dir: Path, out: Console, as_json: bool = False) -> int:
     """Runs under ``results_dir`` by size, largest first, each with the entries that take the space."""
-    rows = []
+    rows: list[dict[str, Any]] = []
     for path in run_dirs(results_dir):
         parts = usage(path)
         rows.append({"run": path.name, "path": str(path), "bytes": sum(parts.values()), "entries": parts,
@@ -119,7 +119,8 @@ def prune_plan(results_dir: Path, *, keep: int | None, older_than_s: float | Non
         raise PruneError("--keep and --older-than must not be negative")
     runs = run_dirs(results_dir)
     candidates = runs[: max(len(runs) - keep, 0)] if keep is not None else runs
-    remove, spared = [], []
+    remove: list[RunState] = []
+    spared: list[RunState] = []
     for path in candidates:
         state = run_state(path)
         if older_than_s is not None and state.age_s < older_than_s:
