@@ -12,7 +12,7 @@ from fakegpu import TINY_SPEC, write_tiny_workload
 
 from kernelopt_agent.options import OptimizeOptions, OptionsError
 from kernelopt_agent.parts import load_parts
-from kernelopt_agent.resume import _options
+from kernelopt_agent.resume import run_options as _options
 from kernelopt_mcp.config import bundled_workloads_dir
 
 NAME = TINY_SPEC["name"]

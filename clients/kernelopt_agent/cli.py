@@ -80,6 +80,9 @@ def optimize_parser(prog: str = "kernelopt optimize") -> argparse.ArgumentParser
                    "workload, candidates and their numbering, best so far and spent tokens and cost; only "
                    "--max-iterations (the total, counting the iterations done), --max-tokens and --max-cost (which "
                    "count what was spent) and --base-url, --harness, --workspace, --device may be given again")
+    p.add_argument("--keep-data", action="store_true", default=None,
+                   help="keep the drawn input files and large expected outputs in the run directory (default: they are "
+                   "removed when the run ends and `kernelopt runs restore RUN` draws them again from the recorded seed)")
     p.add_argument("--quiet", action="store_true", help="no progress output")
     return p
 
@@ -254,9 +257,20 @@ def cmd_runs(argv: list[str]) -> int:
                         "tuning, timing, provenance; opens offline); the newest run when none is named")
     rp.add_argument("run", nargs="?", help="a run directory, or a run's name or number under --results-dir (default: the newest)")
     rp.add_argument("--output", "-o", help="where to write the page (default: report.html in the run directory)")
-    rp.add_argument("--results-dir", default="results", help="where `kernelopt optimize` put run-NNN/ (default results/)")
-    for q in (lp, sp):
+    dp = sub.add_parser("du", help="disk use of the runs, largest first, with the entries that take the space")
+    pp = sub.add_parser("prune", help="remove whole run directories (never a run in progress)")
+    pp.add_argument("--keep", type=int, help="keep the newest N runs")
+    pp.add_argument("--older-than", metavar="AGE", help="remove runs that last recorded anything longer ago than AGE "
+                    "(30d, 12h, 90m; a plain number is days); with --keep, only runs beyond the newest N")
+    pp.add_argument("--dry-run", action="store_true", help="say which runs would go, remove nothing")
+    tp = sub.add_parser("restore", help="draw a run's inputs and expected outputs again from its recorded seed (checked "
+                        "against input_cases.json's sha256), so `kernelopt-harness run replay/<case>.json` replays it")
+    tp.add_argument("run", nargs="?", help="a run directory, or a run's name or number under --results-dir (default: the newest)")
+    tp.add_argument("--harness", help="kernelopt-harness binary for the server (default: the run's)")
+    tp.add_argument("--workspace", help="kernelopt-mcp workspace (default: the run's)")
+    for q in (lp, sp, rp, dp, pp, tp):
         q.add_argument("--results-dir", default="results", help="where `kernelopt optimize` put run-NNN/ (default results/)")
+    for q in (lp, sp, dp, pp, tp):
         q.add_argument("--json", action="store_true")
     args = p.parse_args(argv)
     console = Console(width=None if sys.stdout.isatty() else 160)
@@ -269,10 +283,52 @@ def cmd_runs(argv: list[str]) -> int:
 
             print(write_report(resolve_run(args.run, results), output=Path(args.output) if args.output else None))
             return EXIT_OK
+        if args.action in ("du", "prune"):
+            from .rundisk import PruneError, du, prune
+
+            try:
+                if args.action == "du":
+                    return du(results, console, as_json=args.json)
+                return prune(results, console, keep=args.keep, older_than=args.older_than, dry_run=args.dry_run,
+                             as_json=args.json)
+            except PruneError as exc:
+                print(f"error: {exc}", file=sys.stderr)
+                return EXIT_ERROR
+        if args.action == "restore":
+            return restore_run(resolve_run(args.run, results), args, console)
         return show(resolve_run(args.run, results), console, as_json=args.json)
     except FileNotFoundError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_ERROR
+
+
+def restore_run(path: Path, args: argparse.Namespace, console: Console) -> int:
+    """`kernelopt runs restore`: the run's data drawn again by a server started with the run's options."""
+    import json
+
+    import anyio
+
+    from .options import OptionsError
+    from .resume import ResumeError, freeze_call, run_options
+    from .rundata import RestoreError, restore
+    from .rundir import RunDir, read_json
+    from .toolbox import ToolboxError
+
+    try:
+        recorded = read_json(path / "config.json")
+        flags = {"harness": args.harness, "workspace": args.workspace}
+        opts, _ = run_options(flags, recorded, path, None, None)
+        freeze_args, seed = freeze_call(path, {})
+        done = anyio.run(restore, RunDir.reopen(path), opts, freeze_args, seed)
+    except (OSError, ValueError, OptionsError, ResumeError, RestoreError, ToolboxError) as exc:
+        print(f"error: {path.name}: {exc}", file=sys.stderr)
+        return EXIT_ERROR
+    if args.json:
+        print(json.dumps(done, indent=2))
+    else:
+        console.print(f"{path.name}: {done['inputs']} input files drawn again from seed {seed}, sha256 as recorded; "
+                      f"replay with `kernelopt-harness run {path / 'replay'}/<case>.json`", highlight=False, markup=False)
+    return EXIT_OK
 
 
 COMMANDS = {"optimize": cmd_optimize, "graph": cmd_graph, "runs": cmd_runs}

@@ -30,7 +30,8 @@ def finalize(opt: Optimizer, status: str, *, error: str | None = None) -> dict[s
         opt.run.write_json("best.launch.json", {"launch": best.launch, "compile_options": best.compile_options})
         files["best"] = "best.cu"
         files["best_launch"] = "best.launch.json"
-    for label, step in (("replay", lambda: _replay(opt, best, files)), ("heatmap", lambda: _heatmap(opt, files))):
+    for label, step in (("replay", lambda: _replay(opt, best, files)), ("heatmap", lambda: _heatmap(opt, files)),
+                        ("data", lambda: _data(opt, files))):
         try:
             step()
         except Exception as exc:  # a broken artifact must not lose the run's records
@@ -56,6 +57,18 @@ def _replay(opt: Optimizer, best: CandidateRecord | None, files: dict[str, Any])
     problem = frozen.replay_problems.get(REPLAY)
     if best is not None and "replay" not in files:
         raise RuntimeError(problem or f"no replay requests were written for {best.label}")
+
+
+def _data(opt: Optimizer, files: dict[str, Any]) -> None:
+    """Leave what reproduces the inputs, not their bytes (rundata.py); only where the server froze the
+    workload into this very directory (a remote server's files stay in its workspace)."""
+    frozen = opt.frozen
+    if frozen is None or frozen.directory is None or frozen.directory.resolve() != opt.run.path.resolve():
+        return
+    from .rundata import DATA_RECORD, drop_data, recorded_spec, supplied_sources
+
+    drop_data(opt.run, keep=bool(opt.opts.keep_data), supplied=supplied_sources(recorded_spec(opt.run.path)))
+    files["data"] = DATA_RECORD
 
 
 def _heatmap(opt: Optimizer, files: dict[str, Any]) -> None:

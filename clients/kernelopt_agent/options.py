@@ -72,6 +72,7 @@ class OptimizeOptions:
     tune_budget: int = 8  # configurations per model proposal that carries tunables
     tune_evals: int = 64  # configurations for --strategy tune
     tune_seconds: float | None = None
+    keep_data: bool = False  # keep drawn inputs and large expected outputs in the run directory (rundata.py)
     candidates: int = 1  # proposals per iteration, asked concurrently, evaluated one after another on the GPU
     api: str | None = None  # responses | chat; None: responses on OpenAI's own endpoint, chat elsewhere
     price_per_mtok: str | list[float] | None = None  # "IN,OUT" or "IN,CACHED,OUT" USD per 1M tokens

@@ -133,6 +133,7 @@ def load_parts(opts: OptimizeOptions) -> Parts:
             raise PartsError(str(exc)) from None
         _from_workload(parts, wl, opts.workload)
     if opts.input_cases:
+        _check_run_data(opts.input_cases)
         parts.cases = read_input_cases(opts.input_cases)
         parts.origin["input_cases"] = f"supplied: {where(opts.input_cases)}"
     sig_path = opts.signature
@@ -277,3 +278,18 @@ def unused_name(name: str, taken: set[str]) -> str:
         candidate = f"{name}_gen{n}"
         n += 1
     return candidate
+
+
+def _check_run_data(input_cases: Path) -> None:
+    """A run's input_cases.json names files its run removed when it ended (rundata.py): say how to get them back."""
+    from .rundata import DATA_RECORD, missing_inputs
+
+    run = input_cases.parent
+    if input_cases.name == "input_cases.json" and (run / DATA_RECORD).is_file():
+        missing = missing_inputs(run)
+        if missing:
+            raise PartsError(
+                f"--input-cases {input_cases}: the run keeps how its inputs were drawn, not their bytes ({len(missing)} "
+                f"files, e.g. {missing[0]}, are not there); draw them again with `kernelopt runs restore {run}` "
+                "(or start runs with --keep-data)"
+            )

@@ -116,7 +116,7 @@ def resume_options(flags: Mapping[str, Any], environ: Mapping[str, str] | None =
             raise ValueError("not a JSON object")
     except (OSError, ValueError) as exc:
         raise ResumeError(f"--resume {path}: not a run of `kernelopt optimize` (config.json: {exc})") from None
-    opts, changed = _options(flags, recorded, path, environ, cwd)
+    opts, changed = run_options(flags, recorded, path, environ, cwd)
     summary = _summary(path)
     status = str(summary.get("status") or "interrupted")
     if status == "running":
@@ -134,7 +134,7 @@ def resume_options(flags: Mapping[str, Any], environ: Mapping[str, str] | None =
     notes += [p for p in history.problems if "cut short" not in p]
     records = [_record(path, e) for e in history.candidates]
     reference = [r for r in records if r.kind == "reference" and r.valid]
-    freeze_args, seed = _freeze_call(path, summary)
+    freeze_args, seed = freeze_call(path, summary)
     if not reference or (freeze_args.get("initial_cu") is not None and not any(r.kind == "initial" for r in records)):
         raise ResumeError(f"{path.name} ended before its baseline (the reference and the initial kernel) was evaluated: "
                           "there is nothing to go on from; start a new run")
@@ -146,7 +146,7 @@ def resume_options(flags: Mapping[str, Any], environ: Mapping[str, str] | None =
     return res
 
 
-def _options(flags: Mapping[str, Any], recorded: dict[str, Any], path: Path, environ: Mapping[str, str] | None,
+def run_options(flags: Mapping[str, Any], recorded: dict[str, Any], path: Path, environ: Mapping[str, str] | None,
              cwd: Path | None) -> tuple[OptimizeOptions, dict[str, list[Any]]]:
     """The recorded options with the limits and whereabouts given now; a conflicting option is refused."""
     given = {k: v for k, v in flags.items() if v is not None and k not in ("resume", "config", "results_dir")}
@@ -213,7 +213,7 @@ def _record(path: Path, e: CandidateEvent) -> CandidateRecord:
     return CandidateRecord(**data, source=source, feedback=feedback)
 
 
-def _freeze_call(path: Path, summary: dict[str, Any]) -> tuple[dict[str, Any], int]:
+def freeze_call(path: Path, summary: dict[str, Any]) -> tuple[dict[str, Any], int]:
     """The run's last successful freeze_workload call (tools/NNNN-freeze_workload.json) and its seed."""
     for call in sorted((path / "tools").glob("*-freeze_workload.json"), reverse=True):
         try:

@@ -7,7 +7,9 @@ Layout (see the README's "Running the optimizer"):
     input_cases.json       cases and tolerances; inputs as paths to inputs/<case>/<buffer>.bin
     reference.cu | supplied-reference.cu, initial.cu   (+ <name>.launch.json beside each)
     reference.py           the NumPy oracle, when there is one
-    inputs/ expected/      input data; expected outputs (float64 .bin + expected/manifest.json, from the oracle)
+    inputs/ expected/      input data; expected outputs (float64 .bin + expected/manifest.json, from the oracle):
+                           drawn files and expected outputs over 1 MiB are removed when the run ends
+                           (data.json says which; `kernelopt runs restore` draws them again; --keep-data keeps them)
     workload/<name>/       the frozen workload kernelopt-mcp evaluates (inputs = the files above)
     candidates/NNN-<label>/  source.cu, launch.json, request.json, result.json (+ profile.json)
     model/NNNN-*.json      every model request and response
