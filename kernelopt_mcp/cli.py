@@ -354,8 +354,8 @@ class Command:
     run: Callable[[list[str]], int]
 
 
-def build_parser(extra_commands: Mapping[str, Command] | None = None) -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="kernelopt", description="Agentic CUDA kernel optimizer: GPU tools and evaluation.")
+def build_parser(extra_commands: Mapping[str, Command] | None = None, prog: str = "kernelopt") -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog=prog, description="Agentic CUDA kernel optimizer: GPU tools and evaluation.")
     p.add_argument("--version", action="version", version=f"kernelopt {__version__}")
     sub = p.add_subparsers(dest="command", required=True)
 
@@ -547,7 +547,7 @@ def consoles(environ: Mapping[str, str] | None = None) -> tuple[Console, Console
     return make(sys.stdout, False), make(sys.stderr, True)
 
 
-def main(argv: list[str] | None = None, extra_commands: Mapping[str, Command] | None = None) -> int:
+def main(argv: list[str] | None = None, extra_commands: Mapping[str, Command] | None = None, prog: str = "kernelopt") -> int:
     """Run ``kernelopt ARGV``; returns the exit status.
 
     Args:
@@ -555,12 +555,13 @@ def main(argv: list[str] | None = None, extra_commands: Mapping[str, Command] | 
         extra_commands: commands another package adds (the ``kernelopt`` console script adds the
             orchestrator's optimize, graph and runs): each is listed in ``kernelopt -h`` and runs
             with the arguments after its name.
+        prog: the name usage lines show (``python -m kernelopt_mcp`` has no optimize, graph or runs).
     """
     argv = sys.argv[1:] if argv is None else list(argv)
     extra = dict(extra_commands or {})
     if argv and argv[0] in extra:
         return extra[argv[0]].run(argv[1:])
-    args = build_parser(extra).parse_args(join_option_values(argv))
+    args = build_parser(extra, prog).parse_args(join_option_values(argv))
     out, err = consoles()
     try:
         return args.fn(args, out)

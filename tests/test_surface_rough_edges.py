@@ -23,3 +23,14 @@ def test_runs_without_an_action_lists_the_runs(
     assert "run-001" in out
     if argv:
         assert json.loads(out)[0]["status"] == "finished"
+
+
+def test_python_m_kernelopt_mcp_names_itself_in_its_usage() -> None:
+    import os
+    import subprocess
+    import sys
+
+    repo = Path(__file__).resolve().parents[1]
+    proc = subprocess.run([sys.executable, "-m", "kernelopt_mcp", "--help"], capture_output=True, text=True, timeout=120,
+                          cwd=repo, env={**os.environ, "PYTHONPATH": str(repo)}, check=False)
+    assert proc.returncode == 0 and proc.stdout.startswith("usage: python -m kernelopt_mcp "), proc.stdout[:200]
