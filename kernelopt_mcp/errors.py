@@ -131,7 +131,7 @@ def format_validation_error(exc: ValidationError, source: str) -> str:
         if err["type"] == "extra_forbidden" and any(m[:-1] == loc_t[:-1] and g == str(loc_t[-1]) for m, g in meant.items()):
             continue  # told with the field it was meant to be
         # a key with a newline or control characters (unknown fields are echoed) stays on its line
-        loc = ".".join(str(p) if str(p).isprintable() else repr(p) for p in loc_t) or "(top level)"
+        where = ".".join(str(p) if str(p).isprintable() else repr(p) for p in loc_t) or "(top level)"
         msg = err["msg"].removeprefix("Value error, ")
         if err["type"] == "extra_forbidden":
             msg = "unknown field; remove it or check its spelling (see `kernelopt schema`)"
@@ -141,5 +141,5 @@ def format_validation_error(exc: ValidationError, source: str) -> str:
                 msg += f'; got "{meant[loc_t]}": did you mean "{loc_t[-1]}"?'
         elif err["type"] == "json_invalid":
             msg = f"invalid JSON ({err.get('ctx', {}).get('error', msg)})"
-        lines.append(f"{source}: {loc}: {' '.join(msg.split())}")
+        lines.append(f"{source}: {where}: {' '.join(msg.split())}")
     return "\n".join(lines)

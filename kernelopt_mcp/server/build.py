@@ -47,7 +47,7 @@ def build_server(
     service = KerneloptService(config)
     app = KerneloptMCPServer(
         "kernelopt", orchestrator=orchestrator, title="kernelopt: GPU kernel tools", version=__version__, instructions=INSTRUCTIONS,
-        log_level=log_level,  # type: ignore[arg-type]  # --log-level's choices
+        log_level=log_level,  # one of --log-level's choices
         middleware=[ClientIdentity()], **token_auth({**(tokens or {}), **({TOKEN_CLIENT: token} if token else {})}),
     )
     if not client_roots:
