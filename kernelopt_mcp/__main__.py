@@ -1,4 +1,5 @@
-"""``python -m kernelopt_mcp``: the ``kernelopt`` command line."""
+"""``python -m kernelopt_mcp``: the ``kernelopt`` command line without the orchestrator's commands
+(optimize, graph, runs), so its usage lines name it as it was run."""
 
 from __future__ import annotations
 
@@ -7,4 +8,4 @@ import sys
 from .cli import main
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(main(prog="python -m kernelopt_mcp"))

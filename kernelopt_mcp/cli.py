@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
 
+from pydantic import ValidationError
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
@@ -21,7 +22,7 @@ from .compile_options import OptionError
 from .compile_pool import warn_if_unconfined
 from .config import Settings, find_workload, list_workloads
 from .docs import search_docs
-from .errors import KerneloptError
+from .errors import KerneloptError, format_validation_error
 from .evaluation.candidate import (
     PRECISION_MIN_ITERATIONS,
     PRECISION_RSE,
@@ -31,7 +32,7 @@ from .evaluation.candidate import (
     stop_rule,
 )
 from .evaluation.evaluate import preparation_text, prepare
-from .files import read_text
+from .files import read_json, read_text
 from .launch import LaunchSpec
 from .profiler import CLOCK_CONTROLS, ProfileOptions, find_ncu
 from .render import print_calibration, print_evaluation, print_tune, size_text
@@ -138,14 +139,14 @@ def _candidate(args: argparse.Namespace, workload: Workload, kernel: str | None 
         beside = Path(kernel).with_name(Path(kernel).stem + ".launch.json")
         options = list(args.option or [])
         if args.launch:
-            launch = LaunchSpec.model_validate_json(read_text(Path(args.launch), "launch file", KerneloptError))
+            launch = _launch(Path(args.launch), read_json(Path(args.launch), KerneloptError))
         elif beside.is_file():
-            data = json.loads(read_text(beside, "launch file", KerneloptError))
+            data = read_json(beside, KerneloptError)
             if isinstance(data, dict) and "launch" in data:
-                launch = LaunchSpec.model_validate(data["launch"])
+                launch = _launch(beside, data["launch"])
                 options += list(data.get("compile_options") or [])
             else:
-                launch = LaunchSpec.model_validate(data)
+                launch = _launch(beside, data)
         elif workload.spec.initial is not None:
             launch = workload.spec.initial.launch
         else:
@@ -153,8 +154,16 @@ def _candidate(args: argparse.Namespace, workload: Workload, kernel: str | None 
         return Candidate(source, launch, options, Path(kernel).stem)
     candidate = initial_candidate(workload)
     if args.launch:
-        candidate.launch = LaunchSpec.model_validate_json(read_text(Path(args.launch), "launch file", KerneloptError))
+        candidate.launch = _launch(Path(args.launch), read_json(Path(args.launch), KerneloptError))
     return candidate
+
+
+def _launch(path: Path, data: object) -> LaunchSpec:
+    """A launch spec read from ``path``; an error names the file and the field, one line each."""
+    try:
+        return LaunchSpec.model_validate(data)
+    except ValidationError as exc:
+        raise KerneloptError(format_validation_error(exc, str(path))) from None
 
 
 def cmd_evaluate(args: argparse.Namespace, out: Console) -> int:
@@ -345,8 +354,8 @@ class Command:
     run: Callable[[list[str]], int]
 
 
-def build_parser(extra_commands: Mapping[str, Command] | None = None) -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="kernelopt", description="Agentic CUDA kernel optimizer: GPU tools and evaluation.")
+def build_parser(extra_commands: Mapping[str, Command] | None = None, prog: str = "kernelopt") -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog=prog, description="Agentic CUDA kernel optimizer: GPU tools and evaluation.")
     p.add_argument("--version", action="version", version=f"kernelopt {__version__}")
     sub = p.add_subparsers(dest="command", required=True)
 
@@ -538,7 +547,7 @@ def consoles(environ: Mapping[str, str] | None = None) -> tuple[Console, Console
     return make(sys.stdout, False), make(sys.stderr, True)
 
 
-def main(argv: list[str] | None = None, extra_commands: Mapping[str, Command] | None = None) -> int:
+def main(argv: list[str] | None = None, extra_commands: Mapping[str, Command] | None = None, prog: str = "kernelopt") -> int:
     """Run ``kernelopt ARGV``; returns the exit status.
 
     Args:
@@ -546,15 +555,18 @@ def main(argv: list[str] | None = None, extra_commands: Mapping[str, Command] | 
         extra_commands: commands another package adds (the ``kernelopt`` console script adds the
             orchestrator's optimize, graph and runs): each is listed in ``kernelopt -h`` and runs
             with the arguments after its name.
+        prog: the name usage lines show (``python -m kernelopt_mcp`` has no optimize, graph or runs).
     """
     argv = sys.argv[1:] if argv is None else list(argv)
     extra = dict(extra_commands or {})
     if argv and argv[0] in extra:
         return extra[argv[0]].run(argv[1:])
-    args = build_parser(extra).parse_args(join_option_values(argv))
+    args = build_parser(extra, prog).parse_args(join_option_values(argv))
     out, err = consoles()
     try:
         return args.fn(args, out)
+    except ValidationError as exc:  # a model checked past the readers above: still one line per field
+        return _fail(args, err, format_validation_error(exc, getattr(args, "command", None) or "kernelopt"), "ValidationError")
     except (KerneloptError, OptionError, ValueError) as exc:
         return _fail(args, err, str(exc), type(exc).__name__)
     except FileNotFoundError as exc:

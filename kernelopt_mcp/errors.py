@@ -28,6 +28,12 @@ Every message says what failed, why, and what to do next.
 
 from __future__ import annotations
 
+import difflib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from pydantic import ValidationError
+
 
 class KerneloptError(Exception):
     """Root of all kernelopt exceptions."""
@@ -103,3 +109,37 @@ class ProfiledKernelFailed(ProfilerError):
 
 class ProfilerTimeout(ProfilerError):
     """ncu did not finish in time; its process group was killed."""
+
+
+def format_validation_error(exc: ValidationError, source: str) -> str:
+    """A pydantic error as ``SOURCE: field.path: problem`` lines a person can act on (one per
+    problem, no pydantic boilerplate or links). A misspelled key is one line: the required field
+    it was meant to be, with what was given (``cases.tiny.block: required field is missing; got
+    "blok": did you mean "block"?``)."""
+    errors = exc.errors(include_url=False)
+    missing = {tuple(e["loc"]): e for e in errors if e["type"] == "missing"}
+    extra = {tuple(e["loc"]): e for e in errors if e["type"] == "extra_forbidden"}
+    meant: dict[tuple[Any, ...], str] = {}  # a missing field's loc -> the unknown key given instead
+    for loc in extra:
+        candidates = [str(m[-1]) for m in missing if m[:-1] == loc[:-1] and m not in meant]
+        match = difflib.get_close_matches(str(loc[-1]), candidates, n=1, cutoff=0.6)
+        if match:
+            meant[(*loc[:-1], match[0])] = str(loc[-1])
+    lines = []
+    for err in errors:
+        loc_t = tuple(err["loc"])
+        if err["type"] == "extra_forbidden" and any(m[:-1] == loc_t[:-1] and g == str(loc_t[-1]) for m, g in meant.items()):
+            continue  # told with the field it was meant to be
+        # a key with a newline or control characters (unknown fields are echoed) stays on its line
+        where = ".".join(str(p) if str(p).isprintable() else repr(p) for p in loc_t) or "(top level)"
+        msg = err["msg"].removeprefix("Value error, ")
+        if err["type"] == "extra_forbidden":
+            msg = "unknown field; remove it or check its spelling (see `kernelopt schema`)"
+        elif err["type"] == "missing":
+            msg = "required field is missing"
+            if loc_t in meant:
+                msg += f'; got "{meant[loc_t]}": did you mean "{loc_t[-1]}"?'
+        elif err["type"] == "json_invalid":
+            msg = f"invalid JSON ({err.get('ctx', {}).get('error', msg)})"
+        lines.append(f"{source}: {where}: {' '.join(msg.split())}")
+    return "\n".join(lines)

@@ -34,11 +34,26 @@ from .errors import GpuCallTooLong, HarnessCancelled
 from .evaluation.harness import HarnessProcess
 from .evaluation.session import Session
 
-__all__ = ["DeviceSlot", "GpuQueue", "Notify", "ProgressFn", "run_on_device"]
+__all__ = ["DeviceSlot", "GpuQueue", "Notify", "ProgressFn", "Step", "run_on_device"]
 
 T = TypeVar("T")
 Notify = Callable[[str], Awaitable[None]]
 ProgressFn = Callable[[str, int, int], None]
+
+
+class Step(str):
+    """A progress message that also says how far its phase is: ``done`` of ``total`` (cases,
+    configurations; total 0 when unknown). A ``str``, so every Notify takes it as a message."""
+
+    done: int
+    total: int
+
+    def __new__(cls, message: str, done: int, total: int) -> Step:
+        step = super().__new__(cls, message)
+        step.done, step.total = done, total
+        return step
+
+
 HEARTBEAT_S = 10.0  # progress at least this often while a job waits or runs
 TYPICAL_GPU_JOB_S = 30.0  # the retry estimate's guess until jobs have run
 
@@ -179,7 +194,7 @@ async def run_on_device(
             if harness.cancelled:
                 raise HarnessCancelled("the call was cancelled")
             try:
-                anyio.from_thread.run_sync(send.send_nowait, message)
+                anyio.from_thread.run_sync(send.send_nowait, Step(message, done, total))
             except (anyio.ClosedResourceError, anyio.BrokenResourceError, RuntimeError):
                 pass
 

@@ -27,7 +27,7 @@ from pydantic import (
 
 from . import expr
 from .dtypes import DType, scalar_raw
-from .errors import ExpressionError, WorkloadError
+from .errors import ExpressionError, WorkloadError, format_validation_error
 from .files import read_json, read_text
 from .launch import LaunchSpec
 
@@ -440,23 +440,6 @@ class Workload:
         if not path.is_absolute() and self.root is not None:
             path = self.root / path
         return path
-
-
-def format_validation_error(exc: ValidationError, source: str) -> str:
-    """Turn a pydantic error into 'file: field.path: problem' lines a person can act on."""
-    lines = []
-    for err in exc.errors(include_url=False):
-        # a key with a newline or control characters (unknown fields are echoed) stays on its line
-        loc = ".".join(str(p) if str(p).isprintable() else repr(p) for p in err["loc"]) or "(top level)"
-        msg = err["msg"].removeprefix("Value error, ")
-        if err["type"] == "extra_forbidden":
-            msg = "unknown field; remove it or check its spelling (see `kernelopt schema`)"
-        elif err["type"] == "missing":
-            msg = "required field is missing"
-        elif err["type"] == "union_tag_invalid":
-            msg = f"{msg}"
-        lines.append(f"{source}: {loc}: {msg}")
-    return "\n".join(lines)
 
 
 def parse_spec(data: Any, source: str) -> WorkloadSpec:

@@ -311,14 +311,15 @@ def write_tiny_workload(parent: Path, spec: dict[str, Any] | None = None) -> Pat
 
 
 @asynccontextmanager
-async def in_memory_server(config: Any) -> AsyncIterator[tuple[Any, Any]]:
+async def in_memory_server(config: Any, *, orchestrator: bool = False) -> AsyncIterator[tuple[Any, Any]]:
     """kernelopt-mcp built from ``config`` and the SDK's in-memory Client on it:
-    yields ``(client, service)``; the service (harnesses, temporary files) is closed after."""
+    yields ``(client, service)``; the service (harnesses, temporary files) is closed after.
+    ``orchestrator``: started as ``kernelopt optimize`` starts it (its freeze tools listed and served)."""
     from mcp import Client
 
     from kernelopt_mcp.server import build_server
 
-    app, service = build_server(config)
+    app, service = build_server(config, orchestrator=orchestrator)
     try:
         async with Client(app) as client:
             yield client, service

@@ -69,7 +69,7 @@ async def test_repeated_freezes_stop_at_the_workspace_quota(setup: dict[str, Any
     the per-call limit: many small freezes, each a new directory under runs/frozen."""
     _, one = spec_bytes(parse_spec(frozen_spec(), "spec"))
     config = with_quota(setup, quota=int(3.5 * one))
-    async with in_memory_server(config) as (client, _):
+    async with in_memory_server(config, orchestrator=True) as (client, _):
         outcomes = []
         for _ in range(6):
             args = freeze_args(setup["run"])
@@ -91,7 +91,7 @@ async def test_concurrent_freezes_cannot_all_pass_the_check(setup: dict[str, Any
     _, one = spec_bytes(parse_spec(frozen_spec(), "spec"))
     config = with_quota(setup, quota=int(2.5 * one))
     results: list[Any] = []
-    async with in_memory_server(config) as (client, _):
+    async with in_memory_server(config, orchestrator=True) as (client, _):
         async def freeze() -> None:
             args = freeze_args(setup["run"])
             del args["directory"], args["seed"]
@@ -125,7 +125,7 @@ async def test_a_planted_sparse_file_cannot_exhaust_the_quota(setup: dict[str, A
     (setup["tmp"] / "ws").mkdir(exist_ok=True)
     (setup["tmp"] / "ws" / ".frozen-elsewhere.json").write_text(json.dumps([str(planted.parent), str(run)]))
     sparse(run / "beside.bin")
-    async with in_memory_server(config) as (client, _):
+    async with in_memory_server(config, orchestrator=True) as (client, _):
         for _ in range(2):  # into the output root, again and again: its planted file is not the server's
             result = await client.call_tool("freeze_workload", freeze_args(run))
             assert not result.is_error, text(result)
@@ -154,7 +154,7 @@ def test_usage_is_what_the_server_wrote_under_workloads_and_runs(tmp_path: Path)
 async def test_the_operator_sets_the_per_workload_bound(setup: dict[str, Any]) -> None:
     buffers, _ = spec_bytes(parse_spec(frozen_spec(), "spec"))
     config = with_quota(setup, quota=64 * GIB, workload_max=buffers - 1)
-    async with in_memory_server(config) as (client, _):
+    async with in_memory_server(config, orchestrator=True) as (client, _):
         frozen = await client.call_tool("freeze_workload", freeze_args(setup["run"]))
         created = await client.call_tool("create_workload", {
             "spec": {**frozen_spec("mine"), "reference": {"launch": frozen_spec()["reference"]["launch"]}},
@@ -165,7 +165,7 @@ async def test_the_operator_sets_the_per_workload_bound(setup: dict[str, Any]) -
 
 async def test_creates_count_against_the_quota_too(setup: dict[str, Any]) -> None:
     config = with_quota(setup, quota=1)  # nothing fits
-    async with in_memory_server(config) as (client, _):
+    async with in_memory_server(config, orchestrator=True) as (client, _):
         result = await client.call_tool("create_workload", {
             "spec": {**frozen_spec("mine"), "reference": {"launch": frozen_spec()["reference"]["launch"]}},
             "reference_cu": kernel(), "initial_cu": kernel()})

@@ -60,7 +60,7 @@ def server(tmp_path: Path) -> Iterator[dict[str, Any]]:
     settings = Settings(harness=write_harness(tmp_path, "fake"), timeout_s=20,
                         workload_dirs=(bundled_workloads_dir(), write_tiny_workload(tmp_path / "extra")))
     config = ServerConfig(settings=settings, workspace=tmp_path / "ws", max_sessions_per_client=3)
-    app, service = build_server(config, tokens=TOKENS, single_client=False)
+    app, service = build_server(config, tokens=TOKENS, single_client=False, orchestrator=True)
     port = free_port()
     uv = uvicorn.Server(uvicorn.Config(http_app(app, config, "127.0.0.1", []), host="127.0.0.1", port=port, log_level="warning"))
     thread = threading.Thread(target=uv.run, daemon=True)

@@ -82,7 +82,7 @@ async def test_a_planted_secret_is_never_a_data_file_nor_served(setup: dict[str,
     plain = setup["config"]
     with_root = replace(plain, data_roots=(data_root.resolve(),))
     for config, names in ((plain, [str(run / ".env"), ".env"]), (with_root, [".env", "secret.txt", str(data_root / ".env")])):
-        async with in_memory_server(config) as (client, _):
+        async with in_memory_server(config, orchestrator=True) as (client, _):
             for name in names:
                 for n in (1, 10):  # a wrong size used to echo the file's; the right one copied it
                     result = await client.call_tool("freeze_workload", data_args(run, {"generator": "file", "path": name}, n))
@@ -92,7 +92,7 @@ async def test_a_planted_secret_is_never_a_data_file_nor_served(setup: dict[str,
 
 
 async def test_runs_serves_text_records_never_inputs_expected_or_modules(setup: dict[str, Any]) -> None:
-    async with in_memory_server(setup["config"]) as (client, _):
+    async with in_memory_server(setup["config"], orchestrator=True) as (client, _):
         args = freeze_args(setup["run"])
         del args["directory"]
         frozen = await client.call_tool("freeze_workload", args)
@@ -128,7 +128,7 @@ async def test_data_files_beneath_a_data_root_are_copied_into_the_run(setup: dic
     values.tofile(root / "sub" / "a.bin")
     np.save(root / "a.npy", values)
     hidden.tofile(root / "hidden.bin")
-    async with in_memory_server(config) as (client, _):
+    async with in_memory_server(config, orchestrator=True) as (client, _):
         for gen in ({"generator": "file", "path": "sub/a.bin", "hidden_path": "hidden.bin"},
                     {"generator": "file", "path": str(root / "a.npy")}):
             result = await client.call_tool("freeze_workload", data_args(setup["run"], gen))
@@ -157,7 +157,7 @@ async def test_links_dot_dot_and_other_names_out_of_a_data_root_are_refused(setu
         "inner/../../outside/secret.bin": "without '..'", str(outside / "secret.bin"): "not under a data root",
         "missing.bin": "no such file",
     }
-    async with in_memory_server(config) as (client, _):
+    async with in_memory_server(config, orchestrator=True) as (client, _):
         for name, why in names.items():
             result = await client.call_tool("freeze_workload", data_args(setup["run"], {"generator": "file", "path": name}))
             assert result.is_error and why in text(result), (name, text(result))
@@ -207,7 +207,7 @@ async def test_fifo_device_and_huge_data_files_fail_at_once(setup: dict[str, Any
     names = ["fifo.bin", "huge.bin", *(["zero.bin"] if zero else [])]
     rss_before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     with released_fifo(root / "fifo.bin"):
-        async with in_memory_server(config) as (client, _):
+        async with in_memory_server(config, orchestrator=True) as (client, _):
             for name in names:
                 with anyio.fail_after(2.5):  # before the FIFO's writer comes (3 s)
                     result = await client.call_tool("freeze_workload", data_args(setup["run"], {"generator": "file", "path": name}))
@@ -265,7 +265,7 @@ async def test_freeze_writes_only_under_the_workspace_runs_or_an_output_root(set
     shared = setup["tmp"] / "client root"
     shared.mkdir()
     (setup["tmp"] / "ws").mkdir(exist_ok=True)
-    app, service = build_server(config)
+    app, service = build_server(config, orchestrator=True)
     try:
         async with Client(app, list_roots_callback=_roots(shared)) as client:
             for target in (run, run / "sub", shared, shared / "sub", setup["tmp"] / "ws", setup["tmp"] / "ws" / "elsewhere"):
@@ -330,7 +330,7 @@ def big_module_kernel(mib: int) -> str:
 
 async def test_replay_modules_are_capped_and_counted_before_they_are_written(setup: dict[str, Any]) -> None:
     assert "table[i & 1023]" in big_module_kernel(1)
-    async with in_memory_server(setup["config"]) as (client, service):
+    async with in_memory_server(setup["config"], orchestrator=True) as (client, service):
         args = freeze_args(setup["run"])
         del args["directory"]
         frozen = await client.call_tool("freeze_workload", args)

@@ -57,7 +57,7 @@ def freeze_args(run: Path, **extra: Any) -> dict[str, Any]:
 
 async def test_freeze_records_inputs_expected_outputs_and_a_frozen_workload(setup: dict[str, Any]) -> None:
     run: Path = setup["run"]
-    async with in_memory_server(setup["config"]) as (client, _):
+    async with in_memory_server(setup["config"], orchestrator=True) as (client, _):
         result = await client.call_tool("freeze_workload", freeze_args(run))
         assert not result.is_error, text(result)
         out = result.structured_content
@@ -127,7 +127,7 @@ async def test_a_frozen_name_shadows_others_on_a_one_client_server_only(setup: d
     clients (HTTP) refuses to freeze under a name another workload has; its frozen workloads are
     the server's, seen by every client."""
     run: Path = setup["run"]
-    app, service = build_server(setup["config"], single_client=False)
+    app, service = build_server(setup["config"], single_client=False, orchestrator=True)
     try:
         async with Client(app) as client, Client(app) as other:
             taken = await client.call_tool("freeze_workload", freeze_args(run))
@@ -147,7 +147,7 @@ async def test_a_frozen_name_shadows_others_on_a_one_client_server_only(setup: d
             assert described.structured_content["origin"] == "configured"
     finally:
         service.close()
-    app, service = build_server(setup["config"])
+    app, service = build_server(setup["config"], orchestrator=True)
     try:
         async with Client(app) as client:
             replay = await client.call_tool("replay_requests", {"workload": "tiny_add", "source": kernel(), "launch": ADD_LAUNCH})
@@ -164,7 +164,7 @@ async def test_a_frozen_name_shadows_others_on_a_one_client_server_only(setup: d
 
 
 async def test_without_directory_or_oracle_it_freezes_under_the_workspace(setup: dict[str, Any]) -> None:
-    async with in_memory_server(setup["config"]) as (client, _):
+    async with in_memory_server(setup["config"], orchestrator=True) as (client, _):
         args = freeze_args(setup["run"])
         del args["directory"], args["oracle_path"], args["seed"]
         result = await client.call_tool("freeze_workload", args)
@@ -211,7 +211,7 @@ async def test_refusals(setup: dict[str, Any], change: dict[str, Any], message: 
         args["spec"]["cases"] += [{"name": f"c{i}", "kind": "performance", "scalars": {"n": 2**26}} for i in range(60)]
     if args["spec"] == "NO_REFERENCE":
         args["spec"] = {k: v for k, v in frozen_spec().items() if k != "reference"}
-    async with in_memory_server(setup["config"]) as (client, _):
+    async with in_memory_server(setup["config"], orchestrator=True) as (client, _):
         result = await client.call_tool("freeze_workload", args)
         assert result.is_error and message in text(result), text(result)
         bad_into = await client.call_tool("replay_requests", {"workload": "tiny_add", "source": kernel(), "launch": ADD_LAUNCH,
@@ -225,7 +225,8 @@ async def test_freeze_over_stdio(setup: dict[str, Any]) -> None:
     run: Path = setup["run"]
     config: ServerConfig = setup["config"]
     extra = setup["tmp"] / "extra"
-    args = ["--workspace", str(config.workspace), "--harness", str(setup["harness"]), "--root", str(run), "--output-root", str(run)]
+    args = ["--orchestrator", "--workspace", str(config.workspace), "--harness", str(setup["harness"]), "--root", str(run),
+            "--output-root", str(run)]
     async with stdio_server(*args, env={"KERNELOPT_WORKLOADS": str(extra)}) as client:
         result = await client.call_tool("freeze_workload", freeze_args(run))
         assert not result.is_error, text(result)
@@ -244,7 +245,7 @@ async def test_freezing_needs_no_gpu(setup: dict[str, Any]) -> None:
     config: ServerConfig = setup["config"]
     (setup["tmp"] / "nogpu").mkdir()
     nogpu = replace(config, settings=replace(config.settings, harness=write_harness(setup["tmp"] / "nogpu", "nogpu")))
-    async with in_memory_server(nogpu) as (client, _):
+    async with in_memory_server(nogpu, orchestrator=True) as (client, _):
         result = await client.call_tool("freeze_workload", freeze_args(run))
         assert not result.is_error, text(result)
         replay = await client.call_tool("replay_requests", {"workload": "tiny_add", "source": kernel(), "launch": ADD_LAUNCH})

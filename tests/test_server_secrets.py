@@ -126,7 +126,7 @@ async def test_no_private_seed_in_any_output_resource_or_file(tmp_path: Path, st
         ("replay_requests", {"workload": "frozen_here", "source": kernel(), "launch": ADD_LAUNCH}),
     ]
     seen: dict[str, str] = {}
-    async with in_memory_server(config) as (client, service):
+    async with in_memory_server(config, orchestrator=True) as (client, service):
         for i, (name, args) in enumerate(calls):
             result = await client.call_tool(name, args)
             body = text(result) + json.dumps(result.structured_content)

@@ -250,7 +250,7 @@ def cmd_runs(argv: list[str]) -> int:
 
     p = argparse.ArgumentParser(prog="kernelopt runs", description="Read recorded optimizer runs.")
     sub = p.add_subparsers(dest="action", required=True)
-    lp = sub.add_parser("list", help="one line per run under the results directory")
+    lp = sub.add_parser("list", help="one line per run under the results directory (the default action)")
     sp = sub.add_parser("show", help="summarize a run (finished, running or interrupted); the newest when none is named")
     sp.add_argument("run", nargs="?", help="a run directory, or a run's name or number under --results-dir (default: the newest)")
     rp = sub.add_parser("report", help="write the run's report.html (one self-contained page: plots, candidates, diffs, "
@@ -272,6 +272,8 @@ def cmd_runs(argv: list[str]) -> int:
         q.add_argument("--results-dir", default="results", help="where `kernelopt optimize` put run-NNN/ (default results/)")
     for q in (lp, sp, dp, pp, tp):
         q.add_argument("--json", action="store_true")
+    if not argv or (argv[0].startswith("-") and argv[0] not in ("-h", "--help")):
+        argv = ["list", *argv]  # `kernelopt runs [--json] [--results-dir D]` lists, like `git stash`
     args = p.parse_args(argv)
     console = Console(width=None if sys.stdout.isatty() else 160)
     results = Path(args.results_dir)

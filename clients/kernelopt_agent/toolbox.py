@@ -102,7 +102,7 @@ class Toolbox:
         command = server_command(opts)
         roots = [str(run.path)]
         data_roots = [str(d) for d in shared]
-        args = [*command[1:], "--root", str(run.path), "--output-root", str(run.path),
+        args = [*command[1:], "--orchestrator", "--root", str(run.path), "--output-root", str(run.path),
                 *(a for root in data_roots for a in ("--data-root", root))]
         if opts.workspace:
             args += ["--workspace", str(opts.workspace)]

@@ -5,12 +5,11 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from mcp.server.mcpserver import MCPServer
-
 from .. import __version__
 from ..server_config import ServerConfig
 from ..service import KerneloptService
 from .identity import TOKEN_CLIENT, ClientIdentity
+from .listing import KerneloptMCPServer, register_manuals
 from .resources import register_completions, register_prompts, register_resources
 from .roots import ROOTS_OFF
 from .session import SHARED
@@ -33,8 +32,8 @@ prompt optimize_kernel primes this loop."""
 
 def build_server(
     config: ServerConfig, *, token: str | None = None, log_level: str = "WARNING", client_roots: bool = True,
-    single_client: bool = True, tokens: Mapping[str, str] | None = None,
-) -> tuple[MCPServer, KerneloptService]:
+    single_client: bool = True, tokens: Mapping[str, str] | None = None, orchestrator: bool = False,
+) -> tuple[KerneloptMCPServer, KerneloptService]:
     """The MCP server and the service behind it (close the service when done).
 
     ``client_roots``: kernel sources under the roots a client advertises are readable. Off for
@@ -42,11 +41,13 @@ def build_server(
     local user, or name its own machine's paths. ``single_client``: the transport serves one client (stdio), so a
     workload frozen through it may shadow another of its name; off for HTTP. ``tokens``: client id
     -> bearer token for HTTP (``token`` is one more, the client ``default``); each request then runs
-    as its token's client (identity.py), and what clients create is kept apart by that id."""
+    as its token's client (identity.py), and what clients create is kept apart by that id.
+    ``orchestrator``: serve ``kernelopt optimize`` (listing.py): its plumbing tools are listed and
+    callable, and every tool is listed in full."""
     service = KerneloptService(config)
-    app: MCPServer = MCPServer(
-        "kernelopt", title="kernelopt: GPU kernel tools", version=__version__, instructions=INSTRUCTIONS,
-        log_level=log_level,  # type: ignore[arg-type]  # --log-level's choices
+    app = KerneloptMCPServer(
+        "kernelopt", orchestrator=orchestrator, title="kernelopt: GPU kernel tools", version=__version__, instructions=INSTRUCTIONS,
+        log_level=log_level,  # one of --log-level's choices
         middleware=[ClientIdentity()], **token_auth({**(tokens or {}), **({TOKEN_CLIENT: token} if token else {})}),
     )
     if not client_roots:
@@ -58,6 +59,7 @@ def build_server(
     register_analysis_tools(app, service)
     register_freeze_tools(app, service)
     register_resources(app, service)
+    register_manuals(app)
     register_prompts(app)
     register_completions(app, service)
     return app, service

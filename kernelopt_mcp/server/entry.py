@@ -72,6 +72,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--unconfined-compiler", action="store_true", default=None,
                    help="where the kernel has no Landlock, compile WITHOUT confining NVRTC: a kernel could read this "
                    "user's files into a compile log (trusted clients only; env KERNELOPT_UNCONFINED_COMPILER=1)")
+    p.add_argument("--orchestrator", action="store_true",
+                   help="serve `kernelopt optimize` (which passes it): list and accept its run-recording tools "
+                   "(freeze_workload, replay_requests) and list every tool in full")
     p.add_argument("--log-level", default="WARNING", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
     return p
 
@@ -197,7 +200,7 @@ def main(argv: list[str] | None = None) -> int:
     config.workspace.mkdir(parents=True, exist_ok=True)
     app, service = build_server(
         config, tokens=tokens, log_level=args.log_level, client_roots=trust_client_roots(args),
-        single_client=not args.http,
+        single_client=not args.http, orchestrator=args.orchestrator,
     )
     try:
         if not args.http:

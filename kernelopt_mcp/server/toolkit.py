@@ -24,6 +24,7 @@ from ..errors import (
     ToolchainNotFound,
     WorkloadError,
 )
+from ..gpu_queue import Step
 from ..launch import LaunchSpec
 from ..server_config import NAME_RE
 
@@ -103,13 +104,19 @@ def tool_result(model: BaseModel, text: str, *, drop_nulls: bool = True) -> Call
 
 
 def notifier(ctx: Context) -> Callable[[str], Awaitable[None]]:
-    """Progress notifications with a monotonic counter and the message saying what happens."""
+    """Progress notifications: each one a step further (MCP's progress must increase) with the
+    message saying what happens. Where a message is a :class:`~kernelopt_mcp.gpu_queue.Step` of a
+    phase whose size is known (cases validated or timed, configurations tried), ``total`` is the
+    steps so far plus the phase's steps still to come; heartbeats keep that estimate."""
     step = 0
+    remaining: int | None = None
 
     async def notify(message: str) -> None:
-        nonlocal step
+        nonlocal step, remaining
         step += 1
-        await ctx.report_progress(step, None, message)
+        if isinstance(message, Step):
+            remaining = max(message.total - message.done, 0) if message.total > 0 else None
+        await ctx.report_progress(step, None if remaining is None else step + remaining, str(message))
 
     return notify
 

@@ -55,7 +55,11 @@ def register_evaluate_tools(app: MCPServer, service: KerneloptService) -> None:
         arch: Annotated[str | None, Field(pattern=r"^sm_\d{2,3}[a-z]?$", description="target such as sm_90 or sm_90a; default: the server's GPU, else sm_90")] = None,
         options: CompileOptions = None,
     ) -> Annotated[CallToolResult, CompileOutput]:
-        """Compile CUDA C++ with NVRTC to a CUBIN without running it: the fast way to fix syntax and
+        """Compile CUDA C++ (device code only, `extern "C" __global__` entries) with NVRTC, no GPU: fix
+        errors (diagnostics with line numbers; an error is a result, not a tool failure) and read registers,
+        shared memory and spills before spending GPU time. Give `source` or `path`. ~0.1-2 s, cached.
+
+        Compile CUDA C++ with NVRTC to a CUBIN without running it: the fast way to fix syntax and
         type errors and to read each kernel's registers, static shared memory, spills and stack
         before spending GPU time. Give exactly one of `source` or `path`. Device code only:
         `extern "C" __global__` entry points; CUDA headers such as cuda_fp16.h, cuda_bf16.h, cuda_fp8.h,
@@ -82,7 +86,13 @@ def register_evaluate_tools(app: MCPServer, service: KerneloptService) -> None:
         compile_options: CompileOptions = None,
         sanitize: Annotated[bool, Field(description="after a pass, also run compute-sanitizer memcheck, racecheck and initcheck on the correctness cases (slower: seconds to minutes)")] = False,
     ) -> Annotated[CallToolResult, EvaluationOutput]:
-        """Check a kernel against a workload: compile it, launch it once per case (all correctness
+        """Check a kernel against a workload on the GPU: every case, correctness and performance, must
+        pass before a kernel counts. Use after compile, before benchmark. Never a tool error for a bad
+        kernel: status ok, or compile_error, invalid_launch, runtime_error, timeout, mismatch (first
+        mismatching indices, expected vs actual), out_of_bounds_write, input_modified, sanitizer_error.
+        Usually 1-10 s (the first call on a workload also prepares it); progress notifications.
+
+        Check a kernel against a workload: compile it, launch it once per case (all correctness
         and performance cases) with its per-case launch configuration, and compare every output
         with the expected values. Use after compile succeeds, before benchmark: a kernel counts only
         if every case passes. The kernel must match describe_workload's c_prototype exactly.
@@ -140,7 +150,12 @@ def register_evaluate_tools(app: MCPServer, service: KerneloptService) -> None:
                   f"{100 * PRECISION_RSE:g}% (or adaptive_rse), `iterations` at most"),
         ] = "count",
     ) -> Annotated[CallToolResult, EvaluationOutput]:
-        """Validate a kernel on every case exactly like `validate`, then time each performance case:
+        """Validate a kernel like `validate`, then time each performance case (CUDA events, L2 flushed,
+        outputs of timed launches checked): per-case median, spread and speedup over the CUDA reference;
+        score_ms = geometric mean of the medians (lower is better). A failing case is reported as
+        validate does and nothing is timed. Usually 5-60 s; progress notifications.
+
+        Validate a kernel on every case exactly like `validate`, then time each performance case:
         `warmup` untimed launches, then `iterations` launches each timed with CUDA events, with the
         L2 cache flushed before every launch outside the timed window and the launches queued behind
         a blocking kernel (no host gaps). After timing, one more launch runs on inputs drawn from a

@@ -38,7 +38,10 @@ def register_workload_tools(app: MCPServer, service: KerneloptService) -> None:
 
     @tool(app, "describe_workload", "Describe a workload")
     async def describe_workload(name: WorkloadName, ctx: Context) -> Annotated[CallToolResult, WorkloadDescription]:
-        """Everything needed to write a kernel for a workload: the exact C prototype (entry name,
+        """Everything needed to write a kernel for a workload: its exact C prototype, cases, tolerances,
+        cost model, CUDA reference and a starting kernel with a valid launch. Cheap, no GPU.
+
+        Everything needed to write a kernel for a workload: the exact C prototype (entry name,
         parameter order and types), each parameter's dtype, role (in: read-only, checked unchanged;
         out: written; inout: both) and shape; every case with its kind (correctness: small, odd
         sizes and edge cases; performance: timed and scored), scalars and buffer shapes; the input
@@ -61,7 +64,11 @@ def register_workload_tools(app: MCPServer, service: KerneloptService) -> None:
         overwrite: Annotated[bool, Field(description="replace a workload created earlier under the same name")] = False,
         torch_problem: Annotated[str | None, Field(max_length=MAX_SOURCE_BYTES, description="source of a KernelBench-style PyTorch problem (class Model, get_inputs, get_init_inputs) to import instead of a spec: spec is then {name} (plus initial {launch} with initial_cu, tolerance 'strict' or 'kernelbench'); only where the server's operator allowed it")] = None,
     ) -> Annotated[CallToolResult, CreatedWorkload]:
-        """Store a new workload in the server's workspace so validate and benchmark can name it.
+        """Store a new workload (a workload.json `spec`, see kernelopt://schema/workload, plus the CUDA
+        reference `reference_cu`) so validate and benchmark can name it; or make one from a PyTorch
+        problem (`torch_problem`). Checked and compiled before anything is stored; no GPU needed.
+
+        Store a new workload in the server's workspace so validate and benchmark can name it.
         `spec` is a workload.json object (JSON Schema: resource kernelopt://schema/workload; example:
         kernelopt://workloads/vector_add/workload.json): name, description, signature {entry, params:
         buffers {"kind": "buffer", name, dtype, role in|out|inout, shape: integers or expressions of
