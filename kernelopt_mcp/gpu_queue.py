@@ -31,10 +31,11 @@ import anyio.to_thread
 
 from .admission import QueueBounds, RecentTimes, admit
 from .errors import GpuCallTooLong, HarnessCancelled
+from .evaluation.device import DeviceInfo
 from .evaluation.harness import HarnessProcess
 from .evaluation.session import Session
 
-__all__ = ["DeviceSlot", "GpuQueue", "Notify", "ProgressFn", "run_on_device"]
+__all__ = ["DeviceSlot", "GpuQueue", "Notify", "ProgressFn", "pick_device", "run_on_device"]
 
 T = TypeVar("T")
 Notify = Callable[[str], Awaitable[None]]
@@ -64,6 +65,10 @@ class GpuQueue:
         self._served: dict[str, int] = {}  # client -> when its last job started (a counter)
         self._clock = itertools.count()
         self.served_order: list[str] = []  # clients in the order their jobs started (tests read it)
+
+    def load(self) -> tuple[bool, int]:
+        """(whether a job holds the device, how many wait): a free device sorts first."""
+        return self._busy, sum(len(queue) for queue in self._waiting.values())
 
     def waiting(self) -> Counter[str]:
         """Jobs waiting now, by client."""
@@ -142,14 +147,24 @@ class GpuQueue:
 
 @dataclass
 class DeviceSlot:
-    """A device's queue, harness and prepared sessions (touched only while holding the queue)."""
+    """A device's queue, harness and prepared sessions (touched only while holding the queue).
+
+    Sessions are per device: each device times the reference itself, so a candidate is only ever
+    compared with a reference timed on the device (and model) it ran on."""
 
     ordinal: int
     queue: GpuQueue = field(default_factory=GpuQueue)
+    info: DeviceInfo | None = None
     harness: HarnessProcess | None = None
     sessions: OrderedDict[str, Session] = field(default_factory=OrderedDict)
     # the job's worker thread: its own, never one of anyio's shared threads that short calls need
     thread: anyio.CapacityLimiter = field(default_factory=lambda: anyio.CapacityLimiter(1))
+
+
+def pick_device(slots: list[DeviceSlot]) -> DeviceSlot:
+    """The device a new job queues for: a free one, else the one with the fewest jobs waiting
+    (ties: the lowest ordinal). Every job then runs on one device from start to end."""
+    return min(slots, key=lambda slot: (*slot.queue.load(), slot.ordinal))
 
 
 async def run_on_device(

@@ -207,6 +207,8 @@ class EvaluationOutput(BaseModel):
     mode: str = Field(description="validate | benchmark")
     workload: str
     device: str | None = None
+    device_ordinal: int | None = Field(None, description="the CUDA ordinal of the GPU it ran on (a server may have several)")
+    device_uuid: str | None = Field(None, description="that GPU's UUID")
     arch: str
     source_hash: str | None = None
     cases_passed: int = 0
@@ -349,7 +351,8 @@ def evaluation_output(checked: CheckedEvaluation, mode: str) -> EvaluationOutput
     return EvaluationOutput(
         status=checked.status, message=_clip(checked.message), mode=mode, workload=result.workload,
         sanitizer=checked.sanitizer,
-        device=result.device, arch=result.arch, source_hash=(result.source_hash or "")[:16] or None,
+        device=result.device, device_ordinal=result.device_ordinal, device_uuid=result.device_uuid,
+        arch=result.arch, source_hash=(result.source_hash or "")[:16] or None,
         cases_passed=sum(c.status == "ok" for c in cases), cases_total=len(cases),
         score_ms=result.score_ms, reference_score_ms=result.reference_score_ms, speedup=result.speedup,
         cases=cases, compile=compile_output(result.compile, "the device") if result.compile else None,

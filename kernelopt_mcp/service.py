@@ -48,7 +48,7 @@ from .evaluation.outcomes import EvaluationResult
 from .evaluation.session import Session
 from .files import read_json, read_regular_bytes
 from .freeze import frozen_workloads
-from .gpu_queue import DeviceSlot, GpuQueue, Notify, ProgressFn, run_on_device
+from .gpu_queue import DeviceSlot, GpuQueue, Notify, ProgressFn, pick_device, run_on_device
 from .launch import LaunchSpec
 from .ncu_report import ProfileSummary
 from .profiler import ProfileOptions, find_ncu
@@ -91,7 +91,7 @@ class KerneloptService:
         self._devices: dict[int, DeviceSlot] = {}
         self._seeds: dict[str, int] = {}
         self._arch_probe: tuple[str, str] | None = None
-        self._device_info: DeviceInfo | None = None
+        self._infos: list[DeviceInfo] | None = None  # every device GPU jobs spread over, the first one primary
         self._probing = anyio.Lock()  # one device probe at a time: those waiting take its answer
         self.rooms = server_rooms(app.compile_concurrency(self.settings), config.queue_bounds)
         self.quota = WorkspaceQuota(config.workspace, config.workspace_quota_bytes)
@@ -240,19 +240,21 @@ class KerneloptService:
 
     # --- devices ------------------------------------------------------------------------
 
-    def _device(self) -> DeviceSlot:
-        ordinal = self.settings.device
-        if ordinal not in self._devices:
-            self._devices[ordinal] = DeviceSlot(ordinal, GpuQueue(self.config.queue_bounds))
-        return self._devices[ordinal]
+    async def devices(self) -> list[DeviceInfo]:
+        """Every device this server spreads GPU jobs over (``--devices``, default every visible one),
+        one harness and queue each; probed until they answer once (devices do not change while the
+        server runs). Raises DeviceUnavailable, ToolchainNotFound."""
+        async with self._probing:
+            if self._infos is None:
+                infos = await self.run_long("probe", partial(app.gpu_infos, self.settings))
+                for info in infos:
+                    self._devices[info.ordinal] = DeviceSlot(info.ordinal, GpuQueue(self.config.queue_bounds), info=info)
+                self._infos = infos
+        return self._infos
 
     async def device_info(self) -> DeviceInfo:
-        """The configured device's properties (raises DeviceUnavailable, ToolchainNotFound); probed
-        until it answers once (the device does not change while the server runs)."""
-        async with self._probing:
-            if self._device_info is None:
-                self._device_info = await self.run_long("probe", partial(app.gpu_info, self.settings))
-        return self._device_info
+        """The first device's properties (the compile target and what gpu_info reports first)."""
+        return (await self.devices())[0]
 
     async def target_arch(self, arch: str | None) -> tuple[str, str]:
         """(arch, where it came from): the argument, the server setting, the GPU, or sm_90."""
@@ -314,7 +316,7 @@ class KerneloptService:
         )
 
         def job(dev: DeviceSlot, progress: ProgressFn) -> CheckedEvaluation:
-            session, harness = self._session(wl, info, dev, progress), dev.harness
+            session, harness = self._session(wl, dev.info or info, dev, progress), dev.harness
             return app.evaluate_kernel(
                 session, candidate, timing, benchmark=benchmark, sanitizer=sanitizer,
                 cancelled=lambda: harness is not None and harness.cancelled,
@@ -404,7 +406,7 @@ class KerneloptService:
         self, wl: Workload, info: DeviceInfo, candidate: Candidate, case: str, options: ProfileOptions,
         out_dir: Path, dev: DeviceSlot, progress: ProgressFn,
     ) -> ProfileSummary:
-        session, harness = self._session(wl, info, dev, progress), dev.harness
+        session, harness = self._session(wl, dev.info or info, dev, progress), dev.harness
         return app.profile_kernel(
             session, candidate, case, out_dir, options, progress=lambda message: progress(message, 0, 1),
             cancelled=lambda: harness is not None and harness.cancelled,
@@ -445,7 +447,7 @@ class KerneloptService:
 
         def job(dev: DeviceSlot, progress: ProgressFn) -> Any:
             cache = app.tune_cache(self.settings)  # reads tune.jsonl: here, in the worker thread
-            session = self._session(wl, info, dev, progress)
+            session = self._session(wl, dev.info or info, dev, progress)
             return app.tune_kernel(
                 session, tuned, options=timing, strategy=strategy, budget_evals=budget_evals, budget_s=budget_s,
                 cache=cache, progress=progress,
@@ -515,11 +517,14 @@ class KerneloptService:
         )
 
     async def gpu_job(self, fn: Callable[[DeviceSlot, ProgressFn], T], notify: Notify) -> T:
-        """Run ``fn(device, progress)`` in a worker thread, alone on the device (see
+        """Run ``fn(device, progress)`` in a worker thread, alone on a device (the free one, else the
+        least queued: :func:`kernelopt_mcp.gpu_queue.pick_device`; see
         :func:`kernelopt_mcp.gpu_queue.run_on_device`: queued in the calling client's turn,
         cancellable, with progress, stopped past the server's per-call cap)."""
+        await self.devices()
+        dev = pick_device(list(self._devices.values()))
         return await run_on_device(
-            self._device(), lambda: app.open_harness(self.settings), fn, notify, client=CLIENT_ID.get(),
+            dev, lambda: app.open_harness(replace(self.settings, device=dev.ordinal)), fn, notify, client=CLIENT_ID.get(),
             max_s=self.config.gpu_call_max_s, cap_name=GPU_CALL_MAX_FLAG,
         )
 

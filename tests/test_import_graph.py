@@ -228,7 +228,7 @@ LAYERS: dict[str, set[str]] = {
     "evaluation": {"evaluation", "_oracle_worker"},  # and every evaluation.* module
     "tools": {
         "profiler", "ncu_report", "sanitizer", "tune.cache", "tune.output", "tune.prefetch", "tune.report",
-        "tune.strategies", "tune.tuner", "freeze", "baselines", "torch_import", "torch_problem", "docs", "docs.bm25",
+        "tune.strategies", "tune.tuner", "tune.dispatch", "tune.workers", "tune.ray_workers", "freeze", "baselines", "torch_import", "torch_problem", "docs", "docs.bm25",
         "docs.live", "docs.search", "results",
     },
     "app": {"app", ""},  # "": the package's __init__ (the public API, loaded lazily)
