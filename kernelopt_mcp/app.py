@@ -11,8 +11,10 @@ from __future__ import annotations
 
 import shutil
 import tempfile
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import replace
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -212,6 +214,60 @@ def device_workers(
         ), owned=True)
         for info in devices
     ]
+
+
+def actor_worker(settings: Settings, workload: Workload, seed: int, options: EvaluateOptions) -> LocalWorker:
+    """Inside a Ray actor: a worker on the one GPU Ray gave it (ordinal 0 under its
+    CUDA_VISIBLE_DEVICES), with its own harness and a compile cache in a temporary directory of its node."""
+    scratch = Path(tempfile.mkdtemp(prefix="kernelopt-ray-"))
+    local = replace(settings, device=0, devices=None, cache_dir=scratch / "cache")
+    info = gpu_info(local)
+    return LocalWorker(open_session(
+        local, workload, open_harness(local), info, seed=seed, options=options, cache=compile_cache(local),
+        workdir=scratch / "session",
+    ), owned=True)
+
+
+def ray_tune_workers(
+    settings: Settings, workload: Workload, address: str, *, seed: int, options: EvaluateOptions,
+) -> tuple[Session, list[Worker]]:
+    """One Ray actor per GPU of the cluster at ``address``, and the driver's session: it measures
+    nothing (its harness only writes requests), it keys the tune cache by the actors' device."""
+    from .tune.ray_workers import connect, ray_workers
+
+    gpus = connect(address)
+    workers = ray_workers(partial(actor_worker, settings, workload, seed, options), gpus)
+    driver = open_session(settings, workload, RequestsOnly(0), workers[0].device, seed=seed, options=options)
+    return driver, list(workers)
+
+
+@contextmanager
+def tune_pool(
+    settings: Settings, workload: Workload, *, devices: str | None, one: bool, ray: str | None, seed: int,
+    options: EvaluateOptions, progress: ProgressFn | None = None,
+) -> Iterator[tuple[Session, list[Worker]]]:
+    """The session a tuning run is keyed by and the workers it measures on: one Ray actor per GPU
+    of the cluster at ``ray``, else one per local device (:func:`tune_devices`); closed after."""
+    if ray:
+        session, workers = ray_tune_workers(settings, workload, ray, seed=seed, options=options)
+        try:
+            yield session, workers
+        finally:
+            session.close()
+            for worker in workers:
+                worker.close()
+        return
+    infos = tune_devices(settings, devices, one=one)
+    cache = compile_cache(settings)
+    with open_harness(replace(settings, device=infos[0].ordinal)) as proc, open_session(
+        settings, workload, proc, infos[0], seed=seed, options=options, cache=cache, progress=progress,
+    ) as session:
+        others = device_workers(settings, workload, infos[1:], seed=seed, options=options, cache=cache)
+        try:
+            yield session, [LocalWorker(session), *others]
+        finally:
+            for other in others:
+                other.close()
 
 
 def freeze_workload(

@@ -8,7 +8,7 @@ import os
 import sys
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -259,7 +259,6 @@ def cmd_tune(args: argparse.Namespace, out: Console) -> int:
     from .tune.report import save_tuning
     from .tune.spec import load_tunable, workload_tunable_path
     from .tune.tuner import summary_line
-    from .tune.workers import LocalWorker
 
     settings = _settings(args)
     workload = find_workload(args.workload, settings)
@@ -267,13 +266,11 @@ def cmd_tune(args: argparse.Namespace, out: Console) -> int:
     run_dir = Path(args.output) if args.output else (
         Path("kernelopt-tune") / f"{time.strftime('%Y%m%d-%H%M%S')}-{workload.name}"
     )
-    devices = app.tune_devices(settings, args.devices, one=args.device is not None)
     options = app.evaluate_options(
         settings, warmup=args.warmup, iterations=args.iterations, flush_l2=not args.no_flush_l2, timeout_s=args.timeout,
         stop=stop_rule(args.stop, warmup=args.warmup, iterations=args.iterations),
     )
     seed = fresh_seed() if args.seed is None else args.seed  # one seed: every device sees the same inputs
-    workers = app.device_workers(settings, workload, devices[1:], seed=seed, options=options, cache=app.compile_cache(settings))
     cache = app.tune_cache(settings, enabled=not args.no_cache)
     quiet = args.json
 
@@ -281,19 +278,14 @@ def cmd_tune(args: argparse.Namespace, out: Console) -> int:
         if not quiet:
             out.print(f"[dim]… [{done}/{total or '?'}] {escape(message)}[/]", highlight=False)
 
-    try:
-        with app.open_harness(replace(settings, device=devices[0].ordinal)) as proc, app.open_session(
-            settings, workload, proc, devices[0], seed=seed, options=options, cache=app.compile_cache(settings),
-            progress=(lambda m, d, t: out.print(f"[dim]    {escape(m)}[/]", highlight=False)) if args.verbose and not quiet else None,
-        ) as session:
-            result = app.tune_kernel(
-                session, tunable, strategy=args.strategy, budget_evals=args.budget_evals, budget_s=args.budget_s,
-                seed=args.tune_seed, cache=cache, progress=progress, early_stop=not args.time_all,
-                workers=[LocalWorker(session), *workers],
-            )
-    finally:
-        for worker in workers:
-            worker.close()
+    with app.tune_pool(
+        settings, workload, devices=args.devices, one=args.device is not None, ray=args.ray, seed=seed, options=options,
+        progress=(lambda m, d, t: out.print(f"[dim]    {escape(m)}[/]", highlight=False)) if args.verbose and not quiet else None,
+    ) as (session, workers):
+        result = app.tune_kernel(
+            session, tunable, strategy=args.strategy, budget_evals=args.budget_evals, budget_s=args.budget_s,
+            seed=args.tune_seed, cache=cache, progress=progress, early_stop=not args.time_all, workers=workers,
+        )
     written = save_tuning(result, tunable, run_dir)
     if args.json:
         print(result.model_dump_json(indent=2, exclude={"best": {"compile"}, "untuned": {"compile"}}))
@@ -464,6 +456,7 @@ def build_parser(extra_commands: Mapping[str, Command] | None = None) -> argpars
     sp.add_argument("--seed", type=int, help="input seed (default: fresh, recorded)")
     sp.add_argument("--tune-seed", type=int, default=0, help="the search strategy's seed (default 0: repeatable)")
     sp.add_argument("--devices", help="CUDA devices to measure on at once, e.g. 0,1 (env KERNELOPT_DEVICES; default every visible one; --device: that one)")
+    sp.add_argument("--ray", metavar="ADDRESS", help="measure on a Ray cluster, one actor per GPU: auto (this machine's cluster) or HOST:PORT (pip install \"kernelopt-mcp[ray]\")")
     sp.add_argument("--arch", help="compile target (default: the GPU's)")
     sp.add_argument("--warmup", type=int, help="warm-up launches per case (default 10)")
     sp.add_argument("--iterations", type=int,

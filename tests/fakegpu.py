@@ -64,14 +64,18 @@ if sys.argv[1:2] == ["--device-info"] and os.environ.get("KO_FAKE_GPU") == "spar
          "peak_memory_bandwidth_bytes_per_s": None})
     sys.exit(0)
 # KO_FAKE_DEVICES=N: a machine of N pretend H200s (ordinals 0..N-1, a UUID each); --device picks one
-DEVICES = int(os.environ.get("KO_FAKE_DEVICES", "1"))
+# CUDA_VISIBLE_DEVICES (set by Ray for an actor given one GPU) renumbers them from 0, as CUDA does
+PHYSICAL = list(range(int(os.environ.get("KO_FAKE_DEVICES", "1"))))
+if os.environ.get("CUDA_VISIBLE_DEVICES"):
+    PHYSICAL = [int(v) for v in os.environ["CUDA_VISIBLE_DEVICES"].split(",") if int(v) in PHYSICAL]
+DEVICES = len(PHYSICAL)
 if sys.argv[1:2] == ["--device-info"]:
     ordinal = int(sys.argv[sys.argv.index("--device") + 1]) if "--device" in sys.argv else 0
     if not 0 <= ordinal < DEVICES:
         say({"protocol": 1, "status": "error", "error": {"kind": "driver_unavailable",
              "message": f"cuDeviceGet({ordinal}): CUDA_ERROR_INVALID_DEVICE ({DEVICES} device(s))"}})
         sys.exit(3)
-    say({"ordinal": ordinal, "device_count": DEVICES, "uuid": f"00000000-0000-4000-8000-{ordinal:012x}",
+    say({"ordinal": ordinal, "device_count": DEVICES, "uuid": f"00000000-0000-4000-8000-{PHYSICAL[ordinal]:012x}",
          "name": "NVIDIA H200 (fake)", "compute_capability": [9, 0],
          "arch": "sm_90", "sm_count": 132, "clock_khz": 1980000, "memory_clock_khz": 3201000,
          "memory_bus_width_bits": 6144, "total_memory_bytes": 150754820096, "l2_cache_bytes": 52428800,
@@ -239,7 +243,8 @@ for line in sys.stdin:
     req = json.loads(line)
     if os.environ.get("KO_FAKE_REQUEST_LOG"):  # which device served which request (tests of several devices)
         with open(os.environ["KO_FAKE_REQUEST_LOG"], "a") as log:
-            log.write(json.dumps({"device": req.get("device", 0), "pid": os.getpid(), "module": req["module"]}) + "\n")
+            log.write(json.dumps({"device": req.get("device", 0), "physical": PHYSICAL[req.get("device", 0)],
+                                  "pid": os.getpid(), "ppid": os.getppid(), "module": req["module"]}) + "\n")
     module = open(req["module"], "rb").read()
     # KO_FAKE_FEATURES=progress: every case of the request, a progress line before each (PROTOCOL.md)
     batch = req["cases"] if "progress" in FEATURES else req["cases"][:1]

@@ -57,6 +57,7 @@ class Dispatcher:
         self.notes: list[str] = []
         self._index = 0
         self._running: dict[Future[EvaluationResult], tuple[_Job, Worker]] = {}
+        self._retry: list[_Job] = []  # a lost worker's jobs, for the next worker free
         self._pool = ThreadPoolExecutor(max_workers=len(workers), thread_name_prefix="tune-worker") if len(workers) > 1 else None
 
     @property
@@ -79,6 +80,8 @@ class Dispatcher:
             return self._inline(job)
         done: list[Done] = []
         while not self.free:
+            if not self._running:  # every worker lost (bounded: each pass waits for one answer)
+                raise KerneloptError(f"every worker was lost; {'; '.join(self.notes)}")
             done.extend(self._collect(block=True))
         self._start(job)
         return done + self._collect(block=False)
@@ -100,8 +103,6 @@ class Dispatcher:
         return [Done(job.index, job.config, result, worker.label, seconds=time.monotonic() - job.started)]
 
     def _start(self, job: _Job) -> None:
-        if not self.free:
-            raise KerneloptError(f"every worker was lost; {'; '.join(self.notes)}")
         worker = self.free.pop(0)
         assert self._pool is not None
         future = self._pool.submit(worker.evaluate, job.candidate, self.options, job.beat_ms)
@@ -120,9 +121,13 @@ class Dispatcher:
                 note = f"{worker.label} was lost ({exc}); config {config_key(job.config)} retried on another worker"
                 self.notes.append(note)
                 job.note += f"retried: {worker.label} was lost. "
-                self._start(job)  # raises once no worker is left
+                self._retry.append(job)
                 continue
             self.free.append(worker)
             done.append(Done(job.index, job.config, result, worker.label, seconds=time.monotonic() - job.started,
                              note=job.note))
+        while self._retry and self.free:
+            self._start(self._retry.pop(0))
+        if self._retry and not self._running:
+            raise KerneloptError(f"every worker was lost; {'; '.join(self.notes)}")
         return done

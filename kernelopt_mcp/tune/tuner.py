@@ -16,7 +16,6 @@ from typing import Any
 from pydantic import BaseModel, Field
 
 from ..evaluation.candidate import Candidate, EvaluateOptions
-from ..evaluation.evaluate import prepare
 from ..evaluation.outcomes import EvaluationResult, Status
 from ..evaluation.session import Session
 from .cache import TuneCache, context_fields, entry_key
@@ -25,7 +24,7 @@ from .prefetch import CompileAhead
 from .space import Config, Space, Value, config_key
 from .spec import Tunable
 from .strategies import auto_choice, make_strategy
-from .workers import LocalWorker, Worker, same_model
+from .workers import LocalWorker, Worker, prepare_first, same_model
 
 MAX_IDLE_ASKS = 500  # proposals in a row that bring nothing new: the strategy has converged
 
@@ -145,8 +144,9 @@ def tune(
     chosen = auto_choice(space, budget_evals) if strategy == "auto" else strategy
     search = make_strategy(chosen, space, seed=seed, budget_evals=budget_evals)
     context = context_fields(session, tunable, opts)
-    prepare(session)
-    ref_score = session.reference_result.score_ms if session.reference_result else None
+    pool, notes = same_model(workers or [LocalWorker(session)])
+    ref_score, pool, lost = prepare_first(pool)  # the first device's reference: the rows' speedups are against it
+    notes += lost
     out = TuneResult(
         workload=session.workload.name, strategy=chosen, space_size=space.size,
         valid_space_size=len(space.valid()) if space.enumerable else None,
@@ -170,7 +170,6 @@ def tune(
             if k not in seen and space.is_valid(upcoming) and cache.get(entry_key(context, upcoming)) is None:
                 ahead.start(k, _candidate(tunable, upcoming, "ahead"))
 
-    pool, notes = same_model(workers or [LocalWorker(session)])
     out.notes.extend(notes)
     out.devices = [f"{w.label}: {w.model}" for w in pool]
     dispatch = Dispatcher(pool, opts)

@@ -20,7 +20,7 @@ from ..evaluation.evaluate import evaluate, prepare
 from ..evaluation.outcomes import EvaluationResult
 from ..evaluation.session import Session
 
-__all__ = ["LocalWorker", "Worker", "WorkerLost", "same_model"]
+__all__ = ["LocalWorker", "Worker", "WorkerLost", "prepare_first", "same_model"]
 
 
 class WorkerLost(KerneloptError):
@@ -32,6 +32,10 @@ class Worker(Protocol):
 
     label: str  # where it runs, for notes and the summary ("device 1", "ray actor on node ... GPU 0")
     model: str  # the device's model name: scores are only ranked against the same model
+
+    def prepare(self) -> float | None:
+        """Prepare the session (inputs, expected outputs, the reference timed); the reference's score."""
+        ...
 
     def evaluate(self, candidate: Candidate, options: EvaluateOptions, beat_ms: float | None) -> EvaluationResult:
         """Validate and time ``candidate`` on this worker's device (WorkerLost if the worker died)."""
@@ -52,6 +56,12 @@ class LocalWorker:
         harness = getattr(session, "harness", None)  # a session that only simulates has none
         self.label = f"device {harness.device if harness is not None else 0}"
         self._lock = threading.Lock()
+
+    def prepare(self) -> float | None:
+        with self._lock:
+            prepare(self.session)
+        reference = self.session.reference_result
+        return reference.score_ms if reference is not None else None
 
     def evaluate(self, candidate: Candidate, options: EvaluateOptions, beat_ms: float | None) -> EvaluationResult:
         with self._lock:
@@ -74,3 +84,16 @@ def same_model(workers: list[Worker]) -> tuple[list[Worker], list[str]]:
     kept = [w for w in workers if w.model == model]
     notes = [f"{w.label} ({w.model}) not used: its scores would be ranked against {model}'s" for w in workers if w.model != model]
     return kept, notes
+
+
+def prepare_first(workers: list[Worker]) -> tuple[float | None, list[Worker], list[str]]:
+    """Prepare the first worker that answers: (its reference score, the workers still alive, a
+    note for each lost on the way). Raises KerneloptError when none answers."""
+    alive, notes = list(workers), []
+    while alive:
+        try:
+            return alive[0].prepare(), alive, notes
+        except WorkerLost as exc:
+            notes.append(f"{alive[0].label} was lost while preparing ({exc}); the run went on without it")
+            alive.pop(0)
+    raise KerneloptError(f"every worker was lost; {'; '.join(notes)}")
