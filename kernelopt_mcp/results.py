@@ -409,6 +409,10 @@ class PeakHints(BaseModel):
 class GpuProperties(BaseModel):
     device: DeviceInfo
     peaks: PeakHints
+    devices: list[str] = Field(
+        default_factory=list, description="every GPU this server spreads GPU jobs over ('<ordinal> <name> <uuid>'): "
+        "that many evaluations run at once"
+    )
 
     def text(self) -> str:
         d, p = self.device, self.peaks
@@ -427,14 +431,15 @@ class GpuProperties(BaseModel):
         return "\n".join(lines)
 
 
-def gpu_properties_output(info: DeviceInfo) -> GpuProperties:
+def gpu_properties_output(info: DeviceInfo, devices: list[DeviceInfo] | None = None) -> GpuProperties:
     lanes = FP32_LANES_PER_SM.get(info.compute_capability[0])
     if info.compute_capability in ((8, 6), (8, 7), (8, 9)):
         lanes = 128
     fp32 = info.sm_count * lanes * 2 * info.clock_khz * 1e3 if lanes and info.clock_khz else None
     measured = H200_MEASURED if "H200" in info.name else {}
     return GpuProperties(
-        device=info, peaks=PeakHints(dram_bytes_per_s=info.peak_memory_bandwidth_bytes_per_s, fp32_flops_per_s=fp32, measured=measured)
+        device=info, peaks=PeakHints(dram_bytes_per_s=info.peak_memory_bandwidth_bytes_per_s, fp32_flops_per_s=fp32, measured=measured),
+        devices=[f"{d.ordinal} {d.name} {d.uuid or ''}".strip() for d in devices or [info]],
     )
 
 

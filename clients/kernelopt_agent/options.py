@@ -65,6 +65,7 @@ class OptimizeOptions:
     workspace: Path | None = None
     harness: Path | None = None
     device: int | None = None
+    devices: str | None = None  # the server's --devices ("0,1"); neither: every visible device
     server_command: list[str] | None = None
     config_file: Path | None = None
     strategy: str | None = None  # llm | tune; None: llm with an API key, tune without

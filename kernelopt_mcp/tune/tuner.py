@@ -338,6 +338,9 @@ def summary_line(result: TuneResult) -> str:
         + f", {c.skipped_by_constraint} skipped by "
         f"constraints, {c.compile_errors} compile errors, {c.invalid_launches} invalid launches, {c.failures} failures"
     )
+    if result.devices:
+        rate = f", {result.evals_per_min_per_device:g} configurations per minute per device" if result.evals_per_min_per_device else ""
+        parts.append(f"{len(result.devices)} device(s){rate}")
     return "; ".join(parts) + f" [{result.strategy}; {result.stop_reason}]"
 
 

@@ -89,7 +89,8 @@ def same_model(workers: list[Worker]) -> tuple[list[Worker], list[str]]:
 def prepare_first(workers: list[Worker]) -> tuple[float | None, list[Worker], list[str]]:
     """Prepare the first worker that answers: (its reference score, the workers still alive, a
     note for each lost on the way). Raises KerneloptError when none answers."""
-    alive, notes = list(workers), []
+    alive: list[Worker] = list(workers)
+    notes: list[str] = []
     while alive:
         try:
             return alive[0].prepare(), alive, notes
