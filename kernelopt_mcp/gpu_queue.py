@@ -155,6 +155,8 @@ class DeviceSlot:
     ordinal: int
     queue: GpuQueue = field(default_factory=GpuQueue)
     info: DeviceInfo | None = None
+    # a GPU of a Ray cluster (ray_devices.RayDevice): its harness and sessions live in its actor
+    remote: Any = None
     harness: HarnessProcess | None = None
     sessions: OrderedDict[str, Session] = field(default_factory=OrderedDict)
     # the job's worker thread: its own, never one of anyio's shared threads that short calls need
@@ -183,15 +185,16 @@ async def run_on_device(
         GpuCallTooLong: the job ran past ``max_s`` (``cap_name`` says which setting sets it).
     """
     async with dev.queue.turn(notify, client):
-        if dev.harness is None:
+        if dev.harness is None and dev.remote is None:
             dev.harness = start_harness()
         harness = dev.harness
-        harness.rearm()
+        if harness is not None:
+            harness.rearm()
         send, receive = anyio.create_memory_object_stream[str](math.inf)
         finished = False
 
         def progress(message: str, done: int, total: int) -> None:
-            if harness.cancelled:
+            if harness is not None and harness.cancelled:
                 raise HarnessCancelled("the call was cancelled")
             try:
                 anyio.from_thread.run_sync(send.send_nowait, message)
@@ -216,14 +219,14 @@ async def run_on_device(
             try:
                 await anyio.sleep_forever()
             finally:
-                if not finished:
+                if not finished and harness is not None:  # a Ray actor's call runs to its end
                     harness.cancel()
 
         over = [False]
 
         async def cap() -> None:  # the GPU is shared: no call holds it past the operator's cap
             await anyio.sleep(max_s)
-            if not finished:
+            if not finished and harness is not None:
                 over[0] = True
                 harness.cancel()
 

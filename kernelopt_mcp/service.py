@@ -73,6 +73,7 @@ from .server_config import (
 )
 from .tune.output import AutotuneOutput
 from .tune.spec import Tunable, load_tunable, parse_tunable, workload_tunable_path
+from .tune.workers import WorkerLost
 from .workload import Workload, load_workload
 from .workspace import RequestError, create_workload
 
@@ -245,6 +246,13 @@ class KerneloptService:
         one harness and queue each; probed until they answer once (devices do not change while the
         server runs). Raises DeviceUnavailable, ToolchainNotFound."""
         async with self._probing:
+            if self._infos is None and self.config.ray_address:
+                from .ray_devices import ray_devices
+
+                remote = await self.run_long("probe", partial(ray_devices, self.settings, self.config.ray_address))
+                for i, device in enumerate(remote):
+                    self._devices[i] = DeviceSlot(i, GpuQueue(self.config.queue_bounds), info=device.info, remote=device)
+                self._infos = [device.info for device in remote]
             if self._infos is None:
                 infos = await self.run_long("probe", partial(app.gpu_infos, self.settings))
                 for info in infos:
@@ -316,6 +324,11 @@ class KerneloptService:
         )
 
         def job(dev: DeviceSlot, progress: ProgressFn) -> CheckedEvaluation:
+            if dev.remote is not None:
+                if sanitizer is not None:
+                    raise RequestError("sanitize needs a local GPU: this server runs its GPU jobs on a Ray cluster (--ray)")
+                key = _workload_key(wl)
+                return dev.remote.call("evaluate", wl, key, self._seeds.setdefault(key, fresh_seed()), candidate, timing, benchmark)
             session, harness = self._session(wl, dev.info or info, dev, progress), dev.harness
             return app.evaluate_kernel(
                 session, candidate, timing, benchmark=benchmark, sanitizer=sanitizer,
@@ -406,6 +419,8 @@ class KerneloptService:
         self, wl: Workload, info: DeviceInfo, candidate: Candidate, case: str, options: ProfileOptions,
         out_dir: Path, dev: DeviceSlot, progress: ProgressFn,
     ) -> ProfileSummary:
+        if dev.remote is not None:
+            raise RequestError("ncu_profile needs a local GPU: this server runs its GPU jobs on a Ray cluster (--ray)")
         session, harness = self._session(wl, dev.info or info, dev, progress), dev.harness
         return app.profile_kernel(
             session, candidate, case, out_dir, options, progress=lambda message: progress(message, 0, 1),
@@ -446,6 +461,9 @@ class KerneloptService:
         timing = app.evaluate_options(self.settings, warmup=warmup, iterations=iterations, stop=stop)
 
         def job(dev: DeviceSlot, progress: ProgressFn) -> Any:
+            if dev.remote is not None:  # measured on the actor its job was handed
+                key, args = _workload_key(wl), {"strategy": strategy, "budget_evals": budget_evals, "budget_s": budget_s}
+                return dev.remote.call("tune", wl, key, self._seeds.setdefault(key, fresh_seed()), tuned, timing, args)
             cache = app.tune_cache(self.settings)  # reads tune.jsonl: here, in the worker thread
             session = self._session(wl, dev.info or info, dev, progress)
             return app.tune_kernel(
@@ -522,11 +540,18 @@ class KerneloptService:
         :func:`kernelopt_mcp.gpu_queue.run_on_device`: queued in the calling client's turn,
         cancellable, with progress, stopped past the server's per-call cap)."""
         await self.devices()
-        dev = pick_device(list(self._devices.values()))
-        return await run_on_device(
-            dev, lambda: app.open_harness(replace(self.settings, device=dev.ordinal)), fn, notify, client=CLIENT_ID.get(),
-            max_s=self.config.gpu_call_max_s, cap_name=GPU_CALL_MAX_FLAG,
-        )
+        while True:
+            dev = pick_device(list(self._devices.values()))
+            try:
+                return await run_on_device(
+                    dev, partial(app.open_harness, replace(self.settings, device=dev.ordinal)), fn, notify,
+                    client=CLIENT_ID.get(), max_s=self.config.gpu_call_max_s, cap_name=GPU_CALL_MAX_FLAG,
+                )
+            except WorkerLost as exc:  # a Ray actor died: forget it, run the job on another (none: the error)
+                if len(self._devices) == 1:
+                    raise KerneloptError(f"every Ray actor of this server was lost; the last: {exc}") from None
+                self._devices.pop(dev.ordinal, None)
+                await notify(f"{exc}; the job runs again on another GPU")
 
     def _forget(self, directory: Path) -> None:
         """Drop the prepared session and seed of the workload in ``directory`` (replaced on disk)."""
@@ -545,6 +570,8 @@ class KerneloptService:
             dev.sessions.clear()
             if dev.harness is not None:
                 dev.harness.close()
+            if dev.remote is not None:
+                dev.remote.close()
         shutil.rmtree(self._private, ignore_errors=True)
 
 

@@ -231,7 +231,7 @@ LAYERS: dict[str, set[str]] = {
         "tune.strategies", "tune.tuner", "tune.dispatch", "tune.workers", "tune.ray_workers", "freeze", "baselines", "torch_import", "torch_problem", "docs", "docs.bm25",
         "docs.live", "docs.search", "results",
     },
-    "app": {"app", ""},  # "": the package's __init__ (the public API, loaded lazily)
+    "app": {"app", "", "ray_devices"},  # "": the package's __init__ (the public API, loaded lazily)
     "service": {"service", "server_config", "gpu_queue", "admission", "quota", "workspace", "torch_workspace", "caches"},
     "entry": {"cli", "render", "torch_cli", "__main__", "server"},  # and every server.* module
 }

@@ -16,8 +16,10 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import anyio
 import pytest
-from fakegpu import REPO, write_harness, write_tiny_workload
+from fakegpu import ADD_LAUNCH, REPO, kernel, stdio_server, write_harness, write_tiny_workload
+from fakegpu import tool_text as text
 
 from kernelopt_mcp.cli import main
 
@@ -25,15 +27,21 @@ FIXTURES = Path(__file__).resolve().parent / "fixtures" / "tune"
 
 
 @pytest.fixture(scope="module")
-def cluster() -> Iterator[None]:
+def cluster() -> Iterator[str]:
+    """The local cluster's address. Its processes inherit this environment: the checkout first on
+    PYTHONPATH, so actors of every driver (this test, a server it starts) import this code."""
     ray = pytest.importorskip("ray", reason="Ray is not installed (pip install '.[ray]')")
-    path = os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))
-    ray.init(num_cpus=2, num_gpus=2, include_dashboard=False, log_to_driver=False, logging_level="WARNING",
-             runtime_env={"env_vars": {"PYTHONPATH": path}})
+    before = os.environ.get("PYTHONPATH")
+    os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), str(REPO / "clients"), before]))
     try:
-        yield
+        ray.init(num_cpus=2, num_gpus=2, include_dashboard=False, log_to_driver=False, logging_level="WARNING")
+        yield ray.get_runtime_context().gcs_address
     finally:
         ray.shutdown()
+        if before is None:
+            os.environ.pop("PYTHONPATH", None)
+        else:
+            os.environ["PYTHONPATH"] = before
 
 
 def served(tmp_path: Path) -> list[dict]:
@@ -106,3 +114,60 @@ def test_without_ray_the_flag_says_how_to_install_it(tmp_path: Path, monkeypatch
     assert main(argv) != 0
     err = capsys.readouterr()
     assert 'pip install "kernelopt-mcp[ray]"' in err.out + err.err
+
+
+@pytest.mark.anyio
+async def test_the_server_on_ray_runs_jobs_on_both_gpus_and_tags_them(cluster: str, tmp_path: Path) -> None:
+    harness = write_harness(tmp_path, "fake", devices=2)
+    extra = write_tiny_workload(tmp_path / "extra")
+    env = {"KERNELOPT_HARNESS": str(harness), "KERNELOPT_WORKLOADS": str(extra), "KERNELOPT_CACHE": str(tmp_path / "cache")}
+    results: list[dict] = []
+    async with stdio_server("--workspace", str(tmp_path / "ws"), "--ray", cluster, env=env) as client:
+        async def one(i: int) -> None:
+            source = kernel("SLOW") + f"// candidate {i}\n"
+            r = await client.call_tool("benchmark", {"workload": "tiny_add", "launch": ADD_LAUNCH, "source": source})
+            assert not r.is_error, text(r)
+            results.append(r.structured_content)
+
+        with anyio.fail_after(120):
+            async with anyio.create_task_group() as tg:
+                for i in range(6):
+                    tg.start_soon(one, i)
+        props = await client.call_tool("gpu_properties", {})
+    assert all(r["status"] == "ok" and r["score_ms"] for r in results), results
+    assert len({r["device_uuid"] for r in results}) == 2, results  # each actor's GPU took some
+    assert {r["physical"] for r in served(tmp_path)} == {0, 1}
+    assert len(props.structured_content["devices"]) == 2
+
+
+def test_optimize_on_ray_spreads_candidates_over_both_gpus(cluster: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from scripted_model import ScriptedModel
+    from test_optimize import SECRET, proposal
+
+    from kernelopt_agent.cli import main as agent_main
+
+    harness = write_harness(tmp_path, "fake", devices=2)
+    extra = write_tiny_workload(tmp_path / "extra")
+    monkeypatch.chdir(tmp_path)
+    for key, value in {"OPENAI_API_KEY": SECRET, "KERNELOPT_WORKLOADS": str(extra), "KERNELOPT_DOCS_OFFLINE": "1",
+                       "KERNELOPT_CACHE": str(tmp_path / "cache")}.items():
+        monkeypatch.setenv(key, value)
+    monkeypatch.delenv("OPENAI_BASE_URL", raising=False)
+    both_asked = threading.Barrier(2)
+
+    def answer(body: dict) -> dict:
+        both_asked.wait(120)  # the two lanes' candidates reach the server together
+        return proposal(kernel("SLOW") + f"// {time.monotonic_ns()}\n", "a lane's idea")
+
+    with ScriptedModel([answer] * 4) as model:
+        code = agent_main(["optimize", "--harness", str(harness), "--workspace", str(tmp_path / "ws"), "--results-dir",
+                           str(tmp_path / "results"), "--iterations", "3", "--warmup", "1", "--quiet", "--base-url",
+                           model.url, "--workload", "tiny_add", "--max-iterations", "2", "--candidates", "2",
+                           "--ray", cluster])
+    assert code == 0
+    run = tmp_path / "results" / "run-001"
+    history = [json.loads(line) for line in (run / "history.jsonl").read_text().splitlines()] if (run / "history.jsonl").exists() \
+        else json.loads((run / "history.json").read_text())
+    devices = {h.get("device") for h in history if h.get("event") == "candidate"}
+    assert len(devices - {None}) == 2, devices
+    assert json.loads((run / "summary.json").read_text())["devices"]["used"] == 2

@@ -70,6 +70,8 @@ def optimize_parser(prog: str = "kernelopt optimize") -> argparse.ArgumentParser
     p.add_argument("--device", type=int, help="run on this CUDA device alone (default: every visible device, see --devices)")
     p.add_argument("--devices", help="CUDA devices the server spreads evaluations over, e.g. 0,1: --candidates N keeps "
                    "them busy (default every visible device)")
+    p.add_argument("--ray", metavar="ADDRESS", help="evaluate on a Ray cluster's GPUs (auto or HOST:PORT), one actor per "
+                   "GPU; needs pip install \"kernelopt-mcp[ray]\"")
     p.add_argument("--strategy", choices=("llm", "tune"), help="llm: a model proposes kernels (default with an API key); "
                    "tune: autotune the workload's tunable.json, no model (default without one)")
     p.add_argument("--tune-budget", type=int, help="configurations to measure when a model's proposal carries tunables (default 8)")

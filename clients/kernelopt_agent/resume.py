@@ -63,7 +63,7 @@ from .runs import resolve_run
 from .toolbox import Toolbox
 
 LIMITS = ("max_iterations", "max_tokens", "max_cost")  # may be raised (or set) on resume
-WHEREABOUTS = ("base_url", "harness", "workspace", "device", "devices")  # where things are on this machine, not what is measured
+WHEREABOUTS = ("base_url", "harness", "workspace", "device", "devices", "ray")  # where things are on this machine, not what is measured
 DERIVED = (*FROM_ENVIRONMENT, "config_file", "strategy_defaulted")  # never taken from config.json
 FINALIZE_PROBLEMS = ("replay: ", "heatmap: ")  # notes finalize adds; a resume finalizes again
 

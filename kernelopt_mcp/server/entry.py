@@ -53,6 +53,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--devices", help="CUDA device ordinals to spread GPU jobs over, e.g. 0,1,2,3: one harness process and "
                    "queue each, a job goes to a free one (env KERNELOPT_DEVICES; default every visible device)")
     p.add_argument("--arch", help="compile target override, e.g. sm_90 (env KERNELOPT_ARCH)")
+    p.add_argument("--ray", metavar="ADDRESS", help="run GPU jobs on a Ray cluster's GPUs, one actor each: auto (this "
+                   "machine's cluster) or HOST:PORT; needs pip install \"kernelopt-mcp[ray]\" (env KERNELOPT_RAY)")
     p.add_argument("--http", action="store_true", help="serve streamable HTTP instead of stdio")
     p.add_argument("--host", default="127.0.0.1", help="HTTP bind address (default 127.0.0.1; any other needs a token)")
     p.add_argument("--port", type=int, default=8000, help="HTTP port (default 8000)")
@@ -130,6 +132,7 @@ def config_from_args(args: argparse.Namespace, environ: dict[str, str] | None = 
         max_sessions_per_client=per_client,
         workload_max_bytes=disk["workload_max_gib"], workspace_quota_bytes=disk["workspace_quota_gib"],
         queue_bounds=QueueBounds(*waiting), gpu_call_max_s=gpu_max,
+        ray_address=getattr(args, "ray", None) or env.get("KERNELOPT_RAY") or None,
     )
 
 
