@@ -11,15 +11,18 @@ from __future__ import annotations
 
 import shutil
 import tempfile
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import replace
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 from . import freeze
 from .compile_pool import default_pool
 from .compiler import CompileCache, CompileResult, cached_compile, compile_kernel
-from .config import Settings
-from .errors import KerneloptError
+from .config import Settings, parse_devices
+from .errors import DeviceUnavailable, KerneloptError
 from .evaluation.calibrate import Calibration, calibrate, peaks_for
 from .evaluation.candidate import Candidate, EvaluateOptions, ProgressFn
 from .evaluation.device import DeviceInfo, device_info
@@ -34,6 +37,7 @@ from .sanitizer import sanitize_candidate
 from .tune.cache import TuneCache
 from .tune.spec import Tunable
 from .tune.tuner import TuneResult, tune
+from .tune.workers import LocalWorker, Worker
 from .workload import Workload
 
 __all__ = [
@@ -62,6 +66,22 @@ def open_harness(settings: Settings) -> HarnessProcess:
 def gpu_info(settings: Settings) -> DeviceInfo:
     """The configured device's properties (raises DeviceUnavailable, ToolchainNotFound)."""
     return device_info(harness_binary(settings), settings.device)
+
+
+def gpu_infos(settings: Settings) -> list[DeviceInfo]:
+    """The properties of every device GPU jobs spread over: ``settings.devices``, else every device
+    the driver shows (the harness's ``device_count``). Raises DeviceUnavailable (a named ordinal
+    that does not exist among them), ToolchainNotFound."""
+    binary = harness_binary(settings)
+    first = device_info(binary, settings.devices[0] if settings.devices else 0)
+    ordinals = settings.devices or tuple(range(first.device_count))
+    for ordinal in ordinals:
+        if ordinal >= first.device_count:
+            raise DeviceUnavailable(
+                f"device {ordinal} does not exist: this machine shows {first.device_count} CUDA device(s), "
+                f"ordinals 0-{first.device_count - 1} (check --devices / KERNELOPT_DEVICES, and CUDA_VISIBLE_DEVICES)"
+            )
+    return [first if ordinal == first.ordinal else device_info(binary, ordinal) for ordinal in ordinals]
 
 
 def calibrate_gpu(
@@ -173,6 +193,83 @@ def open_session(
     )
 
 
+def tune_devices(settings: Settings, devices: str | None, *, one: bool) -> list[DeviceInfo]:
+    """The devices a tuning run measures on: ``devices`` ("0,1"), else ``settings.devices``, else
+    every visible one; ``one`` (a --device given): ``settings.device`` alone."""
+    if one:
+        return [gpu_info(settings)]
+    return gpu_infos(replace(settings, devices=parse_devices(devices)) if devices else settings)
+
+
+def device_workers(
+    settings: Settings, workload: Workload, devices: Sequence[DeviceInfo], *, seed: int, options: EvaluateOptions,
+    cache: CompileCache | None,
+) -> list[LocalWorker]:
+    """A worker per device, each with its own harness process and a session drawn from the same
+    ``seed`` (so every device sees the same inputs), prepared on first use. The caller closes them."""
+    return [
+        LocalWorker(open_session(
+            settings, workload, HarnessProcess(harness_binary(settings), info.ordinal), info, seed=seed, options=options,
+            cache=cache,
+        ), owned=True)
+        for info in devices
+    ]
+
+
+def actor_worker(settings: Settings, workload: Workload, seed: int, options: EvaluateOptions) -> LocalWorker:
+    """Inside a Ray actor: a worker on the one GPU Ray gave it (ordinal 0 under its
+    CUDA_VISIBLE_DEVICES), with its own harness and a compile cache in a temporary directory of its node."""
+    scratch = Path(tempfile.mkdtemp(prefix="kernelopt-ray-"))
+    local = replace(settings, device=0, devices=None, cache_dir=scratch / "cache")
+    info = gpu_info(local)
+    return LocalWorker(open_session(
+        local, workload, open_harness(local), info, seed=seed, options=options, cache=compile_cache(local),
+        workdir=scratch / "session",
+    ), owned=True)
+
+
+def ray_tune_workers(
+    settings: Settings, workload: Workload, address: str, *, seed: int, options: EvaluateOptions,
+) -> tuple[Session, list[Worker]]:
+    """One Ray actor per GPU of the cluster at ``address``, and the driver's session: it measures
+    nothing (its harness only writes requests), it keys the tune cache by the actors' device."""
+    from .tune.ray_workers import connect, ray_workers
+
+    gpus = connect(address)
+    workers = ray_workers(partial(actor_worker, settings, workload, seed, options), gpus)
+    driver = open_session(settings, workload, RequestsOnly(0), workers[0].device, seed=seed, options=options)
+    return driver, list(workers)
+
+
+@contextmanager
+def tune_pool(
+    settings: Settings, workload: Workload, *, devices: str | None, one: bool, ray: str | None, seed: int,
+    options: EvaluateOptions, progress: ProgressFn | None = None,
+) -> Iterator[tuple[Session, list[Worker]]]:
+    """The session a tuning run is keyed by and the workers it measures on: one Ray actor per GPU
+    of the cluster at ``ray``, else one per local device (:func:`tune_devices`); closed after."""
+    if ray:
+        session, workers = ray_tune_workers(settings, workload, ray, seed=seed, options=options)
+        try:
+            yield session, workers
+        finally:
+            session.close()
+            for worker in workers:
+                worker.close()
+        return
+    infos = tune_devices(settings, devices, one=one)
+    cache = compile_cache(settings)
+    with open_harness(replace(settings, device=infos[0].ordinal)) as proc, open_session(
+        settings, workload, proc, infos[0], seed=seed, options=options, cache=cache, progress=progress,
+    ) as session:
+        others = device_workers(settings, workload, infos[1:], seed=seed, options=options, cache=cache)
+        try:
+            yield session, [LocalWorker(session), *others]
+        finally:
+            for other in others:
+                other.close()
+
+
 def freeze_workload(
     settings: Settings, spec: dict[str, Any], reference_cu: str, initial_cu: str | None, directory: Path, *,
     oracle: Path | None, data_path: Callable[[str], Path], seed: int | None, device: DeviceInfo | None, arch: str,
@@ -240,11 +337,11 @@ def profile_kernel(
 def tune_kernel(
     session: Session, tunable: Tunable, *, options: EvaluateOptions | None = None, strategy: str = "auto",
     budget_evals: int | None = None, budget_s: float | None = None, seed: int = 0, cache: TuneCache | None = None,
-    progress: ProgressFn | None = None, early_stop: bool = True,
+    progress: ProgressFn | None = None, early_stop: bool = True, workers: list[Worker] | None = None,
 ) -> TuneResult:
     """Search ``tunable``'s parameter space on the session's workload and device (``early_stop``:
     stop timing a configuration that provably cannot beat the best so far)."""
     return tune(
         session, tunable, options=options, strategy=strategy, budget_evals=budget_evals, budget_s=budget_s,
-        seed=seed, cache=cache, progress=progress, early_stop=early_stop,
+        seed=seed, cache=cache, progress=progress, early_stop=early_stop, workers=workers,
     )

@@ -264,6 +264,7 @@ def cmd_docs(args: argparse.Namespace, out: Console) -> int:
 
 
 def cmd_tune(args: argparse.Namespace, out: Console) -> int:
+    from .evaluation.inputs import fresh_seed
     from .tune.report import save_tuning
     from .tune.spec import load_tunable, workload_tunable_path
     from .tune.tuner import summary_line
@@ -274,11 +275,11 @@ def cmd_tune(args: argparse.Namespace, out: Console) -> int:
     run_dir = Path(args.output) if args.output else (
         Path("kernelopt-tune") / f"{time.strftime('%Y%m%d-%H%M%S')}-{workload.name}"
     )
-    device = app.gpu_info(settings)
     options = app.evaluate_options(
         settings, warmup=args.warmup, iterations=args.iterations, flush_l2=not args.no_flush_l2, timeout_s=args.timeout,
         stop=stop_rule(args.stop, warmup=args.warmup, iterations=args.iterations),
     )
+    seed = fresh_seed() if args.seed is None else args.seed  # one seed: every device sees the same inputs
     cache = app.tune_cache(settings, enabled=not args.no_cache)
     quiet = args.json
 
@@ -286,13 +287,13 @@ def cmd_tune(args: argparse.Namespace, out: Console) -> int:
         if not quiet:
             out.print(f"[dim]… [{done}/{total or '?'}] {escape(message)}[/]", highlight=False)
 
-    with app.open_harness(settings) as proc, app.open_session(
-        settings, workload, proc, device, seed=args.seed, options=options, cache=app.compile_cache(settings),
+    with app.tune_pool(
+        settings, workload, devices=args.devices, one=args.device is not None, ray=args.ray, seed=seed, options=options,
         progress=(lambda m, d, t: out.print(f"[dim]    {escape(m)}[/]", highlight=False)) if args.verbose and not quiet else None,
-    ) as session:
+    ) as (session, workers):
         result = app.tune_kernel(
             session, tunable, strategy=args.strategy, budget_evals=args.budget_evals, budget_s=args.budget_s,
-            seed=args.tune_seed, cache=cache, progress=progress, early_stop=not args.time_all,
+            seed=args.tune_seed, cache=cache, progress=progress, early_stop=not args.time_all, workers=workers,
         )
     written = save_tuning(result, tunable, run_dir)
     if args.json:
@@ -463,6 +464,8 @@ def build_parser(extra_commands: Mapping[str, Command] | None = None, prog: str 
     sp.add_argument("--budget-s", type=float, help="seconds: no new configuration starts after this")
     sp.add_argument("--seed", type=int, help="input seed (default: fresh, recorded)")
     sp.add_argument("--tune-seed", type=int, default=0, help="the search strategy's seed (default 0: repeatable)")
+    sp.add_argument("--devices", help="CUDA devices to measure on at once, e.g. 0,1 (env KERNELOPT_DEVICES; default every visible one; --device: that one)")
+    sp.add_argument("--ray", metavar="ADDRESS", help="measure on a Ray cluster, one actor per GPU: auto (this machine's cluster) or HOST:PORT (pip install \"kernelopt-mcp[ray]\")")
     sp.add_argument("--arch", help="compile target (default: the GPU's)")
     sp.add_argument("--warmup", type=int, help="warm-up launches per case (default 10)")
     sp.add_argument("--iterations", type=int,

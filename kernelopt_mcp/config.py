@@ -30,10 +30,26 @@ def _flag(value: str) -> bool:
     return value.strip().lower() in ("1", "true", "yes", "on")
 
 
+def parse_devices(text: str) -> tuple[int, ...]:
+    """``"0,1,3"`` -> (0, 1, 3): CUDA device ordinals, each once.
+
+    Raises:
+        ValueError: not a comma-separated list of distinct ordinals >= 0 (the message says so).
+    """
+    parts = [p.strip() for p in text.split(",") if p.strip()]
+    if not parts or not all(p.isdigit() for p in parts):
+        raise ValueError(f"devices {text!r}: give CUDA device ordinals separated by commas, e.g. 0,1")
+    ordinals = tuple(int(p) for p in parts)
+    if len(set(ordinals)) != len(ordinals):
+        raise ValueError(f"devices {text!r}: an ordinal is named twice")
+    return ordinals
+
+
 # KERNELOPT_* variables that set one field each, with the field's type
 _ENV_FIELDS: dict[str, tuple[str, Callable[[str], Any]]] = {
     "KERNELOPT_HARNESS": ("harness", Path),
     "KERNELOPT_DEVICE": ("device", int),
+    "KERNELOPT_DEVICES": ("devices", parse_devices),
     "KERNELOPT_ARCH": ("arch", str),
     "KERNELOPT_CACHE": ("cache_dir", Path),
     "KERNELOPT_TIMEOUT": ("timeout_s", float),
@@ -61,6 +77,9 @@ _ENV_FIELDS: dict[str, tuple[str, Callable[[str], Any]]] = {
 class Settings:
     harness: Path | None = None
     device: int = 0
+    # the devices a server or a tuning run spreads its GPU jobs over (one harness each); None: every
+    # visible device for those, ``device`` alone for single evaluations
+    devices: tuple[int, ...] | None = None
     arch: str | None = None
     workload_dirs: tuple[Path, ...] = field(default_factory=lambda: (bundled_workloads_dir(),))
     cache_dir: Path | None = None

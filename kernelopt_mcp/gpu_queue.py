@@ -31,10 +31,11 @@ import anyio.to_thread
 
 from .admission import QueueBounds, RecentTimes, admit
 from .errors import GpuCallTooLong, HarnessCancelled
+from .evaluation.device import DeviceInfo
 from .evaluation.harness import HarnessProcess
 from .evaluation.session import Session
 
-__all__ = ["DeviceSlot", "GpuQueue", "Notify", "ProgressFn", "Step", "run_on_device"]
+__all__ = ["DeviceSlot", "GpuQueue", "Notify", "ProgressFn", "Step", "pick_device", "run_on_device"]
 
 T = TypeVar("T")
 Notify = Callable[[str], Awaitable[None]]
@@ -79,6 +80,10 @@ class GpuQueue:
         self._served: dict[str, int] = {}  # client -> when its last job started (a counter)
         self._clock = itertools.count()
         self.served_order: list[str] = []  # clients in the order their jobs started (tests read it)
+
+    def load(self) -> tuple[bool, int]:
+        """(whether a job holds the device, how many wait): a free device sorts first."""
+        return self._busy, sum(len(queue) for queue in self._waiting.values())
 
     def waiting(self) -> Counter[str]:
         """Jobs waiting now, by client."""
@@ -157,14 +162,26 @@ class GpuQueue:
 
 @dataclass
 class DeviceSlot:
-    """A device's queue, harness and prepared sessions (touched only while holding the queue)."""
+    """A device's queue, harness and prepared sessions (touched only while holding the queue).
+
+    Sessions are per device: each device times the reference itself, so a candidate is only ever
+    compared with a reference timed on the device (and model) it ran on."""
 
     ordinal: int
     queue: GpuQueue = field(default_factory=GpuQueue)
+    info: DeviceInfo | None = None
+    # a GPU of a Ray cluster (ray_devices.RayDevice): its harness and sessions live in its actor
+    remote: Any = None
     harness: HarnessProcess | None = None
     sessions: OrderedDict[str, Session] = field(default_factory=OrderedDict)
     # the job's worker thread: its own, never one of anyio's shared threads that short calls need
     thread: anyio.CapacityLimiter = field(default_factory=lambda: anyio.CapacityLimiter(1))
+
+
+def pick_device(slots: list[DeviceSlot]) -> DeviceSlot:
+    """The device a new job queues for: a free one, else the one with the fewest jobs waiting
+    (ties: the lowest ordinal). Every job then runs on one device from start to end."""
+    return min(slots, key=lambda slot: (*slot.queue.load(), slot.ordinal))
 
 
 async def run_on_device(
@@ -183,15 +200,16 @@ async def run_on_device(
         GpuCallTooLong: the job ran past ``max_s`` (``cap_name`` says which setting sets it).
     """
     async with dev.queue.turn(notify, client):
-        if dev.harness is None:
+        if dev.harness is None and dev.remote is None:
             dev.harness = start_harness()
         harness = dev.harness
-        harness.rearm()
+        if harness is not None:
+            harness.rearm()
         send, receive = anyio.create_memory_object_stream[str](math.inf)
         finished = False
 
         def progress(message: str, done: int, total: int) -> None:
-            if harness.cancelled:
+            if harness is not None and harness.cancelled:
                 raise HarnessCancelled("the call was cancelled")
             try:
                 anyio.from_thread.run_sync(send.send_nowait, Step(message, done, total))
@@ -216,14 +234,14 @@ async def run_on_device(
             try:
                 await anyio.sleep_forever()
             finally:
-                if not finished:
+                if not finished and harness is not None:  # a Ray actor's call runs to its end
                     harness.cancel()
 
         over = [False]
 
         async def cap() -> None:  # the GPU is shared: no call holds it past the operator's cap
             await anyio.sleep(max_s)
-            if not finished:
+            if not finished and harness is not None:
                 over[0] = True
                 harness.cancel()
 

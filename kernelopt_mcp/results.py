@@ -208,6 +208,8 @@ class EvaluationOutput(BaseModel):
     mode: str = Field(description="validate | benchmark")
     workload: str
     device: str | None = None
+    device_ordinal: int | None = Field(None, description="the CUDA ordinal of the GPU it ran on (a server may have several)")
+    device_uuid: str | None = Field(None, description="that GPU's UUID")
     arch: str
     source_hash: str | None = None
     cases_passed: int = 0
@@ -354,7 +356,8 @@ def evaluation_output(checked: CheckedEvaluation, mode: str) -> EvaluationOutput
     return EvaluationOutput(
         status=checked.status, message=_clip(checked.message), mode=mode, workload=result.workload,
         sanitizer=checked.sanitizer,
-        device=result.device, arch=result.arch, source_hash=(result.source_hash or "")[:16] or None,
+        device=result.device, device_ordinal=result.device_ordinal, device_uuid=result.device_uuid,
+        arch=result.arch, source_hash=(result.source_hash or "")[:16] or None,
         cases_passed=sum(c.status == "ok" for c in cases), cases_total=len(cases),
         score_ms=result.score_ms, reference_score_ms=result.reference_score_ms, speedup=result.speedup,
         cases=cases, compile=compile_output(result.compile, "the device") if result.compile else None,
@@ -412,6 +415,10 @@ class PeakHints(BaseModel):
 class GpuProperties(BaseModel):
     device: DeviceInfo
     peaks: PeakHints
+    devices: list[str] = Field(
+        default_factory=list, description="every GPU this server spreads GPU jobs over ('<ordinal> <name> <uuid>'): "
+        "that many evaluations run at once"
+    )
 
     def text(self) -> str:
         d, p = self.device, self.peaks
@@ -430,14 +437,15 @@ class GpuProperties(BaseModel):
         return "\n".join(lines)
 
 
-def gpu_properties_output(info: DeviceInfo) -> GpuProperties:
+def gpu_properties_output(info: DeviceInfo, devices: list[DeviceInfo] | None = None) -> GpuProperties:
     lanes = FP32_LANES_PER_SM.get(info.compute_capability[0])
     if info.compute_capability in ((8, 6), (8, 7), (8, 9)):
         lanes = 128
     fp32 = info.sm_count * lanes * 2 * info.clock_khz * 1e3 if lanes and info.clock_khz else None
     measured = H200_MEASURED if "H200" in info.name else {}
     return GpuProperties(
-        device=info, peaks=PeakHints(dram_bytes_per_s=info.peak_memory_bandwidth_bytes_per_s, fp32_flops_per_s=fp32, measured=measured)
+        device=info, peaks=PeakHints(dram_bytes_per_s=info.peak_memory_bandwidth_bytes_per_s, fp32_flops_per_s=fp32, measured=measured),
+        devices=[f"{d.ordinal} {d.name} {d.uuid or ''}".strip() for d in devices or [info]],
     )
 
 

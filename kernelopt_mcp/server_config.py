@@ -61,6 +61,8 @@ class ServerConfig:
     queue_bounds: QueueBounds = field(default_factory=QueueBounds)
     # seconds one call may hold the GPU (0: no cap); the entry point sets DEFAULT_GPU_CALL_MAX_S over HTTP
     gpu_call_max_s: float = 0.0
+    # a Ray cluster ("auto" or HOST:PORT) whose GPUs run the GPU jobs, one actor each; None: this machine's
+    ray_address: str | None = None
 
     def client_home(self, client: str | None = None) -> Path:
         """Where ``client`` (default: the calling one, CLIENT_ID) keeps its created workloads and runs:

@@ -48,7 +48,7 @@ from .evaluation.outcomes import EvaluationResult
 from .evaluation.session import Session
 from .files import read_json, read_regular_bytes
 from .freeze import frozen_workloads
-from .gpu_queue import DeviceSlot, GpuQueue, Notify, ProgressFn, run_on_device
+from .gpu_queue import DeviceSlot, GpuQueue, Notify, ProgressFn, pick_device, run_on_device
 from .launch import LaunchSpec
 from .ncu_report import ProfileSummary
 from .profiler import ProfileOptions, find_ncu
@@ -73,6 +73,7 @@ from .server_config import (
 )
 from .tune.output import AutotuneOutput
 from .tune.spec import Tunable, load_tunable, parse_tunable, workload_tunable_path
+from .tune.workers import WorkerLost
 from .workload import Workload, load_workload
 from .workspace import RequestError, create_workload
 
@@ -91,7 +92,7 @@ class KerneloptService:
         self._devices: dict[int, DeviceSlot] = {}
         self._seeds: dict[str, int] = {}
         self._arch_probe: tuple[str, str] | None = None
-        self._device_info: DeviceInfo | None = None
+        self._infos: list[DeviceInfo] | None = None  # every device GPU jobs spread over, the first one primary
         self._probing = anyio.Lock()  # one device probe at a time: those waiting take its answer
         self.rooms = server_rooms(app.compile_concurrency(self.settings), config.queue_bounds)
         self.quota = WorkspaceQuota(config.workspace, config.workspace_quota_bytes)
@@ -241,19 +242,28 @@ class KerneloptService:
 
     # --- devices ------------------------------------------------------------------------
 
-    def _device(self) -> DeviceSlot:
-        ordinal = self.settings.device
-        if ordinal not in self._devices:
-            self._devices[ordinal] = DeviceSlot(ordinal, GpuQueue(self.config.queue_bounds))
-        return self._devices[ordinal]
+    async def devices(self) -> list[DeviceInfo]:
+        """Every device this server spreads GPU jobs over (``--devices``, default every visible one),
+        one harness and queue each; probed until they answer once (devices do not change while the
+        server runs). Raises DeviceUnavailable, ToolchainNotFound."""
+        async with self._probing:
+            if self._infos is None and self.config.ray_address:
+                from .ray_devices import ray_devices
+
+                remote = await self.run_long("probe", partial(ray_devices, self.settings, self.config.ray_address))
+                for i, device in enumerate(remote):
+                    self._devices[i] = DeviceSlot(i, GpuQueue(self.config.queue_bounds), info=device.info, remote=device)
+                self._infos = [device.info for device in remote]
+            if self._infos is None:
+                infos = await self.run_long("probe", partial(app.gpu_infos, self.settings))
+                for info in infos:
+                    self._devices[info.ordinal] = DeviceSlot(info.ordinal, GpuQueue(self.config.queue_bounds), info=info)
+                self._infos = infos
+        return self._infos
 
     async def device_info(self) -> DeviceInfo:
-        """The configured device's properties (raises DeviceUnavailable, ToolchainNotFound); probed
-        until it answers once (the device does not change while the server runs)."""
-        async with self._probing:
-            if self._device_info is None:
-                self._device_info = await self.run_long("probe", partial(app.gpu_info, self.settings))
-        return self._device_info
+        """The first device's properties (the compile target and what gpu_info reports first)."""
+        return (await self.devices())[0]
 
     async def target_arch(self, arch: str | None) -> tuple[str, str]:
         """(arch, where it came from): the argument, the server setting, the GPU, or sm_90."""
@@ -315,7 +325,12 @@ class KerneloptService:
         )
 
         def job(dev: DeviceSlot, progress: ProgressFn) -> CheckedEvaluation:
-            session, harness = self._session(wl, info, dev, progress), dev.harness
+            if dev.remote is not None:
+                if sanitizer is not None:
+                    raise RequestError("sanitize needs a local GPU: this server runs its GPU jobs on a Ray cluster (--ray)")
+                key = _workload_key(wl)
+                return dev.remote.call("evaluate", wl, key, self._seeds.setdefault(key, fresh_seed()), candidate, timing, benchmark)
+            session, harness = self._session(wl, dev.info or info, dev, progress), dev.harness
             return app.evaluate_kernel(
                 session, candidate, timing, benchmark=benchmark, sanitizer=sanitizer,
                 cancelled=lambda: harness is not None and harness.cancelled,
@@ -405,7 +420,9 @@ class KerneloptService:
         self, wl: Workload, info: DeviceInfo, candidate: Candidate, case: str, options: ProfileOptions,
         out_dir: Path, dev: DeviceSlot, progress: ProgressFn,
     ) -> ProfileSummary:
-        session, harness = self._session(wl, info, dev, progress), dev.harness
+        if dev.remote is not None:
+            raise RequestError("ncu_profile needs a local GPU: this server runs its GPU jobs on a Ray cluster (--ray)")
+        session, harness = self._session(wl, dev.info or info, dev, progress), dev.harness
         return app.profile_kernel(
             session, candidate, case, out_dir, options, progress=lambda message: progress(message, 0, 1),
             cancelled=lambda: harness is not None and harness.cancelled,
@@ -445,8 +462,11 @@ class KerneloptService:
         timing = app.evaluate_options(self.settings, warmup=warmup, iterations=iterations, stop=stop)
 
         def job(dev: DeviceSlot, progress: ProgressFn) -> Any:
+            if dev.remote is not None:  # measured on the actor its job was handed
+                key, args = _workload_key(wl), {"strategy": strategy, "budget_evals": budget_evals, "budget_s": budget_s}
+                return dev.remote.call("tune", wl, key, self._seeds.setdefault(key, fresh_seed()), tuned, timing, args)
             cache = app.tune_cache(self.settings)  # reads tune.jsonl: here, in the worker thread
-            session = self._session(wl, info, dev, progress)
+            session = self._session(wl, dev.info or info, dev, progress)
             return app.tune_kernel(
                 session, tuned, options=timing, strategy=strategy, budget_evals=budget_evals, budget_s=budget_s,
                 cache=cache, progress=progress,
@@ -516,13 +536,23 @@ class KerneloptService:
         )
 
     async def gpu_job(self, fn: Callable[[DeviceSlot, ProgressFn], T], notify: Notify) -> T:
-        """Run ``fn(device, progress)`` in a worker thread, alone on the device (see
+        """Run ``fn(device, progress)`` in a worker thread, alone on a device (the free one, else the
+        least queued: :func:`kernelopt_mcp.gpu_queue.pick_device`; see
         :func:`kernelopt_mcp.gpu_queue.run_on_device`: queued in the calling client's turn,
         cancellable, with progress, stopped past the server's per-call cap)."""
-        return await run_on_device(
-            self._device(), lambda: app.open_harness(self.settings), fn, notify, client=CLIENT_ID.get(),
-            max_s=self.config.gpu_call_max_s, cap_name=GPU_CALL_MAX_FLAG,
-        )
+        await self.devices()
+        while True:
+            dev = pick_device(list(self._devices.values()))
+            try:
+                return await run_on_device(
+                    dev, partial(app.open_harness, replace(self.settings, device=dev.ordinal)), fn, notify,
+                    client=CLIENT_ID.get(), max_s=self.config.gpu_call_max_s, cap_name=GPU_CALL_MAX_FLAG,
+                )
+            except WorkerLost as exc:  # a Ray actor died: forget it, run the job on another (none: the error)
+                if len(self._devices) == 1:
+                    raise KerneloptError(f"every Ray actor of this server was lost; the last: {exc}") from None
+                self._devices.pop(dev.ordinal, None)
+                await notify(f"{exc}; the job runs again on another GPU")
 
     def _forget(self, directory: Path) -> None:
         """Drop the prepared session and seed of the workload in ``directory`` (replaced on disk)."""
@@ -541,6 +571,8 @@ class KerneloptService:
             dev.sessions.clear()
             if dev.harness is not None:
                 dev.harness.close()
+            if dev.remote is not None:
+                dev.remote.close()
         shutil.rmtree(self._private, ignore_errors=True)
 
 

@@ -12,7 +12,9 @@ Two modes of the stand-in (written to a test's tmp_path by :func:`write_harness`
   ``MS:<case>=<ms>;...`` sets the median latency of named cases.
 Every start of the stand-in appends its arguments and its whole environment to
 ``harness-env.jsonl`` beside it (the wrapper names the file), so a test can check what the server
-let through to the harness.
+let through to the harness; every request appends the device it named to ``harness-requests.jsonl``.
+``KO_FAKE_DEVICES=N`` makes it a machine of N pretend H200s (``--device-info --device K`` answers for
+ordinal K, each with its own UUID).
 It speaks the harness's `serve` protocol (one JSON request per line on stdin), so every path of
 the server and of clients above it runs for real, bar the GPU itself.
 """
@@ -61,8 +63,20 @@ if sys.argv[1:2] == ["--device-info"] and os.environ.get("KO_FAKE_GPU") == "spar
          "max_grid_dim": [2147483647, 65535, 65535], "driver_version": 13000, "driver_version_str": "580.00",
          "peak_memory_bandwidth_bytes_per_s": None})
     sys.exit(0)
+# KO_FAKE_DEVICES=N: a machine of N pretend H200s (ordinals 0..N-1, a UUID each); --device picks one
+# CUDA_VISIBLE_DEVICES (set by Ray for an actor given one GPU) renumbers them from 0, as CUDA does
+PHYSICAL = list(range(int(os.environ.get("KO_FAKE_DEVICES", "1"))))
+if os.environ.get("CUDA_VISIBLE_DEVICES"):
+    PHYSICAL = [int(v) for v in os.environ["CUDA_VISIBLE_DEVICES"].split(",") if int(v) in PHYSICAL]
+DEVICES = len(PHYSICAL)
 if sys.argv[1:2] == ["--device-info"]:
-    say({"ordinal": 0, "device_count": 1, "name": "NVIDIA H200 (fake)", "compute_capability": [9, 0],
+    ordinal = int(sys.argv[sys.argv.index("--device") + 1]) if "--device" in sys.argv else 0
+    if not 0 <= ordinal < DEVICES:
+        say({"protocol": 1, "status": "error", "error": {"kind": "driver_unavailable",
+             "message": f"cuDeviceGet({ordinal}): CUDA_ERROR_INVALID_DEVICE ({DEVICES} device(s))"}})
+        sys.exit(3)
+    say({"ordinal": ordinal, "device_count": DEVICES, "uuid": f"00000000-0000-4000-8000-{PHYSICAL[ordinal]:012x}",
+         "name": "NVIDIA H200 (fake)", "compute_capability": [9, 0],
          "arch": "sm_90", "sm_count": 132, "clock_khz": 1980000, "memory_clock_khz": 3201000,
          "memory_bus_width_bits": 6144, "total_memory_bytes": 150754820096, "l2_cache_bytes": 52428800,
          "shared_memory_per_sm_bytes": 233472, "shared_memory_per_block_bytes": 49152,
@@ -232,6 +246,10 @@ def run_case(req, module, case, t0, index=0):
 for line in sys.stdin:
     t0 = time.perf_counter()
     req = json.loads(line)
+    if os.environ.get("KO_FAKE_REQUEST_LOG"):  # which device served which request (tests of several devices)
+        with open(os.environ["KO_FAKE_REQUEST_LOG"], "a") as log:
+            log.write(json.dumps({"device": req.get("device", 0), "physical": PHYSICAL[req.get("device", 0)],
+                                  "pid": os.getpid(), "ppid": os.getppid(), "module": req["module"]}) + "\n")
     module = open(req["module"], "rb").read()
     # KO_FAKE_FEATURES=progress: every case of the request, a progress line before each (PROTOCOL.md)
     batch = req["cases"] if "progress" in FEATURES else req["cases"][:1]
@@ -285,12 +303,18 @@ TINY_SPEC: dict[str, Any] = {
 }
 
 
-def write_harness(directory: Path, mode: str) -> Path:
+def write_harness(directory: Path, mode: str, devices: int = 1) -> Path:
+    """The stand-in as ``directory/kernelopt-harness-<mode>``: a machine of ``devices`` pretend GPUs
+    (set in the wrapper: the harness's environment is an allowlist)."""
     script = directory / "fake_harness.py"
     script.write_text(FAKE_HARNESS)
     wrapper = directory / f"kernelopt-harness-{mode}"
     log = directory / "harness-env.jsonl"
-    wrapper.write_text(f"#!/bin/sh\nKO_FAKE_GPU={mode} KO_FAKE_ENV_LOG='{log}' exec {sys.executable} {script} \"$@\"\n")
+    requests = directory / "harness-requests.jsonl"
+    wrapper.write_text(
+        f"#!/bin/sh\nKO_FAKE_GPU={mode} KO_FAKE_DEVICES={devices} KO_FAKE_ENV_LOG='{log}' KO_FAKE_REQUEST_LOG='{requests}' "
+        f"exec {sys.executable} {script} \"$@\"\n"
+    )
     wrapper.chmod(0o755)
     return wrapper
 

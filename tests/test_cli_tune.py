@@ -77,3 +77,25 @@ def test_configurations_are_compiled_ahead_and_only_once(tmp_path: Path, env: di
     assert result["counts"]["compiled_ahead"] >= measured - 2  # all but the first (and what the lookahead saw last)
     tunable = [s for s in sources if any(o.startswith("-DBLOCK") for o in s)]
     assert len(tunable) == len(set(tunable)) == measured, sorted(tunable)
+
+
+def test_tune_spreads_over_every_device_and_finds_the_same_best(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setenv("KERNELOPT_CACHE", str(tmp_path / "cache"))
+    workload = str(write_tiny_workload(tmp_path / "wl") / "tiny_add")
+    harness = write_harness(tmp_path, "fake", devices=2)
+    base = ["tune", workload, str(FIXTURES / "add.json"), "--harness", str(harness), "--iterations", "3", "--warmup", "0",
+            "--no-cache", "--json", "--seed", "7"]
+    assert main([*base, "--device", "0", "-o", str(tmp_path / "one")]) == 0
+    one = json.loads(capsys.readouterr().out)
+    (tmp_path / "harness-requests.jsonl").unlink()
+    assert main([*base, "-o", str(tmp_path / "all")]) == 0  # default: every visible device
+    both = json.loads(capsys.readouterr().out)
+    assert one["devices"] == ["device 0: NVIDIA H200 (fake)"]
+    assert both["devices"] == ["device 0: NVIDIA H200 (fake)", "device 1: NVIDIA H200 (fake)"]
+    assert both["best_params"] == one["best_params"] == {"BLOCK": 32, "UNROLL": 4}
+    assert [r["params"] for r in both["table"]] == [r["params"] for r in one["table"]]  # the same search, in order
+    assert {r["device"] for r in both["table"]} == {"device 0", "device 1"}
+    served = {json.loads(line)["device"] for line in (tmp_path / "harness-requests.jsonl").read_text().splitlines()}
+    assert served == {0, 1}
+    assert both["evals_per_min_per_device"] > 0 and both["counts"]["measured"] == 14

@@ -228,10 +228,11 @@ LAYERS: dict[str, set[str]] = {
     "evaluation": {"evaluation", "_oracle_worker"},  # and every evaluation.* module
     "tools": {
         "profiler", "ncu_report", "sanitizer", "tune.cache", "tune.output", "tune.prefetch", "tune.report",
-        "tune.strategies", "tune.tuner", "freeze", "baselines", "torch_import", "torch_problem", "suite_table", "suite", "docs", "docs.bm25",
+        "tune.strategies", "tune.tuner", "tune.dispatch", "tune.workers", "tune.ray_workers", "freeze", "baselines",
+        "torch_import", "torch_problem", "suite_table", "suite", "docs", "docs.bm25",
         "docs.live", "docs.search", "results",
     },
-    "app": {"app", ""},  # "": the package's __init__ (the public API, loaded lazily)
+    "app": {"app", "", "ray_devices"},  # "": the package's __init__ (the public API, loaded lazily)
     "service": {"service", "server_config", "gpu_queue", "admission", "quota", "workspace", "torch_workspace", "caches"},
     "entry": {"cli", "render", "torch_cli", "kernelbench_cli", "__main__", "server"},  # and every server.* module
 }

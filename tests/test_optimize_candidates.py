@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from fakegpu import kernel
+from fakegpu import kernel, write_harness
 from scripted_model import ScriptedModel
 from test_optimize import env, optimize, proposal, read  # noqa: F401  (env is a fixture)
 
@@ -94,3 +94,29 @@ def test_candidates_must_be_a_small_positive_number(env: dict[str, Path], capsys
         assert optimize(env, None, "--workload", "tiny_add", "--candidates", bad) == 2
         assert "--candidates must be an integer from 1 to 16" in capsys.readouterr().err
     assert not env["results"].exists()
+
+
+def test_candidates_spread_over_every_device(env: dict[str, Path]) -> None:  # noqa: F811
+    write_harness(env["tmp"], "fake", devices=2)  # the same stand-in, now a machine of two GPUs
+    slow = [kernel("SLOW") + f"// lane {i}\n" for i in range(4)]
+    both_asked = threading.Barrier(2)
+
+    def answer(body: dict[str, Any]) -> dict[str, Any]:
+        state = body["messages"][2]["content"]
+        it = int(re.search(r"Iteration (\d+) of", state).group(1))  # type: ignore[union-attr]
+        slot = int(re.search(r"You are candidate (\d+) of 2", state).group(1))  # type: ignore[union-attr]
+        both_asked.wait(WAIT_S)  # the two lanes' candidates reach the server together
+        return proposal(slow[2 * (it - 1) + slot - 1], f"lane {slot}")
+
+    with ScriptedModel([answer] * 4) as model:
+        code = optimize(env, model, "--workload", "tiny_add", "--max-iterations", "2", "--candidates", "2",
+                        "--devices", "0,1")
+    assert code == 0
+    run = env["results"] / "run-001"
+    history = read(run / "history.json")
+    devices = {h["device"] for h in history if h["event"] == "candidate" and h["kind"] == "proposal"}
+    assert {d.split()[0] for d in devices} == {"0", "1"}, devices  # each GPU evaluated some proposals
+    summary = read(run / "summary.json")
+    assert summary["devices"]["used"] == 2 and summary["devices"]["evaluations_per_minute_per_device"] > 0
+    served = {json.loads(line)["device"] for line in (env["tmp"] / "harness-requests.jsonl").read_text().splitlines()}
+    assert served == {0, 1}

@@ -94,8 +94,8 @@ def _tree(root: Path, skip: Path | None = None) -> dict[str, tuple[int, int, boo
             dirnames[:] = []
             continue
         for name in dirnames + filenames:
-            if name == "harness-env.jsonl":
-                continue  # the pretend GPU's own log of the environments it was started with
+            if name in ("harness-env.jsonl", "harness-requests.jsonl"):
+                continue  # the pretend GPU's own logs: the environments it was started with, the requests it served
             st_ = (here / name).lstat()
             if skip is not None and here / name == skip:
                 continue  # the workspace's own mtime changes when the server writes into it

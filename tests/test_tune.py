@@ -23,7 +23,7 @@ from kernelopt_mcp.errors import ExpressionError, TunableError
 from kernelopt_mcp.evaluation.candidate import Candidate, EvaluateOptions
 from kernelopt_mcp.evaluation.outcomes import CaseResult, EvaluationResult, Status
 from kernelopt_mcp.launch import DeviceLimits, LaunchSpec
-from kernelopt_mcp.tune import tuner as tuner_module
+from kernelopt_mcp.tune import workers as workers_module
 from kernelopt_mcp.tune.cache import TuneCache
 from kernelopt_mcp.tune.space import Space, config_key
 from kernelopt_mcp.tune.spec import load_tunable, parse_tunable, substitute
@@ -88,7 +88,7 @@ class FakeEvaluator:
 @pytest.fixture(autouse=True)
 def fake_sessions(monkeypatch: pytest.MonkeyPatch) -> None:
     """tune() prepares and evaluates through evaluation.evaluate's functions: a FakeEvaluator answers instead."""
-    real_prepare, real_evaluate = tuner_module.prepare, tuner_module.evaluate
+    real_prepare, real_evaluate = workers_module.prepare, workers_module.evaluate
 
     def prepare(session: Any, **kwargs: Any) -> None:
         return session.prepare() if isinstance(session, FakeEvaluator) else real_prepare(session, **kwargs)
@@ -98,8 +98,8 @@ def fake_sessions(monkeypatch: pytest.MonkeyPatch) -> None:
             return session.evaluate(candidate)
         return real_evaluate(session, candidate, options, **kwargs)
 
-    monkeypatch.setattr(tuner_module, "prepare", prepare)
-    monkeypatch.setattr(tuner_module, "evaluate", evaluate)
+    monkeypatch.setattr(workers_module, "prepare", prepare)  # the tuner's workers prepare and evaluate
+    monkeypatch.setattr(workers_module, "evaluate", evaluate)
 
 
 @pytest.fixture

@@ -67,7 +67,11 @@ def optimize_parser(prog: str = "kernelopt optimize") -> argparse.ArgumentParser
                    "--iterations")
     p.add_argument("--workspace", help="kernelopt-mcp workspace (default ~/.kernelopt)")
     p.add_argument("--harness", help="kernelopt-harness binary for the server (default: the installed one)")
-    p.add_argument("--device", type=int, help="CUDA device ordinal (default 0)")
+    p.add_argument("--device", type=int, help="run on this CUDA device alone (default: every visible device, see --devices)")
+    p.add_argument("--devices", help="CUDA devices the server spreads evaluations over, e.g. 0,1: --candidates N keeps "
+                   "them busy (default every visible device)")
+    p.add_argument("--ray", metavar="ADDRESS", help="evaluate on a Ray cluster's GPUs (auto or HOST:PORT), one actor per "
+                   "GPU; needs pip install \"kernelopt-mcp[ray]\"")
     p.add_argument("--strategy", choices=("llm", "tune"), help="llm: a model proposes kernels (default with an API key); "
                    "tune: autotune the workload's tunable.json, no model (default without one)")
     p.add_argument("--tune-budget", type=int, help="configurations to measure when a model's proposal carries tunables (default 8)")
@@ -79,7 +83,7 @@ def optimize_parser(prog: str = "kernelopt optimize") -> argparse.ArgumentParser
                    "directory: a path, or a run's name or number under --results-dir. It keeps its options, frozen "
                    "workload, candidates and their numbering, best so far and spent tokens and cost; only "
                    "--max-iterations (the total, counting the iterations done), --max-tokens and --max-cost (which "
-                   "count what was spent) and --base-url, --harness, --workspace, --device may be given again")
+                   "count what was spent) and --base-url, --harness, --workspace, --device, --devices may be given again")
     p.add_argument("--keep-data", action="store_true", default=None,
                    help="keep the drawn input files and large expected outputs in the run directory (default: they are "
                    "removed when the run ends and `kernelopt runs restore RUN` draws them again from the recorded seed)")

@@ -115,6 +115,7 @@ def summary(
         "tokens": {**model.usage.as_json(opt.opts.model), "per_call": model.calls} if model else {"calls": 0, "total_tokens": 0, "cost_usd": 0.0},
         "iterations": {"max": opt.opts.max_iterations, "used": opt.iterations_used,
                        "candidates_per_iteration": opt.opts.candidates},
+        "devices": _devices(opt.records, now - opt.started),
         "candidates": {"total": len(opt.records), "valid": sum(r.valid for r in opt.records),
                        "invalid": [f"{r.label}: {r.status}" for r in opt.records if not r.valid],
                        "duplicates": [f"iteration {d.iteration}" + (f" candidate {d.slot}" if d.slot else "")
@@ -176,3 +177,12 @@ def _provenance(opt: Optimizer) -> dict[str, Any]:
 def error_text(exc: BaseException) -> str:
     return "".join(traceback.format_exception_only(type(exc), exc)).strip()
 
+
+
+def _devices(records: list[Any], wall_s: float) -> dict[str, Any]:
+    """How many GPUs evaluated the run's candidates, and evaluations per minute of the run per GPU
+    (the whole wall time: model calls and compiles included, so a figure of the whole loop)."""
+    used = sorted({r.device for r in records if r.device})
+    evaluated = sum(1 for r in records if r.device)
+    rate = evaluated / (wall_s / 60) / len(used) if used and wall_s > 0 else None
+    return {"used": len(used), "which": used, "evaluations_per_minute_per_device": round(rate, 2) if rate else None}

@@ -10,7 +10,7 @@
 
 ``--candidates N`` runs N lanes of step 3 at once: each lane is the sequential loop above (its
 own repairs), asked for a proposal distinct from the others'; their model requests are in flight
-together while the GPU evaluates whatever has arrived, one candidate at a time (``gpu_lock``).
+together while the server's GPUs evaluate whatever has arrived, one candidate per GPU at a time (``gpu_lock``).
 A proposal identical to an earlier one (source, launch, options) is recorded, not evaluated.
 
 All state lives in :class:`Optimizer`, so an interrupted run is finalized with what it has.
@@ -112,7 +112,7 @@ class Optimizer:
         self.records: list[CandidateRecord] = []
         self.history: list[Event] = []
         self.lanes: dict[int | None, str] = {None: "begin"}  # the graph node each lane is at (None: the main one)
-        self.gpu_lock = anyio.Lock()  # one GPU job at a time: evaluations, profiles, tuning
+        self.gpu_lock = anyio.Semaphore(1)  # a GPU job per server GPU at a time (read_gpu): evaluations, profiles, tuning
         self.seen: dict[str, str] = {}  # proposal key (source, launch, options) -> the label that has it
         self.pending: dict[str, anyio.Event] = {}  # proposal key -> set once its evaluation is recorded
         self.duplicates: list[DuplicateEvent] = []
@@ -198,6 +198,7 @@ class Optimizer:
         if result.is_error:
             raise RunFailed(f"kernelopt-mcp cannot use a GPU: {result.text}")
         self.device = DeviceInfo.model_validate(result.structured["device"])
+        self.gpu_lock = anyio.Semaphore(max(1, len(result.structured.get("devices") or [])))  # --candidates N fill them
         self.arch = self.opts.arch or self.device.arch
         self.gpu_text = result.text
         self.display.info(f"GPU: {self.device.name} ({self.arch}), driver {self.device.driver_version_str}")
@@ -474,6 +475,7 @@ class Optimizer:
             rec.score_ms, rec.speedup = out.get("score_ms"), out.get("speedup")
             rec.checks = [str(c) for c in out.get("checks") or []]
             rec.host_ms = {str(k): float(v) for k, v in (out.get("phases") or {}).items() if isinstance(v, int | float)}
+            rec.device = f"{out['device_ordinal']} {out.get('device_uuid') or ''}".strip() if out.get("device_ordinal") is not None else None
             for case in out.get("cases", []):
                 rec.case_status[case["name"]] = case["status"]
                 if case.get("timing"):

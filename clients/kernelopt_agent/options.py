@@ -65,6 +65,8 @@ class OptimizeOptions:
     workspace: Path | None = None
     harness: Path | None = None
     device: int | None = None
+    devices: str | None = None  # the server's --devices ("0,1"); neither: every visible device
+    ray: str | None = None  # the server's --ray: a Ray cluster's GPUs instead of this machine's
     server_command: list[str] | None = None
     config_file: Path | None = None
     strategy: str | None = None  # llm | tune; None: llm with an API key, tune without

@@ -37,7 +37,7 @@ class Optimizer(Protocol):
     tools: Toolbox | None
     frozen: FrozenWorkload | None
     display: Display
-    gpu_lock: anyio.Lock
+    gpu_lock: anyio.Semaphore
 
     def tool_names(self) -> list[str]: ...
     def workload_text(self) -> str: ...

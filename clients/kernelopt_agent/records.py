@@ -56,6 +56,7 @@ class CandidateRecord:
     seconds: float = 0.0
     slot: int | None = None  # which of --candidates N proposals of its iteration (1..N); None for N = 1
     host_ms: dict[str, float] = field(default_factory=dict)  # the evaluation's phases: compile, validate, timing, total
+    device: str | None = None  # the GPU that evaluated it: "<ordinal> <uuid>" (a server may have several)
 
     @property
     def valid(self) -> bool:
@@ -123,6 +124,7 @@ class CandidateEvent(Event):
         default_factory=dict, description="where the server's evaluation spent its wall time (compile_ms, validate_ms, "
         "timing_ms, total_ms); seconds also counts the tool call around it"
     )
+    device: str | None = Field(None, description="the GPU that evaluated it: its ordinal on the server's machine and UUID")
     files: dict[str, str] = Field(default_factory=dict)
 
 

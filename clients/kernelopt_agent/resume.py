@@ -63,7 +63,7 @@ from .runs import resolve_run
 from .toolbox import Toolbox
 
 LIMITS = ("max_iterations", "max_tokens", "max_cost")  # may be raised (or set) on resume
-WHEREABOUTS = ("base_url", "harness", "workspace", "device")  # where things are on this machine, not what is measured
+WHEREABOUTS = ("base_url", "harness", "workspace", "device", "devices", "ray")  # where things are on this machine, not what is measured
 DERIVED = (*FROM_ENVIRONMENT, "config_file", "strategy_defaulted")  # never taken from config.json
 FINALIZE_PROBLEMS = ("replay: ", "heatmap: ")  # notes finalize adds; a resume finalizes again
 
@@ -159,7 +159,7 @@ def run_options(flags: Mapping[str, Any], recorded: dict[str, Any], path: Path, 
         raise ResumeError(
             f"--resume {path.name}: a resumed run keeps the options it started with (its config.json); these differ: "
             + "; ".join(conflicts) + ". Only --max-iterations, --max-tokens and --max-cost (and where things are: "
-            "--base-url, --harness, --workspace, --device) may change; to change the others, start a new run")
+            "--base-url, --harness, --workspace, --device, --devices) may change; to change the others, start a new run")
     known = {f.name for f in fields(OptimizeOptions)} - set(DERIVED)
     values = {k: v for k, v in recorded.items() if k in known}
     values.update({k: v for k, v in given.items() if k in LIMITS or k in WHEREABOUTS})

@@ -110,6 +110,10 @@ class Toolbox:
             args += ["--harness", str(opts.harness)]
         if opts.device is not None:
             args += ["--device", str(opts.device)]
+        if opts.devices:
+            args += ["--devices", opts.devices]
+        if opts.ray:
+            args += ["--ray", opts.ray]
         # This server serves this run alone and writes only its frozen workload, into the run directory
         # (the user's results): the workspace quota, meant for shared servers, would count every past run.
         # A workload the user names is theirs at any size; a generated one keeps the default bound.

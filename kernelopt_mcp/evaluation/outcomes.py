@@ -180,7 +180,9 @@ class EvaluationResult(BaseModel):
     seed: int | None = Field(
         None, description="the input seed; None where it is private (the MCP server's results, cached results)"
     )
-    device: str | None = None
+    device: str | None = Field(None, description="the GPU's model name")
+    device_ordinal: int | None = Field(None, description="the CUDA ordinal of the GPU it ran on, on its machine")
+    device_uuid: str | None = Field(None, description="that GPU's UUID (which physical GPU, across machines)")
     arch: str
     compile: CompileResult | None = None
     cases: list[CaseResult] = Field(default_factory=list)

@@ -103,7 +103,8 @@ def _run_cases(
     tag = f"{s.counter:04d}-{candidate.name}"
     base = {
         "workload": wl.name, "candidate": candidate.name, "seed": s.seed, "arch": s.arch,
-        "device": s.device.name if s.device else None, "expected_from": s.expected_from,
+        "device": s.device.name if s.device else None, "device_ordinal": s.harness.device,
+        "device_uuid": s.device.uuid if s.device else None, "expected_from": s.expected_from,
         "inputs_from": s.inputs_from, "notes": list(wl.notes), "checks": s.checks_in_force(options),
         "tolerances": {p.name: wl.spec.tolerance_for(p.name) for p in wl.spec.signature.outputs},
     }

@@ -10,12 +10,13 @@ import re
 import signal
 import sys
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from .. import __version__
 from ..admission import DEFAULT_MAX_WAITING, DEFAULT_MAX_WAITING_PER_CLIENT, QueueBounds
-from ..config import Settings
+from ..config import Settings, parse_devices
 from ..quota import DEFAULT_WORKLOAD_MAX_BYTES, DEFAULT_WORKSPACE_QUOTA_BYTES, GIB
 from ..server_config import (
     DEFAULT_GPU_CALL_MAX_S,
@@ -48,8 +49,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--output-root", action="append", default=[], help="a directory besides <workspace>/runs that freeze_workload may write into, repeatable (env KERNELOPT_MCP_OUTPUT_ROOTS, ':'-separated)")
     p.add_argument("--trust-client-roots", action="store_true", default=None, help="over HTTP, read `path` kernel sources under the roots a client shares, as over stdio: any client then reads this user's files there (env KERNELOPT_MCP_TRUST_CLIENT_ROOTS=1)")
     p.add_argument("--harness", help="kernelopt-harness binary (default: the installed one; env KERNELOPT_HARNESS)")
-    p.add_argument("--device", type=int, help="CUDA device ordinal (default 0; env KERNELOPT_DEVICE)")
+    p.add_argument("--device", type=int, help="run on this CUDA device ordinal alone (env KERNELOPT_DEVICE; default: see --devices)")
+    p.add_argument("--devices", help="CUDA device ordinals to spread GPU jobs over, e.g. 0,1,2,3: one harness process and "
+                   "queue each, a job goes to a free one (env KERNELOPT_DEVICES; default every visible device)")
     p.add_argument("--arch", help="compile target override, e.g. sm_90 (env KERNELOPT_ARCH)")
+    p.add_argument("--ray", metavar="ADDRESS", help="run GPU jobs on a Ray cluster's GPUs, one actor each: auto (this "
+                   "machine's cluster) or HOST:PORT; needs pip install \"kernelopt-mcp[ray]\" (env KERNELOPT_RAY)")
     p.add_argument("--http", action="store_true", help="serve streamable HTTP instead of stdio")
     p.add_argument("--host", default="127.0.0.1", help="HTTP bind address (default 127.0.0.1; any other needs a token)")
     p.add_argument("--port", type=int, default=8000, help="HTTP port (default 8000)")
@@ -81,10 +86,16 @@ def build_parser() -> argparse.ArgumentParser:
 
 def config_from_args(args: argparse.Namespace, environ: dict[str, str] | None = None) -> ServerConfig:
     env = dict(os.environ if environ is None else environ)
-    settings = Settings.from_env(
-        env, harness=args.harness, device=args.device, arch=args.arch,
-        unconfined_compiler=getattr(args, "unconfined_compiler", None),
-    )
+    try:
+        devices = parse_devices(args.devices) if getattr(args, "devices", None) else None
+        settings = Settings.from_env(
+            env, harness=args.harness, device=args.device, devices=devices, arch=args.arch,
+            unconfined_compiler=getattr(args, "unconfined_compiler", None),
+        )
+    except ValueError as exc:
+        raise SystemExit(f"kernelopt-mcp: {exc}") from None
+    if settings.devices is None and (args.device is not None or env.get("KERNELOPT_DEVICE")):
+        settings = replace(settings, devices=(settings.device,))  # one device named: that one alone
     if settings.arch and not re.fullmatch(r"sm_\d{2,3}[a-z]?", settings.arch):
         raise SystemExit(f"kernelopt-mcp: --arch {settings.arch!r} is not of the form sm_90")
     workspace = Path(args.workspace or env.get("KERNELOPT_MCP_WORKSPACE") or Path.home() / ".kernelopt").expanduser()
@@ -124,6 +135,7 @@ def config_from_args(args: argparse.Namespace, environ: dict[str, str] | None = 
         max_sessions_per_client=per_client,
         workload_max_bytes=disk["workload_max_gib"], workspace_quota_bytes=disk["workspace_quota_gib"],
         queue_bounds=QueueBounds(*waiting), gpu_call_max_s=gpu_max,
+        ray_address=getattr(args, "ray", None) or env.get("KERNELOPT_RAY") or None,
     )
 
 

@@ -44,7 +44,7 @@ def register_evaluate_tools(app: MCPServer, service: KerneloptService) -> None:
         against the roofline. Cheap (cached after the first call, ~0.5 s). Fails with an error when
         no CUDA device is usable; compile still works then."""
         with tool_errors():
-            out = gpu_properties_output(await service.device_info())
+            out = gpu_properties_output(await service.device_info(), await service.devices())
         return tool_result(out, out.text(), drop_nulls=False)  # DeviceInfo has required nullable fields
 
     @tool(app, "compile", "Compile a kernel (NVRTC)")

@@ -16,14 +16,15 @@ from typing import Any
 from pydantic import BaseModel, Field
 
 from ..evaluation.candidate import Candidate, EvaluateOptions
-from ..evaluation.evaluate import evaluate, prepare
 from ..evaluation.outcomes import EvaluationResult, Status
 from ..evaluation.session import Session
 from .cache import TuneCache, context_fields, entry_key
+from .dispatch import Dispatcher, Done
 from .prefetch import CompileAhead
 from .space import Config, Space, Value, config_key
 from .spec import Tunable
 from .strategies import auto_choice, make_strategy
+from .workers import LocalWorker, Worker, prepare_first, same_model
 
 MAX_IDLE_ASKS = 500  # proposals in a row that bring nothing new: the strategy has converged
 
@@ -33,6 +34,7 @@ TuneProgress = Callable[[str, int, int], None]
 class TrialRow(BaseModel):
     index: int = Field(description="order of measurement (0 = the untuned defaults)")
     params: dict[str, Value]
+    device: str | None = Field(None, description="the worker (GPU) that measured it")
     status: str
     score_ms: float | None = None
     score_bound_ms: float | None = Field(None, description="stopped_early: the least score it could have reached")
@@ -77,6 +79,11 @@ class TuneResult(BaseModel):
     table: list[TrialRow] = Field(default_factory=list)
     elapsed_s: float = 0.0
     tunable: dict[str, Any] = Field(default_factory=dict, description="the tuned spec (tunable.json form) and source hash")
+    devices: list[str] = Field(default_factory=list, description="where configurations were measured, one entry per GPU")
+    evals_per_min_per_device: float | None = Field(
+        None, description="configurations measured on a GPU per minute of the run, per device (cache hits not counted)"
+    )
+    notes: list[str] = Field(default_factory=list, description="devices left out, workers lost and jobs retried")
 
     def ranked(self) -> list[TrialRow]:
         """The table, fastest valid first, then the rest in measurement order."""
@@ -100,6 +107,7 @@ def tune(
     cache: TuneCache | None = None,
     progress: TuneProgress | None = None,
     early_stop: bool = True,
+    workers: list[Worker] | None = None,
 ) -> TuneResult:
     """Search ``tunable``'s space on ``session``'s workload and device.
 
@@ -115,6 +123,10 @@ def tune(
         early_stop: stop timing a configuration once it provably cannot beat the best so far
             (:func:`~kernelopt_mcp.evaluation.runner.score_bound_ms`; never the untuned defaults):
             its row says ``stopped_early`` with the bound instead of a score.
+        workers: the GPUs to measure on, one configuration at a time each (default: ``session``'s
+            device alone). Several keep every device busy; a worker that dies is dropped and its
+            configuration measured on another (said in ``notes``). Those of a model other than the
+            first one's are left out.
 
     Raises:
         TunableError: the tunable does not fit the workload. ValueError: an unknown strategy or
@@ -132,8 +144,9 @@ def tune(
     chosen = auto_choice(space, budget_evals) if strategy == "auto" else strategy
     search = make_strategy(chosen, space, seed=seed, budget_evals=budget_evals)
     context = context_fields(session, tunable, opts)
-    prepare(session)
-    ref_score = session.reference_result.score_ms if session.reference_result else None
+    pool, notes = same_model(workers or [LocalWorker(session)])
+    ref_score, pool, lost = prepare_first(pool)  # the first device's reference: the rows' speedups are against it
+    notes += lost
     out = TuneResult(
         workload=session.workload.name, strategy=chosen, space_size=space.size,
         valid_space_size=len(space.valid()) if space.enumerable else None,
@@ -157,21 +170,34 @@ def tune(
             if k not in seen and space.is_valid(upcoming) and cache.get(entry_key(context, upcoming)) is None:
                 ahead.start(k, _candidate(tunable, upcoming, "ahead"))
 
-    def measure(config: Config) -> EvaluationResult:
-        index = len(out.table)
+    out.notes.extend(notes)
+    out.devices = [f"{w.label}: {w.model}" for w in pool]
+    dispatch = Dispatcher(pool, opts)
+
+    def submit(config: Config) -> None:
+        """Start measuring ``config`` (on a free worker; waits for one while all are busy), or
+        record it at once from the cache."""
+        index = dispatch.next_index()
         key = entry_key(context, config)
-        t0 = time.monotonic()
         result = cache.get(key)
-        cached = result is not None
         label = "untuned" if index == 0 else f"config-{index:04d}"
-        if result is None:
-            say(f"measuring {label} {config_key(config)}", index, total)
-            ahead.wait(config_key(config))
-            compile_next()  # while this one is on the GPU
-            beat = out.best.score_ms if early_stop and index > 0 and out.best is not None else None
-            result = evaluate(session, _candidate(tunable, config, label), opts, beat_ms=beat)
+        if result is not None:
+            record(Done(index, config, result, None, cached=True, seconds=0.0))
+            return
+        say(f"measuring {label} {config_key(config)}", index, total)
+        ahead.wait(config_key(config))
+        compile_next()  # while this one is on the GPU
+        beat = out.best.score_ms if early_stop and index > 0 and out.best is not None else None
+        for done in dispatch.submit(index, config, _candidate(tunable, config, label), beat):
+            record(done)
+
+    def record(done: Done) -> None:
+        config, result, index = done.config, done.result, done.index
+        if index == 0:
+            out.untuned = result
+        if not done.cached:
             if result.stopped_early is None:  # a partial timing depends on the best it was to beat
-                cache.put(key, context, config, result)
+                cache.put(entry_key(context, config), context, config, result)
             out.counts.measured += 1
         else:
             out.counts.cached += 1
@@ -189,25 +215,36 @@ def tune(
         score = result.score_ms if result.ok else None
         status = "stopped_early" if result.ok and result.stopped_early else result.status.value
         out.table.append(TrialRow(
-            index=index, params=dict(config), status=status, score_ms=score, score_bound_ms=result.score_bound_ms,
+            index=index, params=dict(config), device=done.worker, status=status, score_ms=score,
+            score_bound_ms=result.score_bound_ms,
             speedup_vs_reference=(ref_score / score) if ref_score and score else None,
-            cached=cached, seconds=round(time.monotonic() - t0, 3), message=result.message[:300],
+            cached=done.cached, seconds=round(done.seconds, 3), message=(done.note + result.message)[:300],
         ))
         # the strategy learns a stopped configuration's bound: no better than the best, which is all it needs
         seen[config_key(config)] = score if score is not None else result.score_bound_ms
+        search.tell(config, seen[config_key(config)])
         if score is not None and (out.best is None or score < (out.best.score_ms or float("inf"))):
             out.best, out.best_params = result, dict(config)
+        label = "untuned" if index == 0 else f"config-{index:04d}"
         say(f"{label} {config_key(config)}: {status}" + (f", {score:.4g} ms" if score else "")
             + (f", >= {result.score_bound_ms:.4g} ms" if result.score_bound_ms else "")
-            + (" (cached)" if cached else f"; {result.phases.text()}" if result.phases else ""), index + 1, total)
-        return result
+            + (" (cached)" if done.cached else f"; {result.phases.text()}" if result.phases else ""), out.counts.tried, total)
+
+    def drain() -> None:
+        for done in dispatch.drain():
+            record(done)
 
     try:
-        _search(out, search, measure, seen, space, chosen, budget_evals, budget_s, start, tunable)
+        _search(out, search, submit, drain, dispatch, seen, space, chosen, budget_evals, budget_s, start, tunable)
     finally:
         ahead.close()
+        dispatch.close()
+    out.notes.extend(dispatch.notes)
+    out.table.sort(key=lambda row: row.index)
     out.counts.compiled_ahead = ahead.started
     out.elapsed_s = round(time.monotonic() - start, 3)
+    if out.counts.measured and out.elapsed_s > 0:
+        out.evals_per_min_per_device = round(out.counts.measured / (out.elapsed_s / 60) / len(pool), 2)
     untuned_score = out.untuned.score_ms if out.untuned and out.untuned.ok else None
     for row in out.table:
         if row.score_ms and untuned_score:
@@ -219,15 +256,29 @@ def tune(
 
 
 def _search(
-    out: TuneResult, search: Any, measure: Callable[[Config], EvaluationResult], seen: dict[str, float | None],
-    space: Space, chosen: str, budget_evals: int | None, budget_s: float | None, start: float, tunable: Tunable,
+    out: TuneResult, search: Any, submit: Callable[[Config], None], drain: Callable[[], None], dispatch: Dispatcher,
+    seen: dict[str, float | None], space: Space, chosen: str, budget_evals: int | None, budget_s: float | None,
+    start: float, tunable: Tunable,
 ) -> None:
-    """The untuned defaults, then the strategy's proposals until it ends or a budget is spent."""
-    out.untuned = measure(dict(tunable.spec.defaults))
-    search.tell(dict(tunable.spec.defaults), seen[config_key(tunable.spec.defaults)])
+    """The untuned defaults (alone: every later row is compared with them), then the strategy's
+    proposals, as many at once as there are workers, until it ends or a budget is spent; the
+    configurations still being measured then finish."""
+    submit(dict(tunable.spec.defaults))
+    drain()
+    try:
+        _propose(out, search, submit, dispatch, seen, space, chosen, budget_evals, budget_s, start)
+    finally:
+        drain()
+
+
+def _propose(
+    out: TuneResult, search: Any, submit: Callable[[Config], None], dispatch: Dispatcher,
+    seen: dict[str, float | None], space: Space, chosen: str, budget_evals: int | None, budget_s: float | None,
+    start: float,
+) -> None:
     idle = 0
     while True:
-        if budget_evals is not None and out.counts.tried >= budget_evals:
+        if budget_evals is not None and out.counts.tried + dispatch.in_flight >= budget_evals:
             out.stop_reason = f"evaluation budget of {budget_evals} spent"
             break
         if budget_s is not None and time.monotonic() - start >= budget_s:
@@ -235,7 +286,7 @@ def _search(
             break
         # a sampler may propose old configurations forever; the ordered strategies end by themselves
         # (and so count every configuration their order skips)
-        if chosen == "tpe" and out.valid_space_size is not None and out.counts.tried >= out.valid_space_size:
+        if chosen == "tpe" and out.valid_space_size is not None and out.counts.tried + dispatch.in_flight >= out.valid_space_size:
             out.stop_reason = "every configuration of the space was tried"
             break
         config = search.ask()
@@ -243,6 +294,12 @@ def _search(
             out.stop_reason = "every configuration of the space was tried"
             break
         key = config_key(config)
+        if key in dispatch.pending:  # proposed again while being measured: its answer comes with the others
+            idle += 1
+            if idle >= MAX_IDLE_ASKS:
+                out.stop_reason = f"the {chosen} search proposed nothing new {MAX_IDLE_ASKS} times in a row"
+                break
+            continue
         if key in seen:  # proposed again: the answer is known, nothing is measured or counted
             search.tell(config, seen[key])
             idle += 1
@@ -260,8 +317,7 @@ def _search(
                 break
             continue
         idle = 0
-        measure(config)
-        search.tell(config, seen[key])
+        submit(config)
 
 
 def summary_line(result: TuneResult) -> str:
@@ -282,6 +338,9 @@ def summary_line(result: TuneResult) -> str:
         + f", {c.skipped_by_constraint} skipped by "
         f"constraints, {c.compile_errors} compile errors, {c.invalid_launches} invalid launches, {c.failures} failures"
     )
+    if result.devices:
+        rate = f", {result.evals_per_min_per_device:g} configurations per minute per device" if result.evals_per_min_per_device else ""
+        parts.append(f"{len(result.devices)} device(s){rate}")
     return "; ".join(parts) + f" [{result.strategy}; {result.stop_reason}]"
 
 
