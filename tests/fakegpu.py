@@ -27,9 +27,10 @@ import shutil
 import socket
 import subprocess
 import sys
+import threading
 import time
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager, contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -423,3 +424,62 @@ def stop_server(proc: subprocess.Popen[Any], timeout_s: float = 10) -> None:
         proc.wait()
     if proc.stderr:
         proc.stderr.close()
+
+
+@contextmanager
+def released_fifo(path: Path, payload: bytes = b"{}", after_s: float = 3.0) -> Iterator[Path]:
+    """A FIFO at ``path``; after ``after_s`` a thread opens its write end (if anyone is reading)
+    and writes ``payload``, so a reader that blocked on it comes back instead of hanging the test."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    os.mkfifo(path)
+    done = threading.Event()
+
+    def release() -> None:
+        if done.wait(after_s):
+            return
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline and not done.is_set():
+            try:
+                fd = os.open(path, os.O_WRONLY | os.O_NONBLOCK)
+            except OSError:  # ENXIO: no reader (yet)
+                time.sleep(0.05)
+                continue
+            try:
+                os.write(fd, payload)
+            finally:
+                os.close(fd)
+            return
+
+    thread = threading.Thread(target=release, daemon=True)
+    thread.start()
+    try:
+        yield path
+    finally:
+        done.set()
+        thread.join()
+
+
+async def spread_over_devices(
+    tmp_path: Path, *server_args: str, tool: str = "validate", calls: int = 6
+) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """``calls`` slow ``tool`` calls at once on a stdio server over a machine of two pretend GPUs
+    (``server_args`` added to its command line): their structured results, and gpu_properties'."""
+    import anyio
+
+    harness = write_harness(tmp_path, "fake", devices=2)
+    extra = write_tiny_workload(tmp_path / "extra")
+    env = {"KERNELOPT_HARNESS": str(harness), "KERNELOPT_WORKLOADS": str(extra), "KERNELOPT_CACHE": str(tmp_path / "cache")}
+    results: list[dict[str, Any]] = []
+    async with stdio_server("--workspace", str(tmp_path / "ws"), *server_args, env=env) as client:
+        async def one(i: int) -> None:
+            source = kernel("SLOW") + f"// candidate {i}\n"
+            r = await client.call_tool(tool, {"workload": "tiny_add", "launch": ADD_LAUNCH, "source": source})
+            assert not r.is_error, tool_text(r)
+            results.append(r.structured_content)
+
+        with anyio.fail_after(120):
+            async with anyio.create_task_group() as tg:
+                for i in range(calls):
+                    tg.start_soon(one, i)
+        props = await client.call_tool("gpu_properties", {})
+    return results, props.structured_content

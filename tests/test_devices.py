@@ -12,9 +12,8 @@ import json
 from collections import deque
 from pathlib import Path
 
-import anyio
 import pytest
-from fakegpu import ADD_LAUNCH, kernel, stdio_server, write_harness, write_tiny_workload
+from fakegpu import spread_over_devices, stdio_server, write_harness
 from fakegpu import tool_text as text
 
 from kernelopt_mcp.config import Settings, parse_devices
@@ -30,29 +29,10 @@ def served(tmp_path: Path) -> list[int]:
     return [json.loads(line)["device"] for line in log.read_text().splitlines()] if log.exists() else []
 
 
-async def spread(tmp_path: Path, *args: str) -> list[dict]:
-    """Six slow validations at once on a server over a machine of two pretend GPUs."""
-    harness = write_harness(tmp_path, "fake", devices=2)
-    extra = write_tiny_workload(tmp_path / "extra")
-    env = {"KERNELOPT_HARNESS": str(harness), "KERNELOPT_WORKLOADS": str(extra), "KERNELOPT_CACHE": str(tmp_path / "cache")}
-    results: list[dict] = []
-    async with stdio_server("--workspace", str(tmp_path / "ws"), *args, env=env) as client:
-        async def one(i: int) -> None:
-            source = kernel("SLOW") + f"// candidate {i}\n"
-            r = await client.call_tool("validate", {"workload": "tiny_add", "launch": ADD_LAUNCH, "source": source})
-            assert not r.is_error, text(r)
-            results.append(r.structured_content)
-
-        with anyio.fail_after(120):
-            async with anyio.create_task_group() as tg:
-                for i in range(6):
-                    tg.start_soon(one, i)
-    return results
-
 
 @pytest.mark.parametrize("args", [("--devices", "0,1"), ()], ids=["--devices 0,1", "every visible device"])
 async def test_jobs_run_on_both_devices_and_results_name_theirs(tmp_path: Path, args: tuple[str, ...]) -> None:
-    results = await spread(tmp_path, *args)
+    results, _ = await spread_over_devices(tmp_path, *args)
     assert all(r["status"] == "ok" for r in results), results
     ordinals = {r["device_ordinal"] for r in results}
     assert ordinals == {0, 1}, results  # each device took some of the jobs
@@ -63,7 +43,7 @@ async def test_jobs_run_on_both_devices_and_results_name_theirs(tmp_path: Path, 
 
 
 async def test_one_device_named_runs_there_alone(tmp_path: Path) -> None:
-    results = await spread(tmp_path, "--device", "1")
+    results, _ = await spread_over_devices(tmp_path, "--device", "1")
     assert {r["device_ordinal"] for r in results} == {1}, results
     assert set(served(tmp_path)) == {1}
 

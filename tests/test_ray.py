@@ -16,10 +16,8 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-import anyio
 import pytest
-from fakegpu import ADD_LAUNCH, REPO, kernel, stdio_server, write_harness, write_tiny_workload
-from fakegpu import tool_text as text
+from fakegpu import REPO, kernel, spread_over_devices, write_harness, write_tiny_workload
 
 from kernelopt_mcp.cli import main
 
@@ -118,26 +116,11 @@ def test_without_ray_the_flag_says_how_to_install_it(tmp_path: Path, monkeypatch
 
 @pytest.mark.anyio
 async def test_the_server_on_ray_runs_jobs_on_both_gpus_and_tags_them(cluster: str, tmp_path: Path) -> None:
-    harness = write_harness(tmp_path, "fake", devices=2)
-    extra = write_tiny_workload(tmp_path / "extra")
-    env = {"KERNELOPT_HARNESS": str(harness), "KERNELOPT_WORKLOADS": str(extra), "KERNELOPT_CACHE": str(tmp_path / "cache")}
-    results: list[dict] = []
-    async with stdio_server("--workspace", str(tmp_path / "ws"), "--ray", cluster, env=env) as client:
-        async def one(i: int) -> None:
-            source = kernel("SLOW") + f"// candidate {i}\n"
-            r = await client.call_tool("benchmark", {"workload": "tiny_add", "launch": ADD_LAUNCH, "source": source})
-            assert not r.is_error, text(r)
-            results.append(r.structured_content)
-
-        with anyio.fail_after(120):
-            async with anyio.create_task_group() as tg:
-                for i in range(6):
-                    tg.start_soon(one, i)
-        props = await client.call_tool("gpu_properties", {})
+    results, props = await spread_over_devices(tmp_path, "--ray", cluster, tool="benchmark")
     assert all(r["status"] == "ok" and r["score_ms"] for r in results), results
     assert len({r["device_uuid"] for r in results}) == 2, results  # each actor's GPU took some
     assert {r["physical"] for r in served(tmp_path)} == {0, 1}
-    assert len(props.structured_content["devices"]) == 2
+    assert len(props["devices"]) == 2
 
 
 def test_optimize_on_ray_spreads_candidates_over_both_gpus(cluster: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

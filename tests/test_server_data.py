@@ -20,10 +20,6 @@ import os
 import resource
 import subprocess
 import sys
-import threading
-import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -32,7 +28,7 @@ import anyio
 import httpx2
 import numpy as np
 import pytest
-from fakegpu import ADD_LAUNCH, in_memory_server, kernel, stop_server, wait_for_port
+from fakegpu import ADD_LAUNCH, in_memory_server, kernel, released_fifo, stop_server, wait_for_port
 from fakegpu import tool_text as text
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
@@ -165,34 +161,6 @@ async def test_links_dot_dot_and_other_names_out_of_a_data_root_are_refused(setu
     assert not any(p.suffix == ".bin" for p in frozen_files(setup))
 
 
-@contextmanager
-def released_fifo(path: Path, after_s: float = 3.0) -> Iterator[Path]:
-    """A FIFO that a thread writes into after ``after_s``, so a reader that blocked on it comes back."""
-    os.mkfifo(path)
-    done = threading.Event()
-
-    def release() -> None:
-        if done.wait(after_s):
-            return
-        deadline = time.monotonic() + 5
-        while time.monotonic() < deadline and not done.is_set():
-            try:
-                fd = os.open(path, os.O_WRONLY | os.O_NONBLOCK)
-            except OSError:  # no reader (yet)
-                time.sleep(0.05)
-                continue
-            os.write(fd, SECRET)
-            os.close(fd)
-            return
-
-    thread = threading.Thread(target=release, daemon=True)
-    thread.start()
-    try:
-        yield path
-    finally:
-        done.set()
-        thread.join()
-
 
 async def test_fifo_device_and_huge_data_files_fail_at_once(setup: dict[str, Any]) -> None:
     root, config = _data_root(setup)
@@ -206,7 +174,7 @@ async def test_fifo_device_and_huge_data_files_fail_at_once(setup: dict[str, Any
         zero = None  # type: ignore[assignment]
     names = ["fifo.bin", "huge.bin", *(["zero.bin"] if zero else [])]
     rss_before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    with released_fifo(root / "fifo.bin"):
+    with released_fifo(root / "fifo.bin", SECRET):
         async with in_memory_server(config, orchestrator=True) as (client, _):
             for name in names:
                 with anyio.fail_after(2.5):  # before the FIFO's writer comes (3 s)

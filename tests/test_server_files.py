@@ -9,17 +9,13 @@ few seconds, so a server that did block comes back and the deadline reports it.
 
 from __future__ import annotations
 
-import os
-import threading
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import anyio
 import pytest
-from fakegpu import ADD_LAUNCH, in_memory_server, write_harness, write_tiny_workload
+from fakegpu import ADD_LAUNCH, in_memory_server, released_fifo, write_harness, write_tiny_workload
 from fakegpu import tool_text as text
 
 from kernelopt_mcp.config import Settings, bundled_workloads_dir
@@ -36,38 +32,6 @@ def config(tmp_path: Path) -> ServerConfig:
                         workload_dirs=(bundled_workloads_dir(), write_tiny_workload(tmp_path / "extra")))
     return ServerConfig(settings=settings, workspace=tmp_path / "ws")
 
-
-@contextmanager
-def fifo(path: Path) -> Iterator[Path]:
-    """A FIFO at ``path``; after RELEASE_AFTER_S a thread opens its write end (if anyone is
-    reading) and writes a little, so a reader that blocked on it gets going again."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    os.mkfifo(path)
-    done = threading.Event()
-
-    def release() -> None:
-        if done.wait(RELEASE_AFTER_S):
-            return
-        deadline = time.monotonic() + 5
-        while time.monotonic() < deadline and not done.is_set():
-            try:
-                fd = os.open(path, os.O_WRONLY | os.O_NONBLOCK)
-            except OSError:  # ENXIO: no reader (yet)
-                time.sleep(0.05)
-                continue
-            try:
-                os.write(fd, b"{}")
-            finally:
-                os.close(fd)
-            return
-
-    thread = threading.Thread(target=release, daemon=True)
-    thread.start()
-    try:
-        yield path
-    finally:
-        done.set()
-        thread.join()
 
 
 def huge(path: Path, size: int = 300 * 2**20) -> Path:
@@ -115,16 +79,16 @@ async def answers_while(client: Any, tool: str, args: dict[str, Any]) -> str:
 async def test_fifos_and_huge_files_named_by_tools_do_not_stall_the_server(config: ServerConfig) -> None:
     ws = config.workspace
     async with in_memory_server(config) as (client, _):
-        with fifo(ws / "tune_fifo.json"):
+        with released_fifo(after_s=RELEASE_AFTER_S, path=ws / "tune_fifo.json"):
             err = await answers_while(client, "autotune", {"workload": "tiny_add", "tunable_path": "tune_fifo.json"})
             assert "not a regular file" in err
         huge(ws / "huge.json")
         err = await answers_while(client, "autotune", {"workload": "tiny_add", "tunable_path": "huge.json"})
         assert "larger than" in err
-        with fifo(ws / "k.cu"):
+        with released_fifo(after_s=RELEASE_AFTER_S, path=ws / "k.cu"):
             err = await answers_while(client, "compile", {"path": "k.cu"})
             assert "not a regular file" in err and "regular .cu file" in err
-        with fifo(ws / "v.cu"):
+        with released_fifo(after_s=RELEASE_AFTER_S, path=ws / "v.cu"):
             err = await answers_while(client, "validate", {"workload": "tiny_add", "path": "v.cu", "launch": ADD_LAUNCH})
             assert "not a regular file" in err
         huge(ws / "big.cu")
@@ -132,7 +96,7 @@ async def test_fifos_and_huge_files_named_by_tools_do_not_stall_the_server(confi
         assert "larger than" in err
         # a tunable.json whose source is a FIFO
         (ws / "t.json").write_text('{"source": "t_fifo.cu", "params": {"A": [1]}}')
-        with fifo(ws / "t_fifo.cu"):
+        with released_fifo(after_s=RELEASE_AFTER_S, path=ws / "t_fifo.cu"):
             err = await answers_while(client, "autotune", {"workload": "tiny_add", "tunable_path": "t.json"})
             assert "not a regular file" in err
 
@@ -140,7 +104,7 @@ async def test_fifos_and_huge_files_named_by_tools_do_not_stall_the_server(confi
 async def test_fifo_resources_fail_at_once(config: ServerConfig) -> None:
     runs = config.runs_dir
     async with in_memory_server(config) as (client, _):
-        with fifo(runs / "x" / "fifo.json"):
+        with released_fifo(after_s=RELEASE_AFTER_S, path=runs / "x" / "fifo.json"):
             with anyio.fail_after(ANSWER_WITHIN_S * 2):  # a worker thread blocked on it would wait RELEASE_AFTER_S
                 with pytest.raises(Exception, match="not a regular file"):
                     await client.read_resource("kernelopt://runs/x/fifo.json")
