@@ -4,13 +4,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TextIO
+from typing import Any
 
 from pydantic import ValidationError
 from rich.console import Console
@@ -18,6 +17,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from . import __version__, app
+from .cli_io import CliParser, answer_errors_in_json, consoles, fail, join_option_values
 from .compile_options import OptionError
 from .compile_pool import warn_if_unconfined
 from .config import Settings, find_workload, list_workloads
@@ -32,7 +32,7 @@ from .evaluation.candidate import (
     stop_rule,
 )
 from .evaluation.evaluate import preparation_text, prepare
-from .files import read_json, read_text
+from .files import missing_path_message, read_json, read_text
 from .launch import LaunchSpec
 from .profiler import CLOCK_CONTROLS, ProfileOptions, find_ncu
 from .render import print_calibration, print_evaluation, print_tune, size_text
@@ -86,26 +86,37 @@ def _calibrate(args: argparse.Namespace, out: Console, settings: Settings) -> in
 
 
 def cmd_workloads(args: argparse.Namespace, out: Console) -> int:
+    """The workloads that load, listed; one that does not is reported with its error (a row with
+    ``error`` under --json) and makes the status EXIT_FAILED, without hiding the others."""
     settings = _settings(args)
     rows: list[dict[str, Any]] = []
+    broken: list[dict[str, str]] = []
     for name, path in list_workloads(settings).items():
-        wl = find_workload(path, settings)
+        try:
+            wl = find_workload(path, settings)
+        except (KerneloptError, ValueError) as exc:
+            broken.append({"name": name, "path": str(path), "error": str(exc)})
+            continue
         kinds = [c.kind for c in wl.spec.cases]
         rows.append({
             "name": name, "path": str(path), "description": wl.spec.description,
             "correctness_cases": kinds.count("correctness"), "performance_cases": kinds.count("performance"),
             "signature": wl.signature.c_prototype(),
         })
+    status = EXIT_FAILED if broken else EXIT_OK
     if args.json:
-        print(json.dumps(rows, indent=2))
-        return EXIT_OK
+        print(json.dumps(rows + broken, indent=2))
+        return status
     table = Table(title="bundled and configured workloads")
     for col in ("name", "cases (corr/perf)", "description"):
         table.add_column(col)
     for r in rows:
         table.add_row(r["name"], f"{r['correctness_cases']}/{r['performance_cases']}", escape(r["description"]))
     out.print(table)
-    return EXIT_OK
+    err = consoles()[1]
+    for b in broken:
+        err.print(f"[red]error:[/] workload {escape(b['name'])} does not load: {escape(b['error'])}", highlight=False)
+    return status
 
 
 def cmd_compile(args: argparse.Namespace, out: Console) -> int:
@@ -356,7 +367,7 @@ class Command:
 
 
 def build_parser(extra_commands: Mapping[str, Command] | None = None, prog: str = "kernelopt") -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog=prog, description="Agentic CUDA kernel optimizer: GPU tools and evaluation.")
+    p = CliParser(prog=prog, description="Agentic CUDA kernel optimizer: GPU tools and evaluation.")
     p.add_argument("--version", action="version", version=f"kernelopt {__version__}")
     sub = p.add_subparsers(dest="command", required=True)
 
@@ -371,9 +382,11 @@ def build_parser(extra_commands: Mapping[str, Command] | None = None, prog: str 
                         help="NVRTC option (whitelisted), repeatable: -O --use_fast_math or -O=--use_fast_math")
         sp.add_argument("--seed", type=int, help="input seed (default: fresh, recorded in the result)")
 
-    def common(sp: argparse.ArgumentParser) -> None:
-        sp.add_argument("--harness", help="path to kernelopt-harness (default: installed one; env KERNELOPT_HARNESS)")
-        sp.add_argument("--device", type=int, help="CUDA device ordinal (default 0; env KERNELOPT_DEVICE)")
+    def common(sp: argparse.ArgumentParser, gpu: bool = True) -> None:
+        """The harness and device flags (not for ``gpu=False``: compile needs no GPU), and the compiler's."""
+        if gpu:
+            sp.add_argument("--harness", help="path to kernelopt-harness (default: installed one; env KERNELOPT_HARNESS)")
+            sp.add_argument("--device", type=int, help="CUDA device ordinal (default 0; env KERNELOPT_DEVICE)")
         sp.add_argument("--unconfined-compiler", action="store_true", default=None,
                         help="where the kernel has no Landlock, compile anyway WITHOUT confining NVRTC (trusted "
                         "sources only; env KERNELOPT_UNCONFINED_COMPILER=1)")
@@ -387,11 +400,11 @@ def build_parser(extra_commands: Mapping[str, Command] | None = None, prog: str 
     sp.set_defaults(fn=cmd_gpu)
 
     sp = sub.add_parser("workloads", help="list bundled and configured workloads")
-    sp.add_argument("--json", action="store_true", help="print the list as JSON; errors too")
+    sp.add_argument("--json", action="store_true", help="print the list as JSON (a workload that does not load: a row with its error); errors too")
     sp.set_defaults(fn=cmd_workloads)
 
     sp = sub.add_parser("compile", help="compile a .cu file with NVRTC (no GPU needed)")
-    common(sp)
+    common(sp, gpu=False)  # the arch comes from --arch, else KERNELOPT_ARCH, else a GPU if one is set up
     sp.add_argument("file")
     sp.add_argument("--arch", help="target, e.g. sm_90 or sm_90a (arch-specific: wgmma, setmaxnreg) (default: the GPU's, else sm_90)")
     sp.add_argument("-O", "--option", action="append", metavar="OPT",
@@ -513,43 +526,6 @@ def build_parser(extra_commands: Mapping[str, Command] | None = None, prog: str 
     return p
 
 
-OPTION_FLAGS = ("-O", "--option")
-
-
-def join_option_values(argv: list[str]) -> list[str]:
-    """``-O --use_fast_math`` as ``--option=--use_fast_math``: argparse takes a value that starts
-    with '-' for a flag of its own and refuses it ("expected one argument"), while NVRTC options
-    all start with '-'. Arguments after ``--`` are left alone."""
-    out: list[str] = []
-    i = 0
-    while i < len(argv):
-        token = argv[i]
-        if token == "--":
-            out += argv[i:]
-            break
-        if token in OPTION_FLAGS and i + 1 < len(argv) and argv[i + 1].startswith("-") and argv[i + 1] != "--":
-            out.append(f"--option={argv[i + 1]}")
-            i += 2
-            continue
-        out.append(token)
-        i += 1
-    return out
-
-
-def consoles(environ: Mapping[str, str] | None = None) -> tuple[Console, Console]:
-    """stdout and stderr consoles. On a terminal rich measures it; elsewhere (a log, a pipe, CI) the
-    width is COLUMNS when set, else 160 so tables are not squeezed into 80 columns. Text is never
-    hard-wrapped (soft_wrap): a message piped to a file stays on one line."""
-    env = os.environ if environ is None else environ
-    columns = env.get("COLUMNS", "")
-    width = int(columns) if columns.isdigit() and int(columns) > 0 else None
-
-    def make(stream: TextIO, stderr: bool) -> Console:
-        return Console(stderr=stderr, width=width or (None if stream.isatty() else 160), soft_wrap=True)
-
-    return make(sys.stdout, False), make(sys.stderr, True)
-
-
 def main(argv: list[str] | None = None, extra_commands: Mapping[str, Command] | None = None, prog: str = "kernelopt") -> int:
     """Run ``kernelopt ARGV``; returns the exit status.
 
@@ -564,7 +540,9 @@ def main(argv: list[str] | None = None, extra_commands: Mapping[str, Command] | 
     extra = dict(extra_commands or {})
     if argv and argv[0] in extra:
         return extra[argv[0]].run(argv[1:])
-    args = build_parser(extra, prog).parse_args(join_option_values(argv))
+    parser = build_parser(extra, prog)
+    answer_errors_in_json(parser, argv)
+    args = parser.parse_args(join_option_values(argv))
     out, err = consoles()
     try:
         return args.fn(args, out)
@@ -573,7 +551,7 @@ def main(argv: list[str] | None = None, extra_commands: Mapping[str, Command] | 
     except (KerneloptError, OptionError, ValueError) as exc:
         return _fail(args, err, str(exc), type(exc).__name__)
     except FileNotFoundError as exc:
-        return _fail(args, err, f"{exc.filename}: file not found", "FileNotFoundError")
+        return _fail(args, err, missing_path_message(exc), "FileNotFoundError")
     except BrokenPipeError:
         raise  # the reader went away (`| head`): nobody to tell
     except OSError as exc:
@@ -581,13 +559,7 @@ def main(argv: list[str] | None = None, extra_commands: Mapping[str, Command] | 
 
 
 def _fail(args: argparse.Namespace, err: Console, message: str, kind: str) -> int:
-    """An error that stopped the command: JSON on stdout with --json (a script reads one stream),
-    else a line on stderr; the exit status is EXIT_ERROR either way."""
-    if getattr(args, "json", False):
-        print(json.dumps({"status": "error", "error": kind, "message": message}, indent=2))
-    else:
-        err.print(f"[red]error:[/] {escape(message)}", highlight=False)
-    return EXIT_ERROR
+    return fail(bool(getattr(args, "json", False)), err, message, kind)
 
 
 if __name__ == "__main__":

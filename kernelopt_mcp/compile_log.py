@@ -1,5 +1,6 @@
-"""NVRTC's log and PTX, read: diagnostics with line numbers, per-kernel resources, entry
-parameters, and the log quoted safely (only the kernel's own lines and CUDA headers)."""
+"""NVRTC's log and PTX, read: diagnostics with line numbers (and the kernel's own line and caret),
+per-kernel resources, entry parameters, the log quoted safely (only the kernel's own lines and CUDA
+headers), and what the log alone does not say: host code in a kernel file, a mangled entry name."""
 
 from __future__ import annotations
 
@@ -15,6 +16,12 @@ class Diagnostic(BaseModel):
     line: int | None = Field(None, description="1-based source line")
     severity: str = Field(description="error | warning | remark")
     message: str
+    quote: str = Field("", description="that source line and a caret under the spot (the kernel's own file only)")
+
+    def text(self) -> str:
+        """``line N: error: message``, then the quoted line and caret where NVRTC gave them."""
+        head = f"{'line ' + str(self.line) if self.line else '-'}: {self.severity}: {self.message}"
+        return f"{head}\n{self.quote}" if self.quote else head
 
 
 class Resources(BaseModel):
@@ -99,15 +106,20 @@ _DIAG_RE = re.compile(
 
 
 def parse_diagnostics(log: str, filename: str = "kernel.cu") -> list[Diagnostic]:
-    """Compiler errors and warnings with their line numbers, from an NVRTC log."""
+    """Compiler errors and warnings with their line numbers, from an NVRTC log (already
+    filtered by :func:`quote_own_lines`, so a quote under a diagnostic is the kernel's own line)."""
     out = []
-    for line in log.splitlines():
+    lines = log.splitlines()
+    for i, line in enumerate(lines):
         m = _DIAG_RE.match(line.strip())
         if m:
             sev = "error" if "error" in m["sev"] else m["sev"]
             line_no = int(m["line"]) if m["file"] == filename else None
             msg = m["msg"] if line_no is not None else f"{m['file']}({m['line']}): {m['msg']}"
-            out.append(Diagnostic(line=line_no, severity=sev, message=msg))
+            quote = ""
+            if line_no is not None and i + 2 < len(lines) and _CARET_RE.match(lines[i + 2]):
+                quote = f"{lines[i + 1]}\n{lines[i + 2]}"
+            out.append(Diagnostic(line=line_no, severity=sev, message=msg, quote=quote))
         elif line.startswith("ptxas") and "error" in line:
             out.append(Diagnostic(line=None, severity="error", message=line.strip()))
     return out
@@ -165,4 +177,63 @@ def parse_ptx_entries(ptx: str) -> dict[str, list[PtxParam]]:
             size = _PTX_TYPE_BYTES.get(ptx_type[1:], 0)
             params.append(PtxParam(name=name, size_bytes=size * int(count) if count else size))
         out[m.group(1)] = params
+    return out
+
+
+_MANGLED_RE = re.compile(r"_Z(\d+)")
+_MISSING_HEADER_RE = re.compile(r'cannot open source file "(?P<header>[^"]+)"')
+_HOST_CODE_RE = re.compile(r"^\s*int\s+main\s*\(|\bstd::(?:vector|string|map|unordered_map|cout|cerr|unique_ptr|thread)\b", re.M)
+# the C and C++ library headers of a host compiler; NVRTC has none of their host parts
+_HOST_HEADERS = frozenset({
+    "cstdio", "stdio.h", "cstdlib", "stdlib.h", "iostream", "fstream", "sstream", "iomanip", "string", "vector",
+    "map", "unordered_map", "set", "memory", "algorithm", "chrono", "thread", "mutex", "functional", "cstring",
+    "string.h", "cassert", "assert.h", "random",
+})
+HOST_CODE_HINT = (
+    "kernels are device code only: NVRTC compiles __global__ and __device__ functions without the host's C++ "
+    "library, and the harness allocates, fills, launches and checks; remove the host code ({what}) and keep the "
+    "kernel (printf needs no #include in device code)"
+)
+
+
+def host_code_hint(log: str, source: str) -> str | None:
+    """What to remove when a failed compile's source holds host code (a host header, ``main``,
+    ``std::`` containers), which NVRTC cannot compile; None when nothing points to host code."""
+    what = []
+    headers = sorted({m["header"] for m in _MISSING_HEADER_RE.finditer(log)} & _HOST_HEADERS)
+    what += [f"#include <{h}>" for h in headers]
+    found = {m.group(0).strip() for m in _HOST_CODE_RE.finditer(source)}
+    if any(f.startswith("int") for f in found):
+        what.append("main()")
+    what += sorted(f for f in found if f.startswith("std::"))
+    return HOST_CODE_HINT.format(what=", ".join(what)) if what else None
+
+
+def plain_name(entry: str) -> str | None:
+    """The function name inside a C++ mangled kernel name (``_Z1kPf`` -> ``k``); None for an
+    ``extern "C"`` (unmangled) name."""
+    m = _MANGLED_RE.match(entry)
+    if m is None:
+        return None
+    n = int(m[1])
+    name = entry[m.end():m.end() + n]
+    return name if len(name) == n and name.isidentifier() else None
+
+
+def mangled_entry_warnings(entries: dict[str, list[PtxParam]], source: str) -> list[Diagnostic]:
+    """A warning per kernel compiled under its C++ mangled name: an entry is looked up by its plain
+    name, which only ``extern "C"`` gives it, so such a kernel would never be found."""
+    out = []
+    for entry in entries:
+        name = plain_name(entry)
+        if name is None:
+            continue
+        where = re.search(rf"__global__[^;{{}}]*\b{re.escape(name)}\s*\(", source)
+        out.append(Diagnostic(
+            line=source.count("\n", 0, where.start()) + 1 if where else None, severity="warning",
+            message=(
+                f"kernel {name!r} compiles to the C++ mangled name {entry!r}, so it will not be found by its name "
+                f"{name!r}; declare it extern \"C\" __global__ void {name}(...)"
+            ),
+        ))
     return out

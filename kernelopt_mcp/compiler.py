@@ -31,6 +31,8 @@ from .compile_log import (
     Diagnostic,
     PtxParam,
     Resources,
+    host_code_hint,
+    mangled_entry_warnings,
     parse_diagnostics,
     parse_ptx_entries,
     parse_resources,
@@ -86,7 +88,8 @@ class CompileResult(BaseModel):
             errors = [d for d in self.diagnostics if d.severity == "error"]
             first = errors[0] if errors else None
             where = f"line {first.line}: " if first and first.line else ""
-            return f"compile error: {where}{first.message if first else self.log.strip()[:300]}"
+            quote = f"\n{first.quote}" if first and first.quote else ""
+            return f"compile error: {where}{first.message if first else self.log.strip()[:300]}{quote}"
         parts = []
         for name, r in self.resources.items():
             parts.append(
@@ -147,9 +150,11 @@ def _target(arch: str, options: list[str]) -> tuple[str, list[str], str | None]:
     return variant, rest, None
 
 
-def _hints(log: str, target: str, headers: HeaderDirs) -> list[str]:
+def _hints(log: str, target: str, headers: HeaderDirs, source: str) -> list[str]:
     """What to do about a failed compile's log, where the log alone does not say."""
     hints = []
+    if (host := host_code_hint(log, source)) is not None:
+        hints.append(host)
     m = _UNSUPPORTED_RE.search(log)
     if m and not target.endswith("a") and _major(target) >= 9:  # arch-specific variants: Hopper on
         hints.append(
@@ -498,7 +503,7 @@ def compile_kernel(
     log = quote_own_lines(out.log, source, filename, headers.dirs)
     diagnostics = parse_diagnostics(log, filename)
     if not ok:
-        for hint in _hints(log, target, headers):
+        for hint in _hints(log, target, headers, source):
             log = f"{hint}\n{log}"
             diagnostics.insert(0, Diagnostic(line=None, severity="error", message=hint))
     if not ok and "out of memory" in out.log:  # the raw log: the filter may withhold where it was said
@@ -509,6 +514,8 @@ def compile_kernel(
         log = f"{oom}\n{log}"
         diagnostics.insert(0, Diagnostic(line=None, severity="error", message=oom))
         cache = CompileCache()  # a throwaway: a larger limit may compile it, so it is not remembered
+    entries = parse_ptx_entries(ptx) if ptx else {}
+    diagnostics += mangled_entry_warnings(entries, source)
     log_text, omitted = truncate_log(log)
     result = CompileResult(
         status=CompileStatus.ok if ok else CompileStatus.error,
@@ -521,7 +528,7 @@ def compile_kernel(
         log_lines_omitted=omitted,
         diagnostics=diagnostics,
         resources=parse_resources(log),
-        entries=parse_ptx_entries(ptx) if ptx else {},
+        entries=entries,
         cubin=cubin,
         ptx=ptx,
         confinement=out.confinement,

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from .compile_options import CompileLimits
-from .errors import WorkloadError
+from .errors import WorkloadError, did_you_mean
 from .workload import Workload, load_workload
 
 PACKAGE_DIR = Path(__file__).resolve().parent
@@ -203,6 +203,6 @@ def find_workload(name_or_path: str | Path, settings: Settings) -> Workload:
     if str(name_or_path) in known:
         return load_workload(known[str(name_or_path)])
     raise WorkloadError(
-        f"no workload {str(name_or_path)!r}: not a directory and not a known name "
-        f"(known: {', '.join(sorted(known)) or 'none'}); see `kernelopt workloads`"
+        f"no workload {str(name_or_path)!r}{did_you_mean(str(name_or_path), known)} (not a directory, not a known "
+        f"name; known: {', '.join(sorted(known)) or 'none'}); see `kernelopt workloads`"
     )

@@ -32,6 +32,8 @@ import difflib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from collections.abc import Iterable
+
     from pydantic import ValidationError
 
 
@@ -109,6 +111,13 @@ class ProfiledKernelFailed(ProfilerError):
 
 class ProfilerTimeout(ProfilerError):
     """ncu did not finish in time; its process group was killed."""
+
+
+def did_you_mean(name: str, known: Iterable[str]) -> str:
+    """``; did you mean 'sgemm'?`` for the known name closest to a misspelled ``name`` ("" when
+    none is close), to follow a "no such name" message."""
+    match = difflib.get_close_matches(name, sorted(known), n=1, cutoff=0.6)
+    return f"; did you mean {match[0]!r}?" if match else ""
 
 
 def format_validation_error(exc: ValidationError, source: str) -> str:

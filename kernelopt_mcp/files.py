@@ -115,3 +115,17 @@ def read_text(path: Path, what: str, error: type[Exception] = WorkloadError) -> 
         raise error(f"{path}: {what} not found; add the file or fix the path") from None
     except (OSError, ValueError) as exc:  # ValueError: not UTF-8, or a NUL byte in the path
         raise error(f"{path}: cannot read {what} ({exc.strerror if isinstance(exc, OSError) and exc.strerror else exc})") from None
+
+
+def missing_path_message(exc: FileNotFoundError) -> str:
+    """What a FileNotFoundError means: the file is missing, or (to write one) its folder is."""
+    name = exc.filename
+    if name is None:
+        return str(exc)
+    folder = Path(os.fsdecode(name)).parent
+    if not folder.is_dir():
+        return (
+            f"{os.fsdecode(name)}: the folder {folder} does not exist; create it (mkdir -p {folder}) "
+            "or give a path in an existing folder"
+        )
+    return f"{os.fsdecode(name)}: file not found"

@@ -72,7 +72,7 @@ class CompileOutput(BaseModel):
         head = f"compile {self.status} for {self.arch} ({self.arch_from}; NVRTC {self.nvrtc_version}, {self.duration_ms:.0f} ms{', cached' if self.cache_hit else ''})"
         lines = [head]
         for d in self.diagnostics:
-            lines.append(f"  {'line ' + str(d.line) if d.line else '-'}: {d.severity}: {d.message}")
+            lines.append("  " + d.text())
         if self.diagnostics_omitted:
             lines.append(f"  ... {self.diagnostics_omitted} more diagnostics not shown")
         for name, r in self.kernels.items():

@@ -39,7 +39,7 @@ from .compile_pool import warn_if_unconfined
 from .compiler import MAX_SOURCE_BYTES, CompileResult
 from .config import bundled_workloads_dir, list_workloads
 from .docs import DocsSearchResult, search_docs
-from .errors import KerneloptError, TunableError
+from .errors import KerneloptError, TunableError, did_you_mean
 from .evaluation.candidate import Candidate
 from .evaluation.device import DeviceInfo
 from .evaluation.evaluate import prepare
@@ -197,8 +197,8 @@ class KerneloptService:
         known = self.workloads()
         if not NAME_RE.match(name) or name not in known:
             raise RequestError(
-                f"no workload {name!r}; known: {', '.join(sorted(known)) or 'none'} "
-                "(list_workloads describes them; create_workload adds one)"
+                f"no workload {name!r}{did_you_mean(name, known)} (known: {', '.join(sorted(known)) or 'none'}; "
+                "list_workloads describes them; create_workload adds one)"
             )
         return load_workload(known[name])
 

@@ -13,6 +13,8 @@ from typing import Any
 
 from rich.console import Console
 
+from kernelopt_mcp.files import missing_path_message
+
 EXIT_OK, EXIT_NO_VALID, EXIT_ERROR, EXIT_INTERRUPTED = 0, 1, 2, 130
 
 EXAMPLE = """examples:
@@ -304,7 +306,7 @@ def cmd_runs(argv: list[str]) -> int:
             return restore_run(resolve_run(args.run, results), args, console)
         return show(resolve_run(args.run, results), console, as_json=args.json)
     except FileNotFoundError as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        print(f"error: {missing_path_message(exc) if exc.filename else exc}", file=sys.stderr)
         return EXIT_ERROR
 
 

@@ -18,6 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
+from ..compile_log import plain_name
 from ..compile_options import CompileLimits
 from ..compiler import CompileCache, CompileResult, arch_problem, compile_kernel
 from ..errors import HarnessError, KerneloptError, LaunchConfigError
@@ -263,6 +264,12 @@ class Session:
         pass) (None: it does)."""
         sig = self.workload.signature
         if sig.entry not in compiled.entries:
+            mangled = [e for e in compiled.entries if plain_name(e) == sig.entry]
+            if mangled:
+                return (
+                    f"kernel {sig.entry!r} is in the module only under its C++ mangled name {mangled[0]!r}, so "
+                    f"it is not found by its name; declare it as {sig.c_prototype()}"
+                )
             found = ", ".join(compiled.entries) or "none"
             return (
                 f"no kernel named {sig.entry!r} in the module (kernels found: {found}); declare it "
