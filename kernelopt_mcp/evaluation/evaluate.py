@@ -23,13 +23,14 @@ import numpy as np
 
 from ..compiler import CompileResult, compile_kernel
 from ..errors import LaunchConfigError, WorkloadError
+from ..status import Status
 from ..workload import Case, Workload
 from .candidate import Candidate, EvaluateOptions
 from .dataset import DataSet
 from .harness_case import CaseJob, build_request
 from .inputs import CaseInputs, fresh_seed, materialize
 from .oracle import OracleLimits, run_oracle
-from .outcomes import EvaluationResult, Status
+from .outcomes import EvaluationResult
 from .protocol import CaseRequest, LaunchRequest, RunRequest, TimingRequest
 from .runner import run_candidate
 from .session import Session
