@@ -264,7 +264,7 @@ def cmd_docs(args: argparse.Namespace, out: Console) -> int:
 
 
 def cmd_tune(args: argparse.Namespace, out: Console) -> int:
-    from .evaluation.inputs import fresh_seed
+    from .evaluation.inputs import new_input_seed
     from .tune.report import save_tuning
     from .tune.spec import load_tunable, workload_tunable_path
     from .tune.tuner import summary_line
@@ -279,7 +279,7 @@ def cmd_tune(args: argparse.Namespace, out: Console) -> int:
         settings, warmup=args.warmup, iterations=args.iterations, flush_l2=not args.no_flush_l2, timeout_s=args.timeout,
         stop=stop_rule(args.stop, warmup=args.warmup, iterations=args.iterations),
     )
-    seed = fresh_seed() if args.seed is None else args.seed  # one seed: every device sees the same inputs
+    seed = new_input_seed() if args.seed is None else args.seed  # one seed: every device sees the same inputs
     cache = app.tune_cache(settings, enabled=not args.no_cache)
     quiet = args.json
 
