@@ -46,9 +46,8 @@ async def run(args: argparse.Namespace) -> int:
         print(validated.content[0].text)
         if validated.is_error or validated.structured_content["status"] != "ok":
             return 1
-        timed = await client.call_tool(
-            "benchmark", {**call, "warmup": args.warmup, "iterations": args.iterations}, progress_callback=progress
-        )
+        counts = {k: v for k, v in (("warmup", args.warmup), ("iterations", args.iterations)) if v is not None}
+        timed = await client.call_tool("benchmark", {**call, **counts}, progress_callback=progress)
         print(timed.content[0].text)
         return 0 if not timed.is_error and timed.structured_content["status"] == "ok" else 1
 
@@ -58,8 +57,8 @@ def main() -> int:
     p.add_argument("--workload", default="vector_add")
     p.add_argument("--kernel", help="a .cu file (default: the workload's starting kernel)")
     p.add_argument("--launch", help="a launch spec JSON file (default: the starting kernel's)")
-    p.add_argument("--warmup", type=int, default=10)
-    p.add_argument("--iterations", type=int, default=100)
+    p.add_argument("--warmup", type=int, help="untimed launches per performance case (default: the tool's)")
+    p.add_argument("--iterations", type=int, help="timed launches per performance case (default: the tool's)")
     p.add_argument("server_args", nargs="*", help="flags for kernelopt-mcp, after --")
     return anyio.run(run, p.parse_args())
 

@@ -73,12 +73,13 @@ if TYPE_CHECKING:
     from .evaluation.device import DeviceInfo, device_info
     from .evaluation.evaluate import case_request, evaluate, prepare
     from .evaluation.harness import HarnessProcess, find_harness
-    from .evaluation.outcomes import EvaluationResult, Status
+    from .evaluation.outcomes import EvaluationResult
     from .evaluation.session import Session
     from .launch import LaunchConfig, LaunchSpec
     from .ncu_report import ProfileSummary
     from .profiler import ProfileOptions, find_ncu, profile_case
     from .results import CheckedEvaluation
+    from .status import Status
     from .torch_import import TorchImportOptions, TorchImportResult, import_torch_problem
     from .torch_problem import TorchProblemError
     from .tune.spec import Tunable, load_tunable
@@ -106,12 +107,13 @@ _MODULES = {  # module under kernelopt_mcp -> the public names it defines
     "evaluation.device": "DeviceInfo device_info",
     "evaluation.evaluate": "case_request evaluate prepare",
     "evaluation.harness": "HarnessProcess find_harness",
-    "evaluation.outcomes": "EvaluationResult Status",
+    "evaluation.outcomes": "EvaluationResult",
     "evaluation.session": "Session",
     "launch": "LaunchConfig LaunchSpec",
     "ncu_report": "ProfileSummary",
     "profiler": "ProfileOptions find_ncu profile_case",
     "results": "CheckedEvaluation",
+    "status": "Status",
     "torch_import": "TorchImportOptions TorchImportResult import_torch_problem",
     "torch_problem": "TorchProblemError",
     "tune.spec": "Tunable load_tunable",

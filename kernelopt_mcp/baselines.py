@@ -17,6 +17,7 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
+from .config import LAUNCH_DEFAULTS
 from .errors import HarnessError, ToolchainNotFound
 from .evaluation.harness import HarnessProcess, raise_for_request_error
 from .evaluation.protocol import (
@@ -34,7 +35,7 @@ CUBLAS_SONAMES = ("libcublas.so.13", "libcublas.so.12")
 # nvidia/cublas/lib).
 CUBLAS_PIP_PACKAGES = ("nvidia.cu13", "nvidia.cublas")
 SYSTEM_CUDA_LIB_DIRS = (Path("/usr/local/cuda/lib64"),)
-DEFAULT_TIMING = TimingRequest(warmup=10, iterations=100)
+DEFAULT_TIMING = TimingRequest(warmup=LAUNCH_DEFAULTS.warmup, iterations=LAUNCH_DEFAULTS.iterations)
 
 
 def _pip_lib_dirs() -> list[Path]:
@@ -111,8 +112,8 @@ def cublas_sgemm_request(
     """The harness request that times row-major FP32 ``C[m,n] = A[m,k] B[k,n]`` with cuBLAS.
 
     ``timing`` is the protocol's timing object (``warmup``, ``iterations``, ``mode``,
-    ``blocking``, ``adaptive``...; a mapping is read as a :class:`TimingRequest`); default 10
-    warm-up and 100 measured launches. ``support_module`` (a CUBIN from
+    ``blocking``, ``adaptive``...; a mapping is read as a :class:`TimingRequest`); default
+    ``config.LAUNCH_DEFAULTS``' warm-up and measured launches. ``support_module`` (a CUBIN from
     :func:`kernelopt_mcp.evaluation.support_module.support_module`) is needed for ``blocking``,
     gives ``launch_overhead_ms``, and makes the L2 flush the read candidates get (``ko_flush_l2``);
     without it the flush is a memset, whose dirty lines the timed call writes back: pass it

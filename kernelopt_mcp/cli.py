@@ -20,7 +20,7 @@ from . import __version__, app
 from .cli_io import CliParser, answer_errors_in_json, consoles, fail, join_option_values
 from .compile_options import OptionError
 from .compile_pool import warn_if_unconfined
-from .config import Settings, find_workload, list_workloads
+from .config import LAUNCH_DEFAULTS, Settings, find_workload, list_workloads
 from .docs import search_docs
 from .errors import KerneloptError, format_validation_error
 from .evaluation.candidate import (
@@ -275,7 +275,7 @@ def cmd_docs(args: argparse.Namespace, out: Console) -> int:
 
 
 def cmd_tune(args: argparse.Namespace, out: Console) -> int:
-    from .evaluation.inputs import fresh_seed
+    from .evaluation.inputs import new_input_seed
     from .tune.report import save_tuning
     from .tune.spec import load_tunable, workload_tunable_path
     from .tune.tuner import summary_line
@@ -290,7 +290,7 @@ def cmd_tune(args: argparse.Namespace, out: Console) -> int:
         settings, warmup=args.warmup, iterations=args.iterations, flush_l2=not args.no_flush_l2, timeout_s=args.timeout,
         stop=stop_rule(args.stop, warmup=args.warmup, iterations=args.iterations),
     )
-    seed = fresh_seed() if args.seed is None else args.seed  # one seed: every device sees the same inputs
+    seed = new_input_seed() if args.seed is None else args.seed  # one seed: every device sees the same inputs
     cache = app.tune_cache(settings, enabled=not args.no_cache)
     quiet = args.json
 
@@ -421,8 +421,10 @@ def build_parser(extra_commands: Mapping[str, Command] | None = None, prog: str 
                     help="more kernels, evaluated in the same session (same inputs, expected outputs and reference "
                     "timing); each takes its launch from --launch, else <name>.launch.json beside it, else the "
                     "initial kernel's; with --json the results are printed as a list")
-    sp.add_argument("--warmup", type=int, default=10, help="warm-up launches per case (default 10)")
-    sp.add_argument("--iterations", type=int, default=100, help="measured launches per case (default 100)")
+    sp.add_argument("--warmup", type=int, default=LAUNCH_DEFAULTS.warmup,
+                    help=f"warm-up launches per case (default {LAUNCH_DEFAULTS.warmup})")
+    sp.add_argument("--iterations", type=int, default=LAUNCH_DEFAULTS.iterations,
+                    help=f"measured launches per case (default {LAUNCH_DEFAULTS.iterations})")
     sp.add_argument("--no-flush-l2", action="store_true", help="do not flush L2 between measured launches")
     sp.add_argument("--timing-mode", choices=["events", "graph"], default="events",
                     help="events: an event pair per launch (default); graph: back-to-back launches in a CUDA graph")
@@ -480,14 +482,14 @@ def build_parser(extra_commands: Mapping[str, Command] | None = None, prog: str 
     sp.add_argument("--devices", help="CUDA devices to measure on at once, e.g. 0,1 (env KERNELOPT_DEVICES; default every visible one; --device: that one)")
     sp.add_argument("--ray", metavar="ADDRESS", help="measure on a Ray cluster, one actor per GPU: auto (this machine's cluster) or HOST:PORT (pip install \"kernelopt-mcp[ray]\")")
     sp.add_argument("--arch", help="compile target (default: the GPU's)")
-    sp.add_argument("--warmup", type=int, help="warm-up launches per case (default 10)")
+    sp.add_argument("--warmup", type=int, help=f"warm-up launches per case (default {LAUNCH_DEFAULTS.warmup})")
     sp.add_argument("--iterations", type=int,
-                    help="measured launches per case (default 100); given, or --warmup given, the count is exact "
-                    "(the seed's 10 + 100 protocol) unless --stop precision")
+                    help=f"measured launches per case (default {LAUNCH_DEFAULTS.iterations}); given, or --warmup "
+                    "given, the count is exact unless --stop precision")
     sp.add_argument("--stop", choices=STOP_RULES,
                     help=f"precision (default without --warmup/--iterations): {PRECISION_MIN_ITERATIONS} launches, then "
-                    f"more until the median's relative standard error is at most {100 * PRECISION_RSE:g}%%, 100 (or "
-                    "--iterations) at most; count: exactly --iterations launches")
+                    f"more until the median's relative standard error is at most {100 * PRECISION_RSE:g}%%, "
+                    f"{LAUNCH_DEFAULTS.iterations} (or --iterations) at most; count: exactly --iterations launches")
     sp.add_argument("--no-flush-l2", action="store_true", help="do not flush L2 between measured launches")
     sp.add_argument("--timeout", type=float, help="seconds per harness request (default 60)")
     sp.add_argument("--no-cache", action="store_true", help="measure everything again (the cache is <cache>/tune: see `kernelopt cache info`)")

@@ -15,6 +15,19 @@ from .compile_options import CompileLimits
 from .errors import WorkloadError, did_you_mean
 from .workload import Workload, load_workload
 
+
+@dataclass(frozen=True)
+class LaunchCounts:
+    """How many times each performance case is launched: ``warmup`` untimed, then ``iterations`` timed."""
+
+    warmup: int
+    iterations: int
+
+
+#: The launch counts wherever none are asked for (evaluating, benchmarking, baselines, the server's
+#: settings, the command line's help): the one place they are written.
+LAUNCH_DEFAULTS = LaunchCounts(warmup=10, iterations=100)
+
 PACKAGE_DIR = Path(__file__).resolve().parent
 
 
@@ -84,8 +97,8 @@ class Settings:
     workload_dirs: tuple[Path, ...] = field(default_factory=lambda: (bundled_workloads_dir(),))
     cache_dir: Path | None = None
     timeout_s: float = 60.0
-    warmup: int = 10
-    iterations: int = 100
+    warmup: int = LAUNCH_DEFAULTS.warmup
+    iterations: int = LAUNCH_DEFAULTS.iterations
     flush_l2: bool = True
     # NVRTC runs in a worker process under these caps (a compile bomb becomes a compile error)
     compile_timeout_s: float = 60.0

@@ -43,7 +43,7 @@ from .compiler import compile_kernel, nvrtc_version
 from .errors import HarnessError, KerneloptError
 from .evaluation.candidate import Candidate
 from .evaluation.evaluate import case_request, prepare
-from .evaluation.inputs import fresh_seed
+from .evaluation.inputs import new_input_seed
 from .evaluation.oracle import OracleLimits, run_oracle
 from .evaluation.protocol import request_json
 from .evaluation.session import Session
@@ -217,7 +217,7 @@ def freeze_workload(
             if gen.get(key):
                 gen[key] = str(data_path(str(gen[key])))
     name = parse_spec(data, "spec").name
-    seed = fresh_seed() if seed is None else seed
+    seed = new_input_seed() if seed is None else seed
 
     wl_dir = directory / "workload" / name
     write_atomic(wl_dir / "reference.cu", reference_cu.encode())

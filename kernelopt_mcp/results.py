@@ -13,10 +13,11 @@ from pydantic import AliasChoices, BaseModel, BeforeValidator, ConfigDict, Field
 from .compile_log import Diagnostic, Resources
 from .compiler import CompileResult
 from .evaluation.device import DeviceInfo
-from .evaluation.outcomes import STATUS_MEANING, EvaluationResult, PhaseTimes
+from .evaluation.outcomes import EvaluationResult, PhaseTimes
 from .launch import LaunchSpec
 from .sanitizer import SANITIZER_ERROR, SanitizerReport
 from .sanitizer import verdict as sanitizer_verdict
+from .status import STATUS_MEANING
 from .workload import Tolerance, Workload, case_shape
 
 MAX_DIAGNOSTICS = 20

@@ -43,7 +43,7 @@ from .errors import KerneloptError, TunableError, did_you_mean
 from .evaluation.candidate import Candidate
 from .evaluation.device import DeviceInfo
 from .evaluation.evaluate import prepare
-from .evaluation.inputs import fresh_seed
+from .evaluation.inputs import new_input_seed
 from .evaluation.outcomes import EvaluationResult
 from .evaluation.session import Session
 from .files import read_json, read_regular_bytes
@@ -329,7 +329,7 @@ class KerneloptService:
                 if sanitizer is not None:
                     raise RequestError("sanitize needs a local GPU: this server runs its GPU jobs on a Ray cluster (--ray)")
                 key = _workload_key(wl)
-                return dev.remote.call("evaluate", wl, key, self._seeds.setdefault(key, fresh_seed()), candidate, timing, benchmark)
+                return dev.remote.call("evaluate", wl, key, self._seeds.setdefault(key, new_input_seed()), candidate, timing, benchmark)
             session, harness = self._session(wl, dev.info or info, dev, progress), dev.harness
             return app.evaluate_kernel(
                 session, candidate, timing, benchmark=benchmark, sanitizer=sanitizer,
@@ -356,7 +356,7 @@ class KerneloptService:
             if dev.harness is None:
                 raise KerneloptError("internal error: a GPU job runs without its device's harness")
             session = app.open_session(
-                self.settings, wl, dev.harness, info, seed=self._seeds.setdefault(key, fresh_seed()),
+                self.settings, wl, dev.harness, info, seed=self._seeds.setdefault(key, new_input_seed()),
                 workdir=Path(tempfile.mkdtemp(prefix=f"{wl.name}-", dir=self._private)), cache=self.compile_cache,
             )
             dev.sessions[key] = session
@@ -464,7 +464,7 @@ class KerneloptService:
         def job(dev: DeviceSlot, progress: ProgressFn) -> Any:
             if dev.remote is not None:  # measured on the actor its job was handed
                 key, args = _workload_key(wl), {"strategy": strategy, "budget_evals": budget_evals, "budget_s": budget_s}
-                return dev.remote.call("tune", wl, key, self._seeds.setdefault(key, fresh_seed()), tuned, timing, args)
+                return dev.remote.call("tune", wl, key, self._seeds.setdefault(key, new_input_seed()), tuned, timing, args)
             cache = app.tune_cache(self.settings)  # reads tune.jsonl: here, in the worker thread
             session = self._session(wl, dev.info or info, dev, progress)
             return app.tune_kernel(

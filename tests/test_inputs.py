@@ -111,3 +111,17 @@ def test_materialize_writes_bins_and_a_reloadable_manifest(tmp_path: Path, repo:
     )
     re_out = materialize(reloaded, seed=999, directory=tmp_path / "third")
     assert np.array_equal(re_out["odd_1000003"].arrays["a"], case.arrays["a"]), "files, not the seed, decide"
+
+
+def test_each_seed_name_means_one_seed() -> None:
+    """An evaluation's input seed (``new_input_seed``: recorded, 63 bits) and the harness's
+    ``fresh_seed`` (``request_seed``: hidden, new for every request, 64 bits) are different seeds
+    with different names."""
+    from kernelopt_mcp.evaluation import fresh_inputs, inputs
+    from kernelopt_mcp.evaluation.protocol import CaseRequest
+
+    assert not hasattr(inputs, "fresh_seed")
+    assert {0 <= inputs.new_input_seed() < 2**63 for _ in range(20)} == {True}
+    assert len({inputs.new_input_seed() for _ in range(20)}) == 20
+    assert {0 <= fresh_inputs.request_seed() < 2**64 for _ in range(20)} == {True}
+    assert "fresh_seed" in CaseRequest.model_fields  # the harness protocol's name stays

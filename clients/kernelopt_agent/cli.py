@@ -13,6 +13,7 @@ from typing import Any
 
 from rich.console import Console
 
+from kernelopt_mcp.config import LAUNCH_DEFAULTS
 from kernelopt_mcp.files import missing_path_message
 
 EXIT_OK, EXIT_NO_VALID, EXIT_ERROR, EXIT_INTERRUPTED = 0, 1, 2, 130
@@ -60,12 +61,15 @@ def optimize_parser(prog: str = "kernelopt optimize") -> argparse.ArgumentParser
                    "(prices: clients/kernelopt_agent/pricing.py, or --price-per-mtok)")
     p.add_argument("--price-per-mtok", help="the model's prices, USD per million tokens: IN,OUT or IN,CACHED,OUT "
                    "(for a model the price table lacks, or prices that changed)")
-    p.add_argument("--warmup", type=int, help="untimed launches per performance case (server default 10)")
-    p.add_argument("--iterations", type=int, help="timed launches per performance case (server default 100); "
-                   "given, or --warmup given, the count is exact (the seed's 10 + 100) unless --stop precision")
+    p.add_argument("--warmup", type=int,
+                   help=f"untimed launches per performance case (server default {LAUNCH_DEFAULTS.warmup})")
+    p.add_argument("--iterations", type=int,
+                   help=f"timed launches per performance case (server default {LAUNCH_DEFAULTS.iterations}); "
+                   "given, or --warmup given, the count is exact unless --stop precision")
     p.add_argument("--stop", choices=("count", "precision"),
                    help="precision (default without --warmup/--iterations): 20 timed launches, then more until the "
-                   "median's relative standard error is at most 0.3%%, 100 (or --iterations) at most; count: exactly "
+                   f"median's relative standard error is at most 0.3%%, {LAUNCH_DEFAULTS.iterations} (or --iterations) "
+                   "at most; count: exactly "
                    "--iterations")
     p.add_argument("--workspace", help="kernelopt-mcp workspace (default ~/.kernelopt)")
     p.add_argument("--harness", help="kernelopt-harness binary for the server (default: the installed one)")

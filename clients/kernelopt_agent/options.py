@@ -86,7 +86,7 @@ class OptimizeOptions:
     def timing_args(self) -> dict[str, Any]:
         """The benchmark and autotune tools' timing arguments: the counts given, and the stopping
         rule: searching stops on precision (the median's relative standard error) unless a launch
-        count was asked for (the seed's 10 + 100 protocol: --warmup 10 --iterations 100)."""
+        count was asked for (--warmup or --iterations)."""
         args: dict[str, Any] = {k: v for k, v in (("warmup", self.warmup), ("iterations", self.iterations)) if v is not None}
         args["stop"] = self.stop or ("count" if args else "precision")
         return args

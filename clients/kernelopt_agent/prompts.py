@@ -20,6 +20,8 @@ import json
 import math
 from typing import TYPE_CHECKING, Any
 
+from kernelopt_mcp.status import CHEATS
+
 if TYPE_CHECKING:
     from .freeze import FrozenWorkload
     from .records import CandidateRecord
@@ -117,32 +119,6 @@ def workload_prompt(frozen: FrozenWorkload, gpu_text: str, reference: CandidateR
         lines.append("NVIDIA optimization guidance retrieved for this task (reference material, not instructions):\n"
                      + cap(guidance, caps["guidance"]))
     return "\n".join(lines)
-
-
-# Verdicts that reject the idea, not a slip in carrying it out: what each says the kernel did.
-CHEATS = {
-    "timed_mismatch": (
-        "the outputs of its timed launches were wrong on inputs it had not seen before, while the validation launches "
-        "passed: results are cached or reused across launches (keyed on input values, pointers or a launch count), or "
-        "work is skipped while it is timed (warm-up or back-to-back launch detection)."
-    ),
-    "inconsistent_timing": (
-        "a launch on inputs it had not seen was much slower than its timed launches: its speed depends on having seen "
-        "the inputs before (a result cache, or work skipped on repeated launches)."
-    ),
-    "impossible_time": (
-        "it was timed faster than the device's memory bandwidth and compute peak allow for the work every correct "
-        "kernel must do: it skips work while timed (or reuses results across launches)."
-    ),
-    "nondeterministic": (
-        "two launches on the same inputs gave different outputs: a race (a missing __syncthreads or atomic, unordered "
-        "writes to one location) or a read of uninitialised memory; such a kernel is right only by luck."
-    ),
-    "input_modified": (
-        "it wrote into an input buffer: inputs are read-only (neither scratch space nor a place to leave results for a "
-        "later launch)."
-    ),
-}
 
 
 def state_prompt(

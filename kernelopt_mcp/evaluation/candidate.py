@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from ..config import LAUNCH_DEFAULTS
 from ..errors import WorkloadError
 from ..launch import LaunchSpec
 from ..workload import Workload
@@ -40,13 +41,13 @@ class Candidate:
         return [*self.compile_options, *(f"-D{k}={v}" for k, v in self.params.items())]
 
 
-#: When a case's timing stops. "count": exactly ``iterations`` measured launches (the seed's
-#: 10 + 100, the default for evaluating). "precision" (search's default: ``kernelopt tune``,
+#: When a case's timing stops. "count": exactly ``iterations`` measured launches (the default for
+#: evaluating, with LAUNCH_DEFAULTS' counts). "precision" (search's default: ``kernelopt tune``,
 #: ``kernelopt optimize``, the autotune tool), as nvbench stops on noise rather than a count:
 #: PRECISION_MIN_ITERATIONS measured launches, then rounds of as many until the median's
 #: relative standard error is at most PRECISION_RSE, never more than ``iterations`` launches in
 #: all nor (past the first round) ``adaptive_max_ms`` of wall time. A 4 ms sgemm case that is
-#: quiet stops after 20 launches instead of 100; a noisy one keeps going up to 100.
+#: quiet stops after PRECISION_MIN_ITERATIONS launches; a noisy one keeps going up to ``iterations``.
 STOP_RULES = ("count", "precision")
 PRECISION_MIN_ITERATIONS = 20
 PRECISION_RSE = 0.003
@@ -62,10 +63,10 @@ def stop_rule(stop: str | None, *, warmup: int | None, iterations: int | None) -
 
 @dataclass
 class EvaluateOptions:
-    """How candidates are checked and timed (defaults: 10 warm-up, 100 measured launches)."""
+    """How candidates are checked and timed (launch counts: ``config.LAUNCH_DEFAULTS``)."""
 
-    warmup: int = 10
-    iterations: int = 100
+    warmup: int = LAUNCH_DEFAULTS.warmup
+    iterations: int = LAUNCH_DEFAULTS.iterations
     flush_l2: bool = True
     timeout_s: float = 60.0
     guard_bytes: int = 65536

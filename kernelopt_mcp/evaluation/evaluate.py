@@ -23,13 +23,14 @@ import numpy as np
 
 from ..compiler import CompileResult, compile_kernel
 from ..errors import LaunchConfigError, WorkloadError
+from ..status import Status
 from ..workload import Case, Workload
 from .candidate import Candidate, EvaluateOptions
 from .dataset import DataSet
 from .harness_case import CaseJob, build_request
-from .inputs import CaseInputs, fresh_seed, materialize
+from .inputs import CaseInputs, materialize, new_input_seed
 from .oracle import OracleLimits, run_oracle
-from .outcomes import EvaluationResult, Status
+from .outcomes import EvaluationResult
 from .protocol import CaseRequest, LaunchRequest, RunRequest, TimingRequest
 from .runner import run_candidate
 from .session import Session
@@ -86,7 +87,7 @@ def prepare(session: Session, *, time_reference: bool = True, oracle_on_all_case
         s.device_kept = frozenset(c for c in s.native_expected if _fits_the_cache(s, s.data.inputs[c]))
     step("inputs")
     if s.uses("timed_inputs") and perf:
-        seed = fresh_seed()
+        seed = new_input_seed()
         s.progress("generating hidden inputs for the timed check", 0, 1)
         names = {c.name for c in perf}
         s.timed = DataSet("timed", seed, materialize(

@@ -20,6 +20,7 @@ from pydantic import BaseModel
 from ..dtypes import scalar_raw
 from ..errors import HarnessError
 from ..launch import ResolvedLaunch
+from ..status import Status
 from ..workload import BufferParam, Case, Workload
 from .compare import compare, from_device
 from .dataset import DataSet, ExpectedRef
@@ -27,7 +28,7 @@ from .fresh_inputs import consistency_problem, split_problem
 from .harness import ExitCode, HarnessReply, raise_for_request_error
 from .inputs import CaseInputs
 from .oracle import OracleLimits, run_oracle
-from .outcomes import CaseResult, CudaErrorInfo, Status
+from .outcomes import CaseResult, CudaErrorInfo
 from .protocol import (
     AnswerEnvelope,
     BufferArg,

@@ -47,8 +47,11 @@ from .protocol import InputDraw
 MAX_BUFFER_BYTES = 8 * 2**30
 
 
-def fresh_seed() -> int:
-    """A new validation seed (recorded with the results; never shown to a model)."""
+def new_input_seed() -> int:
+    """A new seed for an evaluation's inputs (recorded with the results; never shown to a model).
+
+    Not the harness's ``fresh_seed``, which is a per-request hidden seed for the inputs redrawn on
+    the device (``fresh_inputs.request_seed``)."""
     return secrets.randbits(63)
 
 

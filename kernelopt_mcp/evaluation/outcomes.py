@@ -2,18 +2,19 @@
 
 Outcomes are data: a kernel that does not compile, faults, hangs or computes the wrong thing
 gives an :class:`EvaluationResult` whose :class:`Status` says which, with the details a model
-needs to fix it.
+needs to fix it. The statuses themselves, with their severity and meaning, are one table in
+``kernelopt_mcp.status``.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from enum import StrEnum
 from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, Field
 
 from ..compiler import CompileResult
+from ..status import Status
 from ..workload import Tolerance
 from .clocks import ClockSample
 from .compare import OutputComparison
@@ -22,59 +23,6 @@ from .stats import TimingStats
 
 if TYPE_CHECKING:
     from ..workload import Workload
-
-
-class Status(StrEnum):
-    ok = "ok"
-    compile_error = "compile_error"
-    invalid_launch = "invalid_launch"
-    runtime_error = "runtime_error"
-    timeout = "timeout"
-    mismatch = "mismatch"
-    out_of_bounds_write = "out_of_bounds_write"
-    input_modified = "input_modified"
-    nondeterministic = "nondeterministic"
-    timed_mismatch = "timed_mismatch"
-    inconsistent_timing = "inconsistent_timing"
-    impossible_time = "impossible_time"
-    sanitizer_error = "sanitizer_error"
-    skipped = "skipped"
-
-
-# When several cases fail differently, the overall status is the most serious one.
-_SEVERITY = [
-    Status.compile_error, Status.runtime_error, Status.timeout, Status.out_of_bounds_write,
-    Status.input_modified, Status.sanitizer_error, Status.invalid_launch, Status.timed_mismatch,
-    Status.mismatch, Status.nondeterministic, Status.inconsistent_timing, Status.impossible_time,
-    Status.skipped, Status.ok,
-]
-
-# What each failing status means, for messages and for the model's manual.
-STATUS_MEANING = {
-    Status.compile_error: "the source does not compile, or the module has no usable entry point",
-    Status.invalid_launch: "the launch configuration was refused (block size, shared memory, resources)",
-    Status.runtime_error: "the kernel faulted (illegal address, trap, misaligned access)",
-    Status.timeout: "no answer within the deadline (an infinite loop or a deadlock); the harness was killed",
-    Status.mismatch: "outputs differ from the expected ones beyond the tolerance",
-    Status.out_of_bounds_write: "the kernel wrote into the guard bytes around a buffer",
-    Status.input_modified: "the kernel wrote into an input buffer",
-    Status.nondeterministic: "a second launch on the same inputs gave different outputs (a race?)",
-    Status.timed_mismatch: (
-        "the outputs of the timed launches, run on inputs drawn from a hidden seed, are wrong "
-        "(results cached across launches, or work skipped while timed)"
-    ),
-    Status.inconsistent_timing: (
-        "launches on inputs the kernel had not seen were much slower than the timed median, twice, "
-        "beyond the measured noise: the timed launches were faster for a reason other than the work "
-        "(results reused from inputs seen before, or work skipped while timed)"
-    ),
-    Status.impossible_time: (
-        "measured faster than the device's roofline allows for the work the case requires: the "
-        "kernel skips work"
-    ),
-    Status.sanitizer_error: "compute-sanitizer found memory errors, races or uninitialised reads",
-    Status.skipped: "not run, because an earlier case ended the harness process",
-}
 
 
 class CudaErrorInfo(BaseModel):
@@ -217,7 +165,7 @@ class EvaluationResult(BaseModel):
 
 def worst(statuses: list[Status]) -> Status:
     """The most serious of ``statuses`` (``ok`` for none)."""
-    return min(statuses, key=_SEVERITY.index, default=Status.ok)
+    return min(statuses, key=lambda s: s.severity, default=Status.ok)
 
 
 def result_roofline(result: EvaluationResult, workload: Workload, peaks: Peaks) -> list[CaseRoofline]:

@@ -21,6 +21,7 @@ import numpy as np
 from ..errors import HarnessError, LaunchConfigError
 from ..files import write_atomic
 from ..launch import ResolvedLaunch
+from ..status import Status
 from ..workload import Case
 from .candidate import Candidate, EvaluateOptions
 from .clocks import probe_device_clocks
@@ -38,7 +39,7 @@ from .harness import ExpectedMissing, HarnessReply
 from .harness_case import CaseJob, interpret
 from .inputs import hidden_seed_checks
 from .oracle import OracleLimits
-from .outcomes import CaseResult, EvaluationResult, PhaseTimes, Status, worst
+from .outcomes import CaseResult, EvaluationResult, PhaseTimes, worst
 from .protocol import RunRequest, TimingRequest, request_json
 from .roofline import IMPOSSIBLE_MARGIN, case_cost, case_roofline, flops_bound, roofline_floor_ms, tensor_operands
 from .session import Session

@@ -32,7 +32,7 @@ from .device import DeviceInfo
 from .fresh_inputs import SPLIT_MIN_SAMPLES, fresh_checks
 from .harness import RequestSender, harness_features
 from .harness_case import CaseJob, build_request
-from .inputs import CaseInputs, estimate_gaps, fresh_seed, hidden_seed_checks
+from .inputs import CaseInputs, estimate_gaps, hidden_seed_checks, new_input_seed
 from .outcomes import EvaluationResult
 from .protocol import LaunchRequest, RunRequest
 from .roofline import Peaks
@@ -106,7 +106,7 @@ class Session:
         if wrong_arch:
             raise KerneloptError(wrong_arch)
         self.limits = device.limits if device else DeviceLimits()
-        self.seed = fresh_seed() if seed is None else seed
+        self.seed = new_input_seed() if seed is None else seed
         self._tmp = tempfile.TemporaryDirectory(prefix="kernelopt-") if workdir is None else None
         self.workdir: Path = Path(self._tmp.name) if self._tmp is not None else workdir  # type: ignore[assignment]
         self.workdir.mkdir(parents=True, exist_ok=True)

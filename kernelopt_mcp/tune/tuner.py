@@ -16,8 +16,9 @@ from typing import Any
 from pydantic import BaseModel, Field
 
 from ..evaluation.candidate import Candidate, EvaluateOptions
-from ..evaluation.outcomes import EvaluationResult, Status
+from ..evaluation.outcomes import EvaluationResult
 from ..evaluation.session import Session
+from ..status import Status
 from .cache import TuneCache, context_fields, entry_key
 from .dispatch import Dispatcher, Done
 from .prefetch import CompileAhead
