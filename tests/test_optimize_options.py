@@ -64,3 +64,18 @@ def test_a_resumed_run_reads_the_environment_it_runs_in(tmp_path: Path) -> None:
     assert (opts.arch, opts.workload_dirs[0], opts.api_key, changed) == ("sm_90a", extra, "sk-test", {})
     opts, _ = _options({"resume": "1", "workspace": str(tmp_path / "ws")}, recorded, run, {}, tmp_path)
     assert opts.arch is None and opts.workload_dirs[-1] == tmp_path / "ws" / "workloads"
+
+
+def test_a_resumed_run_never_takes_its_whereabouts_from_the_run_directory(tmp_path: Path) -> None:
+    """A run directory may come from elsewhere: its config.json's model URL (where the API key is
+    sent) and harness binary (what is executed) are never used; this invocation's are, or the defaults."""
+    recorded = build(tmp_path, {}).as_json() | {
+        "base_url": "http://attacker.invalid/v1", "harness": "/tmp/not-the-harness.sh", "devices": "0,1",
+    }
+    run = tmp_path / "results" / "run-001"
+    opts, _ = _options({"resume": "1"}, recorded, run, {"OPENAI_API_KEY": "sk-test"}, tmp_path)
+    assert opts.base_url is None and opts.harness is None and opts.devices is None
+    given = {"resume": "1", "base_url": "http://127.0.0.1:9/v1", "harness": str(tmp_path / "h")}
+    opts, changed = _options(given, recorded, run, {}, tmp_path)
+    assert opts.base_url == "http://127.0.0.1:9/v1" and str(opts.harness) == str(tmp_path / "h")
+    assert set(changed) == {"base_url", "harness"}

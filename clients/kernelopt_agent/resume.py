@@ -161,7 +161,10 @@ def run_options(flags: Mapping[str, Any], recorded: dict[str, Any], path: Path, 
             + "; ".join(conflicts) + ". Only --max-iterations, --max-tokens and --max-cost (and where things are: "
             "--base-url, --harness, --workspace, --device, --devices) may change; to change the others, start a new run")
     known = {f.name for f in fields(OptimizeOptions)} - set(DERIVED)
-    values = {k: v for k, v in recorded.items() if k in known}
+    # where things are (the model's URL, the harness binary, devices) comes from this invocation alone,
+    # never from config.json: a run directory from elsewhere must not send the API key to its URL or
+    # have its harness path executed; the recorded ones describe the machine the run started on
+    values = {k: v for k, v in recorded.items() if k in known and k not in WHEREABOUTS}
     values.update({k: v for k, v in given.items() if k in LIMITS or k in WHEREABOUTS})
     try:
         opts = OptimizeOptions(**values)
