@@ -27,7 +27,7 @@ from .evaluation.device import DeviceInfo
 from .evaluation.evaluate import prepare
 from .evaluation.session import Session
 from .results import CheckedEvaluation
-from .tune.ray_workers import _ray, connect
+from .tune.ray_workers import _ray, call_actor, connect
 from .tune.spec import Tunable
 from .tune.tuner import TuneResult
 from .workload import Workload
@@ -86,13 +86,7 @@ class RayDevice:
 
     def call(self, method: str, *args: Any) -> Any:
         """``method(*args)`` on the actor; WorkerLost when the actor (or its node) is gone."""
-        from .tune.workers import WorkerLost
-
-        ray = _ray()
-        try:
-            return ray.get(getattr(self.handle, method).remote(*args))
-        except ray.exceptions.RayActorError as exc:
-            raise WorkerLost(f"{self.label}: {type(exc).__name__}, the actor's process or node is gone") from None
+        return call_actor(self.handle, method, *args, label=self.label)
 
     def close(self) -> None:
         ray = _ray()

@@ -42,6 +42,16 @@ def _ray() -> Any:
     return ray
 
 
+def call_actor(handle: Any, method: str, *args: Any, label: str = "a Ray actor") -> Any:
+    """``method(*args)`` on the actor ``handle``, waited for; WorkerLost when its process or node is gone
+    (the caller retries the job elsewhere)."""
+    ray = _ray()
+    try:
+        return ray.get(getattr(handle, method).remote(*args))
+    except ray.exceptions.RayActorError as exc:
+        raise WorkerLost(f"{label}: {type(exc).__name__}, the actor's process or node is gone") from None
+
+
 def connect(address: str) -> int:
     """Join the Ray cluster at ``address`` ("auto": the one this machine belongs to), unless this
     process already joined one; returns the cluster's GPUs.
@@ -97,11 +107,7 @@ class RayWorker:
         self.handle, self.label, self.model, self.device, self.pid = handle, label, model, device, pid
 
     def _call(self, method: str, *args: Any) -> Any:
-        ray = _ray()
-        try:
-            return ray.get(getattr(self.handle, method).remote(*args))
-        except ray.exceptions.RayActorError as exc:
-            raise WorkerLost(f"{type(exc).__name__}: the actor's process or node is gone") from None
+        return call_actor(self.handle, method, *args, label=self.label)
 
     def prepare(self) -> float | None:
         value: float | None = self._call("prepare")
