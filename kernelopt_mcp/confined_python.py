@@ -14,8 +14,10 @@ runners (``ChildLimits.accept_unconfined``: the compiler's setting).
 
 from __future__ import annotations
 
+import importlib.metadata
 import json
 import os
+import re
 import selectors
 import subprocess
 import sys
@@ -73,6 +75,33 @@ class ChildResult:
     timed_out: bool = False
     refused: str | None = None
     missing: str | None = None
+
+
+def distribution_dirs(name: str) -> list[str]:
+    """The directories that hold distribution ``name`` and what it requires (transitively, extras
+    left out), as installed for this interpreter: the sys.path entries (and readable directories)
+    a ``python -I`` child needs to import it. A ``pip install --target DIR`` put on PYTHONPATH is
+    one of them, which ``-I`` would otherwise hide; a checkout behind an editable install is not
+    (its ``.dist-info`` lies in site-packages). Distributions not installed are left out."""
+    seen: set[str] = set()
+    dirs: dict[str, None] = {}
+    todo = [name]
+    while todo:
+        key = re.sub(r"[-_.]+", "-", todo.pop()).lower()
+        if key in seen:
+            continue
+        seen.add(key)
+        try:
+            dist = importlib.metadata.distribution(key)
+        except importlib.metadata.PackageNotFoundError:
+            continue
+        dirs[str(Path(str(dist.locate_file(""))).resolve())] = None
+        for requirement in dist.requires or ():
+            head, _, marker = requirement.partition(";")
+            found = re.match(r"\s*([A-Za-z0-9][A-Za-z0-9._-]*)", head)
+            if found and "extra" not in marker:
+                todo.append(found.group(1))
+    return list(dirs)
 
 
 def run_confined_python(

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 from test_torch_workspace import FakeWorkspace
 
-from kernelopt_mcp.confined_python import ChildLimits, run_confined_python
+from kernelopt_mcp.confined_python import ChildLimits, distribution_dirs, run_confined_python
 from kernelopt_mcp.sandbox import landlock_abi
 from kernelopt_mcp.torch_workspace import create_torch_workload
 from kernelopt_mcp.workspace import RequestError
@@ -144,6 +144,44 @@ def test_run_confined_python_runs_a_module_that_writes_only_its_staging_director
     off = run_confined_python("probe_mod", [], staging=staging, limits=ChildLimits(landlock=False))
     assert off.refused and "--unconfined-compiler" in off.refused and off.returncode is None
     assert sys.executable  # the child ran this interpreter
+
+
+def fake_distribution(site: Path, name: str, requires: list[str], main: str = "") -> Path:
+    """``name`` as ``pip install --target site`` leaves it: a package and its .dist-info."""
+    module = name.replace("-", "_")
+    (site / module).mkdir(parents=True)
+    (site / module / "__init__.py").write_text("")
+    if main:
+        (site / module / "__main__.py").write_text(main)
+    info = site / f"{module}-1.0.dist-info"
+    info.mkdir()
+    lines = [f"Metadata-Version: 2.1\nName: {name}\nVersion: 1.0"] + [f"Requires-Dist: {r}" for r in requires]
+    (info / "METADATA").write_text("\n".join(lines) + "\n")
+    return site
+
+
+@needs_landlock
+def test_requirements_installed_in_a_target_directory_reach_the_child(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """As on the GPU machine: the package and its requirements installed with ``pip install
+    --target DIR`` and found through PYTHONPATH, which the child's ``python -I`` ignores. Its
+    package directory alone leaves the child without its requirements (what failed there:
+    "No module named 'pydantic'"); :func:`distribution_dirs` names every directory, extras left out."""
+    top = fake_distribution(tmp_path / "site-a", "ko-probe-top", ["ko-probe-dep>=1", "ko-probe-extra; extra == 'more'"],
+                            main="import ko_probe_dep\nprint('imported', ko_probe_dep.__name__)\n")
+    dep = fake_distribution(tmp_path / "site-b", "ko-probe-dep", [])
+    extra = fake_distribution(tmp_path / "site-c", "ko-probe-extra", [])
+    for site in (top, dep, extra):
+        monkeypatch.syspath_prepend(str(site))
+    dirs = distribution_dirs("ko-probe-top")
+    assert dirs == [str(top.resolve()), str(dep.resolve())]
+    staging = tmp_path / "staging"
+    staging.mkdir()
+    result = run_confined_python("ko_probe_top", [], staging=staging, python_path=dirs, read=dirs,
+                                 limits=ChildLimits(timeout_s=60))
+    assert result.returncode == 0 and result.stdout.strip() == b"imported ko_probe_dep", result.stderr_tail
+    alone = run_confined_python("ko_probe_top", [], staging=staging, python_path=[str(top)], read=[str(top / "ko_probe_top")],
+                                limits=ChildLimits(timeout_s=60))
+    assert alone.returncode != 0 and "No module named 'ko_probe_dep'" in alone.stderr_tail
 
 
 @pytest.mark.anyio
