@@ -77,15 +77,17 @@ class ChildResult:
     missing: str | None = None
 
 
-def distribution_dirs(name: str) -> list[str]:
-    """The directories that hold distribution ``name`` and what it requires (transitively, extras
-    left out), as installed for this interpreter: the sys.path entries (and readable directories)
-    a ``python -I`` child needs to import it. A ``pip install --target DIR`` put on PYTHONPATH is
-    one of them, which ``-I`` would otherwise hide; a checkout behind an editable install is not
-    (its ``.dist-info`` lies in site-packages). Distributions not installed are left out."""
+def distribution_dirs(package: str) -> list[str]:
+    """The directories that hold the distribution of import package ``package`` (``kernelopt_mcp``
+    is distribution ``kernelopt``) and what it requires (transitively, extras left out), as
+    installed for this interpreter: the sys.path entries (and readable directories) a ``python
+    -I`` child needs to import it. A ``pip install --target DIR`` put on PYTHONPATH is one of
+    them, which ``-I`` would otherwise hide; a checkout behind an editable install is not (its
+    ``.dist-info`` lies in site-packages). Distributions not installed are left out (a package
+    run from a checkout that was never installed has none)."""
     seen: set[str] = set()
     dirs: dict[str, None] = {}
-    todo = [name]
+    todo = list(importlib.metadata.packages_distributions().get(package, []))
     while todo:
         key = re.sub(r"[-_.]+", "-", todo.pop()).lower()
         if key in seen:

@@ -126,7 +126,7 @@ def _run_import(
     # directory is readable, the checkout around it only listed; its requirements where they are
     # installed (a --target directory on PYTHONPATH included, which the child's -I hides)
     package = Path(__file__).resolve().parent
-    installed = distribution_dirs("kernelopt-mcp")
+    installed = distribution_dirs(package.name)
     args = ["import-torch", str(source), "-o", str(staging / "workload"), "--name", name, "--json", "--home", str(target),
             "--tolerance", tolerance]
     if initial_cu is not None:

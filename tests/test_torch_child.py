@@ -6,6 +6,7 @@ importer executes the problem before it calls anything of torch's)."""
 
 from __future__ import annotations
 
+import importlib.metadata
 import importlib.util
 import json
 import os
@@ -157,6 +158,8 @@ def fake_distribution(site: Path, name: str, requires: list[str], main: str = ""
     info.mkdir()
     lines = [f"Metadata-Version: 2.1\nName: {name}\nVersion: 1.0"] + [f"Requires-Dist: {r}" for r in requires]
     (info / "METADATA").write_text("\n".join(lines) + "\n")
+    files = [str(f.relative_to(site)) for f in (site / module).iterdir()] + [f"{info.name}/METADATA", f"{info.name}/RECORD"]
+    (info / "RECORD").write_text("".join(f"{f},,\n" for f in files))
     return site
 
 
@@ -172,8 +175,11 @@ def test_requirements_installed_in_a_target_directory_reach_the_child(tmp_path: 
     extra = fake_distribution(tmp_path / "site-c", "ko-probe-extra", [])
     for site in (top, dep, extra):
         monkeypatch.syspath_prepend(str(site))
-    dirs = distribution_dirs("ko-probe-top")
+    dirs = distribution_dirs("ko_probe_top")
     assert dirs == [str(top.resolve()), str(dep.resolve())]
+    # this package's own: the installed distribution's name is not the package's (kernelopt)
+    pydantic_home = Path(str(importlib.metadata.distribution("pydantic").locate_file(""))).resolve()
+    assert str(pydantic_home) in distribution_dirs("kernelopt_mcp")
     staging = tmp_path / "staging"
     staging.mkdir()
     result = run_confined_python("ko_probe_top", [], staging=staging, python_path=dirs, read=dirs,

@@ -42,7 +42,8 @@ async def test_freeze_benchmark_and_replay_on_the_gpu(tmp_path: Path, harness_bi
     run.mkdir()
     (run / "reference.py").write_text(oracle.read_text())  # as kernelopt optimize does: the oracle under a --root
     oracle = run / "reference.py"
-    args = ("--orchestrator", "--harness", str(harness_binary), "--workspace", str(tmp_path / "ws"), "--root", str(run))
+    args = ("--orchestrator", "--harness", str(harness_binary), "--workspace", str(tmp_path / "ws"), "--root", str(run),
+            "--output-root", str(run))
     async with stdio_server(*args) as client:
         frozen = await client.call_tool("freeze_workload", {
             "spec": spec, "reference_cu": reference_cu, "initial_cu": initial_cu, "oracle_path": str(oracle),
