@@ -47,6 +47,11 @@ _PR_SET_CHILD_SUBREAPER = 36
 SYSTEM_READ = (
     "/etc/ld.so.cache", "/etc/localtime", "/usr/share/zoneinfo", "/proc/cpuinfo", "/proc/meminfo",
     "/sys/devices/system/cpu", "/sys/fs/cgroup", "/lib", "/lib64", "/usr/lib", "/usr/lib64", "/usr/local/lib",
+    # torch seeds its default generator from /dev/urandom at import ("Unable to open /dev/urandom")
+    "/dev/urandom",
+    # world-readable by design (no secrets: those are in /etc/shadow); torch's getpass.getuser()
+    # looks the uid up there ("getpwuid(): uid not found")
+    "/etc/passwd",
 )
 
 
