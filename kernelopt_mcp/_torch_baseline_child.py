@@ -140,6 +140,32 @@ def compiled_times(torch: Any, model: Any, inputs: list[Any], flush: _Flush, req
         return None, f"the compiled module failed while timed: {_line(exc)}"
 
 
+def time_case(
+    torch: Any, source: Any, case: dict[str, Any], device: Any, flush: _Flush, request: dict[str, Any], entry: dict[str, Any],
+    answer: _Answer,
+) -> None:
+    """One case: the module built, timed eagerly (the answer written), then compiled and timed."""
+    try:
+        model, inputs = build(torch, source, {k: int(v) for k, v in case["values"].items()}, device, int(request["seed"]))
+    except Exception as exc:  # noqa: BLE001 - the problem's own code may raise anything
+        entry["eager_note"] = f"the module could not be built on the GPU: {_line(exc)}"
+        entry["compile_note"] = "torch.compile not run: the module could not be built"
+        return
+    with torch.no_grad():
+        try:
+            entry["eager"] = {"times_ms": measure(torch, lambda: model(*inputs), flush, request)}
+        except Exception as exc:  # noqa: BLE001
+            entry["eager_note"] = f"the module failed on the GPU: {_line(exc)}"
+        answer.write()
+        if not request["compile"]:
+            entry["compile_note"] = "torch.compile not timed (turned off)"
+        elif entry["eager"] is None:
+            entry["compile_note"] = "torch.compile not run: the module fails eagerly"
+        else:
+            times, entry["compile_note"] = compiled_times(torch, model, inputs, flush, request)
+            entry["compile"] = {"times_ms": times} if times is not None else None
+
+
 def run(request: dict[str, Any], answer: _Answer) -> None:
     try:
         import torch
@@ -173,28 +199,8 @@ def run(request: dict[str, Any], answer: _Answer) -> None:
     for case in request["cases"]:
         entry: dict[str, Any] = {"name": case["name"], "eager": None, "eager_note": None, "compile": None, "compile_note": None}
         answer.data["cases"].append(entry)
-        try:
-            model, inputs = build(torch, source, {k: int(v) for k, v in case["values"].items()}, device, int(request["seed"]))
-        except Exception as exc:  # noqa: BLE001 - the problem's own code may raise anything
-            entry["eager_note"] = f"the module could not be built on the GPU: {_line(exc)}"
-            entry["compile_note"] = "torch.compile not run: the module could not be built"
-            answer.write()
-            continue
-        with torch.no_grad():
-            try:
-                entry["eager"] = {"times_ms": measure(torch, lambda: model(*inputs), flush, request)}
-            except Exception as exc:  # noqa: BLE001
-                entry["eager_note"] = f"the module failed on the GPU: {_line(exc)}"
-            answer.write()
-            if not request["compile"]:
-                entry["compile_note"] = "torch.compile not timed (turned off)"
-            elif entry["eager"] is None:
-                entry["compile_note"] = "torch.compile not run: the module fails eagerly"
-            else:
-                times, entry["compile_note"] = compiled_times(torch, model, inputs, flush, request)
-                entry["compile"] = {"times_ms": times} if times is not None else None
+        time_case(torch, source, case, device, flush, request, entry, answer)
         answer.write()
-        del model, inputs
         torch._dynamo.reset()
         torch.cuda.empty_cache()
     answer.data["finished"] = True
