@@ -35,9 +35,10 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
-from .config import LAUNCH_DEFAULTS
+from .config import LAUNCH_DEFAULTS, Settings
 from .confined_python import ChildLimits, distribution_dirs, run_confined_python
 from .evaluation.candidate import PRECISION_MIN_ITERATIONS, PRECISION_RSE, EvaluateOptions
+from .evaluation.device import DeviceInfo
 from .evaluation.outcomes import EvaluationResult
 from .evaluation.stats import summarize
 from .files import write_atomic
@@ -45,7 +46,7 @@ from .workload import Workload
 
 __all__ = [
     "COMPILE_MODE", "BaselineCache", "BaselineOptions", "BaselineReport", "BaselineTiming", "CaseBaseline",
-    "TorchComparison", "compare", "imported_problem", "keep_going", "measure_baselines", "performance_sizes", "torch_version",
+    "TorchComparison", "compare", "imported_problem", "keep_going", "measure_baselines", "performance_sizes", "settings_baselines", "torch_version",
     "workload_baselines",
 ]
 
@@ -356,6 +357,27 @@ def workload_baselines(
     if report.note and all(c.cached for c in report.cases):
         report.note = None
     return report
+
+
+CACHE_DIR = "torch-baselines"  # under the settings' cache root
+
+
+def settings_baselines(
+    settings: Settings, workload: Workload, device: DeviceInfo, options: EvaluateOptions, *, compile: bool = True,
+    workdir: Path | None = None,
+) -> BaselineReport | None:
+    """:func:`workload_baselines` as the CLI runs them: timed by ``options``' rules on ``device``,
+    cached under the settings' cache root, the child confined as the settings confine compiles.
+    None for a workload that is not an imported problem (nothing is run: a file's existence is
+    the one check on the way of every other workload)."""
+    if imported_problem(workload) is None:
+        return None
+    baseline = BaselineOptions.following(options, compile=compile)
+    return workload_baselines(
+        workload, device=device.ordinal, device_name=device.name, options=baseline,
+        cache=BaselineCache(settings.cache_root() / CACHE_DIR), workdir=workdir,
+        limits=ChildLimits.following(settings.compile_limits(), baseline.timeout_s),
+    )
 
 
 # --- beside a candidate's result ---------------------------------------------------------------
