@@ -44,7 +44,7 @@ class _Answer:
     def __init__(self, path: Path) -> None:
         self.path = path
         self.data: dict[str, Any] = {"torch_version": None, "device_name": None, "mode": "default", "error": None,
-                                     "cases": [], "finished": False}
+                                     "blocked": False, "cases": [], "finished": False}
 
     def write(self) -> None:
         tmp = self.path.with_name(self.path.name + ".tmp")
@@ -171,6 +171,7 @@ def run(request: dict[str, Any], answer: _Answer) -> None:
         import torch
     except ImportError as exc:
         answer.data["error"] = f"torch cannot be imported ({_line(exc)}): install torch (pip install torch)"
+        answer.data["blocked"] = True
         return
     answer.data["torch_version"] = torch.__version__
     try:
@@ -178,10 +179,12 @@ def run(request: dict[str, Any], answer: _Answer) -> None:
         count = torch.cuda.device_count()
     except Exception as exc:  # noqa: BLE001 - no driver, no device, a driver too old for this torch
         answer.data["error"] = f"torch {torch.__version__} sees no CUDA device ({_line(exc)})"
+        answer.data["blocked"] = True
         return
     ordinal = int(request["device"])
     if not 0 <= ordinal < count:
         answer.data["error"] = f"torch {torch.__version__} sees {count} CUDA device(s); device {ordinal} is not one of them"
+        answer.data["blocked"] = True
         return
     device = torch.device("cuda", ordinal)
     torch.cuda.set_device(device)

@@ -46,7 +46,7 @@ from .workload import Workload
 
 __all__ = [
     "COMPILE_MODE", "BaselineCache", "BaselineOptions", "BaselineReport", "BaselineTiming", "CaseBaseline",
-    "TorchComparison", "compare", "imported_problem", "keep_going", "measure_baselines", "performance_sizes", "settings_baselines", "torch_version",
+    "TorchComparison", "compare", "imported_problem", "measure_baselines", "performance_sizes", "settings_baselines", "torch_version",
     "workload_baselines",
 ]
 
@@ -59,8 +59,6 @@ PROBLEM_FILE = "problem.py"
 # it asks where libcuda is; they run under the child's own Landlock and seccomp
 COMPILER_EXECUTE = ("/usr/bin", "/bin", "/usr/lib/gcc", "/usr/libexec/gcc", "/sbin/ldconfig", "/usr/sbin/ldconfig")
 COMPILER_READ = ("/usr/include", "/usr/local/include")
-# what a report's note says where nothing can be timed on this machine at all
-ENVIRONMENT_NOTES = ("torch is not installed", "sees no CUDA device", "cannot be confined", "torch cannot be imported")
 TRITON_BIN = Path("triton") / "backends" / "nvidia" / "bin"
 
 
@@ -130,11 +128,13 @@ class BaselineReport(BaseModel):
     problem_sha256: str | None = None
     cases: list[CaseBaseline] = Field(default_factory=list)
     note: str | None = None
+    blocked: bool = Field(False, description="nothing can be timed on this machine (torch missing, no CUDA device, the "
+                          "child cannot be confined): the same for every problem")
     options: dict[str, Any] = Field(default_factory=dict)
 
     @classmethod
-    def unmeasured(cls, note: str, problem_sha256: str | None = None) -> BaselineReport:
-        return cls(problem_sha256=problem_sha256, note=note)
+    def unmeasured(cls, note: str, problem_sha256: str | None = None, *, blocked: bool = False) -> BaselineReport:
+        return cls(problem_sha256=problem_sha256, note=note, blocked=blocked)
 
     def case(self, name: str) -> CaseBaseline | None:
         return next((c for c in self.cases if c.case == name), None)
@@ -227,8 +227,9 @@ def measure_baselines(
         if result.refused is not None:
             if result.missing == "torch":
                 return BaselineReport.unmeasured(
-                    f"PyTorch eager and torch.compile not timed: torch is not installed for {python} (pip install torch)", digest)
-            return BaselineReport.unmeasured(f"PyTorch eager and torch.compile not timed: {result.refused}", digest)
+                    f"PyTorch eager and torch.compile not timed: torch is not installed for {python} (pip install torch)", digest,
+                    blocked=True)
+            return BaselineReport.unmeasured(f"PyTorch eager and torch.compile not timed: {result.refused}", digest, blocked=True)
         try:
             answer = json.loads(answer_path.read_text())
         except (OSError, ValueError):
@@ -261,7 +262,7 @@ def _report(answer: dict[str, Any], digest: str, options: BaselineOptions, *, ti
     elif timed_out or not answer.get("finished"):
         note = (f"the timing child ran past its {limit_s:.0f} s deadline after {len(cases)} case(s)" if timed_out
                 else f"the timing child stopped after {len(cases)} case(s)")
-    return BaselineReport(problem_sha256=digest, cases=cases, note=note, options=options.timing())
+    return BaselineReport(problem_sha256=digest, cases=cases, note=note, blocked=bool(answer.get("blocked")), options=options.timing())
 
 
 # --- an imported workload's baselines, cached --------------------------------------------------
@@ -457,10 +458,3 @@ def compare(result: EvaluationResult, report: BaselineReport) -> TorchComparison
     out.speedup_eager = _ratio(out.eager_ms, out.ours_ms)
     out.speedup_compile = _ratio(out.compile_ms, out.ours_ms)
     return out
-
-
-def keep_going(report: BaselineReport) -> bool:
-    """False where the report's note says no baseline can be timed here at all (torch missing,
-    no CUDA device, no confinement): a suite stops asking for the rest of its problems."""
-    note = report.note or ""
-    return not any(w in note for w in ENVIRONMENT_NOTES)
