@@ -156,6 +156,8 @@ class BaselineReport(BaseModel):
 
 def _geomean(values: Sequence[float]) -> float | None:
     good = [v for v in values if v is not None and math.isfinite(v) and v > 0]
+    if len(good) == 1 == len(values):
+        return good[0]  # exactly the one time (exp(log(x)) may differ in the last bit)
     return math.exp(sum(map(math.log, good)) / len(good)) if good and len(good) == len(values) else None
 
 
