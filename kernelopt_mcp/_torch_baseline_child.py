@@ -11,10 +11,12 @@ problem's own prints cannot corrupt the answer.
 Each case, by the rules the harness times a candidate by: ``Model(*get_init_inputs())`` and
 ``get_inputs()`` made on the device (on the CPU and moved there where the problem insists), the
 module called under ``torch.no_grad()``; ``warmup`` calls, then measured calls, each between a CUDA
-event pair on the current stream, synchronized after each call (the host's launch overhead of an
-eager module's kernels counts, as KernelBench counts it); before each call, outside the event pair,
-a read over a buffer of twice the L2 size (the harness's flush: L2 is left holding clean lines, so
-no write-back lands in the timed window). With ``stop`` "precision", measured calls stop once the
+event pair on the current stream, synchronized after each call; before each call, outside the event
+pair, a read over a buffer of twice the L2 size (the harness's flush: L2 is left holding clean
+lines, so no write-back lands in the timed window), then a short spin that holds the stream while
+the host enqueues the call (the harness's blocking kernel: the first launch's host latency is not
+timed; an eager module's later kernels still wait for the host where it is slower than the GPU,
+which is eager's own cost, as KernelBench counts it). With ``stop`` "precision", measured calls stop once the
 median's relative standard error is at most ``precision_rse`` (rounds as the harness takes them).
 ``torch.compile(model)`` in its default mode is timed the same way; its compilation and its
 warm-up never count. Where it cannot run, the case says why in one line and eager stands.
@@ -30,6 +32,10 @@ from pathlib import Path
 from typing import Any
 
 NOTE_CHARS = 300
+# GPU cycles the stream is held for before each measured call (~50 us at 2 GHz), so the host's
+# enqueue of the start event and the module's first kernel is not timed as an idle gap (the
+# harness's blocking kernel does the same for a candidate); outside the timed window
+HOLD_CYCLES = 100_000
 
 
 def _line(exc: BaseException) -> str:
@@ -68,6 +74,12 @@ class _Flush:
             self.torch.sum(self.buffer, dtype=self.torch.int64, out=self.sink)
 
 
+def _hold(torch: Any) -> None:
+    sleep = getattr(torch.cuda, "_sleep", None)
+    if sleep is not None:
+        sleep(HOLD_CYCLES)
+
+
 def measure(torch: Any, call: Any, flush: _Flush, request: dict[str, Any]) -> list[float]:
     """Per-call times (ms) of ``call``: warm-up calls, then measured ones (see the module's docstring)."""
     from kernelopt_mcp.evaluation.stats import adaptive_round, rse_median
@@ -85,6 +97,7 @@ def measure(torch: Any, call: Any, flush: _Flush, request: dict[str, Any]) -> li
     began = time.monotonic()
     while len(times) < target:
         flush()
+        _hold(torch)
         start.record()
         call()
         end.record()
