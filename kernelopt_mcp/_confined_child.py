@@ -12,7 +12,8 @@ see ``confined_python._config``). This process is the **supervisor**; it
 3. starts the **child**: this file again with ``--child``, which confines itself before it runs
    anything else: Landlock (read: the Python installation, the ``read`` directories, the
    libraries the loader may map; list only: ``python_path``; write: ``write`` alone, the staging
-   directory), a seccomp filter (no new sockets, no signals to other processes), rlimits (data
+   directory; with ``gpu`` also the NVIDIA device files read-write and ``GPU_READ``; ``execute``
+   executable), a seccomp filter (no new sockets, no signals to other processes), rlimits (data
    memory, CPU time, file size, no core files); then runs ``module`` as ``__main__`` with ``args``;
 4. waits for the child up to ``timeout_s``, then SIGKILLs every descendant it has (found in
    /proc by parent pid, again and again until none is left, reaping each), and exits with the
@@ -26,6 +27,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import glob
 import importlib.util
 import json
 import os
@@ -53,6 +55,13 @@ SYSTEM_READ = (
     # looks the uid up there ("getpwuid(): uid not found")
     "/etc/passwd",
 )
+# what the CUDA driver reads about the devices besides their files (/dev/nvidia*, read-write): the
+# driver's own state, PCI topology and NUMA nodes, the modules loaded, and this process's maps
+GPU_READ = (
+    "/proc/driver/nvidia", "/sys/bus/pci", "/sys/devices", "/sys/module/nvidia", "/proc/modules", "/proc/devices",
+    "/proc/self", "/proc/sys/vm", "/etc/nvidia",
+)
+GPU_DEVICE_FILES = "/dev/nvidia*"
 
 
 def _refuse(message: str, **extra: str) -> int:
@@ -162,10 +171,13 @@ def confine(config: dict[str, Any]) -> str:
     sandbox = _load_sandbox()
     library_path = [p for p in os.environ.get("LD_LIBRARY_PATH", "").split(":") if p]
     applied = "unconfined (accepted)"
+    gpu = bool(config.get("gpu"))
     if config["confine"] == "landlock":
         done = sandbox.restrict(
-            read=[*_installation(), *config["read"], *sandbox.mapped_library_dirs(), *library_path, *SYSTEM_READ],
-            write=[*config["write"], "/dev/null"], list_only=config["python_path"],
+            read=[*_installation(), *config["read"], *sandbox.mapped_library_dirs(), *library_path, *SYSTEM_READ,
+                  *(GPU_READ if gpu else ())],
+            write=[*config["write"], "/dev/null", *(sorted(glob.glob(GPU_DEVICE_FILES)) if gpu else ())],
+            execute=config.get("execute", []), list_only=config["python_path"],
         )
         applied = done.describe()
     try:

@@ -35,9 +35,10 @@ from .evaluation.evaluate import preparation_text, prepare
 from .files import missing_path_message, read_json, read_text
 from .launch import LaunchSpec
 from .profiler import CLOCK_CONTROLS, ProfileOptions, find_ncu
-from .render import print_calibration, print_evaluation, print_tune, size_text
+from .render import print_calibration, print_evaluation, print_torch_baseline, print_tune, size_text
 from .results import CheckedEvaluation
 from .sanitizer import find_sanitizer
+from .torch_baseline import BaselineReport, compare
 from .workload import Workload, json_schema
 
 EXIT_OK, EXIT_FAILED, EXIT_ERROR = 0, 1, 2
@@ -208,15 +209,38 @@ def cmd_evaluate(args: argparse.Namespace, out: Console) -> int:
             ))
         reference = session.reference_result
         prepared = dict(session.prepare_ms)
+    # an imported PyTorch problem: eager and torch.compile timed beside it (after the harness is closed)
+    baselines = None if args.no_benchmark or args.no_torch_baseline else _torch_baselines(settings, workload, device, options, progress)
     payloads = [{**checked.as_json(reference), "preparation_ms": prepared} for checked in done]
+    if baselines is not None:
+        for payload, checked in zip(payloads, done, strict=True):
+            payload["torch_baseline"] = compare(checked.result, baselines).model_dump(mode="json")
     if args.json:
         print(json.dumps(payloads[0] if len(payloads) == 1 else payloads, indent=2))
     else:
         for checked in done:
             print_evaluation(out, checked, reference, sanitize_asked=args.sanitize)
+            if baselines is not None:
+                print_torch_baseline(out, compare(checked.result, baselines))
         if prepared:
             out.print(f"[dim]{escape(preparation_text(prepared))}[/]", highlight=False)
     return EXIT_OK if all(checked.ok for checked in done) else EXIT_FAILED
+
+
+def _torch_baselines(
+    settings: Settings, workload: Workload, device: Any, options: Any, progress: Callable[[str, int, int], None],
+) -> BaselineReport | None:
+    """PyTorch eager and torch.compile on an imported problem's performance cases (None for any
+    other workload); a failure is the report's note, never the evaluation's."""
+    from .torch_baseline import imported_problem, settings_baselines
+
+    if imported_problem(workload) is None:
+        return None
+    progress("timing PyTorch eager and torch.compile on the performance cases (a child process; cached after)", 0, 1)
+    try:
+        return settings_baselines(settings, workload, device, options)
+    except (KerneloptError, OSError) as exc:
+        return BaselineReport.unmeasured(f"PyTorch eager and torch.compile not timed: {exc}")
 
 
 def cmd_profile(args: argparse.Namespace, out: Console) -> int:
@@ -437,6 +461,8 @@ def build_parser(extra_commands: Mapping[str, Command] | None = None, prog: str 
                     f"launches, then more until the median's relative standard error is at most "
                     f"{100 * PRECISION_RSE:g}%% (or --adaptive), --iterations at most (search's default)")
     sp.add_argument("--no-benchmark", action="store_true", help="validate only")
+    sp.add_argument("--no-torch-baseline", action="store_true",
+                    help="an imported PyTorch problem: do not time PyTorch eager and torch.compile beside the kernel")
     sp.add_argument("--timeout", type=float, help="seconds per harness request (default 60)")
     sp.add_argument("--workdir", help="keep inputs and modules here (default: a temporary directory)")
     sp.add_argument("--sanitize", action="store_true", help="after a passing validation, run compute-sanitizer "

@@ -10,6 +10,11 @@ pipes up to a deadline, never to an end of file that a process it left behind co
 
 Where the kernel has no Landlock the run is refused unless the operator accepted unconfined code
 runners (``ChildLimits.accept_unconfined``: the compiler's setting).
+
+A child that runs torch on the GPU (``gpu=True``: PyTorch eager and ``torch.compile`` timed beside a
+candidate, :mod:`.torch_baseline`) may also read and write the NVIDIA device files and read what the
+CUDA driver reads about the devices (``_confined_child.GPU_READ``); ``execute`` names what it may run
+(triton's ptxas, the C compiler triton builds its launcher with): nothing else is executable.
 """
 
 from __future__ import annotations
@@ -109,7 +114,7 @@ def distribution_dirs(package: str) -> list[str]:
 def run_confined_python(
     module: str, args: Sequence[str], *, staging: Path, python: str = sys.executable, python_path: Sequence[str] = (),
     read: Sequence[str] = (), requires: Sequence[str] = (), limits: ChildLimits | None = None,
-    env: Mapping[str, str] | None = None,
+    env: Mapping[str, str] | None = None, execute: Sequence[str] = (), gpu: bool = False,
 ) -> ChildResult:
     """Run ``python -m module *args`` confined, in ``staging`` (its only writable directory).
 
@@ -118,6 +123,9 @@ def run_confined_python(
             directories it may read in ``read`` (a package's own directory, not the checkout).
         requires: modules that must be importable (found, not imported) before the module runs.
         env: variables added to :func:`child_env` (HOME and TMPDIR are the staging directory's).
+        execute: files and directories the child may execute (and read), e.g. triton's ptxas.
+        gpu: the NVIDIA device files are readable and writable (ioctl too), and what the CUDA
+            driver reads about the devices readable: the child can run CUDA.
     """
     limits = limits or ChildLimits()
     confine = "landlock"
@@ -134,6 +142,7 @@ def run_confined_python(
     config = {
         "module": module, "args": list(args), "python_path": [str(p) for p in python_path], "read": [str(p) for p in read],
         "write": [str(staging)], "requires": list(requires), "timeout_s": limits.timeout_s, "confine": confine,
+        "execute": [str(p) for p in execute], "gpu": gpu,
         "memory_mb": limits.memory_cap_mb(), "cpu_s": limits.cpu_cap_s(), "fsize_mb": limits.fsize_mb,
     }
     proc = subprocess.Popen(

@@ -21,7 +21,9 @@ from .evaluation.harness import HarnessProcess
 from .files import read_text
 from .launch import LaunchSpec
 from .suite import SolutionOutcome, SuiteOptions, run_suite
+from .torch_baseline import BaselineReport, imported_problem, settings_baselines
 from .torch_import import TOLERANCE_MODES
+from .workload import load_workload
 
 
 def add_parser(sub: Any) -> None:
@@ -38,6 +40,9 @@ def add_parser(sub: Any) -> None:
                     help="where workloads, state.json, table.md and results.json go (default ./kernelbench-out)")
     sp.add_argument("--tolerance", choices=TOLERANCE_MODES, default="strict",
                     help="strict (default): by the output's dtype; kernelbench: atol = rtol = 1e-2")
+    sp.add_argument("--no-baselines", action="store_true",
+                    help="do not time PyTorch eager and torch.compile (by default each imported problem's are timed on the "
+                    "GPU, in a child process, and cached)")
     sp.add_argument("--json", action="store_true", help="print results.json instead of the table")
     sp.set_defaults(fn=cmd_kernelbench)
 
@@ -64,6 +69,29 @@ class _Evaluator:
         return SolutionOutcome(checked.status, checked.result.score_ms, checked.message)
 
 
+class _Baselines:
+    """PyTorch eager and torch.compile on an imported problem's performance cases, on the
+    evaluator's device (asked for at the first problem when no solution started a harness)."""
+
+    def __init__(self, settings: Settings, evaluator: _Evaluator) -> None:
+        self.settings, self.evaluator = settings, evaluator
+
+    def __call__(self, workload_dir: Path) -> BaselineReport:
+        try:
+            workload = load_workload(workload_dir)
+        except KerneloptError as exc:
+            return BaselineReport.unmeasured(f"PyTorch eager and torch.compile not timed: {exc}")
+        if imported_problem(workload) is None:
+            return BaselineReport.unmeasured(f"not timed: {workload_dir} is not an imported PyTorch problem (no problem.py)")
+        try:
+            if self.evaluator.device is None:
+                self.evaluator.device = app.gpu_info(self.settings)
+        except KerneloptError as exc:
+            return BaselineReport.unmeasured(f"PyTorch eager and torch.compile not timed: no GPU here ({exc})", blocked=True)
+        report = settings_baselines(self.settings, workload, self.evaluator.device, app.evaluate_options(self.settings))
+        return report or BaselineReport.unmeasured("not timed: not an imported PyTorch problem")
+
+
 def _candidate(kernel: Path, launch_file: Path) -> Candidate:
     if not launch_file.is_file():
         raise WorkloadError(f"{kernel}: no launch configuration: add {launch_file.name} beside it")
@@ -86,7 +114,9 @@ def cmd_kernelbench(args: argparse.Namespace, out: Console) -> int:
             out.print(f"[dim][{done}/{total}][/] {escape(line)}", highlight=False)
 
     with ExitStack() as stack:
-        records = run_suite(options, _Evaluator(settings, stack) if options.solutions else None, progress)
+        evaluator = _Evaluator(settings, stack)
+        baselines = None if args.no_baselines else _Baselines(settings, evaluator)
+        records = run_suite(options, evaluator if options.solutions else None, progress, baselines)
     table = (options.out_dir / ("results.json" if args.json else "table.md")).read_text()
     if args.json:
         print(table)

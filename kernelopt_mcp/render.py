@@ -14,8 +14,11 @@ from .evaluation.device import DeviceInfo
 from .evaluation.outcomes import EvaluationResult
 from .results import CheckedEvaluation
 from .sanitizer import SANITIZER_ERROR, SanitizerReport
+from .torch_baseline import TorchComparison
 
-__all__ = ["print_calibration", "print_evaluation", "print_result", "print_sanitizer", "print_tune", "size_text"]
+__all__ = [
+    "print_calibration", "print_evaluation", "print_result", "print_sanitizer", "print_torch_baseline", "print_tune", "size_text",
+]
 
 
 def print_evaluation(
@@ -81,6 +84,45 @@ def print_result(out: Console, result: EvaluationResult, reference: EvaluationRe
         out.print(f"[dim]{escape(result.phases.text())}[/]", highlight=False)
     for note in result.notes:
         out.print(f"[yellow]note:[/] {escape(note)}", highlight=False)
+
+
+def print_torch_baseline(out: Console, comparison: TorchComparison) -> None:
+    """An imported problem's performance cases beside PyTorch eager and torch.compile (one line
+    where they were not timed)."""
+    if not comparison.cases:
+        out.print(f"[yellow]PyTorch baselines:[/] {escape(comparison.note or 'not measured')}", highlight=False)
+        return
+    title = (f"PyTorch {comparison.torch_version or '?'} on {comparison.device_name or '?'}, torch.compile mode "
+             f"{comparison.mode}{' (cached)' if comparison.cached else ''}")
+    table = Table(title=escape(title))
+    for col in ("case", "ours ms", "eager ms", "vs eager", "compile ms", "vs compile"):
+        table.add_column(col, justify="left" if col == "case" else "right")
+
+    def ms(x: float | None) -> str:
+        return f"{x:.4f}" if x else ""
+
+    def times(x: float | None) -> str:
+        return f"{x:.2f}x" if x else ""
+
+    for c in comparison.cases:
+        table.add_row(c.case, ms(c.ours_ms), ms(c.eager.median_ms if c.eager else None), times(c.speedup_eager),
+                      ms(c.compile.median_ms if c.compile else None), times(c.speedup_compile))
+    if len(comparison.cases) > 1:
+        table.add_row("geomean", ms(comparison.ours_ms), ms(comparison.eager_ms), times(comparison.speedup_eager),
+                      ms(comparison.compile_ms), times(comparison.speedup_compile))
+    out.print(table)
+    line = []
+    if comparison.speedup_eager:
+        line.append(f"speedup vs PyTorch eager {comparison.speedup_eager:.2f}x")
+    if comparison.speedup_compile:
+        line.append(f"vs torch.compile {comparison.speedup_compile:.2f}x")
+    if line:
+        out.print(f"[bold]{escape(', '.join(line))}[/]", highlight=False)
+    shown: set[str] = set()
+    for label, note in (("note", comparison.note), ("eager", comparison.eager_note), ("torch.compile", comparison.compile_note)):
+        if note and note not in shown:
+            shown.add(note)
+            out.print(f"[yellow]{label}:[/] {escape(note)}", highlight=False)
 
 
 def print_calibration(out: Console, info: DeviceInfo, cal: Calibration, cache_root: Path) -> None:

@@ -10,8 +10,14 @@ run continues: a problem whose file is unchanged (sha256) is not imported again,
 whose source and launch are unchanged is not evaluated again. A refusal for want of torch is
 retried on the next run.
 
-PyTorch eager and ``torch.compile`` times need a runner of the module on the GPU that does not
-exist yet: they are recorded as not measured (:data:`NOT_MEASURED`), never estimated.
+PyTorch eager and ``torch.compile`` are timed by the caller's ``baseline`` for every imported
+problem (the CLI's: :func:`~kernelopt_mcp.torch_baseline.settings_baselines`, on the GPU in a
+confined child, cached by problem, case, device, torch and timing rules, so a second run does not
+time them again): the geometric mean over the problem's performance cases, as our score is. A
+problem whose baseline could not be timed says why (the report's note); where nothing can be
+timed on this machine (no torch, no GPU) the first problem's reason stands for the rest of the run.
+Without a ``baseline`` (``--no-baselines``) the times of an earlier run are kept, else they are
+recorded as not measured (:data:`NOT_MEASURED`), never estimated.
 """
 
 from __future__ import annotations
@@ -27,12 +33,13 @@ from typing import Any
 
 from .files import read_json, write_atomic
 from .suite_table import ProblemRecord, render_markdown, to_json
+from .torch_baseline import BaselineReport
 from .torch_import import TorchImportOptions, import_torch_problem, safe_name
 from .torch_problem import TorchProblemError
 
 __all__ = ["NOT_MEASURED", "TORCH_MISSING", "SolutionOutcome", "SuiteOptions", "find_problems", "run_suite"]
 
-NOT_MEASURED = "not measured: needs the GPU reference runner (PyTorch eager and torch.compile are not timed yet)"
+NOT_MEASURED = "not measured (PyTorch eager and torch.compile are timed on the GPU for imported problems, unless --no-baselines)"
 TORCH_MISSING = "torch is not installed (pip install torch)"
 PROBLEM_FILE = re.compile(r"^(\d+)_\w+\.py$")
 
@@ -57,6 +64,8 @@ class SolutionOutcome:
 
 #: workload directory, kernel source, launch file -> the outcome
 Evaluate = Callable[[Path, Path, Path], SolutionOutcome]
+#: an imported problem's workload directory -> PyTorch eager and torch.compile on its performance cases
+Baseline = Callable[[Path], BaselineReport]
 
 
 def find_problems(problems_dir: Path, levels: tuple[int, ...]) -> list[tuple[int, Path]]:
@@ -92,9 +101,11 @@ def _solution(options: SuiteOptions, level: int, stem: str) -> tuple[Path, Path]
 
 def run_suite(
     options: SuiteOptions, evaluate: Evaluate | None, progress: Callable[[int, int, str], None] | None = None,
+    baseline: Baseline | None = None,
 ) -> list[ProblemRecord]:
-    """Import and evaluate every problem of ``options.levels`` (continuing ``OUT/state.json``), write
-    ``OUT/table.md`` and ``OUT/results.json``, and return the records (``evaluate`` None: import only)."""
+    """Import and evaluate every problem of ``options.levels`` (continuing ``OUT/state.json``), time
+    the imported ones' PyTorch baselines, write ``OUT/table.md`` and ``OUT/results.json``, and return
+    the records (``evaluate`` None: import only; ``baseline`` None: no baselines timed)."""
     problems = find_problems(options.problems_dir, options.levels)
     if not problems:
         raise TorchProblemError(
@@ -106,19 +117,28 @@ def run_suite(
     entries: dict[str, dict[str, Any]] = state.setdefault("problems", {})
     have_torch = importlib.util.find_spec("torch") is not None
     records = []
+    blocked: BaselineReport | None = None  # nothing can be timed here: its reason stands for the rest
     for i, (level, path) in enumerate(problems):
         key = f"level{level}/{path.name}"
         entry = _import(options, level, path, entries.get(key) or {}, have_torch)
         if evaluate is not None and entry["imported"]:
             _evaluate(options, level, path, entry, evaluate)
+        if baseline is not None and entry["imported"]:
+            report = blocked or baseline(Path(entry["workload"]))
+            blocked = report if report.blocked else blocked
+            _record_baseline(entry, report)
         entries[key] = entry
         write_atomic(state_path, json.dumps(state, indent=2).encode(), durable=False)
         if progress:
             progress(i + 1, len(problems), f"{key}: " + ((entry.get("status") or "imported") if entry["imported"]
                                                          else f"refused: {entry['refusal']}"))
+        measured = entry["imported"] and "eager_note" in entry
         records.append(ProblemRecord(
             problem=key, level=level, imported=entry["imported"], refusal=entry.get("refusal"),
-            status=entry.get("status"), ours_ms=entry.get("ours_ms"), eager_note=NOT_MEASURED, compile_note=NOT_MEASURED,
+            status=entry.get("status"), ours_ms=entry.get("ours_ms"), eager_ms=entry.get("eager_ms") if measured else None,
+            compile_ms=entry.get("compile_ms") if measured else None,
+            eager_note=entry.get("eager_note") if measured else NOT_MEASURED,
+            compile_note=entry.get("compile_note") if measured else NOT_MEASURED,
         ))
     write_atomic(options.out_dir / "table.md", render_markdown(records).encode(), durable=False)
     write_atomic(options.out_dir / "results.json", to_json(records).encode(), durable=False)
@@ -134,6 +154,7 @@ def _import(options: SuiteOptions, level: int, path: Path, entry: dict[str, Any]
     )
     if done:
         return entry
+    # a new import drops the baselines timed for the file it replaces
     fresh: dict[str, Any] = {"sha256": digest, "tolerance": options.tolerance, "workload": str(workload)}
     if not have_torch:
         return {**fresh, "imported": False, "refusal": TORCH_MISSING}
@@ -157,3 +178,14 @@ def _evaluate(options: SuiteOptions, level: int, path: Path, entry: dict[str, An
     outcome = evaluate(Path(entry["workload"]), cu, launch)
     entry.update(status=outcome.status, ours_ms=outcome.ours_ms, message=outcome.message[:500],
                  solution_sha256=digest, workload_sha256=entry["sha256"])
+
+
+def _record_baseline(entry: dict[str, Any], report: BaselineReport) -> None:
+    """The problem's baselines in its state entry: geometric means over its performance cases, or
+    why there is none (one line each)."""
+    eager, compiled = report.geomean_ms("eager"), report.geomean_ms("compile")
+    entry.update(
+        eager_ms=eager, compile_ms=compiled, eager_note=None if eager is not None else report.why_missing("eager"),
+        compile_note=None if compiled is not None else report.why_missing("compile"),
+        baseline_cached=bool(report.cases) and all(c.cached for c in report.cases),
+    )

@@ -1,0 +1,240 @@
+"""Time a PyTorch problem's module on the GPU: eager and ``torch.compile``, one case after another.
+
+Run by :func:`kernelopt_mcp.torch_baseline.measure_baselines` as ``python -m
+kernelopt_mcp._torch_baseline_child REQUEST.json`` inside a confined child (confined_python.py,
+``gpu=True``): never in the server's or the CLI's process. The request names the problem file (a
+copy in the child's staging directory), the cases' size constants, the device and the timing
+rules; the answer is written to the file the request names (atomically, after every step, so a
+child killed at its deadline still leaves the cases it finished). Nothing goes to stdout: the
+problem's own prints cannot corrupt the answer.
+
+Each case, by the rules the harness times a candidate by: ``Model(*get_init_inputs())`` and
+``get_inputs()`` made on the device (on the CPU and moved there where the problem insists), the
+module called under ``torch.no_grad()``; ``warmup`` calls, then measured calls, each between a CUDA
+event pair on the current stream, synchronized after each call; before each call, outside the event
+pair, a read over a buffer of twice the L2 size (the harness's flush: L2 is left holding clean
+lines, so no write-back lands in the timed window), then a short spin that holds the stream while
+the host enqueues the call (the harness's blocking kernel: the first launch's host latency is not
+timed; an eager module's later kernels still wait for the host where it is slower than the GPU,
+which is eager's own cost, as KernelBench counts it). With ``stop`` "precision", measured calls stop once the
+median's relative standard error is at most ``precision_rse`` (rounds as the harness takes them).
+``torch.compile(model)`` in its default mode is timed the same way; its compilation and its
+warm-up never count. Where it cannot run, the case says why in one line and eager stands.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+NOTE_CHARS = 300
+# GPU cycles the stream is held for before each measured call (~50 us at 2 GHz), so the host's
+# enqueue of the start event and the module's first kernel is not timed as an idle gap (the
+# harness's blocking kernel does the same for a candidate); outside the timed window
+HOLD_CYCLES = 100_000
+
+
+def _line(exc: BaseException) -> str:
+    """One line naming an exception: its type and the first line of its message, bounded."""
+    text = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {text[0] if text else ''}"[:NOTE_CHARS]
+
+
+class _Answer:
+    """The answer file, rewritten whole (temp file + rename) after every step."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.data: dict[str, Any] = {"torch_version": None, "device_name": None, "mode": "default", "error": None,
+                                     "blocked": False, "cases": [], "finished": False}
+
+    def write(self) -> None:
+        tmp = self.path.with_name(self.path.name + ".tmp")
+        tmp.write_text(json.dumps(self.data))
+        os.replace(tmp, self.path)
+
+
+class _Flush:
+    """A read over twice the L2 size before each measured call (nothing where ``l2_bytes`` is 0)."""
+
+    def __init__(self, torch: Any, device: Any, l2_bytes: int) -> None:
+        self.buffer = None
+        if l2_bytes > 0:
+            words = (2 * l2_bytes + 3) // 4
+            self.buffer = torch.zeros(words, dtype=torch.int32, device=device)
+            self.sink = torch.zeros((), dtype=torch.int64, device=device)
+            self.torch = torch
+
+    def __call__(self) -> None:
+        if self.buffer is not None:
+            self.torch.sum(self.buffer, dtype=self.torch.int64, out=self.sink)
+
+
+def _hold(torch: Any) -> None:
+    sleep = getattr(torch.cuda, "_sleep", None)
+    if sleep is not None:
+        sleep(HOLD_CYCLES)
+
+
+def measure(torch: Any, call: Any, flush: _Flush, request: dict[str, Any]) -> list[float]:
+    """Per-call times (ms) of ``call``: warm-up calls, then measured ones (see the module's docstring)."""
+    from kernelopt_mcp.evaluation.stats import adaptive_round, rse_median
+
+    for _ in range(int(request["warmup"])):
+        flush()
+        call()
+    torch.cuda.synchronize()
+    iterations = int(request["iterations"])
+    precision = request["stop"] == "precision"
+    first = min(iterations, int(request["precision_min_iterations"])) if precision else iterations
+    target, step = first, adaptive_round(first)
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    times: list[float] = []
+    began = time.monotonic()
+    while len(times) < target:
+        flush()
+        _hold(torch)
+        start.record()
+        call()
+        end.record()
+        end.synchronize()
+        times.append(float(start.elapsed_time(end)))
+        if len(times) == target and precision and target < iterations:
+            elapsed_ms = 1000.0 * (time.monotonic() - began)
+            if rse_median(times) > float(request["precision_rse"]) and elapsed_ms < float(request["max_ms"]):
+                target = min(target + step, iterations)
+    return times
+
+
+def build(torch: Any, source: Any, values: dict[str, int], device: Any, seed: int) -> tuple[Any, list[Any]]:
+    """The module and its forward arguments on ``device``: made there (torch's default device set
+    to it), else on the CPU and moved (a problem that builds CPU tensors itself, or asks for them)."""
+    from kernelopt_mcp.torch_problem import load_module
+
+    module = load_module(source, values)
+
+    def make() -> tuple[Any, list[Any]]:
+        torch.manual_seed(seed)
+        init = list(module.get_init_inputs()) if source.has_init_inputs else []
+        model = module.Model(*init)
+        return model, list(module.get_inputs())
+
+    try:
+        with torch.device(device):
+            model, inputs = make()
+    except Exception:  # noqa: BLE001 - the problem's own code; it gets a second chance on the CPU
+        model, inputs = make()
+    model = model.to(device)
+    return model, [x.to(device) if isinstance(x, torch.Tensor) else x for x in inputs]
+
+
+def compiled_times(torch: Any, model: Any, inputs: list[Any], flush: _Flush, request: dict[str, Any]) -> tuple[list[float] | None, str | None]:
+    """``torch.compile(model)`` (default mode) timed, or None and why it could not run."""
+    try:
+        from torch.utils._triton import has_triton
+
+        if not has_triton():
+            return None, "torch.compile not run: triton is not installed or finds no usable GPU (pip install triton)"
+    except ImportError:
+        pass
+    try:
+        compiled = torch.compile(model)
+        compiled(*inputs)  # compiles: never timed
+        torch.cuda.synchronize()
+    except Exception as exc:  # noqa: BLE001 - inductor and dynamo raise many kinds; the note names it
+        return None, f"torch.compile failed: {_line(exc)}"
+    try:
+        return measure(torch, lambda: compiled(*inputs), flush, request), None
+    except Exception as exc:  # noqa: BLE001
+        return None, f"the compiled module failed while timed: {_line(exc)}"
+
+
+def time_case(
+    torch: Any, source: Any, case: dict[str, Any], device: Any, flush: _Flush, request: dict[str, Any], entry: dict[str, Any],
+    answer: _Answer,
+) -> None:
+    """One case: the module built, timed eagerly (the answer written), then compiled and timed."""
+    try:
+        model, inputs = build(torch, source, {k: int(v) for k, v in case["values"].items()}, device, int(request["seed"]))
+    except Exception as exc:  # noqa: BLE001 - the problem's own code may raise anything
+        entry["eager_note"] = f"the module could not be built on the GPU: {_line(exc)}"
+        entry["compile_note"] = "torch.compile not run: the module could not be built"
+        return
+    with torch.no_grad():
+        try:
+            entry["eager"] = {"times_ms": measure(torch, lambda: model(*inputs), flush, request)}
+        except Exception as exc:  # noqa: BLE001
+            entry["eager_note"] = f"the module failed on the GPU: {_line(exc)}"
+        answer.write()
+        if not request["compile"]:
+            entry["compile_note"] = "torch.compile not timed (turned off)"
+        elif entry["eager"] is None:
+            entry["compile_note"] = "torch.compile not run: the module fails eagerly"
+        else:
+            times, entry["compile_note"] = compiled_times(torch, model, inputs, flush, request)
+            entry["compile"] = {"times_ms": times} if times is not None else None
+
+
+def run(request: dict[str, Any], answer: _Answer) -> None:
+    try:
+        import torch
+    except ImportError as exc:
+        answer.data["error"] = f"torch cannot be imported ({_line(exc)}): install torch (pip install torch)"
+        answer.data["blocked"] = True
+        return
+    answer.data["torch_version"] = torch.__version__
+    try:
+        torch.cuda.init()
+        count = torch.cuda.device_count()
+    except Exception as exc:  # noqa: BLE001 - no driver, no device, a driver too old for this torch
+        answer.data["error"] = f"torch {torch.__version__} sees no CUDA device ({_line(exc)})"
+        answer.data["blocked"] = True
+        return
+    ordinal = int(request["device"])
+    if not 0 <= ordinal < count:
+        answer.data["error"] = f"torch {torch.__version__} sees {count} CUDA device(s); device {ordinal} is not one of them"
+        answer.data["blocked"] = True
+        return
+    device = torch.device("cuda", ordinal)
+    torch.cuda.set_device(device)
+    props = torch.cuda.get_device_properties(device)
+    answer.data["device_name"] = props.name
+    l2_bytes = int(getattr(props, "L2_cache_size", 0) or 0)
+    answer.data["l2_bytes"] = l2_bytes
+    flush = _Flush(torch, device, l2_bytes if request["flush_l2"] else 0)
+    answer.write()
+
+    from kernelopt_mcp.torch_problem import parse_problem
+
+    path = Path(request["problem"])
+    source = parse_problem(path.read_text(encoding="utf-8"), request.get("label") or path.name)
+    for case in request["cases"]:
+        entry: dict[str, Any] = {"name": case["name"], "eager": None, "eager_note": None, "compile": None, "compile_note": None}
+        answer.data["cases"].append(entry)
+        time_case(torch, source, case, device, flush, request, entry, answer)
+        answer.write()
+        torch._dynamo.reset()
+        torch.cuda.empty_cache()
+    answer.data["finished"] = True
+
+
+def main(argv: list[str]) -> int:
+    if len(argv) != 1:
+        print("usage: python -m kernelopt_mcp._torch_baseline_child REQUEST.json", file=sys.stderr)
+        return 2
+    request = json.loads(Path(argv[0]).read_text(encoding="utf-8"))
+    answer = _Answer(Path(request["answer"]))
+    try:
+        run(request, answer)
+    except Exception as exc:  # noqa: BLE001 - recorded as the answer's error, the cases done so far kept
+        answer.data["error"] = f"the timing child failed: {_line(exc)}"
+    answer.write()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

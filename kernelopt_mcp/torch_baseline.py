@@ -1,0 +1,462 @@
+"""PyTorch eager and ``torch.compile`` timed beside a candidate: the speedups KernelBench reports.
+
+An imported PyTorch problem (``kernelopt import-torch``) keeps its problem file as ``problem.py``
+in the workload. :func:`measure_baselines` runs that module on the GPU in a confined child
+(:mod:`._torch_baseline_child` under :func:`~.confined_python.run_confined_python` with
+``gpu=True``: never in this process) and times it for each performance case, eager and compiled,
+by the rules the harness times a candidate by (``warmup`` then ``iterations`` calls, a CUDA event
+pair around each, L2 flushed between calls outside the timed window, the precision stop where
+asked); the times are summarized with the harness's statistics (:func:`.evaluation.stats.summarize`).
+
+:func:`workload_baselines` does that for an imported workload's performance cases, through a
+:class:`BaselineCache` keyed by the problem file's sha256, the case and its sizes, the device's
+name, torch's version and the timing rules: a second evaluation does not time them again (its
+records say ``cached``). :func:`compare` puts them beside a candidate's result: per case and as
+geometric means, with the speedups (baseline time / ours).
+
+Where torch is missing, no GPU is visible, or the child cannot be confined, the report says so in
+one line (``note``) and nothing is timed: an evaluation never fails for want of a baseline.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.metadata
+import json
+import math
+import shutil
+import sys
+import sysconfig
+import tempfile
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, Field
+
+from .config import LAUNCH_DEFAULTS, Settings
+from .confined_python import ChildLimits, distribution_dirs, run_confined_python
+from .evaluation.candidate import PRECISION_MIN_ITERATIONS, PRECISION_RSE, EvaluateOptions
+from .evaluation.device import DeviceInfo
+from .evaluation.outcomes import EvaluationResult
+from .evaluation.stats import summarize
+from .files import write_atomic
+from .workload import Workload
+
+__all__ = [
+    "COMPILE_MODE", "BaselineCache", "BaselineOptions", "BaselineReport", "BaselineTiming", "CaseBaseline",
+    "TorchComparison", "compare", "imported_problem", "measure_baselines", "performance_sizes", "settings_baselines", "torch_version",
+    "workload_baselines",
+]
+
+CHILD_MODULE = "kernelopt_mcp._torch_baseline_child"
+COMPILE_MODE = "default"  # torch.compile(model) as called: no mode=, no options
+BASELINE_TIMEOUT_S = 900.0
+PROBLEM_FILE = "problem.py"
+# what the timing child may execute: triton's ptxas (found beside the installed triton) and the C
+# compiler triton builds its launcher with (gcc or clang, cc1, as, ld) and /sbin/ldconfig, which
+# it asks where libcuda is; they run under the child's own Landlock and seccomp
+COMPILER_EXECUTE = ("/usr/bin", "/bin", "/usr/lib/gcc", "/usr/libexec/gcc", "/sbin/ldconfig", "/usr/sbin/ldconfig")
+COMPILER_READ = ("/usr/include", "/usr/local/include")
+TRITON_BIN = Path("triton") / "backends" / "nvidia" / "bin"
+
+
+@dataclass(frozen=True)
+class BaselineOptions:
+    """How the baselines are timed: the candidate's rules (:meth:`following` an evaluation's
+    options), whether ``torch.compile`` is timed too, and the child's deadline (s)."""
+
+    warmup: int = LAUNCH_DEFAULTS.warmup
+    iterations: int = LAUNCH_DEFAULTS.iterations
+    flush_l2: bool = True
+    stop: str = "count"
+    precision_rse: float = PRECISION_RSE
+    precision_min_iterations: int = PRECISION_MIN_ITERATIONS
+    max_ms: float = 2000.0
+    compile: bool = True
+    timeout_s: float = BASELINE_TIMEOUT_S
+
+    @classmethod
+    def following(cls, options: EvaluateOptions, *, compile: bool = True, timeout_s: float = BASELINE_TIMEOUT_S) -> BaselineOptions:
+        """The timing rules of ``options`` (warm-up, iterations, L2 flush, the precision stop)."""
+        return cls(warmup=options.warmup, iterations=options.iterations, flush_l2=options.flush_l2, stop=options.stop,
+                   precision_rse=options.adaptive_rse or PRECISION_RSE, max_ms=options.adaptive_max_ms,
+                   compile=compile, timeout_s=timeout_s)
+
+    def timing(self) -> dict[str, Any]:
+        """The fields that change a time (the cache key's part): not the deadline."""
+        data = asdict(self)
+        data.pop("timeout_s")
+        return data
+
+
+class BaselineTiming(BaseModel):
+    """One baseline's times on one case, summarized as the harness summarizes a candidate's."""
+
+    median_ms: float
+    iqr_ms: float
+    cv: float = Field(description="coefficient of variation (stdev / mean)")
+    samples: int
+    noisy: bool = False
+    noisy_reason: str | None = None
+
+    @classmethod
+    def of(cls, times_ms: Sequence[float], options: BaselineOptions) -> BaselineTiming:
+        s = summarize(times_ms, warmup=options.warmup, flush_l2=options.flush_l2, iterations=options.iterations)
+        return cls(median_ms=s.median_ms, iqr_ms=s.iqr_ms, cv=s.cv, samples=s.samples, noisy=s.noisy, noisy_reason=s.noisy_reason)
+
+
+class CaseBaseline(BaseModel):
+    """PyTorch eager and ``torch.compile`` on one performance case; a missing time has its note."""
+
+    case: str
+    eager: BaselineTiming | None = None
+    compile: BaselineTiming | None = None
+    eager_note: str | None = None
+    compile_note: str | None = None
+    torch_version: str | None = None
+    device_name: str | None = None
+    mode: str = Field(COMPILE_MODE, description="torch.compile's mode")
+    cached: bool = Field(False, description="read from the baseline cache, not timed in this evaluation")
+
+
+class BaselineReport(BaseModel):
+    """The baselines of a problem's performance cases; ``note`` says why none were timed (torch
+    missing, no GPU, the child refused or failed) or what went wrong part way (a deadline)."""
+
+    problem_sha256: str | None = None
+    cases: list[CaseBaseline] = Field(default_factory=list)
+    note: str | None = None
+    blocked: bool = Field(False, description="nothing can be timed on this machine (torch missing, no CUDA device, the "
+                          "child cannot be confined): the same for every problem")
+    options: dict[str, Any] = Field(default_factory=dict)
+
+    @classmethod
+    def unmeasured(cls, note: str, problem_sha256: str | None = None, *, blocked: bool = False) -> BaselineReport:
+        return cls(problem_sha256=problem_sha256, note=note, blocked=blocked)
+
+    def case(self, name: str) -> CaseBaseline | None:
+        return next((c for c in self.cases if c.case == name), None)
+
+    def geomean_ms(self, which: str) -> float | None:
+        """The geometric mean of ``which`` ("eager" or "compile") over the cases, None unless every case has it."""
+        times = [t.median_ms if (t := getattr(c, which)) is not None else None for c in self.cases]
+        return _geomean(times) if times and all(t is not None for t in times) else None  # type: ignore[arg-type]
+
+    def why_missing(self, which: str) -> str | None:
+        """One line saying why ``which`` has no geometric mean (None where it has one)."""
+        if self.geomean_ms(which) is not None:
+            return None
+        if self.note:
+            return self.note
+        notes = [f"{c.case}: {n}" for c in self.cases if getattr(c, which) is None and (n := getattr(c, f"{which}_note"))]
+        return "; ".join(notes) or "not measured"
+
+
+def _geomean(values: Sequence[float]) -> float | None:
+    good = [v for v in values if v is not None and math.isfinite(v) and v > 0]
+    if len(good) == 1 == len(values):
+        return good[0]  # exactly the one time (exp(log(x)) may differ in the last bit)
+    return math.exp(sum(map(math.log, good)) / len(good)) if good and len(good) == len(values) else None
+
+
+def sha256_text(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+# --- the runner ------------------------------------------------------------------------------
+
+
+def torch_version(python_path: Sequence[str] = ()) -> str | None:
+    """The version of the torch this interpreter (with ``python_path``) would import, read from its
+    metadata (torch is not imported); None where it is not installed."""
+    for dist in importlib.metadata.distributions(name="torch", path=[*python_path, *sys.path]):
+        return str(dist.version)
+    return None
+
+
+def _execute_paths(dirs: Sequence[str]) -> list[str]:
+    found = [str(Path(d) / TRITON_BIN) for d in dirs if (Path(d) / TRITON_BIN).is_dir()]
+    return [*found, *COMPILER_EXECUTE]
+
+
+def measure_baselines(
+    problem_text: str, cases: Sequence[tuple[str, dict[str, int]]], *, device: int, options: BaselineOptions | None = None,
+    label: str = PROBLEM_FILE, seed: int = 0, python: str = sys.executable, python_path: Sequence[str] = (),
+    limits: ChildLimits | None = None, workdir: Path | None = None,
+) -> BaselineReport:
+    """Time the problem's module, eager and compiled, on each of ``cases`` (name, size constants)
+    on CUDA device ``device``, in a confined child. Never raises for the problem's sake: what
+    could not be timed is a note.
+
+    Args:
+        problem_text: the problem file's source (copied into the child's staging directory).
+        python / python_path: the interpreter the child runs and directories besides its
+            installation it imports from (where torch lies outside it).
+        limits: the child's caps and confinement (:meth:`ChildLimits.following` the settings);
+            its ``timeout_s`` is ``options.timeout_s`` unless given.
+        workdir: where the staging directory is made (removed after).
+    """
+    options = options or BaselineOptions()
+    limits = limits or ChildLimits(timeout_s=options.timeout_s)
+    digest = sha256_text(problem_text)
+    staging = Path(tempfile.mkdtemp(prefix="torch-baseline-", dir=workdir))
+    try:
+        (staging / PROBLEM_FILE).write_text(problem_text, encoding="utf-8")
+        answer_path = staging / "answer.json"
+        request = {
+            "problem": str(staging / PROBLEM_FILE), "label": label, "answer": str(answer_path), "device": device,
+            "seed": seed, "cases": [{"name": n, "values": v} for n, v in cases], **options.timing(),
+        }
+        (staging / "request.json").write_text(json.dumps(request))
+        package = Path(__file__).resolve().parent
+        installed = [*distribution_dirs(package.name), *distribution_dirs("torch")]
+        installed = list(dict.fromkeys(installed))
+        include = sysconfig.get_paths().get("include")
+        env = {
+            # torch.compile writes its caches here, compiles in this process (no worker pool) and
+            # CUDA's JIT cache stays in the staging directory too
+            "TORCHINDUCTOR_CACHE_DIR": str(staging / ".inductor"), "TRITON_CACHE_DIR": str(staging / ".triton"),
+            "TORCHINDUCTOR_COMPILE_THREADS": "1", "CUDA_CACHE_PATH": str(staging / ".nv"),
+        }
+        result = run_confined_python(
+            CHILD_MODULE, [str(staging / "request.json")], staging=staging, python=python,
+            python_path=[str(package.parent), *installed, *python_path],
+            read=[str(package), *installed, *python_path, *COMPILER_READ, *([include] if include else [])],
+            execute=_execute_paths([*installed, *python_path]), requires=["torch"], limits=limits, env=env, gpu=True,
+        )
+        if result.refused is not None:
+            if result.missing == "torch":
+                return BaselineReport.unmeasured(
+                    f"PyTorch eager and torch.compile not timed: torch is not installed for {python} (pip install torch)", digest,
+                    blocked=True)
+            return BaselineReport.unmeasured(f"PyTorch eager and torch.compile not timed: {result.refused}", digest, blocked=True)
+        try:
+            answer = json.loads(answer_path.read_text())
+        except (OSError, ValueError):
+            tail = [line for line in result.stderr_tail.splitlines() if line.strip()]
+            why = "timed out" if result.timed_out else f"exit {result.returncode}"
+            return BaselineReport.unmeasured(
+                f"PyTorch eager and torch.compile not timed: the timing child gave no answer ({why}): "
+                f"{tail[-1].strip()[:300] if tail else 'no output'}", digest)
+        return _report(answer, digest, options, timed_out=result.timed_out, limit_s=limits.timeout_s)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+
+
+def _report(answer: dict[str, Any], digest: str, options: BaselineOptions, *, timed_out: bool, limit_s: float) -> BaselineReport:
+    version, device_name = answer.get("torch_version"), answer.get("device_name")
+    cases = []
+    for c in answer.get("cases", []):
+        record = CaseBaseline(case=c["name"], eager_note=c.get("eager_note"), compile_note=c.get("compile_note"),
+                              torch_version=version, device_name=device_name, mode=answer.get("mode") or COMPILE_MODE)
+        for which in ("eager", "compile"):
+            times = (c.get(which) or {}).get("times_ms")
+            if times:
+                setattr(record, which, BaselineTiming.of(times, options))
+        if record.compile is None and record.compile_note is None and timed_out:
+            record.compile_note = f"torch.compile not timed: the timing child ran past its {limit_s:.0f} s deadline"
+        cases.append(record)
+    note = answer.get("error")
+    if note:
+        note = f"PyTorch eager and torch.compile not timed: {note}"
+    elif timed_out or not answer.get("finished"):
+        note = (f"the timing child ran past its {limit_s:.0f} s deadline after {len(cases)} case(s)" if timed_out
+                else f"the timing child stopped after {len(cases)} case(s)")
+    return BaselineReport(problem_sha256=digest, cases=cases, note=note, blocked=bool(answer.get("blocked")), options=options.timing())
+
+
+# --- an imported workload's baselines, cached --------------------------------------------------
+
+
+def imported_problem(workload: Workload) -> Path | None:
+    """The problem file of a workload ``kernelopt import-torch`` wrote (its ``problem.py``, the
+    spec judged as imported: :func:`~.torch_import.judged_as_imported`), else None."""
+    spec = workload.spec
+    if workload.root is None or spec.deterministic or spec.cost.floor_from != "bytes":
+        return None
+    path = workload.root / PROBLEM_FILE
+    return path if path.is_file() else None
+
+
+def performance_sizes(workload: Workload, constants: dict[str, int]) -> list[tuple[str, dict[str, int]]]:
+    """Each performance case with the problem's size constants (``constants``, as the file writes
+    them) where the case's scalars name one, else as written: the import names a case's scalar
+    after the size constant it stands for, and its performance case is the problem as written."""
+    out = []
+    for case in workload.spec.performance_cases:
+        values = {name: int(v) if isinstance(v := case.scalars.get(name), int) and not isinstance(v, bool) else value
+                  for name, value in constants.items()}
+        out.append((case.name, values))
+    return out
+
+
+class BaselineCache:
+    """Case baselines on disk (one JSON file each under ``root``), keyed by :meth:`key`."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+
+    @staticmethod
+    def key(problem_sha256: str, case: str, values: dict[str, int], device_name: str, version: str, options: BaselineOptions) -> str:
+        data = {"problem": problem_sha256, "case": case, "values": values, "device": device_name, "torch": version,
+                "timing": options.timing()}
+        return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()
+
+    def get(self, key: str) -> CaseBaseline | None:
+        try:
+            return CaseBaseline.model_validate_json((self.root / f"{key}.json").read_text())
+        except (OSError, ValueError):
+            return None
+
+    def put(self, key: str, record: CaseBaseline) -> None:
+        self.root.mkdir(parents=True, exist_ok=True)
+        write_atomic(self.root / f"{key}.json", record.model_dump_json().encode(), durable=False)
+
+
+def workload_baselines(
+    workload: Workload, *, device: int, device_name: str | None, options: BaselineOptions | None = None,
+    cache: BaselineCache | None = None, python: str = sys.executable, python_path: Sequence[str] = (),
+    limits: ChildLimits | None = None, workdir: Path | None = None,
+) -> BaselineReport:
+    """The baselines of an imported workload's performance cases: from ``cache`` where it holds
+    them (keyed with ``device_name`` and the torch version this interpreter would import), the
+    others timed by :func:`measure_baselines` and stored. A workload that is not an imported
+    problem, or whose problem file cannot be read, gets a report with a note."""
+    from .torch_problem import TorchProblemError, parse_problem
+
+    options = options or BaselineOptions()
+    path = imported_problem(workload)
+    if path is None:
+        return BaselineReport.unmeasured(f"{workload.name} is not an imported PyTorch problem (no {PROBLEM_FILE}): no PyTorch baseline")
+    try:
+        text = path.read_text(encoding="utf-8")
+        source = parse_problem(text, path.name)
+    except (OSError, UnicodeDecodeError, TorchProblemError) as exc:
+        return BaselineReport.unmeasured(f"PyTorch eager and torch.compile not timed: {path}: {exc}")
+    digest = sha256_text(text)
+    sizes = performance_sizes(workload, {c.name: c.value for c in source.constants})
+    version = torch_version(python_path) if python == sys.executable else None
+    keyed = cache is not None and version is not None and device_name is not None
+    found: dict[str, CaseBaseline] = {}
+    if keyed:
+        for name, values in sizes:
+            hit = cache.get(BaselineCache.key(digest, name, values, device_name, version, options))  # type: ignore[union-attr,arg-type]
+            if hit is not None:
+                found[name] = hit.model_copy(update={"cached": True})
+    todo = [(n, v) for n, v in sizes if n not in found]
+    report = BaselineReport(problem_sha256=digest, options=options.timing())
+    if todo:
+        report = measure_baselines(text, todo, device=device, options=options, label=path.name, python=python,
+                                   python_path=python_path, limits=limits, workdir=workdir)
+        for record in report.cases:
+            if keyed and record.eager is not None and record.torch_version == version:
+                cache.put(BaselineCache.key(digest, record.case, dict(sizes)[record.case], device_name, version, options), record)  # type: ignore[union-attr,arg-type]
+    timed = {c.case: c for c in report.cases}
+    report.cases = [found.get(n) or timed.get(n) or CaseBaseline(case=n, eager_note=report.note or "not timed",
+                                                                 compile_note=report.note or "not timed")
+                    for n, _ in sizes]
+    if report.note and all(c.cached for c in report.cases):
+        report.note = None
+    return report
+
+
+CACHE_DIR = "torch-baselines"  # under the settings' cache root
+
+
+def settings_baselines(
+    settings: Settings, workload: Workload, device: DeviceInfo, options: EvaluateOptions, *, compile: bool = True,
+    workdir: Path | None = None,
+) -> BaselineReport | None:
+    """:func:`workload_baselines` as the CLI runs them: timed by ``options``' rules on ``device``,
+    cached under the settings' cache root, the child confined as the settings confine compiles.
+    None for a workload that is not an imported problem (nothing is run: a file's existence is
+    the one check on the way of every other workload)."""
+    if imported_problem(workload) is None:
+        return None
+    baseline = BaselineOptions.following(options, compile=compile)
+    return workload_baselines(
+        workload, device=device.ordinal, device_name=device.name, options=baseline,
+        cache=BaselineCache(settings.cache_root() / CACHE_DIR), workdir=workdir,
+        limits=ChildLimits.following(settings.compile_limits(), baseline.timeout_s),
+    )
+
+
+# --- beside a candidate's result ---------------------------------------------------------------
+
+
+class CaseComparison(BaseModel):
+    case: str
+    ours_ms: float | None = None
+    eager: BaselineTiming | None = None
+    compile: BaselineTiming | None = None
+    speedup_eager: float | None = Field(None, description="eager's median / ours")
+    speedup_compile: float | None = Field(None, description="torch.compile's median / ours")
+    eager_note: str | None = None
+    compile_note: str | None = None
+    cached: bool = False
+
+
+class TorchComparison(BaseModel):
+    """A candidate's performance cases beside PyTorch eager and ``torch.compile``: per case and
+    as geometric means (ours: the result's ``score_ms``), with the speedups (baseline / ours)."""
+
+    mode: str = COMPILE_MODE
+    torch_version: str | None = None
+    device_name: str | None = None
+    cases: list[CaseComparison] = Field(default_factory=list)
+    ours_ms: float | None = None
+    eager_ms: float | None = None
+    compile_ms: float | None = None
+    speedup_eager: float | None = None
+    speedup_compile: float | None = None
+    eager_note: str | None = None
+    compile_note: str | None = None
+    note: str | None = None
+    cached: bool = Field(False, description="every case's baselines came from the cache")
+
+    def text(self) -> str:
+        """A few lines for the terminal."""
+        if not self.cases:
+            return self.note or "PyTorch baselines: not measured"
+        head = f"PyTorch {self.torch_version or '?'} on {self.device_name or '?'}"
+        lines = [f"{head} (torch.compile mode {self.mode}{', cached' if self.cached else ''}):"]
+        lines.append("  eager: " + (_pair(self.eager_ms, self.speedup_eager) if self.eager_ms else (self.eager_note or "not measured")))
+        lines.append("  torch.compile: " + (_pair(self.compile_ms, self.speedup_compile) if self.compile_ms
+                                            else (self.compile_note or "not measured")))
+        if self.note:
+            lines.append(f"  note: {self.note}")
+        return "\n".join(lines)
+
+
+def _pair(ms: float, speedup: float | None) -> str:
+    return f"{ms:.4g} ms" + (f", ours {speedup:.2f}x faster" if speedup and speedup >= 1 else
+                             f", ours {1 / speedup:.2f}x slower" if speedup else "")
+
+
+def _ratio(theirs: BaselineTiming | float | None, ours: float | None) -> float | None:
+    t = theirs.median_ms if isinstance(theirs, BaselineTiming) else theirs
+    return t / ours if t and ours and ours > 0 else None
+
+
+def compare(result: EvaluationResult, report: BaselineReport) -> TorchComparison:
+    """``report`` beside ``result``'s performance cases; the speedups need our times (a result
+    that did not pass has none: the baselines are still shown)."""
+    ours = {c.name: c.timing.median_ms for c in result.cases if c.kind == "performance" and c.timing is not None}
+    first = report.cases[0] if report.cases else None
+    out = TorchComparison(
+        torch_version=first.torch_version if first else None, device_name=first.device_name if first else None,
+        mode=first.mode if first else COMPILE_MODE, note=report.note, cached=bool(report.cases) and all(c.cached for c in report.cases),
+        ours_ms=result.score_ms, eager_ms=report.geomean_ms("eager"), compile_ms=report.geomean_ms("compile"),
+        eager_note=report.why_missing("eager"), compile_note=report.why_missing("compile"),
+    )
+    for c in report.cases:
+        mine = ours.get(c.case)
+        out.cases.append(CaseComparison(
+            case=c.case, ours_ms=mine, eager=c.eager, compile=c.compile, speedup_eager=_ratio(c.eager, mine),
+            speedup_compile=_ratio(c.compile, mine), eager_note=c.eager_note, compile_note=c.compile_note, cached=c.cached,
+        ))
+    out.speedup_eager = _ratio(out.eager_ms, out.ours_ms)
+    out.speedup_compile = _ratio(out.compile_ms, out.ours_ms)
+    return out

@@ -1,0 +1,347 @@
+"""PyTorch eager and torch.compile timed beside a candidate (torch_baseline.py, _torch_baseline_child.py):
+the statistics and records, the cache, the wiring into `kernelopt evaluate`'s result and the
+`kernelopt kernelbench` table, and the real confined child refusing where torch sees no GPU.
+
+The GPU is the one thing CI cannot reach: where a test needs the child's timings it replaces
+the confined child (``run_confined_python`` as torch_baseline calls it) with a stand-in that
+writes an answer of the child's shape (per case the per-call times in ms, the compile note) into
+the staging directory, and counts its calls. tests/gpu/test_torch_baseline_gpu.py runs the real
+child on the H200."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import pytest
+from fakegpu import kernel, write_harness, write_tiny_workload
+from test_torch_tolerance import imported_style
+
+from kernelopt_mcp import torch_baseline
+from kernelopt_mcp.cli import main
+from kernelopt_mcp.confined_python import ChildLimits, ChildResult
+from kernelopt_mcp.evaluation.candidate import EvaluateOptions
+from kernelopt_mcp.evaluation.stats import summarize
+from kernelopt_mcp.sandbox import landlock_abi
+from kernelopt_mcp.suite import NOT_MEASURED, SolutionOutcome, SuiteOptions, run_suite
+from kernelopt_mcp.torch_baseline import (
+    BaselineCache,
+    BaselineOptions,
+    BaselineReport,
+    BaselineTiming,
+    CaseBaseline,
+    compare,
+    imported_problem,
+    measure_baselines,
+    workload_baselines,
+)
+from kernelopt_mcp.workload import load_workload
+
+PROBLEM = '''import torch
+import torch.nn as nn
+
+n = 4096
+
+
+class Model(nn.Module):
+    def forward(self, a, b):
+        return a + b
+
+
+def get_inputs():
+    return [torch.rand(n), torch.randn(n)]
+
+
+def get_init_inputs():
+    return []
+'''
+EAGER_MS = [0.010 + 0.0001 * (i % 5) for i in range(100)]  # median 0.0102 ms
+COMPILE_MS = [0.008 + 0.0001 * (i % 3) for i in range(100)]  # median 0.0081 ms
+COMPILE_FAILED = "torch.compile failed: BackendCompilerFailed: backend='inductor' raised: no ptxas"
+
+
+class FakeChild:
+    """Stands in for the confined timing child (the GPU is out of reach): answers every case with
+    the given per-call times and remembers each request."""
+
+    def __init__(self, eager: list[float] | None = EAGER_MS, compiled: list[float] | None = COMPILE_MS, error: str | None = None,
+                 blocked: bool = False) -> None:
+        self.eager, self.compiled, self.error, self.blocked = eager, compiled, error, blocked
+        self.requests: list[dict[str, Any]] = []
+        self.calls: list[dict[str, Any]] = []
+
+    def __call__(self, module: str, args: Sequence[str], **kw: Any) -> ChildResult:
+        request = json.loads(Path(args[0]).read_text())
+        self.requests.append(request)
+        self.calls.append({"module": module, **kw})
+        assert Path(request["problem"]).read_text()  # the problem's copy lies in the staging directory
+        cases = [] if self.error else [
+            {"name": c["name"], "eager": {"times_ms": self.eager} if self.eager else None, "eager_note": None,
+             "compile": {"times_ms": self.compiled} if self.compiled else None,
+             "compile_note": None if self.compiled else COMPILE_FAILED}
+            for c in request["cases"]
+        ]
+        answer = {"torch_version": "2.11.0+cu130", "device_name": "NVIDIA H200", "mode": "default", "error": self.error,
+                  "blocked": self.blocked, "cases": cases, "finished": not self.error}
+        Path(request["answer"]).write_text(json.dumps(answer))
+        return ChildResult(0)
+
+
+@pytest.fixture
+def child(monkeypatch: pytest.MonkeyPatch) -> FakeChild:
+    fake = FakeChild()
+    monkeypatch.setattr(torch_baseline, "run_confined_python", fake)
+    monkeypatch.setattr(torch_baseline, "torch_version", lambda python_path=(): "2.11.0+cu130")
+    return fake
+
+
+def imported_workload(parent: Path, problem: str = PROBLEM, name: str = "p1_add") -> Path:
+    """An imported-style workload (the importer's rules) holding its problem file, as import-torch writes it."""
+    write_tiny_workload(parent, imported_style(name=name))
+    (parent / name / "problem.py").write_text(problem)
+    return parent / name
+
+
+# --- statistics and records ------------------------------------------------------------------
+
+
+def test_times_are_summarized_by_the_harness_statistics() -> None:
+    options = BaselineOptions(warmup=3, iterations=100)
+    timing = BaselineTiming.of(EAGER_MS, options)
+    stats = summarize(EAGER_MS)
+    assert (timing.median_ms, timing.iqr_ms, timing.cv, timing.samples) == (stats.median_ms, stats.iqr_ms, stats.cv, 100)
+    assert timing.median_ms == pytest.approx(0.0102) and not timing.noisy
+    assert BaselineTiming.of([1.0, 1.0, 5.0], options).noisy  # too few samples, spread: flagged like a candidate's
+
+
+def test_options_follow_the_evaluations_timing_rules() -> None:
+    options = BaselineOptions.following(EvaluateOptions(warmup=4, iterations=50, flush_l2=False, stop="precision", adaptive_rse=0.01))
+    assert (options.warmup, options.iterations, options.flush_l2, options.stop, options.precision_rse) == (4, 50, False, "precision", 0.01)
+    assert BaselineOptions.following(EvaluateOptions()).timing() == {**BaselineOptions().timing()}
+    assert "timeout_s" not in options.timing()  # the deadline changes no time: not in the cache key
+
+
+def test_the_childs_answer_becomes_case_records(tmp_path: Path, child: FakeChild) -> None:
+    child.compiled = None
+    report = measure_baselines(PROBLEM, [("perf", {"n": 4096}), ("big", {"n": 8192})], device=1,
+                               options=BaselineOptions(warmup=2, iterations=7), workdir=tmp_path)
+    [request] = child.requests
+    assert request["device"] == 1 and (request["warmup"], request["iterations"], request["flush_l2"]) == (2, 7, True)
+    assert request["cases"] == [{"name": "perf", "values": {"n": 4096}}, {"name": "big", "values": {"n": 8192}}]
+    call = child.calls[0]
+    assert call["module"] == "kernelopt_mcp._torch_baseline_child" and call["gpu"] is True
+    assert call["env"]["TORCHINDUCTOR_COMPILE_THREADS"] == "1" and call["requires"] == ["torch"]
+    assert all(call["env"][k].startswith(str(tmp_path)) for k in ("TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR"))
+    assert list(tmp_path.iterdir()) == []  # the staging directory is removed
+    assert [c.case for c in report.cases] == ["perf", "big"] and report.note is None
+    perf = report.cases[0]
+    assert perf.eager is not None and perf.eager.median_ms == pytest.approx(0.0102) and perf.compile is None
+    assert perf.compile_note == COMPILE_FAILED and perf.mode == "default" and perf.device_name == "NVIDIA H200"
+    assert report.geomean_ms("eager") == pytest.approx(0.0102) and report.geomean_ms("compile") is None
+    assert report.why_missing("compile") == f"perf: {COMPILE_FAILED}; big: {COMPILE_FAILED}"
+
+
+def test_a_child_without_an_answer_is_a_note_never_an_exception(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(torch_baseline, "run_confined_python",
+                        lambda *a, **k: ChildResult(None, stderr_tail="Traceback\nMemoryError: x\n", timed_out=True))
+    report = measure_baselines(PROBLEM, [("perf", {})], device=0, workdir=tmp_path)
+    assert report.cases == [] and "gave no answer (timed out): MemoryError: x" in (report.note or "")
+    monkeypatch.setattr(torch_baseline, "run_confined_python",
+                        lambda *a, **k: ChildResult(125, refused="torch cannot be imported by python", missing="torch"))
+    missing = measure_baselines(PROBLEM, [("perf", {})], device=0, workdir=tmp_path)
+    assert missing.blocked and "torch is not installed" in (missing.note or "")
+
+
+# --- the real child, where torch sees no GPU -----------------------------------------------------
+
+
+def test_the_real_child_refuses_cleanly_where_torch_sees_no_cuda_device(tmp_path: Path) -> None:
+    """The confined child itself (gpu=True: the NVIDIA device files, the driver's /proc and /sys,
+    triton's ptxas and the C compiler added), with torch from wherever this process found it."""
+    torch = pytest.importorskip("torch", reason="torch is not installed (pip install torch): PyTorch problems cannot be run")
+    if torch.cuda.is_available():
+        pytest.skip("torch sees a CUDA device here: tests/gpu/test_torch_baseline_gpu.py times it")
+    site = str(Path(torch.__file__).resolve().parent.parent)
+    limits = ChildLimits(timeout_s=120, landlock=landlock_abi() >= 1, accept_unconfined=True)
+    report = measure_baselines(PROBLEM, [("perf", {"n": 4096})], device=0, python_path=[site], limits=limits, workdir=tmp_path)
+    assert report.blocked and report.cases == []
+    assert report.note is not None and "sees no CUDA device" in report.note and torch.__version__ in report.note
+    assert len(report.note.splitlines()) == 1
+    assert list(tmp_path.iterdir()) == []
+
+
+# --- the cache ----------------------------------------------------------------------------------
+
+
+def test_a_second_evaluation_reads_the_cache_and_a_change_measures_again(tmp_path: Path, child: FakeChild) -> None:
+    wl_dir = imported_workload(tmp_path / "wl")
+    cache = BaselineCache(tmp_path / "cache")
+
+    def baselines(options: BaselineOptions | None = None, device_name: str = "NVIDIA H200") -> BaselineReport:
+        return workload_baselines(load_workload(wl_dir), device=0, device_name=device_name, options=options, cache=cache,
+                                  workdir=tmp_path)
+
+    first = baselines()
+    assert len(child.requests) == 1 and child.requests[0]["cases"] == [{"name": "n_4096", "values": {"n": 4096}}]
+    assert not first.cases[0].cached
+    again = baselines()
+    assert len(child.requests) == 1 and again.cases[0].cached and again.cases[0].eager == first.cases[0].eager
+    baselines(BaselineOptions(flush_l2=False))  # another timing rule
+    assert len(child.requests) == 2
+    baselines(device_name="NVIDIA H100")  # another device
+    assert len(child.requests) == 3
+    (wl_dir / "problem.py").write_text(PROBLEM.replace("a + b", "b + a"))  # the problem changed
+    baselines()
+    assert len(child.requests) == 4
+    baselines()
+    assert len(child.requests) == 4
+    key = BaselineCache.key(hashlib.sha256(PROBLEM.encode()).hexdigest(), "n_4096", {"n": 4096}, "NVIDIA H200", "2.11.0+cu130",
+                            BaselineOptions())
+    assert cache.get(key) is not None and cache.get(key.replace("a", "b")) is None
+
+
+def test_a_bundled_workload_runs_nothing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    def never(*a: Any, **k: Any) -> ChildResult:
+        raise AssertionError("no child for a workload that is not an imported problem")
+
+    monkeypatch.setattr(torch_baseline, "run_confined_python", never)
+    bundled = load_workload(write_tiny_workload(tmp_path / "b") / "tiny_add")
+    assert imported_problem(bundled) is None
+    report = workload_baselines(bundled, device=0, device_name="x")
+    assert report.cases == [] and "not an imported PyTorch problem" in (report.note or "")
+    # an imported-style spec without its problem file is not one either
+    assert imported_problem(load_workload(write_tiny_workload(tmp_path / "c", imported_style()) / "imported_add")) is None
+
+
+# --- kernelopt evaluate ---------------------------------------------------------------------------
+
+
+def test_evaluate_reports_eager_compile_and_the_speedups(tmp_path: Path, child: FakeChild, monkeypatch: pytest.MonkeyPatch,
+                                                          capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setenv("KERNELOPT_CACHE", str(tmp_path / "cache"))
+    harness = write_harness(tmp_path, "fake")
+    wl = imported_workload(tmp_path / "wl")
+    good = tmp_path / "good.cu"
+    good.write_text(kernel("FAST"))
+    argv = ["evaluate", str(wl), str(good), "--harness", str(harness), "--warmup", "2", "--iterations", "5"]
+    assert main([*argv, "--json"]) == 0
+    result = json.loads(capsys.readouterr().out)
+    base = result["torch_baseline"]
+    assert child.requests[0]["warmup"] == 2 and child.requests[0]["iterations"] == 5  # the candidate's rules
+    assert base["mode"] == "default" and base["torch_version"] == "2.11.0+cu130" and not base["cached"]
+    [case] = base["cases"]
+    ours = result["score_ms"]
+    assert case["case"] == "n_4096" and case["ours_ms"] == pytest.approx(ours)
+    assert case["eager"]["median_ms"] == pytest.approx(0.0102) and case["compile"]["median_ms"] == pytest.approx(0.0081)
+    assert case["speedup_eager"] == pytest.approx(0.0102 / ours) and base["speedup_compile"] == pytest.approx(0.0081 / ours)
+    assert base["eager_ms"] == pytest.approx(0.0102) and base["ours_ms"] == pytest.approx(ours)
+    # a second evaluation: the baselines come from the cache, and the text says so
+    assert main(argv) == 0
+    text = " ".join(capsys.readouterr().out.split())
+    assert len(child.requests) == 1
+    assert "torch.compile mode default (cached)" in text and "vs eager" in text and "speedup vs PyTorch eager" in text
+    # --no-torch-baseline, and a bundled workload: nothing of it
+    assert main([*argv, "--json", "--no-torch-baseline"]) == 0
+    assert "torch_baseline" not in json.loads(capsys.readouterr().out)
+    bundled = write_tiny_workload(tmp_path / "b") / "tiny_add"
+    assert main(["evaluate", str(bundled), str(good), "--harness", str(harness), "--iterations", "3", "--json"]) == 0
+    assert "torch_baseline" not in json.loads(capsys.readouterr().out) and len(child.requests) == 1
+
+
+def test_evaluate_says_in_one_line_why_there_is_no_baseline(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                             capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setenv("KERNELOPT_CACHE", str(tmp_path / "cache"))
+    fake = FakeChild(error="torch 2.11.0+cu130 sees no CUDA device (RuntimeError: Found no NVIDIA driver)", blocked=True)
+    monkeypatch.setattr(torch_baseline, "run_confined_python", fake)
+    harness = write_harness(tmp_path, "fake")
+    good = tmp_path / "good.cu"
+    good.write_text(kernel("FAST"))
+    argv = ["evaluate", str(imported_workload(tmp_path / "wl")), str(good), "--harness", str(harness), "--iterations", "3"]
+    assert main(argv) == 0  # never fails the evaluation
+    out = capsys.readouterr().out
+    lines = [line for line in out.splitlines() if "sees no CUDA device" in line]
+    assert len(lines) == 1 and "PyTorch eager and torch.compile not timed" in lines[0]
+
+
+def test_compare_without_our_times_still_shows_the_baselines() -> None:
+    from kernelopt_mcp.evaluation.outcomes import EvaluationResult, Status
+
+    timing = BaselineTiming(median_ms=2.0, iqr_ms=0.1, cv=0.01, samples=100)
+    report = BaselineReport(cases=[CaseBaseline(case="perf", eager=timing, compile_note="torch.compile failed: X")])
+    result = EvaluationResult(workload="w", candidate="c", status=Status("mismatch"), message="x", arch="sm_90")
+    comparison = compare(result, report)
+    assert comparison.eager_ms == 2.0 and comparison.speedup_eager is None and comparison.compile_note == "perf: torch.compile failed: X"
+
+
+# --- kernelopt kernelbench ------------------------------------------------------------------------
+
+
+def _suite_dir(root: Path, out: Path, names: list[str]) -> None:
+    """KernelBench's layout with level1/<name>.py problems, already imported into out/ (as a run with torch leaves it)."""
+    entries = {}
+    for name in names:
+        problem = root / "level1" / f"{name}.py"
+        problem.parent.mkdir(parents=True, exist_ok=True)
+        problem.write_text(PROBLEM.replace("a + b", f"a + b  # {name}"))
+        wl = imported_workload(out / "workloads" / "level1", problem.read_text(), name=f"p{name}")
+        entries[f"level1/{name}.py"] = {"sha256": hashlib.sha256(problem.read_bytes()).hexdigest(), "tolerance": "strict",
+                                        "imported": True, "workload": str(wl)}
+    (out / "state.json").write_text(json.dumps({"problems": entries}))
+
+
+def test_the_suite_table_gets_eager_and_compile_from_the_runner(tmp_path: Path) -> None:
+    root, out = tmp_path / "kb", tmp_path / "out"
+    _suite_dir(root, out, ["1_Add", "2_Sub", "3_Mul"])
+    timing = BaselineTiming(median_ms=3.0, iqr_ms=0.01, cv=0.01, samples=100)
+    fast = BaselineTiming(median_ms=1.5, iqr_ms=0.01, cv=0.01, samples=100)
+    asked: list[str] = []
+
+    def baseline(workload_dir: Path) -> BaselineReport:
+        asked.append(workload_dir.name)
+        if workload_dir.name == "p3_Mul":
+            return BaselineReport(cases=[CaseBaseline(case="n_4096", eager_note="the module failed on the GPU: RuntimeError: x",
+                                                      compile_note="torch.compile not run: the module fails eagerly")])
+        compile_ = fast if workload_dir.name == "p1_Add" else None
+        return BaselineReport(cases=[CaseBaseline(case="n_4096", eager=timing, compile=compile_,
+                                                  compile_note=None if compile_ else COMPILE_FAILED)])
+
+    def evaluate(workload_dir: Path, cu: Path, launch: Path) -> SolutionOutcome:
+        return SolutionOutcome("ok", 1.0)
+
+    solutions = tmp_path / "solutions"
+    solutions.mkdir()
+    for name in ("1_Add", "2_Sub", "3_Mul"):
+        (solutions / f"{name}.cu").write_text(kernel())
+        (solutions / f"{name}.launch.json").write_text("{}")
+    options = SuiteOptions(problems_dir=root, out_dir=out, levels=(1,), solutions=solutions)
+    records = run_suite(options, evaluate, None, baseline)
+    by = {r.problem: r for r in records}
+    add, sub, mul = by["level1/1_Add.py"], by["level1/2_Sub.py"], by["level1/3_Mul.py"]
+    assert (add.eager_ms, add.compile_ms, add.speedup("eager"), add.speedup("compile")) == (3.0, 1.5, 3.0, 1.5)
+    assert sub.eager_ms == 3.0 and sub.compile_ms is None and sub.compile_note == f"n_4096: {COMPILE_FAILED}"
+    assert mul.eager_ms is None and mul.eager_note == "n_4096: the module failed on the GPU: RuntimeError: x"
+    table = (out / "table.md").read_text()
+    assert "| 1 | 3 | 3 | 3 (100.0%) | 66.7% | 66.7% | 66.7% | 3.00x |" in table  # fast_0/1/2 vs eager, geomean
+    assert f"- n_4096: {COMPILE_FAILED}" in table and NOT_MEASURED not in table
+    data = json.loads((out / "results.json").read_text())
+    assert data["levels"][0]["fast"]["compile"]["1"] == pytest.approx(1 / 3)
+    # a second run without baselines keeps the times measured before
+    again = {r.problem: r for r in run_suite(options, evaluate, None, None)}
+    assert again["level1/1_Add.py"].eager_ms == 3.0 and again["level1/2_Sub.py"].compile_note == f"n_4096: {COMPILE_FAILED}"
+
+
+def test_a_machine_that_cannot_time_says_so_once_for_the_whole_suite(tmp_path: Path) -> None:
+    root, out = tmp_path / "kb", tmp_path / "out"
+    _suite_dir(root, out, ["1_Add", "2_Sub"])
+    asked: list[str] = []
+
+    def baseline(workload_dir: Path) -> BaselineReport:
+        asked.append(workload_dir.name)
+        return BaselineReport.unmeasured("PyTorch eager and torch.compile not timed: torch 2.11 sees no CUDA device", blocked=True)
+
+    records = run_suite(SuiteOptions(problems_dir=root, out_dir=out, levels=(1,)), None, None, baseline)
+    assert asked == ["p1_Add"]  # not asked again for the second problem
+    assert all(r.eager_ms is None and "sees no CUDA device" in (r.eager_note or "") for r in records)
