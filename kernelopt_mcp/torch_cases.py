@@ -103,25 +103,27 @@ def draw_cases(src: ProblemSource, seed: int, max_bytes: int, search_s: float, n
         if name != "check":
             tried += other_sizes(src.constants, name.removesuffix("_odd"))
         first: str | None = None
+        attempts, found = 0, None
         for i, (cname, cvalues) in enumerate(tried):
             if i and (cvalues == perf_values or any(cvalues == c.values for c in cases) or cvalues in [v for _, v in tried[:i]]):
                 continue
             if i and time.monotonic() > deadline:
                 first = f"{first}; the search for other sizes stopped after {search_s:g} s"
                 break
+            attempts += 1
             try:
-                case = _draw_case(src, cname, kind, cvalues, seeds[name], perf, max_bytes)
+                found = _draw_case(src, cname, kind, cvalues, seeds[name], perf, max_bytes)
+                break
             except TorchProblemError as exc:
                 first = first or str(exc)
-                continue
-            cases.append(case)
-            if i:
-                notes.append(f"correctness case {cname} ({_scaled(cvalues, perf_values)}) instead of {name} "
-                             f"({_scaled(values, perf_values)}), which the problem does not accept: {first}")
-            break
-        else:
-            others = f"; nor {len(tried) - 1} other size sets (odd, even, multiples, scaled down)" if len(tried) > 1 else ""
+        if found is None:
+            others = f"; nor {attempts - 1} other size sets (odd, even, multiples, scaled down)" if attempts > 1 else ""
             notes.append(f"correctness case {name} ({_scaled(values, perf_values)}) left out: {first}{others}")
+            continue
+        cases.append(found)
+        if found.name != name:
+            notes.append(f"correctness case {found.name} ({_scaled(found.values, perf_values)}) instead of {name} "
+                         f"({_scaled(values, perf_values)}), which the problem does not accept: {first}")
     if not cases:
         notes.append("no correctness case of other sizes: the performance case is the only one (it is validated too)")
     return [*cases, perf]
