@@ -1,10 +1,13 @@
 """``kernelopt import-torch``: a KernelBench-style PyTorch problem file becomes a workload.
 
 What converts: a ``Model(nn.Module)`` whose forward takes tensors and Python numbers (from
-``get_inputs()``) and returns one tensor, deterministically, without changing its inputs or its
-own state. Its parameters and registered buffers (``nn.Linear`` weights, a causal mask) become
-extra input buffers filled from the module's initialized values. Everything else is refused with
-:class:`~kernelopt_mcp.torch_problem.TorchProblemError` naming the reason.
+``get_inputs()``) and returns one tensor, deterministically (no random numbers), without changing
+its inputs; state it changes (BatchNorm's running statistics) is restored after every call. Its
+parameters and registered buffers (``nn.Linear`` weights, a causal mask) become extra input
+buffers, the floating ones drawn afresh for every draw (masks and integer state keep their values).
+Everything else is refused with :class:`~kernelopt_mcp.torch_problem.TorchProblemError` naming the
+reason. A degenerate problem (an input or parameter the output ignores, a constant output) is
+imported and flagged (:func:`~kernelopt_mcp.torch_cases.degenerate`).
 
 The workload written (a directory):
 
@@ -12,11 +15,12 @@ The workload written (a directory):
   as the ``out`` buffer; Python ints as int32 scalars, floats as float32; every dimension that
   changes with the size constants as an int32 scalar named after its constant), the cases
   (``small_odd`` and ``mid_odd`` correctness cases with the size constants scaled down to odd
-  sizes, and ``perf``, get_inputs' own sizes), tolerances by dtype (float16 1e-2, bfloat16 2e-2, float32 1e-4,
+  sizes, other sizes where the problem rejects those, and ``perf``, get_inputs' own sizes), tolerances by dtype (float16 1e-2, bfloat16 2e-2, float32 1e-4,
   float64 1e-10; KernelBench's 1e-2 with ``tolerance="kernelbench"``; widened where the module's own result
   differs more from its float64 result; each with its ``source``), the minimum bytes moved (and the FLOPs where
   torch's FlopCounterMode counts them and they fit ``c * product of scalars``: reported, never a floor),
-  ``deterministic: false`` (float outputs agree within the tolerance between repeated launches);
+  ``deterministic: false`` (float outputs agree within the tolerance between repeated launches),
+  ``imported`` (how each parameter was drawn, the state restored, the degenerate findings);
 - ``data/<case>/<buffer>.bin``: every input as drawn by torch, and a second draw under
   ``hidden/`` named by each file's ``hidden_path`` (the timed check's hidden inputs);
 - ``expected/``: the module's output for both draws, and ``reference.py``, a NumPy oracle that

@@ -75,12 +75,6 @@ def layer_norm(x: np.ndarray, weight: np.ndarray | None, bias: np.ndarray | None
 def test_layernorm_parameters_are_drawn_and_a_kernel_that_drops_them_mismatches(tmp_path: Path, torch: Any) -> None:
     wl = load_workload(import_torch_problem(problem(tmp_path, "layernorm", LAYERNORM), tmp_path / "ln").path)
     assert [p.name for p in wl.signature.inputs] == ["x", "ln_weight", "ln_bias"]
-    assert wl.spec.imported is not None
-    drawn = wl.spec.imported.parameters
-    assert drawn["ln_weight"].default == "constant 1" and drawn["ln_bias"].default == "constant 0"
-    assert drawn["ln_weight"].drawn_from is not None and drawn["ln_weight"].drawn_from.model_dump() == {
-        "generator": "uniform", "low": 0.5, "high": 1.5}
-    assert wl.spec.imported.degenerate == [] and wl.spec.imported.state_restored == []
     validation, hidden = draws(wl, tmp_path)
     tol = wl.spec.tolerance_for("out")
     for case in wl.spec.cases:
@@ -96,6 +90,12 @@ def test_layernorm_parameters_are_drawn_and_a_kernel_that_drops_them_mismatches(
         # the hidden draw's parameters are other values
         assert not np.array_equal(validation[case.name].arrays["ln_weight"], hidden[case.name].arrays["ln_weight"])
         assert not np.array_equal(validation[case.name].arrays["ln_bias"], hidden[case.name].arrays["ln_bias"])
+    assert wl.spec.imported is not None  # workload.json says how they were drawn
+    drawn = wl.spec.imported.parameters
+    assert drawn["ln_weight"].default == "constant 1" and drawn["ln_bias"].default == "constant 0"
+    assert drawn["ln_weight"].drawn_from is not None and drawn["ln_weight"].drawn_from.model_dump() == {
+        "generator": "uniform", "low": 0.5, "high": 1.5}
+    assert wl.spec.imported.degenerate == [] and wl.spec.imported.state_restored == []
 
 
 BATCHNORM = """
@@ -183,7 +183,7 @@ def test_every_call_runs_from_the_stored_state(tmp_path: Path, torch: Any) -> No
 @pytest.mark.parametrize("forward", [
     "F.dropout(x, p=0.5, training=self.training)",  # KernelBench runs problems in training mode
     "x + torch.rand(x.shape)",
-])
+], ids=["dropout", "rand"])
 def test_randomness_in_forward_is_still_refused(forward: str, tmp_path: Path, torch: Any) -> None:
     body = (f"class Model(nn.Module):\n    def forward(self, x):\n        return {forward}\n\n\n"
             "def get_inputs():\n    return [torch.randn(32, 32)]\n")
@@ -346,7 +346,7 @@ def get_init_inputs():
 """
 
 
-@pytest.mark.parametrize(("name", "body"), [("groupnorm", GROUPNORM), ("grouped_conv", GROUPED_CONV)])
+@pytest.mark.parametrize(("name", "body"), [("groupnorm", GROUPNORM), ("grouped_conv", GROUPED_CONV)], ids=["groupnorm", "grouped_conv"])
 def test_a_divisibility_the_odd_sizes_break_keeps_a_correctness_case(name: str, body: str, tmp_path: Path, torch: Any) -> None:
     """The odd sizes make 7 channels for 8 groups: other sizes are searched instead of dropping the
     case, and the one found is checked like any other."""
