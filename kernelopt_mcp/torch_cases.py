@@ -211,6 +211,12 @@ def degenerate(src: ProblemSource, cases: list[DrawnCase], names: dict[str, str]
             found.append(f"parameter {names[f'state:{name}']!r} ({name}): the output does not change when it alone is redrawn: "
                          "a kernel may ignore it")
     if probe.untried:
-        untried = ", ".join(names.get(f"arg:{n}", names.get(f"state:{n}", n)) for n in probe.untried)
+        untried = listed([names.get(f"arg:{n}", names.get(f"state:{n}", n)) for n in probe.untried])
         notes.append(f"not checked whether the output depends on {untried} (no way to redraw it, or the time ran out)")
     return found
+
+
+def listed(names: list[str], most: int = 6) -> str:
+    """``a, b, c`` (and how many more past ``most``): a note stays one short line for a large network."""
+    more = f" and {len(names) - most} more" if len(names) > most else ""
+    return ", ".join(names[:most]) + more

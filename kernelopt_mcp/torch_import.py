@@ -53,6 +53,7 @@ from .torch_cases import (
     DrawnCase,
     degenerate,
     draw_cases,
+    listed,
     other_sizes,
     size_variants,
 )
@@ -110,8 +111,8 @@ class TorchImportOptions:
     initial_options: list[str] = field(default_factory=list)
     overwrite: bool = False
     max_correctness_bytes: int = MAX_CORRECTNESS_BYTES
-    search_s: float = 30.0  # how long to search for correctness sizes the problem accepts
-    probe_s: float = 20.0  # how long to look for inputs and parameters the output does not depend on
+    search_s: float = 20.0  # how long to search for correctness sizes the problem accepts
+    probe_s: float = 10.0  # how long to look for inputs and parameters the output does not depend on
     home: Path | None = None  # where the workload will live when out_dir is staged elsewhere (default out_dir)
     output_name: str = "out"  # the output buffer's name
     tolerance: str = "strict"  # "strict": by dtype (widened where the module needs it); "kernelbench": 1e-2
@@ -432,13 +433,13 @@ def _imported(src: ProblemSource, cases: list[DrawnCase], layout: _Layout, optio
     drawn = [b for b, p in parameters.items() if p["drawn_from"] is not None]
     if drawn:
         notes.append(
-            f"parameters and floating buffers drawn afresh for every draw, not left at the module's defaults: {', '.join(drawn)} "
+            f"parameters and floating buffers drawn afresh for every draw, not left at the module's defaults: {listed(drawn)} "
             "(workload.json's imported.parameters says from what)"
         )
     restored = sorted({name for c in cases for name in c.main.restored})
     if restored:
         notes.append(
-            f"forward updates the module's state ({', '.join(restored)}): every call ran from a snapshot of it, restored "
+            f"forward updates the module's state ({listed(restored)}): every call ran from a snapshot of it, restored "
             "after the call, so the output depends on the inputs only"
         )
     found = degenerate(src, cases, names, options.probe_s, notes)
