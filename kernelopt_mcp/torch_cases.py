@@ -46,9 +46,10 @@ def other_sizes(constants: list[SizeConstant], slot: str) -> list[tuple[str, dic
     """Sizes to try, in order, for the ``small`` or ``mid`` correctness case where the problem rejects
     its odd ones (a group count that must divide the channels, a kernel larger than the scaled
     image): other odd sizes (with small factors 3, 5, 7: small only), even ones, multiples (each
-    constant that divides another's written value divides its size too), then the written values
-    scaled down by 64, 16 and 4 (small) or 8, 4 and 2 (mid), keeping small constants. Every value is
-    at most the written one."""
+    constant that divides another's written value divides its size too), the written values scaled
+    down by 64, 16 and 4 (small) or 8, 4 and 2 (mid), keeping small constants, then the constants
+    back at their written values one by one, largest first (an image size a fixed Linear layer
+    needs). Every value is at most the written one."""
     n = len(constants)
     perf = {c.name: c.value for c in constants}
     if slot == "small":
@@ -68,6 +69,10 @@ def other_sizes(constants: list[SizeConstant], slot: str) -> list[tuple[str, dic
         multiples[c.name] = min(c.value, step * -(-base[c.name] // step))
     out.append((f"{slot}_multiple", {c.name: multiples[c.name] for c in constants}))
     out += [(f"{slot}_scaled", {k: max(min(v, floor), v // f) for k, v in perf.items()}) for f in factors]
+    partial = dict(base)
+    for c in sorted(constants, key=lambda c: -c.value)[:-1]:  # the largest back to its written value first
+        partial = {**partial, c.name: c.value}
+        out.append((f"{slot}_partial", partial))
     return [(name, values) for name, values in out if n and values != perf]
 
 
@@ -117,7 +122,7 @@ def draw_cases(src: ProblemSource, seed: int, max_bytes: int, search_s: float, n
             except TorchProblemError as exc:
                 first = first or str(exc)
         if found is None:
-            others = f"; nor {attempts - 1} other size sets (odd, even, multiples, scaled down)" if attempts > 1 else ""
+            others = f"; nor {attempts - 1} other size sets (odd, even, multiples, scaled down, partly as written)" if attempts > 1 else ""
             notes.append(f"correctness case {name} ({_scaled(values, perf_values)}) left out: {first}{others}")
             continue
         cases.append(found)

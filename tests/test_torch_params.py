@@ -363,12 +363,39 @@ def test_a_divisibility_the_odd_sizes_break_keeps_a_correctness_case(name: str, 
     assert run_oracle(wl, small[0].name, data.arrays, data.shapes)["out"].size > 0
 
 
+FIXED_IMAGE = """
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(3 * 64 * 64, 10)  # the image size as written, as a classifier head needs it
+
+    def forward(self, x):
+        return self.fc(x.flatten(1))
+
+
+batch_size = 16
+height = 64
+width = 64
+
+
+def get_inputs():
+    return [torch.randn(batch_size, 3, height, width)]
+"""
+
+
+def test_sizes_a_fixed_layer_needs_are_kept_and_the_others_scaled(tmp_path: Path, torch: Any) -> None:
+    result = import_torch_problem(problem(tmp_path, "fixed_image", FIXED_IMAGE), tmp_path / "w")
+    assert [(c.name, c.scalars) for c in result.spec.cases if c.kind == "correctness"] == [
+        ("small_partial", {"batch_size": 5})]
+    assert result.spec.case("perf").scalars == {"batch_size": 16}
+
+
 def test_the_search_is_bounded_by_bytes_and_time(tmp_path: Path, torch: Any) -> None:
     path = problem(tmp_path, "groupnorm", GROUPNORM)
     result = import_torch_problem(path, tmp_path / "gn", TorchImportOptions(max_correctness_bytes=1024))
     assert [c.kind for c in result.spec.cases] == ["performance"]
     left_out = next(n for n in result.notes if n.startswith("correctness case small_odd"))
-    assert "bytes of buffers (more than 1024); nor 4 other size sets (odd, even, multiples, scaled down)" in left_out
+    assert "bytes of buffers (more than 1024); nor 7 other size sets (odd, even, multiples, scaled down, partly as written)" in left_out
     assert "no correctness case of other sizes: the performance case is the only one" in result.notes[2]
 
     result = import_torch_problem(path, tmp_path / "gn0", TorchImportOptions(search_s=0))
@@ -425,8 +452,10 @@ def test_other_sizes_keep_what_must_divide_and_stay_below_the_written_sizes() ->
     small = dict(size_variants(constants)[0][2])
     assert small["channels"] % small["groups"]  # the odd primes break it: 7 channels, 3 groups
     tried = other_sizes(constants, "small")
-    assert [name for name, _ in tried] == ["small_odd", "small_even", "small_multiple", "small_scaled", "small_scaled",
-                                           "small_scaled"]
+    assert [name for name, _ in tried] == ["small_odd", "small_even", "small_multiple", *["small_scaled"] * 3,
+                                           *["small_partial"] * 2]
+    partial = [v for name, v in tried if name == "small_partial"]  # the largest back as written first
+    assert partial == [{**small, "height": 64}, {**small, "height": 64, "channels": 48}]
     for _, values in tried:
         assert values != perf and all(1 <= values[k] <= v for k, v in perf.items())
     multiple = dict(tried)["small_multiple"]
@@ -441,6 +470,6 @@ def test_other_sizes_keep_what_must_divide_and_stay_below_the_written_sizes() ->
     mid = dict(size_variants(large)[1][2])
     assert mid["channels"] % 6 and mid["channels"] > 61
     found = other_sizes(large, "mid")
-    assert [name for name, _ in found] == ["mid_even", "mid_multiple", "mid_scaled", "mid_scaled", "mid_scaled"]
+    assert [name for name, _ in found] == ["mid_even", "mid_multiple", *["mid_scaled"] * 3, "mid_partial"]
     assert dict(found)["mid_multiple"]["channels"] % 6 == 0 and dict(found)["mid_multiple"]["channels"] < 3072
     assert other_sizes([], "small") == []
