@@ -99,7 +99,7 @@ def draw_cases(src: ProblemSource, seed: int, max_bytes: int, search_s: float, n
     # the problem as written first: whether it converts at all is decided there
     perf_seed = seeds[perf_name]
     perf = DrawnCase(perf_name, "performance", perf_values, perf_seed,
-                 draw(src, perf_values, perf_seed, reference64=True), draw(src, perf_values, perf_seed + HIDDEN_SEED_OFFSET))
+                     draw(src, perf_values, perf_seed, reference64=True), draw(src, perf_values, perf_seed + HIDDEN_SEED_OFFSET))
     same_layout(perf.main, perf.hidden, src.label, "a second draw")
     deadline = time.monotonic() + search_s
     cases: list[DrawnCase] = []
@@ -199,7 +199,7 @@ def degenerate(src: ProblemSource, cases: list[DrawnCase], names: dict[str, str]
         values = {float(a.reshape(-1)[0]) for a, _ in outputs if a is not None}
         what = "all zero" if values == {0.0} else f"constant (every element {', '.join(f'{v:g}' for v in sorted(values))})"
         found.append(f"the output is {what} on every case: a kernel may write it without reading any input")
-    elif all(a is not None and b is not None and le_bytes(a) == le_bytes(b) for a, b in outputs):
+    elif all(a is not None and b is not None and le_bytes(a) == le_bytes(b) for a, b in outputs) and any(map(_inputs_differ, cases)):
         found.append("the output is the same for two draws of every input: a kernel may ignore the inputs")
     smallest = cases[0]
     try:
@@ -212,13 +212,19 @@ def degenerate(src: ProblemSource, cases: list[DrawnCase], names: dict[str, str]
     for name in probe.inputs:
         found.append(f"input {names[f'arg:{name}']!r}: the output does not change when it alone is redrawn: a kernel may ignore it")
     for name in probe.state:
+        buffer = names[f"state:{name}"]
         if name not in restored:
-            found.append(f"parameter {names[f'state:{name}']!r} ({name}): the output does not change when it alone is redrawn: "
-                         "a kernel may ignore it")
+            found.append(f"parameter {buffer!r}{f' ({name})' if name != buffer else ''}: the output does not change when it "
+                         "alone is redrawn: a kernel may ignore it")
     if probe.untried:
         untried = listed([names.get(f"arg:{n}", names.get(f"state:{n}", n)) for n in probe.untried])
         notes.append(f"not checked whether the output depends on {untried} (no way to redraw it, or the time ran out)")
     return found
+
+
+def _inputs_differ(case: DrawnCase) -> bool:
+    pairs = zip(_buffers(case.main)[:-1], _buffers(case.hidden)[:-1], strict=True)  # the output is last
+    return any(a.array is not None and b.array is not None and le_bytes(a.array) != le_bytes(b.array) for a, b in pairs)
 
 
 def listed(names: list[str], most: int = 6) -> str:

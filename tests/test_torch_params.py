@@ -247,12 +247,25 @@ def test_an_ignored_input_and_parameter_are_flagged_by_name(tmp_path: Path, torc
     result = import_torch_problem(problem(tmp_path, "ignored", IGNORED), tmp_path / "w")
     assert result.degenerate == [
         "input 'y': the output does not change when it alone is redrawn: a kernel may ignore it",
-        "parameter 'unused' (unused): the output does not change when it alone is redrawn: a kernel may ignore it",
+        "parameter 'unused': the output does not change when it alone is redrawn: a kernel may ignore it",
     ]
     assert result.spec.imported is not None and result.spec.imported.degenerate == result.degenerate
     assert "note: degenerate: input 'y'" in result.text()
     assert main(["import-torch", str(tmp_path / "ignored.py"), "-o", str(tmp_path / "again")]) == 0
     assert "degenerate: input 'y'" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(("forward", "inputs", "expected"), [
+    ("torch.arange(x.shape[0], dtype=x.dtype)", "torch.randn(n)",  # other inputs, the same output
+     ["the output is the same for two draws of every input: a kernel may ignore the inputs",
+      "input 'x': the output does not change when it alone is redrawn: a kernel may ignore it"]),
+    ("x * 2", "torch.arange(n, dtype=torch.float32)", []),  # the same inputs on both draws: nothing to flag
+], ids=["ignores_inputs", "fixed_inputs"])
+def test_an_output_the_same_for_other_inputs_is_flagged(forward: str, inputs: str, expected: list[str], tmp_path: Path,
+                                                        torch: Any) -> None:
+    body = (f"class Model(nn.Module):\n    def forward(self, x):\n        return {forward}\n\n\nn = 64\n\n\n"
+            f"def get_inputs():\n    return [{inputs}]\n")
+    assert import_torch_problem(problem(tmp_path, "same", body), tmp_path / "w").degenerate == expected
 
 
 ADD_IGNORING = """
