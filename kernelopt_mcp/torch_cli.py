@@ -70,7 +70,7 @@ def cmd_import_torch(args: argparse.Namespace, out: Console) -> int:
             "status": "ok", "path": str(result.path), "name": result.spec.name, "c_prototype": result.c_prototype,
             "size_constants": {c.name: c.value for c in result.constants},
             "cases": [c.model_dump(mode="json", exclude={"inputs"}) for c in result.spec.cases],
-            "notes": result.notes, "torch": result.torch_version,
+            "notes": result.notes, "degenerate": result.degenerate, "torch": result.torch_version,
         }, indent=2))
     else:
         out.print(escape(result.text()), highlight=False)

@@ -1,10 +1,13 @@
 """``kernelopt import-torch``: a KernelBench-style PyTorch problem file becomes a workload.
 
 What converts: a ``Model(nn.Module)`` whose forward takes tensors and Python numbers (from
-``get_inputs()``) and returns one tensor, deterministically, without changing its inputs or its
-own state. Its parameters and registered buffers (``nn.Linear`` weights, a causal mask) become
-extra input buffers filled from the module's initialized values. Everything else is refused with
-:class:`~kernelopt_mcp.torch_problem.TorchProblemError` naming the reason.
+``get_inputs()``) and returns one tensor, deterministically (no random numbers), without changing
+its inputs; state it changes (BatchNorm's running statistics) is restored after every call. Its
+parameters and registered buffers (``nn.Linear`` weights, a causal mask) become extra input
+buffers, the floating ones drawn afresh for every draw (masks and integer state keep their values).
+Everything else is refused with :class:`~kernelopt_mcp.torch_problem.TorchProblemError` naming the
+reason. A degenerate problem (an input or parameter the output ignores, a constant output) is
+imported and flagged (:func:`~kernelopt_mcp.torch_cases.degenerate`).
 
 The workload written (a directory):
 
@@ -12,11 +15,12 @@ The workload written (a directory):
   as the ``out`` buffer; Python ints as int32 scalars, floats as float32; every dimension that
   changes with the size constants as an int32 scalar named after its constant), the cases
   (``small_odd`` and ``mid_odd`` correctness cases with the size constants scaled down to odd
-  sizes, and ``perf``, get_inputs' own sizes), tolerances by dtype (float16 1e-2, bfloat16 2e-2, float32 1e-4,
+  sizes, other sizes where the problem rejects those, and ``perf``, get_inputs' own sizes), tolerances by dtype (float16 1e-2, bfloat16 2e-2, float32 1e-4,
   float64 1e-10; KernelBench's 1e-2 with ``tolerance="kernelbench"``; widened where the module's own result
   differs more from its float64 result; each with its ``source``), the minimum bytes moved (and the FLOPs where
   torch's FlopCounterMode counts them and they fit ``c * product of scalars``: reported, never a floor),
-  ``deterministic: false`` (float outputs agree within the tolerance between repeated launches);
+  ``deterministic: false`` (float outputs agree within the tolerance between repeated launches),
+  ``imported`` (how each parameter was drawn, the state restored, the degenerate findings);
 - ``data/<case>/<buffer>.bin``: every input as drawn by torch, and a second draw under
   ``hidden/`` named by each file's ``hidden_path`` (the timed check's hidden inputs);
 - ``expected/``: the module's output for both draws, and ``reference.py``, a NumPy oracle that
@@ -44,34 +48,41 @@ import numpy as np
 
 from .dtypes import DType
 from .launch import LaunchSpec
-from .torch_problem import (
-    Arg,
-    Draw,
-    ProblemSource,
-    SizeConstant,
-    TorchProblemError,
-    draw,
-    parse_problem,
-    require_torch,
+from .torch_cases import (
+    MAX_CORRECTNESS_BYTES,
+    DrawnCase,
+    degenerate,
+    draw_cases,
+    listed,
+    other_sizes,
+    size_variants,
 )
-from .torch_store import StoredDraw, le_bytes, move_into_place, sha256_of, write_workload
+from .torch_problem import Arg, Draw, ProblemSource, SizeConstant, TorchProblemError, parse_problem, require_torch
+from .torch_store import (
+    KERNELBENCH_TOLERANCE,
+    TOLERANCE_MODES,
+    TORCH_TOLERANCE,
+    StoredDraw,
+    choose_tolerance,
+    judged_as_imported,
+    le_bytes,
+    move_into_place,
+    sha256_of,
+    write_workload,
+)
 from .workload import (
-    DEFAULT_TOLERANCE,
     IDENTIFIER,
-    Tolerance,
     WorkloadSpec,
     load_workload,
     parse_spec,
 )
 
 __all__ = [
-    "TorchImportOptions", "TorchImportResult", "TorchProblemError", "choose_tolerance", "import_torch_problem",
-    "judged_as_imported", "size_variants",
+    "KERNELBENCH_TOLERANCE", "TOLERANCE_MODES", "TORCH_TOLERANCE", "TorchImportOptions", "TorchImportResult", "TorchProblemError",
+    "choose_tolerance", "import_torch_problem", "judged_as_imported", "other_sizes", "size_variants",
 ]
 
-SMALL_SIZES = (5, 7, 11, 13, 17, 19, 23, 29, 31, 37, 41, 43, 47, 53, 59, 61)
-MAX_CORRECTNESS_BYTES = 256 * 2**20  # all buffers of one correctness case
-HIDDEN_SEED_OFFSET = 1_000_003
+
 #: Names a kernel parameter cannot take (C++ keywords, CUDA built-ins); they get a trailing _.
 _RESERVED_WORDS = (
     "alignas alignof asm auto bool break case catch char class const constexpr continue decltype default delete do "
@@ -100,6 +111,8 @@ class TorchImportOptions:
     initial_options: list[str] = field(default_factory=list)
     overwrite: bool = False
     max_correctness_bytes: int = MAX_CORRECTNESS_BYTES
+    search_s: float = 20.0  # how long to search for correctness sizes the problem accepts
+    probe_s: float = 10.0  # how long to look for inputs and parameters the output does not depend on
     home: Path | None = None  # where the workload will live when out_dir is staged elsewhere (default out_dir)
     output_name: str = "out"  # the output buffer's name
     tolerance: str = "strict"  # "strict": by dtype (widened where the module needs it); "kernelbench": 1e-2
@@ -112,6 +125,7 @@ class TorchImportResult:
     constants: list[SizeConstant]
     notes: list[str]
     torch_version: str
+    degenerate: list[str] = field(default_factory=list)  # what a kernel may skip and still pass (also in notes)
 
     @property
     def c_prototype(self) -> str:
@@ -134,32 +148,6 @@ def safe_name(stem: str) -> str:
     if name[0].isdigit():
         name = f"p{name}"
     return name[:64]
-
-
-def size_variants(constants: list[SizeConstant]) -> list[tuple[str, str, dict[str, int]]]:
-    """The cases' size constants: ``small_odd`` (each constant a distinct small prime, at most its
-    own value), ``mid_odd`` (about 1/16 of each, odd and distinct) and ``perf`` (as written).
-    Variants equal to an earlier one are left out."""
-    small = {c.name: min(c.value, SMALL_SIZES[i % len(SMALL_SIZES)]) for i, c in enumerate(constants)}
-    mid = {c.name: min(c.value, max(SMALL_SIZES[-1], (c.value // 16) | 1) + 2 * i) for i, c in enumerate(constants)}
-    perf = {c.name: c.value for c in constants}
-    out: list[tuple[str, str, dict[str, int]]] = []
-    for name, kind, values in (("small_odd", "correctness", small), ("mid_odd", "correctness", mid), ("perf", "performance", perf)):
-        if all(values != v for _, _, v in out) and (kind == "performance" or values != perf):
-            out.append((name, kind, values))
-    if len(out) == 1:  # nothing to scale: a correctness case of the same sizes, drawn with another seed
-        out.insert(0, ("check", "correctness", perf))
-    return out
-
-
-@dataclass
-class _Case:
-    name: str
-    kind: str
-    values: dict[str, int]
-    seed: int
-    main: Draw
-    hidden: Draw
 
 
 def import_torch_problem(
@@ -196,9 +184,10 @@ def import_torch_problem(
         raise TorchProblemError(f"tolerance {options.tolerance!r}: choose one of {', '.join(TOLERANCE_MODES)}")
     if not re.match(IDENTIFIER, options.output_name) or options.output_name in CUDA_RESERVED:
         raise TorchProblemError(f"output name {options.output_name!r}: use letters, digits and _ (not a C++ keyword)")
-    cases = _draw_cases(src, options, notes)
+    cases = draw_cases(src, options.seed, options.max_correctness_bytes, options.search_s, notes)
     layout = _Layout.of(cases, src.constants, options.output_name)
     spec_data = _spec(name, label, src, cases, layout, options, notes, torch.__version__)
+    spec_data["imported"] = _imported(src, cases, layout, options, notes)
     parse_spec(spec_data, f"{label} (imported)")  # fail before writing anything
     staging = Path(tempfile.mkdtemp(prefix=f".{name}.", dir=_mkdir(out_dir.parent)))
     try:
@@ -209,64 +198,13 @@ def import_torch_problem(
         shutil.rmtree(staging, ignore_errors=True)
         raise
     spec = load_workload(out_dir).spec
-    return TorchImportResult(out_dir, spec, src.constants, notes, torch.__version__)
+    degenerate = spec.imported.degenerate if spec.imported is not None else []
+    return TorchImportResult(out_dir, spec, src.constants, notes, torch.__version__, degenerate)
 
 
 def _mkdir(path: Path) -> Path:
     path.mkdir(parents=True, exist_ok=True)
     return path
-
-
-def _draw_cases(src: ProblemSource, options: TorchImportOptions, notes: list[str]) -> list[_Case]:
-    variants = size_variants(src.constants)
-    perf_name, _, perf_values = variants[-1]
-    seeds = {name: options.seed + 7919 * i for i, (name, _, _) in enumerate(variants)}
-    # the problem as written first: whether it converts at all is decided there
-    perf_seed = seeds[perf_name]
-    perf = _Case(perf_name, "performance", perf_values, perf_seed,
-                 draw(src, perf_values, perf_seed, reference64=True), draw(src, perf_values, perf_seed + HIDDEN_SEED_OFFSET))
-    _same_layout(perf.main, perf.hidden, src.label, "a second draw")
-    cases = []
-    for name, kind, values in variants[:-1]:
-        scaled = ", ".join(f"{k}={v}" for k, v in values.items() if v != perf_values[k]) or "as written"
-        try:
-            main = draw(src, values, seeds[name], reference64=True)
-            hidden = draw(src, values, seeds[name] + HIDDEN_SEED_OFFSET)
-            _same_layout(main, perf.main, src.label, f"the sizes of case {name}")
-            _same_layout(main, hidden, src.label, "a second draw")
-        except TorchProblemError as exc:
-            notes.append(f"correctness case {name} ({scaled}) left out: {exc}")
-            continue
-        size = sum(a.array.nbytes for a in _buffers(main) if a.array is not None)  # _buffers: arrays only
-        if size > options.max_correctness_bytes:
-            notes.append(f"correctness case {name} ({scaled}) left out: {size} bytes of buffers")
-            continue
-        cases.append(_Case(name, kind, values, seeds[name], main, hidden))
-    if not cases:
-        notes.append("no correctness case of other sizes: the performance case is the only one (it is validated too)")
-    return [*cases, perf]
-
-
-def _buffers(d: Draw) -> list[Arg]:
-    return [*(a for a in d.args if a.array is not None), *d.state, d.output]
-
-
-def _same_layout(a: Draw, b: Draw, label: str, what: str) -> None:
-    """Both draws have the same arguments, dtypes and ranks (and shapes, for a second draw)."""
-    def layout(d: Draw, shapes: bool) -> list[tuple[Any, ...]]:
-        return [(x.name, x.dtype, len(x.shape), x.shape if shapes else None, x.array is None) for x in [*d.args, *d.state, d.output]]
-
-    same_sizes = what == "a second draw"
-    if layout(a, same_sizes) != layout(b, same_sizes):
-        detail = "shapes" if same_sizes else "arguments, dtypes or ranks"
-        raise TorchProblemError(
-            f"{label}: {what} gives other {detail} ({_describe(a)} vs {_describe(b)}); shapes must be fixed by "
-            "get_inputs and the size constants"
-        )
-
-
-def _describe(d: Draw) -> str:
-    return ", ".join(f"{x.name}{list(x.shape)}" if x.array is not None else f"{x.name}={x.number!r}" for x in [*d.args, *d.state, d.output])
 
 
 # --- the signature ---------------------------------------------------------------------------
@@ -282,7 +220,7 @@ class _Layout:
     derived: dict[str, list[int]] = field(default_factory=dict)  # dimension expressions -> value per case
 
     @classmethod
-    def of(cls, cases: list[_Case], constants: list[SizeConstant], output_name: str = "out") -> _Layout:
+    def of(cls, cases: list[DrawnCase], constants: list[SizeConstant], output_name: str = "out") -> _Layout:
         first = cases[-1].main
         taken: set[str] = {output_name}  # the output keeps its name; an argument of that name gets a suffix
 
@@ -375,45 +313,7 @@ def _arg(d: Draw, key: str) -> Arg:
     return next(a for a in pool if a.name == name)
 
 
-#: Per output dtype. float32 is looser than workload.py's default (1e-5), as the bundled workloads
-#: that reduce (sgemm, softmax, layernorm, reduce_sum) are: an imported module may sum in any order.
-#: KernelBench itself checks with atol = rtol = 1e-2 for every dtype.
-TORCH_TOLERANCE = {**DEFAULT_TOLERANCE, DType.float32: Tolerance(rtol=1e-4, atol=1e-4, source="dtype")}
-
-
-#: ``--tolerance``: "strict" (by dtype, as above, atol relative to the output's RMS) or KernelBench's
-#: torch.allclose(atol = rtol = 1e-2), its atol absolute.
-TOLERANCE_MODES = ("strict", "kernelbench")
-KERNELBENCH_TOLERANCE = Tolerance(rtol=1e-2, atol=1e-2, absolute=True, source="kernelbench")
-
-
-def judged_as_imported(spec: dict[str, Any]) -> dict[str, Any]:
-    """``spec`` with what sets an imported problem's checks apart: float outputs need only agree
-    within the tolerance between two launches on the same inputs (torch's own reductions are not
-    bitwise repeatable, and a float ``atomicAdd`` reduction is a correct kernel), and the roofline
-    floor is the bytes term alone (torch counts the FLOPs of the module as written, which a
-    smarter algorithm may avoid). Integer outputs stay bitwise (:meth:`WorkloadSpec.bitwise_outputs`)."""
-    return {**spec, "deterministic": False, "cost": {**spec.get("cost", {}), "floor_from": "bytes"}}
-
-
-def choose_tolerance(dtype: DType, needed: float, mode: str, notes: list[str]) -> dict[str, Any]:
-    """The tolerance of an output of ``dtype`` under ``mode``, widened to 10x ``needed`` (the largest
-    error of the module's own result against its float64 result) where that is more."""
-    base = KERNELBENCH_TOLERANCE if mode == "kernelbench" else TORCH_TOLERANCE.get(dtype)
-    if base is None:
-        return {"rtol": 0.0, "atol": 0.0, "source": "dtype"}
-    widened = min(0.25, _round_up(10 * needed))
-    if widened > max(base.rtol, base.atol):
-        notes.append(
-            f"tolerance widened to {widened:.3g} (the {base.source or 'dtype'} one is {base.rtol:g}): the module's own "
-            f"{dtype} result differs from its float64 result by up to {needed:.3g} of the output's scale"
-        )
-        return {"rtol": widened, "atol": widened, "source": "widened"}
-    chosen = {"rtol": base.rtol, "atol": base.atol, "source": base.source or "dtype"}
-    return {**chosen, "absolute": True} if base.absolute else chosen
-
-
-def _tolerance(cases: list[_Case], dtype: DType, notes: list[str], mode: str) -> dict[str, Any]:
+def _tolerance(cases: list[DrawnCase], dtype: DType, notes: list[str], mode: str) -> dict[str, Any]:
     """:func:`choose_tolerance` with the module's own error measured over every case (relative to
     the output's RMS plus the element, as the comparison measures)."""
     needed = 0.0
@@ -430,15 +330,7 @@ def _tolerance(cases: list[_Case], dtype: DType, notes: list[str], mode: str) ->
     return choose_tolerance(dtype, needed, mode, notes)
 
 
-def _round_up(x: float) -> float:
-    """``x`` rounded up to two significant digits (a tolerance that reads well in workload.json)."""
-    if x <= 0:
-        return 0.0
-    step = 10.0 ** (math.floor(math.log10(x)) - 1)
-    return float(f"{math.ceil(x / step) * step:.2g}")
-
-
-def _cost(layout: _Layout, cases: list[_Case], notes: list[str]) -> dict[str, str]:
+def _cost(layout: _Layout, cases: list[DrawnCase], notes: list[str]) -> dict[str, str]:
     terms = []
     for _name, _, dtype, shape, _ in layout.buffers:
         dims = [str(d) if isinstance(d, int) or d.isidentifier() else f"({d})" for d in shape if d != 1]
@@ -472,7 +364,7 @@ def _fit_flops(layout: _Layout, flops: list[int]) -> str | None:
 
 
 def _spec(
-    name: str, label: str, src: ProblemSource, cases: list[_Case], layout: _Layout, options: TorchImportOptions,
+    name: str, label: str, src: ProblemSource, cases: list[DrawnCase], layout: _Layout, options: TorchImportOptions,
     notes: list[str], torch_version: str,
 ) -> dict[str, Any]:
     params: list[dict[str, Any]] = [
@@ -529,7 +421,33 @@ def _spec(
     return spec
 
 
-def _data_file(c: _Case, buffer: str, key: str) -> dict[str, Any]:
+def _imported(src: ProblemSource, cases: list[DrawnCase], layout: _Layout, options: TorchImportOptions,
+              notes: list[str]) -> dict[str, Any]:
+    """workload.json's ``imported``: how each parameter was drawn (on the performance case), the state
+    restored between calls and the degenerate findings; each also said in ``notes``."""
+    names = {key: b for b, _, _, _, key in layout.buffers}
+    perf = cases[-1].main
+    parameters = {
+        names[f"state:{dotted}"]: {"default": rule.default, "drawn_from": rule.generator} for dotted, rule in perf.params.items()
+    }
+    drawn = [b for b, p in parameters.items() if p["drawn_from"] is not None]
+    if drawn:
+        notes.append(
+            f"parameters and floating buffers drawn afresh for every draw, not left at the module's defaults: {listed(drawn)} "
+            "(workload.json's imported.parameters says from what)"
+        )
+    restored = sorted({name for c in cases for name in c.main.restored})
+    if restored:
+        notes.append(
+            f"forward updates the module's state ({listed(restored)}): every call ran from a snapshot of it, restored "
+            "after the call, so the output depends on the inputs only"
+        )
+    found = degenerate(src, cases, names, options.probe_s, notes)
+    notes += [f"degenerate: {f}" for f in found]
+    return {"parameters": parameters, "state_restored": [names[f"state:{n}"] for n in restored], "degenerate": found}
+
+
+def _data_file(c: DrawnCase, buffer: str, key: str) -> dict[str, Any]:
     """A buffer's data file; ``hidden_path`` only where the second draw differs (a buffer that get_inputs or
     the module's init make without randomness is the same on every draw, and the checks must say so)."""
     main, hidden = _array(c.main, key), _array(c.hidden, key)
@@ -540,7 +458,7 @@ def _data_file(c: _Case, buffer: str, key: str) -> dict[str, Any]:
 
 
 def _write(
-    root: Path, spec: dict[str, Any], src: ProblemSource, cases: list[_Case], layout: _Layout,
+    root: Path, spec: dict[str, Any], src: ProblemSource, cases: list[DrawnCase], layout: _Layout,
     options: TorchImportOptions, torch_version: str, out_dir: Path,
 ) -> None:
     inputs = [(b, key) for b, role, _, _, key in layout.buffers if role == "in"]

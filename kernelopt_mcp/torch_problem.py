@@ -4,7 +4,11 @@ A problem file defines ``class Model(nn.Module)``, ``get_inputs()`` (the forward
 optionally ``get_init_inputs()`` (the constructor arguments), usually in terms of module-level
 size constants (``batch_size = 16``, ``M = 1024``). This module parses such a file, finds those
 constants, runs the problem with the constants replaced (to make small, odd-sized correctness
-cases) and draws the inputs and the module's output with torch on the CPU.
+cases) and draws the inputs, the module's parameters and its output with torch on the CPU.
+
+Parameters are drawn for every draw (:func:`draw_parameters`), never left at their defaults (a
+LayerNorm weight of ones lets a kernel that ignores it pass); forward runs from a snapshot of the
+module's state (BatchNorm's running statistics), so its output depends on the inputs only.
 
 torch is imported lazily (:func:`require_torch`): kernelopt itself does not depend on it, and the
 workload the import writes needs neither torch nor the problem file afterwards.
@@ -19,7 +23,9 @@ import ast
 import copy
 import importlib
 import inspect
+import math
 import sys
+import time
 import types
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -219,6 +225,15 @@ class Arg:
     drawn_from: dict[str, Any] | None = None  # the torch random function that made the tensor, if known
 
 
+@dataclass(frozen=True)
+class ParamDraw:
+    """How a parameter or buffer got its values in a draw: drawn from ``generator`` (uniform) instead of
+    the module's values ``default`` describes, or kept (``generator`` None) for the reason given."""
+
+    default: str
+    generator: dict[str, Any] | None = None
+
+
 @dataclass
 class Draw:
     """One run of a problem: its forward arguments, its parameters and buffers, its output."""
@@ -230,6 +245,19 @@ class Draw:
     flops: int | None = None
     notes: list[str] = field(default_factory=list)
     output64: np.ndarray | None = None  # the module run in float64, where that works
+    params: dict[str, ParamDraw] = field(default_factory=dict)  # by dotted name, every entry of ``state``
+    restored: list[str] = field(default_factory=list)  # state that forward updates (restored after every call)
+    probe: Probe | None = None  # with ``probe_s``: what the output does not depend on
+
+
+@dataclass
+class Probe:
+    """The forward arguments and state (dotted names) whose redraw alone leaves the output unchanged,
+    and those not tried (no way to redraw them, or the time ran out)."""
+
+    inputs: list[str] = field(default_factory=list)
+    state: list[str] = field(default_factory=list)
+    untried: list[str] = field(default_factory=list)
 
 
 _TORCH_DTYPES = {
@@ -306,15 +334,22 @@ def forward_names(model: Any, count: int) -> list[str]:
     return [named[i] if i < len(named) else f"in{i}" for i in range(count)]
 
 
-def draw(source: ProblemSource, values: dict[str, int], seed: int, *, reference64: bool = False) -> Draw:
+def draw(
+    source: ProblemSource, values: dict[str, int], seed: int, *, reference64: bool = False, probe_s: float | None = None,
+) -> Draw:
     """Run the problem once: execute it with the size constants ``values``, seed torch, build
-    ``Model(*get_init_inputs())``, draw ``get_inputs()`` and run forward on the CPU without
-    gradients.
+    ``Model(*get_init_inputs())``, draw ``get_inputs()`` and the module's floating parameters and
+    buffers (:func:`draw_parameters`), and run forward on the CPU without gradients, from a snapshot
+    of the module's state (restored after every call).
+
+    Args:
+        probe_s: also find which inputs and parameters the output does not depend on
+            (:class:`Probe`), spending at most about this many seconds.
 
     Raises:
         TorchProblemError: something the conversion does not support (the message says what):
-            several or non-tensor outputs, randomness or state changes in forward, inputs of
-            other types, a forward that fails or changes its inputs.
+            several or non-tensor outputs, randomness in forward, inputs of other types, a forward
+            that fails, changes its inputs or gives another output on the restored state.
     """
     torch = require_torch()
     module = load_module(source, values)
@@ -353,9 +388,10 @@ def draw(source: ProblemSource, values: dict[str, int], seed: int, *, reference6
                 f"{label}: get_inputs() argument {name!r} is a {type(value).__name__}; forward arguments must be "
                 "tensors or Python numbers (ints become int32 scalars)"
             )
+    params = draw_parameters(model, seed, torch)
     state = _state(model, label)
     before_inputs = [t.clone() for t in call_args if isinstance(t, torch.Tensor)]
-    before_state = {k: v.detach().clone() for k, v in _named_state(model)}
+    snapshot = {k: v.detach().clone() for k, v in _named_state(model)}
     rng = torch.random.get_rng_state()
     flops: int | None = None
     try:
@@ -370,29 +406,148 @@ def draw(source: ProblemSource, values: dict[str, int], seed: int, *, reference6
     except Exception as exc:  # noqa: BLE001 - the problem's own code may raise anything
         raise TorchProblemError(f"{label}: Model.forward failed: {type(exc).__name__}: {exc}") from None
     if not torch.equal(rng, torch.random.get_rng_state()):
-        raise TorchProblemError(
-            f"{label}: forward draws random numbers (dropout in training mode, torch.rand ...): its output is not a "
-            "function of its inputs, so no kernel can be checked against it; remove the randomness (or use p=0)"
-        )
-    for name, value in _named_state(model):
-        if not torch.equal(before_state[name], value.detach()):
-            raise TorchProblemError(
-                f"{label}: forward changes the module's state ({name!r}, e.g. BatchNorm running statistics in "
-                "training mode): a kernel cannot carry state between launches; convert stateless modules only"
-            )
+        raise TorchProblemError(f"{label}: forward draws random numbers (dropout in training mode, torch.rand ...): its output "
+                                "is not a function of its inputs, so no kernel can be checked against it; remove the randomness (or use p=0)")
+    restored = _restore(model, snapshot, label, torch)
     tensor_args = [(a.name, t) for a, t in zip(args, call_args, strict=True) if isinstance(t, torch.Tensor)]
     for (name, after), before in zip(tensor_args, before_inputs, strict=True):
         if not torch.equal(before, after):
             raise TorchProblemError(f"{label}: forward changes its input {name!r} in place; convert modules that leave their inputs alone")
     output = _output(result, label, torch)
-    with torch.no_grad():
-        again = model(*[t.clone() if isinstance(t, torch.Tensor) else t for t in call_args])
+    again = _forward(model, [t.clone() if isinstance(t, torch.Tensor) else t for t in call_args], snapshot, label, torch)
     if not isinstance(again, torch.Tensor) or not torch.equal(again.detach().cpu(), result.detach().cpu()):
-        raise TorchProblemError(f"{label}: forward gives different outputs for the same inputs; convert deterministic modules only")
-    out = Draw(args, state, output, init_inputs, flops=flops or None)
+        raise TorchProblemError(
+            f"{label}: forward gives different outputs for the same inputs"
+            f"{' (from the same restored state)' if restored else ''}; convert deterministic modules only"
+        )
+    out = Draw(args, state, output, init_inputs, flops=flops or None, params=params, restored=restored)
     if reference64 and output.dtype is not None and output.dtype.is_float:
         out.output64 = _float64_output(model, call_args, torch)
+    if probe_s is not None:
+        out.probe = _probe(model, args, call_args, snapshot, params, result.detach(), seed, probe_s, label, torch)
     return out
+
+
+# --- parameters drawn, state restored, dependence probed ------------------------------------
+
+
+def parameter_rule(value: Any, buffer: bool) -> ParamDraw:
+    """How to draw a tensor in place of the module's own values: a floating one whose values vary
+    gets a uniform draw of the same mean and spread within their range (a kaiming-uniform weight:
+    about the same bounds); a constant one (ones, zeros) gets values around that constant that
+    differ per element (ones -> U(0.5, 1.5), zeros -> U(-0.5, 0.5)), so that no parameter can be
+    ignored and the output keeps its scale. Kept: integer and bool tensors (index tables, counters),
+    tensors with non-finite values, and buffers of whole numbers that vary (0/1 masks, positions)."""
+    if not value.is_floating_point():
+        return ParamDraw(f"{str(value.dtype).removeprefix('torch.')}: kept (integer and bool state keeps its values)")
+    flat = value.detach().double().flatten()
+    if flat.numel() == 0:
+        return ParamDraw("empty: kept")
+    if not bool(flat.isfinite().all()):
+        return ParamDraw("has non-finite values (a mask): kept")
+    low, high = float(flat.min()), float(flat.max())
+    if low == high:
+        spread = 0.5 * abs(low) if low else 0.5
+        return ParamDraw(f"constant {low:g}", {"generator": "uniform", "low": low - spread, "high": low + spread})
+    if buffer and bool((flat == flat.round()).all()):
+        return ParamDraw(f"whole numbers in [{low:g}, {high:g}] (a mask or index table): kept")
+    mean, std = float(flat.mean()), float(flat.std(unbiased=False))
+    lo, hi = max(low, mean - math.sqrt(3) * std), min(high, mean + math.sqrt(3) * std)
+    return ParamDraw(f"varies in [{low:.4g}, {high:.4g}]", {"generator": "uniform", "low": lo, "high": hi})
+
+
+def draw_parameters(model: Any, seed: int, torch: Any) -> dict[str, ParamDraw]:
+    """Replace every floating parameter and buffer of ``model`` by a draw of :func:`parameter_rule`
+    from ``seed`` (its own generator: torch's global one, which get_inputs used, is left alone)."""
+    generator = torch.Generator().manual_seed(int(np.random.SeedSequence([seed, 0x9A3A]).generate_state(1)[0]))
+    buffers = {name for name, _ in model.named_buffers()}
+    out: dict[str, ParamDraw] = {}
+    with torch.no_grad():
+        for name, value in _named_state(model):
+            rule = parameter_rule(value, name in buffers)
+            if rule.generator is not None:
+                value.copy_(_uniform(value, rule.generator, generator, torch))
+            out[name] = rule
+    return out
+
+
+def _uniform(like: Any, gen: dict[str, Any], generator: Any, torch: Any) -> Any:
+    fresh = torch.rand(like.shape, generator=generator, dtype=torch.float64)
+    return (gen["low"] + (gen["high"] - gen["low"]) * fresh).to(like.dtype)
+
+
+def _restore(model: Any, snapshot: dict[str, Any], label: str, torch: Any) -> list[str]:
+    """Put the module's parameters and buffers back to ``snapshot``; the names forward had changed."""
+    changed = []
+    with torch.no_grad():
+        for name, value in _named_state(model):
+            before = snapshot.get(name)
+            if before is None or before.shape != value.shape or before.dtype != value.dtype:
+                raise TorchProblemError(f"{label}: forward adds or reshapes the module's state ({name!r}): it cannot run "
+                                        "from a snapshot; register every parameter and buffer in __init__ with its final shape")
+            if not torch.equal(before, value.detach()):
+                changed.append(name)
+                value.copy_(before)
+    return changed
+
+
+def _forward(model: Any, call_args: list[Any], snapshot: dict[str, Any], label: str, torch: Any) -> Any:
+    """One forward call from the snapshot (restored after it)."""
+    try:
+        with torch.no_grad():
+            return model(*call_args)
+    finally:
+        _restore(model, snapshot, label, torch)
+
+
+def _probe(
+    model: Any, args: list[Arg], call_args: list[Any], snapshot: dict[str, Any], params: dict[str, ParamDraw], base: Any,
+    seed: int, budget_s: float, label: str, torch: Any,
+) -> Probe:
+    """Redraw each forward argument and each drawn parameter alone and see whether the output
+    changes at all. Integer arguments are redrawn only from the randint they were drawn from; a
+    redraw the module refuses (an error) counts as a dependence."""
+    generator = torch.Generator().manual_seed(int(np.random.SeedSequence([seed, 0x960B]).generate_state(1)[0]))
+    deadline = time.monotonic() + budget_s
+    found = Probe()
+
+    def same_output(changed_args: list[Any]) -> bool:
+        try:
+            out = _forward(model, changed_args, snapshot, label, torch)
+        except Exception:  # noqa: BLE001 - the module refuses the redraw: it reads the tensor
+            return False
+        return isinstance(out, torch.Tensor) and out.shape == base.shape and torch.equal(out.detach(), base)
+
+    for i, (arg, value) in enumerate(zip(args, call_args, strict=True)):
+        if arg.array is None:
+            continue
+        fresh = _redrawn_arg(arg, value, generator, torch)
+        if fresh is None or time.monotonic() > deadline:
+            found.untried.append(arg.name)
+        elif same_output([*call_args[:i], fresh, *call_args[i + 1:]]):
+            found.inputs.append(arg.name)
+    state = dict(_named_state(model))
+    for name, rule in params.items():
+        if rule.generator is None:
+            continue
+        if time.monotonic() > deadline:
+            found.untried.append(name)
+            continue
+        with torch.no_grad():
+            state[name].copy_(_uniform(state[name], rule.generator, generator, torch))
+        if same_output(call_args):  # _forward restored the drawn value
+            found.state.append(name)
+    return found
+
+
+def _redrawn_arg(arg: Arg, value: Any, generator: Any, torch: Any) -> Any | None:
+    gen = arg.drawn_from or {}
+    if value.is_floating_point():  # a normal draw is redrawn uniform with its mean and spread
+        rule = ParamDraw("", gen) if gen.get("generator") == "uniform" else parameter_rule(value, buffer=False)
+        return None if rule.generator is None else _uniform(value, rule.generator, generator, torch)
+    if gen.get("generator") == "randint" and value.dtype != torch.bool:
+        return torch.randint(gen["low"], gen["high"], value.shape, generator=generator, dtype=value.dtype)
+    return None
 
 
 def _call(module: types.ModuleType, name: str, label: str) -> Any:

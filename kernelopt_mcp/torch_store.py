@@ -1,4 +1,5 @@
-"""Writing an imported PyTorch problem's workload: data files, stored outputs, the lookup oracle.
+"""Writing an imported PyTorch problem's workload: data files, stored outputs, the lookup oracle,
+and the tolerances and checks an imported problem is judged by.
 
 See :mod:`kernelopt_mcp.torch_import` for what is written and why. The oracle (``reference.py``)
 is a fixed template: it looks outputs up in ``expected/index.json`` by the sha256 of the inputs'
@@ -10,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import importlib.util
 import json
+import math
 import os
 import shutil
 from dataclasses import dataclass
@@ -17,6 +19,9 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+from .dtypes import DType
+from .workload import DEFAULT_TOLERANCE, Tolerance
 
 
 @dataclass
@@ -166,3 +171,52 @@ def move_into_place(staging: Path, target: Path) -> None:
         raise
     if old is not None:
         shutil.rmtree(old, ignore_errors=True)
+
+
+# --- how an imported problem is judged -----------------------------------------------------
+
+
+#: Per output dtype. float32 is looser than workload.py's default (1e-5), as the bundled workloads
+#: that reduce (sgemm, softmax, layernorm, reduce_sum) are: an imported module may sum in any order.
+#: KernelBench itself checks with atol = rtol = 1e-2 for every dtype.
+TORCH_TOLERANCE = {**DEFAULT_TOLERANCE, DType.float32: Tolerance(rtol=1e-4, atol=1e-4, source="dtype")}
+
+
+#: ``--tolerance``: "strict" (by dtype, as above, atol relative to the output's RMS) or KernelBench's
+#: torch.allclose(atol = rtol = 1e-2), its atol absolute.
+TOLERANCE_MODES = ("strict", "kernelbench")
+KERNELBENCH_TOLERANCE = Tolerance(rtol=1e-2, atol=1e-2, absolute=True, source="kernelbench")
+
+
+def judged_as_imported(spec: dict[str, Any]) -> dict[str, Any]:
+    """``spec`` with what sets an imported problem's checks apart: float outputs need only agree
+    within the tolerance between two launches on the same inputs (torch's own reductions are not
+    bitwise repeatable, and a float ``atomicAdd`` reduction is a correct kernel), and the roofline
+    floor is the bytes term alone (torch counts the FLOPs of the module as written, which a
+    smarter algorithm may avoid). Integer outputs stay bitwise (:meth:`WorkloadSpec.bitwise_outputs`)."""
+    return {**spec, "deterministic": False, "cost": {**spec.get("cost", {}), "floor_from": "bytes"}}
+
+
+def choose_tolerance(dtype: DType, needed: float, mode: str, notes: list[str]) -> dict[str, Any]:
+    """The tolerance of an output of ``dtype`` under ``mode``, widened to 10x ``needed`` (the largest
+    error of the module's own result against its float64 result) where that is more."""
+    base = KERNELBENCH_TOLERANCE if mode == "kernelbench" else TORCH_TOLERANCE.get(dtype)
+    if base is None:
+        return {"rtol": 0.0, "atol": 0.0, "source": "dtype"}
+    widened = min(0.25, _round_up(10 * needed))
+    if widened > max(base.rtol, base.atol):
+        notes.append(
+            f"tolerance widened to {widened:.3g} (the {base.source or 'dtype'} one is {base.rtol:g}): the module's own "
+            f"{dtype} result differs from its float64 result by up to {needed:.3g} of the output's scale"
+        )
+        return {"rtol": widened, "atol": widened, "source": "widened"}
+    chosen = {"rtol": base.rtol, "atol": base.atol, "source": base.source or "dtype"}
+    return {**chosen, "absolute": True} if base.absolute else chosen
+
+
+def _round_up(x: float) -> float:
+    """``x`` rounded up to two significant digits (a tolerance that reads well in workload.json)."""
+    if x <= 0:
+        return 0.0
+    step = 10.0 ** (math.floor(math.log10(x)) - 1)
+    return float(f"{math.ceil(x / step) * step:.2g}")

@@ -301,6 +301,31 @@ class Cost(_Model):
         return value
 
 
+class DrawnParameter(_Model):
+    """How an imported problem's parameter or buffer got its stored values (for a reader: the data
+    files hold them; nothing redraws from this)."""
+
+    default: str = Field(description="the module's own values on the performance case, e.g. 'constant 1', or why kept")
+    drawn_from: DrawnGenerator | None = Field(
+        None, description="drawn from this on the performance case (correctness cases scale it as the default "
+        "scales with their sizes); null: kept at the module's values (integer state, masks)"
+    )
+
+
+class Imported(_Model):
+    """What `kernelopt import-torch` did with a PyTorch problem and found in it."""
+
+    parameters: dict[str, DrawnParameter] = Field(default_factory=dict, description="by input buffer name")
+    state_restored: list[str] = Field(
+        default_factory=list, description="module state forward updates (BatchNorm's running statistics in training "
+        "mode): every call ran from a snapshot, restored after it, so the output depends on the inputs only"
+    )
+    degenerate: list[str] = Field(
+        default_factory=list, description="one line per finding: an input or parameter the output does not depend "
+        "on, or an output that is constant: a kernel may skip that work and still pass"
+    )
+
+
 class WorkloadSpec(_Model):
     """A complete workload, as stored in ``workload.json``."""
 
@@ -321,6 +346,7 @@ class WorkloadSpec(_Model):
         True, description="floating-point outputs are bitwise reproducible run to run too (false: a repeated "
         "launch need only agree within the tolerance, so float atomics are legal); integer outputs always are"
     )
+    imported: Imported | None = Field(None, description="set by `kernelopt import-torch`: how the problem was imported")
 
     @model_validator(mode="after")
     def _cross_check(self) -> WorkloadSpec:
@@ -496,6 +522,10 @@ def attach_sources(spec: WorkloadSpec, root: Path, origin: str) -> Workload:
             "no NumPy oracle: expected outputs come from the CUDA reference, which is not "
             "independently checked"
         )
+    if spec.imported is not None and spec.imported.degenerate:
+        found = spec.imported.degenerate
+        more = f" (and {len(found) - 1} more: workload.json's imported.degenerate)" if len(found) > 1 else ""
+        wl.notes.append(f"degenerate problem: {found[0]}{more}")
     return wl
 
 

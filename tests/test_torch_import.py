@@ -35,7 +35,8 @@ from kernelopt_mcp.torch_problem import TorchProblemError, parse_problem, requir
 from kernelopt_mcp.workload import Workload, load_workload
 
 PROBLEMS = Path(__file__).parent / "torch_problems"
-SUPPORTED = ["elementwise_gelu", "reduction_sum", "matmul", "linear_relu", "scale_int_arg", "conv2d_relu_bias", "vector_add"]
+SUPPORTED = ["elementwise_gelu", "reduction_sum", "matmul", "linear_relu", "scale_int_arg", "conv2d_relu_bias", "vector_add",
+             "batchnorm_training"]
 
 
 @pytest.fixture
@@ -181,7 +182,6 @@ def test_a_copy_of_the_oracle_finds_the_store_and_a_moved_workload_its_own(tmp_p
 UNSUPPORTED = {
     "two_outputs": "returns 2 outputs",
     "dropout": "draws random numbers",
-    "batchnorm_stateful": "changes the module's state",
     "scalar_output": "returns a float, not a tensor",
     "string_input": "must be tensors or Python numbers",
     "no_model": "defines no `class Model",
@@ -275,8 +275,8 @@ def test_names_a_kernel_cannot_take_get_a_suffix(tmp_path: Path, torch: Any) -> 
 
 
 def test_inputs_without_randomness_are_said_to_be_fixed(tmp_path: Path, torch: Any) -> None:
-    """An arange input and a parameter of ones are the same on the hidden draw: no hidden_path, and the
-    hidden-seed check says it cannot change them instead of claiming a check."""
+    """An arange input is the same on the hidden draw: no hidden_path, and the hidden-seed check says it
+    cannot change it instead of claiming a check. A parameter of ones is drawn afresh for each draw."""
     problem = tmp_path / "fixed_inputs.py"
     problem.write_text(
         "import torch\nclass Model(torch.nn.Module):\n    def __init__(self):\n        super().__init__()\n"
@@ -286,7 +286,7 @@ def test_inputs_without_randomness_are_said_to_be_fixed(tmp_path: Path, torch: A
     )
     wl = load_workload(import_torch_problem(problem, tmp_path / "w").path)
     perf = wl.spec.case("perf")
-    assert [name for name, gen in perf.inputs.items() if gen.hidden_path] == ["y"]
+    assert [name for name, gen in perf.inputs.items() if gen.hidden_path] == ["y", "scale"]
     checks = hidden_seed_checks(wl, {"perf"})
     assert checks[0] == "timed outputs on hidden-seed inputs"
-    assert checks[1].startswith("hidden-seed check: not possible for data-file inputs scale, x")
+    assert checks[1].startswith("hidden-seed check: not possible for data-file inputs x")

@@ -2,7 +2,8 @@
 imported with `kernelopt import-torch` and a plain CUDA kernel for it passes `kernelopt evaluate`
 against the stored outputs of the module (a wrong one fails); each runs through
 `kernelopt optimize --workload DIR` with the scripted model writing the reference and initial
-kernel and one proposal.
+kernel and one proposal. A LayerNorm kernel that drops the weight and bias is a `mismatch`: the
+import draws parameters instead of keeping their defaults (ones and zeros).
 
 Needs torch where the import runs (here, the same machine). Run with --run-gpu
 (scripts/device_gpu_tests.sh tests/gpu/test_torch_import_gpu.py).
@@ -180,3 +181,60 @@ def test_optimize_an_imported_problem(problem: str, tmp_path: Path, harness_bina
     assert status == [("000-reference", "ok"), ("001-initial", "ok"), ("002-it1", "ok")], status
     assert summary["workload"]["reference"]["checked"] is True  # the generated reference matched the stored outputs
     print(problem, json.dumps({"statuses": status, "best": summary["best"]["label"], "notes": summary["notes"]}, indent=1))
+
+
+LAYERNORM_PROBLEM = """import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    def __init__(self, features):
+        super().__init__()
+        self.ln = nn.LayerNorm(features)
+
+    def forward(self, x):
+        return self.ln(x)
+
+
+batch_size = 256
+features = 1024
+
+
+def get_inputs():
+    return [torch.randn(batch_size, features)]
+
+
+def get_init_inputs():
+    return [features]
+"""
+# one thread per row, in double: slow and plainly right
+LAYERNORM = r"""extern "C" __global__ void layernorm(const float* x, const float* ln_weight, const float* ln_bias, float* out,
+                                         int batch_size, int features) {
+    int row = blockIdx.x * blockDim.x + threadIdx.x;
+    if (row >= batch_size) return;
+    const float* r = x + (size_t)row * features;
+    double mean = 0.0, sq = 0.0;
+    for (int j = 0; j < features; ++j) mean += r[j];
+    mean /= features;
+    for (int j = 0; j < features; ++j) { double d = r[j] - mean; sq += d * d; }
+    double inv = 1.0 / sqrt(sq / features + 1e-5);
+    for (int j = 0; j < features; ++j)
+        out[(size_t)row * features + j] = (float)((r[j] - mean) * inv * ln_weight[j] + ln_bias[j]);
+}
+"""
+
+
+def test_a_layernorm_kernel_that_drops_weight_and_bias_is_a_mismatch(tmp_path: Path, harness_binary: Path,
+                                                                     capsys: pytest.CaptureFixture[str]) -> None:
+    problem = tmp_path / "layernorm.py"
+    problem.write_text(LAYERNORM_PROBLEM)
+    workload = import_torch_problem(problem, tmp_path / "layernorm").path
+    launch = {"grid": ["ceil_div(batch_size, 64)"], "block": [64]}
+    code, result = evaluate(workload, LAYERNORM, launch, tmp_path, harness_binary, capsys)
+    assert code == 0 and result["status"] == "ok", json.dumps(result, indent=1)[:4000]
+    assert not any(n.startswith("degenerate problem") for n in result["notes"]), result["notes"]
+
+    dropped = LAYERNORM.replace("(r[j] - mean) * inv * ln_weight[j] + ln_bias[j]", "(r[j] - mean) * inv")
+    assert dropped != LAYERNORM
+    code, result = evaluate(workload, dropped, launch, tmp_path, harness_binary, capsys)
+    assert code != 0 and result["status"] == "mismatch", json.dumps(result, indent=1)[:4000]

@@ -8,7 +8,7 @@ class Model(nn.Module):
         self.bn = nn.BatchNorm1d(features)
 
     def forward(self, x):
-        return self.bn(x)  # training mode: updates running_mean / running_var
+        return self.bn(x)  # training mode: updates running_mean / running_var (each call runs from a snapshot)
 
 
 features = 32
