@@ -26,7 +26,7 @@ run_bench() {
 if [ -n "$BENCH" ] && [ -n "$BENCH_FIRST" ]; then run_bench; fi
 if [ "$#" -gt 0 ]; then
   # straight into $OUT: it comes back even if the device's time limit kills the run
-  # the adversarial suite's verdict table (README "Adversarial suite") comes back too
+  # the adversarial suite's verdict table (docs/adversarial.md) comes back too
   KERNELOPT_ADVERSARIAL_REPORT="$OUT/adversarial.md" KERNELOPT_GPU_REPORT="$OUT/report.jsonl" KERNELOPT_GPU_FAILURES="$OUT/failures.txt" KERNELOPT_GPU_PROGRESS="$OUT/progress.txt" \
     python3 -m pytest --run-gpu -v -p no:cacheprovider --basetemp "$BASETEMP" --durations=15 -rA "$@" 2>&1 | tee "$OUT/pytest_gpu.log"
 fi

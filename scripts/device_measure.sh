@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Run on the GPU machine (the `device` tool) after scripts/device_gpu_tests.sh has installed
-# kernelopt into /tmp/site: measure what the README's performance and autotuning tables show
+# kernelopt into /tmp/site: measure what docs/measurements.md's performance and autotuning tables show
 # (cuBLAS baseline, calibration, short tuning runs, bench/run.py). Output: $OUT/measure.log,
 # $OUT/bench.json, $OUT/tune.tar.gz.
 OUT=${OUT:-/tmp/out}

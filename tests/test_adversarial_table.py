@@ -23,7 +23,8 @@ VERDICTS = {
     "ok", "compile_error", "invalid_launch", "runtime_error", "timeout", "mismatch", "out_of_bounds_write",
     "input_modified", "timed_mismatch", "nondeterministic", "impossible_time", "inconsistent_timing", "sanitizer_error",
 }
-README = Path(__file__).parent.parent / "README.md"
+# the suite's page: its table of every kernel, and the number of kernels it says the suite holds
+ADVERSARIAL_DOC = Path(__file__).parent.parent / "docs" / "adversarial.md"
 MUST_NOT_COMPILE = {"vector_add_compile_bomb.cu"}
 NO_ENTRY = {"vector_add_wrong_entry.cu"}
 
@@ -59,25 +60,25 @@ def test_the_table_is_well_formed() -> None:
     assert len(CASES) >= 30
 
 
-def test_the_readme_table_lists_every_kernel_with_its_expected_verdict() -> None:
+def test_the_docs_table_lists_every_kernel_with_its_expected_verdict() -> None:
     rows = {}
-    for line in README.read_text().splitlines():
+    for line in ADVERSARIAL_DOC.read_text().splitlines():
         cells = [c.strip() for c in line.strip().strip("|").split(" | ")]
         if line.startswith("| `") and len(cells) >= 3 and cells[0].strip("`").endswith(".cu"):
             rows[cells[0].strip("`")] = cells[2]
     for case in CASES:
-        assert case["file"] in rows, f"README's adversarial table lacks {case['file']}"
+        assert case["file"] in rows, f"docs/adversarial.md's table lacks {case['file']}"
         assert rows[case["file"]] == " or ".join(case["expected"]), (case["file"], rows[case["file"]])
 
 
 def test_the_docs_count_the_kernels_the_suite_holds() -> None:
-    """README and SECURITY.md say how many kernels the suite holds: the number is the suite's."""
+    """docs/adversarial.md and SECURITY.md say how many kernels the suite holds: the number is the suite's."""
     count = len(CASES)
-    readme, security = README.read_text(), (README.parent / "SECURITY.md").read_text()
+    readme, security = ADVERSARIAL_DOC.read_text(), (ADVERSARIAL_DOC.parent.parent / "SECURITY.md").read_text()
     said = re.findall(r"tests/adversarial/ holds (\d+) kernels", readme) + \
         re.findall(r"the verdict it must get \((\d+):", " ".join(security.split()))
     assert len(said) == 2 and all(int(n) == count for n in said), (said, count)
-    # every row of the README's table also says what a GPU run observed: no "not run yet" left behind
+    # every row of the table also says what a GPU run observed: no "not run yet" left behind
     rows = [line for line in readme.splitlines() if line.startswith("| `") and ".cu` |" in line]
     assert len(rows) == count and not [r for r in rows if "not run yet" in r], "rerun the table from a GPU report"
 

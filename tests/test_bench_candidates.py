@@ -1,5 +1,5 @@
 """bench/candidates_per_minute.py runs end to end (scripted model without delay, pretend H200), so a
-change that breaks it is caught on CPU. No timing is asserted: the figures are in the README."""
+change that breaks it is caught on CPU. No timing is asserted: the figures are in docs/optimize.md."""
 
 from __future__ import annotations
 

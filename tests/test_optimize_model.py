@@ -329,10 +329,10 @@ def test_an_unknown_model_runs_with_its_cost_unknown_not_zero(env: dict[str, Pat
     assert "1,100 tokens in 1 calls, cost unknown" in shown and "USD" not in shown
 
 
-def test_the_readmes_price_table_is_pricing_py() -> None:
+def test_the_optimize_pages_price_table_is_pricing_py() -> None:
     from kernelopt_agent.pricing import PRICES
 
-    text = (REPO / "README.md").read_text()
+    text = (REPO / "docs" / "optimize.md").read_text()
     table = text.split("<!-- price table: kept equal to pricing.PRICES by tests/test_optimize_model.py -->", 1)[1]
     rows = {}
     for line in table.strip().splitlines()[2:]:

@@ -5,8 +5,8 @@ of test_profiler, so candidates carry profiles, and a proposal with tunables, so
 
 The browser test loads the page in a real headless Chromium (Playwright): every section renders,
 every plot has a size, no script error, nothing fetched but the page itself. It skips where
-Playwright or a Chromium is missing (README, "Run report", says how to get both). With
-KO_REPORT_SCREENSHOT=FILE it also saves the top of the page as a PNG (the README's docs/report.png).
+Playwright or a Chromium is missing (docs/optimize.md, "Run report", says how to get both). With
+KO_REPORT_SCREENSHOT=FILE it also saves the top of the page as a PNG (docs/report.png, shown in the README and docs/optimize.md).
 """
 
 from __future__ import annotations
@@ -180,14 +180,14 @@ def _browser() -> tuple[Any, str | None]:
     try:
         from playwright.sync_api import sync_playwright
     except ImportError:
-        pytest.skip("Playwright is not installed: pip install playwright (README, 'Run report')")
+        pytest.skip("Playwright is not installed: pip install playwright (docs/optimize.md, 'Run report')")
     for name in ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable"):
         if found := shutil.which(name):
             return sync_playwright, found
     with sync_playwright() as p:
         if Path(p.chromium.executable_path).is_file():
             return sync_playwright, None
-    pytest.skip("no Chromium: apt-get install chromium, or python -m playwright install chromium (README, 'Run report')")
+    pytest.skip("no Chromium: apt-get install chromium, or python -m playwright install chromium (docs/optimize.md, 'Run report')")
 
 
 def test_the_report_renders_in_headless_chromium(run: Path) -> None:

@@ -20,7 +20,7 @@ others reusing the last draw) 5 launches would all be redrawn and their caches n
 (20 s) and compile limit (10 s), so the infinite loop and the compile bomb end quickly.
 KERNELOPT_ADVERSARIAL_ONLY=a.cu,b.cu re-runs a few kernels. If KERNELOPT_ADVERSARIAL_REPORT is
 set, each path adds its column to a markdown table written there (kernel, trick, expected
-verdict, the verdict of each path that ran, message), for the README.
+verdict, the verdict of each path that ran, message), for docs/adversarial.md.
 """
 
 from __future__ import annotations

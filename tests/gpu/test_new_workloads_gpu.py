@@ -5,7 +5,7 @@ oracle on the correctness cases, the CUDA reference on the performance cases), e
 reference and the naive initial kernel, then autotunes workloads/<name>/tunable.json; it must
 finish with a tuned kernel that passes every case and is faster than the naive initial kernel.
 The figures (best score, speedup over the CUDA reference, GB/s or TFLOP/s of the best kernel per
-performance case) are printed for the README's table.
+performance case) are printed for docs/measurements.md's table.
 
 The reference-vs-oracle and initial checks of histogram and gemm_bf16 are in
 tests/gpu/test_evaluate_gpu.py (BUNDLED), the tunable kernels at several configurations in

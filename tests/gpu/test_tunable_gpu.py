@@ -4,7 +4,7 @@ pass every case of their workload (correctness and performance cases, validated 
 Parameters reach the kernel as -DNAME=VALUE and are substituted into the launch expressions
 (concrete_launch, from tests/test_tunable_kernels.py), as the tuning library will do. With
 KERNELOPT_GPU_REPORT=path, each evaluation's per-case timings are appended there as JSON lines
-(the figures for bench/ and the README).
+(the figures for bench/ and docs/measurements.md).
 """
 
 from __future__ import annotations
