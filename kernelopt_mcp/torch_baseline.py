@@ -271,10 +271,12 @@ def _report(answer: dict[str, Any], digest: str, options: BaselineOptions, *, ti
 
 
 def imported_problem(workload: Workload) -> Path | None:
-    """The problem file of a workload ``kernelopt import-torch`` wrote (its ``problem.py``, the
-    spec judged as imported: :func:`~.torch_import.judged_as_imported`), else None."""
+    """The problem file of a workload ``kernelopt import-torch`` wrote (its ``problem.py``; the spec
+    records the import in ``imported``, or, written before that field, is judged as imported:
+    :func:`~.torch_import.judged_as_imported`), else None."""
     spec = workload.spec
-    if workload.root is None or spec.deterministic or spec.cost.floor_from != "bytes":
+    judged = not spec.deterministic and spec.cost.floor_from == "bytes"
+    if workload.root is None or not (spec.imported is not None or judged):
         return None
     path = workload.root / PROBLEM_FILE
     return path if path.is_file() else None
