@@ -191,7 +191,10 @@ def run(request: dict[str, Any], answer: _Answer) -> None:
         torch.cuda.init()
         count = torch.cuda.device_count()
     except Exception as exc:  # noqa: BLE001 - no driver, no device, a driver too old for this torch
-        answer.data["error"] = f"torch {torch.__version__} sees no CUDA device ({_line(exc)})"
+        # a machine without a GPU says "no NVIDIA driver"; a driver call the child's confinement
+        # refused says "OS call failed" (CUDA error 304): name both, so neither reads as the other
+        hint = " (a driver call refused inside the confined child?)" if "304" in str(exc) or "OS call failed" in str(exc) else ""
+        answer.data["error"] = f"torch {torch.__version__} could not start CUDA in the timing child{hint} ({_line(exc)})"
         answer.data["blocked"] = True
         return
     ordinal = int(request["device"])
