@@ -1,0 +1,60 @@
+"""Diagnostic for the GPU machine: which part of the confined child breaks CUDA in torch (error 304,
+"OS call failed or operation not supported on this OS", seen on the H200 in the timing child)?
+Each variant runs in a fresh process: apply one confinement part, then torch.cuda.device_count()
+and a small matmul. Prints one JSON line per variant."""
+import json
+import subprocess
+import sys
+
+VARIANT = r'''
+import glob, json, os, resource, sys
+sys.path.insert(0, os.environ["KO_PKG_PARENT"])
+from kernelopt_mcp import sandbox, _confined_child as cc
+part = sys.argv[1]
+applied = []
+try:
+    if part in ("landlock", "all"):
+        done = sandbox.restrict(read=[*cc._installation(), *sandbox.mapped_library_dirs(), *cc.SYSTEM_READ, *cc.GPU_READ,
+                                      os.environ["KO_PKG_PARENT"]],
+                                write=["/dev/null", "/tmp", *sorted(glob.glob(cc.GPU_DEVICE_FILES))], execute=[], list_only=[])
+        applied.append(done.describe())
+    if part in ("seccomp", "all"):
+        applied.append(sandbox.restrict_syscalls())
+    if part.startswith("bpf_"):  # one rule at a time: which blocked syscall breaks cuInit?
+        import ctypes, errno as E
+        block = {"bpf_socket": [41], "bpf_socketpair": [53], "bpf_tkill": [200], "bpf_none": []}[part]
+        prog = [(0x20, 0, 0, 0)]
+        for i, nr in enumerate(block):
+            prog.append((0x15, len(block) - i, 0, nr))
+        prog += [(0x06, 0, 0, 0x7FFF0000), (0x06, 0, 0, 0x00050000 | E.EPERM)]
+        f = (sandbox._SockFilter * len(prog))(*(sandbox._SockFilter(*x) for x in prog))
+        fp = sandbox._SockFprog(len(prog), f)
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(38, 1, 0, 0, 0)
+        assert libc.prctl(22, 2, ctypes.byref(fp), 0, 0) == 0, ctypes.get_errno()
+        applied.append(part)
+    if part in ("nonewprivs",):
+        import ctypes
+        ctypes.CDLL(None).prctl(38, 1, 0, 0, 0)
+        applied.append("no_new_privs")
+    if part in ("rlimits", "all"):
+        mem = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") // 2
+        sandbox.set_rlimit(resource.RLIMIT_DATA, mem)
+        applied.append(f"RLIMIT_DATA {mem >> 20} MiB")
+    import torch
+    n = torch.cuda.device_count()
+    x = torch.ones(256, 256, device="cuda")
+    ok = float((x @ x).sum().item())
+    print(json.dumps({"part": part, "applied": applied, "devices": n, "matmul": ok}))
+except BaseException as exc:
+    print(json.dumps({"part": part, "applied": applied, "error": f"{type(exc).__name__}: {str(exc)[:400]}"}))
+'''
+import os
+from pathlib import Path
+
+import kernelopt_mcp
+
+env = {**os.environ, "KO_PKG_PARENT": str(Path(kernelopt_mcp.__file__).resolve().parents[1])}
+for part in ("none", "rlimits", "nonewprivs", "seccomp", "bpf_none", "bpf_socket", "bpf_socketpair", "bpf_tkill", "landlock", "all"):
+    r = subprocess.run([sys.executable, "-c", VARIANT, part], capture_output=True, text=True, timeout=120, env=env)
+    print(r.stdout.strip() or json.dumps({"part": part, "rc": r.returncode, "stderr": r.stderr[-600:]}), flush=True)
