@@ -262,10 +262,9 @@ def build_parser(
         sp = sub.add_parser(name, help=builtin.help)
         if full and builtin.args is not None:
             builtin.args(sp)
+    choices: dict[str, argparse.ArgumentParser] = sub.choices  # type: ignore[assignment]
     for name, extra in (extra_commands or {}).items():  # listed here, parsed by extra.run (cli.main)
+        sub.add_parser(name, help=extra.help, add_help=False)
         if command is ALL and extra.parser is not None:
-            sub.add_parser(name, help=extra.help, add_help=False)
-            sub.choices[name] = extra.parser()  # the command's own parser, for the completion script
-        else:
-            sub.add_parser(name, help=extra.help, add_help=False)
+            choices[name] = extra.parser()  # the command's own parser, for the completion script
     return p

@@ -19,9 +19,7 @@ from collections.abc import Callable
 from types import TracebackType
 from typing import TYPE_CHECKING, TextIO
 
-from rich.markup import escape
-
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # rich is imported when a bar is drawn
     from rich.console import Console
     from rich.progress import Progress, TaskID
 
@@ -75,6 +73,7 @@ class ProgressBar:
         if not self.enabled:
             return self
         from rich.console import Console
+        from rich.markup import escape
         from rich.progress import (
             BarColumn,
             MofNCompleteColumn,
@@ -115,6 +114,8 @@ class ProgressBar:
         if message is not None:
             self.message = message
         if self._progress is not None and self._task is not None:
+            from rich.markup import escape
+
             shown = self.message if len(self.message) <= MESSAGE_CHARS else self.message[: MESSAGE_CHARS - 1] + "…"
             self._progress.update(self._task, completed=self.done, total=self.total, message=escape(shown))
 

@@ -243,21 +243,23 @@ def unwrap(exc: BaseException) -> BaseException:
     return exc
 
 
-def cmd_graph(argv: list[str]) -> int:
-    from .graph import mermaid
-
+def graph_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="kernelopt graph", description="Print the optimization loop as a Mermaid flowchart "
                                 "(dashed edges are conditional routes).")
     p.add_argument("--no-nsight", action="store_true", help="leave out the profiling route")
     p.add_argument("--no-research", action="store_true", help="leave out the research route")
-    args = p.parse_args(argv)
+    return p
+
+
+def cmd_graph(argv: list[str]) -> int:
+    from .graph import mermaid
+
+    args = graph_parser().parse_args(argv)
     print(mermaid(use_nsight=not args.no_nsight, nvidia_research=not args.no_research), end="")
     return EXIT_OK
 
 
-def cmd_runs(argv: list[str]) -> int:
-    from .runs import list_runs, resolve_run, show
-
+def runs_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="kernelopt runs", description="Read recorded optimizer runs.")
     sub = p.add_subparsers(dest="action", required=True)
     lp = sub.add_parser("list", help="one line per run under the results directory (the default action)")
@@ -282,6 +284,13 @@ def cmd_runs(argv: list[str]) -> int:
         q.add_argument("--results-dir", default="results", help="where `kernelopt optimize` put run-NNN/ (default results/)")
     for q in (lp, sp, dp, pp, tp):
         q.add_argument("--json", action="store_true")
+    return p
+
+
+def cmd_runs(argv: list[str]) -> int:
+    from .runs import list_runs, resolve_run, show
+
+    p = runs_parser()
     if not argv or (argv[0].startswith("-") and argv[0] not in ("-h", "--help")):
         argv = ["list", *argv]  # `kernelopt runs [--json] [--results-dir D]` lists, like `git stash`
     args = p.parse_args(argv)
@@ -344,6 +353,7 @@ def restore_run(path: Path, args: argparse.Namespace, console: Console) -> int:
 
 
 COMMANDS = {"optimize": cmd_optimize, "graph": cmd_graph, "runs": cmd_runs}
+PARSERS = {"optimize": optimize_parser, "graph": graph_parser, "runs": runs_parser}  # for the completion script
 
 
 def main(argv: list[str] | None = None) -> int:
