@@ -76,6 +76,7 @@ class ProgressBar:
         from rich.markup import escape
         from rich.progress import (
             BarColumn,
+            Column,
             MofNCompleteColumn,
             Progress,
             TextColumn,
@@ -83,12 +84,16 @@ class ProgressBar:
             TimeRemainingColumn,
         )
 
-        console = self._console or Console(stderr=True)
+        # on a terminal rich measures it; forced on elsewhere (--progress into a log), 120 columns
+        console = self._console or Console(stderr=True, width=None if progress_wanted(None) else 120)
+        # the count and the times keep their width; the step message gets what is left, cut with "…"
+        message = Column(no_wrap=True, overflow="ellipsis", ratio=1)
         # never redirect stdout into the bar's console: under --json stdout must stay the command's
         self._progress = Progress(
-            TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-            TextColumn("eta"), TimeRemainingColumn(), TextColumn("[dim]{task.fields[message]}"),
-            console=console, transient=False, redirect_stdout=False, redirect_stderr=False,
+            TextColumn("{task.description}"), BarColumn(bar_width=24), MofNCompleteColumn(table_column=Column(min_width=5)),
+            TimeElapsedColumn(table_column=Column(min_width=7)), TextColumn("eta"),
+            TimeRemainingColumn(table_column=Column(min_width=7)), TextColumn("[dim]{task.fields[message]}", table_column=message),
+            console=console, transient=False, redirect_stdout=False, redirect_stderr=False, expand=True,
         )
         self._progress.start()
         self._task = self._progress.add_task(escape(self.description), total=self.total, message="")
