@@ -1,5 +1,6 @@
-"""The lint step stays one step: CI, pre-commit and the test extra run the same tools at the same
-versions (scripts/lint.sh, .pre-commit-config.yaml, pyproject.toml)."""
+"""The lint step stays one step: CI, pre-commit and the dev extra run the same tools at the same
+versions (scripts/lint.sh, .pre-commit-config.yaml, pyproject.toml); the test extra brings the dev
+extra (CI installs `.[test]` and lints), and a user's `pip install .` brings neither."""
 
 from __future__ import annotations
 
@@ -19,14 +20,29 @@ def _pins(requirements: list[str]) -> dict[str, str]:
     return pins
 
 
-def test_the_test_extra_pins_every_linter_exactly() -> None:
-    extra = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["optional-dependencies"]["test"]
-    pins = _pins(extra)
-    assert set(LINTERS) <= pins.keys(), f"the test extra must pin {LINTERS} with ==, got {extra}"
+def _project() -> dict:
+    return tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
+
+
+def _names(requirements: list[str]) -> set[str]:
+    return {re.split(r"[\[<>=!~ ;]", req.strip(), maxsplit=1)[0].lower().replace("_", "-") for req in requirements}
+
+
+def test_the_dev_extra_pins_every_linter_exactly_and_the_test_extra_brings_it() -> None:
+    extras = _project()["optional-dependencies"]
+    pins = _pins(extras["dev"])
+    assert set(LINTERS) <= pins.keys(), f"the dev extra must pin {LINTERS} with ==, got {extras['dev']}"
+    assert f"{_project()['name']}[dev]" in extras["test"], "CI installs .[test] and runs the lint step: test must bring dev"
+
+
+def test_a_users_install_pulls_no_linter_and_no_test_runner() -> None:
+    """`pip install .` is what a user runs: the linters and pytest are the dev and test extras'."""
+    installed = _names(_project()["dependencies"])
+    assert not installed & {*LINTERS, "pytest", "hypothesis", "pytest-xdist", "pytest-timeout"}
 
 
 def test_pre_commit_installs_the_versions_that_ci_installs() -> None:
-    extra = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["optional-dependencies"]["test"]
+    extra = _project()["optional-dependencies"]["dev"]
     config = (REPO / ".pre-commit-config.yaml").read_text()
     hook_pins = _pins(re.findall(r'"([A-Za-z0-9_.-]+==[^"]+)"', config))
     assert hook_pins, "no pinned additional_dependencies in .pre-commit-config.yaml"
