@@ -4,6 +4,7 @@ total and an ETA; stdout stays pure JSON under --json; off when stderr is not a 
 
 from __future__ import annotations
 
+import importlib.util
 import io
 import json
 from pathlib import Path
@@ -11,6 +12,7 @@ from pathlib import Path
 import pytest
 from fakegpu import kernel, write_harness, write_tiny_workload
 from rich.console import Console
+from test_suite import kernelbench_dir
 
 from kernelopt_mcp.cli import main
 from kernelopt_mcp.progress_bar import ProgressBar, progress_wanted
@@ -99,3 +101,23 @@ def test_evaluate_counts_kernels(tmp_path: Path, fake: dict[str, str], capsys: p
     assert main(argv[:-2] + ["--progress"]) == 1
     captured = capsys.readouterr()
     assert "…" not in captured.out and "3/3" in captured.err
+
+
+def test_import_torch_shows_its_steps(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """`kernelopt import-torch --json --progress`: the five steps on stderr, the result alone on stdout."""
+    pytest.importorskip("torch", reason="torch is not installed (pip install torch): PyTorch problems cannot be run")
+    problem = Path(__file__).parent / "torch_problems" / "vector_add.py"
+    assert main(["import-torch", str(problem), "-o", str(tmp_path / "va"), "--json", "--progress"]) == 0
+    captured = capsys.readouterr()
+    assert json.loads(captured.out)["status"] == "ok"
+    assert "importing vector_add.py" in captured.err and "5/5" in captured.err and "imported" in captured.err
+
+
+@pytest.mark.skipif(importlib.util.find_spec("torch") is not None, reason="torch is installed here: the import would take minutes")
+def test_kernelbench_counts_problems(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Without torch every problem is refused at once: the bar still counts them, and --json's stdout is results.json."""
+    root = kernelbench_dir(tmp_path / "kb")
+    assert main(["kernelbench", str(root), "--level", "1", "2", "-o", str(tmp_path / "out"), "--json", "--progress"]) == 0
+    captured = capsys.readouterr()
+    assert len(json.loads(captured.out)["problems"]) == 4
+    assert "kernelbench" in captured.err and "4/4" in captured.err
