@@ -225,7 +225,7 @@ def cmd_evaluate(args: argparse.Namespace, out: Console) -> int:
     bar = ProgressBar(f"evaluating on {workload.name}", len(candidates), enabled=progress_wanted(args.progress))
 
     def progress(message: str, done: int, total: int) -> None:
-        if bar.shown:
+        if bar.active:
             bar.update(message=message)  # the bar counts kernels; the step shows beside it
         elif not quiet:
             out.print(f"[dim]… {message}[/]", highlight=False)
@@ -373,20 +373,20 @@ def cmd_tune(args: argparse.Namespace, out: Console) -> int:
     bar = ProgressBar(f"tuning {workload.name}", args.budget_evals, enabled=progress_wanted(args.progress))
 
     def progress(message: str, done: int, total: int) -> None:
-        if bar.shown:
+        if bar.active:
             bar.step(message, done, total)  # configurations done / budget (0: not known yet)
         elif not quiet:
             out.print(f"[dim]… [{done}/{total or '?'}] {escape(message)}[/]", highlight=False)
 
     def step(message: str, done: int, total: int) -> None:  # -v: every evaluation step
-        if bar.shown:
+        if bar.active:
             bar.log(f"    {message}")
         else:
             out.print(f"[dim]    {escape(message)}[/]", highlight=False)
 
     with bar, app.tune_pool(
         settings, workload, devices=args.devices, one=args.device is not None, ray=args.ray, seed=seed, options=options,
-        progress=step if args.verbose and (bar.shown or not quiet) else None,
+        progress=step if args.verbose and (bar.active or not quiet) else None,
     ) as (session, workers):
         result = app.tune_kernel(
             session, tunable, strategy=args.strategy, budget_evals=args.budget_evals, budget_s=args.budget_s,

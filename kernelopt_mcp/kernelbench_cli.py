@@ -114,7 +114,7 @@ def cmd_kernelbench(args: argparse.Namespace, out: Console) -> int:
     bar = ProgressBar("kernelbench", enabled=progress_wanted(args.progress))
 
     def progress(done: int, total: int, line: str) -> None:
-        if bar.shown:
+        if bar.active:
             bar.step(line, done, total)  # problems done / total
         elif not args.json:
             out.print(f"[dim][{done}/{total}][/] {escape(line)}", highlight=False)

@@ -15,7 +15,6 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from collections.abc import Callable
 from types import TracebackType
 from typing import TYPE_CHECKING, TextIO
 
@@ -48,8 +47,8 @@ def progress_wanted(flag: bool | None, stream: TextIO | None = None) -> bool:
 
 
 class ProgressBar:
-    """A count against a total with ETA, drawn on stderr while the ``with`` block runs; does
-    nothing when not ``enabled`` (every method may be called either way).
+    """A count against a total with ETA, drawn on stderr from the first progress to the end of the
+    ``with`` block; does nothing when not ``enabled`` (every method may be called either way).
 
     Args:
         description: what is counted, e.g. "tuning sgemm" (shown before the bar).
@@ -66,12 +65,17 @@ class ProgressBar:
         self._console = console
         self._progress: Progress | None = None
         self._task: TaskID | None = None
+        self._entered = False
         self.done = 0
         self.message = ""
 
     def __enter__(self) -> ProgressBar:
-        if not self.enabled:
-            return self
+        self._entered = True
+        return self
+
+    def _start(self) -> None:
+        """Draw the bar: at the first progress, so a command that fails before any (no GPU, a bad
+        argument) prints its error without an empty bar above it."""
         from rich.console import Console
         from rich.markup import escape
         from rich.progress import (
@@ -97,16 +101,22 @@ class ProgressBar:
         )
         self._progress.start()
         self._task = self._progress.add_task(escape(self.description), total=self.total, message="")
-        return self
 
     def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
+        self._entered = False
         if self._progress is not None:
             self._progress.stop()
             self._progress = None
 
     @property
+    def active(self) -> bool:
+        """Whether progress goes to the bar (enabled, inside the ``with`` block): the command then
+        leaves its step messages to it instead of printing them."""
+        return self.enabled and self._entered
+
+    @property
     def shown(self) -> bool:
-        """Whether the bar is on screen now (the command then leaves step messages to it)."""
+        """Whether the bar is on screen now (from the first progress to the end of the block)."""
         return self._progress is not None
 
     def update(self, done: int | None = None, total: int | None = None, message: str | None = None) -> None:
@@ -118,6 +128,8 @@ class ProgressBar:
             self.total = total
         if message is not None:
             self.message = message
+        if self.active and self._progress is None:
+            self._start()
         if self._progress is not None and self._task is not None:
             from rich.markup import escape
 
@@ -134,17 +146,8 @@ class ProgressBar:
 
     def log(self, text: str) -> None:
         """A line printed above the bar (on stderr); nothing when the bar is off."""
+        if self.active and self._progress is None:
+            self._start()
         if self._progress is not None:
             self._progress.console.print(text, highlight=False, markup=False, soft_wrap=True)
 
-
-def message_only(bar: ProgressBar, fallback: Callable[[str], None]) -> Callable[[str], None]:
-    """A ``progress(message)`` callback: into the bar's line while it is shown, else ``fallback``."""
-
-    def say(message: str) -> None:
-        if bar.shown:
-            bar.update(message=message)
-        else:
-            fallback(message)
-
-    return say

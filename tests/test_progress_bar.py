@@ -29,8 +29,9 @@ def test_the_bar_shows_the_count_the_total_and_an_eta() -> None:
     buffer = io.StringIO()
     console = Console(file=buffer, force_terminal=True, width=140, color_system=None)
     with ProgressBar("tuning sgemm", enabled=True, console=console) as bar:
-        assert bar.shown
+        assert bar.active and not bar.shown  # drawn at the first progress, not before
         bar.step("configuration {'BLOCK': 32}", 3, 0)  # the total not known yet
+        assert bar.shown
         bar.step("configuration {'BLOCK': 64}", 4, 24)
         bar.log("    a line above the bar")
     text = buffer.getvalue()
@@ -45,7 +46,7 @@ def test_a_disabled_bar_draws_nothing_and_takes_every_call() -> None:
         bar.step("a", 1, 3)
         bar.advance("b")
         bar.log("never printed")
-    assert buffer.getvalue() == "" and not bar.shown and bar.done == 2
+    assert buffer.getvalue() == "" and not bar.shown and not bar.active and bar.done == 2
 
 
 def test_on_for_a_terminal_off_for_a_pipe_unless_asked(monkeypatch: pytest.MonkeyPatch) -> None:
