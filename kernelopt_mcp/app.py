@@ -16,29 +16,30 @@ from contextlib import contextmanager
 from dataclasses import replace
 from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from . import freeze
 from .compile_pool import default_pool
 from .compiler import CompileCache, CompileResult, cached_compile, compile_kernel
 from .config import Settings, parse_devices
 from .errors import DeviceUnavailable, KerneloptError
-from .evaluation.calibrate import Calibration, calibrate, peaks_for
 from .evaluation.candidate import Candidate, EvaluateOptions, ProgressFn
 from .evaluation.device import DeviceInfo, device_info
-from .evaluation.evaluate import evaluate
 from .evaluation.harness import HarnessProcess, find_harness
-from .evaluation.session import Session
-from .freeze import FrozenWorkload, RequestsOnly
-from .ncu_report import ProfileSummary
-from .profiler import ProfileOptions, profile_case
 from .results import CheckedEvaluation, CompileOutput, compile_output
-from .sanitizer import sanitize_candidate
-from .tune.cache import TuneCache
-from .tune.spec import Tunable
-from .tune.tuner import TuneResult, tune
-from .tune.workers import LocalWorker, Worker
 from .workload import Workload
+
+# The evaluation, tuning, profiling and freezing stacks are imported by the functions that use
+# them: `kernelopt compile` and `kernelopt --help` start without them (tests/test_startup.py).
+if TYPE_CHECKING:
+    from .evaluation.calibrate import Calibration
+    from .evaluation.session import Session
+    from .freeze import FrozenWorkload, RequestsOnly
+    from .ncu_report import ProfileSummary
+    from .profiler import ProfileOptions
+    from .tune.cache import TuneCache
+    from .tune.spec import Tunable
+    from .tune.tuner import TuneResult
+    from .tune.workers import LocalWorker, Worker
 
 __all__ = [
     "calibrate_gpu", "compile_cache", "compile_source", "default_profile_case", "evaluate_kernel",
@@ -88,6 +89,8 @@ def calibrate_gpu(
     settings: Settings, *, force: bool = False, progress: Callable[[str], None] | None = None
 ) -> tuple[DeviceInfo, Calibration]:
     """The device's measured copy bandwidth and FP32 rate (cached per device and driver)."""
+    from .evaluation.calibrate import calibrate
+
     info = gpu_info(settings)
     with open_harness(settings) as proc:
         cal = calibrate(
@@ -104,6 +107,8 @@ def compile_cache(settings: Settings) -> CompileCache:
 
 def tune_cache(settings: Settings, *, enabled: bool = True) -> TuneCache:
     """The cache of measured configurations (``<cache>/tune``; memory only when not ``enabled``)."""
+    from .tune.cache import TuneCache
+
     return TuneCache(settings.cache_root() / "tune" if enabled else None, max_bytes=settings.tune_cache_bytes())
 
 
@@ -185,6 +190,9 @@ def open_session(
     ``device`` None (no GPU here) and a :class:`~kernelopt_mcp.freeze.RequestsOnly` harness make a
     session that only builds requests (replay files); ``arch`` overrides the settings' target.
     """
+    from .evaluation.calibrate import peaks_for
+    from .evaluation.session import Session
+
     return Session(
         workload, harness, device, workdir=workdir, seed=seed,
         options=options or evaluate_options(settings), arch=arch or settings.arch, compile_cache=cache,
@@ -207,6 +215,8 @@ def device_workers(
 ) -> list[LocalWorker]:
     """A worker per device, each with its own harness process and a session drawn from the same
     ``seed`` (so every device sees the same inputs), prepared on first use. The caller closes them."""
+    from .tune.workers import LocalWorker
+
     return [
         LocalWorker(open_session(
             settings, workload, HarnessProcess(harness_binary(settings), info.ordinal), info, seed=seed, options=options,
@@ -219,6 +229,8 @@ def device_workers(
 def actor_worker(settings: Settings, workload: Workload, seed: int, options: EvaluateOptions) -> LocalWorker:
     """Inside a Ray actor: a worker on the one GPU Ray gave it (ordinal 0 under its
     CUDA_VISIBLE_DEVICES), with its own harness and a compile cache in a temporary directory of its node."""
+    from .tune.workers import LocalWorker
+
     scratch = Path(tempfile.mkdtemp(prefix="kernelopt-ray-"))
     local = replace(settings, device=0, devices=None, cache_dir=scratch / "cache")
     info = gpu_info(local)
@@ -233,6 +245,7 @@ def ray_tune_workers(
 ) -> tuple[Session, list[Worker]]:
     """One Ray actor per GPU of the cluster at ``address``, and the driver's session: it measures
     nothing (its harness only writes requests), it keys the tune cache by the actors' device."""
+    from .freeze import RequestsOnly
     from .tune.ray_workers import connect, ray_workers
 
     gpus = connect(address)
@@ -248,6 +261,8 @@ def tune_pool(
 ) -> Iterator[tuple[Session, list[Worker]]]:
     """The session a tuning run is keyed by and the workers it measures on: one Ray actor per GPU
     of the cluster at ``ray``, else one per local device (:func:`tune_devices`); closed after."""
+    from .tune.workers import LocalWorker
+
     if ray:
         session, workers = ray_tune_workers(settings, workload, ray, seed=seed, options=options)
         try:
@@ -278,6 +293,9 @@ def freeze_workload(
     """Freeze ``spec`` for a recorded run under ``directory`` (:func:`kernelopt_mcp.freeze.freeze_workload`):
     its replay requests are built by a session opened here like every other, with the settings'
     evaluation options (``warmup`` and ``iterations`` where given)."""
+    from . import freeze
+    from .freeze import RequestsOnly
+
     options = evaluate_options(settings, warmup=warmup, iterations=iterations)
 
     def open_builder(workload: Workload, drawn_seed: int) -> Session:
@@ -300,6 +318,9 @@ def evaluate_kernel(
     compute-sanitizer binary), a candidate that passes also runs memcheck, racecheck and
     initcheck on the correctness cases (files under ``sanitizer_dir``, else a temporary
     directory in the session's). Never raises for a bad kernel."""
+    from .evaluation.evaluate import evaluate
+    from .sanitizer import sanitize_candidate
+
     result = evaluate(session, candidate, options, benchmark=benchmark)
     if sanitizer is None or not result.ok:
         return CheckedEvaluation(result=result)
@@ -328,6 +349,8 @@ def profile_kernel(
     progress: Callable[[str], None] | None = None, cancelled: Callable[[], bool] | None = None,
 ) -> ProfileSummary:
     """One case of ``candidate`` under Nsight Compute, on the session's inputs."""
+    from .profiler import profile_case
+
     return profile_case(
         session, candidate, case, out_dir, options, harness=session.harness_binary(), progress=progress,
         cancelled=cancelled,
@@ -341,6 +364,8 @@ def tune_kernel(
 ) -> TuneResult:
     """Search ``tunable``'s parameter space on the session's workload and device (``early_stop``:
     stop timing a configuration that provably cannot beat the best so far)."""
+    from .tune.tuner import tune
+
     return tune(
         session, tunable, options=options, strategy=strategy, budget_evals=budget_evals, budget_s=budget_s,
         seed=seed, cache=cache, progress=progress, early_stop=early_stop, workers=workers,

@@ -1,4 +1,11 @@
-"""The ``kernelopt`` command line."""
+"""The ``kernelopt`` command line: each command parses its arguments, makes one settings object,
+calls the application layer (:mod:`kernelopt_mcp.app`) and prints the result.
+
+Each command imports what it needs when it runs, and the parser (:mod:`kernelopt_mcp.cli_parser`)
+adds the arguments of the command named only: ``kernelopt --help`` and ``kernelopt compile`` start
+without the evaluation stack, the tuner, torch, mcp or openai (tests/test_startup.py checks the
+import set; bench/startup.py times it).
+"""
 
 from __future__ import annotations
 
@@ -7,44 +14,34 @@ import json
 import sys
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from pydantic import ValidationError
-from rich.console import Console
-from rich.markup import escape
-from rich.table import Table
-
-from . import __version__, app
-from .cli_io import CliParser, answer_errors_in_json, consoles, fail, join_option_values
+from .cli_io import answer_errors_in_json, consoles, fail, join_option_values
+from .cli_parser import COMMANDS, Command, build_parser, command_named
 from .compile_options import OptionError
-from .compile_pool import warn_if_unconfined
-from .config import LAUNCH_DEFAULTS, Settings, find_workload, list_workloads
-from .docs import search_docs
-from .errors import KerneloptError, format_validation_error
-from .evaluation.candidate import (
-    PRECISION_MIN_ITERATIONS,
-    PRECISION_RSE,
-    STOP_RULES,
-    Candidate,
-    initial_candidate,
-    stop_rule,
-)
-from .evaluation.evaluate import preparation_text, prepare
+from .errors import KerneloptError
 from .files import missing_path_message, read_json, read_text
-from .launch import LaunchSpec
-from .profiler import CLOCK_CONTROLS, ProfileOptions, find_ncu
-from .render import print_calibration, print_evaluation, print_torch_baseline, print_tune, size_text
-from .results import CheckedEvaluation
-from .sanitizer import find_sanitizer
-from .torch_baseline import BaselineReport, compare
-from .workload import Workload, json_schema
+from .progress_bar import ProgressBar, progress_wanted
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+    from .config import Settings
+    from .evaluation.candidate import Candidate
+    from .launch import LaunchSpec
+    from .torch_baseline import BaselineReport
+    from .workload import Workload
+
+__all__ = ["COMMANDS", "Command", "build_parser", "main"]
 
 EXIT_OK, EXIT_FAILED, EXIT_ERROR = 0, 1, 2
 
 
 def _settings(args: argparse.Namespace) -> Settings:
+    from .compile_pool import warn_if_unconfined
+    from .config import Settings
+
     settings = Settings.from_env(
         harness=getattr(args, "harness", None),
         device=getattr(args, "device", None),
@@ -57,6 +54,10 @@ def _settings(args: argparse.Namespace) -> Settings:
 
 
 def cmd_gpu(args: argparse.Namespace, out: Console) -> int:
+    from rich.table import Table
+
+    from . import app
+
     settings = _settings(args)
     if args.force and not args.calibrate:
         raise KerneloptError("--force only applies to --calibrate: `kernelopt gpu --calibrate --force`")
@@ -74,6 +75,11 @@ def cmd_gpu(args: argparse.Namespace, out: Console) -> int:
 
 
 def _calibrate(args: argparse.Namespace, out: Console, settings: Settings) -> int:
+    from rich.markup import escape
+
+    from . import app
+    from .render import print_calibration
+
     def progress(message: str) -> None:
         if not args.json:
             out.print(f"[dim]… {escape(message)}[/]", highlight=False)
@@ -89,6 +95,11 @@ def _calibrate(args: argparse.Namespace, out: Console, settings: Settings) -> in
 def cmd_workloads(args: argparse.Namespace, out: Console) -> int:
     """The workloads that load, listed; one that does not is reported with its error (a row with
     ``error`` under --json) and makes the status EXIT_FAILED, without hiding the others."""
+    from rich.markup import escape
+    from rich.table import Table
+
+    from .config import find_workload, list_workloads
+
     settings = _settings(args)
     rows: list[dict[str, Any]] = []
     broken: list[dict[str, str]] = []
@@ -121,6 +132,10 @@ def cmd_workloads(args: argparse.Namespace, out: Console) -> int:
 
 
 def cmd_compile(args: argparse.Namespace, out: Console) -> int:
+    from rich.markup import escape
+
+    from . import app
+
     settings = _settings(args)
     source = read_text(Path(args.file), "kernel source", KerneloptError)
     arch, arch_from = app.target_arch(settings, args.arch)
@@ -145,6 +160,8 @@ def _candidate(args: argparse.Namespace, workload: Workload, kernel: str | None 
     """KERNEL.cu (``kernel``, else args.kernel) with --launch, else ``<name>.launch.json`` beside it
     (a launch spec, or {"launch": ..., "compile_options": [...]}), else the initial kernel's
     launch; or the initial kernel."""
+    from .evaluation.candidate import Candidate, initial_candidate
+
     kernel = kernel or args.kernel
     if kernel:
         source = read_text(Path(kernel), "kernel source", KerneloptError)
@@ -172,6 +189,11 @@ def _candidate(args: argparse.Namespace, workload: Workload, kernel: str | None 
 
 def _launch(path: Path, data: object) -> LaunchSpec:
     """A launch spec read from ``path``; an error names the file and the field, one line each."""
+    from pydantic import ValidationError
+
+    from .errors import format_validation_error
+    from .launch import LaunchSpec
+
     try:
         return LaunchSpec.model_validate(data)
     except ValidationError as exc:
@@ -179,6 +201,16 @@ def _launch(path: Path, data: object) -> LaunchSpec:
 
 
 def cmd_evaluate(args: argparse.Namespace, out: Console) -> int:
+    from rich.markup import escape
+
+    from . import app
+    from .config import find_workload
+    from .evaluation.evaluate import preparation_text, prepare
+    from .render import print_evaluation, print_torch_baseline
+    from .results import CheckedEvaluation
+    from .sanitizer import find_sanitizer
+    from .torch_baseline import compare
+
     settings = _settings(args)
     workload = find_workload(args.workload, settings)
     # several kernels share one session: the same inputs, expected outputs and reference timing
@@ -190,14 +222,17 @@ def cmd_evaluate(args: argparse.Namespace, out: Console) -> int:
         adaptive_rse=args.adaptive, stop=args.stop,
     )
     quiet = args.json
+    bar = ProgressBar(f"evaluating on {workload.name}", len(candidates), enabled=progress_wanted(args.progress))
 
     def progress(message: str, done: int, total: int) -> None:
-        if not quiet:
+        if bar.active:
+            bar.update(message=message)  # the bar counts kernels; the step shows beside it
+        elif not quiet:
             out.print(f"[dim]… {message}[/]", highlight=False)
 
     sanitizer = find_sanitizer(settings.sanitizer, cuda_home=settings.cuda_home) if args.sanitize else None  # say at once when it is missing
     done: list[CheckedEvaluation] = []
-    with app.open_harness(settings) as proc, app.open_session(
+    with bar, app.open_harness(settings) as proc, app.open_session(
         settings, workload, proc, device, options=options, seed=args.seed,
         workdir=Path(args.workdir) if args.workdir else None, progress=progress,
     ) as session:
@@ -207,6 +242,7 @@ def cmd_evaluate(args: argparse.Namespace, out: Console) -> int:
                 session, candidate, benchmark=not args.no_benchmark, sanitizer=sanitizer,
                 sanitizer_dir=session.workdir / "sanitizer" / candidate.name,
             ))
+            bar.update(len(done), message=f"{candidate.name}: {done[-1].status}")
         reference = session.reference_result
         prepared = dict(session.prepare_ms)
     # an imported PyTorch problem: eager and torch.compile timed beside it (after the harness is closed)
@@ -232,7 +268,7 @@ def _torch_baselines(
 ) -> BaselineReport | None:
     """PyTorch eager and torch.compile on an imported problem's performance cases (None for any
     other workload); a failure is the report's note, never the evaluation's."""
-    from .torch_baseline import imported_problem, settings_baselines
+    from .torch_baseline import BaselineReport, imported_problem, settings_baselines
 
     if imported_problem(workload) is None:
         return None
@@ -244,6 +280,12 @@ def _torch_baselines(
 
 
 def cmd_profile(args: argparse.Namespace, out: Console) -> int:
+    from rich.markup import escape
+
+    from . import app
+    from .config import find_workload
+    from .profiler import ProfileOptions, find_ncu
+
     settings = _settings(args)
     workload = find_workload(args.workload, settings)
     candidate = _candidate(args, workload)
@@ -275,6 +317,11 @@ def cmd_profile(args: argparse.Namespace, out: Console) -> int:
 
 
 def cmd_docs(args: argparse.Namespace, out: Console) -> int:
+    from rich.markup import escape
+
+    from . import app
+    from .docs import search_docs
+
     settings = _settings(args)
     arch = args.arch or settings.arch
     if arch is None and not args.offline and not settings.docs_offline:
@@ -299,7 +346,13 @@ def cmd_docs(args: argparse.Namespace, out: Console) -> int:
 
 
 def cmd_tune(args: argparse.Namespace, out: Console) -> int:
+    from rich.markup import escape
+
+    from . import app
+    from .config import find_workload
+    from .evaluation.candidate import stop_rule
     from .evaluation.inputs import new_input_seed
+    from .render import print_tune
     from .tune.report import save_tuning
     from .tune.spec import load_tunable, workload_tunable_path
     from .tune.tuner import summary_line
@@ -317,14 +370,23 @@ def cmd_tune(args: argparse.Namespace, out: Console) -> int:
     seed = new_input_seed() if args.seed is None else args.seed  # one seed: every device sees the same inputs
     cache = app.tune_cache(settings, enabled=not args.no_cache)
     quiet = args.json
+    bar = ProgressBar(f"tuning {workload.name}", args.budget_evals, enabled=progress_wanted(args.progress))
 
     def progress(message: str, done: int, total: int) -> None:
-        if not quiet:
+        if bar.active:
+            bar.step(message, done, total)  # configurations done / budget (0: not known yet)
+        elif not quiet:
             out.print(f"[dim]… [{done}/{total or '?'}] {escape(message)}[/]", highlight=False)
 
-    with app.tune_pool(
+    def step(message: str, done: int, total: int) -> None:  # -v: every evaluation step
+        if bar.active:
+            bar.log(f"    {message}")
+        else:
+            out.print(f"[dim]    {escape(message)}[/]", highlight=False)
+
+    with bar, app.tune_pool(
         settings, workload, devices=args.devices, one=args.device is not None, ray=args.ray, seed=seed, options=options,
-        progress=(lambda m, d, t: out.print(f"[dim]    {escape(m)}[/]", highlight=False)) if args.verbose and not quiet else None,
+        progress=step if args.verbose and (bar.active or not quiet) else None,
     ) as (session, workers):
         result = app.tune_kernel(
             session, tunable, strategy=args.strategy, budget_evals=args.budget_evals, budget_s=args.budget_s,
@@ -341,6 +403,8 @@ def cmd_tune(args: argparse.Namespace, out: Console) -> int:
 
 
 def cmd_schema(args: argparse.Namespace, out: Console) -> int:
+    from .workload import json_schema
+
     text = json.dumps(json_schema(), indent=2)
     if args.output:
         Path(args.output).write_text(text + "\n")
@@ -352,7 +416,11 @@ def cmd_schema(args: argparse.Namespace, out: Console) -> int:
 def cmd_cache(args: argparse.Namespace, out: Console) -> int:
     from dataclasses import asdict
 
+    from rich.markup import escape
+    from rich.table import Table
+
     from .caches import cache_info, clear_cache
+    from .render import size_text
 
     settings = _settings(args)
     if args.action == "info":
@@ -380,178 +448,24 @@ def cmd_cache(args: argparse.Namespace, out: Console) -> int:
     return EXIT_OK
 
 
-@dataclass(frozen=True)
-class Command:
-    """A command that another package adds to ``kernelopt`` (``main``'s ``extra_commands``): listed
-    in ``kernelopt -h`` with ``help``; ``run`` gets the arguments after the command's name, parses them
-    itself and returns the exit status."""
+def cmd_completion(args: argparse.Namespace, out: Console, extra: Mapping[str, Command] | None = None,
+                   prog: str = "kernelopt") -> int:
+    """The shell completion script of every command (the extra ones' too, where they give their
+    parser), printed to stdout. It completes the installed command, ``kernelopt`` (a shell cannot
+    complete ``python -m kernelopt_mcp``)."""
+    from .completion import completion_script
 
-    help: str
-    run: Callable[[list[str]], int]
+    name = "kernelopt" if " " in prog else prog
+    sys.stdout.write(completion_script(build_parser(extra, name), args.shell, name))
+    return EXIT_OK
 
 
-def build_parser(extra_commands: Mapping[str, Command] | None = None, prog: str = "kernelopt") -> argparse.ArgumentParser:
-    p = CliParser(prog=prog, description="Agentic CUDA kernel optimizer: GPU tools and evaluation.")
-    p.add_argument("--version", action="version", version=f"kernelopt {__version__}")
-    sub = p.add_subparsers(dest="command", required=True)
-
-    def kernel_args(sp: argparse.ArgumentParser) -> None:
-        """What names a candidate on a workload (evaluate, profile)."""
-        sp.add_argument("workload", help="bundled workload name or workload directory")
-        sp.add_argument("kernel", nargs="?", help="kernel .cu (default: the workload's initial kernel)")
-        sp.add_argument("--launch", help='launch spec JSON: {"default": {grid, block, shared_bytes}, "cases": {...}} '
-                        "(default: the initial kernel's launch)")
-        sp.add_argument("--arch", help="compile target (default: the GPU's)")
-        sp.add_argument("-O", "--option", action="append", metavar="OPT",
-                        help="NVRTC option (whitelisted), repeatable: -O --use_fast_math or -O=--use_fast_math")
-        sp.add_argument("--seed", type=int, help="input seed (default: fresh, recorded in the result)")
-
-    def common(sp: argparse.ArgumentParser, gpu: bool = True) -> None:
-        """The harness and device flags (not for ``gpu=False``: compile needs no GPU), and the compiler's."""
-        if gpu:
-            sp.add_argument("--harness", help="path to kernelopt-harness (default: installed one; env KERNELOPT_HARNESS)")
-            sp.add_argument("--device", type=int, help="CUDA device ordinal (default 0; env KERNELOPT_DEVICE)")
-        sp.add_argument("--unconfined-compiler", action="store_true", default=None,
-                        help="where the kernel has no Landlock, compile anyway WITHOUT confining NVRTC (trusted "
-                        "sources only; env KERNELOPT_UNCONFINED_COMPILER=1)")
-
-    sp = sub.add_parser("gpu", help="show the GPU's properties; --calibrate measures its copy bandwidth and FP32 rate")
-    common(sp)
-    sp.add_argument("--calibrate", action="store_true",
-                    help="measure copy bandwidth and FP32 FMA rate (cached per device and driver)")
-    sp.add_argument("--force", action="store_true", help="with --calibrate: measure again even if cached")
-    sp.add_argument("--json", action="store_true", help="print the properties (or the calibration) as JSON; errors too")
-    sp.set_defaults(fn=cmd_gpu)
-
-    sp = sub.add_parser("workloads", help="list bundled and configured workloads")
-    sp.add_argument("--json", action="store_true", help="print the list as JSON (a workload that does not load: a row with its error); errors too")
-    sp.set_defaults(fn=cmd_workloads)
-
-    sp = sub.add_parser("compile", help="compile a .cu file with NVRTC (no GPU needed)")
-    common(sp, gpu=False)  # the arch comes from --arch, else KERNELOPT_ARCH, else a GPU if one is set up
-    sp.add_argument("file")
-    sp.add_argument("--arch", help="target, e.g. sm_90 or sm_90a (arch-specific: wgmma, setmaxnreg) (default: the GPU's, else sm_90)")
-    sp.add_argument("-O", "--option", action="append", metavar="OPT",
-                        help="NVRTC option (whitelisted), repeatable: -O --use_fast_math or -O=--use_fast_math")
-    sp.add_argument("--ptx", help="write the PTX here")
-    sp.add_argument("--cubin", help="write the CUBIN here")
-    sp.add_argument("--json", action="store_true", help="print the result as JSON (the MCP compile tool's shape); errors too")
-    sp.set_defaults(fn=cmd_compile)
-
-    sp = sub.add_parser("evaluate", help="validate and benchmark a kernel (or several) on a workload")
-    common(sp)
-    kernel_args(sp)
-    sp.add_argument("more_kernels", nargs="*", metavar="KERNEL",
-                    help="more kernels, evaluated in the same session (same inputs, expected outputs and reference "
-                    "timing); each takes its launch from --launch, else <name>.launch.json beside it, else the "
-                    "initial kernel's; with --json the results are printed as a list")
-    sp.add_argument("--warmup", type=int, default=LAUNCH_DEFAULTS.warmup,
-                    help=f"warm-up launches per case (default {LAUNCH_DEFAULTS.warmup})")
-    sp.add_argument("--iterations", type=int, default=LAUNCH_DEFAULTS.iterations,
-                    help=f"measured launches per case (default {LAUNCH_DEFAULTS.iterations})")
-    sp.add_argument("--no-flush-l2", action="store_true", help="do not flush L2 between measured launches")
-    sp.add_argument("--timing-mode", choices=["events", "graph"], default="events",
-                    help="events: an event pair per launch (default); graph: back-to-back launches in a CUDA graph")
-    sp.add_argument("--no-blocking", action="store_true",
-                    help="do not queue the launches behind a blocking kernel (host enqueue gaps may be timed)")
-    sp.add_argument("--adaptive", type=float, metavar="RSE",
-                    help="time until the median's relative standard error is below RSE (e.g. 0.01), ~2 s cap per case")
-    sp.add_argument("--stop", choices=STOP_RULES, default="count",
-                    help=f"count: exactly --iterations launches (default); precision: {PRECISION_MIN_ITERATIONS} "
-                    f"launches, then more until the median's relative standard error is at most "
-                    f"{100 * PRECISION_RSE:g}%% (or --adaptive), --iterations at most (search's default)")
-    sp.add_argument("--no-benchmark", action="store_true", help="validate only")
-    sp.add_argument("--no-torch-baseline", action="store_true",
-                    help="an imported PyTorch problem: do not time PyTorch eager and torch.compile beside the kernel")
-    sp.add_argument("--timeout", type=float, help="seconds per harness request (default 60)")
-    sp.add_argument("--workdir", help="keep inputs and modules here (default: a temporary directory)")
-    sp.add_argument("--sanitize", action="store_true", help="after a passing validation, run compute-sanitizer "
-                    "memcheck, racecheck and initcheck on the correctness cases; an error fails the kernel with "
-                    "status sanitizer_error (env KERNELOPT_SANITIZER names the binary)")
-    sp.add_argument("--json", action="store_true", help="print the full result as JSON")
-    sp.set_defaults(fn=cmd_evaluate)
-
-    sp = sub.add_parser("profile", help="profile one case of a kernel under Nsight Compute (ncu)")
-    common(sp)
-    kernel_args(sp)
-    sp.add_argument("--case", help="case to profile (default: the first performance case)")
-    sp.add_argument("--clock-control", choices=CLOCK_CONTROLS, default="none", help="ncu clock control (default none: the GPU's own clocks)")
-    sp.add_argument("--set", default="curated", help="curated (default: what the summary needs) or an ncu section set: basic, detailed, full")
-    sp.add_argument("--ncu", help="the ncu binary (default: PATH, /usr/local/cuda/bin, /opt/nvidia/nsight-compute; env KERNELOPT_NCU)")
-    sp.add_argument("--timeout", type=float, help="seconds ncu may take (default 600; env KERNELOPT_PROFILE_TIMEOUT)")
-    sp.add_argument("-o", "--output", help="directory for the report, raw CSV and summary (default kernelopt-profiles/<time>-<workload>-...)")
-    sp.add_argument("--json", action="store_true", help="print the summary as JSON")
-    sp.set_defaults(fn=cmd_profile)
-
-    sp = sub.add_parser("docs", help="search CUDA optimization guidance (offline notes + NVIDIA docs)")
-    # no --harness/--device: it needs no GPU (the arch comes from --arch, else KERNELOPT_ARCH, else a GPU if one is set up)
-    sp.add_argument("query", nargs="+", help="a few words, e.g. shared memory bank conflicts")
-    sp.add_argument("--arch", help="rank guidance for this GPU first, e.g. sm_90 (default: the GPU's, if any)")
-    sp.add_argument("--offline", action="store_true", help="no network: the shipped notes and cached NVIDIA pages only")
-    sp.add_argument("-n", type=int, default=6, help="passages to show (default 6)")
-    sp.add_argument("--json", action="store_true", help="print the passages as JSON; errors too")
-    sp.set_defaults(fn=cmd_docs)
-
-    from .tune.strategies import STRATEGIES
-
-    sp = sub.add_parser("tune", help="autotune a tunable kernel (tunable.json) on a workload")
-    common(sp)
-    sp.add_argument("workload", help="bundled workload name or workload directory")
-    sp.add_argument("tunable", nargs="?", help="TUNABLE.json: a path, or the name of a spec beside the workload "
-                    "(sgemm: tunable_3xtf32.json) (default: the workload's tunable.json)")
-    sp.add_argument("--strategy", choices=STRATEGIES, default="auto",
-                    help="exhaustive, random, tpe (optuna) or auto: exhaustive when the valid space fits the budget (default)")
-    sp.add_argument("--budget-evals", type=int, help="configurations to try at most, the untuned defaults included")
-    sp.add_argument("--budget-s", type=float, help="seconds: no new configuration starts after this")
-    sp.add_argument("--seed", type=int, help="input seed (default: fresh, recorded)")
-    sp.add_argument("--tune-seed", type=int, default=0, help="the search strategy's seed (default 0: repeatable)")
-    sp.add_argument("--devices", help="CUDA devices to measure on at once, e.g. 0,1 (env KERNELOPT_DEVICES; default every visible one; --device: that one)")
-    sp.add_argument("--ray", metavar="ADDRESS", help="measure on a Ray cluster, one actor per GPU: auto (this machine's cluster) or HOST:PORT (pip install \"kernelopt-mcp[ray]\")")
-    sp.add_argument("--arch", help="compile target (default: the GPU's)")
-    sp.add_argument("--warmup", type=int, help=f"warm-up launches per case (default {LAUNCH_DEFAULTS.warmup})")
-    sp.add_argument("--iterations", type=int,
-                    help=f"measured launches per case (default {LAUNCH_DEFAULTS.iterations}); given, or --warmup "
-                    "given, the count is exact unless --stop precision")
-    sp.add_argument("--stop", choices=STOP_RULES,
-                    help=f"precision (default without --warmup/--iterations): {PRECISION_MIN_ITERATIONS} launches, then "
-                    f"more until the median's relative standard error is at most {100 * PRECISION_RSE:g}%%, "
-                    f"{LAUNCH_DEFAULTS.iterations} (or --iterations) at most; count: exactly --iterations launches")
-    sp.add_argument("--no-flush-l2", action="store_true", help="do not flush L2 between measured launches")
-    sp.add_argument("--timeout", type=float, help="seconds per harness request (default 60)")
-    sp.add_argument("--no-cache", action="store_true", help="measure everything again (the cache is <cache>/tune: see `kernelopt cache info`)")
-    sp.add_argument("--time-all", action="store_true",
-                    help="time every configuration on every performance case; by default timing stops once a "
-                    "configuration provably cannot beat the best so far (its row: stopped_early, with the bound)")
-    sp.add_argument("--top", type=int, default=20, help="rows of the table to print (default 20; all are saved)")
-    sp.add_argument("-o", "--output", help="run directory for tune.json, tune.csv, best.cu ... (default kernelopt-tune/<time>-<workload>)")
-    sp.add_argument("-v", "--verbose", action="store_true", help="print every evaluation step")
-    sp.add_argument("--json", action="store_true", help="print the result as JSON")
-    sp.set_defaults(fn=cmd_tune)
-
-    from .caches import KINDS
-
-    sp = sub.add_parser("cache", help="the on-disk caches: `kernelopt cache info`, `kernelopt cache clear [KIND]`")
-    sp.add_argument("action", choices=["info", "clear"], help="info: location, entries and bytes per kind; "
-                    "clear: remove every cache, or one KIND")
-    sp.add_argument("kind", nargs="?", choices=KINDS, help="with clear: only this kind")
-    sp.add_argument("--json", action="store_true", help="print the result as JSON; errors too")
-    sp.set_defaults(fn=cmd_cache)
-
-    from .torch_cli import add_parser as add_import_torch
-
-    add_import_torch(sub)  # kernelopt import-torch: a PyTorch problem file becomes a workload (torch_import.py)
-
-    from .kernelbench_cli import add_parser as add_kernelbench
-
-    add_kernelbench(sub)  # kernelopt kernelbench: a KernelBench checkout imported, solutions evaluated (suite.py)
-
-    sp = sub.add_parser("schema", help="print the JSON Schema of workload.json")
-    sp.add_argument("--output", "-o", help="write to a file instead of stdout")
-    sp.set_defaults(fn=cmd_schema)
-
-    for name, command in (extra_commands or {}).items():  # listed here, parsed by command.run (main)
-        sub.add_parser(name, help=command.help, add_help=False)
-    return p
+# The command functions, by the name kernelopt_mcp.cli_parser.COMMANDS lists them under; import-torch
+# and kernelbench set their own (``fn``, in torch_cli.py and kernelbench_cli.py); completion is main's.
+HANDLERS: dict[str, Callable[..., int]] = {
+    "gpu": cmd_gpu, "workloads": cmd_workloads, "compile": cmd_compile, "evaluate": cmd_evaluate, "profile": cmd_profile,
+    "docs": cmd_docs, "tune": cmd_tune, "cache": cmd_cache, "schema": cmd_schema,
+}
 
 
 def main(argv: list[str] | None = None, extra_commands: Mapping[str, Command] | None = None, prog: str = "kernelopt") -> int:
@@ -568,22 +482,36 @@ def main(argv: list[str] | None = None, extra_commands: Mapping[str, Command] | 
     extra = dict(extra_commands or {})
     if argv and argv[0] in extra:
         return extra[argv[0]].run(argv[1:])
-    parser = build_parser(extra, prog)
+    named = command_named(argv)
+    # only the named command's arguments are built (none for `kernelopt -h` or an unknown command)
+    parser = build_parser(extra, prog, command=named if named in COMMANDS else "")
     answer_errors_in_json(parser, argv)
     args = parser.parse_args(join_option_values(argv))
     out, err = consoles()
     try:
-        return args.fn(args, out)
-    except ValidationError as exc:  # a model checked past the readers above: still one line per field
-        return _fail(args, err, format_validation_error(exc, getattr(args, "command", None) or "kernelopt"), "ValidationError")
+        if args.command == "completion":
+            return cmd_completion(args, out, extra, prog)
+        return (getattr(args, "fn", None) or HANDLERS[args.command])(args, out)
     except (KerneloptError, OptionError, ValueError) as exc:
-        return _fail(args, err, str(exc), type(exc).__name__)
+        return _fail(args, err, *_error_line(exc, args))
     except FileNotFoundError as exc:
         return _fail(args, err, missing_path_message(exc), "FileNotFoundError")
     except BrokenPipeError:
         raise  # the reader went away (`| head`): nobody to tell
     except OSError as exc:
         return _fail(args, err, f"{exc.filename or ''}: {exc.strerror or exc}".lstrip(": "), type(exc).__name__)
+
+
+def _error_line(exc: Exception, args: argparse.Namespace) -> tuple[str, str]:
+    """(message, kind) of an error that stopped a command. A pydantic model checked past the readers
+    (a ValueError too) still gets one line per field, named after the command."""
+    from pydantic import ValidationError  # loaded already wherever one was raised
+
+    if isinstance(exc, ValidationError):
+        from .errors import format_validation_error
+
+        return format_validation_error(exc, getattr(args, "command", None) or "kernelopt"), "ValidationError"
+    return str(exc), type(exc).__name__
 
 
 def _fail(args: argparse.Namespace, err: Console, message: str, kind: str) -> int:

@@ -9,10 +9,10 @@ import json
 import os
 import sys
 from collections.abc import Mapping, Sequence
-from typing import NoReturn, TextIO
+from typing import TYPE_CHECKING, NoReturn, TextIO
 
-from rich.console import Console
-from rich.markup import escape
+if TYPE_CHECKING:  # rich is imported when a command prints, not for `kernelopt --help`
+    from rich.console import Console
 
 EXIT_USAGE = 2  # argparse's own status for a bad command line, and the CLI's for an error
 OPTION_FLAGS = ("-O", "--option")
@@ -82,6 +82,8 @@ def consoles(environ: Mapping[str, str] | None = None) -> tuple[Console, Console
     """stdout and stderr consoles. On a terminal rich measures it; elsewhere (a log, a pipe, CI) the
     width is COLUMNS when set, else 160 so tables are not squeezed into 80 columns. Text is never
     hard-wrapped (soft_wrap): a message piped to a file stays on one line."""
+    from rich.console import Console
+
     env = os.environ if environ is None else environ
     columns = env.get("COLUMNS", "")
     width = int(columns) if columns.isdigit() and int(columns) > 0 else None
@@ -98,5 +100,7 @@ def fail(json_wanted: bool, err: Console, message: str, kind: str) -> int:
     if json_wanted:
         print(json.dumps({"status": "error", "error": kind, "message": message}, indent=2))
     else:
+        from rich.markup import escape
+
         err.print(f"[red]error:[/] {escape(message)}", highlight=False)
     return EXIT_USAGE

@@ -4,8 +4,11 @@ from __future__ import annotations
 
 from enum import StrEnum
 
-import ml_dtypes
 import numpy as np
+
+# ml_dtypes (bfloat16) is imported where a bfloat16 is first needed: loading its extension takes
+# most of a second, and commands that never touch a bfloat16 array (`kernelopt --help`, `compile`)
+# should not pay for it.
 
 
 class DType(StrEnum):
@@ -25,6 +28,8 @@ class DType(StrEnum):
     @property
     def numpy(self) -> np.dtype:
         if self is DType.bfloat16:
+            import ml_dtypes
+
             return np.dtype(ml_dtypes.bfloat16)
         return np.dtype(self.value)
 
@@ -45,6 +50,8 @@ class DType(StrEnum):
         """Machine epsilon for float types, 0 for integers."""
         if not self.is_float:
             return 0.0
+        import ml_dtypes
+
         return float(ml_dtypes.finfo(self.numpy).eps)
 
 

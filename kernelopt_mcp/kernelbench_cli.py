@@ -20,6 +20,7 @@ from .evaluation.device import DeviceInfo
 from .evaluation.harness import HarnessProcess
 from .files import read_text
 from .launch import LaunchSpec
+from .progress_bar import ProgressBar, add_progress_flag, progress_wanted
 from .suite import SolutionOutcome, SuiteOptions, run_suite
 from .torch_baseline import BaselineReport, imported_problem, settings_baselines
 from .torch_import import TOLERANCE_MODES
@@ -44,6 +45,7 @@ def add_parser(sub: Any) -> None:
                     help="do not time PyTorch eager and torch.compile (by default each imported problem's are timed on the "
                     "GPU, in a child process, and cached)")
     sp.add_argument("--json", action="store_true", help="print results.json instead of the table")
+    add_progress_flag(sp)  # problems done / total
     sp.set_defaults(fn=cmd_kernelbench)
 
 
@@ -109,11 +111,16 @@ def cmd_kernelbench(args: argparse.Namespace, out: Console) -> int:
     )
     settings = Settings.from_env()
 
+    bar = ProgressBar("kernelbench", enabled=progress_wanted(args.progress))
+
     def progress(done: int, total: int, line: str) -> None:
-        if not args.json:
+        if bar.active:
+            bar.step(line, done, total)  # problems done / total
+        elif not args.json:
             out.print(f"[dim][{done}/{total}][/] {escape(line)}", highlight=False)
 
     with ExitStack() as stack:
+        stack.enter_context(bar)
         evaluator = _Evaluator(settings, stack)
         baselines = None if args.no_baselines else _Baselines(settings, evaluator)
         records = run_suite(options, evaluator if options.solutions else None, progress, baselines)

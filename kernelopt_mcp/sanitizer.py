@@ -23,15 +23,17 @@ import shutil
 from collections.abc import Callable, Iterable
 from enum import StrEnum
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from pydantic import BaseModel, Field
 
 from .errors import KerneloptError, ToolchainNotFound
-from .evaluation.candidate import Candidate
-from .evaluation.evaluate import case_request
 from .evaluation.protocol import RunRequest, parse_answer, request_json
-from .evaluation.session import Session
 from .executables import find_executable, run_killable
+
+if TYPE_CHECKING:
+    from .evaluation.candidate import Candidate
+    from .evaluation.session import Session
 
 SANITIZER_NAME = "compute-sanitizer"
 SANITIZER_ERROR = "sanitizer_error"  # the status a candidate gets when a tool reports an error
@@ -346,6 +348,8 @@ def sanitize_candidate(
         SanitizerUnavailable: the sanitizer cannot check kernels on this machine.
         HarnessCancelled: ``cancelled()`` became true (polled while each tool runs).
     """
+    from .evaluation.evaluate import case_request  # the evaluation stack, loaded when a candidate is sanitized
+
     reports = []
     cases = [c.name for c in session.workload.spec.cases if c.kind == "correctness"]
     for case in cases:

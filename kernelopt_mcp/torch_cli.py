@@ -14,6 +14,7 @@ from rich.markup import escape
 from .errors import KerneloptError
 from .files import read_text
 from .launch import LaunchSpec
+from .progress_bar import ProgressBar, add_progress_flag, progress_wanted
 from .torch_import import TOLERANCE_MODES, TorchImportOptions, import_torch_problem, safe_name
 from .workload import format_validation_error
 
@@ -37,6 +38,7 @@ def add_parser(sub: Any) -> None:
                     "kernelbench: KernelBench's atol = rtol = 1e-2 (results say which)")
     sp.add_argument("--force", action="store_true", help="replace the output directory if it exists")
     sp.add_argument("--json", action="store_true", help="print the result as JSON; errors too")
+    add_progress_flag(sp)  # the import's steps
     sp.add_argument("--home", help=argparse.SUPPRESS)  # where the output directory will be moved (the MCP server's staging)
     sp.set_defaults(fn=cmd_import_torch)
 
@@ -64,7 +66,8 @@ def cmd_import_torch(args: argparse.Namespace, out: Console) -> int:
         if not args.initial_launch and not launch.is_file():
             raise KerneloptError(f"{kernel}: the initial kernel needs a launch: pass --initial-launch LAUNCH.json or add {launch.name} beside it")
         options.initial_launch, options.initial_options = _launch(launch)
-    result = import_torch_problem(problem, Path(args.output or name), options)
+    with ProgressBar(f"importing {problem.name}", enabled=progress_wanted(args.progress)) as bar:
+        result = import_torch_problem(problem, Path(args.output or name), options, progress=bar.step)
     if args.json:
         print(json.dumps({
             "status": "ok", "path": str(result.path), "name": result.spec.name, "c_prototype": result.c_prototype,

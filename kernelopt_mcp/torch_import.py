@@ -40,6 +40,7 @@ import math
 import re
 import shutil
 import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, cast
@@ -118,6 +119,10 @@ class TorchImportOptions:
     tolerance: str = "strict"  # "strict": by dtype (widened where the module needs it); "kernelbench": 1e-2
 
 
+#: the steps :func:`import_torch_problem` reports to its ``progress`` callback
+IMPORT_STEPS = 5
+
+
 @dataclass
 class TorchImportResult:
     path: Path
@@ -152,6 +157,7 @@ def safe_name(stem: str) -> str:
 
 def import_torch_problem(
     problem: str | Path, out_dir: str | Path, options: TorchImportOptions | None = None, *, source_text: str | None = None,
+    progress: Callable[[str, int, int], None] | None = None,
 ) -> TorchImportResult:
     """Convert a KernelBench-style problem file into a workload directory ``out_dir``.
 
@@ -159,12 +165,15 @@ def import_torch_problem(
         problem: the problem file (its name labels messages; with ``source_text`` it is not read).
         out_dir: the workload directory to write (must not exist unless ``options.overwrite``).
         source_text: the problem's source, instead of reading ``problem``.
+        progress: ``progress(step, done, IMPORT_STEPS)`` before each step (the CLI's progress bar).
 
     Raises:
         TorchProblemError: torch is missing, or the problem is not convertible (the reason).
         WorkloadError: the directory exists, or the workload written does not load.
     """
     options = options or TorchImportOptions()
+    say = progress or (lambda step, done, total: None)
+    say("importing torch", 0, IMPORT_STEPS)
     torch = require_torch()
     label = str(problem)
     if source_text is None:
@@ -175,6 +184,7 @@ def import_torch_problem(
     out_dir = Path(out_dir)
     if out_dir.exists() and not options.overwrite and any(out_dir.iterdir()):
         raise TorchProblemError(f"{out_dir}: exists and is not empty; choose another directory or pass --force")
+    say("reading the problem", 1, IMPORT_STEPS)
     src = parse_problem(source_text, label)
     name = options.name or safe_name(Path(label).stem)
     if not re.match(IDENTIFIER, name):
@@ -184,11 +194,13 @@ def import_torch_problem(
         raise TorchProblemError(f"tolerance {options.tolerance!r}: choose one of {', '.join(TOLERANCE_MODES)}")
     if not re.match(IDENTIFIER, options.output_name) or options.output_name in CUDA_RESERVED:
         raise TorchProblemError(f"output name {options.output_name!r}: use letters, digits and _ (not a C++ keyword)")
+    say("drawing cases (running the module)", 2, IMPORT_STEPS)
     cases = draw_cases(src, options.seed, options.max_correctness_bytes, options.search_s, notes)
     layout = _Layout.of(cases, src.constants, options.output_name)
     spec_data = _spec(name, label, src, cases, layout, options, notes, torch.__version__)
     spec_data["imported"] = _imported(src, cases, layout, options, notes)
     parse_spec(spec_data, f"{label} (imported)")  # fail before writing anything
+    say("writing the workload", 3, IMPORT_STEPS)
     staging = Path(tempfile.mkdtemp(prefix=f".{name}.", dir=_mkdir(out_dir.parent)))
     try:
         _write(staging, spec_data, src, cases, layout, options, torch.__version__, out_dir)
@@ -197,7 +209,9 @@ def import_torch_problem(
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise
+    say("checking the workload loads", 4, IMPORT_STEPS)
     spec = load_workload(out_dir).spec
+    say("imported", IMPORT_STEPS, IMPORT_STEPS)
     degenerate = spec.imported.degenerate if spec.imported is not None else []
     return TorchImportResult(out_dir, spec, src.constants, notes, torch.__version__, degenerate)
 

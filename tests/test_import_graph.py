@@ -236,7 +236,9 @@ LAYERS: dict[str, set[str]] = {
     },
     "app": {"app", "", "ray_devices"},  # "": the package's __init__ (the public API, loaded lazily)
     "service": {"service", "server_config", "gpu_queue", "admission", "quota", "workspace", "torch_workspace", "caches"},
-    "entry": {"cli", "cli_io", "render", "torch_cli", "kernelbench_cli", "__main__", "server"},  # and every server.* module
+    "entry": {
+        "cli", "cli_io", "cli_parser", "completion", "progress_bar", "render", "torch_cli", "kernelbench_cli", "__main__", "server",
+    },  # and every server.* module
 }
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import signal
 import sys
 from pathlib import Path
@@ -28,8 +29,9 @@ EXAMPLE = """examples:
   kernelopt optimize --workload sgemm --strategy tune --tune-evals 100     (no model: autotune tunable.json)
   kernelopt optimize --resume run-007 --max-iterations 12    (go on with an interrupted or finished run)
 
-OPENAI_API_KEY comes from the environment or a .env file in the working directory; without one,
---strategy tune is the default."""
+OPENAI_API_KEY (and OPENAI_BASE_URL, KERNELOPT_* ...) come from the environment, else from a .env
+file in the working directory (or --env-file PATH), which never overrides a variable already set;
+without a key, --strategy tune is the default."""
 
 
 def optimize_parser(prog: str = "kernelopt optimize") -> argparse.ArgumentParser:
@@ -50,6 +52,8 @@ def optimize_parser(prog: str = "kernelopt optimize") -> argparse.ArgumentParser
     p.add_argument("--use-nsight", action="store_true", default=None, help="profile a performance case after each valid candidate (ncu_profile)")
     p.add_argument("--nvidia-research", action="store_true", default=None, help="retrieve NVIDIA guidance first (docs_search)")
     p.add_argument("--config", help="JSON file with any of these options (flags win)")
+    p.add_argument("--env-file", metavar="PATH", help="read OPENAI_API_KEY, OPENAI_BASE_URL, KERNELOPT_* ... from this file "
+                   "(KEY=VALUE lines) instead of ./.env; a variable already set in the environment wins")
     p.add_argument("--model", help="model name (default gpt-5-mini)")
     p.add_argument("--reasoning-effort", help="none|minimal|low|medium|high|xhigh, or off to not send it (default medium)")
     p.add_argument("--base-url", help="OpenAI-compatible endpoint, e.g. http://localhost:11434/v1 (env OPENAI_BASE_URL)")
@@ -98,12 +102,18 @@ def optimize_parser(prog: str = "kernelopt optimize") -> argparse.ArgumentParser
 
 
 def cmd_optimize(argv: list[str]) -> int:
-    from .options import OptimizeOptions, OptionsError
+    from .options import OptimizeOptions, OptionsError, env_file_path, export_dotenv, read_dotenv
 
     args = optimize_parser().parse_args(argv)
     quiet = bool(args.quiet)
     flags = {k: v for k, v in vars(args).items() if k != "quiet"}
     err = Console(stderr=True)
+    try:
+        dotenv = read_dotenv(env_file_path(args.env_file, Path.cwd()))
+    except OptionsError as exc:
+        err.print(f"error: {exc}", highlight=False, markup=False)
+        return EXIT_ERROR
+    export_dotenv(dotenv, os.environ)  # the kernelopt-mcp server a run starts sees the file's KERNELOPT_* settings too
     if args.resume is not None:
         return resume_optimize(flags, Console(width=None if sys.stdout.isatty() else 160), quiet=quiet)
     flags.pop("resume")
@@ -243,21 +253,23 @@ def unwrap(exc: BaseException) -> BaseException:
     return exc
 
 
-def cmd_graph(argv: list[str]) -> int:
-    from .graph import mermaid
-
+def graph_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="kernelopt graph", description="Print the optimization loop as a Mermaid flowchart "
                                 "(dashed edges are conditional routes).")
     p.add_argument("--no-nsight", action="store_true", help="leave out the profiling route")
     p.add_argument("--no-research", action="store_true", help="leave out the research route")
-    args = p.parse_args(argv)
+    return p
+
+
+def cmd_graph(argv: list[str]) -> int:
+    from .graph import mermaid
+
+    args = graph_parser().parse_args(argv)
     print(mermaid(use_nsight=not args.no_nsight, nvidia_research=not args.no_research), end="")
     return EXIT_OK
 
 
-def cmd_runs(argv: list[str]) -> int:
-    from .runs import list_runs, resolve_run, show
-
+def runs_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="kernelopt runs", description="Read recorded optimizer runs.")
     sub = p.add_subparsers(dest="action", required=True)
     lp = sub.add_parser("list", help="one line per run under the results directory (the default action)")
@@ -282,6 +294,13 @@ def cmd_runs(argv: list[str]) -> int:
         q.add_argument("--results-dir", default="results", help="where `kernelopt optimize` put run-NNN/ (default results/)")
     for q in (lp, sp, dp, pp, tp):
         q.add_argument("--json", action="store_true")
+    return p
+
+
+def cmd_runs(argv: list[str]) -> int:
+    from .runs import list_runs, resolve_run, show
+
+    p = runs_parser()
     if not argv or (argv[0].startswith("-") and argv[0] not in ("-h", "--help")):
         argv = ["list", *argv]  # `kernelopt runs [--json] [--results-dir D]` lists, like `git stash`
     args = p.parse_args(argv)
@@ -344,6 +363,7 @@ def restore_run(path: Path, args: argparse.Namespace, console: Console) -> int:
 
 
 COMMANDS = {"optimize": cmd_optimize, "graph": cmd_graph, "runs": cmd_runs}
+PARSERS = {"optimize": optimize_parser, "graph": graph_parser, "runs": runs_parser}  # for the completion script
 
 
 def main(argv: list[str] | None = None) -> int:

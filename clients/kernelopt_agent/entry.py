@@ -5,17 +5,21 @@ orchestrator's commands added.
 The library lists these three in ``kernelopt -h`` through its ``extra_commands`` hook and never
 names this package, so the dependency points one way: client -> library. ``python -m
 kernelopt_agent`` is the same command; ``python -m kernelopt_mcp`` is the library's alone.
+
+Nothing of the orchestrator is imported until one of its commands runs (or the completion script
+asks for their parsers): ``kernelopt --help`` and ``kernelopt compile`` start without it.
 """
 
 from __future__ import annotations
 
+import argparse
 import sys
 from functools import partial
 
 from kernelopt_mcp.cli import Command
 from kernelopt_mcp.cli import main as library_main
 
-from .cli import COMMANDS, EXIT_ERROR
+EXIT_ERROR = 2  # cli.EXIT_ERROR: a command that could not run
 
 # The help line of each orchestrator command in `kernelopt -h`.
 HELP = {
@@ -27,13 +31,23 @@ HELP = {
 
 def commands() -> dict[str, Command]:
     """The orchestrator's commands, as the library's CLI takes them (``main``'s ``extra_commands``)."""
-    return {name: Command(help=HELP[name], run=partial(run_command, name)) for name in COMMANDS}
+    return {name: Command(help=HELP[name], run=partial(run_command, name), parser=partial(command_parser, name))
+            for name in HELP}
+
+
+def command_parser(name: str) -> argparse.ArgumentParser:
+    """``kernelopt NAME``'s own parser (for the completion script)."""
+    from .cli import PARSERS
+
+    return PARSERS[name]()
 
 
 def run_command(name: str, args: list[str]) -> int:
     """Run ``kernelopt NAME ARGS``. The command imports what it needs (openai, mcp, matplotlib) only
     when it runs; a dependency that is not installed is an error that says so, not a traceback."""
     try:
+        from .cli import COMMANDS
+
         return COMMANDS[name](args)
     except ModuleNotFoundError as exc:
         missing = (exc.name or "").partition(".")[0]

@@ -1,16 +1,17 @@
 """The orchestrator's settings: one object built at the entry point and passed down.
 
 Precedence: command-line flags > environment (``OPENAI_BASE_URL``) > the ``--config`` JSON file
-> defaults. The API key comes from ``OPENAI_API_KEY`` in the environment or a ``.env`` file in
-the working directory; it lives only in memory (never in :meth:`OptimizeOptions.as_json`, the
-run directory or a log). What else the orchestrator takes from the environment is read here too
+> defaults. The environment is the process's, over the variables of a ``.env`` file (the working
+directory's, or ``--env-file PATH``; read by python-dotenv, never overriding a variable already set,
+see :func:`dotenv_environment`). The API key comes from ``OPENAI_API_KEY`` there; it lives only in
+memory (never in :meth:`OptimizeOptions.as_json`, the run directory or a log). What else the orchestrator takes from the environment is read here too
 (:meth:`OptimizeOptions.read_environment`), so the loop and the parts read only the options.
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+from collections.abc import Mapping, MutableMapping
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
@@ -101,17 +102,16 @@ class OptimizeOptions:
             OptionsError: an unreadable config file, an unknown key, a bad value.
         """
         env = dict(os.environ if environ is None else environ)
-        cwd = cwd or Path.cwd()
-        dotenv = read_dotenv(cwd / ".env")
+        dotenv = read_dotenv(env_file_path(flags.get("env_file"), cwd or Path.cwd()))
         values: dict[str, Any] = {}
         config_path = flags.get("config")
         if config_path:
             values.update(read_config(Path(config_path)))
             values["config_file"] = Path(config_path)
-        base_url = env.get("OPENAI_BASE_URL") or dotenv.get("OPENAI_BASE_URL")
+        base_url = dotenv_environment(env, dotenv).get("OPENAI_BASE_URL")
         if base_url:
             values["base_url"] = base_url
-        values.update({k: v for k, v in flags.items() if v is not None and k != "config"})
+        values.update({k: v for k, v in flags.items() if v is not None and k not in ("config", "env_file")})
         known = {f.name for f in fields(cls)}
         opts = cls(**{k: v for k, v in values.items() if k in known})
         for key in PATH_KEYS:
@@ -128,8 +128,8 @@ class OptimizeOptions:
         return opts
 
     def read_environment(self, environ: Mapping[str, str], dotenv: Mapping[str, str]) -> None:
-        """Set the options that come from the environment alone: the API key (``OPENAI_API_KEY``, else
-        the .env file's), the compile target (``KERNELOPT_ARCH``; None: the GPU's) and where --workload
+        """Set the options that come from the environment alone (``environ`` over the .env file's
+        variables, :func:`dotenv_environment`): the API key (``OPENAI_API_KEY``), the compile target (``KERNELOPT_ARCH``; None: the GPU's) and where --workload
         names are looked up: ``KERNELOPT_WORKLOADS``, the bundled workloads, then the workspace's created
         ones (``--workspace``, else ``KERNELOPT_MCP_WORKSPACE``, else ~/.kernelopt).
 
@@ -137,7 +137,8 @@ class OptimizeOptions:
             OptionsError: a ``KERNELOPT_*`` variable that cannot be read (e.g. a KERNELOPT_DEVICE that
                 is not a number).
         """
-        self.api_key = environ.get("OPENAI_API_KEY") or dotenv.get("OPENAI_API_KEY") or None
+        environ = dotenv_environment(environ, dotenv)
+        self.api_key = environ.get("OPENAI_API_KEY") or None
         self.arch = environ.get("KERNELOPT_ARCH") or None
         try:
             found = Settings.from_env(environ).workload_dirs
@@ -242,25 +243,48 @@ def read_config(path: Path) -> dict[str, Any]:
     return out
 
 
+def env_file_path(given: str | Path | None, cwd: Path) -> Path:
+    """The .env file to read: ``--env-file`` (which must exist), else ``.env`` in ``cwd`` (which may not).
+
+    Raises:
+        OptionsError: ``--env-file`` names no readable file.
+    """
+    if given is None:
+        return cwd / ".env"
+    path = Path(given).expanduser()
+    if not path.is_file():
+        raise OptionsError(f"--env-file {path}: no such file (KEY=VALUE lines, as in a .env file)")
+    return path
+
+
 def read_dotenv(path: Path) -> dict[str, str]:
-    """``KEY=VALUE`` lines of a .env file (``export`` and quotes allowed, ``#`` comments)."""
+    """The variables of a .env file, parsed by python-dotenv (``KEY=VALUE`` lines, ``export``, quotes,
+    ``#`` comments, ``${VAR}`` expansion); {} where there is no such file. Values are never printed."""
+    from dotenv import dotenv_values
+
+    if not path.is_file():
+        return {}
     try:
-        text = path.read_text(encoding="utf-8")
+        values = dotenv_values(path, encoding="utf-8")
     except (OSError, UnicodeDecodeError):
         return {}
-    out = {}
-    for line in text.splitlines():
-        line = line.strip()
-        if not line or line.startswith("#") or "=" not in line:
-            continue
-        key, value = line.removeprefix("export ").split("=", 1)
-        value = value.strip()
-        if len(value) >= 2 and value[0] == value[-1] and value[0] in "'\"":
-            value = value[1:-1]
-        elif " #" in value:
-            value = value.split(" #", 1)[0].rstrip()
-        out[key.strip()] = value
-    return out
+    return {key: value for key, value in values.items() if value is not None}  # a bare `KEY` line has no value
+
+
+def dotenv_environment(environ: Mapping[str, str], dotenv: Mapping[str, str]) -> dict[str, str]:
+    """``environ`` over the .env file's variables: a variable already set (and not empty) is never
+    overridden by the file."""
+    return {**dotenv, **{key: value for key, value in environ.items() if value}}
+
+
+def export_dotenv(dotenv: Mapping[str, str], environ: MutableMapping[str, str]) -> list[str]:
+    """Put the .env file's variables that ``environ`` lacks into it (the entry point passes
+    ``os.environ``, so the kernelopt-mcp server a run starts sees the KERNELOPT_* settings the
+    orchestrator read); never the ``OPENAI_*`` ones, which stay in the options. Returns their names."""
+    added = [key for key, value in dotenv.items() if not key.startswith("OPENAI_") and not environ.get(key)]
+    for key in added:
+        environ[key] = dotenv[key]
+    return added
 
 
 def redact_url(url: str | None) -> str | None:

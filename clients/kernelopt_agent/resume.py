@@ -46,7 +46,16 @@ from . import prompts
 from .freeze import FrozenWorkload, shared_dirs
 from .loop import Optimizer, RunFailed, needs_model
 from .model import ModelClient, check_key
-from .options import FROM_ENVIRONMENT, PATH_KEYS, OptimizeOptions, OptionsError, read_config, read_dotenv, redact_url
+from .options import (
+    FROM_ENVIRONMENT,
+    PATH_KEYS,
+    OptimizeOptions,
+    OptionsError,
+    env_file_path,
+    read_config,
+    read_dotenv,
+    redact_url,
+)
 from .parts import Parts
 from .pricing import Pricing, Usage
 from .records import (
@@ -149,7 +158,7 @@ def resume_options(flags: Mapping[str, Any], environ: Mapping[str, str] | None =
 def run_options(flags: Mapping[str, Any], recorded: dict[str, Any], path: Path, environ: Mapping[str, str] | None,
              cwd: Path | None) -> tuple[OptimizeOptions, dict[str, list[Any]]]:
     """The recorded options with the limits and whereabouts given now; a conflicting option is refused."""
-    given = {k: v for k, v in flags.items() if v is not None and k not in ("resume", "config", "results_dir")}
+    given = {k: v for k, v in flags.items() if v is not None and k not in ("resume", "config", "results_dir", "env_file")}
     if flags.get("config"):
         given = {**read_config(Path(flags["config"])), **given}
     conflicts = [f"--{key.replace('_', '-')} {value!r} (the run has {recorded.get(key)!r})"
@@ -176,7 +185,7 @@ def run_options(flags: Mapping[str, Any], recorded: dict[str, Any], path: Path, 
             setattr(opts, key, Path(value))
     opts.results_dir = path.parent
     env = dict(os.environ if environ is None else environ)
-    opts.read_environment(env, read_dotenv((cwd or Path.cwd()) / ".env"))
+    opts.read_environment(env, read_dotenv(env_file_path(flags.get("env_file"), cwd or Path.cwd())))
     opts.check(files=False)
     changed = {k: [recorded.get(k), redact_url(v) if k == "base_url" else str(v) if isinstance(v, Path) else v]
                for k, v in given.items() if not _same(v, recorded.get(k))}

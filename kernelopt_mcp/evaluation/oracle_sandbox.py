@@ -36,7 +36,6 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-import ml_dtypes
 import numpy as np
 
 from ..compile_options import CompileLimits
@@ -144,6 +143,8 @@ def _confine_mode(limits: OracleLimits, oracle: Path) -> str:
 def _python_dirs() -> tuple[tuple[str, ...], tuple[str, ...]]:
     """(directories the worker may read, directories it imports from): the standard library and
     the directories holding NumPy and ml_dtypes."""
+    import ml_dtypes  # here, not at the top: loading it takes most of a second (kernelopt_mcp.dtypes says why)
+
     paths = sysconfig.get_paths()
     stdlib = [paths["stdlib"], paths["platstdlib"], os.path.join(paths["platstdlib"], "lib-dynload")]
     sites = [str(Path(m.__file__ or "").resolve().parent.parent) for m in (np, ml_dtypes)]
@@ -406,6 +407,8 @@ def _dtype(name: object) -> np.dtype[Any] | None:
     if not isinstance(name, str):
         return None
     if name in ML_DTYPES:
+        import ml_dtypes
+
         narrow: np.dtype[Any] = np.dtype(getattr(ml_dtypes, name))
         return narrow
     try:

@@ -81,6 +81,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="serve `kernelopt optimize` (which passes it): list and accept its run-recording tools "
                    "(freeze_workload, replay_requests) and list every tool in full")
     p.add_argument("--log-level", default="WARNING", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
+    p.add_argument("--completion", choices=("bash", "zsh", "tcsh"), metavar="SHELL",
+                   help="print a shell completion script for kernelopt-mcp (bash, zsh or tcsh) and exit")
     return p
 
 
@@ -182,7 +184,13 @@ def _flag_or_env(flag: Any, env: dict[str, str], var: str, convert: Callable[[st
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.completion:
+        from ..completion import completion_script
+
+        sys.stdout.write(completion_script(parser, args.completion, "kernelopt-mcp"))
+        return 0
     token = args.token or os.environ.get("KERNELOPT_MCP_TOKEN") or None
     tokens_file = args.tokens_file or os.environ.get("KERNELOPT_MCP_TOKENS_FILE") or None
     try:
