@@ -48,10 +48,11 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     if not run_gpu:
         skip = pytest.mark.skip(reason="needs a CUDA device: run with --run-gpu")
         for item in items:
-            if "gpu" in item.keywords or "ncu" in item.keywords:
+            # the markers, not item.keywords: a parametrize id "gpu" is a keyword too
+            if item.get_closest_marker("gpu") or item.get_closest_marker("ncu"):
                 item.add_marker(skip)
         return
-    if any("gpu" in item.keywords for item in items) and cuda_device_count() == 0:
+    if any(item.get_closest_marker("gpu") for item in items) and cuda_device_count() == 0:
         raise pytest.UsageError("--run-gpu was given but no CUDA device is usable (cuInit/cuDeviceGetCount)")
 
 
