@@ -26,7 +26,8 @@ TEST_CASE("--version") {
                 "timed_inputs",     "blocking",        "graph",          "adaptive",
                 "baseline_cublas",  "fresh_inputs",    "timed_check",    "confirm_launch",
                 "checked_dump",     "fresh_launches",  "input_draw",     "expected_dtype",
-                "readonly_staging", "device_expected", "progress",       "tensor_maps"}}}));
+                "readonly_staging", "device_expected", "progress",       "checked_expected",
+                "tensor_maps"}}}));
 }
 
 TEST_CASE("usage errors exit 2 with a JSON answer and usage on stderr") {
