@@ -38,10 +38,6 @@ void CaseRunner::setup_expected_checks() {
     const std::uint64_t bytes = b.bytes / scalar_size(*b.dtype) * b.expected_item_size();
     DeviceBuffer& copy = st_.checked_expected.emplace_back();
     if (bytes == 0) continue;
-    const auto host = read_file(e.expected);
-    if (host.size() != bytes) {
-      throw IoError(e.expected + " changed size while the harness was running");
-    }
     try {
       copy = s_.allocate_staged(bytes);  // evicts the input cache while out of memory
     } catch (const CudaError& err) {
@@ -54,6 +50,11 @@ void CaseRunner::setup_expected_checks() {
                        " bytes in all) beside the case's own buffers, and do not fit even with "
                        "the input cache emptied; list fewer checked launches, or give the values "
                        "in the buffer's dtype (expected_dtype) instead of float64");
+    }
+    // read only once there is room for it: a refusal costs no read of a large file
+    const auto host = read_file(e.expected);
+    if (host.size() != bytes) {
+      throw IoError(e.expected + " changed size while the harness was running");
     }
     KO_CU(drv_.cuMemcpyHtoDAsync(copy.get(), host.data(), bytes, s_.stream()));
     sync();  // protected (and hidden) only once the upload has completed
@@ -103,7 +104,8 @@ void CaseRunner::compare_expected(std::size_t slot) {
               draw_name(check.draw) + ": not compared (compute the draw as PROTOCOL.md says)";
       continue;
     }
-    const DeviceBuffer& values = st_.checked_expected.at(static_cast<std::size_t>(it - entries.begin()));
+    const DeviceBuffer& values =
+        st_.checked_expected.at(static_cast<std::size_t>(it - entries.begin()));
     const std::uint64_t elements = b.bytes / scalar_size(*b.dtype);
     if (elements == 0) continue;
     const CUdeviceptr result =
@@ -113,8 +115,8 @@ void CaseRunner::compare_expected(std::size_t slot) {
     sync();  // every launch before has finished: no kernel of the candidate's sees the values
     const Revealed shown(s_, values);
     init_compare_results(drv_, stream, result, 1);
-    enqueue_compare(drv_, compare, s_.sm_count(), stream, d.data, values.get(), elements,
-                    b.compare, result);
+    enqueue_compare(drv_, compare, s_.sm_count(), stream, d.data, values.get(), elements, b.compare,
+                    result);
     sync();  // the compare has read them before they are hidden again
   }
 }

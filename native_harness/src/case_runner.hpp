@@ -91,7 +91,8 @@ struct ReferenceCheck {
   std::optional<std::size_t> sample;  // measured sample index; none: the confirm launch
   std::optional<std::uint64_t> draw;  // the draw its fresh `in` inputs came from; none: input
   std::optional<std::uint64_t> launch_draw;  // the draw made for it (inout buffers); none: restored
-  bool expected = false;  // against checked_expected values (compared in settle_checks), not a reference
+  bool expected =
+      false;  // against checked_expected values (compared in settle_checks), not a reference
   // checked_expected: per output buffer (in argument order), why it was not compared (the
   // launch got another draw than its values are for); empty: compared.
   std::vector<std::string> errors;

@@ -58,13 +58,15 @@ CheckedExpected parse_entry(const json& e, const std::string& path, const CaseSp
   if (const json* v = find(e, "launch")) {
     launch = as_string(*v, member_path(path, "launch"));
     if (launch != "measured" && launch != "confirm") {
-      fail(member_path(path, "launch"), "must be \"measured\" or \"confirm\", got \"" + launch + "\"");
+      fail(member_path(path, "launch"),
+           "must be \"measured\" or \"confirm\", got \"" + launch + "\"");
     }
   }
   const json* sample = find(e, "sample");
   if (launch == "confirm") {
     if (sample != nullptr) {
-      fail(member_path(path, "sample"), "is refused with \"launch\": \"confirm\" (not a measured sample)");
+      fail(member_path(path, "sample"),
+           "is refused with \"launch\": \"confirm\" (not a measured sample)");
     }
     if (!spec.confirm_launch) {
       fail(member_path(path, "launch"), "\"confirm\" needs the case's \"confirm_launch\": true");
@@ -74,24 +76,29 @@ CheckedExpected parse_entry(const json& e, const std::string& path, const CaseSp
       fail(member_path(path, "sample"),
            "is required: a measured sample of \"checked_launches\" (or \"launch\": \"confirm\")");
     }
-    const auto index = static_cast<unsigned>(as_uint(*sample, member_path(path, "sample"), max_iterations));
+    const auto index =
+        static_cast<unsigned>(as_uint(*sample, member_path(path, "sample"), max_iterations));
     const auto& checked = spec.checked_launches;
     if (std::find(checked.begin(), checked.end(), index) == checked.end()) {
-      fail(member_path(path, "sample"), std::to_string(index) +
-                                            " is not one of the case's \"checked_launches\": list it there "
-                                            "(only those samples are checked)");
+      fail(member_path(path, "sample"),
+           std::to_string(index) +
+               " is not one of the case's \"checked_launches\": list it there "
+               "(only those samples are checked)");
     }
     entry.sample = index;
   }
-  if (const json* v = find(e, "draw")) entry.draw = as_uint(*v, member_path(path, "draw"), UINT64_MAX);
+  if (const json* v = find(e, "draw"))
+    entry.draw = as_uint(*v, member_path(path, "draw"), UINT64_MAX);
 
   entry.buffer = as_string(require(e, path, "buffer"), member_path(path, "buffer"));
   const auto arg = std::find_if(spec.args.begin(), spec.args.end(),
                                 [&](const KernelArg& a) { return a.name == entry.buffer; });
-  if (arg == spec.args.end() || arg->kind != ArgKind::buffer || arg->buffer.role == BufferRole::in) {
-    fail(member_path(path, "buffer"), "\"" + entry.buffer +
-                                          "\" is not an \"out\" or \"inout\" buffer of the case (expected "
-                                          "values belong to the outputs)");
+  if (arg == spec.args.end() || arg->kind != ArgKind::buffer ||
+      arg->buffer.role == BufferRole::in) {
+    fail(member_path(path, "buffer"),
+         "\"" + entry.buffer +
+             "\" is not an \"out\" or \"inout\" buffer of the case (expected "
+             "values belong to the outputs)");
   }
   entry.arg = static_cast<std::size_t>(arg - spec.args.begin());
   entry.expected = as_string(require(e, path, "expected"), member_path(path, "expected"));
@@ -102,7 +109,8 @@ CheckedExpected parse_entry(const json& e, const std::string& path, const CaseSp
   if (planned.known && planned.draw != entry.draw) {
     fail(member_path(path, "draw"),
          launch_name(entry.sample) + " of this case gets " + draw_name(planned.draw) + ", not " +
-             draw_name(entry.draw) + " (PROTOCOL.md, \"Checked launches against expected values\": " +
+             draw_name(entry.draw) +
+             " (PROTOCOL.md, \"Checked launches against expected values\": " +
              (planned.draw ? "give \"draw\": " + std::to_string(*planned.draw)
                            : std::string("omit \"draw\": its inputs are not drawn")) +
              ")");

@@ -167,12 +167,13 @@ struct TensorMapSpec {
 // The expected outputs of one checked launch, given up front (feature "checked_expected",
 // PROTOCOL.md): compared on the device like a CUDA reference's outputs, without one.
 struct CheckedExpected {
-  std::optional<unsigned> sample;  // a measured sample of checked_launches; none: the confirm launch
+  std::optional<unsigned>
+      sample;  // a measured sample of checked_launches; none: the confirm launch
   // The draw the caller computed the values for (planned_draw, checked_expected.hpp); none: the
   // launch's inputs are not drawn (its `in` buffers hold their input).
   std::optional<std::uint64_t> draw;
-  std::string buffer;   // an out / inout buffer of the case
-  std::size_t arg = 0;  // its index in the case's args
+  std::string buffer;    // an out / inout buffer of the case
+  std::size_t arg = 0;   // its index in the case's args
   std::string expected;  // file: one value per element in the buffer's expected_dtype
 };
 

@@ -166,7 +166,9 @@ void parse_buffer_v2(const json& a, const std::string& path, BufferArg& b) {
   if (const json* v = find(a, "expected_dtype")) {
     const auto p = member_path(path, "expected_dtype");
     if (b.role == BufferRole::in) {
-      fail(p, "an \"in\" buffer is not compared; expected values belong to \"out\" or \"inout\" buffers");
+      fail(p,
+           "an \"in\" buffer is not compared; expected values belong to \"out\" or \"inout\" "
+           "buffers");
     }
     // that it describes some file (expected, timed_expected or a checked_expected entry) is
     // checked with the case (request.cpp)

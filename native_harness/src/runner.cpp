@@ -45,8 +45,8 @@ void check_input_files(const Request& req) {
       const auto& b = spec.args[e.arg].buffer;
       const std::uint64_t elements = b.bytes / scalar_size(*b.dtype);
       const std::uint64_t bytes = elements * b.expected_item_size();
-      const auto field = "cases[" + std::to_string(c) + "].checked_expected[" + std::to_string(k) +
-                         "].expected";
+      const auto field =
+          "cases[" + std::to_string(c) + "].checked_expected[" + std::to_string(k) + "].expected";
       std::uint64_t size = 0;
       try {
         size = file_size(e.expected);
