@@ -21,7 +21,7 @@ from ..errors import HarnessError
 
 __all__ = [
     "AdaptiveAnswer", "AdaptiveRequest", "AnswerEnvelope", "BaselineAnswer", "BaselineRequest",
-    "BaselineTiming", "BufferArg", "CaseAnswer", "CaseError", "CaseRequest", "CompareEntry",
+    "BaselineTiming", "BufferArg", "CaseAnswer", "CaseError", "CaseRequest", "CheckedExpected", "CompareEntry",
     "CompareThresholds", "DeterminismEntry", "DeviceAnswer", "FreshSpec", "FunctionAnswer",
     "GuardViolation", "HarnessAnswer", "HarnessRequest", "InputCacheAnswer", "InputDraw", "KeptEntry", "LaunchRequest",
     "ModifiedInput", "RequestError", "RunRequest", "ScalarArg", "StagingAnswer", "TensorMapRequest", "TimedCheck",
@@ -157,6 +157,23 @@ class TensorMapRequest(_Request):
     oob_fill: Literal["zero", "nan"] | None = None
 
 
+class CheckedExpected(_Request):
+    """A ``checked_expected`` entry (feature ``checked_expected``): the expected outputs of one
+    ``out``/``inout`` buffer of one checked launch, given up front instead of a CUDA reference.
+
+    The launch is a measured ``sample`` of the case's ``checked_launches`` or ``launch="confirm"``;
+    ``draw`` is the draw its inputs come from (None: not drawn), by PROTOCOL.md's rule ("Checked
+    launches against expected values"); ``expected`` holds one value per element in the buffer's
+    ``expected_dtype`` (float64 by default).
+    """
+
+    sample: int | None = None
+    launch: Literal["measured", "confirm"] | None = None
+    draw: int | None = Field(default=None, ge=0, lt=2**64)
+    buffer: str
+    expected: str
+
+
 class CaseRequest(_Request):
     name: str
     args: list[Arg]
@@ -171,6 +188,7 @@ class CaseRequest(_Request):
     check_launch: LaunchRequest | None = None
     confirm_launch: bool | None = None
     checked_dump: str | None = None
+    checked_expected: list[CheckedExpected] | None = None  # feature checked_expected
 
 
 class RunRequest(_Request):

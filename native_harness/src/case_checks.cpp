@@ -38,31 +38,6 @@ json value_figure(double value) {
   return value;
 }
 
-// Hidden staged data mapped for as long as it lives, hidden again after (also when the compare
-// throws: a cached copy must not stay readable for the next candidate). Data that was not
-// hidden (an input of the case too, see hide_secrets) is left as it is.
-class Revealed {
- public:
-  Revealed(Session& s, const DeviceBuffer& buffer)
-      : s_(s), buffer_(buffer), hidden_(buffer.unmapped()) {
-    s_.reveal_staged(buffer_);
-  }
-  ~Revealed() {
-    if (!hidden_) return;
-    try {
-      s_.hide_staged(buffer_);
-    } catch (...) {  // a dead context: it goes with everything in it
-    }
-  }
-  Revealed(const Revealed&) = delete;
-  Revealed& operator=(const Revealed&) = delete;
-
- private:
-  Session& s_;
-  const DeviceBuffer& buffer_;
-  bool hidden_;
-};
-
 }  // namespace
 
 // Device-side comparison of every output that has expected values for this launch. The

@@ -36,6 +36,13 @@ json staged_addresses(const CaseState& st) {
                       {"address", static_cast<std::uint64_t>(st.check_results.get())},
                       {"bytes", st.check_results.size()}});
   }
+  for (const auto& copy : st.checked_expected) {
+    if (copy.get() == 0) continue;
+    staged.push_back({{"buffer", nullptr},
+                      {"source", "checked_expected"},
+                      {"address", static_cast<std::uint64_t>(copy.get())},
+                      {"bytes", copy.size()}});
+  }
   for (const auto& d : st.buffers) {
     const std::pair<const char*, const Source*> sources[] = {{"input", &d.input},
                                                              {"timed_input", &d.timed_input},
@@ -117,6 +124,7 @@ bool CaseRunner::run(json& cases) {
         work.after = [&](std::size_t sample) {
           if (checked.count(sample) == 0) return false;
           if (reference) enqueue_reference_check(sample);
+          if (spec_.has_expected_checks()) note_expected_check(sample);
           if (!spec_.checked_dump.empty()) enqueue_dump(sample);
           return true;  // read back before the candidate launches again
         };
@@ -132,7 +140,9 @@ bool CaseRunner::run(json& cases) {
         run_confirm(result);
         steps_.mark("confirm");
       }
-      if (spec_.has_fresh() || spec_.has_reference_checks()) report_reference_checks(result);
+      if (spec_.has_fresh() || spec_.has_reference_checks() || spec_.has_expected_checks()) {
+        report_reference_checks(result);
+      }
       if (!spec_.checked_dump.empty()) write_dumps(result);
       steps_.mark("reference_checks");
     }
@@ -334,6 +344,7 @@ void CaseRunner::setup() {
   // Every allocation happens before the validation launch: running out of memory is then a
   // refused case (invalid_launch), never mistaken for a kernel fault.
   if (spec_.timing && check_ != nullptr && spec_.has_reference_checks()) setup_reference();
+  if (spec_.timing && spec_.has_expected_checks()) setup_expected_checks();
   if (spec_.timing && !spec_.checked_dump.empty()) setup_dumps();
   if (spec_.timing && req_.flush_l2) s_.prepare_flush_l2();
   if (!req_.support_module.empty()) s_.support_scratch();

@@ -81,6 +81,9 @@ struct CaseState {
   // scratch buffer the size of the largest input to redraw a launch's inputs into.
   std::vector<DeviceBuffer> dump_outputs;
   DeviceBuffer dump_scratch;
+  // checked_expected: one staged, hidden copy of each entry's values (spec order); empty for an
+  // empty buffer.
+  std::vector<DeviceBuffer> checked_expected;
 };
 
 // One launch whose outputs the reference checks: a measured sample or the confirm launch.
@@ -88,6 +91,36 @@ struct ReferenceCheck {
   std::optional<std::size_t> sample;  // measured sample index; none: the confirm launch
   std::optional<std::uint64_t> draw;  // the draw its fresh `in` inputs came from; none: input
   std::optional<std::uint64_t> launch_draw;  // the draw made for it (inout buffers); none: restored
+  bool expected =
+      false;  // against checked_expected values (compared in settle_checks), not a reference
+  // checked_expected: per output buffer (in argument order), why it was not compared (the
+  // launch got another draw than its values are for); empty: compared.
+  std::vector<std::string> errors;
+};
+
+// Hidden staged data (expected values) mapped for as long as this lives, hidden again after
+// (also when the compare throws: a cached copy must not stay readable for the next candidate).
+// Data that was not hidden (an input of the case too, see hide_secrets) is left as it is.
+class Revealed {
+ public:
+  Revealed(Session& s, const DeviceBuffer& buffer)
+      : s_(s), buffer_(buffer), hidden_(buffer.unmapped()) {
+    s_.reveal_staged(buffer_);
+  }
+  ~Revealed() {
+    if (!hidden_) return;
+    try {
+      s_.hide_staged(buffer_);
+    } catch (...) {  // a dead context: it goes with everything in it
+    }
+  }
+  Revealed(const Revealed&) = delete;
+  Revealed& operator=(const Revealed&) = delete;
+
+ private:
+  Session& s_;
+  const DeviceBuffer& buffer_;
+  bool hidden_;
 };
 
 enum class LaunchKind { validation, repeat, timed };
@@ -143,6 +176,13 @@ class CaseRunner {
   void settle_checks();
   void report_reference_checks(nlohmann::json& result);
   void run_confirm(nlohmann::json& result);
+  // case_expected.cpp: checked launches against expected values given up front.
+  void setup_expected_checks();
+  // Right after a checked launch: records it; its compare waits for settle_checks (the stream
+  // idle), since its expected values are revealed only then.
+  void note_expected_check(std::optional<std::size_t> sample);
+  // With the stream idle: the launch of checks_[slot] compared with its expected values.
+  void compare_expected(std::size_t slot);
   void setup_dumps();
   void enqueue_dump(std::size_t sample);
   void write_dumps(nlohmann::json& result);

@@ -2,6 +2,7 @@
 // Kernel arguments are parsed in request_args.cpp, JSON fields read in request_fields.cpp.
 #include "request.hpp"
 
+#include <algorithm>
 #include <limits>
 #include <map>
 #include <set>
@@ -10,6 +11,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "checked_expected.hpp"
 #include "errors.hpp"
 #include "request_args.hpp"
 #include "request_fields.hpp"
@@ -198,13 +200,31 @@ void parse_fresh_checks(const json& c, const std::string& path, CaseSpec& spec) 
            "give this case's buffers \"input\" files instead of \"input_draw\"");
     }
   }
-  if (!spec.checked_launches.empty() && spec.checked_dump.empty() && !spec.check_launch) {
+  parse_checked_expected(c, path, spec);
+  // expected_dtype describes the files of expected, timed_expected and checked_expected entries
+  for (std::size_t a = 0; a < spec.args.size(); ++a) {
+    const auto& b = spec.args[a].buffer;
+    if (spec.args[a].kind != ArgKind::buffer || !b.expected_dtype || !b.expected.empty() ||
+        !b.timed_expected.empty()) {
+      continue;
+    }
+    const bool listed = std::any_of(spec.checked_expected.begin(), spec.checked_expected.end(),
+                                    [&](const CheckedExpected& e) { return e.arg == a; });
+    if (!listed) {
+      fail(member_path(index_path(member_path(path, "args"), a), "expected_dtype"),
+           "needs \"expected\" or \"timed_expected\" (the files it describes), or a "
+           "\"checked_expected\" entry for this buffer");
+    }
+  }
+  if (!spec.checked_launches.empty() && spec.checked_dump.empty() && !spec.check_launch &&
+      !spec.has_expected_checks()) {
     fail(member_path(path, "check_launch"),
          "is required with \"checked_launches\" (the CUDA "
          "reference's grid, block and shared_bytes), unless "
-         "\"checked_dump\" asks for files instead");
+         "\"checked_dump\" asks for files or \"checked_expected\" gives the expected outputs "
+         "instead");
   }
-  if (spec.has_reference_checks()) {
+  if (spec.has_reference_checks() || spec.has_expected_checks()) {
     for (std::size_t a = 0; a < spec.args.size(); ++a) {
       const auto& arg = spec.args[a];
       if (arg.kind != ArgKind::buffer || arg.buffer.role == BufferRole::in) continue;
@@ -219,7 +239,7 @@ void parse_fresh_checks(const json& c, const std::string& path, CaseSpec& spec) 
     const auto& b = spec.args[a].buffer;
     if (spec.args[a].kind != ArgKind::buffer || !b.has_compare) continue;
     if (b.expected.empty() && b.timed_expected.empty() && spec.checked_launches.empty() &&
-        !spec.check_launch) {
+        !spec.check_launch && !spec.has_expected_checks()) {
       fail(member_path(index_path(member_path(path, "args"), a), "compare"),
            "compares against nothing: give \"expected\" (or \"timed_expected\") too");
     }
@@ -433,10 +453,17 @@ Request parse_request(const json& doc) {
       fail("check_module", "is required by " + member_path(path, "checked_launches") +
                                " (the CUDA reference that checks the timed launches)");
     }
-    if ((spec.has_reference_checks() || (spec.has_fresh() && spec.timing) ||
-         spec.has_input_draws()) &&
+    if (spec.has_expected_checks() && !req.check_module.empty()) {
+      fail("check_module",
+           "is refused with " + member_path(path, "checked_expected") +
+               ": the expected values given are the checked launches' only reference; drop "
+               "\"check_module\"/\"check_entry\" or the entries");
+    }
+    if ((spec.has_reference_checks() || spec.has_expected_checks() ||
+         (spec.has_fresh() && spec.timing) || spec.has_input_draws()) &&
         req.support_module.empty()) {
       const char* user = spec.has_reference_checks()       ? "checked_launches"
+                         : spec.has_expected_checks()      ? "checked_expected"
                          : spec.has_fresh() && spec.timing ? "fresh_seed"
                                                            : "args (input_draw)";
       fail("support_module", "is required by " + member_path(path, user) +

@@ -164,6 +164,19 @@ struct TensorMapSpec {
   TensorOobFill oob_fill = TensorOobFill::zero;
 };
 
+// The expected outputs of one checked launch, given up front (feature "checked_expected",
+// PROTOCOL.md): compared on the device like a CUDA reference's outputs, without one.
+struct CheckedExpected {
+  std::optional<unsigned>
+      sample;  // a measured sample of checked_launches; none: the confirm launch
+  // The draw the caller computed the values for (planned_draw, checked_expected.hpp); none: the
+  // launch's inputs are not drawn (its `in` buffers hold their input).
+  std::optional<std::uint64_t> draw;
+  std::string buffer;    // an out / inout buffer of the case
+  std::size_t arg = 0;   // its index in the case's args
+  std::string expected;  // file: one value per element in the buffer's expected_dtype
+};
+
 struct CaseSpec {
   std::string name;
   std::vector<KernelArg> args;
@@ -182,6 +195,8 @@ struct CaseSpec {
   std::optional<LaunchConfig> check_launch;  // the CUDA reference's launch for this case
   bool confirm_launch = false;               // one more fresh launch after timing, timed alone
   std::string checked_dump;                  // directory: the checked launches' inputs and outputs
+  // Expected outputs of checked launches given as files instead of a CUDA reference.
+  std::vector<CheckedExpected> checked_expected;
 
   // Whether any buffer carries timed_input or timed_expected (the timed check launch).
   bool has_timed_check() const noexcept;
@@ -199,6 +214,10 @@ struct CaseSpec {
   // Whether launches of this case are checked against the CUDA reference (checked_launches,
   // or the confirm launch with a check_launch).
   bool has_reference_checks() const noexcept;
+  // Whether launches of this case are checked against expected values given up front
+  // (checked_expected), and whether the confirm launch is among them.
+  bool has_expected_checks() const noexcept { return !checked_expected.empty(); }
+  bool confirm_expected() const noexcept;
 };
 
 struct Request {

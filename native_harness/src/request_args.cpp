@@ -165,9 +165,14 @@ void parse_buffer_v2(const json& a, const std::string& path, BufferArg& b) {
   }
   if (const json* v = find(a, "expected_dtype")) {
     const auto p = member_path(path, "expected_dtype");
-    if (b.expected.empty() && b.timed_expected.empty()) {
-      fail(p, "needs \"expected\" or \"timed_expected\" (the files it describes)");
+    if (b.role == BufferRole::in) {
+      fail(p,
+           "an \"in\" buffer is not compared; expected values belong to \"out\" or \"inout\" "
+           "buffers");
     }
+    // that it describes some file (expected, timed_expected or a checked_expected entry) is
+    // checked with the case (request.cpp)
+    if (!b.dtype) fail(member_path(path, "dtype"), "is required with \"expected_dtype\"");
     const auto t = parse_dtype(*v, p);
     if (t != ScalarType::float64 && t != *b.dtype) {
       fail(p, std::string("must be \"float64\" or the buffer's dtype \"") +

@@ -39,6 +39,28 @@ std::string arg_path(std::size_t case_index, std::size_t arg_index) {
 void check_input_files(const Request& req) {
   for (std::size_t c = 0; c < req.cases.size(); ++c) {
     const auto& spec = req.cases[c];
+    // checked_expected: one value per element of its buffer, in the buffer's expected_dtype
+    for (std::size_t k = 0; k < spec.checked_expected.size() && spec.timing; ++k) {
+      const auto& e = spec.checked_expected[k];
+      const auto& b = spec.args[e.arg].buffer;
+      const std::uint64_t elements = b.bytes / scalar_size(*b.dtype);
+      const std::uint64_t bytes = elements * b.expected_item_size();
+      const auto field =
+          "cases[" + std::to_string(c) + "].checked_expected[" + std::to_string(k) + "].expected";
+      std::uint64_t size = 0;
+      try {
+        size = file_size(e.expected);
+      } catch (const IoError& err) {
+        throw IoError(field + " (buffer \"" + e.buffer + "\"): " + err.what());
+      }
+      if (size == bytes) continue;
+      const char* values = b.native_expected() ? scalar_type_name(*b.dtype) : "float64";
+      throw BadRequest(field + ": buffer \"" + e.buffer + "\" has " + std::to_string(elements) +
+                       " " + scalar_type_name(*b.dtype) + " elements, so " + e.expected +
+                       " must hold as many " + values + " values (" + std::to_string(bytes) +
+                       " bytes, as the buffer's expected_dtype says), but it has " +
+                       std::to_string(size) + " bytes");
+    }
     for (std::size_t a = 0; a < spec.args.size(); ++a) {
       const auto& arg = spec.args[a];
       if (arg.kind != ArgKind::buffer) continue;

@@ -126,6 +126,11 @@ std::vector<std::string> support_kernels_needed(const Request& req) {
       if (spec.has_reference_checks() && b.role != BufferRole::in) {
         add_once(names, compare_ref_kernel_name(*b.dtype));
       }
+      // checked_expected: values in the buffer's dtype widen like a reference's outputs
+      if (spec.has_expected_checks() && b.role != BufferRole::in) {
+        add_once(names, b.native_expected() ? compare_ref_kernel_name(*b.dtype)
+                                            : compare_kernel_name(*b.dtype));
+      }
     }
   }
   return names;

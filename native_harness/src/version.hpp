@@ -35,6 +35,8 @@ inline constexpr const char* harness_features[] = {
     "readonly_staging",
     "device_expected",  // buffer "keep_expected" / expected "kept:KEY": expected values on device
     "progress",         // request "progress": a line on the answer stream before each case
+    // case "checked_expected": checked launches against expected values given up front
+    "checked_expected",
 #if CUDA_VERSION >= 12000
     "tensor_maps",  // case "tensor_maps": CUtensorMaps over the case's buffers, after its args
 #endif

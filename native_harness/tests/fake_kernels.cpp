@@ -1,6 +1,8 @@
 // The fake driver's built-in kernels, run on the CPU when launched (see fake_libcuda.cpp).
 #include "fake_libcuda.hpp"
 
+#include "fake_fill.hpp"
+
 #include <iterator>
 
 namespace fake {
@@ -377,14 +379,7 @@ void flush_read_run(void** p) {
 }
 
 // ko_fill_<dtype>(T* out, u64 n, u64 seed, u64 launch, u32 buffer, u32 kind, double a,
-// double b, i64 low, u64 range): not fill.cu's Philox, only a deterministic function of
-// (seed, launch, buffer, i) in the generator's range, which is what the harness relies on.
-std::uint64_t mix(std::uint64_t x) {
-  x += 0x9E3779B97F4A7C15ull;
-  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
-  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
-  return x ^ (x >> 31);
-}
+// double b, i64 low, u64 range): fake_fill.hpp's element for each i.
 template <typename T>
 void fill_run(void** p) {
   ++g_fills;
@@ -403,12 +398,7 @@ void fill_run(void** p) {
       watch && std::strtoull(watch, nullptr, 10) == seed)
     ++g_watched_fills;
   for (std::uint64_t i = 0; i < n; ++i) {
-    const std::uint64_t h = mix(seed ^ mix(launch * 0x100000001B3ull + buffer) ^ mix(i));
-    const double u = static_cast<double>(h >> 11) * 0x1p-53;
-    double v = kind == 2   ? static_cast<double>(low + static_cast<std::int64_t>(h % range))
-               : kind == 0 ? a + (b - a) * u
-                           : a + b * (2 * u - 1);
-    out[i] = static_cast<T>(v);
+    out[i] = static_cast<T>(fill_value(seed, launch, buffer, i, kind, a, b, low, range));
   }
 }
 // ko_compare_ref_<dtype>: ko_compare_<dtype> with the reference output as the expected values.

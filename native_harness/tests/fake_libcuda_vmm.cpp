@@ -33,6 +33,11 @@ CUresult CUDAAPI cuMemCreate(CUmemGenericAllocationHandle* h, size_t bytes,
     return CUDA_ERROR_INVALID_VALUE;
   }
   if (bytes > (1ull << 36)) return CUDA_ERROR_OUT_OF_MEMORY;
+  // FAKE_CUDA_VMM_HANDLES=N: a device whose memory holds N staged copies at a time
+  if (const char* n = std::getenv("FAKE_CUDA_VMM_HANDLES");
+      n != nullptr && g_handles.size() >= std::strtoull(n, nullptr, 10)) {
+    return CUDA_ERROR_OUT_OF_MEMORY;
+  }
   *h = g_next_handle++;
   g_handles[*h] = bytes;
   return CUDA_SUCCESS;
