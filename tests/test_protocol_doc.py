@@ -29,6 +29,7 @@ from kernelopt_mcp.evaluation.protocol import (
     BufferArg,
     CaseAnswer,
     CaseRequest,
+    CheckedExpected,
     HarnessAnswer,
     RunRequest,
     TimingAnswer,
@@ -44,10 +45,10 @@ ANSWER_MODELS = [m for m in _MODELS if isclass(m) and issubclass(m, protocol._An
 # The sections whose bullet lists document request fields, and the one documenting answer fields
 # (their headings, without the leading #s). Other sections' bullets are values or steps.
 REQUEST_SECTIONS = ("Request", "Protocol 2 data path", "Fresh inputs and checked launches", "Inputs drawn on the device",
-                    "Tensor maps")
+                    "Tensor maps", "Checked launches against expected values")
 ANSWER_SECTIONS = ("Protocol 2 answer fields",)
 # "Top-level fields:", "Buffer fields:", "Case field:" ... say whose fields the bullets below are.
-LABELS = {"Top-level": RunRequest, "Buffer": BufferArg, "Case": CaseRequest}
+LABELS = {"Top-level": RunRequest, "Buffer": BufferArg, "Case": CaseRequest, "Entry": CheckedExpected}
 
 
 # --- the models ----------------------------------------------------------------------------
@@ -133,7 +134,7 @@ def field_bullets(text: str = TEXT) -> Iterator[tuple[str, str, type[BaseModel] 
             section, label = heading[1], None
             side = ("request" if section.startswith(REQUEST_SECTIONS)
                     else "answer" if section.startswith(ANSWER_SECTIONS) else None)
-        elif side and (m := re.match(r"(Top-level|Buffer|Case) fields?\b", line)):
+        elif side and (m := re.match(r"(Top-level|Buffer|Case|Entry) fields?\b", line)):
             label = LABELS[m[1]]
         elif side and (bullet := re.match(r"\s*- ((?:`[a-z_][a-z_0-9.]*`(?:, )?)+)", line)):
             for name in re.findall(r"`([^`]+)`", bullet[1]):
