@@ -42,27 +42,6 @@ def draws(wl: Workload, tmp_path: Path) -> tuple[dict[str, Any], dict[str, Any]]
     return materialize(wl, 1, tmp_path / "validation"), materialize(wl, 2, tmp_path / "hidden", redraw=True)
 
 
-LAYERNORM = """
-class Model(nn.Module):
-    def __init__(self, features):
-        super().__init__()
-        self.ln = nn.LayerNorm(features)
-
-    def forward(self, x):
-        return self.ln(x)
-
-
-batch_size = 32
-features = 256
-
-
-def get_inputs():
-    return [torch.randn(batch_size, features)]
-
-
-def get_init_inputs():
-    return [features]
-"""
 
 
 def layer_norm(x: np.ndarray, weight: np.ndarray | None, bias: np.ndarray | None) -> np.ndarray:
@@ -73,7 +52,7 @@ def layer_norm(x: np.ndarray, weight: np.ndarray | None, bias: np.ndarray | None
 
 
 def test_layernorm_parameters_are_drawn_and_a_kernel_that_drops_them_mismatches(tmp_path: Path, torch: Any) -> None:
-    wl = load_workload(import_torch_problem(problem(tmp_path, "layernorm", LAYERNORM), tmp_path / "ln").path)
+    wl = load_workload(import_torch_problem(Path(__file__).parent / "torch_problems" / "layernorm.py", tmp_path / "ln").path)
     assert [p.name for p in wl.signature.inputs] == ["x", "ln_weight", "ln_bias"]
     validation, hidden = draws(wl, tmp_path)
     tol = wl.spec.tolerance_for("out")

@@ -183,30 +183,7 @@ def test_optimize_an_imported_problem(problem: str, tmp_path: Path, harness_bina
     print(problem, json.dumps({"statuses": status, "best": summary["best"]["label"], "notes": summary["notes"]}, indent=1))
 
 
-LAYERNORM_PROBLEM = """import torch
-import torch.nn as nn
-
-
-class Model(nn.Module):
-    def __init__(self, features):
-        super().__init__()
-        self.ln = nn.LayerNorm(features)
-
-    def forward(self, x):
-        return self.ln(x)
-
-
-batch_size = 256
-features = 1024
-
-
-def get_inputs():
-    return [torch.randn(batch_size, features)]
-
-
-def get_init_inputs():
-    return [features]
-"""
+LAYERNORM_PROBLEM = (Path(__file__).parents[1] / "torch_problems" / "layernorm.py").read_text()
 # one thread per row, in double: slow and plainly right
 LAYERNORM = r"""extern "C" __global__ void layernorm(const float* x, const float* ln_weight, const float* ln_bias, float* out,
                                          int batch_size, int features) {
