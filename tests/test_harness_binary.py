@@ -20,6 +20,9 @@ DATA_PATH_FEATURES = {"support_module", "input_cache", "device_compare", "determ
 TIMING_FEATURES = {"blocking", "graph", "adaptive", "baseline_cublas"}
 # Issue 14's checks of the timed launches (PROTOCOL.md, "Fresh inputs and checked launches").
 TIMED_CHECK_FEATURES = {"fresh_inputs", "timed_check", "confirm_launch", "checked_dump", "fresh_launches"}
+# Checked launches against expected values given up front, no CUDA reference (PROTOCOL.md,
+# "Checked launches against expected values").
+TIMED_CHECK_FEATURES |= {"checked_expected"}
 # Staged inputs and expected values mapped read-only (PROTOCOL.md, "Read-only staging").
 INTEGRITY_FEATURES = {"readonly_staging"}
 # Inputs drawn on the device, expected files in the buffer's dtype (PROTOCOL.md, "Inputs drawn on the device").
