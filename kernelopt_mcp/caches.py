@@ -7,6 +7,7 @@ Layout::
       tune/tune.jsonl      measured tuning configurations, oldest dropped past tune_cache_mb
       docs/                NVIDIA documentation pages fetched by docs_search (fresh for docs_ttl_s)
       calibration/         measured copy bandwidth and FP32 rate per device and driver
+      torch-baselines/     PyTorch eager and torch.compile times per imported problem, case, device and torch
 """
 
 from __future__ import annotations
@@ -20,7 +21,8 @@ from pathlib import Path
 from .config import Settings
 from .errors import KerneloptError
 
-KINDS = ("compile", "tune", "docs", "calibration")
+# torch-baselines: torch_baseline.CACHE_DIR (that module is not imported here: `--help` stays light)
+KINDS = ("compile", "tune", "docs", "calibration", "torch-baselines")
 
 
 @dataclass

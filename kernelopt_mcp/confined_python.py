@@ -82,17 +82,29 @@ class ChildResult:
     missing: str | None = None
 
 
-def distribution_dirs(package: str) -> list[str]:
-    """The directories that hold the distribution of import package ``package`` (``kernelopt_mcp``
-    is distribution ``kernelopt``) and what it requires (transitively, extras left out), as
-    installed for this interpreter: the sys.path entries (and readable directories) a ``python
-    -I`` child needs to import it. A ``pip install --target DIR`` put on PYTHONPATH is one of
-    them, which ``-I`` would otherwise hide; a checkout behind an editable install is not (its
-    ``.dist-info`` lies in site-packages). Distributions not installed are left out (a package
-    run from a checkout that was never installed has none)."""
+@dataclass(frozen=True)
+class Installed:
+    """Where installed distributions lie, for a ``python -I`` child: ``path``, the directories that
+    hold them (on its sys.path, listed only); ``read``, the distributions' own top-level entries in
+    them (their packages, modules, ``.libs`` and ``.dist-info``, from each one's RECORD), never a
+    whole directory: whatever else lies beside them (a checkout's ``.env`` where metadata was found
+    in the working directory) stays closed to the child."""
+
+    path: list[str]
+    read: list[str]
+
+
+def installed_requirements(*packages: str) -> Installed:
+    """The distributions of import packages ``packages`` (``kernelopt_mcp`` is distribution
+    ``kernelopt``) and what they require (transitively, extras left out), as installed for this
+    interpreter. A ``pip install --target DIR`` put on PYTHONPATH is among them, which ``-I`` would
+    otherwise hide. Distributions not installed are left out (a package run from a checkout that
+    was never installed has none), and so are the entries of one without a file list."""
     seen: set[str] = set()
-    dirs: dict[str, None] = {}
-    todo = list(importlib.metadata.packages_distributions().get(package, []))
+    path: dict[str, None] = {}
+    read: dict[str, None] = {}
+    owners = importlib.metadata.packages_distributions()
+    todo = [dist for package in packages for dist in owners.get(package, [])]
     while todo:
         key = re.sub(r"[-_.]+", "-", todo.pop()).lower()
         if key in seen:
@@ -102,13 +114,18 @@ def distribution_dirs(package: str) -> list[str]:
             dist = importlib.metadata.distribution(key)
         except importlib.metadata.PackageNotFoundError:
             continue
-        dirs[str(Path(str(dist.locate_file(""))).resolve())] = None
+        home = Path(str(dist.locate_file(""))).resolve()
+        path[str(home)] = None
+        for file in dist.files or ():
+            top = file.parts[0] if file.parts else ""
+            if top and top not in ("..", "__pycache__"):
+                read[str(home / top)] = None
         for requirement in dist.requires or ():
             head, _, marker = requirement.partition(";")
             found = re.match(r"\s*([A-Za-z0-9][A-Za-z0-9._-]*)", head)
             if found and "extra" not in marker:
                 todo.append(found.group(1))
-    return list(dirs)
+    return Installed(list(path), list(read))
 
 
 def run_confined_python(

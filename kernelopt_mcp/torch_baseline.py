@@ -36,7 +36,7 @@ from typing import Any
 from pydantic import BaseModel, Field
 
 from .config import LAUNCH_DEFAULTS, Settings
-from .confined_python import ChildLimits, distribution_dirs, run_confined_python
+from .confined_python import ChildLimits, installed_requirements, run_confined_python
 from .evaluation.candidate import PRECISION_MIN_ITERATIONS, PRECISION_RSE, EvaluateOptions
 from .evaluation.device import DeviceInfo
 from .evaluation.outcomes import EvaluationResult
@@ -211,8 +211,7 @@ def measure_baselines(
         }
         (staging / "request.json").write_text(json.dumps(request))
         package = Path(__file__).resolve().parent
-        installed = [*distribution_dirs(package.name), *distribution_dirs("torch")]
-        installed = list(dict.fromkeys(installed))
+        installed = installed_requirements(package.name, "torch")
         include = sysconfig.get_paths().get("include")
         env = {
             # torch.compile writes its caches here, compiles in this process (no worker pool) and
@@ -222,9 +221,9 @@ def measure_baselines(
         }
         result = run_confined_python(
             CHILD_MODULE, [str(staging / "request.json")], staging=staging, python=python,
-            python_path=[str(package.parent), *installed, *python_path],
-            read=[str(package), *installed, *python_path, *COMPILER_READ, *([include] if include else [])],
-            execute=_execute_paths([*installed, *python_path]), requires=["torch"], limits=limits, env=env, gpu=True,
+            python_path=[str(package.parent), *installed.path, *python_path],
+            read=[str(package), *installed.read, *python_path, *COMPILER_READ, *([include] if include else [])],
+            execute=_execute_paths([*installed.path, *python_path]), requires=["torch"], limits=limits, env=env, gpu=True,
         )
         if result.refused is not None:
             if result.missing == "torch":

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from .compile_options import CompileLimits
-from .confined_python import ChildLimits, ChildResult, distribution_dirs, run_confined_python
+from .confined_python import ChildLimits, ChildResult, installed_requirements, run_confined_python
 from .results import CreatedWorkload
 from .torch_import import TOLERANCE_MODES
 from .workload import IDENTIFIER, load_workload
@@ -126,7 +126,7 @@ def _run_import(
     # directory is readable, the checkout around it only listed; its requirements where they are
     # installed (a --target directory on PYTHONPATH included, which the child's -I hides)
     package = Path(__file__).resolve().parent
-    installed = distribution_dirs(package.name)
+    installed = installed_requirements(package.name)
     args = ["import-torch", str(source), "-o", str(staging / "workload"), "--name", name, "--json", "--home", str(target),
             "--tolerance", tolerance]
     if initial_cu is not None:
@@ -134,8 +134,8 @@ def _run_import(
         (staging / "initial.launch.json").write_text(json.dumps(initial_launch))
         args += ["--initial", str(staging / "initial.cu")]
     result = run_confined_python(
-        "kernelopt_mcp", args, staging=staging, python=python, python_path=[str(package.parent), *installed, *python_path],
-        read=[str(package), *installed, *python_path], requires=["torch"], limits=limits,
+        "kernelopt_mcp", args, staging=staging, python=python, python_path=[str(package.parent), *installed.path, *python_path],
+        read=[str(package), *installed.read, *python_path], requires=["torch"], limits=limits,
     )
     if result.refused is not None:
         if result.missing == "torch":

@@ -13,6 +13,7 @@ from kernelopt_mcp.evaluation.outcomes import EvaluationResult, Status
 from kernelopt_mcp.server import build_parser as server_parser
 from kernelopt_mcp.server import config_from_args
 from kernelopt_mcp.service import KerneloptService
+from kernelopt_mcp.torch_baseline import CACHE_DIR
 from kernelopt_mcp.tune.cache import TuneCache
 
 REPO = Path(__file__).resolve().parents[1]
@@ -62,6 +63,8 @@ def test_cache_info_and_clear(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, c
     TuneCache(root / "tune").put("k", {}, {"BM": 1}, _result(1))
     (root / "docs").mkdir()
     (root / "docs" / "page-1.json").write_text("{}")
+    (root / CACHE_DIR).mkdir()
+    (root / CACHE_DIR / "0123.json").write_text("{}")
     (root / "unrelated.txt").write_text("not a cache")
     capsys.readouterr()
     assert main(["cache", "info", "--json"]) == 0
@@ -70,11 +73,12 @@ def test_cache_info_and_clear(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, c
     assert info["location"] == str(root)
     assert kinds["compile"]["entries"] == 1 and kinds["compile"]["bytes"] > 1000
     assert kinds["tune"]["entries"] == 1 and kinds["docs"]["entries"] == 1 and kinds["calibration"]["entries"] == 0
+    assert kinds[CACHE_DIR]["entries"] == 1  # the PyTorch baselines' cache is one of the kinds
     assert main(["cache", "clear", "tune"]) == 0
     assert "cleared tune: 1 entries" in capsys.readouterr().out
     assert not (root / "tune").exists() and (root / "compile").is_dir()
     assert main(["cache", "clear"]) == 0
-    assert not (root / "compile").exists() and not (root / "docs").exists()
+    assert not (root / "compile").exists() and not (root / "docs").exists() and not (root / CACHE_DIR).exists()
     assert (root / "unrelated.txt").is_file()  # only the caches' own folders go
     assert main(["cache", "info"]) == 0
     assert str(root) in " ".join(capsys.readouterr().out.split())

@@ -1,19 +1,45 @@
 """tests/conftest.py skips by the `gpu` / `ncu` markers, not by keywords: a parametrize id that
-happens to be "gpu" is a keyword too, and such a CPU test was silently skipped."""
+happens to be "gpu" is a keyword too, and such a CPU test was silently skipped (and made
+--run-gpu demand a device)."""
 
 from __future__ import annotations
 
+from typing import Any
+
+import conftest
 import pytest
 
 
-@pytest.mark.parametrize("where", ["gpu", "cpu"])
-def test_a_parameter_id_named_gpu_still_runs(where: str) -> None:
-    assert where in ("gpu", "cpu")
+class _Item:
+    """What the hook reads of a collected test: its keywords and markers."""
+
+    def __init__(self, keywords: set[str], markers: set[str]) -> None:
+        self.keywords = dict.fromkeys(keywords, 1)
+        self.markers = set(markers)
+
+    def get_closest_marker(self, name: str) -> Any:
+        return name if name in self.markers else None
+
+    def add_marker(self, marker: Any) -> None:
+        self.markers.add(marker.name)
 
 
-def test_the_gpu_id_above_was_not_skipped(request: pytest.FixtureRequest) -> None:
-    """Collected beside the test above: its "gpu" case is not marked skip."""
-    items = [i for i in request.session.items if i.name == "test_a_parameter_id_named_gpu_still_runs[gpu]"]
-    if not items:
-        pytest.skip("run alone (-k): the sibling was not collected")
-    assert not items[0].get_closest_marker("skip")
+class _Config:
+    def getoption(self, name: str) -> bool:
+        assert name == "--run-gpu"
+        return False
+
+
+def test_a_cpu_test_with_a_gpu_parameter_id_runs_and_a_marked_one_is_skipped() -> None:
+    cpu = _Item({"test_x[gpu]", "gpu", "test_conftest_markers.py"}, set())
+    gpu = _Item({"test_y", "gpu"}, {"gpu"})
+    ncu = _Item({"test_z"}, {"ncu"})
+    conftest.pytest_collection_modifyitems(_Config(), [cpu, gpu, ncu])  # type: ignore[arg-type]
+    assert "skip" not in cpu.markers
+    assert "skip" in gpu.markers and "skip" in ncu.markers
+
+
+@pytest.mark.parametrize("where", ["gpu"])
+def test_the_id_gpu_is_collected_and_run(where: str, request: pytest.FixtureRequest) -> None:
+    """The real thing: this test's id is "gpu" and it is not marked to skip."""
+    assert where == "gpu" and "gpu" in request.node.keywords and request.node.get_closest_marker("skip") is None

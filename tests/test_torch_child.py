@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 from test_torch_workspace import FakeWorkspace
 
-from kernelopt_mcp.confined_python import ChildLimits, distribution_dirs, run_confined_python
+from kernelopt_mcp.confined_python import ChildLimits, installed_requirements, run_confined_python
 from kernelopt_mcp.sandbox import landlock_abi
 from kernelopt_mcp.torch_workspace import create_torch_workload
 from kernelopt_mcp.workspace import RequestError
@@ -168,23 +168,33 @@ def test_requirements_installed_in_a_target_directory_reach_the_child(tmp_path: 
     """As on the GPU machine: the package and its requirements installed with ``pip install
     --target DIR`` and found through PYTHONPATH, which the child's ``python -I`` ignores. Its
     package directory alone leaves the child without its requirements (what failed there:
-    "No module named 'pydantic'"); :func:`distribution_dirs` names every directory, extras left out."""
-    top = fake_distribution(tmp_path / "site-a", "ko-probe-top", ["ko-probe-dep>=1", "ko-probe-extra; extra == 'more'"],
-                            main="import ko_probe_dep\nprint('imported', ko_probe_dep.__name__)\n")
+    "No module named 'pydantic'"); :func:`installed_requirements` names every directory, extras
+    left out, and opens only the distributions' own files in them: a secret planted beside a
+    package (metadata found in a checkout's working directory) stays closed."""
+    main = ("import ko_probe_dep, os\nprint('imported', ko_probe_dep.__name__)\n"
+            "try:\n    open(os.environ['KO_SECRET']).read()\n    print('secret read')\nexcept OSError as exc:\n"
+            "    print('secret closed', type(exc).__name__)\n")
+    top = fake_distribution(tmp_path / "site-a", "ko-probe-top", ["ko-probe-dep>=1", "ko-probe-extra; extra == 'more'"], main=main)
     dep = fake_distribution(tmp_path / "site-b", "ko-probe-dep", [])
     extra = fake_distribution(tmp_path / "site-c", "ko-probe-extra", [])
+    secret = top / ".env"
+    secret.write_text("OPENAI_API_KEY=sk-planted-beside")
     for site in (top, dep, extra):
         monkeypatch.syspath_prepend(str(site))
-    dirs = distribution_dirs("ko_probe_top")
-    assert dirs == [str(top.resolve()), str(dep.resolve())]
+    installed = installed_requirements("ko_probe_top")
+    assert installed.path == [str(top.resolve()), str(dep.resolve())]
+    assert str(top.resolve() / "ko_probe_top") in installed.read and str(dep.resolve() / "ko_probe_dep") in installed.read
+    assert not any(r.startswith(str(extra.resolve())) for r in installed.read) and str(secret.resolve()) not in installed.read
     # this package's own: the installed distribution's name is not the package's (kernelopt)
     pydantic_home = Path(str(importlib.metadata.distribution("pydantic").locate_file(""))).resolve()
-    assert str(pydantic_home) in distribution_dirs("kernelopt_mcp")
+    assert str(pydantic_home) in installed_requirements("kernelopt_mcp").path
+    assert str(pydantic_home / "pydantic") in installed_requirements("kernelopt_mcp").read
     staging = tmp_path / "staging"
     staging.mkdir()
-    result = run_confined_python("ko_probe_top", [], staging=staging, python_path=dirs, read=dirs,
-                                 limits=ChildLimits(timeout_s=60))
-    assert result.returncode == 0 and result.stdout.strip() == b"imported ko_probe_dep", result.stderr_tail
+    result = run_confined_python("ko_probe_top", [], staging=staging, python_path=installed.path, read=installed.read,
+                                 env={"KO_SECRET": str(secret)}, limits=ChildLimits(timeout_s=60))
+    assert result.returncode == 0, result.stderr_tail
+    assert result.stdout.split(b"\n")[:2] == [b"imported ko_probe_dep", b"secret closed PermissionError"], result.stdout
     alone = run_confined_python("ko_probe_top", [], staging=staging, python_path=[str(top)], read=[str(top / "ko_probe_top")],
                                 limits=ChildLimits(timeout_s=60))
     assert alone.returncode != 0 and "No module named 'ko_probe_dep'" in alone.stderr_tail
