@@ -4,10 +4,17 @@ happens to be "gpu" is a keyword too, and such a CPU test was silently skipped (
 
 from __future__ import annotations
 
+import importlib.util
+from pathlib import Path
 from typing import Any
 
-import conftest
 import pytest
+
+# tests/conftest.py by its path: under xdist `import conftest` may find another conftest module
+_SPEC = importlib.util.spec_from_file_location("ko_tests_conftest", Path(__file__).with_name("conftest.py"))
+assert _SPEC is not None and _SPEC.loader is not None
+conftest = importlib.util.module_from_spec(_SPEC)
+_SPEC.loader.exec_module(conftest)
 
 
 class _Item:
