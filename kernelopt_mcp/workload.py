@@ -273,6 +273,11 @@ class Reference(_Model):
         description="NumPy oracle: a file defining reference(**params) -> {output name: array}",
     )
     cuda: str | None = Field("reference.cu", description="CUDA reference kernel, same signature")
+    torch: str | None = Field(
+        None, description="a PyTorch problem file (KernelBench's Model / get_inputs / get_init_inputs): the module, "
+        "run by torch on the GPU in a confined process on the very inputs the harness drew, gives the expected "
+        "outputs; set by `kernelopt import-torch` with `imported` saying how buffers map to the module"
+    )
     launch: LaunchSpec | None = Field(None, description="launch configuration of the CUDA reference")
     compile_options: list[str] = Field(default_factory=list)
 
@@ -324,6 +329,20 @@ class Imported(_Model):
         default_factory=list, description="one line per finding: an input or parameter the output does not depend "
         "on, or an output that is constant: a kernel may skip that work and still pass"
     )
+    # how the PyTorch reference (reference.torch) runs the module on the harness's draws
+    forward: list[str] = Field(
+        default_factory=list, description="Model.forward's positional arguments, in order, each the name of the "
+        "input buffer or scalar that holds it"
+    )
+    state: dict[str, str] = Field(
+        default_factory=dict, description="input buffer -> the module's parameter or buffer (dotted name) it holds: "
+        "the drawn ones are copied in from the buffer's draw, the kept ones (masks) are the module's own values"
+    )
+    sizes: dict[str, dict[str, int]] = Field(
+        default_factory=dict, description="case -> the problem's size constants (module-level names) for that case"
+    )
+    seed: int = Field(0, description="torch.manual_seed before the module is built (its kept state comes from it)")
+    output: str | None = Field(None, description="the output buffer forward's result goes to")
 
 
 class WorkloadSpec(_Model):
@@ -450,6 +469,7 @@ class Workload:
     reference_cu: str | None = None
     initial_cu: str | None = None
     oracle_path: Path | None = None
+    torch_problem: Path | None = None  # reference.torch: the PyTorch problem file
     origin: str = ""
     notes: list[str] = field(default_factory=list)
 
@@ -510,14 +530,21 @@ def attach_sources(spec: WorkloadSpec, root: Path, origin: str) -> Workload:
         wl.oracle_path = root / spec.reference.python
         if not _is_file(wl.oracle_path):
             raise WorkloadError(f"{wl.oracle_path}: reference.python not found; add it or set it to null")
+    if spec.reference.torch:
+        wl.torch_problem = root / spec.reference.torch
+        if not _is_file(wl.torch_problem):
+            raise WorkloadError(f"{wl.torch_problem}: reference.torch not found; re-import the problem (kernelopt import-torch)")
+        _check_torch_mapping(spec, root / "workload.json")
     if spec.initial is not None:
         wl.initial_cu = read_text(root / spec.initial.source, "initial.source")
-    if not spec.reference.cuda and not spec.reference.python:
+    if not spec.reference.cuda and not spec.reference.python and not spec.reference.torch:
         raise WorkloadError(
             f"{root / 'workload.json'}: reference: give a NumPy oracle (python) and/or a CUDA "
-            "reference (cuda); without either there is nothing to check kernels against"
+            "reference (cuda), or a PyTorch problem (torch); without one there is nothing to check kernels against"
         )
-    if not spec.reference.python:
+    if spec.reference.torch:
+        pass  # PyTorch on the GPU is the reference: independent of any kernel
+    elif not spec.reference.python:
         wl.notes.append(
             "no NumPy oracle: expected outputs come from the CUDA reference, which is not "
             "independently checked"
@@ -527,6 +554,33 @@ def attach_sources(spec: WorkloadSpec, root: Path, origin: str) -> Workload:
         more = f" (and {len(found) - 1} more: workload.json's imported.degenerate)" if len(found) > 1 else ""
         wl.notes.append(f"degenerate problem: {found[0]}{more}")
     return wl
+
+
+def _check_torch_mapping(spec: WorkloadSpec, where: Path) -> None:
+    """reference.torch needs ``imported`` to say which buffer or scalar each forward argument and
+    each module tensor is, and the size constants of every case.
+
+    Raises:
+        WorkloadError: a name that is no input buffer or scalar, an output not in the signature, a
+            case without sizes.
+    """
+    imported = spec.imported
+    if imported is None or imported.output is None:
+        raise WorkloadError(f"{where}: reference.torch needs imported.forward, .state, .sizes and .output "
+                            "(written by kernelopt import-torch); re-import the problem")
+    inputs = {p.name for p in spec.signature.buffers if p.is_input}
+    scalars = {p.name for p in spec.signature.scalars}
+    for i, name in enumerate(imported.forward):
+        if name not in inputs | scalars:
+            raise WorkloadError(f"{where}: imported.forward[{i}]: {name!r} is no input buffer or scalar of the signature")
+    for name in imported.state:
+        if name not in inputs:
+            raise WorkloadError(f"{where}: imported.state: {name!r} is no input buffer of the signature")
+    if imported.output not in {p.name for p in spec.signature.outputs}:
+        raise WorkloadError(f"{where}: imported.output: {imported.output!r} is no output buffer of the signature")
+    missing = [c.name for c in spec.cases if c.name not in imported.sizes]
+    if missing:
+        raise WorkloadError(f"{where}: imported.sizes: no size constants for case(s) {', '.join(missing)}")
 
 
 def _is_file(path: Path) -> bool:

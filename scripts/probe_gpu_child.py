@@ -13,10 +13,22 @@ from kernelopt_mcp import sandbox, _confined_child as cc
 part = sys.argv[1]
 applied = []
 try:
-    if part in ("landlock", "all"):
-        done = sandbox.restrict(read=[*cc._installation(), *sandbox.mapped_library_dirs(), *cc.SYSTEM_READ, *cc.GPU_READ,
-                                      os.environ["KO_PKG_PARENT"]],
-                                write=["/dev/null", "/tmp", *sorted(glob.glob(cc.GPU_DEVICE_FILES))], execute=[], list_only=[])
+    if part.startswith("landlock") or part == "all":
+        # landlock_abi4: no ioctl-on-device right and no scoping handled; _rootread: every file readable;
+        # _shm: /dev/shm writable; _rootwrite: everything writable (only the scoping and TCP rules left)
+        if part == "landlock_abi4":
+            sandbox.landlock_abi = lambda: 4
+        if part == "landlock_abi5":
+            sandbox.landlock_abi = lambda: 5
+        read = [*cc._installation(), *sandbox.mapped_library_dirs(), *cc.SYSTEM_READ, *cc.GPU_READ, os.environ["KO_PKG_PARENT"]]
+        write = ["/dev/null", "/tmp", *sorted(glob.glob(cc.GPU_DEVICE_FILES))]
+        if part == "landlock_rootread":
+            read.append("/")
+        if part == "landlock_shm":
+            write.append("/dev/shm")
+        if part == "landlock_rootwrite":
+            write.append("/")
+        done = sandbox.restrict(read=read, write=write, execute=[], list_only=[])
         applied.append(done.describe())
     if part in ("seccomp", "all"):
         applied.append(sandbox.restrict_syscalls())
@@ -42,6 +54,12 @@ try:
         sandbox.set_rlimit(resource.RLIMIT_DATA, mem)
         applied.append(f"RLIMIT_DATA {mem >> 20} MiB")
     import torch
+    try:
+        import ctypes
+        cu = ctypes.CDLL("libcuda.so.1")
+        applied.append(f"cuInit={cu.cuInit(0)}")
+    except OSError as e:
+        applied.append(f"libcuda: {e}")
     n = torch.cuda.device_count()
     x = torch.ones(256, 256, device="cuda")
     ok = float((x @ x).sum().item())
@@ -55,6 +73,7 @@ from pathlib import Path
 import kernelopt_mcp
 
 env = {**os.environ, "KO_PKG_PARENT": str(Path(kernelopt_mcp.__file__).resolve().parents[1])}
-for part in ("none", "rlimits", "nonewprivs", "seccomp", "bpf_none", "bpf_socket", "bpf_socketpair", "bpf_tkill", "landlock", "all"):
+for part in ("none", "rlimits", "nonewprivs", "seccomp", "bpf_none", "bpf_socket", "bpf_socketpair", "bpf_tkill", "landlock", "landlock_abi4", "landlock_abi5", "landlock_rootread",
+             "landlock_shm", "landlock_rootwrite", "all"):
     r = subprocess.run([sys.executable, "-c", VARIANT, part], capture_output=True, text=True, timeout=120, env=env)
     print(r.stdout.strip() or json.dumps({"part": part, "rc": r.returncode, "stderr": r.stderr[-600:]}), flush=True)
