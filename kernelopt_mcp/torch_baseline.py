@@ -2,8 +2,7 @@
 
 An imported PyTorch problem (``kernelopt import-torch``) keeps its problem file as ``problem.py``
 in the workload. :func:`measure_baselines` runs that module on the GPU in a confined child
-(:mod:`._torch_baseline_child` under :func:`~.confined_python.run_confined_python` with
-``gpu=True``: never in this process) and times it for each performance case, eager and compiled,
+(:mod:`._torch_baseline_child` under :func:`~.confined_python.run_torch_child`: never in this process) and times it for each performance case, eager and compiled,
 by the rules the harness times a candidate by (``warmup`` then ``iterations`` calls, a CUDA event
 pair around each, L2 flushed between calls outside the timed window, the precision stop where
 asked); the times are summarized with the harness's statistics (:func:`.evaluation.stats.summarize`).
@@ -36,7 +35,7 @@ from typing import Any
 from pydantic import BaseModel, Field
 
 from .config import LAUNCH_DEFAULTS, Settings
-from .confined_python import ChildLimits, installed_requirements, run_confined_python
+from .confined_python import ChildLimits, installed_requirements, run_torch_child
 from .evaluation.candidate import PRECISION_MIN_ITERATIONS, PRECISION_RSE, EvaluateOptions
 from .evaluation.device import DeviceInfo
 from .evaluation.outcomes import EvaluationResult
@@ -210,20 +209,17 @@ def measure_baselines(
             "seed": seed, "cases": [{"name": n, "values": v} for n, v in cases], **options.timing(),
         }
         (staging / "request.json").write_text(json.dumps(request))
-        package = Path(__file__).resolve().parent
-        installed = installed_requirements(package.name, "torch")
         include = sysconfig.get_paths().get("include")
         env = {
             # torch.compile writes its caches here, compiles in this process (no worker pool) and
             # CUDA's JIT cache stays in the staging directory too
             "TORCHINDUCTOR_CACHE_DIR": str(staging / ".inductor"), "TRITON_CACHE_DIR": str(staging / ".triton"),
-            "TORCHINDUCTOR_COMPILE_THREADS": "1", "CUDA_CACHE_PATH": str(staging / ".nv"),
+            "TORCHINDUCTOR_COMPILE_THREADS": "1",
         }
-        result = run_confined_python(
-            CHILD_MODULE, [str(staging / "request.json")], staging=staging, python=python,
-            python_path=[str(package.parent), *installed.path, *python_path],
-            read=[str(package), *installed.read, *python_path, *COMPILER_READ, *([include] if include else [])],
-            execute=_execute_paths([*installed.path, *python_path]), requires=["torch"], limits=limits, env=env, gpu=True,
+        result = run_torch_child(
+            CHILD_MODULE, [str(staging / "request.json")], staging=staging, python=python, python_path=python_path,
+            read=[*COMPILER_READ, *([include] if include else [])],
+            execute=_execute_paths([*installed_requirements("torch").path, *python_path]), limits=limits, env=env,
         )
         if result.refused is not None:
             if result.missing == "torch":

@@ -32,6 +32,33 @@ try:
         applied.append(done.describe())
     if part in ("seccomp", "all"):
         applied.append(sandbox.restrict_syscalls())
+    if part.startswith("ll:"):  # ll:r=/,w=/dev/shm,x=/usr: the base read/write lists plus these
+        read = [*cc._installation(), *sandbox.mapped_library_dirs(), *cc.SYSTEM_READ, *cc.GPU_READ, os.environ["KO_PKG_PARENT"]]
+        write = ["/dev/null", "/tmp", *sorted(glob.glob(cc.GPU_DEVICE_FILES))]
+        execute = []
+        for token in part[3:].split(","):
+            if token:
+                kind, _, path = token.partition("=")
+                {"r": read, "w": write, "x": execute}[kind].append(path)
+        done = sandbox.restrict(read=read, write=write, execute=execute, list_only=[])
+        applied.append(done.describe() + " " + part)
+    if part.startswith("sock:"):  # sock:allow=1 (AF_UNIX allowed, others EPERM) or sock:errno=13 (every socket that errno)
+        import ctypes, errno as E
+        how, _, value = part[5:].partition("=")
+        err = int(value) if how == "errno" else E.EPERM
+        prog = [(0x20, 0, 0, 0), (0x15, 0, 3, 41)]  # nr == socket? else allow
+        if how == "allow":
+            prog += [(0x20, 0, 0, 16), (0x15, 1, 0, int(value))]  # args[0] == family: allow
+        else:
+            prog += [(0x05, 0, 0, 0), (0x05, 0, 0, 0)]  # two no-op jumps keep the offsets
+        prog += [(0x06, 0, 0, 0x00050000 | err), (0x06, 0, 0, 0x7FFF0000)]
+        prog[1] = (0x15, 0, len(prog) - 3, 41)
+        f = (sandbox._SockFilter * len(prog))(*(sandbox._SockFilter(*x) for x in prog))
+        fp = sandbox._SockFprog(len(prog), f)
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(38, 1, 0, 0, 0)
+        assert libc.prctl(22, 2, ctypes.byref(fp), 0, 0) == 0, ctypes.get_errno()
+        applied.append(part)
     if part.startswith("bpf_"):  # one rule at a time: which blocked syscall breaks cuInit?
         import ctypes, errno as E
         block = {"bpf_socket": [41], "bpf_socketpair": [53], "bpf_tkill": [200], "bpf_none": []}[part]
@@ -73,7 +100,8 @@ from pathlib import Path
 import kernelopt_mcp
 
 env = {**os.environ, "KO_PKG_PARENT": str(Path(kernelopt_mcp.__file__).resolve().parents[1])}
-for part in ("none", "rlimits", "nonewprivs", "seccomp", "bpf_none", "bpf_socket", "bpf_socketpair", "bpf_tkill", "landlock", "landlock_abi4", "landlock_abi5", "landlock_rootread",
-             "landlock_shm", "landlock_rootwrite", "all"):
+PARTS = sys.argv[1:] or ["none", "rlimits", "nonewprivs", "seccomp", "bpf_none", "bpf_socket", "bpf_socketpair", "bpf_tkill", "landlock",
+                        "landlock_abi4", "landlock_abi5", "landlock_rootread", "landlock_shm", "landlock_rootwrite", "all"]
+for part in PARTS:
     r = subprocess.run([sys.executable, "-c", VARIANT, part], capture_output=True, text=True, timeout=120, env=env)
     print(r.stdout.strip() or json.dumps({"part": part, "rc": r.returncode, "stderr": r.stderr[-600:]}), flush=True)

@@ -3,7 +3,7 @@ the statistics and records, the cache, the wiring into `kernelopt evaluate`'s re
 `kernelopt kernelbench` table, and the real confined child refusing where torch sees no GPU.
 
 The GPU is the one thing CI cannot reach: where a test needs the child's timings it replaces
-the confined child (``run_confined_python`` as torch_baseline calls it) with a stand-in that
+the confined child (``run_torch_child`` as torch_baseline calls it) with a stand-in that
 writes an answer of the child's shape (per case the per-call times in ms, the compile note) into
 the staging directory, and counts its calls. tests/gpu/test_torch_baseline_gpu.py runs the real
 child on the H200."""
@@ -93,7 +93,7 @@ class FakeChild:
 @pytest.fixture
 def child(monkeypatch: pytest.MonkeyPatch) -> FakeChild:
     fake = FakeChild()
-    monkeypatch.setattr(torch_baseline, "run_confined_python", fake)
+    monkeypatch.setattr(torch_baseline, "run_torch_child", fake)
     monkeypatch.setattr(torch_baseline, "torch_version", lambda python_path=(): "2.11.0+cu130")
     return fake
 
@@ -132,8 +132,8 @@ def test_the_childs_answer_becomes_case_records(tmp_path: Path, child: FakeChild
     assert request["device"] == 1 and (request["warmup"], request["iterations"], request["flush_l2"]) == (2, 7, True)
     assert request["cases"] == [{"name": "perf", "values": {"n": 4096}}, {"name": "big", "values": {"n": 8192}}]
     call = child.calls[0]
-    assert call["module"] == "kernelopt_mcp._torch_baseline_child" and call["gpu"] is True
-    assert call["env"]["TORCHINDUCTOR_COMPILE_THREADS"] == "1" and call["requires"] == ["torch"]
+    assert call["module"] == "kernelopt_mcp._torch_baseline_child"  # run_torch_child: GPU, torch required
+    assert call["env"]["TORCHINDUCTOR_COMPILE_THREADS"] == "1"
     assert all(call["env"][k].startswith(str(tmp_path)) for k in ("TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR"))
     assert list(tmp_path.iterdir()) == []  # the staging directory is removed
     assert [c.case for c in report.cases] == ["perf", "big"] and report.note is None
@@ -145,11 +145,11 @@ def test_the_childs_answer_becomes_case_records(tmp_path: Path, child: FakeChild
 
 
 def test_a_child_without_an_answer_is_a_note_never_an_exception(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(torch_baseline, "run_confined_python",
+    monkeypatch.setattr(torch_baseline, "run_torch_child",
                         lambda *a, **k: ChildResult(None, stderr_tail="Traceback\nMemoryError: x\n", timed_out=True))
     report = measure_baselines(PROBLEM, [("perf", {})], device=0, workdir=tmp_path)
     assert report.cases == [] and "gave no answer (timed out): MemoryError: x" in (report.note or "")
-    monkeypatch.setattr(torch_baseline, "run_confined_python",
+    monkeypatch.setattr(torch_baseline, "run_torch_child",
                         lambda *a, **k: ChildResult(125, refused="torch cannot be imported by python", missing="torch"))
     missing = measure_baselines(PROBLEM, [("perf", {})], device=0, workdir=tmp_path)
     assert missing.blocked and "torch is not installed" in (missing.note or "")
@@ -207,7 +207,7 @@ def test_a_bundled_workload_runs_nothing(tmp_path: Path, monkeypatch: pytest.Mon
     def never(*a: Any, **k: Any) -> ChildResult:
         raise AssertionError("no child for a workload that is not an imported problem")
 
-    monkeypatch.setattr(torch_baseline, "run_confined_python", never)
+    monkeypatch.setattr(torch_baseline, "run_torch_child", never)
     bundled = load_workload(write_tiny_workload(tmp_path / "b") / "tiny_add")
     assert imported_problem(bundled) is None
     report = workload_baselines(bundled, device=0, device_name="x")
@@ -255,7 +255,7 @@ def test_evaluate_says_in_one_line_why_there_is_no_baseline(tmp_path: Path, monk
                                                              capsys: pytest.CaptureFixture[str]) -> None:
     monkeypatch.setenv("KERNELOPT_CACHE", str(tmp_path / "cache"))
     fake = FakeChild(error="torch 2.11.0+cu130 sees no CUDA device (RuntimeError: Found no NVIDIA driver)", blocked=True)
-    monkeypatch.setattr(torch_baseline, "run_confined_python", fake)
+    monkeypatch.setattr(torch_baseline, "run_torch_child", fake)
     harness = write_harness(tmp_path, "fake")
     good = tmp_path / "good.cu"
     good.write_text(kernel("FAST"))
@@ -345,3 +345,22 @@ def test_a_machine_that_cannot_time_says_so_once_for_the_whole_suite(tmp_path: P
     records = run_suite(SuiteOptions(problems_dir=root, out_dir=out, levels=(1,)), None, None, baseline)
     assert asked == ["p1_Add"]  # not asked again for the second problem
     assert all(r.eager_ms is None and "sees no CUDA device" in (r.eager_note or "") for r in records)
+
+
+def test_a_torch_child_runs_confined_with_the_gpu_and_torch_required(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """run_torch_child (the baseline and reference children's launcher): the GPU's device files
+    open, torch required before the module runs, this package readable and first on the path."""
+    from kernelopt_mcp import confined_python
+
+    seen: dict[str, Any] = {}
+
+    def fake(module: str, args: Sequence[str], **kw: Any) -> ChildResult:
+        seen.update(kw, module=module)
+        return ChildResult(0)
+
+    monkeypatch.setattr(confined_python, "run_confined_python", fake)
+    confined_python.run_torch_child("m", [], staging=tmp_path, read=["/x"], env={"A": "1"})
+    package = Path(confined_python.__file__).resolve().parent
+    assert seen["gpu"] is True and seen["requires"] == ["torch"] and seen["module"] == "m"
+    assert seen["python_path"][0] == str(package.parent) and str(package) in seen["read"] and "/x" in seen["read"]
+    assert seen["env"]["A"] == "1" and seen["env"]["CUDA_CACHE_PATH"] == str(tmp_path / ".nv")

@@ -26,7 +26,8 @@ from ..errors import LaunchConfigError, WorkloadError
 from ..status import Status
 from ..workload import Case, Workload
 from .candidate import Candidate, EvaluateOptions
-from .dataset import DataSet
+from .compare import thresholds_from
+from .dataset import DataSet, ExpectedRef
 from .harness_case import CaseJob, build_request
 from .inputs import CaseInputs, materialize, new_input_seed
 from .oracle import OracleLimits, run_oracle
@@ -76,7 +77,8 @@ def prepare(session: Session, *, time_reference: bool = True, oracle_on_all_case
     # copy, and their expected values are stored as the reference wrote them (no float64 copy)
     reference_only = frozenset(c.name for c in perf) - {c.name for c in oracle_cases} if wl.reference_cu else frozenset()
     if s.uses("input_draw"):
-        s.device_cases = reference_only
+        # PyTorch as the reference draws every input again in its own process: all on the device
+        s.device_cases = frozenset(c.name for c in wl.spec.cases) if wl.torch_problem else reference_only
     s.native_expected = reference_only if s.uses("expected_dtype") else frozenset()
     s.progress("generating inputs", 0, 1)
     s.data = DataSet("validation", s.seed, materialize(wl, s.seed, s.workdir / "inputs", on_device=s.device_cases))
@@ -97,6 +99,12 @@ def prepare(session: Session, *, time_reference: bool = True, oracle_on_all_case
     if s.needs_support():
         s.support = support_module(s.arch, s.workdir / "support", limits=s.compile_limits, cache=s.compile_cache)
         step("support_module")
+    if wl.torch_problem is not None:
+        _torch_reference(s, perf)
+        step("torch_reference")
+        s.prepare_ms["total"] = (time.perf_counter() - start) * 1e3
+        s.prepared = True
+        return
 
     # While the oracle runs: the CUDA reference compiles (NVRTC, in a compile worker; its run
     # below finds the CUBIN in the compile cache), and the harness starts, creating its CUDA
@@ -199,6 +207,47 @@ def case_request(
 
 
 # --- preparation ----------------------------------------------------------------------------
+
+
+def _torch_reference(s: Session, perf: list[Case]) -> None:
+    """The expected outputs of a problem written in PyTorch (``reference.torch``): the module run by
+    torch on the inputs of every case and of the hidden timed set (:mod:`..torch_reference`), kept
+    as files in the output's dtype (float64 for a harness without ``expected_dtype``) and memory-mapped
+    for a host comparison."""
+    from ..confined_python import ChildLimits
+    from ..torch_reference import REFERENCE_TIMEOUT_S, compute_expected, jobs_for
+
+    wl = s.workload
+    imported = wl.spec.imported
+    assert imported is not None and imported.output is not None
+    directory = s.workdir / "expected"
+    sets = {s.data.name: s.data}
+    jobs = jobs_for(wl, s.data.name, list(wl.spec.cases), s.data.inputs, directory)
+    if s.timed is not None:
+        sets[s.timed.name] = s.timed
+        jobs += jobs_for(wl, s.timed.name, perf, s.timed.inputs, directory)
+    s.progress("expected outputs from PyTorch", 0, 1)
+    figures, s.expected_from = compute_expected(
+        wl, jobs, device=s.harness.device, support=s.support, workdir=s.workdir,
+        limits=ChildLimits.following(s.compile_limits, REFERENCE_TIMEOUT_S),
+    )
+    name = imported.output
+    dtype = wl.signature.param(name).dtype
+    tol = wl.spec.tolerance_for(name)
+    for j in jobs:
+        f = figures[(j.set_name, j.case.name)]
+        path, kind = j.path, dtype.value
+        if kind != "float64" and not s.uses("expected_dtype"):  # an older harness compares float64 values only
+            wide = np.fromfile(j.path, dtype=dtype.numpy.newbyteorder("<")).astype("<f8")
+            path, kind = j.path.with_suffix(".f64"), "float64"
+            wide.tofile(path)
+            j.path.unlink()
+        data = sets[j.set_name]
+        data.refs.setdefault(j.case.name, {})[name] = ExpectedRef(
+            path.resolve(), thresholds_from(float(f["sum_sq"]), int(f["finite"]), tol), kind,
+        )
+        on_disk = np.dtype(dtype.numpy if kind != "float64" else np.float64).newbyteorder("<")
+        data.expected.setdefault(j.case.name, {})[name] = np.memmap(path, dtype=on_disk, mode="r", shape=j.shape)
 
 
 def _warm_harness(s: Session, support: Path) -> None:

@@ -1,0 +1,219 @@
+"""Compute an imported PyTorch problem's expected outputs on the very inputs the harness drew.
+
+Run by :func:`kernelopt_mcp.torch_reference.compute_expected` as ``python -m
+kernelopt_mcp._torch_reference_child REQUEST.json`` in a confined child (confined_python.py,
+``run_torch_child``): never in the server's or the CLI's process, since the problem file is code.
+
+For every job (a case of a data set): the module is built at the case's size constants
+(``Model(*get_init_inputs())`` after ``torch.manual_seed(seed)``, on the GPU; one build per set of
+sizes), each input buffer is made on the device, drawn by the harness's own fill kernel under the
+harness's key (``kernelopt_mcp.torch_fill``: the same bytes, nothing copied between the processes)
+or read from its file (a deterministic input), the drawn parameters and buffers are copied into
+the module, forward runs under ``torch.no_grad()`` from the module's state snapshot (restored after:
+BatchNorm's running statistics), and the output, in its buffer's dtype, is written to the job's
+file with the figures the tolerances need (sum of squares and count of the finite values).
+
+The answer (one JSON file, rewritten after every job) lists each job's outcome; nothing goes to
+stdout, so the problem's own prints cannot corrupt it. A request whose inputs are all files (a
+harness without device draws) runs on the CPU where torch sees no GPU (the answer names no device).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+NOTE_CHARS = 400
+TORCH_DTYPES = ("float16", "bfloat16", "float32", "float64", "int8", "int16", "int32", "int64", "uint8", "uint16",
+                "uint32", "uint64")
+
+
+def _line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {text[0] if text else ''}"[:NOTE_CHARS]
+
+
+class _Answer:
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.data: dict[str, Any] = {"torch_version": None, "device_name": None, "error": None, "jobs": [], "finished": False}
+
+    def write(self) -> None:
+        tmp = self.path.with_name(self.path.name + ".tmp")
+        tmp.write_text(json.dumps(self.data))
+        os.replace(tmp, self.path)
+
+
+class _Fill:
+    """The harness's draws in torch: the support module's fill kernels, made on the first draw."""
+
+    def __init__(self, torch: Any, support: str | None) -> None:
+        self.torch, self.support, self.filler = torch, support, None
+
+    def __call__(self, tensor: Any, draw: dict[str, Any]) -> None:
+        from kernelopt_mcp.evaluation.protocol import FreshSpec
+        from kernelopt_mcp.torch_fill import TorchFiller, draw_key
+
+        if self.filler is None:
+            if not self.support:
+                raise ValueError("a device draw needs the harness's support module")
+            self.filler = TorchFiller(self.torch, Path(self.support).read_bytes())
+        seed, index, argument = int(draw["seed"]), int(draw["draw"]), int(draw["argument"])
+        self.filler.fill(tensor, draw_key(seed, index, argument), index, argument, FreshSpec.model_validate(draw["spec"]))
+
+
+def _dtype(torch: Any, name: str) -> Any:
+    if name not in TORCH_DTYPES:
+        raise ValueError(f"no torch dtype for {name}")
+    return getattr(torch, name)
+
+
+def _read_file(torch: Any, path: str, dtype: str, shape: list[int], device: Any) -> Any:
+    data = bytearray(Path(path).read_bytes())
+    flat = torch.frombuffer(data, dtype=_dtype(torch, dtype)) if data else torch.empty(0, dtype=_dtype(torch, dtype))
+    return flat.reshape(shape).to(device)
+
+
+def _write_output(torch: Any, out: Any, path: str) -> dict[str, Any]:
+    """The output's bytes to ``path`` (little-endian, C order) and its figures."""
+    flat = out.detach().contiguous().reshape(-1)
+    wide = flat.double() if flat.is_floating_point() else flat.to(torch.float64)
+    finite = torch.isfinite(wide)
+    kept = wide[finite]
+    figures = {"elements": int(flat.numel()), "finite": int(kept.numel()), "sum_sq": float((kept * kept).sum().item())}
+    host = flat.cpu()
+    if host.dtype == torch.bfloat16:
+        host = host.view(torch.int16)
+    if host.dtype == torch.bool:
+        host = host.to(torch.uint8)
+    host.numpy().tofile(path)
+    return figures
+
+
+class _Module:
+    """The problem's module built at one set of sizes, with its state snapshot."""
+
+    def __init__(self, torch: Any, source: Any, sizes: dict[str, int], seed: int, device: Any) -> None:
+        from kernelopt_mcp.torch_problem import load_module
+
+        module = load_module(source, sizes)
+        torch.manual_seed(seed)
+        init = list(module.get_init_inputs()) if source.has_init_inputs else []
+        with torch.device(device):
+            self.model = module.Model(*init)
+        self.model = self.model.to(device)
+        self.state = dict([*self.model.named_parameters(), *self.model.named_buffers()])
+        with torch.no_grad():
+            self.snapshot = {name: value.detach().clone() for name, value in self.state.items()}
+
+    def restore(self, torch: Any) -> None:
+        with torch.no_grad():
+            for name, value in self.state.items():
+                value.copy_(self.snapshot[name])
+
+
+def run_job(torch: Any, request: dict[str, Any], job: dict[str, Any], module: _Module, fill: _Fill, device: Any) -> dict[str, Any]:
+    """One job: inputs made, parameters copied in, forward run, the output written."""
+    tensors: dict[str, Any] = {}
+    for name, b in job["buffers"].items():
+        if "file" in b:
+            tensors[name] = _read_file(torch, b["file"], b["dtype"], b["shape"], device)
+            continue
+        t = torch.empty(b["shape"], dtype=_dtype(torch, b["dtype"]), device=device)
+        fill(t, b["draw"])
+        tensors[name] = t
+    with torch.no_grad():
+        for buffer, dotted in request["state"].items():
+            target = module.state[dotted]
+            target.copy_(tensors[buffer].reshape(target.shape).to(target.dtype))
+        args = []
+        for name in request["forward"]:
+            if name in tensors:
+                args.append(tensors[name])
+            else:
+                value = job["scalars"][name]
+                args.append(int(value) if isinstance(value, int) else float(value))
+        try:
+            out = module.model(*args)
+        finally:
+            module.restore(torch)
+    if not isinstance(out, torch.Tensor):
+        raise TypeError(f"forward returned a {type(out).__name__}, not a tensor")
+    want = job["output"]
+    if out.numel() != int(want["elements"]):
+        raise ValueError(f"forward returned {out.numel()} elements; the output buffer {want['name']!r} has {want['elements']}")
+    out = out.to(_dtype(torch, want["dtype"]))
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    return _write_output(torch, out, want["file"])
+
+
+def run(request: dict[str, Any], answer: _Answer) -> None:
+    try:
+        import torch
+    except ImportError as exc:
+        answer.data["error"] = f"torch cannot be imported ({_line(exc)}): install torch (pip install torch)"
+        return
+    answer.data["torch_version"] = torch.__version__
+    drawn = any("draw" in b for job in request["jobs"] for b in job["buffers"].values())
+    try:
+        count = torch.cuda.device_count() if request["device"] != "cpu" else 0
+        if count:
+            torch.cuda.init()
+    except Exception as exc:  # noqa: BLE001 - no driver, no device, a driver call refused
+        if drawn:
+            answer.data["error"] = f"torch {torch.__version__} could not start CUDA in the reference child ({_line(exc)})"
+            return
+        count = 0
+    if count == 0 and not drawn:  # every input is a file: the module runs where torch can (no GPU here)
+        device = torch.device("cpu")
+    else:
+        ordinal = int(request["device"])
+        if not 0 <= ordinal < count:
+            answer.data["error"] = f"torch {torch.__version__} sees {count} CUDA device(s); device {ordinal} is not one of them"
+            return
+        device = torch.device("cuda", ordinal)
+        torch.cuda.set_device(device)
+        answer.data["device_name"] = torch.cuda.get_device_properties(device).name
+    from kernelopt_mcp.torch_problem import parse_problem
+
+    path = Path(request["problem"])
+    source = parse_problem(path.read_text(encoding="utf-8"), request.get("label") or path.name)
+    fill = _Fill(torch, request.get("support"))
+    modules: dict[str, _Module] = {}
+    for job in request["jobs"]:
+        entry: dict[str, Any] = {"case": job["case"], "set": job["set"], "error": None}
+        answer.data["jobs"].append(entry)
+        try:
+            key = json.dumps(job["sizes"], sort_keys=True)
+            if key not in modules:
+                modules.clear()  # one module at a time: a large one's memory goes before the next is built
+                if device.type == "cuda":
+                    torch.cuda.empty_cache()
+                modules[key] = _Module(torch, source, {k: int(v) for k, v in job["sizes"].items()}, int(request["seed"]), device)
+            entry.update(run_job(torch, request, job, modules[key], fill, device))
+        except Exception as exc:  # noqa: BLE001 - the problem's own code may raise anything
+            entry["error"] = _line(exc)
+        answer.write()
+    answer.data["finished"] = True
+
+
+def main(argv: list[str]) -> int:
+    if len(argv) != 1:
+        print("usage: python -m kernelopt_mcp._torch_reference_child REQUEST.json", file=sys.stderr)
+        return 2
+    request = json.loads(Path(argv[0]).read_text(encoding="utf-8"))
+    answer = _Answer(Path(request["answer"]))
+    try:
+        run(request, answer)
+    except Exception as exc:  # noqa: BLE001 - recorded as the answer's error, the jobs done so far kept
+        answer.data["error"] = f"the reference child failed: {_line(exc)}"
+    answer.write()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

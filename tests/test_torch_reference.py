@@ -1,0 +1,114 @@
+"""PyTorch as the reference of an imported problem (``reference.torch``): the expected outputs are
+the module's own, computed by torch in a confined child on the inputs the harness saw.
+
+On the CPU the harness is the pretend GPU of tests/fakegpu.py (c = a + b, inputs read from files:
+it has no device draws), so the child reads the same files and runs the module on the CPU; the
+device draws (the harness's fill kernel in torch) run in tests/gpu/test_torch_reference_gpu.py.
+The problem computes ``a + self.b``: ``b`` is a parameter of the module, drawn per case like the
+import draws it, so the mapping of buffers to forward arguments and to module state is exercised.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from fakegpu import ADD_LAUNCH, TINY_SPEC, kernel, write_harness
+
+from kernelopt_mcp import Candidate, HarnessProcess, LaunchSpec, Session, Settings
+from kernelopt_mcp.config import find_workload
+from kernelopt_mcp.errors import WorkloadError
+from kernelopt_mcp.evaluation.device import device_info
+from kernelopt_mcp.evaluation.evaluate import evaluate
+from kernelopt_mcp.evaluation.outcomes import EvaluationResult, Status
+from kernelopt_mcp.workload import load_workload
+
+torch = pytest.importorskip("torch", reason="torch is not installed (pip install torch): PyTorch problems cannot be run")
+
+PROBLEM = """\
+import torch
+import torch.nn as nn
+
+n = 4096
+
+
+class Model(nn.Module):
+    def __init__(self, n):
+        super().__init__()
+        self.b = nn.Parameter(torch.ones(n))
+
+    def forward(self, a):
+        return a + self.b{twist}
+
+
+def get_inputs():
+    return [torch.rand(n)]
+
+
+def get_init_inputs():
+    return [n]
+"""
+
+
+def write_problem(parent: Path, *, twist: str = "", drop: str | None = None) -> Path:
+    """A workload in the format `kernelopt import-torch` writes for PROBLEM (``twist`` changes the
+    module's forward; ``drop`` removes a key of ``imported`` to break the mapping)."""
+    spec: dict[str, Any] = json.loads(json.dumps(TINY_SPEC))
+    spec["name"] = "torch_add"
+    spec["inputs"] = {"a": {"generator": "uniform"}, "b": {"generator": "uniform", "low": 0.5, "high": 1.5}}
+    spec["reference"] = {"python": None, "cuda": None, "torch": "problem.py"}
+    spec["deterministic"] = False
+    spec["imported"] = {
+        "forward": ["a"], "state": {"b": "b"}, "output": "c", "seed": 0,
+        "sizes": {c["name"]: {"n": c["scalars"]["n"]} for c in spec["cases"]},
+        "parameters": {"b": {"default": "constant 1", "drawn_from": {"generator": "uniform", "low": 0.5, "high": 1.5}}},
+    }
+    if drop:
+        del spec["imported"][drop]
+    wl = parent / spec["name"]
+    wl.mkdir(parents=True)
+    (wl / "workload.json").write_text(json.dumps(spec))
+    (wl / "problem.py").write_text(PROBLEM.format(twist=twist))
+    (wl / "initial.cu").write_text(kernel())
+    return wl
+
+
+def run(tmp_path: Path, wl: Path, *modes: str) -> tuple[list[EvaluationResult], Session]:
+    harness = write_harness(tmp_path, "fake")
+    workload = find_workload(wl, Settings())
+    launch = LaunchSpec.model_validate(ADD_LAUNCH)
+    with HarnessProcess(harness, 0) as proc, Session(workload, proc, device_info(harness, 0), workdir=tmp_path / "w") as ev:
+        return [evaluate(ev, Candidate(kernel(m), launch, [], m or "honest")) for m in modes], ev
+
+
+def test_the_module_is_the_reference_an_honest_kernel_passes_a_wrong_one_mismatches(tmp_path: Path) -> None:
+    (honest, wrong), session = run(tmp_path, write_problem(tmp_path / "wl"), "", "WRONG")
+    assert honest.status is Status.ok, honest.message
+    assert [c.status for c in honest.cases] == [Status.ok] * 3
+    assert wrong.status is Status.mismatch
+    assert session.expected_from.startswith(f"PyTorch {torch.__version__} on the CPU")
+    # one file of expected values per case (float64: this harness compares nothing else; the H200's
+    # harness takes the output's own dtype, tests/gpu/test_torch_reference_gpu.py)
+    files = sorted(p.name for p in (tmp_path / "w").rglob("c.*"))
+    assert files == ["c.f64"] * 3, files
+
+
+def test_a_module_that_computes_something_else_fails_the_honest_kernel(tmp_path: Path) -> None:
+    """The expected values really come from the module: change forward and c = a + b is wrong."""
+    (honest,), _ = run(tmp_path, write_problem(tmp_path / "wl", twist=" * 2"), "")
+    assert honest.status is Status.mismatch
+
+
+def test_a_module_that_fails_names_the_case_and_the_error(tmp_path: Path) -> None:
+    (wl := write_problem(tmp_path / "wl", twist=".reshape(2, -1)"))
+    with pytest.raises(WorkloadError, match=r"the module fails on case 'one'.*RuntimeError"):
+        run(tmp_path, wl, "")
+
+
+def test_reference_torch_without_the_mapping_is_refused_on_load(tmp_path: Path) -> None:
+    with pytest.raises(WorkloadError, match=r"reference.torch needs imported.forward"):
+        load_workload(write_problem(tmp_path / "wl", drop="output"))
+    with pytest.raises(WorkloadError, match=r"imported.sizes: no size constants for case\(s\) one, odd_1001, n_4096"):
+        load_workload(write_problem(tmp_path / "wl2", drop="sizes"))
