@@ -31,7 +31,7 @@ from .confined_python import ChildLimits, run_torch_child
 from .errors import WorkloadError
 from .workload import Case, Workload, case_shape
 
-__all__ = ["REFERENCE_TIMEOUT_S", "TorchJob", "compute_expected", "jobs_for"]
+__all__ = ["REFERENCE_TIMEOUT_S", "TorchCheckPlan", "TorchJob", "compute_expected", "jobs_for"]
 
 CHILD_MODULE = "kernelopt_mcp._torch_reference_child"
 REFERENCE_TIMEOUT_S = 900.0
@@ -146,3 +146,26 @@ def compute_expected(
         shutil.rmtree(staging, ignore_errors=True)
     where = answer.get("device_name") or "the CPU"
     return done, f"PyTorch {answer.get('torch_version')} on {where}, from the problem file"
+
+
+@dataclass
+class TorchCheckPlan:
+    """A performance case's timed launches checked against PyTorch (harness feature
+    ``checked_expected``): a hidden ``fresh_seed`` for the case's timing requests, the measured
+    ``samples`` whose outputs are checked and the expected outputs PyTorch computed for the draws
+    those launches get (PROTOCOL.md "Checked launches against expected values": events mode, every
+    timed launch drawn, sample s gets draw ``warmup + s``; the confirm launch the draw after the
+    last measured one), made once per session and reused by every candidate's timing. Valid for
+    timing requests of exactly ``warmup`` and ``iterations`` launches (:meth:`fits`)."""
+
+    fresh_seed: int
+    warmup: int
+    iterations: int
+    samples: list[int]
+    entries: list[Any]  # CheckedExpected of the samples
+    confirm: Any | None = None  # CheckedExpected of the confirm launch (None: a count the rule cannot tell)
+
+    def fits(self, warmup: int, iterations: int, mode: str | None, fresh_every_launch: bool) -> bool:
+        """Whether a timing request of these launches draws what the plan computed for (with an
+        adaptive count, the first ``iterations`` samples are the same; the confirm launch's is not)."""
+        return (warmup, iterations) == (self.warmup, self.iterations) and (mode or "events") == "events" and fresh_every_launch

@@ -330,3 +330,26 @@ def test_a_reference_whose_outputs_are_kept_asks_for_them_even_when_they_match(t
     assert c["write_output"] is True and c["expected"] == str(job.data.refs["odd_1001"]["c"].path)
     assert c.get("expected_dtype") == ("float32" if native else None)
     assert job.data.refs["odd_1001"]["c"].path.stat().st_size == 1001 * (4 if native else 8)
+
+
+def test_checked_expected_entries_go_with_the_compare_thresholds_and_the_outputs_dtype(tmp_path: Path) -> None:
+    """PyTorch as the reference: the checked launches carry their expected files (in the output's
+    dtype), and the output buffer the tolerances of the validation's expected values."""
+    from kernelopt_mcp.evaluation.protocol import CheckedExpected
+
+    wl = _workload(tmp_path)
+    entries = [CheckedExpected(sample=2, draw=3, buffer="c", expected="/x/s2.float32"),
+               CheckedExpected(launch="confirm", draw=5, buffer="c", expected="/x/confirm.float32")]
+    job = _job(tmp_path, wl, timing=TimingRequest(warmup=1, iterations=4), fresh={"a": FreshSpec(kind="uniform", low=0, high=1)},
+               fresh_seed=11, checked=[2], checked_expected=entries, confirm=True)
+    entry = _wire(job, wl, device=0, module=tmp_path / "k.cubin", guard_bytes=256, flush_l2=True, support=tmp_path / "s")["cases"][0]
+    assert entry["checked_launches"] == [2] and entry["fresh_seed"] == 11 and entry["confirm_launch"] is True
+    assert entry["checked_expected"] == [
+        {"sample": 2, "draw": 3, "buffer": "c", "expected": "/x/s2.float32"},
+        {"launch": "confirm", "draw": 5, "buffer": "c", "expected": "/x/confirm.float32"},
+    ]
+    assert "check_launch" not in entry  # nothing for the harness to run: the values are given
+    c = entry["args"][2]
+    ref = job.data.refs["odd_1001"]["c"]
+    assert c["compare"] == {"abs_tol": ref.thresholds.abs_tol, "rtol": 1e-5, "rel_floor": ref.thresholds.rel_floor}
+    assert c["expected_dtype"] == "float32" and c["dtype"] == "float32"

@@ -18,6 +18,7 @@ import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -28,11 +29,12 @@ from ..workload import Case, Workload
 from .candidate import Candidate, EvaluateOptions
 from .compare import thresholds_from
 from .dataset import DataSet, ExpectedRef
+from .fresh_inputs import case_fresh, pick_checked_launches, request_seed
 from .harness_case import CaseJob, build_request
 from .inputs import CaseInputs, materialize, new_input_seed
 from .oracle import OracleLimits, run_oracle
 from .outcomes import EvaluationResult
-from .protocol import CaseRequest, LaunchRequest, RunRequest, TimingRequest
+from .protocol import CaseRequest, CheckedExpected, LaunchRequest, RunRequest, TimingRequest
 from .runner import run_candidate
 from .session import Session
 from .support_module import support_module
@@ -226,6 +228,9 @@ def _torch_reference(s: Session, perf: list[Case]) -> None:
     if s.timed is not None:
         sets[s.timed.name] = s.timed
         jobs += jobs_for(wl, s.timed.name, perf, s.timed.inputs, directory)
+    plans = _torch_check_plans(s, perf, directory)
+    for jobs_of_plan in plans.values():
+        jobs += jobs_of_plan[1]
     s.progress("expected outputs from PyTorch", 0, 1)
     figures, s.expected_from = compute_expected(
         wl, jobs, device=s.harness.device, support=s.support, workdir=s.workdir,
@@ -235,6 +240,8 @@ def _torch_reference(s: Session, perf: list[Case]) -> None:
     dtype = wl.signature.param(name).dtype
     tol = wl.spec.tolerance_for(name)
     for j in jobs:
+        if j.set_name not in sets:  # a checked launch's: the harness reads the file, nothing more
+            continue
         f = figures[(j.set_name, j.case.name)]
         path, kind = j.path, dtype.value
         if kind != "float64" and not s.uses("expected_dtype"):  # an older harness compares float64 values only
@@ -248,6 +255,53 @@ def _torch_reference(s: Session, perf: list[Case]) -> None:
         )
         on_disk = np.dtype(dtype.numpy if kind != "float64" else np.float64).newbyteorder("<")
         data.expected.setdefault(j.case.name, {})[name] = np.memmap(path, dtype=on_disk, mode="r", shape=j.shape)
+    s.torch_checks = {case: plan for case, (plan, _) in plans.items()}
+
+
+def _torch_check_plans(s: Session, perf: list[Case], directory: Path) -> dict[str, tuple[Any, list[Any]]]:
+    """Per performance case, the plan of its timed launches checked against PyTorch and the child's
+    jobs for them (:class:`~..torch_reference.TorchCheckPlan`); none where the harness cannot take
+    expected values for checked launches, inputs are not redrawn before every timed launch, or the
+    timing is not in events mode. Stored in ``s.torch_checks`` once the child has run."""
+    from ..torch_reference import TorchCheckPlan, jobs_for
+
+    o = s.options
+    timing = o.timing_request(s.features)
+    if ("checked_expected" not in s.features or not s.uses("expected_dtype") or not s.uses("fresh_inputs") or not s.uses("timed_check")
+            or s.fresh_subset(o) is not None or (timing.mode or "events") != "events"):
+        return {}
+    wl = s.workload
+    imported = wl.spec.imported
+    assert imported is not None and imported.output is not None
+    out = wl.signature.param(imported.output)
+    position = {p.name: i for i, p in enumerate(wl.signature.params)}
+    plans: dict[str, tuple[Any, list[Any]]] = {}
+    for case in perf:
+        specs = case_fresh(wl, case).specs
+        if not specs:
+            continue
+        seed = request_seed()
+        samples = pick_checked_launches(timing.iterations, o.checked_launches)
+        draws: list[tuple[int | None, int]] = [(sample, o.warmup + sample) for sample in samples]
+        if timing.adaptive is None:
+            draws.append((None, o.warmup + timing.iterations))  # the confirm launch: the draw after the last
+        jobs, entries, confirm = [], [], None
+        for sample, draw in draws:
+            (job,) = jobs_for(wl, f"checked-{draw}", [case], s.data.inputs, directory)
+            for name, spec in specs.items():
+                job.request["buffers"][name]["draw"] = {
+                    "seed": seed, "draw": draw, "argument": position[name], "spec": spec.model_dump(exclude_none=True),
+                }
+                job.request["buffers"][name].pop("file", None)
+            jobs.append(job)
+            entry = CheckedExpected(sample=sample, launch="confirm" if sample is None else None, draw=draw, buffer=out.name,
+                                    expected=str(job.path.resolve()))
+            if sample is None:
+                confirm = entry
+            else:
+                entries.append(entry)
+        plans[case.name] = (TorchCheckPlan(seed, o.warmup, timing.iterations, samples, entries, confirm), jobs)
+    return plans
 
 
 def _warm_harness(s: Session, support: Path) -> None:

@@ -196,7 +196,8 @@ def consistency_problem(timing: TimingStats, check_ms: float | None, confirm_ms:
 
 def fresh_checks(workload: Workload, cases: list[Case], *, redraw: bool, reference: bool, checked: int,
                  consistency: bool, oracle_checked: int = 0, graph: bool = False,
-                 subset: tuple[int, int] | None = None, later_rounds: bool = False) -> list[str]:
+                 subset: tuple[int, int] | None = None, later_rounds: bool = False,
+                 reference_name: str = "the CUDA reference") -> list[str]:
     """The lines of a result's ``checks`` list for fresh inputs, checked launches and timing
     consistency over the performance ``cases``: only what really runs, and what cannot.
     ``later_rounds``: the precision rule may measure more rounds after the first (each gets
@@ -236,7 +237,7 @@ def fresh_checks(workload: Workload, cases: list[Case], *, redraw: bool, referen
             f"outputs of {checked} hidden timed launches per case"
             + (f" in the first round, and {later_round_checks(checked)} in each later round the precision rule asks for,"
                if later_rounds else "")
-            + " checked against the CUDA reference on their inputs"
+            + f" checked against {reference_name} on their inputs"
         )
     elif cases and oracle_checked > 0:
         lines.append(

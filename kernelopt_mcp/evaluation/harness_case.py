@@ -33,6 +33,7 @@ from .protocol import (
     AnswerEnvelope,
     BufferArg,
     CaseRequest,
+    CheckedExpected,
     CompareEntry,
     CompareThresholds,
     DeterminismEntry,
@@ -76,6 +77,9 @@ class CaseJob:
     check_launch: LaunchRequest | None = None  # the reference's launch for this case
     confirm: bool = False  # one more fresh launch after timing (timing consistency)
     dump_dir: Path | None = None  # no CUDA reference: the checked launches' files, checked with the oracle
+    # PyTorch as the reference (feature checked_expected): the checked launches' expected outputs, computed
+    # before the request on the draws those launches get (TorchChecks in evaluate.py)
+    checked_expected: list[CheckedExpected] = field(default_factory=list)
     oracle_limits: OracleLimits | None = None  # how that oracle runs (the session's confinement setting)
     consistency: bool = False  # judge check_launch_ms / confirm_launch_ms against the median
     # the CUDA reference defining expected values: output -> the key the harness keeps them under
@@ -123,6 +127,8 @@ def build_request(
             entry.check_launch = job.check_launch
         if job.confirm:
             entry.confirm_launch = True
+        if job.checked_expected:
+            entry.checked_expected = job.checked_expected
         if job.checked and job.dump_dir is not None:
             job.dump_dir.mkdir(parents=True, exist_ok=True)
             entry.checked_dump = _abs(job.dump_dir)
@@ -177,7 +183,7 @@ def _buffer_arg(
         if p.name in job.keep_on_device and ref is None:
             arg.dtype = p.dtype.value
             arg.keep_expected = job.keep_on_device[p.name]
-        if job.checked and job.check_launch and arg.compare is None:
+        if job.checked and (job.check_launch or job.checked_expected) and arg.compare is None:
             # the checked launches compare with the reference's outputs on the tolerances
             # of the validation's expected values (the same distribution of inputs)
             tolerances = job.data.refs.get(job.case.name, {}).get(p.name)
@@ -185,6 +191,8 @@ def _buffer_arg(
                 raise HarnessError(f"case {job.case.name!r}: no expected values of {p.name!r} to take tolerances from")
             arg.dtype = p.dtype.value
             arg.compare = _thresholds(tolerances, workload.spec.tolerance_for(p.name).rtol)
+        if job.checked_expected and p.dtype.value != "float64" and any(e.buffer == p.name for e in job.checked_expected):
+            arg.expected_dtype = p.dtype.value  # PyTorch wrote them in the output's own dtype
     if p.role == "out":
         arg.init = p.init
         arg.poison_byte = 0xFF if p.dtype.is_float else 0xA5
@@ -266,7 +274,7 @@ def interpret(
         cr.timing = from_answer(t)
         cr.fresh_inputs = list(t.fresh_buffers)
         cr.confirm_launch_ms = t.confirm_launch_ms
-        _check_reference(cr, ca.timed_checks, len(t.times_ms))
+        _check_reference(cr, ca.timed_checks, len(t.times_ms), "PyTorch" if job.checked_expected else "the CUDA reference")
         if cr.status is Status.ok and ca.timed_dumps:
             _check_dumps(cr, job, workload, ca.timed_dumps, len(t.times_ms))
         if cr.status is Status.ok and job.timed is not None:
@@ -426,9 +434,9 @@ def _check_timed(
         )
 
 
-def _check_reference(cr: CaseResult, checks: list[TimedCheck], samples: int) -> None:
-    """The checked launches: each measured launch's outputs against the CUDA reference run on the
-    same (freshly drawn) inputs, and the confirm launch after timing."""
+def _check_reference(cr: CaseResult, checks: list[TimedCheck], samples: int, reference: str) -> None:
+    """The checked launches: each measured launch's outputs against ``reference`` (the CUDA reference
+    run on the same freshly drawn inputs, or PyTorch's outputs for them), and the confirm launch."""
     cr.reference_checks = [_raw(c) for c in checks]
     cr.checked_launches = len({(c.launch, c.sample) for c in checks})
     bad = [c for c in checks if c.mismatches > 0]
@@ -443,7 +451,7 @@ def _check_reference(cr: CaseResult, checks: list[TimedCheck], samples: int) -> 
     cr.status = Status.timed_mismatch
     cr.message = (
         f"the outputs of {where}, on {inputs}, were wrong: {c.buffer}: {c.mismatches} of "
-        f"{c.elements} elements differ from the CUDA reference run on the same inputs (first at flat index "
+        f"{c.elements} elements differ from {reference} run on the same inputs (first at flat index "
         f"{c.first_mismatch}, max abs error {c.max_abs_error}, {c.nonfinite} non-finite): results "
         "were cached or work was skipped while timed; they must be computed from the inputs on every launch"
     )

@@ -259,10 +259,14 @@ def _timing_job(
     if not candidate:
         return job
     job.split = job.fresh_launches is not None
+    plan = None
     if s.check_module is not None and case.name in s.check_launches:
         job.checked = _in_rounds(options.rounds(s.features), pick_checked_launches, options.checked_launches,
                                  later_round_checks(options.checked_launches))
         job.check_launch = s.check_launches[case.name]
+    elif (plan := s.torch_checks.get(case.name)) is not None and s.uses("timed_check", options) and plan.fits(
+            timing.warmup, timing.iterations, timing.mode, job.fresh_timed and job.fresh_launches is None):
+        job.fresh_seed, job.checked, job.checked_expected = plan.fresh_seed, list(plan.samples), list(plan.entries)
     elif s.oracle_checks_timed_launches(options):
         job.checked = _in_rounds(options.rounds(s.features), pick_checked_launches, options.oracle_checked_launches,
                                  later_round_checks(options.oracle_checked_launches))
@@ -270,6 +274,8 @@ def _timing_job(
     if specs and s.uses("confirm_launch", options):
         job.confirm = True
         job.consistency = job.timed is not None and (timing.mode or "events") == "events"
+        if job.checked_expected and plan is not None and plan.confirm is not None and timing.adaptive is None:
+            job.checked_expected.append(plan.confirm)  # PyTorch's outputs for the confirm launch's draw
     return job
 
 
@@ -441,6 +447,7 @@ def _checks_that_ran(s: Session, result: EvaluationResult, options: EvaluateOpti
         checks += fresh_checks(
             s.workload, perf, redraw=s.uses("fresh_inputs", options),
             reference=checked, checked=options.checked_launches if checked else 0, consistency=consistency,
+            reference_name="PyTorch" if s.torch_checks else "the CUDA reference",
             oracle_checked=options.oracle_checked_launches if by_oracle else 0,
             graph=any(t.mode == "graph" for _, t in timed),
             subset=s.fresh_subset(options) if all(t.mode == "events" for _, t in timed) else None,

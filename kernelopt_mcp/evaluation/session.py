@@ -15,6 +15,7 @@ import json
 import logging
 import tempfile
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -133,6 +134,9 @@ class Session:
         self.support: Path | None = None
         # the validated CUDA reference that checks candidates' timed launches, and its launches
         self.check_module: Path | None = None
+        # PyTorch as the reference: per performance case, its timed launches checked against PyTorch
+        # (torch_reference.TorchCheckPlan, made by evaluate.prepare)
+        self.torch_checks: dict[str, Any] = {}
         self.check_launches: dict[str, LaunchRequest] = {}
         self.counter = 0
         self.prepared = False
@@ -182,8 +186,8 @@ class Session:
         )
 
     def checks_timed_launches(self, options: EvaluateOptions | None = None) -> bool:
-        """Whether candidates' timed launches are checked against the CUDA reference."""
-        return self.uses("timed_check", options) and self.workload.reference_cu is not None
+        """Whether candidates' timed launches are checked against the CUDA reference (or PyTorch)."""
+        return self.uses("timed_check", options) and (self.workload.reference_cu is not None or bool(self.torch_checks))
 
     def oracle_checks_timed_launches(self, options: EvaluateOptions | None = None) -> bool:
         """Without a CUDA reference: whether checked launches' files go through the NumPy oracle."""
@@ -211,7 +215,7 @@ class Session:
         if any(self.uses(f, o) for f in ("fresh_inputs", "timed_check", "confirm_launch")):
             checks += fresh_checks(
                 self.workload, list(self.workload.spec.performance_cases), redraw=self.uses("fresh_inputs", o),
-                reference=self.checks_timed_launches(o),
+                reference=self.checks_timed_launches(o), reference_name="PyTorch" if self.torch_checks else "the CUDA reference",
                 checked=o.checked_launches if self.uses("timed_check", o) else 0,
                 consistency=self.uses("confirm_launch", o) and self.uses("timed_inputs", o) and o.timing_mode == "events",
                 oracle_checked=o.oracle_checked_launches if self.oracle_checks_timed_launches(o) else 0,
