@@ -59,6 +59,19 @@ try:
         libc.prctl(38, 1, 0, 0, 0)
         assert libc.prctl(22, 2, ctypes.byref(fp), 0, 0) == 0, ctypes.get_errno()
         applied.append(part)
+    if part.startswith("unix:"):  # unix:42=2,44=1: socket() for AF_UNIX only; each NR=ERRNO denied with that errno
+        import ctypes
+        denies = [tuple(int(x) for x in t.split("=")) for t in part[5:].split(",") if t]
+        prog = [(0x20, 0, 0, 0)]  # ld nr
+        for nr, err in denies:
+            prog += [(0x15, 0, 1, nr), (0x06, 0, 0, 0x00050000 | err)]
+        prog += [(0x15, 0, 3, 41), (0x20, 0, 0, 16), (0x15, 1, 0, 1), (0x06, 0, 0, 0x00050000 | 1), (0x06, 0, 0, 0x7FFF0000)]
+        f = (sandbox._SockFilter * len(prog))(*(sandbox._SockFilter(*x) for x in prog))
+        fp = sandbox._SockFprog(len(prog), f)
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(38, 1, 0, 0, 0)
+        assert libc.prctl(22, 2, ctypes.byref(fp), 0, 0) == 0, ctypes.get_errno()
+        applied.append(part)
     if part.startswith("bpf_"):  # one rule at a time: which blocked syscall breaks cuInit?
         import ctypes, errno as E
         block = {"bpf_socket": [41], "bpf_socketpair": [53], "bpf_tkill": [200], "bpf_none": []}[part]
