@@ -86,7 +86,13 @@ def create_workload(
             "reference_cu: outputs are then checked against the CUDA reference, which is "
             "marked as not independently checked"
         )
-    ref["python"] = None
+    if ref.get("torch"):
+        raise RequestError(
+            "spec.reference.torch: a PyTorch reference is made from a problem's source (create_workload's "
+            "torch_problem, where the server's operator allowed it), never named in a spec; remove it"
+        )
+    # by construction: the sources this call writes are the only ones a created workload names
+    ref["python"], ref["torch"] = None, None
     ref["cuda"] = "reference.cu"
     if isinstance(data.get("initial"), dict):
         data["initial"]["source"] = "initial.cu"

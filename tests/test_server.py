@@ -439,6 +439,8 @@ def _spec(**changes: Any) -> dict[str, Any]:
     ("spec", "sources", "expect"),
     [
         (_spec(reference={"python": "reference.py", "launch": {"grid": [1], "block": [1]}}), {}, "NumPy oracle cannot be created"),
+        # a client's reference.cu named as a PyTorch problem would be run as Python in the reference child
+        (_spec(reference={"torch": "reference.cu", "launch": {"grid": [1], "block": [1]}}), {}, "spec.reference.torch: a PyTorch reference"),
         (_spec(inputs={"a": {"generator": "file", "path": "/etc/passwd"}, "b": {"generator": "normal"}}), {}, "data files"),
         (_spec(name="vector_add"), {}, "bundled workload"),
         (_spec(cases=[{"name": "huge", "kind": "performance", "scalars": {"n": 2**30}}]), {}, "GiB"),
