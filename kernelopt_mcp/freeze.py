@@ -206,6 +206,7 @@ def freeze_workload(
         raise FreezeError('spec.reference must be an object with the reference\'s "launch"')
     ref["cuda"] = "reference.cu"
     ref["python"] = str(oracle) if oracle is not None else None
+    ref["torch"] = None  # by construction: never a file of the request's run as a PyTorch problem
     if isinstance(data.get("initial"), dict):
         if initial_cu is None:
             raise FreezeError("spec.initial is set but initial_cu is missing; pass the starting kernel")
