@@ -181,7 +181,8 @@ def confine(config: dict[str, Any]) -> str:
         )
         applied = done.describe()
     try:
-        applied += ", " + sandbox.restrict_syscalls()
+        # the CUDA driver makes a UNIX socket as it starts (cuInit fails with error 304 without one)
+        applied += ", " + sandbox.restrict_syscalls(unix_sockets=gpu)
     except OSError as exc:
         applied += f", sockets and signals not restricted ({exc})"
     if config["memory_mb"] > 0:

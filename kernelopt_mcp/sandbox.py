@@ -201,6 +201,9 @@ _SYSCALLS = {
     "x86_64": (0xC000003E, 41, 53, 62, 200, 234),
     "aarch64": (0xC00000B7, 198, 199, 129, 130, 131),
 }
+# what a UNIX socket could reach anything with: connect, sendto, sendmsg, sendmmsg
+_REACH = {"x86_64": (42, 44, 46, 307), "aarch64": (203, 206, 211, 269)}
+_AF_UNIX = 1
 
 
 class _SockFilter(ctypes.Structure):
@@ -211,34 +214,62 @@ class _SockFprog(ctypes.Structure):
     _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.POINTER(_SockFilter))]
 
 
-def _filter_program(arch: str, pid: int) -> list[tuple[int, int, int, int]]:
+Insn = tuple[int, int, int, int]
+
+
+def _assemble(lines: list[tuple[str | None, int, str | int, str | int, int]]) -> list[Insn]:
+    """Classic BPF from ``(label, code, jt, jf, k)`` lines whose jump targets are labels (or 0: the
+    next instruction): the offsets are counted here, not by hand."""
+    at = {label: i for i, (label, *_rest) in enumerate(lines) if label}
+    def offset(i: int, target: str | int) -> int:
+        return target if isinstance(target, int) else at[target] - i - 1
+
+    return [(code, offset(i, jt), offset(i, jf), k) for i, (_label, code, jt, jf, k) in enumerate(lines)]
+
+
+def _filter_program(arch: str, pid: int, *, unix_sockets: bool = False) -> list[Insn]:
     """A classic-BPF seccomp program: EPERM for socket/socketpair, tkill, and kill/tgkill of any
-    process but ``pid``; EPERM for every syscall of a foreign ABI (i386 via int 0x80, x32)."""
+    process but ``pid``; EPERM for every syscall of a foreign ABI (i386 via int 0x80, x32).
+
+    ``unix_sockets`` (a child that runs CUDA: the driver makes a UNIX socket as it starts and gives
+    up with CUDA error 304 when it cannot): socket() is allowed for AF_UNIX, and what such a socket
+    could reach anything with (connect, sendto, sendmsg, sendmmsg) fails with ENOENT, as where no
+    daemon listens; socketpair stays refused, so the socket reaches nothing."""
     audit, socket_nr, socketpair_nr, kill_nr, tkill_nr, tgkill_nr = _SYSCALLS[arch]
-    ld_abs, jeq, jge, ret = 0x20, 0x15, 0x35, 0x06  # BPF_LD|BPF_W|BPF_ABS, BPF_JMP|BPF_JEQ|BPF_K, ...|BPF_JGE, BPF_RET|BPF_K
-    allow, deny, check_pid = 11, 12, 9
-    prog = [
-        (ld_abs, 0, 0, 4),  # 0: arch
-        (jeq, 0, deny - 2, audit),  # 1
-        (ld_abs, 0, 0, 0),  # 2: syscall number
-        (jge, deny - 4, 0, 0x40000000),  # 3: x32
-        (jeq, deny - 5, 0, socket_nr),  # 4
-        (jeq, deny - 6, 0, socketpair_nr),  # 5
-        (jeq, deny - 7, 0, tkill_nr),  # 6
-        (jeq, check_pid - 8, 0, kill_nr),  # 7
-        (jeq, check_pid - 9, allow - 9, tgkill_nr),  # 8
-        (ld_abs, 0, 0, 16),  # 9: args[0], low word (little-endian)
-        (jeq, allow - 11, deny - 11, pid & 0xFFFFFFFF),  # 10
-        (ret, 0, 0, _RET_ALLOW),  # 11
-        (ret, 0, 0, _RET_ERRNO | errno.EPERM),  # 12
+    ld, jeq, jge, ret = 0x20, 0x15, 0x35, 0x06  # BPF_LD|BPF_W|BPF_ABS, BPF_JMP|BPF_JEQ|BPF_K, ...|BPF_JGE, BPF_RET|BPF_K
+    lines: list[tuple[str | None, int, str | int, str | int, int]] = [
+        (None, ld, 0, 0, 4),  # arch
+        (None, jeq, 0, "deny", audit),
+        (None, ld, 0, 0, 0),  # syscall number
+        (None, jge, "deny", 0, 0x40000000),  # x32
+        (None, jeq, "socket" if unix_sockets else "deny", 0, socket_nr),
+        (None, jeq, "deny", 0, socketpair_nr),
+        (None, jeq, "deny", 0, tkill_nr),
+        (None, jeq, "check_pid", 0, kill_nr),
+        (None, jeq, "check_pid", 0, tgkill_nr),
     ]
-    return prog
+    if unix_sockets:
+        lines += [(None, jeq, "absent", 0, nr) for nr in _REACH[arch]]
+    lines += [
+        (None, ret, 0, 0, _RET_ALLOW),
+        ("check_pid", ld, 0, 0, 16),  # args[0], low word (little-endian)
+        (None, jeq, "allow", "deny", pid & 0xFFFFFFFF),
+    ]
+    if unix_sockets:
+        lines += [
+            ("socket", ld, 0, 0, 16),  # the family
+            (None, jeq, "allow", "deny", _AF_UNIX),
+            ("absent", ret, 0, 0, _RET_ERRNO | errno.ENOENT),
+        ]
+    lines += [("allow", ret, 0, 0, _RET_ALLOW), ("deny", ret, 0, 0, _RET_ERRNO | errno.EPERM)]
+    return _assemble(lines)
 
 
-def restrict_syscalls() -> str:
+def restrict_syscalls(*, unix_sockets: bool = False) -> str:
     """Refuse (EPERM) every new socket (UDP, UNIX sockets by path: what Landlock does not cover)
     and signals to any other process, with a seccomp filter; binds this process and its children.
-    Sets ``PR_SET_NO_NEW_PRIVS``. Returns a description of what was applied.
+    Sets ``PR_SET_NO_NEW_PRIVS``. Returns a description of what was applied. ``unix_sockets``: see
+    :func:`_filter_program` (a UNIX socket may be made, and can reach nothing).
 
     Raises:
         LandlockError: seccomp is not available here (another architecture, or the call failed).
@@ -246,7 +277,7 @@ def restrict_syscalls() -> str:
     arch = os.uname().machine
     if arch not in _SYSCALLS:
         raise LandlockError(errno.EOPNOTSUPP, f"no seccomp filter for the {arch} architecture")
-    program = _filter_program(arch, os.getpid())
+    program = _filter_program(arch, os.getpid(), unix_sockets=unix_sockets)
     filters = (_SockFilter * len(program))(*(_SockFilter(*insn) for insn in program))
     fprog = _SockFprog(len(program), filters)
     libc = _libc()
@@ -257,7 +288,7 @@ def restrict_syscalls() -> str:
     if libc.prctl(ctypes.c_int(_PR_SET_SECCOMP), ctypes.c_ulong(_SECCOMP_MODE_FILTER), ctypes.byref(fprog), zero, zero) != 0:
         err = ctypes.get_errno()
         raise LandlockError(err, f"prctl(PR_SET_SECCOMP) failed: {os.strerror(err)}")
-    return "seccomp: no sockets, no signals out"
+    return "seccomp: no sockets" + (" but unconnected UNIX ones" if unix_sockets else "") + ", no signals out"
 
 
 def mapped_library_dirs() -> list[str]:

@@ -9,8 +9,10 @@ refused unless the user accepted an unconfined compiler.
 
 from __future__ import annotations
 
+import errno
 import logging
 import secrets
+import socket
 import subprocess
 import sys
 import textwrap
@@ -202,3 +204,48 @@ def test_restrict_confines_files_network_and_children(tmp_path: Path) -> None:
         assert "connect denied" in lines
     # nothing outside the rules can be executed, and what could be would inherit the rules
     assert "child denied" in lines, lines
+
+
+@pytest.mark.parametrize("unix_sockets", [False, True])
+def test_the_seccomp_filter_lets_a_cuda_child_make_a_unix_socket_that_reaches_nothing(tmp_path: Path, unix_sockets: bool) -> None:
+    """restrict_syscalls: no socket at all by default; for a child that runs CUDA (the driver makes
+    a UNIX socket as it starts, and fails with error 304 without one) a UNIX socket may be made,
+    but it cannot connect to a listener by path (an ssh agent's, docker's) nor send to one, and
+    TCP, UDP and socketpair stay refused."""
+    path = tmp_path / "agent.sock"
+    listener = socket.socket(socket.AF_UNIX)
+    listener.bind(str(path))
+    listener.listen()
+    code = textwrap.dedent(f"""
+        import importlib.util, socket, sys
+        spec = importlib.util.spec_from_file_location("sb", {str(Path(compile_pool.__file__).with_name("sandbox.py"))!r})
+        sb = importlib.util.module_from_spec(spec); sys.modules["sb"] = sb; spec.loader.exec_module(sb)
+        print(sb.restrict_syscalls(unix_sockets={unix_sockets!r}))
+        def attempt(what, fn):
+            try:
+                fn(); print(what, "ok")
+            except OSError as exc:
+                print(what, exc.errno)
+        attempt("unix", lambda: socket.socket(socket.AF_UNIX))
+        attempt("tcp", lambda: socket.socket(socket.AF_INET))
+        attempt("udp", lambda: socket.socket(socket.AF_INET, socket.SOCK_DGRAM))
+        attempt("pair", lambda: socket.socketpair())
+        s = socket.socket(socket.AF_UNIX) if {unix_sockets!r} else None
+        if s is not None:
+            attempt("connect", lambda: s.connect({str(path)!r}))
+            d = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+            attempt("sendto", lambda: d.sendto(b"x", {str(path)!r}))
+    """)
+    try:
+        out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    finally:
+        listener.close()
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.splitlines()
+    eperm, enoent = errno.EPERM, errno.ENOENT
+    assert f"tcp {eperm}" in lines and f"udp {eperm}" in lines and f"pair {eperm}" in lines, lines
+    if unix_sockets:
+        assert "unix ok" in lines and f"connect {enoent}" in lines and f"sendto {enoent}" in lines, lines
+        assert lines[0] == "seccomp: no sockets but unconnected UNIX ones, no signals out"
+    else:
+        assert f"unix {eperm}" in lines and lines[0] == "seccomp: no sockets, no signals out", lines
