@@ -332,6 +332,7 @@ def traced_random(torch: Any) -> Iterator[dict[int, tuple[Any, dict[str, Any]]]]
 
         return traced
 
+    _cache_factories(torch)
     for name, fn in originals.items():
         setattr(torch, name, wrap(name, fn))
     try:
@@ -339,6 +340,14 @@ def traced_random(torch: Any) -> Iterator[dict[int, tuple[Any, dict[str, Any]]]]
     finally:
         for name, fn in originals.items():
             setattr(torch, name, fn)
+
+
+def _cache_factories(torch: Any) -> None:
+    """Have torch list its factory functions now, before they are wrapped: a device context
+    (``torch.device("meta")``) lists them once, on first use, and would otherwise list the wrappers
+    and then make the originals' tensors on the CPU."""
+    with torch.device("meta"):
+        torch.empty(0)
 
 
 #: torch functions and tensor methods whose values are random numbers
@@ -530,6 +539,7 @@ def _cheap_random(torch: Any) -> Iterator[None]:
 
         return made
 
+    _cache_factories(torch)
     for name, fn in originals.items():
         setattr(torch, name, cheap(fn))
     try:
