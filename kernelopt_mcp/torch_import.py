@@ -504,7 +504,7 @@ def _case_inputs(
         shown = ", ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in gen.items() if k != "generator")
         notes.append(
             f"input {b!r} is made by operations on random numbers in get_inputs(), which no generator reproduces: drawn "
-            f"{gen['generator']} ({shown} on case {case}: the range and spread of get_inputs' own values) instead"
+            f"{gen['generator']} ({shown}: the range and spread of get_inputs' own values in case {case}) instead"
         )
     return out, files
 
@@ -522,7 +522,8 @@ def _generator(
     if kind == "arg" and arg.drawn_from is not None:
         return dict(arg.drawn_from)
     if kind == "arg" and arg.random:
-        source = c if arg.array is not None else next(x for x in reversed(cases) if _arg(x.main, key).array is not None)
+        # the largest case that has values: the most of them to measure (a small case may hold 5 equal ones)
+        source = next(x for x in reversed(cases) if _arg(x.main, key).array is not None)
         gen = _fitted(_array(source.main, key), dtype)
         fitted.setdefault(buffer, (source.name, gen))
         return gen
