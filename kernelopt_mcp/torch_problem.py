@@ -3,15 +3,17 @@
 A problem file defines ``class Model(nn.Module)``, ``get_inputs()`` (the forward arguments) and
 optionally ``get_init_inputs()`` (the constructor arguments), usually in terms of module-level
 size constants (``batch_size = 16``, ``M = 1024``). This module parses such a file, finds those
-constants, runs the problem with the constants replaced (to make small, odd-sized correctness
-cases) and draws the inputs, the module's parameters and its output with torch on the CPU.
+constants and runs the problem with the constants replaced: small, odd-sized correctness cases on
+the CPU (:func:`draw`: the inputs, the module's parameters and its output), the problem as written
+on torch's meta device (:func:`draw_shapes`: shapes, dtypes, generators and FLOPs, no values), and
+on the CPU only what no generator makes at those sizes (:func:`module_state`, :func:`fixed_inputs`).
 
 Parameters are drawn for every draw (:func:`draw_parameters`), never left at their defaults (a
 LayerNorm weight of ones lets a kernel that ignores it pass); forward runs from a snapshot of the
 module's state (BatchNorm's running statistics), so its output depends on the inputs only.
 
-torch is imported lazily (:func:`require_torch`): kernelopt itself does not depend on it, and the
-workload the import writes needs neither torch nor the problem file afterwards.
+torch is imported lazily (:func:`require_torch`): kernelopt itself does not depend on it; the
+workload the import writes needs it where it is evaluated (PyTorch computes the expected outputs).
 
 The problem file is Python that runs in this process: import only files you trust, like any
 script you run.
@@ -39,7 +41,7 @@ from .errors import WorkloadError
 
 TORCH_MISSING = (
     "install torch (any build, e.g. `pip install torch --index-url https://download.pytorch.org/whl/cpu`) "
-    "to import PyTorch problems; the GPU machine does not need it afterwards"
+    "to import PyTorch problems; the GPU machine needs it too (PyTorch computes an imported problem's expected outputs)"
 )
 
 
