@@ -200,7 +200,7 @@ def _perf_on_cpu(
         raise TorchProblemError(f"{src.label}: the performance case cannot be sized: {why}, and no smaller case runs on the CPU")
     if estimate > max_cpu_bytes:
         raise TorchProblemError(
-            f"{src.label}: the performance case needs the CPU ({why}), but its buffers take about {estimate / 2**30:.3g} GiB "
+            f"{src.label}: the performance case needs the CPU ({why}), but its buffers take about {estimate / 2**30:.4g} GiB "
             f"(more than {max_cpu_bytes / 2**30:.3g} GiB): make forward run on the meta device (no .item(), no shapes that "
             "depend on values), or import smaller sizes"
         )
