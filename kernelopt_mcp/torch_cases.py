@@ -271,11 +271,19 @@ def _scaled(values: dict[str, int], perf: dict[str, int]) -> str:
 def _draw_case(
     src: ProblemSource, name: str, kind: str, values: dict[str, int], seed: int, perf: DrawnCase | None, max_bytes: int,
 ) -> DrawnCase:
-    """One correctness case drawn twice (other inputs the second time), or why it does not fit."""
-    if perf is not None:
-        estimate = _scaled_bytes(perf.main, perf.values, values)
-        if estimate > 4 * max_bytes:  # a first guess: too large to draw at all
-            raise SizesRejected(f"about {estimate:.3g} bytes of buffers (more than {max_bytes})")
+    """One correctness case drawn twice (other inputs the second time), or why it does not fit: its
+    bytes are counted on the meta device first (a layer whose width is no size constant stays large),
+    else guessed from the performance case's."""
+    try:
+        shapes: Draw | None = draw_shapes(src, values, seed)
+    except SizesRejected:  # the CPU may still run it: guess
+        shapes = None
+    if shapes is not None:
+        counted = sum(a.nbytes for a in _buffers(shapes))
+        if counted > max_bytes:
+            raise SizesRejected(f"{counted} bytes of buffers (more than {max_bytes})")
+    elif perf is not None and (estimate := _scaled_bytes(perf.main, perf.values, values)) > 4 * max_bytes:
+        raise SizesRejected(f"about {estimate:.3g} bytes of buffers (more than {max_bytes})")
     main = draw(src, values, seed, reference64=True)
     hidden = draw(src, values, seed + HIDDEN_SEED_OFFSET)
     if perf is not None:
