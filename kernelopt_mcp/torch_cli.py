@@ -23,8 +23,7 @@ def add_parser(sub: Any) -> None:
     """Add ``import-torch`` to the CLI's subcommands."""
     sp = sub.add_parser(
         "import-torch",
-        help="turn a KernelBench-style PyTorch problem (Model, get_inputs, get_init_inputs) into a workload whose reference is "
-        "PyTorch on the GPU (inputs drawn there; nothing of full size runs here or is written)",
+        help="turn a KernelBench-style PyTorch problem (Model, get_inputs, get_init_inputs) into a workload; needs torch here only",
     )
     sp.add_argument("problem", help="problem .py defining class Model(nn.Module), get_inputs() and get_init_inputs()")
     sp.add_argument("-o", "--output", help="workload directory to write (default: ./<name>)")
