@@ -32,14 +32,16 @@ def add_parser(sub: Any) -> None:
     sp.add_argument("--initial-launch", metavar="LAUNCH.json",
                     help="launch spec of --initial (default: KERNEL.launch.json beside it)")
     sp.add_argument("--output-name", default="out", help="the output buffer's name (default out)")
-    sp.add_argument("--seed", type=int, default=0, help="torch seed of the stored draws (default 0; the hidden draw uses another)")
+    sp.add_argument("--seed", type=int, default=0,
+                    help="torch seed the module is built with (default 0): the state it keeps, a random mask, comes from it")
     sp.add_argument("--tolerance", choices=TOLERANCE_MODES, default="strict",
                     help="strict (default): by the output's dtype, widened where the module's own result needs it; "
                     "kernelbench: KernelBench's atol = rtol = 1e-2 (results say which)")
     sp.add_argument("--force", action="store_true", help="replace the output directory if it exists")
     sp.add_argument("--json", action="store_true", help="print the result as JSON; errors too")
     add_progress_flag(sp)  # the import's steps
-    sp.add_argument("--home", help=argparse.SUPPRESS)  # where the output directory will be moved (the MCP server's staging)
+    # where the MCP server will move the output directory: accepted, not needed (the workload names no absolute path)
+    sp.add_argument("--home", help=argparse.SUPPRESS)
     sp.set_defaults(fn=cmd_import_torch)
 
 
@@ -57,8 +59,8 @@ def _launch(path: Path) -> tuple[LaunchSpec, list[str]]:
 def cmd_import_torch(args: argparse.Namespace, out: Console) -> int:
     problem = Path(args.problem)
     name = args.name or safe_name(problem.stem)
-    options = TorchImportOptions(name=name, seed=args.seed, overwrite=args.force, home=Path(args.home) if args.home else None,
-                                 output_name=args.output_name, tolerance=args.tolerance)
+    options = TorchImportOptions(name=name, seed=args.seed, overwrite=args.force, output_name=args.output_name,
+                                 tolerance=args.tolerance)
     if args.initial:
         kernel = Path(args.initial)
         options.initial_cu = read_text(kernel, "initial kernel", KerneloptError)

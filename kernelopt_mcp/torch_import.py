@@ -9,27 +9,36 @@ Everything else is refused with :class:`~kernelopt_mcp.torch_problem.TorchProble
 reason. A degenerate problem (an input or parameter the output ignores, a constant output) is
 imported and flagged (:func:`~kernelopt_mcp.torch_cases.degenerate`).
 
-The workload written (a directory):
+PyTorch itself is the reference (``reference.torch``): the harness draws every input on the GPU
+from its generator, and a PyTorch process rebuilds the module at the case's sizes, fills its
+inputs and parameters with the same draws (:mod:`kernelopt_mcp.torch_fill`) and computes the
+expected outputs. So nothing of the problem's full size is run on the CPU or written: the
+performance case is drawn on torch's meta device (shapes, dtypes, generators, FLOPs), the
+correctness cases run on the CPU at their small sizes (the tolerance, the degenerate probe), and
+only their findings are kept (:mod:`kernelopt_mcp.torch_cases`).
+
+The workload written (a directory of kilobytes):
 
 - ``workload.json``: the signature (tensor inputs, then parameters, as ``in`` buffers; the output
   as the ``out`` buffer; Python ints as int32 scalars, floats as float32; every dimension that
   changes with the size constants as an int32 scalar named after its constant), the cases
   (``small_odd`` and ``mid_odd`` correctness cases with the size constants scaled down to odd
-  sizes, other sizes where the problem rejects those, and ``perf``, get_inputs' own sizes), tolerances by dtype (float16 1e-2, bfloat16 2e-2, float32 1e-4,
-  float64 1e-10; KernelBench's 1e-2 with ``tolerance="kernelbench"``; widened where the module's own result
-  differs more from its float64 result; each with its ``source``), the minimum bytes moved (and the FLOPs where
-  torch's FlopCounterMode counts them and they fit ``c * product of scalars``: reported, never a floor),
-  ``deterministic: false`` (float outputs agree within the tolerance between repeated launches),
-  ``imported`` (how each parameter was drawn, the state restored, the degenerate findings);
-- ``data/<case>/<buffer>.bin``: every input as drawn by torch, and a second draw under
-  ``hidden/`` named by each file's ``hidden_path`` (the timed check's hidden inputs);
-- ``expected/``: the module's output for both draws, and ``reference.py``, a NumPy oracle that
-  looks them up by the inputs' bytes: the GPU machine needs neither torch nor the problem file;
-- ``problem.py``: a copy of the problem, for the record (nothing imports it).
-
-Inputs are files, so the harness cannot redraw them before every timed launch (no generator
-could reproduce torch's values and the stored oracle knows only the stored draws): evaluation
-results say so in their ``checks``. A file does not record ``drawn_from`` for that reason.
+  sizes, other sizes where the problem rejects those, and ``perf``, get_inputs' own sizes), each
+  input buffer's generator per case (a forward argument's torch.randn / rand / randint as
+  ``normal`` / ``uniform`` / ``randint``; a parameter's uniform rule; values no generator makes,
+  an ``arange`` input or a causal mask, as ``constant`` where every element is equal, else a data
+  file), tolerances by dtype (float16 1e-2, bfloat16 2e-2, float32 1e-4, float64 1e-10;
+  KernelBench's 1e-2 with ``tolerance="kernelbench"``; widened where the module's own result
+  differs more from its float64 result; each with its ``source``), the minimum bytes moved (and
+  the FLOPs where torch's FlopCounterMode counts them and they fit ``c * product of scalars``:
+  reported, never a floor), ``deterministic: false`` (float outputs agree within the tolerance
+  between repeated launches), ``reference: {"torch": "problem.py"}`` and ``imported``: how buffers
+  map to the module (``forward``, ``state``, ``output``), each case's size constants (``sizes``),
+  the seed the module is built with (``seed``: its kept state comes from it), how each parameter
+  was drawn, the state restored, the degenerate findings;
+- ``data/<case>/<buffer>.bin``: only the values no generator makes and that are not constant (the
+  same on every draw; at most 256 MiB per buffer of the performance case);
+- ``problem.py``: the problem, which the PyTorch reference runs.
 """
 
 from __future__ import annotations
@@ -51,19 +60,29 @@ from .dtypes import DType
 from .launch import LaunchSpec
 from .torch_cases import (
     MAX_CORRECTNESS_BYTES,
+    MAX_CPU_BYTES,
+    MAX_FIXED_BYTES,
     DrawnCase,
     degenerate,
     draw_cases,
-    listed,
+    fixed_values,
     other_sizes,
     size_variants,
 )
-from .torch_problem import Arg, Draw, ProblemSource, SizeConstant, TorchProblemError, parse_problem, require_torch
+from .torch_problem import (
+    Arg,
+    Draw,
+    ProblemSource,
+    SizeConstant,
+    TorchProblemError,
+    listed,
+    parse_problem,
+    require_torch,
+)
 from .torch_store import (
     KERNELBENCH_TOLERANCE,
     TOLERANCE_MODES,
     TORCH_TOLERANCE,
-    StoredDraw,
     choose_tolerance,
     judged_as_imported,
     le_bytes,
@@ -112,9 +131,9 @@ class TorchImportOptions:
     initial_options: list[str] = field(default_factory=list)
     overwrite: bool = False
     max_correctness_bytes: int = MAX_CORRECTNESS_BYTES
+    max_cpu_bytes: int = MAX_CPU_BYTES  # what the performance case may take where it must be built on the CPU
     search_s: float = 20.0  # how long to search for correctness sizes the problem accepts
     probe_s: float = 10.0  # how long to look for inputs and parameters the output does not depend on
-    home: Path | None = None  # where the workload will live when out_dir is staged elsewhere (default out_dir)
     output_name: str = "out"  # the output buffer's name
     tolerance: str = "strict"  # "strict": by dtype (widened where the module needs it); "kernelbench": 1e-2
 
@@ -194,16 +213,18 @@ def import_torch_problem(
         raise TorchProblemError(f"tolerance {options.tolerance!r}: choose one of {', '.join(TOLERANCE_MODES)}")
     if not re.match(IDENTIFIER, options.output_name) or options.output_name in CUDA_RESERVED:
         raise TorchProblemError(f"output name {options.output_name!r}: use letters, digits and _ (not a C++ keyword)")
-    say("drawing cases (running the module)", 2, IMPORT_STEPS)
-    cases = draw_cases(src, options.seed, options.max_correctness_bytes, options.search_s, notes)
+    say("drawing cases (correctness cases on the CPU, the performance case's shapes)", 2, IMPORT_STEPS)
+    cases = draw_cases(src, options.seed, options.max_correctness_bytes, options.search_s, notes, options.max_cpu_bytes)
+    fixed_values(src, cases, options.max_cpu_bytes, notes)
     layout = _Layout.of(cases, src.constants, options.output_name)
-    spec_data = _spec(name, label, src, cases, layout, options, notes, torch.__version__)
+    inputs, files = _case_inputs(cases, layout, label, notes)
+    spec_data = _spec(name, label, src, cases, layout, inputs, options, notes, torch.__version__)
     spec_data["imported"] = _imported(src, cases, layout, options, notes)
     parse_spec(spec_data, f"{label} (imported)")  # fail before writing anything
     say("writing the workload", 3, IMPORT_STEPS)
     staging = Path(tempfile.mkdtemp(prefix=f".{name}.", dir=_mkdir(out_dir.parent)))
     try:
-        _write(staging, spec_data, src, cases, layout, options, torch.__version__, out_dir)
+        write_workload(staging, spec_data, problem=src.text, files=files, initial_cu=options.initial_cu)
         load_workload(staging)  # what was written loads
         move_into_place(staging, out_dir)
     except BaseException:
@@ -251,7 +272,7 @@ class _Layout:
 
         buffer_keys: list[tuple[str, str, str]] = []  # (buffer name, role, key)
         for a in first.args:
-            if a.array is not None:
+            if a.tensor:
                 buffer_keys.append((claim(a.name), "in", f"arg:{a.name}"))
         for s in first.state:
             buffer_keys.append((claim(s.name.replace(".", "_")), "in", f"state:{s.name}"))
@@ -259,8 +280,8 @@ class _Layout:
         scalars: dict[str, tuple[DType, list[int | float]]] = {}
         number_args: dict[str, str] = {}
         for i, a in enumerate(first.args):
-            if a.array is None:
-                values = [cast("int | float", c.main.args[i].number) for c in cases]  # a number where no array
+            if not a.tensor:
+                values = [cast("int | float", c.main.args[i].number) for c in cases]  # a number, not a tensor
                 dtype = DType.float32 if any(isinstance(v, float) for v in values) else DType.int32
                 if dtype is DType.int32 and any(abs(int(v)) > INT32_MAX for v in values):
                     dtype = DType.int64
@@ -378,8 +399,8 @@ def _fit_flops(layout: _Layout, flops: list[int]) -> str | None:
 
 
 def _spec(
-    name: str, label: str, src: ProblemSource, cases: list[DrawnCase], layout: _Layout, options: TorchImportOptions,
-    notes: list[str], torch_version: str,
+    name: str, label: str, src: ProblemSource, cases: list[DrawnCase], layout: _Layout, inputs: list[dict[str, Any]],
+    options: TorchImportOptions, notes: list[str], torch_version: str,
 ) -> dict[str, Any]:
     params: list[dict[str, Any]] = [
         {"kind": "buffer", "name": b, "dtype": dtype.value, "role": role, "shape": shape}
@@ -392,21 +413,16 @@ def _spec(
         "name": name,
         "description": (
             f"Imported from the PyTorch problem {Path(label).name} (sha256 {digest}...) by `kernelopt import-torch` "
-            f"with torch {torch_version}: the output of Model.forward; expected outputs were computed with torch "
-            "on the CPU and are stored with the workload."
+            f"with torch {torch_version}: the output of Model.forward, computed by PyTorch on the GPU (problem.py) "
+            "from the inputs the harness draws."
         ),
         "signature": {"entry": name, "params": params},
         "cases": [
-            {
-                "name": c.name, "kind": c.kind, "scalars": layout.case_scalars(i),
-                "inputs": {
-                    b: _data_file(c, b, key) for b, role, _, _, key in layout.buffers if role == "in"
-                },
-            }
+            {"name": c.name, "kind": c.kind, "scalars": layout.case_scalars(i), "inputs": inputs[i]}
             for i, c in enumerate(cases)
         ],
         "tolerance": {out_name: _tolerance(cases, out_dtype, notes, options.tolerance)} if out_dtype.is_float else {},
-        "reference": {"python": "reference.py", "cuda": None},
+        "reference": {"python": None, "cuda": None, "torch": PROBLEM_FILE},
         "cost": _cost(layout, cases, notes),
     }
     spec = judged_as_imported(spec)
@@ -427,18 +443,19 @@ def _spec(
             "no initial kernel: `kernelopt optimize --workload DIR` has the model write one (and a CUDA reference); "
             "`kernelopt evaluate DIR KERNEL.cu --launch LAUNCH.json` evaluates your own"
         )
-    notes.append(
-        "inputs are torch's draws stored as files (a second draw as each file's hidden_path): the hidden-seed check "
-        "runs on that second draw, but redrawing inputs before every timed launch is not possible (no generator "
-        "reproduces torch's values, and the stored oracle knows only the stored draws)"
-    )
     return spec
+
+
+#: the problem file in the workload: reference.torch
+PROBLEM_FILE = "problem.py"
 
 
 def _imported(src: ProblemSource, cases: list[DrawnCase], layout: _Layout, options: TorchImportOptions,
               notes: list[str]) -> dict[str, Any]:
-    """workload.json's ``imported``: how each parameter was drawn (on the performance case), the state
-    restored between calls and the degenerate findings; each also said in ``notes``."""
+    """workload.json's ``imported``: how buffers and scalars map to the module (forward's arguments,
+    its state, the output), each case's size constants, the seed the module is built with, how each
+    parameter was drawn (on the performance case), the state restored between calls and the
+    degenerate findings; each finding also said in ``notes``."""
     names = {key: b for b, _, _, _, key in layout.buffers}
     perf = cases[-1].main
     parameters = {
@@ -453,45 +470,102 @@ def _imported(src: ProblemSource, cases: list[DrawnCase], layout: _Layout, optio
     restored = sorted({name for c in cases for name in c.main.restored})
     if restored:
         notes.append(
-            f"forward updates the module's state ({listed(restored)}): every call ran from a snapshot of it, restored "
+            f"forward updates the module's state ({listed(restored)}): every call runs from a snapshot of it, restored "
             "after the call, so the output depends on the inputs only"
         )
     found = degenerate(src, cases, names, options.probe_s, notes)
     notes += [f"degenerate: {f}" for f in found]
-    return {"parameters": parameters, "state_restored": [names[f"state:{n}"] for n in restored], "degenerate": found}
+    return {
+        "parameters": parameters, "state_restored": [names[f"state:{n}"] for n in restored], "degenerate": found,
+        "forward": [names[f"arg:{a.name}"] if a.tensor else layout.number_args[a.name] for a in perf.args],
+        "state": {names[f"state:{a.name}"]: a.name for a in perf.state},
+        "sizes": {c.name: dict(c.values) for c in cases},
+        "seed": options.seed,
+        "output": layout.buffers[-1][0],
+    }
 
 
-def _data_file(c: DrawnCase, buffer: str, key: str) -> dict[str, Any]:
-    """A buffer's data file; ``hidden_path`` only where the second draw differs (a buffer that get_inputs or
-    the module's init make without randomness is the same on every draw, and the checks must say so)."""
-    main, hidden = _array(c.main, key), _array(c.hidden, key)
-    gen = {"generator": "file", "path": f"data/{c.name}/{buffer}.bin", "sha256": sha256_of(main)}
-    if le_bytes(main) != le_bytes(hidden):
-        gen["hidden_path"] = f"data/{c.name}/hidden/{buffer}.bin"
-    return gen
+# --- each input buffer's generator ------------------------------------------------------------
 
 
-def _write(
-    root: Path, spec: dict[str, Any], src: ProblemSource, cases: list[DrawnCase], layout: _Layout,
-    options: TorchImportOptions, torch_version: str, out_dir: Path,
-) -> None:
-    inputs = [(b, key) for b, role, _, _, key in layout.buffers if role == "in"]
-    out_name, _, out_dtype, _, _ = layout.buffers[-1]
-    draws = []
-    for i, c in enumerate(cases):
-        for hidden, d in ((False, c.main), (True, c.hidden)):
-            params: dict[str, Any] = dict(layout.case_scalars(i))
-            params.update({b: _array(d, key) for b, key in inputs})
-            draws.append(StoredDraw(c.name, hidden, params, _array(d, "out")))
-    write_workload(
-        root, spec, home=(options.home or out_dir).resolve(), problem=src.text, problem_name=Path(src.label).name, torch_version=torch_version,
-        inputs=[b for b, _ in inputs],
-        scalar_kinds={s: ("float" if dtype is DType.float32 else "int") for s, (dtype, _) in layout.scalars.items()},
-        output=out_name, output_dtype=out_dtype.value, draws=draws, initial_cu=options.initial_cu,
-    )
+def _case_inputs(
+    cases: list[DrawnCase], layout: _Layout, label: str, notes: list[str],
+) -> tuple[list[dict[str, dict[str, Any]]], dict[str, bytes]]:
+    """Every case's generator per input buffer, and the data files they name (path -> bytes)."""
+    files: dict[str, bytes] = {}
+    fitted: dict[str, tuple[str, dict[str, Any]]] = {}  # buffer -> (case, generator): said once in notes
+    out = []
+    for c in cases:
+        out.append({
+            b: _generator(c, cases, b, key, dtype, files, fitted, label)
+            for b, role, dtype, _, key in layout.buffers if role == "in"
+        })
+    for b, (case, gen) in fitted.items():
+        shown = ", ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in gen.items() if k != "generator")
+        notes.append(
+            f"input {b!r} is made by operations on random numbers in get_inputs(), which no generator reproduces: drawn "
+            f"{gen['generator']} ({shown}: the range and spread of get_inputs' own values in case {case}) instead"
+        )
+    return out, files
+
+
+def _generator(
+    c: DrawnCase, cases: list[DrawnCase], buffer: str, key: str, dtype: DType, files: dict[str, bytes],
+    fitted: dict[str, tuple[str, dict[str, Any]]], label: str,
+) -> dict[str, Any]:
+    """How buffer ``buffer`` of case ``c`` is drawn: the random function that made a forward argument,
+    a drawn parameter's rule, a generator fitted to an argument made from random numbers by further
+    operations, else the values themselves (the module's kept state, get_inputs' own ``arange``):
+    ``constant`` where all are equal, else a data file (the same on every draw)."""
+    kind, _, name = key.partition(":")
+    arg = _arg(c.main, key)
+    if kind == "arg" and arg.drawn_from is not None:
+        return dict(arg.drawn_from)
+    if kind == "arg" and arg.random:
+        # the largest case that has values: the most of them to measure (a small case may hold 5 equal ones)
+        source = next(x for x in reversed(cases) if _arg(x.main, key).array is not None)
+        gen = _fitted(_array(source.main, key), dtype)
+        fitted.setdefault(buffer, (source.name, gen))
+        return gen
+    if kind == "state" and (rule := c.main.params.get(name)) is not None and rule.generator is not None:
+        return dict(rule.generator)
+    values = _array(c.main, key)
+    flat = values.reshape(-1)
+    if flat.size == 0:
+        return {"generator": "constant", "value": 0.0}
+    first = flat[0]
+    if np.all(flat == first) and np.isfinite(float(first)) and float(first) == first:
+        return {"generator": "constant", "value": float(first)}
+    if c.kind == "performance" and values.nbytes > MAX_FIXED_BYTES:
+        what = f"the module's {name!r}" if kind == "state" else f"get_inputs() argument {name!r}"
+        raise TorchProblemError(
+            f"{label}: {what} is made without random numbers and is not constant, so its values would be stored, but at "
+            f"the performance sizes it takes {values.nbytes / 2**20:.4g} MiB (more than {MAX_FIXED_BYTES // 2**20} MiB): "
+            "import smaller sizes, or make it from torch.rand / randn / randint"
+        )
+    path = f"data/{c.name}/{buffer}.bin"
+    files[path] = le_bytes(values)
+    return {"generator": "file", "path": path, "sha256": sha256_of(values)}
+
+
+def _fitted(values: np.ndarray, dtype: DType) -> dict[str, Any]:
+    """A generator of the range and spread of ``values``: integers (and bools) uniform over their
+    range (randint), floats uniform over mean -+ sqrt(3) std (the same spread), within their range."""
+    flat = values.astype(np.float64).reshape(-1)
+    flat = flat[np.isfinite(flat)]
+    if flat.size == 0:
+        return {"generator": "constant", "value": 0.0}
+    low, high = float(flat.min()), float(flat.max())
+    if not dtype.is_float:
+        return {"generator": "randint", "low": int(low), "high": int(high) + 1}
+    if low == high:
+        return {"generator": "constant", "value": low}
+    mean, spread = float(flat.mean()), math.sqrt(3) * float(flat.std())
+    return {"generator": "uniform", "low": max(low, mean - spread), "high": min(high, mean + spread)}
 
 
 def _array(d: Draw, key: str) -> np.ndarray:
     array = _arg(d, key).array
-    assert array is not None  # buffers always have one
+    if array is None:
+        raise TorchProblemError(f"no values for {key!r} in a draw of shapes only: a bug in kernelopt's import")
     return array

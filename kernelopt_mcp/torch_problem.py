@@ -3,15 +3,17 @@
 A problem file defines ``class Model(nn.Module)``, ``get_inputs()`` (the forward arguments) and
 optionally ``get_init_inputs()`` (the constructor arguments), usually in terms of module-level
 size constants (``batch_size = 16``, ``M = 1024``). This module parses such a file, finds those
-constants, runs the problem with the constants replaced (to make small, odd-sized correctness
-cases) and draws the inputs, the module's parameters and its output with torch on the CPU.
+constants and runs the problem with the constants replaced: small, odd-sized correctness cases on
+the CPU (:func:`draw`: the inputs, the module's parameters and its output), the problem as written
+on torch's meta device (:func:`draw_shapes`: shapes, dtypes, generators and FLOPs, no values), and
+on the CPU only what no generator makes at those sizes (:func:`module_state`, :func:`fixed_inputs`).
 
 Parameters are drawn for every draw (:func:`draw_parameters`), never left at their defaults (a
 LayerNorm weight of ones lets a kernel that ignores it pass); forward runs from a snapshot of the
 module's state (BatchNorm's running statistics), so its output depends on the inputs only.
 
-torch is imported lazily (:func:`require_torch`): kernelopt itself does not depend on it, and the
-workload the import writes needs neither torch nor the problem file afterwards.
+torch is imported lazily (:func:`require_torch`): kernelopt itself does not depend on it; the
+workload the import writes needs it where it is evaluated (PyTorch computes the expected outputs).
 
 The problem file is Python that runs in this process: import only files you trust, like any
 script you run.
@@ -39,12 +41,18 @@ from .errors import WorkloadError
 
 TORCH_MISSING = (
     "install torch (any build, e.g. `pip install torch --index-url https://download.pytorch.org/whl/cpu`) "
-    "to import PyTorch problems; the GPU machine does not need it afterwards"
+    "to import PyTorch problems; the GPU machine needs it too (PyTorch computes an imported problem's expected outputs)"
 )
 
 
 class TorchProblemError(WorkloadError):
     """A PyTorch problem file cannot be converted; the message names the reason and what to change."""
+
+
+class SizesRejected(TorchProblemError):
+    """The problem's own code fails at these sizes, or on this device (a group count that must divide
+    the channels, ``.item()`` on the meta device): other sizes, or the CPU, may still work. Everything
+    else a draw refuses (randomness in forward, several outputs) is a property of the problem."""
 
 
 def require_torch() -> Any:
@@ -204,7 +212,7 @@ def load_module(source: ProblemSource, values: dict[str, int]) -> types.ModuleTy
     try:
         exec(code, module.__dict__)  # noqa: S102 - the user's own problem file, as `python problem.py` would
     except Exception as exc:  # noqa: BLE001 - the problem's own code may raise anything
-        raise TorchProblemError(f"{source.label}: executing the file failed: {type(exc).__name__}: {exc}") from None
+        raise SizesRejected(f"{source.label}: executing the file failed: {type(exc).__name__}: {exc}") from None
     finally:
         sys.modules.pop(name, None)
     return module
@@ -223,6 +231,16 @@ class Arg:
     shape: tuple[int, ...] = ()  # the tensor's own shape (() for a 0-dim tensor)
     number: int | float | None = None  # Python ints, floats and bools
     drawn_from: dict[str, Any] | None = None  # the torch random function that made the tensor, if known
+    random: bool = False  # made from torch's random numbers (by drawn_from, or by operations on a draw)
+
+    @property
+    def tensor(self) -> bool:
+        """A tensor (with or without its values: a draw on the meta device has none), not a number."""
+        return self.dtype is not None
+
+    @property
+    def nbytes(self) -> int:
+        return math.prod(self.shape) * self.dtype.itemsize if self.dtype is not None else 0
 
 
 @dataclass(frozen=True)
@@ -248,6 +266,7 @@ class Draw:
     params: dict[str, ParamDraw] = field(default_factory=dict)  # by dotted name, every entry of ``state``
     restored: list[str] = field(default_factory=list)  # state that forward updates (restored after every call)
     probe: Probe | None = None  # with ``probe_s``: what the output does not depend on
+    meta: bool = False  # shapes, dtypes and generators only (no values): :func:`draw_shapes`
 
 
 @dataclass
@@ -315,6 +334,7 @@ def traced_random(torch: Any) -> Iterator[dict[int, tuple[Any, dict[str, Any]]]]
 
         return traced
 
+    _cache_factories(torch)
     for name, fn in originals.items():
         setattr(torch, name, wrap(name, fn))
     try:
@@ -322,6 +342,49 @@ def traced_random(torch: Any) -> Iterator[dict[int, tuple[Any, dict[str, Any]]]]
     finally:
         for name, fn in originals.items():
             setattr(torch, name, fn)
+
+
+def _cache_factories(torch: Any) -> None:
+    """Have torch list its factory functions now, before they are wrapped: a device context
+    (``torch.device("meta")``) lists them once, on first use, and would otherwise list the wrappers
+    and then make the originals' tensors on the CPU."""
+    with torch.device("meta"):
+        torch.empty(0)
+
+
+#: torch functions and tensor methods whose values are random numbers
+_RANDOM_NAMES = (
+    "rand randn randint rand_like randn_like randint_like randperm normal bernoulli multinomial poisson "
+    "normal_ uniform_ random_ bernoulli_ exponential_ geometric_ log_normal_ cauchy_"
+)
+RANDOM_FUNCTIONS = frozenset(_RANDOM_NAMES.split())
+
+
+@contextmanager
+def random_origin(torch: Any) -> Iterator[dict[int, Any]]:
+    """Record every tensor made from torch's random numbers, directly (``torch.rand``) or by operations
+    on such a tensor (``torch.triu(torch.rand(n, n))``, ``torch.randint(0, 2, s).float() * 2 - 1``): by
+    ``id``, each kept alive so that its id is not reused. Works on meta tensors: nothing is computed."""
+    from torch.overrides import TorchFunctionMode
+    from torch.utils._pytree import tree_flatten
+
+    made: dict[int, Any] = {}
+
+    class Origin(TorchFunctionMode):
+        def __torch_function__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+            kwargs = kwargs or {}
+            out = func(*args, **kwargs)
+            from_random = getattr(func, "__name__", "") in RANDOM_FUNCTIONS or any(
+                isinstance(t, torch.Tensor) and id(t) in made for t in tree_flatten((args, kwargs))[0]
+            )
+            if from_random:
+                for t in tree_flatten(out)[0]:
+                    if isinstance(t, torch.Tensor):
+                        made[id(t)] = t
+            return out
+
+    with Origin():
+        yield made
 
 
 def forward_names(model: Any, count: int) -> list[str]:
@@ -347,64 +410,28 @@ def draw(
             (:class:`Probe`), spending at most about this many seconds.
 
     Raises:
+        SizesRejected: the problem's code fails at these sizes (executing the file, Model, get_inputs
+            or forward).
         TorchProblemError: something the conversion does not support (the message says what):
             several or non-tensor outputs, randomness in forward, inputs of other types, a forward
-            that fails, changes its inputs or gives another output on the restored state.
+            that changes its inputs or gives another output on the restored state.
     """
     torch = require_torch()
     module = load_module(source, values)
     label = source.label
     torch.manual_seed(seed)
-    init_inputs = list(_call(module, "get_init_inputs", label)) if source.has_init_inputs else []
-    try:
-        model = module.Model(*init_inputs)
-    except Exception as exc:  # noqa: BLE001 - the problem's own code may raise anything
-        raise TorchProblemError(f"{label}: Model(*get_init_inputs()) failed: {type(exc).__name__}: {exc}") from None
-    if not isinstance(model, torch.nn.Module):
-        raise TorchProblemError(f"{label}: Model is not a torch.nn.Module")
+    model, init_inputs = _build(module, source, torch)
     model = model.cpu()
-    with traced_random(torch) as made:
+    with traced_random(torch) as made, random_origin(torch) as derived:
         raw_args = _call(module, "get_inputs", label)
-    if not isinstance(raw_args, list | tuple):
-        raise TorchProblemError(f"{label}: get_inputs() returned a {type(raw_args).__name__}; return a list of the forward arguments")
-    names = forward_names(model, len(raw_args))
-    args: list[Arg] = []
-    call_args: list[Any] = []
-    for name, value in zip(names, raw_args, strict=True):
-        if isinstance(value, torch.Tensor):
-            if value.is_complex() or value.is_sparse:
-                raise TorchProblemError(f"{label}: get_inputs() argument {name!r} is a complex or sparse tensor; not supported")
-            dtype = dtype_of(value, f"{label}: get_inputs() argument {name!r}")
-            tensor = value.detach().cpu().contiguous()
-            entry = made.get(id(value))
-            drawn = entry[1] if entry is not None and entry[0] is value else None
-            args.append(Arg(name, to_numpy(tensor, dtype), dtype, tuple(tensor.shape), drawn_from=drawn))
-            call_args.append(tensor)
-        elif isinstance(value, bool | int | float):
-            args.append(Arg(name, number=value))
-            call_args.append(value)
-        else:
-            raise TorchProblemError(
-                f"{label}: get_inputs() argument {name!r} is a {type(value).__name__}; forward arguments must be "
-                "tensors or Python numbers (ints become int32 scalars)"
-            )
+    args, call_args = _forward_args(model, raw_args, made, derived, label, torch)
+    call_args = [t.detach().cpu().contiguous() if isinstance(t, torch.Tensor) else t for t in call_args]
     params = draw_parameters(model, seed, torch)
     state = _state(model, label)
     before_inputs = [t.clone() for t in call_args if isinstance(t, torch.Tensor)]
     snapshot = {k: v.detach().clone() for k, v in _named_state(model)}
     rng = torch.random.get_rng_state()
-    flops: int | None = None
-    try:
-        from torch.utils.flop_counter import FlopCounterMode
-
-        counter = FlopCounterMode(display=False)
-        with torch.no_grad(), counter:
-            result = model(*call_args)
-        flops = int(counter.get_total_flops())
-    except TorchProblemError:
-        raise
-    except Exception as exc:  # noqa: BLE001 - the problem's own code may raise anything
-        raise TorchProblemError(f"{label}: Model.forward failed: {type(exc).__name__}: {exc}") from None
+    result, flops = _counted_forward(model, call_args, label, torch)
     if not torch.equal(rng, torch.random.get_rng_state()):
         raise TorchProblemError(f"{label}: forward draws random numbers (dropout in training mode, torch.rand ...): its output "
                                 "is not a function of its inputs, so no kernel can be checked against it; remove the randomness (or use p=0)")
@@ -426,6 +453,162 @@ def draw(
     if probe_s is not None:
         out.probe = _probe(model, args, call_args, snapshot, params, result.detach(), seed, probe_s, label, torch)
     return out
+
+
+def draw_shapes(source: ProblemSource, values: dict[str, int], seed: int) -> Draw:
+    """The problem at the size constants ``values`` on torch's meta device: the shapes and dtypes of
+    the forward arguments, the module's state and the output, the generator of each input and the
+    FLOPs torch counts, with no value computed or allocated (gigabytes of inputs take a second).
+    The draw has no arrays and no parameter rules (:func:`module_state` builds those on the CPU).
+
+    Raises:
+        SizesRejected: the problem fails at these sizes or on the meta device (a forward that calls
+            ``.item()``, shapes that depend on values); the CPU may still run it.
+        TorchProblemError: something the conversion does not support (several or non-tensor outputs,
+            inputs of other types).
+    """
+    torch = require_torch()
+    module = load_module(source, values)
+    label = source.label
+    torch.manual_seed(seed)
+    with torch.device("meta"):
+        model, init_inputs = _build(module, source, torch)
+        with traced_random(torch) as made, random_origin(torch) as derived:
+            raw_args = _call(module, "get_inputs", label)
+        args, call_args = _forward_args(model, raw_args, made, derived, label, torch, values=False)
+        not_meta = [a.name for a, t in zip(args, call_args, strict=True) if isinstance(t, torch.Tensor) and not t.is_meta]
+        if not_meta:
+            raise SizesRejected(f"{label}: get_inputs() makes {listed(not_meta)} on a device of its own, not on the meta device")
+        state = [Arg(name, None, dtype_of(value, f"{label}: Model's {name!r}"), tuple(value.shape)) for name, value in _named_state(model)]
+        result, flops = _counted_forward(model, call_args, label, torch, meta=True)
+    output = _output(result, label, torch, values=False)
+    return Draw(args, state, output, init_inputs, flops=flops or None, meta=True)
+
+
+def module_state(source: ProblemSource, values: dict[str, int], seed: int) -> tuple[list[Arg], dict[str, ParamDraw]]:
+    """The module alone, built on the CPU as :func:`draw` builds it (torch seeded with ``seed``, then
+    ``Model(*get_init_inputs())``): its parameters and buffers with their values, and how each is
+    drawn (:func:`parameter_rule`). Nothing else runs: no get_inputs, no forward.
+
+    Raises:
+        SizesRejected: executing the file, get_init_inputs or Model fails.
+    """
+    torch = require_torch()
+    module = load_module(source, values)
+    torch.manual_seed(seed)
+    model = _build(module, source, torch)[0].cpu()
+    buffers = {name for name, _ in model.named_buffers()}
+    rules = {name: parameter_rule(value, name in buffers) for name, value in _named_state(model)}
+    return _state(model, source.label), rules
+
+
+def fixed_inputs(source: ProblemSource, values: dict[str, int], seed: int, names: list[str]) -> dict[str, np.ndarray]:
+    """The values of the forward arguments ``names`` that get_inputs makes without random numbers (an
+    ``arange``, a mask of ones), on the CPU at the sizes ``values``; torch's random functions return
+    a zero-strided tensor there (one element, no memory), so the drawn arguments cost nothing.
+
+    Raises:
+        SizesRejected: the problem fails (its code, run on those stand-ins).
+    """
+    torch = require_torch()
+    module = load_module(source, values)
+    label = source.label
+    torch.manual_seed(seed)
+    model = _build(module, source, torch)[0].cpu()
+    with _cheap_random(torch):
+        raw_args = _call(module, "get_inputs", label)
+    wanted = dict(zip(forward_names(model, len(raw_args)), raw_args, strict=True))
+    out = {}
+    for name in names:
+        value = wanted.get(name)
+        if not isinstance(value, torch.Tensor):
+            raise SizesRejected(f"{label}: get_inputs() gives no tensor {name!r} on the CPU")
+        out[name] = to_numpy(value, dtype_of(value, f"{label}: get_inputs() argument {name!r}"))
+    return out
+
+
+@contextmanager
+def _cheap_random(torch: Any) -> Iterator[None]:
+    """torch.rand, randn, randint and their *_like made of one zero element, expanded (no memory)."""
+    names = ("randn", "rand", "randint", "randn_like", "rand_like", "randint_like")
+    originals = {name: getattr(torch, name) for name in names}
+
+    def cheap(fn: Callable[..., Any]) -> Callable[..., Any]:
+        def made(*args: Any, **kwargs: Any) -> Any:
+            with torch.device("meta"):
+                like = fn(*args, **{k: v for k, v in kwargs.items() if k not in ("device", "generator", "out")})
+            return torch.zeros((), dtype=like.dtype).expand(like.shape)
+
+        return made
+
+    _cache_factories(torch)
+    for name, fn in originals.items():
+        setattr(torch, name, cheap(fn))
+    try:
+        yield
+    finally:
+        for name, fn in originals.items():
+            setattr(torch, name, fn)
+
+
+def _build(module: types.ModuleType, source: ProblemSource, torch: Any) -> tuple[Any, list[Any]]:
+    """``Model(*get_init_inputs())`` (on torch's current default device) and the init inputs."""
+    label = source.label
+    init_inputs = list(_call(module, "get_init_inputs", label)) if source.has_init_inputs else []
+    try:
+        model = module.Model(*init_inputs)
+    except Exception as exc:  # noqa: BLE001 - the problem's own code may raise anything
+        raise SizesRejected(f"{label}: Model(*get_init_inputs()) failed: {type(exc).__name__}: {exc}") from None
+    if not isinstance(model, torch.nn.Module):
+        raise TorchProblemError(f"{label}: Model is not a torch.nn.Module")
+    return model, init_inputs
+
+
+def _forward_args(
+    model: Any, raw_args: Any, made: dict[int, tuple[Any, dict[str, Any]]], derived: dict[int, Any], label: str, torch: Any,
+    *, values: bool = True,
+) -> tuple[list[Arg], list[Any]]:
+    """get_inputs' result as :class:`Arg` (with arrays where ``values``) and as forward's arguments."""
+    if not isinstance(raw_args, list | tuple):
+        raise TorchProblemError(f"{label}: get_inputs() returned a {type(raw_args).__name__}; return a list of the forward arguments")
+    names = forward_names(model, len(raw_args))
+    args: list[Arg] = []
+    call_args: list[Any] = []
+    for name, value in zip(names, raw_args, strict=True):
+        if isinstance(value, torch.Tensor):
+            if value.is_complex() or value.is_sparse:
+                raise TorchProblemError(f"{label}: get_inputs() argument {name!r} is a complex or sparse tensor; not supported")
+            dtype = dtype_of(value, f"{label}: get_inputs() argument {name!r}")
+            entry = made.get(id(value))
+            drawn = entry[1] if entry is not None and entry[0] is value else None
+            array = to_numpy(value, dtype) if values else None
+            args.append(Arg(name, array, dtype, tuple(value.shape), drawn_from=drawn, random=id(value) in derived))
+            call_args.append(value)
+        elif isinstance(value, bool | int | float):
+            args.append(Arg(name, number=value))
+            call_args.append(value)
+        else:
+            raise TorchProblemError(
+                f"{label}: get_inputs() argument {name!r} is a {type(value).__name__}; forward arguments must be "
+                "tensors or Python numbers (ints become int32 scalars)"
+            )
+    return args, call_args
+
+
+def _counted_forward(model: Any, call_args: list[Any], label: str, torch: Any, *, meta: bool = False) -> tuple[Any, int | None]:
+    """forward without gradients under torch's FLOP counter: its result and the FLOPs counted."""
+    try:
+        from torch.utils.flop_counter import FlopCounterMode
+
+        counter = FlopCounterMode(display=False)
+        with torch.no_grad(), counter:
+            result = model(*call_args)
+        return result, int(counter.get_total_flops())
+    except TorchProblemError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - the problem's own code may raise anything
+        where = " on the meta device" if meta else ""
+        raise SizesRejected(f"{label}: Model.forward failed{where}: {type(exc).__name__}: {exc}") from None
 
 
 # --- parameters drawn, state restored, dependence probed ------------------------------------
@@ -557,7 +740,7 @@ def _call(module: types.ModuleType, name: str, label: str) -> Any:
         hint = ""
         if "cuda" in str(exc).lower():
             hint = " (it asks for a GPU: import where torch sees one, or let it make CPU tensors; the module runs on the CPU)"
-        raise TorchProblemError(f"{label}: {name}() failed: {type(exc).__name__}: {exc}{hint}") from None
+        raise SizesRejected(f"{label}: {name}() failed: {type(exc).__name__}: {exc}{hint}") from None
 
 
 def _named_state(model: Any) -> list[tuple[str, Any]]:
@@ -573,7 +756,7 @@ def _state(model: Any, label: str) -> list[Arg]:
     return out
 
 
-def _output(result: Any, label: str, torch: Any) -> Arg:
+def _output(result: Any, label: str, torch: Any, *, values: bool = True) -> Arg:
     if isinstance(result, tuple | list):
         raise TorchProblemError(
             f"{label}: forward returns {len(result)} outputs (a {type(result).__name__}); convert single-output "
@@ -584,8 +767,7 @@ def _output(result: Any, label: str, torch: Any) -> Arg:
     if result.is_complex() or result.is_sparse:
         raise TorchProblemError(f"{label}: forward returns a complex or sparse tensor; not supported")
     dtype = dtype_of(result, f"{label}: forward's output")
-    tensor = result.detach().cpu().contiguous()
-    return Arg("out", to_numpy(tensor, dtype), dtype, tuple(tensor.shape))
+    return Arg("out", to_numpy(result, dtype) if values else None, dtype, tuple(result.shape))
 
 
 def _float64_output(model: Any, call_args: list[Any], torch: Any) -> np.ndarray | None:
@@ -598,3 +780,9 @@ def _float64_output(model: Any, call_args: list[Any], torch: Any) -> np.ndarray 
         return out.detach().cpu().double().numpy() if isinstance(out, torch.Tensor) else None
     except Exception:  # noqa: BLE001 - a module that cannot run in float64 keeps the dtype's default tolerance
         return None
+
+
+def listed(names: list[str], most: int = 6) -> str:
+    """``a, b, c`` (and how many more past ``most``): a note stays one short line for a large network."""
+    more = f" and {len(names) - most} more" if len(names) > most else ""
+    return ", ".join(names[:most]) + more

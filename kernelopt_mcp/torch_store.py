@@ -1,20 +1,20 @@
-"""Writing an imported PyTorch problem's workload: data files, stored outputs, the lookup oracle,
-and the tolerances and checks an imported problem is judged by.
+"""Writing an imported PyTorch problem's workload, and the tolerances and checks an imported
+problem is judged by.
 
-See :mod:`kernelopt_mcp.torch_import` for what is written and why. The oracle (``reference.py``)
-is a fixed template: it looks outputs up in ``expected/index.json`` by the sha256 of the inputs'
-bytes and the scalars; the index is keyed with the written oracle's own ``input_key``.
+See :mod:`kernelopt_mcp.torch_import` for what is written and why. :data:`ORACLE_TEMPLATE` is the
+NumPy lookup oracle (``reference.py``) that workloads imported in an earlier format carry, with
+their inputs and outputs stored under ``data/`` and ``expected/``: such a workload still loads and
+evaluates through it, and the oracle's sandbox recognises the template by it
+(:mod:`kernelopt_mcp.evaluation.oracle_sandbox`).
 """
 
 from __future__ import annotations
 
 import hashlib
-import importlib.util
 import json
 import math
 import os
 import shutil
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -22,16 +22,6 @@ import numpy as np
 
 from .dtypes import DType
 from .workload import DEFAULT_TOLERANCE, Tolerance
-
-
-@dataclass
-class StoredDraw:
-    """One data set of one case: its scalars and input arrays by name, and the module's output."""
-
-    case: str
-    hidden: bool
-    params: dict[str, Any]
-    expected: np.ndarray
 
 
 def sha256_of(array: np.ndarray) -> str:
@@ -42,6 +32,7 @@ def le_bytes(array: np.ndarray) -> bytes:
     return np.ascontiguousarray(array).astype(array.dtype.newbyteorder("<"), copy=False).tobytes()
 
 
+#: reference.py of a workload imported with its outputs stored (no longer written; still evaluated)
 ORACLE_TEMPLATE = '''"""NumPy oracle of {name}: the outputs of the PyTorch problem {problem}, computed with torch
 {torch_version} by `kernelopt import-torch` and stored under expected/.
 
@@ -112,49 +103,18 @@ def reference(**params) -> dict:
 '''
 
 
-
-def write_workload(
-    root: Path, spec: dict[str, Any], *, home: Path, problem: str, problem_name: str, torch_version: str, inputs: list[str],
-    scalar_kinds: dict[str, str], output: str, output_dtype: str, draws: list[StoredDraw], initial_cu: str | None,
-) -> None:
-    """Write the workload into ``root``: every draw's inputs as ``data/<case>/[hidden/]<buffer>.bin``
-    (the paths ``spec`` names), its output under ``expected/`` with the index, the oracle, a copy of
-    the problem, the initial kernel and ``workload.json``. ``home`` is where the workload will live
-    (``root`` may be a staging directory renamed there): copies of the oracle look for the store there."""
-    oracle = ORACLE_TEMPLATE.format(
-        name=spec["name"], problem=problem_name, torch_version=torch_version, inputs=inputs, scalars=scalar_kinds,
-        output=output, home=str(home),
-    )
-    (root / "reference.py").write_text(oracle)
+def write_workload(root: Path, spec: dict[str, Any], *, problem: str, files: dict[str, bytes], initial_cu: str | None) -> None:
+    """Write the workload into ``root``: the problem (``problem.py``, the reference), the data files
+    ``spec`` names (``files``: path relative to ``root`` -> bytes), the initial kernel and
+    ``workload.json``."""
     (root / "problem.py").write_text(problem)
     if initial_cu is not None:
         (root / "initial.cu").write_text(initial_cu)
-    key_of = _load_key_function(root / "reference.py")
-    index: dict[str, dict[str, Any]] = {}
-    for d in draws:
-        which = "hidden/" if d.hidden else ""
-        for name in inputs:
-            path = root / "data" / d.case / f"{which}{name}.bin"
-            path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_bytes(le_bytes(d.params[name]))
-        rel = f"expected/{d.case}/{which}{output}.bin"
-        (root / rel).parent.mkdir(parents=True, exist_ok=True)
-        (root / rel).write_bytes(le_bytes(d.expected))
-        index[key_of(d.params)] = {
-            "case": d.case, "set": "hidden" if d.hidden else "validation", "path": rel,
-            "dtype": output_dtype, "shape": list(d.expected.shape) or [1],
-        }
-    (root / "expected" / "index.json").write_text(json.dumps(index, indent=1))
+    for rel, data in files.items():
+        path = root / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(data)
     (root / "workload.json").write_text(json.dumps(spec, indent=2) + "\n")
-
-
-def _load_key_function(path: Path) -> Any:
-    """The written oracle's own ``input_key``, so the index is keyed exactly as it looks up."""
-    spec = importlib.util.spec_from_file_location(f"kernelopt_torch_oracle_{os.getpid()}_{id(path)}", path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module.input_key
 
 
 def move_into_place(staging: Path, target: Path) -> None:

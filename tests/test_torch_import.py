@@ -1,5 +1,7 @@
 """`kernelopt import-torch`: KernelBench-style PyTorch problems (tests/torch_problems/) become
-workloads whose stored expected outputs equal the module's, and unsupported ones fail clearly.
+workloads that PyTorch is the reference of: a generator per input, the mapping of buffers to the
+module, nothing of full size written; unsupported ones fail clearly. A workload imported in the
+earlier format (stored draws, a lookup oracle) still loads and evaluates.
 
 Tests that run torch skip with a reason where it is not installed; the parsing of the size
 constants and the message for a missing torch are tested everywhere.
@@ -17,13 +19,8 @@ import numpy as np
 import pytest
 
 from kernelopt_mcp.cli import main
-from kernelopt_mcp.errors import WorkloadError
-from kernelopt_mcp.evaluation.fresh_inputs import case_fresh, fresh_checks
-from kernelopt_mcp.evaluation.inputs import (
-    hidden_seed_checks,
-    materialize,
-    seed_independent_inputs,
-)
+from kernelopt_mcp.evaluation.fresh_inputs import case_fresh
+from kernelopt_mcp.evaluation.inputs import hidden_seed_checks, materialize
 from kernelopt_mcp.evaluation.oracle import run_oracle
 from kernelopt_mcp.launch import LaunchSpec
 from kernelopt_mcp.torch_import import (
@@ -32,7 +29,7 @@ from kernelopt_mcp.torch_import import (
     size_variants,
 )
 from kernelopt_mcp.torch_problem import TorchProblemError, parse_problem, require_torch
-from kernelopt_mcp.workload import Workload, load_workload
+from kernelopt_mcp.workload import Workload, case_shape, load_workload
 
 PROBLEMS = Path(__file__).parent / "torch_problems"
 SUPPORTED = ["elementwise_gelu", "reduction_sum", "matmul", "linear_relu", "scale_int_arg", "conv2d_relu_bias", "vector_add",
@@ -44,139 +41,144 @@ def torch() -> Any:
     return pytest.importorskip("torch", reason="torch is not installed (pip install torch): PyTorch problems cannot be run")
 
 
-def module_output(problem: Path, wl: Workload, case_name: str, arrays: dict[str, np.ndarray], torch: Any) -> np.ndarray:
-    """The problem's Model run directly (no kernelopt code) on a case's input arrays: the source's
-    size-constant lines rewritten with the case's scalars, parameters loaded from the weight buffers."""
-    case = wl.spec.case(case_name)
+def module_at(problem: Path, wl: Workload, case_name: str, torch: Any) -> tuple[Any, list[Any]]:
+    """The problem's Model and get_inputs() built directly (no kernelopt code) at a case's sizes, as the
+    PyTorch reference builds it: the size-constant lines rewritten with imported.sizes, torch seeded
+    with imported.seed."""
+    assert wl.spec.imported is not None
+    sizes = wl.spec.imported.sizes[case_name]
     lines = []
     for line in problem.read_text().splitlines():
         names = [n.strip() for n in line.split("=", 1)[0].split(",")] if re.match(r"^[\w, ]+=[^=]", line) else []
-        if names and all(n in case.scalars for n in names):
-            line = f"{', '.join(names)} = {', '.join(str(case.scalars[n]) for n in names)}"
+        if names and all(n in sizes for n in names):
+            line = f"{', '.join(names)} = {', '.join(str(sizes[n]) for n in names)}"
         lines.append(line)
     ns: dict[str, Any] = {"__name__": "problem"}
     exec(compile("\n".join(lines), str(problem), "exec"), ns)  # noqa: S102 - the test's own problem files
-    init = ns["get_init_inputs"]() if "get_init_inputs" in ns else []
-    model = ns["Model"](*init)
-    state = {name: torch.from_numpy(arrays[name.replace(".", "_")].copy()) for name in model.state_dict()}
-    model.load_state_dict(state)
-    names = [p.name for p in wl.signature.params]
-    forward_args = []
-    for arg in ns["get_inputs"]():
-        name = names.pop(0) if isinstance(arg, torch.Tensor) else None
-        forward_args.append(torch.from_numpy(arrays[name].copy()) if name else arg)
-    with torch.no_grad():
-        return model(*forward_args).numpy()
+    torch.manual_seed(wl.spec.imported.seed)
+    model = ns["Model"](*(ns["get_init_inputs"]() if "get_init_inputs" in ns else []))
+    return model, list(ns["get_inputs"]())
+
+
+def check_mapping(problem: Path, wl: Workload, torch: Any) -> None:
+    """imported.forward names each forward argument (a buffer of the argument's shape and dtype, or a
+    scalar of its value), imported.state each parameter and buffer of the module, at every case."""
+    imported = wl.spec.imported
+    assert imported is not None and imported.output == wl.signature.outputs[0].name
+    for case in wl.spec.cases:
+        model, inputs = module_at(problem, wl, case.name, torch)
+        assert len(imported.forward) == len(inputs)
+        for name, value in zip(imported.forward, inputs, strict=True):
+            param = wl.signature.param(name)
+            if isinstance(value, torch.Tensor):
+                assert case_shape(param, case.scalars) == (tuple(value.shape) or (1,)), (case.name, name)
+                assert param.dtype.value == str(value.dtype).removeprefix("torch.").replace("bool", "uint8")
+            else:
+                assert case.scalars[name] == value
+        state = dict([*model.named_parameters(), *model.named_buffers()])
+        assert sorted(imported.state.values()) == sorted(state)
+        for buffer, dotted in imported.state.items():
+            assert case_shape(wl.signature.param(buffer), case.scalars) == (tuple(state[dotted].shape) or (1,))
 
 
 @pytest.mark.parametrize("problem", SUPPORTED)
-def test_supported_problem_becomes_a_workload_with_the_modules_outputs(problem: str, tmp_path: Path, torch: Any) -> None:
+def test_supported_problem_becomes_a_workload_of_generators_and_a_mapping(problem: str, tmp_path: Path, torch: Any) -> None:
+    """Every input is drawn by a generator (these problems draw their inputs with torch.rand / randn
+    and keep no state but BatchNorm's counter, a constant), PyTorch is the reference, and nothing but
+    workload.json and the problem is written."""
     path = PROBLEMS / f"{problem}.py"
     result = import_torch_problem(path, tmp_path / problem)
     wl = load_workload(tmp_path / problem)
-    assert wl.spec == result.spec and wl.initial_cu is None and wl.reference_cu is None
+    assert wl.spec == result.spec and wl.initial_cu is None and wl.reference_cu is None and wl.oracle_path is None
+    assert wl.spec.reference.torch == "problem.py" and wl.torch_problem is not None
+    assert wl.torch_problem.read_text() == path.read_text()
+    assert sorted(p.name for p in (tmp_path / problem).iterdir()) == ["problem.py", "workload.json"]
     assert {c.kind for c in wl.spec.cases} == {"correctness", "performance"}
-    for redraw, seed in ((False, 1), (True, 2)):  # the validation draw, then the hidden draw (hidden_path)
-        data = materialize(wl, seed, tmp_path / f"inputs-{redraw}", redraw=redraw)
-        for case in wl.spec.cases:
-            ci = data[case.name]
-            expected = run_oracle(wl, case.name, ci.arrays, ci.shapes)["out"]
-            direct = module_output(path, wl, case.name, ci.arrays, torch)
-            assert np.array_equal(expected.reshape(direct.shape), direct), (problem, case.name, redraw)
-    first = materialize(wl, 1, tmp_path / "a")
-    hidden = materialize(wl, 2, tmp_path / "b", redraw=True)
-    for case in wl.spec.cases:  # the hidden draw really differs
-        some_input = wl.signature.inputs[0].name
-        assert not np.array_equal(first[case.name].arrays[some_input], hidden[case.name].arrays[some_input])
+    for case in wl.spec.cases:
+        assert set(case.inputs) == {p.name for p in wl.signature.inputs}
+        kinds = {name: gen.generator for name, gen in case.inputs.items()}
+        assert "file" not in kinds.values(), kinds
+    assert not case_fresh(wl, wl.spec.performance_cases[0]).fixed or problem == "batchnorm_training"
+    check_mapping(path, wl, torch)
+    assert wl.spec.imported is not None
+    assert set(wl.spec.imported.sizes) == {c.name for c in wl.spec.cases}
 
 
-def test_signature_cases_cost_and_tolerance(tmp_path: Path, torch: Any) -> None:
-    wl = import_torch_problem(PROBLEMS / "matmul.py", tmp_path / "mm").spec
-    assert wl.signature.c_prototype() == (
-        'extern "C" __global__ void matmul(const float* A, const float* B, float* out, int M, int K, int N)'
+def test_the_generators_are_the_problems_own(tmp_path: Path, torch: Any) -> None:
+    """torch.randn -> normal(0, 1), torch.rand -> uniform [0, 1), torch.randint(lo, hi) -> randint, a
+    parameter -> its uniform rule at each case's sizes; a Python int forward argument is a scalar."""
+    problem = tmp_path / "gens.py"
+    problem.write_text(
+        "import torch\nclass Model(torch.nn.Module):\n    def __init__(self, n):\n        super().__init__()\n"
+        "        self.fc = torch.nn.Linear(n, n)\n"
+        "    def forward(self, x, u, idx, k):\n        return self.fc(x * u)[:, :k] + idx[:, None]\n"
+        "batch = 32\nn = 48\ndef get_inputs():\n    return [torch.randn(batch, n), torch.rand(batch, n), torch.randint(3, 9, (batch,)), 4]\n"
+        "def get_init_inputs():\n    return [n]\n"
     )
-    assert [p.shape for p in wl.signature.buffers] == [["M", "K"], ["K", "N"], ["M", "N"]]
-    scalars = {c.name: c.scalars for c in wl.cases}
-    assert scalars == {"small_odd": {"M": 5, "K": 7, "N": 11}, "mid_odd": {"M": 61, "K": 63, "N": 65},
-                       "perf": {"M": 256, "K": 512, "N": 384}}
-    assert [c.kind for c in wl.cases] == ["correctness", "correctness", "performance"]
-    assert wl.cost.flops == "2*M*K*N" and wl.cost.bytes == "4*M*K + 4*K*N + 4*M*N"
-    assert wl.tolerance["out"].rtol == pytest.approx(1e-4)  # float32: reductions reorder sums
-
-    linear = import_torch_problem(PROBLEMS / "linear_relu.py", tmp_path / "lin").spec
-    assert [(p.name, p.role, p.shape) for p in linear.signature.buffers] == [
-        ("x", "in", ["batch_size", "in_features"]), ("fc_weight", "in", ["out_features", "in_features"]),
-        ("fc_bias", "in", ["out_features"]), ("out", "out", ["batch_size", "out_features"]),
-    ]
-
-    conv = import_torch_problem(PROBLEMS / "conv2d_relu_bias.py", tmp_path / "conv").spec
-    assert [(p.name, p.shape) for p in conv.signature.buffers] == [
-        ("x", ["batch_size", 3, "height", "width"]), ("bias", ["out_channels", 1, 1]),
-        ("conv_weight", ["out_channels", 3, 3, 3]), ("conv_bias", ["out_channels"]),
-        ("out", ["batch_size", "out_channels", "height - 2", "width - 2"]),
-    ]
-    assert conv.cost.flops == "54*batch_size*out_channels*(height - 2)*(width - 2)"
-    assert conv.cases[0].scalars == {"batch_size": 5, "height": 13, "width": 17, "out_channels": 11}
-
-    scaled = import_torch_problem(PROBLEMS / "scale_int_arg.py", tmp_path / "int").spec
-    assert scaled.signature.c_prototype().endswith("(const __half* x, __half* out, int factor, int n)")
-    assert scaled.tolerance["out"].rtol == pytest.approx(1e-2)
-    assert [c.scalars for c in scaled.cases] == [{"factor": 3, "n": 5}, {"factor": 3, "n": 65537}, {"factor": 3, "n": 1 << 20}]
-
-    fixed = tmp_path / "fixed.py"  # no size constant: the same shape again, drawn with another seed
-    fixed.write_text("import torch\nclass Model(torch.nn.Module):\n    def forward(self, x):\n        return x.T.contiguous()\n"
-                     "def get_inputs():\n    return [torch.randn(8, 3)]\n")
-    spec = import_torch_problem(fixed, tmp_path / "fixed_wl").spec
-    assert [(c.name, c.kind) for c in spec.cases] == [("check", "correctness"), ("perf", "performance")]
-    assert [p.shape for p in spec.signature.buffers] == [[8, 3], [3, 8]] and not spec.signature.scalars
+    wl = load_workload(import_torch_problem(problem, tmp_path / "w").path)
+    assert wl.spec.imported is not None
+    assert wl.spec.imported.forward == ["x", "u", "idx", "k"]
+    assert wl.spec.imported.state == {"fc_weight": "fc.weight", "fc_bias": "fc.bias"}
+    for case in wl.spec.cases:
+        gens = {name: gen.model_dump() for name, gen in case.inputs.items()}
+        assert gens["x"] == {"generator": "normal", "mean": 0.0, "std": 1.0}
+        assert gens["u"] == {"generator": "uniform", "low": 0.0, "high": 1.0}
+        assert gens["idx"] == {"generator": "randint", "low": 3, "high": 9}
+        bound = 1 / (wl.spec.imported.sizes[case.name]["n"] ** 0.5)  # nn.Linear's default: U(-1/sqrt(n), 1/sqrt(n))
+        assert gens["fc_weight"]["generator"] == "uniform" and -bound <= gens["fc_weight"]["low"] < -0.9 * bound
+    check_mapping(problem, wl, torch)
 
 
-def test_files_are_not_redrawn_but_the_hidden_draw_is_checked(tmp_path: Path, torch: Any) -> None:
-    wl = load_workload(import_torch_problem(PROBLEMS / "linear_relu.py", tmp_path / "w").path)
-    perf = wl.spec.performance_cases
-    assert seed_independent_inputs(wl) == {}  # every file names a hidden draw
-    assert hidden_seed_checks(wl, {c.name for c in perf}) == ["timed outputs on hidden-seed inputs"]
-    assert set(case_fresh(wl, perf[0]).fixed) == {"x", "fc_weight", "fc_bias"}
-    lines = fresh_checks(wl, perf, redraw=True, reference=False, checked=0, consistency=False)
-    assert lines and lines[0].startswith("fresh inputs: not possible")
+OLD_ORACLE_INPUTS = ["a", "b"]
 
 
-def test_the_stored_oracle_refuses_inputs_it_has_not_stored(tmp_path: Path, torch: Any) -> None:
-    wl = load_workload(import_torch_problem(PROBLEMS / "elementwise_gelu.py", tmp_path / "w").path)
-    ci = materialize(wl, 1, tmp_path / "in")["small_odd"]
-    other = {"x": ci.arrays["x"] + 1}
-    with pytest.raises(WorkloadError, match="not among those stored"):
-        run_oracle(wl, "small_odd", other, ci.shapes)
+def test_a_workload_imported_with_stored_outputs_still_loads_and_evaluates(tmp_path: Path) -> None:
+    """The earlier format: inputs as data files (with a hidden draw), outputs under expected/ and the
+    lookup oracle reference.py. It loads, and the oracle gives the stored output for the stored inputs."""
+    import importlib.util
 
+    from kernelopt_mcp.torch_store import ORACLE_TEMPLATE, le_bytes, sha256_of
 
-def test_a_copy_of_the_oracle_finds_the_store_and_a_moved_workload_its_own(tmp_path: Path, torch: Any) -> None:
-    """`kernelopt optimize` copies reference.py into its run directory: the copy reads the store where the
-    workload was imported (its confined worker may read that expected/, as the copy is kernelopt's own
-    template); a workload directory moved elsewhere reads its own."""
-    import shutil
-
-    from kernelopt_mcp.evaluation.oracle_sandbox import call_oracle
-
-    wl = load_workload(import_torch_problem(PROBLEMS / "matmul.py", tmp_path / "w").path)
-    ci = materialize(wl, 1, tmp_path / "in")["mid_odd"]
-    expected = run_oracle(wl, "mid_odd", ci.arrays, ci.shapes)["out"]
-    run = tmp_path / "run"
-    run.mkdir()
-    shutil.copy(wl.oracle_path, run / "reference.py")
-    scalars = wl.spec.case("mid_odd").scalars
-    copied = call_oracle(run / "reference.py", ci.arrays, scalars, {"out": ci.shapes["out"]}, case="mid_odd")["out"]
-    assert np.array_equal(copied, expected)
-
-    moved = load_workload(shutil.move(tmp_path / "w", tmp_path / "elsewhere"))
-    assert np.array_equal(run_oracle(moved, "mid_odd", ci.arrays, ci.shapes)["out"], expected)
-    (run / "reference.py").rename(run / "again.py")  # a fresh worker: the copy now finds no store
-    with pytest.raises(WorkloadError, match=r"LookupError: the stored outputs .* are neither beside this oracle"):
-        call_oracle(run / "again.py", ci.arrays, scalars, {"out": ci.shapes["out"]}, case="mid_odd")
-    edited = (run / "again.py").read_text().replace("    root = store()", "    root = store()  # edited")
-    (tmp_path / "run2").mkdir()
-    (tmp_path / "run2" / "reference.py").write_text(edited.replace(repr(str(tmp_path / "w")), repr(str(tmp_path / "elsewhere"))))
-    with pytest.raises(WorkloadError, match="Permission denied"):  # not the template: only its own directory
-        call_oracle(tmp_path / "run2" / "reference.py", ci.arrays, scalars, {"out": ci.shapes["out"]}, case="mid_odd")
+    root = tmp_path / "old"
+    (root / "data" / "perf" / "hidden").mkdir(parents=True)
+    (root / "expected" / "perf" / "hidden").mkdir(parents=True)
+    oracle = ORACLE_TEMPLATE.format(name="vadd", problem="vadd.py", torch_version="2.11", inputs=OLD_ORACLE_INPUTS,
+                                    scalars={"n": "int"}, output="out", home=str(root))
+    (root / "reference.py").write_text(oracle)
+    spec_loader = importlib.util.spec_from_file_location("old_oracle", root / "reference.py")
+    assert spec_loader is not None and spec_loader.loader is not None
+    module = importlib.util.module_from_spec(spec_loader)
+    spec_loader.loader.exec_module(module)
+    rng = np.random.default_rng(0)
+    index, inputs = {}, {}
+    for which in ("", "hidden/"):
+        arrays = {name: rng.standard_normal(7).astype(np.float32) for name in OLD_ORACLE_INPUTS}
+        for name, array in arrays.items():
+            (root / "data" / "perf" / f"{which}{name}.bin").write_bytes(le_bytes(array))
+        (root / "expected" / "perf" / f"{which}out.bin").write_bytes(le_bytes(arrays["a"] + arrays["b"]))
+        index[module.input_key({**arrays, "n": 7})] = {"case": "perf", "set": "hidden" if which else "validation",
+                                                       "path": f"expected/perf/{which}out.bin", "dtype": "float32", "shape": [7]}
+        inputs[which] = arrays
+    (root / "expected" / "index.json").write_text(json.dumps(index))
+    spec = {
+        "name": "vadd", "signature": {"entry": "vadd", "params": [
+            {"kind": "buffer", "name": "a", "dtype": "float32", "role": "in", "shape": ["n"]},
+            {"kind": "buffer", "name": "b", "dtype": "float32", "role": "in", "shape": ["n"]},
+            {"kind": "buffer", "name": "out", "dtype": "float32", "role": "out", "shape": ["n"]},
+            {"kind": "scalar", "name": "n", "dtype": "int32"}]},
+        "cases": [{"name": "perf", "kind": "performance", "scalars": {"n": 7}, "inputs": {
+            name: {"generator": "file", "path": f"data/perf/{name}.bin", "sha256": sha256_of(inputs[""][name]),
+                   "hidden_path": f"data/perf/hidden/{name}.bin"} for name in OLD_ORACLE_INPUTS}}],
+        "reference": {"python": "reference.py", "cuda": None}, "deterministic": False,
+        "cost": {"bytes": "12*n", "floor_from": "bytes"},
+    }
+    (root / "workload.json").write_text(json.dumps(spec))
+    wl = load_workload(root)
+    assert wl.oracle_path == root / "reference.py" and wl.torch_problem is None
+    for redraw in (False, True):
+        ci = materialize(wl, 1, tmp_path / f"in-{redraw}", redraw=redraw)["perf"]
+        expected = run_oracle(wl, "perf", ci.arrays, ci.shapes)["out"]
+        assert np.array_equal(expected, inputs["hidden/" if redraw else ""]["a"] + inputs["hidden/" if redraw else ""]["b"])
 
 
 UNSUPPORTED = {
@@ -255,7 +257,7 @@ def test_problem_file_errors_without_torch() -> None:
 def test_missing_torch_says_how_to_get_it(monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
                                           capsys: pytest.CaptureFixture[str]) -> None:
     monkeypatch.setitem(sys.modules, "torch", None)  # import torch raises ImportError
-    with pytest.raises(TorchProblemError, match=r"install torch .any build.*the GPU machine does not need it afterwards"):
+    with pytest.raises(TorchProblemError, match=r"install torch .any build.*the GPU machine needs it too"):
         require_torch()
     assert main(["import-torch", str(PROBLEMS / "matmul.py"), "-o", str(tmp_path / "w")]) == 2
     assert "install torch" in capsys.readouterr().err and not (tmp_path / "w").exists()
@@ -274,19 +276,29 @@ def test_names_a_kernel_cannot_take_get_a_suffix(tmp_path: Path, torch: Any) -> 
     assert [c.scalars for c in spec.cases] == [{"float_": 2.5, "threadIdx_": 5}, {"float_": 2.5, "threadIdx_": 33}]
 
 
-def test_inputs_without_randomness_are_said_to_be_fixed(tmp_path: Path, torch: Any) -> None:
-    """An arange input is the same on the hidden draw: no hidden_path, and the hidden-seed check says it
-    cannot change it instead of claiming a check. A parameter of ones is drawn afresh for each draw."""
+def test_inputs_without_randomness_are_constants_or_small_files(tmp_path: Path, torch: Any) -> None:
+    """An arange input is the same on every draw: a data file without hidden_path at each case (its
+    values, which the hidden-seed check says it cannot change), and a tensor of ones get_inputs makes
+    is a constant; the parameter of ones is drawn, the random input drawn by its generator."""
     problem = tmp_path / "fixed_inputs.py"
     problem.write_text(
         "import torch\nclass Model(torch.nn.Module):\n    def __init__(self):\n        super().__init__()\n"
         "        self.scale = torch.nn.Parameter(torch.ones(n))\n"
-        "    def forward(self, x, y):\n        return x * self.scale + y\n"
-        "n = 64\ndef get_inputs():\n    return [torch.arange(n, dtype=torch.float32), torch.randn(n)]\n"
+        "    def forward(self, x, y, w):\n        return x * self.scale + y * w\n"
+        "n = 64\ndef get_inputs():\n    return [torch.arange(n, dtype=torch.float32), torch.randn(n), torch.ones(n)]\n"
     )
     wl = load_workload(import_torch_problem(problem, tmp_path / "w").path)
-    perf = wl.spec.case("perf")
-    assert [name for name, gen in perf.inputs.items() if gen.hidden_path] == ["y", "scale"]
+    for case in wl.spec.cases:
+        x, y, w, scale = (case.inputs[k] for k in ("x", "y", "w", "scale"))
+        size = int(case.scalars["n"])
+        assert x.generator == "file" and x.hidden_path is None and x.drawn_from is None
+        data = np.fromfile(wl.data_path(x.path), dtype=np.float32)
+        assert np.array_equal(data, np.arange(size, dtype=np.float32)), case.name
+        assert y.model_dump() == {"generator": "normal", "mean": 0.0, "std": 1.0}
+        assert w.model_dump() == {"generator": "constant", "value": 1.0}
+        assert scale.model_dump() == {"generator": "uniform", "low": 0.5, "high": 1.5}
+    assert sorted(str(p.relative_to(tmp_path / "w")) for p in (tmp_path / "w" / "data").rglob("*.bin")) == sorted(
+        f"data/{c.name}/x.bin" for c in wl.spec.cases)
     checks = hidden_seed_checks(wl, {"perf"})
     assert checks[0] == "timed outputs on hidden-seed inputs"
-    assert checks[1].startswith("hidden-seed check: not possible for data-file inputs x")
+    assert "not possible for data-file inputs x" in checks[1]
