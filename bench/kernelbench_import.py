@@ -5,8 +5,11 @@ the refusals by reason, and per import its wall time and the bytes it wrote (iss
     python bench/kernelbench_import.py KERNELBENCH_DIR [--level 1 2 3] [--jobs N] [--out DIR] [--json FILE]
 
 KERNELBENCH_DIR holds level1/ ... level3/ (KernelBench's KernelBench/ folder; never copied into this
-repository). Problems import in ``--jobs`` processes at once (default: the CPUs, at most 16), each
-with torch limited to one thread, so a problem's time is its own. Needs torch.
+repository). Problems import in ``--jobs`` processes at once (default: the CPUs, at most 16), each a
+fresh process of its own (this checkout's kernelopt_mcp first on its path) with torch limited to one
+thread, its data memory capped (``--max-gib``, default the machine's memory over the jobs) and a
+deadline (``--timeout``): an import that runs away is a row of the table, not the end of the bench.
+Needs torch.
 """
 
 from __future__ import annotations
@@ -15,14 +18,18 @@ import argparse
 import json
 import os
 import re
+import resource
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
 from collections import Counter
-from concurrent.futures import ProcessPoolExecutor, as_completed
+from concurrent.futures import ThreadPoolExecutor, as_completed
 from pathlib import Path
 from typing import Any
+
+REPO = Path(__file__).resolve().parent.parent
 
 LIMIT_S, LIMIT_BYTES = 60.0, 256 * 2**20
 
@@ -32,8 +39,7 @@ def _du(path: Path) -> int:
 
 
 def import_one(problem: str, out: str) -> dict[str, Any]:
-    """Import ``problem`` into ``out``: its outcome, seconds and bytes written."""
-    os.environ.setdefault("OMP_NUM_THREADS", "1")
+    """Import ``problem`` into ``out`` (in this process): its outcome, seconds and bytes written."""
     import torch
 
     torch.set_num_threads(1)
@@ -53,6 +59,27 @@ def import_one(problem: str, out: str) -> dict[str, Any]:
     return record
 
 
+def import_in_child(problem: str, out: str, max_bytes: int, timeout_s: float) -> dict[str, Any]:
+    """:func:`import_one` in a fresh process with its data memory capped and a deadline."""
+    def cap() -> None:
+        resource.setrlimit(resource.RLIMIT_DATA, (max_bytes, max_bytes))
+
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))}
+    start = time.perf_counter()
+    try:
+        done = subprocess.run([sys.executable, __file__, "--one", problem, out], capture_output=True, text=True,
+                              timeout=timeout_s, env=env, preexec_fn=cap)
+    except subprocess.TimeoutExpired:
+        return {"problem": problem, "imported": False, "refusal": f"bench: over {timeout_s:.0f} s",
+                "seconds": time.perf_counter() - start, "bytes": _du(Path(out))}
+    lines = done.stdout.strip().splitlines()
+    if done.returncode == 0 and lines:
+        return json.loads(lines[-1])
+    tail = (done.stderr.strip().splitlines() or ["no output"])[-1]
+    return {"problem": problem, "imported": False, "seconds": time.perf_counter() - start, "bytes": _du(Path(out)),
+            "refusal": f"bench: the import died (exit {done.returncode}, data memory cap {max_bytes / 2**30:.0f} GiB): {tail[:200]}"}
+
+
 def reason(refusal: str) -> str:
     """A refusal's kind: its first clause without names and numbers."""
     text = re.sub(r"'[^']*'|\"[^\"]*\"|\d+(\.\d+)?", "_", refusal.split(";")[0])
@@ -66,7 +93,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--jobs", type=int, default=min(16, os.cpu_count() or 1))
     ap.add_argument("--out", type=Path, help="where the workloads go (default: a temporary directory, removed)")
     ap.add_argument("--json", type=Path, help="write every problem's record here")
+    ap.add_argument("--max-gib", type=float, help="data memory cap of one import (default: the machine's memory / jobs)")
+    ap.add_argument("--timeout", type=float, default=600.0, help="seconds one import may take (default 600)")
     args = ap.parse_args(argv)
+    memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    max_bytes = int(args.max_gib * 2**30) if args.max_gib else memory // max(1, args.jobs)
     problems = [(level, p) for level in args.level for p in sorted((args.problems_dir / f"level{level}").glob("*.py"),
                                                                    key=lambda p: (int(p.name.split("_")[0]), p.name))]
     if not problems:
@@ -75,8 +106,9 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="kb-import-") as tmp:
         root = args.out or Path(tmp)
         records: list[dict[str, Any]] = []
-        with ProcessPoolExecutor(args.jobs) as pool:
-            futures = {pool.submit(import_one, str(p), str(root / f"level{level}" / p.stem)): level for level, p in problems}
+        with ThreadPoolExecutor(args.jobs) as pool:
+            futures = {pool.submit(import_in_child, str(p), str(root / f"level{level}" / p.stem), max_bytes, args.timeout): level
+                       for level, p in problems}
             for i, done in enumerate(as_completed(futures), 1):
                 rec = {**done.result(), "level": futures[done]}
                 records.append(rec)
@@ -103,4 +135,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
+    if sys.argv[1:2] == ["--one"]:
+        print(json.dumps(import_one(sys.argv[2], sys.argv[3])))
+        sys.exit(0)
     sys.exit(main())
