@@ -307,8 +307,8 @@ class Cost(_Model):
 
 
 class DrawnParameter(_Model):
-    """How an imported problem's parameter or buffer got its stored values (for a reader: the data
-    files hold them; nothing redraws from this)."""
+    """How an imported problem's parameter or buffer is drawn (for a reader: the case's input
+    generator for the buffer is what the harness and PyTorch draw from)."""
 
     default: str = Field(description="the module's own values on the performance case, e.g. 'constant 1', or why kept")
     drawn_from: DrawnGenerator | None = Field(

@@ -84,13 +84,14 @@ def register_workload_tools(app: MCPServer, service: KerneloptService) -> None:
         Bundled names are refused; a created workload is replaced only with overwrite=true. No GPU
         needed: the reference first runs on the next validate. With torch_problem (a PyTorch
         problem's source, as `kernelopt import-torch` takes it) the server runs the problem with
-        torch to make the signature, cases and stored expected outputs (spec.tolerance "strict", the
+        torch to make the signature, cases and generators; the module itself, run by torch on the GPU,
+        is the reference of every evaluation (spec.tolerance "strict", the
         default, by the output's dtype, or "kernelbench", atol = rtol = 1e-2); it is refused unless the
         server was started with KERNELOPT_ALLOW_TORCH_PROBLEMS=1 (it runs the client's Python)."""
         if torch_problem is not None:
             with tool_errors():
                 if reference_cu is not None:
-                    raise ValueError("torch_problem: the module's stored outputs are the reference; leave reference_cu out")
+                    raise ValueError("torch_problem: the module (run by torch) is the reference; leave reference_cu out")
                 launch = (spec.get("initial") or {}).get("launch") if isinstance(spec.get("initial"), dict) else None
                 tolerance = spec.get("tolerance", "strict")
                 out = await service.run_long(
