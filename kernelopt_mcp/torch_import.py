@@ -440,7 +440,7 @@ def _spec(
         }
     else:
         notes.append(
-            "no initial kernel: `kernelopt optimize --workload DIR` has the model write one (and a CUDA reference); "
+            "no initial kernel: `kernelopt optimize --workload DIR` has the model write one; "
             "`kernelopt evaluate DIR KERNEL.cu --launch LAUNCH.json` evaluates your own"
         )
     return spec

@@ -89,7 +89,8 @@ def parse_problem(text: str, label: str) -> ProblemSource:
 
     Size constants are module-level assignments of a positive integer literal (``N = 4096``)
     whose name ``get_inputs`` or ``get_init_inputs`` reads, directly or through other module-level
-    assignments (``N = 2 * M`` makes ``M`` one too). Only these are scaled for the correctness
+    assignments (``N = 2 * M`` makes ``M`` one too), and the elements above 1 of a shape written as
+    a tuple of literals (``input_shape = (32768,)``: ``input_shape_0``). Only these are scaled for the correctness
     cases; constants the functions do not reach are left alone.
 
     Raises:
@@ -113,14 +114,22 @@ def parse_problem(text: str, label: str) -> ProblemSource:
         )
     assigned: dict[str, ast.AST] = {}
     literal: dict[str, tuple[int, int]] = {}
+    elements: dict[str, str] = {}  # a shape tuple's element constant -> the tuple's name
     for node in tree.body:
         for target, value, _ in _assignments(node):
             assigned[target] = value
+            for name in [n for n, of in elements.items() if of == target]:
+                literal.pop(name, None)  # reassigned later: its old elements are no constants
             number = int_literal(value)
             if number is not None and number > 0:
                 literal[target] = (number, node.lineno)
             else:
                 literal.pop(target, None)  # reassigned to something else later: not a constant
+            for i, element in _tuple_elements(value):
+                number = int_literal(element)
+                if number is not None and number > 1:  # a 1 is a broadcast dimension, not a size
+                    literal[f"{target}_{i}"] = (number, node.lineno)
+                    elements[f"{target}_{i}"] = target
     reached: set[str] = set()
     todo = [n for f in ("get_inputs", "get_init_inputs") if f in defined for n in _loaded_names(defined[f])]
     while todo:
@@ -130,9 +139,17 @@ def parse_problem(text: str, label: str) -> ProblemSource:
         reached.add(name)
         if name in assigned:
             todo += _loaded_names(assigned[name])
-    constants = [SizeConstant(n, v, line) for n, (v, line) in literal.items() if n in reached]
+    constants = [SizeConstant(n, v, line) for n, (v, line) in literal.items() if elements.get(n, n) in reached]
     constants.sort(key=lambda c: c.line)
     return ProblemSource(text, label, tree, constants, isinstance(defined.get("get_init_inputs"), ast.FunctionDef))
+
+
+def _tuple_elements(value: ast.AST) -> list[tuple[int, ast.expr]]:
+    """A shape written as a tuple of literals (``input_shape = (32768,)``): its elements, each a size
+    constant ``<name>_<i>`` of its own; nothing for any other value."""
+    if isinstance(value, ast.Tuple) and value.elts and all(int_literal(e) is not None for e in value.elts):
+        return list(enumerate(value.elts))
+    return []
 
 
 def _assignments(node: ast.stmt) -> list[tuple[str, ast.expr, Callable[[ast.expr], None]]]:
@@ -190,6 +207,9 @@ def with_constants(source: ProblemSource, values: dict[str, int]) -> ast.Module:
         for target, value, put in _assignments(node):
             if target in values and int_literal(value) is not None:
                 put(ast.copy_location(ast.Constant(values[target]), value))
+            for i, element in _tuple_elements(value):
+                if f"{target}_{i}" in values:
+                    value.elts[i] = ast.copy_location(ast.Constant(values[f"{target}_{i}"]), element)  # type: ignore[attr-defined]
     return ast.fix_missing_locations(tree)
 
 

@@ -179,3 +179,27 @@ def test_a_large_input_no_generator_makes_is_refused_with_the_reason(tmp_path: P
                        r"takes 512 MiB \(more than 256 MiB\)"):
         import_torch_problem(problem(tmp_path, "fixed_big", FIXED_BIG), tmp_path / "w")
     assert not (tmp_path / "w").exists()
+
+
+def test_a_shape_written_as_a_tuple_is_scaled_like_a_size_constant(tmp_path: Path) -> None:
+    """``input_shape = (32768,)`` (KernelBench's loss and scan problems): each element above 1 is a
+    size constant of its own (``input_shape_0``), so the correctness cases run at small sizes and
+    the performance case as written; a 1 (a broadcast dimension) stays."""
+    pytest.importorskip("torch", reason="torch is not installed (pip install torch): PyTorch problems cannot be run")
+    from kernelopt_mcp.torch_import import import_torch_problem
+    from kernelopt_mcp.torch_problem import parse_problem
+
+    text = (
+        "import torch\nimport torch.nn as nn\n\n"
+        "class Model(nn.Module):\n    def forward(self, x, y):\n        return (x * y).sum(dim=1)\n\n"
+        "batch_size = 64\ninput_shape = (4096, 1)\n\n"
+        "def get_inputs():\n    return [torch.rand(batch_size, *input_shape), torch.rand(batch_size, *input_shape)]\n\n"
+        "def get_init_inputs():\n    return []\n"
+    )
+    assert [(c.name, c.value) for c in parse_problem(text, "p.py").constants] == [("batch_size", 64), ("input_shape_0", 4096)]
+    path = tmp_path / "p.py"
+    path.write_text(text)
+    result = import_torch_problem(path, tmp_path / "wl")
+    sizes = result.spec.imported.sizes  # type: ignore[union-attr]
+    assert sizes["perf"] == {"batch_size": 64, "input_shape_0": 4096}
+    assert all(s["input_shape_0"] < 4096 for case, s in sizes.items() if case != "perf"), sizes
