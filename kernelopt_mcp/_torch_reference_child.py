@@ -158,6 +158,10 @@ def run(request: dict[str, Any], answer: _Answer) -> None:
         answer.data["error"] = f"torch cannot be imported ({_line(exc)}): install torch (pip install torch)"
         return
     answer.data["torch_version"] = torch.__version__
+    # the reference in full float32: no TF32 in matmuls or cuDNN convolutions (cuDNN's default allows
+    # it), whose error is near the strict float32 tolerance a correct kernel is judged by
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
     drawn = any("draw" in b for job in request["jobs"] for b in job["buffers"].values())
     try:
         count = torch.cuda.device_count() if request["device"] != "cpu" else 0
