@@ -62,6 +62,22 @@ GPU_READ = (
     "/proc/self", "/proc/sys/vm", "/etc/nvidia",
 )
 GPU_DEVICE_FILES = "/dev/nvidia*"
+# what the CUDA driver writes as it starts: its threads' names, /proc/self/task/<tid>/comm (cuInit fails
+# with error 304 without it). Resolved in the child as it confines itself: its own task directory,
+# never another process's (all of /proc would open /proc/sys)
+GPU_WRITE = ("/proc/self/task",)
+
+
+def _map_the_driver() -> None:
+    """Load the CUDA driver library before confining: its directory (often outside the system
+    library directories, e.g. where the container runtime mounts it) is then among the mapped ones
+    the child may read, and torch's own dlopen later finds it loaded. A machine without it: nothing."""
+    import ctypes
+
+    try:
+        ctypes.CDLL("libcuda.so.1")
+    except OSError:
+        pass
 
 
 def _refuse(message: str, **extra: str) -> int:
@@ -172,11 +188,13 @@ def confine(config: dict[str, Any]) -> str:
     library_path = [p for p in os.environ.get("LD_LIBRARY_PATH", "").split(":") if p]
     applied = "unconfined (accepted)"
     gpu = bool(config.get("gpu"))
+    if gpu:
+        _map_the_driver()
     if config["confine"] == "landlock":
         done = sandbox.restrict(
             read=[*_installation(), *config["read"], *sandbox.mapped_library_dirs(), *library_path, *SYSTEM_READ,
                   *(GPU_READ if gpu else ())],
-            write=[*config["write"], "/dev/null", *(sorted(glob.glob(GPU_DEVICE_FILES)) if gpu else ())],
+            write=[*config["write"], "/dev/null", *((*sorted(glob.glob(GPU_DEVICE_FILES)), *GPU_WRITE) if gpu else ())],
             execute=config.get("execute", []), list_only=config["python_path"],
         )
         applied = done.describe()

@@ -37,7 +37,11 @@ try:
         write = ["/dev/null", "/tmp", *sorted(glob.glob(cc.GPU_DEVICE_FILES))]
         execute = []
         for token in part[3:].split(","):
-            if token:
+            if token == "@libcuda":  # mapped before confining: its directory joins the mapped ones
+                import ctypes
+                ctypes.CDLL("libcuda.so.1")
+                read += sandbox.mapped_library_dirs()
+            elif token:
                 kind, _, path = token.partition("=")
                 {"r": read, "w": write, "x": execute}[kind].append(path)
         done = sandbox.restrict(read=read, write=write, execute=execute, list_only=[])
