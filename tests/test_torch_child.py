@@ -6,10 +6,12 @@ importer executes the problem before it calls anything of torch's)."""
 
 from __future__ import annotations
 
+import errno
 import importlib.metadata
 import importlib.util
 import json
 import os
+import socket
 import sys
 import time
 from pathlib import Path
@@ -214,3 +216,46 @@ async def test_the_create_workload_tool_says_torch_is_missing(tmp_path: Path) ->
         listed = await client.call_tool("list_workloads", {})  # the server keeps answering
         assert not listed.is_error
     assert not ran.exists()
+
+
+@needs_landlock
+def test_a_gpu_child_names_its_own_threads_and_makes_an_unconnected_unix_socket_only(tmp_path: Path) -> None:
+    """What the CUDA driver needs as it starts, and no more (on the H200 cuInit failed with error 304
+    without them): a GPU child may write its own threads' names (/proc/self/task/<tid>/comm) but
+    no other process's (/proc/<parent>/comm) nor /proc/sys, and may make a UNIX socket that cannot
+    connect to a listener by path; without gpu neither."""
+    package = tmp_path / "pkg" / "gpu_probe"
+    package.mkdir(parents=True)
+    (package / "__init__.py").write_text("")
+    (package / "__main__.py").write_text(
+        "import json, os, socket, sys, threading\n"
+        "out = {}\n"
+        "def attempt(what, fn):\n"
+        "    try:\n        fn(); out[what] = 'ok'\n    except OSError as exc:\n        out[what] = exc.errno\n"
+        "def name_thread():\n"
+        "    attempt('own thread', lambda: open(f'/proc/self/task/{threading.get_native_id()}/comm', 'w').write('ko-test'))\n"
+        "t = threading.Thread(target=name_thread); t.start(); t.join()\n"
+        "attempt('parent', lambda: open(f'/proc/{os.getppid()}/comm', 'w').write('x'))\n"
+        "attempt('proc sys', lambda: open('/proc/sys/kernel/hostname', 'w').write('x'))\n"
+        "attempt('unix', lambda: socket.socket(socket.AF_UNIX))\n"
+        "attempt('connect', lambda: socket.socket(socket.AF_UNIX).connect(sys.argv[1]))\n"
+        "print(json.dumps(out))\n"
+    )
+    listener = socket.socket(socket.AF_UNIX)
+    listener.bind(str(tmp_path / "agent.sock"))
+    listener.listen()
+    staging = tmp_path / "staging"
+    staging.mkdir()
+    answers = {}
+    try:
+        for gpu in (True, False):
+            result = run_confined_python("gpu_probe", [str(tmp_path / "agent.sock")], staging=staging, python_path=[str(package.parent)],
+                                         read=[str(package)], limits=ChildLimits(timeout_s=60), gpu=gpu)
+            assert result.returncode == 0, result.stderr_tail
+            answers[gpu] = json.loads(result.stdout)
+    finally:
+        listener.close()
+    assert answers[True]["own thread"] == "ok" and answers[True]["unix"] == "ok", answers
+    assert answers[True]["connect"] == errno.ENOENT and answers[True]["parent"] == errno.EACCES, answers
+    assert answers[True]["proc sys"] in (errno.EACCES, errno.EROFS), answers
+    assert answers[False]["own thread"] == errno.EACCES and answers[False]["unix"] == errno.EPERM, answers
