@@ -367,10 +367,14 @@ def _tolerance(cases: list[DrawnCase], dtype: DType, notes: list[str], mode: str
 
 def _cost(layout: _Layout, cases: list[DrawnCase], notes: list[str]) -> dict[str, str]:
     terms = []
+    fixed = 0  # the buffers whose size no case changes (a network's weights), summed into one number
     for _name, _, dtype, shape, _ in layout.buffers:
+        if all(isinstance(d, int) for d in shape):
+            fixed += dtype.itemsize * math.prod(int(d) for d in shape)
+            continue
         dims = [str(d) if isinstance(d, int) or d.isidentifier() else f"({d})" for d in shape if d != 1]
         terms.append("*".join([str(dtype.itemsize), *dims]))
-    cost = {"bytes": " + ".join(terms)}
+    cost = {"bytes": " + ".join([*terms, *([str(fixed)] if fixed or not terms else [])])}
     flops = [c.main.flops for c in cases]
     if all(flops):
         fitted = _fit_flops(layout, [int(f) for f in flops if f])

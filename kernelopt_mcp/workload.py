@@ -34,7 +34,9 @@ from .launch import LaunchSpec
 IDENTIFIER = r"^[A-Za-z_][A-Za-z0-9_]*$"
 CASE_NAME = r"^[A-Za-z0-9_][A-Za-z0-9_.-]*$"
 MAX_CASES = 64
-MAX_PARAMS = 64
+# a kernel's parameters: CUDA takes up to 32764 bytes of them (4095 pointers); a KernelBench level-3
+# network passes every parameter and buffer of its module (ResNet-101: several hundred)
+MAX_PARAMS = 1024
 # No device holds a buffer this large; the bound keeps element counts far from int64 overflow.
 MAX_ELEMENTS = 2**48
 
