@@ -89,8 +89,9 @@ def parse_problem(text: str, label: str) -> ProblemSource:
 
     Size constants are module-level assignments of a positive integer literal (``N = 4096``)
     whose name ``get_inputs`` or ``get_init_inputs`` reads, directly or through other module-level
-    assignments (``N = 2 * M`` makes ``M`` one too), and the elements above 1 of a shape written as
-    a tuple of literals (``input_shape = (32768,)``: ``input_shape_0``). Only these are scaled for the correctness
+    assignments (``N = 2 * M`` makes ``M`` one too), and the elements above 1 of a shape or a list
+    of widths written as literals (``input_shape = (32768,)``: ``input_shape_0``; ``layer_sizes =
+    [400, 800]``). Only these are scaled for the correctness
     cases; constants the functions do not reach are left alone.
 
     Raises:
@@ -145,9 +146,10 @@ def parse_problem(text: str, label: str) -> ProblemSource:
 
 
 def _tuple_elements(value: ast.AST) -> list[tuple[int, ast.expr]]:
-    """A shape written as a tuple of literals (``input_shape = (32768,)``): its elements, each a size
-    constant ``<name>_<i>`` of its own; nothing for any other value."""
-    if isinstance(value, ast.Tuple) and value.elts and all(int_literal(e) is not None for e in value.elts):
+    """A shape or a list of widths written as literals (``input_shape = (32768,)``, ``layer_sizes =
+    [16384, 16384]``): its elements, each a size constant ``<name>_<i>`` of its own; nothing for any
+    other value."""
+    if isinstance(value, ast.Tuple | ast.List) and value.elts and all(int_literal(e) is not None for e in value.elts):
         return list(enumerate(value.elts))
     return []
 
