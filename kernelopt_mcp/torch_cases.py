@@ -13,6 +13,7 @@ constant output.
 
 from __future__ import annotations
 
+import itertools
 import math
 import time
 from dataclasses import dataclass
@@ -67,7 +68,8 @@ def other_sizes(constants: list[SizeConstant], slot: str) -> list[tuple[str, dic
     constant that divides another's written value divides its size too), the written values scaled
     down by 64, 16 and 4 (small) or 8, 4 and 2 (mid), keeping small constants, then the constants
     back at their written values one by one, largest first (an image size a fixed Linear layer
-    needs). Every value is at most the written one."""
+    needs), then each pair of them at their written values, the others small. Every value is at
+    most the written one."""
     n = len(constants)
     perf = {c.name: c.value for c in constants}
     if slot == "small":
@@ -91,6 +93,10 @@ def other_sizes(constants: list[SizeConstant], slot: str) -> list[tuple[str, dic
     for c in sorted(constants, key=lambda c: -c.value)[:-1]:  # the largest back to its written value first
         partial = {**partial, c.name: c.value}
         out.append((f"{slot}_partial", partial))
+    # two constants that must stay related (a LayerNorm over the last dimension of a transposed
+    # convolution's output: that width and the channels as written), the others small
+    pairs = sorted(itertools.combinations(constants, 2), key=lambda p: -(p[0].value + p[1].value))
+    out += [(f"{slot}_pair", {**base, a.name: a.value, b.name: b.value}) for a, b in pairs]
     return [(name, values) for name, values in out if n and values != perf]
 
 
