@@ -392,7 +392,7 @@ def test_the_search_is_bounded_by_bytes_and_time(tmp_path: Path, torch: Any) -> 
     result = import_torch_problem(path, tmp_path / "gn", TorchImportOptions(max_correctness_bytes=1024))
     assert [c.kind for c in result.spec.cases] == ["performance"]
     left_out = next(n for n in result.notes if n.startswith("correctness case small_odd"))
-    assert "bytes of buffers (more than 1024); nor 7 other size sets (odd, even, multiples, scaled down, partly as written)" in left_out
+    assert "bytes of buffers (more than 1024); nor 15 other size sets (odd, even, multiples, scaled down, partly as written)" in left_out
     assert "no correctness case of other sizes: the performance case is the only one (it is validated too)" in result.notes
     assert "the performance case ran on the CPU (8 MiB of buffers): no correctness case runs on the CPU" in result.notes
 
@@ -451,9 +451,11 @@ def test_other_sizes_keep_what_must_divide_and_stay_below_the_written_sizes() ->
     assert small["channels"] % small["groups"]  # the odd primes break it: 7 channels, 3 groups
     tried = other_sizes(constants, "small")
     assert [name for name, _ in tried] == ["small_odd", "small_even", "small_multiple", *["small_scaled"] * 3,
-                                           *["small_partial"] * 2]
+                                           *["small_partial"] * 2, *["small_pair"] * 6]
     partial = [v for name, v in tried if name == "small_partial"]  # the largest back as written first
     assert partial == [{**small, "height": 64}, {**small, "height": 64, "channels": 48}]
+    pairs = [v for name, v in tried if name == "small_pair"]  # two as written (the largest pair first), the others small
+    assert pairs[0] == {**small, "height": 64, "channels": 48} and pairs[-1] == {**small, "batch_size": 16, "groups": 3}
     for _, values in tried:
         assert values != perf and all(1 <= values[k] <= v for k, v in perf.items())
     multiple = dict(tried)["small_multiple"]
@@ -468,6 +470,7 @@ def test_other_sizes_keep_what_must_divide_and_stay_below_the_written_sizes() ->
     mid = dict(size_variants(large)[1][2])
     assert mid["channels"] % 6 and mid["channels"] > 61
     found = other_sizes(large, "mid")
-    assert [name for name, _ in found] == ["mid_even", "mid_multiple", *["mid_scaled"] * 3, "mid_partial"]
+    # the pair (channels, batch_size) as written is the performance case itself (groups is small already): left out
+    assert [name for name, _ in found] == ["mid_even", "mid_multiple", *["mid_scaled"] * 3, "mid_partial", *["mid_pair"] * 2]
     assert dict(found)["mid_multiple"]["channels"] % 6 == 0 and dict(found)["mid_multiple"]["channels"] < 3072
     assert other_sizes([], "small") == []
