@@ -1,7 +1,8 @@
 """The optimization loop (see ``graph.py`` for its routes):
 
 1. load the workload parts, research (--nvidia-research), generate what is missing;
-2. freeze the inputs, run the reference and evaluate the initial kernel;
+2. freeze the inputs, run the reference and evaluate the initial kernel (a workload whose reference is
+   PyTorch is copied into the run instead, and only the initial kernel runs: ``freeze.py``);
 3. each iteration: propose (the model, with the server's tools) -> evaluate (benchmark through
    kernelopt-mcp) -> profile a performance case (--use-nsight, valid candidates) -> feed back;
    an invalid candidate is repaired in the next iteration, within the budget;
@@ -34,7 +35,7 @@ from kernelopt_mcp.launch import LaunchSpec
 from kernelopt_mcp.tune.spec import Tunable, load_tunable, parse_tunable
 
 from . import prompts
-from .freeze import FrozenWorkload, freeze, shared_dirs
+from .freeze import FrozenWorkload, copy_torch_workload, freeze, shared_dirs, torch_copy, torch_workload, workload_dirs
 from .generate import generate_parts
 from .model import BudgetExhausted, ModelClient, check_key
 from .options import OptimizeOptions
@@ -143,7 +144,10 @@ class Optimizer:
         tuning = opts.strategy == "tune"
         if needs_model(opts, self.parts):
             self.model = ModelClient(opts, self.run)  # fails now on a missing API key
-        async with Toolbox.start(opts, self.run, shared_dirs(self.parts), self.display.progress) as tools:
+        if self.parts.torch_reference:  # before the server starts: it finds the copy as a configured workload
+            copy_torch_workload(self.parts, self.run)
+        async with Toolbox.start(opts, self.run, shared_dirs(self.parts), self.display.progress,
+                                 workloads=workload_dirs(self.run.path)) as tools:
             self.tools = tools
             await self.read_gpu()
             if opts.nvidia_research:
@@ -223,8 +227,17 @@ class Optimizer:
         self.run.write_text("research.md", f"# docs_search: {query}\n\n{result.text}\n")
 
     async def freeze(self) -> None:
-        """The server's freeze_workload: the parts' inputs drawn once and expected outputs, in the run directory."""
+        """The server's freeze_workload: the parts' inputs drawn once and expected outputs, in the run directory.
+        A PyTorch-reference workload is not frozen: the run's copy of it is its workload (freeze.torch_workload)."""
         assert self.parts is not None and self.tools is not None
+        copy = torch_copy(self.run.path) if self.parts.torch_reference else None
+        if copy is not None:
+            self.event("freeze", f"nothing frozen: the run's copy {self.run.relative(copy)} is the workload, PyTorch its reference")
+            self.frozen = torch_workload(self.parts, self.run, copy)
+            self.display.info(f"workload {self.frozen.name}: {len(self.frozen.case_names)} cases "
+                              f"({len(self.frozen.performance_cases)} timed), the run's copy {self.run.relative(copy)}; "
+                              f"expected outputs: {self.frozen.expected_from}; no CUDA reference")
+            return
         self.event("freeze", "writing the parts, drawing inputs, computing expected outputs")
         seed = self.frozen.seed if self.frozen else None
         with self.display.activity("drawing inputs and expected outputs"):
@@ -234,10 +247,12 @@ class Optimizer:
                           f"({len(self.frozen.performance_cases)} timed); expected outputs: {self.frozen.expected_from}")
 
     async def baseline(self) -> None:
-        """Run the reference (regenerating a generated one that fails) and evaluate the initial kernel."""
+        """Run the reference (regenerating a generated one that fails) and evaluate the initial kernel;
+        where PyTorch is the reference there is no CUDA reference to run: the initial kernel alone."""
         assert self.parts is not None
-        self.event("baseline", "running the reference and the initial kernel")
-        for attempt in range(REFERENCE_REGENERATIONS + 1):
+        torch = self.parts.torch_reference
+        self.event("baseline", "evaluating the initial kernel against PyTorch" if torch else "running the reference and the initial kernel")
+        for attempt in range(0 if torch else REFERENCE_REGENERATIONS + 1):
             ref = await self.evaluate("reference", None, self.parts.reference_cu or "", self.parts.reference_launch,
                                       self.parts.reference_options, "the workload's CUDA reference")
             if ref.valid:
@@ -452,6 +467,8 @@ class Optimizer:
                               model_calls=list(calls or []), slot=slot)
         self.run.write_text(f"{rec.dir}/source.cu", source)
         self.run.write_json(f"{rec.dir}/launch.json", {"launch": launch_json, "compile_options": list(options)})
+        if self.frozen.torch:  # `kernelopt evaluate workload/<name> candidates/<label>/source.cu` replays it (launch beside)
+            self.run.write_json(f"{rec.dir}/source.launch.json", {"launch": launch_json, "compile_options": list(options)})
         args: dict[str, Any] = {"workload": self.frozen.name, "source": source, "launch": launch_json}
         if options:
             args["compile_options"] = list(options)
@@ -481,6 +498,8 @@ class Optimizer:
                 if case.get("timing"):
                     rec.case_ms[case["name"]] = case["timing"]["median_ms"]
         rec.feedback = prompts.feedback_text(result.text, out)
+        if self.frozen.torch and out.get("expected_from"):  # what the server's PyTorch reference said it computed
+            self.frozen.expected_from = str(out["expected_from"])
         self.records.append(rec)
         if rec.valid:  # replay requests of a new best (or reference), so an interrupted run has them
             await self.frozen.keep_replays(self.tools, self.best(), self.reference())
