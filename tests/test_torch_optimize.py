@@ -131,7 +131,7 @@ def test_a_pytorch_reference_run_resumes_on_its_copy(workload: Path, tmp_path: P
     summary: dict[str, Any] = json.loads((run / "summary.json").read_text())
     assert code == 0 and not model.steps and not model.exhausted, summary
     assert candidates(run) == [("000-initial", "ok"), ("001-it1", "mismatch"), ("002-it2-repair", "ok")]
-    assert summary["status"] == "finished" and len(summary["resumes"]) == 1 and summary["best"]["label"] == "002-it2-repair"
+    assert summary["status"] == "completed" and len(summary["resumes"]) == 1 and summary["best"]["label"] == "002-it2-repair"
     assert summary["workload"]["reference"]["pytorch"] is True and "PyTorch" in summary["workload"]["expected_outputs"]
     assert not list((run / "tools").glob("*-freeze_workload.json"))
 
@@ -141,4 +141,5 @@ def test_flags_that_would_replace_the_pytorch_reference_are_refused(workload: Pa
     (tmp_path / "ref.cu").write_text(kernel())
     code, model = optimize(tmp_path, [], "--workload", str(workload), "--reference", str(tmp_path / "ref.cu"))
     assert code != 0 and not model.requests
-    assert "its reference is its PyTorch module" in capsys.readouterr().err
+    said = " ".join(capsys.readouterr().err.split())  # the console wraps long lines
+    assert "its reference is its PyTorch module (reference.torch)" in said and "--reference cannot be combined" in said, said

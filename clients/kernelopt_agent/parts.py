@@ -181,6 +181,13 @@ def load_parts(opts: OptimizeOptions) -> Parts:
     return parts
 
 
+def workload_parts(wl: Workload, given: str) -> Parts:
+    """The parts of a loaded workload alone (as --workload ``given`` makes them, without other flags)."""
+    parts = Parts()
+    _from_workload(parts, wl, given)
+    return parts
+
+
 def _from_workload(parts: Parts, wl: Workload, given: str) -> None:
     spec = wl.spec
     kind = "bundled" if wl.root and wl.root.parent.resolve() == bundled_workloads_dir().resolve() else "workload"
