@@ -87,7 +87,7 @@ def test_optimize_an_imported_problem_with_pytorch_as_the_reference(
     assert "no CUDA reference was asked for" in reference["note"]
     assert "PyTorch" in summary["workload"]["expected_outputs"] and summary["workload"]["expected_outputs"] == reference["expected_from"]
     assert summary["workload"]["expected_outputs"] != "PyTorch (the workload's module) on each evaluation's own draws, inside kernelopt-mcp"
-    assert summary["reference"] is None and summary["best"]["label"] == "001-it1"
+    assert summary["reference"] is None and summary["best"]["label"] == "001-it1" and summary["provenance"]["nvrtc"]
     assert not (run / "supplied-reference.cu").exists() and not (run / "reference.cu").exists()
 
     # nothing frozen: a copy of the workload directory, found by the server as a configured workload
@@ -109,6 +109,8 @@ def test_optimize_an_imported_problem_with_pytorch_as_the_reference(
     capsys.readouterr()
     assert agent_main(["runs", "show", str(run)]) == 0
     assert "PyTorch is the reference" in capsys.readouterr().out
+    assert agent_main(["runs", "restore", str(run)]) != 0  # nothing was drawn to files: it says how to replay instead
+    assert "kernelopt evaluate" in " ".join(capsys.readouterr().err.split())
     harness = str(tmp_path / "kernelopt-harness-fake")
     assert summary["files"]["replay_command"] == f"kernelopt evaluate {copy} {run / 'best.cu'}"
     for source, status in ((run / "best.cu", "ok"), (run / "candidates" / "002-it2" / "source.cu", "mismatch")):

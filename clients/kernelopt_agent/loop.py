@@ -498,8 +498,9 @@ class Optimizer:
                 if case.get("timing"):
                     rec.case_ms[case["name"]] = case["timing"]["median_ms"]
         rec.feedback = prompts.feedback_text(result.text, out)
-        if self.frozen.torch and out.get("expected_from"):  # what the server's PyTorch reference said it computed
-            self.frozen.expected_from = str(out["expected_from"])
+        if self.frozen.torch:  # what the server said: how PyTorch computed the outputs, the NVRTC that compiled
+            self.frozen.expected_from = str(out.get("expected_from") or self.frozen.expected_from)
+            self.frozen.nvrtc_version = (out.get("compile") or {}).get("nvrtc_version") or self.frozen.nvrtc_version
         self.records.append(rec)
         if rec.valid:  # replay requests of a new best (or reference), so an interrupted run has them
             await self.frozen.keep_replays(self.tools, self.best(), self.reference())

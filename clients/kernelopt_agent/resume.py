@@ -426,6 +426,7 @@ class ResumedOptimizer(Optimizer):
         if copy is not None:
             self.frozen = torch_workload(self.parts, self.run, copy)
             self.frozen.expected_from = str((self.res.summary.get("workload") or {}).get("expected_outputs") or self.frozen.expected_from)
+            self.frozen.nvrtc_version = (self.res.summary.get("provenance") or {}).get("nvrtc")
             return
         before = (self.run.path / "input_cases.json").read_bytes() if (self.run.path / "input_cases.json").is_file() else None
         args = {**self.res.freeze_args, "seed": self.res.seed, "directory": str(self.run.path)}
