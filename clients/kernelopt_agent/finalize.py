@@ -91,6 +91,11 @@ def _heatmap(opt: Optimizer, files: dict[str, Any]) -> None:
     from .heatmap import write_heatmap
 
     title = f"{opt.frozen.name} on {opt.device.name if opt.device else '?'} ({opt.run.name})"
+    if opt.frozen.torch:  # no CUDA reference was timed: latencies relative to the initial kernel
+        initial = next((r for r in opt.records if r.kind == "initial" and r.valid), None)
+        files["heatmap"] = write_heatmap(opt.run.path, opt.records, opt.frozen.performance_cases, initial, opt.best(), title,
+                                         versus="the initial kernel")
+        return
     files["heatmap"] = write_heatmap(opt.run.path, opt.records, opt.frozen.performance_cases, opt.reference(), opt.best(), title)
 
 
