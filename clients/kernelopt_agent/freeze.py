@@ -72,6 +72,13 @@ class FrozenWorkload:
     def name(self) -> str:
         return self.workload.name
 
+    def heard(self, result: dict[str, Any]) -> None:
+        """What an evaluation's result says of a PyTorch-reference workload: how the server's PyTorch
+        computed the expected outputs, and the NVRTC that compiled (a frozen one has both from the freeze)."""
+        if self.torch:
+            self.expected_from = str(result.get("expected_from") or self.expected_from)
+            self.nvrtc_version = (result.get("compile") or {}).get("nvrtc_version") or self.nvrtc_version
+
     @property
     def case_names(self) -> list[str]:
         return [c.name for c in self.workload.spec.cases]
@@ -237,10 +244,17 @@ def _named_files(wl: Workload, root: Path) -> list[str]:
     return list(dict.fromkeys(names))
 
 
-def torch_workload(parts: Parts, run: RunDir, copy: Path) -> FrozenWorkload:
+def torch_workload(parts: Parts, run: RunDir) -> FrozenWorkload:
     """The run's workload where PyTorch is the reference: the copy in the run directory, evaluated by
     name with fresh hidden draws at each evaluation (nothing is drawn to files, no seed is recorded).
-    The initial kernel, if any, is written beside it as a frozen run writes it (initial.cu)."""
+    The initial kernel, if any, is written beside it as a frozen run writes it (initial.cu).
+
+    Raises:
+        WorkloadError: the run directory holds no copy (copy_torch_workload makes it).
+    """
+    copy = torch_copy(run.path)
+    if copy is None:
+        raise WorkloadError(f"{run.path}: no copy of the PyTorch-reference workload under {WORKLOAD_DIR}/; start a new run")
     if parts.initial_cu is not None:
         run.write_text("initial.cu", parts.initial_cu)
         _write_launch(run, "initial.cu", parts.initial_launch, parts.initial_options)

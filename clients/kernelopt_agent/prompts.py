@@ -32,6 +32,14 @@ CHARS_PER_TOKEN = 4
 PROMPT_BUDGET_TOKENS = 16_000  # system + workload + state prompt, each iteration
 REQUEST_BUDGET_TOKENS = 24_000  # any request: the composed prompt plus its iteration's tool calls and results
 WORKLOAD_CAPS = {"description": 2_000, "cases": 40, "gpu": 4_000, "reference": 16_000, "guidance": 6_000}
+# What each --candidates lane is steered towards, so that concurrent proposals differ in kind.
+DIRECTIONS = (
+    "",
+    "memory traffic: coalescing, vectorized loads and stores, reuse through shared memory or registers, fewer bytes moved",
+    "parallel decomposition: tile shapes, work per thread, block size, occupancy, grid shape",
+    "instruction efficiency: unrolling, fewer index computations and branches, warp-level primitives",
+    "a different algorithm or data flow (fusion of passes, another reduction or blocking scheme)",
+)
 RECENT = 3  # the last candidates shown in full
 TABLE_ROWS = 120  # verdict rows shown one by one; beyond, the best and the newest, the rest summarized
 SOURCE_CAP = 16_000  # characters of the best (and the repaired) source

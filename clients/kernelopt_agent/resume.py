@@ -424,7 +424,7 @@ class ResumedOptimizer(Optimizer):
         assert self.tools is not None and self.parts is not None
         copy = torch_copy(self.run.path)
         if copy is not None:
-            self.frozen = torch_workload(self.parts, self.run, copy)
+            self.frozen = torch_workload(self.parts, self.run)
             self.frozen.expected_from = str((self.res.summary.get("workload") or {}).get("expected_outputs") or self.frozen.expected_from)
             self.frozen.nvrtc_version = (self.res.summary.get("provenance") or {}).get("nvrtc")
             return
