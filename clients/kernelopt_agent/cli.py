@@ -339,12 +339,19 @@ def restore_run(path: Path, args: argparse.Namespace, console: Console) -> int:
 
     import anyio
 
+    from .freeze import torch_copy
     from .options import OptionsError
     from .resume import ResumeError, freeze_call, run_options
     from .rundata import RestoreError, restore
     from .rundir import RunDir, read_json
     from .toolbox import ToolboxError
 
+    copy = torch_copy(path)
+    if copy is not None:
+        print(f"error: {path.name}: PyTorch is this run's reference, so nothing was drawn to files and there is nothing to "
+              f"restore; replay a candidate by evaluating it on the run's copy of the workload: kernelopt evaluate {copy} "
+              f"{path / 'best.cu'} (or any candidates/<label>/source.cu)", file=sys.stderr)
+        return EXIT_ERROR
     try:
         recorded = read_json(path / "config.json")
         flags = {"harness": args.harness, "workspace": args.workspace}

@@ -51,6 +51,9 @@ def _replay(opt: Optimizer, best: CandidateRecord | None, files: dict[str, Any])
     frozen = opt.frozen
     if frozen is None:
         return
+    if frozen.torch:  # no replay requests: the harness alone cannot compute PyTorch's outputs
+        _torch_replay(opt, best, files)
+        return
     for key, into, rec in (("replay", REPLAY, best), ("replay_reference", REPLAY_REFERENCE, opt.reference())):
         if rec is not None and frozen.replay_labels.get(into) == rec.label:
             files[key] = frozen.replays[into]
@@ -59,12 +62,23 @@ def _replay(opt: Optimizer, best: CandidateRecord | None, files: dict[str, Any])
         raise RuntimeError(problem or f"no replay requests were written for {best.label}")
 
 
+def _torch_replay(opt: Optimizer, best: CandidateRecord | None, files: dict[str, Any]) -> None:
+    """A PyTorch-reference run's replay: evaluating a candidate on the run's copy of the workload, where
+    PyTorch computes the expected outputs again on fresh draws (each candidate directory has its
+    source.launch.json beside source.cu, so any candidate replays the same way)."""
+    assert opt.frozen is not None and opt.frozen.workload.root is not None
+    workload = opt.frozen.workload.root
+    files["workload"] = opt.run.relative(workload)
+    if best is not None:
+        files["replay_command"] = f"kernelopt evaluate {workload} {opt.run.path / 'best.cu'}"
+
+
 def _data(opt: Optimizer, files: dict[str, Any]) -> None:
     """Leave what reproduces the inputs, not their bytes (rundata.py); only where the server froze the
     workload into this very directory (a remote server's files stay in its workspace)."""
     frozen = opt.frozen
-    if frozen is None or frozen.directory is None or frozen.directory.resolve() != opt.run.path.resolve():
-        return
+    if frozen is None or frozen.torch or frozen.directory is None or frozen.directory.resolve() != opt.run.path.resolve():
+        return  # (a PyTorch-reference run draws nothing into the run)
     from .rundata import DATA_RECORD, drop_data, recorded_spec, supplied_sources
 
     drop_data(opt.run, keep=bool(opt.opts.keep_data), supplied=supplied_sources(recorded_spec(opt.run.path)))
@@ -77,6 +91,11 @@ def _heatmap(opt: Optimizer, files: dict[str, Any]) -> None:
     from .heatmap import write_heatmap
 
     title = f"{opt.frozen.name} on {opt.device.name if opt.device else '?'} ({opt.run.name})"
+    if opt.frozen.torch:  # no CUDA reference was timed: latencies relative to the initial kernel
+        initial = next((r for r in opt.records if r.kind == "initial" and r.valid), None)
+        files["heatmap"] = write_heatmap(opt.run.path, opt.records, opt.frozen.performance_cases, initial, opt.best(), title,
+                                         versus="the initial kernel")
+        return
     files["heatmap"] = write_heatmap(opt.run.path, opt.records, opt.frozen.performance_cases, opt.reference(), opt.best(), title)
 
 
@@ -96,8 +115,12 @@ def summary(
     if parts is not None:
         workload = {"name": frozen.name if frozen else parts.name, "description": parts.description, "parts": parts.origin,
                     "prototype": parts.signature.c_prototype() if parts.signature else None}
-        workload["reference"] = _reference_note(parts.reference_generated, parts.oracle is not None, parts.origin.get("reference"),
-                                                ran=ref is not None)
+        if parts.torch_reference:
+            workload["reference"] = _torch_reference_note(parts.origin.get("reference"), opt.records,
+                                                          frozen.expected_from if frozen else None)
+        else:
+            workload["reference"] = _reference_note(parts.reference_generated, parts.oracle is not None,
+                                                    parts.origin.get("reference"), ran=ref is not None)
     if frozen is not None:
         workload.update({
             "reference_file": frozen.reference_file, "expected_outputs": frozen.expected_from, "seed": frozen.seed,
@@ -160,6 +183,18 @@ def _reference_note(generated: bool, oracle: bool, origin: str | None, *, ran: b
         note = "supplied CUDA reference without a NumPy oracle: expected outputs are not independently checked"
     return {"origin": origin, "model_generated": generated, "numpy_oracle": oracle,
             "independent_oracle": oracle, "checked": ran, "note": note}
+
+
+def _torch_reference_note(origin: str | None, records: list[CandidateRecord], expected_from: str | None) -> dict[str, Any]:
+    """The reference of a PyTorch-reference run: the workload's module, run by the server on each
+    evaluation's draws (``expected_from``: what the server's evaluations said); no CUDA reference was
+    asked for. ``checked``: a candidate passed against it in this run."""
+    ran = any(r.valid for r in records)
+    note = ("PyTorch is the reference: the workload's module computes the expected outputs inside kernelopt-mcp on each "
+            "evaluation's own draws; no CUDA reference was asked for or run"
+            + ("" if ran else "; no candidate has passed against it in this run yet"))
+    return {"origin": origin, "pytorch": True, "cuda_reference": False, "model_generated": False, "numpy_oracle": False,
+            "independent_oracle": True, "checked": ran, "expected_from": expected_from, "note": note}
 
 
 def _provenance(opt: Optimizer) -> dict[str, Any]:

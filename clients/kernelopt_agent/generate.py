@@ -7,6 +7,9 @@ answer is checked (the spec and the buffer-size caps of created workloads locall
 by the server's compile tool: each must compile and define the entry with the signature's
 parameter count) and sent back with the errors for up to ``MAX_ATTEMPTS`` answers.
 
+For a workload whose reference is its PyTorch module (``reference.torch``) only the starting kernel
+can be missing: the model is shown the module and asked for ``initial_cu`` alone, never a reference.
+
 Generated workloads are run-scoped: nothing is registered in the server's workspace. The run's
 frozen copy (``results/run-NNN/workload/<name>/``) is the only one, configured for the run's own
 server; the name only avoids the names the server already knows, and a regenerated reference
@@ -30,11 +33,13 @@ from kernelopt_mcp.workload import (
     WorkloadSpec,
     case_shape,
     format_validation_error,
+    load_workload,
     parse_spec,
 )
 
 from .model import ModelClient
 from .parts import Parts, safe_name, unused_name
+from .prompts import torch_reference_text
 from .proposal import ProposalError, extract_json, parse_launch, strip_fences
 from .toolbox import Toolbox
 
@@ -128,6 +133,8 @@ def _prompt(parts: Parts, missing: list[str], gpu: str, guidance: str, feedback:
         given.append(f"input cases (fixed): {json.dumps([c.model_dump(mode='json', include={'name', 'kind', 'scalars'}) for c in parts.cases.cases])}")
     if parts.reference_cu is not None:
         given.append(f"reference kernel (fixed):\n```cuda\n{parts.reference_cu}\n```")
+    if parts.torch_workload is not None:
+        given.append(torch_reference_text(load_workload(parts.torch_workload)))
     if parts.initial_cu is not None:
         given.append(f"initial kernel (fixed):\n```cuda\n{parts.initial_cu}\n```")
     keys = ["name", "description"]

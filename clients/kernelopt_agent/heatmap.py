@@ -1,5 +1,6 @@
 """heatmap.png and heatmap.svg: candidates x performance cases, each cell the candidate's median
-latency relative to the CUDA reference's (below 1 is faster), invalid candidates marked.
+latency relative to the CUDA reference's (below 1 is faster), invalid candidates marked; where
+PyTorch is the reference there is no CUDA reference to time, and the initial kernel is the baseline.
 
 Long runs (many iterations, --candidates N) keep the figure readable: past MAX_ROWS candidates it
 shows the baseline rows, the fastest valid ones and the newest, in run order, and says so."""
@@ -24,9 +25,10 @@ if TYPE_CHECKING:
 
 def write_heatmap(
     run_path: Path, records: list[CandidateRecord], cases: list[str], reference: CandidateRecord | None,
-    best: CandidateRecord | None, title: str,
+    best: CandidateRecord | None, title: str, *, versus: str = "the CUDA reference",
 ) -> list[str]:
-    """Draw the heatmap (no pyplot: no global state, no display needed); returns the file names."""
+    """Draw the heatmap (no pyplot: no global state, no display needed); returns the file names.
+    ``reference``: the baseline each latency is divided by, named ``versus`` in the figure."""
     rows = [r for r in records if r.kind != "reference"] or records
     total = len(rows)
     rows = pick_rows(rows, best)
@@ -63,10 +65,10 @@ def write_heatmap(
             elif not r.valid:
                 ax.text(j, i, "invalid" if j else f"invalid: {r.status}", ha="center", va="center", fontsize=6.5, color="#444444")
     colorbar = fig.colorbar(image, ax=ax, fraction=0.04, pad=0.02)
-    colorbar.set_label("latency / reference (log scale)", fontsize=8)
+    colorbar.set_label(f"latency / {versus.removeprefix('the ')} (log scale)", fontsize=8)
     ticks = [t for t in range(-6, 7) if -span <= t <= span] or [0]
     colorbar.set_ticks(ticks, labels=[f"{2.0 ** t:g}" for t in ticks])
-    ax.set_title(title + "\nmedian latency relative to the CUDA reference (< 1 is faster; * = best)", fontsize=9)
+    ax.set_title(title + f"\nmedian latency relative to {versus} (< 1 is faster; * = best)", fontsize=9)
     fig.tight_layout()
     names = []
     for ext in ("png", "svg"):

@@ -1,7 +1,7 @@
 """The optimization loop (see ``graph.py`` for its routes):
 
 1. load the workload parts, research (--nvidia-research), generate what is missing;
-2. freeze the inputs, run the reference and evaluate the initial kernel;
+2. freeze the inputs (PyTorch as the reference: copy the workload), run the reference, evaluate the initial kernel;
 3. each iteration: propose (the model, with the server's tools) -> evaluate (benchmark through
    kernelopt-mcp) -> profile a performance case (--use-nsight, valid candidates) -> feed back;
    an invalid candidate is repaired in the next iteration, within the budget;
@@ -34,7 +34,7 @@ from kernelopt_mcp.launch import LaunchSpec
 from kernelopt_mcp.tune.spec import Tunable, load_tunable, parse_tunable
 
 from . import prompts
-from .freeze import FrozenWorkload, freeze, shared_dirs
+from .freeze import FrozenWorkload, copy_torch_workload, freeze, shared_dirs, torch_workload
 from .generate import generate_parts
 from .model import BudgetExhausted, ModelClient, check_key
 from .options import OptimizeOptions
@@ -57,14 +57,6 @@ from .rundir import RunDir
 from .toolbox import DeviceInfo, Toolbox, ToolResult, model_text
 
 REFERENCE_REGENERATIONS = 2
-# What each --candidates lane is steered towards, so that concurrent proposals differ in kind.
-DIRECTIONS = (
-    "",
-    "memory traffic: coalescing, vectorized loads and stores, reuse through shared memory or registers, fewer bytes moved",
-    "parallel decomposition: tile shapes, work per thread, block size, occupancy, grid shape",
-    "instruction efficiency: unrolling, fewer index computations and branches, warp-level primitives",
-    "a different algorithm or data flow (fusion of passes, another reduction or blocking scheme)",
-)
 
 
 class RunFailed(RuntimeError):
@@ -143,7 +135,9 @@ class Optimizer:
         tuning = opts.strategy == "tune"
         if needs_model(opts, self.parts):
             self.model = ModelClient(opts, self.run)  # fails now on a missing API key
-        async with Toolbox.start(opts, self.run, shared_dirs(self.parts), self.display.progress) as tools:
+        # a PyTorch-reference workload is copied before the server starts: it finds the copy as a configured workload
+        copies = [copy_torch_workload(self.parts, self.run).parent] if self.parts.torch_reference else []
+        async with Toolbox.start(opts, self.run, shared_dirs(self.parts), self.display.progress, workloads=copies) as tools:
             self.tools = tools
             await self.read_gpu()
             if opts.nvidia_research:
@@ -223,21 +217,26 @@ class Optimizer:
         self.run.write_text("research.md", f"# docs_search: {query}\n\n{result.text}\n")
 
     async def freeze(self) -> None:
-        """The server's freeze_workload: the parts' inputs drawn once and expected outputs, in the run directory."""
+        """The server's freeze_workload: the parts' inputs drawn once and expected outputs, in the run directory.
+        A PyTorch-reference workload is not frozen: the run's copy of it is its workload (freeze.torch_workload)."""
         assert self.parts is not None and self.tools is not None
-        self.event("freeze", "writing the parts, drawing inputs, computing expected outputs")
-        seed = self.frozen.seed if self.frozen else None
-        with self.display.activity("drawing inputs and expected outputs"):
-            self.frozen = await freeze(self.parts, self.run, self.tools, seed=seed, warmup=self.opts.warmup,
-                                       iterations=self.opts.iterations)
+        if self.parts.torch_reference:
+            self.event("freeze", "nothing frozen: the run's copy of the workload is evaluated, PyTorch its reference")
+            self.frozen = torch_workload(self.parts, self.run)
+        else:
+            self.event("freeze", "writing the parts, drawing inputs, computing expected outputs")
+            seed = self.frozen.seed if self.frozen else None
+            with self.display.activity("drawing inputs and expected outputs"):
+                self.frozen = await freeze(self.parts, self.run, self.tools, seed=seed, warmup=self.opts.warmup,
+                                           iterations=self.opts.iterations)
         self.display.info(f"workload {self.frozen.name}: {len(self.frozen.case_names)} cases "
                           f"({len(self.frozen.performance_cases)} timed); expected outputs: {self.frozen.expected_from}")
 
     async def baseline(self) -> None:
-        """Run the reference (regenerating a generated one that fails) and evaluate the initial kernel."""
+        """Run the reference (regenerating a generated one that fails; none where PyTorch is it) and the initial kernel."""
         assert self.parts is not None
-        self.event("baseline", "running the reference and the initial kernel")
-        for attempt in range(REFERENCE_REGENERATIONS + 1):
+        self.event("baseline", "evaluating the initial kernel" if self.parts.torch_reference else "running the reference and the initial kernel")
+        for attempt in range(0 if self.parts.torch_reference else REFERENCE_REGENERATIONS + 1):
             ref = await self.evaluate("reference", None, self.parts.reference_cu or "", self.parts.reference_launch,
                                       self.parts.reference_options, "the workload's CUDA reference")
             if ref.valid:
@@ -426,7 +425,7 @@ class Optimizer:
             others = [f"  candidate {k}: {why[:300]}" for k, why in sorted(self.in_flight.items()) if k != slot and why]
             parallel = (f"You are candidate {slot} of {self.opts.candidates} proposals made in parallel this iteration; each "
                         "must be a different idea (an identical kernel is not evaluated again). "
-                        + (f"Lean towards {DIRECTIONS[(slot - 1) % (len(DIRECTIONS) - 1) + 1]}. " if slot > 1 else "")
+                        + (f"Lean towards {prompts.DIRECTIONS[(slot - 1) % (len(prompts.DIRECTIONS) - 1) + 1]}. " if slot > 1 else "")
                         + ("The other candidates now being evaluated:\n" + "\n".join(others) if others else ""))
         dups = [f"{d.iteration}" + (f".{d.slot}" if d.slot else "") + f" repeated {d.same_as}" for d in self.duplicates[-5:]]
         room = prompts.PROMPT_BUDGET_TOKENS * prompts.CHARS_PER_TOKEN - len(prompts.system_prompt(self.tool_names())) \
@@ -452,6 +451,8 @@ class Optimizer:
                               model_calls=list(calls or []), slot=slot)
         self.run.write_text(f"{rec.dir}/source.cu", source)
         self.run.write_json(f"{rec.dir}/launch.json", {"launch": launch_json, "compile_options": list(options)})
+        if self.frozen.torch:  # `kernelopt evaluate workload/<name> candidates/<label>/source.cu` replays it (launch beside)
+            self.run.write_json(f"{rec.dir}/source.launch.json", {"launch": launch_json, "compile_options": list(options)})
         args: dict[str, Any] = {"workload": self.frozen.name, "source": source, "launch": launch_json}
         if options:
             args["compile_options"] = list(options)
@@ -481,6 +482,7 @@ class Optimizer:
                 if case.get("timing"):
                     rec.case_ms[case["name"]] = case["timing"]["median_ms"]
         rec.feedback = prompts.feedback_text(result.text, out)
+        self.frozen.heard(out)
         self.records.append(rec)
         if rec.valid:  # replay requests of a new best (or reference), so an interrupted run has them
             await self.frozen.keep_replays(self.tools, self.best(), self.reference())

@@ -18,7 +18,9 @@ A run interrupted (Ctrl-C, SIGTERM, kill -9, a crash), stopped by a budget, or f
   (nothing is generated again) and the server, a new process that knows no frozen workload, is given
   them again with the recorded seed, which draws the very same inputs; ``input_cases.json`` (every
   input file's sha256) must come out unchanged, else the resume stops. The GPU must be the one the run
-  was measured on.
+  was measured on. A run whose reference is PyTorch froze nothing: its workload is the copy it holds
+  (``workload/<name>/``, ``freeze.torch_copy``), which the new server is configured with again, so a
+  changed or removed original directory does not matter.
 
 Each resume is a ``resume`` step in the history and an entry of summary.json's ``resumes`` (when,
 from which iteration, what the run's status was, which limits changed); ``kernelopt runs show`` and the
@@ -39,11 +41,12 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from kernelopt_mcp.errors import KerneloptError
 from kernelopt_mcp.launch import LaunchSpec
-from kernelopt_mcp.workload import InputCasesFile, Signature, Workload, parse_spec
+from kernelopt_mcp.workload import InputCasesFile, Signature, Workload, load_workload, parse_spec
 
 from . import prompts
-from .freeze import FrozenWorkload, shared_dirs
+from .freeze import FrozenWorkload, shared_dirs, torch_copy, torch_workload, workload_dirs
 from .loop import Optimizer, RunFailed, needs_model
 from .model import ModelClient, check_key
 from .options import (
@@ -56,7 +59,7 @@ from .options import (
     read_dotenv,
     redact_url,
 )
-from .parts import Parts
+from .parts import Parts, read_launch_beside, workload_parts
 from .pricing import Pricing, Usage
 from .records import (
     CandidateEvent,
@@ -95,8 +98,8 @@ class Resumption:
     usage: Usage
     model_calls: list[dict[str, Any]]
     model_seconds: float
-    freeze_args: dict[str, Any]
-    seed: int
+    freeze_args: dict[str, Any]  # {} for a PyTorch-reference run (nothing was frozen)
+    seed: int | None
     changed: dict[str, list[Any]] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
 
@@ -143,9 +146,17 @@ def resume_options(flags: Mapping[str, Any], environ: Mapping[str, str] | None =
     notes += [p for p in history.problems if "cut short" not in p]
     records = [_record(path, e) for e in history.candidates]
     reference = [r for r in records if r.kind == "reference" and r.valid]
-    freeze_args, seed = freeze_call(path, summary)
-    if not reference or (freeze_args.get("initial_cu") is not None and not any(r.kind == "initial" for r in records)):
-        raise ResumeError(f"{path.name} ended before its baseline (the reference and the initial kernel) was evaluated: "
+    initial = any(r.kind == "initial" for r in records)
+    if torch_copy(path) is not None:  # PyTorch is the reference: no freeze, no CUDA reference; the initial kernel ran
+        freeze_args: dict[str, Any] = {}
+        seed = None
+        started = initial
+    else:
+        freeze_args, seed = freeze_call(path, summary)
+        started = bool(reference) and (freeze_args.get("initial_cu") is None or initial)
+    if not started:
+        raise ResumeError(f"{path.name} ended before its baseline (the reference and the initial kernel; the initial kernel "
+                          "alone where PyTorch is the reference) was evaluated: "
                           "there is nothing to go on from; start a new run")
     first = _first_iterations(history.events, opts.candidates)
     res = Resumption(run, opts, summary, status, records, list(history.events), first, *_spent(path, opts),
@@ -315,12 +326,29 @@ def rebuild_parts(args: dict[str, Any], origin: dict[str, str]) -> Parts:
     return parts
 
 
+def torch_parts(run_path: Path, copy: Path, origin: dict[str, str]) -> Parts:
+    """The parts of a PyTorch-reference run: its copy of the workload, and the starting kernel it recorded
+    (initial.cu with initial.launch.json beside it) where the workload has none; nothing is generated."""
+    try:
+        parts = workload_parts(load_workload(copy), str(copy))
+    except KerneloptError as exc:
+        raise RunFailed(f"the run's copy of its workload ({copy}) no longer loads: {exc}") from None
+    parts.origin.update(origin)
+    initial = run_path / "initial.cu"
+    if parts.initial_cu is None and initial.is_file():
+        parts.initial_cu = initial.read_text(encoding="utf-8")
+        parts.initial_launch, parts.initial_options = read_launch_beside(initial)
+    return parts
+
+
 class ResumedOptimizer(Optimizer):
     """The loop, started from a run's records instead of its parts (see the module docstring)."""
 
     def __init__(self, res: Resumption, display: Any, *, summarize: Any) -> None:
         origin = (res.summary.get("workload") or {}).get("parts") or {}
-        super().__init__(res.opts, res.run, display, rebuild_parts(res.freeze_args, origin), summarize=summarize)
+        copy = torch_copy(res.run.path)
+        parts = torch_parts(res.run.path, copy, origin) if copy is not None else rebuild_parts(res.freeze_args, origin)
+        super().__init__(res.opts, res.run, display, parts, summarize=summarize)
         self.res = res
         self.reopened = False  # set once the server runs and the resume step is recorded
         self.records = list(res.records)
@@ -347,7 +375,8 @@ class ResumedOptimizer(Optimizer):
             self.model.calls = list(res.model_calls)
             self.model.seconds = res.model_seconds
             self.model.notes = list((res.summary.get("model") or {}).get("notes") or [])
-        async with Toolbox.start(opts, self.run, shared_dirs(self.parts), self.display.progress) as tools:
+        async with Toolbox.start(opts, self.run, shared_dirs(self.parts), self.display.progress,
+                                 workloads=workload_dirs(self.run.path)) as tools:
             self.tools = tools
             await self.read_gpu()
             self.check_device()
@@ -390,8 +419,15 @@ class ResumedOptimizer(Optimizer):
 
     async def refreeze(self) -> None:
         """Give the server (a new process) the run's frozen workload again: the recorded freeze_workload call
-        with the recorded seed, which draws the same inputs; input_cases.json must come out unchanged."""
+        with the recorded seed, which draws the same inputs; input_cases.json must come out unchanged. A
+        PyTorch-reference run's workload is its copy, which the server was started with: nothing to give."""
         assert self.tools is not None and self.parts is not None
+        copy = torch_copy(self.run.path)
+        if copy is not None:
+            self.frozen = torch_workload(self.parts, self.run)
+            self.frozen.expected_from = str((self.res.summary.get("workload") or {}).get("expected_outputs") or self.frozen.expected_from)
+            self.frozen.nvrtc_version = (self.res.summary.get("provenance") or {}).get("nvrtc")
+            return
         before = (self.run.path / "input_cases.json").read_bytes() if (self.run.path / "input_cases.json").is_file() else None
         args = {**self.res.freeze_args, "seed": self.res.seed, "directory": str(self.run.path)}
         with self.display.activity("reloading the run's frozen workload"):

@@ -94,11 +94,14 @@ class Toolbox:
     @classmethod
     @asynccontextmanager
     async def start(
-        cls, opts: OptimizeOptions, run: RunDir, shared: list[Path], on_progress: Callable[[str], None] | None = None
+        cls, opts: OptimizeOptions, run: RunDir, shared: list[Path], on_progress: Callable[[str], None] | None = None,
+        *, workloads: list[Path] | None = None,
     ) -> AsyncIterator[Toolbox]:
         """Start the server with the run directory as a --root (it reads the oracle copied there) and an
         --output-root (its freeze_workload writes there), and the ``shared`` directories (the parts'
-        data files) as --data-root directories."""
+        data files) as --data-root directories. ``workloads``: directories of workloads the server is to
+        know by name ahead of its configured ones (KERNELOPT_WORKLOADS), such as the run's copy of a
+        PyTorch-reference workload: configured by this process, never named by a client."""
         command = server_command(opts)
         roots = [str(run.path)]
         data_roots = [str(d) for d in shared]
@@ -122,8 +125,12 @@ class Toolbox:
             args += ["--workload-max-gib", str(UNBOUNDED_GIB)]
         # The server gets this process's environment (CUDA, PATH for ncu, KERNELOPT_*) but no OpenAI settings.
         env = {k: v for k, v in os.environ.items() if not k.startswith("OPENAI_")}
+        workload_dirs = [str(d) for d in workloads or []]
+        if workload_dirs:
+            env["KERNELOPT_WORKLOADS"] = os.pathsep.join([*workload_dirs, *filter(None, [env.get("KERNELOPT_WORKLOADS")])])
         params = StdioServerParameters(command=command[0], args=args, env=env)
-        run.write_json("server.json", {"command": [command[0], *args], "roots": roots, "data_roots": data_roots})
+        run.write_json("server.json", {"command": [command[0], *args], "roots": roots, "data_roots": data_roots,
+                                       "workload_dirs": workload_dirs})
         log = open(run.path / "server.log", "a", encoding="utf-8")  # noqa: SIM115 (the subprocess writes to it)
         async with AsyncExitStack() as stack:
             stack.callback(log.close)

@@ -1,9 +1,11 @@
 """PyTorch problems on a real GPU (issue 19): each supported kind of tests/torch_problems/ is
 imported with `kernelopt import-torch` and a plain CUDA kernel for it passes `kernelopt evaluate`
-against the stored outputs of the module (a wrong one fails); each runs through
-`kernelopt optimize --workload DIR` with the scripted model writing the reference and initial
-kernel and one proposal. A LayerNorm kernel that drops the weight and bias is a `mismatch`: the
-import draws parameters instead of keeping their defaults (ones and zeros).
+against the module's own outputs, computed by PyTorch on the GPU on the harness's draws (a wrong one
+fails); each runs through `kernelopt optimize --workload DIR` with PyTorch as the reference: the
+scripted model writes the starting kernel only (no CUDA reference is asked for), then one proposal
+and a wrong one, each evaluated on the run's copy of the workload. A LayerNorm kernel that drops
+the weight and bias is a `mismatch`: the import draws parameters instead of keeping their defaults
+(ones and zeros).
 
 Needs torch where the import runs (here, the same machine). Run with --run-gpu
 (scripts/device_gpu_tests.sh tests/gpu/test_torch_import_gpu.py).
@@ -110,6 +112,14 @@ KERNELS: dict[str, tuple[str, dict[str, Any]]] = {
 }
 
 
+def wrong_kernel(problem: str, source: str) -> str:
+    """``source`` made wrong on the odd sizes only: it skips the last row, column or element."""
+    wrong = source.replace("if (", "if (1 + ", 1) if problem != "elementwise_gelu" else source.replace(
+        "if (i < (long long)batch_size * dim)", "if (i + 1 < (long long)batch_size * dim)")
+    assert wrong != source
+    return wrong
+
+
 @pytest.fixture(autouse=True)
 def _torch() -> None:
     pytest.importorskip("torch", reason="torch is not installed here: the import needs it (the evaluation does not)")
@@ -140,9 +150,7 @@ def test_imported_problem_evaluates_on_the_gpu(problem: str, tmp_path: Path, har
     print(problem, json.dumps({c["name"]: (c["timing"] or {}).get("median_ms") for c in result["cases"]}))
 
     # a kernel that is wrong on the odd sizes only (it skips the last row/column/element) fails
-    wrong = source.replace("if (", "if (1 + ", 1) if problem != "elementwise_gelu" else source.replace(
-        "if (i < (long long)batch_size * dim)", "if (i + 1 < (long long)batch_size * dim)")
-    assert wrong != source
+    wrong = wrong_kernel(problem, source)
     code, result = evaluate(workload, wrong, launch, tmp_path, harness_binary, capsys)
     assert code != 0 and result["status"] == "mismatch", json.dumps(result, indent=1)[:4000]
 
@@ -151,9 +159,11 @@ def test_imported_problem_evaluates_on_the_gpu(problem: str, tmp_path: Path, har
 def test_optimize_an_imported_problem(problem: str, tmp_path: Path, harness_binary: Path,
                                       monkeypatch: pytest.MonkeyPatch) -> None:
     """Every supported kind (elementwise, reduction, matmul, a module with parameters, a conv, fp16 with
-    an int argument) runs through `kernelopt optimize --workload`: the scripted model writes the
-    reference and initial kernel (the plain kernel above) and proposes it again with another block
-    shape."""
+    an int argument) runs through `kernelopt optimize --workload` with PyTorch as the reference: the
+    scripted model writes the initial kernel alone (the plain kernel above), proposes it again with
+    another block shape, then a kernel wrong on the odd sizes (a `mismatch`). Nothing is frozen: every
+    candidate is evaluated on the run's copy of the workload, PyTorch computing the expected outputs
+    on the GPU from each evaluation's own draws."""
     workload = import_torch_problem(PROBLEMS / f"{problem}.py", tmp_path / problem).path
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("OPENAI_API_KEY", "sk-scripted")
@@ -161,7 +171,7 @@ def test_optimize_an_imported_problem(problem: str, tmp_path: Path, harness_bina
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(REPO), str(REPO / "clients"), os.environ.get("PYTHONPATH")])))
     source, launch = KERNELS[problem]
     plain = {"default": {**launch, "shared_bytes": 0}}
-    generated = {"reference_cu": source, "reference_launch": plain, "initial_cu": source, "initial_launch": plain}
+    generated = {"initial_cu": source, "initial_launch": plain}
     # the same kernel with half the threads per block along x (every grid above divides by block x)
     half = launch["block"][0] // 2
     grid = [launch["grid"][0].replace(f", {launch['block'][0]})", f", {half})"), *launch["grid"][1:]]
@@ -169,17 +179,25 @@ def test_optimize_an_imported_problem(problem: str, tmp_path: Path, harness_bina
                 "launch": {"default": {"grid": grid, "block": [half, *launch["block"][1:]], "shared_bytes": 0}},
                 "compile_options": []}
     assert grid != launch["grid"]
+    wrong = {"rationale": "skips the last element", "source": wrong_kernel(problem, source), "launch": plain, "compile_options": []}
     results = tmp_path / "results"
-    with ScriptedModel([{"content": json.dumps(generated)}, {"content": json.dumps(proposal)}]) as model:
-        code = agent_main(["optimize", "--workload", str(workload), "--max-iterations", "1", "--base-url", model.url,
+    steps = [{"content": json.dumps(generated)}, {"content": json.dumps(proposal)}, {"content": json.dumps(wrong)}]
+    with ScriptedModel(steps) as model:
+        code = agent_main(["optimize", "--workload", str(workload), "--max-iterations", "2", "--base-url", model.url,
                            "--harness", str(harness_binary), "--workspace", str(tmp_path / "ws"),
                            "--results-dir", str(results), "--warmup", "2", "--iterations", "10", "--quiet"])
     run = results / "run-001"
     summary = json.loads((run / "summary.json").read_text())
     assert code == 0 and not model.steps and not model.exhausted, summary
     status = [(h["label"], h["status"]) for h in json.loads((run / "history.json").read_text()) if h["event"] == "candidate"]
-    assert status == [("000-reference", "ok"), ("001-initial", "ok"), ("002-it1", "ok")], status
-    assert summary["workload"]["reference"]["checked"] is True  # the generated reference matched the stored outputs
+    assert status == [("000-initial", "ok"), ("001-it1", "ok"), ("002-it2", "mismatch")], status
+    assert "initial_cu" in model.requests[0]["messages"][-1]["content"]
+    assert "reference_cu" not in model.requests[0]["messages"][-1]["content"].split("The full format:")[0]
+    reference = summary["workload"]["reference"]
+    assert reference["pytorch"] is True and reference["cuda_reference"] is False and reference["checked"] is True
+    expected_from = summary["workload"]["expected_outputs"]
+    assert expected_from.startswith("PyTorch") and "the CPU" not in expected_from, expected_from  # on the GPU
+    assert not list((run / "tools").glob("*-freeze_workload.json")) and (run / "workload" / summary["workload"]["name"] / "problem.py").is_file()
     print(problem, json.dumps({"statuses": status, "best": summary["best"]["label"], "notes": summary["notes"]}, indent=1))
 
 
