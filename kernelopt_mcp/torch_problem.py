@@ -21,12 +21,9 @@ script you run.
 
 from __future__ import annotations
 
-import ast
 import copy
-import importlib
 import inspect
 import math
-import sys
 import time
 import types
 from collections.abc import Callable, Iterator
@@ -37,208 +34,19 @@ from typing import Any
 import numpy as np
 
 from .dtypes import DType
-from .errors import WorkloadError
-
-TORCH_MISSING = (
-    "install torch (any build, e.g. `pip install torch --index-url https://download.pytorch.org/whl/cpu`) "
-    "to import PyTorch problems; the GPU machine needs it too (PyTorch computes an imported problem's expected outputs)"
+from .torch_source import (  # noqa: F401 - re-exported: the source half of a problem lives there
+    TORCH_MISSING,
+    ProblemSource,
+    SizeConstant,
+    SizesRejected,
+    TorchProblemError,
+    int_literal,
+    load_module,
+    parse_problem,
+    require_torch,
+    with_constants,
 )
-
-
-class TorchProblemError(WorkloadError):
-    """A PyTorch problem file cannot be converted; the message names the reason and what to change."""
-
-
-class SizesRejected(TorchProblemError):
-    """The problem's own code fails at these sizes, or on this device (a group count that must divide
-    the channels, ``.item()`` on the meta device): other sizes, or the CPU, may still work. Everything
-    else a draw refuses (randomness in forward, several outputs) is a property of the problem."""
-
-
-def require_torch() -> Any:
-    """The ``torch`` module, or :class:`TorchProblemError` saying how to get it."""
-    try:
-        return importlib.import_module("torch")
-    except ImportError as exc:
-        raise TorchProblemError(f"torch is not installed ({exc}): {TORCH_MISSING}") from None
-
-
-# --- the source: entry points and size constants --------------------------------------------
-
-
-@dataclass(frozen=True)
-class SizeConstant:
-    """A module-level ``NAME = <int literal>`` that get_inputs / get_init_inputs depend on."""
-
-    name: str
-    value: int
-    line: int
-
-
-@dataclass
-class ProblemSource:
-    text: str
-    label: str  # the file name, for messages
-    tree: ast.Module
-    constants: list[SizeConstant]
-    has_init_inputs: bool
-
-
-def parse_problem(text: str, label: str) -> ProblemSource:
-    """Parse a problem file and find its size constants (no code runs).
-
-    Size constants are module-level assignments of a positive integer literal (``N = 4096``)
-    whose name ``get_inputs`` or ``get_init_inputs`` reads, directly or through other module-level
-    assignments (``N = 2 * M`` makes ``M`` one too), and the elements above 1 of a shape or a list
-    of widths written as literals (``input_shape = (32768,)``: ``input_shape_0``; ``layer_sizes =
-    [400, 800]``). Only these are scaled for the correctness
-    cases; constants the functions do not reach are left alone.
-
-    Raises:
-        TorchProblemError: not Python, or ``Model`` / ``get_inputs`` are missing.
-    """
-    try:
-        tree = ast.parse(text, filename=label)
-    except SyntaxError as exc:
-        raise TorchProblemError(f"{label}: line {exc.lineno}: not valid Python ({exc.msg})") from None
-    defined = {
-        node.name: node for node in tree.body if isinstance(node, ast.ClassDef | ast.FunctionDef)
-    }
-    if not isinstance(defined.get("Model"), ast.ClassDef):
-        raise TorchProblemError(
-            f"{label}: defines no `class Model(nn.Module)`; a KernelBench-style problem names its module Model"
-        )
-    if not isinstance(defined.get("get_inputs"), ast.FunctionDef):
-        raise TorchProblemError(
-            f"{label}: defines no `get_inputs()`; add one returning the forward arguments, e.g. "
-            "`return [torch.randn(batch_size, dim)]`"
-        )
-    assigned: dict[str, ast.AST] = {}
-    literal: dict[str, tuple[int, int]] = {}
-    elements: dict[str, str] = {}  # a shape tuple's element constant -> the tuple's name
-    for node in tree.body:
-        for target, value, _ in _assignments(node):
-            assigned[target] = value
-            for name in [n for n, of in elements.items() if of == target]:
-                literal.pop(name, None)  # reassigned later: its old elements are no constants
-            number = int_literal(value)
-            if number is not None and number > 0:
-                literal[target] = (number, node.lineno)
-            else:
-                literal.pop(target, None)  # reassigned to something else later: not a constant
-            for i, element in _tuple_elements(value):
-                number = int_literal(element)
-                if number is not None and number > 1:  # a 1 is a broadcast dimension, not a size
-                    literal[f"{target}_{i}"] = (number, node.lineno)
-                    elements[f"{target}_{i}"] = target
-    reached: set[str] = set()
-    todo = [n for f in ("get_inputs", "get_init_inputs") if f in defined for n in _loaded_names(defined[f])]
-    while todo:
-        name = todo.pop()
-        if name in reached:
-            continue
-        reached.add(name)
-        if name in assigned:
-            todo += _loaded_names(assigned[name])
-    constants = [SizeConstant(n, v, line) for n, (v, line) in literal.items() if elements.get(n, n) in reached]
-    constants.sort(key=lambda c: c.line)
-    return ProblemSource(text, label, tree, constants, isinstance(defined.get("get_init_inputs"), ast.FunctionDef))
-
-
-def _tuple_elements(value: ast.AST) -> list[tuple[int, ast.expr]]:
-    """A shape or a list of widths written as literals (``input_shape = (32768,)``, ``layer_sizes =
-    [16384, 16384]``): its elements, each a size constant ``<name>_<i>`` of its own; nothing for any
-    other value."""
-    if isinstance(value, ast.Tuple | ast.List) and value.elts and all(int_literal(e) is not None for e in value.elts):
-        return list(enumerate(value.elts))
-    return []
-
-
-def _assignments(node: ast.stmt) -> list[tuple[str, ast.expr, Callable[[ast.expr], None]]]:
-    """The module-level names ``node`` assigns, with their value and how to replace it:
-    ``N = 4096``, ``N: int = 4096`` and ``height, width = 32, 32``."""
-    def setter(holder: Any, attr: str, index: int | None = None) -> Callable[[ast.expr], None]:
-        def put(new: ast.expr) -> None:
-            if index is None:
-                setattr(holder, attr, new)
-            else:
-                getattr(holder, attr)[index] = new
-        return put
-
-    if isinstance(node, ast.Assign) and len(node.targets) == 1:
-        target = node.targets[0]
-        if isinstance(target, ast.Name):
-            return [(target.id, node.value, setter(node, "value"))]
-        if (isinstance(target, ast.Tuple) and isinstance(node.value, ast.Tuple) and len(target.elts) == len(node.value.elts)
-                and all(isinstance(t, ast.Name) for t in target.elts)):
-            return [(t.id, v, setter(node.value, "elts", i)) for i, (t, v) in enumerate(zip(target.elts, node.value.elts, strict=True))]  # type: ignore[attr-defined]
-    if isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name) and node.value is not None:
-        return [(node.target.id, node.value, setter(node, "value"))]
-    return []
-
-
-_INT_OPS: dict[type, Callable[[int, int], int]] = {
-    ast.Add: lambda a, b: a + b, ast.Sub: lambda a, b: a - b, ast.Mult: lambda a, b: a * b,
-    ast.FloorDiv: lambda a, b: a // b, ast.LShift: lambda a, b: a << b, ast.Pow: lambda a, b: a**b,
-}
-
-
-def int_literal(node: ast.AST) -> int | None:
-    """The value of an integer literal or an expression of literals only (``1 << 20``,
-    ``16 * 1024``, ``2 ** 12``), else None."""
-    if isinstance(node, ast.Constant):
-        return node.value if type(node.value) is int else None
-    if isinstance(node, ast.BinOp) and type(node.op) in _INT_OPS:
-        left, right = int_literal(node.left), int_literal(node.right)
-        if left is None or right is None or (isinstance(node.op, ast.LShift | ast.Pow) and not 0 <= right <= 64):
-            return None
-        if isinstance(node.op, ast.FloorDiv) and right == 0:
-            return None
-        return _INT_OPS[type(node.op)](left, right)
-    return None
-
-
-def _loaded_names(node: ast.AST) -> list[str]:
-    return [n.id for n in ast.walk(node) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)]
-
-
-def with_constants(source: ProblemSource, values: dict[str, int]) -> ast.Module:
-    """The problem's syntax tree with the size constants' literals replaced by ``values``."""
-    tree = copy.deepcopy(source.tree)
-    for node in tree.body:
-        for target, value, put in _assignments(node):
-            if target in values and int_literal(value) is not None:
-                put(ast.copy_location(ast.Constant(values[target]), value))
-            for i, element in _tuple_elements(value):
-                if f"{target}_{i}" in values:
-                    value.elts[i] = ast.copy_location(ast.Constant(values[f"{target}_{i}"]), element)  # type: ignore[attr-defined]
-    return ast.fix_missing_locations(tree)
-
-
-_counter = 0
-
-
-def load_module(source: ProblemSource, values: dict[str, int]) -> types.ModuleType:
-    """Execute the problem (with the size constants in ``values``) as a fresh module.
-
-    Raises:
-        TorchProblemError: the file fails to execute.
-    """
-    global _counter
-    _counter += 1
-    name = f"kernelopt_torch_problem_{_counter}"
-    module = types.ModuleType(name)
-    module.__file__ = source.label
-    code = compile(with_constants(source, values), source.label, "exec")
-    sys.modules[name] = module  # dataclasses and pickling look the module up while it executes
-    try:
-        exec(code, module.__dict__)  # noqa: S102 - the user's own problem file, as `python problem.py` would
-    except Exception as exc:  # noqa: BLE001 - the problem's own code may raise anything
-        raise SizesRejected(f"{source.label}: executing the file failed: {type(exc).__name__}: {exc}") from None
-    finally:
-        sys.modules.pop(name, None)
-    return module
-
+from .torch_trace import _cache_factories, random_origin, traced_random
 
 # --- drawing a problem: inputs, module state, output ----------------------------------------
 
@@ -328,85 +136,6 @@ def to_numpy(tensor: Any, dtype: DType) -> np.ndarray:
     if dtype is DType.bfloat16:  # NumPy has no bfloat16: the same bits, viewed as ml_dtypes' type
         return t.view(torch.int16).numpy().view(dtype.numpy).copy()
     return t.numpy().copy()
-
-
-@contextmanager
-def traced_random(torch: Any) -> Iterator[dict[int, tuple[Any, dict[str, Any]]]]:
-    """Record which tensors torch.randn / rand / randint (and *_like) made, as kernelopt generators."""
-    made: dict[int, tuple[Any, dict[str, Any]]] = {}
-    originals = {name: getattr(torch, name) for name in ("randn", "rand", "randint", "randn_like", "rand_like")}
-
-    def wrap(name: str, fn: Callable[..., Any]) -> Callable[..., Any]:
-        def traced(*args: Any, **kwargs: Any) -> Any:
-            out = fn(*args, **kwargs)
-            gen: dict[str, Any] | None = None
-            if name in ("randn", "randn_like"):
-                gen = {"generator": "normal", "mean": 0.0, "std": 1.0}
-            elif name in ("rand", "rand_like"):
-                gen = {"generator": "uniform", "low": 0.0, "high": 1.0}
-            else:
-                ints = [a for a in args if isinstance(a, int) and not isinstance(a, bool)]
-                low, high = (ints[0], ints[1]) if len(ints) >= 2 else (0, ints[0] if ints else None)
-                low, high = kwargs.get("low", low), kwargs.get("high", high)
-                if isinstance(low, int) and isinstance(high, int):
-                    gen = {"generator": "randint", "low": low, "high": high}
-            if gen is not None:
-                made[id(out)] = (out, gen)  # the tensor is kept alive, so its id is not reused
-            return out
-
-        return traced
-
-    _cache_factories(torch)
-    for name, fn in originals.items():
-        setattr(torch, name, wrap(name, fn))
-    try:
-        yield made
-    finally:
-        for name, fn in originals.items():
-            setattr(torch, name, fn)
-
-
-def _cache_factories(torch: Any) -> None:
-    """Have torch list its factory functions now, before they are wrapped: a device context
-    (``torch.device("meta")``) lists them once, on first use, and would otherwise list the wrappers
-    and then make the originals' tensors on the CPU."""
-    with torch.device("meta"):
-        torch.empty(0)
-
-
-#: torch functions and tensor methods whose values are random numbers
-_RANDOM_NAMES = (
-    "rand randn randint rand_like randn_like randint_like randperm normal bernoulli multinomial poisson "
-    "normal_ uniform_ random_ bernoulli_ exponential_ geometric_ log_normal_ cauchy_"
-)
-RANDOM_FUNCTIONS = frozenset(_RANDOM_NAMES.split())
-
-
-@contextmanager
-def random_origin(torch: Any) -> Iterator[dict[int, Any]]:
-    """Record every tensor made from torch's random numbers, directly (``torch.rand``) or by operations
-    on such a tensor (``torch.triu(torch.rand(n, n))``, ``torch.randint(0, 2, s).float() * 2 - 1``): by
-    ``id``, each kept alive so that its id is not reused. Works on meta tensors: nothing is computed."""
-    from torch.overrides import TorchFunctionMode
-    from torch.utils._pytree import tree_flatten
-
-    made: dict[int, Any] = {}
-
-    class Origin(TorchFunctionMode):
-        def __torch_function__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
-            kwargs = kwargs or {}
-            out = func(*args, **kwargs)
-            from_random = getattr(func, "__name__", "") in RANDOM_FUNCTIONS or any(
-                isinstance(t, torch.Tensor) and id(t) in made for t in tree_flatten((args, kwargs))[0]
-            )
-            if from_random:
-                for t in tree_flatten(out)[0]:
-                    if isinstance(t, torch.Tensor):
-                        made[id(t)] = t
-            return out
-
-    with Origin():
-        yield made
 
 
 def forward_names(model: Any, count: int) -> list[str]:

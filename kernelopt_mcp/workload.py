@@ -275,11 +275,8 @@ class Reference(_Model):
         description="NumPy oracle: a file defining reference(**params) -> {output name: array}",
     )
     cuda: str | None = Field("reference.cu", description="CUDA reference kernel, same signature")
-    torch: str | None = Field(
-        None, description="a PyTorch problem file (KernelBench's Model / get_inputs / get_init_inputs): the module, "
-        "run by torch on the GPU in a confined process on the very inputs the harness drew, gives the expected "
-        "outputs; set by `kernelopt import-torch` with `imported` saying how buffers map to the module"
-    )
+    torch: str | None = Field(None, description="a PyTorch problem file (KernelBench's format; `kernelopt import-torch`): the "
+                              "module, run by torch on the GPU on the inputs the harness drew, gives the expected outputs")
     launch: LaunchSpec | None = Field(None, description="launch configuration of the CUDA reference")
     compile_options: list[str] = Field(default_factory=list)
 
@@ -331,7 +328,6 @@ class Imported(_Model):
         default_factory=list, description="one line per finding: an input or parameter the output does not depend "
         "on, or an output that is constant: a kernel may skip that work and still pass"
     )
-    # how the PyTorch reference (reference.torch) runs the module on the harness's draws
     forward: list[str] = Field(
         default_factory=list, description="Model.forward's positional arguments, in order, each the name of the "
         "input buffer or scalar that holds it"
@@ -343,7 +339,7 @@ class Imported(_Model):
     sizes: dict[str, dict[str, int]] = Field(
         default_factory=dict, description="case -> the problem's size constants (module-level names) for that case"
     )
-    seed: int = Field(0, description="torch.manual_seed before the module is built (its kept state comes from it)")
+    seed: int = Field(0, description="torch.manual_seed before the module is built")
     output: str | None = Field(None, description="the output buffer forward's result goes to")
 
 
@@ -559,28 +555,19 @@ def attach_sources(spec: WorkloadSpec, root: Path, origin: str) -> Workload:
 
 
 def _check_torch_mapping(spec: WorkloadSpec, where: Path) -> None:
-    """reference.torch needs ``imported`` to say which buffer or scalar each forward argument and
-    each module tensor is, and the size constants of every case.
-
-    Raises:
-        WorkloadError: a name that is no input buffer or scalar, an output not in the signature, a
-            case without sizes.
-    """
-    imported = spec.imported
-    if imported is None or imported.output is None:
+    """reference.torch needs ``imported`` to name, for every forward argument and module tensor, the
+    input buffer or scalar holding it, the output, and every case's size constants (WorkloadError)."""
+    im, sig = spec.imported, spec.signature
+    if im is None or im.output is None:
         raise WorkloadError(f"{where}: reference.torch needs imported.forward, .state, .sizes and .output "
                             "(written by kernelopt import-torch); re-import the problem")
-    inputs = {p.name for p in spec.signature.buffers if p.is_input}
-    scalars = {p.name for p in spec.signature.scalars}
-    for i, name in enumerate(imported.forward):
-        if name not in inputs | scalars:
-            raise WorkloadError(f"{where}: imported.forward[{i}]: {name!r} is no input buffer or scalar of the signature")
-    for name in imported.state:
-        if name not in inputs:
-            raise WorkloadError(f"{where}: imported.state: {name!r} is no input buffer of the signature")
-    if imported.output not in {p.name for p in spec.signature.outputs}:
-        raise WorkloadError(f"{where}: imported.output: {imported.output!r} is no output buffer of the signature")
-    missing = [c.name for c in spec.cases if c.name not in imported.sizes]
+    inputs, scalars = {p.name for p in sig.inputs}, {p.name for p in sig.scalars}
+    bad = [f"forward[{i}]: {n!r}" for i, n in enumerate(im.forward) if n not in inputs | scalars]
+    bad += [f"state: {n!r}" for n in im.state if n not in inputs]
+    bad += [f"output: {im.output!r}"] if im.output not in {p.name for p in sig.outputs} else []
+    if bad:
+        raise WorkloadError(f"{where}: imported.{bad[0]} is no input buffer, scalar or output of the signature as it should be")
+    missing = [c.name for c in spec.cases if c.name not in im.sizes]
     if missing:
         raise WorkloadError(f"{where}: imported.sizes: no size constants for case(s) {', '.join(missing)}")
 

@@ -226,11 +226,12 @@ LAYERS: dict[str, set[str]] = {
         "compile_log", "compile_pool", "compiler", "cuda_headers", "sandbox", "executables", "source_policy",
         "_compile_worker", "confined_python", "_confined_child",
     },
-    "evaluation": {"evaluation", "_oracle_worker"},  # and every evaluation.* module
+    "evaluation": {"evaluation", "_oracle_worker", "torch_reference"},  # and every evaluation.* module
     "tools": {
         "profiler", "ncu_report", "sanitizer", "tune.cache", "tune.output", "tune.prefetch", "tune.report",
         "tune.strategies", "tune.tuner", "tune.dispatch", "tune.workers", "tune.ray_workers", "freeze", "baselines",
-        "torch_import", "torch_problem", "torch_cases", "torch_baseline", "_torch_baseline_child", "torch_fill", "suite_table",
+        "torch_import", "torch_problem", "torch_source", "torch_trace", "torch_cases", "torch_baseline", "_torch_baseline_child", "_torch_reference_child", "torch_fill",
+        "suite_table",
         "suite", "docs", "docs.bm25",
         "docs.live", "docs.search", "results",
     },

@@ -1,0 +1,90 @@
+"""Which tensors torch's random functions made while a problem ran: the generators an imported
+problem's inputs are drawn from (:func:`traced_random`: ``torch.randn`` -> normal, ``torch.rand`` ->
+uniform, ``torch.randint``) and the tensors made from random numbers by further operations
+(:func:`random_origin`). Split from :mod:`.torch_problem`, which re-exports both.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+
+@contextmanager
+def traced_random(torch: Any) -> Iterator[dict[int, tuple[Any, dict[str, Any]]]]:
+    """Record which tensors torch.randn / rand / randint (and *_like) made, as kernelopt generators."""
+    made: dict[int, tuple[Any, dict[str, Any]]] = {}
+    originals = {name: getattr(torch, name) for name in ("randn", "rand", "randint", "randn_like", "rand_like")}
+
+    def wrap(name: str, fn: Callable[..., Any]) -> Callable[..., Any]:
+        def traced(*args: Any, **kwargs: Any) -> Any:
+            out = fn(*args, **kwargs)
+            gen: dict[str, Any] | None = None
+            if name in ("randn", "randn_like"):
+                gen = {"generator": "normal", "mean": 0.0, "std": 1.0}
+            elif name in ("rand", "rand_like"):
+                gen = {"generator": "uniform", "low": 0.0, "high": 1.0}
+            else:
+                ints = [a for a in args if isinstance(a, int) and not isinstance(a, bool)]
+                low, high = (ints[0], ints[1]) if len(ints) >= 2 else (0, ints[0] if ints else None)
+                low, high = kwargs.get("low", low), kwargs.get("high", high)
+                if isinstance(low, int) and isinstance(high, int):
+                    gen = {"generator": "randint", "low": low, "high": high}
+            if gen is not None:
+                made[id(out)] = (out, gen)  # the tensor is kept alive, so its id is not reused
+            return out
+
+        return traced
+
+    _cache_factories(torch)
+    for name, fn in originals.items():
+        setattr(torch, name, wrap(name, fn))
+    try:
+        yield made
+    finally:
+        for name, fn in originals.items():
+            setattr(torch, name, fn)
+
+
+def _cache_factories(torch: Any) -> None:
+    """Have torch list its factory functions now, before they are wrapped: a device context
+    (``torch.device("meta")``) lists them once, on first use, and would otherwise list the wrappers
+    and then make the originals' tensors on the CPU."""
+    with torch.device("meta"):
+        torch.empty(0)
+
+
+#: torch functions and tensor methods whose values are random numbers
+_RANDOM_NAMES = (
+    "rand randn randint rand_like randn_like randint_like randperm normal bernoulli multinomial poisson "
+    "normal_ uniform_ random_ bernoulli_ exponential_ geometric_ log_normal_ cauchy_"
+)
+RANDOM_FUNCTIONS = frozenset(_RANDOM_NAMES.split())
+
+
+@contextmanager
+def random_origin(torch: Any) -> Iterator[dict[int, Any]]:
+    """Record every tensor made from torch's random numbers, directly (``torch.rand``) or by operations
+    on such a tensor (``torch.triu(torch.rand(n, n))``, ``torch.randint(0, 2, s).float() * 2 - 1``): by
+    ``id``, each kept alive so that its id is not reused. Works on meta tensors: nothing is computed."""
+    from torch.overrides import TorchFunctionMode
+    from torch.utils._pytree import tree_flatten
+
+    made: dict[int, Any] = {}
+
+    class Origin(TorchFunctionMode):
+        def __torch_function__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+            kwargs = kwargs or {}
+            out = func(*args, **kwargs)
+            from_random = getattr(func, "__name__", "") in RANDOM_FUNCTIONS or any(
+                isinstance(t, torch.Tensor) and id(t) in made for t in tree_flatten((args, kwargs))[0]
+            )
+            if from_random:
+                for t in tree_flatten(out)[0]:
+                    if isinstance(t, torch.Tensor):
+                        made[id(t)] = t
+            return out
+
+    with Origin():
+        yield made
