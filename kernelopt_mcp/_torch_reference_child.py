@@ -51,7 +51,8 @@ class _Fill:
     """The harness's draws in torch: the support module's fill kernels, made on the first draw."""
 
     def __init__(self, torch: Any, support: str | None) -> None:
-        self.torch, self.support, self.filler = torch, support, None
+        self.torch, self.support = torch, support
+        self.filler: Any = None  # a TorchFiller, made at the first draw
 
     def __call__(self, tensor: Any, draw: dict[str, Any]) -> None:
         from kernelopt_mcp.evaluation.protocol import FreshSpec

@@ -22,7 +22,8 @@ from kernelopt_mcp.config import find_workload
 from kernelopt_mcp.errors import WorkloadError
 from kernelopt_mcp.evaluation.device import device_info
 from kernelopt_mcp.evaluation.evaluate import evaluate
-from kernelopt_mcp.evaluation.outcomes import EvaluationResult, Status
+from kernelopt_mcp.evaluation.outcomes import EvaluationResult
+from kernelopt_mcp.status import Status
 from kernelopt_mcp.workload import load_workload
 
 torch = pytest.importorskip("torch", reason="torch is not installed (pip install torch): PyTorch problems cannot be run")

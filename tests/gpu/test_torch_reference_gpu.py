@@ -23,7 +23,7 @@ from kernelopt_mcp.config import find_workload
 from kernelopt_mcp.evaluation.device import DeviceInfo
 from kernelopt_mcp.evaluation.evaluate import evaluate
 from kernelopt_mcp.evaluation.harness import HarnessProcess
-from kernelopt_mcp.evaluation.outcomes import Status
+from kernelopt_mcp.status import Status
 
 pytest.importorskip("torch")
 pytestmark = [pytest.mark.gpu, pytest.mark.timeout(900)]
