@@ -57,6 +57,7 @@ from typing import Any, cast
 import numpy as np
 
 from .dtypes import DType
+from .expr import MAX_EXPRESSION_CHARS
 from .launch import LaunchSpec
 from .torch_cases import (
     MAX_CORRECTNESS_BYTES,
@@ -366,15 +367,21 @@ def _tolerance(cases: list[DrawnCase], dtype: DType, notes: list[str], mode: str
 
 
 def _cost(layout: _Layout, cases: list[DrawnCase], notes: list[str]) -> dict[str, str]:
-    terms = []
+    by_dims: dict[tuple[str, ...], int] = {}  # the buffers of the same variable dimensions (an RNN's layers): one term
     fixed = 0  # the buffers whose size no case changes (a network's weights), summed into one number
     for _name, _, dtype, shape, _ in layout.buffers:
-        if all(isinstance(d, int) for d in shape):
-            fixed += dtype.itemsize * math.prod(int(d) for d in shape)
-            continue
-        dims = [str(d) if isinstance(d, int) or d.isidentifier() else f"({d})" for d in shape if d != 1]
-        terms.append("*".join([str(dtype.itemsize), *dims]))
-    cost = {"bytes": " + ".join([*terms, *([str(fixed)] if fixed or not terms else [])])}
+        literal = math.prod(int(d) for d in shape if isinstance(d, int))
+        dims = tuple(sorted(d if d.isidentifier() else f"({d})" for d in shape if isinstance(d, str)))
+        if dims:
+            by_dims[dims] = by_dims.get(dims, 0) + dtype.itemsize * literal
+        else:
+            fixed += dtype.itemsize * literal
+    terms = ["*".join([str(c), *dims]) for dims, c in by_dims.items()]
+    text = " + ".join([*terms, *([str(fixed)] if fixed or not terms else [])])
+    cost = {"bytes": text} if len(text) <= MAX_EXPRESSION_CHARS else {}
+    if not cost:
+        notes.append(f"the bytes the buffers take are a sum of {len(terms)} terms, too long a cost expression: left out "
+                     "(no roofline floor for this problem)")
     flops = [c.main.flops for c in cases]
     if all(flops):
         fitted = _fit_flops(layout, [int(f) for f in flops if f])
