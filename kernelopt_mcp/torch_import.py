@@ -215,7 +215,15 @@ def import_torch_problem(
     if not re.match(IDENTIFIER, options.output_name) or options.output_name in CUDA_RESERVED:
         raise TorchProblemError(f"output name {options.output_name!r}: use letters, digits and _ (not a C++ keyword)")
     say("drawing cases (correctness cases on the CPU, the performance case's shapes)", 2, IMPORT_STEPS)
-    cases = draw_cases(src, options.seed, options.max_correctness_bytes, options.search_s, notes, options.max_cpu_bytes)
+    try:
+        cases = draw_cases(src, options.seed, options.max_correctness_bytes, options.search_s, notes, options.max_cpu_bytes)
+    except (MemoryError, RuntimeError) as exc:  # torch's allocator says "can't allocate memory" as a RuntimeError
+        if not isinstance(exc, MemoryError) and "allocate memory" not in str(exc):
+            raise
+        raise TorchProblemError(
+            f"{label}: the CPU ran out of memory building or running the module ({str(exc).splitlines()[0][:200]}); "
+            "import it where more memory is free"
+        ) from None
     fixed_values(src, cases, options.max_cpu_bytes, notes)
     layout = _Layout.of(cases, src.constants, options.output_name)
     inputs, files = _case_inputs(cases, layout, label, notes)

@@ -203,3 +203,21 @@ def test_a_shape_written_as_a_tuple_is_scaled_like_a_size_constant(tmp_path: Pat
     sizes = result.spec.imported.sizes  # type: ignore[union-attr]
     assert sizes["perf"] == {"batch_size": 64, "input_shape_0": 4096}
     assert all(s["input_shape_0"] < 4096 for case, s in sizes.items() if case != "perf"), sizes
+
+
+def test_running_out_of_memory_on_the_cpu_is_a_refusal_with_the_reason(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """torch's allocator reports an exhausted CPU as a RuntimeError: the import says so in one line
+    (a TorchProblemError, as the suite and the MCP tool report refusals), not an importer crash."""
+    pytest.importorskip("torch", reason="torch is not installed (pip install torch): PyTorch problems cannot be run")
+    from kernelopt_mcp import torch_import
+    from kernelopt_mcp.torch_problem import TorchProblemError
+
+    def exhausted(*args: object, **kwargs: object) -> None:
+        raise RuntimeError("[enforce fail at alloc_cpu.cpp:127] DefaultCPUAllocator: can't allocate memory: you tried to allocate 4294967296 bytes")
+
+    monkeypatch.setattr(torch_import, "draw_cases", exhausted)
+    path = tmp_path / "p.py"
+    path.write_text("import torch\nimport torch.nn as nn\nclass Model(nn.Module):\n    def forward(self, x):\n        return x\n"
+                    "def get_inputs():\n    return [torch.rand(8)]\n")
+    with pytest.raises(TorchProblemError, match=r"the CPU ran out of memory building or running the module .*can't allocate memory"):
+        torch_import.import_torch_problem(path, tmp_path / "wl")
