@@ -217,6 +217,7 @@ def import_torch_problem(
     say("drawing cases (correctness cases on the CPU, the performance case's shapes)", 2, IMPORT_STEPS)
     try:
         cases = draw_cases(src, options.seed, options.max_correctness_bytes, options.search_s, notes, options.max_cpu_bytes)
+        fixed_values(src, cases, options.max_cpu_bytes, notes)
     except (MemoryError, RuntimeError) as exc:  # torch's allocator says "can't allocate memory" as a RuntimeError
         if not isinstance(exc, MemoryError) and "allocate memory" not in str(exc):
             raise
@@ -224,7 +225,6 @@ def import_torch_problem(
             f"{label}: the CPU ran out of memory building or running the module ({str(exc).splitlines()[0][:200]}); "
             "import it where more memory is free"
         ) from None
-    fixed_values(src, cases, options.max_cpu_bytes, notes)
     layout = _Layout.of(cases, src.constants, options.output_name)
     inputs, files = _case_inputs(cases, layout, label, notes)
     spec_data = _spec(name, label, src, cases, layout, inputs, options, notes, torch.__version__)

@@ -374,7 +374,9 @@ def parameter_rule(value: Any, buffer: bool) -> ParamDraw:
     tensors with non-finite values, and buffers of whole numbers that vary (0/1 masks, positions)."""
     if not value.is_floating_point():
         return ParamDraw(f"{str(value.dtype).removeprefix('torch.')}: kept (integer and bool state keeps its values)")
-    flat = value.detach().double().flatten()
+    flat = value.detach().reshape(-1)  # no float64 copy: a 16384 x 32768 weight is 2 GiB already
+    if flat.itemsize < 4:
+        flat = flat.float()
     if flat.numel() == 0:
         return ParamDraw("empty: kept")
     if not bool(flat.isfinite().all()):
@@ -385,7 +387,7 @@ def parameter_rule(value: Any, buffer: bool) -> ParamDraw:
         return ParamDraw(f"constant {low:g}", {"generator": "uniform", "low": low - spread, "high": low + spread})
     if buffer and bool((flat == flat.round()).all()):
         return ParamDraw(f"whole numbers in [{low:g}, {high:g}] (a mask or index table): kept")
-    mean, std = float(flat.mean()), float(flat.std(unbiased=False))
+    mean, std = float(flat.mean()), float(flat.std(correction=0))
     lo, hi = max(low, mean - math.sqrt(3) * std), min(high, mean + math.sqrt(3) * std)
     return ParamDraw(f"varies in [{low:.4g}, {high:.4g}]", {"generator": "uniform", "low": lo, "high": hi})
 
