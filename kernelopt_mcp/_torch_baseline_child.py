@@ -24,38 +24,18 @@ warm-up never count. Where it cannot run, the case says why in one line and eage
 
 from __future__ import annotations
 
-import json
-import os
 import sys
 import time
 from pathlib import Path
 from typing import Any
 
-NOTE_CHARS = 300
+from kernelopt_mcp._child_answer import Answer, line
+from kernelopt_mcp._child_answer import main as child_main
+
 # GPU cycles the stream is held for before each measured call (~50 us at 2 GHz), so the host's
 # enqueue of the start event and the module's first kernel is not timed as an idle gap (the
 # harness's blocking kernel does the same for a candidate); outside the timed window
 HOLD_CYCLES = 100_000
-
-
-def _line(exc: BaseException) -> str:
-    """One line naming an exception: its type and the first line of its message, bounded."""
-    text = str(exc).strip().splitlines()
-    return f"{type(exc).__name__}: {text[0] if text else ''}"[:NOTE_CHARS]
-
-
-class _Answer:
-    """The answer file, rewritten whole (temp file + rename) after every step."""
-
-    def __init__(self, path: Path) -> None:
-        self.path = path
-        self.data: dict[str, Any] = {"torch_version": None, "device_name": None, "mode": "default", "error": None,
-                                     "blocked": False, "cases": [], "finished": False}
-
-    def write(self) -> None:
-        tmp = self.path.with_name(self.path.name + ".tmp")
-        tmp.write_text(json.dumps(self.data))
-        os.replace(tmp, self.path)
 
 
 class _Flush:
@@ -146,29 +126,29 @@ def compiled_times(torch: Any, model: Any, inputs: list[Any], flush: _Flush, req
         compiled(*inputs)  # compiles: never timed
         torch.cuda.synchronize()
     except Exception as exc:  # noqa: BLE001 - inductor and dynamo raise many kinds; the note names it
-        return None, f"torch.compile failed: {_line(exc)}"
+        return None, f"torch.compile failed: {line(exc)}"
     try:
         return measure(torch, lambda: compiled(*inputs), flush, request), None
     except Exception as exc:  # noqa: BLE001
-        return None, f"the compiled module failed while timed: {_line(exc)}"
+        return None, f"the compiled module failed while timed: {line(exc)}"
 
 
 def time_case(
     torch: Any, source: Any, case: dict[str, Any], device: Any, flush: _Flush, request: dict[str, Any], entry: dict[str, Any],
-    answer: _Answer,
+    answer: Answer,
 ) -> None:
     """One case: the module built, timed eagerly (the answer written), then compiled and timed."""
     try:
         model, inputs = build(torch, source, {k: int(v) for k, v in case["values"].items()}, device, int(request["seed"]))
     except Exception as exc:  # noqa: BLE001 - the problem's own code may raise anything
-        entry["eager_note"] = f"the module could not be built on the GPU: {_line(exc)}"
+        entry["eager_note"] = f"the module could not be built on the GPU: {line(exc)}"
         entry["compile_note"] = "torch.compile not run: the module could not be built"
         return
     with torch.no_grad():
         try:
             entry["eager"] = {"times_ms": measure(torch, lambda: model(*inputs), flush, request)}
         except Exception as exc:  # noqa: BLE001
-            entry["eager_note"] = f"the module failed on the GPU: {_line(exc)}"
+            entry["eager_note"] = f"the module failed on the GPU: {line(exc)}"
         answer.write()
         if not request["compile"]:
             entry["compile_note"] = "torch.compile not timed (turned off)"
@@ -179,11 +159,11 @@ def time_case(
             entry["compile"] = {"times_ms": times} if times is not None else None
 
 
-def run(request: dict[str, Any], answer: _Answer) -> None:
+def run(request: dict[str, Any], answer: Answer) -> None:
     try:
         import torch
     except ImportError as exc:
-        answer.data["error"] = f"torch cannot be imported ({_line(exc)}): install torch (pip install torch)"
+        answer.data["error"] = f"torch cannot be imported ({line(exc)}): install torch (pip install torch)"
         answer.data["blocked"] = True
         return
     answer.data["torch_version"] = torch.__version__
@@ -194,7 +174,7 @@ def run(request: dict[str, Any], answer: _Answer) -> None:
         # a machine without a GPU says "no NVIDIA driver"; a driver call the child's confinement
         # refused says "OS call failed" (CUDA error 304): name both, so neither reads as the other
         hint = " (a driver call refused inside the confined child?)" if "304" in str(exc) or "OS call failed" in str(exc) else ""
-        answer.data["error"] = f"torch {torch.__version__} could not start CUDA in the timing child{hint} ({_line(exc)})"
+        answer.data["error"] = f"torch {torch.__version__} could not start CUDA in the timing child{hint} ({line(exc)})"
         answer.data["blocked"] = True
         return
     ordinal = int(request["device"])
@@ -225,18 +205,11 @@ def run(request: dict[str, Any], answer: _Answer) -> None:
     answer.data["finished"] = True
 
 
+FRESH: dict[str, Any] = {"torch_version": None, "device_name": None, "mode": "default", "error": None, "blocked": False, "cases": [], "finished": False}
+
+
 def main(argv: list[str]) -> int:
-    if len(argv) != 1:
-        print("usage: python -m kernelopt_mcp._torch_baseline_child REQUEST.json", file=sys.stderr)
-        return 2
-    request = json.loads(Path(argv[0]).read_text(encoding="utf-8"))
-    answer = _Answer(Path(request["answer"]))
-    try:
-        run(request, answer)
-    except Exception as exc:  # noqa: BLE001 - recorded as the answer's error, the cases done so far kept
-        answer.data["error"] = f"the timing child failed: {_line(exc)}"
-    answer.write()
-    return 0
+    return child_main(argv, "kernelopt_mcp._torch_baseline_child", FRESH, run, "the timing child")
 
 
 if __name__ == "__main__":

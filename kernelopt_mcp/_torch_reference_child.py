@@ -21,30 +21,15 @@ harness without device draws) runs on the CPU where torch sees no GPU (the answe
 from __future__ import annotations
 
 import json
-import os
 import sys
 from pathlib import Path
 from typing import Any
 
-NOTE_CHARS = 400
+from kernelopt_mcp._child_answer import Answer, line
+from kernelopt_mcp._child_answer import main as child_main
+
 TORCH_DTYPES = ("float16", "bfloat16", "float32", "float64", "int8", "int16", "int32", "int64", "uint8", "uint16",
                 "uint32", "uint64")
-
-
-def _line(exc: BaseException) -> str:
-    text = str(exc).strip().splitlines()
-    return f"{type(exc).__name__}: {text[0] if text else ''}"[:NOTE_CHARS]
-
-
-class _Answer:
-    def __init__(self, path: Path) -> None:
-        self.path = path
-        self.data: dict[str, Any] = {"torch_version": None, "device_name": None, "error": None, "jobs": [], "finished": False}
-
-    def write(self) -> None:
-        tmp = self.path.with_name(self.path.name + ".tmp")
-        tmp.write_text(json.dumps(self.data))
-        os.replace(tmp, self.path)
 
 
 class _Fill:
@@ -152,11 +137,11 @@ def run_job(torch: Any, request: dict[str, Any], job: dict[str, Any], module: _M
     return _write_output(torch, out, want["file"])
 
 
-def run(request: dict[str, Any], answer: _Answer) -> None:
+def run(request: dict[str, Any], answer: Answer) -> None:
     try:
         import torch
     except ImportError as exc:
-        answer.data["error"] = f"torch cannot be imported ({_line(exc)}): install torch (pip install torch)"
+        answer.data["error"] = f"torch cannot be imported ({line(exc)}): install torch (pip install torch)"
         return
     answer.data["torch_version"] = torch.__version__
     # the reference in full float32: no TF32 in matmuls or cuDNN convolutions (cuDNN's default allows
@@ -170,7 +155,7 @@ def run(request: dict[str, Any], answer: _Answer) -> None:
             torch.cuda.init()
     except Exception as exc:  # noqa: BLE001 - no driver, no device, a driver call refused
         if drawn:
-            answer.data["error"] = f"torch {torch.__version__} could not start CUDA in the reference child ({_line(exc)})"
+            answer.data["error"] = f"torch {torch.__version__} could not start CUDA in the reference child ({line(exc)})"
             return
         count = 0
     if count == 0 and not drawn:  # every input is a file: the module runs where torch can (no GPU here)
@@ -201,23 +186,16 @@ def run(request: dict[str, Any], answer: _Answer) -> None:
                 modules[key] = _Module(torch, source, {k: int(v) for k, v in job["sizes"].items()}, int(request["seed"]), device)
             entry.update(run_job(torch, request, job, modules[key], fill, device))
         except Exception as exc:  # noqa: BLE001 - the problem's own code may raise anything
-            entry["error"] = _line(exc)
+            entry["error"] = line(exc)
         answer.write()
     answer.data["finished"] = True
 
 
+FRESH: dict[str, Any] = {"torch_version": None, "device_name": None, "error": None, "jobs": [], "finished": False}
+
+
 def main(argv: list[str]) -> int:
-    if len(argv) != 1:
-        print("usage: python -m kernelopt_mcp._torch_reference_child REQUEST.json", file=sys.stderr)
-        return 2
-    request = json.loads(Path(argv[0]).read_text(encoding="utf-8"))
-    answer = _Answer(Path(request["answer"]))
-    try:
-        run(request, answer)
-    except Exception as exc:  # noqa: BLE001 - recorded as the answer's error, the jobs done so far kept
-        answer.data["error"] = f"the reference child failed: {_line(exc)}"
-    answer.write()
-    return 0
+    return child_main(argv, "kernelopt_mcp._torch_reference_child", FRESH, run, "the reference child")
 
 
 if __name__ == "__main__":
