@@ -12,6 +12,14 @@ sys.path.insert(0, os.environ["KO_PKG_PARENT"])
 from kernelopt_mcp import sandbox, _confined_child as cc
 part = sys.argv[1]
 applied = []
+
+def install(prog):  # no_new_privs, then the classic-BPF seccomp program
+    import ctypes
+    f = (sandbox._SockFilter * len(prog))(*(sandbox._SockFilter(*x) for x in prog))
+    fp = sandbox._SockFprog(len(prog), f)
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.prctl(38, 1, 0, 0, 0)
+    assert libc.prctl(22, 2, ctypes.byref(fp), 0, 0) == 0, ctypes.get_errno()
 try:
     if part.startswith("landlock") or part == "all":
         # landlock_abi4: no ioctl-on-device right and no scoping handled; _rootread: every file readable;
@@ -57,11 +65,7 @@ try:
             prog += [(0x05, 0, 0, 0), (0x05, 0, 0, 0)]  # two no-op jumps keep the offsets
         prog += [(0x06, 0, 0, 0x00050000 | err), (0x06, 0, 0, 0x7FFF0000)]
         prog[1] = (0x15, 0, len(prog) - 3, 41)
-        f = (sandbox._SockFilter * len(prog))(*(sandbox._SockFilter(*x) for x in prog))
-        fp = sandbox._SockFprog(len(prog), f)
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(38, 1, 0, 0, 0)
-        assert libc.prctl(22, 2, ctypes.byref(fp), 0, 0) == 0, ctypes.get_errno()
+        install(prog)
         applied.append(part)
     if part.startswith("unix:"):  # unix:42=2,44=1: socket() for AF_UNIX only; each NR=ERRNO denied with that errno
         import ctypes
@@ -70,11 +74,7 @@ try:
         for nr, err in denies:
             prog += [(0x15, 0, 1, nr), (0x06, 0, 0, 0x00050000 | err)]
         prog += [(0x15, 0, 3, 41), (0x20, 0, 0, 16), (0x15, 1, 0, 1), (0x06, 0, 0, 0x00050000 | 1), (0x06, 0, 0, 0x7FFF0000)]
-        f = (sandbox._SockFilter * len(prog))(*(sandbox._SockFilter(*x) for x in prog))
-        fp = sandbox._SockFprog(len(prog), f)
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(38, 1, 0, 0, 0)
-        assert libc.prctl(22, 2, ctypes.byref(fp), 0, 0) == 0, ctypes.get_errno()
+        install(prog)
         applied.append(part)
     if part.startswith("bpf_"):  # one rule at a time: which blocked syscall breaks cuInit?
         import ctypes, errno as E
@@ -83,11 +83,7 @@ try:
         for i, nr in enumerate(block):
             prog.append((0x15, len(block) - i, 0, nr))
         prog += [(0x06, 0, 0, 0x7FFF0000), (0x06, 0, 0, 0x00050000 | E.EPERM)]
-        f = (sandbox._SockFilter * len(prog))(*(sandbox._SockFilter(*x) for x in prog))
-        fp = sandbox._SockFprog(len(prog), f)
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(38, 1, 0, 0, 0)
-        assert libc.prctl(22, 2, ctypes.byref(fp), 0, 0) == 0, ctypes.get_errno()
+        install(prog)
         applied.append(part)
     if part in ("nonewprivs",):
         import ctypes
