@@ -43,6 +43,7 @@ MAX_CORRECTNESS_BYTES = 256 * 2**20  # all buffers of one correctness case
 MAX_FIXED_BYTES = 256 * 2**20  # one buffer of the performance case that no generator makes (a data file)
 MAX_CPU_BYTES = 4 * 2**30  # what the performance case may take on the CPU where it must run there
 HIDDEN_SEED_OFFSET = 1_000_003
+MAX_PAIRED = 12  # the size search pairs up the largest constants only (66 pairs at most)
 
 
 def size_variants(constants: list[SizeConstant]) -> list[tuple[str, str, dict[str, int]]]:
@@ -95,7 +96,8 @@ def other_sizes(constants: list[SizeConstant], slot: str) -> list[tuple[str, dic
         out.append((f"{slot}_partial", partial))
     # two constants that must stay related (a LayerNorm over the last dimension of a transposed
     # convolution's output: that width and the channels as written), the others small
-    pairs = sorted(itertools.combinations(constants, 2), key=lambda p: -(p[0].value + p[1].value))
+    largest = sorted(constants, key=lambda c: -c.value)[:MAX_PAIRED]  # bounded: n constants make n^2/2 pairs
+    pairs = sorted(itertools.combinations(largest, 2), key=lambda p: -(p[0].value + p[1].value))
     out += [(f"{slot}_pair", {**base, a.name: a.value, b.name: b.value}) for a, b in pairs]
     return [(name, values) for name, values in out if n and values != perf]
 

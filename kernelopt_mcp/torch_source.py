@@ -125,11 +125,16 @@ def parse_problem(text: str, label: str) -> ProblemSource:
     return ProblemSource(text, label, tree, constants, isinstance(defined.get("get_init_inputs"), ast.FunctionDef))
 
 
+#: a literal tuple or list longer than a tensor's rank or a few layer widths is data, not sizes
+MAX_SHAPE_ELEMENTS = 8
+
+
 def _tuple_elements(value: ast.AST) -> list[tuple[int, ast.expr]]:
     """A shape or a list of widths written as literals (``input_shape = (32768,)``, ``layer_sizes =
     [16384, 16384]``): its elements, each a size constant ``<name>_<i>`` of its own; nothing for any
     other value."""
-    if isinstance(value, ast.Tuple | ast.List) and value.elts and all(int_literal(e) is not None for e in value.elts):
+    if (isinstance(value, ast.Tuple | ast.List) and 0 < len(value.elts) <= MAX_SHAPE_ELEMENTS
+            and all(int_literal(e) is not None for e in value.elts)):
         return list(enumerate(value.elts))
     return []
 

@@ -474,3 +474,25 @@ def test_other_sizes_keep_what_must_divide_and_stay_below_the_written_sizes() ->
     assert [name for name, _ in found] == ["mid_even", "mid_multiple", *["mid_scaled"] * 3, "mid_partial", *["mid_pair"] * 2]
     assert dict(found)["mid_multiple"]["channels"] % 6 == 0 and dict(found)["mid_multiple"]["channels"] < 3072
     assert other_sizes([], "small") == []
+
+
+def test_the_size_search_stays_bounded_with_many_constants() -> None:
+    """n constants would make n^2/2 pairs: only the largest are paired (a network with 40 widths
+    must not make 780 size sets of 40 entries each before the time budget is even looked at)."""
+    constants = [SizeConstant(f"w{i}", 64 + i, i) for i in range(40)]
+    tried = other_sizes(constants, "small")
+    pairs = [v for name, v in tried if name == "small_pair"]
+    assert len(pairs) == 66  # 12 largest, paired
+    assert all({k for k, v in p.items() if v == 64 + int(k[1:])} <= {f"w{i}" for i in range(28, 40)} for p in pairs)
+
+
+def test_a_long_literal_list_is_data_not_size_constants() -> None:
+    """A tuple or list of at most 8 literals is a shape or a few widths; a longer one (a table of
+    values get_init_inputs passes) gives no size constants."""
+    from kernelopt_mcp.torch_problem import parse_problem
+
+    table = ", ".join(str(i + 2) for i in range(9))
+    text = ("import torch\nimport torch.nn as nn\nclass Model(nn.Module):\n    def forward(self, x):\n        return x\n"
+            f"widths = [16, 32]\ntable = [{table}]\ndef get_inputs():\n    return [torch.rand(widths[0])]\n"
+            "def get_init_inputs():\n    return [table]\n")
+    assert [c.name for c in parse_problem(text, "p.py").constants] == ["widths_0", "widths_1"]
