@@ -25,7 +25,7 @@ from .errors import DeviceUnavailable, KerneloptError
 from .evaluation.candidate import Candidate, EvaluateOptions, ProgressFn
 from .evaluation.device import DeviceInfo, device_info
 from .evaluation.harness import HarnessProcess, find_harness
-from .results import CheckedEvaluation, CompileOutput, compile_output
+from .results import CheckedEvaluation, CompileOutput, TorchComparison, compile_output
 from .workload import Workload
 
 # The evaluation, tuning, profiling and freezing stacks are imported by the functions that use
@@ -36,15 +36,16 @@ if TYPE_CHECKING:
     from .freeze import FrozenWorkload, RequestsOnly
     from .ncu_report import ProfileSummary
     from .profiler import ProfileOptions
+    from .torch_baseline import BaselineReport
     from .tune.cache import TuneCache
     from .tune.spec import Tunable
     from .tune.tuner import TuneResult
     from .tune.workers import LocalWorker, Worker
 
 __all__ = [
-    "calibrate_gpu", "compile_cache", "compile_source", "default_profile_case", "evaluate_kernel",
+    "beside_pytorch", "calibrate_gpu", "compile_cache", "compile_source", "default_profile_case", "evaluate_kernel",
     "evaluate_options", "freeze_workload", "gpu_info", "harness_binary", "open_harness", "open_session",
-    "profile_kernel", "target_arch", "tune_cache", "tune_kernel",
+    "profile_kernel", "target_arch", "torch_baselines", "tune_cache", "tune_kernel",
 ]
 
 #: ``arch`` when neither the caller, the settings nor a GPU names one
@@ -333,6 +334,42 @@ def evaluate_kernel(
         if sanitizer_dir is None:
             shutil.rmtree(workdir, ignore_errors=True)
     return CheckedEvaluation(result=result, sanitizer=reports)
+
+
+def torch_baselines(
+    settings: Settings, workload: Workload, device: DeviceInfo, options: EvaluateOptions,
+    progress: ProgressFn | None = None,
+) -> BaselineReport | None:
+    """PyTorch eager and ``torch.compile`` on an imported problem's performance cases, timed by
+    ``options``' rules on ``device`` in a confined child and cached under the settings' cache root
+    (:func:`~kernelopt_mcp.torch_baseline.settings_baselines`); None for any other workload. What
+    could not be timed is the report's note, never an exception: an evaluation does not fail for
+    want of a baseline."""
+    from .torch_baseline import BaselineReport, imported_problem, settings_baselines
+
+    if imported_problem(workload) is None:
+        return None
+    if progress is not None:
+        progress("timing PyTorch eager and torch.compile on the performance cases (a child process; cached after)", 0, 1)
+    try:
+        return settings_baselines(settings, workload, device, options)
+    except (KerneloptError, OSError) as exc:
+        return BaselineReport.unmeasured(f"PyTorch eager and torch.compile not timed: {exc}")
+
+
+def beside_pytorch(
+    settings: Settings, workload: Workload, device: DeviceInfo, options: EvaluateOptions, checked: CheckedEvaluation,
+    progress: ProgressFn | None = None,
+) -> TorchComparison | None:
+    """PyTorch eager and ``torch.compile`` beside a benchmark of an imported problem that passed
+    (:func:`torch_baselines`, compared with its times); None for a result without a score or a
+    workload that is not an imported problem."""
+    from .torch_baseline import compare
+
+    if not checked.ok or checked.result.score_ms is None:
+        return None
+    report = torch_baselines(settings, workload, device, options, progress)
+    return compare(checked.result, report) if report is not None else None
 
 
 # --- profiling and tuning ----------------------------------------------------------------------

@@ -30,7 +30,6 @@ if TYPE_CHECKING:
     from .config import Settings
     from .evaluation.candidate import Candidate
     from .launch import LaunchSpec
-    from .torch_baseline import BaselineReport
     from .workload import Workload
 
 __all__ = ["COMMANDS", "Command", "build_parser", "main"]
@@ -246,7 +245,7 @@ def cmd_evaluate(args: argparse.Namespace, out: Console) -> int:
         reference = session.reference_result
         prepared = dict(session.prepare_ms)
     # an imported PyTorch problem: eager and torch.compile timed beside it (after the harness is closed)
-    baselines = None if args.no_benchmark or args.no_torch_baseline else _torch_baselines(settings, workload, device, options, progress)
+    baselines = None if args.no_benchmark or args.no_torch_baseline else app.torch_baselines(settings, workload, device, options, progress)
     payloads = [{**checked.as_json(reference), "preparation_ms": prepared} for checked in done]
     if baselines is not None:
         for payload, checked in zip(payloads, done, strict=True):
@@ -261,22 +260,6 @@ def cmd_evaluate(args: argparse.Namespace, out: Console) -> int:
         if prepared:
             out.print(f"[dim]{escape(preparation_text(prepared))}[/]", highlight=False)
     return EXIT_OK if all(checked.ok for checked in done) else EXIT_FAILED
-
-
-def _torch_baselines(
-    settings: Settings, workload: Workload, device: Any, options: Any, progress: Callable[[str, int, int], None],
-) -> BaselineReport | None:
-    """PyTorch eager and torch.compile on an imported problem's performance cases (None for any
-    other workload); a failure is the report's note, never the evaluation's."""
-    from .torch_baseline import BaselineReport, imported_problem, settings_baselines
-
-    if imported_problem(workload) is None:
-        return None
-    progress("timing PyTorch eager and torch.compile on the performance cases (a child process; cached after)", 0, 1)
-    try:
-        return settings_baselines(settings, workload, device, options)
-    except (KerneloptError, OSError) as exc:
-        return BaselineReport.unmeasured(f"PyTorch eager and torch.compile not timed: {exc}")
 
 
 def cmd_profile(args: argparse.Namespace, out: Console) -> int:

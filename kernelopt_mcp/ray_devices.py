@@ -26,7 +26,7 @@ from .evaluation.candidate import Candidate, EvaluateOptions
 from .evaluation.device import DeviceInfo
 from .evaluation.evaluate import prepare
 from .evaluation.session import Session
-from .results import CheckedEvaluation
+from .results import CheckedEvaluation, TorchComparison
 from .tune.ray_workers import _ray, call_actor, connect
 from .tune.spec import Tunable
 from .tune.tuner import TuneResult
@@ -67,6 +67,9 @@ class _Device:
         self, wl: Workload, key: str, seed: int, candidate: Candidate, options: EvaluateOptions, benchmark: bool,
     ) -> CheckedEvaluation:
         return app.evaluate_kernel(self._session(wl, key, seed), candidate, options, benchmark=benchmark)
+
+    def beside_pytorch(self, wl: Workload, options: EvaluateOptions, checked: CheckedEvaluation) -> TorchComparison | None:
+        return app.beside_pytorch(self.settings, wl, self.info, options, checked)
 
     def tune(self, wl: Workload, key: str, seed: int, tunable: Tunable, options: EvaluateOptions,
              kwargs: dict[str, Any]) -> TuneResult:

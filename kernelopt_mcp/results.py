@@ -200,6 +200,71 @@ class CaseOutput(BaseModel):
     of_roofline_floor: float | None = Field(None, description="median / the fastest time the work allows (1.0 = at the roofline)")
 
 
+# --- PyTorch eager and torch.compile beside a result (imported PyTorch problems) -------------------
+
+COMPILE_MODE = "default"  # torch.compile(model) as called: no mode=, no options
+
+
+class BaselineTiming(BaseModel):
+    """One baseline's times on one case, summarized as the harness summarizes a candidate's."""
+
+    median_ms: float
+    iqr_ms: float
+    cv: float = Field(description="coefficient of variation (stdev / mean)")
+    samples: int
+    noisy: bool = False
+    noisy_reason: str | None = None
+
+
+class CaseComparison(BaseModel):
+    case: str
+    ours_ms: float | None = None
+    eager: BaselineTiming | None = None
+    compile: BaselineTiming | None = None
+    speedup_eager: float | None = Field(None, description="eager's median / ours")
+    speedup_compile: float | None = Field(None, description="torch.compile's median / ours")
+    eager_note: str | None = None
+    compile_note: str | None = None
+    cached: bool = False
+
+
+class TorchComparison(BaseModel):
+    """A candidate's performance cases beside PyTorch eager and ``torch.compile``: per case and
+    as geometric means (ours: the result's ``score_ms``), with the speedups (baseline / ours)."""
+
+    mode: str = COMPILE_MODE
+    torch_version: str | None = None
+    device_name: str | None = None
+    cases: list[CaseComparison] = Field(default_factory=list)
+    ours_ms: float | None = None
+    eager_ms: float | None = None
+    compile_ms: float | None = None
+    speedup_eager: float | None = None
+    speedup_compile: float | None = None
+    eager_note: str | None = None
+    compile_note: str | None = None
+    note: str | None = None
+    cached: bool = Field(False, description="every case's baselines came from the cache")
+
+    def text(self) -> str:
+        """A few lines for the terminal."""
+        if not self.cases:
+            return self.note or "PyTorch baselines: not measured"
+        head = f"PyTorch {self.torch_version or '?'} on {self.device_name or '?'}"
+        lines = [f"{head} (torch.compile mode {self.mode}{', cached' if self.cached else ''}):"]
+        lines.append("  eager: " + (_pair(self.eager_ms, self.speedup_eager) if self.eager_ms else (self.eager_note or "not measured")))
+        lines.append("  torch.compile: " + (_pair(self.compile_ms, self.speedup_compile) if self.compile_ms
+                                            else (self.compile_note or "not measured")))
+        if self.note:
+            lines.append(f"  note: {self.note}")
+        return "\n".join(lines)
+
+
+def _pair(ms: float, speedup: float | None) -> str:
+    return f"{ms:.4g} ms" + (f", ours {speedup:.2f}x faster" if speedup and speedup >= 1 else
+                             f", ours {1 / speedup:.2f}x slower" if speedup else "")
+
+
 class EvaluationOutput(BaseModel):
     status: str = Field(
         description="the most serious status over the cases: ok, or "
@@ -231,6 +296,10 @@ class EvaluationOutput(BaseModel):
     phases: PhaseTimes | None = Field(
         None, description="where the evaluation's host wall time went (compile, validation, timing with its checks)"
     )
+    torch_baseline: TorchComparison | None = Field(
+        None, description="an imported PyTorch problem's benchmark that passed: PyTorch eager and torch.compile timed by "
+        "the same rules on the same GPU (cached per problem), speedup = their time / ours"
+    )
 
     def text(self) -> str:
         head = f"{self.mode} {self.workload} on {self.device or '?'} ({self.arch}): {self.status}"
@@ -254,6 +323,8 @@ class EvaluationOutput(BaseModel):
             lines.append(self.phases.text())
         for r in self.sanitizer or []:
             lines.append(f"  sanitizer {_clip(r.summary(), 300)}")
+        if self.torch_baseline is not None:
+            lines.append(self.torch_baseline.text())
         lines.extend(f"note: {n}" for n in self.notes)
         return "\n".join(lines)
 
@@ -335,8 +406,9 @@ class CheckedEvaluation(BaseModel):
         return payload
 
 
-def evaluation_output(checked: CheckedEvaluation, mode: str) -> EvaluationOutput:
-    """The MCP tools' compact result of an evaluation (its status merged with the sanitizer's)."""
+def evaluation_output(checked: CheckedEvaluation, mode: str, torch_baseline: TorchComparison | None = None) -> EvaluationOutput:
+    """The MCP tools' compact result of an evaluation (its status merged with the sanitizer's), with
+    PyTorch's times beside it where they were measured."""
     result = checked.result
     cases = []
     for c in result.cases:
@@ -363,7 +435,7 @@ def evaluation_output(checked: CheckedEvaluation, mode: str) -> EvaluationOutput
         score_ms=result.score_ms, reference_score_ms=result.reference_score_ms, speedup=result.speedup,
         cases=cases, compile=compile_output(result.compile, "the device") if result.compile else None,
         expected_from=result.expected_from, inputs_from=result.inputs_from, checks=result.checks, notes=result.notes, phases=result.phases,
-        tolerances=result.tolerances,
+        tolerances=result.tolerances, torch_baseline=torch_baseline,
     )
 
 

@@ -58,6 +58,7 @@ from .results import (
     CompileOutput,
     CreatedWorkload,
     EvaluationOutput,
+    TorchComparison,
     compile_error_output,
     evaluation_output,
 )
@@ -324,20 +325,23 @@ class KerneloptService:
             stop=stop,
         )
 
-        def job(dev: DeviceSlot, progress: ProgressFn) -> CheckedEvaluation:
+        def job(dev: DeviceSlot, progress: ProgressFn) -> tuple[CheckedEvaluation, TorchComparison | None]:
             if dev.remote is not None:
                 if sanitizer is not None:
                     raise RequestError("sanitize needs a local GPU: this server runs its GPU jobs on a Ray cluster (--ray)")
                 key = _workload_key(wl)
-                return dev.remote.call("evaluate", wl, key, self._seeds.setdefault(key, new_input_seed()), candidate, timing, benchmark)
+                checked = dev.remote.call("evaluate", wl, key, self._seeds.setdefault(key, new_input_seed()), candidate, timing, benchmark)
+                return checked, dev.remote.call("beside_pytorch", wl, timing, checked)
             session, harness = self._session(wl, dev.info or info, dev, progress), dev.harness
-            return app.evaluate_kernel(
+            checked = app.evaluate_kernel(
                 session, candidate, timing, benchmark=benchmark, sanitizer=sanitizer,
                 cancelled=lambda: harness is not None and harness.cancelled,
             )
+            # PyTorch's times for an imported problem, on the GPU that timed the candidate
+            return checked, app.beside_pytorch(self.settings, wl, dev.info or info, timing, checked, progress)
 
-        checked = await self.gpu_job(job, notify)
-        return evaluation_output(checked.model_copy(update={"result": _private(checked.result)}), mode)
+        checked, beside = await self.gpu_job(job, notify)
+        return evaluation_output(checked.model_copy(update={"result": _private(checked.result)}), mode, beside)
 
     def _session(self, wl: Workload, info: DeviceInfo, dev: DeviceSlot, progress: ProgressFn) -> Session:
         """The workload's prepared session on this device (inputs, expected outputs, reference timed).

@@ -41,16 +41,16 @@ from .evaluation.device import DeviceInfo
 from .evaluation.outcomes import EvaluationResult
 from .evaluation.stats import summarize
 from .files import write_atomic
+from .results import COMPILE_MODE, BaselineTiming, CaseComparison, TorchComparison
 from .workload import Workload
 
 __all__ = [
     "COMPILE_MODE", "BaselineCache", "BaselineOptions", "BaselineReport", "BaselineTiming", "CaseBaseline",
-    "TorchComparison", "compare", "imported_problem", "measure_baselines", "performance_sizes", "settings_baselines", "torch_version",
+    "TorchComparison", "baseline_timing", "compare", "imported_problem", "measure_baselines", "performance_sizes", "settings_baselines", "torch_version",
     "workload_baselines",
 ]
 
 CHILD_MODULE = "kernelopt_mcp._torch_baseline_child"
-COMPILE_MODE = "default"  # torch.compile(model) as called: no mode=, no options
 BASELINE_TIMEOUT_S = 900.0
 PROBLEM_FILE = "problem.py"
 # what the timing child may execute: triton's ptxas (found beside the installed triton) and the C
@@ -90,20 +90,11 @@ class BaselineOptions:
         return data
 
 
-class BaselineTiming(BaseModel):
-    """One baseline's times on one case, summarized as the harness summarizes a candidate's."""
-
-    median_ms: float
-    iqr_ms: float
-    cv: float = Field(description="coefficient of variation (stdev / mean)")
-    samples: int
-    noisy: bool = False
-    noisy_reason: str | None = None
-
-    @classmethod
-    def of(cls, times_ms: Sequence[float], options: BaselineOptions) -> BaselineTiming:
-        s = summarize(times_ms, warmup=options.warmup, flush_l2=options.flush_l2, iterations=options.iterations)
-        return cls(median_ms=s.median_ms, iqr_ms=s.iqr_ms, cv=s.cv, samples=s.samples, noisy=s.noisy, noisy_reason=s.noisy_reason)
+def baseline_timing(times_ms: Sequence[float], options: BaselineOptions) -> BaselineTiming:
+    """One baseline's per-call times summarized as the harness summarizes a candidate's."""
+    s = summarize(times_ms, warmup=options.warmup, flush_l2=options.flush_l2, iterations=options.iterations)
+    return BaselineTiming(median_ms=s.median_ms, iqr_ms=s.iqr_ms, cv=s.cv, samples=s.samples, noisy=s.noisy,
+                          noisy_reason=s.noisy_reason)
 
 
 class CaseBaseline(BaseModel):
@@ -249,7 +240,7 @@ def _report(answer: dict[str, Any], digest: str, options: BaselineOptions, *, ti
         for which in ("eager", "compile"):
             times = (c.get(which) or {}).get("times_ms")
             if times:
-                setattr(record, which, BaselineTiming.of(times, options))
+                setattr(record, which, baseline_timing(times, options))
         if record.compile is None and record.compile_note is None and timed_out:
             record.compile_note = f"torch.compile not timed: the timing child ran past its {limit_s:.0f} s deadline"
         cases.append(record)
@@ -381,55 +372,6 @@ def settings_baselines(
 
 
 # --- beside a candidate's result ---------------------------------------------------------------
-
-
-class CaseComparison(BaseModel):
-    case: str
-    ours_ms: float | None = None
-    eager: BaselineTiming | None = None
-    compile: BaselineTiming | None = None
-    speedup_eager: float | None = Field(None, description="eager's median / ours")
-    speedup_compile: float | None = Field(None, description="torch.compile's median / ours")
-    eager_note: str | None = None
-    compile_note: str | None = None
-    cached: bool = False
-
-
-class TorchComparison(BaseModel):
-    """A candidate's performance cases beside PyTorch eager and ``torch.compile``: per case and
-    as geometric means (ours: the result's ``score_ms``), with the speedups (baseline / ours)."""
-
-    mode: str = COMPILE_MODE
-    torch_version: str | None = None
-    device_name: str | None = None
-    cases: list[CaseComparison] = Field(default_factory=list)
-    ours_ms: float | None = None
-    eager_ms: float | None = None
-    compile_ms: float | None = None
-    speedup_eager: float | None = None
-    speedup_compile: float | None = None
-    eager_note: str | None = None
-    compile_note: str | None = None
-    note: str | None = None
-    cached: bool = Field(False, description="every case's baselines came from the cache")
-
-    def text(self) -> str:
-        """A few lines for the terminal."""
-        if not self.cases:
-            return self.note or "PyTorch baselines: not measured"
-        head = f"PyTorch {self.torch_version or '?'} on {self.device_name or '?'}"
-        lines = [f"{head} (torch.compile mode {self.mode}{', cached' if self.cached else ''}):"]
-        lines.append("  eager: " + (_pair(self.eager_ms, self.speedup_eager) if self.eager_ms else (self.eager_note or "not measured")))
-        lines.append("  torch.compile: " + (_pair(self.compile_ms, self.speedup_compile) if self.compile_ms
-                                            else (self.compile_note or "not measured")))
-        if self.note:
-            lines.append(f"  note: {self.note}")
-        return "\n".join(lines)
-
-
-def _pair(ms: float, speedup: float | None) -> str:
-    return f"{ms:.4g} ms" + (f", ours {speedup:.2f}x faster" if speedup and speedup >= 1 else
-                             f", ours {1 / speedup:.2f}x slower" if speedup else "")
 
 
 def _ratio(theirs: BaselineTiming | float | None, ours: float | None) -> float | None:

@@ -110,11 +110,11 @@ def imported_workload(parent: Path, problem: str = PROBLEM, name: str = "p1_add"
 
 def test_times_are_summarized_by_the_harness_statistics() -> None:
     options = BaselineOptions(warmup=3, iterations=100)
-    timing = BaselineTiming.of(EAGER_MS, options)
+    timing = torch_baseline.baseline_timing(EAGER_MS, options)
     stats = summarize(EAGER_MS)
     assert (timing.median_ms, timing.iqr_ms, timing.cv, timing.samples) == (stats.median_ms, stats.iqr_ms, stats.cv, 100)
     assert timing.median_ms == pytest.approx(0.0102) and not timing.noisy
-    assert BaselineTiming.of([1.0, 1.0, 5.0], options).noisy  # too few samples, spread: flagged like a candidate's
+    assert torch_baseline.baseline_timing([1.0, 1.0, 5.0], options).noisy  # too few samples, spread: flagged like a candidate's
 
 
 def test_options_follow_the_evaluations_timing_rules() -> None:
@@ -274,6 +274,62 @@ def test_compare_without_our_times_still_shows_the_baselines() -> None:
     result = EvaluationResult(workload="w", candidate="c", status=Status("mismatch"), message="x", arch="sm_90")
     comparison = compare(result, report)
     assert comparison.eager_ms == 2.0 and comparison.speedup_eager is None and comparison.compile_note == "perf: torch.compile failed: X"
+
+
+# --- the MCP benchmark tool ------------------------------------------------------------------------
+
+
+@pytest.mark.anyio
+async def test_the_benchmark_tool_puts_pytorch_beside_a_passing_result(tmp_path: Path, child: FakeChild) -> None:
+    """benchmark on an imported problem: eager and torch.compile beside a result that passed (timed by
+    the call's rules, once, then from the cache); nothing for validate, a failing kernel or a bundled workload."""
+    from fakegpu import ADD_LAUNCH, in_memory_server, tool_text
+
+    from kernelopt_mcp.config import Settings
+    from kernelopt_mcp.server_config import ServerConfig
+
+    imported_workload(tmp_path / "wl")
+    bundled = write_tiny_workload(tmp_path / "b")
+    settings = Settings(harness=write_harness(tmp_path, "fake"), cache_dir=tmp_path / "cache", timeout_s=20,
+                        workload_dirs=(tmp_path / "wl", bundled))
+    async with in_memory_server(ServerConfig(settings=settings, workspace=tmp_path / "ws")) as (client, _):
+        args = {"workload": "p1_add", "source": kernel("FAST"), "launch": ADD_LAUNCH, "warmup": 2, "iterations": 5}
+        r = await client.call_tool("benchmark", args)
+        assert not r.is_error, tool_text(r)
+        out = r.structured_content
+        base = out["torch_baseline"]
+        assert out["status"] == "ok" and child.requests[0]["warmup"] == 2 and child.requests[0]["iterations"] == 5
+        assert base["eager_ms"] == pytest.approx(0.0102) and base["compile_ms"] == pytest.approx(0.0081)
+        assert base["speedup_eager"] == pytest.approx(0.0102 / out["score_ms"]) and not base["cached"]
+        assert "torch.compile mode default" in tool_text(r) and "eager: 0.0102 ms" in tool_text(r)
+        again = (await client.call_tool("benchmark", args)).structured_content["torch_baseline"]
+        assert again["cached"] and len(child.requests) == 1
+        for tool, source, workload in (("validate", kernel("FAST"), "p1_add"), ("benchmark", kernel("WRONG"), "p1_add"),
+                                       ("benchmark", kernel("FAST"), "tiny_add")):
+            r = await client.call_tool(tool, {**args, "source": source, "workload": workload})
+            assert r.structured_content.get("torch_baseline") is None, (tool, workload)
+        assert len(child.requests) == 1
+
+
+def test_a_run_records_pytorch_beside_its_candidates() -> None:
+    """kernelopt optimize keeps the summary of a benchmark's torch_baseline on the candidate's record (its
+    event, the summary's best, the console line, the report's cards), per-case detail left in result.json."""
+    from kernelopt_agent.records import CandidateRecord, pytorch_times
+    from kernelopt_agent.report import _overview
+
+    beside = {"mode": "default", "torch_version": "2.11.0+cu130", "eager_ms": 0.02, "compile_ms": 0.01, "ours_ms": 0.01,
+              "speedup_eager": 2.0, "speedup_compile": 1.0, "eager_note": None, "cases": [{"case": "perf"}], "cached": False}
+    rec = CandidateRecord(0, "001-it1", "proposal", 1, "src", {}, status="ok", pytorch=pytorch_times(beside))
+    assert rec.pytorch == {"eager_ms": 0.02, "compile_ms": 0.01, "speedup_eager": 2.0, "speedup_compile": 1.0, "mode": "default",
+                           "torch_version": "2.11.0+cu130", "cached": False}
+    assert rec.versus_pytorch() == "2.00x vs PyTorch eager, 1.00x vs torch.compile"
+    assert rec.as_event().pytorch == rec.pytorch
+    unmeasured = CandidateRecord(1, "002-it2", "proposal", 2, "src", {}, status="ok",
+                                 pytorch=pytorch_times({"note": "PyTorch eager and torch.compile not timed: no GPU"}))
+    assert unmeasured.versus_pytorch() == "" and pytorch_times(None) is None
+    cards = _overview({"best": {"label": "001-it1", "speedup_vs_eager": 2.0, "speedup_vs_compile": 1.0, "pytorch": rec.pytorch}}, [])
+    assert "vs PyTorch eager" in cards and "vs torch.compile" in cards
+    assert "vs PyTorch eager" not in _overview({"best": {"label": "x"}}, [])
 
 
 # --- kernelopt kernelbench ------------------------------------------------------------------------

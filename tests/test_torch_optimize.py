@@ -88,6 +88,9 @@ def test_optimize_an_imported_problem_with_pytorch_as_the_reference(
     assert "PyTorch" in summary["workload"]["expected_outputs"] and summary["workload"]["expected_outputs"] == reference["expected_from"]
     assert summary["workload"]["expected_outputs"] != "PyTorch (the workload's module) on each evaluation's own draws, inside kernelopt-mcp"
     assert summary["reference"] is None and summary["best"]["label"] == "001-it1" and summary["provenance"]["nvrtc"]
+    # PyTorch's times go beside every candidate that passed; torch sees no GPU here, so the record says why in one line
+    pytorch = summary["best"]["pytorch"]
+    assert "not timed" in pytorch["note"] and summary["best"]["speedup_vs_eager"] is None, pytorch
     assert not (run / "supplied-reference.cu").exists() and not (run / "reference.cu").exists()
 
     # nothing frozen: a copy of the workload directory, found by the server as a configured workload

@@ -162,6 +162,10 @@ def summary(
             "score_ms": best.score_ms,
             "speedup_vs_reference": best.speedup or _ratio(ref.score_ms if ref else None, best.score_ms),
             "speedup_vs_initial": _ratio(initial.score_ms if initial else None, best.score_ms),
+            # an imported PyTorch problem: PyTorch timed beside the best on the same GPU by the same rules
+            "speedup_vs_eager": (best.pytorch or {}).get("speedup_eager"),
+            "speedup_vs_compile": (best.pytorch or {}).get("speedup_compile"),
+            "pytorch": best.pytorch,
             "case_ms": best.case_ms, "rationale": best.rationale, "source": f"{best.dir}/source.cu",
         }
     return data

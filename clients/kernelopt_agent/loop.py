@@ -52,6 +52,7 @@ from .records import (
     StepEvent,
     StopEvent,
     TuneEvent,
+    pytorch_times,
 )
 from .rundir import RunDir
 from .toolbox import DeviceInfo, Toolbox, ToolResult, model_text
@@ -474,6 +475,7 @@ class Optimizer:
             rec.status = out.get("status", "unknown")
             rec.message = out.get("message", "")
             rec.score_ms, rec.speedup = out.get("score_ms"), out.get("speedup")
+            rec.pytorch = pytorch_times(out.get("torch_baseline"))
             rec.checks = [str(c) for c in out.get("checks") or []]
             rec.host_ms = {str(k): float(v) for k, v in (out.get("phases") or {}).items() if isinstance(v, int | float)}
             rec.device = f"{out['device_ordinal']} {out.get('device_uuid') or ''}".strip() if out.get("device_ordinal") is not None else None

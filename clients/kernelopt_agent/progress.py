@@ -73,7 +73,8 @@ class Display:
             self.best = f"{best.label} {best.score_ms:.4g} ms"
         style = "green" if rec.valid else "red"
         score = f" score {rec.score_ms:.4g} ms" if rec.score_ms else ""
-        speed = f" ({rec.speedup:.2f}x vs reference)" if rec.speedup else ""
+        versus = ([f"{rec.speedup:.2f}x vs reference"] if rec.speedup else []) + ([rec.versus_pytorch()] if rec.versus_pytorch() else [])
+        speed = f" ({', '.join(versus)})" if versus else ""
         where = (f"iteration {rec.iteration}" + (f" candidate {rec.slot}" if rec.slot else "")) if rec.iteration else rec.kind
         self.info(
             f"[{where}] {rec.label}: {rec.status}{score}{speed} | best {self.best or '-'} | {tokens:,} tokens", style
@@ -108,6 +109,7 @@ class Display:
                       + (f" ({tokens['cost_note']})" if tokens.get("cost_note") else ""))
         if best is not None:
             self.info(f"best: {best.label}, score {best.score_ms:.4g} ms" + (f", {best.speedup:.2f}x vs reference" if best.speedup else "")
+                      + (f", {best.versus_pytorch()}" if best.versus_pytorch() else "")
                       + f" -> {summary.get('files', {}).get('best')}", "bold green")
         else:
             self.info("no candidate passed every case", "bold red")

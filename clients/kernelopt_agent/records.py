@@ -57,10 +57,18 @@ class CandidateRecord:
     slot: int | None = None  # which of --candidates N proposals of its iteration (1..N); None for N = 1
     host_ms: dict[str, float] = field(default_factory=dict)  # the evaluation's phases: compile, validate, timing, total
     device: str | None = None  # the GPU that evaluated it: "<ordinal> <uuid>" (a server may have several)
+    pytorch: dict[str, Any] | None = None  # an imported problem's eager / torch.compile times beside it (pytorch_times)
 
     @property
     def valid(self) -> bool:
         return self.status == "ok"
+
+    def versus_pytorch(self) -> str:
+        """ "1.52x vs PyTorch eager, 0.91x vs torch.compile" (what was measured; "" without)."""
+        p = self.pytorch or {}
+        parts = [f"{p[k]:.2f}x vs {name}" for k, name in (("speedup_eager", "PyTorch eager"), ("speedup_compile", "torch.compile"))
+                 if p.get(k)]
+        return ", ".join(parts)
 
     @property
     def dir(self) -> str:
@@ -76,6 +84,18 @@ class CandidateRecord:
 
     def as_event(self) -> CandidateEvent:
         return CandidateEvent.model_validate(self.as_json())
+
+
+PYTORCH_FIELDS = ("eager_ms", "compile_ms", "speedup_eager", "speedup_compile", "mode", "torch_version", "device_name",
+                  "eager_note", "compile_note", "note", "cached")
+
+
+def pytorch_times(beside: Any) -> dict[str, Any] | None:
+    """The summary of a benchmark result's ``torch_baseline`` (PyTorch eager and torch.compile beside
+    an imported problem's candidate) a run records: its geometric means, speedups and notes."""
+    if not isinstance(beside, dict):
+        return None
+    return {k: beside[k] for k in PYTORCH_FIELDS if beside.get(k) is not None}
 
 
 # --- history events --------------------------------------------------------------------------
@@ -125,6 +145,10 @@ class CandidateEvent(Event):
         "timing_ms, total_ms); seconds also counts the tool call around it"
     )
     device: str | None = Field(None, description="the GPU that evaluated it: its ordinal on the server's machine and UUID")
+    pytorch: dict[str, Any] | None = Field(
+        None, description="an imported PyTorch problem: eager and torch.compile geometric means (ms), the speedups over "
+        "each (their time / ours), torch.compile's mode, torch's version, and why a time is missing"
+    )
     files: dict[str, str] = Field(default_factory=dict)
 
 

@@ -199,6 +199,8 @@ def _overview(s: dict[str, Any], notes: list[str]) -> str:
         ("best score", _ms(best.get("score_ms"))),
         ("vs CUDA reference", _x(best.get("speedup_vs_reference"))),
         ("vs initial kernel", _x(best.get("speedup_vs_initial"))),
+        *((("vs PyTorch eager", _x(best.get("speedup_vs_eager"))), ("vs torch.compile", _x(best.get("speedup_vs_compile"))))
+          if best.get("pytorch") else ()),
         ("reference score", _ms(ref.get("score_ms"))),
         ("valid candidates", f"{cands.get('valid', '?')} of {cands.get('total', '?')}"),
         ("iterations", f"{its.get('used', '?')} of {its.get('max', '?')}"),

@@ -167,6 +167,8 @@ def register_evaluate_tools(app: MCPServer, service: KerneloptService) -> None:
         their % of the device's calibrated peaks (roofline); a median below the roofline floor is
         status impossible_time (work was skipped). score_ms = geometric mean of the performance
         cases' median latencies (lower is better); speedup = reference score / score (>1 is faster).
+        An imported PyTorch problem's passing result also has torch_baseline: PyTorch eager and
+        torch.compile timed the same way on the same GPU (the first time; cached after), with the speedups.
         If any case fails nothing is timed and the result reports the failure as validate does.
         warmup 0-100, iterations 1-1000 (defaults in the arguments): fewer is quicker but noisier.
         Cost: validate's plus about (warmup + iterations) x (kernel time + L2 flush) per performance

@@ -195,6 +195,10 @@ def test_optimize_an_imported_problem(problem: str, tmp_path: Path, harness_bina
     assert "reference_cu" not in model.requests[0]["messages"][-1]["content"].split("The full format:")[0]
     reference = summary["workload"]["reference"]
     assert reference["pytorch"] is True and reference["cuda_reference"] is False and reference["checked"] is True
+    # PyTorch eager and torch.compile timed beside the best on the same GPU (or why compile could not run)
+    pytorch = summary["best"]["pytorch"]
+    assert pytorch["eager_ms"] > 0 and summary["best"]["speedup_vs_eager"] == pytorch["speedup_eager"] > 0, pytorch
+    assert pytorch.get("compile_ms") or pytorch.get("compile_note"), pytorch
     expected_from = summary["workload"]["expected_outputs"]
     assert expected_from.startswith("PyTorch") and "the CPU" not in expected_from, expected_from  # on the GPU
     assert not list((run / "tools").glob("*-freeze_workload.json")) and (run / "workload" / summary["workload"]["name"] / "problem.py").is_file()
