@@ -196,6 +196,32 @@ def test_evaluate_prints_eager_compile_and_the_speedups(torch: Any, tmp_path: Pa
     assert "speedup vs PyTorch eager" in text and "(cached)" in text and "vs compile" in text
 
 
+@pytest.mark.anyio
+async def test_the_benchmark_tool_puts_pytorch_beside_a_passing_result(torch: Any, tmp_path: Path, harness_binary: Path,
+                                                                       settings_env: None) -> None:
+    """The MCP benchmark tool on an imported problem: eager and torch.compile timed on the GPU that timed
+    the candidate, by the call's rules, beside the result; cached for the next call."""
+    from fakegpu import in_memory_server, tool_text
+
+    from kernelopt_mcp.config import Settings
+    from kernelopt_mcp.server_config import ServerConfig
+
+    (tmp_path / "1_VectorAdd.py").write_text(VECTOR_ADD)
+    import_torch_problem(tmp_path / "1_VectorAdd.py", tmp_path / "va")
+    settings = Settings(harness=harness_binary, workload_dirs=(tmp_path / "va",), cache_dir=tmp_path / "cache")
+    async with in_memory_server(ServerConfig(settings=settings, workspace=tmp_path / "ws")) as (client, _):
+        args = {"workload": "p1_VectorAdd", "source": ADD_KERNEL.format(name="p1_VectorAdd"), "launch": LAUNCH,
+                "warmup": 5, "iterations": 50}
+        r = await client.call_tool("benchmark", args)
+        out = r.structured_content
+        assert not r.is_error and out["status"] == "ok", tool_text(r)
+        base = out["torch_baseline"]
+        assert base["note"] is None and base["eager_ms"] > 0, base
+        assert base["speedup_eager"] == pytest.approx(base["eager_ms"] / out["score_ms"])
+        assert base["device_name"] == out["device"] and (base["compile_ms"] or base["compile_note"])
+        assert (await client.call_tool("benchmark", args)).structured_content["torch_baseline"]["cached"]
+
+
 def test_kernelbench_prints_fast_1_and_the_speedups(torch: Any, tmp_path: Path, harness_binary: Path, settings_env: None,
                                                     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
     monkeypatch.setenv("KERNELOPT_HARNESS", str(harness_binary))
