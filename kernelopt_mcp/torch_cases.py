@@ -119,6 +119,7 @@ class DrawnCase:
 
 def draw_cases(
     src: ProblemSource, seed: int, max_bytes: int, search_s: float, notes: list[str], max_cpu_bytes: int = MAX_CPU_BYTES,
+    probe_s: float | None = None,
 ) -> list[DrawnCase]:
     """The correctness cases, each at the first sizes the problem accepts (the variant of
     :func:`size_variants`, else :func:`other_sizes` in turn, within ``search_s`` seconds and
@@ -126,7 +127,9 @@ def draw_cases(
     the meta device (:func:`draw_shapes`: no value computed). Where the meta device fails, or no
     correctness case fits, the performance case runs on the CPU instead if its buffers take at most
     ``max_cpu_bytes``. Every module is built with ``seed`` (the state it keeps comes from it). What
-    was left out, and why, goes to ``notes``.
+    was left out, and why, goes to ``notes``. With ``probe_s``, the first case drawn on the CPU (the
+    smallest) also probes what its output depends on (:class:`~.torch_problem.Probe`, for
+    :func:`degenerate`) in that draw.
 
     Raises:
         TorchProblemError: the problem is not convertible, or the performance case runs neither on
@@ -140,9 +143,20 @@ def draw_cases(
         perf = DrawnCase(perf_name, "performance", perf_values, seed, draw_shapes(src, perf_values, seed))
     except SizesRejected as exc:
         meta_failed = str(exc)
-    cases = _correctness_cases(src, variants[:-1], seed, perf, max_bytes, search_s, notes)
+    left_out: list[str] = []
+    cases = _correctness_cases(src, variants[:-1], seed, perf, max_bytes, search_s, left_out, probe_s)
+    if not cases and perf is not None and (bound := min(max_cpu_bytes, _bytes(perf.main))) > max_bytes:
+        # a module whose own state is that large at every size (VGG's 0.5 GiB of weights): one case of
+        # smaller sizes costs less on the CPU than the performance case, which would run there instead
+        larger: list[str] = []
+        cases = _correctness_cases(src, variants[:1], seed, perf, bound, search_s, larger, probe_s)
+        if cases:
+            left_out = [*larger, f"one correctness case of up to {bound / 2**20:.4g} MiB (more than the usual "
+                        f"{max_bytes / 2**20:.4g} MiB): the buffers of every smaller size take more than that"]
+    notes += left_out
     if perf is None or not cases:
-        perf = _perf_on_cpu(src, perf_name, perf_values, seed, cases, perf, meta_failed, max_cpu_bytes, notes)
+        perf = _perf_on_cpu(src, perf_name, perf_values, seed, cases, perf, meta_failed, max_cpu_bytes, notes,
+                            None if cases else probe_s)
         kept = []
         for c in cases:
             try:
@@ -158,7 +172,7 @@ def draw_cases(
 
 def _correctness_cases(
     src: ProblemSource, variants: list[tuple[str, str, dict[str, int]]], seed: int, perf: DrawnCase | None, max_bytes: int,
-    search_s: float, notes: list[str],
+    search_s: float, notes: list[str], probe_s: float | None = None,
 ) -> list[DrawnCase]:
     perf_values = {c.name: c.value for c in src.constants}
     deadline = time.monotonic() + search_s
@@ -177,7 +191,7 @@ def _correctness_cases(
                 break
             attempts += 1
             try:
-                found = _draw_case(src, cname, kind, cvalues, seed, perf, max_bytes)
+                found = _draw_case(src, cname, kind, cvalues, seed, perf, max_bytes, None if cases else probe_s)
                 break
             except SizesRejected as exc:
                 first = first or str(exc)
@@ -194,7 +208,7 @@ def _correctness_cases(
 
 def _perf_on_cpu(
     src: ProblemSource, name: str, values: dict[str, int], seed: int, cases: list[DrawnCase], shapes: DrawnCase | None,
-    meta_failed: str | None, max_cpu_bytes: int, notes: list[str],
+    meta_failed: str | None, max_cpu_bytes: int, notes: list[str], probe_s: float | None = None,
 ) -> DrawnCase:
     """The performance case run on the CPU (twice: a second draw of other inputs) where the meta
     device fails or no correctness case checks the conversion, if its buffers fit ``max_cpu_bytes``
@@ -213,7 +227,7 @@ def _perf_on_cpu(
             "depend on values), or import smaller sizes"
         )
     notes.append(f"the performance case ran on the CPU ({estimate / 2**20:.3g} MiB of buffers): {why}")
-    main = draw(src, values, seed, reference64=True)
+    main = draw(src, values, seed, reference64=True, probe_s=probe_s)
     hidden = draw(src, values, seed + HIDDEN_SEED_OFFSET)
     same_layout(main, hidden, src.label, "a second draw")
     return DrawnCase(name, "performance", values, seed, main, hidden)
@@ -278,6 +292,7 @@ def _scaled(values: dict[str, int], perf: dict[str, int]) -> str:
 
 def _draw_case(
     src: ProblemSource, name: str, kind: str, values: dict[str, int], seed: int, perf: DrawnCase | None, max_bytes: int,
+    probe_s: float | None = None,
 ) -> DrawnCase:
     """One correctness case drawn twice (other inputs the second time), or why it does not fit: its
     bytes are counted on the meta device first (a layer whose width is no size constant stays large),
@@ -292,7 +307,7 @@ def _draw_case(
             raise SizesRejected(f"{counted} bytes of buffers (more than {max_bytes})")
     elif perf is not None and (estimate := _scaled_bytes(perf.main, perf.values, values)) > 4 * max_bytes:
         raise SizesRejected(f"about {estimate:.3g} bytes of buffers (more than {max_bytes})")
-    main = draw(src, values, seed, reference64=True)
+    main = draw(src, values, seed, reference64=True, probe_s=probe_s)
     hidden = draw(src, values, seed + HIDDEN_SEED_OFFSET)
     if perf is not None:
         try:
@@ -313,6 +328,10 @@ def _scaled_bytes(d: Draw, values: dict[str, int], to: dict[str, int]) -> float:
     for k, v in values.items():
         ratio.setdefault(v, to[k] / v)
     return sum(float(a.nbytes) * math.prod(ratio.get(dim, 1.0) for dim in a.shape) for a in _buffers(d))
+
+
+def _bytes(d: Draw) -> int:
+    return sum(a.nbytes for a in _buffers(d))
 
 
 def _buffers(d: Draw) -> list[Arg]:
@@ -353,11 +372,13 @@ def degenerate(src: ProblemSource, cases: list[DrawnCase], names: dict[str, str]
     elif outputs and all(a is not None and b is not None and le_bytes(a) == le_bytes(b) for a, b in outputs) and any(map(_inputs_differ, ran)):
         found.append("the output is the same for two draws of every input: a kernel may ignore the inputs")
     smallest = cases[0]
-    try:
-        probe = draw(src, smallest.values, smallest.seed, probe_s=probe_s).probe
-    except TorchProblemError as exc:  # drawn before: only a module that changes between runs gets here
-        notes.append(f"which inputs the output depends on was not checked: {exc}")
-        return found
+    probe = smallest.main.probe  # probed in its draw where draw_cases was given probe_s
+    if probe is None:
+        try:
+            probe = draw(src, smallest.values, smallest.seed, probe_s=probe_s).probe
+        except TorchProblemError as exc:  # drawn before: only a module that changes between runs gets here
+            notes.append(f"which inputs the output depends on was not checked: {exc}")
+            return found
     assert probe is not None  # draw returns one with probe_s
     restored = set(smallest.main.restored)
     for name in probe.inputs:

@@ -216,7 +216,8 @@ def import_torch_problem(
         raise TorchProblemError(f"output name {options.output_name!r}: use letters, digits and _ (not a C++ keyword)")
     say("drawing cases (correctness cases on the CPU, the performance case's shapes)", 2, IMPORT_STEPS)
     try:
-        cases = draw_cases(src, options.seed, options.max_correctness_bytes, options.search_s, notes, options.max_cpu_bytes)
+        cases = draw_cases(src, options.seed, options.max_correctness_bytes, options.search_s, notes, options.max_cpu_bytes,
+                           options.probe_s)
         fixed_values(src, cases, options.max_cpu_bytes, notes)
     except (MemoryError, RuntimeError) as exc:  # torch's allocator says "can't allocate memory" as a RuntimeError
         if not isinstance(exc, MemoryError) and "allocate memory" not in str(exc):

@@ -221,3 +221,42 @@ def test_running_out_of_memory_on_the_cpu_is_a_refusal_with_the_reason(tmp_path:
                     "def get_inputs():\n    return [torch.rand(8)]\n")
     with pytest.raises(TorchProblemError, match=r"the CPU ran out of memory building or running the module .*can't allocate memory"):
         torch_import.import_torch_problem(path, tmp_path / "wl")
+
+
+WIDE_STATE = """
+batch_size = 64
+
+
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(2048, 2048)
+
+    def forward(self, x):
+        return torch.relu(self.fc(x))
+
+
+def get_inputs():
+    return [torch.rand(batch_size, 2048)]
+
+
+def get_init_inputs():
+    return []
+"""
+
+
+def test_a_module_whose_state_exceeds_the_case_bound_at_every_size_still_gets_a_smaller_case(tmp_path: Path, torch: Any) -> None:
+    """16 MiB of weights at every batch size, correctness cases capped at 8 MiB: one smaller batch is still a
+    correctness case (cheaper on the CPU than the performance case, which stays on the meta device), and the
+    notes say the cap was raised for it."""
+    path = problem(tmp_path, "wide", WIDE_STATE)
+    capped = TorchImportOptions(max_correctness_bytes=8 << 20)
+    imported = import_torch_problem(path, tmp_path / "wl", capped)
+    cases = load_workload(imported.path).spec.cases
+    assert [c.kind for c in cases] == ["correctness", "performance"]
+    assert all(c.scalars.get("batch_size", 64) < 64 for c in cases if c.kind == "correctness")
+    notes = " ".join(imported.notes)
+    assert "one correctness case of up to" in notes and "performance case ran on the CPU" not in notes, notes
+    # a cap the state fits under changes nothing of the kind
+    plain = import_torch_problem(path, tmp_path / "plain").notes
+    assert not any("correctness case of up to" in n for n in plain), plain
