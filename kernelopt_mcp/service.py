@@ -331,7 +331,8 @@ class KerneloptService:
                     raise RequestError("sanitize needs a local GPU: this server runs its GPU jobs on a Ray cluster (--ray)")
                 key = _workload_key(wl)
                 checked = dev.remote.call("evaluate", wl, key, self._seeds.setdefault(key, new_input_seed()), candidate, timing, benchmark)
-                return checked, dev.remote.call("beside_pytorch", wl, timing, checked)
+                timed = checked.ok and checked.result.score_ms is not None  # else nothing to put PyTorch beside
+                return checked, dev.remote.call("beside_pytorch", wl, timing, checked) if timed else None
             session, harness = self._session(wl, dev.info or info, dev, progress), dev.harness
             checked = app.evaluate_kernel(
                 session, candidate, timing, benchmark=benchmark, sanitizer=sanitizer,

@@ -123,6 +123,25 @@ async def test_the_server_on_ray_runs_jobs_on_both_gpus_and_tags_them(cluster: s
     assert len(props["devices"]) == 2
 
 
+@pytest.mark.anyio
+async def test_an_actor_puts_pytorch_beside_an_imported_problems_benchmark(cluster: str, tmp_path: Path) -> None:
+    """The benchmark of an imported PyTorch problem on a Ray actor carries torch_baseline, timed by the actor
+    (here torch finds no GPU, or is missing: the result says so in one line, never fails)."""
+    from fakegpu import ADD_LAUNCH, stdio_server, tool_text
+    from test_torch_baseline import imported_workload
+
+    imported_workload(tmp_path / "wl")
+    env = {"KERNELOPT_HARNESS": str(write_harness(tmp_path, "fake", devices=2)), "KERNELOPT_WORKLOADS": str(tmp_path / "wl"),
+           "KERNELOPT_CACHE": str(tmp_path / "cache")}
+    async with stdio_server("--workspace", str(tmp_path / "ws"), "--ray", cluster, env=env) as client:
+        r = await client.call_tool("benchmark", {"workload": "p1_add", "launch": ADD_LAUNCH, "source": kernel("FAST"),
+                                                 "iterations": 3})
+    out = r.structured_content
+    assert not r.is_error and out["status"] == "ok", tool_text(r)
+    base = out["torch_baseline"]
+    assert base.get("eager_ms") or "not timed" in base["note"], base
+
+
 def test_optimize_on_ray_spreads_candidates_over_both_gpus(cluster: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from scripted_model import ScriptedModel
     from test_optimize import SECRET, proposal
