@@ -4,6 +4,7 @@
 #   bash scripts/device_issue40.sh reference  # PyTorch as the reference, timed launches checked, baselines
 #   bash scripts/device_issue40.sh suite      # kernelopt kernelbench over the 12 problems with our solutions
 #   bash scripts/device_issue40.sh imports    # bench/kernelbench_import.py over levels 1-3 (16 CPUs)
+#   bash scripts/device_issue40.sh baselines  # eager + torch.compile of every level-1/2 problem (several calls)
 # carry: .whl (../shared/device/prepare-wheels) and, for suite / imports, the KernelBench problems in
 # .kb/ (levels 1-3) and .kb12/ (the 12 problems of bench/kernelbench_solutions): ignored folders.
 # Everything lands in $OUT; each step is capped so one slow step cannot eat the call.
@@ -29,6 +30,11 @@ case "${1:-children}" in
   suite)
     timeout 560 kernelopt kernelbench .kb12 --level 1 2 --solutions bench/kernelbench_solutions -o "$OUT/kb12" > "$OUT/suite.txt" 2> "$OUT/suite.err"
     echo "suite rc=$?"; cat "$OUT/suite.txt" | head -60; tail -5 "$OUT/suite.err" ;;
+  baselines)  # eager and torch.compile for every level-1/2 problem; resumable: run again on the warm machine
+    # (the state lives in the ignored .kb-run/, the times in the baseline cache); each call stops at ~9 minutes
+    timeout 540 kernelopt kernelbench .kb --level 1 2 -o .kb-run > "$OUT/baselines.txt" 2> "$OUT/baselines.err"
+    echo "baselines rc=$?"; cp .kb-run/table.md .kb-run/results.json "$OUT/" 2>/dev/null; head -40 "$OUT/baselines.txt"
+    tail -3 "$OUT/baselines.err" ;;
   imports)
     timeout 560 python3 bench/kernelbench_import.py .kb --jobs 16 --max-gib 6 --timeout 300 --json "$OUT/imports.json" > "$OUT/imports.md" 2> "$OUT/imports.err"
     echo "imports rc=$?"; cat "$OUT/imports.md" ;;
