@@ -30,6 +30,7 @@ __version__ = "0.1.0"
 # tests/test_api.py checks that they and _MODULES name the same things.
 if TYPE_CHECKING:
     from .app import (
+        beside_pytorch,
         calibrate_gpu,
         compile_cache,
         compile_source,
@@ -43,6 +44,7 @@ if TYPE_CHECKING:
         open_session,
         profile_kernel,
         target_arch,
+        torch_baselines,
         tune_cache,
         tune_kernel,
     )
@@ -89,9 +91,9 @@ if TYPE_CHECKING:
 
 _MODULES = {  # module under kernelopt_mcp -> the public names it defines
     "app": (
-        "calibrate_gpu compile_cache compile_source default_profile_case evaluate_kernel evaluate_options "
-        "freeze_workload gpu_info harness_binary open_harness open_session profile_kernel target_arch tune_cache "
-        "tune_kernel"
+        "beside_pytorch calibrate_gpu compile_cache compile_source default_profile_case evaluate_kernel evaluate_options "
+        "freeze_workload gpu_info harness_binary open_harness open_session profile_kernel target_arch torch_baselines "
+        "tune_cache tune_kernel"
     ),
     "compiler": "CompileResult compile_kernel",
     "config": "Settings find_workload list_workloads",
@@ -143,9 +145,9 @@ __all__ = [  # noqa: RUF022 (grouped by what the names are for, sorted within a 
     "LaunchConfig", "LaunchSpec", "Settings", "TorchImportOptions", "TorchImportResult", "Workload", "WorkloadSpec",
     "find_workload", "import_torch_problem", "list_workloads", "load_parts", "load_workload",
     # the application layer (kernelopt_mcp.app)
-    "calibrate_gpu", "compile_cache", "compile_source", "default_profile_case", "evaluate_kernel", "evaluate_options",
-    "freeze_workload", "gpu_info", "harness_binary", "open_harness", "open_session", "profile_kernel", "target_arch", "tune_cache",
-    "tune_kernel",
+    "beside_pytorch", "calibrate_gpu", "compile_cache", "compile_source", "default_profile_case", "evaluate_kernel",
+    "evaluate_options", "freeze_workload", "gpu_info", "harness_binary", "open_harness", "open_session", "profile_kernel",
+    "target_arch", "torch_baselines", "tune_cache", "tune_kernel",
     # compiling, evaluating, profiling, tuning, documentation
     "Calibration", "Candidate", "CheckedEvaluation", "CompileResult", "DeviceInfo", "DocsSearchResult",
     "EvaluateOptions", "EvaluationResult", "HarnessProcess", "OutputComparison", "ProfileOptions", "ProfileSummary",

@@ -25,7 +25,8 @@ from .errors import DeviceUnavailable, KerneloptError
 from .evaluation.candidate import Candidate, EvaluateOptions, ProgressFn
 from .evaluation.device import DeviceInfo, device_info
 from .evaluation.harness import HarnessProcess, find_harness
-from .results import CheckedEvaluation, CompileOutput, TorchComparison, compile_output
+from .results import CheckedEvaluation, CompileOutput, compile_output
+from .torch_comparison import TorchComparison
 from .workload import Workload
 
 # The evaluation, tuning, profiling and freezing stacks are imported by the functions that use

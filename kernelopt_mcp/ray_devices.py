@@ -26,7 +26,8 @@ from .evaluation.candidate import Candidate, EvaluateOptions
 from .evaluation.device import DeviceInfo
 from .evaluation.evaluate import prepare
 from .evaluation.session import Session
-from .results import CheckedEvaluation, TorchComparison
+from .results import CheckedEvaluation
+from .torch_comparison import TorchComparison
 from .tune.ray_workers import _ray, call_actor, connect
 from .tune.spec import Tunable
 from .tune.tuner import TuneResult

@@ -12,8 +12,9 @@ from rich.table import Table
 from .evaluation.calibrate import Calibration
 from .evaluation.device import DeviceInfo
 from .evaluation.outcomes import EvaluationResult
-from .results import CheckedEvaluation, TorchComparison
+from .results import CheckedEvaluation
 from .sanitizer import SANITIZER_ERROR, SanitizerReport
+from .torch_comparison import TorchComparison
 
 __all__ = [
     "print_calibration", "print_evaluation", "print_result", "print_sanitizer", "print_torch_baseline", "print_tune", "size_text",

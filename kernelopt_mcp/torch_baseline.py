@@ -41,7 +41,7 @@ from .evaluation.device import DeviceInfo
 from .evaluation.outcomes import EvaluationResult
 from .evaluation.stats import summarize
 from .files import write_atomic
-from .results import COMPILE_MODE, BaselineTiming, CaseComparison, TorchComparison
+from .torch_comparison import COMPILE_MODE, BaselineTiming, CaseComparison, TorchComparison
 from .workload import Workload
 
 __all__ = [
