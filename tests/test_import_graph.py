@@ -172,6 +172,7 @@ CLIENT_MAY_IMPORT = {
     "kernelopt_mcp.config",     # where workloads are found (Settings, bundled_workloads_dir, find_workload)
     "kernelopt_mcp.files",      # atomic writes of the run's records
     "kernelopt_mcp.status",     # the result statuses: meaning and cheat verdicts
+    "kernelopt_mcp.result_view",  # the benchmark and validate tools' result, typed as the client reads it
 }
 CLIENT_MAY_IMPORT_FROM_PACKAGE = {"__version__"}
 # The one exception: the `kernelopt` console script (entry.py) hands every command but the
@@ -220,7 +221,7 @@ def test_the_client_imports_only_the_library_data_layer() -> None:
 LAYERS: dict[str, set[str]] = {
     "data": {
         "errors", "dtypes", "expr", "files", "data_files", "launch", "workload", "workload_parts", "compile_options", "config",
-        "status", "tune", "tune.space", "tune.spec", "torch_store",
+        "status", "tune", "tune.space", "tune.spec", "torch_store", "result_view",
     },
     "compiler": {
         "compile_log", "compile_pool", "compiler", "cuda_headers", "sandbox", "executables", "source_policy",

@@ -135,7 +135,6 @@ def run_optimize(opts: Any, console: Console, quiet: bool = False) -> int:
     or no server) exits 2 with the error and leaves no run directory."""
     from kernelopt_mcp.errors import KerneloptError
 
-    from .finalize import summary
     from .loop import Optimizer, RunFailed, preflight
     from .model import ModelError
     from .parts import PartsError
@@ -151,7 +150,7 @@ def run_optimize(opts: Any, console: Console, quiet: bool = False) -> int:
     run.write_json("config.json", opts.as_json())
     display = Display(console, quiet=quiet)
     display.info(f"{run.name}: {run.path}")
-    opt = Optimizer(opts, run, display, parts=parts, summarize=summary)
+    opt = Optimizer(opts, run, display, parts=parts)
     opt.write_progress()
     return execute(opt, display, console)
 
@@ -159,7 +158,6 @@ def run_optimize(opts: Any, console: Console, quiet: bool = False) -> int:
 def resume_optimize(flags: dict[str, Any], console: Console, quiet: bool = False) -> int:
     """``--resume RUN``: check that the run can go on as asked (before anything is written), then run the
     loop from its records (resume.py). A resume that cannot start (no GPU, no server) leaves the run as it was."""
-    from .finalize import summary
     from .loop import RunFailed
     from .model import ModelError
     from .options import OptionsError
@@ -169,7 +167,7 @@ def resume_optimize(flags: dict[str, Any], console: Console, quiet: bool = False
     try:
         res = resume_options(flags)
         display = Display(console, quiet=quiet)
-        opt = ResumedOptimizer(res, display, summarize=summary)
+        opt = ResumedOptimizer(res, display)
     except (OptionsError, RunFailed, ModelError) as exc:
         Console(stderr=True).print(f"error: {exc}", highlight=False, markup=False)
         return EXIT_ERROR
@@ -192,7 +190,8 @@ def execute(opt: Any, display: Any, console: Console, started: Any = None) -> in
     from .parts import PartsError
     from .toolbox import ToolboxError
 
-    run = opt.run
+    state = opt.state  # what the run has, however the loop ends: finalize writes it out
+    run = state.run
     resumed = started is not None
 
     def terminate(signum: int, frame: Any) -> None:
@@ -202,7 +201,7 @@ def execute(opt: Any, display: Any, console: Console, started: Any = None) -> in
     status, error, code = "completed", None, EXIT_OK
     try:
         anyio.run(opt.run_loop)
-        if opt.stop_reason.startswith("--max-tokens") or opt.stop_reason.startswith("--max-cost"):
+        if state.stop_reason.startswith("--max-tokens") or state.stop_reason.startswith("--max-cost"):
             status = "stopped"
     except BaseException as raised:  # noqa: BLE001 (every ending is recorded; none may lose the run)
         cause = unwrap(raised)
@@ -213,25 +212,25 @@ def execute(opt: Any, display: Any, console: Console, started: Any = None) -> in
         else:  # a crash: keep the run readable and say what happened
             status, error, code = "interrupted", f"crashed: {error_text(cause)}", EXIT_ERROR
             console.print_exception() if cause is raised else console.print(f"{error_text(cause)}", markup=False)
-        opt.stop_reason = {"failed": "error", "interrupted": "interrupted"}.get(status, "")
+        state.stop_reason = {"failed": "error", "interrupted": "interrupted"}.get(status, "")
     finally:
         signal.signal(signal.SIGTERM, previous)
-        if not (started() if resumed else opt.device is not None or opt.records):  # it never started (no GPU, no server)
+        if not (started() if resumed else state.device is not None or state.records):  # it never started (no GPU, no server)
             error = (error or status).replace(f"; see {run.path / 'server.log'}", "") + server_log_tail(run.path)
             if not resumed:  # leave no run behind; a resumed run stays as it was
                 shutil.rmtree(run.path, ignore_errors=True)
             written = None
         else:
             opt.finishing(status)
-            written = finalize(opt, status, error=error)
+            written = finalize(state, status, error=error)
     if written is None:
         kept = f"(the resume did not start: {run.name} is as it was)" if resumed else "(no run directory was kept: nothing ran)"
         Console(stderr=True).print(f"error: {error}\n{kept}", highlight=False, markup=False)
         return EXIT_ERROR if code == EXIT_OK else code
     if error:
         Console(stderr=True).print(f"error: {error}", highlight=False, markup=False)
-    display.final(opt.records, opt.best(), opt.frozen.performance_cases if opt.frozen else [], written)
-    if code == EXIT_OK and opt.best() is None and opt.records:
+    display.final(state.records, state.best(), state.frozen.performance_cases if state.frozen else [], written)
+    if code == EXIT_OK and state.best() is None and state.records:
         code = EXIT_NO_VALID
     return code
 

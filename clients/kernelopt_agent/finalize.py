@@ -16,45 +16,45 @@ from .freeze import REPLAY, REPLAY_REFERENCE
 from .options import redact_url
 
 if TYPE_CHECKING:
-    from .loop import Optimizer
     from .records import CandidateRecord
+    from .state import RunState
 
 
-def finalize(opt: Optimizer, status: str, *, error: str | None = None) -> dict[str, Any]:
+def finalize(state: RunState, status: str, *, error: str | None = None) -> dict[str, Any]:
     """Write the final artifacts and summary.json; never raises (a failing step is noted)."""
     files: dict[str, Any] = {}
     problems: list[str] = []
-    best = opt.best()
+    best = state.best()
     if best is not None:
-        opt.run.write_text("best.cu", best.source)
-        opt.run.write_json("best.launch.json", {"launch": best.launch, "compile_options": best.compile_options})
+        state.run.write_text("best.cu", best.source)
+        state.run.write_json("best.launch.json", {"launch": best.launch, "compile_options": best.compile_options})
         files["best"] = "best.cu"
         files["best_launch"] = "best.launch.json"
-    for label, step in (("replay", lambda: _replay(opt, best, files)), ("heatmap", lambda: _heatmap(opt, files)),
-                        ("data", lambda: _data(opt, files))):
+    for label, step in (("replay", lambda: _replay(state, best, files)), ("heatmap", lambda: _heatmap(state, files)),
+                        ("data", lambda: _data(state, files))):
         try:
             step()
         except Exception as exc:  # a broken artifact must not lose the run's records
             problems.append(f"{label}: {type(exc).__name__}: {exc}")
-    opt.run.write_json("history.json", opt.history)
-    data = summary(opt, status, error=error, files=files, problems=problems)
+    state.run.write_json("history.json", state.history)
+    data = summary(state, status, error=error, files=files, problems=problems)
     from .report import finish_report  # report.html from the records above (a failure is a note in data)
 
-    finish_report(opt.run.path, data)
-    opt.run.write_json("summary.json", data)
+    finish_report(state.run.path, data)
+    state.run.write_json("summary.json", data)
     return data
 
 
-def _replay(opt: Optimizer, best: CandidateRecord | None, files: dict[str, Any]) -> None:
+def _replay(state: RunState, best: CandidateRecord | None, files: dict[str, Any]) -> None:
     """The replay requests the server wrote for the best candidate and the reference (the loop asks
     for them whenever either changes, so an interrupted run has them too)."""
-    frozen = opt.frozen
+    frozen = state.frozen
     if frozen is None:
         return
     if frozen.torch:  # no replay requests: the harness alone cannot compute PyTorch's outputs
-        _torch_replay(opt, best, files)
+        _torch_replay(state, best, files)
         return
-    for key, into, rec in (("replay", REPLAY, best), ("replay_reference", REPLAY_REFERENCE, opt.reference())):
+    for key, into, rec in (("replay", REPLAY, best), ("replay_reference", REPLAY_REFERENCE, state.reference())):
         if rec is not None and frozen.replay_labels.get(into) == rec.label:
             files[key] = frozen.replays[into]
     problem = frozen.replay_problems.get(REPLAY)
@@ -62,41 +62,43 @@ def _replay(opt: Optimizer, best: CandidateRecord | None, files: dict[str, Any])
         raise RuntimeError(problem or f"no replay requests were written for {best.label}")
 
 
-def _torch_replay(opt: Optimizer, best: CandidateRecord | None, files: dict[str, Any]) -> None:
+def _torch_replay(state: RunState, best: CandidateRecord | None, files: dict[str, Any]) -> None:
     """A PyTorch-reference run's replay: evaluating a candidate on the run's copy of the workload, where
     PyTorch computes the expected outputs again on fresh draws (each candidate directory has its
     source.launch.json beside source.cu, so any candidate replays the same way)."""
-    assert opt.frozen is not None and opt.frozen.workload.root is not None
-    workload = opt.frozen.workload.root
-    files["workload"] = opt.run.relative(workload)
+    assert state.frozen is not None and state.frozen.workload.root is not None
+    workload = state.frozen.workload.root
+    files["workload"] = state.run.relative(workload)
     if best is not None:
-        files["replay_command"] = f"kernelopt evaluate {workload} {opt.run.path / 'best.cu'}"
+        files["replay_command"] = f"kernelopt evaluate {workload} {state.run.path / 'best.cu'}"
 
 
-def _data(opt: Optimizer, files: dict[str, Any]) -> None:
+def _data(state: RunState, files: dict[str, Any]) -> None:
     """Leave what reproduces the inputs, not their bytes (rundata.py); only where the server froze the
     workload into this very directory (a remote server's files stay in its workspace)."""
-    frozen = opt.frozen
-    if frozen is None or frozen.torch or frozen.directory is None or frozen.directory.resolve() != opt.run.path.resolve():
+    frozen = state.frozen
+    if frozen is None or frozen.torch or frozen.directory is None or frozen.directory.resolve() != state.run.path.resolve():
         return  # (a PyTorch-reference run draws nothing into the run)
     from .rundata import DATA_RECORD, drop_data, recorded_spec, supplied_sources
 
-    drop_data(opt.run, keep=bool(opt.opts.keep_data), supplied=supplied_sources(recorded_spec(opt.run.path)))
+    drop_data(state.run, keep=bool(state.opts.keep_data), supplied=supplied_sources(recorded_spec(state.run.path)))
     files["data"] = DATA_RECORD
 
 
-def _heatmap(opt: Optimizer, files: dict[str, Any]) -> None:
-    if opt.frozen is None or not any(r.case_ms for r in opt.records):
+def _heatmap(state: RunState, files: dict[str, Any]) -> None:
+    frozen = state.frozen
+    if frozen is None or not any(r.case_ms for r in state.records):
         return
     from .heatmap import write_heatmap
 
-    title = f"{opt.frozen.name} on {opt.device.name if opt.device else '?'} ({opt.run.name})"
-    if opt.frozen.torch:  # no CUDA reference was timed: latencies relative to the initial kernel
-        initial = next((r for r in opt.records if r.kind == "initial" and r.valid), None)
-        files["heatmap"] = write_heatmap(opt.run.path, opt.records, opt.frozen.performance_cases, initial, opt.best(), title,
+    title = f"{frozen.name} on {state.device.name if state.device else '?'} ({state.run.name})"
+    if frozen.torch:  # no CUDA reference was timed: latencies relative to the initial kernel
+        initial = next((r for r in state.records if r.kind == "initial" and r.valid), None)
+        files["heatmap"] = write_heatmap(state.run.path, state.records, frozen.performance_cases, initial, state.best(), title,
                                          versus="the initial kernel")
         return
-    files["heatmap"] = write_heatmap(opt.run.path, opt.records, opt.frozen.performance_cases, opt.reference(), opt.best(), title)
+    files["heatmap"] = write_heatmap(state.run.path, state.records, frozen.performance_cases, state.reference(), state.best(),
+                                     title)
 
 
 def _ratio(a: float | None, b: float | None) -> float | None:
@@ -104,19 +106,19 @@ def _ratio(a: float | None, b: float | None) -> float | None:
 
 
 def summary(
-    opt: Optimizer, status: str, *, error: str | None = None, files: dict[str, Any] | None = None,
+    state: RunState, status: str, *, error: str | None = None, files: dict[str, Any] | None = None,
     problems: list[str] | None = None,
 ) -> dict[str, Any]:
-    best, ref = opt.best(), opt.reference()
-    initial = next((r for r in opt.records if r.kind == "initial"), None)
-    parts, frozen, model = opt.parts, opt.frozen, opt.model
+    best, ref = state.best(), state.reference()
+    initial = state.initial()
+    parts, frozen, model = state.parts, state.frozen, state.model
     now = time.time()
     workload: dict[str, Any] = {}
     if parts is not None:
         workload = {"name": frozen.name if frozen else parts.name, "description": parts.description, "parts": parts.origin,
                     "prototype": parts.signature.c_prototype() if parts.signature else None}
         if parts.torch_reference:
-            workload["reference"] = _torch_reference_note(parts.origin.get("reference"), opt.records,
+            workload["reference"] = _torch_reference_note(parts.origin.get("reference"), state.records,
                                                           frozen.expected_from if frozen else None)
         else:
             workload["reference"] = _reference_note(parts.reference_generated, parts.oracle is not None,
@@ -127,33 +129,33 @@ def summary(
             "cases": frozen.case_names, "performance_cases": frozen.performance_cases,
         })
     data: dict[str, Any] = {
-        "run": opt.run.name, "path": str(opt.run.path), "status": status, "stop_reason": opt.stop_reason or None,
-        "strategy": opt.opts.strategy,
+        "run": state.run.name, "path": str(state.run.path), "status": status, "stop_reason": state.stop_reason or None,
+        "strategy": state.opts.strategy,
         "error": error, "pid": os.getpid(), "updated": now,
         "workload": workload,
         # null when the run never asked a model (--strategy tune, nothing generated and no iteration)
-        "model": {"name": opt.opts.model, "reasoning_effort": opt.opts.reasoning_effort,
-                  "endpoint": redact_url(opt.opts.base_url) or "api.openai.com",
+        "model": {"name": state.opts.model, "reasoning_effort": state.opts.reasoning_effort,
+                  "endpoint": redact_url(state.opts.base_url) or "api.openai.com",
                   "notes": model.notes} if model else None,
-        "tokens": {**model.usage.as_json(opt.opts.model), "per_call": model.calls} if model else {"calls": 0, "total_tokens": 0, "cost_usd": 0.0},
-        "iterations": {"max": opt.opts.max_iterations, "used": opt.iterations_used,
-                       "candidates_per_iteration": opt.opts.candidates},
-        "devices": _devices(opt.records, now - opt.started),
-        "candidates": {"total": len(opt.records), "valid": sum(r.valid for r in opt.records),
-                       "invalid": [f"{r.label}: {r.status}" for r in opt.records if not r.valid],
+        "tokens": {**model.usage.as_json(state.opts.model), "per_call": model.calls} if model else {"calls": 0, "total_tokens": 0, "cost_usd": 0.0},
+        "iterations": {"max": state.opts.max_iterations, "used": state.iterations_used,
+                       "candidates_per_iteration": state.opts.candidates},
+        "devices": _devices(state.records, now - state.started),
+        "candidates": {"total": len(state.records), "valid": sum(r.valid for r in state.records),
+                       "invalid": [f"{r.label}: {r.status}" for r in state.records if not r.valid],
                        "duplicates": [f"iteration {d.iteration}" + (f" candidate {d.slot}" if d.slot else "")
-                                      + f": the same kernel as {d.same_as}" for d in opt.duplicates]},
+                                      + f": the same kernel as {d.same_as}" for d in state.duplicates]},
         "best": None,
         "reference": {"label": ref.label, "score_ms": ref.score_ms, "case_ms": ref.case_ms} if ref else None,
         "initial": {"label": initial.label, "status": initial.status, "score_ms": initial.score_ms,
                     "case_ms": initial.case_ms} if initial else None,
-        "timings": {"started": opt.started, "ended": now if status != "running" else None,
-                    "wall_s": round(now - opt.started, 3), "model_s": round(model.seconds, 3) if model else 0.0,
-                    "tools_s": round(opt.tools.seconds, 3) if opt.tools else 0.0},
-        "provenance": _provenance(opt),
+        "timings": {"started": state.started, "ended": now if status != "running" else None,
+                    "wall_s": round(now - state.started, 3), "model_s": round(model.seconds, 3) if model else 0.0,
+                    "tools_s": round(state.tools.seconds, 3) if state.tools else 0.0},
+        "provenance": _provenance(state),
         # each --resume: when ("at", epoch s), from which iteration, the status it resumed, limits changed
-        "resumes": opt.resumes,
-        "notes": opt.notes + (problems or []),
+        "resumes": state.resumes,
+        "notes": state.notes + (problems or []),
         "files": files or {},
     }
     if best is not None:
@@ -201,15 +203,15 @@ def _torch_reference_note(origin: str | None, records: list[CandidateRecord], ex
             "independent_oracle": True, "checked": ran, "expected_from": expected_from, "note": note}
 
 
-def _provenance(opt: Optimizer) -> dict[str, Any]:
-    dev = opt.device
+def _provenance(state: RunState) -> dict[str, Any]:
+    dev = state.device
     out: dict[str, Any] = {
         "kernelopt": __version__, "python": sys.version.split()[0], "platform": platform.platform(),
-        "arch": opt.arch, "device": dev.name if dev else None,
+        "arch": state.arch, "device": dev.name if dev else None,
         "driver": dev.driver_version_str if dev else None, "device_uuid": dev.uuid if dev else None,
     }
     # the server's NVRTC (freeze_workload says which): the one that compiled every candidate
-    out["nvrtc"] = opt.frozen.nvrtc_version if opt.frozen is not None else None
+    out["nvrtc"] = state.frozen.nvrtc_version if state.frozen is not None else None
     return out
 
 

@@ -40,6 +40,8 @@ from .parts import Parts, launch_path
 from .rundir import RunDir
 
 if TYPE_CHECKING:
+    from kernelopt_mcp.result_view import EvaluationView
+
     from .records import CandidateRecord
     from .toolbox import Toolbox
 
@@ -72,12 +74,12 @@ class FrozenWorkload:
     def name(self) -> str:
         return self.workload.name
 
-    def heard(self, result: dict[str, Any]) -> None:
+    def heard(self, result: EvaluationView) -> None:
         """What an evaluation's result says of a PyTorch-reference workload: how the server's PyTorch
         computed the expected outputs, and the NVRTC that compiled (a frozen one has both from the freeze)."""
         if self.torch:
-            self.expected_from = str(result.get("expected_from") or self.expected_from)
-            self.nvrtc_version = (result.get("compile") or {}).get("nvrtc_version") or self.nvrtc_version
+            self.expected_from = result.expected_from or self.expected_from
+            self.nvrtc_version = (result.compile.nvrtc_version if result.compile else None) or self.nvrtc_version
 
     @property
     def case_names(self) -> list[str]:

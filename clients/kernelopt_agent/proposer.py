@@ -16,33 +16,25 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from . import prompts
 from .proposal import PROPOSAL_SCHEMA, Proposal, ProposalError, parse_proposal
-from .records import Event, UnparseableAnswerEvent
+from .records import UnparseableAnswerEvent
 from .toolbox import MODEL_TEXT_LIMIT, model_text
 
 if TYPE_CHECKING:
     import anyio
 
-    from .freeze import FrozenWorkload
-    from .model import ModelClient
-    from .options import OptimizeOptions
     from .progress import Display
-    from .toolbox import Toolbox
+    from .state import RunState
 
 
 class Optimizer(Protocol):
     """What a conversation needs of the loop (loop.Optimizer; a protocol, so this module does not import it)."""
 
-    opts: OptimizeOptions
-    model: ModelClient | None
-    tools: Toolbox | None
-    frozen: FrozenWorkload | None
+    state: RunState
     display: Display
     gpu_lock: anyio.Semaphore
 
     def tool_names(self) -> list[str]: ...
     def workload_text(self) -> str: ...
-    def record(self, event: Event) -> None: ...
-    def event(self, node: str, message: str, *, lane: int | None = None) -> None: ...
 
 FORMAT_RETRIES = 2
 
@@ -58,9 +50,10 @@ class Asked:
 
 async def ask(opt: Optimizer, iteration: int, repair: bool, slot: int | None, state: str) -> Asked:
     """Ask the model for one proposal; ``state`` is the iteration's state prompt (prompts.state_prompt)."""
-    assert opt.model is not None and opt.tools is not None and opt.frozen is not None
-    names = [n for n in opt.tool_names() if opt.tools.has(n)]
-    tools = opt.tools.openai_tools(names)
+    st = opt.state
+    assert st.model is not None and st.tools is not None and st.frozen is not None
+    names = [n for n in opt.tool_names() if st.tools.has(n)]
+    tools = st.tools.openai_tools(names)
     messages: list[dict[str, Any]] = [
         {"role": "system", "content": prompts.system_prompt(names)},
         {"role": "user", "content": opt.workload_text()},
@@ -72,15 +65,15 @@ async def ask(opt: Optimizer, iteration: int, repair: bool, slot: int | None, st
     rounds = 0
     while True:
         prompts.fit_request(messages)
-        offer = tools if rounds < opt.opts.tool_rounds and prompts.room_left(messages) > MODEL_TEXT_LIMIT else None
-        with opt.display.activity(f"{where}: asking {opt.opts.model}"):
-            reply = await opt.model.chat(messages, purpose=where + (" (repair)" if repair else ""), tools=offer,
+        offer = tools if rounds < st.opts.tool_rounds and prompts.room_left(messages) > MODEL_TEXT_LIMIT else None
+        with opt.display.activity(f"{where}: asking {st.opts.model}"):
+            reply = await st.model.chat(messages, purpose=where + (" (repair)" if repair else ""), tools=offer,
                                          schema=PROPOSAL_SCHEMA)
         asked.calls.append(reply.number)
-        opt.display.tokens = opt.model.usage.total_tokens
+        opt.display.tokens = st.model.usage.total_tokens
         if reply.tool_calls and offer:
             rounds += 1
-            opt.event("repair" if repair else "propose", f"{where}: tool calls {', '.join(c.function.name for c in reply.tool_calls)}",
+            st.event("repair" if repair else "propose", f"{where}: tool calls {', '.join(c.function.name for c in reply.tool_calls)}",
                       lane=slot)
             messages.append({"role": "assistant", "content": reply.message.content, "tool_calls": [
                 {"id": c.id, "type": "function", "function": {"name": c.function.name, "arguments": c.function.arguments}}
@@ -88,24 +81,24 @@ async def ask(opt: Optimizer, iteration: int, repair: bool, slot: int | None, st
             ]})
             for call in reply.tool_calls:
                 messages.append({"role": "tool", "tool_call_id": call.id, "content": await model_tool(opt, call, names)})
-            if rounds >= opt.opts.tool_rounds or prompts.room_left(messages) <= MODEL_TEXT_LIMIT:
+            if rounds >= st.opts.tool_rounds or prompts.room_left(messages) <= MODEL_TEXT_LIMIT:
                 messages.append({"role": "user", "content": "No more tool calls: answer now with the JSON proposal."})
             continue
         if reply.refusal:
             asked.problem = ("refused", reply.refusal)
             return asked
         try:
-            asked.proposal = parse_proposal(reply.content, opt.frozen.case_names)
+            asked.proposal = parse_proposal(reply.content, st.frozen.case_names)
             return asked
         except ProposalError as exc:
             if reply.finish_reason == "length":
                 exc = ProposalError(f"the answer was cut off at the output limit ({exc}); answer more briefly")
             retries += 1
-            opt.record(UnparseableAnswerEvent(iteration=iteration, slot=slot, model_call=reply.number, message=str(exc)))
+            st.record(UnparseableAnswerEvent(iteration=iteration, slot=slot, model_call=reply.number, message=str(exc)))
             if retries > FORMAT_RETRIES:
                 asked.problem = ("unparseable", str(exc))
                 return asked
-            opt.event("repair" if repair else "propose", f"{where}: the answer could not be used; asking again", lane=slot)
+            st.event("repair" if repair else "propose", f"{where}: the answer could not be used; asking again", lane=slot)
             messages.append({"role": "assistant", "content": reply.content or ""})
             messages.append({"role": "user", "content": f"Your answer could not be used: {exc}. Answer with exactly one "
                              "JSON object with keys rationale, source, launch, compile_options, tunables."})
@@ -113,7 +106,8 @@ async def ask(opt: Optimizer, iteration: int, repair: bool, slot: int | None, st
 
 async def model_tool(opt: Optimizer, call: Any, allowed: list[str]) -> str:
     """A tool call of the model, run through the server (errors are text for the model)."""
-    assert opt.tools is not None
+    tools = opt.state.tools
+    assert tools is not None
     name = call.function.name
     if name not in allowed:
         return f"tool error: no tool {name!r}; available: {', '.join(allowed)}"
@@ -126,8 +120,8 @@ async def model_tool(opt: Optimizer, call: Any, allowed: list[str]) -> str:
     if name == "ncu_profile":  # the GPU: one thing at a time (timing and profiling never overlap)
         async with opt.gpu_lock:
             with opt.display.activity(f"model calls {name}"):
-                result = await opt.tools.call(name, args, caller="model")
+                result = await tools.call(name, args, caller="model")
     else:
         with opt.display.activity(f"model calls {name}"):
-            result = await opt.tools.call(name, args, caller="model")
+            result = await tools.call(name, args, caller="model")
     return model_text(result)

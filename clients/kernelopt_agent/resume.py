@@ -344,97 +344,103 @@ def torch_parts(run_path: Path, copy: Path, origin: dict[str, str]) -> Parts:
 class ResumedOptimizer(Optimizer):
     """The loop, started from a run's records instead of its parts (see the module docstring)."""
 
-    def __init__(self, res: Resumption, display: Any, *, summarize: Any) -> None:
+    def __init__(self, res: Resumption, display: Any) -> None:
         origin = (res.summary.get("workload") or {}).get("parts") or {}
         copy = torch_copy(res.run.path)
         parts = torch_parts(res.run.path, copy, origin) if copy is not None else rebuild_parts(res.freeze_args, origin)
-        super().__init__(res.opts, res.run, display, parts, summarize=summarize)
+        super().__init__(res.opts, res.run, display, parts)
         self.res = res
         self.reopened = False  # set once the server runs and the resume step is recorded
-        self.records = list(res.records)
-        self.history = list(res.history)
+        st = self.state
+        st.records = list(res.records)
+        st.history = list(res.history)
+        st.iterations_used = res.done
+        st.started = float((res.summary.get("timings") or {}).get("started") or time.time())
+        st.resumes = list(res.summary.get("resumes") or [])
+        st.notes = [n for n in res.summary.get("notes") or [] if not str(n).startswith(FINALIZE_PROBLEMS)]
+        st.duplicates = [e for e in res.history if isinstance(e, DuplicateEvent)]
         self.first_iteration = dict(res.first_iteration)
-        self.iterations_used = res.done
-        self.started = float((res.summary.get("timings") or {}).get("started") or time.time())
-        self.resumes = list(res.summary.get("resumes") or [])
-        self.notes = [n for n in res.summary.get("notes") or [] if not str(n).startswith(FINALIZE_PROBLEMS)]
-        self.duplicates = [e for e in res.history if isinstance(e, DuplicateEvent)]
         unusable = [e for e in res.history if isinstance(e, ProfileUnavailableEvent)]
-        self.nsight_unusable = unusable[-1].message if unusable else ""
-        for rec in self.records:  # proposals seen before are not evaluated again (loop.proposal_key's hash)
+        self.evaluator.nsight_unusable = unusable[-1].message if unusable else ""
+        for rec in st.records:  # proposals seen before are not evaluated again (loop.proposal_key's hash)
             if rec.kind in ("proposal", "repair"):
                 text = json.dumps([rec.source, rec.launch, rec.compile_options], sort_keys=True)
                 self.seen[hashlib.sha256(text.encode()).hexdigest()] = rec.label
 
     async def run_loop(self) -> None:
-        res, opts = self.res, self.opts
-        assert self.parts is not None
-        if needs_model(opts, self.parts):
-            self.model = ModelClient(opts, self.run)
-            self.model.usage = res.usage
-            self.model.calls = list(res.model_calls)
-            self.model.seconds = res.model_seconds
-            self.model.notes = list((res.summary.get("model") or {}).get("notes") or [])
-        async with Toolbox.start(opts, self.run, shared_dirs(self.parts), self.display.progress,
-                                 workloads=workload_dirs(self.run.path)) as tools:
-            self.tools = tools
+        res, st = self.res, self.state
+        opts = st.opts
+        assert st.parts is not None
+        if needs_model(opts, st.parts):
+            st.model = ModelClient(opts, st.run)
+            st.model.usage = res.usage
+            st.model.calls = list(res.model_calls)
+            st.model.seconds = res.model_seconds
+            st.model.notes = list((res.summary.get("model") or {}).get("notes") or [])
+        async with Toolbox.start(opts, st.run, shared_dirs(st.parts), self.display.progress,
+                                 workloads=workload_dirs(st.run.path)) as tools:
+            st.tools = tools
             await self.read_gpu()
             self.check_device()
             self.put_aside_unfinished()
-            self.resumes.append({
+            st.resumes.append({
                 "at": time.time(), "from_iteration": res.done + 1, "previous_status": res.status,
-                "candidates_before": len(self.records), "pid": os.getpid(), "changed": res.changed, "notes": res.notes,
+                "candidates_before": len(st.records), "pid": os.getpid(), "changed": res.changed, "notes": res.notes,
             })
-            self.notes += [f"resume {len(self.resumes)}: {n}" for n in res.notes]
-            self.event("resume", f"resuming {self.run.name} (was {res.status}) from iteration {res.done + 1}: "
-                       f"{len(self.records)} candidates so far" + (f", best {b.label}" if (b := self.best()) else ""))
+            st.notes += [f"resume {len(st.resumes)}: {n}" for n in res.notes]
+            st.event("resume", f"resuming {st.run.name} (was {res.status}) from iteration {res.done + 1}: "
+                     f"{len(st.records)} candidates so far" + (f", best {b.label}" if (b := st.best()) else ""))
             self.reopened = True
             self.display.info(f"resuming from iteration {res.done + 1} of {opts.max_iterations} "
-                              f"(was {res.status}; {len(self.records)} candidates so far)")
+                              f"(was {res.status}; {len(st.records)} candidates so far)")
             await self.refreeze()
             self.checkpoint()
             await self.run_lanes()
 
     def check_device(self) -> None:
         """New timings must compare with the recorded ones: the same GPU model (another card of it is noted)."""
-        assert self.device is not None
+        device, name = self.state.device, self.state.run.name
+        assert device is not None
         was = self.res.summary.get("provenance") or {}
-        if was.get("device") and was["device"] != self.device.name:
-            raise RunFailed(f"{self.run.name} was measured on {was['device']}; this server's GPU is {self.device.name}: "
+        if was.get("device") and was["device"] != device.name:
+            raise RunFailed(f"{name} was measured on {was['device']}; this server's GPU is {device.name}: "
                             "the timings would not compare. Resume it on the same GPU (--device), or start a new run")
-        if was.get("device_uuid") and self.device.uuid and was["device_uuid"] != self.device.uuid:
-            self.res.notes.append(f"resumed on another {self.device.name} (uuid {self.device.uuid}, was {was['device_uuid']})")
+        if was.get("device_uuid") and device.uuid and was["device_uuid"] != device.uuid:
+            self.res.notes.append(f"resumed on another {device.name} (uuid {device.uuid}, was {was['device_uuid']})")
 
     def put_aside_unfinished(self) -> None:
         """A candidate directory without a recorded result (the run stopped while it was evaluated) moves to
         abandoned/, so the candidate that takes its number starts clean."""
-        labels = {r.label for r in self.records}
-        for directory in sorted((self.run.path / "candidates").glob("*")):
+        run = self.state.run
+        labels = {r.label for r in self.state.records}
+        for directory in sorted((run.path / "candidates").glob("*")):
             if directory.is_dir() and directory.name not in labels:
-                target = self.run.path / "abandoned" / f"{directory.name}-resume{len(self.resumes) + 1}"
+                target = run.path / "abandoned" / f"{directory.name}-resume{len(self.state.resumes) + 1}"
                 target.parent.mkdir(parents=True, exist_ok=True)
                 shutil.move(str(directory), str(target))
                 self.res.notes.append(f"candidate {directory.name} had no result (its evaluation was cut short): "
-                                      f"moved to {self.run.relative(target)}")
+                                      f"moved to {run.relative(target)}")
 
     async def refreeze(self) -> None:
         """Give the server (a new process) the run's frozen workload again: the recorded freeze_workload call
         with the recorded seed, which draws the same inputs; input_cases.json must come out unchanged. A
         PyTorch-reference run's workload is its copy, which the server was started with: nothing to give."""
-        assert self.tools is not None and self.parts is not None
-        copy = torch_copy(self.run.path)
+        st = self.state
+        assert st.tools is not None and st.parts is not None
+        run = st.run
+        copy = torch_copy(run.path)
         if copy is not None:
-            self.frozen = torch_workload(self.parts, self.run)
-            self.frozen.expected_from = str((self.res.summary.get("workload") or {}).get("expected_outputs") or self.frozen.expected_from)
-            self.frozen.nvrtc_version = (self.res.summary.get("provenance") or {}).get("nvrtc")
+            st.frozen = torch_workload(st.parts, run)
+            st.frozen.expected_from = str((self.res.summary.get("workload") or {}).get("expected_outputs") or st.frozen.expected_from)
+            st.frozen.nvrtc_version = (self.res.summary.get("provenance") or {}).get("nvrtc")
             return
-        before = (self.run.path / "input_cases.json").read_bytes() if (self.run.path / "input_cases.json").is_file() else None
-        args = {**self.res.freeze_args, "seed": self.res.seed, "directory": str(self.run.path)}
+        before = (run.path / "input_cases.json").read_bytes() if (run.path / "input_cases.json").is_file() else None
+        args = {**self.res.freeze_args, "seed": self.res.seed, "directory": str(run.path)}
         with self.display.activity("reloading the run's frozen workload"):
-            result = await self.tools.call("freeze_workload", args)
+            result = await st.tools.call("freeze_workload", args)
         if result.is_error:
             raise RunFailed(f"kernelopt-mcp could not take the run's frozen workload again: {result.text}")
-        after = (self.run.path / "input_cases.json").read_bytes() if (self.run.path / "input_cases.json").is_file() else None
+        after = (run.path / "input_cases.json").read_bytes() if (run.path / "input_cases.json").is_file() else None
         if before is not None and after != before:
             raise RunFailed("the run's workload, frozen again with its seed, drew other inputs than recorded "
                             "(input_cases.json changed: another kernelopt-mcp version?); the new candidates would not "
@@ -444,9 +450,9 @@ class ResumedOptimizer(Optimizer):
         workload = Workload(spec=parse_spec(args["spec"], "the frozen workload"), reference_cu=str(args["reference_cu"]),
                             initial_cu=args.get("initial_cu"), oracle_path=oracle, origin="frozen")
         ref_file = str((self.res.summary.get("workload") or {}).get("reference_file")
-                       or ("reference.cu" if self.parts.reference_generated else "supplied-reference.cu"))
-        self.frozen = FrozenWorkload(
-            self.run, workload, ref_file, int(out["seed"]), str(out["expected_from"]), list(out.get("expected_cases") or []),
-            nvrtc_version=out.get("nvrtc_version"), directory=Path(str(out.get("directory") or self.run.path)),
+                       or ("reference.cu" if st.parts.reference_generated else "supplied-reference.cu"))
+        st.frozen = FrozenWorkload(
+            run, workload, ref_file, int(out["seed"]), str(out["expected_from"]), list(out.get("expected_cases") or []),
+            nvrtc_version=out.get("nvrtc_version"), directory=Path(str(out.get("directory") or run.path)),
         )
-        await self.frozen.keep_replays(self.tools, self.best(), self.reference())
+        await st.frozen.keep_replays(st.tools, st.best(), st.reference())

@@ -8,9 +8,12 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from pydantic import ValidationError
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
+
+from kernelopt_mcp.result_view import EvaluationView
 
 from .records import CandidateEvent, StopEvent, TuneEvent, read_history
 from .rundir import RUN_RE, pid_alive, read_json
@@ -68,12 +71,12 @@ def load_run(path: Path) -> dict[str, Any]:
     if not candidates:  # fall back on the candidate directories
         for index, result in enumerate(sorted(path.glob("candidates/*/result.json"))):
             try:
-                res = read_json(result).get("result", {})
-            except (OSError, json.JSONDecodeError):
+                res = EvaluationView.model_validate(read_json(result).get("result", {}))
+            except (OSError, json.JSONDecodeError, ValidationError):
                 continue
-            status = str(res.get("status", "?"))
+            status = res.status if "status" in res.model_fields_set else "?"
             candidates.append(CandidateEvent(index=index, label=result.parent.name, kind="?", status=status,
-                                             valid=status == "ok", score_ms=res.get("score_ms"), speedup=res.get("speedup")))
+                                             valid=status == "ok", score_ms=res.score_ms, speedup=res.speedup))
     return {"summary": summary, "candidates": candidates, "history": history, "notes": notes}
 
 
