@@ -55,7 +55,8 @@ PRECISION_RSE = 0.003
 
 def stop_rule(stop: str | None, *, warmup: int | None, iterations: int | None) -> str:
     """Search's stopping rule: ``stop`` if given, else "count" when a launch count was asked
-    for (``--warmup`` / ``--iterations``: the seed's protocol), else "precision"."""
+    for (``--warmup`` / ``--iterations``: whoever names a count gets exactly that many launches),
+    else "precision"."""
     if stop is not None:
         return stop
     return "count" if warmup is not None or iterations is not None else "precision"

@@ -89,8 +89,8 @@ def register_analysis_tools(app: MCPServer, service: KerneloptService) -> None:
         budget_evals: Annotated[int, Field(ge=1, le=MAX_TUNE_EVALS, description="configurations to try at most, the untuned defaults included")] = 32,
         budget_s: Annotated[float, Field(gt=0, le=MAX_TUNE_SECONDS, description="wall-clock seconds; no new configuration starts after this")] = 900.0,
         top: Annotated[int, Field(ge=1, le=100, description="rows of the result table to return")] = 10,
-        warmup: Annotated[int | None, Field(ge=0, le=MAX_WARMUP, description=f"untimed launches per performance case (default: the server's, {LAUNCH_DEFAULTS.warmup})")] = None,
-        iterations: Annotated[int | None, Field(ge=1, le=MAX_ITERATIONS, description=f"timed launches per performance case (default: the server's, {LAUNCH_DEFAULTS.iterations}); with stop=precision the most of them")] = None,
+        warmup: Annotated[int | None, Field(ge=0, le=MAX_WARMUP, description=f"untimed launches per performance case (default: the server's, {LAUNCH_DEFAULTS.warmup} unless configured)")] = None,
+        iterations: Annotated[int | None, Field(ge=1, le=MAX_ITERATIONS, description=f"timed launches per performance case (default: the server's, {LAUNCH_DEFAULTS.iterations} unless configured); with stop=precision the most of them")] = None,
         stop: Annotated[Literal["count", "precision"] | None, Field(description=f"precision (default unless warmup or iterations is given): {PRECISION_MIN_ITERATIONS} timed launches, then more until the median's relative standard error is at most {100 * PRECISION_RSE:g}%, `iterations` at most; count: exactly `iterations`")] = None,
     ) -> Annotated[CallToolResult, AutotuneOutput]:
         """Search the best values of a kernel's tunable parameters (macros such as tile and block

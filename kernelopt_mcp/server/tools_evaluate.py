@@ -132,8 +132,8 @@ def register_evaluate_tools(app: MCPServer, service: KerneloptService) -> None:
         source: Source = None,
         path: SourcePath = None,
         compile_options: CompileOptions = None,
-        warmup: Annotated[int, Field(ge=0, le=MAX_WARMUP, description="untimed launches per performance case")] = LAUNCH_DEFAULTS.warmup,
-        iterations: Annotated[int, Field(ge=1, le=MAX_ITERATIONS, description="timed launches per performance case")] = LAUNCH_DEFAULTS.iterations,
+        warmup: Annotated[int | None, Field(ge=0, le=MAX_WARMUP, description=f"untimed launches per performance case (default: the server's, {LAUNCH_DEFAULTS.warmup} unless configured)")] = None,
+        iterations: Annotated[int | None, Field(ge=1, le=MAX_ITERATIONS, description=f"timed launches per performance case (default: the server's, {LAUNCH_DEFAULTS.iterations} unless configured)")] = None,
         timing_mode: Annotated[
             Literal["events", "graph"],
             Field(description="events: one CUDA event pair per launch, L2 flushed before each; graph: back-to-back "
@@ -168,7 +168,7 @@ def register_evaluate_tools(app: MCPServer, service: KerneloptService) -> None:
         status impossible_time (work was skipped). score_ms = geometric mean of the performance
         cases' median latencies (lower is better); speedup = reference score / score (>1 is faster).
         If any case fails nothing is timed and the result reports the failure as validate does.
-        warmup 0-100, iterations 1-1000 (defaults in the arguments): fewer is quicker but noisier.
+        warmup and iterations (limits and defaults in the arguments): fewer is quicker but noisier.
         Cost: validate's plus about (warmup + iterations) x (kernel time + L2 flush) per performance
         case, usually 5-60 s. Tool errors as for validate."""
         with shared_roots(shared), callers_frozen_workloads(ctx), tool_errors():

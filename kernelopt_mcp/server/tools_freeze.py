@@ -56,8 +56,8 @@ def register_freeze_tools(app: MCPServer, service: KerneloptService) -> None:
         oracle_path: Annotated[str | None, Field(max_length=4096, description="a NumPy oracle (reference.py with reference()) under a workload directory or a --root directory of the server")] = None,
         directory: Annotated[str | None, Field(max_length=4096, description="where to write (a run directory): under the workspace's runs/ (absolute, or relative to the workspace) or an --output-root of the server; default: a new directory under the workspace's runs/frozen/")] = None,
         seed: Annotated[int | None, Field(ge=0, lt=2**63, description="seed of the recorded inputs (repeat a freeze with its answer's seed to get the same inputs); default: a fresh one")] = None,
-        warmup: Annotated[int | None, Field(ge=0, le=MAX_WARMUP, description=f"untimed launches per performance case in replay requests (default: the server's, {LAUNCH_DEFAULTS.warmup})")] = None,
-        iterations: Annotated[int | None, Field(ge=1, le=MAX_ITERATIONS, description=f"timed launches per performance case in replay requests (default: the server's, {LAUNCH_DEFAULTS.iterations})")] = None,
+        warmup: Annotated[int | None, Field(ge=0, le=MAX_WARMUP, description=f"untimed launches per performance case in replay requests (default: the server's, {LAUNCH_DEFAULTS.warmup} unless configured)")] = None,
+        iterations: Annotated[int | None, Field(ge=1, le=MAX_ITERATIONS, description=f"timed launches per performance case in replay requests (default: the server's, {LAUNCH_DEFAULTS.iterations} unless configured)")] = None,
     ) -> Annotated[CallToolResult, FrozenOutput]:
         """Freeze a workload for a recorded run: draw every case's inputs once from `seed` and write
         them as files (inputs/<case>/<buffer>.bin, listed with their sha256 in input_cases.json),
