@@ -1,6 +1,6 @@
 """What the MCP tools return: compact, JSON-safe results (no NaN/Inf), each with a text
 rendering for clients that show the model only text. Built from the library's results;
-no MCP imports here (server.py is the only module that imports mcp)."""
+no MCP imports here (server/ is the package that imports mcp)."""
 
 from __future__ import annotations
 

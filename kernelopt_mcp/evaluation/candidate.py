@@ -91,7 +91,7 @@ class EvaluateOptions:
     # outputs (no host draw, file or upload; inputs.py); False: every input made on the host
     device_inputs: bool = True
     # keep those cases' expected outputs (the CUDA reference's) on the device: never written, read
-    # or stored on the host (harness feature device_expected); False: files, as before, and a
+    # or stored on the host (harness feature device_expected); False: written to files, and a
     # mismatch on a performance case lists its first five mismatching elements, not one
     device_expected: bool = True
     # validate every case of a candidate in one harness request (harness feature progress: each
