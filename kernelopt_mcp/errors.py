@@ -1,7 +1,7 @@
 """Exceptions raised when kernelopt itself cannot do its job.
 
 Kernel outcomes (a compile error, a mismatch, a fault, a timeout) are *data*: see
-``kernelopt_mcp.evaluation.evaluate.Status``. Exceptions are for the tool failing:
+``kernelopt_mcp.status.Status``. Exceptions are for the tool failing:
 
     KerneloptError                  root: catch this to catch everything below
     ├── WorkloadError               a workload file or spec is malformed (names file, field, fix)

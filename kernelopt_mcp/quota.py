@@ -13,7 +13,7 @@ Those two directories hold only what the server wrote: a client cannot make it w
 else in the workspace, nor name a directory of its own (freeze_workload writes under ``runs/`` or
 an operator's ``--output-root``). So the usage, measured from the files (``lstat`` sizes, symlinks
 not followed), is what the server wrote, never a file someone planted where the server once wrote
-(a sparse 4 TiB file beside a frozen run used to block every later write, across restarts). Writes
+(counted, a sparse 4 TiB file beside a frozen run would block every later write, across restarts). Writes
 under an ``--output-root`` are reserved while they are written, not counted after: the operator
 named that directory. A write reserves its estimate under a lock first, so concurrent calls cannot
 all pass the check and then all write.

@@ -1,6 +1,6 @@
 """What the MCP tools return: compact, JSON-safe results (no NaN/Inf), each with a text
 rendering for clients that show the model only text. Built from the library's results;
-no MCP imports here (server.py is the only module that imports mcp)."""
+no MCP imports here (server/ is the package that imports mcp)."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ from pydantic import AliasChoices, BaseModel, BeforeValidator, ConfigDict, Field
 
 from .compile_log import Diagnostic, Resources
 from .compiler import CompileResult
+from .evaluation.compare import MismatchOf, OutputComparisonOf
 from .evaluation.device import DeviceInfo
 from .evaluation.outcomes import EvaluationResult, PhaseTimes
 from .launch import LaunchSpec
@@ -118,25 +119,15 @@ class _View(BaseModel):
     model_config = ConfigDict(from_attributes=True)
 
 
-class Mismatch(_View):
-    index: list[int]
-    expected: JsonNum
-    actual: JsonNum
+# A mismatching element (compare.Mismatch), its values JSON-safe. Comments, not docstrings, on
+# these two: a docstring would be a description in every evaluating tool's output schema.
+class Mismatch(MismatchOf[JsonNum], _View):
+    pass
 
 
-class OutputCheck(_View):
-    name: str
-    passed: bool
-    elements: int
-    mismatches: int = Field(description="elements outside tolerance, NaN/Inf included")
-    nonfinite: int = Field(description="NaN/Inf elements (outputs are NaN-poisoned: NaN often means unwritten)")
-    max_abs_error: JsonNum
-    max_rel_error: JsonNum
-    rel_l2_error: JsonNum
-    rtol: float
-    atol: float = Field(description="relative to the RMS of the expected output")
-    tolerance_from: str | None = Field(None, description="dtype, workload, widened or kernelbench")
-    first_mismatches: list[Mismatch] = Field(default_factory=list)
+# How one output compares (compare.OutputComparison, less its scale), its errors JSON-safe, with
+# the count of mismatches that first_mismatches leaves out.
+class OutputCheck(OutputComparisonOf[JsonNum, Mismatch], _View):
     mismatches_not_listed: int = 0
 
     @model_validator(mode="after")

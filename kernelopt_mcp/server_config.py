@@ -97,6 +97,6 @@ class ServerConfig:
         return list(dict.fromkeys(r.expanduser().resolve() for r in roots))
 
 
-# Directories the connected MCP client shares (its roots), for the request being served: server.py
+# Directories the connected MCP client shares (its roots), for the request being served: server/roots.py
 # sets them per tool call; confine() accepts paths under them as under --root directories.
 CLIENT_ROOTS: ContextVar[tuple[Path, ...]] = ContextVar("kernelopt_client_roots", default=())

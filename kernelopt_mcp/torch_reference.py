@@ -9,7 +9,7 @@ the harness's own fill kernel under the harness's key (:mod:`.torch_fill`): no i
 the processes. Inputs the harness reads from files (deterministic inputs, or a harness without
 device draws) are read by the child from the same files.
 
-Each output is written in its buffer's dtype next to the session's other expected values; the
+Each output is written in its buffer's dtype next to the prepared Session's other expected values; the
 harness compares against it on the device (``expected_dtype``), and a host comparison reads it
 through a memory map, so a large output is never held in this process's memory.
 """
@@ -151,14 +151,15 @@ def compute_expected(
 @dataclass
 class TorchCheckPlan:
     """A performance case's timed launches checked against PyTorch (harness feature
-    ``checked_expected``): a hidden ``fresh_seed`` for the case's timing requests, the measured
+    ``checked_expected``): a hidden seed for the case's timing requests' draws (``planned_seed``,
+    sent as their ``fresh_seed`` instead of a new one per request), the measured
     ``samples`` whose outputs are checked and the expected outputs PyTorch computed for the draws
     those launches get (PROTOCOL.md "Checked launches against expected values": events mode, every
     timed launch drawn, sample s gets draw ``warmup + s``; the confirm launch the draw after the
-    last measured one), made once per session and reused by every candidate's timing. Valid for
+    last measured one), made once per prepared Session and reused by every candidate's timing. Valid for
     timing requests of exactly ``warmup`` and ``iterations`` launches (:meth:`fits`)."""
 
-    fresh_seed: int
+    planned_seed: int
     warmup: int
     iterations: int
     samples: list[int]

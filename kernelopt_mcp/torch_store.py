@@ -32,7 +32,7 @@ def le_bytes(array: np.ndarray) -> bytes:
     return np.ascontiguousarray(array).astype(array.dtype.newbyteorder("<"), copy=False).tobytes()
 
 
-#: reference.py of a workload imported with its outputs stored (no longer written; still evaluated)
+#: reference.py of a workload imported with its outputs stored under expected/ (the module's docstring says why)
 ORACLE_TEMPLATE = '''"""NumPy oracle of {name}: the outputs of the PyTorch problem {problem}, computed with torch
 {torch_version} by `kernelopt import-torch` and stored under expected/.
 

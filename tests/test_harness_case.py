@@ -209,7 +209,7 @@ def test_request_carries_fresh_specs_checked_launches_and_the_reference(tmp_path
     wl = _workload(tmp_path)
     job = _job(tmp_path, wl, timing=TimingRequest(warmup=10, iterations=100))
     job.fresh = {"a": FreshSpec(kind="uniform", low=-1.0, high=1.0), "b": FreshSpec(kind="normal", mean=0.0, std=1.0)}
-    job.fresh_seed, job.checked, job.confirm = 2**64 - 5, [3, 40, 97], True
+    job.draw_seed, job.checked, job.confirm = 2**64 - 5, [3, 40, 97], True
     job.check_launch = LaunchRequest(grid=[8, 1, 1], block=[128, 1, 1], shared_bytes=0)
     ref = tmp_path / "reference.cubin"
     req = _wire(job, wl, device=0, module=tmp_path / "k.cubin", guard_bytes=256, flush_l2=True,
@@ -341,7 +341,7 @@ def test_checked_expected_entries_go_with_the_compare_thresholds_and_the_outputs
     entries = [CheckedExpected(sample=2, draw=3, buffer="c", expected="/x/s2.float32"),
                CheckedExpected(launch="confirm", draw=5, buffer="c", expected="/x/confirm.float32")]
     job = _job(tmp_path, wl, timing=TimingRequest(warmup=1, iterations=4), fresh={"a": FreshSpec(kind="uniform", low=0, high=1)},
-               fresh_seed=11, checked=[2], checked_expected=entries, confirm=True)
+               draw_seed=11, checked=[2], checked_expected=entries, confirm=True)
     entry = _wire(job, wl, device=0, module=tmp_path / "k.cubin", guard_bytes=256, flush_l2=True, support=tmp_path / "s")["cases"][0]
     assert entry["checked_launches"] == [2] and entry["fresh_seed"] == 11 and entry["confirm_launch"] is True
     assert entry["checked_expected"] == [

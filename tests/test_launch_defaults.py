@@ -7,9 +7,13 @@ import ast
 import re
 from pathlib import Path
 
+import pytest
+from fakegpu import ADD_LAUNCH, in_memory_server, kernel, write_harness, write_tiny_workload
+
 from kernelopt_mcp.baselines import DEFAULT_TIMING
-from kernelopt_mcp.config import LAUNCH_DEFAULTS, Settings
+from kernelopt_mcp.config import LAUNCH_DEFAULTS, Settings, bundled_workloads_dir
 from kernelopt_mcp.evaluation.candidate import EvaluateOptions
+from kernelopt_mcp.server_config import ServerConfig
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = [ROOT / "kernelopt_mcp", ROOT / "clients"]
@@ -78,3 +82,24 @@ def test_every_default_reads_the_constant() -> None:
     assert (Settings().warmup, Settings().iterations) == (10, 100)
     assert (EvaluateOptions().warmup, EvaluateOptions().iterations) == (10, 100)
     assert (DEFAULT_TIMING.warmup, DEFAULT_TIMING.iterations) == (10, 100)
+
+
+@pytest.mark.anyio
+async def test_benchmark_without_counts_follows_the_servers_settings(tmp_path: Path) -> None:
+    """A server configured with other counts times with them when benchmark is given none (its
+    arguments say the default is the server's); counts given to the call are taken as they are."""
+    settings = Settings(harness=write_harness(tmp_path, "fake"), timeout_s=20, warmup=3, iterations=7,
+                        workload_dirs=(bundled_workloads_dir(), write_tiny_workload(tmp_path / "extra")))
+    assert (settings.warmup, settings.iterations) != (LAUNCH_DEFAULTS.warmup, LAUNCH_DEFAULTS.iterations)
+    call = {"workload": "tiny_add", "launch": ADD_LAUNCH, "source": kernel("FAST")}
+    async with in_memory_server(ServerConfig(settings=settings, workspace=tmp_path / "ws"), orchestrator=True) as (client, _):
+        tools = {t.name: t for t in (await client.list_tools()).tools}
+        args = tools["benchmark"].input_schema["properties"]
+        assert all("default: the server's" in args[a]["description"] and args[a].get("default") is None for a in ("warmup", "iterations"))
+        timings = []
+        for given in ({}, {"warmup": 1}, {"iterations": 5}):
+            r = await client.call_tool("benchmark", {**call, **given})
+            assert not r.is_error and r.structured_content["status"] == "ok", r.content
+            perf = next(c for c in r.structured_content["cases"] if c["kind"] == "performance")
+            timings.append((perf["timing"]["warmup"], perf["timing"]["iterations"]))
+    assert timings == [(3, 7), (1, 7), (3, 5)]

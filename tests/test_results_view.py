@@ -54,3 +54,15 @@ def test_a_view_validates_again_from_its_own_json() -> None:
     view = OutputCheck.model_validate(compare("c", expected, np.full(16, np.nan), Tolerance(rtol=1e-3, atol=1e-3)))
     again = OutputCheck.model_validate(view.model_dump())
     assert again == view and again.max_abs_error == "inf"
+
+
+def test_an_output_check_is_the_comparison_less_its_scale_with_the_same_descriptions() -> None:
+    """One definition of a comparison's fields: the view differs only in its number type, the
+    scale it leaves out and the count it adds."""
+    from kernelopt_mcp.evaluation.compare import OutputComparison
+
+    library, view = OutputComparison.model_fields, OutputCheck.model_fields
+    assert set(library) - set(view) == {"scale"} and set(view) - set(library) == {"mismatches_not_listed"}
+    for name in set(library) & set(view):
+        assert view[name].description == library[name].description, name
+    assert view["nonfinite"].description and "NaN-poisoned" in view["nonfinite"].description

@@ -55,7 +55,8 @@ PRECISION_RSE = 0.003
 
 def stop_rule(stop: str | None, *, warmup: int | None, iterations: int | None) -> str:
     """Search's stopping rule: ``stop`` if given, else "count" when a launch count was asked
-    for (``--warmup`` / ``--iterations``: the seed's protocol), else "precision"."""
+    for (``--warmup`` / ``--iterations``: whoever names a count gets exactly that many launches),
+    else "precision"."""
     if stop is not None:
         return stop
     return "count" if warmup is not None or iterations is not None else "precision"
@@ -90,7 +91,7 @@ class EvaluateOptions:
     # outputs (no host draw, file or upload; inputs.py); False: every input made on the host
     device_inputs: bool = True
     # keep those cases' expected outputs (the CUDA reference's) on the device: never written, read
-    # or stored on the host (harness feature device_expected); False: files, as before, and a
+    # or stored on the host (harness feature device_expected); False: written to files, and a
     # mismatch on a performance case lists its first five mismatching elements, not one
     device_expected: bool = True
     # validate every case of a candidate in one harness request (harness feature progress: each

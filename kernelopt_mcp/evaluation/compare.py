@@ -12,6 +12,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import Any, Generic, TypeVar
 
 import numpy as np
 from pydantic import BaseModel, Field
@@ -22,32 +23,48 @@ from .protocol import CompareEntry
 MAX_REPORTED_MISMATCHES = 5
 
 
-class Mismatch(BaseModel):
-    index: list[int] = Field(description="multi-dimensional index of the element")
-    expected: float
-    actual: float
+# The number type of a comparison's errors and elements: float here. The MCP tools' view
+# (results.OutputCheck) is these same models over a number JSON can carry (a float, or "nan" /
+# "inf"), so the fields and their descriptions, which the tools' output schema shows, are written
+# once. The classes carry comments, not docstrings: a docstring would be a description in that schema.
+Real = TypeVar("Real")
 
 
-class OutputComparison(BaseModel):
-    """How one output buffer compares with the expected values."""
+# One element outside tolerance.
+class MismatchOf(BaseModel, Generic[Real]):
+    index: list[int]  # multi-dimensional
+    expected: Real
+    actual: Real
 
+
+class Mismatch(MismatchOf[float]):
+    pass
+
+
+MismatchT = TypeVar("MismatchT", bound=MismatchOf[Any])
+
+
+# How one output buffer compares with the expected values: what the library's OutputComparison
+# and the MCP tools' view of it share.
+class OutputComparisonOf(BaseModel, Generic[Real, MismatchT]):
     name: str
     passed: bool
     elements: int
-    mismatches: int = Field(description="elements outside tolerance (non-finite included)")
-    nonfinite: int = Field(description="NaN/Inf elements in the output (unwritten elements are NaN)")
-    max_abs_error: float
-    max_rel_error: float
-    rel_l2_error: float = Field(description="||actual - expected|| / ||expected||")
-    scale: float = Field(description="RMS of the expected output; atol is relative to it")
+    mismatches: int = Field(description="elements outside tolerance, NaN/Inf included")
+    nonfinite: int = Field(description="NaN/Inf elements (outputs are NaN-poisoned: NaN often means unwritten)")
+    max_abs_error: Real
+    max_rel_error: Real
+    rel_l2_error: Real  # ||actual - expected|| / ||expected||
     rtol: float
-    atol: float
-    tolerance_from: str | None = Field(
-        None, description="where rtol / atol come from: dtype, workload, widened or kernelbench"
-    )
-    first_mismatches: list[Mismatch] = Field(
-        default_factory=list, description=f"the first {MAX_REPORTED_MISMATCHES} mismatching elements"
-    )
+    atol: float = Field(description="relative to the RMS of the expected output")
+    tolerance_from: str | None = Field(None, description="dtype, workload, widened or kernelbench")
+    first_mismatches: list[MismatchT] = Field(default_factory=list)  # the first MAX_REPORTED_MISMATCHES
+
+
+class OutputComparison(OutputComparisonOf[float, Mismatch]):
+    """How one output buffer compares with the expected values."""
+
+    scale: float = Field(description="RMS of the expected output; atol is relative to it")
 
     def summary(self) -> str:
         if self.passed:

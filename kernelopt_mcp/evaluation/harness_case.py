@@ -69,7 +69,9 @@ class CaseJob:
     check: bool = True  # compare with the expected outputs (False: a reference that defines them)
     # Fresh inputs and checked launches (fresh_inputs.py; timing requests only):
     fresh: dict[str, FreshSpec] = field(default_factory=dict)  # buffer -> how the harness redraws it
-    fresh_seed: int | None = None  # hidden, new for every request
+    # the seed of the request's device draws (its fresh_seed): hidden, new for every request, or a
+    # TorchCheckPlan's planned_seed, whose draws PyTorch computed expected outputs for
+    draw_seed: int | None = None
     fresh_timed: bool = True  # redraw before every timed launch (False: only the confirm launch)
     fresh_launches: list[int] | None = None  # redraw before these measured samples only (hidden)
     split: bool = False  # judge the launches on new inputs against those on inputs seen before
@@ -117,7 +119,7 @@ def build_request(
     if job.timing:
         entry.timing = job.timing
         if job.fresh:
-            entry.fresh_seed = job.fresh_seed
+            entry.fresh_seed = job.draw_seed
             entry.fresh_timed = job.fresh_timed
             if job.fresh_launches is not None and job.fresh_timed:
                 entry.fresh_launches = job.fresh_launches

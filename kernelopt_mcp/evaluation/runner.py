@@ -251,7 +251,7 @@ def _timing_job(
     wants_fresh = s.uses("fresh_inputs", options) or s.uses("confirm_launch", options)
     specs = case_fresh(s.workload, case).specs if wants_fresh else {}
     if specs:
-        job.fresh, job.fresh_seed, job.fresh_timed = specs, request_seed(), s.uses("fresh_inputs", options)
+        job.fresh, job.draw_seed, job.fresh_timed = specs, request_seed(), s.uses("fresh_inputs", options)
         subset = s.fresh_subset(options)
         if job.fresh_timed and subset is not None and (timing.mode or "events") == "events":
             # the reference is timed the same way, so speedups compare like with like
@@ -266,7 +266,7 @@ def _timing_job(
         job.check_launch = s.check_launches[case.name]
     elif (plan := s.torch_checks.get(case.name)) is not None and s.uses("timed_check", options) and plan.fits(
             timing.warmup, timing.iterations, timing.mode, job.fresh_timed and job.fresh_launches is None):
-        job.fresh_seed, job.checked, job.checked_expected = plan.fresh_seed, list(plan.samples), list(plan.entries)
+        job.draw_seed, job.checked, job.checked_expected = plan.planned_seed, list(plan.samples), list(plan.entries)
     elif s.oracle_checks_timed_launches(options):
         job.checked = _in_rounds(options.rounds(s.features), pick_checked_launches, options.oracle_checked_launches,
                                  later_round_checks(options.oracle_checked_launches))

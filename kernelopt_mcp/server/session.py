@@ -1,7 +1,9 @@
-"""The workloads frozen through a server (``freeze_workload``), seen by its tools' calls.
+"""The workloads frozen through a server (``freeze_workload``), seen by its tools' calls: the
+state of an MCP client's session with this server (not an evaluation ``Session``, a prepared
+workload on a GPU, nor the harness's session, its process's hold on a device).
 
 The MCP protocol keeps no per-client state on the server (each request may arrive on a fresh
-session object), so frozen workloads belong to the server process, one registry per client id
+MCP session object), so frozen workloads belong to the server process, one registry per client id
 (:data:`~kernelopt_mcp.server_config.CLIENT_ID`, from the caller's token): a client sees, replays into
 and evicts (past MAX_FROZEN) only the workloads it froze itself. For a server with one client
 (stdio, what ``kernelopt optimize`` starts) a frozen workload is found ahead of any other of its
@@ -26,7 +28,7 @@ SHARED: weakref.WeakSet[MCPServer] = weakref.WeakSet()
 
 
 @contextmanager
-def session_state(ctx: Context) -> Iterator[None]:
+def callers_frozen_workloads(ctx: Context) -> Iterator[None]:
     """While open, workload lookups see the workloads the calling client froze through this server first."""
     frozen = _FROZEN.setdefault(ctx.mcp_server, {}).setdefault(CLIENT_ID.get(), {})
     token = FROZEN_WORKLOADS.set(frozen)

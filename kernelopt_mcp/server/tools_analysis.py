@@ -18,7 +18,7 @@ from ..server_config import MAX_ITERATIONS, MAX_TUNE_EVALS, MAX_TUNE_SECONDS, MA
 from ..service import KerneloptService
 from ..tune.output import AutotuneOutput
 from .roots import SharedRoots, SharedRootsForTunable, shared_roots
-from .session import session_state
+from .session import callers_frozen_workloads
 from .toolkit import (
     CompileOptions,
     Source,
@@ -69,7 +69,7 @@ def register_analysis_tools(app: MCPServer, service: KerneloptService) -> None:
         install it or set KERNELOPT_NCU), counters not permitted (ERR_NVGPUCTRPERM: says what the
         machine's owner must change), the kernel failing or not compiling under the profiler (the
         harness's answer with the CUDA error), ncu timing out, no usable GPU."""
-        with shared_roots(shared), session_state(ctx), tool_errors():
+        with shared_roots(shared), callers_frozen_workloads(ctx), tool_errors():
             options = ProfileOptions(clock_control=clock_control, section_set=section_set, timeout_s=service.settings.profile_timeout_s)
             out = await service.profile(workload, source, path, launch, compile_options, case, options, notify=notifier(ctx))
         return tool_result(out, out.text())
@@ -89,8 +89,8 @@ def register_analysis_tools(app: MCPServer, service: KerneloptService) -> None:
         budget_evals: Annotated[int, Field(ge=1, le=MAX_TUNE_EVALS, description="configurations to try at most, the untuned defaults included")] = 32,
         budget_s: Annotated[float, Field(gt=0, le=MAX_TUNE_SECONDS, description="wall-clock seconds; no new configuration starts after this")] = 900.0,
         top: Annotated[int, Field(ge=1, le=100, description="rows of the result table to return")] = 10,
-        warmup: Annotated[int | None, Field(ge=0, le=MAX_WARMUP, description=f"untimed launches per performance case (default: the server's, {LAUNCH_DEFAULTS.warmup})")] = None,
-        iterations: Annotated[int | None, Field(ge=1, le=MAX_ITERATIONS, description=f"timed launches per performance case (default: the server's, {LAUNCH_DEFAULTS.iterations}); with stop=precision the most of them")] = None,
+        warmup: Annotated[int | None, Field(ge=0, le=MAX_WARMUP, description=f"untimed launches per performance case (default: the server's, {LAUNCH_DEFAULTS.warmup} unless configured)")] = None,
+        iterations: Annotated[int | None, Field(ge=1, le=MAX_ITERATIONS, description=f"timed launches per performance case (default: the server's, {LAUNCH_DEFAULTS.iterations} unless configured); with stop=precision the most of them")] = None,
         stop: Annotated[Literal["count", "precision"] | None, Field(description=f"precision (default unless warmup or iterations is given): {PRECISION_MIN_ITERATIONS} timed launches, then more until the median's relative standard error is at most {100 * PRECISION_RSE:g}%, `iterations` at most; count: exactly `iterations`")] = None,
     ) -> Annotated[CallToolResult, AutotuneOutput]:
         """Search the best values of a kernel's tunable parameters (macros such as tile and block
@@ -121,7 +121,7 @@ def register_analysis_tools(app: MCPServer, service: KerneloptService) -> None:
         benchmark per configuration (usually 2-30 s each), bounded by budget_evals and budget_s; one
         GPU job for the whole search (progress notifications per configuration). Tool errors: an
         invalid spec (the message names the field), unknown workload, no usable GPU."""
-        with shared_roots(shared), session_state(ctx), tool_errors():
+        with shared_roots(shared), callers_frozen_workloads(ctx), tool_errors():
             out = await service.autotune(
                 workload, tunable, source, tunable_path, strategy, budget_evals, budget_s, top,
                 warmup=warmup, iterations=iterations, stop=stop_rule(stop, warmup=warmup, iterations=iterations),

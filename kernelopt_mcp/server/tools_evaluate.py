@@ -19,7 +19,7 @@ from ..results import (
 from ..server_config import MAX_ITERATIONS, MAX_WARMUP
 from ..service import KerneloptService
 from .roots import SharedRoots, shared_roots
-from .session import session_state
+from .session import callers_frozen_workloads
 from .toolkit import (
     CompileOptions,
     Launch,
@@ -101,7 +101,7 @@ def register_evaluate_tools(app: MCPServer, service: KerneloptService) -> None:
         atol * rms(expected) + rtol * |expected|; NaN/Inf never pass. Outputs are filled with NaN
         before each launch (NaN in a result = an element never written); guard bytes around every
         buffer catch out-of-bounds writes; inputs must stay unchanged. Inputs are random, drawn once
-        per server session from a seed you cannot see or choose.
+        per workload while this server runs, from a seed you cannot see or choose.
         Result (never a tool error): status ok, or the most serious failure: compile_error (line
         numbers), invalid_launch (a dimension or shared memory over the device limits),
         runtime_error (the kernel faulted, e.g. CUDA_ERROR_ILLEGAL_ADDRESS; later cases are
@@ -116,7 +116,7 @@ def register_evaluate_tools(app: MCPServer, service: KerneloptService) -> None:
         prepares it (inputs, expected outputs, timing the CUDA reference). One GPU job runs at a
         time; progress notifications give the queue position and each case. Tool errors: unknown
         workload, bad arguments, a path outside the allowed directories, no usable GPU."""
-        with shared_roots(shared), session_state(ctx), tool_errors():
+        with shared_roots(shared), callers_frozen_workloads(ctx), tool_errors():
             out = await service.evaluate(
                 workload, source, path, launch, compile_options, benchmark=False, sanitize=sanitize,
                 notify=notifier(ctx),
@@ -132,8 +132,8 @@ def register_evaluate_tools(app: MCPServer, service: KerneloptService) -> None:
         source: Source = None,
         path: SourcePath = None,
         compile_options: CompileOptions = None,
-        warmup: Annotated[int, Field(ge=0, le=MAX_WARMUP, description="untimed launches per performance case")] = LAUNCH_DEFAULTS.warmup,
-        iterations: Annotated[int, Field(ge=1, le=MAX_ITERATIONS, description="timed launches per performance case")] = LAUNCH_DEFAULTS.iterations,
+        warmup: Annotated[int | None, Field(ge=0, le=MAX_WARMUP, description=f"untimed launches per performance case (default: the server's, {LAUNCH_DEFAULTS.warmup} unless configured)")] = None,
+        iterations: Annotated[int | None, Field(ge=1, le=MAX_ITERATIONS, description=f"timed launches per performance case (default: the server's, {LAUNCH_DEFAULTS.iterations} unless configured)")] = None,
         timing_mode: Annotated[
             Literal["events", "graph"],
             Field(description="events: one CUDA event pair per launch, L2 flushed before each; graph: back-to-back "
@@ -163,17 +163,17 @@ def register_evaluate_tools(app: MCPServer, service: KerneloptService) -> None:
         hidden seed and its outputs are checked (status timed_mismatch if wrong: results must never be
         cached across launches). Per performance case: median, quartiles, IQR, cv, the relative
         standard error of the median and a noisy flag with its reason; the CUDA reference's median
-        timed the same way in this session and the speedup over it; achieved FLOP/s and bytes/s and
+        (timed the same way when the workload was prepared on this GPU) and the speedup over it; achieved FLOP/s and bytes/s and
         their % of the device's calibrated peaks (roofline); a median below the roofline floor is
         status impossible_time (work was skipped). score_ms = geometric mean of the performance
         cases' median latencies (lower is better); speedup = reference score / score (>1 is faster).
         An imported PyTorch problem's passing result also has torch_baseline: PyTorch eager and
         torch.compile timed the same way on the same GPU (the first time; cached after), with the speedups.
         If any case fails nothing is timed and the result reports the failure as validate does.
-        warmup 0-100, iterations 1-1000 (defaults in the arguments): fewer is quicker but noisier.
+        warmup and iterations (limits and defaults in the arguments): fewer is quicker but noisier.
         Cost: validate's plus about (warmup + iterations) x (kernel time + L2 flush) per performance
         case, usually 5-60 s. Tool errors as for validate."""
-        with shared_roots(shared), session_state(ctx), tool_errors():
+        with shared_roots(shared), callers_frozen_workloads(ctx), tool_errors():
             out = await service.evaluate(
                 workload, source, path, launch, compile_options, benchmark=True, warmup=warmup,
                 iterations=iterations, timing_mode=timing_mode, adaptive_rse=adaptive_rse, stop=stop, notify=notifier(ctx),

@@ -40,7 +40,7 @@ from ..service import KerneloptService
 from ..workload import parse_spec
 from ..workspace import check_spec_size
 from .roots import SharedRoots, shared_roots
-from .session import session_state, shared_server
+from .session import callers_frozen_workloads, shared_server
 from .toolkit import CompileOptions, Launch, Source, SourcePath, WorkloadName, tool, tool_errors, tool_result
 
 WRITES = ToolAnnotations(read_only_hint=False, destructive_hint=True, idempotent_hint=True, open_world_hint=False)
@@ -56,8 +56,8 @@ def register_freeze_tools(app: MCPServer, service: KerneloptService) -> None:
         oracle_path: Annotated[str | None, Field(max_length=4096, description="a NumPy oracle (reference.py with reference()) under a workload directory or a --root directory of the server")] = None,
         directory: Annotated[str | None, Field(max_length=4096, description="where to write (a run directory): under the workspace's runs/ (absolute, or relative to the workspace) or an --output-root of the server; default: a new directory under the workspace's runs/frozen/")] = None,
         seed: Annotated[int | None, Field(ge=0, lt=2**63, description="seed of the recorded inputs (repeat a freeze with its answer's seed to get the same inputs); default: a fresh one")] = None,
-        warmup: Annotated[int | None, Field(ge=0, le=MAX_WARMUP, description=f"untimed launches per performance case in replay requests (default: the server's, {LAUNCH_DEFAULTS.warmup})")] = None,
-        iterations: Annotated[int | None, Field(ge=1, le=MAX_ITERATIONS, description=f"timed launches per performance case in replay requests (default: the server's, {LAUNCH_DEFAULTS.iterations})")] = None,
+        warmup: Annotated[int | None, Field(ge=0, le=MAX_WARMUP, description=f"untimed launches per performance case in replay requests (default: the server's, {LAUNCH_DEFAULTS.warmup} unless configured)")] = None,
+        iterations: Annotated[int | None, Field(ge=1, le=MAX_ITERATIONS, description=f"timed launches per performance case in replay requests (default: the server's, {LAUNCH_DEFAULTS.iterations} unless configured)")] = None,
     ) -> Annotated[CallToolResult, FrozenOutput]:
         """Freeze a workload for a recorded run: draw every case's inputs once from `seed` and write
         them as files (inputs/<case>/<buffer>.bin, listed with their sha256 in input_cases.json),
@@ -80,7 +80,7 @@ def register_freeze_tools(app: MCPServer, service: KerneloptService) -> None:
         Cost: drawing inputs and running the oracle, seconds to a minute for large cases; no GPU.
         Tool errors: an invalid spec (the message names the field), a directory or file outside the
         allowed directories, the oracle failing."""
-        with session_state(ctx), tool_errors():
+        with callers_frozen_workloads(ctx), tool_errors():
             # the same bound as create_workload, before anything is written: a client's freeze makes the
             # server draw and keep every buffer of every case on disk (uncapped, one call wrote 31 GB);
             # and what it writes is reserved in the workspace's quota (repeated calls add up)
@@ -117,15 +117,15 @@ def register_freeze_tools(app: MCPServer, service: KerneloptService) -> None:
         compile_options: CompileOptions = None,
         into: Annotated[str, Field(max_length=200, description="a directory under the frozen one, e.g. replay (default) or replay/reference")] = "replay",
     ) -> Annotated[CallToolResult, ReplayOutput]:
-        """Write self-contained harness requests for a kernel on a workload this session froze
+        """Write self-contained harness requests for a kernel on a workload you froze
         (freeze_workload): one JSON file per case under <directory>/<into>/, naming the frozen input
         files, the compiled CUBIN and output files under <into>/outputs/<case>/; `kernelopt-harness
         run FILE` replays one case without Python or this server (performance cases with the
         freeze's warmup and iterations). Nothing is launched here. Result status ok with the request
         paths, or error with why (the kernel does not compile, its launch is invalid for a case).
-        Cost: one compile (cached) and a file per case. Tool errors: a workload not frozen in this
-        session, bad arguments."""
-        with shared_roots(shared), session_state(ctx), tool_errors():
+        Cost: one compile (cached) and a file per case. Tool errors: a workload you did not freeze,
+        bad arguments."""
+        with shared_roots(shared), callers_frozen_workloads(ctx), tool_errors():
             frozen = frozen_named(workload)
             text, _ = await service.source_text(source, path)
             written, problem = await anyio.to_thread.run_sync(partial(

@@ -21,7 +21,7 @@ from ..results import (
     describe,
 )
 from ..service import KerneloptService
-from .session import session_state
+from .session import callers_frozen_workloads
 from .toolkit import WorkloadName, tool, tool_errors, tool_result
 
 
@@ -29,10 +29,10 @@ def register_workload_tools(app: MCPServer, service: KerneloptService) -> None:
     @tool(app, "list_workloads", "List workloads")
     async def list_workloads(ctx: Context) -> Annotated[CallToolResult, WorkloadList]:
         """The workloads kernels are validated and benchmarked against: bundled ones, configured ones,
-        those made with create_workload and those this session froze with freeze_workload, each with
+        those made with create_workload and those you froze with freeze_workload, each with
         its description, kernel prototype and number of correctness and performance cases. Cheap, no
         GPU. Next: describe_workload(name)."""
-        with session_state(ctx):
+        with callers_frozen_workloads(ctx):
             out = await anyio.to_thread.run_sync(_list, service)
         return tool_result(out, out.text())
 
@@ -48,7 +48,7 @@ def register_workload_tools(app: MCPServer, service: KerneloptService) -> None:
         generators; the tolerances; the cost model (FLOPs and bytes per case); the CUDA reference
         (reference_cu: what speedups are measured against); and the starting kernel (initial_cu)
         with initial_launch, a valid `launch` argument to start from. Cheap, no GPU."""
-        with session_state(ctx), tool_errors():
+        with callers_frozen_workloads(ctx), tool_errors():
             wl = await anyio.to_thread.run_sync(service.load, name)
             out = describe(wl, service.origin(wl.root or Path()))
         return tool_result(out, out.text())

@@ -1,5 +1,5 @@
-"""Compile ahead while the GPU measures (issue 17: overlap compilation with the previous
-candidate's GPU work).
+"""Compile ahead while the GPU measures: a configuration's compile overlaps the previous
+configuration's GPU work, so the GPU does not wait for NVRTC.
 
 The tuner measures one configuration at a time: compile (NVRTC, in a worker process), then
 validate and time on the GPU. The next configurations of an ordered strategy (exhaustive,

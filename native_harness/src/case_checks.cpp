@@ -257,22 +257,15 @@ void CaseRunner::run_repeat(json& result) {
 // the kernel has not seen during validation, then the same checks as after validation. Its
 // time is reported apart (timing.check_launch_ms), never mixed into times_ms.
 void CaseRunner::run_timed_check(json& result) {
-  const CUstream stream = s_.stream();
   const bool flush = req_.flush_l2 && s_.can_flush_l2();
   TimedWork check;
   // Outside the timed window, like every measured launch: outputs re-initialised, in/inout
   // buffers given their timed inputs (or their inputs, where none is given), L2 flushed.
   check.prepare = [&] {
-    for (const auto& d : st_.buffers) {
+    reset_buffers(Copies::candidate, [this](const DeviceArg& d, CUdeviceptr dst) {
       const auto& b = d.spec->buffer;
-      if (b.bytes == 0) continue;
-      if (b.role == BufferRole::out) {
-        KO_CU(drv_.cuMemsetD8Async(
-            d.data, b.init == BufferInit::zero ? std::uint8_t{0} : b.poison_byte, b.bytes, stream));
-      } else {
-        copy_into(b.has_timed_input() ? d.timed_input : d.input, d.data, b.bytes);
-      }
-    }
+      copy_into(b.has_timed_input() ? d.timed_input : d.input, dst, b.bytes);
+    });
     if (flush) s_.flush_l2();
   };
   check.launch = [&] { launch(); };

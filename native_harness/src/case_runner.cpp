@@ -327,14 +327,9 @@ void CaseRunner::setup() {
     // Guards, the alignment slack and (until overwritten below) the data all start as the
     // pattern; only the guard and slack bytes are checked for it.
     KO_CU(drv_.cuMemsetD8Async(d.allocation.get(), guard_pattern, d.layout.total_bytes, stream));
-    if (b.bytes > 0) {
-      if (b.role == BufferRole::out) {
-        KO_CU(drv_.cuMemsetD8Async(
-            d.data, b.init == BufferInit::zero ? std::uint8_t{0} : b.poison_byte, b.bytes, stream));
-      } else {
-        copy_into(d.input, d.data, b.bytes);
-      }
-    }
+    reset_buffer(d, d.data, [this](const DeviceArg& a, CUdeviceptr dst) {
+      copy_into(a.input, dst, a.spec->buffer.bytes);
+    });
     std::memcpy(slot.bytes, &d.data, sizeof d.data);
   }
 
@@ -424,19 +419,32 @@ void CaseRunner::prepare_timed_launch(bool flush, bool redraw) {
     last_draw_ = draws_++;
     in_draw_ = last_draw_;
   }
-  for (const auto& d : st_.buffers) {
+  reset_buffers(Copies::candidate, [this, redraw, stream](const DeviceArg& d, CUdeviceptr dst) {
     const auto& b = d.spec->buffer;
-    if (b.bytes == 0) continue;
-    if (b.role == BufferRole::out) {
-      KO_CU(drv_.cuMemsetD8Async(
-          d.data, b.init == BufferInit::zero ? std::uint8_t{0} : b.poison_byte, b.bytes, stream));
-    } else if (redraw && b.fresh) {
-      draw(d, d.data, *last_draw_);  // an inout buffer's redraw replaces its restore
+    if (redraw && b.fresh) {
+      draw(d, dst, *last_draw_);  // an inout buffer's redraw replaces its restore
     } else if (b.role == BufferRole::inout) {
-      KO_CU(drv_.cuMemcpyDtoDAsync(d.data, d.input.device->get(), b.bytes, stream));
+      KO_CU(drv_.cuMemcpyDtoDAsync(dst, d.input.device->get(), b.bytes, stream));
     }
-  }
+  });
   if (flush) s_.flush_l2();
+}
+
+void CaseRunner::reset_buffer(const DeviceArg& d, CUdeviceptr dst, const Restore& restore) {
+  const auto& b = d.spec->buffer;
+  if (b.bytes == 0) return;
+  if (b.role == BufferRole::out) {
+    const std::uint8_t fill = b.init == BufferInit::zero ? std::uint8_t{0} : b.poison_byte;
+    KO_CU(drv_.cuMemsetD8Async(dst, fill, b.bytes, s_.stream()));
+  } else {
+    restore(d, dst);
+  }
+}
+
+void CaseRunner::reset_buffers(Copies copies, const Restore& restore) {
+  for (const auto& d : st_.buffers) {
+    reset_buffer(d, copies == Copies::candidate ? d.data : d.ref.get(), restore);
+  }
 }
 
 void CaseRunner::draw(const DeviceArg& d, CUdeviceptr dst, std::uint64_t draw_index) {

@@ -6,6 +6,7 @@
 #include <cuda.h>
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -164,6 +165,16 @@ class CaseRunner {
   static void set_status(nlohmann::json& result);
   void run_repeat(nlohmann::json& result);
   void run_timed_check(nlohmann::json& result);
+  // A buffer as a launch must find it, set up before the launch and outside any timed window:
+  // an output initialised as its request asks (poisoned, so an element the kernel never writes
+  // is caught, or zeroed), any other buffer given its contents by `restore` with the address to
+  // fill (its input, a fresh draw, or nothing where it still holds them). Empty buffers are
+  // left alone. reset_buffers does it for every buffer of the candidate's or of the CUDA
+  // reference's copies (DeviceArg::ref).
+  using Restore = std::function<void(const DeviceArg& d, CUdeviceptr dst)>;
+  enum class Copies { candidate, reference };
+  void reset_buffer(const DeviceArg& d, CUdeviceptr dst, const Restore& restore);
+  void reset_buffers(Copies copies, const Restore& restore);
   // Outside the timed window: outputs re-initialised, inout buffers restored (or redrawn),
   // with `redraw` every buffer with a fresh spec drawn anew, then L2 flushed.
   void prepare_timed_launch(bool flush, bool redraw);

@@ -68,22 +68,17 @@ void CaseRunner::enqueue_reference_check(std::optional<std::size_t> sample) {
   const CUstream stream = s_.stream();
   const std::size_t slot = checks_.size();
   checks_.push_back({sample, in_draw_, last_draw_, false, {}});
-  for (const auto& d : st_.buffers) {
+  reset_buffers(Copies::reference, [this, stream](const DeviceArg& d, CUdeviceptr dst) {
     const auto& b = d.spec->buffer;
-    if (b.bytes == 0) continue;
     // The launch's inputs: an `in` buffer holds the draw made for the last redrawn launch (with
     // fresh_launches that may be an earlier one), an inout buffer this launch's draw or its input.
     const std::optional<std::uint64_t> drawn = b.role == BufferRole::in ? in_draw_ : last_draw_;
-    if (b.role == BufferRole::out) {
-      KO_CU(drv_.cuMemsetD8Async(d.ref.get(),
-                                 b.init == BufferInit::zero ? std::uint8_t{0} : b.poison_byte,
-                                 b.bytes, stream));
-    } else if (drawn && b.fresh) {
-      draw(d, d.ref.get(), *drawn);
+    if (drawn && b.fresh) {
+      draw(d, dst, *drawn);
     } else if (b.role == BufferRole::inout) {
-      KO_CU(drv_.cuMemcpyDtoDAsync(d.ref.get(), d.input.device->get(), b.bytes, stream));
+      KO_CU(drv_.cuMemcpyDtoDAsync(dst, d.input.device->get(), b.bytes, stream));
     }
-  }
+  });
   const auto& l = *spec_.check_launch;
   KO_CU(drv_.cuLaunchKernel(check_, l.grid[0], l.grid[1], l.grid[2], l.block[0], l.block[1],
                             l.block[2], l.shared_bytes, stream,

@@ -1,6 +1,7 @@
 // One device's primary context, the harness's own stream, the L2 flush scratch buffer, and the
 // protocol 2 state kept between requests (input cache, support module).
-// `run` uses a session for one request; `serve` keeps it across requests.
+// `run` uses a session for one request; `serve` keeps it across requests. (The harness's session:
+// not kernelopt_mcp's evaluation Session, a workload prepared on a GPU, nor an MCP client's.)
 #pragma once
 
 #include <cuda.h>
