@@ -295,7 +295,7 @@ def write_replay(
     check_into(into)
     candidate = Candidate(source, launch, list(options), Path(into).name)
     builder = frozen.builder
-    # compiled before anything is written, to know the module's size (session.compile then hits the cache)
+    # compiled before anything is written, to know the module's size (session.build then hits the cache)
     compiled = compile_kernel(candidate.source, builder.arch, candidate.all_compile_options,
                               cache=builder.compile_cache, limits=builder.compile_limits)
     if not compiled.ok:

@@ -369,7 +369,7 @@ class KerneloptService:
                 _, evicted = dev.sessions.popitem(last=False)
                 _discard(evicted)
         dev.sessions.move_to_end(key)
-        session.progress = progress
+        session.report_to(progress)
         if not session.prepared:  # say why the first call on a workload takes longer
             progress(f"preparing {wl.name}: inputs, expected outputs, timing the CUDA reference (once per server session)", 0, 1)
             try:

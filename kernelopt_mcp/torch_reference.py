@@ -166,7 +166,7 @@ class TorchCheckPlan:
     entries: list[Any]  # CheckedExpected of the samples
     confirm: Any | None = None  # CheckedExpected of the confirm launch (None: a count the rule cannot tell)
 
-    def fits(self, warmup: int, iterations: int, mode: str | None, fresh_every_launch: bool) -> bool:
+    def fits(self, warmup: int | None, iterations: int, mode: str | None, fresh_every_launch: bool) -> bool:
         """Whether a timing request of these launches draws what the plan computed for (with an
         adaptive count, the first ``iterations`` samples are the same; the confirm launch's is not)."""
         return (warmup, iterations) == (self.warmup, self.iterations) and (mode or "events") == "events" and fresh_every_launch

@@ -3,11 +3,9 @@ a kernel that lost its plain name to C++ mangling, and the source line and caret
 
 from __future__ import annotations
 
-from types import SimpleNamespace
-
 from kernelopt_mcp.compiler import compile_kernel
 from kernelopt_mcp.config import Settings, find_workload
-from kernelopt_mcp.evaluation.session import Session
+from kernelopt_mcp.evaluation.build import check_entry
 from kernelopt_mcp.results import compile_output
 
 HOST_PROGRAM = """#include <cstdio>
@@ -63,10 +61,10 @@ def test_a_missing_entry_that_is_only_mangled_says_extern_c() -> None:
     workload = find_workload("vector_add", settings)
     source = 'extern "C" __global__ void vector_add(const float* a, const float* b, float* c, int n) {}\n'
     compiled = compile_kernel(source.replace('extern "C" ', ""))
-    message = Session.check_entry(SimpleNamespace(workload=workload), compiled)  # type: ignore[arg-type]
+    message = check_entry(workload, compiled)
     assert message is not None and "mangled" in message and 'extern "C"' in message, message
     other = compile_kernel(source.replace("vector_add", "other"))
-    assert "no kernel named 'vector_add'" in (Session.check_entry(SimpleNamespace(workload=workload), other) or "")  # type: ignore[arg-type]
+    assert "no kernel named 'vector_add'" in (check_entry(workload, other) or "")
 
 
 def test_compile_errors_keep_the_source_line_and_caret() -> None:

@@ -64,7 +64,7 @@ def test_the_reference_keeps_its_outputs_on_the_device_and_candidates_are_compar
     proc, ev = _session(tmp_path, monkeypatch)
     with proc, ev:
         prepare(ev)
-        assert ev.device_kept == {"n_4096"}
+        assert ev.record.device_kept == {"n_4096"}
         ref, timed = ev.data.refs["n_4096"]["c"], ev.timed.refs["n_4096"]["c"]  # type: ignore[union-attr]
         # nothing on the host: no array, no file; the key names the data set and its seed
         assert ref.kept and ref.path is None and ref.location == f"kept:{ref.kept}"
@@ -113,7 +113,7 @@ def test_tolerances_from_the_harness_figures_equal_those_numpy_computes(
         prepare(old)
         on_host = old.data.expected["n_4096"]["c"]
         want = thresholds(on_host, old.workload.spec.tolerance_for("c"))
-        assert old.device_kept == frozenset() and old.data.refs["n_4096"]["c"].path is not None
+        assert old.record.device_kept == frozenset() and old.data.refs["n_4096"]["c"].path is not None
     assert kept.scale == pytest.approx(want.scale, rel=1e-12) and kept.abs_tol == pytest.approx(want.abs_tol, rel=1e-12)
     assert kept.norm == pytest.approx(want.norm, rel=1e-12) and kept.rel_floor == pytest.approx(want.rel_floor, rel=1e-12)
     assert np.isfinite(kept.scale) and kept.scale > 0
@@ -127,7 +127,7 @@ def test_files_as_before_without_the_feature_the_cache_or_when_asked(
     proc, ev = _session(tmp_path, monkeypatch, features, device_inputs=how != "option off")
     with proc, ev:
         result = evaluate(ev, _add())
-        assert ev.device_kept == frozenset()
+        assert ev.record.device_kept == frozenset()
         assert all(r.kept is None for refs in ev.data.refs.values() for r in refs.values())
     assert result.ok, result.message
     assert not any("keep_expected" in _c(r) or "kept:" in str(_c(r).get("expected")) for _, _, r in _requests(tmp_path / "w"))
@@ -167,7 +167,7 @@ def test_a_replay_request_needs_nothing_kept_and_runs_in_another_process(
     proc, ev = _session(tmp_path, monkeypatch)
     with proc, ev:
         prepare(ev)
-        assert ev.device_kept == {"n_4096"}
+        assert ev.record.device_kept == {"n_4096"}
         replay = case_request(ev, _add(), "n_4096", tmp_path / "replay", timing=True)
     assert replay.request is not None, replay.problem
     assert "kept:" not in replay.request.model_dump_json()
@@ -210,7 +210,7 @@ def test_no_kept_values_without_the_device_compare_feature(tmp_path: Path, monke
     proc, ev = _session(tmp_path, monkeypatch, FEATURES.replace("device_compare,", ""))
     with proc, ev:
         result = evaluate(ev, _add())
-        assert ev.device_kept == frozenset() and "n_4096" in ev.data.expected
+        assert ev.record.device_kept == frozenset() and "n_4096" in ev.data.expected
     assert result.ok, result.message
 
 
@@ -227,5 +227,5 @@ def test_a_case_too_large_for_the_cache_keeps_its_expected_values_in_files(
     monkeypatch.setattr(evaluate_module, "KEPT_SHARE", 4096 * 4 / ev.device.total_memory_bytes * 0.99)
     with proc, ev:
         result = evaluate(ev, _add())
-        assert ev.device_kept == frozenset() and ev.data.refs["n_4096"]["c"].path is not None
+        assert ev.record.device_kept == frozenset() and ev.data.refs["n_4096"]["c"].path is not None
     assert result.ok, result.message

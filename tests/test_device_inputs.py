@@ -97,7 +97,7 @@ def test_performance_inputs_are_drawn_on_the_device_and_the_reference_gives_thei
         wrong = evaluate(ev, Candidate(kernel("WRONG"), LaunchSpec.model_validate(ADD_LAUNCH), [], "wrong"))
         replay = case_request(ev, Candidate(kernel(), LaunchSpec.model_validate(ADD_LAUNCH), [], "r"), "n_4096",
                               tmp_path / "replay")
-        assert ev.device_cases == {"n_4096"} and ev.needs_support()
+        assert ev.record.device_cases == {"n_4096"} and ev.needs_support()
     assert good.ok, good.message
     assert good.inputs_from.startswith("drawn on the device (Philox, from the seed) in 1 performance case(s) (a, b)")
     # the performance case was checked against the reference's outputs on the drawn inputs
@@ -132,7 +132,7 @@ def test_every_input_is_made_on_the_host_without_the_feature_or_when_asked(
     proc, ev = _session(tmp_path, monkeypatch, features, device_inputs=how != "option off")
     with proc, ev:
         prepare(ev, oracle_on_all_cases=how == "oracle on every case")
-        assert ev.device_cases == frozenset() and ev.inputs_from == "NumPy on the host, every case"
+        assert ev.record.device_cases == frozenset() and ev.record.inputs_from == "NumPy on the host, every case"
         assert (tmp_path / "w" / "inputs" / "n_4096" / "a.bin").exists()
     assert all("input_draw" not in a for _, r in _requests(tmp_path / "w") for a in _args(r).values())
 
@@ -150,7 +150,7 @@ def test_the_references_expected_outputs_are_stored_as_it_wrote_them_where_the_h
     proc, ev = _session(tmp_path, monkeypatch)
     with proc, ev:
         prepare(ev)
-        assert ev.native_expected == {"n_4096"}
+        assert ev.record.native_expected == {"n_4096"}
         perf, small = ev.data.refs["n_4096"]["c"], ev.data.refs["odd_1001"]["c"]
         timed = ev.timed.refs["n_4096"]["c"]  # type: ignore[union-attr]
         assert (perf.dtype, timed.dtype, small.dtype) == ("float32", "float32", "float64")

@@ -413,7 +413,7 @@ def test_the_reference_compiles_and_the_harness_starts_while_the_oracle_runs(
         return real_oracle(*args)  # type: ignore[arg-type]
 
     monkeypatch.setattr(evaluate_module, "compile_kernel", spy)
-    monkeypatch.setattr("kernelopt_mcp.evaluation.session.compile_kernel", spy)
+    monkeypatch.setattr("kernelopt_mcp.evaluation.build.compile_kernel", spy)
     monkeypatch.setattr(evaluate_module, "_oracle", oracle)
     harness = write_harness(tmp_path, "fake")
     wl = find_workload(write_tiny_workload(tmp_path / "extra") / "tiny_add", Settings())

@@ -77,8 +77,7 @@ def test_the_evaluators_hidden_set_differs_from_the_frozen_inputs(frozen: tuple[
     harness = write_harness(tmp_path, "fake")
     # no CUDA reference: nothing runs on the (fake) GPU; the oracle gives both data sets' expected outputs
     ev = Session(dataclasses.replace(wl, reference_cu=None), RequestsOnly(0), device_info(harness, 0),
-                 workdir=tmp_path / "ev", seed=5, arch="sm_90")
-    ev.features = frozenset({"timed_inputs"})
+                 workdir=tmp_path / "ev", seed=5, arch="sm_90", features=frozenset({"timed_inputs"}))
     prepare(ev, time_reference=False)
     assert ev.timed is not None and ev.timed.seed != ev.seed
     for case, ci in ev.timed.inputs.items():

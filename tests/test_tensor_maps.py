@@ -15,7 +15,7 @@ from pydantic import ValidationError
 from kernelopt_mcp import Candidate, HarnessProcess, LaunchSpec, Session, Settings
 from kernelopt_mcp.config import find_workload
 from kernelopt_mcp.errors import LaunchConfigError
-from kernelopt_mcp.evaluation import session as session_mod
+from kernelopt_mcp.evaluation import build as build_mod
 from kernelopt_mcp.evaluation.candidate import EvaluateOptions
 from kernelopt_mcp.evaluation.device import device_info
 from kernelopt_mcp.evaluation.evaluate import evaluate
@@ -278,7 +278,7 @@ def test_the_fake_harness_refuses_a_map_past_its_buffer_like_the_harness(
 ) -> None:
     """With the Python check out of the way, the harness's own rule holds: a bad_request naming the
     map, which the candidate's result reports as an invalid launch (not a tool error)."""
-    monkeypatch.setattr(session_mod, "check_tensor_maps", lambda *args: None)
+    monkeypatch.setattr(build_mod, "check_tensor_maps", lambda *args: None)
     proc, ev = _session(tmp_path, monkeypatch, "tensor_maps", workload)
     with proc, ev:
         result = evaluate(ev, Candidate(tma_kernel(1), launch({"buffer": "b", "dims": ["n + 1"], "box": [256]}), [], "past"),

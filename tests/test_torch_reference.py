@@ -89,7 +89,7 @@ def test_the_module_is_the_reference_an_honest_kernel_passes_a_wrong_one_mismatc
     assert honest.status is Status.ok, honest.message
     assert [c.status for c in honest.cases] == [Status.ok] * 3
     assert wrong.status is Status.mismatch
-    assert session.expected_from.startswith(f"PyTorch {torch.__version__} on the CPU")
+    assert session.record.expected_from.startswith(f"PyTorch {torch.__version__} on the CPU")
     # one file of expected values per case (float64: this harness compares nothing else; the H200's
     # harness takes the output's own dtype, tests/gpu/test_torch_reference_gpu.py)
     files = sorted(p.name for p in (tmp_path / "w").rglob("c.*"))

@@ -201,21 +201,18 @@ def test_substitution_into_launch_expressions(tunable: Any) -> None:
 
 def test_evaluator_resolves_launch_with_params(tmp_path: Path) -> None:
     """Candidate.params join the case's scalars in launch expressions and become -D options."""
-    from kernelopt_mcp.evaluation.session import Session
+    from kernelopt_mcp.evaluation.build import resolve_launch
     from kernelopt_mcp.launch import resolve
 
     wl = load_workload(write_tiny_workload(tmp_path / "wl") / "tiny_add")
     cand = Candidate("", LaunchSpec.model_validate({"grid": ["ceil_div(n, BLOCK * UNROLL)"], "block": ["BLOCK"]}),
                      ["-DX=1"], "c", {"BLOCK": 128, "UNROLL": 4})
     assert cand.all_compile_options == ["-DX=1", "-DBLOCK=128", "-DUNROLL=4"]
-    ev = Session.__new__(Session)  # _resolve needs only limits
-    ev.limits = DeviceLimits()
-
     class Compiled:
         resources: ClassVar[dict[str, Any]] = {}
 
     case = wl.spec.case("n_4096")
-    got = ev.resolve(cand, Compiled(), case)  # type: ignore[arg-type]
+    got = resolve_launch(cand, Compiled(), case, wl, DeviceLimits())  # type: ignore[arg-type]
     assert got.grid == (8, 1, 1) and got.block == (128, 1, 1)
     with pytest.raises(Exception, match="unknown name 'BLOCK'"):
         resolve(cand.launch.for_case("n_4096"), case.scalars, DeviceLimits(), "n_4096")

@@ -1,8 +1,9 @@
 """Validating and timing a candidate: a prepared session, the harness and its protocol, the checks.
 
-- ``session``: :class:`~.session.Session`, one workload on one device, prepared once (inputs,
-  expected outputs, the reference's timings, the harness process, the support module); it
-  compiles candidates, resolves their launches and builds their requests.
+- ``session``: :class:`~.session.Session`, one workload on one device with its harness process,
+  holding the record ``prepare`` made once (``prepared``: :class:`~.prepared.Prepared`, the
+  inputs, expected outputs, the reference's timings, the support module); it builds candidates
+  (``build``: compiled, entry point checked, launches resolved) and their requests.
 - ``evaluate``: ``prepare(session)``, ``evaluate(session, candidate, options)`` and
   ``case_request(session, candidate, case, out_dir)`` (one case's request, for profiling,
   sanitizing and replay); ``runner`` runs a candidate's cases (validation, then timing).

@@ -15,10 +15,11 @@ seed, whose outputs must match too (a kernel that caches results across launches
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -34,110 +35,38 @@ from .harness_case import CaseJob, build_request
 from .inputs import CaseInputs, materialize, new_input_seed
 from .oracle import OracleLimits, run_oracle
 from .outcomes import EvaluationResult
+from .prepared import Prepared
 from .protocol import CaseRequest, CheckedExpected, LaunchRequest, RunRequest, TimingRequest
 from .runner import run_candidate
 from .session import Session
 from .support_module import support_module
 
+if TYPE_CHECKING:
+    from ..torch_reference import TorchCheckPlan, TorchJob
+
 __all__ = ["ReplayRequest", "case_request", "evaluate", "preparation_text", "prepare"]
 
 
-def preparation_text(prepare_ms: dict[str, float]) -> str:
-    """One line of :attr:`Session.prepare_ms`: the total and each step (empty before preparing)."""
+def preparation_text(prepare_ms: Mapping[str, float]) -> str:
+    """One line of :attr:`Prepared.prepare_ms`: the total and each step (empty before preparing)."""
     if not prepare_ms:
         return ""
     steps = ", ".join(f"{k.replace('_', ' ')} {v:.0f} ms" for k, v in prepare_ms.items() if k != "total")
     return f"prepared once in {prepare_ms.get('total', 0.0) / 1e3:.3g} s: {steps}"
 
 
-def prepare(session: Session, *, time_reference: bool = True, oracle_on_all_cases: bool = False) -> None:
+def prepare(session: Session, *, time_reference: bool = True, oracle_on_all_cases: bool = False) -> Prepared:
     """Draw the session's inputs, compute expected outputs and (optionally) time the CUDA
-    reference; a session already prepared is left as it is.
+    reference, and hand the record of it all to the session; a session already prepared is
+    left as it is.
+
+    Returns:
+        The session's record.
 
     Raises:
         WorkloadError: the oracle fails, or the CUDA reference disagrees with it.
     """
-    s = session
-    if s.prepared:
-        return
-    wl = s.workload
-    start = mark = time.perf_counter()
-
-    def step(name: str, less: float = 0.0) -> None:  # the host wall time since the previous step
-        nonlocal mark  # (less the ``less`` ms already recorded under other names), in s.prepare_ms
-        now = time.perf_counter()
-        s.prepare_ms[name] = s.prepare_ms.get(name, 0.0) + (now - mark) * 1e3 - less
-        mark = now
-
-    perf = [c for c in wl.spec.cases if c.kind == "performance"]
-    has_oracle = wl.oracle_path is not None
-    oracle_cases = [
-        c for c in wl.spec.cases
-        if has_oracle and (oracle_on_all_cases or not wl.reference_cu or c.kind == "correctness")
-    ]
-    # the cases whose expected outputs only the CUDA reference makes: their inputs need no host
-    # copy, and their expected values are stored as the reference wrote them (no float64 copy)
-    reference_only = frozenset(c.name for c in perf) - {c.name for c in oracle_cases} if wl.reference_cu else frozenset()
-    if s.uses("input_draw"):
-        # PyTorch as the reference draws every input again in its own process: all on the device
-        s.device_cases = frozenset(c.name for c in wl.spec.cases) if wl.torch_problem else reference_only
-    s.native_expected = reference_only if s.uses("expected_dtype") else frozenset()
-    s.progress("generating inputs", 0, 1)
-    s.data = DataSet("validation", s.seed, materialize(wl, s.seed, s.workdir / "inputs", on_device=s.device_cases))
-    s.inputs_from = _inputs_from(s.data, len(wl.spec.cases))
-    if s.uses("device_expected"):
-        # the reference's outputs stay on the device as those cases' expected values: never
-        # written, read or stored again on the host (the harness reports what the tolerances need)
-        s.device_kept = frozenset(c for c in s.native_expected if _fits_the_cache(s, s.data.inputs[c]))
-    step("inputs")
-    if s.uses("timed_inputs") and perf:
-        seed = new_input_seed()
-        s.progress("generating hidden inputs for the timed check", 0, 1)
-        names = {c.name for c in perf}
-        s.timed = DataSet("timed", seed, materialize(
-            wl, seed, s.workdir / "inputs-timed", cases=names, redraw=True, on_device=s.device_cases,
-        ))
-        step("hidden_inputs")
-    if s.needs_support():
-        s.support = support_module(s.arch, s.workdir / "support", limits=s.compile_limits, cache=s.compile_cache)
-        step("support_module")
-    if wl.torch_problem is not None:
-        _torch_reference(s, perf)
-        step("torch_reference")
-        s.prepare_ms["total"] = (time.perf_counter() - start) * 1e3
-        s.prepared = True
-        return
-
-    # While the oracle runs: the CUDA reference compiles (NVRTC, in a compile worker; its run
-    # below finds the CUBIN in the compile cache), and the harness starts, creating its CUDA
-    # context and loading the support module (the harness is not used here until the reference).
-    with ThreadPoolExecutor(max_workers=2, thread_name_prefix="prepare-ahead") as ahead:
-        reference = _reference_candidate(wl) if wl.reference_cu else None
-        early: list[Future[object]] = [ahead.submit(
-            compile_kernel, reference.source, s.arch, reference.all_compile_options, cache=s.compile_cache,
-            limits=s.compile_limits,
-        )] if reference is not None else []
-        if reference is not None and s.support is not None and s.harness.binary is not None:
-            early.append(ahead.submit(_warm_harness, s, s.support))
-        s.data.expected = _oracle(s, s.data, oracle_cases)
-        s.data.store_expected(wl, s.workdir / "expected")
-        step("oracle")
-        for work in early:
-            work.exception()  # finished (errors are the reference run's to report, when they recur)
-    if reference is not None:
-        before = sum(s.prepare_ms.get(k, 0.0) for k in REFERENCE_PARTS)
-        _run_reference(s, reference, time_reference, checked=bool(s.data.expected))
-        step("reference", less=sum(s.prepare_ms.get(k, 0.0) for k in REFERENCE_PARTS) - before)
-    else:
-        s.expected_from = "NumPy oracle on every case"
-        if s.timed is not None:
-            s.timed.expected = _oracle(s, s.timed, perf)
-            step("oracle")
-    if s.timed is not None:
-        s.timed.store_expected(wl, s.workdir / "expected", native=s.native_expected)
-        step("store_expected")
-    s.prepare_ms["total"] = (time.perf_counter() - start) * 1e3
-    s.prepared = True
+    return session.prepared or session.adopt(_prepare(session, time_reference, oracle_on_all_cases))
 
 
 def evaluate(
@@ -182,14 +111,13 @@ def case_request(
     launch is invalid for the case.
     """
     prepare(session, time_reference=False)
-    compiled, module, problem = session.compile(candidate)
-    if module is None:
-        return ReplayRequest(None, compiled, problem)
-    case = session.workload.spec.case(case_name)
-    try:
-        launch = session.resolve(candidate, compiled, case)
-    except LaunchConfigError as exc:
-        return ReplayRequest(None, compiled, str(exc))
+    built = session.build(candidate, [c for c in session.workload.spec.cases if c.name == case_name])
+    if built.module is None:
+        return ReplayRequest(None, built.compiled, built.problem)
+    case = session.workload.spec.case(case_name)  # (an unknown name raises here, once compiled)
+    if case_name in built.invalid:
+        return ReplayRequest(None, built.compiled, built.invalid[case_name])
+    launch = built.launches[case_name]
     out_dir.mkdir(parents=True, exist_ok=True)
     o = session.options
     job = CaseJob(
@@ -200,22 +128,131 @@ def case_request(
         check=False,
     )
     request = build_request(
-        job, session.workload, device=session.harness.device, module=module,
+        job, session.workload, device=session.harness.device, module=built.module,
         guard_bytes=o.guard_bytes, flush_l2=o.flush_l2,
         # inputs drawn on the device need the support module's ko_fill (the request's only use of it)
-        support=session.support if session.data.inputs[case_name].draws else None,
+        support=session.record.support if session.data.inputs[case_name].draws else None,
     )
-    return ReplayRequest(request, compiled)
+    return ReplayRequest(request, built.compiled)
 
 
 # --- preparation ----------------------------------------------------------------------------
 
 
-def _torch_reference(s: Session, perf: list[Case]) -> None:
+class _Stopwatch:
+    """Host wall ms of each preparation step, in the order the steps end: where "once per
+    session" goes (:attr:`Prepared.prepare_ms`)."""
+
+    def __init__(self) -> None:
+        self.ms: dict[str, float] = {}
+        self._start = self._mark = time.perf_counter()
+
+    def step(self, name: str, less: float = 0.0) -> None:
+        """Add the time since the previous step to ``name``, less the ``less`` ms recorded under
+        other names meanwhile."""
+        now = time.perf_counter()
+        self.ms[name] = self.ms.get(name, 0.0) + (now - self._mark) * 1e3 - less
+        self._mark = now
+
+    def total(self) -> dict[str, float]:
+        """Every step and the ``total`` since the start."""
+        self.ms["total"] = (time.perf_counter() - self._start) * 1e3
+        return self.ms
+
+
+def _prepare(s: Session, time_reference: bool, oracle_on_all_cases: bool) -> Prepared:
+    """:func:`prepare`'s record: the data sets and the support module first, then their expected
+    values (PyTorch's, or the NumPy oracle's and the CUDA reference's) and the reference's timing."""
+    wl = s.workload
+    watch = _Stopwatch()
+    perf = [c for c in wl.spec.cases if c.kind == "performance"]
+    has_oracle = wl.oracle_path is not None
+    oracle_cases = [
+        c for c in wl.spec.cases
+        if has_oracle and (oracle_on_all_cases or not wl.reference_cu or c.kind == "correctness")
+    ]
+    # the cases whose expected outputs only the CUDA reference makes: their inputs need no host
+    # copy, and their expected values are stored as the reference wrote them (no float64 copy)
+    reference_only = frozenset(c.name for c in perf) - {c.name for c in oracle_cases} if wl.reference_cu else frozenset()
+    device_cases: frozenset[str] = frozenset()
+    if s.uses("input_draw"):
+        # PyTorch as the reference draws every input again in its own process: all on the device
+        device_cases = frozenset(c.name for c in wl.spec.cases) if wl.torch_problem else reference_only
+    native_expected = reference_only if s.uses("expected_dtype") else frozenset()
+    s.progress("generating inputs", 0, 1)
+    data = DataSet("validation", s.seed, materialize(wl, s.seed, s.workdir / "inputs", on_device=device_cases))
+    inputs_from = _inputs_from(data, len(wl.spec.cases))
+    device_kept: frozenset[str] = frozenset()
+    if s.uses("device_expected"):
+        # the reference's outputs stay on the device as those cases' expected values: never
+        # written, read or stored again on the host (the harness reports what the tolerances need)
+        device_kept = frozenset(c for c in native_expected if _fits_the_cache(s, data.inputs[c]))
+    watch.step("inputs")
+    timed = None
+    if s.uses("timed_inputs") and perf:
+        seed = new_input_seed()
+        s.progress("generating hidden inputs for the timed check", 0, 1)
+        timed = DataSet("timed", seed, materialize(
+            wl, seed, s.workdir / "inputs-timed", cases={c.name for c in perf}, redraw=True, on_device=device_cases,
+        ))
+        watch.step("hidden_inputs")
+    support = None
+    if s.needs_support(device_cases):
+        support = support_module(s.arch, s.workdir / "support", limits=s.compile_limits, cache=s.compile_cache)
+        watch.step("support_module")
+    so_far = Prepared(data, timed, device_cases, native_expected, device_kept, inputs_from=inputs_from, support=support)
+    if wl.torch_problem is not None:
+        record = _torch_reference(s, so_far, perf)
+        watch.step("torch_reference")
+    else:
+        record = _oracle_and_reference(s, so_far, watch, perf, oracle_cases, time_reference)
+    return replace(record, prepare_ms=watch.total())
+
+
+def _oracle_and_reference(
+    s: Session, so_far: Prepared, watch: _Stopwatch, perf: list[Case], oracle_cases: list[Case], time_reference: bool,
+) -> Prepared:
+    """The expected outputs from the NumPy oracle on ``oracle_cases`` and from the CUDA reference
+    (checked against the oracle where both ran) elsewhere, the reference's timing and its module
+    for the checked timed launches."""
+    wl = s.workload
+    data, timed = so_far.data, so_far.timed
+    # While the oracle runs: the CUDA reference compiles (NVRTC, in a compile worker; its run
+    # below finds the CUBIN in the compile cache), and the harness starts, creating its CUDA
+    # context and loading the support module (the harness is not used here until the reference).
+    with ThreadPoolExecutor(max_workers=2, thread_name_prefix="prepare-ahead") as ahead:
+        reference = _reference_candidate(wl) if wl.reference_cu else None
+        early: list[Future[object]] = [ahead.submit(
+            compile_kernel, reference.source, s.arch, reference.all_compile_options, cache=s.compile_cache,
+            limits=s.compile_limits,
+        )] if reference is not None else []
+        if reference is not None and so_far.support is not None and s.harness.binary is not None:
+            early.append(ahead.submit(_warm_harness, s, so_far.support))
+        data.expected = _oracle(s, data, oracle_cases)
+        data.store_expected(wl, s.workdir / "expected")
+        watch.step("oracle")
+        for work in early:
+            work.exception()  # finished (errors are the reference run's to report, when they recur)
+    if reference is not None:
+        before = sum(watch.ms.get(k, 0.0) for k in REFERENCE_PARTS)
+        record = _run_reference(s, so_far, reference, watch.ms, time_reference, checked=bool(data.expected))
+        watch.step("reference", less=sum(watch.ms.get(k, 0.0) for k in REFERENCE_PARTS) - before)
+    else:
+        record = replace(so_far, expected_from="NumPy oracle on every case")
+        if timed is not None:
+            timed.expected = _oracle(s, timed, perf)
+            watch.step("oracle")
+    if timed is not None:
+        timed.store_expected(wl, s.workdir / "expected", native=so_far.native_expected)
+        watch.step("store_expected")
+    return record
+
+
+def _torch_reference(s: Session, so_far: Prepared, perf: list[Case]) -> Prepared:
     """The expected outputs of a problem written in PyTorch (``reference.torch``): the module run by
     torch on the inputs of every case and of the hidden timed set (:mod:`..torch_reference`), kept
     as files in the output's dtype (float64 for a harness without ``expected_dtype``) and memory-mapped
-    for a host comparison."""
+    for a host comparison; and the plans of the timed launches checked against PyTorch."""
     from ..confined_python import ChildLimits
     from ..torch_reference import REFERENCE_TIMEOUT_S, compute_expected, jobs_for
 
@@ -223,17 +260,18 @@ def _torch_reference(s: Session, perf: list[Case]) -> None:
     imported = wl.spec.imported
     assert imported is not None and imported.output is not None
     directory = s.workdir / "expected"
-    sets = {s.data.name: s.data}
-    jobs = jobs_for(wl, s.data.name, list(wl.spec.cases), s.data.inputs, directory)
-    if s.timed is not None:
-        sets[s.timed.name] = s.timed
-        jobs += jobs_for(wl, s.timed.name, perf, s.timed.inputs, directory)
-    plans = _torch_check_plans(s, perf, directory)
+    data, timed = so_far.data, so_far.timed
+    sets = {data.name: data}
+    jobs = jobs_for(wl, data.name, list(wl.spec.cases), data.inputs, directory)
+    if timed is not None:
+        sets[timed.name] = timed
+        jobs += jobs_for(wl, timed.name, perf, timed.inputs, directory)
+    plans = _torch_check_plans(s, data, perf, directory)
     for jobs_of_plan in plans.values():
         jobs += jobs_of_plan[1]
     s.progress("expected outputs from PyTorch", 0, 1)
-    figures, s.expected_from = compute_expected(
-        wl, jobs, device=s.harness.device, support=s.support, workdir=s.workdir,
+    figures, expected_from = compute_expected(
+        wl, jobs, device=s.harness.device, support=so_far.support, workdir=s.workdir,
         limits=ChildLimits.following(s.compile_limits, REFERENCE_TIMEOUT_S),
     )
     name = imported.output
@@ -249,20 +287,23 @@ def _torch_reference(s: Session, perf: list[Case]) -> None:
             path, kind = j.path.with_suffix(".f64"), "float64"
             wide.tofile(path)
             j.path.unlink()
-        data = sets[j.set_name]
-        data.refs.setdefault(j.case.name, {})[name] = ExpectedRef(
+        of_set = sets[j.set_name]
+        of_set.refs.setdefault(j.case.name, {})[name] = ExpectedRef(
             path.resolve(), thresholds_from(float(f["sum_sq"]), int(f["finite"]), tol), kind,
         )
         on_disk = np.dtype(dtype.numpy if kind != "float64" else np.float64).newbyteorder("<")
-        data.expected.setdefault(j.case.name, {})[name] = np.memmap(path, dtype=on_disk, mode="r", shape=j.shape)
-    s.torch_checks = {case: plan for case, (plan, _) in plans.items()}
+        of_set.expected.setdefault(j.case.name, {})[name] = np.memmap(path, dtype=on_disk, mode="r", shape=j.shape)
+    return replace(so_far, expected_from=expected_from, torch_checks={case: plan for case, (plan, _) in plans.items()})
 
 
-def _torch_check_plans(s: Session, perf: list[Case], directory: Path) -> dict[str, tuple[Any, list[Any]]]:
+def _torch_check_plans(
+    s: Session, data: DataSet, perf: list[Case], directory: Path,
+) -> dict[str, tuple[TorchCheckPlan, list[TorchJob]]]:
     """Per performance case, the plan of its timed launches checked against PyTorch and the child's
-    jobs for them (:class:`~..torch_reference.TorchCheckPlan`); none where the harness cannot take
-    expected values for checked launches, inputs are not redrawn before every timed launch, or the
-    timing is not in events mode. Stored in ``s.torch_checks`` once the child has run."""
+    jobs for them (:class:`~..torch_reference.TorchCheckPlan`, on the inputs of ``data``); none
+    where the harness cannot take expected values for checked launches, inputs are not redrawn
+    before every timed launch, or the timing is not in events mode. The record's ``torch_checks``
+    once the child has run."""
     from ..torch_reference import TorchCheckPlan, jobs_for
 
     o = s.options
@@ -275,7 +316,7 @@ def _torch_check_plans(s: Session, perf: list[Case], directory: Path) -> dict[st
     assert imported is not None and imported.output is not None
     out = wl.signature.param(imported.output)
     position = {p.name: i for i, p in enumerate(wl.signature.params)}
-    plans: dict[str, tuple[Any, list[Any]]] = {}
+    plans: dict[str, tuple[TorchCheckPlan, list[TorchJob]]] = {}
     for case in perf:
         specs = case_fresh(wl, case).specs
         if not specs:
@@ -287,7 +328,7 @@ def _torch_check_plans(s: Session, perf: list[Case], directory: Path) -> dict[st
             draws.append((None, o.warmup + timing.iterations))  # the confirm launch: the draw after the last
         jobs, entries, confirm = [], [], None
         for sample, draw in draws:
-            (job,) = jobs_for(wl, f"checked-{draw}", [case], s.data.inputs, directory)
+            (job,) = jobs_for(wl, f"checked-{draw}", [case], data.inputs, directory)
             for name, spec in specs.items():
                 job.request["buffers"][name]["draw"] = {
                     "seed": seed, "draw": draw, "argument": position[name], "spec": spec.model_dump(exclude_none=True),
@@ -351,7 +392,7 @@ def _inputs_from(data: DataSet, cases: int) -> str:
     )
 
 
-# The parts of the reference's run in Session.prepare_ms ("reference" is the rest: its checked
+# The parts of the reference's run in Prepared.prepare_ms ("reference" is the rest: its checked
 # launches' module, the expected values stored): compiling it, validating every case (keeping the
 # performance outputs), timing, and the run on the hidden set's inputs.
 REFERENCE_PARTS = ("reference_compile", "reference_validation", "reference_timing", "reference_hidden_set")
@@ -364,24 +405,31 @@ def _reference_candidate(wl: Workload) -> Candidate:
     return Candidate(source, launch, wl.spec.reference.compile_options, "reference")
 
 
-def _run_reference(s: Session, ref: Candidate, time_reference: bool, checked: bool) -> None:
+def _run_reference(
+    s: Session, so_far: Prepared, ref: Candidate, ms: dict[str, float], time_reference: bool, checked: bool,
+) -> Prepared:
+    """Run the CUDA reference on what is prepared ``so_far`` (validated against the oracle's
+    values where ``checked``, timed with ``time_reference``, then on the hidden set's inputs),
+    keeping its outputs as the expected values the oracle did not give; its parts' times go to
+    ``ms``. Returns the record with the reference in it."""
     wl = s.workload
-    s.reference = ref
+    data, timed = so_far.data, so_far.timed
+    running = s.preparing(replace(so_far, reference=ref))  # a kept value lost meanwhile is remade by ref
     kept: dict[str, dict[str, np.ndarray]] = {}
-    result = run_candidate(s, ref, s.options, benchmark=time_reference, keep=kept, check=checked)
+    result = run_candidate(running, ref, s.options, benchmark=time_reference, keep=kept, check=checked)
     if result.phases is not None:
-        s.prepare_ms["reference_compile"] = result.phases.compile_ms
-        s.prepare_ms["reference_validation"] = result.phases.validate_ms
-        s.prepare_ms["reference_timing"] = result.phases.timing_ms
-    if result.ok and s.timed is not None:
+        ms["reference_compile"] = result.phases.compile_ms
+        ms["reference_validation"] = result.phases.validate_ms
+        ms["reference_timing"] = result.phases.timing_ms
+    if result.ok and timed is not None:
         timed_kept: dict[str, dict[str, np.ndarray]] = {}
-        cases = [c for c in wl.spec.cases if c.name in s.timed.inputs]
-        again = run_candidate(s, ref, s.options, benchmark=False, keep=timed_kept, check=False, data=s.timed, cases=cases)
+        cases = [c for c in wl.spec.cases if c.name in timed.inputs]
+        again = run_candidate(running, ref, s.options, benchmark=False, keep=timed_kept, check=False, data=timed, cases=cases)
         if again.phases is not None:
-            s.prepare_ms["reference_hidden_set"] = again.phases.total_ms
+            ms["reference_hidden_set"] = again.phases.total_ms
         if not again.ok:
             result = again
-        s.timed.expected = timed_kept
+        timed.expected = timed_kept
     if not result.ok:
         failing = [c for c in result.cases if c.status is not Status.ok]
         detail = "; ".join(f"{c.name}: {c.status}: {c.message}" for c in failing[:3])
@@ -389,28 +437,33 @@ def _run_reference(s: Session, ref: Candidate, time_reference: bool, checked: bo
             f"workload {wl.name!r}: the CUDA reference fails ({result.status}): "
             f"{detail or result.message}. Fix reference.cu or its launch configuration."
         )
-    s.reference_result = result
-    if s.checks_timed_launches():
-        _prepare_reference_checks(s, ref)
-    s.reference_medians = {c.name: c.timing.median_ms for c in result.cases if c.timing is not None}
-    missing = {name: outs for name, outs in kept.items() if name not in s.data.expected}
-    s.data.expected.update(missing)
-    s.data.store_expected(wl, s.workdir / "expected", native=s.native_expected)
-    s.expected_from = (
-        f"NumPy oracle on {len(s.data.expected) - len(missing)} case(s); CUDA reference (matched the "
-        "oracle on those) elsewhere" if checked else
-        "CUDA reference only (no NumPy oracle: not independently checked)"
+    check_module, check_launches = _reference_checks(s, ref) if s.checks_timed_launches() else (None, {})
+    missing = {name: outs for name, outs in kept.items() if name not in data.expected}
+    data.expected.update(missing)
+    data.store_expected(wl, s.workdir / "expected", native=so_far.native_expected)
+    return replace(
+        so_far, reference=ref, reference_result=result, check_module=check_module, check_launches=check_launches,
+        reference_medians={c.name: c.timing.median_ms for c in result.cases if c.timing is not None},
+        expected_from=(
+            f"NumPy oracle on {len(data.expected) - len(missing)} case(s); CUDA reference (matched the "
+            "oracle on those) elsewhere" if checked else
+            "CUDA reference only (no NumPy oracle: not independently checked)"
+        ),
     )
 
 
-def _prepare_reference_checks(s: Session, ref: Candidate) -> None:
-    """The reference's module and per-case launches, for the checked timed launches."""
-    compiled, module, problem = s.compile(ref)
-    if module is None:
-        raise WorkloadError(f"workload {s.workload.name!r}: the CUDA reference no longer compiles: {problem}")
-    s.check_module = module
-    for case in s.workload.spec.performance_cases:
-        launch = s.resolve(ref, compiled, case)
-        if launch.tensor_maps:  # a check launch is grid, block and shared memory: no maps for the reference
-            continue
-        s.check_launches[case.name] = LaunchRequest.model_validate(launch.dims_json())
+def _reference_checks(s: Session, ref: Candidate) -> tuple[Path, dict[str, LaunchRequest]]:
+    """The reference's module and per-case launches, for the checked timed launches (a case
+    whose launch has tensor maps has none: a check launch is grid, block and shared memory)."""
+    perf = s.workload.spec.performance_cases
+    built = s.build(ref, perf)
+    if built.module is None:
+        raise WorkloadError(f"workload {s.workload.name!r}: the CUDA reference no longer compiles: {built.problem}")
+    launches = {}
+    for case in perf:
+        if case.name in built.invalid:
+            raise LaunchConfigError(built.invalid[case.name])
+        launch = built.launches[case.name]
+        if not launch.tensor_maps:
+            launches[case.name] = LaunchRequest.model_validate(launch.dims_json())
+    return built.module, launches

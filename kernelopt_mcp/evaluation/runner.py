@@ -18,7 +18,7 @@ from typing import TypeVar
 
 import numpy as np
 
-from ..errors import HarnessError, LaunchConfigError
+from ..errors import HarnessError
 from ..files import write_atomic
 from ..launch import ResolvedLaunch
 from ..status import Status
@@ -100,30 +100,27 @@ def _run_cases(
     wl = s.workload
     data = data or s.data
     all_cases = cases if cases is not None else list(wl.spec.cases)
-    s.counter += 1
-    tag = f"{s.counter:04d}-{candidate.name}"
+    tag = s.run_tag(candidate.name)
     base = {
         "workload": wl.name, "candidate": candidate.name, "seed": s.seed, "arch": s.arch,
         "device": s.device.name if s.device else None, "device_ordinal": s.harness.device,
-        "device_uuid": s.device.uuid if s.device else None, "expected_from": s.expected_from,
-        "inputs_from": s.inputs_from, "notes": list(wl.notes), "checks": s.checks_in_force(options),
+        "device_uuid": s.device.uuid if s.device else None, "expected_from": s.record.expected_from,
+        "inputs_from": s.record.inputs_from, "notes": list(wl.notes), "checks": s.checks_in_force(options),
         "tolerances": {p.name: wl.spec.tolerance_for(p.name) for p in wl.spec.signature.outputs},
     }
     start = time.perf_counter()
-    compiled, module, problem = s.compile(candidate)
+    built = s.build(candidate, all_cases)
     phases.compile_ms = _since(start)
+    compiled, module, resolved = built.compiled, built.module, built.launches
     if module is None:
         return EvaluationResult.model_validate({
-            **base, "status": Status.compile_error, "message": problem or compiled.summary(), "compile": compiled,
+            **base, "status": Status.compile_error, "message": built.problem or compiled.summary(), "compile": compiled,
             "source_hash": compiled.source_hash,
         })
-    results: list[CaseResult] = []
-    resolved: dict[str, ResolvedLaunch] = {}
-    for case in all_cases:
-        try:
-            resolved[case.name] = s.resolve(candidate, compiled, case)
-        except LaunchConfigError as exc:
-            results.append(CaseResult(name=case.name, kind=case.kind, status=Status.invalid_launch, message=str(exc)))
+    results = [
+        CaseResult(name=case.name, kind=case.kind, status=Status.invalid_launch, message=built.invalid[case.name])
+        for case in all_cases if case.name in built.invalid
+    ]
 
     # Phase 1: validate every case, in one request where the harness says which case is running
     # (each held to its own deadline), else one request each, so a hang or fault is attributable.
@@ -260,11 +257,12 @@ def _timing_job(
         return job
     job.split = job.fresh_launches is not None
     plan = None
-    if s.check_module is not None and case.name in s.check_launches:
+    prepared = s.record
+    if prepared.check_module is not None and case.name in prepared.check_launches:
         job.checked = _in_rounds(options.rounds(s.features), pick_checked_launches, options.checked_launches,
                                  later_round_checks(options.checked_launches))
-        job.check_launch = s.check_launches[case.name]
-    elif (plan := s.torch_checks.get(case.name)) is not None and s.uses("timed_check", options) and plan.fits(
+        job.check_launch = prepared.check_launches[case.name]
+    elif (plan := prepared.torch_checks.get(case.name)) is not None and s.uses("timed_check", options) and plan.fits(
             timing.warmup, timing.iterations, timing.mode, job.fresh_timed and job.fresh_launches is None):
         job.draw_seed, job.checked, job.checked_expected = plan.planned_seed, list(plan.samples), list(plan.entries)
     elif s.oracle_checks_timed_launches(options):
@@ -410,13 +408,14 @@ def _keep_again(s: Session, job: CaseJob, missing: set[str]) -> None:
     """Run the CUDA reference on ``job``'s case again, keeping its outputs on the device as the
     expected values of the data sets (validation, hidden) whose keys are ``missing`` (all that
     the job compares against when the harness named none)."""
-    if s.reference is None:
+    reference = s.record.reference
+    if reference is None:
         raise HarnessError("internal error: expected values kept on the device, but no CUDA reference to remake them")
     for data in (job.data, job.timed):
         keys = {r.kept for r in data.refs.get(job.case.name, {}).values() if r.kept} if data else set()
         if data is None or not keys or (missing and not keys & missing):
             continue
-        again = run_candidate(s, s.reference, s.options, benchmark=False, keep={}, check=False, data=data,
+        again = run_candidate(s, reference, s.options, benchmark=False, keep={}, check=False, data=data,
                               cases=[job.case])
         if not again.ok:
             raise HarnessError(
@@ -447,7 +446,7 @@ def _checks_that_ran(s: Session, result: EvaluationResult, options: EvaluateOpti
         checks += fresh_checks(
             s.workload, perf, redraw=s.uses("fresh_inputs", options),
             reference=checked, checked=options.checked_launches if checked else 0, consistency=consistency,
-            reference_name="PyTorch" if s.torch_checks else "the CUDA reference",
+            reference_name="PyTorch" if s.record.torch_checks else "the CUDA reference",
             oracle_checked=options.oracle_checked_launches if by_oracle else 0,
             graph=any(t.mode == "graph" for _, t in timed),
             subset=s.fresh_subset(options) if all(t.mode == "events" for _, t in timed) else None,
@@ -471,7 +470,7 @@ def _add_rates(s: Session, cr: CaseResult, case: Case) -> bool:
         )
         if cr.roofline.impossible:
             cr.status, cr.message = Status.impossible_time, cr.roofline.note or "faster than the roofline allows"
-    ref = s.reference_medians.get(case.name)
+    ref = s.record.reference_medians.get(case.name)
     if ref:
         cr.reference_median_ms = ref
         cr.speedup = ref / cr.timing.median_ms

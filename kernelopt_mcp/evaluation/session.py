@@ -1,31 +1,31 @@
 """A prepared evaluation session: one workload on one device, with one set of inputs.
 
-A :class:`Session` holds what every candidate of a workload is checked against, prepared once
-(by :func:`kernelopt_mcp.evaluation.evaluate.prepare`): the inputs drawn from a seed the
-model never sees, the expected outputs (NumPy oracle, or the CUDA reference after it matched
-the oracle), the reference's timings, the harness process and the support module. It also
-knows how to compile a candidate for the device, resolve its launches and build the harness
-request of one case. Running candidates is :mod:`kernelopt_mcp.evaluation.runner`'s job.
+A :class:`Session` holds what every candidate of a workload is checked against: a
+:class:`~.prepared.Prepared` record, made once by :func:`kernelopt_mcp.evaluation.evaluate.prepare`
+(the inputs drawn from a seed the model never sees, the expected outputs (NumPy oracle, or the
+CUDA reference after it matched the oracle), the reference's timings, the support module),
+with the harness process it runs on. It decides which checks run, builds a candidate for the
+device in one step (:meth:`Session.build`) and the harness request of one case. Running
+candidates is :mod:`kernelopt_mcp.evaluation.runner`'s job.
 """
 
 from __future__ import annotations
 
-import hashlib
-import json
+import copy
+import itertools
 import logging
 import tempfile
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 
-from ..compile_log import plain_name
 from ..compile_options import CompileLimits
-from ..compiler import CompileCache, CompileResult, arch_problem, compile_kernel
-from ..errors import HarnessError, KerneloptError, LaunchConfigError
-from ..files import write_atomic
-from ..launch import DeviceLimits, ResolvedLaunch, resolve
-from ..workload import BufferParam, Case, Workload
+from ..compiler import CompileCache, arch_problem
+from ..errors import HarnessError, KerneloptError
+from ..launch import DeviceLimits
+from ..workload import Case, Workload
+from .build import Built, build
 from .calibrate import device_peaks
 from .candidate import Candidate, EvaluateOptions, ProgressFn
 from .dataset import DataSet
@@ -35,10 +35,10 @@ from .harness import RequestSender, harness_features
 from .harness_case import CaseJob, build_request
 from .inputs import CaseInputs, estimate_gaps, hidden_seed_checks, new_input_seed
 from .outcomes import EvaluationResult
-from .protocol import LaunchRequest, RunRequest
+from .prepared import Prepared
+from .protocol import RunRequest
 from .roofline import Peaks
 from .tensor_maps import FEATURE as TENSOR_MAPS
-from .tensor_maps import TENSOR_MAP_BYTES, check_tensor_maps
 
 __all__ = ["Session"]
 
@@ -81,6 +81,7 @@ class Session:
         compile_limits: the caps on NVRTC compiles (Settings.compile_limits()).
         progress: told what a long step is doing.
         peaks: roofline peaks (default: the device's theoretical figures).
+        features: what the harness can do (default: what its binary reports).
     """
 
     def __init__(
@@ -97,6 +98,7 @@ class Session:
         compile_limits: CompileLimits | None = None,
         progress: ProgressFn | None = None,
         peaks: Peaks | None = None,
+        features: frozenset[str] | None = None,
     ) -> None:
         self.workload = workload
         self.harness = harness
@@ -115,44 +117,86 @@ class Session:
         self.compile_limits = compile_limits
         # roofline figures and the impossible-time check (theoretical peaks unless calibrated ones are given)
         self.peaks = peaks or (device_peaks(device, None) if device else None)
-        self.progress: ProgressFn = progress or _no_progress
+        self._progress: ProgressFn = progress or _no_progress
         _warn_of_estimate_gaps(workload)
-        self.features: frozenset[str] = harness_features(Path(harness.binary)) if harness.binary else frozenset()
-        self.data = DataSet("validation", self.seed, {})
-        # performance cases whose inputs the harness draws on the device (evaluate.prepare)
-        self.device_cases: frozenset[str] = frozenset()
-        # ... and whose expected values are stored in the output's dtype, as the reference wrote them
-        self.native_expected: frozenset[str] = frozenset()
-        # ... and whose expected values the harness keeps on the device (feature device_expected)
-        self.device_kept: frozenset[str] = frozenset()
-        self.timed: DataSet | None = None  # from a second seed that is never reported
-        self.expected_from = ""
-        self.inputs_from = ""  # what a result says of where its inputs were made (evaluate.prepare)
-        self.reference_medians: dict[str, float] = {}
-        self.reference_result: EvaluationResult | None = None
-        self.reference: Candidate | None = None  # the CUDA reference, once it has run
-        self.support: Path | None = None
-        # the validated CUDA reference that checks candidates' timed launches, and its launches
-        self.check_module: Path | None = None
-        # PyTorch as the reference: per performance case, its timed launches checked against PyTorch
-        # (torch_reference.TorchCheckPlan, made by evaluate.prepare)
-        self.torch_checks: dict[str, Any] = {}
-        self.check_launches: dict[str, LaunchRequest] = {}
-        self.counter = 0
-        self.prepared = False
-        # host wall ms of each preparation step (evaluate.prepare): where "once per run" goes
-        self.prepare_ms: dict[str, float] = {}
+        if features is None:
+            features = harness_features(Path(harness.binary)) if harness.binary else frozenset()
+        self.features: frozenset[str] = features
+        self._prepared: Prepared | None = None
+        self._unprepared = Prepared(DataSet("validation", self.seed, {}))  # what is read before preparing
+        self._runs = itertools.count(1)  # numbers every run's requests and outputs, the reference's included
+
+    # --- the prepared record -----------------------------------------------------------------
+
+    @property
+    def prepared(self) -> Prepared | None:
+        """What :func:`~.evaluate.prepare` made for this session (None: not prepared yet)."""
+        return self._prepared
+
+    @property
+    def record(self) -> Prepared:
+        """The prepared record, or before preparing an empty one (no inputs, nothing expected)."""
+        return self._prepared or self._unprepared
+
+    def adopt(self, prepared: Prepared) -> Prepared:
+        """Hold ``prepared`` as what every candidate is checked against (once: the record of
+        :func:`~.evaluate.prepare`).
+
+        Raises:
+            KerneloptError: the session holds a record already.
+        """
+        if self._prepared is not None:
+            raise KerneloptError("internal error: the session is prepared already; its record does not change")
+        self._prepared = prepared
+        return prepared
+
+    def preparing(self, so_far: Prepared) -> Session:
+        """This session with what is prepared ``so_far`` as its record: the CUDA reference runs on
+        it while the record is being made. It shares the harness, the working directory and the
+        numbering of runs; this session is left as it is."""
+        view = copy.copy(self)
+        view._prepared = so_far
+        return view
+
+    @property
+    def data(self) -> DataSet:
+        """The validation data set (:attr:`Prepared.data`)."""
+        return self.record.data
+
+    @property
+    def timed(self) -> DataSet | None:
+        """The hidden data set of the timed check (:attr:`Prepared.timed`)."""
+        return self.record.timed
 
     @property
     def inputs(self) -> dict[str, CaseInputs]:
         """The validation inputs of every case."""
-        return self.data.inputs
+        return self.record.data.inputs
 
     @property
     def expected(self) -> dict[str, dict[str, np.ndarray]]:
         """The expected outputs held on the host (validation inputs): every case with one, less
-        those the harness keeps on the device (:attr:`device_kept`)."""
-        return self.data.expected
+        those the harness keeps on the device (:attr:`Prepared.device_kept`)."""
+        return self.record.data.expected
+
+    @property
+    def reference_result(self) -> EvaluationResult | None:
+        """The CUDA reference's evaluation (:attr:`Prepared.reference_result`)."""
+        return self.record.reference_result
+
+    @property
+    def prepare_ms(self) -> dict[str, float]:
+        """Host wall ms of each preparation step (:attr:`Prepared.prepare_ms`; empty before)."""
+        return dict(self.record.prepare_ms)
+
+    def progress(self, message: str, done: int, total: int) -> None:
+        """Tell the caller what a long step is doing."""
+        self._progress(message, done, total)
+
+    def report_to(self, progress: ProgressFn) -> None:
+        """Tell ``progress`` what long steps are doing from now on (a server's session serves one
+        call after another, each with its own)."""
+        self._progress = progress
 
     # --- which checks run ----------------------------------------------------------------
 
@@ -178,16 +222,18 @@ class Session:
         }.get(feature, True)
         return wanted and feature in self.features
 
-    def needs_support(self) -> bool:
-        """Whether any check or timing mode in use runs one of the support module's kernels."""
+    def needs_support(self, device_cases: frozenset[str] | None = None) -> bool:
+        """Whether any check or timing mode in use runs one of the support module's kernels (with
+        the inputs of ``device_cases`` drawn on the device; default: the prepared record's)."""
         blocking = self.options.blocking and "blocking" in self.features
-        return blocking or bool(self.device_cases) or any(
+        drawn = self.record.device_cases if device_cases is None else device_cases
+        return blocking or bool(drawn) or any(
             self.uses(f) for f in ("device_compare", "determinism", "timed_inputs", "fresh_inputs", "timed_check")
         )
 
     def checks_timed_launches(self, options: EvaluateOptions | None = None) -> bool:
         """Whether candidates' timed launches are checked against the CUDA reference (or PyTorch)."""
-        return self.uses("timed_check", options) and (self.workload.reference_cu is not None or bool(self.torch_checks))
+        return self.uses("timed_check", options) and (self.workload.reference_cu is not None or bool(self.record.torch_checks))
 
     def oracle_checks_timed_launches(self, options: EvaluateOptions | None = None) -> bool:
         """Without a CUDA reference: whether checked launches' files go through the NumPy oracle."""
@@ -215,7 +261,7 @@ class Session:
         if any(self.uses(f, o) for f in ("fresh_inputs", "timed_check", "confirm_launch")):
             checks += fresh_checks(
                 self.workload, list(self.workload.spec.performance_cases), redraw=self.uses("fresh_inputs", o),
-                reference=self.checks_timed_launches(o), reference_name="PyTorch" if self.torch_checks else "the CUDA reference",
+                reference=self.checks_timed_launches(o), reference_name="PyTorch" if self.record.torch_checks else "the CUDA reference",
                 checked=o.checked_launches if self.uses("timed_check", o) else 0,
                 consistency=self.uses("confirm_launch", o) and self.uses("timed_inputs", o) and o.timing_mode == "events",
                 oracle_checked=o.oracle_checked_launches if self.oracle_checks_timed_launches(o) else 0,
@@ -238,108 +284,17 @@ class Session:
         """The integrity checks in force with the session's options."""
         return self.checks_in_force()
 
-    # --- compiling and launching -----------------------------------------------------------
+    # --- building and launching -----------------------------------------------------------
 
-    def compile(self, candidate: Candidate) -> tuple[CompileResult, Path | None, str | None]:
-        """Compile ``candidate`` for the session's arch and check its entry point.
-
-        Returns ``(compiled, module, None)``, or ``(compiled, None, problem)`` when it cannot run.
-        """
-        compiled = compile_kernel(
-            candidate.source, self.arch, candidate.all_compile_options, cache=self.compile_cache,
-            limits=self.compile_limits,
+    def build(self, candidate: Candidate, cases: Sequence[Case]) -> Built:
+        """``candidate`` made ready for this session's harness: compiled for its arch, the entry
+        point checked, the module written, and its launch resolved for each of ``cases`` on the
+        device (:func:`.build.build`)."""
+        return build(
+            candidate, cases, self.workload, arch=self.arch, device_arch=self.device.arch if self.device else None,
+            limits=self.limits, modules=self.workdir / "modules", cache=self.compile_cache,
+            compile_limits=self.compile_limits, encodes_maps=self.harness.binary is None or TENSOR_MAPS in self.features,
         )
-        if not compiled.ok:
-            return compiled, None, compiled.summary()
-        configs = [c for c in (candidate.launch.default, *candidate.launch.cases.values()) if c is not None]
-        maps = frozenset(len(c.tensor_maps) for c in configs) or frozenset({0})
-        problem = (arch_problem(compiled.arch, self.device.arch) if self.device else None) or self.check_entry(compiled, maps)
-        if problem:
-            return compiled, None, problem
-        key = hashlib.sha256(json.dumps([compiled.source_hash, compiled.options, compiled.arch]).encode())
-        module = self.workdir / "modules" / f"{key.hexdigest()[:24]}.cubin"
-        if not module.exists():
-            write_atomic(module, compiled.cubin or b"", durable=False)
-        return compiled, module, None
-
-    def check_entry(self, compiled: CompileResult, maps: frozenset[int] = frozenset({0})) -> str | None:
-        """Why the module's entry point does not match the workload's signature followed by one
-        CUtensorMap per tensor map of the launch (``maps``: how many the launch's configurations
-        pass) (None: it does)."""
-        sig = self.workload.signature
-        if sig.entry not in compiled.entries:
-            mangled = [e for e in compiled.entries if plain_name(e) == sig.entry]
-            if mangled:
-                return (
-                    f"kernel {sig.entry!r} is in the module only under its C++ mangled name {mangled[0]!r}, so "
-                    f"it is not found by its name; declare it as {sig.c_prototype()}"
-                )
-            found = ", ".join(compiled.entries) or "none"
-            return (
-                f"no kernel named {sig.entry!r} in the module (kernels found: {found}); declare it "
-                f"as {sig.c_prototype()}"
-            )
-        params = compiled.entries[sig.entry]
-        if len(params) - len(sig.params) not in maps:
-            passed = " or ".join(str(n) for n in sorted(maps))
-            return (
-                f"kernel {sig.entry!r} takes {len(params)} parameters but the signature has "
-                f"{len(sig.params)}: {sig.c_prototype()}" + (
-                    f", then the launch passes {passed} tensor map(s), each a `const __grid_constant__ "
-                    "CUtensorMap` parameter" if maps != {0} else ""
-                )
-            )
-        for ptx, p in zip(params, sig.params, strict=False):
-            want = 8 if isinstance(p, BufferParam) else p.dtype.itemsize
-            if ptx.size_bytes and ptx.size_bytes != want:
-                return (
-                    f"parameter {p.name!r} is {ptx.size_bytes} bytes in the kernel but {want} in the "
-                    f"signature: {sig.c_prototype()}"
-                )
-        for j, ptx in enumerate(params[len(sig.params):]):
-            if ptx.size_bytes and ptx.size_bytes != TENSOR_MAP_BYTES:
-                return (
-                    f"parameter {len(sig.params) + j} (tensor map {j}) is {ptx.size_bytes} bytes in the kernel; "
-                    f"a tensor map is a {TENSOR_MAP_BYTES}-byte `const __grid_constant__ CUtensorMap` passed by value"
-                )
-        return None
-
-    def resolve(self, candidate: Candidate, compiled: CompileResult, case: Case) -> ResolvedLaunch:
-        """The candidate's launch for ``case`` on this device.
-
-        Raises:
-            LaunchConfigError: the launch is invalid (shape, limits, shared memory).
-        """
-        scalars = {**case.scalars, **{k: v for k, v in candidate.params.items() if not isinstance(v, str)}}
-        launch = resolve(candidate.launch.for_case(case.name), scalars, self.limits, case.name)
-        if launch.tensor_maps:
-            self._check_maps(launch, compiled, case)
-        static_shared = sum((r.shared_bytes or 0) for r in compiled.resources.values())
-        if launch.shared_bytes + static_shared > self.limits.max_shared_bytes_per_block_optin:
-            raise LaunchConfigError(
-                f"case {case.name!r}: {launch.shared_bytes} B dynamic + {static_shared} B "
-                f"static shared memory exceeds the device's "
-                f"{self.limits.max_shared_bytes_per_block_optin} B per block"
-            )
-        return launch
-
-    def _check_maps(self, launch: ResolvedLaunch, compiled: CompileResult, case: Case) -> None:
-        """The launch's tensor maps: a harness that encodes them, one kernel parameter each, and
-        each within its buffer (:func:`~.tensor_maps.check_tensor_maps`)."""
-        if self.harness.binary is not None and TENSOR_MAPS not in self.features:
-            raise LaunchConfigError(
-                f"case {case.name!r}: the launch has tensor maps, but this kernelopt-harness is too old to "
-                f"encode them (its features lack {TENSOR_MAPS!r}): rebuild it with `pip install .`"
-            )
-        params = compiled.entries.get(self.workload.signature.entry)
-        want = len(self.workload.signature.params) + len(launch.tensor_maps)
-        if params is not None and len(params) != want:
-            raise LaunchConfigError(
-                f"case {case.name!r}: the launch passes {len(launch.tensor_maps)} tensor map(s), so the kernel "
-                f"takes {want} parameters, but it has {len(params)}: one `const __grid_constant__ CUtensorMap` "
-                "per map after the signature's parameters"
-            )
-        check_tensor_maps(launch, self.workload, case)
 
     def request(self, job: CaseJob, module: Path, options: EvaluateOptions | None = None) -> RunRequest:
         """The harness request of ``job`` with the session's data, support and check modules."""
@@ -349,9 +304,9 @@ class Session:
             guard_bytes=o.guard_bytes, flush_l2=o.flush_l2,
             # every request names it once loaded: the harness keeps one module per path, and a request
             # without it would unload it (and blocking timing cannot run without its ko_spin)
-            support=self.support,
+            support=self.record.support,
             input_cache="input_cache" in self.features,
-            check_module=self.check_module,
+            check_module=self.record.check_module,
         )
 
     def harness_binary(self) -> Path:
@@ -363,7 +318,7 @@ class Session:
     def kept_keys(self, data: DataSet, case: Case) -> dict[str, str]:
         """For the CUDA reference's run on ``case`` of ``data``: output -> the key under which the
         harness keeps it on the device as the expected values (empty: written to files)."""
-        if case.name not in self.device_kept:
+        if case.name not in self.record.device_kept:
             return {}
         return {p.name: data.kept_key(self.workload, case.name, p.name) for p in self.workload.signature.outputs}
 
@@ -373,11 +328,15 @@ class Session:
         if not timing:
             return o.timeout_s
         # Allow the launches a generous multiple of the reference's time (or 1 s each).
-        per_launch_s = max(self.reference_medians.get(case.name, 0.0) * 1e-3 * 20, 1.0)
+        per_launch_s = max(self.record.reference_medians.get(case.name, 0.0) * 1e-3 * 20, 1.0)
         # + the check and confirm launches, and the reference on each checked launch
         launches = o.warmup + o.iterations + 3 + o.checked_launches
         adaptive_s = o.adaptive_max_ms * 1e-3 * 2 if o.adaptive_rse else 0.0
         return o.timeout_s + adaptive_s + min(per_launch_s * launches, 600.0)
+
+    def run_tag(self, name: str) -> str:
+        """The next run's name (of candidate ``name``): its requests and outputs go under it."""
+        return f"{next(self._runs):04d}-{name}"
 
     def out_dir(self, tag: str, case: Case) -> Path:
         out_dir = self.workdir / "outputs" / tag / case.name

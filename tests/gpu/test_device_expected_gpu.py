@@ -66,7 +66,7 @@ def test_kept_tolerances_match_numpys_and_candidates_are_judged_against_the_kept
             wl, proc, device, workdir=tmp_path / "kept", seed=21, options=EvaluateOptions(**OPTS),  # type: ignore[arg-type]
         ) as s:
             prepare(s)
-            assert s.device_kept == {CASE}, "the harness has device_expected and the input cache"
+            assert s.record.device_kept == {CASE}, "the harness has device_expected and the input cache"
             kept = s.data.refs[CASE]["c"]
             assert kept.kept and kept.path is None and CASE not in s.expected
             assert not list((tmp_path / "kept" / "expected").rglob(f"{CASE}/*")), "nothing written"
@@ -78,7 +78,7 @@ def test_kept_tolerances_match_numpys_and_candidates_are_judged_against_the_kept
             options=EvaluateOptions(**OPTS, device_expected=False),  # type: ignore[arg-type]
         ) as f:
             prepare(f)
-            assert f.device_kept == frozenset() and f.data.refs[CASE]["c"].path is not None
+            assert f.record.device_kept == frozenset() and f.data.refs[CASE]["c"].path is not None
             want = thresholds(f.expected[CASE]["c"], wl.spec.tolerance_for("c"))
             files_ms = dict(f.prepare_ms)
     finally:

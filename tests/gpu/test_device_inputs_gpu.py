@@ -37,7 +37,7 @@ def _expected(harness_binary: Path, device: DeviceInfo, tmp_path: Path, seed: in
             wl, proc, device, workdir=tmp_path, seed=seed, options=EvaluateOptions(**OPTS, **options),  # type: ignore[arg-type]
         ) as s:
             prepare(s, time_reference=False)
-            return s.device_cases, np.array(s.expected["n_2e25"]["c"]), dict(s.prepare_ms)
+            return s.record.device_cases, np.array(s.expected["n_2e25"]["c"]), dict(s.prepare_ms)
     finally:
         shutil.rmtree(tmp_path, ignore_errors=True)  # GBs of outputs and expected values: the disk is shared
 
@@ -48,7 +48,7 @@ def test_performance_inputs_drawn_on_the_device_have_the_generators_moments_and_
     wl = find_workload("vector_add", Settings())
     with Session(wl, proc, device, workdir=tmp_path / "w", seed=11, options=EvaluateOptions(**OPTS)) as s:  # type: ignore[arg-type]
         result = evaluate(s, initial_candidate(wl))
-        assert s.device_cases == {"n_2e25", "n_2e27"}
+        assert s.record.device_cases == {"n_2e25", "n_2e27"}
         assert not list((tmp_path / "w" / "inputs").glob("n_2e2*/*.bin")), "no host copy of a drawn input"
         for case in ("n_2e25", "n_2e27"):
             c = np.asarray(s.expected[case]["c"], dtype=np.float64)

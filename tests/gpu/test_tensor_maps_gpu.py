@@ -15,7 +15,7 @@ import pytest
 
 from kernelopt_mcp import Candidate, EvaluateOptions, HarnessProcess, Session, Settings, Status
 from kernelopt_mcp.config import find_workload
-from kernelopt_mcp.evaluation import session as session_mod
+from kernelopt_mcp.evaluation import build as build_mod
 from kernelopt_mcp.evaluation.device import DeviceInfo
 from kernelopt_mcp.evaluation.evaluate import evaluate, prepare
 from kernelopt_mcp.launch import LaunchSpec
@@ -151,7 +151,7 @@ def test_a_map_past_its_buffer_is_refused_before_any_launch(vector_add: Session,
     assert not [name for name in sent if name.endswith("-past")], sent
     # the harness's own rule, with Python's check out of the way: a bad_request before the first
     # launch (a launch would store tiles into c's guard bytes: out_of_bounds_write, not this)
-    monkeypatch.setattr(session_mod, "check_tensor_maps", lambda *args: None)
+    monkeypatch.setattr(build_mod, "check_tensor_maps", lambda *args: None)
     result = evaluate(vector_add, Candidate(TMA_KERNEL, tma_launch("n + 4096"), [], "past_harness"), benchmark=False)
     assert result.status is Status.invalid_launch, result.message
     assert all(c.status is Status.invalid_launch and "the harness refused a tensor map" in (c.message or "")

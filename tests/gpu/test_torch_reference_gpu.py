@@ -64,8 +64,8 @@ def test_the_module_on_the_gpu_is_the_reference_of_device_drawn_inputs(
         honest = evaluate(ev, Candidate(kernel(), launch, [], "honest"))
         dropped = evaluate(ev, Candidate(IGNORES_B, launch, [], "ignores b"), benchmark=False)
         lazy = evaluate(ev, Candidate(LAZY, launch, [], "lazy"))
-        assert ev.device_cases == {"one", "odd_1001", "n_4096"}  # every input drawn by the harness
-        assert ev.expected_from.startswith("PyTorch ") and device.name in ev.expected_from
+        assert ev.record.device_cases == {"one", "odd_1001", "n_4096"}  # every input drawn by the harness
+        assert ev.record.expected_from.startswith("PyTorch ") and device.name in ev.record.expected_from
     assert honest.status is Status.ok, honest.message
     assert dropped.status is Status.mismatch, dropped.message
     # the timed launches checked against PyTorch on the draws they got: 3 samples and the confirm launch
