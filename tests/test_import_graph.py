@@ -234,10 +234,10 @@ LAYERS: dict[str, set[str]] = {
         "_torch_reference_child", "_child_answer", "torch_fill",
         "suite_table",
         "suite", "docs", "docs.bm25",
-        "docs.live", "docs.search", "results",
+        "docs.live", "docs.search", "results", "caches",
     },
-    "app": {"app", "", "ray_devices"},  # "": the package's __init__ (the public API, loaded lazily)
-    "service": {"service", "server_config", "gpu_queue", "admission", "quota", "workspace", "torch_workspace", "caches"},
+    "app": {"app", "", "ray_devices", "workflows"},  # "": the package's __init__ (the public API, loaded lazily)
+    "service": {"service", "server_config", "gpu_queue", "admission", "quota", "workspace", "torch_workspace"},
     "entry": {
         "cli", "cli_io", "cli_parser", "completion", "progress_bar", "render", "torch_cli", "kernelbench_cli", "__main__", "server",
     },  # and every server.* module
