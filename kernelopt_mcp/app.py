@@ -52,9 +52,9 @@ if TYPE_CHECKING:
 __all__ = [
     "beside_pytorch", "cache_info", "calibrate_gpu", "candidate", "clear_cache", "compile_cache", "compile_file",
     "compile_source", "default_profile_case", "evaluate_kernel", "evaluate_options", "freeze_workload", "gpu_info",
-    "harness_binary", "load_workload", "open_harness", "open_session", "profile_dir", "profile_kernel", "profile_options",
-    "sanitizer_binary", "search_docs", "settings_from_env", "target_arch", "torch_baselines", "tune_cache", "tune_kernel",
-    "warn_if_unconfined_compiles",
+    "harness_binary", "open_harness", "open_session", "profile_dir", "profile_kernel", "profile_options",
+    "resolve_workload", "sanitizer_binary", "search_guidance", "settings_from_env", "target_arch", "torch_baselines",
+    "tune_cache", "tune_kernel", "warn_if_unconfined_compiles",
 ]
 
 #: ``arch`` when neither the caller, the settings nor a GPU names one
@@ -78,7 +78,7 @@ def warn_if_unconfined_compiles(settings: Settings) -> None:
     warn_if_unconfined(settings.compile_limits())
 
 
-def load_workload(settings: Settings, name_or_path: str | Path) -> Workload:
+def resolve_workload(settings: Settings, name_or_path: str | Path) -> Workload:
     """A workload by bundled or configured name, or from a directory or workload.json path
     (raises WorkloadError naming the known ones)."""
     return find_workload(name_or_path, settings)
@@ -138,7 +138,7 @@ def profile_dir(root: Path, workload: Workload, candidate: Candidate, case: str)
     return root / f"{time.strftime('%Y%m%d-%H%M%S')}-{workload.name}-{candidate.name}-{case}"
 
 
-def search_docs(
+def search_guidance(
     settings: Settings, query: str, *, arch: str | None = None, limit: int = 8, offline: bool | None = None,
     progress: Callable[[str], None] | None = None,
 ) -> DocsSearchResult:

@@ -134,7 +134,7 @@ def cmd_evaluate(args: argparse.Namespace, out: Console) -> int:
     from .workflows import compare_with_pytorch, evaluate_files
 
     settings = _settings(args)
-    workload = app.load_workload(settings, args.workload)
+    workload = app.resolve_workload(settings, args.workload)
     # several kernels share one session: the same inputs, expected outputs and reference timing
     kernels = [k for k in [args.kernel, *args.more_kernels] if k]
     quiet = args.json
@@ -190,7 +190,7 @@ def cmd_docs(args: argparse.Namespace, out: Console) -> int:
         if not args.json:
             out.print(f"[dim]… {escape(message)}[/]", highlight=False)
 
-    result = app.search_docs(
+    result = app.search_guidance(
         _settings(args), " ".join(args.query), arch=args.arch, limit=args.n, offline=True if args.offline else None,
         progress=progress,
     )
@@ -209,7 +209,7 @@ def cmd_tune(args: argparse.Namespace, out: Console) -> int:
     from .workflows import tune_files
 
     settings = _settings(args)
-    workload = app.load_workload(settings, args.workload)
+    workload = app.resolve_workload(settings, args.workload)
     quiet = args.json
     bar = ProgressBar(f"tuning {workload.name}", args.budget_evals, enabled=progress_wanted(args.progress))
 

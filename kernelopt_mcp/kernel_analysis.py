@@ -174,5 +174,5 @@ class KernelAnalysis:
                 pass
 
         return await self.state.run_long("docs", partial(
-            app.search_docs, self.state.settings, query, arch=target, limit=limit, offline=offline, progress=progress,
+            app.search_guidance, self.state.settings, query, arch=target, limit=limit, offline=offline, progress=progress,
         ))

@@ -98,7 +98,7 @@ def workload_table(settings: Settings) -> tuple[list[dict[str, Any]], list[dict[
     broken: list[dict[str, str]] = []
     for name, path in list_workloads(settings).items():
         try:
-            wl = app.load_workload(settings, path)
+            wl = app.resolve_workload(settings, path)
         except (KerneloptError, ValueError) as exc:
             broken.append({"name": name, "path": str(path), "error": str(exc)})
             continue
@@ -197,7 +197,7 @@ def profile_files(
     """One case (default: :func:`~kernelopt_mcp.app.default_profile_case`) of a kernel file (none:
     the starting kernel) under Nsight Compute, its report under ``output`` (default: a new
     directory under ./kernelopt-profiles). A bad option or a missing ncu is said before any GPU work."""
-    wl = app.load_workload(settings, workload)
+    wl = app.resolve_workload(settings, workload)
     candidate = candidate_from_files(wl, kernel, launch, options)
     profiling = app.profile_options(settings, clock_control=clock_control, section_set=section_set, timeout_s=timeout_s)
     device = app.gpu_info(settings)
