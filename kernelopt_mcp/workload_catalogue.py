@@ -16,7 +16,8 @@ from .device_pool import DevicePool
 from .errors import KerneloptError, did_you_mean
 from .freeze import frozen_workloads
 from .quota import WorkspaceQuota
-from .results import CreatedWorkload, WorkloadDescription, WorkloadList, WorkloadSummary, author_of, describe
+from .results import CreatedWorkload, WorkloadDescription, WorkloadList, WorkloadSummary, author_of
+from .results import describe as describe_workload
 from .server_config import NAME_RE, ServerConfig
 from .server_state import ServerState
 from .workload import Workload, load_workload
@@ -96,7 +97,7 @@ class WorkloadCatalogue:
     async def describe(self, name: str) -> WorkloadDescription:
         """Everything needed to write a kernel for the workload (see the describe_workload tool)."""
         wl = await anyio.to_thread.run_sync(self.load, name)
-        return describe(wl, self.origin(wl.root or Path()))
+        return describe_workload(wl, self.origin(wl.root or Path()))
 
     async def create(
         self, spec: dict[str, Any], reference_cu: str | None, initial_cu: str | None, overwrite: bool,
