@@ -38,7 +38,7 @@ else
   ruff check --output-format concise . || status=1
 fi
 
-echo "== mypy ($(mypy --version)): strict on kernelopt_mcp/evaluation, app.py and workflows.py"
+echo "== mypy ($(mypy --version)): strict on kernelopt_mcp/evaluation and kernelopt_mcp/app.py"
 mypy || status=1
 # The GPU tests run only on a GPU machine, so CI never executes them: type-check them against the
 # library's API here (optional types left loose), or a renamed function breaks them unnoticed until
