@@ -152,7 +152,8 @@ def cmd_evaluate(args: argparse.Namespace, out: Console) -> int:
             iterations=args.iterations, flush_l2=not args.no_flush_l2, timeout_s=args.timeout,
             timing_mode=args.timing_mode, blocking=not args.no_blocking, adaptive_rse=args.adaptive, stop=args.stop,
             seed=args.seed, workdir=args.workdir, benchmark=not args.no_benchmark, sanitize=args.sanitize,
-            progress=progress, on_result=lambda done, kernel, checked: bar.update(done, message=f"{kernel.name}: {checked.status}"),
+            progress=progress,
+            on_result=lambda done, kernel, checked: bar.update(done, message=f"{kernel.name}: {checked.status}"),
         )
     # an imported PyTorch problem: eager and torch.compile timed beside it (after the harness is closed)
     beside = None if args.no_torch_baseline else compare_with_pytorch(settings, run, progress)
