@@ -31,8 +31,12 @@ __version__ = "0.1.0"
 if TYPE_CHECKING:
     from .app import (
         beside_pytorch,
+        cache_info,
         calibrate_gpu,
+        candidate,
+        clear_cache,
         compile_cache,
+        compile_file,
         compile_source,
         default_profile_case,
         evaluate_kernel,
@@ -42,11 +46,18 @@ if TYPE_CHECKING:
         harness_binary,
         open_harness,
         open_session,
+        profile_dir,
         profile_kernel,
+        profile_options,
+        resolve_workload,
+        sanitizer_binary,
+        search_guidance,
+        settings_from_env,
         target_arch,
         torch_baselines,
         tune_cache,
         tune_kernel,
+        warn_if_unconfined_compiles,
     )
     from .compiler import CompileResult, compile_kernel
     from .config import Settings, find_workload, list_workloads
@@ -91,9 +102,10 @@ if TYPE_CHECKING:
 
 _MODULES = {  # module under kernelopt_mcp -> the public names it defines
     "app": (
-        "beside_pytorch calibrate_gpu compile_cache compile_source default_profile_case evaluate_kernel evaluate_options "
-        "freeze_workload gpu_info harness_binary open_harness open_session profile_kernel target_arch torch_baselines "
-        "tune_cache tune_kernel"
+        "beside_pytorch cache_info calibrate_gpu candidate clear_cache compile_cache compile_file compile_source "
+        "default_profile_case evaluate_kernel evaluate_options freeze_workload gpu_info harness_binary open_harness "
+        "open_session profile_dir profile_kernel profile_options resolve_workload sanitizer_binary search_guidance "
+        "settings_from_env target_arch torch_baselines tune_cache tune_kernel warn_if_unconfined_compiles"
     ),
     "compiler": "CompileResult compile_kernel",
     "config": "Settings find_workload list_workloads",
@@ -145,9 +157,11 @@ __all__ = [  # noqa: RUF022 (grouped by what the names are for, sorted within a 
     "LaunchConfig", "LaunchSpec", "Settings", "TorchImportOptions", "TorchImportResult", "Workload", "WorkloadSpec",
     "find_workload", "import_torch_problem", "list_workloads", "load_parts", "load_workload",
     # the application layer (kernelopt_mcp.app)
-    "beside_pytorch", "calibrate_gpu", "compile_cache", "compile_source", "default_profile_case", "evaluate_kernel",
-    "evaluate_options", "freeze_workload", "gpu_info", "harness_binary", "open_harness", "open_session", "profile_kernel",
-    "target_arch", "torch_baselines", "tune_cache", "tune_kernel",
+    "beside_pytorch", "cache_info", "calibrate_gpu", "candidate", "clear_cache", "compile_cache", "compile_file",
+    "compile_source", "default_profile_case", "evaluate_kernel", "evaluate_options", "freeze_workload", "gpu_info",
+    "harness_binary", "open_harness", "open_session", "profile_dir", "profile_kernel", "profile_options", "resolve_workload",
+    "sanitizer_binary", "search_guidance", "settings_from_env", "target_arch", "torch_baselines", "tune_cache", "tune_kernel",
+    "warn_if_unconfined_compiles",
     # compiling, evaluating, profiling, tuning, documentation
     "Calibration", "Candidate", "CheckedEvaluation", "CompileResult", "DeviceInfo", "DocsSearchResult",
     "EvaluateOptions", "EvaluationResult", "HarnessProcess", "OutputComparison", "ProfileOptions", "ProfileSummary",

@@ -1,16 +1,19 @@
 """The application layer: what kernelopt can do, as plain functions over one :class:`Settings`.
 
-The command line (:mod:`kernelopt_mcp.cli`) and the MCP server's engine
-(:mod:`kernelopt_mcp.service`) both call these, so the caches, the evaluation options and the
-prepared :class:`~kernelopt_mcp.evaluation.session.Session` are built in one place, from the
-settings the entry point made (flags > environment > defaults). The CLI adds argument parsing
-and rendering; the service adds the GPU queue, cancellation and path confinement.
+The command line (:mod:`kernelopt_mcp.cli`, through :mod:`kernelopt_mcp.workflows`) and the MCP
+server's engine (:mod:`kernelopt_mcp.service`) both call these, so the caches, the evaluation
+options, a candidate, the checks before any GPU work (the profiler and the sanitizer found, the
+profile options checked) and the prepared :class:`~kernelopt_mcp.evaluation.session.Session`
+are built in one place, from the settings the entry point made (flags > environment >
+defaults). The CLI adds argument parsing and rendering; the service adds the GPU queue,
+cancellation and path confinement.
 """
 
 from __future__ import annotations
 
 import shutil
 import tempfile
+import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import replace
@@ -18,13 +21,16 @@ from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from .compile_pool import default_pool
+from .caches import cache_info, clear_cache
+from .compile_pool import default_pool, warn_if_unconfined
 from .compiler import CompileCache, CompileResult, cached_compile, compile_kernel
-from .config import Settings, parse_devices
+from .config import Settings, find_workload, parse_devices
 from .errors import DeviceUnavailable, KerneloptError
-from .evaluation.candidate import Candidate, EvaluateOptions, ProgressFn
+from .evaluation.candidate import Candidate, EvaluateOptions, ProgressFn, initial_candidate
 from .evaluation.device import DeviceInfo, device_info
 from .evaluation.harness import HarnessProcess, find_harness
+from .files import read_text
+from .launch import LaunchSpec
 from .results import CheckedEvaluation, CompileOutput, compile_output
 from .torch_comparison import TorchComparison
 from .workload import Workload
@@ -32,6 +38,7 @@ from .workload import Workload
 # The evaluation, tuning, profiling and freezing stacks are imported by the functions that use
 # them: `kernelopt compile` and `kernelopt --help` start without them (tests/test_startup.py).
 if TYPE_CHECKING:
+    from .docs import DocsSearchResult
     from .evaluation.calibrate import Calibration
     from .evaluation.session import Session
     from .freeze import FrozenWorkload, RequestsOnly
@@ -44,13 +51,110 @@ if TYPE_CHECKING:
     from .tune.workers import LocalWorker, Worker
 
 __all__ = [
-    "beside_pytorch", "calibrate_gpu", "compile_cache", "compile_source", "default_profile_case", "evaluate_kernel",
-    "evaluate_options", "freeze_workload", "gpu_info", "harness_binary", "open_harness", "open_session",
-    "profile_kernel", "target_arch", "torch_baselines", "tune_cache", "tune_kernel",
+    "beside_pytorch", "cache_info", "calibrate_gpu", "candidate", "clear_cache", "compile_cache", "compile_file",
+    "compile_source", "default_profile_case", "evaluate_kernel", "evaluate_options", "freeze_workload", "gpu_info",
+    "harness_binary", "open_harness", "open_session", "profile_dir", "profile_kernel", "profile_options",
+    "resolve_workload", "sanitizer_binary", "search_guidance", "settings_from_env", "target_arch", "torch_baselines",
+    "tune_cache", "tune_kernel", "warn_if_unconfined_compiles",
 ]
 
 #: ``arch`` when neither the caller, the settings nor a GPU names one
 DEFAULT_ARCH = "sm_90"
+
+
+# --- what a request starts from: settings, a workload, a candidate, the tools it needs ----------
+
+
+def settings_from_env(**overrides: Any) -> Settings:
+    """An entry point's settings: the environment's (``KERNELOPT_*``), ``overrides`` (its flags,
+    where not None) first; says at once when compiles under them will run unconfined."""
+    settings = Settings.from_env(**overrides)
+    warn_if_unconfined_compiles(settings)
+    return settings
+
+
+def warn_if_unconfined_compiles(settings: Settings) -> None:
+    """Where compiles under ``settings`` will run unconfined because the user accepted it, say so
+    now (once, on stderr): at the entry point's start-up, not at the first compile."""
+    warn_if_unconfined(settings.compile_limits())
+
+
+def resolve_workload(settings: Settings, name_or_path: str | Path) -> Workload:
+    """A workload by bundled or configured name, or from a directory or workload.json path
+    (raises WorkloadError naming the known ones)."""
+    return find_workload(name_or_path, settings)
+
+
+def candidate(
+    workload: Workload, source: str | None, launch: LaunchSpec | None, compile_options: Sequence[str] | None = None,
+    *, name: str = "candidate",
+) -> Candidate:
+    """``source`` with ``launch`` and ``compile_options``; without ``source``, the workload's
+    starting kernel with ``launch`` and ``compile_options`` in place of its own where given.
+
+    Raises:
+        WorkloadError: no ``source`` and the workload has no starting kernel.
+        ValueError: ``source`` without ``launch``.
+    """
+    if source is None:
+        start = initial_candidate(workload)
+        return replace(start, launch=launch or start.launch, compile_options=list(compile_options or start.compile_options))
+    if launch is None:
+        raise ValueError(f"{name}: a kernel source needs its launch spec")
+    return Candidate(source, launch, list(compile_options or []), name)
+
+
+def profile_options(
+    settings: Settings, *, clock_control: str = "none", section_set: str = "curated", timeout_s: float | None = None,
+) -> ProfileOptions:
+    """How to profile, checked, with the settings' ``ncu`` found: call it before any GPU work, so
+    a bad option or a missing Nsight Compute is said at once. Blocking (looks for ncu).
+
+    Raises:
+        ValueError: an unknown clock control or section set.
+        ToolchainNotFound: ncu is not installed (says how to install it or point at it).
+    """
+    from .profiler import ProfileOptions, find_ncu
+
+    options = ProfileOptions(
+        ncu=settings.ncu, clock_control=clock_control, section_set=section_set,
+        timeout_s=timeout_s or settings.profile_timeout_s,
+    )
+    options.check()
+    options.ncu = find_ncu(settings.ncu)
+    return options
+
+
+def sanitizer_binary(settings: Settings) -> Path:
+    """compute-sanitizer, found as the settings say: call it before any GPU work, so a missing one
+    is said at once (raises ToolchainNotFound). Blocking (looks for the binary)."""
+    from .sanitizer import find_sanitizer
+
+    return find_sanitizer(settings.sanitizer, cuda_home=settings.cuda_home)
+
+
+def profile_dir(root: Path, workload: Workload, candidate: Candidate, case: str) -> Path:
+    """Where a profile of ``candidate`` on ``case`` goes under ``root``: a directory named by the
+    time, the workload, the kernel and the case."""
+    return root / f"{time.strftime('%Y%m%d-%H%M%S')}-{workload.name}-{candidate.name}-{case}"
+
+
+def search_guidance(
+    settings: Settings, query: str, *, arch: str | None = None, limit: int = 8, offline: bool | None = None,
+    progress: Callable[[str], None] | None = None,
+) -> DocsSearchResult:
+    """Ranked CUDA optimization guidance for ``query``; passages for ``arch`` first (default: the
+    settings' arch, else this GPU's unless the search is offline, else none). Network trouble
+    is the result's message, never an exception."""
+    from .docs import search_docs as search
+
+    arch = arch or settings.arch
+    if arch is None and not offline and not settings.docs_offline:
+        try:
+            arch = gpu_info(settings).arch
+        except KerneloptError:
+            arch = None
+    return search(query, arch=arch, limit=limit, settings=settings, offline=offline, progress=progress)
 
 
 # --- the machine: harness, GPU, caches -------------------------------------------------------
@@ -128,6 +232,18 @@ def target_arch(settings: Settings, arch: str | None) -> tuple[str, str]:
     except KerneloptError:
         return DEFAULT_ARCH, "default, no GPU found; pass arch to target another GPU"
     return info.arch, f"this GPU ({info.name})"
+
+
+def compile_file(
+    settings: Settings, path: Path, arch: str | None, *, options: Sequence[str] = (),
+) -> tuple[CompileResult, CompileOutput]:
+    """Compile the kernel in ``path`` for ``arch`` (default: :func:`target_arch`'s) through the
+    compile cache; the output has the MCP compile tool's shape."""
+    source = read_text(path, "kernel source", KerneloptError)
+    target, arch_from = target_arch(settings, arch)
+    return compile_source(
+        settings, source, target, arch_from=arch_from, options=options, filename=path.name, cache=compile_cache(settings),
+    )
 
 
 def compile_source(

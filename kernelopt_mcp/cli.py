@@ -1,5 +1,6 @@
 """The ``kernelopt`` command line: each command parses its arguments, makes one settings object,
-calls the application layer (:mod:`kernelopt_mcp.app`) and prints the result.
+calls the application layer (:mod:`kernelopt_mcp.app`, or :mod:`kernelopt_mcp.workflows` where
+the arguments are files) and prints the result.
 
 Each command imports what it needs when it runs, and the parser (:mod:`kernelopt_mcp.cli_parser`)
 adds the arguments of the command named only: ``kernelopt --help`` and ``kernelopt compile`` start
@@ -12,25 +13,20 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from .cli_io import answer_errors_in_json, consoles, fail, join_option_values
 from .cli_parser import COMMANDS, Command, build_parser, command_named
-from .compile_options import OptionError
 from .errors import KerneloptError
-from .files import missing_path_message, read_json, read_text
+from .files import missing_path_message
 from .progress_bar import ProgressBar, progress_wanted
 
 if TYPE_CHECKING:
     from rich.console import Console
 
     from .config import Settings
-    from .evaluation.candidate import Candidate
-    from .launch import LaunchSpec
-    from .workload import Workload
 
 __all__ = ["COMMANDS", "Command", "build_parser", "main"]
 
@@ -38,18 +34,15 @@ EXIT_OK, EXIT_FAILED, EXIT_ERROR = 0, 1, 2
 
 
 def _settings(args: argparse.Namespace) -> Settings:
-    from .compile_pool import warn_if_unconfined
-    from .config import Settings
+    from . import app
 
-    settings = Settings.from_env(
+    return app.settings_from_env(
         harness=getattr(args, "harness", None),
         device=getattr(args, "device", None),
         arch=getattr(args, "arch", None),
         ncu=getattr(args, "ncu", None),
         unconfined_compiler=getattr(args, "unconfined_compiler", None),
     )
-    warn_if_unconfined(settings.compile_limits())
-    return settings
 
 
 def cmd_gpu(args: argparse.Namespace, out: Console) -> int:
@@ -97,23 +90,9 @@ def cmd_workloads(args: argparse.Namespace, out: Console) -> int:
     from rich.markup import escape
     from rich.table import Table
 
-    from .config import find_workload, list_workloads
+    from .workflows import workload_table
 
-    settings = _settings(args)
-    rows: list[dict[str, Any]] = []
-    broken: list[dict[str, str]] = []
-    for name, path in list_workloads(settings).items():
-        try:
-            wl = find_workload(path, settings)
-        except (KerneloptError, ValueError) as exc:
-            broken.append({"name": name, "path": str(path), "error": str(exc)})
-            continue
-        kinds = [c.kind for c in wl.spec.cases]
-        rows.append({
-            "name": name, "path": str(path), "description": wl.spec.description,
-            "correctness_cases": kinds.count("correctness"), "performance_cases": kinds.count("performance"),
-            "signature": wl.signature.c_prototype(),
-        })
+    rows, broken = workload_table(_settings(args))
     status = EXIT_FAILED if broken else EXIT_OK
     if args.json:
         print(json.dumps(rows + broken, indent=2))
@@ -135,14 +114,8 @@ def cmd_compile(args: argparse.Namespace, out: Console) -> int:
 
     from . import app
 
-    settings = _settings(args)
-    source = read_text(Path(args.file), "kernel source", KerneloptError)
-    arch, arch_from = app.target_arch(settings, args.arch)
     # the same shape as the MCP compile tool's output (results.CompileOutput)
-    result, output = app.compile_source(
-        settings, source, arch, arch_from=arch_from, options=args.option or [], filename=Path(args.file).name,
-        cache=app.compile_cache(settings),
-    )
+    result, output = app.compile_file(_settings(args), Path(args.file), args.arch, options=args.option or [])
     if args.ptx and result.ptx:
         Path(args.ptx).write_text(result.ptx)
     if args.cubin and result.cubin:
@@ -155,73 +128,17 @@ def cmd_compile(args: argparse.Namespace, out: Console) -> int:
     return EXIT_OK if result.ok else EXIT_FAILED
 
 
-def _candidate(args: argparse.Namespace, workload: Workload, kernel: str | None = None) -> Candidate:
-    """KERNEL.cu (``kernel``, else args.kernel) with --launch, else ``<name>.launch.json`` beside it
-    (a launch spec, or {"launch": ..., "compile_options": [...]}), else the initial kernel's
-    launch; or the initial kernel."""
-    from .evaluation.candidate import Candidate, initial_candidate
-
-    kernel = kernel or args.kernel
-    if kernel:
-        source = read_text(Path(kernel), "kernel source", KerneloptError)
-        beside = Path(kernel).with_name(Path(kernel).stem + ".launch.json")
-        options = list(args.option or [])
-        if args.launch:
-            launch = _launch(Path(args.launch), read_json(Path(args.launch), KerneloptError))
-        elif beside.is_file():
-            data = read_json(beside, KerneloptError)
-            if isinstance(data, dict) and "launch" in data:
-                launch = _launch(beside, data["launch"])
-                options += list(data.get("compile_options") or [])
-            else:
-                launch = _launch(beside, data)
-        elif workload.spec.initial is not None:
-            launch = workload.spec.initial.launch
-        else:
-            raise KerneloptError("no launch configuration: pass --launch LAUNCH.json")
-        return Candidate(source, launch, options, Path(kernel).stem)
-    candidate = initial_candidate(workload)
-    if args.launch:
-        candidate.launch = _launch(Path(args.launch), read_json(Path(args.launch), KerneloptError))
-    return candidate
-
-
-def _launch(path: Path, data: object) -> LaunchSpec:
-    """A launch spec read from ``path``; an error names the file and the field, one line each."""
-    from pydantic import ValidationError
-
-    from .errors import format_validation_error
-    from .launch import LaunchSpec
-
-    try:
-        return LaunchSpec.model_validate(data)
-    except ValidationError as exc:
-        raise KerneloptError(format_validation_error(exc, str(path))) from None
-
-
 def cmd_evaluate(args: argparse.Namespace, out: Console) -> int:
-    from rich.markup import escape
-
     from . import app
-    from .config import find_workload
-    from .evaluation.evaluate import preparation_text, prepare
-    from .render import print_evaluation, print_torch_baseline
-    from .results import CheckedEvaluation
-    from .sanitizer import find_sanitizer
-    from .torch_baseline import compare
+    from .render import print_evaluations
+    from .workflows import compare_with_pytorch, evaluate_files
 
     settings = _settings(args)
-    workload = find_workload(args.workload, settings)
+    workload = app.resolve_workload(settings, args.workload)
     # several kernels share one session: the same inputs, expected outputs and reference timing
-    candidates = [_candidate(args, workload, k) for k in [args.kernel, *args.more_kernels] if k] or [_candidate(args, workload)]
-    device = app.gpu_info(settings)
-    options = app.evaluate_options(
-        settings, warmup=args.warmup, iterations=args.iterations, flush_l2=not args.no_flush_l2,
-        timeout_s=args.timeout, timing_mode=args.timing_mode, blocking=not args.no_blocking,
-        adaptive_rse=args.adaptive, stop=args.stop,
-    )
+    kernels = [k for k in [args.kernel, *args.more_kernels] if k]
     quiet = args.json
-    bar = ProgressBar(f"evaluating on {workload.name}", len(candidates), enabled=progress_wanted(args.progress))
+    bar = ProgressBar(f"evaluating on {workload.name}", len(kernels) or 1, enabled=progress_wanted(args.progress))
 
     def progress(message: str, done: int, total: int) -> None:
         if bar.active:
@@ -229,69 +146,35 @@ def cmd_evaluate(args: argparse.Namespace, out: Console) -> int:
         elif not quiet:
             out.print(f"[dim]… {message}[/]", highlight=False)
 
-    sanitizer = find_sanitizer(settings.sanitizer, cuda_home=settings.cuda_home) if args.sanitize else None  # say at once when it is missing
-    done: list[CheckedEvaluation] = []
-    with bar, app.open_harness(settings) as proc, app.open_session(
-        settings, workload, proc, device, options=options, seed=args.seed,
-        workdir=Path(args.workdir) if args.workdir else None, progress=progress,
-    ) as session:
-        prepare(session, time_reference=not args.no_benchmark)
-        for candidate in candidates:
-            done.append(app.evaluate_kernel(
-                session, candidate, benchmark=not args.no_benchmark, sanitizer=sanitizer,
-                sanitizer_dir=session.workdir / "sanitizer" / candidate.name,
-            ))
-            bar.update(len(done), message=f"{candidate.name}: {done[-1].status}")
-        reference = session.reference_result
-        prepared = dict(session.prepare_ms)
+    with bar:
+        run = evaluate_files(
+            settings, workload, kernels, launch=args.launch, options=args.option, warmup=args.warmup,
+            iterations=args.iterations, flush_l2=not args.no_flush_l2, timeout_s=args.timeout,
+            timing_mode=args.timing_mode, blocking=not args.no_blocking, adaptive_rse=args.adaptive, stop=args.stop,
+            seed=args.seed, workdir=args.workdir, benchmark=not args.no_benchmark, sanitize=args.sanitize,
+            progress=progress,
+            on_result=lambda done, kernel, checked: bar.update(done, message=f"{kernel.name}: {checked.status}"),
+        )
     # an imported PyTorch problem: eager and torch.compile timed beside it (after the harness is closed)
-    baselines = None if args.no_benchmark or args.no_torch_baseline else app.torch_baselines(settings, workload, device, options, progress)
-    payloads = [{**checked.as_json(reference), "preparation_ms": prepared} for checked in done]
-    if baselines is not None:
-        for payload, checked in zip(payloads, done, strict=True):
-            payload["torch_baseline"] = compare(checked.result, baselines).model_dump(mode="json")
-    if args.json:
-        print(json.dumps(payloads[0] if len(payloads) == 1 else payloads, indent=2))
-    else:
-        for checked in done:
-            print_evaluation(out, checked, reference, sanitize_asked=args.sanitize)
-            if baselines is not None:
-                print_torch_baseline(out, compare(checked.result, baselines))
-        if prepared:
-            out.print(f"[dim]{escape(preparation_text(prepared))}[/]", highlight=False)
-    return EXIT_OK if all(checked.ok for checked in done) else EXIT_FAILED
+    beside = None if args.no_torch_baseline else compare_with_pytorch(settings, run, progress)
+    print_evaluations(out, run, beside, as_json=args.json, sanitize_asked=args.sanitize)
+    return EXIT_OK if run.ok else EXIT_FAILED
 
 
 def cmd_profile(args: argparse.Namespace, out: Console) -> int:
     from rich.markup import escape
 
-    from . import app
-    from .config import find_workload
-    from .profiler import ProfileOptions, find_ncu
+    from .workflows import profile_files
 
-    settings = _settings(args)
-    workload = find_workload(args.workload, settings)
-    candidate = _candidate(args, workload)
-    options = ProfileOptions(
-        ncu=settings.ncu, clock_control=args.clock_control, section_set=args.set,
-        timeout_s=args.timeout or settings.profile_timeout_s,
-    )
-    options.check()
-    options.ncu = find_ncu(settings.ncu)  # before any GPU work: say at once when ncu is missing
-    device = app.gpu_info(settings)
-    case = args.case or app.default_profile_case(workload)
-    out_dir = Path(args.output) if args.output else (
-        Path("kernelopt-profiles") / f"{time.strftime('%Y%m%d-%H%M%S')}-{workload.name}-{candidate.name}-{case}"
-    )
-
-    def progress(message: str, *_: int) -> None:
+    def progress(message: str) -> None:
         if not args.json:
             out.print(f"[dim]… {escape(message)}[/]", highlight=False)
 
-    with app.open_harness(settings) as proc, app.open_session(
-        settings, workload, proc, device, seed=args.seed, progress=progress,
-    ) as session:
-        summary = app.profile_kernel(session, candidate, case, out_dir, options, progress=progress)
+    summary = profile_files(
+        _settings(args), args.workload, kernel=args.kernel, launch=args.launch, options=args.option, case=args.case,
+        output=args.output, clock_control=args.clock_control, section_set=args.set, timeout_s=args.timeout,
+        seed=args.seed, progress=progress,
+    )
     if args.json:
         print(summary.model_dump_json(indent=2))
     else:
@@ -303,22 +186,13 @@ def cmd_docs(args: argparse.Namespace, out: Console) -> int:
     from rich.markup import escape
 
     from . import app
-    from .docs import search_docs
-
-    settings = _settings(args)
-    arch = args.arch or settings.arch
-    if arch is None and not args.offline and not settings.docs_offline:
-        try:
-            arch = app.gpu_info(settings).arch
-        except KerneloptError:
-            arch = None
 
     def progress(message: str) -> None:
         if not args.json:
             out.print(f"[dim]… {escape(message)}[/]", highlight=False)
 
-    result = search_docs(
-        " ".join(args.query), arch=arch, limit=args.n, settings=settings, offline=True if args.offline else None,
+    result = app.search_guidance(
+        _settings(args), " ".join(args.query), arch=args.arch, limit=args.n, offline=True if args.offline else None,
         progress=progress,
     )
     if args.json:
@@ -332,26 +206,11 @@ def cmd_tune(args: argparse.Namespace, out: Console) -> int:
     from rich.markup import escape
 
     from . import app
-    from .config import find_workload
-    from .evaluation.candidate import stop_rule
-    from .evaluation.inputs import new_input_seed
-    from .render import print_tune
-    from .tune.report import save_tuning
-    from .tune.spec import load_tunable, workload_tunable_path
-    from .tune.tuner import summary_line
+    from .render import print_tuning
+    from .workflows import tune_files
 
     settings = _settings(args)
-    workload = find_workload(args.workload, settings)
-    tunable = load_tunable(workload_tunable_path(workload, args.tunable), workload)
-    run_dir = Path(args.output) if args.output else (
-        Path("kernelopt-tune") / f"{time.strftime('%Y%m%d-%H%M%S')}-{workload.name}"
-    )
-    options = app.evaluate_options(
-        settings, warmup=args.warmup, iterations=args.iterations, flush_l2=not args.no_flush_l2, timeout_s=args.timeout,
-        stop=stop_rule(args.stop, warmup=args.warmup, iterations=args.iterations),
-    )
-    seed = new_input_seed() if args.seed is None else args.seed  # one seed: every device sees the same inputs
-    cache = app.tune_cache(settings, enabled=not args.no_cache)
+    workload = app.resolve_workload(settings, args.workload)
     quiet = args.json
     bar = ProgressBar(f"tuning {workload.name}", args.budget_evals, enabled=progress_wanted(args.progress))
 
@@ -367,22 +226,17 @@ def cmd_tune(args: argparse.Namespace, out: Console) -> int:
         else:
             out.print(f"[dim]    {escape(message)}[/]", highlight=False)
 
-    with bar, app.tune_pool(
-        settings, workload, devices=args.devices, one=args.device is not None, ray=args.ray, seed=seed, options=options,
-        progress=step if args.verbose and (bar.active or not quiet) else None,
-    ) as (session, workers):
-        result = app.tune_kernel(
-            session, tunable, strategy=args.strategy, budget_evals=args.budget_evals, budget_s=args.budget_s,
-            seed=args.tune_seed, cache=cache, progress=progress, early_stop=not args.time_all, workers=workers,
+    with bar:
+        tuning = tune_files(
+            settings, workload, tunable=args.tunable, output=args.output, devices=args.devices,
+            one_device=args.device is not None, ray=args.ray, warmup=args.warmup, iterations=args.iterations,
+            flush_l2=not args.no_flush_l2, timeout_s=args.timeout, stop=args.stop, seed=args.seed,
+            cache=not args.no_cache, strategy=args.strategy, budget_evals=args.budget_evals, budget_s=args.budget_s,
+            tune_seed=args.tune_seed, early_stop=not args.time_all, progress=progress,
+            steps=step if args.verbose and (bar.active or not quiet) else None,
         )
-    written = save_tuning(result, tunable, run_dir)
-    if args.json:
-        print(result.model_dump_json(indent=2, exclude={"best": {"compile"}, "untuned": {"compile"}}))
-        return EXIT_OK if result.best else EXIT_FAILED
-    print_tune(out, result, args.top)
-    out.print(f"saved in {escape(str(run_dir))}: {', '.join(written)}", highlight=False)
-    out.print(escape(summary_line(result)), highlight=False)
-    return EXIT_OK if result.best else EXIT_FAILED
+    print_tuning(out, tuning, args.top, as_json=args.json)
+    return EXIT_OK if tuning.result.best else EXIT_FAILED
 
 
 def cmd_schema(args: argparse.Namespace, out: Console) -> int:
@@ -402,12 +256,12 @@ def cmd_cache(args: argparse.Namespace, out: Console) -> int:
     from rich.markup import escape
     from rich.table import Table
 
-    from .caches import cache_info, clear_cache
+    from . import app
     from .render import size_text
 
     settings = _settings(args)
     if args.action == "info":
-        kinds = cache_info(settings)
+        kinds = app.cache_info(settings)
         if args.json:
             print(json.dumps({"location": str(settings.cache_root()), "kinds": [asdict(k) for k in kinds]}, indent=2))
             return EXIT_OK
@@ -422,7 +276,7 @@ def cmd_cache(args: argparse.Namespace, out: Console) -> int:
         return EXIT_OK
     if args.kind and args.action != "clear":
         raise KerneloptError(f"`kernelopt cache info` shows every kind; `kernelopt cache clear {args.kind}` clears one")
-    removed = clear_cache(settings, args.kind)
+    removed = app.clear_cache(settings, args.kind)
     if args.json:
         print(json.dumps({"location": str(settings.cache_root()), "removed": [asdict(k) for k in removed]}, indent=2))
         return EXIT_OK
@@ -475,7 +329,7 @@ def main(argv: list[str] | None = None, extra_commands: Mapping[str, Command] | 
         if args.command == "completion":
             return cmd_completion(args, out, extra, prog)
         return (getattr(args, "fn", None) or HANDLERS[args.command])(args, out)
-    except (KerneloptError, OptionError, ValueError) as exc:
+    except (KerneloptError, ValueError) as exc:  # OptionError, ExpressionError, pydantic's: ValueErrors
         return _fail(args, err, *_error_line(exc, args))
     except FileNotFoundError as exc:
         return _fail(args, err, missing_path_message(exc), "FileNotFoundError")

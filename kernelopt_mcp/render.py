@@ -1,9 +1,11 @@
-"""Rendering results for a terminal (rich): what the ``kernelopt`` commands print without --json."""
+"""Rendering results: what the ``kernelopt`` commands print (rich tables for a terminal, or the
+result's JSON under --json)."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
 from rich.markup import escape
@@ -16,9 +18,35 @@ from .results import CheckedEvaluation
 from .sanitizer import SANITIZER_ERROR, SanitizerReport
 from .torch_comparison import TorchComparison
 
+if TYPE_CHECKING:
+    from .workflows import Evaluations, Tuning
+
 __all__ = [
-    "print_calibration", "print_evaluation", "print_result", "print_sanitizer", "print_torch_baseline", "print_tune", "size_text",
+    "print_calibration", "print_evaluation", "print_evaluations", "print_result", "print_sanitizer", "print_torch_baseline",
+    "print_tune", "print_tuning", "size_text",
 ]
+
+
+def print_evaluations(
+    out: Console, run: Evaluations, beside: list[TorchComparison] | None, *, as_json: bool, sanitize_asked: bool,
+) -> None:
+    """Every kernel of a ``kernelopt evaluate`` (with PyTorch's times ``beside`` each, where
+    measured), then the preparation's times; as JSON, one object per kernel (one kernel: the object)."""
+    if as_json:
+        payloads = [{**checked.as_json(run.reference), "preparation_ms": run.preparation_ms} for checked in run.checked]
+        if beside is not None:
+            for payload, comparison in zip(payloads, beside, strict=True):
+                payload["torch_baseline"] = comparison.model_dump(mode="json")
+        print(json.dumps(payloads[0] if len(payloads) == 1 else payloads, indent=2))
+        return
+    for i, checked in enumerate(run.checked):
+        print_evaluation(out, checked, run.reference, sanitize_asked=sanitize_asked)
+        if beside is not None:
+            print_torch_baseline(out, beside[i])
+    if run.preparation_ms:
+        from .evaluation.evaluate import preparation_text
+
+        out.print(f"[dim]{escape(preparation_text(run.preparation_ms))}[/]", highlight=False)
 
 
 def print_evaluation(
@@ -164,6 +192,20 @@ def print_tune(out: Console, result: Any, top: int) -> None:
     out.print(table)
     if len(rows) > len(shown):
         out.print(f"[dim]({len(rows) - len(shown)} more rows in tune.csv)[/]")
+
+
+def print_tuning(out: Console, tuning: Tuning, top: int, *, as_json: bool) -> None:
+    """A ``kernelopt tune`` run: the ranked table, where it was saved and the summary line; as JSON,
+    the result (without the compiles' details)."""
+    from .tune.tuner import summary_line
+
+    result = tuning.result
+    if as_json:
+        print(result.model_dump_json(indent=2, exclude={"best": {"compile"}, "untuned": {"compile"}}))
+        return
+    print_tune(out, result, top)
+    out.print(f"saved in {escape(str(tuning.directory))}: {', '.join(tuning.written)}", highlight=False)
+    out.print(escape(summary_line(result)), highlight=False)
 
 
 def size_text(n: int) -> str:

@@ -41,7 +41,7 @@ class _WorkspaceConfig(Protocol):
 
 
 class Workspace(Protocol):
-    """What creating a workload needs of the server: a :class:`~kernelopt_mcp.service.KerneloptService`."""
+    """What creating a workload needs of the server: a :class:`~kernelopt_mcp.workload_catalogue.WorkloadCatalogue`."""
 
     @property
     def config(self) -> _WorkspaceConfig: ...

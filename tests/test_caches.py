@@ -38,7 +38,7 @@ def test_cli_and_server_share_the_compile_cache(tmp_path: Path, monkeypatch: pyt
     args = server_parser().parse_args(["--workspace", str(tmp_path / "ws")])
     config = config_from_args(args, {"XDG_CACHE_HOME": str(tmp_path / "xdg"), "HOME": str(tmp_path / "home")})
     service = KerneloptService(config)
-    assert service.compile_cache.directory == tmp_path / "xdg" / "kernelopt" / "compile"
+    assert service.state.compile_cache.directory == tmp_path / "xdg" / "kernelopt" / "compile"
 
 
 def _result(i: int) -> EvaluationResult:

@@ -235,10 +235,13 @@ LAYERS: dict[str, set[str]] = {
         "_torch_reference_child", "_child_answer", "torch_fill",
         "suite_table",
         "suite", "docs", "docs.bm25",
-        "docs.live", "docs.search", "results",
+        "docs.live", "docs.search", "results", "caches",
     },
-    "app": {"app", "", "ray_devices"},  # "": the package's __init__ (the public API, loaded lazily)
-    "service": {"service", "server_config", "gpu_queue", "admission", "quota", "workspace", "torch_workspace", "caches"},
+    "app": {"app", "", "ray_devices", "workflows"},  # "": the package's __init__ (the public API, loaded lazily)
+    "service": {
+        "service", "server_config", "server_state", "gpu_queue", "admission", "quota", "workspace", "torch_workspace",
+        "device_pool", "client_files", "workload_catalogue", "kernel_checks", "kernel_analysis", "frozen_runs",
+    },
     "entry": {
         "cli", "cli_io", "cli_parser", "completion", "progress_bar", "render", "torch_cli", "kernelbench_cli", "__main__", "server",
     },  # and every server.* module
@@ -273,3 +276,19 @@ def test_the_layer_check_has_teeth() -> None:
         assert "no layer" in str(exc)
     else:
         raise AssertionError("an unknown module must be refused")
+
+
+# The front ends stay thin (arguments -> one application call -> result): what a request needs
+# before the work (a candidate, the profiler and sanitizer found, options checked) and the server's
+# policy (confinement, quotas, names) live below them, in app.py, workflows.py and the service's
+# parts. How many project modules each imports, at any depth of the file, keeps that true.
+FRONT_END_MAX_IMPORTS = {"kernelopt_mcp.cli": 12, "kernelopt_mcp.service": 12}
+
+
+def test_the_front_ends_import_few_project_modules() -> None:
+    edges, _ = _graph()
+    counts = {module: sorted(edges[module]) for module in FRONT_END_MAX_IMPORTS}
+    over = {m: names for m, names in counts.items() if len(names) > FRONT_END_MAX_IMPORTS[m]}
+    assert over == {}, f"front ends importing more than {FRONT_END_MAX_IMPORTS}: {over}"
+    # the count has teeth: the command line imports app only inside its commands, and that is counted
+    assert "kernelopt_mcp.app" in counts["kernelopt_mcp.cli"]

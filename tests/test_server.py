@@ -368,7 +368,7 @@ async def test_the_hidden_inputs_cannot_be_read_even_under_a_root(tmp_path: Path
     async with in_memory_server(config) as (client, service):
         r = await client.call_tool("validate", {"workload": "tiny_add", "launch": ADD_LAUNCH, "source": kernel()})
         assert r.structured_content["status"] == "ok"
-        workdir = service._private
+        workdir = service.state.private_dir
         manifest = next(workdir.rglob("input_cases.json"))
         r = await client.call_tool("compile", {"path": str(manifest)})
         assert r.is_error and "hidden" in text(r), text(r)

@@ -158,7 +158,7 @@ async def test_same_named_workloads_of_two_clients_are_evaluated_apart(server: d
         assert a_run.structured_content["status"] == "ok", text(a_run)
         assert b_run.structured_content["status"] == "mismatch", text(b_run)
         assert (await alice.call_tool("validate", args)).structured_content["status"] == "ok"
-    sessions = next(iter(server["service"]._devices.values())).sessions
+    sessions = next(iter(server["service"].gpus.slots.values())).sessions
     assert {Path(k).parent.parent.name for k in sessions} == {"alice", "bob"}
 
 

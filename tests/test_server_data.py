@@ -308,7 +308,7 @@ async def test_replay_modules_are_capped_and_counted_before_they_are_written(set
         capped = await client.call_tool("replay_requests", {"workload": "tiny_add", "source": big_module_kernel(17),
                                                            "launch": ADD_LAUNCH, "into": "big"})
         assert capped.structured_content["status"] == "error" and "at most 16 MiB" in text(capped), text(capped)
-        service.quota.limit = service.quota.usage() + 2**20  # 1 MiB left
+        service.state.quota.limit = service.state.quota.usage() + 2**20  # 1 MiB left
         over = await client.call_tool("replay_requests", {"workload": "tiny_add", "source": big_module_kernel(2),
                                                          "launch": ADD_LAUNCH, "into": "quota"})
         assert over.is_error and "workspace quota" in text(over), text(over)

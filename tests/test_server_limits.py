@@ -110,7 +110,7 @@ async def test_a_compile_past_the_queue_is_refused_at_once_and_a_cancelled_one_f
             for i in range(2):
                 tg.start_soon(wait_in_queue, i)
             with anyio.fail_after(10):
-                while sum(service.rooms["compile"].waiting.values()) < 2:
+                while sum(service.state.rooms["compile"].waiting.values()) < 2:
                     await anyio.sleep(0.05)
             with anyio.fail_after(1.0):
                 busy = await client.call_tool("compile", {"source": bomb(200)})
@@ -119,11 +119,11 @@ async def test_a_compile_past_the_queue_is_refused_at_once_and_a_cancelled_one_f
             for scope in scopes:  # both waiting calls are cancelled by the client
                 scope.cancel()
             with anyio.fail_after(10):
-                while service.rooms["compile"].waiting:
+                while service.state.rooms["compile"].waiting:
                     await anyio.sleep(0.05)
             tg.start_soon(wait_in_queue, 2)  # their places are free again
             with anyio.fail_after(10):
-                while not service.rooms["compile"].waiting:
+                while not service.state.rooms["compile"].waiting:
                     await anyio.sleep(0.05)
             assert not done
             tg.cancel_scope.cancel()
@@ -137,24 +137,24 @@ async def test_queue_bounds_are_per_client_and_in_all(tmp_path: Path) -> None:
             async def compile_as(client: str, i: int) -> None:
                 CLIENT_ID.set(client)
                 started.append(client)
-                await service.compile(bomb(300 + i), None, "sm_90", None)
+                await service.checks.compile(bomb(300 + i), None, "sm_90", None)
 
             tg.start_soon(compile_as, "a", 0)
             await _compiling()
             tg.start_soon(compile_as, "a", 1)  # waits: a's one place
             with anyio.fail_after(10):
-                while service.rooms["compile"].waiting["a"] < 1:
+                while service.state.rooms["compile"].waiting["a"] < 1:
                     await anyio.sleep(0.05)
             CLIENT_ID.set("a")
             with pytest.raises(ServerBusy, match=r"1 compiles are waiting \(1 of them yours"):
-                await service.compile(bomb(302), None, "sm_90", None)
+                await service.checks.compile(bomb(302), None, "sm_90", None)
             tg.start_soon(compile_as, "b", 3)  # another client still has a place
             with anyio.fail_after(10):
-                while service.rooms["compile"].waiting["b"] < 1:
+                while service.state.rooms["compile"].waiting["b"] < 1:
                     await anyio.sleep(0.05)
             CLIENT_ID.set("c")
             with pytest.raises(ServerBusy, match=r"2 compiles are waiting \(0 of them yours; at most 1 per client and 2 in all"):
-                await service.compile(bomb(304), None, "sm_90", None)
+                await service.checks.compile(bomb(304), None, "sm_90", None)
             tg.cancel_scope.cancel()
     finally:
         service.close()
@@ -170,7 +170,7 @@ async def test_clients_take_turns_on_the_gpu(tmp_path: Path) -> None:
             async def notify(message: str) -> None:
                 state.append(message)
 
-            out = await service.evaluate("tiny_add", source, None, ADD_LAUNCH_SPEC, None, benchmark=False, notify=notify)
+            out = await service.checks.evaluate("tiny_add", source, None, ADD_LAUNCH_SPEC, None, benchmark=False, notify=notify)
             assert out.status == "ok", out
             finished.append(label)
 

@@ -39,8 +39,8 @@ def _config(tmp_path: Path, ncu: Path) -> ServerConfig:
 
 def private_seeds(service: KerneloptService) -> set[int]:
     """Every input seed the server holds: each workload's, and each session's hidden ones."""
-    seeds = set(service._seeds.values())
-    for dev in service._devices.values():
+    seeds = set(service.gpus.seeds.values())
+    for dev in service.gpus.slots.values():
         for ev in dev.sessions.values():
             seeds.add(ev.seed)
             for data in vars(ev).values():  # the hidden data sets (timed check, ...) carry their own

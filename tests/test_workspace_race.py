@@ -37,7 +37,7 @@ def _config(workspace: Path) -> ServerConfig:
 def _create(service: KerneloptService, writer: int, overwrite: bool) -> str:
     """'ok', or 'refused: <message>' for a RequestError; anything else propagates."""
     try:
-        service.create_workload(_spec(writer), kernel(), None, overwrite, "sm_90")
+        service.catalogue.create_workload(_spec(writer), kernel(), None, overwrite, "sm_90")
     except RequestError as exc:
         return f"refused: {exc}"
     return "ok"

@@ -24,9 +24,11 @@ Modules:
     http_guard.py       HTTP connections: header/body/send deadlines, the connection limit, open files
     entry.py            argument parsing, config_from_args, main
 
-Adding a tool: implement it in ``service`` (or the library), then register it in the tools module
-of its concern with ``@tool(app, name, title, annotations)``: its docstring is the model's
-manual, its return type ``Annotated[CallToolResult, Model]`` its output schema.
+Adding a tool: implement its work in the service's part of its concern (``kernel_checks``,
+``kernel_analysis``, ``workload_catalogue``, ``frozen_runs``: one per tools module) over the
+application layer, then register it in the tools module with ``@tool(app, name, title,
+annotations)``: its docstring is the model's manual, its return type ``Annotated[CallToolResult,
+Model]`` its output schema, its body one call of the service.
 """
 
 from __future__ import annotations

@@ -70,7 +70,7 @@ def _title(file: str) -> str:
 def register_resources(app: MCPServer, service: KerneloptService) -> None:
     def read_workload_file(name: str, file: str) -> str:
         try:
-            wl = service.load(name)
+            wl = service.catalogue.load(name)
         except (KerneloptError, ValueError) as exc:
             raise ResourceNotFoundError(str(exc)) from None
         if file not in _workload_files(wl) or wl.root is None:
@@ -85,11 +85,11 @@ def register_resources(app: MCPServer, service: KerneloptService) -> None:
     )(read_workload_file)
 
     shared = app in SHARED
-    for name, directory in service.workloads().items():
-        if shared and service.origin(directory) == "created":
+    for name, directory in service.catalogue.workloads().items():
+        if shared and service.catalogue.origin(directory) == "created":
             continue  # listed to every client, while only its creator may read it (the template serves that)
         try:
-            files = _workload_files(service.load(name))
+            files = _workload_files(service.catalogue.load(name))
         except (KerneloptError, ValueError):
             continue
         for file in files:
@@ -151,16 +151,16 @@ def register_completions(app: MCPServer, service: KerneloptService) -> None:
         prefix = argument.value or ""
         names: Any  # workload names (a dict's keys) or file names
         if isinstance(ref, PromptReference) and ref.name == "optimize_kernel" and argument.name == "workload":
-            names = await anyio.to_thread.run_sync(service.workloads)
+            names = await anyio.to_thread.run_sync(service.catalogue.workloads)
         elif isinstance(ref, ResourceTemplateReference) and ref.uri == "kernelopt://workloads/{name}/{file}":
             if argument.name == "name":
-                names = await anyio.to_thread.run_sync(service.workloads)
+                names = await anyio.to_thread.run_sync(service.catalogue.workloads)
             elif argument.name == "file":
                 workload = ((context.arguments if context is not None else None) or {}).get("name")
                 if not workload:
                     return None
                 try:
-                    names = _workload_files(await anyio.to_thread.run_sync(service.load, workload))
+                    names = _workload_files(await anyio.to_thread.run_sync(service.catalogue.load, workload))
                 except (KerneloptError, ValueError):
                     return None
             else:

@@ -8,7 +8,7 @@ MCP session object), so frozen workloads belong to the server process, one regis
 and evicts (past MAX_FROZEN) only the workloads it froze itself. For a server with one client
 (stdio, what ``kernelopt optimize`` starts) a frozen workload is found ahead of any other of its
 name, so a run's frozen ``sgemm`` is what its benchmarks measure; a server that may have several
-clients (HTTP) refuses to freeze under a name another workload has (see ``tools_freeze``)."""
+clients (HTTP) refuses to freeze under a name another workload has (see ``kernelopt_mcp.frozen_runs``)."""
 
 from __future__ import annotations
 

@@ -10,10 +10,9 @@ from pydantic import Field
 
 from ..config import LAUNCH_DEFAULTS
 from ..docs import DocsSearchResult
-from ..evaluation.candidate import PRECISION_MIN_ITERATIONS, PRECISION_RSE, stop_rule
+from ..evaluation.candidate import PRECISION_MIN_ITERATIONS, PRECISION_RSE
 from ..launch import LaunchSpec
 from ..ncu_report import ProfileSummary
-from ..profiler import ProfileOptions
 from ..server_config import MAX_ITERATIONS, MAX_TUNE_EVALS, MAX_TUNE_SECONDS, MAX_WARMUP
 from ..service import KerneloptService
 from ..tune.output import AutotuneOutput
@@ -70,8 +69,10 @@ def register_analysis_tools(app: MCPServer, service: KerneloptService) -> None:
         machine's owner must change), the kernel failing or not compiling under the profiler (the
         harness's answer with the CUDA error), ncu timing out, no usable GPU."""
         with shared_roots(shared), callers_frozen_workloads(ctx), tool_errors():
-            options = ProfileOptions(clock_control=clock_control, section_set=section_set, timeout_s=service.settings.profile_timeout_s)
-            out = await service.profile(workload, source, path, launch, compile_options, case, options, notify=notifier(ctx))
+            out = await service.analysis.profile(
+                workload, source, path, launch, compile_options, case, clock_control=clock_control, section_set=section_set,
+                notify=notifier(ctx),
+            )
         return tool_result(out, out.text())
 
     @tool(
@@ -122,10 +123,9 @@ def register_analysis_tools(app: MCPServer, service: KerneloptService) -> None:
         GPU job for the whole search (progress notifications per configuration). Tool errors: an
         invalid spec (the message names the field), unknown workload, no usable GPU."""
         with shared_roots(shared), callers_frozen_workloads(ctx), tool_errors():
-            out = await service.autotune(
+            out = await service.analysis.autotune(
                 workload, tunable, source, tunable_path, strategy, budget_evals, budget_s, top,
-                warmup=warmup, iterations=iterations, stop=stop_rule(stop, warmup=warmup, iterations=iterations),
-                notify=notifier(ctx),
+                warmup=warmup, iterations=iterations, stop=stop, notify=notifier(ctx),
             )
         return tool_result(out, out.text())
 
@@ -156,5 +156,5 @@ def register_analysis_tools(app: MCPServer, service: KerneloptService) -> None:
         it still answers from the knowledge base and any cached guides, and live_status/message say
         the live docs were unreachable (never a tool error)."""
         with tool_errors():
-            out = await service.docs_search(query, arch, limit, True if offline else None, notify=notifier(ctx))
+            out = await service.analysis.docs_search(query, arch, limit, True if offline else None, notify=notifier(ctx))
         return tool_result(out, out.text())

@@ -10,12 +10,7 @@ from pydantic import Field
 
 from ..config import LAUNCH_DEFAULTS
 from ..evaluation.candidate import PRECISION_MIN_ITERATIONS, PRECISION_RSE
-from ..results import (
-    CompileOutput,
-    EvaluationOutput,
-    GpuProperties,
-    gpu_properties_output,
-)
+from ..results import CompileOutput, EvaluationOutput, GpuProperties
 from ..server_config import MAX_ITERATIONS, MAX_WARMUP
 from ..service import KerneloptService
 from .roots import SharedRoots, shared_roots
@@ -45,7 +40,7 @@ def register_evaluate_tools(app: MCPServer, service: KerneloptService) -> None:
         against the roofline. Cheap (cached after the first call, ~0.5 s). Fails with an error when
         no CUDA device is usable; compile still works then."""
         with tool_errors():
-            out = gpu_properties_output(await service.device_info(), await service.devices())
+            out = await service.gpus.properties()
         return tool_result(out, out.text(), drop_nulls=False)  # DeviceInfo has required nullable fields
 
     @tool(app, "compile", "Compile a kernel (NVRTC)")
@@ -73,7 +68,7 @@ def register_evaluate_tools(app: MCPServer, service: KerneloptService) -> None:
         hash, runs concurrently with GPU jobs. Tool errors: both or neither of source/path, a path
         outside the allowed directories, a compile option outside the whitelist."""
         with shared_roots(shared), tool_errors():
-            out = await service.compile(source, path, arch, options)
+            out = await service.checks.compile(source, path, arch, options)
         return tool_result(out, out.text())
 
     @tool(app, "validate", "Validate a kernel on every case")
@@ -117,7 +112,7 @@ def register_evaluate_tools(app: MCPServer, service: KerneloptService) -> None:
         time; progress notifications give the queue position and each case. Tool errors: unknown
         workload, bad arguments, a path outside the allowed directories, no usable GPU."""
         with shared_roots(shared), callers_frozen_workloads(ctx), tool_errors():
-            out = await service.evaluate(
+            out = await service.checks.evaluate(
                 workload, source, path, launch, compile_options, benchmark=False, sanitize=sanitize,
                 notify=notifier(ctx),
             )
@@ -174,7 +169,7 @@ def register_evaluate_tools(app: MCPServer, service: KerneloptService) -> None:
         Cost: validate's plus about (warmup + iterations) x (kernel time + L2 flush) per performance
         case, usually 5-60 s. Tool errors as for validate."""
         with shared_roots(shared), callers_frozen_workloads(ctx), tool_errors():
-            out = await service.evaluate(
+            out = await service.checks.evaluate(
                 workload, source, path, launch, compile_options, benchmark=True, warmup=warmup,
                 iterations=iterations, timing_mode=timing_mode, adaptive_rse=adaptive_rse, stop=stop, notify=notifier(ctx),
             )

@@ -3,42 +3,17 @@ replay_requests (what ``kernelopt optimize`` records; the library side is ``kern
 
 from __future__ import annotations
 
-import contextlib
-import re
-import tempfile
-import time
-from functools import partial
-from pathlib import Path
 from typing import Annotated, Any
 
-import anyio
 from mcp.server.mcpserver import Context, MCPServer
 from mcp_types import CallToolResult, ToolAnnotations
 from pydantic import Field
 
-from .. import app
 from ..compiler import MAX_SOURCE_BYTES
-from ..config import LAUNCH_DEFAULTS, bundled_workloads_dir
-from ..data_files import STAGED_DIR, stage_data_files, staged_bytes
-from ..errors import KerneloptError
-from ..freeze import (
-    FreezeError,
-    FrozenOutput,
-    FrozenWorkload,
-    ReplayOutput,
-    check_oracle,
-    frozen_named,
-    frozen_output,
-    frozen_workloads,
-    output_directory,
-    remember,
-    write_replay,
-)
-from ..quota import QuotaError, spec_bytes
+from ..config import LAUNCH_DEFAULTS
+from ..freeze import FrozenOutput, ReplayOutput
 from ..server_config import MAX_ITERATIONS, MAX_WARMUP
 from ..service import KerneloptService
-from ..workload import parse_spec
-from ..workspace import check_spec_size
 from .roots import SharedRoots, shared_roots
 from .session import callers_frozen_workloads, shared_server
 from .toolkit import CompileOptions, Launch, Source, SourcePath, WorkloadName, tool, tool_errors, tool_result
@@ -81,29 +56,10 @@ def register_freeze_tools(app: MCPServer, service: KerneloptService) -> None:
         Tool errors: an invalid spec (the message names the field), a directory or file outside the
         allowed directories, the oracle failing."""
         with callers_frozen_workloads(ctx), tool_errors():
-            # the same bound as create_workload, before anything is written: a client's freeze makes the
-            # server draw and keep every buffer of every case on disk (uncapped, one call wrote 31 GB);
-            # and what it writes is reserved in the workspace's quota (repeated calls add up)
-            parsed = parse_spec(spec, "spec")
-            check_spec_size(parsed, "a frozen workload", service.config.workload_max_bytes)
-            _, writes = spec_bytes(parsed)
-            writes += staged_bytes(spec)  # the copies of the data files, if any (refused below without data roots)
-            target = await anyio.to_thread.run_sync(partial(_directory, service, directory, spec))
-            if shared_server(ctx):
-                await anyio.to_thread.run_sync(partial(_check_name_free, service, spec, target))
-            oracle = await anyio.to_thread.run_sync(partial(_oracle, service, oracle_path))
-            arch, _ = await service.target_arch(None)
-            try:
-                info = await service.device_info()
-            except KerneloptError:  # no GPU here: the requests are still written (for sm_90 unless configured)
-                info = None
-            frozen: FrozenWorkload = await service.run_long("build", partial(
-                _freeze_within_quota, service, writes, spec, reference_cu, initial_cu, target, oracle=oracle,
-                seed=seed, device=info, arch=arch, cache=service.compile_cache,
-                warmup=warmup, iterations=iterations,
-            ))
-            remember(frozen)
-            out = frozen_output(frozen)
+            out = await service.frozen.freeze(
+                spec, reference_cu, initial_cu, oracle_path=oracle_path, directory=directory, seed=seed, warmup=warmup,
+                iterations=iterations, shared=shared_server(ctx),
+            )
         return tool_result(out, out.text(), drop_nulls=False)
 
     @tool(app, "replay_requests", "Write a kernel's replay requests", WRITES)
@@ -126,91 +82,6 @@ def register_freeze_tools(app: MCPServer, service: KerneloptService) -> None:
         Cost: one compile (cached) and a file per case. Tool errors: a workload you did not freeze,
         bad arguments."""
         with shared_roots(shared), callers_frozen_workloads(ctx), tool_errors():
-            frozen = frozen_named(workload)
-            text, _ = await service.source_text(source, path)
-            written, problem = await anyio.to_thread.run_sync(partial(
-                write_replay, frozen, text, launch, list(compile_options or []), into,
-                reserve=service.quota.reserve,
-            ))
-            out = ReplayOutput(status="error" if problem else "ok", workload=frozen.name, directory=str(frozen.directory),
-                               requests=written, message=problem or "")
+            out = await service.frozen.replay(workload, source, path, launch, compile_options, into)
         return tool_result(out, out.text())
 
-
-def _freeze_within_quota(
-    service: KerneloptService, writes: int, spec: dict[str, Any], reference_cu: str, initial_cu: str | None,
-    target: Path, **kwargs: Any,
-) -> FrozenWorkload:
-    """freeze_workload with its ``writes`` bytes reserved in the workspace's quota (QuotaError if they do
-    not fit), the client's data files first copied beneath the data roots (data_files.py): the frozen
-    workload reads only those copies. Blocking: measures the workspace's usage, reads and writes files."""
-    try:
-        service.quota.claim(writes, f"freezing {spec.get('name')!r}")
-    except QuotaError:
-        if target.parent == service.config.runs_dir / "frozen":
-            with contextlib.suppress(OSError):
-                target.rmdir()  # the new empty directory _directory made for this call
-        raise
-    try:
-        staged = stage_data_files(spec, list(service.config.data_roots), target)
-        return app.freeze_workload(
-            service.settings, staged, reference_cu, initial_cu, target, data_path=partial(_staged, target), **kwargs
-        )
-    finally:
-        service.quota.release(writes)
-
-
-def _staged(target: Path, raw: str) -> Path:
-    """The one kind of data file a frozen spec names after staging: a copy the server wrote."""
-    path = Path(raw)
-    if not path.is_relative_to(target / STAGED_DIR):
-        raise FreezeError(f"internal error: data file {raw!r} was not staged")
-    return path
-
-
-def _directory(service: KerneloptService, raw: str | None, spec: dict[str, Any]) -> Path:
-    """The output directory: under the workspace's runs/ (where the quota counts it) or an operator's
-    --output-root, never a --root, a client's root or a workload directory; or a new one under runs/frozen/.
-    Blocking (resolves paths, makes directories)."""
-    config = service.config
-    if raw is None:
-        runs = config.runs_dir / "frozen"
-        runs.mkdir(parents=True, exist_ok=True)
-        name = re.sub(r"\W", "_", str(spec.get("name") or "workload"), flags=re.ASCII)[:48]
-        return Path(tempfile.mkdtemp(prefix=f"{time.strftime('%Y%m%d-%H%M%S')}-{name}-", dir=runs)).resolve()
-    if "\0" in raw or not raw.strip():
-        raise FreezeError("directory is empty or contains a NUL byte")
-    path = Path(raw).expanduser()
-    try:
-        real = (path if path.is_absolute() else config.client_home() / path).resolve()
-    except (OSError, RuntimeError) as exc:  # a symlink loop, a name too long
-        raise FreezeError(f"{raw}: cannot resolve the path ({exc})") from None
-    cache = config.settings.cache_dir or config.workspace / "cache"
-    refused = [*config.settings.workload_dirs, config.created_dir, bundled_workloads_dir(), cache, service.private_dir]
-    writable = [config.runs_dir, *config.output_roots]  # the caller's own runs/ (its home's, over HTTP with a token)
-    target = output_directory(real, writable=[p.resolve() for p in writable], refused=[p.resolve() for p in refused])
-    target.mkdir(parents=True, exist_ok=True)
-    return target
-
-
-def _check_name_free(service: KerneloptService, spec: dict[str, Any], target: Path) -> None:
-    """On a server with several clients a frozen workload may not take another workload's name
-    (it would change what that name measures for everyone); re-freezing into its directory may."""
-    name = spec.get("name")
-    known = service.workloads()
-    if not isinstance(name, str) or name not in known:
-        return
-    mine = frozen_workloads().get(name)
-    if mine is None or mine.parent.parent != target:
-        raise FreezeError(
-            f"{name!r} is already a {service.origin(known[name])} workload of this server, which other clients may "
-            "use; freeze under another name (spec.name)"
-        )
-
-
-def _oracle(service: KerneloptService, raw: str | None) -> Path | None:
-    if raw is None:
-        return None
-    real = service.confine(raw)
-    trusted = [*service.settings.workload_dirs, bundled_workloads_dir(), *service.config.extra_roots]
-    return check_oracle(real, [p.resolve() for p in trusted])

@@ -2,24 +2,14 @@
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Annotated, Any
 
-import anyio
 from mcp.server.mcpserver import Context, MCPServer
 from mcp_types import CallToolResult, ToolAnnotations
 from pydantic import Field
 
 from ..compiler import MAX_SOURCE_BYTES
-from ..errors import KerneloptError
-from ..results import (
-    CreatedWorkload,
-    WorkloadDescription,
-    WorkloadList,
-    WorkloadSummary,
-    author_of,
-    describe,
-)
+from ..results import CreatedWorkload, WorkloadDescription, WorkloadList
 from ..service import KerneloptService
 from .session import callers_frozen_workloads
 from .toolkit import WorkloadName, tool, tool_errors, tool_result
@@ -33,7 +23,7 @@ def register_workload_tools(app: MCPServer, service: KerneloptService) -> None:
         its description, kernel prototype and number of correctness and performance cases. Cheap, no
         GPU. Next: describe_workload(name)."""
         with callers_frozen_workloads(ctx):
-            out = await anyio.to_thread.run_sync(_list, service)
+            out = await service.catalogue.listing()
         return tool_result(out, out.text())
 
     @tool(app, "describe_workload", "Describe a workload")
@@ -49,8 +39,7 @@ def register_workload_tools(app: MCPServer, service: KerneloptService) -> None:
         (reference_cu: what speedups are measured against); and the starting kernel (initial_cu)
         with initial_launch, a valid `launch` argument to start from. Cheap, no GPU."""
         with callers_frozen_workloads(ctx), tool_errors():
-            wl = await anyio.to_thread.run_sync(service.load, name)
-            out = describe(wl, service.origin(wl.root or Path()))
+            out = await service.catalogue.describe(name)
         return tool_result(out, out.text())
 
     @tool(
@@ -88,36 +77,6 @@ def register_workload_tools(app: MCPServer, service: KerneloptService) -> None:
         is the reference of every evaluation (spec.tolerance "strict", the
         default, by the output's dtype, or "kernelbench", atol = rtol = 1e-2); it is refused unless the
         server was started with KERNELOPT_ALLOW_TORCH_PROBLEMS=1 (it runs the client's Python)."""
-        if torch_problem is not None:
-            with tool_errors():
-                if reference_cu is not None:
-                    raise ValueError("torch_problem: the module (run by torch) is the reference; leave reference_cu out")
-                launch = (spec.get("initial") or {}).get("launch") if isinstance(spec.get("initial"), dict) else None
-                tolerance = spec.get("tolerance", "strict")
-                out = await service.run_long(
-                    "build", lambda: service.create_torch_workload(spec.get("name"), torch_problem, initial_cu, launch, overwrite,
-                                                                   tolerance)
-                )
-            return tool_result(out, out.text())
         with tool_errors():
-            arch, _ = await service.target_arch(None)
-            out = await service.run_long("build", lambda: service.create_workload(spec, reference_cu, initial_cu, overwrite, arch))
+            out = await service.catalogue.create(spec, reference_cu, initial_cu, overwrite, torch_problem)
         return tool_result(out, out.text())
-
-
-def _list(service: KerneloptService) -> WorkloadList:
-    rows, errors = [], []
-    for name, directory in service.workloads().items():
-        try:
-            wl = service.load(name)
-        except (KerneloptError, ValueError) as exc:
-            errors.append(f"{name}: {exc}")
-            continue
-        origin = service.origin(directory)
-        rows.append(WorkloadSummary(
-            name=name, origin=origin, author=author_of(origin), description=wl.spec.description,
-            c_prototype=wl.signature.c_prototype(),
-            correctness_cases=sum(c.kind == "correctness" for c in wl.spec.cases),
-            performance_cases=len(wl.spec.performance_cases),
-        ))
-    return WorkloadList(workloads=rows, errors=errors)
