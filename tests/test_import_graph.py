@@ -220,7 +220,7 @@ def test_the_client_imports_only_the_library_data_layer() -> None:
 LAYERS: dict[str, set[str]] = {
     "data": {
         "errors", "dtypes", "expr", "files", "data_files", "launch", "workload", "workload_parts", "compile_options", "config",
-        "status", "tune", "tune.space", "tune.spec", "torch_store",
+        "status", "tune", "tune.space", "tune.spec", "torch_store", "input_structure",
     },
     "compiler": {
         "compile_log", "compile_pool", "compiler", "cuda_headers", "sandbox", "executables", "source_policy",

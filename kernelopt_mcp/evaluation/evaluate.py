@@ -29,7 +29,7 @@ from ..workload import Case, Workload
 from .candidate import Candidate, EvaluateOptions
 from .compare import thresholds_from
 from .dataset import DataSet, ExpectedRef
-from .fresh_inputs import case_fresh, pick_checked_launches, request_seed
+from .fresh_inputs import STRUCTURED_DRAW, case_fresh, pick_checked_launches, request_seed
 from .harness_case import CaseJob, build_request
 from .inputs import CaseInputs, materialize, new_input_seed
 from .oracle import OracleLimits, run_oracle
@@ -83,7 +83,9 @@ def prepare(session: Session, *, time_reference: bool = True, oracle_on_all_case
         s.device_cases = frozenset(c.name for c in wl.spec.cases) if wl.torch_problem else reference_only
     s.native_expected = reference_only if s.uses("expected_dtype") else frozenset()
     s.progress("generating inputs", 0, 1)
-    s.data = DataSet("validation", s.seed, materialize(wl, s.seed, s.workdir / "inputs", on_device=s.device_cases))
+    structured = s.uses(STRUCTURED_DRAW)  # structured inputs drawn on the device, else on the host
+    s.data = DataSet("validation", s.seed, materialize(wl, s.seed, s.workdir / "inputs", on_device=s.device_cases,
+                                                       structured=structured))
     s.inputs_from = _inputs_from(s.data, len(wl.spec.cases))
     if s.uses("device_expected"):
         # the reference's outputs stay on the device as those cases' expected values: never
@@ -95,7 +97,7 @@ def prepare(session: Session, *, time_reference: bool = True, oracle_on_all_case
         s.progress("generating hidden inputs for the timed check", 0, 1)
         names = {c.name for c in perf}
         s.timed = DataSet("timed", seed, materialize(
-            wl, seed, s.workdir / "inputs-timed", cases=names, redraw=True, on_device=s.device_cases,
+            wl, seed, s.workdir / "inputs-timed", cases=names, redraw=True, on_device=s.device_cases, structured=structured,
         ))
         step("hidden_inputs")
     if s.needs_support():
@@ -277,7 +279,7 @@ def _torch_check_plans(s: Session, perf: list[Case], directory: Path) -> dict[st
     position = {p.name: i for i, p in enumerate(wl.signature.params)}
     plans: dict[str, tuple[Any, list[Any]]] = {}
     for case in perf:
-        specs = case_fresh(wl, case).specs
+        specs = case_fresh(wl, case, structured=s.uses(STRUCTURED_DRAW)).specs
         if not specs:
             continue
         seed = request_seed()
