@@ -230,7 +230,7 @@ LAYERS: dict[str, set[str]] = {
     "tools": {
         "profiler", "ncu_report", "sanitizer", "tune.cache", "tune.output", "tune.prefetch", "tune.report",
         "tune.strategies", "tune.tuner", "tune.dispatch", "tune.workers", "tune.ray_workers", "freeze", "baselines",
-        "torch_import", "torch_problem", "torch_source", "torch_trace", "torch_cases", "torch_baseline", "_torch_baseline_child",
+        "torch_import", "torch_problem", "torch_source", "torch_trace", "torch_cases", "torch_fit", "torch_baseline", "_torch_baseline_child",
         "_torch_reference_child", "_child_answer", "torch_fill",
         "suite_table",
         "suite", "docs", "docs.bm25",

@@ -31,6 +31,7 @@ from kernelopt_mcp.evaluation.inputs import device_draw, generate
 from kernelopt_mcp.evaluation.protocol import StructureSpec
 from kernelopt_mcp.input_structure import Structure, apply, detect, kept
 from kernelopt_mcp.status import Status
+from kernelopt_mcp.torch_fit import fit_generator, fitted, fitted_note
 from kernelopt_mcp.workload import BufferParam, DataFile, Generator, Uniform
 
 GEN = TypeAdapter(Generator)
@@ -155,6 +156,26 @@ def test_detect_finds_the_structure_every_draw_shows() -> None:
         r[1:, 0] = r[2, 1] = 0
     assert detect(relu) is None
     assert detect([np.triu(rng.random((9, 9)))]) == Structure(kind="triu")  # 36 elements below: enough
+
+
+def test_an_import_fits_the_generator_to_the_elements_the_structure_keeps() -> None:
+    rng = np.random.default_rng(1)
+    draws = [np.triu(rng.random((64, 64))) for _ in range(2)]
+    gen = fit_generator(draws[0], draws, DType.float32)
+    assert gen["structure"] == {"kind": "triu", "diagonal": 0}
+    assert (gen["low"], gen["high"]) == pytest.approx((0.0, 1.0), abs=0.03), gen  # the zeros would make it ~(0, 0.8)
+    dense = fitted(draws[0], DType.float32)
+    assert "structure" not in dense and dense["high"] < 0.85
+    ints = [np.tril(rng.integers(3, 9, (20, 20))) for _ in range(2)]
+    assert fit_generator(ints[0], ints, DType.int32) == {"generator": "randint", "low": 3, "high": 9,
+                                                          "structure": {"kind": "tril", "diagonal": 0}}
+    # kept values all equal: no drawn generator carries the structure, the dense fit stands
+    ones = [np.triu(np.ones((20, 20)))]
+    assert fit_generator(ones[0], ones, DType.float32) == fitted(ones[0], DType.float32)
+    assert fit_generator(rng.random((9, 9)), [rng.random((9, 9))], DType.float32)["generator"] == "uniform"
+    line = fitted_note("A", "mid_odd", gen)
+    assert line.startswith("input 'A' is made by operations on random numbers in get_inputs()")
+    assert "as upper triangular matrices (structure triu)" in line and "\n" not in line
 
 
 # --- what the harness is asked for ------------------------------------------------------------
