@@ -156,7 +156,7 @@ def detect(arrays: Sequence[np.ndarray]) -> Structure | None:
         if r.size:
             low, high = min(low, int((c - r).min())), max(high, int((c - r).max()))
     found: Structure | None = None
-    if low >= 0 and high > 0 and low != math.inf:
+    if low >= 0 and high > 0:  # (no nonzero element at all: low = inf, high = -inf, none of these)
         found = Structure(kind="triu", diagonal=int(low))
     elif high <= 0 and low < 0:
         found = Structure(kind="tril", diagonal=int(high))
