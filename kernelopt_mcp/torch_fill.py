@@ -5,9 +5,11 @@ must run on exactly the inputs the candidate saw. The harness draws those inputs
 (``input_draw`` and ``fresh``: native_harness/PROTOCOL.md) with the support module's
 ``ko_fill_<dtype>``, keyed per draw by ``draw_key(seed, draw, argument)``. This module derives the
 same keys (SipHash-2-4, as native_harness/src/draw_key.hpp) and launches the same kernel, from the
-same support module, on a torch tensor's memory on torch's current stream. The values are a pure
-function of (key, draw, argument, element, spec), independent of the grid, so torch's tensor
-holds the harness's bits: no input crosses between the two processes, and none touches the disk.
+same support module, on a torch tensor's memory on torch's current stream, followed, for a spec
+with a ``structure`` (triangular or symmetric matrices), by the harness's ``ko_structure_<bytes>``.
+The values are a pure function of (key, draw, argument, element, spec), independent of the grid,
+so torch's tensor holds the harness's bits: no input crosses between the two processes, and none
+touches the disk.
 
 Only the PyTorch side imports torch (:class:`TorchFiller` takes the module as an argument); the
 key derivation is plain Python, checked against the C++ in tests/test_torch_fill.py.
@@ -19,15 +21,17 @@ import ctypes
 from dataclasses import dataclass
 from typing import Any
 
-from .evaluation.protocol import FreshSpec
+from .evaluation.protocol import FreshSpec, StructureSpec
 
-__all__ = ["FILL_KINDS", "FillArgs", "TorchFiller", "draw_key", "fill_args", "siphash24"]
+__all__ = ["FILL_KINDS", "STRUCTURE_KINDS", "FillArgs", "TorchFiller", "draw_key", "fill_args", "siphash24"]
 
 _MASK = (1 << 64) - 1
 #: draw_key.hpp's second key half: "ko-draws"
 _DRAWS_K1 = 0x6B6F2D6472617773
 #: FreshKind in native_harness/src/request.hpp
 FILL_KINDS = {"uniform": 0, "normal": 1, "randint": 2}
+#: StructureKind in native_harness/src/request.hpp: ko_structure_<bytes>'s kind
+STRUCTURE_KINDS = {"triu": 0, "tril": 1, "symmetric": 2}
 #: support.hpp's support_block: the fills' block size (the values do not depend on it)
 SUPPORT_BLOCK = 256
 
@@ -157,10 +161,12 @@ class TorchFiller:
 
     def fill(self, tensor: Any, key: int, draw: int, buffer: int, spec: FreshSpec) -> None:
         """Draw ``tensor`` (contiguous, on this GPU) as the harness draws argument ``buffer``
-        under ``key`` (:func:`draw_key`) at draw index ``draw``, enqueued on torch's current stream.
+        under ``key`` (:func:`draw_key`) at draw index ``draw``, enqueued on torch's current stream;
+        a spec's ``structure`` is applied after the fill by the harness's own kernel.
 
         Raises:
-            ValueError: a tensor that is not contiguous on a CUDA device, or of a dtype no fill has.
+            ValueError: a tensor that is not contiguous on a CUDA device, of a dtype no fill has, or
+                not a whole number of the structure's matrices.
         """
         name = str(tensor.dtype).removeprefix("torch.")
         if name not in _FILL_KERNELS:
@@ -171,6 +177,9 @@ class TorchFiller:
         if elements == 0:
             return
         args = fill_args(spec)
+        if spec.structure is not None and elements % (spec.structure.rows * spec.structure.cols):
+            raise ValueError(f"{elements} elements are not a whole number of {spec.structure.rows} x "
+                             f"{spec.structure.cols} matrices")
         function = self._function(_FILL_KERNELS[name])
         blocks = max(1, min((elements + SUPPORT_BLOCK - 1) // SUPPORT_BLOCK, 4 * self._sm_count))
         values = (tensor.data_ptr(), elements, key & _MASK, draw & _MASK, buffer, args.kind, args.a, args.b,
@@ -180,3 +189,16 @@ class TorchFiller:
         stream = self._torch.cuda.current_stream().cuda_stream
         self._check(self._driver.cuLaunchKernel(function, blocks, 1, 1, SUPPORT_BLOCK, 1, 1, 0, stream, (values, types), 0),
                     f"cuLaunchKernel({_FILL_KERNELS[name]})")
+        if spec.structure is not None:
+            self._structure(tensor, elements, spec.structure, stream)
+
+    def _structure(self, tensor: Any, elements: int, structure: StructureSpec, stream: Any) -> None:
+        """The harness's ``ko_structure_<element bytes>`` after the fill, on the same stream (the
+        matrices made triangular or symmetric: kernelopt_mcp/input_structure.py)."""
+        rows, cols = structure.rows, structure.cols
+        name = f"ko_structure_{tensor.element_size()}"
+        lines = elements // cols  # one block per matrix row at a time (fill.cu)
+        values = (tensor.data_ptr(), elements, rows, cols, STRUCTURE_KINDS[structure.kind], structure.diagonal)
+        types = (ctypes.c_void_p, ctypes.c_uint64, ctypes.c_uint64, ctypes.c_uint64, ctypes.c_uint32, ctypes.c_int64)
+        self._check(self._driver.cuLaunchKernel(self._function(name), max(1, min(lines, 4 * self._sm_count)), 1, 1,
+                                                SUPPORT_BLOCK, 1, 1, 0, stream, (values, types), 0), f"cuLaunchKernel({name})")

@@ -70,6 +70,7 @@ from .torch_cases import (
     other_sizes,
     size_variants,
 )
+from .torch_fit import fit_generator, fitted_note
 from .torch_problem import (
     Arg,
     Draw,
@@ -520,12 +521,7 @@ def _case_inputs(
             b: _generator(c, cases, b, key, dtype, files, fitted, label)
             for b, role, dtype, _, key in layout.buffers if role == "in"
         })
-    for b, (case, gen) in fitted.items():
-        shown = ", ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in gen.items() if k != "generator")
-        notes.append(
-            f"input {b!r} is made by operations on random numbers in get_inputs(), which no generator reproduces: drawn "
-            f"{gen['generator']} ({shown}: the range and spread of get_inputs' own values in case {case}) instead"
-        )
+    notes += [fitted_note(b, case, gen) for b, (case, gen) in fitted.items()]
     return out, files
 
 
@@ -542,11 +538,11 @@ def _generator(
     if kind == "arg" and arg.drawn_from is not None:
         return dict(arg.drawn_from)
     if kind == "arg" and arg.random:
-        # the largest case that has values: the most of them to measure (a small case may hold 5 equal ones)
-        source = next(x for x in reversed(cases) if _arg(x.main, key).array is not None)
-        gen = _fitted(_array(source.main, key), dtype)
-        fitted.setdefault(buffer, (source.name, gen))
-        return gen
+        if buffer not in fitted:  # the largest case with values: the most to measure (a small case may hold 5 equal ones)
+            source = next(x for x in reversed(cases) if _arg(x.main, key).array is not None)
+            draws = [a for x in cases for d in (x.main, x.hidden) if d is not None and (a := _arg(d, key).array) is not None]
+            fitted[buffer] = (source.name, fit_generator(_array(source.main, key), draws, dtype))
+        return dict(fitted[buffer][1])
     if kind == "state" and (rule := c.main.params.get(name)) is not None and rule.generator is not None:
         return dict(rule.generator)
     values = _array(c.main, key)
@@ -566,22 +562,6 @@ def _generator(
     path = f"data/{c.name}/{buffer}.bin"
     files[path] = le_bytes(values)
     return {"generator": "file", "path": path, "sha256": sha256_of(values)}
-
-
-def _fitted(values: np.ndarray, dtype: DType) -> dict[str, Any]:
-    """A generator of the range and spread of ``values``: integers (and bools) uniform over their
-    range (randint), floats uniform over mean -+ sqrt(3) std (the same spread), within their range."""
-    flat = values.astype(np.float64).reshape(-1)
-    flat = flat[np.isfinite(flat)]
-    if flat.size == 0:
-        return {"generator": "constant", "value": 0.0}
-    low, high = float(flat.min()), float(flat.max())
-    if not dtype.is_float:
-        return {"generator": "randint", "low": int(low), "high": int(high) + 1}
-    if low == high:
-        return {"generator": "constant", "value": low}
-    mean, spread = float(flat.mean()), math.sqrt(3) * float(flat.std())
-    return {"generator": "uniform", "low": max(low, mean - spread), "high": min(high, mean + spread)}
 
 
 def _array(d: Draw, key: str) -> np.ndarray:

@@ -29,6 +29,7 @@ from . import expr
 from .dtypes import DType, scalar_raw
 from .errors import ExpressionError, WorkloadError, format_validation_error
 from .files import read_json, read_text
+from .input_structure import Drawn, StructureField, matrix_dims, structure_of
 from .launch import LaunchSpec
 
 IDENTIFIER = r"^[A-Za-z_][A-Za-z0-9_]*$"
@@ -162,22 +163,25 @@ class Signature(_Model):
 # --- input generators ------------------------------------------------------------------
 
 
-class Uniform(_Model):
+class Uniform(Drawn):
     generator: Literal["uniform"]
     low: float = -1.0
     high: float = 1.0
+    structure: StructureField = None
 
 
-class Normal(_Model):
+class Normal(Drawn):
     generator: Literal["normal"]
     mean: float = 0.0
     std: float = Field(1.0, ge=0)
+    structure: StructureField = None
 
 
-class RandInt(_Model):
+class RandInt(Drawn):
     generator: Literal["randint"]
     low: int = 0
     high: int = Field(100, description="exclusive")
+    structure: StructureField = None
 
 
 class Arange(_Model):
@@ -412,10 +416,7 @@ def check_cases(signature: Signature, cases: list[Case], default_inputs: dict[st
     input_names = {p.name for p in signature.inputs}
     for name in default_inputs:
         if name not in input_names:
-            raise ValueError(
-                f"inputs.{name}: not an input buffer (in/inout buffers: "
-                f"{', '.join(sorted(input_names)) or 'none'})"
-            )
+            raise ValueError(f"inputs.{name}: not an input buffer (in/inout buffers: {', '.join(sorted(input_names)) or 'none'})")
     for case in cases:
         where = f"case {case.name!r}"
         wanted = {p.name: p for p in signature.scalars}
@@ -446,9 +447,13 @@ def check_cases(signature: Signature, cases: list[Case], default_inputs: dict[st
             if any(d < 0 for d in shape):
                 raise ValueError(f"{where}: shape of {p.name!r} is {shape}; dimensions must be >= 0")
             if math.prod(shape) > MAX_ELEMENTS:
-                raise ValueError(
-                    f"{where}: shape of {p.name!r} is {shape}: more than {MAX_ELEMENTS} elements"
-                )
+                raise ValueError(f"{where}: shape of {p.name!r} is {shape}: more than {MAX_ELEMENTS} elements")
+            structure = structure_of(case.inputs.get(p.name) or default_inputs.get(p.name)) if p.is_input else None
+            if structure is not None:
+                try:
+                    matrix_dims(structure, shape)
+                except ValueError as exc:
+                    raise ValueError(f"{where}: inputs.{p.name}: {exc}") from None
 
 
 def case_shape(param: BufferParam, scalars: dict[str, int | float]) -> tuple[int, ...]:
@@ -540,13 +545,8 @@ def attach_sources(spec: WorkloadSpec, root: Path, origin: str) -> Workload:
             f"{root / 'workload.json'}: reference: give a NumPy oracle (python) and/or a CUDA "
             "reference (cuda), or a PyTorch problem (torch); without one there is nothing to check kernels against"
         )
-    if spec.reference.torch:
-        pass  # PyTorch on the GPU is the reference: independent of any kernel
-    elif not spec.reference.python:
-        wl.notes.append(
-            "no NumPy oracle: expected outputs come from the CUDA reference, which is not "
-            "independently checked"
-        )
+    if not spec.reference.torch and not spec.reference.python:  # (PyTorch is a reference independent of any kernel)
+        wl.notes.append("no NumPy oracle: expected outputs come from the CUDA reference, which is not independently checked")
     if spec.imported is not None and spec.imported.degenerate:
         found = spec.imported.degenerate
         more = f" (and {len(found) - 1} more: workload.json's imported.degenerate)" if len(found) > 1 else ""

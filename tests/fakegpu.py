@@ -8,7 +8,9 @@ Two modes of the stand-in (written to a test's tmp_path by :func:`write_harness`
   kernel's source (kept in the CUBIN as a __device__ string, see :func:`kernel`) make it hang
   (HANG; STALL:<case>; on that case only), print 20000 lines to stderr (PRINT), crash (CRASH), return a wrong element (WRONG), be slow to answer (SLOW) or fast (FAST),
   differ on the determinism re-run beyond the tolerance (RACE) or within it (JITTER), be wrong on the hidden inputs after timing (CACHE) or slow on them
-  (SLOWCHECK);
+  (SLOWCHECK); kernels that assume upper-triangular square inputs: c = a + b on the upper triangle, zeros below
+  (UPPER), and out = triu(A @ B) of two float32 N x N inputs' upper triangles (TRIMATMUL);
+  KO_FAKE_FEATURES naming structured_draw applies a draw's ``structure`` (PROTOCOL.md), refused without it;
   ``MS:<case>=<ms>;...`` sets the median latency of named cases.
 Every start of the stand-in appends its arguments and its whole environment to
 ``harness-env.jsonl`` beside it (the wrapper names the file), so a test can check what the server
@@ -155,13 +157,29 @@ def run_case(req, module, case, t0, index=0):
         raise Refuse({"protocol": 1, "status": "error", "cases": [], "error": {"kind": "bad_request",
              "message": f"cases[0].args: input_draw on {drawn} needs the input_draw feature and the support module"}})
 
+    structured = [n for n, x in bufs.items() for f in ("input_draw", "timed_input_draw", "fresh")
+                  if (x.get(f) or {}).get("structure")]
+    if structured and "structured_draw" not in FEATURES:  # (the real harness would ignore it: a dense draw)
+        raise Refuse({"protocol": 1, "status": "error", "cases": [], "error": {"kind": "bad_request",
+             "message": f"cases[0].args: a structure on {structured} needs the structured_draw feature"}})
+
     def load(buf):  # input_draw: like ko_fill, a pure function of (seed, spec); not its bits
         d = buf.get("input_draw")
         if d is None:
             return np.fromfile(buf["input"], dtype="<f4")
         rng, n = np.random.default_rng(d["seed"]), buf["bytes"] // 4
         v = rng.uniform(d["low"], d["high"], n) if d["kind"] == "uniform" else rng.normal(d["mean"], d["std"], n)
-        return v.astype("<f4")
+        return structure(v.astype("<f4"), d.get("structure"))
+
+    def structure(v, st):  # PROTOCOL.md "structure": zeros and mirrored bits in every rows x cols matrix
+        if st:
+            m, r = v.reshape(-1, st["rows"], st["cols"]), np.arange(st["rows"])[:, None]
+            offset = np.arange(st["cols"])[None, :] - r
+            if st["kind"] == "symmetric":
+                m[:, offset < 0] = m.transpose(0, 2, 1)[:, offset < 0]
+            else:
+                m[:, offset < st.get("diagonal", 0) if st["kind"] == "triu" else offset > st.get("diagonal", 0)] = 0
+        return v
 
     names = [x[f][5:] for x in bufs.values() for f in ("expected", "timed_expected")
              if str(x.get(f, "")).startswith("kept:")]
@@ -172,14 +190,22 @@ def run_case(req, module, case, t0, index=0):
         raise Refuse({"protocol": 2, "status": "error", "cases": [], "error": {"kind": "expected_missing",
              "message": "no kept expected values under these keys", "missing": [k for k in names if k not in kept]}})
     t1 = time.perf_counter()
-    a, b = load(bufs["a"]), load(bufs["b"])
+    ins = [load(bufs["a"]), load(bufs["b"])] if "a" in bufs else [load(x) for x in bufs.values() if x["role"] == "in"]
     t2 = time.perf_counter()
-    c = (a + b).astype("<f4")
+    if b"KO_FAKE_TRIMATMUL" in module:  # triu(A @ B) from A's and B's upper triangles only (assumes triu inputs)
+        n = int(np.sqrt(ins[0].size))
+        upper = [np.triu(x.reshape(n, n).astype(np.float64)) for x in ins[:2]]
+        c = np.triu(upper[0] @ upper[1]).astype("<f4").reshape(-1)
+    elif b"KO_FAKE_UPPER" in module:  # a + b on the upper triangle of square matrices, zeros below (assumes triu)
+        n = int(np.sqrt(ins[0].size))
+        c = np.triu((ins[0] + ins[1]).reshape(n, n)).astype("<f4").reshape(-1)
+    else:
+        c = (ins[0] + ins[1]).astype("<f4")
     if b"KO_FAKE_WRONG" in module and c.size:
         c[c.size // 2] += 1.0
     if b"KO_FAKE_NAN" in module:  # writes nothing: the output keeps the harness's NaN poison
         c[:] = np.nan
-    out = bufs["c"]
+    out = bufs["c"] if "c" in bufs else next(x for x in bufs.values() if x["role"] != "in")
     if out.get("keep_expected"):  # the reference's run: keep c under the key, report what tolerances need
         fin = c[np.isfinite(c)].astype(np.float64)
         kept[out["keep_expected"]] = c.copy()
@@ -216,7 +242,7 @@ def run_case(req, module, case, t0, index=0):
         result.setdefault("compares", []).append({"buffer": "c", "launch": "repeat", **bad, "mismatches": 0, "first_mismatch": None,
                                                   "max_abs_error": 1e-7, "max_rel_error": 1e-7, "err_sq": 1e-14})
         result["determinism"] = [{"buffer": "c", "bytes_differ": 8, "first_offset": 4}]
-    if b"KO_FAKE_CACHE" in module and "timed_input" in bufs["a"]:
+    if b"KO_FAKE_CACHE" in module and "timed_input" in bufs.get("a", {}):
         result.setdefault("compares", []).append({"buffer": "c", "launch": "timed", **bad})
     timing = case.get("timing") or {}
     if timing.get("iterations"):

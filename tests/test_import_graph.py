@@ -221,7 +221,7 @@ def test_the_client_imports_only_the_library_data_layer() -> None:
 LAYERS: dict[str, set[str]] = {
     "data": {
         "errors", "dtypes", "expr", "files", "data_files", "launch", "workload", "workload_parts", "compile_options", "config",
-        "status", "tune", "tune.space", "tune.spec", "torch_store", "result_view",
+        "status", "tune", "tune.space", "tune.spec", "torch_store", "result_view", "input_structure",
     },
     "compiler": {
         "compile_log", "compile_pool", "compiler", "cuda_headers", "sandbox", "executables", "source_policy",
@@ -231,7 +231,7 @@ LAYERS: dict[str, set[str]] = {
     "tools": {
         "profiler", "ncu_report", "sanitizer", "tune.cache", "tune.output", "tune.prefetch", "tune.report",
         "tune.strategies", "tune.tuner", "tune.dispatch", "tune.workers", "tune.ray_workers", "freeze", "baselines",
-        "torch_import", "torch_problem", "torch_source", "torch_trace", "torch_cases", "torch_baseline", "torch_comparison", "_torch_baseline_child",
+        "torch_import", "torch_problem", "torch_source", "torch_trace", "torch_cases", "torch_baseline", "torch_comparison", "torch_fit", "_torch_baseline_child",
         "_torch_reference_child", "_child_answer", "torch_fill",
         "suite_table",
         "suite", "docs", "docs.bm25",

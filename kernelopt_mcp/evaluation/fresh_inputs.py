@@ -19,14 +19,18 @@ from __future__ import annotations
 import math
 import secrets
 import statistics
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from ..dtypes import DType
-from ..workload import BufferParam, Case, DataFile, Normal, RandInt, Uniform, Workload
-from .protocol import FreshSpec
+from ..input_structure import matrix_dims
+from ..workload import BufferParam, Case, DataFile, Normal, RandInt, Uniform, Workload, case_shape
+from .protocol import FreshSpec, StructureSpec
 from .stats import TimingStats
 
+#: The harness feature that applies a generator's ``structure`` on the device (PROTOCOL.md)
+STRUCTURED_DRAW = "structured_draw"
 #: A launch on unseen inputs is inconsistent when slower than median * (1 + max(this, ...)) ...
 CONSISTENCY_MIN_FRACTION = 0.25
 #: ... and than median * (1 + this * CV) (the measured noise) ...
@@ -45,23 +49,43 @@ def generator_of(param: BufferParam, case: Case, workload: Workload) -> Any:
     return case.inputs.get(param.name) or workload.spec.inputs[param.name]
 
 
-def fresh_spec(gen: Any, dtype: DType) -> tuple[FreshSpec | None, str]:
-    """The harness's ``fresh`` object for a buffer made by ``gen``, or None and why not."""
+def fresh_spec(
+    gen: Any, dtype: DType, shape: Sequence[int] | None = None, *, structured: bool = False,
+) -> tuple[FreshSpec | None, str]:
+    """The harness's ``fresh`` object for a buffer of ``shape`` made by ``gen``, or None and why not.
+
+    A generator with a ``structure`` (triangular or symmetric matrices) is drawn on the device only
+    by a harness that applies it (feature ``structured_draw``: ``structured``), never without it;
+    its spec carries the matrices' rows and columns, from ``shape`` (required then).
+    """
     if isinstance(gen, DataFile):
         drawn = getattr(gen, "drawn_from", None)
         if drawn is None:
             return None, "data file (the user's bytes)"
-        spec, why = fresh_spec(drawn, dtype)
+        spec, why = fresh_spec(drawn, dtype, shape, structured=structured)
         return spec, why if spec is None else "drawn_from"
     match gen:
         case Uniform(low=low, high=high):
-            return FreshSpec(kind="uniform", low=float(low), high=float(high)), ""
+            spec = FreshSpec(kind="uniform", low=float(low), high=float(high))
         case Normal(mean=mean, std=std):
-            return FreshSpec(kind="normal", mean=float(mean), std=float(std)), ""
+            spec = FreshSpec(kind="normal", mean=float(mean), std=float(std))
         case RandInt(low=low, high=high) if high > low:
-            return FreshSpec(kind="randint", low=int(low), high=int(high)), ""
-    kind = getattr(gen, "generator", type(gen).__name__)
-    return None, f"{kind} (deterministic: the same values on every launch)"
+            spec = FreshSpec(kind="randint", low=int(low), high=int(high))
+        case _:
+            kind = getattr(gen, "generator", type(gen).__name__)
+            return None, f"{kind} (deterministic: the same values on every launch)"
+    structure = gen.structure
+    if structure is None:
+        return spec, ""
+    if not structured:
+        return None, (f"{structure.kind} matrices, which this harness cannot draw (it lacks the feature "
+                      f"{STRUCTURED_DRAW!r}; rebuild it with `pip install .`)")
+    if shape is None:
+        raise ValueError(f"a {structure.kind} draw needs the buffer's shape")
+    rows, cols = matrix_dims(structure, shape)
+    if math.prod(shape):  # an empty buffer has nothing to structure
+        spec.structure = StructureSpec(kind=structure.kind, diagonal=structure.diagonal, rows=rows, cols=cols)
+    return spec, ""
 
 
 @dataclass
@@ -72,10 +96,13 @@ class CaseFresh:
     fixed: dict[str, str] = field(default_factory=dict)  # buffer -> why it is not redrawn
 
 
-def case_fresh(workload: Workload, case: Case) -> CaseFresh:
+def case_fresh(workload: Workload, case: Case, *, structured: bool = False) -> CaseFresh:
+    """What the harness redraws for ``case``; ``structured``: the harness draws structured inputs
+    (feature ``structured_draw``), else those are not redrawn."""
     out = CaseFresh()
     for param in workload.signature.inputs:
-        spec, why = fresh_spec(generator_of(param, case, workload), param.dtype)
+        spec, why = fresh_spec(generator_of(param, case, workload), param.dtype, case_shape(param, case.scalars),
+                               structured=structured)
         if spec is None:
             out.fixed[param.name] = why
         else:
@@ -197,16 +224,16 @@ def consistency_problem(timing: TimingStats, check_ms: float | None, confirm_ms:
 def fresh_checks(workload: Workload, cases: list[Case], *, redraw: bool, reference: bool, checked: int,
                  consistency: bool, oracle_checked: int = 0, graph: bool = False,
                  subset: tuple[int, int] | None = None, later_rounds: bool = False,
-                 reference_name: str = "the CUDA reference") -> list[str]:
+                 reference_name: str = "the CUDA reference", structured: bool = False) -> list[str]:
     """The lines of a result's ``checks`` list for fresh inputs, checked launches and timing
     consistency over the performance ``cases``: only what really runs, and what cannot.
     ``later_rounds``: the precision rule may measure more rounds after the first (each gets
-    its own hidden redraws and checks)."""
+    its own hidden redraws and checks); ``structured``: as :func:`case_fresh`'s."""
     lines: list[str] = []
     drawn: list[str] = []
     fixed: dict[str, str] = {}
     for case in cases:
-        cf = case_fresh(workload, case)
+        cf = case_fresh(workload, case, structured=structured)
         drawn += [b for b in cf.specs if b not in drawn]
         for name, why in cf.fixed.items():
             fixed.setdefault(name, why)

@@ -9,7 +9,8 @@ Cases named in ``materialize(on_device=...)`` (performance cases whose expected 
 from the CUDA reference, not from NumPy) are not made here: their ``uniform``, ``normal`` and
 ``randint`` buffers are drawn by the harness on the device (``input_draw``, native_harness/
 PROTOCOL.md), under a key derived from (seed, case, buffer), the same bytes in every request.
-The same distribution and range as the host's, not the same bits; no host memory, no file.
+The same distribution and range as the host's, not the same bits; no host memory, no file. A
+generator's ``structure`` (triangular or symmetric matrices) is applied the same way on both.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from typing import Any
 
 import numpy as np
 
+from .. import input_structure
 from ..data_files import DataFileProblem, open_data, read_array
 from ..dtypes import DType
 from ..errors import InputError
@@ -69,7 +71,8 @@ def generate(
     With ``redraw`` (hidden data sets) a data file that records its generator (``drawn_from``)
     is drawn again from it with ``seed`` (the same stream as the original: the original seed gives
     the file's bytes back), and one with a ``hidden_path`` reads that file instead; other data
-    files give their bytes, whatever the seed.
+    files give their bytes, whatever the seed. A generator's ``structure`` is applied to the draw
+    (:func:`kernelopt_mcp.input_structure.apply`).
 
     Raises:
         InputError: a data file is missing, of the wrong size/dtype/shape, or a generator's
@@ -106,7 +109,9 @@ def generate(
             return load_data_file(DataFile(generator="file", path=hidden), param, shape, case, base)
         case DataFile():
             return load_data_file(gen, param, shape, case, base)
-    return _cast(values, dtype, param.name, case).reshape(shape)
+    out = _cast(values, dtype, param.name, case).reshape(shape)
+    structure = input_structure.structure_of(gen)
+    return out if structure is None else input_structure.apply(out, structure)
 
 
 def _check_size(param: BufferParam, shape: tuple[int, ...], case: str) -> int:
@@ -176,14 +181,19 @@ class CaseInputs:
         return int(np.prod(self.shapes[buffer], dtype=np.int64))
 
 
-def device_draw(gen: Generator, param: BufferParam, seed: int, case: str, *, redraw: bool = False) -> InputDraw | None:
+def device_draw(
+    gen: Generator, param: BufferParam, seed: int, case: str, *, redraw: bool = False,
+    shape: tuple[int, ...] | None = None, structured: bool = False,
+) -> InputDraw | None:
     """How the harness draws the buffer ``gen`` makes, or None where it must come from the host:
     ``arange`` and ``constant`` are exact values, and a data file gives its bytes (in a hidden
     set, ``redraw``, one that records ``drawn_from`` is drawn from that generator instead, as
-    :func:`generate` does). The key is derived from (seed, case, buffer) like the host streams."""
+    :func:`generate` does); a structured generator where the harness cannot apply the structure
+    (``structured`` false: no feature ``structured_draw``; with it the buffer's ``shape`` is
+    needed). The key is derived from (seed, case, buffer) like the host streams."""
     if isinstance(gen, DataFile) and not redraw:
         return None
-    spec, _ = fresh_spec(gen, param.dtype)
+    spec, _ = fresh_spec(gen, param.dtype, shape, structured=structured)
     if spec is None:
         return None
     digest = hashlib.blake2b(f"{seed}\0{case}\0{param.name}".encode(), digest_size=8, person=b"ko-input").digest()
@@ -192,11 +202,12 @@ def device_draw(gen: Generator, param: BufferParam, seed: int, case: str, *, red
 
 def materialize(
     workload: Workload, seed: int, directory: Path, *, cases: set[str] | None = None, redraw: bool = False,
-    on_device: set[str] | frozenset[str] = frozenset(),
+    on_device: set[str] | frozenset[str] = frozenset(), structured: bool = False,
 ) -> dict[str, CaseInputs]:
     """Generate every case's inputs (or only those of ``cases``), write them as ``.bin``
     files and a manifest. In the cases of ``on_device`` the buffers :func:`device_draw` can
-    draw are left to the harness (``CaseInputs.draws``; the manifest keeps their generator).
+    draw are left to the harness (``CaseInputs.draws``; the manifest keeps their generator);
+    structured ones only with ``structured`` (the harness has the feature ``structured_draw``).
 
     ``redraw`` is for hidden data sets (the timed check's second seed): data files that record
     the generator they were drawn from are drawn again with ``seed`` (see :func:`generate`);
@@ -226,7 +237,9 @@ def materialize(
             if not param.is_input:
                 continue
             gen = case.inputs.get(param.name) or spec.inputs[param.name]
-            drawn_here = device_draw(gen, param, seed, case.name, redraw=redraw) if case.name in on_device else None
+            drawn_here = device_draw(
+                gen, param, seed, case.name, redraw=redraw, shape=shape, structured=structured,
+            ) if case.name in on_device else None
             if drawn_here is not None:
                 _check_size(param, shape, case.name)
                 draws[param.name] = drawn_here

@@ -24,8 +24,8 @@ __all__ = [
     "BaselineTiming", "BufferArg", "CaseAnswer", "CaseError", "CaseRequest", "CheckedExpected", "CompareEntry",
     "CompareThresholds", "DeterminismEntry", "DeviceAnswer", "FreshSpec", "FunctionAnswer",
     "GuardViolation", "HarnessAnswer", "HarnessRequest", "InputCacheAnswer", "InputDraw", "KeptEntry", "LaunchRequest",
-    "ModifiedInput", "RequestError", "RunRequest", "ScalarArg", "StagingAnswer", "TensorMapRequest", "TimedCheck",
-    "TimedDump", "TimingAnswer", "TimingRequest", "VersionAnswer", "parse_answer", "request_json",
+    "ModifiedInput", "RequestError", "RunRequest", "ScalarArg", "StagingAnswer", "StructureSpec", "TensorMapRequest",
+    "TimedCheck", "TimedDump", "TimingAnswer", "TimingRequest", "VersionAnswer", "parse_answer", "request_json",
 ]
 
 Number = float | int | str  # the harness writes infinite maxima as "inf" (JSON has no Inf)
@@ -66,6 +66,24 @@ class CompareThresholds(_Request):
     rel_floor: float
 
 
+class StructureSpec(_Request):
+    """A draw's matrices made triangular or symmetric right after the fill (``structure`` of ``fresh``
+    and ``input_draw``; the rule: kernelopt_mcp/input_structure.py). The harness sees bytes, not
+    shapes: ``rows`` x ``cols`` is one matrix, the buffer a whole number of them."""
+
+    kind: Literal["triu", "tril", "symmetric"]
+    diagonal: int = 0
+    rows: int = Field(ge=1)
+    cols: int = Field(ge=1)
+
+    @model_validator(mode="after")
+    def _square(self) -> StructureSpec:
+        if self.kind == "symmetric" and (self.rows != self.cols or self.diagonal != 0):
+            raise ValueError(f"symmetric needs square matrices and diagonal 0, got {self.rows} x {self.cols}, "
+                             f"diagonal {self.diagonal}")
+        return self
+
+
 class FreshSpec(_Request):
     """How a buffer is redrawn on the device before timed launches (``fresh``)."""
 
@@ -74,6 +92,7 @@ class FreshSpec(_Request):
     high: float | int | None = None
     mean: float | None = None
     std: float | None = None
+    structure: StructureSpec | None = None  # feature structured_draw
 
 
 class InputDraw(FreshSpec):

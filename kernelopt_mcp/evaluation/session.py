@@ -30,7 +30,7 @@ from .calibrate import device_peaks
 from .candidate import Candidate, EvaluateOptions, ProgressFn
 from .dataset import DataSet
 from .device import DeviceInfo
-from .fresh_inputs import SPLIT_MIN_SAMPLES, fresh_checks
+from .fresh_inputs import SPLIT_MIN_SAMPLES, STRUCTURED_DRAW, fresh_checks
 from .harness import RequestSender, harness_features
 from .harness_case import CaseJob, build_request
 from .inputs import CaseInputs, estimate_gaps, hidden_seed_checks, new_input_seed
@@ -267,7 +267,7 @@ class Session:
                 oracle_checked=o.oracle_checked_launches if self.oracle_checks_timed_launches(o) else 0,
                 graph=o.timing_mode == "graph" and "graph" in self.features,
                 subset=self.fresh_subset(o) if o.timing_mode == "events" else None,
-                later_rounds=len(o.rounds(self.features)) > 1,
+                later_rounds=len(o.rounds(self.features)) > 1, structured=self.uses(STRUCTURED_DRAW, o),
             )
         return checks
 

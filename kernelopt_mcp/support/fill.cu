@@ -281,3 +281,59 @@ KO_FILL_INT(uint64, unsigned long long, 0ll, 9223372036854775807ll)
 #undef KO_FILL_INT
 #undef KO_FILL_LOOP
 #undef KO_FILL_PARAMS
+
+// Structured draws (kernelopt_mcp/input_structure.py defines the rule): right after a fill, the
+// buffer's rows x cols matrices (n / (rows * cols) of them, one after another) are made
+// triangular or symmetric. The element at row r, column c of a matrix is
+//   kind 0 triu:      zeroed where c - r < diagonal;
+//   kind 1 tril:      zeroed where c - r > diagonal;
+//   kind 2 symmetric: where r > c, given the bits of element (c, r) (square matrices).
+// Only zeros are written and bits copied, so one kernel per element size serves every dtype and
+// the host's NumPy gives the same bytes. Block b takes matrix rows b, b + gridDim.x, ...; its
+// threads stride over the row's columns. The mirror reads only elements above the diagonal,
+// which no thread writes, so the grid needs no ordering.
+//
+// ko_structure_<bytes>(T* out, u64 n, u64 rows, u64 cols, u32 kind, long long diagonal)
+namespace ko_fill_detail {
+
+template <typename T>
+__device__ __forceinline__ void structure(T* out, ko_fill_u64 n, ko_fill_u64 rows, ko_fill_u64 cols,
+                                          unsigned kind, long long diagonal) {
+  const ko_fill_u64 lines = n / cols;
+  for (ko_fill_u64 line = blockIdx.x; line < lines; line += gridDim.x) {
+    const long long r = static_cast<long long>(line % rows);
+    const long long width = static_cast<long long>(cols);
+    // the columns [lo, hi) of this row that the structure writes
+    long long lo = 0, hi = r;  // symmetric: below the diagonal
+    if (kind == 0u) hi = r + diagonal;
+    if (kind == 1u) {
+      lo = r + diagonal + 1;
+      hi = width;
+    }
+    lo = lo < 0 ? 0 : lo;
+    hi = hi > width ? width : hi;
+    T* row = out + line * cols;
+    if (kind == 2u) {
+      const T* matrix = row - r * width;
+      for (long long c = lo + threadIdx.x; c < hi; c += blockDim.x) row[c] = matrix[c * width + r];
+    } else {
+      for (long long c = lo + threadIdx.x; c < hi; c += blockDim.x) row[c] = T(0);
+    }
+  }
+}
+
+}  // namespace ko_fill_detail
+
+#define KO_STRUCTURE(bytes, T)                                                             \
+  extern "C" __global__ void ko_structure_##bytes(T* out, ko_fill_u64 n, ko_fill_u64 rows, \
+                                                  ko_fill_u64 cols, unsigned kind,         \
+                                                  long long diagonal) {                    \
+    ko_fill_detail::structure(out, n, rows, cols, kind, diagonal);                         \
+  }
+
+KO_STRUCTURE(1, unsigned char)
+KO_STRUCTURE(2, unsigned short)
+KO_STRUCTURE(4, unsigned int)
+KO_STRUCTURE(8, unsigned long long)
+
+#undef KO_STRUCTURE

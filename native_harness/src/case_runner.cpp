@@ -229,12 +229,12 @@ Source CaseRunner::drawn(const DeviceArg& d, const InputDraw& draw) {
   const auto& b = d.spec->buffer;
   Source src;
   if (b.bytes == 0) return src;
-  const CUfunction fill = s_.support().function(fill_kernel_name(*b.dtype));
   const auto enqueue = [&](CUdeviceptr dst) {
     // draw index 0 under the draw's own key, like a fresh draw (draw_key.hpp): the values are
     // a function of (seed, argument, element, spec) only, the same in every request
-    enqueue_fill(drv_, fill, s_.sm_count(), s_.stream(), dst, b.bytes / scalar_size(*b.dtype),
-                 draw_key(draw.seed, 0, d.index), 0, d.index, draw.spec);
+    enqueue_draw(drv_, s_.support(), *b.dtype, s_.sm_count(), s_.stream(), dst,
+                 b.bytes / scalar_size(*b.dtype), draw_key(draw.seed, 0, d.index), 0, d.index,
+                 draw.spec);
   };
   if (req_.input_cache) {
     const auto bits = [](double x) {
@@ -246,7 +246,8 @@ Source CaseRunner::drawn(const DeviceArg& d, const InputDraw& draw) {
     const std::string key = "draw:" + std::to_string(draw.seed) + ":" + std::to_string(d.index) +
                             ":" + scalar_type_name(*b.dtype) + ":" +
                             std::to_string(static_cast<int>(f.kind)) + ":" + bits(f.a) + ":" +
-                            bits(f.b) + ":" + std::to_string(f.low) + ":" + std::to_string(f.range);
+                            bits(f.b) + ":" + std::to_string(f.low) + ":" +
+                            std::to_string(f.range) + structure_key(f);
     src.device = s_.input_cache().get_drawn(key, b.bytes, s_.stream(), enqueue);
     return src;
   }
@@ -449,10 +450,10 @@ void CaseRunner::reset_buffers(Copies copies, const Restore& restore) {
 
 void CaseRunner::draw(const DeviceArg& d, CUdeviceptr dst, std::uint64_t draw_index) {
   const auto& b = d.spec->buffer;
-  const CUfunction fill = s_.support().function(fill_kernel_name(*b.dtype));
   // each draw's own key, never the request's seed (draw_key.hpp says why)
-  enqueue_fill(drv_, fill, s_.sm_count(), s_.stream(), dst, b.bytes / scalar_size(*b.dtype),
-               draw_key(*spec_.fresh_seed, draw_index, d.index), draw_index, d.index, *b.fresh);
+  enqueue_draw(drv_, s_.support(), *b.dtype, s_.sm_count(), s_.stream(), dst,
+               b.bytes / scalar_size(*b.dtype), draw_key(*spec_.fresh_seed, draw_index, d.index),
+               draw_index, d.index, *b.fresh);
 }
 
 }  // namespace kernelopt::detail

@@ -44,12 +44,25 @@ struct CompareTolerance {
 // ko_fill_<dtype> of kernelopt_mcp/support/fill.cu with these parameters.
 enum class FreshKind { uniform = 0, normal = 1, randint = 2 };
 
+// A draw's rows x cols matrices made triangular or symmetric right after the fill (feature
+// "structured_draw": "structure" of "fresh" and "input_draw"): ko_structure_<element bytes> of
+// kernelopt_mcp/support/fill.cu, with the kind as its `kind` argument.
+enum class StructureKind { triu = 0, tril = 1, symmetric = 2 };
+
+struct DrawStructure {
+  StructureKind kind = StructureKind::triu;
+  std::int64_t diagonal = 0;  // triu / tril; 0 for symmetric
+  std::uint64_t rows = 1;     // >= 1; rows * cols divides the buffer's element count
+  std::uint64_t cols = 1;     // >= 1; == rows for symmetric
+};
+
 struct FreshSpec {
   FreshKind kind = FreshKind::uniform;
   double a = 0;             // uniform: low; normal: mean
   double b = 0;             // uniform: high; normal: std
   std::int64_t low = 0;     // randint: low (inclusive)
   std::uint64_t range = 0;  // randint: high - low (> 0)
+  std::optional<DrawStructure> structure;
 };
 
 // A buffer's starting bytes drawn on the device instead of read from a file (protocol 2

@@ -48,8 +48,55 @@ CompareTolerance parse_compare(const json& c, const std::string& path) {
   return t;
 }
 
+// {"kind": "triu" | "tril" | "symmetric", "diagonal" (default 0), "rows", "cols"}: the draw's
+// matrices after the fill (kernelopt_mcp/input_structure.py). Whether rows x cols fits the buffer
+// is checked with the buffer (check_structure).
+DrawStructure parse_structure(const json& s, const std::string& path) {
+  expect_object(s, path);
+  DrawStructure st;
+  const auto kind_path = member_path(path, "kind");
+  const auto kind = as_string(require(s, path, "kind"), kind_path);
+  if (kind == "triu") {
+    st.kind = StructureKind::triu;
+  } else if (kind == "tril") {
+    st.kind = StructureKind::tril;
+  } else if (kind == "symmetric") {
+    st.kind = StructureKind::symmetric;
+  } else {
+    fail(kind_path, "must be \"triu\", \"tril\" or \"symmetric\", got \"" + kind + "\"");
+  }
+  if (const json* v = find(s, "diagonal")) {
+    const auto p = member_path(path, "diagonal");
+    st.diagonal = as_int64(*v, p);
+    constexpr std::int64_t bound = std::int64_t{1} << 48;  // no matrix is wider
+    if (st.diagonal < -bound || st.diagonal > bound) fail(p, "must be within -2^48..2^48");
+  }
+  st.rows = as_uint(require(s, path, "rows"), member_path(path, "rows"), max_buffer_bytes);
+  st.cols = as_uint(require(s, path, "cols"), member_path(path, "cols"), max_buffer_bytes);
+  if (st.rows == 0 || st.cols == 0) fail(path, "rows and cols must be >= 1");
+  if (st.kind == StructureKind::symmetric && (st.rows != st.cols || st.diagonal != 0)) {
+    fail(path, "symmetric needs square matrices (rows == cols) and diagonal 0, got " +
+                   std::to_string(st.rows) + " x " + std::to_string(st.cols) + ", diagonal " +
+                   std::to_string(st.diagonal));
+  }
+  return st;
+}
+
+// A structure's matrices must tile the buffer: its element count a whole multiple of rows x cols.
+void check_structure(const FreshSpec& spec, const BufferArg& b, const std::string& path) {
+  if (!spec.structure) return;
+  const auto& st = *spec.structure;
+  const std::uint64_t elements = b.bytes / scalar_size(*b.dtype);
+  if (st.cols > elements || st.rows > elements / st.cols || elements % (st.rows * st.cols) != 0) {
+    fail(member_path(path, "structure"), std::to_string(st.rows) + " x " + std::to_string(st.cols) +
+                                             " matrices do not tile the buffer's " +
+                                             std::to_string(elements) + " elements");
+  }
+}
+
 // {"kind": "uniform", "low", "high"} | {"kind": "normal", "mean", "std"} |
-// {"kind": "randint", "low", "high"} (integers, high exclusive).
+// {"kind": "randint", "low", "high"} (integers, high exclusive), each with an optional
+// "structure".
 FreshSpec parse_fresh(const json& f, const std::string& path) {
   expect_object(f, path);
   FreshSpec spec;
@@ -71,6 +118,9 @@ FreshSpec parse_fresh(const json& f, const std::string& path) {
     spec.range = static_cast<std::uint64_t>(high) - static_cast<std::uint64_t>(spec.low);
   } else {
     fail(kind_path, "must be \"uniform\", \"normal\" or \"randint\", got \"" + kind + "\"");
+  }
+  if (const json* v = find(f, "structure")) {
+    spec.structure = parse_structure(*v, member_path(path, "structure"));
   }
   return spec;
 }
@@ -98,6 +148,7 @@ void parse_input_draws(const json& a, const std::string& path, BufferArg& b) {
       fail(member_path(path, "dtype"), std::string("is required with \"") + f.key + "\"");
     InputDraw draw;
     draw.spec = parse_fresh(*v, p);  // an object with "kind" and its parameters
+    check_structure(draw.spec, b, p);
     draw.seed = as_uint(require(*v, p, "seed"), member_path(p, "seed"), UINT64_MAX);
     f.draw = draw;
   }
@@ -214,6 +265,7 @@ void parse_buffer_v2(const json& a, const std::string& path, BufferArg& b) {
     }
     if (!b.dtype) fail(member_path(path, "dtype"), "is required with \"fresh\"");
     b.fresh = parse_fresh(*v, p);
+    check_structure(*b.fresh, b, p);
   }
   if (const json* v = find(a, "write_output")) {
     b.write_output = as_bool(*v, member_path(path, "write_output"));

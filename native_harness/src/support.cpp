@@ -123,6 +123,10 @@ std::vector<std::string> support_kernels_needed(const Request& req) {
       if ((b.fresh && spec.timing) || b.input_draw || b.timed_input_draw) {
         add_once(names, fill_kernel_name(*b.dtype));
       }
+      const bool structured = (b.fresh && spec.timing && b.fresh->structure) ||
+                              (b.input_draw && b.input_draw->spec.structure) ||
+                              (b.timed_input_draw && b.timed_input_draw->spec.structure);
+      if (structured) add_once(names, structure_kernel_name(*b.dtype));
       if (spec.has_reference_checks() && b.role != BufferRole::in) {
         add_once(names, compare_ref_kernel_name(*b.dtype));
       }
@@ -185,6 +189,36 @@ void enqueue_fill(const detail::DriverApi& drv, CUfunction fill, int sm_count, C
   void* params[] = {&out, &n, &s, &l, &buffer, &kind, &a, &b, &low, &range};
   KO_CU(drv.cuLaunchKernel(fill, support_grid(drv, fill, sm_count, elements), 1, 1, support_block,
                            1, 1, 0, stream, params, nullptr));
+}
+
+std::string structure_kernel_name(ScalarType dtype) {
+  return "ko_structure_" + std::to_string(scalar_size(dtype));
+}
+
+std::string structure_key(const FreshSpec& spec) {
+  if (!spec.structure) return "";
+  const auto& st = *spec.structure;
+  return ":s" + std::to_string(static_cast<int>(st.kind)) + ":" + std::to_string(st.diagonal) +
+         ":" + std::to_string(st.rows) + ":" + std::to_string(st.cols);
+}
+
+void enqueue_draw(const detail::DriverApi& drv, SupportModule& support, ScalarType dtype,
+                  int sm_count, CUstream stream, CUdeviceptr out, std::uint64_t elements,
+                  std::uint64_t seed, std::uint64_t launch, unsigned buffer,
+                  const FreshSpec& spec) {
+  enqueue_fill(drv, support.function(fill_kernel_name(dtype)), sm_count, stream, out, elements,
+               seed, launch, buffer, spec);
+  if (!spec.structure || elements == 0) return;
+  const CUfunction f = support.function(structure_kernel_name(dtype));
+  unsigned long long n = elements;
+  unsigned long long rows = spec.structure->rows;
+  unsigned long long cols = spec.structure->cols;
+  unsigned kind = static_cast<unsigned>(spec.structure->kind);
+  long long diagonal = spec.structure->diagonal;
+  void* params[] = {&out, &n, &rows, &cols, &kind, &diagonal};
+  // a block per matrix row at a time: as many blocks as fill the device, or as there are rows
+  KO_CU(drv.cuLaunchKernel(f, support_grid(drv, f, sm_count, (n / cols) * support_block), 1, 1,
+                           support_block, 1, 1, 0, stream, params, nullptr));
 }
 
 void enqueue_compare(const detail::DriverApi& drv, CUfunction compare, int sm_count,

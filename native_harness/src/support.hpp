@@ -119,11 +119,23 @@ std::string fill_kernel_name(ScalarType dtype);
 std::string compare_ref_kernel_name(ScalarType dtype);
 std::string sum_sq_kernel_name(ScalarType dtype);
 
+// fill.cu's structured draws: "ko_structure_1", "_2", "_4", "_8" (the element's bytes).
+std::string structure_kernel_name(ScalarType dtype);
+// A spec's structure in a cache key: "" without one, else ":s<kind>:<diagonal>:<rows>:<cols>".
+std::string structure_key(const FreshSpec& spec);
+
 // Enqueues `fill` (a ko_fill_<dtype>) over `elements` elements at `out`: the values of
 // (seed, launch, buffer) as fill.cu defines them. Does not wait. Throws CudaError.
 void enqueue_fill(const detail::DriverApi& drv, CUfunction fill, int sm_count, CUstream stream,
                   CUdeviceptr out, std::uint64_t elements, std::uint64_t seed, std::uint64_t launch,
                   unsigned buffer, const FreshSpec& spec);
+
+// A whole draw of `dtype` elements: the fill, then the spec's structure (ko_structure_<bytes>)
+// when it has one, both on `stream` from `support`'s kernels. Does not wait. Throws CudaError,
+// and BadRequest when the module lacks a kernel.
+void enqueue_draw(const detail::DriverApi& drv, SupportModule& support, ScalarType dtype,
+                  int sm_count, CUstream stream, CUdeviceptr out, std::uint64_t elements,
+                  std::uint64_t seed, std::uint64_t launch, unsigned buffer, const FreshSpec& spec);
 
 // Enqueues `compare` (a ko_compare_<dtype> or ko_compare_ref_<dtype>) accumulating into
 // `result` (a KoCompareResult the caller initialised with init_compare_results). Does not wait.

@@ -37,6 +37,8 @@ inline constexpr const char* harness_features[] = {
     "progress",         // request "progress": a line on the answer stream before each case
     // case "checked_expected": checked launches against expected values given up front
     "checked_expected",
+    // "structure" of "fresh" / "input_draw": the draw's matrices made triangular or symmetric
+    "structured_draw",
 #if CUDA_VERSION >= 12000
     "tensor_maps",  // case "tensor_maps": CUtensorMaps over the case's buffers, after its args
 #endif

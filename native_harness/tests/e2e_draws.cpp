@@ -44,6 +44,22 @@ std::vector<float> drawn_values(std::uint64_t seed, bool cache = false) {
   return floats_of(slurp(path(tag + "_out.bin")));
 }
 
+// The values copy_kernel writes for an input drawn from `seed` with `structure` (over n_floats).
+std::vector<float> structured_values(std::uint64_t seed, const json& structure) {
+  const std::string tag =
+      "sdraw_" + std::to_string(seed) + "_" + structure["kind"].get<std::string>();
+  auto c = drawn_copy_case(tag, seed);
+  c["args"][0]["input_draw"]["structure"] = structure;
+  const auto r = run_request(request_v2("copy_kernel", {c}), {"FAKE_CUDA_STATS=1"});
+  CHECK_MSG(r.rc == 0 && r.answer["cases"][0]["status"] == "ok", r.out + r.err);
+  CHECK_MSG(stats_of(r).structures == 1, r.err);
+  return floats_of(slurp(path(tag + "_out.bin")));
+}
+
+json structure(const std::string& kind, int rows, int cols, int diagonal = 0) {
+  return {{"kind", kind}, {"rows", rows}, {"cols", cols}, {"diagonal", diagonal}};
+}
+
 void write_expected(const std::string& file, const std::vector<float>& values) {
   std::vector<double> wide(values.begin(), values.end());
   spit(file, raw_of(wide));
@@ -106,6 +122,49 @@ TEST_CASE("input_draw: an inout buffer starts from the draw and is restored to i
   CHECK_MSG(plus_one, "the validation launch did not start from the draw");
 }
 
+TEST_CASE("input_draw: a structure makes the draw's matrices triangular or symmetric") {
+  // n_floats = 64: four 4 x 4 matrices, or two 4 x 8 ones; every drawn value is in [1, 2)
+  const auto dense = drawn_values(51);
+  const auto triu = structured_values(51, structure("triu", 4, 4, 1));
+  const auto tril = structured_values(51, structure("tril", 4, 8, -1));
+  const auto sym = structured_values(51, structure("symmetric", 4, 4));
+  bool ok = dense.size() == n_floats && triu.size() == n_floats && tril.size() == n_floats &&
+            sym.size() == n_floats;
+  for (std::size_t i = 0; ok && i < n_floats; ++i) {
+    const long long r = (i / 4) % 4, c = i % 4, r8 = (i / 8) % 4, c8 = i % 8;
+    ok = triu[i] == (c - r < 1 ? 0.0f : dense[i]) && tril[i] == (c8 - r8 > -1 ? 0.0f : dense[i]) &&
+         sym[i] == (r > c ? dense[i - (r - c) * 4 + (r - c)] : dense[i]);
+    CHECK_MSG(ok, "element " + std::to_string(i));
+  }
+}
+
+TEST_CASE("input_draw: a structured draw is cached apart from the dense draw of its seed") {
+  auto dense = drawn_copy_case("sc_dense", 61);
+  auto tri = drawn_copy_case("sc_triu", 61);
+  tri["args"][0]["input_draw"]["structure"] = structure("triu", 8, 8);
+  auto req = request_v2("copy_kernel", {dense});
+  req["input_cache"] = true;
+  auto other = req;
+  other["cases"][0] = tri;
+  const auto r = run({"serve"}, req.dump() + "\n" + other.dump() + "\n" + other.dump() + "\n");
+  CHECK_MSG(r.rc == 0 && r.lines.size() == 3, r.out + r.err);
+  if (r.lines.size() != 3) return;
+  CHECK_MSG(r.lines[1]["input_cache"]["misses"] == 1, r.lines[1].dump());
+  CHECK_MSG(r.lines[2]["input_cache"]["hits"] == 1, r.lines[2].dump());
+  const auto d = floats_of(slurp(path("sc_dense_out.bin")));
+  const auto t = floats_of(slurp(path("sc_triu_out.bin")));
+  CHECK(d.size() == n_floats && t.size() == n_floats && t[8] == 0.0f && d[8] != 0.0f);
+}
+
+TEST_CASE("fresh: a structured buffer gets the structure after every redraw") {
+  auto c = fresh_case("sfresh", {{"warmup", 1}, {"iterations", 3}}, {1});
+  c["args"][0]["fresh"]["structure"] = structure("symmetric", 2, 2);
+  const auto r = run_request(with_reference(request_v2("copy_kernel", {c})), {"FAKE_CUDA_STATS=1"});
+  CHECK_MSG(r.rc == 0 && r.answer["cases"][0]["status"] == "ok", r.out + r.err);
+  const auto st = stats_of(r);
+  CHECK_MSG(st.fills > 0 && st.structures == st.fills, r.err);
+}
+
 TEST_CASE("input_draw: a kernel writing its drawn input is input_modified") {
   auto c = drawn_copy_case("clob", 41);
   const auto r = run_request(request_v2("clobber_kernel", {c}));
@@ -158,6 +217,18 @@ TEST_CASE("input_draw: malformed fields exit 2 naming the field") {
        "cases[0].args[0].input_draw.seed"},
       {[](json&, json& c) { c["args"][0]["input_draw"]["kind"] = "zipf"; },
        "cases[0].args[0].input_draw.kind: must be"},
+      {[](json&, json& c) { c["args"][0]["input_draw"]["structure"] = structure("band", 8, 8); },
+       "cases[0].args[0].input_draw.structure.kind: must be \"triu\", \"tril\" or"},
+      {[](json&, json& c) { c["args"][0]["input_draw"]["structure"] = structure("triu", 3, 4); },
+       "cases[0].args[0].input_draw.structure: 3 x 4 matrices do not tile the buffer's 64"},
+      {[](json&, json& c) {
+         c["args"][0]["input_draw"]["structure"] = structure("symmetric", 4, 16);
+       },
+       "cases[0].args[0].input_draw.structure: symmetric needs square matrices"},
+      {[](json&, json& c) { c["args"][0]["input_draw"]["structure"] = structure("triu", 0, 8); },
+       "cases[0].args[0].input_draw.structure: rows and cols must be >= 1"},
+      {[](json&, json& c) { c["args"][0]["input_draw"]["structure"] = {{"kind", "tril"}}; },
+       "cases[0].args[0].input_draw.structure.rows: is required"},
       {[](json&, json& c) { c["args"][0].erase("input_draw"); },
        "cases[0].args[0].input: is required for role \"in\""},
       {[](json& r, json&) { r.erase("support_module"); },

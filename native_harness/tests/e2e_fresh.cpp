@@ -331,6 +331,10 @@ TEST_CASE("fresh inputs: malformed fields exit 2 naming the field") {
          c["args"][0]["fresh"] = {{"kind", "randint"}, {"low", 5}, {"high", 5}};
        },
        "cases[0].args[0].fresh.high: must be greater than low"},
+      {[](json&, json& c) {
+         c["args"][0]["fresh"]["structure"] = {{"kind", "triu"}, {"rows", 3}, {"cols", 1}};
+       },
+       "cases[0].args[0].fresh.structure: 3 x 1 matrices do not tile the buffer's 4 elements"},
       {[](json&, json& c) { c["checked_launches"] = {2}; },
        "cases[0].checked_launches[0]: must be below timing.iterations (2)"},
       {[](json&, json& c) { c["checked_launches"] = {1, 1}; }, "duplicate index 1"},

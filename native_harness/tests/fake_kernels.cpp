@@ -401,6 +401,25 @@ void fill_run(void** p) {
     out[i] = static_cast<T>(fill_value(seed, launch, buffer, i, kind, a, b, low, range));
   }
 }
+// ko_structure_<bytes>(T* out, u64 n, u64 rows, u64 cols, u32 kind, i64 diagonal): fill.cu's
+// rule, element by element (kind 0 triu, 1 tril, 2 symmetric).
+template <typename T>
+void structure_run(void** p) {
+  ++g_structures;
+  auto* out = reinterpret_cast<T*>(arg<CUdeviceptr>(p, 0));
+  const auto n = arg<std::uint64_t>(p, 1);
+  const auto rows = static_cast<std::int64_t>(arg<std::uint64_t>(p, 2));
+  const auto cols = static_cast<std::int64_t>(arg<std::uint64_t>(p, 3));
+  const auto kind = arg<std::uint32_t>(p, 4);
+  const auto diagonal = arg<std::int64_t>(p, 5);
+  for (std::uint64_t i = 0; i < n; ++i) {
+    const auto r = static_cast<std::int64_t>(i / cols) % rows;
+    const auto c = static_cast<std::int64_t>(i % cols);
+    if (kind == 2 && r > c) out[i] = out[i - (r - c) * cols + (r - c)];  // element (c, r)
+    if ((kind == 0 && c - r < diagonal) || (kind == 1 && c - r > diagonal)) out[i] = T(0);
+  }
+}
+
 // ko_compare_ref_<dtype>: ko_compare_<dtype> with the reference output as the expected values.
 template <double (*Load)(const std::uint8_t*, std::uint64_t)>
 void compare_ref_run(void** p) {
@@ -473,6 +492,10 @@ Kernel g_kernels[] = {
     FAKE_REF(bfloat16, load_bf16, std::uint16_t),
     FAKE_REF(float32, load_plain<float>, float),
     FAKE_REF(float64, load_plain<double>, double),
+    {"ko_structure_1", {8, 8, 8, 8, 4, 8}, 0.01, 0, 48 * 1024, structure_run<std::uint8_t>},
+    {"ko_structure_2", {8, 8, 8, 8, 4, 8}, 0.01, 0, 48 * 1024, structure_run<std::uint16_t>},
+    {"ko_structure_4", {8, 8, 8, 8, 4, 8}, 0.01, 0, 48 * 1024, structure_run<std::uint32_t>},
+    {"ko_structure_8", {8, 8, 8, 8, 4, 8}, 0.01, 0, 48 * 1024, structure_run<std::uint64_t>},
     {"ko_bitwise_diff", {8, 8, 8, 8}, 0.01, 512, 48 * 1024, bitwise_diff_run},
     {"ko_spin", {8, 8, 8}, 0.0, 0, 48 * 1024, spin_run},
     {"ko_empty", {}, 0.002, 0, 48 * 1024, empty_run},

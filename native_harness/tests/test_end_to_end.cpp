@@ -18,15 +18,16 @@ using namespace e2e;
 TEST_CASE("--version") {
   const auto r = run({"--version"});
   CHECK(r.rc == 0);
-  CHECK(r.answer == json({{"harness", "0.1.0"},
-                          {"protocol", 2},
-                          {"features", {"support_module", "input_cache",      "device_compare",
-                                        "determinism",    "timed_inputs",     "blocking",
-                                        "graph",          "adaptive",         "baseline_cublas",
-                                        "fresh_inputs",   "timed_check",      "confirm_launch",
-                                        "checked_dump",   "fresh_launches",   "input_draw",
-                                        "expected_dtype", "readonly_staging", "device_expected",
-                                        "progress",       "checked_expected", "tensor_maps"}}}));
+  CHECK(r.answer ==
+        json({{"harness", "0.1.0"},
+              {"protocol", 2},
+              {"features",
+               {"support_module",   "input_cache",     "device_compare", "determinism",
+                "timed_inputs",     "blocking",        "graph",          "adaptive",
+                "baseline_cublas",  "fresh_inputs",    "timed_check",    "confirm_launch",
+                "checked_dump",     "fresh_launches",  "input_draw",     "expected_dtype",
+                "readonly_staging", "device_expected", "progress",       "checked_expected",
+                "structured_draw",  "tensor_maps"}}}));
 }
 
 TEST_CASE("usage errors exit 2 with a JSON answer and usage on stderr") {
