@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The GPU runs issue 40 (PyTorch problems at full strength) waits for, in one device call each:
-#   bash scripts/device_issue40.sh children   # the confined GPU children start CUDA (probe + tests)
+#   bash scripts/device_issue40.sh children   # the confined GPU children start CUDA (probe + tests), device draws (structured too)
 #   bash scripts/device_issue40.sh reference  # PyTorch as the reference, timed launches checked, baselines
 #   bash scripts/device_issue40.sh suite      # kernelopt kernelbench over the 12 problems with our solutions
 #   bash scripts/device_issue40.sh imports    # bench/kernelbench_import.py over levels 1-3 (16 CPUs)
@@ -24,7 +24,7 @@ case "${1:-children}" in
     cut -c1-300 "$OUT/probe.jsonl"
     timeout 150 python3 -m pytest -q -p no:cacheprovider tests/test_torch_child.py tests/test_torch_workspace.py > "$OUT/children.log" 2>&1
     echo "children rc=$? $(tail -1 "$OUT/children.log")"
-    gpu_tests fill 200 tests/gpu/test_torch_fill_gpu.py tests/gpu/test_checked_expected_gpu.py ;;
+    gpu_tests fill 260 tests/gpu/test_torch_fill_gpu.py tests/gpu/test_checked_expected_gpu.py tests/gpu/test_structured_inputs_gpu.py ;;
   reference)
     gpu_tests reference 560 tests/gpu/test_torch_reference_gpu.py tests/gpu/test_torch_baseline_gpu.py tests/gpu/test_torch_import_gpu.py ;;
   suite)
