@@ -10,6 +10,7 @@ import contextlib
 import re
 import tempfile
 import time
+from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -44,14 +45,14 @@ from .workload_catalogue import WorkloadCatalogue
 from .workspace import check_spec_size
 
 
+@dataclass(eq=False)  # a service part: identity, not value
 class FrozenRuns:
     """The freeze_workload and replay_requests tools' work."""
 
-    def __init__(self, state: ServerState, files: ClientFiles, catalogue: WorkloadCatalogue, gpus: DevicePool) -> None:
-        self.state = state
-        self.files = files
-        self.catalogue = catalogue
-        self.gpus = gpus
+    state: ServerState
+    files: ClientFiles
+    catalogue: WorkloadCatalogue
+    gpus: DevicePool
 
     async def freeze(
         self, spec: dict[str, Any], reference_cu: str, initial_cu: str | None, *, oracle_path: str | None = None,

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import tempfile
 import time
+from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -31,14 +32,14 @@ from .workload_catalogue import WorkloadCatalogue
 from .workspace import RequestError
 
 
+@dataclass(eq=False)  # a service part: identity, not value
 class KernelAnalysis:
     """The ncu_profile, autotune and docs_search tools' work."""
 
-    def __init__(self, state: ServerState, files: ClientFiles, catalogue: WorkloadCatalogue, gpus: DevicePool) -> None:
-        self.state = state
-        self.files = files
-        self.catalogue = catalogue
-        self.gpus = gpus
+    state: ServerState
+    files: ClientFiles
+    catalogue: WorkloadCatalogue
+    gpus: DevicePool
 
     async def profile(
         self,

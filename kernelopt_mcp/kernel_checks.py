@@ -4,6 +4,8 @@ device's prepared session."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import anyio
 import anyio.to_thread
 
@@ -25,14 +27,14 @@ from .workload_catalogue import WorkloadCatalogue
 from .workspace import RequestError
 
 
+@dataclass(eq=False)  # a service part: identity, not value
 class KernelChecks:
     """The compile, validate and benchmark tools' work."""
 
-    def __init__(self, state: ServerState, files: ClientFiles, catalogue: WorkloadCatalogue, gpus: DevicePool) -> None:
-        self.state = state
-        self.files = files
-        self.catalogue = catalogue
-        self.gpus = gpus
+    state: ServerState
+    files: ClientFiles
+    catalogue: WorkloadCatalogue
+    gpus: DevicePool
 
     async def compile(
         self, source: str | None, path: str | None, arch: str | None, options: list[str] | None
