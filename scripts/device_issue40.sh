@@ -15,7 +15,9 @@ bash scripts/device_gpu_tests.sh > "$OUT/install.log" 2>&1 || { echo "install fa
 export PYTHONPATH=/tmp/site:$PYTHONPATH PATH=/tmp/site/bin:$PATH KERNELOPT_HARNESS=/tmp/site/bin/kernelopt-harness
 gpu_tests() {  # name, timeout, files...
   local name=$1 limit=$2; shift 2
-  timeout "$limit" python3 -m pytest --run-gpu -v -p no:cacheprovider -rA "$@" > "$OUT/$name.log" 2>&1
+  # each failure's report lands in $OUT as it happens: the call's time limit can kill pytest before its summary
+  KERNELOPT_GPU_FAILURES="$OUT/$name.failures.txt" KERNELOPT_GPU_PROGRESS="$OUT/$name.progress.txt" \
+    timeout "$limit" python3 -m pytest --run-gpu -v -p no:cacheprovider -rA "$@" > "$OUT/$name.log" 2>&1
   echo "$name rc=$? $(tail -1 "$OUT/$name.log")"; grep -E "^(FAILED|ERROR)" "$OUT/$name.log" | cut -c1-300
 }
 case "${1:-children}" in
@@ -30,6 +32,12 @@ case "${1:-children}" in
   suite)
     timeout 560 kernelopt kernelbench .kb12 --level 1 2 --solutions bench/kernelbench_solutions -o "$OUT/kb12" > "$OUT/suite.txt" 2> "$OUT/suite.err"
     echo "suite rc=$?"; cat "$OUT/suite.txt" | head -60; tail -5 "$OUT/suite.err" ;;
+  diagnose)  # the baseline child alone (eager / compile, Landlock / not, timed), then one test of each file
+    timeout 200 python3 scripts/dev_diag40.py > "$OUT/diag.jsonl" 2> "$OUT/diag.err"; echo "diag rc=$?"; cut -c1-900 "$OUT/diag.jsonl"
+    tail -5 "$OUT/diag.err"
+    gpu_tests probe 250 --timeout 120 "tests/gpu/test_torch_import_gpu.py::test_imported_problem_evaluates_on_the_gpu[vector_add]" \
+      tests/gpu/test_torch_baseline_gpu.py::test_eager_matches_events_around_torch_mm "tests/gpu/test_torch_import_gpu.py::test_optimize_an_imported_problem[vector_add]"
+    cut -c1-3000 "$OUT/probe.failures.txt" 2>/dev/null | head -80 ;;
   baselines)  # eager and torch.compile for every level-1/2 problem; resumable: run again on the warm machine
     # (the state lives in the ignored .kb-run/, the times in the baseline cache); each call stops at ~9 minutes
     timeout 540 kernelopt kernelbench .kb --level 1 2 -o .kb-run > "$OUT/baselines.txt" 2> "$OUT/baselines.err"

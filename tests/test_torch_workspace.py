@@ -61,8 +61,9 @@ def test_allowed_import_creates_a_workload(tmp_path: Path, torch: Any) -> None:
     assert (created.correctness_cases, created.performance_cases) == (2, 1)
     assert load_workload(ws.config.created_dir / "mm").spec.cost.flops == "2*M*K*N"
     assert [p.name for p in ws.config.created_dir.iterdir() if not p.name.startswith(".mm.lock")] == ["mm"]  # no staging left
-    oracle = (ws.config.created_dir / "mm" / "reference.py").read_text()
-    assert f"IMPORTED_TO = {str((ws.config.created_dir / 'mm').resolve())!r}" in oracle  # not the staging directory
+    home = ws.config.created_dir / "mm"
+    assert (home / "problem.py").read_text() == (PROBLEMS / "matmul.py").read_text()  # the reference PyTorch runs
+    assert ".mm-torch-" not in (home / "workload.json").read_text()  # the workload names no staging directory
 
     with pytest.raises(RequestError, match="already exists"):
         create_torch_workload(ws, "mm", (PROBLEMS / "matmul.py").read_text(), allowed=True)
