@@ -6,8 +6,8 @@ the refusals by reason, and per import its wall time and the bytes it wrote (iss
 
 KERNELBENCH_DIR holds level1/ ... level3/ (KernelBench's KernelBench/ folder; never copied into this
 repository). Problems import in ``--jobs`` processes at once (default: the CPUs, at most 16), each a
-fresh process of its own (this checkout's kernelopt_mcp first on its path) with torch limited to one
-thread, its data memory capped (``--max-gib``, default the machine's memory over the jobs) and a
+fresh process of its own (kernelopt_mcp.suite_imports, the import children of `kernelopt kernelbench --jobs`)
+with torch limited to one thread, its data memory capped (``--max-gib``, default the machine's memory over the jobs) and a
 deadline (``--timeout``): an import that runs away is a row of the table, not the end of the bench.
 Needs torch.
 """
@@ -18,66 +18,19 @@ import argparse
 import json
 import os
 import re
-import resource
 import statistics
-import subprocess
 import sys
 import tempfile
-import time
 from collections import Counter
-from concurrent.futures import ThreadPoolExecutor, as_completed
 from pathlib import Path
 from typing import Any
 
 REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))  # this checkout's kernelopt_mcp, and its import children's (suite_imports puts it first)
+
+from kernelopt_mcp.suite_imports import ImportJob, ImportLimits, import_many
 
 LIMIT_S, LIMIT_BYTES = 60.0, 256 * 2**20
-
-
-def _du(path: Path) -> int:
-    return sum(p.stat().st_size for p in path.rglob("*") if p.is_file()) if path.exists() else 0
-
-
-def import_one(problem: str, out: str) -> dict[str, Any]:
-    """Import ``problem`` into ``out`` (in this process): its outcome, seconds and bytes written."""
-    import torch
-
-    torch.set_num_threads(1)
-    from kernelopt_mcp.torch_import import TorchImportOptions, TorchProblemError, import_torch_problem
-
-    start = time.perf_counter()
-    record: dict[str, Any] = {"problem": problem, "imported": False, "refusal": None}
-    try:
-        result = import_torch_problem(problem, out, TorchImportOptions(overwrite=True))
-        record.update(imported=True, degenerate=len(result.degenerate))
-    except TorchProblemError as exc:
-        record["refusal"] = str(exc).removeprefix(f"{problem}: ")
-    except Exception as exc:  # noqa: BLE001 - a bench row, never a crash of the bench
-        record["refusal"] = f"importer error: {type(exc).__name__}: {str(exc)[:200]}"
-    record["seconds"] = time.perf_counter() - start
-    record["bytes"] = _du(Path(out))
-    return record
-
-
-def import_in_child(problem: str, out: str, max_bytes: int, timeout_s: float) -> dict[str, Any]:
-    """:func:`import_one` in a fresh process with its data memory capped and a deadline."""
-    def cap() -> None:
-        resource.setrlimit(resource.RLIMIT_DATA, (max_bytes, max_bytes))
-
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))}
-    start = time.perf_counter()
-    try:
-        done = subprocess.run([sys.executable, __file__, "--one", problem, out], capture_output=True, text=True,
-                              timeout=timeout_s, env=env, preexec_fn=cap)
-    except subprocess.TimeoutExpired:
-        return {"problem": problem, "imported": False, "refusal": f"bench: over {timeout_s:.0f} s",
-                "seconds": time.perf_counter() - start, "bytes": _du(Path(out))}
-    lines = done.stdout.strip().splitlines()
-    if done.returncode == 0 and lines:
-        return json.loads(lines[-1])
-    tail = (done.stderr.strip().splitlines() or ["no output"])[-1]
-    return {"problem": problem, "imported": False, "seconds": time.perf_counter() - start, "bytes": _du(Path(out)),
-            "refusal": f"bench: the import died (exit {done.returncode}, data memory cap {max_bytes / 2**30:.0f} GiB): {tail[:200]}"}
 
 
 def reason(refusal: str) -> str:
@@ -96,8 +49,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--max-gib", type=float, help="data memory cap of one import (default: the machine's memory / jobs)")
     ap.add_argument("--timeout", type=float, default=600.0, help="seconds one import may take (default 600)")
     args = ap.parse_args(argv)
-    memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-    max_bytes = int(args.max_gib * 2**30) if args.max_gib else memory // max(1, args.jobs)
+    limits = ImportLimits(max_bytes=int(args.max_gib * 2**30) if args.max_gib else 0, timeout_s=args.timeout)
     problems = [(level, p) for level in args.level for p in sorted((args.problems_dir / f"level{level}").glob("*.py"),
                                                                    key=lambda p: (int(p.name.split("_")[0]), p.name))]
     if not problems:
@@ -106,15 +58,13 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="kb-import-") as tmp:
         root = args.out or Path(tmp)
         records: list[dict[str, Any]] = []
-        with ThreadPoolExecutor(args.jobs) as pool:
-            futures = {pool.submit(import_in_child, str(p), str(root / f"level{level}" / p.stem), max_bytes, args.timeout): level
-                       for level, p in problems}
-            for i, done in enumerate(as_completed(futures), 1):
-                rec = {**done.result(), "level": futures[done]}
-                records.append(rec)
-                print(f"[{i}/{len(problems)}] level{rec['level']} {Path(rec['problem']).name}: "
-                      f"{'ok' if rec['imported'] else 'refused: ' + str(rec['refusal'])[:120]} "
-                      f"({rec['seconds']:.1f} s, {rec['bytes'] / 2**20:.2f} MiB)", file=sys.stderr, flush=True)
+        jobs = {ImportJob(p, root / f"level{level}" / p.stem): level for level, p in problems}
+        for i, (job, record) in enumerate(import_many(list(jobs), args.jobs, limits), 1):
+            rec = {**record, "level": jobs[job]}
+            records.append(rec)
+            print(f"[{i}/{len(problems)}] level{rec['level']} {Path(rec['problem']).name}: "
+                  f"{'ok' if rec['imported'] else 'refused: ' + str(rec['refusal'])[:120]} "
+                  f"({rec['seconds']:.1f} s, {rec['bytes'] / 2**20:.2f} MiB)", file=sys.stderr, flush=True)
     if args.json:
         args.json.write_text(json.dumps(sorted(records, key=lambda r: r["problem"]), indent=1))
     print("| level | problems | imported | % | median s | max s | max MiB | over 60 s | over 256 MB |")
@@ -135,7 +85,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    if sys.argv[1:2] == ["--one"]:
-        print(json.dumps(import_one(sys.argv[2], sys.argv[3])))
-        sys.exit(0)
     sys.exit(main())

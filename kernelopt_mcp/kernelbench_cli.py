@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
@@ -22,6 +23,7 @@ from .files import read_text
 from .launch import LaunchSpec
 from .progress_bar import ProgressBar, add_progress_flag, progress_wanted
 from .suite import SolutionOutcome, SuiteOptions, run_suite
+from .suite_imports import IMPORT_TIMEOUT_S
 from .torch_baseline import BaselineReport, imported_problem, settings_baselines
 from .torch_import import TOLERANCE_MODES
 from .workload import load_workload
@@ -44,6 +46,10 @@ def add_parser(sub: Any) -> None:
     sp.add_argument("--no-baselines", action="store_true",
                     help="do not time PyTorch eager and torch.compile (by default each imported problem's are timed on the "
                     "GPU, in a child process, and cached)")
+    sp.add_argument("--jobs", type=int, default=min(8, os.cpu_count() or 1),
+                    help="problems imported at once, each in a process of its own (default: the CPUs, at most 8)")
+    sp.add_argument("--import-timeout", type=float, default=IMPORT_TIMEOUT_S, metavar="S",
+                    help=f"seconds one import may take (default {IMPORT_TIMEOUT_S:.0f}): past it the problem is refused")
     sp.add_argument("--json", action="store_true", help="print results.json instead of the table")
     add_progress_flag(sp)  # problems done / total
     sp.set_defaults(fn=cmd_kernelbench)
@@ -107,7 +113,8 @@ def _candidate(kernel: Path, launch_file: Path) -> Candidate:
 def cmd_kernelbench(args: argparse.Namespace, out: Console) -> int:
     options = SuiteOptions(
         problems_dir=Path(args.problems_dir), out_dir=Path(args.output), levels=tuple(args.level),
-        solutions=Path(args.solutions) if args.solutions else None, tolerance=args.tolerance,
+        solutions=Path(args.solutions) if args.solutions else None, tolerance=args.tolerance, jobs=max(1, args.jobs),
+        import_timeout_s=args.import_timeout,
     )
     settings = Settings.from_env()
 

@@ -2,7 +2,8 @@
 
 The layout is KernelBench's own: ``PROBLEMS_DIR/level1/`` ... ``level3/``, one problem per file
 named ``N_Name.py``. Each problem is imported with :func:`import_torch_problem` (where torch is
-installed; else it is recorded as refused, with that reason) into ``OUT/workloads/levelL/``; a
+installed; else it is recorded as refused, with that reason) into ``OUT/workloads/levelL/``, in a
+process of its own, ``jobs`` at once (:mod:`.suite_imports`: memory capped, a deadline); a
 solution ``SOLUTIONS/levelL/<stem>.cu`` (or ``SOLUTIONS/<stem>.cu``) with its
 ``<stem>.launch.json`` beside it is evaluated by the caller's ``evaluate`` (the CLI's: one
 harness for the whole run). ``OUT/state.json`` is rewritten after every problem, so a second
@@ -26,15 +27,17 @@ import hashlib
 import importlib.util
 import json
 import re
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from .files import read_json, write_atomic
+from .suite_imports import IMPORT_TIMEOUT_S, ImportJob, ImportLimits, import_many
 from .suite_table import ProblemRecord, render_markdown, to_json
 from .torch_baseline import BaselineReport
-from .torch_import import TorchImportOptions, import_torch_problem, safe_name
+from .torch_import import safe_name
 from .torch_problem import TorchProblemError
 
 __all__ = ["NOT_MEASURED", "TORCH_MISSING", "SolutionOutcome", "SuiteOptions", "find_problems", "run_suite"]
@@ -51,6 +54,8 @@ class SuiteOptions:
     levels: tuple[int, ...] = (1, 2, 3)
     solutions: Path | None = None
     tolerance: str = "strict"
+    jobs: int = 1  # imports at once, each in a process of its own
+    import_timeout_s: float = IMPORT_TIMEOUT_S
 
 
 @dataclass(frozen=True)
@@ -116,19 +121,24 @@ def run_suite(
     state: dict[str, Any] = read_json(state_path) if state_path.is_file() else {}
     entries: dict[str, dict[str, Any]] = state.setdefault("problems", {})
     have_torch = importlib.util.find_spec("torch") is not None
+
+    def save() -> None:
+        write_atomic(state_path, json.dumps(state, indent=2).encode(), durable=False)
+
+    _import_all(options, problems, entries, have_torch, progress, save)
     records = []
     blocked: BaselineReport | None = None  # nothing can be timed here: its reason stands for the rest
     for i, (level, path) in enumerate(problems):
         key = f"level{level}/{path.name}"
-        entry = _import(options, level, path, entries.get(key) or {}, have_torch)
+        entry = entries[key]
         if evaluate is not None and entry["imported"]:
             _evaluate(options, level, path, entry, evaluate)
         if baseline is not None and entry["imported"]:
+            began = time.perf_counter()
             report = blocked or baseline(Path(entry["workload"]))
             blocked = report if report.blocked else blocked
-            _record_baseline(entry, report)
-        entries[key] = entry
-        write_atomic(state_path, json.dumps(state, indent=2).encode(), durable=False)
+            _record_baseline(entry, report, time.perf_counter() - began)
+        save()
         if progress:
             progress(i + 1, len(problems), f"{key}: " + ((entry.get("status") or "imported") if entry["imported"]
                                                          else f"refused: {entry['refusal']}"))
@@ -145,24 +155,45 @@ def run_suite(
     return records
 
 
-def _import(options: SuiteOptions, level: int, path: Path, entry: dict[str, Any], have_torch: bool) -> dict[str, Any]:
-    digest = _sha256(path)
-    workload = options.out_dir / "workloads" / f"level{level}" / safe_name(path.stem)
-    done = entry.get("sha256") == digest and entry.get("tolerance") == options.tolerance and (
-        (entry.get("imported") and (workload / "workload.json").is_file())
-        or (not entry.get("imported") and entry.get("refusal") != TORCH_MISSING)
-    )
-    if done:
-        return entry
-    # a new import drops the baselines timed for the file it replaces
-    fresh: dict[str, Any] = {"sha256": digest, "tolerance": options.tolerance, "workload": str(workload)}
-    if not have_torch:
-        return {**fresh, "imported": False, "refusal": TORCH_MISSING}
-    try:
-        import_torch_problem(path, workload, TorchImportOptions(overwrite=True, tolerance=options.tolerance))
-    except TorchProblemError as exc:
-        return {**fresh, "imported": False, "refusal": str(exc).removeprefix(f"{path}: ")}
-    return {**fresh, "imported": True}
+def _import_all(
+    options: SuiteOptions, problems: list[tuple[int, Path]], entries: dict[str, dict[str, Any]], have_torch: bool,
+    progress: Callable[[int, int, str], None] | None, save: Callable[[], None],
+) -> None:
+    """Every problem's state entry in ``entries``, importing those new or changed since the last run
+    (or whose workload is gone), ``options.jobs`` at a time, each in a process of its own; ``save``
+    after each import, so an interrupted run keeps the imports it finished."""
+    pending: dict[Path, tuple[str, Path]] = {}
+    for level, path in problems:
+        key = f"level{level}/{path.name}"
+        entry, digest = entries.get(key) or {}, _sha256(path)
+        workload = options.out_dir / "workloads" / f"level{level}" / safe_name(path.stem)
+        done = entry.get("sha256") == digest and entry.get("tolerance") == options.tolerance and (
+            (entry.get("imported") and (workload / "workload.json").is_file())
+            or (not entry.get("imported") and entry.get("refusal") != TORCH_MISSING)
+        )
+        if done:
+            entries[key] = entry
+            continue
+        # a new import drops the baselines timed for the file it replaces
+        entries[key] = {"sha256": digest, "tolerance": options.tolerance, "workload": str(workload)}
+        if not have_torch:
+            entries[key].update(imported=False, refusal=TORCH_MISSING)
+        else:
+            pending[workload] = (key, path)
+
+    def step(done: int, total: int, record: dict[str, Any]) -> None:
+        if progress:
+            progress(done, total, f"imported {Path(record['problem']).name} ({record['seconds']:.1f} s)"
+                     if record["imported"] else f"{Path(record['problem']).name}: refused")
+
+    jobs = [ImportJob(path, workload) for workload, (_, path) in pending.items()]
+    limits = ImportLimits(tolerance=options.tolerance, timeout_s=options.import_timeout_s)
+    for job, record in import_many(jobs, options.jobs, limits, step):
+        entry = entries[pending[job.out][0]]
+        entry.update(imported=record["imported"], import_s=round(record["seconds"], 2))
+        if not record["imported"]:
+            entry["refusal"] = str(record["refusal"]).removeprefix(f"{job.problem}: ")
+        save()
 
 
 def _evaluate(options: SuiteOptions, level: int, path: Path, entry: dict[str, Any], evaluate: Evaluate) -> None:
@@ -180,12 +211,14 @@ def _evaluate(options: SuiteOptions, level: int, path: Path, entry: dict[str, An
                  solution_sha256=digest, workload_sha256=entry["sha256"])
 
 
-def _record_baseline(entry: dict[str, Any], report: BaselineReport) -> None:
+def _record_baseline(entry: dict[str, Any], report: BaselineReport, seconds: float) -> None:
     """The problem's baselines in its state entry: geometric means over its performance cases, or
-    why there is none (one line each)."""
+    why there is none (one line each), and the wall seconds timing them took (compiles included)."""
     eager, compiled = report.geomean_ms("eager"), report.geomean_ms("compile")
+    cached = bool(report.cases) and all(c.cached for c in report.cases)
     entry.update(
         eager_ms=eager, compile_ms=compiled, eager_note=None if eager is not None else report.why_missing("eager"),
-        compile_note=None if compiled is not None else report.why_missing("compile"),
-        baseline_cached=bool(report.cases) and all(c.cached for c in report.cases),
+        compile_note=None if compiled is not None else report.why_missing("compile"), baseline_cached=cached,
     )
+    if not cached:
+        entry["baseline_s"] = round(seconds, 2)

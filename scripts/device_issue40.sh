@@ -38,10 +38,12 @@ case "${1:-children}" in
     gpu_tests probe 250 --timeout 120 "tests/gpu/test_torch_import_gpu.py::test_imported_problem_evaluates_on_the_gpu[vector_add]" \
       tests/gpu/test_torch_baseline_gpu.py::test_eager_matches_events_around_torch_mm "tests/gpu/test_torch_import_gpu.py::test_optimize_an_imported_problem[vector_add]"
     cut -c1-3000 "$OUT/probe.failures.txt" 2>/dev/null | head -80 ;;
-  baselines)  # eager and torch.compile for every level-1/2 problem; resumable: run again on the warm machine
-    # (the state lives in the ignored .kb-run/, the times in the baseline cache); each call stops at ~9 minutes
-    timeout 540 kernelopt kernelbench .kb --level 1 2 -o .kb-run > "$OUT/baselines.txt" 2> "$OUT/baselines.err"
-    echo "baselines rc=$?"; cp .kb-run/table.md .kb-run/results.json "$OUT/" 2>/dev/null; head -40 "$OUT/baselines.txt"
+  baselines)  # eager and torch.compile for every level-1/2 problem; resumable: run again (same machine, or carry
+    # .kb-run/ back: unpack $OUT/kb-run.tgz here); the state, the workloads and the baseline cache all live in .kb-run/
+    export KERNELOPT_CACHE=$PWD/.kb-run/cache
+    timeout 540 kernelopt kernelbench .kb --level 1 2 -o .kb-run --jobs 16 > "$OUT/baselines.txt" 2> "$OUT/baselines.err"
+    echo "baselines rc=$?"; tar -czf "$OUT/kb-run.tgz" .kb-run; head -40 "$OUT/baselines.txt"
+    python3 -c 'import json,statistics as s; e=json.load(open(".kb-run/state.json"))["problems"].values(); b=[x["baseline_s"] for x in e if "baseline_s" in x]; i=[x["import_s"] for x in e if "import_s" in x]; print(f"imports {len(i)} median {s.median(i or [0]):.1f} s; baselines {len(b)} median {s.median(b or [0]):.1f} s max {max(b or [0]):.1f} s")'
     tail -3 "$OUT/baselines.err" ;;
   imports)
     timeout 560 python3 bench/kernelbench_import.py .kb --jobs 16 --max-gib 6 --timeout 300 --json "$OUT/imports.json" > "$OUT/imports.md" 2> "$OUT/imports.err"

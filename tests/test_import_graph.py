@@ -234,7 +234,7 @@ LAYERS: dict[str, set[str]] = {
         "torch_import", "torch_problem", "torch_source", "torch_trace", "torch_cases", "torch_baseline", "torch_comparison", "torch_fit", "_torch_baseline_child",
         "_torch_reference_child", "_child_answer", "torch_fill",
         "suite_table",
-        "suite", "docs", "docs.bm25",
+        "suite", "suite_imports", "docs", "docs.bm25",
         "docs.live", "docs.search", "results", "caches",
     },
     "app": {"app", "", "ray_devices", "workflows"},  # "": the package's __init__ (the public API, loaded lazily)

@@ -92,3 +92,49 @@ def test_solutions_are_evaluated_once_and_a_second_run_continues(tmp_path: Path,
     third = run()
     assert next(p for p in third["problems"] if p["problem"] == "level1/1_Square_matmul_.py")["status"] == "mismatch"
     assert third["levels"][0]["correct"] == 0
+
+
+GOOD = """\
+import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    def forward(self, x):
+        return torch.relu(x)
+
+
+n = 4096
+
+
+def get_inputs():
+    return [torch.randn(n)]
+
+
+def get_init_inputs():
+    return []
+"""
+
+
+def test_imports_run_in_processes_of_their_own_at_once_and_are_not_repeated(tmp_path: Path,
+                                                                           capsys: pytest.CaptureFixture[str]) -> None:
+    """--jobs 3: each problem imported in a child of its own; one that never returns is refused at the
+    import deadline and one that kills its process is refused with its exit code, while the good one
+    imports and records its seconds; a second run imports nothing again."""
+    pytest.importorskip("torch", reason="torch is not installed (pip install torch): PyTorch problems cannot be run")
+    root, out = tmp_path / "kb", tmp_path / "out"
+    (root / "level1").mkdir(parents=True)
+    (root / "level1" / "1_Relu.py").write_text(GOOD)
+    (root / "level1" / "2_Forever.py").write_text(GOOD.replace("    return [torch.randn(n)]", "    while True:\n        pass"))
+    (root / "level1" / "3_Exit.py").write_text(GOOD.replace("import torch\n", "import os\nos._exit(7)\n", 1))
+    argv = ["kernelbench", str(root), "--level", "1", "-o", str(out), "--no-baselines", "--jobs", "3", "--import-timeout", "20"]
+    assert main(argv) == 0
+    state = json.loads((out / "state.json").read_text())["problems"]
+    good, forever, died = (state[f"level1/{n}"] for n in ("1_Relu.py", "2_Forever.py", "3_Exit.py"))
+    assert good["imported"] and 0 < good["import_s"] < 20 and (out / "workloads" / "level1" / "p1_Relu" / "workload.json").is_file()
+    assert not forever["imported"] and forever["refusal"] == "the import ran past its 20 s deadline"
+    assert not died["imported"] and "the import died (exit 7" in died["refusal"]
+    assert "imported 1_Relu.py" in capsys.readouterr().out
+    assert main(argv) == 0
+    assert json.loads((out / "state.json").read_text())["problems"] == state  # nothing imported again
+    assert "imported 1_Relu.py" not in capsys.readouterr().out

@@ -1,0 +1,143 @@
+"""Many PyTorch problems imported at once, each in a fresh process of its own.
+
+``kernelopt kernelbench --jobs N`` and ``bench/kernelbench_import.py`` import a whole KernelBench
+level this way: one problem per process, ``jobs`` processes at a time, each with torch held to one
+thread, its data memory capped and a deadline, so an import that runs away (a module that fills
+the memory, a ``get_inputs`` that never returns) is one refused row, never the end of the run, and
+the problem's own code never runs in the caller's process. The record an import leaves
+(:func:`import_record`) says whether it imported, the refusal's reason, its wall seconds and the
+bytes it wrote.
+
+    python -m kernelopt_mcp.suite_imports PROBLEM.py OUT_DIR [TOLERANCE]   # one import, its record as JSON
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import resource
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor, as_completed
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+__all__ = ["ImportJob", "ImportLimits", "disk_bytes", "import_in_child", "import_many", "import_record"]
+
+PACKAGE_ROOT = Path(__file__).resolve().parent.parent
+#: the deadline of one import unless the caller says otherwise (issue 40's bar is 60 s at KernelBench's sizes)
+IMPORT_TIMEOUT_S = 600.0
+
+
+@dataclass(frozen=True)
+class ImportJob:
+    """One problem file and the workload directory its import writes."""
+
+    problem: Path
+    out: Path
+
+
+@dataclass(frozen=True)
+class ImportLimits:
+    """Caps on each import's process: data memory (bytes; 0: the machine's memory over the jobs)
+    and wall time (s); the tolerance mode the workloads are judged by."""
+
+    max_bytes: int = 0
+    timeout_s: float = IMPORT_TIMEOUT_S
+    tolerance: str = "strict"
+
+    def memory_for(self, jobs: int) -> int:
+        if self.max_bytes > 0:
+            return self.max_bytes
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") // max(1, jobs)
+
+
+def disk_bytes(path: Path) -> int:
+    """The bytes of the files under ``path`` (0 where it does not exist)."""
+    return sum(p.stat().st_size for p in path.rglob("*") if p.is_file()) if path.exists() else 0
+
+
+def import_record(problem: Path, out: Path, tolerance: str = "strict") -> dict[str, Any]:
+    """Import ``problem`` into ``out`` in this process: its record (imported, refusal, seconds, bytes)."""
+    import torch
+
+    torch.set_num_threads(1)
+    from .torch_import import TorchImportOptions, import_torch_problem
+    from .torch_problem import TorchProblemError
+
+    start = time.perf_counter()
+    record: dict[str, Any] = {"problem": str(problem), "imported": False, "refusal": None}
+    try:
+        result = import_torch_problem(problem, out, TorchImportOptions(overwrite=True, tolerance=tolerance))
+        record.update(imported=True, degenerate=len(result.degenerate))
+    except TorchProblemError as exc:
+        record["refusal"] = str(exc).removeprefix(f"{problem}: ")
+    except Exception as exc:  # noqa: BLE001 - the problem's own code may raise anything: a refusal, not a crash
+        record["refusal"] = f"the import failed: {type(exc).__name__}: {str(exc)[:300]}"
+    record["seconds"] = time.perf_counter() - start
+    record["bytes"] = disk_bytes(out)
+    return record
+
+
+def import_in_child(job: ImportJob, limits: ImportLimits, max_bytes: int) -> dict[str, Any]:
+    """:func:`import_record` in a fresh process with its data memory capped at ``max_bytes`` and
+    the limits' deadline; a child that dies or runs past it is a refusal that says so."""
+    def cap() -> None:
+        resource.setrlimit(resource.RLIMIT_DATA, (max_bytes, max_bytes))
+
+    path = os.pathsep.join(filter(None, [str(PACKAGE_ROOT), os.environ.get("PYTHONPATH")]))
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": path}
+    start = time.perf_counter()
+
+    def failed(refusal: str) -> dict[str, Any]:
+        return {"problem": str(job.problem), "imported": False, "refusal": refusal,
+                "seconds": time.perf_counter() - start, "bytes": disk_bytes(job.out)}
+
+    argv = [sys.executable, "-m", __name__, str(job.problem), str(job.out), limits.tolerance]
+    try:
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=limits.timeout_s, env=env, preexec_fn=cap,
+                              stdin=subprocess.DEVNULL)
+    except subprocess.TimeoutExpired:
+        return failed(f"the import ran past its {limits.timeout_s:.0f} s deadline")
+    lines = done.stdout.strip().splitlines()
+    if done.returncode == 0 and lines:
+        try:
+            record: dict[str, Any] = json.loads(lines[-1])
+            return record
+        except ValueError:
+            pass
+    tail = (done.stderr.strip().splitlines() or ["no output"])[-1]
+    return failed(f"the import died (exit {done.returncode}, data memory capped at {max_bytes / 2**30:.1f} GiB): {tail[:200]}")
+
+
+def import_many(
+    jobs: Sequence[ImportJob], workers: int, limits: ImportLimits | None = None,
+    done: Callable[[int, int, dict[str, Any]], None] | None = None,
+) -> Iterator[tuple[ImportJob, dict[str, Any]]]:
+    """Import every job, ``workers`` processes at a time; yields (job, record) as each ends and
+    calls ``done(finished, total, record)`` first."""
+    limits = limits or ImportLimits()
+    workers = max(1, min(workers, len(jobs) or 1))
+    max_bytes = limits.memory_for(workers)
+    with ThreadPoolExecutor(workers) as pool:
+        futures = {pool.submit(import_in_child, job, limits, max_bytes): job for job in jobs}
+        for i, future in enumerate(as_completed(futures), 1):
+            record = future.result()
+            if done is not None:
+                done(i, len(jobs), record)
+            yield futures[future], record
+
+
+def main(argv: list[str]) -> int:
+    if len(argv) not in (2, 3):
+        print("usage: python -m kernelopt_mcp.suite_imports PROBLEM.py OUT_DIR [TOLERANCE]", file=sys.stderr)
+        return 2
+    print(json.dumps(import_record(Path(argv[0]), Path(argv[1]), *argv[2:3])))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
