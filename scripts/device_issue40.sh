@@ -32,12 +32,12 @@ case "${1:-children}" in
   suite)
     timeout 560 kernelopt kernelbench .kb12 --level 1 2 --solutions bench/kernelbench_solutions -o "$OUT/kb12" > "$OUT/suite.txt" 2> "$OUT/suite.err"
     echo "suite rc=$?"; cat "$OUT/suite.txt" | head -60; tail -5 "$OUT/suite.err" ;;
-  diagnose)  # the baseline child alone (eager / compile, Landlock / not, timed), then one test of each file
-    timeout 200 python3 scripts/dev_diag40.py > "$OUT/diag.jsonl" 2> "$OUT/diag.err"; echo "diag rc=$?"; cut -c1-900 "$OUT/diag.jsonl"
+  diagnose)  # the baseline child alone (eager / compile, timed), then two tests with their failure reports
+    timeout 130 python3 scripts/dev_diag40.py > "$OUT/diag.jsonl" 2> "$OUT/diag.err"; echo "diag rc=$?"; cut -c1-1500 "$OUT/diag.jsonl"
     tail -5 "$OUT/diag.err"
-    gpu_tests probe 250 --timeout 120 "tests/gpu/test_torch_import_gpu.py::test_imported_problem_evaluates_on_the_gpu[vector_add]" \
-      tests/gpu/test_torch_baseline_gpu.py::test_eager_matches_events_around_torch_mm "tests/gpu/test_torch_import_gpu.py::test_optimize_an_imported_problem[vector_add]"
-    cut -c1-3000 "$OUT/probe.failures.txt" 2>/dev/null | head -80 ;;
+    gpu_tests probe 190 --timeout 90 "tests/gpu/test_torch_import_gpu.py::test_imported_problem_evaluates_on_the_gpu[vector_add]" \
+      tests/gpu/test_torch_baseline_gpu.py::test_the_l2_flush_makes_a_problem_that_fits_in_l2_slower
+    cut -c1-2500 "$OUT/probe.failures.txt" 2>/dev/null | head -70 ;;
   baselines)  # eager and torch.compile for every level-1/2 problem; resumable: run again (same machine, or carry
     # .kb-run/ back: unpack $OUT/kb-run.tgz here); the state, the workloads and the baseline cache all live in .kb-run/
     export KERNELOPT_CACHE=$PWD/.kb-run/cache
