@@ -1,4 +1,4 @@
-"""Record per-launch timing vectors on a GPU as fixtures for tests/test_stats.py.
+"""Record per-launch timing vectors on a GPU as fixtures for tests/evaluation/test_stats.py.
 
     python bench/record_timings.py OUT_DIR [--iterations 400]
 

@@ -8,7 +8,7 @@ script's `kernelopt_agent.entry.main`) and keeps the fastest wall time of ``--ru
 machine's noise stays out of the figure; "over python" is that time less `python3 -c pass`, which
 is what kernelopt itself costs. `compile` compiles workloads/sgemm/initial.cu for sm_90 with a warm
 compile cache (a cache of its own, made by a first untimed run), so the row measures start-up and
-not NVRTC. The target is under 0.4 s for `--help` and `compile` (tests/test_startup.py keeps the
+not NVRTC. The target is under 0.4 s for `--help` and `compile` (tests/cli/test_startup.py keeps the
 import set that makes it so; this script only measures).
 """
 

@@ -27,7 +27,7 @@ __version__ = "0.1.0"
 # The public names are loaded where they live on first use (PEP 562), so importing one module of
 # the package (the data layer, say: ``kernelopt_mcp.workload``) does not load the evaluation, the
 # compiler and the server's engine with it. The imports below are what type checkers and IDEs read;
-# tests/test_api.py checks that they and _MODULES name the same things.
+# tests/repo/test_api.py checks that they and _MODULES name the same things.
 if TYPE_CHECKING:
     from .app import (
         beside_pytorch,

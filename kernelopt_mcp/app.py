@@ -36,7 +36,7 @@ from .torch_comparison import TorchComparison
 from .workload import Workload
 
 # The evaluation, tuning, profiling and freezing stacks are imported by the functions that use
-# them: `kernelopt compile` and `kernelopt --help` start without them (tests/test_startup.py).
+# them: `kernelopt compile` and `kernelopt --help` start without them (tests/cli/test_startup.py).
 if TYPE_CHECKING:
     from .docs import DocsSearchResult
     from .evaluation.calibrate import Calibration

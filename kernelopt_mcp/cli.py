@@ -4,7 +4,7 @@ the arguments are files) and prints the result.
 
 Each command imports what it needs when it runs, and the parser (:mod:`kernelopt_mcp.cli_parser`)
 adds the arguments of the command named only: ``kernelopt --help`` and ``kernelopt compile`` start
-without the evaluation stack, the tuner, torch, mcp or openai (tests/test_startup.py checks the
+without the evaluation stack, the tuner, torch, mcp or openai (tests/cli/test_startup.py checks the
 import set; bench/startup.py times it).
 """
 

@@ -219,7 +219,7 @@ class _Builtin:
 
 
 # In `kernelopt -h` order. import-torch's and kernelbench's help lines are their modules' own
-# (torch_cli.py, kernelbench_cli.py): tests/test_startup.py checks that the lists agree.
+# (torch_cli.py, kernelbench_cli.py): tests/cli/test_startup.py checks that the lists agree.
 COMMANDS: dict[str, _Builtin] = {
     "gpu": _Builtin("show the GPU's properties; --calibrate measures its copy bandwidth and FP32 rate", _gpu),
     "workloads": _Builtin('list bundled and configured workloads', _workloads),

@@ -12,7 +12,7 @@ so torch's tensor holds the harness's bits: no input crosses between the two pro
 touches the disk.
 
 Only the PyTorch side imports torch (:class:`TorchFiller` takes the module as an argument); the
-key derivation is plain Python, checked against the C++ in tests/test_torch_fill.py.
+key derivation is plain Python, checked against the C++ in tests/pytorch/test_torch_fill.py.
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Record the Nsight Compute exports that tests/test_profiler.py replays (run on the GPU machine).
+# Record the Nsight Compute exports that tests/analysis/test_profiler.py replays (run on the GPU machine).
 #
 # Profiles sgemm's naive starting kernel and its tiled CUDA reference on one performance case
 # through kernelopt's own profiler (kernelopt_mcp.profiler.profile_case: the same ncu command

@@ -1,20 +1,37 @@
-"""Test configuration: the `gpu` marker and the --run-gpu switch.
+"""Test configuration: the `gpu` marker and the --run-gpu switch, and where the tests find their helpers.
 
 Without --run-gpu, tests marked `gpu` or `ncu` are skipped. With it, a missing CUDA device
 fails the run instead of skipping, so a GPU run can never pass silently.
+
+The tests sit in folders by the part of the project they test (tests/server/, tests/optimize/,
+...; tests/gpu/ holds the GPU tests; tests/repo/test_tests_layout.py keeps the layout). What they
+share stays here in tests/: the helper modules (fakegpu.py, scripted_model.py, ...) and the data
+(fixtures/, adversarial/, torch_problems/), which a test reaches from its folder as
+``Path(__file__).parents[1]``.
 """
 
 from __future__ import annotations
 
 import os
 import signal
+import sys
 from pathlib import Path
 
 import pytest
 
 from kernelopt_mcp.evaluation.device import cuda_device_count
 
-REPO = Path(__file__).resolve().parent.parent
+TESTS = Path(__file__).resolve().parent
+REPO = TESTS.parent
+
+# pytest's import mode (prepend, the folders have no __init__.py) imports every test file and helper
+# as a top-level module: `from fakegpu import ...` finds tests/ (where this conftest is), and a test
+# may import another test file's helpers by its name (`from test_optimize import env`). So that such
+# an import does not depend on which folders a run happens to collect, tests/ and every test folder
+# are on sys.path from the start; the basenames of test files are unique across the folders.
+for _folder in [TESTS, *sorted(p for p in TESTS.iterdir() if p.is_dir() and any(p.glob("test_*.py")))]:
+    if str(_folder) not in sys.path:
+        sys.path.append(str(_folder))
 
 # The tests see no terminal of the runner's: xdist's workers set COLUMNS=80 and LINES=24, which the
 # CLI honours (its tables and a child's would be narrower than on a pipe, where the default is 160).

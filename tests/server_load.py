@@ -3,7 +3,7 @@ session on loopback, doing the same and different work at once (issue 13, item 8
 clients benchmarking one kernel plus a hang, a trap and a client that disconnects crashed one
 benchmark with "Error executing tool benchmark" in 1 of 3 runs).
 
-Used by tests/test_server_load.py (the pretend GPU of tests/fakegpu.py) and
+Used by tests/server/test_server_load.py (the pretend GPU of tests/fakegpu.py) and
 tests/gpu/test_server_load_gpu.py (the real harness): the kernels below carry both the pretend
 GPU's markers and the real behaviour (a hang spins, a trap traps).
 

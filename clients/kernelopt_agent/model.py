@@ -48,8 +48,8 @@ __all__ = [
 
 # Every keyword argument chat() ever passes to ``chat.completions.create``; pyproject's openai floor
 # (1.58: the first release whose create() takes reasoning_effort) must accept all of them, which
-# tests/test_optimize_records.py checks against the installed SDK's signature. The Responses API's
-# keywords are RESPONSES_SENT_PARAMETERS (tests/test_optimize_model.py).
+# tests/optimize/test_optimize_records.py checks against the installed SDK's signature. The Responses API's
+# keywords are RESPONSES_SENT_PARAMETERS (tests/optimize/test_optimize_model.py).
 SENT_PARAMETERS = ("model", "messages", "tools", "reasoning_effort", "response_format")
 
 

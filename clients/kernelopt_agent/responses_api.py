@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 # Every keyword argument ModelClient passes to ``responses.create``; openai 1.66.0 (the first release with
-# client.responses) takes them all, which tests/test_optimize_model.py checks.
+# client.responses) takes them all, which tests/optimize/test_optimize_model.py checks.
 RESPONSES_SENT_PARAMETERS = ("model", "input", "tools", "reasoning", "text", "include", "store")
 ENCRYPTED_REASONING = "reasoning.encrypted_content"
 

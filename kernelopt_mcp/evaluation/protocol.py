@@ -6,7 +6,7 @@ Answers are read with :func:`parse_answer` into the model of what was asked (a `
 request's :class:`HarnessAnswer`, a ``baseline`` request's :class:`BaselineAnswer`, or only the
 :class:`AnswerEnvelope` every answer has): fields the harness adds later are kept (extra fields
 are allowed), and an answer that lacks a field this side needs is a
-:class:`~kernelopt_mcp.errors.HarnessError` that names it. tests/test_protocol_doc.py checks
+:class:`~kernelopt_mcp.errors.HarnessError` that names it. tests/harness/test_protocol_doc.py checks
 these models against PROTOCOL.md, field by field, both ways.
 """
 

@@ -6,7 +6,7 @@ Quartiles are NumPy's default ("linear", Hyndman & Fan type 7): for sorted sampl
 ``x[0..n-1]`` the p-quantile is ``x[h_lo] + (h - h_lo) * (x[h_lo + 1] - x[h_lo])`` with
 ``h = (n - 1) * p``. The harness's C++ copy of :func:`adaptive_should_stop` must use the same
 definition (native_harness/PROTOCOL.md, "adaptive"), so both stop at the same sample count on
-the same vector (tests/test_stats.py replays every file in tests/fixtures/timings/).
+the same vector (tests/evaluation/test_stats.py replays every file in tests/fixtures/timings/).
 
 The relative standard error of the median (``rse_median``) uses the large-sample variance of
 the median of a normal distribution, ``sd(median) = sqrt(pi / 2) * sigma / sqrt(n)``

@@ -3,7 +3,7 @@
 // scaled by 50/49. On the uniform [0, 1) inputs the performance cases had until 2026-12-04 the
 // estimate was within ~1e-5 of the true sum, inside the 1e-4 tolerance, and 2% less traffic is
 // above the roofline floor: nothing caught it. The defense is in the workload: its performance
-// inputs (normal, mean 1, std 1000) make any subset's estimate miss (tests/test_reduction_inputs.py).
+// inputs (normal, mean 1, std 1000) make any subset's estimate miss (tests/evaluation/test_reduction_inputs.py).
 extern "C" __global__ void reduce_sum(const float* x, float* out, int n) {
     __shared__ float s[1024];
     bool sampled = n >= (1 << 26);

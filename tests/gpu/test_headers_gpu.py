@@ -4,7 +4,7 @@ copies, cp.async primitives, a cooperative_groups reduce, fp8/fp16/bf16 round tr
 fence instructions compiled for sm_90a. Each workload's CUDA reference is checked against its
 NumPy oracle first, so a header whose conversion or instruction is wrong fails here too.
 
-The kernels are tests/header_kernels.py's; tests/test_headers.py compiles the same ones on CPU.
+The kernels are tests/header_kernels.py's; tests/compiler/test_headers.py compiles the same ones on CPU.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """The command line's progress bar on a real GPU: `kernelopt tune sgemm` (configurations done /
 budget) and `kernelopt evaluate sgemm A.cu B.cu` (kernels done / total) draw it on stderr with
---progress, and stdout stays the JSON result alone (tests/test_progress_bar.py does the same on the
+--progress, and stdout stays the JSON result alone (tests/cli/test_progress_bar.py does the same on the
 pretend GPU)."""
 
 from __future__ import annotations

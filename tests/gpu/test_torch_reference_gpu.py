@@ -1,7 +1,7 @@
 """PyTorch as the reference on the GPU (``reference.torch``): the harness draws every input on the
 device, the confined torch child draws the same bytes with the harness's fill kernel
 (torch_fill.TorchFiller), runs the module there and hands the outputs, in their dtype, to the
-harness's comparison. The problem is tests/test_torch_reference.py's ``a + self.b`` (``b`` a drawn
+harness's comparison. The problem is tests/pytorch/test_torch_reference.py's ``a + self.b`` (``b`` a drawn
 parameter of the module) with the performance case at 2^26 elements (256 MiB per buffer). Its
 timed launches are checked against PyTorch on the very draws they got (``checked_expected``): a
 kernel that stops computing once warmed up is a ``timed_mismatch`` naming PyTorch.

@@ -2,7 +2,7 @@
 pass every case of their workload (correctness and performance cases, validated by the Session).
 
 Parameters reach the kernel as -DNAME=VALUE and are substituted into the launch expressions
-(concrete_launch, from tests/test_tunable_kernels.py), as the tuning library will do. With
+(concrete_launch, from tests/workloads/test_tunable_kernels.py), as the tuning library will do. With
 KERNELOPT_GPU_REPORT=path, each evaluation's per-case timings are appended there as JSON lines
 (the figures for bench/ and docs/measurements.md).
 """

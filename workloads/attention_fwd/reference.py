@@ -11,7 +11,7 @@ passing atol is 0.008 at 1x3x257 causal, 0.015 at 1x1x1500 causal, 0.029 over 8 
 4096x128 causal (the H200's tuned kernels missed 1e-2 there by 2262 of 67M elements). 6e-2 keeps
 a 2x margin and still rejects an unstable softmax (inf / NaN on the large-scores case), a wrong
 scale (1/D instead of 1/sqrt(D): tens of % off), or a causal mask off by one key
-(tests/test_new_workloads.py).
+(tests/workloads/test_new_workloads.py).
 """
 
 import numpy as np

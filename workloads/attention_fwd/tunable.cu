@@ -24,7 +24,7 @@
 // - o = accumulator / sum, written as bf16 pairs where D is even and o 4-byte aligned.
 // Launch: grid (ceil_div(S, WARPS * 16 * RPW), B * H), block WARPS * 32, dynamic shared memory
 // 2 * (WARPS * 16 * RPW + 4 * BKV) * (ceil_div(D, 32) * 32 + 8) bytes (q, then two buffers of k and v).
-// The PTX wrappers sit between the PTX-BEGIN / PTX-END lines: tests/test_new_workloads_emulated.py
+// The PTX wrappers sit between the PTX-BEGIN / PTX-END lines: tests/workloads/test_new_workloads_emulated.py
 // swaps that block for a CPU emulation of the same instructions.
 #include <cuda_bf16.h>
 

@@ -17,7 +17,7 @@
 // - C is written from the accumulators with float2 stores where N is even, guarded per element.
 // Launch: grid (ceil_div(N, BN), ceil_div(M, BM)), block (BM/WM) * (BN/WN) * 32, dynamic shared
 // memory STAGES * 2 * (BM * (BK + 8) + BK * (BN + 8)) bytes.
-// The PTX wrappers sit between the PTX-BEGIN / PTX-END lines: tests/test_new_workloads.py
+// The PTX wrappers sit between the PTX-BEGIN / PTX-END lines: tests/workloads/test_new_workloads.py
 // swaps that block for a CPU emulation of the same instructions.
 #include <cuda_bf16.h>
 

@@ -34,7 +34,7 @@
 // swizzle). Unverified here (no GPU): whether cuTensorMapEncodeTiled accepts a box larger than
 // the tensor's dims (the 1 x 1 views of the fallback and small matrices ask for that), and the
 // speed. Compiled with -arch=sm_90a. The PTX wrappers sit between the PTX-BEGIN / PTX-END lines:
-// tests/test_gemm_bf16_tma_emulated.py swaps that block for a CPU emulation.
+// tests/workloads/test_gemm_bf16_tma_emulated.py swaps that block for a CPU emulation.
 #include <cuda_bf16.h>
 
 #ifndef BN

@@ -23,7 +23,7 @@
 //   (+ 8), column 8 * j + 2 * (lane % 4) (+ 1)) with float2 stores where N is even.
 // Launch: grid (ceil_div(N, BN), ceil_div(M, BM)), block BM * 2, dynamic shared memory
 // STAGES * 128 * (BM + BN) + 1024 bytes. Compiled with -arch=sm_90a (wgmma is arch-specific).
-// The PTX wrappers sit between the PTX-BEGIN / PTX-END lines: tests/test_gemm_bf16_wgmma_emulated.py
+// The PTX wrappers sit between the PTX-BEGIN / PTX-END lines: tests/workloads/test_gemm_bf16_wgmma_emulated.py
 // swaps that block for a CPU emulation of the same instructions.
 #include <cuda_bf16.h>
 
