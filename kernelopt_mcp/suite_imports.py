@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import json
 import os
-import resource
 import subprocess
 import sys
 import time
@@ -25,10 +24,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from .compile_options import physical_memory_mb
+
 __all__ = ["ImportJob", "ImportLimits", "disk_bytes", "import_in_child", "import_many", "import_record"]
 
 PACKAGE_ROOT = Path(__file__).resolve().parent.parent
-#: the deadline of one import unless the caller says otherwise (issue 40's bar is 60 s at KernelBench's sizes)
+#: the deadline of one import unless the caller says otherwise (KernelBench's imports take seconds; VGG a minute)
 IMPORT_TIMEOUT_S = 600.0
 
 
@@ -50,9 +51,10 @@ class ImportLimits:
     tolerance: str = "strict"
 
     def memory_for(self, jobs: int) -> int:
+        """Each import's cap: ``max_bytes``, else the machine's memory over the jobs (0: none known)."""
         if self.max_bytes > 0:
             return self.max_bytes
-        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") // max(1, jobs)
+        return (physical_memory_mb() << 20) // max(1, jobs)
 
 
 def disk_bytes(path: Path) -> int:
@@ -85,7 +87,9 @@ def import_record(problem: Path, out: Path, tolerance: str = "strict") -> dict[s
 def import_in_child(job: ImportJob, limits: ImportLimits, max_bytes: int) -> dict[str, Any]:
     """:func:`import_record` in a fresh process with its data memory capped at ``max_bytes`` and
     the limits' deadline; a child that dies or runs past it is a refusal that says so."""
-    def cap() -> None:
+    def cap() -> None:  # in the child, before it runs Python (a POSIX preexec_fn: Linux only, like the workers)
+        import resource
+
         resource.setrlimit(resource.RLIMIT_DATA, (max_bytes, max_bytes))
 
     path = os.pathsep.join(filter(None, [str(PACKAGE_ROOT), os.environ.get("PYTHONPATH")]))
@@ -98,7 +102,7 @@ def import_in_child(job: ImportJob, limits: ImportLimits, max_bytes: int) -> dic
 
     argv = [sys.executable, "-m", __name__, str(job.problem), str(job.out), limits.tolerance]
     try:
-        done = subprocess.run(argv, capture_output=True, text=True, timeout=limits.timeout_s, env=env, preexec_fn=cap,
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=limits.timeout_s, env=env, preexec_fn=cap if max_bytes > 0 else None,
                               stdin=subprocess.DEVNULL)
     except subprocess.TimeoutExpired:
         return failed(f"the import ran past its {limits.timeout_s:.0f} s deadline")
