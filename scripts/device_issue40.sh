@@ -11,7 +11,12 @@
 set -o pipefail
 OUT=${OUT:-/tmp/out}
 export PYTHONUNBUFFERED=1
-bash scripts/device_gpu_tests.sh > "$OUT/install.log" 2>&1 || { echo "install failed"; tail -20 "$OUT/install.log"; exit 1; }
+# installed once per machine and tree: a second call on the warm machine skips the wheels and the harness build
+stamp=$(tar -cf - kernelopt_mcp native_harness clients pyproject.toml .whl 2>/dev/null | sha1sum | cut -c1-16)
+if [ "$(cat /tmp/site/.ko-stamp 2>/dev/null)" != "$stamp" ]; then
+  bash scripts/device_gpu_tests.sh > "$OUT/install.log" 2>&1 || { echo "install failed"; tail -20 "$OUT/install.log"; exit 1; }
+  echo "$stamp" > /tmp/site/.ko-stamp
+fi
 export PYTHONPATH=/tmp/site:$PYTHONPATH PATH=/tmp/site/bin:$PATH KERNELOPT_HARNESS=/tmp/site/bin/kernelopt-harness
 gpu_tests() {  # name, timeout, files...
   local name=$1 limit=$2; shift 2
