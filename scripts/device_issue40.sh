@@ -12,7 +12,8 @@ set -o pipefail
 OUT=${OUT:-/tmp/out}
 export PYTHONUNBUFFERED=1
 # installed once per machine and tree: a second call on the warm machine skips the wheels and the harness build
-stamp=$(tar -cf - kernelopt_mcp native_harness clients pyproject.toml .whl 2>/dev/null | sha1sum | cut -c1-16)
+stamp=$(find kernelopt_mcp native_harness clients pyproject.toml .whl -type f -not -path "*__pycache__*" -print0 2>/dev/null \
+  | sort -z | xargs -0 sha1sum | sha1sum | cut -c1-16)
 if [ "$(cat /tmp/site/.ko-stamp 2>/dev/null)" != "$stamp" ]; then
   bash scripts/device_gpu_tests.sh > "$OUT/install.log" 2>&1 || { echo "install failed"; tail -20 "$OUT/install.log"; exit 1; }
   echo "$stamp" > /tmp/site/.ko-stamp
