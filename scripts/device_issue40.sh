@@ -38,8 +38,11 @@ case "${1:-children}" in
   suite)
     timeout 560 kernelopt kernelbench .kb12 --level 1 2 --solutions bench/kernelbench_solutions -o "$OUT/kb12" > "$OUT/suite.txt" 2> "$OUT/suite.err"
     echo "suite rc=$?"; cat "$OUT/suite.txt" | head -60; tail -5 "$OUT/suite.err" ;;
+  mini)  # the baseline child alone, eager only, its stderr shown
+    timeout 60 python3 scripts/dev_diag40.py > "$OUT/diag.jsonl" 2> "$OUT/diag.err"; echo "diag rc=$?"; cut -c1-2500 "$OUT/diag.jsonl"
+    tail -5 "$OUT/diag.err" ;;
   diagnose)  # the baseline child alone (eager / compile, timed), then two tests with their failure reports
-    timeout 130 python3 scripts/dev_diag40.py > "$OUT/diag.jsonl" 2> "$OUT/diag.err"; echo "diag rc=$?"; cut -c1-1500 "$OUT/diag.jsonl"
+    timeout 130 python3 scripts/dev_diag40.py compile > "$OUT/diag.jsonl" 2> "$OUT/diag.err"; echo "diag rc=$?"; cut -c1-1500 "$OUT/diag.jsonl"
     tail -5 "$OUT/diag.err"
     gpu_tests probe 190 --timeout 90 "tests/gpu/test_torch_import_gpu.py::test_imported_problem_evaluates_on_the_gpu[vector_add]" \
       tests/gpu/test_torch_baseline_gpu.py::test_the_l2_flush_makes_a_problem_that_fits_in_l2_slower
