@@ -51,7 +51,7 @@ class _Flush:
 
     def __call__(self) -> None:
         if self.buffer is not None:
-            self.torch.sum(self.buffer, dtype=self.torch.int64, out=self.sink)
+            self.torch.sum(self.buffer, dim=0, dtype=self.torch.int64, out=self.sink)
 
 
 def _hold(torch: Any) -> None:

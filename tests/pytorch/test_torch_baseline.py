@@ -420,3 +420,18 @@ def test_a_torch_child_runs_confined_with_the_gpu_and_torch_required(monkeypatch
     assert seen["gpu"] is True and seen["requires"] == ["torch"] and seen["module"] == "m"
     assert seen["python_path"][0] == str(package.parent) and str(package) in seen["read"] and "/x" in seen["read"]
     assert seen["env"]["A"] == "1" and seen["env"]["CUDA_CACHE_PATH"] == str(tmp_path / ".nv")
+
+
+def test_the_timing_childs_l2_flush_runs_on_torch() -> None:
+    """The flush the timing child runs before every measured call (a read of twice the L2 size into a
+    one-element sink), here on the CPU: torch's own signatures, which a stand-in child never calls (a
+    `sum(..., out=)` torch refuses without `dim` made every baseline on the H100 a note)."""
+    torch = pytest.importorskip("torch", reason="torch is not installed (pip install torch): PyTorch problems cannot be run")
+    from kernelopt_mcp._torch_baseline_child import _Flush
+
+    flush = _Flush(torch, torch.device("cpu"), 4096)
+    assert flush.buffer is not None and flush.buffer.numel() * 4 >= 2 * 4096
+    flush.buffer.fill_(3)
+    flush()
+    assert int(flush.sink) == 3 * flush.buffer.numel()
+    assert _Flush(torch, torch.device("cpu"), 0).buffer is None  # no L2 flush asked: nothing allocated
