@@ -259,7 +259,7 @@ def stage_data_files(data: dict[str, Any], roots: list[Path], dest: Path) -> dic
         raise InputError(
             "data files (\"generator\": \"file\") are not accepted by this server: its operator has named no data "
             "root (kernelopt-mcp --data-root DIR, env KERNELOPT_MCP_DATA_ROOTS); use a generator (uniform, normal, "
-            "randint, arange, constant) instead"
+            "randint, choice, arange, constant) instead"
         )
     for n, use in enumerate(_uses(data)):
         if len(use.shapes) != 1:

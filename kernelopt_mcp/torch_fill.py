@@ -5,8 +5,10 @@ must run on exactly the inputs the candidate saw. The harness draws those inputs
 (``input_draw`` and ``fresh``: native_harness/PROTOCOL.md) with the support module's
 ``ko_fill_<dtype>``, keyed per draw by ``draw_key(seed, draw, argument)``. This module derives the
 same keys (SipHash-2-4, as native_harness/src/draw_key.hpp) and launches the same kernel, from the
-same support module, on a torch tensor's memory on torch's current stream, followed, for a spec
-with a ``structure`` (triangular or symmetric matrices), by the harness's ``ko_structure_<bytes>``.
+same support module, on a torch tensor's memory on torch's current stream (a ``choice`` spec: its
+``ko_choice_<bytes>`` with the table of the values' bits the harness makes, :func:`choice_args`),
+followed, for a spec with a ``structure`` (triangular or symmetric matrices), by the harness's
+``ko_structure_<bytes>``.
 The values are a pure function of (key, draw, argument, element, spec), independent of the grid,
 so torch's tensor holds the harness's bits: no input crosses between the two processes, and none
 touches the disk.
@@ -21,9 +23,12 @@ import ctypes
 from dataclasses import dataclass
 from typing import Any
 
+from .dtypes import DType
 from .evaluation.protocol import FreshSpec, StructureSpec
+from .input_choice import MAX_VALUES, exact_values, table_bits
 
-__all__ = ["FILL_KINDS", "STRUCTURE_KINDS", "FillArgs", "TorchFiller", "draw_key", "fill_args", "siphash24"]
+__all__ = ["FILL_KINDS", "STRUCTURE_KINDS", "ChoiceArgs", "FillArgs", "TorchFiller", "choice_args", "draw_key", "fill_args",
+           "siphash24"]
 
 _MASK = (1 << 64) - 1
 #: draw_key.hpp's second key half: "ko-draws"
@@ -112,6 +117,35 @@ def fill_args(spec: FreshSpec) -> FillArgs:
     return FillArgs(FILL_KINDS[spec.kind], a=float(first), b=float(second))
 
 
+@dataclass(frozen=True)
+class ChoiceArgs:
+    """``ko_choice_<bytes>``'s arguments for a ``choice`` spec: how many values, and each one's bits in
+    the buffer's dtype (what the harness makes of the spec's numbers: request_args.cpp)."""
+
+    count: int
+    bits: tuple[int, ...]
+
+
+def choice_args(spec: FreshSpec, dtype: DType) -> ChoiceArgs:
+    """The choice kernel's arguments for ``spec`` on a buffer of ``dtype``.
+
+    Raises:
+        ValueError: a spec the harness would refuse: no values, more than 16, one not finite or not
+            exactly a ``dtype`` value (the harness rounds nothing: :func:`~.input_choice.exact_values`).
+    """
+    values = spec.values or []
+    for i, (given, exact) in enumerate(zip(values, exact_values(values, dtype), strict=True)):
+        if given != exact:
+            raise ValueError(f"values[{i}] = {given!r} is not exactly a {dtype} value (nearest {exact!r})")
+    return ChoiceArgs(len(values), tuple(table_bits(values, dtype)))
+
+
+class _ChoiceTable(ctypes.Structure):
+    """fill.cu's ``KoChoiceTable``: the values' bits, each zero-extended to 64 bits (passed by value)."""
+
+    _fields_ = [("bits", ctypes.c_uint64 * MAX_VALUES)]
+
+
 #: torch dtype name -> the support module's fill kernel
 _FILL_KERNELS = {
     "float16": "ko_fill_float16", "bfloat16": "ko_fill_bfloat16", "float32": "ko_fill_float32",
@@ -162,11 +196,12 @@ class TorchFiller:
     def fill(self, tensor: Any, key: int, draw: int, buffer: int, spec: FreshSpec) -> None:
         """Draw ``tensor`` (contiguous, on this GPU) as the harness draws argument ``buffer``
         under ``key`` (:func:`draw_key`) at draw index ``draw``, enqueued on torch's current stream;
-        a spec's ``structure`` is applied after the fill by the harness's own kernel.
+        a choice is drawn by the harness's ``ko_choice_<bytes>``, and a spec's ``structure`` is applied
+        after the draw by the harness's own kernel.
 
         Raises:
-            ValueError: a tensor that is not contiguous on a CUDA device, of a dtype no fill has, or
-                not a whole number of the structure's matrices.
+            ValueError: a tensor that is not contiguous on a CUDA device, of a dtype no fill has, not
+                a whole number of the structure's matrices, or a choice the harness would refuse.
         """
         name = str(tensor.dtype).removeprefix("torch.")
         if name not in _FILL_KERNELS:
@@ -176,21 +211,37 @@ class TorchFiller:
         elements = tensor.numel()
         if elements == 0:
             return
-        args = fill_args(spec)
         if spec.structure is not None and elements % (spec.structure.rows * spec.structure.cols):
             raise ValueError(f"{elements} elements are not a whole number of {spec.structure.rows} x "
                              f"{spec.structure.cols} matrices")
-        function = self._function(_FILL_KERNELS[name])
-        blocks = max(1, min((elements + SUPPORT_BLOCK - 1) // SUPPORT_BLOCK, 4 * self._sm_count))
-        values = (tensor.data_ptr(), elements, key & _MASK, draw & _MASK, buffer, args.kind, args.a, args.b,
-                  args.low, args.range & _MASK)
-        types = (ctypes.c_void_p, ctypes.c_uint64, ctypes.c_uint64, ctypes.c_uint64, ctypes.c_uint32, ctypes.c_uint32,
-                 ctypes.c_double, ctypes.c_double, ctypes.c_int64, ctypes.c_uint64)
         stream = self._torch.cuda.current_stream().cuda_stream
-        self._check(self._driver.cuLaunchKernel(function, blocks, 1, 1, SUPPORT_BLOCK, 1, 1, 0, stream, (values, types), 0),
-                    f"cuLaunchKernel({_FILL_KERNELS[name]})")
+        if spec.kind == "choice":
+            self._choice(tensor, elements, key, draw, buffer, choice_args(spec, DType(name)), stream)
+        else:
+            args = fill_args(spec)
+            function = self._function(_FILL_KERNELS[name])
+            blocks = max(1, min((elements + SUPPORT_BLOCK - 1) // SUPPORT_BLOCK, 4 * self._sm_count))
+            values = (tensor.data_ptr(), elements, key & _MASK, draw & _MASK, buffer, args.kind, args.a, args.b,
+                      args.low, args.range & _MASK)
+            types = (ctypes.c_void_p, ctypes.c_uint64, ctypes.c_uint64, ctypes.c_uint64, ctypes.c_uint32,
+                     ctypes.c_uint32, ctypes.c_double, ctypes.c_double, ctypes.c_int64, ctypes.c_uint64)
+            self._check(self._driver.cuLaunchKernel(function, blocks, 1, 1, SUPPORT_BLOCK, 1, 1, 0, stream, (values, types),
+                                                    0), f"cuLaunchKernel({_FILL_KERNELS[name]})")
         if spec.structure is not None:
             self._structure(tensor, elements, spec.structure, stream)
+
+    def _choice(self, tensor: Any, elements: int, key: int, draw: int, buffer: int, args: ChoiceArgs, stream: Any) -> None:
+        """The harness's ``ko_choice_<element bytes>`` (a choice's draw: kernelopt_mcp/input_choice.py)."""
+        name = f"ko_choice_{tensor.element_size()}"
+        table = _ChoiceTable()
+        table.bits[:args.count] = args.bits
+        pairs = (elements + 1) // 2  # a thread per Philox block of two elements (fill.cu)
+        blocks = max(1, min((pairs + SUPPORT_BLOCK - 1) // SUPPORT_BLOCK, 4 * self._sm_count))
+        values = (tensor.data_ptr(), elements, key & _MASK, draw & _MASK, buffer, args.count, table)
+        types = (ctypes.c_void_p, ctypes.c_uint64, ctypes.c_uint64, ctypes.c_uint64, ctypes.c_uint32, ctypes.c_uint32,
+                 None)  # None: a ctypes.Structure, passed by value from its address
+        self._check(self._driver.cuLaunchKernel(self._function(name), blocks, 1, 1, SUPPORT_BLOCK, 1, 1, 0, stream,
+                                                (values, types), 0), f"cuLaunchKernel({name})")
 
     def _structure(self, tensor: Any, elements: int, structure: StructureSpec, stream: Any) -> None:
         """The harness's ``ko_structure_<element bytes>`` after the fill, on the same stream (the

@@ -29,7 +29,8 @@ from . import expr
 from .dtypes import DType, scalar_raw
 from .errors import ExpressionError, WorkloadError, format_validation_error
 from .files import read_json, read_text
-from .input_structure import Drawn, StructureField, matrix_dims, structure_of
+from .input_choice import Choice, check_fits
+from .input_structure import Drawn, StructureField
 from .launch import LaunchSpec
 
 IDENTIFIER = r"^[A-Za-z_][A-Za-z0-9_]*$"
@@ -196,7 +197,7 @@ class Constant(_Model):
     value: float
 
 
-DrawnGenerator = Annotated[Uniform | Normal | RandInt | Arange | Constant, Field(discriminator="generator")]
+DrawnGenerator = Annotated[Uniform | Normal | RandInt | Choice | Arange | Constant, Field(discriminator="generator")]
 
 
 class DataFile(_Model):
@@ -220,9 +221,7 @@ class DataFile(_Model):
     )
 
 
-Generator = Annotated[
-    Uniform | Normal | RandInt | Arange | Constant | DataFile, Field(discriminator="generator")
-]
+Generator = Annotated[Uniform | Normal | RandInt | Choice | Arange | Constant | DataFile, Field(discriminator="generator")]
 
 
 # --- cases, tolerances, references -----------------------------------------------------
@@ -448,12 +447,11 @@ def check_cases(signature: Signature, cases: list[Case], default_inputs: dict[st
                 raise ValueError(f"{where}: shape of {p.name!r} is {shape}; dimensions must be >= 0")
             if math.prod(shape) > MAX_ELEMENTS:
                 raise ValueError(f"{where}: shape of {p.name!r} is {shape}: more than {MAX_ELEMENTS} elements")
-            structure = structure_of(case.inputs.get(p.name) or default_inputs.get(p.name)) if p.is_input else None
-            if structure is not None:
-                try:
-                    matrix_dims(structure, shape)
-                except ValueError as exc:
-                    raise ValueError(f"{where}: inputs.{p.name}: {exc}") from None
+            try:  # a structure's matrices and a choice's values
+                if p.is_input:
+                    check_fits(case.inputs.get(p.name) or default_inputs.get(p.name), shape, p.dtype)
+            except ValueError as exc:
+                raise ValueError(f"{where}: inputs.{p.name}: {exc}") from None
 
 
 def case_shape(param: BufferParam, scalars: dict[str, int | float]) -> tuple[int, ...]:

@@ -234,7 +234,7 @@ def check_created_spec(spec: WorkloadSpec, limit: int) -> int:
         if isinstance(gen, DataFile):
             raise RequestError(
                 f"spec.{where}: data files cannot be named through this server (paths would reach "
-                "outside the workspace); use a generator: uniform, normal, randint, arange or constant"
+                "outside the workspace); use a generator: uniform, normal, randint, choice, arange or constant"
             )
     return check_spec_size(spec, "a created workload", limit)
 

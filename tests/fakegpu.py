@@ -10,7 +10,10 @@ Two modes of the stand-in (written to a test's tmp_path by :func:`write_harness`
   differ on the determinism re-run beyond the tolerance (RACE) or within it (JITTER), be wrong on the hidden inputs after timing (CACHE) or slow on them
   (SLOWCHECK); kernels that assume upper-triangular square inputs: c = a + b on the upper triangle, zeros below
   (UPPER), and out = triu(A @ B) of two float32 N x N inputs' upper triangles (TRIMATMUL);
-  KO_FAKE_FEATURES naming structured_draw applies a draw's ``structure`` (PROTOCOL.md), refused without it;
+  KO_FAKE_FEATURES naming structured_draw applies a draw's ``structure`` (PROTOCOL.md), refused without it,
+  and naming choice_draw draws a ``choice`` (its values at the fake's randint over [0, k)), refused without it;
+  kernels that rely on their second input's values being -1 or +1: c = a + (b > 0 ? 1 : -1) (SIGN), and a
+  hinge loss max(0, 1 - p * t) as (t > 0 ? 1 - p : 1 + p) of float32 predictions p and targets t (HINGE);
   ``MS:<case>=<ms>;...`` sets the median latency of named cases.
 Every start of the stand-in appends its arguments and its whole environment to
 ``harness-env.jsonl`` beside it (the wrapper names the file), so a test can check what the server
@@ -163,12 +166,23 @@ def run_case(req, module, case, t0, index=0):
         raise Refuse({"protocol": 1, "status": "error", "cases": [], "error": {"kind": "bad_request",
              "message": f"cases[0].args: a structure on {structured} needs the structured_draw feature"}})
 
+    chosen = [n for n, x in bufs.items() for f in ("input_draw", "timed_input_draw", "fresh")
+              if (x.get(f) or {}).get("kind") == "choice"]
+    if chosen and "choice_draw" not in FEATURES:  # (the real harness would refuse the kind)
+        raise Refuse({"protocol": 1, "status": "error", "cases": [], "error": {"kind": "bad_request",
+             "message": f"cases[0].args: a choice on {chosen} needs the choice_draw feature"}})
+
     def load(buf):  # input_draw: like ko_fill, a pure function of (seed, spec); not its bits
         d = buf.get("input_draw")
         if d is None:
             return np.fromfile(buf["input"], dtype="<f4")
         rng, n = np.random.default_rng(d["seed"]), buf["bytes"] // 4
-        v = rng.uniform(d["low"], d["high"], n) if d["kind"] == "uniform" else rng.normal(d["mean"], d["std"], n)
+        if d["kind"] in ("randint", "choice"):  # a choice: its values at the randint over [0, k) (input_choice.py)
+            low, high = (0, len(d["values"])) if d["kind"] == "choice" else (d["low"], d["high"])
+            j = rng.integers(low, high, n, dtype=np.int64)
+            v = np.asarray(d["values"], dtype="<f4")[j] if d["kind"] == "choice" else j
+        else:
+            v = rng.uniform(d["low"], d["high"], n) if d["kind"] == "uniform" else rng.normal(d["mean"], d["std"], n)
         return structure(v.astype("<f4"), d.get("structure"))
 
     def structure(v, st):  # PROTOCOL.md "structure": zeros and mirrored bits in every rows x cols matrix
@@ -196,6 +210,10 @@ def run_case(req, module, case, t0, index=0):
         n = int(np.sqrt(ins[0].size))
         upper = [np.triu(x.reshape(n, n).astype(np.float64)) for x in ins[:2]]
         c = np.triu(upper[0] @ upper[1]).astype("<f4").reshape(-1)
+    elif b"KO_FAKE_SIGN" in module:  # a + sign(b), as a kernel that takes b for -1 or +1 computes a + b
+        c = (ins[0] + np.where(ins[1] > 0, np.float32(1), np.float32(-1))).astype("<f4")
+    elif b"KO_FAKE_HINGE" in module:  # max(0, 1 - p * t) for targets t of -1 or +1 only
+        c = np.maximum(np.where(ins[1] > 0, 1 - ins[0], 1 + ins[0]), 0).astype("<f4")
     elif b"KO_FAKE_UPPER" in module:  # a + b on the upper triangle of square matrices, zeros below (assumes triu)
         n = int(np.sqrt(ins[0].size))
         c = np.triu((ins[0] + ins[1]).reshape(n, n)).astype("<f4").reshape(-1)

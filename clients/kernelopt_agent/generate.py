@@ -1,7 +1,7 @@
 """Generating omitted workload parts from the description (step 1 of the loop).
 
 The model writes declarative parts only: a signature, input cases drawn by named generators
-(uniform, normal, randint, arange, constant: never a file, never host code), tolerances, a cost
+(uniform, normal, randint, choice, arange, constant: never a file, never host code), tolerances, a cost
 model, and CUDA device code for the reference and the initial kernel with launch configs. Each
 answer is checked (the spec and the buffer-size caps of created workloads locally; the sources
 by the server's compile tool: each must compile and define the entry with the signature's
@@ -71,8 +71,9 @@ FORMAT = """{
 RULES = """Rules:
 - dtypes: float16, bfloat16, float32, float64, int8..int64, uint8..uint64. Buffer roles: in (read only),
   out (written), inout. Shapes are integers or expressions of the scalar parameters.
-- inputs: one generator per input buffer, only {"generator": "uniform"|"normal"|"randint"|"arange"|"constant", ...}
-  (uniform: low, high; normal: mean, std; randint: low, high; arange: start, step, modulo; constant: value).
+- inputs: one generator per input buffer, only {"generator": "uniform"|"normal"|"randint"|"choice"|"arange"|"constant", ...}
+  (uniform: low, high; normal: mean, std; randint: low, high; choice: values, 1-16 numbers each equally likely, e.g.
+  [-1, 1] for sign targets or [0, 1] for masks; arange: start, step, modulo; constant: value).
   Never a file, never code. A case may override generators under "inputs".
 - cases: 3-6 correctness cases (tiny, odd and edge sizes: 1, primes, non-multiples of tile sizes) and 2-3
   performance cases sized to fill the GPU (data several times the L2 cache), at most 2 GiB of buffers in all.
@@ -175,7 +176,7 @@ def _merge(parts: Parts, missing: list[str], answer: str, taken: set[str]) -> Pa
             raise ProposalError(format_validation_error(exc, "input cases")) from None
         gens = [*new.cases.inputs.values(), *(g for c in new.cases.cases for g in c.inputs.values())]
         if any(isinstance(g, DataFile) for g in gens):
-            raise ProposalError("input generators must be declarative (uniform, normal, randint, arange, constant), never files")
+            raise ProposalError("input generators must be declarative (uniform, normal, randint, choice, arange, constant), never files")
         new.origin["input_cases"] = "generated"
     names = [c.name for c in new.cases.cases] if new.cases else None
     for which in ("reference", "initial"):
@@ -211,7 +212,7 @@ def check_generated_spec(spec: WorkloadSpec) -> int:
     for where, gen in gens:
         if isinstance(gen, DataFile):
             raise WorkloadError(f"spec.{where}: data files cannot be generated; use a generator: uniform, normal, "
-                                "randint, arange or constant")
+                                "randint, choice, arange or constant")
     total = 0
     for case in spec.cases:
         for p in spec.signature.buffers:

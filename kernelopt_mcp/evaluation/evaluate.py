@@ -30,7 +30,7 @@ from ..workload import Case, Workload
 from .candidate import Candidate, EvaluateOptions
 from .compare import thresholds_from
 from .dataset import DataSet, ExpectedRef
-from .fresh_inputs import STRUCTURED_DRAW, case_fresh, pick_checked_launches, request_seed
+from .fresh_inputs import case_fresh, pick_checked_launches, request_seed
 from .harness_case import CaseJob, build_request
 from .inputs import CaseInputs, materialize, new_input_seed
 from .oracle import OracleLimits, run_oracle
@@ -180,9 +180,9 @@ def _prepare(s: Session, time_reference: bool, oracle_on_all_cases: bool) -> Pre
         device_cases = frozenset(c.name for c in wl.spec.cases) if wl.torch_problem else reference_only
     native_expected = reference_only if s.uses("expected_dtype") else frozenset()
     s.progress("generating inputs", 0, 1)
-    structured = s.uses(STRUCTURED_DRAW)  # structured inputs drawn on the device, else on the host
+    draw_features = s.draw_features()  # structured inputs and choices drawn on the device where the harness can
     data = DataSet("validation", s.seed, materialize(wl, s.seed, s.workdir / "inputs", on_device=device_cases,
-                                                     structured=structured))
+                                                     draw_features=draw_features))
     inputs_from = _inputs_from(data, len(wl.spec.cases))
     device_kept: frozenset[str] = frozenset()
     if s.uses("device_expected"):
@@ -196,7 +196,7 @@ def _prepare(s: Session, time_reference: bool, oracle_on_all_cases: bool) -> Pre
         s.progress("generating hidden inputs for the timed check", 0, 1)
         timed = DataSet("timed", seed, materialize(
             wl, seed, s.workdir / "inputs-timed", cases={c.name for c in perf}, redraw=True, on_device=device_cases,
-            structured=structured,
+            draw_features=draw_features,
         ))
         watch.step("hidden_inputs")
     support = None
@@ -321,7 +321,7 @@ def _torch_check_plans(
     position = {p.name: i for i, p in enumerate(wl.signature.params)}
     plans: dict[str, tuple[TorchCheckPlan, list[TorchJob]]] = {}
     for case in perf:
-        specs = case_fresh(wl, case, structured=s.uses(STRUCTURED_DRAW)).specs
+        specs = case_fresh(wl, case, draw_features=s.draw_features()).specs
         if not specs:
             continue
         seed = request_seed()

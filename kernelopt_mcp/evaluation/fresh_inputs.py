@@ -3,8 +3,8 @@
 The harness redraws input buffers on the device before every warm-up and measured launch
 (native_harness/PROTOCOL.md, "Fresh inputs and checked launches"), from the case's own
 generator: ``uniform``, ``normal`` and ``randint`` map to the support module's ``ko_fill_<dtype>``
-(Philox4x32-10 keyed per draw by a PRF of a hidden per-request seed, which never reaches the
-device; same distribution and range as
+and ``choice`` to its ``ko_choice_<bytes>`` (Philox4x32-10 keyed per draw by a PRF of a hidden
+per-request seed, which never reaches the device; same distribution and range as
 :func:`kernelopt_mcp.evaluation.inputs.generate`, not the same bits). ``arange`` and ``constant`` buffers are
 deterministic and data files are the user's bytes: those are not redrawn (a data file that
 records ``drawn_from``, as a frozen ``optimize`` run's do, is redrawn from that generator).
@@ -19,11 +19,12 @@ from __future__ import annotations
 import math
 import secrets
 import statistics
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from ..dtypes import DType
+from ..input_choice import Choice, exact_values
 from ..input_structure import matrix_dims
 from ..workload import BufferParam, Case, DataFile, Normal, RandInt, Uniform, Workload, case_shape
 from .protocol import FreshSpec, StructureSpec
@@ -31,6 +32,11 @@ from .stats import TimingStats
 
 #: The harness feature that applies a generator's ``structure`` on the device (PROTOCOL.md)
 STRUCTURED_DRAW = "structured_draw"
+#: The harness feature that draws a ``choice`` on the device (PROTOCOL.md)
+CHOICE_DRAW = "choice_draw"
+#: The harness features that widen what it draws: a generator that needs one the harness lacks is
+#: drawn on the host and not redrawn before timed launches (:func:`fresh_spec`)
+DRAW_FEATURES = (STRUCTURED_DRAW, CHOICE_DRAW)
 #: A launch on unseen inputs is inconsistent when slower than median * (1 + max(this, ...)) ...
 CONSISTENCY_MIN_FRACTION = 0.25
 #: ... and than median * (1 + this * CV) (the measured noise) ...
@@ -50,19 +56,21 @@ def generator_of(param: BufferParam, case: Case, workload: Workload) -> Any:
 
 
 def fresh_spec(
-    gen: Any, dtype: DType, shape: Sequence[int] | None = None, *, structured: bool = False,
+    gen: Any, dtype: DType, shape: Sequence[int] | None = None, *, draw_features: Collection[str] = (),
 ) -> tuple[FreshSpec | None, str]:
     """The harness's ``fresh`` object for a buffer of ``shape`` made by ``gen``, or None and why not.
 
-    A generator with a ``structure`` (triangular or symmetric matrices) is drawn on the device only
-    by a harness that applies it (feature ``structured_draw``: ``structured``), never without it;
-    its spec carries the matrices' rows and columns, from ``shape`` (required then).
+    ``draw_features``: the harness's draw features (:data:`DRAW_FEATURES`). A ``choice`` is drawn on the
+    device only by a harness that draws it (feature ``choice_draw``), its values sent exactly in
+    ``dtype`` (:func:`~kernelopt_mcp.input_choice.exact_values`); a generator with a ``structure``
+    (triangular or symmetric matrices) only by one that applies it (feature ``structured_draw``),
+    its spec carrying the matrices' rows and columns, from ``shape`` (required then). Never without.
     """
     if isinstance(gen, DataFile):
         drawn = getattr(gen, "drawn_from", None)
         if drawn is None:
             return None, "data file (the user's bytes)"
-        spec, why = fresh_spec(drawn, dtype, shape, structured=structured)
+        spec, why = fresh_spec(drawn, dtype, shape, draw_features=draw_features)
         return spec, why if spec is None else "drawn_from"
     match gen:
         case Uniform(low=low, high=high):
@@ -71,21 +79,28 @@ def fresh_spec(
             spec = FreshSpec(kind="normal", mean=float(mean), std=float(std))
         case RandInt(low=low, high=high) if high > low:
             spec = FreshSpec(kind="randint", low=int(low), high=int(high))
+        case Choice(values=values) if CHOICE_DRAW in draw_features:
+            spec = FreshSpec(kind="choice", values=exact_values(values, dtype))
+        case Choice():
+            return None, _lacks("a choice of values", CHOICE_DRAW)
         case _:
             kind = getattr(gen, "generator", type(gen).__name__)
             return None, f"{kind} (deterministic: the same values on every launch)"
     structure = gen.structure
     if structure is None:
         return spec, ""
-    if not structured:
-        return None, (f"{structure.kind} matrices, which this harness cannot draw (it lacks the feature "
-                      f"{STRUCTURED_DRAW!r}; rebuild it with `pip install .`)")
+    if STRUCTURED_DRAW not in draw_features:
+        return None, _lacks(f"{structure.kind} matrices", STRUCTURED_DRAW)
     if shape is None:
         raise ValueError(f"a {structure.kind} draw needs the buffer's shape")
     rows, cols = matrix_dims(structure, shape)
     if math.prod(shape):  # an empty buffer has nothing to structure
         spec.structure = StructureSpec(kind=structure.kind, diagonal=structure.diagonal, rows=rows, cols=cols)
     return spec, ""
+
+
+def _lacks(what: str, feature: str) -> str:
+    return f"{what}, which this harness cannot draw (it lacks the feature {feature!r}; rebuild it with `pip install .`)"
 
 
 @dataclass
@@ -96,13 +111,13 @@ class CaseFresh:
     fixed: dict[str, str] = field(default_factory=dict)  # buffer -> why it is not redrawn
 
 
-def case_fresh(workload: Workload, case: Case, *, structured: bool = False) -> CaseFresh:
-    """What the harness redraws for ``case``; ``structured``: the harness draws structured inputs
-    (feature ``structured_draw``), else those are not redrawn."""
+def case_fresh(workload: Workload, case: Case, *, draw_features: Collection[str] = ()) -> CaseFresh:
+    """What the harness redraws for ``case``; ``draw_features``: the harness's draw features (inputs that
+    need one it lacks are not redrawn: :func:`fresh_spec`)."""
     out = CaseFresh()
     for param in workload.signature.inputs:
         spec, why = fresh_spec(generator_of(param, case, workload), param.dtype, case_shape(param, case.scalars),
-                               structured=structured)
+                               draw_features=draw_features)
         if spec is None:
             out.fixed[param.name] = why
         else:
@@ -224,16 +239,16 @@ def consistency_problem(timing: TimingStats, check_ms: float | None, confirm_ms:
 def fresh_checks(workload: Workload, cases: list[Case], *, redraw: bool, reference: bool, checked: int,
                  consistency: bool, oracle_checked: int = 0, graph: bool = False,
                  subset: tuple[int, int] | None = None, later_rounds: bool = False,
-                 reference_name: str = "the CUDA reference", structured: bool = False) -> list[str]:
+                 reference_name: str = "the CUDA reference", draw_features: Collection[str] = ()) -> list[str]:
     """The lines of a result's ``checks`` list for fresh inputs, checked launches and timing
     consistency over the performance ``cases``: only what really runs, and what cannot.
     ``later_rounds``: the precision rule may measure more rounds after the first (each gets
-    its own hidden redraws and checks); ``structured``: as :func:`case_fresh`'s."""
+    its own hidden redraws and checks); ``draw_features``: as :func:`case_fresh`'s."""
     lines: list[str] = []
     drawn: list[str] = []
     fixed: dict[str, str] = {}
     for case in cases:
-        cf = case_fresh(workload, case, structured=structured)
+        cf = case_fresh(workload, case, draw_features=draw_features)
         drawn += [b for b in cf.specs if b not in drawn]
         for name, why in cf.fixed.items():
             fixed.setdefault(name, why)

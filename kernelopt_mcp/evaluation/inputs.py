@@ -6,11 +6,12 @@ raw little-endian ``.bin`` files with a manifest (``input_cases.json``) that can
 back as the input cases of a later run.
 
 Cases named in ``materialize(on_device=...)`` (performance cases whose expected outputs come
-from the CUDA reference, not from NumPy) are not made here: their ``uniform``, ``normal`` and
-``randint`` buffers are drawn by the harness on the device (``input_draw``, native_harness/
+from the CUDA reference, not from NumPy) are not made here: their ``uniform``, ``normal``,
+``randint`` and ``choice`` buffers are drawn by the harness on the device (``input_draw``, native_harness/
 PROTOCOL.md), under a key derived from (seed, case, buffer), the same bytes in every request.
 The same distribution and range as the host's, not the same bits; no host memory, no file. A
-generator's ``structure`` (triangular or symmetric matrices) is applied the same way on both.
+generator's ``structure`` (triangular or symmetric matrices) is applied the same way on both, and
+a ``choice`` is the table of its values at a randint's draw on both (``input_choice.py``).
 """
 
 from __future__ import annotations
@@ -19,17 +20,19 @@ import hashlib
 import json
 import math
 import secrets
+from collections.abc import Collection
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from .. import input_structure
+from .. import input_choice, input_structure
 from ..data_files import DataFileProblem, open_data, read_array
 from ..dtypes import DType
 from ..errors import InputError
 from ..files import write_atomic
+from ..input_choice import Choice
 from ..workload import (
     Arange,
     BufferParam,
@@ -97,6 +100,8 @@ def generate(
             if high <= low:
                 raise InputError(f"case {case!r}: {param.name}: randint needs high > low")
             values = rng.integers(low, high, size=count, dtype=np.int64)
+        case Choice(values=choices):  # already of the dtype: the table at a randint over [0, k)
+            values = input_choice.draw(rng, choices, dtype, count)
         case Arange(start=start, step=step, modulo=modulo):
             values = start + step * np.arange(count, dtype=np.float64)
             if modulo:
@@ -183,17 +188,18 @@ class CaseInputs:
 
 def device_draw(
     gen: Generator, param: BufferParam, seed: int, case: str, *, redraw: bool = False,
-    shape: tuple[int, ...] | None = None, structured: bool = False,
+    shape: tuple[int, ...] | None = None, draw_features: Collection[str] = (),
 ) -> InputDraw | None:
     """How the harness draws the buffer ``gen`` makes, or None where it must come from the host:
     ``arange`` and ``constant`` are exact values, and a data file gives its bytes (in a hidden
     set, ``redraw``, one that records ``drawn_from`` is drawn from that generator instead, as
-    :func:`generate` does); a structured generator where the harness cannot apply the structure
-    (``structured`` false: no feature ``structured_draw``; with it the buffer's ``shape`` is
-    needed). The key is derived from (seed, case, buffer) like the host streams."""
+    :func:`generate` does); a generator that needs a draw feature the harness lacks (``draw_features``: its
+    draw features; a ``structure`` needs ``structured_draw`` and the buffer's ``shape``, a ``choice``
+    needs ``choice_draw``: :func:`~.fresh_inputs.fresh_spec`). The key is derived from (seed, case,
+    buffer) like the host streams."""
     if isinstance(gen, DataFile) and not redraw:
         return None
-    spec, _ = fresh_spec(gen, param.dtype, shape, structured=structured)
+    spec, _ = fresh_spec(gen, param.dtype, shape, draw_features=draw_features)
     if spec is None:
         return None
     digest = hashlib.blake2b(f"{seed}\0{case}\0{param.name}".encode(), digest_size=8, person=b"ko-input").digest()
@@ -202,12 +208,12 @@ def device_draw(
 
 def materialize(
     workload: Workload, seed: int, directory: Path, *, cases: set[str] | None = None, redraw: bool = False,
-    on_device: set[str] | frozenset[str] = frozenset(), structured: bool = False,
+    on_device: set[str] | frozenset[str] = frozenset(), draw_features: Collection[str] = (),
 ) -> dict[str, CaseInputs]:
     """Generate every case's inputs (or only those of ``cases``), write them as ``.bin``
     files and a manifest. In the cases of ``on_device`` the buffers :func:`device_draw` can
     draw are left to the harness (``CaseInputs.draws``; the manifest keeps their generator);
-    structured ones only with ``structured`` (the harness has the feature ``structured_draw``).
+    structured ones and choices only where ``draw_features`` (the harness's) has theirs.
 
     ``redraw`` is for hidden data sets (the timed check's second seed): data files that record
     the generator they were drawn from are drawn again with ``seed`` (see :func:`generate`);
@@ -238,7 +244,7 @@ def materialize(
                 continue
             gen = case.inputs.get(param.name) or spec.inputs[param.name]
             drawn_here = device_draw(
-                gen, param, seed, case.name, redraw=redraw, shape=shape, structured=structured,
+                gen, param, seed, case.name, redraw=redraw, shape=shape, draw_features=draw_features,
             ) if case.name in on_device else None
             if drawn_here is not None:
                 _check_size(param, shape, case.name)
@@ -338,6 +344,8 @@ def _moments(gen: Generator) -> tuple[float, float] | None:
             return mean, std
         case RandInt(low=low, high=high) if high > low:
             return (low + high - 1) / 2, math.sqrt(((high - low) ** 2 - 1) / 12)
+        case Choice(values=values):
+            return input_choice.moments(values)
     return None
 
 

@@ -87,18 +87,21 @@ class StructureSpec(_Request):
 class FreshSpec(_Request):
     """How a buffer is redrawn on the device before timed launches (``fresh``)."""
 
-    kind: Literal["uniform", "normal", "randint"]
+    kind: Literal["uniform", "normal", "randint", "choice"]
     low: float | int | None = None
     high: float | int | None = None
     mean: float | None = None
     std: float | None = None
+    # choice (feature choice_draw): 1 to 16 numbers, each exactly a value of the buffer's dtype
+    # (kernelopt_mcp/input_choice.py exact_values), every element one of them
+    values: list[float] | None = None
     structure: StructureSpec | None = None  # feature structured_draw
 
 
 class InputDraw(FreshSpec):
     """A buffer's starting bytes drawn on the device (``input_draw``, ``timed_input_draw``):
-    ``ko_fill_<dtype>`` under a key derived from ``seed`` and the argument's position, the same
-    bytes in every request."""
+    ``ko_fill_<dtype>`` (a choice: ``ko_choice_<bytes>``) under a key derived from ``seed`` and the
+    argument's position, the same bytes in every request."""
 
     seed: int = Field(ge=0, lt=2**64)
 

@@ -28,7 +28,6 @@ from .clocks import probe_device_clocks
 from .compare import geometric_mean
 from .dataset import DataSet
 from .fresh_inputs import (
-    STRUCTURED_DRAW,
     case_fresh,
     fresh_checks,
     later_round_checks,
@@ -247,7 +246,7 @@ def _timing_job(
         device_compare=check and s.uses("device_compare", options), check=check,
     )
     wants_fresh = s.uses("fresh_inputs", options) or s.uses("confirm_launch", options)
-    specs = case_fresh(s.workload, case, structured=s.uses(STRUCTURED_DRAW)).specs if wants_fresh else {}
+    specs = case_fresh(s.workload, case, draw_features=s.draw_features()).specs if wants_fresh else {}
     if specs:
         job.fresh, job.draw_seed, job.fresh_timed = specs, request_seed(), s.uses("fresh_inputs", options)
         subset = s.fresh_subset(options)
@@ -451,7 +450,7 @@ def _checks_that_ran(s: Session, result: EvaluationResult, options: EvaluateOpti
             oracle_checked=options.oracle_checked_launches if by_oracle else 0,
             graph=any(t.mode == "graph" for _, t in timed),
             subset=s.fresh_subset(options) if all(t.mode == "events" for _, t in timed) else None,
-            later_rounds=len(options.rounds(s.features)) > 1, structured=s.uses(STRUCTURED_DRAW),
+            later_rounds=len(options.rounds(s.features)) > 1, draw_features=s.draw_features(),
         )
     return checks
 

@@ -30,7 +30,7 @@ from .calibrate import device_peaks
 from .candidate import Candidate, EvaluateOptions, ProgressFn
 from .dataset import DataSet
 from .device import DeviceInfo
-from .fresh_inputs import SPLIT_MIN_SAMPLES, STRUCTURED_DRAW, fresh_checks
+from .fresh_inputs import DRAW_FEATURES, SPLIT_MIN_SAMPLES, fresh_checks
 from .harness import RequestSender, harness_features
 from .harness_case import CaseJob, build_request
 from .inputs import CaseInputs, estimate_gaps, hidden_seed_checks, new_input_seed
@@ -222,6 +222,11 @@ class Session:
         }.get(feature, True)
         return wanted and feature in self.features
 
+    def draw_features(self, options: EvaluateOptions | None = None) -> frozenset[str]:
+        """The harness's draw features in use (``fresh_inputs.DRAW_FEATURES``: structured matrices,
+        choices): what its device draws may ask for; other inputs are drawn on the host."""
+        return frozenset(f for f in DRAW_FEATURES if self.uses(f, options))
+
     def needs_support(self, device_cases: frozenset[str] | None = None) -> bool:
         """Whether any check or timing mode in use runs one of the support module's kernels (with
         the inputs of ``device_cases`` drawn on the device; default: the prepared record's)."""
@@ -267,7 +272,7 @@ class Session:
                 oracle_checked=o.oracle_checked_launches if self.oracle_checks_timed_launches(o) else 0,
                 graph=o.timing_mode == "graph" and "graph" in self.features,
                 subset=self.fresh_subset(o) if o.timing_mode == "events" else None,
-                later_rounds=len(o.rounds(self.features)) > 1, structured=self.uses(STRUCTURED_DRAW, o),
+                later_rounds=len(o.rounds(self.features)) > 1, draw_features=self.draw_features(o),
             )
         return checks
 

@@ -62,7 +62,7 @@ def register_workload_tools(app: MCPServer, service: KerneloptService) -> None:
         kernelopt://workloads/vector_add/workload.json): name, description, signature {entry, params:
         buffers {"kind": "buffer", name, dtype, role in|out|inout, shape: integers or expressions of
         scalars} and scalars {"kind": "scalar", name, dtype}}, inputs (a generator per input buffer:
-        uniform, normal, randint, arange or constant), cases (1-64 of {name, kind: correctness |
+        uniform, normal, randint, choice, arange or constant), cases (1-64 of {name, kind: correctness |
         performance, scalars}), tolerance per output {rtol, atol}, reference {launch} (the launch of
         reference_cu), initial {launch} (with initial_cu), cost {flops, bytes} expressions.
         reference_cu is required (unless overwrite keeps the stored one): its outputs define correct,

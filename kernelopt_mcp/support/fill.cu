@@ -19,6 +19,7 @@
 //          uniform.
 //   kind 2 randint [low, low + range): low + floor(x * range / 2^64) for a 64-bit x (Lemire's
 //          multiply, bias <= range / 2^64), cast to the type (integers clamped).
+// ko_choice_<bytes> (below) draws a choice of a few values from randint's words (kind 2).
 // Any grid and block size; the loop is grid-stride. The narrow floats store a block's elements
 // with one vector store where the buffer's alignment allows (the draw costs little more than
 // writing the bytes: it runs before every timed launch, so its time is the checks' overhead).
@@ -277,6 +278,44 @@ KO_FILL_INT(uint16, unsigned short, 0ll, 65535ll)
 KO_FILL_INT(uint32, unsigned int, 0ll, 4294967295ll)
 KO_FILL_INT(uint64, unsigned long long, 0ll, 9223372036854775807ll)
 
+// Choice draws (kernelopt_mcp/input_choice.py defines the rule): every element one of `count`
+// values (1..16), each equally likely. Element i takes table.bits[j], j the randint over
+// [0, count) that ko_fill draws at element i (kind 2, low 0, range count: two elements per
+// Philox block, the 64-bit words (0, 1) for the first and (2, 3) for the second, j =
+// floor(x * count / 2^64)). So a choice is the randint(0, count) draw of the same key looked up
+// in the table, bit for bit. The table holds the values' bits in the buffer's element type
+// (zero-extended to 64 bits; the harness makes them from numbers exactly of that type), so one
+// kernel per element size serves every dtype.
+//
+// ko_choice_<bytes>(T* out, u64 n, u64 seed, u64 launch, u32 buffer, u32 count,
+//                   KoChoiceTable table)
+struct KoChoiceTable {
+  ko_fill_u64 bits[16];
+};
+
+// The table goes to shared memory first (read with constant indices: a kernel parameter indexed
+// at run time would be copied to every thread's local memory).
+#define KO_CHOICE(bytes, T)                                                                       \
+  extern "C" __global__ void ko_choice_##bytes(T* out, ko_fill_u64 n, ko_fill_u64 seed,           \
+                                               ko_fill_u64 launch, unsigned buffer,               \
+                                               unsigned count, KoChoiceTable table) {             \
+    __shared__ ko_fill_u64 values[16];                                                            \
+    if (threadIdx.x == 0) {                                                                       \
+      _Pragma("unroll") for (int k = 0; k < 16; ++k) values[k] = table.bits[k];                   \
+    }                                                                                             \
+    __syncthreads();                                                                              \
+    const ko_fill_u64 range = count;                                                              \
+    KO_FILL_LOOP(2u,                                                                              \
+                 out[i] = static_cast<T>(                                                         \
+                     values[__umul64hi(ko_fill_detail::u64_of(w[2 * j], w[2 * j + 1]), range)]);) \
+  }
+
+KO_CHOICE(1, unsigned char)
+KO_CHOICE(2, unsigned short)
+KO_CHOICE(4, unsigned int)
+KO_CHOICE(8, unsigned long long)
+
+#undef KO_CHOICE
 #undef KO_FILL_WIDE
 #undef KO_FILL_INT
 #undef KO_FILL_LOOP

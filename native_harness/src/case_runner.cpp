@@ -247,7 +247,7 @@ Source CaseRunner::drawn(const DeviceArg& d, const InputDraw& draw) {
                             ":" + scalar_type_name(*b.dtype) + ":" +
                             std::to_string(static_cast<int>(f.kind)) + ":" + bits(f.a) + ":" +
                             bits(f.b) + ":" + std::to_string(f.low) + ":" +
-                            std::to_string(f.range) + structure_key(f);
+                            std::to_string(f.range) + choice_key(f) + structure_key(f);
     src.device = s_.input_cache().get_drawn(key, b.bytes, s_.stream(), enqueue);
     return src;
   }

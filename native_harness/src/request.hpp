@@ -41,8 +41,12 @@ struct CompareTolerance {
 };
 
 // How a buffer is redrawn on the device before every timed launch (protocol 2 "fresh"):
-// ko_fill_<dtype> of kernelopt_mcp/support/fill.cu with these parameters.
-enum class FreshKind { uniform = 0, normal = 1, randint = 2 };
+// ko_fill_<dtype> of kernelopt_mcp/support/fill.cu with these parameters; a choice (feature
+// "choice_draw") is its ko_choice_<element bytes> instead.
+enum class FreshKind { uniform = 0, normal = 1, randint = 2, choice = 3 };
+
+// The most values a choice draws from: the size of ko_choice's table (KoChoiceTable in fill.cu).
+inline constexpr std::size_t max_choice_values = 16;
 
 // A draw's rows x cols matrices made triangular or symmetric right after the fill (feature
 // "structured_draw": "structure" of "fresh" and "input_draw"): ko_structure_<element bytes> of
@@ -62,6 +66,10 @@ struct FreshSpec {
   double b = 0;             // uniform: high; normal: std
   std::int64_t low = 0;     // randint: low (inclusive)
   std::uint64_t range = 0;  // randint: high - low (> 0)
+  // choice: the values as given (1..max_choice_values), then (once the buffer's dtype is known)
+  // each one's bits in that dtype, zero-extended: ko_choice's table
+  std::vector<double> values;
+  std::array<std::uint64_t, max_choice_values> choice_bits{};
   std::optional<DrawStructure> structure;
 };
 

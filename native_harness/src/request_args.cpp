@@ -2,6 +2,7 @@
 #include "request_args.hpp"
 
 #include <cstdint>
+#include <cstdio>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -10,6 +11,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "choice_bits.hpp"
 #include "request_fields.hpp"
 
 namespace kernelopt {
@@ -94,9 +96,34 @@ void check_structure(const FreshSpec& spec, const BufferArg& b, const std::strin
   }
 }
 
+// A choice's values must each be exactly a value of the buffer's dtype: their bits are ko_choice's
+// table (choice_bits.hpp; Python rounds them once, and nothing is rounded again here).
+void check_choice(FreshSpec& spec, const BufferArg& b, const std::string& path) {
+  if (spec.kind != FreshKind::choice) return;
+  const auto p = member_path(path, "values");
+  for (std::size_t i = 0; i < spec.values.size(); ++i) {
+    const auto bits = choice_bits(spec.values[i], *b.dtype);
+    if (!bits) {
+      char shown[32];
+      std::snprintf(shown, sizeof shown, "%.17g", spec.values[i]);
+      fail(index_path(p, i), std::string(shown) + " is not exactly representable in " +
+                                 scalar_type_name(*b.dtype) +
+                                 " (the buffer's dtype: values are sent rounded to it)");
+    }
+    spec.choice_bits[i] = *bits;
+  }
+}
+
+// What a draw's spec needs of its buffer: a structure's matrices tile it, a choice's values are
+// of its dtype.
+void check_draw(FreshSpec& spec, const BufferArg& b, const std::string& path) {
+  check_structure(spec, b, path);
+  check_choice(spec, b, path);
+}
+
 // {"kind": "uniform", "low", "high"} | {"kind": "normal", "mean", "std"} |
-// {"kind": "randint", "low", "high"} (integers, high exclusive), each with an optional
-// "structure".
+// {"kind": "randint", "low", "high"} (integers, high exclusive) | {"kind": "choice", "values":
+// [1 to 16 finite numbers]}, each with an optional "structure".
 FreshSpec parse_fresh(const json& f, const std::string& path) {
   expect_object(f, path);
   FreshSpec spec;
@@ -116,8 +143,22 @@ FreshSpec parse_fresh(const json& f, const std::string& path) {
     const auto high = as_int64(require(f, path, "high"), member_path(path, "high"));
     if (high <= spec.low) fail(member_path(path, "high"), "must be greater than low");
     spec.range = static_cast<std::uint64_t>(high) - static_cast<std::uint64_t>(spec.low);
+  } else if (kind == "choice") {
+    spec.kind = FreshKind::choice;
+    const auto p = member_path(path, "values");
+    const json& values = require(f, path, "values");
+    if (!values.is_array())
+      fail(p, std::string("must be an array of numbers, got ") + type_name(values));
+    if (values.empty() || values.size() > max_choice_values) {
+      fail(p, "must hold 1 to " + std::to_string(max_choice_values) + " numbers, got " +
+                  std::to_string(values.size()));
+    }
+    for (std::size_t i = 0; i < values.size(); ++i) {
+      spec.values.push_back(as_finite(values[i], index_path(p, i)));
+    }
   } else {
-    fail(kind_path, "must be \"uniform\", \"normal\" or \"randint\", got \"" + kind + "\"");
+    fail(kind_path,
+         "must be \"uniform\", \"normal\", \"randint\" or \"choice\", got \"" + kind + "\"");
   }
   if (const json* v = find(f, "structure")) {
     spec.structure = parse_structure(*v, member_path(path, "structure"));
@@ -148,7 +189,7 @@ void parse_input_draws(const json& a, const std::string& path, BufferArg& b) {
       fail(member_path(path, "dtype"), std::string("is required with \"") + f.key + "\"");
     InputDraw draw;
     draw.spec = parse_fresh(*v, p);  // an object with "kind" and its parameters
-    check_structure(draw.spec, b, p);
+    check_draw(draw.spec, b, p);
     draw.seed = as_uint(require(*v, p, "seed"), member_path(p, "seed"), UINT64_MAX);
     f.draw = draw;
   }
@@ -265,7 +306,7 @@ void parse_buffer_v2(const json& a, const std::string& path, BufferArg& b) {
     }
     if (!b.dtype) fail(member_path(path, "dtype"), "is required with \"fresh\"");
     b.fresh = parse_fresh(*v, p);
-    check_structure(*b.fresh, b, p);
+    check_draw(*b.fresh, b, p);
   }
   if (const json* v = find(a, "write_output")) {
     b.write_output = as_bool(*v, member_path(path, "write_output"));

@@ -120,13 +120,15 @@ std::vector<std::string> support_kernels_needed(const Request& req) {
         add_once(names, b.native_expected() ? compare_ref_kernel_name(*b.dtype)
                                             : compare_kernel_name(*b.dtype));
       }
-      if ((b.fresh && spec.timing) || b.input_draw || b.timed_input_draw) {
-        add_once(names, fill_kernel_name(*b.dtype));
+      // the draws this buffer gets: a fill or a choice, then maybe a structure
+      for (const FreshSpec* d : {b.fresh && spec.timing ? &*b.fresh : nullptr,
+                                 b.input_draw ? &b.input_draw->spec : nullptr,
+                                 b.timed_input_draw ? &b.timed_input_draw->spec : nullptr}) {
+        if (d == nullptr) continue;
+        add_once(names, d->kind == FreshKind::choice ? choice_kernel_name(*b.dtype)
+                                                     : fill_kernel_name(*b.dtype));
+        if (d->structure) add_once(names, structure_kernel_name(*b.dtype));
       }
-      const bool structured = (b.fresh && spec.timing && b.fresh->structure) ||
-                              (b.input_draw && b.input_draw->spec.structure) ||
-                              (b.timed_input_draw && b.timed_input_draw->spec.structure);
-      if (structured) add_once(names, structure_kernel_name(*b.dtype));
       if (spec.has_reference_checks() && b.role != BufferRole::in) {
         add_once(names, compare_ref_kernel_name(*b.dtype));
       }
@@ -202,13 +204,56 @@ std::string structure_key(const FreshSpec& spec) {
          ":" + std::to_string(st.rows) + ":" + std::to_string(st.cols);
 }
 
+std::string choice_kernel_name(ScalarType dtype) {
+  return "ko_choice_" + std::to_string(scalar_size(dtype));
+}
+
+std::string choice_key(const FreshSpec& spec) {
+  if (spec.kind != FreshKind::choice) return "";
+  std::string key = ":c";
+  for (std::size_t i = 0; i < spec.values.size(); ++i) {
+    key += ":" + std::to_string(spec.choice_bits[i]);
+  }
+  return key;
+}
+
+namespace {
+
+// fill.cu's KoChoiceTable, passed by value.
+struct ChoiceTable {
+  unsigned long long bits[max_choice_values];
+};
+
+void enqueue_choice(const detail::DriverApi& drv, CUfunction f, int sm_count, CUstream stream,
+                    CUdeviceptr out, std::uint64_t elements, std::uint64_t seed,
+                    std::uint64_t launch, unsigned buffer, const FreshSpec& spec) {
+  ChoiceTable table{};
+  for (std::size_t i = 0; i < max_choice_values; ++i) table.bits[i] = spec.choice_bits[i];
+  unsigned count = static_cast<unsigned>(spec.values.size());
+  unsigned long long n = elements;
+  unsigned long long s = seed;
+  unsigned long long l = launch;
+  void* params[] = {&out, &n, &s, &l, &buffer, &count, &table};
+  // a thread per Philox block of two elements
+  KO_CU(drv.cuLaunchKernel(f, support_grid(drv, f, sm_count, (elements + 1) / 2), 1, 1,
+                           support_block, 1, 1, 0, stream, params, nullptr));
+}
+
+}  // namespace
+
 void enqueue_draw(const detail::DriverApi& drv, SupportModule& support, ScalarType dtype,
                   int sm_count, CUstream stream, CUdeviceptr out, std::uint64_t elements,
                   std::uint64_t seed, std::uint64_t launch, unsigned buffer,
                   const FreshSpec& spec) {
-  enqueue_fill(drv, support.function(fill_kernel_name(dtype)), sm_count, stream, out, elements,
-               seed, launch, buffer, spec);
-  if (!spec.structure || elements == 0) return;
+  if (elements == 0) return;
+  if (spec.kind == FreshKind::choice) {
+    enqueue_choice(drv, support.function(choice_kernel_name(dtype)), sm_count, stream, out,
+                   elements, seed, launch, buffer, spec);
+  } else {
+    enqueue_fill(drv, support.function(fill_kernel_name(dtype)), sm_count, stream, out, elements,
+                 seed, launch, buffer, spec);
+  }
+  if (!spec.structure) return;
   const CUfunction f = support.function(structure_kernel_name(dtype));
   unsigned long long n = elements;
   unsigned long long rows = spec.structure->rows;

@@ -130,9 +130,15 @@ void enqueue_fill(const detail::DriverApi& drv, CUfunction fill, int sm_count, C
                   CUdeviceptr out, std::uint64_t elements, std::uint64_t seed, std::uint64_t launch,
                   unsigned buffer, const FreshSpec& spec);
 
-// A whole draw of `dtype` elements: the fill, then the spec's structure (ko_structure_<bytes>)
-// when it has one, both on `stream` from `support`'s kernels. Does not wait. Throws CudaError,
-// and BadRequest when the module lacks a kernel.
+// fill.cu's choice draws: "ko_choice_1", "_2", "_4", "_8" (the element's bytes).
+std::string choice_kernel_name(ScalarType dtype);
+// A spec's choice in a cache key: "" for other kinds, else ":c" and ":<bits>" per value.
+std::string choice_key(const FreshSpec& spec);
+
+// A whole draw of `dtype` elements: the fill (a choice: ko_choice_<bytes> with the values' bits),
+// then the spec's structure (ko_structure_<bytes>) when it has one, all on `stream` from
+// `support`'s kernels. Does not wait. Throws CudaError, and BadRequest when the module lacks a
+// kernel.
 void enqueue_draw(const detail::DriverApi& drv, SupportModule& support, ScalarType dtype,
                   int sm_count, CUstream stream, CUdeviceptr out, std::uint64_t elements,
                   std::uint64_t seed, std::uint64_t launch, unsigned buffer, const FreshSpec& spec);

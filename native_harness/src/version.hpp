@@ -39,6 +39,8 @@ inline constexpr const char* harness_features[] = {
     "checked_expected",
     // "structure" of "fresh" / "input_draw": the draw's matrices made triangular or symmetric
     "structured_draw",
+    // "fresh" / "input_draw" of kind "choice": every element one of a few values
+    "choice_draw",
 #if CUDA_VERSION >= 12000
     "tensor_maps",  // case "tensor_maps": CUtensorMaps over the case's buffers, after its args
 #endif

@@ -27,4 +27,11 @@ inline double fill_value(std::uint64_t key, std::uint64_t launch, std::uint32_t 
                      : a + b * (2 * u - 1);
 }
 
+// The index a ko_choice_<bytes> of `count` values takes at element `i`: the randint over
+// [0, count) of a fill with the same arguments (fill.cu's rule, over this fake's values).
+inline std::uint64_t choice_index(std::uint64_t key, std::uint64_t launch, std::uint32_t buffer,
+                                  std::uint64_t i, std::uint32_t count) {
+  return static_cast<std::uint64_t>(fill_value(key, launch, buffer, i, 2, 0, 0, 0, count));
+}
+
 }  // namespace fake

@@ -420,6 +420,26 @@ void structure_run(void** p) {
   }
 }
 
+// ko_choice_<bytes>(T* out, u64 n, u64 seed, u64 launch, u32 buffer, u32 count, u64 bits[16]):
+// fill.cu's rule over fake_fill.hpp's randint: element i is bits[the randint over [0, count) a
+// ko_fill of the same key draws at i], truncated to the element.
+template <typename T>
+void choice_run(void** p) {
+  ++g_choices;
+  auto* out = reinterpret_cast<T*>(arg<CUdeviceptr>(p, 0));
+  const auto n = arg<std::uint64_t>(p, 1);
+  const auto seed = arg<std::uint64_t>(p, 2);
+  const auto launch = arg<std::uint64_t>(p, 3);
+  const auto buffer = arg<std::uint32_t>(p, 4);
+  const auto count = arg<std::uint32_t>(p, 5);
+  std::uint64_t bits[16];
+  std::memcpy(bits, p[6], sizeof bits);
+  g_fill_keys.insert(seed);
+  for (std::uint64_t i = 0; i < n; ++i) {
+    out[i] = static_cast<T>(bits[choice_index(seed, launch, buffer, i, count)]);
+  }
+}
+
 // ko_compare_ref_<dtype>: ko_compare_<dtype> with the reference output as the expected values.
 template <double (*Load)(const std::uint8_t*, std::uint64_t)>
 void compare_ref_run(void** p) {
@@ -492,6 +512,10 @@ Kernel g_kernels[] = {
     FAKE_REF(bfloat16, load_bf16, std::uint16_t),
     FAKE_REF(float32, load_plain<float>, float),
     FAKE_REF(float64, load_plain<double>, double),
+    {"ko_choice_1", {8, 8, 8, 8, 4, 4, 128}, 0.02, 0, 48 * 1024, choice_run<std::uint8_t>},
+    {"ko_choice_2", {8, 8, 8, 8, 4, 4, 128}, 0.02, 0, 48 * 1024, choice_run<std::uint16_t>},
+    {"ko_choice_4", {8, 8, 8, 8, 4, 4, 128}, 0.02, 0, 48 * 1024, choice_run<std::uint32_t>},
+    {"ko_choice_8", {8, 8, 8, 8, 4, 4, 128}, 0.02, 0, 48 * 1024, choice_run<std::uint64_t>},
     {"ko_structure_1", {8, 8, 8, 8, 4, 8}, 0.01, 0, 48 * 1024, structure_run<std::uint8_t>},
     {"ko_structure_2", {8, 8, 8, 8, 4, 8}, 0.01, 0, 48 * 1024, structure_run<std::uint16_t>},
     {"ko_structure_4", {8, 8, 8, 8, 4, 8}, 0.01, 0, 48 * 1024, structure_run<std::uint32_t>},

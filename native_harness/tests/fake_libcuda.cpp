@@ -6,10 +6,10 @@
 //
 // A module file is valid when it starts with "FAKE-MODULE"; anything else fails to load with
 // a JIT log. Every module holds every kernel, including CPU versions of the support module's
-// ko_compare_<dtype>, ko_compare_ref_<dtype>, ko_fill_<dtype>, ko_structure_<bytes>,
-// ko_bitwise_diff, ko_spin and ko_empty and ko_flush_l2, except a module whose text contains
-// "NO-SUPPORT-KERNELS" (an out-of-date support module), which lacks the ko_* ones, or
-// "NO-TIMING-KERNELS" (one built from compare.cu alone), which lacks ko_spin, ko_empty and
+// ko_compare_<dtype>, ko_compare_ref_<dtype>, ko_fill_<dtype>, ko_choice_<bytes>,
+// ko_structure_<bytes>, ko_bitwise_diff, ko_spin and ko_empty and ko_flush_l2, except a module
+// whose text contains "NO-SUPPORT-KERNELS" (an out-of-date support module), which lacks the ko_*
+// ones, or "NO-TIMING-KERNELS" (one built from compare.cu alone), which lacks ko_spin, ko_empty and
 // ko_flush_l2.
 // Environment knobs:
 //   FAKE_CUDA_INIT_ERROR=<code>  cuInit returns that CUresult
@@ -54,11 +54,11 @@ struct LeakCheck {
           "fake libcuda stats: launches=%lu spins=%lu graph_launches=%lu graph_kernels=%lu "
           "fills=%lu ref_compares=%lu maps=%lu protects=%lu mmu_faults=%lu hushed=%lu "
           "unmaps=%lu spied=%lu fill_keys=%lu watched_fills=%lu sum_sqs=%lu flush_reads=%lu "
-          "flush_bytes=%lu structures=%lu\n",
+          "flush_bytes=%lu structures=%lu choices=%lu\n",
           g_launches, g_spin_launches, g_graph_launches, g_graph_kernels, g_fills, g_ref_compares,
           g_maps, g_protects, g_mmu_faults, g_hushed, g_unmaps, g_spied,
           static_cast<unsigned long>(g_fill_keys.size()), g_watched_fills, g_sum_sqs, g_flush_reads,
-          g_flush_bytes, g_structures);
+          g_flush_bytes, g_structures, g_choices);
     }
     if (g_sticky != CUDA_SUCCESS || g_pending != CUDA_SUCCESS) {
       // A dead context cannot free anything; the real driver reclaims it all at exit.

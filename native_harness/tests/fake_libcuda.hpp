@@ -24,6 +24,7 @@ inline unsigned long g_launches = 0;
 inline unsigned long g_timed_launches = 0;   // those of kernels that take time (ms > 0)
 inline unsigned long g_fills = 0;            // ko_fill_<dtype> launches
 inline unsigned long g_structures = 0;       // ko_structure_<bytes> launches
+inline unsigned long g_choices = 0;          // ko_choice_<bytes> launches
 inline std::set<std::uint64_t> g_fill_keys;  // the distinct keys the fills were given
 inline unsigned long g_watched_fills = 0;    // fills given the key in FAKE_CUDA_WATCH_SEED
 inline unsigned long g_ref_compares = 0;     // ko_compare_ref_<dtype> launches

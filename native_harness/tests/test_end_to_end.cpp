@@ -27,7 +27,7 @@ TEST_CASE("--version") {
                 "baseline_cublas",  "fresh_inputs",    "timed_check",    "confirm_launch",
                 "checked_dump",     "fresh_launches",  "input_draw",     "expected_dtype",
                 "readonly_staging", "device_expected", "progress",       "checked_expected",
-                "structured_draw",  "tensor_maps"}}}));
+                "structured_draw",  "choice_draw",     "tensor_maps"}}}));
 }
 
 TEST_CASE("usage errors exit 2 with a JSON answer and usage on stderr") {

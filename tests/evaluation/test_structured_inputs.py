@@ -26,7 +26,7 @@ from kernelopt_mcp.errors import WorkloadError
 from kernelopt_mcp.evaluation.candidate import EvaluateOptions
 from kernelopt_mcp.evaluation.device import device_info
 from kernelopt_mcp.evaluation.evaluate import evaluate
-from kernelopt_mcp.evaluation.fresh_inputs import fresh_spec
+from kernelopt_mcp.evaluation.fresh_inputs import STRUCTURED_DRAW, fresh_spec
 from kernelopt_mcp.evaluation.inputs import device_draw, generate
 from kernelopt_mcp.evaluation.protocol import StructureSpec
 from kernelopt_mcp.input_structure import Structure, apply, detect, kept
@@ -185,19 +185,19 @@ def test_a_structured_generator_is_drawn_on_the_device_only_by_a_harness_that_ap
     gen = _gen(structure={"kind": "triu", "diagonal": -1})
     spec, why = fresh_spec(gen, DType.float32, (4, 6, 5))
     assert spec is None and "triu matrices, which this harness cannot draw" in why and "structured_draw" in why
-    spec, why = fresh_spec(gen, DType.float32, (4, 6, 5), structured=True)
+    spec, why = fresh_spec(gen, DType.float32, (4, 6, 5), draw_features={STRUCTURED_DRAW})
     assert spec is not None and why == ""
     assert spec.structure == StructureSpec(kind="triu", diagonal=-1, rows=6, cols=5)
-    empty, _ = fresh_spec(gen, DType.float32, (0, 6, 5), structured=True)
+    empty, _ = fresh_spec(gen, DType.float32, (0, 6, 5), draw_features={STRUCTURED_DRAW})
     assert empty is not None and empty.structure is None, "no element to structure"
     with pytest.raises(ValueError, match="needs the buffer's shape"):
-        fresh_spec(gen, DType.float32, structured=True)
+        fresh_spec(gen, DType.float32, draw_features={STRUCTURED_DRAW})
     # a frozen run's data file redraws from its recorded generator, structure included
     recorded = DataFile(generator="file", path="x.bin", drawn_from=gen)
-    spec, why = fresh_spec(recorded, DType.float32, (6, 5), structured=True)
+    spec, why = fresh_spec(recorded, DType.float32, (6, 5), draw_features={STRUCTURED_DRAW})
     assert spec is not None and spec.structure is not None and why == "drawn_from"
     assert device_draw(gen, _param(), 1, "c", shape=(6, 5)) is None
-    drawn = device_draw(gen, _param(), 1, "c", shape=(6, 5), structured=True)
+    drawn = device_draw(gen, _param(), 1, "c", shape=(6, 5), draw_features={STRUCTURED_DRAW})
     assert drawn is not None and drawn.structure == StructureSpec(kind="triu", diagonal=-1, rows=6, cols=5)
     assert device_draw(Uniform(generator="uniform"), _param(), 1, "c") is not None, "a dense draw needs no shape"
     with pytest.raises(ValidationError, match="square"):

@@ -151,12 +151,12 @@ def get_inputs():
 
 def test_an_input_made_by_operations_on_random_numbers_gets_a_generator_of_its_range(tmp_path: Path, torch: Any) -> None:
     """KernelBench's hinge loss draws its targets as randint(0, 2) * 2 - 1: no generator makes exactly
-    that, so they are drawn uniform over their range (the note says so), never stored."""
+    that, so they are drawn as a choice of the two values they take (the note says so), never stored
+    (tests/test_torch_choice.py has more)."""
     result = import_torch_problem(problem(tmp_path, "hinge", HINGE), tmp_path / "w")
     assert not (tmp_path / "w" / "data").exists()
     for case in result.spec.cases:
-        targets = case.inputs["targets"].model_dump()
-        assert targets["generator"] == "uniform" and -1.0 <= targets["low"] < -0.9 and 0.9 < targets["high"] <= 1.0
+        assert case.inputs["targets"].model_dump(mode="json") == {"generator": "choice", "values": [-1.0, 1.0]}
     assert any(n.startswith("input 'targets' is made by operations on random numbers") for n in result.notes)
 
 

@@ -21,6 +21,7 @@ import pytest
 from fakegpu import write_harness
 
 from kernelopt_mcp.cli import main
+from kernelopt_mcp.evaluation.fresh_inputs import STRUCTURED_DRAW
 from kernelopt_mcp.evaluation.inputs import materialize
 from kernelopt_mcp.input_structure import Structure
 from kernelopt_mcp.torch_import import TorchImportOptions, TorchImportResult, import_torch_problem
@@ -151,7 +152,8 @@ def test_the_pytorch_reference_draws_the_structure_the_harness_draws(tmp_path: P
     cases = list(wl.spec.cases)
     names = {c.name for c in cases}
     for structured in (True, False):
-        data = materialize(wl, 3, tmp_path / f"in-{structured}", on_device=names, structured=structured)
+        data = materialize(wl, 3, tmp_path / f"in-{structured}", on_device=names,
+                           draw_features={STRUCTURED_DRAW} if structured else ())
         for job in jobs_for(wl, "validation", cases, data, tmp_path / f"expected-{structured}"):
             n = job.case.scalars["N"]
             for name in ("A", "B"):

@@ -221,7 +221,7 @@ def test_the_client_imports_only_the_library_data_layer() -> None:
 LAYERS: dict[str, set[str]] = {
     "data": {
         "errors", "dtypes", "expr", "files", "data_files", "launch", "workload", "workload_parts", "compile_options", "config",
-        "status", "tune", "tune.space", "tune.spec", "torch_store", "result_view", "input_structure",
+        "status", "tune", "tune.space", "tune.spec", "torch_store", "result_view", "input_structure", "input_choice",
     },
     "compiler": {
         "compile_log", "compile_pool", "compiler", "cuda_headers", "sandbox", "executables", "source_policy",
