@@ -152,7 +152,7 @@ def get_inputs():
 def test_an_input_made_by_operations_on_random_numbers_gets_a_generator_of_its_range(tmp_path: Path, torch: Any) -> None:
     """KernelBench's hinge loss draws its targets as randint(0, 2) * 2 - 1: no generator makes exactly
     that, so they are drawn as a choice of the two values they take (the note says so), never stored
-    (tests/test_torch_choice.py has more)."""
+    (tests/pytorch/test_torch_choice.py has more)."""
     result = import_torch_problem(problem(tmp_path, "hinge", HINGE), tmp_path / "w")
     assert not (tmp_path / "w" / "data").exists()
     for case in result.spec.cases:

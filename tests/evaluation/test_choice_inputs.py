@@ -8,7 +8,7 @@ against Python's table, TorchFiller's arguments, the pretend GPU's draws (tests/
 which a kernel that relies on the values passes and mismatches on a continuous draw, and the fit
 an import makes. The harness's side: native_harness/tests/e2e_choice.cpp (every byte of a draw,
 on the fake driver); the device kernel against the harness's randint and torch:
-tests/gpu/test_choice_inputs_gpu.py; the import of a problem: tests/test_torch_choice.py.
+tests/gpu/test_choice_inputs_gpu.py; the import of a problem: tests/pytorch/test_torch_choice.py.
 """
 
 from __future__ import annotations
@@ -42,7 +42,7 @@ from kernelopt_mcp.torch_fill import ChoiceArgs, choice_args
 from kernelopt_mcp.torch_fit import fit_generator, fitted_note
 from kernelopt_mcp.workload import BufferParam, DataFile, Generator, load_workload
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 GEN = TypeAdapter(Generator)
 FEATURES = "blocking,device_compare,timed_inputs,fresh_inputs,timed_check,confirm_launch,input_draw,expected_dtype"
 

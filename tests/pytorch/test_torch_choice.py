@@ -7,7 +7,7 @@ PyTorch on the CPU as the reference): a kernel that relies on the targets being 
 are drawn from the continuous uniform an import fitted before (their mean and spread: [-1, 1]).
 
 Every test needs torch and skips without it (CI); the parts without torch are in
-tests/test_choice_inputs.py.
+tests/evaluation/test_choice_inputs.py.
 """
 
 from __future__ import annotations
