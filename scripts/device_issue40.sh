@@ -32,7 +32,7 @@ case "${1:-children}" in
     cut -c1-300 "$OUT/probe.jsonl"
     timeout 150 python3 -m pytest -q -p no:cacheprovider tests/pytorch/test_torch_child.py tests/pytorch/test_torch_workspace.py > "$OUT/children.log" 2>&1
     echo "children rc=$? $(tail -1 "$OUT/children.log")"
-    gpu_tests fill 260 tests/gpu/test_torch_fill_gpu.py tests/gpu/test_checked_expected_gpu.py tests/gpu/test_structured_inputs_gpu.py ;;
+    gpu_tests fill 260 tests/gpu/test_torch_fill_gpu.py tests/gpu/test_checked_expected_gpu.py tests/gpu/test_structured_inputs_gpu.py tests/gpu/test_choice_inputs_gpu.py ;;
   reference)
     gpu_tests reference 560 tests/gpu/test_torch_reference_gpu.py tests/gpu/test_torch_baseline_gpu.py tests/gpu/test_torch_import_gpu.py ;;
   suite)
