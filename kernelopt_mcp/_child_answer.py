@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+import threading
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -22,15 +23,18 @@ def line(exc: BaseException) -> str:
 
 
 class Answer:
-    """The answer file (``data``, JSON), rewritten whole (temp file + rename) by :meth:`write`."""
+    """The answer file (``data``, JSON), rewritten whole (temp file + rename) by :meth:`write`; one
+    writer at a time (a watchdog thread may write it while the main thread does)."""
 
     def __init__(self, path: Path, data: dict[str, Any]) -> None:
         self.path, self.data = path, data
+        self.lock = threading.Lock()
 
     def write(self) -> None:
-        tmp = self.path.with_name(self.path.name + ".tmp")
-        tmp.write_text(json.dumps(self.data))
-        os.replace(tmp, self.path)
+        with self.lock:
+            tmp = self.path.with_name(self.path.name + ".tmp")
+            tmp.write_text(json.dumps(self.data))
+            os.replace(tmp, self.path)
 
 
 def main(argv: list[str], module: str, fresh: dict[str, Any], run: Callable[[dict[str, Any], Answer], None], what: str) -> int:

@@ -1,12 +1,16 @@
-"""Time a PyTorch problem's module on the GPU: eager and ``torch.compile``, one case after another.
+"""Time PyTorch problems' modules on the GPU: eager and ``torch.compile``, one case after another.
 
-Run by :func:`kernelopt_mcp.torch_baseline.measure_baselines` as ``python -m
+Run by :func:`kernelopt_mcp.torch_baseline.measure_batch` as ``python -m
 kernelopt_mcp._torch_baseline_child REQUEST.json`` inside a confined child (confined_python.py,
-``gpu=True``): never in the server's or the CLI's process. The request names the problem file (a
-copy in the child's staging directory), the cases' size constants, the device and the timing
-rules; the answer is written to the file the request names (atomically, after every step, so a
-child killed at its deadline still leaves the cases it finished). Nothing goes to stdout: the
-problem's own prints cannot corrupt the answer.
+``gpu=True``): never in the server's or the CLI's process. The request names the problem files
+(copies in the child's staging directory), each with its cases' size constants, the device and the
+timing rules; one child times them all, so torch's import and the CUDA context are paid once per
+batch, not once per problem. The answer is written to the file the request names (atomically,
+after every step, so a child killed at its deadline still leaves the cases it finished). Each
+problem has its own deadline (``problem_timeout_s``): a watchdog records the problem as past it
+and ends the child, and the parent times the problems after it in a new child; so does a CUDA
+error, which leaves the context unusable for the next problem. Nothing goes to stdout: the
+problems' own prints cannot corrupt the answer.
 
 Each case, by the rules the harness times a candidate by: ``Model(*get_init_inputs())`` and
 ``get_inputs()`` made on the device (on the CPU and moved there where the problem insists), the
@@ -24,7 +28,9 @@ warm-up never count. Where it cannot run, the case says why in one line and eage
 
 from __future__ import annotations
 
+import os
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -159,6 +165,62 @@ def time_case(
             entry["compile"] = {"times_ms": times} if times is not None else None
 
 
+#: exit status of a child that ended itself: a problem past its deadline, or a CUDA error
+STOPPED = 3
+#: words of an exception after which the CUDA context cannot serve another problem
+CUDA_STICKY = ("CUDA error", "device-side assert", "illegal memory access", "an illegal instruction", "unspecified launch failure")
+
+
+class _Watchdog:
+    """Ends the child when the current problem runs past its deadline, its entry saying so."""
+
+    def __init__(self, answer: Answer, seconds: float) -> None:
+        self.answer, self.seconds = answer, seconds
+        self.timer: threading.Timer | None = None
+
+    def arm(self, entry: dict[str, Any]) -> None:
+        self.disarm()
+        if self.seconds > 0:
+            self.timer = threading.Timer(self.seconds, self._expire, args=(entry,))
+            self.timer.daemon = True
+            self.timer.start()
+
+    def disarm(self) -> None:
+        if self.timer is not None:
+            self.timer.cancel()
+            self.timer = None
+
+    def _expire(self, entry: dict[str, Any]) -> None:
+        entry["error"] = f"ran past its {self.seconds:.0f} s deadline in the timing child after {len(entry['cases'])} case(s)"
+        self.answer.write()
+        os._exit(STOPPED)
+
+
+def _sticky(entry: dict[str, Any]) -> bool:
+    notes = [entry.get("error") or "", *(c.get(k) or "" for c in entry["cases"] for k in ("eager_note", "compile_note"))]
+    return any(word in note for note in notes for word in CUDA_STICKY)
+
+
+def time_problem(torch: Any, problem: dict[str, Any], device: Any, flush: _Flush, request: dict[str, Any],
+                 entry: dict[str, Any], answer: Answer) -> None:
+    """Every case of one problem into ``entry``; what the problem's file itself breaks is its error."""
+    from kernelopt_mcp.torch_problem import TorchProblemError, parse_problem
+
+    path = Path(problem["problem"])
+    try:
+        source = parse_problem(path.read_text(encoding="utf-8"), problem.get("label") or path.name)
+    except (OSError, TorchProblemError) as exc:
+        entry["error"] = line(exc)
+        return
+    for case in problem["cases"]:
+        record: dict[str, Any] = {"name": case["name"], "eager": None, "eager_note": None, "compile": None, "compile_note": None}
+        entry["cases"].append(record)
+        time_case(torch, source, case, device, flush, request, record, answer)
+        answer.write()
+        torch._dynamo.reset()
+        torch.cuda.empty_cache()
+
+
 def run(request: dict[str, Any], answer: Answer) -> None:
     try:
         import torch
@@ -190,22 +252,22 @@ def run(request: dict[str, Any], answer: Answer) -> None:
     answer.data["l2_bytes"] = l2_bytes
     flush = _Flush(torch, device, l2_bytes if request["flush_l2"] else 0)
     answer.write()
-
-    from kernelopt_mcp.torch_problem import parse_problem
-
-    path = Path(request["problem"])
-    source = parse_problem(path.read_text(encoding="utf-8"), request.get("label") or path.name)
-    for case in request["cases"]:
-        entry: dict[str, Any] = {"name": case["name"], "eager": None, "eager_note": None, "compile": None, "compile_note": None}
-        answer.data["cases"].append(entry)
-        time_case(torch, source, case, device, flush, request, entry, answer)
+    watchdog = _Watchdog(answer, float(request.get("problem_timeout_s") or 0))
+    for problem in request["problems"]:
+        entry: dict[str, Any] = {"label": problem.get("label"), "cases": [], "error": None, "finished": False}
+        answer.data["problems"].append(entry)
+        watchdog.arm(entry)
+        time_problem(torch, problem, device, flush, request, entry, answer)
+        watchdog.disarm()
+        entry["finished"] = True
         answer.write()
-        torch._dynamo.reset()
-        torch.cuda.empty_cache()
+        if _sticky(entry):
+            return  # the context may be unusable: the parent times the rest in a new child
     answer.data["finished"] = True
 
 
-FRESH: dict[str, Any] = {"torch_version": None, "device_name": None, "mode": "default", "error": None, "blocked": False, "cases": [], "finished": False}
+FRESH: dict[str, Any] = {"torch_version": None, "device_name": None, "mode": "default", "error": None, "blocked": False,
+                         "problems": [], "finished": False}
 
 
 def main(argv: list[str]) -> int:

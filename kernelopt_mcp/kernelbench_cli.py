@@ -24,9 +24,9 @@ from .launch import LaunchSpec
 from .progress_bar import ProgressBar, add_progress_flag, progress_wanted
 from .suite import SolutionOutcome, SuiteOptions, run_suite
 from .suite_imports import IMPORT_TIMEOUT_S
-from .torch_baseline import BaselineReport, imported_problem, settings_baselines
+from .torch_baseline import BaselineReport, imported_problem, settings_batch_baselines
 from .torch_import import TOLERANCE_MODES
-from .workload import load_workload
+from .workload import Workload, load_workload
 
 
 def add_parser(sub: Any) -> None:
@@ -78,26 +78,38 @@ class _Evaluator:
 
 
 class _Baselines:
-    """PyTorch eager and torch.compile on an imported problem's performance cases, on the
-    evaluator's device (asked for at the first problem when no solution started a harness)."""
+    """PyTorch eager and torch.compile on imported problems' performance cases, a batch at a time in
+    one timing child, on the evaluator's device (asked for at the first batch when no solution
+    started a harness)."""
 
     def __init__(self, settings: Settings, evaluator: _Evaluator) -> None:
         self.settings, self.evaluator = settings, evaluator
 
-    def __call__(self, workload_dir: Path) -> BaselineReport:
-        try:
-            workload = load_workload(workload_dir)
-        except KerneloptError as exc:
-            return BaselineReport.unmeasured(f"PyTorch eager and torch.compile not timed: {exc}")
-        if imported_problem(workload) is None:
-            return BaselineReport.unmeasured(f"not timed: {workload_dir} is not an imported PyTorch problem (no problem.py)")
-        try:
-            if self.evaluator.device is None:
-                self.evaluator.device = app.gpu_info(self.settings)
-        except KerneloptError as exc:
-            return BaselineReport.unmeasured(f"PyTorch eager and torch.compile not timed: no GPU here ({exc})", blocked=True)
-        report = settings_baselines(self.settings, workload, self.evaluator.device, app.evaluate_options(self.settings))
-        return report or BaselineReport.unmeasured("not timed: not an imported PyTorch problem")
+    def __call__(self, workload_dirs: list[Path]) -> list[BaselineReport]:
+        reports: list[BaselineReport | None] = [None] * len(workload_dirs)
+        loaded: list[tuple[int, Workload]] = []
+        for i, directory in enumerate(workload_dirs):
+            try:
+                workload = load_workload(directory)
+            except KerneloptError as exc:
+                reports[i] = BaselineReport.unmeasured(f"PyTorch eager and torch.compile not timed: {exc}")
+                continue
+            if imported_problem(workload) is None:
+                reports[i] = BaselineReport.unmeasured(f"not timed: {directory} is not an imported PyTorch problem (no problem.py)")
+            else:
+                loaded.append((i, workload))
+        if loaded:
+            try:
+                if self.evaluator.device is None:
+                    self.evaluator.device = app.gpu_info(self.settings)
+            except KerneloptError as exc:
+                blocked = BaselineReport.unmeasured(f"PyTorch eager and torch.compile not timed: no GPU here ({exc})", blocked=True)
+                return [r or blocked for r in reports]
+            timed = settings_batch_baselines(self.settings, [w for _, w in loaded], self.evaluator.device,
+                                             app.evaluate_options(self.settings))
+            for (i, _), report in zip(loaded, timed, strict=True):
+                reports[i] = report
+        return [r or BaselineReport.unmeasured("not timed") for r in reports]
 
 
 def _candidate(kernel: Path, launch_file: Path) -> Candidate:

@@ -12,9 +12,10 @@ whose source and launch are unchanged is not evaluated again. A refusal for want
 retried on the next run.
 
 PyTorch eager and ``torch.compile`` are timed by the caller's ``baseline`` for every imported
-problem (the CLI's: :func:`~kernelopt_mcp.torch_baseline.settings_baselines`, on the GPU in a
-confined child, cached by problem, case, device, torch and timing rules, so a second run does not
-time them again): the geometric mean over the problem's performance cases, as our score is. A
+problem, :data:`BASELINE_BATCH` problems at a time (the CLI's:
+:func:`~kernelopt_mcp.torch_baseline.settings_batch_baselines`, on the GPU in one confined child per
+batch, cached by problem, case, device, torch and timing rules, so a second run does not time them
+again): the geometric mean over the problem's performance cases, as our score is. A
 problem whose baseline could not be timed says why (the report's note); where nothing can be
 timed on this machine (no torch, no GPU) the first problem's reason stands for the rest of the run.
 Without a ``baseline`` (``--no-baselines``) the times of an earlier run are kept, else they are
@@ -69,8 +70,11 @@ class SolutionOutcome:
 
 #: workload directory, kernel source, launch file -> the outcome
 Evaluate = Callable[[Path, Path, Path], SolutionOutcome]
-#: an imported problem's workload directory -> PyTorch eager and torch.compile on its performance cases
-Baseline = Callable[[Path], BaselineReport]
+#: imported problems' workload directories -> PyTorch eager and torch.compile on each one's performance cases
+Baseline = Callable[[list[Path]], list[BaselineReport]]
+#: problems whose baselines one timing child takes at a time (torch's import and the CUDA context paid once
+#: for them; the state saved after each batch)
+BASELINE_BATCH = 16
 
 
 def find_problems(problems_dir: Path, levels: tuple[int, ...]) -> list[tuple[int, Path]]:
@@ -126,22 +130,22 @@ def run_suite(
         write_atomic(state_path, json.dumps(state, indent=2).encode(), durable=False)
 
     _import_all(options, problems, entries, have_torch, progress, save)
-    records = []
-    blocked: BaselineReport | None = None  # nothing can be timed here: its reason stands for the rest
     for i, (level, path) in enumerate(problems):
         key = f"level{level}/{path.name}"
         entry = entries[key]
         if evaluate is not None and entry["imported"]:
             _evaluate(options, level, path, entry, evaluate)
-        if baseline is not None and entry["imported"]:
-            began = time.perf_counter()
-            report = blocked or baseline(Path(entry["workload"]))
-            blocked = report if report.blocked else blocked
-            _record_baseline(entry, report, time.perf_counter() - began)
-        save()
+            save()
         if progress:
             progress(i + 1, len(problems), f"{key}: " + ((entry.get("status") or "imported") if entry["imported"]
                                                          else f"refused: {entry['refusal']}"))
+    if baseline is not None:
+        _time_baselines([k for k in (f"level{lv}/{p.name}" for lv, p in problems) if entries[k]["imported"]], entries,
+                        baseline, progress, save)
+    records = []
+    for level, path in problems:
+        key = f"level{level}/{path.name}"
+        entry = entries[key]
         measured = entry["imported"] and "eager_note" in entry
         records.append(ProblemRecord(
             problem=key, level=level, imported=entry["imported"], refusal=entry.get("refusal"),
@@ -211,9 +215,30 @@ def _evaluate(options: SuiteOptions, level: int, path: Path, entry: dict[str, An
                  solution_sha256=digest, workload_sha256=entry["sha256"])
 
 
+def _time_baselines(
+    keys: list[str], entries: dict[str, dict[str, Any]], baseline: Baseline, progress: Callable[[int, int, str], None] | None,
+    save: Callable[[], None],
+) -> None:
+    """Every imported problem's baselines, :data:`BASELINE_BATCH` problems to a timing child (the
+    cache answers those timed before); a report that nothing can be timed here stands for the rest."""
+    blocked: BaselineReport | None = None
+    for start in range(0, len(keys), BASELINE_BATCH):
+        batch = keys[start:start + BASELINE_BATCH]
+        began = time.perf_counter()
+        reports = [blocked] * len(batch) if blocked else baseline([Path(entries[k]["workload"]) for k in batch])
+        share = (time.perf_counter() - began) / len(batch)
+        for key, report in zip(batch, reports, strict=True):
+            assert report is not None
+            _record_baseline(entries[key], report, share)
+            blocked = blocked or (report if report.blocked else None)
+        save()
+        if progress:
+            progress(start + len(batch), len(keys), f"PyTorch baselines: {batch[-1]}")
+
+
 def _record_baseline(entry: dict[str, Any], report: BaselineReport, seconds: float) -> None:
     """The problem's baselines in its state entry: geometric means over its performance cases, or
-    why there is none (one line each), and the wall seconds timing them took (compiles included)."""
+    why there is none (one line each), and its share of its batch's wall seconds (compiles included)."""
     eager, compiled = report.geomean_ms("eager"), report.geomean_ms("compile")
     cached = bool(report.cases) and all(c.cached for c in report.cases)
     entry.update(

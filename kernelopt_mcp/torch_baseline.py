@@ -28,7 +28,7 @@ import sys
 import sysconfig
 import tempfile
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -45,13 +45,14 @@ from .torch_comparison import COMPILE_MODE, BaselineTiming, CaseComparison, Torc
 from .workload import Workload
 
 __all__ = [
-    "COMPILE_MODE", "BaselineCache", "BaselineOptions", "BaselineReport", "BaselineTiming", "CaseBaseline",
-    "TorchComparison", "baseline_timing", "compare", "imported_problem", "measure_baselines", "performance_sizes", "settings_baselines", "torch_version",
-    "workload_baselines",
+    "COMPILE_MODE", "BaselineCache", "BaselineJob", "BaselineOptions", "BaselineReport", "BaselineTiming", "CaseBaseline",
+    "TorchComparison", "baseline_timing", "compare", "imported_problem", "measure_baselines", "measure_batch", "performance_sizes",
+    "settings_baselines", "settings_batch_baselines", "torch_version", "workload_baselines", "workloads_baselines",
 ]
 
 CHILD_MODULE = "kernelopt_mcp._torch_baseline_child"
 BASELINE_TIMEOUT_S = 900.0
+CHILD_START_S = 120.0  # a batch child's start (torch's import, the CUDA context) beyond its problems' deadlines
 PROBLEM_FILE = "problem.py"
 # what the timing child may execute: triton's ptxas (found beside the installed triton) and the C
 # compiler triton builds its launcher with (gcc or clang, cc1, as, ld) and /sbin/ldconfig, which
@@ -171,34 +172,86 @@ def _execute_paths(dirs: Sequence[str]) -> list[str]:
     return [*found, *COMPILER_EXECUTE]
 
 
+@dataclass(frozen=True)
+class BaselineJob:
+    """One problem to time: its file's source, the cases (name, size constants) and a label."""
+
+    problem_text: str
+    cases: Sequence[tuple[str, dict[str, int]]]
+    label: str = PROBLEM_FILE
+
+
 def measure_baselines(
     problem_text: str, cases: Sequence[tuple[str, dict[str, int]]], *, device: int, options: BaselineOptions | None = None,
     label: str = PROBLEM_FILE, seed: int = 0, python: str = sys.executable, python_path: Sequence[str] = (),
     limits: ChildLimits | None = None, workdir: Path | None = None,
 ) -> BaselineReport:
-    """Time the problem's module, eager and compiled, on each of ``cases`` (name, size constants)
-    on CUDA device ``device``, in a confined child. Never raises for the problem's sake: what
-    could not be timed is a note.
+    """Time one problem's module, eager and compiled, on each of ``cases`` (name, size constants)
+    on CUDA device ``device``, in a confined child: :func:`measure_batch` of one job."""
+    [report] = measure_batch([BaselineJob(problem_text, cases, label)], device=device, options=options, seed=seed,
+                             python=python, python_path=python_path, limits=limits, workdir=workdir)
+    return report
+
+
+def measure_batch(
+    jobs: Sequence[BaselineJob], *, device: int, options: BaselineOptions | None = None, seed: int = 0,
+    python: str = sys.executable, python_path: Sequence[str] = (), limits: ChildLimits | None = None,
+    workdir: Path | None = None,
+) -> list[BaselineReport]:
+    """Time several problems in one confined child (torch's import and the CUDA context paid once),
+    a report per job in order. Never raises for a problem's sake: what could not be timed is a note.
+
+    Each problem has ``limits.timeout_s`` (default ``options.timeout_s``) to itself: past it the
+    child records so and ends, and so does a CUDA error that leaves its context unusable; the
+    problems after it are timed in a new child. Where the child cannot run at all (torch missing,
+    no CUDA device, no confinement) every report carries that one note, ``blocked``.
 
     Args:
-        problem_text: the problem file's source (copied into the child's staging directory).
         python / python_path: the interpreter the child runs and directories besides its
             installation it imports from (where torch lies outside it).
-        limits: the child's caps and confinement (:meth:`ChildLimits.following` the settings);
-            its ``timeout_s`` is ``options.timeout_s`` unless given.
-        workdir: where the staging directory is made (removed after).
+        limits: the child's caps and confinement (:meth:`ChildLimits.following` the settings).
+        workdir: where the staging directories are made (removed after).
     """
     options = options or BaselineOptions()
     limits = limits or ChildLimits(timeout_s=options.timeout_s)
-    digest = sha256_text(problem_text)
+    reports: list[BaselineReport | None] = [None] * len(jobs)
+    pending = list(range(len(jobs)))
+    while pending:
+        batch = [jobs[i] for i in pending]
+        answer, stopped = _run_child(batch, device, options, seed, python, python_path, limits, workdir)
+        if isinstance(answer, BaselineReport):  # nothing was timed: the same for every problem left
+            for i in pending:
+                reports[i] = answer.model_copy(update={"problem_sha256": sha256_text(jobs[i].problem_text)})
+            break
+        started = answer.get("problems", [])[: len(batch)]
+        for i, entry in zip(pending, started, strict=False):
+            reports[i] = _report(answer, entry, sha256_text(jobs[i].problem_text), options, stopped=stopped,
+                                 limit_s=limits.timeout_s)
+        if not started:  # a child that started none would start none again
+            why = _report(answer, {}, "", options, stopped=stopped, limit_s=limits.timeout_s).note
+            for i in pending:
+                reports[i] = BaselineReport.unmeasured(why or "the timing child started no problem", sha256_text(jobs[i].problem_text))
+            break
+        pending = pending[len(started):]
+    return [r if r is not None else BaselineReport.unmeasured("not timed") for r in reports]
+
+
+def _run_child(
+    batch: Sequence[BaselineJob], device: int, options: BaselineOptions, seed: int, python: str, python_path: Sequence[str],
+    limits: ChildLimits, workdir: Path | None,
+) -> tuple[dict[str, Any] | BaselineReport, str | None]:
+    """One child over ``batch``: its answer and, where it ended before the end, why (None: it
+    finished); or a report saying why it timed nothing."""
     staging = Path(tempfile.mkdtemp(prefix="torch-baseline-", dir=workdir))
     try:
-        (staging / PROBLEM_FILE).write_text(problem_text, encoding="utf-8")
         answer_path = staging / "answer.json"
-        request = {
-            "problem": str(staging / PROBLEM_FILE), "label": label, "answer": str(answer_path), "device": device,
-            "seed": seed, "cases": [{"name": n, "values": v} for n, v in cases], **options.timing(),
-        }
+        problems = []
+        for k, job in enumerate(batch):
+            path = staging / (PROBLEM_FILE if len(batch) == 1 else f"problem_{k}.py")
+            path.write_text(job.problem_text, encoding="utf-8")
+            problems.append({"problem": str(path), "label": job.label, "cases": [{"name": n, "values": v} for n, v in job.cases]})
+        request = {"answer": str(answer_path), "device": device, "seed": seed, "problems": problems,
+                   "problem_timeout_s": limits.timeout_s, **options.timing()}
         (staging / "request.json").write_text(json.dumps(request))
         include = sysconfig.get_paths().get("include")
         env = {
@@ -207,50 +260,59 @@ def measure_baselines(
             "TORCHINDUCTOR_CACHE_DIR": str(staging / ".inductor"), "TRITON_CACHE_DIR": str(staging / ".triton"),
             "TORCHINDUCTOR_COMPILE_THREADS": "1",
         }
+        # the watchdog ends the child past one problem's deadline; the supervisor's is the backstop
+        backstop = replace(limits, timeout_s=limits.timeout_s * len(batch) + CHILD_START_S)
         result = run_torch_child(
             CHILD_MODULE, [str(staging / "request.json")], staging=staging, python=python, python_path=python_path,
             read=[*COMPILER_READ, *([include] if include else [])],
-            execute=_execute_paths([*installed_requirements("torch").path, *python_path]), limits=limits, env=env,
+            execute=_execute_paths([*installed_requirements("torch").path, *python_path]), limits=backstop, env=env,
         )
         if result.refused is not None:
             if result.missing == "torch":
                 return BaselineReport.unmeasured(
-                    f"PyTorch eager and torch.compile not timed: torch is not installed for {python} (pip install torch)", digest,
-                    blocked=True)
-            return BaselineReport.unmeasured(f"PyTorch eager and torch.compile not timed: {result.refused}", digest, blocked=True)
+                    f"PyTorch eager and torch.compile not timed: torch is not installed for {python} (pip install torch)",
+                    blocked=True), None
+            return BaselineReport.unmeasured(f"PyTorch eager and torch.compile not timed: {result.refused}", blocked=True), None
         try:
-            answer = json.loads(answer_path.read_text())
+            answer: dict[str, Any] = json.loads(answer_path.read_text())
         except (OSError, ValueError):
             tail = [line for line in result.stderr_tail.splitlines() if line.strip()]
             why = "timed out" if result.timed_out else f"exit {result.returncode}"
             return BaselineReport.unmeasured(
                 f"PyTorch eager and torch.compile not timed: the timing child gave no answer ({why}): "
-                f"{tail[-1].strip()[:300] if tail else 'no output'}", digest)
-        return _report(answer, digest, options, timed_out=result.timed_out, limit_s=limits.timeout_s)
+                f"{tail[-1].strip()[:300] if tail else 'no output'}"), None
+        if answer.get("error") and not answer.get("problems"):
+            return BaselineReport.unmeasured(f"PyTorch eager and torch.compile not timed: {answer['error']}",
+                                             blocked=bool(answer.get("blocked"))), None
+        if answer.get("finished"):
+            return answer, None
+        return answer, answer.get("error") or ("timed out" if result.timed_out else f"exit {result.returncode}")
     finally:
         shutil.rmtree(staging, ignore_errors=True)
 
 
-def _report(answer: dict[str, Any], digest: str, options: BaselineOptions, *, timed_out: bool, limit_s: float) -> BaselineReport:
+def _report(answer: dict[str, Any], entry: dict[str, Any], digest: str, options: BaselineOptions, *, stopped: str | None,
+            limit_s: float) -> BaselineReport:
+    """One problem's entry of a child's answer as a report (``stopped``: the child ended early)."""
     version, device_name = answer.get("torch_version"), answer.get("device_name")
     cases = []
-    for c in answer.get("cases", []):
+    for c in entry.get("cases", []):
         record = CaseBaseline(case=c["name"], eager_note=c.get("eager_note"), compile_note=c.get("compile_note"),
                               torch_version=version, device_name=device_name, mode=answer.get("mode") or COMPILE_MODE)
         for which in ("eager", "compile"):
             times = (c.get(which) or {}).get("times_ms")
             if times:
                 setattr(record, which, baseline_timing(times, options))
-        if record.compile is None and record.compile_note is None and timed_out:
+        if record.compile is None and record.compile_note is None and stopped:
             record.compile_note = f"torch.compile not timed: the timing child ran past its {limit_s:.0f} s deadline"
         cases.append(record)
-    note = answer.get("error")
+    note = entry.get("error")
     if note:
-        note = f"PyTorch eager and torch.compile not timed: {note}"
-    elif timed_out or not answer.get("finished"):
-        note = (f"the timing child ran past its {limit_s:.0f} s deadline after {len(cases)} case(s)" if timed_out
-                else f"the timing child stopped after {len(cases)} case(s)")
-    return BaselineReport(problem_sha256=digest, cases=cases, note=note, blocked=bool(answer.get("blocked")), options=options.timing())
+        note = f"PyTorch eager and torch.compile not timed: {note}" if not cases else f"the timing child {note}"
+    elif not entry.get("finished"):
+        note = (f"the timing child ran past its {limit_s:.0f} s deadline after {len(cases)} case(s)" if stopped == "timed out"
+                else f"the timing child stopped ({stopped or 'no answer'}) after {len(cases)} case(s)")
+    return BaselineReport(problem_sha256=digest, cases=cases, note=note, options=options.timing())
 
 
 # --- an imported workload's baselines, cached --------------------------------------------------
@@ -308,13 +370,30 @@ def workload_baselines(
     cache: BaselineCache | None = None, python: str = sys.executable, python_path: Sequence[str] = (),
     limits: ChildLimits | None = None, workdir: Path | None = None,
 ) -> BaselineReport:
-    """The baselines of an imported workload's performance cases: from ``cache`` where it holds
-    them (keyed with ``device_name`` and the torch version this interpreter would import), the
-    others timed by :func:`measure_baselines` and stored. A workload that is not an imported
-    problem, or whose problem file cannot be read, gets a report with a note."""
+    """The baselines of an imported workload's performance cases: :func:`workloads_baselines` of one."""
+    [report] = workloads_baselines([workload], device=device, device_name=device_name, options=options, cache=cache,
+                                   python=python, python_path=python_path, limits=limits, workdir=workdir)
+    return report
+
+
+@dataclass
+class _Planned:
+    """One workload's way to its report: its problem, its performance cases' sizes, those the cache held."""
+
+    digest: str
+    label: str
+    text: str
+    sizes: list[tuple[str, dict[str, int]]]
+    found: dict[str, CaseBaseline]
+
+    @property
+    def todo(self) -> list[tuple[str, dict[str, int]]]:
+        return [(n, v) for n, v in self.sizes if n not in self.found]
+
+
+def _plan(workload: Workload, cache: BaselineCache | None, key: Any) -> _Planned | BaselineReport:
     from .torch_problem import TorchProblemError, parse_problem
 
-    options = options or BaselineOptions()
     path = imported_problem(workload)
     if path is None:
         return BaselineReport.unmeasured(f"{workload.name} is not an imported PyTorch problem (no {PROBLEM_FILE}): no PyTorch baseline")
@@ -324,30 +403,55 @@ def workload_baselines(
     except (OSError, UnicodeDecodeError, TorchProblemError) as exc:
         return BaselineReport.unmeasured(f"PyTorch eager and torch.compile not timed: {path}: {exc}")
     digest = sha256_text(text)
-    sizes = performance_sizes(workload, {c.name: c.value for c in source.constants})
+    planned = _Planned(digest, path.name, text, performance_sizes(workload, {c.name: c.value for c in source.constants}), {})
+    if cache is not None and key is not None:
+        for name, values in planned.sizes:
+            hit = cache.get(key(digest, name, values))
+            if hit is not None:
+                planned.found[name] = hit.model_copy(update={"cached": True})
+    return planned
+
+
+def workloads_baselines(
+    workloads: Sequence[Workload], *, device: int, device_name: str | None, options: BaselineOptions | None = None,
+    cache: BaselineCache | None = None, python: str = sys.executable, python_path: Sequence[str] = (),
+    limits: ChildLimits | None = None, workdir: Path | None = None,
+) -> list[BaselineReport]:
+    """The baselines of imported workloads' performance cases, a report each in order: from ``cache``
+    where it holds them (keyed with ``device_name`` and the torch version this interpreter would
+    import), the others timed together by :func:`measure_batch` (one child for them all) and
+    stored. A workload that is not an imported problem, or whose problem file cannot be read, gets
+    a report with a note."""
+    options = options or BaselineOptions()
     version = torch_version(python_path) if python == sys.executable else None
     keyed = cache is not None and version is not None and device_name is not None
-    found: dict[str, CaseBaseline] = {}
-    if keyed:
-        for name, values in sizes:
-            hit = cache.get(BaselineCache.key(digest, name, values, device_name, version, options))  # type: ignore[union-attr,arg-type]
-            if hit is not None:
-                found[name] = hit.model_copy(update={"cached": True})
-    todo = [(n, v) for n, v in sizes if n not in found]
-    report = BaselineReport(problem_sha256=digest, options=options.timing())
-    if todo:
-        report = measure_baselines(text, todo, device=device, options=options, label=path.name, python=python,
-                                   python_path=python_path, limits=limits, workdir=workdir)
-        for record in report.cases:
-            if keyed and record.eager is not None and record.torch_version == version:
-                cache.put(BaselineCache.key(digest, record.case, dict(sizes)[record.case], device_name, version, options), record)  # type: ignore[union-attr,arg-type]
-    timed = {c.case: c for c in report.cases}
-    report.cases = [found.get(n) or timed.get(n) or CaseBaseline(case=n, eager_note=report.note or "not timed",
-                                                                 compile_note=report.note or "not timed")
-                    for n, _ in sizes]
-    if report.note and all(c.cached for c in report.cases):
-        report.note = None
-    return report
+
+    def key(digest: str, case: str, values: dict[str, int]) -> str:
+        return BaselineCache.key(digest, case, values, device_name or "", version or "", options)
+
+    plans = [_plan(w, cache, key if keyed else None) for w in workloads]
+    runs = [(i, p) for i, p in enumerate(plans) if isinstance(p, _Planned) and p.todo]
+    timed = measure_batch([BaselineJob(p.text, p.todo, p.label) for _, p in runs], device=device, options=options,
+                          python=python, python_path=python_path, limits=limits, workdir=workdir) if runs else []
+    measured = {i: r for (i, _), r in zip(runs, timed, strict=True)}
+    reports = []
+    for i, plan in enumerate(plans):
+        if isinstance(plan, BaselineReport):
+            reports.append(plan)
+            continue
+        report = measured.get(i) or BaselineReport(problem_sha256=plan.digest, options=options.timing())
+        if keyed:
+            for record in report.cases:
+                if record.eager is not None and record.torch_version == version:
+                    cache.put(key(plan.digest, record.case, dict(plan.sizes)[record.case]), record)  # type: ignore[union-attr]
+        by_case = {c.case: c for c in report.cases}
+        report.cases = [plan.found.get(n) or by_case.get(n) or CaseBaseline(case=n, eager_note=report.note or "not timed",
+                                                                              compile_note=report.note or "not timed")
+                        for n, _ in plan.sizes]
+        if report.note and all(c.cached for c in report.cases):
+            report.note = None
+        reports.append(report)
+    return reports
 
 
 CACHE_DIR = "torch-baselines"  # under the settings' cache root
@@ -363,9 +467,18 @@ def settings_baselines(
     the one check on the way of every other workload)."""
     if imported_problem(workload) is None:
         return None
+    return settings_batch_baselines(settings, [workload], device, options, compile=compile, workdir=workdir)[0]
+
+
+def settings_batch_baselines(
+    settings: Settings, workloads: Sequence[Workload], device: DeviceInfo, options: EvaluateOptions, *, compile: bool = True,
+    workdir: Path | None = None,
+) -> list[BaselineReport]:
+    """:func:`workloads_baselines` as the CLI runs them (see :func:`settings_baselines`): one child
+    times every workload's uncached cases (``kernelopt kernelbench`` hands it a batch at a time)."""
     baseline = BaselineOptions.following(options, compile=compile)
-    return workload_baselines(
-        workload, device=device.ordinal, device_name=device.name, options=baseline,
+    return workloads_baselines(
+        workloads, device=device.ordinal, device_name=device.name, options=baseline,
         cache=BaselineCache(settings.cache_root() / CACHE_DIR), workdir=workdir,
         limits=ChildLimits.following(settings.compile_limits(), baseline.timeout_s),
     )

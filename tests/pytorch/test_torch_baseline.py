@@ -20,7 +20,7 @@ import pytest
 from fakegpu import kernel, write_harness, write_tiny_workload
 from test_torch_tolerance import imported_style
 
-from kernelopt_mcp import torch_baseline
+from kernelopt_mcp import suite, torch_baseline
 from kernelopt_mcp.cli import main
 from kernelopt_mcp.confined_python import ChildLimits, ChildResult
 from kernelopt_mcp.evaluation.candidate import EvaluateOptions
@@ -29,6 +29,7 @@ from kernelopt_mcp.sandbox import landlock_abi
 from kernelopt_mcp.suite import NOT_MEASURED, SolutionOutcome, SuiteOptions, run_suite
 from kernelopt_mcp.torch_baseline import (
     BaselineCache,
+    BaselineJob,
     BaselineOptions,
     BaselineReport,
     BaselineTiming,
@@ -36,7 +37,9 @@ from kernelopt_mcp.torch_baseline import (
     compare,
     imported_problem,
     measure_baselines,
+    measure_batch,
     workload_baselines,
+    workloads_baselines,
 )
 from kernelopt_mcp.workload import load_workload
 
@@ -77,15 +80,18 @@ class FakeChild:
         request = json.loads(Path(args[0]).read_text())
         self.requests.append(request)
         self.calls.append({"module": module, **kw})
-        assert Path(request["problem"]).read_text()  # the problem's copy lies in the staging directory
-        cases = [] if self.error else [
-            {"name": c["name"], "eager": {"times_ms": self.eager} if self.eager else None, "eager_note": None,
-             "compile": {"times_ms": self.compiled} if self.compiled else None,
-             "compile_note": None if self.compiled else COMPILE_FAILED}
-            for c in request["cases"]
-        ]
+        problems = []
+        for problem in request["problems"]:
+            assert Path(problem["problem"]).read_text()  # the problem's copy lies in the staging directory
+            cases = [
+                {"name": c["name"], "eager": {"times_ms": self.eager} if self.eager else None, "eager_note": None,
+                 "compile": {"times_ms": self.compiled} if self.compiled else None,
+                 "compile_note": None if self.compiled else COMPILE_FAILED}
+                for c in problem["cases"]
+            ]
+            problems.append({"label": problem["label"], "cases": cases, "error": None, "finished": True})
         answer = {"torch_version": "2.11.0+cu130", "device_name": "NVIDIA H200", "mode": "default", "error": self.error,
-                  "blocked": self.blocked, "cases": cases, "finished": not self.error}
+                  "blocked": self.blocked, "problems": [] if self.error else problems, "finished": not self.error}
         Path(request["answer"]).write_text(json.dumps(answer))
         return ChildResult(0)
 
@@ -130,7 +136,8 @@ def test_the_childs_answer_becomes_case_records(tmp_path: Path, child: FakeChild
                                options=BaselineOptions(warmup=2, iterations=7), workdir=tmp_path)
     [request] = child.requests
     assert request["device"] == 1 and (request["warmup"], request["iterations"], request["flush_l2"]) == (2, 7, True)
-    assert request["cases"] == [{"name": "perf", "values": {"n": 4096}}, {"name": "big", "values": {"n": 8192}}]
+    [problem] = request["problems"]
+    assert problem["cases"] == [{"name": "perf", "values": {"n": 4096}}, {"name": "big", "values": {"n": 8192}}]
     call = child.calls[0]
     assert call["module"] == "kernelopt_mcp._torch_baseline_child"  # run_torch_child: GPU, torch required
     assert call["env"]["TORCHINDUCTOR_COMPILE_THREADS"] == "1"
@@ -185,7 +192,7 @@ def test_a_second_evaluation_reads_the_cache_and_a_change_measures_again(tmp_pat
                                   workdir=tmp_path)
 
     first = baselines()
-    assert len(child.requests) == 1 and child.requests[0]["cases"] == [{"name": "n_4096", "values": {"n": 4096}}]
+    assert len(child.requests) == 1 and child.requests[0]["problems"][0]["cases"] == [{"name": "n_4096", "values": {"n": 4096}}]
     assert not first.cases[0].cached
     again = baselines()
     assert len(child.requests) == 1 and again.cases[0].cached and again.cases[0].eager == first.cases[0].eager
@@ -355,7 +362,7 @@ def test_the_suite_table_gets_eager_and_compile_from_the_runner(tmp_path: Path) 
     fast = BaselineTiming(median_ms=1.5, iqr_ms=0.01, cv=0.01, samples=100)
     asked: list[str] = []
 
-    def baseline(workload_dir: Path) -> BaselineReport:
+    def one(workload_dir: Path) -> BaselineReport:
         asked.append(workload_dir.name)
         if workload_dir.name == "p3_Mul":
             return BaselineReport(cases=[CaseBaseline(case="n_4096", eager_note="the module failed on the GPU: RuntimeError: x",
@@ -363,6 +370,9 @@ def test_the_suite_table_gets_eager_and_compile_from_the_runner(tmp_path: Path) 
         compile_ = fast if workload_dir.name == "p1_Add" else None
         return BaselineReport(cases=[CaseBaseline(case="n_4096", eager=timing, compile=compile_,
                                                   compile_note=None if compile_ else COMPILE_FAILED)])
+
+    def baseline(workload_dirs: list[Path]) -> list[BaselineReport]:
+        return [one(d) for d in workload_dirs]
 
     def evaluate(workload_dir: Path, cu: Path, launch: Path) -> SolutionOutcome:
         return SolutionOutcome("ok", 1.0)
@@ -389,17 +399,19 @@ def test_the_suite_table_gets_eager_and_compile_from_the_runner(tmp_path: Path) 
     assert again["level1/1_Add.py"].eager_ms == 3.0 and again["level1/2_Sub.py"].compile_note == f"n_4096: {COMPILE_FAILED}"
 
 
-def test_a_machine_that_cannot_time_says_so_once_for_the_whole_suite(tmp_path: Path) -> None:
+def test_a_machine_that_cannot_time_says_so_once_for_the_whole_suite(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     root, out = tmp_path / "kb", tmp_path / "out"
     _suite_dir(root, out, ["1_Add", "2_Sub"])
     asked: list[str] = []
 
-    def baseline(workload_dir: Path) -> BaselineReport:
-        asked.append(workload_dir.name)
-        return BaselineReport.unmeasured("PyTorch eager and torch.compile not timed: torch 2.11 sees no CUDA device", blocked=True)
+    def baseline(workload_dirs: list[Path]) -> list[BaselineReport]:
+        asked.append([d.name for d in workload_dirs])
+        return [BaselineReport.unmeasured("PyTorch eager and torch.compile not timed: torch 2.11 sees no CUDA device", blocked=True)
+                for _ in workload_dirs]
 
+    monkeypatch.setattr(suite, "BASELINE_BATCH", 1)  # one problem a batch: the second batch is never asked for
     records = run_suite(SuiteOptions(problems_dir=root, out_dir=out, levels=(1,)), None, None, baseline)
-    assert asked == ["p1_Add"]  # not asked again for the second problem
+    assert asked == [["p1_Add"]]  # not asked again for the second problem
     assert all(r.eager_ms is None and "sees no CUDA device" in (r.eager_note or "") for r in records)
 
 
@@ -435,3 +447,108 @@ def test_the_timing_childs_l2_flush_runs_on_torch() -> None:
     flush()
     assert int(flush.sink) == 3 * flush.buffer.numel()
     assert _Flush(torch, torch.device("cpu"), 0).buffer is None  # no L2 flush asked: nothing allocated
+
+
+# --- several problems in one timing child ------------------------------------------------------
+
+
+class BatchChild:
+    """Stands in for the timing child over a batch: ``stop_at`` names the problem (label) it stops in,
+    the way the real one does past a problem's deadline (its entry unfinished, exit 3)."""
+
+    def __init__(self, stop_at: str | None = None) -> None:
+        self.stop_at = stop_at
+        self.requests: list[dict[str, Any]] = []
+
+    def __call__(self, module: str, args: Sequence[str], **kw: Any) -> ChildResult:
+        request = json.loads(Path(args[0]).read_text())
+        self.requests.append(request)
+        problems: list[dict[str, Any]] = []
+        answer = {"torch_version": "2.11.0+cu130", "device_name": "NVIDIA H200", "mode": "default", "error": None,
+                  "blocked": False, "problems": problems, "finished": False}
+        for problem in request["problems"]:
+            if problem["label"] == self.stop_at:
+                problems.append({"label": problem["label"], "cases": [], "finished": False,
+                                 "error": "ran past its 45 s deadline in the timing child after 0 case(s)"})
+                self.stop_at = None  # a new child gets past it
+                Path(request["answer"]).write_text(json.dumps(answer))
+                return ChildResult(3)
+            problems.append({"label": problem["label"], "error": None, "finished": True, "cases": [
+                {"name": c["name"], "eager": {"times_ms": EAGER_MS}, "eager_note": None, "compile": None,
+                 "compile_note": "torch.compile not timed (turned off)"} for c in problem["cases"]]})
+        answer["finished"] = True
+        Path(request["answer"]).write_text(json.dumps(answer))
+        return ChildResult(0)
+
+
+def test_a_batch_is_timed_in_one_child_and_a_problem_past_its_deadline_does_not_stop_the_rest(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    child = BatchChild(stop_at="b.py")
+    monkeypatch.setattr(torch_baseline, "run_torch_child", child)
+    jobs = [BaselineJob(PROBLEM.replace("a + b", f"a + b * {k}"), [("perf", {"n": 4096})], f"{name}.py")
+            for k, name in enumerate("abcd")]
+    reports = measure_batch(jobs, device=0, limits=ChildLimits(timeout_s=45), workdir=tmp_path)
+    # the first child had all four, stopped in b; the second took the two after it
+    assert [[p["label"] for p in r["problems"]] for r in child.requests] == [["a.py", "b.py", "c.py", "d.py"], ["c.py", "d.py"]]
+    assert child.requests[0]["problem_timeout_s"] == 45
+    a, b, c, d = reports
+    assert all(r.cases[0].eager is not None and r.note is None for r in (a, c, d))
+    assert b.cases == [] and "ran past its 45 s deadline" in (b.note or "") and not b.blocked
+    assert [r.problem_sha256 for r in reports] == [hashlib.sha256(j.problem_text.encode()).hexdigest() for j in jobs]
+    assert list(tmp_path.iterdir()) == []  # each child's staging directory removed
+
+
+def test_a_batch_whose_child_cannot_run_gets_its_reason_on_every_problem(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    calls: list[int] = []
+
+    def dead(module: str, args: Sequence[str], **kw: Any) -> ChildResult:
+        calls.append(1)
+        return ChildResult(-11, stderr_tail="Segmentation fault\n")
+
+    monkeypatch.setattr(torch_baseline, "run_torch_child", dead)
+    jobs = [BaselineJob(PROBLEM, [("perf", {})], f"{k}.py") for k in range(3)]
+    reports = measure_batch(jobs, device=0, workdir=tmp_path)
+    assert len(calls) == 1  # never started again: it would die again
+    assert all("gave no answer (exit -11): Segmentation fault" in (r.note or "") for r in reports)
+    monkeypatch.setattr(torch_baseline, "run_torch_child", FakeChild(error="torch 2.11 sees 0 CUDA device(s)", blocked=True))
+    assert all(r.blocked and "sees 0 CUDA device" in (r.note or "") for r in measure_batch(jobs, device=0, workdir=tmp_path))
+
+
+def test_workloads_share_one_child_and_the_cache_answers_the_second_time(tmp_path: Path, child: FakeChild) -> None:
+    dirs = [imported_workload(tmp_path / "wl", PROBLEM.replace("a + b", f"a + {k} * b"), name=f"p{k}_add") for k in range(3)]
+    cache = BaselineCache(tmp_path / "cache")
+
+    def run() -> list[BaselineReport]:
+        return workloads_baselines([load_workload(d) for d in dirs], device=0, device_name="NVIDIA H200", cache=cache,
+                                   workdir=tmp_path)
+
+    first = run()
+    assert len(child.requests) == 1 and len(child.requests[0]["problems"]) == 3
+    assert all(r.cases[0].eager is not None and not r.cases[0].cached for r in first)
+    again = run()
+    assert len(child.requests) == 1 and all(r.cases[0].cached for r in again)
+
+
+def test_the_watchdog_ends_a_child_past_a_problems_deadline_and_says_so(tmp_path: Path) -> None:
+    """The real watchdog of the timing child (no torch needed): past the deadline the answer names it
+    and the process ends with the child's own status, whatever the main thread is doing."""
+    import subprocess
+    import sys
+
+    answer = tmp_path / "answer.json"
+    script = (
+        "import time\nfrom pathlib import Path\n"
+        "from kernelopt_mcp._child_answer import Answer\n"
+        "from kernelopt_mcp._torch_baseline_child import _Watchdog\n"
+        f"a = Answer(Path({str(answer)!r}), {{'problems': []}})\n"
+        "entry = {'label': 'slow.py', 'cases': [{'name': 'perf'}], 'error': None, 'finished': False}\n"
+        "a.data['problems'].append(entry)\n"
+        "w = _Watchdog(a, 1.0)\nw.arm(entry)\n"
+        "while True:\n    pass\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script], timeout=60, capture_output=True, text=True)
+    from kernelopt_mcp._torch_baseline_child import STOPPED
+
+    assert done.returncode == STOPPED, done.stderr
+    [entry] = json.loads(answer.read_text())["problems"]
+    assert entry["error"] == "ran past its 1 s deadline in the timing child after 1 case(s)" and not entry["finished"]
