@@ -74,7 +74,7 @@ Evaluate = Callable[[Path, Path, Path], SolutionOutcome]
 Baseline = Callable[[list[Path]], list[BaselineReport]]
 #: problems whose baselines one timing child takes at a time (torch's import and the CUDA context paid once
 #: for them; the state saved after each batch)
-BASELINE_BATCH = 16
+BASELINE_BATCH = 8
 
 
 def find_problems(problems_dir: Path, levels: tuple[int, ...]) -> list[tuple[int, Path]]:

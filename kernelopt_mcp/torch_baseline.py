@@ -475,7 +475,7 @@ def settings_batch_baselines(
     workdir: Path | None = None,
 ) -> list[BaselineReport]:
     """:func:`workloads_baselines` as the CLI runs them (see :func:`settings_baselines`): one child
-    times every workload's uncached cases (``kernelopt kernelbench`` hands it a batch at a time)."""
+    times every workload's uncached cases (``kernelopt kernelbench`` hands it 8 problems at a time)."""
     baseline = BaselineOptions.following(options, compile=compile)
     return workloads_baselines(
         workloads, device=device.ordinal, device_name=device.name, options=baseline,
