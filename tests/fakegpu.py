@@ -527,3 +527,29 @@ async def spread_over_devices(
                     tg.start_soon(one, i)
         props = await client.call_tool("gpu_properties", {})
     return results, props.structured_content
+
+
+def evaluate_pair(tmp_path: Path, monkeypatch: Any, features: str, spec: dict[str, Any], mode: str) -> tuple[Any, Any, list[str]]:
+    """The tiny workload ``spec`` on the pretend GPU announcing ``features``: the kernel of ``mode``
+    and the plain one evaluated in one session (workdir ``tmp_path/w``, whose requests
+    :func:`written_requests` reads); both results and the session's checks."""
+    from kernelopt_mcp import Candidate, HarnessProcess, LaunchSpec, Session, Settings
+    from kernelopt_mcp.config import find_workload
+    from kernelopt_mcp.evaluation.candidate import EvaluateOptions
+    from kernelopt_mcp.evaluation.device import device_info
+    from kernelopt_mcp.evaluation.evaluate import evaluate
+
+    monkeypatch.setenv("KO_FAKE_FEATURES", features)
+    harness = write_harness(tmp_path, "fake")
+    wl = find_workload(write_tiny_workload(tmp_path / "wl", spec) / spec["name"], Settings())
+    launch = LaunchSpec.model_validate(ADD_LAUNCH)
+    with HarnessProcess(harness, 0) as proc, Session(wl, proc, device_info(harness, 0), workdir=tmp_path / "w",
+                                                     options=EvaluateOptions(warmup=1, iterations=20)) as ev:
+        special = evaluate(ev, Candidate(kernel(mode), launch, [], mode.lower()))
+        plain = evaluate(ev, Candidate(kernel(), launch, [], "add"))
+        return special, plain, ev.checks
+
+
+def written_requests(workdir: Path) -> list[dict[str, Any]]:
+    """The harness requests a session in ``workdir`` wrote, in order."""
+    return [json.loads(p.read_text()) for p in sorted((workdir / "requests").rglob("*.json"))]

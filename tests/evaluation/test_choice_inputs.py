@@ -22,16 +22,12 @@ from typing import Any
 
 import numpy as np
 import pytest
-from fakegpu import ADD_LAUNCH, TINY_SPEC, kernel, write_harness, write_tiny_workload
+from fakegpu import TINY_SPEC, evaluate_pair, write_harness, write_tiny_workload, written_requests
 from pydantic import TypeAdapter, ValidationError
 
-from kernelopt_mcp import Candidate, HarnessProcess, LaunchSpec, Session, Settings
-from kernelopt_mcp.config import find_workload
+from kernelopt_mcp import HarnessProcess
 from kernelopt_mcp.dtypes import DType
 from kernelopt_mcp.errors import WorkloadError
-from kernelopt_mcp.evaluation.candidate import EvaluateOptions
-from kernelopt_mcp.evaluation.device import device_info
-from kernelopt_mcp.evaluation.evaluate import evaluate
 from kernelopt_mcp.evaluation.fresh_inputs import CHOICE_DRAW, STRUCTURED_DRAW, fresh_spec
 from kernelopt_mcp.evaluation.inputs import device_draw, generate, seed_independent_inputs
 from kernelopt_mcp.evaluation.protocol import FreshSpec, InputDraw, StructureSpec
@@ -311,34 +307,18 @@ def _sign_spec(b: dict[str, Any]) -> dict[str, Any]:
     return spec
 
 
-def _evaluate(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, features: str, spec: dict[str, Any]) -> tuple[Any, Any, list[str]]:
-    monkeypatch.setenv("KO_FAKE_FEATURES", features)
-    harness = write_harness(tmp_path, "fake")
-    wl = find_workload(write_tiny_workload(tmp_path / "wl", spec) / spec["name"], Settings())
-    launch = LaunchSpec.model_validate(ADD_LAUNCH)
-    with HarnessProcess(harness, 0) as proc, Session(wl, proc, device_info(harness, 0), workdir=tmp_path / "w",
-                                                     options=EvaluateOptions(warmup=1, iterations=20)) as ev:
-        sign = evaluate(ev, Candidate(kernel("SIGN"), launch, [], "sign"))
-        plain = evaluate(ev, Candidate(kernel(), launch, [], "add"))
-        return sign, plain, ev.checks
-
-
-def _requests(workdir: Path) -> list[dict[str, Any]]:
-    return [json.loads(p.read_text()) for p in sorted((workdir / "requests").rglob("*.json"))]
-
-
 CHOICE = {"generator": "choice", "values": [-1.0, 1.0]}
 
 
 def test_a_kernel_that_relies_on_the_values_passes_where_the_device_draws_them(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    sign, plain, checks = _evaluate(tmp_path, monkeypatch, FEATURES + ",choice_draw", _sign_spec(CHOICE))
+    sign, plain, checks = evaluate_pair(tmp_path, monkeypatch, FEATURES + ",choice_draw", _sign_spec(CHOICE), "SIGN")
     assert sign.status is Status.ok, sign.message
     assert plain.status is Status.ok, plain.message
     assert any("fresh device-drawn inputs" in c and "(buffers a, b)" in c for c in checks), checks
     drawn = fresh = 0
-    for request in _requests(tmp_path / "w"):
+    for request in written_requests(tmp_path / "w"):
         for arg in request["cases"][0]["args"]:
             if arg["name"] != "b":
                 continue
@@ -358,9 +338,9 @@ def test_without_the_feature_a_choice_is_drawn_on_the_host_and_not_redrawn(
 ) -> None:
     """The fake refuses a choice without the feature (so would the real harness: an unknown kind):
     none is sent, the kernel still sees -1 and +1, and the checks say b is not redrawn."""
-    sign, _, checks = _evaluate(tmp_path, monkeypatch, FEATURES, _sign_spec(CHOICE))
+    sign, _, checks = evaluate_pair(tmp_path, monkeypatch, FEATURES, _sign_spec(CHOICE), "SIGN")
     assert sign.status is Status.ok, sign.message
-    assert not any('"choice"' in json.dumps(r) for r in _requests(tmp_path / "w"))
+    assert not any('"choice"' in json.dumps(r) for r in written_requests(tmp_path / "w"))
     perf = np.fromfile(tmp_path / "w" / "inputs" / "n_4096" / "b.bin", dtype="<f4")
     assert sorted(set(perf.tolist())) == [-1.0, 1.0]
     assert any("buffer b not redrawn (a choice of values, which this harness cannot draw" in c for c in checks), checks
@@ -370,8 +350,8 @@ def test_a_kernel_that_relies_on_the_values_mismatches_on_a_continuous_draw(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """What a continuous fit of -1/+1 targets (uniform [-1, 1]: their mean and spread) does to it."""
-    sign, plain, _ = _evaluate(tmp_path, monkeypatch, FEATURES + ",choice_draw",
-                               _sign_spec({"generator": "uniform", "low": -1.0, "high": 1.0}))
+    sign, plain, _ = evaluate_pair(tmp_path, monkeypatch, FEATURES + ",choice_draw",
+                               _sign_spec({"generator": "uniform", "low": -1.0, "high": 1.0}), "SIGN")
     assert sign.status is Status.mismatch and plain.status is Status.ok
 
 

@@ -16,16 +16,12 @@ from typing import Any
 
 import numpy as np
 import pytest
-from fakegpu import ADD_LAUNCH, TINY_SPEC, kernel, write_harness, write_tiny_workload
+from fakegpu import TINY_SPEC, evaluate_pair, write_harness, write_tiny_workload, written_requests
 from pydantic import TypeAdapter, ValidationError
 
-from kernelopt_mcp import Candidate, HarnessProcess, LaunchSpec, Session, Settings
-from kernelopt_mcp.config import find_workload
+from kernelopt_mcp import HarnessProcess
 from kernelopt_mcp.dtypes import DType
 from kernelopt_mcp.errors import WorkloadError
-from kernelopt_mcp.evaluation.candidate import EvaluateOptions
-from kernelopt_mcp.evaluation.device import device_info
-from kernelopt_mcp.evaluation.evaluate import evaluate
 from kernelopt_mcp.evaluation.fresh_inputs import STRUCTURED_DRAW, fresh_spec
 from kernelopt_mcp.evaluation.inputs import device_draw, generate
 from kernelopt_mcp.evaluation.protocol import StructureSpec
@@ -217,31 +213,15 @@ def _upper_spec(structure: dict[str, Any] | None) -> dict[str, Any]:
     return spec
 
 
-def _evaluate(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, features: str, spec: dict[str, Any]) -> tuple[Any, Any, list[str]]:
-    monkeypatch.setenv("KO_FAKE_FEATURES", features)
-    harness = write_harness(tmp_path, "fake")
-    wl = find_workload(write_tiny_workload(tmp_path / "wl", spec) / spec["name"], Settings())
-    launch = LaunchSpec.model_validate(ADD_LAUNCH)
-    with HarnessProcess(harness, 0) as proc, Session(wl, proc, device_info(harness, 0), workdir=tmp_path / "w",
-                                                     options=EvaluateOptions(warmup=1, iterations=20)) as ev:
-        upper = evaluate(ev, Candidate(kernel("UPPER"), launch, [], "upper"))
-        dense = evaluate(ev, Candidate(kernel(), launch, [], "add"))
-        return upper, dense, ev.checks
-
-
-def _requests(workdir: Path) -> list[dict[str, Any]]:
-    return [json.loads(p.read_text()) for p in sorted((workdir / "requests").rglob("*.json"))]
-
-
 def test_a_kernel_that_relies_on_the_structure_passes_where_the_device_draws_it(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    upper, dense, checks = _evaluate(tmp_path, monkeypatch, FEATURES + ",structured_draw", _upper_spec({"kind": "triu"}))
+    upper, dense, checks = evaluate_pair(tmp_path, monkeypatch, FEATURES + ",structured_draw", _upper_spec({"kind": "triu"}), "UPPER")
     assert upper.status is Status.ok, upper.message
     assert dense.status is Status.ok, dense.message
     assert any("fresh device-drawn inputs" in c and "(buffers a, b)" in c for c in checks), checks
     drawn = fresh = 0
-    for request in _requests(tmp_path / "w"):
+    for request in written_requests(tmp_path / "w"):
         for arg in request["cases"][0]["args"]:
             want = {"kind": "triu", "diagonal": 0, "rows": 64, "cols": 64}
             if "input_draw" in arg:
@@ -260,10 +240,10 @@ def test_without_the_feature_a_structured_input_is_drawn_on_the_host_and_not_red
 ) -> None:
     """The fake refuses a ``structure`` without the feature (the real harness would ignore it and
     draw a dense buffer): none is sent, and the kernel still sees upper triangular inputs."""
-    upper, _, checks = _evaluate(tmp_path, monkeypatch, FEATURES, _upper_spec({"kind": "triu"}))
+    upper, _, checks = evaluate_pair(tmp_path, monkeypatch, FEATURES, _upper_spec({"kind": "triu"}), "UPPER")
     assert upper.status is Status.ok, upper.message
-    assert not any("structure" in json.dumps(r) for r in _requests(tmp_path / "w"))
-    assert not any("input_draw" in a or "fresh" in a for r in _requests(tmp_path / "w") for a in r["cases"][0]["args"])
+    assert not any("structure" in json.dumps(r) for r in written_requests(tmp_path / "w"))
+    assert not any("input_draw" in a or "fresh" in a for r in written_requests(tmp_path / "w") for a in r["cases"][0]["args"])
     perf = np.fromfile(tmp_path / "w" / "inputs" / "n_4096" / "b.bin", dtype="<f4").reshape(64, 64)
     assert (perf == np.triu(perf)).all() and (np.triu(perf) != 0).sum() == 64 * 65 // 2
     assert any("no input can be redrawn (a: triu matrices, which this harness cannot draw" in c for c in checks), checks
@@ -272,7 +252,7 @@ def test_without_the_feature_a_structured_input_is_drawn_on_the_host_and_not_red
 def test_a_kernel_that_relies_on_a_structure_the_inputs_lack_mismatches(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    upper, dense, _ = _evaluate(tmp_path, monkeypatch, FEATURES + ",structured_draw", _upper_spec(None))
+    upper, dense, _ = evaluate_pair(tmp_path, monkeypatch, FEATURES + ",structured_draw", _upper_spec(None), "UPPER")
     assert upper.status is Status.mismatch and dense.status is Status.ok
 
 

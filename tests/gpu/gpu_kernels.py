@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 from kernelopt_mcp.compiler import compile_kernel
+from kernelopt_mcp.evaluation.harness import HarnessProcess
 from kernelopt_mcp.evaluation.support_module import support_module
 
 
@@ -31,3 +33,25 @@ extern "C" __global__ void vector_add(const float* a, const float* b, float* c, 
     ko_tag[i] = n;
 }
 """
+
+
+def copy_request(files: dict[str, Path], dtype: str, nbytes: int, draw: dict[str, Any], seed: int, out: Path,
+                 **case: Any) -> dict[str, Any]:
+    """A harness request running copy_bytes (module_files of a byte-copy kernel) over one buffer of
+    ``nbytes`` of ``dtype`` drawn on the device as ``draw`` under ``seed``, its copy written to ``out``."""
+    args: list[dict[str, Any]] = [
+        {"kind": "buffer", "name": "x", "role": "in", "bytes": nbytes, "dtype": dtype, "input_draw": {"seed": seed, **draw}},
+        {"kind": "buffer", "name": "y", "role": "out", "bytes": nbytes, "output": str(out)},
+        {"kind": "scalar", "name": "n", "dtype": "uint64", "raw": nbytes.to_bytes(8, "little").hex()},
+    ]
+    return {"protocol": 2, "device": 0, "module": str(files["module"]), "entry": "copy_bytes",
+            "support_module": str(files["support"]), "guard_bytes": 4096, "flush_l2": False,
+            "cases": [{"name": "c", "args": args, "launch": {"grid": [512, 1, 1], "block": [256, 1, 1]}, **case}]}
+
+
+def ok_answer(proc: HarnessProcess, request: dict[str, Any]) -> dict[str, Any]:
+    """The harness's answer to ``request``, asserted ok for the request and its one case."""
+    reply = proc.request(request, timeout_s=120)
+    assert reply.answer is not None and reply.answer["status"] == "ok", (reply.answer, reply.stderr[-2000:])
+    assert reply.answer["cases"][0]["status"] == "ok", reply.answer
+    return reply.answer

@@ -16,6 +16,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from gpu_kernels import copy_request, ok_answer
 
 from kernelopt_mcp.compiler import compile_kernel
 from kernelopt_mcp.dtypes import DType
@@ -62,23 +63,7 @@ def files(device: DeviceInfo, tmp_path_factory: pytest.TempPathFactory) -> dict[
 def _request(files: dict[str, Path], dtype: DType, draw: dict[str, Any], out: Path, elements: int = ELEMENTS,
              **case: Any) -> dict[str, Any]:
     """copy_bytes of a buffer of ``elements`` of ``dtype`` drawn as ``draw`` under SEED."""
-    nbytes = elements * dtype.itemsize
-    args: list[dict[str, Any]] = [
-        {"kind": "buffer", "name": "x", "role": "in", "bytes": nbytes, "dtype": dtype.value,
-         "input_draw": {"seed": SEED, **draw}},
-        {"kind": "buffer", "name": "y", "role": "out", "bytes": nbytes, "output": str(out)},
-        {"kind": "scalar", "name": "n", "dtype": "uint64", "raw": nbytes.to_bytes(8, "little").hex()},
-    ]
-    return {"protocol": 2, "device": 0, "module": str(files["module"]), "entry": "copy_bytes",
-            "support_module": str(files["support"]), "guard_bytes": 4096, "flush_l2": False,
-            "cases": [{"name": "c", "args": args, "launch": {"grid": [512, 1, 1], "block": [256, 1, 1]}, **case}]}
-
-
-def _ok(proc: HarnessProcess, request: dict[str, Any]) -> dict[str, Any]:
-    reply = proc.request(request, timeout_s=120)
-    assert reply.answer is not None and reply.answer["status"] == "ok", (reply.answer, reply.stderr[-2000:])
-    assert reply.answer["cases"][0]["status"] == "ok", reply.answer
-    return reply.answer
+    return copy_request(files, dtype.value, elements * dtype.itemsize, draw, SEED, out, **case)
 
 
 def _choice(name: str) -> dict[str, Any]:
@@ -89,7 +74,7 @@ def _indices(proc: HarnessProcess, files: dict[str, Path], tmp_path: Path, count
     """The harness's randint over [0, count) under SEED (int64 elements): the indices a choice of
     ``count`` values takes (its Philox words do not depend on the dtype)."""
     out = tmp_path / f"index-{count}-{elements}.bin"
-    _ok(proc, _request(files, DType.int64, {"kind": "randint", "low": 0, "high": count}, out, elements))
+    ok_answer(proc, _request(files, DType.int64, {"kind": "randint", "low": 0, "high": count}, out, elements))
     return np.fromfile(out, dtype="<i8")
 
 
@@ -99,7 +84,7 @@ def test_a_device_choice_is_the_hosts_table_at_the_harness_randint(
 ) -> None:
     dtype = DType(name)
     assert exact_values(VALUES[name], dtype) == VALUES[name]  # the numbers Python would send
-    _ok(proc, _request(files, dtype, _choice(name), tmp_path / "ours.bin"))
+    ok_answer(proc, _request(files, dtype, _choice(name), tmp_path / "ours.bin"))
     ours = (tmp_path / "ours.bin").read_bytes()
     index = _indices(proc, files, tmp_path, len(VALUES[name]))
     want = table(VALUES[name], dtype)[index]
@@ -113,9 +98,9 @@ def test_a_structured_device_choice_is_the_hosts_rule_on_the_choice(
 ) -> None:
     dtype, rows, cols = DType.float32, 67, 45
     draw = _choice("float32")
-    _ok(proc, _request(files, dtype, draw, tmp_path / "dense.bin", 3 * rows * cols))
+    ok_answer(proc, _request(files, dtype, draw, tmp_path / "dense.bin", 3 * rows * cols))
     shaped = {**draw, "structure": {"kind": "tril", "diagonal": -1, "rows": rows, "cols": cols}}
-    _ok(proc, _request(files, dtype, shaped, tmp_path / "tril.bin", 3 * rows * cols))
+    ok_answer(proc, _request(files, dtype, shaped, tmp_path / "tril.bin", 3 * rows * cols))
     dense = np.fromfile(tmp_path / "dense.bin", dtype="<f4").reshape(3, rows, cols)
     want = apply(dense.copy(), Structure(kind="tril", diagonal=-1))
     assert (tmp_path / "tril.bin").read_bytes() == want.tobytes()
@@ -136,7 +121,7 @@ def test_a_fresh_choice_before_a_timed_launch_is_the_table_at_the_fresh_randint(
         del x["input_draw"]  # checked_dump reads the inputs not redrawn from files
         x["input"] = str(tmp_path / f"zeros-{dtype.value}.bin")
         (tmp_path / f"zeros-{dtype.value}.bin").write_bytes(bytes(x["bytes"]))
-        answer = _ok(proc, request)
+        answer = ok_answer(proc, request)
         [dump] = answer["cases"][0]["timed_dumps"]
         dumps[dtype.value] = Path(dump["files"]["inputs"]["x"]).read_bytes()
     index = np.frombuffer(dumps["int64"], dtype="<i8")
@@ -152,7 +137,7 @@ def test_torch_draws_the_harness_choice_bytes(proc: HarnessProcess, files: dict[
     filler = TorchFiller(torch, files["support"].read_bytes())
     dtype = DType(name)
     draw = _choice(name)
-    _ok(proc, _request(files, dtype, draw, tmp_path / f"{name}.bin"))
+    ok_answer(proc, _request(files, dtype, draw, tmp_path / f"{name}.bin"))
     tensor = torch.empty(ELEMENTS, dtype=getattr(torch, name), device="cuda")
     filler.fill(tensor, draw_key(SEED, 0, 0), 0, 0, FreshSpec.model_validate(draw))
     torch.cuda.synchronize()

@@ -15,6 +15,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from gpu_kernels import copy_request, ok_answer
 
 from kernelopt_mcp.compiler import compile_kernel
 from kernelopt_mcp.dtypes import DType
@@ -63,23 +64,7 @@ def _spec(dtype: DType, kind: str, structured: bool) -> dict[str, Any]:
 def _request(files: dict[str, Path], dtype: DType, kind: str, draw: dict[str, Any], out: Path, **case: Any) -> dict[str, Any]:
     """copy_bytes of a buffer of BATCH matrices of SHAPES[kind] drawn as ``draw`` under SEED."""
     rows, cols = SHAPES[kind]
-    nbytes = BATCH * rows * cols * dtype.itemsize
-    args: list[dict[str, Any]] = [
-        {"kind": "buffer", "name": "x", "role": "in", "bytes": nbytes, "dtype": dtype.value,
-         "input_draw": {"seed": SEED, **draw}},
-        {"kind": "buffer", "name": "y", "role": "out", "bytes": nbytes, "output": str(out)},
-        {"kind": "scalar", "name": "n", "dtype": "uint64", "raw": nbytes.to_bytes(8, "little").hex()},
-    ]
-    return {"protocol": 2, "device": 0, "module": str(files["module"]), "entry": "copy_bytes",
-            "support_module": str(files["support"]), "guard_bytes": 4096, "flush_l2": False,
-            "cases": [{"name": "c", "args": args, "launch": {"grid": [512, 1, 1], "block": [256, 1, 1]}, **case}]}
-
-
-def _ok(proc: HarnessProcess, request: dict[str, Any]) -> dict[str, Any]:
-    reply = proc.request(request, timeout_s=120)
-    assert reply.answer is not None and reply.answer["status"] == "ok", (reply.answer, reply.stderr[-2000:])
-    assert reply.answer["cases"][0]["status"] == "ok", reply.answer
-    return reply.answer
+    return copy_request(files, dtype.value, BATCH * rows * cols * dtype.itemsize, draw, SEED, out, **case)
 
 
 def _array(raw: bytes, dtype: DType, kind: str) -> np.ndarray:
@@ -92,8 +77,8 @@ def test_a_structured_device_draw_is_the_hosts_rule_on_the_dense_draw(
     proc: HarnessProcess, files: dict[str, Path], tmp_path: Path, name: str, kind: str,
 ) -> None:
     dtype = DTYPES[name]
-    _ok(proc, _request(files, dtype, kind, _spec(dtype, kind, False), tmp_path / "dense.bin"))
-    _ok(proc, _request(files, dtype, kind, _spec(dtype, kind, True), tmp_path / "ours.bin"))
+    ok_answer(proc, _request(files, dtype, kind, _spec(dtype, kind, False), tmp_path / "dense.bin"))
+    ok_answer(proc, _request(files, dtype, kind, _spec(dtype, kind, True), tmp_path / "ours.bin"))
     dense = _array((tmp_path / "dense.bin").read_bytes(), dtype, kind)
     ours = (tmp_path / "ours.bin").read_bytes()
     want = apply(dense.copy(), Structure.model_validate(STRUCTURES[kind]))
@@ -117,7 +102,7 @@ def test_a_fresh_redraw_before_a_timed_launch_is_structured_too(
         del x["input_draw"]  # checked_dump reads the inputs not redrawn from files
         x["input"] = str(tmp_path / "zeros.bin")
         (tmp_path / "zeros.bin").write_bytes(bytes(x["bytes"]))
-        answer = _ok(proc, request)
+        answer = ok_answer(proc, request)
         [dump] = answer["cases"][0]["timed_dumps"]
         dumps[structured] = Path(dump["files"]["inputs"]["x"]).read_bytes()
     dense = _array(dumps[False], dtype, kind)
@@ -133,7 +118,7 @@ def test_torch_draws_the_harness_structured_bytes(proc: HarnessProcess, files: d
     for name in ("uint8", "bfloat16", "float32", "float64"):
         dtype = DTYPES[name]
         draw = _spec(dtype, kind, True)
-        _ok(proc, _request(files, dtype, kind, draw, tmp_path / f"{name}.bin"))
+        ok_answer(proc, _request(files, dtype, kind, draw, tmp_path / f"{name}.bin"))
         tensor = torch.empty((BATCH, *SHAPES[kind]), dtype=getattr(torch, name), device="cuda")
         filler.fill(tensor, draw_key(SEED, 0, 0), 0, 0, FreshSpec.model_validate(draw))
         torch.cuda.synchronize()
