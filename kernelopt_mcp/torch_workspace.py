@@ -123,10 +123,11 @@ def _run_import(
     source = staging / "problem.py"
     source.write_text(problem)
     # the same kernelopt_mcp as this process (an installed copy may be another version): its
-    # directory is readable, the checkout around it only listed; its requirements where they are
-    # installed (a --target directory on PYTHONPATH included, which the child's -I hides)
+    # directory is readable, the checkout around it only listed; its requirements and torch's where
+    # they are installed (a --target directory on PYTHONPATH included, which the child's -I hides:
+    # torch found there but not readable was "torch/__init__.py: Permission denied")
     package = Path(__file__).resolve().parent
-    installed = installed_requirements(package.name)
+    installed = installed_requirements(package.name, "torch")
     args = ["import-torch", str(source), "-o", str(staging / "workload"), "--name", name, "--json", "--home", str(target),
             "--tolerance", tolerance]
     if initial_cu is not None:
