@@ -118,25 +118,30 @@ def build(torch: Any, source: Any, values: dict[str, int], device: Any, seed: in
     return model, [x.to(device) if isinstance(x, torch.Tensor) else x for x in inputs]
 
 
-def compiled_times(torch: Any, model: Any, inputs: list[Any], flush: _Flush, request: dict[str, Any]) -> tuple[list[float] | None, str | None]:
-    """``torch.compile(model)`` (default mode) timed, or None and why it could not run."""
+def compiled_times(
+    torch: Any, model: Any, inputs: list[Any], flush: _Flush, request: dict[str, Any],
+) -> tuple[list[float] | None, str | None, float | None]:
+    """``torch.compile(model)`` (default mode) timed, or None and why it could not run; and the
+    compilation's wall seconds (None where it did not compile)."""
     try:
         from torch.utils._triton import has_triton
 
         if not has_triton():
-            return None, "torch.compile not run: triton is not installed or finds no usable GPU (pip install triton)"
+            return None, "torch.compile not run: triton is not installed or finds no usable GPU (pip install triton)", None
     except ImportError:
         pass
     try:
+        began = time.monotonic()
         compiled = torch.compile(model)
         compiled(*inputs)  # compiles: never timed
         torch.cuda.synchronize()
+        compile_s = round(time.monotonic() - began, 3)
     except Exception as exc:  # noqa: BLE001 - inductor and dynamo raise many kinds; the note names it
-        return None, f"torch.compile failed: {line(exc)}"
+        return None, f"torch.compile failed: {line(exc)}", None
     try:
-        return measure(torch, lambda: compiled(*inputs), flush, request), None
+        return measure(torch, lambda: compiled(*inputs), flush, request), None, compile_s
     except Exception as exc:  # noqa: BLE001
-        return None, f"the compiled module failed while timed: {line(exc)}"
+        return None, f"the compiled module failed while timed: {line(exc)}", compile_s
 
 
 def time_case(
@@ -161,10 +166,11 @@ def time_case(
         elif entry["eager"] is None:
             entry["compile_note"] = "torch.compile not run: the module fails eagerly"
         else:
-            times, entry["compile_note"] = compiled_times(torch, model, inputs, flush, request)
+            times, entry["compile_note"], entry["compile_s"] = compiled_times(torch, model, inputs, flush, request)
             entry["compile"] = {"times_ms": times} if times is not None else None
 
 
+STARTED = time.monotonic()
 #: exit status of a child that ended itself: a problem past its deadline, or a CUDA error
 STOPPED = 3
 #: words of an exception after which the CUDA context cannot serve another problem
@@ -206,6 +212,7 @@ def time_problem(torch: Any, problem: dict[str, Any], device: Any, flush: _Flush
     """Every case of one problem into ``entry``; what the problem's file itself breaks is its error."""
     from kernelopt_mcp.torch_problem import TorchProblemError, parse_problem
 
+    began = time.monotonic()
     path = Path(problem["problem"])
     try:
         source = parse_problem(path.read_text(encoding="utf-8"), problem.get("label") or path.name)
@@ -216,6 +223,7 @@ def time_problem(torch: Any, problem: dict[str, Any], device: Any, flush: _Flush
         record: dict[str, Any] = {"name": case["name"], "eager": None, "eager_note": None, "compile": None, "compile_note": None}
         entry["cases"].append(record)
         time_case(torch, source, case, device, flush, request, record, answer)
+        entry["seconds"] = round(time.monotonic() - began, 3)
         answer.write()
         torch._dynamo.reset()
         torch.cuda.empty_cache()
@@ -250,6 +258,7 @@ def run(request: dict[str, Any], answer: Answer) -> None:
     answer.data["device_name"] = props.name
     l2_bytes = int(getattr(props, "L2_cache_size", 0) or 0)
     answer.data["l2_bytes"] = l2_bytes
+    answer.data["startup_s"] = round(time.monotonic() - STARTED, 3)  # torch's import and the CUDA context
     flush = _Flush(torch, device, l2_bytes if request["flush_l2"] else 0)
     answer.write()
     watchdog = _Watchdog(answer, float(request.get("problem_timeout_s") or 0))

@@ -245,5 +245,8 @@ def _record_baseline(entry: dict[str, Any], report: BaselineReport, seconds: flo
         eager_ms=eager, compile_ms=compiled, eager_note=None if eager is not None else report.why_missing("eager"),
         compile_note=None if compiled is not None else report.why_missing("compile"), baseline_cached=cached,
     )
-    if not cached:
-        entry["baseline_s"] = round(seconds, 2)
+    if not cached:  # the child's own count where it gave one, else the problem's share of its batch
+        entry["baseline_s"] = round(report.seconds if report.seconds is not None else seconds, 2)
+        compiles = [c.compile_s for c in report.cases if c.compile_s is not None]
+        if compiles:
+            entry["compile_s"] = round(sum(compiles), 2)

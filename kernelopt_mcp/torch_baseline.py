@@ -110,6 +110,7 @@ class CaseBaseline(BaseModel):
     device_name: str | None = None
     mode: str = Field(COMPILE_MODE, description="torch.compile's mode")
     cached: bool = Field(False, description="read from the baseline cache, not timed in this evaluation")
+    compile_s: float | None = Field(None, description="torch.compile's compilation, wall seconds (never in a time)")
 
 
 class BaselineReport(BaseModel):
@@ -122,6 +123,10 @@ class BaselineReport(BaseModel):
     blocked: bool = Field(False, description="nothing can be timed on this machine (torch missing, no CUDA device, the "
                           "child cannot be confined): the same for every problem")
     options: dict[str, Any] = Field(default_factory=dict)
+    seconds: float | None = Field(None, description="wall seconds the timing child spent on this problem (compiles "
+                                  "included; its start not)")
+    startup_s: float | None = Field(None, description="the timing child's start: torch's import and the CUDA context, "
+                                    "paid once per batch")
 
     @classmethod
     def unmeasured(cls, note: str, problem_sha256: str | None = None, *, blocked: bool = False) -> BaselineReport:
@@ -298,7 +303,8 @@ def _report(answer: dict[str, Any], entry: dict[str, Any], digest: str, options:
     cases = []
     for c in entry.get("cases", []):
         record = CaseBaseline(case=c["name"], eager_note=c.get("eager_note"), compile_note=c.get("compile_note"),
-                              torch_version=version, device_name=device_name, mode=answer.get("mode") or COMPILE_MODE)
+                              torch_version=version, device_name=device_name, mode=answer.get("mode") or COMPILE_MODE,
+                              compile_s=c.get("compile_s"))
         for which in ("eager", "compile"):
             times = (c.get(which) or {}).get("times_ms")
             if times:
@@ -312,7 +318,8 @@ def _report(answer: dict[str, Any], entry: dict[str, Any], digest: str, options:
     elif not entry.get("finished"):
         note = (f"the timing child ran past its {limit_s:.0f} s deadline after {len(cases)} case(s)" if stopped == "timed out"
                 else f"the timing child stopped ({stopped or 'no answer'}) after {len(cases)} case(s)")
-    return BaselineReport(problem_sha256=digest, cases=cases, note=note, options=options.timing())
+    return BaselineReport(problem_sha256=digest, cases=cases, note=note, options=options.timing(),
+                          seconds=entry.get("seconds"), startup_s=answer.get("startup_s"))
 
 
 # --- an imported workload's baselines, cached --------------------------------------------------

@@ -465,7 +465,7 @@ class BatchChild:
         self.requests.append(request)
         problems: list[dict[str, Any]] = []
         answer = {"torch_version": "2.11.0+cu130", "device_name": "NVIDIA H200", "mode": "default", "error": None,
-                  "blocked": False, "problems": problems, "finished": False}
+                  "blocked": False, "problems": problems, "finished": False, "startup_s": 7.0}
         for problem in request["problems"]:
             if problem["label"] == self.stop_at:
                 problems.append({"label": problem["label"], "cases": [], "finished": False,
@@ -473,9 +473,9 @@ class BatchChild:
                 self.stop_at = None  # a new child gets past it
                 Path(request["answer"]).write_text(json.dumps(answer))
                 return ChildResult(3)
-            problems.append({"label": problem["label"], "error": None, "finished": True, "cases": [
-                {"name": c["name"], "eager": {"times_ms": EAGER_MS}, "eager_note": None, "compile": None,
-                 "compile_note": "torch.compile not timed (turned off)"} for c in problem["cases"]]})
+            problems.append({"label": problem["label"], "error": None, "finished": True, "seconds": 1.5, "cases": [
+                {"name": c["name"], "eager": {"times_ms": EAGER_MS}, "eager_note": None, "compile": {"times_ms": COMPILE_MS},
+                 "compile_note": None, "compile_s": 2.0} for c in problem["cases"]]})
         answer["finished"] = True
         Path(request["answer"]).write_text(json.dumps(answer))
         return ChildResult(0)
@@ -493,6 +493,8 @@ def test_a_batch_is_timed_in_one_child_and_a_problem_past_its_deadline_does_not_
     assert child.requests[0]["problem_timeout_s"] == 45
     a, b, c, d = reports
     assert all(r.cases[0].eager is not None and r.note is None for r in (a, c, d))
+    # where the time went: the child's start once a batch, each problem's seconds, each compile's
+    assert (a.startup_s, a.seconds, a.cases[0].compile_s) == (7.0, 1.5, 2.0)
     assert b.cases == [] and "ran past its 45 s deadline" in (b.note or "") and not b.blocked
     assert [r.problem_sha256 for r in reports] == [hashlib.sha256(j.problem_text.encode()).hexdigest() for j in jobs]
     assert list(tmp_path.iterdir()) == []  # each child's staging directory removed
