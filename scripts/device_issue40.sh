@@ -2,6 +2,8 @@
 # The GPU runs issue 40 (PyTorch problems at full strength) waits for, in one device call each:
 #   bash scripts/device_issue40.sh children   # the confined GPU children start CUDA (probe + tests), device draws (structured too)
 #   bash scripts/device_issue40.sh reference  # PyTorch as the reference, timed launches checked, baselines
+#   bash scripts/device_issue40.sh imported   # imported problems evaluated on the GPU (right, wrong, dropped parameters)
+#   bash scripts/device_issue40.sh optimize   # kernelopt optimize --workload on imported problems, scripted model
 #   bash scripts/device_issue40.sh suite      # kernelopt kernelbench over the 12 problems with our solutions
 #   bash scripts/device_issue40.sh imports    # bench/kernelbench_import.py over levels 1-3 (16 CPUs)
 #   bash scripts/device_issue40.sh baselines  # eager + torch.compile of every level-1/2 problem (several calls)
@@ -33,8 +35,12 @@ case "${1:-children}" in
     timeout 150 python3 -m pytest -q -p no:cacheprovider tests/pytorch/test_torch_child.py tests/pytorch/test_torch_workspace.py > "$OUT/children.log" 2>&1
     echo "children rc=$? $(tail -1 "$OUT/children.log")"
     gpu_tests fill 260 tests/gpu/test_torch_fill_gpu.py tests/gpu/test_checked_expected_gpu.py tests/gpu/test_structured_inputs_gpu.py tests/gpu/test_choice_inputs_gpu.py ;;
-  reference)
-    gpu_tests reference 560 tests/gpu/test_torch_reference_gpu.py tests/gpu/test_torch_baseline_gpu.py tests/gpu/test_torch_import_gpu.py ;;
+  reference)  # PyTorch as the reference, the timing child (eager, compile, the L2 flush, evaluate / benchmark / kernelbench)
+    gpu_tests reference 560 --timeout 240 tests/gpu/test_torch_reference_gpu.py tests/gpu/test_torch_baseline_gpu.py ;;
+  imported)  # imported problems evaluated (a right and a wrong kernel each, the dropped-parameter LayerNorm)
+    gpu_tests imported 560 --timeout 200 tests/gpu/test_torch_import_gpu.py -k "not optimize" ;;
+  optimize)  # kernelopt optimize --workload on each imported kind with the scripted model
+    gpu_tests optimize 560 --timeout 200 tests/gpu/test_torch_import_gpu.py -k optimize ;;
   suite)
     timeout 560 kernelopt kernelbench .kb12 --level 1 2 --solutions bench/kernelbench_solutions -o "$OUT/kb12" > "$OUT/suite.txt" 2> "$OUT/suite.err"
     echo "suite rc=$?"; cat "$OUT/suite.txt" | head -60; tail -5 "$OUT/suite.err" ;;
