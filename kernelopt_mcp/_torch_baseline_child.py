@@ -197,7 +197,7 @@ class _Watchdog:
             self.timer = None
 
     def _expire(self, entry: dict[str, Any]) -> None:
-        entry["error"] = f"ran past its {self.seconds:.0f} s deadline in the timing child after {len(entry['cases'])} case(s)"
+        entry["error"] = f"the problem ran past its {self.seconds:.0f} s deadline in the timing child after {len(entry['cases'])} case(s)"
         self.answer.write()
         os._exit(STOPPED)
 

@@ -314,7 +314,7 @@ def _report(answer: dict[str, Any], entry: dict[str, Any], digest: str, options:
         cases.append(record)
     note = entry.get("error")
     if note:
-        note = f"PyTorch eager and torch.compile not timed: {note}" if not cases else f"the timing child {note}"
+        note = f"PyTorch eager and torch.compile not timed: {note}" if not cases else note
     elif not entry.get("finished"):
         note = (f"the timing child ran past its {limit_s:.0f} s deadline after {len(cases)} case(s)" if stopped == "timed out"
                 else f"the timing child stopped ({stopped or 'no answer'}) after {len(cases)} case(s)")
