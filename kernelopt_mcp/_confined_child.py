@@ -126,6 +126,20 @@ def _reap_all() -> None:
         time.sleep(0.01)
 
 
+def _wait(child: subprocess.Popen[bytes], timeout_s: float) -> int | None:
+    """The child's exit status; None at the deadline, or once this supervisor's own caller is gone
+    (its parent changed: a caller killed outright never reaps its children), so nothing outlives
+    the process that asked for it by more than a second."""
+    caller = os.getppid()
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            return child.wait(timeout=max(0.0, min(1.0, deadline - time.monotonic())))
+        except subprocess.TimeoutExpired:
+            if os.getppid() != caller or time.monotonic() >= deadline:
+                return None
+
+
 def supervise(config: dict[str, Any]) -> int:
     libc = ctypes.CDLL(None, use_errno=True)
     zero = ctypes.c_ulong(0)
@@ -143,10 +157,7 @@ def supervise(config: dict[str, Any]) -> int:
         child = subprocess.Popen([sys.executable, "-I", "-B", __file__, "--child", json.dumps(config)], stdin=subprocess.DEVNULL)
     except OSError as exc:
         return _refuse(f"cannot start the child: {exc}")
-    try:
-        code = child.wait(timeout=config["timeout_s"])
-    except subprocess.TimeoutExpired:
-        code = None
+    code = _wait(child, config["timeout_s"])
     _reap_all()
     if code is None:
         return TIMED_OUT

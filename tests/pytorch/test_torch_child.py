@@ -259,3 +259,48 @@ def test_a_gpu_child_names_its_own_threads_and_makes_an_unconnected_unix_socket_
     assert answers[True]["connect"] == errno.ENOENT and answers[True]["parent"] == errno.EACCES, answers
     assert answers[True]["proc sys"] in (errno.EACCES, errno.EROFS), answers
     assert answers[False]["own thread"] == errno.EACCES and answers[False]["unix"] == errno.EPERM, answers
+
+
+@needs_landlock
+def test_a_confined_child_does_not_outlive_a_caller_killed_outright(tmp_path: Path) -> None:
+    """A caller SIGKILLed mid-run (a CLI run out of its time limit) cannot reap its children: the
+    supervisor sees its parent gone within a second and kills the whole confined tree, long before
+    its own deadline."""
+    import signal
+    import subprocess
+    import time
+
+    package = tmp_path / "pkg" / "sleeper"
+    package.mkdir(parents=True)
+    (package / "__init__.py").write_text("")
+    (package / "__main__.py").write_text("import os, time\nopen('pid', 'w').write(str(os.getpid()))\ntime.sleep(1000)\n")
+    staging = tmp_path / "staging"
+    staging.mkdir()
+    caller = subprocess.Popen([sys.executable, "-c", (
+        "from pathlib import Path\nfrom kernelopt_mcp.confined_python import ChildLimits, run_confined_python\n"
+        f"run_confined_python('sleeper', [], staging=Path({str(staging)!r}), python_path=[{str(package.parent)!r}], "
+        f"read=[{str(package)!r}], limits=ChildLimits(timeout_s=600))\n")])
+    try:
+        deadline = time.monotonic() + 60
+        while not (staging / "pid").is_file() and time.monotonic() < deadline:
+            time.sleep(0.1)
+        child = int((staging / "pid").read_text())
+        os.kill(caller.pid, signal.SIGKILL)
+        caller.wait()
+
+        def alive() -> list[int]:
+            return [int(d) for d in os.listdir("/proc") if d.isdigit() and _cmdline(int(d)).find(str(staging)) >= 0]
+
+        deadline = time.monotonic() + 15
+        while (alive() or Path(f"/proc/{child}").exists()) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert not Path(f"/proc/{child}").exists() and alive() == [], "the confined tree outlived its caller"
+    finally:
+        caller.kill()
+
+
+def _cmdline(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace")
+    except OSError:
+        return ""
