@@ -50,6 +50,9 @@ def add_parser(sub: Any) -> None:
                     help="problems imported at once, each in a process of its own (default: the CPUs, at most 8)")
     sp.add_argument("--import-timeout", type=float, default=IMPORT_TIMEOUT_S, metavar="S",
                     help=f"seconds one import may take (default {IMPORT_TIMEOUT_S:.0f}): past it the problem is refused")
+    sp.add_argument("--time-budget", type=float, metavar="S",
+                    help="start no batch of PyTorch baselines after S seconds: the tables are written with what was "
+                    "timed and a second run continues (for a GPU lent by the hour)")
     sp.add_argument("--json", action="store_true", help="print results.json instead of the table")
     add_progress_flag(sp)  # problems done / total
     sp.set_defaults(fn=cmd_kernelbench)
@@ -126,7 +129,7 @@ def cmd_kernelbench(args: argparse.Namespace, out: Console) -> int:
     options = SuiteOptions(
         problems_dir=Path(args.problems_dir), out_dir=Path(args.output), levels=tuple(args.level),
         solutions=Path(args.solutions) if args.solutions else None, tolerance=args.tolerance, jobs=max(1, args.jobs),
-        import_timeout_s=args.import_timeout,
+        import_timeout_s=args.import_timeout, time_budget_s=args.time_budget,
     )
     settings = Settings.from_env()
 

@@ -57,6 +57,9 @@ class SuiteOptions:
     tolerance: str = "strict"
     jobs: int = 1  # imports at once, each in a process of its own
     import_timeout_s: float = IMPORT_TIMEOUT_S
+    #: seconds after which no further batch of baselines starts (None: no limit); the tables are
+    #: written with what was timed, and a second run continues
+    time_budget_s: float | None = None
 
 
 @dataclass(frozen=True)
@@ -75,6 +78,7 @@ Baseline = Callable[[list[Path]], list[BaselineReport]]
 #: problems whose baselines one timing child takes at a time (torch's import and the CUDA context paid once
 #: for them; the state saved after each batch)
 BASELINE_BATCH = 8
+_clock = time.monotonic  # the time budget's clock
 
 
 def find_problems(problems_dir: Path, levels: tuple[int, ...]) -> list[tuple[int, Path]]:
@@ -115,6 +119,7 @@ def run_suite(
     """Import and evaluate every problem of ``options.levels`` (continuing ``OUT/state.json``), time
     the imported ones' PyTorch baselines, write ``OUT/table.md`` and ``OUT/results.json``, and return
     the records (``evaluate`` None: import only; ``baseline`` None: no baselines timed)."""
+    began = _clock()
     problems = find_problems(options.problems_dir, options.levels)
     if not problems:
         raise TorchProblemError(
@@ -140,8 +145,9 @@ def run_suite(
             progress(i + 1, len(problems), f"{key}: " + ((entry.get("status") or "imported") if entry["imported"]
                                                          else f"refused: {entry['refusal']}"))
     if baseline is not None:
+        stop_at = began + options.time_budget_s if options.time_budget_s is not None else None
         _time_baselines([k for k in (f"level{lv}/{p.name}" for lv, p in problems) if entries[k]["imported"]], entries,
-                        baseline, progress, save)
+                        baseline, progress, save, stop_at)
     records = []
     for level, path in problems:
         key = f"level{level}/{path.name}"
@@ -217,13 +223,19 @@ def _evaluate(options: SuiteOptions, level: int, path: Path, entry: dict[str, An
 
 def _time_baselines(
     keys: list[str], entries: dict[str, dict[str, Any]], baseline: Baseline, progress: Callable[[int, int, str], None] | None,
-    save: Callable[[], None],
+    save: Callable[[], None], stop_at: float | None = None,
 ) -> None:
     """Every imported problem's baselines, :data:`BASELINE_BATCH` problems to a timing child (the
-    cache answers those timed before); a report that nothing can be timed here stands for the rest."""
+    cache answers those timed before); a report that nothing can be timed here stands for the rest.
+    Past ``stop_at`` (monotonic) no batch starts: the problems left keep what an earlier run timed."""
     blocked: BaselineReport | None = None
     for start in range(0, len(keys), BASELINE_BATCH):
         batch = keys[start:start + BASELINE_BATCH]
+        if stop_at is not None and _clock() >= stop_at:
+            if progress:
+                progress(start, len(keys), f"PyTorch baselines: the time budget is spent; {len(keys) - start} problem(s) "
+                         "left for the next run")
+            return
         began = time.perf_counter()
         reports = [blocked] * len(batch) if blocked else baseline([Path(entries[k]["workload"]) for k in batch])
         share = (time.perf_counter() - began) / len(batch)

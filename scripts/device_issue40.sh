@@ -56,7 +56,7 @@ case "${1:-children}" in
   baselines)  # eager and torch.compile for every level-1/2 problem; resumable: run again (same machine, or carry
     # .kb-run/ back: unpack $OUT/kb-run.tgz here); the state, the workloads and the baseline cache all live in .kb-run/
     export KERNELOPT_CACHE=$PWD/.kb-run/cache
-    timeout 540 kernelopt kernelbench .kb --level 1 2 -o .kb-run --jobs 16 > "$OUT/baselines.txt" 2> "$OUT/baselines.err"
+    timeout 570 kernelopt kernelbench .kb --level 1 2 -o .kb-run --jobs 16 --time-budget 400 > "$OUT/baselines.txt" 2> "$OUT/baselines.err"
     echo "baselines rc=$?"; tar -czf "$OUT/kb-run.tgz" .kb-run; head -40 "$OUT/baselines.txt"
     python3 -c 'import json,statistics as s; e=list(json.load(open(".kb-run/state.json"))["problems"].values()); b=[x["baseline_s"] for x in e if "baseline_s" in x]; c=[x["compile_s"] for x in e if "compile_s" in x]; i=[x["import_s"] for x in e if "import_s" in x]; print(f"imports {len(i)} median {s.median(i or [0]):.1f} s; baselines {len(b)} median {s.median(b or [0]):.1f} s max {max(b or [0]):.1f} s; compiles {len(c)} median {s.median(c or [0]):.1f} s")'
     tail -3 "$OUT/baselines.err" ;;

@@ -555,3 +555,26 @@ def test_the_watchdog_ends_a_child_past_a_problems_deadline_and_says_so(tmp_path
     assert done.returncode == STOPPED, done.stderr
     [entry] = json.loads(answer.read_text())["problems"]
     assert entry["error"] == "the problem ran past its 1 s deadline in the timing child after 1 case(s)" and not entry["finished"]
+
+
+def test_a_spent_time_budget_starts_no_batch_and_the_next_run_continues(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    root, out = tmp_path / "kb", tmp_path / "out"
+    _suite_dir(root, out, ["1_Add", "2_Sub", "3_Mul"])
+    timing = BaselineTiming(median_ms=3.0, iqr_ms=0.01, cv=0.01, samples=100)
+    asked: list[list[str]] = []
+    clock = [0.0]
+
+    def baseline(workload_dirs: list[Path]) -> list[BaselineReport]:
+        asked.append([d.name for d in workload_dirs])
+        clock[0] += 100.0  # each batch takes 100 s
+        return [BaselineReport(cases=[CaseBaseline(case="n_4096", eager=timing, compile_note=COMPILE_FAILED)])
+                for _ in workload_dirs]
+
+    monkeypatch.setattr(suite, "BASELINE_BATCH", 1)
+    monkeypatch.setattr(suite, "_clock", lambda: clock[0])
+    records = run_suite(SuiteOptions(problems_dir=root, out_dir=out, levels=(1,), time_budget_s=150), None, None, baseline)
+    assert asked == [["p1_Add"], ["p2_Sub"]]  # the third batch would start at 200 s, past the 150 s budget
+    assert [r.eager_ms for r in records] == [3.0, 3.0, None] and records[2].eager_note == NOT_MEASURED
+    assert (out / "table.md").is_file()  # the tables say what was timed
+    again = run_suite(SuiteOptions(problems_dir=root, out_dir=out, levels=(1,)), None, None, baseline)
+    assert asked[2:] == [["p1_Add"], ["p2_Sub"], ["p3_Mul"]] and [r.eager_ms for r in again] == [3.0, 3.0, 3.0]
