@@ -553,3 +553,24 @@ def evaluate_pair(tmp_path: Path, monkeypatch: Any, features: str, spec: dict[st
 def written_requests(workdir: Path) -> list[dict[str, Any]]:
     """The harness requests a session in ``workdir`` wrote, in order."""
     return [json.loads(p.read_text()) for p in sorted((workdir / "requests").rglob("*.json"))]
+
+
+def evaluate_then_redrawn(tmp_path: Path, workload: Path, source: str, launch: dict[str, Any], capsys: Any,
+                          redraw: Any) -> tuple[dict[str, Any], dict[str, Any]]:
+    """`kernelopt evaluate --json` of ``source`` on the imported ``workload`` with the pretend GPU,
+    then again after ``redraw(spec)`` rewrote its workload.json's input generators: both results."""
+    from kernelopt_mcp.cli import main
+
+    kernel_path, launch_path = tmp_path / "kernel.cu", tmp_path / "launch.json"
+    kernel_path.write_text(source)
+    launch_path.write_text(json.dumps({"default": launch}))
+    argv = ["evaluate", str(workload), str(kernel_path), "--harness", str(write_harness(tmp_path, "fake")), "--launch",
+            str(launch_path), "--warmup", "1", "--iterations", "3", "--no-torch-baseline", "--json"]
+    main(argv)
+    first = json.loads(capsys.readouterr().out)
+    spec_path = workload / "workload.json"
+    spec = json.loads(spec_path.read_text())
+    redraw(spec)
+    spec_path.write_text(json.dumps(spec))
+    main(argv)
+    return first, json.loads(capsys.readouterr().out)

@@ -12,15 +12,13 @@ tests/evaluation/test_choice_inputs.py.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
-from fakegpu import write_harness
+from fakegpu import evaluate_then_redrawn
 
-from kernelopt_mcp.cli import main
 from kernelopt_mcp.dtypes import DType
 from kernelopt_mcp.evaluation.fresh_inputs import CHOICE_DRAW
 from kernelopt_mcp.evaluation.inputs import materialize
@@ -112,25 +110,15 @@ def test_a_kernel_relying_on_the_targets_values_passes_on_the_import_and_fails_o
     monkeypatch.setenv("KERNELOPT_CACHE", str(tmp_path / "cache"))
     result = imported(tmp_path, "signs")
     assert [p.name for p in result.spec.signature.params] == ["predictions", "targets", "out", "batch_size"]
-    source = tmp_path / "hinge.cu"
-    source.write_text(KERNEL.format(prototype=result.c_prototype))
-    launch = tmp_path / "launch.json"
-    launch.write_text(json.dumps({"default": {"grid": ["ceil_div(batch_size, 256)"], "block": [256]}}))
-    harness = write_harness(tmp_path, "fake")
-    argv = ["evaluate", str(result.path), str(source), "--harness", str(harness), "--launch", str(launch),
-            "--warmup", "1", "--iterations", "3", "--no-torch-baseline", "--json"]
-    assert main(argv) == 0
-    passed = json.loads(capsys.readouterr().out)
+
+    def continuous(spec: dict[str, Any]) -> None:  # the targets drawn as the continuous fit made them before
+        for case in spec["cases"]:
+            assert case["inputs"]["targets"] == {"generator": "choice", "values": [-1.0, 1.0]}
+            case["inputs"]["targets"] = {"generator": "uniform", "low": -1.0, "high": 1.0}
+
+    passed, failed = evaluate_then_redrawn(tmp_path, result.path, KERNEL.format(prototype=result.c_prototype),
+                                           {"grid": ["ceil_div(batch_size, 256)"], "block": [256]}, capsys, continuous)
     assert passed["status"] == "ok", passed["message"]
-    # the same import with the targets drawn as the continuous fit made them before: uniform [-1, 1]
-    spec_path = result.path / "workload.json"
-    spec = json.loads(spec_path.read_text())
-    for case in spec["cases"]:
-        assert case["inputs"]["targets"] == {"generator": "choice", "values": [-1.0, 1.0]}
-        case["inputs"]["targets"] = {"generator": "uniform", "low": -1.0, "high": 1.0}
-    spec_path.write_text(json.dumps(spec))
-    main(argv)
-    failed = json.loads(capsys.readouterr().out)
     assert failed["status"] == "mismatch", failed["message"]
 
 

@@ -12,15 +12,13 @@ tests/evaluation/test_structured_inputs.py.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
-from fakegpu import write_harness
+from fakegpu import evaluate_then_redrawn
 
-from kernelopt_mcp.cli import main
 from kernelopt_mcp.evaluation.fresh_inputs import STRUCTURED_DRAW
 from kernelopt_mcp.evaluation.inputs import materialize
 from kernelopt_mcp.input_structure import Structure
@@ -122,25 +120,15 @@ def test_a_kernel_relying_on_the_triangles_passes_on_the_imported_inputs_and_fai
     monkeypatch.setenv("KERNELOPT_CACHE", str(tmp_path / "cache"))
     result = imported(tmp_path, "triu")
     assert [p.name for p in result.spec.signature.params] == ["A", "B", "out", "N"]
-    source = tmp_path / "triu.cu"
-    source.write_text(KERNEL.format(prototype=result.c_prototype))
-    launch = tmp_path / "launch.json"
-    launch.write_text(json.dumps({"default": {"grid": ["ceil_div(N, 16)", "ceil_div(N, 16)"], "block": [16, 16]}}))
-    harness = write_harness(tmp_path, "fake")
-    argv = ["evaluate", str(result.path), str(source), "--harness", str(harness), "--launch", str(launch),
-            "--warmup", "1", "--iterations", "3", "--no-torch-baseline", "--json"]
-    assert main(argv) == 0
-    passed = json.loads(capsys.readouterr().out)
+
+    def dense(spec: dict[str, Any]) -> None:  # the structure taken out, as the inputs were drawn before
+        for case in spec["cases"]:
+            for gen in case["inputs"].values():
+                gen.pop("structure", None)
+
+    passed, failed = evaluate_then_redrawn(tmp_path, result.path, KERNEL.format(prototype=result.c_prototype),
+                                           {"grid": ["ceil_div(N, 16)", "ceil_div(N, 16)"], "block": [16, 16]}, capsys, dense)
     assert passed["status"] == "ok", passed["message"]
-    # the same import with the structure taken out (as the inputs were drawn before): dense matrices
-    spec_path = result.path / "workload.json"
-    spec = json.loads(spec_path.read_text())
-    for case in spec["cases"]:
-        for gen in case["inputs"].values():
-            gen.pop("structure", None)
-    spec_path.write_text(json.dumps(spec))
-    main(argv)
-    failed = json.loads(capsys.readouterr().out)
     assert failed["status"] == "mismatch", failed["message"]
 
 
