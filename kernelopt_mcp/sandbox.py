@@ -201,6 +201,13 @@ _SYSCALLS = {
     "x86_64": (0xC000003E, 41, 53, 62, 200, 234),
     "aarch64": (0xC00000B7, 198, 199, 129, 130, 131),
 }
+# the other ways to signal a process by its pid, whose first argument is that pid (rt_sigqueueinfo,
+# rt_tgsigqueueinfo): allowed for this process alone, as kill and tgkill are
+_QUEUE_SIGNALS = {"x86_64": (129, 297), "aarch64": (138, 240)}
+# refused outright: a signal through a pidfd (pidfd_send_signal), another process's file
+# descriptors (pidfd_getfd), memory (process_vm_readv/writev) or execution (ptrace). Landlock keeps
+# these within the sandbox where the kernel has it; this filter is what holds where it does not
+_REACH_PROCESSES = {"x86_64": (424, 438, 310, 311, 101), "aarch64": (424, 438, 270, 271, 117)}
 # what a UNIX socket could reach anything with: connect, sendto, sendmsg, sendmmsg
 _REACH = {"x86_64": (42, 44, 46, 307), "aarch64": (203, 206, 211, 269)}
 _AF_UNIX = 1
@@ -228,8 +235,10 @@ def _assemble(lines: list[tuple[str | None, int, str | int, str | int, int]]) ->
 
 
 def _filter_program(arch: str, pid: int, *, unix_sockets: bool = False) -> list[Insn]:
-    """A classic-BPF seccomp program: EPERM for socket/socketpair, tkill, and kill/tgkill of any
-    process but ``pid``; EPERM for every syscall of a foreign ABI (i386 via int 0x80, x32).
+    """A classic-BPF seccomp program: EPERM for socket/socketpair, tkill, and kill, tgkill,
+    rt_sigqueueinfo and rt_tgsigqueueinfo of any process but ``pid``; EPERM for pidfd_send_signal,
+    pidfd_getfd, process_vm_readv/writev and ptrace (another process reached through them); EPERM
+    for every syscall of a foreign ABI (i386 via int 0x80, x32).
 
     ``unix_sockets`` (a child that runs CUDA: the driver makes a UNIX socket as it starts and gives
     up with CUDA error 304 when it cannot): socket() is allowed for AF_UNIX, and what such a socket
@@ -247,6 +256,8 @@ def _filter_program(arch: str, pid: int, *, unix_sockets: bool = False) -> list[
         (None, jeq, "deny", 0, tkill_nr),
         (None, jeq, "check_pid", 0, kill_nr),
         (None, jeq, "check_pid", 0, tgkill_nr),
+        *((None, jeq, "check_pid", 0, nr) for nr in _QUEUE_SIGNALS[arch]),
+        *((None, jeq, "deny", 0, nr) for nr in _REACH_PROCESSES[arch]),
     ]
     if unix_sockets:
         lines += [(None, jeq, "absent", 0, nr) for nr in _REACH[arch]]

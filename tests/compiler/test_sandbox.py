@@ -249,3 +249,54 @@ def test_the_seccomp_filter_lets_a_cuda_child_make_a_unix_socket_that_reaches_no
         assert lines[0] == "seccomp: no sockets but unconnected UNIX ones, no signals out"
     else:
         assert f"unix {eperm}" in lines and lines[0] == "seccomp: no sockets, no signals out", lines
+
+
+@pytest.mark.skipif(sys.platform != "linux" or __import__("os").uname().machine != "x86_64",
+                    reason="the probe calls x86_64 system call numbers")
+def test_the_seccomp_filter_refuses_every_way_to_signal_or_reach_another_process(tmp_path: Path) -> None:
+    """restrict_syscalls alone (no Landlock: a kernel older than Landlock ABI 6 does not scope
+    signals): a process started beside the confined one survives kill, tkill, tgkill,
+    rt_sigqueueinfo, rt_tgsigqueueinfo and pidfd_send_signal (the filter once checked only kill
+    and tgkill: rt_sigqueueinfo and a pidfd killed it), and the confined process can neither
+    ptrace it, read its memory (process_vm_readv) nor take its descriptors (pidfd_getfd).
+    Signals to itself still work."""
+    victim = subprocess.Popen(["sleep", "60"])
+    code = textwrap.dedent(f"""
+        import ctypes, importlib.util, os, signal, sys
+        spec = importlib.util.spec_from_file_location("sb", {str(Path(compile_pool.__file__).with_name("sandbox.py"))!r})
+        sb = importlib.util.module_from_spec(spec); sys.modules["sb"] = sb; spec.loader.exec_module(sb)
+        libc = ctypes.CDLL(None, use_errno=True)
+        victim = {victim.pid}
+        pidfd = os.pidfd_open(victim)  # opened before the filter: what a pidfd could do is refused too
+        print(sb.restrict_syscalls())
+        info = (ctypes.c_int * 32)(signal.SIGKILL, 0, -1)  # siginfo: si_signo, si_errno, si_code SI_QUEUE
+        iov = (ctypes.c_void_p * 2)(ctypes.addressof(ctypes.create_string_buffer(8)), 8)
+        calls = {{
+            "kill": (62, victim, signal.SIGKILL), "tkill": (200, victim, signal.SIGKILL),
+            "tgkill": (234, victim, victim, signal.SIGKILL),
+            "rt_sigqueueinfo": (129, victim, signal.SIGKILL, ctypes.byref(info)),
+            "rt_tgsigqueueinfo": (297, victim, victim, signal.SIGKILL, ctypes.byref(info)),
+            "pidfd_send_signal": (424, pidfd, signal.SIGKILL, None, 0),
+            "pidfd_getfd": (438, pidfd, 0, 0),
+            "process_vm_readv": (310, victim, ctypes.byref(iov), 1, ctypes.byref(iov), 1, 0),
+            "ptrace": (101, 16, victim, 0, 0),  # PTRACE_ATTACH, last: it would stop the victim
+        }}
+        for name, (nr, *args) in calls.items():
+            r = libc.syscall(ctypes.c_long(nr), *[ctypes.c_long(a) if isinstance(a, int) else a for a in args])
+            print(name, "ok" if r >= 0 else ctypes.get_errno())
+        os.kill(os.getpid(), 0)
+        print("self ok")
+    """)
+    try:
+        out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+        alive = victim.poll() is None
+    finally:
+        victim.kill()
+        victim.wait()
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.splitlines()
+    assert lines[0] == "seccomp: no sockets, no signals out", lines
+    for name in ("kill", "tkill", "tgkill", "rt_sigqueueinfo", "rt_tgsigqueueinfo", "pidfd_send_signal", "ptrace",
+                 "process_vm_readv", "pidfd_getfd"):
+        assert f"{name} {errno.EPERM}" in lines, (name, lines)
+    assert "self ok" in lines and alive, lines
