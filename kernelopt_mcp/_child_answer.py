@@ -24,7 +24,7 @@ def line(exc: BaseException) -> str:
 
 class Answer:
     """The answer file (``data``, JSON), rewritten whole (temp file + rename) by :meth:`write`; one
-    writer at a time (a watchdog thread may write it while the main thread does)."""
+    writer at a time (a thread may write it while the main thread does)."""
 
     def __init__(self, path: Path, data: dict[str, Any]) -> None:
         self.path, self.data = path, data

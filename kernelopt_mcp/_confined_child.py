@@ -21,6 +21,12 @@ see ``confined_python._config``). This process is the **supervisor**; it
 
 The child's stdout and stderr are the supervisor's: once the supervisor has exited, no process
 holds them. Only the standard library is imported; ``sandbox.py`` is loaded by path.
+
+With ``each_job`` in CONFIG the child does not confine itself: it runs ``module``, which pays a slow
+start once (torch's import: no client code, no CUDA context) and then hands each job to
+:func:`run_confined_job`, which forks a process for it that confines itself as step 3 says, except
+that it writes only the job's own directory, and kills the job at its deadline and every process
+it left. Jobs cannot reach each other's files, their parent's, or signal either.
 """
 
 from __future__ import annotations
@@ -37,13 +43,19 @@ import signal
 import subprocess
 import sys
 import sysconfig
+import tempfile
 import time
+import traceback
+import warnings
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 REFUSED = 125
 TIMED_OUT = 124
 _PR_SET_CHILD_SUBREAPER = 36
+#: the confinement (CONFIG, JSON) a child started with ``each_job`` applies to each job it forks
+EACH_JOB_ENV = "KERNELOPT_CONFINE_EACH_JOB"
 # files and directories any Python and its libraries read at run time (the loader's cache, time
 # zones, the CPU count and topology that BLAS and OpenMP runtimes ask for)
 SYSTEM_READ = (
@@ -141,10 +153,9 @@ def _wait(child: subprocess.Popen[bytes], timeout_s: float) -> int | None:
 
 
 def supervise(config: dict[str, Any]) -> int:
-    libc = ctypes.CDLL(None, use_errno=True)
-    zero = ctypes.c_ulong(0)
-    if libc.prctl(ctypes.c_int(_PR_SET_CHILD_SUBREAPER), ctypes.c_ulong(1), zero, zero, zero) != 0:
-        return _refuse(f"cannot become a child subreaper: {os.strerror(ctypes.get_errno())}")
+    why = _become_subreaper()
+    if why is not None:
+        return _refuse(why)
     sys.path[:0] = config["python_path"]
     for module in config["requires"]:
         try:
@@ -223,11 +234,85 @@ def confine(config: dict[str, Any]) -> str:
     return applied
 
 
+def _become_subreaper() -> str | None:
+    """Make this process the reaper of its descendants' orphans; why not, where it cannot."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    zero = ctypes.c_ulong(0)
+    if libc.prctl(ctypes.c_int(_PR_SET_CHILD_SUBREAPER), ctypes.c_ulong(1), zero, zero, zero) != 0:
+        return f"cannot become a child subreaper: {os.strerror(ctypes.get_errno())}"
+    return None
+
+
+def run_confined_job(directory: str, work: Callable[[], object], timeout_s: float) -> int | None:
+    """Run ``work`` in a process of its own, forked from this child (started with ``each_job``),
+    confined as the child would have been except that it may write ``directory`` alone (its
+    HOME, TMPDIR and working directory); then kill every process it left behind. Returns its exit
+    status (0: ``work`` returned; 1: it raised, the traceback on stderr; ``REFUSED``: it could not
+    confine itself, the reason on stderr; 128 + N: signal N), or None where it ran past
+    ``timeout_s`` and was killed.
+
+    What the job writes for its parent goes into ``directory``; read it only after this returns
+    (then no process of the job's is left to change it)."""
+    config = json.loads(os.environ[EACH_JOB_ENV])
+    home, tmp = Path(directory) / ".home", Path(directory) / ".tmp"
+    home.mkdir(parents=True, exist_ok=True)
+    tmp.mkdir(exist_ok=True)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    with warnings.catch_warnings():  # "this process is multi-threaded": torch's idle threads hold no lock the job needs
+        warnings.simplefilter("ignore", DeprecationWarning)
+        pid = os.fork()
+    if pid == 0:  # the job: nothing of it runs before it is confined
+        code = 1
+        try:
+            os.environ.pop(EACH_JOB_ENV, None)
+            os.environ.update(HOME=str(home), TMPDIR=str(tmp))
+            tempfile.tempdir = None
+            os.chdir(directory)
+            try:
+                confine({**config, "write": [directory]})
+            except OSError as exc:
+                print(f"the job could not confine itself: {exc}", file=sys.stderr)
+                code = REFUSED
+            else:
+                work()
+                code = 0
+        except BaseException:  # noqa: BLE001 - whatever the job raises ends only the job
+            traceback.print_exc()
+        finally:
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os._exit(code)
+    deadline = time.monotonic() + timeout_s
+    status: int | None = None
+    while True:
+        done, raw = os.waitpid(pid, os.WNOHANG)
+        if done:
+            status = os.waitstatus_to_exitcode(raw)
+            break
+        if time.monotonic() >= deadline:
+            os.kill(pid, signal.SIGKILL)
+            break
+        time.sleep(0.02)
+    _reap_all()  # the job (when killed) and every process it left: orphans are re-parented to this child
+    return status if status is None or status >= 0 else 128 - status
+
+
 def child(config: dict[str, Any]) -> int:
-    try:
-        confine(config)
-    except OSError as exc:
-        return _refuse(f"the child could not confine itself: {exc}")
+    if config.get("each_job"):
+        # the module's own start runs unconfined (it imports, and runs no client code); each job
+        # confines itself in its own process (run_confined_job)
+        why = _become_subreaper()
+        if why is not None:
+            return _refuse(why)
+        if config.get("gpu"):
+            _map_the_driver()
+        os.environ[EACH_JOB_ENV] = json.dumps(config)
+    else:
+        try:
+            confine(config)
+        except OSError as exc:
+            return _refuse(f"the child could not confine itself: {exc}")
     sys.path[:0] = config["python_path"]
     sys.argv = [config["module"], *config["args"]]
     try:

@@ -1,16 +1,21 @@
 """Time PyTorch problems' modules on the GPU: eager and ``torch.compile``, one case after another.
 
 Run by :func:`kernelopt_mcp.torch_baseline.measure_batch` as ``python -m
-kernelopt_mcp._torch_baseline_child REQUEST.json`` inside a confined child (confined_python.py,
-``gpu=True``): never in the server's or the CLI's process. The request names the problem files
-(copies in the child's staging directory), each with its cases' size constants, the device and the
-timing rules; one child times them all, so torch's import and the CUDA context are paid once per
-batch, not once per problem. The answer is written to the file the request names (atomically,
-after every step, so a child killed at its deadline still leaves the cases it finished). Each
-problem has its own deadline (``problem_timeout_s``): a watchdog records the problem as past it
-and ends the child, and the parent times the problems after it in a new child; so does a CUDA
-error, which leaves the context unusable for the next problem. Nothing goes to stdout: the
-problems' own prints cannot corrupt the answer.
+kernelopt_mcp._torch_baseline_child REQUEST.json`` in a confined child started with ``each_job``
+(confined_python.py, ``gpu=True``): never in the server's or the CLI's process. The request names the
+problem files (copies in the child's staging directory), each with its cases' size constants, the
+device and the timing rules. This process imports torch once (no CUDA context: a forked process
+could not use it) and then gives each problem a process of its own
+(:func:`~kernelopt_mcp._confined_child.run_confined_job`), which confines itself before it reads the
+problem file: it writes only its own directory (its answer, torch.compile's and CUDA's caches), and
+can neither signal nor read another process. A problem therefore cannot change another's times or
+the answer; its deadline (``problem_timeout_s``) is a SIGKILL from this process; a CUDA error ends
+its context alone; every process it left is killed before the next problem starts. A first job,
+which runs no problem code, starts CUDA and reads the device (a machine that cannot time says so
+once). Each problem's answer is rewritten after every step (a problem killed at its deadline keeps
+the cases it finished); this process reads it only after the problem's processes are gone, keeps
+its known fields, and writes the batch's answer to the file the request names. Nothing goes to
+stdout: the problems' own prints cannot corrupt an answer.
 
 Each case, by the rules the harness times a candidate by: ``Model(*get_init_inputs())`` and
 ``get_inputs()`` made on the device (on the CPU and moved there where the problem insists), the
@@ -28,15 +33,19 @@ warm-up never count. Where it cannot run, the case says why in one line and eage
 
 from __future__ import annotations
 
+import functools
+import json
+import math
 import os
+import shutil
 import sys
-import threading
 import time
 from pathlib import Path
 from typing import Any
 
-from kernelopt_mcp._child_answer import Answer, line
+from kernelopt_mcp._child_answer import NOTE_CHARS, Answer, line
 from kernelopt_mcp._child_answer import main as child_main
+from kernelopt_mcp._confined_child import run_confined_job
 
 # GPU cycles the stream is held for before each measured call (~50 us at 2 GHz), so the host's
 # enqueue of the start event and the module's first kernel is not timed as an idle gap (the
@@ -171,40 +180,10 @@ def time_case(
 
 
 STARTED = time.monotonic()
-#: exit status of a child that ended itself: a problem past its deadline, or a CUDA error
-STOPPED = 3
-#: words of an exception after which the CUDA context cannot serve another problem
-CUDA_STICKY = ("CUDA error", "device-side assert", "illegal memory access", "an illegal instruction", "unspecified launch failure")
-
-
-class _Watchdog:
-    """Ends the child when the current problem runs past its deadline, its entry saying so."""
-
-    def __init__(self, answer: Answer, seconds: float) -> None:
-        self.answer, self.seconds = answer, seconds
-        self.timer: threading.Timer | None = None
-
-    def arm(self, entry: dict[str, Any]) -> None:
-        self.disarm()
-        if self.seconds > 0:
-            self.timer = threading.Timer(self.seconds, self._expire, args=(entry,))
-            self.timer.daemon = True
-            self.timer.start()
-
-    def disarm(self) -> None:
-        if self.timer is not None:
-            self.timer.cancel()
-            self.timer = None
-
-    def _expire(self, entry: dict[str, Any]) -> None:
-        entry["error"] = f"the problem ran past its {self.seconds:.0f} s deadline in the timing child after {len(entry['cases'])} case(s)"
-        self.answer.write()
-        os._exit(STOPPED)
-
-
-def _sticky(entry: dict[str, Any]) -> bool:
-    notes = [entry.get("error") or "", *(c.get(k) or "" for c in entry["cases"] for k in ("eager_note", "compile_note"))]
-    return any(word in note for note in notes for word in CUDA_STICKY)
+#: the largest answer of one problem's process this child reads (its times, its notes)
+MAX_ENTRY_BYTES = 16 << 20
+#: the deadline of the first job, which starts CUDA and reads the device
+PROBE_TIMEOUT_S = 120.0
 
 
 def time_problem(torch: Any, problem: dict[str, Any], device: Any, flush: _Flush, request: dict[str, Any],
@@ -212,7 +191,6 @@ def time_problem(torch: Any, problem: dict[str, Any], device: Any, flush: _Flush
     """Every case of one problem into ``entry``; what the problem's file itself breaks is its error."""
     from kernelopt_mcp.torch_problem import TorchProblemError, parse_problem
 
-    began = time.monotonic()
     path = Path(problem["problem"])
     try:
         source = parse_problem(path.read_text(encoding="utf-8"), problem.get("label") or path.name)
@@ -223,10 +201,111 @@ def time_problem(torch: Any, problem: dict[str, Any], device: Any, flush: _Flush
         record: dict[str, Any] = {"name": case["name"], "eager": None, "eager_note": None, "compile": None, "compile_note": None}
         entry["cases"].append(record)
         time_case(torch, source, case, device, flush, request, record, answer)
-        entry["seconds"] = round(time.monotonic() - began, 3)
         answer.write()
         torch._dynamo.reset()
         torch.cuda.empty_cache()
+
+
+def start_cuda(torch: Any, ordinal: int) -> tuple[Any, dict[str, Any]]:
+    """CUDA device ``ordinal`` made current: the device and what the answer records of it
+    (``device_name``, ``l2_bytes``), or ``error`` and ``blocked`` where CUDA cannot start."""
+    try:
+        torch.cuda.init()
+        count = torch.cuda.device_count()
+    except Exception as exc:  # noqa: BLE001 - no driver, no device, a driver too old for this torch
+        # a machine without a GPU says "no NVIDIA driver"; a driver call the child's confinement
+        # refused says "OS call failed" (CUDA error 304): name both, so neither reads as the other
+        hint = " (a driver call refused inside the confined child?)" if "304" in str(exc) or "OS call failed" in str(exc) else ""
+        return None, {"error": f"torch {torch.__version__} could not start CUDA in the timing child{hint} ({line(exc)})",
+                      "blocked": True}
+    if not 0 <= ordinal < count:
+        return None, {"error": f"torch {torch.__version__} sees {count} CUDA device(s); device {ordinal} is not one of them",
+                      "blocked": True}
+    device = torch.device("cuda", ordinal)
+    torch.cuda.set_device(device)
+    props = torch.cuda.get_device_properties(device)
+    return device, {"device_name": props.name, "l2_bytes": int(getattr(props, "L2_cache_size", 0) or 0)}
+
+
+def _job_caches(job: Path) -> None:
+    """torch.compile's, triton's and CUDA's caches in the job's own directory (the one it writes)."""
+    os.environ.update(TORCHINDUCTOR_CACHE_DIR=str(job / ".inductor"), TRITON_CACHE_DIR=str(job / ".triton"),
+                      CUDA_CACHE_PATH=str(job / ".nv"))
+
+
+def probe(torch: Any, request: dict[str, Any], path: Path) -> None:
+    """The first job: CUDA started and the device read, no problem code run."""
+    _job_caches(path.parent)
+    began = time.monotonic()
+    _, found = start_cuda(torch, int(request["device"]))
+    Answer(path, {**found, "cuda_s": round(time.monotonic() - began, 3)}).write()
+
+
+def time_job(torch: Any, problem: dict[str, Any], request: dict[str, Any], path: Path) -> None:
+    """One problem, in its own confined process: CUDA started, every case timed into ``path``."""
+    _job_caches(path.parent)
+    entry: dict[str, Any] = {"cases": [], "error": None, "finished": False}
+    answer = Answer(path, entry)
+    device, found = start_cuda(torch, int(request["device"]))
+    if device is None:
+        entry["error"] = found["error"]
+        answer.write()
+        return
+    flush = _Flush(torch, device, found["l2_bytes"] if request["flush_l2"] else 0)
+    answer.write()
+    time_problem(torch, problem, device, flush, request, entry, answer)
+    entry["finished"] = True
+    answer.write()
+
+
+def _read(path: Path) -> dict[str, Any]:
+    """A job's answer as it left it ({} where it left none, or not a JSON object within bounds)."""
+    try:
+        if path.stat().st_size > MAX_ENTRY_BYTES:
+            return {}
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def _text(value: Any) -> str | None:
+    return value[:NOTE_CHARS] if isinstance(value, str) else None
+
+
+def _seconds(value: Any) -> float | None:
+    ok = isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value) and value >= 0
+    return float(value) if ok else None
+
+
+def _times(value: Any) -> dict[str, list[float]] | None:
+    times = value.get("times_ms") if isinstance(value, dict) else None
+    if not isinstance(times, list) or not times:
+        return None
+    kept = [_seconds(t) for t in times]
+    return {"times_ms": kept} if all(t is not None and t > 0 for t in kept) else None  # type: ignore[dict-item]
+
+
+def problem_entry(raw: dict[str, Any], problem: dict[str, Any]) -> dict[str, Any]:
+    """A problem's answer, written by its own process (the problem's code ran there), cut to the
+    fields and types this child's answer has: at most one record per case it was asked for."""
+    asked = {c["name"] for c in problem["cases"]}
+    cases: list[dict[str, Any]] = []
+    listed = raw.get("cases")
+    for c in listed if isinstance(listed, list) else []:
+        if not isinstance(c, dict) or c.get("name") not in asked or any(k["name"] == c["name"] for k in cases):
+            continue
+        cases.append({"name": c["name"], "eager": _times(c.get("eager")), "eager_note": _text(c.get("eager_note")),
+                      "compile": _times(c.get("compile")), "compile_note": _text(c.get("compile_note")),
+                      "compile_s": _seconds(c.get("compile_s"))})
+    return {"label": problem.get("label"), "cases": cases, "error": _text(raw.get("error")), "finished": raw.get("finished") is True}
+
+
+def _ended(status: int | None, timeout_s: float, cases: int) -> str:
+    if status is None:
+        return f"the problem ran past its {timeout_s:.0f} s deadline in the timing child after {cases} case(s)"
+    how = f"signal {status - 128}" if status > 128 else f"exit {status}"
+    return f"the problem's process ended ({how}) after {cases} case(s)"
 
 
 def run(request: dict[str, Any], answer: Answer) -> None:
@@ -237,41 +316,37 @@ def run(request: dict[str, Any], answer: Answer) -> None:
         answer.data["blocked"] = True
         return
     answer.data["torch_version"] = torch.__version__
-    try:
-        torch.cuda.init()
-        count = torch.cuda.device_count()
-    except Exception as exc:  # noqa: BLE001 - no driver, no device, a driver too old for this torch
-        # a machine without a GPU says "no NVIDIA driver"; a driver call the child's confinement
-        # refused says "OS call failed" (CUDA error 304): name both, so neither reads as the other
-        hint = " (a driver call refused inside the confined child?)" if "304" in str(exc) or "OS call failed" in str(exc) else ""
-        answer.data["error"] = f"torch {torch.__version__} could not start CUDA in the timing child{hint} ({line(exc)})"
-        answer.data["blocked"] = True
+    staging = Path(request["answer"]).parent
+    first = staging / "job_probe" / "probe.json"
+    first.parent.mkdir()
+    status = run_confined_job(str(first.parent), functools.partial(probe, torch, request, first), PROBE_TIMEOUT_S)
+    found = _read(first)
+    if status != 0 or not isinstance(found.get("device_name"), str):
+        why = _text(found.get("error")) or f"the job that starts CUDA failed ({_ended(status, PROBE_TIMEOUT_S, 0)})"
+        answer.data.update(error=why, blocked=True)
         return
-    ordinal = int(request["device"])
-    if not 0 <= ordinal < count:
-        answer.data["error"] = f"torch {torch.__version__} sees {count} CUDA device(s); device {ordinal} is not one of them"
-        answer.data["blocked"] = True
-        return
-    device = torch.device("cuda", ordinal)
-    torch.cuda.set_device(device)
-    props = torch.cuda.get_device_properties(device)
-    answer.data["device_name"] = props.name
-    l2_bytes = int(getattr(props, "L2_cache_size", 0) or 0)
-    answer.data["l2_bytes"] = l2_bytes
-    answer.data["startup_s"] = round(time.monotonic() - STARTED, 3)  # torch's import and the CUDA context
-    flush = _Flush(torch, device, l2_bytes if request["flush_l2"] else 0)
+    answer.data["device_name"] = found["device_name"]
+    answer.data["startup_s"] = round(time.monotonic() - STARTED, 3)  # torch's import and a first CUDA context
     answer.write()
-    watchdog = _Watchdog(answer, float(request.get("problem_timeout_s") or 0))
-    for problem in request["problems"]:
-        entry: dict[str, Any] = {"label": problem.get("label"), "cases": [], "error": None, "finished": False}
+    timeout_s = float(request.get("problem_timeout_s") or 0) or math.inf
+    for k, problem in enumerate(request["problems"]):
+        job = staging / f"job_{k}"
+        job.mkdir()
+        # the job reads its problem in its own directory: it may read nothing else of this staging directory
+        mine = {**problem, "problem": shutil.copy(problem["problem"], job)}
+        began = time.monotonic()
+        status = run_confined_job(str(job), functools.partial(time_job, torch, mine, request, job / "entry.json"), timeout_s)
+        entry = problem_entry(_read(job / "entry.json"), problem)
+        entry["seconds"] = round(time.monotonic() - began, 3)  # its CUDA context's start included
+        if not entry["finished"]:  # killed at its deadline, or its process ended part way
+            if status is None or entry["error"] is None:
+                entry["error"] = _ended(status, timeout_s, len(entry["cases"]))
+            for case in entry["cases"]:
+                if case["compile"] is None and case["compile_note"] is None:
+                    case["compile_note"] = f"torch.compile not timed: {entry['error']}"
+        shutil.rmtree(job, ignore_errors=True)
         answer.data["problems"].append(entry)
-        watchdog.arm(entry)
-        time_problem(torch, problem, device, flush, request, entry, answer)
-        watchdog.disarm()
-        entry["finished"] = True
         answer.write()
-        if _sticky(entry):
-            return  # the context may be unusable: the parent times the rest in a new child
     answer.data["finished"] = True
 
 

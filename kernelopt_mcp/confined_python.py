@@ -131,7 +131,7 @@ def installed_requirements(*packages: str) -> Installed:
 def run_confined_python(
     module: str, args: Sequence[str], *, staging: Path, python: str = sys.executable, python_path: Sequence[str] = (),
     read: Sequence[str] = (), requires: Sequence[str] = (), limits: ChildLimits | None = None,
-    env: Mapping[str, str] | None = None, execute: Sequence[str] = (), gpu: bool = False,
+    env: Mapping[str, str] | None = None, execute: Sequence[str] = (), gpu: bool = False, each_job: bool = False,
 ) -> ChildResult:
     """Run ``python -m module *args`` confined, in ``staging`` (its only writable directory).
 
@@ -143,6 +143,9 @@ def run_confined_python(
         execute: files and directories the child may execute (and read), e.g. triton's ptxas.
         gpu: the NVIDIA device files are readable and writable (ioctl too), and what the CUDA
             driver reads about the devices readable: the child can run CUDA.
+        each_job: the module confines not itself but each job it runs
+            (``_confined_child.run_confined_job``: a process of its own per job, which writes only
+            the job's directory): its own start (an import) is paid once for many jobs.
     """
     limits = limits or ChildLimits()
     confine = "landlock"
@@ -159,7 +162,7 @@ def run_confined_python(
     config = {
         "module": module, "args": list(args), "python_path": [str(p) for p in python_path], "read": [str(p) for p in read],
         "write": [str(staging)], "requires": list(requires), "timeout_s": limits.timeout_s, "confine": confine,
-        "execute": [str(p) for p in execute], "gpu": gpu,
+        "execute": [str(p) for p in execute], "gpu": gpu, "each_job": each_job,
         "memory_mb": limits.memory_cap_mb(), "cpu_s": limits.cpu_cap_s(), "fsize_mb": limits.fsize_mb,
     }
     proc = subprocess.Popen(
@@ -225,7 +228,7 @@ def _read(proc: subprocess.Popen[bytes], deadline: float) -> tuple[bytes, bytes,
 def run_torch_child(
     module: str, args: Sequence[str], *, staging: Path, python: str = sys.executable, python_path: Sequence[str] = (),
     read: Sequence[str] = (), execute: Sequence[str] = (), limits: ChildLimits | None = None,
-    env: Mapping[str, str] | None = None,
+    env: Mapping[str, str] | None = None, each_job: bool = False,
 ) -> ChildResult:
     """:func:`run_confined_python` for a child of this package that imports torch and runs CUDA
     (``gpu``): this package and torch's distributions (with their requirements) readable and on its
@@ -235,5 +238,5 @@ def run_torch_child(
     return run_confined_python(
         module, args, staging=staging, python=python, python_path=[str(package.parent), *installed.path, *python_path],
         read=[str(package), *installed.read, *python_path, *read], execute=execute, requires=["torch"], limits=limits,
-        env={"CUDA_CACHE_PATH": str(staging / ".nv"), **(env or {})}, gpu=True,
+        env={"CUDA_CACHE_PATH": str(staging / ".nv"), **(env or {})}, gpu=True, each_job=each_job,
     )

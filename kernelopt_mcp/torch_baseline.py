@@ -52,7 +52,7 @@ __all__ = [
 
 CHILD_MODULE = "kernelopt_mcp._torch_baseline_child"
 BASELINE_TIMEOUT_S = 900.0
-CHILD_START_S = 120.0  # a batch child's start (torch's import, the CUDA context) beyond its problems' deadlines
+CHILD_START_S = 240.0  # a batch child's start (torch's import, the first CUDA context) beyond its problems' deadlines
 PROBLEM_FILE = "problem.py"
 # what the timing child may execute: triton's ptxas (found beside the installed triton) and the C
 # compiler triton builds its launcher with (gcc or clang, cc1, as, ld) and /sbin/ldconfig, which
@@ -123,10 +123,10 @@ class BaselineReport(BaseModel):
     blocked: bool = Field(False, description="nothing can be timed on this machine (torch missing, no CUDA device, the "
                           "child cannot be confined): the same for every problem")
     options: dict[str, Any] = Field(default_factory=dict)
-    seconds: float | None = Field(None, description="wall seconds the timing child spent on this problem (compiles "
-                                  "included; its start not)")
-    startup_s: float | None = Field(None, description="the timing child's start: torch's import and the CUDA context, "
-                                    "paid once per batch")
+    seconds: float | None = Field(None, description="wall seconds the timing child spent on this problem (its own "
+                                  "process and CUDA context, compiles included)")
+    startup_s: float | None = Field(None, description="the timing child's start: torch's import and a first CUDA "
+                                    "context, paid once per batch")
 
     @classmethod
     def unmeasured(cls, note: str, problem_sha256: str | None = None, *, blocked: bool = False) -> BaselineReport:
@@ -203,13 +203,15 @@ def measure_batch(
     python: str = sys.executable, python_path: Sequence[str] = (), limits: ChildLimits | None = None,
     workdir: Path | None = None,
 ) -> list[BaselineReport]:
-    """Time several problems in one confined child (torch's import and the CUDA context paid once),
-    a report per job in order. Never raises for a problem's sake: what could not be timed is a note.
+    """Time several problems in one child (torch's import paid once), each problem in a confined
+    process of its own (it writes only its own directory: it cannot change another's times), a
+    report per job in order. Never raises for a problem's sake: what could not be timed is a note.
 
-    Each problem has ``limits.timeout_s`` (default ``options.timeout_s``) to itself: past it the
-    child records so and ends, and so does a CUDA error that leaves its context unusable; the
-    problems after it are timed in a new child. Where the child cannot run at all (torch missing,
-    no CUDA device, no confinement) every report carries that one note, ``blocked``.
+    Each problem has ``limits.timeout_s`` (default ``options.timeout_s``) to itself: past it its
+    process is killed and its report says so; a CUDA error ends its own context alone. Where the
+    child itself ends early (its backstop), the problems after the last it finished are timed in
+    a new child. Where the child cannot run at all (torch missing, no CUDA device, no
+    confinement) every report carries that one note, ``blocked``.
 
     Args:
         python / python_path: the interpreter the child runs and directories besides its
@@ -259,18 +261,16 @@ def _run_child(
                    "problem_timeout_s": limits.timeout_s, **options.timing()}
         (staging / "request.json").write_text(json.dumps(request))
         include = sysconfig.get_paths().get("include")
-        env = {
-            # torch.compile writes its caches here, compiles in this process (no worker pool) and
-            # CUDA's JIT cache stays in the staging directory too
-            "TORCHINDUCTOR_CACHE_DIR": str(staging / ".inductor"), "TRITON_CACHE_DIR": str(staging / ".triton"),
-            "TORCHINDUCTOR_COMPILE_THREADS": "1",
-        }
-        # the watchdog ends the child past one problem's deadline; the supervisor's is the backstop
+        # torch.compile compiles in the problem's own process (no worker pool); its caches, triton's
+        # and CUDA's lie in the problem's directory (the child sets them for each)
+        env = {"TORCHINDUCTOR_COMPILE_THREADS": "1"}
+        # the child kills a problem at its deadline; the supervisor's is the backstop
         backstop = replace(limits, timeout_s=limits.timeout_s * len(batch) + CHILD_START_S)
         result = run_torch_child(
             CHILD_MODULE, [str(staging / "request.json")], staging=staging, python=python, python_path=python_path,
             read=[*COMPILER_READ, *([include] if include else [])],
             execute=_execute_paths([*installed_requirements("torch").path, *python_path]), limits=backstop, env=env,
+            each_job=True,
         )
         if result.refused is not None:
             if result.missing == "torch":

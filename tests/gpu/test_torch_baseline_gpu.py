@@ -241,3 +241,73 @@ def test_kernelbench_prints_fast_1_and_the_speedups(torch: Any, tmp_path: Path, 
         assert row["eager_ms"] and row["speedup_eager"] == pytest.approx(row["eager_ms"] / row["ours_ms"]), row
         assert row["compile_ms"] or row["compile_note"], row
     assert data["levels"][0]["fast"]["eager"]["1"] is not None and data["levels"][0]["geomean_speedup"]["eager"]
+
+
+# tries, as it is imported, to fake every other problem's answer and the batch's, now and from a
+# daemon that outlives it; then is an honest x * 2 (its own baseline is its own to lie about)
+HOSTILE = '''import json, os, time
+from pathlib import Path
+import torch
+import torch.nn as nn
+
+FAKE = json.dumps({"cases": [{"name": "perf", "eager": {"times_ms": [1000.0]}}], "error": None, "finished": True})
+
+
+def fake_all():
+    staging = Path.cwd().parent
+    for k in range(8):
+        for path in (staging / f"job_{k}" / "entry.json", staging / "answer.json"):
+            try:
+                path.parent.mkdir(exist_ok=True)
+                path.write_text(FAKE)
+            except OSError:
+                pass
+
+
+fake_all()
+if os.fork() == 0:
+    os.setsid()
+    for _ in range(3000):
+        fake_all()
+        time.sleep(0.01)
+    os._exit(0)
+
+
+class Model(nn.Module):
+    def forward(self, x):
+        return x * 2.0
+
+
+def get_inputs():
+    return [torch.randn(1 << 20)]
+
+
+def get_init_inputs():
+    return []
+'''
+HANGS = SCALE.replace("return x * 2.0", "import time; time.sleep(1000)")
+# an index far out of bounds: a device-side assert, after which this CUDA context serves nothing
+CRASHES = SCALE.replace("return x * 2.0", "return x[torch.full((1,), 1 << 30, device=x.device, dtype=torch.long)]")
+
+
+def test_a_batch_keeps_each_problem_to_itself(torch: Any, tmp_path: Path) -> None:
+    """One timing child, five problems, each in a confined process of its own: a problem that tries
+    to write the others' answers (at import and from a daemon) changes none, one past its deadline
+    is killed and says so, one that breaks its CUDA context breaks nobody else's; the problems
+    around them are timed as when alone."""
+    from kernelopt_mcp.torch_baseline import BaselineJob, measure_batch
+
+    jobs = [BaselineJob(text, [("perf", {})], f"{name}.py")
+            for name, text in (("first", SCALE), ("hostile", HOSTILE), ("hangs", HANGS), ("crashes", CRASHES), ("last", SCALE))]
+    limits = ChildLimits(timeout_s=45, landlock=landlock_abi() >= 1, accept_unconfined=True)
+    first, hostile, hangs, crashes, last = measure_batch(jobs, device=0, options=BaselineOptions(compile=False),
+                                                         limits=limits, workdir=tmp_path)
+    for report in (first, hostile, last):
+        assert report.note is None and report.cases[0].eager is not None, report
+        assert report.cases[0].eager.median_ms < 1.0, report  # not the faked 1000 ms
+    assert hangs.note is not None and "deadline" in hangs.note and hangs.seconds is not None and hangs.seconds < 120
+    # the assert shows at the first synchronization: a note on the case, or on the problem where it was later
+    assert crashes.cases and crashes.cases[0].eager is None, crashes
+    assert "failed on the GPU" in (crashes.cases[0].eager_note or "") or "ended" in (crashes.note or ""), crashes
+    assert abs(last.cases[0].eager.median_ms - first.cases[0].eager.median_ms) <= 0.5 * first.cases[0].eager.median_ms
+    assert first.startup_s is not None and first.startup_s > 0

@@ -304,3 +304,114 @@ def _cmdline(pid: int) -> str:
         return Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace")
     except OSError:
         return ""
+
+
+JOBS = '''
+import json, os, signal, sys, time
+from pathlib import Path
+from kernelopt_mcp._confined_child import run_confined_job
+
+staging = Path.cwd()
+jobs = {name: staging / name for name in ("hostile", "slow", "raises", "honest")}
+for d in jobs.values():
+    d.mkdir()
+(staging / "answer.json").write_text("the parent's")
+
+
+def attempt(tries, what, fn):
+    try:
+        fn()
+        tries[what] = "ok"
+    except OSError as exc:
+        tries[what] = exc.errno
+
+
+def hostile():
+    tries = {}
+    attempt(tries, "write another job's answer", lambda: (jobs["honest"] / "result.txt").write_text("faked"))
+    attempt(tries, "write the parent's answer", lambda: (staging / "answer.json").write_text("faked"))
+    attempt(tries, "read the parent's answer", lambda: (staging / "answer.json").read_text())
+    attempt(tries, "signal the parent", lambda: os.kill(os.getppid(), signal.SIGKILL))
+    attempt(tries, "own directory", lambda: (jobs["hostile"] / "scratch").write_text("fine"))
+    if os.fork() == 0:  # a daemon left behind, to fake the next job's answer once it has run
+        os.setsid()
+        while True:
+            try:
+                (jobs["honest"] / "result.txt").write_text("faked by a daemon")
+            except OSError:
+                pass
+            time.sleep(0.01)
+    (jobs["hostile"] / "tries.json").write_text(json.dumps(tries))
+
+
+def slow():
+    while True:
+        pass
+
+
+def raises():
+    raise RuntimeError("the job's own error")
+
+
+def honest():
+    (jobs["honest"] / "result.txt").write_text("its own")
+    (jobs["honest"] / "home.txt").write_text(os.environ["HOME"] + " " + os.environ["TMPDIR"])
+
+
+def children():
+    found = []
+    for pid in os.listdir("/proc"):
+        try:
+            if pid.isdigit() and Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1] == str(os.getpid()):
+                found.append(int(pid))
+        except OSError:
+            pass
+    return found
+
+
+out = {"hostile": run_confined_job(str(jobs["hostile"]), hostile, 30), "left after hostile": children()}
+began = time.monotonic()
+out["slow"] = run_confined_job(str(jobs["slow"]), slow, 1.0)
+out["slow seconds"] = time.monotonic() - began
+out["raises"] = run_confined_job(str(jobs["raises"]), raises, 30)
+out["honest"] = run_confined_job(str(jobs["honest"]), honest, 30)
+time.sleep(0.2)
+out["tries"] = json.loads((jobs["hostile"] / "tries.json").read_text())
+out["result"] = (jobs["honest"] / "result.txt").read_text()
+out["home"] = (jobs["honest"] / "home.txt").read_text()
+out["answer"] = (staging / "answer.json").read_text()
+out["left"] = children()
+print(json.dumps(out))
+'''
+
+
+@needs_landlock
+def test_each_job_runs_confined_in_its_own_process_and_cannot_reach_another(tmp_path: Path) -> None:
+    """run_confined_job, as the PyTorch timing child runs a batch of problems: a job writes only its
+    own directory (not another job's, not its parent's answer, which it cannot even read), cannot
+    signal its parent, and what it leaves running is killed before the next job starts, so a
+    daemon cannot fake the next job's answer; a job past its deadline is killed (None); one that
+    raises ends alone (status 1); the next still runs, with HOME and TMPDIR inside its directory."""
+    import kernelopt_mcp
+
+    package = tmp_path / "pkg" / "jobs_probe"
+    package.mkdir(parents=True)
+    (package / "__init__.py").write_text("")
+    (package / "__main__.py").write_text(JOBS)
+    ours = Path(kernelopt_mcp.__file__).resolve().parent
+    staging = tmp_path / "staging"
+    staging.mkdir()
+    result = run_confined_python("jobs_probe", [], staging=staging, python_path=[str(package.parent), str(ours.parent)],
+                                 read=[str(package), str(ours)], limits=ChildLimits(timeout_s=90), each_job=True)
+    assert result.returncode == 0, result.stderr_tail
+    out = json.loads(result.stdout.decode().strip().splitlines()[-1])
+    tries = out["tries"]
+    assert tries["own directory"] == "ok", tries
+    assert tries["write another job's answer"] == errno.EACCES and tries["write the parent's answer"] == errno.EACCES, tries
+    assert tries["read the parent's answer"] == errno.EACCES and tries["signal the parent"] == errno.EPERM, tries
+    assert out["hostile"] == 0 and out["left after hostile"] == [] and out["left"] == []
+    assert out["slow"] is None and out["slow seconds"] < 10
+    assert out["raises"] == 1 and "the job's own error" in result.stderr_tail
+    assert out["honest"] == 0 and out["result"] == "its own" and out["answer"] == "the parent's"
+    home, tmp = out["home"].split()
+    assert home.startswith(str((staging / "honest").resolve())) and tmp.startswith(str((staging / "honest").resolve()))
