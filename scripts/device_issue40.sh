@@ -62,6 +62,12 @@ case "${1:-children}" in
     echo "baselines rc=$?"; tar -czf "$OUT/kb-run.tgz" .kb-run; head -40 "$OUT/baselines.txt"
     python3 -c 'import json,statistics as s; e=list(json.load(open(".kb-run/state.json"))["problems"].values()); b=[x["baseline_s"] for x in e if "baseline_s" in x]; c=[x["compile_s"] for x in e if "compile_s" in x]; i=[x["import_s"] for x in e if "import_s" in x]; print(f"imports {len(i)} median {s.median(i or [0]):.1f} s; baselines {len(b)} median {s.median(b or [0]):.1f} s max {max(b or [0]):.1f} s; compiles {len(c)} median {s.median(c or [0]):.1f} s")'
     tail -3 "$OUT/baselines.err" ;;
+  ray)  # issue 41 on the one GPU: tune through --devices 0 and --ray auto (carry .whl-ray: the slim ray wheel and its
+    # requirements, scripts/slim_ray_wheel.py), the same best as today's path
+    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site .whl-ray/*.whl > "$OUT/ray-install.log" 2>&1 \
+      || { echo "ray install failed"; tail -5 "$OUT/ray-install.log"; exit 1; }
+    gpu_tests ray 560 --timeout 500 -s tests/gpu/test_ray_gpu.py
+    grep -A12 '^{' "$OUT/ray.log" | head -30 ;;
   imports)
     timeout 560 python3 bench/kernelbench_import.py .kb --jobs 16 --max-gib 6 --timeout 300 --json "$OUT/imports.json" > "$OUT/imports.md" 2> "$OUT/imports.err"
     echo "imports rc=$?"; cat "$OUT/imports.md" ;;
