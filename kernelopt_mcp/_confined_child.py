@@ -200,6 +200,18 @@ def _installation() -> list[str]:
 
 
 
+def _path_of_what_runs(execute: list[str]) -> None:
+    """PATH cut to the directories beneath ``execute``: a program looked up by name is then one the
+    child may run, or not found (FileNotFoundError, which programs handle: torch.compile asks for
+    ``nvcc --version`` on every compile and goes on without it), never found and refused (EACCES,
+    which they do not: it failed every torch.compile on the H100 where /usr/local/cuda/bin was on
+    PATH)."""
+    roots = [os.path.realpath(p) for p in execute]
+    kept = [d for d in os.environ.get("PATH", "").split(os.pathsep)
+            if d and any(os.path.realpath(d) == r or os.path.realpath(d).startswith(r.rstrip("/") + "/") for r in roots)]
+    os.environ["PATH"] = os.pathsep.join(kept)
+
+
 def confine(config: dict[str, Any]) -> str:
     """Landlock, seccomp and rlimits on this process, as CONFIG says; what was applied.
 
@@ -220,6 +232,7 @@ def confine(config: dict[str, Any]) -> str:
             execute=config.get("execute", []), list_only=config["python_path"],
         )
         applied = done.describe()
+        _path_of_what_runs(config.get("execute", []))
     try:
         # the CUDA driver makes a UNIX socket as it starts (cuInit fails with error 304 without one)
         applied += ", " + sandbox.restrict_syscalls(unix_sockets=gpu)

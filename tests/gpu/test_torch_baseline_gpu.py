@@ -207,7 +207,7 @@ async def test_the_benchmark_tool_puts_pytorch_beside_a_passing_result(torch: An
     from kernelopt_mcp.server_config import ServerConfig
 
     (tmp_path / "1_VectorAdd.py").write_text(VECTOR_ADD)
-    import_torch_problem(tmp_path / "1_VectorAdd.py", tmp_path / "va")
+    import_torch_problem(tmp_path / "1_VectorAdd.py", tmp_path / "va" / "p1_VectorAdd")  # a directory of workloads
     settings = Settings(harness=harness_binary, workload_dirs=(tmp_path / "va",), cache_dir=tmp_path / "cache")
     async with in_memory_server(ServerConfig(settings=settings, workspace=tmp_path / "ws")) as (client, _):
         args = {"workload": "p1_VectorAdd", "source": ADD_KERNEL.format(name="p1_VectorAdd"), "launch": LAUNCH,

@@ -415,3 +415,32 @@ def test_each_job_runs_confined_in_its_own_process_and_cannot_reach_another(tmp_
     assert out["honest"] == 0 and out["result"] == "its own" and out["answer"] == "the parent's"
     home, tmp = out["home"].split()
     assert home.startswith(str((staging / "honest").resolve())) and tmp.startswith(str((staging / "honest").resolve()))
+
+
+@needs_landlock
+def test_path_holds_only_what_the_child_may_run(tmp_path: Path) -> None:
+    """A program looked up by name in a confined child is one it may run, or not found
+    (FileNotFoundError, which torch.compile handles when it asks for ``nvcc --version``), never
+    found and refused (PermissionError: every torch.compile failed so on the H100, nvcc being on
+    PATH but not executable there)."""
+    allowed, other = tmp_path / "allowed", tmp_path / "other"
+    for d, tool in ((allowed, "tool_a"), (other, "tool_b")):
+        d.mkdir()
+        (d / tool).write_text("#!/bin/sh\nexit 0\n")
+        (d / tool).chmod(0o755)
+    package = tmp_path / "pkg" / "path_probe"
+    package.mkdir(parents=True)
+    (package / "__init__.py").write_text("")
+    (package / "__main__.py").write_text(
+        "import json, shutil, subprocess\n"
+        "try:\n    subprocess.run(['tool_b'])\n    ran = 'ran'\nexcept OSError as exc:\n    ran = type(exc).__name__\n"
+        "print(json.dumps({'a': shutil.which('tool_a'), 'b': shutil.which('tool_b'), 'run b': ran}))\n"
+    )
+    staging = tmp_path / "staging"
+    staging.mkdir()
+    result = run_confined_python("path_probe", [], staging=staging, python_path=[str(package.parent)], read=[str(package)],
+                                 execute=[str(allowed)], env={"PATH": f"{allowed}{os.pathsep}{other}"},
+                                 limits=ChildLimits(timeout_s=60))
+    assert result.returncode == 0, result.stderr_tail
+    found = json.loads(result.stdout)
+    assert found == {"a": str(allowed / "tool_a"), "b": None, "run b": "FileNotFoundError"}, found
