@@ -229,7 +229,9 @@ def confine(config: dict[str, Any]) -> str:
             read=[*_installation(), *config["read"], *sandbox.mapped_library_dirs(), *library_path, *SYSTEM_READ,
                   *(GPU_READ if gpu else ())],
             write=[*config["write"], "/dev/null", *((*sorted(glob.glob(GPU_DEVICE_FILES)), *GPU_WRITE) if gpu else ())],
-            execute=config.get("execute", []), list_only=config["python_path"],
+            # the dynamic loader with what may be executed: dynamically linked programs need it
+            execute=[*config.get("execute", []), *(sandbox.dynamic_loader() if config.get("execute") else ())],
+            list_only=config["python_path"],
         )
         applied = done.describe()
         _path_of_what_runs(config.get("execute", []))

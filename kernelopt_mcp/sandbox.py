@@ -318,6 +318,23 @@ def mapped_library_dirs() -> list[str]:
     return list(dirs)
 
 
+def dynamic_loader() -> list[str]:
+    """The dynamic loader this process was started with (``ld-linux-x86-64.so.2`` and the like, as
+    mapped): a child allowed to execute programs needs it executable too, or every dynamically
+    linked one fails with EACCES (the kernel opens the loader for execution as it starts them)."""
+    found: dict[str, None] = {}
+    try:
+        with open("/proc/self/maps", encoding="utf-8", errors="replace") as f:
+            for line in f:
+                parts = line.split(maxsplit=5)
+                path = parts[5].strip() if len(parts) == 6 else ""
+                if path.startswith("/") and os.path.basename(path).startswith(("ld-linux", "ld-musl", "ld64.so")):
+                    found[path] = None
+    except OSError:
+        pass
+    return list(found)
+
+
 def set_rlimit(kind: int, value: int) -> None:
     """Set both limits of resource ``kind`` to ``value``, never above the hard limit."""
     import resource  # a worker's module: Linux only by design

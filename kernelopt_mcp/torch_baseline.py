@@ -177,6 +177,15 @@ def _execute_paths(dirs: Sequence[str]) -> list[str]:
     return [*found, *COMPILER_EXECUTE]
 
 
+def compiler_access(python_path: Sequence[str] = ()) -> tuple[list[str], list[str]]:
+    """What a child that runs torch.compile may read besides torch (the C headers, Python's) and
+    execute (triton's ptxas, the C compiler), with torch found on this interpreter's path or
+    ``python_path``."""
+    include = sysconfig.get_paths().get("include")
+    read = [*COMPILER_READ, *([include] if include else [])]
+    return read, _execute_paths([*installed_requirements("torch").path, *python_path])
+
+
 @dataclass(frozen=True)
 class BaselineJob:
     """One problem to time: its file's source, the cases (name, size constants) and a label."""
@@ -260,7 +269,7 @@ def _run_child(
         request = {"answer": str(answer_path), "device": device, "seed": seed, "problems": problems,
                    "problem_timeout_s": limits.timeout_s, **options.timing()}
         (staging / "request.json").write_text(json.dumps(request))
-        include = sysconfig.get_paths().get("include")
+        read, execute = compiler_access(python_path)
         # torch.compile compiles in the problem's own process (no worker pool); its caches, triton's
         # and CUDA's lie in the problem's directory (the child sets them for each)
         env = {"TORCHINDUCTOR_COMPILE_THREADS": "1"}
@@ -268,9 +277,7 @@ def _run_child(
         backstop = replace(limits, timeout_s=limits.timeout_s * len(batch) + CHILD_START_S)
         result = run_torch_child(
             CHILD_MODULE, [str(staging / "request.json")], staging=staging, python=python, python_path=python_path,
-            read=[*COMPILER_READ, *([include] if include else [])],
-            execute=_execute_paths([*installed_requirements("torch").path, *python_path]), limits=backstop, env=env,
-            each_job=True,
+            read=read, execute=execute, limits=backstop, env=env, each_job=True,
         )
         if result.refused is not None:
             if result.missing == "torch":

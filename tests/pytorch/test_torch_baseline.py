@@ -180,6 +180,36 @@ def test_the_real_child_refuses_cleanly_where_torch_sees_no_cuda_device(tmp_path
     assert list(tmp_path.iterdir()) == []
 
 
+def test_torch_compile_runs_in_the_timing_childs_confinement_on_the_cpu(tmp_path: Path) -> None:
+    """torch.compile inside the confinement the timing child's problems get (run_torch_child with
+    compiler_access), here on the CPU, where inductor builds C++ with g++: it compiles and runs.
+    Found on the H100: every compile failed there, once on a program found on PATH but not
+    executable (nvcc) and once on the dynamic loader not executable (every compiler refused)."""
+    torch = pytest.importorskip("torch", reason="torch is not installed (pip install torch): PyTorch problems cannot be run")
+    from kernelopt_mcp.confined_python import run_torch_child
+    from kernelopt_mcp.torch_baseline import compiler_access
+
+    package = tmp_path / "pkg" / "compile_probe"
+    package.mkdir(parents=True)
+    (package / "__init__.py").write_text("")
+    (package / "__main__.py").write_text(
+        "import json, torch\n"
+        "f = torch.compile(lambda x: torch.relu(x) * 2 + 1)\n"
+        "x = torch.randn(1000)\n"
+        "print(json.dumps({'same': bool(torch.equal(f(x), torch.relu(x) * 2 + 1))}))\n"
+    )
+    site = str(Path(torch.__file__).resolve().parent.parent)
+    read, execute = compiler_access([site])
+    staging = tmp_path / "staging"
+    staging.mkdir()
+    result = run_torch_child("compile_probe", [], staging=staging, python_path=[str(package.parent), site],
+                             read=[str(package), *read], execute=execute,
+                             limits=ChildLimits(timeout_s=600, landlock=landlock_abi() >= 1, accept_unconfined=True),
+                             env={"TORCHINDUCTOR_COMPILE_THREADS": "1", "TORCHINDUCTOR_CACHE_DIR": str(staging / ".inductor")})
+    assert result.returncode == 0, result.stderr_tail
+    assert json.loads(result.stdout.decode().strip().splitlines()[-1]) == {"same": True}, result.stderr_tail
+
+
 # --- the cache ----------------------------------------------------------------------------------
 
 

@@ -422,19 +422,23 @@ def test_path_holds_only_what_the_child_may_run(tmp_path: Path) -> None:
     """A program looked up by name in a confined child is one it may run, or not found
     (FileNotFoundError, which torch.compile handles when it asks for ``nvcc --version``), never
     found and refused (PermissionError: every torch.compile failed so on the H100, nvcc being on
-    PATH but not executable there)."""
+    PATH but not executable there); and a dynamically linked program it may run does run (the
+    loader is executable too: without it, g++ failed torch.compile's CPU code with EACCES)."""
+    import shutil
+
     allowed, other = tmp_path / "allowed", tmp_path / "other"
     for d, tool in ((allowed, "tool_a"), (other, "tool_b")):
         d.mkdir()
-        (d / tool).write_text("#!/bin/sh\nexit 0\n")
-        (d / tool).chmod(0o755)
+        shutil.copy("/bin/true", d / tool)  # dynamically linked
     package = tmp_path / "pkg" / "path_probe"
     package.mkdir(parents=True)
     (package / "__init__.py").write_text("")
     (package / "__main__.py").write_text(
         "import json, shutil, subprocess\n"
-        "try:\n    subprocess.run(['tool_b'])\n    ran = 'ran'\nexcept OSError as exc:\n    ran = type(exc).__name__\n"
-        "print(json.dumps({'a': shutil.which('tool_a'), 'b': shutil.which('tool_b'), 'run b': ran}))\n"
+        "def run(tool):\n    try:\n        return subprocess.run([tool]).returncode\n    except OSError as exc:\n"
+        "        return type(exc).__name__\n"
+        "print(json.dumps({'a': shutil.which('tool_a'), 'b': shutil.which('tool_b'), 'run a': run('tool_a'),"
+        " 'run b': run('tool_b')}))\n"
     )
     staging = tmp_path / "staging"
     staging.mkdir()
@@ -443,4 +447,4 @@ def test_path_holds_only_what_the_child_may_run(tmp_path: Path) -> None:
                                  limits=ChildLimits(timeout_s=60))
     assert result.returncode == 0, result.stderr_tail
     found = json.loads(result.stdout)
-    assert found == {"a": str(allowed / "tool_a"), "b": None, "run b": "FileNotFoundError"}, found
+    assert found == {"a": str(allowed / "tool_a"), "b": None, "run a": 0, "run b": "FileNotFoundError"}, found
