@@ -246,12 +246,14 @@ def time_job(torch: Any, problem: dict[str, Any], request: dict[str, Any], path:
     _job_caches(path.parent)
     entry: dict[str, Any] = {"cases": [], "error": None, "finished": False}
     answer = Answer(path, entry)
+    began = time.monotonic()
     device, found = start_cuda(torch, int(request["device"]))
     if device is None:
         entry["error"] = found["error"]
         answer.write()
         return
     flush = _Flush(torch, device, found["l2_bytes"] if request["flush_l2"] else 0)
+    entry["cuda_s"] = round(time.monotonic() - began, 3)
     answer.write()
     time_problem(torch, problem, device, flush, request, entry, answer)
     entry["finished"] = True
@@ -298,7 +300,8 @@ def problem_entry(raw: dict[str, Any], problem: dict[str, Any]) -> dict[str, Any
         cases.append({"name": c["name"], "eager": _times(c.get("eager")), "eager_note": _text(c.get("eager_note")),
                       "compile": _times(c.get("compile")), "compile_note": _text(c.get("compile_note")),
                       "compile_s": _seconds(c.get("compile_s"))})
-    return {"label": problem.get("label"), "cases": cases, "error": _text(raw.get("error")), "finished": raw.get("finished") is True}
+    return {"label": problem.get("label"), "cases": cases, "error": _text(raw.get("error")), "finished": raw.get("finished") is True,
+            "cuda_s": _seconds(raw.get("cuda_s"))}
 
 
 def _ended(status: int | None, timeout_s: float, cases: int) -> str:
@@ -315,7 +318,12 @@ def run(request: dict[str, Any], answer: Answer) -> None:
         answer.data["error"] = f"torch cannot be imported ({line(exc)}): install torch (pip install torch)"
         answer.data["blocked"] = True
         return
+    try:  # what every problem's process would import again: torch.compile's front end (no CUDA context)
+        import torch._dynamo
+    except ImportError:
+        pass
     answer.data["torch_version"] = torch.__version__
+    answer.data["import_s"] = round(time.monotonic() - STARTED, 3)
     staging = Path(request["answer"]).parent
     first = staging / "job_probe" / "probe.json"
     first.parent.mkdir()

@@ -127,6 +127,7 @@ class BaselineReport(BaseModel):
                                   "process and CUDA context, compiles included)")
     startup_s: float | None = Field(None, description="the timing child's start: torch's import and a first CUDA "
                                     "context, paid once per batch")
+    cuda_s: float | None = Field(None, description="this problem's own process: its CUDA context's start (in seconds)")
 
     @classmethod
     def unmeasured(cls, note: str, problem_sha256: str | None = None, *, blocked: bool = False) -> BaselineReport:
@@ -272,7 +273,9 @@ def _run_child(
         read, execute = compiler_access(python_path)
         # torch.compile compiles in the problem's own process (no worker pool); its caches, triton's
         # and CUDA's lie in the problem's directory (the child sets them for each)
-        env = {"TORCHINDUCTOR_COMPILE_THREADS": "1"}
+        # torch asks NVML, not CUDA, whether a GPU is there: the child's first process, which
+        # forks the problems' processes, must never start CUDA itself
+        env = {"TORCHINDUCTOR_COMPILE_THREADS": "1", "PYTORCH_NVML_BASED_CUDA_CHECK": "1"}
         # the child kills a problem at its deadline; the supervisor's is the backstop
         backstop = replace(limits, timeout_s=limits.timeout_s * len(batch) + CHILD_START_S)
         result = run_torch_child(
@@ -326,7 +329,7 @@ def _report(answer: dict[str, Any], entry: dict[str, Any], digest: str, options:
         note = (f"the timing child ran past its {limit_s:.0f} s deadline after {len(cases)} case(s)" if stopped == "timed out"
                 else f"the timing child stopped ({stopped or 'no answer'}) after {len(cases)} case(s)")
     return BaselineReport(problem_sha256=digest, cases=cases, note=note, options=options.timing(),
-                          seconds=entry.get("seconds"), startup_s=answer.get("startup_s"))
+                          seconds=entry.get("seconds"), startup_s=answer.get("startup_s"), cuda_s=entry.get("cuda_s"))
 
 
 # --- an imported workload's baselines, cached --------------------------------------------------

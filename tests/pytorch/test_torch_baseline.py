@@ -579,15 +579,16 @@ def test_a_problems_own_answer_is_cut_to_the_fields_and_cases_asked_for() -> Non
             "not a record",
             {"name": "small", "eager": {"times_ms": [float("nan")]}, "compile": {"times_ms": [True]}, "compile_s": 2.5},
         ],
-        "error": 42, "finished": "yes", "device_name": "faked",
+        "error": 42, "finished": "yes", "device_name": "faked", "cuda_s": 1.25,
     }
     entry = problem_entry(raw, problem)
     assert entry["label"] == "p.py" and entry["error"] is None and entry["finished"] is False and "device_name" not in entry
+    assert entry["cuda_s"] == 1.25
     perf, small = entry["cases"]
     assert perf == {"name": "perf", "eager": {"times_ms": [0.5, 0.25]}, "eager_note": None, "compile": None,
                     "compile_note": "x" * 400, "compile_s": None}
     assert small["name"] == "small" and small["eager"] is None and small["compile"] is None and small["compile_s"] == 2.5
-    assert problem_entry({}, problem) == {"label": "p.py", "cases": [], "error": None, "finished": False}
+    assert problem_entry({}, problem) == {"label": "p.py", "cases": [], "error": None, "finished": False, "cuda_s": None}
     assert problem_entry({"cases": {"perf": 1}, "finished": True}, problem)["cases"] == []
 
 
