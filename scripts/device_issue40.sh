@@ -45,7 +45,7 @@ case "${1:-children}" in
     timeout 560 kernelopt kernelbench .kb12 --level 1 2 --solutions bench/kernelbench_solutions -o "$OUT/kb12" > "$OUT/suite.txt" 2> "$OUT/suite.err"
     echo "suite rc=$?"; cat "$OUT/suite.txt" | head -60; tail -5 "$OUT/suite.err" ;;
   mini)  # the baseline child alone, eager only, its stderr shown; then a batch that keeps each problem to itself
-    timeout 60 python3 scripts/dev_diag40.py > "$OUT/diag.jsonl" 2> "$OUT/diag.err"; echo "diag rc=$?"; cut -c1-2500 "$OUT/diag.jsonl"
+    timeout 150 python3 scripts/dev_diag40.py compile > "$OUT/diag.jsonl" 2> "$OUT/diag.err"; echo "diag rc=$?"; cut -c1-2500 "$OUT/diag.jsonl"
     tail -5 "$OUT/diag.err"
     gpu_tests batch 200 --timeout 180 tests/gpu/test_torch_baseline_gpu.py::test_a_batch_keeps_each_problem_to_itself
     cut -c1-2500 "$OUT/batch.failures.txt" 2>/dev/null | head -40 ;;
