@@ -213,7 +213,8 @@ class DataFile(_Model):
     path: str = Field(description="relative to the file that names it, or absolute")
     sha256: str | None = Field(None, description="checked when given")
     drawn_from: DrawnGenerator | None = Field(
-        None, description="the generator these bytes were drawn from: hidden data sets redraw from it with their own seed"
+        None,
+        description="the generator these bytes were drawn from: hidden data sets redraw from it with their own seed"
     )
     hidden_path: str | None = Field(
         None, description="a second data file of the same dtype and shape, used by hidden data sets instead of `path` "
@@ -221,7 +222,8 @@ class DataFile(_Model):
     )
 
 
-Generator = Annotated[Uniform | Normal | RandInt | Choice | Arange | Constant | DataFile, Field(discriminator="generator")]
+Generator = Annotated[Uniform | Normal | RandInt | Choice | Arange | Constant | DataFile,
+                      Field(discriminator="generator")]
 
 
 # --- cases, tolerances, references -----------------------------------------------------
@@ -278,8 +280,9 @@ class Reference(_Model):
         description="NumPy oracle: a file defining reference(**params) -> {output name: array}",
     )
     cuda: str | None = Field("reference.cu", description="CUDA reference kernel, same signature")
-    torch: str | None = Field(None, description="a PyTorch problem file (KernelBench's format; `kernelopt import-torch`): the "
-                              "module, run by torch on the GPU on the inputs the harness drew, gives the expected outputs")
+    torch: str | None = Field(None, description="a PyTorch problem file (KernelBench's format; `kernelopt "
+                              "import-torch`): the module, run by torch on the GPU on the inputs the harness drew, "
+                              "gives the expected outputs")
     launch: LaunchSpec | None = Field(None, description="launch configuration of the CUDA reference")
     compile_options: list[str] = Field(default_factory=list)
 
@@ -415,7 +418,8 @@ def check_cases(signature: Signature, cases: list[Case], default_inputs: dict[st
     input_names = {p.name for p in signature.inputs}
     for name in default_inputs:
         if name not in input_names:
-            raise ValueError(f"inputs.{name}: not an input buffer (in/inout buffers: {', '.join(sorted(input_names)) or 'none'})")
+            raise ValueError(f"inputs.{name}: not an input buffer (in/inout buffers: "
+                             f"{', '.join(sorted(input_names)) or 'none'})")
     for case in cases:
         where = f"case {case.name!r}"
         wanted = {p.name: p for p in signature.scalars}
@@ -534,7 +538,8 @@ def attach_sources(spec: WorkloadSpec, root: Path, origin: str) -> Workload:
     if spec.reference.torch:
         wl.torch_problem = root / spec.reference.torch
         if not _is_file(wl.torch_problem):
-            raise WorkloadError(f"{wl.torch_problem}: reference.torch not found; re-import the problem (kernelopt import-torch)")
+            raise WorkloadError(f"{wl.torch_problem}: reference.torch not found; re-import the problem (kernelopt "
+                                "import-torch)")
         _check_torch_mapping(spec, root / "workload.json")
     if spec.initial is not None:
         wl.initial_cu = read_text(root / spec.initial.source, "initial.source")
@@ -544,7 +549,8 @@ def attach_sources(spec: WorkloadSpec, root: Path, origin: str) -> Workload:
             "reference (cuda), or a PyTorch problem (torch); without one there is nothing to check kernels against"
         )
     if not spec.reference.torch and not spec.reference.python:  # (PyTorch is a reference independent of any kernel)
-        wl.notes.append("no NumPy oracle: expected outputs come from the CUDA reference, which is not independently checked")
+        wl.notes.append("no NumPy oracle: expected outputs come from the CUDA reference, which is not independently "
+                        "checked")
     if spec.imported is not None and spec.imported.degenerate:
         found = spec.imported.degenerate
         more = f" (and {len(found) - 1} more: workload.json's imported.degenerate)" if len(found) > 1 else ""
@@ -564,7 +570,8 @@ def _check_torch_mapping(spec: WorkloadSpec, where: Path) -> None:
     bad += [f"state: {n!r}" for n in im.state if n not in inputs]
     bad += [f"output: {im.output!r}"] if im.output not in {p.name for p in sig.outputs} else []
     if bad:
-        raise WorkloadError(f"{where}: imported.{bad[0]} is no input buffer, scalar or output of the signature as it should be")
+        raise WorkloadError(f"{where}: imported.{bad[0]} is no input buffer, scalar or output of the signature as it "
+                            "should be")
     missing = [c.name for c in spec.cases if c.name not in im.sizes]
     if missing:
         raise WorkloadError(f"{where}: imported.sizes: no size constants for case(s) {', '.join(missing)}")

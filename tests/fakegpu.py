@@ -357,8 +357,8 @@ def write_harness(directory: Path, mode: str, devices: int = 1) -> Path:
     log = directory / "harness-env.jsonl"
     requests = directory / "harness-requests.jsonl"
     wrapper.write_text(
-        f"#!/bin/sh\nKO_FAKE_GPU={mode} KO_FAKE_DEVICES={devices} KO_FAKE_ENV_LOG='{log}' KO_FAKE_REQUEST_LOG='{requests}' "
-        f"exec {sys.executable} {script} \"$@\"\n"
+        f"#!/bin/sh\nKO_FAKE_GPU={mode} KO_FAKE_DEVICES={devices} KO_FAKE_ENV_LOG='{log}' "
+        f"KO_FAKE_REQUEST_LOG='{requests}' exec {sys.executable} {script} \"$@\"\n"
     )
     wrapper.chmod(0o755)
     return wrapper
@@ -411,7 +411,8 @@ def server_command(*args: str) -> list[str]:
 
 
 @asynccontextmanager
-async def stdio_server(*args: str, env: dict[str, str] | None = None, read_timeout_s: float = 600) -> AsyncIterator[Any]:
+async def stdio_server(*args: str, env: dict[str, str] | None = None,
+                       read_timeout_s: float = 600) -> AsyncIterator[Any]:
     """kernelopt-mcp run with ``args`` as a subprocess, and the SDK's Client on its stdio. The
     environment is this one (the SDK passes a minimal one by default) plus ``env``, with the
     checkout on PYTHONPATH."""
@@ -512,7 +513,8 @@ async def spread_over_devices(
 
     harness = write_harness(tmp_path, "fake", devices=2)
     extra = write_tiny_workload(tmp_path / "extra")
-    env = {"KERNELOPT_HARNESS": str(harness), "KERNELOPT_WORKLOADS": str(extra), "KERNELOPT_CACHE": str(tmp_path / "cache")}
+    env = {"KERNELOPT_HARNESS": str(harness), "KERNELOPT_WORKLOADS": str(extra),
+           "KERNELOPT_CACHE": str(tmp_path / "cache")}
     results: list[dict[str, Any]] = []
     async with stdio_server("--workspace", str(tmp_path / "ws"), *server_args, env=env) as client:
         async def one(i: int) -> None:
@@ -529,7 +531,8 @@ async def spread_over_devices(
     return results, props.structured_content
 
 
-def evaluate_pair(tmp_path: Path, monkeypatch: Any, features: str, spec: dict[str, Any], mode: str) -> tuple[Any, Any, list[str]]:
+def evaluate_pair(tmp_path: Path, monkeypatch: Any, features: str, spec: dict[str, Any],
+                  mode: str) -> tuple[Any, Any, list[str]]:
     """The tiny workload ``spec`` on the pretend GPU announcing ``features``: the kernel of ``mode``
     and the plain one evaluated in one session (workdir ``tmp_path/w``, whose requests
     :func:`written_requests` reads); both results and the session's checks."""

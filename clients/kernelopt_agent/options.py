@@ -88,7 +88,8 @@ class OptimizeOptions:
         """The benchmark and autotune tools' timing arguments: the counts given, and the stopping
         rule: searching stops on precision (the median's relative standard error) unless a launch
         count was asked for (--warmup or --iterations)."""
-        args: dict[str, Any] = {k: v for k, v in (("warmup", self.warmup), ("iterations", self.iterations)) if v is not None}
+        args: dict[str, Any] = {k: v for k, v in (("warmup", self.warmup), ("iterations", self.iterations))
+                                if v is not None}
         args["stop"] = self.stop or ("count" if args else "precision")
         return args
 
@@ -170,7 +171,8 @@ class OptimizeOptions:
         if self.max_iterations < 0:
             raise OptionsError(f"--max-iterations must be >= 0 (got {self.max_iterations})")
         if self.reasoning_effort not in EFFORTS:
-            raise OptionsError(f"--reasoning-effort must be one of {', '.join(EFFORTS)} (got {self.reasoning_effort!r})")
+            raise OptionsError(f"--reasoning-effort must be one of {', '.join(EFFORTS)} (got "
+                               f"{self.reasoning_effort!r})")
         if self.max_tokens is not None and self.max_tokens <= 0:
             raise OptionsError("--max-tokens must be positive")
         self.check_model_api()
@@ -212,7 +214,8 @@ class OptimizeOptions:
             if f.name == "api_key":
                 continue
             value = getattr(self, f.name)
-            out[f.name] = str(value) if isinstance(value, Path) else [str(v) for v in value] if isinstance(value, tuple) else value
+            out[f.name] = (str(value) if isinstance(value, Path) else [str(v) for v in value]
+                           if isinstance(value, tuple) else value)
         out["base_url"] = redact_url(self.base_url)
         out["api_key"] = "set" if self.api_key else "not set"
         return out

@@ -56,7 +56,8 @@ class CaseResult(BaseModel):
         description="input buffers drawn afresh on the device before every timed launch (the others kept their bytes)",
     )
     checked_launches: int = Field(
-        0, description="timed launches (and the confirm launch) whose outputs the CUDA reference checked on their inputs"
+        0,
+        description="timed launches (and the confirm launch) whose outputs the CUDA reference checked on their inputs"
     )
     reference_checks: list[dict[str, Any]] = Field(
         default_factory=list,

@@ -46,7 +46,8 @@ def build_server(
     callable, and every tool is listed in full."""
     service = KerneloptService(config)
     app = KerneloptMCPServer(
-        "kernelopt", orchestrator=orchestrator, title="kernelopt: GPU kernel tools", version=__version__, instructions=INSTRUCTIONS,
+        "kernelopt", orchestrator=orchestrator, title="kernelopt: GPU kernel tools", version=__version__,
+        instructions=INSTRUCTIONS,
         log_level=log_level,  # one of --log-level's choices
         middleware=[ClientIdentity()], **token_auth({**(tokens or {}), **({TOKEN_CLIENT: token} if token else {})}),
     )

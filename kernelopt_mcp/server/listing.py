@@ -57,7 +57,8 @@ def summary(description: str) -> str:
 
 def compact_tool(tool: Tool) -> Tool:
     """The default listing's view of a tool (see the module docstring)."""
-    description = summary(tool.description or "") + f"\nFull manual and result schema: {DOCS_URI.format(name=tool.name)}"
+    description = (summary(tool.description or "") + "\nFull manual and result schema: "
+                   f"{DOCS_URI.format(name=tool.name)}")
     return tool.model_copy(update={
         "description": description, "input_schema": compact_input_schema(tool.input_schema), "output_schema": None,
     })

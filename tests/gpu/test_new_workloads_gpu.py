@@ -53,11 +53,13 @@ def test_optimize_tune_without_a_key_finishes_with_a_tuned_kernel(
     monkeypatch.chdir(tmp_path)
     monkeypatch.delenv("OPENAI_API_KEY", raising=False)
     monkeypatch.setenv("KERNELOPT_DOCS_OFFLINE", "1")
-    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(REPO), str(REPO / "clients"), os.environ.get("PYTHONPATH")])))
+    monkeypatch.setenv("PYTHONPATH",
+                       os.pathsep.join(filter(None, [str(REPO), str(REPO / "clients"), os.environ.get("PYTHONPATH")])))
     results = tmp_path / "results"
     code = agent_main(["optimize", "--workload", name, "--strategy", "tune", "--tune-evals", str(evals),
                        "--tune-seconds", "600", "--harness", str(harness_binary), "--workspace", str(tmp_path / "ws"),
-                       "--results-dir", str(results), "--warmup", str(warmup), "--iterations", str(iterations), "--quiet"])
+                       "--results-dir", str(results), "--warmup", str(warmup), "--iterations",
+                       str(iterations), "--quiet"])
     run = results / "run-001"
     summary = read(run / "summary.json")
     assert code == 0, summary
@@ -84,7 +86,8 @@ def test_attention_reference_matches_the_oracle_and_the_naive_kernel_passes(
     proc: HarnessProcess, device: DeviceInfo, tmp_path: Path
 ) -> None:
     wl = find_workload("attention_fwd", Settings())
-    with Session(wl, proc, device, workdir=tmp_path, options=EvaluateOptions(warmup=1, iterations=5, timeout_s=300)) as ev:
+    with Session(wl, proc, device, workdir=tmp_path,
+                 options=EvaluateOptions(warmup=1, iterations=5, timeout_s=300)) as ev:
         prepare(ev, time_reference=True)  # the CUDA reference against the oracle on every correctness case
         assert ev.reference_result is not None and ev.reference_result.ok
         result = evaluate(ev, initial_candidate(wl))

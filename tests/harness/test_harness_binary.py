@@ -152,6 +152,7 @@ def test_native_harness_ctest_suite(repo: Path, tmp_path: Path) -> None:
         check=True, capture_output=True, timeout=300,
     )
     subprocess.run(["cmake", "--build", str(build), "-j2"], check=True, capture_output=True, timeout=900)
-    p = subprocess.run(["ctest", "--test-dir", str(build), "--output-on-failure"], capture_output=True, text=True, timeout=300)
+    p = subprocess.run(["ctest", "--test-dir", str(build), "--output-on-failure"], capture_output=True,
+                       text=True, timeout=300)
     assert p.returncode == 0, p.stdout[-3000:]
     assert "100% tests passed" in p.stdout
