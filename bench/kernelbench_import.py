@@ -7,9 +7,9 @@ the refusals by reason, and per import its wall time and the bytes it wrote (iss
 KERNELBENCH_DIR holds level1/ ... level3/ (KernelBench's KernelBench/ folder; never copied into this
 repository). Problems import in ``--jobs`` processes at once (default: the CPUs, at most 16), each a
 fresh process of its own (kernelopt_mcp.suite_imports, the import children of `kernelopt kernelbench --jobs`)
-with torch limited to one thread, its data memory capped (``--max-gib``, default the machine's memory over the jobs) and a
-deadline (``--timeout``): an import that runs away is a row of the table, not the end of the bench.
-Needs torch.
+with torch limited to one thread, its data memory capped (``--max-gib``, default the machine's memory over
+the jobs) and a deadline (``--timeout``): an import that runs away is a row of the table, not the end of the
+bench. Needs torch.
 """
 
 from __future__ import annotations

@@ -251,8 +251,8 @@ def throughput(bench: Bench, workloads: tuple[str, ...] = ("sgemm", "softmax"), 
                         "compiled ahead": "-" if ahead is None else ahead,
                         "launches": sum(s for _, _, s in runs) / n, "wall s": wall / 1e3, "per minute": 60e3 * n / wall,
                         "kernel share": sum(k for _, k, _ in runs) / wall,
-                        "target": "-" if target is None else ("met" if 60e3 * n / wall >= target
-                                                              else f"NOT met (>= {target})"),
+                        "target": ("-" if target is None
+                                   else "met" if 60e3 * n / wall >= target else f"NOT met (>= {target})"),
                     })
     sec.notes.append(f"{bench.options.warmup} warm-up per performance case; count: {bench.options.iterations} measured "
                      f"launches; precision: {PRECISION_MIN_ITERATIONS}, then rounds until the median's rse <= "
@@ -453,8 +453,8 @@ def tuning(bench: Bench, workload: str = "sgemm", budget: int = 24) -> Section:
     modes = {
         "before issue 17: 10 + 100 launches, compiles in turn": (seed_way, False, False),
         "10 + 100 launches, compiles ahead": (seed_way, False, True),
-        "defaults: precision rule, compiles ahead, early stop": (app.evaluate_options(bench.settings, stop="precision"),
-                                                                 True, True),
+        "defaults: precision rule, compiles ahead, early stop": (
+            app.evaluate_options(bench.settings, stop="precision"), True, True),
     }
     runs = {}
     for mode, (options, early, ahead) in modes.items():

@@ -87,8 +87,8 @@ ENTRIES: dict[str, Entry] = {
     "gemm_bf16_wgmma": Entry("gemm_bf16", "tunable_wgmma.json", "torch", 0.9,
                              note="wgmma (sm_90a); issue 16: >= 90% of cuBLAS bf16 at 4096^3 and 8192x8192x4096"),
     "gemm_bf16_tma": Entry("gemm_bf16", "tunable_tma.json", "torch", 0.9,
-                           note="TMA + mbarrier + wgmma, warp-specialized (sm_90a, tensor maps); issue 16: >= 90% of "
-                           "cuBLAS"),
+                           note="TMA + mbarrier + wgmma, warp-specialized (sm_90a, tensor maps); "
+                           "issue 16: >= 90% of cuBLAS"),
     "attention_fwd": Entry("attention_fwd", "tunable.json", "torch", 1.0,
                            ("d128_4x32x4096", "d128_4x32x4096_causal", "d64_4x32x4096", "d64_4x32x4096_causal"),
                            "issue 16: >= 1.0x PyTorch SDPA (flash backend)"),

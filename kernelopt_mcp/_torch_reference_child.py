@@ -167,8 +167,8 @@ def run(request: dict[str, Any], answer: Answer) -> None:
     else:
         ordinal = int(request["device"])
         if not 0 <= ordinal < count:
-            answer.data["error"] = (f"torch {torch.__version__} sees {count} CUDA device(s); device {ordinal} is not "
-                                    "one of them")
+            answer.data["error"] = (f"torch {torch.__version__} sees {count} CUDA device(s); "
+                                    f"device {ordinal} is not one of them")
             return
         device = torch.device("cuda", ordinal)
         torch.cuda.set_device(device)

@@ -470,8 +470,8 @@ def torch_baselines(
     if imported_problem(workload) is None:
         return None
     if progress is not None:
-        progress("timing PyTorch eager and torch.compile on the performance cases (a child process; cached after)", 0,
-                 1)
+        progress("timing PyTorch eager and torch.compile on the performance cases (a child process; cached after)",
+                 0, 1)
     try:
         return settings_baselines(settings, workload, device, options)
     except (KerneloptError, OSError) as exc:

@@ -137,7 +137,8 @@ def _profile(sp: argparse.ArgumentParser) -> None:
 
 
 def _docs(sp: argparse.ArgumentParser) -> None:
-    # no --harness/--device: it needs no GPU (the arch comes from --arch, else KERNELOPT_ARCH, else a GPU if one is set up)
+    # no --harness/--device: it needs no GPU (the arch comes from --arch, else KERNELOPT_ARCH, else a GPU if one is
+    # set up)
     sp.add_argument("query", nargs="+", help="a few words, e.g. shared memory bank conflicts")
     sp.add_argument("--arch", help="rank guidance for this GPU first, e.g. sm_90 (default: the GPU's, if any)")
     sp.add_argument("--offline", action="store_true", help="no network: the shipped notes and cached NVIDIA pages only")
@@ -155,8 +156,8 @@ def _tune(sp: argparse.ArgumentParser) -> None:
     sp.add_argument("tunable", nargs="?", help="TUNABLE.json: a path, or the name of a spec beside the workload "
                     "(sgemm: tunable_3xtf32.json) (default: the workload's tunable.json)")
     sp.add_argument("--strategy", choices=STRATEGIES, default="auto",
-                    help="exhaustive, random, tpe (optuna) or auto: exhaustive when the valid space fits the budget "
-                    "(default)")
+                    help="exhaustive, random, tpe (optuna) or auto: exhaustive when the valid space fits "
+                    "the budget (default)")
     sp.add_argument("--budget-evals", type=int, help="configurations to try at most, the untuned defaults included")
     sp.add_argument("--budget-s", type=float, help="seconds: no new configuration starts after this")
     sp.add_argument("--seed", type=int, help="input seed (default: fresh, recorded)")
@@ -242,8 +243,8 @@ COMMANDS: dict[str, _Builtin] = {
     "tune": _Builtin('autotune a tunable kernel (tunable.json) on a workload', _tune),
     "cache": _Builtin('the on-disk caches: `kernelopt cache info`, `kernelopt cache clear [KIND]`', _cache),
     "import-torch": _Builtin(
-        "turn a KernelBench-style PyTorch problem (Model, get_inputs, get_init_inputs) into a workload; needs torch "
-        "here only",
+        "turn a KernelBench-style PyTorch problem (Model, get_inputs, get_init_inputs) into a workload; "
+        "needs torch here only",
         adds=_import_torch),
     "kernelbench": _Builtin(
         "import every problem of a KernelBench checkout (level1/ ... level3/, N_Name.py), evaluate the solutions "

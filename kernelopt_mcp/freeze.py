@@ -156,10 +156,11 @@ def output_directory(real: Path, *, writable: list[Path], refused: list[Path]) -
 
 def check_oracle(real: Path, trusted: list[Path]) -> Path:
     """A NumPy oracle is Python the server runs (confined, in a worker process): only a .py file
-    under a directory the server's operator named (a workload directory or --root), never one a client could have written."""
+    under a directory the server's operator named (a workload directory or --root), never one a
+    client could have written."""
     if real.suffix != ".py" or not real.is_file():
-        raise FreezeError(f"{real}: the oracle must be an existing .py file (a reference.py with a reference() "
-                          "function)")
+        raise FreezeError(f"{real}: the oracle must be an existing .py file (a reference.py with a "
+                          "reference() function)")
     if not inside(real, trusted):
         raise FreezeError(
             f"{real}: a NumPy oracle is Python the server runs (confined), so it must lie under a workload directory "
@@ -319,8 +320,8 @@ def write_replay(
             built = case_request(builder, candidate, case.name, out_dir, timing=case.kind == "performance")
             if built.request is None:
                 return {}, built.problem or "the candidate cannot be built"
-            requests[str(Path(into) / f"{case.name}.json")] = (json.dumps(request_json(built.request), indent=2)
-                                                               + "\n").encode()
+            requests[str(Path(into) / f"{case.name}.json")] = (
+                json.dumps(request_json(built.request), indent=2) + "\n").encode()
         with hold(sum(map(len, requests.values())), f"replay_requests' files for {frozen.name!r}"):
             for relative, data in requests.items():
                 write_atomic(frozen.directory / relative, data)
@@ -350,13 +351,13 @@ def _write_json(path: Path, data: Any) -> None:
 class FrozenOutput(BaseModel):
     """What freeze_workload wrote, and the name to evaluate it under."""
 
-    name: str = Field(description="the workload name validate, benchmark, ncu_profile and autotune take (on this "
-                      "server)")
+    name: str = Field(description="the workload name validate, benchmark, ncu_profile and autotune "
+                      "take (on this server)")
     directory: str = Field(description="where the files are (absolute)")
     workload_dir: str = Field(description="the frozen workload directory, relative to `directory`")
     input_cases: str = Field(description="the inputs' manifest (paths, sha256, drawn_from), relative to `directory`")
-    seed: int = Field(description="the seed the recorded inputs were drawn from (evaluations redraw hidden sets with "
-                      "their own)")
+    seed: int = Field(description="the seed the recorded inputs were drawn from (evaluations redraw hidden "
+                      "sets with their own)")
     cases: list[str]
     performance_cases: list[str]
     expected_from: str

@@ -88,8 +88,8 @@ class KernelChecks:
         def job(dev: DeviceSlot, progress: ProgressFn) -> tuple[CheckedEvaluation, TorchComparison | None]:
             if dev.remote is not None:
                 if sanitizer is not None:
-                    raise RequestError("sanitize needs a local GPU: this server runs its GPU jobs on a Ray cluster "
-                                       "(--ray)")
+                    raise RequestError("sanitize needs a local GPU: this server runs its GPU jobs on "
+                                       "a Ray cluster (--ray)")
                 key, seed = self.gpus.seed(wl)
                 checked = dev.remote.call("evaluate", wl, key, seed, candidate, timing, benchmark)
                 timed = checked.ok and checked.result.score_ms is not None  # else nothing to put PyTorch beside

@@ -51,8 +51,8 @@ def add_parser(sub: Any) -> None:
     sp.add_argument("--jobs", type=int, default=min(8, os.cpu_count() or 1),
                     help="problems imported at once, each in a process of its own (default: the CPUs, at most 8)")
     sp.add_argument("--import-timeout", type=float, default=IMPORT_TIMEOUT_S, metavar="S",
-                    help=f"seconds one import may take (default {IMPORT_TIMEOUT_S:.0f}): past it the problem is "
-                    "refused")
+                    help=f"seconds one import may take (default {IMPORT_TIMEOUT_S:.0f}): "
+                    "past it the problem is refused")
     sp.add_argument("--time-budget", type=float, metavar="S",
                     help="start no batch of PyTorch baselines after S seconds: the tables are written with what was "
                     "timed and a second run continues (for a GPU lent by the hour)")
@@ -101,8 +101,8 @@ class _Baselines:
                 reports[i] = BaselineReport.unmeasured(f"PyTorch eager and torch.compile not timed: {exc}")
                 continue
             if imported_problem(workload) is None:
-                reports[i] = BaselineReport.unmeasured(f"not timed: {directory} is not an imported PyTorch problem (no "
-                                                       "problem.py)")
+                reports[i] = BaselineReport.unmeasured(f"not timed: {directory} is not an imported PyTorch "
+                                                       "problem (no problem.py)")
             else:
                 loaded.append((i, workload))
         if loaded:
@@ -110,8 +110,8 @@ class _Baselines:
                 if self.evaluator.device is None:
                     self.evaluator.device = app.gpu_info(self.settings)
             except KerneloptError as exc:
-                blocked = BaselineReport.unmeasured(f"PyTorch eager and torch.compile not timed: no GPU here ({exc})",
-                                                    blocked=True)
+                blocked = BaselineReport.unmeasured(
+                    f"PyTorch eager and torch.compile not timed: no GPU here ({exc})", blocked=True)
                 return [r or blocked for r in reports]
             timed = settings_batch_baselines(self.settings, [w for _, w in loaded], self.evaluator.device,
                                              app.evaluate_options(self.settings))

@@ -410,8 +410,8 @@ _STALL_ADVICE = {
     "accumulators)",
     "lg_throttle": "the global load/store queue is full (LG throttle): issue fewer, wider memory instructions (float4, "
     "16-byte accesses)",
-    "tex_throttle": "the texture/read-only path is saturated (TEX throttle): fewer __ldg/texture requests or wider "
-    "ones",
+    "tex_throttle": "the texture/read-only path is saturated (TEX throttle): fewer __ldg/texture "
+    "requests or wider ones",
     "not_selected": "eligible warps were often not selected: the scheduler has spare warps; this is usually fine",
     "dispatch_stall": "dispatch stalls: pipeline conflicts; often reduced by fewer divergent or dependent instructions",
     "no_instruction": "instruction-cache misses (no instruction): a very large unrolled loop body; unroll less",
@@ -492,7 +492,7 @@ def hints(s: ProfileSummary) -> list[str]:
         )
     sh = s.shared_memory
     if (sh.conflict_pct is not None and sh.conflict_pct > 10
-        and ((sh.load_bank_conflicts or 0) + (sh.store_bank_conflicts or 0)) > 1e4):
+            and ((sh.load_bank_conflicts or 0) + (sh.store_bank_conflicts or 0)) > 1e4):
         out.append(
             f"shared-memory bank conflicts add {sh.conflict_pct:.0f}% extra wavefronts: pad the inner dimension "
             "(e.g. [32][33]) or swizzle the index so a warp's accesses hit 32 different banks"
@@ -508,6 +508,6 @@ def hints(s: ProfileSummary) -> list[str]:
             "share data run together"
         )
     if not out:
-        out.append("no single bottleneck stands out: compare with the roofline (gpu_properties) and try one change at "
-                   "a time")
+        out.append("no single bottleneck stands out: compare with the roofline (gpu_properties) and try "
+                   "one change at a time")
     return out[:6]

@@ -104,8 +104,8 @@ def print_result(out: Console, result: EvaluationResult, reference: EvaluationRe
             out.print(f"  [red]{c.name}[/]: {escape(c.message)}", highlight=False)
     line = f"[bold]{result.status.value}[/]: {escape(result.message)}"
     if result.speedup:
-        line += (f"; speedup vs CUDA reference {result.speedup:.2f}x (reference score {result.reference_score_ms:.4g} "
-                 "ms)")
+        line += (f"; speedup vs CUDA reference {result.speedup:.2f}x (reference score "
+                 f"{result.reference_score_ms:.4g} ms)")
     out.print(line, highlight=False)
     out.print(f"[dim]expected outputs: {escape(result.expected_from)}[/]", highlight=False)
     if result.inputs_from:

@@ -82,8 +82,8 @@ class CompileOutput(BaseModel):
         for name, r in self.kernels.items():
             lines.append(
                 f"  kernel {name}: {r.registers} registers, {r.static_shared_bytes} B static shared, "
-                f"{r.spill_store_bytes} B spill stores, {r.spill_load_bytes} B spill loads, {r.stack_frame_bytes} B "
-                "stack"
+                f"{r.spill_store_bytes} B spill stores, {r.spill_load_bytes} B spill loads, "
+                f"{r.stack_frame_bytes} B stack"
             )
         if self.status != "ok" and not self.diagnostics and self.log:
             lines.append(_clip(self.log, 1500))
@@ -191,8 +191,8 @@ class CaseOutput(BaseModel):
     fresh_inputs: list[str] = Field(
         default_factory=list, description="inputs drawn afresh on the device before every timed launch"
     )
-    of_roofline_floor: float | None = Field(None, description="median / the fastest time the work allows (1.0 = at the "
-                                            "roofline)")
+    of_roofline_floor: float | None = Field(None, description="median / the fastest time the work allows "
+                                            "(1.0 = at the roofline)")
 
 
 class EvaluationOutput(BaseModel):
@@ -484,8 +484,8 @@ def described(description: str, author: Author) -> str:
 
 class WorkloadSummary(BaseModel):
     name: str
-    origin: str = Field(description="bundled | configured | created | frozen (a workload freeze_workload wrote in this "
-                        "server)")
+    origin: str = Field(description="bundled | configured | created | frozen (a workload freeze_workload "
+                        "wrote in this server)")
     author: Author = AUTHOR_FIELD
     description: str
     c_prototype: str

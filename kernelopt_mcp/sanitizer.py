@@ -159,8 +159,8 @@ _ADDRESS_RE = re.compile(r"(?:address|access at|access to) (0x[0-9a-f]+)", re.IG
 _RACE_RE = re.compile(r"^(?P<sev>Error|Warning): Race reported between (?P<first>.+)$")
 _HAZARDS_RE = re.compile(r"\s*\[[\d,]+ hazards?\]\s*$")
 _ERROR_SUMMARY_RE = re.compile(r"ERROR SUMMARY: ([\d,]+) errors?")
-_RACE_SUMMARY_RE = re.compile(r"RACECHECK SUMMARY: ([\d,]+) hazards? displayed \(([\d,]+) errors?, ([\d,]+) "
-                              r"warnings?\)")
+_RACE_SUMMARY_RE = re.compile(r"RACECHECK SUMMARY: ([\d,]+) hazards? displayed \(([\d,]+) errors?, "
+                              r"([\d,]+) warnings?\)")
 _NOT_FINDINGS = ("COMPUTE-SANITIZER", "ERROR SUMMARY", "RACECHECK SUMMARY", "LEAK SUMMARY",
                  "Target application returned")
 _TOOL_FAILURES = (
@@ -205,7 +205,7 @@ def parse_report(text: str) -> tuple[list[SanitizerFinding], int, int]:
                 current = None
                 continue
             if (stripped.startswith("Error:") and not _RACE_RE.match(stripped)
-                and any(f in stripped for f in _TOOL_FAILURES)):
+                    and any(f in stripped for f in _TOOL_FAILURES)):
                 raise SanitizerUnavailable(f"compute-sanitizer could not check this kernel here: {stripped}")
             current = _start_finding(stripped)
             findings.append(current)

@@ -225,8 +225,8 @@ def _perf_on_cpu(
     elif cases:
         estimate = max(_scaled_bytes(c.main, c.values, values) for c in cases)
     else:
-        raise TorchProblemError(f"{src.label}: the performance case cannot be sized: {why}, and no smaller case runs "
-                                "on the CPU")
+        raise TorchProblemError(f"{src.label}: the performance case cannot be sized: {why}, and no smaller "
+                                "case runs on the CPU")
     if estimate > max_cpu_bytes:
         raise TorchProblemError(
             f"{src.label}: the performance case needs the CPU ({why}), but its buffers take about "
@@ -260,8 +260,8 @@ def fixed_values(src: ProblemSource, cases: list[DrawnCase], max_cpu_bytes: int,
     if d.state and state_bytes <= max_cpu_bytes:
         state, rules = module_state(src, perf.values, perf.seed)
         if [(a.name, a.shape, a.dtype) for a in state] != [(a.name, a.shape, a.dtype) for a in d.state]:
-            raise TorchProblemError(f"{label}: the module built on the CPU has other parameters or shapes than on the "
-                                    "meta device")
+            raise TorchProblemError(f"{label}: the module built on the CPU has other parameters or shapes "
+                                    "than on the meta device")
         d.state, d.params = state, rules
     elif d.state:
         like = cases[-2] if len(cases) > 1 else None  # the largest correctness case

@@ -35,8 +35,8 @@ def add_parser(sub: Any) -> None:
                     help="launch spec of --initial (default: KERNEL.launch.json beside it)")
     sp.add_argument("--output-name", default="out", help="the output buffer's name (default out)")
     sp.add_argument("--seed", type=int, default=0,
-                    help="torch seed the module is built with (default 0): the state it keeps, a random mask, comes "
-                    "from it")
+                    help="torch seed the module is built with (default 0): the state it keeps, "
+                    "a random mask, comes from it")
     sp.add_argument("--tolerance", choices=TOLERANCE_MODES, default="strict",
                     help="strict (default): by the output's dtype, widened where the module's own result needs it; "
                     "kernelbench: KernelBench's atol = rtol = 1e-2 (results say which)")

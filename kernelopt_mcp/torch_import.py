@@ -401,8 +401,8 @@ def _cost(layout: _Layout, cases: list[DrawnCase], notes: list[str]) -> dict[str
         if fitted:
             cost["flops"] = fitted
         else:
-            notes.append(f"FLOPs counted by torch ({flops[-1]} on the performance case) fit no product of the scalars: "
-                         "left out")
+            notes.append(f"FLOPs counted by torch ({flops[-1]} on the performance case) fit no product of "
+                         "the scalars: left out")
     return cost
 
 

@@ -234,8 +234,8 @@ def draw_shapes(source: ProblemSource, values: dict[str, int], seed: int) -> Dra
         not_meta = [a.name for a, t in zip(args, call_args, strict=True)
                     if isinstance(t, torch.Tensor) and not t.is_meta]
         if not_meta:
-            raise SizesRejected(f"{label}: get_inputs() makes {listed(not_meta)} on a device of its own, not on the "
-                                "meta device")
+            raise SizesRejected(f"{label}: get_inputs() makes {listed(not_meta)} on a device of its own, "
+                                "not on the meta device")
         state = [Arg(name, None, dtype_of(value, f"{label}: Model's {name!r}"), tuple(value.shape))
                  for name, value in _named_state(model)]
         result, flops = _counted_forward(model, call_args, label, torch, meta=True)
@@ -337,8 +337,8 @@ def _forward_args(
     for name, value in zip(names, raw_args, strict=True):
         if isinstance(value, torch.Tensor):
             if value.is_complex() or value.is_sparse:
-                raise TorchProblemError(f"{label}: get_inputs() argument {name!r} is a complex or sparse tensor; not "
-                                        "supported")
+                raise TorchProblemError(f"{label}: get_inputs() argument {name!r} is a complex or sparse "
+                                        "tensor; not supported")
             dtype = dtype_of(value, f"{label}: get_inputs() argument {name!r}")
             entry = made.get(id(value))
             drawn = entry[1] if entry is not None and entry[0] is value else None
@@ -432,8 +432,8 @@ def _restore(model: Any, snapshot: dict[str, Any], label: str, torch: Any) -> li
             before = snapshot.get(name)
             if before is None or before.shape != value.shape or before.dtype != value.dtype:
                 raise TorchProblemError(f"{label}: forward adds or reshapes the module's state ({name!r}): it cannot "
-                                        "run from a snapshot; register every parameter and buffer in __init__ with its "
-                                        "final shape")
+                                        "run from a snapshot; register every parameter and buffer in __init__ "
+                                        "with its final shape")
             if not torch.equal(before, value.detach()):
                 changed.append(name)
                 value.copy_(before)
@@ -506,8 +506,8 @@ def _call(module: types.ModuleType, name: str, label: str) -> Any:
     except Exception as exc:  # noqa: BLE001 - the problem's own code may raise anything
         hint = ""
         if "cuda" in str(exc).lower():
-            hint = (" (it asks for a GPU: import where torch sees one, or let it make CPU tensors; the module runs on "
-                    "the CPU)")
+            hint = (" (it asks for a GPU: import where torch sees one, or let it make CPU tensors; "
+                    "the module runs on the CPU)")
         raise SizesRejected(f"{label}: {name}() failed: {type(exc).__name__}: {exc}{hint}") from None
 
 

@@ -140,8 +140,8 @@ def compute_expected(
             entry = done.get((j.set_name, j.case.name))
             if entry is None:
                 why = "it timed out" if not answer.get("finished") else "it gave no answer for it"
-                raise WorkloadError(f"{workload.name}: the PyTorch reference did not compute case {j.case.name!r} "
-                                    f"({why})")
+                raise WorkloadError(f"{workload.name}: the PyTorch reference did not compute case "
+                                    f"{j.case.name!r} ({why})")
             if entry["error"]:
                 raise WorkloadError(f"{workload.name}: the module fails on case {j.case.name!r}: {entry['error']}")
         for i, j in enumerate(jobs):

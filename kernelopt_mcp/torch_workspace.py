@@ -71,8 +71,8 @@ def create_torch_workload(
             'output\'s dtype; kernelbench: atol = rtol = 1e-2), e.g. {"name": "my_op", "tolerance": "kernelbench"}'
         )
     if initial_cu is not None and initial_launch is None:
-        raise RequestError('initial_cu needs spec.initial.launch, e.g. {"initial": {"launch": {"grid": [...], "block": '
-                           '[...]}}}')
+        raise RequestError('initial_cu needs spec.initial.launch, e.g. {"initial": {"launch": {"grid": '
+                           '[...], "block": [...]}}}')
     target = service.config.created_dir / name
     known = service.workloads()
     if name in known and service.origin(known[name]) != "created":

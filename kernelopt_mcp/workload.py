@@ -549,8 +549,8 @@ def attach_sources(spec: WorkloadSpec, root: Path, origin: str) -> Workload:
             "reference (cuda), or a PyTorch problem (torch); without one there is nothing to check kernels against"
         )
     if not spec.reference.torch and not spec.reference.python:  # (PyTorch is a reference independent of any kernel)
-        wl.notes.append("no NumPy oracle: expected outputs come from the CUDA reference, which is not independently "
-                        "checked")
+        wl.notes.append("no NumPy oracle: expected outputs come from the CUDA reference, "
+                        "which is not independently checked")
     if spec.imported is not None and spec.imported.degenerate:
         found = spec.imported.degenerate
         more = f" (and {len(found) - 1} more: workload.json's imported.degenerate)" if len(found) > 1 else ""
@@ -570,8 +570,8 @@ def _check_torch_mapping(spec: WorkloadSpec, where: Path) -> None:
     bad += [f"state: {n!r}" for n in im.state if n not in inputs]
     bad += [f"output: {im.output!r}"] if im.output not in {p.name for p in sig.outputs} else []
     if bad:
-        raise WorkloadError(f"{where}: imported.{bad[0]} is no input buffer, scalar or output of the signature as it "
-                            "should be")
+        raise WorkloadError(f"{where}: imported.{bad[0]} is no input buffer, scalar or output of the "
+                            "signature as it should be")
     missing = [c.name for c in spec.cases if c.name not in im.sizes]
     if missing:
         raise WorkloadError(f"{where}: imported.sizes: no size constants for case(s) {', '.join(missing)}")

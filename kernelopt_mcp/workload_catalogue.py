@@ -25,7 +25,8 @@ from .workspace import RequestError, create_workload
 
 
 class WorkloadCatalogue:
-    """The workloads by name, their origin, and creating one (what :class:`~kernelopt_mcp.workspace.Workspace` needs)."""
+    """The workloads by name, their origin, and creating one (what
+    :class:`~kernelopt_mcp.workspace.Workspace` needs)."""
 
     def __init__(self, state: ServerState, gpus: DevicePool) -> None:
         self.state = state

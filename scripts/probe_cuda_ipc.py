@@ -24,7 +24,7 @@ ok(d.cuMemcpyHtoD(int(base) + offset, out.ctypes.data, n * 4), "HtoD")
 ok(d.cuCtxSynchronize(), "sync")
 ok(d.cuIpcCloseMemHandle(base), "close")
 print(json.dumps({"read_ok": bool((buf == np.arange(n, dtype=np.float32)).all()), "first": float(buf[1])}))
-'''
+'''  # noqa: E501
 
 import torch
 

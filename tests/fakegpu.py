@@ -6,13 +6,14 @@ Two modes of the stand-in (written to a test's tmp_path by :func:`write_harness`
 - "fake":  a pretend H200 that computes c = a + b (buffers named a, b, c) in NumPy, and checks a case's
   tensor maps like the harness (KO_FAKE_FEATURES must name tensor_maps). Markers in the
   kernel's source (kept in the CUBIN as a __device__ string, see :func:`kernel`) make it hang
-  (HANG; STALL:<case>; on that case only), print 20000 lines to stderr (PRINT), crash (CRASH), return a wrong element (WRONG), be slow to answer (SLOW) or fast (FAST),
-  differ on the determinism re-run beyond the tolerance (RACE) or within it (JITTER), be wrong on the hidden inputs after timing (CACHE) or slow on them
-  (SLOWCHECK); kernels that assume upper-triangular square inputs: c = a + b on the upper triangle, zeros below
-  (UPPER), and out = triu(A @ B) of two float32 N x N inputs' upper triangles (TRIMATMUL);
+  (HANG; STALL:<case>; on that case only), print 20000 lines to stderr (PRINT), crash (CRASH), return a wrong
+  element (WRONG), be slow to answer (SLOW) or fast (FAST), differ on the determinism re-run beyond the
+  tolerance (RACE) or within it (JITTER), be wrong on the hidden inputs after timing (CACHE) or slow on them
+  (SLOWCHECK); kernels that assume upper-triangular square inputs: c = a + b on the upper triangle, zeros
+  below (UPPER), and out = triu(A @ B) of two float32 N x N inputs' upper triangles (TRIMATMUL);
   KO_FAKE_FEATURES naming structured_draw applies a draw's ``structure`` (PROTOCOL.md), refused without it,
-  and naming choice_draw draws a ``choice`` (its values at the fake's randint over [0, k)), refused without it;
-  kernels that rely on their second input's values being -1 or +1: c = a + (b > 0 ? 1 : -1) (SIGN), and a
+  and naming choice_draw draws a ``choice`` (its values at the fake's randint over [0, k)), refused without
+  it; kernels that rely on their second input's values being -1 or +1: c = a + (b > 0 ? 1 : -1) (SIGN), and a
   hinge loss max(0, 1 - p * t) as (t > 0 ? 1 - p : 1 + p) of float32 predictions p and targets t (HINGE);
   ``MS:<case>=<ms>;...`` sets the median latency of named cases.
 Every start of the stand-in appends its arguments and its whole environment to
@@ -312,7 +313,7 @@ for line in sys.stdin:
         say({"protocol": 1, "status": "ok", "error": None, "cases": results + [crash.args[0]]})
         sys.exit(5)
     say({"protocol": 1, "status": "ok", "error": None, "cases": results, **({"steps_ms": steps} if steps else {})})
-'''
+'''  # noqa: E501
 
 ADD_KERNEL = """\
 {marker}

@@ -252,7 +252,7 @@ extern "C" __global__ void wmma_gemm(const __half* A, const __half* B, float* C,
     for (int k = 0; k < K; ++k) acc += __half2float(A[(long long)row * K + k]) * __half2float(B[(long long)k * N + col]);
     C[(long long)row * N + col] = acc;
 }
-"""
+"""  # noqa: E501
 
 # WMMA (mma.h): one warp per 16x16 tile of C; M, N, K are multiples of 16
 WMMA_GEMM = """#include <mma.h>

@@ -48,8 +48,8 @@ OK = kernel("if (i < n) c[i] = a[i] + b[i];")
 GRID_STRIDE = kernel("for (int j = i; j < n; j += gridDim.x * blockDim.x) c[j] = a[j] + b[j];")  # same sums, other code
 WRONG = kernel("if (i < n) c[i] = a[i] - b[i];", "WRONG")
 # spins on a global flag nothing sets (NVRTC removes a loop on a volatile local: it finished on the H200)
-HANG = "__device__ volatile int ko_release = 0;\n" + kernel("while (ko_release == 0) { } if (i < n) c[i] = a[i] + "
-                                                            "b[i];", "HANG")
+HANG = "__device__ volatile int ko_release = 0;\n" + kernel("while (ko_release == 0) { } if (i < "
+                                                            "n) c[i] = a[i] + b[i];", "HANG")
 TRAP = kernel('asm volatile("trap;"); if (i < n) c[i] = a[i] + b[i];', "CRASH")
 # correct but slow on the GPU (and on the pretend one): a call long enough to walk away from
 SLOW = kernel(
@@ -153,9 +153,9 @@ async def run_load(url: str, plan: LoadPlan) -> dict[str, Any]:
     jobs += [(f"bench_same_{i}", "benchmark", bench) for i in range(plan.same_benchmarks)]
     jobs += [(f"compile_{i}", "compile", {"source": variant(i)}) for i in range(plan.compiles)]
     jobs += [
-        (f"validate_{i}", "validate", {"workload": plan.workload, "source": GRID_STRIDE if i % 2 else OK,
-                                       "launch": {"default": {"grid": [f"ceil_div(n, {64 << i})"],
-                                                              "block": [64 << i]}}})
+        (f"validate_{i}", "validate",
+         {"workload": plan.workload, "source": GRID_STRIDE if i % 2 else OK,
+          "launch": {"default": {"grid": [f"ceil_div(n, {64 << i})"], "block": [64 << i]}}})
         for i in range(plan.validates)
     ]
     jobs += [

@@ -65,8 +65,8 @@ def optimize_parser(prog: str = "kernelopt optimize") -> argparse.ArgumentParser
     p.add_argument("--base-url", help="OpenAI-compatible endpoint, e.g. http://localhost:"
                    "11434/v1 (env OPENAI_BASE_URL)")
     p.add_argument("--api", choices=("responses", "chat"), help="OpenAI API to use: responses (default on OpenAI's "
-                   "endpoint; reasoning kept between turns) or chat (Chat Completions; default with another "
-                   "--base-url)")
+                   "endpoint; reasoning kept between turns) or chat (Chat Completions; "
+                   "default with another --base-url)")
     p.add_argument("--results-dir", help="where run-NNN/ directories go (default results/)")
     p.add_argument("--max-tokens", type=int, help="stop cleanly once the run has used this many tokens")
     p.add_argument("--max-cost", type=float, help="stop cleanly once the estimated cost reaches this many USD "
@@ -107,8 +107,8 @@ def optimize_parser(prog: str = "kernelopt optimize") -> argparse.ArgumentParser
                    "--harness, --workspace, --device, --devices may be given again")
     p.add_argument("--keep-data", action="store_true", default=None,
                    help="keep the drawn input files and large expected outputs in the run directory (default: they are "
-                   "removed when the run ends and `kernelopt runs restore RUN` draws them again from the recorded "
-                   "seed)")
+                   "removed when the run ends and `kernelopt runs restore RUN` draws them again "
+                   "from the recorded seed)")
     p.add_argument("--quiet", action="store_true", help="no progress output")
     return p
 

@@ -89,8 +89,9 @@ class Evaluator:
         st = self.state
         assert st.tools is not None and st.frozen is not None
         if step:  # the route is taken whether or not ncu can run here
-            st.event("profile", f"{rec.label}: ncu_profile" + (" skipped: ncu cannot run here" if self.nsight_unusable
-                                                               else ""), lane=lane)
+            st.event("profile",
+                     f"{rec.label}: ncu_profile" + (" skipped: ncu cannot run here" if self.nsight_unusable else ""),
+                     lane=lane)
         if self.nsight_unusable:
             return  # said once already (console and summary notes); no retry per candidate
         if not st.tools.has("ncu_profile"):
@@ -174,8 +175,8 @@ class Evaluator:
             source, launch, options = tunable.materialize(best if best is not None else tunable.spec.defaults)
             if best is not None:
                 rec = await self.evaluate(kind, iteration, source, launch, options,
-                                          f"{proposal.rationale} [tuned {out['counts']['tried']} configurations: best "
-                                          f"{best}]", calls, slot=slot)
+                                          f"{proposal.rationale} [tuned {out['counts']['tried']} "
+                                          f"configurations: best {best}]", calls, slot=slot)
                 rec.feedback += f"\nTuning of the proposal's parameters:\n{result.text[:3000]}"
                 return rec
             note = f"tuning found no valid configuration, so its defaults were evaluated: {result.text[:1500]}"
@@ -218,6 +219,6 @@ def report_paths(structured: dict[str, Any]) -> list[Path]:
         if isinstance(value, str) and ("report" in key or key.endswith("path")):
             path = Path(value)
             if (path.suffix in (".ncu-rep", ".csv", ".json", ".txt") and path.is_file()
-                and path.stat().st_size < 512 * 2**20):
+                    and path.stat().st_size < 512 * 2**20):
                 found.append(path)
     return found

@@ -71,7 +71,8 @@ FORMAT = """{
 RULES = """Rules:
 - dtypes: float16, bfloat16, float32, float64, int8..int64, uint8..uint64. Buffer roles: in (read only),
   out (written), inout. Shapes are integers or expressions of the scalar parameters.
-- inputs: one generator per input buffer, only {"generator": "uniform"|"normal"|"randint"|"choice"|"arange"|"constant", ...}
+- inputs: one generator per input buffer, only \
+{"generator": "uniform"|"normal"|"randint"|"choice"|"arange"|"constant", ...}
   (uniform: low, high; normal: mean, std; randint: low, high; choice: values, 1-16 numbers each equally likely, e.g.
   [-1, 1] for sign targets or [0, 1] for masks; arange: start, step, modulo; constant: value).
   Never a file, never code. A case may override generators under "inputs".
@@ -132,7 +133,10 @@ def _prompt(parts: Parts, missing: list[str], gpu: str, guidance: str, feedback:
         given.append(f"signature (fixed): {json.dumps(parts.signature.model_dump(mode='json'))}\n"
                      f"prototype: {parts.signature.c_prototype()}")
     if parts.cases is not None:
-        given.append(f"input cases (fixed): {json.dumps([c.model_dump(mode='json', include={'name', 'kind', 'scalars'}) for c in parts.cases.cases])}")
+        given.append(
+            "input cases (fixed): "
+            f"{json.dumps([c.model_dump(mode='json', include={'name', 'kind', 'scalars'}) for c in parts.cases.cases])}"
+        )
     if parts.reference_cu is not None:
         given.append(f"reference kernel (fixed):\n```cuda\n{parts.reference_cu}\n```")
     if parts.torch_workload is not None:

@@ -214,7 +214,8 @@ class Optimizer:
                           f"({len(st.frozen.performance_cases)} timed); expected outputs: {st.frozen.expected_from}")
 
     async def baseline(self) -> None:
-        """Run the reference (regenerating a generated one that fails; none where PyTorch is it) and the initial kernel."""
+        """Run the reference (regenerating a generated one that fails; none where PyTorch is it) and the initial
+        kernel."""
         st, evaluate = self.state, self.evaluator.evaluate
         assert st.parts is not None
         st.event("baseline", ("evaluating the initial kernel" if st.parts.torch_reference

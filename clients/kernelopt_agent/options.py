@@ -4,8 +4,9 @@ Precedence: command-line flags > environment (``OPENAI_BASE_URL``) > the ``--con
 > defaults. The environment is the process's, over the variables of a ``.env`` file (the working
 directory's, or ``--env-file PATH``; read by python-dotenv, never overriding a variable already set,
 see :func:`dotenv_environment`). The API key comes from ``OPENAI_API_KEY`` there; it lives only in
-memory (never in :meth:`OptimizeOptions.as_json`, the run directory or a log). What else the orchestrator takes from the environment is read here too
-(:meth:`OptimizeOptions.read_environment`), so the loop and the parts read only the options.
+memory (never in :meth:`OptimizeOptions.as_json`, the run directory or a log). What else the
+orchestrator takes from the environment is read here too (:meth:`OptimizeOptions.read_environment`),
+so the loop and the parts read only the options.
 """
 
 from __future__ import annotations
@@ -130,9 +131,10 @@ class OptimizeOptions:
 
     def read_environment(self, environ: Mapping[str, str], dotenv: Mapping[str, str]) -> None:
         """Set the options that come from the environment alone (``environ`` over the .env file's
-        variables, :func:`dotenv_environment`): the API key (``OPENAI_API_KEY``), the compile target (``KERNELOPT_ARCH``; None: the GPU's) and where --workload
-        names are looked up: ``KERNELOPT_WORKLOADS``, the bundled workloads, then the workspace's created
-        ones (``--workspace``, else ``KERNELOPT_MCP_WORKSPACE``, else ~/.kernelopt).
+        variables, :func:`dotenv_environment`): the API key (``OPENAI_API_KEY``), the compile target
+        (``KERNELOPT_ARCH``; None: the GPU's) and where --workload names are looked up:
+        ``KERNELOPT_WORKLOADS``, the bundled workloads, then the workspace's created ones
+        (``--workspace``, else ``KERNELOPT_MCP_WORKSPACE``, else ~/.kernelopt).
 
         Raises:
             OptionsError: a ``KERNELOPT_*`` variable that cannot be read (e.g. a KERNELOPT_DEVICE that

@@ -113,8 +113,8 @@ class Display:
                       + (f", about {cost:.4f} USD" if cost is not None else ", cost unknown")
                       + (f" ({tokens['cost_note']})" if tokens.get("cost_note") else ""))
         if best is not None:
-            self.info(f"best: {best.label}, score {best.score_ms:.4g} ms" + (f", {best.speedup:.2f}x vs reference"
-                                                                             if best.speedup else "")
+            self.info(f"best: {best.label}, score {best.score_ms:.4g} ms"
+                      + (f", {best.speedup:.2f}x vs reference" if best.speedup else "")
                       + (f", {best.versus_pytorch()}" if best.versus_pytorch() else "")
                       + f" -> {summary.get('files', {}).get('best')}", "bold green")
         else:

@@ -35,8 +35,8 @@ WORKLOAD_CAPS = {"description": 2_000, "cases": 40, "gpu": 4_000, "reference": 1
 # What each --candidates lane is steered towards, so that concurrent proposals differ in kind.
 DIRECTIONS = (
     "",
-    "memory traffic: coalescing, vectorized loads and stores, reuse through shared memory or registers, fewer bytes "
-    "moved",
+    "memory traffic: coalescing, vectorized loads and stores, reuse through shared memory or registers, "
+    "fewer bytes moved",
     "parallel decomposition: tile shapes, work per thread, block size, occupancy, grid shape",
     "instruction efficiency: unrolling, fewer index computations and branches, warp-level primitives",
     "a different algorithm or data flow (fusion of passes, another reduction or blocking scheme)",
@@ -205,8 +205,8 @@ def state_prompt(
     tail.append(_task(last, repair))
 
     def render(rows: int, recent_n: int, recent_feedback: int, profile: int, repair_src: int, best_src: int) -> str:
-        lines = [*head, "Verdicts so far (score = geometric mean of the performance cases' medians, ms; lower is "
-                 "better):", *verdict_table(records, best, rows)]
+        lines = [*head, "Verdicts so far (score = geometric mean of the performance cases' medians, "
+                 "ms; lower is better):", *verdict_table(records, best, rows)]
         if best_part and best is not None:
             lines.append(best_part.replace("{source}", cap(best.source.rstrip(), best_src)))
         for r in recent[len(recent) - recent_n:] if recent_n else []:
@@ -252,8 +252,8 @@ def _task(last: CandidateRecord | None, repair: bool) -> str:
     if repair and last is not None:
         return (f"\nTask: {last.label} is invalid ({last.status}). Repair it: fix the cause named in the feedback, "
                 "keeping its optimization idea if you can. Answer with the JSON proposal.")
-    return ("\nTask: propose a kernel faster than the best so far that still passes every case. Answer with the JSON "
-            "proposal.")
+    return ("\nTask: propose a kernel faster than the best so far that still passes every case. "
+            "Answer with the JSON proposal.")
 
 
 def verdict_table(records: list[CandidateRecord], best: CandidateRecord | None, rows: int) -> list[str]:

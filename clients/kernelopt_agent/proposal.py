@@ -41,12 +41,13 @@ _TUNABLES = {
             "properties": {
                 "params": {"type": "array", "items": {
                     "type": "object", "additionalProperties": False, "required": ["name", "values"],
-                    "properties": {"name": {"type": "string", "description": "a macro of the source (guarded by "
-                                            "#ifndef)"}, "values": {"type": "array", "items": {"type": "string"},
-                                                                    "description": "values to try"}},
+                    "properties": {
+                        "name": {"type": "string", "description": "a macro of the source (guarded by #ifndef)"},
+                        "values": {"type": "array", "items": {"type": "string"}, "description": "values to try"},
+                    },
                 }},
-                "constraints": {"type": "array", "items": {"type": "string"}, "description": "expressions of the "
-                                "params that must hold"},
+                "constraints": {"type": "array", "items": {"type": "string"},
+                                "description": "expressions of the params that must hold"},
                 "defaults": {"type": "array", "items": _NAMED_VALUE,
                              "description": "one value per param (the untuned configuration)"},
             },
@@ -150,8 +151,8 @@ def parse_tunables(raw: Any) -> dict[str, Any] | None:
         if isinstance(defaults, list):
             defaults = {str(d["name"]): _value(d["value"]) for d in defaults}
     except (KeyError, TypeError) as exc:
-        raise ProposalError(f"`tunables` is malformed ({exc}): params [{{name, values}}], defaults [{{name, "
-                            f"value}}]") from None
+        raise ProposalError(f"`tunables` is malformed ({exc}): params [{{name, values}}], "
+                            f"defaults [{{name, value}}]") from None
     if not isinstance(params, dict) or not params:
         return None
     if not isinstance(defaults, dict):

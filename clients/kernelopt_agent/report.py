@@ -362,8 +362,8 @@ def _timing(candidates: list[Candidate], s: dict[str, Any]) -> str:
             continue
         for case in c.result.get("cases") or []:
             t = case.get("timing") or {}
-            if case.get("kind") == "performance" and all(t.get(k) is not None
-                                                         for k in ("median_ms", "q1_ms", "q3_ms", "min_ms", "max_ms")):
+            if (case.get("kind") == "performance"
+                    and all(t.get(k) is not None for k in ("median_ms", "q1_ms", "q3_ms", "min_ms", "max_ms"))):
                 boxes.setdefault(case["name"], []).append(
                     BoxStats(c.label, t["median_ms"], t["q1_ms"], t["q3_ms"], t["min_ms"], t["max_ms"]))
     cases = [p for p in perf if p in boxes] + [p for p in boxes if p not in perf]

@@ -183,8 +183,8 @@ def run_options(flags: Mapping[str, Any], recorded: dict[str, Any], path: Path, 
         raise ResumeError(
             f"--resume {path.name}: a resumed run keeps the options it started with (its config.json); these differ: "
             + "; ".join(conflicts) + ". Only --max-iterations, --max-tokens and --max-cost (and where things are: "
-            "--base-url, --harness, --workspace, --device, --devices) may change; to change the others, start a new "
-            "run")
+            "--base-url, --harness, --workspace, --device, --devices) may change; to change the "
+            "others, start a new run")
     known = {f.name for f in fields(OptimizeOptions)} - set(DERIVED)
     # where things are (the model's URL, the harness binary, devices) comes from this invocation alone,
     # never from config.json: a run directory from elsewhere must not send the API key to its URL or
@@ -231,8 +231,8 @@ def _record(path: Path, e: CandidateEvent) -> CandidateRecord:
     try:
         source = (directory / "source.cu").read_text(encoding="utf-8")
     except OSError as exc:
-        raise ResumeError(f"{path.name}: candidate {e.label}'s source is unreadable ({exc}); the run cannot be "
-                          "resumed") from None
+        raise ResumeError(f"{path.name}: candidate {e.label}'s source is unreadable ({exc}); "
+                          "the run cannot be resumed") from None
     try:
         result = read_json(directory / "result.json")
         feedback = prompts.feedback_text(str(result.get("text") or ""), dict(result.get("result") or {}))
@@ -303,8 +303,8 @@ def _check_work_left(res: Resumption) -> None:
     if done >= opts.max_iterations:
         raise ResumeError(
             f"{name} has done {done} of its --max-iterations {opts.max_iterations} (status {res.status}); to go on, "
-            f"ask for more: kernelopt optimize --resume {name} --max-iterations N, N > {done} (the total, counting "
-            "those done)")
+            f"ask for more: kernelopt optimize --resume {name} --max-iterations N, N > {done} (the total, "
+            "counting those done)")
     if opts.max_tokens is not None and res.usage.total_tokens >= opts.max_tokens:
         raise ResumeError(f"{name} has used {res.usage.total_tokens:,} tokens, --max-tokens {opts.max_tokens} already: "
                           "raise it to go on (--max-tokens counts the tokens of the whole run)")
@@ -333,8 +333,8 @@ def rebuild_parts(args: dict[str, Any], origin: dict[str, str]) -> Parts:
             parts.initial_cu, parts.initial_launch = str(args["initial_cu"]), LaunchSpec.model_validate(init["launch"])
             parts.initial_options = list(init.get("compile_options") or [])
     except (KeyError, TypeError, ValidationError) as exc:
-        raise RunFailed("the run's recorded freeze_workload call is not a workload this version reads: "
-                        f"{exc}") from None
+        raise RunFailed("the run's recorded freeze_workload call is not a workload this "
+                        f"version reads: {exc}") from None
     return parts
 
 

@@ -179,8 +179,8 @@ async def restore(run: RunDir, opts: Any, freeze_args: dict[str, Any], seed: int
     if (run.path / "input_cases.json").read_bytes() != before:
         (run.path / "input_cases.json").write_bytes(before)
         raise RestoreError(f"{run.name}'s workload, drawn again from its seed, differs from input_cases.json (another "
-                           "kernelopt-mcp version, or a supplied data file that changed); its replays would not be the "
-                           "run's")
+                           "kernelopt-mcp version, or a supplied data file that changed); "
+                           "its replays would not be the run's")
     bad = check_hashes(run.path)
     if bad:
         raise RestoreError(f"{run.name}: restored inputs do not match input_cases.json: " + "; ".join(bad))

@@ -40,8 +40,8 @@ def parse_age(text: str) -> float:
     """
     m = AGE_RE.match(text.strip().lower())
     if m is None:
-        raise PruneError(f"--older-than {text!r}: give an age such as 30d, 12h, 90m, 45s or 2w (a plain number is "
-                         "days)")
+        raise PruneError(f"--older-than {text!r}: give an age such as 30d, 12h, 90m, "
+                         "45s or 2w (a plain number is days)")
     return float(m.group(1)) * AGE_UNITS_S[m.group(2)]
 
 

@@ -46,8 +46,8 @@ def resolve_run(arg: str | None, results_dir: Path) -> Path:
     name = f"run-{int(arg):03d}" if arg.isdigit() else arg
     if (results_dir / name).is_dir():
         return results_dir / name
-    raise FileNotFoundError(f"{arg}: no such run directory (nor {results_dir / name}); `kernelopt runs list` shows the "
-                            "runs")
+    raise FileNotFoundError(f"{arg}: no such run directory (nor {results_dir / name}); `kernelopt runs "
+                            "list` shows the runs")
 
 
 def load_run(path: Path) -> dict[str, Any]:

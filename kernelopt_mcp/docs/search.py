@@ -59,8 +59,8 @@ class DocsSearchResult(BaseModel):
         if self.message:
             lines.append(self.message)
         if not self.passages:
-            lines.append("no matching passages; try other words (e.g. 'bank conflicts', 'coalescing', 'occupancy "
-                         "registers')")
+            lines.append("no matching passages; try other words (e.g. 'bank conflicts', 'coalescing', "
+                         "'occupancy registers')")
         for i, p in enumerate(self.passages, 1):
             where = "kernelopt notes" if p.source == "offline" else (p.guide or "NVIDIA docs")
             archs = f", {'/'.join(p.archs)}" if p.archs else ""

@@ -313,8 +313,7 @@ def _torch_check_plans(
     o = s.options
     timing = o.timing_request(s.features)
     if ("checked_expected" not in s.features or not s.uses("expected_dtype") or not s.uses("fresh_inputs")
-        or not s.uses("timed_check")
-            or s.fresh_subset(o) is not None or (timing.mode or "events") != "events"):
+            or not s.uses("timed_check") or s.fresh_subset(o) is not None or (timing.mode or "events") != "events"):
         return {}
     wl = s.workload
     imported = wl.spec.imported

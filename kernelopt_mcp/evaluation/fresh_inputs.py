@@ -277,8 +277,8 @@ def fresh_checks(workload: Workload, cases: list[Case], *, redraw: bool, referen
     if cases and checked > 0 and reference:
         lines.append(
             f"outputs of {checked} hidden timed launches per case"
-            + (f" in the first round, and {later_round_checks(checked)} in each later round the precision rule asks "
-               "for,"
+            + (f" in the first round, and {later_round_checks(checked)} in each later round the "
+               "precision rule asks for,"
                if later_rounds else "")
             + f" checked against {reference_name} on their inputs"
         )
@@ -295,8 +295,8 @@ def fresh_checks(workload: Workload, cases: list[Case], *, redraw: bool, referen
         )
     if consistency and cases:
         if drawn:
-            lines.append("fresh-input timing consistency (two launches on unseen inputs vs the timed median, events "
-                         "mode)")
+            lines.append("fresh-input timing consistency (two launches on unseen inputs vs the timed "
+                         "median, events mode)")
         else:
             lines.append("fresh-input timing consistency: not possible (no input can be redrawn for the second launch)")
     return lines

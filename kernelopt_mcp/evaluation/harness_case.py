@@ -194,7 +194,7 @@ def _buffer_arg(
             arg.dtype = p.dtype.value
             arg.compare = _thresholds(tolerances, workload.spec.tolerance_for(p.name).rtol)
         if (job.checked_expected and p.dtype.value != "float64"
-            and any(e.buffer == p.name for e in job.checked_expected)):
+                and any(e.buffer == p.name for e in job.checked_expected)):
             arg.expected_dtype = p.dtype.value  # PyTorch wrote them in the output's own dtype
     if p.role == "out":
         arg.init = p.init
@@ -262,8 +262,8 @@ def interpret(
     cr.modified_inputs = [_raw(m) for m in ca.modified_inputs]
     if _harness_status(cr, ca.status, reply):
         if cr.status is Status.out_of_bounds_write and cr.guard_violations:
-            cr.message = (cr.message or "") + store_tail_hint(job.launch, workload,
-                                                              cr.guard_violations[0].get("buffer", ""))
+            cr.message = ((cr.message or "")
+                          + store_tail_hint(job.launch, workload, cr.guard_violations[0].get("buffer", "")))
         return cr, None
     if reply.exit_code not in (None, ExitCode.OK):
         raise HarnessError(f"the harness reported ok but exited with code {reply.exit_code}")
@@ -316,8 +316,8 @@ def _harness_status(cr: CaseResult, status: str | None, reply: HarnessReply) -> 
         cr.status = Status.out_of_bounds_write
         v = cr.guard_violations[0] if cr.guard_violations else {}
         cr.message = (
-            f"wrote outside buffer {v.get('buffer')!r} ({v.get('side')} it, {v.get('bytes_changed')} guard bytes "
-            "changed)"
+            f"wrote outside buffer {v.get('buffer')!r} ({v.get('side')} it, {v.get('bytes_changed')} "
+            "guard bytes changed)"
         )
     elif status == "input_modified":
         cr.status = Status.input_modified

@@ -155,8 +155,8 @@ class EvaluationResult(BaseModel):
         "the score it was asked to beat (every case passed validation; score_ms is then None)"
     )
     score_bound_ms: float | None = Field(
-        None, description="with stopped_early: the least score the candidate could still have reached (>= the score "
-        "to beat)"
+        None, description="with stopped_early: the least score the candidate could still have reached "
+        "(>= the score to beat)"
     )
 
     @property

@@ -155,8 +155,8 @@ def _run_cases(
         elif (got := answered[i]) is not None:
             cr, outputs = got
         else:
-            raise HarnessError(f"the harness answered nothing for case {case.name!r} and no earlier case ended the "
-                               "process")
+            raise HarnessError(f"the harness answered nothing for case {case.name!r} and no earlier "
+                               "case ended the process")
         if keep is not None and outputs and cr.status is Status.ok:
             keep[case.name] = outputs
         results.append(cr)
@@ -190,8 +190,8 @@ def _run_cases(
             result.cases = [by_name[c.name] for c in all_cases]
             result.stopped_early = (
                 f"timing stopped after {i} of {len(perf)} performance cases: with the medians measured and the "
-                f"roofline floors of the rest, the score is at least {bound:.4g} ms, not below the {beat_ms:.4g} ms "
-                "to beat"
+                f"roofline floors of the rest, the score is at least {bound:.4g} ms, not below the "
+                f"{beat_ms:.4g} ms to beat"
             )
             result.score_bound_ms = bound
             result.message = f"all {len(results)} cases pass; {result.stopped_early}"

@@ -321,8 +321,8 @@ class Session:
     def harness_binary(self) -> Path:
         """The harness executable (for the sanitizer and the profiler, which start their own)."""
         if self.harness.binary is None:
-            raise HarnessError("this session only writes harness requests (a frozen workload's builder): nothing to "
-                               "run")
+            raise HarnessError("this session only writes harness requests (a frozen workload's "
+                               "builder): nothing to run")
         return Path(self.harness.binary)
 
     def kept_keys(self, data: DataSet, case: Case) -> dict[str, str]:

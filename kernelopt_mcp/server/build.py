@@ -26,7 +26,8 @@ describe_workload (prototype, cases, reference and starting kernel) -> write a k
 geometric mean of the performance cases' median latencies; speedup vs the CUDA reference) ->
 iterate. ncu_profile says why a kernel is slow (hardware counters and hints); docs_search finds
 CUDA optimization guidance. autotune searches the values of a kernel's tunable parameters (tile
-sizes, block sizes) once its structure is right. A failing kernel is a result with a status and details, never a server error. The
+sizes, block sizes) once its structure is right. A failing kernel is a result with a status and details, \
+never a server error. The
 prompt optimize_kernel primes this loop."""
 
 

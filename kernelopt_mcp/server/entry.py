@@ -163,8 +163,8 @@ def config_from_args(args: argparse.Namespace, environ: dict[str, str] | None = 
         ("max_waiting", "KERNELOPT_MCP_MAX_WAITING", DEFAULT_MAX_WAITING),
     )]
     if min(waiting) < 1:
-        raise SystemExit(f"kernelopt-mcp: --max-waiting-per-client {waiting[0]} and --max-waiting {waiting[1]} must be "
-                         "at least 1")
+        raise SystemExit(f"kernelopt-mcp: --max-waiting-per-client {waiting[0]} and --max-waiting "
+                         f"{waiting[1]} must be at least 1")
     # one user's stdio server may hold its GPU as long as it likes; a shared server caps each call
     gpu_max = _flag_or_env(getattr(args, "gpu_call_max_s", None), env, "KERNELOPT_MCP_GPU_CALL_MAX_S", float,
                            DEFAULT_GPU_CALL_MAX_S if getattr(args, "http", False) else 0.0)
@@ -248,8 +248,8 @@ def main(argv: list[str] | None = None) -> int:
         if not tokens:
             print(
                 f"kernelopt-mcp: refusing to serve HTTP on {args.host} without a bearer token: anyone who can reach "
-                "it could run code on this GPU. Set KERNELOPT_MCP_TOKEN (or --token) or --tokens-file, or bind to "
-                "127.0.0.1.",
+                "it could run code on this GPU. Set KERNELOPT_MCP_TOKEN (or --token) or --tokens-file, "
+                "or bind to 127.0.0.1.",
                 file=sys.stderr,
             )
             return 2

@@ -104,8 +104,8 @@ def check_tokens(tokens: Mapping[str, Any], where: str) -> dict[str, str]:
                 "without whitespace (e.g. `python3 -c 'import secrets; print(secrets.token_urlsafe(32))'`)"
             )
         if token in owner:
-            raise TokensFileError(f"{where}: {owner[token]!r} and {client!r} have the same token; give each client its "
-                                  "own")
+            raise TokensFileError(f"{where}: {owner[token]!r} and {client!r} have the same token; "
+                                  "give each client its own")
         owner[token] = client
     return {client: str(token) for client, token in tokens.items()}
 

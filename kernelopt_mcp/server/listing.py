@@ -124,5 +124,5 @@ def register_manuals(app: KerneloptMCPServer) -> None:
     @app.resource("kernelopt://schema/launch", name="launch schema", title="Launch spec JSON Schema",
                   mime_type="application/schema+json")
     def launch_schema() -> str:
-        """The JSON Schema of a `launch` argument (validate, benchmark, ncu_profile), with every field's documentation."""
+        """The JSON Schema of a `launch` argument (validate, benchmark, ncu_profile), with every field's documentation."""  # noqa: E501 (the resource's description, served as written)
         return json.dumps(LaunchSpec.model_json_schema(), indent=1)

@@ -119,8 +119,8 @@ def register_resources(app: MCPServer, service: KerneloptService) -> None:
         return json.dumps({"root": str(root), "files": files[:1000], "files_not_listed": max(0, len(files) - 1000)})
 
     @app.resource("kernelopt://runs/{+path}", name="run artifact", title="Run artifact",
-                  description="one text record of a recorded run (read-only; inputs, expected outputs and modules are "
-                  "not served)")
+                  description="one text record of a recorded run (read-only; inputs, expected outputs and "
+                  "modules are not served)")
     def run_file(path: str) -> str:
         root = service.config.runs_dir.resolve()
         real = (root / path).resolve()

@@ -40,8 +40,8 @@ _AUTOTUNE_TUNABLE_PATH = "a tunable.json under the workspace or a workload direc
 _AUTOTUNE_STRATEGY = "auto (default): exhaustive when every valid configuration fits budget_evals, else tpe"
 _AUTOTUNE_BUDGET_EVALS = "configurations to try at most, the untuned defaults included"
 _AUTOTUNE_BUDGET_S = "wall-clock seconds; no new configuration starts after this"
-_AUTOTUNE_WARMUP = (f"untimed launches per performance case (default: the server's, {LAUNCH_DEFAULTS.warmup} unless "
-                    "configured)")
+_AUTOTUNE_WARMUP = ("untimed launches per performance case (default: the server's, "
+                    f"{LAUNCH_DEFAULTS.warmup} unless configured)")
 _AUTOTUNE_ITERATIONS = (f"timed launches per performance case (default: the server's, {LAUNCH_DEFAULTS.iterations} "
                         "unless configured); with stop=precision the most of them")
 _AUTOTUNE_STOP = (f"precision (default unless warmup or iterations is given): {PRECISION_MIN_ITERATIONS} timed "

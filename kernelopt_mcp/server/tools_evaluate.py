@@ -31,8 +31,8 @@ from .toolkit import (
 _COMPILE_TOOL_ARCH = "target such as sm_90 or sm_90a; default: the server's GPU, else sm_90"
 _VALIDATE_SANITIZE = ("after a pass, also run compute-sanitizer memcheck, racecheck and initcheck on the correctness "
                       "cases (slower: seconds to minutes)")
-_BENCHMARK_WARMUP = (f"untimed launches per performance case (default: the server's, {LAUNCH_DEFAULTS.warmup} unless "
-                     "configured)")
+_BENCHMARK_WARMUP = ("untimed launches per performance case (default: the server's, "
+                     f"{LAUNCH_DEFAULTS.warmup} unless configured)")
 _BENCHMARK_ITERATIONS = (f"timed launches per performance case (default: the server's, {LAUNCH_DEFAULTS.iterations} "
                          "unless configured)")
 
@@ -176,7 +176,7 @@ def register_evaluate_tools(app: MCPServer, service: KerneloptService) -> None:
         If any case fails nothing is timed and the result reports the failure as validate does.
         warmup and iterations (limits and defaults in the arguments): fewer is quicker but noisier.
         Cost: validate's plus about (warmup + iterations) x (kernel time + L2 flush) per performance
-        case, usually 5-60 s. Tool errors as for validate."""
+        case, usually 5-60 s. Tool errors as for validate."""  # noqa: E501 (the tool's manual, served as written)
         with shared_roots(shared), callers_frozen_workloads(ctx), tool_errors():
             out = await service.checks.evaluate(
                 workload, source, path, launch, compile_options, benchmark=True, warmup=warmup,

@@ -31,8 +31,8 @@ _FREEZE_ORACLE_PATH = ("a NumPy oracle (reference.py with reference()) under a w
 _FREEZE_DIRECTORY = ("where to write (a run directory): under the workspace's runs/ (absolute, or relative to the "
                      "workspace) or an --output-root of the server; default: a new directory under the workspace's "
                      "runs/frozen/")
-_FREEZE_SEED = ("seed of the recorded inputs (repeat a freeze with its answer's seed to get the same inputs); default: "
-                "a fresh one")
+_FREEZE_SEED = ("seed of the recorded inputs (repeat a freeze with its answer's seed to get the same inputs); "
+                "default: a fresh one")
 _FREEZE_WARMUP = ("untimed launches per performance case in replay requests (default: the server's, "
                   f"{LAUNCH_DEFAULTS.warmup} unless configured)")
 _FREEZE_ITERATIONS = ("timed launches per performance case in replay requests (default: the server's, "
@@ -73,7 +73,7 @@ def register_freeze_tools(app: MCPServer, service: KerneloptService) -> None:
         server's operator named (a workload directory or --root), never one a client shares.
         Cost: drawing inputs and running the oracle, seconds to a minute for large cases; no GPU.
         Tool errors: an invalid spec (the message names the field), a directory or file outside the
-        allowed directories, the oracle failing."""
+        allowed directories, the oracle failing."""  # noqa: E501 (the tool's manual, served as written)
         with callers_frozen_workloads(ctx), tool_errors():
             out = await service.frozen.freeze(
                 spec, reference_cu, initial_cu, oracle_path=oracle_path, directory=directory, seed=seed, warmup=warmup,

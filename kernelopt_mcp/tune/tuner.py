@@ -291,7 +291,7 @@ def _propose(
         # a sampler may propose old configurations forever; the ordered strategies end by themselves
         # (and so count every configuration their order skips)
         if (chosen == "tpe" and out.valid_space_size is not None
-            and out.counts.tried + dispatch.in_flight >= out.valid_space_size):
+                and out.counts.tried + dispatch.in_flight >= out.valid_space_size):
             out.stop_reason = "every configuration of the space was tried"
             break
         config = search.ask()

@@ -68,7 +68,7 @@ if proc.returncode == 0:
     open(report, "wb").write(b"stub report")
     print(f"==PROF== Disconnected from process\n==PROF== Report: {report}", flush=True)
 sys.exit(proc.returncode)
-'''
+'''  # noqa: E501
 
 # The shape of an ncu raw-page export (header, units row, one kernel); the values only feed
 # the plumbing tests here and are not measurements.
@@ -131,8 +131,9 @@ def test_missing_ncu_says_how_to_install_or_point_at_it(monkeypatch: pytest.Monk
         find_ncu(tmp_path / "ncu")
 
 
-def test_ncu_is_found_in_nsight_compute_directories_newest_first(monkeypatch: pytest.MonkeyPatch,
-                                                                 tmp_path: Path) -> None:
+def test_ncu_is_found_in_nsight_compute_directories_newest_first(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
     monkeypatch.setenv("PATH", str(tmp_path / "empty"))
     monkeypatch.setattr(profiler, "NCU_FALLBACKS", ())
     monkeypatch.setattr(profiler, "NCU_GLOB", str(tmp_path / "nsight-compute" / "*" / "ncu"))
@@ -155,8 +156,9 @@ def test_cli_profile_without_ncu_is_a_clear_error(tmp_path: Path, capsys: pytest
 # --- the profiled run ------------------------------------------------------------------------
 
 
-def test_profile_runs_one_launch_of_the_entry_under_ncu(evaluator: Session, stub: Path, fake_harness: Path,
-                                                        tmp_path: Path) -> None:
+def test_profile_runs_one_launch_of_the_entry_under_ncu(
+    evaluator: Session, stub: Path, fake_harness: Path, tmp_path: Path
+) -> None:
     out = tmp_path / "profile"
     summary = profile_case(evaluator, candidate(), None, out, ProfileOptions(ncu=stub), harness=fake_harness)
     cmd = json.loads((out / "ncu_command.json").read_text())
@@ -179,8 +181,9 @@ def test_profile_runs_one_launch_of_the_entry_under_ncu(evaluator: Session, stub
     assert any("not a benchmark" in n for n in summary.notes)
 
 
-def test_clock_control_and_section_set_are_passed_on(evaluator: Session, stub: Path, fake_harness: Path,
-                                                     tmp_path: Path) -> None:
+def test_clock_control_and_section_set_are_passed_on(
+    evaluator: Session, stub: Path, fake_harness: Path, tmp_path: Path
+) -> None:
     out = tmp_path / "p"
     options = ProfileOptions(ncu=stub, clock_control="base", section_set="full")
     summary = profile_case(evaluator, candidate(), "odd_1001", out, options, harness=fake_harness)
@@ -194,8 +197,9 @@ def test_clock_control_and_section_set_are_passed_on(evaluator: Session, stub: P
         profile_case(evaluator, candidate(), "nope", out, ProfileOptions(ncu=stub), harness=fake_harness)
 
 
-def test_counters_not_permitted_says_what_to_change(evaluator: Session, stub: Path, fake_harness: Path, tmp_path: Path,
-                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+def test_counters_not_permitted_says_what_to_change(
+    evaluator: Session, stub: Path, fake_harness: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setenv("KO_STUB_NCU", "perm")
     with pytest.raises(CountersNotPermitted) as info:
         profile_case(evaluator, candidate(), None, tmp_path / "p", ProfileOptions(ncu=stub), harness=fake_harness)
@@ -204,9 +208,9 @@ def test_counters_not_permitted_says_what_to_change(evaluator: Session, stub: Pa
     assert "options nvidia NVreg_RestrictProfilingToAdminUsers=0" in message
 
 
-def test_a_kernel_that_faults_under_the_profiler_is_reported_with_its_cuda_error(evaluator: Session, stub: Path,
-                                                                                 fake_harness: Path,
-                                                                                 tmp_path: Path) -> None:
+def test_a_kernel_that_faults_under_the_profiler_is_reported_with_its_cuda_error(
+    evaluator: Session, stub: Path, fake_harness: Path, tmp_path: Path
+) -> None:
     with pytest.raises(ProfiledKernelFailed) as info:
         profile_case(evaluator, candidate("CRASH"), None, tmp_path / "p", ProfileOptions(ncu=stub),
                      harness=fake_harness)
@@ -214,8 +218,9 @@ def test_a_kernel_that_faults_under_the_profiler_is_reported_with_its_cuda_error
     assert "runtime_error" in message and "CUDA_ERROR_ILLEGAL_ADDRESS" in message and "validate" in message
 
 
-def test_a_kernel_that_does_not_compile_is_reported_before_ncu_runs(evaluator: Session, stub: Path, fake_harness: Path,
-                                                                    tmp_path: Path) -> None:
+def test_a_kernel_that_does_not_compile_is_reported_before_ncu_runs(
+    evaluator: Session, stub: Path, fake_harness: Path, tmp_path: Path
+) -> None:
     bad = Candidate('extern "C" __global__ void vector_add(const float* a) { oops; }',
                     LaunchSpec.model_validate(ADD_LAUNCH), [], "bad")
     with pytest.raises(ProfiledKernelFailed, match="cannot be profiled"):
@@ -223,8 +228,9 @@ def test_a_kernel_that_does_not_compile_is_reported_before_ncu_runs(evaluator: S
     assert not (tmp_path / "stub_calls.jsonl").exists()
 
 
-def test_ncu_that_never_finishes_is_killed_at_the_deadline(evaluator: Session, stub: Path, fake_harness: Path,
-                                                           tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_ncu_that_never_finishes_is_killed_at_the_deadline(
+    evaluator: Session, stub: Path, fake_harness: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setenv("KO_STUB_NCU", "hang")
     prepare(evaluator, time_reference=False)
     start = time.monotonic()
@@ -247,9 +253,9 @@ def test_cancelling_kills_ncu(evaluator: Session, stub: Path, fake_harness: Path
         )
 
 
-def test_an_ncu_that_refuses_an_extra_metric_is_retried_with_sections_only(evaluator: Session, stub: Path,
-                                                                           fake_harness: Path, tmp_path: Path,
-                                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+def test_an_ncu_that_refuses_an_extra_metric_is_retried_with_sections_only(
+    evaluator: Session, stub: Path, fake_harness: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setenv("KO_STUB_NCU", "badmetric")
     summary = profile_case(evaluator, candidate(), None, tmp_path / "p", ProfileOptions(ncu=stub), harness=fake_harness)
     profiled = [c for c in calls(tmp_path) if "run" in c]

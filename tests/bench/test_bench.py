@@ -112,8 +112,9 @@ def test_repeatability_section(run: ModuleType, bench) -> None:
     assert "CV <= 1%" in check_rendering(run, sec)
 
 
-def test_checks_section_measures_the_new_checks_on_and_off(run: ModuleType, bench,
-                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+def test_checks_section_measures_the_new_checks_on_and_off(
+    run: ModuleType, bench, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setenv("KO_FAKE_FEATURES",
                        "blocking,timed_inputs,fresh_inputs,timed_check,confirm_launch,fresh_launches")
     sec = run.checks(bench, workloads=("tiny_add",), trials=2)
@@ -149,8 +150,9 @@ def test_main_json(run: ModuleType, bench, tmp_path: Path, monkeypatch: pytest.M
     assert "nvidia-ml-py" in data["meta"]["clocks_before"] and "H200" in data["meta"]["device"]
 
 
-def test_record_timings_writes_fixtures_the_stats_tests_load(tmp_path: Path,
-                                                             capsys: pytest.CaptureFixture[str]) -> None:
+def test_record_timings_writes_fixtures_the_stats_tests_load(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     module = load_bench_script("record_timings.py")
     settings = Settings(harness=write_harness(tmp_path, "fake"),
                         workload_dirs=(write_tiny_workload(tmp_path / "extra"),))

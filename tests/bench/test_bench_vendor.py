@@ -55,8 +55,9 @@ def test_a_tuned_entry_is_put_beside_the_copy_rate(vendor: ModuleType, bench, mo
     json.dumps(sec.as_json(), default=str)
 
 
-def test_a_vendor_that_cannot_run_is_named_and_not_judged(vendor: ModuleType, bench,
-                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_vendor_that_cannot_run_is_named_and_not_judged(
+    vendor: ModuleType, bench, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setitem(sys.modules, "torch", None)  # as on a machine without torch
     monkeypatch.setattr(vendor, "ENTRIES", {"tiny": vendor.Entry("tiny_add", None, "torch", 1.0)})
     sec = vendor.vendor(bench, ["tiny"], budget=1)
@@ -76,8 +77,9 @@ def test_main_refuses_a_budget_below_one_and_says_when_there_is_no_gpu(
     assert "error: no usable CUDA device" in capsys.readouterr().err
 
 
-def test_a_given_configuration_is_evaluated_instead_of_tuned(vendor: ModuleType, bench,
-                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_given_configuration_is_evaluated_instead_of_tuned(
+    vendor: ModuleType, bench, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setattr(vendor, "ENTRIES", {"tiny": vendor.Entry("tiny_add", "tunable.json", "copy", 0.5)})
     sec = vendor.vendor(bench, ["tiny"], budget=40, configs={"tiny": {"BLOCK": 64}})
     assert any(n.startswith("tiny: tunable.json {'BLOCK': 64} (given)") for n in sec.notes), sec.notes

@@ -19,8 +19,9 @@ from kernelopt_mcp.tune.cache import TuneCache
 REPO = Path(__file__).resolve().parents[2]
 
 
-def test_the_cache_location_is_kernelopt_cache_else_xdg_else_home(tmp_path: Path,
-                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_cache_location_is_kernelopt_cache_else_xdg_else_home(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setenv("HOME", str(tmp_path / "home"))
     assert Settings.from_env({}).cache_root() == tmp_path / "home" / ".cache" / "kernelopt"
     assert Settings.from_env({"XDG_CACHE_HOME": str(tmp_path / "xdg")}).cache_root() == tmp_path / "xdg" / "kernelopt"

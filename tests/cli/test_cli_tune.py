@@ -54,9 +54,9 @@ def test_tune_argument_errors(env: dict[str, str], capsys: pytest.CaptureFixture
     assert "invalid choice: 'grid'" in capsys.readouterr().err
 
 
-def test_configurations_are_compiled_ahead_and_only_once(tmp_path: Path, env: dict[str, str],
-                                                         monkeypatch: pytest.MonkeyPatch,
-                                                       capsys: pytest.CaptureFixture[str]) -> None:
+def test_configurations_are_compiled_ahead_and_only_once(
+    tmp_path: Path, env: dict[str, str], monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     """Issue 17: while the GPU measures one configuration, the next ones of an ordered strategy
     compile in the background; each reaches NVRTC exactly once (the evaluation finds it cached,
     or waits for the compile in flight), and the best is what a plain run finds."""

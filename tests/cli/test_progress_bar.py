@@ -117,7 +117,8 @@ def test_import_torch_shows_its_steps(tmp_path: Path, capsys: pytest.CaptureFixt
 @pytest.mark.skipif(importlib.util.find_spec("torch") is not None,
                     reason="torch is installed here: the import would take minutes")
 def test_kernelbench_counts_problems(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    """Without torch every problem is refused at once: the bar still counts them, and --json's stdout is results.json."""
+    """Without torch every problem is refused at once: the bar still counts them, and --json's stdout
+    is results.json."""
     root = kernelbench_dir(tmp_path / "kb")
     assert main(["kernelbench", str(root), "--level", "1", "2", "-o", str(tmp_path / "out"), "--json",
                  "--progress"]) == 0

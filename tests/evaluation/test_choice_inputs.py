@@ -89,8 +89,8 @@ def _spec(dtype: str, gen: dict[str, Any], where: str = "inputs") -> dict[str, A
 
 
 @pytest.mark.parametrize(("dtype", "values", "where", "message"), [
-    ("float16", [0.0, 1e5], "inputs", "case 'one': inputs.a: values[1] = 100000 overflows float16 (whose largest value "
-                                      "is 65504)"),
+    ("float16", [0.0, 1e5], "inputs", "case 'one': inputs.a: values[1] = 100000 overflows float16 (whose "
+                                      "largest value is 65504)"),
     ("bfloat16", [0.0, 1e39], "inputs", "case 'one': inputs.a: values[1] = 1e+39 overflows bfloat16"),
     ("int32", [0.5, 1.0], "inputs", "case 'one': inputs.a: values[0] = 0.5 is not an integer, and the buffer is int32"),
     ("uint8", [-1.0, 1.0], "inputs", "case 'one': inputs.a: values[0] = -1 is outside uint8's range 0..255"),
@@ -275,8 +275,9 @@ def test_the_torch_filler_takes_the_harness_table() -> None:
 # --- the pretend GPU --------------------------------------------------------------------------
 
 
-def test_the_pretend_gpu_draws_a_choice_as_the_table_at_its_randint(tmp_path: Path,
-                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_pretend_gpu_draws_a_choice_as_the_table_at_its_randint(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     module = tmp_path / "k.cubin"
     module.write_bytes(b"fake module")
     zeros = tmp_path / "zeros.bin"

@@ -90,7 +90,7 @@ def test_the_servers_environment_does_not_reach_the_oracle(
                 except OSError as e:
                     seen.append(p + ": " + e.strerror)
             raise RuntimeError(" | ".join(seen))
-        """)
+        """)  # noqa: E501
     message = _refused(pool, path)
     assert SECRET not in message
     assert "RuntimeError: env=[] |" in message  # an empty environment

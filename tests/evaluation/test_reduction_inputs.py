@@ -70,8 +70,9 @@ def _passes(expected: np.float32, actual: float, tol: Tolerance) -> bool:
     return compare("out", np.array([expected]), np.array([actual]), tol).passed
 
 
-def test_a_sum_estimated_from_a_subset_fails_on_the_performance_inputs(case_inputs: tuple[np.ndarray,
-                                                                                          Tolerance]) -> None:
+def test_a_sum_estimated_from_a_subset_fails_on_the_performance_inputs(
+    case_inputs: tuple[np.ndarray, Tolerance]
+) -> None:
     x, tol = case_inputs
     rng = np.random.default_rng(0)
     expected = _reference(x, rng)

@@ -229,8 +229,9 @@ def _session(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, features: str,
     return proc, Session(wl, proc, device_info(harness, 0), workdir=tmp_path / "w", options=OPTIONS)
 
 
-def test_a_candidate_with_maps_passes_on_the_fake_harness(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-                                                          workload: Workload) -> None:
+def test_a_candidate_with_maps_passes_on_the_fake_harness(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, workload: Workload
+) -> None:
     proc, ev = _session(tmp_path, monkeypatch, "blocking,tensor_maps", workload)
     with proc, ev:
         maps = (A_MAP, {"buffer": "b", "dims": ["n"], "box": [256]}, {"buffer": "c", "dims": ["n"], "box": [256]})

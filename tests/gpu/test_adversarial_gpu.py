@@ -16,8 +16,9 @@ kernel, timed in the same session, by more than NO_GAIN_MARGIN.
 
 Timing is FAST (1 warm-up, 5 measured launches), except for the memoizers, timed with the seed's
 10 + 100 (SEED): with KERNELOPT_FRESH_LAUNCHES=16 (a redraw before 16 hidden measured launches, the
-others reusing the last draw) 5 launches would all be redrawn and their caches never tried. The servers run with a short kernel timeout
-(20 s) and compile limit (10 s), so the infinite loop and the compile bomb end quickly.
+others reusing the last draw) 5 launches would all be redrawn and their caches never tried. The
+servers run with a short kernel timeout (20 s) and compile limit (10 s), so the infinite loop and
+the compile bomb end quickly.
 KERNELOPT_ADVERSARIAL_ONLY=a.cu,b.cu re-runs a few kernels. If KERNELOPT_ADVERSARIAL_REPORT is
 set, each path adds its column to a markdown table written there (kernel, trick, expected
 verdict, the verdict of each path that ran, message), for docs/adversarial.md.

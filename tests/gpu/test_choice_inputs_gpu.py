@@ -89,8 +89,8 @@ def test_a_device_choice_is_the_hosts_table_at_the_harness_randint(
     ours = (tmp_path / "ours.bin").read_bytes()
     index = _indices(proc, files, tmp_path, len(VALUES[name]))
     want = table(VALUES[name], dtype)[index]
-    assert ours == want.astype(dtype.numpy.newbyteorder("<")).tobytes(), ("the device's choice differs from the host's "
-                                                                          "table")
+    assert ours == want.astype(dtype.numpy.newbyteorder("<")).tobytes(), (
+        "the device's choice differs from the host's table")
     counts = np.bincount(index, minlength=len(VALUES[name])) / ELEMENTS
     assert (abs(counts - 1 / len(VALUES[name])) < 0.01).all(), counts  # each value equally likely
 

@@ -71,8 +71,9 @@ def test_the_harness_offers_fresh_inputs_and_checked_launches(harness_binary: Pa
     assert {"fresh_inputs", "timed_check", "confirm_launch"} <= harness_features(harness_binary)
 
 
-def test_a_memoizing_kernel_gains_nothing_from_its_cache(proc: HarnessProcess, device: DeviceInfo,
-                                                         tmp_path: Path) -> None:
+def test_a_memoizing_kernel_gains_nothing_from_its_cache(
+    proc: HarnessProcess, device: DeviceInfo, tmp_path: Path
+) -> None:
     wl = find_workload("sgemm", Settings())
     honest = initial_candidate(wl)
     memo = Candidate(MEMO_SGEMM, honest.launch, [], "memo")

@@ -165,8 +165,9 @@ def test_device_compare_agrees_with_compare_py(
         assert out.read_bytes() == actual.tobytes()
 
 
-def test_expected_values_are_cached_across_requests(proc: HarnessProcess, files: dict[str, Path],
-                                                    tmp_path: Path) -> None:
+def test_expected_values_are_cached_across_requests(
+    proc: HarnessProcess, files: dict[str, Path], tmp_path: Path
+) -> None:
     expected, actual, copied = _scenario(DType.float32, "wrong")
     request = _copy_request(files, tmp_path, DType.float32, actual, expected, DEFAULT_TOLERANCE[DType.float32], copied,
                             input_cache=True)
@@ -182,8 +183,9 @@ def test_expected_values_are_cached_across_requests(proc: HarnessProcess, files:
     assert b["err_sq"] == pytest.approx(a["err_sq"], rel=1e-12)
 
 
-def test_a_deterministic_kernel_differs_in_no_byte(proc: HarnessProcess, files: dict[str, Path],
-                                                   tmp_path: Path) -> None:
+def test_a_deterministic_kernel_differs_in_no_byte(
+    proc: HarnessProcess, files: dict[str, Path], tmp_path: Path
+) -> None:
     expected, actual, copied = _scenario(DType.float32, "match")
     answer = _run(proc, _copy_request(files, tmp_path, DType.float32, actual, expected,
                                       DEFAULT_TOLERANCE[DType.float32], copied, repeat_validation=True))

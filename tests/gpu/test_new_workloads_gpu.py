@@ -12,7 +12,8 @@ tests/gpu/test_evaluate_gpu.py (BUNDLED), the tunable kernels at several configu
 tests/gpu/test_tunable_gpu.py (attention_fwd's too); attention_fwd's reference (its float64 oracle on
 the 4x32x4096 performance cases would take minutes, so it runs on the correctness cases only) is
 checked here. Its optimize run tunes 8 configurations (its naive initial kernel takes a fraction
-of a second a launch at the performance sizes, timed 3 + 20 times per case). The CPU emulation of the same kernels is tests/workloads/test_new_workloads_emulated.py.
+of a second a launch at the performance sizes, timed 3 + 20 times per case). The CPU emulation of the
+same kernels is tests/workloads/test_new_workloads_emulated.py.
 
 Run with --run-gpu (scripts/device_gpu_tests.sh tests/gpu/test_new_workloads_gpu.py).
 """

@@ -142,8 +142,9 @@ def test_a_tma_store_ending_inside_a_16_byte_chunk_is_an_out_of_bounds_write(vec
                 and "plain stores" in (c.message or "")), c.message
 
 
-def test_a_map_past_its_buffer_is_refused_before_any_launch(vector_add: Session,
-                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_map_past_its_buffer_is_refused_before_any_launch(
+    vector_add: Session, monkeypatch: pytest.MonkeyPatch
+) -> None:
     # Python's check: an invalid launch, and no request sent for the candidate
     result = evaluate(vector_add, Candidate(TMA_KERNEL, tma_launch("n + 4096"), [], "past"), benchmark=False)
     assert result.status is Status.invalid_launch, result.message

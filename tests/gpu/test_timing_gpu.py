@@ -118,8 +118,9 @@ def _add_args(tmp: Path, n: int = 1024) -> list[dict[str, Any]]:
     return [_in(tmp, "a", a), _in(tmp, "b", b), _out(tmp, "c", 4 * n), _scalar("n", "uint32", n)]
 
 
-def test_graph_timing_of_a_tiny_kernel_is_below_single_launch_events(proc: HarnessProcess, module: Path,
-                                                                     tmp_path: Path) -> None:
+def test_graph_timing_of_a_tiny_kernel_is_below_single_launch_events(
+    proc: HarnessProcess, module: Path, tmp_path: Path
+) -> None:
     args = _add_args(tmp_path)
     events = _timing(proc, _request(module, "add", args, 4, 256, {"warmup": 20, "iterations": 200}, flush=False))
     graph = _timing(proc, _request(module, "add", args, 4, 256,
@@ -199,8 +200,9 @@ def test_adaptive_converges_for_a_1ms_kernel(proc: HarnessProcess, module: Path,
     assert 0.9 < t["median_ms"] < 1.5, t["median_ms"]
 
 
-def test_launch_overhead_is_positive_and_below_10us(proc: HarnessProcess, module: Path, support: Path,
-                                                    tmp_path: Path) -> None:
+def test_launch_overhead_is_positive_and_below_10us(
+    proc: HarnessProcess, module: Path, support: Path, tmp_path: Path
+) -> None:
     for mode in ("events", "graph"):
         t = _timing(proc, _request(module, "add", _add_args(tmp_path), 4, 256,
                                    {"warmup": 10, "iterations": 100, "mode": mode}, flush=False, support=support))

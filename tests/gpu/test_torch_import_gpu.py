@@ -70,7 +70,7 @@ LINEAR = r"""extern "C" __global__ void linear_relu(const float* x, const float*
         out[(size_t)b * out_features + o] = (float)(acc > 0.0 ? acc : 0.0);
     }
 }
-"""
+"""  # noqa: E501
 CONV = r"""extern "C" __global__ void conv2d_relu_bias(const float* x, const float* bias, const float* conv_weight,
                                               const float* conv_bias, float* out, int batch_size, int height, int width,
                                               int out_channels) {
@@ -144,8 +144,8 @@ def test_imported_problem_evaluates_on_the_gpu(problem: str, tmp_path: Path, har
     source, launch = KERNELS[problem]
     code, result = evaluate(workload, source, launch, tmp_path, harness_binary, capsys)
     assert code == 0 and result["status"] == "ok", json.dumps(result, indent=1)[:4000]
-    assert {c["name"]: c["status"] for c in result["cases"]} == {c.name: "ok"
-                                                                 for c in load_workload(workload).spec.cases}
+    assert ({c["name"]: c["status"] for c in result["cases"]}
+            == {c.name: "ok" for c in load_workload(workload).spec.cases})
     checks = result["checks"]
     assert "timed outputs on hidden-seed inputs" in checks, checks
     # inputs drawn on the device before every timed launch, each checked against PyTorch: the bundled workloads' checks
@@ -229,7 +229,7 @@ LAYERNORM = r"""extern "C" __global__ void layernorm(const float* x, const float
     for (int j = 0; j < features; ++j)
         out[(size_t)row * features + j] = (float)((r[j] - mean) * inv * ln_weight[j] + ln_bias[j]);
 }
-"""
+"""  # noqa: E501
 
 
 def test_a_layernorm_kernel_that_drops_weight_and_bias_is_a_mismatch(tmp_path: Path, harness_binary: Path,

@@ -118,8 +118,8 @@ def test_the_whole_loop(env: dict[str, Path]) -> None:
     assert summary["best"]["score_ms"] == pytest.approx((0.004 * 1.0) ** 0.5, rel=0.05)
     assert (run / "best.cu").read_text() == fast_uneven.rstrip() + "\n"
     assert summary["best"]["speedup_vs_initial"] == pytest.approx(0.1 / 0.0632, rel=0.05)
-    assert summary["candidates"] == {"total": 6, "valid": 4, "invalid": ["002-it1: compile_error",
-                                                                         "003-it2-repair: mismatch"], "duplicates": []}
+    assert summary["candidates"] == {
+        "total": 6, "valid": 4, "invalid": ["002-it1: compile_error", "003-it2-repair: mismatch"], "duplicates": []}
     assert summary["iterations"] == {"max": 5, "used": 5, "candidates_per_iteration": 1}
     tokens = summary["tokens"]
     assert tokens["calls"] == 7 and tokens["total_tokens"] > 0 and tokens["cost_usd"] > 0
@@ -287,14 +287,16 @@ def test_max_tokens_stops_the_loop_cleanly(env: dict[str, Path]) -> None:
 def test_missing_api_key_is_a_clear_error_before_a_run_directory(env: dict[str, Path], monkeypatch: pytest.MonkeyPatch,
                                                                  capsys: pytest.CaptureFixture[str]) -> None:
     monkeypatch.delenv("OPENAI_API_KEY")
-    # without a key the default is --strategy tune (tests/optimize/test_optimize_tune.py); asking for the model is an error
+    # without a key the default is --strategy tune (tests/optimize/test_optimize_tune.py); asking for the model is an
+    # error
     assert optimize(env, None, "--workload", "tiny_add", "--strategy", "llm") == 2
     assert "OPENAI_API_KEY is not set" in " ".join(capsys.readouterr().err.split())
     assert not env["results"].exists()  # a run that cannot start leaves no run directory
 
 
-def test_unreachable_endpoint_is_a_clear_error_kept_in_the_run(env: dict[str, Path],
-                                                               capsys: pytest.CaptureFixture[str]) -> None:
+def test_unreachable_endpoint_is_a_clear_error_kept_in_the_run(
+    env: dict[str, Path], capsys: pytest.CaptureFixture[str]
+) -> None:
     import socket
 
     with socket.socket() as s:  # a port nobody listens on
@@ -402,8 +404,9 @@ def test_run_numbers_are_claimed_atomically(tmp_path: Path) -> None:
     assert sorted(claimed) == [f"run-{n:03d}" for n in range(8, 24)]
 
 
-def test_runs_are_found_by_path_name_number_or_as_the_newest(tmp_path: Path,
-                                                             capsys: pytest.CaptureFixture[str]) -> None:
+def test_runs_are_found_by_path_name_number_or_as_the_newest(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     from kernelopt_agent.runs import resolve_run
 
     results = tmp_path / "results"
@@ -432,10 +435,11 @@ def test_options_flags_beat_environment_beat_config(tmp_path: Path) -> None:
     cfg.write_text(json.dumps({"description": "gemm", "max-iterations": 3, "model": "m-config",
                                "base_url": "http://config/v1"}))
     opts = OptimizeOptions.build({"config": str(cfg), "model": "m-flag"}, environ={}, cwd=tmp_path)
-    assert (opts.model, opts.max_iterations, opts.base_url, opts.api_key) == ("m-flag", 3, "http://dotenv/v1",
-                                                                              "sk-from-dotenv")
-    opts = OptimizeOptions.build({"config": str(cfg)}, environ={"OPENAI_API_KEY": "sk-env",
-                                                                "OPENAI_BASE_URL": "http://u:p@env/v1"}, cwd=tmp_path)
+    assert ((opts.model, opts.max_iterations, opts.base_url, opts.api_key)
+            == ("m-flag", 3, "http://dotenv/v1", "sk-from-dotenv"))
+    opts = OptimizeOptions.build({"config": str(cfg)},
+                                 environ={"OPENAI_API_KEY": "sk-env", "OPENAI_BASE_URL": "http://u:p@env/v1"},
+                                 cwd=tmp_path)
     assert (opts.api_key == "sk-env" and opts.as_json()["base_url"] == "http://env/v1"
             and "sk-env" not in json.dumps(opts.as_json()))
     assert OptimizeOptions.build({"description": "x"}, environ={}, cwd=tmp_path / "nowhere").max_iterations == 7
@@ -499,8 +503,8 @@ def test_nsight_profiles_and_nvidia_research(env: dict[str, Path], stub: Path, m
     run = env["results"] / "run-001"
     assert "docs_search" in (run / "research.md").read_text()
     first = model.requests[0]
-    assert {t["function"]["name"] for t in first["tools"]} == {"gpu_properties", "compile",
-                                                               "docs_search", "ncu_profile"}
+    assert ({t["function"]["name"] for t in first["tools"]}
+            == {"gpu_properties", "compile", "docs_search", "ncu_profile"})
     assert "NVIDIA optimization guidance" in first["messages"][1]["content"]
     assert model.requests[1]["messages"][-1]["role"] == "tool"
     for label in ("001-initial", "002-it1", "003-it2"):

@@ -343,8 +343,8 @@ def test_the_optimize_pages_price_table_is_pricing_py() -> None:
     from kernelopt_agent.pricing import PRICES
 
     text = (REPO / "docs" / "optimize.md").read_text()
-    table = text.split("<!-- price table: kept equal to pricing.PRICES by tests/optimize/test_optimize_model.py -->",
-                       1)[1]
+    table = text.split(
+        "<!-- price table: kept equal to pricing.PRICES by tests/optimize/test_optimize_model.py -->", 1)[1]
     rows = {}
     for line in table.strip().splitlines()[2:]:
         if not line.startswith("|"):

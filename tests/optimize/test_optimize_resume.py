@@ -135,8 +135,8 @@ def test_a_completed_run_is_refused_unless_more_iterations_are_asked_for(env: di
     with ScriptedModel([proposal(FASTER, "faster")]) as model:
         assert optimize(env, model, "--resume", "1", "--max-iterations", "2") == 0
     summary = read(run / "summary.json")
-    assert summary["status"] == "completed" and summary["iterations"] == {"max": 2, "used": 2,
-                                                                          "candidates_per_iteration": 1}
+    assert (summary["status"] == "completed"
+            and summary["iterations"] == {"max": 2, "used": 2, "candidates_per_iteration": 1})
     assert summary["best"]["label"] == "003-it2" and labels(run)[-2:] == ["002-it1", "003-it2"]
     assert summary["resumes"][0]["previous_status"] == "completed"
     assert summary["resumes"][0]["changed"]["max_iterations"] == [1, 2]

@@ -38,8 +38,8 @@ def test_no_api_key_tunes_the_bundled_tunable(env: dict[str, Path], monkeypatch:
     for name in ("history.json", "summary.json", "best.cu", "best.launch.json", "heatmap.png", "heatmap.svg",
                  "tuning/workload/tune.csv", "tuning/workload/tune.json", "tuning/workload/autotune.json"):
         assert (run / name).is_file(), name
-    assert sorted(p.name for p in (run / "candidates").iterdir()) == ["000-reference", "001-initial",
-                                                                      "002-untuned", "003-tuned"]
+    assert (sorted(p.name for p in (run / "candidates").iterdir())
+            == ["000-reference", "001-initial", "002-untuned", "003-tuned"])
     summary = read(run / "summary.json")
     assert summary["status"] == "completed" and summary["strategy"] == "tune"
     assert summary["best"]["label"] == "003-tuned" and summary["tokens"]["calls"] == 0

@@ -6,7 +6,8 @@ of test_profiler, so candidates carry profiles, and a proposal with tunables, so
 The browser test loads the page in a real headless Chromium (Playwright): every section renders,
 every plot has a size, no script error, nothing fetched but the page itself. It skips where
 Playwright or a Chromium is missing (docs/optimize.md, "Run report", says how to get both). With
-KO_REPORT_SCREENSHOT=FILE it also saves the top of the page as a PNG (docs/report.png, shown in the README and docs/optimize.md).
+KO_REPORT_SCREENSHOT=FILE it also saves the top of the page as a PNG (docs/report.png, shown in
+the README and docs/optimize.md).
 """
 
 from __future__ import annotations
@@ -220,7 +221,7 @@ def test_the_report_renders_in_headless_chromium(run: Path) -> None:
             if shot := os.environ.get("KO_REPORT_SCREENSHOT"):  # the README's picture: docs/report.png
                 page.screenshot(path=shot, full_page=True, clip={"x": 0, "y": 0, "width": 1280, "height": 1700})
             shown = page.evaluate("""() => [...document.querySelectorAll('section')].map(s => {
-                const r = s.getBoundingClientRect(); return [s.id, r.width, r.height, s.querySelector('h2').innerText]; })""")
+                const r = s.getBoundingClientRect(); return [s.id, r.width, r.height, s.querySelector('h2').innerText]; })""")  # noqa: E501
             plots = page.evaluate("""() => [...document.querySelectorAll('svg.plot')].map(s => {
                 const r = s.getBoundingClientRect(); return [s.closest('section').id, r.width, r.height,
                 s.querySelectorAll('path, text, use').length]; })""")

@@ -116,8 +116,9 @@ def _fake_run(results: Path, number: int, *, status: str | None, pid: int | None
     return run
 
 
-def test_du_lists_runs_largest_first_with_what_takes_the_space(tmp_path: Path,
-                                                               capsys: pytest.CaptureFixture[str]) -> None:
+def test_du_lists_runs_largest_first_with_what_takes_the_space(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     _fake_run(tmp_path, 1, status="completed", payload=10)
     _fake_run(tmp_path, 2, status="completed", payload=5000)
     assert agent_main(["runs", "du", "--results-dir", str(tmp_path), "--json"]) == 0

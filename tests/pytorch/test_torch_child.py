@@ -89,8 +89,9 @@ def test_without_torch_the_import_is_refused_and_a_problem_named_torch_never_run
 
 
 @needs_landlock
-def test_the_import_child_is_confined_gets_no_secret_and_leaves_no_process(tmp_path: Path,
-                                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_import_child_is_confined_gets_no_secret_and_leaves_no_process(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     for name, value in SECRETS.items():
         monkeypatch.setenv(name, value)
     secret = tmp_path / "secret.txt"
@@ -164,15 +165,16 @@ def fake_distribution(site: Path, name: str, requires: list[str], main: str = ""
     info.mkdir()
     lines = [f"Metadata-Version: 2.1\nName: {name}\nVersion: 1.0"] + [f"Requires-Dist: {r}" for r in requires]
     (info / "METADATA").write_text("\n".join(lines) + "\n")
-    files = [str(f.relative_to(site)) for f in (site / module).iterdir()] + [f"{info.name}/METADATA",
-                                                                             f"{info.name}/RECORD"]
+    files = ([str(f.relative_to(site)) for f in (site / module).iterdir()]
+             + [f"{info.name}/METADATA", f"{info.name}/RECORD"])
     (info / "RECORD").write_text("".join(f"{f},,\n" for f in files))
     return site
 
 
 @needs_landlock
-def test_requirements_installed_in_a_target_directory_reach_the_child(tmp_path: Path,
-                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+def test_requirements_installed_in_a_target_directory_reach_the_child(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """As on the GPU machine: the package and its requirements installed with ``pip install
     --target DIR`` and found through PYTHONPATH, which the child's ``python -I`` ignores. Its
     package directory alone leaves the child without its requirements (what failed there:

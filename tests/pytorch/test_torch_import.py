@@ -83,8 +83,9 @@ def check_mapping(problem: Path, wl: Workload, torch: Any) -> None:
 
 
 @pytest.mark.parametrize("problem", SUPPORTED)
-def test_supported_problem_becomes_a_workload_of_generators_and_a_mapping(problem: str, tmp_path: Path,
-                                                                          torch: Any) -> None:
+def test_supported_problem_becomes_a_workload_of_generators_and_a_mapping(
+    problem: str, tmp_path: Path, torch: Any
+) -> None:
     """Every input is drawn by a generator (these problems draw their inputs with torch.rand / randn
     and keep no state but BatchNorm's counter, a constant), PyTorch is the reference, and nothing but
     workload.json and the problem is written."""

@@ -81,8 +81,9 @@ def get_inputs():
 """
 
 
-def test_a_forward_calling_item_runs_on_the_cpu_where_small_and_is_refused_where_not(tmp_path: Path,
-                                                                                     torch: Any) -> None:
+def test_a_forward_calling_item_runs_on_the_cpu_where_small_and_is_refused_where_not(
+    tmp_path: Path, torch: Any
+) -> None:
     small = import_torch_problem(problem(tmp_path, "item_small", ITEM.format(n=512)), tmp_path / "small")
     ran = [n for n in small.notes if n.startswith("the performance case ran on the CPU")]
     assert ran and "fails on the meta device" in ran[0] and ".item() cannot be called on meta tensors" in ran[0]
@@ -151,8 +152,9 @@ def get_inputs():
 """
 
 
-def test_an_input_made_by_operations_on_random_numbers_gets_a_generator_of_its_range(tmp_path: Path,
-                                                                                     torch: Any) -> None:
+def test_an_input_made_by_operations_on_random_numbers_gets_a_generator_of_its_range(
+    tmp_path: Path, torch: Any
+) -> None:
     """KernelBench's hinge loss draws its targets as randint(0, 2) * 2 - 1: no generator makes exactly
     that, so they are drawn as a choice of the two values they take (the note says so), never stored
     (tests/pytorch/test_torch_choice.py has more)."""
@@ -209,8 +211,9 @@ def test_a_shape_written_as_a_tuple_is_scaled_like_a_size_constant(tmp_path: Pat
     assert all(s["input_shape_0"] < 4096 for case, s in sizes.items() if case != "perf"), sizes
 
 
-def test_running_out_of_memory_on_the_cpu_is_a_refusal_with_the_reason(tmp_path: Path,
-                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+def test_running_out_of_memory_on_the_cpu_is_a_refusal_with_the_reason(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """torch's allocator reports an exhausted CPU as a RuntimeError: the import says so in one line
     (a TorchProblemError, as the suite and the MCP tool report refusals), not an importer crash."""
     pytest.importorskip("torch", reason="torch is not installed (pip install torch): PyTorch problems cannot be run")
@@ -253,8 +256,9 @@ def get_init_inputs():
 """
 
 
-def test_a_module_whose_state_exceeds_the_case_bound_at_every_size_still_gets_a_smaller_case(tmp_path: Path,
-                                                                                             torch: Any) -> None:
+def test_a_module_whose_state_exceeds_the_case_bound_at_every_size_still_gets_a_smaller_case(
+    tmp_path: Path, torch: Any
+) -> None:
     """16 MiB of weights at every batch size, correctness cases capped at 8 MiB: one smaller batch is still a
     correctness case (cheaper on the CPU than the performance case, which stays on the meta device), and the
     notes say the cap was raised for it."""

@@ -345,8 +345,9 @@ def get_init_inputs():
 
 @pytest.mark.parametrize(("name", "body"), [("groupnorm", GROUPNORM), ("grouped_conv", GROUPED_CONV)],
                          ids=["groupnorm", "grouped_conv"])
-def test_a_divisibility_the_odd_sizes_break_keeps_a_correctness_case(name: str, body: str, tmp_path: Path,
-                                                                     torch: Any) -> None:
+def test_a_divisibility_the_odd_sizes_break_keeps_a_correctness_case(
+    name: str, body: str, tmp_path: Path, torch: Any
+) -> None:
     """The odd sizes make 7 channels for 8 groups: other sizes are searched instead of dropping the
     case, and the one found is checked like any other."""
     result = import_torch_problem(problem(tmp_path, name, body), tmp_path / name)
@@ -399,8 +400,8 @@ def test_the_search_is_bounded_by_bytes_and_time(tmp_path: Path, torch: Any) -> 
     # less on the CPU than running the performance case there (it stays on the meta device)
     result = import_torch_problem(path, tmp_path / "gn", TorchImportOptions(max_correctness_bytes=1024))
     assert [(c.kind, c.name) for c in result.spec.cases] == [("correctness", "small_even"), ("performance", "perf")]
-    assert "one correctness case of up to 8 MiB (more than the usual 0.0009766 MiB): the buffers of every smaller size take " \
-        "more than that" in result.notes
+    assert ("one correctness case of up to 8 MiB (more than the usual 0.0009766 MiB): the buffers of every smaller "
+            "size take more than that" in result.notes)
     assert not any("ran on the CPU" in n or "more than 1024" in n for n in result.notes), result.notes
 
     result = import_torch_problem(path, tmp_path / "gn0", TorchImportOptions(search_s=0))

@@ -70,8 +70,9 @@ def imported(tmp_path: Path, kind: str) -> TorchImportResult:
 
 
 @pytest.mark.parametrize("kind", ["triu", "tril", "symmetric"])
-def test_the_structure_of_get_inputs_values_goes_into_every_cases_generator(tmp_path: Path, torch: Any,
-                                                                            kind: str) -> None:
+def test_the_structure_of_get_inputs_values_goes_into_every_cases_generator(
+    tmp_path: Path, torch: Any, kind: str
+) -> None:
     result = imported(tmp_path, kind)
     assert len(result.spec.cases) >= 2
     for case in result.spec.cases:

@@ -77,8 +77,8 @@ def test_tolerance_is_strict_by_dtype_kernelbench_on_request_and_widened_where_n
     # the module's own float32 result is 3e-4 off its float64 one: 10x that
     assert choose_tolerance(DType.float32, 3e-4, "strict", notes) == {"rtol": 3e-3, "atol": 3e-3, "source": "widened"}
     assert choose_tolerance(DType.float32, 3e-4, "kernelbench", notes)["source"] == "kernelbench"
-    assert choose_tolerance(DType.float32, 3e-3, "kernelbench", notes) == {"rtol": 0.03, "atol": 0.03,
-                                                                           "source": "widened"}
+    assert (choose_tolerance(DType.float32, 3e-3, "kernelbench", notes)
+            == {"rtol": 0.03, "atol": 0.03, "source": "widened"})
     assert len(notes) == 2 and "widened to 0.003" in notes[0] and "kernelbench one is 0.01" in notes[1]
 
 

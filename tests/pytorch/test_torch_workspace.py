@@ -129,8 +129,8 @@ async def test_the_create_workload_tool_imports_where_allowed(tmp_path: Path, to
         r = await client.call_tool("create_workload", {"spec": {"name": "lin"},
                                                        "torch_problem": (PROBLEMS / "linear_relu.py").read_text()})
         assert not r.is_error, r.content[0].text
-        assert r.structured_content["c_prototype"].startswith('extern "C" __global__ void lin(const float* x, const '
-                                                              'float* fc_weight')
+        assert r.structured_content["c_prototype"].startswith(
+            'extern "C" __global__ void lin(const float* x, const float* fc_weight')
         described = await client.call_tool("describe_workload", {"name": "lin"})
     assert not described.is_error and "fc_bias" in described.content[0].text
 

@@ -261,8 +261,9 @@ def create_arguments(draw: st.DrawFn) -> dict[str, Any]:
 @settings(max_examples=8, deadline=None,
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
 @given(create_arguments())
-def test_create_workload_answers_any_spec_and_writes_only_into_the_workspace(sandbox: Sandbox,
-                                                                             args: dict[str, Any]) -> None:
+def test_create_workload_answers_any_spec_and_writes_only_into_the_workspace(
+    sandbox: Sandbox, args: dict[str, Any]
+) -> None:
     result = _check(sandbox, "create_workload", args)
     if not result.is_error:
         created = Path(result.structured_content["path"]).resolve()

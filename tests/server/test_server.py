@@ -133,8 +133,9 @@ async def test_compile_rejects_bad_arguments_readably(nogpu: Client, args: dict[
     assert r.is_error and expect in text(r), text(r)
 
 
-async def test_compile_paths_are_confined_to_the_roots(nogpu: Client, nogpu_config: ServerConfig,
-                                                       tmp_path: Path) -> None:
+async def test_compile_paths_are_confined_to_the_roots(
+    nogpu: Client, nogpu_config: ServerConfig, tmp_path: Path
+) -> None:
     ws = nogpu_config.workspace
     (ws / "kernels").mkdir(parents=True)
     (ws / "kernels" / "add.cu").write_text(kernel())

@@ -105,8 +105,8 @@ async def test_runs_serves_text_records_never_inputs_expected_or_modules(setup: 
         record = await client.read_resource(f"kernelopt://runs/frozen/{where}/input_cases.json")
         assert "sha256" in record.contents[0].text
         data = [p for p in frozen_files(setup) if p.suffix in (".bin", ".cubin") or "expected" in p.parts]
-        assert {"inputs", "expected", "modules"} <= {p.relative_to(setup["tmp"] / "ws" / "runs" / "frozen" / where).parts[0]
-                                                     for p in data}
+        assert ({"inputs", "expected", "modules"}
+                <= {p.relative_to(setup["tmp"] / "ws" / "runs" / "frozen" / where).parts[0] for p in data})
         for path in data:
             uri = f"kernelopt://runs/{path.relative_to(setup['tmp'] / 'ws' / 'runs')}"
             with pytest.raises(Exception, match="not served"):

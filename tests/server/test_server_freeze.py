@@ -222,14 +222,16 @@ async def test_refusals(setup: dict[str, Any], change: dict[str, Any], message: 
     async with in_memory_server(setup["config"], orchestrator=True) as (client, _):
         result = await client.call_tool("freeze_workload", args)
         assert result.is_error and message in text(result), text(result)
-        bad_into = await client.call_tool("replay_requests", {"workload": "tiny_add", "source": kernel(),
-                                                              "launch": ADD_LAUNCH, "into": "../escape"})
+        bad_into = await client.call_tool("replay_requests",
+                                          {"workload": "tiny_add", "source": kernel(), "launch": ADD_LAUNCH,
+                                           "into": "../escape"})
         assert bad_into.is_error
     assert not (run / "workload").exists() and not (Path("/etc/kernelopt-frozen")).exists()
 
 
 async def test_freeze_over_stdio(setup: dict[str, Any]) -> None:
-    """The tool over a real pipe, as kernelopt optimize calls it (a server it starts with --root RUN --output-root RUN)."""
+    """The tool over a real pipe, as kernelopt optimize calls it (a server it starts
+    with --root RUN --output-root RUN)."""
     run: Path = setup["run"]
     config: ServerConfig = setup["config"]
     extra = setup["tmp"] / "extra"

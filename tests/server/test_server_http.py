@@ -74,9 +74,9 @@ def post(url: str, body: dict, headers: dict[str, str]) -> int:
         (["--host", "::0"], "without a bearer token"),
     ],
 )
-def test_non_loopback_bind_is_refused_without_what_it_needs(args: list[str],
-                                                            expect: str, capsys: pytest.CaptureFixture[str],
-                                                            monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+def test_non_loopback_bind_is_refused_without_what_it_needs(
+    args: list[str], expect: str, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
     monkeypatch.delenv("KERNELOPT_MCP_TOKEN", raising=False)
     assert main(["--http", "--workspace", str(tmp_path), *args]) == 2
     assert expect in capsys.readouterr().err

@@ -76,8 +76,9 @@ async def _flood(client: Client, n: int, done: list[Any]) -> None:
             tg.start_soon(one)
 
 
-async def test_other_calls_answer_within_a_second_while_compiles_flood(tmp_path: Path,
-                                                                       few_shared_threads: None) -> None:
+async def test_other_calls_answer_within_a_second_while_compiles_flood(
+    tmp_path: Path, few_shared_threads: None
+) -> None:
     async with in_memory_server(make_config(tmp_path)) as (client, _):
         cached = await client.call_tool("compile", {"source": kernel()})  # in the compile cache from now on
         assert cached.structured_content["status"] == "ok", text(cached)
@@ -225,8 +226,9 @@ async def test_autotune_budget_is_capped_to_the_gpu_call_cap(tmp_path: Path) -> 
     (["--http", "--gpu-call-max-s", "0"], {}, 0.0),
     ([], {"KERNELOPT_MCP_GPU_CALL_MAX_S": "7200"}, 7200.0),
 ])
-def test_gpu_call_cap_and_queue_bounds_from_flags_and_environment(argv: list[str], env: dict[str, str],
-                                                                  cap: float) -> None:
+def test_gpu_call_cap_and_queue_bounds_from_flags_and_environment(
+    argv: list[str], env: dict[str, str], cap: float
+) -> None:
     config = config_from_args(build_parser().parse_args(argv), env)
     assert config.gpu_call_max_s == cap and config.queue_bounds == QueueBounds(16, 64)
     bounds = config_from_args(build_parser().parse_args(["--max-waiting-per-client", "2"]),

@@ -31,8 +31,9 @@ async def nogpu(tmp_path: Path, tiny_dir: Path) -> AsyncIterator[Client]:
         yield client
 
 
-async def test_tools_are_listed_with_schemas_descriptions_and_honest_annotations(tmp_path: Path,
-                                                                                 tiny_dir: Path) -> None:
+async def test_tools_are_listed_with_schemas_descriptions_and_honest_annotations(
+    tmp_path: Path, tiny_dir: Path
+) -> None:
     """The full listing kernelopt optimize gets: every tool, its whole manual and its output schema."""
     async with in_memory_server(make_config(tmp_path, tiny_dir, "nogpu"), orchestrator=True) as (client, _):
         tools = {t.name: t for t in (await client.list_tools()).tools}

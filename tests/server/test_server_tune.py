@@ -101,8 +101,9 @@ async def test_autotune_inline_spec_and_budget(config: ServerConfig) -> None:
     ({"tunable_path": "/etc/passwd"}, "outside the directories"),
     ({}, "has no tunable.json"),
 ])
-async def test_autotune_refuses_bad_requests_with_a_fix(config: ServerConfig, args: dict[str, Any],
-                                                        message: str) -> None:
+async def test_autotune_refuses_bad_requests_with_a_fix(
+    config: ServerConfig, args: dict[str, Any], message: str
+) -> None:
     async with in_memory_server(config) as (client, _):
         result = await client.call_tool("autotune", {"workload": "tiny_add", **args})
         assert result.is_error and message in text(result), text(result)

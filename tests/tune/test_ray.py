@@ -142,8 +142,9 @@ async def test_an_actor_puts_pytorch_beside_an_imported_problems_benchmark(clust
     assert base.get("eager_ms") or "not timed" in base["note"], base
 
 
-def test_optimize_on_ray_spreads_candidates_over_both_gpus(cluster: str, tmp_path: Path,
-                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+def test_optimize_on_ray_spreads_candidates_over_both_gpus(
+    cluster: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     from scripted_model import ScriptedModel
     from test_optimize import SECRET, proposal
 
@@ -169,8 +170,8 @@ def test_optimize_on_ray_spreads_candidates_over_both_gpus(cluster: str, tmp_pat
                            "--ray", cluster])
     assert code == 0
     run = tmp_path / "results" / "run-001"
-    history = [json.loads(line) for line in (run / "history.jsonl").read_text().splitlines()] if (run / "history.jsonl").exists() \
-        else json.loads((run / "history.json").read_text())
+    history = ([json.loads(line) for line in (run / "history.jsonl").read_text().splitlines()]
+               if (run / "history.jsonl").exists() else json.loads((run / "history.json").read_text()))
     devices = {h.get("device") for h in history if h.get("event") == "candidate"}
     assert len(devices - {None}) == 2, devices
     assert json.loads((run / "summary.json").read_text())["devices"]["used"] == 2

@@ -7,7 +7,8 @@ library's own generators; its tolerance admits float32-accumulation results and 
 cheaper arithmetic it is meant to reject; every CUDA source (reference, initial, tunable) compiles
 with NVRTC for sm_90 with the signature's parameters and no spills; every tunable configuration's
 launch resolves for every case and covers the output (sgemm's 3xTF32 tunable too).
-tests/workloads/test_new_workloads_emulated.py runs the kernels on the CPU; tests/gpu/test_new_workloads_gpu.py on an H200.
+tests/workloads/test_new_workloads_emulated.py runs the kernels on the CPU;
+tests/gpu/test_new_workloads_gpu.py on an H200.
 """
 
 from __future__ import annotations
@@ -318,8 +319,8 @@ def test_tunable_configurations_compile_without_spills(name: str) -> None:
 def test_tunable_defaults_are_valid_and_every_launch_resolves_and_covers_the_output(name: str) -> None:
     t = _tunable(name)
     spec = t.spec
-    assert set(spec["defaults"]) == set(spec["params"]) and all(expr.evaluate(c, spec["defaults"])
-                                                                for c in spec["constraints"])
+    assert (set(spec["defaults"]) == set(spec["params"])
+            and all(expr.evaluate(c, spec["defaults"]) for c in spec["constraints"]))
     for param in spec["params"]:
         assert f"#ifndef {param}\n#define {param} {spec['defaults'][param]}\n" in t.source
     configs = valid_configs(spec)

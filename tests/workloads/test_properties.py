@@ -155,8 +155,9 @@ def workload_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @SLOW
 @given(mutated_specs())
-def test_load_workload_returns_or_raises_a_workload_error_naming_a_path(workload_dir: Path,
-                                                                        data: dict[str, Any]) -> None:
+def test_load_workload_returns_or_raises_a_workload_error_naming_a_path(
+    workload_dir: Path, data: dict[str, Any]
+) -> None:
     (workload_dir / "workload.json").write_text(json.dumps(data))
     try:
         wl = load_workload(workload_dir)
@@ -295,8 +296,9 @@ def test_launch_specs_resolve_or_fail_with_launch_config_or_validation_errors(
 
 @FAST
 @given(st.lists(dims, min_size=1, max_size=3), st.lists(dims, min_size=1, max_size=3), dims)
-def test_launch_config_fields_validate_or_raise_validation_error(grid: list[Any], block: list[Any],
-                                                                 shared: Any) -> None:
+def test_launch_config_fields_validate_or_raise_validation_error(
+    grid: list[Any], block: list[Any], shared: Any
+) -> None:
     try:
         LaunchConfig(grid=grid, block=block, shared_bytes=shared)
     except ValidationError:
@@ -330,8 +332,9 @@ env = st.dictionaries(st.sampled_from(NAMES), scalar_values, max_size=len(NAMES)
 
 @settings(max_examples=300, deadline=1000)
 @given(expressions, env)
-def test_expressions_evaluate_to_a_number_or_raise_expression_error(text: str,
-                                                                    variables: dict[str, int | float]) -> None:
+def test_expressions_evaluate_to_a_number_or_raise_expression_error(
+    text: str, variables: dict[str, int | float]
+) -> None:
     try:
         value = expr.evaluate(text, variables)
     except ExpressionError as exc:

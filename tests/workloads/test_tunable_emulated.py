@@ -463,4 +463,4 @@ int main(int argc, char** argv) {
     std::printf("OK\n");
     return 0;
 }
-"""
+"""  # noqa: E501
