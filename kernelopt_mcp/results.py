@@ -25,6 +25,28 @@ from .workload import Tolerance, Workload, case_shape
 MAX_DIAGNOSTICS = 20
 MAX_MESSAGE_CHARS = 600
 Num = float | str  # a number, or "nan" / "inf" / "-inf" (JSON has no non-finite numbers)
+# Field descriptions too long for the field's line (each is a description in a JSON schema).
+_COMPILE_OUTPUT_CONFINEMENT = ("how NVRTC was confined: 'landlock abi N', or 'unconfined (accepted)' by the "
+                               "server's operator")
+_TIMING_CONVERGED = "stop=precision / adaptive: the rse target was reached"
+_TIMING_NET_MEDIAN_MS = ("median minus the floor: the kernel's own duration as Nsight Compute measures it (estimate "
+                         "below ~20 us); scores use median_ms")
+_CASE_OUTPUT_TENSOR_PCT = ("flops_per_s as % of the dense tensor-core peak for the workload's inputs (16-bit rate for "
+                           "floating point, int8 for 8-bit integers): what the roofline floor uses")
+_CASE_OUTPUT_CHECKED_LAUNCHES = ("timed launches whose outputs were checked on their own (fresh) inputs against the "
+                                 "CUDA reference or the NumPy oracle")
+_CASE_OUTPUT_FRESH_INPUTS = "inputs drawn afresh on the device before every timed launch"
+_CASE_OUTPUT_OF_ROOFLINE_FLOOR = "median / the fastest time the work allows (1.0 = at the roofline)"
+_EVALUATION_OUTPUT_DEVICE_ORDINAL = "the CUDA ordinal of the GPU it ran on (a server may have several)"
+_EVALUATION_OUTPUT_SANITIZER = "compute-sanitizer per tool per correctness case (with sanitize=true, after a pass)"
+_EVALUATION_OUTPUT_PHASES = "where the evaluation's host wall time went (compile, validation, timing with its checks)"
+_EVALUATION_OUTPUT_TORCH_BASELINE = ("an imported PyTorch problem's benchmark that passed: PyTorch eager and "
+                                     "torch.compile timed by the same rules on the same GPU (cached per problem), "
+                                     "speedup = their time / ours")
+_CHECKED_EVALUATION_SANITIZER = "compute-sanitizer per tool per correctness case (None: not run)"
+_GPU_PROPERTIES_DEVICES = ("every GPU this server spreads GPU jobs over ('<ordinal> <name> <uuid>'): that many "
+                           "evaluations run at once")
+_WORKLOAD_SUMMARY_ORIGIN = "bundled | configured | created | frozen (a workload freeze_workload wrote in this server)"
 
 
 def _num(x: Num | None) -> Num | None:
@@ -67,9 +89,7 @@ class CompileOutput(BaseModel):
     diagnostics_omitted: int = 0
     log: str = Field("", description="the compiler log, on errors only (truncated)")
     log_lines_omitted: int = 0
-    confinement: str = Field(
-        "", description="how NVRTC was confined: 'landlock abi N', or 'unconfined (accepted)' by the server's operator"
-    )
+    confinement: str = Field("", description=_COMPILE_OUTPUT_CONFINEMENT)
 
     def text(self) -> str:
         head = (f"compile {self.status} for {self.arch} ({self.arch_from}; NVRTC {self.nvrtc_version}, "
@@ -152,16 +172,11 @@ class Timing(_View):
     warmup: int
     iterations: int = Field(description="measured launches asked for (with stop=precision: the first round)")
     samples: int | None = Field(None, description="measured launches taken (stop=precision: until the rse target)")
-    converged: bool | None = Field(
-        None, description="stop=precision / adaptive: the rse target was reached",
-        validation_alias=AliasChoices("converged", "adaptive_converged"),
-    )
+    converged: bool | None = Field(None, description=_TIMING_CONVERGED,
+                                   validation_alias=AliasChoices("converged", "adaptive_converged"))
     mode: str = Field("events", description="events (an event pair per launch) or graph (launches in a CUDA graph)")
     launch_overhead_ms: float | None = Field(None, description="an empty kernel timed the same way: the floor")
-    net_median_ms: float | None = Field(
-        None, description="median minus the floor: the kernel's own duration as Nsight Compute measures it "
-        "(estimate below ~20 us); scores use median_ms"
-    )
+    net_median_ms: float | None = Field(None, description=_TIMING_NET_MEDIAN_MS)
 
 
 class CaseOutput(BaseModel):
@@ -180,19 +195,10 @@ class CaseOutput(BaseModel):
     bytes_per_s: float | None = None
     bandwidth_pct: float | None = Field(None, description="bytes_per_s as % of the device's calibrated copy bandwidth")
     flops_pct: float | None = Field(None, description="flops_per_s as % of the calibrated FP32 FMA rate")
-    tensor_pct: float | None = Field(
-        None, description="flops_per_s as % of the dense tensor-core peak for the workload's inputs (16-bit rate "
-        "for floating point, int8 for 8-bit integers): what the roofline floor uses"
-    )
-    checked_launches: int = Field(
-        0, description="timed launches whose outputs were checked on their own (fresh) inputs against the CUDA "
-        "reference or the NumPy oracle"
-    )
-    fresh_inputs: list[str] = Field(
-        default_factory=list, description="inputs drawn afresh on the device before every timed launch"
-    )
-    of_roofline_floor: float | None = Field(None, description="median / the fastest time the work allows "
-                                            "(1.0 = at the roofline)")
+    tensor_pct: float | None = Field(None, description=_CASE_OUTPUT_TENSOR_PCT)
+    checked_launches: int = Field(0, description=_CASE_OUTPUT_CHECKED_LAUNCHES)
+    fresh_inputs: list[str] = Field(default_factory=list, description=_CASE_OUTPUT_FRESH_INPUTS)
+    of_roofline_floor: float | None = Field(None, description=_CASE_OUTPUT_OF_ROOFLINE_FLOOR)
 
 
 class EvaluationOutput(BaseModel):
@@ -204,8 +210,7 @@ class EvaluationOutput(BaseModel):
     mode: str = Field(description="validate | benchmark")
     workload: str
     device: str | None = None
-    device_ordinal: int | None = Field(None,
-                                       description="the CUDA ordinal of the GPU it ran on (a server may have several)")
+    device_ordinal: int | None = Field(None, description=_EVALUATION_OUTPUT_DEVICE_ORDINAL)
     device_uuid: str | None = Field(None, description="that GPU's UUID")
     arch: str
     source_hash: str | None = None
@@ -221,16 +226,9 @@ class EvaluationOutput(BaseModel):
     checks: list[str] = Field(default_factory=list, description="the integrity checks this evaluation ran")
     tolerances: dict[str, Tolerance] = Field(default_factory=dict, description="per output: what it was judged by")
     notes: list[str] = Field(default_factory=list)
-    sanitizer: list[SanitizerReport] | None = Field(
-        None, description="compute-sanitizer per tool per correctness case (with sanitize=true, after a pass)"
-    )
-    phases: PhaseTimes | None = Field(
-        None, description="where the evaluation's host wall time went (compile, validation, timing with its checks)"
-    )
-    torch_baseline: TorchComparison | None = Field(
-        None, description="an imported PyTorch problem's benchmark that passed: PyTorch eager and torch.compile timed "
-        "by the same rules on the same GPU (cached per problem), speedup = their time / ours"
-    )
+    sanitizer: list[SanitizerReport] | None = Field(None, description=_EVALUATION_OUTPUT_SANITIZER)
+    phases: PhaseTimes | None = Field(None, description=_EVALUATION_OUTPUT_PHASES)
+    torch_baseline: TorchComparison | None = Field(None, description=_EVALUATION_OUTPUT_TORCH_BASELINE)
 
     def text(self) -> str:
         head = f"{self.mode} {self.workload} on {self.device or '?'} ({self.arch}): {self.status}"
@@ -302,9 +300,7 @@ class CheckedEvaluation(BaseModel):
     (decided here, once)."""
 
     result: EvaluationResult
-    sanitizer: list[SanitizerReport] | None = Field(
-        None, description="compute-sanitizer per tool per correctness case (None: not run)"
-    )
+    sanitizer: list[SanitizerReport] | None = Field(None, description=_CHECKED_EVALUATION_SANITIZER)
 
     @property
     def clean(self) -> bool:
@@ -425,10 +421,7 @@ class PeakHints(BaseModel):
 class GpuProperties(BaseModel):
     device: DeviceInfo
     peaks: PeakHints
-    devices: list[str] = Field(
-        default_factory=list, description="every GPU this server spreads GPU jobs over ('<ordinal> <name> <uuid>'): "
-        "that many evaluations run at once"
-    )
+    devices: list[str] = Field(default_factory=list, description=_GPU_PROPERTIES_DEVICES)
 
     def text(self) -> str:
         d, p = self.device, self.peaks
@@ -484,8 +477,7 @@ def described(description: str, author: Author) -> str:
 
 class WorkloadSummary(BaseModel):
     name: str
-    origin: str = Field(description="bundled | configured | created | frozen (a workload freeze_workload "
-                        "wrote in this server)")
+    origin: str = Field(description=_WORKLOAD_SUMMARY_ORIGIN)
     author: Author = AUTHOR_FIELD
     description: str
     c_prototype: str

@@ -295,9 +295,8 @@ class Session:
     # --- building and launching -----------------------------------------------------------
 
     def build(self, candidate: Candidate, cases: Sequence[Case]) -> Built:
-        """``candidate`` made ready for this session's harness: compiled for its arch, the entry
-        point checked, the module written, and its launch resolved for each of ``cases`` on the
-        device (:func:`.build.build`)."""
+        """``candidate`` made ready for this session's harness: compiled for its arch, the entry point checked, the
+        module written, and its launch resolved for each of ``cases`` on the device (:func:`.build.build`)."""
         return build(
             candidate, cases, self.workload, arch=self.arch, device_arch=self.device.arch if self.device else None,
             limits=self.limits, modules=self.workdir / "modules", cache=self.compile_cache,
