@@ -65,12 +65,14 @@ class Bench:
     options: EvaluateOptions = field(default_factory=EvaluateOptions)
     say: Callable[[str], None] = lambda message: None
 
-    def workload(self, name: str, cases: list[str] | None = None, scalars: dict[str, dict[str, Any]] | None = None) -> Workload:
+    def workload(self, name: str, cases: list[str] | None = None,
+                 scalars: dict[str, dict[str, Any]] | None = None) -> Workload:
         """A workload, optionally cut down to ``cases`` and with case scalars overridden."""
         wl = find_workload(name, self.settings)
         if cases is not None or scalars:
             chosen = [wl.spec.case(c) for c in cases] if cases is not None else list(wl.spec.cases)
-            chosen = [c.model_copy(update={"scalars": {**c.scalars, **(scalars or {}).get(c.name, {})}}) for c in chosen]
+            chosen = [c.model_copy(update={"scalars": {**c.scalars, **(scalars or {}).get(c.name, {})}})
+                      for c in chosen]
             wl.spec = wl.spec.model_copy(update={"cases": chosen})
         return wl
 
@@ -185,12 +187,14 @@ def _cell(column: str, value: Any) -> str:
     if isinstance(value, float) and column == "vs baseline":
         return f"1/{1 / value:.0f}" if 0 < value < 0.5 else f"{value:.2f}x"
     if isinstance(value, float):
-        return f"{value:+.2%}" if column == "difference" else f"{value:.2%}" if column in PERCENT_COLUMNS else f"{value:.4g}"
+        return (f"{value:+.2%}" if column == "difference" else f"{value:.2%}" if column in PERCENT_COLUMNS
+                else f"{value:.4g}")
     return str(value)
 
 
 def print_section(out: Console, sec: Section) -> None:
-    verdict = "skipped" if sec.skipped else {True: "[green]PASS[/]", False: "[red]FAIL[/]", None: "reported"}[sec.passed]
+    verdict = ("skipped" if sec.skipped
+               else {True: "[green]PASS[/]", False: "[red]FAIL[/]", None: "reported"}[sec.passed])
     table = Table(title=f"{sec.title}\ntarget: {sec.target} -> {verdict}", title_justify="left")
     for col in sec.columns:
         table.add_column(col, justify="left" if col in ("mode", "kernel", "workload", "case") else "right")

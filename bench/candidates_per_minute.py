@@ -83,8 +83,8 @@ def main(argv: list[str] | None = None) -> int:
         write_harness(work, "fake")
         extra = write_tiny_workload(work / "workloads")
         # the entry point's environment for the client and the server it starts (a script, not library code)
-        os.environ.update({"OPENAI_API_KEY": "sk-bench", "KERNELOPT_WORKLOADS": str(extra), "KERNELOPT_DOCS_OFFLINE": "1",
-                           "KERNELOPT_CACHE": str(work / "cache"),
+        os.environ.update({"OPENAI_API_KEY": "sk-bench", "KERNELOPT_WORKLOADS": str(extra),
+                           "KERNELOPT_DOCS_OFFLINE": "1", "KERNELOPT_CACHE": str(work / "cache"),
                            "PYTHONPATH": os.pathsep.join([str(ROOT), str(ROOT / "clients")])})
         os.environ.pop("OPENAI_BASE_URL", None)
         for n in ns:
@@ -100,8 +100,8 @@ def main(argv: list[str] | None = None) -> int:
     for col in ("--candidates", "evaluated", "span s", "GPU busy s", "per min", f"x N={ns[0]}"):
         table.add_column(col, justify="right")
     for r in rows:
-        table.add_row(str(r["candidates_per_iteration"]), str(r["evaluated"]), f"{r['span_s']:.1f}", f"{r['gpu_busy_s']:.1f}",
-                      f"{r['candidates_per_min']:.2f}", f"{r['vs_first']:.2f}x")
+        table.add_row(str(r["candidates_per_iteration"]), str(r["evaluated"]), f"{r['span_s']:.1f}",
+                      f"{r['gpu_busy_s']:.1f}", f"{r['candidates_per_min']:.2f}", f"{r['vs_first']:.2f}x")
     Console().print(table)
     return 0
 

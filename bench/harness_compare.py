@@ -81,7 +81,8 @@ def main() -> None:
             ms = statistics.median(times)
             read = nbytes + 8 * elements
             rate = read / (ms * 1e-3)
-            print(f"{dtype.value:>9} {elements:>10} {read / 1e6:>8.0f} {ms:>10.4f} {rate / 1e9:>7.0f} {rate / peak:>7.2f}")
+            print(f"{dtype.value:>9} {elements:>10} {read / 1e6:>8.0f} {ms:>10.4f} {rate / 1e9:>7.0f} "
+                  f"{rate / peak:>7.2f}")
 
 
 if __name__ == "__main__":

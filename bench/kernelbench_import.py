@@ -7,9 +7,9 @@ the refusals by reason, and per import its wall time and the bytes it wrote (iss
 KERNELBENCH_DIR holds level1/ ... level3/ (KernelBench's KernelBench/ folder; never copied into this
 repository). Problems import in ``--jobs`` processes at once (default: the CPUs, at most 16), each a
 fresh process of its own (kernelopt_mcp.suite_imports, the import children of `kernelopt kernelbench --jobs`)
-with torch limited to one thread, its data memory capped (``--max-gib``, default the machine's memory over the jobs) and a
-deadline (``--timeout``): an import that runs away is a row of the table, not the end of the bench.
-Needs torch.
+with torch limited to one thread, its data memory capped (``--max-gib``, default the machine's memory over
+the jobs) and a deadline (``--timeout``): an import that runs away is a row of the table, not the end of the
+bench. Needs torch.
 """
 
 from __future__ import annotations
@@ -46,7 +46,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--jobs", type=int, default=min(16, os.cpu_count() or 1))
     ap.add_argument("--out", type=Path, help="where the workloads go (default: a temporary directory, removed)")
     ap.add_argument("--json", type=Path, help="write every problem's record here")
-    ap.add_argument("--max-gib", type=float, help="data memory cap of one import (default: the machine's memory / jobs)")
+    ap.add_argument("--max-gib", type=float,
+                    help="data memory cap of one import (default: the machine's memory / jobs)")
     ap.add_argument("--timeout", type=float, default=600.0, help="seconds one import may take (default 600)")
     args = ap.parse_args(argv)
     limits = ImportLimits(max_bytes=int(args.max_gib * 2**30) if args.max_gib else 0, timeout_s=args.timeout)
@@ -74,8 +75,9 @@ def main(argv: list[str] | None = None) -> int:
         ok = [r for r in rows if r["imported"]]
         secs = [r["seconds"] for r in ok] or [0.0]
         print(f"| {level or 'all'} | {len(rows)} | {len(ok)} | {100 * len(ok) / max(1, len(rows)):.1f} | "
-              f"{statistics.median(secs):.1f} | {max(secs):.1f} | {max((r['bytes'] for r in ok), default=0) / 2**20:.2f} | "
-              f"{sum(r['seconds'] > LIMIT_S for r in ok)} | {sum(r['bytes'] > LIMIT_BYTES for r in ok)} |")
+              f"{statistics.median(secs):.1f} | {max(secs):.1f} | "
+              f"{max((r['bytes'] for r in ok), default=0) / 2**20:.2f} | {sum(r['seconds'] > LIMIT_S for r in ok)} | "
+              f"{sum(r['bytes'] > LIMIT_BYTES for r in ok)} |")
     refusals = Counter(reason(r["refusal"]) for r in records if not r["imported"])
     if refusals:
         print("\n| refusals by reason | problems |\n|---|---|")

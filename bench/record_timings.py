@@ -41,7 +41,8 @@ VECTORS = (
 )
 
 
-def record(settings: Settings, out: Path, vectors: tuple = VECTORS, *, iterations: int = 400, warmup: int = 10) -> list[Path]:
+def record(settings: Settings, out: Path, vectors: tuple = VECTORS, *, iterations: int = 400,
+           warmup: int = 10) -> list[Path]:
     """Time each vector's CUDA reference once and write its raw per-launch times to ``out``."""
     harness = find_harness(settings.harness)
     device = device_info(harness, settings.device)
@@ -55,7 +56,8 @@ def record(settings: Settings, out: Path, vectors: tuple = VECTORS, *, iteration
             wl.spec = wl.spec.model_copy(update={"cases": [case]})
             if not wl.reference_cu or wl.spec.reference.launch is None:
                 raise SystemExit(f"{name}: workload {workload} has no CUDA reference")
-            ref = Candidate(wl.reference_cu, wl.spec.reference.launch, list(wl.spec.reference.compile_options), "reference")
+            ref = Candidate(wl.reference_cu, wl.spec.reference.launch,
+                            list(wl.spec.reference.compile_options), "reference")
             options = app.evaluate_options(settings, warmup=warmup, iterations=iterations, flush_l2=flush)
             with app.open_session(settings, wl, proc, device, workdir=Path(tmp) / name, options=options) as ev:
                 built = case_request(ev, ref, case.name, Path(tmp) / name / "out", timing=True)

@@ -125,7 +125,8 @@ def overhead(bench: Bench, workload: str = "softmax", cases: list[str] | None = 
         sec.rows.append({
             "mode": mode, "wall ms": statistics.median(w for w, _, _ in runs),
             "kernel ms": statistics.median(k for _, k, _ in runs), "overhead ms (median)": statistics.median(over),
-            "overhead min": min(over), "overhead max": max(over), "vs baseline": statistics.median(over) / base_over if base_over else None,
+            "overhead min": min(over), "overhead max": max(over),
+            "vs baseline": statistics.median(over) / base_over if base_over else None,
         })
     warm_over = statistics.median(o for _, _, o in warm)
     sec.passed = warm_over < WARM_OVERHEAD_17_MS and warm_over <= BASELINE_RATIO * base_over
@@ -164,14 +165,16 @@ def _baseline(bench: Bench, ev: Session, candidate: Candidate, tag: str) -> tupl
     start = time.perf_counter()
     kernel = 0.0
     for i, case in enumerate(wl.spec.cases):
-        compiled = compile_kernel(candidate.source + f"\n// case {i}\n", ev.arch, candidate.compile_options, cache=CompileCache())
+        compiled = compile_kernel(candidate.source + f"\n// case {i}\n", ev.arch, candidate.compile_options,
+                                  cache=CompileCache())
         module = root / case.name / "kernel.cubin"
         module.write_bytes(compiled.cubin or b"")
         req = dict(requests[case.name], module=str(module.resolve()))
         path = root / case.name / "request.json"
         path.write_text(json.dumps(req, separators=(",", ":")) + "\n")
         with path.open("rb") as stdin:
-            proc = subprocess.run([str(bench.harness), "run", "-"], stdin=stdin, capture_output=True, timeout=600, check=False)
+            proc = subprocess.run([str(bench.harness), "run", "-"], stdin=stdin, capture_output=True,
+                                  timeout=600, check=False)
         answer = json.loads(proc.stdout.decode().strip().splitlines()[-1])
         ca = answer["cases"][0]
         if ca.get("status") != "ok":
@@ -180,7 +183,8 @@ def _baseline(bench: Bench, ev: Session, candidate: Candidate, tag: str) -> tupl
             if arg.get("output"):
                 param = wl.signature.param(arg["name"])
                 actual = np.fromfile(arg["output"], dtype=param.dtype.numpy.newbyteorder("<"))
-                cmp = compare(arg["name"], ev.expected[case.name][arg["name"]], actual, wl.spec.tolerance_for(arg["name"]))
+                cmp = compare(arg["name"], ev.expected[case.name][arg["name"]], actual,
+                              wl.spec.tolerance_for(arg["name"]))
                 if not cmp.passed:
                     raise KerneloptError(f"baseline case {case.name}: {cmp.summary()}")
         t = ca.get("timing")
@@ -247,7 +251,8 @@ def throughput(bench: Bench, workloads: tuple[str, ...] = ("sgemm", "softmax"), 
                         "compiled ahead": "-" if ahead is None else ahead,
                         "launches": sum(s for _, _, s in runs) / n, "wall s": wall / 1e3, "per minute": 60e3 * n / wall,
                         "kernel share": sum(k for _, k, _ in runs) / wall,
-                        "target": "-" if target is None else ("met" if 60e3 * n / wall >= target else f"NOT met (>= {target})"),
+                        "target": ("-" if target is None
+                                   else "met" if 60e3 * n / wall >= target else f"NOT met (>= {target})"),
                     })
     sec.notes.append(f"{bench.options.warmup} warm-up per performance case; count: {bench.options.iterations} measured "
                      f"launches; precision: {PRECISION_MIN_ITERATIONS}, then rounds until the median's rse <= "
@@ -336,8 +341,8 @@ def agreement(bench: Bench, specs: tuple[tuple[str, str], ...] = AGREE_SPECS) ->
                 raise KerneloptError(f"{name}: {result.status}: {result.message}")
             bench.say(f"agreement: {name} {case}: ncu")
             summary = profile_case(ev, cand, case, bench.workdir / f"ncu-{name}",
-                                   ProfileOptions(ncu=ncu, clock_control="none", timeout_s=bench.settings.profile_timeout_s),
-                                   harness=bench.harness)
+                                   ProfileOptions(ncu=ncu, clock_control="none",
+                                                  timeout_s=bench.settings.profile_timeout_s), harness=bench.harness)
         ncu_ms = summary.duration_ms
         diff = (timing.median_ms - ncu_ms) / ncu_ms if ncu_ms else None
         net = timing.net_median_ms
@@ -440,15 +445,16 @@ def tuning(bench: Bench, workload: str = "sgemm", budget: int = 24) -> Section:
         "tuning", f"`kernelopt tune {workload}`: one search ({budget} configurations, random, seed 0) as before "
         "issue 17, with compiles ahead, and with the defaults", f">= {TUNE_SPEEDUP:g}x faster than before issue 17 "
         f"with the same best configuration (or one within {TUNE_NOISE:.0%})",
-        ["mode", "wall s", "measured", "compiled ahead", "stopped early", "best configuration", "best score ms", "speedup",
-         "pass"],
+        ["mode", "wall s", "measured", "compiled ahead", "stopped early", "best configuration", "best score ms",
+         "speedup", "pass"],
     )
     seed_way = EvaluateOptions(warmup=10, iterations=100, stop="count")
     # mode: (options, early stop, compiles queued ahead)
     modes = {
         "before issue 17: 10 + 100 launches, compiles in turn": (seed_way, False, False),
         "10 + 100 launches, compiles ahead": (seed_way, False, True),
-        "defaults: precision rule, compiles ahead, early stop": (app.evaluate_options(bench.settings, stop="precision"), True, True),
+        "defaults: precision rule, compiles ahead, early stop": (
+            app.evaluate_options(bench.settings, stop="precision"), True, True),
     }
     runs = {}
     for mode, (options, early, ahead) in modes.items():

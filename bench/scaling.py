@@ -45,7 +45,8 @@ def pretend(work: Path, devices: int) -> tuple[list[str], str]:
     workload = write_tiny_workload(work / "wl") / "tiny_add"
     spec = json.loads((FIXTURES / "add.json").read_text())
     # every configuration spends 0.5 s "on the GPU" per request: the stand-in's sleep
-    (work / "add.cu").write_text('__device__ char ko_fake_slow[] = "KO_FAKE_SLOW";\n' + (FIXTURES / "add.cu").read_text())
+    (work / "add.cu").write_text('__device__ char ko_fake_slow[] = "KO_FAKE_SLOW";\n'
+                                 + (FIXTURES / "add.cu").read_text())
     (work / "add.json").write_text(json.dumps(spec))
     return [str(workload), str(work / "add.json"), "--harness", str(harness)], "pretend H200s (orchestration only)"
 

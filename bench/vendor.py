@@ -78,14 +78,17 @@ class Entry:
 
 
 ENTRIES: dict[str, Entry] = {
-    "sgemm": Entry("sgemm", "tunable.json", "cublas", None, note="FP32 SIMT, the baseline the 3xTF32 kernel must beat at 3001x2999x1007"),
+    "sgemm": Entry("sgemm", "tunable.json", "cublas", None,
+                   note="FP32 SIMT, the baseline the 3xTF32 kernel must beat at 3001x2999x1007"),
     "sgemm_3xtf32": Entry("sgemm", "tunable_3xtf32.json", "cublas", 1.2, ("square_4096", "wide_2048x8192x1024"),
                           "tensor cores at FP32 accuracy; issue 16: >= 1.2x cuBLAS FP32 at 4096^3 and 2048x8192x1024"),
-    "gemm_bf16": Entry("gemm_bf16", "tunable.json", "torch", 0.9, note="torch.matmul on bf16 (cuBLAS, bf16 out; ours writes fp32)"),
+    "gemm_bf16": Entry("gemm_bf16", "tunable.json", "torch", 0.9,
+                       note="torch.matmul on bf16 (cuBLAS, bf16 out; ours writes fp32)"),
     "gemm_bf16_wgmma": Entry("gemm_bf16", "tunable_wgmma.json", "torch", 0.9,
                              note="wgmma (sm_90a); issue 16: >= 90% of cuBLAS bf16 at 4096^3 and 8192x8192x4096"),
     "gemm_bf16_tma": Entry("gemm_bf16", "tunable_tma.json", "torch", 0.9,
-                           note="TMA + mbarrier + wgmma, warp-specialized (sm_90a, tensor maps); issue 16: >= 90% of cuBLAS"),
+                           note="TMA + mbarrier + wgmma, warp-specialized (sm_90a, tensor maps); "
+                           "issue 16: >= 90% of cuBLAS"),
     "attention_fwd": Entry("attention_fwd", "tunable.json", "torch", 1.0,
                            ("d128_4x32x4096", "d128_4x32x4096_causal", "d64_4x32x4096", "d64_4x32x4096_causal"),
                            "issue 16: >= 1.0x PyTorch SDPA (flash backend)"),
@@ -137,13 +140,15 @@ def configured(tunable: Tunable, config: dict[str, Value]) -> Candidate:
     to the same module (a compile-cache hit) when it is profiled."""
     params = tunable.spec.params
     if set(config) != set(params):
-        raise KerneloptError(f"{tunable.origin}: a configuration names every parameter ({', '.join(params)}); got {', '.join(config)}")
+        raise KerneloptError(f"{tunable.origin}: a configuration names every parameter ({', '.join(params)}); got "
+                             f"{', '.join(config)}")
     off = [f"{k}={v!r} (one of {params[k]})" for k, v in config.items() if v not in params[k]]
     if off:
         raise KerneloptError(f"{tunable.origin}: {', '.join(off)}")
     if (broken := Space(tunable.spec).violation(config)) is not None:
         raise KerneloptError(f"{tunable.origin}: {config} breaks the constraint {broken}")
-    return Candidate(tunable.source, tunable.spec.launch, list(tunable.spec.compile_options), "configured", dict(config))
+    return Candidate(tunable.source, tunable.spec.launch, list(tunable.spec.compile_options),
+                     "configured", dict(config))
 
 
 @contextmanager
@@ -169,7 +174,8 @@ def best_of(bench: Bench, entry: Entry, wl: Workload, budget: int, config: dict[
         tuned = app.tune_kernel(ev, tunable, options=options, strategy="random", budget_evals=budget, seed=0,
                                 progress=lambda m, *_: bench.say(f"vendor: {m}"))
         if tuned.best is None or tuned.best_params is None:
-            raise KerneloptError(f"{entry.workload} {entry.spec}: no configuration passed every case ({tuned.stop_reason})")
+            raise KerneloptError(f"{entry.workload} {entry.spec}: no configuration passed every case "
+                                 f"({tuned.stop_reason})")
         yield Best(ev, tuned.best, f"{entry.spec} {tuned.best_params}", configured(tunable, tuned.best_params))
 
 
@@ -191,7 +197,8 @@ def profile_line(s: ProfileSummary) -> str:
     """The figures that say what bounds a kernel: speed of light, occupancy, the top stalls, a hint."""
     parts = []
     t = s.throughput
-    sol = [f"{label} {v:.0f}%" for label, v in (("compute", t.compute_pct), ("memory", t.memory_pct), ("DRAM", t.dram_pct))
+    sol = [f"{label} {v:.0f}%" for label, v in (("compute", t.compute_pct), ("memory", t.memory_pct),
+                                                ("DRAM", t.dram_pct))
            if v is not None]
     if sol:
         parts.append("speed of light " + ", ".join(sol))
@@ -200,7 +207,8 @@ def profile_line(s: ProfileSummary) -> str:
         parts.append(f"occupancy {s.occupancy.achieved_pct:.0f}% (of {s.occupancy.theoretical_pct or 0:.0f}%{limit})")
     if s.top_stalls:
         parts.append("stalls " + ", ".join(
-            f"{st.reason} {st.share_pct:.0f}%" if st.share_pct is not None else f"{st.reason} {st.cycles_per_issue:.1f} cycles"
+            f"{st.reason} {st.share_pct:.0f}%" if st.share_pct is not None
+            else f"{st.reason} {st.cycles_per_issue:.1f} cycles"
             for st in s.top_stalls[:3]))
     if s.hints:
         parts.append(f"hint: {s.hints[0]}")
@@ -315,8 +323,8 @@ def vendor(bench: Bench, names: list[str], budget: int, configs: dict[str, dict[
     sec = Section(
         "vendor", "kernels against the vendor: the best tuned kernel of each workload beside cuBLAS, PyTorch or "
         "the copy bandwidth (ratio > 1: ours is faster)",
-        "issue 16's targets, per row", ["workload", "kernel", "case", "ours ms", "ours rate", "vendor", "vendor ms", "ratio",
-                                        "target", "pass"],
+        "issue 16's targets, per row", ["workload", "kernel", "case", "ours ms", "ours rate", "vendor", "vendor ms",
+                                        "ratio", "target", "pass"],
     )
     vendors = Vendors(bench)
     verdicts: list[bool] = []
@@ -325,7 +333,8 @@ def vendor(bench: Bench, names: list[str], budget: int, configs: dict[str, dict[
         wl = bench.workload(entry.workload)
         try:
             with best_of(bench, entry, wl, budget, (configs or {}).get(name)) as best:
-                sec.notes.append(f"{name}: {best.what}; score {best.result.score_ms:.4g} ms. {entry.note}".rstrip(". ") + ".")
+                sec.notes.append(f"{name}: {best.what}; score {best.result.score_ms:.4g} ms. {entry.note}".rstrip(". ")
+                                 + ".")
                 missed: list[tuple[float, str]] = []
                 for case in (c.name for c in wl.spec.performance_cases):
                     ok = _row(bench, sec, vendors, name, entry, wl, best, case)
@@ -343,8 +352,8 @@ def vendor(bench: Bench, names: list[str], budget: int, configs: dict[str, dict[
     how = ("the given configuration, validated on every case" if configs and set(configs) >= set(names) else
            f"tuned with {budget} configurations (random, seed 0), each validated on every case")
     sec.notes.append(f"ours: {how} and timed with the precision rule (median's relative standard error <= 0.3%, 20 to "
-                     f"100 launches), L2 flushed before each launch; vendors: {WARMUP} warm-up + {ITERATIONS} measured, "
-                     "L2 flushed")
+                     f"100 launches), L2 flushed before each launch; vendors: {WARMUP} warm-up + {ITERATIONS} "
+                     "measured, L2 flushed")
     return sec
 
 
@@ -380,7 +389,8 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--json", action="store_true", help="print the table as JSON")
     p.add_argument("--only", action="append", choices=list(ENTRIES), help="run this entry (repeatable; default: all)")
-    p.add_argument("--budget", type=int, default=40, help="configurations tuned per entry (default 40; 1: the defaults only)")
+    p.add_argument("--budget", type=int, default=40,
+                   help="configurations tuned per entry (default 40; 1: the defaults only)")
     p.add_argument("--config", action="append", default=[], metavar="ENTRY:NAME=VALUE,...",
                    help="evaluate this configuration of ENTRY instead of tuning it (repeatable)")
     p.add_argument("--profile", type=Path, metavar="DIR",

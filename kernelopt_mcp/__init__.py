@@ -159,8 +159,10 @@ __all__ = [  # noqa: RUF022 (grouped by what the names are for, sorted within a 
     # the application layer (kernelopt_mcp.app)
     "beside_pytorch", "cache_info", "calibrate_gpu", "candidate", "clear_cache", "compile_cache", "compile_file",
     "compile_source", "default_profile_case", "evaluate_kernel", "evaluate_options", "freeze_workload", "gpu_info",
-    "harness_binary", "open_harness", "open_session", "profile_dir", "profile_kernel", "profile_options", "resolve_workload",
-    "sanitizer_binary", "search_guidance", "settings_from_env", "target_arch", "torch_baselines", "tune_cache", "tune_kernel",
+    "harness_binary", "open_harness", "open_session", "profile_dir", "profile_kernel", "profile_options",
+    "resolve_workload",
+    "sanitizer_binary", "search_guidance", "settings_from_env", "target_arch", "torch_baselines",
+    "tune_cache", "tune_kernel",
     "warn_if_unconfined_compiles",
     # compiling, evaluating, profiling, tuning, documentation
     "Calibration", "Candidate", "CheckedEvaluation", "CompileResult", "DeviceInfo", "DocsSearchResult",

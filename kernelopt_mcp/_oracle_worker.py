@@ -204,7 +204,8 @@ def _check_result(np: Any, result: Any, outputs: dict[str, int]) -> tuple[dict[s
             return {"error": f"{name!r} is an array of {array.dtype} (dtype.kind {array.dtype.kind!r}); "
                              "return numbers (float64 for example)", "kind": "result"}, []
         if array.size != size:
-            return {"error": f"{name!r} has {array.size} elements", "kind": "size", "name": name, "size": int(array.size)}, []
+            return {"error": f"{name!r} has {array.size} elements", "kind": "size", "name": name,
+                    "size": int(array.size)}, []
         array = np.ascontiguousarray(array)
         if not array.dtype.isnative:
             array = array.astype(array.dtype.newbyteorder("="))
@@ -272,7 +273,8 @@ def main(argv: list[str] | None = None) -> int:
         return fail(f"importing the oracle failed: {type(exc).__name__}: {exc}", printed=printed.take())
     reference = getattr(module, "reference", None)
     if not callable(reference):
-        return fail("defines no function `reference`; add `def reference(<inputs>, <scalars>) -> dict[str, numpy.ndarray]`")
+        return fail("defines no function `reference`; add `def reference(<inputs>, <scalars>) -> dict[str, "
+                    "numpy.ndarray]`")
     _send(out_fd, {"ready": True, "confinement": confinement})
     requests = _Requests(in_fd)
     while _serve(np, reference, requests, out_fd, printed):

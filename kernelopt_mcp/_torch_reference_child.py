@@ -48,7 +48,8 @@ class _Fill:
                 raise ValueError("a device draw needs the harness's support module")
             self.filler = TorchFiller(self.torch, Path(self.support).read_bytes())
         seed, index, argument = int(draw["seed"]), int(draw["draw"]), int(draw["argument"])
-        self.filler.fill(tensor, draw_key(seed, index, argument), index, argument, FreshSpec.model_validate(draw["spec"]))
+        self.filler.fill(tensor, draw_key(seed, index, argument), index, argument,
+                         FreshSpec.model_validate(draw["spec"]))
 
 
 def _dtype(torch: Any, name: str) -> Any:
@@ -101,7 +102,8 @@ class _Module:
                 value.copy_(self.snapshot[name])
 
 
-def run_job(torch: Any, request: dict[str, Any], job: dict[str, Any], module: _Module, fill: _Fill, device: Any) -> dict[str, Any]:
+def run_job(torch: Any, request: dict[str, Any], job: dict[str, Any], module: _Module, fill: _Fill,
+            device: Any) -> dict[str, Any]:
     """One job: inputs made, parameters copied in, forward run, the output written."""
     tensors: dict[str, Any] = {}
     for name, b in job["buffers"].items():
@@ -130,7 +132,8 @@ def run_job(torch: Any, request: dict[str, Any], job: dict[str, Any], module: _M
         raise TypeError(f"forward returned a {type(out).__name__}, not a tensor")
     want = job["output"]
     if out.numel() != int(want["elements"]):
-        raise ValueError(f"forward returned {out.numel()} elements; the output buffer {want['name']!r} has {want['elements']}")
+        raise ValueError(f"forward returned {out.numel()} elements; the output buffer {want['name']!r} has "
+                         f"{want['elements']}")
     out = out.to(_dtype(torch, want["dtype"]))
     if device.type == "cuda":
         torch.cuda.synchronize(device)
@@ -155,7 +158,8 @@ def run(request: dict[str, Any], answer: Answer) -> None:
             torch.cuda.init()
     except Exception as exc:  # noqa: BLE001 - no driver, no device, a driver call refused
         if drawn:
-            answer.data["error"] = f"torch {torch.__version__} could not start CUDA in the reference child ({line(exc)})"
+            answer.data["error"] = (f"torch {torch.__version__} could not start CUDA in the reference child "
+                                    f"({line(exc)})")
             return
         count = 0
     if count == 0 and not drawn:  # every input is a file: the module runs where torch can (no GPU here)
@@ -163,7 +167,8 @@ def run(request: dict[str, Any], answer: Answer) -> None:
     else:
         ordinal = int(request["device"])
         if not 0 <= ordinal < count:
-            answer.data["error"] = f"torch {torch.__version__} sees {count} CUDA device(s); device {ordinal} is not one of them"
+            answer.data["error"] = (f"torch {torch.__version__} sees {count} CUDA device(s); "
+                                    f"device {ordinal} is not one of them")
             return
         device = torch.device("cuda", ordinal)
         torch.cuda.set_device(device)
@@ -183,7 +188,8 @@ def run(request: dict[str, Any], answer: Answer) -> None:
                 modules.clear()  # one module at a time: a large one's memory goes before the next is built
                 if device.type == "cuda":
                     torch.cuda.empty_cache()
-                modules[key] = _Module(torch, source, {k: int(v) for k, v in job["sizes"].items()}, int(request["seed"]), device)
+                modules[key] = _Module(torch, source, {k: int(v) for k, v in job["sizes"].items()},
+                                       int(request["seed"]), device)
             entry.update(run_job(torch, request, job, modules[key], fill, device))
         except Exception as exc:  # noqa: BLE001 - the problem's own code may raise anything
             entry["error"] = line(exc)

@@ -30,7 +30,8 @@ import anyio.to_thread
 from .errors import ServerBusy
 
 __all__ = [
-    "DEFAULT_MAX_WAITING", "DEFAULT_MAX_WAITING_PER_CLIENT", "ROOMS", "QueueBounds", "RecentTimes", "WaitingRoom", "admit",
+    "DEFAULT_MAX_WAITING", "DEFAULT_MAX_WAITING_PER_CLIENT", "ROOMS", "QueueBounds", "RecentTimes",
+    "WaitingRoom", "admit",
     "server_rooms",
 ]
 

@@ -98,7 +98,8 @@ def candidate(
     """
     if source is None:
         start = initial_candidate(workload)
-        return replace(start, launch=launch or start.launch, compile_options=list(compile_options or start.compile_options))
+        return replace(start, launch=launch or start.launch,
+                       compile_options=list(compile_options or start.compile_options))
     if launch is None:
         raise ValueError(f"{name}: a kernel source needs its launch spec")
     return Candidate(source, launch, list(compile_options or []), name)
@@ -242,7 +243,8 @@ def compile_file(
     source = read_text(path, "kernel source", KerneloptError)
     target, arch_from = target_arch(settings, arch)
     return compile_source(
-        settings, source, target, arch_from=arch_from, options=options, filename=path.name, cache=compile_cache(settings),
+        settings, source, target, arch_from=arch_from, options=options, filename=path.name,
+        cache=compile_cache(settings),
     )
 
 
@@ -337,7 +339,8 @@ def device_workers(
 
     return [
         LocalWorker(open_session(
-            settings, workload, HarnessProcess(harness_binary(settings), info.ordinal), info, seed=seed, options=options,
+            settings, workload, HarnessProcess(harness_binary(settings), info.ordinal), info, seed=seed,
+            options=options,
             cache=cache,
         ), owned=True)
         for info in devices
@@ -467,7 +470,8 @@ def torch_baselines(
     if imported_problem(workload) is None:
         return None
     if progress is not None:
-        progress("timing PyTorch eager and torch.compile on the performance cases (a child process; cached after)", 0, 1)
+        progress("timing PyTorch eager and torch.compile on the performance cases (a child process; cached after)",
+                 0, 1)
     try:
         return settings_baselines(settings, workload, device, options)
     except (KerneloptError, OSError) as exc:

@@ -209,7 +209,8 @@ def run_cublas_sgemm(
     envelope = reply.parsed(AnswerEnvelope)
     raise_for_request_error(envelope, reply.exit_code)
     if reply.answer is None or envelope is None:
-        raise HarnessError(f"the harness exited with code {reply.exit_code} without an answer; stderr: {reply.stderr[-500:]}")
+        raise HarnessError(f"the harness exited with code {reply.exit_code} without an answer; stderr: "
+                           f"{reply.stderr[-500:]}")
     error = envelope.error or RequestError()
     if error.kind == "library_unavailable":
         raise ToolchainNotFound(f"the harness could not use cuBLAS: {error.message}")

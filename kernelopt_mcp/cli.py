@@ -300,12 +300,14 @@ def cmd_completion(args: argparse.Namespace, out: Console, extra: Mapping[str, C
 # The command functions, by the name kernelopt_mcp.cli_parser.COMMANDS lists them under; import-torch
 # and kernelbench set their own (``fn``, in torch_cli.py and kernelbench_cli.py); completion is main's.
 HANDLERS: dict[str, Callable[..., int]] = {
-    "gpu": cmd_gpu, "workloads": cmd_workloads, "compile": cmd_compile, "evaluate": cmd_evaluate, "profile": cmd_profile,
+    "gpu": cmd_gpu, "workloads": cmd_workloads, "compile": cmd_compile, "evaluate": cmd_evaluate,
+    "profile": cmd_profile,
     "docs": cmd_docs, "tune": cmd_tune, "cache": cmd_cache, "schema": cmd_schema,
 }
 
 
-def main(argv: list[str] | None = None, extra_commands: Mapping[str, Command] | None = None, prog: str = "kernelopt") -> int:
+def main(argv: list[str] | None = None, extra_commands: Mapping[str, Command] | None = None,
+         prog: str = "kernelopt") -> int:
     """Run ``kernelopt ARGV``; returns the exit status.
 
     Args:

@@ -64,18 +64,21 @@ def _gpu(sp: argparse.ArgumentParser) -> None:
 
 
 def _workloads(sp: argparse.ArgumentParser) -> None:
-    sp.add_argument("--json", action="store_true", help="print the list as JSON (a workload that does not load: a row with its error); errors too")
+    sp.add_argument("--json", action="store_true", help="print the list as JSON (a workload that does not load: a row "
+                    "with its error); errors too")
 
 
 def _compile(sp: argparse.ArgumentParser) -> None:
     _common(sp, gpu=False)  # the arch comes from --arch, else KERNELOPT_ARCH, else a GPU if one is set up
     sp.add_argument("file")
-    sp.add_argument("--arch", help="target, e.g. sm_90 or sm_90a (arch-specific: wgmma, setmaxnreg) (default: the GPU's, else sm_90)")
+    sp.add_argument("--arch", help="target, e.g. sm_90 or sm_90a (arch-specific: wgmma, setmaxnreg) (default: the "
+                    "GPU's, else sm_90)")
     sp.add_argument("-O", "--option", action="append", metavar="OPT",
                         help="NVRTC option (whitelisted), repeatable: -O --use_fast_math or -O=--use_fast_math")
     sp.add_argument("--ptx", help="write the PTX here")
     sp.add_argument("--cubin", help="write the CUBIN here")
-    sp.add_argument("--json", action="store_true", help="print the result as JSON (the MCP compile tool's shape); errors too")
+    sp.add_argument("--json", action="store_true",
+                    help="print the result as JSON (the MCP compile tool's shape); errors too")
 
 
 def _evaluate(sp: argparse.ArgumentParser) -> None:
@@ -121,16 +124,21 @@ def _profile(sp: argparse.ArgumentParser) -> None:
     _common(sp)
     _kernel_args(sp)
     sp.add_argument("--case", help="case to profile (default: the first performance case)")
-    sp.add_argument("--clock-control", choices=CLOCK_CONTROLS, default="none", help="ncu clock control (default none: the GPU's own clocks)")
-    sp.add_argument("--set", default="curated", help="curated (default: what the summary needs) or an ncu section set: basic, detailed, full")
-    sp.add_argument("--ncu", help="the ncu binary (default: PATH, /usr/local/cuda/bin, /opt/nvidia/nsight-compute; env KERNELOPT_NCU)")
+    sp.add_argument("--clock-control", choices=CLOCK_CONTROLS, default="none", help="ncu clock control (default none: "
+                    "the GPU's own clocks)")
+    sp.add_argument("--set", default="curated", help="curated (default: what the summary needs) or an ncu section set: "
+                    "basic, detailed, full")
+    sp.add_argument("--ncu", help="the ncu binary (default: PATH, /usr/local/cuda/bin, /opt/nvidia/nsight-compute; env "
+                    "KERNELOPT_NCU)")
     sp.add_argument("--timeout", type=float, help="seconds ncu may take (default 600; env KERNELOPT_PROFILE_TIMEOUT)")
-    sp.add_argument("-o", "--output", help="directory for the report, raw CSV and summary (default kernelopt-profiles/<time>-<workload>-...)")
+    sp.add_argument("-o", "--output", help="directory for the report, raw CSV and summary (default "
+                    "kernelopt-profiles/<time>-<workload>-...)")
     sp.add_argument("--json", action="store_true", help="print the summary as JSON")
 
 
 def _docs(sp: argparse.ArgumentParser) -> None:
-    # no --harness/--device: it needs no GPU (the arch comes from --arch, else KERNELOPT_ARCH, else a GPU if one is set up)
+    # no --harness/--device: it needs no GPU (the arch comes from --arch, else KERNELOPT_ARCH, else a GPU if one is
+    # set up)
     sp.add_argument("query", nargs="+", help="a few words, e.g. shared memory bank conflicts")
     sp.add_argument("--arch", help="rank guidance for this GPU first, e.g. sm_90 (default: the GPU's, if any)")
     sp.add_argument("--offline", action="store_true", help="no network: the shipped notes and cached NVIDIA pages only")
@@ -148,30 +156,35 @@ def _tune(sp: argparse.ArgumentParser) -> None:
     sp.add_argument("tunable", nargs="?", help="TUNABLE.json: a path, or the name of a spec beside the workload "
                     "(sgemm: tunable_3xtf32.json) (default: the workload's tunable.json)")
     sp.add_argument("--strategy", choices=STRATEGIES, default="auto",
-                    help="exhaustive, random, tpe (optuna) or auto: exhaustive when the valid space fits the budget (default)")
+                    help="exhaustive, random, tpe (optuna) or auto: exhaustive when the valid space fits "
+                    "the budget (default)")
     sp.add_argument("--budget-evals", type=int, help="configurations to try at most, the untuned defaults included")
     sp.add_argument("--budget-s", type=float, help="seconds: no new configuration starts after this")
     sp.add_argument("--seed", type=int, help="input seed (default: fresh, recorded)")
     sp.add_argument("--tune-seed", type=int, default=0, help="the search strategy's seed (default 0: repeatable)")
-    sp.add_argument("--devices", help="CUDA devices to measure on at once, e.g. 0,1 (env KERNELOPT_DEVICES; default every visible one; --device: that one)")
-    sp.add_argument("--ray", metavar="ADDRESS", help="measure on a Ray cluster, one actor per GPU: auto (this machine's cluster) or HOST:PORT (pip install \"kernelopt-mcp[ray]\")")
+    sp.add_argument("--devices", help="CUDA devices to measure on at once, e.g. 0,1 (env KERNELOPT_DEVICES; default "
+                    "every visible one; --device: that one)")
+    sp.add_argument("--ray", metavar="ADDRESS", help="measure on a Ray cluster, one actor per GPU: auto (this "
+                    "machine's cluster) or HOST:PORT (pip install \"kernelopt-mcp[ray]\")")
     sp.add_argument("--arch", help="compile target (default: the GPU's)")
     sp.add_argument("--warmup", type=int, help=f"warm-up launches per case (default {LAUNCH_DEFAULTS.warmup})")
     sp.add_argument("--iterations", type=int,
                     help=f"measured launches per case (default {LAUNCH_DEFAULTS.iterations}); given, or --warmup "
                     "given, the count is exact unless --stop precision")
     sp.add_argument("--stop", choices=STOP_RULES,
-                    help=f"precision (default without --warmup/--iterations): {PRECISION_MIN_ITERATIONS} launches, then "
-                    f"more until the median's relative standard error is at most {100 * PRECISION_RSE:g}%%, "
+                    help=f"precision (default without --warmup/--iterations): {PRECISION_MIN_ITERATIONS} launches, "
+                    f"then more until the median's relative standard error is at most {100 * PRECISION_RSE:g}%%, "
                     f"{LAUNCH_DEFAULTS.iterations} (or --iterations) at most; count: exactly --iterations launches")
     sp.add_argument("--no-flush-l2", action="store_true", help="do not flush L2 between measured launches")
     sp.add_argument("--timeout", type=float, help="seconds per harness request (default 60)")
-    sp.add_argument("--no-cache", action="store_true", help="measure everything again (the cache is <cache>/tune: see `kernelopt cache info`)")
+    sp.add_argument("--no-cache", action="store_true", help="measure everything again (the cache is <cache>/tune: see "
+                    "`kernelopt cache info`)")
     sp.add_argument("--time-all", action="store_true",
                     help="time every configuration on every performance case; by default timing stops once a "
                     "configuration provably cannot beat the best so far (its row: stopped_early, with the bound)")
     sp.add_argument("--top", type=int, default=20, help="rows of the table to print (default 20; all are saved)")
-    sp.add_argument("-o", "--output", help="run directory for tune.json, tune.csv, best.cu ... (default kernelopt-tune/<time>-<workload>)")
+    sp.add_argument("-o", "--output", help="run directory for tune.json, tune.csv, best.cu ... (default "
+                    "kernelopt-tune/<time>-<workload>)")
     sp.add_argument("-v", "--verbose", action="store_true", help="print every evaluation step")
     sp.add_argument("--json", action="store_true", help="print the result as JSON")
     add_progress_flag(sp)  # configurations done / budget
@@ -230,7 +243,8 @@ COMMANDS: dict[str, _Builtin] = {
     "tune": _Builtin('autotune a tunable kernel (tunable.json) on a workload', _tune),
     "cache": _Builtin('the on-disk caches: `kernelopt cache info`, `kernelopt cache clear [KIND]`', _cache),
     "import-torch": _Builtin(
-        "turn a KernelBench-style PyTorch problem (Model, get_inputs, get_init_inputs) into a workload; needs torch here only",
+        "turn a KernelBench-style PyTorch problem (Model, get_inputs, get_init_inputs) into a workload; "
+        "needs torch here only",
         adds=_import_torch),
     "kernelbench": _Builtin(
         "import every problem of a KernelBench checkout (level1/ ... level3/, N_Name.py), evaluate the solutions "

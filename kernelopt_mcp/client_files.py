@@ -45,7 +45,8 @@ class ClientFiles:
             raise RequestError(f"{raw}: inside the evaluations' private directory (their inputs are hidden)")
         clients, own = config.clients_dir.resolve(), home.resolve()
         if real.is_relative_to(clients) and not (own.is_relative_to(clients) and real.is_relative_to(own)):
-            raise RequestError(f"{raw}: another client's files; name files under {home} (your own) or a --root directory")
+            raise RequestError(f"{raw}: another client's files; name files under {home} (your own) "
+                               "or a --root directory")
         roots = list(dict.fromkeys([*config.roots(), *CLIENT_ROOTS.get()]))
         if any(real.is_relative_to(root) for root in roots):
             return real

@@ -43,7 +43,8 @@ class PtxParam(BaseModel):
 
 _CARET_RE = re.compile(r"^[ \t]*\^[ \t]*$")
 # a diagnostic's location, with any file name (spaces and parentheses included)
-_LOCATED_RE = re.compile(r"^(?P<file>.+)\((?P<line>\d+)\): (?P<sev>[a-z ]*(?:error|warning|remark|note))\b(?P<rest>.*)$")
+_LOCATED_RE = re.compile(r"^(?P<file>.+)\((?P<line>\d+)\): (?P<sev>[a-z "
+                         r"]*(?:error|warning|remark|note))\b(?P<rest>.*)$")
 WITHHELD = "(message withheld: the location is not the kernel's source nor a CUDA header)"
 
 
@@ -182,7 +183,8 @@ def parse_ptx_entries(ptx: str) -> dict[str, list[PtxParam]]:
 
 _MANGLED_RE = re.compile(r"_Z(\d+)")
 _MISSING_HEADER_RE = re.compile(r'cannot open source file "(?P<header>[^"]+)"')
-_HOST_CODE_RE = re.compile(r"^\s*int\s+main\s*\(|\bstd::(?:vector|string|map|unordered_map|cout|cerr|unique_ptr|thread)\b", re.M)
+_HOST_CODE_RE = re.compile(r"^\s*int\s+main\s*\(|\bstd::(?:vector|string|map|unordered_map|cout|cerr|unique_ptr|thread)"
+                           r"\b", re.M)
 # the C and C++ library headers of a host compiler; NVRTC has none of their host parts
 _HOST_HEADERS = frozenset({
     "cstdio", "stdio.h", "cstdlib", "stdlib.h", "iostream", "fstream", "sstream", "iomanip", "string", "vector",

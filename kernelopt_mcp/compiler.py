@@ -100,7 +100,8 @@ class CompileResult(BaseModel):
 
 
 _ARCH_RE = re.compile(r"sm_(\d{1,2})(\d)([a-z]?)")
-_UNSUPPORTED_RE = re.compile(r"(?P<what>Instruction '[^']+'|Feature '[^']+') (?:not supported on|requires) \.target '?(?P<arch>sm_\d+)'?")
+_UNSUPPORTED_RE = re.compile(r"(?P<what>Instruction '[^']+'|Feature '[^']+') (?:not supported on|requires) \.target "
+                             r"'?(?P<arch>sm_\d+)'?")
 
 
 def base_arch(arch: str) -> str:
@@ -297,7 +298,8 @@ class CompileCache:
             return  # too large to keep: compiled again when asked again
         if ptx is not None and len(result.cubin) + len(meta) + len(ptx) > self.max_entry_bytes:
             ptx = None  # keep what the harness loads; the PTX is only for reading
-        files = [(f"{key}.cubin", result.cubin)] + ([(f"{key}.ptx", ptx)] if ptx is not None else []) + [(f"{key}.json", meta)]
+        files = ([(f"{key}.cubin", result.cubin)] + ([(f"{key}.ptx", ptx)] if ptx is not None else [])
+                 + [(f"{key}.json", meta)])
         for name, data in files:
             write_atomic(self.directory / name, data, durable=False)
         written = sum(len(data) for _, data in files)
@@ -382,7 +384,8 @@ class CompileCache:
                 self._memory_bytes -= len(old.cubin or b"") + len(old.ptx or "")
             self._items[key] = result
             self._memory_bytes += size
-            while len(self._items) > self.capacity or (self._memory_bytes > self.max_memory_bytes and len(self._items) > 1):
+            while len(self._items) > self.capacity or (self._memory_bytes > self.max_memory_bytes
+                                                       and len(self._items) > 1):
                 _, old = self._items.popitem(last=False)
                 self._memory_bytes -= len(old.cubin or b"") + len(old.ptx or "")
 

@@ -34,7 +34,8 @@ def workload_names() -> list[str]:
     root = bundled_workloads_dir()
     if not root.is_dir():
         return []
-    return sorted(d.name for d in root.iterdir() if (d / "workload.json").is_file() and re.fullmatch(r"[\w.-]+", d.name))
+    return sorted(d.name for d in root.iterdir()
+                  if (d / "workload.json").is_file() and re.fullmatch(r"[\w.-]+", d.name))
 
 
 def _workload_completion(prog: str, names: Iterable[str]) -> dict[str, object]:

@@ -140,7 +140,8 @@ class DevicePool:
         dev.sessions.move_to_end(key)
         session.report_to(progress)
         if not session.prepared:  # say why the first call on a workload takes longer
-            progress(f"preparing {wl.name}: inputs, expected outputs, timing the CUDA reference (once per server session)", 0, 1)
+            progress(f"preparing {wl.name}: inputs, expected outputs, timing the CUDA reference "
+                     "(once per server session)", 0, 1)
             try:
                 prepare(session)
             except BaseException:

@@ -137,7 +137,8 @@ def format_validation_error(exc: ValidationError, source: str) -> str:
     lines = []
     for err in errors:
         loc_t = tuple(err["loc"])
-        if err["type"] == "extra_forbidden" and any(m[:-1] == loc_t[:-1] and g == str(loc_t[-1]) for m, g in meant.items()):
+        if err["type"] == "extra_forbidden" and any(m[:-1] == loc_t[:-1] and g == str(loc_t[-1])
+                                                    for m, g in meant.items()):
             continue  # told with the field it was meant to be
         # a key with a newline or control characters (unknown fields are echoed) stays on its line
         where = ".".join(str(p) if str(p).isprintable() else repr(p) for p in loc_t) or "(top level)"

@@ -83,7 +83,8 @@ def find_executable(
     raise ToolchainNotFound(missing)
 
 
-def exit_code_and_tail(proc: subprocess.Popen[bytes], stderr: IO[bytes], kill: Callable[[], None]) -> tuple[int | None, str]:
+def exit_code_and_tail(proc: subprocess.Popen[bytes], stderr: IO[bytes],
+                       kill: Callable[[], None]) -> tuple[int | None, str]:
     """How a worker process ended (its exit code; negative: the signal, after ``kill`` if it did
     not end within 5 s) and the last 600 bytes of the file its stderr went to."""
     try:

@@ -91,7 +91,8 @@ def read_regular_bytes(path: Path, limit: int = MAX_FILE_BYTES) -> bytes:
         OSError: missing, unreadable, not a regular file, or larger than ``limit``.
     """
     # (flags Windows lacks are 0 there; O_BINARY: no newline translation where it exists)
-    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_NOCTTY", 0)
+    fd = os.open(path,
+                 os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_NOCTTY", 0)
                  | getattr(os, "O_BINARY", 0))
     with open(fd, "rb") as f:
         if not stat.S_ISREG(os.fstat(fd).st_mode):
@@ -114,7 +115,8 @@ def read_text(path: Path, what: str, error: type[Exception] = WorkloadError) -> 
     except FileNotFoundError:
         raise error(f"{path}: {what} not found; add the file or fix the path") from None
     except (OSError, ValueError) as exc:  # ValueError: not UTF-8, or a NUL byte in the path
-        raise error(f"{path}: cannot read {what} ({exc.strerror if isinstance(exc, OSError) and exc.strerror else exc})") from None
+        raise error(f"{path}: cannot read {what} "
+                    f"({exc.strerror if isinstance(exc, OSError) and exc.strerror else exc})") from None
 
 
 def missing_path_message(exc: FileNotFoundError) -> str:

@@ -124,7 +124,8 @@ def frozen_named(name: str) -> FrozenWorkload:
     frozen = FROZEN_WORKLOADS.get() or {}
     if name not in frozen:
         known = ", ".join(sorted(frozen)) or "none"
-        raise FreezeError(f"no workload {name!r} was frozen through this server (frozen: {known}); call freeze_workload first")
+        raise FreezeError(f"no workload {name!r} was frozen through this server (frozen: {known}); call "
+                          "freeze_workload first")
     return frozen[name]
 
 
@@ -155,21 +156,24 @@ def output_directory(real: Path, *, writable: list[Path], refused: list[Path]) -
 
 def check_oracle(real: Path, trusted: list[Path]) -> Path:
     """A NumPy oracle is Python the server runs (confined, in a worker process): only a .py file
-    under a directory the server's operator named (a workload directory or --root), never one a client could have written."""
+    under a directory the server's operator named (a workload directory or --root), never one a
+    client could have written."""
     if real.suffix != ".py" or not real.is_file():
-        raise FreezeError(f"{real}: the oracle must be an existing .py file (a reference.py with a reference() function)")
+        raise FreezeError(f"{real}: the oracle must be an existing .py file (a reference.py with a "
+                          "reference() function)")
     if not inside(real, trusted):
         raise FreezeError(
-            f"{real}: a NumPy oracle is Python the server runs (confined), so it must lie under a workload directory or a "
-            f"--root directory of the server ({', '.join(map(str, trusted)) or 'none configured'}); "
-            "start the server with --root DIR, or freeze without an oracle (the CUDA reference then defines correct)"
+            f"{real}: a NumPy oracle is Python the server runs (confined), so it must lie under a workload directory "
+            f"or a --root directory of the server ({', '.join(map(str, trusted)) or 'none configured'}); start the "
+            "server with --root DIR, or freeze without an oracle (the CUDA reference then defines correct)"
         )
     return real
 
 
 def _data_files(spec: dict[str, Any]) -> list[dict[str, Any]]:
     gens = list((spec.get("inputs") or {}).values())
-    gens += [g for case in spec.get("cases") or [] if isinstance(case, dict) for g in (case.get("inputs") or {}).values()]
+    gens += [g for case in spec.get("cases") or [] if isinstance(case, dict)
+             for g in (case.get("inputs") or {}).values()]
     return [g for g in gens if isinstance(g, dict) and g.get("generator") == "file"]
 
 
@@ -270,7 +274,8 @@ def _expected_outputs(wl: Workload, builder: Session, directory: Path) -> list[s
             values = np.ascontiguousarray(array, dtype="<f8")
             relative = Path("expected") / case.name / f"{out}.bin"
             write_atomic(directory / relative, values.tobytes())
-            manifest.setdefault(case.name, {})[out] = {"path": str(relative), "dtype": "float64", "shape": list(values.shape)}
+            manifest.setdefault(case.name, {})[out] = {"path": str(relative), "dtype": "float64",
+                                                       "shape": list(values.shape)}
         done.append(case.name)
     _write_json(directory / "expected" / "manifest.json", manifest)
     return done
@@ -315,7 +320,8 @@ def write_replay(
             built = case_request(builder, candidate, case.name, out_dir, timing=case.kind == "performance")
             if built.request is None:
                 return {}, built.problem or "the candidate cannot be built"
-            requests[str(Path(into) / f"{case.name}.json")] = (json.dumps(request_json(built.request), indent=2) + "\n").encode()
+            requests[str(Path(into) / f"{case.name}.json")] = (
+                json.dumps(request_json(built.request), indent=2) + "\n").encode()
         with hold(sum(map(len, requests.values())), f"replay_requests' files for {frozen.name!r}"):
             for relative, data in requests.items():
                 write_atomic(frozen.directory / relative, data)
@@ -345,11 +351,13 @@ def _write_json(path: Path, data: Any) -> None:
 class FrozenOutput(BaseModel):
     """What freeze_workload wrote, and the name to evaluate it under."""
 
-    name: str = Field(description="the workload name validate, benchmark, ncu_profile and autotune take (on this server)")
+    name: str = Field(description="the workload name validate, benchmark, ncu_profile and autotune "
+                      "take (on this server)")
     directory: str = Field(description="where the files are (absolute)")
     workload_dir: str = Field(description="the frozen workload directory, relative to `directory`")
     input_cases: str = Field(description="the inputs' manifest (paths, sha256, drawn_from), relative to `directory`")
-    seed: int = Field(description="the seed the recorded inputs were drawn from (evaluations redraw hidden sets with their own)")
+    seed: int = Field(description="the seed the recorded inputs were drawn from (evaluations redraw hidden "
+                      "sets with their own)")
     cases: list[str]
     performance_cases: list[str]
     expected_from: str

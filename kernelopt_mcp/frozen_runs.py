@@ -86,7 +86,8 @@ class FrozenRuns:
         return frozen_output(frozen)
 
     async def replay(
-        self, workload: str, source: str | None, path: str | None, launch: LaunchSpec, compile_options: list[str] | None,
+        self, workload: str, source: str | None, path: str | None, launch: LaunchSpec,
+        compile_options: list[str] | None,
         into: str = "replay",
     ) -> ReplayOutput:
         """Write a kernel's replay requests beside a workload the calling client froze (see the
@@ -116,7 +117,8 @@ class FrozenRuns:
         try:
             staged = stage_data_files(spec, list(config.data_roots), target)
             return app.freeze_workload(
-                self.state.settings, staged, reference_cu, initial_cu, target, data_path=partial(_staged, target), **kwargs
+                self.state.settings, staged, reference_cu, initial_cu, target,
+                data_path=partial(_staged, target), **kwargs
             )
         finally:
             quota.release(writes)
@@ -139,9 +141,12 @@ class FrozenRuns:
         except (OSError, RuntimeError) as exc:  # a symlink loop, a name too long
             raise FreezeError(f"{raw}: cannot resolve the path ({exc})") from None
         cache = config.settings.cache_dir or config.workspace / "cache"
-        refused = [*config.settings.workload_dirs, config.created_dir, bundled_workloads_dir(), cache, self.state.private_dir]
-        writable = [config.runs_dir, *config.output_roots]  # the caller's own runs/ (its home's, over HTTP with a token)
-        target = output_directory(real, writable=[p.resolve() for p in writable], refused=[p.resolve() for p in refused])
+        refused = [*config.settings.workload_dirs, config.created_dir, bundled_workloads_dir(), cache,
+                   self.state.private_dir]
+        # the caller's own runs/ (its home's, over HTTP with a token)
+        writable = [config.runs_dir, *config.output_roots]
+        target = output_directory(real, writable=[p.resolve() for p in writable],
+                                  refused=[p.resolve() for p in refused])
         target.mkdir(parents=True, exist_ok=True)
         return target
 

@@ -54,8 +54,8 @@ class Choice(Drawn):
 
     generator: Literal["choice"]
     values: list[float] = Field(description=f"2 to {MAX_VALUES} finite numbers (two of them distinct at least), each "
-                                "drawn with equal probability (repeat one to weight it), rounded to the buffer's dtype; "
-                                "e.g. [-1, 1]", json_schema_extra={"minItems": 2, "maxItems": MAX_VALUES})
+                                "drawn with equal probability (repeat one to weight it), rounded to the buffer's "
+                                "dtype; e.g. [-1, 1]", json_schema_extra={"minItems": 2, "maxItems": MAX_VALUES})
     structure: StructureField = None
 
     @field_validator("values")

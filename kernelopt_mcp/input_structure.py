@@ -147,7 +147,8 @@ def detect(arrays: Sequence[np.ndarray]) -> Structure | None:
     structure must have zeroed or mirrored at least :data:`MIN_EVIDENCE` elements in all, so a
     few zeros by chance in tiny matrices are not taken for one.
     """
-    if not arrays or any(a.ndim < 2 or a.size == 0 or min(a.shape[-2:]) < 2 or a.dtype.kind not in "fiu" for a in arrays):
+    if not arrays or any(a.ndim < 2 or a.size == 0 or min(a.shape[-2:]) < 2 or a.dtype.kind not in "fiu"
+                         for a in arrays):
         return None
     low, high = math.inf, -math.inf  # the least and greatest column - row of a nonzero element
     for a in arrays:
@@ -160,7 +161,8 @@ def detect(arrays: Sequence[np.ndarray]) -> Structure | None:
         found = Structure(kind="triu", diagonal=int(low))
     elif high <= 0 and low < 0:
         found = Structure(kind="tril", diagonal=int(high))
-    elif low < 0 < high and all(a.shape[-1] == a.shape[-2] and np.array_equal(a, np.swapaxes(a, -1, -2)) for a in arrays):
+    elif low < 0 < high and all(a.shape[-1] == a.shape[-2] and np.array_equal(a, np.swapaxes(a, -1, -2))
+                                for a in arrays):
         found = Structure(kind="symmetric")
     if found is None:
         return None

@@ -124,9 +124,9 @@ class KernelAnalysis:
         notes, cap = [], config.gpu_call_max_s
         if cap > 0 and budget_s > cap * TUNE_SHARE_OF_CAP:
             notes.append(
-                f"budget_s capped to {cap * TUNE_SHARE_OF_CAP:g} s (asked {budget_s:g} s): this server stops a GPU call "
-                f"after {cap:g} s ({GPU_CALL_MAX_FLAG}); preparing the workload and the last configuration need the "
-                "rest. Measured configurations stay in the tune cache: a repeated call measures only new ones"
+                f"budget_s capped to {cap * TUNE_SHARE_OF_CAP:g} s (asked {budget_s:g} s): this server stops a GPU "
+                f"call after {cap:g} s ({GPU_CALL_MAX_FLAG}); preparing the workload and the last configuration need "
+                "the rest. Measured configurations stay in the tune cache: a repeated call measures only new ones"
             )
             budget_s = cap * TUNE_SHARE_OF_CAP
         timing = app.evaluate_options(
@@ -175,5 +175,6 @@ class KernelAnalysis:
                 pass
 
         return await self.state.run_long("docs", partial(
-            app.search_guidance, self.state.settings, query, arch=target, limit=limit, offline=offline, progress=progress,
+            app.search_guidance, self.state.settings, query, arch=target, limit=limit, offline=offline,
+            progress=progress,
         ))

@@ -42,7 +42,8 @@ class KernelChecks:
         """Compile a kernel for ``arch`` (default: the server's GPU, else sm_90); see the compile tool."""
         text, filename = await self.files.source_text(source, path)
         target, where = await self.gpus.target_arch(arch)
-        _, output = await self.state.compile_text(text, target, arch_from=where, options=options or [], filename=filename)
+        _, output = await self.state.compile_text(text, target, arch_from=where, options=options or [],
+                                                  filename=filename)
         return output
 
     async def evaluate(
@@ -80,13 +81,15 @@ class KernelChecks:
             return compile_error_output(compiled, wl.name, mode, info.name)
         candidate = app.candidate(wl, text, launch, options)
         timing = app.evaluate_options(
-            settings, warmup=warmup, iterations=iterations, timing_mode=timing_mode, adaptive_rse=adaptive_rse, stop=stop,
+            settings, warmup=warmup, iterations=iterations, timing_mode=timing_mode,
+            adaptive_rse=adaptive_rse, stop=stop,
         )
 
         def job(dev: DeviceSlot, progress: ProgressFn) -> tuple[CheckedEvaluation, TorchComparison | None]:
             if dev.remote is not None:
                 if sanitizer is not None:
-                    raise RequestError("sanitize needs a local GPU: this server runs its GPU jobs on a Ray cluster (--ray)")
+                    raise RequestError("sanitize needs a local GPU: this server runs its GPU jobs on "
+                                       "a Ray cluster (--ray)")
                 key, seed = self.gpus.seed(wl)
                 checked = dev.remote.call("evaluate", wl, key, seed, candidate, timing, benchmark)
                 timed = checked.ok and checked.result.score_ms is not None  # else nothing to put PyTorch beside

@@ -37,19 +37,22 @@ def add_parser(sub: Any) -> None:
         "found, and write a table (correct %%, fast_p, speedups) and JSON; a second run continues",
     )
     sp.add_argument("problems_dir", help="the directory holding level1/, level2/, level3/ (KernelBench's KernelBench/)")
-    sp.add_argument("--level", type=int, nargs="+", default=[1, 2, 3], choices=[1, 2, 3, 4], help="levels (default 1 2 3)")
-    sp.add_argument("--solutions", help="directory of <problem>.cu + <problem>.launch.json (or levelL/ folders of them)")
+    sp.add_argument("--level", type=int, nargs="+", default=[1, 2, 3], choices=[1, 2, 3, 4],
+                    help="levels (default 1 2 3)")
+    sp.add_argument("--solutions",
+                    help="directory of <problem>.cu + <problem>.launch.json (or levelL/ folders of them)")
     sp.add_argument("-o", "--output", default="kernelbench-out",
                     help="where workloads, state.json, table.md and results.json go (default ./kernelbench-out)")
     sp.add_argument("--tolerance", choices=TOLERANCE_MODES, default="strict",
                     help="strict (default): by the output's dtype; kernelbench: atol = rtol = 1e-2")
     sp.add_argument("--no-baselines", action="store_true",
-                    help="do not time PyTorch eager and torch.compile (by default each imported problem's are timed on the "
-                    "GPU, in a child process, and cached)")
+                    help="do not time PyTorch eager and torch.compile (by default each imported problem's are timed on "
+                    "the GPU, in a child process, and cached)")
     sp.add_argument("--jobs", type=int, default=min(8, os.cpu_count() or 1),
                     help="problems imported at once, each in a process of its own (default: the CPUs, at most 8)")
     sp.add_argument("--import-timeout", type=float, default=IMPORT_TIMEOUT_S, metavar="S",
-                    help=f"seconds one import may take (default {IMPORT_TIMEOUT_S:.0f}): past it the problem is refused")
+                    help=f"seconds one import may take (default {IMPORT_TIMEOUT_S:.0f}): "
+                    "past it the problem is refused")
     sp.add_argument("--time-budget", type=float, metavar="S",
                     help="start no batch of PyTorch baselines after S seconds: the tables are written with what was "
                     "timed and a second run continues (for a GPU lent by the hour)")
@@ -98,7 +101,8 @@ class _Baselines:
                 reports[i] = BaselineReport.unmeasured(f"PyTorch eager and torch.compile not timed: {exc}")
                 continue
             if imported_problem(workload) is None:
-                reports[i] = BaselineReport.unmeasured(f"not timed: {directory} is not an imported PyTorch problem (no problem.py)")
+                reports[i] = BaselineReport.unmeasured(f"not timed: {directory} is not an imported PyTorch "
+                                                       "problem (no problem.py)")
             else:
                 loaded.append((i, workload))
         if loaded:
@@ -106,7 +110,8 @@ class _Baselines:
                 if self.evaluator.device is None:
                     self.evaluator.device = app.gpu_info(self.settings)
             except KerneloptError as exc:
-                blocked = BaselineReport.unmeasured(f"PyTorch eager and torch.compile not timed: no GPU here ({exc})", blocked=True)
+                blocked = BaselineReport.unmeasured(
+                    f"PyTorch eager and torch.compile not timed: no GPU here ({exc})", blocked=True)
                 return [r or blocked for r in reports]
             timed = settings_batch_baselines(self.settings, [w for _, w in loaded], self.evaluator.device,
                                              app.evaluate_options(self.settings))
@@ -122,7 +127,8 @@ def _candidate(kernel: Path, launch_file: Path) -> Candidate:
     options: list[str] = []
     if isinstance(data, dict) and "launch" in data:
         options, data = list(data.get("compile_options") or []), data["launch"]
-    return Candidate(read_text(kernel, "kernel source", KerneloptError), LaunchSpec.model_validate(data), options, kernel.stem)
+    return Candidate(read_text(kernel, "kernel source", KerneloptError), LaunchSpec.model_validate(data),
+                     options, kernel.stem)
 
 
 def cmd_kernelbench(args: argparse.Namespace, out: Console) -> int:
@@ -151,5 +157,6 @@ def cmd_kernelbench(args: argparse.Namespace, out: Console) -> int:
         print(table)
     else:
         out.print(escape(table), highlight=False)
-        out.print(escape(f"written: {options.out_dir / 'table.md'}, {options.out_dir / 'results.json'}"), highlight=False)
+        out.print(escape(f"written: {options.out_dir / 'table.md'}, {options.out_dir / 'results.json'}"),
+                  highlight=False)
     return 0 if records else 1

@@ -339,7 +339,8 @@ def _resolve_map(spec: TensorMapSpec, j: int, scalars: Mapping[str, int | float]
         return out
 
     dims = ints(spec.dims, "dims", 1, MAX_TENSOR_DIM, f"each extent must be 1..{MAX_TENSOR_DIM}")
-    box = ints(spec.box, "box", 1, MAX_BOX, f"each box extent must be 1..{MAX_BOX} elements (copy larger tiles in several boxes)")
+    box = ints(spec.box, "box", 1, MAX_BOX,
+               f"each box extent must be 1..{MAX_BOX} elements (copy larger tiles in several boxes)")
     strides = None
     if spec.strides is not None:
         strides = ints(spec.strides, "strides", 16, MAX_TENSOR_STRIDE - 1, "each byte stride must be 16..2^40-1")

@@ -98,21 +98,24 @@ class Throughput(BaseModel):
     """Speed of light: how busy the busiest unit of each kind was, as % of its peak."""
 
     compute_pct: float | None = Field(None, description="SM throughput (sm__throughput), % of peak")
-    memory_pct: float | None = Field(None, description="memory throughput, the busiest of DRAM/L2/L1 (gpu__compute_memory_throughput), % of peak")
+    memory_pct: float | None = Field(None, description="memory throughput, the busiest of DRAM/L2/L1 "
+                                     "(gpu__compute_memory_throughput), % of peak")
     dram_pct: float | None = Field(None, description="DRAM throughput, % of peak")
 
 
 class Occupancy(BaseModel):
     achieved_pct: float | None = Field(None, description="active warps per SM cycle, % of the SM's maximum")
     theoretical_pct: float | None = Field(None, description="the most this launch can reach, % of the maximum")
-    limiter: str | None = Field(None, description="what caps theoretical occupancy: registers, shared memory, warps (block size) or blocks")
+    limiter: str | None = Field(None, description="what caps theoretical occupancy: registers, shared memory, warps "
+                                "(block size) or blocks")
     block_limits: dict[str, float] = Field(default_factory=dict, description="blocks per SM each resource allows")
     registers_per_thread: float | None = None
     static_shared_bytes_per_block: float | None = None
     dynamic_shared_bytes_per_block: float | None = None
     block_size: float | None = None
     grid_size: float | None = None
-    waves_per_sm: float | None = Field(None, description="grid size / (blocks per SM x SMs); below 1 the GPU is not filled")
+    waves_per_sm: float | None = Field(None,
+                                       description="grid size / (blocks per SM x SMs); below 1 the GPU is not filled")
 
 
 class MemoryTraffic(BaseModel):
@@ -136,7 +139,8 @@ class SharedMemoryAccess(BaseModel):
     store_bank_conflicts: float | None = None
     load_wavefronts: float | None = None
     store_wavefronts: float | None = None
-    conflict_pct: float | None = Field(None, description="extra wavefronts from bank conflicts, % of all shared wavefronts")
+    conflict_pct: float | None = Field(None,
+                                       description="extra wavefronts from bank conflicts, % of all shared wavefronts")
 
 
 class GlobalAccess(BaseModel):
@@ -144,12 +148,15 @@ class GlobalAccess(BaseModel):
     none. Asynchronous copies into shared memory (cp.async, LDGSTS) are counted on their own;
     TMA's bulk copies bypass these units and appear in neither."""
 
-    load_sectors_per_request: float | None = Field(None, description="32-byte sectors per warp-level global load (4 = 32 threads x 4 B, coalesced)")
+    load_sectors_per_request: float | None = Field(None, description="32-byte sectors per warp-level global load (4 = "
+                                                   "32 threads x 4 B, coalesced)")
     store_sectors_per_request: float | None = None
-    load_bytes_used_per_sector_pct: float | None = Field(None, description="of each 32-byte sector loaded, % the threads used (100 = coalesced)")
+    load_bytes_used_per_sector_pct: float | None = Field(None, description="of each 32-byte sector loaded, % the "
+                                                         "threads used (100 = coalesced)")
     store_bytes_used_per_sector_pct: float | None = None
     async_copy_sectors_per_request: float | None = Field(
-        None, description="cp.async (LDGSTS): 32-byte sectors per warp-level request (16 = 32 threads x 16 B, coalesced)"
+        None,
+        description="cp.async (LDGSTS): 32-byte sectors per warp-level request (16 = 32 threads x 16 B, coalesced)"
     )
 
 
@@ -184,30 +191,39 @@ class ProfileSummary(BaseModel):
         lines = [
             f"{self.workload} · {self.candidate} · case {self.case} · kernel {self.kernel}"
             + (f" · {self.device}" if self.device else ""),
-            f"  duration {_f(self.duration_ms, ' ms', 4)} under the profiler (clock control {self.clock_control}; not a benchmark)"
+            f"  duration {_f(self.duration_ms, ' ms', 4)} under the profiler (clock control {self.clock_control}; not "
+            "a benchmark)"
             + (f", SM clock {_f(self.sm_clock_ghz, ' GHz', 3)}" if self.sm_clock_ghz else ""),
-            f"  speed of light: compute {_f(t.compute_pct, '%')}, memory {_f(t.memory_pct, '%')}, DRAM {_f(t.dram_pct, '%')}",
+            f"  speed of light: compute {_f(t.compute_pct, '%')}, memory {_f(t.memory_pct, '%')}, DRAM "
+            f"{_f(t.dram_pct, '%')}",
             f"  occupancy: achieved {_f(o.achieved_pct, '%')} of theoretical {_f(o.theoretical_pct, '%')}"
             + (f", limited by {o.limiter}" if o.limiter else "")
-            + (" (blocks/SM by " + ", ".join(f"{k} {v:g}" for k, v in o.block_limits.items()) + ")" if o.block_limits else ""),
-            f"  launch: {_f(o.registers_per_thread, '', 0)} registers/thread, shared {_bytes(o.static_shared_bytes_per_block)} static"
-            f" + {_bytes(o.dynamic_shared_bytes_per_block)} dynamic per block, block {_f(o.block_size, '', 0)},"
-            f" grid {_f(o.grid_size, '', 0)}, {_f(o.waves_per_sm, ' waves', 3)}",
-            f"  memory: DRAM read {_bytes(m.dram_read_bytes)}, write {_bytes(m.dram_write_bytes)}; L2 {_bytes(m.l2_bytes)}"
-            f" (hit {_f(m.l2_hit_pct, '%')}); L1 {_bytes(m.l1_bytes)} (hit {_f(m.l1_hit_pct, '%')})"
+            + (" (blocks/SM by " + ", ".join(f"{k} {v:g}" for k, v in o.block_limits.items()) + ")"
+               if o.block_limits else ""),
+            f"  launch: {_f(o.registers_per_thread, '', 0)} registers/thread, shared "
+            f"{_bytes(o.static_shared_bytes_per_block)} static + {_bytes(o.dynamic_shared_bytes_per_block)} dynamic "
+            f"per block, block {_f(o.block_size, '', 0)}, grid {_f(o.grid_size, '', 0)}, "
+            f"{_f(o.waves_per_sm, ' waves', 3)}",
+            f"  memory: DRAM read {_bytes(m.dram_read_bytes)}, write {_bytes(m.dram_write_bytes)}; L2 "
+            f"{_bytes(m.l2_bytes)} (hit {_f(m.l2_hit_pct, '%')}); L1 {_bytes(m.l1_bytes)} (hit {_f(m.l1_hit_pct, '%')})"
             + (f"; {m.flops_per_dram_byte:.3g} FLOP per DRAM byte" if m.flops_per_dram_byte else ""),
             f"  global access: {_f(g.load_sectors_per_request, '', 3)} sectors/load request"
-            + (f" ({g.load_bytes_used_per_sector_pct:.0f}% of each sector used)" if g.load_bytes_used_per_sector_pct is not None else "")
+            + (f" ({g.load_bytes_used_per_sector_pct:.0f}% of each sector used)"
+               if g.load_bytes_used_per_sector_pct is not None else "")
             + f", {_f(g.store_sectors_per_request, '', 3)} sectors/store request"
-            + (f" ({g.store_bytes_used_per_sector_pct:.0f}% used)" if g.store_bytes_used_per_sector_pct is not None else "")
-            + (f", {g.async_copy_sectors_per_request:.3f} sectors/cp.async request" if g.async_copy_sectors_per_request else ""),
-            f"  shared memory: {_f(s.load_bank_conflicts, '', 0)} load / {_f(s.store_bank_conflicts, '', 0)} store bank conflicts"
+            + (f" ({g.store_bytes_used_per_sector_pct:.0f}% used)"
+               if g.store_bytes_used_per_sector_pct is not None else "")
+            + (f", {g.async_copy_sectors_per_request:.3f} sectors/cp.async request"
+               if g.async_copy_sectors_per_request else ""),
+            f"  shared memory: {_f(s.load_bank_conflicts, '', 0)} load / {_f(s.store_bank_conflicts, '', 0)} store "
+            "bank conflicts"
             + (f" ({s.conflict_pct:.1f}% of shared wavefronts)" if s.conflict_pct is not None else ""),
         ]
         if self.top_stalls:
             lines.append(
                 f"  warp stalls (of {_f(self.warp_cycles_per_issue, ' cycles', 3)} between issues): "
-                + ", ".join(f"{x.reason} {x.cycles_per_issue:.2f}" + (f" ({x.share_pct:.0f}%)" if x.share_pct is not None else "") for x in self.top_stalls)
+                + ", ".join(f"{x.reason} {x.cycles_per_issue:.2f}"
+                            + (f" ({x.share_pct:.0f}%)" if x.share_pct is not None else "") for x in self.top_stalls)
             )
         lines += [f"  hint: {h}" for h in self.hints]
         lines += [f"  note: {n}" for n in self.notes]
@@ -233,7 +249,8 @@ def _bytes(x: float | None) -> str:
 
 # --- from metrics to summary ---------------------------------------------------------------
 
-_LIMITS = {"registers": "registers", "shared_mem": "shared memory", "warps": "warps (block size)", "blocks": "blocks per SM"}
+_LIMITS = {"registers": "registers", "shared_mem": "shared memory", "warps": "warps (block size)",
+           "blocks": "blocks per SM"}
 _STALL_FAMILIES = (
     re.compile(r"^smsp__average_warps_issue_stalled_(\w+?)_per_issue_active\.ratio$"),
     re.compile(r"^smsp__average_warp_latency_issue_stalled_(\w+?)(?:\.ratio|\.sum|\.avg)?$"),
@@ -293,8 +310,10 @@ def summarize(
         l2_hit_pct=v("lts__t_sector_hit_rate.pct"), l1_hit_pct=v("l1tex__t_sector_hit_rate.pct"),
         flops_per_dram_byte=flops / dram_total if flops and dram_total > 0 else None,
     )
-    ld_c, st_c = v("l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_ld.sum"), v("l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_st.sum")
-    ld_w, st_w = v("l1tex__data_pipe_lsu_wavefronts_mem_shared_op_ld.sum"), v("l1tex__data_pipe_lsu_wavefronts_mem_shared_op_st.sum")
+    ld_c, st_c = (v("l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_ld.sum"),
+                  v("l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_st.sum"))
+    ld_w, st_w = (v("l1tex__data_pipe_lsu_wavefronts_mem_shared_op_ld.sum"),
+                  v("l1tex__data_pipe_lsu_wavefronts_mem_shared_op_st.sum"))
     wavefronts = (ld_w or 0) + (st_w or 0)
     shared = SharedMemoryAccess(
         load_bank_conflicts=ld_c, store_bank_conflicts=st_c, load_wavefronts=ld_w, store_wavefronts=st_w,
@@ -310,7 +329,8 @@ def summarize(
         throughput=Throughput(
             compute_pct=v("sm__throughput.avg.pct_of_peak_sustained_elapsed"),
             memory_pct=v("gpu__compute_memory_throughput.avg.pct_of_peak_sustained_elapsed"),
-            dram_pct=v("dram__throughput.avg.pct_of_peak_sustained_elapsed", "gpu__dram_throughput.avg.pct_of_peak_sustained_elapsed"),
+            dram_pct=v("dram__throughput.avg.pct_of_peak_sustained_elapsed",
+                       "gpu__dram_throughput.avg.pct_of_peak_sustained_elapsed"),
         ),
         occupancy=occ, memory=mem, warp_cycles_per_issue=latency,
         top_stalls=_stalls(row, latency), shared_memory=shared, global_access=glob,
@@ -327,23 +347,29 @@ def _global_access(v: Callable[..., float | None]) -> GlobalAccess:
     ldg, stg = v("smsp__sass_inst_executed_op_global_ld.sum"), v("smsp__sass_inst_executed_op_global_st.sum")
     async_requests = v("sm__sass_l1tex_t_requests_pipe_lsu_mem_global_op_ldgsts.sum") or 0.0
     async_sectors = sum(
-        v(f"sm__sass_l1tex_t_sectors_pipe_lsu_mem_global_op_ldgsts_cache_{way}.sum") or 0.0 for way in ("access", "bypass")
+        v(f"sm__sass_l1tex_t_sectors_pipe_lsu_mem_global_op_ldgsts_cache_{way}.sum") or 0.0
+        for way in ("access", "bypass")
     )
-    requests, sectors = v("l1tex__t_requests_pipe_lsu_mem_global_op_ld.sum"), v("l1tex__t_sectors_pipe_lsu_mem_global_op_ld.sum")
+    requests, sectors = (v("l1tex__t_requests_pipe_lsu_mem_global_op_ld.sum"),
+                         v("l1tex__t_sectors_pipe_lsu_mem_global_op_ld.sum"))
     if ldg == 0:
         load_spr = None
     elif async_requests and requests is not None and sectors is not None:
         load_spr = _ratio(sectors - async_sectors, requests - async_requests) if requests > async_requests else None
     else:
-        load_spr = _ratio(sectors, requests) or v("l1tex__average_t_sectors_per_request_pipe_lsu_mem_global_op_ld.ratio")
+        load_spr = (_ratio(sectors, requests)
+                    or v("l1tex__average_t_sectors_per_request_pipe_lsu_mem_global_op_ld.ratio"))
     return GlobalAccess(
         load_sectors_per_request=load_spr,
         store_sectors_per_request=None if stg == 0 else (
-            _ratio(v("l1tex__t_sectors_pipe_lsu_mem_global_op_st.sum"), v("l1tex__t_requests_pipe_lsu_mem_global_op_st.sum"))
+            _ratio(v("l1tex__t_sectors_pipe_lsu_mem_global_op_st.sum"),
+                   v("l1tex__t_requests_pipe_lsu_mem_global_op_st.sum"))
             or v("l1tex__average_t_sectors_per_request_pipe_lsu_mem_global_op_st.ratio")
         ),
-        load_bytes_used_per_sector_pct=None if ldg == 0 else v("smsp__sass_average_data_bytes_per_sector_mem_global_op_ld.pct"),
-        store_bytes_used_per_sector_pct=None if stg == 0 else v("smsp__sass_average_data_bytes_per_sector_mem_global_op_st.pct"),
+        load_bytes_used_per_sector_pct=(None if ldg == 0
+                                        else v("smsp__sass_average_data_bytes_per_sector_mem_global_op_ld.pct")),
+        store_bytes_used_per_sector_pct=(None if stg == 0
+                                         else v("smsp__sass_average_data_bytes_per_sector_mem_global_op_st.pct")),
         async_copy_sectors_per_request=_ratio(async_sectors, async_requests),
     )
 
@@ -370,14 +396,22 @@ def _stalls(row: dict[str, Metric], latency: float | None, top: int = 5) -> list
 
 
 _STALL_ADVICE = {
-    "long_scoreboard": "warps mostly wait for global/local memory (long scoreboard): keep more loads in flight (vector loads, several independent loads per thread, cp.async prefetch) or reuse data from shared memory/registers",
-    "barrier": "warps mostly wait at __syncthreads (barrier): balance the work between barriers, use fewer barriers, or double-buffer so loads overlap compute",
-    "mio_throttle": "the shared-memory/special-function queue is full (MIO throttle): fewer, wider shared-memory accesses (float4), fewer bank conflicts",
-    "short_scoreboard": "warps wait on shared memory or special functions (short scoreboard): cut shared-memory round trips (register blocking) and bank conflicts",
-    "math_pipe_throttle": "a math pipe is saturated (math pipe throttle): the kernel is compute-bound on that pipe; use a faster pipe (tensor cores, FMA instead of separate mul/add) or fewer instructions",
-    "wait": "warps wait on fixed-latency dependencies (wait): more independent instructions per thread (ILP, several accumulators)",
-    "lg_throttle": "the global load/store queue is full (LG throttle): issue fewer, wider memory instructions (float4, 16-byte accesses)",
-    "tex_throttle": "the texture/read-only path is saturated (TEX throttle): fewer __ldg/texture requests or wider ones",
+    "long_scoreboard": "warps mostly wait for global/local memory (long scoreboard): keep more loads in flight (vector "
+    "loads, several independent loads per thread, cp.async prefetch) or reuse data from shared memory/registers",
+    "barrier": "warps mostly wait at __syncthreads (barrier): balance the work between barriers, use fewer barriers, "
+    "or double-buffer so loads overlap compute",
+    "mio_throttle": "the shared-memory/special-function queue is full (MIO throttle): fewer, wider shared-memory "
+    "accesses (float4), fewer bank conflicts",
+    "short_scoreboard": "warps wait on shared memory or special functions (short scoreboard): cut shared-memory round "
+    "trips (register blocking) and bank conflicts",
+    "math_pipe_throttle": "a math pipe is saturated (math pipe throttle): the kernel is compute-bound on that pipe; "
+    "use a faster pipe (tensor cores, FMA instead of separate mul/add) or fewer instructions",
+    "wait": "warps wait on fixed-latency dependencies (wait): more independent instructions per thread (ILP, several "
+    "accumulators)",
+    "lg_throttle": "the global load/store queue is full (LG throttle): issue fewer, wider memory instructions (float4, "
+    "16-byte accesses)",
+    "tex_throttle": "the texture/read-only path is saturated (TEX throttle): fewer __ldg/texture "
+    "requests or wider ones",
     "not_selected": "eligible warps were often not selected: the scheduler has spare warps; this is usually fine",
     "dispatch_stall": "dispatch stalls: pipeline conflicts; often reduced by fewer divergent or dependent instructions",
     "no_instruction": "instruction-cache misses (no instruction): a very large unrolled loop body; unroll less",
@@ -404,8 +438,8 @@ def hints(s: ProfileSummary) -> list[str]:
         )
     elif mem is not None and mem >= 70:
         out.append(
-            f"a memory unit is busy ({mem:.0f}% of peak) while DRAM is at {_f(dram, '%', 0)}: the bottleneck is L1/shared "
-            "memory or L2 traffic; reuse data in registers and avoid redundant shared or L2 accesses"
+            f"a memory unit is busy ({mem:.0f}% of peak) while DRAM is at {_f(dram, '%', 0)}: the bottleneck is "
+            "L1/shared memory or L2 traffic; reuse data in registers and avoid redundant shared or L2 accesses"
         )
     elif comp is not None and mem is not None and max(comp, mem) < 40:
         out.append(
@@ -422,7 +456,8 @@ def hints(s: ProfileSummary) -> list[str]:
             out.append(
                 f"occupancy is limited by registers ({_f(o.registers_per_thread, '', 0)}/thread: theoretical "
                 f"{o.theoretical_pct:.0f}%): try __launch_bounds__(threads, min_blocks) or keep fewer values live"
-                + ("; low occupancy is fine if each thread has enough independent work (ILP)" if (comp or 0) > 50 else "")
+                + ("; low occupancy is fine if each thread has enough independent work (ILP)"
+                   if (comp or 0) > 50 else "")
             )
         elif o.limiter == "shared memory":
             per_block = (o.static_shared_bytes_per_block or 0) + (o.dynamic_shared_bytes_per_block or 0)
@@ -456,7 +491,8 @@ def hints(s: ProfileSummary) -> list[str]:
             "16 for float4): accesses are uncoalesced; let adjacent threads read adjacent addresses"
         )
     sh = s.shared_memory
-    if sh.conflict_pct is not None and sh.conflict_pct > 10 and ((sh.load_bank_conflicts or 0) + (sh.store_bank_conflicts or 0)) > 1e4:
+    if (sh.conflict_pct is not None and sh.conflict_pct > 10
+            and ((sh.load_bank_conflicts or 0) + (sh.store_bank_conflicts or 0)) > 1e4):
         out.append(
             f"shared-memory bank conflicts add {sh.conflict_pct:.0f}% extra wavefronts: pad the inner dimension "
             "(e.g. [32][33]) or swizzle the index so a warp's accesses hit 32 different banks"
@@ -472,5 +508,6 @@ def hints(s: ProfileSummary) -> list[str]:
             "share data run together"
         )
     if not out:
-        out.append("no single bottleneck stands out: compare with the roofline (gpu_properties) and try one change at a time")
+        out.append("no single bottleneck stands out: compare with the roofline (gpu_properties) and try "
+                   "one change at a time")
     return out[:6]

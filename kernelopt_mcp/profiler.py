@@ -100,7 +100,8 @@ class ProfileOptions:
         if self.clock_control not in CLOCK_CONTROLS:
             raise ValueError(f"clock_control must be one of {', '.join(CLOCK_CONTROLS)}, not {self.clock_control!r}")
         if not _SET_NAME.match(self.section_set):
-            raise ValueError(f"section set {self.section_set!r}: use 'curated' or an ncu set name such as basic, detailed, full")
+            raise ValueError(f"section set {self.section_set!r}: use 'curated' or an ncu set name such as basic, "
+                             "detailed, full")
 
 
 def find_ncu(explicit: str | Path | None = None) -> Path:
@@ -111,7 +112,8 @@ def find_ncu(explicit: str | Path | None = None) -> Path:
         ToolchainNotFound: with how to install it or point at it.
     """
     return find_executable(
-        explicit, [shutil.which(NCU_NAME), *NCU_FALLBACKS, *sorted(glob.glob(NCU_GLOB), key=_version_key, reverse=True)],
+        explicit,
+        [shutil.which(NCU_NAME), *NCU_FALLBACKS, *sorted(glob.glob(NCU_GLOB), key=_version_key, reverse=True)],
         bad_explicit=f"ncu {explicit} (KERNELOPT_NCU or --ncu) does not exist or is not executable",
         missing="Nsight Compute (ncu) not found on PATH, in /usr/local/cuda/bin or /opt/nvidia/nsight-compute/*/; "
         "install it (it ships with the CUDA toolkit, or as the nsight-compute package from NVIDIA's "
@@ -125,8 +127,8 @@ def _version_key(path: str) -> list[int]:
 
 def ncu_version(ncu: Path) -> str | None:
     try:
-        out = subprocess.run([str(ncu), "--version"], capture_output=True, text=True, timeout=30, stdin=subprocess.DEVNULL,
-                             env=child_env())
+        out = subprocess.run([str(ncu), "--version"], capture_output=True, text=True, timeout=30,
+                             stdin=subprocess.DEVNULL, env=child_env())
     except (OSError, subprocess.TimeoutExpired):
         return None
     match = re.search(r"Version\s+(\S+)", out.stdout)
@@ -267,7 +269,8 @@ def _run_ncu(
 
 
 def _metric_refused(output: str) -> bool:
-    return bool(re.search(r"(Failed to find metric|invalid metric|metric .* (not found|not available|does not exist))", output, re.I))
+    return bool(re.search(r"(Failed to find metric|invalid metric|metric .* (not found|not available|does not exist))",
+                          output, re.I))
 
 
 def harness_answer(output: str) -> dict[str, Any] | None:
@@ -314,11 +317,13 @@ def export_raw(ncu: Path, report: Path, timeout_s: float = 300) -> str:
     """``ncu --import REPORT --csv --page raw --print-units base`` (needs no GPU)."""
     cmd = [str(ncu), "--import", str(report), "--csv", "--page", "raw", "--print-units", "base"]
     try:
-        out = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s, stdin=subprocess.DEVNULL, env=child_env())
+        out = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s, stdin=subprocess.DEVNULL,
+                             env=child_env())
     except subprocess.TimeoutExpired:
         raise ProfilerTimeout(f"exporting {report} did not finish within {timeout_s:.0f} s") from None
     if out.returncode != 0 or not out.stdout.strip():
-        raise ProfilerError(f"ncu could not export {report} (exit code {out.returncode}): {_tail(out.stderr + out.stdout)}")
+        raise ProfilerError(f"ncu could not export {report} (exit code {out.returncode}): "
+                            f"{_tail(out.stderr + out.stdout)}")
     return out.stdout
 
 

@@ -94,9 +94,11 @@ class ProgressBar:
         message = Column(no_wrap=True, overflow="ellipsis", ratio=1)
         # never redirect stdout into the bar's console: under --json stdout must stay the command's
         self._progress = Progress(
-            TextColumn("{task.description}"), BarColumn(bar_width=24), MofNCompleteColumn(table_column=Column(min_width=5)),
+            TextColumn("{task.description}"), BarColumn(bar_width=24),
+            MofNCompleteColumn(table_column=Column(min_width=5)),
             TimeElapsedColumn(table_column=Column(min_width=7)), TextColumn("eta"),
-            TimeRemainingColumn(table_column=Column(min_width=7)), TextColumn("[dim]{task.fields[message]}", table_column=message),
+            TimeRemainingColumn(table_column=Column(min_width=7)),
+            TextColumn("[dim]{task.fields[message]}", table_column=message),
             console=console, transient=False, redirect_stdout=False, redirect_stderr=False, expand=True,
         )
         self._progress.start()

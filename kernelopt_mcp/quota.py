@@ -61,7 +61,8 @@ def check_workload_bytes(spec: WorkloadSpec, what: str, limit: int, per_buffer: 
         for p in spec.signature.buffers:
             size = math.prod(case_shape(p, case.scalars)) * p.dtype.itemsize
             if size > per_buffer:
-                raise QuotaError(f"case {case.name!r}: buffer {p.name!r} would be {size} bytes; the limit is {per_buffer}")
+                raise QuotaError(f"case {case.name!r}: buffer {p.name!r} would be {size} bytes; the limit is "
+                                 f"{per_buffer}")
     total, _ = spec_bytes(spec)
     if total > limit:
         raise QuotaError(

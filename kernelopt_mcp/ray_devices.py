@@ -59,7 +59,8 @@ class _Device:
             if session is not None:
                 session.close()
             workdir = Path(tempfile.mkdtemp(prefix=f"{wl.name}-", dir=self.scratch))
-            session = app.open_session(self.settings, wl, self.harness, self.info, seed=seed, workdir=workdir, cache=self.cache)
+            session = app.open_session(self.settings, wl, self.harness, self.info, seed=seed, workdir=workdir,
+                                       cache=self.cache)
             self.sessions[key] = session
         prepare(session)
         return session
@@ -69,7 +70,8 @@ class _Device:
     ) -> CheckedEvaluation:
         return app.evaluate_kernel(self._session(wl, key, seed), candidate, options, benchmark=benchmark)
 
-    def beside_pytorch(self, wl: Workload, options: EvaluateOptions, checked: CheckedEvaluation) -> TorchComparison | None:
+    def beside_pytorch(self, wl: Workload, options: EvaluateOptions,
+                       checked: CheckedEvaluation) -> TorchComparison | None:
         return app.beside_pytorch(self.settings, wl, self.info, options, checked)
 
     def tune(self, wl: Workload, key: str, seed: int, tunable: Tunable, options: EvaluateOptions,
@@ -108,4 +110,5 @@ def ray_devices(settings: Settings, address: str) -> list[RayDevice]:
     actor = ray.remote(num_gpus=1, max_restarts=0, max_task_retries=0)(_Device)
     handles = [actor.remote(settings) for _ in range(count)]
     described = ray.get([h.describe.remote() for h in handles])
-    return [RayDevice(h, label, DeviceInfo.model_validate(info)) for h, (label, info) in zip(handles, described, strict=True)]
+    return [RayDevice(h, label, DeviceInfo.model_validate(info))
+            for h, (label, info) in zip(handles, described, strict=True)]

@@ -22,7 +22,8 @@ if TYPE_CHECKING:
     from .workflows import Evaluations, Tuning
 
 __all__ = [
-    "print_calibration", "print_evaluation", "print_evaluations", "print_result", "print_sanitizer", "print_torch_baseline",
+    "print_calibration", "print_evaluation", "print_evaluations", "print_result", "print_sanitizer",
+    "print_torch_baseline",
     "print_tune", "print_tuning", "size_text",
 ]
 
@@ -103,7 +104,8 @@ def print_result(out: Console, result: EvaluationResult, reference: EvaluationRe
             out.print(f"  [red]{c.name}[/]: {escape(c.message)}", highlight=False)
     line = f"[bold]{result.status.value}[/]: {escape(result.message)}"
     if result.speedup:
-        line += f"; speedup vs CUDA reference {result.speedup:.2f}x (reference score {result.reference_score_ms:.4g} ms)"
+        line += (f"; speedup vs CUDA reference {result.speedup:.2f}x (reference score "
+                 f"{result.reference_score_ms:.4g} ms)")
     out.print(line, highlight=False)
     out.print(f"[dim]expected outputs: {escape(result.expected_from)}[/]", highlight=False)
     if result.inputs_from:
@@ -147,7 +149,8 @@ def print_torch_baseline(out: Console, comparison: TorchComparison) -> None:
     if line:
         out.print(f"[bold]{escape(', '.join(line))}[/]", highlight=False)
     shown: set[str] = set()
-    for label, note in (("note", comparison.note), ("eager", comparison.eager_note), ("torch.compile", comparison.compile_note)):
+    for label, note in (("note", comparison.note), ("eager", comparison.eager_note),
+                        ("torch.compile", comparison.compile_note)):
         if note and note not in shown:
             shown.add(note)
             out.print(f"[yellow]{label}:[/] {escape(note)}", highlight=False)
@@ -175,7 +178,8 @@ def print_calibration(out: Console, info: DeviceInfo, cal: Calibration, cache_ro
 def print_tune(out: Console, result: Any, top: int) -> None:
     names = list(result.untuned_params)
     table = Table(title=f"{result.workload}: {result.strategy} search, {result.counts.tried} of "
-                  f"{result.valid_space_size if result.valid_space_size is not None else result.space_size} configurations")
+                  f"{result.valid_space_size if result.valid_space_size is not None else result.space_size} "
+                  "configurations")
     for col in ("#", *names, "status", "score ms", "vs untuned", "vs ref", "cached"):
         table.add_column(col, justify="left" if col == "status" else "right")
     rows = result.ranked()

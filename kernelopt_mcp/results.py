@@ -25,6 +25,28 @@ from .workload import Tolerance, Workload, case_shape
 MAX_DIAGNOSTICS = 20
 MAX_MESSAGE_CHARS = 600
 Num = float | str  # a number, or "nan" / "inf" / "-inf" (JSON has no non-finite numbers)
+# Field descriptions too long for the field's line (each is a description in a JSON schema).
+_COMPILE_OUTPUT_CONFINEMENT = ("how NVRTC was confined: 'landlock abi N', or 'unconfined (accepted)' by the "
+                               "server's operator")
+_TIMING_CONVERGED = "stop=precision / adaptive: the rse target was reached"
+_TIMING_NET_MEDIAN_MS = ("median minus the floor: the kernel's own duration as Nsight Compute measures it (estimate "
+                         "below ~20 us); scores use median_ms")
+_CASE_OUTPUT_TENSOR_PCT = ("flops_per_s as % of the dense tensor-core peak for the workload's inputs (16-bit rate for "
+                           "floating point, int8 for 8-bit integers): what the roofline floor uses")
+_CASE_OUTPUT_CHECKED_LAUNCHES = ("timed launches whose outputs were checked on their own (fresh) inputs against the "
+                                 "CUDA reference or the NumPy oracle")
+_CASE_OUTPUT_FRESH_INPUTS = "inputs drawn afresh on the device before every timed launch"
+_CASE_OUTPUT_OF_ROOFLINE_FLOOR = "median / the fastest time the work allows (1.0 = at the roofline)"
+_EVALUATION_OUTPUT_DEVICE_ORDINAL = "the CUDA ordinal of the GPU it ran on (a server may have several)"
+_EVALUATION_OUTPUT_SANITIZER = "compute-sanitizer per tool per correctness case (with sanitize=true, after a pass)"
+_EVALUATION_OUTPUT_PHASES = "where the evaluation's host wall time went (compile, validation, timing with its checks)"
+_EVALUATION_OUTPUT_TORCH_BASELINE = ("an imported PyTorch problem's benchmark that passed: PyTorch eager and "
+                                     "torch.compile timed by the same rules on the same GPU (cached per problem), "
+                                     "speedup = their time / ours")
+_CHECKED_EVALUATION_SANITIZER = "compute-sanitizer per tool per correctness case (None: not run)"
+_GPU_PROPERTIES_DEVICES = ("every GPU this server spreads GPU jobs over ('<ordinal> <name> <uuid>'): that many "
+                           "evaluations run at once")
+_WORKLOAD_SUMMARY_ORIGIN = "bundled | configured | created | frozen (a workload freeze_workload wrote in this server)"
 
 
 def _num(x: Num | None) -> Num | None:
@@ -67,12 +89,11 @@ class CompileOutput(BaseModel):
     diagnostics_omitted: int = 0
     log: str = Field("", description="the compiler log, on errors only (truncated)")
     log_lines_omitted: int = 0
-    confinement: str = Field(
-        "", description="how NVRTC was confined: 'landlock abi N', or 'unconfined (accepted)' by the server's operator"
-    )
+    confinement: str = Field("", description=_COMPILE_OUTPUT_CONFINEMENT)
 
     def text(self) -> str:
-        head = f"compile {self.status} for {self.arch} ({self.arch_from}; NVRTC {self.nvrtc_version}, {self.duration_ms:.0f} ms{', cached' if self.cache_hit else ''})"
+        head = (f"compile {self.status} for {self.arch} ({self.arch_from}; NVRTC {self.nvrtc_version}, "
+                f"{self.duration_ms:.0f} ms{', cached' if self.cache_hit else ''})")
         lines = [head]
         for d in self.diagnostics:
             lines.append("  " + d.text())
@@ -81,7 +102,8 @@ class CompileOutput(BaseModel):
         for name, r in self.kernels.items():
             lines.append(
                 f"  kernel {name}: {r.registers} registers, {r.static_shared_bytes} B static shared, "
-                f"{r.spill_store_bytes} B spill stores, {r.spill_load_bytes} B spill loads, {r.stack_frame_bytes} B stack"
+                f"{r.spill_store_bytes} B spill stores, {r.spill_load_bytes} B spill loads, "
+                f"{r.stack_frame_bytes} B stack"
             )
         if self.status != "ok" and not self.diagnostics and self.log:
             lines.append(_clip(self.log, 1500))
@@ -150,16 +172,11 @@ class Timing(_View):
     warmup: int
     iterations: int = Field(description="measured launches asked for (with stop=precision: the first round)")
     samples: int | None = Field(None, description="measured launches taken (stop=precision: until the rse target)")
-    converged: bool | None = Field(
-        None, description="stop=precision / adaptive: the rse target was reached",
-        validation_alias=AliasChoices("converged", "adaptive_converged"),
-    )
+    converged: bool | None = Field(None, description=_TIMING_CONVERGED,
+                                   validation_alias=AliasChoices("converged", "adaptive_converged"))
     mode: str = Field("events", description="events (an event pair per launch) or graph (launches in a CUDA graph)")
     launch_overhead_ms: float | None = Field(None, description="an empty kernel timed the same way: the floor")
-    net_median_ms: float | None = Field(
-        None, description="median minus the floor: the kernel's own duration as Nsight Compute measures it "
-        "(estimate below ~20 us); scores use median_ms"
-    )
+    net_median_ms: float | None = Field(None, description=_TIMING_NET_MEDIAN_MS)
 
 
 class CaseOutput(BaseModel):
@@ -178,18 +195,10 @@ class CaseOutput(BaseModel):
     bytes_per_s: float | None = None
     bandwidth_pct: float | None = Field(None, description="bytes_per_s as % of the device's calibrated copy bandwidth")
     flops_pct: float | None = Field(None, description="flops_per_s as % of the calibrated FP32 FMA rate")
-    tensor_pct: float | None = Field(
-        None, description="flops_per_s as % of the dense tensor-core peak for the workload's inputs (16-bit rate "
-        "for floating point, int8 for 8-bit integers): what the roofline floor uses"
-    )
-    checked_launches: int = Field(
-        0, description="timed launches whose outputs were checked on their own (fresh) inputs against the CUDA "
-        "reference or the NumPy oracle"
-    )
-    fresh_inputs: list[str] = Field(
-        default_factory=list, description="inputs drawn afresh on the device before every timed launch"
-    )
-    of_roofline_floor: float | None = Field(None, description="median / the fastest time the work allows (1.0 = at the roofline)")
+    tensor_pct: float | None = Field(None, description=_CASE_OUTPUT_TENSOR_PCT)
+    checked_launches: int = Field(0, description=_CASE_OUTPUT_CHECKED_LAUNCHES)
+    fresh_inputs: list[str] = Field(default_factory=list, description=_CASE_OUTPUT_FRESH_INPUTS)
+    of_roofline_floor: float | None = Field(None, description=_CASE_OUTPUT_OF_ROOFLINE_FLOOR)
 
 
 class EvaluationOutput(BaseModel):
@@ -201,7 +210,7 @@ class EvaluationOutput(BaseModel):
     mode: str = Field(description="validate | benchmark")
     workload: str
     device: str | None = None
-    device_ordinal: int | None = Field(None, description="the CUDA ordinal of the GPU it ran on (a server may have several)")
+    device_ordinal: int | None = Field(None, description=_EVALUATION_OUTPUT_DEVICE_ORDINAL)
     device_uuid: str | None = Field(None, description="that GPU's UUID")
     arch: str
     source_hash: str | None = None
@@ -217,16 +226,9 @@ class EvaluationOutput(BaseModel):
     checks: list[str] = Field(default_factory=list, description="the integrity checks this evaluation ran")
     tolerances: dict[str, Tolerance] = Field(default_factory=dict, description="per output: what it was judged by")
     notes: list[str] = Field(default_factory=list)
-    sanitizer: list[SanitizerReport] | None = Field(
-        None, description="compute-sanitizer per tool per correctness case (with sanitize=true, after a pass)"
-    )
-    phases: PhaseTimes | None = Field(
-        None, description="where the evaluation's host wall time went (compile, validation, timing with its checks)"
-    )
-    torch_baseline: TorchComparison | None = Field(
-        None, description="an imported PyTorch problem's benchmark that passed: PyTorch eager and torch.compile timed by "
-        "the same rules on the same GPU (cached per problem), speedup = their time / ours"
-    )
+    sanitizer: list[SanitizerReport] | None = Field(None, description=_EVALUATION_OUTPUT_SANITIZER)
+    phases: PhaseTimes | None = Field(None, description=_EVALUATION_OUTPUT_PHASES)
+    torch_baseline: TorchComparison | None = Field(None, description=_EVALUATION_OUTPUT_TORCH_BASELINE)
 
     def text(self) -> str:
         head = f"{self.mode} {self.workload} on {self.device or '?'} ({self.arch}): {self.status}"
@@ -236,7 +238,8 @@ class EvaluationOutput(BaseModel):
             head += f": {_clip(self.message, 300)}"
         lines = [head]
         if self.speedup:
-            lines.append(f"score {self.score_ms:.4g} ms; CUDA reference {self.reference_score_ms:.4g} ms; speedup {self.speedup:.3g}x")
+            lines.append(f"score {self.score_ms:.4g} ms; CUDA reference {self.reference_score_ms:.4g} ms; speedup "
+                         f"{self.speedup:.3g}x")
         for c in self.cases:
             lines.append(f"  {c.name} [{c.kind}] {c.status}{_case_detail(c)}")
         if self.compile is not None:
@@ -245,7 +248,8 @@ class EvaluationOutput(BaseModel):
             lines.append(f"checks: {', '.join(self.checks)}")
         if self.tolerances:
             lines.append("judged within " + ", ".join(
-                f"{k}: rtol {t.rtol:g}, atol {t.atol:g}{'' if t.absolute else ' x rms'} ({t.source or 'workload'})" for k, t in self.tolerances.items()))
+                f"{k}: rtol {t.rtol:g}, atol {t.atol:g}{'' if t.absolute else ' x rms'} ({t.source or 'workload'})"
+                for k, t in self.tolerances.items()))
         if self.phases is not None:
             lines.append(self.phases.text())
         for r in self.sanitizer or []:
@@ -273,11 +277,13 @@ def _case_detail(c: CaseOutput) -> str:
         parts.append(text)
     if c.timing:
         t = c.timing
-        parts.append(f"median {t.median_ms:.4g} ms (IQR {t.iqr_ms:.2g}{f', noisy: {t.noisy_reason}' if t.noisy else ''})")
+        parts.append(f"median {t.median_ms:.4g} ms (IQR "
+                     f"{t.iqr_ms:.2g}{f', noisy: {t.noisy_reason}' if t.noisy else ''})")
         if c.speedup:
             parts.append(f"ref {c.reference_median_ms:.4g} ms, {c.speedup:.3g}x")
         if c.bytes_per_s:
-            parts.append(f"{c.bytes_per_s / 1e9:.0f} GB/s" + (f" ({c.bandwidth_pct:.0f}% of copy)" if c.bandwidth_pct else ""))
+            parts.append(f"{c.bytes_per_s / 1e9:.0f} GB/s"
+                         + (f" ({c.bandwidth_pct:.0f}% of copy)" if c.bandwidth_pct else ""))
         if c.flops_per_s:
             of = [f"{c.flops_pct:.0f}% of FMA peak"] if c.flops_pct else []
             of += [f"{c.tensor_pct:.0f}% of tensor-core peak"] if c.tensor_pct else []
@@ -294,9 +300,7 @@ class CheckedEvaluation(BaseModel):
     (decided here, once)."""
 
     result: EvaluationResult
-    sanitizer: list[SanitizerReport] | None = Field(
-        None, description="compute-sanitizer per tool per correctness case (None: not run)"
-    )
+    sanitizer: list[SanitizerReport] | None = Field(None, description=_CHECKED_EVALUATION_SANITIZER)
 
     @property
     def clean(self) -> bool:
@@ -333,7 +337,8 @@ class CheckedEvaluation(BaseModel):
         return payload
 
 
-def evaluation_output(checked: CheckedEvaluation, mode: str, torch_baseline: TorchComparison | None = None) -> EvaluationOutput:
+def evaluation_output(checked: CheckedEvaluation, mode: str,
+                      torch_baseline: TorchComparison | None = None) -> EvaluationOutput:
     """The MCP tools' compact result of an evaluation (its status merged with the sanitizer's), with
     PyTorch's times beside it where they were measured."""
     result = checked.result
@@ -361,7 +366,8 @@ def evaluation_output(checked: CheckedEvaluation, mode: str, torch_baseline: Tor
         cases_passed=sum(c.status == "ok" for c in cases), cases_total=len(cases),
         score_ms=result.score_ms, reference_score_ms=result.reference_score_ms, speedup=result.speedup,
         cases=cases, compile=compile_output(result.compile, "the device") if result.compile else None,
-        expected_from=result.expected_from, inputs_from=result.inputs_from, checks=result.checks, notes=result.notes, phases=result.phases,
+        expected_from=result.expected_from, inputs_from=result.inputs_from, checks=result.checks, notes=result.notes,
+        phases=result.phases,
         tolerances=result.tolerances, torch_baseline=torch_baseline,
     )
 
@@ -386,8 +392,8 @@ class CreatedWorkload(BaseModel):
 
     def text(self) -> str:
         return (
-            f"{'replaced' if self.replaced else 'created'} workload {self.name} ({self.correctness_cases} correctness + "
-            f"{self.performance_cases} performance cases, {self.total_buffer_bytes / 2**20:.1f} MiB of buffers) at "
+            f"{'replaced' if self.replaced else 'created'} workload {self.name} ({self.correctness_cases} correctness "
+            f"+ {self.performance_cases} performance cases, {self.total_buffer_bytes / 2**20:.1f} MiB of buffers) at "
             f"{self.path}\nkernel prototype: {self.c_prototype}\n" + "\n".join(f"note: {n}" for n in self.notes)
         )
 
@@ -415,10 +421,7 @@ class PeakHints(BaseModel):
 class GpuProperties(BaseModel):
     device: DeviceInfo
     peaks: PeakHints
-    devices: list[str] = Field(
-        default_factory=list, description="every GPU this server spreads GPU jobs over ('<ordinal> <name> <uuid>'): "
-        "that many evaluations run at once"
-    )
+    devices: list[str] = Field(default_factory=list, description=_GPU_PROPERTIES_DEVICES)
 
     def text(self) -> str:
         d, p = self.device, self.peaks
@@ -429,8 +432,9 @@ class GpuProperties(BaseModel):
             d.summary(),
             f"compute capability {d.compute_capability[0]}.{d.compute_capability[1]}, clock {clock}, "
             f"{d.max_threads_per_block} threads/block, {d.max_threads_per_sm} threads/SM, warp {d.warp_size}",
-            f"shared memory: {d.shared_memory_per_block_bytes} B/block ({d.shared_memory_per_block_optin_bytes} B opt-in), "
-            f"{d.shared_memory_per_sm_bytes} B/SM; registers: {d.registers_per_block}/block, {d.registers_per_sm}/SM",
+            f"shared memory: {d.shared_memory_per_block_bytes} B/block ({d.shared_memory_per_block_optin_bytes} B "
+            f"opt-in), {d.shared_memory_per_sm_bytes} B/SM; registers: {d.registers_per_block}/block, "
+            f"{d.registers_per_sm}/SM",
             f"theoretical peaks: {', '.join(peaks) or 'unknown (the driver did not report clocks)'}",
         ]
         lines += [f"measured: {k} = {v:.3g}" for k, v in p.measured.items()]
@@ -444,7 +448,8 @@ def gpu_properties_output(info: DeviceInfo, devices: list[DeviceInfo] | None = N
     fp32 = info.sm_count * lanes * 2 * info.clock_khz * 1e3 if lanes and info.clock_khz else None
     measured = H200_MEASURED if "H200" in info.name else {}
     return GpuProperties(
-        device=info, peaks=PeakHints(dram_bytes_per_s=info.peak_memory_bandwidth_bytes_per_s, fp32_flops_per_s=fp32, measured=measured),
+        device=info, peaks=PeakHints(dram_bytes_per_s=info.peak_memory_bandwidth_bytes_per_s, fp32_flops_per_s=fp32,
+                                     measured=measured),
         devices=[f"{d.ordinal} {d.name} {d.uuid or ''}".strip() for d in devices or [info]],
     )
 
@@ -472,7 +477,7 @@ def described(description: str, author: Author) -> str:
 
 class WorkloadSummary(BaseModel):
     name: str
-    origin: str = Field(description="bundled | configured | created | frozen (a workload freeze_workload wrote in this server)")
+    origin: str = Field(description=_WORKLOAD_SUMMARY_ORIGIN)
     author: Author = AUTHOR_FIELD
     description: str
     c_prototype: str
@@ -533,12 +538,16 @@ class WorkloadDescription(BaseModel):
     notes: list[str]
 
     def text(self) -> str:
-        lines = [f"workload {self.name} ({self.origin}): {described(self.description, self.author)}", f"kernel: {self.c_prototype}"]
-        lines += [f"  {p.name}: {p.kind} {p.dtype}" + (f" {p.role} shape {p.shape}" if p.kind == "buffer" else "") for p in self.params]
+        lines = [f"workload {self.name} ({self.origin}): {described(self.description, self.author)}",
+                 f"kernel: {self.c_prototype}"]
+        lines += [f"  {p.name}: {p.kind} {p.dtype}" + (f" {p.role} shape {p.shape}" if p.kind == "buffer" else "")
+                  for p in self.params]
         lines.append("cases:")
-        lines += [f"  {c.name} [{c.kind}] {c.scalars}" + (f" inputs {c.inputs}" if c.inputs else "") for c in self.cases]
+        lines += [f"  {c.name} [{c.kind}] {c.scalars}" + (f" inputs {c.inputs}" if c.inputs else "")
+                  for c in self.cases]
         lines.append(f"inputs: {json.dumps(self.inputs)}")
-        lines.append("tolerances: " + ", ".join(f"{k}: rtol {t.rtol:g}, atol {t.atol:g} ({t.source})" for k, t in self.tolerances.items()))
+        lines.append("tolerances: " + ", ".join(f"{k}: rtol {t.rtol:g}, atol {t.atol:g} ({t.source})"
+                                                for k, t in self.tolerances.items()))
         lines.append(f"cost: {self.cost}; expected outputs: {self.expected_outputs}")
         if self.initial_launch is not None:
             lines.append(f"initial launch: {self.initial_launch.model_dump_json(exclude_defaults=True)}")
@@ -553,7 +562,8 @@ class WorkloadDescription(BaseModel):
 def describe(wl: Workload, origin: str) -> WorkloadDescription:
     spec = wl.spec
     params = [
-        ParamInfo(name=p.name, kind=p.kind, dtype=p.dtype.value, role=getattr(p, "role", None), shape=getattr(p, "shape", None))
+        ParamInfo(name=p.name, kind=p.kind, dtype=p.dtype.value, role=getattr(p, "role", None),
+                  shape=getattr(p, "shape", None))
         for p in spec.signature.params
     ]
     cases = []

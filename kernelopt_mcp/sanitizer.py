@@ -72,7 +72,8 @@ class SanitizerFinding(BaseModel):
     detail: list[str] = Field(default_factory=list, description="the report's further lines (host frames left out)")
 
     def summary(self) -> str:
-        where = f" at {self.file}:{self.line}" if self.line is not None else (f" in {self.function}" if self.function else "")
+        where = (f" at {self.file}:{self.line}" if self.line is not None
+                 else (f" in {self.function}" if self.function else ""))
         who = f" by thread {self.thread} in block {self.block}" if self.thread and self.block else ""
         addr = f" (address {self.address})" if self.address else ""
         return f"{self.kind}{where}{who}{addr}"
@@ -88,7 +89,8 @@ class SanitizerReport(BaseModel):
     warnings: int = 0
     findings: list[SanitizerFinding] = Field(default_factory=list, description=f"the first {MAX_FINDINGS}")
     findings_omitted: int = 0
-    harness_status: str | None = Field(None, description="the case's status in the harness's answer (e.g. runtime_error)")
+    harness_status: str | None = Field(None,
+                                       description="the case's status in the harness's answer (e.g. runtime_error)")
     exit_code: int | None = None
     timed_out: bool = False
     message: str = ""
@@ -157,8 +159,10 @@ _ADDRESS_RE = re.compile(r"(?:address|access at|access to) (0x[0-9a-f]+)", re.IG
 _RACE_RE = re.compile(r"^(?P<sev>Error|Warning): Race reported between (?P<first>.+)$")
 _HAZARDS_RE = re.compile(r"\s*\[[\d,]+ hazards?\]\s*$")
 _ERROR_SUMMARY_RE = re.compile(r"ERROR SUMMARY: ([\d,]+) errors?")
-_RACE_SUMMARY_RE = re.compile(r"RACECHECK SUMMARY: ([\d,]+) hazards? displayed \(([\d,]+) errors?, ([\d,]+) warnings?\)")
-_NOT_FINDINGS = ("COMPUTE-SANITIZER", "ERROR SUMMARY", "RACECHECK SUMMARY", "LEAK SUMMARY", "Target application returned")
+_RACE_SUMMARY_RE = re.compile(r"RACECHECK SUMMARY: ([\d,]+) hazards? displayed \(([\d,]+) errors?, "
+                              r"([\d,]+) warnings?\)")
+_NOT_FINDINGS = ("COMPUTE-SANITIZER", "ERROR SUMMARY", "RACECHECK SUMMARY", "LEAK SUMMARY",
+                 "Target application returned")
 _TOOL_FAILURES = (
     "Device not supported", "Target application terminated before first instrumented API call",
     "No attachable process found", "Unable to ", "Could not ", "Failed to ",
@@ -200,7 +204,8 @@ def parse_report(text: str) -> tuple[list[SanitizerFinding], int, int]:
             if stripped.startswith(_NOT_FINDINGS):
                 current = None
                 continue
-            if stripped.startswith("Error:") and not _RACE_RE.match(stripped) and any(f in stripped for f in _TOOL_FAILURES):
+            if (stripped.startswith("Error:") and not _RACE_RE.match(stripped)
+                    and any(f in stripped for f in _TOOL_FAILURES)):
                 raise SanitizerUnavailable(f"compute-sanitizer could not check this kernel here: {stripped}")
             current = _start_finding(stripped)
             findings.append(current)
@@ -370,4 +375,5 @@ def verdict(reports: list[SanitizerReport]) -> tuple[bool, str]:
     if not bad:
         tools = sorted({r.tool.value for r in reports})
         return True, f"sanitizer clean: {', '.join(tools)} on {len({r.case for r in reports})} correctness case(s)"
-    return False, f"{SANITIZER_ERROR}: {len(bad)} of {len(reports)} check(s) failed; " + "; ".join(r.summary() for r in bad[:3])
+    return (False, f"{SANITIZER_ERROR}: {len(bad)} of {len(reports)} check(s) failed; "
+            + "; ".join(r.summary() for r in bad[:3]))

@@ -52,9 +52,11 @@ class ServerState:
         filename: str = "kernel.cu",
     ) -> tuple[CompileResult, CompileOutput]:
         """A compile: from the cache at once (a cheap lookup), else in its turn in the compile queue."""
-        args: dict[str, Any] = {"arch_from": arch_from, "options": options or [], "filename": filename, "cache": self.compile_cache}
+        args: dict[str, Any] = {"arch_from": arch_from, "options": options or [], "filename": filename,
+                                "cache": self.compile_cache}
         hit = await anyio.to_thread.run_sync(partial(app.cached_compile_source, self.settings, text, arch, **args))
-        return hit if hit is not None else await self.run_long("compile", partial(app.compile_source, self.settings, text, arch, **args))
+        return (hit if hit is not None
+                else await self.run_long("compile", partial(app.compile_source, self.settings, text, arch, **args)))
 
     def close(self) -> None:
         """Remove the private directory (the sessions' inputs and seeds)."""

@@ -102,8 +102,8 @@ def import_in_child(job: ImportJob, limits: ImportLimits, max_bytes: int) -> dic
 
     argv = [sys.executable, "-m", __name__, str(job.problem), str(job.out), limits.tolerance]
     try:
-        done = subprocess.run(argv, capture_output=True, text=True, timeout=limits.timeout_s, env=env, preexec_fn=cap if max_bytes > 0 else None,
-                              stdin=subprocess.DEVNULL)
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=limits.timeout_s, env=env,
+                              preexec_fn=cap if max_bytes > 0 else None, stdin=subprocess.DEVNULL)
     except subprocess.TimeoutExpired:
         return failed(f"the import ran past its {limits.timeout_s:.0f} s deadline")
     lines = done.stdout.strip().splitlines()
@@ -114,7 +114,8 @@ def import_in_child(job: ImportJob, limits: ImportLimits, max_bytes: int) -> dic
         except ValueError:
             pass
     tail = (done.stderr.strip().splitlines() or ["no output"])[-1]
-    return failed(f"the import died (exit {done.returncode}, data memory capped at {max_bytes / 2**30:.1f} GiB): {tail[:200]}")
+    return failed(f"the import died (exit {done.returncode}, data memory capped at {max_bytes / 2**30:.1f} GiB): "
+                  f"{tail[:200]}")
 
 
 def import_many(

@@ -150,7 +150,8 @@ def to_json(records: list[ProblemRecord]) -> str:
     """The summary per level and every problem's record, as JSON."""
     data: dict[str, Any] = {
         "definitions": {
-            "fast_p": "share of all problems of the level that are correct and more than p times faster than the baseline",
+            "fast_p": "share of all problems of the level that are correct and more than p times "
+            "faster than the baseline",
             "geomean_speedup": "geometric mean of baseline time / ours over the correct problems with both times",
         },
         "levels": [asdict(s) for s in summarize(records)],

@@ -54,7 +54,8 @@ def size_variants(constants: list[SizeConstant]) -> list[tuple[str, str, dict[st
     mid = {c.name: min(c.value, max(SMALL_SIZES[-1], (c.value // 16) | 1) + 2 * i) for i, c in enumerate(constants)}
     perf = {c.name: c.value for c in constants}
     out: list[tuple[str, str, dict[str, int]]] = []
-    for name, kind, values in (("small_odd", "correctness", small), ("mid_odd", "correctness", mid), ("perf", "performance", perf)):
+    for name, kind, values in (("small_odd", "correctness", small), ("mid_odd", "correctness", mid),
+                               ("perf", "performance", perf)):
         if all(values != v for _, _, v in out) and (kind == "performance" or values != perf):
             out.append((name, kind, values))
     if len(out) == 1:  # nothing to scale: a correctness case of the same sizes, drawn with another seed
@@ -80,7 +81,8 @@ def other_sizes(constants: list[SizeConstant], slot: str) -> list[tuple[str, dic
         floor, factors = 16, (64, 16, 4)
         out = [("small_odd", odd), ("small_even", even)]
     else:
-        base = {c.name: min(c.value, max(SMALL_SIZES[-1], (c.value // 16) | 1) + 2 * i) for i, c in enumerate(constants)}
+        base = {c.name: min(c.value, max(SMALL_SIZES[-1], (c.value // 16) | 1) + 2 * i)
+                for i, c in enumerate(constants)}
         even = {c.name: min(c.value, max(64, c.value // 16) // 2 * 2 + 2 * i) for i, c in enumerate(constants)}
         floor, factors = 64, (8, 4, 2)
         out = [("mid_even", even)]
@@ -118,7 +120,8 @@ class DrawnCase:
 
 
 def draw_cases(
-    src: ProblemSource, seed: int, max_bytes: int, search_s: float, notes: list[str], max_cpu_bytes: int = MAX_CPU_BYTES,
+    src: ProblemSource, seed: int, max_bytes: int, search_s: float, notes: list[str],
+    max_cpu_bytes: int = MAX_CPU_BYTES,
     probe_s: float | None = None,
 ) -> list[DrawnCase]:
     """The correctness cases, each at the first sizes the problem accepts (the variant of
@@ -171,7 +174,8 @@ def draw_cases(
 
 
 def _correctness_cases(
-    src: ProblemSource, variants: list[tuple[str, str, dict[str, int]]], seed: int, perf: DrawnCase | None, max_bytes: int,
+    src: ProblemSource, variants: list[tuple[str, str, dict[str, int]]], seed: int, perf: DrawnCase | None,
+    max_bytes: int,
     search_s: float, notes: list[str], probe_s: float | None = None,
 ) -> list[DrawnCase]:
     perf_values = {c.name: c.value for c in src.constants}
@@ -184,7 +188,8 @@ def _correctness_cases(
         first: str | None = None
         attempts, found = 0, None
         for i, (cname, cvalues) in enumerate(tried):
-            if i and (cvalues == perf_values or any(cvalues == c.values for c in cases) or cvalues in [v for _, v in tried[:i]]):
+            if i and (cvalues == perf_values or any(cvalues == c.values for c in cases)
+                      or cvalues in [v for _, v in tried[:i]]):
                 continue
             if i and time.monotonic() > deadline:
                 first = f"{first}; the search for other sizes stopped after {search_s:g} s"
@@ -196,7 +201,8 @@ def _correctness_cases(
             except SizesRejected as exc:
                 first = first or str(exc)
         if found is None:
-            others = f"; nor {attempts - 1} other size sets (odd, even, multiples, scaled down, partly as written)" if attempts > 1 else ""
+            others = (f"; nor {attempts - 1} other size sets (odd, even, multiples, scaled down, partly as written)"
+                      if attempts > 1 else "")
             notes.append(f"correctness case {name} ({_scaled(values, perf_values)}) left out: {first}{others}")
             continue
         cases.append(found)
@@ -219,12 +225,13 @@ def _perf_on_cpu(
     elif cases:
         estimate = max(_scaled_bytes(c.main, c.values, values) for c in cases)
     else:
-        raise TorchProblemError(f"{src.label}: the performance case cannot be sized: {why}, and no smaller case runs on the CPU")
+        raise TorchProblemError(f"{src.label}: the performance case cannot be sized: {why}, and no smaller "
+                                "case runs on the CPU")
     if estimate > max_cpu_bytes:
         raise TorchProblemError(
-            f"{src.label}: the performance case needs the CPU ({why}), but its buffers take about {estimate / 2**30:.4g} GiB "
-            f"(more than {max_cpu_bytes / 2**30:.3g} GiB): make forward run on the meta device (no .item(), no shapes that "
-            "depend on values), or import smaller sizes"
+            f"{src.label}: the performance case needs the CPU ({why}), but its buffers take about "
+            f"{estimate / 2**30:.4g} GiB (more than {max_cpu_bytes / 2**30:.3g} GiB): make forward run on the meta "
+            "device (no .item(), no shapes that depend on values), or import smaller sizes"
         )
     notes.append(f"the performance case ran on the CPU ({estimate / 2**20:.3g} MiB of buffers): {why}")
     main = draw(src, values, seed, reference64=True, probe_s=probe_s)
@@ -253,7 +260,8 @@ def fixed_values(src: ProblemSource, cases: list[DrawnCase], max_cpu_bytes: int,
     if d.state and state_bytes <= max_cpu_bytes:
         state, rules = module_state(src, perf.values, perf.seed)
         if [(a.name, a.shape, a.dtype) for a in state] != [(a.name, a.shape, a.dtype) for a in d.state]:
-            raise TorchProblemError(f"{label}: the module built on the CPU has other parameters or shapes than on the meta device")
+            raise TorchProblemError(f"{label}: the module built on the CPU has other parameters or shapes "
+                                    "than on the meta device")
         d.state, d.params = state, rules
     elif d.state:
         like = cases[-2] if len(cases) > 1 else None  # the largest correctness case
@@ -262,27 +270,28 @@ def fixed_values(src: ProblemSource, cases: list[DrawnCase], max_cpu_bytes: int,
         if like is None or kept:
             raise TorchProblemError(
                 f"{label}: the module's state at the performance sizes takes {state_bytes / 2**30:.3g} GiB (more than "
-                f"{max_cpu_bytes / 2**30:.3g} GiB to build on the CPU), and {listed(kept) or 'its parameters'} need the "
-                "module's own values; import smaller sizes"
+                f"{max_cpu_bytes / 2**30:.3g} GiB to build on the CPU), and {listed(kept) or 'its parameters'} need "
+                "the module's own values; import smaller sizes"
             )
         d.params = dict(rules)
         notes.append(
-            f"the module's state at the performance sizes ({state_bytes / 2**30:.3g} GiB) was not built on the CPU: its "
-            f"parameters are drawn from the ranges their defaults have in case {like.name}"
+            f"the module's state at the performance sizes ({state_bytes / 2**30:.3g} GiB) was not built on the CPU: "
+            f"its parameters are drawn from the ranges their defaults have in case {like.name}"
         )
     fixed = [a for a in d.args if a.tensor and a.drawn_from is None and not a.random]
     if fixed:
         made = sum(a.nbytes for a in d.args if a.tensor and a.drawn_from is None)  # drawn and then changed ones too
         if made > max_cpu_bytes:
             raise TorchProblemError(
-                f"{label}: {listed([a.name for a in fixed])} of the performance case are made without random numbers, so "
-                f"their values are needed, but get_inputs() makes {made / 2**30:.3g} GiB of such tensors (more than "
+                f"{label}: {listed([a.name for a in fixed])} of the performance case are made without random numbers, "
+                f"so their values are needed, but get_inputs() makes {made / 2**30:.3g} GiB of such tensors (more than "
                 f"{max_cpu_bytes / 2**30:.3g} GiB on the CPU)"
             )
         arrays = fixed_inputs(src, perf.values, perf.seed, [a.name for a in fixed])
         for a in fixed:
             if arrays[a.name].shape != a.shape:
-                raise TorchProblemError(f"{label}: get_inputs() argument {a.name!r} has another shape on the CPU than on the meta device")
+                raise TorchProblemError(f"{label}: get_inputs() argument {a.name!r} has another shape on the CPU than "
+                                        "on the meta device")
             a.array = arrays[a.name]
 
 
@@ -341,7 +350,8 @@ def _buffers(d: Draw) -> list[Arg]:
 def same_layout(a: Draw, b: Draw, label: str, what: str) -> None:
     """Both draws have the same arguments, dtypes and ranks (and shapes, for a second draw)."""
     def layout(d: Draw, shapes: bool) -> list[tuple[Any, ...]]:
-        return [(x.name, x.dtype, len(x.shape), x.shape if shapes else None, x.tensor) for x in [*d.args, *d.state, d.output]]
+        return [(x.name, x.dtype, len(x.shape), x.shape if shapes else None, x.tensor)
+                for x in [*d.args, *d.state, d.output]]
 
     same_sizes = what == "a second draw"
     if layout(a, same_sizes) != layout(b, same_sizes):
@@ -353,10 +363,12 @@ def same_layout(a: Draw, b: Draw, label: str, what: str) -> None:
 
 
 def _describe(d: Draw) -> str:
-    return ", ".join(f"{x.name}{list(x.shape)}" if x.tensor else f"{x.name}={x.number!r}" for x in [*d.args, *d.state, d.output])
+    return ", ".join(f"{x.name}{list(x.shape)}" if x.tensor else f"{x.name}={x.number!r}"
+                     for x in [*d.args, *d.state, d.output])
 
 
-def degenerate(src: ProblemSource, cases: list[DrawnCase], names: dict[str, str], probe_s: float, notes: list[str]) -> list[str]:
+def degenerate(src: ProblemSource, cases: list[DrawnCase], names: dict[str, str], probe_s: float,
+               notes: list[str]) -> list[str]:
     """What a kernel may skip and still pass, one line each: an output that is constant (or the same
     for two draws of every input), and each input or parameter whose redraw alone leaves the output
     unchanged (found on the smallest case within about ``probe_s`` seconds). ``names`` maps the
@@ -367,9 +379,11 @@ def degenerate(src: ProblemSource, cases: list[DrawnCase], names: dict[str, str]
     outputs = [(c.main.output.array, c.hidden.output.array) for c in ran if c.hidden is not None]
     if outputs and all(a is not None and a.size > 1 and np.all(a == a.reshape(-1)[0]) for a, _ in outputs):
         values = {float(a.reshape(-1)[0]) for a, _ in outputs if a is not None}
-        what = "all zero" if values == {0.0} else f"constant (every element {', '.join(f'{v:g}' for v in sorted(values))})"
+        what = "all zero" if values == {0.0} else ("constant (every element "
+                                                   f"{', '.join(f'{v:g}' for v in sorted(values))})")
         found.append(f"the output is {what} on every case: a kernel may write it without reading any input")
-    elif outputs and all(a is not None and b is not None and le_bytes(a) == le_bytes(b) for a, b in outputs) and any(map(_inputs_differ, ran)):
+    elif (outputs and all(a is not None and b is not None and le_bytes(a) == le_bytes(b) for a, b in outputs)
+          and any(map(_inputs_differ, ran))):
         found.append("the output is the same for two draws of every input: a kernel may ignore the inputs")
     smallest = cases[0]
     probe = smallest.main.probe  # probed in its draw where draw_cases was given probe_s
@@ -382,12 +396,13 @@ def degenerate(src: ProblemSource, cases: list[DrawnCase], names: dict[str, str]
     assert probe is not None  # draw returns one with probe_s
     restored = set(smallest.main.restored)
     for name in probe.inputs:
-        found.append(f"input {names[f'arg:{name}']!r}: the output does not change when it alone is redrawn: a kernel may ignore it")
+        found.append(f"input {names[f'arg:{name}']!r}: the output does not change when it alone is redrawn: a kernel "
+                     "may ignore it")
     for name in probe.state:
         buffer = names[f"state:{name}"]
         if name not in restored:
-            found.append(f"parameter {buffer!r}{f' ({name})' if name != buffer else ''}: the output does not change when it "
-                         "alone is redrawn: a kernel may ignore it")
+            found.append(f"parameter {buffer!r}{f' ({name})' if name != buffer else ''}: the output does not change "
+                         "when it alone is redrawn: a kernel may ignore it")
     if probe.untried:
         untried = listed([names.get(f"arg:{n}", names.get(f"state:{n}", n)) for n in probe.untried])
         notes.append(f"not checked whether the output depends on {untried} (no way to redraw it, or the time ran out)")

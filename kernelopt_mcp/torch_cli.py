@@ -23,17 +23,20 @@ def add_parser(sub: Any) -> None:
     """Add ``import-torch`` to the CLI's subcommands."""
     sp = sub.add_parser(
         "import-torch",
-        help="turn a KernelBench-style PyTorch problem (Model, get_inputs, get_init_inputs) into a workload; needs torch here only",
+        help="turn a KernelBench-style PyTorch problem (Model, get_inputs, get_init_inputs) into a workload; needs "
+        "torch here only",
     )
     sp.add_argument("problem", help="problem .py defining class Model(nn.Module), get_inputs() and get_init_inputs()")
     sp.add_argument("-o", "--output", help="workload directory to write (default: ./<name>)")
     sp.add_argument("--name", help="workload and kernel entry name (default: from the file name)")
-    sp.add_argument("--initial", metavar="KERNEL.cu", help="starting kernel (default: none; `kernelopt optimize` then has the model write one)")
+    sp.add_argument("--initial", metavar="KERNEL.cu", help="starting kernel (default: none; `kernelopt optimize` then "
+                    "has the model write one)")
     sp.add_argument("--initial-launch", metavar="LAUNCH.json",
                     help="launch spec of --initial (default: KERNEL.launch.json beside it)")
     sp.add_argument("--output-name", default="out", help="the output buffer's name (default out)")
     sp.add_argument("--seed", type=int, default=0,
-                    help="torch seed the module is built with (default 0): the state it keeps, a random mask, comes from it")
+                    help="torch seed the module is built with (default 0): the state it keeps, "
+                    "a random mask, comes from it")
     sp.add_argument("--tolerance", choices=TOLERANCE_MODES, default="strict",
                     help="strict (default): by the output's dtype, widened where the module's own result needs it; "
                     "kernelbench: KernelBench's atol = rtol = 1e-2 (results say which)")
@@ -66,7 +69,8 @@ def cmd_import_torch(args: argparse.Namespace, out: Console) -> int:
         options.initial_cu = read_text(kernel, "initial kernel", KerneloptError)
         launch = Path(args.initial_launch) if args.initial_launch else kernel.with_name(kernel.stem + ".launch.json")
         if not args.initial_launch and not launch.is_file():
-            raise KerneloptError(f"{kernel}: the initial kernel needs a launch: pass --initial-launch LAUNCH.json or add {launch.name} beside it")
+            raise KerneloptError(f"{kernel}: the initial kernel needs a launch: pass --initial-launch LAUNCH.json or "
+                                 f"add {launch.name} beside it")
         options.initial_launch, options.initial_options = _launch(launch)
     with ProgressBar(f"importing {problem.name}", enabled=progress_wanted(args.progress)) as bar:
         result = import_torch_problem(problem, Path(args.output or name), options, progress=bar.step)
@@ -79,6 +83,6 @@ def cmd_import_torch(args: argparse.Namespace, out: Console) -> int:
         }, indent=2))
     else:
         out.print(escape(result.text()), highlight=False)
-        out.print(escape(f"next: kernelopt optimize --workload {result.path}  (or: kernelopt evaluate {result.path} KERNEL.cu --launch LAUNCH.json)"),
-                  highlight=False)
+        out.print(escape(f"next: kernelopt optimize --workload {result.path}  (or: kernelopt evaluate {result.path} "
+                         "KERNEL.cu --launch LAUNCH.json)"), highlight=False)
     return 0

@@ -59,7 +59,8 @@ class TorchComparison(BaseModel):
             return self.note or "PyTorch baselines: not measured"
         head = f"PyTorch {self.torch_version or '?'} on {self.device_name or '?'}"
         lines = [f"{head} (torch.compile mode {self.mode}{', cached' if self.cached else ''}):"]
-        lines.append("  eager: " + (_pair(self.eager_ms, self.speedup_eager) if self.eager_ms else (self.eager_note or "not measured")))
+        lines.append("  eager: " + (_pair(self.eager_ms, self.speedup_eager) if self.eager_ms
+                                    else (self.eager_note or "not measured")))
         lines.append("  torch.compile: " + (_pair(self.compile_ms, self.speedup_compile) if self.compile_ms
                                             else (self.compile_note or "not measured")))
         if self.note:

@@ -27,8 +27,8 @@ from .dtypes import DType
 from .evaluation.protocol import FreshSpec, StructureSpec
 from .input_choice import MAX_VALUES, exact_values, table_bits
 
-__all__ = ["FILL_KINDS", "STRUCTURE_KINDS", "ChoiceArgs", "FillArgs", "TorchFiller", "choice_args", "draw_key", "fill_args",
-           "siphash24"]
+__all__ = ["FILL_KINDS", "STRUCTURE_KINDS", "ChoiceArgs", "FillArgs", "TorchFiller", "choice_args", "draw_key",
+           "fill_args", "siphash24"]
 
 _MASK = (1 << 64) - 1
 #: draw_key.hpp's second key half: "ko-draws"
@@ -225,12 +225,13 @@ class TorchFiller:
                       args.low, args.range & _MASK)
             types = (ctypes.c_void_p, ctypes.c_uint64, ctypes.c_uint64, ctypes.c_uint64, ctypes.c_uint32,
                      ctypes.c_uint32, ctypes.c_double, ctypes.c_double, ctypes.c_int64, ctypes.c_uint64)
-            self._check(self._driver.cuLaunchKernel(function, blocks, 1, 1, SUPPORT_BLOCK, 1, 1, 0, stream, (values, types),
-                                                    0), f"cuLaunchKernel({_FILL_KERNELS[name]})")
+            self._check(self._driver.cuLaunchKernel(function, blocks, 1, 1, SUPPORT_BLOCK, 1, 1, 0, stream,
+                                                    (values, types), 0), f"cuLaunchKernel({_FILL_KERNELS[name]})")
         if spec.structure is not None:
             self._structure(tensor, elements, spec.structure, stream)
 
-    def _choice(self, tensor: Any, elements: int, key: int, draw: int, buffer: int, args: ChoiceArgs, stream: Any) -> None:
+    def _choice(self, tensor: Any, elements: int, key: int, draw: int, buffer: int, args: ChoiceArgs,
+                stream: Any) -> None:
         """The harness's ``ko_choice_<element bytes>`` (a choice's draw: kernelopt_mcp/input_choice.py)."""
         name = f"ko_choice_{tensor.element_size()}"
         table = _ChoiceTable()
@@ -252,4 +253,5 @@ class TorchFiller:
         values = (tensor.data_ptr(), elements, rows, cols, STRUCTURE_KINDS[structure.kind], structure.diagonal)
         types = (ctypes.c_void_p, ctypes.c_uint64, ctypes.c_uint64, ctypes.c_uint64, ctypes.c_uint32, ctypes.c_int64)
         self._check(self._driver.cuLaunchKernel(self._function(name), max(1, min(lines, 4 * self._sm_count)), 1, 1,
-                                                SUPPORT_BLOCK, 1, 1, 0, stream, (values, types), 0), f"cuLaunchKernel({name})")
+                                                SUPPORT_BLOCK, 1, 1, 0, stream, (values, types), 0),
+                    f"cuLaunchKernel({name})")

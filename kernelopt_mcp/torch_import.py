@@ -100,7 +100,8 @@ from .workload import (
 )
 
 __all__ = [
-    "KERNELBENCH_TOLERANCE", "TOLERANCE_MODES", "TORCH_TOLERANCE", "TorchImportOptions", "TorchImportResult", "TorchProblemError",
+    "KERNELBENCH_TOLERANCE", "TOLERANCE_MODES", "TORCH_TOLERANCE", "TorchImportOptions", "TorchImportResult",
+    "TorchProblemError",
     "choose_tolerance", "import_torch_problem", "judged_as_imported", "other_sizes", "size_variants",
 ]
 
@@ -177,7 +178,8 @@ def safe_name(stem: str) -> str:
 
 
 def import_torch_problem(
-    problem: str | Path, out_dir: str | Path, options: TorchImportOptions | None = None, *, source_text: str | None = None,
+    problem: str | Path, out_dir: str | Path, options: TorchImportOptions | None = None, *,
+    source_text: str | None = None,
     progress: Callable[[str, int, int], None] | None = None,
 ) -> TorchImportResult:
     """Convert a KernelBench-style problem file into a workload directory ``out_dir``.
@@ -217,8 +219,8 @@ def import_torch_problem(
         raise TorchProblemError(f"output name {options.output_name!r}: use letters, digits and _ (not a C++ keyword)")
     say("drawing cases (correctness cases on the CPU, the performance case's shapes)", 2, IMPORT_STEPS)
     try:
-        cases = draw_cases(src, options.seed, options.max_correctness_bytes, options.search_s, notes, options.max_cpu_bytes,
-                           options.probe_s)
+        cases = draw_cases(src, options.seed, options.max_correctness_bytes, options.search_s, notes,
+                           options.max_cpu_bytes, options.probe_s)
         fixed_values(src, cases, options.max_cpu_bytes, notes)
     except (MemoryError, RuntimeError) as exc:  # torch's allocator says "can't allocate memory" as a RuntimeError
         if not isinstance(exc, MemoryError) and "allocate memory" not in str(exc):
@@ -326,7 +328,8 @@ class _Layout:
                         by_vector[vector] = sname
                         scalars[sname] = (DType.int32 if max(vector) <= INT32_MAX else DType.int64, list(vector))
                 shape.append(by_vector[vector])
-            buffers.append((bname, role, cast(DType, arrays[0].dtype), shape or [1], key))  # a 0-dim tensor is one element
+            # a 0-dim tensor is one element
+            buffers.append((bname, role, cast(DType, arrays[0].dtype), shape or [1], key))
         return cls(buffers, scalars, number_args, derived_dims)
 
     def case_scalars(self, index: int) -> dict[str, int | float]:
@@ -390,15 +393,16 @@ def _cost(layout: _Layout, cases: list[DrawnCase], notes: list[str]) -> dict[str
     text = " + ".join([*terms, *([str(fixed)] if fixed or not terms else [])])
     cost = {"bytes": text} if len(text) <= MAX_EXPRESSION_CHARS else {}
     if not cost:
-        notes.append(f"the bytes the buffers take are a sum of {len(terms)} terms, too long a cost expression: left out "
-                     "(no roofline floor for this problem)")
+        notes.append(f"the bytes the buffers take are a sum of {len(terms)} terms, too long a cost expression: left "
+                     "out (no roofline floor for this problem)")
     flops = [c.main.flops for c in cases]
     if all(flops):
         fitted = _fit_flops(layout, [int(f) for f in flops if f])
         if fitted:
             cost["flops"] = fitted
         else:
-            notes.append(f"FLOPs counted by torch ({flops[-1]} on the performance case) fit no product of the scalars: left out")
+            notes.append(f"FLOPs counted by torch ({flops[-1]} on the performance case) fit no product of "
+                         "the scalars: left out")
     return cost
 
 
@@ -449,11 +453,12 @@ def _spec(
     spec = judged_as_imported(spec)
     if options.initial_cu is not None:
         if options.initial_launch is None:
-            raise TorchProblemError("the initial kernel needs a launch configuration (--initial-launch, or KERNEL.launch.json beside it)")
+            raise TorchProblemError("the initial kernel needs a launch configuration (--initial-launch, or "
+                                    "KERNEL.launch.json beside it)")
         if not re.search(rf"\b{re.escape(name)}\s*\(", options.initial_cu):
             raise TorchProblemError(
-                f"the initial kernel defines no {name!r}; its entry must be {parse_spec(spec, 'x').signature.c_prototype()} "
-                "(or pass --name to match yours)"
+                f"the initial kernel defines no {name!r}; its entry must be "
+                f"{parse_spec(spec, 'x').signature.c_prototype()} (or pass --name to match yours)"
             )
         spec["initial"] = {
             "source": "initial.cu", "launch": options.initial_launch.model_dump(mode="json", exclude_none=True),
@@ -480,13 +485,14 @@ def _imported(src: ProblemSource, cases: list[DrawnCase], layout: _Layout, optio
     names = {key: b for b, _, _, _, key in layout.buffers}
     perf = cases[-1].main
     parameters = {
-        names[f"state:{dotted}"]: {"default": rule.default, "drawn_from": rule.generator} for dotted, rule in perf.params.items()
+        names[f"state:{dotted}"]: {"default": rule.default, "drawn_from": rule.generator}
+        for dotted, rule in perf.params.items()
     }
     drawn = [b for b, p in parameters.items() if p["drawn_from"] is not None]
     if drawn:
         notes.append(
-            f"parameters and floating buffers drawn afresh for every draw, not left at the module's defaults: {listed(drawn)} "
-            "(workload.json's imported.parameters says from what)"
+            "parameters and floating buffers drawn afresh for every draw, not left at the module's defaults: "
+            f"{listed(drawn)} (workload.json's imported.parameters says from what)"
         )
     restored = sorted({name for c in cases for name in c.main.restored})
     if restored:
@@ -538,9 +544,11 @@ def _generator(
     if kind == "arg" and arg.drawn_from is not None:
         return dict(arg.drawn_from)
     if kind == "arg" and arg.random:
-        if buffer not in fitted:  # the largest case with values: the most to measure (a small case may hold 5 equal ones)
+        # the largest case with values: the most to measure (a small case may hold 5 equal ones)
+        if buffer not in fitted:
             source = next(x for x in reversed(cases) if _arg(x.main, key).array is not None)
-            draws = [a for x in cases for d in (x.main, x.hidden) if d is not None and (a := _arg(d, key).array) is not None]
+            draws = [a for x in cases for d in (x.main, x.hidden)
+                     if d is not None and (a := _arg(d, key).array) is not None]
             fitted[buffer] = (source.name, fit_generator(_array(source.main, key), draws, dtype))
         return dict(fitted[buffer][1])
     if kind == "state" and (rule := c.main.params.get(name)) is not None and rule.generator is not None:
@@ -555,9 +563,9 @@ def _generator(
     if c.kind == "performance" and values.nbytes > MAX_FIXED_BYTES:
         what = f"the module's {name!r}" if kind == "state" else f"get_inputs() argument {name!r}"
         raise TorchProblemError(
-            f"{label}: {what} is made without random numbers and is not constant, so its values would be stored, but at "
-            f"the performance sizes it takes {values.nbytes / 2**20:.4g} MiB (more than {MAX_FIXED_BYTES // 2**20} MiB): "
-            "import smaller sizes, or make it from torch.rand / randn / randint"
+            f"{label}: {what} is made without random numbers and is not constant, so its values would be stored, but "
+            f"at the performance sizes it takes {values.nbytes / 2**20:.4g} MiB (more than {MAX_FIXED_BYTES // 2**20} "
+            "MiB): import smaller sizes, or make it from torch.rand / randn / randint"
         )
     path = f"data/{c.name}/{buffer}.bin"
     files[path] = le_bytes(values)

@@ -149,7 +149,8 @@ def forward_names(model: Any, count: int) -> list[str]:
 
 
 def draw(
-    source: ProblemSource, values: dict[str, int], seed: int, *, reference64: bool = False, probe_s: float | None = None,
+    source: ProblemSource, values: dict[str, int], seed: int, *, reference64: bool = False,
+    probe_s: float | None = None,
 ) -> Draw:
     """Run the problem once: execute it with the size constants ``values``, seed torch, build
     ``Model(*get_init_inputs())``, draw ``get_inputs()`` and the module's floating parameters and
@@ -184,15 +185,18 @@ def draw(
     rng = torch.random.get_rng_state()
     result, flops = _counted_forward(model, call_args, label, torch)
     if not torch.equal(rng, torch.random.get_rng_state()):
-        raise TorchProblemError(f"{label}: forward draws random numbers (dropout in training mode, torch.rand ...): its output "
-                                "is not a function of its inputs, so no kernel can be checked against it; remove the randomness (or use p=0)")
+        raise TorchProblemError(f"{label}: forward draws random numbers (dropout in training mode, torch.rand ...): "
+                                "its output is not a function of its inputs, so no kernel can be checked against it; "
+                                "remove the randomness (or use p=0)")
     restored = _restore(model, snapshot, label, torch)
     tensor_args = [(a.name, t) for a, t in zip(args, call_args, strict=True) if isinstance(t, torch.Tensor)]
     for (name, after), before in zip(tensor_args, before_inputs, strict=True):
         if not torch.equal(before, after):
-            raise TorchProblemError(f"{label}: forward changes its input {name!r} in place; convert modules that leave their inputs alone")
+            raise TorchProblemError(f"{label}: forward changes its input {name!r} in place; convert modules that leave "
+                                    "their inputs alone")
     output = _output(result, label, torch)
-    again = _forward(model, [t.clone() if isinstance(t, torch.Tensor) else t for t in call_args], snapshot, label, torch)
+    again = _forward(model, [t.clone() if isinstance(t, torch.Tensor) else t for t in call_args],
+                     snapshot, label, torch)
     if not isinstance(again, torch.Tensor) or not torch.equal(again.detach().cpu(), result.detach().cpu()):
         raise TorchProblemError(
             f"{label}: forward gives different outputs for the same inputs"
@@ -227,10 +231,13 @@ def draw_shapes(source: ProblemSource, values: dict[str, int], seed: int) -> Dra
         with traced_random(torch) as made, random_origin(torch) as derived:
             raw_args = _call(module, "get_inputs", label)
         args, call_args = _forward_args(model, raw_args, made, derived, label, torch, values=False)
-        not_meta = [a.name for a, t in zip(args, call_args, strict=True) if isinstance(t, torch.Tensor) and not t.is_meta]
+        not_meta = [a.name for a, t in zip(args, call_args, strict=True)
+                    if isinstance(t, torch.Tensor) and not t.is_meta]
         if not_meta:
-            raise SizesRejected(f"{label}: get_inputs() makes {listed(not_meta)} on a device of its own, not on the meta device")
-        state = [Arg(name, None, dtype_of(value, f"{label}: Model's {name!r}"), tuple(value.shape)) for name, value in _named_state(model)]
+            raise SizesRejected(f"{label}: get_inputs() makes {listed(not_meta)} on a device of its own, "
+                                "not on the meta device")
+        state = [Arg(name, None, dtype_of(value, f"{label}: Model's {name!r}"), tuple(value.shape))
+                 for name, value in _named_state(model)]
         result, flops = _counted_forward(model, call_args, label, torch, meta=True)
     output = _output(result, label, torch, values=False)
     return Draw(args, state, output, init_inputs, flops=flops or None, meta=True)
@@ -316,19 +323,22 @@ def _build(module: types.ModuleType, source: ProblemSource, torch: Any) -> tuple
 
 
 def _forward_args(
-    model: Any, raw_args: Any, made: dict[int, tuple[Any, dict[str, Any]]], derived: dict[int, Any], label: str, torch: Any,
+    model: Any, raw_args: Any, made: dict[int, tuple[Any, dict[str, Any]]], derived: dict[int, Any],
+    label: str, torch: Any,
     *, values: bool = True,
 ) -> tuple[list[Arg], list[Any]]:
     """get_inputs' result as :class:`Arg` (with arrays where ``values``) and as forward's arguments."""
     if not isinstance(raw_args, list | tuple):
-        raise TorchProblemError(f"{label}: get_inputs() returned a {type(raw_args).__name__}; return a list of the forward arguments")
+        raise TorchProblemError(f"{label}: get_inputs() returned a {type(raw_args).__name__}; return a list of the "
+                                "forward arguments")
     names = forward_names(model, len(raw_args))
     args: list[Arg] = []
     call_args: list[Any] = []
     for name, value in zip(names, raw_args, strict=True):
         if isinstance(value, torch.Tensor):
             if value.is_complex() or value.is_sparse:
-                raise TorchProblemError(f"{label}: get_inputs() argument {name!r} is a complex or sparse tensor; not supported")
+                raise TorchProblemError(f"{label}: get_inputs() argument {name!r} is a complex or sparse "
+                                        "tensor; not supported")
             dtype = dtype_of(value, f"{label}: get_inputs() argument {name!r}")
             entry = made.get(id(value))
             drawn = entry[1] if entry is not None and entry[0] is value else None
@@ -346,7 +356,8 @@ def _forward_args(
     return args, call_args
 
 
-def _counted_forward(model: Any, call_args: list[Any], label: str, torch: Any, *, meta: bool = False) -> tuple[Any, int | None]:
+def _counted_forward(model: Any, call_args: list[Any], label: str, torch: Any, *,
+                     meta: bool = False) -> tuple[Any, int | None]:
     """forward without gradients under torch's FLOP counter: its result and the FLOPs counted."""
     try:
         from torch.utils.flop_counter import FlopCounterMode
@@ -420,8 +431,9 @@ def _restore(model: Any, snapshot: dict[str, Any], label: str, torch: Any) -> li
         for name, value in _named_state(model):
             before = snapshot.get(name)
             if before is None or before.shape != value.shape or before.dtype != value.dtype:
-                raise TorchProblemError(f"{label}: forward adds or reshapes the module's state ({name!r}): it cannot run "
-                                        "from a snapshot; register every parameter and buffer in __init__ with its final shape")
+                raise TorchProblemError(f"{label}: forward adds or reshapes the module's state ({name!r}): it cannot "
+                                        "run from a snapshot; register every parameter and buffer in __init__ "
+                                        "with its final shape")
             if not torch.equal(before, value.detach()):
                 changed.append(name)
                 value.copy_(before)
@@ -438,7 +450,8 @@ def _forward(model: Any, call_args: list[Any], snapshot: dict[str, Any], label: 
 
 
 def _probe(
-    model: Any, args: list[Arg], call_args: list[Any], snapshot: dict[str, Any], params: dict[str, ParamDraw], base: Any,
+    model: Any, args: list[Arg], call_args: list[Any], snapshot: dict[str, Any],
+    params: dict[str, ParamDraw], base: Any,
     seed: int, budget_s: float, label: str, torch: Any,
 ) -> Probe:
     """Redraw each forward argument and each drawn parameter alone and see whether the output
@@ -493,7 +506,8 @@ def _call(module: types.ModuleType, name: str, label: str) -> Any:
     except Exception as exc:  # noqa: BLE001 - the problem's own code may raise anything
         hint = ""
         if "cuda" in str(exc).lower():
-            hint = " (it asks for a GPU: import where torch sees one, or let it make CPU tensors; the module runs on the CPU)"
+            hint = (" (it asks for a GPU: import where torch sees one, or let it make CPU tensors; "
+                    "the module runs on the CPU)")
         raise SizesRejected(f"{label}: {name}() failed: {type(exc).__name__}: {exc}{hint}") from None
 
 

@@ -49,7 +49,8 @@ class TorchJob:
     shape: tuple[int, ...]
 
 
-def jobs_for(workload: Workload, set_name: str, cases: list[Case], inputs: dict[str, Any], directory: Path) -> list[TorchJob]:
+def jobs_for(workload: Workload, set_name: str, cases: list[Case], inputs: dict[str, Any],
+             directory: Path) -> list[TorchJob]:
     """The child's jobs for ``cases`` of a data set whose :class:`~.evaluation.inputs.CaseInputs`
     are ``inputs``: each input buffer a device draw (the harness's key: draw 0 of its ``input_draw``
     seed, at its argument's position) or the file the harness reads."""
@@ -82,7 +83,8 @@ def jobs_for(workload: Workload, set_name: str, cases: list[Case], inputs: dict[
 
 
 def compute_expected(
-    workload: Workload, jobs: list[TorchJob], *, device: int | str, support: Path | None, limits: ChildLimits | None = None,
+    workload: Workload, jobs: list[TorchJob], *, device: int | str, support: Path | None,
+    limits: ChildLimits | None = None,
     workdir: Path | None = None,
 ) -> tuple[dict[tuple[str, str], dict[str, Any]], str]:
     """Run the child on ``jobs``: per (set, case) the figures of the output it wrote (``elements``,
@@ -112,15 +114,17 @@ def compute_expected(
         (staging / "request.json").write_text(json.dumps(request))
         largest = max((int(np.prod(j.shape, dtype=np.int64)) * 8 for j in jobs), default=0)
         limits = limits or ChildLimits(timeout_s=REFERENCE_TIMEOUT_S)
-        limits = dataclasses.replace(limits, fsize_mb=max(limits.fsize_mb, (largest >> 20) + 64))  # an output is written whole
+        # an output is written whole
+        limits = dataclasses.replace(limits, fsize_mb=max(limits.fsize_mb, (largest >> 20) + 64))
         reads = {str(Path(b["file"]).parent) for j in jobs for b in j.request["buffers"].values() if "file" in b}
         if support is not None:
             reads.add(str(support.resolve()))
-        result = run_torch_child(CHILD_MODULE, [str(staging / "request.json")], staging=staging, limits=limits, read=sorted(reads))
+        result = run_torch_child(CHILD_MODULE, [str(staging / "request.json")], staging=staging, limits=limits,
+                                 read=sorted(reads))
         if result.refused is not None:
             if result.missing == "torch":
-                raise WorkloadError(f"{workload.name}: PyTorch is the reference of this problem and torch is not installed "
-                                    "(pip install torch)")
+                raise WorkloadError(f"{workload.name}: PyTorch is the reference of this problem and torch is not "
+                                    "installed (pip install torch)")
             raise WorkloadError(f"{workload.name}: the PyTorch reference could not run: {result.refused}")
         try:
             answer = json.loads(answer_path.read_text())
@@ -136,7 +140,8 @@ def compute_expected(
             entry = done.get((j.set_name, j.case.name))
             if entry is None:
                 why = "it timed out" if not answer.get("finished") else "it gave no answer for it"
-                raise WorkloadError(f"{workload.name}: the PyTorch reference did not compute case {j.case.name!r} ({why})")
+                raise WorkloadError(f"{workload.name}: the PyTorch reference did not compute case "
+                                    f"{j.case.name!r} ({why})")
             if entry["error"]:
                 raise WorkloadError(f"{workload.name}: the module fails on case {j.case.name!r}: {entry['error']}")
         for i, j in enumerate(jobs):
@@ -169,4 +174,5 @@ class TorchCheckPlan:
     def fits(self, warmup: int | None, iterations: int, mode: str | None, fresh_every_launch: bool) -> bool:
         """Whether a timing request of these launches draws what the plan computed for (with an
         adaptive count, the first ``iterations`` samples are the same; the confirm launch's is not)."""
-        return (warmup, iterations) == (self.warmup, self.iterations) and (mode or "events") == "events" and fresh_every_launch
+        return ((warmup, iterations) == (self.warmup, self.iterations) and (mode or "events") == "events"
+                and fresh_every_launch)

@@ -154,9 +154,10 @@ def _assignments(node: ast.stmt) -> list[tuple[str, ast.expr, Callable[[ast.expr
         target = node.targets[0]
         if isinstance(target, ast.Name):
             return [(target.id, node.value, setter(node, "value"))]
-        if (isinstance(target, ast.Tuple) and isinstance(node.value, ast.Tuple) and len(target.elts) == len(node.value.elts)
-                and all(isinstance(t, ast.Name) for t in target.elts)):
-            return [(t.id, v, setter(node.value, "elts", i)) for i, (t, v) in enumerate(zip(target.elts, node.value.elts, strict=True))]  # type: ignore[attr-defined]
+        if (isinstance(target, ast.Tuple) and isinstance(node.value, ast.Tuple)
+                and len(target.elts) == len(node.value.elts) and all(isinstance(t, ast.Name) for t in target.elts)):
+            return [(t.id, v, setter(node.value, "elts", i))  # type: ignore[attr-defined]
+                    for i, (t, v) in enumerate(zip(target.elts, node.value.elts, strict=True))]
     if isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name) and node.value is not None:
         return [(node.target.id, node.value, setter(node, "value"))]
     return []

@@ -103,7 +103,8 @@ def reference(**params) -> dict:
 '''
 
 
-def write_workload(root: Path, spec: dict[str, Any], *, problem: str, files: dict[str, bytes], initial_cu: str | None) -> None:
+def write_workload(root: Path, spec: dict[str, Any], *, problem: str, files: dict[str, bytes],
+                   initial_cu: str | None) -> None:
     """Write the workload into ``root``: the problem (``problem.py``, the reference), the data files
     ``spec`` names (``files``: path relative to ``root`` -> bytes), the initial kernel and
     ``workload.json``."""

@@ -71,7 +71,8 @@ def create_torch_workload(
             'output\'s dtype; kernelbench: atol = rtol = 1e-2), e.g. {"name": "my_op", "tolerance": "kernelbench"}'
         )
     if initial_cu is not None and initial_launch is None:
-        raise RequestError('initial_cu needs spec.initial.launch, e.g. {"initial": {"launch": {"grid": [...], "block": [...]}}}')
+        raise RequestError('initial_cu needs spec.initial.launch, e.g. {"initial": {"launch": {"grid": '
+                           '[...], "block": [...]}}}')
     target = service.config.created_dir / name
     known = service.workloads()
     if name in known and service.origin(known[name]) != "created":
@@ -112,7 +113,8 @@ def create_torch_workload(
 
 
 def _exists(name: str) -> RequestError:
-    return RequestError(f"workload {name!r} already exists in the workspace; pass overwrite=true to replace it, or choose another name")
+    return RequestError(f"workload {name!r} already exists in the workspace; pass overwrite=true to replace it, or "
+                        "choose another name")
 
 
 def _run_import(
@@ -128,33 +130,35 @@ def _run_import(
     # torch found there but not readable was "torch/__init__.py: Permission denied")
     package = Path(__file__).resolve().parent
     installed = installed_requirements(package.name, "torch")
-    args = ["import-torch", str(source), "-o", str(staging / "workload"), "--name", name, "--json", "--home", str(target),
-            "--tolerance", tolerance]
+    args = ["import-torch", str(source), "-o", str(staging / "workload"), "--name", name, "--json", "--home",
+            str(target), "--tolerance", tolerance]
     if initial_cu is not None:
         (staging / "initial.cu").write_text(initial_cu)
         (staging / "initial.launch.json").write_text(json.dumps(initial_launch))
         args += ["--initial", str(staging / "initial.cu")]
     result = run_confined_python(
-        "kernelopt_mcp", args, staging=staging, python=python, python_path=[str(package.parent), *installed.path, *python_path],
+        "kernelopt_mcp", args, staging=staging, python=python,
+        python_path=[str(package.parent), *installed.path, *python_path],
         read=[str(package), *installed.read, *python_path], requires=["torch"], limits=limits,
     )
     if result.refused is not None:
         if result.missing == "torch":
             raise RequestError(
-                f"torch_problem: this server's Python ({python}) has no torch, so it cannot import PyTorch problems: its "
-                "operator can install it (pip install torch); or import the problem where torch is installed "
+                f"torch_problem: this server's Python ({python}) has no torch, so it cannot import PyTorch problems: "
+                "its operator can install it (pip install torch); or import the problem where torch is installed "
                 "(`kernelopt import-torch problem.py -o DIR`) and add DIR's parent to the server's KERNELOPT_WORKLOADS"
             )
         raise RequestError(f"torch_problem: the importer was not run: {result.refused}")
     if result.timed_out:
         raise RequestError(
-            f"torch_problem: importing did not finish within {limits.timeout_s:.0f} s (the problem's get_inputs, Model or "
-            "forward ran that long on the CPU): make its sizes smaller"
+            f"torch_problem: importing did not finish within {limits.timeout_s:.0f} s (the problem's get_inputs, Model "
+            "or forward ran that long on the CPU): make its sizes smaller"
         )
     try:
         answer = json.loads(result.stdout)
     except ValueError:
-        raise RequestError(f"torch_problem: the import failed (exit {result.returncode}): {_last_line(result)}") from None
+        raise RequestError(f"torch_problem: the import failed (exit {result.returncode}): "
+                           f"{_last_line(result)}") from None
     if not isinstance(answer, dict):
         raise RequestError(f"torch_problem: the import failed (exit {result.returncode}): {_last_line(result)}")
     if result.returncode != 0 or answer.get("status") != "ok":

@@ -41,6 +41,42 @@ MAX_CASES = 64
 MAX_PARAMS = 1024
 # No device holds a buffer this large; the bound keeps element counts far from int64 overflow.
 MAX_ELEMENTS = 2**48
+# Field descriptions too long for the field's line (each is a description in a JSON schema).
+_BUFFER_PARAM_ROLE = "in: read only (checked unchanged); out: written (poisoned first); inout: both"
+_BUFFER_PARAM_SHAPE = "dimensions: integers or expressions of scalars"
+_BUFFER_PARAM_INIT = ("out buffers: 'poison' (NaN / 0xFF bytes before every launch) or 'zero' for outputs the kernel "
+                      "accumulates into (e.g. with atomics)")
+_DATA_FILE_DRAWN_FROM = "the generator these bytes were drawn from: hidden data sets redraw from it with their own seed"
+_DATA_FILE_HIDDEN_PATH = ("a second data file of the same dtype and shape, used by hidden data sets instead of `path` "
+                          "(relative like `path`)")
+_CASE_KIND = ("correctness cases are small and odd-sized; performance cases are timed and ranked (geometric mean of "
+              "their median latencies)")
+_CASE_INPUTS = "per-buffer generators overriding the workload's"
+_TOLERANCE_ABSOLUTE = "atol is absolute, as in torch.allclose (KernelBench's rule), not relative to the output's RMS"
+_TOLERANCE_SOURCE = ("where the figures come from: 'dtype' (the output dtype's default), 'workload' (set by the "
+                     "workload's author), 'widened' (an imported problem whose own result needs more than its "
+                     "dtype's), 'kernelbench' (KernelBench's atol = rtol = 1e-2, on request)")
+_REFERENCE_PYTHON = "NumPy oracle: a file defining reference(**params) -> {output name: array}"
+_REFERENCE_TORCH = ("a PyTorch problem file (KernelBench's format; `kernelopt import-torch`): the module, run by torch "
+                    "on the GPU on the inputs the harness drew, gives the expected outputs")
+_COST_FLOOR_FROM = ("what bounds the roofline floor below which a time is impossible: 'bytes' where ``flops`` counts "
+                    "one algorithm's operations that a smarter one may avoid (FLOP/s are still reported)")
+_DRAWN_PARAMETER_DRAWN_FROM = ("drawn from this on the performance case (correctness cases scale it as the default "
+                               "scales with their sizes); null: kept at the module's values (integer state, masks)")
+_IMPORTED_STATE_RESTORED = ("module state forward updates (BatchNorm's running statistics in training mode): every "
+                            "call ran from a snapshot, restored after it, so the output depends on the inputs only")
+_IMPORTED_DEGENERATE = ("one line per finding: an input or parameter the output does not depend on, or an output that "
+                        "is constant: a kernel may skip that work and still pass")
+_IMPORTED_FORWARD = ("Model.forward's positional arguments, in order, each the name of the input buffer or scalar that "
+                     "holds it")
+_IMPORTED_STATE = ("input buffer -> the module's parameter or buffer (dotted name) it holds: the drawn ones are copied "
+                   "in from the buffer's draw, the kept ones (masks) are the module's own values")
+_IMPORTED_SIZES = "case -> the problem's size constants (module-level names) for that case"
+_WORKLOAD_SPEC_INPUTS = "default generator per input buffer (name -> generator)"
+_WORKLOAD_SPEC_TOLERANCE = "per output buffer; defaults depend on the dtype"
+_WORKLOAD_SPEC_DETERMINISTIC = ("floating-point outputs are bitwise reproducible run to run too (false: a repeated "
+                                "launch need only agree within the tolerance, so float atomics are legal); integer "
+                                "outputs always are")
 
 Identifier = Annotated[str, Field(pattern=IDENTIFIER, max_length=64)]
 CaseName = Annotated[str, Field(pattern=CASE_NAME, max_length=64)]
@@ -59,17 +95,9 @@ class BufferParam(_Model):
     kind: Literal["buffer"] = "buffer"
     name: Identifier
     dtype: DType
-    role: Literal["in", "out", "inout"] = Field(
-        description="in: read only (checked unchanged); out: written (poisoned first); inout: both"
-    )
-    shape: list[int | str] = Field(
-        min_length=1, max_length=8, description="dimensions: integers or expressions of scalars"
-    )
-    init: Literal["poison", "zero"] = Field(
-        "poison",
-        description="out buffers: 'poison' (NaN / 0xFF bytes before every launch) or 'zero' "
-        "for outputs the kernel accumulates into (e.g. with atomics)",
-    )
+    role: Literal["in", "out", "inout"] = Field(description=_BUFFER_PARAM_ROLE)
+    shape: list[int | str] = Field(min_length=1, max_length=8, description=_BUFFER_PARAM_SHAPE)
+    init: Literal["poison", "zero"] = Field("poison", description=_BUFFER_PARAM_INIT)
 
     @field_validator("shape")
     @classmethod
@@ -212,16 +240,12 @@ class DataFile(_Model):
     generator: Literal["file"]
     path: str = Field(description="relative to the file that names it, or absolute")
     sha256: str | None = Field(None, description="checked when given")
-    drawn_from: DrawnGenerator | None = Field(
-        None, description="the generator these bytes were drawn from: hidden data sets redraw from it with their own seed"
-    )
-    hidden_path: str | None = Field(
-        None, description="a second data file of the same dtype and shape, used by hidden data sets instead of `path` "
-        "(relative like `path`)"
-    )
+    drawn_from: DrawnGenerator | None = Field(None, description=_DATA_FILE_DRAWN_FROM)
+    hidden_path: str | None = Field(None, description=_DATA_FILE_HIDDEN_PATH)
 
 
-Generator = Annotated[Uniform | Normal | RandInt | Choice | Arange | Constant | DataFile, Field(discriminator="generator")]
+Generator = Annotated[Uniform | Normal | RandInt | Choice | Arange | Constant | DataFile,
+                      Field(discriminator="generator")]
 
 
 # --- cases, tolerances, references -----------------------------------------------------
@@ -229,14 +253,9 @@ Generator = Annotated[Uniform | Normal | RandInt | Choice | Arange | Constant | 
 
 class Case(_Model):
     name: CaseName
-    kind: Literal["correctness", "performance"] = Field(
-        description="correctness cases are small and odd-sized; performance cases are timed and "
-        "ranked (geometric mean of their median latencies)"
-    )
+    kind: Literal["correctness", "performance"] = Field(description=_CASE_KIND)
     scalars: dict[str, int | float] = Field(default_factory=dict)
-    inputs: dict[str, Generator] = Field(
-        default_factory=dict, description="per-buffer generators overriding the workload's"
-    )
+    inputs: dict[str, Generator] = Field(default_factory=dict, description=_CASE_INPUTS)
 
 
 ToleranceSource = Literal["dtype", "workload", "widened", "kernelbench"]
@@ -252,15 +271,8 @@ class Tolerance(_Model):
 
     rtol: float = Field(ge=0, lt=0.5)
     atol: float = Field(ge=0, lt=0.5)
-    absolute: bool = Field(
-        False, description="atol is absolute, as in torch.allclose (KernelBench's rule), not relative to the "
-        "output's RMS"
-    )
-    source: ToleranceSource | None = Field(
-        None, description="where the figures come from: 'dtype' (the output dtype's default), 'workload' (set by "
-        "the workload's author), 'widened' (an imported problem whose own result needs more than its dtype's), "
-        "'kernelbench' (KernelBench's atol = rtol = 1e-2, on request)"
-    )
+    absolute: bool = Field(False, description=_TOLERANCE_ABSOLUTE)
+    source: ToleranceSource | None = Field(None, description=_TOLERANCE_SOURCE)
 
 
 DEFAULT_TOLERANCE = {
@@ -273,13 +285,9 @@ EXACT = Tolerance(rtol=0, atol=0)
 
 
 class Reference(_Model):
-    python: str | None = Field(
-        "reference.py",
-        description="NumPy oracle: a file defining reference(**params) -> {output name: array}",
-    )
+    python: str | None = Field("reference.py", description=_REFERENCE_PYTHON)
     cuda: str | None = Field("reference.cu", description="CUDA reference kernel, same signature")
-    torch: str | None = Field(None, description="a PyTorch problem file (KernelBench's format; `kernelopt import-torch`): the "
-                              "module, run by torch on the GPU on the inputs the harness drew, gives the expected outputs")
+    torch: str | None = Field(None, description=_REFERENCE_TORCH)
     launch: LaunchSpec | None = Field(None, description="launch configuration of the CUDA reference")
     compile_options: list[str] = Field(default_factory=list)
 
@@ -295,10 +303,7 @@ class Cost(_Model):
 
     flops: str | None = None
     bytes: str | None = Field(None, description="minimum bytes moved: inputs read + outputs written")
-    floor_from: Literal["bytes_and_flops", "bytes"] = Field(
-        "bytes_and_flops", description="what bounds the roofline floor below which a time is impossible: 'bytes' "
-        "where ``flops`` counts one algorithm's operations that a smarter one may avoid (FLOP/s are still reported)"
-    )
+    floor_from: Literal["bytes_and_flops", "bytes"] = Field("bytes_and_flops", description=_COST_FLOOR_FROM)
 
     @field_validator("flops", "bytes")
     @classmethod
@@ -313,35 +318,18 @@ class DrawnParameter(_Model):
     generator for the buffer is what the harness and PyTorch draw from)."""
 
     default: str = Field(description="the module's own values on the performance case, e.g. 'constant 1', or why kept")
-    drawn_from: DrawnGenerator | None = Field(
-        None, description="drawn from this on the performance case (correctness cases scale it as the default "
-        "scales with their sizes); null: kept at the module's values (integer state, masks)"
-    )
+    drawn_from: DrawnGenerator | None = Field(None, description=_DRAWN_PARAMETER_DRAWN_FROM)
 
 
 class Imported(_Model):
     """What `kernelopt import-torch` did with a PyTorch problem and found in it."""
 
     parameters: dict[str, DrawnParameter] = Field(default_factory=dict, description="by input buffer name")
-    state_restored: list[str] = Field(
-        default_factory=list, description="module state forward updates (BatchNorm's running statistics in training "
-        "mode): every call ran from a snapshot, restored after it, so the output depends on the inputs only"
-    )
-    degenerate: list[str] = Field(
-        default_factory=list, description="one line per finding: an input or parameter the output does not depend "
-        "on, or an output that is constant: a kernel may skip that work and still pass"
-    )
-    forward: list[str] = Field(
-        default_factory=list, description="Model.forward's positional arguments, in order, each the name of the "
-        "input buffer or scalar that holds it"
-    )
-    state: dict[str, str] = Field(
-        default_factory=dict, description="input buffer -> the module's parameter or buffer (dotted name) it holds: "
-        "the drawn ones are copied in from the buffer's draw, the kept ones (masks) are the module's own values"
-    )
-    sizes: dict[str, dict[str, int]] = Field(
-        default_factory=dict, description="case -> the problem's size constants (module-level names) for that case"
-    )
+    state_restored: list[str] = Field(default_factory=list, description=_IMPORTED_STATE_RESTORED)
+    degenerate: list[str] = Field(default_factory=list, description=_IMPORTED_DEGENERATE)
+    forward: list[str] = Field(default_factory=list, description=_IMPORTED_FORWARD)
+    state: dict[str, str] = Field(default_factory=dict, description=_IMPORTED_STATE)
+    sizes: dict[str, dict[str, int]] = Field(default_factory=dict, description=_IMPORTED_SIZES)
     seed: int = Field(0, description="torch.manual_seed before the module is built")
     output: str | None = Field(None, description="the output buffer forward's result goes to")
 
@@ -352,20 +340,13 @@ class WorkloadSpec(_Model):
     name: Identifier
     description: str = ""
     signature: Signature
-    inputs: dict[str, Generator] = Field(
-        default_factory=dict, description="default generator per input buffer (name -> generator)"
-    )
+    inputs: dict[str, Generator] = Field(default_factory=dict, description=_WORKLOAD_SPEC_INPUTS)
     cases: list[Case] = Field(min_length=1, max_length=MAX_CASES)
-    tolerance: dict[str, Tolerance] = Field(
-        default_factory=dict, description="per output buffer; defaults depend on the dtype"
-    )
+    tolerance: dict[str, Tolerance] = Field(default_factory=dict, description=_WORKLOAD_SPEC_TOLERANCE)
     reference: Reference = Field(default_factory=Reference)
     initial: Initial | None = None
     cost: Cost = Field(default_factory=Cost)
-    deterministic: bool = Field(
-        True, description="floating-point outputs are bitwise reproducible run to run too (false: a repeated "
-        "launch need only agree within the tolerance, so float atomics are legal); integer outputs always are"
-    )
+    deterministic: bool = Field(True, description=_WORKLOAD_SPEC_DETERMINISTIC)
     imported: Imported | None = Field(None, description="set by `kernelopt import-torch`: how the problem was imported")
 
     @model_validator(mode="after")
@@ -415,7 +396,8 @@ def check_cases(signature: Signature, cases: list[Case], default_inputs: dict[st
     input_names = {p.name for p in signature.inputs}
     for name in default_inputs:
         if name not in input_names:
-            raise ValueError(f"inputs.{name}: not an input buffer (in/inout buffers: {', '.join(sorted(input_names)) or 'none'})")
+            raise ValueError(f"inputs.{name}: not an input buffer (in/inout buffers: "
+                             f"{', '.join(sorted(input_names)) or 'none'})")
     for case in cases:
         where = f"case {case.name!r}"
         wanted = {p.name: p for p in signature.scalars}
@@ -534,7 +516,8 @@ def attach_sources(spec: WorkloadSpec, root: Path, origin: str) -> Workload:
     if spec.reference.torch:
         wl.torch_problem = root / spec.reference.torch
         if not _is_file(wl.torch_problem):
-            raise WorkloadError(f"{wl.torch_problem}: reference.torch not found; re-import the problem (kernelopt import-torch)")
+            raise WorkloadError(f"{wl.torch_problem}: reference.torch not found; re-import the problem (kernelopt "
+                                "import-torch)")
         _check_torch_mapping(spec, root / "workload.json")
     if spec.initial is not None:
         wl.initial_cu = read_text(root / spec.initial.source, "initial.source")
@@ -544,7 +527,8 @@ def attach_sources(spec: WorkloadSpec, root: Path, origin: str) -> Workload:
             "reference (cuda), or a PyTorch problem (torch); without one there is nothing to check kernels against"
         )
     if not spec.reference.torch and not spec.reference.python:  # (PyTorch is a reference independent of any kernel)
-        wl.notes.append("no NumPy oracle: expected outputs come from the CUDA reference, which is not independently checked")
+        wl.notes.append("no NumPy oracle: expected outputs come from the CUDA reference, "
+                        "which is not independently checked")
     if spec.imported is not None and spec.imported.degenerate:
         found = spec.imported.degenerate
         more = f" (and {len(found) - 1} more: workload.json's imported.degenerate)" if len(found) > 1 else ""
@@ -564,7 +548,8 @@ def _check_torch_mapping(spec: WorkloadSpec, where: Path) -> None:
     bad += [f"state: {n!r}" for n in im.state if n not in inputs]
     bad += [f"output: {im.output!r}"] if im.output not in {p.name for p in sig.outputs} else []
     if bad:
-        raise WorkloadError(f"{where}: imported.{bad[0]} is no input buffer, scalar or output of the signature as it should be")
+        raise WorkloadError(f"{where}: imported.{bad[0]} is no input buffer, scalar or output of the "
+                            "signature as it should be")
     missing = [c.name for c in spec.cases if c.name not in im.sizes]
     if missing:
         raise WorkloadError(f"{where}: imported.sizes: no size constants for case(s) {', '.join(missing)}")

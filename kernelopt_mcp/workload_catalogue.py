@@ -25,7 +25,8 @@ from .workspace import RequestError, create_workload
 
 
 class WorkloadCatalogue:
-    """The workloads by name, their origin, and creating one (what :class:`~kernelopt_mcp.workspace.Workspace` needs)."""
+    """The workloads by name, their origin, and creating one (what
+    :class:`~kernelopt_mcp.workspace.Workspace` needs)."""
 
     def __init__(self, state: ServerState, gpus: DevicePool) -> None:
         self.state = state
@@ -114,7 +115,8 @@ class WorkloadCatalogue:
                 spec.get("name"), torch_problem, initial_cu, launch, overwrite, tolerance,
             ))
         arch, _ = await self.gpus.target_arch(None)
-        return await self.state.run_long("build", lambda: self.create_workload(spec, reference_cu, initial_cu, overwrite, arch))
+        return await self.state.run_long("build",
+                                         lambda: self.create_workload(spec, reference_cu, initial_cu, overwrite, arch))
 
     def create_workload(
         self, spec: dict[str, Any], reference_cu: str | None, initial_cu: str | None, overwrite: bool, arch: str
@@ -125,7 +127,8 @@ class WorkloadCatalogue:
         return created
 
     def create_torch_workload(
-        self, name: str | None, problem: str, initial_cu: str | None, initial_launch: dict[str, Any] | None, overwrite: bool,
+        self, name: str | None, problem: str, initial_cu: str | None, initial_launch: dict[str, Any] | None,
+        overwrite: bool,
         tolerance: Any = "strict",
     ) -> CreatedWorkload:
         """Import a PyTorch problem into the workspace, where the operator allowed it (see torch_workspace).

@@ -86,7 +86,8 @@ def _resolved(path: str | Path, what: str) -> str:
 def _absolute_files(cases: InputCasesFile, base: Path) -> InputCasesFile:
     def fix(gen: Any) -> Any:
         if isinstance(gen, DataFile):
-            update = {k: str(base / v) for k in ("path", "hidden_path") if (v := getattr(gen, k)) and not Path(v).is_absolute()}
+            update = {k: str(base / v) for k in ("path", "hidden_path")
+                      if (v := getattr(gen, k)) and not Path(v).is_absolute()}
             return gen.model_copy(update=update) if update else gen
         return gen
 

@@ -156,8 +156,10 @@ def rewrite_text(text: str, path: Path, imports_only: bool) -> str:
 
 
 def main(argv: list[str]) -> int:
-    imports_only = {(ROOT / p).resolve() for p in argv[argv.index("--imports-only") + 1 :]} if "--imports-only" in argv else set()
-    files = [p for r in ROOTS for p in (ROOT / r).rglob("*") if p.suffix in {".py", ".sh", ".toml", ".md", ".cu"} and "__pycache__" not in p.parts]
+    imports_only = ({(ROOT / p).resolve() for p in argv[argv.index("--imports-only") + 1 :]}
+                    if "--imports-only" in argv else set())
+    files = [p for r in ROOTS for p in (ROOT / r).rglob("*")
+             if p.suffix in {".py", ".sh", ".toml", ".md", ".cu"} and "__pycache__" not in p.parts]
     files.append(ROOT / "pyproject.toml")
     changed = []
     for path in sorted(set(files)):

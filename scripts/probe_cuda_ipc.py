@@ -24,7 +24,7 @@ ok(d.cuMemcpyHtoD(int(base) + offset, out.ctypes.data, n * 4), "HtoD")
 ok(d.cuCtxSynchronize(), "sync")
 ok(d.cuIpcCloseMemHandle(base), "close")
 print(json.dumps({"read_ok": bool((buf == np.arange(n, dtype=np.float32)).all()), "first": float(buf[1])}))
-'''
+'''  # noqa: E501
 
 import torch
 
@@ -40,7 +40,8 @@ for name, t in (("x", x), ("z", z)):
     info[name + "_handle_head"] = share[1][:4].hex() + f" len {len(share[1])}"
     handle = handle[-64:]  # torch prefixes its handle (66 bytes on the H200): the driver handle is the last 64
     t0 = time.perf_counter()
-    r = subprocess.run([sys.executable, "-c", CHILD, handle.hex(), str(offset), str(n)], capture_output=True, text=True, timeout=120)
+    r = subprocess.run([sys.executable, "-c", CHILD, handle.hex(), str(offset), str(n)], capture_output=True,
+                       text=True, timeout=120)
     torch.cuda.synchronize()
     info[name] = {"rc": r.returncode, "out": r.stdout.strip()[-300:], "err": r.stderr.strip()[-300:], "offset": offset,
                   "written_back": bool((t == torch.arange(n, dtype=torch.float32, device="cuda") * 2).all().item()),

@@ -106,15 +106,16 @@ try:
     print(json.dumps({"part": part, "applied": applied, "devices": n, "matmul": ok}))
 except BaseException as exc:
     print(json.dumps({"part": part, "applied": applied, "error": f"{type(exc).__name__}: {str(exc)[:400]}"}))
-'''
+'''  # noqa: E501
 import os
 from pathlib import Path
 
 import kernelopt_mcp
 
 env = {**os.environ, "KO_PKG_PARENT": str(Path(kernelopt_mcp.__file__).resolve().parents[1])}
-PARTS = sys.argv[1:] or ["none", "rlimits", "nonewprivs", "seccomp", "bpf_none", "bpf_socket", "bpf_socketpair", "bpf_tkill", "landlock",
-                        "landlock_abi4", "landlock_abi5", "landlock_rootread", "landlock_shm", "landlock_rootwrite", "all"]
+PARTS = sys.argv[1:] or ["none", "rlimits", "nonewprivs", "seccomp", "bpf_none", "bpf_socket", "bpf_socketpair",
+                         "bpf_tkill", "landlock", "landlock_abi4", "landlock_abi5", "landlock_rootread", "landlock_shm",
+                         "landlock_rootwrite", "all"]
 for part in PARTS:
     r = subprocess.run([sys.executable, "-c", VARIANT, part], capture_output=True, text=True, timeout=120, env=env)
     print(r.stdout.strip() or json.dumps({"part": part, "rc": r.returncode, "stderr": r.stderr[-600:]}), flush=True)

@@ -6,13 +6,14 @@ Two modes of the stand-in (written to a test's tmp_path by :func:`write_harness`
 - "fake":  a pretend H200 that computes c = a + b (buffers named a, b, c) in NumPy, and checks a case's
   tensor maps like the harness (KO_FAKE_FEATURES must name tensor_maps). Markers in the
   kernel's source (kept in the CUBIN as a __device__ string, see :func:`kernel`) make it hang
-  (HANG; STALL:<case>; on that case only), print 20000 lines to stderr (PRINT), crash (CRASH), return a wrong element (WRONG), be slow to answer (SLOW) or fast (FAST),
-  differ on the determinism re-run beyond the tolerance (RACE) or within it (JITTER), be wrong on the hidden inputs after timing (CACHE) or slow on them
-  (SLOWCHECK); kernels that assume upper-triangular square inputs: c = a + b on the upper triangle, zeros below
-  (UPPER), and out = triu(A @ B) of two float32 N x N inputs' upper triangles (TRIMATMUL);
+  (HANG; STALL:<case>; on that case only), print 20000 lines to stderr (PRINT), crash (CRASH), return a wrong
+  element (WRONG), be slow to answer (SLOW) or fast (FAST), differ on the determinism re-run beyond the
+  tolerance (RACE) or within it (JITTER), be wrong on the hidden inputs after timing (CACHE) or slow on them
+  (SLOWCHECK); kernels that assume upper-triangular square inputs: c = a + b on the upper triangle, zeros
+  below (UPPER), and out = triu(A @ B) of two float32 N x N inputs' upper triangles (TRIMATMUL);
   KO_FAKE_FEATURES naming structured_draw applies a draw's ``structure`` (PROTOCOL.md), refused without it,
-  and naming choice_draw draws a ``choice`` (its values at the fake's randint over [0, k)), refused without it;
-  kernels that rely on their second input's values being -1 or +1: c = a + (b > 0 ? 1 : -1) (SIGN), and a
+  and naming choice_draw draws a ``choice`` (its values at the fake's randint over [0, k)), refused without
+  it; kernels that rely on their second input's values being -1 or +1: c = a + (b > 0 ? 1 : -1) (SIGN), and a
   hinge loss max(0, 1 - p * t) as (t > 0 ? 1 - p : 1 + p) of float32 predictions p and targets t (HINGE);
   ``MS:<case>=<ms>;...`` sets the median latency of named cases.
 Every start of the stand-in appends its arguments and its whole environment to
@@ -312,7 +313,7 @@ for line in sys.stdin:
         say({"protocol": 1, "status": "ok", "error": None, "cases": results + [crash.args[0]]})
         sys.exit(5)
     say({"protocol": 1, "status": "ok", "error": None, "cases": results, **({"steps_ms": steps} if steps else {})})
-'''
+'''  # noqa: E501
 
 ADD_KERNEL = """\
 {marker}
@@ -357,8 +358,8 @@ def write_harness(directory: Path, mode: str, devices: int = 1) -> Path:
     log = directory / "harness-env.jsonl"
     requests = directory / "harness-requests.jsonl"
     wrapper.write_text(
-        f"#!/bin/sh\nKO_FAKE_GPU={mode} KO_FAKE_DEVICES={devices} KO_FAKE_ENV_LOG='{log}' KO_FAKE_REQUEST_LOG='{requests}' "
-        f"exec {sys.executable} {script} \"$@\"\n"
+        f"#!/bin/sh\nKO_FAKE_GPU={mode} KO_FAKE_DEVICES={devices} KO_FAKE_ENV_LOG='{log}' "
+        f"KO_FAKE_REQUEST_LOG='{requests}' exec {sys.executable} {script} \"$@\"\n"
     )
     wrapper.chmod(0o755)
     return wrapper
@@ -411,7 +412,8 @@ def server_command(*args: str) -> list[str]:
 
 
 @asynccontextmanager
-async def stdio_server(*args: str, env: dict[str, str] | None = None, read_timeout_s: float = 600) -> AsyncIterator[Any]:
+async def stdio_server(*args: str, env: dict[str, str] | None = None,
+                       read_timeout_s: float = 600) -> AsyncIterator[Any]:
     """kernelopt-mcp run with ``args`` as a subprocess, and the SDK's Client on its stdio. The
     environment is this one (the SDK passes a minimal one by default) plus ``env``, with the
     checkout on PYTHONPATH."""
@@ -512,7 +514,8 @@ async def spread_over_devices(
 
     harness = write_harness(tmp_path, "fake", devices=2)
     extra = write_tiny_workload(tmp_path / "extra")
-    env = {"KERNELOPT_HARNESS": str(harness), "KERNELOPT_WORKLOADS": str(extra), "KERNELOPT_CACHE": str(tmp_path / "cache")}
+    env = {"KERNELOPT_HARNESS": str(harness), "KERNELOPT_WORKLOADS": str(extra),
+           "KERNELOPT_CACHE": str(tmp_path / "cache")}
     results: list[dict[str, Any]] = []
     async with stdio_server("--workspace", str(tmp_path / "ws"), *server_args, env=env) as client:
         async def one(i: int) -> None:
@@ -529,7 +532,8 @@ async def spread_over_devices(
     return results, props.structured_content
 
 
-def evaluate_pair(tmp_path: Path, monkeypatch: Any, features: str, spec: dict[str, Any], mode: str) -> tuple[Any, Any, list[str]]:
+def evaluate_pair(tmp_path: Path, monkeypatch: Any, features: str, spec: dict[str, Any],
+                  mode: str) -> tuple[Any, Any, list[str]]:
     """The tiny workload ``spec`` on the pretend GPU announcing ``features``: the kernel of ``mode``
     and the plain one evaluated in one session (workdir ``tmp_path/w``, whose requests
     :func:`written_requests` reads); both results and the session's checks."""

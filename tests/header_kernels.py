@@ -252,7 +252,7 @@ extern "C" __global__ void wmma_gemm(const __half* A, const __half* B, float* C,
     for (int k = 0; k < K; ++k) acc += __half2float(A[(long long)row * K + k]) * __half2float(B[(long long)k * N + col]);
     C[(long long)row * N + col] = acc;
 }
-"""
+"""  # noqa: E501
 
 # WMMA (mma.h): one warp per 16x16 tile of C; M, N, K are multiples of 16
 WMMA_GEMM = """#include <mma.h>
@@ -348,7 +348,8 @@ WORKLOADS: dict[str, dict[str, Any]] = {
             "signature": {"entry": "wmma_gemm", "params": [
                 _buffer("A", "float16", "in", ["M", "K"]), _buffer("B", "float16", "in", ["K", "N"]),
                 _buffer("C", "float32", "out", ["M", "N"]), *_scalars("M", "N", "K")]},
-            "inputs": {"A": {"generator": "uniform", "low": -1, "high": 1}, "B": {"generator": "uniform", "low": -1, "high": 1}},
+            "inputs": {"A": {"generator": "uniform", "low": -1, "high": 1},
+                       "B": {"generator": "uniform", "low": -1, "high": 1}},
             "cases": [
                 {"name": "tile", "kind": "correctness", "scalars": {"M": 16, "N": 16, "K": 16}},
                 {"name": "m64_n48_k80", "kind": "correctness", "scalars": {"M": 64, "N": 48, "K": 80}},
@@ -371,7 +372,8 @@ GPU_CANDIDATES: dict[str, tuple[str, str, dict[str, Any], list[str]]] = {
     "cuda/barrier": ("hdr_copy", BARRIER_COPY, COPY_LAUNCH, []),
     "cuda_pipeline.h": ("hdr_copy", PRIMITIVES_COPY, COPY_LAUNCH, []),
     "cooperative_groups/reduce.h": ("hdr_warp_sum", CG_WARP_SUM, WARP_SUM_LAUNCH, []),
-    "cuda_fp8.h": ("hdr_quantize", QUANTIZE_INTRINSICS, {"default": {"grid": ["ceil_div(n, 128)"], "block": [128]}}, []),
+    "cuda_fp8.h": ("hdr_quantize", QUANTIZE_INTRINSICS,
+                   {"default": {"grid": ["ceil_div(n, 128)"], "block": [128]}}, []),
     "sm_90a": ("hdr_copy", SM90A_COPY, COPY_LAUNCH, ["-arch=sm_90a"]),
 }
 

@@ -164,8 +164,8 @@ class ScriptedModel:
                 self.issued_reasoning.append(item["encrypted_content"])
             output.append(item)
         for i, (name, args) in enumerate(step.get("tool_calls") or []):
-            output.append({"id": f"fc_{n:04d}_{i}", "type": "function_call", "status": "completed", "call_id": f"call_{n}_{i}",
-                           "name": name, "arguments": json.dumps(args)})
+            output.append({"id": f"fc_{n:04d}_{i}", "type": "function_call", "status": "completed",
+                           "call_id": f"call_{n}_{i}", "name": name, "arguments": json.dumps(args)})
         parts: list[dict[str, Any]] = []
         if step.get("content") is not None:
             parts.append({"type": "output_text", "text": step["content"], "annotations": [], "logprobs": []})
@@ -182,7 +182,8 @@ class ScriptedModel:
         details_in = numbers.get("prompt_tokens_details", {})
         details_out = numbers.get("completion_tokens_details", {})
         usage = {
-            "input_tokens": numbers["prompt_tokens"], "input_tokens_details": {"cached_tokens": details_in.get("cached_tokens", 0)},
+            "input_tokens": numbers["prompt_tokens"],
+            "input_tokens_details": {"cached_tokens": details_in.get("cached_tokens", 0)},
             "output_tokens": numbers["completion_tokens"],
             "output_tokens_details": {"reasoning_tokens": details_out.get("reasoning_tokens", 0)},
             "total_tokens": numbers["prompt_tokens"] + numbers["completion_tokens"],

@@ -48,7 +48,8 @@ OK = kernel("if (i < n) c[i] = a[i] + b[i];")
 GRID_STRIDE = kernel("for (int j = i; j < n; j += gridDim.x * blockDim.x) c[j] = a[j] + b[j];")  # same sums, other code
 WRONG = kernel("if (i < n) c[i] = a[i] - b[i];", "WRONG")
 # spins on a global flag nothing sets (NVRTC removes a loop on a volatile local: it finished on the H200)
-HANG = "__device__ volatile int ko_release = 0;\n" + kernel("while (ko_release == 0) { } if (i < n) c[i] = a[i] + b[i];", "HANG")
+HANG = "__device__ volatile int ko_release = 0;\n" + kernel("while (ko_release == 0) { } if (i < "
+                                                            "n) c[i] = a[i] + b[i];", "HANG")
 TRAP = kernel('asm volatile("trap;"); if (i < n) c[i] = a[i] + b[i];', "CRASH")
 # correct but slow on the GPU (and on the pretend one): a call long enough to walk away from
 SLOW = kernel(
@@ -121,7 +122,8 @@ def text(result: Any) -> str:
     return "\n".join(c.text for c in result.content if c.type == "text")
 
 
-async def call(url: str, tool: str, args: dict[str, Any], go: anyio.Event | None = None, ready: list[str] | None = None) -> Any:
+async def call(url: str, tool: str, args: dict[str, Any], go: anyio.Event | None = None,
+               ready: list[str] | None = None) -> Any:
     """One client session (its own HTTP connection and MCP session) making one call; with ``go``,
     the session is opened first (and counted in ``ready``) and the call waits for ``go``, so that
     every client calls at the same moment."""
@@ -151,8 +153,9 @@ async def run_load(url: str, plan: LoadPlan) -> dict[str, Any]:
     jobs += [(f"bench_same_{i}", "benchmark", bench) for i in range(plan.same_benchmarks)]
     jobs += [(f"compile_{i}", "compile", {"source": variant(i)}) for i in range(plan.compiles)]
     jobs += [
-        (f"validate_{i}", "validate", {"workload": plan.workload, "source": GRID_STRIDE if i % 2 else OK,
-                                       "launch": {"default": {"grid": [f"ceil_div(n, {64 << i})"], "block": [64 << i]}}})
+        (f"validate_{i}", "validate",
+         {"workload": plan.workload, "source": GRID_STRIDE if i % 2 else OK,
+          "launch": {"default": {"grid": [f"ceil_div(n, {64 << i})"], "block": [64 << i]}}})
         for i in range(plan.validates)
     ]
     jobs += [
@@ -162,7 +165,8 @@ async def run_load(url: str, plan: LoadPlan) -> dict[str, Any]:
         ("describe", "describe_workload", {"name": plan.workload}),
         ("list", "list_workloads", {}),
     ]
-    jobs += [(f"create_{i}", "create_workload", {"spec": CREATED_SPEC, "reference_cu": OK}) for i in range(plan.creates)]
+    jobs += [(f"create_{i}", "create_workload", {"spec": CREATED_SPEC, "reference_cu": OK})
+             for i in range(plan.creates)]
 
     go, ready = anyio.Event(), []
 

@@ -41,24 +41,32 @@ def optimize_parser(prog: str = "kernelopt optimize") -> argparse.ArgumentParser
         epilog=EXAMPLE, formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("--description", help="what the kernel computes; omitted parts are generated from it")
-    p.add_argument("--max-iterations", type=int, help="proposals (repairs included) after the initial kernel (default 7); "
-                   "with --resume, the total, counting the iterations done")
+    p.add_argument("--max-iterations", type=int, help="proposals (repairs included) after the initial kernel (default "
+                   "7); with --resume, the total, counting the iterations done")
     p.add_argument("--signature", help="signature JSON (entry and parameters; a run's signature.json)")
-    p.add_argument("--reference", help="CUDA reference .cu (its launch from <name>.launch.json beside it, else generated)")
-    p.add_argument("--initial-kernel", help="starting kernel .cu (launch from <name>.launch.json beside it, else generated)")
-    p.add_argument("--input-cases", help="input-cases JSON: cases, generators or data files, tolerances (a run's input_cases.json)")
+    p.add_argument("--reference",
+                   help="CUDA reference .cu (its launch from <name>.launch.json beside it, else generated)")
+    p.add_argument("--initial-kernel",
+                   help="starting kernel .cu (launch from <name>.launch.json beside it, else generated)")
+    p.add_argument("--input-cases",
+                   help="input-cases JSON: cases, generators or data files, tolerances (a run's input_cases.json)")
     p.add_argument("--oracle", help="NumPy oracle reference.py (default: reference.py beside --input-cases, if any)")
     p.add_argument("--workload", help="a bundled, configured or created workload name, or a workload directory")
-    p.add_argument("--use-nsight", action="store_true", default=None, help="profile a performance case after each valid candidate (ncu_profile)")
-    p.add_argument("--nvidia-research", action="store_true", default=None, help="retrieve NVIDIA guidance first (docs_search)")
+    p.add_argument("--use-nsight", action="store_true", default=None, help="profile a performance case after each "
+                   "valid candidate (ncu_profile)")
+    p.add_argument("--nvidia-research", action="store_true", default=None,
+                   help="retrieve NVIDIA guidance first (docs_search)")
     p.add_argument("--config", help="JSON file with any of these options (flags win)")
-    p.add_argument("--env-file", metavar="PATH", help="read OPENAI_API_KEY, OPENAI_BASE_URL, KERNELOPT_* ... from this file "
-                   "(KEY=VALUE lines) instead of ./.env; a variable already set in the environment wins")
+    p.add_argument("--env-file", metavar="PATH", help="read OPENAI_API_KEY, OPENAI_BASE_URL, KERNELOPT_* ... from this "
+                   "file (KEY=VALUE lines) instead of ./.env; a variable already set in the environment wins")
     p.add_argument("--model", help="model name (default gpt-5-mini)")
-    p.add_argument("--reasoning-effort", help="none|minimal|low|medium|high|xhigh, or off to not send it (default medium)")
-    p.add_argument("--base-url", help="OpenAI-compatible endpoint, e.g. http://localhost:11434/v1 (env OPENAI_BASE_URL)")
+    p.add_argument("--reasoning-effort",
+                   help="none|minimal|low|medium|high|xhigh, or off to not send it (default medium)")
+    p.add_argument("--base-url", help="OpenAI-compatible endpoint, e.g. http://localhost:"
+                   "11434/v1 (env OPENAI_BASE_URL)")
     p.add_argument("--api", choices=("responses", "chat"), help="OpenAI API to use: responses (default on OpenAI's "
-                   "endpoint; reasoning kept between turns) or chat (Chat Completions; default with another --base-url)")
+                   "endpoint; reasoning kept between turns) or chat (Chat Completions; "
+                   "default with another --base-url)")
     p.add_argument("--results-dir", help="where run-NNN/ directories go (default results/)")
     p.add_argument("--max-tokens", type=int, help="stop cleanly once the run has used this many tokens")
     p.add_argument("--max-cost", type=float, help="stop cleanly once the estimated cost reaches this many USD "
@@ -77,26 +85,30 @@ def optimize_parser(prog: str = "kernelopt optimize") -> argparse.ArgumentParser
                    "--iterations")
     p.add_argument("--workspace", help="kernelopt-mcp workspace (default ~/.kernelopt)")
     p.add_argument("--harness", help="kernelopt-harness binary for the server (default: the installed one)")
-    p.add_argument("--device", type=int, help="run on this CUDA device alone (default: every visible device, see --devices)")
+    p.add_argument("--device", type=int,
+                   help="run on this CUDA device alone (default: every visible device, see --devices)")
     p.add_argument("--devices", help="CUDA devices the server spreads evaluations over, e.g. 0,1: --candidates N keeps "
                    "them busy (default every visible device)")
-    p.add_argument("--ray", metavar="ADDRESS", help="evaluate on a Ray cluster's GPUs (auto or HOST:PORT), one actor per "
-                   "GPU; needs pip install \"kernelopt-mcp[ray]\"")
-    p.add_argument("--strategy", choices=("llm", "tune"), help="llm: a model proposes kernels (default with an API key); "
-                   "tune: autotune the workload's tunable.json, no model (default without one)")
-    p.add_argument("--tune-budget", type=int, help="configurations to measure when a model's proposal carries tunables (default 8)")
+    p.add_argument("--ray", metavar="ADDRESS", help="evaluate on a Ray cluster's GPUs (auto or HOST:PORT), one actor "
+                   "per GPU; needs pip install \"kernelopt-mcp[ray]\"")
+    p.add_argument("--strategy", choices=("llm", "tune"), help="llm: a model proposes kernels (default with an API "
+                   "key); tune: autotune the workload's tunable.json, no model (default without one)")
+    p.add_argument("--tune-budget", type=int,
+                   help="configurations to measure when a model's proposal carries tunables (default 8)")
     p.add_argument("--tune-evals", type=int, help="configurations to measure with --strategy tune (default 64)")
     p.add_argument("--tune-seconds", type=float, help="seconds of tuning at most with --strategy tune")
     p.add_argument("--candidates", type=int, help="proposals per iteration, asked for concurrently (distinct ideas; "
                    "identical ones evaluated once) and evaluated one after another on the GPU (default 1)")
-    p.add_argument("--resume", metavar="RUN", help="continue a run (interrupted, stopped by a budget, or finished) in its "
-                   "directory: a path, or a run's name or number under --results-dir. It keeps its options, frozen "
-                   "workload, candidates and their numbering, best so far and spent tokens and cost; only "
-                   "--max-iterations (the total, counting the iterations done), --max-tokens and --max-cost (which "
-                   "count what was spent) and --base-url, --harness, --workspace, --device, --devices may be given again")
+    p.add_argument("--resume", metavar="RUN",
+                   help="continue a run (interrupted, stopped by a budget, or finished) in its directory: a path, or a "
+                   "run's name or number under --results-dir. It keeps its options, frozen workload, candidates and "
+                   "their numbering, best so far and spent tokens and cost; only --max-iterations (the total, counting "
+                   "the iterations done), --max-tokens and --max-cost (which count what was spent) and --base-url, "
+                   "--harness, --workspace, --device, --devices may be given again")
     p.add_argument("--keep-data", action="store_true", default=None,
                    help="keep the drawn input files and large expected outputs in the run directory (default: they are "
-                   "removed when the run ends and `kernelopt runs restore RUN` draws them again from the recorded seed)")
+                   "removed when the run ends and `kernelopt runs restore RUN` draws them again "
+                   "from the recorded seed)")
     p.add_argument("--quiet", action="store_true", help="no progress output")
     return p
 
@@ -215,7 +227,8 @@ def execute(opt: Any, display: Any, console: Console, started: Any = None) -> in
         state.stop_reason = {"failed": "error", "interrupted": "interrupted"}.get(status, "")
     finally:
         signal.signal(signal.SIGTERM, previous)
-        if not (started() if resumed else state.device is not None or state.records):  # it never started (no GPU, no server)
+        # it never started (no GPU, no server)
+        if not (started() if resumed else state.device is not None or state.records):
             error = (error or status).replace(f"; see {run.path / 'server.log'}", "") + server_log_tail(run.path)
             if not resumed:  # leave no run behind; a resumed run stays as it was
                 shutil.rmtree(run.path, ignore_errors=True)
@@ -224,7 +237,8 @@ def execute(opt: Any, display: Any, console: Console, started: Any = None) -> in
             opt.finishing(status)
             written = finalize(state, status, error=error)
     if written is None:
-        kept = f"(the resume did not start: {run.name} is as it was)" if resumed else "(no run directory was kept: nothing ran)"
+        kept = (f"(the resume did not start: {run.name} is as it was)" if resumed
+                else "(no run directory was kept: nothing ran)")
         Console(stderr=True).print(f"error: {error}\n{kept}", highlight=False, markup=False)
         return EXIT_ERROR if code == EXIT_OK else code
     if error:
@@ -253,8 +267,8 @@ def unwrap(exc: BaseException) -> BaseException:
 
 
 def graph_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="kernelopt graph", description="Print the optimization loop as a Mermaid flowchart "
-                                "(dashed edges are conditional routes).")
+    p = argparse.ArgumentParser(prog="kernelopt graph", description="Print the optimization loop as a Mermaid "
+                                "flowchart (dashed edges are conditional routes).")
     p.add_argument("--no-nsight", action="store_true", help="leave out the profiling route")
     p.add_argument("--no-research", action="store_true", help="leave out the research route")
     return p
@@ -272,11 +286,14 @@ def runs_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="kernelopt runs", description="Read recorded optimizer runs.")
     sub = p.add_subparsers(dest="action", required=True)
     lp = sub.add_parser("list", help="one line per run under the results directory (the default action)")
-    sp = sub.add_parser("show", help="summarize a run (finished, running or interrupted); the newest when none is named")
-    sp.add_argument("run", nargs="?", help="a run directory, or a run's name or number under --results-dir (default: the newest)")
-    rp = sub.add_parser("report", help="write the run's report.html (one self-contained page: plots, candidates, diffs, "
-                        "tuning, timing, provenance; opens offline); the newest run when none is named")
-    rp.add_argument("run", nargs="?", help="a run directory, or a run's name or number under --results-dir (default: the newest)")
+    sp = sub.add_parser("show",
+                        help="summarize a run (finished, running or interrupted); the newest when none is named")
+    sp.add_argument("run", nargs="?",
+                    help="a run directory, or a run's name or number under --results-dir (default: the newest)")
+    rp = sub.add_parser("report", help="write the run's report.html (one self-contained page: plots, candidates, "
+                        "diffs, tuning, timing, provenance; opens offline); the newest run when none is named")
+    rp.add_argument("run", nargs="?",
+                    help="a run directory, or a run's name or number under --results-dir (default: the newest)")
     rp.add_argument("--output", "-o", help="where to write the page (default: report.html in the run directory)")
     dp = sub.add_parser("du", help="disk use of the runs, largest first, with the entries that take the space")
     pp = sub.add_parser("prune", help="remove whole run directories (never a run in progress)")
@@ -284,13 +301,16 @@ def runs_parser() -> argparse.ArgumentParser:
     pp.add_argument("--older-than", metavar="AGE", help="remove runs that last recorded anything longer ago than AGE "
                     "(30d, 12h, 90m; a plain number is days); with --keep, only runs beyond the newest N")
     pp.add_argument("--dry-run", action="store_true", help="say which runs would go, remove nothing")
-    tp = sub.add_parser("restore", help="draw a run's inputs and expected outputs again from its recorded seed (checked "
-                        "against input_cases.json's sha256), so `kernelopt-harness run replay/<case>.json` replays it")
-    tp.add_argument("run", nargs="?", help="a run directory, or a run's name or number under --results-dir (default: the newest)")
+    tp = sub.add_parser("restore",
+                        help="draw a run's inputs and expected outputs again from its recorded seed (checked against "
+                        "input_cases.json's sha256), so `kernelopt-harness run replay/<case>.json` replays it")
+    tp.add_argument("run", nargs="?",
+                    help="a run directory, or a run's name or number under --results-dir (default: the newest)")
     tp.add_argument("--harness", help="kernelopt-harness binary for the server (default: the run's)")
     tp.add_argument("--workspace", help="kernelopt-mcp workspace (default: the run's)")
     for q in (lp, sp, rp, dp, pp, tp):
-        q.add_argument("--results-dir", default="results", help="where `kernelopt optimize` put run-NNN/ (default results/)")
+        q.add_argument("--results-dir", default="results",
+                       help="where `kernelopt optimize` put run-NNN/ (default results/)")
     for q in (lp, sp, dp, pp, tp):
         q.add_argument("--json", action="store_true")
     return p
@@ -347,9 +367,9 @@ def restore_run(path: Path, args: argparse.Namespace, console: Console) -> int:
 
     copy = torch_copy(path)
     if copy is not None:
-        print(f"error: {path.name}: PyTorch is this run's reference, so nothing was drawn to files and there is nothing to "
-              f"restore; replay a candidate by evaluating it on the run's copy of the workload: kernelopt evaluate {copy} "
-              f"{path / 'best.cu'} (or any candidates/<label>/source.cu)", file=sys.stderr)
+        print(f"error: {path.name}: PyTorch is this run's reference, so nothing was drawn to files and there is "
+              "nothing to restore; replay a candidate by evaluating it on the run's copy of the workload: kernelopt "
+              f"evaluate {copy} {path / 'best.cu'} (or any candidates/<label>/source.cu)", file=sys.stderr)
         return EXIT_ERROR
     try:
         recorded = read_json(path / "config.json")
@@ -364,7 +384,8 @@ def restore_run(path: Path, args: argparse.Namespace, console: Console) -> int:
         print(json.dumps(done, indent=2))
     else:
         console.print(f"{path.name}: {done['inputs']} input files drawn again from seed {seed}, sha256 as recorded; "
-                      f"replay with `kernelopt-harness run {path / 'replay'}/<case>.json`", highlight=False, markup=False)
+                      f"replay with `kernelopt-harness run {path / 'replay'}/<case>.json`",
+                      highlight=False, markup=False)
     return EXIT_OK
 
 

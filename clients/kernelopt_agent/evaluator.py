@@ -42,15 +42,18 @@ class Evaluator:
         st = self.state
         assert st.tools is not None and st.frozen is not None
         index = len(st.records)
-        name = kind if iteration is None else f"it{iteration}" + (f"-{slot}" if slot else "") + ("-repair" if kind == "repair" else "")
+        name = (kind if iteration is None
+                else f"it{iteration}" + (f"-{slot}" if slot else "") + ("-repair" if kind == "repair" else ""))
         label = f"{index:03d}-{name}"
         launch_json = launch.model_dump(mode="json", exclude_none=True) if launch is not None else {}
         rec = CandidateRecord(index, label, kind, iteration, source, launch_json, list(options), rationale,
                               model_calls=list(calls or []), slot=slot)
         st.run.write_text(f"{rec.dir}/source.cu", source)
         st.run.write_json(f"{rec.dir}/launch.json", {"launch": launch_json, "compile_options": list(options)})
-        if st.frozen.torch:  # `kernelopt evaluate workload/<name> candidates/<label>/source.cu` replays it (launch beside)
-            st.run.write_json(f"{rec.dir}/source.launch.json", {"launch": launch_json, "compile_options": list(options)})
+        # `kernelopt evaluate workload/<name> candidates/<label>/source.cu` replays it (launch beside)
+        if st.frozen.torch:
+            st.run.write_json(f"{rec.dir}/source.launch.json",
+                              {"launch": launch_json, "compile_options": list(options)})
         args: dict[str, Any] = {"workload": st.frozen.name, "source": source, "launch": launch_json}
         if options:
             args["compile_options"] = list(options)
@@ -86,7 +89,8 @@ class Evaluator:
         st = self.state
         assert st.tools is not None and st.frozen is not None
         if step:  # the route is taken whether or not ncu can run here
-            st.event("profile", f"{rec.label}: ncu_profile" + (" skipped: ncu cannot run here" if self.nsight_unusable else ""),
+            st.event("profile",
+                     f"{rec.label}: ncu_profile" + (" skipped: ncu cannot run here" if self.nsight_unusable else ""),
                      lane=lane)
         if self.nsight_unusable:
             return  # said once already (console and summary notes); no retry per candidate
@@ -108,7 +112,8 @@ class Evaluator:
             result = await st.tools.call("ncu_profile", args)
         if result.is_error and ncu_unusable(result.text):
             self.nsight_unusable = result.text
-            st.notes.append(f"--use-nsight: nothing was profiled: Nsight Compute cannot run on the server ({result.text[:400]})")
+            st.notes.append("--use-nsight: nothing was profiled: Nsight Compute cannot run on the server "
+                            f"({result.text[:400]})")
             self.display.warn(st.notes[-1])
             st.record(ProfileUnavailableEvent(label=rec.label, message=result.text))
             st.run.write_json(f"{rec.dir}/profile.json", {"case": case, "is_error": True, "result": result.structured,
@@ -170,13 +175,13 @@ class Evaluator:
             source, launch, options = tunable.materialize(best if best is not None else tunable.spec.defaults)
             if best is not None:
                 rec = await self.evaluate(kind, iteration, source, launch, options,
-                                          f"{proposal.rationale} [tuned {out['counts']['tried']} configurations: best "
-                                          f"{best}]", calls, slot=slot)
+                                          f"{proposal.rationale} [tuned {out['counts']['tried']} "
+                                          f"configurations: best {best}]", calls, slot=slot)
                 rec.feedback += f"\nTuning of the proposal's parameters:\n{result.text[:3000]}"
                 return rec
             note = f"tuning found no valid configuration, so its defaults were evaluated: {result.text[:1500]}"
-        rec = await self.evaluate(kind, iteration, source, launch, options, f"{proposal.rationale} [{note[:300]}]", calls,
-                                  slot=slot)
+        rec = await self.evaluate(kind, iteration, source, launch, options, f"{proposal.rationale} [{note[:300]}]",
+                                  calls, slot=slot)
         rec.feedback += f"\n{note}"
         return rec
 
@@ -213,6 +218,7 @@ def report_paths(structured: dict[str, Any]) -> list[Path]:
     for key, value in structured.items():
         if isinstance(value, str) and ("report" in key or key.endswith("path")):
             path = Path(value)
-            if path.suffix in (".ncu-rep", ".csv", ".json", ".txt") and path.is_file() and path.stat().st_size < 512 * 2**20:
+            if (path.suffix in (".ncu-rep", ".csv", ".json", ".txt") and path.is_file()
+                    and path.stat().st_size < 512 * 2**20):
                 found.append(path)
     return found

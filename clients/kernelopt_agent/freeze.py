@@ -89,7 +89,8 @@ class FrozenWorkload:
     def performance_cases(self) -> list[str]:
         return [c.name for c in self.workload.spec.performance_cases]
 
-    async def keep_replays(self, tools: Toolbox, best: CandidateRecord | None, reference: CandidateRecord | None) -> None:
+    async def keep_replays(self, tools: Toolbox, best: CandidateRecord | None,
+                           reference: CandidateRecord | None) -> None:
         """Replay requests for the best candidate (replay/) and the reference (replay/reference/),
         asked of the server whenever either changed; finalize lists the newest. None for a PyTorch-reference
         run: the harness alone cannot replay what PyTorch computes (evaluate on the run's copy instead)."""
@@ -156,8 +157,8 @@ async def freeze(
         oracle = run.write_text("reference.py", parts.oracle.read_text(encoding="utf-8"))
     run.write_json("signature.json", parts.signature_json())
 
-    spec = parts.spec(reference_path="reference.cu", initial_path="initial.cu" if parts.initial_cu is not None else None,
-                      oracle_path=None)
+    spec = parts.spec(reference_path="reference.cu",
+                      initial_path="initial.cu" if parts.initial_cu is not None else None, oracle_path=None)
     args: dict[str, Any] = {"spec": spec, "reference_cu": parts.reference_cu, "directory": str(run.path)}
     if parts.initial_cu is not None:
         args["initial_cu"] = parts.initial_cu
@@ -170,8 +171,8 @@ async def freeze(
     if result.is_error:
         raise WorkloadError(f"kernelopt-mcp could not freeze the workload: {result.text}")
     out = result.structured
-    workload = Workload(spec=parse_spec(spec, "the frozen workload"), reference_cu=parts.reference_cu, initial_cu=parts.initial_cu,
-                        oracle_path=oracle, origin="frozen")
+    workload = Workload(spec=parse_spec(spec, "the frozen workload"), reference_cu=parts.reference_cu,
+                        initial_cu=parts.initial_cu, oracle_path=oracle, origin="frozen")
     return FrozenWorkload(
         run, workload, ref_file, int(out["seed"]), str(out["expected_from"]), list(out.get("expected_cases") or []),
         nvrtc_version=out.get("nvrtc_version"), directory=Path(str(out.get("directory") or run.path)),
@@ -239,9 +240,9 @@ def _named_files(wl: Workload, root: Path) -> list[str]:
         path = PurePosixPath(name)
         if path.is_absolute() or not (root / name).resolve().is_relative_to(real) or not (root / name).is_file():
             raise WorkloadError(
-                f"{root / 'workload.json'}: {name!r} is not a file inside the workload's directory; a PyTorch-reference "
-                "workload is copied into the run with the files it names, which must lie beside workload.json: "
-                "re-import the problem with `kernelopt import-torch`"
+                f"{root / 'workload.json'}: {name!r} is not a file inside the workload's directory; a "
+                "PyTorch-reference workload is copied into the run with the files it names, which must lie beside "
+                "workload.json: re-import the problem with `kernelopt import-torch`"
             )
     return list(dict.fromkeys(names))
 
@@ -256,7 +257,8 @@ def torch_workload(parts: Parts, run: RunDir) -> FrozenWorkload:
     """
     copy = torch_copy(run.path)
     if copy is None:
-        raise WorkloadError(f"{run.path}: no copy of the PyTorch-reference workload under {WORKLOAD_DIR}/; start a new run")
+        raise WorkloadError(f"{run.path}: no copy of the PyTorch-reference workload under {WORKLOAD_DIR}"
+                            "/; start a new run")
     if parts.initial_cu is not None:
         run.write_text("initial.cu", parts.initial_cu)
         _write_launch(run, "initial.cu", parts.initial_launch, parts.initial_options)
@@ -268,6 +270,7 @@ def torch_workload(parts: Parts, run: RunDir) -> FrozenWorkload:
 def _write_launch(run: RunDir, source_name: str, launch: LaunchSpec | None, options: list[str]) -> None:
     if launch is None:
         return
-    data: dict[str, Any] = {"launch": launch.model_dump(mode="json", exclude_none=True), "compile_options": list(options)}
+    data: dict[str, Any] = {"launch": launch.model_dump(mode="json", exclude_none=True),
+                            "compile_options": list(options)}
     run.write_json(launch_path(Path(source_name)), data)
 

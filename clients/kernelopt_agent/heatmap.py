@@ -63,7 +63,8 @@ def write_heatmap(
                 ax.text(j, i, f"{value:.2f}", ha="center", va="center", fontsize=7,
                         color="white" if abs(math.log2(value)) > 0.6 * span else "black")
             elif not r.valid:
-                ax.text(j, i, "invalid" if j else f"invalid: {r.status}", ha="center", va="center", fontsize=6.5, color="#444444")
+                ax.text(j, i, "invalid" if j else f"invalid: {r.status}", ha="center", va="center", fontsize=6.5,
+                        color="#444444")
     colorbar = fig.colorbar(image, ax=ax, fraction=0.04, pad=0.02)
     colorbar.set_label(f"latency / {versus.removeprefix('the ')} (log scale)", fontsize=8)
     ticks = [t for t in range(-6, 7) if -span <= t <= span] or [0]
@@ -83,7 +84,8 @@ def write_heatmap(
 MAX_ROWS = 60
 
 
-def pick_rows(rows: list[CandidateRecord], best: CandidateRecord | None, limit: int = MAX_ROWS) -> list[CandidateRecord]:
+def pick_rows(rows: list[CandidateRecord], best: CandidateRecord | None,
+              limit: int = MAX_ROWS) -> list[CandidateRecord]:
     """At most ``limit`` rows in run order: the baseline (non-model) rows, the best, the fastest valid, the newest."""
     if len(rows) <= limit:
         return rows

@@ -90,7 +90,8 @@ class Optimizer:
         self.state = RunState(opts, run, parts=parts)  # parts: from preflight(), else loaded by run_loop
         self.display = display
         self.evaluator = Evaluator(self.state, display)
-        self.gpu_lock = anyio.Semaphore(1)  # a GPU job per server GPU at a time (read_gpu): evaluations, profiles, tuning
+        # a GPU job per server GPU at a time (read_gpu): evaluations, profiles, tuning
+        self.gpu_lock = anyio.Semaphore(1)
         self.seen: dict[str, str] = {}  # proposal key (source, launch, options) -> the label that has it
         self.pending: dict[str, anyio.Event] = {}  # proposal key -> set once its evaluation is recorded
         self.in_flight: dict[int, str] = {}  # --candidates lane -> the rationale of its proposal being evaluated
@@ -111,7 +112,8 @@ class Optimizer:
             st.model = ModelClient(st.opts, st.run)  # fails now on a missing API key
         # a PyTorch-reference workload is copied before the server starts: it finds the copy as a configured workload
         copies = [copy_torch_workload(st.parts, st.run).parent] if st.parts.torch_reference else []
-        async with Toolbox.start(st.opts, st.run, shared_dirs(st.parts), self.display.progress, workloads=copies) as tools:
+        async with Toolbox.start(st.opts, st.run, shared_dirs(st.parts), self.display.progress,
+                                 workloads=copies) as tools:
             st.tools = tools
             await self.read_gpu()
             if st.opts.nvidia_research:
@@ -212,10 +214,12 @@ class Optimizer:
                           f"({len(st.frozen.performance_cases)} timed); expected outputs: {st.frozen.expected_from}")
 
     async def baseline(self) -> None:
-        """Run the reference (regenerating a generated one that fails; none where PyTorch is it) and the initial kernel."""
+        """Run the reference (regenerating a generated one that fails; none where PyTorch is it) and the initial
+        kernel."""
         st, evaluate = self.state, self.evaluator.evaluate
         assert st.parts is not None
-        st.event("baseline", "evaluating the initial kernel" if st.parts.torch_reference else "running the reference and the initial kernel")
+        st.event("baseline", ("evaluating the initial kernel" if st.parts.torch_reference
+                              else "running the reference and the initial kernel"))
         for attempt in range(0 if st.parts.torch_reference else REFERENCE_REGENERATIONS + 1):
             ref = await evaluate("reference", None, st.parts.reference_cu or "", st.parts.reference_launch,
                                  st.parts.reference_options, "the workload's CUDA reference")
@@ -246,13 +250,15 @@ class Optimizer:
         repair = last is not None and not last.valid and last.kind != "reference"
         st.model.check_budget()  # a spent budget routes to finalize before a step is taken
         where = f"iteration {iteration}" + (f" candidate {slot}" if slot else "")
-        st.event("repair" if repair else "propose", where + (f": repair {last.label}" if repair and last else ""), lane=slot)
+        st.event("repair" if repair else "propose",
+                 where + (f": repair {last.label}" if repair and last else ""), lane=slot)
         state = self.state_text(iteration, repair, last, slot)
         asked = await ask(self, iteration, repair, slot, state)
         proposal, calls = asked.proposal, asked.calls
         if proposal is None:
             status, message = asked.problem
-            st.record(NoProposalEvent(iteration=iteration, slot=slot, status=status, message=message, model_calls=calls))
+            st.record(NoProposalEvent(iteration=iteration, slot=slot, status=status, message=message,
+                                      model_calls=calls))
             self.display.info(f"[{where}] no usable proposal: {status}: {message[:200]}", "red")
             return
         key = proposal_key(proposal)
@@ -297,7 +303,8 @@ class Optimizer:
         for line in (result.text.splitlines()[:2] if result.text else ["tuned"]):  # the outcome; the best and untuned
             self.display.info(line)
         source, launch, options = tunable.materialize(out["untuned_params"])
-        await evaluate("untuned", None, source, launch, options, f"tunable.json defaults {out['untuned_params']}", step=True)
+        await evaluate("untuned", None, source, launch, options,
+                       f"tunable.json defaults {out['untuned_params']}", step=True)
         if out.get("best_params") is not None and out["best_params"] != out["untuned_params"]:
             source, launch, options = tunable.materialize(out["best_params"])
             c = out["counts"]
@@ -326,11 +333,13 @@ class Optimizer:
         parallel = ""
         if slot is not None:
             others = [f"  candidate {k}: {why[:300]}" for k, why in sorted(self.in_flight.items()) if k != slot and why]
-            parallel = (f"You are candidate {slot} of {st.opts.candidates} proposals made in parallel this iteration; each "
-                        "must be a different idea (an identical kernel is not evaluated again). "
-                        + (f"Lean towards {prompts.DIRECTIONS[(slot - 1) % (len(prompts.DIRECTIONS) - 1) + 1]}. " if slot > 1 else "")
+            parallel = (f"You are candidate {slot} of {st.opts.candidates} proposals made in parallel this iteration; "
+                        "each must be a different idea (an identical kernel is not evaluated again). "
+                        + (f"Lean towards {prompts.DIRECTIONS[(slot - 1) % (len(prompts.DIRECTIONS) - 1) + 1]}. "
+                           if slot > 1 else "")
                         + ("The other candidates now being evaluated:\n" + "\n".join(others) if others else ""))
-        dups = [f"{d.iteration}" + (f".{d.slot}" if d.slot else "") + f" repeated {d.same_as}" for d in st.duplicates[-5:]]
+        dups = [f"{d.iteration}" + (f".{d.slot}" if d.slot else "") + f" repeated {d.same_as}"
+                for d in st.duplicates[-5:]]
         room = prompts.PROMPT_BUDGET_TOKENS * prompts.CHARS_PER_TOKEN - len(prompts.system_prompt(self.tool_names())) \
             - len(self.workload_text())
         return prompts.state_prompt(

@@ -130,12 +130,14 @@ class ModelClient:
 
     def check_budget(self) -> None:
         if self.opts.max_tokens is not None and self.usage.total_tokens >= self.opts.max_tokens:
-            raise BudgetExhausted(f"--max-tokens {self.opts.max_tokens} reached ({self.usage.total_tokens} tokens used)")
+            raise BudgetExhausted(f"--max-tokens {self.opts.max_tokens} reached "
+                                  f"({self.usage.total_tokens} tokens used)")
         if self.opts.max_cost is None:
             return
         cost = self.usage.cost_usd()
         if cost is None:  # options refuse this combination; never spend without a limit that can trigger
-            raise BudgetExhausted(f"--max-cost {self.opts.max_cost} USD cannot be checked: {self.usage.pricing.describe()}"
+            raise BudgetExhausted(f"--max-cost {self.opts.max_cost} USD cannot be checked: "
+                                  f"{self.usage.pricing.describe()}"
                                   if self.usage.pricing else "--max-cost cannot be checked: no price")
         if cost >= self.opts.max_cost:
             raise BudgetExhausted(f"--max-cost {self.opts.max_cost} USD reached ({cost:.4f} USD estimated)")
@@ -185,7 +187,8 @@ class ModelClient:
             if self.api == "responses":
                 return self._responses_reply(data, used, number)
             if not response.choices:
-                raise ModelError(f"{self.endpoint} answered with no choices (response model/{number:04d}-response.json)")
+                raise ModelError(f"{self.endpoint} answered with no choices (response "
+                                 f"model/{number:04d}-response.json)")
             choice = response.choices[0]
             return ModelReply(choice.message, used, number, choice.finish_reason)
 
@@ -240,7 +243,8 @@ class ModelClient:
         if "input" in params and "encrypted" in text and any(i.get("type") == "reasoning" for i in params["input"]):
             for key, items in self._turns.items():
                 self._turns[key] = [i for i in items if i.get("type") != "reasoning"]
-            self.notes.append(f"{self.endpoint} refused earlier reasoning items ({_detail(exc)[:120]}); sent without them")
+            self.notes.append(f"{self.endpoint} refused earlier reasoning items ({_detail(exc)[:120]}); "
+                              "sent without them")
             return True
         structured = "response_format" in params or "text" in params
         if structured and any(w in text or w in param for w in ("response_format", "text.format", "json_schema",
@@ -269,11 +273,13 @@ class ModelClient:
         if isinstance(exc, openai.PermissionDeniedError):
             return f"{where} denied access (403): {_detail(exc)}"
         if isinstance(exc, openai.NotFoundError):
-            return f"{where}: model {self.opts.model!r} or the endpoint was not found (404): {_detail(exc)}; check --model and --base-url"
+            return (f"{where}: model {self.opts.model!r} or the endpoint was not found (404): {_detail(exc)}; check "
+                    "--model and --base-url")
         if isinstance(exc, openai.RateLimitError):
             return f"{where}: rate limit or quota exceeded after {self.opts.max_retries} retries (429): {_detail(exc)}"
         if isinstance(exc, openai.APITimeoutError):
-            return f"{where} did not answer within {self.opts.request_timeout_s:.0f} s (after {self.opts.max_retries} retries)"
+            return (f"{where} did not answer within {self.opts.request_timeout_s:.0f} s (after "
+                    f"{self.opts.max_retries} retries)")
         if isinstance(exc, openai.APIConnectionError):
             return (
                 f"cannot reach {where} (after {self.opts.max_retries} retries): {exc.__cause__ or exc}; "

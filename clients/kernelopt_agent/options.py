@@ -4,8 +4,9 @@ Precedence: command-line flags > environment (``OPENAI_BASE_URL``) > the ``--con
 > defaults. The environment is the process's, over the variables of a ``.env`` file (the working
 directory's, or ``--env-file PATH``; read by python-dotenv, never overriding a variable already set,
 see :func:`dotenv_environment`). The API key comes from ``OPENAI_API_KEY`` there; it lives only in
-memory (never in :meth:`OptimizeOptions.as_json`, the run directory or a log). What else the orchestrator takes from the environment is read here too
-(:meth:`OptimizeOptions.read_environment`), so the loop and the parts read only the options.
+memory (never in :meth:`OptimizeOptions.as_json`, the run directory or a log). What else the
+orchestrator takes from the environment is read here too (:meth:`OptimizeOptions.read_environment`),
+so the loop and the parts read only the options.
 """
 
 from __future__ import annotations
@@ -88,7 +89,8 @@ class OptimizeOptions:
         """The benchmark and autotune tools' timing arguments: the counts given, and the stopping
         rule: searching stops on precision (the median's relative standard error) unless a launch
         count was asked for (--warmup or --iterations)."""
-        args: dict[str, Any] = {k: v for k, v in (("warmup", self.warmup), ("iterations", self.iterations)) if v is not None}
+        args: dict[str, Any] = {k: v for k, v in (("warmup", self.warmup), ("iterations", self.iterations))
+                                if v is not None}
         args["stop"] = self.stop or ("count" if args else "precision")
         return args
 
@@ -129,9 +131,10 @@ class OptimizeOptions:
 
     def read_environment(self, environ: Mapping[str, str], dotenv: Mapping[str, str]) -> None:
         """Set the options that come from the environment alone (``environ`` over the .env file's
-        variables, :func:`dotenv_environment`): the API key (``OPENAI_API_KEY``), the compile target (``KERNELOPT_ARCH``; None: the GPU's) and where --workload
-        names are looked up: ``KERNELOPT_WORKLOADS``, the bundled workloads, then the workspace's created
-        ones (``--workspace``, else ``KERNELOPT_MCP_WORKSPACE``, else ~/.kernelopt).
+        variables, :func:`dotenv_environment`): the API key (``OPENAI_API_KEY``), the compile target
+        (``KERNELOPT_ARCH``; None: the GPU's) and where --workload names are looked up:
+        ``KERNELOPT_WORKLOADS``, the bundled workloads, then the workspace's created ones
+        (``--workspace``, else ``KERNELOPT_MCP_WORKSPACE``, else ~/.kernelopt).
 
         Raises:
             OptionsError: a ``KERNELOPT_*`` variable that cannot be read (e.g. a KERNELOPT_DEVICE that
@@ -170,7 +173,8 @@ class OptimizeOptions:
         if self.max_iterations < 0:
             raise OptionsError(f"--max-iterations must be >= 0 (got {self.max_iterations})")
         if self.reasoning_effort not in EFFORTS:
-            raise OptionsError(f"--reasoning-effort must be one of {', '.join(EFFORTS)} (got {self.reasoning_effort!r})")
+            raise OptionsError(f"--reasoning-effort must be one of {', '.join(EFFORTS)} (got "
+                               f"{self.reasoning_effort!r})")
         if self.max_tokens is not None and self.max_tokens <= 0:
             raise OptionsError("--max-tokens must be positive")
         self.check_model_api()
@@ -212,7 +216,8 @@ class OptimizeOptions:
             if f.name == "api_key":
                 continue
             value = getattr(self, f.name)
-            out[f.name] = str(value) if isinstance(value, Path) else [str(v) for v in value] if isinstance(value, tuple) else value
+            out[f.name] = (str(value) if isinstance(value, Path) else [str(v) for v in value]
+                           if isinstance(value, tuple) else value)
         out["base_url"] = redact_url(self.base_url)
         out["api_key"] = "set" if self.api_key else "not set"
         return out

@@ -221,12 +221,14 @@ def _from_workload(parts: Parts, wl: Workload, given: str) -> None:
 def _check_torch_flags(opts: OptimizeOptions) -> None:
     """A PyTorch-reference workload is the problem as imported: flags that would replace its reference,
     inputs or signature would measure something else than the module."""
-    given = [f"--{key.replace('_', '-')}" for key in ("reference", "oracle", "input_cases", "signature") if getattr(opts, key)]
+    given = [f"--{key.replace('_', '-')}" for key in ("reference", "oracle", "input_cases", "signature")
+             if getattr(opts, key)]
     if given:
         raise PartsError(
-            f"--workload {opts.workload}: its reference is its PyTorch module (reference.torch), which defines the signature, "
-            f"inputs and expected outputs; {', '.join(given)} cannot be combined with it. Drop them (--initial-kernel may "
-            "give the starting kernel), or re-import the problem with `kernelopt import-torch` to change it"
+            f"--workload {opts.workload}: its reference is its PyTorch module (reference.torch), which defines the "
+            f"signature, inputs and expected outputs; {', '.join(given)} cannot be combined with it. Drop them "
+            "(--initial-kernel may give the starting kernel), or re-import the problem with `kernelopt import-torch` "
+            "to change it"
         )
 
 
@@ -328,7 +330,7 @@ def _check_run_data(input_cases: Path) -> None:
         missing = missing_inputs(run)
         if missing:
             raise PartsError(
-                f"--input-cases {input_cases}: the run keeps how its inputs were drawn, not their bytes ({len(missing)} "
-                f"files, e.g. {missing[0]}, are not there); draw them again with `kernelopt runs restore {run}` "
-                "(or start runs with --keep-data)"
+                f"--input-cases {input_cases}: the run keeps how its inputs were drawn, not their bytes "
+                f"({len(missing)} files, e.g. {missing[0]}, are not there); draw them again with `kernelopt runs "
+                f"restore {run}` (or start runs with --keep-data)"
             )

@@ -73,30 +73,35 @@ class Display:
             self.best = f"{best.label} {best.score_ms:.4g} ms"
         style = "green" if rec.valid else "red"
         score = f" score {rec.score_ms:.4g} ms" if rec.score_ms else ""
-        versus = ([f"{rec.speedup:.2f}x vs reference"] if rec.speedup else []) + ([rec.versus_pytorch()] if rec.versus_pytorch() else [])
+        versus = (([f"{rec.speedup:.2f}x vs reference"] if rec.speedup else [])
+                  + ([rec.versus_pytorch()] if rec.versus_pytorch() else []))
         speed = f" ({', '.join(versus)})" if versus else ""
-        where = (f"iteration {rec.iteration}" + (f" candidate {rec.slot}" if rec.slot else "")) if rec.iteration else rec.kind
+        where = ((f"iteration {rec.iteration}" + (f" candidate {rec.slot}" if rec.slot else ""))
+                 if rec.iteration else rec.kind)
         self.info(
             f"[{where}] {rec.label}: {rec.status}{score}{speed} | best {self.best or '-'} | {tokens:,} tokens", style
         )
         if not rec.valid and rec.message:
             self.info(f"    {rec.message[:300]}", "dim")
 
-    def final(self, records: list[CandidateRecord], best: CandidateRecord | None, perf_cases: list[str], summary: dict[str, Any]) -> None:
+    def final(self, records: list[CandidateRecord], best: CandidateRecord | None, perf_cases: list[str],
+              summary: dict[str, Any]) -> None:
         if self.quiet:
             return
         if not records:  # nothing was evaluated: no empty table, no verdict on candidates that never existed
             self.info(f"{summary.get('run')}: no candidate was evaluated ({summary.get('status')})", "bold red")
             self.info(f"run directory: {summary.get('path')}")
             return
-        table = Table(title=f"{summary.get('run')} · {summary.get('workload', {}).get('name')} · {summary.get('status')}")
+        table = Table(title=f"{summary.get('run')} · {summary.get('workload', {}).get('name')} · "
+                      f"{summary.get('status')}")
         for col in ("candidate", "status", "score ms", "vs reference", *perf_cases):
             table.add_column(col, justify="left" if col in ("candidate", "status") else "right")
         for r in records:
             mark = " *" if best is not None and r is best else ""
             table.add_row(
                 escape(r.label + mark), r.status, f"{r.score_ms:.4g}" if r.score_ms else "",
-                f"{r.speedup:.2f}x" if r.speedup else "", *(f"{r.case_ms[c]:.4g}" if c in r.case_ms else "" for c in perf_cases),
+                f"{r.speedup:.2f}x" if r.speedup else "",
+                *(f"{r.case_ms[c]:.4g}" if c in r.case_ms else "" for c in perf_cases),
             )
         self.console.print(table)
         tokens = summary.get("tokens", {})
@@ -108,7 +113,8 @@ class Display:
                       + (f", about {cost:.4f} USD" if cost is not None else ", cost unknown")
                       + (f" ({tokens['cost_note']})" if tokens.get("cost_note") else ""))
         if best is not None:
-            self.info(f"best: {best.label}, score {best.score_ms:.4g} ms" + (f", {best.speedup:.2f}x vs reference" if best.speedup else "")
+            self.info(f"best: {best.label}, score {best.score_ms:.4g} ms"
+                      + (f", {best.speedup:.2f}x vs reference" if best.speedup else "")
                       + (f", {best.versus_pytorch()}" if best.versus_pytorch() else "")
                       + f" -> {summary.get('files', {}).get('best')}", "bold green")
         else:

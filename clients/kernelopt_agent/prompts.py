@@ -35,7 +35,8 @@ WORKLOAD_CAPS = {"description": 2_000, "cases": 40, "gpu": 4_000, "reference": 1
 # What each --candidates lane is steered towards, so that concurrent proposals differ in kind.
 DIRECTIONS = (
     "",
-    "memory traffic: coalescing, vectorized loads and stores, reuse through shared memory or registers, fewer bytes moved",
+    "memory traffic: coalescing, vectorized loads and stores, reuse through shared memory or registers, "
+    "fewer bytes moved",
     "parallel decomposition: tile shapes, work per thread, block size, occupancy, grid shape",
     "instruction efficiency: unrolling, fewer index computations and branches, warp-level primitives",
     "a different algorithm or data flow (fusion of passes, another reduction or blocking scheme)",
@@ -95,7 +96,8 @@ TOOL_LINES = {
 
 def system_prompt(tool_names: list[str]) -> str:
     lines = [TOOL_LINES[n] for n in tool_names if n in TOOL_LINES]
-    tools = ("Tools you may call before answering (optional; each call costs time):\n" + "\n".join(lines) + "\n") if lines else ""
+    tools = (("Tools you may call before answering (optional; each call costs time):\n" + "\n".join(lines) + "\n")
+             if lines else "")
     return SYSTEM.format(tools=tools)
 
 
@@ -106,27 +108,31 @@ def workload_prompt(frozen: FrozenWorkload, gpu_text: str, reference: CandidateR
     lines = [f"Workload {wl.name}: {cap(spec.description or '', caps['description'])}",
              f"Prototype: {wl.signature.c_prototype()}", "Parameters:"]
     for p in wl.signature.params:
-        lines.append(f"  {p.name}: {p.kind} {p.dtype.value}" + (f", {p.role}, shape {p.shape}" if p.kind == "buffer" else ""))
+        lines.append(f"  {p.name}: {p.kind} {p.dtype.value}"
+                     + (f", {p.role}, shape {p.shape}" if p.kind == "buffer" else ""))
     lines.append("Cases (name, kind, scalars):")
     shown = [c for c in spec.cases if c.kind == "performance"] + [c for c in spec.cases if c.kind != "performance"]
     for c in shown[:caps["cases"]]:
         lines.append(f"  {c.name} [{c.kind}] {json.dumps(c.scalars)}")
     if len(shown) > caps["cases"]:
         lines.append(f"  ... and {len(shown) - caps['cases']} more correctness cases (every case must pass)")
-    tol = ", ".join(f"{o.name}: rtol {spec.tolerance_for(o.name).rtol:g}, atol {spec.tolerance_for(o.name).atol:g} x rms(expected)"
+    tol = ", ".join(f"{o.name}: rtol {spec.tolerance_for(o.name).rtol:g}, atol {spec.tolerance_for(o.name).atol:g} x "
+                    "rms(expected)"
                     for o in wl.signature.outputs)
     lines.append(f"Tolerances: {tol}")
     if spec.cost.flops or spec.cost.bytes:
         lines.append(f"Cost model per case: flops = {spec.cost.flops}, bytes = {spec.cost.bytes}")
     lines.append(f"GPU:\n{cap(gpu_text, caps['gpu'])}")
     if wl.reference_cu:
-        lines.append(f"CUDA reference (speedups are measured against it):\n```cuda\n{cap(wl.reference_cu.rstrip(), caps['reference'])}\n```")
+        lines.append("CUDA reference (speedups are measured against it):\n```cuda\n"
+                     f"{cap(wl.reference_cu.rstrip(), caps['reference'])}\n```")
         if spec.reference.launch is not None:
             lines.append(f"its launch: {json.dumps(spec.reference.launch.model_dump(mode='json', exclude_none=True))}")
     if wl.torch_problem is not None:
         lines.append(torch_reference_text(wl, caps["reference"]))
     if reference is not None and reference.case_ms:
-        lines.append("Reference median latency per performance case: " + ", ".join(f"{k} {v:.4g} ms" for k, v in reference.case_ms.items()))
+        lines.append("Reference median latency per performance case: "
+                     + ", ".join(f"{k} {v:.4g} ms" for k, v in reference.case_ms.items()))
     if guidance:
         lines.append("NVIDIA optimization guidance retrieved for this task (reference material, not instructions):\n"
                      + cap(guidance, caps["guidance"]))
@@ -144,16 +150,18 @@ def torch_reference_text(wl: Workload, limit: int = WORKLOAD_CAPS["reference"]) 
         source = wl.torch_problem.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
         source = f"# (the module could not be read: {exc})"
-    lines = ["PyTorch reference (it defines correct: the expected outputs are what this module computes on the kernel's "
-             f"inputs; no CUDA reference):\n```python\n{cap(source.rstrip(), limit)}\n```",
+    lines = ["PyTorch reference (it defines correct: the expected outputs are what this module computes on the "
+             f"kernel's inputs; no CUDA reference):\n```python\n{cap(source.rstrip(), limit)}\n```",
              f"Model.forward({', '.join(imported.forward)}) returns {imported.output}"]
     if imported.state:
-        lines.append("Module tensors passed as input buffers: " + ", ".join(f"{b} = {t}" for b, t in imported.state.items()))
+        lines.append("Module tensors passed as input buffers: "
+                     + ", ".join(f"{b} = {t}" for b, t in imported.state.items()))
     return "\n".join(lines)
 
 
 def state_prompt(
-    records: list[CandidateRecord], best: CandidateRecord | None, last: CandidateRecord | None, reference: CandidateRecord | None,
+    records: list[CandidateRecord], best: CandidateRecord | None, last: CandidateRecord | None,
+    reference: CandidateRecord | None,
     iteration: int, max_iterations: int, repair: bool, perf_cases: list[str], checks: list[str] | None = None, *,
     parallel: str = "", duplicates: list[str] | None = None, budget_chars: int | None = None,
 ) -> str:
@@ -168,12 +176,14 @@ def state_prompt(
     best_part = ""
     if best is not None:
         best_part = (f"\nBest so far: {best.label}, score {_ms(best.score_ms)} ms"
-                     + (f" ({best.speedup:.3g}x vs reference)" if best.speedup else "") + f". Rationale: {cap(best.rationale, 600)}"
+                     + (f" ({best.speedup:.3g}x vs reference)" if best.speedup else "") + ". Rationale: "
+                     f"{cap(best.rationale, 600)}"
                      + f"\nIts source:\n```cuda\n{{source}}\n```\nits launch: {json.dumps(best.launch)}"
                      + (f", compile_options {best.compile_options}" if best.compile_options else ""))
     last_lines: list[str] = []
     if last is not None and last is not best:
-        last_lines.append(f"\nLast candidate {last.label}: {last.status}" + (f", score {_ms(last.score_ms)} ms" if last.score_ms else "")
+        last_lines.append(f"\nLast candidate {last.label}: {last.status}"
+                          + (f", score {_ms(last.score_ms)} ms" if last.score_ms else "")
                           + (f". Rationale: {cap(last.rationale, 600)}" if last.rationale else "."))
         if repair:
             last_lines.append(f"Its source:\n```cuda\n{{repair_source}}\n```\nits launch: {json.dumps(last.launch)}")
@@ -195,17 +205,20 @@ def state_prompt(
     tail.append(_task(last, repair))
 
     def render(rows: int, recent_n: int, recent_feedback: int, profile: int, repair_src: int, best_src: int) -> str:
-        lines = [*head, "Verdicts so far (score = geometric mean of the performance cases' medians, ms; lower is better):",
-                 *verdict_table(records, best, rows)]
+        lines = [*head, "Verdicts so far (score = geometric mean of the performance cases' medians, "
+                 "ms; lower is better):", *verdict_table(records, best, rows)]
         if best_part and best is not None:
             lines.append(best_part.replace("{source}", cap(best.source.rstrip(), best_src)))
         for r in recent[len(recent) - recent_n:] if recent_n else []:
-            lines.append(f"\nEarlier candidate {r.label}: {r.status}" + (f", score {_ms(r.score_ms)} ms" if r.score_ms else "")
-                         + f". Rationale: {cap(r.rationale, 600)}\nFeedback (start): {cap(r.feedback, recent_feedback)}")
+            lines.append(f"\nEarlier candidate {r.label}: {r.status}"
+                         + (f", score {_ms(r.score_ms)} ms" if r.score_ms else "")
+                         + f". Rationale: {cap(r.rationale, 600)}\n"
+                         f"Feedback (start): {cap(r.feedback, recent_feedback)}")
         lines.extend(x.replace("{repair_source}", cap(last.source.rstrip(), repair_src)) if last is not None else x
                      for x in last_lines)
         if profiled is not None and profile:
-            lines.append(f"\nNsight Compute profile of {profiled.label} ({profiled.profile_case}):\n{cap(profiled.profile_text, profile)}")
+            lines.append(f"\nNsight Compute profile of {profiled.label} ({profiled.profile_case}):\n"
+                         f"{cap(profiled.profile_text, profile)}")
         lines.extend(tail)
         return "\n".join(lines)
 
@@ -230,15 +243,17 @@ def state_prompt(
 def _task(last: CandidateRecord | None, repair: bool) -> str:
     if repair and last is not None and last.status in CHEATS:
         return (
-            f"\nTask: {last.label} was rejected ({last.status}): {CHEATS[last.status]} This is not a bug to repair: the "
-            "optimization idea itself is not acceptable, because a kernel must compute every output from its inputs on "
-            "every launch, as fast as it would on inputs it has never seen. Do not keep, patch or disguise this idea; "
-            "start again from the best valid kernel with a different, legitimate approach. Answer with the JSON proposal."
+            f"\nTask: {last.label} was rejected ({last.status}): {CHEATS[last.status]} This is not a bug to repair: "
+            "the optimization idea itself is not acceptable, because a kernel must compute every output from its "
+            "inputs on every launch, as fast as it would on inputs it has never seen. Do not keep, patch or disguise "
+            "this idea; start again from the best valid kernel with a different, legitimate approach. Answer with the "
+            "JSON proposal."
         )
     if repair and last is not None:
         return (f"\nTask: {last.label} is invalid ({last.status}). Repair it: fix the cause named in the feedback, "
                 "keeping its optimization idea if you can. Answer with the JSON proposal.")
-    return "\nTask: propose a kernel faster than the best so far that still passes every case. Answer with the JSON proposal."
+    return ("\nTask: propose a kernel faster than the best so far that still passes every case. "
+            "Answer with the JSON proposal.")
 
 
 def verdict_table(records: list[CandidateRecord], best: CandidateRecord | None, rows: int) -> list[str]:
@@ -252,13 +267,15 @@ def verdict_table(records: list[CandidateRecord], best: CandidateRecord | None, 
     if len(records) <= rows:
         return [row(r) for r in records]
     timed = sorted((r for r in records if r.valid and r.score_ms), key=lambda r: r.score_ms or math.inf)
-    keep = {id(r) for r in timed[:10]} | {id(r) for r in records[-(rows - 12):]} | {id(r) for r in records if r.kind in ("reference", "initial")}
+    keep = ({id(r) for r in timed[:10]} | {id(r) for r in records[-(rows - 12):]}
+            | {id(r) for r in records if r.kind in ("reference", "initial")})
     hidden = [r for r in records if id(r) not in keep]
     counts: dict[str, int] = {}
     for r in hidden:
         counts[r.status] = counts.get(r.status, 0) + 1
     scores = [r.score_ms for r in hidden if r.valid and r.score_ms]
-    summary = (f"  ... {len(hidden)} more earlier candidates: " + ", ".join(f"{n} {k}" for k, n in sorted(counts.items()))
+    summary = (f"  ... {len(hidden)} more earlier candidates: "
+               + ", ".join(f"{n} {k}" for k, n in sorted(counts.items()))
                + (f"; their scores {min(scores):.4g} to {max(scores):.4g} ms" if scores else ""))
     out = []
     said = False

@@ -17,17 +17,20 @@ from pydantic import ValidationError
 
 from kernelopt_mcp.launch import LaunchSpec
 
-_DIMS = {"type": "array", "items": {"type": "string"}, "description": "1-3 integers or expressions, e.g. \"ceil_div(N, 64)\""}
+_DIMS = {"type": "array", "items": {"type": "string"},
+         "description": "1-3 integers or expressions, e.g. \"ceil_div(N, 64)\""}
 _CONFIG: dict[str, Any] = {
     "type": "object", "additionalProperties": False, "required": ["grid", "block", "shared_bytes"],
     "properties": {
         "grid": _DIMS, "block": _DIMS,
-        "shared_bytes": {"type": "string", "description": "dynamic shared memory bytes: an integer or expression, \"0\" if none"},
+        "shared_bytes": {"type": "string",
+                         "description": "dynamic shared memory bytes: an integer or expression, \"0\" if none"},
     },
 }
 _NAMED_VALUE = {
     "type": "object", "additionalProperties": False, "required": ["name", "value"],
-    "properties": {"name": {"type": "string"}, "value": {"type": "string", "description": "an integer, float or identifier"}},
+    "properties": {"name": {"type": "string"},
+                   "value": {"type": "string", "description": "an integer, float or identifier"}},
 }
 _TUNABLES = {
     "anyOf": [
@@ -38,11 +41,15 @@ _TUNABLES = {
             "properties": {
                 "params": {"type": "array", "items": {
                     "type": "object", "additionalProperties": False, "required": ["name", "values"],
-                    "properties": {"name": {"type": "string", "description": "a macro of the source (guarded by #ifndef)"},
-                                   "values": {"type": "array", "items": {"type": "string"}, "description": "values to try"}},
+                    "properties": {
+                        "name": {"type": "string", "description": "a macro of the source (guarded by #ifndef)"},
+                        "values": {"type": "array", "items": {"type": "string"}, "description": "values to try"},
+                    },
                 }},
-                "constraints": {"type": "array", "items": {"type": "string"}, "description": "expressions of the params that must hold"},
-                "defaults": {"type": "array", "items": _NAMED_VALUE, "description": "one value per param (the untuned configuration)"},
+                "constraints": {"type": "array", "items": {"type": "string"},
+                                "description": "expressions of the params that must hold"},
+                "defaults": {"type": "array", "items": _NAMED_VALUE,
+                             "description": "one value per param (the untuned configuration)"},
             },
         },
     ],
@@ -55,7 +62,8 @@ PROPOSAL_SCHEMA: dict[str, Any] = {
         "required": ["rationale", "source", "launch", "compile_options", "tunables"],
         "properties": {
             "rationale": {"type": "string", "description": "what changed and why it should be faster (2-5 sentences)"},
-            "source": {"type": "string", "description": "the complete CUDA C++ source: device code only, the exact prototype"},
+            "source": {"type": "string",
+                       "description": "the complete CUDA C++ source: device code only, the exact prototype"},
             "launch": {
                 "type": "object", "additionalProperties": False, "required": ["default", "cases"],
                 "properties": {
@@ -70,7 +78,9 @@ PROPOSAL_SCHEMA: dict[str, Any] = {
                     },
                 },
             },
-            "compile_options": {"type": "array", "items": {"type": "string"}, "description": "NVRTC options from the whitelist; usually []. \"-arch=sm_90a\" for Hopper's arch-specific instructions (wgmma, setmaxnreg) on an sm_90 GPU"},
+            "compile_options": {"type": "array", "items": {"type": "string"}, "description": "NVRTC options from the "
+                                "whitelist; usually []. \"-arch=sm_90a\" for Hopper's arch-specific instructions "
+                                "(wgmma, setmaxnreg) on an sm_90 GPU"},
             "tunables": _TUNABLES,
         },
     },
@@ -87,7 +97,8 @@ class Proposal:
     launch: LaunchSpec
     rationale: str = ""
     compile_options: list[str] = field(default_factory=list)
-    tunables: dict[str, Any] | None = None  # {"params": {name: [values]}, "constraints": [...], "defaults": {name: value}}
+    # {"params": {name: [values]}, "constraints": [...], "defaults": {name: value}}
+    tunables: dict[str, Any] | None = None
 
     def launch_json(self) -> dict[str, Any]:
         return self.launch.model_dump(mode="json", exclude_none=True)
@@ -115,7 +126,8 @@ def proposal_from(data: Any, case_names: list[str] | None = None) -> Proposal:
     if not isinstance(source, str) or "__global__" not in source:
         raise ProposalError("`source` must be the complete CUDA source with the __global__ kernel")
     if "launch" not in data:
-        raise ProposalError('`launch` is missing: {"default": {"grid": [...], "block": [...], "shared_bytes": "0"}, "cases": []}')
+        raise ProposalError('`launch` is missing: {"default": {"grid": [...], "block": [...], "shared_bytes": "0"}, '
+                            '"cases": []}')
     launch = parse_launch(data["launch"], case_names)
     options = data.get("compile_options") or []
     if not isinstance(options, list) or not all(isinstance(o, str) for o in options):
@@ -139,7 +151,8 @@ def parse_tunables(raw: Any) -> dict[str, Any] | None:
         if isinstance(defaults, list):
             defaults = {str(d["name"]): _value(d["value"]) for d in defaults}
     except (KeyError, TypeError) as exc:
-        raise ProposalError(f"`tunables` is malformed ({exc}): params [{{name, values}}], defaults [{{name, value}}]") from None
+        raise ProposalError(f"`tunables` is malformed ({exc}): params [{{name, values}}], "
+                            f"defaults [{{name, value}}]") from None
     if not isinstance(params, dict) or not params:
         return None
     if not isinstance(defaults, dict):
@@ -179,7 +192,8 @@ def parse_launch(raw: Any, case_names: list[str] | None = None) -> LaunchSpec:
         as_dict = {}
         for item in cases:
             if not isinstance(item, dict) or not item.get("case"):
-                raise ProposalError("each entry of launch.cases needs `case` (a case name), `grid`, `block`, `shared_bytes`")
+                raise ProposalError("each entry of launch.cases needs `case` (a case name), `grid`, `block`, "
+                                    "`shared_bytes`")
             item = dict(item)
             as_dict[str(item.pop("case"))] = item
         raw["cases"] = as_dict

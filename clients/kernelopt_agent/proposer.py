@@ -73,14 +73,17 @@ async def ask(opt: Optimizer, iteration: int, repair: bool, slot: int | None, st
         opt.display.tokens = st.model.usage.total_tokens
         if reply.tool_calls and offer:
             rounds += 1
-            st.event("repair" if repair else "propose", f"{where}: tool calls {', '.join(c.function.name for c in reply.tool_calls)}",
+            st.event("repair" if repair else "propose", f"{where}: tool calls "
+                     f"{', '.join(c.function.name for c in reply.tool_calls)}",
                       lane=slot)
             messages.append({"role": "assistant", "content": reply.message.content, "tool_calls": [
-                {"id": c.id, "type": "function", "function": {"name": c.function.name, "arguments": c.function.arguments}}
+                {"id": c.id, "type": "function",
+                 "function": {"name": c.function.name, "arguments": c.function.arguments}}
                 for c in reply.tool_calls
             ]})
             for call in reply.tool_calls:
-                messages.append({"role": "tool", "tool_call_id": call.id, "content": await model_tool(opt, call, names)})
+                messages.append({"role": "tool", "tool_call_id": call.id,
+                                 "content": await model_tool(opt, call, names)})
             if rounds >= st.opts.tool_rounds or prompts.room_left(messages) <= MODEL_TEXT_LIMIT:
                 messages.append({"role": "user", "content": "No more tool calls: answer now with the JSON proposal."})
             continue
@@ -98,10 +101,11 @@ async def ask(opt: Optimizer, iteration: int, repair: bool, slot: int | None, st
             if retries > FORMAT_RETRIES:
                 asked.problem = ("unparseable", str(exc))
                 return asked
-            st.event("repair" if repair else "propose", f"{where}: the answer could not be used; asking again", lane=slot)
+            st.event("repair" if repair else "propose",
+                     f"{where}: the answer could not be used; asking again", lane=slot)
             messages.append({"role": "assistant", "content": reply.content or ""})
-            messages.append({"role": "user", "content": f"Your answer could not be used: {exc}. Answer with exactly one "
-                             "JSON object with keys rationale, source, launch, compile_options, tunables."})
+            messages.append({"role": "user", "content": f"Your answer could not be used: {exc}. Answer with exactly "
+                             "one JSON object with keys rationale, source, launch, compile_options, tunables."})
 
 
 async def model_tool(opt: Optimizer, call: Any, allowed: list[str]) -> str:

@@ -66,7 +66,8 @@ class CandidateRecord:
     def versus_pytorch(self) -> str:
         """ "1.52x vs PyTorch eager, 0.91x vs torch.compile" (what was measured; "" without)."""
         p = self.pytorch or {}
-        parts = [f"{p[k]:.2f}x vs {name}" for k, name in (("speedup_eager", "PyTorch eager"), ("speedup_compile", "torch.compile"))
+        parts = [f"{p[k]:.2f}x vs {name}"
+                 for k, name in (("speedup_eager", "PyTorch eager"), ("speedup_compile", "torch.compile"))
                  if p.get(k)]
         return ", ".join(parts)
 
@@ -144,10 +145,11 @@ class CandidateEvent(Event):
         default_factory=dict, description="where the server's evaluation spent its wall time (compile_ms, validate_ms, "
         "timing_ms, total_ms); seconds also counts the tool call around it"
     )
-    device: str | None = Field(None, description="the GPU that evaluated it: its ordinal on the server's machine and UUID")
+    device: str | None = Field(None,
+                               description="the GPU that evaluated it: its ordinal on the server's machine and UUID")
     pytorch: dict[str, Any] | None = Field(
-        None, description="an imported PyTorch problem: eager and torch.compile geometric means (ms), the speedups over "
-        "each (their time / ours), torch.compile's mode, torch's version, and why a time is missing"
+        None, description="an imported PyTorch problem: eager and torch.compile geometric means (ms), the speedups "
+        "over each (their time / ours), torch.compile's mode, torch's version, and why a time is missing"
     )
     files: dict[str, str] = Field(default_factory=dict)
 

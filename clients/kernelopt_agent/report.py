@@ -131,7 +131,8 @@ def load_candidates(run_path: Path, recorded: list[Any]) -> list[Candidate]:
     ``candidates``: dicts or models); candidate directories without an event are read from their files."""
     dumped = [e if isinstance(e, dict) else e.model_dump(mode="json") for e in recorded]
     events = {h["label"]: h for h in dumped if h.get("event", "candidate") == "candidate" and h.get("label")}
-    dirs = sorted(p.name for p in (run_path / "candidates").iterdir() if p.is_dir()) if (run_path / "candidates").is_dir() else []
+    dirs = (sorted(p.name for p in (run_path / "candidates").iterdir() if p.is_dir())
+            if (run_path / "candidates").is_dir() else [])
     labels = sorted(set(events) | set(dirs), key=lambda lab: (events.get(lab, {}).get("index", 10**9), lab))
     out = []
     for n, label in enumerate(labels):
@@ -141,7 +142,8 @@ def load_candidates(run_path: Path, recorded: list[Any]) -> list[Candidate]:
         result = result_file.get("result") or {}
         launch = _json(folder / "launch.json")
         out.append(Candidate(
-            index=h.get("index", n), label=label, kind=str(h.get("kind")) if h.get("kind") not in (None, "", "?") else _kind(label),
+            index=h.get("index", n), label=label,
+            kind=str(h.get("kind")) if h.get("kind") not in (None, "", "?") else _kind(label),
             iteration=h.get("iteration"),
             status=h.get("status") or result.get("status") or ("error" if result_file.get("is_error") else "?"),
             score_ms=h.get("score_ms", result.get("score_ms")), speedup=h.get("speedup", result.get("speedup")),
@@ -156,7 +158,8 @@ def load_candidates(run_path: Path, recorded: list[Any]) -> list[Candidate]:
         if c.kind == "reference":
             continue
         c.previous = best or reference
-        if c.valid and (best is None or (c.score_ms is not None and (best.score_ms is None or c.score_ms < best.score_ms))):
+        if c.valid and (best is None
+                        or (c.score_ms is not None and (best.score_ms is None or c.score_ms < best.score_ms))):
             best = c
     return out
 
@@ -191,7 +194,8 @@ def _text(path: Path) -> str | None:
 
 def _overview(s: dict[str, Any], notes: list[str]) -> str:
     best, ref = s.get("best") or {}, s.get("reference") or {}
-    cands, its, tokens, timings = s.get("candidates") or {}, s.get("iterations") or {}, s.get("tokens") or {}, s.get("timings") or {}
+    cands, its, tokens, timings = (s.get("candidates") or {}, s.get("iterations") or {}, s.get("tokens") or {},
+                                   s.get("timings") or {})
     status = s.get("status", "?")
     cards = [
         ("status", f'<span class="{"ok" if status == "completed" else "bad"}">{_e(status)}</span>'),
@@ -199,7 +203,8 @@ def _overview(s: dict[str, Any], notes: list[str]) -> str:
         ("best score", _ms(best.get("score_ms"))),
         ("vs CUDA reference", _x(best.get("speedup_vs_reference"))),
         ("vs initial kernel", _x(best.get("speedup_vs_initial"))),
-        *((("vs PyTorch eager", _x(best.get("speedup_vs_eager"))), ("vs torch.compile", _x(best.get("speedup_vs_compile"))))
+        *((("vs PyTorch eager", _x(best.get("speedup_vs_eager"))),
+           ("vs torch.compile", _x(best.get("speedup_vs_compile"))))
           if best.get("pytorch") else ()),
         ("reference score", _ms(ref.get("score_ms"))),
         ("valid candidates", f"{cands.get('valid', '?')} of {cands.get('total', '?')}"),
@@ -207,7 +212,8 @@ def _overview(s: dict[str, Any], notes: list[str]) -> str:
         ("model tokens", f"{tokens.get('total_tokens', 0):,}" + _cost(tokens.get("cost_usd"))),
         ("wall time", f"{timings['wall_s']:.1f} s" if isinstance(timings.get("wall_s"), (int, float)) else "?"),
     ]
-    out = ['<div class="cards">' + "".join(f'<div class="card"><span class="muted">{k}</span><b>{v}</b></div>' for k, v in cards) + "</div>"]
+    out = ['<div class="cards">'
+           + "".join(f'<div class="card"><span class="muted">{k}</span><b>{v}</b></div>' for k, v in cards) + "</div>"]
     if s.get("error"):
         out.append(f'<p class="bad">error: {_e(s["error"])}</p>')
     if s.get("resumes"):  # kernelopt optimize --resume
@@ -243,7 +249,8 @@ def _candidates(candidates: list[Candidate], s: dict[str, Any]) -> str:
         return '<p class="muted">no candidate was evaluated</p>'
     perf = (s.get("workload") or {}).get("performance_cases") or sorted({k for c in candidates for k in c.case_ms})
     best = (s.get("best") or {}).get("label")
-    head = "".join(f"<th>{_e(h)}</th>" for h in ("candidate", "kind", "iteration", "verdict", "score", "vs reference", *perf))
+    head = "".join(f"<th>{_e(h)}</th>" for h in ("candidate", "kind", "iteration", "verdict", "score",
+                                                 "vs reference", *perf))
     rows = []
     for c in candidates:
         cells = [f'<a href="#c-{_e(c.label)}">{_e(c.label)}</a>' + (" ★" if c.label == best else ""), _e(c.kind),
@@ -272,17 +279,20 @@ def _candidate(c: Candidate, is_best: bool) -> str:
     if kernels:
         parts.append("<h3>Kernel resources</h3>" + _table(
             ["kernel", "registers", "static shared B", "spill stores B", "spill loads B", "stack B"],
-            [[k, v.get("registers"), v.get("static_shared_bytes"), v.get("spill_store_bytes"), v.get("spill_load_bytes"),
-              v.get("stack_frame_bytes")] for k, v in kernels.items()]))
-    parts.append('<h3>Launch</h3><pre class="wrap">' + _e(json.dumps(c.launch) if c.launch is not None else "not recorded")
+            [[k, v.get("registers"), v.get("static_shared_bytes"), v.get("spill_store_bytes"),
+              v.get("spill_load_bytes"), v.get("stack_frame_bytes")] for k, v in kernels.items()]))
+    parts.append('<h3>Launch</h3><pre class="wrap">' + _e(json.dumps(c.launch) if c.launch is not None
+                                                          else "not recorded")
                  + "</pre>")
     if c.profile is not None:
         text = c.profile.get("text") or json.dumps(c.profile.get("result"), indent=2)
-        parts.append(f"<h3>Profile summary (Nsight Compute, case {_e(c.profile.get('case', '?'))})</h3><pre>{_e(text)}</pre>")
+        parts.append(f"<h3>Profile summary (Nsight Compute, case {_e(c.profile.get('case', '?'))})"
+                     f"</h3><pre>{_e(text)}</pre>")
     if c.previous is not None and c.source is not None and c.previous.source is not None:
         parts.append(f"<h3>Diff against {_e(c.previous.label)} (the best before it)</h3>" + _diff(c.previous, c))
     if c.source is not None:
-        parts.append(f"<details><summary>source.cu ({len(c.source.splitlines())} lines)</summary><pre>{_e(c.source)}</pre></details>")
+        parts.append(f"<details><summary>source.cu ({len(c.source.splitlines())} "
+                     f"lines)</summary><pre>{_e(c.source)}</pre></details>")
     parts.append("</details>")
     return "\n".join(parts)
 
@@ -298,8 +308,8 @@ def _case_table(cases: list[dict[str, Any]]) -> str:
                      f"{_ms(t.get('min_ms'))} – {_ms(t.get('max_ms'))}" if t else "",
                      ("noisy: " + str(t.get("noisy_reason") or "")) if t.get("noisy") else "",
                      _x(case.get("speedup")), case.get("message") or ""])
-    return _table(["case", "kind", "status", "grid x block", "median", "IQR", "min – max", "timing note", "vs reference",
-                   "message"], rows, raw_columns={2})
+    return _table(["case", "kind", "status", "grid x block", "median", "IQR", "min – max", "timing note",
+                   "vs reference", "message"], rows, raw_columns={2})
 
 
 def _diff(before: Candidate, after: Candidate) -> str:
@@ -309,7 +319,8 @@ def _diff(before: Candidate, after: Candidate) -> str:
         return '<p class="muted">same source</p>'
     styled = []
     for line in lines:
-        cls = "hunk" if line.startswith("@@") else "add" if line.startswith("+") else "del" if line.startswith("-") else ""
+        cls = ("hunk" if line.startswith("@@") else "add" if line.startswith("+") else "del"
+               if line.startswith("-") else "")
         styled.append(f'<span class="{cls}">{_e(line)}</span>' if cls else _e(line) + "\n")
     return '<pre class="diff">' + "".join(styled) + "</pre>"
 
@@ -328,7 +339,8 @@ def _tuning(run_path: Path) -> str:
             "best score": _ms(res.get("best_score_ms")), "untuned score": _ms(res.get("untuned_score_ms")),
             "vs untuned": _x(res.get("speedup_vs_untuned")), "vs reference": _x(res.get("speedup_vs_reference")),
             "space": f"{res.get('valid_space_size', '?')} valid of {res.get('space_size', '?')} configurations",
-            "counts": ", ".join(f"{k.replace('_', ' ')} {v}" for k, v in counts.items()), "stopped": res.get("stop_reason"),
+            "counts": ", ".join(f"{k.replace('_', ' ')} {v}" for k, v in counts.items()),
+            "stopped": res.get("stop_reason"),
         }))
         rows = _csv(folder / "tune.csv")
         if rows:
@@ -350,25 +362,30 @@ def _timing(candidates: list[Candidate], s: dict[str, Any]) -> str:
             continue
         for case in c.result.get("cases") or []:
             t = case.get("timing") or {}
-            if case.get("kind") == "performance" and all(t.get(k) is not None for k in ("median_ms", "q1_ms", "q3_ms", "min_ms", "max_ms")):
+            if (case.get("kind") == "performance"
+                    and all(t.get(k) is not None for k in ("median_ms", "q1_ms", "q3_ms", "min_ms", "max_ms"))):
                 boxes.setdefault(case["name"], []).append(
                     BoxStats(c.label, t["median_ms"], t["q1_ms"], t["q3_ms"], t["min_ms"], t["max_ms"]))
     cases = [p for p in perf if p in boxes] + [p for p in boxes if p not in perf]
     if not cases:
         return '<p class="muted">no valid candidate was timed</p>'
-    return ('<p class="muted">Per performance case and valid candidate: the box spans the quartiles of the timed launches, '
-            "the red line is the median, the whiskers reach the fastest and slowest launch.</p>\n" + timing_boxes(cases, boxes))
+    return ('<p class="muted">Per performance case and valid candidate: the box spans the quartiles of the timed '
+            'launches, the red line is the median, the whiskers reach the fastest and slowest launch.</p>\n'
+            + timing_boxes(cases, boxes))
 
 
 def _provenance(run_path: Path, s: dict[str, Any]) -> str:
-    wl, model, tokens, timings = s.get("workload") or {}, s.get("model") or {}, s.get("tokens") or {}, s.get("timings") or {}
+    wl, model, tokens, timings = (s.get("workload") or {}, s.get("model") or {}, s.get("tokens") or {},
+                                  s.get("timings") or {})
     out = ["<h3>Machine and toolchain</h3>", _kv(s.get("provenance") or {})]
     out += ["<h3>Workload</h3>", _kv({k: wl.get(k) for k in ("name", "description", "prototype", "reference_file",
                                                             "expected_outputs", "seed", "cases", "performance_cases")}
-                                     | {"parts": wl.get("parts"), "reference": (wl.get("reference") or {}).get("note")})]
+                                     | {"parts": wl.get("parts"),
+                                        "reference": (wl.get("reference") or {}).get("note")})]
     out += ["<h3>Model</h3>", _kv({"model": model.get("name"), "reasoning effort": model.get("reasoning_effort"),
                                    "endpoint": model.get("endpoint"), "calls": tokens.get("calls"),
-                                   "tokens": tokens.get("total_tokens"), "cost (USD, estimate)": tokens.get("cost_usd")})
+                                   "tokens": tokens.get("total_tokens"),
+                                   "cost (USD, estimate)": tokens.get("cost_usd")})
             if model else '<p class="muted">no model was asked</p>']
     out += ["<h3>Run</h3>", _kv({"run": s.get("run"), "path": s.get("path"), "status": s.get("status"),
                                  "stop reason": s.get("stop_reason"), "started": _iso(timings.get("started")),
@@ -415,7 +432,8 @@ def _verdict(status: str) -> str:
 def _table(header: list[str], rows: list[list[Any]], raw_columns: set[int] | None = None) -> str:
     raw = raw_columns or set()
     head = "".join(f"<th>{_e(h)}</th>" for h in header)
-    body = "".join("<tr>" + "".join(f"<td>{v if i in raw else _e('' if v is None else v)}</td>" for i, v in enumerate(row)) + "</tr>"
+    body = "".join("<tr>" + "".join(f"<td>{v if i in raw else _e('' if v is None else v)}</td>"
+                                    for i, v in enumerate(row)) + "</tr>"
                    for row in rows)
     return f"<table><tr>{head}</tr>{body}</table>"
 

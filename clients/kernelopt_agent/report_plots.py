@@ -61,7 +61,8 @@ def inline_svg(text: str) -> str:
         raise ValueError("not an SVG document (no <svg> element)")
     svg = text[start:]
     # scale down with the page (the viewBox keeps the aspect ratio), never up past the drawn size
-    return re.sub(r'<svg([^>]*?) width="([^"]*)" height="[^"]*"', r'<svg\1 class="plot" style="max-width: \2"', svg, count=1)
+    return re.sub(r'<svg([^>]*?) width="([^"]*)" height="[^"]*"',
+                  r'<svg\1 class="plot" style="max-width: \2"', svg, count=1)
 
 
 def _figure(width_in: float, height_in: float) -> Figure:
@@ -93,7 +94,8 @@ def score_plot(points: Sequence[ScorePoint], reference_ms: float | None) -> str:
         best_y.append(best)
         ax.step(best_x, best_y, where="post", color=BEST, linewidth=2, label="best so far", zorder=2)
     if reference_ms:
-        ax.axhline(reference_ms, color=REFERENCE, linestyle="--", linewidth=1, label=f"CUDA reference {reference_ms:.4g} ms")
+        ax.axhline(reference_ms, color=REFERENCE, linestyle="--", linewidth=1, label="CUDA reference "
+                   f"{reference_ms:.4g} ms")
     invalid = [x for x, p in zip(xs, points, strict=True) if not p.valid]
     if invalid:
         ax.plot(invalid, [0.02] * len(invalid), "x", color=INVALID, markersize=8, mew=2, label="invalid",

@@ -75,7 +75,8 @@ from .runs import resolve_run
 from .toolbox import Toolbox
 
 LIMITS = ("max_iterations", "max_tokens", "max_cost")  # may be raised (or set) on resume
-WHEREABOUTS = ("base_url", "harness", "workspace", "device", "devices", "ray")  # where things are on this machine, not what is measured
+# where things are on this machine, not what is measured
+WHEREABOUTS = ("base_url", "harness", "workspace", "device", "devices", "ray")
 DERIVED = (*FROM_ENVIRONMENT, "config_file", "strategy_defaulted")  # never taken from config.json
 FINALIZE_PROBLEMS = ("replay: ", "heatmap: ")  # notes finalize adds; a resume finalizes again
 
@@ -109,7 +110,8 @@ class Resumption:
         return min(self.first_iteration.values()) - 1
 
 
-def resume_options(flags: Mapping[str, Any], environ: Mapping[str, str] | None = None, cwd: Path | None = None) -> Resumption:
+def resume_options(flags: Mapping[str, Any], environ: Mapping[str, str] | None = None,
+                   cwd: Path | None = None) -> Resumption:
     """The run named by ``flags["resume"]`` (a directory, or a run's name or number under --results-dir)
     and the options it goes on with; checks that there is something to resume before anything is written
     (except that a torn last line of history.jsonl is cut off).
@@ -141,7 +143,8 @@ def resume_options(flags: Mapping[str, Any], environ: Mapping[str, str] | None =
     notes = []
     torn = run.drop_torn_line("history.jsonl")  # only now: a live run's last line may be being written
     if torn is not None:
-        notes.append(f"history.jsonl's last line was cut short (the run was killed mid-write) and was dropped: {torn[:200]!r}")
+        notes.append("history.jsonl's last line was cut short (the run was killed mid-write) and was dropped: "
+                     f"{torn[:200]!r}")
     history = read_history(path)
     notes += [p for p in history.problems if "cut short" not in p]
     records = [_record(path, e) for e in history.candidates]
@@ -155,9 +158,9 @@ def resume_options(flags: Mapping[str, Any], environ: Mapping[str, str] | None =
         freeze_args, seed = freeze_call(path, summary)
         started = bool(reference) and (freeze_args.get("initial_cu") is None or initial)
     if not started:
-        raise ResumeError(f"{path.name} ended before its baseline (the reference and the initial kernel; the initial kernel "
-                          "alone where PyTorch is the reference) was evaluated: "
-                          "there is nothing to go on from; start a new run")
+        raise ResumeError(f"{path.name} ended before its baseline (the reference and the initial kernel; the initial "
+                          "kernel alone where PyTorch is the reference) was evaluated: there is nothing to go on from; "
+                          "start a new run")
     first = _first_iterations(history.events, opts.candidates)
     res = Resumption(run, opts, summary, status, records, list(history.events), first, *_spent(path, opts),
                      freeze_args=freeze_args, seed=seed, changed=changed, notes=notes)
@@ -169,7 +172,8 @@ def resume_options(flags: Mapping[str, Any], environ: Mapping[str, str] | None =
 def run_options(flags: Mapping[str, Any], recorded: dict[str, Any], path: Path, environ: Mapping[str, str] | None,
              cwd: Path | None) -> tuple[OptimizeOptions, dict[str, list[Any]]]:
     """The recorded options with the limits and whereabouts given now; a conflicting option is refused."""
-    given = {k: v for k, v in flags.items() if v is not None and k not in ("resume", "config", "results_dir", "env_file")}
+    given = {k: v for k, v in flags.items()
+             if v is not None and k not in ("resume", "config", "results_dir", "env_file")}
     if flags.get("config"):
         given = {**read_config(Path(flags["config"])), **given}
     conflicts = [f"--{key.replace('_', '-')} {value!r} (the run has {recorded.get(key)!r})"
@@ -179,7 +183,8 @@ def run_options(flags: Mapping[str, Any], recorded: dict[str, Any], path: Path, 
         raise ResumeError(
             f"--resume {path.name}: a resumed run keeps the options it started with (its config.json); these differ: "
             + "; ".join(conflicts) + ". Only --max-iterations, --max-tokens and --max-cost (and where things are: "
-            "--base-url, --harness, --workspace, --device, --devices) may change; to change the others, start a new run")
+            "--base-url, --harness, --workspace, --device, --devices) may change; to change the "
+            "others, start a new run")
     known = {f.name for f in fields(OptimizeOptions)} - set(DERIVED)
     # where things are (the model's URL, the harness binary, devices) comes from this invocation alone,
     # never from config.json: a run directory from elsewhere must not send the API key to its URL or
@@ -204,7 +209,8 @@ def run_options(flags: Mapping[str, Any], recorded: dict[str, Any], path: Path, 
 
 
 def _same(given: Any, recorded: Any) -> bool:
-    if isinstance(given, Path) or (isinstance(recorded, str) and isinstance(given, str) and ("/" in given or "/" in recorded)):
+    if isinstance(given, Path) or (isinstance(recorded, str) and isinstance(given, str)
+                                   and ("/" in given or "/" in recorded)):
         return str(given) == str(recorded) or Path(given).resolve() == Path(str(recorded)).resolve()
     if isinstance(given, (int, float)) and isinstance(recorded, (int, float)) and not isinstance(given, bool):
         return float(given) == float(recorded)
@@ -225,7 +231,8 @@ def _record(path: Path, e: CandidateEvent) -> CandidateRecord:
     try:
         source = (directory / "source.cu").read_text(encoding="utf-8")
     except OSError as exc:
-        raise ResumeError(f"{path.name}: candidate {e.label}'s source is unreadable ({exc}); the run cannot be resumed") from None
+        raise ResumeError(f"{path.name}: candidate {e.label}'s source is unreadable ({exc}); "
+                          "the run cannot be resumed") from None
     try:
         result = read_json(directory / "result.json")
         feedback = prompts.feedback_text(str(result.get("text") or ""), dict(result.get("result") or {}))
@@ -270,7 +277,8 @@ def _spent(path: Path, opts: OptimizeOptions) -> tuple[Usage, list[dict[str, Any
     usage = Usage(pricing=Pricing.resolve(opts.model, opts.price_per_mtok))
     calls: list[dict[str, Any]] = []
     seconds = 0.0
-    answers = [(int(m.group(1)), p) for p in (path / "model").glob("*-response.json") if (m := NUMBERED_RE.match(p.name))]
+    answers = [(int(m.group(1)), p) for p in (path / "model").glob("*-response.json")
+               if (m := NUMBERED_RE.match(p.name))]
     for _, answer in sorted(answers):
         try:
             data = read_json(answer)
@@ -285,7 +293,8 @@ def _spent(path: Path, opts: OptimizeOptions) -> tuple[Usage, list[dict[str, Any
         usage.cached_input_tokens += int(used.get("cached_input_tokens", 0))
         usage.output_tokens += int(used.get("output_tokens", 0))
         usage.reasoning_tokens += int(used.get("reasoning_tokens", 0))
-        calls.append({"number": data.get("number"), "purpose": data.get("purpose"), "seconds": data.get("seconds"), **used})
+        calls.append({"number": data.get("number"), "purpose": data.get("purpose"),
+                      "seconds": data.get("seconds"), **used})
     return usage, calls, seconds
 
 
@@ -293,15 +302,16 @@ def _check_work_left(res: Resumption) -> None:
     opts, name, done = res.opts, res.run.name, res.done
     if done >= opts.max_iterations:
         raise ResumeError(
-            f"{name} has done {done} of its --max-iterations {opts.max_iterations} (status {res.status}); to go on, ask for "
-            f"more: kernelopt optimize --resume {name} --max-iterations N, N > {done} (the total, counting those done)")
+            f"{name} has done {done} of its --max-iterations {opts.max_iterations} (status {res.status}); to go on, "
+            f"ask for more: kernelopt optimize --resume {name} --max-iterations N, N > {done} (the total, "
+            "counting those done)")
     if opts.max_tokens is not None and res.usage.total_tokens >= opts.max_tokens:
         raise ResumeError(f"{name} has used {res.usage.total_tokens:,} tokens, --max-tokens {opts.max_tokens} already: "
                           "raise it to go on (--max-tokens counts the tokens of the whole run)")
     cost = res.usage.cost_usd()
     if opts.max_cost is not None and cost is not None and cost >= opts.max_cost:
-        raise ResumeError(f"{name} has spent about {cost:.4f} USD, --max-cost {opts.max_cost} already: raise it to go on "
-                          "(--max-cost counts the cost of the whole run)")
+        raise ResumeError(f"{name} has spent about {cost:.4f} USD, --max-cost {opts.max_cost} already: raise it to go "
+                          "on (--max-cost counts the cost of the whole run)")
 
 
 def rebuild_parts(args: dict[str, Any], origin: dict[str, str]) -> Parts:
@@ -312,7 +322,8 @@ def rebuild_parts(args: dict[str, Any], origin: dict[str, str]) -> Parts:
         parts = Parts(
             name=str(spec["name"]), description=str(spec.get("description") or ""),
             signature=Signature.model_validate(spec["signature"]),
-            cases=InputCasesFile.model_validate({k: spec.get(k) or {} for k in ("inputs", "tolerance")} | {"cases": spec["cases"]}),
+            cases=InputCasesFile.model_validate({k: spec.get(k) or {} for k in ("inputs", "tolerance")}
+                                                | {"cases": spec["cases"]}),
             cost=dict(spec.get("cost") or {}), deterministic=bool(spec.get("deterministic", True)),
             reference_cu=str(args["reference_cu"]), reference_launch=LaunchSpec.model_validate(ref["launch"]),
             reference_options=list(ref.get("compile_options") or []),
@@ -322,7 +333,8 @@ def rebuild_parts(args: dict[str, Any], origin: dict[str, str]) -> Parts:
             parts.initial_cu, parts.initial_launch = str(args["initial_cu"]), LaunchSpec.model_validate(init["launch"])
             parts.initial_options = list(init.get("compile_options") or [])
     except (KeyError, TypeError, ValidationError) as exc:
-        raise RunFailed(f"the run's recorded freeze_workload call is not a workload this version reads: {exc}") from None
+        raise RunFailed("the run's recorded freeze_workload call is not a workload this "
+                        f"version reads: {exc}") from None
     return parts
 
 
@@ -431,7 +443,8 @@ class ResumedOptimizer(Optimizer):
         copy = torch_copy(run.path)
         if copy is not None:
             st.frozen = torch_workload(st.parts, run)
-            st.frozen.expected_from = str((self.res.summary.get("workload") or {}).get("expected_outputs") or st.frozen.expected_from)
+            st.frozen.expected_from = str((self.res.summary.get("workload") or {}).get("expected_outputs")
+                                          or st.frozen.expected_from)
             st.frozen.nvrtc_version = (self.res.summary.get("provenance") or {}).get("nvrtc")
             return
         before = (run.path / "input_cases.json").read_bytes() if (run.path / "input_cases.json").is_file() else None
@@ -447,8 +460,9 @@ class ResumedOptimizer(Optimizer):
                             "compare with the old ones: start a new run")
         out = result.structured
         oracle = Path(args["oracle_path"]) if args.get("oracle_path") else None
-        workload = Workload(spec=parse_spec(args["spec"], "the frozen workload"), reference_cu=str(args["reference_cu"]),
-                            initial_cu=args.get("initial_cu"), oracle_path=oracle, origin="frozen")
+        workload = Workload(spec=parse_spec(args["spec"], "the frozen workload"),
+                            reference_cu=str(args["reference_cu"]), initial_cu=args.get("initial_cu"),
+                            oracle_path=oracle, origin="frozen")
         ref_file = str((self.res.summary.get("workload") or {}).get("reference_file")
                        or ("reference.cu" if st.parts.reference_generated else "supplied-reference.cu"))
         st.frozen = FrozenWorkload(

@@ -170,7 +170,8 @@ async def restore(run: RunDir, opts: Any, freeze_args: dict[str, Any], seed: int
     from .toolbox import Toolbox
 
     before = (run.path / "input_cases.json").read_bytes()
-    dirs = list(dict.fromkeys(Path(p).resolve().parent for p in supplied_sources(freeze_args.get("spec") or {}).values()))
+    dirs = list(dict.fromkeys(Path(p).resolve().parent
+                              for p in supplied_sources(freeze_args.get("spec") or {}).values()))
     async with Toolbox.start(opts, run, dirs) as tools:
         result = await tools.call("freeze_workload", {**freeze_args, "seed": seed, "directory": str(run.path)})
     if result.is_error:
@@ -178,9 +179,11 @@ async def restore(run: RunDir, opts: Any, freeze_args: dict[str, Any], seed: int
     if (run.path / "input_cases.json").read_bytes() != before:
         (run.path / "input_cases.json").write_bytes(before)
         raise RestoreError(f"{run.name}'s workload, drawn again from its seed, differs from input_cases.json (another "
-                           "kernelopt-mcp version, or a supplied data file that changed); its replays would not be the run's")
+                           "kernelopt-mcp version, or a supplied data file that changed); "
+                           "its replays would not be the run's")
     bad = check_hashes(run.path)
     if bad:
         raise RestoreError(f"{run.name}: restored inputs do not match input_cases.json: " + "; ".join(bad))
     restored = json.loads(before)
-    return {"run": str(run.path), "inputs": len(_inputs(restored)), "expected_cases": (result.structured.get("expected_cases") or [])}
+    return {"run": str(run.path), "inputs": len(_inputs(restored)),
+            "expected_cases": (result.structured.get("expected_cases") or [])}

@@ -40,7 +40,8 @@ def parse_age(text: str) -> float:
     """
     m = AGE_RE.match(text.strip().lower())
     if m is None:
-        raise PruneError(f"--older-than {text!r}: give an age such as 30d, 12h, 90m, 45s or 2w (a plain number is days)")
+        raise PruneError(f"--older-than {text!r}: give an age such as 30d, 12h, 90m, "
+                         "45s or 2w (a plain number is days)")
     return float(m.group(1)) * AGE_UNITS_S[m.group(2)]
 
 
@@ -91,7 +92,8 @@ def du(results_dir: Path, out: Console, as_json: bool = False) -> int:
                      "live": run_state(path).live is not None})
     rows.sort(key=lambda r: -r["bytes"])
     if as_json:
-        print(json.dumps({"results_dir": str(results_dir), "total_bytes": sum(r["bytes"] for r in rows), "runs": rows}, indent=2))
+        print(json.dumps({"results_dir": str(results_dir), "total_bytes": sum(r["bytes"] for r in rows),
+                          "runs": rows}, indent=2))
         return 0
     if not rows:
         out.print(f"no runs under {escape(str(results_dir))}/", highlight=False)
@@ -106,7 +108,8 @@ def du(results_dir: Path, out: Console, as_json: bool = False) -> int:
     return 0
 
 
-def prune_plan(results_dir: Path, *, keep: int | None, older_than_s: float | None) -> tuple[list[RunState], list[RunState]]:
+def prune_plan(results_dir: Path, *, keep: int | None,
+               older_than_s: float | None) -> tuple[list[RunState], list[RunState]]:
     """(runs to remove, live runs spared): beyond the newest ``keep`` and older than ``older_than_s``
     (either bound alone, or both), never a run in progress.
 

@@ -46,7 +46,8 @@ def resolve_run(arg: str | None, results_dir: Path) -> Path:
     name = f"run-{int(arg):03d}" if arg.isdigit() else arg
     if (results_dir / name).is_dir():
         return results_dir / name
-    raise FileNotFoundError(f"{arg}: no such run directory (nor {results_dir / name}); `kernelopt runs list` shows the runs")
+    raise FileNotFoundError(f"{arg}: no such run directory (nor {results_dir / name}); `kernelopt runs "
+                            "list` shows the runs")
 
 
 def load_run(path: Path) -> dict[str, Any]:
@@ -88,7 +89,8 @@ def show(path: Path, out: Console, as_json: bool = False) -> int:
                           "notes": run["notes"]}, indent=2))
         return 0
     wl = s.get("workload", {})
-    out.print(f"[bold]{escape(path.name)}[/] · {escape(str(wl.get('name', '?')))} · status [bold]{s.get('status', '?')}[/]"
+    out.print(f"[bold]{escape(path.name)}[/] · {escape(str(wl.get('name', '?')))} · status "
+              f"[bold]{s.get('status', '?')}[/]"
               + (f" ({escape(str(s.get('stop_reason')))})" if s.get("stop_reason") else ""), highlight=False)
     if s.get("error"):
         out.print(f"[red]error:[/] {escape(str(s['error']))}", highlight=False)
@@ -102,8 +104,9 @@ def show(path: Path, out: Console, as_json: bool = False) -> int:
     elif not model:
         out.print("no model was asked", highlight=False)
     else:
-        out.print(f"model {escape(str(model.get('name')))} ({model.get('reasoning_effort')}), {tokens.get('total_tokens', 0):,} tokens"
-                  f" in {tokens.get('calls', 0)} calls" + (f", about {cost:.4f} USD" if cost is not None else ", cost unknown"), highlight=False)
+        out.print(f"model {escape(str(model.get('name')))} ({model.get('reasoning_effort')}), "
+                  f"{tokens.get('total_tokens', 0):,} tokens in {tokens.get('calls', 0)} calls"
+                  + (f", about {cost:.4f} USD" if cost is not None else ", cost unknown"), highlight=False)
     ref = (wl.get("reference") or {}).get("note")
     if ref:
         out.print(f"reference: {escape(ref)}", highlight=False)
@@ -123,7 +126,8 @@ def show(path: Path, out: Console, as_json: bool = False) -> int:
     out.print(table)
     dups = [e for e in run["history"].events if e.event == "duplicate"]
     if dups:
-        out.print(f"{len(dups)} proposal(s) repeated an earlier candidate and were not evaluated again", highlight=False)
+        out.print(f"{len(dups)} proposal(s) repeated an earlier candidate and were not evaluated again",
+                  highlight=False)
     for stop in run["history"].of(StopEvent):
         out.print(f"stopped: {escape(stop.reason)}", highlight=False)
     resumes = s.get("resumes") or []
@@ -131,7 +135,8 @@ def show(path: Path, out: Console, as_json: bool = False) -> int:
         out.print(f"resumed {len(resumes)} time(s): " + "; ".join(resume_text(r) for r in resumes), highlight=False)
     if s.get("best"):
         b = s["best"]
-        out.print(f"best: {b['label']}, score {b['score_ms']:.4g} ms" if b.get("score_ms") else f"best: {b['label']}", highlight=False)
+        out.print(f"best: {b['label']}, score {b['score_ms']:.4g} ms" if b.get("score_ms") else f"best: {b['label']}",
+                  highlight=False)
     for note in [*run["notes"], *s.get("notes", [])]:
         out.print(f"[yellow]note:[/] {escape(str(note))}", highlight=False)
     files = [p.name for p in sorted(path.iterdir())]
@@ -173,7 +178,8 @@ def list_runs(results_dir: Path, out: Console, as_json: bool = False) -> int:
         out.print(f"no runs under {escape(str(results_dir))}/ (`kernelopt optimize` makes them)", highlight=False)
         return 0
     table = Table(title=f"runs under {escape(str(results_dir))}/")
-    for col in ("run", "workload", "strategy", "status", "candidates", "best", "score ms", "vs reference", "started", "wall"):
+    for col in ("run", "workload", "strategy", "status", "candidates", "best", "score ms", "vs reference",
+                "started", "wall"):
         table.add_column(col, justify="right" if col in ("candidates", "score ms", "vs reference", "wall") else "left")
     for r in rows:
         table.add_row(

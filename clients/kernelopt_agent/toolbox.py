@@ -127,7 +127,8 @@ class Toolbox:
         env = {k: v for k, v in os.environ.items() if not k.startswith("OPENAI_")}
         workload_dirs = [str(d) for d in workloads or []]
         if workload_dirs:
-            env["KERNELOPT_WORKLOADS"] = os.pathsep.join([*workload_dirs, *filter(None, [env.get("KERNELOPT_WORKLOADS")])])
+            env["KERNELOPT_WORKLOADS"] = os.pathsep.join([*workload_dirs,
+                                                          *filter(None, [env.get("KERNELOPT_WORKLOADS")])])
         params = StdioServerParameters(command=command[0], args=args, env=env)
         run.write_json("server.json", {"command": [command[0], *args], "roots": roots, "data_roots": data_roots,
                                        "workload_dirs": workload_dirs})
@@ -184,7 +185,8 @@ class Toolbox:
             out = ToolResult(name, number, bool(result.is_error), dict(result.structured_content or {}), text,
                              time.monotonic() - start)
         except Exception as exc:  # the transport or the SDK failed: still a recorded result
-            out = ToolResult(name, number, True, {}, f"the call failed: {type(exc).__name__}: {exc}", time.monotonic() - start)
+            out = ToolResult(name, number, True, {}, f"the call failed: {type(exc).__name__}: {exc}",
+                             time.monotonic() - start)
         self.seconds += out.seconds
         self.run.write_json(f"tools/{number:04d}-{name}.json", {
             "number": number, "tool": name, "caller": caller, "arguments": arguments, "is_error": out.is_error,

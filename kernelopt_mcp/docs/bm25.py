@@ -14,7 +14,10 @@ from collections.abc import Sequence
 
 _TOKEN = re.compile(r"[a-z0-9_]+")
 _STOP = frozenset(
-    ["a", "an", "and", "are", "as", "at", "be", "by", "can", "do", "for", "from", "has", "have", "how", "i", "if", "in", "into", "is", "it", "its", "may", "more", "most", "no", "not", "of", "on", "or", "so", "such", "than", "that", "the", "their", "them", "then", "there", "these", "this", "those", "to", "use", "used", "uses", "using", "was", "were", "what", "when", "where", "which", "while", "with", "within", "without", "you", "your"]
+    ["a", "an", "and", "are", "as", "at", "be", "by", "can", "do", "for", "from", "has", "have", "how", "i", "if", "in",
+     "into", "is", "it", "its", "may", "more", "most", "no", "not", "of", "on", "or", "so", "such", "than", "that",
+     "the", "their", "them", "then", "there", "these", "this", "those", "to", "use", "used", "uses", "using", "was",
+     "were", "what", "when", "where", "which", "while", "with", "within", "without", "you", "your"]
 )
 
 

@@ -88,7 +88,8 @@ class PageStatus:
 
 _SPACE = re.compile(r"\s+")
 _CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f]")
-_DROP = ["script", "style", "noscript", "nav", "header", "footer", "form", "button", "svg", "template", "iframe", "object"]
+_DROP = ["script", "style", "noscript", "nav", "header", "footer", "form", "button", "svg", "template",
+         "iframe", "object"]
 
 
 def _clean(text: str) -> str:
@@ -239,7 +240,8 @@ def load_pages(
                 reason = f"{type(exc).__name__}: {exc}"[:300]
                 if _is_connection_error(exc):
                     unreachable = reason
-                statuses.append(PageStatus(url, page.guide, "stale" if cached else "missing", len(cached.sections) if cached else 0, reason))
+                statuses.append(PageStatus(url, page.guide, "stale" if cached else "missing",
+                                           len(cached.sections) if cached else 0, reason))
                 if cached:
                     loaded.append(cached)
     finally:

@@ -50,7 +50,8 @@ class DocsSearchResult(BaseModel):
     arch: str | None = Field(None, description="the architecture ranked first among equals")
     passages: list[DocPassage] = Field(default_factory=list)
     live_status: str = Field(description="ok | partial | unreachable | offline: how the live NVIDIA docs were obtained")
-    live_pages: list[dict[str, object]] = Field(default_factory=list, description="per page: url, guide, status, sections")
+    live_pages: list[dict[str, object]] = Field(default_factory=list,
+                                                description="per page: url, guide, status, sections")
     message: str = ""
 
     def text(self) -> str:
@@ -58,7 +59,8 @@ class DocsSearchResult(BaseModel):
         if self.message:
             lines.append(self.message)
         if not self.passages:
-            lines.append("no matching passages; try other words (e.g. 'bank conflicts', 'coalescing', 'occupancy registers')")
+            lines.append("no matching passages; try other words (e.g. 'bank conflicts', 'coalescing', "
+                         "'occupancy registers')")
         for i, p in enumerate(self.passages, 1):
             where = "kernelopt notes" if p.source == "offline" else (p.guide or "NVIDIA docs")
             archs = f", {'/'.join(p.archs)}" if p.archs else ""
@@ -198,7 +200,8 @@ def search_docs(
     live_status, message = _describe(statuses, offline)
     return DocsSearchResult(
         query=query, arch=arch, passages=passages, live_status=live_status, message=message,
-        live_pages=[{"url": s.url, "guide": s.guide, "status": s.status, "sections": s.sections, **({"error": s.error} if s.error else {})} for s in statuses],
+        live_pages=[{"url": s.url, "guide": s.guide, "status": s.status, "sections": s.sections,
+                     **({"error": s.error} if s.error else {})} for s in statuses],
     )
 
 

@@ -58,7 +58,8 @@ def build(
         return Built(compiled, None, compiled.summary())
     configs = [c for c in (candidate.launch.default, *candidate.launch.cases.values()) if c is not None]
     maps = frozenset(len(c.tensor_maps) for c in configs) or frozenset({0})
-    problem = (arch_problem(compiled.arch, device_arch) if device_arch is not None else None) or check_entry(workload, compiled, maps)
+    problem = ((arch_problem(compiled.arch, device_arch) if device_arch is not None else None)
+               or check_entry(workload, compiled, maps))
     if problem:
         return Built(compiled, None, problem)
     key = hashlib.sha256(json.dumps([compiled.source_hash, compiled.options, compiled.arch]).encode())

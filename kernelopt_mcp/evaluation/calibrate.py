@@ -197,7 +197,8 @@ def calibrate(
     after = probe_device_clocks(device)[0]
     cal = Calibration(
         device_name=device.name, device_uuid=device.uuid, pci_bus_id=device.pci_bus_id,
-        driver_version=device.driver_version, display_driver=sample.driver_version if (sample := after or clocks) else None,
+        driver_version=device.driver_version,
+        display_driver=sample.driver_version if (sample := after or clocks) else None,
         arch=device.arch, measured_at=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         copy_buffer_bytes=copy_bytes, copy_bytes_per_s=2 * copy_bytes / (copy_timing.median_ms * 1e-3),
         copy_timing=copy_timing, fma_flops_per_launch=fma_flops,

@@ -140,7 +140,8 @@ class EvaluateOptions:
         if self.stop == "precision" and self.first_round < self.iterations:
             timing.iterations = self.first_round
             timing.adaptive = AdaptiveRequest(
-                target_rse=self.adaptive_rse or PRECISION_RSE, max_ms=self.adaptive_max_ms, max_iterations=self.iterations,
+                target_rse=self.adaptive_rse or PRECISION_RSE, max_ms=self.adaptive_max_ms,
+                max_iterations=self.iterations,
             )
         elif self.adaptive_rse is not None and self.stop == "count":
             timing.adaptive = AdaptiveRequest(target_rse=self.adaptive_rse, max_ms=self.adaptive_max_ms)

@@ -173,7 +173,8 @@ def _prepare(s: Session, time_reference: bool, oracle_on_all_cases: bool) -> Pre
     ]
     # the cases whose expected outputs only the CUDA reference makes: their inputs need no host
     # copy, and their expected values are stored as the reference wrote them (no float64 copy)
-    reference_only = frozenset(c.name for c in perf) - {c.name for c in oracle_cases} if wl.reference_cu else frozenset()
+    reference_only = (frozenset(c.name for c in perf) - {c.name for c in oracle_cases} if wl.reference_cu
+                      else frozenset())
     device_cases: frozenset[str] = frozenset()
     if s.uses("input_draw"):
         # PyTorch as the reference draws every input again in its own process: all on the device
@@ -311,8 +312,8 @@ def _torch_check_plans(
 
     o = s.options
     timing = o.timing_request(s.features)
-    if ("checked_expected" not in s.features or not s.uses("expected_dtype") or not s.uses("fresh_inputs") or not s.uses("timed_check")
-            or s.fresh_subset(o) is not None or (timing.mode or "events") != "events"):
+    if ("checked_expected" not in s.features or not s.uses("expected_dtype") or not s.uses("fresh_inputs")
+            or not s.uses("timed_check") or s.fresh_subset(o) is not None or (timing.mode or "events") != "events"):
         return {}
     wl = s.workload
     imported = wl.spec.imported
@@ -338,8 +339,8 @@ def _torch_check_plans(
                 }
                 job.request["buffers"][name].pop("file", None)
             jobs.append(job)
-            entry = CheckedExpected(sample=sample, launch="confirm" if sample is None else None, draw=draw, buffer=out.name,
-                                    expected=str(job.path.resolve()))
+            entry = CheckedExpected(sample=sample, launch="confirm" if sample is None else None, draw=draw,
+                                    buffer=out.name, expected=str(job.path.resolve()))
             if sample is None:
                 confirm = entry
             else:
@@ -366,7 +367,8 @@ def _oracle(s: Session, data: DataSet, cases: list[Case]) -> dict[str, dict[str,
     for i, case in enumerate(cases):
         s.progress(f"NumPy oracle on {case.name}", i, len(cases))
         ci = data.inputs[case.name]
-        out[case.name] = run_oracle(s.workload, case.name, ci.arrays, ci.shapes, limits=OracleLimits.following(s.compile_limits))
+        out[case.name] = run_oracle(s.workload, case.name, ci.arrays, ci.shapes,
+                                    limits=OracleLimits.following(s.compile_limits))
     return out
 
 
@@ -427,7 +429,8 @@ def _run_reference(
     if result.ok and timed is not None:
         timed_kept: dict[str, dict[str, np.ndarray]] = {}
         cases = [c for c in wl.spec.cases if c.name in timed.inputs]
-        again = run_candidate(running, ref, s.options, benchmark=False, keep=timed_kept, check=False, data=timed, cases=cases)
+        again = run_candidate(running, ref, s.options, benchmark=False, keep=timed_kept, check=False,
+                              data=timed, cases=cases)
         if again.phases is not None:
             ms["reference_hidden_set"] = again.phases.total_ms
         if not again.ok:

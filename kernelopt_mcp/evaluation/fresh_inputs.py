@@ -261,9 +261,9 @@ def fresh_checks(workload: Workload, cases: list[Case], *, redraw: bool, referen
         count, iterations = subset
         lines.append(
             f"fresh device-drawn inputs before a hidden {min(count, iterations)} of the {iterations} measured launches"
-            f"{' of each round' if later_rounds else ''} and the first warm-up (buffers {', '.join(drawn)}); the others reuse the last draw, and launches on new "
-            f"inputs slower than those on inputs seen before (over {SPLIT_MIN_FRACTION:.0%}, beyond both medians' "
-            "99.99% intervals) are inconsistent_timing"
+            f"{' of each round' if later_rounds else ''} and the first warm-up (buffers {', '.join(drawn)}); the "
+            "others reuse the last draw, and launches on new inputs slower than those on inputs seen before (over "
+            f"{SPLIT_MIN_FRACTION:.0%}, beyond both medians' 99.99% intervals) are inconsistent_timing"
         )
     elif redraw and drawn:
         lines.append(f"fresh device-drawn inputs for every timed launch (buffers {', '.join(drawn)})")
@@ -277,14 +277,16 @@ def fresh_checks(workload: Workload, cases: list[Case], *, redraw: bool, referen
     if cases and checked > 0 and reference:
         lines.append(
             f"outputs of {checked} hidden timed launches per case"
-            + (f" in the first round, and {later_round_checks(checked)} in each later round the precision rule asks for,"
+            + (f" in the first round, and {later_round_checks(checked)} in each later round the "
+               "precision rule asks for,"
                if later_rounds else "")
             + f" checked against {reference_name} on their inputs"
         )
     elif cases and oracle_checked > 0:
         lines.append(
-            f"outputs of {oracle_checked} hidden timed launch(es) per case{' (and one in each later round)' if later_rounds else ''} "
-            "checked against the NumPy oracle on their inputs (no CUDA reference)"
+            f"outputs of {oracle_checked} hidden timed launch(es) per "
+            f"case{' (and one in each later round)' if later_rounds else ''} checked against the NumPy oracle on their "
+            "inputs (no CUDA reference)"
         )
     elif cases and checked > 0:
         lines.append(
@@ -293,7 +295,8 @@ def fresh_checks(workload: Workload, cases: list[Case], *, redraw: bool, referen
         )
     if consistency and cases:
         if drawn:
-            lines.append("fresh-input timing consistency (two launches on unseen inputs vs the timed median, events mode)")
+            lines.append("fresh-input timing consistency (two launches on unseen inputs vs the timed "
+                         "median, events mode)")
         else:
             lines.append("fresh-input timing consistency: not possible (no input can be redrawn for the second launch)")
     return lines

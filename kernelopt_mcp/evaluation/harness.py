@@ -58,7 +58,8 @@ class RequestSender(Protocol):
     def binary(self) -> Path | None: ...
 
     def request(
-        self, payload: HarnessRequest | Mapping[str, Any], timeout_s: float, case_timeouts: Sequence[float] | None = None,
+        self, payload: HarnessRequest | Mapping[str, Any], timeout_s: float,
+        case_timeouts: Sequence[float] | None = None,
     ) -> HarnessReply: ...
 
 
@@ -228,7 +229,8 @@ class HarnessProcess:
         return proc
 
     def request(
-        self, payload: HarnessRequest | Mapping[str, Any], timeout_s: float, case_timeouts: Sequence[float] | None = None,
+        self, payload: HarnessRequest | Mapping[str, Any], timeout_s: float,
+        case_timeouts: Sequence[float] | None = None,
     ) -> HarnessReply:
         """Send one request (typed, or a JSON object as is) and wait at most ``timeout_s`` for
         its answer.
@@ -426,7 +428,8 @@ def raise_for_request_error(answer: AnswerEnvelope | None, exit_code: int | None
             "(check `nvidia-smi`)"
         )
     if kind == "expected_missing":
-        raise ExpectedMissing(f"the harness no longer holds expected values: {message}", list(error.missing) if error else [])
+        raise ExpectedMissing(f"the harness no longer holds expected values: {message}",
+                              list(error.missing) if error else [])
     if exit_code == ExitCode.BAD_REQUEST or kind == "bad_request":
         raise HarnessError(f"the harness refused the request: {message}")
     if exit_code == ExitCode.IO_ERROR or kind == "io_error":

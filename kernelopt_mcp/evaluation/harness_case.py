@@ -193,7 +193,8 @@ def _buffer_arg(
                 raise HarnessError(f"case {job.case.name!r}: no expected values of {p.name!r} to take tolerances from")
             arg.dtype = p.dtype.value
             arg.compare = _thresholds(tolerances, workload.spec.tolerance_for(p.name).rtol)
-        if job.checked_expected and p.dtype.value != "float64" and any(e.buffer == p.name for e in job.checked_expected):
+        if (job.checked_expected and p.dtype.value != "float64"
+                and any(e.buffer == p.name for e in job.checked_expected)):
             arg.expected_dtype = p.dtype.value  # PyTorch wrote them in the output's own dtype
     if p.role == "out":
         arg.init = p.init
@@ -261,7 +262,8 @@ def interpret(
     cr.modified_inputs = [_raw(m) for m in ca.modified_inputs]
     if _harness_status(cr, ca.status, reply):
         if cr.status is Status.out_of_bounds_write and cr.guard_violations:
-            cr.message = (cr.message or "") + store_tail_hint(job.launch, workload, cr.guard_violations[0].get("buffer", ""))
+            cr.message = ((cr.message or "")
+                          + store_tail_hint(job.launch, workload, cr.guard_violations[0].get("buffer", "")))
         return cr, None
     if reply.exit_code not in (None, ExitCode.OK):
         raise HarnessError(f"the harness reported ok but exited with code {reply.exit_code}")
@@ -276,7 +278,8 @@ def interpret(
         cr.timing = from_answer(t)
         cr.fresh_inputs = list(t.fresh_buffers)
         cr.confirm_launch_ms = t.confirm_launch_ms
-        _check_reference(cr, ca.timed_checks, len(t.times_ms), "PyTorch" if job.checked_expected else "the CUDA reference")
+        _check_reference(cr, ca.timed_checks, len(t.times_ms),
+                         "PyTorch" if job.checked_expected else "the CUDA reference")
         if cr.status is Status.ok and ca.timed_dumps:
             _check_dumps(cr, job, workload, ca.timed_dumps, len(t.times_ms))
         if cr.status is Status.ok and job.timed is not None:
@@ -313,7 +316,8 @@ def _harness_status(cr: CaseResult, status: str | None, reply: HarnessReply) -> 
         cr.status = Status.out_of_bounds_write
         v = cr.guard_violations[0] if cr.guard_violations else {}
         cr.message = (
-            f"wrote outside buffer {v.get('buffer')!r} ({v.get('side')} it, {v.get('bytes_changed')} guard bytes changed)"
+            f"wrote outside buffer {v.get('buffer')!r} ({v.get('side')} it, {v.get('bytes_changed')} "
+            "guard bytes changed)"
         )
     elif status == "input_modified":
         cr.status = Status.input_modified
@@ -473,7 +477,8 @@ def _check_dumps(
                 if p.name in files.get("inputs", {}) else ci.arrays[p.name]
                 for p in workload.signature.inputs
             }
-            actual = {p.name: _read_array(files["outputs"][p.name], p, ci.shapes[p.name]) for p in workload.signature.outputs}
+            actual = {p.name: _read_array(files["outputs"][p.name], p, ci.shapes[p.name])
+                      for p in workload.signature.outputs}
         finally:
             for group in files.values():
                 for path in group.values():

@@ -276,7 +276,8 @@ class _Worker:
         if "failure" in hello:
             self.kill()
             printed = str(hello.get("printed") or "")
-            raise _StartFailure(f"{self.spec.oracle}: {hello['failure']}" + _printed(printed), bool(hello.get("unconfined")))
+            raise _StartFailure(f"{self.spec.oracle}: {hello['failure']}" + _printed(printed),
+                                bool(hello.get("unconfined")))
         self.confinement = str(hello.get("confinement", ""))
         if "not restricted" in self.confinement:
             _warn_once(f"NumPy oracles run with part of their confinement missing: {self.confinement}")
@@ -311,14 +312,17 @@ class _Worker:
             raise WorkloadError(f"{self.spec.oracle}: reference() on case {case!r}: {self._death()}") from None
         except _Broken as exc:
             self.kill()
-            raise WorkloadError(f"{self.spec.oracle}: the oracle worker broke the protocol on case {case!r}: {exc}") from None
+            raise WorkloadError(f"{self.spec.oracle}: the oracle worker broke the protocol on "
+                                f"case {case!r}: {exc}") from None
         finally:
             timer.cancel()
 
-    def _receive(self, answer: dict[str, Any], outputs: Mapping[str, tuple[int, ...]], case: str) -> dict[str, np.ndarray]:
+    def _receive(self, answer: dict[str, Any], outputs: Mapping[str, tuple[int, ...]],
+                 case: str) -> dict[str, np.ndarray]:
         """The outputs the answer announces, each checked against the signature before it is read."""
         described = answer.get("outputs")
-        if not isinstance(described, list) or [d.get("name") if isinstance(d, dict) else None for d in described] != list(outputs):
+        if (not isinstance(described, list)
+                or [d.get("name") if isinstance(d, dict) else None for d in described] != list(outputs)):
             raise _Broken(f"it announced outputs {str(described)[:300]}, not {list(outputs)}")
         result: dict[str, np.ndarray] = {}
         for d in described:
@@ -328,7 +332,8 @@ class _Worker:
                 raise _Broken(f"it announced {name!r} as {str(d.get('dtype'))[:40]!r}, not a numeric dtype")
             size = int(np.prod(shape, dtype=np.int64))
             if d.get("size") != size:
-                raise _Broken(f"it announced {str(d.get('size'))[:40]} elements for {name!r}; the signature says shape {shape}")
+                raise _Broken(f"it announced {str(d.get('size'))[:40]} elements for {name!r}; "
+                              f"the signature says shape {shape}")
             array = np.empty(shape, dtype=dtype)
             if array.nbytes:
                 self._fill(_bytes_of(array))

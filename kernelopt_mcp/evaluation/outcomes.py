@@ -56,7 +56,8 @@ class CaseResult(BaseModel):
         description="input buffers drawn afresh on the device before every timed launch (the others kept their bytes)",
     )
     checked_launches: int = Field(
-        0, description="timed launches (and the confirm launch) whose outputs the CUDA reference checked on their inputs"
+        0,
+        description="timed launches (and the confirm launch) whose outputs the CUDA reference checked on their inputs"
     )
     reference_checks: list[dict[str, Any]] = Field(
         default_factory=list,
@@ -154,8 +155,8 @@ class EvaluationResult(BaseModel):
         "the score it was asked to beat (every case passed validation; score_ms is then None)"
     )
     score_bound_ms: float | None = Field(
-        None, description="with stopped_early: the least score the candidate could still have reached (>= the score "
-        "to beat)"
+        None, description="with stopped_early: the least score the candidate could still have reached "
+        "(>= the score to beat)"
     )
 
     @property

@@ -51,7 +51,8 @@ class _Answer(BaseModel):
         fields = cls.model_fields
         return {
             k: v for k, v in data.items()
-            if not (v is None and k in fields and not fields[k].is_required() and fields[k].get_default(call_default_factory=True) is not None)
+            if not (v is None and k in fields and not fields[k].is_required()
+                    and fields[k].get_default(call_default_factory=True) is not None)
         }
 
 

@@ -67,7 +67,8 @@ TENSOR_OPS_PER_SM: dict[tuple[int, int] | int, dict[str, int]] = {
 class Peaks(BaseModel):
     """Peak rates of a device; any of them may be unknown."""
 
-    calibrated_bytes_per_s: float | None = Field(None, description="measured copy bandwidth, bytes read + written per s")
+    calibrated_bytes_per_s: float | None = Field(None,
+                                                 description="measured copy bandwidth, bytes read + written per s")
     calibrated_flops_per_s: float | None = Field(None, description="measured FP32 FMA rate, 2 flops per FMA")
     theoretical_bytes_per_s: float | None = Field(None, description="DRAM bandwidth from clock and bus width")
     theoretical_flops_per_s: float | None = Field(None, description="SMs x FP32 lanes x 2 x boost clock")
@@ -96,7 +97,8 @@ class CaseRoofline(BaseModel):
     flops_per_s: float | None = None
     bandwidth_pct: float | None = Field(None, description="bytes_per_s as % of the calibrated copy bandwidth")
     flops_pct: float | None = Field(None, description="flops_per_s as % of the calibrated FP32 FMA rate")
-    tensor_pct: float | None = Field(None, description="flops_per_s as % of the dense tensor-core peak for the operands")
+    tensor_pct: float | None = Field(None,
+                                     description="flops_per_s as % of the dense tensor-core peak for the operands")
     floor_ms: float | None = Field(None, description="max(bytes / bw peak, flops / flop peak), larger peaks")
     bound: str | None = Field(None, description="'memory' or 'compute': which term sets the floor")
     of_floor: float | None = Field(None, description="median / floor (1.0 = at the roofline)")
@@ -118,7 +120,8 @@ def theoretical_fp32_flops(compute_capability: tuple[int, int], sm_count: int, c
     return float(sm_count * lanes * 2 * clock_khz * 1e3)
 
 
-def theoretical_tensor_flops(compute_capability: tuple[int, int], sm_count: int, clock_khz: int | None) -> dict[str, float]:
+def theoretical_tensor_flops(compute_capability: tuple[int, int], sm_count: int,
+                             clock_khz: int | None) -> dict[str, float]:
     """Dense tensor-core peaks by operand kind at the boost clock ({} without tensor cores)."""
     major, minor = compute_capability
     per_sm = TENSOR_OPS_PER_SM.get((major, minor)) or TENSOR_OPS_PER_SM.get(major)

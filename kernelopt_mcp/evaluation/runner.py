@@ -155,7 +155,8 @@ def _run_cases(
         elif (got := answered[i]) is not None:
             cr, outputs = got
         else:
-            raise HarnessError(f"the harness answered nothing for case {case.name!r} and no earlier case ended the process")
+            raise HarnessError(f"the harness answered nothing for case {case.name!r} and no earlier "
+                               "case ended the process")
         if keep is not None and outputs and cr.status is Status.ok:
             keep[case.name] = outputs
         results.append(cr)
@@ -189,8 +190,8 @@ def _run_cases(
             result.cases = [by_name[c.name] for c in all_cases]
             result.stopped_early = (
                 f"timing stopped after {i} of {len(perf)} performance cases: with the medians measured and the "
-                f"roofline floors of the rest, the score is at least {bound:.4g} ms, not below the {beat_ms:.4g} ms "
-                "to beat"
+                f"roofline floors of the rest, the score is at least {bound:.4g} ms, not below the "
+                f"{beat_ms:.4g} ms to beat"
             )
             result.score_bound_ms = bound
             result.message = f"all {len(results)} cases pass; {result.stopped_early}"
@@ -277,7 +278,8 @@ def _timing_job(
     return job
 
 
-def _in_rounds(rounds: list[tuple[int, int]], pick: Callable[[int, int], list[int]], first: int, later: int) -> list[int]:
+def _in_rounds(rounds: list[tuple[int, int]], pick: Callable[[int, int], list[int]], first: int,
+               later: int) -> list[int]:
     """``pick(size, count)`` hidden indices in each measuring round, as indices of the whole
     sequence: ``first`` in the first round, ``later`` in each one after it."""
     out: list[int] = []
@@ -374,7 +376,8 @@ def _batch_request(s: Session, jobs: list[CaseJob], module: Path, options: Evalu
     return single[0].model_copy(update={"cases": [r.cases[0] for r in single], "progress": True})
 
 
-def _interpret_batch(s: Session, jobs: list[CaseJob], reply: HarnessReply, timeouts: list[float]) -> list[Answered | None]:
+def _interpret_batch(s: Session, jobs: list[CaseJob], reply: HarnessReply,
+                     timeouts: list[float]) -> list[Answered | None]:
     """Each job's result from one batch reply (:func:`interpret` on the job's part of it)."""
     out: list[Answered | None] = [None] * len(jobs)
     if reply.timed_out:

@@ -238,7 +238,8 @@ class Session:
 
     def checks_timed_launches(self, options: EvaluateOptions | None = None) -> bool:
         """Whether candidates' timed launches are checked against the CUDA reference (or PyTorch)."""
-        return self.uses("timed_check", options) and (self.workload.reference_cu is not None or bool(self.record.torch_checks))
+        return self.uses("timed_check", options) and (self.workload.reference_cu is not None
+                                                      or bool(self.record.torch_checks))
 
     def oracle_checks_timed_launches(self, options: EvaluateOptions | None = None) -> bool:
         """Without a CUDA reference: whether checked launches' files go through the NumPy oracle."""
@@ -266,9 +267,11 @@ class Session:
         if any(self.uses(f, o) for f in ("fresh_inputs", "timed_check", "confirm_launch")):
             checks += fresh_checks(
                 self.workload, list(self.workload.spec.performance_cases), redraw=self.uses("fresh_inputs", o),
-                reference=self.checks_timed_launches(o), reference_name="PyTorch" if self.record.torch_checks else "the CUDA reference",
+                reference=self.checks_timed_launches(o),
+                reference_name="PyTorch" if self.record.torch_checks else "the CUDA reference",
                 checked=o.checked_launches if self.uses("timed_check", o) else 0,
-                consistency=self.uses("confirm_launch", o) and self.uses("timed_inputs", o) and o.timing_mode == "events",
+                consistency=(self.uses("confirm_launch", o) and self.uses("timed_inputs", o)
+                             and o.timing_mode == "events"),
                 oracle_checked=o.oracle_checked_launches if self.oracle_checks_timed_launches(o) else 0,
                 graph=o.timing_mode == "graph" and "graph" in self.features,
                 subset=self.fresh_subset(o) if o.timing_mode == "events" else None,
@@ -292,13 +295,13 @@ class Session:
     # --- building and launching -----------------------------------------------------------
 
     def build(self, candidate: Candidate, cases: Sequence[Case]) -> Built:
-        """``candidate`` made ready for this session's harness: compiled for its arch, the entry
-        point checked, the module written, and its launch resolved for each of ``cases`` on the
-        device (:func:`.build.build`)."""
+        """``candidate`` made ready for this session's harness: compiled for its arch, the entry point checked, the
+        module written, and its launch resolved for each of ``cases`` on the device (:func:`.build.build`)."""
         return build(
             candidate, cases, self.workload, arch=self.arch, device_arch=self.device.arch if self.device else None,
             limits=self.limits, modules=self.workdir / "modules", cache=self.compile_cache,
-            compile_limits=self.compile_limits, encodes_maps=self.harness.binary is None or TENSOR_MAPS in self.features,
+            compile_limits=self.compile_limits,
+            encodes_maps=self.harness.binary is None or TENSOR_MAPS in self.features,
         )
 
     def request(self, job: CaseJob, module: Path, options: EvaluateOptions | None = None) -> RunRequest:
@@ -317,7 +320,8 @@ class Session:
     def harness_binary(self) -> Path:
         """The harness executable (for the sanitizer and the profiler, which start their own)."""
         if self.harness.binary is None:
-            raise HarnessError("this session only writes harness requests (a frozen workload's builder): nothing to run")
+            raise HarnessError("this session only writes harness requests (a frozen workload's "
+                               "builder): nothing to run")
         return Path(self.harness.binary)
 
     def kept_keys(self, data: DataSet, case: Case) -> dict[str, str]:

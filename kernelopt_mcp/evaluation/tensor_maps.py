@@ -19,7 +19,8 @@ from ..workload import BufferParam, Case, Workload, case_shape
 from .protocol import TensorMapRequest
 
 __all__ = [
-    "FEATURE", "TENSOR_MAP_BYTES", "check_tensor_maps", "packed_strides", "reach", "store_tail_hint", "tensor_map_requests",
+    "FEATURE", "TENSOR_MAP_BYTES", "check_tensor_maps", "packed_strides", "reach", "store_tail_hint",
+    "tensor_map_requests",
 ]
 
 FEATURE = "tensor_maps"  # the harness's --version feature

@@ -26,7 +26,8 @@ describe_workload (prototype, cases, reference and starting kernel) -> write a k
 geometric mean of the performance cases' median latencies; speedup vs the CUDA reference) ->
 iterate. ncu_profile says why a kernel is slow (hardware counters and hints); docs_search finds
 CUDA optimization guidance. autotune searches the values of a kernel's tunable parameters (tile
-sizes, block sizes) once its structure is right. A failing kernel is a result with a status and details, never a server error. The
+sizes, block sizes) once its structure is right. A failing kernel is a result with a status and details, \
+never a server error. The
 prompt optimize_kernel primes this loop."""
 
 
@@ -46,7 +47,8 @@ def build_server(
     callable, and every tool is listed in full."""
     service = KerneloptService(config)
     app = KerneloptMCPServer(
-        "kernelopt", orchestrator=orchestrator, title="kernelopt: GPU kernel tools", version=__version__, instructions=INSTRUCTIONS,
+        "kernelopt", orchestrator=orchestrator, title="kernelopt: GPU kernel tools", version=__version__,
+        instructions=INSTRUCTIONS,
         log_level=log_level,  # one of --log-level's choices
         middleware=[ClientIdentity()], **token_auth({**(tokens or {}), **({TOKEN_CLIENT: token} if token else {})}),
     )

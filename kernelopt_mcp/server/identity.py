@@ -104,7 +104,8 @@ def check_tokens(tokens: Mapping[str, Any], where: str) -> dict[str, str]:
                 "without whitespace (e.g. `python3 -c 'import secrets; print(secrets.token_urlsafe(32))'`)"
             )
         if token in owner:
-            raise TokensFileError(f"{where}: {owner[token]!r} and {client!r} have the same token; give each client its own")
+            raise TokensFileError(f"{where}: {owner[token]!r} and {client!r} have the same token; "
+                                  "give each client its own")
         owner[token] = client
     return {client: str(token) for client, token in tokens.items()}
 
@@ -119,7 +120,8 @@ def client_tokens(token: str | None, tokens_file: Path | None) -> dict[str, str]
                 "(KERNELOPT_MCP_TOKEN) client; rename it or drop --token"
             )
         if token in tokens.values():
-            raise TokensFileError(f"--token (KERNELOPT_MCP_TOKEN) is also a client's token in --tokens-file {tokens_file}")
+            raise TokensFileError("--token (KERNELOPT_MCP_TOKEN) is also a client's token in --tokens-file "
+                                  f"{tokens_file}")
         tokens[TOKEN_CLIENT] = token
     return tokens
 

@@ -57,7 +57,8 @@ def summary(description: str) -> str:
 
 def compact_tool(tool: Tool) -> Tool:
     """The default listing's view of a tool (see the module docstring)."""
-    description = summary(tool.description or "") + f"\nFull manual and result schema: {DOCS_URI.format(name=tool.name)}"
+    description = (summary(tool.description or "") + "\nFull manual and result schema: "
+                   f"{DOCS_URI.format(name=tool.name)}")
     return tool.model_copy(update={
         "description": description, "input_schema": compact_input_schema(tool.input_schema), "output_schema": None,
     })
@@ -123,5 +124,5 @@ def register_manuals(app: KerneloptMCPServer) -> None:
     @app.resource("kernelopt://schema/launch", name="launch schema", title="Launch spec JSON Schema",
                   mime_type="application/schema+json")
     def launch_schema() -> str:
-        """The JSON Schema of a `launch` argument (validate, benchmark, ncu_profile), with every field's documentation."""
+        """The JSON Schema of a `launch` argument (validate, benchmark, ncu_profile), with every field's documentation."""  # noqa: E501 (the resource's description, served as written)
         return json.dumps(LaunchSpec.model_json_schema(), indent=1)

@@ -32,9 +32,11 @@ def servable_run_file(relative: Path) -> bool:
     return relative.suffix in RESOURCE_TEXT_SUFFIXES and not RUN_DATA_DIRS.intersection(relative.parts[:-1])
 
 def _workload_files(wl: Workload) -> list[str]:
-    names = ["workload.json", wl.spec.reference.cuda, wl.spec.reference.python, wl.spec.initial.source if wl.spec.initial else None]
+    names = ["workload.json", wl.spec.reference.cuda, wl.spec.reference.python,
+             wl.spec.initial.source if wl.spec.initial else None]
     names += _tunable_files(wl)
-    return list(dict.fromkeys(n for n in names if n and "/" not in n and (wl.root is not None and (wl.root / n).is_file())))
+    return list(dict.fromkeys(n for n in names
+                              if n and "/" not in n and (wl.root is not None and (wl.root / n).is_file())))
 
 
 def _tunable_files(wl: Workload) -> list[str]:
@@ -64,7 +66,8 @@ def _title(file: str) -> str:
     return {
         "workload.json": "spec (workload.json)", "reference.cu": "CUDA reference", "reference.py": "NumPy oracle",
         "initial.cu": "starting kernel", "tunable.json": "autotune spec (tunable.json)",
-    }.get(file, "tunable kernel" if file.endswith(".cu") else f"autotune spec ({file})" if file.startswith("tunable") else file)
+    }.get(file, ("tunable kernel" if file.endswith(".cu") else f"autotune spec ({file})"
+                 if file.startswith("tunable") else file))
 
 
 def register_resources(app: MCPServer, service: KerneloptService) -> None:
@@ -74,7 +77,8 @@ def register_resources(app: MCPServer, service: KerneloptService) -> None:
         except (KerneloptError, ValueError) as exc:
             raise ResourceNotFoundError(str(exc)) from None
         if file not in _workload_files(wl) or wl.root is None:
-            raise ResourceNotFoundError(f"workload {name!r} has no file {file!r}; it has {', '.join(_workload_files(wl))}")
+            raise ResourceNotFoundError(f"workload {name!r} has no file {file!r}; it has "
+                                        f"{', '.join(_workload_files(wl))}")
         return _read_resource(wl.root / file, f"{name}/{file}").decode("utf-8", errors="replace")
 
     app.resource(
@@ -100,7 +104,8 @@ def register_resources(app: MCPServer, service: KerneloptService) -> None:
                 description=f"{file} of the {name} workload (read-only)",
             ))
 
-    @app.resource("kernelopt://schema/workload", name="workload schema", title="Workload JSON Schema", mime_type="application/schema+json")
+    @app.resource("kernelopt://schema/workload", name="workload schema", title="Workload JSON Schema",
+                  mime_type="application/schema+json")
     def workload_schema() -> str:
         """The JSON Schema of workload.json (what create_workload's `spec` must follow)."""
         return json.dumps(json_schema(), indent=2)
@@ -114,7 +119,8 @@ def register_resources(app: MCPServer, service: KerneloptService) -> None:
         return json.dumps({"root": str(root), "files": files[:1000], "files_not_listed": max(0, len(files) - 1000)})
 
     @app.resource("kernelopt://runs/{+path}", name="run artifact", title="Run artifact",
-                  description="one text record of a recorded run (read-only; inputs, expected outputs and modules are not served)")
+                  description="one text record of a recorded run (read-only; inputs, expected outputs and "
+                  "modules are not served)")
     def run_file(path: str) -> str:
         root = service.config.runs_dir.resolve()
         real = (root / path).resolve()
@@ -122,8 +128,9 @@ def register_resources(app: MCPServer, service: KerneloptService) -> None:
             raise ResourceNotFoundError(f"no file {path!r} under {root}")
         if not servable_run_file(real.relative_to(root)):
             raise ResourceNotFoundError(
-                f"{path}: not served: kernelopt://runs/ serves a run's text records ({', '.join(sorted(RESOURCE_TEXT_SUFFIXES))}), "
-                f"never its data ({', '.join(sorted(RUN_DATA_DIRS))}/, .bin, .npy, .cubin)"
+                f"{path}: not served: kernelopt://runs/ serves a run's text records "
+                f"({', '.join(sorted(RESOURCE_TEXT_SUFFIXES))}), never its data ({', '.join(sorted(RUN_DATA_DIRS))}"
+                "/, .bin, .npy, .cubin)"
             )
         return _read_resource(real, path).decode("utf-8", errors="replace")
 

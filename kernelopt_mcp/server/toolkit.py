@@ -32,10 +32,12 @@ READ_ONLY = ToolAnnotations(read_only_hint=True, destructive_hint=False, idempot
 
 # --- argument types (their descriptions are part of each tool's manual) -------------------
 
-WorkloadName = Annotated[str, Field(pattern=NAME_RE.pattern, max_length=64, description="a workload name from list_workloads")]
+WorkloadName = Annotated[str, Field(pattern=NAME_RE.pattern, max_length=64,
+                                    description="a workload name from list_workloads")]
 Source = Annotated[
     str | None,
-    Field(max_length=MAX_SOURCE_BYTES, description="the kernel's CUDA C++ source (device code only); give this or `path`"),
+    Field(max_length=MAX_SOURCE_BYTES,
+          description="the kernel's CUDA C++ source (device code only); give this or `path`"),
 ]
 SourcePath = Annotated[
     str | None,
@@ -125,7 +127,8 @@ def tool(app: MCPServer, name: str, title: str, annotations: ToolAnnotations = R
     """Register a tool whose docstring, dedented, is its description (the model's manual)."""
 
     def register(fn: Any) -> Any:
-        app.add_tool(fn, name=name, title=title, description=inspect.cleandoc(fn.__doc__ or ""), annotations=annotations)
+        app.add_tool(fn, name=name, title=title, description=inspect.cleandoc(fn.__doc__ or ""),
+                     annotations=annotations)
         return fn
 
     return register

@@ -29,6 +29,28 @@ from .toolkit import (
     tool_result,
 )
 
+# Parameter descriptions too long for their line (each is part of the tool's manual).
+_NCU_PROFILE_LAUNCH = "per-case launch spec as for validate; required with source/path, default the starting kernel's"
+_NCU_PROFILE_CASE = "the case to profile; default the first performance case"
+_NCU_PROFILE_CLOCK_CONTROL = "none: the GPU's own clocks (default); base: ncu locks base clocks"
+_NCU_PROFILE_SECTION_SET = "curated (default): the sections the summary needs; full: everything, slower"
+_AUTOTUNE_TUNABLE = ('inline tunable spec: {"params": {"BM": [64, 128], ...}, "constraints": ["BM * BK <= 8192"], '
+                     '"defaults": {"BM": 64, ...}, "launch": {...}, "compile_options": []}; needs `source`')
+_AUTOTUNE_TUNABLE_PATH = "a tunable.json under the workspace or a workload directory (its `source` file beside it)"
+_AUTOTUNE_STRATEGY = "auto (default): exhaustive when every valid configuration fits budget_evals, else tpe"
+_AUTOTUNE_BUDGET_EVALS = "configurations to try at most, the untuned defaults included"
+_AUTOTUNE_BUDGET_S = "wall-clock seconds; no new configuration starts after this"
+_AUTOTUNE_WARMUP = ("untimed launches per performance case (default: the server's, "
+                    f"{LAUNCH_DEFAULTS.warmup} unless configured)")
+_AUTOTUNE_ITERATIONS = (f"timed launches per performance case (default: the server's, {LAUNCH_DEFAULTS.iterations} "
+                        "unless configured); with stop=precision the most of them")
+_AUTOTUNE_STOP = (f"precision (default unless warmup or iterations is given): {PRECISION_MIN_ITERATIONS} timed "
+                  "launches, then more until the median's relative standard error is at most "
+                  f"{100 * PRECISION_RSE:g}%, `iterations` at most; count: exactly `iterations`")
+_DOCS_SEARCH_QUERY = "a few words, e.g. 'shared memory bank conflicts'"
+_DOCS_SEARCH_ARCH = "rank passages for this GPU first (default: the server's GPU, else sm_90)"
+_DOCS_SEARCH_OFFLINE = "answer from the shipped knowledge base and cached pages only, no network"
+
 
 def register_analysis_tools(app: MCPServer, service: KerneloptService) -> None:
     @tool(
@@ -41,11 +63,12 @@ def register_analysis_tools(app: MCPServer, service: KerneloptService) -> None:
         shared: SharedRoots,
         source: Source = None,
         path: SourcePath = None,
-        launch: Annotated[LaunchSpec | None, Field(description="per-case launch spec as for validate; required with source/path, default the starting kernel's")] = None,
+        launch: Annotated[LaunchSpec | None, Field(description=_NCU_PROFILE_LAUNCH)] = None,
         compile_options: CompileOptions = None,
-        case: Annotated[str | None, Field(max_length=128, description="the case to profile; default the first performance case")] = None,
-        clock_control: Annotated[Literal["none", "base"], Field(description="none: the GPU's own clocks (default); base: ncu locks base clocks")] = "none",
-        section_set: Annotated[Literal["curated", "basic", "detailed", "full"], Field(description="curated (default): the sections the summary needs; full: everything, slower")] = "curated",
+        case: Annotated[str | None, Field(max_length=128, description=_NCU_PROFILE_CASE)] = None,
+        clock_control: Annotated[Literal["none", "base"], Field(description=_NCU_PROFILE_CLOCK_CONTROL)] = "none",
+        section_set: Annotated[Literal["curated", "basic", "detailed", "full"],
+                               Field(description=_NCU_PROFILE_SECTION_SET)] = "curated",
     ) -> Annotated[CallToolResult, ProfileSummary]:
         """Say WHY a kernel is slow: profile one launch on one case under Nsight Compute (ncu) and get
         throughput as % of peak, occupancy and its limiter, memory traffic and hit rates, warp stalls,
@@ -70,7 +93,8 @@ def register_analysis_tools(app: MCPServer, service: KerneloptService) -> None:
         harness's answer with the CUDA error), ncu timing out, no usable GPU."""
         with shared_roots(shared), callers_frozen_workloads(ctx), tool_errors():
             out = await service.analysis.profile(
-                workload, source, path, launch, compile_options, case, clock_control=clock_control, section_set=section_set,
+                workload, source, path, launch, compile_options, case, clock_control=clock_control,
+                section_set=section_set,
                 notify=notifier(ctx),
             )
         return tool_result(out, out.text())
@@ -83,16 +107,17 @@ def register_analysis_tools(app: MCPServer, service: KerneloptService) -> None:
         workload: WorkloadName,
         ctx: Context,
         shared: SharedRootsForTunable,
-        tunable: Annotated[dict[str, Any] | None, Field(description='inline tunable spec: {"params": {"BM": [64, 128], ...}, "constraints": ["BM * BK <= 8192"], "defaults": {"BM": 64, ...}, "launch": {...}, "compile_options": []}; needs `source`')] = None,
+        tunable: Annotated[dict[str, Any] | None, Field(description=_AUTOTUNE_TUNABLE)] = None,
         source: Source = None,
-        tunable_path: Annotated[str | None, Field(max_length=4096, description="a tunable.json under the workspace or a workload directory (its `source` file beside it)")] = None,
-        strategy: Annotated[Literal["auto", "exhaustive", "random", "tpe"], Field(description="auto (default): exhaustive when every valid configuration fits budget_evals, else tpe")] = "auto",
-        budget_evals: Annotated[int, Field(ge=1, le=MAX_TUNE_EVALS, description="configurations to try at most, the untuned defaults included")] = 32,
-        budget_s: Annotated[float, Field(gt=0, le=MAX_TUNE_SECONDS, description="wall-clock seconds; no new configuration starts after this")] = 900.0,
+        tunable_path: Annotated[str | None, Field(max_length=4096, description=_AUTOTUNE_TUNABLE_PATH)] = None,
+        strategy: Annotated[Literal["auto", "exhaustive", "random", "tpe"],
+                            Field(description=_AUTOTUNE_STRATEGY)] = "auto",
+        budget_evals: Annotated[int, Field(ge=1, le=MAX_TUNE_EVALS, description=_AUTOTUNE_BUDGET_EVALS)] = 32,
+        budget_s: Annotated[float, Field(gt=0, le=MAX_TUNE_SECONDS, description=_AUTOTUNE_BUDGET_S)] = 900.0,
         top: Annotated[int, Field(ge=1, le=100, description="rows of the result table to return")] = 10,
-        warmup: Annotated[int | None, Field(ge=0, le=MAX_WARMUP, description=f"untimed launches per performance case (default: the server's, {LAUNCH_DEFAULTS.warmup} unless configured)")] = None,
-        iterations: Annotated[int | None, Field(ge=1, le=MAX_ITERATIONS, description=f"timed launches per performance case (default: the server's, {LAUNCH_DEFAULTS.iterations} unless configured); with stop=precision the most of them")] = None,
-        stop: Annotated[Literal["count", "precision"] | None, Field(description=f"precision (default unless warmup or iterations is given): {PRECISION_MIN_ITERATIONS} timed launches, then more until the median's relative standard error is at most {100 * PRECISION_RSE:g}%, `iterations` at most; count: exactly `iterations`")] = None,
+        warmup: Annotated[int | None, Field(ge=0, le=MAX_WARMUP, description=_AUTOTUNE_WARMUP)] = None,
+        iterations: Annotated[int | None, Field(ge=1, le=MAX_ITERATIONS, description=_AUTOTUNE_ITERATIONS)] = None,
+        stop: Annotated[Literal["count", "precision"] | None, Field(description=_AUTOTUNE_STOP)] = None,
     ) -> Annotated[CallToolResult, AutotuneOutput]:
         """Search the best values of a kernel's tunable parameters (macros such as tile and block
         sizes) on the GPU once its structure is right: each configuration is validated and timed like
@@ -134,11 +159,11 @@ def register_analysis_tools(app: MCPServer, service: KerneloptService) -> None:
         ToolAnnotations(read_only_hint=True, destructive_hint=False, idempotent_hint=True, open_world_hint=True),
     )
     async def docs_search(
-        query: Annotated[str, Field(min_length=2, max_length=300, description="a few words, e.g. 'shared memory bank conflicts'")],
+        query: Annotated[str, Field(min_length=2, max_length=300, description=_DOCS_SEARCH_QUERY)],
         ctx: Context,
-        arch: Annotated[str | None, Field(pattern=r"^sm_\d{2,3}[a-z]?$", description="rank passages for this GPU first (default: the server's GPU, else sm_90)")] = None,
+        arch: Annotated[str | None, Field(pattern=r"^sm_\d{2,3}[a-z]?$", description=_DOCS_SEARCH_ARCH)] = None,
         limit: Annotated[int, Field(ge=1, le=20, description="passages to return")] = 6,
-        offline: Annotated[bool, Field(description="answer from the shipped knowledge base and cached pages only, no network")] = False,
+        offline: Annotated[bool, Field(description=_DOCS_SEARCH_OFFLINE)] = False,
     ) -> Annotated[CallToolResult, DocsSearchResult]:
         """Look up a CUDA optimization technique or what a profiler hint means: ranked passages from
         kernelopt's notes (`offline`) or NVIDIA's guides (`live`, cached). Milliseconds from the cache;
@@ -156,5 +181,6 @@ def register_analysis_tools(app: MCPServer, service: KerneloptService) -> None:
         it still answers from the knowledge base and any cached guides, and live_status/message say
         the live docs were unreachable (never a tool error)."""
         with tool_errors():
-            out = await service.analysis.docs_search(query, arch, limit, True if offline else None, notify=notifier(ctx))
+            out = await service.analysis.docs_search(query, arch, limit, True if offline else None,
+                                                     notify=notifier(ctx))
         return tool_result(out, out.text())

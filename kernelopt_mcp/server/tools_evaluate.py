@@ -27,6 +27,15 @@ from .toolkit import (
     tool_result,
 )
 
+# Parameter descriptions too long for their line (each is part of the tool's manual).
+_COMPILE_TOOL_ARCH = "target such as sm_90 or sm_90a; default: the server's GPU, else sm_90"
+_VALIDATE_SANITIZE = ("after a pass, also run compute-sanitizer memcheck, racecheck and initcheck on the correctness "
+                      "cases (slower: seconds to minutes)")
+_BENCHMARK_WARMUP = ("untimed launches per performance case (default: the server's, "
+                     f"{LAUNCH_DEFAULTS.warmup} unless configured)")
+_BENCHMARK_ITERATIONS = (f"timed launches per performance case (default: the server's, {LAUNCH_DEFAULTS.iterations} "
+                         "unless configured)")
+
 
 def register_evaluate_tools(app: MCPServer, service: KerneloptService) -> None:
     @tool(app, "gpu_properties", "GPU properties")
@@ -48,7 +57,7 @@ def register_evaluate_tools(app: MCPServer, service: KerneloptService) -> None:
         shared: SharedRoots,
         source: Source = None,
         path: SourcePath = None,
-        arch: Annotated[str | None, Field(pattern=r"^sm_\d{2,3}[a-z]?$", description="target such as sm_90 or sm_90a; default: the server's GPU, else sm_90")] = None,
+        arch: Annotated[str | None, Field(pattern=r"^sm_\d{2,3}[a-z]?$", description=_COMPILE_TOOL_ARCH)] = None,
         options: CompileOptions = None,
     ) -> Annotated[CallToolResult, CompileOutput]:
         """Compile CUDA C++ (device code only, `extern "C" __global__` entries) with NVRTC, no GPU: fix
@@ -80,7 +89,7 @@ def register_evaluate_tools(app: MCPServer, service: KerneloptService) -> None:
         source: Source = None,
         path: SourcePath = None,
         compile_options: CompileOptions = None,
-        sanitize: Annotated[bool, Field(description="after a pass, also run compute-sanitizer memcheck, racecheck and initcheck on the correctness cases (slower: seconds to minutes)")] = False,
+        sanitize: Annotated[bool, Field(description=_VALIDATE_SANITIZE)] = False,
     ) -> Annotated[CallToolResult, EvaluationOutput]:
         """Check a kernel against a workload on the GPU: every case, correctness and performance, must
         pass before a kernel counts. Use after compile, before benchmark. Never a tool error for a bad
@@ -127,8 +136,8 @@ def register_evaluate_tools(app: MCPServer, service: KerneloptService) -> None:
         source: Source = None,
         path: SourcePath = None,
         compile_options: CompileOptions = None,
-        warmup: Annotated[int | None, Field(ge=0, le=MAX_WARMUP, description=f"untimed launches per performance case (default: the server's, {LAUNCH_DEFAULTS.warmup} unless configured)")] = None,
-        iterations: Annotated[int | None, Field(ge=1, le=MAX_ITERATIONS, description=f"timed launches per performance case (default: the server's, {LAUNCH_DEFAULTS.iterations} unless configured)")] = None,
+        warmup: Annotated[int | None, Field(ge=0, le=MAX_WARMUP, description=_BENCHMARK_WARMUP)] = None,
+        iterations: Annotated[int | None, Field(ge=1, le=MAX_ITERATIONS, description=_BENCHMARK_ITERATIONS)] = None,
         timing_mode: Annotated[
             Literal["events", "graph"],
             Field(description="events: one CUDA event pair per launch, L2 flushed before each; graph: back-to-back "
@@ -167,10 +176,11 @@ def register_evaluate_tools(app: MCPServer, service: KerneloptService) -> None:
         If any case fails nothing is timed and the result reports the failure as validate does.
         warmup and iterations (limits and defaults in the arguments): fewer is quicker but noisier.
         Cost: validate's plus about (warmup + iterations) x (kernel time + L2 flush) per performance
-        case, usually 5-60 s. Tool errors as for validate."""
+        case, usually 5-60 s. Tool errors as for validate."""  # noqa: E501 (the tool's manual, served as written)
         with shared_roots(shared), callers_frozen_workloads(ctx), tool_errors():
             out = await service.checks.evaluate(
                 workload, source, path, launch, compile_options, benchmark=True, warmup=warmup,
-                iterations=iterations, timing_mode=timing_mode, adaptive_rse=adaptive_rse, stop=stop, notify=notifier(ctx),
+                iterations=iterations, timing_mode=timing_mode, adaptive_rse=adaptive_rse, stop=stop,
+                notify=notifier(ctx),
             )
         return tool_result(out, out.text())

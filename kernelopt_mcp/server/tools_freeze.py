@@ -21,18 +21,37 @@ from .toolkit import CompileOptions, Launch, Source, SourcePath, WorkloadName, t
 WRITES = ToolAnnotations(read_only_hint=False, destructive_hint=True, idempotent_hint=True, open_world_hint=False)
 
 
+# Parameter descriptions too long for their line (each is part of the tool's manual).
+_FREEZE_SPEC = ("a workload.json object, as for create_workload (data files only beneath the server's --data-root "
+                "directories)")
+_FREEZE_REFERENCE_CU = "CUDA source of the reference kernel"
+_FREEZE_INITIAL_CU = "CUDA source of the starting kernel (needs spec.initial.launch)"
+_FREEZE_ORACLE_PATH = ("a NumPy oracle (reference.py with reference()) under a workload directory or a --root "
+                       "directory of the server")
+_FREEZE_DIRECTORY = ("where to write (a run directory): under the workspace's runs/ (absolute, or relative to the "
+                     "workspace) or an --output-root of the server; default: a new directory under the workspace's "
+                     "runs/frozen/")
+_FREEZE_SEED = ("seed of the recorded inputs (repeat a freeze with its answer's seed to get the same inputs); "
+                "default: a fresh one")
+_FREEZE_WARMUP = ("untimed launches per performance case in replay requests (default: the server's, "
+                  f"{LAUNCH_DEFAULTS.warmup} unless configured)")
+_FREEZE_ITERATIONS = ("timed launches per performance case in replay requests (default: the server's, "
+                      f"{LAUNCH_DEFAULTS.iterations} unless configured)")
+_REPLAY_REQUESTS_INTO = "a directory under the frozen one, e.g. replay (default) or replay/reference"
+
+
 def register_freeze_tools(app: MCPServer, service: KerneloptService) -> None:
     @tool(app, "freeze_workload", "Freeze a workload's inputs and expected outputs", WRITES)
     async def freeze(
-        spec: Annotated[dict[str, Any], Field(description="a workload.json object, as for create_workload (data files only beneath the server's --data-root directories)")],
-        reference_cu: Annotated[str, Field(max_length=MAX_SOURCE_BYTES, description="CUDA source of the reference kernel")],
+        spec: Annotated[dict[str, Any], Field(description=_FREEZE_SPEC)],
+        reference_cu: Annotated[str, Field(max_length=MAX_SOURCE_BYTES, description=_FREEZE_REFERENCE_CU)],
         ctx: Context,
-        initial_cu: Annotated[str | None, Field(max_length=MAX_SOURCE_BYTES, description="CUDA source of the starting kernel (needs spec.initial.launch)")] = None,
-        oracle_path: Annotated[str | None, Field(max_length=4096, description="a NumPy oracle (reference.py with reference()) under a workload directory or a --root directory of the server")] = None,
-        directory: Annotated[str | None, Field(max_length=4096, description="where to write (a run directory): under the workspace's runs/ (absolute, or relative to the workspace) or an --output-root of the server; default: a new directory under the workspace's runs/frozen/")] = None,
-        seed: Annotated[int | None, Field(ge=0, lt=2**63, description="seed of the recorded inputs (repeat a freeze with its answer's seed to get the same inputs); default: a fresh one")] = None,
-        warmup: Annotated[int | None, Field(ge=0, le=MAX_WARMUP, description=f"untimed launches per performance case in replay requests (default: the server's, {LAUNCH_DEFAULTS.warmup} unless configured)")] = None,
-        iterations: Annotated[int | None, Field(ge=1, le=MAX_ITERATIONS, description=f"timed launches per performance case in replay requests (default: the server's, {LAUNCH_DEFAULTS.iterations} unless configured)")] = None,
+        initial_cu: Annotated[str | None, Field(max_length=MAX_SOURCE_BYTES, description=_FREEZE_INITIAL_CU)] = None,
+        oracle_path: Annotated[str | None, Field(max_length=4096, description=_FREEZE_ORACLE_PATH)] = None,
+        directory: Annotated[str | None, Field(max_length=4096, description=_FREEZE_DIRECTORY)] = None,
+        seed: Annotated[int | None, Field(ge=0, lt=2**63, description=_FREEZE_SEED)] = None,
+        warmup: Annotated[int | None, Field(ge=0, le=MAX_WARMUP, description=_FREEZE_WARMUP)] = None,
+        iterations: Annotated[int | None, Field(ge=1, le=MAX_ITERATIONS, description=_FREEZE_ITERATIONS)] = None,
     ) -> Annotated[CallToolResult, FrozenOutput]:
         """Freeze a workload for a recorded run: draw every case's inputs once from `seed` and write
         them as files (inputs/<case>/<buffer>.bin, listed with their sha256 in input_cases.json),
@@ -54,7 +73,7 @@ def register_freeze_tools(app: MCPServer, service: KerneloptService) -> None:
         server's operator named (a workload directory or --root), never one a client shares.
         Cost: drawing inputs and running the oracle, seconds to a minute for large cases; no GPU.
         Tool errors: an invalid spec (the message names the field), a directory or file outside the
-        allowed directories, the oracle failing."""
+        allowed directories, the oracle failing."""  # noqa: E501 (the tool's manual, served as written)
         with callers_frozen_workloads(ctx), tool_errors():
             out = await service.frozen.freeze(
                 spec, reference_cu, initial_cu, oracle_path=oracle_path, directory=directory, seed=seed, warmup=warmup,
@@ -71,7 +90,7 @@ def register_freeze_tools(app: MCPServer, service: KerneloptService) -> None:
         source: Source = None,
         path: SourcePath = None,
         compile_options: CompileOptions = None,
-        into: Annotated[str, Field(max_length=200, description="a directory under the frozen one, e.g. replay (default) or replay/reference")] = "replay",
+        into: Annotated[str, Field(max_length=200, description=_REPLAY_REQUESTS_INTO)] = "replay",
     ) -> Annotated[CallToolResult, ReplayOutput]:
         """Write self-contained harness requests for a kernel on a workload you froze
         (freeze_workload): one JSON file per case under <directory>/<into>/, naming the frozen input

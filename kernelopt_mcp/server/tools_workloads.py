@@ -14,6 +14,14 @@ from ..service import KerneloptService
 from .session import callers_frozen_workloads
 from .toolkit import WorkloadName, tool, tool_errors, tool_result
 
+# Parameter descriptions too long for their line (each is part of the tool's manual).
+_CREATE_WORKLOAD_REFERENCE_CU = "CUDA source of the reference kernel; it defines correct outputs"
+_CREATE_WORKLOAD_INITIAL_CU = "CUDA source of a starting kernel (needs spec.initial.launch)"
+_CREATE_WORKLOAD_TORCH_PROBLEM = ("source of a KernelBench-style PyTorch problem (class Model, get_inputs, "
+                                  "get_init_inputs) to import instead of a spec: spec is then {name} (plus initial "
+                                  "{launch} with initial_cu, tolerance 'strict' or 'kernelbench'); only where the "
+                                  "server's operator allowed it")
+
 
 def register_workload_tools(app: MCPServer, service: KerneloptService) -> None:
     @tool(app, "list_workloads", "List workloads")
@@ -48,10 +56,13 @@ def register_workload_tools(app: MCPServer, service: KerneloptService) -> None:
     )
     async def create_workload(
         spec: Annotated[dict[str, Any], Field(description="a workload.json object (see the tool description)")],
-        reference_cu: Annotated[str | None, Field(max_length=MAX_SOURCE_BYTES, description="CUDA source of the reference kernel; it defines correct outputs")] = None,
-        initial_cu: Annotated[str | None, Field(max_length=MAX_SOURCE_BYTES, description="CUDA source of a starting kernel (needs spec.initial.launch)")] = None,
+        reference_cu: Annotated[str | None, Field(max_length=MAX_SOURCE_BYTES,
+                                                  description=_CREATE_WORKLOAD_REFERENCE_CU)] = None,
+        initial_cu: Annotated[str | None, Field(max_length=MAX_SOURCE_BYTES,
+                                                description=_CREATE_WORKLOAD_INITIAL_CU)] = None,
         overwrite: Annotated[bool, Field(description="replace a workload created earlier under the same name")] = False,
-        torch_problem: Annotated[str | None, Field(max_length=MAX_SOURCE_BYTES, description="source of a KernelBench-style PyTorch problem (class Model, get_inputs, get_init_inputs) to import instead of a spec: spec is then {name} (plus initial {launch} with initial_cu, tolerance 'strict' or 'kernelbench'); only where the server's operator allowed it")] = None,
+        torch_problem: Annotated[str | None, Field(max_length=MAX_SOURCE_BYTES,
+                                                   description=_CREATE_WORKLOAD_TORCH_PROBLEM)] = None,
     ) -> Annotated[CallToolResult, CreatedWorkload]:
         """Store a new workload (a workload.json `spec`, see kernelopt://schema/workload, plus the CUDA
         reference `reference_cu`) so validate and benchmark can name it; or make one from a PyTorch

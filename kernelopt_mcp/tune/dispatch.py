@@ -58,7 +58,8 @@ class Dispatcher:
         self._index = 0
         self._running: dict[Future[EvaluationResult], tuple[_Job, Worker]] = {}
         self._retry: list[_Job] = []  # a lost worker's jobs, for the next worker free
-        self._pool = ThreadPoolExecutor(max_workers=len(workers), thread_name_prefix="tune-worker") if len(workers) > 1 else None
+        self._pool = (ThreadPoolExecutor(max_workers=len(workers), thread_name_prefix="tune-worker")
+                      if len(workers) > 1 else None)
 
     @property
     def in_flight(self) -> int:

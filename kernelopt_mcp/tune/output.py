@@ -47,13 +47,15 @@ class AutotuneOutput(BaseModel):
         if self.best_params is not None and self.best_score_ms:
             line = f"best {self.best_params}: {self.best_score_ms:.4g} ms"
             if self.speedup_vs_untuned:
-                line += f", {self.speedup_vs_untuned:.3g}x vs untuned {self.untuned_params} ({self.untuned_score_ms:.4g} ms)"
+                line += (f", {self.speedup_vs_untuned:.3g}x vs untuned {self.untuned_params} "
+                         f"({self.untuned_score_ms:.4g} ms)")
             if self.speedup_vs_reference:
                 line += f", {self.speedup_vs_reference:.3g}x vs the CUDA reference ({self.reference_score_ms:.4g} ms)"
             lines.append(line)
             lines.append(f"best launch: {self.best_launch}")
         else:
-            lines.append(f"no configuration passed every case; the untuned {self.untuned_params}: {self.untuned_status}")
+            lines.append(f"no configuration passed every case; the untuned {self.untuned_params}: "
+                         f"{self.untuned_status}")
         lines.append(
             f"ok {c.ok}, stopped early {c.stopped_early}, skipped by constraints {c.skipped_by_constraint}, "
             f"compile errors {c.compile_errors}, "

@@ -126,7 +126,8 @@ class Tunable:
             )
         for name, value in spec.defaults.items():
             if value not in spec.params[name]:
-                raise TunableError(f"{where}: defaults.{name} = {value!r} is not one of params.{name} {spec.params[name]}")
+                raise TunableError(f"{where}: defaults.{name} = {value!r} is not one of params.{name} "
+                                   f"{spec.params[name]}")
         for c in spec.constraints:
             unknown = expr.names(c) - params
             if unknown:
@@ -136,7 +137,8 @@ class Tunable:
                 )
         reason = Space(spec).violation(spec.defaults)
         if reason:
-            raise TunableError(f"{where}: the defaults {spec.defaults} break the constraint {reason}; pick defaults that satisfy every constraint")
+            raise TunableError(f"{where}: the defaults {spec.defaults} break the constraint {reason}; pick defaults "
+                               "that satisfy every constraint")
         if workload is None:
             return
         scalars = {p.name for p in workload.signature.scalars}
@@ -152,20 +154,23 @@ class Tunable:
                 unknown = expr.names(text) - known
                 if unknown:
                     raise TunableError(
-                        f"{where}: launch{'.cases.' + case_name if case_name else '.default'} uses {sorted(unknown)} in "
-                        f"{text!r}; known names are the parameters {sorted(params)}, the scalars {sorted(scalars)} and SM_COUNT"
+                        f"{where}: launch{'.cases.' + case_name if case_name else '.default'} uses {sorted(unknown)} "
+                        f"in {text!r}; known names are the parameters {sorted(params)}, the scalars {sorted(scalars)} "
+                        "and SM_COUNT"
                     )
         cases = {c.name for c in workload.spec.cases}
         bad = set(spec.launch.cases) - cases
         if bad:
-            raise TunableError(f"{where}: launch.cases names unknown cases {sorted(bad)}; the cases are {sorted(cases)}")
+            raise TunableError(f"{where}: launch.cases names unknown cases {sorted(bad)}; the cases are "
+                               f"{sorted(cases)}")
 
     def materialize(self, params: dict[str, Value]) -> tuple[str, LaunchSpec, list[str]]:
         """A plain candidate for one configuration: the source with ``#define`` lines first, the launch
         with the values substituted, and the spec's compile options (no -D needed)."""
         defines = "".join(f"#define {k} {v}\n" for k, v in params.items())
         header = f"// tunable configuration: {json.dumps(params)}\n"
-        return header + defines + self.source, substitute_launch(self.spec.launch, params), list(self.spec.compile_options)
+        return (header + defines + self.source, substitute_launch(self.spec.launch, params),
+                list(self.spec.compile_options))
 
 
 def _configs(spec: LaunchSpec) -> list[tuple[str, LaunchConfig]]:
@@ -213,7 +218,8 @@ def substitute_launch(spec: LaunchSpec, params: dict[str, Value]) -> LaunchSpec:
 
     def one(config: LaunchConfig) -> dict[str, Any]:
         out: dict[str, Any] = {
-            "grid": dims(config.grid), "block": dims(config.block), "shared_bytes": substitute(config.shared_bytes, params),
+            "grid": dims(config.grid), "block": dims(config.block),
+            "shared_bytes": substitute(config.shared_bytes, params),
         }
         if config.tensor_maps:
             out["tensor_maps"] = [

@@ -79,8 +79,10 @@ class TuneResult(BaseModel):
     counts: TuneCounts = Field(default_factory=TuneCounts)
     table: list[TrialRow] = Field(default_factory=list)
     elapsed_s: float = 0.0
-    tunable: dict[str, Any] = Field(default_factory=dict, description="the tuned spec (tunable.json form) and source hash")
-    devices: list[str] = Field(default_factory=list, description="where configurations were measured, one entry per GPU")
+    tunable: dict[str, Any] = Field(default_factory=dict,
+                                    description="the tuned spec (tunable.json form) and source hash")
+    devices: list[str] = Field(default_factory=list,
+                               description="where configurations were measured, one entry per GPU")
     evals_per_min_per_device: float | None = Field(
         None, description="configurations measured on a GPU per minute of the run, per device (cache hits not counted)"
     )
@@ -229,7 +231,8 @@ def tune(
         label = "untuned" if index == 0 else f"config-{index:04d}"
         say(f"{label} {config_key(config)}: {status}" + (f", {score:.4g} ms" if score else "")
             + (f", >= {result.score_bound_ms:.4g} ms" if result.score_bound_ms else "")
-            + (" (cached)" if done.cached else f"; {result.phases.text()}" if result.phases else ""), out.counts.tried, total)
+            + (" (cached)" if done.cached else f"; {result.phases.text()}" if result.phases else ""),
+            out.counts.tried, total)
 
     def drain() -> None:
         for done in dispatch.drain():
@@ -287,7 +290,8 @@ def _propose(
             break
         # a sampler may propose old configurations forever; the ordered strategies end by themselves
         # (and so count every configuration their order skips)
-        if chosen == "tpe" and out.valid_space_size is not None and out.counts.tried + dispatch.in_flight >= out.valid_space_size:
+        if (chosen == "tpe" and out.valid_space_size is not None
+                and out.counts.tried + dispatch.in_flight >= out.valid_space_size):
             out.stop_reason = "every configuration of the space was tried"
             break
         config = search.ask()
@@ -340,7 +344,8 @@ def summary_line(result: TuneResult) -> str:
         f"constraints, {c.compile_errors} compile errors, {c.invalid_launches} invalid launches, {c.failures} failures"
     )
     if result.devices:
-        rate = f", {result.evals_per_min_per_device:g} configurations per minute per device" if result.evals_per_min_per_device else ""
+        rate = (f", {result.evals_per_min_per_device:g} configurations per minute per device"
+                if result.evals_per_min_per_device else "")
         parts.append(f"{len(result.devices)} device(s){rate}")
     return "; ".join(parts) + f" [{result.strategy}; {result.stop_reason}]"
 

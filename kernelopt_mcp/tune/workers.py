@@ -82,7 +82,8 @@ def same_model(workers: list[Worker]) -> tuple[list[Worker], list[str]]:
         return [], []
     model = workers[0].model
     kept = [w for w in workers if w.model == model]
-    notes = [f"{w.label} ({w.model}) not used: its scores would be ranked against {model}'s" for w in workers if w.model != model]
+    notes = [f"{w.label} ({w.model}) not used: its scores would be ranked against {model}'s"
+             for w in workers if w.model != model]
     return kept, notes
 
 

@@ -131,14 +131,16 @@ def test_arch_factor() -> None:
 
 
 def test_bm25_prefers_the_focused_document() -> None:
-    docs = [tokenize(t) for t in ["bank conflicts in shared memory banks", "global memory coalescing of loads", "shared memory is fast " * 10]]
+    docs = [tokenize(t) for t in ["bank conflicts in shared memory banks", "global memory coalescing of loads",
+                                  "shared memory is fast " * 10]]
     scores = BM25(docs).scores(tokenize("shared memory bank conflicts"))
     assert scores[0] > scores[2] > scores[1] > 0  # doc 1 shares only 'memory'
     assert tokenize("Coalesced coalescing coalesce") == ["coalesc"] * 3
 
 
 def test_offline_search_answers_bank_conflicts_first(tmp_path: Path) -> None:
-    r = search_docs("shared memory bank conflicts", settings=settings_for("http://127.0.0.1:9/", tmp_path), offline=True)
+    r = search_docs("shared memory bank conflicts",
+                    settings=settings_for("http://127.0.0.1:9/", tmp_path), offline=True)
     assert [p.id for p in r.passages[:2]] == ["bank-conflicts", "bank-conflict-padding"]
     assert r.live_status == "offline" and "not contacted" in r.message
     assert all(p.source == "offline" and len(p.snippet) <= 400 for p in r.passages)
@@ -158,19 +160,23 @@ def test_arch_orders_equals(tmp_path: Path) -> None:
 
 def test_sections_are_split_with_titles_anchors_and_own_text() -> None:
     url = "https://docs.example/cuda-c-best-practices-guide/index.html"
-    sections = parse_sections((PAGES / "cuda-c-best-practices-guide" / "index.html").read_bytes(), url, "Best Practices")
+    sections = parse_sections((PAGES / "cuda-c-best-practices-guide" / "index.html").read_bytes(), url,
+                              "Best Practices")
     by_id = {s.url.split("#")[1]: s for s in sections}
     assert list(by_id) == [
-        "cuda-c-best-practices-guide", "memory-optimizations", "device-memory-spaces", "coalesced-access-to-global-memory",
+        "cuda-c-best-practices-guide", "memory-optimizations", "device-memory-spaces",
+        "coalesced-access-to-global-memory",
         "strided-accesses", "shared-memory", "shared-memory-and-memory-banks", "occupancy",
     ]
     coalesced = by_id["coalesced-access-to-global-memory"]
-    assert coalesced.title == "10.2.1. Coalesced Access to Global Memory" and coalesced.url == f"{url}#coalesced-access-to-global-memory"
+    assert (coalesced.title == "10.2.1. Coalesced Access to Global Memory"
+            and coalesced.url == f"{url}#coalesced-access-to-global-memory")
     assert "__global__ void copy" in coalesced.text and "perfectly coalesced" in coalesced.text
     # a section's text is its own: not its subsections', not navigation, scripts, styles or footers
     assert "Strided" not in by_id["device-memory-spaces"].text and "bank conflict" not in by_id["shared-memory"].text
     everything = " ".join(s.title + " " + s.text for s in sections)
-    for junk in ("SCRIPT TEXT", "ignore previous instructions", "font-family", "NVIDIA Docs Hub", "footer text", "#", "¶"):
+    for junk in ("SCRIPT TEXT", "ignore previous instructions", "font-family", "NVIDIA Docs Hub",
+                 "footer text", "#", "¶"):
         assert junk not in everything, junk
     # the heading-only section (no text of its own) is skipped
     assert "execution-configuration-optimizations" not in by_id
@@ -179,10 +185,13 @@ def test_sections_are_split_with_titles_anchors_and_own_text() -> None:
 def test_older_div_sections_and_long_sections() -> None:
     html = (PAGES / "cuda-c-programming-guide" / "index.html").read_text()
     sections = parse_sections(html, "https://x/pg/index.html", "Programming Guide")
-    assert [s.title for s in sections][1:] == ["10.22. Warp Shuffle Functions", "2.2.1. Thread Block Clusters", "10.27. Asynchronous Data Copies"]
-    long_html = "<article><section id='big'><h2>Big</h2>" + "<p>" + "A sentence about memory. " * 400 + "</p></section></article>"
+    assert [s.title for s in sections][1:] == ["10.22. Warp Shuffle Functions", "2.2.1. Thread Block Clusters",
+                                               "10.27. Asynchronous Data Copies"]
+    long_html = ("<article><section id='big'><h2>Big</h2>" + "<p>" + "A sentence about memory. " * 400
+                 + "</p></section></article>")
     parts = parse_sections(long_html, "https://x/p.html", "G")
-    assert len(parts) >= 4 and all(len(p.text) <= 2400 for p in parts) and parts[1].title == f"Big (part 2 of {len(parts)})"
+    assert (len(parts) >= 4 and all(len(p.text) <= 2400 for p in parts)
+            and parts[1].title == f"Big (part 2 of {len(parts)})")
 
 
 # --- live pages, cache, fallback ----------------------------------------------------------------
@@ -192,7 +201,8 @@ def test_live_sections_rank_with_the_knowledge_base(docs_server: DocsServer, tmp
     s = settings_for(docs_server.url, tmp_path)
     r = search_docs("mbarrier expect_tx transaction bytes", arch="sm_90", settings=s)
     assert r.live_status == "ok" and r.message == ""
-    assert r.passages[0].url == f"{docs_server.url}parallel-thread-execution/index.html#parallel-synchronization-and-communication-instructions-mbarrier"
+    assert (r.passages[0].url == f"{docs_server.url}"
+            "parallel-thread-execution/index.html#parallel-synchronization-and-communication-instructions-mbarrier")
     assert r.passages[0].source == "live" and r.passages[0].guide == "PTX ISA"
     r = search_docs("coalesced access to global memory", settings=s)
     live = [p for p in r.passages if p.source == "live"]
@@ -225,7 +235,8 @@ def test_without_network_the_cache_and_the_knowledge_base_answer(docs_server: Do
     url = docs_server.url
     search_docs("occupancy", settings=settings_for(url, tmp_path))  # fills the cache
     docs_server.stop()
-    r = search_docs("thread block clusters distributed shared memory", arch="sm_90", settings=settings_for(url, tmp_path, docs_ttl_s=0.0))
+    r = search_docs("thread block clusters distributed shared memory", arch="sm_90",
+                    settings=settings_for(url, tmp_path, docs_ttl_s=0.0))
     assert r.live_status == "unreachable" and "unreachable" in r.message and "4 cached guide(s)" in r.message
     assert {p["status"] for p in r.live_pages} == {"stale"}
     top = r.passages[:3]

@@ -47,7 +47,8 @@ def test_numbers(text: str, value: float | None) -> None:
 def test_header_units_row_and_scaled_units() -> None:
     text = (
         "==PROF== Connected to process 77\n"
-        '"ID","Kernel Name","gpu__time_duration.sum","dram__bytes_read.sum","sm__cycles_elapsed.avg.per_second","launch__grid_size"\n'
+        '"ID","Kernel Name","gpu__time_duration.sum","dram__bytes_read.sum","sm__cycles_elapsed.avg.per_second",'
+        '"launch__grid_size"\n'
         '"","","usecond","Kbyte","Ghz",""\n'
         '"0","other_kernel","1.5","2","1.5","8"\n'
         '"1","sgemm","25.5","1,000","1.98","65,536"\n'
@@ -60,7 +61,8 @@ def test_header_units_row_and_scaled_units() -> None:
     assert row["sm__cycles_elapsed.avg.per_second"].value == pytest.approx(1.98e9)
     assert row["launch__grid_size"].value == 65536
     # ncu may print the demangled signature; the entry name still finds the row
-    assert pick_kernel(parse_raw_csv(text.replace('"sgemm"', '"sgemm(const float *, int)"')), "sgemm")["launch__grid_size"].value == 65536
+    assert pick_kernel(parse_raw_csv(text.replace('"sgemm"', '"sgemm(const float *, int)"')),
+                       "sgemm")["launch__grid_size"].value == 65536
 
 
 def test_not_an_export_is_an_error() -> None:
@@ -100,7 +102,8 @@ def test_memory_bound_near_peak() -> None:
 def test_latency_bound_with_register_limited_occupancy() -> None:
     s = _summary(
         throughput=Throughput(compute_pct=15, memory_pct=20, dram_pct=18),
-        occupancy=Occupancy(achieved_pct=23, theoretical_pct=25, limiter="registers", registers_per_thread=128, waves_per_sm=3),
+        occupancy=Occupancy(achieved_pct=23, theoretical_pct=25, limiter="registers", registers_per_thread=128,
+                            waves_per_sm=3),
     )
     h = hints(s)
     assert h[0].startswith("latency-bound")
@@ -111,7 +114,8 @@ def test_conflicts_uncoalesced_and_partial_wave() -> None:
     s = _summary(
         throughput=Throughput(compute_pct=50, memory_pct=60, dram_pct=30),
         occupancy=Occupancy(achieved_pct=40, theoretical_pct=100, waves_per_sm=0.4),
-        shared_memory=SharedMemoryAccess(load_bank_conflicts=3e6, store_bank_conflicts=0, load_wavefronts=4e6, store_wavefronts=1e6, conflict_pct=60),
+        shared_memory=SharedMemoryAccess(load_bank_conflicts=3e6, store_bank_conflicts=0, load_wavefronts=4e6,
+                                         store_wavefronts=1e6, conflict_pct=60),
         global_access=GlobalAccess(load_sectors_per_request=28, load_bytes_used_per_sector_pct=14),
         memory=MemoryTraffic(l2_hit_pct=20),
     )
@@ -165,8 +169,10 @@ def test_recorded_export_parses_to_the_recorded_summary(name: str) -> None:
     # every part of the summary is filled from a real export
     assert summary.duration_ms and summary.sm_clock_ghz
     t, o, m = summary.throughput, summary.occupancy, summary.memory
-    assert None not in (t.compute_pct, t.memory_pct, t.dram_pct, o.achieved_pct, o.theoretical_pct, o.registers_per_thread)
-    assert o.block_size == 256 and set(o.block_limits) >= {"registers", "shared memory", "warps (block size)", "blocks per SM"}
+    assert None not in (t.compute_pct, t.memory_pct, t.dram_pct, o.achieved_pct, o.theoretical_pct,
+                        o.registers_per_thread)
+    assert o.block_size == 256 and set(o.block_limits) >= {"registers", "shared memory", "warps (block size)",
+                                                           "blocks per SM"}
     assert None not in (m.dram_read_bytes, m.dram_write_bytes, m.l2_bytes, m.l1_bytes, m.l2_hit_pct, m.l1_hit_pct)
     assert summary.global_access.load_sectors_per_request and summary.top_stalls and summary.warp_cycles_per_issue
     assert summary.shared_memory.load_bank_conflicts is not None and 1 <= len(summary.hints) <= 6

@@ -68,7 +68,7 @@ if proc.returncode == 0:
     open(report, "wb").write(b"stub report")
     print(f"==PROF== Disconnected from process\n==PROF== Report: {report}", flush=True)
 sys.exit(proc.returncode)
-'''
+'''  # noqa: E501
 
 # The shape of an ncu raw-page export (header, units row, one kernel); the values only feed
 # the plumbing tests here and are not measurements.
@@ -105,7 +105,8 @@ def fake_harness(tmp_path: Path) -> Path:
 @pytest.fixture
 def evaluator(tmp_path: Path, fake_harness: Path) -> Iterator[Session]:
     wl = find_workload(write_tiny_workload(tmp_path / "extra") / "tiny_add", Settings())
-    with HarnessProcess(fake_harness, 0) as proc, Session(wl, proc, device_info(fake_harness, 0), workdir=tmp_path / "work") as ev:
+    with HarnessProcess(fake_harness, 0) as proc, Session(wl, proc, device_info(fake_harness, 0),
+                                                          workdir=tmp_path / "work") as ev:
         yield ev
 
 
@@ -130,7 +131,9 @@ def test_missing_ncu_says_how_to_install_or_point_at_it(monkeypatch: pytest.Monk
         find_ncu(tmp_path / "ncu")
 
 
-def test_ncu_is_found_in_nsight_compute_directories_newest_first(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+def test_ncu_is_found_in_nsight_compute_directories_newest_first(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
     monkeypatch.setenv("PATH", str(tmp_path / "empty"))
     monkeypatch.setattr(profiler, "NCU_FALLBACKS", ())
     monkeypatch.setattr(profiler, "NCU_GLOB", str(tmp_path / "nsight-compute" / "*" / "ncu"))
@@ -142,7 +145,8 @@ def test_ncu_is_found_in_nsight_compute_directories_newest_first(monkeypatch: py
     assert find_ncu() == tmp_path / "nsight-compute" / "2025.10.1" / "ncu"
 
 
-def test_cli_profile_without_ncu_is_a_clear_error(tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+def test_cli_profile_without_ncu_is_a_clear_error(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                  monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("KERNELOPT_NCU", str(tmp_path / "missing-ncu"))
     assert main(["profile", "vector_add"]) == 2
     err = capsys.readouterr().err
@@ -152,7 +156,9 @@ def test_cli_profile_without_ncu_is_a_clear_error(tmp_path: Path, capsys: pytest
 # --- the profiled run ------------------------------------------------------------------------
 
 
-def test_profile_runs_one_launch_of_the_entry_under_ncu(evaluator: Session, stub: Path, fake_harness: Path, tmp_path: Path) -> None:
+def test_profile_runs_one_launch_of_the_entry_under_ncu(
+    evaluator: Session, stub: Path, fake_harness: Path, tmp_path: Path
+) -> None:
     out = tmp_path / "profile"
     summary = profile_case(evaluator, candidate(), None, out, ProfileOptions(ncu=stub), harness=fake_harness)
     cmd = json.loads((out / "ncu_command.json").read_text())
@@ -167,14 +173,17 @@ def test_profile_runs_one_launch_of_the_entry_under_ncu(evaluator: Session, stub
     assert calls(tmp_path)[1][:2] == ["--import", str(out / "profile.ncu-rep")]
     # the stub's CSV flows through: thousands separators, units and n/a
     assert summary.duration_ms == pytest.approx(0.002048) and summary.memory.dram_read_bytes == 49152
-    assert summary.occupancy.achieved_pct is None and summary.device == "Stub GPU" and summary.ncu_version == "2099.1.0.0"
+    assert (summary.occupancy.achieved_pct is None and summary.device == "Stub GPU"
+            and summary.ncu_version == "2099.1.0.0")
     assert summary.case == "n_4096" and summary.report_path == str((out / "profile.ncu-rep").resolve())
     assert json.loads((out / "summary.json").read_text())["kernel"] == "vector_add"
     assert (out / "raw.csv").read_text() == STUB_CSV and summary.hints
     assert any("not a benchmark" in n for n in summary.notes)
 
 
-def test_clock_control_and_section_set_are_passed_on(evaluator: Session, stub: Path, fake_harness: Path, tmp_path: Path) -> None:
+def test_clock_control_and_section_set_are_passed_on(
+    evaluator: Session, stub: Path, fake_harness: Path, tmp_path: Path
+) -> None:
     out = tmp_path / "p"
     options = ProfileOptions(ncu=stub, clock_control="base", section_set="full")
     summary = profile_case(evaluator, candidate(), "odd_1001", out, options, harness=fake_harness)
@@ -182,12 +191,15 @@ def test_clock_control_and_section_set_are_passed_on(evaluator: Session, stub: P
     assert cmd[cmd.index("--clock-control") + 1] == "base" and cmd[cmd.index("--set") + 1] == "full"
     assert "--section" not in cmd and summary.case == "odd_1001" and summary.clock_control == "base"
     with pytest.raises(ValueError, match="clock_control"):
-        profile_case(evaluator, candidate(), None, out, ProfileOptions(ncu=stub, clock_control="max"), harness=fake_harness)
+        profile_case(evaluator, candidate(), None, out, ProfileOptions(ncu=stub, clock_control="max"),
+                     harness=fake_harness)
     with pytest.raises(ValueError, match="no case 'nope'"):
         profile_case(evaluator, candidate(), "nope", out, ProfileOptions(ncu=stub), harness=fake_harness)
 
 
-def test_counters_not_permitted_says_what_to_change(evaluator: Session, stub: Path, fake_harness: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_counters_not_permitted_says_what_to_change(
+    evaluator: Session, stub: Path, fake_harness: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setenv("KO_STUB_NCU", "perm")
     with pytest.raises(CountersNotPermitted) as info:
         profile_case(evaluator, candidate(), None, tmp_path / "p", ProfileOptions(ncu=stub), harness=fake_harness)
@@ -196,30 +208,40 @@ def test_counters_not_permitted_says_what_to_change(evaluator: Session, stub: Pa
     assert "options nvidia NVreg_RestrictProfilingToAdminUsers=0" in message
 
 
-def test_a_kernel_that_faults_under_the_profiler_is_reported_with_its_cuda_error(evaluator: Session, stub: Path, fake_harness: Path, tmp_path: Path) -> None:
+def test_a_kernel_that_faults_under_the_profiler_is_reported_with_its_cuda_error(
+    evaluator: Session, stub: Path, fake_harness: Path, tmp_path: Path
+) -> None:
     with pytest.raises(ProfiledKernelFailed) as info:
-        profile_case(evaluator, candidate("CRASH"), None, tmp_path / "p", ProfileOptions(ncu=stub), harness=fake_harness)
+        profile_case(evaluator, candidate("CRASH"), None, tmp_path / "p", ProfileOptions(ncu=stub),
+                     harness=fake_harness)
     message = str(info.value)
     assert "runtime_error" in message and "CUDA_ERROR_ILLEGAL_ADDRESS" in message and "validate" in message
 
 
-def test_a_kernel_that_does_not_compile_is_reported_before_ncu_runs(evaluator: Session, stub: Path, fake_harness: Path, tmp_path: Path) -> None:
-    bad = Candidate('extern "C" __global__ void vector_add(const float* a) { oops; }', LaunchSpec.model_validate(ADD_LAUNCH), [], "bad")
+def test_a_kernel_that_does_not_compile_is_reported_before_ncu_runs(
+    evaluator: Session, stub: Path, fake_harness: Path, tmp_path: Path
+) -> None:
+    bad = Candidate('extern "C" __global__ void vector_add(const float* a) { oops; }',
+                    LaunchSpec.model_validate(ADD_LAUNCH), [], "bad")
     with pytest.raises(ProfiledKernelFailed, match="cannot be profiled"):
         profile_case(evaluator, bad, None, tmp_path / "p", ProfileOptions(ncu=stub), harness=fake_harness)
     assert not (tmp_path / "stub_calls.jsonl").exists()
 
 
-def test_ncu_that_never_finishes_is_killed_at_the_deadline(evaluator: Session, stub: Path, fake_harness: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_ncu_that_never_finishes_is_killed_at_the_deadline(
+    evaluator: Session, stub: Path, fake_harness: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setenv("KO_STUB_NCU", "hang")
     prepare(evaluator, time_reference=False)
     start = time.monotonic()
     with pytest.raises(ProfilerTimeout, match="did not finish within 1 s"):
-        profile_case(evaluator, candidate(), None, tmp_path / "p", ProfileOptions(ncu=stub, timeout_s=1), harness=fake_harness)
+        profile_case(evaluator, candidate(), None, tmp_path / "p", ProfileOptions(ncu=stub, timeout_s=1),
+                     harness=fake_harness)
     assert time.monotonic() - start < 15
 
 
-def test_cancelling_kills_ncu(evaluator: Session, stub: Path, fake_harness: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_cancelling_kills_ncu(evaluator: Session, stub: Path, fake_harness: Path, tmp_path: Path,
+                              monkeypatch: pytest.MonkeyPatch) -> None:
     from kernelopt_mcp.errors import HarnessCancelled
 
     monkeypatch.setenv("KO_STUB_NCU", "hang")
@@ -231,7 +253,9 @@ def test_cancelling_kills_ncu(evaluator: Session, stub: Path, fake_harness: Path
         )
 
 
-def test_an_ncu_that_refuses_an_extra_metric_is_retried_with_sections_only(evaluator: Session, stub: Path, fake_harness: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_an_ncu_that_refuses_an_extra_metric_is_retried_with_sections_only(
+    evaluator: Session, stub: Path, fake_harness: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setenv("KO_STUB_NCU", "badmetric")
     summary = profile_case(evaluator, candidate(), None, tmp_path / "p", ProfileOptions(ncu=stub), harness=fake_harness)
     profiled = [c for c in calls(tmp_path) if "run" in c]
@@ -239,7 +263,8 @@ def test_an_ncu_that_refuses_an_extra_metric_is_retried_with_sections_only(evalu
     assert any("refused" in n for n in summary.notes)
 
 
-def test_cli_profile_prints_the_summary(tmp_path: Path, stub: Path, fake_harness: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+def test_cli_profile_prints_the_summary(tmp_path: Path, stub: Path, fake_harness: Path,
+                                        capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
     extra = write_tiny_workload(tmp_path / "extra")
     monkeypatch.setenv("KERNELOPT_WORKLOADS", str(extra))
     monkeypatch.setenv("KERNELOPT_NCU", str(stub))

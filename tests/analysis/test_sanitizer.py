@@ -159,7 +159,8 @@ def test_run_tool_kills_a_hanging_sanitizer(tmp_path: Path, monkeypatch: pytest.
     assert report.timed_out and not report.passed and "did not finish within 1 s" in report.message
 
 
-def test_cli_evaluate_sanitize(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+def test_cli_evaluate_sanitize(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                               capsys: pytest.CaptureFixture[str]) -> None:
     """`kernelopt evaluate --sanitize` on the pretend GPU: a passing kernel with a memcheck
     report becomes sanitizer_error (exit 1); a clean report keeps ok (exit 0)."""
     from fakegpu import kernel, write_harness, write_tiny_workload

@@ -93,7 +93,8 @@ def test_baseline_checks_outputs(run: ModuleType, bench) -> None:
 def test_throughput_section(run: ModuleType, bench) -> None:
     sec = run.throughput(bench, workloads=("tiny_add",), n=2)
     modes = ("distinct (compile each)", "distinct, next compiles ahead", "same candidate (warm)")
-    assert [(r["stop"], r["mode"]) for r in sec.rows] == [(stop, mode) for stop in ("count", "precision") for mode in modes]
+    assert [(r["stop"], r["mode"]) for r in sec.rows] == [(stop, mode) for stop in ("count", "precision")
+                                                          for mode in modes]
     # while the GPU works on one candidate the next compiles: all but the first began ahead
     assert [r["compiled ahead"] for r in sec.rows] == ["-", 1, "-"] * 2
     assert all(r["per minute"] > 0 and 0 < r["kernel share"] < 1 for r in sec.rows)
@@ -111,8 +112,11 @@ def test_repeatability_section(run: ModuleType, bench) -> None:
     assert "CV <= 1%" in check_rendering(run, sec)
 
 
-def test_checks_section_measures_the_new_checks_on_and_off(run: ModuleType, bench, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("KO_FAKE_FEATURES", "blocking,timed_inputs,fresh_inputs,timed_check,confirm_launch,fresh_launches")
+def test_checks_section_measures_the_new_checks_on_and_off(
+    run: ModuleType, bench, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("KO_FAKE_FEATURES",
+                       "blocking,timed_inputs,fresh_inputs,timed_check,confirm_launch,fresh_launches")
     sec = run.checks(bench, workloads=("tiny_add",), trials=2)
     assert [(r["workload"], r["mode"]) for r in sec.rows] == [("tiny_add", m) for m in ("off", "on", "subset")]
     off, on, subset = sec.rows
@@ -146,10 +150,14 @@ def test_main_json(run: ModuleType, bench, tmp_path: Path, monkeypatch: pytest.M
     assert "nvidia-ml-py" in data["meta"]["clocks_before"] and "H200" in data["meta"]["device"]
 
 
-def test_record_timings_writes_fixtures_the_stats_tests_load(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_record_timings_writes_fixtures_the_stats_tests_load(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     module = load_bench_script("record_timings.py")
-    settings = Settings(harness=write_harness(tmp_path, "fake"), workload_dirs=(write_tiny_workload(tmp_path / "extra"),))
-    vectors = (("fake_4096", "tiny_add", "n_4096", None, True), ("fake_2048_noflush", "tiny_add", "n_4096", {"n": 2048}, False))
+    settings = Settings(harness=write_harness(tmp_path, "fake"),
+                        workload_dirs=(write_tiny_workload(tmp_path / "extra"),))
+    vectors = (("fake_4096", "tiny_add", "n_4096", None, True),
+               ("fake_2048_noflush", "tiny_add", "n_4096", {"n": 2048}, False))
     written = module.record(settings, tmp_path / "out", vectors, iterations=30, warmup=2)
     assert [p.name for p in written] == ["fake_4096.json", "fake_2048_noflush.json"]
     from kernelopt_mcp.evaluation.stats import summarize
@@ -185,7 +193,8 @@ def test_tuning_section_runs_one_search_three_ways(run: ModuleType, bench, tmp_p
 
 
 def test_preparation_section_prepares_three_ways(run: ModuleType, bench, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("KO_FAKE_FEATURES", "blocking,device_compare,timed_inputs,input_draw,expected_dtype,input_cache,device_expected")
+    monkeypatch.setenv("KO_FAKE_FEATURES",
+                       "blocking,device_compare,timed_inputs,input_draw,expected_dtype,input_cache,device_expected")
     sec = run.preparation(bench, workloads=("tiny_add",))
     [row] = sec.rows
     assert row["workload"] == "tiny_add" and all(row[column] > 0 for column, _, _ in run.PREPARATION_WAYS)
@@ -194,7 +203,8 @@ def test_preparation_section_prepares_three_ways(run: ModuleType, bench, monkeyp
     assert "prepared once in" in where and "inputs" in where
     # the defaults drew the performance case on the device and kept its expected values there;
     # the second way drew it and wrote them to a file; the third made everything on the host
-    dirs = {(i, e): bench.workdir / f"prepare-tiny_add-{i}-{e}" for i, e in ((True, True), (True, False), (False, False))}
+    dirs = {(i, e): bench.workdir / f"prepare-tiny_add-{i}-{e}"
+            for i, e in ((True, True), (True, False), (False, False))}
     assert not list((dirs[True, True] / "inputs" / "n_4096").glob("*.bin"))
     assert not list((dirs[True, True] / "expected").rglob("n_4096/*"))
     assert not list((dirs[True, False] / "inputs" / "n_4096").glob("*.bin"))

@@ -55,7 +55,9 @@ def test_a_tuned_entry_is_put_beside_the_copy_rate(vendor: ModuleType, bench, mo
     json.dumps(sec.as_json(), default=str)
 
 
-def test_a_vendor_that_cannot_run_is_named_and_not_judged(vendor: ModuleType, bench, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_vendor_that_cannot_run_is_named_and_not_judged(
+    vendor: ModuleType, bench, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setitem(sys.modules, "torch", None)  # as on a machine without torch
     monkeypatch.setattr(vendor, "ENTRIES", {"tiny": vendor.Entry("tiny_add", None, "torch", 1.0)})
     sec = vendor.vendor(bench, ["tiny"], budget=1)
@@ -75,7 +77,9 @@ def test_main_refuses_a_budget_below_one_and_says_when_there_is_no_gpu(
     assert "error: no usable CUDA device" in capsys.readouterr().err
 
 
-def test_a_given_configuration_is_evaluated_instead_of_tuned(vendor: ModuleType, bench, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_given_configuration_is_evaluated_instead_of_tuned(
+    vendor: ModuleType, bench, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setattr(vendor, "ENTRIES", {"tiny": vendor.Entry("tiny_add", "tunable.json", "copy", 0.5)})
     sec = vendor.vendor(bench, ["tiny"], budget=40, configs={"tiny": {"BLOCK": 64}})
     assert any(n.startswith("tiny: tunable.json {'BLOCK': 64} (given)") for n in sec.notes), sec.notes
@@ -111,7 +115,8 @@ def test_a_row_under_its_target_is_profiled_in_the_same_session(
     ncu.write_text(f"#!/bin/sh\nexec {sys.executable} {script} \"$@\"\n")
     ncu.chmod(0o755)
     (tmp_path / "stub.csv").write_text(STUB_CSV)
-    for key, value in (("KO_STUB_CSV", tmp_path / "stub.csv"), ("KO_STUB_LOG", tmp_path / "calls.jsonl"), ("KO_STUB_NCU", "ok")):
+    for key, value in (("KO_STUB_CSV", tmp_path / "stub.csv"), ("KO_STUB_LOG", tmp_path / "calls.jsonl"),
+                       ("KO_STUB_NCU", "ok")):
         monkeypatch.setenv(key, str(value))
     bench = replace(bench, settings=replace(bench.settings, ncu=ncu))
     # a second performance case: both miss the target, only the one furthest from it is profiled
@@ -153,4 +158,5 @@ def test_profile_line_names_speed_of_light_occupancy_stalls_and_the_first_hint(v
     assert vendor.profile_line(summary) == (
         "speed of light compute 71%, memory 55%, DRAM 20%; occupancy 12% (of 12%, limited by shared memory); "
         "stalls barrier 41%, long_scoreboard 20%, wait 1.0 cycles; hint: warps mostly wait at barriers")
-    assert vendor.profile_line(ProfileSummary(workload="w", candidate="c", case="x", kernel="k")) == "no figures in the report"
+    assert (vendor.profile_line(ProfileSummary(workload="w", candidate="c", case="x", kernel="k"))
+            == "no figures in the report")

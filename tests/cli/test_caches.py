@@ -19,15 +19,19 @@ from kernelopt_mcp.tune.cache import TuneCache
 REPO = Path(__file__).resolve().parents[2]
 
 
-def test_the_cache_location_is_kernelopt_cache_else_xdg_else_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_cache_location_is_kernelopt_cache_else_xdg_else_home(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setenv("HOME", str(tmp_path / "home"))
     assert Settings.from_env({}).cache_root() == tmp_path / "home" / ".cache" / "kernelopt"
     assert Settings.from_env({"XDG_CACHE_HOME": str(tmp_path / "xdg")}).cache_root() == tmp_path / "xdg" / "kernelopt"
     assert Settings.from_env({"XDG_CACHE_HOME": "relative"}).cache_root() == tmp_path / "home" / ".cache" / "kernelopt"
-    assert Settings.from_env({"XDG_CACHE_HOME": str(tmp_path / "xdg"), "KERNELOPT_CACHE": str(tmp_path / "k")}).cache_root() == tmp_path / "k"
+    assert Settings.from_env({"XDG_CACHE_HOME": str(tmp_path / "xdg"),
+                              "KERNELOPT_CACHE": str(tmp_path / "k")}).cache_root() == tmp_path / "k"
 
 
-def test_cli_and_server_share_the_compile_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+def test_cli_and_server_share_the_compile_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                capsys: pytest.CaptureFixture[str]) -> None:
     monkeypatch.delenv("KERNELOPT_CACHE", raising=False)
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
     # the CLI caches compiles without KERNELOPT_CACHE being set
@@ -56,7 +60,8 @@ def test_the_tune_cache_is_bounded_and_keeps_the_newest(tmp_path: Path) -> None:
     assert 0 < len(again) < 200
 
 
-def test_cache_info_and_clear(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+def test_cache_info_and_clear(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                              capsys: pytest.CaptureFixture[str]) -> None:
     root = tmp_path / "c"
     monkeypatch.setenv("KERNELOPT_CACHE", str(root))
     assert main(["compile", str(REPO / "workloads/vector_add/initial.cu"), "--arch", "sm_90", "--json"]) == 0

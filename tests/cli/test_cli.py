@@ -36,7 +36,8 @@ def test_compile_ok_and_error_exit_codes(tmp_path: Path, repo: Path, capsys: pyt
 
 
 def test_compile_refuses_unlisted_options(repo: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["compile", str(repo / "workloads/vector_add/initial.cu"), "--arch", "sm_90", "--option=-rdc=true"]) == 2
+    assert main(["compile", str(repo / "workloads/vector_add/initial.cu"), "--arch", "sm_90",
+                 "--option=-rdc=true"]) == 2
     assert "not allowed" in capsys.readouterr().err
 
 

@@ -31,12 +31,15 @@ def test_several_kernels_share_one_session(tmp_path: Path, capsys: pytest.Captur
     assert [r["candidate"] for r in results] == ["good", "wrong", "other"]
     assert [r["status"] for r in results] == ["ok", "mismatch", "ok"]
     assert len({r["seed"] for r in results}) == 1  # one session: the same inputs
-    assert results[0]["score_ms"] == pytest.approx(0.05, rel=0.05) and results[2]["score_ms"] == pytest.approx(0.08, rel=0.05)
+    assert (results[0]["score_ms"] == pytest.approx(0.05, rel=0.05)
+            and results[2]["score_ms"] == pytest.approx(0.08, rel=0.05))
     assert results[2]["cases"][0]["launch"]["block"][0] == 32 and results[0]["cases"][0]["launch"]["block"][0] == 64
-    assert "--use_fast_math" in results[2]["compile"]["options"] and "--use_fast_math" not in results[0]["compile"]["options"]
+    assert ("--use_fast_math" in results[2]["compile"]["options"]
+            and "--use_fast_math" not in results[0]["compile"]["options"])
 
     # one kernel: the result object itself, as before
-    assert main(["evaluate", str(wl), str(good), "--harness", str(harness), "--warmup", "1", "--iterations", "3", "--json"]) == 0
+    assert main(["evaluate", str(wl), str(good), "--harness", str(harness), "--warmup", "1", "--iterations", "3",
+                 "--json"]) == 0
     single = json.loads(capsys.readouterr().out)
     assert isinstance(single, dict) and single["status"] == "ok"
     # the session's one-time preparation, beside every result (the same for all: one session)
@@ -53,7 +56,8 @@ def test_kernelopt_fresh_launches_sets_the_redraw_subset_everywhere(tmp_path: Pa
     """KERNELOPT_FRESH_LAUNCHES=N (Settings.fresh_launches) makes every evaluation built by the app layer
     (the CLI here; the MCP server and so kernelopt optimize alike) redraw before a hidden N measured
     launches, and the result says so; 0 or unset keeps a redraw before every launch."""
-    monkeypatch.setenv("KO_FAKE_FEATURES", "blocking,timed_inputs,fresh_inputs,timed_check,confirm_launch,fresh_launches")
+    monkeypatch.setenv("KO_FAKE_FEATURES",
+                       "blocking,timed_inputs,fresh_inputs,timed_check,confirm_launch,fresh_launches")
     harness = write_harness(tmp_path, "fake")
     wl = write_tiny_workload(tmp_path / "wl") / "tiny_add"
     good = tmp_path / "good.cu"

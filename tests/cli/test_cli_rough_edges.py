@@ -29,7 +29,8 @@ def _run(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedP
     """The CLI in a child process with stdout and stderr piped (not terminals)."""
     full = {**os.environ, "PYTHONPATH": str(REPO), **(env or {})}
     return subprocess.run(
-        [sys.executable, "-m", "kernelopt_mcp", *args], check=False, capture_output=True, text=True, env=full, cwd=REPO, timeout=120,
+        [sys.executable, "-m", "kernelopt_mcp", *args], check=False, capture_output=True, text=True, env=full,
+        cwd=REPO, timeout=120,
     )
 
 
@@ -101,7 +102,8 @@ def test_every_json_flag_has_help_and_docs_takes_no_gpu_flags() -> None:
     assert "--harness" not in flags and "--device" not in flags
 
 
-def _parsers(parser: argparse.ArgumentParser, path: tuple[str, ...] = ()) -> list[tuple[tuple[str, ...], argparse.ArgumentParser]]:
+def _parsers(parser: argparse.ArgumentParser,
+             path: tuple[str, ...] = ()) -> list[tuple[tuple[str, ...], argparse.ArgumentParser]]:
     out = [(path, parser)]
     for action in parser._actions:
         if isinstance(action, argparse._SubParsersAction):
@@ -132,7 +134,8 @@ def test_runs_list_json_times_are_iso_utc(tmp_path: Path, capsys: pytest.Capture
 
     run = tmp_path / "results" / "run-001"
     run.mkdir(parents=True)
-    (run / "summary.json").write_text(json.dumps({"status": "finished", "timings": {"started": 1764559800.5, "wall_s": 3}}))
+    (run / "summary.json").write_text(json.dumps({"status": "finished",
+                                                  "timings": {"started": 1764559800.5, "wall_s": 3}}))
     assert agent_main(["runs", "list", "--results-dir", str(tmp_path / "results"), "--json"]) == 0
     rows = json.loads(capsys.readouterr().out)
     assert rows[0]["started"] == "2025-12-01T03:30:00Z"

@@ -20,7 +20,8 @@ def env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, str]:
     return {"harness": str(write_harness(tmp_path, "fake")), "workload": str(workload)}
 
 
-def test_tune_prints_a_table_and_saves_the_run(tmp_path: Path, env: dict[str, str], capsys: pytest.CaptureFixture[str]) -> None:
+def test_tune_prints_a_table_and_saves_the_run(tmp_path: Path, env: dict[str, str],
+                                               capsys: pytest.CaptureFixture[str]) -> None:
     run = tmp_path / "run"
     argv = ["tune", env["workload"], str(FIXTURES / "add.json"), "--harness", env["harness"], "--iterations", "3",
             "--warmup", "0", "-o", str(run)]
@@ -28,7 +29,8 @@ def test_tune_prints_a_table_and_saves_the_run(tmp_path: Path, env: dict[str, st
     out = capsys.readouterr().out
     assert "exhaustive search, 14 of 14 configurations" in out and "0 (untuned)" in out
     assert "best {'BLOCK': 32, 'UNROLL': 4}" in out and "1 skipped by constraints" in out
-    assert {"tune.json", "tune.csv", "best.cu", "best_params.json", "best.launch.json"} <= {p.name for p in run.iterdir()}
+    assert ({"tune.json", "tune.csv", "best.cu", "best_params.json", "best.launch.json"}
+            <= {p.name for p in run.iterdir()})
     saved = json.loads((run / "tune.json").read_text())
     assert saved["best_params"] == {"BLOCK": 32, "UNROLL": 4} and len(saved["table"]) == 14
     # the saved best is a plain kernel + launch that `kernelopt evaluate` runs as it is
@@ -52,8 +54,9 @@ def test_tune_argument_errors(env: dict[str, str], capsys: pytest.CaptureFixture
     assert "invalid choice: 'grid'" in capsys.readouterr().err
 
 
-def test_configurations_are_compiled_ahead_and_only_once(tmp_path: Path, env: dict[str, str], monkeypatch: pytest.MonkeyPatch,
-                                                       capsys: pytest.CaptureFixture[str]) -> None:
+def test_configurations_are_compiled_ahead_and_only_once(
+    tmp_path: Path, env: dict[str, str], monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     """Issue 17: while the GPU measures one configuration, the next ones of an ordered strategy
     compile in the background; each reaches NVRTC exactly once (the evaluation finds it cached,
     or waits for the compile in flight), and the best is what a plain run finds."""
@@ -84,8 +87,8 @@ def test_tune_spreads_over_every_device_and_finds_the_same_best(tmp_path: Path, 
     monkeypatch.setenv("KERNELOPT_CACHE", str(tmp_path / "cache"))
     workload = str(write_tiny_workload(tmp_path / "wl") / "tiny_add")
     harness = write_harness(tmp_path, "fake", devices=2)
-    base = ["tune", workload, str(FIXTURES / "add.json"), "--harness", str(harness), "--iterations", "3", "--warmup", "0",
-            "--no-cache", "--json", "--seed", "7"]
+    base = ["tune", workload, str(FIXTURES / "add.json"), "--harness", str(harness), "--iterations", "3", "--warmup",
+            "0", "--no-cache", "--json", "--seed", "7"]
     assert main([*base, "--device", "0", "-o", str(tmp_path / "one")]) == 0
     one = json.loads(capsys.readouterr().out)
     (tmp_path / "harness-requests.jsonl").unlink()

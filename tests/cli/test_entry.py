@@ -83,8 +83,8 @@ def test_a_missing_dependency_is_a_clear_error(tmp_path: Path) -> None:
     env["PYTHONPATH"] = os.pathsep.join([str(REPO / "clients"), str(REPO)])
 
     def run(*args: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True, env=env, cwd=tmp_path,
-                              timeout=120, check=False)
+        return subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True, env=env,
+                              cwd=tmp_path, timeout=120, check=False)
 
     done = run("optimize", "--workload", "vector_add", "--results-dir", str(tmp_path / "results"))
     assert done.returncode == 2, done.stderr

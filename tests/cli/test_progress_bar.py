@@ -114,11 +114,14 @@ def test_import_torch_shows_its_steps(tmp_path: Path, capsys: pytest.CaptureFixt
     assert "importing vector_add.py" in captured.err and "5/5" in captured.err and "imported" in captured.err
 
 
-@pytest.mark.skipif(importlib.util.find_spec("torch") is not None, reason="torch is installed here: the import would take minutes")
+@pytest.mark.skipif(importlib.util.find_spec("torch") is not None,
+                    reason="torch is installed here: the import would take minutes")
 def test_kernelbench_counts_problems(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    """Without torch every problem is refused at once: the bar still counts them, and --json's stdout is results.json."""
+    """Without torch every problem is refused at once: the bar still counts them, and --json's stdout
+    is results.json."""
     root = kernelbench_dir(tmp_path / "kb")
-    assert main(["kernelbench", str(root), "--level", "1", "2", "-o", str(tmp_path / "out"), "--json", "--progress"]) == 0
+    assert main(["kernelbench", str(root), "--level", "1", "2", "-o", str(tmp_path / "out"), "--json",
+                 "--progress"]) == 0
     captured = capsys.readouterr()
     assert len(json.loads(captured.out)["problems"]) == 4
     assert "kernelbench" in captured.err and "4/4" in captured.err

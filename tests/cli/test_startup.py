@@ -42,10 +42,11 @@ sys.stderr.write("\\nMODULES " + json.dumps({"code": code, "modules": sorted(sys
 
 def imported_by(argv: list[str], cwd: Path) -> tuple[int, set[str]]:
     """(exit status, modules imported) of ``kernelopt ARGV`` in a fresh interpreter."""
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), str(REPO / "clients")]), "KERNELOPT_CACHE": str(cwd / "cache")}
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), str(REPO / "clients")]),
+           "KERNELOPT_CACHE": str(cwd / "cache")}
     env.pop("KERNELOPT_ARCH", None)
-    done = subprocess.run([sys.executable, "-c", PROBE, json.dumps(argv)], cwd=cwd, env=env, capture_output=True, text=True,
-                          timeout=120)
+    done = subprocess.run([sys.executable, "-c", PROBE, json.dumps(argv)], cwd=cwd, env=env, capture_output=True,
+                          text=True, timeout=120)
     line = next(x for x in done.stderr.splitlines() if x.startswith("MODULES "))
     report = json.loads(line.removeprefix("MODULES "))
     return report["code"], set(report["modules"])
@@ -77,7 +78,8 @@ def test_a_commands_help_builds_its_own_arguments_only(tmp_path: Path) -> None:
     assert code == 0
     assert _loaded(modules, HEAVY) == []
     # evaluate's flags name the stopping rules (evaluation.candidate), not the tuner's strategies
-    assert _loaded(modules, ("kernelopt_mcp.tune.strategies", "kernelopt_mcp.torch_import", "kernelopt_mcp.profiler")) == []
+    assert _loaded(modules, ("kernelopt_mcp.tune.strategies", "kernelopt_mcp.torch_import",
+                             "kernelopt_mcp.profiler")) == []
 
 
 # ids never equal to a marker's name (the `gpu` command's test would read as a GPU test: conftest.py)

@@ -34,8 +34,8 @@ def test_the_table_is_well_formed() -> None:
     assert len(files) == len(set(files)), "one row per kernel"
     assert set(files) == {p.name for p in ADVERSARIAL.glob("*.cu")}, "every .cu has a row and every row a .cu"
     for case in CASES:
-        assert set(case) <= {"file", "workload", "launch", "tool", "sanitize", "trick", "expected", "message_contains", "note",
-                             "compile_options", "no_faster_than"}
+        assert set(case) <= {"file", "workload", "launch", "tool", "sanitize", "trick", "expected", "message_contains",
+                             "note", "compile_options", "no_faster_than"}
         assert case["tool"] in ("validate", "benchmark")
         assert case["expected"] and set(case["expected"]) <= VERDICTS, case
         assert case["trick"].strip()
@@ -46,7 +46,8 @@ def test_the_table_is_well_formed() -> None:
             LaunchSpec.model_validate(case["launch"])
         if "no_faster_than" in case:
             # a memoizer that is ok must not gain: its score is compared with the kernel it is built on
-            assert case["no_faster_than"] == "initial" and case["tool"] == "benchmark" and "ok" in case["expected"], case
+            assert (case["no_faster_than"] == "initial" and case["tool"] == "benchmark"
+                    and "ok" in case["expected"]), case
         assert isinstance(case.get("compile_options", []), list)
     tricks = " ".join(c["trick"] for c in CASES)
     for needed in ("stale", "__device__ global", "hard-codes", "by size", "zeros", "racy", "uninitialised", "skips",

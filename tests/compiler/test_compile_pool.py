@@ -229,7 +229,7 @@ except MemoryError:
     print("capped")
 else:
     print("not capped")
-"""
+"""  # noqa: E501
 
 
 def test_the_worker_memory_cap_counts_from_what_the_worker_already_holds(tmp_path: Path) -> None:

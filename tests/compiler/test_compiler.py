@@ -49,14 +49,16 @@ def test_syntax_error_is_data_with_its_line_number() -> None:
 
 
 def test_cuda_headers_are_on_the_include_path() -> None:
-    src = '#include <cuda_fp16.h>\n#include <cuda_bf16.h>\nextern "C" __global__ void k(__half* h, __nv_bfloat16* b) { h[0] = __float2half(1.0f); b[0] = __float2bfloat16(2.0f); }'
+    src = ('#include <cuda_fp16.h>\n#include <cuda_bf16.h>\nextern "C" __global__ void k(__half* h, __nv_bfloat16* b) '
+           '{ h[0] = __float2half(1.0f); b[0] = __float2bfloat16(2.0f); }')
     r = compile_kernel(src, "sm_90")
     assert r.ok, r.log
     assert [p.size_bytes for p in r.entries["k"]] == [8, 8]
 
 
 def test_half_and_64bit_scalars_have_their_sizes_in_ptx() -> None:
-    src = '#include <cuda_fp16.h>\nextern "C" __global__ void k(__half s, double d, char c, long long n, float* out) { out[0] = (float)s + d + c + n; }'
+    src = ('#include <cuda_fp16.h>\nextern "C" __global__ void k(__half s, double d, char c, long long n, float* out) '
+           '{ out[0] = (float)s + d + c + n; }')
     r = compile_kernel(src, "sm_90")
     assert [p.size_bytes for p in r.entries["k"]] == [2, 8, 1, 8, 8]
 
@@ -78,7 +80,8 @@ def test_cache_by_source_options_and_arch(tmp_path: Path) -> None:
     assert again.cache_hit and again.cubin == first.cubin
 
 
-@pytest.mark.parametrize("opt", ["-rdc=true", "--relocatable-device-code=true", "-I/etc", "--gpu-architecture=sm_80", "-include=/etc/passwd", "--dlink-time-opt", "-DX=$(rm)", "-Xptxas=--bogus"])
+@pytest.mark.parametrize("opt", ["-rdc=true", "--relocatable-device-code=true", "-I/etc", "--gpu-architecture=sm_80",
+                                 "-include=/etc/passwd", "--dlink-time-opt", "-DX=$(rm)", "-Xptxas=--bogus"])
 def test_options_outside_the_whitelist_are_refused(opt: str) -> None:
     with pytest.raises(OptionError, match="not allowed"):
         check_options([opt])
@@ -107,9 +110,11 @@ ptxas info    : Used 128 registers, used 1 barriers, 8192 bytes smem, 400 bytes 
     r = parse_resources(log)["sgemm"]
     assert (r.registers, r.shared_bytes, r.constant_bytes, r.barriers) == (128, 8192, 400, 1)
     assert (r.stack_frame_bytes, r.spill_store_bytes, r.spill_load_bytes) == (16, 8, 12)
-    d = parse_diagnostics('kernel.cu(12): error: identifier "x" is undefined\nkernel.cu(3): warning #177-D: variable "i" was declared')
+    d = parse_diagnostics('kernel.cu(12): error: identifier "x" is undefined\n'
+                          'kernel.cu(3): warning #177-D: variable "i" was declared')
     assert [(x.line, x.severity) for x in d] == [(12, "error"), (3, "warning")]
-    ptx = ".visible .entry k(\n\t.param .u64 .ptr .global .align 4 k_param_0,\n\t.param .align 2 .b8 k_param_1[2],\n\t.param .u32 k_param_2\n)"
+    ptx = (".visible .entry k(\n\t.param .u64 .ptr .global .align 4 k_param_0,\n\t.param .align 2 .b8 k_param_1[2],\n"
+           "\t.param .u32 k_param_2\n)")
     assert [p.size_bytes for p in parse_ptx_entries(ptx)["k"]] == [8, 2, 4]
 
 

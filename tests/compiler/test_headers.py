@@ -183,7 +183,8 @@ def test_evaluate_runs_an_sm_90a_candidate_on_the_pretend_h200(tmp_path: Path) -
     wl = find_workload(directory, Settings())
     source = HOPPER_ADD
     opts = EvaluateOptions(warmup=1, iterations=3)
-    with HarnessProcess(harness, 0) as proc, Session(wl, proc, device_info(harness, 0), workdir=tmp_path / "w", options=opts) as ev:
+    with HarnessProcess(harness, 0) as proc, Session(wl, proc, device_info(harness, 0), workdir=tmp_path / "w",
+                                                     options=opts) as ev:
         refused = evaluate(ev, Candidate(source, LaunchSpec.model_validate(ADD_LAUNCH), [], "plain"))
         result = evaluate(ev, Candidate(source, LaunchSpec.model_validate(ADD_LAUNCH), ["-arch=sm_90a"], "hopper"))
     assert refused.status.value == "compile_error" and "-arch=sm_90a" in refused.message
@@ -205,17 +206,20 @@ def test_sm_90a_is_refused_on_another_gpu_with_a_clear_message(tmp_path: Path) -
         with pytest.raises(KerneloptError, match=r"runs only on GPUs of compute capability 9\.0"):
             Session(wl, proc, device, workdir=tmp_path / "w", arch="sm_90a")
         with Session(wl, proc, device, workdir=tmp_path / "w2", options=EvaluateOptions(warmup=1, iterations=3)) as ev:
-            result = evaluate(ev, Candidate(kernel(), LaunchSpec.model_validate(ADD_LAUNCH), ["-arch=sm_90a"], "hopper"))
+            result = evaluate(ev, Candidate(kernel(), LaunchSpec.model_validate(ADD_LAUNCH),
+                                            ["-arch=sm_90a"], "hopper"))
     assert result.status.value == "compile_error"
     assert "runs only on compute capability 9.0 GPUs" in result.message and "sm_80" in result.message
 
 
-def test_a_tunable_may_ask_for_sm_90a(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+def test_a_tunable_may_ask_for_sm_90a(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                      capsys: pytest.CaptureFixture[str]) -> None:
     """tunable.json's compile_options carry the arch-specific target through `kernelopt tune`."""
     monkeypatch.setenv("KERNELOPT_CACHE", str(tmp_path / "cache"))
     harness, directory = _session(tmp_path, "fake")
     spec = {"params": {"BLOCK": [64, 128]}, "defaults": {"BLOCK": 64}, "source": "add.cu",
-            "launch": {"default": {"grid": ["ceil_div(n, BLOCK)"], "block": ["BLOCK"]}}, "compile_options": ["-arch=sm_90a"]}
+            "launch": {"default": {"grid": ["ceil_div(n, BLOCK)"], "block": ["BLOCK"]}},
+            "compile_options": ["-arch=sm_90a"]}
     source = HOPPER_ADD
     tunable = parse_tunable(spec, source)
     text, _, options = tunable.materialize({"BLOCK": 128})
@@ -239,7 +243,8 @@ async def test_the_mcp_tools_take_sm_90a(tmp_path: Path) -> None:
     from kernelopt_mcp.server_config import ServerConfig
 
     tiny = write_tiny_workload(tmp_path / "extra")
-    settings = Settings(harness=write_harness(tmp_path, "fake"), workload_dirs=(bundled_workloads_dir(), tiny), timeout_s=20)
+    settings = Settings(harness=write_harness(tmp_path, "fake"),
+                        workload_dirs=(bundled_workloads_dir(), tiny), timeout_s=20)
     async with in_memory_server(ServerConfig(settings=settings, workspace=tmp_path / "ws")) as (client, _):
         r = await client.call_tool("compile", {"source": SETMAXNREG_KERNEL, "arch": "sm_90a"})
         assert r.structured_content["status"] == "ok" and r.structured_content["arch"] == "sm_90a", tool_text(r)
@@ -250,5 +255,6 @@ async def test_the_mcp_tools_take_sm_90a(tmp_path: Path) -> None:
         assert r.structured_content["status"] == "compile_error", tool_text(r)
         r = await client.call_tool("validate", {**args, "compile_options": ["-arch=sm_90a"]})
         assert r.structured_content["status"] == "ok", tool_text(r)
-        r = await client.call_tool("benchmark", {**args, "compile_options": ["-arch=sm_90a"], "warmup": 1, "iterations": 3})
+        r = await client.call_tool("benchmark", {**args, "compile_options": ["-arch=sm_90a"], "warmup": 1,
+                                                 "iterations": 3})
         assert r.structured_content["status"] == "ok", tool_text(r)

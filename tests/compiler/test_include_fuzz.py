@@ -159,7 +159,8 @@ async def test_no_secret_comes_out_of_the_mcp_compile_tool(
     token, path = secret
     if not scanner:
         monkeypatch.setattr(compiler, "include_problem", lambda s: None)
-    settings = Settings(harness=write_harness(tmp_path, "nogpu"), workload_dirs=(bundled_workloads_dir(),), timeout_s=20)
+    settings = Settings(harness=write_harness(tmp_path, "nogpu"),
+                        workload_dirs=(bundled_workloads_dir(),), timeout_s=20)
     config = ServerConfig(settings=settings, workspace=tmp_path / "ws")
     sources = corpus(path, CORPUS_SIZE)[-MCP_CASES:]
     async with in_memory_server(config) as (client, _):

@@ -125,7 +125,8 @@ def test_cache_is_per_device_and_driver(tmp_path: Path) -> None:
     cal = _stored(device, tmp_path)
     assert load_calibration(device, tmp_path) == cal
     assert load_calibration(device.model_copy(update={"driver_version": 13010}), tmp_path) is None
-    assert load_calibration(device.model_copy(update={"uuid": "00000000-0000-0000-0000-000000000000"}), tmp_path) is None
+    assert load_calibration(device.model_copy(update={"uuid": "00000000-0000-0000-0000-000000000000"}),
+                            tmp_path) is None
     # NVML saw another display driver than the one recorded: stale
     assert load_calibration(device, tmp_path, display_driver="590.01") is None
     assert load_calibration(device, tmp_path, display_driver="580.159.04") == cal
@@ -154,7 +155,8 @@ def test_a_wrong_copy_is_an_error(fake: Path, tmp_path: Path, monkeypatch: pytes
     assert not (tmp_path / "cache" / "calibration").exists()
 
 
-def test_cli_calibrate(fake: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+def test_cli_calibrate(fake: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                       capsys: pytest.CaptureFixture[str]) -> None:
     monkeypatch.setenv("KERNELOPT_CACHE", str(tmp_path / "cache"))
     assert main(["gpu", "--calibrate", "--json", "--harness", str(fake)]) == 0
     cal = Calibration.model_validate_json(capsys.readouterr().out)

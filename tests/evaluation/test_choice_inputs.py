@@ -89,8 +89,8 @@ def _spec(dtype: str, gen: dict[str, Any], where: str = "inputs") -> dict[str, A
 
 
 @pytest.mark.parametrize(("dtype", "values", "where", "message"), [
-    ("float16", [0.0, 1e5], "inputs", "case 'one': inputs.a: values[1] = 100000 overflows float16 (whose largest value "
-                                      "is 65504)"),
+    ("float16", [0.0, 1e5], "inputs", "case 'one': inputs.a: values[1] = 100000 overflows float16 (whose "
+                                      "largest value is 65504)"),
     ("bfloat16", [0.0, 1e39], "inputs", "case 'one': inputs.a: values[1] = 1e+39 overflows bfloat16"),
     ("int32", [0.5, 1.0], "inputs", "case 'one': inputs.a: values[0] = 0.5 is not an integer, and the buffer is int32"),
     ("uint8", [-1.0, 1.0], "inputs", "case 'one': inputs.a: values[0] = -1 is outside uint8's range 0..255"),
@@ -130,24 +130,29 @@ def test_the_table_is_the_values_in_the_dtype_and_its_bits() -> None:
 def test_a_host_draw_is_the_table_at_the_randint_of_the_same_stream(dtype: str) -> None:
     """The host's choice of k values is its randint over [0, k) of the buffer's stream looked up in
     the table, as the device's is its own randint's: every draw applies the one rule."""
-    values = [0.0, 1.0, 3.0] if dtype.startswith("uint") else [-1.0, 0.5, 3.0] if dtype.startswith("float") else [-1.0, 2.0, 3.0]
+    values = ([0.0, 1.0, 3.0] if dtype.startswith("uint") else [-1.0, 0.5, 3.0] if dtype.startswith("float")
+              else [-1.0, 2.0, 3.0])
     shape = (3000,)
     ours = generate(Choice(generator="choice", values=values), _param(dtype), shape, seed=5, case="c", base=None)
-    index = generate(GEN.validate_python({"generator": "randint", "low": 0, "high": 3}), _param("int64"), shape, 5, "c", None)
+    index = generate(GEN.validate_python({"generator": "randint", "low": 0, "high": 3}), _param("int64"),
+                     shape, 5, "c", None)
     want = table(values, DType(dtype))[index]
     assert ours.dtype == want.dtype and ours.tobytes() == want.tobytes()
     counts = np.unique(ours.astype(np.float64), return_counts=True)
     assert counts[0].tolist() == sorted(float(v) for v in table(values, DType(dtype)).astype(np.float64))
     assert (abs(counts[1] / shape[0] - 1 / 3) < 0.05).all(), counts  # each equally likely
     # another seed, other bytes; the same seed, the same bytes
-    assert generate(Choice(generator="choice", values=values), _param(dtype), shape, 6, "c", None).tobytes() != ours.tobytes()
-    assert generate(Choice(generator="choice", values=values), _param(dtype), shape, 5, "c", None).tobytes() == ours.tobytes()
+    assert (generate(Choice(generator="choice", values=values), _param(dtype), shape, 6, "c", None).tobytes()
+            != ours.tobytes())
+    assert (generate(Choice(generator="choice", values=values), _param(dtype), shape, 5, "c", None).tobytes()
+            == ours.tobytes())
 
 
 def test_a_structured_choice_is_the_choice_with_the_structure_applied() -> None:
     gen = {"generator": "choice", "values": [-1.0, 1.0]}
     dense = generate(GEN.validate_python(gen), _param(rank=3), (2, 9, 9), 5, "c", None)
-    ours = generate(GEN.validate_python({**gen, "structure": {"kind": "triu"}}), _param(rank=3), (2, 9, 9), 5, "c", None)
+    ours = generate(GEN.validate_python({**gen, "structure": {"kind": "triu"}}), _param(rank=3),
+                    (2, 9, 9), 5, "c", None)
     assert ours.tobytes() == apply(dense.copy(), Structure(kind="triu")).tobytes()
     assert set(np.unique(ours).tolist()) == {-1.0, 0.0, 1.0}
 
@@ -226,7 +231,8 @@ def test_the_harness_turns_the_numbers_python_sends_into_pythons_bits(tmp_path: 
                     str(program), "-o", str(binary)], check=True, timeout=300)
     rng = np.random.default_rng(3)
     # magnitudes across every float dtype's normal and subnormal ranges, signs, zeros, integers
-    wild = np.concatenate([rng.standard_normal(40) * 10.0 ** rng.integers(-9, 6, 40), [0.0, -0.0, 2**-24, 2**-14, 65504]])
+    wild = np.concatenate([rng.standard_normal(40) * 10.0 ** rng.integers(-9, 6, 40),
+                           [0.0, -0.0, 2**-24, 2**-14, 65504]])
     cases: list[tuple[DType, float, int | None]] = []
     for dtype in DType:
         if dtype.is_float:
@@ -234,7 +240,8 @@ def test_the_harness_turns_the_numbers_python_sends_into_pythons_bits(tmp_path: 
             values = [float(v) for v in wild if abs(v) <= finfo_max]
         else:
             info = np.iinfo(dtype.numpy)
-            values = [float(info.min), float(info.max) if dtype.itemsize < 8 else float(2**62), 0.0, -0.0 if info.min else 1.0]
+            values = [float(info.min), float(info.max) if dtype.itemsize < 8 else float(2**62), 0.0,
+                      -0.0 if info.min else 1.0]
             values += [float(v) for v in rng.integers(max(info.min, -1000), min(info.max, 1000), 10)]
         for at in range(0, len(values), MAX_VALUES):  # a choice's worth at a time
             chunk = values[at:at + MAX_VALUES]
@@ -245,7 +252,8 @@ def test_the_harness_turns_the_numbers_python_sends_into_pythons_bits(tmp_path: 
                      (DType.int64, 2.0**63), (DType.uint64, 2.0**64), (DType.int8, -129.0)):
         cases.append((dtype, v, None))
     stdin = "".join(f"{d.value} {float(v).hex()}\n" for d, v, _ in cases)
-    out = subprocess.run([str(binary)], input=stdin, capture_output=True, text=True, check=True, timeout=60).stdout.split()
+    out = subprocess.run([str(binary)], input=stdin, capture_output=True, text=True, check=True,
+                         timeout=60).stdout.split()
     theirs = [None if line == "none" else int(line) for line in out]
     assert len(theirs) == len(cases)
     wrong = [(d.value, v, b, t) for (d, v, b), t in zip(cases, theirs, strict=True) if b != t]
@@ -267,7 +275,9 @@ def test_the_torch_filler_takes_the_harness_table() -> None:
 # --- the pretend GPU --------------------------------------------------------------------------
 
 
-def test_the_pretend_gpu_draws_a_choice_as_the_table_at_its_randint(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_pretend_gpu_draws_a_choice_as_the_table_at_its_randint(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     module = tmp_path / "k.cubin"
     module.write_bytes(b"fake module")
     zeros = tmp_path / "zeros.bin"

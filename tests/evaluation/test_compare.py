@@ -123,4 +123,5 @@ def test_chunked_comparison_matches_across_chunk_boundaries() -> None:
     assert [m.index for m in r.first_mismatches] == [[rows // 2, 7], [rows - 1, 1023]]
     assert r.scale == pytest.approx(float(np.sqrt(np.mean(expected**2))))
     clean = compare("y", expected, expected.astype(np.float32), TOL)
-    assert clean.passed and clean.max_abs_error == pytest.approx(float(np.abs(expected.astype(np.float32) - expected).max()))
+    assert (clean.passed
+            and clean.max_abs_error == pytest.approx(float(np.abs(expected.astype(np.float32) - expected).max())))

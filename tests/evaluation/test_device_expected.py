@@ -27,12 +27,14 @@ from kernelopt_mcp.evaluation.harness import ExpectedMissing, raise_for_request_
 from kernelopt_mcp.evaluation.outcomes import Status
 from kernelopt_mcp.evaluation.protocol import AnswerEnvelope
 
-BASE = "blocking,device_compare,timed_inputs,fresh_inputs,timed_check,confirm_launch,input_draw,expected_dtype,input_cache"
+BASE = ("blocking,device_compare,timed_inputs,fresh_inputs,timed_check,confirm_launch,input_draw,expected_dtype,"
+        "input_cache")
 FEATURES = BASE + ",device_expected"
 
 
 def _session(  # noqa: ANN202
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, features: str = FEATURES, seed: int | None = None, **options: object,
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, features: str = FEATURES, seed: int | None = None,
+    **options: object,
 ):
     monkeypatch.setenv("KO_FAKE_FEATURES", features)
     tmp_path.mkdir(parents=True, exist_ok=True)
@@ -115,7 +117,8 @@ def test_tolerances_from_the_harness_figures_equal_those_numpy_computes(
         want = thresholds(on_host, old.workload.spec.tolerance_for("c"))
         assert old.record.device_kept == frozenset() and old.data.refs["n_4096"]["c"].path is not None
     assert kept.scale == pytest.approx(want.scale, rel=1e-12) and kept.abs_tol == pytest.approx(want.abs_tol, rel=1e-12)
-    assert kept.norm == pytest.approx(want.norm, rel=1e-12) and kept.rel_floor == pytest.approx(want.rel_floor, rel=1e-12)
+    assert (kept.norm == pytest.approx(want.norm, rel=1e-12)
+            and kept.rel_floor == pytest.approx(want.rel_floor, rel=1e-12))
     assert np.isfinite(kept.scale) and kept.scale > 0
 
 
@@ -130,7 +133,8 @@ def test_files_as_before_without_the_feature_the_cache_or_when_asked(
         assert ev.record.device_kept == frozenset()
         assert all(r.kept is None for refs in ev.data.refs.values() for r in refs.values())
     assert result.ok, result.message
-    assert not any("keep_expected" in _c(r) or "kept:" in str(_c(r).get("expected")) for _, _, r in _requests(tmp_path / "w"))
+    assert not any("keep_expected" in _c(r) or "kept:" in str(_c(r).get("expected"))
+                   for _, _, r in _requests(tmp_path / "w"))
 
 
 @pytest.mark.parametrize("batch", ["", ",progress"], ids=["request per case", "validation batch"])

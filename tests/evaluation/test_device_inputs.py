@@ -102,7 +102,8 @@ def test_performance_inputs_are_drawn_on_the_device_and_the_reference_gives_thei
     assert good.inputs_from.startswith("drawn on the device (Philox, from the seed) in 1 performance case(s) (a, b)")
     # the performance case was checked against the reference's outputs on the drawn inputs
     assert {c.name: c.status.value for c in wrong.cases}["n_4096"] != "ok"
-    assert not (tmp_path / "w" / "inputs" / "n_4096").exists() or not list((tmp_path / "w" / "inputs" / "n_4096").iterdir())
+    assert (not (tmp_path / "w" / "inputs" / "n_4096").exists()
+            or not list((tmp_path / "w" / "inputs" / "n_4096").iterdir()))
     seeds: dict[str, set[int]] = {"input": set(), "timed": set()}
     for who, request in _requests(tmp_path / "w"):
         args = _args(request)

@@ -46,7 +46,8 @@ def test_a_timeout_says_how_much_the_kernel_printed(tmp_path) -> None:
     with HarnessProcess(harness, 0) as proc, Session(wl, proc, device_info(harness, 0), workdir=tmp_path / "w",
                                                        options=opts) as ev:
         result = evaluate(ev, Candidate(source, LaunchSpec.model_validate(ADD_LAUNCH), [], "printer"), benchmark=False)
-        quiet = evaluate(ev, Candidate(kernel("HANG"), LaunchSpec.model_validate(ADD_LAUNCH), [], "hang"), benchmark=False)
+        quiet = evaluate(ev, Candidate(kernel("HANG"), LaunchSpec.model_validate(ADD_LAUNCH), [], "hang"),
+                         benchmark=False)
     assert result.status.value == "timeout"
     assert "it printed 379.8 KiB before the deadline" in result.message, result.message  # 20000 lines, 388890 bytes
     assert "last line: 'thread 19999: hello'" in result.message
@@ -178,7 +179,8 @@ def test_without_a_cuda_reference_checked_launches_are_written_for_the_oracle(tm
     timed = [r for _, r in _requests(workdir) if r["cases"][0].get("timing")]
     assert timed and "check_module" not in timed[0]
     case = timed[0]["cases"][0]
-    assert len(case["checked_launches"]) == 1 and case["checked_launches"][0] >= 15 and Path(case["checked_dump"]).is_dir()
+    assert (len(case["checked_launches"]) == 1 and case["checked_launches"][0] >= 15
+            and Path(case["checked_dump"]).is_dir())
     # the pretend GPU writes no files: the result does not claim the oracle checked a timed launch
     assert not any("NumPy oracle" in c for c in result.checks), result.checks
 
@@ -235,7 +237,8 @@ def test_a_result_says_where_its_host_time_went(tmp_path) -> None:
         prepared = dict(ev.prepare_ms)
     assert result.ok, result.message
     # once per session: where the preparation went (the reference's requests are quick here)
-    assert {"inputs", "oracle", "reference", "reference_validation", "reference_timing", "total"} <= set(prepared), prepared
+    assert ({"inputs", "oracle", "reference", "reference_validation", "reference_timing", "total"}
+            <= set(prepared)), prepared
     assert prepared["total"] >= sum(v for k, v in prepared.items() if k != "total") - 1
     assert prepared["reference"] > 0 and prepared["inputs"] > 0
     from kernelopt_mcp.evaluation.evaluate import preparation_text
@@ -347,7 +350,8 @@ def test_tuning_stops_hopeless_configurations_early_and_finds_the_same_best(tmp_
                                cache=TuneCache(tmp_path / f"cache{early}"))
     stopped, full = runs[True], runs[False]
     rows = {r.params["MS"]: r for r in stopped.table}
-    assert rows[300].status == "stopped_early" and rows[300].score_ms is None, {k: (r.status, r.message) for k, r in rows.items()}
+    assert (rows[300].status == "stopped_early"
+            and rows[300].score_ms is None), {k: (r.status, r.message) for k, r in rows.items()}
     assert rows[300].score_bound_ms and rows[300].score_bound_ms >= rows[20].score_ms
     assert all(rows[ms].status == "ok" and rows[ms].score_ms for ms in (40, 20, 21))
     assert stopped.counts.stopped_early == 1 and stopped.counts.ok == 3

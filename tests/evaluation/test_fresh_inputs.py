@@ -131,7 +131,8 @@ def test_the_tool_output_says_how_many_timed_launches_were_checked() -> None:
     case = CaseResult(name="n_4096", kind="performance", status=Status.ok, timing=_stats([0.1] * 20),
                       checked_launches=4, fresh_inputs=["a", "b"])
     result = EvaluationResult(status=Status.ok, message="all pass", workload="tiny_add", candidate="add", seed=1,
-                              arch="sm_90", cases=[case], checks=["fresh device-drawn inputs for every timed launch (buffers a, b)"])
+                              arch="sm_90", cases=[case],
+                              checks=["fresh device-drawn inputs for every timed launch (buffers a, b)"])
     out = evaluation_output(CheckedEvaluation(result=result), "benchmark")
     assert out.cases[0].checked_launches == 4 and out.cases[0].fresh_inputs == ["a", "b"]
     assert "4 timed launches checked" in out.text() and "fresh device-drawn inputs" in out.text()

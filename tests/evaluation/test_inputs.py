@@ -81,7 +81,8 @@ def test_data_files_npy_and_bin(tmp_path: Path) -> None:
     with pytest.raises(InputError, match=r"does not hold the 64 bytes the case needs \(4x4 float32\)"):
         generate(DataFile(generator="file", path="x.bin"), p, (4, 4), 0, "c", tmp_path)
     with pytest.raises(InputError, match=r"is not a .npy array of the 96 bytes the case needs \(12 float64\)"):
-        generate(DataFile(generator="file", path="x.npy"), BufferParam(name="x", dtype=DType.float64, role="in", shape=["r"]), (12,), 0, "c", tmp_path)
+        generate(DataFile(generator="file", path="x.npy"),
+                 BufferParam(name="x", dtype=DType.float64, role="in", shape=["r"]), (12,), 0, "c", tmp_path)
     with pytest.raises(InputError, match="data file not found"):
         generate(DataFile(generator="file", path="nope.bin"), p, (3, 4), 0, "c", tmp_path)
     with pytest.raises(InputError, match="sha256 differs"):

@@ -90,7 +90,7 @@ def test_the_servers_environment_does_not_reach_the_oracle(
                 except OSError as e:
                     seen.append(p + ": " + e.strerror)
             raise RuntimeError(" | ".join(seen))
-        """)
+        """)  # noqa: E501
     message = _refused(pool, path)
     assert SECRET not in message
     assert "RuntimeError: env=[] |" in message  # an empty environment
@@ -133,7 +133,8 @@ def test_files_outside_the_oracles_directory_cannot_be_read(pool: OraclePool, tm
 
 @needs_landlock
 def test_the_oracle_writes_nowhere(pool: OraclePool, tmp_path: Path) -> None:
-    targets = [tmp_path / "pwned.txt", tmp_path / "oracle" / "pwned.txt", Path("/tmp") / f"kernelopt-pwned-{os.getpid()}"]
+    targets = [tmp_path / "pwned.txt", tmp_path / "oracle" / "pwned.txt",
+               Path("/tmp") / f"kernelopt-pwned-{os.getpid()}"]
     path = _oracle(tmp_path, f"""
         def reference(x, n):
             seen = []
@@ -297,8 +298,10 @@ def test_wrong_outputs_are_refused(pool: OraclePool, tmp_path: Path, returned: s
 
 
 def test_a_result_that_is_no_dict_or_misses_an_output_is_refused(pool: OraclePool, tmp_path: Path) -> None:
-    assert "reference() must return a dict, got list" in _refused(pool, _oracle(tmp_path, "def reference(x, n):\n    return [x]\n"))
-    assert "reference() returned no 'out'" in _refused(pool, _oracle(tmp_path, "def reference(x, n):\n    return {}\n", "b.py"))
+    assert ("reference() must return a dict, got list"
+            in _refused(pool, _oracle(tmp_path, "def reference(x, n):\n    return [x]\n")))
+    assert ("reference() returned no 'out'"
+            in _refused(pool, _oracle(tmp_path, "def reference(x, n):\n    return {}\n", "b.py")))
 
 
 def test_a_forged_answer_is_checked_before_anything_is_allocated(pool: OraclePool, tmp_path: Path) -> None:
@@ -325,7 +328,8 @@ def test_import_failures_and_a_missing_reference_are_named(pool: OraclePool, tmp
     message = _refused(pool, _oracle(tmp_path, "print('loading')\nraise ValueError('broken at import')\n"))
     assert "importing the oracle failed: ValueError: broken at import" in message and "loading" in message
     assert "defines no function `reference`" in _refused(pool, _oracle(tmp_path, "x = 1\n", "b.py"))
-    assert "importing the oracle failed: SystemExit: 4" in _refused(pool, _oracle(tmp_path, "import sys\nsys.exit(4)\n", "c.py"))
+    assert ("importing the oracle failed: SystemExit: 4"
+            in _refused(pool, _oracle(tmp_path, "import sys\nsys.exit(4)\n", "c.py")))
 
 
 def test_prints_do_not_break_the_protocol_and_show_in_errors(pool: OraclePool, tmp_path: Path) -> None:
@@ -363,7 +367,8 @@ def test_without_landlock_oracles_are_refused_unless_accepted(
     message = _refused(pool, path, OracleLimits(landlock=False))
     assert "refusing to run the NumPy oracle" in message and "KERNELOPT_UNCONFINED_COMPILER=1" in message
     monkeypatch.setenv("OPENAI_API_KEY", SECRET)
-    leak = _oracle(tmp_path, "import os\ndef reference(x, n):\n    raise RuntimeError(repr(dict(os.environ)))\n", "leak.py")
+    leak = _oracle(tmp_path,
+                   "import os\ndef reference(x, n):\n    raise RuntimeError(repr(dict(os.environ)))\n", "leak.py")
     with caplog.at_level(logging.WARNING, logger="kernelopt.oracle"):
         accepted = OracleLimits(landlock=False, accept_unconfined=True)
         assert np.array_equal(_call(pool, path, accepted)["out"], np.arange(16) * 2.0)
@@ -395,6 +400,7 @@ def test_bundled_oracles_give_what_an_in_process_call_gives(name: str, tmp_path:
             # bitwise where no BLAS call is involved; a float64 matmul (attention's) may sum in
             # another order in another process (threads, CPU dispatch): 1e-16-level differences
             if np.issubdtype(array.dtype, np.floating):
-                np.testing.assert_allclose(array, expected, rtol=1e-12, atol=1e-12, equal_nan=True, err_msg=f"{name} {case.name} {out}")
+                np.testing.assert_allclose(array, expected, rtol=1e-12, atol=1e-12, equal_nan=True,
+                                           err_msg=f"{name} {case.name} {out}")
             else:
                 assert np.array_equal(array, expected), (name, case.name, out)

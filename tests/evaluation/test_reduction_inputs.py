@@ -31,7 +31,8 @@ from kernelopt_mcp.freeze import RequestsOnly
 from kernelopt_mcp.workload import BufferParam, Tolerance, case_shape, load_workload
 
 WORKLOAD = Path(__file__).resolve().parents[2] / "workloads" / "reduce_sum"
-CASE = "n_2e26"  # n_2e28 behaves alike (three draws: the 2% estimate 4.4x over the tolerance at least); 1 GiB is too much for CI
+# n_2e28 behaves alike (three draws: the 2% estimate 4.4x over the tolerance at least); 1 GiB is too much for CI
+CASE = "n_2e26"
 
 
 def _atomics(partials: np.ndarray, rng: np.random.Generator) -> np.float32:
@@ -69,7 +70,9 @@ def _passes(expected: np.float32, actual: float, tol: Tolerance) -> bool:
     return compare("out", np.array([expected]), np.array([actual]), tol).passed
 
 
-def test_a_sum_estimated_from_a_subset_fails_on_the_performance_inputs(case_inputs: tuple[np.ndarray, Tolerance]) -> None:
+def test_a_sum_estimated_from_a_subset_fails_on_the_performance_inputs(
+    case_inputs: tuple[np.ndarray, Tolerance]
+) -> None:
     x, tol = case_inputs
     rng = np.random.default_rng(0)
     expected = _reference(x, rng)
@@ -124,6 +127,7 @@ def test_the_author_is_warned_of_performance_inputs_that_let_an_estimate_pass(
     harness = write_harness(tmp_path, "fake")
     with caplog.at_level(logging.WARNING, logger="kernelopt.evaluation"):
         for n in range(2):
-            session = Session(old, RequestsOnly(0), device_info(harness, 0), workdir=tmp_path / f"ev{n}", seed=5, arch="sm_90")
+            session = Session(old, RequestsOnly(0), device_info(harness, 0), workdir=tmp_path / f"ev{n}",
+                              seed=5, arch="sm_90")
     assert [r.getMessage() for r in caplog.records] == [f"workload reduce_sum: {g}" for g in gaps]
     assert not any(g in c for g in gaps for c in session.checks_in_force())

@@ -34,12 +34,14 @@ def test_theoretical_fp32() -> None:
 def test_theoretical_tensor_peaks() -> None:
     # H100/H200: 989 TFLOP/s dense bf16 at 1830 MHz on 132 SMs; A100: 312 at 1410 MHz on 108
     assert theoretical_tensor_flops((9, 0), 132, 1_830_000)["float"] == pytest.approx(989.4e12, rel=1e-3)
-    assert theoretical_tensor_flops((8, 0), 108, 1_410_000) == pytest.approx({"float": 312e12, "int8": 624e12}, rel=1e-2)
+    assert (theoretical_tensor_flops((8, 0), 108, 1_410_000)
+            == pytest.approx({"float": 312e12, "int8": 624e12}, rel=1e-2))
     assert theoretical_tensor_flops((6, 1), 28, 1_500_000) == {}
     assert theoretical_tensor_flops((9, 0), 132, None) == {}
 
 
-@pytest.mark.parametrize(("name", "operands"), [("sgemm", "float"), ("gemm_bf16", "float"), ("softmax", "float"), ("histogram", "int8")])
+@pytest.mark.parametrize(("name", "operands"), [("sgemm", "float"), ("gemm_bf16", "float"), ("softmax", "float"),
+                                                ("histogram", "int8")])
 def test_floating_inputs_are_bounded_by_the_tensor_core_rate(name: str, operands: str) -> None:
     from kernelopt_mcp import Settings
     from kernelopt_mcp.config import find_workload
@@ -138,7 +140,8 @@ def test_result_roofline_through_the_fake_gpu(tmp_path) -> None:
 def test_a_tensor_core_rate_is_shown_beside_the_fma_rate() -> None:
     from kernelopt_mcp.results import CaseOutput, Timing, _case_detail
 
-    timing = Timing(median_ms=0.5666, iqr_ms=0.001, min_ms=0.56, max_ms=0.57, cv=0.001, noisy=False, warmup=10, iterations=20)
+    timing = Timing(median_ms=0.5666, iqr_ms=0.001, min_ms=0.56, max_ms=0.57, cv=0.001, noisy=False,
+                    warmup=10, iterations=20)
     case = CaseOutput(name="square_4096", kind="performance", status="ok", timing=timing,
                       flops_per_s=242.6e12, flops_pct=373.0, tensor_pct=22.7)
     assert "242.60 TFLOP/s (373% of FMA peak, 23% of tensor-core peak)" in _case_detail(case)

@@ -59,6 +59,7 @@ def test_the_rounds_are_the_harness_rounds() -> None:
     assert EvaluateOptions().rounds(ADAPTIVE) == [(0, 100)]
     assert EvaluateOptions(stop="precision").rounds(ADAPTIVE) == [(0, 20), (20, 40), (40, 60), (60, 80), (80, 100)]
     # later rounds are at least 16 launches (adaptive_round in native_harness/src/stats.hpp)
-    assert EvaluateOptions(stop="precision", iterations=50, fresh_launches=5).rounds(ADAPTIVE)[:2] == [(0, 20), (20, 40)]
+    assert (EvaluateOptions(stop="precision", iterations=50, fresh_launches=5).rounds(ADAPTIVE)[:2]
+            == [(0, 20), (20, 40)])
     assert EvaluateOptions(stop="precision", iterations=30).rounds(ADAPTIVE) == [(0, 20), (20, 30)]
     assert EvaluateOptions(stop="precision").rounds(frozenset()) == [(0, 100)]  # no adaptive timing: one round

@@ -216,7 +216,8 @@ def _upper_spec(structure: dict[str, Any] | None) -> dict[str, Any]:
 def test_a_kernel_that_relies_on_the_structure_passes_where_the_device_draws_it(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    upper, dense, checks = evaluate_pair(tmp_path, monkeypatch, FEATURES + ",structured_draw", _upper_spec({"kind": "triu"}), "UPPER")
+    upper, dense, checks = evaluate_pair(tmp_path, monkeypatch, FEATURES + ",structured_draw",
+                                         _upper_spec({"kind": "triu"}), "UPPER")
     assert upper.status is Status.ok, upper.message
     assert dense.status is Status.ok, dense.message
     assert any("fresh device-drawn inputs" in c and "(buffers a, b)" in c for c in checks), checks
@@ -243,7 +244,8 @@ def test_without_the_feature_a_structured_input_is_drawn_on_the_host_and_not_red
     upper, _, checks = evaluate_pair(tmp_path, monkeypatch, FEATURES, _upper_spec({"kind": "triu"}), "UPPER")
     assert upper.status is Status.ok, upper.message
     assert not any("structure" in json.dumps(r) for r in written_requests(tmp_path / "w"))
-    assert not any("input_draw" in a or "fresh" in a for r in written_requests(tmp_path / "w") for a in r["cases"][0]["args"])
+    assert not any("input_draw" in a or "fresh" in a for r in written_requests(tmp_path / "w")
+                   for a in r["cases"][0]["args"])
     perf = np.fromfile(tmp_path / "w" / "inputs" / "n_4096" / "b.bin", dtype="<f4").reshape(64, 64)
     assert (perf == np.triu(perf)).all() and (np.triu(perf) != 0).sum() == 64 * 65 // 2
     assert any("no input can be redrawn (a: triu matrices, which this harness cannot draw" in c for c in checks), checks

@@ -84,7 +84,8 @@ def test_a_config_without_maps_dumps_as_before() -> None:
     plain = LaunchConfig.model_validate({"grid": [1], "block": [32]})
     assert plain.model_dump() == {"grid": [1], "block": [32], "shared_bytes": 0}  # cache keys, files
     assert resolve(plain, {}, LIMITS, "c").as_json() == {"grid": [1, 1, 1], "block": [32, 1, 1], "shared_bytes": 0}
-    mapped = LaunchConfig.model_validate({"grid": [1], "block": [32], "tensor_maps": [{"buffer": "a", "dims": [8], "box": [8]}]})
+    mapped = LaunchConfig.model_validate({"grid": [1], "block": [32],
+                                          "tensor_maps": [{"buffer": "a", "dims": [8], "box": [8]}]})
     assert mapped.model_dump()["tensor_maps"][0]["buffer"] == "a"
     # the schema of what is dumped lists the fields (not the serializer's dict)
     assert "tensor_maps" in LaunchSpec.model_json_schema(mode="serialization")["$defs"]["LaunchConfig"]["properties"]
@@ -117,11 +118,14 @@ def test_a_tunable_launch_keeps_its_maps_with_the_parameters_substituted() -> No
 @pytest.mark.parametrize(
     ("tmap", "message"),
     [
-        ({"dims": ["n - 8"], "box": [8]}, r"tensor_maps\[0\] \(over 'a'\): dims\[0\] = 0; each extent must be 1..4294967296"),
+        ({"dims": ["n - 8"], "box": [8]},
+         r"tensor_maps\[0\] \(over 'a'\): dims\[0\] = 0; each extent must be 1..4294967296"),
         ({"dims": ["n"], "box": [512]}, r"box\[0\] = 512; each box extent must be 1..256"),
-        ({"dims": ["n", 2], "box": [8, 2], "strides": ["n * 4 + 8"]}, r"strides\[0\] = 40 bytes is not a multiple of 16"),
+        ({"dims": ["n", 2], "box": [8, 2], "strides": ["n * 4 + 8"]},
+         r"strides\[0\] = 40 bytes is not a multiple of 16"),
         ({"dims": ["n", 2], "box": [8, 2], "strides": [2**40]}, r"strides\[0\] = 1099511627776; each byte stride"),
-        ({"dims": ["n"], "box": [8], "element_strides": [9]}, r"element_strides\[0\] = 9; each element stride must be 1..8"),
+        ({"dims": ["n"], "box": [8], "element_strides": [9]},
+         r"element_strides\[0\] = 9; each element stride must be 1..8"),
         ({"dims": ["q"], "box": [8]}, r"unknown name 'q'"),
     ],
 )
@@ -144,10 +148,10 @@ def test_the_request_carries_the_dtype_and_explicit_strides(workload: Workload) 
                   {"buffer": "c", "dims": [64, 32], "strides": [512], "box": [32, 4], "swizzle": "128B"})
     check_tensor_maps(r, workload, workload.spec.case("n_4096"))
     assert [m.model_dump(mode="json", exclude_none=True) for m in tensor_map_requests(r, workload)] == [
-        {"buffer": "a", "dtype": "float32", "dims": [16, 256], "strides": [64], "box": [16, 8], "element_strides": [1, 1],
-         "swizzle": "none", "l2_promotion": "none", "oob_fill": "zero"},
-        {"buffer": "c", "dtype": "float32", "dims": [64, 32], "strides": [512], "box": [32, 4], "element_strides": [1, 1],
-         "swizzle": "128B", "l2_promotion": "none", "oob_fill": "zero"},
+        {"buffer": "a", "dtype": "float32", "dims": [16, 256], "strides": [64], "box": [16, 8],
+         "element_strides": [1, 1], "swizzle": "none", "l2_promotion": "none", "oob_fill": "zero"},
+        {"buffer": "c", "dtype": "float32", "dims": [64, 32], "strides": [512], "box": [32, 4],
+         "element_strides": [1, 1], "swizzle": "128B", "l2_promotion": "none", "oob_fill": "zero"},
     ]
     assert packed_strides((3, 4, 5), 2) == (6, 24)
     m = r.tensor_maps[1]
@@ -157,15 +161,20 @@ def test_the_request_carries_the_dtype_and_explicit_strides(workload: Workload) 
 @pytest.mark.parametrize(
     ("tmap", "message"),
     [
-        ({"buffer": "x", "dims": ["n"], "box": [8]}, r"tensor_maps\[0\]: the signature has no parameter 'x'; a tensor map's buffer is one of a, b, c"),
+        ({"buffer": "x", "dims": ["n"], "box": [8]}, r"tensor_maps\[0\]: the signature has no parameter 'x'; a tensor "
+         r"map's buffer is one of a, b, c"),
         ({"buffer": "n", "dims": ["n"], "box": [8]}, r"'n' is a scalar parameter"),
-        ({"buffer": "a", "dims": ["n + 1"], "box": [8]}, r"reaches 4008 bytes \(dims \[1002\]\) but the buffer has 4004 bytes \(shape \[1001\]\)"),
+        ({"buffer": "a", "dims": ["n + 1"], "box": [8]}, r"reaches 4008 bytes \(dims \[1002\]\) but the buffer has "
+         r"4004 bytes \(shape \[1001\]\)"),
         ({"buffer": "a", "dims": [500, 3], "strides": [2000], "box": [8, 1]},
          r"reaches 6000 bytes \(dims \[500, 3\], strides \[2000\]\) but the buffer has 4004 bytes"),
-        ({"buffer": "a", "dims": ["n"], "box": [6]}, r"box\[0\] = 6 elements is 24 bytes, not a multiple of 16; make box\[0\] a multiple of 4"),
-        ({"buffer": "a", "dims": ["n"], "box": [64], "swizzle": "64B"}, r"with swizzle 64B, box\[0\] \* 4 bytes is at most 64"),
+        ({"buffer": "a", "dims": ["n"], "box": [6]}, r"box\[0\] = 6 elements is 24 bytes, not a multiple of 16; make "
+         r"box\[0\] a multiple of 4"),
+        ({"buffer": "a", "dims": ["n"], "box": [64], "swizzle": "64B"},
+         r"with swizzle 64B, box\[0\] \* 4 bytes is at most 64"),
         ({"buffer": "a", "dims": [7, 11], "box": [4, 1]}, r"packed, dimension 1 has a stride of 28 bytes"),
-        ({"buffer": "a", "dims": [4, 300], "box": [4, 1]}, r"reaches 4800 bytes \(dims \[4, 300\], strides packed \[16\]\)"),
+        ({"buffer": "a", "dims": [4, 300], "box": [4, 1]},
+         r"reaches 4800 bytes \(dims \[4, 300\], strides packed \[16\]\)"),
     ],
 )
 def test_a_map_is_checked_against_its_buffer(workload: Workload, tmap: dict[str, Any], message: str) -> None:
@@ -191,13 +200,16 @@ def test_a_write_past_a_buffer_names_the_map_whose_rows_end_inside_a_16_byte_chu
 
 def test_nan_fill_and_small_integers_follow_the_buffer_type(tmp_path: Path) -> None:
     spec = json.loads(json.dumps(TINY_SPEC))
-    spec["signature"]["params"].insert(3, {"kind": "buffer", "name": "k", "dtype": "int32", "role": "in", "shape": ["n"]})
-    spec["signature"]["params"].insert(4, {"kind": "buffer", "name": "s", "dtype": "int16", "role": "in", "shape": ["n"]})
+    spec["signature"]["params"].insert(3, {"kind": "buffer", "name": "k", "dtype": "int32", "role": "in",
+                                           "shape": ["n"]})
+    spec["signature"]["params"].insert(4, {"kind": "buffer", "name": "s", "dtype": "int16", "role": "in",
+                                           "shape": ["n"]})
     spec["inputs"].update({"k": {"generator": "randint"}, "s": {"generator": "randint"}})
     wl = find_workload(write_tiny_workload(tmp_path, spec) / "tiny_add", Settings())
     case = wl.spec.case("n_4096")
     with pytest.raises(LaunchConfigError, match="oob_fill 'nan' needs a float buffer"):
-        check_tensor_maps(_resolved(wl, "n_4096", {"buffer": "k", "dims": ["n"], "box": [8], "oob_fill": "nan"}), wl, case)
+        check_tensor_maps(_resolved(wl, "n_4096", {"buffer": "k", "dims": ["n"], "box": [8], "oob_fill": "nan"}), wl,
+                          case)
     with pytest.raises(LaunchConfigError, match="TMA has no int16 element type"):
         check_tensor_maps(_resolved(wl, "n_4096", {"buffer": "s", "dims": ["n"], "box": [8]}), wl, case)
     check_tensor_maps(_resolved(wl, "n_4096", {"buffer": "a", "dims": ["n"], "box": [8], "oob_fill": "nan"}), wl, case)
@@ -209,27 +221,33 @@ OPTIONS = EvaluateOptions(warmup=1, iterations=3)
 A_MAP = {"buffer": "a", "dims": ["n"], "box": [256]}
 
 
-def _session(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, features: str, wl: Workload) -> tuple[HarnessProcess, Session]:
+def _session(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, features: str,
+             wl: Workload) -> tuple[HarnessProcess, Session]:
     monkeypatch.setenv("KO_FAKE_FEATURES", features)
     harness = write_harness(tmp_path, "fake")
     proc = HarnessProcess(harness, 0)
     return proc, Session(wl, proc, device_info(harness, 0), workdir=tmp_path / "w", options=OPTIONS)
 
 
-def test_a_candidate_with_maps_passes_on_the_fake_harness(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, workload: Workload) -> None:
+def test_a_candidate_with_maps_passes_on_the_fake_harness(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, workload: Workload
+) -> None:
     proc, ev = _session(tmp_path, monkeypatch, "blocking,tensor_maps", workload)
     with proc, ev:
         maps = (A_MAP, {"buffer": "b", "dims": ["n"], "box": [256]}, {"buffer": "c", "dims": ["n"], "box": [256]})
         result = evaluate(ev, Candidate(tma_kernel(3), launch(*maps), [], "tma"))
     assert result.ok, result.message
     assert all(c.launch and len(c.launch["tensor_maps"]) == 3 for c in result.cases)
-    sent = [json.loads(p.read_text()) for p in sorted((tmp_path / "w" / "requests").rglob("*.json")) if "tma" in p.parent.name]
+    sent = [json.loads(p.read_text()) for p in sorted((tmp_path / "w" / "requests").rglob("*.json"))
+            if "tma" in p.parent.name]
     assert sent and all(len(case["tensor_maps"]) == 3 for r in sent for case in r["cases"])
     one = next(case for r in sent for case in r["cases"] if case["name"] == "odd_1001")
     assert one["tensor_maps"][0] == {"buffer": "a", "dtype": "float32", "dims": [1001], "strides": [], "box": [256],
-                                     "element_strides": [1], "swizzle": "none", "l2_promotion": "none", "oob_fill": "zero"}
+                                     "element_strides": [1], "swizzle": "none", "l2_promotion": "none",
+                                     "oob_fill": "zero"}
     # the reference (no maps) sent none
-    ref = [json.loads(p.read_text()) for p in (tmp_path / "w" / "requests").rglob("*.json") if "reference" in p.parent.name]
+    ref = [json.loads(p.read_text()) for p in (tmp_path / "w" / "requests").rglob("*.json")
+           if "reference" in p.parent.name]
     assert ref and not any("tensor_maps" in case for r in ref for case in r["cases"])
 
 
@@ -262,12 +280,14 @@ def test_bad_maps_are_invalid_launches_before_anything_is_sent(
     assert not [n for n in sent if n.rsplit("-", 1)[-1] in ("unknown", "scalar", "past", "short")], sent
 
 
-def test_a_harness_without_the_feature_is_too_old(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, workload: Workload) -> None:
+def test_a_harness_without_the_feature_is_too_old(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                  workload: Workload) -> None:
     proc, ev = _session(tmp_path, monkeypatch, "blocking", workload)
     with proc, ev:
         result = evaluate(ev, Candidate(tma_kernel(1), launch(A_MAP), [], "tma"), benchmark=False)
-        plain = evaluate(ev, Candidate(tma_kernel(0), LaunchSpec.model_validate({"grid": ["ceil_div(n, 256)"], "block": [256]}),
-                                       [], "plain"), benchmark=False)
+        plain = evaluate(ev, Candidate(tma_kernel(0),
+                                       LaunchSpec.model_validate({"grid": ["ceil_div(n, 256)"], "block": [256]}), [],
+                                       "plain"), benchmark=False)
     assert result.status.value == "invalid_launch"
     assert "this kernelopt-harness is too old" in result.cases[0].message and "pip install ." in result.cases[0].message
     assert plain.ok, plain.message
@@ -281,8 +301,9 @@ def test_the_fake_harness_refuses_a_map_past_its_buffer_like_the_harness(
     monkeypatch.setattr(build_mod, "check_tensor_maps", lambda *args: None)
     proc, ev = _session(tmp_path, monkeypatch, "tensor_maps", workload)
     with proc, ev:
-        result = evaluate(ev, Candidate(tma_kernel(1), launch({"buffer": "b", "dims": ["n + 1"], "box": [256]}), [], "past"),
-                          benchmark=False)
+        result = evaluate(ev, Candidate(tma_kernel(1), launch({"buffer": "b", "dims": ["n + 1"], "box": [256]}), [],
+                                        "past"), benchmark=False)
     assert result.status.value == "invalid_launch", result.message
     messages = [c.message for c in result.cases]
-    assert "the harness refused a tensor map: cases[0].tensor_maps[0]: reaches 8 bytes, past the 4 bytes of buffer 'b'" in messages
+    assert ("the harness refused a tensor map: cases[0].tensor_maps[0]: reaches 8 bytes, past the 4 bytes of buffer 'b'"
+            in messages)

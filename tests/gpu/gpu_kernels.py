@@ -40,7 +40,8 @@ def copy_request(files: dict[str, Path], dtype: str, nbytes: int, draw: dict[str
     """A harness request running copy_bytes (module_files of a byte-copy kernel) over one buffer of
     ``nbytes`` of ``dtype`` drawn on the device as ``draw`` under ``seed``, its copy written to ``out``."""
     args: list[dict[str, Any]] = [
-        {"kind": "buffer", "name": "x", "role": "in", "bytes": nbytes, "dtype": dtype, "input_draw": {"seed": seed, **draw}},
+        {"kind": "buffer", "name": "x", "role": "in", "bytes": nbytes, "dtype": dtype,
+         "input_draw": {"seed": seed, **draw}},
         {"kind": "buffer", "name": "y", "role": "out", "bytes": nbytes, "output": str(out)},
         {"kind": "scalar", "name": "n", "dtype": "uint64", "raw": nbytes.to_bytes(8, "little").hex()},
     ]

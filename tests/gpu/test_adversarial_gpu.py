@@ -16,8 +16,9 @@ kernel, timed in the same session, by more than NO_GAIN_MARGIN.
 
 Timing is FAST (1 warm-up, 5 measured launches), except for the memoizers, timed with the seed's
 10 + 100 (SEED): with KERNELOPT_FRESH_LAUNCHES=16 (a redraw before 16 hidden measured launches, the
-others reusing the last draw) 5 launches would all be redrawn and their caches never tried. The servers run with a short kernel timeout
-(20 s) and compile limit (10 s), so the infinite loop and the compile bomb end quickly.
+others reusing the last draw) 5 launches would all be redrawn and their caches never tried. The
+servers run with a short kernel timeout (20 s) and compile limit (10 s), so the infinite loop and
+the compile bomb end quickly.
 KERNELOPT_ADVERSARIAL_ONLY=a.cu,b.cu re-runs a few kernels. If KERNELOPT_ADVERSARIAL_REPORT is
 set, each path adds its column to a markdown table written there (kernel, trick, expected
 verdict, the verdict of each path that ran, message), for docs/adversarial.md.
@@ -133,7 +134,8 @@ def record(path: str, rows: dict[str, dict[str, str]]) -> None:
 
 def server(harness: Path, workspace: Path) -> AbstractAsyncContextManager[Any]:
     return stdio_server(
-        "--harness", str(harness), "--workspace", str(workspace), "--root", str(ADVERSARIAL), env=ENV, read_timeout_s=900,
+        "--harness", str(harness), "--workspace", str(workspace), "--root", str(ADVERSARIAL), env=ENV,
+        read_timeout_s=900,
     )
 
 
@@ -154,7 +156,8 @@ def test_every_adversarial_kernel_gets_its_verdict_and_the_server_keeps_answerin
                     d = (await client.call_tool("describe_workload", {"name": wl})).structured_content
                     good[wl] = {"workload": wl, "source": d["initial_cu"], "launch": d["initial_launch"]}
                 args: dict[str, Any] = {
-                    "workload": wl, "path": str(ADVERSARIAL / case["file"]), "launch": case["launch"] or good[wl]["launch"],
+                    "workload": wl, "path": str(ADVERSARIAL / case["file"]),
+                    "launch": case["launch"] or good[wl]["launch"],
                 }
                 if case.get("compile_options"):
                     args["compile_options"] = case["compile_options"]
@@ -228,13 +231,15 @@ def test_every_adversarial_kernel_through_kernelopt_evaluate(harness_binary: Pat
                 kernels.append(str(folder / f"{BASE}.cu"))
             args = [wl, *kernels, "--harness", str(harness_binary), "--timeout", str(KERNEL_TIMEOUT_S), "--json"]
             timing = timing_of(cases)
-            args += ["--warmup", str(timing["warmup"]), "--iterations", str(timing["iterations"])] if tool == "benchmark" else ["--no-benchmark"]
+            args += (["--warmup", str(timing["warmup"]), "--iterations", str(timing["iterations"])]
+                     if tool == "benchmark" else ["--no-benchmark"])
             if sanitize:
                 args.append("--sanitize")
             proc = kernelopt("evaluate", *args)
             if proc.returncode == 2 and sanitize and "sanitizer" in proc.stderr:
                 for case in cases:
-                    rows[case["file"]] = {"observed": "skipped (no usable compute-sanitizer)", "message": proc.stderr[-300:]}
+                    rows[case["file"]] = {"observed": "skipped (no usable compute-sanitizer)",
+                                          "message": proc.stderr[-300:]}
                 continue
             if proc.returncode not in (0, 1):
                 failures.append(f"kernelopt evaluate {wl} ({tool}) exited {proc.returncode}: {proc.stderr[-1500:]}")
@@ -248,7 +253,8 @@ def test_every_adversarial_kernel_through_kernelopt_evaluate(harness_binary: Pat
                     failures.append(f"kernelopt evaluate: no result for {case['file']}")
                     continue
                 rows[case["file"]] = {"observed": r["status"], "message": r.get("sanitizer_message") or r["message"]}
-                rendered = "\n".join([r["message"], r.get("sanitizer_message") or "", *(c.get("message") or "" for c in r["cases"])])
+                rendered = "\n".join([r["message"], r.get("sanitizer_message") or "",
+                                      *(c.get("message") or "" for c in r["cases"])])
                 judge(case, r["status"], rendered, r.get("score_ms"), base, "evaluate", failures)
     finally:
         record("evaluate", rows)
@@ -264,7 +270,8 @@ def proposal(case: dict[str, Any]) -> dict[str, Any]:
     spec = LaunchSpec.model_validate(launch_of(case)).model_dump(mode="json", exclude_none=True)
 
     def config(c: dict[str, Any]) -> dict[str, Any]:
-        return {"grid": [str(g) for g in c["grid"]], "block": [str(b) for b in c["block"]], "shared_bytes": str(c.get("shared_bytes", 0))}
+        return {"grid": [str(g) for g in c["grid"]], "block": [str(b) for b in c["block"]],
+                "shared_bytes": str(c.get("shared_bytes", 0))}
 
     launch = {"default": config(spec["default"]) if spec.get("default") else None,
               "cases": [{"case": name, **config(c)} for name, c in (spec.get("cases") or {}).items()]}
@@ -284,7 +291,8 @@ def test_every_adversarial_kernel_through_kernelopt_optimize(
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("OPENAI_API_KEY", "sk-scripted")
     monkeypatch.setenv("KERNELOPT_DOCS_OFFLINE", "1")
-    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(REPO), str(REPO / "clients"), os.environ.get("PYTHONPATH")])))
+    monkeypatch.setenv("PYTHONPATH",
+                       os.pathsep.join(filter(None, [str(REPO), str(REPO / "clients"), os.environ.get("PYTHONPATH")])))
     for k, v in ENV.items():
         monkeypatch.setenv(k, v)  # the server optimize starts inherits them
     rows: dict[str, dict[str, str]] = {}
@@ -299,28 +307,34 @@ def test_every_adversarial_kernel_through_kernelopt_optimize(
             with ScriptedModel([proposal(c) for c in cases]) as model:
                 code = agent_main([
                     "optimize", "--workload", wl, "--max-iterations", str(len(cases)), "--base-url", model.url,
-                    "--harness", str(harness_binary), "--workspace", str(tmp_path / "ws"), "--results-dir", str(results),
-                    "--warmup", str(timing_of(cases)["warmup"]), "--iterations", str(timing_of(cases)["iterations"]), "--quiet",
+                    "--harness", str(harness_binary), "--workspace", str(tmp_path / "ws"),
+                    "--results-dir", str(results),
+                    "--warmup", str(timing_of(cases)["warmup"]), "--iterations",
+                    str(timing_of(cases)["iterations"]), "--quiet",
                 ])
             run = results / "run-001"
             summary = json.loads((run / "summary.json").read_text())
             if code != 0 or model.steps or model.exhausted:
-                failures.append(f"optimize {wl}: exit {code}, {len(model.steps)} proposals unused: {summary.get('error')}")
+                failures.append(f"optimize {wl}: exit {code}, {len(model.steps)} proposals unused: "
+                                f"{summary.get('error')}")
                 continue
             history = json.loads((run / "history.json").read_text())
             if any(h["event"] == "no_proposal" for h in history):
-                failures.append(f"optimize {wl}: a proposal was not evaluated: {[h for h in history if h['event'] == 'no_proposal']}")
+                failures.append(f"optimize {wl}: a proposal was not evaluated: "
+                                f"{[h for h in history if h['event'] == 'no_proposal']}")
             records = [h for h in history if h["event"] == "candidate"]
             base = next((h["score_ms"] for h in records if h["kind"] == "initial"), None)
             proposed = [h for h in records if h["kind"] in ("proposal", "repair")]
             # the hidden check is real inside optimize: the frozen inputs can be redrawn, and the result says so
             frozen = json.loads((run / "workload" / wl / "workload.json").read_text())
-            undrawable = [n for c in frozen["cases"] for n, g in c["inputs"].items() if g["generator"] == "file" and not g.get("drawn_from")]
+            undrawable = [n for c in frozen["cases"] for n, g in c["inputs"].items()
+                          if g["generator"] == "file" and not g.get("drawn_from")]
             if undrawable:
                 failures.append(f"optimize {wl}: frozen inputs without drawn_from: {undrawable}")
             initial_checks: list[str] = next((h["checks"] for h in records if h["kind"] == "initial"), [])
             if not any(("hidden" in c or "timed launch" in c) and "not possible" not in c for c in initial_checks):
-                failures.append(f"optimize {wl}: the initial kernel's checks name no hidden-input check: {initial_checks}")
+                failures.append(f"optimize {wl}: the initial kernel's checks name no hidden-input check: "
+                                f"{initial_checks}")
             for case, h in zip(cases, proposed, strict=False):
                 rows[case["file"]] = {"observed": h["status"], "message": h.get("message", "")}
                 judge(case, h["status"], json.dumps(h)[:4000], h.get("score_ms"), base, "optimize", failures)

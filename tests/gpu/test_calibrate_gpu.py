@@ -36,7 +36,8 @@ class CountingHarness(HarnessProcess):
     requests = 0
 
     def request(
-        self, payload: HarnessRequest | Mapping[str, Any], timeout_s: float, case_timeouts: Sequence[float] | None = None,
+        self, payload: HarnessRequest | Mapping[str, Any], timeout_s: float,
+        case_timeouts: Sequence[float] | None = None,
     ) -> HarnessReply:
         self.requests += 1
         return super().request(payload, timeout_s, case_timeouts)

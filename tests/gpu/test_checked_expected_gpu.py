@@ -98,8 +98,8 @@ def request(files: dict[str, Path], module: Path, tmp: Path, filler: TorchFiller
             "timing": {"warmup": WARMUP, "iterations": ITERATIONS, "blocking": True},
             "fresh_seed": FRESH_SEED, "checked_launches": list(CHECKED), "confirm_launch": True,
             "checked_expected": entries}
-    return {"protocol": 2, "device": 0, "module": str(module), "entry": "scale", "support_module": str(files["support"]),
-            "guard_bytes": 4096, "flush_l2": True, "cases": [case]}
+    return {"protocol": 2, "device": 0, "module": str(module), "entry": "scale",
+            "support_module": str(files["support"]), "guard_bytes": 4096, "flush_l2": True, "cases": [case]}
 
 
 @pytest.fixture(scope="module")
@@ -112,8 +112,9 @@ def test_the_harness_offers_checked_expected(harness_binary: Path) -> None:
 
 
 @pytest.mark.parametrize("native", [True, False], ids=["float32_values", "float64_values"])
-def test_torch_computed_values_check_the_timed_launches(proc: HarnessProcess, files: dict[str, Path], filler: TorchFiller,
-                                                        tmp_path: Path, native: bool) -> None:
+def test_torch_computed_values_check_the_timed_launches(
+    proc: HarnessProcess, files: dict[str, Path], filler: TorchFiller, tmp_path: Path, native: bool
+) -> None:
     reply = proc.request(request(files, files["honest"], tmp_path, filler, native), timeout_s=120)
     assert reply.answer is not None and reply.answer["status"] == "ok", reply.stderr[-2000:]
     case = reply.answer["cases"][0]

@@ -109,7 +109,9 @@ def _address(answer: dict[str, Any], source: str) -> tuple[int, int]:
     return int(found[0]["address"]), int(found[0]["bytes"])
 
 
-def test_a_kernel_resetting_earlier_verdicts_still_fails_every_check(harness_binary: Path, files: dict[str, Path]) -> None:
+def test_a_kernel_resetting_earlier_verdicts_still_fails_every_check(
+    harness_binary: Path, files: dict[str, Path]
+) -> None:
     with HarnessProcess(harness_binary, 0, env={**os.environ, "KERNELOPT_HARNESS_REPORT_STAGED": "1"}) as proc:
         probe = proc.request(_request(files, "copy_ref", (0, 0)), timeout_s=120).answer
         assert probe is not None and probe["cases"][0]["status"] == "ok", probe

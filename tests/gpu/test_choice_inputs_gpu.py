@@ -70,7 +70,8 @@ def _choice(name: str) -> dict[str, Any]:
     return {"kind": "choice", "values": VALUES[name]}
 
 
-def _indices(proc: HarnessProcess, files: dict[str, Path], tmp_path: Path, count: int, elements: int = ELEMENTS) -> np.ndarray:
+def _indices(proc: HarnessProcess, files: dict[str, Path], tmp_path: Path, count: int,
+             elements: int = ELEMENTS) -> np.ndarray:
     """The harness's randint over [0, count) under SEED (int64 elements): the indices a choice of
     ``count`` values takes (its Philox words do not depend on the dtype)."""
     out = tmp_path / f"index-{count}-{elements}.bin"
@@ -88,7 +89,8 @@ def test_a_device_choice_is_the_hosts_table_at_the_harness_randint(
     ours = (tmp_path / "ours.bin").read_bytes()
     index = _indices(proc, files, tmp_path, len(VALUES[name]))
     want = table(VALUES[name], dtype)[index]
-    assert ours == want.astype(dtype.numpy.newbyteorder("<")).tobytes(), "the device's choice differs from the host's table"
+    assert ours == want.astype(dtype.numpy.newbyteorder("<")).tobytes(), (
+        "the device's choice differs from the host's table")
     counts = np.bincount(index, minlength=len(VALUES[name])) / ELEMENTS
     assert (abs(counts - 1 / len(VALUES[name])) < 0.01).all(), counts  # each value equally likely
 
@@ -114,8 +116,9 @@ def test_a_fresh_choice_before_a_timed_launch_is_the_table_at_the_fresh_randint(
                          (DType.float16, {"kind": "choice", "values": [-2.0, -1.0, 0.0, 1.0, 2.0]})):
         directory = tmp_path / f"dump-{dtype.value}"
         directory.mkdir()
-        request = _request(files, dtype, fresh, tmp_path / f"y-{dtype.value}.bin", timing={"warmup": 1, "iterations": 4},
-                           fresh_seed=12345, checked_launches=[2], checked_dump=str(directory))
+        request = _request(files, dtype, fresh, tmp_path / f"y-{dtype.value}.bin",
+                           timing={"warmup": 1, "iterations": 4}, fresh_seed=12345, checked_launches=[2],
+                           checked_dump=str(directory))
         x = request["cases"][0]["args"][0]
         x["fresh"] = fresh
         del x["input_draw"]  # checked_dump reads the inputs not redrawn from files
@@ -130,7 +133,8 @@ def test_a_fresh_choice_before_a_timed_launch_is_the_table_at_the_fresh_randint(
 
 
 @pytest.mark.parametrize("name", ["uint8", "bfloat16", "float16", "float32", "float64", "int64"])
-def test_torch_draws_the_harness_choice_bytes(proc: HarnessProcess, files: dict[str, Path], tmp_path: Path, name: str) -> None:
+def test_torch_draws_the_harness_choice_bytes(proc: HarnessProcess, files: dict[str, Path], tmp_path: Path,
+                                              name: str) -> None:
     torch = pytest.importorskip("torch")
     from kernelopt_mcp.torch_fill import TorchFiller
 

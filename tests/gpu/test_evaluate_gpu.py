@@ -37,7 +37,8 @@ FAST = EvaluateOptions(warmup=2, iterations=10, timeout_s=60)
 def vector_add(proc: HarnessProcess, device: DeviceInfo, tmp_path: Path) -> Iterator[Session]:
     wl = find_workload("vector_add", Settings())
     # the two correctness cases are enough to catch every fault below, and keep it quick
-    wl.spec = wl.spec.model_copy(update={"cases": [c for c in wl.spec.cases if c.kind == "correctness"] + wl.spec.performance_cases[:1]})
+    wl.spec = wl.spec.model_copy(update={"cases": [c for c in wl.spec.cases if c.kind == "correctness"]
+                                         + wl.spec.performance_cases[:1]})
     with Session(wl, proc, device, workdir=tmp_path, options=FAST) as ev:
         prepare(ev)
         yield ev
@@ -90,7 +91,8 @@ def test_bundled_reference_matches_oracle_and_initial_passes(
                 "workload": name, "initial_score_ms": result.score_ms,
                 "reference_score_ms": result.reference_score_ms, "speedup": result.speedup,
                 "cases": {c.name: {"initial_ms": c.timing.median_ms, "reference_ms": c.reference_median_ms,
-                                   "initial_GBps": (c.bytes_per_s or 0) / 1e9, "initial_TFLOPs": (c.flops_per_s or 0) / 1e12}
+                                   "initial_GBps": (c.bytes_per_s or 0) / 1e9,
+                                   "initial_TFLOPs": (c.flops_per_s or 0) / 1e12}
                           for c in result.cases if c.timing},
             }) + "\n")
 
@@ -113,7 +115,8 @@ def test_wrong_kernel_is_a_mismatch_with_details(vector_add: Session) -> None:
 
 
 def test_kernel_that_writes_nothing_is_caught_by_the_poison(vector_add: Session) -> None:
-    r = evaluate(vector_add, Candidate(_kernel("if (i < n && i % 2) c[i] = a[i] + b[i];"), VECTOR_ADD_LAUNCH, name="half"))
+    r = evaluate(vector_add, Candidate(_kernel("if (i < n && i % 2) c[i] = a[i] + b[i];"),
+                                       VECTOR_ADD_LAUNCH, name="half"))
     assert r.status is Status.mismatch
     assert any(o.nonfinite > 0 for c in r.cases for o in c.outputs)
 
@@ -149,7 +152,8 @@ def test_illegal_address_is_runtime_error_and_the_next_evaluation_works(vector_a
 
 
 def test_trap_is_runtime_error(vector_add: Session) -> None:
-    r = evaluate(vector_add, Candidate(_kernel("if (i == 0) __trap(); if (i < n) c[i] = a[i] + b[i];"), VECTOR_ADD_LAUNCH, name="trap"))
+    r = evaluate(vector_add, Candidate(_kernel("if (i == 0) __trap(); if (i < n) c[i] = a[i] + b[i];"),
+                                       VECTOR_ADD_LAUNCH, name="trap"))
     assert r.status is Status.runtime_error
     assert evaluate(vector_add, initial_candidate(vector_add.workload)).ok
 
@@ -204,7 +208,8 @@ def test_missing_entry_is_a_compile_error_naming_the_prototype(vector_add: Sessi
 
 def test_cli_evaluate_sgemm_prints_cases_and_score(tmp_path: Path) -> None:
     proc = subprocess.run(
-        [sys.executable, "-m", "kernelopt_mcp.cli", "evaluate", "sgemm", "--warmup", "1", "--iterations", "5", "--json"],
+        [sys.executable, "-m", "kernelopt_mcp.cli", "evaluate", "sgemm", "--warmup", "1", "--iterations",
+         "5", "--json"],
         capture_output=True, text=True, timeout=600,
     )
     assert proc.returncode == 0, proc.stderr

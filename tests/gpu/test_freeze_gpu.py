@@ -56,14 +56,16 @@ async def test_freeze_benchmark_and_replay_on_the_gpu(tmp_path: Path, harness_bi
                                                      "warmup": 2, "iterations": 5})
         assert bench.structured_content["status"] == "ok", text(bench)
         assert {c["name"] for c in bench.structured_content["cases"]} == set(out["cases"])  # the frozen cases
-        replay = await client.call_tool("replay_requests", {"workload": "vector_add", "source": initial_cu, "launch": LAUNCH})
+        replay = await client.call_tool("replay_requests",
+                                        {"workload": "vector_add", "source": initial_cu, "launch": LAUNCH})
         assert replay.structured_content["status"] == "ok", text(replay)
         requests = replay.structured_content["requests"]
     expected = json.loads((run / "expected" / "manifest.json").read_text())
     for case, request in requests.items():
         outputs = []
         for _ in range(2):
-            proc = subprocess.run([str(harness_binary), "run", str(run / request)], capture_output=True, text=True, timeout=300)
+            proc = subprocess.run([str(harness_binary), "run", str(run / request)], capture_output=True,
+                                  text=True, timeout=300)
             answer = json.loads(proc.stdout)
             assert proc.returncode == 0 and answer["cases"][0]["status"] == "ok", (case, proc.stdout, proc.stderr)
             outputs.append((run / "replay" / "outputs" / case / "c.bin").read_bytes())

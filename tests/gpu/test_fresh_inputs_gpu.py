@@ -71,7 +71,9 @@ def test_the_harness_offers_fresh_inputs_and_checked_launches(harness_binary: Pa
     assert {"fresh_inputs", "timed_check", "confirm_launch"} <= harness_features(harness_binary)
 
 
-def test_a_memoizing_kernel_gains_nothing_from_its_cache(proc: HarnessProcess, device: DeviceInfo, tmp_path: Path) -> None:
+def test_a_memoizing_kernel_gains_nothing_from_its_cache(
+    proc: HarnessProcess, device: DeviceInfo, tmp_path: Path
+) -> None:
     wl = find_workload("sgemm", Settings())
     honest = initial_candidate(wl)
     memo = Candidate(MEMO_SGEMM, honest.launch, [], "memo")
@@ -114,7 +116,8 @@ def test_work_skipped_or_replayed_while_timed_is_timed_mismatch(
     assert "not seen before" in old.message
 
 
-@pytest.mark.parametrize("name", ["vector_add", "sgemm", "reduce_sum", "softmax", "transpose", "layernorm", "histogram", "gemm_bf16"])
+@pytest.mark.parametrize("name", ["vector_add", "sgemm", "reduce_sum", "softmax", "transpose", "layernorm",
+                                  "histogram", "gemm_bf16"])
 def test_bundled_reference_and_initial_stay_ok_with_every_check(
     name: str, proc: HarnessProcess, device: DeviceInfo, tmp_path: Path
 ) -> None:

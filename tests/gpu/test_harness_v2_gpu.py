@@ -95,7 +95,8 @@ def _figure(value: float | str) -> float:
     return math.inf if value == "inf" else float(value)
 
 
-def _out_arg(tmp_path: Path, name: str, dtype: DType, expected: np.ndarray, tol: Tolerance, **extra: Any) -> dict[str, Any]:
+def _out_arg(tmp_path: Path, name: str, dtype: DType, expected: np.ndarray, tol: Tolerance,
+             **extra: Any) -> dict[str, Any]:
     return {
         "kind": "buffer", "name": name, "role": "out", "bytes": expected.size * dtype.itemsize,
         "output": str(tmp_path / f"{name}.out"), "init": "poison", "poison_byte": 255,
@@ -110,7 +111,8 @@ def _copy_request(files: dict[str, Path], tmp_path: Path, dtype: DType, actual: 
     args = [
         {"kind": "buffer", "name": "in", "role": "in", "bytes": nbytes, "input": _write(tmp_path / "in.bin", actual)},
         _out_arg(tmp_path, "out", dtype, expected, tol),
-        {"kind": "scalar", "name": "n", "dtype": "uint64", "raw": (copy_elements * dtype.itemsize).to_bytes(8, "little").hex()},
+        {"kind": "scalar", "name": "n", "dtype": "uint64",
+         "raw": (copy_elements * dtype.itemsize).to_bytes(8, "little").hex()},
     ]
     return _request(files, "copy_bytes", args, grid=1024, **case)
 
@@ -163,7 +165,9 @@ def test_device_compare_agrees_with_compare_py(
         assert out.read_bytes() == actual.tobytes()
 
 
-def test_expected_values_are_cached_across_requests(proc: HarnessProcess, files: dict[str, Path], tmp_path: Path) -> None:
+def test_expected_values_are_cached_across_requests(
+    proc: HarnessProcess, files: dict[str, Path], tmp_path: Path
+) -> None:
     expected, actual, copied = _scenario(DType.float32, "wrong")
     request = _copy_request(files, tmp_path, DType.float32, actual, expected, DEFAULT_TOLERANCE[DType.float32], copied,
                             input_cache=True)
@@ -179,10 +183,12 @@ def test_expected_values_are_cached_across_requests(proc: HarnessProcess, files:
     assert b["err_sq"] == pytest.approx(a["err_sq"], rel=1e-12)
 
 
-def test_a_deterministic_kernel_differs_in_no_byte(proc: HarnessProcess, files: dict[str, Path], tmp_path: Path) -> None:
+def test_a_deterministic_kernel_differs_in_no_byte(
+    proc: HarnessProcess, files: dict[str, Path], tmp_path: Path
+) -> None:
     expected, actual, copied = _scenario(DType.float32, "match")
-    answer = _run(proc, _copy_request(files, tmp_path, DType.float32, actual, expected, DEFAULT_TOLERANCE[DType.float32],
-                                      copied, repeat_validation=True))
+    answer = _run(proc, _copy_request(files, tmp_path, DType.float32, actual, expected,
+                                      DEFAULT_TOLERANCE[DType.float32], copied, repeat_validation=True))
     case = answer["cases"][0]
     assert case["status"] == "ok"
     assert case["determinism"] == [{"buffer": "out", "bytes_differ": 0, "first_offset": None}]
@@ -199,7 +205,8 @@ def test_a_racy_float_reduction_is_caught_by_the_bitwise_diff(
     x = (rng.standard_normal(n) * 10.0 ** rng.integers(-3, 4, n)).astype(np.float32)
     args: list[dict[str, Any]] = [
         {"kind": "buffer", "name": "x", "role": "in", "bytes": 4 * n, "input": _write(tmp_path / "x.bin", x)},
-        {"kind": "buffer", "name": "sum", "role": "out", "bytes": 4, "output": str(tmp_path / "sum.out"), "init": "zero"},
+        {"kind": "buffer", "name": "sum", "role": "out", "bytes": 4, "output": str(tmp_path / "sum.out"),
+         "init": "zero"},
         {"kind": "scalar", "name": "n", "dtype": "int32", "raw": n.to_bytes(4, "little").hex()},
     ]
     request = _request(files, "sum_racy", args, grid=(n + 255) // 256, repeat_validation=True)

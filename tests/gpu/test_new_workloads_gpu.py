@@ -12,7 +12,8 @@ tests/gpu/test_evaluate_gpu.py (BUNDLED), the tunable kernels at several configu
 tests/gpu/test_tunable_gpu.py (attention_fwd's too); attention_fwd's reference (its float64 oracle on
 the 4x32x4096 performance cases would take minutes, so it runs on the correctness cases only) is
 checked here. Its optimize run tunes 8 configurations (its naive initial kernel takes a fraction
-of a second a launch at the performance sizes, timed 3 + 20 times per case). The CPU emulation of the same kernels is tests/workloads/test_new_workloads_emulated.py.
+of a second a launch at the performance sizes, timed 3 + 20 times per case). The CPU emulation of the
+same kernels is tests/workloads/test_new_workloads_emulated.py.
 
 Run with --run-gpu (scripts/device_gpu_tests.sh tests/gpu/test_new_workloads_gpu.py).
 """
@@ -53,11 +54,13 @@ def test_optimize_tune_without_a_key_finishes_with_a_tuned_kernel(
     monkeypatch.chdir(tmp_path)
     monkeypatch.delenv("OPENAI_API_KEY", raising=False)
     monkeypatch.setenv("KERNELOPT_DOCS_OFFLINE", "1")
-    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(REPO), str(REPO / "clients"), os.environ.get("PYTHONPATH")])))
+    monkeypatch.setenv("PYTHONPATH",
+                       os.pathsep.join(filter(None, [str(REPO), str(REPO / "clients"), os.environ.get("PYTHONPATH")])))
     results = tmp_path / "results"
     code = agent_main(["optimize", "--workload", name, "--strategy", "tune", "--tune-evals", str(evals),
                        "--tune-seconds", "600", "--harness", str(harness_binary), "--workspace", str(tmp_path / "ws"),
-                       "--results-dir", str(results), "--warmup", str(warmup), "--iterations", str(iterations), "--quiet"])
+                       "--results-dir", str(results), "--warmup", str(warmup), "--iterations",
+                       str(iterations), "--quiet"])
     run = results / "run-001"
     summary = read(run / "summary.json")
     assert code == 0, summary
@@ -84,7 +87,8 @@ def test_attention_reference_matches_the_oracle_and_the_naive_kernel_passes(
     proc: HarnessProcess, device: DeviceInfo, tmp_path: Path
 ) -> None:
     wl = find_workload("attention_fwd", Settings())
-    with Session(wl, proc, device, workdir=tmp_path, options=EvaluateOptions(warmup=1, iterations=5, timeout_s=300)) as ev:
+    with Session(wl, proc, device, workdir=tmp_path,
+                 options=EvaluateOptions(warmup=1, iterations=5, timeout_s=300)) as ev:
         prepare(ev, time_reference=True)  # the CUDA reference against the oracle on every correctness case
         assert ev.reference_result is not None and ev.reference_result.ok
         result = evaluate(ev, initial_candidate(wl))

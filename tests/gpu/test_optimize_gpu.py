@@ -37,10 +37,13 @@ NAIVE = """extern "C" __global__ void sgemm(const float* A, const float* B, floa
     }
 }
 """
-DOES_NOT_COMPILE = NAIVE.replace("float acc = 0.0f;", "float acc = 0.0f").replace("%(start)s", "0") % {"store": "C[(size_t)row * N + col] = acc;"}
+DOES_NOT_COMPILE = (NAIVE.replace("float acc = 0.0f;", "float acc = 0.0f").replace("%(start)s", "0")
+                    % {"store": "C[(size_t)row * N + col] = acc;"})
 WRONG = NAIVE % {"start": "1", "store": "C[(size_t)row * N + col] = acc;"}  # skips k = 0
-FAULTS = NAIVE % {"start": "0", "store": "C[(size_t)row * N + col] = acc; if (row == 0 && col == 0) ((float*)0x10)[0] = acc;"}
-NAIVE_LAUNCH = {"default": {"grid": ["ceil_div(N, 16)", "ceil_div(M, 16)"], "block": ["16", "16"], "shared_bytes": "0"}, "cases": []}
+FAULTS = NAIVE % {"start": "0",
+                  "store": "C[(size_t)row * N + col] = acc; if (row == 0 && col == 0) ((float*)0x10)[0] = acc;"}
+NAIVE_LAUNCH = {"default": {"grid": ["ceil_div(N, 16)", "ceil_div(M, 16)"], "block": ["16", "16"],
+                            "shared_bytes": "0"}, "cases": []}
 
 TILED_64 = r"""// 64x64 tiles of C per block of 256 threads, 4x4 outputs per thread in registers; K in steps of 16
 // through shared memory (A stored transposed). Every load and store is bounds-checked.
@@ -166,8 +169,10 @@ extern "C" __global__ void __launch_bounds__(256) sgemm(const float* __restrict_
 }
 """
 
-TILED_64_LAUNCH = {"default": {"grid": ["ceil_div(N, 64)", "ceil_div(M, 64)"], "block": ["256"], "shared_bytes": "0"}, "cases": []}
-TILED_128_LAUNCH = {"default": {"grid": ["ceil_div(N, 128)", "ceil_div(M, 128)"], "block": ["256"], "shared_bytes": "0"}, "cases": []}
+TILED_64_LAUNCH = {"default": {"grid": ["ceil_div(N, 64)", "ceil_div(M, 64)"], "block": ["256"],
+                               "shared_bytes": "0"}, "cases": []}
+TILED_128_LAUNCH = {"default": {"grid": ["ceil_div(N, 128)", "ceil_div(M, 128)"], "block": ["256"],
+                                "shared_bytes": "0"}, "cases": []}
 
 
 def proposal(source: str, launch: dict[str, Any], rationale: str) -> dict[str, Any]:
@@ -182,7 +187,8 @@ def test_optimize_sgemm_end_to_end(tmp_path: Path, harness_binary: Path, monkeyp
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("OPENAI_API_KEY", "sk-scripted")
     monkeypatch.setenv("KERNELOPT_DOCS_OFFLINE", "1")
-    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(REPO), str(REPO / "clients"), os.environ.get("PYTHONPATH")])))
+    monkeypatch.setenv("PYTHONPATH",
+                       os.pathsep.join(filter(None, [str(REPO), str(REPO / "clients"), os.environ.get("PYTHONPATH")])))
     results = tmp_path / "results"
     common = ["--harness", str(harness_binary), "--workspace", str(tmp_path / "ws"), "--results-dir", str(results),
               "--warmup", "2", "--iterations", "10"]
@@ -194,7 +200,8 @@ def test_optimize_sgemm_end_to_end(tmp_path: Path, harness_binary: Path, monkeyp
         proposal(TILED_128, TILED_128_LAUNCH, "128x128x8 tiles, 8x8 register blocking, float4 fragments"),
     ]
     with ScriptedModel(script) as model:
-        code = agent_main(["optimize", "--workload", "sgemm", "--max-iterations", "5", "--base-url", model.url, *common])
+        code = agent_main(["optimize", "--workload", "sgemm", "--max-iterations", "5", "--base-url",
+                           model.url, *common])
     assert not model.steps and not model.exhausted
     run = results / "run-001"
     summary = read(run / "summary.json")
@@ -220,7 +227,8 @@ def test_optimize_sgemm_end_to_end(tmp_path: Path, harness_binary: Path, monkeyp
     for case, request in replays.items():
         outputs = []
         for _ in range(2):
-            proc = subprocess.run([str(harness_binary), "run", str(run / request)], capture_output=True, text=True, timeout=300)
+            proc = subprocess.run([str(harness_binary), "run", str(run / request)], capture_output=True,
+                                  text=True, timeout=300)
             answer = json.loads(proc.stdout)
             assert proc.returncode == 0 and answer["cases"][0]["status"] == "ok", (case, proc.stdout, proc.stderr)
             outputs.append((run / "replay" / "outputs" / case / "C.bin").read_bytes())
@@ -232,11 +240,13 @@ def test_optimize_sgemm_end_to_end(tmp_path: Path, harness_binary: Path, monkeyp
 
     # continue from the run's files, the original tool's way
     code = agent_main(["optimize", "--description", "Single-precision GEMM with rectangular matrices.",
-                       "--input-cases", str(run / "input_cases.json"), "--reference", str(run / "supplied-reference.cu"),
-                       "--initial-kernel", str(run / "best.cu"), "--max-iterations", "0", *common])
+                       "--input-cases", str(run / "input_cases.json"), "--reference",
+                       str(run / "supplied-reference.cu"), "--initial-kernel", str(run / "best.cu"),
+                       "--max-iterations", "0", *common])
     second = read(results / "run-002" / "summary.json")
     assert code == 0, second
-    assert second["workload"]["parts"]["signature"].startswith("inferred") and second["workload"]["reference"]["numpy_oracle"]
+    assert (second["workload"]["parts"]["signature"].startswith("inferred")
+            and second["workload"]["reference"]["numpy_oracle"])
     assert second["initial"]["status"] == "ok"
     assert second["initial"]["score_ms"] == pytest.approx(summary["best"]["score_ms"], rel=0.3)
     print(json.dumps({"run-001": {k: v["score_ms"] for k, v in status.items()}, "best": faster,

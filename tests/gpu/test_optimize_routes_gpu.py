@@ -66,7 +66,8 @@ def test_a_failing_generated_reference_is_regenerated_on_the_gpu(tmp_path: Path,
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("OPENAI_API_KEY", "sk-scripted")
     monkeypatch.setenv("KERNELOPT_DOCS_OFFLINE", "1")
-    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(REPO), str(REPO / "clients"), os.environ.get("PYTHONPATH")])))
+    monkeypatch.setenv("PYTHONPATH",
+                       os.pathsep.join(filter(None, [str(REPO), str(REPO / "clients"), os.environ.get("PYTHONPATH")])))
     fixed = {"name": GENERATED["name"], "description": GENERATED["description"], "reference_cu": ADD,
              "reference_launch": launch(256)}
     faster = {"rationale": "float4 loads and stores", "source": ADD4, "launch": launch(256, 4), "compile_options": []}
@@ -74,8 +75,8 @@ def test_a_failing_generated_reference_is_regenerated_on_the_gpu(tmp_path: Path,
     results, ws = tmp_path / "results", tmp_path / "ws"
     with ScriptedModel(script) as model:
         code = agent_main(["optimize", "--description", "Add two float32 vectors.", "--max-iterations", "1",
-                           "--use-nsight", "--base-url", model.url, "--harness", str(harness_binary), "--workspace", str(ws),
-                           "--results-dir", str(results), "--warmup", "2", "--iterations", "10", "--quiet"])
+                           "--use-nsight", "--base-url", model.url, "--harness", str(harness_binary), "--workspace",
+                           str(ws), "--results-dir", str(results), "--warmup", "2", "--iterations", "10", "--quiet"])
     run = results / "run-001"
     summary = read(run / "summary.json")
     assert code == 0 and not model.steps and not model.exhausted, summary
@@ -102,7 +103,8 @@ def test_four_candidates_per_iteration_on_the_gpu(tmp_path: Path, harness_binary
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("OPENAI_API_KEY", "sk-scripted")
     monkeypatch.setenv("KERNELOPT_DOCS_OFFLINE", "1")
-    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(REPO), str(REPO / "clients"), os.environ.get("PYTHONPATH")])))
+    monkeypatch.setenv("PYTHONPATH",
+                       os.pathsep.join(filter(None, [str(REPO), str(REPO / "clients"), os.environ.get("PYTHONPATH")])))
     add, add4 = (ADD, ADD4) if route == "description" else (ADD.replace("vec_add", "vector_add"),
                                                             ADD4.replace("vec_add", "vector_add"))
     kernels = {(1, 1): (add, launch(128)), (1, 2): (add, launch(512)), (1, 3): (add4, launch(256, 4)),
@@ -135,15 +137,18 @@ def test_four_candidates_per_iteration_on_the_gpu(tmp_path: Path, harness_binary
     history = read(run / "history.json")
     candidates = [h for h in history if h["event"] == "candidate" and h["iteration"] is not None]
     assert len(candidates) == 7 and all(h["status"] == "ok" for h in candidates), candidates
-    assert sorted((h["iteration"], h["slot"]) for h in candidates if h["iteration"] == 2) == [(2, 1), (2, 2), (2, 3), (2, 4)]
+    assert (sorted((h["iteration"], h["slot"]) for h in candidates if h["iteration"] == 2)
+            == [(2, 1), (2, 2), (2, 3), (2, 4)])
     dup = [h for h in history if h["event"] == "duplicate"]
     assert len(dup) == 1 and dup[0]["iteration"] == 1 and dup[0]["slot"] in (2, 4)
     ranked = [h for h in history if h["event"] == "candidate" and h["kind"] != "reference" and h["valid"]]
     fastest = min(ranked, key=lambda h: h["score_ms"])  # the initial kernel competes too
     assert summary["best"]["label"] == fastest["label"] and summary["iterations"]["candidates_per_iteration"] == 4
     assert (run / "heatmap.png").is_file() and (run / "history.jsonl").is_file()
-    assert summary["workload"]["name"] == ("vector_add" if route == "workload" else GENERATED["name"]), summary["workload"]
-    print(json.dumps({"best": summary["best"]["label"], "scores": {h["label"]: h["score_ms"] for h in candidates}}, indent=1))
+    assert summary["workload"]["name"] == ("vector_add" if route == "workload"
+                                           else GENERATED["name"]), summary["workload"]
+    print(json.dumps({"best": summary["best"]["label"], "scores": {h["label"]: h["score_ms"] for h in candidates}},
+                     indent=1))
 
 
 def test_an_interrupted_workload_run_resumes_on_the_gpu(tmp_path: Path, harness_binary: Path,
@@ -153,7 +158,8 @@ def test_an_interrupted_workload_run_resumes_on_the_gpu(tmp_path: Path, harness_
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("OPENAI_API_KEY", "sk-scripted")
     monkeypatch.setenv("KERNELOPT_DOCS_OFFLINE", "1")
-    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(REPO), str(REPO / "clients"), os.environ.get("PYTHONPATH")])))
+    monkeypatch.setenv("PYTHONPATH",
+                       os.pathsep.join(filter(None, [str(REPO), str(REPO / "clients"), os.environ.get("PYTHONPATH")])))
     vadd, vadd4 = ADD.replace("vec_add", "vector_add"), ADD4.replace("vec_add", "vector_add")
 
     def answer(source: str, how: dict[str, Any], why: str) -> dict[str, Any]:
@@ -172,7 +178,8 @@ def test_an_interrupted_workload_run_resumes_on_the_gpu(tmp_path: Path, harness_
     first = read(run / "summary.json")
     assert code == 130 and first["status"] == "interrupted", first
     inputs = (run / "input_cases.json").read_bytes()
-    with ScriptedModel([answer(vadd, launch(512), "block 512"), answer(vadd4, launch(128, 4), "float4, block 128")]) as model:
+    with ScriptedModel([answer(vadd, launch(512), "block 512"),
+                        answer(vadd4, launch(128, 4), "float4, block 128")]) as model:
         code = agent_main(["optimize", "--resume", str(run), "--base-url", model.url, *where])
     summary = read(run / "summary.json")
     assert code == 0 and not model.steps and not model.exhausted, summary
@@ -184,7 +191,9 @@ def test_an_interrupted_workload_run_resumes_on_the_gpu(tmp_path: Path, harness_
     assert summary["best"]["label"] == fastest["label"] and summary["status"] == "completed"
     assert summary["iterations"]["used"] == 3 and summary["tokens"]["calls"] == 3
     assert summary["resumes"][0]["from_iteration"] == 2 and summary["resumes"][0]["previous_status"] == "interrupted"
-    assert (run / "input_cases.json").read_bytes() == inputs and summary["workload"]["seed"] == first["workload"]["seed"]
+    assert ((run / "input_cases.json").read_bytes() == inputs
+            and summary["workload"]["seed"] == first["workload"]["seed"])
     assert summary["provenance"]["device"] == first["provenance"]["device"]
     assert all((run / f).is_file() for f in summary["files"]["replay"].values())
-    print(json.dumps({"best": summary["best"]["label"], "scores": {h["label"]: h["score_ms"] for h in candidates}}, indent=1))
+    print(json.dumps({"best": summary["best"]["label"], "scores": {h["label"]: h["score_ms"] for h in candidates}},
+                     indent=1))

@@ -142,7 +142,9 @@ def test_a_write_into_a_cached_copy_faults_and_the_cache_survives(
         assert [c["mismatches"] for c in again["cases"][0]["compares"]] == [0]
 
 
-def test_a_kernel_reading_its_expected_values_faults(harness_binary: Path, files: dict[str, Path], tmp_path: Path) -> None:
+def test_a_kernel_reading_its_expected_values_faults(
+    harness_binary: Path, files: dict[str, Path], tmp_path: Path
+) -> None:
     """Hidden expected values (unmapped between compares): a kernel aimed at their address faults
     instead of copying its answer; without hiding (only read-only) the same read passes."""
     with HarnessProcess(harness_binary, 0, env=_env()) as proc:
@@ -184,7 +186,9 @@ def test_the_timed_checks_data_is_out_of_reach_until_its_launch(
                 assert case["status"] != "runtime_error", case
 
 
-def test_without_protection_the_same_write_poisons_the_cache(harness_binary: Path, files: dict[str, Path], tmp_path: Path) -> None:
+def test_without_protection_the_same_write_poisons_the_cache(
+    harness_binary: Path, files: dict[str, Path], tmp_path: Path
+) -> None:
     """What the protection stops: with it off the poke succeeds and the next request reads poison."""
     with HarnessProcess(harness_binary, 0, env=_env(KERNELOPT_HARNESS_READONLY_STAGING="0")) as proc:
         first = proc.request(_request(tmp_path, files, "copy_f32", None), timeout_s=120).answer

@@ -81,7 +81,8 @@ def test_a_correct_kernel_is_clean_under_every_tool(
 ) -> None:
     """No false positives from the harness itself: its inputs, poisoned outputs and guards are
     all initialised, and it copies back only what it allocated."""
-    reports = run(vector_add, initial_candidate(vector_add.workload), sanitizer, harness_binary, tmp_path, list(SanitizerTool))
+    reports = run(vector_add, initial_candidate(vector_add.workload), sanitizer, harness_binary, tmp_path,
+                  list(SanitizerTool))
     assert len(reports) == 2 * 3
     assert all(r.passed and r.errors == 0 for r in reports), [r.summary() for r in reports]
 
@@ -95,7 +96,8 @@ def test_memcheck_flags_an_out_of_bounds_read_with_its_line(
         "    if (i < (size_t)n) c[i] = a[i + ((size_t)1 << 32)] + b[i];\n"  # line 3: 16 GiB past a
         "}\n"
     )
-    reports = run(vector_add, Candidate(source, LAUNCH_256), sanitizer, harness_binary, tmp_path, [SanitizerTool.memcheck])
+    reports = run(vector_add, Candidate(source, LAUNCH_256), sanitizer, harness_binary, tmp_path,
+                  [SanitizerTool.memcheck])
     assert reports and not any(r.passed for r in reports)
     first = reports[0].findings[0]
     assert first.kind.startswith("Invalid __global__ read of size 4 bytes"), first
@@ -124,7 +126,8 @@ def test_initcheck_flags_a_read_of_uninitialised_memory(
     source = (ADVERSARIAL / "vector_add_uninitialized.cu").read_text()
     ok = evaluate(vector_add, Candidate(source, LAUNCH_256), benchmark=False)
     assert ok.ok, ok.message  # validation cannot see it
-    reports = run(vector_add, Candidate(source, LAUNCH_256), sanitizer, harness_binary, tmp_path, [SanitizerTool.initcheck])
+    reports = run(vector_add, Candidate(source, LAUNCH_256), sanitizer, harness_binary, tmp_path,
+                  [SanitizerTool.initcheck])
     flagged = [r for r in reports if not r.passed]
     assert flagged, [r.summary() for r in reports]
     assert flagged[0].findings[0].kind.startswith("Uninitialized __global__ memory read"), flagged[0].findings[0]

@@ -103,7 +103,8 @@ def test_a_crashing_kernel_then_a_good_one_in_the_same_session(harness_binary: P
             assert not r.is_error, text(r)
             assert r.structured_content["status"] == "runtime_error"
             assert "CUDA_ERROR_ILLEGAL_ADDRESS" in text(r)
-            r = await client.call_tool("benchmark", {"workload": "vector_add", "source": kernel(), "launch": LAUNCH, **FAST})
+            r = await client.call_tool("benchmark",
+                                       {"workload": "vector_add", "source": kernel(), "launch": LAUNCH, **FAST})
             assert r.structured_content["status"] == "ok", text(r)
 
     anyio.run(session)

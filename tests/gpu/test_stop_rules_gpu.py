@@ -47,5 +47,6 @@ def test_precision_stops_early_agrees_with_the_count_and_keeps_the_checks(
         assert b.checked_launches == a.checked_launches + later, (b.checked_launches, b.timing.samples)
         # same kernel, same session: the medians agree within the noise both report (2% at least)
         tolerance = max(0.02, 4 * max(a.timing.rse_median or 0.0, b.timing.rse_median or 0.0))
-        assert abs(b.timing.median_ms / a.timing.median_ms - 1) <= tolerance, (a.name, a.timing.median_ms, b.timing.median_ms)
+        assert abs(b.timing.median_ms / a.timing.median_ms - 1) <= tolerance, (
+            a.name, a.timing.median_ms, b.timing.median_ms)
     print({b.name: (b.timing.samples, b.timing.rse_median, a.timing.median_ms, b.timing.median_ms) for a, b in pairs})

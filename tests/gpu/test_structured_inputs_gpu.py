@@ -35,7 +35,8 @@ extern "C" __global__ void copy_bytes(const unsigned char* in, unsigned char* ou
 """
 BATCH = 3
 SHAPES = {"triu": (67, 45), "tril": (45, 67), "symmetric": (67, 67)}
-STRUCTURES: dict[str, dict[str, Any]] = {"triu": {"kind": "triu", "diagonal": 2}, "tril": {"kind": "tril", "diagonal": -1}, "symmetric": {"kind": "symmetric"}}
+STRUCTURES: dict[str, dict[str, Any]] = {"triu": {"kind": "triu", "diagonal": 2},
+                                         "tril": {"kind": "tril", "diagonal": -1}, "symmetric": {"kind": "symmetric"}}
 # one dtype per element size (1, 2, 4, 8 bytes), floats and integers
 DTYPES = {"uint8": DType.uint8, "bfloat16": DType.bfloat16, "float16": DType.float16, "float32": DType.float32,
           "int32": DType.int32, "float64": DType.float64}
@@ -61,7 +62,8 @@ def _spec(dtype: DType, kind: str, structured: bool) -> dict[str, Any]:
     return draw
 
 
-def _request(files: dict[str, Path], dtype: DType, kind: str, draw: dict[str, Any], out: Path, **case: Any) -> dict[str, Any]:
+def _request(files: dict[str, Path], dtype: DType, kind: str, draw: dict[str, Any], out: Path,
+             **case: Any) -> dict[str, Any]:
     """copy_bytes of a buffer of BATCH matrices of SHAPES[kind] drawn as ``draw`` under SEED."""
     rows, cols = SHAPES[kind]
     return copy_request(files, dtype.value, BATCH * rows * cols * dtype.itemsize, draw, SEED, out, **case)
@@ -110,7 +112,8 @@ def test_a_fresh_redraw_before_a_timed_launch_is_structured_too(
 
 
 @pytest.mark.parametrize("kind", list(STRUCTURES))
-def test_torch_draws_the_harness_structured_bytes(proc: HarnessProcess, files: dict[str, Path], tmp_path: Path, kind: str) -> None:
+def test_torch_draws_the_harness_structured_bytes(proc: HarnessProcess, files: dict[str, Path], tmp_path: Path,
+                                                  kind: str) -> None:
     torch = pytest.importorskip("torch")
     from kernelopt_mcp.torch_fill import TorchFiller
 

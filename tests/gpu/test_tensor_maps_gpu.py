@@ -138,10 +138,13 @@ def test_a_tma_store_ending_inside_a_16_byte_chunk_is_an_out_of_bounds_write(vec
             continue
         assert c.guard_violations and c.guard_violations[0]["buffer"] == "c", c.guard_violations
         assert c.guard_violations[0]["side"] == "after" and c.guard_violations[0]["bytes_changed"] == past[c.name]
-        assert "tensor_maps[2] over 'c' has rows of" in (c.message or "") and "plain stores" in (c.message or ""), c.message
+        assert ("tensor_maps[2] over 'c' has rows of" in (c.message or "")
+                and "plain stores" in (c.message or "")), c.message
 
 
-def test_a_map_past_its_buffer_is_refused_before_any_launch(vector_add: Session, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_map_past_its_buffer_is_refused_before_any_launch(
+    vector_add: Session, monkeypatch: pytest.MonkeyPatch
+) -> None:
     # Python's check: an invalid launch, and no request sent for the candidate
     result = evaluate(vector_add, Candidate(TMA_KERNEL, tma_launch("n + 4096"), [], "past"), benchmark=False)
     assert result.status is Status.invalid_launch, result.message

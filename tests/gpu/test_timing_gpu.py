@@ -118,10 +118,13 @@ def _add_args(tmp: Path, n: int = 1024) -> list[dict[str, Any]]:
     return [_in(tmp, "a", a), _in(tmp, "b", b), _out(tmp, "c", 4 * n), _scalar("n", "uint32", n)]
 
 
-def test_graph_timing_of_a_tiny_kernel_is_below_single_launch_events(proc: HarnessProcess, module: Path, tmp_path: Path) -> None:
+def test_graph_timing_of_a_tiny_kernel_is_below_single_launch_events(
+    proc: HarnessProcess, module: Path, tmp_path: Path
+) -> None:
     args = _add_args(tmp_path)
     events = _timing(proc, _request(module, "add", args, 4, 256, {"warmup": 20, "iterations": 200}, flush=False))
-    graph = _timing(proc, _request(module, "add", args, 4, 256, {"warmup": 20, "iterations": 200, "mode": "graph"}, flush=False))
+    graph = _timing(proc, _request(module, "add", args, 4, 256,
+                                   {"warmup": 20, "iterations": 200, "mode": "graph"}, flush=False))
     assert events["mode"] == "events" and events["graph_batch"] is None
     assert graph["mode"] == "graph" and 1 <= graph["graph_batch"] <= 1000
     # A ~2 us kernel: the graph is chosen to take >= 0.2 ms, so it holds many launches.
@@ -137,7 +140,8 @@ def test_blocking_median_of_a_tiny_kernel_is_not_above_non_blocking(
     args = _add_args(tmp_path)
     timing = {"warmup": 20, "iterations": 300}
     plain = _timing(proc, _request(module, "add", args, 4, 256, timing, flush=False, support=support))
-    held = _timing(proc, _request(module, "add", args, 4, 256, {**timing, "blocking": True}, flush=False, support=support))
+    held = _timing(proc, _request(module, "add", args, 4, 256, {**timing, "blocking": True}, flush=False,
+                                  support=support))
     assert plain["blocking"] is False and held["blocking"] is True
     assert held["blocking_timed_out"] is False
     # Holding the stream can only remove the host's launch gaps from the events' window, never add
@@ -183,7 +187,8 @@ def test_the_flush_by_reading_leaves_no_dirty_lines_for_the_kernel_to_write_back
     assert by_memset["median_ms"] > 1.02 * by_read["median_ms"], (by_memset["median_ms"], by_read["median_ms"])
 
 
-def test_adaptive_converges_for_a_1ms_kernel(proc: HarnessProcess, module: Path, device: DeviceInfo, tmp_path: Path) -> None:
+def test_adaptive_converges_for_a_1ms_kernel(proc: HarnessProcess, module: Path, device: DeviceInfo,
+                                             tmp_path: Path) -> None:
     grid, block = device.sm_count, 32
     args = [_out(tmp_path, "out", 4 * grid * block), _scalar("ns", "uint64", 1_000_000)]
     timing = {"warmup": 3, "iterations": 20, "adaptive": {"target_rse": 0.005, "max_ms": 20000, "max_iterations": 2000}}
@@ -195,7 +200,9 @@ def test_adaptive_converges_for_a_1ms_kernel(proc: HarnessProcess, module: Path,
     assert 0.9 < t["median_ms"] < 1.5, t["median_ms"]
 
 
-def test_launch_overhead_is_positive_and_below_10us(proc: HarnessProcess, module: Path, support: Path, tmp_path: Path) -> None:
+def test_launch_overhead_is_positive_and_below_10us(
+    proc: HarnessProcess, module: Path, support: Path, tmp_path: Path
+) -> None:
     for mode in ("events", "graph"):
         t = _timing(proc, _request(module, "add", _add_args(tmp_path), 4, 256,
                                    {"warmup": 10, "iterations": 100, "mode": mode}, flush=False, support=support))

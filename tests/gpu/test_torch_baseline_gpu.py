@@ -176,14 +176,16 @@ def test_the_l2_flush_makes_a_problem_that_fits_in_l2_slower(torch: Any, tmp_pat
     assert flushed.cases[0].compile_note == "torch.compile not timed (turned off)"
 
 
-def test_evaluate_prints_eager_compile_and_the_speedups(torch: Any, tmp_path: Path, harness_binary: Path, settings_env: None,
-                                                        capsys: pytest.CaptureFixture[str]) -> None:
+def test_evaluate_prints_eager_compile_and_the_speedups(
+    torch: Any, tmp_path: Path, harness_binary: Path, settings_env: None, capsys: pytest.CaptureFixture[str]
+) -> None:
     (tmp_path / "1_VectorAdd.py").write_text(VECTOR_ADD)
     workload = import_torch_problem(tmp_path / "1_VectorAdd.py", tmp_path / "va").path
     kernel = tmp_path / "add.cu"
     kernel.write_text(ADD_KERNEL.format(name="p1_VectorAdd"))
     (tmp_path / "launch.json").write_text(json.dumps(LAUNCH))
-    argv = ["evaluate", str(workload), str(kernel), "--launch", str(tmp_path / "launch.json"), "--harness", str(harness_binary)]
+    argv = ["evaluate", str(workload), str(kernel), "--launch", str(tmp_path / "launch.json"), "--harness",
+            str(harness_binary)]
     assert main([*argv, "--json"]) == 0
     result = json.loads(capsys.readouterr().out)
     base = result["torch_baseline"]
@@ -222,8 +224,10 @@ async def test_the_benchmark_tool_puts_pytorch_beside_a_passing_result(torch: An
         assert (await client.call_tool("benchmark", args)).structured_content["torch_baseline"]["cached"]
 
 
-def test_kernelbench_prints_fast_1_and_the_speedups(torch: Any, tmp_path: Path, harness_binary: Path, settings_env: None,
-                                                    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+def test_kernelbench_prints_fast_1_and_the_speedups(
+    torch: Any, tmp_path: Path, harness_binary: Path, settings_env: None, monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str]
+) -> None:
     monkeypatch.setenv("KERNELOPT_HARNESS", str(harness_binary))
     root, solutions, out = tmp_path / "kb", tmp_path / "solutions", tmp_path / "out"
     (root / "level1").mkdir(parents=True)

@@ -58,7 +58,8 @@ def filler(files: dict[str, Path]) -> TorchFiller:
     return TorchFiller(torch, files["support"].read_bytes())
 
 
-def harness_draw(proc: HarnessProcess, files: dict[str, Path], out: Path, dtype: DType, spec: FreshSpec, seed: int) -> bytes:
+def harness_draw(proc: HarnessProcess, files: dict[str, Path], out: Path, dtype: DType, spec: FreshSpec,
+                 seed: int) -> bytes:
     nbytes = N * dtype.itemsize
     args: list[dict[str, Any]] = [
         {"kind": "buffer", "name": "x", "role": "in", "bytes": nbytes, "dtype": dtype.value,
@@ -83,14 +84,15 @@ def torch_draw(filler: TorchFiller, dtype: DType, spec: FreshSpec, seed: int) ->
 
 @pytest.mark.parametrize("kind", list(SPECS))
 @pytest.mark.parametrize("name", list(DTYPES))
-def test_torch_draws_the_harness_bytes(proc: HarnessProcess, files: dict[str, Path], filler: TorchFiller, tmp_path: Path,
-                                       name: str, kind: str) -> None:
+def test_torch_draws_the_harness_bytes(proc: HarnessProcess, files: dict[str, Path], filler: TorchFiller,
+                                       tmp_path: Path, name: str, kind: str) -> None:
     dtype, spec = DTYPES[name], SPECS[kind]
     seed = 0x9E3779B97F4A7C15
     theirs = harness_draw(proc, files, tmp_path / "y.bin", dtype, spec, seed)
     ours = torch_draw(filler, dtype, spec, seed)
     assert len(ours) == len(theirs) == N * dtype.itemsize
-    assert ours == theirs, f"first differing byte at {next(i for i, (a, b) in enumerate(zip(ours, theirs, strict=True)) if a != b)}"
+    assert ours == theirs, ("first differing byte at "
+                            f"{next(i for i, (a, b) in enumerate(zip(ours, theirs, strict=True)) if a != b)}")
     values = np.frombuffer(ours, dtype=dtype.numpy).astype(np.float64)
     # really drawn: continuous draws into a float type take many values; integers (randint, or any
     # draw into an integer type) a few in their range

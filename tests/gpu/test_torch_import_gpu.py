@@ -70,7 +70,7 @@ LINEAR = r"""extern "C" __global__ void linear_relu(const float* x, const float*
         out[(size_t)b * out_features + o] = (float)(acc > 0.0 ? acc : 0.0);
     }
 }
-"""
+"""  # noqa: E501
 CONV = r"""extern "C" __global__ void conv2d_relu_bias(const float* x, const float* bias, const float* conv_weight,
                                               const float* conv_bias, float* out, int batch_size, int height, int width,
                                               int out_channels) {
@@ -108,7 +108,8 @@ KERNELS: dict[str, tuple[str, dict[str, Any]]] = {
     "reduction_sum": (SUM, {"grid": ["ceil_div(dim2, 128)", "batch_size"], "block": [128]}),
     "matmul": (MATMUL, {"grid": ["ceil_div(N, 16)", "ceil_div(M, 16)"], "block": [16, 16]}),
     "linear_relu": (LINEAR, {"grid": ["ceil_div(out_features, 128)", "batch_size"], "block": [128]}),
-    "conv2d_relu_bias": (CONV, {"grid": ["ceil_div((height - 2) * (width - 2), 128)", "out_channels", "batch_size"], "block": [128]}),
+    "conv2d_relu_bias": (CONV, {"grid": ["ceil_div((height - 2) * (width - 2), 128)", "out_channels", "batch_size"],
+                                "block": [128]}),
 }
 
 
@@ -143,7 +144,8 @@ def test_imported_problem_evaluates_on_the_gpu(problem: str, tmp_path: Path, har
     source, launch = KERNELS[problem]
     code, result = evaluate(workload, source, launch, tmp_path, harness_binary, capsys)
     assert code == 0 and result["status"] == "ok", json.dumps(result, indent=1)[:4000]
-    assert {c["name"]: c["status"] for c in result["cases"]} == {c.name: "ok" for c in load_workload(workload).spec.cases}
+    assert ({c["name"]: c["status"] for c in result["cases"]}
+            == {c.name: "ok" for c in load_workload(workload).spec.cases})
     checks = result["checks"]
     assert "timed outputs on hidden-seed inputs" in checks, checks
     # inputs drawn on the device before every timed launch, each checked against PyTorch: the bundled workloads' checks
@@ -170,7 +172,8 @@ def test_optimize_an_imported_problem(problem: str, tmp_path: Path, harness_bina
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("OPENAI_API_KEY", "sk-scripted")
     monkeypatch.setenv("KERNELOPT_DOCS_OFFLINE", "1")
-    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(REPO), str(REPO / "clients"), os.environ.get("PYTHONPATH")])))
+    monkeypatch.setenv("PYTHONPATH",
+                       os.pathsep.join(filter(None, [str(REPO), str(REPO / "clients"), os.environ.get("PYTHONPATH")])))
     source, launch = KERNELS[problem]
     plain = {"default": {**launch, "shared_bytes": 0}}
     generated = {"initial_cu": source, "initial_launch": plain}
@@ -181,7 +184,8 @@ def test_optimize_an_imported_problem(problem: str, tmp_path: Path, harness_bina
                 "launch": {"default": {"grid": grid, "block": [half, *launch["block"][1:]], "shared_bytes": 0}},
                 "compile_options": []}
     assert grid != launch["grid"]
-    wrong = {"rationale": "skips the last element", "source": wrong_kernel(problem, source), "launch": plain, "compile_options": []}
+    wrong = {"rationale": "skips the last element", "source": wrong_kernel(problem, source), "launch": plain,
+             "compile_options": []}
     results = tmp_path / "results"
     steps = [{"content": json.dumps(generated)}, {"content": json.dumps(proposal)}, {"content": json.dumps(wrong)}]
     with ScriptedModel(steps) as model:
@@ -191,7 +195,8 @@ def test_optimize_an_imported_problem(problem: str, tmp_path: Path, harness_bina
     run = results / "run-001"
     summary = json.loads((run / "summary.json").read_text())
     assert code == 0 and not model.steps and not model.exhausted, summary
-    status = [(h["label"], h["status"]) for h in json.loads((run / "history.json").read_text()) if h["event"] == "candidate"]
+    status = [(h["label"], h["status"]) for h in json.loads((run / "history.json").read_text())
+              if h["event"] == "candidate"]
     assert status == [("000-initial", "ok"), ("001-it1", "ok"), ("002-it2", "mismatch")], status
     assert "initial_cu" in model.requests[0]["messages"][-1]["content"]
     assert "reference_cu" not in model.requests[0]["messages"][-1]["content"].split("The full format:")[0]
@@ -203,8 +208,10 @@ def test_optimize_an_imported_problem(problem: str, tmp_path: Path, harness_bina
     assert pytorch.get("compile_ms") or pytorch.get("compile_note"), pytorch
     expected_from = summary["workload"]["expected_outputs"]
     assert expected_from.startswith("PyTorch") and "the CPU" not in expected_from, expected_from  # on the GPU
-    assert not list((run / "tools").glob("*-freeze_workload.json")) and (run / "workload" / summary["workload"]["name"] / "problem.py").is_file()
-    print(problem, json.dumps({"statuses": status, "best": summary["best"]["label"], "notes": summary["notes"]}, indent=1))
+    assert (not list((run / "tools").glob("*-freeze_workload.json"))
+            and (run / "workload" / summary["workload"]["name"] / "problem.py").is_file())
+    print(problem,
+          json.dumps({"statuses": status, "best": summary["best"]["label"], "notes": summary["notes"]}, indent=1))
 
 
 LAYERNORM_PROBLEM = (Path(__file__).parents[1] / "torch_problems" / "layernorm.py").read_text()
@@ -222,7 +229,7 @@ LAYERNORM = r"""extern "C" __global__ void layernorm(const float* x, const float
     for (int j = 0; j < features; ++j)
         out[(size_t)row * features + j] = (float)((r[j] - mean) * inv * ln_weight[j] + ln_bias[j]);
 }
-"""
+"""  # noqa: E501
 
 
 def test_a_layernorm_kernel_that_drops_weight_and_bias_is_a_mismatch(tmp_path: Path, harness_binary: Path,

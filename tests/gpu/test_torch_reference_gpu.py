@@ -70,7 +70,8 @@ def test_the_module_on_the_gpu_is_the_reference_of_device_drawn_inputs(
     assert dropped.status is Status.mismatch, dropped.message
     # the timed launches checked against PyTorch on the draws they got: 3 samples and the confirm launch
     perf = honest.cases[-1]
-    assert perf.checked_launches == 4 and all(r["mismatches"] == 0 for r in perf.reference_checks), perf.reference_checks
+    assert perf.checked_launches == 4 and all(r["mismatches"] == 0
+                                              for r in perf.reference_checks), perf.reference_checks
     assert any("checked against PyTorch on their inputs" in line for line in honest.checks), honest.checks
     assert lazy.status is Status.timed_mismatch and "PyTorch" in (lazy.message or ""), lazy.message
     # expected values in the output's dtype (no float64 copy); no input bytes on the disk

@@ -148,7 +148,8 @@ def test_tune_small_sgemm_space_then_the_cache_measures_nothing(
     assert again["counts"]["measured"] == 0 and again["counts"]["cached"] == len(valid)
     assert again["best_params"] == result.best_params
     assert (tmp_path / "run" / "best.cu").is_file() and (tmp_path / "run" / "tune.csv").is_file()
-    record = os.environ.get("KERNELOPT_TUNE_RECORD")  # a directory: keep the recording for tests/tune/test_tune.py's replay
+    # a directory: keep the recording for tests/tune/test_tune.py's replay
+    record = os.environ.get("KERNELOPT_TUNE_RECORD")
     if record:
         Path(record).mkdir(parents=True, exist_ok=True)
         (Path(record) / "sgemm_subspace.json").write_text(result.model_dump_json(indent=1))

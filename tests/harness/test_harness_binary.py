@@ -26,9 +26,11 @@ TIMED_CHECK_FEATURES |= {"checked_expected"}
 # Staged inputs and expected values mapped read-only (PROTOCOL.md, "Read-only staging").
 INTEGRITY_FEATURES = {"readonly_staging"}
 # Inputs drawn on the device, expected files in the buffer's dtype (PROTOCOL.md, "Inputs drawn on the device"),
-# their matrices made triangular or symmetric ("structured matrices"), or a choice of a few values ("a choice of values").
+# their matrices made triangular or symmetric ("structured matrices"), or a choice of a few values ("a choice of
+# values").
 INPUT_FEATURES = {"input_draw", "expected_dtype", "structured_draw", "choice_draw"}
-# The CUDA reference's outputs kept on the device as expected values (PROTOCOL.md, "Expected values kept on the device").
+# The CUDA reference's outputs kept on the device as expected values (PROTOCOL.md, "Expected values kept on the
+# device").
 EXPECTED_FEATURES = {"device_expected"}
 # A line on the answer stream before each case of a request (PROTOCOL.md, top-level "progress").
 PROGRESS_FEATURES = {"progress"}
@@ -152,6 +154,7 @@ def test_native_harness_ctest_suite(repo: Path, tmp_path: Path) -> None:
         check=True, capture_output=True, timeout=300,
     )
     subprocess.run(["cmake", "--build", str(build), "-j2"], check=True, capture_output=True, timeout=900)
-    p = subprocess.run(["ctest", "--test-dir", str(build), "--output-on-failure"], capture_output=True, text=True, timeout=300)
+    p = subprocess.run(["ctest", "--test-dir", str(build), "--output-on-failure"], capture_output=True,
+                       text=True, timeout=300)
     assert p.returncode == 0, p.stdout[-3000:]
     assert "100% tests passed" in p.stdout

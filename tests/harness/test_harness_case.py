@@ -191,11 +191,13 @@ def test_timed_check_failure_is_timed_mismatch(tmp_path: Path) -> None:
     stale = exp.astype(np.float32)  # the validation answer, replayed on the new inputs
     stale.astype("<f4").tofile(job.out_dir / "c.bin")
     good = _device_stats(exp, stale, ref.thresholds.abs_tol, 1e-5, ref.thresholds.rel_floor)
-    bad = _device_stats(timed.expected["odd_1001"]["c"], stale, tref.thresholds.abs_tol, 1e-5, tref.thresholds.rel_floor)
+    bad = _device_stats(timed.expected["odd_1001"]["c"], stale, tref.thresholds.abs_tol, 1e-5,
+                        tref.thresholds.rel_floor)
     timing = {"warmup": 1, "iterations": 3, "flush_l2": True, "times_ms": [0.01, 0.011, 0.012], "check_launch_ms": 0.01}
     reply = _answer(
         "odd_1001", timing=timing,
-        compares=[{"buffer": "c", "launch": "validation", **good}, {"buffer": "c", "launch": "timed", **bad, "output_written": True}],
+        compares=[{"buffer": "c", "launch": "validation", **good},
+                  {"buffer": "c", "launch": "timed", **bad, "output_written": True}],
     )
     cr, _ = interpret(job, reply, wl, 10)
     assert cr.status is Status.timed_mismatch
@@ -238,8 +240,8 @@ def _timing_answer(times: list[float], **timing: object) -> dict:
 
 def _check(sample: int | None, mismatches: int = 0, **kw: object) -> dict:
     return {"launch": "measured" if sample is not None else "confirm", "sample": sample, "draw": 7, "time_ms": 1.0,
-            "buffer": "c", "elements": 1001, "mismatches": mismatches, "nonfinite": 0, "max_abs_error": 0.5 if mismatches else 0.0,
-            "max_rel_error": 0.1, "first_mismatch": 12 if mismatches else None, **kw}
+            "buffer": "c", "elements": 1001, "mismatches": mismatches, "nonfinite": 0, "max_abs_error": 0.5
+            if mismatches else 0.0, "max_rel_error": 0.1, "first_mismatch": 12 if mismatches else None, **kw}
 
 
 def test_a_wrong_checked_launch_is_timed_mismatch_naming_the_launch(tmp_path: Path) -> None:
@@ -252,7 +254,8 @@ def test_a_wrong_checked_launch_is_timed_mismatch_naming_the_launch(tmp_path: Pa
     cr, _ = interpret(job, reply, wl, 10.0)
     assert cr.status is Status.timed_mismatch
     assert "timed launch 6 of 8 measured, on fresh inputs drawn on the device" in cr.message
-    assert "1001 of 1001 elements differ from the CUDA reference" in cr.message and "first at flat index 12" in cr.message
+    assert ("1001 of 1001 elements differ from the CUDA reference" in cr.message
+            and "first at flat index 12" in cr.message)
     assert cr.checked_launches == 3 and cr.fresh_inputs == ["a", "b"] and len(cr.reference_checks) == 3
     # the same answer with every check passing is ok and says how many launches were checked
     (job.out_dir / "c.bin").write_bytes((ci.arrays["a"] + ci.arrays["b"]).astype("<f4").tobytes())
@@ -271,7 +274,8 @@ def test_two_slow_launches_on_unseen_inputs_are_inconsistent_timing(tmp_path: Pa
         ci_sum = (ci.arrays["a"] + ci.arrays["b"]).astype("<f4").tobytes()
         (job.out_dir / "c.bin").write_bytes(ci_sum)
         times = [18.1 + 0.01 * (i % 3) for i in range(100)]
-        reply = _answer("odd_1001", timing=_timing_answer(times, check_launch_ms=check_ms, confirm_launch_ms=confirm_ms))
+        reply = _answer("odd_1001",
+                        timing=_timing_answer(times, check_launch_ms=check_ms, confirm_launch_ms=confirm_ms))
         cr, _ = interpret(job, reply, wl, 10.0)
         assert cr.status is expected, (check_ms, confirm_ms, cr.message)
         if expected is Status.inconsistent_timing:
@@ -298,7 +302,8 @@ def test_checked_launch_files_go_through_the_oracle_without_a_cuda_reference(tmp
     drawn_a = rng.uniform(-1, 1, 1001).astype(np.float32)
     for replayed in (False, True):
         (job.out_dir / "c.bin").write_bytes((ci.arrays["a"] + ci.arrays["b"]).astype("<f4").tobytes())
-        files = {"inputs": {"a": str(job.dump_dir / "s6_in_a.bin")}, "outputs": {"c": str(job.dump_dir / "s6_out_c.bin")}}
+        files = {"inputs": {"a": str(job.dump_dir / "s6_in_a.bin")},
+                 "outputs": {"c": str(job.dump_dir / "s6_out_c.bin")}}
         Path(files["inputs"]["a"]).write_bytes(drawn_a.astype("<f4").tobytes())
         out = (ci.arrays["a"] if replayed else drawn_a) + ci.arrays["b"]  # b was not redrawn
         Path(files["outputs"]["c"]).write_bytes(out.astype("<f4").tobytes())
@@ -340,9 +345,11 @@ def test_checked_expected_entries_go_with_the_compare_thresholds_and_the_outputs
     wl = _workload(tmp_path)
     entries = [CheckedExpected(sample=2, draw=3, buffer="c", expected="/x/s2.float32"),
                CheckedExpected(launch="confirm", draw=5, buffer="c", expected="/x/confirm.float32")]
-    job = _job(tmp_path, wl, timing=TimingRequest(warmup=1, iterations=4), fresh={"a": FreshSpec(kind="uniform", low=0, high=1)},
-               draw_seed=11, checked=[2], checked_expected=entries, confirm=True)
-    entry = _wire(job, wl, device=0, module=tmp_path / "k.cubin", guard_bytes=256, flush_l2=True, support=tmp_path / "s")["cases"][0]
+    job = _job(tmp_path, wl, timing=TimingRequest(warmup=1, iterations=4),
+               fresh={"a": FreshSpec(kind="uniform", low=0, high=1)}, draw_seed=11, checked=[2],
+               checked_expected=entries, confirm=True)
+    entry = _wire(job, wl, device=0, module=tmp_path / "k.cubin", guard_bytes=256, flush_l2=True,
+                  support=tmp_path / "s")["cases"][0]
     assert entry["checked_launches"] == [2] and entry["fresh_seed"] == 11 and entry["confirm_launch"] is True
     assert entry["checked_expected"] == [
         {"sample": 2, "draw": 3, "buffer": "c", "expected": "/x/s2.float32"},

@@ -44,8 +44,8 @@ ANSWER_MODELS = [m for m in _MODELS if isclass(m) and issubclass(m, protocol._An
 
 # The sections whose bullet lists document request fields, and the one documenting answer fields
 # (their headings, without the leading #s). Other sections' bullets are values or steps.
-REQUEST_SECTIONS = ("Request", "Protocol 2 data path", "Fresh inputs and checked launches", "Inputs drawn on the device",
-                    "Tensor maps", "Checked launches against expected values")
+REQUEST_SECTIONS = ("Request", "Protocol 2 data path", "Fresh inputs and checked launches",
+                    "Inputs drawn on the device", "Tensor maps", "Checked launches against expected values")
 ANSWER_SECTIONS = ("Protocol 2 answer fields",)
 # "Top-level fields:", "Buffer fields:", "Case field:" ... say whose fields the bullets below are.
 LABELS = {"Top-level": RunRequest, "Buffer": BufferArg, "Case": CaseRequest, "Entry": CheckedExpected}
@@ -77,7 +77,8 @@ def unknown_keys(candidates: list[type[BaseModel]], value: Any, where: str = "")
     if not isinstance(value, dict) or not candidates:
         return []
     if len(candidates) > 1:
-        kinds = [m for m in candidates if "kind" in m.model_fields and m.model_fields["kind"].default == value.get("kind")]
+        kinds = [m for m in candidates
+                 if "kind" in m.model_fields and m.model_fields["kind"].default == value.get("kind")]
         if len(kinds) != 1:
             return [f"{where or 'example'}: kind {value.get('kind')!r} is none of {[m.__name__ for m in candidates]}"]
         candidates = kinds
@@ -149,7 +150,8 @@ def test_every_key_of_every_json_example_is_a_field_of_its_model() -> None:
     shown = {example_model(e) for e in examples}
     # every kind of example is found (a change in the document's layout fails here, not silently)
     assert {RunRequest, BaselineRequest, BufferArg, CaseRequest, HarnessAnswer, BaselineAnswer} <= shown, shown
-    problems = [f"{example_model(e).__name__} example: {p}" for e in examples for p in unknown_keys([example_model(e)], e)]
+    problems = [f"{example_model(e).__name__} example: {p}" for e in examples
+                for p in unknown_keys([example_model(e)], e)]
     assert not problems, "PROTOCOL.md's examples have fields protocol.py lacks:\n" + "\n".join(problems)
 
 

@@ -42,12 +42,15 @@ def mismatches(view: type[BaseModel], server: type[BaseModel]) -> list[str]:
         if "number" in takes:
             takes.add("integer")
         if "any" not in takes and not wrote <= takes:
-            problems.append(f"{view.__name__}.{name}: the server writes {sorted(wrote)}, the view takes {sorted(takes)}")
+            problems.append(f"{view.__name__}.{name}: the server writes {sorted(wrote)}, the view takes "
+                            f"{sorted(takes)}")
     return problems
 
 
 @pytest.mark.parametrize(("view", "server"), PAIRS, ids=[v.__name__ for v, _ in PAIRS])
-def test_every_field_of_the_view_is_the_servers_with_a_type_it_takes(view: type[BaseModel], server: type[BaseModel]) -> None:
+def test_every_field_of_the_view_is_the_servers_with_a_type_it_takes(
+    view: type[BaseModel], server: type[BaseModel]
+) -> None:
     assert mismatches(view, server) == []
 
 
@@ -85,7 +88,8 @@ def test_a_servers_result_reads_back_as_it_was_written() -> None:
     assert (read.status, read.message, read.score_ms, read.speedup) == ("ok", "every case passed", 0.5, 2.0)
     assert (read.device_ordinal, read.device_uuid, read.expected_from) == (1, "GPU-1234", "the NumPy oracle")
     assert read.checks == ["guard_bytes", "fresh_inputs"]
-    assert [(c.name, c.kind, c.status) for c in read.cases] == [("small", "correctness", "ok"), ("big", "performance", "ok")]
+    assert ([(c.name, c.kind, c.status) for c in read.cases]
+            == [("small", "correctness", "ok"), ("big", "performance", "ok")])
     assert read.cases[0].timing is None and read.cases[1].timing is not None and read.cases[1].timing.median_ms == 0.5
     assert read.compile is not None and read.compile.nvrtc_version == "12.8"
     assert read.phases == written["phases"] and read.torch_baseline == written["torch_baseline"]

@@ -44,7 +44,8 @@ def test_the_working_directorys_env_is_read_and_never_overrides_the_environment(
     assert (opts.api_key, opts.base_url, opts.arch) == (SECRET, "http://localhost:11434/v1", "sm_90a")
     # a variable already set wins over the file
     opts = OptimizeOptions.build({"description": "gemm"}, cwd=tmp_path,
-                                 environ={"OPENAI_API_KEY": "sk-env", "KERNELOPT_ARCH": "sm_100", "OPENAI_BASE_URL": "http://env/v1"})
+                                 environ={"OPENAI_API_KEY": "sk-env", "KERNELOPT_ARCH": "sm_100",
+                                          "OPENAI_BASE_URL": "http://env/v1"})
     assert (opts.api_key, opts.base_url, opts.arch) == ("sk-env", "http://env/v1", "sm_100")
     # the key is never recorded
     assert SECRET not in json.dumps(opts.as_json()) and SECRET not in repr(opts)
@@ -54,7 +55,8 @@ def test_the_working_directorys_env_is_read_and_never_overrides_the_environment(
 def test_env_file_names_another_file_and_must_exist(tmp_path: Path) -> None:
     write_env(tmp_path / "model.env")
     (tmp_path / ".env").write_text("OPENAI_API_KEY=sk-from-cwd\n")
-    opts = OptimizeOptions.build({"description": "gemm", "env_file": str(tmp_path / "model.env")}, environ={}, cwd=tmp_path)
+    opts = OptimizeOptions.build({"description": "gemm", "env_file": str(tmp_path / "model.env")},
+                                 environ={}, cwd=tmp_path)
     assert opts.api_key == SECRET  # --env-file instead of ./.env
     with pytest.raises(OptionsError, match=r"--env-file .*nope\.env: no such file"):
         OptimizeOptions.build({"description": "gemm", "env_file": str(tmp_path / "nope.env")}, environ={}, cwd=tmp_path)

@@ -33,7 +33,8 @@ def test_every_event_round_trips_through_its_json() -> None:
                           score_ms=0.5, case_ms={"big": 0.5}, slot=1)
     events = [StepEvent(node="propose", came_from="evaluate", message="iteration 2"), rec.as_event(),
               DuplicateEvent(iteration=2, slot=2, same_as="003-it2-1"), NoProposalEvent(iteration=3, status="refused"),
-              TuneEvent(label="it1", is_error=False, best_params={"BM": 64}), StopEvent(reason="--max-tokens 10 reached")]
+              TuneEvent(label="it1", is_error=False, best_params={"BM": 64}),
+              StopEvent(reason="--max-tokens 10 reached")]
     for event in events:
         back = parse_event(json.loads(json.dumps(event.model_dump(mode="json"))))
         assert type(back) is type(event) and back == event
@@ -54,7 +55,8 @@ def test_unknown_and_malformed_events() -> None:
 def test_history_jsonl_is_appended_durably_and_read_back_after_a_torn_write(tmp_path: Path) -> None:
     run = RunDir(tmp_path)
     threads = [threading.Thread(target=lambda i=i: run.append_jsonl(
-        "history.jsonl", StepEvent(node="propose", message=f"lane {i} " + "x" * 5000).model_dump(mode="json"))) for i in range(8)]
+        "history.jsonl", StepEvent(node="propose", message=f"lane {i} " + "x" * 5000).model_dump(mode="json")))
+               for i in range(8)]
     for t in threads:
         t.start()
     for t in threads:
@@ -80,10 +82,10 @@ def test_runs_older_than_history_jsonl_are_read_from_history_json(tmp_path: Path
 
 def test_edges_are_read_from_steps() -> None:
     assert {src for src, _, _ in EDGES} | {dst for _, dst, _ in EDGES} == set(NODES)
-    steps = [("load", "begin", ""), ("freeze", "load", ""), ("baseline", "freeze", ""), ("finalize", "baseline", "completed"),
-             ("done", "finalize", "completed")]
-    assert edges_taken(steps) == {("begin", "load"), ("load", "freeze"), ("freeze", "baseline"), ("baseline", "finalize"),
-                                  ("finalize", "done")}
+    steps = [("load", "begin", ""), ("freeze", "load", ""), ("baseline", "freeze", ""),
+             ("finalize", "baseline", "completed"), ("done", "finalize", "completed")]
+    assert edges_taken(steps) == {("begin", "load"), ("load", "freeze"), ("freeze", "baseline"),
+                                  ("baseline", "finalize"), ("finalize", "done")}
     assert ("interrupt", "finalize") in edges_taken([("finalize", "propose", "interrupted")])
 
 

@@ -41,11 +41,13 @@ TWO_PERF["cases"] = [
     {"name": "big_b", "kind": "performance", "scalars": {"n": 8192}},
 ]
 LAUNCH = {"default": {"grid": ["ceil_div(n, 256)"], "block": ["256"], "shared_bytes": "0"}, "cases": []}
-SYNTAX_ERROR = 'extern "C" __global__ void vector_add(const float* a, const float* b, float* c, int n) {\n  c[0] = oops;\n}\n'
+SYNTAX_ERROR = ('extern "C" __global__ void vector_add(const float* a, const float* b, float* c, int n) {\n'
+                '  c[0] = oops;\n}\n')
 
 
 def proposal(source: str, rationale: str = "an idea", launch: dict[str, Any] | None = None) -> dict[str, Any]:
-    return {"content": json.dumps({"rationale": rationale, "source": source, "launch": launch or LAUNCH, "compile_options": []})}
+    return {"content": json.dumps({"rationale": rationale, "source": source, "launch": launch or LAUNCH,
+                                   "compile_options": []})}
 
 
 @pytest.fixture
@@ -95,8 +97,9 @@ def test_the_whole_loop(env: dict[str, Path]) -> None:
     run = env["results"] / "run-001"
 
     # layout
-    for name in ("config.json", "signature.json", "input_cases.json", "supplied-reference.cu", "supplied-reference.launch.json",
-                 "initial.cu", "initial.launch.json", "reference.py", "history.json", "summary.json", "best.cu",
+    for name in ("config.json", "signature.json", "input_cases.json", "supplied-reference.cu",
+                 "supplied-reference.launch.json", "initial.cu", "initial.launch.json", "reference.py", "history.json",
+                 "summary.json", "best.cu",
                  "best.launch.json", "heatmap.png", "heatmap.svg", "server.log", "workload/tiny2/workload.json"):
         assert (run / name).is_file(), name
     labels = sorted(p.name for p in (run / "candidates").iterdir())
@@ -115,8 +118,8 @@ def test_the_whole_loop(env: dict[str, Path]) -> None:
     assert summary["best"]["score_ms"] == pytest.approx((0.004 * 1.0) ** 0.5, rel=0.05)
     assert (run / "best.cu").read_text() == fast_uneven.rstrip() + "\n"
     assert summary["best"]["speedup_vs_initial"] == pytest.approx(0.1 / 0.0632, rel=0.05)
-    assert summary["candidates"] == {"total": 6, "valid": 4, "invalid": ["002-it1: compile_error", "003-it2-repair: mismatch"],
-                                     "duplicates": []}
+    assert summary["candidates"] == {
+        "total": 6, "valid": 4, "invalid": ["002-it1: compile_error", "003-it2-repair: mismatch"], "duplicates": []}
     assert summary["iterations"] == {"max": 5, "used": 5, "candidates_per_iteration": 1}
     tokens = summary["tokens"]
     assert tokens["calls"] == 7 and tokens["total_tokens"] > 0 and tokens["cost_usd"] > 0
@@ -165,7 +168,8 @@ def test_the_whole_loop(env: dict[str, Path]) -> None:
     # inputs, expected outputs and replay requests: the run kept how to draw its inputs, not their bytes;
     # drawn again, the harness alone reproduces the expected outputs
     assert summary["files"]["data"] == "data.json" and not list((run / "inputs").rglob("*.bin"))
-    assert agent_main(["runs", "restore", str(run), "--harness", str(env["harness"]), "--workspace", str(env["ws"])]) == 0
+    assert agent_main(["runs", "restore", str(run), "--harness", str(env["harness"]), "--workspace",
+                       str(env["ws"])]) == 0
     manifest = read(run / "input_cases.json")
     for case in manifest["cases"]:
         for gen in case["inputs"].values():
@@ -193,13 +197,15 @@ GENERATED = {
     "cases": TINY_SPEC["cases"],
     "tolerance": {"c": {"rtol": 1e-6, "atol": 1e-6}},
     "cost": {"flops": "n", "bytes": "12 * n"},
-    "reference_cu": kernel(), "reference_launch": {"default": {"grid": ["ceil_div(n, 128)"], "block": [128], "shared_bytes": 0}},
+    "reference_cu": kernel(),
+    "reference_launch": {"default": {"grid": ["ceil_div(n, 128)"], "block": [128], "shared_bytes": 0}},
     "initial_cu": kernel(), "initial_launch": {"grid": ["ceil_div(n, 64)"], "block": [64]},
 }
 
 
 def test_omitted_parts_are_generated_run_scoped(env: dict[str, Path]) -> None:
-    with_file = {**GENERATED, "inputs": {"a": {"generator": "file", "path": "/etc/passwd"}, "b": {"generator": "normal"}}}
+    with_file = {**GENERATED, "inputs": {"a": {"generator": "file", "path": "/etc/passwd"},
+                                         "b": {"generator": "normal"}}}
     script = [
         {"content": "```json\n" + json.dumps(with_file) + "\n```"},  # data files are refused: declarative only
         {"content": json.dumps(GENERATED)},
@@ -224,7 +230,8 @@ def test_omitted_parts_are_generated_run_scoped(env: dict[str, Path]) -> None:
     assert read(run / "signature.json")["name"] == "vec_add"
 
     # a second generated run has its own copy under the same name; a name the server knows is avoided
-    with ScriptedModel([{"content": json.dumps(GENERATED)}, {"content": json.dumps({**GENERATED, "name": "tiny_add"})}]) as model:
+    with ScriptedModel([{"content": json.dumps(GENERATED)},
+                        {"content": json.dumps({**GENERATED, "name": "tiny_add"})}]) as model:
         assert optimize(env, model, "--description", "Add two float vectors.", "--max-iterations", "0") == 0
         assert optimize(env, model, "--description", "Add two float vectors.", "--max-iterations", "0") == 0
     second = read(env["results"] / "run-002" / "summary.json")
@@ -240,9 +247,11 @@ def test_a_run_continues_from_its_files(env: dict[str, Path]) -> None:
     first = env["results"] / "run-001"
     assert (first / "best.cu").read_text() == best.rstrip() + "\n"
     argv = ["--description", "c = a + b", "--input-cases", str(first / "input_cases.json"),
-            "--reference", str(first / "supplied-reference.cu"), "--initial-kernel", str(first / "best.cu"), "--max-iterations", "0"]
+            "--reference", str(first / "supplied-reference.cu"), "--initial-kernel", str(first / "best.cu"),
+            "--max-iterations", "0"]
     assert optimize(env, None, *argv) == 2  # the run kept how to draw its inputs, not the files: restore them first
-    assert agent_main(["runs", "restore", str(first), "--harness", str(env["harness"]), "--workspace", str(env["ws"])]) == 0
+    assert agent_main(["runs", "restore", str(first), "--harness", str(env["harness"]), "--workspace",
+                       str(env["ws"])]) == 0
     # the original tool's command; no model is needed when nothing is generated and no iteration runs
     code = optimize(env, None, "--description", "c = a + b", "--input-cases", str(first / "input_cases.json"),
                     "--reference", str(first / "supplied-reference.cu"), "--initial-kernel", str(first / "best.cu"),
@@ -252,7 +261,8 @@ def test_a_run_continues_from_its_files(env: dict[str, Path]) -> None:
     summary = read(second / "summary.json")
     parts = summary["workload"]["parts"]
     assert parts["signature"] == f"inferred: {first / 'signature.json'}"
-    assert parts["oracle"] == f"inferred: {first / 'reference.py'}" and parts["initial"] == f"supplied: {first / 'best.cu'}"
+    assert (parts["oracle"] == f"inferred: {first / 'reference.py'}"
+            and parts["initial"] == f"supplied: {first / 'best.cu'}")
     assert summary["workload"]["name"] == "tiny_add" and summary["workload"]["reference"]["numpy_oracle"]
     assert summary["initial"]["case_ms"]["n_4096"] == pytest.approx(0.03, rel=0.05)  # best.cu with best.launch.json
     assert read(second / "initial.launch.json") == read(first / "best.launch.json")
@@ -263,7 +273,8 @@ def test_a_run_continues_from_its_files(env: dict[str, Path]) -> None:
 
 
 def test_max_tokens_stops_the_loop_cleanly(env: dict[str, Path]) -> None:
-    script = [{**proposal(kernel("FAST")), "usage": {"prompt_tokens": 4000, "completion_tokens": 1000}}, proposal(kernel())]
+    script = [{**proposal(kernel("FAST")), "usage": {"prompt_tokens": 4000, "completion_tokens": 1000}},
+              proposal(kernel())]
     with ScriptedModel(script) as model:
         code = optimize(env, model, "--workload", "tiny_add", "--max-iterations", "5", "--max-tokens", "3000")
     assert code == 0 and len(model.steps) == 1  # the second answer was never asked for
@@ -276,13 +287,16 @@ def test_max_tokens_stops_the_loop_cleanly(env: dict[str, Path]) -> None:
 def test_missing_api_key_is_a_clear_error_before_a_run_directory(env: dict[str, Path], monkeypatch: pytest.MonkeyPatch,
                                                                  capsys: pytest.CaptureFixture[str]) -> None:
     monkeypatch.delenv("OPENAI_API_KEY")
-    # without a key the default is --strategy tune (tests/optimize/test_optimize_tune.py); asking for the model is an error
+    # without a key the default is --strategy tune (tests/optimize/test_optimize_tune.py); asking for the model is an
+    # error
     assert optimize(env, None, "--workload", "tiny_add", "--strategy", "llm") == 2
     assert "OPENAI_API_KEY is not set" in " ".join(capsys.readouterr().err.split())
     assert not env["results"].exists()  # a run that cannot start leaves no run directory
 
 
-def test_unreachable_endpoint_is_a_clear_error_kept_in_the_run(env: dict[str, Path], capsys: pytest.CaptureFixture[str]) -> None:
+def test_unreachable_endpoint_is_a_clear_error_kept_in_the_run(
+    env: dict[str, Path], capsys: pytest.CaptureFixture[str]
+) -> None:
     import socket
 
     with socket.socket() as s:  # a port nobody listens on
@@ -300,7 +314,8 @@ def test_unreachable_endpoint_is_a_clear_error_kept_in_the_run(env: dict[str, Pa
 
 def test_unparseable_answers_use_up_only_their_iteration(env: dict[str, Path]) -> None:
     """Also: a reader polling the run's records while it runs never sees a partial file (atomic writes)."""
-    script = [{"content": "no json here"}, {"content": "{not json"}, {"content": '{"source": "int x;"}'}, proposal(kernel("FAST"))]
+    script = [{"content": "no json here"}, {"content": "{not json"}, {"content": '{"source": "int x;"}'},
+              proposal(kernel("FAST"))]
     run_dir = env["results"] / "run-001"
     stop, seen, torn = threading.Event(), [0], []
 
@@ -389,7 +404,9 @@ def test_run_numbers_are_claimed_atomically(tmp_path: Path) -> None:
     assert sorted(claimed) == [f"run-{n:03d}" for n in range(8, 24)]
 
 
-def test_runs_are_found_by_path_name_number_or_as_the_newest(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_runs_are_found_by_path_name_number_or_as_the_newest(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     from kernelopt_agent.runs import resolve_run
 
     results = tmp_path / "results"
@@ -412,13 +429,19 @@ def test_runs_are_found_by_path_name_number_or_as_the_newest(tmp_path: Path, cap
 
 
 def test_options_flags_beat_environment_beat_config(tmp_path: Path) -> None:
-    (tmp_path / ".env").write_text("# secrets\nexport OPENAI_API_KEY='sk-from-dotenv'\nOPENAI_BASE_URL=http://dotenv/v1\n")
+    (tmp_path / ".env").write_text("# secrets\nexport OPENAI_API_KEY='sk-from-dotenv'\n"
+                                   "OPENAI_BASE_URL=http://dotenv/v1\n")
     cfg = tmp_path / "c.json"
-    cfg.write_text(json.dumps({"description": "gemm", "max-iterations": 3, "model": "m-config", "base_url": "http://config/v1"}))
+    cfg.write_text(json.dumps({"description": "gemm", "max-iterations": 3, "model": "m-config",
+                               "base_url": "http://config/v1"}))
     opts = OptimizeOptions.build({"config": str(cfg), "model": "m-flag"}, environ={}, cwd=tmp_path)
-    assert (opts.model, opts.max_iterations, opts.base_url, opts.api_key) == ("m-flag", 3, "http://dotenv/v1", "sk-from-dotenv")
-    opts = OptimizeOptions.build({"config": str(cfg)}, environ={"OPENAI_API_KEY": "sk-env", "OPENAI_BASE_URL": "http://u:p@env/v1"}, cwd=tmp_path)
-    assert opts.api_key == "sk-env" and opts.as_json()["base_url"] == "http://env/v1" and "sk-env" not in json.dumps(opts.as_json())
+    assert ((opts.model, opts.max_iterations, opts.base_url, opts.api_key)
+            == ("m-flag", 3, "http://dotenv/v1", "sk-from-dotenv"))
+    opts = OptimizeOptions.build({"config": str(cfg)},
+                                 environ={"OPENAI_API_KEY": "sk-env", "OPENAI_BASE_URL": "http://u:p@env/v1"},
+                                 cwd=tmp_path)
+    assert (opts.api_key == "sk-env" and opts.as_json()["base_url"] == "http://env/v1"
+            and "sk-env" not in json.dumps(opts.as_json()))
     assert OptimizeOptions.build({"description": "x"}, environ={}, cwd=tmp_path / "nowhere").max_iterations == 7
     cfg.write_text(json.dumps({"api_key": "sk-x"}))
     with pytest.raises(ValueError, match="keep the API key out"):
@@ -474,12 +497,14 @@ def test_nsight_profiles_and_nvidia_research(env: dict[str, Path], stub: Path, m
         proposal(kernel("MS:n_4096=0.07;"), "something else"),
     ]
     with ScriptedModel(script) as model:
-        code = optimize(env, model, "--workload", "tiny_add", "--max-iterations", "2", "--use-nsight", "--nvidia-research")
+        code = optimize(env, model, "--workload", "tiny_add", "--max-iterations", "2", "--use-nsight",
+                        "--nvidia-research")
     assert code == 0 and not model.steps
     run = env["results"] / "run-001"
     assert "docs_search" in (run / "research.md").read_text()
     first = model.requests[0]
-    assert {t["function"]["name"] for t in first["tools"]} == {"gpu_properties", "compile", "docs_search", "ncu_profile"}
+    assert ({t["function"]["name"] for t in first["tools"]}
+            == {"gpu_properties", "compile", "docs_search", "ncu_profile"})
     assert "NVIDIA optimization guidance" in first["messages"][1]["content"]
     assert model.requests[1]["messages"][-1]["role"] == "tool"
     for label in ("001-initial", "002-it1", "003-it2"):
@@ -494,7 +519,8 @@ def test_nsight_profiles_and_nvidia_research(env: dict[str, Path], stub: Path, m
 
 def test_servers_without_structured_output_get_plain_json_requests(env: dict[str, Path]) -> None:
     script = [{"status": 400, "error": "response_format json_schema is not supported by this model"},
-              {"content": "Here it is:\n```json\n" + json.dumps(json.loads(proposal(kernel("FAST"))["content"])) + "\n```\nDone."}]
+              {"content": "Here it is:\n```json\n" + json.dumps(json.loads(proposal(kernel("FAST"))["content"]))
+               + "\n```\nDone."}]
     with ScriptedModel(script) as model:
         assert optimize(env, model, "--workload", "tiny_add", "--max-iterations", "1") == 0
     assert model.requests[0]["response_format"]["type"] == "json_schema"
@@ -502,4 +528,5 @@ def test_servers_without_structured_output_get_plain_json_requests(env: dict[str
     run = env["results"] / "run-001"
     summary = read(run / "summary.json")
     assert summary["best"]["label"] == "002-it1" and "using json_object" in summary["model"]["notes"][0]
-    assert "not supported" in read(run / "model" / "0001-error.json")["message"] and (run / "model" / "0002-response.json").is_file()
+    assert ("not supported" in read(run / "model" / "0001-error.json")["message"]
+            and (run / "model" / "0002-response.json").is_file())

@@ -36,7 +36,8 @@ def where(body: dict[str, Any]) -> tuple[int, int]:
 def test_three_candidates_per_iteration(env: dict[str, Path], capsys: pytest.CaptureFixture[str]) -> None:  # noqa: F811
     same = kernel("MS:n_4096=0.05;")
     answers = {
-        (1, 1): proposal(same, "vectorize"), (1, 2): proposal(same, "vectorize too"), (1, 3): proposal(kernel("WRONG"), "risky"),
+        (1, 1): proposal(same, "vectorize"), (1, 2): proposal(same, "vectorize too"),
+        (1, 3): proposal(kernel("WRONG"), "risky"),
         (2, 1): proposal(kernel("MS:n_4096=0.04;"), "unroll"), (2, 2): proposal(kernel("MS:n_4096=0.03;"), "tile"),
         (2, 3): proposal(kernel("MS:n_4096=0.02;"), "fixed"),
     }
@@ -73,9 +74,12 @@ def test_three_candidates_per_iteration(env: dict[str, Path], capsys: pytest.Cap
     lane2 = next(b for b in model.requests if where(b) == (1, 2))["messages"][2]["content"]
     assert "You are candidate 2 of 3" in lane2 and "Lean towards" in lane2
     summary = read(run / "summary.json")
-    assert summary["best"]["label"].endswith("-it2-3-repair") and summary["best"]["score_ms"] == pytest.approx(0.02, rel=0.05)
-    assert summary["candidates"]["total"] == 7 and summary["iterations"] == {"max": 2, "used": 2, "candidates_per_iteration": 3}
-    assert summary["candidates"]["duplicates"] == [f"iteration 1 candidate {dup[0]['slot']}: the same kernel as {first['label']}"]
+    assert (summary["best"]["label"].endswith("-it2-3-repair")
+            and summary["best"]["score_ms"] == pytest.approx(0.02, rel=0.05))
+    assert (summary["candidates"]["total"] == 7
+            and summary["iterations"] == {"max": 2, "used": 2, "candidates_per_iteration": 3})
+    assert summary["candidates"]["duplicates"] == [f"iteration 1 candidate {dup[0]['slot']}: the same kernel as "
+                                                   f"{first['label']}"]
     assert summary["best"]["iteration"] == 2 and summary["best"]["candidate"] == 3
     assert (run / "heatmap.png").is_file()
     # history.jsonl has every event, one a line, the same as history.json

@@ -58,7 +58,8 @@ def test_a_hundred_iterations_stay_within_the_context_budget(env: dict[str, Path
     last = model.requests[-1]["messages"][-1]["content"]
     assert f"KERNEL-OF-ITERATION-{BEST_AT}" in last and f"Best so far: {BEST_AT + 1:03d}-it{BEST_AT}" in last
     for h in read(run / "history.json"):  # the verdict table: every candidate's row, with its score
-        if h["event"] == "candidate" and h["kind"] != "reference" and h["iteration"] != ITERATIONS:  # (not yet evaluated)
+        # (not yet evaluated)
+        if h["event"] == "candidate" and h["kind"] != "reference" and h["iteration"] != ITERATIONS:
             row = f"  {h['label']}: {h['status']}" + (f" {h['score_ms']:.4g} ms" if h["score_ms"] else "")
             assert row in last, row
     assert "RATIONALE-1:" not in last and "RATIONALE-50:" not in last  # earlier rationales are not repeated forever

@@ -46,7 +46,8 @@ def taken(run: Path) -> set[tuple[str, str]]:
 
 
 def tuned_answer(rationale: str) -> dict[str, Any]:  # (the rationale in a comment too: no two are the same kernel)
-    launch = {"default": {"grid": ["ceil_div(n, BLOCK * UNROLL)"], "block": ["BLOCK"], "shared_bytes": "0"}, "cases": []}
+    launch = {"default": {"grid": ["ceil_div(n, BLOCK * UNROLL)"], "block": ["BLOCK"],
+                          "shared_bytes": "0"}, "cases": []}
     tunables = {"params": [{"name": "BLOCK", "values": ["64", "128"]}, {"name": "UNROLL", "values": ["1", "2"]}],
                 "constraints": [], "defaults": [{"name": "BLOCK", "value": "128"}, {"name": "UNROLL", "value": "1"}]}
     source = (FIXTURES / "add.cu").read_text() + f"// {rationale}\n"
@@ -58,8 +59,10 @@ def tuned_answer(rationale: str) -> dict[str, Any]:  # (the rationale in a comme
 def description_research_nsight(paths: dict[str, Path]) -> tuple[int, Path]:
     """Research, generation retried, a generated reference regenerated, tool calls while proposing and
     repairing, profiles after valid candidates, iterations spent."""
-    with_file = {**GENERATED, "inputs": {"a": {"generator": "file", "path": "/etc/passwd"}, "b": {"generator": "normal"}}}
-    too_big = {**GENERATED, "reference_launch": {"default": {"grid": ["ceil_div(n, 2048)"], "block": [2048], "shared_bytes": 0}}}
+    with_file = {**GENERATED, "inputs": {"a": {"generator": "file", "path": "/etc/passwd"},
+                                         "b": {"generator": "normal"}}}
+    too_big = {**GENERATED,
+               "reference_launch": {"default": {"grid": ["ceil_div(n, 2048)"], "block": [2048], "shared_bytes": 0}}}
     fixed = {"name": "vec_add", "description": "c = a + b", "reference_cu": kernel(),
              "reference_launch": {"default": {"grid": ["ceil_div(n, 256)"], "block": [256], "shared_bytes": 0}}}
     script = [
@@ -146,7 +149,8 @@ def interrupted_then_resumed(paths: dict[str, Path]) -> tuple[int, Path]:
     with ScriptedModel([proposal(kernel("WRONG"), "wrong"), ctrl_c]) as model:
         assert optimize(paths, model, "--workload", "tiny_add", "--max-iterations", "2") == 130
     run = newest_run(paths)
-    with ScriptedModel([proposal(kernel("MS:n_4096=0.05;"), "fixed"), proposal(kernel("MS:n_4096=0.04;"), "more")]) as model:
+    with ScriptedModel([proposal(kernel("MS:n_4096=0.05;"), "fixed"),
+                        proposal(kernel("MS:n_4096=0.04;"), "more")]) as model:
         assert optimize(paths, model, "--resume", str(run)) == 0
         code = optimize(paths, model, "--resume", str(run), "--max-iterations", "3")
     assert not model.steps and not model.exhausted and len(read(run / "summary.json")["resumes"]) == 2

@@ -78,7 +78,8 @@ def test_cheats_are_explained_as_cheats_and_recorded(env: dict[str, Path], monke
     assert "Never cache or reuse results across launches" in system
 
 
-def test_the_model_is_not_told_of_checks_that_did_not_run(env: dict[str, Path], monkeypatch: pytest.MonkeyPatch) -> None:  # noqa: F811
+def test_the_model_is_not_told_of_checks_that_did_not_run(env: dict[str, Path],  # noqa: F811
+                                                          monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("KO_FAKE_FEATURES", raising=False)  # a harness without the repeat and hidden-input launches
     with ScriptedModel([proposal(kernel("FAST"))]) as model:
         assert optimize(env, model, "--workload", "tiny_add", "--max-iterations", "1") == 0

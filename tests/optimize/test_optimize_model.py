@@ -38,7 +38,8 @@ from kernelopt_agent.rundir import RunDir
 RESPONSES_FIRST_RELEASE = dict.fromkeys(("model", "input", "tools", "reasoning", "text", "include", "store"), (1, 66))
 
 TOOL = {"type": "function", "function": {"name": "compile", "description": "compile a kernel",
-                                         "parameters": {"type": "object", "properties": {"source": {"type": "string"}}}}}
+                                         "parameters": {"type": "object",
+                                                        "properties": {"source": {"type": "string"}}}}}
 # two answers' usage as the server reports it: cached input is part of input, reasoning part of output
 USAGE_1 = {"prompt_tokens": 10_000, "cached_tokens": 4_000, "completion_tokens": 2_000, "reasoning_tokens": 1_500}
 USAGE_2 = {"prompt_tokens": 20_000, "cached_tokens": 16_000, "completion_tokens": 3_000, "reasoning_tokens": 2_500}
@@ -65,7 +66,8 @@ def converse(opts: OptimizeOptions, run: RunDir, turns: int = 2) -> tuple[ModelC
             if not reply.tool_calls:
                 break
             messages.append({"role": "assistant", "content": reply.message.content, "tool_calls": [
-                {"id": c.id, "type": "function", "function": {"name": c.function.name, "arguments": c.function.arguments}}
+                {"id": c.id, "type": "function",
+                 "function": {"name": c.function.name, "arguments": c.function.arguments}}
                 for c in reply.tool_calls]})
             for call in reply.tool_calls:
                 messages.append({"role": "tool", "tool_call_id": call.id, "content": "compiled: 0 errors"})
@@ -79,7 +81,8 @@ def converse(opts: OptimizeOptions, run: RunDir, turns: int = 2) -> tuple[ModelC
 
 def test_responses_round_trip_keeps_reasoning_between_turns(tmp_path: Path) -> None:
     answer = proposal(kernel("FAST"))["content"]
-    script = [{"tool_calls": [("compile", {"source": kernel()})], "usage": USAGE_1}, {"content": answer, "usage": USAGE_2}]
+    script = [{"tool_calls": [("compile", {"source": kernel()})], "usage": USAGE_1},
+              {"content": answer, "usage": USAGE_2}]
     with ScriptedModel(script) as model:
         opts = options(tmp_path, model, api="responses")
         _, replies = converse(opts, RunDir.create(tmp_path / "results"))
@@ -98,7 +101,8 @@ def test_responses_round_trip_keeps_reasoning_between_turns(tmp_path: Path) -> N
     # the second request sends the first answer back as it came: its encrypted reasoning, then the call, then the output
     assert second["input"][2:] == [
         {"type": "reasoning", "id": "rs_0001", "summary": [], "encrypted_content": model.issued_reasoning[0]},
-        {"type": "function_call", "call_id": "call_1_0", "name": "compile", "arguments": json.dumps({"source": kernel()})},
+        {"type": "function_call", "call_id": "call_1_0", "name": "compile",
+         "arguments": json.dumps({"source": kernel()})},
         {"type": "function_call_output", "call_id": "call_1_0", "output": "compiled: 0 errors"},
     ]
     call = replies[0].tool_calls[0]
@@ -116,8 +120,9 @@ def test_tokens_and_cost_are_what_the_server_reported(tmp_path: Path, api: str) 
     assert set(model.paths) == {"/v1/responses" if api == "responses" else "/v1/chat/completions"}
     tokens = client.usage.as_json()
     assert {k: tokens[k] for k in ("calls", "input_tokens", "cached_input_tokens", "output_tokens", "reasoning_tokens",
-                                   "total_tokens")} == {"calls": 2, "input_tokens": 30_000, "cached_input_tokens": 20_000,
-                                                        "output_tokens": 5_000, "reasoning_tokens": 4_000,
+                                   "total_tokens")} == {"calls": 2, "input_tokens": 30_000,
+                                                        "cached_input_tokens": 20_000, "output_tokens": 5_000,
+                                                        "reasoning_tokens": 4_000,
                                                         "total_tokens": 35_000}
     assert tokens["cost_usd"] == pytest.approx(COST_1_2) and pytest.approx(0.013) == COST_1_2
     assert tokens["prices"] == {"model": "gpt-5-mini", "source": "table", "input_per_mtok": 0.25,
@@ -130,7 +135,8 @@ def test_tokens_and_cost_are_what_the_server_reported(tmp_path: Path, api: str) 
 
 @pytest.mark.parametrize("api", ["responses", "chat"])
 def test_refusals_and_cut_off_answers_read_the_same(tmp_path: Path, api: str) -> None:
-    script = [{"refusal": "I can't help with that."}, {"content": '{"rationale": "cut', "incomplete": "max_output_tokens"}]
+    script = [{"refusal": "I can't help with that."},
+              {"content": '{"rationale": "cut', "incomplete": "max_output_tokens"}]
     with ScriptedModel(script) as model:
         client = ModelClient(options(tmp_path, model, api=api), RunDir.create(tmp_path / "results"))
 
@@ -156,7 +162,8 @@ def test_responses_sends_back_only_what_the_server_accepts(tmp_path: Path) -> No
         {"content": "{}"},
     ]
     with ScriptedModel(script) as model:
-        client = ModelClient(options(tmp_path, model, api="responses", model="gpt-4o"), RunDir.create(tmp_path / "results"))
+        client = ModelClient(options(tmp_path, model, api="responses", model="gpt-4o"),
+                             RunDir.create(tmp_path / "results"))
 
         async def main() -> None:
             for _ in range(2):
@@ -186,7 +193,8 @@ def test_errors_read_the_same_through_both_apis(tmp_path: Path, api: str, status
 
 def test_the_sdk_retries_server_errors_through_the_responses_api(tmp_path: Path) -> None:
     with ScriptedModel([{"status": 500, "error": "overloaded"}, {"content": "{}"}]) as model:
-        client = ModelClient(options(tmp_path, model, api="responses", max_retries=1), RunDir.create(tmp_path / "results"))
+        client = ModelClient(options(tmp_path, model, api="responses", max_retries=1),
+                             RunDir.create(tmp_path / "results"))
         reply = anyio.run(lambda: client.chat([{"role": "user", "content": "hi"}], purpose="t"))
     assert reply.content == "{}" and len(model.requests) == 2 and model.paths == ["/v1/responses"] * 2
 
@@ -223,7 +231,8 @@ def test_bad_api_and_prices_are_refused(tmp_path: Path) -> None:
 def test_max_cost_with_an_unknown_model_needs_prices(tmp_path: Path) -> None:
     environ = {"OPENAI_API_KEY": "sk-test"}
     flags = {"description": "x", "model": "llama-3.1-70b", "base_url": "http://localhost:8000/v1", "max_cost": 1.0}
-    with pytest.raises(OptionsError, match=r"--max-cost 1.0 needs the price of model 'llama-3.1-70b'.*--price-per-mtok"):
+    with pytest.raises(OptionsError, match=r"--max-cost 1.0 needs the price of model "
+                       r"'llama-3.1-70b'.*--price-per-mtok"):
         OptimizeOptions.build(flags, environ=environ, cwd=tmp_path)
     opts = OptimizeOptions.build({**flags, "price_per_mtok": "0.5,1.5"}, environ=environ, cwd=tmp_path)
     pricing = Pricing.resolve(opts.model, opts.price_per_mtok)
@@ -318,7 +327,8 @@ def test_max_cost_stops_a_responses_run_with_given_prices(env: dict[str, Path]) 
 
 def test_an_unknown_model_runs_with_its_cost_unknown_not_zero(env: dict[str, Path],  # noqa: F811
                                                               capsys: pytest.CaptureFixture[str]) -> None:
-    with ScriptedModel([{**proposal(kernel("FAST")), "usage": {"prompt_tokens": 1_000, "completion_tokens": 100}}]) as model:
+    with ScriptedModel([{**proposal(kernel("FAST")),
+                         "usage": {"prompt_tokens": 1_000, "completion_tokens": 100}}]) as model:
         assert optimize(env, model, "--workload", "tiny_add", "--max-iterations", "1", "--model", "my-local-model") == 0
     tokens = read(env["results"] / "run-001" / "summary.json")["tokens"]
     assert tokens["cost_usd"] is None and tokens["total_tokens"] == 1_100
@@ -333,7 +343,8 @@ def test_the_optimize_pages_price_table_is_pricing_py() -> None:
     from kernelopt_agent.pricing import PRICES
 
     text = (REPO / "docs" / "optimize.md").read_text()
-    table = text.split("<!-- price table: kept equal to pricing.PRICES by tests/optimize/test_optimize_model.py -->", 1)[1]
+    table = text.split(
+        "<!-- price table: kept equal to pricing.PRICES by tests/optimize/test_optimize_model.py -->", 1)[1]
     rows = {}
     for line in table.strip().splitlines()[2:]:
         if not line.startswith("|"):
@@ -346,8 +357,8 @@ def test_the_optimize_pages_price_table_is_pricing_py() -> None:
 
 def test_api_and_prices_from_a_config_file(tmp_path: Path) -> None:
     config = tmp_path / "optimize.json"
-    config.write_text(json.dumps({"description": "x", "api": "chat", "model": "my-model", "price-per-mtok": [0.5, 0.05, 1.5],
-                                  "max-cost": 2.0}))
+    config.write_text(json.dumps({"description": "x", "api": "chat", "model": "my-model",
+                                  "price-per-mtok": [0.5, 0.05, 1.5], "max-cost": 2.0}))
     opts = OptimizeOptions.build({"config": str(config)}, environ={"OPENAI_API_KEY": "sk-test"}, cwd=tmp_path)
     assert opts.api == "chat" and Pricing.resolve(opts.model, opts.price_per_mtok).price == Price(0.5, 1.5, 0.05)
     assert opts.as_json()["price_per_mtok"] == [0.5, 0.05, 1.5]

@@ -34,7 +34,8 @@ def _version(text: str) -> tuple[int, ...]:
 
 
 def test_a_failing_generated_reference_is_regenerated_and_nothing_is_registered(env: dict[str, Path]) -> None:  # noqa: F811
-    too_big = {**GENERATED, "reference_launch": {"default": {"grid": ["ceil_div(n, 2048)"], "block": [2048], "shared_bytes": 0}}}
+    too_big = {**GENERATED,
+               "reference_launch": {"default": {"grid": ["ceil_div(n, 2048)"], "block": [2048], "shared_bytes": 0}}}
     fixed = {"name": "vec_add", "description": "c = a + b", "reference_cu": kernel(),
              "reference_launch": {"default": {"grid": ["ceil_div(n, 256)"], "block": [256], "shared_bytes": 0}}}
     script = [{"content": json.dumps(too_big)}, {"content": json.dumps(fixed)}, proposal(kernel("FAST"), "faster")]
@@ -60,7 +61,8 @@ def test_a_failing_generated_reference_is_regenerated_and_nothing_is_registered(
 
 
 def test_generated_parts_too_large_for_a_created_workload_are_sent_back(env: dict[str, Path]) -> None:  # noqa: F811
-    huge = {**GENERATED, "cases": [*GENERATED["cases"], {"name": "huge", "kind": "performance", "scalars": {"n": 2**31 - 1}}]}
+    huge = {**GENERATED,
+            "cases": [*GENERATED["cases"], {"name": "huge", "kind": "performance", "scalars": {"n": 2**31 - 1}}]}
     with ScriptedModel([{"content": json.dumps(huge)}, {"content": json.dumps(GENERATED)}]) as model:
         assert optimize(env, model, "--description", "Add two float vectors.", "--max-iterations", "0") == 0
     assert "a generated workload may use at most" in model.requests[1]["messages"][-1]["content"]
@@ -71,8 +73,8 @@ def test_a_run_without_a_gpu_leaves_no_run_directory(env: dict[str, Path], capsy
     nogpu = write_harness(env["tmp"] / "nogpu", "nogpu")
     add_tunable(env["extra"] / "tiny_add")
     for extra in (["--strategy", "tune", "--workload", "tiny_add"], ["--workload", "tiny_add"]):
-        argv = ["optimize", "--harness", str(nogpu), "--workspace", str(env["ws"]), "--results-dir", str(env["results"]),
-                "--max-iterations", "1", *extra]
+        argv = ["optimize", "--harness", str(nogpu), "--workspace", str(env["ws"]), "--results-dir",
+                str(env["results"]), "--max-iterations", "1", *extra]
         with ScriptedModel([]) as model:
             assert agent_main([*argv, "--base-url", model.url]) == 2
         assert not model.requests  # the model is not asked when there is no GPU to check its answer on
@@ -96,9 +98,11 @@ def test_runs_that_cannot_start_fail_before_a_run_directory(env: dict[str, Path]
     # a server that does not start: its stderr is in the message, since its log is not kept
     broken = [sys.executable, "-c", "import sys; sys.stderr.write('kernelopt-mcp: broken install\\n'); sys.exit(1)"]
     (env["tmp"] / "cfg.json").write_text(json.dumps({"server_command": broken}))
-    assert optimize(env, None, "--workload", "tiny_add", "--max-iterations", "0", "--config", str(env["tmp"] / "cfg.json")) == 2
+    assert optimize(env, None, "--workload", "tiny_add", "--max-iterations", "0", "--config",
+                    str(env["tmp"] / "cfg.json")) == 2
     err = " ".join(capsys.readouterr().err.split())
-    assert "could not start the MCP server" in err and "kernelopt-mcp: broken install" in err and "server.log" not in err
+    assert ("could not start the MCP server" in err and "kernelopt-mcp: broken install" in err
+            and "server.log" not in err)
     monkeypatch.delenv("OPENAI_API_KEY")
     assert optimize(env, None, "--description", "add two vectors") == 2
     assert said("OPENAI_API_KEY is not set")
@@ -120,7 +124,8 @@ def test_records_name_what_ran(env: dict[str, Path], capsys: pytest.CaptureFixtu
     assert summary["model"] is None  # no model was asked: no model is named
     assert agent_main(["runs", "show", str(env["results"] / "run-001")]) == 0
     shown = capsys.readouterr().out
-    assert "no model was asked" in shown and "gpt-5-mini" not in shown and "checked against the NumPy oracle" not in shown
+    assert ("no model was asked" in shown and "gpt-5-mini" not in shown
+            and "checked against the NumPy oracle" not in shown)
 
     # the parts' paths are absolute, whatever the working directory was
     monkeypatch.chdir(env["tmp"])

@@ -63,7 +63,8 @@ def test_ctrl_c_then_resume_keeps_numbering_best_tokens_and_records(env: dict[st
     assert (run / "best.cu").read_text().strip() == FASTER.strip()
     assert summary["iterations"]["used"] == 4 and summary["candidates"]["total"] == 6
     # tokens: both sessions' answers, each file kept (numbering went on)
-    assert summary["tokens"]["calls"] == before["tokens"]["calls"] + 2 == len(list((run / "model").glob("*-response.json")))
+    assert (summary["tokens"]["calls"] == before["tokens"]["calls"] + 2
+            == len(list((run / "model").glob("*-response.json"))))
     assert all((run / "model" / name).read_bytes() == data for name, data in old_answers.items())
     numbers = [int(p.name[:4]) for p in (run / "tools").glob("*.json")]
     assert len(numbers) == len(set(numbers))
@@ -90,7 +91,8 @@ def test_resume_after_kill_9_with_a_torn_last_line(env: dict[str, Path]) -> None
         cmd = [sys.executable, "-m", "kernelopt_agent", "optimize", "--workload", "tiny_add", "--max-iterations", "3",
                "--harness", str(env["harness"]), "--workspace", str(env["ws"]), "--results-dir", str(env["results"]),
                "--base-url", model.url, "--iterations", "3", "--warmup", "1", "--quiet"]
-        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                start_new_session=True)
         deadline = time.monotonic() + 120
         while len(model.requests) < 2 and time.monotonic() < deadline and proc.poll() is None:
             time.sleep(0.05)
@@ -133,7 +135,8 @@ def test_a_completed_run_is_refused_unless_more_iterations_are_asked_for(env: di
     with ScriptedModel([proposal(FASTER, "faster")]) as model:
         assert optimize(env, model, "--resume", "1", "--max-iterations", "2") == 0
     summary = read(run / "summary.json")
-    assert summary["status"] == "completed" and summary["iterations"] == {"max": 2, "used": 2, "candidates_per_iteration": 1}
+    assert (summary["status"] == "completed"
+            and summary["iterations"] == {"max": 2, "used": 2, "candidates_per_iteration": 1})
     assert summary["best"]["label"] == "003-it2" and labels(run)[-2:] == ["002-it1", "003-it2"]
     assert summary["resumes"][0]["previous_status"] == "completed"
     assert summary["resumes"][0]["changed"]["max_iterations"] == [1, 2]

@@ -23,8 +23,8 @@ def steps(run: Path) -> list[str]:
 def test_research_then_generation(env: dict[str, Path]) -> None:  # noqa: F811
     assert ("research", "generate", "parts omitted") in EDGES
     with ScriptedModel([{"content": json.dumps(GENERATED)}]) as model:
-        code = optimize(env, model, "--description", "Add two float vectors with vectorized loads.", "--nvidia-research",
-                        "--max-iterations", "0")
+        code = optimize(env, model, "--description", "Add two float vectors with vectorized loads.",
+                        "--nvidia-research", "--max-iterations", "0")
     assert code == 0 and not model.steps
     run = env["results"] / "run-001"
     taken = steps(run)
@@ -55,7 +55,8 @@ def test_a_reference_that_keeps_failing_ends_the_run(env: dict[str, Path], capsy
     broken = {"default": {"grid": ["ceil_div(n, 2048)"], "block": [2048], "shared_bytes": 0}}
     first = {**GENERATED, "reference_launch": broken}
     again = {"name": "vec_add", "description": "c = a + b", "reference_cu": kernel(), "reference_launch": broken}
-    with ScriptedModel([{"content": json.dumps(first)}, {"content": json.dumps(again)}, {"content": json.dumps(again)}]) as model:
+    with ScriptedModel([{"content": json.dumps(first)}, {"content": json.dumps(again)},
+                        {"content": json.dumps(again)}]) as model:
         code = optimize(env, model, "--description", "Add two float vectors.", "--max-iterations", "3")
     assert code == 2 and not model.steps and not model.exhausted  # two regenerations, then it stops asking
     assert "the CUDA reference fails" in capsys.readouterr().err

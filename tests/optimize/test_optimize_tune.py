@@ -38,7 +38,8 @@ def test_no_api_key_tunes_the_bundled_tunable(env: dict[str, Path], monkeypatch:
     for name in ("history.json", "summary.json", "best.cu", "best.launch.json", "heatmap.png", "heatmap.svg",
                  "tuning/workload/tune.csv", "tuning/workload/tune.json", "tuning/workload/autotune.json"):
         assert (run / name).is_file(), name
-    assert sorted(p.name for p in (run / "candidates").iterdir()) == ["000-reference", "001-initial", "002-untuned", "003-tuned"]
+    assert (sorted(p.name for p in (run / "candidates").iterdir())
+            == ["000-reference", "001-initial", "002-untuned", "003-tuned"])
     summary = read(run / "summary.json")
     assert summary["status"] == "completed" and summary["strategy"] == "tune"
     assert summary["best"]["label"] == "003-tuned" and summary["tokens"]["calls"] == 0
@@ -83,9 +84,11 @@ def test_tune_strategy_needs_a_tunable_and_a_workload(env: dict[str, Path], monk
 
 def test_a_proposal_with_tunables_is_tuned_before_ranking(env: dict[str, Path]) -> None:  # noqa: F811
     source = (FIXTURES / "add.cu").read_text()
-    launch = {"default": {"grid": ["ceil_div(n, BLOCK * UNROLL)"], "block": ["BLOCK"], "shared_bytes": "0"}, "cases": []}
+    launch = {"default": {"grid": ["ceil_div(n, BLOCK * UNROLL)"], "block": ["BLOCK"],
+                          "shared_bytes": "0"}, "cases": []}
     tunables: dict[str, Any] = {
-        "params": [{"name": "BLOCK", "values": ["32", "64", "128", "256"]}, {"name": "UNROLL", "values": ["1", "2", "4"]}],
+        "params": [{"name": "BLOCK", "values": ["32", "64", "128", "256"]},
+                   {"name": "UNROLL", "values": ["1", "2", "4"]}],
         "constraints": ["BLOCK * UNROLL >= 64"],
         "defaults": [{"name": "BLOCK", "value": "256"}, {"name": "UNROLL", "value": "4"}],
     }
@@ -109,7 +112,8 @@ def test_proposal_tunables_parse_both_forms() -> None:
 
     listed = {"params": [{"name": "BM", "values": ["64", "128"]}, {"name": "V", "values": ["a", "0.5"]}],
               "constraints": ["BM >= 64"], "defaults": [{"name": "BM", "value": "64"}, {"name": "V", "value": "a"}]}
-    as_file = {"params": {"BM": [64, 128], "V": ["a", 0.5]}, "constraints": ["BM >= 64"], "defaults": {"BM": 64, "V": "a"}}
+    as_file = {"params": {"BM": [64, 128], "V": ["a", 0.5]}, "constraints": ["BM >= 64"],
+               "defaults": {"BM": 64, "V": "a"}}
     assert parse_tunables(listed) == parse_tunables(as_file) == as_file
     assert parse_tunables(None) is None and parse_tunables({"params": [], "defaults": []}) is None
     with pytest.raises(ProposalError, match="malformed"):

@@ -6,7 +6,8 @@ of test_profiler, so candidates carry profiles, and a proposal with tunables, so
 The browser test loads the page in a real headless Chromium (Playwright): every section renders,
 every plot has a size, no script error, nothing fetched but the page itself. It skips where
 Playwright or a Chromium is missing (docs/optimize.md, "Run report", says how to get both). With
-KO_REPORT_SCREENSHOT=FILE it also saves the top of the page as a PNG (docs/report.png, shown in the README and docs/optimize.md).
+KO_REPORT_SCREENSHOT=FILE it also saves the top of the page as a PNG (docs/report.png, shown in
+the README and docs/optimize.md).
 """
 
 from __future__ import annotations
@@ -37,12 +38,13 @@ BEST = kernel("MS:big_a=0.03;big_b=0.05;")
 
 
 def tunable_answer() -> dict[str, Any]:
-    launch = {"default": {"grid": ["ceil_div(n, BLOCK * UNROLL)"], "block": ["BLOCK"], "shared_bytes": "0"}, "cases": []}
-    tunables = {"params": [{"name": "BLOCK", "values": ["32", "64", "128", "256"]}, {"name": "UNROLL", "values": ["1", "2", "4"]}],
-                "constraints": ["BLOCK * UNROLL >= 64"],
+    launch = {"default": {"grid": ["ceil_div(n, BLOCK * UNROLL)"], "block": ["BLOCK"],
+                          "shared_bytes": "0"}, "cases": []}
+    tunables = {"params": [{"name": "BLOCK", "values": ["32", "64", "128", "256"]},
+                           {"name": "UNROLL", "values": ["1", "2", "4"]}], "constraints": ["BLOCK * UNROLL >= 64"],
                 "defaults": [{"name": "BLOCK", "value": "256"}, {"name": "UNROLL", "value": "4"}]}
-    return {"content": json.dumps({"rationale": "unroll and tune", "source": (FIXTURES / "add.cu").read_text(), "launch": launch,
-                                   "compile_options": [], "tunables": tunables})}
+    return {"content": json.dumps({"rationale": "unroll and tune", "source": (FIXTURES / "add.cu").read_text(),
+                                   "launch": launch, "compile_options": [], "tunables": tunables})}
 
 
 @pytest.fixture(scope="module")
@@ -70,8 +72,9 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
             mp.setenv(key, value)
         mp.delenv("OPENAI_BASE_URL", raising=False)
         code = agent_main(["optimize", "--harness", str(harness), "--workspace", str(tmp / "ws"), "--results-dir",
-                           str(tmp / "results"), "--iterations", "3", "--warmup", "1", "--quiet", "--base-url", model.url,
-                           "--workload", "tiny2", "--max-iterations", "5", "--use-nsight", "--tune-budget", "4"])
+                           str(tmp / "results"), "--iterations", "3", "--warmup", "1", "--quiet", "--base-url",
+                           model.url, "--workload", "tiny2", "--max-iterations", "5", "--use-nsight",
+                           "--tune-budget", "4"])
     assert code == 0 and not model.steps
     yield tmp / "results" / "run-001"
 
@@ -99,7 +102,8 @@ def test_the_report_shows_what_the_run_recorded(run: Path) -> None:
     best = summary["best"]["label"]
     assert best == "005-it4"
     labels = sorted(p.name for p in (run / "candidates").iterdir())
-    assert labels == ["000-reference", "001-initial", "002-it1", "003-it2-repair", "004-it3-repair", "005-it4", "006-it5"]
+    assert labels == ["000-reference", "001-initial", "002-it1", "003-it2-repair", "004-it3-repair",
+                      "005-it4", "006-it5"]
     # overview: the best and its speedup over the reference
     assert best in page["overview"] and f"{summary['best']['speedup_vs_reference']:.2f}x" in page["overview"]
     # score over the run and the heatmap are plots
@@ -109,15 +113,21 @@ def test_the_report_shows_what_the_run_recorded(run: Path) -> None:
     cands = page["candidates"]
     for label in labels:
         assert f'id="c-{label}"' in cands
-    assert re.search(r'c-002-it1.*?Verdict:</b> <span class="bad">compile_error</span> compile error: line 2', cands, re.DOTALL)
+    assert re.search(r'c-002-it1.*?Verdict:</b> <span class="bad">compile_error</span> compile error: line 2',
+                     cands, re.DOTALL)
     assert re.search(r'c-003-it2-repair.*?<span class="bad">mismatch</span>', cands, re.DOTALL)
-    diff = re.search(r'id="c-005-it4".*?Diff against 004-it3-repair \(the best before it\)</h3>(.*?)</pre>', cands, re.DOTALL)
+    diff = re.search(r'id="c-005-it4".*?Diff against 004-it3-repair \(the best before it\)</h3>(.*?)</pre>',
+                     cands, re.DOTALL)
     assert diff is not None
-    assert '<span class="del">-__device__ char ko_fake_mode[] = &quot;KO_FAKE_MS:big_a=0.05;big_b=0.08;&quot;;</span>' in diff[1]
-    assert '<span class="add">+__device__ char ko_fake_mode[] = &quot;KO_FAKE_MS:big_a=0.03;big_b=0.05;&quot;;</span>' in diff[1]
+    assert ('<span class="del">-__device__ char ko_fake_mode[] = &quot;KO_FAKE_MS:big_a=0.05;big_b=0.08;&quot;;</span>'
+            in diff[1])
+    assert ('<span class="add">+__device__ char ko_fake_mode[] = &quot;KO_FAKE_MS:big_a=0.03;big_b=0.05;&quot;;</span>'
+            in diff[1])
     assert "Diff against 001-initial" in cands.split('id="c-004-it3-repair"')[1].split("</details>")[0]
-    assert re.search(r'id="c-005-it4".*?<h3>Launch</h3><pre class="wrap">\{&quot;launch&quot;: \{&quot;default&quot;', cands, re.DOTALL)
-    assert re.search(r'id="c-005-it4".*?Profile summary \(Nsight Compute, case big_\w\)</h3><pre>tiny2', cands, re.DOTALL)
+    assert re.search(r'id="c-005-it4".*?<h3>Launch</h3><pre class="wrap">\{&quot;launch&quot;: \{&quot;default&quot;',
+                     cands, re.DOTALL)
+    assert re.search(r'id="c-005-it4".*?Profile summary \(Nsight Compute, case big_\w\)</h3><pre>tiny2',
+                     cands, re.DOTALL)
     assert "0.03 ms" in cands and "0.05 ms" in cands  # per-case medians in the table
     # tuning: the autotune summary, its plot and one row per measured configuration
     tuned = json.loads((run / "tuning" / "it5" / "autotune.json").read_text())["result"]
@@ -132,7 +142,8 @@ def test_the_report_shows_what_the_run_recorded(run: Path) -> None:
 
 
 def test_previous_best_is_the_best_candidate_evaluated_before(run: Path) -> None:
-    previous = {c.label: c.previous.label if c.previous else None for c in load_candidates(run, load_run(run)["candidates"])}
+    previous = {c.label: c.previous.label if c.previous else None
+                for c in load_candidates(run, load_run(run)["candidates"])}
     assert previous == {"000-reference": None, "001-initial": "000-reference", "002-it1": "001-initial",
                         "003-it2-repair": "001-initial", "004-it3-repair": "001-initial", "005-it4": "004-it3-repair",
                         "006-it5": "005-it4"}
@@ -170,7 +181,8 @@ def test_an_interrupted_run_without_records_still_has_a_report(tmp_path: Path) -
 def test_a_report_that_cannot_be_written_is_a_note_not_an_error(tmp_path: Path) -> None:
     data: dict[str, Any] = {"files": {}, "notes": []}
     finish_report(tmp_path / "missing", data)
-    assert data["files"] == {} and data["notes"] == [f"report: FileNotFoundError: {tmp_path / 'missing'}: no such run directory"]
+    assert (data["files"] == {}
+            and data["notes"] == [f"report: FileNotFoundError: {tmp_path / 'missing'}: no such run directory"])
 
 
 # --- in a real browser ---------------------------------------------------------------------------
@@ -187,7 +199,8 @@ def _browser() -> tuple[Any, str | None]:
     with sync_playwright() as p:
         if Path(p.chromium.executable_path).is_file():
             return sync_playwright, None
-    pytest.skip("no Chromium: apt-get install chromium, or python -m playwright install chromium (docs/optimize.md, 'Run report')")
+    pytest.skip("no Chromium: apt-get install chromium, or python -m playwright install chromium (docs/optimize.md, "
+                "'Run report')")
 
 
 def test_the_report_renders_in_headless_chromium(run: Path) -> None:
@@ -199,7 +212,8 @@ def test_the_report_renders_in_headless_chromium(run: Path) -> None:
         browser = p.chromium.launch(executable_path=executable, args=["--no-sandbox"] if os.geteuid() == 0 else [])
         try:
             page = browser.new_page(viewport={"width": 1280, "height": 900})
-            page.on("console", lambda m: problems.append(f"console {m.type}: {m.text}") if m.type in ("error", "warning") else None)
+            page.on("console", lambda m: problems.append(f"console {m.type}: {m.text}")
+                    if m.type in ("error", "warning") else None)
             page.on("pageerror", lambda e: problems.append(f"page error: {e}"))
             page.on("requestfailed", lambda r: problems.append(f"request failed: {r.url}"))
             page.on("request", lambda r: requests.append(r.url))
@@ -207,7 +221,7 @@ def test_the_report_renders_in_headless_chromium(run: Path) -> None:
             if shot := os.environ.get("KO_REPORT_SCREENSHOT"):  # the README's picture: docs/report.png
                 page.screenshot(path=shot, full_page=True, clip={"x": 0, "y": 0, "width": 1280, "height": 1700})
             shown = page.evaluate("""() => [...document.querySelectorAll('section')].map(s => {
-                const r = s.getBoundingClientRect(); return [s.id, r.width, r.height, s.querySelector('h2').innerText]; })""")
+                const r = s.getBoundingClientRect(); return [s.id, r.width, r.height, s.querySelector('h2').innerText]; })""")  # noqa: E501
             plots = page.evaluate("""() => [...document.querySelectorAll('svg.plot')].map(s => {
                 const r = s.getBoundingClientRect(); return [s.closest('section').id, r.width, r.height,
                 s.querySelectorAll('path, text, use').length]; })""")

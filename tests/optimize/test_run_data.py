@@ -69,7 +69,8 @@ def test_a_run_keeps_what_reproduces_its_inputs_and_restore_replays_the_best(env
     assert (run / "expected" / "big" / "c.bin").exists() is False and (run / "expected" / "one" / "c.bin").is_file()
 
     # the data drawn again from the recorded seed, checked against the recorded hashes
-    assert agent_main(["runs", "restore", str(run), "--harness", str(env["harness"]), "--workspace", str(env["ws"])]) == 0
+    assert agent_main(["runs", "restore", str(run), "--harness", str(env["harness"]), "--workspace",
+                       str(env["ws"])]) == 0
     for g in drawn:
         assert hashlib.sha256((run / g["path"]).read_bytes()).hexdigest() == g["sha256"]
     # and the harness alone replays the best kernel on them, reproducing the oracle's outputs
@@ -98,7 +99,8 @@ def test_a_tampered_input_is_not_restored_silently(env: dict[str, Path], capsys:
     manifest = read(run / "input_cases.json")
     manifest["cases"][0]["inputs"]["a"]["sha256"] = "0" * 64
     (run / "input_cases.json").write_text(json.dumps(manifest, indent=2))
-    assert agent_main(["runs", "restore", str(run), "--harness", str(env["harness"]), "--workspace", str(env["ws"])]) == 2
+    assert agent_main(["runs", "restore", str(run), "--harness", str(env["harness"]), "--workspace",
+                       str(env["ws"])]) == 2
     assert "input_cases.json" in capsys.readouterr().err
 
 
@@ -114,7 +116,9 @@ def _fake_run(results: Path, number: int, *, status: str | None, pid: int | None
     return run
 
 
-def test_du_lists_runs_largest_first_with_what_takes_the_space(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_du_lists_runs_largest_first_with_what_takes_the_space(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     _fake_run(tmp_path, 1, status="completed", payload=10)
     _fake_run(tmp_path, 2, status="completed", payload=5000)
     assert agent_main(["runs", "du", "--results-dir", str(tmp_path), "--json"]) == 0

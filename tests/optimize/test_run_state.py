@@ -49,7 +49,8 @@ def _state(tmp_path: Path) -> RunState:
     state.records = [
         _record(0, "reference", 2.0),
         _record(1, "initial", 1.6),
-        _record(2, "proposal", 0.8, iteration=1, pytorch={"speedup_eager": 3.0, "speedup_compile": 1.25, "eager_ms": 2.4}),
+        _record(2, "proposal", 0.8, iteration=1,
+                pytorch={"speedup_eager": 3.0, "speedup_compile": 1.25, "eager_ms": 2.4}),
         _record(3, "proposal", None, status="mismatch", iteration=2),
     ]
     state.duplicates = [DuplicateEvent(iteration=3, slot=None, same_as="002-it1", model_calls=[])]

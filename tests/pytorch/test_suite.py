@@ -42,7 +42,9 @@ def test_an_empty_directory_says_what_layout_it_expects(tmp_path: Path, capsys: 
 
 
 @no_torch
-def test_without_torch_every_problem_is_refused_with_the_reason(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_without_torch_every_problem_is_refused_with_the_reason(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     root, out = kernelbench_dir(tmp_path / "kb"), tmp_path / "out"
     assert main(["kernelbench", str(root), "--level", "1", "2", "-o", str(out)]) == 0
     printed = capsys.readouterr().out
@@ -65,7 +67,9 @@ def _imported_already(root: Path, out: Path) -> None:
 
 
 @no_torch
-def test_solutions_are_evaluated_once_and_a_second_run_continues(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_solutions_are_evaluated_once_and_a_second_run_continues(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     root, out, solutions = kernelbench_dir(tmp_path / "kb"), tmp_path / "out", tmp_path / "solutions"
     _imported_already(root, out)
     (solutions / "level1").mkdir(parents=True)
@@ -76,7 +80,8 @@ def test_solutions_are_evaluated_once_and_a_second_run_continues(tmp_path: Path,
     starts = tmp_path / "harness-env.jsonl"
 
     def run() -> dict:
-        assert main(["kernelbench", str(root), "--level", "1", "-o", str(out), "--solutions", str(solutions), "--json"]) == 0
+        assert main(["kernelbench", str(root), "--level", "1", "-o", str(out), "--solutions", str(solutions),
+                     "--json"]) == 0
         return json.loads((out / "results.json").read_text())
 
     first = run()
@@ -125,13 +130,16 @@ def test_imports_run_in_processes_of_their_own_at_once_and_are_not_repeated(tmp_
     root, out = tmp_path / "kb", tmp_path / "out"
     (root / "level1").mkdir(parents=True)
     (root / "level1" / "1_Relu.py").write_text(GOOD)
-    (root / "level1" / "2_Forever.py").write_text(GOOD.replace("    return [torch.randn(n)]", "    while True:\n        pass"))
+    (root / "level1" / "2_Forever.py").write_text(
+        GOOD.replace("    return [torch.randn(n)]", "    while True:\n        pass"))
     (root / "level1" / "3_Exit.py").write_text(GOOD.replace("import torch\n", "import os\nos._exit(7)\n", 1))
-    argv = ["kernelbench", str(root), "--level", "1", "-o", str(out), "--no-baselines", "--jobs", "3", "--import-timeout", "20"]
+    argv = ["kernelbench", str(root), "--level", "1", "-o", str(out), "--no-baselines", "--jobs", "3",
+            "--import-timeout", "20"]
     assert main(argv) == 0
     state = json.loads((out / "state.json").read_text())["problems"]
     good, forever, died = (state[f"level1/{n}"] for n in ("1_Relu.py", "2_Forever.py", "3_Exit.py"))
-    assert good["imported"] and 0 < good["import_s"] < 20 and (out / "workloads" / "level1" / "p1_Relu" / "workload.json").is_file()
+    assert (good["imported"] and 0 < good["import_s"] < 20
+            and (out / "workloads" / "level1" / "p1_Relu" / "workload.json").is_file())
     assert not forever["imported"] and forever["refusal"] == "the import ran past its 20 s deadline"
     assert not died["imported"] and "the import died (exit 7" in died["refusal"]
     assert "imported 1_Relu.py" in capsys.readouterr().out

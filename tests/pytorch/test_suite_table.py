@@ -18,7 +18,8 @@ def _level1() -> list[ProblemRecord]:
         # correct, 3x eager, 1.5x compile
         ProblemRecord("1_A.py", 1, True, status="ok", ours_ms=1.0, eager_ms=3.0, compile_ms=1.5),
         # correct, 0.5x eager (slower), compile could not run
-        ProblemRecord("2_B.py", 1, True, status="ok", ours_ms=2.0, eager_ms=1.0, compile_note="torch.compile failed: X"),
+        ProblemRecord("2_B.py", 1, True, status="ok", ours_ms=2.0, eager_ms=1.0,
+                      compile_note="torch.compile failed: X"),
         # wrong, yet "fast": never counts
         ProblemRecord("3_C.py", 1, True, status="mismatch", ours_ms=0.1, eager_ms=5.0, compile_ms=5.0),
         ProblemRecord("4_D.py", 1, False, refusal="forward uses randomness (dropout in training mode)"),
@@ -45,7 +46,8 @@ def test_strictly_more_than_p_times_faster() -> None:
 
 
 def test_unmeasured_baselines_are_not_numbers() -> None:
-    records = [ProblemRecord(f"{i}_P.py", 2, True, status="ok", ours_ms=1.0, eager_note=NEEDS_GPU, compile_note=NEEDS_GPU)
+    records = [ProblemRecord(f"{i}_P.py", 2, True, status="ok", ours_ms=1.0, eager_note=NEEDS_GPU,
+                             compile_note=NEEDS_GPU)
                for i in range(3)]
     [s] = summarize(records)
     assert s.correct == 3 and s.fast["eager"] == {0: None, 1: None, 2: None} and s.geomean_speedup["eager"] is None
@@ -57,7 +59,8 @@ def test_unmeasured_baselines_are_not_numbers() -> None:
 def test_levels_table_and_json() -> None:
     records = [*_level1(), ProblemRecord("1_G.py", 2, True, status="ok", ours_ms=1.0, eager_ms=4.0, compile_ms=2.0)]
     table = render_markdown(records)
-    assert table.splitlines()[0].startswith("| level | problems | imported | correct | fast_0 vs eager | fast_1 vs eager")
+    assert table.splitlines()[0].startswith("| level | problems | imported | correct | fast_0 vs "
+                                            "eager | fast_1 vs eager")
     assert "| 1 | 6 | 4 | 2 (33.3%) | 33.3% | 16.7% | 16.7% | 1.22x | 16.7% | 16.7% | 0.0% | 1.50x |" in table
     assert "| 2 | 1 | 1 | 1 (100.0%) | 100.0% | 100.0% | 100.0% | 4.00x |" in table
     assert "- 2 x forward uses randomness (dropout in training mode)" in table

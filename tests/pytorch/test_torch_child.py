@@ -25,7 +25,8 @@ from kernelopt_mcp.torch_workspace import create_torch_workload
 from kernelopt_mcp.workspace import RequestError
 
 needs_landlock = pytest.mark.skipif(landlock_abi() < 1, reason="this kernel has no Landlock")
-SECRETS = {"KERNELOPT_MCP_TOKEN": "planted-token-7f3a", "OPENAI_API_KEY": "sk-planted-9c1e", "SECRET_X": "planted-x-42d0"}
+SECRETS = {"KERNELOPT_MCP_TOKEN": "planted-token-7f3a", "OPENAI_API_KEY": "sk-planted-9c1e",
+           "SECRET_X": "planted-x-42d0"}
 
 PROBE = '''
 import json, os, socket, sys, time
@@ -79,7 +80,8 @@ def stand_in_torch(directory: Path) -> Path:
 def test_without_torch_the_import_is_refused_and_a_problem_named_torch_never_runs(tmp_path: Path) -> None:
     ws = FakeWorkspace(tmp_path)
     ran = tmp_path / "ran.txt"
-    problem = f"open({str(ran)!r}, 'w').write('the problem ran as torch')\nclass Model:\n    pass\ndef get_inputs():\n    return []\n"
+    problem = (f"open({str(ran)!r}, 'w').write('the problem ran as torch')\nclass Model:\n    pass\ndef get_inputs():\n"
+               "    return []\n")
     with pytest.raises(RequestError, match=r"has no torch.*pip install torch"):
         create_torch_workload(ws, "torch", problem, allowed=True)
     assert not ran.exists(), "the problem was imported as torch"
@@ -87,7 +89,9 @@ def test_without_torch_the_import_is_refused_and_a_problem_named_torch_never_run
 
 
 @needs_landlock
-def test_the_import_child_is_confined_gets_no_secret_and_leaves_no_process(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_import_child_is_confined_gets_no_secret_and_leaves_no_process(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     for name, value in SECRETS.items():
         monkeypatch.setenv(name, value)
     secret = tmp_path / "secret.txt"
@@ -100,7 +104,8 @@ def test_the_import_child_is_confined_gets_no_secret_and_leaves_no_process(tmp_p
     with pytest.raises(RequestError, match="PROBE") as caught:
         create_torch_workload(ws, "probe", problem, allowed=True, python_path=[str(site)], timeout_s=120)
     assert time.monotonic() - start < 120, "the server waited for the daemon"
-    found, _ = json.JSONDecoder().raw_decode(str(caught.value).split("PROBE", 1)[1])  # the import wraps it in its own words
+    # the import wraps it in its own words
+    found, _ = json.JSONDecoder().raw_decode(str(caught.value).split("PROBE", 1)[1])
     assert found["read"] == "PermissionError" and found["write"] == "PermissionError" and not outside.exists()
     assert found["staging"].startswith("ok")
     assert found["socket"] == "PermissionError" and found["signal"] == "PermissionError"
@@ -141,8 +146,8 @@ def test_run_confined_python_runs_a_module_that_writes_only_its_staging_director
     assert answer["args"] == ["hello"] and (staging / "out.txt").read_text() == "hello"
     assert answer["home"].startswith(str(staging.resolve())) and answer["tmp"].startswith(str(staging.resolve()))
 
-    missing = run_confined_python("probe_mod", [], staging=staging, python_path=[str(package.parent)], read=[str(package)],
-                                  requires=["no_such_module_here"])
+    missing = run_confined_python("probe_mod", [], staging=staging, python_path=[str(package.parent)],
+                                  read=[str(package)], requires=["no_such_module_here"])
     assert missing.missing == "no_such_module_here" and missing.refused and missing.returncode == 125
     off = run_confined_python("probe_mod", [], staging=staging, limits=ChildLimits(landlock=False))
     assert off.refused and "--unconfined-compiler" in off.refused and off.returncode is None
@@ -160,13 +165,16 @@ def fake_distribution(site: Path, name: str, requires: list[str], main: str = ""
     info.mkdir()
     lines = [f"Metadata-Version: 2.1\nName: {name}\nVersion: 1.0"] + [f"Requires-Dist: {r}" for r in requires]
     (info / "METADATA").write_text("\n".join(lines) + "\n")
-    files = [str(f.relative_to(site)) for f in (site / module).iterdir()] + [f"{info.name}/METADATA", f"{info.name}/RECORD"]
+    files = ([str(f.relative_to(site)) for f in (site / module).iterdir()]
+             + [f"{info.name}/METADATA", f"{info.name}/RECORD"])
     (info / "RECORD").write_text("".join(f"{f},,\n" for f in files))
     return site
 
 
 @needs_landlock
-def test_requirements_installed_in_a_target_directory_reach_the_child(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_requirements_installed_in_a_target_directory_reach_the_child(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """As on the GPU machine: the package and its requirements installed with ``pip install
     --target DIR`` and found through PYTHONPATH, which the child's ``python -I`` ignores. Its
     package directory alone leaves the child without its requirements (what failed there:
@@ -176,7 +184,8 @@ def test_requirements_installed_in_a_target_directory_reach_the_child(tmp_path: 
     main = ("import ko_probe_dep, os\nprint('imported', ko_probe_dep.__name__)\n"
             "try:\n    open(os.environ['KO_SECRET']).read()\n    print('secret read')\nexcept OSError as exc:\n"
             "    print('secret closed', type(exc).__name__)\n")
-    top = fake_distribution(tmp_path / "site-a", "ko-probe-top", ["ko-probe-dep>=1", "ko-probe-extra; extra == 'more'"], main=main)
+    top = fake_distribution(tmp_path / "site-a", "ko-probe-top",
+                            ["ko-probe-dep>=1", "ko-probe-extra; extra == 'more'"], main=main)
     dep = fake_distribution(tmp_path / "site-b", "ko-probe-dep", [])
     extra = fake_distribution(tmp_path / "site-c", "ko-probe-extra", [])
     secret = top / ".env"
@@ -185,8 +194,10 @@ def test_requirements_installed_in_a_target_directory_reach_the_child(tmp_path: 
         monkeypatch.syspath_prepend(str(site))
     installed = installed_requirements("ko_probe_top")
     assert installed.path == [str(top.resolve()), str(dep.resolve())]
-    assert str(top.resolve() / "ko_probe_top") in installed.read and str(dep.resolve() / "ko_probe_dep") in installed.read
-    assert not any(r.startswith(str(extra.resolve())) for r in installed.read) and str(secret.resolve()) not in installed.read
+    assert (str(top.resolve() / "ko_probe_top") in installed.read
+            and str(dep.resolve() / "ko_probe_dep") in installed.read)
+    assert (not any(r.startswith(str(extra.resolve())) for r in installed.read)
+            and str(secret.resolve()) not in installed.read)
     # this package's own: the installed distribution's name is not the package's (kernelopt)
     pydantic_home = Path(str(importlib.metadata.distribution("pydantic").locate_file(""))).resolve()
     assert str(pydantic_home) in installed_requirements("kernelopt_mcp").path
@@ -197,8 +208,8 @@ def test_requirements_installed_in_a_target_directory_reach_the_child(tmp_path: 
                                  env={"KO_SECRET": str(secret)}, limits=ChildLimits(timeout_s=60))
     assert result.returncode == 0, result.stderr_tail
     assert result.stdout.split(b"\n")[:2] == [b"imported ko_probe_dep", b"secret closed PermissionError"], result.stdout
-    alone = run_confined_python("ko_probe_top", [], staging=staging, python_path=[str(top)], read=[str(top / "ko_probe_top")],
-                                limits=ChildLimits(timeout_s=60))
+    alone = run_confined_python("ko_probe_top", [], staging=staging, python_path=[str(top)],
+                                read=[str(top / "ko_probe_top")], limits=ChildLimits(timeout_s=60))
     assert alone.returncode != 0 and "No module named 'ko_probe_dep'" in alone.stderr_tail
 
 
@@ -233,7 +244,8 @@ def test_a_gpu_child_names_its_own_threads_and_makes_an_unconnected_unix_socket_
         "def attempt(what, fn):\n"
         "    try:\n        fn(); out[what] = 'ok'\n    except OSError as exc:\n        out[what] = exc.errno\n"
         "def name_thread():\n"
-        "    attempt('own thread', lambda: open(f'/proc/self/task/{threading.get_native_id()}/comm', 'w').write('ko-test'))\n"
+        "    attempt('own thread', lambda: open(f'/proc/self/task/{threading.get_native_id()}/comm', "
+        "'w').write('ko-test'))\n"
         "t = threading.Thread(target=name_thread); t.start(); t.join()\n"
         "attempt('parent', lambda: open(f'/proc/{os.getppid()}/comm', 'w').write('x'))\n"
         "attempt('proc sys', lambda: open('/proc/sys/kernel/hostname', 'w').write('x'))\n"
@@ -249,8 +261,9 @@ def test_a_gpu_child_names_its_own_threads_and_makes_an_unconnected_unix_socket_
     answers = {}
     try:
         for gpu in (True, False):
-            result = run_confined_python("gpu_probe", [str(tmp_path / "agent.sock")], staging=staging, python_path=[str(package.parent)],
-                                         read=[str(package)], limits=ChildLimits(timeout_s=60), gpu=gpu)
+            result = run_confined_python("gpu_probe", [str(tmp_path / "agent.sock")], staging=staging,
+                                         python_path=[str(package.parent)], read=[str(package)],
+                                         limits=ChildLimits(timeout_s=60), gpu=gpu)
             assert result.returncode == 0, result.stderr_tail
             answers[gpu] = json.loads(result.stdout)
     finally:
@@ -273,7 +286,8 @@ def test_a_confined_child_does_not_outlive_a_caller_killed_outright(tmp_path: Pa
     package = tmp_path / "pkg" / "sleeper"
     package.mkdir(parents=True)
     (package / "__init__.py").write_text("")
-    (package / "__main__.py").write_text("import os, time\nopen('pid', 'w').write(str(os.getpid()))\ntime.sleep(1000)\n")
+    (package / "__main__.py").write_text("import os, time\nopen('pid', 'w').write(str(os.getpid()))\n"
+                                         "time.sleep(1000)\n")
     staging = tmp_path / "staging"
     staging.mkdir()
     caller = subprocess.Popen([sys.executable, "-c", (

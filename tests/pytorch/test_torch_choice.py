@@ -59,7 +59,8 @@ TARGETS = {
 
 @pytest.fixture
 def torch() -> Any:
-    return pytest.importorskip("torch", reason="torch is not installed (pip install torch): PyTorch problems cannot be run")
+    return pytest.importorskip("torch",
+                               reason="torch is not installed (pip install torch): PyTorch problems cannot be run")
 
 
 def imported(tmp_path: Path, kind: str) -> TorchImportResult:
@@ -130,7 +131,8 @@ def test_the_pytorch_reference_draws_the_choice_the_harness_draws(tmp_path: Path
     cases = list(wl.spec.cases)
     names = {c.name for c in cases}
     for drawn in (True, False):
-        data = materialize(wl, 3, tmp_path / f"in-{drawn}", on_device=names, draw_features={CHOICE_DRAW} if drawn else ())
+        data = materialize(wl, 3, tmp_path / f"in-{drawn}", on_device=names,
+                           draw_features={CHOICE_DRAW} if drawn else ())
         for job in jobs_for(wl, "validation", cases, data, tmp_path / f"expected-{drawn}"):
             entry = job.request["buffers"]["targets"]
             if drawn:

@@ -41,7 +41,8 @@ def test_draw_key_is_the_harness_draw_key(tmp_path: Path) -> None:
     binary = tmp_path / "keys"
     subprocess.run(["g++", "-std=c++17", "-I", str(REPO / "native_harness" / "src"), str(program), "-o", str(binary)],
                    check=True, timeout=120)
-    theirs = [int(line) for line in subprocess.run([str(binary)], check=True, capture_output=True, text=True).stdout.split()]
+    theirs = [int(line)
+              for line in subprocess.run([str(binary)], check=True, capture_output=True, text=True).stdout.split()]
     assert [draw_key(s, d, b) for s, d, b in cases] == theirs
     assert len(set(theirs)) == len(theirs)
 

@@ -32,13 +32,14 @@ from kernelopt_mcp.torch_problem import TorchProblemError, parse_problem, requir
 from kernelopt_mcp.workload import Workload, case_shape, load_workload
 
 PROBLEMS = Path(__file__).parents[1] / "torch_problems"
-SUPPORTED = ["elementwise_gelu", "reduction_sum", "matmul", "linear_relu", "scale_int_arg", "conv2d_relu_bias", "vector_add",
-             "batchnorm_training"]
+SUPPORTED = ["elementwise_gelu", "reduction_sum", "matmul", "linear_relu", "scale_int_arg", "conv2d_relu_bias",
+             "vector_add", "batchnorm_training"]
 
 
 @pytest.fixture
 def torch() -> Any:
-    return pytest.importorskip("torch", reason="torch is not installed (pip install torch): PyTorch problems cannot be run")
+    return pytest.importorskip("torch",
+                               reason="torch is not installed (pip install torch): PyTorch problems cannot be run")
 
 
 def module_at(problem: Path, wl: Workload, case_name: str, torch: Any) -> tuple[Any, list[Any]]:
@@ -82,7 +83,9 @@ def check_mapping(problem: Path, wl: Workload, torch: Any) -> None:
 
 
 @pytest.mark.parametrize("problem", SUPPORTED)
-def test_supported_problem_becomes_a_workload_of_generators_and_a_mapping(problem: str, tmp_path: Path, torch: Any) -> None:
+def test_supported_problem_becomes_a_workload_of_generators_and_a_mapping(
+    problem: str, tmp_path: Path, torch: Any
+) -> None:
     """Every input is drawn by a generator (these problems draw their inputs with torch.rand / randn
     and keep no state but BatchNorm's counter, a constant), PyTorch is the reference, and nothing but
     workload.json and the problem is written."""
@@ -112,7 +115,8 @@ def test_the_generators_are_the_problems_own(tmp_path: Path, torch: Any) -> None
         "import torch\nclass Model(torch.nn.Module):\n    def __init__(self, n):\n        super().__init__()\n"
         "        self.fc = torch.nn.Linear(n, n)\n"
         "    def forward(self, x, u, idx, k):\n        return self.fc(x * u)[:, :k] + idx[:, None]\n"
-        "batch = 32\nn = 48\ndef get_inputs():\n    return [torch.randn(batch, n), torch.rand(batch, n), torch.randint(3, 9, (batch,)), 4]\n"
+        "batch = 32\nn = 48\ndef get_inputs():\n"
+        "    return [torch.randn(batch, n), torch.rand(batch, n), torch.randint(3, 9, (batch,)), 4]\n"
         "def get_init_inputs():\n    return [n]\n"
     )
     wl = load_workload(import_torch_problem(problem, tmp_path / "w").path)
@@ -157,7 +161,8 @@ def test_a_workload_imported_with_stored_outputs_still_loads_and_evaluates(tmp_p
             (root / "data" / "perf" / f"{which}{name}.bin").write_bytes(le_bytes(array))
         (root / "expected" / "perf" / f"{which}out.bin").write_bytes(le_bytes(arrays["a"] + arrays["b"]))
         index[module.input_key({**arrays, "n": 7})] = {"case": "perf", "set": "hidden" if which else "validation",
-                                                       "path": f"expected/perf/{which}out.bin", "dtype": "float32", "shape": [7]}
+                                                       "path": f"expected/perf/{which}out.bin",
+                                                       "dtype": "float32", "shape": [7]}
         inputs[which] = arrays
     (root / "expected" / "index.json").write_text(json.dumps(index))
     spec = {
@@ -178,7 +183,8 @@ def test_a_workload_imported_with_stored_outputs_still_loads_and_evaluates(tmp_p
     for redraw in (False, True):
         ci = materialize(wl, 1, tmp_path / f"in-{redraw}", redraw=redraw)["perf"]
         expected = run_oracle(wl, "perf", ci.arrays, ci.shapes)["out"]
-        assert np.array_equal(expected, inputs["hidden/" if redraw else ""]["a"] + inputs["hidden/" if redraw else ""]["b"])
+        assert np.array_equal(expected,
+                              inputs["hidden/" if redraw else ""]["a"] + inputs["hidden/" if redraw else ""]["b"])
 
 
 UNSUPPORTED = {
@@ -241,7 +247,8 @@ def test_size_constants_are_the_literals_get_inputs_reaches() -> None:
     )
     assert [(c.name, c.value) for c in src.constants] == [("batch", 16), ("N", 4096), ("K", 64), ("H", 8)]
     variants = size_variants(src.constants)
-    assert [(n, k) for n, k, _ in variants] == [("small_odd", "correctness"), ("mid_odd", "correctness"), ("perf", "performance")]
+    assert [(n, k) for n, k, _ in variants] == [("small_odd", "correctness"), ("mid_odd", "correctness"),
+                                                ("perf", "performance")]
     small, mid, perf = (v for _, _, v in variants)
     assert small == {"batch": 5, "N": 7, "K": 11, "H": 8} and perf == {"batch": 16, "N": 4096, "K": 64, "H": 8}
     assert mid == {"batch": 16, "N": 259, "K": 64, "H": 8}  # 4096 // 16 | 1, + 2 per position: distinct

@@ -22,7 +22,8 @@ from kernelopt_mcp.workload import load_workload
 
 @pytest.fixture
 def torch() -> Any:
-    return pytest.importorskip("torch", reason="torch is not installed (pip install torch): PyTorch problems cannot be run")
+    return pytest.importorskip("torch",
+                               reason="torch is not installed (pip install torch): PyTorch problems cannot be run")
 
 
 def problem(tmp_path: Path, name: str, body: str) -> Path:
@@ -80,15 +81,17 @@ def get_inputs():
 """
 
 
-def test_a_forward_calling_item_runs_on_the_cpu_where_small_and_is_refused_where_not(tmp_path: Path, torch: Any) -> None:
+def test_a_forward_calling_item_runs_on_the_cpu_where_small_and_is_refused_where_not(
+    tmp_path: Path, torch: Any
+) -> None:
     small = import_torch_problem(problem(tmp_path, "item_small", ITEM.format(n=512)), tmp_path / "small")
     ran = [n for n in small.notes if n.startswith("the performance case ran on the CPU")]
     assert ran and "fails on the meta device" in ran[0] and ".item() cannot be called on meta tensors" in ran[0]
     assert small.spec.case("perf").inputs["x"].model_dump() == {"generator": "normal", "mean": 0.0, "std": 1.0}
 
     path = problem(tmp_path, "item_big", ITEM.format(n=4096))  # 64 MiB of input and output: more than allowed here
-    with pytest.raises(TorchProblemError, match=r"needs the CPU \(it fails on the meta device .*\.item\(\).*\), but its buffers "
-                       r"take about 0\.125 GiB \(more than 0\.0312 GiB\)"):
+    with pytest.raises(TorchProblemError, match=r"needs the CPU \(it fails on the meta device .*\.item\(\).*\), but "
+                       r"its buffers take about 0\.125 GiB \(more than 0\.0312 GiB\)"):
         import_torch_problem(path, tmp_path / "big", TorchImportOptions(max_cpu_bytes=32 << 20))
     assert not (tmp_path / "big").exists()
 
@@ -149,7 +152,9 @@ def get_inputs():
 """
 
 
-def test_an_input_made_by_operations_on_random_numbers_gets_a_generator_of_its_range(tmp_path: Path, torch: Any) -> None:
+def test_an_input_made_by_operations_on_random_numbers_gets_a_generator_of_its_range(
+    tmp_path: Path, torch: Any
+) -> None:
     """KernelBench's hinge loss draws its targets as randint(0, 2) * 2 - 1: no generator makes exactly
     that, so they are drawn as a choice of the two values they take (the note says so), never stored
     (tests/pytorch/test_torch_choice.py has more)."""
@@ -175,8 +180,8 @@ def get_inputs():
 
 
 def test_a_large_input_no_generator_makes_is_refused_with_the_reason(tmp_path: Path, torch: Any) -> None:
-    with pytest.raises(TorchProblemError, match=r"argument 'positions' is made without random numbers and is not constant.*"
-                       r"takes 512 MiB \(more than 256 MiB\)"):
+    with pytest.raises(TorchProblemError, match=r"argument 'positions' is made without random numbers and is not "
+                       r"constant.*takes 512 MiB \(more than 256 MiB\)"):
         import_torch_problem(problem(tmp_path, "fixed_big", FIXED_BIG), tmp_path / "w")
     assert not (tmp_path / "w").exists()
 
@@ -196,7 +201,8 @@ def test_a_shape_written_as_a_tuple_is_scaled_like_a_size_constant(tmp_path: Pat
         "def get_inputs():\n    return [torch.rand(batch_size, *input_shape), torch.rand(batch_size, *input_shape)]\n\n"
         "def get_init_inputs():\n    return []\n"
     )
-    assert [(c.name, c.value) for c in parse_problem(text, "p.py").constants] == [("batch_size", 64), ("input_shape_0", 4096)]
+    assert ([(c.name, c.value) for c in parse_problem(text, "p.py").constants]
+            == [("batch_size", 64), ("input_shape_0", 4096)])
     path = tmp_path / "p.py"
     path.write_text(text)
     result = import_torch_problem(path, tmp_path / "wl")
@@ -205,7 +211,9 @@ def test_a_shape_written_as_a_tuple_is_scaled_like_a_size_constant(tmp_path: Pat
     assert all(s["input_shape_0"] < 4096 for case, s in sizes.items() if case != "perf"), sizes
 
 
-def test_running_out_of_memory_on_the_cpu_is_a_refusal_with_the_reason(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_running_out_of_memory_on_the_cpu_is_a_refusal_with_the_reason(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """torch's allocator reports an exhausted CPU as a RuntimeError: the import says so in one line
     (a TorchProblemError, as the suite and the MCP tool report refusals), not an importer crash."""
     pytest.importorskip("torch", reason="torch is not installed (pip install torch): PyTorch problems cannot be run")
@@ -213,13 +221,16 @@ def test_running_out_of_memory_on_the_cpu_is_a_refusal_with_the_reason(tmp_path:
     from kernelopt_mcp.torch_problem import TorchProblemError
 
     def exhausted(*args: object, **kwargs: object) -> None:
-        raise RuntimeError("[enforce fail at alloc_cpu.cpp:127] DefaultCPUAllocator: can't allocate memory: you tried to allocate 4294967296 bytes")
+        raise RuntimeError("[enforce fail at alloc_cpu.cpp:127] DefaultCPUAllocator: can't allocate memory: you tried "
+                           "to allocate 4294967296 bytes")
 
     monkeypatch.setattr(torch_import, "draw_cases", exhausted)
     path = tmp_path / "p.py"
-    path.write_text("import torch\nimport torch.nn as nn\nclass Model(nn.Module):\n    def forward(self, x):\n        return x\n"
+    path.write_text("import torch\nimport torch.nn as nn\nclass Model(nn.Module):\n    def forward(self, x):\n"
+                    "        return x\n"
                     "def get_inputs():\n    return [torch.rand(8)]\n")
-    with pytest.raises(TorchProblemError, match=r"the CPU ran out of memory building or running the module .*can't allocate memory"):
+    with pytest.raises(TorchProblemError,
+                       match=r"the CPU ran out of memory building or running the module .*can't allocate memory"):
         torch_import.import_torch_problem(path, tmp_path / "wl")
 
 
@@ -245,7 +256,9 @@ def get_init_inputs():
 """
 
 
-def test_a_module_whose_state_exceeds_the_case_bound_at_every_size_still_gets_a_smaller_case(tmp_path: Path, torch: Any) -> None:
+def test_a_module_whose_state_exceeds_the_case_bound_at_every_size_still_gets_a_smaller_case(
+    tmp_path: Path, torch: Any
+) -> None:
     """16 MiB of weights at every batch size, correctness cases capped at 8 MiB: one smaller batch is still a
     correctness case (cheaper on the CPU than the performance case, which stays on the meta device), and the
     notes say the cap was raised for it."""

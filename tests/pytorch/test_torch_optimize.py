@@ -41,7 +41,8 @@ def workload(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     monkeypatch.setenv("OPENAI_API_KEY", "sk-scripted")
     monkeypatch.delenv("OPENAI_BASE_URL", raising=False)
     # the server and its confined PyTorch child find torch where this process found it
-    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(REPO), str(REPO / "clients"), os.environ.get("PYTHONPATH")])))
+    monkeypatch.setenv("PYTHONPATH",
+                       os.pathsep.join(filter(None, [str(REPO), str(REPO / "clients"), os.environ.get("PYTHONPATH")])))
     monkeypatch.setenv("KERNELOPT_DOCS_OFFLINE", "1")
     monkeypatch.setenv("KERNELOPT_CACHE", str(tmp_path / "cache"))
     return path
@@ -53,14 +54,16 @@ def proposal(source: str, why: str) -> dict[str, Any]:
 
 def optimize(tmp_path: Path, steps: list[dict[str, Any]], *args: str) -> tuple[int, ScriptedModel]:
     with ScriptedModel(steps) as model:
-        code = agent_main(["optimize", *args, "--base-url", model.url, "--harness", str(write_harness(tmp_path, "fake")),
-                           "--workspace", str(tmp_path / "ws"), "--results-dir", str(tmp_path / "results"),
+        code = agent_main(["optimize", *args, "--base-url", model.url, "--harness",
+                           str(write_harness(tmp_path, "fake")), "--workspace", str(tmp_path / "ws"), "--results-dir",
+                           str(tmp_path / "results"),
                            "--warmup", "1", "--iterations", "3", "--quiet"])
     return code, model
 
 
 def candidates(run: Path) -> list[tuple[str, str]]:
-    return [(h["label"], h["status"]) for h in json.loads((run / "history.json").read_text()) if h["event"] == "candidate"]
+    return [(h["label"], h["status"]) for h in json.loads((run / "history.json").read_text())
+            if h["event"] == "candidate"]
 
 
 def test_optimize_an_imported_problem_with_pytorch_as_the_reference(
@@ -85,8 +88,10 @@ def test_optimize_an_imported_problem_with_pytorch_as_the_reference(
     reference = summary["workload"]["reference"]
     assert reference["pytorch"] is True and reference["cuda_reference"] is False and reference["checked"] is True
     assert "no CUDA reference was asked for" in reference["note"]
-    assert "PyTorch" in summary["workload"]["expected_outputs"] and summary["workload"]["expected_outputs"] == reference["expected_from"]
-    assert summary["workload"]["expected_outputs"] != "PyTorch (the workload's module) on each evaluation's own draws, inside kernelopt-mcp"
+    assert ("PyTorch" in summary["workload"]["expected_outputs"]
+            and summary["workload"]["expected_outputs"] == reference["expected_from"])
+    assert (summary["workload"]["expected_outputs"] != "PyTorch (the workload's module) on each evaluation's own "
+            "draws, inside kernelopt-mcp")
     assert summary["reference"] is None and summary["best"]["label"] == "001-it1" and summary["provenance"]["nvrtc"]
     # PyTorch's times go beside every candidate that passed; torch sees no GPU here, so the record says why in one line
     pytorch = summary["best"]["pytorch"]
@@ -117,8 +122,8 @@ def test_optimize_an_imported_problem_with_pytorch_as_the_reference(
     harness = str(tmp_path / "kernelopt-harness-fake")
     assert summary["files"]["replay_command"] == f"kernelopt evaluate {copy} {run / 'best.cu'}"
     for source, status in ((run / "best.cu", "ok"), (run / "candidates" / "002-it2" / "source.cu", "mismatch")):
-        code = kernelopt_main(["evaluate", str(copy), str(source), "--harness", harness, "--warmup", "1", "--iterations", "3",
-                               "--json"])
+        code = kernelopt_main(["evaluate", str(copy), str(source), "--harness", harness, "--warmup", "1",
+                               "--iterations", "3", "--json"])
         assert json.loads(capsys.readouterr().out)["status"] == status and (code == 0) == (status == "ok")
 
 
@@ -136,7 +141,8 @@ def test_a_pytorch_reference_run_resumes_on_its_copy(workload: Path, tmp_path: P
     summary: dict[str, Any] = json.loads((run / "summary.json").read_text())
     assert code == 0 and not model.steps and not model.exhausted, summary
     assert candidates(run) == [("000-initial", "ok"), ("001-it1", "mismatch"), ("002-it2-repair", "ok")]
-    assert summary["status"] == "completed" and len(summary["resumes"]) == 1 and summary["best"]["label"] == "002-it2-repair"
+    assert (summary["status"] == "completed" and len(summary["resumes"]) == 1
+            and summary["best"]["label"] == "002-it2-repair")
     assert summary["workload"]["reference"]["pytorch"] is True and "PyTorch" in summary["workload"]["expected_outputs"]
     assert not list((run / "tools").glob("*-freeze_workload.json"))
 
@@ -147,4 +153,5 @@ def test_flags_that_would_replace_the_pytorch_reference_are_refused(workload: Pa
     code, model = optimize(tmp_path, [], "--workload", str(workload), "--reference", str(tmp_path / "ref.cu"))
     assert code != 0 and not model.requests
     said = " ".join(capsys.readouterr().err.split())  # the console wraps long lines
-    assert "its reference is its PyTorch module (reference.torch)" in said and "--reference cannot be combined" in said, said
+    assert ("its reference is its PyTorch module (reference.torch)" in said
+            and "--reference cannot be combined" in said), said

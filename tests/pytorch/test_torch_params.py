@@ -28,7 +28,8 @@ from kernelopt_mcp.workload import Workload, load_workload
 
 @pytest.fixture
 def torch() -> Any:
-    return pytest.importorskip("torch", reason="torch is not installed (pip install torch): PyTorch problems cannot be run")
+    return pytest.importorskip("torch",
+                               reason="torch is not installed (pip install torch): PyTorch problems cannot be run")
 
 
 def problem(tmp_path: Path, name: str, body: str) -> Path:
@@ -52,7 +53,8 @@ def layer_norm(x: np.ndarray, weight: np.ndarray | None, bias: np.ndarray | None
 
 
 def test_layernorm_parameters_are_drawn_and_a_kernel_that_drops_them_mismatches(tmp_path: Path, torch: Any) -> None:
-    wl = load_workload(import_torch_problem(Path(__file__).parents[1] / "torch_problems" / "layernorm.py", tmp_path / "ln").path)
+    wl = load_workload(import_torch_problem(Path(__file__).parents[1] / "torch_problems" / "layernorm.py",
+                                            tmp_path / "ln").path)
     assert [p.name for p in wl.signature.inputs] == ["x", "ln_weight", "ln_bias"]
     validation, hidden = draws(wl, tmp_path)
     tol = wl.spec.tolerance_for("out")
@@ -118,8 +120,9 @@ def test_batchnorm_in_training_mode_imports_with_its_state_drawn_and_restored(tm
     assert wl.spec.imported.parameters["bn_num_batches_tracked"].drawn_from is None  # an integer counter: kept
     assert wl.spec.imported.parameters["bn_running_var"].drawn_from is not None
     assert wl.spec.imported.degenerate == []  # the statistics forward only writes are not findings
-    assert wl.spec.imported.state == {"bn_weight": "bn.weight", "bn_bias": "bn.bias", "bn_running_mean": "bn.running_mean",
-                                      "bn_running_var": "bn.running_var", "bn_num_batches_tracked": "bn.num_batches_tracked"}
+    assert wl.spec.imported.state == {"bn_weight": "bn.weight", "bn_bias": "bn.bias",
+                                      "bn_running_mean": "bn.running_mean", "bn_running_var": "bn.running_var",
+                                      "bn_num_batches_tracked": "bn.num_batches_tracked"}
     for case in wl.spec.cases:
         gens = {name: gen.model_dump() for name, gen in case.inputs.items()}
         assert gens["bn_num_batches_tracked"] == {"generator": "constant", "value": 0.0}
@@ -270,8 +273,9 @@ def test_evaluate_notes_a_degenerate_problem(tmp_path: Path, torch: Any, capsys:
     options = TorchImportOptions(name="vector_add", output_name="c")
     wl = import_torch_problem(problem(tmp_path, "add", ADD_IGNORING), tmp_path / "add", options).path
     source = tmp_path / "add.cu"
-    source.write_text('extern "C" __global__ void vector_add(const float* a, const float* b, const float* unused, float* c, '
-                      "int n) {\n    int i = blockIdx.x * blockDim.x + threadIdx.x;\n    if (i < n) c[i] = a[i] + b[i];\n}\n")
+    source.write_text('extern "C" __global__ void vector_add(const float* a, const float* b, const float* unused, '
+                      'float* c, int n) {\n    int i = blockIdx.x * blockDim.x + threadIdx.x;\n'
+                      '    if (i < n) c[i] = a[i] + b[i];\n}\n')
     (tmp_path / "launch.json").write_text(json.dumps(ADD_LAUNCH))
     harness = write_harness(tmp_path, "fake")
     capsys.readouterr()
@@ -339,8 +343,11 @@ def get_init_inputs():
 """
 
 
-@pytest.mark.parametrize(("name", "body"), [("groupnorm", GROUPNORM), ("grouped_conv", GROUPED_CONV)], ids=["groupnorm", "grouped_conv"])
-def test_a_divisibility_the_odd_sizes_break_keeps_a_correctness_case(name: str, body: str, tmp_path: Path, torch: Any) -> None:
+@pytest.mark.parametrize(("name", "body"), [("groupnorm", GROUPNORM), ("grouped_conv", GROUPED_CONV)],
+                         ids=["groupnorm", "grouped_conv"])
+def test_a_divisibility_the_odd_sizes_break_keeps_a_correctness_case(
+    name: str, body: str, tmp_path: Path, torch: Any
+) -> None:
     """The odd sizes make 7 channels for 8 groups: other sizes are searched instead of dropping the
     case, and the one found is checked like any other."""
     result = import_torch_problem(problem(tmp_path, name, body), tmp_path / name)
@@ -393,8 +400,8 @@ def test_the_search_is_bounded_by_bytes_and_time(tmp_path: Path, torch: Any) -> 
     # less on the CPU than running the performance case there (it stays on the meta device)
     result = import_torch_problem(path, tmp_path / "gn", TorchImportOptions(max_correctness_bytes=1024))
     assert [(c.kind, c.name) for c in result.spec.cases] == [("correctness", "small_even"), ("performance", "perf")]
-    assert "one correctness case of up to 8 MiB (more than the usual 0.0009766 MiB): the buffers of every smaller size take " \
-        "more than that" in result.notes
+    assert ("one correctness case of up to 8 MiB (more than the usual 0.0009766 MiB): the buffers of every smaller "
+            "size take more than that" in result.notes)
     assert not any("ran on the CPU" in n or "more than 1024" in n for n in result.notes), result.notes
 
     result = import_torch_problem(path, tmp_path / "gn0", TorchImportOptions(search_s=0))
@@ -431,7 +438,8 @@ def test_masks_and_integer_buffers_keep_their_values(tmp_path: Path, torch: Any)
     one; an index table too: both keep the module's values in every draw."""
     wl = load_workload(import_torch_problem(problem(tmp_path, "masked", MASKED), tmp_path / "m").path)
     assert wl.spec.imported is not None
-    assert wl.spec.imported.parameters["mask"].drawn_from is None and "kept" in wl.spec.imported.parameters["mask"].default
+    assert (wl.spec.imported.parameters["mask"].drawn_from is None
+            and "kept" in wl.spec.imported.parameters["mask"].default)
     assert wl.spec.imported.parameters["index"].drawn_from is None
     validation, hidden = draws(wl, tmp_path)
     for case in wl.spec.cases:
@@ -455,7 +463,8 @@ def test_other_sizes_keep_what_must_divide_and_stay_below_the_written_sizes() ->
                                            *["small_partial"] * 2, *["small_pair"] * 6]
     partial = [v for name, v in tried if name == "small_partial"]  # the largest back as written first
     assert partial == [{**small, "height": 64}, {**small, "height": 64, "channels": 48}]
-    pairs = [v for name, v in tried if name == "small_pair"]  # two as written (the largest pair first), the others small
+    # two as written (the largest pair first), the others small
+    pairs = [v for name, v in tried if name == "small_pair"]
     assert pairs[0] == {**small, "height": 64, "channels": 48} and pairs[-1] == {**small, "batch_size": 16, "groups": 3}
     for _, values in tried:
         assert values != perf and all(1 <= values[k] <= v for k, v in perf.items())
@@ -472,7 +481,8 @@ def test_other_sizes_keep_what_must_divide_and_stay_below_the_written_sizes() ->
     assert mid["channels"] % 6 and mid["channels"] > 61
     found = other_sizes(large, "mid")
     # the pair (channels, batch_size) as written is the performance case itself (groups is small already): left out
-    assert [name for name, _ in found] == ["mid_even", "mid_multiple", *["mid_scaled"] * 3, "mid_partial", *["mid_pair"] * 2]
+    assert [name for name, _ in found] == ["mid_even", "mid_multiple", *["mid_scaled"] * 3, "mid_partial",
+                                           *["mid_pair"] * 2]
     assert dict(found)["mid_multiple"]["channels"] % 6 == 0 and dict(found)["mid_multiple"]["channels"] < 3072
     assert other_sizes([], "small") == []
 
@@ -493,7 +503,8 @@ def test_a_long_literal_list_is_data_not_size_constants() -> None:
     from kernelopt_mcp.torch_problem import parse_problem
 
     table = ", ".join(str(i + 2) for i in range(9))
-    text = ("import torch\nimport torch.nn as nn\nclass Model(nn.Module):\n    def forward(self, x):\n        return x\n"
+    text = ("import torch\nimport torch.nn as nn\nclass Model(nn.Module):\n    def forward(self, x):\n"
+            "        return x\n"
             f"widths = [16, 32]\ntable = [{table}]\ndef get_inputs():\n    return [torch.rand(widths[0])]\n"
             "def get_init_inputs():\n    return [table]\n")
     assert [c.name for c in parse_problem(text, "p.py").constants] == ["widths_0", "widths_1"]

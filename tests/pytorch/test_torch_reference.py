@@ -26,7 +26,8 @@ from kernelopt_mcp.evaluation.outcomes import EvaluationResult
 from kernelopt_mcp.status import Status
 from kernelopt_mcp.workload import load_workload
 
-torch = pytest.importorskip("torch", reason="torch is not installed (pip install torch): PyTorch problems cannot be run")
+torch = pytest.importorskip("torch",
+                            reason="torch is not installed (pip install torch): PyTorch problems cannot be run")
 
 PROBLEM = """\
 import torch
@@ -80,7 +81,8 @@ def run(tmp_path: Path, wl: Path, *modes: str) -> tuple[list[EvaluationResult], 
     harness = write_harness(tmp_path, "fake")
     workload = find_workload(wl, Settings())
     launch = LaunchSpec.model_validate(ADD_LAUNCH)
-    with HarnessProcess(harness, 0) as proc, Session(workload, proc, device_info(harness, 0), workdir=tmp_path / "w") as ev:
+    with HarnessProcess(harness, 0) as proc, Session(workload, proc, device_info(harness, 0),
+                                                     workdir=tmp_path / "w") as ev:
         return [evaluate(ev, Candidate(kernel(m), launch, [], m or "honest")) for m in modes], ev
 
 

@@ -44,18 +44,22 @@ def get_init_inputs():
     return []
 """
 PROBLEMS = {
-    "triu": ("torch.triu(torch.matmul(A, B))", "    A = torch.triu(torch.rand(N, N))\n    B = torch.triu(torch.rand(N, N))"),
-    "tril": ("torch.tril(torch.matmul(A, B))", "    A = torch.tril(torch.rand(N, N))\n    B = torch.tril(torch.rand(N, N))"),
+    "triu": ("torch.triu(torch.matmul(A, B))", "    A = torch.triu(torch.rand(N, N))\n"
+             "    B = torch.triu(torch.rand(N, N))"),
+    "tril": ("torch.tril(torch.matmul(A, B))", "    A = torch.tril(torch.rand(N, N))\n"
+             "    B = torch.tril(torch.rand(N, N))"),
     "symmetric": ("torch.matmul(A, B)", "    A = torch.rand(N, N)\n    A = (A + A.T) / 2\n    B = torch.rand(N, N)\n"
                   "    B = (B + B.T) / 2"),
     "dense": ("torch.matmul(A, B)", "    A = torch.rand(N, N) * 2 - 1\n    B = torch.rand(N, N) * 2 - 1"),
-    "batched": ("torch.bmm(A, B)", "    A = torch.triu(torch.rand(3, N, N), diagonal=1)\n    B = torch.tril(torch.randn(3, N, N) + 2)"),
+    "batched": ("torch.bmm(A, B)", "    A = torch.triu(torch.rand(3, N, N), diagonal=1)\n"
+                "    B = torch.tril(torch.randn(3, N, N) + 2)"),
 }
 
 
 @pytest.fixture
 def torch() -> Any:
-    return pytest.importorskip("torch", reason="torch is not installed (pip install torch): PyTorch problems cannot be run")
+    return pytest.importorskip("torch",
+                               reason="torch is not installed (pip install torch): PyTorch problems cannot be run")
 
 
 def imported(tmp_path: Path, kind: str) -> TorchImportResult:
@@ -66,7 +70,9 @@ def imported(tmp_path: Path, kind: str) -> TorchImportResult:
 
 
 @pytest.mark.parametrize("kind", ["triu", "tril", "symmetric"])
-def test_the_structure_of_get_inputs_values_goes_into_every_cases_generator(tmp_path: Path, torch: Any, kind: str) -> None:
+def test_the_structure_of_get_inputs_values_goes_into_every_cases_generator(
+    tmp_path: Path, torch: Any, kind: str
+) -> None:
     result = imported(tmp_path, kind)
     assert len(result.spec.cases) >= 2
     for case in result.spec.cases:
@@ -127,7 +133,8 @@ def test_a_kernel_relying_on_the_triangles_passes_on_the_imported_inputs_and_fai
                 gen.pop("structure", None)
 
     passed, failed = evaluate_then_redrawn(tmp_path, result.path, KERNEL.format(prototype=result.c_prototype),
-                                           {"grid": ["ceil_div(N, 16)", "ceil_div(N, 16)"], "block": [16, 16]}, capsys, dense)
+                                           {"grid": ["ceil_div(N, 16)", "ceil_div(N, 16)"],
+                                            "block": [16, 16]}, capsys, dense)
     assert passed["status"] == "ok", passed["message"]
     assert failed["status"] == "mismatch", failed["message"]
 

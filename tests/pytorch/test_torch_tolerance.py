@@ -77,7 +77,8 @@ def test_tolerance_is_strict_by_dtype_kernelbench_on_request_and_widened_where_n
     # the module's own float32 result is 3e-4 off its float64 one: 10x that
     assert choose_tolerance(DType.float32, 3e-4, "strict", notes) == {"rtol": 3e-3, "atol": 3e-3, "source": "widened"}
     assert choose_tolerance(DType.float32, 3e-4, "kernelbench", notes)["source"] == "kernelbench"
-    assert choose_tolerance(DType.float32, 3e-3, "kernelbench", notes) == {"rtol": 0.03, "atol": 0.03, "source": "widened"}
+    assert (choose_tolerance(DType.float32, 3e-3, "kernelbench", notes)
+            == {"rtol": 0.03, "atol": 0.03, "source": "widened"})
     assert len(notes) == 2 and "widened to 0.003" in notes[0] and "kernelbench one is 0.01" in notes[1]
 
 
@@ -85,7 +86,8 @@ def test_every_result_records_the_tolerance_it_was_judged_by(tmp_path: Path) -> 
     from kernelopt_mcp.results import CheckedEvaluation, evaluation_output
 
     [kb] = run(tmp_path / "kb", imported_style("kernelbench"), "")
-    assert kb.ok and kb.tolerances["c"].model_dump() == {"rtol": 1e-2, "atol": 1e-2, "absolute": True, "source": "kernelbench"}
+    assert kb.ok and kb.tolerances["c"].model_dump() == {"rtol": 1e-2, "atol": 1e-2, "absolute": True,
+                                                         "source": "kernelbench"}
     assert all(o.tolerance_from == "kernelbench" and o.rtol == 1e-2 for c in kb.cases for o in c.outputs)
     text = evaluation_output(CheckedEvaluation(result=kb), "benchmark").text()
     assert "judged within c: rtol 0.01, atol 0.01 (kernelbench)" in text
@@ -123,7 +125,8 @@ def test_a_race_beyond_the_tolerance_still_fails_on_an_imported_problem(tmp_path
 
 def _int_workload(deterministic: bool) -> Workload:
     spec = json.loads(json.dumps(TINY_SPEC))
-    spec["signature"]["params"].append({"kind": "buffer", "name": "hist", "dtype": "int32", "role": "out", "shape": [16]})
+    spec["signature"]["params"].append({"kind": "buffer", "name": "hist", "dtype": "int32", "role": "out",
+                                        "shape": [16]})
     return Workload(spec=parse_spec({**spec, "deterministic": deterministic}, "x"))
 
 
@@ -202,7 +205,8 @@ def test_create_workload_passes_the_tolerance_to_the_importer(tmp_path: Path) ->
     with pytest.raises(RequestError, match="ARGV") as caught:
         create_torch_workload(FakeWorkspace(tmp_path), "p", ARGV_PROBE, allowed=True, python_path=[str(site)],
                               timeout_s=120, tolerance="kernelbench")
-    argv, _ = json.JSONDecoder().raw_decode(str(caught.value).split("ARGV", 1)[1])  # the import wraps it in its own words
+    # the import wraps it in its own words
+    argv, _ = json.JSONDecoder().raw_decode(str(caught.value).split("ARGV", 1)[1])
     assert argv[argv.index("--tolerance") + 1] == "kernelbench"
 
 

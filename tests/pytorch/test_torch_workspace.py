@@ -50,17 +50,20 @@ def test_refused_unless_the_operator_allowed_it(tmp_path: Path) -> None:
 
 @pytest.fixture
 def torch() -> Any:
-    return pytest.importorskip("torch", reason="torch is not installed (pip install torch): PyTorch problems cannot be run")
+    return pytest.importorskip("torch",
+                               reason="torch is not installed (pip install torch): PyTorch problems cannot be run")
 
 
 def test_allowed_import_creates_a_workload(tmp_path: Path, torch: Any) -> None:
     ws = FakeWorkspace(tmp_path)
     created = create_torch_workload(ws, "mm", (PROBLEMS / "matmul.py").read_text(), allowed=True)
     assert created.name == "mm" and not created.replaced
-    assert created.c_prototype == 'extern "C" __global__ void mm(const float* A, const float* B, float* out, int M, int K, int N)'
+    assert (created.c_prototype == 'extern "C" __global__ void mm(const float* A, const float* B, float* out, int M, '
+            'int K, int N)')
     assert (created.correctness_cases, created.performance_cases) == (2, 1)
     assert load_workload(ws.config.created_dir / "mm").spec.cost.flops == "2*M*K*N"
-    assert [p.name for p in ws.config.created_dir.iterdir() if not p.name.startswith(".mm.lock")] == ["mm"]  # no staging left
+    # no staging left
+    assert [p.name for p in ws.config.created_dir.iterdir() if not p.name.startswith(".mm.lock")] == ["mm"]
     home = ws.config.created_dir / "mm"
     assert (home / "problem.py").read_text() == (PROBLEMS / "matmul.py").read_text()  # the reference PyTorch runs
     assert ".mm-torch-" not in (home / "workload.json").read_text()  # the workload names no staging directory
@@ -70,9 +73,11 @@ def test_allowed_import_creates_a_workload(tmp_path: Path, torch: Any) -> None:
     with pytest.raises(RequestError, match="bundled workload"):
         create_torch_workload(ws, "vector_add", (PROBLEMS / "matmul.py").read_text(), allowed=True)
     with pytest.raises(RequestError, match="returns 2 outputs"):
-        create_torch_workload(ws, "mm", (PROBLEMS / "unsupported" / "two_outputs.py").read_text(), allowed=True, overwrite=True)
+        create_torch_workload(ws, "mm", (PROBLEMS / "unsupported" / "two_outputs.py").read_text(), allowed=True,
+                              overwrite=True)
     assert load_workload(ws.config.created_dir / "mm").name == "mm"  # a failed replacement keeps the old one
-    again = create_torch_workload(ws, "mm", (PROBLEMS / "elementwise_gelu.py").read_text(), allowed=True, overwrite=True)
+    again = create_torch_workload(ws, "mm", (PROBLEMS / "elementwise_gelu.py").read_text(), allowed=True,
+                                  overwrite=True)
     assert again.replaced and "const float* x" in again.c_prototype
 
 
@@ -85,7 +90,8 @@ def test_an_import_past_the_workspace_quota_is_refused_and_leaves_nothing(tmp_pa
 
 def test_a_problem_that_never_finishes_is_killed(tmp_path: Path, torch: Any) -> None:
     ws = FakeWorkspace(tmp_path)
-    endless = "import torch\nclass Model(torch.nn.Module):\n    pass\ndef get_inputs():\n    while True:\n        pass\n"
+    endless = ("import torch\nclass Model(torch.nn.Module):\n    pass\ndef get_inputs():\n    while True:\n"
+               "        pass\n")
     with pytest.raises(RequestError, match="did not finish within 15 s"):
         create_torch_workload(ws, "loop", endless, allowed=True, timeout_s=15)
     assert not (ws.config.created_dir / "loop").exists()
@@ -109,7 +115,8 @@ async def test_the_create_workload_tool_refuses_torch_problems_by_default(tmp_pa
     from fakegpu import in_memory_server
 
     async with in_memory_server(_config(tmp_path, allow=False)) as (client, _):
-        r = await client.call_tool("create_workload", {"spec": {"name": "mm"}, "torch_problem": (PROBLEMS / "matmul.py").read_text()})
+        r = await client.call_tool("create_workload",
+                                   {"spec": {"name": "mm"}, "torch_problem": (PROBLEMS / "matmul.py").read_text()})
     assert r.is_error and "does not run PyTorch problems" in r.content[0].text
     assert not (tmp_path / "ws" / "workloads" / "mm").exists()
 
@@ -119,9 +126,11 @@ async def test_the_create_workload_tool_imports_where_allowed(tmp_path: Path, to
     from fakegpu import in_memory_server
 
     async with in_memory_server(_config(tmp_path, allow=True)) as (client, _):
-        r = await client.call_tool("create_workload", {"spec": {"name": "lin"}, "torch_problem": (PROBLEMS / "linear_relu.py").read_text()})
+        r = await client.call_tool("create_workload", {"spec": {"name": "lin"},
+                                                       "torch_problem": (PROBLEMS / "linear_relu.py").read_text()})
         assert not r.is_error, r.content[0].text
-        assert r.structured_content["c_prototype"].startswith('extern "C" __global__ void lin(const float* x, const float* fc_weight')
+        assert r.structured_content["c_prototype"].startswith(
+            'extern "C" __global__ void lin(const float* x, const float* fc_weight')
         described = await client.call_tool("describe_workload", {"name": "lin"})
     assert not described.is_error and "fc_bias" in described.content[0].text
 
@@ -143,7 +152,8 @@ async def test_describe_workload_of_a_workload_with_only_a_numpy_oracle(tmp_path
     spec.update(name="oracle_only", reference={"python": "reference.py", "cuda": None})
     (wl / "workload.json").write_text(json.dumps(spec))
     (wl / "reference.py").write_text("def reference(a, b, n):\n    return {'c': a + b}\n")
-    settings = Settings(harness=write_harness(tmp_path, "nogpu"), workload_dirs=(bundled_workloads_dir(), tmp_path / "extra"))
+    settings = Settings(harness=write_harness(tmp_path, "nogpu"),
+                        workload_dirs=(bundled_workloads_dir(), tmp_path / "extra"))
     async with in_memory_server(ServerConfig(settings=settings, workspace=tmp_path / "ws")) as (client, _):
         r = await client.call_tool("describe_workload", {"name": "oracle_only"})
     assert not r.is_error, r.content[0].text

@@ -69,7 +69,8 @@ def test_importing_a_data_module_loads_only_the_data_layer() -> None:
     assert proc.returncode == 0, proc.stderr
     loaded = set(proc.stdout.split())
     assert {"kernelopt_mcp.workload", "kernelopt_mcp.config"} <= loaded
-    heavy = {m for m in loaded if m.split(".")[1:2] in (["evaluation"], ["compiler"], ["compile_pool"], ["app"], ["service"], ["server"])}
+    heavy = {m for m in loaded if m.split(".")[1:2] in (["evaluation"], ["compiler"], ["compile_pool"], ["app"],
+                                                        ["service"], ["server"])}
     assert heavy == set(), heavy
     assert kernelopt_mcp.Settings is kernelopt_mcp.config.Settings  # and the names still resolve
 
@@ -80,7 +81,8 @@ def test_the_package_is_typed() -> None:
 
 def test_importing_the_api_imports_no_mcp_openai_torch_or_optuna() -> None:
     code = ("import sys, kernelopt_mcp\n"
-            "print(sorted({'mcp', 'openai', 'torch', 'optuna', 'matplotlib'} & {m.split('.')[0] for m in sys.modules}))")
+            "print(sorted({'mcp', 'openai', 'torch', 'optuna', 'matplotlib'} & {m.split('.')[0] for m in "
+            "sys.modules}))")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
                           env={**os.environ, "PYTHONPATH": str(REPO)})
     assert proc.returncode == 0, proc.stderr
@@ -102,7 +104,8 @@ def test_the_readme_example_runs_on_the_pretend_gpu(tmp_path: Path) -> None:
     env = {**os.environ, "PYTHONPATH": str(REPO), "KERNELOPT_HARNESS": str(write_harness(tmp_path, "fake")),
            "KERNELOPT_WORKLOADS": str(workloads), "KERNELOPT_CACHE": str(tmp_path / "cache")}
     (tmp_path / "example.py").write_text(readme_example())
-    proc = subprocess.run([sys.executable, "example.py"], cwd=tmp_path, capture_output=True, text=True, timeout=240, env=env)
+    proc = subprocess.run([sys.executable, "example.py"], cwd=tmp_path, capture_output=True, text=True,
+                          timeout=240, env=env)
     assert proc.returncode == 0, proc.stderr
     lines = proc.stdout.splitlines()
     assert re.fullmatch(r"ok \d+ registers", lines[0]), lines

@@ -62,6 +62,7 @@ def test_it_names_every_module_of_the_library() -> None:
 def test_a_shared_module_name_must_be_qualified() -> None:
     """session.py is two modules (evaluation/, server/): naming one does not name the other."""
     modules = [PACKAGE / "evaluation" / "session.py", PACKAGE / "server" / "session.py", PACKAGE / "expr.py"]
-    assert _unnamed("session.py: a prepared Session", "", modules) == ["evaluation/session.py", "server/session.py", "expr.py"]
+    assert (_unnamed("session.py: a prepared Session", "", modules)
+            == ["evaluation/session.py", "server/session.py", "expr.py"])
     assert _unnamed("`server/session.py`, `expr.py`", "", modules) == ["evaluation/session.py"]
     assert _unnamed("", "data: expr, workload", modules[2:]) == []

@@ -213,14 +213,16 @@ def test_the_client_imports_only_the_library_data_layer() -> None:
     }
     assert {m: n for m, n in never.items() if n} == {}
     # the rule has teeth: the orchestrator does use the data layer
-    assert {"kernelopt_mcp.workload", "kernelopt_mcp.launch", "kernelopt_mcp:__version__"} <= set().union(*imports.values())
+    assert ({"kernelopt_mcp.workload", "kernelopt_mcp.launch", "kernelopt_mcp:__version__"}
+            <= set().union(*imports.values()))
 
 
 # The library's layers, lowest first (ARCHITECTURE.md draws them). A module may import its own
 # layer and those below it, never one above; a new module must be given a layer here.
 LAYERS: dict[str, set[str]] = {
     "data": {
-        "errors", "dtypes", "expr", "files", "data_files", "launch", "workload", "workload_parts", "compile_options", "config",
+        "errors", "dtypes", "expr", "files", "data_files", "launch", "workload", "workload_parts",
+        "compile_options", "config",
         "status", "tune", "tune.space", "tune.spec", "torch_store", "result_view", "input_structure", "input_choice",
     },
     "compiler": {
@@ -231,7 +233,8 @@ LAYERS: dict[str, set[str]] = {
     "tools": {
         "profiler", "ncu_report", "sanitizer", "tune.cache", "tune.output", "tune.prefetch", "tune.report",
         "tune.strategies", "tune.tuner", "tune.dispatch", "tune.workers", "tune.ray_workers", "freeze", "baselines",
-        "torch_import", "torch_problem", "torch_source", "torch_trace", "torch_cases", "torch_baseline", "torch_comparison", "torch_fit", "_torch_baseline_child",
+        "torch_import", "torch_problem", "torch_source", "torch_trace", "torch_cases", "torch_baseline",
+        "torch_comparison", "torch_fit", "_torch_baseline_child",
         "_torch_reference_child", "_child_answer", "torch_fill",
         "suite_table",
         "suite", "suite_imports", "docs", "docs.bm25",
@@ -243,7 +246,8 @@ LAYERS: dict[str, set[str]] = {
         "device_pool", "client_files", "workload_catalogue", "kernel_checks", "kernel_analysis", "frozen_runs",
     },
     "entry": {
-        "cli", "cli_io", "cli_parser", "completion", "progress_bar", "render", "torch_cli", "kernelbench_cli", "__main__", "server",
+        "cli", "cli_io", "cli_parser", "completion", "progress_bar", "render", "torch_cli", "kernelbench_cli",
+        "__main__", "server",
     },  # and every server.* module
 }
 
@@ -268,8 +272,10 @@ def test_every_import_points_down_the_layers() -> None:
 
 
 def test_the_layer_check_has_teeth() -> None:
-    assert _layer("kernelopt_mcp.workload") < _layer("kernelopt_mcp.compiler") < _layer("kernelopt_mcp.evaluation.session")
-    assert _layer("kernelopt_mcp.evaluation.device") < _layer("kernelopt_mcp.app") < _layer("kernelopt_mcp.server.build")
+    assert (_layer("kernelopt_mcp.workload") < _layer("kernelopt_mcp.compiler")
+            < _layer("kernelopt_mcp.evaluation.session"))
+    assert (_layer("kernelopt_mcp.evaluation.device") < _layer("kernelopt_mcp.app")
+            < _layer("kernelopt_mcp.server.build"))
     try:
         _layer("kernelopt_mcp.not_a_module")
     except AssertionError as exc:

@@ -32,7 +32,8 @@ def test_the_dev_extra_pins_every_linter_exactly_and_the_test_extra_brings_it() 
     extras = _project()["optional-dependencies"]
     pins = _pins(extras["dev"])
     assert set(LINTERS) <= pins.keys(), f"the dev extra must pin {LINTERS} with ==, got {extras['dev']}"
-    assert f"{_project()['name']}[dev]" in extras["test"], "CI installs .[test] and runs the lint step: test must bring dev"
+    assert (f"{_project()['name']}[dev]"
+            in extras["test"]), "CI installs .[test] and runs the lint step: test must bring dev"
 
 
 def test_a_users_install_pulls_no_linter_and_no_test_runner() -> None:

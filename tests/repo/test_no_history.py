@@ -31,5 +31,6 @@ def test_no_issue_numbers_in_the_sources() -> None:
 
 
 def test_the_pattern_finds_issue_numbers_and_only_those() -> None:
-    assert _issue_numbers("overlap compiles (issue 17); see Issue #43 and issues 5") == ["issue 17", "Issue #43", "issues 5"]
+    assert (_issue_numbers("overlap compiles (issue 17); see Issue #43 and issues 5")
+            == ["issue 17", "Issue #43", "issues 5"])
     assert _issue_numbers("issue fewer, wider loads (4.2 cycles per issue)") == []

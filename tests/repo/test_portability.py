@@ -17,23 +17,29 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
 POSIX_MODULES = {"fcntl", "resource", "termios", "pwd", "grp", "pty", "tty"}
-POSIX_OS = {"killpg", "fchmod", "fchown", "chown", "getuid", "geteuid", "getgid", "getegid", "setsid", "getpgid", "setpgrp",
-            "fork", "sysconf", "mkfifo", "O_NONBLOCK", "O_CLOEXEC", "O_NOFOLLOW", "O_PATH", "O_NOCTTY", "WNOHANG", "statvfs"}
-POSIX_SIGNALS = {"SIGKILL", "SIGHUP", "SIGUSR1", "SIGUSR2", "SIGALRM", "SIGCHLD", "SIGPIPE", "SIGQUIT", "SIGSTOP", "SIGCONT"}
+POSIX_OS = {"killpg", "fchmod", "fchown", "chown", "getuid", "geteuid", "getgid", "getegid", "setsid", "getpgid",
+            "setpgrp", "fork", "sysconf", "mkfifo", "O_NONBLOCK", "O_CLOEXEC", "O_NOFOLLOW", "O_PATH", "O_NOCTTY",
+            "WNOHANG", "statvfs"}
+POSIX_SIGNALS = {"SIGKILL", "SIGHUP", "SIGUSR1", "SIGUSR2", "SIGALRM", "SIGCHLD", "SIGPIPE", "SIGQUIT",
+                 "SIGSTOP", "SIGCONT"}
 
 # file -> its POSIX-only uses; each file is named in docs/windows.md's list
 KNOWN = {
     "kernelopt_mcp/_compile_worker.py": ["resource"],  # rlimits of the compile worker
-    "kernelopt_mcp/_confined_child.py": ["/proc", "os.WNOHANG", "resource", "signal.SIGKILL"],  # the torch child's supervisor
+    # the torch child's supervisor
+    "kernelopt_mcp/_confined_child.py": ["/proc", "os.WNOHANG", "resource", "signal.SIGKILL"],
     "kernelopt_mcp/compile_options.py": ["os.sysconf"],  # guarded: physical memory 0 where unknown
     "kernelopt_mcp/_oracle_worker.py": ["resource"],  # rlimits of the oracle worker
-    "kernelopt_mcp/data_files.py": ["os.O_CLOEXEC", "os.O_NOCTTY", "os.O_NOFOLLOW", "os.O_NONBLOCK"],  # openat2 beneath a data root
-    "kernelopt_mcp/evaluation/oracle_sandbox.py": ["fcntl", "signal.SIGKILL"],  # pipe size (imported lazily), exit names
+    # openat2 beneath a data root
+    "kernelopt_mcp/data_files.py": ["os.O_CLOEXEC", "os.O_NOCTTY", "os.O_NOFOLLOW", "os.O_NONBLOCK"],
+    # pipe size (imported lazily), exit names
+    "kernelopt_mcp/evaluation/oracle_sandbox.py": ["fcntl", "signal.SIGKILL"],
     "kernelopt_mcp/executables.py": ["os.killpg", "signal.SIGKILL"],  # kill a process group
     "kernelopt_mcp/files.py": ["/proc", "os.fchmod"],  # /proc guarded; os.fchmod: Python >= 3.13 on Windows
     "kernelopt_mcp/server/http_guard.py": ["resource"],  # the open-file limit raised for --http
     "kernelopt_mcp/suite_imports.py": ["resource"],  # each import child's memory cap, set as it starts
-    "kernelopt_mcp/sandbox.py": ["/proc", "os.O_CLOEXEC", "os.O_PATH", "resource"],  # Landlock, the workers' VmSize: Linux only by design
+    # Landlock, the workers' VmSize: Linux only by design
+    "kernelopt_mcp/sandbox.py": ["/proc", "os.O_CLOEXEC", "os.O_PATH", "resource"],
     "kernelopt_mcp/workspace.py": ["fcntl", "os.O_CLOEXEC"],  # flock per workload name
 }
 
@@ -44,7 +50,8 @@ def posix_uses(path: Path) -> list[str]:
     for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
         if isinstance(node, ast.Import):
             uses |= {a.name for a in node.names if a.name.split(".")[0] in POSIX_MODULES}
-        elif isinstance(node, ast.ImportFrom) and node.level == 0 and (node.module or "").split(".")[0] in POSIX_MODULES:
+        elif (isinstance(node, ast.ImportFrom) and node.level == 0
+              and (node.module or "").split(".")[0] in POSIX_MODULES):
             uses.add(str(node.module))
         elif isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name):
             if node.value.id == "os" and node.attr in POSIX_OS:

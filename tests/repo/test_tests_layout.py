@@ -18,8 +18,8 @@ def test_every_test_file_is_in_a_folder_of_tests() -> None:
     assert len(files) > 150, "the walk has teeth"
     placed = {p.relative_to(TESTS).as_posix() for p in files}
     stray = sorted(f for f in placed if f.count("/") != 1 or f.split("/")[0] not in FOLDERS)
-    assert not stray, (f"test files belong in one of the folders {sorted(FOLDERS)} of tests/ (a new part of the project "
-                       f"gets a new folder, added to FOLDERS here and to docs/testing.md): {stray}")
+    assert not stray, (f"test files belong in one of the folders {sorted(FOLDERS)} of tests/ (a new part of the "
+                       f"project gets a new folder, added to FOLDERS here and to docs/testing.md): {stray}")
     assert {f.split("/")[0] for f in placed} == FOLDERS, "every folder named here holds tests"
 
 

@@ -34,7 +34,8 @@ sys.exit(1)
 def test_child_env_keeps_the_allowlist_and_drops_everything_else() -> None:
     environ = {
         **SECRETS, "PATH": "/usr/bin", "LD_LIBRARY_PATH": "/usr/local/cuda/lib64", "HOME": "/home/u",
-        "CUDA_VISIBLE_DEVICES": "1", "CUDA_CACHE_PATH": "/c", "NVIDIA_TF32_OVERRIDE": "0", "NVIDIA_API_KEY": "nv-secret",
+        "CUDA_VISIBLE_DEVICES": "1", "CUDA_CACHE_PATH": "/c", "NVIDIA_TF32_OVERRIDE": "0",
+        "NVIDIA_API_KEY": "nv-secret",
         "KERNELOPT_LIBCUDA": "/l/libcuda.so.1", "KERNELOPT_HARNESS_REPORT_STAGED": "1", "PYTHONPATH": "/p",
         "LD_PRELOAD": "/evil.so", "AWS_SECRET_ACCESS_KEY": "aws",
     }
@@ -45,7 +46,8 @@ def test_child_env_keeps_the_allowlist_and_drops_everything_else() -> None:
         "KERNELOPT_HARNESS_REPORT_STAGED": "1",
     }
     # the operator's additions: names and NAME_* prefixes; extra values last
-    named = child_env({"HOME": "/private"}, environ={**environ, "KERNELOPT_CHILD_ENV": "SECRET_X, NSIGHT_*", "NSIGHT_A": "a"})
+    named = child_env({"HOME": "/private"}, environ={**environ, "KERNELOPT_CHILD_ENV": "SECRET_X, NSIGHT_*",
+                                                     "NSIGHT_A": "a"})
     assert named["SECRET_X"] == "planted-x-42d0" and named["NSIGHT_A"] == "a" and named["HOME"] == "/private"
     assert "OPENAI_API_KEY" not in named
 
@@ -72,7 +74,8 @@ async def test_the_harness_ncu_and_compute_sanitizer_never_see_the_servers_secre
     sanitizer.chmod(0o755)
     (tmp_path / "stub_ncu.py").write_text(STUB_NCU)
     ncu = tmp_path / "ncu"
-    ncu.write_text(f"#!/bin/sh\nKO_NCU_ENV_LOG='{tmp_path / 'ncu-env.jsonl'}' exec {sys.executable} {tmp_path / 'stub_ncu.py'} \"$@\"\n")
+    ncu.write_text(f"#!/bin/sh\nKO_NCU_ENV_LOG='{tmp_path / 'ncu-env.jsonl'}' exec {sys.executable} "
+                   f"{tmp_path / 'stub_ncu.py'} \"$@\"\n")
     ncu.chmod(0o755)
     monkeypatch.setenv("FAKE_SANITIZER_REPORT", str(FIXTURES / "memcheck_clean.txt"))
     monkeypatch.setenv("FAKE_SANITIZER_ENV", str(tmp_path / "sanitizer-env.json"))

@@ -19,11 +19,13 @@ INITIAL = str(REPO / "workloads/vector_add/initial.cu")
 
 
 def _no_dump(message: str) -> None:
-    assert "validation error for" not in message and "pydantic.dev" not in message and "input_value" not in message, message
+    assert ("validation error for" not in message and "pydantic.dev" not in message
+            and "input_value" not in message), message
 
 
 @pytest.mark.parametrize(("content", "expected"), [
-    ('{"default": {"grid": [1], "blok": [32]}}', 'default.block: required field is missing; got "blok": did you mean "block"?'),
+    ('{"default": {"grid": [1], "blok": [32]}}',
+     'default.block: required field is missing; got "blok": did you mean "block"?'),
     ('{"default": {"grid": [1], "block": [32]},}', "line 1 column 42: invalid JSON"),
     ('{"cases": {"tiny": {"grid": [1], "block": [32], "shared": 4}}}', "cases.tiny.shared: unknown field"),
 ])
@@ -47,8 +49,9 @@ async def test_mcp_argument_errors_name_the_tool_and_the_field(tmp_path: Path) -
         r = await client.call_tool("validate", {"workload": "tiny_add", "source": kernel(),
                                                 "launch": {"default": {"grid": [1], "blok": [32]}}})
         assert r.is_error
-        assert text(r) == 'validate arguments: launch.default.block: required field is missing; got "blok": did you mean "block"?'
-        r = await client.call_tool("benchmark", {"workload": "tiny_add", "source": kernel(), "launch": {"grid": [1], "block": [32]},
-                                                 "iterations": 0})
+        assert (text(r) == 'validate arguments: launch.default.block: required field is missing; got "blok": did you '
+                'mean "block"?')
+        r = await client.call_tool("benchmark", {"workload": "tiny_add", "source": kernel(),
+                                                 "launch": {"grid": [1], "block": [32]}, "iterations": 0})
         assert r.is_error and text(r).startswith("benchmark arguments: iterations: "), text(r)
         _no_dump(text(r))

@@ -144,7 +144,8 @@ WORKLOAD_NAMES = [
 ]
 SANDBOX_PATHS = [
     "kernels/ok.cu", "kernels/binary.cu", "kernels/link_out.cu", "kernels/link_dir/secret.cu", "kernels/link_etc",
-    "kernels/link_zero.cu", "kernels/loop.cu", "kernels/fifo.cu", "kernels", "../outside/secret.cu", "kernels/missing.cu",
+    "kernels/link_zero.cu", "kernels/loop.cu", "kernels/fifo.cu", "kernels", "../outside/secret.cu",
+    "kernels/missing.cu",
     "~/.bashrc", "/dev/zero", "/proc/self/environ",
 ]
 hostile_strings = st.one_of(
@@ -200,7 +201,8 @@ def tool_arguments(draw: st.DrawFn, tool: str) -> dict[str, Any]:
     return args
 
 
-@pytest.mark.parametrize("tool", ["gpu_properties", "list_workloads", "describe_workload", "compile", "docs_search", "ncu_profile"])
+@pytest.mark.parametrize("tool", ["gpu_properties", "list_workloads", "describe_workload", "compile", "docs_search",
+                                  "ncu_profile"])
 def test_cheap_tools_answer_any_arguments(sandbox: Sandbox, tool: str) -> None:
     @settings_cheap
     @given(tool_arguments(tool))
@@ -220,7 +222,8 @@ def test_gpu_tools_answer_any_arguments_on_the_fake_harness(sandbox: Sandbox, to
     prop()
 
 
-@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+@settings(max_examples=12, deadline=None,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
 @given(st.sampled_from(SANDBOX_PATHS + HOSTILE_PATHS), st.sampled_from(["compile", "validate", "ncu_profile"]))
 def test_paths_outside_the_roots_are_refused_and_inside_ones_read(sandbox: Sandbox, path: str, tool: str) -> None:
     args = {k: v for k, v in VALID[tool].items() if k != "source"} | {"path": path}
@@ -244,7 +247,8 @@ def create_arguments(draw: st.DrawFn) -> dict[str, Any]:
     choice = draw(st.sampled_from(["spec", "spec", "args"]))
     if choice == "spec":
         spec = draw(mutated_specs(json_values))
-        spec["name"] = draw(st.sampled_from(["prop_created", "vector_add", "tiny_add", "../x", "a" * 65]) | st.text(max_size=20))
+        spec["name"] = draw(st.sampled_from(["prop_created", "vector_add", "tiny_add", "../x", "a" * 65])
+                            | st.text(max_size=20))
         if draw(st.booleans()):
             spec["inputs"] = {"a": {"generator": "file", "path": draw(st.sampled_from(HOSTILE_PATHS))}}
         args["spec"] = spec
@@ -254,9 +258,12 @@ def create_arguments(draw: st.DrawFn) -> dict[str, Any]:
     return args
 
 
-@settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+@settings(max_examples=8, deadline=None,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
 @given(create_arguments())
-def test_create_workload_answers_any_spec_and_writes_only_into_the_workspace(sandbox: Sandbox, args: dict[str, Any]) -> None:
+def test_create_workload_answers_any_spec_and_writes_only_into_the_workspace(
+    sandbox: Sandbox, args: dict[str, Any]
+) -> None:
     result = _check(sandbox, "create_workload", args)
     if not result.is_error:
         created = Path(result.structured_content["path"]).resolve()

@@ -12,7 +12,6 @@ import json
 import os
 import shutil
 import subprocess
-import sys
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -52,7 +51,8 @@ def tiny_dir(tmp_path: Path) -> Path:
 
 
 def make_config(tmp_path: Path, tiny_dir: Path, mode: str) -> ServerConfig:
-    settings = Settings(harness=write_harness(tmp_path, mode), workload_dirs=(bundled_workloads_dir(), tiny_dir), timeout_s=20)
+    settings = Settings(harness=write_harness(tmp_path, mode),
+                        workload_dirs=(bundled_workloads_dir(), tiny_dir), timeout_s=20)
     return ServerConfig(settings=settings, workspace=tmp_path / "ws")
 
 
@@ -104,7 +104,8 @@ async def test_compile_reports_resources(nogpu: Client) -> None:
 
 
 async def test_compile_error_is_a_result_with_line_numbers(nogpu: Client) -> None:
-    r = await nogpu.call_tool("compile", {"source": 'extern "C" __global__ void k(float* x) {\n  x[0] = y;\n}\n', "arch": "sm_80"})
+    r = await nogpu.call_tool("compile", {"source": 'extern "C" __global__ void k(float* x) {\n  x[0] = y;\n}\n',
+                                          "arch": "sm_80"})
     assert not r.is_error
     out = r.structured_content
     assert out["status"] == "error" and out["arch"] == "sm_80" and out["arch_from"] == "argument"
@@ -131,7 +132,9 @@ async def test_compile_rejects_bad_arguments_readably(nogpu: Client, args: dict[
     assert r.is_error and expect in text(r), text(r)
 
 
-async def test_compile_paths_are_confined_to_the_roots(nogpu: Client, nogpu_config: ServerConfig, tmp_path: Path) -> None:
+async def test_compile_paths_are_confined_to_the_roots(
+    nogpu: Client, nogpu_config: ServerConfig, tmp_path: Path
+) -> None:
     ws = nogpu_config.workspace
     (ws / "kernels").mkdir(parents=True)
     (ws / "kernels" / "add.cu").write_text(kernel())
@@ -166,7 +169,8 @@ async def test_list_and_describe_workloads(nogpu: Client) -> None:
     assert [c["name"] for c in d["cases"]] == ["one", "odd_1000003", "n_2e25", "n_2e27"]
     assert d["cases"][1]["shapes"] == {"a": [1000003], "b": [1000003], "c": [1000003]}
     assert d["initial_launch"]["default"]["block"] == [128] and "vector_add" in d["reference_cu"]
-    assert d["tolerances"]["c"] == {"rtol": 1e-6, "atol": 1e-7, "absolute": False, "source": "workload"} and d["cost"]["bytes"] == "12 * n"
+    assert (d["tolerances"]["c"] == {"rtol": 1e-6, "atol": 1e-7, "absolute": False, "source": "workload"}
+            and d["cost"]["bytes"] == "12 * n")
     assert "--- initial.cu ---" in text(r) and "kernel: extern" in text(r)
 
 
@@ -267,23 +271,28 @@ async def test_validate_reports_a_mismatch_with_indices(fake: Client) -> None:
 
 
 async def test_validate_compile_error_comes_back_with_lines(fake: Client) -> None:
-    r = await fake.call_tool("validate", {"workload": "tiny_add", "launch": ADD_LAUNCH, "source": "extern \"C\" __global__ void vector_add(\n int x) { y; }"})
+    r = await fake.call_tool("validate", {"workload": "tiny_add", "launch": ADD_LAUNCH, "source": "extern \"C\" "
+                                          "__global__ void vector_add(\n int x) { y; }"})
     out = r.structured_content
     assert out["status"] == "compile_error" and out["compile"]["diagnostics"][0]["line"] == 2, text(r)
-    r = await fake.call_tool("validate", {"workload": "tiny_add", "launch": ADD_LAUNCH, "source": kernel().replace("vector_add", "other")})
+    r = await fake.call_tool("validate", {"workload": "tiny_add", "launch": ADD_LAUNCH,
+                                          "source": kernel().replace("vector_add", "other")})
     assert r.structured_content["status"] == "compile_error" and "no kernel named 'vector_add'" in text(r)
 
 
 async def test_bad_launch_is_refused_by_the_schema_or_reported_per_case(fake: Client) -> None:
-    r = await fake.call_tool("validate", {"workload": "tiny_add", "launch": {"grid": [0], "block": [256]}, "source": kernel()})
+    r = await fake.call_tool("validate", {"workload": "tiny_add", "launch": {"grid": [0], "block": [256]},
+                                          "source": kernel()})
     assert r.is_error and "grid" in text(r)
-    r = await fake.call_tool("validate", {"workload": "tiny_add", "launch": {"grid": [1], "block": [2048]}, "source": kernel()})
+    r = await fake.call_tool("validate", {"workload": "tiny_add", "launch": {"grid": [1], "block": [2048]},
+                                          "source": kernel()})
     assert not r.is_error and r.structured_content["status"] == "invalid_launch" and "1024" in text(r)
 
 
 async def test_benchmark_scores_against_the_reference(fake: Client) -> None:
     r = await fake.call_tool(
-        "benchmark", {"workload": "tiny_add", "launch": ADD_LAUNCH, "source": kernel("FAST"), "warmup": 1, "iterations": 5}
+        "benchmark", {"workload": "tiny_add", "launch": ADD_LAUNCH, "source": kernel("FAST"), "warmup": 1,
+                      "iterations": 5}
     )
     assert not r.is_error, text(r)
     out = r.structured_content
@@ -364,7 +373,8 @@ async def test_the_hidden_inputs_cannot_be_read_even_under_a_root(tmp_path: Path
     import tempfile
 
     config = make_config(tmp_path, tiny_dir, "fake")
-    config = ServerConfig(settings=config.settings, workspace=config.workspace, extra_roots=(Path(tempfile.gettempdir()).resolve(),))
+    config = ServerConfig(settings=config.settings, workspace=config.workspace,
+                          extra_roots=(Path(tempfile.gettempdir()).resolve(),))
     async with in_memory_server(config) as (client, service):
         r = await client.call_tool("validate", {"workload": "tiny_add", "launch": ADD_LAUNCH, "source": kernel()})
         assert r.structured_content["status"] == "ok"
@@ -398,7 +408,8 @@ async def test_long_waits_and_launches_send_heartbeats(fake: Client, monkeypatch
                 await heard[i].wait()
     assert any("still running" in m for m in messages[0]), messages[0]
     queued = [m for m in messages[2] if m.startswith("queued")]
-    assert queued[0].startswith("queued for the GPU: 2 job(s) ahead") and any(" 1 job(s) ahead" in m for m in queued), queued
+    assert (queued[0].startswith("queued for the GPU: 2 job(s) ahead")
+            and any(" 1 job(s) ahead" in m for m in queued)), queued
 
 
 # --- create_workload -----------------------------------------------------------------------
@@ -416,7 +427,8 @@ async def test_create_workload_then_validate_it(fake: Client, fake_config: Serve
     listed = {w["name"]: w for w in (await fake.call_tool("list_workloads", {})).structured_content["workloads"]}
     assert listed["my_add"]["origin"] == "created"
     r = await fake.call_tool("validate", {"workload": "my_add", "launch": ADD_LAUNCH, "source": kernel("WRONG")})
-    assert r.structured_content["status"] == "mismatch" and "CUDA reference only" in r.structured_content["expected_from"]
+    assert (r.structured_content["status"] == "mismatch"
+            and "CUDA reference only" in r.structured_content["expected_from"])
 
     r = await fake.call_tool("create_workload", {"spec": spec, "reference_cu": kernel()})
     assert r.is_error and "overwrite" in text(r)
@@ -438,10 +450,13 @@ def _spec(**changes: Any) -> dict[str, Any]:
 @pytest.mark.parametrize(
     ("spec", "sources", "expect"),
     [
-        (_spec(reference={"python": "reference.py", "launch": {"grid": [1], "block": [1]}}), {}, "NumPy oracle cannot be created"),
+        (_spec(reference={"python": "reference.py", "launch": {"grid": [1], "block": [1]}}), {},
+         "NumPy oracle cannot be created"),
         # a client's reference.cu named as a PyTorch problem would be run as Python in the reference child
-        (_spec(reference={"torch": "reference.cu", "launch": {"grid": [1], "block": [1]}}), {}, "spec.reference.torch: a PyTorch reference"),
-        (_spec(inputs={"a": {"generator": "file", "path": "/etc/passwd"}, "b": {"generator": "normal"}}), {}, "data files"),
+        (_spec(reference={"torch": "reference.cu", "launch": {"grid": [1], "block": [1]}}), {},
+         "spec.reference.torch: a PyTorch reference"),
+        (_spec(inputs={"a": {"generator": "file", "path": "/etc/passwd"}, "b": {"generator": "normal"}}),
+         {}, "data files"),
         (_spec(name="vector_add"), {}, "bundled workload"),
         (_spec(cases=[{"name": "huge", "kind": "performance", "scalars": {"n": 2**30}}]), {}, "GiB"),
         (_spec(cases=[{"name": f"c{i}", "kind": "correctness", "scalars": {"n": 1}} for i in range(65)]), {}, "cases"),
@@ -453,7 +468,8 @@ def _spec(**changes: Any) -> dict[str, Any]:
         (_spec(initial=None), {"initial_cu": kernel()}, "spec.initial is missing"),
     ],
 )
-async def test_create_workload_refusals(fake: Client, spec: dict[str, Any], sources: dict[str, Any], expect: str) -> None:
+async def test_create_workload_refusals(fake: Client, spec: dict[str, Any], sources: dict[str, Any],
+                                        expect: str) -> None:
     args = {"spec": spec, "reference_cu": kernel(), "initial_cu": kernel() if spec.get("initial") else None} | sources
     r = await fake.call_tool("create_workload", {k: v for k, v in args.items() if v is not None})
     assert r.is_error and expect in text(r), text(r)
@@ -475,8 +491,10 @@ async def test_resources_are_read_only_views(nogpu: Client, nogpu_config: Server
     run = nogpu_config.runs_dir / "run-001"
     run.mkdir(parents=True)
     (run / "summary.json").write_text('{"best": 1}')
-    assert json.loads((await nogpu.read_resource("kernelopt://runs/run-001/summary.json")).contents[0].text) == {"best": 1}
-    for uri in ("kernelopt://runs/../workloads/x", "kernelopt://workloads/vector_add/secret.txt", "kernelopt://workloads/nope/workload.json"):
+    assert (json.loads((await nogpu.read_resource("kernelopt://runs/run-001/summary.json")).contents[0].text)
+            == {"best": 1})
+    for uri in ("kernelopt://runs/../workloads/x", "kernelopt://workloads/vector_add/secret.txt",
+                "kernelopt://workloads/nope/workload.json"):
         with pytest.raises(MCPError):
             await nogpu.read_resource(uri)
 
@@ -530,7 +548,8 @@ def test_mcp_inspector_lists_the_tools_and_calls_compile(tmp_path: Path) -> None
     # -e: the Inspector hands its server only a default environment; this tree's package is the one under test
     base = [*inspector(), "--cli", "-e", f"PYTHONPATH={REPO}",  # type: ignore[misc]
             *server_command("--workspace", str(tmp_path / "ws"), "--harness", "/nonexistent")]
-    env = {**os.environ, "HOME": str(tmp_path), "MCP_CATALOG_PATH": str(tmp_path / "catalog.json"), "PYTHONPATH": str(REPO)}
+    env = {**os.environ, "HOME": str(tmp_path), "MCP_CATALOG_PATH": str(tmp_path / "catalog.json"),
+           "PYTHONPATH": str(REPO)}
 
     def run(*args: str) -> dict[str, Any]:
         proc = subprocess.run([*base, *args], capture_output=True, text=True, timeout=180, env=env, cwd=REPO)
@@ -539,7 +558,8 @@ def test_mcp_inspector_lists_the_tools_and_calls_compile(tmp_path: Path) -> None
 
     listed = run("--method", "tools/list")
     assert {t["name"] for t in listed["tools"]} == TOOLS
-    called = run("--method", "tools/call", "--tool-name", "compile", "--tool-arg", f"source={kernel()}", "--tool-arg", "arch=sm_90")
+    called = run("--method", "tools/call", "--tool-name", "compile", "--tool-arg", f"source={kernel()}",
+                 "--tool-arg", "arch=sm_90")
     assert called["isError"] is False and called["structuredContent"]["status"] == "ok"
     assert "kernel vector_add" in called["content"][0]["text"]
 
@@ -548,36 +568,9 @@ async def test_stdio_cancellation_kills_the_harness(tmp_path: Path, tiny_dir: Pa
     """What tests/gpu does with the real harness, over a real pipe: the client's cancel reaches the server."""
     harness = write_harness(tmp_path, "fake")
     cmd = server_command("--workspace", str(tmp_path / "ws"), "--harness", str(harness))
-    params = StdioServerParameters(command=cmd[0], args=cmd[1:], env={"KERNELOPT_WORKLOADS": str(tiny_dir), "PYTHONPATH": str(REPO)}, cwd=str(REPO))
+    params = StdioServerParameters(command=cmd[0], args=cmd[1:],
+                                   env={"KERNELOPT_WORKLOADS": str(tiny_dir), "PYTHONPATH": str(REPO)}, cwd=str(REPO))
     marker = str(tmp_path / "fake_harness.py")
     async with Client(params, read_timeout_seconds=120) as client:
         await _cancel_a_hanging_validate_then_validate(client, marker, start_timeout_s=60)
 
-
-# --- the ready client configs ----------------------------------------------------------------
-
-
-def test_scripted_example_validates_and_benchmarks(tmp_path: Path, tiny_dir: Path) -> None:
-    harness = write_harness(tmp_path, "fake")
-    proc = subprocess.run(
-        [sys.executable, str(REPO / "clients" / "scripted_example.py"), "--workload", "tiny_add", "--iterations", "3",
-         "--", "--harness", str(harness), "--workspace", str(tmp_path / "ws")],
-        capture_output=True, text=True, timeout=180, cwd=REPO,
-        env={**os.environ, "KERNELOPT_WORKLOADS": str(tiny_dir), "PYTHONPATH": str(REPO)},
-    )
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert "validate tiny_add" in proc.stdout and "benchmark tiny_add" in proc.stdout and "speedup" in proc.stdout
-    assert "timing n_4096" in proc.stderr
-
-
-def test_client_configs_name_the_console_script() -> None:
-    import tomllib
-
-    clients = REPO / "clients"
-    assert json.loads((clients / "mcp_servers.json").read_text())["mcpServers"]["kernelopt"]["command"] == "kernelopt-mcp"
-    codex = tomllib.loads((clients / "codex_config.toml").read_text())["mcp_servers"]["kernelopt"]
-    assert codex["command"] == "kernelopt-mcp" and codex["tool_timeout_sec"] >= 600
-    assert "claude mcp add --scope user kernelopt -- kernelopt-mcp" in (clients / "claude_code.sh").read_text()
-    agents = (clients / "openai_agents_sdk.py").read_text()
-    compile(agents, "openai_agents_sdk.py", "exec")
-    assert "client_session_timeout_seconds=900" in agents

@@ -22,7 +22,8 @@ pytestmark = pytest.mark.anyio
 
 @pytest.fixture
 def config(tmp_path: Path) -> ServerConfig:
-    settings = Settings(harness=write_harness(tmp_path, "nogpu"), workload_dirs=(bundled_workloads_dir(),), timeout_s=20)
+    settings = Settings(harness=write_harness(tmp_path, "nogpu"),
+                        workload_dirs=(bundled_workloads_dir(),), timeout_s=20)
     return ServerConfig(settings=settings, workspace=tmp_path / "ws")
 
 
@@ -35,7 +36,8 @@ async def test_tunable_files_are_resources_and_every_resource_has_a_title(config
             assert "kernelopt://workloads/sgemm/tunable.json" in by_uri
             assert "kernelopt://workloads/sgemm/tunable.cu" in by_uri
             # the other autotune specs beside tunable.json, and their kernels, with titles that say so
-            assert by_uri["kernelopt://workloads/sgemm/tunable_3xtf32.json"].title == "sgemm: autotune spec (tunable_3xtf32.json)"
+            assert (by_uri["kernelopt://workloads/sgemm/tunable_3xtf32.json"].title == "sgemm: autotune spec "
+                    "(tunable_3xtf32.json)")
             assert by_uri["kernelopt://workloads/sgemm/tunable_3xtf32.cu"].title == "sgemm: tunable kernel"
             assert all(r.title for r in resources), [r.name for r in resources if not r.title]
             templates = (await client.list_resource_templates()).resource_templates
@@ -55,9 +57,11 @@ async def test_completion_of_the_prompts_workload_and_the_templates_arguments(co
     app, service = build_server(config)
     try:
         async with Client(app) as client:
-            done = await client.complete(PromptReference(type="ref/prompt", name="optimize_kernel"), {"name": "workload", "value": "s"})
+            done = await client.complete(PromptReference(type="ref/prompt", name="optimize_kernel"),
+                                         {"name": "workload", "value": "s"})
             assert done.completion.values == ["sgemm", "softmax"]
-            everything = await client.complete(PromptReference(type="ref/prompt", name="optimize_kernel"), {"name": "workload", "value": ""})
+            everything = await client.complete(PromptReference(type="ref/prompt", name="optimize_kernel"),
+                                               {"name": "workload", "value": ""})
             assert {"vector_add", "transpose", "layernorm"} <= set(everything.completion.values)
             ref = ResourceTemplateReference(type="ref/resource", uri="kernelopt://workloads/{name}/{file}")
             assert (await client.complete(ref, {"name": "name", "value": "vec"})).completion.values == ["vector_add"]

@@ -77,11 +77,13 @@ async def test_a_planted_secret_is_never_a_data_file_nor_served(setup: dict[str,
     (data_root / "secret.txt").write_bytes(SECRET)
     plain = setup["config"]
     with_root = replace(plain, data_roots=(data_root.resolve(),))
-    for config, names in ((plain, [str(run / ".env"), ".env"]), (with_root, [".env", "secret.txt", str(data_root / ".env")])):
+    for config, names in ((plain, [str(run / ".env"), ".env"]),
+                          (with_root, [".env", "secret.txt", str(data_root / ".env")])):
         async with in_memory_server(config, orchestrator=True) as (client, _):
             for name in names:
                 for n in (1, 10):  # a wrong size used to echo the file's; the right one copied it
-                    result = await client.call_tool("freeze_workload", data_args(run, {"generator": "file", "path": name}, n))
+                    result = await client.call_tool("freeze_workload",
+                                                    data_args(run, {"generator": "file", "path": name}, n))
                     assert result.is_error, text(result)
                     assert no_sizes(text(result), len(SECRET)) and "sk-planted" not in text(result), text(result)
     assert not any(p.suffix == ".bin" for p in frozen_files(setup))
@@ -93,7 +95,8 @@ async def test_runs_serves_text_records_never_inputs_expected_or_modules(setup: 
         del args["directory"]
         frozen = await client.call_tool("freeze_workload", args)
         assert not frozen.is_error, text(frozen)
-        replay = await client.call_tool("replay_requests", {"workload": "tiny_add", "source": kernel(), "launch": ADD_LAUNCH})
+        replay = await client.call_tool("replay_requests",
+                                        {"workload": "tiny_add", "source": kernel(), "launch": ADD_LAUNCH})
         assert replay.structured_content["status"] == "ok", text(replay)
         where = Path(frozen.structured_content["directory"]).name
         listed = json.loads((await client.read_resource("kernelopt://runs")).contents[0].text)["files"]
@@ -102,8 +105,8 @@ async def test_runs_serves_text_records_never_inputs_expected_or_modules(setup: 
         record = await client.read_resource(f"kernelopt://runs/frozen/{where}/input_cases.json")
         assert "sha256" in record.contents[0].text
         data = [p for p in frozen_files(setup) if p.suffix in (".bin", ".cubin") or "expected" in p.parts]
-        assert {"inputs", "expected", "modules"} <= {p.relative_to(setup["tmp"] / "ws" / "runs" / "frozen" / where).parts[0]
-                                                     for p in data}
+        assert ({"inputs", "expected", "modules"}
+                <= {p.relative_to(setup["tmp"] / "ws" / "runs" / "frozen" / where).parts[0] for p in data})
         for path in data:
             uri = f"kernelopt://runs/{path.relative_to(setup['tmp'] / 'ws' / 'runs')}"
             with pytest.raises(Exception, match="not served"):
@@ -155,7 +158,8 @@ async def test_links_dot_dot_and_other_names_out_of_a_data_root_are_refused(setu
     }
     async with in_memory_server(config, orchestrator=True) as (client, _):
         for name, why in names.items():
-            result = await client.call_tool("freeze_workload", data_args(setup["run"], {"generator": "file", "path": name}))
+            result = await client.call_tool("freeze_workload",
+                                            data_args(setup["run"], {"generator": "file", "path": name}))
             assert result.is_error and why in text(result), (name, text(result))
             assert no_sizes(text(result), len(SECRET)) and "sk-planted" not in text(result)
     assert not any(p.suffix == ".bin" for p in frozen_files(setup))
@@ -178,7 +182,8 @@ async def test_fifo_device_and_huge_data_files_fail_at_once(setup: dict[str, Any
         async with in_memory_server(config, orchestrator=True) as (client, _):
             for name in names:
                 with anyio.fail_after(2.5):  # before the FIFO's writer comes (3 s)
-                    result = await client.call_tool("freeze_workload", data_args(setup["run"], {"generator": "file", "path": name}))
+                    result = await client.call_tool("freeze_workload",
+                                                    data_args(setup["run"], {"generator": "file", "path": name}))
                 assert result.is_error, text(result)
                 expect = "does not hold the 40 bytes" if name == "huge.bin" else "not a regular file"
                 assert expect in text(result) and no_sizes(text(result), 4 * 2**40), text(result)
@@ -236,7 +241,8 @@ async def test_freeze_writes_only_under_the_workspace_runs_or_an_output_root(set
     app, service = build_server(config, orchestrator=True)
     try:
         async with Client(app, list_roots_callback=_roots(shared)) as client:
-            for target in (run, run / "sub", shared, shared / "sub", setup["tmp"] / "ws", setup["tmp"] / "ws" / "elsewhere"):
+            for target in (run, run / "sub", shared, shared / "sub", setup["tmp"] / "ws",
+                           setup["tmp"] / "ws" / "elsewhere"):
                 result = await client.call_tool("freeze_workload", freeze_args(run, directory=str(target)))
                 assert result.is_error and "outside the directories this server may write" in text(result), text(result)
             inside = await client.call_tool("freeze_workload", freeze_args(run, directory="runs/mine"))
@@ -266,8 +272,8 @@ def test_client_roots_over_loopback_http_need_the_operators_flag(tmp_path: Path,
     (shared / "k.cu").write_text(kernel())
     port = free_port()
     proc = subprocess.Popen(
-        [sys.executable, "-m", "kernelopt_mcp.server", "--http", "--port", str(port), "--workspace", str(tmp_path / "ws"),
-         "--harness", "/nonexistent", *(["--trust-client-roots"] if trusted else [])],
+        [sys.executable, "-m", "kernelopt_mcp.server", "--http", "--port", str(port), "--workspace",
+         str(tmp_path / "ws"), "--harness", "/nonexistent", *(["--trust-client-roots"] if trusted else [])],
         env=server_env(), cwd=REPO, stderr=subprocess.PIPE, text=True,
     )
 
@@ -312,7 +318,8 @@ async def test_replay_modules_are_capped_and_counted_before_they_are_written(set
         over = await client.call_tool("replay_requests", {"workload": "tiny_add", "source": big_module_kernel(2),
                                                          "launch": ADD_LAUNCH, "into": "quota"})
         assert over.is_error and "workspace quota" in text(over), text(over)
-        small = await client.call_tool("replay_requests", {"workload": "tiny_add", "source": kernel(), "launch": ADD_LAUNCH,
+        small = await client.call_tool("replay_requests",
+                                       {"workload": "tiny_add", "source": kernel(), "launch": ADD_LAUNCH,
                                                           "into": "fits"})
         assert small.structured_content["status"] == "ok", text(small)
     assert not (directory / "big").exists() and not (directory / "quota").exists()

@@ -89,7 +89,8 @@ async def test_fifos_and_huge_files_named_by_tools_do_not_stall_the_server(confi
             err = await answers_while(client, "compile", {"path": "k.cu"})
             assert "not a regular file" in err and "regular .cu file" in err
         with released_fifo(after_s=RELEASE_AFTER_S, path=ws / "v.cu"):
-            err = await answers_while(client, "validate", {"workload": "tiny_add", "path": "v.cu", "launch": ADD_LAUNCH})
+            err = await answers_while(client, "validate",
+                                      {"workload": "tiny_add", "path": "v.cu", "launch": ADD_LAUNCH})
             assert "not a regular file" in err
         huge(ws / "big.cu")
         err = await answers_while(client, "compile", {"path": "big.cu"})

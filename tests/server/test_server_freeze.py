@@ -46,13 +46,15 @@ def setup(tmp_path: Path) -> dict[str, Any]:
     (run / "reference.py").write_text(ORACLE)
     harness = write_harness(tmp_path, "fake")
     settings = Settings(harness=harness, workload_dirs=(bundled_workloads_dir(), extra), timeout_s=20)
-    config = ServerConfig(settings=settings, workspace=tmp_path / "ws", extra_roots=(run,), output_roots=(run.resolve(),))
+    config = ServerConfig(settings=settings, workspace=tmp_path / "ws", extra_roots=(run,),
+                          output_roots=(run.resolve(),))
     return {"config": config, "run": run, "harness": harness, "tmp": tmp_path}
 
 
 def freeze_args(run: Path, **extra: Any) -> dict[str, Any]:
-    return {"spec": frozen_spec(), "reference_cu": kernel(), "initial_cu": kernel(), "oracle_path": str(run / "reference.py"),
-            "directory": str(run), "seed": 1234, "warmup": 2, "iterations": 7, **extra}
+    return {"spec": frozen_spec(), "reference_cu": kernel(), "initial_cu": kernel(),
+            "oracle_path": str(run / "reference.py"), "directory": str(run), "seed": 1234, "warmup": 2,
+            "iterations": 7, **extra}
 
 
 async def test_freeze_records_inputs_expected_outputs_and_a_frozen_workload(setup: dict[str, Any]) -> None:
@@ -75,7 +77,8 @@ async def test_freeze_records_inputs_expected_outputs_and_a_frozen_workload(setu
             for buf, gen in case["inputs"].items():
                 data = (run / gen["path"]).read_bytes()
                 assert hashlib.sha256(data).hexdigest() == gen["sha256"]
-                assert gen["drawn_from"]["generator"] == {"a": "uniform", "b": "normal"}[buf]  # hidden redraws stay possible
+                # hidden redraws stay possible
+                assert gen["drawn_from"]["generator"] == {"a": "uniform", "b": "normal"}[buf]
                 arrays[buf] = np.frombuffer(data, dtype="<f4")
             entry = expected[case["name"]]["c"]
             want = np.fromfile(run / entry["path"], dtype="<f8").reshape(entry["shape"])
@@ -96,11 +99,13 @@ async def test_freeze_records_inputs_expected_outputs_and_a_frozen_workload(setu
                                                      "launch": ADD_LAUNCH, "warmup": 1, "iterations": 3})
         assert not bench.is_error and bench.structured_content["status"] == "ok", text(bench)
         assert {c["name"] for c in bench.structured_content["cases"]} == set(out["cases"])
-        wrong = await client.call_tool("validate", {"workload": "tiny_add", "source": kernel("WRONG"), "launch": ADD_LAUNCH})
+        wrong = await client.call_tool("validate",
+                                       {"workload": "tiny_add", "source": kernel("WRONG"), "launch": ADD_LAUNCH})
         assert wrong.structured_content["status"] == "mismatch"
 
         # replay requests: the harness alone reproduces the expected outputs from the recorded inputs
-        replay = await client.call_tool("replay_requests", {"workload": "tiny_add", "source": kernel(), "launch": ADD_LAUNCH})
+        replay = await client.call_tool("replay_requests",
+                                        {"workload": "tiny_add", "source": kernel(), "launch": ADD_LAUNCH})
         assert not replay.is_error and replay.structured_content["status"] == "ok", text(replay)
         requests = replay.structured_content["requests"]
         assert requests == {c: f"replay/{c}.json" for c in out["cases"]}
@@ -114,11 +119,11 @@ async def test_freeze_records_inputs_expected_outputs_and_a_frozen_workload(setu
             got = np.fromfile(run / "replay" / "outputs" / case / "c.bin", dtype="<f4")
             entry = expected[case]["c"]
             np.testing.assert_allclose(got, np.fromfile(run / entry["path"], dtype="<f8"), rtol=1e-6)
-        ref = await client.call_tool("replay_requests", {"workload": "tiny_add", "source": kernel(), "launch": ADD_LAUNCH,
-                                                         "into": "replay/reference"})
+        ref = await client.call_tool("replay_requests", {"workload": "tiny_add", "source": kernel(),
+                                                         "launch": ADD_LAUNCH, "into": "replay/reference"})
         assert set(ref.structured_content["requests"].values()) == {f"replay/reference/{c}.json" for c in out["cases"]}
-        broken = await client.call_tool("replay_requests", {"workload": "tiny_add", "source": "oops", "launch": ADD_LAUNCH,
-                                                            "into": "replay/broken"})
+        broken = await client.call_tool("replay_requests", {"workload": "tiny_add", "source": "oops",
+                                                            "launch": ADD_LAUNCH, "into": "replay/broken"})
         assert broken.structured_content["status"] == "error" and broken.structured_content["requests"] == {}
 
 
@@ -150,15 +155,18 @@ async def test_a_frozen_name_shadows_others_on_a_one_client_server_only(setup: d
     app, service = build_server(setup["config"], orchestrator=True)
     try:
         async with Client(app) as client:
-            replay = await client.call_tool("replay_requests", {"workload": "tiny_add", "source": kernel(), "launch": ADD_LAUNCH})
+            replay = await client.call_tool("replay_requests",
+                                            {"workload": "tiny_add", "source": kernel(), "launch": ADD_LAUNCH})
             assert replay.is_error and "call freeze_workload first" in text(replay)
             assert not (await client.call_tool("freeze_workload", freeze_args(run))).is_error
             described = await client.call_tool("describe_workload", {"name": "tiny_add"})
-            assert described.structured_content["origin"] == "frozen" and len(described.structured_content["cases"]) == 4
+            assert (described.structured_content["origin"] == "frozen"
+                    and len(described.structured_content["cases"]) == 4)
             # re-freezing with the answer's seed gives the same recorded inputs
             before = (run / "inputs" / "big" / "a.bin").read_bytes()
             again = await client.call_tool("freeze_workload", freeze_args(run))
-            assert again.structured_content["seed"] == 1234 and (run / "inputs" / "big" / "a.bin").read_bytes() == before
+            assert (again.structured_content["seed"] == 1234
+                    and (run / "inputs" / "big" / "a.bin").read_bytes() == before)
     finally:
         service.close()
 
@@ -214,19 +222,21 @@ async def test_refusals(setup: dict[str, Any], change: dict[str, Any], message: 
     async with in_memory_server(setup["config"], orchestrator=True) as (client, _):
         result = await client.call_tool("freeze_workload", args)
         assert result.is_error and message in text(result), text(result)
-        bad_into = await client.call_tool("replay_requests", {"workload": "tiny_add", "source": kernel(), "launch": ADD_LAUNCH,
-                                                              "into": "../escape"})
+        bad_into = await client.call_tool("replay_requests",
+                                          {"workload": "tiny_add", "source": kernel(), "launch": ADD_LAUNCH,
+                                           "into": "../escape"})
         assert bad_into.is_error
     assert not (run / "workload").exists() and not (Path("/etc/kernelopt-frozen")).exists()
 
 
 async def test_freeze_over_stdio(setup: dict[str, Any]) -> None:
-    """The tool over a real pipe, as kernelopt optimize calls it (a server it starts with --root RUN --output-root RUN)."""
+    """The tool over a real pipe, as kernelopt optimize calls it (a server it starts
+    with --root RUN --output-root RUN)."""
     run: Path = setup["run"]
     config: ServerConfig = setup["config"]
     extra = setup["tmp"] / "extra"
-    args = ["--orchestrator", "--workspace", str(config.workspace), "--harness", str(setup["harness"]), "--root", str(run),
-            "--output-root", str(run)]
+    args = ["--orchestrator", "--workspace", str(config.workspace), "--harness", str(setup["harness"]), "--root",
+            str(run), "--output-root", str(run)]
     async with stdio_server(*args, env={"KERNELOPT_WORKLOADS": str(extra)}) as client:
         result = await client.call_tool("freeze_workload", freeze_args(run))
         assert not result.is_error, text(result)
@@ -248,8 +258,10 @@ async def test_freezing_needs_no_gpu(setup: dict[str, Any]) -> None:
     async with in_memory_server(nogpu, orchestrator=True) as (client, _):
         result = await client.call_tool("freeze_workload", freeze_args(run))
         assert not result.is_error, text(result)
-        replay = await client.call_tool("replay_requests", {"workload": "tiny_add", "source": kernel(), "launch": ADD_LAUNCH})
+        replay = await client.call_tool("replay_requests",
+                                        {"workload": "tiny_add", "source": kernel(), "launch": ADD_LAUNCH})
         assert replay.structured_content["status"] == "ok", text(replay)
-        assert json.loads((run / "replay" / "big.json").read_text())["cases"][0]["timing"] == {"warmup": 2, "iterations": 7}
+        assert (json.loads((run / "replay" / "big.json").read_text())["cases"][0]["timing"]
+                == {"warmup": 2, "iterations": 7})
         bench = await client.call_tool("benchmark", {"workload": "tiny_add", "source": kernel(), "launch": ADD_LAUNCH})
         assert bench.is_error and "need a GPU" in text(bench)

@@ -74,7 +74,9 @@ def post(url: str, body: dict, headers: dict[str, str]) -> int:
         (["--host", "::0"], "without a bearer token"),
     ],
 )
-def test_non_loopback_bind_is_refused_without_what_it_needs(args: list[str], expect: str, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+def test_non_loopback_bind_is_refused_without_what_it_needs(
+    args: list[str], expect: str, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
     monkeypatch.delenv("KERNELOPT_MCP_TOKEN", raising=False)
     assert main(["--http", "--workspace", str(tmp_path), *args]) == 2
     assert expect in capsys.readouterr().err
@@ -174,12 +176,14 @@ def test_idle_http_sessions_expire_and_active_ones_survive(tmp_path: Path) -> No
 
     import uvicorn
 
-    args = build_parser().parse_args(["--workspace", str(tmp_path), "--harness", "/nonexistent", "--session-idle-timeout", "1"])
+    args = build_parser().parse_args(["--workspace", str(tmp_path), "--harness", "/nonexistent",
+                                      "--session-idle-timeout", "1"])
     config = config_from_args(args, environ={})
     assert config.session_idle_timeout_s == 1.0
     app, service = build_server(config)
     port = free_port()
-    server = uvicorn.Server(uvicorn.Config(http_app(app, config, "127.0.0.1", []), host="127.0.0.1", port=port, log_level="warning"))
+    server = uvicorn.Server(uvicorn.Config(http_app(app, config, "127.0.0.1", []), host="127.0.0.1", port=port,
+                                           log_level="warning"))
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
     url = f"http://127.0.0.1:{port}/mcp"
@@ -218,7 +222,8 @@ def test_session_limits_come_from_flags_and_environment(tmp_path: Path) -> None:
     env = {"KERNELOPT_MCP_SESSION_IDLE_TIMEOUT": "60", "KERNELOPT_MCP_MAX_SESSIONS": "5"}
     config = config_from_args(parse(["--workspace", str(tmp_path)]), environ=env)
     assert (config.session_idle_timeout_s, config.max_sessions) == (60.0, 5)
-    config = config_from_args(parse(["--workspace", str(tmp_path), "--session-idle-timeout", "7", "--max-sessions", "9"]), environ=env)
+    config = config_from_args(parse(["--workspace", str(tmp_path), "--session-idle-timeout", "7", "--max-sessions",
+                                     "9"]), environ=env)
     assert (config.session_idle_timeout_s, config.max_sessions) == (7.0, 9)
     for bad in (["--session-idle-timeout", "0"], ["--session-idle-timeout", "inf"], ["--max-sessions", "0"]):
         with pytest.raises(SystemExit, match="kernelopt-mcp"):

@@ -201,7 +201,8 @@ def test_the_soft_open_file_limit_is_raised_to_the_hard_limit(tmp_path: Path) ->
 
 
 def test_the_connection_limit_evicts_the_longest_waiting_or_refuses_when_all_are_busy(tmp_path: Path) -> None:
-    limits = {"KERNELOPT_MCP_MAX_CONNECTIONS": "4", "KERNELOPT_MCP_HEADER_TIMEOUT": "600", "KERNELOPT_MCP_BODY_TIMEOUT": "600"}
+    limits = {"KERNELOPT_MCP_MAX_CONNECTIONS": "4", "KERNELOPT_MCP_HEADER_TIMEOUT": "600",
+              "KERNELOPT_MCP_BODY_TIMEOUT": "600"}
     with server(tmp_path, "--harness", "/nonexistent", env=limits) as (port, _):
         with ExitStack() as sockets:
             waiting = [sockets.enter_context(half_open(port)) for _ in range(4)]
@@ -213,7 +214,8 @@ def test_the_connection_limit_evicts_the_longest_waiting_or_refuses_when_all_are
             time.sleep(0.5)
             newcomer = sockets.enter_context(socket.create_connection(("127.0.0.1", port), timeout=10))
             answer = closed_by_server(newcomer)
-            assert answer.startswith(b"HTTP/1.1 503 ") and b"retry-after: 5" in answer and b"--max-connections" in answer
+            assert (answer.startswith(b"HTTP/1.1 503 ") and b"retry-after: 5" in answer
+                    and b"--max-connections" in answer)
             assert not any(is_closed(s) for s in busy), "a request in flight was cut"
         deadline = time.monotonic() + 20
         while True:  # the busy ones' closes reach the server; then it answers again

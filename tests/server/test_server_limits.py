@@ -43,7 +43,8 @@ def bomb(i: int) -> str:
 
 def make_config(tmp_path: Path, **kwargs: Any) -> ServerConfig:
     settings = Settings(
-        harness=write_harness(tmp_path, "fake"), workload_dirs=(bundled_workloads_dir(), write_tiny_workload(tmp_path / "extra")),
+        harness=write_harness(tmp_path, "fake"),
+        workload_dirs=(bundled_workloads_dir(), write_tiny_workload(tmp_path / "extra")),
         timeout_s=20, iterations=3, warmup=1, compile_timeout_s=COMPILE_S, compile_max_workers=1,
     )
     return ServerConfig(settings=settings, workspace=tmp_path / "ws", extra_roots=(FIXTURES,), **kwargs)
@@ -75,7 +76,9 @@ async def _flood(client: Client, n: int, done: list[Any]) -> None:
             tg.start_soon(one)
 
 
-async def test_other_calls_answer_within_a_second_while_compiles_flood(tmp_path: Path, few_shared_threads: None) -> None:
+async def test_other_calls_answer_within_a_second_while_compiles_flood(
+    tmp_path: Path, few_shared_threads: None
+) -> None:
     async with in_memory_server(make_config(tmp_path)) as (client, _):
         cached = await client.call_tool("compile", {"source": kernel()})  # in the compile cache from now on
         assert cached.structured_content["status"] == "ok", text(cached)
@@ -114,7 +117,8 @@ async def test_a_compile_past_the_queue_is_refused_at_once_and_a_cancelled_one_f
                     await anyio.sleep(0.05)
             with anyio.fail_after(1.0):
                 busy = await client.call_tool("compile", {"source": bomb(200)})
-            assert busy.is_error and "the server is busy: 2 compiles are waiting (2 of them yours" in text(busy), text(busy)
+            assert (busy.is_error
+                    and "the server is busy: 2 compiles are waiting (2 of them yours" in text(busy)), text(busy)
             assert "retry in ~" in text(busy)
             for scope in scopes:  # both waiting calls are cancelled by the client
                 scope.cancel()
@@ -153,7 +157,8 @@ async def test_queue_bounds_are_per_client_and_in_all(tmp_path: Path) -> None:
                 while service.state.rooms["compile"].waiting["b"] < 1:
                     await anyio.sleep(0.05)
             CLIENT_ID.set("c")
-            with pytest.raises(ServerBusy, match=r"2 compiles are waiting \(0 of them yours; at most 1 per client and 2 in all"):
+            with pytest.raises(ServerBusy,
+                               match=r"2 compiles are waiting \(0 of them yours; at most 1 per client and 2 in all"):
                 await service.checks.compile(bomb(304), None, "sm_90", None)
             tg.cancel_scope.cancel()
     finally:
@@ -170,7 +175,8 @@ async def test_clients_take_turns_on_the_gpu(tmp_path: Path) -> None:
             async def notify(message: str) -> None:
                 state.append(message)
 
-            out = await service.checks.evaluate("tiny_add", source, None, ADD_LAUNCH_SPEC, None, benchmark=False, notify=notify)
+            out = await service.checks.evaluate("tiny_add", source, None, ADD_LAUNCH_SPEC, None,
+                                                benchmark=False, notify=notify)
             assert out.status == "ok", out
             finished.append(label)
 
@@ -194,7 +200,8 @@ async def test_a_gpu_call_past_the_cap_is_stopped_with_a_clear_error(tmp_path: P
         assert ok.structured_content["status"] == "ok", text(ok)  # prepared: the capped call is the kernel alone
         service.config = replace(service.config, gpu_call_max_s=2.0)
         with anyio.fail_after(15):  # the hanging kernel would sleep an hour; the harness's own limit is 20 s
-            r = await client.call_tool("validate", {"workload": "tiny_add", "launch": ADD_LAUNCH, "source": kernel("HANG")})
+            r = await client.call_tool("validate",
+                                       {"workload": "tiny_add", "launch": ADD_LAUNCH, "source": kernel("HANG")})
         assert r.is_error, text(r)
         assert "ran past this server's cap of 2 s per call" in text(r) and "--gpu-call-max-s" in text(r), text(r)
         assert not fake_processes(str(tmp_path / "fake_harness.py") + "\0serve"), "the harness should be killed"
@@ -219,10 +226,13 @@ async def test_autotune_budget_is_capped_to_the_gpu_call_cap(tmp_path: Path) -> 
     (["--http", "--gpu-call-max-s", "0"], {}, 0.0),
     ([], {"KERNELOPT_MCP_GPU_CALL_MAX_S": "7200"}, 7200.0),
 ])
-def test_gpu_call_cap_and_queue_bounds_from_flags_and_environment(argv: list[str], env: dict[str, str], cap: float) -> None:
+def test_gpu_call_cap_and_queue_bounds_from_flags_and_environment(
+    argv: list[str], env: dict[str, str], cap: float
+) -> None:
     config = config_from_args(build_parser().parse_args(argv), env)
     assert config.gpu_call_max_s == cap and config.queue_bounds == QueueBounds(16, 64)
-    bounds = config_from_args(build_parser().parse_args(["--max-waiting-per-client", "2"]), {"KERNELOPT_MCP_MAX_WAITING": "5"})
+    bounds = config_from_args(build_parser().parse_args(["--max-waiting-per-client", "2"]),
+                              {"KERNELOPT_MCP_MAX_WAITING": "5"})
     assert bounds.queue_bounds == QueueBounds(2, 5)
     with pytest.raises(SystemExit, match="at least 1"):
         config_from_args(build_parser().parse_args(["--max-waiting", "0"]), {})

@@ -31,7 +31,9 @@ async def nogpu(tmp_path: Path, tiny_dir: Path) -> AsyncIterator[Client]:
         yield client
 
 
-async def test_tools_are_listed_with_schemas_descriptions_and_honest_annotations(tmp_path: Path, tiny_dir: Path) -> None:
+async def test_tools_are_listed_with_schemas_descriptions_and_honest_annotations(
+    tmp_path: Path, tiny_dir: Path
+) -> None:
     """The full listing kernelopt optimize gets: every tool, its whole manual and its output schema."""
     async with in_memory_server(make_config(tmp_path, tiny_dir, "nogpu"), orchestrator=True) as (client, _):
         tools = {t.name: t for t in (await client.list_tools()).tools}
@@ -46,9 +48,11 @@ async def test_tools_are_listed_with_schemas_descriptions_and_honest_annotations
     for name in WRITERS:
         assert tools[name].annotations.read_only_hint is False and tools[name].annotations.destructive_hint is True
     # autotune writes its table and cache into the workspace, changing nothing that exists
-    assert tools["autotune"].annotations.read_only_hint is False and tools["autotune"].annotations.destructive_hint is False
+    assert (tools["autotune"].annotations.read_only_hint is False
+            and tools["autotune"].annotations.destructive_hint is False)
     # ncu_profile writes a report into the workspace but changes nothing that exists
-    assert tools["ncu_profile"].annotations.read_only_hint is False and tools["ncu_profile"].annotations.destructive_hint is False
+    assert (tools["ncu_profile"].annotations.read_only_hint is False
+            and tools["ncu_profile"].annotations.destructive_hint is False)
 
 
 async def test_the_default_tool_list_is_small_and_keeps_what_an_agent_needs(nogpu: Client) -> None:
@@ -66,7 +70,8 @@ async def test_the_default_tool_list_is_small_and_keeps_what_an_agent_needs(nogp
         assert "title" not in tool.input_schema.get("properties", {}).get("workload", {})
     bench = {name: next(a for a in p.get("anyOf", [p]) if a.get("type") == "integer")  # optional: or null
              for name, p in tools["benchmark"].input_schema["properties"].items() if name in ("warmup", "iterations")}
-    assert bench["warmup"]["maximum"] == 100 and bench["iterations"]["maximum"] == 1000 and bench["iterations"]["minimum"] == 1
+    assert (bench["warmup"]["maximum"] == 100 and bench["iterations"]["maximum"] == 1000
+            and bench["iterations"]["minimum"] == 1)
     assert set(tools["validate"].input_schema["required"]) == {"workload", "launch"}
     launch = tools["validate"].input_schema["$defs"]["LaunchConfig"]
     assert launch["required"] == ["grid", "block"] and launch["additionalProperties"] is False

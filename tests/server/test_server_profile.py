@@ -59,13 +59,16 @@ async def test_ncu_profile_returns_the_summary_with_progress(tmp_path: Path, stu
         assert "speed of light" in text(r) and "report:" in text(r)
         assert any("Nsight Compute" in m for m in messages) and any("preparing tiny_add" in m for m in messages)
 
-        r = await c.call_tool("ncu_profile", {"workload": "tiny_add", "source": kernel(), "launch": ADD_LAUNCH, "case": "odd_1001", "clock_control": "base"})
-        assert not r.is_error and r.structured_content["case"] == "odd_1001" and r.structured_content["clock_control"] == "base"
+        r = await c.call_tool("ncu_profile", {"workload": "tiny_add", "source": kernel(), "launch": ADD_LAUNCH,
+                                              "case": "odd_1001", "clock_control": "base"})
+        assert (not r.is_error and r.structured_content["case"] == "odd_1001"
+                and r.structured_content["clock_control"] == "base")
         for args, expect in [
             ({"workload": "tiny_add", "source": kernel()}, "`launch` is required"),
             ({"workload": "tiny_add", "case": "nope"}, "no case 'nope'"),
             ({"workload": "tiny_add", "clock_control": "max"}, "clock_control"),
-            ({"workload": "tiny_add", "source": kernel().replace("a[i] +", "oops +"), "launch": ADD_LAUNCH}, "does not compile"),
+            ({"workload": "tiny_add", "source": kernel().replace("a[i] +", "oops +"), "launch": ADD_LAUNCH},
+             "does not compile"),
         ]:
             r = await c.call_tool("ncu_profile", args)
             assert r.is_error and expect in text(r), (args, text(r))
@@ -88,7 +91,8 @@ async def test_ncu_profile_errors_say_what_to_do(tmp_path: Path, stub: Path, mon
 
 async def test_docs_search_offline_and_live(tmp_path: Path, docs_server: DocsServer) -> None:  # noqa: F811
     async with client(config(tmp_path, None, docs_url=docs_server.url)) as c:
-        r = await c.call_tool("docs_search", {"query": "shared memory bank conflicts", "offline": True, "arch": "sm_90"})
+        r = await c.call_tool("docs_search", {"query": "shared memory bank conflicts", "offline": True,
+                                              "arch": "sm_90"})
         assert not r.is_error, text(r)
         out = r.structured_content
         assert out["live_status"] == "offline" and out["passages"][0]["id"] == "bank-conflicts" and not docs_server.gets

@@ -68,7 +68,8 @@ async def test_a_sanitizer_error_fails_a_passing_kernel(tmp_path: Path, monkeypa
 async def test_clean_reports_keep_ok(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("FAKE_SANITIZER_REPORT", str(FIXTURES / "memcheck_clean.txt"))
     async with in_memory_server(config(tmp_path, stand_in(tmp_path))) as (client, _):
-        r = await client.call_tool("validate", {"workload": "tiny_add", "source": kernel(), "launch": ADD_LAUNCH, "sanitize": True})
+        r = await client.call_tool("validate", {"workload": "tiny_add", "source": kernel(), "launch": ADD_LAUNCH,
+                                                "sanitize": True})
         out = r.structured_content
         assert out["status"] == "ok" and "sanitizer clean" in out["message"]
         assert all(s["passed"] for s in out["sanitizer"])
@@ -76,7 +77,8 @@ async def test_clean_reports_keep_ok(tmp_path: Path, monkeypatch: pytest.MonkeyP
 
 async def test_a_missing_sanitizer_is_a_tool_error_saying_how_to_install(tmp_path: Path) -> None:
     async with in_memory_server(config(tmp_path, tmp_path / "no-such-sanitizer")) as (client, _):
-        r = await client.call_tool("validate", {"workload": "tiny_add", "source": kernel(), "launch": ADD_LAUNCH, "sanitize": True})
+        r = await client.call_tool("validate", {"workload": "tiny_add", "source": kernel(), "launch": ADD_LAUNCH,
+                                                "sanitize": True})
         assert r.is_error and "KERNELOPT_SANITIZER" in text(r)
 
 

@@ -121,8 +121,10 @@ async def test_no_private_seed_in_any_output_resource_or_file(tmp_path: Path, st
         ("validate", {"workload": "tiny_add", "path": "cache/tune/tune.jsonl", "launch": ADD_LAUNCH}),
         ("autotune", {"workload": "tiny_add", "tunable_path": "cache/tune/tune.jsonl"}),
         # a frozen workload (under the workspace's runs/frozen/): its recorded inputs, and what evaluates it
-        ("freeze_workload", {"spec": {**TINY_SPEC, "name": "frozen_here"}, "reference_cu": kernel(), "initial_cu": kernel()}),
-        ("benchmark", {"workload": "frozen_here", "source": kernel(), "launch": ADD_LAUNCH, "warmup": 1, "iterations": 5}),
+        ("freeze_workload", {"spec": {**TINY_SPEC, "name": "frozen_here"}, "reference_cu": kernel(),
+                             "initial_cu": kernel()}),
+        ("benchmark", {"workload": "frozen_here", "source": kernel(), "launch": ADD_LAUNCH, "warmup": 1,
+                       "iterations": 5}),
         ("replay_requests", {"workload": "frozen_here", "source": kernel(), "launch": ADD_LAUNCH}),
     ]
     seen: dict[str, str] = {}

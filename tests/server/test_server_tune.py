@@ -82,7 +82,8 @@ async def test_autotune_inline_spec_and_budget(config: ServerConfig) -> None:
     source = (FIXTURES / "add.cu").read_text()
     async with in_memory_server(config) as (client, _):
         result = await client.call_tool("autotune", {
-            "workload": "tiny_add", "tunable": spec, "source": source, "strategy": "random", "budget_evals": 4, "top": 2,
+            "workload": "tiny_add", "tunable": spec, "source": source, "strategy": "random",
+            "budget_evals": 4, "top": 2,
         })
         assert not result.is_error, text(result)
         out = result.structured_content
@@ -91,7 +92,8 @@ async def test_autotune_inline_spec_and_budget(config: ServerConfig) -> None:
 
 
 @pytest.mark.parametrize(("args", "message"), [
-    ({"tunable": {"params": {"B": [1]}, "defaults": {"B": 1}, "launch": {"grid": [1], "block": [1]}}}, "needs `source`"),
+    ({"tunable": {"params": {"B": [1]}, "defaults": {"B": 1}, "launch": {"grid": [1], "block": [1]}}},
+     "needs `source`"),
     ({"tunable": {"params": {"n": [1]}, "defaults": {"n": 1}, "launch": {"grid": [1], "block": [1]}}, "source": "x"},
      "have the names of workload 'tiny_add'"),
     ({"tunable": {"params": {"B": [1]}, "defaults": {"B": 2}, "launch": {"grid": [1], "block": [1]}}, "source": "x"},
@@ -99,7 +101,9 @@ async def test_autotune_inline_spec_and_budget(config: ServerConfig) -> None:
     ({"tunable_path": "/etc/passwd"}, "outside the directories"),
     ({}, "has no tunable.json"),
 ])
-async def test_autotune_refuses_bad_requests_with_a_fix(config: ServerConfig, args: dict[str, Any], message: str) -> None:
+async def test_autotune_refuses_bad_requests_with_a_fix(
+    config: ServerConfig, args: dict[str, Any], message: str
+) -> None:
     async with in_memory_server(config) as (client, _):
         result = await client.call_tool("autotune", {"workload": "tiny_add", **args})
         assert result.is_error and message in text(result), text(result)

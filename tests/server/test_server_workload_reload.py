@@ -19,7 +19,8 @@ pytestmark = pytest.mark.anyio
 async def test_a_changed_reference_is_prepared_again(tmp_path: Path) -> None:
     wl = tmp_path / "extra" / "tiny_cuda"
     wl.mkdir(parents=True)
-    spec = {**TINY_SPEC, "name": "tiny_cuda", "reference": {"python": None, "cuda": "reference.cu", **TINY_SPEC["reference"]}}
+    spec = {**TINY_SPEC, "name": "tiny_cuda",
+            "reference": {"python": None, "cuda": "reference.cu", **TINY_SPEC["reference"]}}
     (wl / "workload.json").write_text(json.dumps(spec))
     (wl / "initial.cu").write_text(kernel())
     (wl / "reference.cu").write_text(kernel("WRONG"))  # no NumPy oracle: the CUDA reference defines correct

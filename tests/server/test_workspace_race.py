@@ -31,7 +31,8 @@ def _spec(writer: int) -> dict[str, Any]:
 
 
 def _config(workspace: Path) -> ServerConfig:
-    return ServerConfig(settings=Settings(workload_dirs=(bundled_workloads_dir(),), harness=Path("/nonexistent")), workspace=workspace)
+    return ServerConfig(settings=Settings(workload_dirs=(bundled_workloads_dir(),), harness=Path("/nonexistent")),
+                        workspace=workspace)
 
 
 def _create(service: KerneloptService, writer: int, overwrite: bool) -> str:
@@ -81,7 +82,8 @@ def _in_processes(workspace: Path, overwrite: bool, count: int = 6) -> list[str]
     ctx = multiprocessing.get_context("spawn")
     start = ctx.Barrier(count)
     results = ctx.Queue()
-    procs = [ctx.Process(target=_create_in_process, args=(str(workspace), w, overwrite, start, results)) for w in range(count)]
+    procs = [ctx.Process(target=_create_in_process, args=(str(workspace), w, overwrite, start, results))
+             for w in range(count)]
     for p in procs:
         p.start()
     outcomes = dict(results.get(timeout=240) for _ in procs)

@@ -50,8 +50,8 @@ def served(tmp_path: Path) -> list[dict]:
 def tune_argv(tmp_path: Path) -> list[str]:
     workload = str(write_tiny_workload(tmp_path / "wl") / "tiny_add")
     harness = write_harness(tmp_path, "fake", devices=2)
-    return ["tune", workload, str(FIXTURES / "add.json"), "--harness", str(harness), "--iterations", "3", "--warmup", "0",
-            "--no-cache", "--json", "--seed", "7", "--ray", "auto", "-o", str(tmp_path / "run")]
+    return ["tune", workload, str(FIXTURES / "add.json"), "--harness", str(harness), "--iterations", "3", "--warmup",
+            "0", "--no-cache", "--json", "--seed", "7", "--ray", "auto", "-o", str(tmp_path / "run")]
 
 
 def test_tune_on_ray_spreads_over_both_gpus(cluster: None, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
@@ -131,8 +131,8 @@ async def test_an_actor_puts_pytorch_beside_an_imported_problems_benchmark(clust
     from test_torch_baseline import imported_workload
 
     imported_workload(tmp_path / "wl")
-    env = {"KERNELOPT_HARNESS": str(write_harness(tmp_path, "fake", devices=2)), "KERNELOPT_WORKLOADS": str(tmp_path / "wl"),
-           "KERNELOPT_CACHE": str(tmp_path / "cache")}
+    env = {"KERNELOPT_HARNESS": str(write_harness(tmp_path, "fake", devices=2)),
+           "KERNELOPT_WORKLOADS": str(tmp_path / "wl"), "KERNELOPT_CACHE": str(tmp_path / "cache")}
     async with stdio_server("--workspace", str(tmp_path / "ws"), "--ray", cluster, env=env) as client:
         r = await client.call_tool("benchmark", {"workload": "p1_add", "launch": ADD_LAUNCH, "source": kernel("FAST"),
                                                  "iterations": 3})
@@ -142,7 +142,9 @@ async def test_an_actor_puts_pytorch_beside_an_imported_problems_benchmark(clust
     assert base.get("eager_ms") or "not timed" in base["note"], base
 
 
-def test_optimize_on_ray_spreads_candidates_over_both_gpus(cluster: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_optimize_on_ray_spreads_candidates_over_both_gpus(
+    cluster: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     from scripted_model import ScriptedModel
     from test_optimize import SECRET, proposal
 
@@ -168,8 +170,8 @@ def test_optimize_on_ray_spreads_candidates_over_both_gpus(cluster: str, tmp_pat
                            "--ray", cluster])
     assert code == 0
     run = tmp_path / "results" / "run-001"
-    history = [json.loads(line) for line in (run / "history.jsonl").read_text().splitlines()] if (run / "history.jsonl").exists() \
-        else json.loads((run / "history.json").read_text())
+    history = ([json.loads(line) for line in (run / "history.jsonl").read_text().splitlines()]
+               if (run / "history.jsonl").exists() else json.loads((run / "history.json").read_text()))
     devices = {h.get("device") for h in history if h.get("event") == "candidate"}
     assert len(devices - {None}) == 2, devices
     assert json.loads((run / "summary.json").read_text())["devices"]["used"] == 2

@@ -195,7 +195,8 @@ def test_substitution_into_launch_expressions(tunable: Any) -> None:
     assert substitute("(BM / TM) * (BN / TN)", {"BM": 64, "BN": 128, "TM": 4, "TN": 8}) == 256
     assert substitute("ceil_div(n, BM * BN)", {"BM": 64, "BN": 64}) == "ceil_div(n, 64 * 64)"
     source, launch, _ = tunable.materialize({"BM": 64, "BN": 128, "BK": 8, "TM": 4, "TN": 8})
-    assert source.splitlines()[1:6] == ["#define BM 64", "#define BN 128", "#define BK 8", "#define TM 4", "#define TN 8"]
+    assert source.splitlines()[1:6] == ["#define BM 64", "#define BN 128", "#define BK 8", "#define TM 4",
+                                        "#define TN 8"]
     assert launch.default is not None and launch.default.block == [256]
 
 

@@ -62,7 +62,8 @@ def test_a_lost_worker_loses_no_answer_and_its_job_is_retried_elsewhere() -> Non
     done = run(dispatch, 5)
     assert sorted(d.index for d in done) == list(range(5))  # every configuration answered once
     retried = [d for d in done if d.note]
-    assert len(retried) == 1 and "retried: ray actor 1 was lost" in retried[0].note and retried[0].worker == "ray actor 0"
+    assert (len(retried) == 1 and "retried: ray actor 1 was lost" in retried[0].note
+            and retried[0].worker == "ray actor 0")
     assert lost.calls == 2 and any("ray actor 1 was lost" in n for n in dispatch.notes)
 
 

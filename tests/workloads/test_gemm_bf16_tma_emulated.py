@@ -153,7 +153,7 @@ static inline void tma_load_2d(void* dst, const TensorMap* map, int c0, int c1, 
     b.tx -= (long long)b0 * b1 * 2;
     emu::bar_step(b);
 }
-"""
+"""  # noqa: E501
 
 assert WAIT_OLD in PTX_EMU_WGMMA
 PTX_EMU_TMA = "#include <map>\n" + PTX_EMU_WGMMA.replace(WAIT_OLD, WAIT_NEW)
@@ -179,8 +179,8 @@ def _tma_driver() -> str:
         ("int main(", ENCODE + "int main("),
         ("    ko_emu_dyn_smem = reinterpret_cast<char*>(smem.data());\n",
          "    ko_emu_dyn_smem = reinterpret_cast<char*>(smem.data());\n    emu::smem_bytes = shared;\n"),
-        ("    for (size_t i = 0; i < C.n; ++i) C.p()[i] = std::nanf(\"\");\n    std::vector<double> ref((size_t)M * N);\n",
-         "    for (size_t i = 0; i < C.n; ++i) C.p()[i] = std::nanf(\"\");\n    TensorMap tmA, tmB;\n"
+        ("    for (size_t i = 0; i < C.n; ++i) C.p()[i] = std::nanf(\"\");\n    std::vector<double> ref((size_t)M "
+         "* N);\n", "    for (size_t i = 0; i < C.n; ++i) C.p()[i] = std::nanf(\"\");\n    TensorMap tmA, tmB;\n"
          "    if (!encode(tmA, A.p(), A.n * 2, argv + 14) || !encode(tmB, B.p(), B.n * 2, argv + 19)) {\n"
          "        std::fprintf(stderr, \"a tensor map reaches past its buffer\\n\"); return 1; }\n"
          "    std::vector<double> ref((size_t)M * N);\n"),
@@ -208,8 +208,8 @@ def build_tma(source: str, config: Config, directory: Path, tag: str) -> Path:
     text = program(source, PTX_EMU_TMA)
     cpp, exe = directory / f"{tag}.cpp", directory / tag
     cpp.write_text(text[: text.rindex(DRIVER)] + TMA_DRIVER)
-    cmd = [GXX or "g++", "-O1", "-std=c++17", "-w", "-DWL_gemm_bf16", *(f"-D{k}={v}" for k, v in config.items()), str(cpp),
-           "-o", str(exe)]
+    cmd = [GXX or "g++", "-O1", "-std=c++17", "-w", "-DWL_gemm_bf16", *(f"-D{k}={v}" for k, v in config.items()),
+           str(cpp), "-o", str(exe)]
     done = subprocess.run(cmd, check=False, capture_output=True, text=True)
     assert done.returncode == 0, f"{tag}: the emulator build failed:\n{done.stderr[-3000:]}"
     return exe

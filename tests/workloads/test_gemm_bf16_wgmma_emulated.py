@@ -86,7 +86,7 @@ template <int R> static inline void wgmma_queue(float (&d)[R], unsigned long lon
 static inline void wgmma_n64(float (&d)[32], unsigned long long da, unsigned long long db) { wgmma_queue(d, da, db); }
 static inline void wgmma_n128(float (&d)[64], unsigned long long da, unsigned long long db) { wgmma_queue(d, da, db); }
 static inline void wgmma_n256(float (&d)[128], unsigned long long da, unsigned long long db) { wgmma_queue(d, da, db); }
-"""
+"""  # noqa: E501
 
 
 # the wgmma kernel: the same shapes, and one spanning two blocks each way (BN 256, BM 128) whose

@@ -17,7 +17,8 @@ def test_expressions_resolve_per_case_and_pad_to_three_dims() -> None:
 def test_bare_config_is_the_default_and_cases_override() -> None:
     spec = LaunchSpec.model_validate({"grid": [1], "block": [32]})
     assert spec.for_case("any").block == [32]
-    spec = LaunchSpec.model_validate({"default": {"grid": [1], "block": [32]}, "cases": {"big": {"grid": [8], "block": [256]}}})
+    spec = LaunchSpec.model_validate({"default": {"grid": [1], "block": [32]},
+                                      "cases": {"big": {"grid": [8], "block": [256]}}})
     assert spec.for_case("big").block == [256]
     assert spec.for_case("small").block == [32]
     with pytest.raises(LaunchConfigError, match="no launch configuration for case 'x'"):

@@ -49,7 +49,8 @@ def _stray(path: Path) -> list[str]:
             pairs += [(a, d) for a, d in zip(node.kwonlyargs, node.kw_defaults, strict=True) if d is not None]
             found += [f"{where} {a.arg}=literal" for a, d in pairs if a.arg in ROLES and _is_default_count(d)]
         elif isinstance(node, ast.Call) and any(isinstance(a, ast.Constant) and a.value in ROLES for a in node.args):
-            found += [f"{where} add_argument default" for k in node.keywords if k.arg == "default" and _is_default_count(k.value)]
+            found += [f"{where} add_argument default" for k in node.keywords
+                      if k.arg == "default" and _is_default_count(k.value)]
         elif isinstance(node, ast.Constant) and isinstance(node.value, str):
             for m in PROSE.finditer(node.value):
                 if {int(n) for n in m.groups() if n and n.isdigit()} & VALUES:
@@ -92,10 +93,12 @@ async def test_benchmark_without_counts_follows_the_servers_settings(tmp_path: P
                         workload_dirs=(bundled_workloads_dir(), write_tiny_workload(tmp_path / "extra")))
     assert (settings.warmup, settings.iterations) != (LAUNCH_DEFAULTS.warmup, LAUNCH_DEFAULTS.iterations)
     call = {"workload": "tiny_add", "launch": ADD_LAUNCH, "source": kernel("FAST")}
-    async with in_memory_server(ServerConfig(settings=settings, workspace=tmp_path / "ws"), orchestrator=True) as (client, _):
+    async with in_memory_server(ServerConfig(settings=settings, workspace=tmp_path / "ws"),
+                                orchestrator=True) as (client, _):
         tools = {t.name: t for t in (await client.list_tools()).tools}
         args = tools["benchmark"].input_schema["properties"]
-        assert all("default: the server's" in args[a]["description"] and args[a].get("default") is None for a in ("warmup", "iterations"))
+        assert all("default: the server's" in args[a]["description"] and args[a].get("default") is None
+                   for a in ("warmup", "iterations"))
         timings = []
         for given in ({}, {"warmup": 1}, {"iterations": 5}):
             r = await client.call_tool("benchmark", {**call, **given})

@@ -7,7 +7,8 @@ library's own generators; its tolerance admits float32-accumulation results and 
 cheaper arithmetic it is meant to reject; every CUDA source (reference, initial, tunable) compiles
 with NVRTC for sm_90 with the signature's parameters and no spills; every tunable configuration's
 launch resolves for every case and covers the output (sgemm's 3xTF32 tunable too).
-tests/workloads/test_new_workloads_emulated.py runs the kernels on the CPU; tests/gpu/test_new_workloads_gpu.py on an H200.
+tests/workloads/test_new_workloads_emulated.py runs the kernels on the CPU;
+tests/gpu/test_new_workloads_gpu.py on an H200.
 """
 
 from __future__ import annotations
@@ -101,7 +102,8 @@ def test_workload_validates_against_the_schema_and_fits_the_freeze_bounds(name: 
 def test_kernelopt_workloads_lists_them_with_their_prototypes(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["workloads", "--json"]) == 0
     rows = {r["name"]: r for r in json.loads(capsys.readouterr().out)}
-    assert rows["histogram"]["signature"] == 'extern "C" __global__ void histogram(const unsigned char* x, int* hist, int n)'
+    assert (rows["histogram"]["signature"]
+            == 'extern "C" __global__ void histogram(const unsigned char* x, int* hist, int n)')
     assert rows["gemm_bf16"]["signature"].startswith(
         'extern "C" __global__ void gemm_bf16(const __nv_bfloat16* A, const __nv_bfloat16* B, float* C')
     assert rows["attention_fwd"]["signature"] == (
@@ -199,7 +201,8 @@ def _attention_by_logsumexp(q: np.ndarray, k: np.ndarray, v: np.ndarray, causal:
 
 def test_attention_oracle_matches_logsumexp_rows_and_the_edge_cases() -> None:
     wl, reference = _workload("attention_fwd"), _oracle("attention_fwd")
-    for name in ("one_key", "one_key_causal", "odd_1x2x33x64_causal", "small_head_2x2x77x32", "large_scores_1x1x200x64"):
+    for name in ("one_key", "one_key_causal", "odd_1x2x33x64_causal", "small_head_2x2x77x32",
+                 "large_scores_1x1x200x64"):
         s = wl.spec.case(name).scalars
         arrays = _case_inputs(wl, name)
         got = reference(**arrays, **s)["o"]
@@ -316,7 +319,8 @@ def test_tunable_configurations_compile_without_spills(name: str) -> None:
 def test_tunable_defaults_are_valid_and_every_launch_resolves_and_covers_the_output(name: str) -> None:
     t = _tunable(name)
     spec = t.spec
-    assert set(spec["defaults"]) == set(spec["params"]) and all(expr.evaluate(c, spec["defaults"]) for c in spec["constraints"])
+    assert (set(spec["defaults"]) == set(spec["params"])
+            and all(expr.evaluate(c, spec["defaults"]) for c in spec["constraints"]))
     for param in spec["params"]:
         assert f"#ifndef {param}\n#define {param} {spec['defaults'][param]}\n" in t.source
     configs = valid_configs(spec)

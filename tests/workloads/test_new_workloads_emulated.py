@@ -69,7 +69,7 @@ static const unsigned long long (*exchange(const unsigned long long (&mine)[8]))
     return &xchg[p][me & ~31];
 }
 }  // namespace emu
-"""
+"""  # noqa: E501
 
 # cp.async and ldmatrix, shared by the bf16 and the tf32 kernels
 PTX_EMU_COPIES = r"""
@@ -106,7 +106,7 @@ static inline void ldmatrix_x4_impl(unsigned (&r)[4], const void* p, bool trans)
 }
 static inline void ldmatrix_x4(unsigned (&r)[4], const void* p) { ldmatrix_x4_impl(r, p, false); }
 static inline void ldmatrix_x4_trans(unsigned (&r)[4], const void* p) { ldmatrix_x4_impl(r, p, true); }
-"""
+"""  # noqa: E501
 
 PTX_EMU = PTX_EMU_COPIES + r"""
 static inline void mma_bf16_16816(float (&d)[4], const unsigned (&a)[4], const unsigned (&b)[2]) {
@@ -164,7 +164,7 @@ static inline void mma_tf32_1688(float (&d)[4], const unsigned (&a)[4], const un
         d[q] = (float)(d[q] + s);
     }
 }
-"""
+"""  # noqa: E501
 
 DRIVER = r"""
 // argv: grid.x grid.y grid.z block.x block.y block.z shared_bytes misalign <workload arguments>
@@ -293,7 +293,7 @@ int main(int argc, char** argv) {
     std::printf("OK\n");
     return 0;
 }
-"""
+"""  # noqa: E501
 
 
 def program(source: str, ptx: str = PTX_EMU) -> str:
@@ -301,7 +301,8 @@ def program(source: str, ptx: str = PTX_EMU) -> str:
     kernel = re.sub(r"^#include <cuda_bf16\.h>$", "", source, flags=re.MULTILINE)
     kernel = re.sub(r"// PTX-BEGIN\n.*?// PTX-END\n", lambda _: ptx, kernel, flags=re.DOTALL)
     kernel = re.sub(r"extern __shared__ (\w+) (\w+)\[\];", r"\1* \2 = reinterpret_cast<\1*>(ko_emu_dyn_smem);", kernel)
-    return CUDA_EMU + EMU_EXT + "static char* ko_emu_dyn_smem;\n#line 1 \"kernel.cu\"\n" + kernel + "\n#line 1 \"driver.cpp\"\n" + DRIVER
+    return (CUDA_EMU + EMU_EXT + "static char* ko_emu_dyn_smem;\n#line 1 \"kernel.cu\"\n" + kernel
+            + "\n#line 1 \"driver.cpp\"\n" + DRIVER)
 
 
 def build(name: str, source: str, config: Config, directory: Path, tag: str, ptx: str = PTX_EMU) -> Path:
@@ -437,9 +438,12 @@ def test_sgemm_3xtf32_tunable_matches_float64(config: Config, tmp_path: Path) ->
     ("(lane >> 4) * 4);", "(lane >> 4) * 8);"),   # wrong ldmatrix column for a2 / a3
     ("col[4 * BS_LD]", "col[BS_LD]"),   # wrong row for b1
     # plain TF32: the small terms dropped (what tests/adversarial/sgemm_tf32.cu does), too coarse
-    ("mma_tf32_1688(acc[i][j], a_big, b_small[j]);\n                    mma_tf32_1688(acc[i][j], a_small, b_big[j]);", ""),
+    ("mma_tf32_1688(acc[i][j], a_big, b_small[j]);\n                    mma_tf32_1688(acc[i][j], a_small, b_big[j]);",
+     ""),
 ])
-def test_the_sgemm_3xtf32_emulation_catches_a_pipeline_fragment_or_precision_bug(old: str, new: str, tmp_path: Path) -> None:
+def test_the_sgemm_3xtf32_emulation_catches_a_pipeline_fragment_or_precision_bug(
+    old: str, new: str, tmp_path: Path
+) -> None:
     t = load_tunable("sgemm", "tunable_3xtf32.json")
     broken = t.source.replace(old, new)
     assert broken != t.source
@@ -520,4 +524,5 @@ def test_the_attention_tunable_emulation_catches_a_pipeline_fragment_mask_or_sof
     t = load_tunable("attention_fwd")
     broken = t.source.replace(old, new)
     assert broken != t.source
-    assert attention_failures(broken, t.spec["launch"]["default"], tmp_path, "broken", t.spec["defaults"], PTX_EMU_ATTN, 0.75)
+    assert attention_failures(broken, t.spec["launch"]["default"], tmp_path, "broken", t.spec["defaults"],
+                              PTX_EMU_ATTN, 0.75)

@@ -30,7 +30,8 @@ from kernelopt_mcp.workload import Workload, WorkloadSpec, load_workload, parse_
 from kernelopt_mcp.workload_parts import load_parts
 
 REPO = Path(__file__).resolve().parents[2]
-BASES = {name: json.loads((REPO / "workloads" / name / "workload.json").read_text()) for name in ("vector_add", "sgemm")}
+BASES = {name: json.loads((REPO / "workloads" / name / "workload.json").read_text())
+         for name in ("vector_add", "sgemm")}
 
 FAST = settings(max_examples=60, deadline=2000, suppress_health_check=[HealthCheck.too_slow])
 SLOW = settings(max_examples=25, deadline=5000, suppress_health_check=[HealthCheck.too_slow])
@@ -47,7 +48,8 @@ BAD_EXPRESSIONS = [
     "not " * 120 + "1", "abs(" * 90 + "1" + ")" * 90, "1+" * 240 + "1", "min()", "max()", "ceil_div(1, 0)", "1/0",
     "1//0", "1%0", "0**-1", "log2(0)", "sqrt(-1)", "floor(1e999)", "ceil(1e999 - 1e999)", "(-8)**0.5", "1e999",
     "9" * 499, "9" * 400 + "**64", "__import__('os')", "open('/etc/passwd')", "n.__class__", "[1]", "{}", "lambda: 1",
-    "n if n else 1", "x\u00e9", "\u0661\u0662", "1\x00", "", "   ", "n,", "min(n, key=abs)", "ceil_div(n)", "n[0]", "~n",
+    "n if n else 1", "x\u00e9", "\u0661\u0662", "1\x00", "", "   ", "n,", "min(n, key=abs)",
+    "ceil_div(n)", "n[0]", "~n",
     "n << 70", "True", "'abc'", "b'x'", "1j", "...", "n @ n", "(yield)", "await n", "f'{n}'", "abs(*n)",
 ]
 
@@ -61,7 +63,8 @@ def _deep(depth: int) -> Any:
 
 json_scalars = st.one_of(
     st.none(), st.booleans(),
-    st.integers(), st.integers(min_value=-(2**200), max_value=2**200), st.sampled_from([2**31, 2**63, -(2**63) - 1, 10**100]),
+    st.integers(), st.integers(min_value=-(2**200), max_value=2**200),
+    st.sampled_from([2**31, 2**63, -(2**63) - 1, 10**100]),
     st.floats(allow_nan=True, allow_infinity=True),
     st.text(max_size=40), st.text(min_size=1000, max_size=3000).map(lambda s: s[:3000]),
     st.sampled_from(HOSTILE_PATHS), st.sampled_from(BAD_EXPRESSIONS),
@@ -152,7 +155,9 @@ def workload_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @SLOW
 @given(mutated_specs())
-def test_load_workload_returns_or_raises_a_workload_error_naming_a_path(workload_dir: Path, data: dict[str, Any]) -> None:
+def test_load_workload_returns_or_raises_a_workload_error_naming_a_path(
+    workload_dir: Path, data: dict[str, Any]
+) -> None:
     (workload_dir / "workload.json").write_text(json.dumps(data))
     try:
         wl = load_workload(workload_dir)
@@ -183,7 +188,8 @@ def test_hostile_source_paths_give_a_workload_error_or_a_file(
 
 
 @FAST
-@given(st.binary(max_size=200) | st.sampled_from([b"\xff\xfe{", b"[" * 100_000, b'{"a": ' * 50_000, b"\x00", b"null", b"1e999"]))
+@given(st.binary(max_size=200) | st.sampled_from([b"\xff\xfe{", b"[" * 100_000, b'{"a": ' * 50_000, b"\x00",
+                                                  b"null", b"1e999"]))
 def test_undecodable_or_absurd_workload_json_is_a_workload_error(workload_dir: Path, raw: bytes) -> None:
     (workload_dir / "workload.json").write_bytes(raw)
     with pytest.raises(WorkloadError, match=r"workload\.json"):
@@ -214,7 +220,8 @@ def hostile_parts(draw: st.DrawFn) -> tuple[Any, Any]:
 
 @SLOW
 @given(hostile_parts(), st.sampled_from(HOSTILE_PATHS + [None]), st.sampled_from(HOSTILE_PATHS + [None]))
-def test_load_parts_with_hostile_files(workload_dir: Path, parts: tuple[Any, Any], ref: str | None, init: str | None) -> None:
+def test_load_parts_with_hostile_files(workload_dir: Path, parts: tuple[Any, Any], ref: str | None,
+                                       init: str | None) -> None:
     signature, cases = parts
     sig_path, cases_path = workload_dir / "sig.json", workload_dir / "cases.json"
     sig_path.write_text(json.dumps(signature))
@@ -253,7 +260,8 @@ launch_json = st.one_of(
         optional={"shared_bytes": dims, "extra": json_values},
     ),
     st.fixed_dictionaries({}, optional={
-        "default": st.fixed_dictionaries({"grid": st.lists(dims, max_size=4), "block": st.lists(dims, max_size=4)}) | json_values,
+        "default": st.fixed_dictionaries({"grid": st.lists(dims, max_size=4),
+                                          "block": st.lists(dims, max_size=4)}) | json_values,
         "cases": st.dictionaries(st.text(max_size=10), json_values, max_size=3),
     }),
     json_values,
@@ -264,7 +272,8 @@ scalar_values = st.one_of(
 
 
 @FAST
-@given(launch_json, st.dictionaries(st.sampled_from(["n", "M", "N", "K"]), scalar_values, max_size=4), st.text(max_size=20))
+@given(launch_json, st.dictionaries(st.sampled_from(["n", "M", "N", "K"]), scalar_values, max_size=4),
+       st.text(max_size=20))
 def test_launch_specs_resolve_or_fail_with_launch_config_or_validation_errors(
     data: Any, scalars: dict[str, int | float], case: str
 ) -> None:
@@ -281,12 +290,15 @@ def test_launch_specs_resolve_or_fail_with_launch_config_or_validation_errors(
         return
     for values, limits in ((launch.grid, DeviceLimits().max_grid_dim), (launch.block, DeviceLimits().max_block_dim)):
         assert all(isinstance(v, int) and 1 <= v <= limit for v, limit in zip(values, limits, strict=True))
-    assert launch.threads_per_block <= 1024 and 0 <= launch.shared_bytes <= DeviceLimits().max_shared_bytes_per_block_optin
+    assert (launch.threads_per_block <= 1024
+            and 0 <= launch.shared_bytes <= DeviceLimits().max_shared_bytes_per_block_optin)
 
 
 @FAST
 @given(st.lists(dims, min_size=1, max_size=3), st.lists(dims, min_size=1, max_size=3), dims)
-def test_launch_config_fields_validate_or_raise_validation_error(grid: list[Any], block: list[Any], shared: Any) -> None:
+def test_launch_config_fields_validate_or_raise_validation_error(
+    grid: list[Any], block: list[Any], shared: Any
+) -> None:
     try:
         LaunchConfig(grid=grid, block=block, shared_bytes=shared)
     except ValidationError:
@@ -304,7 +316,8 @@ atoms = st.one_of(
 
 def _combine(inner: st.SearchStrategy[str]) -> st.SearchStrategy[str]:
     ops = st.sampled_from(["+", "-", "*", "/", "//", "%", "**", "<", "<=", "==", "!=", " and ", " or "])
-    funcs = st.sampled_from(["ceil_div", "cdiv", "round_up", "min", "max", "abs", "floor", "ceil", "log2", "sqrt", "pow", "eval"])
+    funcs = st.sampled_from(["ceil_div", "cdiv", "round_up", "min", "max", "abs", "floor", "ceil", "log2", "sqrt",
+                             "pow", "eval"])
     return st.one_of(
         st.tuples(inner, ops, inner).map(lambda t: f"{t[0]}{t[1]}{t[2]}"),
         st.tuples(st.sampled_from(["-", "+", "not ", "~"]), inner).map("".join),
@@ -319,7 +332,9 @@ env = st.dictionaries(st.sampled_from(NAMES), scalar_values, max_size=len(NAMES)
 
 @settings(max_examples=300, deadline=1000)
 @given(expressions, env)
-def test_expressions_evaluate_to_a_number_or_raise_expression_error(text: str, variables: dict[str, int | float]) -> None:
+def test_expressions_evaluate_to_a_number_or_raise_expression_error(
+    text: str, variables: dict[str, int | float]
+) -> None:
     try:
         value = expr.evaluate(text, variables)
     except ExpressionError as exc:

@@ -61,13 +61,14 @@ EMULATED: dict[str, list[Config]] = {
 EXTRA_CASES: dict[str, list[dict[str, int | float]]] = {
     "sgemm": [{"M": 132, "N": 68, "K": 36}, {"M": 65, "N": 260, "K": 20}, {"M": 4, "N": 8, "K": 4}],
     # (with SMEM: 8192 and 20000 columns kept in shared memory at RPB 2, 60000 too long for it: read twice)
-    "softmax": [{"rows": 9, "cols": 1024}, {"rows": 3, "cols": 8192}, {"rows": 2, "cols": 20000}, {"rows": 3, "cols": 4},
-                {"rows": 3, "cols": 60000}],
+    "softmax": [{"rows": 9, "cols": 1024}, {"rows": 3, "cols": 8192}, {"rows": 2, "cols": 20000},
+                {"rows": 3, "cols": 4}, {"rows": 3, "cols": 60000}],
     "layernorm": [{"rows": 9, "cols": 1024, "eps": 1e-5}, {"rows": 3, "cols": 4096, "eps": 1e-5},
                   {"rows": 2, "cols": 20000, "eps": 1e-5}, {"rows": 3, "cols": 4, "eps": 1e-5}],
     "reduce_sum": [{"n": 300000}, {"n": 8}],
     # (rows % ALIGN != 0: ALIGN's shifted windows; 64: its plain path)
-    "transpose": [{"rows": 64, "cols": 128}, {"rows": 130, "cols": 70}, {"rows": 37, "cols": 45}, {"rows": 5, "cols": 3}],
+    "transpose": [{"rows": 64, "cols": 128}, {"rows": 130, "cols": 70}, {"rows": 37, "cols": 45},
+                  {"rows": 5, "cols": 3}],
 }
 
 
@@ -75,7 +76,8 @@ def emulator_program(kernel_source: str) -> str:
     """One C++ translation unit: the shim, the kernel (dynamic shared memory rebound), the driver."""
     kernel = re.sub(r"extern __shared__ (\w+) (\w+)\[\];", r"\1* \2 = reinterpret_cast<\1*>(ko_emu_dyn_smem);",
                     kernel_source)
-    return CUDA_EMU + "static char* ko_emu_dyn_smem;\n#line 1 \"tunable.cu\"\n" + kernel + "\n#line 1 \"driver.cpp\"\n" + DRIVER
+    return (CUDA_EMU + "static char* ko_emu_dyn_smem;\n#line 1 \"tunable.cu\"\n" + kernel
+            + "\n#line 1 \"driver.cpp\"\n" + DRIVER)
 
 
 def build(name: str, source: str, config: Config, directory: Path) -> Path:
@@ -162,7 +164,8 @@ def test_the_emulator_catches_a_missing_barrier_and_a_wrong_index(tmp_path: Path
     first = t.source.index("__syncthreads();", t.source.index("#if ALIGN"))
     assert emulate(Tunable(t.workload, t.spec, t.source[:first] + t.source[first + len("__syncthreads();"):]), aligned,
                    tmp_path / "aligned")
-    off_by_one = Tunable(t.workload, t.spec, t.source.replace("if (oc < cols && r < rows)", "if (oc < cols && r <= rows)"))
+    off_by_one = Tunable(t.workload, t.spec,
+                         t.source.replace("if (oc < cols && r < rows)", "if (oc < cols && r <= rows)"))
     failures = emulate(off_by_one, config, tmp_path)
     assert failures and all("guard words overwritten" in f for f in failures)
 
@@ -460,4 +463,4 @@ int main(int argc, char** argv) {
     std::printf("OK\n");
     return 0;
 }
-"""
+"""  # noqa: E501

@@ -207,7 +207,8 @@ def test_concrete_launch_substitutes_whole_names_only() -> None:
     out = concrete_launch(spec, {"BN": 128, "TN": 8})
     assert out.for_case("x") == LaunchConfig(grid=["ceil_div(N, (128))"], block=["(128) // (8)"], shared_bytes="BNX")
     # tensor maps keep their fields, with the parameters substituted in every list of expressions
-    tma = {"grid": [1], "block": [1], "tensor_maps": [{"buffer": "B", "dims": ["N", "K"], "box": [64, "BN"], "swizzle": "128B"}]}
+    tma = {"grid": [1], "block": [1],
+           "tensor_maps": [{"buffer": "B", "dims": ["N", "K"], "box": [64, "BN"], "swizzle": "128B"}]}
     out = concrete_launch({"launch": {"default": tma}}, {"BN": 128})
     maps = out.for_case("x").tensor_maps
     assert len(maps) == 1 and maps[0].box == [64, "(128)"], maps

@@ -13,7 +13,8 @@ from kernelopt_mcp.errors import WorkloadError
 from kernelopt_mcp.workload import WorkloadSpec, json_schema, load_workload
 from kernelopt_mcp.workload_parts import load_parts
 
-BUNDLED = ["vector_add", "sgemm", "reduce_sum", "softmax", "transpose", "layernorm", "histogram", "gemm_bf16", "attention_fwd"]
+BUNDLED = ["vector_add", "sgemm", "reduce_sum", "softmax", "transpose", "layernorm", "histogram", "gemm_bf16",
+           "attention_fwd"]
 
 
 def _spec(repo: Path) -> dict[str, Any]:
@@ -59,9 +60,11 @@ def test_schema_is_exported_and_describes_the_format() -> None:
     ("mutate", "message"),
     [
         (lambda d: d.pop("signature"), r"workload.json: signature: required field is missing"),
-        (lambda d: d["signature"]["params"][0].update(dtype="float128"), r"signature.params.0.buffer.dtype: Input should be"),
+        (lambda d: d["signature"]["params"][0].update(dtype="float128"),
+         r"signature.params.0.buffer.dtype: Input should be"),
         (lambda d: d["signature"]["params"][0].update(role="sideways"), r"signature.params.0.buffer.role"),
-        (lambda d: d["signature"]["params"][0].update(shape=["m"]), r"shape of 'a' uses m, which is not a scalar parameter"),
+        (lambda d: d["signature"]["params"][0].update(shape=["m"]),
+         r"shape of 'a' uses m, which is not a scalar parameter"),
         (lambda d: d["signature"]["params"][1].update(name="a"), r"parameter names must be unique; repeated: a"),
         (lambda d: d["signature"]["params"][2].update(role="in"), r"at least one buffer with role 'out'"),
         (lambda d: d["signature"].update(entry="bad-name"), r"signature.entry: String should match pattern"),
@@ -72,7 +75,8 @@ def test_schema_is_exported_and_describes_the_format() -> None:
         (lambda d: d["cases"].append(copy.deepcopy(d["cases"][0])), r"case names must be unique; repeated: one"),
         (lambda d: d["inputs"].pop("a"), r"input buffer 'a' has no generator"),
         (lambda d: d["inputs"].update(c={"generator": "uniform"}), r"inputs.c: not an input buffer"),
-        (lambda d: d["inputs"].update(a={"generator": "gaussian"}), r"inputs.a: Input tag 'gaussian' found using 'generator' does not match"),
+        (lambda d: d["inputs"].update(a={"generator": "gaussian"}), r"inputs.a: Input tag 'gaussian' found using "
+         r"'generator' does not match"),
         (lambda d: d["tolerance"].update(a={"rtol": 0.1, "atol": 0.1}), r"tolerance.a: not an output buffer"),
         (lambda d: d["tolerance"]["c"].update(rtol=0.9), r"tolerance.c.rtol: Input should be less than 0.5"),
         (lambda d: d.update(colour="blue"), r"colour: unknown field; remove it or check its spelling"),
@@ -80,7 +84,8 @@ def test_schema_is_exported_and_describes_the_format() -> None:
         (lambda d: d["reference"].pop("launch"), r"reference.launch: required when reference.cuda is given"),
         (lambda d: d["reference"].update(cuda="missing.cu"), r"missing.cu: reference.cuda not found"),
         (lambda d: d["reference"].update(python=None, cuda=None), r"give a NumPy oracle .* and/or a CUDA reference"),
-        (lambda d: d["initial"]["launch"].update(block=[0]), r"initial.launch.default.block: 0 must be an integer >= 1"),
+        (lambda d: d["initial"]["launch"].update(block=[0]),
+         r"initial.launch.default.block: 0 must be an integer >= 1"),
         (lambda d: d["initial"]["launch"].update(grid=["ceil_div(n,"]), r"initial.launch.*cannot parse"),
     ],
 )
