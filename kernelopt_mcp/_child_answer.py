@@ -37,7 +37,8 @@ class Answer:
             os.replace(tmp, self.path)
 
 
-def main(argv: list[str], module: str, fresh: dict[str, Any], run: Callable[[dict[str, Any], Answer], None], what: str) -> int:
+def main(argv: list[str], module: str, fresh: dict[str, Any], run: Callable[[dict[str, Any], Answer], None],
+         what: str) -> int:
     """``python -m MODULE REQUEST.json``: ``run`` the request into a fresh answer (``fresh``, copied),
     an unexpected exception recorded as the answer's error (``what`` failed: ...), what was done kept."""
     if len(argv) != 1:

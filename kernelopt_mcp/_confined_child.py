@@ -165,7 +165,8 @@ def supervise(config: dict[str, Any]) -> int:
         if not found:
             return _refuse(f"{module} cannot be imported by {sys.executable}", missing=module)
     try:
-        child = subprocess.Popen([sys.executable, "-I", "-B", __file__, "--child", json.dumps(config)], stdin=subprocess.DEVNULL)
+        child = subprocess.Popen([sys.executable, "-I", "-B", __file__, "--child", json.dumps(config)],
+                                 stdin=subprocess.DEVNULL)
     except OSError as exc:
         return _refuse(f"cannot start the child: {exc}")
     code = _wait(child, config["timeout_s"])
@@ -208,7 +209,8 @@ def _path_of_what_runs(execute: list[str]) -> None:
     PATH)."""
     roots = [os.path.realpath(p) for p in execute]
     kept = [d for d in os.environ.get("PATH", "").split(os.pathsep)
-            if d and any(os.path.realpath(d) == r or os.path.realpath(d).startswith(r.rstrip("/") + "/") for r in roots)]
+            if d and any(os.path.realpath(d) == r or os.path.realpath(d).startswith(r.rstrip("/") + "/")
+                         for r in roots)]
     os.environ["PATH"] = os.pathsep.join(kept)
 
 

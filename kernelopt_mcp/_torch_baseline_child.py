@@ -136,7 +136,8 @@ def compiled_times(
         from torch.utils._triton import has_triton
 
         if not has_triton():
-            return None, "torch.compile not run: triton is not installed or finds no usable GPU (pip install triton)", None
+            return (None,
+                    "torch.compile not run: triton is not installed or finds no usable GPU (pip install triton)", None)
     except ImportError:
         pass
     try:
@@ -154,12 +155,14 @@ def compiled_times(
 
 
 def time_case(
-    torch: Any, source: Any, case: dict[str, Any], device: Any, flush: _Flush, request: dict[str, Any], entry: dict[str, Any],
+    torch: Any, source: Any, case: dict[str, Any], device: Any, flush: _Flush, request: dict[str, Any],
+    entry: dict[str, Any],
     answer: Answer,
 ) -> None:
     """One case: the module built, timed eagerly (the answer written), then compiled and timed."""
     try:
-        model, inputs = build(torch, source, {k: int(v) for k, v in case["values"].items()}, device, int(request["seed"]))
+        model, inputs = build(torch, source, {k: int(v) for k, v in case["values"].items()}, device,
+                              int(request["seed"]))
     except Exception as exc:  # noqa: BLE001 - the problem's own code may raise anything
         entry["eager_note"] = f"the module could not be built on the GPU: {line(exc)}"
         entry["compile_note"] = "torch.compile not run: the module could not be built"
@@ -198,7 +201,8 @@ def time_problem(torch: Any, problem: dict[str, Any], device: Any, flush: _Flush
         entry["error"] = line(exc)
         return
     for case in problem["cases"]:
-        record: dict[str, Any] = {"name": case["name"], "eager": None, "eager_note": None, "compile": None, "compile_note": None}
+        record: dict[str, Any] = {"name": case["name"], "eager": None, "eager_note": None, "compile": None,
+                                  "compile_note": None}
         entry["cases"].append(record)
         time_case(torch, source, case, device, flush, request, record, answer)
         answer.write()
@@ -215,12 +219,13 @@ def start_cuda(torch: Any, ordinal: int) -> tuple[Any, dict[str, Any]]:
     except Exception as exc:  # noqa: BLE001 - no driver, no device, a driver too old for this torch
         # a machine without a GPU says "no NVIDIA driver"; a driver call the child's confinement
         # refused says "OS call failed" (CUDA error 304): name both, so neither reads as the other
-        hint = " (a driver call refused inside the confined child?)" if "304" in str(exc) or "OS call failed" in str(exc) else ""
-        return None, {"error": f"torch {torch.__version__} could not start CUDA in the timing child{hint} ({line(exc)})",
-                      "blocked": True}
+        hint = (" (a driver call refused inside the confined child?)"
+                if "304" in str(exc) or "OS call failed" in str(exc) else "")
+        return None, {"error": f"torch {torch.__version__} could not start CUDA in the timing child{hint} "
+                      f"({line(exc)})", "blocked": True}
     if not 0 <= ordinal < count:
-        return None, {"error": f"torch {torch.__version__} sees {count} CUDA device(s); device {ordinal} is not one of them",
-                      "blocked": True}
+        return None, {"error": f"torch {torch.__version__} sees {count} CUDA device(s); device {ordinal} is not one of "
+                      "them", "blocked": True}
     device = torch.device("cuda", ordinal)
     torch.cuda.set_device(device)
     props = torch.cuda.get_device_properties(device)
@@ -300,8 +305,8 @@ def problem_entry(raw: dict[str, Any], problem: dict[str, Any]) -> dict[str, Any
         cases.append({"name": c["name"], "eager": _times(c.get("eager")), "eager_note": _text(c.get("eager_note")),
                       "compile": _times(c.get("compile")), "compile_note": _text(c.get("compile_note")),
                       "compile_s": _seconds(c.get("compile_s"))})
-    return {"label": problem.get("label"), "cases": cases, "error": _text(raw.get("error")), "finished": raw.get("finished") is True,
-            "cuda_s": _seconds(raw.get("cuda_s"))}
+    return {"label": problem.get("label"), "cases": cases, "error": _text(raw.get("error")),
+            "finished": raw.get("finished") is True, "cuda_s": _seconds(raw.get("cuda_s"))}
 
 
 def _ended(status: int | None, timeout_s: float, cases: int) -> str:
@@ -343,7 +348,8 @@ def run(request: dict[str, Any], answer: Answer) -> None:
         # the job reads its problem in its own directory: it may read nothing else of this staging directory
         mine = {**problem, "problem": shutil.copy(problem["problem"], job)}
         began = time.monotonic()
-        status = run_confined_job(str(job), functools.partial(time_job, torch, mine, request, job / "entry.json"), timeout_s)
+        status = run_confined_job(str(job),
+                                  functools.partial(time_job, torch, mine, request, job / "entry.json"), timeout_s)
         entry = problem_entry(_read(job / "entry.json"), problem)
         entry["seconds"] = round(time.monotonic() - began, 3)  # its CUDA context's start included
         if not entry["finished"]:  # killed at its deadline, or its process ended part way

@@ -151,7 +151,8 @@ def run_confined_python(
     confine = "landlock"
     if not limits.landlock or landlock_abi() < 1:
         if not limits.accept_unconfined:
-            reason = "Landlock is turned off (KERNELOPT_COMPILE_LANDLOCK=0)" if not limits.landlock else "this kernel has no Landlock"
+            reason = ("Landlock is turned off (KERNELOPT_COMPILE_LANDLOCK=0)" if not limits.landlock
+                      else "this kernel has no Landlock")
             return ChildResult(None, refused=f"the child cannot be confined ({reason}); run on a kernel with Landlock "
                                "(Linux >= 5.13), or accept unconfined code runners (--unconfined-compiler)")
         confine = "none"
@@ -160,7 +161,8 @@ def run_confined_python(
     home.mkdir(exist_ok=True)
     tmp.mkdir(exist_ok=True)
     config = {
-        "module": module, "args": list(args), "python_path": [str(p) for p in python_path], "read": [str(p) for p in read],
+        "module": module, "args": list(args), "python_path": [str(p) for p in python_path],
+        "read": [str(p) for p in read],
         "write": [str(staging)], "requires": list(requires), "timeout_s": limits.timeout_s, "confine": confine,
         "execute": [str(p) for p in execute], "gpu": gpu, "each_job": each_job,
         "memory_mb": limits.memory_cap_mb(), "cpu_s": limits.cpu_cap_s(), "fsize_mb": limits.fsize_mb,
@@ -184,7 +186,8 @@ def run_confined_python(
         try:
             answer = json.loads(out.split(b"\n", 1)[0])
             missing = answer.get("missing")
-            return ChildResult(code, out, tail, refused=str(answer["refused"]), missing=str(missing) if missing else None)
+            return ChildResult(code, out, tail, refused=str(answer["refused"]),
+                               missing=str(missing) if missing else None)
         except (ValueError, KeyError, TypeError, AttributeError):
             pass  # the module's own exit code 125
     return ChildResult(code, out, tail, timed_out=code in (None, TIMED_OUT))

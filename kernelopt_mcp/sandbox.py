@@ -82,7 +82,8 @@ def vm_kib() -> dict[str, int]:
 
 
 class _RulesetAttr(ctypes.Structure):
-    _fields_ = [("handled_access_fs", ctypes.c_uint64), ("handled_access_net", ctypes.c_uint64), ("scoped", ctypes.c_uint64)]
+    _fields_ = [("handled_access_fs", ctypes.c_uint64), ("handled_access_net", ctypes.c_uint64),
+                ("scoped", ctypes.c_uint64)]
 
 
 class _PathBeneathAttr(ctypes.Structure):
@@ -107,7 +108,8 @@ def landlock_abi() -> int:
         libc = _libc()
     except OSError:
         return 0
-    abi = libc.syscall(ctypes.c_long(_SYS_CREATE_RULESET), None, ctypes.c_size_t(0), ctypes.c_uint32(_CREATE_RULESET_VERSION))
+    abi = libc.syscall(ctypes.c_long(_SYS_CREATE_RULESET), None, ctypes.c_size_t(0),
+                       ctypes.c_uint32(_CREATE_RULESET_VERSION))
     return int(abi) if abi > 0 else 0
 
 
@@ -138,7 +140,8 @@ def restrict(
     """
     abi = landlock_abi()
     if abi < 1:
-        raise LandlockError(errno.EOPNOTSUPP, "Landlock is not available in this kernel (needs Linux >= 5.13 with lsm=landlock)")
+        raise LandlockError(errno.EOPNOTSUPP,
+                            "Landlock is not available in this kernel (needs Linux >= 5.13 with lsm=landlock)")
     libc = _libc()
     handled = fs_rights(abi)
     attr = _RulesetAttr(handled_access_fs=handled)
@@ -171,7 +174,8 @@ def restrict(
                     if not allowed:
                         continue  # list_only on a file
                     rule = _PathBeneathAttr(allowed_access=allowed, parent_fd=pfd)
-                    if libc.syscall(ctypes.c_long(_SYS_ADD_RULE), ctypes.c_int(fd), ctypes.c_int(_RULE_PATH_BENEATH), ctypes.byref(rule), ctypes.c_uint32(0)) < 0:
+                    if libc.syscall(ctypes.c_long(_SYS_ADD_RULE), ctypes.c_int(fd), ctypes.c_int(_RULE_PATH_BENEATH),
+                                    ctypes.byref(rule), ctypes.c_uint32(0)) < 0:
                         err = ctypes.get_errno()
                         raise LandlockError(err, f"landlock_add_rule({path}) failed: {os.strerror(err)}")
                     kept.append(path)
@@ -245,7 +249,8 @@ def _filter_program(arch: str, pid: int, *, unix_sockets: bool = False) -> list[
     could reach anything with (connect, sendto, sendmsg, sendmmsg) fails with ENOENT, as where no
     daemon listens; socketpair stays refused, so the socket reaches nothing."""
     audit, socket_nr, socketpair_nr, kill_nr, tkill_nr, tgkill_nr = _SYSCALLS[arch]
-    ld, jeq, jge, ret = 0x20, 0x15, 0x35, 0x06  # BPF_LD|BPF_W|BPF_ABS, BPF_JMP|BPF_JEQ|BPF_K, ...|BPF_JGE, BPF_RET|BPF_K
+    # BPF_LD|BPF_W|BPF_ABS, BPF_JMP|BPF_JEQ|BPF_K, ...|BPF_JGE, BPF_RET|BPF_K
+    ld, jeq, jge, ret = 0x20, 0x15, 0x35, 0x06
     lines: list[tuple[str | None, int, str | int, str | int, int]] = [
         (None, ld, 0, 0, 4),  # arch
         (None, jeq, 0, "deny", audit),
@@ -296,7 +301,8 @@ def restrict_syscalls(*, unix_sockets: bool = False) -> str:
     if libc.prctl(ctypes.c_int(_PR_SET_NO_NEW_PRIVS), ctypes.c_ulong(1), zero, zero, zero) != 0:
         err = ctypes.get_errno()
         raise LandlockError(err, f"prctl(PR_SET_NO_NEW_PRIVS) failed: {os.strerror(err)}")
-    if libc.prctl(ctypes.c_int(_PR_SET_SECCOMP), ctypes.c_ulong(_SECCOMP_MODE_FILTER), ctypes.byref(fprog), zero, zero) != 0:
+    if libc.prctl(ctypes.c_int(_PR_SET_SECCOMP), ctypes.c_ulong(_SECCOMP_MODE_FILTER), ctypes.byref(fprog),
+                  zero, zero) != 0:
         err = ctypes.get_errno()
         raise LandlockError(err, f"prctl(PR_SET_SECCOMP) failed: {os.strerror(err)}")
     return "seccomp: no sockets" + (" but unconnected UNIX ones" if unix_sockets else "") + ", no signals out"

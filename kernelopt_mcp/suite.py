@@ -43,7 +43,8 @@ from .torch_problem import TorchProblemError
 
 __all__ = ["NOT_MEASURED", "TORCH_MISSING", "SolutionOutcome", "SuiteOptions", "find_problems", "run_suite"]
 
-NOT_MEASURED = "not measured (PyTorch eager and torch.compile are timed on the GPU for imported problems, unless --no-baselines)"
+NOT_MEASURED = ("not measured (PyTorch eager and torch.compile are timed on the GPU for imported problems, unless "
+                "--no-baselines)")
 TORCH_MISSING = "torch is not installed (pip install torch)"
 PROBLEM_FILE = re.compile(r"^(\d+)_\w+\.py$")
 
@@ -155,7 +156,8 @@ def run_suite(
         measured = entry["imported"] and "eager_note" in entry
         records.append(ProblemRecord(
             problem=key, level=level, imported=entry["imported"], refusal=entry.get("refusal"),
-            status=entry.get("status"), ours_ms=entry.get("ours_ms"), eager_ms=entry.get("eager_ms") if measured else None,
+            status=entry.get("status"), ours_ms=entry.get("ours_ms"),
+            eager_ms=entry.get("eager_ms") if measured else None,
             compile_ms=entry.get("compile_ms") if measured else None,
             eager_note=entry.get("eager_note") if measured else NOT_MEASURED,
             compile_note=entry.get("compile_note") if measured else NOT_MEASURED,
@@ -222,7 +224,8 @@ def _evaluate(options: SuiteOptions, level: int, path: Path, entry: dict[str, An
 
 
 def _time_baselines(
-    keys: list[str], entries: dict[str, dict[str, Any]], baseline: Baseline, progress: Callable[[int, int, str], None] | None,
+    keys: list[str], entries: dict[str, dict[str, Any]], baseline: Baseline,
+    progress: Callable[[int, int, str], None] | None,
     save: Callable[[], None], stop_at: float | None = None,
 ) -> None:
     """Every imported problem's baselines, :data:`BASELINE_BATCH` problems to a timing child (the
@@ -233,8 +236,8 @@ def _time_baselines(
         batch = keys[start:start + BASELINE_BATCH]
         if stop_at is not None and _clock() >= stop_at:
             if progress:
-                progress(start, len(keys), f"PyTorch baselines: the time budget is spent; {len(keys) - start} problem(s) "
-                         "left for the next run")
+                progress(start, len(keys), f"PyTorch baselines: the time budget is spent; {len(keys) - start} "
+                         "problem(s) left for the next run")
             return
         began = time.perf_counter()
         reports = [blocked] * len(batch) if blocked else baseline([Path(entries[k]["workload"]) for k in batch])

@@ -2,7 +2,8 @@
 
 An imported PyTorch problem (``kernelopt import-torch``) keeps its problem file as ``problem.py``
 in the workload. :func:`measure_baselines` runs that module on the GPU in a confined child
-(:mod:`._torch_baseline_child` under :func:`~.confined_python.run_torch_child`: never in this process) and times it for each performance case, eager and compiled,
+(:mod:`._torch_baseline_child` under :func:`~.confined_python.run_torch_child`: never in this
+process) and times it for each performance case, eager and compiled,
 by the rules the harness times a candidate by (``warmup`` then ``iterations`` calls, a CUDA event
 pair around each, L2 flushed between calls outside the timed window, the precision stop where
 asked); the times are summarized with the harness's statistics (:func:`.evaluation.stats.summarize`).
@@ -45,8 +46,10 @@ from .torch_comparison import COMPILE_MODE, BaselineTiming, CaseComparison, Torc
 from .workload import Workload
 
 __all__ = [
-    "COMPILE_MODE", "BaselineCache", "BaselineJob", "BaselineOptions", "BaselineReport", "BaselineTiming", "CaseBaseline",
-    "TorchComparison", "baseline_timing", "compare", "imported_problem", "measure_baselines", "measure_batch", "performance_sizes",
+    "COMPILE_MODE", "BaselineCache", "BaselineJob", "BaselineOptions", "BaselineReport", "BaselineTiming",
+    "CaseBaseline",
+    "TorchComparison", "baseline_timing", "compare", "imported_problem", "measure_baselines", "measure_batch",
+    "performance_sizes",
     "settings_baselines", "settings_batch_baselines", "torch_version", "workload_baselines", "workloads_baselines",
 ]
 
@@ -78,7 +81,8 @@ class BaselineOptions:
     timeout_s: float = BASELINE_TIMEOUT_S
 
     @classmethod
-    def following(cls, options: EvaluateOptions, *, compile: bool = True, timeout_s: float = BASELINE_TIMEOUT_S) -> BaselineOptions:
+    def following(cls, options: EvaluateOptions, *, compile: bool = True,
+                  timeout_s: float = BASELINE_TIMEOUT_S) -> BaselineOptions:
         """The timing rules of ``options`` (warm-up, iterations, L2 flush, the precision stop)."""
         return cls(warmup=options.warmup, iterations=options.iterations, flush_l2=options.flush_l2, stop=options.stop,
                    precision_rse=options.adaptive_rse or PRECISION_RSE, max_ms=options.adaptive_max_ms,
@@ -147,7 +151,8 @@ class BaselineReport(BaseModel):
             return None
         if self.note:
             return self.note
-        notes = [f"{c.case}: {n}" for c in self.cases if getattr(c, which) is None and (n := getattr(c, f"{which}_note"))]
+        notes = [f"{c.case}: {n}" for c in self.cases
+                 if getattr(c, which) is None and (n := getattr(c, f"{which}_note"))]
         return "; ".join(notes) or "not measured"
 
 
@@ -197,7 +202,8 @@ class BaselineJob:
 
 
 def measure_baselines(
-    problem_text: str, cases: Sequence[tuple[str, dict[str, int]]], *, device: int, options: BaselineOptions | None = None,
+    problem_text: str, cases: Sequence[tuple[str, dict[str, int]]], *, device: int,
+    options: BaselineOptions | None = None,
     label: str = PROBLEM_FILE, seed: int = 0, python: str = sys.executable, python_path: Sequence[str] = (),
     limits: ChildLimits | None = None, workdir: Path | None = None,
 ) -> BaselineReport:
@@ -247,14 +253,16 @@ def measure_batch(
         if not started:  # a child that started none would start none again
             why = _report(answer, {}, "", options, stopped=stopped, limit_s=limits.timeout_s).note
             for i in pending:
-                reports[i] = BaselineReport.unmeasured(why or "the timing child started no problem", sha256_text(jobs[i].problem_text))
+                reports[i] = BaselineReport.unmeasured(why or "the timing child started no problem",
+                                                       sha256_text(jobs[i].problem_text))
             break
         pending = pending[len(started):]
     return [r if r is not None else BaselineReport.unmeasured("not timed") for r in reports]
 
 
 def _run_child(
-    batch: Sequence[BaselineJob], device: int, options: BaselineOptions, seed: int, python: str, python_path: Sequence[str],
+    batch: Sequence[BaselineJob], device: int, options: BaselineOptions, seed: int, python: str,
+    python_path: Sequence[str],
     limits: ChildLimits, workdir: Path | None,
 ) -> tuple[dict[str, Any] | BaselineReport, str | None]:
     """One child over ``batch``: its answer and, where it ended before the end, why (None: it
@@ -266,7 +274,8 @@ def _run_child(
         for k, job in enumerate(batch):
             path = staging / (PROBLEM_FILE if len(batch) == 1 else f"problem_{k}.py")
             path.write_text(job.problem_text, encoding="utf-8")
-            problems.append({"problem": str(path), "label": job.label, "cases": [{"name": n, "values": v} for n, v in job.cases]})
+            problems.append({"problem": str(path), "label": job.label,
+                             "cases": [{"name": n, "values": v} for n, v in job.cases]})
         request = {"answer": str(answer_path), "device": device, "seed": seed, "problems": problems,
                    "problem_timeout_s": limits.timeout_s, **options.timing()}
         (staging / "request.json").write_text(json.dumps(request))
@@ -285,9 +294,11 @@ def _run_child(
         if result.refused is not None:
             if result.missing == "torch":
                 return BaselineReport.unmeasured(
-                    f"PyTorch eager and torch.compile not timed: torch is not installed for {python} (pip install torch)",
+                    f"PyTorch eager and torch.compile not timed: torch is not installed for {python} (pip install "
+                    "torch)",
                     blocked=True), None
-            return BaselineReport.unmeasured(f"PyTorch eager and torch.compile not timed: {result.refused}", blocked=True), None
+            return BaselineReport.unmeasured(f"PyTorch eager and torch.compile not timed: {result.refused}",
+                                             blocked=True), None
         try:
             answer: dict[str, Any] = json.loads(answer_path.read_text())
         except (OSError, ValueError):
@@ -306,8 +317,8 @@ def _run_child(
         shutil.rmtree(staging, ignore_errors=True)
 
 
-def _report(answer: dict[str, Any], entry: dict[str, Any], digest: str, options: BaselineOptions, *, stopped: str | None,
-            limit_s: float) -> BaselineReport:
+def _report(answer: dict[str, Any], entry: dict[str, Any], digest: str, options: BaselineOptions, *,
+            stopped: str | None, limit_s: float) -> BaselineReport:
     """One problem's entry of a child's answer as a report (``stopped``: the child ended early)."""
     version, device_name = answer.get("torch_version"), answer.get("device_name")
     cases = []
@@ -326,7 +337,8 @@ def _report(answer: dict[str, Any], entry: dict[str, Any], digest: str, options:
     if note:
         note = f"PyTorch eager and torch.compile not timed: {note}" if not cases else note
     elif not entry.get("finished"):
-        note = (f"the timing child ran past its {limit_s:.0f} s deadline after {len(cases)} case(s)" if stopped == "timed out"
+        note = (f"the timing child ran past its {limit_s:.0f} s deadline after {len(cases)} case(s)"
+                if stopped == "timed out"
                 else f"the timing child stopped ({stopped or 'no answer'}) after {len(cases)} case(s)")
     return BaselineReport(problem_sha256=digest, cases=cases, note=note, options=options.timing(),
                           seconds=entry.get("seconds"), startup_s=answer.get("startup_s"), cuda_s=entry.get("cuda_s"))
@@ -366,7 +378,8 @@ class BaselineCache:
         self.root = root
 
     @staticmethod
-    def key(problem_sha256: str, case: str, values: dict[str, int], device_name: str, version: str, options: BaselineOptions) -> str:
+    def key(problem_sha256: str, case: str, values: dict[str, int], device_name: str, version: str,
+            options: BaselineOptions) -> str:
         data = {"problem": problem_sha256, "case": case, "values": values, "device": device_name, "torch": version,
                 "timing": options.timing()}
         return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()
@@ -413,14 +426,16 @@ def _plan(workload: Workload, cache: BaselineCache | None, key: Any) -> _Planned
 
     path = imported_problem(workload)
     if path is None:
-        return BaselineReport.unmeasured(f"{workload.name} is not an imported PyTorch problem (no {PROBLEM_FILE}): no PyTorch baseline")
+        return BaselineReport.unmeasured(f"{workload.name} is not an imported PyTorch problem (no {PROBLEM_FILE}): no "
+                                         "PyTorch baseline")
     try:
         text = path.read_text(encoding="utf-8")
         source = parse_problem(text, path.name)
     except (OSError, UnicodeDecodeError, TorchProblemError) as exc:
         return BaselineReport.unmeasured(f"PyTorch eager and torch.compile not timed: {path}: {exc}")
     digest = sha256_text(text)
-    planned = _Planned(digest, path.name, text, performance_sizes(workload, {c.name: c.value for c in source.constants}), {})
+    planned = _Planned(digest, path.name, text,
+                       performance_sizes(workload, {c.name: c.value for c in source.constants}), {})
     if cache is not None and key is not None:
         for name, values in planned.sizes:
             hit = cache.get(key(digest, name, values))
@@ -458,11 +473,13 @@ def workloads_baselines(
             continue
         report = measured.get(i) or BaselineReport(problem_sha256=plan.digest, options=options.timing())
         if keyed:
+            assert cache is not None  # keyed: a cache was given
             for record in report.cases:
                 if record.eager is not None and record.torch_version == version:
-                    cache.put(key(plan.digest, record.case, dict(plan.sizes)[record.case]), record)  # type: ignore[union-attr]
+                    cache.put(key(plan.digest, record.case, dict(plan.sizes)[record.case]), record)
         by_case = {c.case: c for c in report.cases}
-        report.cases = [plan.found.get(n) or by_case.get(n) or CaseBaseline(case=n, eager_note=report.note or "not timed",
+        report.cases = [plan.found.get(n) or by_case.get(n)
+                        or CaseBaseline(case=n, eager_note=report.note or "not timed",
                                                                               compile_note=report.note or "not timed")
                         for n, _ in plan.sizes]
         if report.note and all(c.cached for c in report.cases):
@@ -488,7 +505,8 @@ def settings_baselines(
 
 
 def settings_batch_baselines(
-    settings: Settings, workloads: Sequence[Workload], device: DeviceInfo, options: EvaluateOptions, *, compile: bool = True,
+    settings: Settings, workloads: Sequence[Workload], device: DeviceInfo, options: EvaluateOptions, *,
+    compile: bool = True,
     workdir: Path | None = None,
 ) -> list[BaselineReport]:
     """:func:`workloads_baselines` as the CLI runs them (see :func:`settings_baselines`): one child
@@ -516,7 +534,8 @@ def compare(result: EvaluationResult, report: BaselineReport) -> TorchComparison
     first = report.cases[0] if report.cases else None
     out = TorchComparison(
         torch_version=first.torch_version if first else None, device_name=first.device_name if first else None,
-        mode=first.mode if first else COMPILE_MODE, note=report.note, cached=bool(report.cases) and all(c.cached for c in report.cases),
+        mode=first.mode if first else COMPILE_MODE, note=report.note,
+        cached=bool(report.cases) and all(c.cached for c in report.cases),
         ours_ms=result.score_ms, eager_ms=report.geomean_ms("eager"), compile_ms=report.geomean_ms("compile"),
         eager_note=report.why_missing("eager"), compile_note=report.why_missing("compile"),
     )
@@ -524,7 +543,8 @@ def compare(result: EvaluationResult, report: BaselineReport) -> TorchComparison
         mine = ours.get(c.case)
         out.cases.append(CaseComparison(
             case=c.case, ours_ms=mine, eager=c.eager, compile=c.compile, speedup_eager=_ratio(c.eager, mine),
-            speedup_compile=_ratio(c.compile, mine), eager_note=c.eager_note, compile_note=c.compile_note, cached=c.cached,
+            speedup_compile=_ratio(c.compile, mine), eager_note=c.eager_note, compile_note=c.compile_note,
+            cached=c.cached,
         ))
     out.speedup_eager = _ratio(out.eager_ms, out.ours_ms)
     out.speedup_compile = _ratio(out.compile_ms, out.ours_ms)

@@ -29,14 +29,18 @@ from kernelopt_mcp.sandbox import landlock_abi
 
 KERNEL = 'extern "C" __global__ void k(float* x) { x[0] = 1; }\n'
 CR_REPRO = '\r#include "PATH"\n' + KERNEL
-DIGIT_SEPARATOR_REPRO = "__device__ int a = 1'2; __device__ const char* b = \"'/*\";\n#include \"PATH\"\n// */\n" + KERNEL
+DIGIT_SEPARATOR_REPRO = ("__device__ int a = 1'2; __device__ const char* b = \"'/*\";\n#include \"PATH\"\n// */\n"
+                         + KERNEL)
 
-needs_landlock = pytest.mark.skipif(landlock_abi() < 1, reason="this kernel has no Landlock (see test_without_landlock_*)")
+SANDBOX_PY = str(Path(compile_pool.__file__).with_name("sandbox.py"))  # loaded by path, as the workers do
+needs_landlock = pytest.mark.skipif(landlock_abi() < 1, reason="this kernel has no Landlock (see "
+                                    "test_without_landlock_*)")
 
 
 def everything(result: compiler.CompileResult) -> str:
     """All a client could see of a compile result."""
-    return "\n".join([result.model_dump_json(), result.log, result.summary(), result.ptx or "", repr(result.cubin or b"")])
+    return "\n".join([result.model_dump_json(), result.log, result.summary(), result.ptx or "",
+                      repr(result.cubin or b"")])
 
 
 @pytest.fixture
@@ -83,7 +87,8 @@ def test_the_scanner_still_refuses_the_repros_first(secret_file: tuple[Path, str
 
 @needs_landlock
 def test_headers_still_compile_confined() -> None:
-    src = "#include <cuda_fp16.h>\n#include <cuda_bf16.h>\n#include <cooperative_groups.h>\n#include <cuda/std/atomic>\n"
+    src = ("#include <cuda_fp16.h>\n#include <cuda_bf16.h>\n#include <cooperative_groups.h>\n"
+           "#include <cuda/std/atomic>\n")
     src += 'extern "C" __global__ void k(__half* h) { h[0] = __float2half(1.0f); }\n'
     result = compile_kernel(src, cache=CompileCache())
     assert result.ok, result.log
@@ -168,7 +173,7 @@ def test_restrict_confines_files_network_and_children(tmp_path: Path) -> None:
     (outside / "secret").write_text("no")
     code = textwrap.dedent(f"""
         import importlib.util, socket, subprocess, sys
-        spec = importlib.util.spec_from_file_location("sb", {str(Path(compile_pool.__file__).with_name("sandbox.py"))!r})
+        spec = importlib.util.spec_from_file_location("sb", {SANDBOX_PY!r})
         sb = importlib.util.module_from_spec(spec); sys.modules["sb"] = sb; spec.loader.exec_module(sb)
         listener = socket.socket(); listener.bind(("127.0.0.1", 0)); listener.listen(); port = listener.getsockname()[1]
         done = sb.restrict(read=[{str(allowed)!r}], write=[{str(scratch)!r}])
@@ -207,7 +212,8 @@ def test_restrict_confines_files_network_and_children(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("unix_sockets", [False, True])
-def test_the_seccomp_filter_lets_a_cuda_child_make_a_unix_socket_that_reaches_nothing(tmp_path: Path, unix_sockets: bool) -> None:
+def test_the_seccomp_filter_lets_a_cuda_child_make_a_unix_socket_that_reaches_nothing(tmp_path: Path,
+                                                                                      unix_sockets: bool) -> None:
     """restrict_syscalls: no socket at all by default; for a child that runs CUDA (the driver makes
     a UNIX socket as it starts, and fails with error 304 without one) a UNIX socket may be made,
     but it cannot connect to a listener by path (an ssh agent's, docker's) nor send to one, and
@@ -218,7 +224,7 @@ def test_the_seccomp_filter_lets_a_cuda_child_make_a_unix_socket_that_reaches_no
     listener.listen()
     code = textwrap.dedent(f"""
         import importlib.util, socket, sys
-        spec = importlib.util.spec_from_file_location("sb", {str(Path(compile_pool.__file__).with_name("sandbox.py"))!r})
+        spec = importlib.util.spec_from_file_location("sb", {SANDBOX_PY!r})
         sb = importlib.util.module_from_spec(spec); sys.modules["sb"] = sb; spec.loader.exec_module(sb)
         print(sb.restrict_syscalls(unix_sockets={unix_sockets!r}))
         def attempt(what, fn):
@@ -263,7 +269,7 @@ def test_the_seccomp_filter_refuses_every_way_to_signal_or_reach_another_process
     victim = subprocess.Popen(["sleep", "60"])
     code = textwrap.dedent(f"""
         import ctypes, importlib.util, os, signal, sys
-        spec = importlib.util.spec_from_file_location("sb", {str(Path(compile_pool.__file__).with_name("sandbox.py"))!r})
+        spec = importlib.util.spec_from_file_location("sb", {SANDBOX_PY!r})
         sb = importlib.util.module_from_spec(spec); sys.modules["sb"] = sb; spec.loader.exec_module(sb)
         libc = ctypes.CDLL(None, use_errno=True)
         victim = {victim.pid}

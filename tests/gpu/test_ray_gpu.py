@@ -44,14 +44,16 @@ def cluster() -> Iterator[str]:
 
 
 def test_devices_and_ray_find_the_best_configuration_todays_path_finds(
-    cluster: str, harness_binary: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
+    cluster: str, harness_binary: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
 ) -> None:
     _, space = small_space(find_workload("sgemm", Settings()), tmp_path / "space")
     results = {}
     for name, extra in (("today", []), ("devices", ["--devices", "0"]), ("ray", ["--ray", "auto"])):
         monkeypatch.setenv("KERNELOPT_CACHE", str(tmp_path / f"cache-{name}"))  # each measures everything itself
-        argv = ["tune", "sgemm", str(space), "--strategy", "exhaustive", "--time-all", "--warmup", "5", "--iterations", "30",
-                "--timeout", "120", "--seed", "7", "--harness", str(harness_binary), "-o", str(tmp_path / name), "--json", *extra]
+        argv = ["tune", "sgemm", str(space), "--strategy", "exhaustive", "--time-all", "--warmup", "5", "--iterations",
+                "30", "--timeout", "120", "--seed", "7", "--harness", str(harness_binary), "-o", str(tmp_path / name),
+                "--json", *extra]
         assert main(argv) == 0, name
         out = capsys.readouterr().out
         results[name], _ = json.JSONDecoder().raw_decode(out[out.index("{"):])  # Ray may print a line of its own
@@ -59,10 +61,13 @@ def test_devices_and_ray_find_the_best_configuration_todays_path_finds(
     scores = {name: {json.dumps(r["params"], sort_keys=True): r["score_ms"] for r in res["table"] if r.get("score_ms")}
               for name, res in results.items()}
     for name, res in results.items():
-        assert res["counts"]["measured"] == today["counts"]["measured"] and res["counts"]["ok"] == today["counts"]["ok"], name
+        assert (res["counts"]["measured"] == today["counts"]["measured"]
+                and res["counts"]["ok"] == today["counts"]["ok"]), name
         best = json.dumps(res["best_params"], sort_keys=True)
         # the same best, or one within 5% of it by today's own measurement (two tiles can tie on a GPU)
-        assert best in scores["today"] and scores["today"][best] <= 1.05 * min(scores["today"].values()), (name, res["best_params"])
+        assert (best in scores["today"]
+                and scores["today"][best] <= 1.05 * min(scores["today"].values())), (name, res["best_params"])
     assert any(d.startswith("ray ") for d in results["ray"]["devices"]), results["ray"]["devices"]
-    print(json.dumps({name: {"best": res["best_params"], "devices": res["devices"], "per_minute": res["evals_per_min_per_device"]}
+    print(json.dumps({name: {"best": res["best_params"], "devices": res["devices"],
+                             "per_minute": res["evals_per_min_per_device"]}
                       for name, res in results.items()}, indent=1))

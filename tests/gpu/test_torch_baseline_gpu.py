@@ -302,7 +302,8 @@ def test_a_batch_keeps_each_problem_to_itself(torch: Any, tmp_path: Path) -> Non
     from kernelopt_mcp.torch_baseline import BaselineJob, measure_batch
 
     jobs = [BaselineJob(text, [("perf", {})], f"{name}.py")
-            for name, text in (("first", SCALE), ("hostile", HOSTILE), ("hangs", HANGS), ("crashes", CRASHES), ("last", SCALE))]
+            for name, text in (("first", SCALE), ("hostile", HOSTILE), ("hangs", HANGS), ("crashes", CRASHES),
+                               ("last", SCALE))]
     limits = ChildLimits(timeout_s=45, landlock=landlock_abi() >= 1, accept_unconfined=True)
     first, hostile, hangs, crashes, last = measure_batch(jobs, device=0, options=BaselineOptions(compile=False),
                                                          limits=limits, workdir=tmp_path)

@@ -70,8 +70,8 @@ class FakeChild:
     """Stands in for the confined timing child (the GPU is out of reach): answers every case with
     the given per-call times and remembers each request."""
 
-    def __init__(self, eager: list[float] | None = EAGER_MS, compiled: list[float] | None = COMPILE_MS, error: str | None = None,
-                 blocked: bool = False) -> None:
+    def __init__(self, eager: list[float] | None = EAGER_MS, compiled: list[float] | None = COMPILE_MS,
+                 error: str | None = None, blocked: bool = False) -> None:
         self.eager, self.compiled, self.error, self.blocked = eager, compiled, error, blocked
         self.requests: list[dict[str, Any]] = []
         self.calls: list[dict[str, Any]] = []
@@ -118,14 +118,18 @@ def test_times_are_summarized_by_the_harness_statistics() -> None:
     options = BaselineOptions(warmup=3, iterations=100)
     timing = torch_baseline.baseline_timing(EAGER_MS, options)
     stats = summarize(EAGER_MS)
-    assert (timing.median_ms, timing.iqr_ms, timing.cv, timing.samples) == (stats.median_ms, stats.iqr_ms, stats.cv, 100)
+    assert ((timing.median_ms, timing.iqr_ms, timing.cv, timing.samples)
+            == (stats.median_ms, stats.iqr_ms, stats.cv, 100))
     assert timing.median_ms == pytest.approx(0.0102) and not timing.noisy
-    assert torch_baseline.baseline_timing([1.0, 1.0, 5.0], options).noisy  # too few samples, spread: flagged like a candidate's
+    # too few samples, spread: flagged like a candidate's
+    assert torch_baseline.baseline_timing([1.0, 1.0, 5.0], options).noisy
 
 
 def test_options_follow_the_evaluations_timing_rules() -> None:
-    options = BaselineOptions.following(EvaluateOptions(warmup=4, iterations=50, flush_l2=False, stop="precision", adaptive_rse=0.01))
-    assert (options.warmup, options.iterations, options.flush_l2, options.stop, options.precision_rse) == (4, 50, False, "precision", 0.01)
+    options = BaselineOptions.following(EvaluateOptions(warmup=4, iterations=50, flush_l2=False, stop="precision",
+                                                        adaptive_rse=0.01))
+    assert ((options.warmup, options.iterations, options.flush_l2, options.stop, options.precision_rse)
+            == (4, 50, False, "precision", 0.01))
     assert BaselineOptions.following(EvaluateOptions()).timing() == {**BaselineOptions().timing()}
     assert "timeout_s" not in options.timing()  # the deadline changes no time: not in the cache key
 
@@ -151,7 +155,8 @@ def test_the_childs_answer_becomes_case_records(tmp_path: Path, child: FakeChild
     assert report.why_missing("compile") == f"perf: {COMPILE_FAILED}; big: {COMPILE_FAILED}"
 
 
-def test_a_child_without_an_answer_is_a_note_never_an_exception(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_child_without_an_answer_is_a_note_never_an_exception(tmp_path: Path,
+                                                                monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(torch_baseline, "run_torch_child",
                         lambda *a, **k: ChildResult(None, stderr_tail="Traceback\nMemoryError: x\n", timed_out=True))
     report = measure_baselines(PROBLEM, [("perf", {})], device=0, workdir=tmp_path)
@@ -168,12 +173,14 @@ def test_a_child_without_an_answer_is_a_note_never_an_exception(tmp_path: Path, 
 def test_the_real_child_refuses_cleanly_where_torch_sees_no_cuda_device(tmp_path: Path) -> None:
     """The confined child itself (gpu=True: the NVIDIA device files, the driver's /proc and /sys,
     triton's ptxas and the C compiler added), with torch from wherever this process found it."""
-    torch = pytest.importorskip("torch", reason="torch is not installed (pip install torch): PyTorch problems cannot be run")
+    torch = pytest.importorskip("torch",
+                                reason="torch is not installed (pip install torch): PyTorch problems cannot be run")
     if torch.cuda.is_available():
         pytest.skip("torch sees a CUDA device here: tests/gpu/test_torch_baseline_gpu.py times it")
     site = str(Path(torch.__file__).resolve().parent.parent)
     limits = ChildLimits(timeout_s=120, landlock=landlock_abi() >= 1, accept_unconfined=True)
-    report = measure_baselines(PROBLEM, [("perf", {"n": 4096})], device=0, python_path=[site], limits=limits, workdir=tmp_path)
+    report = measure_baselines(PROBLEM, [("perf", {"n": 4096})], device=0, python_path=[site], limits=limits,
+                               workdir=tmp_path)
     assert report.blocked and report.cases == []
     assert report.note is not None and "could not start CUDA" in report.note and torch.__version__ in report.note
     assert len(report.note.splitlines()) == 1
@@ -185,7 +192,8 @@ def test_torch_compile_runs_in_the_timing_childs_confinement_on_the_cpu(tmp_path
     compiler_access), here on the CPU, where inductor builds C++ with g++: it compiles and runs.
     Found on the H100: every compile failed there, once on a program found on PATH but not
     executable (nvcc) and once on the dynamic loader not executable (every compiler refused)."""
-    torch = pytest.importorskip("torch", reason="torch is not installed (pip install torch): PyTorch problems cannot be run")
+    torch = pytest.importorskip("torch",
+                                reason="torch is not installed (pip install torch): PyTorch problems cannot be run")
     from kernelopt_mcp.confined_python import run_torch_child
     from kernelopt_mcp.torch_baseline import compiler_access
 
@@ -205,7 +213,8 @@ def test_torch_compile_runs_in_the_timing_childs_confinement_on_the_cpu(tmp_path
     result = run_torch_child("compile_probe", [], staging=staging, python_path=[str(package.parent), site],
                              read=[str(package), *read], execute=execute,
                              limits=ChildLimits(timeout_s=600, landlock=landlock_abi() >= 1, accept_unconfined=True),
-                             env={"TORCHINDUCTOR_COMPILE_THREADS": "1", "TORCHINDUCTOR_CACHE_DIR": str(staging / ".inductor")})
+                             env={"TORCHINDUCTOR_COMPILE_THREADS": "1",
+                                  "TORCHINDUCTOR_CACHE_DIR": str(staging / ".inductor")})
     assert result.returncode == 0, result.stderr_tail
     assert json.loads(result.stdout.decode().strip().splitlines()[-1]) == {"same": True}, result.stderr_tail
 
@@ -218,11 +227,12 @@ def test_a_second_evaluation_reads_the_cache_and_a_change_measures_again(tmp_pat
     cache = BaselineCache(tmp_path / "cache")
 
     def baselines(options: BaselineOptions | None = None, device_name: str = "NVIDIA H200") -> BaselineReport:
-        return workload_baselines(load_workload(wl_dir), device=0, device_name=device_name, options=options, cache=cache,
-                                  workdir=tmp_path)
+        return workload_baselines(load_workload(wl_dir), device=0, device_name=device_name, options=options,
+                                  cache=cache, workdir=tmp_path)
 
     first = baselines()
-    assert len(child.requests) == 1 and child.requests[0]["problems"][0]["cases"] == [{"name": "n_4096", "values": {"n": 4096}}]
+    assert (len(child.requests) == 1
+            and child.requests[0]["problems"][0]["cases"] == [{"name": "n_4096", "values": {"n": 4096}}])
     assert not first.cases[0].cached
     again = baselines()
     assert len(child.requests) == 1 and again.cases[0].cached and again.cases[0].eager == first.cases[0].eager
@@ -235,8 +245,8 @@ def test_a_second_evaluation_reads_the_cache_and_a_change_measures_again(tmp_pat
     assert len(child.requests) == 4
     baselines()
     assert len(child.requests) == 4
-    key = BaselineCache.key(hashlib.sha256(PROBLEM.encode()).hexdigest(), "n_4096", {"n": 4096}, "NVIDIA H200", "2.11.0+cu130",
-                            BaselineOptions())
+    key = BaselineCache.key(hashlib.sha256(PROBLEM.encode()).hexdigest(), "n_4096", {"n": 4096}, "NVIDIA H200",
+                            "2.11.0+cu130", BaselineOptions())
     assert cache.get(key) is not None and cache.get(key.replace("a", "b")) is None
 
 
@@ -250,13 +260,15 @@ def test_a_bundled_workload_runs_nothing(tmp_path: Path, monkeypatch: pytest.Mon
     report = workload_baselines(bundled, device=0, device_name="x")
     assert report.cases == [] and "not an imported PyTorch problem" in (report.note or "")
     # an imported-style spec without its problem file is not one either
-    assert imported_problem(load_workload(write_tiny_workload(tmp_path / "c", imported_style()) / "imported_add")) is None
+    assert imported_problem(load_workload(write_tiny_workload(tmp_path / "c", imported_style())
+                                          / "imported_add")) is None
 
 
 # --- kernelopt evaluate ---------------------------------------------------------------------------
 
 
-def test_evaluate_reports_eager_compile_and_the_speedups(tmp_path: Path, child: FakeChild, monkeypatch: pytest.MonkeyPatch,
+def test_evaluate_reports_eager_compile_and_the_speedups(tmp_path: Path, child: FakeChild,
+                                                         monkeypatch: pytest.MonkeyPatch,
                                                           capsys: pytest.CaptureFixture[str]) -> None:
     monkeypatch.setenv("KERNELOPT_CACHE", str(tmp_path / "cache"))
     harness = write_harness(tmp_path, "fake")
@@ -273,7 +285,8 @@ def test_evaluate_reports_eager_compile_and_the_speedups(tmp_path: Path, child: 
     ours = result["score_ms"]
     assert case["case"] == "n_4096" and case["ours_ms"] == pytest.approx(ours)
     assert case["eager"]["median_ms"] == pytest.approx(0.0102) and case["compile"]["median_ms"] == pytest.approx(0.0081)
-    assert case["speedup_eager"] == pytest.approx(0.0102 / ours) and base["speedup_compile"] == pytest.approx(0.0081 / ours)
+    assert (case["speedup_eager"] == pytest.approx(0.0102 / ours)
+            and base["speedup_compile"] == pytest.approx(0.0081 / ours))
     assert base["eager_ms"] == pytest.approx(0.0102) and base["ours_ms"] == pytest.approx(ours)
     # a second evaluation: the baselines come from the cache, and the text says so
     assert main(argv) == 0
@@ -291,12 +304,14 @@ def test_evaluate_reports_eager_compile_and_the_speedups(tmp_path: Path, child: 
 def test_evaluate_says_in_one_line_why_there_is_no_baseline(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                                              capsys: pytest.CaptureFixture[str]) -> None:
     monkeypatch.setenv("KERNELOPT_CACHE", str(tmp_path / "cache"))
-    fake = FakeChild(error="torch 2.11.0+cu130 sees no CUDA device (RuntimeError: Found no NVIDIA driver)", blocked=True)
+    fake = FakeChild(error="torch 2.11.0+cu130 sees no CUDA device (RuntimeError: Found no NVIDIA driver)",
+                     blocked=True)
     monkeypatch.setattr(torch_baseline, "run_torch_child", fake)
     harness = write_harness(tmp_path, "fake")
     good = tmp_path / "good.cu"
     good.write_text(kernel("FAST"))
-    argv = ["evaluate", str(imported_workload(tmp_path / "wl")), str(good), "--harness", str(harness), "--iterations", "3"]
+    argv = ["evaluate", str(imported_workload(tmp_path / "wl")), str(good), "--harness", str(harness),
+            "--iterations", "3"]
     assert main(argv) == 0  # never fails the evaluation
     out = capsys.readouterr().out
     lines = [line for line in out.splitlines() if "sees no CUDA device" in line]
@@ -310,7 +325,8 @@ def test_compare_without_our_times_still_shows_the_baselines() -> None:
     report = BaselineReport(cases=[CaseBaseline(case="perf", eager=timing, compile_note="torch.compile failed: X")])
     result = EvaluationResult(workload="w", candidate="c", status=Status("mismatch"), message="x", arch="sm_90")
     comparison = compare(result, report)
-    assert comparison.eager_ms == 2.0 and comparison.speedup_eager is None and comparison.compile_note == "perf: torch.compile failed: X"
+    assert (comparison.eager_ms == 2.0 and comparison.speedup_eager is None
+            and comparison.compile_note == "perf: torch.compile failed: X")
 
 
 # --- the MCP benchmark tool ------------------------------------------------------------------------
@@ -355,16 +371,18 @@ def test_a_run_records_pytorch_beside_its_candidates() -> None:
     from kernelopt_agent.report import _overview
 
     beside = {"mode": "default", "torch_version": "2.11.0+cu130", "eager_ms": 0.02, "compile_ms": 0.01, "ours_ms": 0.01,
-              "speedup_eager": 2.0, "speedup_compile": 1.0, "eager_note": None, "cases": [{"case": "perf"}], "cached": False}
+              "speedup_eager": 2.0, "speedup_compile": 1.0, "eager_note": None, "cases": [{"case": "perf"}],
+              "cached": False}
     rec = CandidateRecord(0, "001-it1", "proposal", 1, "src", {}, status="ok", pytorch=pytorch_times(beside))
-    assert rec.pytorch == {"eager_ms": 0.02, "compile_ms": 0.01, "speedup_eager": 2.0, "speedup_compile": 1.0, "mode": "default",
-                           "torch_version": "2.11.0+cu130", "cached": False}
+    assert rec.pytorch == {"eager_ms": 0.02, "compile_ms": 0.01, "speedup_eager": 2.0, "speedup_compile": 1.0,
+                           "mode": "default", "torch_version": "2.11.0+cu130", "cached": False}
     assert rec.versus_pytorch() == "2.00x vs PyTorch eager, 1.00x vs torch.compile"
     assert rec.as_event().pytorch == rec.pytorch
     unmeasured = CandidateRecord(1, "002-it2", "proposal", 2, "src", {}, status="ok",
                                  pytorch=pytorch_times({"note": "PyTorch eager and torch.compile not timed: no GPU"}))
     assert unmeasured.versus_pytorch() == "" and pytorch_times(None) is None
-    cards = _overview({"best": {"label": "001-it1", "speedup_vs_eager": 2.0, "speedup_vs_compile": 1.0, "pytorch": rec.pytorch}}, [])
+    cards = _overview({"best": {"label": "001-it1", "speedup_vs_eager": 2.0, "speedup_vs_compile": 1.0,
+                                "pytorch": rec.pytorch}}, [])
     assert "vs PyTorch eager" in cards and "vs torch.compile" in cards
     assert "vs PyTorch eager" not in _overview({"best": {"label": "x"}}, [])
 
@@ -373,15 +391,16 @@ def test_a_run_records_pytorch_beside_its_candidates() -> None:
 
 
 def _suite_dir(root: Path, out: Path, names: list[str]) -> None:
-    """KernelBench's layout with level1/<name>.py problems, already imported into out/ (as a run with torch leaves it)."""
+    """KernelBench's layout with level1/<name>.py problems, already imported into out/ (as a run
+    with torch leaves it)."""
     entries = {}
     for name in names:
         problem = root / "level1" / f"{name}.py"
         problem.parent.mkdir(parents=True, exist_ok=True)
         problem.write_text(PROBLEM.replace("a + b", f"a + b  # {name}"))
         wl = imported_workload(out / "workloads" / "level1", problem.read_text(), name=f"p{name}")
-        entries[f"level1/{name}.py"] = {"sha256": hashlib.sha256(problem.read_bytes()).hexdigest(), "tolerance": "strict",
-                                        "imported": True, "workload": str(wl)}
+        entries[f"level1/{name}.py"] = {"sha256": hashlib.sha256(problem.read_bytes()).hexdigest(),
+                                        "tolerance": "strict", "imported": True, "workload": str(wl)}
     (out / "state.json").write_text(json.dumps({"problems": entries}))
 
 
@@ -395,7 +414,8 @@ def test_the_suite_table_gets_eager_and_compile_from_the_runner(tmp_path: Path) 
     def one(workload_dir: Path) -> BaselineReport:
         asked.append(workload_dir.name)
         if workload_dir.name == "p3_Mul":
-            return BaselineReport(cases=[CaseBaseline(case="n_4096", eager_note="the module failed on the GPU: RuntimeError: x",
+            return BaselineReport(cases=[CaseBaseline(case="n_4096",
+                                                      eager_note="the module failed on the GPU: RuntimeError: x",
                                                       compile_note="torch.compile not run: the module fails eagerly")])
         compile_ = fast if workload_dir.name == "p1_Add" else None
         return BaselineReport(cases=[CaseBaseline(case="n_4096", eager=timing, compile=compile_,
@@ -426,17 +446,20 @@ def test_the_suite_table_gets_eager_and_compile_from_the_runner(tmp_path: Path) 
     assert data["levels"][0]["fast"]["compile"]["1"] == pytest.approx(1 / 3)
     # a second run without baselines keeps the times measured before
     again = {r.problem: r for r in run_suite(options, evaluate, None, None)}
-    assert again["level1/1_Add.py"].eager_ms == 3.0 and again["level1/2_Sub.py"].compile_note == f"n_4096: {COMPILE_FAILED}"
+    assert (again["level1/1_Add.py"].eager_ms == 3.0
+            and again["level1/2_Sub.py"].compile_note == f"n_4096: {COMPILE_FAILED}")
 
 
-def test_a_machine_that_cannot_time_says_so_once_for_the_whole_suite(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_machine_that_cannot_time_says_so_once_for_the_whole_suite(tmp_path: Path,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
     root, out = tmp_path / "kb", tmp_path / "out"
     _suite_dir(root, out, ["1_Add", "2_Sub"])
     asked: list[str] = []
 
     def baseline(workload_dirs: list[Path]) -> list[BaselineReport]:
         asked.append([d.name for d in workload_dirs])
-        return [BaselineReport.unmeasured("PyTorch eager and torch.compile not timed: torch 2.11 sees no CUDA device", blocked=True)
+        return [BaselineReport.unmeasured("PyTorch eager and torch.compile not timed: torch 2.11 sees no CUDA device",
+                                          blocked=True)
                 for _ in workload_dirs]
 
     monkeypatch.setattr(suite, "BASELINE_BATCH", 1)  # one problem a batch: the second batch is never asked for
@@ -445,7 +468,8 @@ def test_a_machine_that_cannot_time_says_so_once_for_the_whole_suite(tmp_path: P
     assert all(r.eager_ms is None and "sees no CUDA device" in (r.eager_note or "") for r in records)
 
 
-def test_a_torch_child_runs_confined_with_the_gpu_and_torch_required(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+def test_a_torch_child_runs_confined_with_the_gpu_and_torch_required(monkeypatch: pytest.MonkeyPatch,
+                                                                     tmp_path: Path) -> None:
     """run_torch_child (the baseline and reference children's launcher): the GPU's device files
     open, torch required before the module runs, this package readable and first on the path."""
     from kernelopt_mcp import confined_python
@@ -468,7 +492,8 @@ def test_the_timing_childs_l2_flush_runs_on_torch() -> None:
     """The flush the timing child runs before every measured call (a read of twice the L2 size into a
     one-element sink), here on the CPU: torch's own signatures, which a stand-in child never calls (a
     `sum(..., out=)` torch refuses without `dim` made every baseline on the H100 a note)."""
-    torch = pytest.importorskip("torch", reason="torch is not installed (pip install torch): PyTorch problems cannot be run")
+    torch = pytest.importorskip("torch",
+                                reason="torch is not installed (pip install torch): PyTorch problems cannot be run")
     from kernelopt_mcp._torch_baseline_child import _Flush
 
     flush = _Flush(torch, torch.device("cpu"), 4096)
@@ -504,8 +529,9 @@ class BatchChild:
                 Path(request["answer"]).write_text(json.dumps(answer))
                 return ChildResult(3)
             problems.append({"label": problem["label"], "error": None, "finished": True, "seconds": 1.5, "cases": [
-                {"name": c["name"], "eager": {"times_ms": EAGER_MS}, "eager_note": None, "compile": {"times_ms": COMPILE_MS},
-                 "compile_note": None, "compile_s": 2.0} for c in problem["cases"]]})
+                {"name": c["name"], "eager": {"times_ms": EAGER_MS}, "eager_note": None,
+                 "compile": {"times_ms": COMPILE_MS}, "compile_note": None, "compile_s": 2.0}
+                for c in problem["cases"]]})
         answer["finished"] = True
         Path(request["answer"]).write_text(json.dumps(answer))
         return ChildResult(0)
@@ -519,19 +545,22 @@ def test_a_batch_is_timed_in_one_child_and_a_problem_past_its_deadline_does_not_
             for k, name in enumerate("abcd")]
     reports = measure_batch(jobs, device=0, limits=ChildLimits(timeout_s=45), workdir=tmp_path)
     # the first child had all four, stopped in b; the second took the two after it
-    assert [[p["label"] for p in r["problems"]] for r in child.requests] == [["a.py", "b.py", "c.py", "d.py"], ["c.py", "d.py"]]
+    assert [[p["label"] for p in r["problems"]] for r in child.requests] == [["a.py", "b.py", "c.py", "d.py"],
+                                                                             ["c.py", "d.py"]]
     assert child.requests[0]["problem_timeout_s"] == 45
     a, b, c, d = reports
     assert all(r.cases[0].eager is not None and r.note is None for r in (a, c, d))
     # where the time went: the child's start once a batch, each problem's seconds, each compile's
     assert (a.startup_s, a.seconds, a.cases[0].compile_s) == (7.0, 1.5, 2.0)
     assert b.cases == [] and not b.blocked
-    assert b.note == "PyTorch eager and torch.compile not timed: the problem ran past its 45 s deadline in the timing child after 0 case(s)"
+    assert (b.note == "PyTorch eager and torch.compile not timed: the problem ran past its 45 s deadline in the timing "
+            "child after 0 case(s)")
     assert [r.problem_sha256 for r in reports] == [hashlib.sha256(j.problem_text.encode()).hexdigest() for j in jobs]
     assert list(tmp_path.iterdir()) == []  # each child's staging directory removed
 
 
-def test_a_batch_whose_child_cannot_run_gets_its_reason_on_every_problem(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_batch_whose_child_cannot_run_gets_its_reason_on_every_problem(tmp_path: Path,
+                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
     calls: list[int] = []
 
     def dead(module: str, args: Sequence[str], **kw: Any) -> ChildResult:
@@ -543,12 +572,15 @@ def test_a_batch_whose_child_cannot_run_gets_its_reason_on_every_problem(tmp_pat
     reports = measure_batch(jobs, device=0, workdir=tmp_path)
     assert len(calls) == 1  # never started again: it would die again
     assert all("gave no answer (exit -11): Segmentation fault" in (r.note or "") for r in reports)
-    monkeypatch.setattr(torch_baseline, "run_torch_child", FakeChild(error="torch 2.11 sees 0 CUDA device(s)", blocked=True))
-    assert all(r.blocked and "sees 0 CUDA device" in (r.note or "") for r in measure_batch(jobs, device=0, workdir=tmp_path))
+    monkeypatch.setattr(torch_baseline, "run_torch_child",
+                        FakeChild(error="torch 2.11 sees 0 CUDA device(s)", blocked=True))
+    assert all(r.blocked and "sees 0 CUDA device" in (r.note or "")
+               for r in measure_batch(jobs, device=0, workdir=tmp_path))
 
 
 def test_workloads_share_one_child_and_the_cache_answers_the_second_time(tmp_path: Path, child: FakeChild) -> None:
-    dirs = [imported_workload(tmp_path / "wl", PROBLEM.replace("a + b", f"a + {k} * b"), name=f"p{k}_add") for k in range(3)]
+    dirs = [imported_workload(tmp_path / "wl", PROBLEM.replace("a + b", f"a + {k} * b"), name=f"p{k}_add")
+            for k in range(3)]
     cache = BaselineCache(tmp_path / "cache")
 
     def run() -> list[BaselineReport]:
@@ -582,17 +614,21 @@ def test_a_problems_own_answer_is_cut_to_the_fields_and_cases_asked_for() -> Non
         "error": 42, "finished": "yes", "device_name": "faked", "cuda_s": 1.25,
     }
     entry = problem_entry(raw, problem)
-    assert entry["label"] == "p.py" and entry["error"] is None and entry["finished"] is False and "device_name" not in entry
+    assert (entry["label"] == "p.py" and entry["error"] is None and entry["finished"] is False
+            and "device_name" not in entry)
     assert entry["cuda_s"] == 1.25
     perf, small = entry["cases"]
     assert perf == {"name": "perf", "eager": {"times_ms": [0.5, 0.25]}, "eager_note": None, "compile": None,
                     "compile_note": "x" * 400, "compile_s": None}
-    assert small["name"] == "small" and small["eager"] is None and small["compile"] is None and small["compile_s"] == 2.5
-    assert problem_entry({}, problem) == {"label": "p.py", "cases": [], "error": None, "finished": False, "cuda_s": None}
+    assert (small["name"] == "small" and small["eager"] is None and small["compile"] is None
+            and small["compile_s"] == 2.5)
+    assert problem_entry({}, problem) == {"label": "p.py", "cases": [], "error": None, "finished": False,
+                                          "cuda_s": None}
     assert problem_entry({"cases": {"perf": 1}, "finished": True}, problem)["cases"] == []
 
 
-def test_a_spent_time_budget_starts_no_batch_and_the_next_run_continues(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_spent_time_budget_starts_no_batch_and_the_next_run_continues(tmp_path: Path,
+                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
     root, out = tmp_path / "kb", tmp_path / "out"
     _suite_dir(root, out, ["1_Add", "2_Sub", "3_Mul"])
     timing = BaselineTiming(median_ms=3.0, iqr_ms=0.01, cv=0.01, samples=100)
@@ -607,7 +643,8 @@ def test_a_spent_time_budget_starts_no_batch_and_the_next_run_continues(tmp_path
 
     monkeypatch.setattr(suite, "BASELINE_BATCH", 1)
     monkeypatch.setattr(suite, "_clock", lambda: clock[0])
-    records = run_suite(SuiteOptions(problems_dir=root, out_dir=out, levels=(1,), time_budget_s=150), None, None, baseline)
+    records = run_suite(SuiteOptions(problems_dir=root, out_dir=out, levels=(1,), time_budget_s=150), None,
+                        None, baseline)
     assert asked == [["p1_Add"], ["p2_Sub"]]  # the third batch would start at 200 s, past the 150 s budget
     assert [r.eager_ms for r in records] == [3.0, 3.0, None] and records[2].eager_note == NOT_MEASURED
     assert (out / "table.md").is_file()  # the tables say what was timed

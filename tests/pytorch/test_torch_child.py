@@ -421,7 +421,8 @@ def test_each_job_runs_confined_in_its_own_process_and_cannot_reach_another(tmp_
     out = json.loads(result.stdout.decode().strip().splitlines()[-1])
     tries = out["tries"]
     assert tries["own directory"] == "ok", tries
-    assert tries["write another job's answer"] == errno.EACCES and tries["write the parent's answer"] == errno.EACCES, tries
+    assert (tries["write another job's answer"] == errno.EACCES
+            and tries["write the parent's answer"] == errno.EACCES), tries
     assert tries["read the parent's answer"] == errno.EACCES and tries["signal the parent"] == errno.EPERM, tries
     assert out["hostile"] == 0 and out["left after hostile"] == [] and out["left"] == []
     assert out["slow"] is None and out["slow seconds"] < 10
@@ -456,8 +457,9 @@ def test_path_holds_only_what_the_child_may_run(tmp_path: Path) -> None:
     )
     staging = tmp_path / "staging"
     staging.mkdir()
-    result = run_confined_python("path_probe", [], staging=staging, python_path=[str(package.parent)], read=[str(package)],
-                                 execute=[str(allowed)], env={"PATH": f"{allowed}{os.pathsep}{other}"},
+    result = run_confined_python("path_probe", [], staging=staging, python_path=[str(package.parent)],
+                                 read=[str(package)], execute=[str(allowed)],
+                                 env={"PATH": f"{allowed}{os.pathsep}{other}"},
                                  limits=ChildLimits(timeout_s=60))
     assert result.returncode == 0, result.stderr_tail
     found = json.loads(result.stdout)
