@@ -232,15 +232,35 @@ def start_cuda(torch: Any, ordinal: int) -> tuple[Any, dict[str, Any]]:
     return device, {"device_name": props.name, "l2_bytes": int(getattr(props, "L2_cache_size", 0) or 0)}
 
 
-def _job_caches(job: Path) -> None:
-    """torch.compile's, triton's and CUDA's caches in the job's own directory (the one it writes)."""
+def _mapped_driver_dir() -> str | None:
+    """The directory of the CUDA driver library this process has mapped (the child maps it before
+    it forks), or None."""
+    try:
+        with open("/proc/self/maps", encoding="utf-8", errors="replace") as f:
+            for line in f:
+                parts = line.split(maxsplit=5)
+                path = parts[5].strip() if len(parts) == 6 else ""
+                if os.path.basename(path).startswith("libcuda.so"):
+                    return os.path.dirname(path)
+    except OSError:
+        pass
+    return None
+
+
+def _job_environment(job: Path) -> None:
+    """torch.compile's, triton's and CUDA's caches in the job's own directory (the one it writes);
+    triton told where the driver library lies (else it asks ``ldconfig -p``, a program the job
+    may not run)."""
     os.environ.update(TORCHINDUCTOR_CACHE_DIR=str(job / ".inductor"), TRITON_CACHE_DIR=str(job / ".triton"),
                       CUDA_CACHE_PATH=str(job / ".nv"))
+    driver = _mapped_driver_dir()
+    if driver is not None:
+        os.environ.setdefault("TRITON_LIBCUDA_PATH", driver)
 
 
 def probe(torch: Any, request: dict[str, Any], path: Path) -> None:
     """The first job: CUDA started and the device read, no problem code run."""
-    _job_caches(path.parent)
+    _job_environment(path.parent)
     began = time.monotonic()
     _, found = start_cuda(torch, int(request["device"]))
     Answer(path, {**found, "cuda_s": round(time.monotonic() - began, 3)}).write()
@@ -248,7 +268,7 @@ def probe(torch: Any, request: dict[str, Any], path: Path) -> None:
 
 def time_job(torch: Any, problem: dict[str, Any], request: dict[str, Any], path: Path) -> None:
     """One problem, in its own confined process: CUDA started, every case timed into ``path``."""
-    _job_caches(path.parent)
+    _job_environment(path.parent)
     entry: dict[str, Any] = {"cases": [], "error": None, "finished": False}
     answer = Answer(path, entry)
     began = time.monotonic()

@@ -60,7 +60,8 @@ PROBLEM_FILE = "problem.py"
 # what the timing child may execute: triton's ptxas (found beside the installed triton) and the C
 # compiler triton builds its launcher with (gcc or clang, cc1, as, ld) and /sbin/ldconfig, which
 # it asks where libcuda is; they run under the child's own Landlock and seccomp
-COMPILER_EXECUTE = ("/usr/bin", "/bin", "/usr/lib/gcc", "/usr/libexec/gcc", "/sbin/ldconfig", "/usr/sbin/ldconfig")
+COMPILER_EXECUTE = ("/usr/bin", "/bin", "/usr/lib/gcc", "/usr/libexec/gcc", "/sbin/ldconfig", "/usr/sbin/ldconfig",
+                    "/sbin/ldconfig.real", "/usr/sbin/ldconfig.real")  # Ubuntu's ldconfig is a script that runs .real
 COMPILER_READ = ("/usr/include", "/usr/local/include")
 TRITON_BIN = Path("triton") / "backends" / "nvidia" / "bin"
 

@@ -187,6 +187,45 @@ def test_the_real_child_refuses_cleanly_where_torch_sees_no_cuda_device(tmp_path
     assert list(tmp_path.iterdir()) == []
 
 
+def test_a_problems_process_keeps_its_caches_and_tells_triton_where_the_driver_is(tmp_path: Path) -> None:
+    """Each problem's process: torch.compile's, triton's and CUDA's caches in its own directory, and
+    TRITON_LIBCUDA_PATH the directory of the driver library it has mapped (triton would otherwise
+    run ``ldconfig -p``, which Ubuntu makes a script that runs a program the job may not). A
+    library named libcuda.so.1 (a copy of libm here) stands in for the driver."""
+    import ctypes.util
+    import os
+    import subprocess
+    import sys
+
+    libm = ctypes.util.find_library("m")
+    assert libm is not None
+    found = next(p for p in ("/lib/x86_64-linux-gnu", "/usr/lib/x86_64-linux-gnu", "/lib64", "/usr/lib64",
+                             "/lib", "/usr/lib")
+                 if (Path(p) / libm).exists())
+    driver = tmp_path / "driver"
+    driver.mkdir()
+    (driver / "libcuda.so.1").write_bytes((Path(found) / libm).read_bytes())
+    script = (
+        "import ctypes, json, os, sys\nfrom pathlib import Path\n"
+        "from kernelopt_mcp._torch_baseline_child import _job_environment\n"
+        "if len(sys.argv) > 2:\n    ctypes.CDLL(sys.argv[2])\n"
+        "_job_environment(Path(sys.argv[1]))\n"
+        "print(json.dumps({k: os.environ.get(k) for k in ('TORCHINDUCTOR_CACHE_DIR', 'TRITON_CACHE_DIR', "
+        "'CUDA_CACHE_PATH', 'TRITON_LIBCUDA_PATH')}))\n"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_LIBCUDA_PATH"}
+    job = tmp_path / "job_0"
+    mapped = subprocess.run([sys.executable, "-c", script, str(job), str(driver / "libcuda.so.1")], capture_output=True,
+                            text=True, timeout=60, env=env)
+    alone = subprocess.run([sys.executable, "-c", script, str(job)], capture_output=True, text=True,
+                           timeout=60, env=env)
+    assert mapped.returncode == 0 and alone.returncode == 0, mapped.stderr + alone.stderr
+    got = json.loads(mapped.stdout)
+    assert got == {"TORCHINDUCTOR_CACHE_DIR": str(job / ".inductor"), "TRITON_CACHE_DIR": str(job / ".triton"),
+                   "CUDA_CACHE_PATH": str(job / ".nv"), "TRITON_LIBCUDA_PATH": str(driver)}, got
+    assert json.loads(alone.stdout)["TRITON_LIBCUDA_PATH"] is None
+
+
 def test_torch_compile_runs_in_the_timing_childs_confinement_on_the_cpu(tmp_path: Path) -> None:
     """torch.compile inside the confinement the timing child's problems get (run_torch_child with
     compiler_access), here on the CPU, where inductor builds C++ with g++: it compiles and runs.
