@@ -235,16 +235,9 @@ def start_cuda(torch: Any, ordinal: int) -> tuple[Any, dict[str, Any]]:
 def _mapped_driver_dir() -> str | None:
     """The directory of the CUDA driver library this process has mapped (the child maps it before
     it forks), or None."""
-    try:
-        with open("/proc/self/maps", encoding="utf-8", errors="replace") as f:
-            for line in f:
-                parts = line.split(maxsplit=5)
-                path = parts[5].strip() if len(parts) == 6 else ""
-                if os.path.basename(path).startswith("libcuda.so"):
-                    return os.path.dirname(path)
-    except OSError:
-        pass
-    return None
+    from kernelopt_mcp.sandbox import mapped_files
+
+    return next((os.path.dirname(p) for p in mapped_files() if os.path.basename(p).startswith("libcuda.so")), None)
 
 
 def _job_environment(job: Path) -> None:

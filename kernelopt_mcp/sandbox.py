@@ -308,37 +308,33 @@ def restrict_syscalls(*, unix_sockets: bool = False) -> str:
     return "seccomp: no sockets" + (" but unconnected UNIX ones" if unix_sockets else "") + ", no signals out"
 
 
-def mapped_library_dirs() -> list[str]:
-    """Directories of the shared libraries this process has mapped (read before confining it): a
-    library loaded lazily later (libgcc_s for a thread's exit, a torch extension) lies beside them."""
-    dirs: dict[str, None] = {}
-    try:
-        with open("/proc/self/maps", encoding="utf-8", errors="replace") as f:
-            for line in f:
-                parts = line.split(maxsplit=5)
-                path = parts[5].strip() if len(parts) == 6 else ""
-                if path.startswith("/") and ".so" in path and not path.endswith("(deleted)"):
-                    dirs[os.path.dirname(path)] = None
-    except OSError:
-        pass
-    return list(dirs)
-
-
-def dynamic_loader() -> list[str]:
-    """The dynamic loader this process was started with (``ld-linux-x86-64.so.2`` and the like, as
-    mapped): a child allowed to execute programs needs it executable too, or every dynamically
-    linked one fails with EACCES (the kernel opens the loader for execution as it starts them)."""
+def mapped_files() -> list[str]:
+    """The files this process has mapped, from /proc/self/maps, each once, in order (none where it
+    cannot be read)."""
     found: dict[str, None] = {}
     try:
         with open("/proc/self/maps", encoding="utf-8", errors="replace") as f:
             for line in f:
                 parts = line.split(maxsplit=5)
                 path = parts[5].strip() if len(parts) == 6 else ""
-                if path.startswith("/") and os.path.basename(path).startswith(("ld-linux", "ld-musl", "ld64.so")):
+                if path.startswith("/") and not path.endswith("(deleted)"):
                     found[path] = None
     except OSError:
         pass
     return list(found)
+
+
+def mapped_library_dirs() -> list[str]:
+    """Directories of the shared libraries this process has mapped (read before confining it): a
+    library loaded lazily later (libgcc_s for a thread's exit, a torch extension) lies beside them."""
+    return list(dict.fromkeys(os.path.dirname(p) for p in mapped_files() if ".so" in p))
+
+
+def dynamic_loader() -> list[str]:
+    """The dynamic loader this process was started with (``ld-linux-x86-64.so.2`` and the like, as
+    mapped): a child allowed to execute programs needs it executable too, or every dynamically
+    linked one fails with EACCES (the kernel opens the loader for execution as it starts them)."""
+    return [p for p in mapped_files() if os.path.basename(p).startswith(("ld-linux", "ld-musl", "ld64.so"))]
 
 
 def set_rlimit(kind: int, value: int) -> None:

@@ -532,6 +532,23 @@ async def spread_over_devices(
     return results, props.structured_content
 
 
+@contextmanager
+def local_ray(ray: Any, **init: Any) -> Iterator[str]:
+    """A local Ray instance (``ray.init(**init)``, no dashboard, quiet) whose processes import this
+    checkout (first on their PYTHONPATH, as every driver's actors must): its address."""
+    before = os.environ.get("PYTHONPATH")
+    os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), str(REPO / "clients"), before]))
+    try:
+        ray.init(include_dashboard=False, log_to_driver=False, logging_level="WARNING", **init)
+        yield ray.get_runtime_context().gcs_address
+    finally:
+        ray.shutdown()
+        if before is None:
+            os.environ.pop("PYTHONPATH", None)
+        else:
+            os.environ["PYTHONPATH"] = before
+
+
 def evaluate_pair(tmp_path: Path, monkeypatch: Any, features: str, spec: dict[str, Any],
                   mode: str) -> tuple[Any, Any, list[str]]:
     """The tiny workload ``spec`` on the pretend GPU announcing ``features``: the kernel of ``mode``

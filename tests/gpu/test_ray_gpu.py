@@ -10,11 +10,11 @@ from scripts/slim_ray_wheel.py in .whl-ray/: scripts/device_issue40.sh ray).
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from fakegpu import local_ray
 from test_tune_gpu import small_space
 
 from kernelopt_mcp.cli import main
@@ -22,7 +22,6 @@ from kernelopt_mcp.config import Settings, find_workload
 
 pytestmark = [pytest.mark.gpu, pytest.mark.timeout(900)]
 
-REPO = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="module")
@@ -30,17 +29,8 @@ def cluster() -> Iterator[str]:
     """A local Ray instance with this machine's one GPU; actors import this code (the checkout
     first on PYTHONPATH, as the CPU tests do)."""
     ray = pytest.importorskip("ray", reason="Ray is not installed (pip install '.[ray]')")
-    before = os.environ.get("PYTHONPATH")
-    os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), str(REPO / "clients"), before]))
-    try:
-        ray.init(num_gpus=1, include_dashboard=False, log_to_driver=False, logging_level="WARNING")
-        yield ray.get_runtime_context().gcs_address
-    finally:
-        ray.shutdown()
-        if before is None:
-            os.environ.pop("PYTHONPATH", None)
-        else:
-            os.environ["PYTHONPATH"] = before
+    with local_ray(ray, num_gpus=1) as address:
+        yield address
 
 
 def test_devices_and_ray_find_the_best_configuration_todays_path_finds(

@@ -233,13 +233,12 @@ def test_torch_compile_runs_in_the_timing_childs_confinement_on_the_cpu(tmp_path
     executable (nvcc) and once on the dynamic loader not executable (every compiler refused)."""
     torch = pytest.importorskip("torch",
                                 reason="torch is not installed (pip install torch): PyTorch problems cannot be run")
+    from test_torch_child import probe_package
+
     from kernelopt_mcp.confined_python import run_torch_child
     from kernelopt_mcp.torch_baseline import compiler_access
 
-    package = tmp_path / "pkg" / "compile_probe"
-    package.mkdir(parents=True)
-    (package / "__init__.py").write_text("")
-    (package / "__main__.py").write_text(
+    package = probe_package(tmp_path, "compile_probe",
         "import json, torch\n"
         "f = torch.compile(lambda x: torch.relu(x) * 2 + 1)\n"
         "x = torch.randn(1000)\n"

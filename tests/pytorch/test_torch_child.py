@@ -69,6 +69,16 @@ raise RuntimeError("PROBE" + json.dumps(found))
 '''
 
 
+def probe_package(tmp_path: Path, name: str, main: str) -> Path:
+    """A package ``name`` under ``tmp_path/pkg`` whose ``__main__`` is ``main``: a module for a
+    confined child to run (``python_path=[package.parent]``, ``read=[package]``)."""
+    package = tmp_path / "pkg" / name
+    package.mkdir(parents=True)
+    (package / "__init__.py").write_text("")
+    (package / "__main__.py").write_text(main)
+    return package
+
+
 def stand_in_torch(directory: Path) -> Path:
     """A site directory holding a ``torch`` package that only says its version."""
     (directory / "torch").mkdir(parents=True)
@@ -130,10 +140,7 @@ def test_a_problem_that_never_finishes_is_killed_at_the_deadline(tmp_path: Path)
 def test_run_confined_python_runs_a_module_that_writes_only_its_staging_directory(tmp_path: Path) -> None:
     """The runner on its own (a reference run will use it too): a module from a directory it may
     read, output on stdout, files in its staging directory, a refusal where a module is missing."""
-    package = tmp_path / "pkg" / "probe_mod"
-    package.mkdir(parents=True)
-    (package / "__init__.py").write_text("")
-    (package / "__main__.py").write_text(
+    package = probe_package(tmp_path, "probe_mod",
         "import json, os, sys\nopen('out.txt', 'w').write(sys.argv[1])\n"
         "print(json.dumps({'home': os.environ['HOME'], 'tmp': os.environ['TMPDIR'], 'args': sys.argv[1:]}))\n"
     )
@@ -235,10 +242,7 @@ def test_a_gpu_child_names_its_own_threads_and_makes_an_unconnected_unix_socket_
     without them): a GPU child may write its own threads' names (/proc/self/task/<tid>/comm) but
     no other process's (/proc/<parent>/comm) nor /proc/sys, and may make a UNIX socket that cannot
     connect to a listener by path; without gpu neither."""
-    package = tmp_path / "pkg" / "gpu_probe"
-    package.mkdir(parents=True)
-    (package / "__init__.py").write_text("")
-    (package / "__main__.py").write_text(
+    package = probe_package(tmp_path, "gpu_probe",
         "import json, os, socket, sys, threading\n"
         "out = {}\n"
         "def attempt(what, fn):\n"
@@ -283,11 +287,8 @@ def test_a_confined_child_does_not_outlive_a_caller_killed_outright(tmp_path: Pa
     import subprocess
     import time
 
-    package = tmp_path / "pkg" / "sleeper"
-    package.mkdir(parents=True)
-    (package / "__init__.py").write_text("")
-    (package / "__main__.py").write_text("import os, time\nopen('pid', 'w').write(str(os.getpid()))\n"
-                                         "time.sleep(1000)\n")
+    package = probe_package(tmp_path, "sleeper", "import os, time\nopen('pid', 'w').write(str(os.getpid()))\n"
+                            "time.sleep(1000)\n")
     staging = tmp_path / "staging"
     staging.mkdir()
     caller = subprocess.Popen([sys.executable, "-c", (
@@ -408,10 +409,7 @@ def test_each_job_runs_confined_in_its_own_process_and_cannot_reach_another(tmp_
     raises ends alone (status 1); the next still runs, with HOME and TMPDIR inside its directory."""
     import kernelopt_mcp
 
-    package = tmp_path / "pkg" / "jobs_probe"
-    package.mkdir(parents=True)
-    (package / "__init__.py").write_text("")
-    (package / "__main__.py").write_text(JOBS)
+    package = probe_package(tmp_path, "jobs_probe", JOBS)
     ours = Path(kernelopt_mcp.__file__).resolve().parent
     staging = tmp_path / "staging"
     staging.mkdir()
@@ -445,10 +443,7 @@ def test_path_holds_only_what_the_child_may_run(tmp_path: Path) -> None:
     for d, tool in ((allowed, "tool_a"), (other, "tool_b")):
         d.mkdir()
         shutil.copy("/bin/true", d / tool)  # dynamically linked
-    package = tmp_path / "pkg" / "path_probe"
-    package.mkdir(parents=True)
-    (package / "__init__.py").write_text("")
-    (package / "__main__.py").write_text(
+    package = probe_package(tmp_path, "path_probe",
         "import json, shutil, subprocess\n"
         "def run(tool):\n    try:\n        return subprocess.run([tool]).returncode\n    except OSError as exc:\n"
         "        return type(exc).__name__\n"

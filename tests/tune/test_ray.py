@@ -17,7 +17,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from fakegpu import REPO, kernel, spread_over_devices, write_harness, write_tiny_workload
+from fakegpu import kernel, local_ray, spread_over_devices, write_harness, write_tiny_workload
 
 from kernelopt_mcp.cli import main
 
@@ -29,17 +29,8 @@ def cluster() -> Iterator[str]:
     """The local cluster's address. Its processes inherit this environment: the checkout first on
     PYTHONPATH, so actors of every driver (this test, a server it starts) import this code."""
     ray = pytest.importorskip("ray", reason="Ray is not installed (pip install '.[ray]')")
-    before = os.environ.get("PYTHONPATH")
-    os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), str(REPO / "clients"), before]))
-    try:
-        ray.init(num_cpus=2, num_gpus=2, include_dashboard=False, log_to_driver=False, logging_level="WARNING")
-        yield ray.get_runtime_context().gcs_address
-    finally:
-        ray.shutdown()
-        if before is None:
-            os.environ.pop("PYTHONPATH", None)
-        else:
-            os.environ["PYTHONPATH"] = before
+    with local_ray(ray, num_cpus=2, num_gpus=2) as address:
+        yield address
 
 
 def served(tmp_path: Path) -> list[dict]:
