@@ -26,8 +26,8 @@ POSIX_SIGNALS = {"SIGKILL", "SIGHUP", "SIGUSR1", "SIGUSR2", "SIGALRM", "SIGCHLD"
 # file -> its POSIX-only uses; each file is named in docs/windows.md's list
 KNOWN = {
     "kernelopt_mcp/_compile_worker.py": ["resource"],  # rlimits of the compile worker
-    # the torch child's supervisor
-    "kernelopt_mcp/_confined_child.py": ["/proc", "os.WNOHANG", "resource", "signal.SIGKILL"],
+    # the torch child's supervisor, and the process per job it forks (run_confined_job)
+    "kernelopt_mcp/_confined_child.py": ["/proc", "os.WNOHANG", "os.fork", "resource", "signal.SIGKILL"],
     "kernelopt_mcp/compile_options.py": ["os.sysconf"],  # guarded: physical memory 0 where unknown
     "kernelopt_mcp/_oracle_worker.py": ["resource"],  # rlimits of the oracle worker
     # openat2 beneath a data root

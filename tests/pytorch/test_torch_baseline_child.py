@@ -1,0 +1,154 @@
+"""The PyTorch timing child's own code in real processes, no stand-in (torch_baseline.py's parent
+side is tested with one in test_torch_baseline.py): the child where torch sees no GPU, the
+environment each problem's process gets, torch.compile inside its confinement on the CPU, the L2
+flush on torch's own signatures, and what the child keeps of a problem's answer."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from test_torch_baseline import PROBLEM
+
+from kernelopt_mcp.confined_python import ChildLimits
+from kernelopt_mcp.sandbox import landlock_abi
+from kernelopt_mcp.torch_baseline import measure_baselines
+
+# --- the real child, where torch sees no GPU -----------------------------------------------------
+
+
+def test_the_real_child_refuses_cleanly_where_torch_sees_no_cuda_device(tmp_path: Path) -> None:
+    """The confined child itself (gpu=True: the NVIDIA device files, the driver's /proc and /sys,
+    triton's ptxas and the C compiler added), with torch from wherever this process found it."""
+    torch = pytest.importorskip("torch",
+                                reason="torch is not installed (pip install torch): PyTorch problems cannot be run")
+    if torch.cuda.is_available():
+        pytest.skip("torch sees a CUDA device here: tests/gpu/test_torch_baseline_gpu.py times it")
+    site = str(Path(torch.__file__).resolve().parent.parent)
+    limits = ChildLimits(timeout_s=120, landlock=landlock_abi() >= 1, accept_unconfined=True)
+    report = measure_baselines(PROBLEM, [("perf", {"n": 4096})], device=0, python_path=[site], limits=limits,
+                               workdir=tmp_path)
+    assert report.blocked and report.cases == []
+    assert report.note is not None and "could not start CUDA" in report.note and torch.__version__ in report.note
+    assert len(report.note.splitlines()) == 1
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_problems_process_keeps_its_caches_and_tells_triton_where_the_driver_is(tmp_path: Path) -> None:
+    """Each problem's process: torch.compile's, triton's and CUDA's caches in its own directory, and
+    TRITON_LIBCUDA_PATH the directory of the driver library it has mapped (triton would otherwise
+    run ``ldconfig -p``, which Ubuntu makes a script that runs a program the job may not). A
+    library named libcuda.so.1 (a copy of libm here) stands in for the driver."""
+    import ctypes.util
+    import os
+    import subprocess
+    import sys
+
+    libm = ctypes.util.find_library("m")
+    assert libm is not None
+    found = next(p for p in ("/lib/x86_64-linux-gnu", "/usr/lib/x86_64-linux-gnu", "/lib64", "/usr/lib64",
+                             "/lib", "/usr/lib")
+                 if (Path(p) / libm).exists())
+    driver = tmp_path / "driver"
+    driver.mkdir()
+    (driver / "libcuda.so.1").write_bytes((Path(found) / libm).read_bytes())
+    script = (
+        "import ctypes, json, os, sys\nfrom pathlib import Path\n"
+        "from kernelopt_mcp._torch_baseline_child import _job_environment\n"
+        "if len(sys.argv) > 2:\n    ctypes.CDLL(sys.argv[2])\n"
+        "_job_environment(Path(sys.argv[1]))\n"
+        "print(json.dumps({k: os.environ.get(k) for k in ('TORCHINDUCTOR_CACHE_DIR', 'TRITON_CACHE_DIR', "
+        "'CUDA_CACHE_PATH', 'TRITON_LIBCUDA_PATH')}))\n"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_LIBCUDA_PATH"}
+    job = tmp_path / "job_0"
+    mapped = subprocess.run([sys.executable, "-c", script, str(job), str(driver / "libcuda.so.1")], capture_output=True,
+                            text=True, timeout=60, env=env)
+    alone = subprocess.run([sys.executable, "-c", script, str(job)], capture_output=True, text=True,
+                           timeout=60, env=env)
+    assert mapped.returncode == 0 and alone.returncode == 0, mapped.stderr + alone.stderr
+    got = json.loads(mapped.stdout)
+    assert got == {"TORCHINDUCTOR_CACHE_DIR": str(job / ".inductor"), "TRITON_CACHE_DIR": str(job / ".triton"),
+                   "CUDA_CACHE_PATH": str(job / ".nv"), "TRITON_LIBCUDA_PATH": str(driver)}, got
+    assert json.loads(alone.stdout)["TRITON_LIBCUDA_PATH"] is None
+
+
+def test_torch_compile_runs_in_the_timing_childs_confinement_on_the_cpu(tmp_path: Path) -> None:
+    """torch.compile inside the confinement the timing child's problems get (run_torch_child with
+    compiler_access), here on the CPU, where inductor builds C++ with g++: it compiles and runs.
+    Found on the H100: every compile failed there, once on a program found on PATH but not
+    executable (nvcc) and once on the dynamic loader not executable (every compiler refused)."""
+    torch = pytest.importorskip("torch",
+                                reason="torch is not installed (pip install torch): PyTorch problems cannot be run")
+    from test_torch_child import probe_package
+
+    from kernelopt_mcp.confined_python import run_torch_child
+    from kernelopt_mcp.torch_baseline import compiler_access
+
+    package = probe_package(tmp_path, "compile_probe",
+        "import json, torch\n"
+        "f = torch.compile(lambda x: torch.relu(x) * 2 + 1)\n"
+        "x = torch.randn(1000)\n"
+        "print(json.dumps({'same': bool(torch.equal(f(x), torch.relu(x) * 2 + 1))}))\n"
+    )
+    site = str(Path(torch.__file__).resolve().parent.parent)
+    read, execute = compiler_access([site])
+    staging = tmp_path / "staging"
+    staging.mkdir()
+    result = run_torch_child("compile_probe", [], staging=staging, python_path=[str(package.parent), site],
+                             read=[str(package), *read], execute=execute,
+                             limits=ChildLimits(timeout_s=600, landlock=landlock_abi() >= 1, accept_unconfined=True),
+                             env={"TORCHINDUCTOR_COMPILE_THREADS": "1",
+                                  "TORCHINDUCTOR_CACHE_DIR": str(staging / ".inductor")})
+    assert result.returncode == 0, result.stderr_tail
+    assert json.loads(result.stdout.decode().strip().splitlines()[-1]) == {"same": True}, result.stderr_tail
+
+
+def test_the_timing_childs_l2_flush_runs_on_torch() -> None:
+    """The flush the timing child runs before every measured call (a read of twice the L2 size into a
+    one-element sink), here on the CPU: torch's own signatures, which a stand-in child never calls (a
+    `sum(..., out=)` torch refuses without `dim` made every baseline on the H100 a note)."""
+    torch = pytest.importorskip("torch",
+                                reason="torch is not installed (pip install torch): PyTorch problems cannot be run")
+    from kernelopt_mcp._torch_baseline_child import _Flush
+
+    flush = _Flush(torch, torch.device("cpu"), 4096)
+    assert flush.buffer is not None and flush.buffer.numel() * 4 >= 2 * 4096
+    flush.buffer.fill_(3)
+    flush()
+    assert int(flush.sink) == 3 * flush.buffer.numel()
+    assert _Flush(torch, torch.device("cpu"), 0).buffer is None  # no L2 flush asked: nothing allocated
+
+
+def test_a_problems_own_answer_is_cut_to_the_fields_and_cases_asked_for() -> None:
+    """Each problem's process writes its own answer (the problem's code ran there, so it may say
+    anything): the timing child keeps one record per case it asked for, times only where every one
+    is a positive finite number, notes as bounded strings, and nothing else; a process that left
+    no answer, or a file that is not one, counts as no case at all."""
+    from kernelopt_mcp._torch_baseline_child import problem_entry
+
+    problem = {"label": "p.py", "cases": [{"name": "perf", "values": {}}, {"name": "small", "values": {}}]}
+    raw = {
+        "cases": [
+            {"name": "perf", "eager": {"times_ms": [0.5, 0.25]}, "eager_note": None, "compile": {"times_ms": [0.1, -1]},
+             "compile_note": "x" * 5000, "compile_s": "soon", "extra": "dropped"},
+            {"name": "perf", "eager": {"times_ms": [1e-9]}},  # a second record of the same case
+            {"name": "not asked", "eager": {"times_ms": [0.01]}},
+            "not a record",
+            {"name": "small", "eager": {"times_ms": [float("nan")]}, "compile": {"times_ms": [True]}, "compile_s": 2.5},
+        ],
+        "error": 42, "finished": "yes", "device_name": "faked", "cuda_s": 1.25,
+    }
+    entry = problem_entry(raw, problem)
+    assert (entry["label"] == "p.py" and entry["error"] is None and entry["finished"] is False
+            and "device_name" not in entry)
+    assert entry["cuda_s"] == 1.25
+    perf, small = entry["cases"]
+    assert perf == {"name": "perf", "eager": {"times_ms": [0.5, 0.25]}, "eager_note": None, "compile": None,
+                    "compile_note": "x" * 400, "compile_s": None}
+    assert (small["name"] == "small" and small["eager"] is None and small["compile"] is None
+            and small["compile_s"] == 2.5)
+    assert problem_entry({}, problem) == {"label": "p.py", "cases": [], "error": None, "finished": False,
+                                          "cuda_s": None}
+    assert problem_entry({"cases": {"perf": 1}, "finished": True}, problem)["cases"] == []
