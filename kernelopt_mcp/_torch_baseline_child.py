@@ -279,11 +279,12 @@ def time_job(torch: Any, problem: dict[str, Any], request: dict[str, Any], path:
 
 
 def _read(path: Path) -> dict[str, Any]:
-    """A job's answer as it left it ({} where it left none, or not a JSON object within bounds)."""
+    """A job's answer as it left it ({} where it left none, or not a JSON object within bounds, or
+    not a plain file: a link it left to some other file is never followed)."""
+    from kernelopt_mcp.confined_python import read_child_file
+
     try:
-        if path.stat().st_size > MAX_ENTRY_BYTES:
-            return {}
-        data = json.loads(path.read_text(encoding="utf-8"))
+        data = json.loads(read_child_file(path, MAX_ENTRY_BYTES))
     except (OSError, ValueError):
         return {}
     return data if isinstance(data, dict) else {}

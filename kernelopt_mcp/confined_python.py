@@ -19,11 +19,13 @@ CUDA driver reads about the devices (``_confined_child.GPU_READ``); ``execute`` 
 
 from __future__ import annotations
 
+import errno
 import importlib.metadata
 import json
 import os
 import re
 import selectors
+import stat
 import subprocess
 import sys
 import time
@@ -226,6 +228,51 @@ def _read(proc: subprocess.Popen[bytes], deadline: float) -> tuple[bytes, bytes,
     except subprocess.TimeoutExpired:
         return bytes(out), bytes(err), False
     return bytes(out), bytes(err), True
+
+
+def read_child_file(path: Path, max_bytes: int = MAX_STDOUT_BYTES) -> bytes:
+    """What a confined child wrote into ``path``, read only where it is a plain file: opened without
+    following a symbolic link (O_NOFOLLOW) nor waiting on a FIFO (O_NONBLOCK), a regular file of
+    one link, at most ``max_bytes``. The child runs a client's code and may leave a link to any
+    file this process can read, or a FIFO nobody writes: neither is read here.
+
+    Raises:
+        OSError: missing, not a plain file, or larger than ``max_bytes``.
+    """
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode) or st.st_nlink != 1:
+            raise OSError(errno.EINVAL, f"{path.name}: not a plain file (a link or a special file the child left)")
+        if st.st_size > max_bytes:
+            raise OSError(errno.EFBIG, f"{path.name}: {st.st_size} bytes, more than the {max_bytes} expected")
+        chunks, left = [], max_bytes + 1
+        while left > 0 and (chunk := os.read(fd, min(left, 1 << 20))):
+            chunks.append(chunk)
+            left -= len(chunk)
+        data = b"".join(chunks)
+        if len(data) > max_bytes:
+            raise OSError(errno.EFBIG, f"{path.name}: more than the {max_bytes} bytes expected")
+        return data
+    finally:
+        os.close(fd)
+
+
+def check_plain_tree(root: Path) -> None:
+    """Raise OSError unless everything beneath ``root`` (a directory a confined child wrote, about
+    to be read or moved by this process) is a directory or a regular file of one link: no symbolic
+    link, hard link, FIFO, socket or device a child could leave to make this process read or
+    publish something else."""
+    if not stat.S_ISDIR(os.lstat(root).st_mode):
+        raise OSError(errno.EINVAL, f"{root.name}: not a directory (a link or a file the child left)")
+    for directory, dirs, files in os.walk(root, followlinks=False):
+        for name in (*dirs, *files):
+            st = os.lstat(os.path.join(directory, name))
+            if stat.S_ISDIR(st.st_mode):
+                continue
+            if not stat.S_ISREG(st.st_mode) or st.st_nlink != 1:
+                rel = os.path.relpath(os.path.join(directory, name), root)
+                raise OSError(errno.EINVAL, f"{rel}: not a plain file (a link or a special file the child left)")
 
 
 def run_torch_child(

@@ -36,7 +36,7 @@ from typing import Any
 from pydantic import BaseModel, Field
 
 from .config import LAUNCH_DEFAULTS, Settings
-from .confined_python import ChildLimits, installed_requirements, run_torch_child
+from .confined_python import ChildLimits, installed_requirements, read_child_file, run_torch_child
 from .evaluation.candidate import PRECISION_MIN_ITERATIONS, PRECISION_RSE, EvaluateOptions
 from .evaluation.device import DeviceInfo
 from .evaluation.outcomes import EvaluationResult
@@ -301,7 +301,7 @@ def _run_child(
             return BaselineReport.unmeasured(f"PyTorch eager and torch.compile not timed: {result.refused}",
                                              blocked=True), None
         try:
-            answer: dict[str, Any] = json.loads(answer_path.read_text())
+            answer: dict[str, Any] = json.loads(read_child_file(answer_path))
         except (OSError, ValueError):
             tail = [line for line in result.stderr_tail.splitlines() if line.strip()]
             why = "timed out" if result.timed_out else f"exit {result.returncode}"

@@ -27,7 +27,7 @@ from typing import Any
 
 import numpy as np
 
-from .confined_python import ChildLimits, run_torch_child
+from .confined_python import ChildLimits, check_plain_tree, read_child_file, run_torch_child
 from .errors import WorkloadError
 from .workload import Case, Workload, case_shape
 
@@ -127,7 +127,7 @@ def compute_expected(
                                     "installed (pip install torch)")
             raise WorkloadError(f"{workload.name}: the PyTorch reference could not run: {result.refused}")
         try:
-            answer = json.loads(answer_path.read_text())
+            answer = json.loads(read_child_file(answer_path))
         except (OSError, ValueError):
             tail = [line for line in result.stderr_tail.splitlines() if line.strip()]
             why = "timed out" if result.timed_out else f"exit {result.returncode}"
@@ -144,6 +144,10 @@ def compute_expected(
                                     f"{j.case.name!r} ({why})")
             if entry["error"]:
                 raise WorkloadError(f"{workload.name}: the module fails on case {j.case.name!r}: {entry['error']}")
+        try:  # the problem's code wrote them: plain files only, never a link to another file
+            check_plain_tree(outputs)
+        except OSError as exc:
+            raise WorkloadError(f"{workload.name}: the PyTorch reference's outputs: {exc}") from None
         for i, j in enumerate(jobs):
             j.path.parent.mkdir(parents=True, exist_ok=True)
             os.replace(outputs / f"{i}.bin", j.path)

@@ -24,7 +24,13 @@ from pathlib import Path
 from typing import Any
 
 from .compile_options import CompileLimits
-from .confined_python import ChildLimits, ChildResult, installed_requirements, run_confined_python
+from .confined_python import (
+    ChildLimits,
+    ChildResult,
+    check_plain_tree,
+    installed_requirements,
+    run_confined_python,
+)
 from .results import CreatedWorkload
 from .torch_import import TOLERANCE_MODES
 from .workload import IDENTIFIER, load_workload
@@ -86,6 +92,10 @@ def create_torch_workload(
         limits = ChildLimits.following(compile_limits, timeout_s, service.config.workload_max_bytes // 2**20 + 16)
         answer = _run_import(staging, name, problem, initial_cu, initial_launch, limits, python, python_path, target,
                              tolerance)
+        try:  # the problem's code ran in the child that wrote it: plain files only, never a link
+            check_plain_tree(staging / "workload")
+        except OSError as exc:
+            raise RequestError(f"torch_problem: the import left {exc}") from None
         wl = load_workload(staging / "workload")
         total = check_spec_size(wl.spec, "an imported PyTorch problem", service.config.workload_max_bytes)
         # the staging directory lies in the workspace: its files (the stored outputs) already count

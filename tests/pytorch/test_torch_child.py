@@ -459,3 +459,38 @@ def test_path_holds_only_what_the_child_may_run(tmp_path: Path) -> None:
     assert result.returncode == 0, result.stderr_tail
     found = json.loads(result.stdout)
     assert found == {"a": str(allowed / "tool_a"), "b": None, "run a": 0, "run b": "FileNotFoundError"}, found
+
+
+def test_what_a_child_wrote_is_read_or_moved_only_as_plain_files(tmp_path: Path) -> None:
+    """A confined child runs a client's code and may leave, instead of its answer or its outputs, a
+    symbolic link to a file its parent can read (a key, a token), a hard link, or a FIFO nobody
+    writes (the parent would wait forever): the parent reads and moves plain files only."""
+    from kernelopt_mcp.confined_python import check_plain_tree, read_child_file
+
+    secret = tmp_path / "secret.json"
+    secret.write_text('{"error": "planted-secret-51c2"}')
+    out = tmp_path / "staging"
+    (out / "sub").mkdir(parents=True)
+    (out / "answer.json").write_text('{"ok": true}')
+    (out / "sub" / "0.bin").write_bytes(b"\0" * 16)
+    assert json.loads(read_child_file(out / "answer.json")) == {"ok": True}
+    check_plain_tree(out)  # directories and regular files: fine
+    with pytest.raises(OSError, match="more than"):
+        read_child_file(out / "sub" / "0.bin", max_bytes=8)
+
+    (out / "link.json").symlink_to(secret)
+    os.mkfifo(out / "fifo.json")
+    os.link(secret, out / "hard.json")
+    for name in ("link.json", "fifo.json", "hard.json"):
+        with pytest.raises(OSError) as caught:
+            read_child_file(out / name)
+        assert "planted" not in str(caught.value), name
+    for planted in ("link.json", "fifo.json", "hard.json"):
+        tree = tmp_path / f"tree-{planted}"
+        (tree / "sub").mkdir(parents=True)
+        os.rename(out / planted, tree / "sub" / planted)
+        with pytest.raises(OSError, match="not a plain file"):
+            check_plain_tree(tree)
+    (tmp_path / "dirlink").symlink_to(out, target_is_directory=True)
+    with pytest.raises(OSError, match="not a directory"):
+        check_plain_tree(tmp_path / "dirlink")
