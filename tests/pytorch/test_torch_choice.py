@@ -57,12 +57,6 @@ TARGETS = {
 }
 
 
-@pytest.fixture
-def torch() -> Any:
-    return pytest.importorskip("torch",
-                               reason="torch is not installed (pip install torch): PyTorch problems cannot be run")
-
-
 def imported(tmp_path: Path, kind: str) -> TorchImportResult:
     problem = tmp_path / f"hinge_{kind}.py"
     problem.write_text(HINGE.replace("{targets}", TARGETS[kind]))

@@ -36,12 +36,6 @@ SUPPORTED = ["elementwise_gelu", "reduction_sum", "matmul", "linear_relu", "scal
              "vector_add", "batchnorm_training"]
 
 
-@pytest.fixture
-def torch() -> Any:
-    return pytest.importorskip("torch",
-                               reason="torch is not installed (pip install torch): PyTorch problems cannot be run")
-
-
 def module_at(problem: Path, wl: Workload, case_name: str, torch: Any) -> tuple[Any, list[Any]]:
     """The problem's Model and get_inputs() built directly (no kernelopt code) at a case's sizes, as the
     PyTorch reference builds it: the size-constant lines rewritten with imported.sizes, torch seeded

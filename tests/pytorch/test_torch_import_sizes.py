@@ -20,12 +20,6 @@ from kernelopt_mcp.torch_problem import TorchProblemError
 from kernelopt_mcp.workload import load_workload
 
 
-@pytest.fixture
-def torch() -> Any:
-    return pytest.importorskip("torch",
-                               reason="torch is not installed (pip install torch): PyTorch problems cannot be run")
-
-
 def problem(tmp_path: Path, name: str, body: str) -> Path:
     path = tmp_path / f"{name}.py"
     path.write_text("import torch\nimport torch.nn as nn\n\n" + body)

@@ -56,12 +56,6 @@ PROBLEMS = {
 }
 
 
-@pytest.fixture
-def torch() -> Any:
-    return pytest.importorskip("torch",
-                               reason="torch is not installed (pip install torch): PyTorch problems cannot be run")
-
-
 def imported(tmp_path: Path, kind: str) -> TorchImportResult:
     forward, inputs = PROBLEMS[kind]
     problem = tmp_path / f"{kind}_matmul.py"

@@ -48,12 +48,6 @@ def test_refused_unless_the_operator_allowed_it(tmp_path: Path) -> None:
     assert not ws.config.created_dir.exists()
 
 
-@pytest.fixture
-def torch() -> Any:
-    return pytest.importorskip("torch",
-                               reason="torch is not installed (pip install torch): PyTorch problems cannot be run")
-
-
 def test_allowed_import_creates_a_workload(tmp_path: Path, torch: Any) -> None:
     ws = FakeWorkspace(tmp_path)
     created = create_torch_workload(ws, "mm", (PROBLEMS / "matmul.py").read_text(), allowed=True)
