@@ -57,13 +57,14 @@ CHILD_MODULE = "kernelopt_mcp._torch_baseline_child"
 BASELINE_TIMEOUT_S = 900.0
 CHILD_START_S = 240.0  # a batch child's start (torch's import, the first CUDA context) beyond its problems' deadlines
 PROBLEM_FILE = "problem.py"
-# what the timing child may execute: triton's ptxas (found beside the installed triton) and the C
+# what the timing child may execute: the NVIDIA tools torch and triton ship (TOOL_DIRS, found beside
+# the installed torch; inductor points triton at torch's own ptxas where there is one), the C
 # compiler triton builds its launcher with (gcc or clang, cc1, as, ld) and /sbin/ldconfig, which
 # it asks where libcuda is; they run under the child's own Landlock and seccomp
 COMPILER_EXECUTE = ("/usr/bin", "/bin", "/usr/lib/gcc", "/usr/libexec/gcc", "/sbin/ldconfig", "/usr/sbin/ldconfig",
                     "/sbin/ldconfig.real", "/usr/sbin/ldconfig.real")  # Ubuntu's ldconfig is a script that runs .real
 COMPILER_READ = ("/usr/include", "/usr/local/include")
-TRITON_BIN = Path("triton") / "backends" / "nvidia" / "bin"
+TOOL_DIRS = (Path("torch") / "bin", Path("triton") / "backends" / "nvidia" / "bin")  # ptxas, cuobjdump, nvdisasm
 
 
 @dataclass(frozen=True)
@@ -180,8 +181,8 @@ def torch_version(python_path: Sequence[str] = ()) -> str | None:
 
 
 def _execute_paths(dirs: Sequence[str]) -> list[str]:
-    found = [str(Path(d) / TRITON_BIN) for d in dirs if (Path(d) / TRITON_BIN).is_dir()]
-    return [*found, *COMPILER_EXECUTE]
+    found = [str(Path(d) / tools) for d in dirs for tools in TOOL_DIRS if (Path(d) / tools).is_dir()]
+    return [*dict.fromkeys(found), *COMPILER_EXECUTE]
 
 
 def compiler_access(python_path: Sequence[str] = ()) -> tuple[list[str], list[str]]:

@@ -105,6 +105,41 @@ def test_torch_compile_runs_in_the_timing_childs_confinement_on_the_cpu(tmp_path
     assert json.loads(result.stdout.decode().strip().splitlines()[-1]) == {"same": True}, result.stderr_tail
 
 
+def test_the_nvidia_tools_torch_and_triton_ship_run_in_the_timing_childs_confinement(tmp_path: Path) -> None:
+    """Every ptxas beside the installed torch and triton (inductor points triton at torch/bin/ptxas
+    where it exists) runs in the confinement the timing child's problems get. Found on the H100:
+    every torch.compile failed with `Permission denied: .../torch/bin/ptxas`."""
+    torch = pytest.importorskip("torch",
+                                reason="torch is not installed (pip install torch): PyTorch problems cannot be run")
+    from test_torch_child import probe_package
+
+    from kernelopt_mcp.confined_python import run_torch_child
+    from kernelopt_mcp.torch_baseline import TOOL_DIRS, compiler_access
+
+    site = Path(torch.__file__).resolve().parent.parent
+    tools = [str(site / d / "ptxas") for d in TOOL_DIRS if (site / d / "ptxas").is_file()]
+    if not tools:
+        pytest.skip(f"neither {' nor '.join(map(str, TOOL_DIRS))} holds a ptxas beside this torch ({site})")
+    package = probe_package(tmp_path, "tool_probe",
+        "import json, subprocess, sys\n"
+        "ran = {}\n"
+        "for tool in sys.argv[1:]:\n"
+        "    try:\n"
+        "        ran[tool] = subprocess.run([tool, '--version'], capture_output=True).returncode\n"
+        "    except OSError as e:\n"
+        "        ran[tool] = str(e)\n"
+        "print(json.dumps(ran))\n"
+    )
+    read, execute = compiler_access([str(site)])
+    staging = tmp_path / "staging"
+    staging.mkdir()
+    result = run_torch_child("tool_probe", tools, staging=staging, python_path=[str(package.parent), str(site)],
+                             read=[str(package), *read], execute=execute,
+                             limits=ChildLimits(timeout_s=120, landlock=landlock_abi() >= 1, accept_unconfined=True))
+    assert result.returncode == 0, result.stderr_tail
+    assert json.loads(result.stdout.decode().strip().splitlines()[-1]) == dict.fromkeys(tools, 0)
+
+
 def test_the_timing_childs_l2_flush_runs_on_torch() -> None:
     """The flush the timing child runs before every measured call (a read of twice the L2 size into a
     one-element sink), here on the CPU: torch's own signatures, which a stand-in child never calls (a
