@@ -20,6 +20,7 @@ one line (``note``) and nothing is timed: an evaluation never fails for want of 
 
 from __future__ import annotations
 
+import ast
 import hashlib
 import importlib.metadata
 import json
@@ -173,9 +174,22 @@ def sha256_text(text: str) -> str:
 
 
 def torch_version(python_path: Sequence[str] = ()) -> str | None:
-    """The version of the torch this interpreter (with ``python_path``) would import, read from its
-    metadata (torch is not imported); None where it is not installed."""
+    """The version of the torch this interpreter (with ``python_path``) would import, as its
+    ``torch.__version__`` says (the timing child reports that one), without importing torch: the
+    literal in its ``torch/version.py``, which carries the build's local part (``2.11.0+cu130``)
+    that the distribution's metadata (``2.11.0``) may leave out, else the metadata's; None where
+    torch is not installed."""
     for dist in importlib.metadata.distributions(name="torch", path=[*python_path, *sys.path]):
+        try:
+            tree = ast.parse(Path(str(dist.locate_file("torch/version.py"))).read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError, SyntaxError, ValueError):
+            return str(dist.version)
+        for node in tree.body:
+            if (isinstance(node, ast.Assign | ast.AnnAssign) and isinstance(node.value, ast.Constant)
+                    and isinstance(node.value.value, str)
+                    and any(isinstance(t, ast.Name) and t.id == "__version__"
+                            for t in (node.targets if isinstance(node, ast.Assign) else [node.target]))):
+                return node.value.value
         return str(dist.version)
     return None
 

@@ -197,6 +197,25 @@ def test_a_second_evaluation_reads_the_cache_and_a_change_measures_again(tmp_pat
     assert cache.get(key) is not None and cache.get(key.replace("a", "b")) is None
 
 
+def test_the_cache_key_carries_the_version_torch_itself_reports(tmp_path: Path) -> None:
+    """The cache is keyed by the version torch's import would say, and records are stored only where
+    the child said the same: a wheel's metadata says ``2.11.0`` while ``torch.__version__`` says
+    ``2.11.0+cu130`` (found on the H100: nothing was ever cached). Read from ``torch/version.py``
+    without importing torch; the metadata's where that file is missing."""
+    site = tmp_path / "site"
+    (site / "torch-2.11.0.dist-info").mkdir(parents=True)
+    (site / "torch-2.11.0.dist-info" / "METADATA").write_text("Metadata-Version: 2.1\nName: torch\nVersion: 2.11.0\n")
+    assert torch_baseline.torch_version([str(site)]) == "2.11.0"
+    (site / "torch").mkdir()
+    (site / "torch" / "version.py").write_text("from typing import Optional\n__version__ = '2.11.0+cu130'\n"
+                                               "cuda: Optional[str] = '13.0'\n")
+    assert torch_baseline.torch_version([str(site)]) == "2.11.0+cu130"
+
+
+def test_the_installed_torchs_version_is_the_one_its_import_reports(torch: Any) -> None:
+    assert torch_baseline.torch_version() == torch.__version__
+
+
 def test_a_bundled_workload_runs_nothing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     def never(*a: Any, **k: Any) -> ChildResult:
         raise AssertionError("no child for a workload that is not an imported problem")
