@@ -64,20 +64,30 @@ def _read_file(torch: Any, path: str, dtype: str, shape: list[int], device: Any)
     return flat.reshape(shape).to(device)
 
 
+WRITE_CHUNK = 1 << 26  # elements per step of writing an output: its float64 copies stay under 1.5 GiB
+
+
 def _write_output(torch: Any, out: Any, path: str) -> dict[str, Any]:
-    """The output's bytes to ``path`` (little-endian, C order) and its figures."""
+    """The output's bytes to ``path`` (little-endian, C order) and its figures, a chunk at a time:
+    a whole float64 copy of a 7 GiB float32 output (and of its finite values, and their squares)
+    ran an 80 GB GPU out of memory on KernelBench's RMSNorm."""
     flat = out.detach().contiguous().reshape(-1)
-    wide = flat.double() if flat.is_floating_point() else flat.to(torch.float64)
-    finite = torch.isfinite(wide)
-    kept = wide[finite]
-    figures = {"elements": int(flat.numel()), "finite": int(kept.numel()), "sum_sq": float((kept * kept).sum().item())}
-    host = flat.cpu()
-    if host.dtype == torch.bfloat16:
-        host = host.view(torch.int16)
-    if host.dtype == torch.bool:
-        host = host.to(torch.uint8)
-    host.numpy().tofile(path)
-    return figures
+    finite, sum_sq = 0, 0.0
+    with open(path, "wb") as f:
+        for start in range(0, flat.numel(), WRITE_CHUNK):
+            part = flat[start:start + WRITE_CHUNK]
+            wide = part.to(torch.float64)
+            kept = wide[torch.isfinite(wide)]
+            finite += int(kept.numel())
+            sum_sq += float((kept * kept).sum().item())
+            del wide, kept
+            host = part.cpu()
+            if host.dtype == torch.bfloat16:
+                host = host.view(torch.int16)
+            if host.dtype == torch.bool:
+                host = host.to(torch.uint8)
+            host.numpy().tofile(f)
+    return {"elements": int(flat.numel()), "finite": finite, "sum_sq": sum_sq}
 
 
 class _Module:
@@ -135,6 +145,9 @@ def run_job(torch: Any, request: dict[str, Any], job: dict[str, Any], module: _M
         raise ValueError(f"forward returned {out.numel()} elements; the output buffer {want['name']!r} has "
                          f"{want['elements']}")
     out = out.to(_dtype(torch, want["dtype"]))
+    del args
+    tensors.clear()  # the inputs' memory goes before the output is written (a large problem's inputs and output
+    # may take most of the GPU)
     if device.type == "cuda":
         torch.cuda.synchronize(device)
     return _write_output(torch, out, want["file"])

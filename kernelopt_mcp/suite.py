@@ -34,6 +34,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from .errors import KerneloptError
 from .files import read_json, write_atomic
 from .suite_imports import IMPORT_TIMEOUT_S, ImportJob, ImportLimits, import_many
 from .suite_table import ProblemRecord, render_markdown, to_json
@@ -218,7 +219,13 @@ def _evaluate(options: SuiteOptions, level: int, path: Path, entry: dict[str, An
     digest = _sha256(cu, launch)
     if entry.get("solution_sha256") == digest and entry.get("workload_sha256") == entry["sha256"]:
         return
-    outcome = evaluate(Path(entry["workload"]), cu, launch)
+    try:
+        outcome = evaluate(Path(entry["workload"]), cu, launch)
+    except KerneloptError as exc:  # its reference, its workload or the harness failed: this problem alone, retried
+        # by the next run (no solution digest kept)
+        entry.update(status="error", ours_ms=None, message=str(exc)[:500])
+        entry.pop("solution_sha256", None)
+        return
     entry.update(status=outcome.status, ours_ms=outcome.ours_ms, message=outcome.message[:500],
                  solution_sha256=digest, workload_sha256=entry["sha256"])
 

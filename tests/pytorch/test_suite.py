@@ -146,3 +146,43 @@ def test_imports_run_in_processes_of_their_own_at_once_and_are_not_repeated(tmp_
     assert main(argv) == 0
     assert json.loads((out / "state.json").read_text())["problems"] == state  # nothing imported again
     assert "imported 1_Relu.py" not in capsys.readouterr().out
+
+
+def test_a_problem_whose_evaluation_fails_is_recorded_and_the_suite_goes_on(tmp_path: Path) -> None:
+    """A problem whose reference cannot run (on the H100 the module ran out of memory at its full
+    size) is that problem's error, recorded with its message; the next problems are evaluated and
+    the tables written; a second run tries it again (found: one such problem ended the whole suite)."""
+    from kernelopt_mcp.errors import WorkloadError
+    from kernelopt_mcp.suite import SolutionOutcome, SuiteOptions, run_suite
+
+    root, out, solutions = tmp_path / "kb", tmp_path / "out", tmp_path / "solutions"
+    entries = {}
+    for stem in ("1_Square_matmul_", "2_Sum"):
+        (root / "level1").mkdir(parents=True, exist_ok=True)
+        (root / "level1" / f"{stem}.py").write_text(PROBLEM)
+        name = f"p{stem.rstrip('_')}"
+        write_tiny_workload(out / "workloads" / "level1", imported_style(name=name))
+        entries[f"level1/{stem}.py"] = {"sha256": hashlib.sha256(PROBLEM.encode()).hexdigest(), "tolerance": "strict",
+                                        "imported": True, "workload": str(out / "workloads" / "level1" / name)}
+        (solutions / "level1").mkdir(parents=True, exist_ok=True)
+        (solutions / "level1" / f"{stem}.cu").write_text(kernel())
+        (solutions / "level1" / f"{stem}.launch.json").write_text(json.dumps(ADD_LAUNCH))
+    (out / "state.json").write_text(json.dumps({"problems": entries}))
+    calls: list[str] = []
+
+    def evaluate(workload: Path, cu: Path, launch: Path) -> SolutionOutcome:
+        calls.append(workload.name)
+        if workload.name == "p1_Square_matmul":
+            raise WorkloadError(f"{workload.name}: the module fails on case 'perf': OutOfMemoryError: CUDA out of "
+                                "memory")
+        return SolutionOutcome("ok", 0.5, "all 3 cases pass")
+
+    options = SuiteOptions(root, out, levels=(1,), solutions=solutions)
+    records = {r.problem: r for r in run_suite(options, evaluate)}
+    failed, passed = records["level1/1_Square_matmul_.py"], records["level1/2_Sum.py"]
+    assert failed.status == "error" and failed.ours_ms is None and passed.status == "ok" and passed.ours_ms == 0.5
+    state = json.loads((out / "state.json").read_text())["problems"]
+    assert "OutOfMemoryError" in state["level1/1_Square_matmul_.py"]["message"]
+    assert (out / "table.md").is_file() and calls == ["p1_Square_matmul", "p2_Sum"]
+    run_suite(options, evaluate)
+    assert calls == ["p1_Square_matmul", "p2_Sum", "p1_Square_matmul"]  # the error is tried again; the pass is kept

@@ -115,3 +115,30 @@ def test_reference_torch_without_the_mapping_is_refused_on_load(tmp_path: Path) 
         load_workload(write_problem(tmp_path / "wl", drop="output"))
     with pytest.raises(WorkloadError, match=r"imported.sizes: no size constants for case\(s\) one, odd_1001, n_4096"):
         load_workload(write_problem(tmp_path / "wl2", drop="sizes"))
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16", "int32", "bool"])
+def test_an_output_written_a_chunk_at_a_time_has_the_bytes_and_figures_of_the_whole(
+    torch: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, dtype: str
+) -> None:
+    """The reference child writes an output and sums its squares a chunk at a time (a whole float64
+    copy of a 7 GiB output ran an 80 GB GPU out of memory): the same bytes as the tensor's own and
+    the same figures, non-finite values left out of them, with a chunk that does not divide the size."""
+    from kernelopt_mcp import _torch_reference_child as child
+
+    values = torch.linspace(-3, 3, 1001)
+    values[[5, 500]] = float("nan")
+    values[7] = float("inf")
+    out = values.to(getattr(torch, dtype)) if dtype != "int32" else (values.nan_to_num(0, 9, -9) * 100).to(torch.int32)
+    monkeypatch.setattr(child, "WRITE_CHUNK", 64)
+    figures = child._write_output(torch, out.reshape(7, 11, 13), str(tmp_path / "chunked.bin"))
+    host = out.view(torch.int16) if dtype == "bfloat16" else out.to(torch.uint8) if dtype == "bool" else out
+    assert (tmp_path / "chunked.bin").read_bytes() == host.numpy().tobytes()
+    wide = out.double()
+    kept = wide[torch.isfinite(wide)]
+    assert figures["elements"] == 1001
+    assert figures["finite"] == kept.numel() == (998 if out.is_floating_point() else 1001)
+    assert figures["sum_sq"] == pytest.approx(float((kept * kept).sum()), rel=1e-12)
+    empty = child._write_output(torch, out[:0], str(tmp_path / "empty.bin"))
+    assert empty == {"elements": 0, "finite": 0, "sum_sq": 0.0}
+    assert (tmp_path / "empty.bin").read_bytes() == b""
