@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .errors import KerneloptError
+from .errors import DeviceUnavailable, KerneloptError, ToolchainNotFound
 from .files import read_json, write_atomic
 from .suite_imports import IMPORT_TIMEOUT_S, ImportJob, ImportLimits, import_many
 from .suite_table import ProblemRecord, render_markdown, to_json
@@ -221,6 +221,8 @@ def _evaluate(options: SuiteOptions, level: int, path: Path, entry: dict[str, An
         return
     try:
         outcome = evaluate(Path(entry["workload"]), cu, launch)
+    except (DeviceUnavailable, ToolchainNotFound):
+        raise  # the machine's, not the problem's: the run stops with its message
     except KerneloptError as exc:  # its reference, its workload or the harness failed: this problem alone, retried
         # by the next run (no solution digest kept)
         entry.update(status="error", ours_ms=None, message=str(exc)[:500])

@@ -152,7 +152,7 @@ def test_a_problem_whose_evaluation_fails_is_recorded_and_the_suite_goes_on(tmp_
     """A problem whose reference cannot run (on the H100 the module ran out of memory at its full
     size) is that problem's error, recorded with its message; the next problems are evaluated and
     the tables written; a second run tries it again (found: one such problem ended the whole suite)."""
-    from kernelopt_mcp.errors import WorkloadError
+    from kernelopt_mcp.errors import DeviceUnavailable, WorkloadError
     from kernelopt_mcp.suite import SolutionOutcome, SuiteOptions, run_suite
 
     root, out, solutions = tmp_path / "kb", tmp_path / "out", tmp_path / "solutions"
@@ -186,3 +186,9 @@ def test_a_problem_whose_evaluation_fails_is_recorded_and_the_suite_goes_on(tmp_
     assert (out / "table.md").is_file() and calls == ["p1_Square_matmul", "p2_Sum"]
     run_suite(options, evaluate)
     assert calls == ["p1_Square_matmul", "p2_Sum", "p1_Square_matmul"]  # the error is tried again; the pass is kept
+
+    def no_gpu(workload: Path, cu: Path, launch: Path) -> SolutionOutcome:
+        raise DeviceUnavailable("no CUDA device")
+
+    with pytest.raises(DeviceUnavailable):  # the machine's failure, not a problem's: the run stops with it
+        run_suite(options, no_gpu)
