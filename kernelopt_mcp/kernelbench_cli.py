@@ -6,7 +6,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +17,6 @@ from .config import Settings, find_workload
 from .errors import KerneloptError, WorkloadError
 from .evaluation.candidate import Candidate
 from .evaluation.device import DeviceInfo
-from .evaluation.harness import HarnessProcess
 from .files import read_text
 from .launch import LaunchSpec
 from .progress_bar import ProgressBar, add_progress_flag, progress_wanted
@@ -62,11 +60,13 @@ def add_parser(sub: Any) -> None:
 
 
 class _Evaluator:
-    """Evaluates solutions on one harness process, started at the first solution."""
+    """Evaluates each solution in a harness process of its own: what one problem's evaluation keeps
+    on the device (its expected values, up to 30% of the GPU's memory) is gone before the next
+    problem's reference runs beside it (on an 80 GB H100 a 7 GiB problem's reference ran out of
+    memory beside the earlier problems' kept values), and a harness one problem broke ends with it."""
 
-    def __init__(self, settings: Settings, stack: ExitStack) -> None:
-        self.settings, self.stack = settings, stack
-        self.proc: HarnessProcess | None = None
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
         self.device: DeviceInfo | None = None
 
     def __call__(self, workload_dir: Path, kernel: Path, launch_file: Path) -> SolutionOutcome:
@@ -75,10 +75,10 @@ class _Evaluator:
             candidate = _candidate(kernel, launch_file)
         except (KerneloptError, ValueError) as exc:
             return SolutionOutcome("error", None, str(exc))
-        if self.proc is None:
+        if self.device is None:
             self.device = app.gpu_info(self.settings)
-            self.proc = self.stack.enter_context(app.open_harness(self.settings))
-        with app.open_session(self.settings, workload, self.proc, self.device) as session:
+        with app.open_harness(self.settings) as proc, app.open_session(self.settings, workload, proc,
+                                                                        self.device) as session:
             checked = app.evaluate_kernel(session, candidate)
         return SolutionOutcome(checked.status, checked.result.score_ms, checked.message)
 
@@ -147,9 +147,8 @@ def cmd_kernelbench(args: argparse.Namespace, out: Console) -> int:
         elif not args.json:
             out.print(f"[dim][{done}/{total}][/] {escape(line)}", highlight=False)
 
-    with ExitStack() as stack:
-        stack.enter_context(bar)
-        evaluator = _Evaluator(settings, stack)
+    with bar:
+        evaluator = _Evaluator(settings)
         baselines = None if args.no_baselines else _Baselines(settings, evaluator)
         records = run_suite(options, evaluator if options.solutions else None, progress, baselines)
     table = (options.out_dir / ("results.json" if args.json else "table.md")).read_text()

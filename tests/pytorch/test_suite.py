@@ -192,3 +192,29 @@ def test_a_problem_whose_evaluation_fails_is_recorded_and_the_suite_goes_on(tmp_
 
     with pytest.raises(DeviceUnavailable):  # the machine's failure, not a problem's: the run stops with it
         run_suite(options, no_gpu)
+
+
+@no_torch
+def test_each_solution_is_evaluated_in_a_harness_of_its_own(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """One harness process per solution: what a problem's evaluation keeps on the device (its expected
+    values) never sits beside the next problem's reference (on an 80 GB H100 a 7 GiB problem's
+    reference ran out of memory beside the earlier problems' kept values)."""
+    root, out, solutions = kernelbench_dir(tmp_path / "kb"), tmp_path / "out", tmp_path / "solutions"
+    entries = {}
+    for stem in ("1_Square_matmul_", "10_Relu"):
+        name = f"p{stem.rstrip('_')}"
+        write_tiny_workload(out / "workloads" / "level1", imported_style(name=name))
+        entries[f"level1/{stem}.py"] = {"sha256": hashlib.sha256(PROBLEM.encode()).hexdigest(), "tolerance": "strict",
+                                        "imported": True, "workload": str(out / "workloads" / "level1" / name)}
+        (solutions / "level1").mkdir(parents=True, exist_ok=True)
+        (solutions / "level1" / f"{stem}.cu").write_text(kernel("FAST"))
+        (solutions / "level1" / f"{stem}.launch.json").write_text(json.dumps(ADD_LAUNCH))
+    (out / "state.json").write_text(json.dumps({"problems": entries}))
+    monkeypatch.setenv("KERNELOPT_HARNESS", str(write_harness(tmp_path, "fake")))
+    assert main(["kernelbench", str(root), "--level", "1", "-o", str(out), "--solutions", str(solutions),
+                 "--no-baselines", "--json"]) == 0
+    rows = json.loads((out / "results.json").read_text())["problems"]
+    assert [r["status"] for r in rows if r["problem"] in entries] == ["ok", "ok"]
+    starts = [json.loads(line)["argv"] for line in (tmp_path / "harness-env.jsonl").read_text().splitlines()]
+    assert starts.count(["--device-info", "--device", "0"]) == 1  # the device read once
+    assert sum(1 for argv in starts if "serve" in argv) == 2, starts
