@@ -47,7 +47,7 @@ import tempfile
 import time
 import traceback
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -270,7 +270,43 @@ def run_confined_job(directory: str, work: Callable[[], object], timeout_s: floa
 
     What the job writes for its parent goes into ``directory``; read it only after this returns
     (then no process of the job's is left to change it)."""
+    return run_confined_jobs([(directory, work)], timeout_s)[0]
+
+
+def run_confined_jobs(jobs: Sequence[tuple[str, Callable[[], object]]], timeout_s: float,
+                      parallel: int = 1) -> list[int | None]:
+    """:func:`run_confined_job` for each of ``jobs`` (its directory, its work), up to ``parallel``
+    at once, each with ``timeout_s`` from its own start; every process any of them left behind is
+    killed once the last has ended (before that a job's leftovers may outlive it: run at once only
+    jobs that may share the machine). Their exit statuses in order."""
     config = json.loads(os.environ[EACH_JOB_ENV])
+    statuses: list[int | None] = [None] * len(jobs)
+    waiting = list(range(len(jobs)))
+    running: dict[int, tuple[int, float]] = {}  # pid: (its job, its deadline)
+    while waiting or running:
+        while waiting and len(running) < max(1, parallel):
+            i = waiting.pop(0)
+            running[_fork_job(*jobs[i], config)] = (i, time.monotonic() + timeout_s)
+        for pid, (i, deadline) in list(running.items()):
+            done, raw = os.waitpid(pid, os.WNOHANG)
+            if done:
+                code = os.waitstatus_to_exitcode(raw)
+                statuses[i] = code if code >= 0 else 128 - code
+            elif time.monotonic() >= deadline:
+                os.kill(pid, signal.SIGKILL)
+                os.waitpid(pid, 0)
+            else:
+                continue
+            del running[pid]
+        if running:
+            time.sleep(0.02)
+    _reap_all()  # the jobs' leftovers: orphans are re-parented to this child
+    return statuses
+
+
+def _fork_job(directory: str, work: Callable[[], object], config: dict[str, Any]) -> int:
+    """The job's process (see :func:`run_confined_job`): its pid here; nothing of it runs before
+    it is confined."""
     home, tmp = Path(directory) / ".home", Path(directory) / ".tmp"
     home.mkdir(parents=True, exist_ok=True)
     tmp.mkdir(exist_ok=True)
@@ -279,40 +315,28 @@ def run_confined_job(directory: str, work: Callable[[], object], timeout_s: floa
     with warnings.catch_warnings():  # "this process is multi-threaded": torch's idle threads hold no lock the job needs
         warnings.simplefilter("ignore", DeprecationWarning)
         pid = os.fork()
-    if pid == 0:  # the job: nothing of it runs before it is confined
-        code = 1
+    if pid:
+        return pid
+    code = 1
+    try:
+        os.environ.pop(EACH_JOB_ENV, None)
+        os.environ.update(HOME=str(home), TMPDIR=str(tmp))
+        tempfile.tempdir = None
+        os.chdir(directory)
         try:
-            os.environ.pop(EACH_JOB_ENV, None)
-            os.environ.update(HOME=str(home), TMPDIR=str(tmp))
-            tempfile.tempdir = None
-            os.chdir(directory)
-            try:
-                confine({**config, "write": [directory]})
-            except OSError as exc:
-                print(f"the job could not confine itself: {exc}", file=sys.stderr)
-                code = REFUSED
-            else:
-                work()
-                code = 0
-        except BaseException:  # noqa: BLE001 - whatever the job raises ends only the job
-            traceback.print_exc()
-        finally:
-            sys.stdout.flush()
-            sys.stderr.flush()
-            os._exit(code)
-    deadline = time.monotonic() + timeout_s
-    status: int | None = None
-    while True:
-        done, raw = os.waitpid(pid, os.WNOHANG)
-        if done:
-            status = os.waitstatus_to_exitcode(raw)
-            break
-        if time.monotonic() >= deadline:
-            os.kill(pid, signal.SIGKILL)
-            break
-        time.sleep(0.02)
-    _reap_all()  # the job (when killed) and every process it left: orphans are re-parented to this child
-    return status if status is None or status >= 0 else 128 - status
+            confine({**config, "write": [directory]})
+        except OSError as exc:
+            print(f"the job could not confine itself: {exc}", file=sys.stderr)
+            code = REFUSED
+        else:
+            work()
+            code = 0
+    except BaseException:  # noqa: BLE001 - whatever the job raises ends only the job
+        traceback.print_exc()
+    finally:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
 
 
 def child(config: dict[str, Any]) -> int:

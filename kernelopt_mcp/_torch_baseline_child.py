@@ -33,6 +33,7 @@ warm-up never count. Where it cannot run, the case says why in one line and eage
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import math
@@ -45,7 +46,7 @@ from typing import Any
 
 from kernelopt_mcp._child_answer import NOTE_CHARS, Answer, line
 from kernelopt_mcp._child_answer import main as child_main
-from kernelopt_mcp._confined_child import run_confined_job
+from kernelopt_mcp._confined_child import run_confined_job, run_confined_jobs
 
 # GPU cycles the stream is held for before each measured call (~50 us at 2 GHz), so the host's
 # enqueue of the start event and the module's first kernel is not timed as an idle gap (the
@@ -127,6 +128,17 @@ def build(torch: Any, source: Any, values: dict[str, int], device: Any, seed: in
     return model, [x.to(device) if isinstance(x, torch.Tensor) else x for x in inputs]
 
 
+def compile_model(torch: Any, model: Any, inputs: list[Any]) -> tuple[Any, float]:
+    """``torch.compile(model)`` (default mode) called once, which compiles it (never timed), and the
+    wall seconds that took."""
+    began = time.monotonic()
+    compiled = torch.compile(model)
+    compiled(*inputs)
+    if torch.cuda.is_initialized():
+        torch.cuda.synchronize()
+    return compiled, round(time.monotonic() - began, 3)
+
+
 def compiled_times(
     torch: Any, model: Any, inputs: list[Any], flush: _Flush, request: dict[str, Any],
 ) -> tuple[list[float] | None, str | None, float | None]:
@@ -141,11 +153,7 @@ def compiled_times(
     except ImportError:
         pass
     try:
-        began = time.monotonic()
-        compiled = torch.compile(model)
-        compiled(*inputs)  # compiles: never timed
-        torch.cuda.synchronize()
-        compile_s = round(time.monotonic() - began, 3)
+        compiled, compile_s = compile_model(torch, model, inputs)
     except Exception as exc:  # noqa: BLE001 - inductor and dynamo raise many kinds; the note names it
         return None, f"torch.compile failed: {line(exc)}", None
     try:
@@ -259,6 +267,77 @@ def probe(torch: Any, request: dict[str, Any], path: Path) -> None:
     Answer(path, {**found, "cuda_s": round(time.monotonic() - began, 3)}).write()
 
 
+def warm_job(torch: Any, problem: dict[str, Any], request: dict[str, Any], path: Path) -> None:
+    """One problem compiled ahead, in its own confined process, beside others: every case's module
+    built and ``torch.compile``d once as :func:`time_case` compiles it (under ``torch.no_grad()``),
+    nothing timed, so that the problem's timing job, run later in the same directory, finds
+    torch.compile's caches warm. Each case's compile seconds go to ``path``; a case that fails is
+    left to its timing job (which compiles it again and says why)."""
+    from kernelopt_mcp.torch_problem import parse_problem
+
+    _job_environment(path.parent)
+    entry: dict[str, Any] = {"cases": []}
+    answer = Answer(path, entry)
+    device, _ = start_cuda(torch, int(request["device"]))
+    if device is None:
+        return
+    source = parse_problem(Path(problem["problem"]).read_text(encoding="utf-8"), problem.get("label") or "problem")
+    for case in problem["cases"]:
+        seconds = _compile_case(torch, source, case, device, int(request["seed"]))
+        if seconds is not None:
+            entry["cases"].append({"name": case["name"], "compile_s": seconds})
+            answer.write()
+        torch._dynamo.reset()
+        torch.cuda.empty_cache()
+
+
+def _compile_case(torch: Any, source: Any, case: dict[str, Any], device: Any, seed: int) -> float | None:
+    """One case's module compiled once (its memory gone on return); None where that failed."""
+    try:
+        model, inputs = build(torch, source, {k: int(v) for k, v in case["values"].items()}, device, seed)
+        with torch.no_grad():
+            return compile_model(torch, model, inputs)[1]
+    except Exception:  # noqa: BLE001 - the problem's own code, or inductor's: the timing job says why
+        return None
+
+
+#: where a problem compiled ahead leaves its compile seconds, in its job's directory
+WARM_FILE = "warm.json"
+
+
+def compile_ahead(torch: Any, jobs: list[tuple[Path, dict[str, Any]]], request: dict[str, Any], timeout_s: float,
+                  parallel: int) -> float:
+    """Every problem compiled once (:func:`warm_job`), ``parallel`` at a time and each in its own
+    confined process, before any is timed: compiling is CPU work the problems can share, timing
+    is not, so each problem's timing then loads its compiled code instead of compiling it alone.
+    Nothing is timed meanwhile, and the autotuning choices made while the problems shared the GPU
+    are removed (:func:`forget_autotuning`): each timing job makes its own on a quiet GPU. The
+    phase's wall seconds."""
+    began = time.monotonic()
+    run_confined_jobs([(str(job), functools.partial(warm_job, torch, mine, request, job / WARM_FILE))
+                       for job, mine in jobs], timeout_s, parallel)
+    for job, _ in jobs:
+        forget_autotuning(job)
+    return round(time.monotonic() - began, 3)
+
+
+def forget_autotuning(directory: Path) -> None:
+    """Remove the autotuning results inductor keeps beside its kernels (``*.best_config``) under
+    ``directory`` (links are removed, never followed)."""
+    for root, _, files in os.walk(directory):
+        for name in files:
+            if name.endswith(".best_config"):
+                with contextlib.suppress(OSError):
+                    os.unlink(os.path.join(root, name))
+
+
+def compiled_ahead(directory: Path) -> dict[str, float]:
+    """The compile seconds a problem's :func:`warm_job` left, by case (nothing where it left none)."""
+    cases = _read(directory / WARM_FILE).get("cases")
+    return {c["name"]: seconds for c in (cases if isinstance(cases, list) else [])
+            if isinstance(c, dict) and isinstance(c.get("name"), str) and (seconds := _seconds(c.get("compile_s")))}
+
+
 def time_job(torch: Any, problem: dict[str, Any], request: dict[str, Any], path: Path) -> None:
     """One problem, in its own confined process: CUDA started, every case timed into ``path``."""
     _job_environment(path.parent)
@@ -356,16 +435,26 @@ def run(request: dict[str, Any], answer: Answer) -> None:
     answer.data["startup_s"] = round(time.monotonic() - STARTED, 3)  # torch's import and a first CUDA context
     answer.write()
     timeout_s = float(request.get("problem_timeout_s") or 0) or math.inf
+    jobs = []
     for k, problem in enumerate(request["problems"]):
         job = staging / f"job_{k}"
         job.mkdir()
         # the job reads its problem in its own directory: it may read nothing else of this staging directory
-        mine = {**problem, "problem": shutil.copy(problem["problem"], job)}
+        jobs.append((job, {**problem, "problem": shutil.copy(problem["problem"], job)}))
+    parallel = int(request.get("compile_ahead") or 0)
+    if request["compile"] and parallel > 1 and len(jobs) > 1:
+        answer.data["compile_ahead_s"] = compile_ahead(torch, jobs, request, timeout_s, parallel)
+        answer.write()
+    for (job, mine), problem in zip(jobs, request["problems"], strict=True):
         began = time.monotonic()
         status = run_confined_job(str(job),
                                   functools.partial(time_job, torch, mine, request, job / "entry.json"), timeout_s)
         entry = problem_entry(_read(job / "entry.json"), problem)
         entry["seconds"] = round(time.monotonic() - began, 3)  # its CUDA context's start included
+        ahead = compiled_ahead(job)
+        for case in entry["cases"]:  # compiled ahead: the compile's seconds are that of the first compile
+            if case["compile"] is not None and case["name"] in ahead:
+                case["compile_s"] = ahead[case["name"]]
         if not entry["finished"]:  # killed at its deadline, or its process ended part way
             if status is None or entry["error"] is None:
                 entry["error"] = _ended(status, timeout_s, len(entry["cases"]))

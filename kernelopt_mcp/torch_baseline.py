@@ -25,6 +25,7 @@ import hashlib
 import importlib.metadata
 import json
 import math
+import os
 import shutil
 import sys
 import sysconfig
@@ -57,6 +58,9 @@ __all__ = [
 CHILD_MODULE = "kernelopt_mcp._torch_baseline_child"
 BASELINE_TIMEOUT_S = 900.0
 CHILD_START_S = 240.0  # a batch child's start (torch's import, the first CUDA context) beyond its problems' deadlines
+# compiling is CPU work (inductor and triton in Python, ptxas) a batch's problems can share: half
+# the CPUs, at most 8 problems' inputs on the GPU at once
+COMPILE_AHEAD = min(8, (os.cpu_count() or 1) // 2)
 PROBLEM_FILE = "problem.py"
 # what the timing child may execute: the NVIDIA tools torch and triton ship (TOOL_DIRS, found beside
 # the installed torch; inductor points triton at torch's own ptxas where there is one), the C
@@ -82,6 +86,9 @@ class BaselineOptions:
     max_ms: float = 2000.0
     compile: bool = True
     timeout_s: float = BASELINE_TIMEOUT_S
+    #: problems of a batch compiled at once before any is timed (the child's compile-ahead phase);
+    #: 1 or less: each problem compiles in its own timing job
+    compile_ahead: int = COMPILE_AHEAD
 
     @classmethod
     def following(cls, options: EvaluateOptions, *, compile: bool = True,
@@ -95,6 +102,7 @@ class BaselineOptions:
         """The fields that change a time (the cache key's part): not the deadline."""
         data = asdict(self)
         data.pop("timeout_s")
+        data.pop("compile_ahead")  # where compiling happened: the times are taken alone either way
         return data
 
 
@@ -293,7 +301,7 @@ def _run_child(
             problems.append({"problem": str(path), "label": job.label,
                              "cases": [{"name": n, "values": v} for n, v in job.cases]})
         request = {"answer": str(answer_path), "device": device, "seed": seed, "problems": problems,
-                   "problem_timeout_s": limits.timeout_s, **options.timing()}
+                   "problem_timeout_s": limits.timeout_s, "compile_ahead": options.compile_ahead, **options.timing()}
         (staging / "request.json").write_text(json.dumps(request))
         read, execute = compiler_access(python_path)
         # torch.compile compiles in the problem's own process (no worker pool); its caches, triton's
@@ -301,8 +309,10 @@ def _run_child(
         # torch asks NVML, not CUDA, whether a GPU is there: the child's first process, which
         # forks the problems' processes, must never start CUDA itself
         env = {"TORCHINDUCTOR_COMPILE_THREADS": "1", "PYTORCH_NVML_BASED_CUDA_CHECK": "1"}
-        # the child kills a problem at its deadline; the supervisor's is the backstop
-        backstop = replace(limits, timeout_s=limits.timeout_s * len(batch) + CHILD_START_S)
+        # the child kills a problem at its deadline (in the compile-ahead phase, and when timed); the
+        # supervisor's is the backstop
+        rounds = len(batch) + (math.ceil(len(batch) / options.compile_ahead) if options.compile_ahead > 1 else 0)
+        backstop = replace(limits, timeout_s=limits.timeout_s * rounds + CHILD_START_S)
         result = run_torch_child(
             CHILD_MODULE, [str(staging / "request.json")], staging=staging, python=python, python_path=python_path,
             read=read, execute=execute, limits=backstop, env=env, each_job=True,

@@ -317,3 +317,23 @@ def test_a_batch_keeps_each_problem_to_itself(torch: Any, tmp_path: Path) -> Non
     assert "failed on the GPU" in (crashes.cases[0].eager_note or "") or "ended" in (crashes.note or ""), crashes
     assert abs(last.cases[0].eager.median_ms - first.cases[0].eager.median_ms) <= 0.5 * first.cases[0].eager.median_ms
     assert first.startup_s is not None and first.startup_s > 0
+
+
+def test_a_batch_compiled_ahead_times_every_problem_as_when_compiled_alone(torch: Any, tmp_path: Path) -> None:
+    """The compile-ahead phase on the GPU: three problems compiled at once, then each timed alone,
+    loading its compiled code; every case gets eager and compiled times and the first compile's
+    seconds, and the compiled medians are those of the same batch compiled one problem at a time
+    (within the noise of such small kernels)."""
+    from kernelopt_mcp.torch_baseline import BaselineJob, measure_batch
+
+    problems = Path(__file__).resolve().parents[1] / "torch_problems"
+    jobs = [BaselineJob((problems / name).read_text(), [("perf", {})], name)
+            for name in ("vector_add.py", "elementwise_gelu.py", "reduction_sum.py")]
+    limits = ChildLimits(timeout_s=240, landlock=landlock_abi() >= 1, accept_unconfined=True)
+    ahead = measure_batch(jobs, device=0, options=BaselineOptions(compile_ahead=3), limits=limits, workdir=tmp_path)
+    alone = measure_batch(jobs, device=0, options=BaselineOptions(compile_ahead=1), limits=limits, workdir=tmp_path)
+    for a, b in zip(ahead, alone, strict=True):
+        case_a, case_b = a.cases[0], b.cases[0]
+        assert case_a.compile is not None and case_b.compile is not None, (a, b)
+        assert case_a.eager is not None and case_a.compile_s is not None and case_a.compile_s > 0, a
+        assert abs(case_a.compile.median_ms - case_b.compile.median_ms) <= 0.5 * case_b.compile.median_ms, (a, b)

@@ -27,6 +27,7 @@ from kernelopt_mcp.evaluation.candidate import EvaluateOptions
 from kernelopt_mcp.evaluation.stats import summarize
 from kernelopt_mcp.suite import NOT_MEASURED, SolutionOutcome, SuiteOptions, run_suite
 from kernelopt_mcp.torch_baseline import (
+    CHILD_START_S,
     BaselineCache,
     BaselineJob,
     BaselineOptions,
@@ -131,6 +132,7 @@ def test_options_follow_the_evaluations_timing_rules() -> None:
             == (4, 50, False, "precision", 0.01))
     assert BaselineOptions.following(EvaluateOptions()).timing() == {**BaselineOptions().timing()}
     assert "timeout_s" not in options.timing()  # the deadline changes no time: not in the cache key
+    assert "compile_ahead" not in options.timing()  # nor where compiling happened (times are taken alone)
 
 
 def test_the_childs_answer_becomes_case_records(tmp_path: Path, child: FakeChild) -> None:
@@ -464,10 +466,12 @@ class BatchChild:
     def __init__(self, stop_at: str | None = None) -> None:
         self.stop_at = stop_at
         self.requests: list[dict[str, Any]] = []
+        self.backstops: list[float] = []
 
     def __call__(self, module: str, args: Sequence[str], **kw: Any) -> ChildResult:
         request = json.loads(Path(args[0]).read_text())
         self.requests.append(request)
+        self.backstops.append(kw["limits"].timeout_s)
         problems: list[dict[str, Any]] = []
         answer = {"torch_version": "2.11.0+cu130", "device_name": "NVIDIA H200", "mode": "default", "error": None,
                   "blocked": False, "problems": problems, "finished": False, "startup_s": 7.0}
@@ -493,11 +497,14 @@ def test_a_batch_is_timed_in_one_child_and_a_problem_past_its_deadline_does_not_
     monkeypatch.setattr(torch_baseline, "run_torch_child", child)
     jobs = [BaselineJob(PROBLEM.replace("a + b", f"a + b * {k}"), [("perf", {"n": 4096})], f"{name}.py")
             for k, name in enumerate("abcd")]
-    reports = measure_batch(jobs, device=0, limits=ChildLimits(timeout_s=45), workdir=tmp_path)
+    reports = measure_batch(jobs, device=0, limits=ChildLimits(timeout_s=45), workdir=tmp_path,
+                            options=BaselineOptions(compile_ahead=3))
     # the first child had all four, stopped in b; the second took the two after it
     assert [[p["label"] for p in r["problems"]] for r in child.requests] == [["a.py", "b.py", "c.py", "d.py"],
                                                                              ["c.py", "d.py"]]
-    assert child.requests[0]["problem_timeout_s"] == 45
+    assert child.requests[0]["problem_timeout_s"] == 45 and child.requests[0]["compile_ahead"] == 3
+    # the backstop: each problem's deadline when compiled ahead (3 at once: 2 rounds) and when timed, and the start
+    assert child.backstops == [45 * (4 + 2) + CHILD_START_S, 45 * (2 + 1) + CHILD_START_S]
     a, b, c, d = reports
     assert all(r.cases[0].eager is not None and r.note is None for r in (a, c, d))
     # where the time went: the child's start once a batch, each problem's seconds, each compile's

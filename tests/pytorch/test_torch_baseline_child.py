@@ -187,3 +187,72 @@ def test_a_problems_own_answer_is_cut_to_the_fields_and_cases_asked_for() -> Non
     assert problem_entry({}, problem) == {"label": "p.py", "cases": [], "error": None, "finished": False,
                                           "cuda_s": None}
     assert problem_entry({"cases": {"perf": 1}, "finished": True}, problem)["cases"] == []
+
+
+AHEAD = '''
+import json, sys, torch
+from pathlib import Path
+from kernelopt_mcp._confined_child import run_confined_jobs
+from kernelopt_mcp._torch_baseline_child import (_compile_case, _job_environment, compiled_ahead, forget_autotuning,
+                                                 WARM_FILE)
+from kernelopt_mcp.torch_problem import parse_problem
+
+job = Path.cwd() / "job"
+job.mkdir()
+source = parse_problem(Path(sys.argv[1]).read_text(), "problem.py")
+case = {"name": "perf", "values": {"n": 4096}}
+
+
+def compile_here(name):
+    def work():
+        _job_environment(job)
+        seconds = _compile_case(torch, source, case, torch.device("cpu"), 0)
+        from torch._dynamo.utils import counters
+        hits = dict(counters["inductor"])
+        (job / name).write_text(json.dumps({"cases": [{"name": "perf", "compile_s": seconds}], "counters": hits}))
+    return work
+
+
+first = run_confined_jobs([(str(job), compile_here(WARM_FILE))], 600)
+second = run_confined_jobs([(str(job), compile_here("again.json"))], 600)
+(job / "x.best_config").write_text("{}")
+(job / "sub").mkdir()
+(job / "sub" / "y.best_config").write_text("{}")
+forget_autotuning(job)
+print(json.dumps({"statuses": first + second, "ahead": compiled_ahead(job),
+                  "first": json.loads((job / WARM_FILE).read_text())["counters"],
+                  "second": json.loads((job / "again.json").read_text())["counters"],
+                  "left": sorted(str(p.relative_to(job)) for p in job.rglob("*.best_config"))}))
+'''
+
+
+def test_a_problem_compiled_ahead_is_loaded_not_compiled_again_by_its_timing_job(tmp_path: Path) -> None:
+    """The timing child's compile-ahead phase, here on the CPU: a problem's case compiled in one
+    confined job of its directory is found in torch.compile's caches by the next job of the same
+    directory (inductor's FX graph cache hits: what the timing job then loads instead of compiling
+    alone); the first job's compile seconds are read back per case; autotuning results made while
+    the problems shared the GPU are removed before any timing."""
+    torch = pytest.importorskip("torch",
+                                reason="torch is not installed (pip install torch): PyTorch problems cannot be run")
+    from test_torch_child import probe_package
+
+    from kernelopt_mcp.confined_python import run_torch_child
+    from kernelopt_mcp.torch_baseline import compiler_access
+
+    package = probe_package(tmp_path, "ahead_probe", AHEAD)
+    (tmp_path / "problem.py").write_text(PROBLEM)
+    site = str(Path(torch.__file__).resolve().parent.parent)
+    read, execute = compiler_access([site])
+    staging = tmp_path / "staging"
+    staging.mkdir()
+    result = run_torch_child("ahead_probe", [str(tmp_path / "problem.py")], staging=staging,
+                             python_path=[str(package.parent), site], read=[str(package), str(tmp_path), *read],
+                             execute=execute, each_job=True,
+                             limits=ChildLimits(timeout_s=900, landlock=landlock_abi() >= 1, accept_unconfined=True),
+                             env={"TORCHINDUCTOR_COMPILE_THREADS": "1"})
+    assert result.returncode == 0, result.stderr_tail
+    out = json.loads(result.stdout.decode().strip().splitlines()[-1])
+    assert out["statuses"] == [0, 0], result.stderr_tail
+    assert out["first"].get("fxgraph_cache_miss", 0) >= 1 and not out["first"].get("fxgraph_cache_hit"), out
+    assert out["second"].get("fxgraph_cache_hit", 0) >= 1 and not out["second"].get("fxgraph_cache_miss"), out
+    assert list(out["ahead"]) == ["perf"] and out["ahead"]["perf"] > 0 and out["left"] == []

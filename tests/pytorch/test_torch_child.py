@@ -430,6 +430,71 @@ def test_each_job_runs_confined_in_its_own_process_and_cannot_reach_another(tmp_
     assert home.startswith(str((staging / "honest").resolve())) and tmp.startswith(str((staging / "honest").resolve()))
 
 
+PARALLEL_JOBS = """
+import json, os, time
+from pathlib import Path
+from kernelopt_mcp._confined_child import run_confined_jobs
+
+staging = Path.cwd()
+names = ["a", "b", "c", "stuck"]
+for name in names:
+    (staging / name).mkdir()
+
+
+def job(name):
+    def work():
+        (staging / name / "span.json").write_text(json.dumps([time.monotonic()]))
+        if name == "a":  # leaves a process behind, and tries another job's directory
+            if os.fork() == 0:
+                while True:
+                    time.sleep(0.05)
+            try:
+                (staging / "b" / "span.json").write_text("faked")
+            except OSError as exc:
+                (staging / "a" / "tried.txt").write_text(str(exc.errno))
+        while name == "stuck":
+            pass
+        time.sleep(0.5)
+        (staging / name / "span.json").write_text(json.dumps([json.loads((staging / name / "span.json").read_text())[0],
+                                                              time.monotonic()]))
+    return work
+
+
+began = time.monotonic()
+statuses = run_confined_jobs([(str(staging / n), job(n)) for n in names], 2.0, parallel=3)
+out = {"statuses": statuses, "seconds": time.monotonic() - began,
+       "spans": {n: json.loads((staging / n / "span.json").read_text()) for n in names},
+       "tried": (staging / "a" / "tried.txt").read_text()}
+out["children"] = [p for p in os.listdir("/proc") if p.isdigit()
+                   and Path(f"/proc/{p}/stat").read_text().rsplit(")", 1)[1].split()[1] == str(os.getpid())]
+print(json.dumps(out))
+"""
+
+
+@needs_landlock
+def test_confined_jobs_run_side_by_side_each_to_itself(tmp_path: Path) -> None:
+    """run_confined_jobs with parallel 3 (the timing child compiles several problems at once): the
+    first three run at the same time, the fourth when one ends; each writes only its own directory;
+    one past its deadline is killed (None); what any left running is killed once all have ended."""
+    import kernelopt_mcp
+
+    package = probe_package(tmp_path, "parallel_probe", PARALLEL_JOBS)
+    ours = Path(kernelopt_mcp.__file__).resolve().parent
+    staging = tmp_path / "staging"
+    staging.mkdir()
+    result = run_confined_python("parallel_probe", [], staging=staging,
+                                 python_path=[str(package.parent), str(ours.parent)], read=[str(package), str(ours)],
+                                 limits=ChildLimits(timeout_s=90), each_job=True)
+    assert result.returncode == 0, result.stderr_tail
+    out = json.loads(result.stdout.decode().strip().splitlines()[-1])
+    spans = out["spans"]
+    assert out["statuses"] == [0, 0, 0, None], out
+    assert spans["b"][0] < spans["a"][1] and spans["c"][0] < spans["a"][1]  # a, b and c at once
+    assert spans["stuck"][0] >= min(spans[n][1] for n in "abc") - 0.05  # the fourth once one had ended
+    assert out["tried"] == str(errno.EACCES) and len(spans["b"]) == 2  # b's own, a could not write it
+    assert out["children"] == [] and out["seconds"] < 10, out
+
+
 @needs_landlock
 def test_path_holds_only_what_the_child_may_run(tmp_path: Path) -> None:
     """A program looked up by name in a confined child is one it may run, or not found
