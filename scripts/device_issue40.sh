@@ -6,6 +6,7 @@
 #   bash scripts/device_issue40.sh optimize   # kernelopt optimize --workload on imported problems, scripted model
 #   bash scripts/device_issue40.sh suite      # kernelopt kernelbench over the 12 problems with our solutions
 #   bash scripts/device_issue40.sh imports    # bench/kernelbench_import.py over levels 1-3 (16 CPUs)
+#   bash scripts/device_issue40.sh ahead      # bench/torch_baselines.py: 8 level-2 problems compiled ahead vs alone
 #   bash scripts/device_issue40.sh baselines  # eager + torch.compile of every level-1/2 problem (several calls)
 # carry: .whl (../shared/device/prepare-wheels) and, for suite / imports, the KernelBench problems in
 # .kb/ (levels 1-3) and .kb12/ (the 12 problems of bench/kernelbench_solutions): ignored folders.
@@ -68,6 +69,10 @@ case "${1:-children}" in
       || { echo "ray install failed"; tail -5 "$OUT/ray-install.log"; exit 1; }
     gpu_tests ray 560 --timeout 500 -s tests/gpu/test_ray_gpu.py
     grep -A12 '^{' "$OUT/ray.log" | head -30 ;;
+  ahead)  # a batch of level-2 problems compiled ahead vs one at a time (carry .kb), then the GPU test of it
+    timeout 400 python3 bench/torch_baselines.py .kb/level2 --limit 8 --ahead 8 > "$OUT/ahead.md" 2> "$OUT/ahead.err"
+    echo "ahead rc=$?"; cat "$OUT/ahead.md"; tail -3 "$OUT/ahead.err"
+    gpu_tests aheadtest 150 --timeout 140 tests/gpu/test_torch_baseline_gpu.py::test_a_batch_compiled_ahead_times_every_problem_as_when_compiled_alone ;;
   imports)
     timeout 560 python3 bench/kernelbench_import.py .kb --jobs 16 --max-gib 6 --timeout 300 --json "$OUT/imports.json" > "$OUT/imports.md" 2> "$OUT/imports.err"
     echo "imports rc=$?"; cat "$OUT/imports.md" ;;
