@@ -14,7 +14,9 @@ from pathlib import Path
 
 import pytest
 from test_new_workloads_emulated import GXX, PTX_EMU_COPIES, attention_failures
-from test_tunable_kernels import Config, load_tunable
+from test_tunable_kernels import Config, load_tunable, options_for
+
+from kernelopt_mcp.compiler import compile_kernel
 
 pytestmark = pytest.mark.skipif(GXX is None, reason="needs g++ to build the CUDA emulator")
 
@@ -168,3 +170,31 @@ def test_the_attention_wgmma_emulation_catches_a_pipeline_fragment_mask_or_layou
     assert t.source.count(old) == 1, old
     broken = t.source.replace(old, new)
     assert wgmma_attention_failures(broken, config, tmp_path, "broken", MUTATION_CASES)
+
+
+# ptxas's C7515 ("wgmma.mma_async instructions are serialized due to non wgmma instructions defining
+# accumulator registers ..."): each wgmma then waits for the one before it. Leaving the P v batch in
+# flight across the next tile's S batch (FA3's overlap) drew it with nvcc / NVRTC 13.0, so the kernel
+# completes each batch in its own tile; the check keeps a change from bringing it back unnoticed
+SERIALIZED = "wgmma.mma_async instructions are serialized"
+CROSS_TILE = ("        wgmma_wait<0>();\n    }\n    cp_async_wait<0>();",
+              "    }\n    wgmma_wait<0>();\n    cp_async_wait<0>();")
+
+
+def _ptxas_log(source: str, config: Config) -> str:
+    t = load_tunable("attention_fwd", "tunable_wgmma.json")
+    result = compile_kernel(source, "sm_90", options_for(t.spec, config), filename="tunable_wgmma.cu")
+    assert result.ok, result.summary()
+    return result.log
+
+
+@pytest.mark.parametrize("config", [{"NWG": 2, "BKV": 128, "STAGES": 2}, {"NWG": 1, "BKV": 64, "STAGES": 2}])
+def test_ptxas_keeps_the_wgmma_batches_pipelined(config: Config) -> None:
+    t = load_tunable("attention_fwd", "tunable_wgmma.json")
+    assert SERIALIZED not in _ptxas_log(t.source, config)
+
+
+def test_the_serialization_check_is_real() -> None:
+    t = load_tunable("attention_fwd", "tunable_wgmma.json")
+    assert t.source.count(CROSS_TILE[0]) == 1
+    assert SERIALIZED in _ptxas_log(t.source.replace(*CROSS_TILE), {"NWG": 1, "BKV": 64, "STAGES": 2})

@@ -73,7 +73,9 @@ __device__ __forceinline__ void fence_proxy_async() { asm volatile("fence.proxy.
 __device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
 __device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
 template <int N>
-__device__ __forceinline__ void wgmma_wait() { asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory"); }
+__device__ __forceinline__ void wgmma_wait() {
+    asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
+}
 // keeps the compiler from moving accumulator accesses across the asynchronous wgmma
 __device__ __forceinline__ void fence_reg(float& r) { asm volatile("" : "+f"(r)::"memory"); }
 // A shared-memory matrix descriptor, 128-byte swizzle: start address, leading and stride byte
@@ -267,7 +269,8 @@ __device__ __forceinline__ void attention_block(const unsigned short* __restrict
         wgmma_fence();
 #pragma unroll
         for (int kk = 0; kk < HD / 16; ++kk) {
-            const unsigned long long da = make_desc(qs + (kk >> 2) * BQ * 128 + wg * 64 * 128 + (kk & 3) * 32, 16, 1024);
+            const unsigned long long da =
+                make_desc(qs + (kk >> 2) * BQ * 128 + wg * 64 * 128 + (kk & 3) * 32, 16, 1024);
             const unsigned long long db = make_desc(ks + (kk >> 2) * BKV * 128 + (kk & 3) * 32, 16, 1024);
             wgmma_ss<BKV>(s, da, db, kk > 0);
         }
@@ -358,8 +361,9 @@ __device__ __forceinline__ void attention_block(const unsigned short* __restrict
 template <int HD>
 __device__ __forceinline__ void attention_hd(const unsigned short* q, const unsigned short* k, const unsigned short* v,
                                              __nv_bfloat16* o, int S, int D, int causal, char* smem) {
-    const bool vec = (D % 8 == 0) && (((reinterpret_cast<unsigned long long>(q) | reinterpret_cast<unsigned long long>(k) |
-                                        reinterpret_cast<unsigned long long>(v)) & 15ull) == 0);
+    const unsigned long long any = reinterpret_cast<unsigned long long>(q) | reinterpret_cast<unsigned long long>(k) |
+                                   reinterpret_cast<unsigned long long>(v);
+    const bool vec = (D % 8 == 0) && (any & 15ull) == 0;
     if (vec)
         attention_block<HD, true>(q, k, v, o, S, D, causal, smem);
     else
