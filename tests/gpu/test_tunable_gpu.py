@@ -93,6 +93,12 @@ CONFIGS: dict[str, list[dict[str, int]]] = {
         {"BM": 256, "BN": 128, "STAGES": 4},
         {"BM": 64, "BN": 128, "STAGES": 6},
     ],
+    # flash attention on wgmma (sm_90a): one warpgroup, BKV 64 with a deeper ring, BKV 128's deepest
+    "attention_fwd:tunable_wgmma.json": [
+        {"NWG": 1, "BKV": 64, "STAGES": 3},
+        {"NWG": 2, "BKV": 64, "STAGES": 4},
+        {"NWG": 2, "BKV": 128, "STAGES": 3},
+    ],
     # warp-specialized TMA + mbarrier + wgmma (tensor maps built by the harness): both wgmma
     # widths, the shallowest and deepest rings, each tile order; odd shapes take the fallback
     "gemm_bf16:tunable_tma.json": [
