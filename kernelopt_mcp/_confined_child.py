@@ -273,19 +273,26 @@ def run_confined_job(directory: str, work: Callable[[], object], timeout_s: floa
     return run_confined_jobs([(directory, work)], timeout_s)[0]
 
 
-def run_confined_jobs(jobs: Sequence[tuple[str, Callable[[], object]]], timeout_s: float,
-                      parallel: int = 1) -> list[int | None]:
+def run_confined_jobs(jobs: Sequence[tuple[str, Callable[[], object]]], timeout_s: float, parallel: int = 1,
+                      weights: Sequence[int] = (), capacity: int = 0) -> list[int | None]:
     """:func:`run_confined_job` for each of ``jobs`` (its directory, its work), up to ``parallel``
     at once, each with ``timeout_s`` from its own start; every process any of them left behind is
     killed once the last has ended (before that a job's leftovers may outlive it: run at once only
-    jobs that may share the machine). Their exit statuses in order."""
+    jobs that may share the machine). With ``capacity``, the ``weights`` (a job's, e.g. the GPU
+    memory it will hold) of the jobs running at once add up to at most that: the first waiting job
+    that fits starts, and one that fits nowhere runs alone. Their exit statuses in order."""
     config = json.loads(os.environ[EACH_JOB_ENV])
+    weight = [weights[i] if i < len(weights) else 0 for i in range(len(jobs))]
     statuses: list[int | None] = [None] * len(jobs)
     waiting = list(range(len(jobs)))
     running: dict[int, tuple[int, float]] = {}  # pid: (its job, its deadline)
     while waiting or running:
         while waiting and len(running) < max(1, parallel):
-            i = waiting.pop(0)
+            used = sum(weight[i] for i, _ in running.values())
+            fits = [i for i in waiting if capacity <= 0 or not running or used + weight[i] <= capacity]
+            if not fits:
+                break
+            waiting.remove(i := fits[0])
             running[_fork_job(*jobs[i], config)] = (i, time.monotonic() + timeout_s)
         for pid, (i, deadline) in list(running.items()):
             done, raw = os.waitpid(pid, os.WNOHANG)

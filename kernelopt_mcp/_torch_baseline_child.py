@@ -237,7 +237,8 @@ def start_cuda(torch: Any, ordinal: int) -> tuple[Any, dict[str, Any]]:
     device = torch.device("cuda", ordinal)
     torch.cuda.set_device(device)
     props = torch.cuda.get_device_properties(device)
-    return device, {"device_name": props.name, "l2_bytes": int(getattr(props, "L2_cache_size", 0) or 0)}
+    return device, {"device_name": props.name, "l2_bytes": int(getattr(props, "L2_cache_size", 0) or 0),
+                    "memory_bytes": int(getattr(props, "total_memory", 0) or 0)}
 
 
 def _mapped_driver_dir() -> str | None:
@@ -305,17 +306,30 @@ def _compile_case(torch: Any, source: Any, case: dict[str, Any], device: Any, se
 WARM_FILE = "warm.json"
 
 
+#: what a problem compiled ahead holds on the GPU besides its buffers' bytes (counted AHEAD_BUFFERS
+#: times: its inputs, parameters and output, and as much again for what forward makes on the way):
+#: its CUDA context and what compiling and running it once may take
+AHEAD_BASE_BYTES = 1 << 30
+AHEAD_BUFFERS = 3
+#: the share of the GPU's memory the problems compiled at once may take together
+AHEAD_SHARE = 0.75
+
+
 def compile_ahead(torch: Any, jobs: list[tuple[Path, dict[str, Any]]], request: dict[str, Any], timeout_s: float,
-                  parallel: int) -> float:
+                  parallel: int, memory_bytes: int) -> float:
     """Every problem compiled once (:func:`warm_job`), ``parallel`` at a time and each in its own
     confined process, before any is timed: compiling is CPU work the problems can share, timing
     is not, so each problem's timing then loads its compiled code instead of compiling it alone.
-    Nothing is timed meanwhile, and the autotuning choices made while the problems shared the GPU
-    are removed (:func:`forget_autotuning`): each timing job makes its own on a quiet GPU. The
-    phase's wall seconds."""
+    The problems compiled at once fit in a share of the GPU's ``memory_bytes`` together, by their
+    buffers' bytes (the request's ``bytes``: a large one compiles alone). Nothing is timed
+    meanwhile, and the autotuning choices made while the problems shared the GPU are removed
+    (:func:`forget_autotuning`): each timing job makes its own on a quiet GPU. The phase's wall
+    seconds."""
     began = time.monotonic()
+    weights = [AHEAD_BASE_BYTES + AHEAD_BUFFERS * max(0, int(mine.get("bytes") or 0)) for _, mine in jobs]
     run_confined_jobs([(str(job), functools.partial(warm_job, torch, mine, request, job / WARM_FILE))
-                       for job, mine in jobs], timeout_s, parallel)
+                       for job, mine in jobs], timeout_s, parallel, weights=weights,
+                      capacity=int(AHEAD_SHARE * memory_bytes))
     for job, _ in jobs:
         forget_autotuning(job)
     return round(time.monotonic() - began, 3)
@@ -443,7 +457,9 @@ def run(request: dict[str, Any], answer: Answer) -> None:
         jobs.append((job, {**problem, "problem": shutil.copy(problem["problem"], job)}))
     parallel = int(request.get("compile_ahead") or 0)
     if request["compile"] and parallel > 1 and len(jobs) > 1:
-        answer.data["compile_ahead_s"] = compile_ahead(torch, jobs, request, timeout_s, parallel)
+        memory = found.get("memory_bytes")
+        answer.data["compile_ahead_s"] = compile_ahead(torch, jobs, request, timeout_s, parallel,
+                                                       memory if isinstance(memory, int) else 0)
         answer.write()
     for (job, mine), problem in zip(jobs, request["problems"], strict=True):
         began = time.monotonic()

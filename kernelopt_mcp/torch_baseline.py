@@ -39,13 +39,14 @@ from pydantic import BaseModel, Field
 
 from .config import LAUNCH_DEFAULTS, Settings
 from .confined_python import ChildLimits, installed_requirements, read_child_file, run_torch_child
+from .errors import KerneloptError
 from .evaluation.candidate import PRECISION_MIN_ITERATIONS, PRECISION_RSE, EvaluateOptions
 from .evaluation.device import DeviceInfo
 from .evaluation.outcomes import EvaluationResult
 from .evaluation.stats import summarize
 from .files import write_atomic
 from .torch_comparison import COMPILE_MODE, BaselineTiming, CaseComparison, TorchComparison
-from .workload import Workload
+from .workload import Workload, case_shape
 
 __all__ = [
     "COMPILE_MODE", "BaselineCache", "BaselineJob", "BaselineOptions", "BaselineReport", "BaselineTiming",
@@ -223,6 +224,7 @@ class BaselineJob:
     problem_text: str
     cases: Sequence[tuple[str, dict[str, int]]]
     label: str = PROBLEM_FILE
+    bytes: int = 0  # its largest case's buffers (inputs, parameters, output): what it holds on the GPU, about
 
 
 def measure_baselines(
@@ -298,7 +300,7 @@ def _run_child(
         for k, job in enumerate(batch):
             path = staging / (PROBLEM_FILE if len(batch) == 1 else f"problem_{k}.py")
             path.write_text(job.problem_text, encoding="utf-8")
-            problems.append({"problem": str(path), "label": job.label,
+            problems.append({"problem": str(path), "label": job.label, "bytes": job.bytes,
                              "cases": [{"name": n, "values": v} for n, v in job.cases]})
         request = {"answer": str(answer_path), "device": device, "seed": seed, "problems": problems,
                    "problem_timeout_s": limits.timeout_s, "compile_ahead": options.compile_ahead, **options.timing()}
@@ -397,6 +399,17 @@ def performance_sizes(workload: Workload, constants: dict[str, int]) -> list[tup
     return out
 
 
+def performance_bytes(workload: Workload) -> int:
+    """The bytes of the largest performance case's buffers (inputs, parameters, output) of an
+    imported workload: about what its module holds on the GPU when timed (0 where a shape cannot
+    be worked out)."""
+    try:
+        return max((sum(math.prod(case_shape(p, c.scalars)) * p.dtype.itemsize for p in workload.signature.buffers)
+                    for c in workload.spec.performance_cases), default=0)
+    except (KerneloptError, ValueError):
+        return 0
+
+
 class BaselineCache:
     """Case baselines on disk (one JSON file each under ``root``), keyed by :meth:`key`."""
 
@@ -441,6 +454,7 @@ class _Planned:
     text: str
     sizes: list[tuple[str, dict[str, int]]]
     found: dict[str, CaseBaseline]
+    bytes: int = 0
 
     @property
     def todo(self) -> list[tuple[str, dict[str, int]]]:
@@ -461,7 +475,8 @@ def _plan(workload: Workload, cache: BaselineCache | None, key: Any) -> _Planned
         return BaselineReport.unmeasured(f"PyTorch eager and torch.compile not timed: {path}: {exc}")
     digest = sha256_text(text)
     planned = _Planned(digest, path.name, text,
-                       performance_sizes(workload, {c.name: c.value for c in source.constants}), {})
+                       performance_sizes(workload, {c.name: c.value for c in source.constants}), {},
+                       performance_bytes(workload))
     if cache is not None and key is not None:
         for name, values in planned.sizes:
             hit = cache.get(key(digest, name, values))
@@ -489,7 +504,8 @@ def workloads_baselines(
 
     plans = [_plan(w, cache, key if keyed else None) for w in workloads]
     runs = [(i, p) for i, p in enumerate(plans) if isinstance(p, _Planned) and p.todo]
-    timed = measure_batch([BaselineJob(p.text, p.todo, p.label) for _, p in runs], device=device, options=options,
+    timed = measure_batch([BaselineJob(p.text, p.todo, p.label, p.bytes) for _, p in runs], device=device,
+                          options=options,
                           python=python, python_path=python_path, limits=limits, workdir=workdir) if runs else []
     measured = {i: r for (i, _), r in zip(runs, timed, strict=True)}
     reports = []

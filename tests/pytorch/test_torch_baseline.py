@@ -546,6 +546,8 @@ def test_workloads_share_one_child_and_the_cache_answers_the_second_time(tmp_pat
 
     first = run()
     assert len(child.requests) == 1 and len(child.requests[0]["problems"]) == 3
+    # what each problem holds on the GPU, for the child's compile-ahead phase: a, b and c of 4096 float32
+    assert [p["bytes"] for p in child.requests[0]["problems"]] == [3 * 4096 * 4] * 3
     assert all(r.cases[0].eager is not None and not r.cases[0].cached for r in first)
     again = run()
     assert len(child.requests) == 1 and all(r.cases[0].cached for r in again)

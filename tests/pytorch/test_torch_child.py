@@ -467,6 +467,11 @@ out = {"statuses": statuses, "seconds": time.monotonic() - began,
        "tried": (staging / "a" / "tried.txt").read_text()}
 out["children"] = [p for p in os.listdir("/proc") if p.isdigit()
                    and Path(f"/proc/{p}/stat").read_text().rsplit(")", 1)[1].split()[1] == str(os.getpid())]
+weighed = ["x", "y", "z"]  # weights 2, 2, 1 within a capacity of 3: x and z at once, y after x
+for name in weighed:
+    (staging / name).mkdir()
+run_confined_jobs([(str(staging / n), job(n)) for n in weighed], 10.0, parallel=3, weights=[2, 2, 1], capacity=3)
+out["weighed"] = {n: json.loads((staging / n / "span.json").read_text()) for n in weighed}
 print(json.dumps(out))
 """
 
@@ -475,7 +480,8 @@ print(json.dumps(out))
 def test_confined_jobs_run_side_by_side_each_to_itself(tmp_path: Path) -> None:
     """run_confined_jobs with parallel 3 (the timing child compiles several problems at once): the
     first three run at the same time, the fourth when one ends; each writes only its own directory;
-    one past its deadline is killed (None); what any left running is killed once all have ended."""
+    one past its deadline is killed (None); what any left running is killed once all have ended.
+    With weights (the GPU memory a problem holds) the jobs at once stay within the capacity."""
     import kernelopt_mcp
 
     package = probe_package(tmp_path, "parallel_probe", PARALLEL_JOBS)
@@ -493,6 +499,8 @@ def test_confined_jobs_run_side_by_side_each_to_itself(tmp_path: Path) -> None:
     assert spans["stuck"][0] >= min(spans[n][1] for n in "abc") - 0.05  # the fourth once one had ended
     assert out["tried"] == str(errno.EACCES) and len(spans["b"]) == 2  # b's own, a could not write it
     assert out["children"] == [] and out["seconds"] < 10, out
+    x, y, z = (out["weighed"][n] for n in "xyz")
+    assert z[0] < x[1] and y[0] >= x[1] - 0.05, out["weighed"]  # within the capacity: x with z, y once x ended
 
 
 @needs_landlock
