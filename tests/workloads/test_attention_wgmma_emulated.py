@@ -13,7 +13,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from test_new_workloads_emulated import GXX, PTX_EMU_COPIES, attention_failures
+from test_gemm_bf16_wgmma_emulated import PTX_EMU_DESCRIPTORS
+from test_new_workloads_emulated import GXX, attention_failures
 from test_tunable_kernels import Config, load_tunable, options_for
 
 from kernelopt_mcp.compiler import compile_kernel
@@ -35,16 +36,7 @@ pytestmark = pytest.mark.skipif(GXX is None, reason="needs g++ to build the CUDA
 # the wgmma is issued (captured here through a warp exchange); shared memory and the accumulators
 # when its group is waited for (wgmma.wait_group), so a stage refilled, or an accumulator read,
 # before that wait is wrong here too. scale-d 0 (the wrappers' scale_d argument) overwrites d.
-PTX_EMU_ATTN_WGMMA = PTX_EMU_COPIES + r"""
-static const unsigned KO_SMEM_BASE = 0x230;   // the emulated shared window's address of the buffer
-static inline unsigned smem_addr(const void* p) { return (unsigned)((const char*)p - ko_emu_dyn_smem) + KO_SMEM_BASE; }
-static inline void fence_proxy_async() {}
-static inline void wgmma_fence() {}
-static inline void fence_reg(float&) {}
-static inline unsigned long long make_desc(const void* p, unsigned lbo, unsigned sbo) {
-    return (unsigned long long)((smem_addr(p) & 0x3FFFF) >> 4) | (unsigned long long)((lbo & 0x3FFFF) >> 4) << 16 |
-           (unsigned long long)((sbo & 0x3FFFF) >> 4) << 32 | 1ull << 62;
-}
+PTX_EMU_ATTN_WGMMA = PTX_EMU_DESCRIPTORS + r"""
 static inline unsigned pack_bf16x2(float lo, float hi) {
     return (unsigned)__float2bfloat16(lo).bits | (unsigned)__float2bfloat16(hi).bits << 16;
 }

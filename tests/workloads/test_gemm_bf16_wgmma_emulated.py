@@ -31,7 +31,8 @@ pytestmark = pytest.mark.skipif(GXX is None, reason="needs g++ to build the CUDA
 # stage before the wgmma reading it has completed reads the new slice and fails. Shared addresses
 # start at a base that is not 1024-byte aligned, so a kernel that does not align its stages finds
 # the swizzle out of step with its own.
-PTX_EMU_WGMMA = PTX_EMU_COPIES + r"""
+# the shared window and the matrix descriptor (with the 128-byte swizzle) both wgmma emulations use
+PTX_EMU_DESCRIPTORS = PTX_EMU_COPIES + r"""
 static const unsigned KO_SMEM_BASE = 0x230;   // the emulated shared window's address of the buffer
 static inline unsigned smem_addr(const void* p) { return (unsigned)((const char*)p - ko_emu_dyn_smem) + KO_SMEM_BASE; }
 static inline void fence_proxy_async() {}
@@ -41,6 +42,8 @@ static inline unsigned long long make_desc(const void* p, unsigned lbo, unsigned
     return (unsigned long long)((smem_addr(p) & 0x3FFFF) >> 4) | (unsigned long long)((lbo & 0x3FFFF) >> 4) << 16 |
            (unsigned long long)((sbo & 0x3FFFF) >> 4) << 32 | 1ull << 62;
 }
+"""
+PTX_EMU_WGMMA = PTX_EMU_DESCRIPTORS + r"""
 namespace emu {
 struct Mma { float* d; int n; unsigned long long da, db; };
 static std::vector<Mma> open_mmas[1024];
