@@ -13,7 +13,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from test_gemm_bf16_wgmma_emulated import PTX_EMU_DESCRIPTORS
+from test_gemm_bf16_wgmma_emulated import PTX_EMU_WGMMA_CORE
 from test_new_workloads_emulated import GXX, attention_failures
 from test_tunable_kernels import Config, load_tunable, options_for
 
@@ -36,50 +36,9 @@ pytestmark = pytest.mark.skipif(GXX is None, reason="needs g++ to build the CUDA
 # the wgmma is issued (captured here through a warp exchange); shared memory and the accumulators
 # when its group is waited for (wgmma.wait_group), so a stage refilled, or an accumulator read,
 # before that wait is wrong here too. scale-d 0 (the wrappers' scale_d argument) overwrites d.
-PTX_EMU_ATTN_WGMMA = PTX_EMU_DESCRIPTORS + r"""
+PTX_EMU_ATTN_WGMMA = PTX_EMU_WGMMA_CORE + r"""
 static inline unsigned pack_bf16x2(float lo, float hi) {
     return (unsigned)__float2bfloat16(lo).bits | (unsigned)__float2bfloat16(hi).bits << 16;
-}
-namespace emu {
-struct Mma { float* d; int n; unsigned long long da, db; bool a_regs, trans_b, accumulate; float a[2][16]; };
-static std::vector<Mma> open_mmas[1024];
-static std::vector<std::vector<Mma>> mma_groups[1024];
-static float smem_bf16(unsigned addr) {   // addr: an absolute shared address, before the swizzle
-    const unsigned phys = addr ^ (((addr >> 7) & 7u) << 4);
-    unsigned short b; std::memcpy(&b, ko_emu_dyn_smem + (phys - KO_SMEM_BASE), 2);
-    return bf16_bits_to_float(b);
-}
-static void run_mma(const Mma& m) {
-    if ((!m.a_regs && (m.da >> 62) != 1) || (m.db >> 62) != 1) {
-        std::fprintf(stderr, "descriptor without the 128-byte swizzle\n"); std::abort(); }
-    const unsigned sa = (unsigned)(m.da & 0x3FFF) << 4, sbo_a = (unsigned)((m.da >> 32) & 0x3FFF) << 4;
-    const unsigned sb = (unsigned)(m.db & 0x3FFF) << 4, lbo_b = (unsigned)((m.db >> 16) & 0x3FFF) << 4,
-                   sbo_b = (unsigned)((m.db >> 32) & 0x3FFF) << 4;
-    const int t = lin() & 127, warp = t >> 5, lane = t & 31;
-    for (int i = 0; i < m.n / 2; ++i) {
-        const int h = (i >> 1) & 1, row = 16 * warp + (lane >> 2) + 8 * h, col = 8 * (i >> 2) + 2 * (lane & 3) + (i & 1);
-        double s = 0;
-        for (int k = 0; k < 16; ++k) {
-            const float a = m.a_regs ? m.a[h][k] : smem_bf16(sa + (row % 8) * 128 + (row / 8) * sbo_a + 2 * k);
-            const float b = m.trans_b ? smem_bf16(sb + 2 * (col % 64) + (col / 64) * lbo_b + (k % 8) * 128 + (k / 8) * sbo_b)
-                                      : smem_bf16(sb + (col % 8) * 128 + (col / 8) * sbo_b + 2 * k);
-            s += (double)a * b;   // exact: bf16 products
-        }
-        m.d[i] = (float)((m.accumulate ? m.d[i] : 0.f) + s);
-    }
-}
-}  // namespace emu
-static inline void wgmma_commit() {
-    const int me = emu::lin();
-    emu::mma_groups[me].push_back(emu::open_mmas[me]);
-    emu::open_mmas[me].clear();
-}
-template <int N> static inline void wgmma_wait() {   // the mma's of older groups run now, not before
-    auto& g = emu::mma_groups[emu::lin()];
-    while ((int)g.size() > N) {
-        for (const auto& m : g.front()) emu::run_mma(m);
-        g.erase(g.begin());
-    }
 }
 template <int R> static inline void wgmma_ss(float (&d)[R], unsigned long long da, unsigned long long db, int scale_d) {
     emu::Mma m{d, 2 * R, da, db, false, false, scale_d != 0, {}};

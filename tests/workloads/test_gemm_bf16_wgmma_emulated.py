@@ -43,9 +43,10 @@ static inline unsigned long long make_desc(const void* p, unsigned lbo, unsigned
            (unsigned long long)((sbo & 0x3FFFF) >> 4) << 32 | 1ull << 62;
 }
 """
-PTX_EMU_WGMMA = PTX_EMU_DESCRIPTORS + r"""
+# the wgmma emulation both kernels use (A from shared memory or registers, B K-major or N-major, scale-d)
+PTX_EMU_WGMMA_CORE = PTX_EMU_DESCRIPTORS + r"""
 namespace emu {
-struct Mma { float* d; int n; unsigned long long da, db; };
+struct Mma { float* d; int n; unsigned long long da, db; bool a_regs, trans_b, accumulate; float a[2][16]; };
 static std::vector<Mma> open_mmas[1024];
 static std::vector<std::vector<Mma>> mma_groups[1024];
 static float smem_bf16(unsigned addr) {   // addr: an absolute shared address, before the swizzle
@@ -54,20 +55,22 @@ static float smem_bf16(unsigned addr) {   // addr: an absolute shared address, b
     return bf16_bits_to_float(b);
 }
 static void run_mma(const Mma& m) {
-    if ((m.da >> 62) != 1 || (m.db >> 62) != 1) { std::fprintf(stderr, "descriptor without the 128-byte swizzle\n"); std::abort(); }
+    if ((!m.a_regs && (m.da >> 62) != 1) || (m.db >> 62) != 1) {
+        std::fprintf(stderr, "descriptor without the 128-byte swizzle\n"); std::abort(); }
     const unsigned sa = (unsigned)(m.da & 0x3FFF) << 4, sbo_a = (unsigned)((m.da >> 32) & 0x3FFF) << 4;
     const unsigned sb = (unsigned)(m.db & 0x3FFF) << 4, lbo_b = (unsigned)((m.db >> 16) & 0x3FFF) << 4,
                    sbo_b = (unsigned)((m.db >> 32) & 0x3FFF) << 4;
     const int t = lin() & 127, warp = t >> 5, lane = t & 31;
     for (int i = 0; i < m.n / 2; ++i) {
-        const int row = 16 * warp + (lane >> 2) + 8 * ((i >> 1) & 1), col = 8 * (i >> 2) + 2 * (lane & 3) + (i & 1);
+        const int h = (i >> 1) & 1, row = 16 * warp + (lane >> 2) + 8 * h, col = 8 * (i >> 2) + 2 * (lane & 3) + (i & 1);
         double s = 0;
         for (int k = 0; k < 16; ++k) {
-            const float a = smem_bf16(sa + (row % 8) * 128 + (row / 8) * sbo_a + 2 * k);
-            const float b = smem_bf16(sb + 2 * (col % 64) + (col / 64) * lbo_b + (k % 8) * 128 + (k / 8) * sbo_b);
+            const float a = m.a_regs ? m.a[h][k] : smem_bf16(sa + (row % 8) * 128 + (row / 8) * sbo_a + 2 * k);
+            const float b = m.trans_b ? smem_bf16(sb + 2 * (col % 64) + (col / 64) * lbo_b + (k % 8) * 128 + (k / 8) * sbo_b)
+                                      : smem_bf16(sb + (col % 8) * 128 + (col / 8) * sbo_b + 2 * k);
             s += (double)a * b;   // exact: bf16 products
         }
-        m.d[i] = (float)(m.d[i] + s);
+        m.d[i] = (float)((m.accumulate ? m.d[i] : 0.f) + s);
     }
 }
 }  // namespace emu
@@ -83,13 +86,15 @@ template <int N> static inline void wgmma_wait() {   // the mma's of older group
         g.erase(g.begin());
     }
 }
+"""  # noqa: E501
+PTX_EMU_WGMMA = PTX_EMU_WGMMA_CORE + r"""
 template <int R> static inline void wgmma_queue(float (&d)[R], unsigned long long da, unsigned long long db) {
-    emu::open_mmas[emu::lin()].push_back({d, 2 * R, da, db});
+    emu::open_mmas[emu::lin()].push_back({d, 2 * R, da, db, false, true, true, {}});   // B N-major, d accumulated
 }
 static inline void wgmma_n64(float (&d)[32], unsigned long long da, unsigned long long db) { wgmma_queue(d, da, db); }
 static inline void wgmma_n128(float (&d)[64], unsigned long long da, unsigned long long db) { wgmma_queue(d, da, db); }
 static inline void wgmma_n256(float (&d)[128], unsigned long long da, unsigned long long db) { wgmma_queue(d, da, db); }
-"""  # noqa: E501
+"""
 
 
 # the wgmma kernel: the same shapes, and one spanning two blocks each way (BN 256, BM 128) whose
