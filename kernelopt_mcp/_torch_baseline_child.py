@@ -335,14 +335,24 @@ def compile_ahead(torch: Any, jobs: list[tuple[Path, dict[str, Any]]], request: 
     return round(time.monotonic() - began, 3)
 
 
+#: the most names :func:`forget_autotuning` looks at in one problem's directory (its compile caches
+#: hold hundreds; a problem that made millions would only keep its own autotuning)
+MAX_CACHE_NAMES = 100_000
+
+
 def forget_autotuning(directory: Path) -> None:
     """Remove the autotuning results inductor keeps beside its kernels (``*.best_config``) under
-    ``directory`` (links are removed, never followed)."""
-    for root, _, files in os.walk(directory):
+    ``directory`` (links are removed, never followed; at most :data:`MAX_CACHE_NAMES` names seen:
+    what is left past them changes only the problem's own times)."""
+    seen = 0
+    for root, dirs, files in os.walk(directory):
+        seen += len(dirs) + len(files)
         for name in files:
             if name.endswith(".best_config"):
                 with contextlib.suppress(OSError):
                     os.unlink(os.path.join(root, name))
+        if seen > MAX_CACHE_NAMES:
+            return
 
 
 def compiled_ahead(directory: Path) -> dict[str, float]:

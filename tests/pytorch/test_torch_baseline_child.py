@@ -256,3 +256,32 @@ def test_a_problem_compiled_ahead_is_loaded_not_compiled_again_by_its_timing_job
     assert out["first"].get("fxgraph_cache_miss", 0) >= 1 and not out["first"].get("fxgraph_cache_hit"), out
     assert out["second"].get("fxgraph_cache_hit", 0) >= 1 and not out["second"].get("fxgraph_cache_miss"), out
     assert list(out["ahead"]) == ["perf"] and out["ahead"]["perf"] > 0 and out["left"] == []
+
+
+def test_autotuning_results_are_forgotten_within_a_bound_and_links_are_never_followed(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """forget_autotuning walks a directory a problem wrote: it removes ``*.best_config`` files (a link
+    so named is removed, its target kept), never descends a linked directory, and stops after a
+    bounded number of names (a problem that made millions keeps only its own autotuning)."""
+    from kernelopt_mcp import _torch_baseline_child as child
+
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "kept.best_config").write_text("{}")
+    job = tmp_path / "job"
+    (job / "a").mkdir(parents=True)
+    (job / "a" / "k.best_config").write_text("{}")
+    (job / "a" / "k.py").write_text("")
+    (job / "link.best_config").symlink_to(outside / "kept.best_config")
+    (job / "linked_dir").symlink_to(outside, target_is_directory=True)
+    child.forget_autotuning(job)
+    assert not (job / "a" / "k.best_config").exists() and (job / "a" / "k.py").exists()
+    assert not (job / "link.best_config").is_symlink() and (outside / "kept.best_config").exists()
+    deep = tmp_path / "deep"
+    (deep / "z_last").mkdir(parents=True)
+    for i in range(20):
+        (deep / f"f{i}").write_text("")
+    (deep / "z_last" / "x.best_config").write_text("{}")
+    monkeypatch.setattr(child, "MAX_CACHE_NAMES", 10)
+    child.forget_autotuning(deep)
+    assert (deep / "z_last" / "x.best_config").exists()  # past the bound: left
