@@ -133,7 +133,8 @@ def evaluate(workload: Path, source: str, launch: dict[str, Any], tmp_path: Path
     (tmp_path / "launch.json").write_text(json.dumps({"default": launch}))
     capsys.readouterr()
     code = main(["evaluate", str(workload), str(kernel), "--launch", str(tmp_path / "launch.json"), "--harness",
-                 str(harness), "--warmup", "2", "--iterations", "20", "--json"])
+                 str(harness), "--warmup", "2", "--iterations", "20", "--json",
+                 "--no-torch-baseline"])  # PyTorch's times: tests/gpu/test_torch_baseline_gpu.py
     return code, json.loads(capsys.readouterr().out)
 
 
