@@ -23,6 +23,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -33,13 +34,26 @@ from kernelopt_mcp.torch_problem import parse_problem
 
 
 def jobs_in(directory: Path, limit: int) -> list[BaselineJob]:
-    """Up to ``limit`` problem files of ``directory`` (sorted), each at its own sizes."""
+    """Up to ``limit`` problem files of ``directory`` (sorted), each at its own sizes, with the bytes
+    of its buffers (from torch's meta device, as the import counts them; 0 where that fails), which
+    bound how many compile at once on the GPU."""
     jobs = []
     for path in sorted(directory.glob("*.py"))[:limit]:
         text = path.read_text(encoding="utf-8")
-        constants = {c.name: c.value for c in parse_problem(text, path.name).constants}
-        jobs.append(BaselineJob(text, [("perf", constants)], path.name))
+        source = parse_problem(text, path.name)
+        constants = {c.name: c.value for c in source.constants}
+        jobs.append(BaselineJob(text, [("perf", constants)], path.name, buffer_bytes(source, constants)))
     return jobs
+
+
+def buffer_bytes(source: Any, constants: dict[str, int]) -> int:
+    try:
+        from kernelopt_mcp.torch_problem import draw_shapes
+
+        shapes = draw_shapes(source, constants, 0)
+    except Exception:  # noqa: BLE001 - torch missing, or the meta device refuses the problem: bytes unknown
+        return 0
+    return sum(a.nbytes for a in [*(a for a in shapes.args if a.tensor), *shapes.state, shapes.output])
 
 
 def run(jobs: list[BaselineJob], ahead: int, device: int, timeout_s: float) -> dict[str, object]:

@@ -4,6 +4,7 @@ is made up."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
 from pathlib import Path
 
@@ -28,3 +29,12 @@ def test_the_table_says_why_nothing_was_timed(tmp_path: Path, capsys: pytest.Cap
     table = capsys.readouterr().out
     assert table.startswith("1 problems: compiled ahead") and "| matmul.py | None / None |" in table
     assert "median ratio" not in table  # no compiled medians: no ratio
+
+
+def test_each_problem_carries_its_buffers_bytes_where_torch_can_count_them(tmp_path: Path) -> None:
+    """The bench gives each problem its buffers' bytes (torch's meta device), which bound how many
+    compile at once on the GPU: vector_add's a, b and output of 4096 float32; 0 where torch is missing."""
+    bench = load_bench_script("torch_baselines.py")
+    (tmp_path / "vector_add.py").write_text((PROBLEMS / "vector_add.py").read_text())
+    [job] = bench.jobs_in(tmp_path, 8)
+    assert job.bytes == (3 * 4096 * 4 if importlib.util.find_spec("torch") is not None else 0)
