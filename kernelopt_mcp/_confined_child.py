@@ -205,8 +205,7 @@ def _path_of_what_runs(execute: list[str]) -> None:
     """PATH cut to the directories beneath ``execute``: a program looked up by name is then one the
     child may run, or not found (FileNotFoundError, which programs handle: torch.compile asks for
     ``nvcc --version`` on every compile and goes on without it), never found and refused (EACCES,
-    which they do not: it failed every torch.compile on the H100 where /usr/local/cuda/bin was on
-    PATH)."""
+    which they do not: torch.compile fails where /usr/local/cuda/bin is on PATH but not executable)."""
     roots = [os.path.realpath(p) for p in execute]
     kept = [d for d in os.environ.get("PATH", "").split(os.pathsep)
             if d and any(os.path.realpath(d) == r or os.path.realpath(d).startswith(r.rstrip("/") + "/")

@@ -355,7 +355,7 @@ def forget_autotuning(directory: Path) -> None:
             return
 
 
-def compiled_ahead(directory: Path) -> dict[str, float]:
+def ahead_compile_seconds(directory: Path) -> dict[str, float]:
     """The compile seconds a problem's :func:`warm_job` left, by case (nothing where it left none)."""
     cases = _read(directory / WARM_FILE).get("cases")
     return {c["name"]: seconds for c in (cases if isinstance(cases, list) else [])
@@ -477,7 +477,7 @@ def run(request: dict[str, Any], answer: Answer) -> None:
                                   functools.partial(time_job, torch, mine, request, job / "entry.json"), timeout_s)
         entry = problem_entry(_read(job / "entry.json"), problem)
         entry["seconds"] = round(time.monotonic() - began, 3)  # its CUDA context's start included
-        ahead = compiled_ahead(job)
+        ahead = ahead_compile_seconds(job)
         for case in entry["cases"]:  # compiled ahead: the compile's seconds are that of the first compile
             if case["compile"] is not None and case["name"] in ahead:
                 case["compile_s"] = ahead[case["name"]]

@@ -62,8 +62,8 @@ def add_parser(sub: Any) -> None:
 class _Evaluator:
     """Evaluates each solution in a harness process of its own: what one problem's evaluation keeps
     on the device (its expected values, up to 30% of the GPU's memory) is gone before the next
-    problem's reference runs beside it (on an 80 GB H100 a 7 GiB problem's reference ran out of
-    memory beside the earlier problems' kept values), and a harness one problem broke ends with it."""
+    problem's PyTorch reference runs beside the harness, and a harness one problem broke ends
+    with it."""
 
     def __init__(self, settings: Settings) -> None:
         self.settings = settings

@@ -193,8 +193,8 @@ AHEAD = '''
 import json, sys, torch
 from pathlib import Path
 from kernelopt_mcp._confined_child import run_confined_jobs
-from kernelopt_mcp._torch_baseline_child import (_compile_case, _job_environment, compiled_ahead, forget_autotuning,
-                                                 WARM_FILE)
+from kernelopt_mcp._torch_baseline_child import (_compile_case, _job_environment, ahead_compile_seconds,
+                                                 forget_autotuning, WARM_FILE)
 from kernelopt_mcp.torch_problem import parse_problem
 
 job = Path.cwd() / "job"
@@ -219,7 +219,7 @@ second = run_confined_jobs([(str(job), compile_here("again.json"))], 600)
 (job / "sub").mkdir()
 (job / "sub" / "y.best_config").write_text("{}")
 forget_autotuning(job)
-print(json.dumps({"statuses": first + second, "ahead": compiled_ahead(job),
+print(json.dumps({"statuses": first + second, "ahead": ahead_compile_seconds(job),
                   "first": json.loads((job / WARM_FILE).read_text())["counters"],
                   "second": json.loads((job / "again.json").read_text())["counters"],
                   "left": sorted(str(p.relative_to(job)) for p in job.rglob("*.best_config"))}))
