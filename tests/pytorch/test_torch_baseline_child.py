@@ -285,3 +285,22 @@ def test_autotuning_results_are_forgotten_within_a_bound_and_links_are_never_fol
     monkeypatch.setattr(child, "MAX_CACHE_NAMES", 10)
     child.forget_autotuning(deep)
     assert (deep / "z_last" / "x.best_config").exists()  # past the bound: left
+
+
+def test_the_compile_seconds_a_problem_left_are_read_only_from_a_plain_file(tmp_path: Path) -> None:
+    """A problem compiled ahead writes its own warm.json, and may leave a FIFO (its parent would wait
+    forever) or a link to a file the parent can read there instead: neither is read."""
+    import os
+
+    from kernelopt_mcp._torch_baseline_child import WARM_FILE, ahead_compile_seconds
+
+    secret = tmp_path / "secret.json"
+    secret.write_text(json.dumps({"cases": [{"name": "perf", "compile_s": 1.0}]}))
+    fifo, link, plain = tmp_path / "fifo", tmp_path / "link", tmp_path / "plain"
+    for d in (fifo, link, plain):
+        d.mkdir()
+    os.mkfifo(fifo / WARM_FILE)
+    (link / WARM_FILE).symlink_to(secret)
+    (plain / WARM_FILE).write_text(secret.read_text())
+    assert ahead_compile_seconds(fifo) == {} and ahead_compile_seconds(link) == {}
+    assert ahead_compile_seconds(plain) == {"perf": 1.0}
