@@ -20,8 +20,11 @@ harness without device draws) runs on the CPU where torch sees no GPU (the answe
 
 from __future__ import annotations
 
+import copy
 import json
+import math
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -114,7 +117,8 @@ class _Module:
 
 def run_job(torch: Any, request: dict[str, Any], job: dict[str, Any], module: _Module, fill: _Fill,
             device: Any) -> dict[str, Any]:
-    """One job: inputs made, parameters copied in, forward run, the output written."""
+    """One job: inputs made, parameters copied in, forward run, the output written (and, where the
+    job asks for ``own_error``, the module's own float error at this size, :func:`_own_error`)."""
     tensors: dict[str, Any] = {}
     for name, b in job["buffers"].items():
         if "file" in b:
@@ -123,17 +127,16 @@ def run_job(torch: Any, request: dict[str, Any], job: dict[str, Any], module: _M
         t = torch.empty(b["shape"], dtype=_dtype(torch, b["dtype"]), device=device)
         fill(t, b["draw"])
         tensors[name] = t
+    args = []
+    for name in request["forward"]:
+        if name in tensors:
+            args.append(tensors[name])
+        else:
+            value = job["scalars"][name]
+            args.append(int(value) if isinstance(value, int) else float(value))
+    started = time.perf_counter()
     with torch.no_grad():
-        for buffer, dotted in request["state"].items():
-            target = module.state[dotted]
-            target.copy_(tensors[buffer].reshape(target.shape).to(target.dtype))
-        args = []
-        for name in request["forward"]:
-            if name in tensors:
-                args.append(tensors[name])
-            else:
-                value = job["scalars"][name]
-                args.append(int(value) if isinstance(value, int) else float(value))
+        _load_state(request, module, tensors)
         try:
             out = module.model(*args)
         finally:
@@ -145,12 +148,84 @@ def run_job(torch: Any, request: dict[str, Any], job: dict[str, Any], module: _M
         raise ValueError(f"forward returned {out.numel()} elements; the output buffer {want['name']!r} has "
                          f"{want['elements']}")
     out = out.to(_dtype(torch, want["dtype"]))
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    own = {}
+    if job.get("own_error") and out.is_floating_point() and out.dtype != torch.float64:
+        own = _own_error(torch, request, module, tensors, args, out, time.perf_counter() - started)
     del args
     tensors.clear()  # the inputs' memory goes before the output is written (a large problem's inputs and output
     # may take most of the GPU)
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-    return _write_output(torch, out, want["file"])
+    return {**_write_output(torch, out, want["file"]), **own}
+
+
+def _load_state(request: dict[str, Any], module: _Module, tensors: dict[str, Any]) -> None:
+    """The job's drawn parameters and buffers copied into the module (under no_grad)."""
+    for buffer, dotted in request["state"].items():
+        target = module.state[dotted]
+        target.copy_(tensors[buffer].reshape(target.shape).to(target.dtype))
+
+
+#: The float64 run that measures the module's own error is skipped where the float32 forward took
+#: longer than this (float64 convolutions and GEMMs can be tens of times slower on a GPU).
+OWN_ERROR_MAX_FORWARD_S = 2.0
+
+
+def _own_error(torch: Any, request: dict[str, Any], module: _Module, tensors: dict[str, Any], args: list[Any],
+               out: Any, forward_s: float) -> dict[str, Any]:
+    """How far the module's own ``out`` is from the same module run in float64 on the same inputs
+    and parameters: ``own_error``, the largest ``|out - out64| / (rms(out64) + |out64|)`` (the
+    measure the import sizes a tolerance by, taken here at the case's real size, where a long
+    reduction's rounding is larger than at the import's scaled-down sizes), or ``own_error_skipped``
+    saying why it was not measured (too slow, out of memory, no float64 run, non-finite values)."""
+    if forward_s > OWN_ERROR_MAX_FORWARD_S:
+        return {"own_error_skipped": f"the float32 forward took {forward_s:.1f} s"}
+    try:
+        result = _float64_error(torch, request, module, tensors, args, out)
+    except torch.cuda.OutOfMemoryError:
+        result = {"own_error_skipped": "out of memory for a float64 copy"}
+    except Exception as exc:  # noqa: BLE001 - a module that cannot run in float64 keeps its tolerance
+        result = {"own_error_skipped": f"the float64 forward failed ({line(exc)})"}
+    if out.is_cuda:  # the float64 copies are gone with the call's frame (and a raised error's traceback)
+        torch.cuda.empty_cache()
+    return result
+
+
+def _float64_error(torch: Any, request: dict[str, Any], module: _Module, tensors: dict[str, Any], args: list[Any],
+                   out: Any) -> dict[str, Any]:
+    with torch.no_grad():
+        _load_state(request, module, tensors)
+        try:
+            model64 = copy.deepcopy(module.model).double()
+        finally:
+            module.restore(torch)
+        wide = [a.double() if isinstance(a, torch.Tensor) and a.is_floating_point() else a for a in args]
+        out64 = model64(*wide)
+        del wide, model64
+        if not isinstance(out64, torch.Tensor) or out64.numel() != out.numel():
+            return {"own_error_skipped": "the float64 forward returned another output"}
+        return _largest_error(torch, out.reshape(-1), out64.detach().reshape(-1).to(torch.float64))
+
+
+def _largest_error(torch: Any, out: Any, out64: Any) -> dict[str, Any]:
+    """:func:`_own_error`'s figure, a chunk at a time (no whole float64 copy of ``out``)."""
+    n, sum_sq = out64.numel(), 0.0
+    for part in out64.split(WRITE_CHUNK):
+        if not bool(torch.isfinite(part).all()):
+            return {"own_error_skipped": "the float64 result has non-finite values"}
+        sum_sq += float((part * part).sum().item())
+    if n == 0:
+        return {"own_error": 0.0}
+    scale = math.sqrt(sum_sq / n)
+    largest = 0.0
+    for start in range(0, n, WRITE_CHUNK):
+        e = out64[start:start + WRITE_CHUNK]
+        a = out[start:start + WRITE_CHUNK].to(torch.float64)
+        err = (a - e).abs() / (scale + e.abs() + 1e-300)
+        err = err[torch.isfinite(err)]  # a float32 overflow is the kernel's to match, not a tolerance to widen
+        if err.numel():
+            largest = max(largest, float(err.max().item()))
+    return {"own_error": largest}
 
 
 def run(request: dict[str, Any], answer: Answer) -> None:

@@ -164,15 +164,28 @@ def choose_tolerance(dtype: DType, needed: float, mode: str, notes: list[str]) -
     base = KERNELBENCH_TOLERANCE if mode == "kernelbench" else TORCH_TOLERANCE.get(dtype)
     if base is None:
         return {"rtol": 0.0, "atol": 0.0, "source": "dtype"}
-    widened = min(0.25, _round_up(10 * needed))
-    if widened > max(base.rtol, base.atol):
+    wider = widened(base, needed)
+    if wider is not None:
         notes.append(
-            f"tolerance widened to {widened:.3g} (the {base.source or 'dtype'} one is {base.rtol:g}): the module's own "
-            f"{dtype} result differs from its float64 result by up to {needed:.3g} of the output's scale"
+            f"tolerance widened to {wider.rtol:.3g} (the {base.source or 'dtype'} one is {base.rtol:g}): the module's "
+            f"own {dtype} result differs from its float64 result by up to {needed:.3g} of the output's scale"
         )
-        return {"rtol": widened, "atol": widened, "source": "widened"}
+        return wider.model_dump(exclude={"absolute"})
     chosen = {"rtol": base.rtol, "atol": base.atol, "source": base.source or "dtype"}
     return {**chosen, "absolute": True} if base.absolute else chosen
+
+
+#: A tolerance the module's own error needs is this many times that error, at most WIDEST.
+WIDEN_FACTOR = 10
+WIDEST = 0.25
+
+
+def widened(base: Tolerance, needed: float) -> Tolerance | None:
+    """``base`` widened to WIDEN_FACTOR x ``needed`` (the module's largest error against its float64
+    result, relative to the output's RMS plus the element), rounded up to two digits, where that is
+    more than ``base``; None where ``base`` is enough."""
+    wider = min(WIDEST, _round_up(WIDEN_FACTOR * needed))
+    return Tolerance(rtol=wider, atol=wider, source="widened") if wider > max(base.rtol, base.atol) else None
 
 
 def _round_up(x: float) -> float:

@@ -14,6 +14,7 @@ from .protocol import LaunchRequest
 
 if TYPE_CHECKING:
     from ..torch_reference import TorchCheckPlan
+    from ..workload import Tolerance
 
 __all__ = ["Prepared"]
 
@@ -44,6 +45,9 @@ class Prepared:
         check_launches: its launch per performance case for those checks.
         torch_checks: PyTorch as the reference: per performance case, the plan of its timed
             launches checked against PyTorch (:class:`~..torch_reference.TorchCheckPlan`).
+        tolerances: per output, the tolerance that replaces the workload's for this session:
+            PyTorch as the reference, widened where the module's own float error at the real sizes
+            needs more than the one the import chose at its scaled-down sizes.
         prepare_ms: host wall ms of each preparation step, and the ``total``: where "once per
             session" goes.
     """
@@ -62,4 +66,5 @@ class Prepared:
     check_module: Path | None = None
     check_launches: Mapping[str, LaunchRequest] = field(default_factory=dict)
     torch_checks: Mapping[str, TorchCheckPlan] = field(default_factory=dict)
+    tolerances: Mapping[str, Tolerance] = field(default_factory=dict)
     prepare_ms: Mapping[str, float] = field(default_factory=dict)

@@ -12,6 +12,7 @@ candidates is :mod:`kernelopt_mcp.evaluation.runner`'s job.
 from __future__ import annotations
 
 import copy
+import dataclasses
 import itertools
 import logging
 import tempfile
@@ -148,6 +149,10 @@ class Session:
         if self._prepared is not None:
             raise KerneloptError("internal error: the session is prepared already; its record does not change")
         self._prepared = prepared
+        if prepared.tolerances:  # every check of this session judges by them (results record them)
+            spec = self.workload.spec
+            self.workload = dataclasses.replace(self.workload, spec=spec.model_copy(
+                update={"tolerance": {**spec.tolerance, **prepared.tolerances}}))
         return prepared
 
     def preparing(self, so_far: Prepared) -> Session:

@@ -142,3 +142,50 @@ def test_an_output_written_a_chunk_at_a_time_has_the_bytes_and_figures_of_the_wh
     empty = child._write_output(torch, out[:0], str(tmp_path / "empty.bin"))
     assert empty == {"elements": 0, "finite": 0, "sum_sq": 0.0}
     assert (tmp_path / "empty.bin").read_bytes() == b""
+
+
+def test_the_tolerance_widens_where_the_module_rounds_more_than_it_allows(tmp_path: Path) -> None:
+    """The import sizes a tolerance at scaled-down cases; at a real size a long float32 reduction
+    rounds more (a GEMM with K = 8192 made correct kernels mismatch). The reference child measures the
+    module's own error against its float64 run on every case and the session widens the tolerance to
+    ten times it: an exact kernel passes a module that rounds to 1/64 (3e5 added and taken away), a
+    kernel off by 1.0 in one element still mismatches, and the result says by what it was judged."""
+    (honest, wrong), session = run(tmp_path, write_problem(tmp_path / "wl", twist=" + 3e5 - 3e5"), "", "WRONG")
+    assert honest.status is Status.ok, honest.message
+    assert wrong.status is Status.mismatch, wrong.message
+    tol = honest.tolerances["c"]
+    assert tol.source == "widened" and 0.02 <= tol.rtol <= 0.25 and tol.atol == tol.rtol, tol
+    assert session.workload.spec.tolerance_for("c") == tol
+    assert f"c's tolerance widened to {tol.rtol:.3g} (was 1e-05, dtype)" in session.record.expected_from
+    assert "differs from its float64 result by up to" in session.record.expected_from
+
+
+def test_an_exact_module_and_a_hand_written_tolerance_are_not_widened(tmp_path: Path) -> None:
+    (honest,), session = run(tmp_path, write_problem(tmp_path / "wl"), "")
+    assert honest.tolerances["c"].source == "dtype" and honest.tolerances["c"].rtol == 1e-5
+    assert "widened" not in session.record.expected_from
+    wl = write_problem(tmp_path / "hand", twist=" + 3e5 - 3e5")
+    spec = json.loads((wl / "workload.json").read_text())
+    spec["tolerance"] = {"c": {"rtol": 1e-5, "atol": 1e-5}}  # the user's own: judged by it, rounding and all
+    (wl / "workload.json").write_text(json.dumps(spec))
+    (tmp_path / "2").mkdir()
+    (honest,), _ = run(tmp_path / "2", wl, "")
+    assert honest.status is Status.mismatch
+    assert honest.tolerances["c"].source == "workload"
+
+
+def test_the_module_s_own_error_leaves_out_what_cannot_size_a_tolerance(torch: Any) -> None:
+    """A float32 overflow (inf where float64 is finite) is the kernel's to match, not a reason to
+    widen; a float64 result with non-finite values sizes nothing; the figure is a chunk at a time."""
+    from kernelopt_mcp import _torch_reference_child as child
+
+    exact = torch.linspace(1, 2, 301, dtype=torch.float64)
+    out = exact.float()
+    out[10] = float("inf")
+    out[20] += 0.01
+    figure = child._largest_error(torch, out, exact)["own_error"]
+    rms = float(exact.square().mean().sqrt())
+    assert figure == pytest.approx(abs(float(out[20]) - float(exact[20])) / (rms + float(exact[20])), rel=1e-9)
+    nan = exact.clone()
+    nan[3] = float("nan")
+    assert child._largest_error(torch, out, nan) == {"own_error_skipped": "the float64 result has non-finite values"}
