@@ -205,7 +205,10 @@ def torch_version(python_path: Sequence[str] = ()) -> str | None:
 
 def _execute_paths(dirs: Sequence[str]) -> list[str]:
     found = [str(Path(d) / tools) for d in dirs for tools in TOOL_DIRS if (Path(d) / tools).is_dir()]
-    return [*dict.fromkeys(found), *COMPILER_EXECUTE]
+    # and the interpreter itself: inductor probes the CPU's vector ISA in a new Python process (torch 2.13);
+    # it runs in the child's own confinement, which it inherits
+    interpreter = [str(Path(sys.executable).resolve())] if sys.executable else []
+    return [*dict.fromkeys(found), *interpreter, *COMPILER_EXECUTE]
 
 
 def compiler_access(python_path: Sequence[str] = ()) -> tuple[list[str], list[str]]:

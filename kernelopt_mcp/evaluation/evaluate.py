@@ -14,6 +14,8 @@ seed, whose outputs must match too (a kernel that caches results across launches
 
 from __future__ import annotations
 
+import math
+import shutil
 import time
 from collections.abc import Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -26,7 +28,7 @@ import numpy as np
 from ..compiler import CompileResult, compile_kernel
 from ..errors import LaunchConfigError, WorkloadError
 from ..status import Status
-from ..workload import Case, Tolerance, Workload
+from ..workload import Case, Tolerance, Workload, case_shape
 from .candidate import Candidate, EvaluateOptions
 from .compare import thresholds_from
 from .dataset import DataSet, ExpectedRef
@@ -353,7 +355,8 @@ def _torch_check_plans(
         if not specs:
             continue
         seed = request_seed()
-        samples = pick_checked_launches(timing.iterations, o.checked_launches)
+        samples = pick_checked_launches(timing.iterations, _checked_count(s, o.checked_launches, math.prod(
+            case_shape(out, case.scalars)) * out.dtype.itemsize, timing.adaptive is None))
         draws: list[tuple[int | None, int]] = [(sample, o.warmup + sample) for sample in samples]
         if timing.adaptive is None:
             draws.append((None, o.warmup + timing.iterations))  # the confirm launch: the draw after the last
@@ -374,6 +377,24 @@ def _torch_check_plans(
                 entries.append(entry)
         plans[case.name] = (TorchCheckPlan(seed, o.warmup, timing.iterations, samples, entries, confirm), jobs)
     return plans
+
+
+#: The expected outputs of a case's checked launches (one copy of the output each, written to the
+#: working directory, then staged on the device together for the timing) take at most this share of
+#: the device's memory and of the directory's free disk; past it fewer launches are checked, never
+#: none. A 6 GiB output checked 3 times and by the confirm launch wrote 24 GiB and held it on the GPU.
+CHECKED_SHARE = 0.15
+
+
+def _checked_count(s: Session, count: int, output_bytes: int, confirm: bool) -> int:
+    """How many measured launches to check against PyTorch: ``count`` where their expected outputs
+    (``output_bytes`` each, one more for the ``confirm`` launch) fit CHECKED_SHARE, else as many as
+    fit, at least one."""
+    room = CHECKED_SHARE * shutil.disk_usage(s.workdir).free
+    if s.device is not None:
+        room = min(room, CHECKED_SHARE * s.device.total_memory_bytes)
+    fit = int(room // max(1, output_bytes)) - int(confirm)
+    return max(1, min(count, fit))
 
 
 def _warm_harness(s: Session, support: Path) -> None:

@@ -102,6 +102,31 @@ def test_checked_launches_are_distinct_sorted_and_one_is_late() -> None:
     assert len({tuple(pick_checked_launches(100, 3)) for _ in range(20)}) > 1
 
 
+def test_a_large_output_is_checked_by_fewer_launches_never_none(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """PyTorch's expected outputs of checked launches are written to disk and staged on the device
+    together: past CHECKED_SHARE of either, fewer launches are checked (at least one)."""
+    import shutil
+    from types import SimpleNamespace
+
+    from kernelopt_mcp.evaluation import evaluate
+
+    gib = 2**30
+    h100 = SimpleNamespace(workdir=tmp_path, device=SimpleNamespace(total_memory_bytes=80 * gib))
+    disk = SimpleNamespace(total=1000 * gib, used=0, free=1000 * gib)
+    monkeypatch.setattr(shutil, "disk_usage", lambda path: disk)
+    assert evaluate._checked_count(h100, 3, 2**20, confirm=True) == 3
+    assert evaluate._checked_count(h100, 3, 3 * gib, confirm=True) == 3  # 4 x 3 GiB fit 12 GiB
+    assert evaluate._checked_count(h100, 3, 4 * gib, confirm=True) == 2
+    assert evaluate._checked_count(h100, 3, 4 * gib, confirm=False) == 3
+    assert evaluate._checked_count(h100, 3, 6 * gib, confirm=True) == 1  # a 6 GiB output: one and the confirm
+    assert evaluate._checked_count(h100, 3, 40 * gib, confirm=True) == 1
+    disk.free = 10 * gib  # the disk is the tighter bound
+    assert evaluate._checked_count(h100, 3, 100 * 2**20, confirm=True) == 3
+    assert evaluate._checked_count(h100, 3, 512 * 2**20, confirm=True) == 2  # 1.5 GiB: two and the confirm
+    assert evaluate._checked_count(h100, 3, 768 * 2**20, confirm=True) == 1
+    assert evaluate._checked_count(SimpleNamespace(workdir=tmp_path, device=None), 3, 2**20, confirm=True) == 3
+
+
 def _stats(times: list[float], mode: str = "events"):  # noqa: ANN202
     return summarize(times, warmup=10, mode=mode)
 
