@@ -80,7 +80,8 @@ class _Evaluator:
         with app.open_harness(self.settings) as proc, app.open_session(self.settings, workload, proc,
                                                                         self.device) as session:
             checked = app.evaluate_kernel(session, candidate)
-        return SolutionOutcome(checked.status, checked.result.score_ms, checked.message)
+            steps = {step: round(ms / 1e3, 2) for step, ms in session.prepare_ms.items()}
+        return SolutionOutcome(checked.status, checked.result.score_ms, checked.message, steps)
 
 
 class _Baselines:

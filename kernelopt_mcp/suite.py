@@ -29,8 +29,8 @@ import importlib.util
 import json
 import re
 import time
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -71,6 +71,8 @@ class SolutionOutcome:
     status: str
     ours_ms: float | None
     message: str = ""
+    #: wall seconds of each step of preparing the problem (inputs, the PyTorch reference, ..., ``total``)
+    prepare_s: Mapping[str, float] = field(default_factory=dict)
 
 
 #: workload directory, kernel source, launch file -> the outcome
@@ -219,6 +221,7 @@ def _evaluate(options: SuiteOptions, level: int, path: Path, entry: dict[str, An
     digest = _sha256(cu, launch)
     if entry.get("solution_sha256") == digest and entry.get("workload_sha256") == entry["sha256"]:
         return
+    began = time.perf_counter()
     try:
         outcome = evaluate(Path(entry["workload"]), cu, launch)
     except (DeviceUnavailable, ToolchainNotFound):
@@ -229,7 +232,8 @@ def _evaluate(options: SuiteOptions, level: int, path: Path, entry: dict[str, An
         entry.pop("solution_sha256", None)
         return
     entry.update(status=outcome.status, ours_ms=outcome.ours_ms, message=outcome.message[:500],
-                 solution_sha256=digest, workload_sha256=entry["sha256"])
+                 solution_sha256=digest, workload_sha256=entry["sha256"],
+                 evaluate_s=round(time.perf_counter() - began, 2), prepare_s=dict(outcome.prepare_s))
 
 
 def _time_baselines(

@@ -102,7 +102,9 @@ def test_checked_launches_are_distinct_sorted_and_one_is_late() -> None:
     assert len({tuple(pick_checked_launches(100, 3)) for _ in range(20)}) > 1
 
 
-def test_a_large_output_is_checked_by_fewer_launches_never_none(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_large_output_is_checked_by_fewer_launches_never_none(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """PyTorch's expected outputs of checked launches are written to disk and staged on the device
     together: past CHECKED_SHARE of either, fewer launches are checked (at least one)."""
     import shutil
