@@ -11,6 +11,7 @@ import draws it, so the mapping of buffers to forward arguments and to module st
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -164,6 +165,9 @@ def test_an_exact_module_and_a_hand_written_tolerance_are_not_widened(tmp_path: 
     (honest,), session = run(tmp_path, write_problem(tmp_path / "wl"), "")
     assert honest.tolerances["c"].source == "dtype" and honest.tolerances["c"].rtol == 1e-5
     assert "widened" not in session.record.expected_from
+    # the measure is said all the same: a float32 add is within one rounding of the float64 one
+    own = re.search(r"own result differs from its float64 result by up to (\S+) of", session.record.expected_from)
+    assert own is not None and 0 <= float(own.group(1)) < 1e-6, session.record.expected_from
     wl = write_problem(tmp_path / "hand", twist=" + 3e5 - 3e5")
     spec = json.loads((wl / "workload.json").read_text())
     spec["tolerance"] = {"c": {"rtol": 1e-5, "atol": 1e-5}}  # the user's own: judged by it, rounding and all
