@@ -81,7 +81,8 @@ class _Evaluator:
                                                                         self.device) as session:
             checked = app.evaluate_kernel(session, candidate)
             steps = {step: round(ms / 1e3, 2) for step, ms in session.prepare_ms.items()}
-        return SolutionOutcome(checked.status, checked.result.score_ms, checked.message, steps)
+            expected_from = session.record.expected_from
+        return SolutionOutcome(checked.status, checked.result.score_ms, checked.message, steps, expected_from)
 
 
 class _Baselines:

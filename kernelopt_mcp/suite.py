@@ -73,6 +73,9 @@ class SolutionOutcome:
     message: str = ""
     #: wall seconds of each step of preparing the problem (inputs, the PyTorch reference, ..., ``total``)
     prepare_s: Mapping[str, float] = field(default_factory=dict)
+    #: where the expected outputs came from and what the tolerance was (the module's own error at the
+    #: real sizes, a tolerance widened for it)
+    expected_from: str = ""
 
 
 #: workload directory, kernel source, launch file -> the outcome
@@ -233,7 +236,8 @@ def _evaluate(options: SuiteOptions, level: int, path: Path, entry: dict[str, An
         return
     entry.update(status=outcome.status, ours_ms=outcome.ours_ms, message=outcome.message[:500],
                  solution_sha256=digest, workload_sha256=entry["sha256"],
-                 evaluate_s=round(time.perf_counter() - began, 2), prepare_s=dict(outcome.prepare_s))
+                 evaluate_s=round(time.perf_counter() - began, 2), prepare_s=dict(outcome.prepare_s),
+                 expected_from=outcome.expected_from)
 
 
 def _time_baselines(

@@ -219,6 +219,7 @@ def test_each_solution_is_evaluated_in_a_harness_of_its_own(tmp_path: Path, monk
     for entry in (state[k] for k in entries):  # where a problem's time went, for the next run to read
         assert entry["evaluate_s"] >= entry["prepare_s"]["total"] > 0, entry
         assert "inputs" in entry["prepare_s"], entry
+        assert entry["expected_from"].startswith("NumPy oracle"), entry
     starts = [json.loads(line)["argv"] for line in (tmp_path / "harness-env.jsonl").read_text().splitlines()]
     assert starts.count(["--device-info", "--device", "0"]) == 1  # the device read once
     assert sum(1 for argv in starts if "serve" in argv) == 2, starts
