@@ -66,6 +66,8 @@ def test_the_module_on_the_gpu_is_the_reference_of_device_drawn_inputs(
         lazy = evaluate(ev, Candidate(LAZY, launch, [], "lazy"))
         assert ev.record.device_cases == {"one", "odd_1001", "n_4096"}  # every input drawn by the harness
         assert ev.record.expected_from.startswith("PyTorch ") and device.name in ev.record.expected_from
+        assert "differs from its float64 result" in ev.record.expected_from  # measured at 2^26 too
+        assert "not measured" not in ev.record.expected_from, ev.record.expected_from
     assert honest.status is Status.ok, honest.message
     assert dropped.status is Status.mismatch, dropped.message
     # the timed launches checked against PyTorch on the draws they got: 3 samples and the confirm launch
@@ -81,3 +83,25 @@ def test_the_module_on_the_gpu_is_the_reference_of_device_drawn_inputs(
     assert not [line for line in honest.checks if "not possible" in line], honest.checks
     print("checks:", *honest.checks, sep="\n  ")
     print("prepare:", ev.prepare_ms)
+
+
+def test_the_tolerance_widens_for_the_modules_own_rounding_measured_on_the_gpu(
+    tmp_path: Path, proc: HarnessProcess, device: DeviceInfo,
+) -> None:
+    """The module's own float32 error against its float64 run, measured by the reference child on the
+    GPU at every case's size (2^26 elements the largest): a module that rounds to 1/64 widens the
+    tolerance, the exact kernel passes and a kernel off by 1.0 in one element still mismatches."""
+    wl = write_problem(tmp_path / "wl", twist=" + 3e5 - 3e5")
+    _large(wl)
+    workload = find_workload(wl, Settings())
+    launch = LaunchSpec.model_validate(ADD_LAUNCH)
+    off_by_one = kernel().replace("c[i] = a[i] + b[i];", "c[i] = a[i] + b[i] + (i == n / 2 ? 1.0f : 0.0f);")
+    assert off_by_one != kernel()
+    with Session(workload, proc, device, workdir=tmp_path / "w") as ev:
+        honest = evaluate(ev, Candidate(kernel(), launch, [], "honest"))
+        wrong = evaluate(ev, Candidate(off_by_one, launch, [], "off by one"), benchmark=False)
+        said = ev.record.expected_from
+    assert honest.status is Status.ok, honest.message
+    assert wrong.status is Status.mismatch, wrong.message
+    assert honest.tolerances["c"].source == "widened" and honest.tolerances["c"].rtol >= 0.02, honest.tolerances
+    assert "differs from its float64 result by up to" in said and "not measured" not in said, said
