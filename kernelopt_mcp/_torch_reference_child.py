@@ -168,7 +168,7 @@ def _load_state(request: dict[str, Any], module: _Module, tensors: dict[str, Any
 
 #: The float64 run that measures the module's own error is skipped where the float32 forward took
 #: longer than this (float64 convolutions and GEMMs can be tens of times slower on a GPU).
-OWN_ERROR_MAX_FORWARD_S = 2.0
+OWN_ERROR_MAX_FORWARD_S = 0.5
 
 
 def _own_error(torch: Any, request: dict[str, Any], module: _Module, tensors: dict[str, Any], args: list[Any],
