@@ -42,9 +42,13 @@ case "${1:-children}" in
     gpu_tests imported 560 --timeout 200 tests/gpu/test_torch_import_gpu.py -k "not optimize" ;;
   optimize)  # kernelopt optimize --workload on each imported kind with the scripted model
     gpu_tests optimize 560 --timeout 200 tests/gpu/test_torch_import_gpu.py -k optimize ;;
-  suite)
-    timeout 560 kernelopt kernelbench .kb12 --level 1 2 --solutions bench/kernelbench_solutions -o "$OUT/kb12" > "$OUT/suite.txt" 2> "$OUT/suite.err"
-    echo "suite rc=$?"; cat "$OUT/suite.txt" | head -60; tail -5 "$OUT/suite.err" ;;
+  suite)  # resumable like baselines: the state lives in .kb12-run/ (a warm machine's next call continues; or
+    # carry .kb12-run/ back: unpack $OUT/kb12-run.tgz here); baselines start no batch after SUITE_BUDGET s
+    timeout 540 kernelopt kernelbench .kb12 --level 1 2 --solutions bench/kernelbench_solutions -o .kb12-run --jobs 8 \
+      --time-budget "${SUITE_BUDGET:-420}" > "$OUT/suite.txt" 2> "$OUT/suite.err"
+    echo "suite rc=$?"; tar -czf "$OUT/kb12-run.tgz" .kb12-run; head -60 "$OUT/suite.txt"; tail -5 "$OUT/suite.err"
+    python3 -c 'import json; e=json.load(open(".kb12-run/state.json"))["problems"]
+for k, v in e.items(): print(k, v.get("status"), v.get("evaluate_s"), v.get("prepare_s", {}).get("torch_reference"), (v.get("expected_from") or "")[-200:])' ;;
   mini)  # the baseline child alone, eager only, its stderr shown; then a batch that keeps each problem to itself
     timeout 150 python3 scripts/dev_diag40.py compile > "$OUT/diag.jsonl" 2> "$OUT/diag.err"; echo "diag rc=$?"; cut -c1-2500 "$OUT/diag.jsonl"
     tail -5 "$OUT/diag.err"
