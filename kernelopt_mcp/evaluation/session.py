@@ -16,7 +16,7 @@ import dataclasses
 import itertools
 import logging
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -25,7 +25,7 @@ from ..compile_options import CompileLimits
 from ..compiler import CompileCache, arch_problem
 from ..errors import HarnessError, KerneloptError
 from ..launch import DeviceLimits
-from ..workload import Case, Workload
+from ..workload import Case, Tolerance, Workload
 from .build import Built, build
 from .calibrate import device_peaks
 from .candidate import Candidate, EvaluateOptions, ProgressFn
@@ -140,8 +140,7 @@ class Session:
         return self._prepared or self._unprepared
 
     def adopt(self, prepared: Prepared) -> Prepared:
-        """Hold ``prepared`` as what every candidate is checked against (once: the record of
-        :func:`~.evaluate.prepare`).
+        """Hold ``prepared`` (:func:`~.evaluate.prepare`'s record, once) as what every candidate is checked against.
 
         Raises:
             KerneloptError: the session holds a record already.
@@ -149,10 +148,7 @@ class Session:
         if self._prepared is not None:
             raise KerneloptError("internal error: the session is prepared already; its record does not change")
         self._prepared = prepared
-        if prepared.tolerances:  # every check of this session judges by them (results record them)
-            spec = self.workload.spec
-            self.workload = dataclasses.replace(self.workload, spec=spec.model_copy(
-                update={"tolerance": {**spec.tolerance, **prepared.tolerances}}))
+        self.workload = _judged_by(self.workload, prepared.tolerances)
         return prepared
 
     def preparing(self, so_far: Prepared) -> Session:
@@ -371,3 +367,11 @@ class Session:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
+
+def _judged_by(workload: Workload, tolerances: Mapping[str, Tolerance]) -> Workload:
+    """``workload`` with ``tolerances`` in place of its own for those outputs (the prepared record's,
+    measured at the real sizes)."""
+    if not tolerances:
+        return workload
+    spec = workload.spec
+    return dataclasses.replace(workload, spec=spec.model_copy(update={"tolerance": {**spec.tolerance, **tolerances}}))
