@@ -5,6 +5,7 @@
 #   bash scripts/device_issue40.sh imported   # imported problems evaluated on the GPU (right, wrong, dropped parameters)
 #   bash scripts/device_issue40.sh optimize   # kernelopt optimize --workload on imported problems, scripted model
 #   bash scripts/device_issue40.sh suite      # kernelopt kernelbench over the 12 problems with our solutions
+#   bash scripts/device_issue40.sh gemmdiag   # then the three K = 8192 GEMMs' errors beside the module's own
 #   bash scripts/device_issue40.sh imports    # bench/kernelbench_import.py over levels 1-3 (16 CPUs)
 #   bash scripts/device_issue40.sh ahead      # bench/torch_baselines.py: 8 level-2 problems compiled ahead vs alone
 #   bash scripts/device_issue40.sh baselines  # eager + torch.compile of every level-1/2 problem (several calls)
@@ -49,6 +50,15 @@ case "${1:-children}" in
     echo "suite rc=$?"; tar -czf "$OUT/kb12-run.tgz" .kb12-run; head -60 "$OUT/suite.txt"; tail -5 "$OUT/suite.err"
     python3 -c 'import json; e=json.load(open(".kb12-run/state.json"))["problems"]
 for k, v in e.items(): print(k, v.get("status"), v.get("evaluate_s"), v.get("prepare_s", {}).get("torch_reference"), (v.get("expected_from") or "")[-200:])' ;;
+  gemmdiag)  # after `suite`: the three K = 8192 GEMM solutions against the module's own float32 error (expected_from)
+    # and their largest errors (both tolerances), to tell the kernels' rounding from the reference's
+    for stem in 63_Gemm_ReLU_Divide 76_Gemm_Add_ReLU 86_Matmul_Divide_GELU; do
+      wl=$(ls -d .kb12-run/workloads/level2/p${stem%%_*}_* | head -1); cu=bench/kernelbench_solutions/level2/$stem.cu
+      timeout 170 kernelopt evaluate "$wl" "$cu" --launch "${cu%.cu}.launch.json" --no-torch-baseline --json > "$OUT/$stem.json"
+      python3 -c 'import json,sys; r=json.load(open(sys.argv[1])); r=r.get("result", r)
+print(sys.argv[1], r.get("status"), r.get("expected_from", "")[-220:])
+for c in r.get("cases", []): print(" ", c.get("name"), [(o.get("name"), o.get("max_rel_error"), o.get("rel_l2_error"), o.get("mismatches")) for o in c.get("outputs", [])])' "$OUT/$stem.json"
+    done ;;
   mini)  # the baseline child alone, eager only, its stderr shown; then a batch that keeps each problem to itself
     timeout 150 python3 scripts/dev_diag40.py compile > "$OUT/diag.jsonl" 2> "$OUT/diag.err"; echo "diag rc=$?"; cut -c1-2500 "$OUT/diag.jsonl"
     tail -5 "$OUT/diag.err"
