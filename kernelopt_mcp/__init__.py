@@ -22,7 +22,7 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
-__version__ = "0.1.0"
+from ._version import __version__
 
 # The public names are loaded where they live on first use (PEP 562), so importing one module of
 # the package (the data layer, say: ``kernelopt_mcp.workload``) does not load the evaluation, the

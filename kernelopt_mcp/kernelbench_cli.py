@@ -40,7 +40,8 @@ def add_parser(sub: Any) -> None:
     sp.add_argument("--solutions",
                     help="directory of <problem>.cu + <problem>.launch.json (or levelL/ folders of them)")
     sp.add_argument("-o", "--output", default="kernelbench-out",
-                    help="where workloads, state.json, table.md and results.json go (default ./kernelbench-out)")
+                    help="where workloads, state.json, table.md, results.json and report.html go "
+                         "(default ./kernelbench-out)")
     sp.add_argument("--tolerance", choices=TOLERANCE_MODES, default="strict",
                     help="strict (default): by the output's dtype; kernelbench: atol = rtol = 1e-2")
     sp.add_argument("--no-baselines", action="store_true",
@@ -158,6 +159,7 @@ def cmd_kernelbench(args: argparse.Namespace, out: Console) -> int:
         print(table)
     else:
         out.print(escape(table), highlight=False)
-        out.print(escape(f"written: {options.out_dir / 'table.md'}, {options.out_dir / 'results.json'}"),
+        out.print(escape(f"written: {options.out_dir / 'table.md'}, {options.out_dir / 'results.json'}, "
+                         f"{options.out_dir / 'report.html'}"),
                   highlight=False)
     return 0 if records else 1

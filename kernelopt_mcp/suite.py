@@ -37,6 +37,7 @@ from typing import Any
 from .errors import DeviceUnavailable, KerneloptError, ToolchainNotFound
 from .files import read_json, write_atomic
 from .suite_imports import IMPORT_TIMEOUT_S, ImportJob, ImportLimits, import_many
+from .suite_report import REPORT_NAME, render_html
 from .suite_table import ProblemRecord, render_markdown, to_json
 from .torch_baseline import BaselineReport
 from .torch_import import safe_name
@@ -124,8 +125,9 @@ def run_suite(
     baseline: Baseline | None = None,
 ) -> list[ProblemRecord]:
     """Import and evaluate every problem of ``options.levels`` (continuing ``OUT/state.json``), time
-    the imported ones' PyTorch baselines, write ``OUT/table.md`` and ``OUT/results.json``, and return
-    the records (``evaluate`` None: import only; ``baseline`` None: no baselines timed)."""
+    the imported ones' PyTorch baselines, write ``OUT/table.md``, ``OUT/results.json`` and
+    ``OUT/report.html``, and return the records (``evaluate`` None: import only; ``baseline`` None:
+    no baselines timed)."""
     began = _clock()
     problems = find_problems(options.problems_dir, options.levels)
     if not problems:
@@ -170,6 +172,7 @@ def run_suite(
         ))
     write_atomic(options.out_dir / "table.md", render_markdown(records).encode(), durable=False)
     write_atomic(options.out_dir / "results.json", to_json(records).encode(), durable=False)
+    write_atomic(options.out_dir / REPORT_NAME, render_html(records, str(options.out_dir)).encode(), durable=False)
     return records
 
 

@@ -17,7 +17,8 @@ from collections import Counter
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-__all__ = ["BASELINES", "FAST_P", "LevelSummary", "ProblemRecord", "render_markdown", "summarize", "to_json"]
+__all__ = ["BASELINES", "FAST_P", "PROBLEM_HEAD", "LevelSummary", "ProblemRecord", "level_table", "problem_rows",
+           "refusals_and_notes", "render_markdown", "summarize", "to_json"]
 
 FAST_P = (0, 1, 2)
 BASELINES = ("eager", "compile")
@@ -111,34 +112,51 @@ def _times(x: float | None) -> str:
     return "-" if x is None else f"{x:.2f}x"
 
 
-def render_markdown(records: list[ProblemRecord]) -> str:
-    """The per-level table, the refusals by reason and the per-problem rows, as markdown."""
-    levels = summarize(records)
+def level_table(records: list[ProblemRecord]) -> tuple[list[str], list[list[str]]]:
+    """The per-level table's header and rows (text cells), as table.md and report.html show it."""
     head = ["level", "problems", "imported", "correct"]
     for base in BASELINES:
         head += [f"fast_{p} vs {base}" for p in FAST_P] + [f"geomean vs {base}"]
-    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-    for s in levels:
+    rows = []
+    for s in summarize(records):
         row = [str(s.level), str(s.problems), str(s.imported), f"{s.correct} ({s.correct_pct:.1f}%)"]
         for base in BASELINES:
             row += [_pct(s.fast[base][p]) for p in FAST_P] + [_times(s.geomean_speedup[base])]
-        lines.append("| " + " | ".join(row) + " |")
-    refusals: Counter[str] = Counter()
-    for s in levels:
-        refusals.update(s.refusals)
-    if refusals:
-        lines += ["", "Refused:"] + [f"- {count} x {reason}" for reason, count in refusals.most_common()]
-    notes = sorted({note for r in records for note in (r.eager_note, r.compile_note) if note})
-    if notes:
-        lines += ["", "Baseline times:"] + [f"- {note}" for note in notes]
-    lines += ["", "| problem | level | status | ours ms | eager ms | compile ms | vs eager | vs compile |",
-              "|---|---|---|---|---|---|---|---|"]
+        rows.append(row)
+    return head, rows
+
+
+PROBLEM_HEAD = ["problem", "level", "status", "ours ms", "eager ms", "compile ms", "vs eager", "vs compile"]
+
+
+def problem_rows(records: list[ProblemRecord]) -> list[tuple[ProblemRecord, list[str]]]:
+    """Every problem (by level, then name) with its row's text cells (:data:`PROBLEM_HEAD`)."""
+    out = []
     for r in sorted(records, key=lambda r: (r.level, r.problem)):
         status = (r.status or "not evaluated") if r.imported else f"refused: {r.refusal}"
-        lines.append("| " + " | ".join([
-            r.problem, str(r.level), status, _ms(r.ours_ms), _ms(r.eager_ms), _ms(r.compile_ms),
-            _times(r.speedup("eager")), _times(r.speedup("compile")),
-        ]) + " |")
+        out.append((r, [r.problem, str(r.level), status, _ms(r.ours_ms), _ms(r.eager_ms), _ms(r.compile_ms),
+                        _times(r.speedup("eager")), _times(r.speedup("compile"))]))
+    return out
+
+
+def refusals_and_notes(records: list[ProblemRecord]) -> tuple[Counter[str], list[str]]:
+    """The refusals by reason (most first) and the reasons a baseline was not timed."""
+    refusals = Counter(r.refusal or "refused" for r in records if not r.imported)
+    return refusals, sorted({note for r in records for note in (r.eager_note, r.compile_note) if note})
+
+
+def render_markdown(records: list[ProblemRecord]) -> str:
+    """The per-level table, the refusals by reason and the per-problem rows, as markdown."""
+    head, rows = level_table(records)
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    lines += ["| " + " | ".join(row) + " |" for row in rows]
+    refusals, notes = refusals_and_notes(records)
+    if refusals:
+        lines += ["", "Refused:"] + [f"- {count} x {reason}" for reason, count in refusals.most_common()]
+    if notes:
+        lines += ["", "Baseline times:"] + [f"- {note}" for note in notes]
+    lines += ["", "| " + " | ".join(PROBLEM_HEAD) + " |", "|" + "---|" * len(PROBLEM_HEAD)]
+    lines += ["| " + " | ".join(cells) + " |" for _, cells in problem_rows(records)]
     return "\n".join(lines) + "\n"
 
 

@@ -13,18 +13,14 @@ from __future__ import annotations
 
 import csv
 import difflib
-import html
 import json
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
-from importlib import resources
 from pathlib import Path
-from string import Template
 from typing import Any
 
-from kernelopt_mcp import __version__
+from kernelopt_mcp.report_page import escape, inline_svg, iso_time, render_page
 
-from .report_plots import BoxStats, ScorePoint, inline_svg, score_plot, timing_boxes, tuning_plot
+from .report_plots import BoxStats, ScorePoint, score_plot, timing_boxes, tuning_plot
 from .rundir import RunDir
 from .runs import load_run, resume_text
 
@@ -111,15 +107,12 @@ def render_report(run_path: Path, summary: dict[str, Any] | None = None) -> str:
         sections.append(f'<section id="{key}">\n<h2>{SECTIONS[key]}</h2>\n{body}\n</section>')
     workload = (s.get("workload") or {}).get("name") or "?"
     device = (s.get("provenance") or {}).get("device") or "?"
-    template = Template(resources.files(__package__).joinpath("report.html").read_text(encoding="utf-8"))
-    return template.substitute(
-        title=_e(f"{run_path.name}: {workload} on {device}"),
-        subtitle=_e(f"status {s.get('status', '?')}" + (f" ({s['stop_reason']})" if s.get("stop_reason") else "")
-                    + (f" · strategy {s['strategy']}" if s.get("strategy") else "")
-                    + (f" · started {_iso(started)}" if (started := (s.get("timings") or {}).get("started")) else "")),
-        nav=" ".join(f'<a href="#{k}">{v}</a>' for k, v in SECTIONS.items()),
-        sections="\n".join(sections), version=_e(__version__), run_path=_e(str(run_path)),
-        generated=_iso(datetime.now(UTC).timestamp()),
+    return render_page(
+        title=f"{run_path.name}: {workload} on {device}",
+        subtitle=(f"status {s.get('status', '?')}" + (f" ({s['stop_reason']})" if s.get("stop_reason") else "")
+                  + (f" · strategy {s['strategy']}" if s.get("strategy") else "")
+                  + (f" · started {_iso(started)}" if (started := (s.get("timings") or {}).get("started")) else "")),
+        nav=SECTIONS, sections="\n".join(sections), source=str(run_path),
     )
 
 
@@ -400,8 +393,7 @@ def _provenance(run_path: Path, s: dict[str, Any]) -> str:
 
 # --- small HTML helpers ---------------------------------------------------------------------------
 
-def _e(value: Any) -> str:
-    return html.escape(str(value), quote=True)
+_e = escape
 
 
 def _ms(value: Any) -> str:
@@ -420,9 +412,7 @@ def _float(value: Any) -> float | None:
 
 
 def _iso(epoch_s: Any) -> str:
-    if not isinstance(epoch_s, (int, float)):
-        return ""
-    return datetime.fromtimestamp(epoch_s, tz=UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+    return iso_time(epoch_s) if isinstance(epoch_s, (int, float)) else ""
 
 
 def _verdict(status: str) -> str:

@@ -1,22 +1,14 @@
-"""The run report's figures as inline SVG strings (matplotlib, no pyplot: no global state, no display).
-
-Each figure is drawn on its own ``Figure`` and saved as SVG text with its ids salted by the
-figure's name, so several figures inline in one page never share an id. Text stays text
-(``svg.fonttype: none``): the page is smaller and its numbers can be searched and copied.
-"""
+"""The run report's figures as inline SVG strings (kernelopt_mcp.report_page draws and inlines them)."""
 
 from __future__ import annotations
 
-import io
 import math
-import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-import matplotlib
-from matplotlib.backends.backend_agg import FigureCanvasAgg
-from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
+
+from kernelopt_mcp.report_page import figure, svg_text
 
 VALID, INVALID, BEST, REFERENCE = "#1f77b4", "#d62728", "#2ca02c", "#7f7f7f"
 
@@ -42,35 +34,6 @@ class BoxStats:
     max_ms: float
 
 
-def svg_text(fig: Figure, name: str) -> str:
-    """The figure as an ``<svg>`` element (no XML prolog or DOCTYPE), ids salted with ``name``."""
-    buffer = io.StringIO()
-    with matplotlib.rc_context({"svg.hashsalt": name, "svg.fonttype": "none"}):
-        fig.savefig(buffer, format="svg", metadata={"Date": None})
-    return inline_svg(buffer.getvalue())
-
-
-def inline_svg(text: str) -> str:
-    """An SVG file's text made fit to sit inside HTML: everything before ``<svg`` dropped.
-
-    Raises:
-        ValueError: the text holds no ``<svg`` element.
-    """
-    start = text.find("<svg")
-    if start < 0:
-        raise ValueError("not an SVG document (no <svg> element)")
-    svg = text[start:]
-    # scale down with the page (the viewBox keeps the aspect ratio), never up past the drawn size
-    return re.sub(r'<svg([^>]*?) width="([^"]*)" height="[^"]*"',
-                  r'<svg\1 class="plot" style="max-width: \2"', svg, count=1)
-
-
-def _figure(width_in: float, height_in: float) -> Figure:
-    fig = Figure(figsize=(width_in, height_in), dpi=100)
-    FigureCanvasAgg(fig)
-    return fig
-
-
 def _log_scale_wanted(values: Sequence[float]) -> bool:
     positive = [v for v in values if v > 0]
     return bool(positive) and max(positive) / min(positive) > 20
@@ -79,7 +42,7 @@ def _log_scale_wanted(values: Sequence[float]) -> bool:
 def score_plot(points: Sequence[ScorePoint], reference_ms: float | None) -> str:
     """Score (geometric-mean latency) of each candidate in evaluation order, the best-so-far line,
     invalid candidates as red crosses along the bottom and the CUDA reference as a dashed line."""
-    fig = _figure(max(8.0, min(14.0, 0.35 * len(points) + 5)), 3.6)
+    fig = figure(max(8.0, min(14.0, 0.35 * len(points) + 5)), 3.6)
     ax = fig.add_subplot()
     xs = list(range(len(points)))
     timed = [(x, p.score_ms) for x, p in zip(xs, points, strict=True) if p.valid and p.score_ms]
@@ -118,7 +81,7 @@ def timing_boxes(cases: Sequence[str], boxes: dict[str, list[BoxStats]]) -> str:
     widest = max((len(boxes[c]) for c in shown), default=1)
     columns = 1 if widest > 6 else min(2, len(shown))
     rows = math.ceil(len(shown) / columns)
-    fig = _figure(max(6.0, min(14.0, (0.45 * widest + 2.5) * columns)), 3.4 * rows)
+    fig = figure(max(6.0, min(14.0, (0.45 * widest + 2.5) * columns)), 3.4 * rows)
     for n, case in enumerate(shown):
         ax = fig.add_subplot(rows, columns, n + 1)
         stats = [{"label": b.label, "med": b.median_ms, "q1": b.q1_ms, "q3": b.q3_ms, "whislo": b.min_ms,
@@ -143,7 +106,7 @@ def timing_boxes(cases: Sequence[str], boxes: dict[str, list[BoxStats]]) -> str:
 def tuning_plot(label: str, scores: Sequence[float | None]) -> str:
     """Score of each configuration in the order the tuner measured it, with the best-so-far line;
     configurations that failed (compile error, mismatch, bad launch) as red crosses."""
-    fig = _figure(8.0, 3.0)
+    fig = figure(8.0, 3.0)
     ax = fig.add_subplot()
     ok = [(i, s) for i, s in enumerate(scores) if s]
     if ok:

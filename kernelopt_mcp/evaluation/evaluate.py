@@ -14,7 +14,6 @@ seed, whose outputs must match too (a kernel that caches results across launches
 
 from __future__ import annotations
 
-import math
 import shutil
 import time
 from collections.abc import Mapping
@@ -28,7 +27,7 @@ import numpy as np
 from ..compiler import CompileResult, compile_kernel
 from ..errors import LaunchConfigError, WorkloadError
 from ..status import Status
-from ..workload import Case, Tolerance, Workload, case_shape
+from ..workload import BufferParam, Case, Tolerance, Workload, case_shape
 from .candidate import Candidate, EvaluateOptions
 from .compare import thresholds_from
 from .dataset import DataSet, ExpectedRef
@@ -352,6 +351,7 @@ def _torch_check_plans(
     imported = wl.spec.imported
     assert imported is not None and imported.output is not None
     out = wl.signature.param(imported.output)
+    assert isinstance(out, BufferParam)
     position = {p.name: i for i, p in enumerate(wl.signature.params)}
     plans: dict[str, tuple[TorchCheckPlan, list[TorchJob]]] = {}
     for case in perf:
@@ -359,8 +359,9 @@ def _torch_check_plans(
         if not specs:
             continue
         seed = request_seed()
-        samples = pick_checked_launches(timing.iterations, _checked_count(s, o.checked_launches, math.prod(
-            case_shape(out, case.scalars)) * out.dtype.itemsize, timing.adaptive is None))
+        output_bytes = int(np.prod(case_shape(out, case.scalars), dtype=np.int64)) * out.dtype.itemsize
+        samples = pick_checked_launches(timing.iterations, _checked_count(s, o.checked_launches, output_bytes,
+                                                                          timing.adaptive is None))
         draws: list[tuple[int | None, int]] = [(sample, o.warmup + sample) for sample in samples]
         if timing.adaptive is None:
             draws.append((None, o.warmup + timing.iterations))  # the confirm launch: the draw after the last

@@ -184,6 +184,7 @@ def test_a_problem_whose_evaluation_fails_is_recorded_and_the_suite_goes_on(tmp_
     state = json.loads((out / "state.json").read_text())["problems"]
     assert "OutOfMemoryError" in state["level1/1_Square_matmul_.py"]["message"]
     assert (out / "table.md").is_file() and calls == ["p1_Square_matmul", "p2_Sum"]
+    assert "level1/2_Sum.py" in (out / "report.html").read_text()  # the page beside the tables
     run_suite(options, evaluate)
     assert calls == ["p1_Square_matmul", "p2_Sum", "p1_Square_matmul"]  # the error is tried again; the pass is kept
 

@@ -71,3 +71,39 @@ def test_levels_table_and_json() -> None:
     first = data["problems"][0]
     assert first["correct"] and first["speedup_eager"] == 3.0 and first["speedup_compile"] == 1.5
     assert "more than p times faster" in data["definitions"]["fast_p"]
+
+
+def test_the_report_page_shows_the_tables_figures_and_a_plot_of_the_speedups() -> None:
+    """report.html: the level table's cells, every problem's row, the refusals and the baseline
+    notes, a plot where a correct problem has a speedup; self-contained (its policy fetches and runs
+    nothing) and a problem's own name cannot inject markup."""
+    import re
+
+    from kernelopt_mcp.suite_report import render_html
+    from kernelopt_mcp.suite_table import level_table
+
+    records = [*_level1(), ProblemRecord("7_<script>alert(1)</script>.py", 2, True, status="ok", ours_ms=1.0,
+                                         eager_ms=0.8, compile_ms=0.5)]
+    page = render_html(records, "/runs/kb")
+    assert "default-src 'none'" in page and "<script>" not in page and "&lt;script&gt;alert(1)" in page
+    _, rows = level_table(records)
+    cells = re.findall(r'<td class="num">([^<]*)</td>', page.split('<section id="levels">')[1].split("</section>")[0])
+    assert cells == [c for row in rows for c in row] and len(rows) == 2
+    assert "50.0%" not in cells and "33.3%" in cells  # level 1: 2 of 6 correct
+    problems = page.split('<section id="problems">')[1]
+    assert problems.count("<tr>") == len(records) + 1
+    assert '<td class="ok">ok</td>' in problems and '<td class="bad">mismatch</td>' in problems
+    assert '<td class="bad">refused: forward uses randomness (dropout in training mode)</td>' in problems
+    assert '<td class="muted">not evaluated</td>' in problems
+    assert "2 x forward uses randomness" in page and "torch.compile failed: X" in page
+    speedups = page.split('<section id="speedups">')[1].split("</section>")[0]
+    assert speedups.count("<svg") == 1 and "1_A.py" in speedups and "3_C.py" not in speedups  # correct ones only
+    assert "/runs/kb" in page.split("<footer")[1]
+
+
+def test_the_report_page_without_a_speedup_says_so() -> None:
+    from kernelopt_mcp.suite_report import render_html
+
+    page = render_html([ProblemRecord("1_A.py", 1, True, status="ok", ours_ms=1.0),
+                        ProblemRecord("2_B.py", 1, False, refusal="r")], "out")
+    assert "<svg" not in page and "No correct problem has a baseline time" in page

@@ -173,6 +173,7 @@ CLIENT_MAY_IMPORT = {
     "kernelopt_mcp.files",      # atomic writes of the run's records
     "kernelopt_mcp.status",     # the result statuses: meaning and cheat verdicts
     "kernelopt_mcp.result_view",  # the benchmark and validate tools' result, typed as the client reads it
+    "kernelopt_mcp.report_page",  # the self-contained HTML page and inline SVG figures (the suite's report too)
 }
 CLIENT_MAY_IMPORT_FROM_PACKAGE = {"__version__"}
 # The one exception: the `kernelopt` console script (entry.py) hands every command but the
@@ -224,6 +225,7 @@ LAYERS: dict[str, set[str]] = {
         "errors", "dtypes", "expr", "files", "data_files", "launch", "workload", "workload_parts",
         "compile_options", "config",
         "status", "tune", "tune.space", "tune.spec", "torch_store", "result_view", "input_structure", "input_choice",
+        "report_page", "_version",
     },
     "compiler": {
         "compile_log", "compile_pool", "compiler", "cuda_headers", "sandbox", "executables", "source_policy",
@@ -236,7 +238,7 @@ LAYERS: dict[str, set[str]] = {
         "torch_import", "torch_problem", "torch_source", "torch_trace", "torch_cases", "torch_baseline",
         "torch_comparison", "torch_fit", "_torch_baseline_child",
         "_torch_reference_child", "_child_answer", "torch_fill",
-        "suite_table",
+        "suite_table", "suite_report",
         "suite", "suite_imports", "docs", "docs.bm25",
         "docs.live", "docs.search", "results", "caches",
     },
