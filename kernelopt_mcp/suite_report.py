@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import math
 
+from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
+
 from .report_page import escape, figure, render_page, svg_text
 from .suite_table import BASELINES, PROBLEM_HEAD, ProblemRecord, level_table, problem_rows, refusals_and_notes
 
@@ -71,6 +73,9 @@ def _speedups(records: list[ProblemRecord]) -> str:
         ax.barh(ys, xs, height=height, label=f"vs {_NAMES[base]}")
     ax.axvline(1.0, color="#57606a", linewidth=1)
     ax.set_xscale("log")
+    ax.xaxis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
+    ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}x"))
+    ax.xaxis.set_minor_formatter(NullFormatter())
     ax.set_yticks(range(len(rows)), [r.problem for r, _ in rows], fontsize=7)
     ax.set_xlabel("speedup (baseline time / ours; right of the line is faster)")
     ax.legend(loc="lower right", fontsize=8)
