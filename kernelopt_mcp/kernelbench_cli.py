@@ -53,8 +53,8 @@ def add_parser(sub: Any) -> None:
                     help=f"seconds one import may take (default {IMPORT_TIMEOUT_S:.0f}): "
                     "past it the problem is refused")
     sp.add_argument("--time-budget", type=float, metavar="S",
-                    help="start no batch of PyTorch baselines after S seconds: the tables are written with what was "
-                    "timed and a second run continues (for a GPU lent by the hour)")
+                    help="start no evaluation and no batch of PyTorch baselines after S seconds: the tables are "
+                    "written with what was done and a second run continues (for a GPU lent by the hour)")
     sp.add_argument("--json", action="store_true", help="print results.json instead of the table")
     add_progress_flag(sp)  # problems done / total
     sp.set_defaults(fn=cmd_kernelbench)

@@ -60,8 +60,8 @@ class SuiteOptions:
     tolerance: str = "strict"
     jobs: int = 1  # imports at once, each in a process of its own
     import_timeout_s: float = IMPORT_TIMEOUT_S
-    #: seconds after which no further batch of baselines starts (None: no limit); the tables are
-    #: written with what was timed, and a second run continues
+    #: seconds after which no further evaluation or batch of baselines starts (None: no limit); the
+    #: tables are written with what was done, and a second run continues
     time_budget_s: float | None = None
 
 
@@ -144,17 +144,19 @@ def run_suite(
         write_atomic(state_path, json.dumps(state, indent=2).encode(), durable=False)
 
     _import_all(options, problems, entries, have_torch, progress, save)
+    stop_at = began + options.time_budget_s if options.time_budget_s is not None else None
     for i, (level, path) in enumerate(problems):
         key = f"level{level}/{path.name}"
         entry = entries[key]
-        if evaluate is not None and entry["imported"]:
+        left = stop_at is not None and _clock() >= stop_at  # past the budget: the next run evaluates it
+        if evaluate is not None and entry["imported"] and not left:
             _evaluate(options, level, path, entry, evaluate)
             save()
         if progress:
             progress(i + 1, len(problems), f"{key}: " + ((entry.get("status") or "imported") if entry["imported"]
-                                                         else f"refused: {entry['refusal']}"))
+                                                         else f"refused: {entry['refusal']}")
+                     + (" (the time budget is spent: left for the next run)" if left and evaluate else ""))
     if baseline is not None:
-        stop_at = began + options.time_budget_s if options.time_budget_s is not None else None
         _time_baselines([k for k in (f"level{lv}/{p.name}" for lv, p in problems) if entries[k]["imported"]], entries,
                         baseline, progress, save, stop_at)
     records = []
