@@ -23,6 +23,16 @@ if [ "$(cat /tmp/site/.ko-stamp 2>/dev/null)" != "$stamp" ]; then
   echo "$stamp" > /tmp/site/.ko-stamp
 fi
 export PYTHONPATH=/tmp/site:$PYTHONPATH PATH=/tmp/site/bin:$PATH KERNELOPT_HARNESS=/tmp/site/bin/kernelopt-harness
+# the machine's guard: every 5 s host memory, free disk and GPU memory into $OUT/watch.txt; under 12 GiB of
+# memory or 3 GiB of disk the run's processes are killed, so a full-size problem cannot take the machine down
+(while sleep 5; do
+   m=$(awk '/MemAvailable/{print int($2/1048576)}' /proc/meminfo); d=$(df -BG --output=avail . | tail -1 | tr -dc 0-9)
+   echo "$(date +%T) memavail=${m}G diskavail=${d}G gpu=$(nvidia-smi --query-gpu=memory.used --format=csv,noheader)" >> "$OUT/watch.txt"
+   if [ "$m" -lt 12 ] || [ "$d" -lt 3 ]; then
+     echo "$(date +%T) WATCHDOG: killed the run (memory ${m}G, disk ${d}G)" | tee -a "$OUT/watch.txt"; pkill -9 -f kernelopt; pkill -9 -f pytest
+   fi
+ done) & WATCH=$!
+trap 'kill $WATCH 2>/dev/null' EXIT
 gpu_tests() {  # name, timeout, files...
   local name=$1 limit=$2; shift 2
   # each failure's report lands in $OUT as it happens: the call's time limit can kill pytest before its summary
