@@ -119,7 +119,7 @@ class DevicePool:
         Call it inside a job (:meth:`run`), on the job's device."""
         key, seed = self.seed(wl)
         session = dev.sessions.get(key)
-        if session is not None and session.workload != wl:
+        if session is not None and session.loaded != wl:
             # its files changed since it was prepared (e.g. kernelopt optimize regenerated a failing reference
             # in the run's configured copy): expected outputs from the old files would judge every candidate
             dev.sessions.pop(key, None)

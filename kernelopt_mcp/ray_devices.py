@@ -55,7 +55,7 @@ class _Device:
 
     def _session(self, wl: Workload, key: str, seed: int) -> Session:
         session = self.sessions.get(key)
-        if session is None or session.workload != wl:
+        if session is None or session.loaded != wl:
             if session is not None:
                 session.close()
             workdir = Path(tempfile.mkdtemp(prefix=f"{wl.name}-", dir=self.scratch))

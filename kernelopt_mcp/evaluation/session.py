@@ -101,7 +101,7 @@ class Session:
         peaks: Peaks | None = None,
         features: frozenset[str] | None = None,
     ) -> None:
-        self.workload = workload
+        self.workload = self.loaded = workload  # loaded: as given (workload may take the record's tolerances)
         self.harness = harness
         self.device = device
         self.options = options or EvaluateOptions()
@@ -176,8 +176,7 @@ class Session:
 
     @property
     def expected(self) -> dict[str, dict[str, np.ndarray]]:
-        """The expected outputs held on the host (validation inputs): every case with one, less
-        those the harness keeps on the device (:attr:`Prepared.device_kept`)."""
+        """The expected outputs held on the host (validation inputs; not :attr:`Prepared.device_kept`'s)."""
         return self.record.data.expected
 
     @property

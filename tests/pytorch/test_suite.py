@@ -148,6 +148,28 @@ def test_imports_run_in_processes_of_their_own_at_once_and_are_not_repeated(tmp_
     assert "imported 1_Relu.py" not in capsys.readouterr().out
 
 
+def solved_suite(tmp_path: Path, stems: tuple[str, ...], mode: str = "", root: Path | None = None,
+                 ) -> tuple[Path, Path, Path, dict[str, dict[str, object]]]:
+    """A suite already imported (state.json naming a workload per level-1 problem ``stems``) with a
+    solution for each: (problems root, output, solutions, the state's entries)."""
+    root = root or tmp_path / "kb"
+    out, solutions = tmp_path / "out", tmp_path / "solutions"
+    entries: dict[str, dict[str, object]] = {}
+    for stem in stems:
+        (root / "level1").mkdir(parents=True, exist_ok=True)
+        if not (root / "level1" / f"{stem}.py").exists():
+            (root / "level1" / f"{stem}.py").write_text(PROBLEM)
+        name = f"p{stem.rstrip('_')}"
+        write_tiny_workload(out / "workloads" / "level1", imported_style(name=name))
+        entries[f"level1/{stem}.py"] = {"sha256": hashlib.sha256(PROBLEM.encode()).hexdigest(), "tolerance": "strict",
+                                        "imported": True, "workload": str(out / "workloads" / "level1" / name)}
+        (solutions / "level1").mkdir(parents=True, exist_ok=True)
+        (solutions / "level1" / f"{stem}.cu").write_text(kernel(mode))
+        (solutions / "level1" / f"{stem}.launch.json").write_text(json.dumps(ADD_LAUNCH))
+    (out / "state.json").write_text(json.dumps({"problems": entries}))
+    return root, out, solutions, entries
+
+
 def test_a_problem_whose_evaluation_fails_is_recorded_and_the_suite_goes_on(tmp_path: Path) -> None:
     """A problem whose reference cannot run (on the H100 the module ran out of memory at its full
     size) is that problem's error, recorded with its message; the next problems are evaluated and
@@ -155,19 +177,7 @@ def test_a_problem_whose_evaluation_fails_is_recorded_and_the_suite_goes_on(tmp_
     from kernelopt_mcp.errors import DeviceUnavailable, WorkloadError
     from kernelopt_mcp.suite import SolutionOutcome, SuiteOptions, run_suite
 
-    root, out, solutions = tmp_path / "kb", tmp_path / "out", tmp_path / "solutions"
-    entries = {}
-    for stem in ("1_Square_matmul_", "2_Sum"):
-        (root / "level1").mkdir(parents=True, exist_ok=True)
-        (root / "level1" / f"{stem}.py").write_text(PROBLEM)
-        name = f"p{stem.rstrip('_')}"
-        write_tiny_workload(out / "workloads" / "level1", imported_style(name=name))
-        entries[f"level1/{stem}.py"] = {"sha256": hashlib.sha256(PROBLEM.encode()).hexdigest(), "tolerance": "strict",
-                                        "imported": True, "workload": str(out / "workloads" / "level1" / name)}
-        (solutions / "level1").mkdir(parents=True, exist_ok=True)
-        (solutions / "level1" / f"{stem}.cu").write_text(kernel())
-        (solutions / "level1" / f"{stem}.launch.json").write_text(json.dumps(ADD_LAUNCH))
-    (out / "state.json").write_text(json.dumps({"problems": entries}))
+    root, out, solutions, _ = solved_suite(tmp_path, ("1_Square_matmul_", "2_Sum"))
     calls: list[str] = []
 
     def evaluate(workload: Path, cu: Path, launch: Path) -> SolutionOutcome:
@@ -200,17 +210,8 @@ def test_each_solution_is_evaluated_in_a_harness_of_its_own(tmp_path: Path, monk
     """One harness process per solution: what a problem's evaluation keeps on the device (its expected
     values) never sits beside the next problem's reference (on an 80 GB H100 a 7 GiB problem's
     reference ran out of memory beside the earlier problems' kept values)."""
-    root, out, solutions = kernelbench_dir(tmp_path / "kb"), tmp_path / "out", tmp_path / "solutions"
-    entries = {}
-    for stem in ("1_Square_matmul_", "10_Relu"):
-        name = f"p{stem.rstrip('_')}"
-        write_tiny_workload(out / "workloads" / "level1", imported_style(name=name))
-        entries[f"level1/{stem}.py"] = {"sha256": hashlib.sha256(PROBLEM.encode()).hexdigest(), "tolerance": "strict",
-                                        "imported": True, "workload": str(out / "workloads" / "level1" / name)}
-        (solutions / "level1").mkdir(parents=True, exist_ok=True)
-        (solutions / "level1" / f"{stem}.cu").write_text(kernel("FAST"))
-        (solutions / "level1" / f"{stem}.launch.json").write_text(json.dumps(ADD_LAUNCH))
-    (out / "state.json").write_text(json.dumps({"problems": entries}))
+    root, out, solutions, entries = solved_suite(tmp_path, ("1_Square_matmul_", "10_Relu"), "FAST",
+                                                 root=kernelbench_dir(tmp_path / "kb"))
     monkeypatch.setenv("KERNELOPT_HARNESS", str(write_harness(tmp_path, "fake")))
     assert main(["kernelbench", str(root), "--level", "1", "-o", str(out), "--solutions", str(solutions),
                  "--no-baselines", "--json"]) == 0
@@ -224,3 +225,29 @@ def test_each_solution_is_evaluated_in_a_harness_of_its_own(tmp_path: Path, monk
     starts = [json.loads(line)["argv"] for line in (tmp_path / "harness-env.jsonl").read_text().splitlines()]
     assert starts.count(["--device-info", "--device", "0"]) == 1  # the device read once
     assert sum(1 for argv in starts if "serve" in argv) == 2, starts
+
+
+def test_a_spent_time_budget_starts_no_evaluation_and_the_next_run_continues(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The budget bounds the solutions' evaluations too: a device lent for minutes gets the tables of
+    what was done (a capped H200 run was killed among the evaluations with no table written)."""
+    from kernelopt_mcp import suite
+    from kernelopt_mcp.suite import SolutionOutcome, SuiteOptions, run_suite
+
+    root, out, solutions, _ = solved_suite(tmp_path, ("1_Add", "2_Sub", "3_Mul"))
+    evaluated: list[str] = []
+    clock = [0.0]
+
+    def evaluate(workload: Path, cu: Path, launch: Path) -> SolutionOutcome:
+        evaluated.append(workload.name)
+        clock[0] += 100.0  # each evaluation takes 100 s
+        return SolutionOutcome("ok", 1.0, "all cases pass")
+
+    monkeypatch.setattr(suite, "_clock", lambda: clock[0])
+    records = run_suite(SuiteOptions(root, out, levels=(1,), solutions=solutions, time_budget_s=150), evaluate)
+    assert evaluated == ["p1_Add", "p2_Sub"]  # the third would start at 200 s, past the 150 s budget
+    assert [r.status for r in records] == ["ok", "ok", None] and (out / "table.md").is_file()
+    run_suite(SuiteOptions(root, out, levels=(1,), solutions=solutions), evaluate)
+    assert evaluated[2:] == ["p3_Mul"]  # the evaluated ones kept, the one left evaluated
+

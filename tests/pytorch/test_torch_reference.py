@@ -193,3 +193,32 @@ def test_the_module_s_own_error_leaves_out_what_cannot_size_a_tolerance(torch: A
     nan = exact.clone()
     nan[3] = float("nan")
     assert child._largest_error(torch, out, nan) == {"own_error_skipped": "the float64 result has non-finite values"}
+
+
+@pytest.mark.anyio
+async def test_the_server_keeps_a_session_whose_tolerance_was_widened(tmp_path: Path,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """The server reuses a workload's prepared session while its files are unchanged; a session that
+    judges by a widened tolerance is still that workload's: the second call does not run PyTorch's
+    reference again (comparing the widened workload with the loaded one prepared it afresh every call)."""
+    from fakegpu import in_memory_server
+
+    from kernelopt_mcp import torch_reference
+    from kernelopt_mcp.server_config import ServerConfig
+
+    write_problem(tmp_path / "extra", twist=" + 3e5 - 3e5")
+    runs: list[int] = []
+    real = torch_reference.compute_expected
+
+    def counted(*args: Any, **kwargs: Any) -> Any:
+        runs.append(1)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(torch_reference, "compute_expected", counted)
+    settings = Settings(harness=write_harness(tmp_path, "fake"), workload_dirs=(tmp_path / "extra",), timeout_s=60)
+    args = {"workload": "torch_add", "source": kernel(), "launch": ADD_LAUNCH}
+    async with in_memory_server(ServerConfig(settings=settings, workspace=tmp_path / "ws")) as (client, _):
+        for _ in range(2):
+            result = await client.call_tool("validate", args)
+            assert result.structured_content["status"] == "ok", result.structured_content
+    assert len(runs) == 1
