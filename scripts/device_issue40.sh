@@ -64,10 +64,13 @@ for k, v in e.items(): print(k, v.get("status"), v.get("evaluate_s"), v.get("pre
     # and their largest errors (both tolerances), to tell the kernels' rounding from the reference's
     for stem in 63_Gemm_ReLU_Divide 76_Gemm_Add_ReLU 86_Matmul_Divide_GELU; do
       wl=$(ls -d .kb12-run/workloads/level2/p${stem%%_*}_* | head -1); cu=bench/kernelbench_solutions/level2/$stem.cu
-      timeout 170 kernelopt evaluate "$wl" "$cu" --launch "${cu%.cu}.launch.json" --no-torch-baseline --json > "$OUT/$stem.json"
-      python3 -c 'import json,sys; r=json.load(open(sys.argv[1])); r=r.get("result", r)
-print(sys.argv[1], r.get("status"), r.get("expected_from", "")[-220:])
-for c in r.get("cases", []): print(" ", c.get("name"), [(o.get("name"), o.get("max_rel_error"), o.get("rel_l2_error"), o.get("mismatches")) for o in c.get("outputs", [])])' "$OUT/$stem.json"
+      for promote in 0 1; do  # KO_PROMOTE 1: each k8 step's products added by float32 adds (the kernels' comment)
+        timeout 170 kernelopt evaluate "$wl" "$cu" --launch "${cu%.cu}.launch.json" -O=-DKO_PROMOTE=$promote \
+          --no-torch-baseline --json > "$OUT/$stem.p$promote.json"
+        python3 -c 'import json,sys; r=json.load(open(sys.argv[1])); r=r.get("result", r)
+print(sys.argv[1], r.get("status"), r.get("score_ms"), r.get("expected_from", "")[-220:])
+for c in r.get("cases", []): print(" ", c.get("name"), [(o.get("name"), o.get("max_rel_error"), o.get("rel_l2_error"), o.get("mismatches")) for o in c.get("outputs", [])])' "$OUT/$stem.p$promote.json"
+      done
     done ;;
   mini)  # the baseline child alone, eager only, its stderr shown; then a batch that keeps each problem to itself
     timeout 150 python3 scripts/dev_diag40.py compile > "$OUT/diag.jsonl" 2> "$OUT/diag.err"; echo "diag rc=$?"; cut -c1-2500 "$OUT/diag.jsonl"
