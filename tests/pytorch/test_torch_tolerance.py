@@ -82,6 +82,28 @@ def test_tolerance_is_strict_by_dtype_kernelbench_on_request_and_widened_where_n
     assert len(notes) == 2 and "widened to 0.003" in notes[0] and "kernelbench one is 0.01" in notes[1]
 
 
+def test_the_session_widens_by_the_largest_own_error_at_the_real_sizes_and_says_so() -> None:
+    """What the reference child measured per case (``own_error``, or why not) becomes the session's
+    tolerance (10x the largest, the import's rule) and one line of the result; a hand-written
+    tolerance, or one that is enough, stays."""
+    from kernelopt_mcp.evaluation.evaluate import _real_size_tolerance
+
+    strict = Tolerance(rtol=1e-4, atol=1e-4, source="dtype")
+    wider, said = _real_size_tolerance("out", strict, [
+        ("small", {"own_error": 1e-6}), ("perf", {"own_error": 3.3e-5}),
+        ("big", {"own_error_skipped": "the float32 forward took 0.7 s"}),
+    ])
+    assert wider == Tolerance(rtol=3.3e-4, atol=3.3e-4, source="widened")
+    assert "differs from its float64 result by up to 3.3e-05 of the output's scale (case 'perf')" in said
+    assert "out's tolerance widened to 0.00033 (was 0.0001, dtype)" in said
+    assert "its own error not measured on case 'big' (the float32 forward took 0.7 s)" in said
+    enough, said = _real_size_tolerance("out", strict, [("perf", {"own_error": 5e-6})])
+    assert enough is None and "up to 5e-06" in said and "widened" not in said
+    hand = Tolerance(rtol=1e-5, atol=1e-5, source="workload")
+    assert _real_size_tolerance("out", hand, [("perf", {"own_error": 1e-3})])[0] is None
+    assert _real_size_tolerance("out", strict, []) == (None, "")
+
+
 def test_every_result_records_the_tolerance_it_was_judged_by(tmp_path: Path) -> None:
     from kernelopt_mcp.results import CheckedEvaluation, evaluation_output
 
