@@ -245,3 +245,18 @@ def test_kernelbench_atol_is_absolute_like_torch_allclose() -> None:
     assert not kernelbench.passed and kernelbench.mismatches == 1
     actual[0] = 0.005  # within atol = 1e-2
     assert compare("c", expected, actual, KERNELBENCH_TOLERANCE).passed
+
+
+def test_a_session_judges_by_its_records_tolerances_and_keeps_the_workload_it_was_given(tmp_path: Path) -> None:
+    """Session.adopt: every later check reads the record's tolerances through ``session.workload``,
+    while ``session.loaded`` stays the workload as given (what the server compares to reuse it)."""
+    from kernelopt_mcp.evaluation.dataset import DataSet
+    from kernelopt_mcp.evaluation.prepared import Prepared
+
+    wl = find_workload(write_tiny_workload(tmp_path / "extra") / TINY_SPEC["name"], Settings())
+    harness = write_harness(tmp_path, "fake")
+    wider = Tolerance(rtol=0.01, atol=0.01, source="widened")
+    with HarnessProcess(harness, 0) as proc, Session(wl, proc, device_info(harness, 0), workdir=tmp_path / "w") as s:
+        s.adopt(Prepared(DataSet("validation", 1, {}), tolerances={"c": wider}))
+        assert s.workload.spec.tolerance_for("c") == wider and s.workload != wl
+        assert s.loaded is wl and wl.spec.tolerance_for("c").source == "dtype"
