@@ -5,7 +5,7 @@
 #   bash scripts/device_issue40.sh imported   # imported problems evaluated on the GPU (right, wrong, dropped parameters)
 #   bash scripts/device_issue40.sh optimize   # kernelopt optimize --workload on imported problems, scripted model
 #   bash scripts/device_issue40.sh suite      # kernelopt kernelbench over the 12 problems with our solutions
-#   bash scripts/device_issue40.sh gemmdiag   # then the three K = 8192 GEMMs' errors beside the module's own
+#   bash scripts/device_issue40.sh gemmtune   # then the K = 8192 GEMMs' accumulation and tile variants
 #   bash scripts/device_issue40.sh imports    # bench/kernelbench_import.py over levels 1-3 (16 CPUs)
 #   bash scripts/device_issue40.sh ahead      # bench/torch_baselines.py: 8 level-2 problems compiled ahead vs alone
 #   bash scripts/device_issue40.sh baselines  # eager + torch.compile of every level-1/2 problem (several calls)
@@ -60,18 +60,25 @@ case "${1:-children}" in
     echo "suite rc=$?"; tar -czf "$OUT/kb12-run.tgz" .kb12-run; head -60 "$OUT/suite.txt"; tail -5 "$OUT/suite.err"
     python3 -c 'import json; e=json.load(open(".kb12-run/state.json"))["problems"]
 for k, v in e.items(): print(k, v.get("status"), v.get("evaluate_s"), v.get("prepare_s", {}).get("torch_reference"), (v.get("expected_from") or "")[-200:])' ;;
-  gemmdiag)  # after `suite`: the three K = 8192 GEMM solutions against the module's own float32 error (expected_from)
-    # and their largest errors (both tolerances), to tell the kernels' rounding from the reference's
-    for stem in 63_Gemm_ReLU_Divide 76_Gemm_Add_ReLU 86_Matmul_Divide_GELU; do
+  gemmtune)  # after `suite` (or carry .kb12-run): the K = 8192 GEMM solutions' KO_PROMOTE and tile variants
+    # (PROMOTE:BM:BN:BK:WM:WN:STAGES) evaluated on #63, then the fastest correct one on #76 and #86
+    gemm_eval() {  # stem, variant -> one line: stem variant status score_ms largest error
+      local stem=$1 v=$2 wl cu; IFS=: read -r P BM BN BK WM WN ST <<< "$v"
       wl=$(ls -d .kb12-run/workloads/level2/p${stem%%_*}_* | head -1); cu=bench/kernelbench_solutions/level2/$stem.cu
-      for promote in 0 1; do  # KO_PROMOTE 1: each k8 step's products added by float32 adds (the kernels' comment)
-        timeout 170 kernelopt evaluate "$wl" "$cu" --launch "${cu%.cu}.launch.json" -O=-DKO_PROMOTE=$promote \
-          --no-torch-baseline --json > "$OUT/$stem.p$promote.json"
-        python3 -c 'import json,sys; r=json.load(open(sys.argv[1])); r=r.get("result", r)
-print(sys.argv[1], r.get("status"), r.get("score_ms"), r.get("expected_from", "")[-220:])
-for c in r.get("cases", []): print(" ", c.get("name"), [(o.get("name"), o.get("max_rel_error"), o.get("rel_l2_error"), o.get("mismatches")) for o in c.get("outputs", [])])' "$OUT/$stem.p$promote.json"
-      done
-    done ;;
+      python3 -c 'import json,sys; l=json.load(open(sys.argv[1])); l["default"]["block"]=[int(sys.argv[2])]
+l["default"]["shared_bytes"]=int(sys.argv[3]); json.dump(l, open(sys.argv[4], "w"))' "${cu%.cu}.launch.json" \
+        $(( BM / WM * (BN / WN) * 32 )) $(( ST * 4 * (BM + BN) * (BK + 4) )) "/tmp/$stem.$v.launch.json"
+      timeout 170 kernelopt evaluate "$wl" "$cu" --launch "/tmp/$stem.$v.launch.json" --no-torch-baseline --json \
+        -O=-DKO_PROMOTE=$P -O=-DBM=$BM -O=-DBN=$BN -O=-DBK=$BK -O=-DWM=$WM -O=-DWN=$WN -O=-DSTAGES=$ST > "$OUT/$stem.$v.json"
+      python3 -c 'import json,sys; r=json.load(open(sys.argv[1])); r=r.get("result", r)
+err=max([o.get("max_rel_error") or 0 for c in r.get("cases", []) for o in c.get("outputs", [])], default=0)
+print(sys.argv[2], sys.argv[3], r.get("status"), r.get("score_ms"), f"largest error {err:.2e}")' "$OUT/$stem.$v.json" "$stem" "$v"
+    }
+    for v in ${GEMM_VARIANTS:-0:128:128:32:64:64:2 2:128:128:32:64:32:2 2:128:128:32:32:64:2 2:128:128:32:64:32:3 2:128:128:16:64:32:4}; do
+      gemm_eval 63_Gemm_ReLU_Divide "$v"; done | tee "$OUT/gemmtune.txt"
+    best=$(awk '$3 == "ok" {print $4, $2}' "$OUT/gemmtune.txt" | sort -g | head -1 | cut -d" " -f2)
+    echo "fastest correct on #63: ${best:-none}"
+    [ -n "$best" ] && for stem in 76_Gemm_Add_ReLU 86_Matmul_Divide_GELU; do gemm_eval "$stem" "$best"; done ;;
   mini)  # the baseline child alone, eager only, its stderr shown; then a batch that keeps each problem to itself
     timeout 150 python3 scripts/dev_diag40.py compile > "$OUT/diag.jsonl" 2> "$OUT/diag.err"; echo "diag rc=$?"; cut -c1-2500 "$OUT/diag.jsonl"
     tail -5 "$OUT/diag.err"
@@ -86,7 +93,8 @@ for c in r.get("cases", []): print(" ", c.get("name"), [(o.get("name"), o.get("m
   baselines)  # eager and torch.compile for every level-1/2 problem; resumable: run again (same machine, or carry
     # .kb-run/ back: unpack $OUT/kb-run.tgz here); the state, the workloads and the baseline cache all live in .kb-run/
     export KERNELOPT_CACHE=$PWD/.kb-run/cache
-    timeout 570 kernelopt kernelbench .kb --level 1 2 -o .kb-run --jobs 16 --time-budget 400 > "$OUT/baselines.txt" 2> "$OUT/baselines.err"
+    timeout $(( ${BASELINE_BUDGET:-400} + 170 )) kernelopt kernelbench .kb --level 1 2 -o .kb-run --jobs 16 \
+      --time-budget "${BASELINE_BUDGET:-400}" > "$OUT/baselines.txt" 2> "$OUT/baselines.err"
     echo "baselines rc=$?"; tar -czf "$OUT/kb-run.tgz" .kb-run; head -40 "$OUT/baselines.txt"
     python3 -c 'import json,statistics as s; e=list(json.load(open(".kb-run/state.json"))["problems"].values()); b=[x["baseline_s"] for x in e if "baseline_s" in x]; c=[x["compile_s"] for x in e if "compile_s" in x]; i=[x["import_s"] for x in e if "import_s" in x]; print(f"imports {len(i)} median {s.median(i or [0]):.1f} s; baselines {len(b)} median {s.median(b or [0]):.1f} s max {max(b or [0]):.1f} s; compiles {len(c)} median {s.median(c or [0]):.1f} s")'
     tail -3 "$OUT/baselines.err" ;;

@@ -23,18 +23,33 @@ __device__ __forceinline__ float epilogue(float acc, int col, const float* __res
     return 0.5f * v * (1.f + erff(v * 0.70710678118654752f));
 }
 
+// the tile (each may be given with -D: the launch's block is (BM / WM) * (BN / WN) * 32 threads)
+#ifndef BM
 #define BM 128
+#endif
+#ifndef BN
 #define BN 128
+#endif
+#ifndef BK
 #define BK 32
+#endif
+#ifndef WM
 #define WM 64
+#endif
+#ifndef WN
 #define WN 64
+#endif
+#ifndef STAGES
 #define STAGES 2
-// KO_PROMOTE 1: each k8 step's three products go into a zeroed fragment, which is then added to the
-// accumulator with float32 adds (round to nearest). A tensor core's accumulation truncates, and over
-// K = 8192 (3072 mma steps on one accumulator) that may compound past the strict float32 tolerance
-// (these three mismatched on the H200 at K = 8192); promoted, it is one step's products (a CPU model:
-// 2e-5 -> 2e-6 of the output's scale). At this tile it spills (255 registers), so it is the diagnosis
-// (scripts/device_issue40.sh gemmdiag evaluates both), not the default: KO_PROMOTE 0.
+#endif
+// KO_PROMOTE: how the tensor core's float32 accumulation, which truncates, is kept from compounding
+// over a long K (these three mismatched at K = 8192 on the H200 and the H100, 1.8e-4 of the
+// output's scale at most against the module's own 1.2e-5: 3072 truncating steps on one accumulator).
+//   0: one accumulator for the whole K (the fastest; the error grows with K);
+//   1: each k8 step's three products on a zeroed fragment, added to the accumulator by float32
+//      adds (round to nearest): 4 adds per 3 mma; spills at WN 64 (255 registers);
+//   2: each BK slice's products on a zeroed partial tile, added once per slice: 4 adds per
+//      3 * BK / 8 mma, but a second accumulator tile (fits at WN 32).
 #ifndef KO_PROMOTE
 #define KO_PROMOTE 0
 #endif
@@ -91,6 +106,14 @@ __device__ __forceinline__ void mma_tf32_1688(float (&d)[4], const unsigned (&a)
         "{%8, %9}, {%0, %1, %2, %3};\n"
         : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+}
+// d = a (16x8, row) * b (8x8, col) on a zeroed accumulator (a slice's first product, KO_PROMOTE 2).
+__device__ __forceinline__ void mma_tf32_1688_first(float (&d)[4], const unsigned (&a)[4], const unsigned (&b)[2]) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
+        "{%8, %9}, {%10, %10, %10, %10};\n"
+        : "=f"(d[0]), "=f"(d[1]), "=f"(d[2]), "=f"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]), "f"(0.f));
 }
 // d += a * b as 3xTF32 (a = a_big + a_small, b = b_big + b_small) with the step's three products on a
 // zeroed fragment, then added to d by float32 adds (KO_PROMOTE); the fragment lives inside the asm.
@@ -180,6 +203,9 @@ __device__ __forceinline__ void gemm_nt_block(const float* __restrict__ X, const
 
         const float* as = as_base + (t % STAGES) * A_STAGE;
         const float* bs = bs_base + (t % STAGES) * B_STAGE;
+#if KO_PROMOTE == 2
+        float part[MT][NT][4];   // this slice's products, added to acc after its last k8 step
+#endif
 #pragma unroll
         for (int kk = 0; kk < BK; kk += 8) {
             // B fragments of the whole warp tile, two n8 tiles per ldmatrix.x4 (W's rows are the
@@ -205,8 +231,13 @@ __device__ __forceinline__ void gemm_nt_block(const float* __restrict__ X, const
                 // the small terms first, then the big product on an accumulator that holds them
 #pragma unroll
                 for (int j = 0; j < NT; ++j) {
-#if KO_PROMOTE
+#if KO_PROMOTE == 1
                     mma_3xtf32_promoted(acc[i][j], a_big, a_small, b_big[j], b_small[j]);
+#elif KO_PROMOTE == 2
+                    if (kk == 0) mma_tf32_1688_first(part[i][j], a_big, b_small[j]);
+                    else mma_tf32_1688(part[i][j], a_big, b_small[j]);
+                    mma_tf32_1688(part[i][j], a_small, b_big[j]);
+                    mma_tf32_1688(part[i][j], a_big, b_big[j]);
 #else
                     mma_tf32_1688(acc[i][j], a_big, b_small[j]);
                     mma_tf32_1688(acc[i][j], a_small, b_big[j]);
@@ -215,6 +246,14 @@ __device__ __forceinline__ void gemm_nt_block(const float* __restrict__ X, const
                 }
             }
         }
+#if KO_PROMOTE == 2
+#pragma unroll
+        for (int i = 0; i < MT; ++i)
+#pragma unroll
+            for (int j = 0; j < NT; ++j)
+#pragma unroll
+                for (int q = 0; q < 4; ++q) acc[i][j][q] += part[i][j][q];   // round to nearest
+#endif
     }
     cp_async_wait<0>();
 
