@@ -296,13 +296,14 @@ int main(int argc, char** argv) {
 """  # noqa: E501
 
 
-def program(source: str, ptx: str = PTX_EMU) -> str:
-    """One C++ translation unit: the emulator, the kernel (includes dropped, PTX emulated by ``ptx``), the driver."""
+def program(source: str, ptx: str = PTX_EMU, driver: str = DRIVER) -> str:
+    """One C++ translation unit: the emulator, the kernel (includes dropped, PTX emulated by ``ptx``), the
+    driver (this file's, or another test's ``main``)."""
     kernel = re.sub(r"^#include <cuda_bf16\.h>$", "", source, flags=re.MULTILINE)
     kernel = re.sub(r"// PTX-BEGIN\n.*?// PTX-END\n", lambda _: ptx, kernel, flags=re.DOTALL)
     kernel = re.sub(r"extern __shared__ (\w+) (\w+)\[\];", r"\1* \2 = reinterpret_cast<\1*>(ko_emu_dyn_smem);", kernel)
     return (CUDA_EMU + EMU_EXT + "static char* ko_emu_dyn_smem;\n#line 1 \"kernel.cu\"\n" + kernel
-            + "\n#line 1 \"driver.cpp\"\n" + DRIVER)
+            + "\n#line 1 \"driver.cpp\"\n" + driver)
 
 
 def build(name: str, source: str, config: Config, directory: Path, tag: str, ptx: str = PTX_EMU) -> Path:

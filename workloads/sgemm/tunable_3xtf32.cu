@@ -27,7 +27,7 @@
 //   guarded per element otherwise.
 // Launch: grid (ceil_div(N, BN), ceil_div(M, BM)), block (BM/WM) * (BN/WN) * 32, dynamic shared
 // memory STAGES * 4 * (BM * (BK + 4) + BK * (BN + 8)) bytes.
-// The PTX wrappers sit between the PTX-BEGIN / PTX-END lines: tests/test_sgemm_3xtf32.py swaps
+// The PTX wrappers sit between the PTX-BEGIN / PTX-END lines: tests/workloads/test_new_workloads_emulated.py swaps
 // that block for a CPU emulation of the same instructions.
 
 #ifndef BM
