@@ -38,8 +38,8 @@ PROBLEMS = {
                               "0.5 * (v / 10.0) * (1.0 + std::erf(v / 10.0 / std::sqrt(2.0)))"),
 }
 
-# the accumulation: the exact sum, truncated toward zero to float32; and the two wrappers of the
-# promoted builds, each made of that mma
+# the accumulation: the exact sum, truncated toward zero to float32; and the wrapper of KO_PROMOTE 1,
+# made of that mma
 TRUNCATING = "\n".join([
     "static inline float acc_trunc(float c, double s) {",
     "    const double exact = (double)c + s;",
@@ -50,10 +50,6 @@ TRUNCATING = "\n".join([
 ])
 MMA_RN = "d[q] = (float)(d[q] + s);"
 PTX_EMU_TRUNC = TRUNCATING + PTX_EMU_TF32.replace(MMA_RN, "d[q] = acc_trunc(d[q], s);") + r"""
-static inline void mma_tf32_1688_first(float (&d)[4], const unsigned (&a)[4], const unsigned (&b)[2]) {
-    for (int q = 0; q < 4; ++q) d[q] = 0.f;
-    mma_tf32_1688(d, a, b);
-}
 static inline void mma_3xtf32_promoted(float (&d)[4], const unsigned (&a_big)[4], const unsigned (&a_small)[4],
                                        const unsigned (&b_big)[2], const unsigned (&b_small)[2]) {
     float t[4] = {0.f, 0.f, 0.f, 0.f};

@@ -164,6 +164,10 @@ static inline void mma_tf32_1688(float (&d)[4], const unsigned (&a)[4], const un
         d[q] = (float)(d[q] + s);
     }
 }
+static inline void mma_tf32_1688_first(float (&d)[4], const unsigned (&a)[4], const unsigned (&b)[2]) {
+    for (int q = 0; q < 4; ++q) d[q] = 0.f;   // a slice's first product, on a zeroed accumulator
+    mma_tf32_1688(d, a, b);
+}
 """  # noqa: E501
 
 DRIVER = r"""
@@ -427,6 +431,8 @@ def sgemm_tc_failures(source: str, launch: dict[str, object], config: Config, di
     {"BM": 64, "BN": 128, "BK": 16, "WM": 32, "WN": 32, "STAGES": 2},
     {"BM": 128, "BN": 256, "BK": 16, "WM": 64, "WN": 64, "STAGES": 4},
     {"BM": 256, "BN": 64, "BK": 32, "WM": 64, "WN": 32, "STAGES": 4},
+    {"BM": 128, "BN": 128, "BK": 32, "WM": 64, "WN": 32, "STAGES": 3, "PROMOTE": 1},   # each slice apart
+    {"BM": 256, "BN": 64, "BK": 16, "WM": 32, "WN": 64, "STAGES": 2, "PROMOTE": 1},
 ])
 def test_sgemm_3xtf32_tunable_matches_float64(config: Config, tmp_path: Path) -> None:
     t = load_tunable("sgemm", "tunable_3xtf32.json")

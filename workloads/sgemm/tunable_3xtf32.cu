@@ -24,7 +24,12 @@
 //   otherwise 4 bytes per element; both zero-fill what lies outside the matrices, so any M, N,
 //   K >= 1 run through the same pipeline;
 // - C is written from the accumulators with float2 stores where N is even and C 8-byte aligned,
-//   guarded per element otherwise.
+//   guarded per element otherwise;
+// - PROMOTE 1 accumulates each BK slice on a partial tile of its own (its first product on a zeroed
+//   accumulator) and adds it to the accumulator with float32 adds (round to nearest): a tensor
+//   core's float32 accumulation truncates, and over a long K those truncations compound on one
+//   accumulator (bench/kernelbench_solutions' K = 8192 GEMMs missed the strict float32 tolerance by
+//   it); the partial tile costs WM * WN / 32 registers more.
 // Launch: grid (ceil_div(N, BN), ceil_div(M, BM)), block (BM/WM) * (BN/WN) * 32, dynamic shared
 // memory STAGES * 4 * (BM * (BK + 4) + BK * (BN + 8)) bytes.
 // The PTX wrappers sit between the PTX-BEGIN / PTX-END lines: tests/workloads/test_new_workloads_emulated.py swaps
@@ -47,6 +52,9 @@
 #endif
 #ifndef STAGES
 #define STAGES 3
+#endif
+#ifndef PROMOTE
+#define PROMOTE 0
 #endif
 
 #define NWN (BN / WN)
@@ -96,6 +104,14 @@ __device__ __forceinline__ void ldmatrix_x4(unsigned (&r)[4], const void* p) {
 __device__ __forceinline__ void split_tf32(unsigned x, unsigned& big, unsigned& small) {
     asm("cvt.rna.tf32.f32 %0, %1;\n" : "=r"(big) : "f"(__uint_as_float(x)));
     asm("cvt.rna.tf32.f32 %0, %1;\n" : "=r"(small) : "f"(__uint_as_float(x) - __uint_as_float(big)));
+}
+// d = a (16x8, row) * b (8x8, col) on a zeroed accumulator (a slice's first product, PROMOTE 1).
+__device__ __forceinline__ void mma_tf32_1688_first(float (&d)[4], const unsigned (&a)[4], const unsigned (&b)[2]) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
+        "{%8, %9}, {%10, %10, %10, %10};\n"
+        : "=f"(d[0]), "=f"(d[1]), "=f"(d[2]), "=f"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]), "f"(0.f));
 }
 // d += a (16x8, row) * b (8x8, col), tf32 in, f32 accumulate.
 __device__ __forceinline__ void mma_tf32_1688(float (&d)[4], const unsigned (&a)[4], const unsigned (&b)[2]) {
@@ -190,6 +206,9 @@ __device__ __forceinline__ void gemm_block(const float* __restrict__ A, const fl
         const float* as = as_base + (t % STAGES) * A_STAGE;
         const float* bs = bs_base + (t % STAGES) * B_STAGE;
         const unsigned* bw = reinterpret_cast<const unsigned*>(bs);
+#if PROMOTE
+        float part[MT][NT][4];   // this slice's products, added to acc after its last k8 step
+#endif
 #pragma unroll
         for (int kk = 0; kk < BK; kk += 8) {
             // B fragments for the whole warp tile, then one A fragment at a time: fewer live registers
@@ -209,12 +228,27 @@ __device__ __forceinline__ void gemm_block(const float* __restrict__ A, const fl
                 // the small terms first, then the big product on an accumulator that holds them
 #pragma unroll
                 for (int j = 0; j < NT; ++j) {
+#if PROMOTE
+                    if (kk == 0) mma_tf32_1688_first(part[i][j], a_big, b_small[j]);
+                    else mma_tf32_1688(part[i][j], a_big, b_small[j]);
+                    mma_tf32_1688(part[i][j], a_small, b_big[j]);
+                    mma_tf32_1688(part[i][j], a_big, b_big[j]);
+#else
                     mma_tf32_1688(acc[i][j], a_big, b_small[j]);
                     mma_tf32_1688(acc[i][j], a_small, b_big[j]);
                     mma_tf32_1688(acc[i][j], a_big, b_big[j]);
+#endif
                 }
             }
         }
+#if PROMOTE
+#pragma unroll
+        for (int i = 0; i < MT; ++i)
+#pragma unroll
+            for (int j = 0; j < NT; ++j)
+#pragma unroll
+                for (int q = 0; q < 4; ++q) acc[i][j][q] += part[i][j][q];   // round to nearest
+#endif
     }
     cp_async_wait<0>();
 
