@@ -23,7 +23,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from test_new_workloads_emulated import GXX, PTX_EMU_TF32, program
+from test_new_workloads_emulated import DRIVER_BUFFERS, GXX, PTX_EMU_TF32, program
 
 REPO = Path(__file__).resolve().parents[2]
 SOLUTIONS = REPO / "bench" / "kernelbench_solutions" / "level2"
@@ -62,19 +62,7 @@ static inline void mma_3xtf32_promoted(float (&d)[4], const unsigned (&a_big)[4]
 
 # argv: grid.x grid.y grid.z block.x block.y block.z shared misalign M N K draw
 # draw 0: x, W, bias uniform in (-1, 1); 1: KernelBench's (x in [0, 1), W and bias within 1 / sqrt(K))
-DRIVER = r"""
-static uint64_t rng = 88172645463325252ull;
-static double urand() { rng ^= rng << 13; rng ^= rng >> 7; rng ^= rng << 17; return (rng >> 11) * (1.0 / 9007199254740992.0); }
-template <class T> struct Buf {   // n elements after 64 + misalign guard words, 64 after
-    std::vector<T> mem; size_t off, n; T guard;
-    Buf(size_t n_, size_t misalign, T g) : n(n_), guard(g) { off = 64 + misalign; mem.assign(off + n + 64, g); }
-    T* p() { return mem.data() + off; }
-    bool guards_ok() const {
-        for (size_t i = 0; i < mem.size(); ++i)
-            if ((i < off || i >= off + n) && std::memcmp(&mem[i], &guard, sizeof(T)) != 0) return false;
-        return true;
-    }
-};
+DRIVER = DRIVER_BUFFERS + r"""
 int main(int argc, char** argv) {
     dim3 grid{(unsigned)atoi(argv[1]), (unsigned)atoi(argv[2]), (unsigned)atoi(argv[3])};
     dim3 block{(unsigned)atoi(argv[4]), (unsigned)atoi(argv[5]), (unsigned)atoi(argv[6])};

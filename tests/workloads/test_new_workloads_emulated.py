@@ -170,8 +170,8 @@ static inline void mma_tf32_1688_first(float (&d)[4], const unsigned (&a)[4], co
 }
 """  # noqa: E501
 
-DRIVER = r"""
-// argv: grid.x grid.y grid.z block.x block.y block.z shared_bytes misalign <workload arguments>
+# the drivers' inputs: a seeded xorshift in [0, 1), and buffers with guard words on both sides
+DRIVER_BUFFERS = r"""
 static uint64_t rng = 88172645463325252ull;
 static double urand() { rng ^= rng << 13; rng ^= rng >> 7; rng ^= rng << 17; return (rng >> 11) * (1.0 / 9007199254740992.0); }
 
@@ -185,7 +185,10 @@ template <class T> struct Buf {   // n elements after `off` guard elements, guar
         return true;
     }
 };
+"""  # noqa: E501
 
+DRIVER = DRIVER_BUFFERS + r"""
+// argv: grid.x grid.y grid.z block.x block.y block.z shared_bytes misalign <workload arguments>
 int main(int argc, char** argv) {
     dim3 grid{(unsigned)atoi(argv[1]), (unsigned)atoi(argv[2]), (unsigned)atoi(argv[3])};
     dim3 block{(unsigned)atoi(argv[4]), (unsigned)atoi(argv[5]), (unsigned)atoi(argv[6])};
