@@ -54,7 +54,9 @@ case "${1:-children}" in
   optimize)  # kernelopt optimize --workload on each imported kind with the scripted model
     gpu_tests optimize 560 --timeout 200 tests/gpu/test_torch_import_gpu.py -k optimize ;;
   suite)  # resumable like baselines: the state lives in .kb12-run/ (a warm machine's next call continues; or
-    # carry .kb12-run/ back: unpack $OUT/kb12-run.tgz here); baselines start no batch after SUITE_BUDGET s
+    # carry .kb12-run/ back: unpack $OUT/kb12-run.tgz here); baselines start no batch after SUITE_BUDGET s;
+    # a changed solution is evaluated again, the others kept; the baseline cache travels in .kb12-run/ too
+    export KERNELOPT_CACHE=$PWD/.kb12-run/cache
     timeout 540 kernelopt kernelbench .kb12 --level 1 2 --solutions bench/kernelbench_solutions -o .kb12-run --jobs 8 \
       --time-budget "${SUITE_BUDGET:-420}" > "$OUT/suite.txt" 2> "$OUT/suite.err"
     echo "suite rc=$?"; tar -czf "$OUT/kb12-run.tgz" .kb12-run; head -60 "$OUT/suite.txt"; tail -5 "$OUT/suite.err"
