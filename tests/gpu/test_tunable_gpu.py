@@ -106,11 +106,14 @@ CONFIGS: dict[str, list[dict[str, int]]] = {
         {"BN": 128, "STAGES": 6, "GROUP": 1},
         {"BN": 256, "STAGES": 3, "GROUP": 16},
     ],
-    # sgemm on tensor cores at FP32 accuracy: the tolerance is sgemm's, on every case
+    # sgemm on tensor cores at FP32 accuracy: the tolerance is sgemm's, on every case; PROMOTE 1 (each
+    # slice on its own partial tile) at the default tile and at a 4-warp one
     "sgemm:tunable_3xtf32.json": [
-        {"BM": 128, "BN": 256, "BK": 16, "WM": 64, "WN": 64, "STAGES": 4},
-        {"BM": 256, "BN": 128, "BK": 32, "WM": 64, "WN": 64, "STAGES": 3},
-        {"BM": 64, "BN": 64, "BK": 16, "WM": 32, "WN": 32, "STAGES": 2},
+        {"BM": 128, "BN": 256, "BK": 16, "WM": 64, "WN": 64, "STAGES": 4, "PROMOTE": 0},
+        {"BM": 256, "BN": 128, "BK": 32, "WM": 64, "WN": 64, "STAGES": 3, "PROMOTE": 0},
+        {"BM": 64, "BN": 64, "BK": 16, "WM": 32, "WN": 32, "STAGES": 2, "PROMOTE": 0},
+        {"BM": 128, "BN": 128, "BK": 32, "WM": 64, "WN": 32, "STAGES": 3, "PROMOTE": 1},
+        {"BM": 128, "BN": 64, "BK": 32, "WM": 32, "WN": 32, "STAGES": 4, "PROMOTE": 1},
     ],
 }
 
