@@ -14,7 +14,15 @@ import math
 from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
 
 from .report_page import escape, figure, render_page, svg_text
-from .suite_table import BASELINES, PROBLEM_HEAD, ProblemRecord, level_table, problem_rows, refusals_and_notes
+from .suite_table import (
+    BASELINES,
+    PROBLEM_HEAD,
+    ProblemRecord,
+    baseline_coverage,
+    level_table,
+    problem_rows,
+    refusals_and_notes,
+)
 
 __all__ = ["REPORT_NAME", "render_html"]
 
@@ -97,7 +105,6 @@ def _notes(records: list[ProblemRecord]) -> str:
     if refusals:
         parts.append('<h3>Refused</h3>\n<ul class="notes">' + "".join(
             f"<li>{count} x {escape(reason)}</li>" for reason, count in refusals.most_common()) + "</ul>")
-    if notes:
-        parts.append('<h3>Baseline times</h3>\n<ul class="notes">'
-                     + "".join(f"<li>{escape(n)}</li>" for n in notes) + "</ul>")
-    return "\n".join(parts) or '<p class="muted">Every problem imported and every baseline was timed.</p>'
+    parts.append('<h3>Baseline times</h3>\n<ul class="notes">'
+                 + "".join(f"<li>{escape(n)}</li>" for n in baseline_coverage(records) + notes) + "</ul>")
+    return "\n".join(parts)

@@ -17,8 +17,8 @@ from collections import Counter
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-__all__ = ["BASELINES", "FAST_P", "PROBLEM_HEAD", "LevelSummary", "ProblemRecord", "level_table", "problem_rows",
-           "refusals_and_notes", "render_markdown", "summarize", "to_json"]
+__all__ = ["BASELINES", "FAST_P", "PROBLEM_HEAD", "LevelSummary", "ProblemRecord", "baseline_coverage", "level_table",
+           "problem_rows", "refusals_and_notes", "render_markdown", "summarize", "to_json"]
 
 FAST_P = (0, 1, 2)
 BASELINES = ("eager", "compile")
@@ -58,7 +58,8 @@ class ProblemRecord:
 
 @dataclass
 class LevelSummary:
-    """A level's figures; ``fast`` and ``geomean_speedup`` keyed by baseline (None: not measured)."""
+    """A level's figures; ``fast`` and ``geomean_speedup`` keyed by baseline (None: not measured, or
+    no solution of the level evaluated); ``timed``: the imported problems with that baseline's time."""
 
     level: int
     problems: int
@@ -69,6 +70,7 @@ class LevelSummary:
     fast: dict[str, dict[int, float | None]] = field(default_factory=dict)
     geomean_speedup: dict[str, float | None] = field(default_factory=dict)
     missing_time: dict[str, int] = field(default_factory=dict)
+    timed: dict[str, int] = field(default_factory=dict)
     refusals: dict[str, int] = field(default_factory=dict)
 
 
@@ -81,8 +83,10 @@ def _geomean(values: list[float]) -> float | None:
 
 
 def summarize(records: list[ProblemRecord]) -> list[LevelSummary]:
-    """Per level (ascending): correct %, ``fast_p`` for p in :data:`FAST_P` against each baseline,
-    the geometric-mean speedups and the refusals by reason."""
+    """Per level (ascending): correct %, ``fast_p`` for p in :data:`FAST_P` against each baseline
+    (None where the baseline was not measured or no solution evaluated: a run that only times the
+    baselines claims no 0%), the geometric-mean speedups, the baselines' coverage and the refusals
+    by reason."""
     out = []
     for level in sorted({r.level for r in records}):
         rows = [r for r in records if r.level == level]
@@ -97,14 +101,17 @@ def summarize(records: list[ProblemRecord]) -> list[LevelSummary]:
         for base in BASELINES:
             speedups = [sp for r in correct if (sp := r.speedup(base)) is not None]
             s.missing_time[base] = len(correct) - len(speedups)
-            measured = any(_positive(r.eager_ms if base == "eager" else r.compile_ms) for r in rows)
-            s.fast[base] = {p: (sum(sp > p for sp in speedups) / n if measured else None) for p in FAST_P}
+            s.timed[base] = sum(r.imported and _positive(r.eager_ms if base == "eager" else r.compile_ms) for r in rows)
+            known = s.timed[base] > 0 and s.evaluated > 0
+            s.fast[base] = {p: (sum(sp > p for sp in speedups) / n if known else None) for p in FAST_P}
             s.geomean_speedup[base] = _geomean(speedups)
         out.append(s)
     return out
 
 
-def _pct(x: float | None) -> str:
+def _pct(x: float | None, evaluated: int = 1) -> str:
+    if not evaluated:
+        return "no solutions"
     return "not measured" if x is None else f"{100 * x:.1f}%"
 
 
@@ -121,7 +128,7 @@ def level_table(records: list[ProblemRecord]) -> tuple[list[str], list[list[str]
     for s in summarize(records):
         row = [str(s.level), str(s.problems), str(s.imported), f"{s.correct} ({s.correct_pct:.1f}%)"]
         for base in BASELINES:
-            row += [_pct(s.fast[base][p]) for p in FAST_P] + [_times(s.geomean_speedup[base])]
+            row += [_pct(s.fast[base][p], s.evaluated) for p in FAST_P] + [_times(s.geomean_speedup[base])]
         rows.append(row)
     return head, rows
 
@@ -139,6 +146,13 @@ def problem_rows(records: list[ProblemRecord]) -> list[tuple[ProblemRecord, list
     return out
 
 
+def baseline_coverage(records: list[ProblemRecord]) -> list[str]:
+    """Per level, on how many of its imported problems each baseline was timed (the notes say why
+    not on the others)."""
+    return [f"level {s.level}: eager timed on {s.timed['eager']} of {s.imported} imported problems, "
+            f"torch.compile on {s.timed['compile']}" for s in summarize(records)]
+
+
 def refusals_and_notes(records: list[ProblemRecord]) -> tuple[Counter[str], list[str]]:
     """The refusals by reason (most first) and the reasons a baseline was not timed."""
     refusals = Counter(r.refusal or "refused" for r in records if not r.imported)
@@ -153,8 +167,7 @@ def render_markdown(records: list[ProblemRecord]) -> str:
     refusals, notes = refusals_and_notes(records)
     if refusals:
         lines += ["", "Refused:"] + [f"- {count} x {reason}" for reason, count in refusals.most_common()]
-    if notes:
-        lines += ["", "Baseline times:"] + [f"- {note}" for note in notes]
+    lines += ["", "Baseline times:"] + [f"- {line}" for line in baseline_coverage(records) + notes]
     lines += ["", "| " + " | ".join(PROBLEM_HEAD) + " |", "|" + "---|" * len(PROBLEM_HEAD)]
     lines += ["| " + " | ".join(cells) + " |" for _, cells in problem_rows(records)]
     return "\n".join(lines) + "\n"

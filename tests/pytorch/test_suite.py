@@ -51,7 +51,8 @@ def test_without_torch_every_problem_is_refused_with_the_reason(
     assert "[4/4] level2/1_Conv_ReLU.py: refused: torch is not installed" in printed
     table = (out / "table.md").read_text()
     assert f"- 3 x {TORCH_MISSING}" not in table and f"- 4 x {TORCH_MISSING}" in table
-    assert "| 1 | 3 | 0 | 0 (0.0%) | not measured |" in table and f"- {NOT_MEASURED}" in table
+    assert "| 1 | 3 | 0 | 0 (0.0%) | no solutions |" in table and f"- {NOT_MEASURED}" in table
+    assert "- level 1: eager timed on 0 of 0 imported problems, torch.compile on 0" in table
     data = json.loads((out / "results.json").read_text())
     assert [lv["refusals"] for lv in data["levels"]] == [{TORCH_MISSING: 3}, {TORCH_MISSING: 1}]
     assert all(p["eager_ms"] is None and p["eager_note"] == NOT_MEASURED for p in data["problems"])

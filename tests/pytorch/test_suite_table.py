@@ -56,6 +56,24 @@ def test_unmeasured_baselines_are_not_numbers() -> None:
     assert f"- {NEEDS_GPU}" in table and "| 0.0%" not in table
 
 
+def test_a_run_that_only_times_the_baselines_claims_no_fast_p_and_counts_what_it_timed() -> None:
+    """No solution evaluated (``kernelopt kernelbench`` without --solutions): fast_p is not 0% but
+    "no solutions" (null in JSON), and the baselines' coverage per level is stated."""
+    records = [ProblemRecord("1_A.py", 1, True, eager_ms=2.0, compile_ms=1.0),
+               ProblemRecord("2_B.py", 1, True, eager_ms=3.0, compile_note="torch.compile failed: X"),
+               ProblemRecord("3_C.py", 1, True, eager_note=NEEDS_GPU, compile_note=NEEDS_GPU),
+               ProblemRecord("4_D.py", 1, False, refusal="forward uses randomness")]
+    [s] = summarize(records)
+    assert s.evaluated == 0 and s.timed == {"eager": 2, "compile": 1}
+    assert s.fast == {"eager": {0: None, 1: None, 2: None}, "compile": {0: None, 1: None, 2: None}}
+    table = render_markdown(records)
+    assert "| 1 | 4 | 3 | 0 (0.0%) | no solutions | no solutions | no solutions | - |" in table
+    assert "0.0%  |" not in table and "| 0.0% |" not in table
+    assert "- level 1: eager timed on 2 of 3 imported problems, torch.compile on 1" in table
+    assert "- torch.compile failed: X" in table and f"- {NEEDS_GPU}" in table
+    assert json.loads(to_json(records))["levels"][0]["fast"]["eager"] == {"0": None, "1": None, "2": None}
+
+
 def test_levels_table_and_json() -> None:
     records = [*_level1(), ProblemRecord("1_G.py", 2, True, status="ok", ours_ms=1.0, eager_ms=4.0, compile_ms=2.0)]
     table = render_markdown(records)
