@@ -97,7 +97,9 @@ print(sys.argv[2], sys.argv[3], r.get("status"), r.get("score_ms"), f"largest er
     export KERNELOPT_CACHE=$PWD/.kb-run/cache
     timeout $(( ${BASELINE_BUDGET:-400} + 170 )) kernelopt kernelbench .kb --level 1 2 -o .kb-run --jobs 16 \
       --time-budget "${BASELINE_BUDGET:-400}" > "$OUT/baselines.txt" 2> "$OUT/baselines.err"
-    echo "baselines rc=$?"; tar -czf "$OUT/kb-run.tgz" .kb-run; head -40 "$OUT/baselines.txt"
+    echo "baselines rc=$?"; tar -czf "$OUT/kb-run.tgz" .kb-run; grep -E "^\[|refused|error" "$OUT/baselines.txt" \
+      | grep -v " imported " | tail -12 | cut -c1-300
+    awk '/^\| problem \|/{exit} {print}' .kb-run/table.md | cut -c1-300 | head -30  # levels, refusals, coverage
     python3 -c 'import json,statistics as s; e=list(json.load(open(".kb-run/state.json"))["problems"].values()); b=[x["baseline_s"] for x in e if "baseline_s" in x]; c=[x["compile_s"] for x in e if "compile_s" in x]; i=[x["import_s"] for x in e if "import_s" in x]; print(f"imports {len(i)} median {s.median(i or [0]):.1f} s; baselines {len(b)} median {s.median(b or [0]):.1f} s max {max(b or [0]):.1f} s; compiles {len(c)} median {s.median(c or [0]):.1f} s")'
     tail -3 "$OUT/baselines.err" ;;
   ray)  # issue 41 on the one GPU: tune through --devices 0 and --ray auto (carry .whl-ray: the slim ray wheel and its
