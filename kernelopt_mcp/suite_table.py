@@ -109,9 +109,7 @@ def summarize(records: list[ProblemRecord]) -> list[LevelSummary]:
     return out
 
 
-def _pct(x: float | None, evaluated: int = 1) -> str:
-    if not evaluated:
-        return "no solutions"
+def _pct(x: float | None) -> str:
     return "not measured" if x is None else f"{100 * x:.1f}%"
 
 
@@ -128,7 +126,8 @@ def level_table(records: list[ProblemRecord]) -> tuple[list[str], list[list[str]
     for s in summarize(records):
         row = [str(s.level), str(s.problems), str(s.imported), f"{s.correct} ({s.correct_pct:.1f}%)"]
         for base in BASELINES:
-            row += [_pct(s.fast[base][p], s.evaluated) for p in FAST_P] + [_times(s.geomean_speedup[base])]
+            fast = [_pct(s.fast[base][p]) if s.evaluated else "no solutions" for p in FAST_P]
+            row += fast + [_times(s.geomean_speedup[base])]
         rows.append(row)
     return head, rows
 

@@ -76,7 +76,7 @@ l["default"]["shared_bytes"]=int(sys.argv[3]); json.dump(l, open(sys.argv[4], "w
 err=max([o.get("max_rel_error") or 0 for c in r.get("cases", []) for o in c.get("outputs", [])], default=0)
 print(sys.argv[2], sys.argv[3], r.get("status"), r.get("score_ms"), f"largest error {err:.2e}")' "$OUT/$stem.$v.json" "$stem" "$v"
     }
-    for v in ${GEMM_VARIANTS:-0:128:128:32:64:64:2 2:128:128:32:64:32:2 2:128:128:32:32:64:2 2:128:128:32:64:32:3 2:128:128:16:64:32:4}; do
+    for v in ${GEMM_VARIANTS:-0:128:128:32:64:64:2 1:128:128:32:64:32:2 1:128:128:32:32:64:2 1:128:128:32:64:32:3 1:128:128:16:64:32:4}; do
       gemm_eval 63_Gemm_ReLU_Divide "$v"; done | tee "$OUT/gemmtune.txt"
     best=$(awk '$3 == "ok" {print $4, $2}' "$OUT/gemmtune.txt" | sort -g | head -1 | cut -d" " -f2)
     echo "fastest correct on #63: ${best:-none}"

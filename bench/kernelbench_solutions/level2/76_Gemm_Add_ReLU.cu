@@ -45,14 +45,14 @@ __device__ __forceinline__ float epilogue(float acc, int col, const float* __res
 // KO_PROMOTE: how the tensor core's float32 accumulation, which truncates, is kept from compounding
 // over a long K (these three mismatched at K = 8192 on the H200 and the H100, 1.8e-4 of the
 // output's scale at most against the module's own 1.2e-5: 3072 truncating steps on one accumulator).
-// scripts/device_issue40.sh gemmtune times the three at KernelBench's size.
-//   0: one accumulator for the whole K (the fastest; the error grows with K);
-//   1: each k8 step's three products on a zeroed fragment, added to the accumulator by float32
-//      adds (round to nearest): 4 adds per 3 mma; spills at WN 64 (255 registers);
-//   2 (the default): each BK slice's products on a zeroed partial tile, added once per slice: 4
-//      adds per 3 * BK / 8 mma, but a second accumulator tile (200 registers at WN 32, no spills).
+// scripts/device_issue40.sh gemmtune times both at KernelBench's size.
+//   0: one accumulator for the whole K (the error grows with K);
+//   1 (the default): each BK slice's products on a zeroed partial tile, added to the accumulator
+//      once per slice by float32 adds (round to nearest): 4 adds per 3 * BK / 8 mma, but a second
+//      accumulator tile (200 registers at WN 32, no spills). Adding each k8 step's products instead
+//      passed on the H100 too, but spilled and ran no faster than eager.
 #ifndef KO_PROMOTE
-#define KO_PROMOTE 2
+#define KO_PROMOTE 1
 #endif
 
 #define NWN (BN / WN)
@@ -109,31 +109,13 @@ __device__ __forceinline__ void mma_tf32_1688(float (&d)[4], const unsigned (&a)
         : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
 }
-// d = a (16x8, row) * b (8x8, col) on a zeroed accumulator (a slice's first product, KO_PROMOTE 2).
+// d = a (16x8, row) * b (8x8, col) on a zeroed accumulator (a slice's first product, KO_PROMOTE 1).
 __device__ __forceinline__ void mma_tf32_1688_first(float (&d)[4], const unsigned (&a)[4], const unsigned (&b)[2]) {
     asm volatile(
         "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
         "{%8, %9}, {%10, %10, %10, %10};\n"
         : "=f"(d[0]), "=f"(d[1]), "=f"(d[2]), "=f"(d[3])
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]), "f"(0.f));
-}
-// d += a * b as 3xTF32 (a = a_big + a_small, b = b_big + b_small) with the step's three products on a
-// zeroed fragment, then added to d by float32 adds (KO_PROMOTE); the fragment lives inside the asm.
-__device__ __forceinline__ void mma_3xtf32_promoted(float (&d)[4], const unsigned (&a_big)[4],
-                                                    const unsigned (&a_small)[4], const unsigned (&b_big)[2],
-                                                    const unsigned (&b_small)[2]) {
-    asm volatile(
-        "{\n.reg .f32 t0, t1, t2, t3;\n"
-        "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {t0, t1, t2, t3}, {%4, %5, %6, %7}, {%14, %15}, "
-        "{%16, %16, %16, %16};\n"
-        "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {t0, t1, t2, t3}, {%8, %9, %10, %11}, {%12, %13}, "
-        "{t0, t1, t2, t3};\n"
-        "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {t0, t1, t2, t3}, {%4, %5, %6, %7}, {%12, %13}, "
-        "{t0, t1, t2, t3};\n"
-        "add.rn.f32 %0, %0, t0;\nadd.rn.f32 %1, %1, t1;\nadd.rn.f32 %2, %2, t2;\nadd.rn.f32 %3, %3, t3;\n}\n"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-        : "r"(a_big[0]), "r"(a_big[1]), "r"(a_big[2]), "r"(a_big[3]), "r"(a_small[0]), "r"(a_small[1]),
-          "r"(a_small[2]), "r"(a_small[3]), "r"(b_big[0]), "r"(b_big[1]), "r"(b_small[0]), "r"(b_small[1]), "f"(0.f));
 }
 // PTX-END
 
@@ -206,7 +188,7 @@ __device__ __forceinline__ void gemm_nt_block(const float* __restrict__ X, const
 
         const float* as = as_base + (t % STAGES) * A_STAGE;
         const float* bs = bs_base + (t % STAGES) * B_STAGE;
-#if KO_PROMOTE == 2
+#if KO_PROMOTE
         float part[MT][NT][4];   // this slice's products, added to acc after its last k8 step
 #endif
 #pragma unroll
@@ -234,9 +216,7 @@ __device__ __forceinline__ void gemm_nt_block(const float* __restrict__ X, const
                 // the small terms first, then the big product on an accumulator that holds them
 #pragma unroll
                 for (int j = 0; j < NT; ++j) {
-#if KO_PROMOTE == 1
-                    mma_3xtf32_promoted(acc[i][j], a_big, a_small, b_big[j], b_small[j]);
-#elif KO_PROMOTE == 2
+#if KO_PROMOTE
                     if (kk == 0) mma_tf32_1688_first(part[i][j], a_big, b_small[j]);
                     else mma_tf32_1688(part[i][j], a_big, b_small[j]);
                     mma_tf32_1688(part[i][j], a_small, b_big[j]);
@@ -249,7 +229,7 @@ __device__ __forceinline__ void gemm_nt_block(const float* __restrict__ X, const
                 }
             }
         }
-#if KO_PROMOTE == 2
+#if KO_PROMOTE
 #pragma unroll
         for (int i = 0; i < MT; ++i)
 #pragma unroll
