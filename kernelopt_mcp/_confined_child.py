@@ -14,7 +14,8 @@ see ``confined_python._config``). This process is the **supervisor**; it
    libraries the loader may map; list only: ``python_path``; write: ``write`` alone, the staging
    directory; with ``gpu`` also the NVIDIA device files read-write and ``GPU_READ``; ``execute``
    executable), a seccomp filter (no new sockets, no signals to other processes), rlimits (data
-   memory, CPU time, file size, no core files); then runs ``module`` as ``__main__`` with ``args``;
+   memory, CPU time, file size, no core files, ``tasks``: see ``sandbox.limit_tasks``, which moves
+   a root child to a uid of its own); then runs ``module`` as ``__main__`` with ``args``;
 4. waits for the child up to ``timeout_s``, then SIGKILLs every descendant it has (found in
    /proc by parent pid, again and again until none is left, reaping each), and exits with the
    child's exit code (128 + N for a signal N), 124 at the deadline.
@@ -225,6 +226,11 @@ def confine(config: dict[str, Any]) -> str:
     gpu = bool(config.get("gpu"))
     if gpu:
         _map_the_driver()
+    # before Landlock (it reads /proc): for root, a uid of its own, so the kernel counts its tasks
+    was = os.getuid()
+    bound = sandbox.limit_tasks(config["tasks"])
+    if os.getuid() != was and not any(os.environ.get(k) for k in ("LOGNAME", "USER", "LNAME", "USERNAME")):
+        os.environ["LOGNAME"] = "kernelopt"  # getpass.getuser() (torch's caches): the uid has no passwd entry
     if config["confine"] == "landlock":
         done = sandbox.restrict(
             read=[*_installation(), *config["read"], *sandbox.mapped_library_dirs(), *library_path, *SYSTEM_READ,
@@ -247,7 +253,7 @@ def confine(config: dict[str, Any]) -> str:
         sandbox.set_rlimit(resource.RLIMIT_CPU, config["cpu_s"])
     sandbox.set_rlimit(resource.RLIMIT_FSIZE, config["fsize_mb"] << 20)
     sandbox.set_rlimit(resource.RLIMIT_CORE, 0)
-    return applied
+    return f"{applied}, {bound}"
 
 
 def _become_subreaper() -> str | None:

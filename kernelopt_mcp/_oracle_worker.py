@@ -13,8 +13,10 @@ reaches the oracle). Before it reads any request it
    ``--confine none`` (only when the user accepted unconfined oracles) skips this. Then, either
    way, a seccomp filter refuses every new socket and signals to other processes;
 3. caps itself with rlimits: address space (what it holds after step 1 plus ``--memory-mb``),
-   CPU time (``--cpu-s``), file size (its stderr file), open files, no core files, no new
-   processes (for a non-root user); the parent kills it at the wall-time limit;
+   CPU time (``--cpu-s``), file size (its stderr file), open files, no core files, and (set
+   before step 2, as root too: ``sandbox.limit_tasks`` moves a root worker to a uid of its own
+   that keeps root's file access only) no new process or thread; the parent kills it at the
+   wall-time limit;
 4. imports the oracle and answers ``{"ready": true, "confinement": ...}``, or ``{"failure": str}``
    (``"unconfined": true`` when confinement failed) and exits 3.
 
@@ -77,7 +79,6 @@ def _limit(sandbox: Any, memory_mb: int, cpu_s: int, fsize_mb: int, base_kib: di
     sandbox.set_rlimit(resource.RLIMIT_FSIZE, fsize_mb * 2**20)
     sandbox.set_rlimit(resource.RLIMIT_CORE, 0)
     sandbox.set_rlimit(resource.RLIMIT_NOFILE, 64)
-    sandbox.set_rlimit(resource.RLIMIT_NPROC, 0)  # no fork, no new thread (ignored for root: Landlock still bars exec)
 
 
 def _load_sandbox() -> Any:
@@ -254,6 +255,11 @@ def main(argv: list[str] | None = None) -> int:
     assert float(warm[0, 0]) == 64.0
     base_kib = sandbox.vm_kib()
     oracle_dir = str(Path(args.oracle).parent)
+    # no fork, no new thread, root too (then under a uid of its own); before Landlock: it reads /proc
+    try:
+        tasks = sandbox.limit_tasks(0)
+    except OSError as exc:
+        return fail(f"the oracle worker could not bound its tasks: {exc}")
     if args.confine == "none":
         confinement = "unconfined (accepted)"
     else:
@@ -267,6 +273,7 @@ def main(argv: list[str] | None = None) -> int:
     except OSError as exc:
         confinement += f", sockets and signals not restricted ({exc})"
     _limit(sandbox, args.memory_mb, args.cpu_s, args.fsize_mb, base_kib)
+    confinement += ", " + tasks
     try:
         module = _import_oracle(args.oracle)
     except BaseException as exc:  # noqa: BLE001 - SystemExit and the like from the oracle's import too

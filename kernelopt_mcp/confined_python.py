@@ -50,16 +50,21 @@ STDERR_TAIL_BYTES = 8192
 class ChildLimits(WorkerCaps):
     """Caps on one confined child: wall time (s), data memory (MiB; 0: half the physical memory,
     at least 2 GiB), CPU time (s; 0: the wall time on every CPU), the largest file it may write
-    (MiB); ``landlock`` False acts as if the kernel had none, ``accept_unconfined`` runs the child
-    without Landlock where there is none instead of refusing (seccomp, rlimits and the clean
-    environment still apply)."""
+    (MiB), the tasks (processes and threads) its tree may start (0: 256 + 16 a CPU: torch's thread
+    pools and triton's compiler processes fit, a fork bomb ends there); ``landlock`` False acts as
+    if the kernel had none, ``accept_unconfined`` runs the child without Landlock where there is
+    none instead of refusing (seccomp, rlimits and the clean environment still apply)."""
 
     timeout_s: float = 600.0
     memory_mb: int = 0
     cpu_s: int = 0
     fsize_mb: int = 1024
+    tasks: int = 0
     landlock: bool = True
     accept_unconfined: bool = False
+
+    def tasks_cap(self) -> int:
+        return self.tasks if self.tasks > 0 else 256 + 16 * (os.cpu_count() or 1)
 
     @classmethod
     def following(cls, compile_limits: CompileLimits | None, timeout_s: float, fsize_mb: int = 1024) -> ChildLimits:
@@ -168,6 +173,7 @@ def run_confined_python(
         "write": [str(staging)], "requires": list(requires), "timeout_s": limits.timeout_s, "confine": confine,
         "execute": [str(p) for p in execute], "gpu": gpu, "each_job": each_job,
         "memory_mb": limits.memory_cap_mb(), "cpu_s": limits.cpu_cap_s(), "fsize_mb": limits.fsize_mb,
+        "tasks": limits.tasks_cap(),
     }
     proc = subprocess.Popen(
         [python, "-I", "-B", str(SUPERVISOR), json.dumps(config)], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,

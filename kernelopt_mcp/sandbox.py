@@ -308,6 +308,87 @@ def restrict_syscalls(*, unix_sockets: bool = False) -> str:
     return "seccomp: no sockets" + (" but unconnected UNIX ones" if unix_sockets else "") + ", no signals out"
 
 
+# --- a bound on tasks: what RLIMIT_NPROC holds, for root too ------------------------------------
+
+_PR_SET_KEEPCAPS = 8
+_PR_CAP_AMBIENT, _PR_CAP_AMBIENT_RAISE = 47, 2
+_CAPABILITY_V3 = 0x20080522
+#: what a confined process that started as root keeps once it has a uid of its own: file access as
+#: root had it (CAP_DAC_OVERRIDE, CAP_DAC_READ_SEARCH, CAP_FOWNER; Landlock decides what it may
+#: open), nothing else: no CAP_SETUID to return to root, no CAP_SYS_RESOURCE or CAP_SYS_ADMIN to
+#: pass the bound, no CAP_KILL, CAP_SYS_PTRACE, CAP_NET_*
+_FILE_CAPS = (1, 2, 3)
+#: a confined process that started as root runs as this + its process id: a uid no account has, its
+#: own for its process tree, whose tasks the kernel counts against that tree's bound alone
+CONFINED_UID_BASE = 0x7A000000
+
+
+class _CapHeader(ctypes.Structure):
+    _fields_ = [("version", ctypes.c_uint32), ("pid", ctypes.c_int)]
+
+
+class _CapData(ctypes.Structure):
+    _fields_ = [("effective", ctypes.c_uint32), ("permitted", ctypes.c_uint32), ("inheritable", ctypes.c_uint32)]
+
+
+def _tasks_of(uid: int) -> int:
+    """Tasks (threads) of processes whose real uid is ``uid``, from /proc (0 where it cannot be read)."""
+    count = 0
+    for entry in os.listdir("/proc") if os.path.isdir("/proc") else ():
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/status", encoding="ascii", errors="replace") as f:
+                fields = dict(line.split(":", 1) for line in f if ":" in line)
+        except OSError:
+            continue  # gone meanwhile
+        if fields.get("Uid", "").split()[:1] == [str(uid)]:
+            count += int(fields.get("Threads", "1").strip() or 1)
+    return count
+
+
+def limit_tasks(new: int) -> str:
+    """At most ``new`` more tasks (processes and threads: a fork bomb ends there, EAGAIN; 0: none,
+    ever) in this process and everything it starts, by RLIMIT_NPROC, which the kernel counts per real uid and
+    never enforces for root. So a process that runs as root first moves to a uid of its own
+    (CONFINED_UID_BASE + its pid), keeping only root's file access (_FILE_CAPS, also across exec as
+    ambient capabilities: Landlock confines its files either way); it cannot become root again.
+    Another user's process is bounded at the tasks its uid has now plus ``new``. Call it while this
+    process has one thread (a capability set is a thread's own). Returns what was applied.
+
+    Raises:
+        LandlockError: the uid changed but its file access could not be kept.
+    """
+    import resource  # a worker's module: Linux only by design
+
+    if os.getuid() != 0:
+        set_rlimit(resource.RLIMIT_NPROC, _tasks_of(os.getuid()) + new if new else 0)
+        return f"at most {new} more tasks" if new else "no new task"
+    uid = CONFINED_UID_BASE + os.getpid()
+    with open("/proc/self/status", encoding="ascii") as f:
+        mine = next((int(line.split()[1]) for line in f if line.startswith("Threads:")), 1)
+    # 0 for none: a bound at the tasks it has now would let one of its threads that ends make room
+    set_rlimit(resource.RLIMIT_NPROC, mine + new if new else 0)
+    libc = _libc()
+    zero = ctypes.c_ulong(0)
+    libc.prctl(ctypes.c_int(_PR_SET_KEEPCAPS), ctypes.c_ulong(1), zero, zero, zero)
+    try:
+        os.setresuid(uid, uid, uid)
+    except OSError as exc:  # a user namespace that maps no such uid: the bound does not hold
+        return f"tasks not bounded (root cannot take uid {uid}: {exc.strerror})"
+    caps = sum(1 << c for c in _FILE_CAPS)
+    data = (_CapData * 2)(_CapData(caps, caps, caps), _CapData(0, 0, 0))
+    if libc.capset(ctypes.byref(_CapHeader(_CAPABILITY_V3, 0)), data) != 0:
+        err = ctypes.get_errno()
+        raise LandlockError(err, f"capset after moving to uid {uid} failed: {os.strerror(err)}")
+    for cap in _FILE_CAPS:
+        if libc.prctl(ctypes.c_int(_PR_CAP_AMBIENT), ctypes.c_ulong(_PR_CAP_AMBIENT_RAISE), ctypes.c_ulong(cap),
+                      zero, zero) != 0:
+            err = ctypes.get_errno()
+            raise LandlockError(err, f"PR_CAP_AMBIENT_RAISE({cap}) failed: {os.strerror(err)}")
+    return (f"at most {new} more tasks" if new else "no new task") + f" (uid {uid}, root's file access only)"
+
+
 def mapped_files() -> list[str]:
     """The files this process has mapped, from /proc/self/maps, each once, in order (none where it
     cannot be read)."""

@@ -239,9 +239,41 @@ def test_the_oracle_cannot_run_a_shell(pool: OraclePool, tmp_path: Path) -> None
         """)
     message = _refused(pool, path)
     assert not target.exists()
-    # exec is refused by Landlock; for a non-root user the fork already fails (RLIMIT_NPROC 0)
+    # exec is refused by Landlock; the fork already fails (RLIMIT_NPROC 0, root too)
     assert "subprocess: Permission denied" in message or "subprocess: Resource temporarily unavailable" in message
     assert "system: 0" not in message
+    _still_serves(pool, tmp_path)
+
+
+def test_the_oracle_starts_no_process_or_thread_root_too(pool: OraclePool, tmp_path: Path) -> None:
+    """A fork bomb in an oracle ends at its first fork: RLIMIT_NPROC, which the kernel enforces for
+    root too once the worker has moved to a uid of its own (sandbox.limit_tasks), and from there it
+    cannot become root again."""
+    path = _oracle(tmp_path, """
+        import os, threading
+        def reference(x, n):
+            seen = []
+            try:
+                if os.fork() == 0:
+                    os._exit(0)
+                seen.append("forked")
+            except OSError as e:
+                seen.append("fork: " + e.strerror)
+            try:
+                threading.Thread(target=len, args=((),)).start()
+                seen.append("thread started")
+            except RuntimeError as e:
+                seen.append("thread: " + str(e))
+            try:
+                os.setresuid(0, 0, 0)
+                seen.append("root again")
+            except OSError as e:
+                seen.append("setresuid: " + e.strerror)
+            raise RuntimeError(" | ".join(seen) + " | uid %d" % os.getuid())
+        """)
+    message = _refused(pool, path)
+    assert "fork: Resource temporarily unavailable" in message and "thread: can't start new thread" in message
+    assert "forked" not in message and "root again" not in message and "uid 0" not in message
     _still_serves(pool, tmp_path)
 
 

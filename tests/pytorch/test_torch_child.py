@@ -504,15 +504,22 @@ def test_confined_jobs_run_side_by_side_each_to_itself(tmp_path: Path) -> None:
 
 
 @needs_landlock
-def test_path_holds_only_what_the_child_may_run(tmp_path: Path) -> None:
+def test_path_holds_only_what_the_child_may_run(tmp_path: Path, request: pytest.FixtureRequest) -> None:
     """A program looked up by name in a confined child is one it may run, or not found
     (FileNotFoundError, which torch.compile handles when it asks for ``nvcc --version``), never
     found and refused (PermissionError: every torch.compile failed so on the H100, nvcc being on
     PATH but not executable there); and a dynamically linked program it may run does run (the
     loader is executable too: without it, g++ failed torch.compile's CPU code with EACCES)."""
     import shutil
+    import tempfile
 
-    allowed, other = tmp_path / "allowed", tmp_path / "other"
+    # where programs lie (a Python installation): a directory anyone may search. A root child runs
+    # under a uid of its own (sandbox.limit_tasks), for which access(2) (shutil.which) answers as
+    # for any user: inside pytest's 0700 tmp_path it would find nothing
+    tools = Path(tempfile.mkdtemp(prefix="ko-tools-"))
+    tools.chmod(0o755)
+    request.addfinalizer(lambda: shutil.rmtree(tools, ignore_errors=True))
+    allowed, other = tools / "allowed", tools / "other"
     for d, tool in ((allowed, "tool_a"), (other, "tool_b")):
         d.mkdir()
         shutil.copy("/bin/true", d / tool)  # dynamically linked

@@ -1,0 +1,182 @@
+"""A confined child's tasks are bounded, root too (sandbox.limit_tasks, _confined_child.confine).
+
+RLIMIT_NPROC is the kernel's bound on a user's tasks (processes and threads), and the kernel never
+enforces it for root: a problem file that forks without end in a child of a server run as root
+would fill the machine's process table before any deadline. A root child therefore moves to a uid
+of its own that keeps root's file access alone (Landlock decides what it opens) and cannot become
+root again; its tree then ends at its bound with EAGAIN, and everything is reaped as before.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+
+import pytest
+from test_torch_child import needs_landlock, probe_package
+
+from kernelopt_mcp.confined_python import ChildLimits, run_confined_python
+from kernelopt_mcp.sandbox import CONFINED_UID_BASE
+
+ROOT = os.getuid() == 0
+
+FORKS = """
+import json, os, sys, threading, time
+
+def forks():
+    kids = []
+    while len(kids) < 10000:
+        try:
+            pid = os.fork()
+        except OSError as exc:
+            return kids, exc.strerror
+        if pid == 0:
+            time.sleep(2)
+            os._exit(0)
+        kids.append(pid)
+    return kids, "never refused"
+
+kids, why = forks()
+try:
+    threading.Thread(target=time.sleep, args=(0.1,)).start()
+    thread = "started"
+except RuntimeError as exc:
+    thread = str(exc)
+try:
+    os.setresuid(0, 0, 0)
+    root = "became root"
+except OSError as exc:
+    root = exc.strerror
+secret = sys.argv[1]
+try:
+    read = open(secret).read()
+except OSError as exc:
+    read = exc.strerror
+print(json.dumps({"forks": len(kids), "why": why, "thread": thread, "uid": os.getuid(), "root": root,
+                  "read": read}))
+"""
+
+
+@needs_landlock
+def test_a_child_that_forks_without_end_stops_at_its_bound_and_cannot_become_root(tmp_path: Path) -> None:
+    package = probe_package(tmp_path, "forks_probe", FORKS)
+    readable = tmp_path / "readable"
+    readable.mkdir()
+    secret = readable / "only-root-may-read.txt"
+    secret.write_text("the file the child was given")
+    secret.chmod(0o600)
+    staging = tmp_path / "staging"
+    staging.mkdir()
+    began = time.monotonic()
+    result = run_confined_python("forks_probe", [str(secret)], staging=staging, python_path=[str(package.parent)],
+                                 read=[str(package), str(readable)], limits=ChildLimits(timeout_s=60, tasks=40))
+    assert result.returncode == 0, result.stderr_tail
+    out = json.loads(result.stdout)
+    # 40 tasks more than the child had (for another user: more than the user had, give or take
+    # what the user's other processes started or ended meanwhile)
+    assert out["why"] == "Resource temporarily unavailable", out
+    assert out["forks"] == 40 if ROOT else 20 <= out["forks"] <= 60, out
+    assert out["thread"] == "can't start new thread", out
+    assert out["read"] == "the file the child was given"  # what Landlock lets it read, it reads
+    if ROOT:
+        assert out["uid"] >= CONFINED_UID_BASE and out["root"] == "Operation not permitted", out
+    assert time.monotonic() - began < 30
+    left = [p for p in os.listdir("/proc") if p.isdigit() and _uid(p) == out["uid"]] if ROOT else []
+    assert left == []  # the tree was reaped with the child
+
+
+BOMB = """
+import os, time
+while True:
+    try:
+        os.fork()
+    except OSError:
+        time.sleep(0.05)
+"""
+
+
+@needs_landlock
+def test_a_fork_bomb_holds_at_most_its_bound_and_is_reaped_at_the_deadline(tmp_path: Path) -> None:
+    package = probe_package(tmp_path, "bomb_probe", BOMB)
+    staging = tmp_path / "staging"
+    staging.mkdir()
+    before = _tasks()
+    result = run_confined_python("bomb_probe", [], staging=staging, python_path=[str(package.parent)],
+                                 read=[str(package)], limits=ChildLimits(timeout_s=4, tasks=64))
+    assert result.timed_out
+    # the machine's task count is back (other tests may run beside this one: a wide margin, far
+    # below what an unbounded bomb reaches in 4 s)
+    assert _tasks() < before + 64
+
+
+JOBS = """
+import json, os, time
+from pathlib import Path
+from kernelopt_mcp._confined_child import run_confined_jobs
+
+staging = Path.cwd()
+
+def job(name):
+    def work():
+        n = 0
+        try:
+            while True:
+                if os.fork() == 0:
+                    time.sleep(3)
+                    os._exit(0)
+                n += 1
+        except OSError:
+            pass
+        (staging / name / "out.json").write_text(json.dumps({"forks": n, "uid": os.getuid()}))
+    return work
+
+for name in ("a", "b"):
+    (staging / name).mkdir()
+statuses = run_confined_jobs([(str(staging / n), job(n)) for n in ("a", "b")], 30.0, parallel=2)
+print(json.dumps({"statuses": statuses,
+                  "jobs": {n: json.loads((staging / n / "out.json").read_text()) for n in ("a", "b")}}))
+"""
+
+
+@needs_landlock
+def test_each_job_has_a_bound_of_its_own(tmp_path: Path) -> None:
+    """The timing child's jobs run side by side: each counts its own tasks (its own uid, for root),
+    so one problem's threads never starve another's."""
+    import kernelopt_mcp
+
+    package = probe_package(tmp_path, "tasks_jobs_probe", JOBS)
+    ours = Path(kernelopt_mcp.__file__).resolve().parent
+    staging = tmp_path / "staging"
+    staging.mkdir()
+    result = run_confined_python("tasks_jobs_probe", [], staging=staging,
+                                 python_path=[str(package.parent), str(ours.parent)], read=[str(package), str(ours)],
+                                 limits=ChildLimits(timeout_s=60, tasks=30), each_job=True)
+    assert result.returncode == 0, result.stderr_tail
+    out = json.loads(result.stdout.decode().strip().splitlines()[-1])
+    a, b = out["jobs"]["a"], out["jobs"]["b"]
+    assert out["statuses"] == [0, 0], out
+    if not ROOT:
+        pytest.skip("for another user, the jobs share the user's count")
+    assert a["forks"] == b["forks"] == 30, out  # each its 30, side by side
+    assert a["uid"] != b["uid"] and min(a["uid"], b["uid"]) >= CONFINED_UID_BASE, out
+
+
+def _uid(pid: str) -> int | None:
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            return next(int(line.split()[1]) for line in f if line.startswith("Uid:"))
+    except (OSError, StopIteration):
+        return None
+
+
+def _tasks() -> int:
+    count = 0
+    for pid in os.listdir("/proc"):
+        if pid.isdigit():
+            try:
+                count += len(os.listdir(f"/proc/{pid}/task"))
+            except OSError:
+                pass
+    return count
