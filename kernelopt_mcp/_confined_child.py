@@ -40,6 +40,7 @@ import json
 import os
 import resource
 import runpy
+import shutil
 import signal
 import subprocess
 import sys
@@ -57,6 +58,11 @@ TIMED_OUT = 124
 _PR_SET_CHILD_SUBREAPER = 36
 #: the confinement (CONFIG, JSON) a child started with ``each_job`` applies to each job it forks
 EACH_JOB_ENV = "KERNELOPT_CONFINE_EACH_JOB"
+#: where a child's (and each job's) TMPDIR is made, a directory of its own, removed when it ends:
+#: programs check their TMPDIR with access(2) for their real uid (a compiler's "Cannot create
+#: temporary file"), and a child of root's has a uid of its own (sandbox.limit_tasks), for which a
+#: directory below one only root may search (a workspace under /root) would fail that check
+SYSTEM_TMP = "/tmp"
 # files and directories any Python and its libraries read at run time (the loader's cache, time
 # zones, the CPU count and topology that BLAS and OpenMP runtimes ask for)
 SYSTEM_READ = (
@@ -91,6 +97,15 @@ def _map_the_driver() -> None:
         ctypes.CDLL("libcuda.so.1")
     except OSError:
         pass
+
+
+def _private_tmp() -> str | None:
+    """A new directory of its own in SYSTEM_TMP, for one child or job (None where none can be made:
+    the TMPDIR it was started with stays)."""
+    try:
+        return tempfile.mkdtemp(prefix="kernelopt-child-", dir=SYSTEM_TMP)
+    except OSError:
+        return None
 
 
 def _refuse(message: str, **extra: str) -> int:
@@ -165,13 +180,16 @@ def supervise(config: dict[str, Any]) -> int:
             found = False
         if not found:
             return _refuse(f"{module} cannot be imported by {sys.executable}", missing=module)
+    tmp = None if config.get("each_job") else _private_tmp()  # each job makes its own
     try:
-        child = subprocess.Popen([sys.executable, "-I", "-B", __file__, "--child", json.dumps(config)],
+        child = subprocess.Popen([sys.executable, "-I", "-B", __file__, "--child", json.dumps({**config, "tmp": tmp})],
                                  stdin=subprocess.DEVNULL)
     except OSError as exc:
         return _refuse(f"cannot start the child: {exc}")
     code = _wait(child, config["timeout_s"])
     _reap_all()
+    if tmp is not None:
+        shutil.rmtree(tmp, ignore_errors=True)
     if code is None:
         return TIMED_OUT
     return code if code >= 0 else 128 - code
@@ -227,15 +245,20 @@ def confine(config: dict[str, Any]) -> str:
     if gpu:
         _map_the_driver()
     # before Landlock (it reads /proc): for root, a uid of its own, so the kernel counts its tasks
+    tmp = config.get("tmp")
+    writes = [*config["write"], *([tmp] if tmp else [])]
+    if tmp:
+        os.environ["TMPDIR"] = tmp
+        tempfile.tempdir = None
     was = os.getuid()
-    bound = sandbox.limit_tasks(config["tasks"])
+    bound = sandbox.limit_tasks(config["tasks"], own=writes)
     if os.getuid() != was and not any(os.environ.get(k) for k in ("LOGNAME", "USER", "LNAME", "USERNAME")):
         os.environ["LOGNAME"] = "kernelopt"  # getpass.getuser() (torch's caches): the uid has no passwd entry
     if config["confine"] == "landlock":
         done = sandbox.restrict(
             read=[*_installation(), *config["read"], *sandbox.mapped_library_dirs(), *library_path, *SYSTEM_READ,
                   *(GPU_READ if gpu else ())],
-            write=[*config["write"], "/dev/null", *((*sorted(glob.glob(GPU_DEVICE_FILES)), *GPU_WRITE) if gpu else ())],
+            write=[*writes, "/dev/null", *((*sorted(glob.glob(GPU_DEVICE_FILES)), *GPU_WRITE) if gpu else ())],
             # the dynamic loader with what may be executed: dynamically linked programs need it
             execute=[*config.get("execute", []), *(sandbox.dynamic_loader() if config.get("execute") else ())],
             list_only=config["python_path"],
@@ -268,7 +291,7 @@ def _become_subreaper() -> str | None:
 def run_confined_job(directory: str, work: Callable[[], object], timeout_s: float) -> int | None:
     """Run ``work`` in a process of its own, forked from this child (started with ``each_job``),
     confined as the child would have been except that it may write ``directory`` alone (its
-    HOME, TMPDIR and working directory); then kill every process it left behind. Returns its exit
+    HOME and working directory) and a TMPDIR of its own; then kill every process it left behind. Returns its exit
     status (0: ``work`` returned; 1: it raised, the traceback on stderr; ``REFUSED``: it could not
     confine itself, the reason on stderr; 128 + N: signal N), or None where it ran past
     ``timeout_s`` and was killed.
@@ -288,6 +311,7 @@ def run_confined_jobs(jobs: Sequence[tuple[str, Callable[[], object]]], timeout_
     that fits starts, and one that fits nowhere runs alone. Their exit statuses in order."""
     config = json.loads(os.environ[EACH_JOB_ENV])
     weight = [weights[i] if i < len(weights) else 0 for i in range(len(jobs))]
+    tmps: list[str] = []
     statuses: list[int | None] = [None] * len(jobs)
     waiting = list(range(len(jobs)))
     running: dict[int, tuple[int, float]] = {}  # pid: (its job, its deadline)
@@ -298,7 +322,9 @@ def run_confined_jobs(jobs: Sequence[tuple[str, Callable[[], object]]], timeout_
             if not fits:
                 break
             waiting.remove(i := fits[0])
-            running[_fork_job(*jobs[i], config)] = (i, time.monotonic() + timeout_s)
+            tmp = _private_tmp()
+            tmps += [tmp] if tmp else []
+            running[_fork_job(*jobs[i], {**config, "tmp": tmp})] = (i, time.monotonic() + timeout_s)
         for pid, (i, deadline) in list(running.items()):
             done, raw = os.waitpid(pid, os.WNOHANG)
             if done:
@@ -313,6 +339,8 @@ def run_confined_jobs(jobs: Sequence[tuple[str, Callable[[], object]]], timeout_
         if running:
             time.sleep(0.02)
     _reap_all()  # the jobs' leftovers: orphans are re-parented to this child
+    for tmp in tmps:
+        shutil.rmtree(tmp, ignore_errors=True)
     return statuses
 
 
@@ -321,7 +349,7 @@ def _fork_job(directory: str, work: Callable[[], object], config: dict[str, Any]
     it is confined."""
     home, tmp = Path(directory) / ".home", Path(directory) / ".tmp"
     home.mkdir(parents=True, exist_ok=True)
-    tmp.mkdir(exist_ok=True)
+    tmp.mkdir(exist_ok=True)  # its TMPDIR where no directory of its own could be made in SYSTEM_TMP
     sys.stdout.flush()
     sys.stderr.flush()
     with warnings.catch_warnings():  # "this process is multi-threaded": torch's idle threads hold no lock the job needs

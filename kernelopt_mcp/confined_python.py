@@ -1,11 +1,12 @@
 """Run a Python module of a client's (a PyTorch problem's import, a reference) in a confined child.
 
 The child (``_confined_child.py``) runs under a supervisor of its own that reaps its whole
-process tree; it gets :func:`~kernelopt_mcp.executables.child_env` (HOME and TMPDIR inside its
-staging directory), ``python -I`` (no PYTHON* variables, no user site, neither the working
-directory nor a script's on sys.path), and confines itself like the NumPy oracle worker before it
-runs anything: Landlock (it reads the Python installation and what the caller names, writes only
-its staging directory), seccomp (no sockets, no signals out), rlimits. Its output is read from
+process tree; it gets :func:`~kernelopt_mcp.executables.child_env` (HOME inside its staging
+directory, TMPDIR a directory of its own in /tmp), ``python -I`` (no PYTHON* variables, no user
+site, neither the working directory nor a script's on sys.path), and confines itself like the NumPy
+oracle worker before it runs anything: Landlock (it reads the Python installation and what the
+caller names, writes only its staging directory and TMPDIR), seccomp (no sockets, no signals out),
+rlimits, a bound on its tasks (for root under a uid of its own: ``sandbox.limit_tasks``). Its output is read from
 pipes up to a deadline, never to an end of file that a process it left behind could hold.
 
 Where the kernel has no Landlock the run is refused unless the operator accepted unconfined code
@@ -146,7 +147,8 @@ def run_confined_python(
         python_path: directories put first on the child's sys.path; listed, not read: name the
             directories it may read in ``read`` (a package's own directory, not the checkout).
         requires: modules that must be importable (found, not imported) before the module runs.
-        env: variables added to :func:`child_env` (HOME and TMPDIR are the staging directory's).
+        env: variables added to :func:`child_env` (HOME is the staging directory's; TMPDIR a
+            directory of the child's own in /tmp, ``_confined_child.SYSTEM_TMP``).
         execute: files and directories the child may execute (and read), e.g. triton's ptxas.
         gpu: the NVIDIA device files are readable and writable (ioctl too), and what the CUDA
             driver reads about the devices readable: the child can run CUDA.

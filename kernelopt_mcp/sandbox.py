@@ -314,10 +314,10 @@ _PR_SET_KEEPCAPS = 8
 _PR_CAP_AMBIENT, _PR_CAP_AMBIENT_RAISE = 47, 2
 _CAPABILITY_V3 = 0x20080522
 #: what a confined process that started as root keeps once it has a uid of its own: file access as
-#: root had it (CAP_DAC_OVERRIDE, CAP_DAC_READ_SEARCH, CAP_FOWNER; Landlock decides what it may
-#: open), nothing else: no CAP_SETUID to return to root, no CAP_SYS_RESOURCE or CAP_SYS_ADMIN to
-#: pass the bound, no CAP_KILL, CAP_SYS_PTRACE, CAP_NET_*
-_FILE_CAPS = (1, 2, 3)
+#: root had it (CAP_DAC_OVERRIDE, CAP_DAC_READ_SEARCH; Landlock decides what it may open), nothing
+#: else: no CAP_SETUID to return to root, no CAP_SYS_RESOURCE or CAP_SYS_ADMIN to pass the bound,
+#: no CAP_CHOWN or CAP_FOWNER (Landlock does not cover chown and chmod), no CAP_KILL, CAP_NET_*
+_FILE_CAPS = (1, 2)
 #: a confined process that started as root runs as this + its process id: a uid no account has, its
 #: own for its process tree, whose tasks the kernel counts against that tree's bound alone
 CONFINED_UID_BASE = 0x7A000000
@@ -347,14 +347,26 @@ def _tasks_of(uid: int) -> int:
     return count
 
 
-def limit_tasks(new: int) -> str:
+def _give(directories: Iterable[str], uid: int) -> None:
+    """Everything beneath ``directories`` to ``uid`` (no link followed): what the process writes,
+    which programs check with access(2) for their real uid (a compiler's TMPDIR)."""
+    for top in directories:
+        os.chown(top, uid, -1, follow_symlinks=False)
+        for root, dirs, files in os.walk(top):
+            for name in dirs + files:
+                os.chown(os.path.join(root, name), uid, -1, follow_symlinks=False)
+
+
+def limit_tasks(new: int, own: Iterable[str] = ()) -> str:
     """At most ``new`` more tasks (processes and threads: a fork bomb ends there, EAGAIN; 0: none,
     ever) in this process and everything it starts, by RLIMIT_NPROC, which the kernel counts per real uid and
     never enforces for root. So a process that runs as root first moves to a uid of its own
     (CONFINED_UID_BASE + its pid), keeping only root's file access (_FILE_CAPS, also across exec as
-    ambient capabilities: Landlock confines its files either way); it cannot become root again.
-    Another user's process is bounded at the tasks its uid has now plus ``new``. Call it while this
-    process has one thread (a capability set is a thread's own). Returns what was applied.
+    ambient capabilities: Landlock confines its files either way); it cannot become root again, and
+    access(2) answers for that uid without capabilities, so the directories it writes (``own``) are
+    given to it first. Another user's process is bounded at the tasks its uid has now plus ``new``.
+    Call it while this process has one thread (a capability set is a thread's own). Returns what
+    was applied.
 
     Raises:
         LandlockError: the uid changed but its file access could not be kept.
@@ -373,6 +385,7 @@ def limit_tasks(new: int) -> str:
     zero = ctypes.c_ulong(0)
     libc.prctl(ctypes.c_int(_PR_SET_KEEPCAPS), ctypes.c_ulong(1), zero, zero, zero)
     try:
+        _give(own, uid)
         os.setresuid(uid, uid, uid)
     except OSError as exc:  # a user namespace that maps no such uid: the bound does not hold
         return f"tasks not bounded (root cannot take uid {uid}: {exc.strerror})"

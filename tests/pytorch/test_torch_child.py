@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 from test_torch_workspace import FakeWorkspace
 
+from kernelopt_mcp._confined_child import SYSTEM_TMP
 from kernelopt_mcp.confined_python import ChildLimits, installed_requirements, run_confined_python
 from kernelopt_mcp.sandbox import landlock_abi
 from kernelopt_mcp.torch_workspace import create_torch_workload
@@ -151,7 +152,9 @@ def test_run_confined_python_runs_a_module_that_writes_only_its_staging_director
     assert result.returncode == 0 and not result.timed_out, result.stderr_tail
     answer = json.loads(result.stdout)
     assert answer["args"] == ["hello"] and (staging / "out.txt").read_text() == "hello"
-    assert answer["home"].startswith(str(staging.resolve())) and answer["tmp"].startswith(str(staging.resolve()))
+    assert answer["home"].startswith(str(staging.resolve()))
+    # TMPDIR: a directory of its own that any user may reach (access(2) for a child's own uid), gone after
+    assert answer["tmp"].startswith(f"{SYSTEM_TMP}/kernelopt-child-") and not Path(answer["tmp"]).exists()
 
     missing = run_confined_python("probe_mod", [], staging=staging, python_path=[str(package.parent)],
                                   read=[str(package)], requires=["no_such_module_here"])
@@ -427,7 +430,8 @@ def test_each_job_runs_confined_in_its_own_process_and_cannot_reach_another(tmp_
     assert out["raises"] == 1 and "the job's own error" in result.stderr_tail
     assert out["honest"] == 0 and out["result"] == "its own" and out["answer"] == "the parent's"
     home, tmp = out["home"].split()
-    assert home.startswith(str((staging / "honest").resolve())) and tmp.startswith(str((staging / "honest").resolve()))
+    assert home.startswith(str((staging / "honest").resolve()))
+    assert tmp.startswith(f"{SYSTEM_TMP}/kernelopt-child-") and not Path(tmp).exists()
 
 
 PARALLEL_JOBS = """
