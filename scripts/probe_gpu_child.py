@@ -21,6 +21,8 @@ def install(prog):  # no_new_privs, then the classic-BPF seccomp program
     libc.prctl(38, 1, 0, 0, 0)
     assert libc.prctl(22, 2, ctypes.byref(fp), 0, 0) == 0, ctypes.get_errno()
 try:
+    if part in ("tasks", "all"):  # RLIMIT_NPROC, for root under a uid of its own with root's file access only
+        applied.append(sandbox.limit_tasks(512))
     if part.startswith("landlock") or part == "all":
         # landlock_abi4: no ioctl-on-device right and no scoping handled; _rootread: every file readable;
         # _shm: /dev/shm writable; _rootwrite: everything writable (only the scoping and TCP rules left)
