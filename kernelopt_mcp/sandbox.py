@@ -347,14 +347,17 @@ def _tasks_of(uid: int) -> int:
     return count
 
 
-def _give(directories: Iterable[str], uid: int) -> None:
-    """Everything beneath ``directories`` to ``uid`` (no link followed): what the process writes,
-    which programs check with access(2) for their real uid (a compiler's TMPDIR)."""
+def give(directories: Iterable[str], uid: int, *, strict: bool = True) -> None:
+    """Everything beneath ``directories`` to ``uid`` (no link followed): to a confined process of
+    root's, what it writes, which programs check with access(2) for their real uid (a compiler's
+    TMPDIR); back to root once it ended. ``strict`` False: what cannot be given is skipped."""
     for top in directories:
-        os.chown(top, uid, -1, follow_symlinks=False)
-        for root, dirs, files in os.walk(top):
-            for name in dirs + files:
-                os.chown(os.path.join(root, name), uid, -1, follow_symlinks=False)
+        for path in [top, *(os.path.join(r, n) for r, dirs, files in os.walk(top) for n in dirs + files)]:
+            try:
+                os.chown(path, uid, -1, follow_symlinks=False)
+            except OSError:
+                if strict:
+                    raise
 
 
 def limit_tasks(new: int, own: Iterable[str] = ()) -> str:
@@ -385,7 +388,7 @@ def limit_tasks(new: int, own: Iterable[str] = ()) -> str:
     zero = ctypes.c_ulong(0)
     libc.prctl(ctypes.c_int(_PR_SET_KEEPCAPS), ctypes.c_ulong(1), zero, zero, zero)
     try:
-        _give(own, uid)
+        give(own, uid)
         os.setresuid(uid, uid, uid)
     except OSError as exc:  # a user namespace that maps no such uid: the bound does not hold
         return f"tasks not bounded (root cannot take uid {uid}: {exc.strerror})"

@@ -50,6 +50,7 @@ try:
 except OSError as exc:
     root = exc.strerror
 secret = sys.argv[1]
+open("written.txt", "w").write(str(os.getuid()))  # in its staging directory, given to its uid
 try:
     read = open(secret).read()
 except OSError as exc:
@@ -85,6 +86,8 @@ def test_a_child_that_forks_without_end_stops_at_its_bound_and_cannot_become_roo
     assert time.monotonic() - began < 30
     left = [p for p in os.listdir("/proc") if p.isdigit() and _uid(p) == out["uid"]] if ROOT else []
     assert left == []  # the tree was reaped with the child
+    written = staging / "written.txt"
+    assert written.read_text() == str(out["uid"]) and written.stat().st_uid == os.getuid()  # root's again
 
 
 BOMB = """
