@@ -362,8 +362,8 @@ def give(directories: Iterable[str], uid: int, *, strict: bool = True) -> None:
 
 def limit_tasks(new: int, own: Iterable[str] = ()) -> str:
     """At most ``new`` more tasks (processes and threads: a fork bomb ends there, EAGAIN; 0: none,
-    ever) in this process and everything it starts, by RLIMIT_NPROC, which the kernel counts per real uid and
-    never enforces for root. So a process that runs as root first moves to a uid of its own
+    ever) in this process and everything it starts, by RLIMIT_NPROC, which the kernel counts per
+    real uid and never enforces for root. So a process that runs as root first moves to a uid of its own
     (CONFINED_UID_BASE + its pid), keeping only root's file access (_FILE_CAPS, also across exec as
     ambient capabilities: Landlock confines its files either way); it cannot become root again, and
     access(2) answers for that uid without capabilities, so the directories it writes (``own``) are
@@ -372,7 +372,8 @@ def limit_tasks(new: int, own: Iterable[str] = ()) -> str:
     was applied.
 
     Raises:
-        LandlockError: the uid changed but its file access could not be kept.
+        OSError: ``own`` could not be given to the uid; LandlockError: the uid changed but its file
+            access could not be kept.
     """
     import resource  # a worker's module: Linux only by design
 
@@ -387,8 +388,8 @@ def limit_tasks(new: int, own: Iterable[str] = ()) -> str:
     libc = _libc()
     zero = ctypes.c_ulong(0)
     libc.prctl(ctypes.c_int(_PR_SET_KEEPCAPS), ctypes.c_ulong(1), zero, zero, zero)
+    give(own, uid)
     try:
-        give(own, uid)
         os.setresuid(uid, uid, uid)
     except OSError as exc:  # a user namespace that maps no such uid: the bound does not hold
         return f"tasks not bounded (root cannot take uid {uid}: {exc.strerror})"
