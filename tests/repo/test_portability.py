@@ -27,7 +27,7 @@ POSIX_SIGNALS = {"SIGKILL", "SIGHUP", "SIGUSR1", "SIGUSR2", "SIGALRM", "SIGCHLD"
 KNOWN = {
     "kernelopt_mcp/_compile_worker.py": ["resource"],  # rlimits of the compile worker
     # the torch child's supervisor, and the process per job it forks (run_confined_job)
-    "kernelopt_mcp/_confined_child.py": ["/proc", "os.WNOHANG", "os.fork", "resource", "signal.SIGKILL"],
+    "kernelopt_mcp/_confined_child.py": ["/proc", "os.WNOHANG", "os.fork", "os.getuid", "resource", "signal.SIGKILL"],
     "kernelopt_mcp/compile_options.py": ["os.sysconf"],  # guarded: physical memory 0 where unknown
     # what a confined child wrote read as a plain file only (read_child_file)
     "kernelopt_mcp/confined_python.py": ["os.O_CLOEXEC", "os.O_NOFOLLOW", "os.O_NONBLOCK"],
@@ -41,7 +41,7 @@ KNOWN = {
     "kernelopt_mcp/server/http_guard.py": ["resource"],  # the open-file limit raised for --http
     "kernelopt_mcp/suite_imports.py": ["resource"],  # each import child's memory cap, set as it starts
     # Landlock, the workers' VmSize: Linux only by design
-    "kernelopt_mcp/sandbox.py": ["/proc", "os.O_CLOEXEC", "os.O_PATH", "resource"],
+    "kernelopt_mcp/sandbox.py": ["/proc", "os.O_CLOEXEC", "os.O_PATH", "os.chown", "os.getuid", "resource"],
     "kernelopt_mcp/workspace.py": ["fcntl", "os.O_CLOEXEC"],  # flock per workload name
 }
 
