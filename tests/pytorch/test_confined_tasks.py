@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 
 import pytest
-from test_torch_child import needs_landlock, probe_package
+from test_torch_child import needs_landlock, probe_package, run_jobs_probe
 
 from kernelopt_mcp.confined_python import ChildLimits, run_confined_python
 from kernelopt_mcp.sandbox import CONFINED_UID_BASE
@@ -147,17 +147,7 @@ print(json.dumps({"statuses": statuses,
 def test_each_job_has_a_bound_of_its_own(tmp_path: Path) -> None:
     """The timing child's jobs run side by side: each counts its own tasks (its own uid, for root),
     so one problem's threads never starve another's."""
-    import kernelopt_mcp
-
-    package = probe_package(tmp_path, "tasks_jobs_probe", JOBS)
-    ours = Path(kernelopt_mcp.__file__).resolve().parent
-    staging = tmp_path / "staging"
-    staging.mkdir()
-    result = run_confined_python("tasks_jobs_probe", [], staging=staging,
-                                 python_path=[str(package.parent), str(ours.parent)], read=[str(package), str(ours)],
-                                 limits=ChildLimits(timeout_s=60, tasks=30), each_job=True)
-    assert result.returncode == 0, result.stderr_tail
-    out = json.loads(result.stdout.decode().strip().splitlines()[-1])
+    out = run_jobs_probe(tmp_path, "tasks_jobs_probe", JOBS, ChildLimits(timeout_s=60, tasks=30))
     a, b = out["jobs"]["a"], out["jobs"]["b"]
     assert out["statuses"] == [0, 0], out
     if not ROOT:

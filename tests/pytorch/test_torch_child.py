@@ -15,6 +15,7 @@ import socket
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 from test_torch_workspace import FakeWorkspace
@@ -78,6 +79,23 @@ def probe_package(tmp_path: Path, name: str, main: str) -> Path:
     (package / "__init__.py").write_text("")
     (package / "__main__.py").write_text(main)
     return package
+
+
+def run_jobs_probe(tmp_path: Path, name: str, main: str, limits: ChildLimits) -> dict[str, Any]:
+    """``main`` run as the PyTorch timing child runs (``each_job``: it may import kernelopt_mcp to
+    hand out jobs), in ``tmp_path/staging``; the JSON object it printed last."""
+    import kernelopt_mcp
+
+    package = probe_package(tmp_path, name, main)
+    ours = Path(kernelopt_mcp.__file__).resolve().parent
+    staging = tmp_path / "staging"
+    staging.mkdir()
+    result = run_confined_python(name, [], staging=staging, python_path=[str(package.parent), str(ours.parent)],
+                                 read=[str(package), str(ours)], limits=limits, each_job=True)
+    assert result.returncode == 0, result.stderr_tail
+    out: dict[str, Any] = json.loads(result.stdout.decode().strip().splitlines()[-1])
+    out["stderr"] = result.stderr_tail
+    return out
 
 
 def stand_in_torch(directory: Path) -> Path:
@@ -410,16 +428,8 @@ def test_each_job_runs_confined_in_its_own_process_and_cannot_reach_another(tmp_
     signal its parent, and what it leaves running is killed before the next job starts, so a
     daemon cannot fake the next job's answer; a job past its deadline is killed (None); one that
     raises ends alone (status 1); the next still runs, with HOME and TMPDIR inside its directory."""
-    import kernelopt_mcp
-
-    package = probe_package(tmp_path, "jobs_probe", JOBS)
-    ours = Path(kernelopt_mcp.__file__).resolve().parent
+    out = run_jobs_probe(tmp_path, "jobs_probe", JOBS, ChildLimits(timeout_s=90))
     staging = tmp_path / "staging"
-    staging.mkdir()
-    result = run_confined_python("jobs_probe", [], staging=staging, python_path=[str(package.parent), str(ours.parent)],
-                                 read=[str(package), str(ours)], limits=ChildLimits(timeout_s=90), each_job=True)
-    assert result.returncode == 0, result.stderr_tail
-    out = json.loads(result.stdout.decode().strip().splitlines()[-1])
     tries = out["tries"]
     assert tries["own directory"] == "ok", tries
     assert (tries["write another job's answer"] == errno.EACCES
@@ -427,7 +437,7 @@ def test_each_job_runs_confined_in_its_own_process_and_cannot_reach_another(tmp_
     assert tries["read the parent's answer"] == errno.EACCES and tries["signal the parent"] == errno.EPERM, tries
     assert out["hostile"] == 0 and out["left after hostile"] == [] and out["left"] == []
     assert out["slow"] is None and out["slow seconds"] < 10
-    assert out["raises"] == 1 and "the job's own error" in result.stderr_tail
+    assert out["raises"] == 1 and "the job's own error" in out["stderr"]
     assert out["honest"] == 0 and out["result"] == "its own" and out["answer"] == "the parent's"
     home, tmp = out["home"].split()
     assert home.startswith(str((staging / "honest").resolve()))
@@ -486,17 +496,7 @@ def test_confined_jobs_run_side_by_side_each_to_itself(tmp_path: Path) -> None:
     first three run at the same time, the fourth when one ends; each writes only its own directory;
     one past its deadline is killed (None); what any left running is killed once all have ended.
     With weights (the GPU memory a problem holds) the jobs at once stay within the capacity."""
-    import kernelopt_mcp
-
-    package = probe_package(tmp_path, "parallel_probe", PARALLEL_JOBS)
-    ours = Path(kernelopt_mcp.__file__).resolve().parent
-    staging = tmp_path / "staging"
-    staging.mkdir()
-    result = run_confined_python("parallel_probe", [], staging=staging,
-                                 python_path=[str(package.parent), str(ours.parent)], read=[str(package), str(ours)],
-                                 limits=ChildLimits(timeout_s=90), each_job=True)
-    assert result.returncode == 0, result.stderr_tail
-    out = json.loads(result.stdout.decode().strip().splitlines()[-1])
+    out = run_jobs_probe(tmp_path, "parallel_probe", PARALLEL_JOBS, ChildLimits(timeout_s=90))
     spans = out["spans"]
     assert out["statuses"] == [0, 0, 0, None], out
     assert spans["b"][0] < spans["a"][1] and spans["c"][0] < spans["a"][1]  # a, b and c at once
