@@ -253,7 +253,7 @@ def confine(config: dict[str, Any]) -> str:
         os.environ["TMPDIR"] = tmp
         tempfile.tempdir = None
     was = os.getuid()
-    bound = sandbox.limit_tasks(config["tasks"], own=writes)
+    bound = sandbox.limit_tasks(config["tasks"], own=writes, own_uid=config.get("own_uid", True))
     if os.getuid() != was and not any(os.environ.get(k) for k in ("LOGNAME", "USER", "LNAME", "USERNAME")):
         os.environ["LOGNAME"] = "kernelopt"  # getpass.getuser() (torch's caches): the uid has no passwd entry
     if config["confine"] == "landlock":

@@ -21,14 +21,17 @@ CUDA driver reads about the devices (``_confined_child.GPU_READ``); ``execute`` 
 from __future__ import annotations
 
 import errno
+import functools
 import importlib.metadata
 import json
+import logging
 import os
 import re
 import selectors
 import stat
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -37,6 +40,8 @@ from pathlib import Path
 from .compile_options import CompileLimits
 from .executables import child_env, kill_group
 from .sandbox import WorkerCaps, landlock_abi
+
+log = logging.getLogger(__name__)
 
 SUPERVISOR = Path(__file__).resolve().with_name("_confined_child.py")
 REFUSED = 125  # _confined_child.REFUSED
@@ -140,6 +145,7 @@ def run_confined_python(
     module: str, args: Sequence[str], *, staging: Path, python: str = sys.executable, python_path: Sequence[str] = (),
     read: Sequence[str] = (), requires: Sequence[str] = (), limits: ChildLimits | None = None,
     env: Mapping[str, str] | None = None, execute: Sequence[str] = (), gpu: bool = False, each_job: bool = False,
+    own_uid: bool = True,
 ) -> ChildResult:
     """Run ``python -m module *args`` confined, in ``staging`` (its only writable directory).
 
@@ -155,6 +161,8 @@ def run_confined_python(
         each_job: the module confines not itself but each job it runs
             (``_confined_child.run_confined_job``: a process of its own per job, which writes only
             the job's directory): its own start (an import) is paid once for many jobs.
+        own_uid: a child of root's runs under a uid of its own, its tasks bounded
+            (``sandbox.limit_tasks``); False keeps it root, unbounded (:func:`gpu_child_own_uid`).
     """
     limits = limits or ChildLimits()
     confine = "landlock"
@@ -175,7 +183,7 @@ def run_confined_python(
         "write": [str(staging)], "requires": list(requires), "timeout_s": limits.timeout_s, "confine": confine,
         "execute": [str(p) for p in execute], "gpu": gpu, "each_job": each_job,
         "memory_mb": limits.memory_cap_mb(), "cpu_s": limits.cpu_cap_s(), "fsize_mb": limits.fsize_mb,
-        "tasks": limits.tasks_cap(),
+        "tasks": limits.tasks_cap(), "own_uid": own_uid,
     }
     proc = subprocess.Popen(
         [python, "-I", "-B", str(SUPERVISOR), json.dumps(config)], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
@@ -283,6 +291,37 @@ def check_plain_tree(root: Path) -> None:
                 raise OSError(errno.EINVAL, f"{rel}: not a plain file (a link or a special file the child left)")
 
 
+@functools.cache
+def gpu_child_own_uid(python: str = sys.executable) -> bool:
+    """Whether a GPU child of a process run as root runs under a uid of its own (its tasks bounded:
+    ``sandbox.limit_tasks``), asked once per process: ``_cuda_probe`` starts CUDA in a confined GPU
+    child so; only where that fails and it starts as root do GPU children stay root (a warning says
+    their tasks are unbounded). The probe runs no client code, so no client can make this False.
+    Not root, or no CUDA driver here: True (nothing to decide)."""
+    if os.getuid() != 0:
+        return True
+    package = Path(__file__).resolve().parent
+
+    def init(own_uid: bool) -> object:
+        with tempfile.TemporaryDirectory(prefix="kernelopt-cuda-probe-") as staging:
+            result = run_confined_python(f"{package.name}._cuda_probe", [], staging=Path(staging), python=python,
+                                         python_path=[str(package.parent)], read=[str(package)],
+                                         limits=ChildLimits(timeout_s=120), gpu=True, own_uid=own_uid)
+        try:
+            return json.loads(result.stdout)["init"]
+        except (ValueError, KeyError, TypeError):
+            return f"no answer (exit {result.returncode}): {result.refused or result.stderr_tail[-300:]}"
+
+    first = init(True)
+    if first in (0, None):
+        return True
+    if init(False) == 0:
+        log.warning("CUDA does not start in a GPU child under a uid of its own here (%s): GPU children run as root, "
+                    "their processes and threads unbounded", first)
+        return False
+    return True
+
+
 def run_torch_child(
     module: str, args: Sequence[str], *, staging: Path, python: str = sys.executable, python_path: Sequence[str] = (),
     read: Sequence[str] = (), execute: Sequence[str] = (), limits: ChildLimits | None = None,
@@ -297,4 +336,5 @@ def run_torch_child(
         module, args, staging=staging, python=python, python_path=[str(package.parent), *installed.path, *python_path],
         read=[str(package), *installed.read, *python_path, *read], execute=execute, requires=["torch"], limits=limits,
         env={"CUDA_CACHE_PATH": str(staging / ".nv"), **(env or {})}, gpu=True, each_job=each_job,
+        own_uid=gpu_child_own_uid(python),
     )

@@ -360,14 +360,15 @@ def give(directories: Iterable[str], uid: int, *, strict: bool = True) -> None:
                     raise
 
 
-def limit_tasks(new: int, own: Iterable[str] = ()) -> str:
+def limit_tasks(new: int, own: Iterable[str] = (), *, own_uid: bool = True) -> str:
     """At most ``new`` more tasks (processes and threads: a fork bomb ends there, EAGAIN; 0: none,
     ever) in this process and everything it starts, by RLIMIT_NPROC, which the kernel counts per
     real uid and never enforces for root. So a process that runs as root first moves to a uid of its own
     (CONFINED_UID_BASE + its pid), keeping only root's file access (_FILE_CAPS, also across exec as
     ambient capabilities: Landlock confines its files either way); it cannot become root again, and
     access(2) answers for that uid without capabilities, so the directories it writes (``own``) are
-    given to it first. Another user's process is bounded at the tasks its uid has now plus ``new``.
+    given to it first (``own_uid`` False: root stays root, unbounded). Another user's process is
+    bounded at the tasks its uid has now plus ``new``.
     Call it while this process has one thread (a capability set is a thread's own). Returns what
     was applied.
 
@@ -380,6 +381,8 @@ def limit_tasks(new: int, own: Iterable[str] = ()) -> str:
     if os.getuid() != 0:
         set_rlimit(resource.RLIMIT_NPROC, _tasks_of(os.getuid()) + new if new else 0)
         return f"at most {new} more tasks" if new else "no new task"
+    if not own_uid:
+        return "tasks not bounded (root: CUDA does not start under a uid of its own here)"
     uid = CONFINED_UID_BASE + os.getpid()
     with open("/proc/self/status", encoding="ascii") as f:
         mine = next((int(line.split()[1]) for line in f if line.startswith("Threads:")), 1)

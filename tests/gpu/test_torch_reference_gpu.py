@@ -105,3 +105,15 @@ def test_the_tolerance_widens_for_the_modules_own_rounding_measured_on_the_gpu(
     assert wrong.status is Status.mismatch, wrong.message
     assert honest.tolerances["c"].source == "widened" and honest.tolerances["c"].rtol >= 0.02, honest.tolerances
     assert "differs from its float64 result by up to" in said and "not measured" not in said, said
+
+
+def test_cuda_starts_in_a_gpu_child_under_its_own_uid() -> None:
+    """On the GPU machine (root there) the GPU children move to a uid of their own, their tasks
+    bounded: the CUDA driver starts so (``_cuda_probe``); else they would stay root, unbounded."""
+    import os
+
+    from kernelopt_mcp.confined_python import gpu_child_own_uid
+
+    if os.getuid() != 0:
+        pytest.skip("not root: the children keep this uid")
+    assert gpu_child_own_uid.__wrapped__() is True

@@ -173,3 +173,40 @@ def _tasks() -> int:
             except OSError:
                 pass
     return count
+
+
+FAKE_DRIVER = """
+#include <unistd.h>
+/* a CUDA driver that starts only for root (CUDA_ERROR_OPERATING_SYSTEM, 304, for any other uid) or for anyone */
+int cuInit(unsigned flags) { (void)flags; return ROOT_ONLY && getuid() != 0 ? 304 : 0; }
+int cuDeviceGetCount(int *n) { *n = 1; return 0; }
+"""
+
+
+@needs_landlock
+@pytest.mark.skipif(not ROOT, reason="only a process run as root moves its children to a uid of their own")
+@pytest.mark.parametrize("root_only", [True, False, None])
+def test_gpu_children_stay_root_only_where_cuda_does_not_start_under_their_own_uid(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, root_only: bool | None) -> None:
+    """gpu_child_own_uid starts the CUDA driver (here a stand-in libcuda.so.1 on LD_LIBRARY_PATH)
+    in a confined GPU child under its own uid; only where that fails and the same child as root
+    succeeds do GPU children stay root. No driver at all: they move (nothing to keep)."""
+    import shutil
+    import subprocess
+
+    from kernelopt_mcp.confined_python import gpu_child_own_uid
+
+    if root_only is None:  # no driver library at all (this machine's case without the stand-in)
+        monkeypatch.setenv("LD_LIBRARY_PATH", str(tmp_path))
+        assert gpu_child_own_uid.__wrapped__() is True
+        return
+    compiler = shutil.which("cc") or shutil.which("gcc")
+    if compiler is None:
+        pytest.skip("no C compiler here for the stand-in driver")
+    lib = tmp_path / "lib"
+    lib.mkdir()
+    (tmp_path / "driver.c").write_text(FAKE_DRIVER)
+    subprocess.run([compiler, "-shared", "-fPIC", f"-DROOT_ONLY={int(root_only)}", "-o", str(lib / "libcuda.so.1"),
+                    str(tmp_path / "driver.c")], check=True)
+    monkeypatch.setenv("LD_LIBRARY_PATH", str(lib))
+    assert gpu_child_own_uid.__wrapped__() is not root_only
