@@ -30,7 +30,7 @@ KNOWN = {
     "kernelopt_mcp/_confined_child.py": ["/proc", "os.WNOHANG", "os.fork", "os.getuid", "resource", "signal.SIGKILL"],
     "kernelopt_mcp/compile_options.py": ["os.sysconf"],  # guarded: physical memory 0 where unknown
     # what a confined child wrote read as a plain file only (read_child_file)
-    "kernelopt_mcp/confined_python.py": ["os.O_CLOEXEC", "os.O_NOFOLLOW", "os.O_NONBLOCK"],
+    "kernelopt_mcp/confined_python.py": ["os.O_CLOEXEC", "os.O_NOFOLLOW", "os.O_NONBLOCK", "os.getuid"],
     "kernelopt_mcp/_oracle_worker.py": ["resource"],  # rlimits of the oracle worker
     # openat2 beneath a data root
     "kernelopt_mcp/data_files.py": ["os.O_CLOEXEC", "os.O_NOCTTY", "os.O_NOFOLLOW", "os.O_NONBLOCK"],
