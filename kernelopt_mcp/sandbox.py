@@ -373,8 +373,7 @@ def limit_tasks(new: int, own: Iterable[str] = (), *, own_uid: bool = True) -> s
     was applied.
 
     Raises:
-        OSError: ``own`` could not be given to the uid; LandlockError: the uid changed but its file
-            access could not be kept.
+        LandlockError: the uid changed but its file access could not be kept.
     """
     import resource  # a worker's module: Linux only by design
 
@@ -391,7 +390,9 @@ def limit_tasks(new: int, own: Iterable[str] = (), *, own_uid: bool = True) -> s
     libc = _libc()
     zero = ctypes.c_ulong(0)
     libc.prctl(ctypes.c_int(_PR_SET_KEEPCAPS), ctypes.c_ulong(1), zero, zero, zero)
-    give(own, uid)
+    # best effort: what cannot be given (a file system that refuses chown) stays writable through
+    # CAP_DAC_OVERRIDE; only access(2) checks of it would then fail
+    give(own, uid, strict=False)
     try:
         os.setresuid(uid, uid, uid)
     except OSError as exc:  # a user namespace that maps no such uid: the bound does not hold
