@@ -191,7 +191,7 @@ def supervise(config: dict[str, Any]) -> int:
     if tmp is not None:
         shutil.rmtree(tmp, ignore_errors=True)
     if os.getuid() == 0 and not config.get("each_job"):  # what the child wrote is root's again
-        _load_sandbox().give(config["write"], 0, strict=False)
+        _load_sandbox().give(config["write"], 0)
     if code is None:
         return TIMED_OUT
     return code if code >= 0 else 128 - code
@@ -344,7 +344,7 @@ def run_confined_jobs(jobs: Sequence[tuple[str, Callable[[], object]]], timeout_
     for tmp in tmps:
         shutil.rmtree(tmp, ignore_errors=True)
     if os.getuid() == 0:  # what the jobs wrote is root's again
-        _load_sandbox().give([directory for directory, _ in jobs], 0, strict=False)
+        _load_sandbox().give([directory for directory, _ in jobs], 0)
     return statuses
 
 

@@ -14,6 +14,7 @@ This module imports only the standard library: the worker loads it by path.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import errno
 import functools
@@ -347,17 +348,14 @@ def _tasks_of(uid: int) -> int:
     return count
 
 
-def give(directories: Iterable[str], uid: int, *, strict: bool = True) -> None:
-    """Everything beneath ``directories`` to ``uid`` (no link followed): to a confined process of
-    root's, what it writes, which programs check with access(2) for their real uid (a compiler's
-    TMPDIR); back to root once it ended. ``strict`` False: what cannot be given is skipped."""
+def give(directories: Iterable[str], uid: int) -> None:
+    """Everything beneath ``directories`` to ``uid`` (no link followed; what cannot be given is
+    skipped): to a confined process of root's, what it writes, which programs check with access(2)
+    for their real uid (a compiler's TMPDIR); back to root once it ended."""
     for top in directories:
         for path in [top, *(os.path.join(r, n) for r, dirs, files in os.walk(top) for n in dirs + files)]:
-            try:
+            with contextlib.suppress(OSError):
                 os.chown(path, uid, -1, follow_symlinks=False)
-            except OSError:
-                if strict:
-                    raise
 
 
 def limit_tasks(new: int, own: Iterable[str] = (), *, own_uid: bool = True) -> str:
@@ -392,7 +390,7 @@ def limit_tasks(new: int, own: Iterable[str] = (), *, own_uid: bool = True) -> s
     libc.prctl(ctypes.c_int(_PR_SET_KEEPCAPS), ctypes.c_ulong(1), zero, zero, zero)
     # best effort: what cannot be given (a file system that refuses chown) stays writable through
     # CAP_DAC_OVERRIDE; only access(2) checks of it would then fail
-    give(own, uid, strict=False)
+    give(own, uid)
     try:
         os.setresuid(uid, uid, uid)
     except OSError as exc:  # a user namespace that maps no such uid: the bound does not hold
