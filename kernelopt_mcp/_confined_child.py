@@ -293,10 +293,10 @@ def _become_subreaper() -> str | None:
 def run_confined_job(directory: str, work: Callable[[], object], timeout_s: float) -> int | None:
     """Run ``work`` in a process of its own, forked from this child (started with ``each_job``),
     confined as the child would have been except that it may write ``directory`` alone (its
-    HOME and working directory) and a TMPDIR of its own; then kill every process it left behind. Returns its exit
-    status (0: ``work`` returned; 1: it raised, the traceback on stderr; ``REFUSED``: it could not
-    confine itself, the reason on stderr; 128 + N: signal N), or None where it ran past
-    ``timeout_s`` and was killed.
+    HOME and working directory) and a TMPDIR of its own; then kill every process it left behind.
+    Returns its exit status (0: ``work`` returned; 1: it raised, the traceback on stderr;
+    ``REFUSED``: it could not confine itself, the reason on stderr; 128 + N: signal N), or None
+    where it ran past ``timeout_s`` and was killed.
 
     What the job writes for its parent goes into ``directory``; read it only after this returns
     (then no process of the job's is left to change it)."""
