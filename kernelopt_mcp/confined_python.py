@@ -6,8 +6,9 @@ directory, TMPDIR a directory of its own in /tmp), ``python -I`` (no PYTHON* var
 site, neither the working directory nor a script's on sys.path), and confines itself like the NumPy
 oracle worker before it runs anything: Landlock (it reads the Python installation and what the
 caller names, writes only its staging directory and TMPDIR), seccomp (no sockets, no signals out),
-rlimits, a bound on its tasks (for root under a uid of its own: ``sandbox.limit_tasks``). Its output is read from
-pipes up to a deadline, never to an end of file that a process it left behind could hold.
+rlimits, a bound on its tasks (for root under a uid of its own: ``sandbox.limit_tasks``). Its
+output is read from pipes up to a deadline, never to an end of file that a process it left behind
+could hold.
 
 Where the kernel has no Landlock the run is refused unless the operator accepted unconfined code
 runners (``ChildLimits.accept_unconfined``: the compiler's setting).
