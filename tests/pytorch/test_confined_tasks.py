@@ -114,13 +114,15 @@ def test_a_fork_bomb_holds_at_most_its_bound_and_is_reaped_at_the_deadline(tmp_p
         "bomb_probe", [], staging=staging, python_path=[str(package.parent)], read=[str(package)],
         limits=ChildLimits(timeout_s=4, tasks=64))))
     runner.start()
-    peak = 0
-    while runner.is_alive():
+    peak, began = 0, time.monotonic()
+    # up to the deadline: as the reaper kills, freed slots are forked into again while a /proc scan
+    # (not atomic) still counts the dying ones
+    while runner.is_alive() and time.monotonic() - began < 3.0:
         peak = max(peak, _tasks_below(os.getpid()))
         time.sleep(0.05)
     runner.join()
     assert results[0].timed_out
-    assert 40 <= peak <= 64 + 8, peak  # grew to its bound, never past it (an unbounded one: thousands)
+    assert 40 <= peak <= 64 + 16, peak  # grew to its bound, never past it (an unbounded one: thousands)
     assert _tasks_below(os.getpid()) == 0
 
 
