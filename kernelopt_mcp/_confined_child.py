@@ -58,6 +58,8 @@ TIMED_OUT = 124
 _PR_SET_CHILD_SUBREAPER = 36
 #: the confinement (CONFIG, JSON) a child started with ``each_job`` applies to each job it forks
 EACH_JOB_ENV = "KERNELOPT_CONFINE_EACH_JOB"
+#: what confined the child (or job), in words, for the module it runs
+CONFINED_AS_ENV = "KERNELOPT_CONFINED_AS"
 #: where a child's (and each job's) TMPDIR is made, a directory of its own, removed when it ends:
 #: programs check their TMPDIR with access(2) for their real uid (a compiler's "Cannot create
 #: temporary file"), and a child of root's has a uid of its own (sandbox.limit_tasks), for which a
@@ -181,17 +183,29 @@ def supervise(config: dict[str, Any]) -> int:
         if not found:
             return _refuse(f"{module} cannot be imported by {sys.executable}", missing=module)
     tmp = None if config.get("each_job") else _private_tmp()  # each job makes its own
+    group = _load("cgroups").make(config["memory_mb"]) if config["memory_mb"] > 0 else "no memory bound"
+    where = {"cgroup": group.path, "cgroup_is": group.describe()} if not isinstance(group, str) else \
+        {"cgroup_is": f"memory bounded per process (no cgroup: {group})"}
     try:
-        child = subprocess.Popen([sys.executable, "-I", "-B", __file__, "--child", json.dumps({**config, "tmp": tmp})],
-                                 stdin=subprocess.DEVNULL)
+        child = subprocess.Popen(
+            [sys.executable, "-I", "-B", __file__, "--child", json.dumps({**config, "tmp": tmp, **where})],
+            stdin=subprocess.DEVNULL)
     except OSError as exc:
         return _refuse(f"cannot start the child: {exc}")
     code = _wait(child, config["timeout_s"])
+    if not isinstance(group, str):
+        group.kill()
     _reap_all()
+    if not isinstance(group, str):
+        if group.oom_kills():
+            print(f"the child's processes together reached their memory bound of {group.memory_mb} MiB "
+                  f"(cgroup v{group.version}): the kernel killed {group.oom_kills()} of them; give the child more "
+                  "memory or make the problem smaller", file=sys.stderr, flush=True)
+        group.remove()
     if tmp is not None:
         shutil.rmtree(tmp, ignore_errors=True)
     if os.getuid() == 0 and not config.get("each_job"):  # what the child wrote is root's again
-        _load_sandbox().give(config["write"], 0)
+        _load("sandbox").give(config["write"], 0)
     if code is None:
         return TIMED_OUT
     return code if code >= 0 else 128 - code
@@ -200,8 +214,11 @@ def supervise(config: dict[str, Any]) -> int:
 # --- the child ------------------------------------------------------------------------------
 
 
-def _load_sandbox() -> Any:
-    spec = importlib.util.spec_from_file_location("kernelopt_sandbox", Path(__file__).with_name("sandbox.py"))
+def _load(name: str) -> Any:
+    """This package's module ``name`` loaded by path (the child imports no package of kernelopt's)."""
+    if f"kernelopt_{name}" in sys.modules:
+        return sys.modules[f"kernelopt_{name}"]
+    spec = importlib.util.spec_from_file_location(f"kernelopt_{name}", Path(__file__).with_name(f"{name}.py"))
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module  # dataclasses look their module up there
@@ -240,7 +257,7 @@ def confine(config: dict[str, Any]) -> str:
     Raises:
         OSError: Landlock was asked for and could not be applied.
     """
-    sandbox = _load_sandbox()
+    sandbox = _load("sandbox")
     library_path = [p for p in os.environ.get("LD_LIBRARY_PATH", "").split(":") if p]
     applied = "unconfined (accepted)"
     gpu = bool(config.get("gpu"))
@@ -278,7 +295,7 @@ def confine(config: dict[str, Any]) -> str:
         sandbox.set_rlimit(resource.RLIMIT_CPU, config["cpu_s"])
     sandbox.set_rlimit(resource.RLIMIT_FSIZE, config["fsize_mb"] << 20)
     sandbox.set_rlimit(resource.RLIMIT_CORE, 0)
-    return f"{applied}, {bound}"
+    return f"{applied}, {bound}, {config.get('cgroup_is', 'memory bounded per process')}"
 
 
 def _become_subreaper() -> str | None:
@@ -344,7 +361,7 @@ def run_confined_jobs(jobs: Sequence[tuple[str, Callable[[], object]]], timeout_
     for tmp in tmps:
         shutil.rmtree(tmp, ignore_errors=True)
     if os.getuid() == 0:  # what the jobs wrote is root's again
-        _load_sandbox().give([directory for directory, _ in jobs], 0)
+        _load("sandbox").give([directory for directory, _ in jobs], 0)
     return statuses
 
 
@@ -368,7 +385,7 @@ def _fork_job(directory: str, work: Callable[[], object], config: dict[str, Any]
         tempfile.tempdir = None
         os.chdir(directory)
         try:
-            confine({**config, "write": [directory]})
+            os.environ[CONFINED_AS_ENV] = confine({**config, "write": [directory]})
         except OSError as exc:
             print(f"the job could not confine itself: {exc}", file=sys.stderr)
             code = REFUSED
@@ -384,6 +401,11 @@ def _fork_job(directory: str, work: Callable[[], object], config: dict[str, Any]
 
 
 def child(config: dict[str, Any]) -> int:
+    if config.get("cgroup"):  # first: everything this process starts is in its tree's cgroup
+        try:
+            _load("cgroups").TreeCgroup(config["cgroup"], 0, 0).enter()
+        except OSError as exc:
+            return _refuse(f"the child could not enter its cgroup {config['cgroup']}: {exc}")
     if config.get("each_job"):
         # the module's own start runs unconfined (it imports, and runs no client code); each job
         # confines itself in its own process (run_confined_job)
@@ -395,7 +417,7 @@ def child(config: dict[str, Any]) -> int:
         os.environ[EACH_JOB_ENV] = json.dumps(config)
     else:
         try:
-            confine(config)
+            os.environ[CONFINED_AS_ENV] = confine(config)
         except OSError as exc:
             return _refuse(f"the child could not confine itself: {exc}")
     sys.path[:0] = config["python_path"]

@@ -28,6 +28,8 @@ KNOWN = {
     "kernelopt_mcp/_compile_worker.py": ["resource"],  # rlimits of the compile worker
     # the torch child's supervisor, and the process per job it forks (run_confined_job)
     "kernelopt_mcp/_confined_child.py": ["/proc", "os.WNOHANG", "os.fork", "os.getuid", "resource", "signal.SIGKILL"],
+    # the cgroup that holds a confined child's tree: Linux only by design
+    "kernelopt_mcp/cgroups.py": ["/proc", "signal.SIGKILL"],
     "kernelopt_mcp/compile_options.py": ["os.sysconf"],  # guarded: physical memory 0 where unknown
     # what a confined child wrote read as a plain file only (read_child_file)
     "kernelopt_mcp/confined_python.py": ["os.O_CLOEXEC", "os.O_NOFOLLOW", "os.O_NONBLOCK", "os.getuid"],
