@@ -21,6 +21,14 @@ def install(prog):  # no_new_privs, then the classic-BPF seccomp program
     libc.prctl(38, 1, 0, 0, 0)
     assert libc.prctl(22, 2, ctypes.byref(fp), 0, 0) == 0, ctypes.get_errno()
 try:
+    if part in ("cgroup", "all"):  # the tree's memory bound: a cgroup of its own, entered first (cgroups.make)
+        from kernelopt_mcp import cgroups
+        group = cgroups.make(mem_mb := os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") // 2 >> 20)
+        if isinstance(group, str):
+            applied.append(f"no cgroup: {group}")
+        else:
+            group.enter()
+            applied.append(f"{group.describe()} at {group.path}")
     if part in ("tasks", "all"):  # RLIMIT_NPROC, for root under a uid of its own with root's file access only
         applied.append(sandbox.limit_tasks(512))
     if part.startswith("landlock") or part == "all":
