@@ -42,7 +42,7 @@ gpu_tests() {  # name, timeout, files...
 }
 case "${1:-children}" in
   children)
-    timeout 150 python3 scripts/probe_gpu_child.py none tasks seccomp landlock all "ll:@libcuda,w=/proc/self/task" > "$OUT/probe.jsonl" 2>&1
+    timeout 150 python3 scripts/probe_gpu_child.py none cgroup tasks seccomp landlock all "ll:@libcuda,w=/proc/self/task" > "$OUT/probe.jsonl" 2>&1
     cut -c1-300 "$OUT/probe.jsonl"
     timeout 150 python3 -m pytest -q -p no:cacheprovider tests/pytorch/test_torch_child.py tests/pytorch/test_torch_workspace.py > "$OUT/children.log" 2>&1
     echo "children rc=$? $(tail -1 "$OUT/children.log")"
