@@ -44,7 +44,7 @@ case "${1:-children}" in
   children)
     timeout 150 python3 scripts/probe_gpu_child.py none cgroup tasks seccomp landlock all "ll:@libcuda,w=/proc/self/task" > "$OUT/probe.jsonl" 2>&1
     cut -c1-300 "$OUT/probe.jsonl"
-    timeout 150 python3 -m pytest -q -p no:cacheprovider tests/pytorch/test_torch_child.py tests/pytorch/test_torch_workspace.py > "$OUT/children.log" 2>&1
+    timeout 150 python3 -m pytest -q -p no:cacheprovider tests/pytorch/test_torch_child.py tests/pytorch/test_torch_workspace.py tests/pytorch/test_confined_memory.py tests/pytorch/test_confined_tasks.py > "$OUT/children.log" 2>&1
     echo "children rc=$? $(tail -1 "$OUT/children.log")"
     gpu_tests fill 260 tests/gpu/test_torch_fill_gpu.py tests/gpu/test_checked_expected_gpu.py tests/gpu/test_structured_inputs_gpu.py tests/gpu/test_choice_inputs_gpu.py ;;
   reference)  # PyTorch as the reference, the timing child (eager, compile, the L2 flush, evaluate / benchmark / kernelbench)
