@@ -16,9 +16,15 @@ see ``confined_python._config``). This process is the **supervisor**; it
    executable), a seccomp filter (no new sockets, no signals to other processes), rlimits (data
    memory, CPU time, file size, no core files, ``tasks``: see ``sandbox.limit_tasks``, which moves
    a root child to a uid of its own); then runs ``module`` as ``__main__`` with ``args``;
-4. waits for the child up to ``timeout_s``, then SIGKILLs every descendant it has (found in
-   /proc by parent pid, again and again until none is left, reaping each), and exits with the
-   child's exit code (128 + N for a signal N), 124 at the deadline.
+4. waits for the child up to ``timeout_s`` (or until a file system it writes falls under its
+   floor of free space or inodes: ``_DiskFloor``, checked every 0.1 s), then SIGKILLs every
+   descendant it has (found in /proc by parent pid, again and again until none is left, reaping
+   each), and exits with the child's exit code (128 + N for a signal N), 124 at the deadline, 137
+   where it stopped the tree for the disk (saying so on stderr).
+
+Where a cgroup can be made (``cgroups.make``: root, or ``KERNELOPT_CGROUP``) the child enters one
+before step 3, whose memory bound is its data-memory cap: the kernel bounds the whole tree's memory
+together, and at the end every process in it is killed and the cgroup removed.
 
 The child's stdout and stderr are the supervisor's: once the supervisor has exited, no process
 holds them. Only the standard library is imported; ``sandbox.py`` is loaded by path.
@@ -50,11 +56,13 @@ import time
 import traceback
 import warnings
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 REFUSED = 125
 TIMED_OUT = 124
+STOPPED = 128 + signal.SIGKILL  # its tree was killed: a file system it writes fell under its floor
 _PR_SET_CHILD_SUBREAPER = 36
 #: the confinement (CONFIG, JSON) a child started with ``each_job`` applies to each job it forks
 EACH_JOB_ENV = "KERNELOPT_CONFINE_EACH_JOB"
@@ -156,18 +164,59 @@ def _reap_all() -> None:
         time.sleep(0.01)
 
 
-def _wait(child: subprocess.Popen[bytes], timeout_s: float) -> int | None:
+@dataclass(frozen=True)
+class _DiskFloor:
+    """The least free space (bytes) and inodes the file system holding ``path`` keeps while the
+    child runs: 5% of it (at least 1 GiB) and 1% of its inodes (at least 10,000), or half of what was
+    free as it started where that is less (a nearly full disk still lets a child write)."""
+
+    path: str
+    free: int
+    inodes: int
+
+    @classmethod
+    def of(cls, paths: Sequence[str]) -> list[_DiskFloor]:
+        floors, seen = [], set()
+        for path in paths:
+            try:
+                st, device = os.statvfs(path), os.stat(path).st_dev
+            except OSError:
+                continue
+            if device not in seen:
+                seen.add(device)
+                free = min(max(1 << 30, st.f_blocks * st.f_frsize // 20), st.f_bavail * st.f_frsize // 2)
+                inodes = min(max(10000, st.f_files // 100), st.f_favail // 2) if st.f_files else 0
+                floors.append(cls(path, free, inodes))
+        return floors
+
+    def crossed(self) -> str | None:
+        try:
+            st = os.statvfs(self.path)
+        except OSError:
+            return None
+        if st.f_bavail * st.f_frsize < self.free:
+            return f"{(st.f_bavail * st.f_frsize) >> 20} MiB free, under the floor of {self.free >> 20} MiB"
+        if self.inodes and st.f_favail < self.inodes:
+            return f"{st.f_favail} inodes free, under the floor of {self.inodes}"
+        return None
+
+
+def _wait(child: subprocess.Popen[bytes], timeout_s: float, floors: Sequence[_DiskFloor] = ()) -> int | str | None:
     """The child's exit status; None at the deadline, or once this supervisor's own caller is gone
     (its parent changed: a caller killed outright never reaps its children), so nothing outlives
-    the process that asked for it by more than a second."""
+    the process that asked for it by more than a second; why, where a file system it writes fell
+    under its floor (checked every 0.1 s: the tree then is stopped before it fills the disk)."""
     caller = os.getppid()
     deadline = time.monotonic() + timeout_s
     while True:
         try:
-            return child.wait(timeout=max(0.0, min(1.0, deadline - time.monotonic())))
+            return child.wait(timeout=max(0.0, min(0.1, deadline - time.monotonic())))
         except subprocess.TimeoutExpired:
             if os.getppid() != caller or time.monotonic() >= deadline:
                 return None
+            for floor in floors:
+                if (why := floor.crossed()) is not None:
+                    return f"the file system of {floor.path}, which it writes, had {why}"
 
 
 def supervise(config: dict[str, Any]) -> int:
@@ -192,7 +241,7 @@ def supervise(config: dict[str, Any]) -> int:
             stdin=subprocess.DEVNULL)
     except OSError as exc:
         return _refuse(f"cannot start the child: {exc}")
-    code = _wait(child, config["timeout_s"])
+    code = _wait(child, config["timeout_s"], _DiskFloor.of([*config["write"], tmp or SYSTEM_TMP]))
     if not isinstance(group, str):
         group.kill()
     _reap_all()
@@ -206,6 +255,10 @@ def supervise(config: dict[str, Any]) -> int:
         shutil.rmtree(tmp, ignore_errors=True)
     if os.getuid() == 0 and not config.get("each_job"):  # what the child wrote is root's again
         _load("sandbox").give(config["write"], 0)
+    if isinstance(code, str):
+        print(f"the child was stopped: {code}; free space there (or give it a directory on a larger one) and "
+              "run it again", file=sys.stderr, flush=True)
+        return STOPPED
     if code is None:
         return TIMED_OUT
     return code if code >= 0 else 128 - code

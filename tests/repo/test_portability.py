@@ -27,7 +27,8 @@ POSIX_SIGNALS = {"SIGKILL", "SIGHUP", "SIGUSR1", "SIGUSR2", "SIGALRM", "SIGCHLD"
 KNOWN = {
     "kernelopt_mcp/_compile_worker.py": ["resource"],  # rlimits of the compile worker
     # the torch child's supervisor, and the process per job it forks (run_confined_job)
-    "kernelopt_mcp/_confined_child.py": ["/proc", "os.WNOHANG", "os.fork", "os.getuid", "resource", "signal.SIGKILL"],
+    "kernelopt_mcp/_confined_child.py": ["/proc", "os.WNOHANG", "os.fork", "os.getuid", "os.statvfs", "resource",
+                                         "signal.SIGKILL"],
     # the cgroup that holds a confined child's tree: Linux only by design
     "kernelopt_mcp/cgroups.py": ["/proc", "signal.SIGKILL"],
     "kernelopt_mcp/compile_options.py": ["os.sysconf"],  # guarded: physical memory 0 where unknown
