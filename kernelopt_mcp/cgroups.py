@@ -8,7 +8,7 @@ before it confines itself, so everything it or its descendants start is inside: 
 leave a cgroup only by writing a ``cgroup.procs`` file, which Landlock forbids the child (the
 cgroup file system is readable to it, never writable). Where to make it, first that works:
 
-1. ``KERNELOPT_CGROUP``: a cgroup directory the operator prepared (v2 with the memory controller
+1. ``KERNELOPT_CGROUP`` (read by ``confined_python``, handed on in CONFIG): a cgroup directory the operator prepared (v2 with the memory controller
    in its ``cgroup.subtree_control``, or a v1 memory hierarchy's) and lets this user write;
 2. the cgroup v2 this process is in, where the memory controller can be given to its children
    (the root cgroup, or one holding no process: the kernel's no-internal-process rule);
@@ -40,7 +40,7 @@ class TreeCgroup:
     memory_mb: int
 
     def describe(self) -> str:
-        return f"tree memory {self.memory_mb} MiB (cgroup v{self.version})"
+        return f"tree memory {self.memory_mb} MiB (cgroup v{self.version} {self.path})"
 
     def enter(self) -> None:
         """Move this process (all its threads) into the cgroup; what it starts later is inside too."""
@@ -141,11 +141,11 @@ def _directory(mount: tuple[str, str, str, str], path: str) -> str:
     return os.path.join(point, path.lstrip("/"))
 
 
-def bases() -> list[tuple[str, int]]:
-    """Where a cgroup for a child may be made, in the order tried: (directory, version)."""
+def bases(chosen: str | None = None) -> list[tuple[str, int]]:
+    """Where a cgroup for a child may be made, in the order tried: (directory, version); ``chosen``
+    (the operator's ``KERNELOPT_CGROUP``) first."""
     found: list[tuple[str, int]] = []
     mounts, own = _mounts(), _own_cgroups()
-    chosen = os.environ.get(BASE_ENV)
     if chosen:
         kind = next((m[2] for m in mounts if chosen == m[0] or chosen.startswith(m[0].rstrip("/") + "/")), "cgroup2")
         found.append((chosen, 2 if kind == "cgroup2" else 1))
@@ -204,11 +204,12 @@ def _made(base: str, version: int, memory_mb: int) -> TreeCgroup:
     return group
 
 
-def make(memory_mb: int) -> TreeCgroup | str:
+def make(memory_mb: int, chosen: str | None = None) -> TreeCgroup | str:
     """A new cgroup whose processes together hold at most ``memory_mb`` MiB (their tasks are
-    bounded by ``sandbox.limit_tasks``), or why none could be made (each place tried)."""
+    bounded by ``sandbox.limit_tasks``), or why none could be made (each place tried; ``chosen``
+    first: :func:`bases`)."""
     why = []
-    for base, version in bases():
+    for base, version in bases(chosen):
         if version == 2:
             reason = _memory_for_children(base)
             if reason is not None:

@@ -39,6 +39,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .compile_options import CompileLimits
+from .cgroups import BASE_ENV as CGROUP_ENV
 from .executables import child_env, kill_group
 from .sandbox import WorkerCaps, landlock_abi
 
@@ -185,6 +186,7 @@ def run_confined_python(
         "execute": [str(p) for p in execute], "gpu": gpu, "each_job": each_job,
         "memory_mb": limits.memory_cap_mb(), "cpu_s": limits.cpu_cap_s(), "fsize_mb": limits.fsize_mb,
         "tasks": limits.tasks_cap(), "own_uid": own_uid,
+        "cgroup_base": os.environ.get(CGROUP_ENV),  # the operator's; the child's environment is an allowlist
     }
     proc = subprocess.Popen(
         [python, "-I", "-B", str(SUPERVISOR), json.dumps(config)], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,

@@ -118,6 +118,27 @@ def test_the_timing_childs_jobs_are_in_its_cgroup(tmp_path: Path) -> None:
 def test_where_no_cgroup_can_be_made_the_reason_is_given(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A directory that is no cgroup (the operator's KERNELOPT_CGROUP mistyped) is skipped with its reason."""
     monkeypatch.setattr(cgroups, "_own_cgroups", dict)
-    monkeypatch.setenv(cgroups.BASE_ENV, str(tmp_path / "missing"))
-    made = cgroups.make(64)
+    made = cgroups.make(64, str(tmp_path / "missing"))
     assert isinstance(made, str) and str(tmp_path / "missing") in made, made
+
+
+@needs_landlock
+def test_the_operators_cgroup_reaches_the_supervisor(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """KERNELOPT_CGROUP is read where the child is started (its environment is an allowlist): the
+    child's cgroup is made in the operator's; a directory that is no cgroup is named with its failure."""
+    chosen = tmp_path / "missing"
+    if not isinstance(MADE, str):  # a cgroup of the test's own, beside where the supervisor would make one
+        chosen = Path(os.path.dirname(MADE.path)) / f"operator-{os.getpid()}"
+        chosen.mkdir()
+    monkeypatch.setenv(cgroups.BASE_ENV, str(chosen))
+    try:
+        result = _hold(tmp_path, processes=1, mib=1, memory_mb=400)
+    finally:
+        if chosen.name.startswith("operator-"):
+            chosen.rmdir()
+    assert result.returncode == 0, result.stderr_tail
+    confined_as = json.loads(result.stdout)["confined_as"]
+    if isinstance(MADE, str):
+        assert f"no cgroup: {chosen}: No such file or directory" in confined_as, confined_as
+    else:
+        assert f"tree memory 400 MiB (cgroup v{MADE.version} {chosen}/{cgroups.PREFIX}" in confined_as, confined_as
