@@ -232,7 +232,9 @@ def supervise(config: dict[str, Any]) -> int:
         if not found:
             return _refuse(f"{module} cannot be imported by {sys.executable}", missing=module)
     tmp = None if config.get("each_job") else _private_tmp()  # each job makes its own
-    group = _load("cgroups").make(config["memory_mb"], config.get("cgroup_base")) if config["memory_mb"] > 0 else "no memory bound"
+    group = "no memory bound"
+    if config["memory_mb"] > 0:
+        group = _load("cgroups").make(config["memory_mb"], config.get("cgroup_base"))
     where = {"cgroup": group.path, "cgroup_is": group.describe()} if not isinstance(group, str) else \
         {"cgroup_is": f"memory bounded per process (no cgroup: {group})"}
     try:

@@ -8,8 +8,9 @@ before it confines itself, so everything it or its descendants start is inside: 
 leave a cgroup only by writing a ``cgroup.procs`` file, which Landlock forbids the child (the
 cgroup file system is readable to it, never writable). Where to make it, first that works:
 
-1. ``KERNELOPT_CGROUP`` (read by ``confined_python``, handed on in CONFIG): a cgroup directory the operator prepared (v2 with the memory controller
-   in its ``cgroup.subtree_control``, or a v1 memory hierarchy's) and lets this user write;
+1. ``KERNELOPT_CGROUP`` (read by ``confined_python``, handed on in CONFIG): a cgroup directory the
+   operator prepared (v2 with the memory controller in its ``cgroup.subtree_control``, or a v1
+   memory hierarchy's) and lets this user write;
 2. the cgroup v2 this process is in, where the memory controller can be given to its children
    (the root cgroup, or one holding no process: the kernel's no-internal-process rule);
 3. the cgroup of this process in a v1 memory hierarchy.

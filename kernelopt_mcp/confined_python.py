@@ -38,8 +38,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from .compile_options import CompileLimits
 from .cgroups import BASE_ENV as CGROUP_ENV
+from .compile_options import CompileLimits
 from .executables import child_env, kill_group
 from .sandbox import WorkerCaps, landlock_abi
 
