@@ -479,8 +479,13 @@ statuses = run_confined_jobs([(str(staging / n), job(n)) for n in names], 2.0, p
 out = {"statuses": statuses, "seconds": time.monotonic() - began,
        "spans": {n: json.loads((staging / n / "span.json").read_text()) for n in names},
        "tried": (staging / "a" / "tried.txt").read_text()}
-out["children"] = [p for p in os.listdir("/proc") if p.isdigit()
-                   and Path(f"/proc/{p}/stat").read_text().rsplit(")", 1)[1].split()[1] == str(os.getpid())]
+def parent_of(pid):  # None once it has exited (between the listing and the read: other processes come and go)
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1]
+    except OSError:
+        return None
+
+out["children"] = [p for p in os.listdir("/proc") if p.isdigit() and parent_of(p) == str(os.getpid())]
 weighed = ["x", "y", "z"]  # weights 2, 2, 1 within a capacity of 3: x and z at once, y after x
 for name in weighed:
     (staging / name).mkdir()
