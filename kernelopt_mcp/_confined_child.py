@@ -341,7 +341,7 @@ def confine(config: dict[str, Any]) -> str:
         _path_of_what_runs(config.get("execute", []))
     try:
         # the CUDA driver makes a UNIX socket as it starts (cuInit fails with error 304 without one)
-        applied += ", " + sandbox.restrict_syscalls(unix_sockets=gpu)
+        applied += ", " + sandbox.restrict_syscalls(unix_sockets=gpu, processes=config.get("processes", True))
     except OSError as exc:
         applied += f", sockets and signals not restricted ({exc})"
     if config["memory_mb"] > 0:

@@ -59,7 +59,9 @@ class ChildLimits(WorkerCaps):
     """Caps on one confined child: wall time (s), data memory (MiB; 0: half the physical memory,
     at least 2 GiB), CPU time (s; 0: the wall time on every CPU), the largest file it may write
     (MiB), the tasks (processes and threads) its tree may start (0: 256 + 16 a CPU: torch's thread
-    pools and triton's compiler processes fit, a fork bomb ends there); ``landlock`` False acts as
+    pools and triton's compiler processes fit, a fork bomb ends there); ``processes`` False starts
+    threads only (seccomp: no new process, so the data-memory cap bounds all it holds, with or
+    without a cgroup); ``landlock`` False acts as
     if the kernel had none, ``accept_unconfined`` runs the child without Landlock where there is
     none instead of refusing (seccomp, rlimits and the clean environment still apply)."""
 
@@ -68,6 +70,7 @@ class ChildLimits(WorkerCaps):
     cpu_s: int = 0
     fsize_mb: int = 1024
     tasks: int = 0
+    processes: bool = True
     landlock: bool = True
     accept_unconfined: bool = False
 
@@ -75,11 +78,12 @@ class ChildLimits(WorkerCaps):
         return self.tasks if self.tasks > 0 else 256 + 16 * (os.cpu_count() or 1)
 
     @classmethod
-    def following(cls, compile_limits: CompileLimits | None, timeout_s: float, fsize_mb: int = 1024) -> ChildLimits:
+    def following(cls, compile_limits: CompileLimits | None, timeout_s: float, fsize_mb: int = 1024, *,
+                  processes: bool = True) -> ChildLimits:
         """These caps, with the confinement the operator chose for compiles (Settings.compile_limits())."""
         if compile_limits is None:
-            return cls(timeout_s=timeout_s, fsize_mb=fsize_mb)
-        return cls(timeout_s=timeout_s, fsize_mb=fsize_mb, landlock=compile_limits.landlock,
+            return cls(timeout_s=timeout_s, fsize_mb=fsize_mb, processes=processes)
+        return cls(timeout_s=timeout_s, fsize_mb=fsize_mb, processes=processes, landlock=compile_limits.landlock,
                    accept_unconfined=compile_limits.accept_unconfined)
 
 
@@ -185,7 +189,7 @@ def run_confined_python(
         "write": [str(staging)], "requires": list(requires), "timeout_s": limits.timeout_s, "confine": confine,
         "execute": [str(p) for p in execute], "gpu": gpu, "each_job": each_job,
         "memory_mb": limits.memory_cap_mb(), "cpu_s": limits.cpu_cap_s(), "fsize_mb": limits.fsize_mb,
-        "tasks": limits.tasks_cap(), "own_uid": own_uid,
+        "tasks": limits.tasks_cap(), "own_uid": own_uid, "processes": limits.processes,
         "cgroup_base": os.environ.get(CGROUP_ENV),  # the operator's; the child's environment is an allowlist
     }
     proc = subprocess.Popen(

@@ -215,6 +215,10 @@ _QUEUE_SIGNALS = {"x86_64": (129, 297), "aarch64": (138, 240)}
 _REACH_PROCESSES = {"x86_64": (424, 438, 310, 311, 101), "aarch64": (424, 438, 270, 271, 117)}
 # what a UNIX socket could reach anything with: connect, sendto, sendmsg, sendmmsg
 _REACH = {"x86_64": (42, 44, 46, 307), "aarch64": (203, 206, 211, 269)}
+# a new process, for a child that may start threads only: clone (allowed with CLONE_THREAD), clone3
+# (ENOSYS: glibc then starts threads with clone), fork and vfork (x86_64 only)
+_CLONE = {"x86_64": (56, 435, (57, 58)), "aarch64": (220, 435, ())}
+_CLONE_THREAD = 0x00010000
 _AF_UNIX = 1
 
 
@@ -239,7 +243,7 @@ def _assemble(lines: list[tuple[str | None, int, str | int, str | int, int]]) ->
     return [(code, offset(i, jt), offset(i, jf), k) for i, (_label, code, jt, jf, k) in enumerate(lines)]
 
 
-def _filter_program(arch: str, pid: int, *, unix_sockets: bool = False) -> list[Insn]:
+def _filter_program(arch: str, pid: int, *, unix_sockets: bool = False, processes: bool = True) -> list[Insn]:
     """A classic-BPF seccomp program: EPERM for socket/socketpair, tkill, and kill, tgkill,
     rt_sigqueueinfo and rt_tgsigqueueinfo of any process but ``pid``; EPERM for pidfd_send_signal,
     pidfd_getfd, process_vm_readv/writev and ptrace (another process reached through them); EPERM
@@ -248,7 +252,10 @@ def _filter_program(arch: str, pid: int, *, unix_sockets: bool = False) -> list[
     ``unix_sockets`` (a child that runs CUDA: the driver makes a UNIX socket as it starts and gives
     up with CUDA error 304 when it cannot): socket() is allowed for AF_UNIX, and what such a socket
     could reach anything with (connect, sendto, sendmsg, sendmmsg) fails with ENOENT, as where no
-    daemon listens; socketpair stays refused, so the socket reaches nothing."""
+    daemon listens; socketpair stays refused, so the socket reaches nothing.
+
+    ``processes`` False: no new process (clone without CLONE_THREAD, fork, vfork: EPERM; clone3:
+    ENOSYS), threads only: the process's rlimits then bound everything it can ever hold."""
     audit, socket_nr, socketpair_nr, kill_nr, tkill_nr, tgkill_nr = _SYSCALLS[arch]
     # BPF_LD|BPF_W|BPF_ABS, BPF_JMP|BPF_JEQ|BPF_K, ...|BPF_JGE, BPF_RET|BPF_K
     ld, jeq, jge, ret = 0x20, 0x15, 0x35, 0x06
@@ -267,6 +274,10 @@ def _filter_program(arch: str, pid: int, *, unix_sockets: bool = False) -> list[
     ]
     if unix_sockets:
         lines += [(None, jeq, "absent", 0, nr) for nr in _REACH[arch]]
+    clone_nr, clone3_nr, forks = _CLONE[arch]
+    if not processes:
+        lines += [(None, jeq, "clone", 0, clone_nr), (None, jeq, "nosys", 0, clone3_nr),
+                  *((None, jeq, "deny", 0, nr) for nr in forks)]
     lines += [
         (None, ret, 0, 0, _RET_ALLOW),
         ("check_pid", ld, 0, 0, 16),  # args[0], low word (little-endian)
@@ -278,15 +289,22 @@ def _filter_program(arch: str, pid: int, *, unix_sockets: bool = False) -> list[
             (None, jeq, "allow", "deny", _AF_UNIX),
             ("absent", ret, 0, 0, _RET_ERRNO | errno.ENOENT),
         ]
+    if not processes:
+        lines += [
+            ("clone", ld, 0, 0, 16),  # the flags, low word
+            (None, 0x45, "allow", "deny", _CLONE_THREAD),  # BPF_JSET
+            ("nosys", ret, 0, 0, _RET_ERRNO | errno.ENOSYS),
+        ]
     lines += [("allow", ret, 0, 0, _RET_ALLOW), ("deny", ret, 0, 0, _RET_ERRNO | errno.EPERM)]
     return _assemble(lines)
 
 
-def restrict_syscalls(*, unix_sockets: bool = False) -> str:
+def restrict_syscalls(*, unix_sockets: bool = False, processes: bool = True) -> str:
     """Refuse (EPERM) every new socket (UDP, UNIX sockets by path: what Landlock does not cover)
     and signals to any other process, with a seccomp filter; binds this process and its children.
     Sets ``PR_SET_NO_NEW_PRIVS``. Returns a description of what was applied. ``unix_sockets``: see
-    :func:`_filter_program` (a UNIX socket may be made, and can reach nothing).
+    :func:`_filter_program` (a UNIX socket may be made, and can reach nothing); ``processes``
+    False: threads only, no new process.
 
     Raises:
         LandlockError: seccomp is not available here (another architecture, or the call failed).
@@ -294,7 +312,7 @@ def restrict_syscalls(*, unix_sockets: bool = False) -> str:
     arch = os.uname().machine
     if arch not in _SYSCALLS:
         raise LandlockError(errno.EOPNOTSUPP, f"no seccomp filter for the {arch} architecture")
-    program = _filter_program(arch, os.getpid(), unix_sockets=unix_sockets)
+    program = _filter_program(arch, os.getpid(), unix_sockets=unix_sockets, processes=processes)
     filters = (_SockFilter * len(program))(*(_SockFilter(*insn) for insn in program))
     fprog = _SockFprog(len(program), filters)
     libc = _libc()
@@ -306,7 +324,8 @@ def restrict_syscalls(*, unix_sockets: bool = False) -> str:
                   zero, zero) != 0:
         err = ctypes.get_errno()
         raise LandlockError(err, f"prctl(PR_SET_SECCOMP) failed: {os.strerror(err)}")
-    return "seccomp: no sockets" + (" but unconnected UNIX ones" if unix_sockets else "") + ", no signals out"
+    return ("seccomp: no sockets" + (" but unconnected UNIX ones" if unix_sockets else "") + ", no signals out"
+            + ("" if processes else ", threads only (no new process)"))
 
 
 # --- a bound on tasks: what RLIMIT_NPROC holds, for root too ------------------------------------

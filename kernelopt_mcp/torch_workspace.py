@@ -89,7 +89,10 @@ def create_torch_workload(
     created_dir.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{name}-torch-", dir=created_dir))
     try:
-        limits = ChildLimits.following(compile_limits, timeout_s, service.config.workload_max_bytes // 2**20 + 16)
+        # threads only: importing runs torch on the CPU and starts no program, so the problem's
+        # memory is its one process's, capped, whether or not a cgroup bounds the tree
+        limits = ChildLimits.following(compile_limits, timeout_s, service.config.workload_max_bytes // 2**20 + 16,
+                                       processes=False)
         answer = _run_import(staging, name, problem, initial_cu, initial_launch, limits, python, python_path, target,
                              tolerance)
         try:  # the problem's code ran in the child that wrote it: plain files only, never a link

@@ -226,3 +226,46 @@ def test_gpu_children_stay_root_only_where_cuda_does_not_start_under_their_own_u
                     str(tmp_path / "driver.c")], check=True)
     monkeypatch.setenv("LD_LIBRARY_PATH", str(lib))
     assert gpu_child_own_uid.__wrapped__() is not root_only
+
+
+THREADS_ONLY = """
+import json, os, subprocess, sys, threading
+
+def tried(start):
+    try:
+        start()
+        return "started"
+    except OSError as exc:
+        return exc.strerror
+
+def fork():
+    if os.fork() == 0:
+        os._exit(0)
+
+results = []
+threads = [threading.Thread(target=lambda i=i: results.append(i * i)) for i in range(8)]
+for t in threads:
+    t.start()
+for t in threads:
+    t.join()
+print(json.dumps({"threads": sorted(results), "fork": tried(fork),
+                  "subprocess": tried(lambda: subprocess.run([sys.executable, "-c", "pass"])),
+                  "spawn": tried(lambda: os.posix_spawn(sys.executable, [sys.executable, "-c", "pass"], {})),
+                  "confined_as": os.environ["KERNELOPT_CONFINED_AS"]}))
+"""
+
+
+@needs_landlock
+def test_a_child_held_to_threads_starts_threads_and_no_process(tmp_path: Path) -> None:
+    """``processes=False`` (the MCP import child): threads run, and fork, subprocess and posix_spawn
+    are refused, so the tree is one process whose rlimits bound all it holds."""
+    package = probe_package(tmp_path, "threads_probe", THREADS_ONLY)
+    staging = tmp_path / "staging"
+    staging.mkdir()
+    result = run_confined_python("threads_probe", [], staging=staging, python_path=[str(package.parent)],
+                                 read=[str(package)], limits=ChildLimits(timeout_s=60, processes=False))
+    assert result.returncode == 0, result.stderr_tail
+    out = json.loads(result.stdout)
+    assert out["threads"] == [i * i for i in range(8)], out
+    assert out["fork"] == out["subprocess"] == out["spawn"] == "Operation not permitted", out
+    assert "threads only (no new process)" in out["confined_as"], out
