@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 
 import pytest
-from test_torch_child import needs_landlock, probe_package, run_jobs_probe
+from test_torch_child import DAEMON, needs_landlock, probe_package, run_jobs_probe
 
 from kernelopt_mcp.confined_python import ChildLimits, run_confined_python
 from kernelopt_mcp.sandbox import CONFINED_UID_BASE
@@ -269,3 +269,19 @@ def test_a_child_held_to_threads_starts_threads_and_no_process(tmp_path: Path) -
     assert out["threads"] == [i * i for i in range(8)], out
     assert out["fork"] == out["subprocess"] == out["spawn"] == "Operation not permitted", out
     assert "threads only (no new process)" in out["confined_as"], out
+
+
+@needs_landlock
+def test_a_daemon_a_child_leaves_is_killed_and_holds_nothing_up(tmp_path: Path) -> None:
+    """A child that may start processes (the timing child: torch.compile's workers) and leaves a
+    double-forked daemon holding its stdout: the call ends with the child, the daemon is killed."""
+    package = probe_package(tmp_path, "daemon_probe", DAEMON + "print(daemon())\n")
+    staging = tmp_path / "staging"
+    staging.mkdir()
+    start = time.monotonic()
+    result = run_confined_python("daemon_probe", [], staging=staging, python_path=[str(package.parent)],
+                                 read=[str(package)], limits=ChildLimits(timeout_s=120))
+    assert result.returncode == 0, result.stderr_tail
+    assert time.monotonic() - start < 60, "the caller waited for the daemon"
+    with pytest.raises(ProcessLookupError):
+        os.kill(int(result.stdout), 0)
