@@ -54,9 +54,13 @@ def spec_bytes(spec: WorkloadSpec) -> tuple[int, int]:
     return buffers, frozen
 
 
-def check_workload_bytes(spec: WorkloadSpec, what: str, limit: int, per_buffer: int) -> int:
-    """Refuse a workload with a buffer over ``per_buffer`` bytes or all its buffers over ``limit``;
-    return the total."""
+#: what a created or frozen workload's buffers cost the server
+STORED = "inputs are kept on disk and expected outputs in memory"
+
+
+def check_workload_bytes(spec: WorkloadSpec, what: str, limit: int, per_buffer: int, cost: str = STORED) -> int:
+    """Refuse a workload with a buffer over ``per_buffer`` bytes or all its buffers over ``limit``
+    (``cost``: what they cost the server, said in the refusal); return the total."""
     for case in spec.cases:
         for p in spec.signature.buffers:
             size = math.prod(case_shape(p, case.scalars)) * p.dtype.itemsize
@@ -67,8 +71,8 @@ def check_workload_bytes(spec: WorkloadSpec, what: str, limit: int, per_buffer: 
     if total > limit:
         raise QuotaError(
             f"the cases' buffers add up to {total / GIB:.2f} GiB; {what} may use at most {limit / GIB:g} GiB over "
-            "all cases (inputs are kept on disk and expected outputs in memory); use fewer or smaller performance "
-            "cases, or start kernelopt-mcp with a larger --workload-max-gib"
+            f"all cases ({cost}); use fewer or smaller performance cases, or start kernelopt-mcp with a larger "
+            "--workload-max-gib"
         )
     return total
 

@@ -37,6 +37,9 @@ from .workload import IDENTIFIER, load_workload
 from .workspace import RequestError, Workspace, _name_lock, check_spec_size, within_quota
 
 TORCH_PROBLEM_TIMEOUT_S = 600.0
+#: what an imported problem's buffers cost the server (KernelBench's largest level-1 problems: 8-13 GiB)
+DRAWN = ("drawn on the GPU for every evaluation, expected outputs written to disk; KernelBench's largest problems "
+         "need 8-13 GiB")
 REFUSED = (
     "torch_problem: this server does not run PyTorch problems: that would run the client's Python in the "
     "server. Its operator can allow it for trusted clients (KERNELOPT_ALLOW_TORCH_PROBLEMS=1); or import the "
@@ -100,7 +103,7 @@ def create_torch_workload(
         except OSError as exc:
             raise RequestError(f"torch_problem: the import left {exc}") from None
         wl = load_workload(staging / "workload")
-        total = check_spec_size(wl.spec, "an imported PyTorch problem", service.config.workload_max_bytes)
+        total = check_spec_size(wl.spec, "an imported PyTorch problem", service.config.workload_max_bytes, DRAWN)
         # the staging directory lies in the workspace: its files (the stored outputs) already count
         with _name_lock(created_dir, name), within_quota(service.quota.reserve(0, f"importing {name!r}")):
             exists = (target / "workload.json").is_file()

@@ -23,7 +23,7 @@ from .config import Settings
 from .errors import WorkloadError
 from .evaluation.inputs import MAX_BUFFER_BYTES
 from .files import read_text
-from .quota import QuotaError, WorkspaceQuota, check_workload_bytes
+from .quota import STORED, QuotaError, WorkspaceQuota, check_workload_bytes
 from .results import CreatedWorkload, compile_output
 from .workload import DataFile, WorkloadSpec, load_workload, parse_spec
 
@@ -239,11 +239,11 @@ def check_created_spec(spec: WorkloadSpec, limit: int) -> int:
     return check_spec_size(spec, "a created workload", limit)
 
 
-def check_spec_size(spec: WorkloadSpec, what: str, limit: int) -> int:
+def check_spec_size(spec: WorkloadSpec, what: str, limit: int, cost: str = STORED) -> int:
     """Refuse a workload whose buffers would exceed MAX_BUFFER_BYTES each or ``limit`` bytes over all
-    cases (a client's request makes the server draw and keep them); return the total."""
+    cases (a client's request makes the server draw and keep them: ``cost`` says how); return the total."""
     with within_quota(None):
-        return check_workload_bytes(spec, what, limit, MAX_BUFFER_BYTES)
+        return check_workload_bytes(spec, what, limit, MAX_BUFFER_BYTES, cost)
 
 
 @contextlib.contextmanager

@@ -82,6 +82,17 @@ def test_an_import_past_the_workspace_quota_is_refused_and_leaves_nothing(tmp_pa
     assert [p.name for p in ws.config.created_dir.iterdir() if not p.name.startswith(".mm.lock")] == []
 
 
+def test_an_import_past_the_operators_size_cap_says_what_its_buffers_cost(tmp_path: Path, torch: Any) -> None:
+    """An imported problem's buffers are drawn on the GPU, never kept on disk: the refusal says so
+    (not a created workload's "inputs are kept on disk") and how to raise the cap."""
+    ws = FakeWorkspace(tmp_path)
+    ws.config.workload_max_bytes = 1000
+    with pytest.raises(RequestError, match=r"an imported PyTorch problem may use at most .* \(drawn on the GPU for "
+                       r"every evaluation.*--workload-max-gib"):
+        create_torch_workload(ws, "mm", (PROBLEMS / "matmul.py").read_text(), allowed=True)
+    assert [p.name for p in ws.config.created_dir.iterdir() if not p.name.startswith(".mm.lock")] == []
+
+
 def test_a_problem_that_never_finishes_is_killed(tmp_path: Path, torch: Any) -> None:
     ws = FakeWorkspace(tmp_path)
     endless = ("import torch\nclass Model(torch.nn.Module):\n    pass\ndef get_inputs():\n    while True:\n"
