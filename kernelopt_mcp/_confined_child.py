@@ -232,9 +232,8 @@ def supervise(config: dict[str, Any]) -> int:
         if not found:
             return _refuse(f"{module} cannot be imported by {sys.executable}", missing=module)
     tmp = None if config.get("each_job") else _private_tmp()  # each job makes its own
-    group = "no memory bound"
-    if config["memory_mb"] > 0:
-        group = _load("cgroups").make(config["memory_mb"], config.get("cgroup_base"))
+    group = _load("cgroups").make(config["memory_mb"], config.get("cgroup_base")) if config["memory_mb"] > 0 \
+        else "no memory bound"
     where = {"cgroup": group.path, "cgroup_is": group.describe()} if not isinstance(group, str) else \
         {"cgroup_is": f"memory bounded per process (no cgroup: {group})"}
     try:
@@ -244,15 +243,10 @@ def supervise(config: dict[str, Any]) -> int:
     except OSError as exc:
         return _refuse(f"cannot start the child: {exc}")
     code = _wait(child, config["timeout_s"], _DiskFloor.of([*config["write"], tmp or SYSTEM_TMP]))
-    if not isinstance(group, str):
-        group.kill()
-    _reap_all()
-    if not isinstance(group, str):
-        if group.oom_kills():
-            print(f"the child's processes together reached their memory bound of {group.memory_mb} MiB "
-                  f"(cgroup v{group.version}): the kernel killed {group.oom_kills()} of them; give the child more "
-                  "memory or make the problem smaller", file=sys.stderr, flush=True)
-        group.remove()
+    if isinstance(group, str):
+        _reap_all()
+    else:
+        _end_tree(group)
     if tmp is not None:
         shutil.rmtree(tmp, ignore_errors=True)
     if os.getuid() == 0 and not config.get("each_job"):  # what the child wrote is root's again
@@ -264,6 +258,18 @@ def supervise(config: dict[str, Any]) -> int:
     if code is None:
         return TIMED_OUT
     return code if code >= 0 else 128 - code
+
+
+def _end_tree(group: Any) -> None:
+    """Kill every process in the tree's cgroup (``cgroups.TreeCgroup``), reap them, say whether the
+    kernel killed any for the memory bound, and remove the cgroup."""
+    group.kill()
+    _reap_all()
+    if killed := group.oom_kills():
+        print(f"the child's processes together reached their memory bound of {group.memory_mb} MiB "
+              f"(cgroup v{group.version}): the kernel killed {killed} of them; give the child more memory or make "
+              "the problem smaller", file=sys.stderr, flush=True)
+    group.remove()
 
 
 # --- the child ------------------------------------------------------------------------------
