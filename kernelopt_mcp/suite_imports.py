@@ -4,7 +4,8 @@
 level this way: one problem per process, ``jobs`` processes at a time, each with torch held to one
 thread, its data memory capped and a deadline, so an import that runs away (a module that fills
 the memory, a ``get_inputs`` that never returns) is one refused row, never the end of the run, and
-the problem's own code never runs in the caller's process. The record an import leaves
+the problem's own code never runs in the caller's process: each runs confined as the MCP server's
+import does (``confined_python``: a KernelBench directory is someone else's code). The record an import leaves
 (:func:`import_record`) says whether it imported, the refusal's reason, its wall seconds and the
 bytes it wrote.
 
@@ -15,8 +16,9 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
+import shutil
 import sys
+import tempfile
 import time
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor, as_completed
@@ -25,10 +27,10 @@ from pathlib import Path
 from typing import Any
 
 from .compile_options import physical_memory_mb
+from .confined_python import ChildLimits, ChildResult, check_plain_tree, installed_requirements, run_confined_python
 
 __all__ = ["ImportJob", "ImportLimits", "disk_bytes", "import_in_child", "import_many", "import_record"]
 
-PACKAGE_ROOT = Path(__file__).resolve().parent.parent
 #: the deadline of one import unless the caller says otherwise (KernelBench's imports take seconds; VGG a minute)
 IMPORT_TIMEOUT_S = 600.0
 
@@ -85,37 +87,58 @@ def import_record(problem: Path, out: Path, tolerance: str = "strict") -> dict[s
 
 
 def import_in_child(job: ImportJob, limits: ImportLimits, max_bytes: int) -> dict[str, Any]:
-    """:func:`import_record` in a fresh process with its data memory capped at ``max_bytes`` and
-    the limits' deadline; a child that dies or runs past it is a refusal that says so."""
-    def cap() -> None:  # in the child, before it runs Python (a POSIX preexec_fn: Linux only, like the workers)
-        import resource
-
-        resource.setrlimit(resource.RLIMIT_DATA, (max_bytes, max_bytes))
-
-    path = os.pathsep.join(filter(None, [str(PACKAGE_ROOT), os.environ.get("PYTHONPATH")]))
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": path}
+    """:func:`import_record` in a confined child of its own (``confined_python``: Landlock, seccomp
+    with threads only, an allowlisted environment, its data memory capped at ``max_bytes``, the
+    limits' deadline): the problem's code reads the Python installation and the problem's own
+    directory, writes only a staging directory beside ``job.out``, and sees no secret of this
+    process's environment. The workload it wrote replaces ``job.out`` once checked to be plain
+    files. A child that dies, is refused or runs past its deadline is a refusal that says so."""
     start = time.perf_counter()
 
     def failed(refusal: str) -> dict[str, Any]:
         return {"problem": str(job.problem), "imported": False, "refusal": refusal,
                 "seconds": time.perf_counter() - start, "bytes": disk_bytes(job.out)}
 
-    argv = [sys.executable, "-m", __name__, str(job.problem), str(job.out), limits.tolerance]
+    job.out.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{job.out.name}-import-", dir=job.out.parent))
     try:
-        done = subprocess.run(argv, capture_output=True, text=True, timeout=limits.timeout_s, env=env,
-                              preexec_fn=cap if max_bytes > 0 else None, stdin=subprocess.DEVNULL)
-    except subprocess.TimeoutExpired:
-        return failed(f"the import ran past its {limits.timeout_s:.0f} s deadline")
-    lines = done.stdout.strip().splitlines()
-    if done.returncode == 0 and lines:
+        result = _confined_import(job.problem.resolve(), staging, limits, max_bytes)
+        if result.refused is not None:
+            return failed(f"the importer was not run: {result.refused}")
+        if result.timed_out:
+            return failed(f"the import ran past its {limits.timeout_s:.0f} s deadline")
+        lines = result.stdout.decode(errors="replace").strip().splitlines()
+        if result.returncode != 0 or not lines:
+            tail = (result.stderr_tail.strip().splitlines() or ["no output"])[-1]
+            return failed(f"the import died (exit {result.returncode}, data memory capped at "
+                          f"{max_bytes / 2**30:.1f} GiB): {tail[:200]}")
         try:
-            record: dict[str, Any] = json.loads(lines[-1])
-            return record
+            record: dict[str, Any] = {**json.loads(lines[-1]), "problem": str(job.problem)}
         except ValueError:
-            pass
-    tail = (done.stderr.strip().splitlines() or ["no output"])[-1]
-    return failed(f"the import died (exit {done.returncode}, data memory capped at {max_bytes / 2**30:.1f} GiB): "
-                  f"{tail[:200]}")
+            return failed(f"the import's answer was not JSON: {lines[-1][:200]}")
+        if record.get("imported"):
+            try:  # the problem's code ran in the child that wrote it: plain files only, never a link
+                check_plain_tree(staging / "workload")
+            except OSError as exc:
+                return failed(f"the import left {exc}")
+            shutil.rmtree(job.out, ignore_errors=True)
+            os.rename(staging / "workload", job.out)
+            record["bytes"] = disk_bytes(job.out)
+        return record
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+
+
+def _confined_import(problem: Path, staging: Path, limits: ImportLimits, max_bytes: int) -> ChildResult:
+    """``python -m kernelopt_mcp.suite_imports PROBLEM STAGING/workload TOLERANCE`` confined."""
+    package = Path(__file__).resolve().parent
+    installed = installed_requirements(package.name, "torch")
+    return run_confined_python(
+        __name__, [str(problem), str(staging / "workload"), limits.tolerance], staging=staging,
+        python_path=[str(package.parent), *installed.path], read=[str(package), *installed.read, str(problem.parent)],
+        requires=["torch"], env={"OMP_NUM_THREADS": "1"},
+        limits=ChildLimits(timeout_s=limits.timeout_s, memory_mb=max_bytes >> 20, processes=False),
+    )
 
 
 def import_many(

@@ -42,7 +42,6 @@ KNOWN = {
     "kernelopt_mcp/executables.py": ["os.killpg", "signal.SIGKILL"],  # kill a process group
     "kernelopt_mcp/files.py": ["/proc", "os.fchmod"],  # /proc guarded; os.fchmod: Python >= 3.13 on Windows
     "kernelopt_mcp/server/http_guard.py": ["resource"],  # the open-file limit raised for --http
-    "kernelopt_mcp/suite_imports.py": ["resource"],  # each import child's memory cap, set as it starts
     # Landlock, the workers' VmSize: Linux only by design
     "kernelopt_mcp/sandbox.py": ["/proc", "os.O_CLOEXEC", "os.O_PATH", "os.chown", "os.getuid", "resource"],
     "kernelopt_mcp/workspace.py": ["fcntl", "os.O_CLOEXEC"],  # flock per workload name
