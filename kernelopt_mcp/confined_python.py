@@ -332,16 +332,16 @@ def gpu_child_own_uid(python: str = sys.executable) -> bool:
 def run_torch_child(
     module: str, args: Sequence[str], *, staging: Path, python: str = sys.executable, python_path: Sequence[str] = (),
     read: Sequence[str] = (), execute: Sequence[str] = (), limits: ChildLimits | None = None,
-    env: Mapping[str, str] | None = None, each_job: bool = False,
+    env: Mapping[str, str] | None = None, each_job: bool = False, gpu: bool = True,
 ) -> ChildResult:
-    """:func:`run_confined_python` for a child of this package that imports torch and runs CUDA
-    (``gpu``): this package and torch's distributions (with their requirements) readable and on its
+    """:func:`run_confined_python` for a child of this package that imports torch (and, with ``gpu``,
+    runs CUDA): this package and torch's distributions (with their requirements) readable and on its
     path, besides ``python_path`` (where torch lies outside the installation) and ``read``."""
     package = Path(__file__).resolve().parent
     installed = installed_requirements(package.name, "torch")
     return run_confined_python(
         module, args, staging=staging, python=python, python_path=[str(package.parent), *installed.path, *python_path],
         read=[str(package), *installed.read, *python_path, *read], execute=execute, requires=["torch"], limits=limits,
-        env={"CUDA_CACHE_PATH": str(staging / ".nv"), **(env or {})}, gpu=True, each_job=each_job,
-        own_uid=gpu_child_own_uid(python),
+        env={**({"CUDA_CACHE_PATH": str(staging / ".nv")} if gpu else {}), **(env or {})}, gpu=gpu,
+        each_job=each_job, own_uid=gpu_child_own_uid(python) if gpu else True,
     )

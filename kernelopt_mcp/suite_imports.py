@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from .compile_options import physical_memory_mb
-from .confined_python import ChildLimits, ChildResult, check_plain_tree, installed_requirements, run_confined_python
+from .confined_python import ChildLimits, ChildResult, check_plain_tree, run_torch_child
 
 __all__ = ["ImportJob", "ImportLimits", "disk_bytes", "import_in_child", "import_many", "import_record"]
 
@@ -131,12 +131,9 @@ def import_in_child(job: ImportJob, limits: ImportLimits, max_bytes: int) -> dic
 
 def _confined_import(problem: Path, staging: Path, limits: ImportLimits, max_bytes: int) -> ChildResult:
     """``python -m kernelopt_mcp.suite_imports PROBLEM STAGING/workload TOLERANCE`` confined."""
-    package = Path(__file__).resolve().parent
-    installed = installed_requirements(package.name, "torch")
-    return run_confined_python(
+    return run_torch_child(
         __name__, [str(problem), str(staging / "workload"), limits.tolerance], staging=staging,
-        python_path=[str(package.parent), *installed.path], read=[str(package), *installed.read, str(problem.parent)],
-        requires=["torch"], env={"OMP_NUM_THREADS": "1"},
+        read=[str(problem.parent)], env={"OMP_NUM_THREADS": "1"}, gpu=False,
         limits=ChildLimits(timeout_s=limits.timeout_s, memory_mb=max_bytes >> 20, processes=False),
     )
 

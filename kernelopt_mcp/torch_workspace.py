@@ -28,8 +28,7 @@ from .confined_python import (
     ChildLimits,
     ChildResult,
     check_plain_tree,
-    installed_requirements,
-    run_confined_python,
+    run_torch_child,
 )
 from .results import CreatedWorkload
 from .torch_import import TOLERANCE_MODES
@@ -140,23 +139,16 @@ def _run_import(
     """``kernelopt import-torch`` in a confined child; its JSON answer."""
     source = staging / "problem.py"
     source.write_text(problem)
-    # the same kernelopt_mcp as this process (an installed copy may be another version): its
-    # directory is readable, the checkout around it only listed; its requirements and torch's where
-    # they are installed (a --target directory on PYTHONPATH included, which the child's -I hides:
-    # torch found there but not readable was "torch/__init__.py: Permission denied")
-    package = Path(__file__).resolve().parent
-    installed = installed_requirements(package.name, "torch")
     args = ["import-torch", str(source), "-o", str(staging / "workload"), "--name", name, "--json", "--home",
             str(target), "--tolerance", tolerance]
     if initial_cu is not None:
         (staging / "initial.cu").write_text(initial_cu)
         (staging / "initial.launch.json").write_text(json.dumps(initial_launch))
         args += ["--initial", str(staging / "initial.cu")]
-    result = run_confined_python(
-        "kernelopt_mcp", args, staging=staging, python=python,
-        python_path=[str(package.parent), *installed.path, *python_path],
-        read=[str(package), *installed.read, *python_path], requires=["torch"], limits=limits,
-    )
+    # the same kernelopt_mcp as this process (an installed copy may be another version), torch's
+    # distributions where they are installed (run_torch_child), on the CPU
+    result = run_torch_child("kernelopt_mcp", args, staging=staging, python=python, python_path=python_path,
+                             limits=limits, gpu=False)
     if result.refused is not None:
         if result.missing == "torch":
             raise RequestError(

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from test_torch_child import needs_landlock
 
-from kernelopt_mcp import suite_imports
+from kernelopt_mcp import confined_python
 from kernelopt_mcp.confined_python import Installed
 from kernelopt_mcp.suite_imports import ImportJob, ImportLimits, import_in_child
 
@@ -47,7 +47,7 @@ def test_a_suite_problem_runs_confined(tmp_path: Path, monkeypatch: pytest.Monke
     site = tmp_path / "site"
     (site / "torch").mkdir(parents=True)
     (site / "torch" / "__init__.py").write_text('__version__ = "0.0+stand-in"\ndef set_num_threads(n):\n    pass\n')
-    monkeypatch.setattr(suite_imports, "installed_requirements",
+    monkeypatch.setattr(confined_python, "installed_requirements",
                         lambda *packages: Installed(path=[str(site)], read=[str(site / "torch")]))
     secret, outside = tmp_path / "secret.txt", tmp_path / "escaped.txt"
     secret.write_text("sk-planted-file")
