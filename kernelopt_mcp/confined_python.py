@@ -109,8 +109,8 @@ class Installed:
     whole directory: whatever else lies beside them (a checkout's ``.env`` where metadata was found
     in the working directory) stays closed to the child."""
 
-    path: list[str]
-    read: list[str]
+    path: tuple[str, ...]
+    read: tuple[str, ...]
 
 
 def installed_requirements(*packages: str) -> Installed:
@@ -118,7 +118,31 @@ def installed_requirements(*packages: str) -> Installed:
     ``kernelopt``) and what they require (transitively, extras left out), as installed for this
     interpreter. A ``pip install --target DIR`` put on PYTHONPATH is among them, which ``-I`` would
     otherwise hide. Distributions not installed are left out (a package run from a checkout that
-    was never installed has none), and so are the entries of one without a file list."""
+    was never installed has none), and so are the entries of one without a file list.
+
+    Remembered per sys.path and the distributions in it (:func:`_path_stamp`): reading every
+    RECORD costs about a second of this process's one interpreter, paid once, not by each of a
+    suite's hundreds of children."""
+    return _installed(packages, _path_stamp())
+
+
+def _path_stamp() -> tuple[tuple[str, tuple[str, ...]], ...]:
+    """sys.path's entries, each with the distributions' metadata directories in it (their names
+    carry the version: installing, upgrading or removing one changes them)."""
+    stamp = []
+    for entry in sys.path:
+        try:
+            with os.scandir(entry or ".") as it:
+                names = sorted(e.name for e in it if e.name.endswith((".dist-info", ".egg-info")))
+        except OSError:
+            names = []
+        stamp.append((entry, tuple(names)))
+    return tuple(stamp)
+
+
+@functools.lru_cache(maxsize=8)
+def _installed(packages: tuple[str, ...], stamp: tuple[tuple[str, tuple[str, ...]], ...]) -> Installed:
+    """:func:`installed_requirements` for one ``stamp`` of sys.path."""
     seen: set[str] = set()
     path: dict[str, None] = {}
     read: dict[str, None] = {}
@@ -144,7 +168,7 @@ def installed_requirements(*packages: str) -> Installed:
             found = re.match(r"\s*([A-Za-z0-9][A-Za-z0-9._-]*)", head)
             if found and "extra" not in marker:
                 todo.append(found.group(1))
-    return Installed(list(path), list(read))
+    return Installed(tuple(path), tuple(read))
 
 
 def run_confined_python(

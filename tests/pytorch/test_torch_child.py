@@ -230,7 +230,7 @@ def test_requirements_installed_in_a_target_directory_reach_the_child(
     for site in (top, dep, extra):
         monkeypatch.syspath_prepend(str(site))
     installed = installed_requirements("ko_probe_top")
-    assert installed.path == [str(top.resolve()), str(dep.resolve())]
+    assert installed.path == (str(top.resolve()), str(dep.resolve()))
     assert (str(top.resolve() / "ko_probe_top") in installed.read
             and str(dep.resolve() / "ko_probe_dep") in installed.read)
     assert (not any(r.startswith(str(extra.resolve())) for r in installed.read)
