@@ -65,7 +65,8 @@ def main(argv: list[str] | None = None) -> int:
             records.append(rec)
             print(f"[{i}/{len(problems)}] level{rec['level']} {Path(rec['problem']).name}: "
                   f"{'ok' if rec['imported'] else 'refused: ' + str(rec['refusal'])[:120]} "
-                  f"({rec['seconds']:.1f} s, {rec['bytes'] / 2**20:.2f} MiB)", file=sys.stderr, flush=True)
+                  f"({rec['seconds']:.1f} s, {rec['bytes'] / 2**20:.2f} MiB{', alone' if rec.get('alone') else ''})",
+                  file=sys.stderr, flush=True)
     if args.json:
         args.json.write_text(json.dumps(sorted(records, key=lambda r: r["problem"]), indent=1))
     print("| level | problems | imported | % | median s | max s | max MiB | over 60 s | over 256 MB |")

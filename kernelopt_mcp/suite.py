@@ -206,7 +206,8 @@ def _import_all(
 
     def step(done: int, total: int, record: dict[str, Any]) -> None:
         if progress:
-            progress(done, total, f"imported {Path(record['problem']).name} ({record['seconds']:.1f} s)"
+            alone = ", alone: it ran out of memory beside the others" if record.get("alone") else ""
+            progress(done, total, f"imported {Path(record['problem']).name} ({record['seconds']:.1f} s{alone})"
                      if record["imported"] else f"{Path(record['problem']).name}: refused")
 
     jobs = [ImportJob(path, workload) for workload, (_, path) in pending.items()]

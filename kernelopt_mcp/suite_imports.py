@@ -70,7 +70,7 @@ def import_record(problem: Path, out: Path, tolerance: str = "strict") -> dict[s
 
     torch.set_num_threads(1)
     from .torch_import import TorchImportOptions, import_torch_problem
-    from .torch_problem import TorchProblemError
+    from .torch_problem import CpuOutOfMemory, TorchProblemError
 
     start = time.perf_counter()
     record: dict[str, Any] = {"problem": str(problem), "imported": False, "refusal": None}
@@ -78,9 +78,10 @@ def import_record(problem: Path, out: Path, tolerance: str = "strict") -> dict[s
         result = import_torch_problem(problem, out, TorchImportOptions(overwrite=True, tolerance=tolerance))
         record.update(imported=True, degenerate=len(result.degenerate))
     except TorchProblemError as exc:
-        record["refusal"] = str(exc).removeprefix(f"{problem}: ")
+        record.update(refusal=str(exc).removeprefix(f"{problem}: "), out_of_memory=isinstance(exc, CpuOutOfMemory))
     except Exception as exc:  # noqa: BLE001 - the problem's own code may raise anything: a refusal, not a crash
-        record["refusal"] = f"the import failed: {type(exc).__name__}: {str(exc)[:300]}"
+        record.update(refusal=f"the import failed: {type(exc).__name__}: {str(exc)[:300]}",
+                      out_of_memory=isinstance(exc, MemoryError))
     record["seconds"] = time.perf_counter() - start
     record["bytes"] = disk_bytes(out)
     return record
@@ -95,8 +96,8 @@ def import_in_child(job: ImportJob, limits: ImportLimits, max_bytes: int) -> dic
     files. A child that dies, is refused or runs past its deadline is a refusal that says so."""
     start = time.perf_counter()
 
-    def failed(refusal: str) -> dict[str, Any]:
-        return {"problem": str(job.problem), "imported": False, "refusal": refusal,
+    def failed(refusal: str, died: bool = False) -> dict[str, Any]:
+        return {"problem": str(job.problem), "imported": False, "refusal": refusal, "out_of_memory": died,
                 "seconds": time.perf_counter() - start, "bytes": disk_bytes(job.out)}
 
     job.out.parent.mkdir(parents=True, exist_ok=True)
@@ -111,7 +112,7 @@ def import_in_child(job: ImportJob, limits: ImportLimits, max_bytes: int) -> dic
         if result.returncode != 0 or not lines:
             tail = (result.stderr_tail.strip().splitlines() or ["no output"])[-1]
             return failed(f"the import died (exit {result.returncode}, data memory capped at "
-                          f"{max_bytes / 2**30:.1f} GiB): {tail[:200]}")
+                          f"{max_bytes / 2**30:.1f} GiB): {tail[:200]}", died=True)  # memory, as often as not
         try:
             record: dict[str, Any] = {**json.loads(lines[-1]), "problem": str(job.problem)}
         except ValueError:
@@ -143,17 +144,34 @@ def import_many(
     done: Callable[[int, int, dict[str, Any]], None] | None = None,
 ) -> Iterator[tuple[ImportJob, dict[str, Any]]]:
     """Import every job, ``workers`` processes at a time; yields (job, record) as each ends and
-    calls ``done(finished, total, record)`` first."""
+    calls ``done(finished, total, record)`` first. An import that ran out of memory (or died) under
+    its share of the machine's memory is tried once more at the end, alone, with all of it (unless
+    the caller fixed the cap): a full-size level-3 module (a 2 GiB ``Linear``) fits one at a time."""
     limits = limits or ImportLimits()
     workers = max(1, min(workers, len(jobs) or 1))
-    max_bytes = limits.memory_for(workers)
+    max_bytes, alone = limits.memory_for(workers), limits.memory_for(1)
+    again: list[ImportJob] = []
+    finished = 0
+
+    def report(record: dict[str, Any]) -> None:
+        nonlocal finished
+        finished += 1
+        if done is not None:
+            done(finished, len(jobs), record)
+
     with ThreadPoolExecutor(workers) as pool:
         futures = {pool.submit(import_in_child, job, limits, max_bytes): job for job in jobs}
-        for i, future in enumerate(as_completed(futures), 1):
+        for future in as_completed(futures):
             record = future.result()
-            if done is not None:
-                done(i, len(jobs), record)
+            if record.get("out_of_memory") and alone > max_bytes:
+                again.append(futures[future])
+                continue
+            report(record)
             yield futures[future], record
+    for job in again:
+        record = {**import_in_child(job, limits, alone), "alone": True}
+        report(record)
+        yield job, record
 
 
 def main(argv: list[str]) -> int:

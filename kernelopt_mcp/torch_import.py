@@ -73,10 +73,12 @@ from .torch_cases import (
 from .torch_fit import fit_generator, fitted_note
 from .torch_problem import (
     Arg,
+    CpuOutOfMemory,
     Draw,
     ProblemSource,
     SizeConstant,
     TorchProblemError,
+    exhausted,
     listed,
     parse_problem,
     require_torch,
@@ -223,9 +225,9 @@ def import_torch_problem(
                            options.max_cpu_bytes, options.probe_s)
         fixed_values(src, cases, options.max_cpu_bytes, notes)
     except (MemoryError, RuntimeError) as exc:  # torch's allocator says "can't allocate memory" as a RuntimeError
-        if not isinstance(exc, MemoryError) and "allocate memory" not in str(exc):
+        if not exhausted(exc):
             raise
-        raise TorchProblemError(
+        raise CpuOutOfMemory(
             f"{label}: the CPU ran out of memory building or running the module ({str(exc).splitlines()[0][:200]}); "
             "import it where more memory is free"
         ) from None

@@ -36,10 +36,13 @@ import numpy as np
 from .dtypes import DType
 from .torch_source import (  # noqa: F401 - re-exported: the source half of a problem lives there
     TORCH_MISSING,
+    CpuOutOfMemory,
     ProblemSource,
     SizeConstant,
     SizesRejected,
     TorchProblemError,
+    code_failed,
+    exhausted,
     int_literal,
     load_module,
     parse_problem,
@@ -316,7 +319,7 @@ def _build(module: types.ModuleType, source: ProblemSource, torch: Any) -> tuple
     try:
         model = module.Model(*init_inputs)
     except Exception as exc:  # noqa: BLE001 - the problem's own code may raise anything
-        raise SizesRejected(f"{label}: Model(*get_init_inputs()) failed: {type(exc).__name__}: {exc}") from None
+        raise code_failed(label, "Model(*get_init_inputs())", exc) from None
     if not isinstance(model, torch.nn.Module):
         raise TorchProblemError(f"{label}: Model is not a torch.nn.Module")
     return model, init_inputs
@@ -370,7 +373,7 @@ def _counted_forward(model: Any, call_args: list[Any], label: str, torch: Any, *
         raise
     except Exception as exc:  # noqa: BLE001 - the problem's own code may raise anything
         where = " on the meta device" if meta else ""
-        raise SizesRejected(f"{label}: Model.forward failed{where}: {type(exc).__name__}: {exc}") from None
+        raise code_failed(label, f"Model.forward{where}", exc) from None
 
 
 # --- parameters drawn, state restored, dependence probed ------------------------------------
@@ -508,7 +511,7 @@ def _call(module: types.ModuleType, name: str, label: str) -> Any:
         if "cuda" in str(exc).lower():
             hint = (" (it asks for a GPU: import where torch sees one, or let it make CPU tensors; "
                     "the module runs on the CPU)")
-        raise SizesRejected(f"{label}: {name}() failed: {type(exc).__name__}: {exc}{hint}") from None
+        raise code_failed(label, f"{name}()", exc, hint) from None
 
 
 def _named_state(model: Any) -> list[tuple[str, Any]]:

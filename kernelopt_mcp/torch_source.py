@@ -35,6 +35,26 @@ class SizesRejected(TorchProblemError):
     else a draw refuses (randomness in forward, several outputs) is a property of the problem."""
 
 
+class CpuOutOfMemory(SizesRejected):
+    """The CPU ran out of memory building or running the module: with more memory free (fewer
+    imports at once, another machine) it may import."""
+
+
+def exhausted(exc: BaseException) -> bool:
+    """Whether ``exc`` says the CPU's memory ran out (torch's allocator raises a RuntimeError)."""
+    return isinstance(exc, MemoryError) or (isinstance(exc, RuntimeError) and "allocate memory" in str(exc))
+
+
+def code_failed(label: str, what: str, exc: BaseException, hint: str = "") -> SizesRejected:
+    """The refusal for the problem's own code raising ``exc`` while ``what`` ran: at these sizes
+    (:class:`SizesRejected`), or for want of memory (:class:`CpuOutOfMemory`)."""
+    if exhausted(exc):
+        first = str(exc).splitlines()[0][:200] if str(exc) else ""
+        return CpuOutOfMemory(f"{label}: {what} ran out of memory: {type(exc).__name__}: {first}; import it where more "
+                              "memory is free")
+    return SizesRejected(f"{label}: {what} failed: {type(exc).__name__}: {exc}{hint}")
+
+
 def require_torch() -> Any:
     """The ``torch`` module, or :class:`TorchProblemError` saying how to get it."""
     try:
@@ -220,7 +240,7 @@ def load_module(source: ProblemSource, values: dict[str, int]) -> types.ModuleTy
     try:
         exec(code, module.__dict__)  # noqa: S102 - the user's own problem file, as `python problem.py` would
     except Exception as exc:  # noqa: BLE001 - the problem's own code may raise anything
-        raise SizesRejected(f"{source.label}: executing the file failed: {type(exc).__name__}: {exc}") from None
+        raise code_failed(source.label, "executing the file", exc) from None
     finally:
         sys.modules.pop(name, None)
     return module

@@ -113,6 +113,6 @@ print(sys.argv[2], sys.argv[3], r.get("status"), r.get("score_ms"), f"largest er
     echo "ahead rc=$?"; cat "$OUT/ahead.md"; tail -3 "$OUT/ahead.err"
     gpu_tests aheadtest 150 --timeout 140 tests/gpu/test_torch_baseline_gpu.py::test_a_batch_compiled_ahead_times_every_problem_as_when_compiled_alone ;;
   imports)  # IMPORT_LEVELS="3" imports one level only
-    timeout "${IMPORT_TIMEOUT:-560}" python3 bench/kernelbench_import.py .kb --level ${IMPORT_LEVELS:-1 2 3} --jobs 16 --max-gib 6 --timeout 300 --json "$OUT/imports.json" > "$OUT/imports.md" 2> "$OUT/imports.err"
+    timeout "${IMPORT_TIMEOUT:-560}" python3 bench/kernelbench_import.py .kb --level ${IMPORT_LEVELS:-1 2 3} --jobs 16 --timeout 300 --json "$OUT/imports.json" > "$OUT/imports.md" 2> "$OUT/imports.err"
     echo "imports rc=$?"; cat "$OUT/imports.md" ;;
 esac

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from test_torch_child import fake_distribution, needs_landlock
 
-from kernelopt_mcp import confined_python
+from kernelopt_mcp import confined_python, suite_imports
 from kernelopt_mcp.confined_python import Installed
 from kernelopt_mcp.suite_imports import ImportJob, ImportLimits, import_in_child
 
@@ -85,3 +85,30 @@ def test_installed_requirements_are_read_once_yet_follow_an_installation(
     assert str(site.resolve() / "ko_probe_dep") in confined_python.installed_requirements("ko_probe_top").read
     shutil.rmtree(site / "ko_probe_dep-1.0.dist-info")  # and removed again
     assert str(site.resolve() / "ko_probe_dep") not in confined_python.installed_requirements("ko_probe_top").read
+
+
+@needs_landlock
+def test_an_import_out_of_memory_beside_others_is_tried_again_alone(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Level 3's VanillaRNN holds a 2 GiB Linear: beside 15 other imports its share of the memory is
+    too small, alone it fits. The suite tries such a problem once more after the others, alone with
+    all the memory, and says so; a problem that imported is not tried twice."""
+    pytest.importorskip("torch", reason="torch is not installed (pip install torch): PyTorch problems cannot be run")
+    monkeypatch.setattr(suite_imports, "physical_memory_mb", lambda: 4096)  # 2 GiB each of two, 4 alone
+    level = tmp_path / "kb" / "level3"
+    level.mkdir(parents=True)
+    body = ("import torch\nimport torch.nn as nn\nclass Model(nn.Module):\n    def __init__(self):\n"
+            "        super().__init__()\n        self.scratch = {}\n"
+            "    def forward(self, x):\n        return x * 2\n"
+            "def get_inputs():\n    return [torch.rand(64)]\ndef get_init_inputs():\n    return []\n")
+    (level / "1_Small.py").write_text(body)
+    hog = "self.scratch = {'held': torch.ones(1792 << 20, dtype=torch.uint8)}"  # touched: counted once alive
+    (level / "2_Large.py").write_text(body.replace("self.scratch = {}", hog))
+    jobs = [ImportJob(level / name, tmp_path / "out" / name) for name in ("1_Small.py", "2_Large.py")]
+    seen = []
+    records = {job.problem.name: record for job, record in
+               suite_imports.import_many(jobs, 2, ImportLimits(timeout_s=120), lambda i, n, r: seen.append((i, n)))}
+    assert records["1_Small.py"]["imported"] and "alone" not in records["1_Small.py"], records
+    assert records["2_Large.py"]["imported"] and records["2_Large.py"]["alone"] is True, records
+    assert seen == [(1, 2), (2, 2)]
