@@ -1,9 +1,22 @@
-"""The ``kernelopt import-torch`` command (parser and handler; cli.py registers them)."""
+"""The ``kernelopt import-torch`` command (parser and handler; cli.py registers them).
+
+The problem file is someone's code: by default it runs in a confined child (``confined_python``:
+Landlock, seccomp with threads only, an allowlisted environment, data memory and time capped) that
+reads the Python installation and the problem's own directory and writes a staging directory
+beside the output, moved into place once it holds plain files only. ``--in-process`` runs it here,
+as ``python problem.py`` would (where the kernel has no Landlock; and in that child itself).
+"""
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
+import os
+import shutil
+import sys
+import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -15,8 +28,10 @@ from .errors import KerneloptError
 from .files import read_text
 from .launch import LaunchSpec
 from .progress_bar import ProgressBar, add_progress_flag, progress_wanted
+from .suite_imports import IMPORT_TIMEOUT_S, ImportLimits
 from .torch_import import TOLERANCE_MODES, TorchImportOptions, import_torch_problem, safe_name
-from .workload import format_validation_error
+from .torch_problem import TORCH_MISSING, TorchProblemError
+from .workload import WorkloadSpec, format_validation_error
 
 
 def add_parser(sub: Any) -> None:
@@ -42,6 +57,12 @@ def add_parser(sub: Any) -> None:
                     "kernelbench: KernelBench's atol = rtol = 1e-2 (results say which)")
     sp.add_argument("--force", action="store_true", help="replace the output directory if it exists")
     sp.add_argument("--json", action="store_true", help="print the result as JSON; errors too")
+    sp.add_argument("--timeout", type=float, default=IMPORT_TIMEOUT_S, metavar="S",
+                    help=f"seconds the import may take (default {IMPORT_TIMEOUT_S:.0f}; the child is killed then)")
+    sp.add_argument("--in-process", action="store_true",
+                    help="run the problem's code in this process, unconfined, as `python problem.py` would (default: "
+                    "a confined child that reads only the Python installation and the problem's directory, writes "
+                    "only the output, and sees no secret of the environment)")
     add_progress_flag(sp)  # the import's steps
     # where the MCP server will move the output directory: accepted, not needed (the workload names no absolute path)
     sp.add_argument("--home", help=argparse.SUPPRESS)
@@ -62,27 +83,152 @@ def _launch(path: Path) -> tuple[LaunchSpec, list[str]]:
 def cmd_import_torch(args: argparse.Namespace, out: Console) -> int:
     problem = Path(args.problem)
     name = args.name or safe_name(problem.stem)
+    target = Path(args.output or name)
+    if args.in_process:
+        answer = _import_here(args, problem, name, target)
+    else:
+        answer = _import_confined(args, problem, name, target)
+    if args.json:
+        print(json.dumps(answer, indent=2))
+    else:
+        out.print(escape(summary_text(answer)), highlight=False)
+        out.print(escape(f"next: kernelopt optimize --workload {answer['path']}  (or: kernelopt evaluate "
+                         f"{answer['path']} KERNEL.cu --launch LAUNCH.json)"), highlight=False)
+    return 0
+
+
+def _import_here(args: argparse.Namespace, problem: Path, name: str, target: Path) -> dict[str, Any]:
+    """The import in this process: the answer ``--json`` prints."""
     options = TorchImportOptions(name=name, seed=args.seed, overwrite=args.force, output_name=args.output_name,
                                  tolerance=args.tolerance)
     if args.initial:
-        kernel = Path(args.initial)
+        kernel, launch = _initial_files(args)
         options.initial_cu = read_text(kernel, "initial kernel", KerneloptError)
-        launch = Path(args.initial_launch) if args.initial_launch else kernel.with_name(kernel.stem + ".launch.json")
-        if not args.initial_launch and not launch.is_file():
-            raise KerneloptError(f"{kernel}: the initial kernel needs a launch: pass --initial-launch LAUNCH.json or "
-                                 f"add {launch.name} beside it")
         options.initial_launch, options.initial_options = _launch(launch)
-    with ProgressBar(f"importing {problem.name}", enabled=progress_wanted(args.progress)) as bar:
-        result = import_torch_problem(problem, Path(args.output or name), options, progress=bar.step)
-    if args.json:
-        print(json.dumps({
-            "status": "ok", "path": str(result.path), "name": result.spec.name, "c_prototype": result.c_prototype,
-            "size_constants": {c.name: c.value for c in result.constants},
-            "cases": [c.model_dump(mode="json", exclude={"inputs"}) for c in result.spec.cases],
-            "notes": result.notes, "degenerate": result.degenerate, "torch": result.torch_version,
-        }, indent=2))
-    else:
-        out.print(escape(result.text()), highlight=False)
-        out.print(escape(f"next: kernelopt optimize --workload {result.path}  (or: kernelopt evaluate {result.path} "
-                         "KERNEL.cu --launch LAUNCH.json)"), highlight=False)
-    return 0
+    with ProgressBar(f"importing {problem.name}", enabled=progress_wanted(args.progress)) as bar, \
+            _stdout_to_stderr(args.json):
+        result = import_torch_problem(problem, target, options, progress=bar.step)
+    return _answer(result.spec, result.path, result.notes, result.torch_version)
+
+
+def _answer(spec: WorkloadSpec, path: Path, notes: list[str], torch_version: str) -> dict[str, Any]:
+    """What ``--json`` prints of an import: the workload's name, prototype, size constants (as the
+    problem writes them: the performance case's) and cases, the import's notes, torch's version."""
+    perf = next(c.name for c in spec.cases if c.kind == "performance")
+    return {
+        "status": "ok", "path": str(path), "name": spec.name, "c_prototype": spec.signature.c_prototype(),
+        "size_constants": dict(spec.imported.sizes.get(perf, {})) if spec.imported else {},
+        "cases": [c.model_dump(mode="json", exclude={"inputs"}) for c in spec.cases],
+        "notes": notes, "degenerate": list(spec.imported.degenerate) if spec.imported else [], "torch": torch_version,
+    }
+
+
+@contextlib.contextmanager
+def _stdout_to_stderr(moved: bool) -> Iterator[None]:
+    """With ``moved``, what the problem's code prints (print, or C writing to descriptor 1) goes to
+    stderr: stdout stays the one JSON answer under --json."""
+    if not moved:
+        yield
+        return
+    sys.stdout.flush()
+    saved = os.dup(1)
+    try:
+        os.dup2(2, 1)
+        with contextlib.redirect_stdout(sys.stderr):
+            yield
+    finally:
+        sys.stdout.flush()
+        os.dup2(saved, 1)
+        os.close(saved)
+
+
+def _initial_files(args: argparse.Namespace) -> tuple[Path, Path]:
+    """``--initial`` and its launch file (``--initial-launch``, else KERNEL.launch.json beside it)."""
+    kernel = Path(args.initial)
+    launch = Path(args.initial_launch) if args.initial_launch else kernel.with_name(kernel.stem + ".launch.json")
+    if not args.initial_launch and not launch.is_file():
+        raise KerneloptError(f"{kernel}: the initial kernel needs a launch: pass --initial-launch LAUNCH.json or "
+                             f"add {launch.name} beside it")
+    return kernel, launch
+
+
+def summary_text(answer: dict[str, Any]) -> str:
+    """What the import wrote, for people: the kernel's prototype, the size constants, the cases, the notes."""
+    lines = [f"workload {answer['name']!r} written to {answer['path']}", f"  kernel: {answer['c_prototype']}"]
+    consts = ", ".join(f"{k}={v}" for k, v in answer["size_constants"].items()) or "none found"
+    lines.append(f"  size constants (scaled for the correctness cases): {consts}")
+    for case in answer["cases"]:
+        scalars = ", ".join(f"{k}={v}" for k, v in (case.get("scalars") or {}).items())
+        lines.append(f"  case {case['name']} ({case['kind']}){': ' + scalars if scalars else ''}")
+    lines += [f"  note: {n}" for n in answer["notes"]]
+    return "\n".join(lines)
+
+
+def _import_confined(args: argparse.Namespace, problem: Path, name: str, target: Path) -> dict[str, Any]:
+    """``kernelopt import-torch --in-process`` in a confined child writing a staging directory beside
+    ``target``; its workload moved onto ``target`` once it holds plain files only."""
+    from .config import Settings
+    from .confined_python import ChildLimits, check_plain_tree, run_torch_child
+    from .torch_store import move_into_place
+    from .workload import load_workload
+
+    if not problem.is_file():
+        raise TorchProblemError(f"{problem}: no such file")
+    if target.exists() and not args.force and (not target.is_dir() or any(target.iterdir())):
+        raise TorchProblemError(f"{target}: exists and is not empty; choose another directory or pass --force")
+    target.resolve().parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{target.name}-import-", dir=target.resolve().parent))
+    try:
+        child = ["import-torch", str(problem.resolve()), "-o", str(staging / "workload"), "--name", name,
+                 "--seed", str(args.seed), "--output-name", args.output_name, "--tolerance", args.tolerance,
+                 "--json", "--no-progress", "--in-process"]
+        if args.initial:  # the kernel and its launch are yours: read here, handed over in the staging directory
+            kernel, launch = _initial_files(args)
+            (staging / "initial.cu").write_text(read_text(kernel, "initial kernel", KerneloptError))
+            (staging / "initial.launch.json").write_text(read_text(launch, "launch file", KerneloptError))
+            child += ["--initial", str(staging / "initial.cu")]
+        limits = ChildLimits.following(Settings.from_env().compile_limits(), args.timeout, processes=False)
+        limits = ChildLimits(**{**limits.__dict__, "memory_mb": ImportLimits().memory_for(1) >> 20})
+        with ProgressBar(f"importing {problem.name} (confined)", enabled=progress_wanted(args.progress)) as bar:
+            bar.step("running the problem in a confined child", 0, 1)
+            result = run_torch_child("kernelopt_mcp", child, staging=staging, read=[str(problem.resolve().parent)],
+                                     limits=limits, gpu=False)
+        answer = _child_answer(result, args.timeout, {str(problem.resolve()): str(problem)})
+        try:  # the problem's code wrote it: plain files only, never a link
+            check_plain_tree(staging / "workload")
+        except OSError as exc:
+            raise TorchProblemError(f"{problem}: the import left {exc}") from None
+        # what is said of it comes from the workload as loaded here, not from the child's word
+        spec = load_workload(staging / "workload").spec
+        move_into_place(staging / "workload", target)
+        notes = [str(n) for n in answer.get("notes") or [] if isinstance(n, str)]
+        return _answer(spec, target, notes, str(answer.get("torch") or "unknown"))
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+
+
+def _child_answer(result: Any, timeout_s: float, spelled: dict[str, str]) -> dict[str, Any]:
+    """The confined importer's JSON answer, or the error that says why there is none (the paths in
+    it as ``spelled``: the child was handed absolute ones)."""
+    if result.refused is not None:
+        if result.missing == "torch":
+            raise TorchProblemError(TORCH_MISSING)
+        raise TorchProblemError(f"the importer was not run: {result.refused}; or pass --in-process to run the "
+                                "problem's code in this process, unconfined")
+    if result.timed_out:
+        raise TorchProblemError(f"the import did not finish within {timeout_s:.0f} s (the problem's get_inputs, Model "
+                                "or forward ran that long on the CPU): make its sizes smaller, or pass --timeout")
+    try:
+        answer = json.loads(result.stdout)
+    except ValueError:
+        answer = None
+    if not isinstance(answer, dict):
+        lines = [line.strip() for line in result.stderr_tail.splitlines() if line.strip()]
+        last = "".join(c for c in (lines[-1] if lines else "no output") if c.isprintable())[:300]
+        raise TorchProblemError(f"the import died (exit {result.returncode}): {last}")
+    if answer.get("status") != "ok":
+        message = str(answer.get("message") or "the import failed")[:2000]
+        for absolute, own in spelled.items():
+            message = message.replace(absolute, own)
+        raise TorchProblemError(message)
+    return answer

@@ -140,7 +140,7 @@ def _run_import(
     source = staging / "problem.py"
     source.write_text(problem)
     args = ["import-torch", str(source), "-o", str(staging / "workload"), "--name", name, "--json", "--home",
-            str(target), "--tolerance", tolerance]
+            str(target), "--tolerance", tolerance, "--in-process"]  # confined already: this child is the importer
     if initial_cu is not None:
         (staging / "initial.cu").write_text(initial_cu)
         (staging / "initial.launch.json").write_text(json.dumps(initial_launch))

@@ -40,16 +40,21 @@ raise RuntimeError("PROBE" + json.dumps(found))
 """
 
 
-@needs_landlock
-def test_a_suite_problem_runs_confined(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """No secret of the caller's environment, no file outside its own directory read or written, no
-    process started; the refusal says what the problem raised and the workload directory stays empty."""
-    monkeypatch.setenv("OPENAI_API_KEY", "sk-planted-suite")
+def stand_in_torch(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A torch of two names the confined children import in place of the real one."""
     site = tmp_path / "site"
     (site / "torch").mkdir(parents=True)
     (site / "torch" / "__init__.py").write_text('__version__ = "0.0+stand-in"\ndef set_num_threads(n):\n    pass\n')
     monkeypatch.setattr(confined_python, "installed_requirements",
                         lambda *packages: Installed(path=(str(site),), read=(str(site / "torch"),)))
+
+
+@needs_landlock
+def test_a_suite_problem_runs_confined(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """No secret of the caller's environment, no file outside its own directory read or written, no
+    process started; the refusal says what the problem raised and the workload directory stays empty."""
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-planted-suite")
+    stand_in_torch(tmp_path, monkeypatch)
     secret, outside = tmp_path / "secret.txt", tmp_path / "escaped.txt"
     secret.write_text("sk-planted-file")
     problem = tmp_path / "kb" / "level1" / "1_Probe.py"
