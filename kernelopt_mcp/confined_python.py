@@ -34,7 +34,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -175,7 +175,7 @@ def run_confined_python(
     module: str, args: Sequence[str], *, staging: Path, python: str = sys.executable, python_path: Sequence[str] = (),
     read: Sequence[str] = (), requires: Sequence[str] = (), limits: ChildLimits | None = None,
     env: Mapping[str, str] | None = None, execute: Sequence[str] = (), gpu: bool = False, each_job: bool = False,
-    own_uid: bool = True,
+    own_uid: bool = True, on_stderr: Callable[[bytes], None] | None = None,
 ) -> ChildResult:
     """Run ``python -m module *args`` confined, in ``staging`` (its only writable directory).
 
@@ -222,7 +222,7 @@ def run_confined_python(
         start_new_session=True,
     )
     try:
-        out, err, ended = _read(proc, time.monotonic() + limits.timeout_s + GRACE_S)
+        out, err, ended = _read(proc, time.monotonic() + limits.timeout_s + GRACE_S, on_stderr)
     finally:
         if proc.poll() is None:
             kill_group(proc)  # the backstop: the supervisor itself did not end
@@ -242,9 +242,12 @@ def run_confined_python(
     return ChildResult(code, out, tail, timed_out=code in (None, TIMED_OUT))
 
 
-def _read(proc: subprocess.Popen[bytes], deadline: float) -> tuple[bytes, bytes, bool]:
-    """stdout (up to MAX_STDOUT_BYTES) and stderr (its tail) until both end, or DRAIN_S after the
-    supervisor exited, or ``deadline``; and whether the supervisor exited."""
+def _read(
+    proc: subprocess.Popen[bytes], deadline: float, on_stderr: Callable[[bytes], None] | None = None,
+) -> tuple[bytes, bytes, bool]:
+    """stdout (up to MAX_STDOUT_BYTES) and stderr (its tail; each chunk to ``on_stderr`` as it
+    comes) until both end, or DRAIN_S after the supervisor exited, or ``deadline``; and whether the
+    supervisor exited."""
     assert proc.stdout is not None and proc.stderr is not None
     out, err = bytearray(), bytearray()
     buffers = {proc.stdout.fileno(): out, proc.stderr.fileno(): err}
@@ -266,6 +269,8 @@ def _read(proc: subprocess.Popen[bytes], deadline: float) -> tuple[bytes, bytes,
                     continue
                 buf = buffers[key.fd]
                 buf += chunk
+                if buf is err and on_stderr is not None:
+                    on_stderr(chunk)
                 if buf is err and len(err) > 2 * STDERR_TAIL_BYTES:
                     del err[:-STDERR_TAIL_BYTES]
                 elif buf is out and len(out) > MAX_STDOUT_BYTES:
@@ -357,6 +362,7 @@ def run_torch_child(
     module: str, args: Sequence[str], *, staging: Path, python: str = sys.executable, python_path: Sequence[str] = (),
     read: Sequence[str] = (), execute: Sequence[str] = (), limits: ChildLimits | None = None,
     env: Mapping[str, str] | None = None, each_job: bool = False, gpu: bool = True,
+    on_stderr: Callable[[bytes], None] | None = None,
 ) -> ChildResult:
     """:func:`run_confined_python` for a child of this package that imports torch (and, with ``gpu``,
     runs CUDA): this package and torch's distributions (with their requirements) readable and on its
@@ -367,5 +373,5 @@ def run_torch_child(
         module, args, staging=staging, python=python, python_path=[str(package.parent), *installed.path, *python_path],
         read=[str(package), *installed.read, *python_path, *read], execute=execute, requires=["torch"], limits=limits,
         env={**({"CUDA_CACHE_PATH": str(staging / ".nv")} if gpu else {}), **(env or {})}, gpu=gpu,
-        each_job=each_job, own_uid=gpu_child_own_uid(python) if gpu else True,
+        each_job=each_job, own_uid=gpu_child_own_uid(python) if gpu else True, on_stderr=on_stderr,
     )

@@ -16,7 +16,7 @@ import os
 import shutil
 import sys
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -66,6 +66,8 @@ def add_parser(sub: Any) -> None:
     add_progress_flag(sp)  # the import's steps
     # where the MCP server will move the output directory: accepted, not needed (the workload names no absolute path)
     sp.add_argument("--home", help=argparse.SUPPRESS)
+    # the confined child's steps, as lines on stderr for the parent's bar (PROGRESS_LINE)
+    sp.add_argument("--progress-lines", action="store_true", help=argparse.SUPPRESS)
     sp.set_defaults(fn=cmd_import_torch)
 
 
@@ -107,7 +109,8 @@ def _import_here(args: argparse.Namespace, problem: Path, name: str, target: Pat
         options.initial_launch, options.initial_options = _launch(launch)
     with ProgressBar(f"importing {problem.name}", enabled=progress_wanted(args.progress)) as bar, \
             _stdout_to_stderr(args.json):
-        result = import_torch_problem(problem, target, options, progress=bar.step)
+        step = _progress_line if args.progress_lines else bar.step
+        result = import_torch_problem(problem, target, options, progress=step)
     return _answer(result.spec, result.path, result.notes, result.torch_version)
 
 
@@ -121,6 +124,34 @@ def _answer(spec: WorkloadSpec, path: Path, notes: list[str], torch_version: str
         "cases": [c.model_dump(mode="json", exclude={"inputs"}) for c in spec.cases],
         "notes": notes, "degenerate": list(spec.imported.degenerate) if spec.imported else [], "torch": torch_version,
     }
+
+
+#: how the confined importer hands each step to its parent's bar: a stderr line of this prefix and JSON
+PROGRESS_LINE = b"\x1ekernelopt-import-progress "
+
+
+def _progress_line(message: str, done: int, total: int) -> None:
+    sys.stderr.buffer.write(b"\n" + PROGRESS_LINE + json.dumps([message, done, total]).encode() + b"\n")
+    sys.stderr.flush()
+
+
+class _ProgressLines:
+    """The parent's side: stderr chunks in, each progress line to ``step`` (anything else is ignored:
+    the child's stderr tail keeps it for the error message)."""
+
+    def __init__(self, step: Callable[[str, int, int], None]) -> None:
+        self.step, self.pending = step, b""
+
+    def __call__(self, chunk: bytes) -> None:
+        *lines, self.pending = (self.pending + chunk).split(b"\n")
+        self.pending = self.pending[-4096:]
+        for line in lines:
+            if line.startswith(PROGRESS_LINE):
+                try:
+                    message, done, total = json.loads(line[len(PROGRESS_LINE):])
+                    self.step(str(message), int(done), int(total))
+                except (ValueError, TypeError):
+                    continue
 
 
 @contextlib.contextmanager
@@ -181,7 +212,7 @@ def _import_confined(args: argparse.Namespace, problem: Path, name: str, target:
     try:
         child = ["import-torch", str(problem.resolve()), "-o", str(staging / "workload"), "--name", name,
                  "--seed", str(args.seed), "--output-name", args.output_name, "--tolerance", args.tolerance,
-                 "--json", "--no-progress", "--in-process"]
+                 "--json", "--no-progress", "--in-process", "--progress-lines"]
         if args.initial:  # the kernel and its launch are yours: read here, handed over in the staging directory
             kernel, launch = _initial_files(args)
             (staging / "initial.cu").write_text(read_text(kernel, "initial kernel", KerneloptError))
@@ -189,10 +220,10 @@ def _import_confined(args: argparse.Namespace, problem: Path, name: str, target:
             child += ["--initial", str(staging / "initial.cu")]
         limits = ChildLimits.following(Settings.from_env().compile_limits(), args.timeout, processes=False)
         limits = ChildLimits(**{**limits.__dict__, "memory_mb": ImportLimits().memory_for(1) >> 20})
-        with ProgressBar(f"importing {problem.name} (confined)", enabled=progress_wanted(args.progress)) as bar:
-            bar.step("running the problem in a confined child", 0, 1)
+        with ProgressBar(f"importing {problem.name}", enabled=progress_wanted(args.progress)) as bar:
+            bar.step("starting the confined importer", 0, 1)
             result = run_torch_child("kernelopt_mcp", child, staging=staging, read=[str(problem.resolve().parent)],
-                                     limits=limits, gpu=False)
+                                     limits=limits, gpu=False, on_stderr=_ProgressLines(bar.step))
         answer = _child_answer(result, args.timeout, {str(problem.resolve()): str(problem)})
         try:  # the problem's code wrote it: plain files only, never a link
             check_plain_tree(staging / "workload")
@@ -223,7 +254,9 @@ def _child_answer(result: Any, timeout_s: float, spelled: dict[str, str]) -> dic
     except ValueError:
         answer = None
     if not isinstance(answer, dict):
-        lines = [line.strip() for line in result.stderr_tail.splitlines() if line.strip()]
+        progress = PROGRESS_LINE.decode().strip()
+        lines = [line.strip() for line in result.stderr_tail.splitlines()
+                 if line.strip() and not line.strip().startswith(progress)]
         last = "".join(c for c in (lines[-1] if lines else "no output") if c.isprintable())[:300]
         raise TorchProblemError(f"the import died (exit {result.returncode}): {last}")
     if answer.get("status") != "ok":
