@@ -1,5 +1,6 @@
 """Many PyTorch problems imported at once, each in a fresh process of its own.
 
+:func:`import_confined` is ``kernelopt import-torch``'s one problem the same way.
 ``kernelopt kernelbench --jobs N`` and ``bench/kernelbench_import.py`` import a whole KernelBench
 level this way: one problem per process, ``jobs`` processes at a time, each with torch held to one
 thread, its data memory capped and a deadline, so an import that runs away (a module that fills
@@ -26,10 +27,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .compile_options import physical_memory_mb
+from .compile_options import CompileLimits, physical_memory_mb
 from .confined_python import ChildLimits, ChildResult, check_plain_tree, run_torch_child
+from .torch_import import TorchImportOptions
+from .torch_source import TORCH_MISSING, TorchProblemError
+from .torch_store import move_into_place
+from .workload import WorkloadSpec, load_workload
 
-__all__ = ["ImportJob", "ImportLimits", "disk_bytes", "import_in_child", "import_many", "import_record"]
+__all__ = ["ConfinedImport", "ImportJob", "ImportLimits", "disk_bytes", "import_confined", "import_in_child",
+           "import_many", "import_record"]
 
 #: the deadline of one import unless the caller says otherwise (KernelBench's imports take seconds; VGG a minute)
 IMPORT_TIMEOUT_S = 600.0
@@ -172,6 +178,115 @@ def import_many(
         record = {**import_in_child(job, limits, alone), "alone": True}
         report(record)
         yield job, record
+
+
+@dataclass(frozen=True)
+class ConfinedImport:
+    """What :func:`import_confined` moved into place: the workload's spec as loaded here, the
+    import's notes and the torch version the child ran."""
+
+    spec: WorkloadSpec
+    notes: list[str]
+    torch_version: str
+
+
+#: how the confined importer hands each step to its parent's progress: a stderr line of this prefix and JSON
+PROGRESS_LINE = b"\x1ekernelopt-import-progress "
+
+
+def import_confined(
+    problem: Path, target: Path, options: TorchImportOptions, *, timeout_s: float = IMPORT_TIMEOUT_S,
+    compile_limits: CompileLimits | None = None, progress: Callable[[str, int, int], None] | None = None,
+) -> ConfinedImport:
+    """``kernelopt import-torch --in-process`` on ``problem`` in a confined child (threads only, the
+    machine's memory, ``timeout_s``; the operator's confinement choice in ``compile_limits``) that
+    reads the Python installation and the problem's directory and writes a staging directory beside
+    ``target``, whose workload replaces ``target`` (``options.overwrite``) once it holds plain files
+    only and loads here. What is said of it comes from that workload, not from the child's word.
+
+    Raises:
+        TorchProblemError: the problem's refusal, or why the child gave none (not run, timed out, died).
+    """
+    if not problem.is_file():
+        raise TorchProblemError(f"{problem}: no such file")
+    if target.exists() and not options.overwrite and (not target.is_dir() or any(target.iterdir())):
+        raise TorchProblemError(f"{target}: exists and is not empty; choose another directory or pass --force")
+    target.resolve().parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{target.name}-import-", dir=target.resolve().parent))
+    try:
+        args = ["import-torch", str(problem.resolve()), "-o", str(staging / "workload"), "--seed", str(options.seed),
+                "--output-name", options.output_name, "--tolerance", options.tolerance, "--json", "--no-progress",
+                "--in-process", "--progress-lines", *(["--name", options.name] if options.name else [])]
+        if options.initial_cu is not None:  # read by the caller, handed over in the staging directory
+            (staging / "initial.cu").write_text(options.initial_cu)
+            launch = options.initial_launch.model_dump(mode="json") if options.initial_launch else None
+            (staging / "initial.launch.json").write_text(
+                json.dumps({"launch": launch, "compile_options": options.initial_options}))
+            args += ["--initial", str(staging / "initial.cu")]
+        limits = ChildLimits.following(compile_limits, timeout_s, processes=False)
+        limits = ChildLimits(**{**limits.__dict__, "memory_mb": ImportLimits().memory_for(1) >> 20})
+        if progress is not None:
+            progress("starting the confined importer", 0, 1)
+        result = run_torch_child("kernelopt_mcp", args, staging=staging, read=[str(problem.resolve().parent)],
+                                 limits=limits, gpu=False, on_stderr=_ProgressLines(progress) if progress else None)
+        answer = _import_answer(result, timeout_s, {str(problem.resolve()): str(problem)})
+        try:  # the problem's code wrote it: plain files only, never a link
+            check_plain_tree(staging / "workload")
+        except OSError as exc:
+            raise TorchProblemError(f"{problem}: the import left {exc}") from None
+        spec = load_workload(staging / "workload").spec
+        move_into_place(staging / "workload", target)
+        notes = [n for n in answer.get("notes") or [] if isinstance(n, str)]
+        return ConfinedImport(spec, notes, str(answer.get("torch") or "unknown"))
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+
+
+class _ProgressLines:
+    """stderr chunks in, each progress line to ``step`` (anything else is left to the stderr tail)."""
+
+    def __init__(self, step: Callable[[str, int, int], None]) -> None:
+        self.step, self.pending = step, b""
+
+    def __call__(self, chunk: bytes) -> None:
+        *lines, self.pending = (self.pending + chunk).split(b"\n")
+        self.pending = self.pending[-4096:]
+        for line in lines:
+            if line.startswith(PROGRESS_LINE):
+                try:
+                    message, done, total = json.loads(line[len(PROGRESS_LINE):])
+                    self.step(str(message), int(done), int(total))
+                except (ValueError, TypeError):
+                    continue
+
+
+def _import_answer(result: ChildResult, timeout_s: float, spelled: dict[str, str]) -> dict[str, Any]:
+    """The confined importer's JSON answer, or the error that says why there is none (the paths in
+    it as ``spelled``: the child was handed absolute ones)."""
+    if result.refused is not None:
+        if result.missing == "torch":
+            raise TorchProblemError(TORCH_MISSING)
+        raise TorchProblemError(f"the importer was not run: {result.refused}; or pass --in-process to run the "
+                                "problem's code in this process, unconfined")
+    if result.timed_out:
+        raise TorchProblemError(f"the import did not finish within {timeout_s:.0f} s (the problem's get_inputs, Model "
+                                "or forward ran that long on the CPU): make its sizes smaller, or pass --timeout")
+    try:
+        answer = json.loads(result.stdout)
+    except ValueError:
+        answer = None
+    if not isinstance(answer, dict):
+        mark = PROGRESS_LINE.decode().strip()
+        lines = [line.strip() for line in result.stderr_tail.splitlines()
+                 if line.strip() and not line.strip().startswith(mark)]
+        last = "".join(c for c in (lines[-1] if lines else "no output") if c.isprintable())[:300]
+        raise TorchProblemError(f"the import died (exit {result.returncode}): {last}")
+    if answer.get("status") != "ok":
+        message = str(answer.get("message") or "the import failed")[:2000]
+        for absolute, own in spelled.items():
+            message = message.replace(absolute, own)
+        raise TorchProblemError(message)
+    return answer
 
 
 def main(argv: list[str]) -> int:

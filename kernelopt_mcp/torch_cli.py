@@ -1,10 +1,8 @@
 """The ``kernelopt import-torch`` command (parser and handler; cli.py registers them).
 
-The problem file is someone's code: by default it runs in a confined child (``confined_python``:
-Landlock, seccomp with threads only, an allowlisted environment, data memory and time capped) that
-reads the Python installation and the problem's own directory and writes a staging directory
-beside the output, moved into place once it holds plain files only. ``--in-process`` runs it here,
-as ``python problem.py`` would (where the kernel has no Landlock; and in that child itself).
+The problem file is someone's code: by default it runs in a confined child
+(:func:`.suite_imports.import_confined`, which runs this command again with ``--in-process``);
+``--in-process`` runs it here, as ``python problem.py`` would (where the kernel has no Landlock).
 """
 
 from __future__ import annotations
@@ -13,10 +11,8 @@ import argparse
 import contextlib
 import json
 import os
-import shutil
 import sys
-import tempfile
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -24,13 +20,13 @@ from pydantic import ValidationError
 from rich.console import Console
 from rich.markup import escape
 
+from .config import Settings
 from .errors import KerneloptError
 from .files import read_text
 from .launch import LaunchSpec
 from .progress_bar import ProgressBar, add_progress_flag, progress_wanted
-from .suite_imports import IMPORT_TIMEOUT_S, ImportLimits
+from .suite_imports import IMPORT_TIMEOUT_S, PROGRESS_LINE, import_confined
 from .torch_import import TOLERANCE_MODES, TorchImportOptions, import_torch_problem, safe_name
-from .torch_problem import TORCH_MISSING, TorchProblemError
 from .workload import WorkloadSpec, format_validation_error
 
 
@@ -86,10 +82,22 @@ def cmd_import_torch(args: argparse.Namespace, out: Console) -> int:
     problem = Path(args.problem)
     name = args.name or safe_name(problem.stem)
     target = Path(args.output or name)
-    if args.in_process:
-        answer = _import_here(args, problem, name, target)
-    else:
-        answer = _import_confined(args, problem, name, target)
+    options = TorchImportOptions(name=name, seed=args.seed, overwrite=args.force, output_name=args.output_name,
+                                 tolerance=args.tolerance)
+    if args.initial:
+        kernel, launch = _initial_files(args)
+        options.initial_cu = read_text(kernel, "initial kernel", KerneloptError)
+        options.initial_launch, options.initial_options = _launch(launch)
+    with ProgressBar(f"importing {problem.name}", enabled=progress_wanted(args.progress)) as bar:
+        if args.in_process:
+            with _stdout_to_stderr(args.json):
+                result = import_torch_problem(problem, target, options,
+                                              progress=_progress_line if args.progress_lines else bar.step)
+            answer = _answer(result.spec, result.path, result.notes, result.torch_version)
+        else:
+            confined = import_confined(problem, target, options, timeout_s=args.timeout, progress=bar.step,
+                                       compile_limits=Settings.from_env().compile_limits())
+            answer = _answer(confined.spec, target, confined.notes, confined.torch_version)
     if args.json:
         print(json.dumps(answer, indent=2))
     else:
@@ -97,21 +105,6 @@ def cmd_import_torch(args: argparse.Namespace, out: Console) -> int:
         out.print(escape(f"next: kernelopt optimize --workload {answer['path']}  (or: kernelopt evaluate "
                          f"{answer['path']} KERNEL.cu --launch LAUNCH.json)"), highlight=False)
     return 0
-
-
-def _import_here(args: argparse.Namespace, problem: Path, name: str, target: Path) -> dict[str, Any]:
-    """The import in this process: the answer ``--json`` prints."""
-    options = TorchImportOptions(name=name, seed=args.seed, overwrite=args.force, output_name=args.output_name,
-                                 tolerance=args.tolerance)
-    if args.initial:
-        kernel, launch = _initial_files(args)
-        options.initial_cu = read_text(kernel, "initial kernel", KerneloptError)
-        options.initial_launch, options.initial_options = _launch(launch)
-    with ProgressBar(f"importing {problem.name}", enabled=progress_wanted(args.progress)) as bar, \
-            _stdout_to_stderr(args.json):
-        step = _progress_line if args.progress_lines else bar.step
-        result = import_torch_problem(problem, target, options, progress=step)
-    return _answer(result.spec, result.path, result.notes, result.torch_version)
 
 
 def _answer(spec: WorkloadSpec, path: Path, notes: list[str], torch_version: str) -> dict[str, Any]:
@@ -126,32 +119,10 @@ def _answer(spec: WorkloadSpec, path: Path, notes: list[str], torch_version: str
     }
 
 
-#: how the confined importer hands each step to its parent's bar: a stderr line of this prefix and JSON
-PROGRESS_LINE = b"\x1ekernelopt-import-progress "
-
-
 def _progress_line(message: str, done: int, total: int) -> None:
+    """The confined importer's step, as a line its parent reads (suite_imports.PROGRESS_LINE)."""
     sys.stderr.buffer.write(b"\n" + PROGRESS_LINE + json.dumps([message, done, total]).encode() + b"\n")
     sys.stderr.flush()
-
-
-class _ProgressLines:
-    """The parent's side: stderr chunks in, each progress line to ``step`` (anything else is ignored:
-    the child's stderr tail keeps it for the error message)."""
-
-    def __init__(self, step: Callable[[str, int, int], None]) -> None:
-        self.step, self.pending = step, b""
-
-    def __call__(self, chunk: bytes) -> None:
-        *lines, self.pending = (self.pending + chunk).split(b"\n")
-        self.pending = self.pending[-4096:]
-        for line in lines:
-            if line.startswith(PROGRESS_LINE):
-                try:
-                    message, done, total = json.loads(line[len(PROGRESS_LINE):])
-                    self.step(str(message), int(done), int(total))
-                except (ValueError, TypeError):
-                    continue
 
 
 @contextlib.contextmanager
@@ -193,75 +164,3 @@ def summary_text(answer: dict[str, Any]) -> str:
         lines.append(f"  case {case['name']} ({case['kind']}){': ' + scalars if scalars else ''}")
     lines += [f"  note: {n}" for n in answer["notes"]]
     return "\n".join(lines)
-
-
-def _import_confined(args: argparse.Namespace, problem: Path, name: str, target: Path) -> dict[str, Any]:
-    """``kernelopt import-torch --in-process`` in a confined child writing a staging directory beside
-    ``target``; its workload moved onto ``target`` once it holds plain files only."""
-    from .config import Settings
-    from .confined_python import ChildLimits, check_plain_tree, run_torch_child
-    from .torch_store import move_into_place
-    from .workload import load_workload
-
-    if not problem.is_file():
-        raise TorchProblemError(f"{problem}: no such file")
-    if target.exists() and not args.force and (not target.is_dir() or any(target.iterdir())):
-        raise TorchProblemError(f"{target}: exists and is not empty; choose another directory or pass --force")
-    target.resolve().parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{target.name}-import-", dir=target.resolve().parent))
-    try:
-        child = ["import-torch", str(problem.resolve()), "-o", str(staging / "workload"), "--name", name,
-                 "--seed", str(args.seed), "--output-name", args.output_name, "--tolerance", args.tolerance,
-                 "--json", "--no-progress", "--in-process", "--progress-lines"]
-        if args.initial:  # the kernel and its launch are yours: read here, handed over in the staging directory
-            kernel, launch = _initial_files(args)
-            (staging / "initial.cu").write_text(read_text(kernel, "initial kernel", KerneloptError))
-            (staging / "initial.launch.json").write_text(read_text(launch, "launch file", KerneloptError))
-            child += ["--initial", str(staging / "initial.cu")]
-        limits = ChildLimits.following(Settings.from_env().compile_limits(), args.timeout, processes=False)
-        limits = ChildLimits(**{**limits.__dict__, "memory_mb": ImportLimits().memory_for(1) >> 20})
-        with ProgressBar(f"importing {problem.name}", enabled=progress_wanted(args.progress)) as bar:
-            bar.step("starting the confined importer", 0, 1)
-            result = run_torch_child("kernelopt_mcp", child, staging=staging, read=[str(problem.resolve().parent)],
-                                     limits=limits, gpu=False, on_stderr=_ProgressLines(bar.step))
-        answer = _child_answer(result, args.timeout, {str(problem.resolve()): str(problem)})
-        try:  # the problem's code wrote it: plain files only, never a link
-            check_plain_tree(staging / "workload")
-        except OSError as exc:
-            raise TorchProblemError(f"{problem}: the import left {exc}") from None
-        # what is said of it comes from the workload as loaded here, not from the child's word
-        spec = load_workload(staging / "workload").spec
-        move_into_place(staging / "workload", target)
-        notes = [str(n) for n in answer.get("notes") or [] if isinstance(n, str)]
-        return _answer(spec, target, notes, str(answer.get("torch") or "unknown"))
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
-
-
-def _child_answer(result: Any, timeout_s: float, spelled: dict[str, str]) -> dict[str, Any]:
-    """The confined importer's JSON answer, or the error that says why there is none (the paths in
-    it as ``spelled``: the child was handed absolute ones)."""
-    if result.refused is not None:
-        if result.missing == "torch":
-            raise TorchProblemError(TORCH_MISSING)
-        raise TorchProblemError(f"the importer was not run: {result.refused}; or pass --in-process to run the "
-                                "problem's code in this process, unconfined")
-    if result.timed_out:
-        raise TorchProblemError(f"the import did not finish within {timeout_s:.0f} s (the problem's get_inputs, Model "
-                                "or forward ran that long on the CPU): make its sizes smaller, or pass --timeout")
-    try:
-        answer = json.loads(result.stdout)
-    except ValueError:
-        answer = None
-    if not isinstance(answer, dict):
-        progress = PROGRESS_LINE.decode().strip()
-        lines = [line.strip() for line in result.stderr_tail.splitlines()
-                 if line.strip() and not line.strip().startswith(progress)]
-        last = "".join(c for c in (lines[-1] if lines else "no output") if c.isprintable())[:300]
-        raise TorchProblemError(f"the import died (exit {result.returncode}): {last}")
-    if answer.get("status") != "ok":
-        message = str(answer.get("message") or "the import failed")[:2000]
-        for absolute, own in spelled.items():
-            message = message.replace(absolute, own)
-        raise TorchProblemError(message)
-    return answer

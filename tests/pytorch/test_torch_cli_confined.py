@@ -70,15 +70,21 @@ def test_confined_and_in_process_imports_write_the_same_workload(
     problem = tmp_path / "twice.py"
     problem.write_text(PRINTING)
     confined, here = tmp_path / "confined", tmp_path / "here"
-    code, answer, _ = _import([str(problem), "-o", str(confined)], capfd)
+    kernel = tmp_path / "k.cu"  # a starting kernel and its launch, with a compile option: handed over alike
+    kernel.write_text('extern "C" __global__ void twice(const float* x, float* out) {}\n')
+    (tmp_path / "k.launch.json").write_text(json.dumps({"launch": {"grid": [2], "block": [64]},
+                                                        "compile_options": ["-DTILE=4"]}))
+    code, answer, _ = _import([str(problem), "-o", str(confined), "--initial", str(kernel)], capfd)
     assert code == 0 and answer["path"] == str(confined) and answer["status"] == "ok"
-    code, answer_here, err = _import([str(problem), "-o", str(here), "--in-process"], capfd)
+    code, answer_here, err = _import([str(problem), "-o", str(here), "--in-process", "--initial", str(kernel)], capfd)
     assert code == 0 and "a line on stdout from the problem" in err and "from descriptor 1" in err
     assert {k: v for k, v in answer.items() if k != "path"} == {k: v for k, v in answer_here.items() if k != "path"}
     assert (confined / "workload.json").read_text() == (here / "workload.json").read_text()
+    assert "-DTILE=4" in (confined / "workload.json").read_text()
+    assert (confined / "initial.cu").read_text() == kernel.read_text()
     assert sorted(p.name for p in confined.iterdir()) == sorted(p.name for p in here.iterdir())
-    code, refused, _ = _import([str(problem), "-o", str(confined)], capfd)  # there already
+    code, refused, _ = _import([str(problem), "-o", str(confined), "--initial", str(kernel)], capfd)  # there already
     assert code == 2 and "exists and is not empty" in refused["message"] and "--force" in refused["message"]
-    code, again, _ = _import([str(problem), "-o", str(confined), "--force"], capfd)
+    code, again, _ = _import([str(problem), "-o", str(confined), "--force", "--initial", str(kernel)], capfd)
     assert code == 0 and again == answer
     assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []  # no staging directory left
