@@ -53,8 +53,9 @@ case "${1:-children}" in
     gpu_tests imported 560 --timeout 200 tests/gpu/test_torch_import_gpu.py -k "not optimize" ;;
   optimize)  # kernelopt optimize --workload on each imported kind with the scripted model
     gpu_tests optimize 560 --timeout 200 tests/gpu/test_torch_import_gpu.py -k optimize ;;
-  suite)  # resumable like baselines: the state lives in .kb12-run/ (a warm machine's next call continues; or
-    # carry .kb12-run/ back: unpack $OUT/kb12-run.tgz here); baselines start no batch after SUITE_BUDGET s;
+  suite)  # resumable like baselines: the state lives in .kb12-run/ (unpack $OUT/kb12-run.tgz here and carry
+    # .kb12-run/ on the next call: each call gets a fresh copy of the tree, even on a warm machine, and an
+    # ignored folder not carried is gone there); baselines start no batch after SUITE_BUDGET s;
     # a changed solution is evaluated again, the others kept; the baseline cache travels in .kb12-run/ too
     export KERNELOPT_CACHE=$PWD/.kb12-run/cache
     timeout 540 kernelopt kernelbench .kb12 --level 1 2 --solutions bench/kernelbench_solutions -o .kb12-run --jobs 8 \
@@ -92,8 +93,9 @@ print(sys.argv[2], sys.argv[3], r.get("status"), r.get("score_ms"), f"largest er
     gpu_tests probe 190 --timeout 90 "tests/gpu/test_torch_import_gpu.py::test_imported_problem_evaluates_on_the_gpu[vector_add]" \
       tests/gpu/test_torch_baseline_gpu.py::test_the_l2_flush_makes_a_problem_that_fits_in_l2_slower
     cut -c1-2500 "$OUT/probe.failures.txt" 2>/dev/null | head -70 ;;
-  baselines)  # eager and torch.compile for every level-1/2 problem; resumable: run again (same machine, or carry
-    # .kb-run/ back: unpack $OUT/kb-run.tgz here); the state, the workloads and the baseline cache all live in .kb-run/
+  baselines)  # eager and torch.compile for every level-1/2 problem; resumable: unpack $OUT/kb-run.tgz here and
+    # carry .kb-run/ on every call (not carried, it is gone there, warm machine or not: 2026-12-06 lost a call to
+    # re-importing); the state, the workloads and the baseline cache all live in .kb-run/
     export KERNELOPT_CACHE=$PWD/.kb-run/cache
     timeout $(( ${BASELINE_BUDGET:-400} + 170 )) kernelopt kernelbench .kb --level 1 2 -o .kb-run --jobs 16 \
       --time-budget "${BASELINE_BUDGET:-400}" > "$OUT/baselines.txt" 2> "$OUT/baselines.err"
