@@ -30,6 +30,7 @@ from typing import Any
 
 from kernelopt_mcp._child_answer import Answer, line
 from kernelopt_mcp._child_answer import main as child_main
+from kernelopt_mcp.torch_source import lone_output
 
 TORCH_DTYPES = ("float16", "bfloat16", "float32", "float64", "int8", "int16", "int32", "int64", "uint8", "uint16",
                 "uint32", "uint64")
@@ -138,7 +139,7 @@ def run_job(torch: Any, request: dict[str, Any], job: dict[str, Any], module: _M
     with torch.no_grad():
         _load_state(request, module, tensors)
         try:
-            out = module.model(*args)
+            out = lone_output(module.model(*args))
         finally:
             module.restore(torch)
     if not isinstance(out, torch.Tensor):
@@ -200,7 +201,7 @@ def _float64_error(torch: Any, request: dict[str, Any], module: _Module, tensors
         finally:
             module.restore(torch)
         wide = [a.double() if isinstance(a, torch.Tensor) and a.is_floating_point() else a for a in args]
-        out64 = model64(*wide)
+        out64 = lone_output(model64(*wide))
         del wide, model64
         if not isinstance(out64, torch.Tensor) or out64.numel() != out.numel():
             return {"own_error_skipped": "the float64 forward returned another output"}

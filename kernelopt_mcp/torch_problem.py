@@ -45,6 +45,7 @@ from .torch_source import (  # noqa: F401 - re-exported: the source half of a pr
     exhausted,
     int_literal,
     load_module,
+    lone_output,
     parse_problem,
     require_torch,
     with_constants,
@@ -367,7 +368,7 @@ def _counted_forward(model: Any, call_args: list[Any], label: str, torch: Any, *
 
         counter = FlopCounterMode(display=False)
         with torch.no_grad(), counter:
-            result = model(*call_args)
+            result = lone_output(model(*call_args))
         return result, int(counter.get_total_flops())
     except TorchProblemError:
         raise
@@ -447,7 +448,7 @@ def _forward(model: Any, call_args: list[Any], snapshot: dict[str, Any], label: 
     """One forward call from the snapshot (restored after it)."""
     try:
         with torch.no_grad():
-            return model(*call_args)
+            return lone_output(model(*call_args))
     finally:
         _restore(model, snapshot, label, torch)
 
@@ -547,7 +548,7 @@ def _float64_output(model: Any, call_args: list[Any], torch: Any) -> np.ndarray 
         model64 = copy.deepcopy(model).double()
         args64 = [t.double() if isinstance(t, torch.Tensor) and t.is_floating_point() else t for t in call_args]
         with torch.no_grad():
-            out = model64(*args64)
+            out = lone_output(model64(*args64))
         return out.detach().cpu().double().numpy() if isinstance(out, torch.Tensor) else None
     except Exception:  # noqa: BLE001 - a module that cannot run in float64 keeps the dtype's default tolerance
         return None

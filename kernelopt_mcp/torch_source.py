@@ -40,6 +40,15 @@ class CpuOutOfMemory(SizesRejected):
     imports at once, another machine) it may import."""
 
 
+def lone_output(result: Any) -> Any:
+    """forward's result, where it is a tuple or list of one (``return (x,)``), as that one element:
+    a module's single output however it is wrapped (several outputs stay a tuple, which the import
+    refuses)."""
+    if isinstance(result, tuple | list) and len(result) == 1:
+        return result[0]
+    return result
+
+
 def exhausted(exc: BaseException) -> bool:
     """Whether ``exc`` says the CPU's memory ran out (torch's allocator raises a RuntimeError)."""
     return isinstance(exc, MemoryError) or (isinstance(exc, RuntimeError) and "allocate memory" in str(exc))

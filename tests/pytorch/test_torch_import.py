@@ -197,6 +197,22 @@ def test_unsupported_problems_fail_with_the_reason(problem: str, tmp_path: Path,
     assert not (tmp_path / problem).exists() and list(tmp_path.iterdir()) == []
 
 
+@pytest.mark.parametrize("wrap", ["({},)", "[{}]"])
+def test_one_output_wrapped_in_a_tuple_or_list_is_the_output(wrap: str, tmp_path: Path, torch: Any) -> None:
+    """``return (x,)`` or ``return [x]``: one output however it is wrapped (the expected values are
+    the element's, checked against a plain import of the same module)."""
+    plain = (PROBLEMS / "elementwise_gelu.py").read_text()
+    body = plain.split("def forward", 1)[1]
+    returned = body.split("return ", 1)[1].split("\n", 1)[0]
+    problem = tmp_path / "wrapped.py"
+    problem.write_text(plain.replace(f"return {returned}", f"return {wrap.format(returned)}", 1))
+    wrapped = load_workload(import_torch_problem(problem, tmp_path / "w").path)
+    (tmp_path / "plain.py").write_text(plain)
+    alone = load_workload(import_torch_problem(tmp_path / "plain.py", tmp_path / "p").path)
+    assert wrapped.signature.c_prototype() == alone.signature.c_prototype().replace("plain", "wrapped")
+    assert [c.model_dump() for c in wrapped.spec.cases] == [c.model_dump() for c in alone.spec.cases]
+
+
 def test_initial_kernel(tmp_path: Path, torch: Any) -> None:
     source = 'extern "C" __global__ void matmul(const float* A, const float* B, float* out, int M, int K, int N) {}'
     launch = LaunchSpec.model_validate({"grid": ["ceil_div(N, 16)", "ceil_div(M, 16)"], "block": [16, 16]})

@@ -99,6 +99,14 @@ def test_the_module_is_the_reference_an_honest_kernel_passes_a_wrong_one_mismatc
     assert files == ["c.f64"] * 3, files
 
 
+def test_a_module_whose_one_output_is_wrapped_in_a_tuple_is_its_reference(tmp_path: Path) -> None:
+    """``return a + self.b,`` (a tuple of one, as modules written for tracing return): the element
+    is the expected output, and a kernel that computes something else still mismatches."""
+    (honest, wrong), _ = run(tmp_path, write_problem(tmp_path / "wl", twist=","), "", "WRONG")
+    assert honest.status is Status.ok, honest.message
+    assert wrong.status is Status.mismatch
+
+
 def test_a_module_that_computes_something_else_fails_the_honest_kernel(tmp_path: Path) -> None:
     """The expected values really come from the module: change forward and c = a + b is wrong."""
     (honest,), _ = run(tmp_path, write_problem(tmp_path / "wl", twist=" * 2"), "")
