@@ -100,6 +100,14 @@ class ChildResult:
     refused: str | None = None
     missing: str | None = None
 
+    def last_line(self, skip: str = "", most: int = 300) -> str:
+        """The last line of its stderr (a traceback's exception), printable, at most ``most``
+        characters, lines starting with ``skip`` left out; "no output" where there is none."""
+        lines = [line.strip() for line in self.stderr_tail.splitlines()
+                 if line.strip() and not (skip and line.strip().startswith(skip))]
+        last = "".join(c for c in (lines[-1] if lines else "") if c.isprintable())
+        return last[:most] or "no output"
+
 
 @dataclass(frozen=True)
 class Installed:

@@ -23,7 +23,7 @@ import tempfile
 import time
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor, as_completed
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -103,7 +103,7 @@ def import_in_child(job: ImportJob, limits: ImportLimits, max_bytes: int) -> dic
     start = time.perf_counter()
 
     def failed(refusal: str, died: bool = False) -> dict[str, Any]:
-        return {"problem": str(job.problem), "imported": False, "refusal": refusal, "out_of_memory": died,
+        return {"problem": str(job.problem), "imported": False, "refusal": refusal, "died": died,
                 "seconds": time.perf_counter() - start, "bytes": disk_bytes(job.out)}
 
     job.out.parent.mkdir(parents=True, exist_ok=True)
@@ -116,9 +116,9 @@ def import_in_child(job: ImportJob, limits: ImportLimits, max_bytes: int) -> dic
             return failed(f"the import ran past its {limits.timeout_s:.0f} s deadline")
         lines = result.stdout.decode(errors="replace").strip().splitlines()
         if result.returncode != 0 or not lines:
-            tail = (result.stderr_tail.strip().splitlines() or ["no output"])[-1]
+            tail = result.last_line(most=200)
             return failed(f"the import died (exit {result.returncode}, data memory capped at "
-                          f"{max_bytes / 2**30:.1f} GiB): {tail[:200]}", died=True)  # memory, as often as not
+                          f"{max_bytes / 2**30:.1f} GiB): {tail}", died=True)
         try:
             record: dict[str, Any] = {**json.loads(lines[-1]), "problem": str(job.problem)}
         except ValueError:
@@ -169,7 +169,8 @@ def import_many(
         futures = {pool.submit(import_in_child, job, limits, max_bytes): job for job in jobs}
         for future in as_completed(futures):
             record = future.result()
-            if record.get("out_of_memory") and alone > max_bytes:
+            # a child killed for memory dies without a word: tried alone too, as one short of memory
+            if (record.get("out_of_memory") or record.get("died")) and alone > max_bytes:
                 again.append(futures[future])
                 continue
             report(record)
@@ -200,7 +201,7 @@ def import_confined(
 ) -> ConfinedImport:
     """``kernelopt import-torch --in-process`` on ``problem`` in a confined child (threads only, the
     machine's memory, ``timeout_s``; the operator's confinement choice in ``compile_limits``) that
-    reads the Python installation and the problem's directory and writes a staging directory beside
+    reads the Python installation and a copy of the problem, and writes a staging directory beside
     ``target``, whose workload replaces ``target`` (``options.overwrite``) once it holds plain files
     only and loads here. What is said of it comes from that workload, not from the child's word.
 
@@ -214,7 +215,10 @@ def import_confined(
     target.resolve().parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{target.name}-import-", dir=target.resolve().parent))
     try:
-        args = ["import-torch", str(problem.resolve()), "-o", str(staging / "workload"), "--seed", str(options.seed),
+        # the problem alone, copied in: the child reads that, not its directory (a file in $HOME would open $HOME)
+        (staging / "problem").mkdir()
+        copy = Path(shutil.copyfile(problem, staging / "problem" / problem.name))
+        args = ["import-torch", str(copy), "-o", str(staging / "workload"), "--seed", str(options.seed),
                 "--output-name", options.output_name, "--tolerance", options.tolerance, "--json", "--no-progress",
                 "--in-process", "--progress-lines", *(["--name", options.name] if options.name else [])]
         if options.initial_cu is not None:  # read by the caller, handed over in the staging directory
@@ -223,13 +227,13 @@ def import_confined(
             (staging / "initial.launch.json").write_text(
                 json.dumps({"launch": launch, "compile_options": options.initial_options}))
             args += ["--initial", str(staging / "initial.cu")]
-        limits = ChildLimits.following(compile_limits, timeout_s, processes=False)
-        limits = ChildLimits(**{**limits.__dict__, "memory_mb": ImportLimits().memory_for(1) >> 20})
+        limits = replace(ChildLimits.following(compile_limits, timeout_s, processes=False),
+                         memory_mb=ImportLimits().memory_for(1) >> 20)
         if progress is not None:
             progress("starting the confined importer", 0, 1)
-        result = run_torch_child("kernelopt_mcp", args, staging=staging, read=[str(problem.resolve().parent)],
-                                 limits=limits, gpu=False, on_stderr=_ProgressLines(progress) if progress else None)
-        answer = _import_answer(result, timeout_s, {str(problem.resolve()): str(problem)})
+        result = run_torch_child("kernelopt_mcp", args, staging=staging, limits=limits, gpu=False,
+                                 on_stderr=_ProgressLines(progress) if progress else None)
+        answer = _import_answer(result, timeout_s, {str(copy): str(problem)})
         try:  # the problem's code wrote it: plain files only, never a link
             check_plain_tree(staging / "workload")
         except OSError as exc:
@@ -276,10 +280,7 @@ def _import_answer(result: ChildResult, timeout_s: float, spelled: dict[str, str
     except ValueError:
         answer = None
     if not isinstance(answer, dict):
-        mark = PROGRESS_LINE.decode().strip()
-        lines = [line.strip() for line in result.stderr_tail.splitlines()
-                 if line.strip() and not line.strip().startswith(mark)]
-        last = "".join(c for c in (lines[-1] if lines else "no output") if c.isprintable())[:300]
+        last = result.last_line(skip=PROGRESS_LINE.decode().strip())
         raise TorchProblemError(f"the import died (exit {result.returncode}): {last}")
     if answer.get("status") != "ok":
         message = str(answer.get("message") or "the import failed")[:2000]

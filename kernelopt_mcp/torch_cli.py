@@ -57,7 +57,7 @@ def add_parser(sub: Any) -> None:
                     help=f"seconds the import may take (default {IMPORT_TIMEOUT_S:.0f}; the child is killed then)")
     sp.add_argument("--in-process", action="store_true",
                     help="run the problem's code in this process, unconfined, as `python problem.py` would (default: "
-                    "a confined child that reads only the Python installation and the problem's directory, writes "
+                    "a confined child that reads only the Python installation and a copy of the problem file, writes "
                     "only the output, and sees no secret of the environment)")
     add_progress_flag(sp)  # the import's steps
     # where the MCP server will move the output directory: accepted, not needed (the workload names no absolute path)

@@ -26,7 +26,6 @@ from typing import Any
 from .compile_options import CompileLimits
 from .confined_python import (
     ChildLimits,
-    ChildResult,
     check_plain_tree,
     run_torch_child,
 )
@@ -166,16 +165,10 @@ def _run_import(
         answer = json.loads(result.stdout)
     except ValueError:
         raise RequestError(f"torch_problem: the import failed (exit {result.returncode}): "
-                           f"{_last_line(result)}") from None
+                           f"{result.last_line(most=STDERR_LINE_CHARS)}") from None
     if not isinstance(answer, dict):
-        raise RequestError(f"torch_problem: the import failed (exit {result.returncode}): {_last_line(result)}")
+        raise RequestError(f"torch_problem: the import failed (exit {result.returncode}): "
+                           f"{result.last_line(most=STDERR_LINE_CHARS)}")
     if result.returncode != 0 or answer.get("status") != "ok":
         raise RequestError(f"torch_problem: {str(answer.get('message') or 'the import failed')[:2000]}")
     return answer
-
-
-def _last_line(result: ChildResult) -> str:
-    """The last line of the importer's stderr (a traceback's exception), printable and bounded."""
-    lines = [line.strip() for line in result.stderr_tail.splitlines() if line.strip()]
-    last = "".join(c for c in (lines[-1] if lines else "") if c.isprintable())
-    return last[:STDERR_LINE_CHARS] or "no output"

@@ -28,14 +28,15 @@ def get_inputs():
 @needs_landlock
 def test_the_problem_runs_confined(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                    capsys: pytest.CaptureFixture[str]) -> None:
-    """No secret of the caller's environment, no file outside the problem's directory read or
-    written, no process started; the refusal says what the problem raised, nothing is written."""
+    """No secret of the caller's environment, no other file read (not even one beside the problem)
+    or written, no process started; the refusal says what the problem raised, nothing is written."""
     monkeypatch.setenv("OPENAI_API_KEY", "sk-planted-cli")
     stand_in_torch(tmp_path, monkeypatch)
-    secret, outside = tmp_path / "secret.txt", tmp_path / "escaped.txt"
-    secret.write_text("sk-planted-file")
     problem = tmp_path / "problems" / "probe.py"
     problem.parent.mkdir()
+    # beside the problem: the child reads a copy of the file alone, not its directory (a file in $HOME)
+    secret, outside = problem.parent / "secret.txt", tmp_path / "escaped.txt"
+    secret.write_text("sk-planted-file")
     problem.write_text(f"SECRET = {str(secret)!r}\nOUTSIDE = {str(outside)!r}\n{PROBE}")
     (tmp_path / "out").mkdir()
     assert main(["import-torch", str(problem), "-o", str(tmp_path / "out" / "w"), "--json"]) == 2
