@@ -96,8 +96,8 @@ def import_record(problem: Path, out: Path, tolerance: str = "strict") -> dict[s
 def import_in_child(job: ImportJob, limits: ImportLimits, max_bytes: int) -> dict[str, Any]:
     """:func:`import_record` in a confined child of its own (``confined_python``: Landlock, seccomp
     with threads only, an allowlisted environment, its data memory capped at ``max_bytes``, the
-    limits' deadline): the problem's code reads the Python installation and the problem's own
-    directory, writes only a staging directory beside ``job.out``, and sees no secret of this
+    limits' deadline): the problem's code reads the Python installation and a copy of the problem
+    file, writes only a staging directory beside ``job.out``, and sees no secret of this
     process's environment. The workload it wrote replaces ``job.out`` once checked to be plain
     files. A child that dies, is refused or runs past its deadline is a refusal that says so."""
     start = time.perf_counter()
@@ -137,10 +137,13 @@ def import_in_child(job: ImportJob, limits: ImportLimits, max_bytes: int) -> dic
 
 
 def _confined_import(problem: Path, staging: Path, limits: ImportLimits, max_bytes: int) -> ChildResult:
-    """``python -m kernelopt_mcp.suite_imports PROBLEM STAGING/workload TOLERANCE`` confined."""
+    """``python -m kernelopt_mcp.suite_imports PROBLEM STAGING/workload TOLERANCE`` confined, on a
+    copy of the problem in the staging directory: the child reads that file, not its directory."""
+    (staging / "problem").mkdir()
+    copy = shutil.copyfile(problem, staging / "problem" / problem.name)
     return run_torch_child(
-        __name__, [str(problem), str(staging / "workload"), limits.tolerance], staging=staging,
-        read=[str(problem.parent)], env={"OMP_NUM_THREADS": "1"}, gpu=False,
+        __name__, [str(copy), str(staging / "workload"), limits.tolerance], staging=staging,
+        env={"OMP_NUM_THREADS": "1"}, gpu=False,
         limits=ChildLimits(timeout_s=limits.timeout_s, memory_mb=max_bytes >> 20, processes=False),
     )
 

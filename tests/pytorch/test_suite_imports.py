@@ -51,14 +51,15 @@ def stand_in_torch(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
 
 @needs_landlock
 def test_a_suite_problem_runs_confined(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """No secret of the caller's environment, no file outside its own directory read or written, no
-    process started; the refusal says what the problem raised and the workload directory stays empty."""
+    """No secret of the caller's environment, no other file read (not even one beside the problem:
+    the child reads a copy of the file) or written, no process started; the refusal says what the
+    problem raised and the workload directory stays empty."""
     monkeypatch.setenv("OPENAI_API_KEY", "sk-planted-suite")
     stand_in_torch(tmp_path, monkeypatch)
-    secret, outside = tmp_path / "secret.txt", tmp_path / "escaped.txt"
-    secret.write_text("sk-planted-file")
     problem = tmp_path / "kb" / "level1" / "1_Probe.py"
     problem.parent.mkdir(parents=True)
+    secret, outside = problem.parent / "secret.txt", tmp_path / "escaped.txt"
+    secret.write_text("sk-planted-file")
     problem.write_text(f"SECRET = {str(secret)!r}\nOUTSIDE = {str(outside)!r}\n{PROBE}")
     out = tmp_path / "out" / "level1" / "p1_Probe"
     record = import_in_child(ImportJob(problem, out), ImportLimits(timeout_s=60), 2 << 30)
