@@ -3,6 +3,7 @@
 #   bash scripts/device_issue40.sh children   # the confined GPU children start CUDA (probe + tests), device draws (structured too)
 #   bash scripts/device_issue40.sh reference  # PyTorch as the reference, timed launches checked, baselines
 #   bash scripts/device_issue40.sh imported   # imported problems evaluated on the GPU (right, wrong, dropped parameters)
+#   bash scripts/device_issue40.sh verify     # the reference tests, `imported`, a confined import-torch of level 3 #33
 #   bash scripts/device_issue40.sh optimize   # kernelopt optimize --workload on imported problems, scripted model
 #   bash scripts/device_issue40.sh suite      # kernelopt kernelbench over the 12 problems with our solutions
 #   bash scripts/device_issue40.sh gemmtune   # then the K = 8192 GEMMs' accumulation and tile variants
@@ -49,6 +50,13 @@ case "${1:-children}" in
     gpu_tests fill 260 tests/gpu/test_torch_fill_gpu.py tests/gpu/test_checked_expected_gpu.py tests/gpu/test_structured_inputs_gpu.py tests/gpu/test_choice_inputs_gpu.py ;;
   reference)  # PyTorch as the reference, the timing child (eager, compile, the L2 flush, evaluate / benchmark / kernelbench)
     gpu_tests reference 560 --timeout 240 tests/gpu/test_torch_reference_gpu.py tests/gpu/test_torch_baseline_gpu.py ;;
+  verify)  # after a change to the reference child or the import: the reference tests, the imported problems
+    # evaluated, and `kernelopt import-torch` (confined, the default) of the level-3 problem that needs most memory
+    gpu_tests reference 240 --timeout 200 tests/gpu/test_torch_reference_gpu.py
+    gpu_tests imported 240 --timeout 200 tests/gpu/test_torch_import_gpu.py -k "not optimize"
+    /usr/bin/time -f "%e s, %M KiB peak" timeout 100 kernelopt import-torch .kb/level3/33_VanillaRNN.py -o /tmp/rnn \
+      --json > "$OUT/rnn.json" 2> "$OUT/rnn.err"; echo "import-torch rc=$? $(tail -1 "$OUT/rnn.err")"
+    du -sh /tmp/rnn 2>/dev/null; head -c 600 "$OUT/rnn.json"; echo ;;
   imported)  # imported problems evaluated (a right and a wrong kernel each, the dropped-parameter LayerNorm)
     gpu_tests imported 560 --timeout 200 tests/gpu/test_torch_import_gpu.py -k "not optimize" ;;
   optimize)  # kernelopt optimize --workload on each imported kind with the scripted model
