@@ -53,7 +53,7 @@ def buffer_bytes(source: Any, constants: dict[str, int]) -> int:
         shapes = draw_shapes(source, constants, 0)
     except Exception:  # noqa: BLE001 - torch missing, or the meta device refuses the problem: bytes unknown
         return 0
-    return sum(a.nbytes for a in [*(a for a in shapes.args if a.tensor), *shapes.state, shapes.output])
+    return sum(a.nbytes for a in [*(a for a in shapes.args if a.tensor), *shapes.state, *shapes.outputs])
 
 
 def run(jobs: list[BaselineJob], ahead: int, device: int, timeout_s: float) -> dict[str, object]:

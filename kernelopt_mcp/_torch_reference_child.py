@@ -30,7 +30,7 @@ from typing import Any
 
 from kernelopt_mcp._child_answer import Answer, line
 from kernelopt_mcp._child_answer import main as child_main
-from kernelopt_mcp.torch_source import lone_output
+from kernelopt_mcp.torch_source import forward_outputs
 
 TORCH_DTYPES = ("float16", "bfloat16", "float32", "float64", "int8", "int16", "int32", "int64", "uint8", "uint16",
                 "uint32", "uint64")
@@ -118,8 +118,9 @@ class _Module:
 
 def run_job(torch: Any, request: dict[str, Any], job: dict[str, Any], module: _Module, fill: _Fill,
             device: Any) -> dict[str, Any]:
-    """One job: inputs made, parameters copied in, forward run, the output written (and, where the
-    job asks for ``own_error``, the module's own float error at this size, :func:`_own_error`)."""
+    """One job: inputs made, parameters copied in, forward run, each output written (and, where the
+    job asks for ``own_error``, the module's own float error at this size, :func:`_own_error`): the
+    figures per output buffer, under ``outputs``."""
     tensors: dict[str, Any] = {}
     for name, b in job["buffers"].items():
         if "file" in b:
@@ -139,25 +140,32 @@ def run_job(torch: Any, request: dict[str, Any], job: dict[str, Any], module: _M
     with torch.no_grad():
         _load_state(request, module, tensors)
         try:
-            out = lone_output(module.model(*args))
+            outs = forward_outputs(module.model(*args))
         finally:
             module.restore(torch)
-    if not isinstance(out, torch.Tensor):
-        raise TypeError(f"forward returned a {type(out).__name__}, not a tensor")
-    want = job["output"]
-    if out.numel() != int(want["elements"]):
-        raise ValueError(f"forward returned {out.numel()} elements; the output buffer {want['name']!r} has "
-                         f"{want['elements']}")
-    out = out.to(_dtype(torch, want["dtype"]))
+    wants = job["outputs"]
+    if len(outs) != len(wants):
+        raise ValueError(f"forward returned {len(outs)} outputs; the workload has {len(wants)} output buffers")
+    for k, (out, want) in enumerate(zip(outs, wants, strict=True)):
+        if not isinstance(out, torch.Tensor):
+            raise TypeError(f"forward's output {k} is a {type(out).__name__}, not a tensor")
+        if out.numel() != int(want["elements"]):
+            raise ValueError(f"forward's output {k} has {out.numel()} elements; the output buffer {want['name']!r} "
+                             f"has {want['elements']}")
+        outs[k] = out.to(_dtype(torch, want["dtype"]))
     if device.type == "cuda":
         torch.cuda.synchronize(device)
-    own = {}
-    if job.get("own_error") and out.is_floating_point() and out.dtype != torch.float64:
-        own = _own_error(torch, request, module, tensors, args, out, time.perf_counter() - started)
+    figures: dict[str, dict[str, Any]] = {want["name"]: {} for want in wants}
+    if job.get("own_error"):
+        own = _own_error(torch, request, module, tensors, args, outs, time.perf_counter() - started)
+        for want, measured in zip(wants, own, strict=True):
+            figures[want["name"]].update(measured)
     del args
-    tensors.clear()  # the inputs' memory goes before the output is written (a large problem's inputs and output
+    tensors.clear()  # the inputs' memory goes before the outputs are written (a large problem's inputs and output
     # may take most of the GPU)
-    return {**_write_output(torch, out, want["file"]), **own}
+    for out, want in zip(outs, wants, strict=True):
+        figures[want["name"]].update(_write_output(torch, out, want["file"]))
+    return {"outputs": figures}
 
 
 def _load_state(request: dict[str, Any], module: _Module, tensors: dict[str, Any]) -> None:
@@ -173,27 +181,32 @@ OWN_ERROR_MAX_FORWARD_S = 0.5
 
 
 def _own_error(torch: Any, request: dict[str, Any], module: _Module, tensors: dict[str, Any], args: list[Any],
-               out: Any, forward_s: float) -> dict[str, Any]:
-    """How far the module's own ``out`` is from the same module run in float64 on the same inputs
-    and parameters: ``own_error``, the largest ``|out - out64| / (rms(out64) + |out64|)`` (the
+               outs: list[Any], forward_s: float) -> list[dict[str, Any]]:
+    """Per output, how far the module's own output is from the same module run in float64 on the same
+    inputs and parameters: ``own_error``, the largest ``|out - out64| / (rms(out64) + |out64|)`` (the
     measure the import sizes a tolerance by, taken here at the case's real size, where a long
     reduction's rounding is larger than at the import's scaled-down sizes), or ``own_error_skipped``
-    saying why it was not measured (too slow, out of memory, no float64 run, non-finite values)."""
+    saying why it was not measured (too slow, out of memory, no float64 run, non-finite values);
+    nothing for an integer or float64 output."""
+    floating = [o.is_floating_point() and o.dtype != torch.float64 for o in outs]
+    if not any(floating):
+        return [{} for _ in outs]
     if forward_s > OWN_ERROR_MAX_FORWARD_S:
-        return {"own_error_skipped": f"the float32 forward took {forward_s:.1f} s"}
+        skipped: dict[str, Any] = {"own_error_skipped": f"the float32 forward took {forward_s:.1f} s"}
+        return [dict(skipped) if f else {} for f in floating]
     try:
-        result = _float64_error(torch, request, module, tensors, args, out)
+        result = _float64_error(torch, request, module, tensors, args, outs)
     except torch.cuda.OutOfMemoryError:
-        result = {"own_error_skipped": "out of memory for a float64 copy"}
+        result = [{"own_error_skipped": "out of memory for a float64 copy"}] * len(outs)
     except Exception as exc:  # noqa: BLE001 - a module that cannot run in float64 keeps its tolerance
-        result = {"own_error_skipped": f"the float64 forward failed ({line(exc)})"}
-    if out.is_cuda:  # the float64 copies are gone with the call's frame (and a raised error's traceback)
+        result = [{"own_error_skipped": f"the float64 forward failed ({line(exc)})"}] * len(outs)
+    if outs[0].is_cuda:  # the float64 copies are gone with the call's frame (and a raised error's traceback)
         torch.cuda.empty_cache()
-    return result
+    return [dict(r) if f else {} for r, f in zip(result, floating, strict=True)]
 
 
 def _float64_error(torch: Any, request: dict[str, Any], module: _Module, tensors: dict[str, Any], args: list[Any],
-                   out: Any) -> dict[str, Any]:
+                   outs: list[Any]) -> list[dict[str, Any]]:
     with torch.no_grad():
         _load_state(request, module, tensors)
         try:
@@ -201,11 +214,19 @@ def _float64_error(torch: Any, request: dict[str, Any], module: _Module, tensors
         finally:
             module.restore(torch)
         wide = [a.double() if isinstance(a, torch.Tensor) and a.is_floating_point() else a for a in args]
-        out64 = lone_output(model64(*wide))
+        outs64 = forward_outputs(model64(*wide))
         del wide, model64
-        if not isinstance(out64, torch.Tensor) or out64.numel() != out.numel():
-            return {"own_error_skipped": "the float64 forward returned another output"}
-        return _largest_error(torch, out.reshape(-1), out64.detach().reshape(-1).to(torch.float64))
+        if len(outs64) != len(outs):
+            return [{"own_error_skipped": "the float64 forward returned other outputs"}] * len(outs)
+        found = []
+        for out, out64 in zip(outs, outs64, strict=True):
+            if not isinstance(out64, torch.Tensor) or out64.numel() != out.numel():
+                found.append({"own_error_skipped": "the float64 forward returned another output"})
+            elif not out.is_floating_point():
+                found.append({})
+            else:
+                found.append(_largest_error(torch, out.reshape(-1), out64.detach().reshape(-1).to(torch.float64)))
+        return found
 
 
 def _largest_error(torch: Any, out: Any, out64: Any) -> dict[str, Any]:

@@ -347,14 +347,14 @@ def _bytes(d: Draw) -> int:
 
 
 def _buffers(d: Draw) -> list[Arg]:
-    return [*(a for a in d.args if a.tensor), *d.state, d.output]
+    return [*(a for a in d.args if a.tensor), *d.state, *d.outputs]
 
 
 def same_layout(a: Draw, b: Draw, label: str, what: str) -> None:
     """Both draws have the same arguments, dtypes and ranks (and shapes, for a second draw)."""
     def layout(d: Draw, shapes: bool) -> list[tuple[Any, ...]]:
         return [(x.name, x.dtype, len(x.shape), x.shape if shapes else None, x.tensor)
-                for x in [*d.args, *d.state, d.output]]
+                for x in [*d.args, *d.state, *d.outputs]]
 
     same_sizes = what == "a second draw"
     if layout(a, same_sizes) != layout(b, same_sizes):
@@ -367,27 +367,31 @@ def same_layout(a: Draw, b: Draw, label: str, what: str) -> None:
 
 def _describe(d: Draw) -> str:
     return ", ".join(f"{x.name}{list(x.shape)}" if x.tensor else f"{x.name}={x.number!r}"
-                     for x in [*d.args, *d.state, d.output])
+                     for x in [*d.args, *d.state, *d.outputs])
 
 
 def degenerate(src: ProblemSource, cases: list[DrawnCase], names: dict[str, str], probe_s: float,
                notes: list[str]) -> list[str]:
     """What a kernel may skip and still pass, one line each: an output that is constant (or the same
-    for two draws of every input), and each input or parameter whose redraw alone leaves the output
+    for two draws of every input), and each input or parameter whose redraw alone leaves every output
     unchanged (found on the smallest case within about ``probe_s`` seconds). ``names`` maps the
-    draws' keys (``arg:x``, ``state:fc.weight``) to buffer names. State that forward updates but
-    does not read (BatchNorm's running statistics in training mode) is not a finding."""
+    draws' keys (``arg:x``, ``state:fc.weight``, ``out:0``) to buffer names. State that forward updates
+    but does not read (BatchNorm's running statistics in training mode) is not a finding."""
     found = []
     ran = [c for c in cases if c.hidden is not None]  # on the CPU: with values
-    outputs = [(c.main.output.array, c.hidden.output.array) for c in ran if c.hidden is not None]
-    if outputs and all(a is not None and a.size > 1 and np.all(a == a.reshape(-1)[0]) for a, _ in outputs):
-        values = {float(a.reshape(-1)[0]) for a, _ in outputs if a is not None}
-        what = "all zero" if values == {0.0} else ("constant (every element "
-                                                   f"{', '.join(f'{v:g}' for v in sorted(values))})")
-        found.append(f"the output is {what} on every case: a kernel may write it without reading any input")
-    elif (outputs and all(a is not None and b is not None and le_bytes(a) == le_bytes(b) for a, b in outputs)
-          and any(map(_inputs_differ, ran))):
-        found.append("the output is the same for two draws of every input: a kernel may ignore the inputs")
+    count = len(cases[-1].main.outputs)
+    for k in range(count):
+        which = "the output" if count == 1 else f"output {names[f'out:{k}']!r}"
+        outputs = [(c.main.outputs[k].array, c.hidden.outputs[k].array) for c in ran if c.hidden is not None]
+        if outputs and all(a is not None and a.size > 1 and np.all(a == a.reshape(-1)[0]) for a, _ in outputs):
+            values = {float(a.reshape(-1)[0]) for a, _ in outputs if a is not None}
+            what = "all zero" if values == {0.0} else ("constant (every element "
+                                                       f"{', '.join(f'{v:g}' for v in sorted(values))})")
+            found.append(f"{which} is {what} on every case: a kernel may write it without reading any input")
+        elif (outputs and all(a is not None and b is not None and le_bytes(a) == le_bytes(b) for a, b in outputs)
+              and any(map(_inputs_differ, ran))):
+            found.append(f"{which} is the same for two draws of every input: a kernel may ignore the inputs")
+    unchanged = "the output does not change" if count == 1 else "no output changes"
     smallest = cases[0]
     probe = smallest.main.probe  # probed in its draw where draw_cases was given probe_s
     if probe is None:
@@ -399,13 +403,12 @@ def degenerate(src: ProblemSource, cases: list[DrawnCase], names: dict[str, str]
     assert probe is not None  # draw returns one with probe_s
     restored = set(smallest.main.restored)
     for name in probe.inputs:
-        found.append(f"input {names[f'arg:{name}']!r}: the output does not change when it alone is redrawn: a kernel "
-                     "may ignore it")
+        found.append(f"input {names[f'arg:{name}']!r}: {unchanged} when it alone is redrawn: a kernel may ignore it")
     for name in probe.state:
         buffer = names[f"state:{name}"]
         if name not in restored:
-            found.append(f"parameter {buffer!r}{f' ({name})' if name != buffer else ''}: the output does not change "
-                         "when it alone is redrawn: a kernel may ignore it")
+            found.append(f"parameter {buffer!r}{f' ({name})' if name != buffer else ''}: {unchanged} when it alone "
+                         "is redrawn: a kernel may ignore it")
     if probe.untried:
         untried = listed([names.get(f"arg:{n}", names.get(f"state:{n}", n)) for n in probe.untried])
         notes.append(f"not checked whether the output depends on {untried} (no way to redraw it, or the time ran out)")
@@ -415,6 +418,7 @@ def degenerate(src: ProblemSource, cases: list[DrawnCase], names: dict[str, str]
 def _inputs_differ(case: DrawnCase) -> bool:
     if case.hidden is None:
         return False
-    pairs = zip(_buffers(case.main)[:-1], _buffers(case.hidden)[:-1], strict=True)  # the output is last
+    count = len(case.main.outputs)  # the outputs are last
+    pairs = zip(_buffers(case.main)[:-count], _buffers(case.hidden)[:-count], strict=True)
     return any(a.array is not None and b.array is not None and le_bytes(a.array) != le_bytes(b.array) for a, b in pairs)
 

@@ -44,7 +44,8 @@ def add_parser(sub: Any) -> None:
                     "has the model write one)")
     sp.add_argument("--initial-launch", metavar="LAUNCH.json",
                     help="launch spec of --initial (default: KERNEL.launch.json beside it)")
-    sp.add_argument("--output-name", default="out", help="the output buffer's name (default out)")
+    sp.add_argument("--output-name", default="out",
+                    help="the output buffer's name (default out; a forward that returns a tuple: out0, out1, ...)")
     sp.add_argument("--seed", type=int, default=0,
                     help="torch seed the module is built with (default 0): the state it keeps, "
                     "a random mask, comes from it")

@@ -20,8 +20,9 @@ only their findings are kept (:mod:`kernelopt_mcp.torch_cases`).
 The workload written (a directory of kilobytes):
 
 - ``workload.json``: the signature (tensor inputs, then parameters, as ``in`` buffers; the output
-  as the ``out`` buffer; Python ints as int32 scalars, floats as float32; every dimension that
-  changes with the size constants as an int32 scalar named after its constant), the cases
+  as the ``out`` buffer, several as ``out0``, ``out1``, ... where forward returns a tuple; Python
+  ints as int32 scalars, floats as float32; every dimension that changes with the size constants
+  as an int32 scalar named after its constant), the cases
   (``small_odd`` and ``mid_odd`` correctness cases with the size constants scaled down to odd
   sizes, other sizes where the problem rejects those, and ``perf``, get_inputs' own sizes), each
   input buffer's generator per case (a forward argument's torch.randn / rand / randint as
@@ -272,7 +273,9 @@ class _Layout:
     @classmethod
     def of(cls, cases: list[DrawnCase], constants: list[SizeConstant], output_name: str = "out") -> _Layout:
         first = cases[-1].main
-        taken: set[str] = {output_name}  # the output keeps its name; an argument of that name gets a suffix
+        count = len(first.outputs)  # one output is `out`; several are out0, out1, ... in forward's order
+        outputs = [output_name] if count == 1 else [f"{output_name}{k}" for k in range(count)]
+        taken: set[str] = set(outputs)  # the outputs keep their names; an argument of such a name gets a suffix
 
         def claim(wanted: str) -> str:
             base = re.sub(r"\W", "_", wanted) or "x"
@@ -291,7 +294,7 @@ class _Layout:
                 buffer_keys.append((claim(a.name), "in", f"arg:{a.name}"))
         for s in first.state:
             buffer_keys.append((claim(s.name.replace(".", "_")), "in", f"state:{s.name}"))
-        buffer_keys.append((output_name, "out", "out"))
+        buffer_keys += [(name, "out", f"out:{k}") for k, name in enumerate(outputs)]
         scalars: dict[str, tuple[DType, list[int | float]]] = {}
         number_args: dict[str, str] = {}
         for i, a in enumerate(first.args):
@@ -359,20 +362,33 @@ def _express(vector: tuple[int, ...], known: dict[tuple[int, ...], str]) -> str 
 def _arg(d: Draw, key: str) -> Arg:
     kind, _, name = key.partition(":")
     if kind == "out":
-        return d.output
+        return d.outputs[int(name)]
     pool = d.args if kind == "arg" else d.state
     return next(a for a in pool if a.name == name)
 
 
-def _tolerance(cases: list[DrawnCase], dtype: DType, notes: list[str], mode: str) -> dict[str, Any]:
-    """:func:`choose_tolerance` with the module's own error measured over every case (relative to
-    the output's RMS plus the element, as the comparison measures)."""
+def _tolerances(cases: list[DrawnCase], outputs: list[tuple[str, DType, int]], notes: list[str],
+                mode: str) -> dict[str, Any]:
+    """Each floating output's tolerance (:func:`_tolerance`); with several outputs a note names its output."""
+    found = {}
+    for name, dtype, k in outputs:
+        if dtype.is_float:
+            said: list[str] = []
+            found[name] = _tolerance(cases, k, dtype, said, mode)
+            notes += said if len(outputs) == 1 else [f"{name}: {n}" for n in said]
+    return found
+
+
+def _tolerance(cases: list[DrawnCase], k: int, dtype: DType, notes: list[str], mode: str) -> dict[str, Any]:
+    """:func:`choose_tolerance` for output ``k`` with the module's own error measured over every case
+    (relative to the output's RMS plus the element, as the comparison measures)."""
     needed = 0.0
     for c in cases:
-        if c.main.output64 is None or c.main.output.array is None:
+        wide = c.main.outputs64[k] if c.main.outputs64 is not None else None
+        if wide is None or c.main.outputs[k].array is None:
             continue
-        expected = c.main.output64.reshape(-1)
-        actual = c.main.output.array.astype(np.float64).reshape(-1)
+        expected = wide.reshape(-1)
+        actual = cast(np.ndarray, c.main.outputs[k].array).astype(np.float64).reshape(-1)
         if expected.size == 0 or not np.all(np.isfinite(expected)):
             continue
         scale = float(np.sqrt(np.mean(expected * expected)))
@@ -434,7 +450,7 @@ def _spec(
         for b, role, dtype, shape, _ in layout.buffers
     ]
     params += [{"kind": "scalar", "name": s, "dtype": dtype.value} for s, (dtype, _) in layout.scalars.items()]
-    out_name, _, out_dtype, _, _ = layout.buffers[-1]
+    outputs = [(b, dtype, int(key.partition(":")[2])) for b, role, dtype, _, key in layout.buffers if role == "out"]
     digest = hashlib.sha256(src.text.encode()).hexdigest()[:16]
     spec: dict[str, Any] = {
         "name": name,
@@ -448,7 +464,7 @@ def _spec(
             {"name": c.name, "kind": c.kind, "scalars": layout.case_scalars(i), "inputs": inputs[i]}
             for i, c in enumerate(cases)
         ],
-        "tolerance": {out_name: _tolerance(cases, out_dtype, notes, options.tolerance)} if out_dtype.is_float else {},
+        "tolerance": _tolerances(cases, outputs, notes, options.tolerance),
         "reference": {"python": None, "cuda": None, "torch": PROBLEM_FILE},
         "cost": _cost(layout, cases, notes),
     }
@@ -485,6 +501,7 @@ def _imported(src: ProblemSource, cases: list[DrawnCase], layout: _Layout, optio
     parameter was drawn (on the performance case), the state restored between calls and the
     degenerate findings; each finding also said in ``notes``."""
     names = {key: b for b, _, _, _, key in layout.buffers}
+    outputs = [b for b, role, _, _, _ in layout.buffers if role == "out"]
     perf = cases[-1].main
     parameters = {
         names[f"state:{dotted}"]: {"default": rule.default, "drawn_from": rule.generator}
@@ -510,7 +527,7 @@ def _imported(src: ProblemSource, cases: list[DrawnCase], layout: _Layout, optio
         "state": {names[f"state:{a.name}"]: a.name for a in perf.state},
         "sizes": {c.name: dict(c.values) for c in cases},
         "seed": options.seed,
-        "output": layout.buffers[-1][0],
+        "output": outputs[0] if len(outputs) == 1 else outputs,
     }
 
 

@@ -43,9 +43,9 @@ from .torch_source import (  # noqa: F401 - re-exported: the source half of a pr
     TorchProblemError,
     code_failed,
     exhausted,
+    forward_outputs,
     int_literal,
     load_module,
-    lone_output,
     parse_problem,
     require_torch,
     with_constants,
@@ -88,15 +88,15 @@ class ParamDraw:
 
 @dataclass
 class Draw:
-    """One run of a problem: its forward arguments, its parameters and buffers, its output."""
+    """One run of a problem: its forward arguments, its parameters and buffers, its outputs."""
 
     args: list[Arg]
     state: list[Arg]  # parameters and registered buffers, by dotted name (as input buffers)
-    output: Arg
+    outputs: list[Arg]  # forward's result flattened (:func:`forward_outputs`): one tensor, or several in order
     init_inputs: list[Any]
     flops: int | None = None
     notes: list[str] = field(default_factory=list)
-    output64: np.ndarray | None = None  # the module run in float64, where that works
+    outputs64: list[np.ndarray | None] | None = None  # per output, the module run in float64 where that works
     params: dict[str, ParamDraw] = field(default_factory=dict)  # by dotted name, every entry of ``state``
     restored: list[str] = field(default_factory=list)  # state that forward updates (restored after every call)
     probe: Probe | None = None  # with ``probe_s``: what the output does not depend on
@@ -169,8 +169,8 @@ def draw(
         SizesRejected: the problem's code fails at these sizes (executing the file, Model, get_inputs
             or forward).
         TorchProblemError: something the conversion does not support (the message says what):
-            several or non-tensor outputs, randomness in forward, inputs of other types, a forward
-            that changes its inputs or gives another output on the restored state.
+            an output that is not a tensor, randomness in forward, inputs of other types, a forward
+            that changes its inputs or gives other outputs on the restored state.
     """
     torch = require_torch()
     module = load_module(source, values)
@@ -198,19 +198,20 @@ def draw(
         if not torch.equal(before, after):
             raise TorchProblemError(f"{label}: forward changes its input {name!r} in place; convert modules that leave "
                                     "their inputs alone")
-    output = _output(result, label, torch)
+    outputs = _outputs(result, label, torch)
     again = _forward(model, [t.clone() if isinstance(t, torch.Tensor) else t for t in call_args],
                      snapshot, label, torch)
-    if not isinstance(again, torch.Tensor) or not torch.equal(again.detach().cpu(), result.detach().cpu()):
+    if not _same_outputs(again, result, torch):
         raise TorchProblemError(
             f"{label}: forward gives different outputs for the same inputs"
             f"{' (from the same restored state)' if restored else ''}; convert deterministic modules only"
         )
-    out = Draw(args, state, output, init_inputs, flops=flops or None, params=params, restored=restored)
-    if reference64 and output.dtype is not None and output.dtype.is_float:
-        out.output64 = _float64_output(model, call_args, torch)
+    out = Draw(args, state, outputs, init_inputs, flops=flops or None, params=params, restored=restored)
+    if reference64 and any(o.dtype is not None and o.dtype.is_float for o in outputs):
+        out.outputs64 = _float64_outputs(model, call_args, outputs, torch)
     if probe_s is not None:
-        out.probe = _probe(model, args, call_args, snapshot, params, result.detach(), seed, probe_s, label, torch)
+        out.probe = _probe(model, args, call_args, snapshot, params, [r.detach() for r in result], seed, probe_s,
+                           label, torch)
     return out
 
 
@@ -243,8 +244,8 @@ def draw_shapes(source: ProblemSource, values: dict[str, int], seed: int) -> Dra
         state = [Arg(name, None, dtype_of(value, f"{label}: Model's {name!r}"), tuple(value.shape))
                  for name, value in _named_state(model)]
         result, flops = _counted_forward(model, call_args, label, torch, meta=True)
-    output = _output(result, label, torch, values=False)
-    return Draw(args, state, output, init_inputs, flops=flops or None, meta=True)
+    outputs = _outputs(result, label, torch, values=False)
+    return Draw(args, state, outputs, init_inputs, flops=flops or None, meta=True)
 
 
 def module_state(source: ProblemSource, values: dict[str, int], seed: int) -> tuple[list[Arg], dict[str, ParamDraw]]:
@@ -361,14 +362,15 @@ def _forward_args(
 
 
 def _counted_forward(model: Any, call_args: list[Any], label: str, torch: Any, *,
-                     meta: bool = False) -> tuple[Any, int | None]:
-    """forward without gradients under torch's FLOP counter: its result and the FLOPs counted."""
+                     meta: bool = False) -> tuple[list[Any], int | None]:
+    """forward without gradients under torch's FLOP counter: its outputs (:func:`forward_outputs`) and
+    the FLOPs counted."""
     try:
         from torch.utils.flop_counter import FlopCounterMode
 
         counter = FlopCounterMode(display=False)
         with torch.no_grad(), counter:
-            result = lone_output(model(*call_args))
+            result = forward_outputs(model(*call_args))
         return result, int(counter.get_total_flops())
     except TorchProblemError:
         raise
@@ -444,22 +446,22 @@ def _restore(model: Any, snapshot: dict[str, Any], label: str, torch: Any) -> li
     return changed
 
 
-def _forward(model: Any, call_args: list[Any], snapshot: dict[str, Any], label: str, torch: Any) -> Any:
-    """One forward call from the snapshot (restored after it)."""
+def _forward(model: Any, call_args: list[Any], snapshot: dict[str, Any], label: str, torch: Any) -> list[Any]:
+    """One forward call from the snapshot (restored after it): its outputs (:func:`forward_outputs`)."""
     try:
         with torch.no_grad():
-            return lone_output(model(*call_args))
+            return forward_outputs(model(*call_args))
     finally:
         _restore(model, snapshot, label, torch)
 
 
 def _probe(
     model: Any, args: list[Arg], call_args: list[Any], snapshot: dict[str, Any],
-    params: dict[str, ParamDraw], base: Any,
+    params: dict[str, ParamDraw], base: list[Any],
     seed: int, budget_s: float, label: str, torch: Any,
 ) -> Probe:
-    """Redraw each forward argument and each drawn parameter alone and see whether the output
-    changes at all. Integer arguments are redrawn only from the randint they were drawn from; a
+    """Redraw each forward argument and each drawn parameter alone and see whether the outputs
+    change at all (any of them). Integer arguments are redrawn only from the randint they were drawn from; a
     redraw the module refuses (an error) counts as a dependence."""
     generator = torch.Generator().manual_seed(int(np.random.SeedSequence([seed, 0x960B]).generate_state(1)[0]))
     deadline = time.monotonic() + budget_s
@@ -470,7 +472,7 @@ def _probe(
             out = _forward(model, changed_args, snapshot, label, torch)
         except Exception:  # noqa: BLE001 - the module refuses the redraw: it reads the tensor
             return False
-        return isinstance(out, torch.Tensor) and out.shape == base.shape and torch.equal(out.detach(), base)
+        return _same_outputs(out, base, torch)
 
     for i, (arg, value) in enumerate(zip(args, call_args, strict=True)):
         if arg.array is None:
@@ -528,30 +530,46 @@ def _state(model: Any, label: str) -> list[Arg]:
     return out
 
 
-def _output(result: Any, label: str, torch: Any, *, values: bool = True) -> Arg:
-    if isinstance(result, tuple | list):
-        raise TorchProblemError(
-            f"{label}: forward returns {len(result)} outputs (a {type(result).__name__}); convert single-output "
-            "modules only (return one tensor, or split the problem)"
-        )
-    if not isinstance(result, torch.Tensor):
-        raise TorchProblemError(f"{label}: forward returns a {type(result).__name__}, not a tensor; return one tensor")
-    if result.is_complex() or result.is_sparse:
-        raise TorchProblemError(f"{label}: forward returns a complex or sparse tensor; not supported")
-    dtype = dtype_of(result, f"{label}: forward's output")
-    return Arg("out", to_numpy(result, dtype) if values else None, dtype, tuple(result.shape))
+def _outputs(result: list[Any], label: str, torch: Any, *, values: bool = True) -> list[Arg]:
+    """forward's outputs (:func:`forward_outputs`) as Args, in order; refused: no output, or one that
+    is not a real dense tensor."""
+    if not result:
+        raise TorchProblemError(f"{label}: forward returns an empty tuple; return the output tensor(s)")
+    out = []
+    for i, r in enumerate(result):
+        which = "forward's output" if len(result) == 1 else f"forward's output {i} (of {len(result)})"
+        if not isinstance(r, torch.Tensor):
+            raise TorchProblemError(f"{label}: {which} is of type {type(r).__name__}, not a tensor; return "
+                                    "tensors (one, or a tuple of them)")
+        if r.is_complex() or r.is_sparse:
+            raise TorchProblemError(f"{label}: {which} is a complex or sparse tensor; not supported")
+        dtype = dtype_of(r, f"{label}: {which}")
+        out.append(Arg(f"out{i}", to_numpy(r, dtype) if values else None, dtype, tuple(r.shape)))
+    return out
 
 
-def _float64_output(model: Any, call_args: list[Any], torch: Any) -> np.ndarray | None:
-    """The module's output computed in float64 (to size the tolerance), or None where it fails."""
+def _same_outputs(a: list[Any], b: list[Any], torch: Any) -> bool:
+    """Whether two forward calls' outputs are the same tensors, bit for bit."""
+    return len(a) == len(b) and all(
+        isinstance(x, torch.Tensor) and isinstance(y, torch.Tensor) and x.shape == y.shape and x.dtype == y.dtype
+        and torch.equal(x.detach().cpu(), y.detach().cpu()) for x, y in zip(a, b, strict=True))
+
+
+def _float64_outputs(model: Any, call_args: list[Any], outputs: list[Arg], torch: Any) -> list[np.ndarray | None]:
+    """Each floating output computed by the module in float64 (to size its tolerance); None for an
+    integer output, and for every one where the float64 run fails or gives other outputs."""
     try:
         model64 = copy.deepcopy(model).double()
         args64 = [t.double() if isinstance(t, torch.Tensor) and t.is_floating_point() else t for t in call_args]
         with torch.no_grad():
-            out = lone_output(model64(*args64))
-        return out.detach().cpu().double().numpy() if isinstance(out, torch.Tensor) else None
+            result = forward_outputs(model64(*args64))
     except Exception:  # noqa: BLE001 - a module that cannot run in float64 keeps the dtype's default tolerance
-        return None
+        return [None] * len(outputs)
+    if len(result) != len(outputs):
+        return [None] * len(outputs)
+    return [r.detach().cpu().double().numpy()
+            if isinstance(r, torch.Tensor) and o.dtype is not None and o.dtype.is_float and tuple(r.shape) == o.shape
+            else None for r, o in zip(result, outputs, strict=True)]
 
 
 def listed(names: list[str], most: int = 6) -> str:

@@ -9,9 +9,10 @@ the harness's own fill kernel under the harness's key (:mod:`.torch_fill`): no i
 the processes. Inputs the harness reads from files (deterministic inputs, or a harness without
 device draws) are read by the child from the same files.
 
-Each output is written in its buffer's dtype next to the prepared Session's other expected values; the
-harness compares against it on the device (``expected_dtype``), and a host comparison reads it
-through a memory map, so a large output is never held in this process's memory.
+Each output (forward's outputs, one file each) is written in its buffer's dtype next to the prepared
+Session's other expected values; the harness compares against it on the device (``expected_dtype``),
+and a host comparison reads it through a memory map, so a large output is never held in this
+process's memory.
 """
 
 from __future__ import annotations
@@ -31,22 +32,30 @@ from .confined_python import ChildLimits, check_plain_tree, read_child_file, run
 from .errors import WorkloadError
 from .workload import Case, Workload, case_shape
 
-__all__ = ["REFERENCE_TIMEOUT_S", "TorchCheckPlan", "TorchJob", "compute_expected", "jobs_for"]
+__all__ = ["REFERENCE_TIMEOUT_S", "JobOutput", "TorchCheckPlan", "TorchJob", "compute_expected", "jobs_for"]
 
 CHILD_MODULE = "kernelopt_mcp._torch_reference_child"
 REFERENCE_TIMEOUT_S = 900.0
 
 
 @dataclass
+class JobOutput:
+    """One output buffer of a job: where the child's values for it go, their dtype and shape."""
+
+    name: str
+    path: Path
+    dtype: str
+    shape: tuple[int, ...]
+
+
+@dataclass
 class TorchJob:
-    """One (data set, case) for the child, and where its output goes."""
+    """One (data set, case) for the child, and where its outputs go (forward's, in order)."""
 
     set_name: str
     case: Case
     request: dict[str, Any]
-    path: Path
-    dtype: str
-    shape: tuple[int, ...]
+    outputs: list[JobOutput]
 
 
 def jobs_for(workload: Workload, set_name: str, cases: list[Case], inputs: dict[str, Any],
@@ -55,8 +64,8 @@ def jobs_for(workload: Workload, set_name: str, cases: list[Case], inputs: dict[
     are ``inputs``: each input buffer a device draw (the harness's key: draw 0 of its ``input_draw``
     seed, at its argument's position) or the file the harness reads."""
     imported = workload.spec.imported
-    assert imported is not None and imported.output is not None
-    out = workload.signature.param(imported.output)
+    assert imported is not None and imported.outputs
+    outs = [workload.signature.param(name) for name in imported.outputs]
     position = {p.name: i for i, p in enumerate(workload.signature.params)}
     jobs = []
     for case in cases:
@@ -71,14 +80,16 @@ def jobs_for(workload: Workload, set_name: str, cases: list[Case], inputs: dict[
             else:
                 entry["file"] = str(Path(ci.files[p.name]).resolve())
             buffers[p.name] = entry
-        shape = case_shape(out, case.scalars)  # type: ignore[arg-type]
-        path = directory / set_name / case.name / f"{out.name}.{out.dtype.value}"
+        outputs = [JobOutput(out.name, directory / set_name / case.name / f"{out.name}.{out.dtype.value}",
+                             out.dtype.value, case_shape(out, case.scalars))  # type: ignore[arg-type]
+                   for out in outs]
         request = {
             "case": case.name, "set": set_name, "sizes": imported.sizes[case.name], "scalars": case.scalars,
             "buffers": buffers,
-            "output": {"name": out.name, "dtype": out.dtype.value, "elements": int(np.prod(shape, dtype=np.int64))},
+            "outputs": [{"name": o.name, "dtype": o.dtype, "elements": int(np.prod(o.shape, dtype=np.int64))}
+                        for o in outputs],
         }
-        jobs.append(TorchJob(set_name, case, request, path, out.dtype.value, shape))
+        jobs.append(TorchJob(set_name, case, request, outputs))
     return jobs
 
 
@@ -87,8 +98,9 @@ def compute_expected(
     limits: ChildLimits | None = None,
     workdir: Path | None = None,
 ) -> tuple[dict[tuple[str, str], dict[str, Any]], str]:
-    """Run the child on ``jobs``: per (set, case) the figures of the output it wrote (``elements``,
-    ``finite``, ``sum_sq``), and a line saying what computed them (torch's version, the device).
+    """Run the child on ``jobs``: per (set, case) its answer, whose ``outputs`` hold per output buffer
+    the figures of the values it wrote (``elements``, ``finite``, ``sum_sq``, and ``own_error`` where
+    asked), and a line saying what computed them (torch's version, the device).
 
     Raises:
         WorkloadError: torch is missing, the child cannot be confined or start CUDA, or the module
@@ -105,14 +117,15 @@ def compute_expected(
         outputs = staging / "out"
         outputs.mkdir()
         for i, j in enumerate(jobs):  # written in the staging directory (the child's only writable one), moved after
-            j.request["output"]["file"] = str(outputs / f"{i}.bin")
+            for k, o in enumerate(j.request["outputs"]):
+                o["file"] = str(outputs / f"{i}.{k}.bin")
         request = {
             "problem": str(problem), "label": workload.torch_problem.name, "answer": str(answer_path), "device": device,
             "support": str(support.resolve()) if support is not None else None, "seed": imported.seed,
             "forward": imported.forward, "state": imported.state, "jobs": [j.request for j in jobs],
         }
         (staging / "request.json").write_text(json.dumps(request))
-        largest = max((int(np.prod(j.shape, dtype=np.int64)) * 8 for j in jobs), default=0)
+        largest = max((int(np.prod(o.shape, dtype=np.int64)) * 8 for j in jobs for o in j.outputs), default=0)
         limits = limits or ChildLimits(timeout_s=REFERENCE_TIMEOUT_S)
         # an output is written whole
         limits = dataclasses.replace(limits, fsize_mb=max(limits.fsize_mb, (largest >> 20) + 64))
@@ -144,13 +157,18 @@ def compute_expected(
                                     f"{j.case.name!r} ({why})")
             if entry["error"]:
                 raise WorkloadError(f"{workload.name}: the module fails on case {j.case.name!r}: {entry['error']}")
+            missing = [o.name for o in j.outputs if o.name not in (entry.get("outputs") or {})]
+            if missing:
+                raise WorkloadError(f"{workload.name}: the PyTorch reference wrote no {missing[0]!r} for case "
+                                    f"{j.case.name!r}")
         try:  # the problem's code wrote them: plain files only, never a link to another file
             check_plain_tree(outputs)
         except OSError as exc:
             raise WorkloadError(f"{workload.name}: the PyTorch reference's outputs: {exc}") from None
         for i, j in enumerate(jobs):
-            j.path.parent.mkdir(parents=True, exist_ok=True)
-            os.replace(outputs / f"{i}.bin", j.path)
+            for k, o in enumerate(j.outputs):
+                o.path.parent.mkdir(parents=True, exist_ok=True)
+                os.replace(outputs / f"{i}.{k}.bin", o.path)
     finally:
         shutil.rmtree(staging, ignore_errors=True)
     where = answer.get("device_name") or "the CPU"
@@ -172,8 +190,9 @@ class TorchCheckPlan:
     warmup: int
     iterations: int
     samples: list[int]
-    entries: list[Any]  # CheckedExpected of the samples
-    confirm: Any | None = None  # CheckedExpected of the confirm launch (None: a count the rule cannot tell)
+    entries: list[Any]  # CheckedExpected of the samples, one per output each
+    confirm: list[Any] = dataclasses.field(default_factory=list)  # CheckedExpected of the confirm launch, one
+    # per output (none: a count the rule cannot tell)
 
     def fits(self, warmup: int | None, iterations: int, mode: str | None, fresh_every_launch: bool) -> bool:
         """Whether a timing request of these launches draws what the plan computed for (with an

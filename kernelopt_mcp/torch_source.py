@@ -32,7 +32,7 @@ class TorchProblemError(WorkloadError):
 class SizesRejected(TorchProblemError):
     """The problem's own code fails at these sizes, or on this device (a group count that must divide
     the channels, ``.item()`` on the meta device): other sizes, or the CPU, may still work. Everything
-    else a draw refuses (randomness in forward, several outputs) is a property of the problem."""
+    else a draw refuses (randomness in forward, an output that is not a tensor) is a property of the problem."""
 
 
 class CpuOutOfMemory(SizesRejected):
@@ -40,13 +40,13 @@ class CpuOutOfMemory(SizesRejected):
     imports at once, another machine) it may import."""
 
 
-def lone_output(result: Any) -> Any:
-    """forward's result, where it is a tuple or list of one (``return (x,)``), as that one element:
-    a module's single output however it is wrapped (several outputs stay a tuple, which the import
-    refuses)."""
-    if isinstance(result, tuple | list) and len(result) == 1:
-        return result[0]
-    return result
+def forward_outputs(result: Any) -> list[Any]:
+    """forward's result as the list of its outputs, in order: a tensor is one output; a tuple or list
+    (``return (x,)``, torch.max's ``(values, indices)``, an LSTM's nested ``(out, (h, c))``) gives its
+    elements depth first. Anything else stays in the list as it is, for the caller to refuse."""
+    if isinstance(result, tuple | list):
+        return [x for item in result for x in forward_outputs(item)]
+    return [result]
 
 
 def exhausted(exc: BaseException) -> bool:

@@ -71,6 +71,8 @@ _IMPORTED_FORWARD = ("Model.forward's positional arguments, in order, each the n
                      "holds it")
 _IMPORTED_STATE = ("input buffer -> the module's parameter or buffer (dotted name) it holds: the drawn ones are copied "
                    "in from the buffer's draw, the kept ones (masks) are the module's own values")
+_IMPORTED_OUTPUT = ("the output buffer forward's result goes to; several, in order, where forward returns a tuple "
+                    "(nested ones flattened depth first)")
 _IMPORTED_SIZES = "case -> the problem's size constants (module-level names) for that case"
 _WORKLOAD_SPEC_INPUTS = "default generator per input buffer (name -> generator)"
 _WORKLOAD_SPEC_TOLERANCE = "per output buffer; defaults depend on the dtype"
@@ -331,7 +333,12 @@ class Imported(_Model):
     state: dict[str, str] = Field(default_factory=dict, description=_IMPORTED_STATE)
     sizes: dict[str, dict[str, int]] = Field(default_factory=dict, description=_IMPORTED_SIZES)
     seed: int = Field(0, description="torch.manual_seed before the module is built")
-    output: str | None = Field(None, description="the output buffer forward's result goes to")
+    output: str | list[str] | None = Field(None, description=_IMPORTED_OUTPUT)
+
+    @property
+    def outputs(self) -> list[str]:
+        """The output buffers of forward's outputs, in order (several: a tuple's elements, depth first)."""
+        return [] if self.output is None else [self.output] if isinstance(self.output, str) else list(self.output)
 
 
 class WorkloadSpec(_Model):
@@ -540,16 +547,20 @@ def _check_torch_mapping(spec: WorkloadSpec, where: Path) -> None:
     """reference.torch needs ``imported`` to name, for every forward argument and module tensor, the
     input buffer or scalar holding it, the output, and every case's size constants (WorkloadError)."""
     im, sig = spec.imported, spec.signature
-    if im is None or im.output is None:
+    if im is None or not im.outputs:
         raise WorkloadError(f"{where}: reference.torch needs imported.forward, .state, .sizes and .output "
                             "(written by kernelopt import-torch); re-import the problem")
     inputs, scalars = {p.name for p in sig.inputs}, {p.name for p in sig.scalars}
     bad = [f"forward[{i}]: {n!r}" for i, n in enumerate(im.forward) if n not in inputs | scalars]
     bad += [f"state: {n!r}" for n in im.state if n not in inputs]
-    bad += [f"output: {im.output!r}"] if im.output not in {p.name for p in sig.outputs} else []
+    bad += [f"output: {o!r}" for o in im.outputs if o not in {p.name for p in sig.outputs}]
     if bad:
         raise WorkloadError(f"{where}: imported.{bad[0]} is no input buffer, scalar or output of the "
                             "signature as it should be")
+    unfed = [p.name for p in sig.outputs if im.outputs.count(p.name) != 1]
+    if unfed:
+        raise WorkloadError(f"{where}: imported.output must name each output buffer of the signature once (forward's "
+                            f"outputs in order); {unfed[0]!r} is named {im.outputs.count(unfed[0])} times")
     missing = [c.name for c in spec.cases if c.name not in im.sizes]
     if missing:
         raise WorkloadError(f"{where}: imported.sizes: no size constants for case(s) {', '.join(missing)}")

@@ -152,11 +152,17 @@ def torch_reference_text(wl: Workload, limit: int = WORKLOAD_CAPS["reference"]) 
         source = f"# (the module could not be read: {exc})"
     lines = ["PyTorch reference (it defines correct: the expected outputs are what this module computes on the "
              f"kernel's inputs; no CUDA reference):\n```python\n{cap(source.rstrip(), limit)}\n```",
-             f"Model.forward({', '.join(imported.forward)}) returns {imported.output}"]
+             f"Model.forward({', '.join(imported.forward)}) returns {_returns(imported.outputs)}"]
     if imported.state:
         lines.append("Module tensors passed as input buffers: "
                      + ", ".join(f"{b} = {t}" for b, t in imported.state.items()))
     return "\n".join(lines)
+
+
+def _returns(outputs: list[str]) -> str:
+    if len(outputs) == 1:
+        return outputs[0]
+    return f"({', '.join(outputs)}) (a tuple flattened in order, one output buffer each)"
 
 
 def state_prompt(

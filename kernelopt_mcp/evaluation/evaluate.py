@@ -43,7 +43,7 @@ from .session import Session
 from .support_module import support_module
 
 if TYPE_CHECKING:
-    from ..torch_reference import TorchCheckPlan, TorchJob
+    from ..torch_reference import JobOutput, TorchCheckPlan, TorchJob
 
 __all__ = ["ReplayRequest", "case_request", "evaluate", "preparation_text", "prepare"]
 
@@ -263,7 +263,7 @@ def _torch_reference(s: Session, so_far: Prepared, perf: list[Case]) -> Prepared
 
     wl = s.workload
     imported = wl.spec.imported
-    assert imported is not None and imported.output is not None
+    assert imported is not None and imported.outputs
     directory = s.workdir / "expected"
     data, timed = so_far.data, so_far.timed
     sets = {data.name: data}
@@ -281,35 +281,45 @@ def _torch_reference(s: Session, so_far: Prepared, perf: list[Case]) -> Prepared
         wl, jobs, device=s.harness.device, support=so_far.support, workdir=s.workdir,
         limits=ChildLimits.following(s.compile_limits, REFERENCE_TIMEOUT_S),
     )
-    name = imported.output
-    dtype = wl.signature.param(name).dtype
-    tol = wl.spec.tolerance_for(name)
-    wider, own = _real_size_tolerance(name, tol, [(j.case.name, figures[(j.set_name, j.case.name)])
-                                                  for j in jobs if j.set_name == data.name])
-    tol = wider or tol
-    expected_from = f"{expected_from}; {own}" if own else expected_from
-    for j in jobs:
-        if j.set_name not in sets:  # a checked launch's: the harness reads the file, nothing more
-            continue
-        f = figures[(j.set_name, j.case.name)]
-        path, kind = j.path, dtype.value
-        if kind != "float64" and not s.uses("expected_dtype"):  # an older harness compares float64 values only
-            wide = np.fromfile(j.path, dtype=dtype.numpy.newbyteorder("<")).astype("<f8")
-            path, kind = j.path.with_suffix(".f64"), "float64"
-            wide.tofile(path)
-            j.path.unlink()
-        of_set = sets[j.set_name]
-        of_set.refs.setdefault(j.case.name, {})[name] = ExpectedRef(
-            path.resolve(), thresholds_from(float(f["sum_sq"]), int(f["finite"]), tol), kind,
-        )
-        on_disk = np.dtype(dtype.numpy if kind != "float64" else np.float64).newbyteorder("<")
-        of_set.expected.setdefault(j.case.name, {})[name] = np.memmap(path, dtype=on_disk, mode="r", shape=j.shape)
-    return replace(so_far, expected_from=expected_from, torch_checks={case: plan for case, (plan, _) in plans.items()},
-                   tolerances={name: tol} if wider is not None else {})
+    notes, tolerances = [expected_from], {}
+    for name in imported.outputs:  # each output's tolerance, sized by its own error, and its files
+        tol = wl.spec.tolerance_for(name)
+        wider, own = _real_size_tolerance(
+            name, tol, [(j.case.name, figures[(j.set_name, j.case.name)]["outputs"][name]) for j in jobs
+                        if j.set_name == data.name], several=len(imported.outputs) > 1)
+        if wider is not None:
+            tol = tolerances[name] = wider
+        notes += [own] if own else []
+        for j in jobs:
+            if j.set_name not in sets:  # a checked launch's: the harness reads the file, nothing more
+                continue
+            (o,) = [o for o in j.outputs if o.name == name]
+            _keep_expected(s, sets[j.set_name], j.case.name, o, figures[(j.set_name, j.case.name)]["outputs"][name],
+                           tol)
+    return replace(so_far, expected_from="; ".join(notes),
+                   torch_checks={case: plan for case, (plan, _) in plans.items()}, tolerances=tolerances)
 
 
-def _real_size_tolerance(name: str, tol: Tolerance, measured: list[tuple[str, Mapping[str, Any]]],
-                         ) -> tuple[Tolerance | None, str]:
+def _keep_expected(s: Session, of_set: DataSet, case: str, o: JobOutput, f: Mapping[str, Any],
+                   tol: Tolerance) -> None:
+    """One output's expected values from PyTorch as the data set keeps them: the file (widened to float64
+    for a harness without ``expected_dtype``), its thresholds and a memory map for a host comparison."""
+    dtype = s.workload.signature.param(o.name).dtype
+    path, kind = o.path, dtype.value
+    if kind != "float64" and not s.uses("expected_dtype"):  # an older harness compares float64 values only
+        wide = np.fromfile(o.path, dtype=dtype.numpy.newbyteorder("<")).astype("<f8")
+        path, kind = o.path.with_suffix(".f64"), "float64"
+        wide.tofile(path)
+        o.path.unlink()
+    of_set.refs.setdefault(case, {})[o.name] = ExpectedRef(
+        path.resolve(), thresholds_from(float(f["sum_sq"]), int(f["finite"]), tol), kind,
+    )
+    on_disk = np.dtype(dtype.numpy if kind != "float64" else np.float64).newbyteorder("<")
+    of_set.expected.setdefault(case, {})[o.name] = np.memmap(path, dtype=on_disk, mode="r", shape=o.shape)
+
+
+def _real_size_tolerance(name: str, tol: Tolerance, measured: list[tuple[str, Mapping[str, Any]]], *,
+                         several: bool = False) -> tuple[Tolerance | None, str]:
     """``tol`` widened where the module's own float error at the cases' real sizes (``measured``: per
     case, the reference child's figures) needs more (:func:`~..torch_store.widened`; never a
     tolerance written by hand, source ``workload``), else None; and what a result says of that error
@@ -322,13 +332,14 @@ def _real_size_tolerance(name: str, tol: Tolerance, measured: list[tuple[str, Ma
     parts, wider = [], None
     if errors:
         needed, case = max(errors)
-        parts.append(f"the module's own result differs from its float64 result by up to {needed:.2g} of the "
-                     f"output's scale (case {case!r})")
+        parts.append(f"the module's own {f'{name} ' if several else ''}result differs from its float64 result by up "
+                     f"to {needed:.2g} of the output's scale (case {case!r})")
         wider = widened(tol, needed) if tol.source != "workload" else None
         if wider is not None:
             parts.append(f"{name}'s tolerance widened to {wider.rtol:.3g} (was {tol.rtol:g}, {tol.source})")
     if skipped:
-        parts.append("its own error not measured on " + ", ".join(f"case {c!r} ({why})" for c, why in skipped))
+        cases = ", ".join(f"case {c!r} ({why})" for c, why in skipped)
+        parts.append(f"{f'{name}: ' if several else ''}its own error not measured on {cases}")
     return wider, "; ".join(parts)
 
 
@@ -349,9 +360,8 @@ def _torch_check_plans(
         return {}
     wl = s.workload
     imported = wl.spec.imported
-    assert imported is not None and imported.output is not None
-    out = wl.signature.param(imported.output)
-    assert isinstance(out, BufferParam)
+    assert imported is not None and imported.outputs
+    outs = [out for name in imported.outputs if isinstance(out := wl.signature.param(name), BufferParam)]
     position = {p.name: i for i, p in enumerate(wl.signature.params)}
     plans: dict[str, tuple[TorchCheckPlan, list[TorchJob]]] = {}
     for case in perf:
@@ -359,13 +369,16 @@ def _torch_check_plans(
         if not specs:
             continue
         seed = request_seed()
-        output_bytes = int(np.prod(case_shape(out, case.scalars), dtype=np.int64)) * out.dtype.itemsize
+        output_bytes = sum(int(np.prod(case_shape(out, case.scalars), dtype=np.int64)) * out.dtype.itemsize
+                           for out in outs)
         samples = pick_checked_launches(timing.iterations, _checked_count(s, o.checked_launches, output_bytes,
                                                                           timing.adaptive is None))
         draws: list[tuple[int | None, int]] = [(sample, o.warmup + sample) for sample in samples]
         if timing.adaptive is None:
             draws.append((None, o.warmup + timing.iterations))  # the confirm launch: the draw after the last
-        jobs, entries, confirm = [], [], None
+        jobs: list[TorchJob] = []
+        entries: list[CheckedExpected] = []
+        confirm: list[CheckedExpected] = []
         for sample, draw in draws:
             (job,) = jobs_for(wl, f"checked-{draw}", [case], data.inputs, directory)
             for name, spec in specs.items():
@@ -374,12 +387,10 @@ def _torch_check_plans(
                 }
                 job.request["buffers"][name].pop("file", None)
             jobs.append(job)
-            entry = CheckedExpected(sample=sample, launch="confirm" if sample is None else None, draw=draw,
-                                    buffer=out.name, expected=str(job.path.resolve()))
-            if sample is None:
-                confirm = entry
-            else:
-                entries.append(entry)
+            (confirm if sample is None else entries).extend(  # every output of the launch is checked
+                CheckedExpected(sample=sample, launch="confirm" if sample is None else None, draw=draw,
+                                buffer=out.name, expected=str(out.path.resolve()))
+                for out in job.outputs)
         plans[case.name] = (TorchCheckPlan(seed, o.warmup, timing.iterations, samples, entries, confirm), jobs)
     return plans
 

@@ -273,8 +273,8 @@ def _timing_job(
     if specs and s.uses("confirm_launch", options):
         job.confirm = True
         job.consistency = job.timed is not None and (timing.mode or "events") == "events"
-        if job.checked_expected and plan is not None and plan.confirm is not None and timing.adaptive is None:
-            job.checked_expected.append(plan.confirm)  # PyTorch's outputs for the confirm launch's draw
+        if job.checked_expected and plan is not None and plan.confirm and timing.adaptive is None:
+            job.checked_expected += plan.confirm  # PyTorch's outputs for the confirm launch's draw
     return job
 
 

@@ -101,8 +101,25 @@ extern "C" __global__ void scale_int_arg(const __half* x, __half* out, int facto
     if (i < n) out[i] = __float2half(__half2float(x[i]) * (float)factor);
 }
 """
+# two outputs (torch.max's values and int64 indices), each compared with PyTorch's, in validation and in the
+# checked timed launches
+MAX = r"""extern "C" __global__ void max_with_indices(const float* x, float* out0, long long* out1, int batch_size,
+                                              int dim) {
+    int row = blockIdx.x * blockDim.x + threadIdx.x;
+    if (row < batch_size) {
+        const float* r = x + (size_t)row * dim;
+        float best = r[0];
+        long long at = 0;
+        for (int j = 1; j < dim; ++j)
+            if (r[j] > best) { best = r[j]; at = j; }
+        out0[row] = best;
+        out1[row] = at;
+    }
+}
+"""
 KERNELS: dict[str, tuple[str, dict[str, Any]]] = {
     "vector_add": (ADD, {"grid": ["ceil_div(n, 256)"], "block": [256]}),
+    "max_with_indices": (MAX, {"grid": ["ceil_div(batch_size, 128)"], "block": [128]}),
     "scale_int_arg": (SCALE, {"grid": ["ceil_div(n, 256)"], "block": [256]}),
     "elementwise_gelu": (GELU, {"grid": ["ceil_div(batch_size * dim, 256)"], "block": [256]}),
     "reduction_sum": (SUM, {"grid": ["ceil_div(dim2, 128)", "batch_size"], "block": [128]}),
@@ -164,7 +181,7 @@ def test_imported_problem_evaluates_on_the_gpu(problem: str, tmp_path: Path, har
 def test_optimize_an_imported_problem(problem: str, tmp_path: Path, harness_binary: Path,
                                       monkeypatch: pytest.MonkeyPatch) -> None:
     """Every supported kind (elementwise, reduction, matmul, a module with parameters, a conv, fp16 with
-    an int argument) runs through `kernelopt optimize --workload` with PyTorch as the reference: the
+    an int argument, two outputs) runs through `kernelopt optimize --workload` with PyTorch as the reference: the
     scripted model writes the initial kernel alone (the plain kernel above), proposes it again with
     another block shape, then a kernel wrong on the odd sizes (a `mismatch`). Nothing is frozen: every
     candidate is evaluated on the run's copy of the workload, PyTorch computing the expected outputs

@@ -4,7 +4,7 @@ import torch.nn as nn
 
 class Model(nn.Module):
     def forward(self, x):
-        return torch.max(x, dim=1)  # values and indices: two outputs
+        return x * 2, x.shape[0]  # a tensor and a Python int: every output must be a tensor
 
 
 def get_inputs():
