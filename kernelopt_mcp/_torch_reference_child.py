@@ -288,6 +288,17 @@ def run(request: dict[str, Any], answer: Answer) -> None:
     path = Path(request["problem"])
     source = parse_problem(path.read_text(encoding="utf-8"), request.get("label") or path.name)
     fill = _Fill(torch, request.get("support"))
+    if device.type == "cpu":  # a problem written for the GPU (x.cuda(), device="cuda") runs here on the CPU
+        from kernelopt_mcp.torch_trace import cuda_to_default
+
+        with cuda_to_default(torch):
+            _run_jobs(torch, request, answer, source, fill, device)
+    else:
+        _run_jobs(torch, request, answer, source, fill, device)
+    answer.data["finished"] = True
+
+
+def _run_jobs(torch: Any, request: dict[str, Any], answer: Answer, source: Any, fill: _Fill, device: Any) -> None:
     modules: dict[str, _Module] = {}
     for job in request["jobs"]:
         entry: dict[str, Any] = {"case": job["case"], "set": job["set"], "error": None}
@@ -304,7 +315,6 @@ def run(request: dict[str, Any], answer: Answer) -> None:
         except Exception as exc:  # noqa: BLE001 - the problem's own code may raise anything
             entry["error"] = line(exc)
         answer.write()
-    answer.data["finished"] = True
 
 
 FRESH: dict[str, Any] = {"torch_version": None, "device_name": None, "error": None, "jobs": [], "finished": False}

@@ -22,6 +22,7 @@ script you run.
 from __future__ import annotations
 
 import copy
+import functools
 import inspect
 import math
 import time
@@ -50,7 +51,7 @@ from .torch_source import (  # noqa: F401 - re-exported: the source half of a pr
     require_torch,
     with_constants,
 )
-from .torch_trace import _cache_factories, random_origin, traced_random
+from .torch_trace import _cache_factories, cuda_to_default, random_origin, traced_random
 
 # --- drawing a problem: inputs, module state, output ----------------------------------------
 
@@ -152,6 +153,18 @@ def forward_names(model: Any, count: int) -> list[str]:
     return [named[i] if i < len(named) else f"in{i}" for i in range(count)]
 
 
+def _on_the_cpu(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """``fn`` runs the problem's code with every CUDA device it names meaning the CPU
+    (:func:`~.torch_trace.cuda_to_default`): the import runs the module where no GPU is used."""
+    @functools.wraps(fn)
+    def run(*args: Any, **kwargs: Any) -> Any:
+        with cuda_to_default(require_torch()):
+            return fn(*args, **kwargs)
+
+    return run
+
+
+@_on_the_cpu
 def draw(
     source: ProblemSource, values: dict[str, int], seed: int, *, reference64: bool = False,
     probe_s: float | None = None,
@@ -231,7 +244,7 @@ def draw_shapes(source: ProblemSource, values: dict[str, int], seed: int) -> Dra
     module = load_module(source, values)
     label = source.label
     torch.manual_seed(seed)
-    with torch.device("meta"):
+    with torch.device("meta"), cuda_to_default(torch):  # inside: "cuda" means meta
         model, init_inputs = _build(module, source, torch)
         with traced_random(torch) as made, random_origin(torch) as derived:
             raw_args = _call(module, "get_inputs", label)
@@ -248,6 +261,7 @@ def draw_shapes(source: ProblemSource, values: dict[str, int], seed: int) -> Dra
     return Draw(args, state, outputs, init_inputs, flops=flops or None, meta=True)
 
 
+@_on_the_cpu
 def module_state(source: ProblemSource, values: dict[str, int], seed: int) -> tuple[list[Arg], dict[str, ParamDraw]]:
     """The module alone, built on the CPU as :func:`draw` builds it (torch seeded with ``seed``, then
     ``Model(*get_init_inputs())``): its parameters and buffers with their values, and how each is
@@ -265,6 +279,7 @@ def module_state(source: ProblemSource, values: dict[str, int], seed: int) -> tu
     return _state(model, source.label), rules
 
 
+@_on_the_cpu
 def fixed_inputs(source: ProblemSource, values: dict[str, int], seed: int, names: list[str]) -> dict[str, np.ndarray]:
     """The values of the forward arguments ``names`` that get_inputs makes without random numbers (an
     ``arange``, a mask of ones), on the CPU at the sizes ``values``; torch's random functions return

@@ -88,3 +88,34 @@ def random_origin(torch: Any) -> Iterator[dict[int, Any]]:
 
     with Origin():
         yield made
+
+
+@contextmanager
+def cuda_to_default(torch: Any) -> Iterator[None]:
+    """Run a problem written for the GPU (``torch.randn(n, device="cuda")``, ``x.cuda()``,
+    ``x.to("cuda:0", torch.half)``, ``Model().cuda()``, as many problem files outside KernelBench's
+    own are) where none is used: every CUDA device it names means the default device instead (the CPU,
+    or the meta device inside ``torch.device("meta")``: enter this inside that context, so that it
+    sees the call first). The import runs the module where no GPU is, and in a child that may not
+    reach one; values and shapes do not depend on the device the problem asked for."""
+    from torch.overrides import TorchFunctionMode
+
+    def is_cuda(value: Any) -> bool:
+        if isinstance(value, str):
+            return value.split(":", 1)[0] == "cuda"
+        return isinstance(value, torch.device) and value.type == "cuda"
+
+    class Default(TorchFunctionMode):
+        def __torch_function__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+            kwargs = dict(kwargs or {})
+            name = getattr(func, "__name__", "")
+            if name == "cuda" and args and isinstance(args[0], torch.Tensor):  # Tensor.cuda: already there
+                return args[0]
+            if is_cuda(kwargs.get("device")):
+                del kwargs["device"]
+            if name == "to" and len(args) > 1 and is_cuda(args[1]):  # Tensor.to("cuda", ...)
+                args = (args[0], *args[2:])
+            return func(*args, **kwargs)
+
+    with Default():
+        yield

@@ -197,6 +197,24 @@ def test_unsupported_problems_fail_with_the_reason(problem: str, tmp_path: Path,
     assert not (tmp_path / problem).exists() and list(tmp_path.iterdir()) == []
 
 
+def test_a_problem_written_for_the_gpu_imports_as_the_same_workload(tmp_path: Path, torch: Any) -> None:
+    """``.cuda()``, ``device="cuda"``, ``.to("cuda")`` in get_inputs and the module (as problem files outside
+    KernelBench's own write them) mean the CPU where the import runs the module, and the meta device where
+    it sizes the performance case: the workload is the one of the same problem written for the CPU."""
+    plain = (PROBLEMS / "linear_relu.py").read_text()
+    assert "torch.randn(batch_size, in_features)" in plain and "        super().__init__()\n" in plain
+    gpu = plain.replace("torch.randn(batch_size, in_features)",
+                        'torch.randn(batch_size, in_features, device="cuda").cuda().to("cuda:0")')
+    gpu = gpu.replace("        super().__init__()\n", "        super().__init__()\n        torch.zeros(1).cuda()\n")
+    (tmp_path / "gpu.py").write_text(gpu)
+    (tmp_path / "cpu.py").write_text(plain)
+    on_gpu = load_workload(import_torch_problem(tmp_path / "gpu.py", tmp_path / "g").path)
+    alone = load_workload(import_torch_problem(tmp_path / "cpu.py", tmp_path / "c").path)
+    assert on_gpu.signature.c_prototype() == alone.signature.c_prototype().replace("cpu", "gpu")
+    assert [c.model_dump() for c in on_gpu.spec.cases] == [c.model_dump() for c in alone.spec.cases]
+    assert on_gpu.spec.imported == alone.spec.imported
+
+
 @pytest.mark.parametrize("wrap", ["({},)", "[{}]"])
 def test_one_output_wrapped_in_a_tuple_or_list_is_the_output(wrap: str, tmp_path: Path, torch: Any) -> None:
     """``return (x,)`` or ``return [x]``: one output however it is wrapped (the expected values are

@@ -107,6 +107,13 @@ def test_a_module_whose_one_output_is_wrapped_in_a_tuple_is_its_reference(tmp_pa
     assert wrong.status is Status.mismatch
 
 
+def test_a_module_written_for_the_gpu_is_the_reference_where_the_child_runs_on_the_cpu(tmp_path: Path) -> None:
+    """``a + self.b.cuda()``: CUDA means the CPU where the child has no GPU (this machine)."""
+    (honest, wrong), _ = run(tmp_path, write_problem(tmp_path / "wl", twist=".cuda()"), "", "WRONG")
+    assert honest.status is Status.ok, honest.message
+    assert wrong.status is Status.mismatch
+
+
 def test_a_module_that_computes_something_else_fails_the_honest_kernel(tmp_path: Path) -> None:
     """The expected values really come from the module: change forward and c = a + b is wrong."""
     (honest,), _ = run(tmp_path, write_problem(tmp_path / "wl", twist=" * 2"), "")
