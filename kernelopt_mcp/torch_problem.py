@@ -527,8 +527,8 @@ def _call(module: types.ModuleType, name: str, label: str) -> Any:
     except Exception as exc:  # noqa: BLE001 - the problem's own code may raise anything
         hint = ""
         if "cuda" in str(exc).lower():
-            hint = (" (it asks for a GPU: import where torch sees one, or let it make CPU tensors; "
-                    "the module runs on the CPU)")
+            hint = (" (it asks for the GPU beyond device=\"cuda\", .cuda() and .to(\"cuda\"), which the import "
+                    "runs on the CPU: make it use those, or CPU tensors)")
         raise code_failed(label, f"{name}()", exc, hint) from None
 
 
