@@ -41,10 +41,10 @@ raise RuntimeError("PROBE" + json.dumps(found))
 
 
 def stand_in_torch(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """A torch of two names the confined children import in place of the real one."""
-    site = tmp_path / "site"
-    (site / "torch").mkdir(parents=True)
-    (site / "torch" / "__init__.py").write_text('__version__ = "0.0+stand-in"\ndef set_num_threads(n):\n    pass\n')
+    """The stand-in torch (test_torch_child's) the confined children import in place of the real one."""
+    from test_torch_child import stand_in_torch as stand_in
+
+    site = stand_in(tmp_path / "site")
     monkeypatch.setattr(confined_python, "installed_requirements",
                         lambda *packages: Installed(path=(str(site),), read=(str(site / "torch"),)))
 

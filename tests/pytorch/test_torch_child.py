@@ -109,9 +109,14 @@ def run_jobs_probe(tmp_path: Path, name: str, main: str, limits: ChildLimits) ->
 
 
 def stand_in_torch(directory: Path) -> Path:
-    """A site directory holding a ``torch`` package that only says its version."""
+    """A site directory holding a ``torch`` package of the few names the confined children use before
+    the problem's code runs: its version, ``set_num_threads`` and ``overrides.TorchFunctionMode``."""
     (directory / "torch").mkdir(parents=True)
-    (directory / "torch" / "__init__.py").write_text('__version__ = "0.0+stand-in"\n')
+    (directory / "torch" / "__init__.py").write_text(
+        '__version__ = "0.0+stand-in"\ndef set_num_threads(n):\n    pass\n')
+    (directory / "torch" / "overrides.py").write_text(
+        "class TorchFunctionMode:\n    def __enter__(self):\n        return self\n"
+        "    def __exit__(self, *exc):\n        return False\n")
     return directory
 
 
