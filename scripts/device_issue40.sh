@@ -3,7 +3,8 @@
 #   bash scripts/device_issue40.sh children   # the confined GPU children start CUDA (probe + tests), device draws (structured too)
 #   bash scripts/device_issue40.sh reference  # PyTorch as the reference, timed launches checked, baselines
 #   bash scripts/device_issue40.sh imported   # imported problems evaluated on the GPU (right, wrong, dropped parameters)
-#   bash scripts/device_issue40.sh verify     # the reference tests, `imported`, a confined import-torch of level 3 #33
+#   bash scripts/device_issue40.sh verify     # the reference tests, `imported` (two outputs too), a confined
+#                                             # import-torch of level 3 #33, the several-output CPU tests
 #   bash scripts/device_issue40.sh optimize   # kernelopt optimize --workload on imported problems, scripted model
 #   bash scripts/device_issue40.sh suite      # kernelopt kernelbench over the 12 problems with our solutions
 #   bash scripts/device_issue40.sh gemmtune   # then the K = 8192 GEMMs' accumulation and tile variants
@@ -56,7 +57,11 @@ case "${1:-children}" in
     gpu_tests imported 240 --timeout 200 tests/gpu/test_torch_import_gpu.py -k "not optimize"
     /usr/bin/time -f "%e s, %M KiB peak" timeout 100 kernelopt import-torch .kb/level3/33_VanillaRNN.py -o /tmp/rnn \
       --json > "$OUT/rnn.json" 2> "$OUT/rnn.err"; echo "import-torch rc=$? $(tail -1 "$OUT/rnn.err")"
-    du -sh /tmp/rnn 2>/dev/null; head -c 600 "$OUT/rnn.json"; echo ;;
+    du -sh /tmp/rnn 2>/dev/null; head -c 600 "$OUT/rnn.json"; echo
+    # several outputs and problems written for the GPU, imported with this machine's torch (CUDA build)
+    timeout 200 python3 -m pytest -q -p no:cacheprovider tests/pytorch/test_torch_outputs.py \
+      tests/pytorch/test_torch_import.py -k "outputs or written_for_the_gpu or max_with" > "$OUT/outputs.log" 2>&1
+    echo "outputs rc=$? $(tail -1 "$OUT/outputs.log")" ;;
   imported)  # imported problems evaluated (a right and a wrong kernel each, the dropped-parameter LayerNorm)
     gpu_tests imported 560 --timeout 200 tests/gpu/test_torch_import_gpu.py -k "not optimize" ;;
   optimize)  # kernelopt optimize --workload on each imported kind with the scripted model
