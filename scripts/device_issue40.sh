@@ -5,6 +5,7 @@
 #   bash scripts/device_issue40.sh imported   # imported problems evaluated on the GPU (right, wrong, dropped parameters)
 #   bash scripts/device_issue40.sh verify     # the reference tests, `imported` (two outputs too), a confined
 #                                             # import-torch of level 3 #33, the several-output CPU tests
+#   bash scripts/device_issue40.sh adversarial, then adversarial-optimize  # tests/gpu/test_adversarial_gpu.py in two calls
 #   bash scripts/device_issue40.sh optimize   # kernelopt optimize --workload on imported problems, scripted model
 #   bash scripts/device_issue40.sh suite      # kernelopt kernelbench over the 12 problems with our solutions
 #   bash scripts/device_issue40.sh gemmtune   # then the K = 8192 GEMMs' accumulation and tile variants
@@ -62,6 +63,12 @@ case "${1:-children}" in
     timeout 200 python3 -m pytest -q -p no:cacheprovider tests/pytorch/test_torch_outputs.py \
       tests/pytorch/test_torch_import.py -k "outputs or written_for_the_gpu or max_with" > "$OUT/outputs.log" 2>&1
     echo "outputs rc=$? $(tail -1 "$OUT/outputs.log")" ;;
+  adversarial)  # the adversarial suite through the server and `kernelopt evaluate` (~6 min); its optimize route
+    # alone takes ~3.5 min and needs its own call (`adversarial-optimize`): together they pass the call's limit, and
+    # timeout's SIGTERM does not end pytest then (optimize, run in its process, catches it to save the run)
+    gpu_tests adversarial 560 --timeout 300 tests/gpu/test_adversarial_gpu.py -k "not optimize" ;;
+  adversarial-optimize)
+    gpu_tests adversarial-optimize 400 --timeout 300 tests/gpu/test_adversarial_gpu.py -k optimize ;;
   imported)  # imported problems evaluated (a right and a wrong kernel each, the dropped-parameter LayerNorm)
     gpu_tests imported 560 --timeout 200 tests/gpu/test_torch_import_gpu.py -k "not optimize" ;;
   optimize)  # kernelopt optimize --workload on each imported kind with the scripted model
