@@ -23,6 +23,8 @@ from kernelopt_mcp.torch_import import import_torch_problem
 from kernelopt_mcp.torch_reference import compute_expected, jobs_for
 from kernelopt_mcp.workload import load_workload
 
+PROBLEMS = Path(__file__).parents[1] / "torch_problems"
+
 NESTED = """\
 import torch
 import torch.nn as nn
@@ -126,3 +128,40 @@ def test_imported_output_must_name_every_output_buffer_once(tmp_path: Path, torc
         (root / "workload.json").write_text(json.dumps(spec))
         with pytest.raises(WorkloadError, match=error):
             load_workload(root)
+
+
+@pytest.mark.parametrize("source", ["nested", "vector_add"])
+def test_every_output_of_a_checked_timed_launch_gets_pytorchs_values(source: str, tmp_path: Path,
+                                                                     monkeypatch: pytest.MonkeyPatch,
+                                                                     torch: Any) -> None:
+    """The plan of a performance case's timed launches checked against PyTorch (a harness with
+    ``checked_expected``; the pretend GPU announces it): every sampled launch and the confirm launch
+    has one entry per output buffer, each naming the file the child writes for that output."""
+    from fakegpu import write_harness
+
+    from kernelopt_mcp import HarnessProcess, Session, Settings
+    from kernelopt_mcp.config import find_workload
+    from kernelopt_mcp.evaluation.dataset import DataSet
+    from kernelopt_mcp.evaluation.device import device_info
+    from kernelopt_mcp.evaluation.evaluate import _torch_check_plans
+
+    problem = tmp_path / f"{source}.py"
+    problem.write_text(NESTED if source == "nested" else (PROBLEMS / "vector_add.py").read_text())
+    outputs = ["out0", "out1", "out2"] if source == "nested" else ["out"]
+    root = import_torch_problem(problem, tmp_path / "wl").path
+    monkeypatch.setenv("KO_FAKE_FEATURES", "checked_expected,expected_dtype,fresh_inputs,timed_check")
+    harness = write_harness(tmp_path, "fake")
+    wl = find_workload(root, Settings())
+    perf = wl.spec.performance_cases
+    with HarnessProcess(harness, 0) as proc, Session(wl, proc, device_info(harness, 0), workdir=tmp_path / "w") as s:
+        data = DataSet("validation", 3, materialize(wl, 3, tmp_path / "inputs"))
+        plans = _torch_check_plans(s, data, perf, tmp_path / "expected")
+    plan, jobs = plans[perf[0].name]
+    assert plan.samples and len(jobs) == len(plan.samples) + 1  # the confirm launch's draw too
+    files = {str(o.path.resolve()): (j.request["set"], o.name) for j in jobs for o in j.outputs}
+    for sample in plan.samples:
+        entries = [e for e in plan.entries if e.sample == sample]
+        assert sorted(e.buffer for e in entries) == outputs
+        assert {files[e.expected] for e in entries} == {(f"checked-{entries[0].draw}", b) for b in outputs}
+    assert sorted(e.buffer for e in plan.confirm) == outputs
+    assert {e.launch for e in plan.confirm} == {"confirm"} and len({e.draw for e in plan.confirm}) == 1
