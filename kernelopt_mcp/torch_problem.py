@@ -549,7 +549,8 @@ def _outputs(result: list[Any], label: str, torch: Any, *, values: bool = True) 
     """forward's outputs (:func:`forward_outputs`) as Args, in order; refused: no output, or one that
     is not a real dense tensor."""
     if not result:
-        raise TorchProblemError(f"{label}: forward returns an empty tuple; return the output tensor(s)")
+        raise TorchProblemError(f"{label}: forward returns no tensor (None, or an empty tuple); return the output "
+                                "tensor(s)")
     out = []
     for i, r in enumerate(result):
         which = "forward's output" if len(result) == 1 else f"forward's output {i} (of {len(result)})"

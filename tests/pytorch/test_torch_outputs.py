@@ -20,6 +20,7 @@ from kernelopt_agent.prompts import torch_reference_text
 from kernelopt_mcp.errors import WorkloadError
 from kernelopt_mcp.evaluation.inputs import materialize
 from kernelopt_mcp.torch_import import import_torch_problem
+from kernelopt_mcp.torch_problem import TorchProblemError
 from kernelopt_mcp.torch_reference import compute_expected, jobs_for
 from kernelopt_mcp.workload import load_workload
 
@@ -66,6 +67,16 @@ def test_a_nested_tuple_becomes_one_output_buffer_per_tensor_in_order(tmp_path: 
     assert not wl.spec.imported.degenerate
     # the model is told which buffer holds which element of the tuple
     assert "returns (out0, out1, out2) (a tuple flattened in order" in torch_reference_text(wl)
+
+
+def test_none_in_the_tuple_is_no_output_and_no_tensor_at_all_is_refused(tmp_path: Path, torch: Any) -> None:
+    problem = tmp_path / "with_none.py"
+    problem.write_text(NESTED.replace("return y, (torch.relu(y), y.argmax(dim=1))", "return torch.relu(y), None"))
+    wl = load_workload(import_torch_problem(problem, tmp_path / "wl").path)
+    assert [p.name for p in wl.signature.outputs] == ["out"]
+    (tmp_path / "nothing.py").write_text(NESTED.replace("return y, (torch.relu(y), y.argmax(dim=1))", "return None"))
+    with pytest.raises(TorchProblemError, match=r"forward returns no tensor \(None, or an empty tuple\)"):
+        import_torch_problem(tmp_path / "nothing.py", tmp_path / "none")
 
 
 def test_each_output_is_checked_for_being_constant_and_inputs_no_output_reads_are_found(tmp_path: Path,
