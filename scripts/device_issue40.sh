@@ -62,7 +62,12 @@ case "${1:-children}" in
     # several outputs and problems written for the GPU, imported with this machine's torch (CUDA build)
     timeout 200 python3 -m pytest -q -p no:cacheprovider tests/pytorch/test_torch_outputs.py \
       tests/pytorch/test_torch_import.py -k "outputs or written_for_the_gpu or max_with" > "$OUT/outputs.log" 2>&1
-    echo "outputs rc=$? $(tail -1 "$OUT/outputs.log")" ;;
+    echo "outputs rc=$? $(tail -1 "$OUT/outputs.log")"
+    # a problem written for the GPU, imported by the confined child (which sees no GPU) with this machine's torch
+    sed -e 's/torch.randn(batch_size, in_features)/torch.randn(batch_size, in_features, device="cuda").cuda()/' \
+      tests/torch_problems/linear_relu.py > /tmp/linear_relu_cuda.py
+    timeout 100 kernelopt import-torch /tmp/linear_relu_cuda.py -o /tmp/lrc --json > "$OUT/cuda_written.json" \
+      2> "$OUT/cuda_written.err"; echo "GPU-written import rc=$? $(head -c 300 "$OUT/cuda_written.json")" ;;
   adversarial)  # the adversarial suite through the server and `kernelopt evaluate` (~6 min); its optimize route
     # alone takes ~3.5 min and needs its own call (`adversarial-optimize`): together they pass the call's limit, and
     # timeout's SIGTERM does not end pytest then (optimize, run in its process, catches it to save the run)
