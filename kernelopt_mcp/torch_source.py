@@ -43,10 +43,13 @@ class CpuOutOfMemory(SizesRejected):
 def forward_outputs(result: Any) -> list[Any]:
     """forward's result as the list of its outputs, in order: a tensor is one output; a tuple or list
     (``return (x,)``, torch.max's ``(values, indices)``, an LSTM's nested ``(out, (h, c))``) gives its
-    elements depth first; None (``return out, None``, as modules written for HF-style callers return)
-    is no output. Anything else stays in the list as it is, for the caller to refuse."""
+    elements depth first, a dict (a Hugging Face ``ModelOutput``) its values in order; None (``return
+    out, None``, as modules written for HF-style callers return) is no output. Anything else stays in
+    the list as it is, for the caller to refuse."""
     if isinstance(result, tuple | list):
         return [x for item in result for x in forward_outputs(item)]
+    if isinstance(result, dict):
+        return [x for item in result.values() for x in forward_outputs(item)]
     return [] if result is None else [result]
 
 

@@ -79,6 +79,16 @@ def test_none_in_the_tuple_is_no_output_and_no_tensor_at_all_is_refused(tmp_path
         import_torch_problem(tmp_path / "nothing.py", tmp_path / "none")
 
 
+def test_a_dict_of_outputs_gives_its_values_in_order(tmp_path: Path, torch: Any) -> None:
+    """A forward that returns a dict (a Hugging Face ModelOutput is one): its values in order, a None
+    among them no output."""
+    problem = tmp_path / "as_dict.py"
+    problem.write_text(NESTED.replace("return y, (torch.relu(y), y.argmax(dim=1))",
+                                      'return {"logits": y, "loss": None, "best": y.argmax(dim=1)}'))
+    wl = load_workload(import_torch_problem(problem, tmp_path / "wl").path)
+    assert [(p.name, p.dtype.value) for p in wl.signature.outputs] == [("out0", "float32"), ("out1", "int64")]
+
+
 def test_each_output_is_checked_for_being_constant_and_inputs_no_output_reads_are_found(tmp_path: Path,
                                                                                        torch: Any) -> None:
     problem = tmp_path / "half_idle.py"
