@@ -23,32 +23,33 @@ from typing import TYPE_CHECKING, Any
 
 from .caches import cache_info, clear_cache
 from .compile_pool import default_pool, warn_if_unconfined
+from .compile_report import CompileOutput, compile_output
 from .compiler import CompileCache, CompileResult, cached_compile, compile_kernel
 from .config import Settings, find_workload, parse_devices
 from .errors import DeviceUnavailable, KerneloptError
-from .evaluation.candidate import Candidate, EvaluateOptions, ProgressFn, initial_candidate
-from .evaluation.device import DeviceInfo, device_info
-from .evaluation.harness import HarnessProcess, find_harness
 from .files import read_text
-from .launch import LaunchSpec
-from .results import CheckedEvaluation, CompileOutput, compile_output
-from .torch_comparison import TorchComparison
-from .workload import Workload
 
 # The evaluation, tuning, profiling and freezing stacks are imported by the functions that use
 # them: `kernelopt compile` and `kernelopt --help` start without them (tests/cli/test_startup.py).
 if TYPE_CHECKING:
     from .docs import DocsSearchResult
     from .evaluation.calibrate import Calibration
+    from .evaluation.candidate import Candidate, EvaluateOptions, ProgressFn
+    from .evaluation.device import DeviceInfo
+    from .evaluation.harness import HarnessProcess
     from .evaluation.session import Session
     from .freeze import FrozenWorkload, RequestsOnly
+    from .launch import LaunchSpec
     from .ncu_report import ProfileSummary
     from .profiler import ProfileOptions
+    from .results import CheckedEvaluation
     from .torch_baseline import BaselineReport
+    from .torch_comparison import TorchComparison
     from .tune.cache import TuneCache
     from .tune.spec import Tunable
     from .tune.tuner import TuneResult
     from .tune.workers import LocalWorker, Worker
+    from .workload import Workload
 
 __all__ = [
     "beside_pytorch", "cache_info", "calibrate_gpu", "candidate", "clear_cache", "compile_cache", "compile_file",
@@ -96,6 +97,8 @@ def candidate(
         WorkloadError: no ``source`` and the workload has no starting kernel.
         ValueError: ``source`` without ``launch``.
     """
+    from .evaluation.candidate import Candidate, initial_candidate
+
     if source is None:
         start = initial_candidate(workload)
         return replace(start, launch=launch or start.launch,
@@ -163,16 +166,22 @@ def search_guidance(
 
 def harness_binary(settings: Settings) -> Path:
     """The kernelopt-harness executable (raises ToolchainNotFound with how to build it)."""
+    from .evaluation.harness import find_harness
+
     return find_harness(settings.harness)
 
 
 def open_harness(settings: Settings) -> HarnessProcess:
     """A harness process for the configured device (started on its first request)."""
+    from .evaluation.harness import HarnessProcess
+
     return HarnessProcess(harness_binary(settings), settings.device)
 
 
 def gpu_info(settings: Settings) -> DeviceInfo:
     """The configured device's properties (raises DeviceUnavailable, ToolchainNotFound)."""
+    from .evaluation.device import device_info
+
     return device_info(harness_binary(settings), settings.device)
 
 
@@ -180,6 +189,8 @@ def gpu_infos(settings: Settings) -> list[DeviceInfo]:
     """The properties of every device GPU jobs spread over: ``settings.devices``, else every device
     the driver shows (the harness's ``device_count``). Raises DeviceUnavailable (a named ordinal
     that does not exist among them), ToolchainNotFound."""
+    from .evaluation.device import device_info
+
     binary = harness_binary(settings)
     first = device_info(binary, settings.devices[0] if settings.devices else 0)
     ordinals = settings.devices or tuple(range(first.device_count))
@@ -288,6 +299,8 @@ def evaluate_options(
 ) -> EvaluateOptions:
     """How candidates are checked and timed: the arguments given, else the settings (with
     ``stop="precision"``, ``iterations`` is the most measured launches: see STOP_RULES)."""
+    from .evaluation.candidate import EvaluateOptions
+
     return EvaluateOptions(
         warmup=settings.warmup if warmup is None else warmup,
         iterations=settings.iterations if iterations is None else iterations,
@@ -335,6 +348,7 @@ def device_workers(
 ) -> list[LocalWorker]:
     """A worker per device, each with its own harness process and a session drawn from the same
     ``seed`` (so every device sees the same inputs), prepared on first use. The caller closes them."""
+    from .evaluation.harness import HarnessProcess
     from .tune.workers import LocalWorker
 
     return [
@@ -440,6 +454,7 @@ def evaluate_kernel(
     initcheck on the correctness cases (files under ``sanitizer_dir``, else a temporary
     directory in the session's). Never raises for a bad kernel."""
     from .evaluation.evaluate import evaluate
+    from .results import CheckedEvaluation
     from .sanitizer import sanitize_candidate
 
     result = evaluate(session, candidate, options, benchmark=benchmark)

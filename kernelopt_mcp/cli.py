@@ -114,7 +114,7 @@ def cmd_compile(args: argparse.Namespace, out: Console) -> int:
 
     from . import app
 
-    # the same shape as the MCP compile tool's output (results.CompileOutput)
+    # the same shape as the MCP compile tool's output (compile_report.CompileOutput)
     result, output = app.compile_file(_settings(args), Path(args.file), args.arch, options=args.option or [])
     if args.ptx and result.ptx:
         Path(args.ptx).write_text(result.ptx)

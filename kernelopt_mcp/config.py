@@ -9,11 +9,13 @@ import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .compile_options import CompileLimits
 from .errors import WorkloadError, did_you_mean
-from .workload import Workload, load_workload
+
+if TYPE_CHECKING:  # loading a workload needs pydantic and numpy; `kernelopt compile` needs neither
+    from .workload import Workload
 
 
 @dataclass(frozen=True)
@@ -209,6 +211,8 @@ def find_workload(name_or_path: str | Path, settings: Settings) -> Workload:
     Raises:
         WorkloadError: unknown name (lists the known ones) or a malformed workload.
     """
+    from .workload import load_workload
+
     path = Path(name_or_path)
     if path.exists():
         return load_workload(path)

@@ -38,7 +38,7 @@ class CaseView(_Open):
 
 
 class CompileView(_Open):
-    """The compile of the candidate (``results.CompileOutput``)."""
+    """The compile of the candidate (``compile_report.CompileOutput``)."""
 
     nvrtc_version: str | None = None
 

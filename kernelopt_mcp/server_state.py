@@ -17,9 +17,9 @@ import anyio.to_thread
 
 from . import app
 from .admission import server_rooms
+from .compile_report import CompileOutput
 from .compiler import CompileResult
 from .quota import WorkspaceQuota
-from .results import CompileOutput
 from .server_config import CLIENT_ID, ServerConfig
 
 T = TypeVar("T")

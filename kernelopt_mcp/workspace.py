@@ -18,13 +18,14 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from .compile_options import CompileLimits
+from .compile_report import compile_output
 from .compiler import CompileCache, compile_kernel
 from .config import Settings
 from .errors import WorkloadError
 from .evaluation.inputs import MAX_BUFFER_BYTES
 from .files import read_text
 from .quota import STORED, QuotaError, WorkspaceQuota, check_workload_bytes
-from .results import CreatedWorkload, compile_output
+from .results import CreatedWorkload
 from .workload import DataFile, WorkloadSpec, load_workload, parse_spec
 
 

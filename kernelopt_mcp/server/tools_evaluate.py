@@ -8,9 +8,10 @@ from mcp.server.mcpserver import Context, MCPServer
 from mcp_types import CallToolResult
 from pydantic import Field
 
+from ..compile_report import CompileOutput
 from ..config import LAUNCH_DEFAULTS
 from ..evaluation.candidate import PRECISION_MIN_ITERATIONS, PRECISION_RSE
-from ..results import CompileOutput, EvaluationOutput, GpuProperties
+from ..results import EvaluationOutput, GpuProperties
 from ..server_config import MAX_ITERATIONS, MAX_WARMUP
 from ..service import KerneloptService
 from .roots import SharedRoots, shared_roots

@@ -160,3 +160,17 @@ def test_profile_line_names_speed_of_light_occupancy_stalls_and_the_first_hint(v
         "stalls barrier 41%, long_scoreboard 20%, wait 1.0 cycles; hint: warps mostly wait at barriers")
     assert (vendor.profile_line(ProfileSummary(workload="w", candidate="c", case="x", kernel="k"))
             == "no figures in the report")
+
+
+def test_every_entry_names_a_bundled_tunable_and_judges_performance_cases_only(vendor: ModuleType) -> None:
+    """A typo in an entry (a spec, a case) would surface only on the GPU, after minutes of tuning."""
+    from kernelopt_mcp.config import bundled_workloads_dir
+    from kernelopt_mcp.tune.spec import load_tunable
+    from kernelopt_mcp.workload import load_workload
+
+    for name, entry in vendor.ENTRIES.items():
+        workload = load_workload(bundled_workloads_dir() / entry.workload)
+        if entry.spec is not None:
+            assert load_tunable(workload.root / entry.spec, workload).spec.params, name
+        performance = {c.name for c in workload.spec.performance_cases}
+        assert set(entry.cases) <= performance, (name, set(entry.cases) - performance)

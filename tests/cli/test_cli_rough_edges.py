@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from kernelopt_mcp.cli import build_parser, main
-from kernelopt_mcp.results import CompileOutput
+from kernelopt_mcp.compile_report import CompileOutput
 
 REPO = Path(__file__).resolve().parents[2]
 

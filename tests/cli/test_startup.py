@@ -70,6 +70,9 @@ def test_compile_imports_what_compiling_needs_only(tmp_path: Path) -> None:
     assert code == 0
     assert _loaded(modules, HEAVY) == []
     assert _loaded(modules, LIBRARY_STACKS) == []
+    # nor a workload's model and its numpy, nor the evaluation views: a compile's report is its own module
+    unneeded = ("numpy", "kernelopt_mcp.workload", "kernelopt_mcp.results", "kernelopt_mcp.evaluation")
+    assert _loaded(modules, unneeded) == []
     assert "kernelopt_mcp.compiler" in modules  # it did compile
 
 

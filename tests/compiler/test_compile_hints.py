@@ -3,10 +3,10 @@ a kernel that lost its plain name to C++ mangling, and the source line and caret
 
 from __future__ import annotations
 
+from kernelopt_mcp.compile_report import compile_output
 from kernelopt_mcp.compiler import compile_kernel
 from kernelopt_mcp.config import Settings, find_workload
 from kernelopt_mcp.evaluation.build import check_entry
-from kernelopt_mcp.results import compile_output
 
 HOST_PROGRAM = """#include <cstdio>
 extern "C" __global__ void k(float* x) { x[threadIdx.x] = 1.0f; }

@@ -10,8 +10,9 @@ from typing import Any
 import pytest
 from pydantic import BaseModel
 
+from kernelopt_mcp.compile_report import CompileOutput
 from kernelopt_mcp.result_view import UNKNOWN_STATUS, CaseView, CompileView, EvaluationView, TimingView
-from kernelopt_mcp.results import CaseOutput, CompileOutput, EvaluationOutput, Timing
+from kernelopt_mcp.results import CaseOutput, EvaluationOutput, Timing
 
 PAIRS = [(EvaluationView, EvaluationOutput), (CaseView, CaseOutput), (TimingView, Timing), (CompileView, CompileOutput)]
 

@@ -229,7 +229,7 @@ LAYERS: dict[str, set[str]] = {
     },
     "compiler": {
         "compile_log", "compile_pool", "compiler", "cuda_headers", "sandbox", "executables", "source_policy",
-        "_compile_worker", "confined_python", "_confined_child", "_cuda_probe", "cgroups",
+        "_compile_worker", "confined_python", "_confined_child", "_cuda_probe", "cgroups", "compile_report",
     },
     "evaluation": {"evaluation", "_oracle_worker", "torch_reference"},  # and every evaluation.* module
     "tools": {
