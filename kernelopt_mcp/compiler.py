@@ -170,7 +170,6 @@ def _hints(log: str, target: str, headers: HeaderDirs, source: str) -> list[str]
 
 @dataclass(frozen=True)
 class _Nvrtc:
-    module: object
     version: str
     include_dirs: tuple[str, ...]  # the default header directories (wheels, then /usr/local/cuda)
     toolchain: Toolchain  # a worker's, reading include_dirs
@@ -185,19 +184,22 @@ _nvrtc: _Nvrtc | None = None
 
 
 def _load_nvrtc() -> _Nvrtc:
+    """What compiling needs in this process: NVRTC's version (the cache key) and where a worker
+    finds it. Compiles run in the workers; this process loads the library only to ask its version."""
     global _nvrtc
     with _nvrtc_lock:
         if _nvrtc is not None:
             return _nvrtc
         try:
-            from cuda.bindings import nvrtc
+            import cuda.bindings  # noqa: F401  (the workers compile through its nvrtc module)
         except ImportError as exc:
             raise ToolchainNotFound(
                 f"cuda-python is not installed ({exc}); install it with "
                 "`pip install 'cuda-bindings>=13,<14' 'nvidia-cuda-nvrtc>=13.0,<13.1'`"
             ) from None
+        python_path, lib = _worker_paths()
         try:
-            _err, major, minor = nvrtc.nvrtcVersion()
+            version = _library_version(lib) if lib else _bindings_version()
         except Exception as exc:  # the shared library itself failed to load
             raise ToolchainNotFound(
                 f"NVRTC could not be loaded ({exc}); install it with "
@@ -205,14 +207,15 @@ def _load_nvrtc() -> _Nvrtc:
             ) from None
         # headers are optional: kernels without #include compile without any
         include_dirs = find_header_dirs().dirs
-        _nvrtc = _Nvrtc(nvrtc, f"{major}.{minor}", include_dirs, _worker_toolchain(include_dirs))
+        toolchain = Toolchain(read_dirs=include_dirs, nvrtc_lib=lib, python_path=python_path)
+        _nvrtc = _Nvrtc(version, include_dirs, toolchain)
         return _nvrtc
 
 
-def _worker_toolchain(include_dirs: tuple[str, ...]) -> Toolchain:
+def _worker_paths() -> tuple[tuple[str, ...], str | None]:
     """What a compile worker, started with an empty environment, needs to find NVRTC: the
-    library this process loaded and the directories holding cuda-python; it may read only
-    ``include_dirs`` (the ``-I`` directories) besides."""
+    directories holding cuda-python, and the library cuda.pathfinder finds (None with an older
+    cuda-python: the worker searches the default places itself)."""
     import cuda.bindings
 
     python_path = [str(Path(cuda.bindings.__file__).resolve().parents[2])]
@@ -222,9 +225,28 @@ def _worker_toolchain(include_dirs: tuple[str, ...]) -> Toolchain:
 
         python_path.append(str(Path(pathfinder.__file__).resolve().parents[2]))
         lib = pathfinder.load_nvidia_dynamic_lib("nvrtc").abs_path
-    except Exception:  # an older cuda-python: the worker searches the default places itself
+    except Exception:
         pass
-    return Toolchain(read_dirs=include_dirs, nvrtc_lib=lib, python_path=tuple(dict.fromkeys(python_path)))
+    return tuple(dict.fromkeys(python_path)), lib
+
+
+def _library_version(lib: str) -> str:
+    """``nvrtcVersion`` of the library at ``lib``, called through ctypes: the one call this process
+    makes, without importing cuda.bindings.nvrtc (and the driver bindings it loads) at start-up."""
+    import ctypes
+
+    major, minor = ctypes.c_int(), ctypes.c_int()
+    status = ctypes.CDLL(lib).nvrtcVersion(ctypes.byref(major), ctypes.byref(minor))
+    if status != 0:
+        raise RuntimeError(f"nvrtcVersion returned {status}")
+    return f"{major.value}.{minor.value}"
+
+
+def _bindings_version() -> str:
+    from cuda.bindings import nvrtc
+
+    _err, major, minor = nvrtc.nvrtcVersion()
+    return f"{major}.{minor}"
 
 
 def nvrtc_version() -> str:

@@ -241,7 +241,8 @@ def draw_shapes(source: ProblemSource, values: dict[str, int], seed: int) -> Dra
             inputs of other types).
     """
     torch = require_torch()
-    module = load_module(source, values)
+    with cuda_to_default(torch):  # the file's top level too (torch.set_default_device("cuda"))
+        module = load_module(source, values)
     label = source.label
     torch.manual_seed(seed)
     with torch.device("meta"), cuda_to_default(torch):  # inside: "cuda" means meta
@@ -527,8 +528,9 @@ def _call(module: types.ModuleType, name: str, label: str) -> Any:
     except Exception as exc:  # noqa: BLE001 - the problem's own code may raise anything
         hint = ""
         if "cuda" in str(exc).lower():
-            hint = (" (it asks for the GPU beyond device=\"cuda\", .cuda() and .to(\"cuda\"), which the import "
-                    "runs on the CPU: make it use those, or CPU tensors)")
+            hint = (" (it asks for the GPU beyond device=\"cuda\", .cuda(), .to(\"cuda\"), set_default_device and "
+                    "torch.cuda.synchronize / set_device / current_device, which the import runs on the CPU: make it "
+                    "use those, or CPU tensors)")
         raise code_failed(label, f"{name}()", exc, hint) from None
 
 

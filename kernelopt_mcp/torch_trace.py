@@ -97,7 +97,11 @@ def cuda_to_default(torch: Any) -> Iterator[None]:
     own are) where none is used: every CUDA device it names means the default device instead (the CPU,
     or the meta device inside ``torch.device("meta")``: enter this inside that context, so that it
     sees the call first). The import runs the module where no GPU is, and in a child that may not
-    reach one; values and shapes do not depend on the device the problem asked for."""
+    reach one; values and shapes do not depend on the device the problem asked for.
+
+    The CUDA calls such files make besides are answered as by one idle GPU while the context lasts:
+    ``torch.set_default_device("cuda")`` keeps the default device, ``torch.cuda.synchronize()`` and
+    ``torch.cuda.set_device(0)`` do nothing, ``torch.cuda.current_device()`` is 0."""
     from torch.overrides import TorchFunctionMode
 
     def is_cuda(value: Any) -> bool:
@@ -117,5 +121,21 @@ def cuda_to_default(torch: Any) -> Iterator[None]:
                 args = (args[0], *args[2:])
             return func(*args, **kwargs)
 
-    with Default():
-        yield
+    own: list[tuple[Any, str, Any]] = []  # what this torch has of them, put back however the run ends
+
+    def answer(owner: Any, name: str, make: Callable[[Any], Callable[..., Any]]) -> None:
+        if owner is not None and hasattr(owner, name):  # older torch lacks set_default_device
+            own.append((owner, name, getattr(owner, name)))
+            setattr(owner, name, make(getattr(owner, name)))
+
+    cuda = getattr(torch, "cuda", None)
+    answer(torch, "set_default_device", lambda real: lambda device: None if is_cuda(device) else real(device))
+    answer(cuda, "synchronize", lambda real: lambda device=None: None)
+    answer(cuda, "set_device", lambda real: lambda device: None)
+    answer(cuda, "current_device", lambda real: lambda: 0)
+    try:
+        with Default():
+            yield
+    finally:
+        for owner, name, call in own:
+            setattr(owner, name, call)

@@ -8,6 +8,7 @@ import pytest
 
 from kernelopt_mcp.compile_log import WITHHELD, parse_diagnostics, parse_ptx_entries, parse_resources, quote_own_lines
 from kernelopt_mcp.compile_options import OptionError, check_options
+from kernelopt_mcp import compiler
 from kernelopt_mcp.compiler import CompileCache, compile_kernel
 
 GOOD = r'''
@@ -25,6 +26,24 @@ SYNTAX_ERROR = '''extern "C" __global__ void k(float* a) {
     a[i] = 1.0f;
 }
 '''
+
+
+def test_the_version_read_through_ctypes_is_the_bindings_and_the_worker_is_given_that_library() -> None:
+    """The cache key's NVRTC version comes from the library a worker will load (no cuda.bindings.nvrtc
+    in this process); the bindings, which the workers compile with, report the same."""
+    nv = compiler._load_nvrtc()
+    assert nv.toolchain.nvrtc_lib is not None and Path(nv.toolchain.nvrtc_lib).is_file()
+    assert nv.version == compiler._library_version(nv.toolchain.nvrtc_lib) == compiler._bindings_version()
+    assert re.fullmatch(r"\d+\.\d+", nv.version)
+    out = compile_kernel(GOOD, "sm_90")
+    assert out.ok and out.nvrtc_version == nv.version
+
+
+def test_a_library_that_is_not_nvrtc_is_an_error_naming_it(tmp_path: Path) -> None:
+    bogus = tmp_path / "libnvrtc.so.13"
+    bogus.write_bytes(b"not an ELF file")
+    with pytest.raises(OSError, match="libnvrtc.so.13"):
+        compiler._library_version(str(bogus))
 
 
 def test_compiles_to_cubin_and_ptx_with_resources() -> None:

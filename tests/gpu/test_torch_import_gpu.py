@@ -20,6 +20,7 @@ from typing import Any
 
 import pytest
 from scripted_model import ScriptedModel
+from torch_variants import written_for_the_gpu
 
 from kernelopt_agent.cli import main as agent_main
 from kernelopt_mcp.cli import main
@@ -174,6 +175,22 @@ def test_imported_problem_evaluates_on_the_gpu(problem: str, tmp_path: Path, har
     # a kernel that is wrong on the odd sizes only (it skips the last row/column/element) fails
     wrong = wrong_kernel(problem, source)
     code, result = evaluate(workload, wrong, launch, tmp_path, harness_binary, capsys)
+    assert code != 0 and result["status"] == "mismatch", json.dumps(result, indent=1)[:4000]
+
+
+def test_a_problem_written_for_the_gpu_is_checked_against_pytorch_on_the_gpu(
+        tmp_path: Path, harness_binary: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """linear_relu as files written for the GPU have it (tests/torch_variants.py). The import (no GPU in
+    its child) makes the workload of the plain file; the reference child runs the same file on the GPU,
+    where those calls are real: the right kernel passes, the wrong one is a mismatch."""
+    gpu = written_for_the_gpu((PROBLEMS / "linear_relu.py").read_text(), "torch.randn(batch_size, in_features)")
+    (tmp_path / "linear_relu.py").write_text(gpu)
+    workload = import_torch_problem(tmp_path / "linear_relu.py", tmp_path / "imported").path
+    source, launch = KERNELS["linear_relu"]
+    code, result = evaluate(workload, source, launch, tmp_path, harness_binary, capsys)
+    assert code == 0 and result["status"] == "ok", json.dumps(result, indent=1)[:4000]
+    assert not any("not possible" in c for c in result["checks"]), result["checks"]
+    code, result = evaluate(workload, wrong_kernel("linear_relu", source), launch, tmp_path, harness_binary, capsys)
     assert code != 0 and result["status"] == "mismatch", json.dumps(result, indent=1)[:4000]
 
 

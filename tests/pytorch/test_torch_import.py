@@ -17,6 +17,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from torch_variants import written_for_the_gpu
 
 from kernelopt_mcp.cli import main
 from kernelopt_mcp.evaluation.fresh_inputs import case_fresh
@@ -198,21 +199,23 @@ def test_unsupported_problems_fail_with_the_reason(problem: str, tmp_path: Path,
 
 
 def test_a_problem_written_for_the_gpu_imports_as_the_same_workload(tmp_path: Path, torch: Any) -> None:
-    """``.cuda()``, ``device="cuda"``, ``.to("cuda")`` in get_inputs and the module (as problem files outside
-    KernelBench's own write them) mean the CPU where the import runs the module, and the meta device where
-    it sizes the performance case: the workload is the one of the same problem written for the CPU."""
+    """``.cuda()``, ``device="cuda"``, ``.to("cuda")``, ``torch.set_default_device("cuda")`` and
+    ``torch.cuda.synchronize()`` in a problem file (as files outside KernelBench's own write them) mean the
+    CPU where the import runs the module, and the meta device where it sizes the performance case: the
+    workload is the one of the same problem written for the CPU."""
     plain = (PROBLEMS / "linear_relu.py").read_text()
-    assert "torch.randn(batch_size, in_features)" in plain and "        super().__init__()\n" in plain
-    gpu = plain.replace("torch.randn(batch_size, in_features)",
-                        'torch.randn(batch_size, in_features, device="cuda").cuda().to("cuda:0")')
-    gpu = gpu.replace("        super().__init__()\n", "        super().__init__()\n        torch.zeros(1).cuda()\n")
+    gpu = written_for_the_gpu(plain, "torch.randn(batch_size, in_features)")
     (tmp_path / "gpu.py").write_text(gpu)
     (tmp_path / "cpu.py").write_text(plain)
+    calls = (torch.set_default_device, torch.cuda.synchronize, torch.cuda.set_device, torch.cuda.current_device)
     on_gpu = load_workload(import_torch_problem(tmp_path / "gpu.py", tmp_path / "g").path)
     alone = load_workload(import_torch_problem(tmp_path / "cpu.py", tmp_path / "c").path)
     assert on_gpu.signature.c_prototype() == alone.signature.c_prototype().replace("cpu", "gpu")
     assert [c.model_dump() for c in on_gpu.spec.cases] == [c.model_dump() for c in alone.spec.cases]
     assert on_gpu.spec.imported == alone.spec.imported
+    # nothing of it outlives the import: torch's own calls are back and the default device is the CPU
+    assert (torch.set_default_device, torch.cuda.synchronize, torch.cuda.set_device, torch.cuda.current_device) == calls
+    assert torch.empty(1).device.type == "cpu"
 
 
 @pytest.mark.parametrize("wrap", ["({},)", "[{}]"])
