@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
+from kernelopt_mcp import compiler
 from kernelopt_mcp.compile_log import WITHHELD, parse_diagnostics, parse_ptx_entries, parse_resources, quote_own_lines
 from kernelopt_mcp.compile_options import OptionError, check_options
-from kernelopt_mcp import compiler
 from kernelopt_mcp.compiler import CompileCache, compile_kernel
 
 GOOD = r'''
@@ -42,7 +42,7 @@ def test_the_version_read_through_ctypes_is_the_bindings_and_the_worker_is_given
 def test_a_library_that_is_not_nvrtc_is_an_error_naming_it(tmp_path: Path) -> None:
     bogus = tmp_path / "libnvrtc.so.13"
     bogus.write_bytes(b"not an ELF file")
-    with pytest.raises(OSError, match="libnvrtc.so.13"):
+    with pytest.raises(OSError, match=r"libnvrtc\.so\.13"):
         compiler._library_version(str(bogus))
 
 
