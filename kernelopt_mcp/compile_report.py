@@ -15,9 +15,9 @@ _COMPILE_OUTPUT_CONFINEMENT = ("how NVRTC was confined: 'landlock abi N', or 'un
                                "server's operator")
 
 
-def _clip(text: str, limit: int = MAX_MESSAGE_CHARS) -> str:
+def clip(text: str, limit: int = MAX_MESSAGE_CHARS) -> str:
+    """``text`` cut to ``limit`` characters, saying how many more there were."""
     return text if len(text) <= limit else f"{text[:limit]}… ({len(text) - limit} more characters)"
-
 
 
 class KernelResources(BaseModel):
@@ -61,7 +61,7 @@ class CompileOutput(BaseModel):
                 f"{r.stack_frame_bytes} B stack"
             )
         if self.status != "ok" and not self.diagnostics and self.log:
-            lines.append(_clip(self.log, 1500))
+            lines.append(clip(self.log, 1500))
         return "\n".join(lines)
 
 

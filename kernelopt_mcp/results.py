@@ -10,7 +10,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import AliasChoices, BaseModel, BeforeValidator, ConfigDict, Field, model_validator
 
-from .compile_report import CompileOutput, _clip, compile_output
+from .compile_report import CompileOutput, clip, compile_output
 from .compiler import CompileResult
 from .evaluation.compare import MismatchOf, OutputComparisonOf
 from .evaluation.device import DeviceInfo
@@ -162,7 +162,7 @@ class EvaluationOutput(BaseModel):
         if self.cases:
             head += f", {self.cases_passed}/{self.cases_total} cases pass"
         if not self.cases or (self.status == "ok" and not self.speedup):
-            head += f": {_clip(self.message, 300)}"
+            head += f": {clip(self.message, 300)}"
         lines = [head]
         if self.speedup:
             lines.append(f"score {self.score_ms:.4g} ms; CUDA reference {self.reference_score_ms:.4g} ms; speedup "
@@ -180,7 +180,7 @@ class EvaluationOutput(BaseModel):
         if self.phases is not None:
             lines.append(self.phases.text())
         for r in self.sanitizer or []:
-            lines.append(f"  sanitizer {_clip(r.summary(), 300)}")
+            lines.append(f"  sanitizer {clip(r.summary(), 300)}")
         if self.torch_baseline is not None:
             lines.append(self.torch_baseline.text())
         lines.extend(f"note: {n}" for n in self.notes)
@@ -189,7 +189,7 @@ class EvaluationOutput(BaseModel):
 
 def _case_detail(c: CaseOutput) -> str:
     if c.status not in ("ok", "mismatch"):
-        return f": {_clip(c.message, 300)}" if c.message else ""
+        return f": {clip(c.message, 300)}" if c.message else ""
     parts = []
     for o in c.outputs:
         if o.passed:
@@ -272,7 +272,7 @@ def evaluation_output(checked: CheckedEvaluation, mode: str,
     cases = []
     for c in result.cases:
         cases.append(CaseOutput(
-            name=c.name, kind=c.kind, status=c.status.value, message=_clip(c.message), launch=c.launch,
+            name=c.name, kind=c.kind, status=c.status.value, message=clip(c.message), launch=c.launch,
             outputs=[OutputCheck.model_validate(o) for o in c.outputs],
             cuda_error=(c.error.cuda_error or c.error.message) if c.error else None,
             occupancy_blocks_per_sm=c.occupancy_blocks_per_sm,
@@ -286,7 +286,7 @@ def evaluation_output(checked: CheckedEvaluation, mode: str,
             of_roofline_floor=c.roofline.of_floor if c.roofline else None,
         ))
     return EvaluationOutput(
-        status=checked.status, message=_clip(checked.message), mode=mode, workload=result.workload,
+        status=checked.status, message=clip(checked.message), mode=mode, workload=result.workload,
         sanitizer=checked.sanitizer,
         device=result.device, device_ordinal=result.device_ordinal, device_uuid=result.device_uuid,
         arch=result.arch, source_hash=(result.source_hash or "")[:16] or None,

@@ -6,6 +6,8 @@
 #   bash scripts/device_issue40.sh verify     # the reference tests, `imported` (two outputs too), a confined
 #                                             # import-torch of level 3 #33, the several-output CPU tests
 #   bash scripts/device_issue40.sh adversarial, then adversarial-optimize  # tests/gpu/test_adversarial_gpu.py in two calls
+#     (KERNELOPT_FRESH_LAUNCHES=16 before either: the same with the fresh-launch subset on, as every path inherits it)
+#   bash scripts/device_issue40.sh quick      # bench/startup.py, then a problem file written for the GPU on the GPU
 #   bash scripts/device_issue40.sh optimize   # kernelopt optimize --workload on imported problems, scripted model
 #   bash scripts/device_issue40.sh suite      # kernelopt kernelbench over the 12 problems with our solutions
 #   bash scripts/device_issue40.sh gemmtune   # then the K = 8192 GEMMs' accumulation and tile variants
@@ -139,6 +141,9 @@ print(sys.argv[2], sys.argv[3], r.get("status"), r.get("score_ms"), f"largest er
     timeout 400 python3 bench/torch_baselines.py .kb/level2 --limit 8 --ahead 8 > "$OUT/ahead.md" 2> "$OUT/ahead.err"
     echo "ahead rc=$?"; cat "$OUT/ahead.md"; tail -3 "$OUT/ahead.err"
     gpu_tests aheadtest 150 --timeout 140 tests/gpu/test_torch_baseline_gpu.py::test_a_batch_compiled_ahead_times_every_problem_as_when_compiled_alone ;;
+  quick)  # start-up times, then a problem written for the GPU (set_default_device, synchronize) checked on it
+    timeout 60 python3 bench/startup.py --runs 11 > "$OUT/startup.txt" 2>&1; echo "startup rc=$?"; tail -8 "$OUT/startup.txt"
+    gpu_tests gpuwritten 200 --timeout 180 tests/gpu/test_torch_import_gpu.py -k written_for_the_gpu ;;
   imports)  # IMPORT_LEVELS="3" imports one level only
     timeout "${IMPORT_TIMEOUT:-560}" python3 bench/kernelbench_import.py .kb --level ${IMPORT_LEVELS:-1 2 3} --jobs 16 --timeout 300 --json "$OUT/imports.json" > "$OUT/imports.md" 2> "$OUT/imports.err"
     echo "imports rc=$?"; cat "$OUT/imports.md" ;;

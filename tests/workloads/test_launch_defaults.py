@@ -19,7 +19,10 @@ ROOT = Path(__file__).resolve().parents[2]
 PACKAGES = [ROOT / "kernelopt_mcp", ROOT / "clients"]
 ROLES = {"warmup", "iterations", "--warmup", "--iterations"}
 VALUES = {LAUNCH_DEFAULTS.warmup, LAUNCH_DEFAULTS.iterations}
-HOME = ["config.py:29 warmup=10", "config.py:29 iterations=100"]  # the one place: LAUNCH_DEFAULTS
+# the one place: the line that assigns LAUNCH_DEFAULTS
+_HOME_LINE = next(i for i, line in enumerate((ROOT / "kernelopt_mcp" / "config.py").read_text().splitlines(), 1)
+                  if line.startswith("LAUNCH_DEFAULTS"))
+HOME = [f"config.py:{_HOME_LINE} warmup=10", f"config.py:{_HOME_LINE} iterations=100"]
 # Prose stating a launch count as a default: "(default 10)", "the server's, 100", "10 + 100".
 PROSE = re.compile(
     r"(warm-?up|launches|iterations)[^.;()]*\((?:server )?default:?(?: the server's,)? (\d+)\)"
