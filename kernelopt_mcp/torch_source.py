@@ -58,9 +58,12 @@ def exhausted(exc: BaseException) -> bool:
     return isinstance(exc, MemoryError) or (isinstance(exc, RuntimeError) and "allocate memory" in str(exc))
 
 
-def code_failed(label: str, what: str, exc: BaseException, hint: str = "") -> SizesRejected:
+def code_failed(label: str, what: str, exc: BaseException, hint: str = "") -> TorchProblemError:
     """The refusal for the problem's own code raising ``exc`` while ``what`` ran: at these sizes
-    (:class:`SizesRejected`), or for want of memory (:class:`CpuOutOfMemory`)."""
+    (:class:`SizesRejected`), for want of memory (:class:`CpuOutOfMemory`), or, where the code used
+    something the import cannot run at any size (a TorchProblemError of its own), that."""
+    if isinstance(exc, TorchProblemError) and not isinstance(exc, SizesRejected):
+        return TorchProblemError(f"{label}: {what}: {exc}")
     if exhausted(exc):
         first = str(exc).splitlines()[0][:200] if str(exc) else ""
         return CpuOutOfMemory(f"{label}: {what} ran out of memory: {type(exc).__name__}: {first}; import it where more "

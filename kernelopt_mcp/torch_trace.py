@@ -6,9 +6,12 @@ uniform, ``torch.randint``) and the tensors made from random numbers by further 
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
+
+from .torch_source import TorchProblemError
 
 
 @contextmanager
@@ -128,7 +131,26 @@ def cuda_to_default(torch: Any) -> Iterator[None]:
             own.append((owner, name, getattr(owner, name)))
             setattr(owner, name, make(getattr(owner, name)))
 
+    def refuse_autocast(real: Any, *, cuda_only: bool = False) -> Callable[..., Any]:
+        """torch.autocast(device_type, dtype=None, enabled=True, ...), or with ``cuda_only``
+        torch.cuda.amp.autocast(enabled=True, dtype=...), refused unless switched off."""
+        def autocast(*args: Any, **kwargs: Any) -> Any:
+            at = 0 if cuda_only else 2  # where ``enabled`` is among the positional arguments
+            enabled = args[at] if len(args) > at else kwargs.get("enabled", True)
+            if enabled:
+                raise TorchProblemError(
+                    "torch.autocast makes each op's dtype depend on the device it runs on (CUDA's autocast lists "
+                    "are not the CPU's, and an autocast for one device leaves the other's tensors alone), and the "
+                    "import runs the module on the CPU while the reference runs it on the GPU; cast explicitly in "
+                    "forward instead (x.half(), .to(torch.bfloat16), .float())")
+            return real(*args, **kwargs)
+
+        return autocast
+
     cuda = getattr(torch, "cuda", None)
+    answer(torch, "autocast", refuse_autocast)
+    answer(getattr(torch, "amp", None), "autocast", refuse_autocast)
+    answer(getattr(cuda, "amp", None), "autocast", functools.partial(refuse_autocast, cuda_only=True))
     answer(torch, "set_default_device", lambda real: lambda device: None if is_cuda(device) else real(device))
     answer(cuda, "synchronize", lambda real: lambda device=None: None)
     answer(cuda, "set_device", lambda real: lambda device: None)

@@ -188,6 +188,7 @@ UNSUPPORTED = {
     "scalar_output": "forward's output is of type float, not a tensor",
     "string_input": "must be tensors or Python numbers",
     "no_model": "defines no `class Model",
+    "autocast_on_the_gpu": r"torch\.autocast makes each op's dtype depend on the device it runs on",
 }
 
 
@@ -216,6 +217,28 @@ def test_a_problem_written_for_the_gpu_imports_as_the_same_workload(tmp_path: Pa
     # nothing of it outlives the import: torch's own calls are back and the default device is the CPU
     assert (torch.set_default_device, torch.cuda.synchronize, torch.cuda.set_device, torch.cuda.current_device) == calls
     assert torch.empty(1).device.type == "cpu"
+
+
+@pytest.mark.parametrize("spelling", ['torch.autocast(device_type="cuda", dtype=torch.float16)',
+                                      "torch.amp.autocast('cuda', torch.bfloat16)", "torch.cuda.amp.autocast()",
+                                      "torch.autocast('cpu', dtype=torch.bfloat16)"])
+def test_autocast_on_the_gpu_is_refused_however_written_and_off_or_on_the_cpu_imports(
+        spelling: str, tmp_path: Path, torch: Any) -> None:
+    """The dtypes CUDA's autocast gives each op are not the CPU's (softmax stays float32 there), and the
+    CPU's autocast does nothing to the GPU's tensors, so a forward under either cannot be imported from
+    a run on the CPU; switched off it is plain float32, and torch's own autocast is back after the import."""
+    plain = (PROBLEMS / "unsupported" / "autocast_on_the_gpu.py").read_text()
+    written = 'torch.autocast("cuda", dtype=torch.float16)'
+    assert written in plain
+    (tmp_path / "p.py").write_text(plain.replace(written, spelling))
+    with pytest.raises(TorchProblemError, match=r"torch\.autocast makes each op's dtype depend on the device"):
+        import_torch_problem(tmp_path / "p.py", tmp_path / "w")
+    assert torch.autocast.__module__.startswith("torch.") and torch.cuda.amp.autocast.__module__.startswith("torch.")
+    for off in ('torch.autocast("cuda", torch.float16, False)', "torch.autocast(device_type='cpu', enabled=False)"):
+        (tmp_path / "off.py").write_text(plain.replace(written, off))
+        imported = import_torch_problem(tmp_path / "off.py", tmp_path / "off", TorchImportOptions(overwrite=True))
+        wl = load_workload(imported.path)
+        assert [b.dtype.value for b in wl.signature.outputs] == ["float32"]
 
 
 @pytest.mark.parametrize("wrap", ["({},)", "[{}]"])
