@@ -190,7 +190,8 @@ __device__ __forceinline__ void attention_block(const unsigned short* __restrict
     constexpr int TILE = BKV * HD * 2;   // bytes of one k or v tile
     const int wg = threadIdx.x >> 7, warp = (threadIdx.x >> 5) & 3, lane = threadIdx.x & 31;
     const int g = lane >> 2, t = lane & 3;
-    const int q0 = blockIdx.x * BQ;
+    // causal: the heaviest query blocks (the most key tiles) first, so the grid's last wave is its lightest
+    const int q0 = (causal ? gridDim.x - 1 - blockIdx.x : blockIdx.x) * BQ;
     const int wg0 = q0 + wg * 64;          // the warpgroup's first row
     const int w0 = wg0 + warp * 16;        // the warp's first row
     const size_t head = (size_t)blockIdx.y * S * D;
