@@ -49,8 +49,67 @@ READS = r"""        auto reads = [&](const Mma& m) {
 """
 _GEMM_READS = re.compile(r"        auto reads = \[&\]\(const Mma& m\) \{\n.*?\n        \};\n", re.DOTALL)
 assert len(_GEMM_READS.findall(WAIT_NEW)) == 1
-assert WAIT_OLD in PTX_EMU_ATTN_WGMMA
-PTX_EMU_ATTN_TMA = "#include <map>\n" + PTX_EMU_ATTN_WGMMA.replace(WAIT_OLD, _GEMM_READS.sub(lambda _: READS, WAIT_NEW))
+
+# A tensor copy is checked against the queued wgmmas when issued (it may land from then on) and
+# lands when a thread next waits on its mbarrier (checked again then): a consumer that reads a stage
+# without waiting for its barrier finds the old contents, as it may on the hardware. The gemm's
+# emulation copies at issue, which the producer's thread reaches before any consumer runs.
+TRY_WAIT = "static inline bool mbar_try_wait(unsigned a, unsigned parity) {\n"
+DEFERRED = r"""namespace emu {
+struct TmaCopy { unsigned addr; unsigned long long map[6]; int c0, c1; };   // the map by value: its parameter may be gone
+static std::map<unsigned, std::vector<TmaCopy>> in_flight;   // by barrier
+static void land(unsigned a) {
+    auto it = in_flight.find(a);
+    if (it == in_flight.end() || it->second.empty()) return;
+    std::vector<TmaCopy> copies;
+    copies.swap(it->second);
+    for (const TmaCopy& c : copies) {
+        const char* base = (const char*)(uintptr_t)c.map[0];
+        const long long d0 = (long long)c.map[1], d1 = (long long)c.map[2], stride = (long long)c.map[3];
+        const int b0 = (int)c.map[4], b1 = (int)c.map[5];
+        check_pending_reads(c.addr, c.addr + b0 * b1 * 2);
+        for (int y = 0; y < b1; ++y)
+            for (int x = 0; x < b0; ++x) {
+                const long long gx = (long long)c.c0 + x, gy = (long long)c.c1 + y;
+                unsigned short v = 0;
+                if (gx >= 0 && gx < d0 && gy >= 0 && gy < d1) std::memcpy(&v, base + gy * stride + gx * 2, 2);
+                const unsigned l = c.addr + y * 128 + x * 2, phys = l ^ (((l >> 7) & 7u) << 4);
+                std::memcpy(ko_emu_dyn_smem + (phys - KO_SMEM_BASE), &v, 2);
+            }
+        Bar& b = bar_at(a);
+        b.tx -= (long long)b0 * b1 * 2;
+        bar_step(b);
+    }
+}
+}  // namespace emu
+static inline bool mbar_try_wait(unsigned a, unsigned parity) {
+    emu::land(a);
+"""
+TMA_LOAD = r"""static inline void tma_load_2d(void* dst, const TensorMap* map, int c0, int c1, unsigned bar) {
+    const unsigned long long* o = map->opaque;
+    const unsigned addr = smem_addr(dst);
+    if (o[6] != 128 || o[4] * 2 != 128) { std::fprintf(stderr, "tensor map not a 128-byte swizzled bf16 box\n"); std::exit(6); }
+    if (addr % 1024) { std::fprintf(stderr, "128B-swizzled box at shared 0x%x, not on a 1024-byte boundary\n", addr); std::exit(6); }
+    if (addr - KO_SMEM_BASE + (size_t)o[4] * o[5] * 2 > emu::smem_bytes) { std::fprintf(stderr, "box past shared memory\n"); std::exit(6); }
+    emu::bar_at(bar);
+    emu::check_pending_reads(addr, addr + (unsigned)(o[4] * o[5] * 2));
+    emu::TmaCopy c{addr, {o[0], o[1], o[2], o[3], o[4], o[5]}, c0, c1};
+    emu::in_flight[bar].push_back(c);
+}
+"""  # noqa: E501
+
+
+def _attention_tma_emulation() -> str:
+    wait = _GEMM_READS.sub(lambda _: READS, WAIT_NEW)
+    assert wait.count(TRY_WAIT) == 1 and wait.count("static inline void tma_load_2d(") == 1
+    head, tail = wait.split("static inline void tma_load_2d(")
+    wait = head[: head.rindex("// The emulated CUtensorMap")] + TMA_LOAD
+    assert "}\n" in tail
+    assert WAIT_OLD in PTX_EMU_ATTN_WGMMA
+    return "#include <map>\n" + PTX_EMU_ATTN_WGMMA.replace(WAIT_OLD, wait.replace(TRY_WAIT, DEFERRED))
+
+
+PTX_EMU_ATTN_TMA = _attention_tma_emulation()
 
 
 def _tma_driver() -> str:
@@ -156,12 +215,17 @@ def test_attention_tma_tunable_passes_the_workloads_correctness_shapes(tmp_path:
      {"NWG": 2, "BKV": 128, "STAGES": 2}, "expected"),
     # the causal mask off by one
     ("(causal && j > row[h])", "(causal && j > row[h] + 1)", {"NWG": 1, "BKV": 64, "STAGES": 2}, "expected"),
-    # the consumers do not wait for a stage to land
+    # the consumers do not wait for a stage to land (TMA path: the copies land only when waited for)
     ("while (!mbar_try_wait(full0 + 8 * s, ph)) {}   // tile", "{}   // tile", {"NWG": 2, "BKV": 64, "STAGES": 2},
-     ""),
-    # the producer does not wait for a stage's release (TMA path): it overwrites a stage being read
+     "misalign=0"),
+    # nor for q
+    ("while (!mbar_try_wait(qbar, 0)) {}", "", {"NWG": 2, "BKV": 64, "STAGES": 2}, "misalign=0"),
+    # the producer does not wait for a stage's release (TMA path): it refills a stage still being read
     ("if (t >= STAGES)\n                        while", "if (false)\n                        while",
-     {"NWG": 1, "BKV": 64, "STAGES": 2}, ""),
+     {"NWG": 1, "BKV": 64, "STAGES": 2}, "more arrivals than its count"),
+    # one release per consumer warpgroup where the barrier counts warps: the ring stalls
+    ("mbar_init(empty0 + 8 * s, 4 * NWG);", "mbar_init(empty0 + 8 * s, NWG);", {"NWG": 2, "BKV": 64, "STAGES": 2},
+     "DEADLOCK"),
     # a stage released before the wgmma reading it completed
     ("wgmma_wait<0>();   // this warp's", "wgmma_wait<1>();   // this warp's", {"NWG": 1, "BKV": 64, "STAGES": 2},
      "a pending wgmma"),
