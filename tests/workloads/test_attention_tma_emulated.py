@@ -56,7 +56,7 @@ assert len(_GEMM_READS.findall(WAIT_NEW)) == 1
 # emulation copies at issue, which the producer's thread reaches before any consumer runs.
 TRY_WAIT = "static inline bool mbar_try_wait(unsigned a, unsigned parity) {\n"
 DEFERRED = r"""namespace emu {
-struct TmaCopy { unsigned addr; unsigned long long map[6]; int c0, c1; };   // the map by value: its parameter may be gone
+struct TmaCopy { unsigned addr; unsigned long long map[6]; int c0, c1; };   // the map by value (a parameter)
 static std::map<unsigned, std::vector<TmaCopy>> in_flight;   // by barrier
 static void land(unsigned a) {
     auto it = in_flight.find(a);
@@ -288,8 +288,8 @@ def test_the_serialization_check_is_real() -> None:
     old = "wgmma_wait<0>();   // this warp's"
     assert t.source.count(old) == 1
     config = {"NWG": 1, "BKV": 64, "STAGES": 2}
-    result = compile_kernel(t.source.replace(old, "wgmma_wait<1>();   // this warp's"), "sm_90", options_for(t.spec, config),
-                            filename="tunable_tma.cu")
+    broken = t.source.replace(old, "wgmma_wait<1>();   // this warp's")
+    result = compile_kernel(broken, "sm_90", options_for(t.spec, config), filename="tunable_tma.cu")
     assert result.ok, result.summary()
     assert SERIALIZED in result.log
 
