@@ -55,6 +55,9 @@
 #ifndef STAGES
 #define STAGES 2
 #endif
+#ifndef OVERLAP
+#define OVERLAP 0
+#endif
 
 #define BQ (NWG * 64)
 #define NTH ((NWG + 1) * 128)
@@ -202,6 +205,73 @@ __device__ __forceinline__ void fill_tile(char* dst, const unsigned short* __res
     }
 }
 
+// S = q k^T for one warpgroup, issued and committed: 64 rows x BKV keys, HD / 16 k-steps (16 head
+// dims = 32 bytes into the swizzled rows; 64-dim blocks BQ * 128 (q) and BKV * 128 (k) bytes apart);
+// the first k-step overwrites sc (scale-d 0). qw: the warpgroup's 64 q rows, ks: the k tile.
+template <int HD>
+__device__ __forceinline__ void qk_issue(float (&sc)[BKV / 2], const char* qw, const char* ks) {
+#pragma unroll
+    for (int kk = 0; kk < HD / 16; ++kk) {
+        const unsigned long long da = make_desc(qw + (kk >> 2) * BQ * 128 + (kk & 3) * 32, 16, 1024);
+        const unsigned long long db = make_desc(ks + (kk >> 2) * BKV * 128 + (kk & 3) * 32, 16, 1024);
+        wgmma_ss<BKV>(sc, da, db, kk > 0);
+    }
+    wgmma_commit();
+}
+
+// o += P v, issued and committed: BKV / 16 k-steps of 16 keys (2048 bytes into the v tile vs;
+// 64-dim blocks BKV * 128 apart); registers 4kk..4kk+3 of p are the A fragment of keys 16kk..16kk+15
+template <int HD>
+__device__ __forceinline__ void pv_issue(float (&acc)[HD / 2], const unsigned (&p)[BKV / 4], const char* vs) {
+#pragma unroll
+    for (int kk = 0; kk < BKV / 16; ++kk) {
+        const unsigned a[4] = {p[4 * kk], p[4 * kk + 1], p[4 * kk + 2], p[4 * kk + 3]};
+        wgmma_rs<HD>(acc, a, make_desc(vs + kk * 2048, BKV * 128, 1024));
+    }
+    wgmma_commit();
+}
+
+// The online softmax of one tile's scores sc (accumulator fragment: row w0 + g + 8 * ((i >> 1) & 1),
+// key j0 + 8 * (i >> 2) + 2 * t + (i & 1)) in the exp2 domain, in place: keys j >= S and, with
+// causal, j > i masked (only where the tile reaches them); the running maxima m and sums l updated;
+// corr, the factor for the output accumulators; sc becomes P = exp2(s - m).
+__device__ __forceinline__ void softmax_tile(float (&sc)[BKV / 2], float (&m)[2], float (&l)[2], float (&corr)[2],
+                                             int j0, int S, int causal, int w0, const int (&row)[2], int t,
+                                             float scale) {
+    const bool edge = j0 + BKV > S || (causal && j0 + BKV - 1 > w0);
+    float tmax[2] = {NEG_INF, NEG_INF};
+#pragma unroll
+    for (int i = 0; i < BKV / 2; ++i) {
+        const int j = j0 + 8 * (i >> 2) + 2 * t + (i & 1), h = (i >> 1) & 1;
+        sc[i] *= scale;
+        if (edge && (j >= S || (causal && j > row[h]))) sc[i] = NEG_INF;
+        tmax[h] = fmaxf(tmax[h], sc[i]);
+    }
+    float mnew[2];
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+        tmax[h] = fmaxf(tmax[h], __shfl_xor_sync(0xffffffffu, tmax[h], 1));
+        tmax[h] = fmaxf(tmax[h], __shfl_xor_sync(0xffffffffu, tmax[h], 2));
+        mnew[h] = fmaxf(m[h], tmax[h]);
+        corr[h] = mnew[h] == NEG_INF ? 1.f : exp2f(m[h] - mnew[h]);   // 0 on the first live tile
+        m[h] = mnew[h];
+        l[h] *= corr[h];
+    }
+#pragma unroll
+    for (int i = 0; i < BKV / 2; ++i) {
+        const int h = (i >> 1) & 1;
+        sc[i] = mnew[h] == NEG_INF ? 0.f : exp2f(sc[i] - mnew[h]);
+        l[h] += sc[i];
+    }
+}
+
+// P rounded to bf16 pairs: register i / 2 holds elements i, i + 1, so registers 4kk..4kk+3 are the
+// A fragment of keys 16kk..16kk+15 (row g cols 2t, 2t+1; row g + 8; row g cols 8 + 2t, 9 + 2t; row g + 8)
+__device__ __forceinline__ void pack_p(const float (&sc)[BKV / 2], unsigned (&p)[BKV / 4]) {
+#pragma unroll
+    for (int i = 0; i < BKV / 2; i += 2) p[i >> 1] = pack_bf16x2(sc[i], sc[i + 1]);
+}
+
 template <int HD>
 __device__ __forceinline__ void attention_block(const unsigned short* __restrict__ q,
                                                 const unsigned short* __restrict__ k,
@@ -287,6 +357,8 @@ __device__ __forceinline__ void attention_block(const unsigned short* __restrict
     const int wg0 = q0 + cw * 64;     // the warpgroup's first row
     const int w0 = wg0 + warp * 16;   // the warp's first row
     const float scale = rsqrtf((float)D) * LOG2E;   // scores in the exp2 domain
+    // the tiles this warpgroup computes: with causal, the block's later tiles past its rows are only released
+    const int mine = causal ? min(ntiles, (wg0 + 63) / BKV + 1) : ntiles;
 
     float acc[HD / 2];   // o: row w0 + g + 8 * ((i >> 1) & 1), dimension 8 * (i >> 2) + 2 * t + (i & 1)
 #pragma unroll
@@ -297,82 +369,90 @@ __device__ __forceinline__ void attention_block(const unsigned short* __restrict
     while (!mbar_try_wait(qbar, 0)) {}   // q has landed
     int s = 0;
     unsigned ph = 0;
-    for (int tile = 0; tile < ntiles; ++tile) {
-        const int j0 = tile * BKV;
+#if OVERLAP
+    // FA3's intra-warpgroup overlap: tile `tile`'s S batch and tile - 1's P v batch are in flight
+    // together, and the softmax of `tile` runs while P v does; both complete inside the iteration
+    // (a batch in flight across iterations serializes the wgmma, C7515), then o is rescaled, P
+    // rounded into the registers P v read (not before: C7513) and tile - 1's stage released. The
+    // first tile is peeled off (a wgmma under a branch serializes them too, C7520); mine >= 1
+    // (S >= 1: the grid is empty otherwise).
+    unsigned p[BKV / 4];
+    float corr[2];
+    while (!mbar_try_wait(full0 + 8 * s, ph)) {}   // tile 0, in stage 0
+    {
+        float sc[BKV / 2];
+        wgmma_fence();
+        qk_issue<HD>(sc, qs + cw * 64 * 128, kv);
+        wgmma_wait<0>();
+#pragma unroll
+        for (int i = 0; i < BKV / 2; ++i) fence_reg(sc[i]);
+        softmax_tile(sc, m, l, corr, 0, S, causal, w0, row, t, scale);   // o is 0: nothing to rescale
+        pack_p(sc, p);
+    }
+    int prev = 0;
+    s = 1;   // STAGES >= 2: tile 1 in stage 1, phase 0
+    for (int tile = 1; tile < mine; ++tile) {
+        while (!mbar_try_wait(full0 + 8 * s, ph)) {}   // tile `tile`, in stage s
+        float sc[BKV / 2];
+#pragma unroll
+        for (int i = 0; i < HD / 2; ++i) fence_reg(acc[i]);
+        wgmma_fence();
+        qk_issue<HD>(sc, qs + cw * 64 * 128, kv + 2 * s * TILE);
+        pv_issue<HD>(acc, p, kv + 2 * prev * TILE + TILE);
+        wgmma_wait<1>();   // S has completed (P v may still run)
+#pragma unroll
+        for (int i = 0; i < BKV / 2; ++i) fence_reg(sc[i]);
+        softmax_tile(sc, m, l, corr, tile * BKV, S, causal, w0, row, t, scale);
+        wgmma_wait<0>();   // tile - 1's P v has completed: its stage may be refilled
+#pragma unroll
+        for (int i = 0; i < HD / 2; ++i) fence_reg(acc[i]);
+#pragma unroll
+        for (int i = 0; i < HD / 2; ++i) acc[i] *= corr[(i >> 1) & 1];
+        pack_p(sc, p);
+        if (lane == 0) mbar_arrive(empty0 + 8 * prev);
+        prev = s;
+        if (++s == STAGES) { s = 0; ph ^= 1; }
+    }
+#pragma unroll
+    for (int i = 0; i < HD / 2; ++i) fence_reg(acc[i]);
+    wgmma_fence();
+    pv_issue<HD>(acc, p, kv + 2 * prev * TILE + TILE);   // the last computed tile's P v
+    wgmma_wait<0>();
+#pragma unroll
+    for (int i = 0; i < HD / 2; ++i) fence_reg(acc[i]);
+    if (lane == 0) mbar_arrive(empty0 + 8 * prev);
+#else
+    for (int tile = 0; tile < mine; ++tile) {
         while (!mbar_try_wait(full0 + 8 * s, ph)) {}   // tile `tile` has landed in stage s
-        if (!(causal && j0 > wg0 + 63)) {               // else past the warpgroup's rows: only released
-            const char* ks = kv + 2 * s * TILE;
-            const char* vs = ks + TILE;
-
-            // S = q k^T: 64 rows x BKV keys, HD / 16 k-steps (16 head dims = 32 bytes into the swizzled
-            // rows; 64-dim blocks BQ * 128 (q) and BKV * 128 (k) bytes apart); the first k-step
-            // overwrites s (scale-d 0)
-            float sc[BKV / 2];   // row w0 + g + 8 * ((i >> 1) & 1), key j0 + 8 * (i >> 2) + 2 * t + (i & 1)
-            wgmma_fence();
+        const char* ks = kv + 2 * s * TILE;
+        float sc[BKV / 2];   // S = q k^T, completed
+        wgmma_fence();
+        qk_issue<HD>(sc, qs + cw * 64 * 128, ks);
+        wgmma_wait<0>();
 #pragma unroll
-            for (int kk = 0; kk < HD / 16; ++kk) {
-                const unsigned long long da =
-                    make_desc(qs + (kk >> 2) * BQ * 128 + cw * 64 * 128 + (kk & 3) * 32, 16, 1024);
-                const unsigned long long db = make_desc(ks + (kk >> 2) * BKV * 128 + (kk & 3) * 32, 16, 1024);
-                wgmma_ss<BKV>(sc, da, db, kk > 0);
-            }
-            wgmma_commit();
-            wgmma_wait<0>();
+        for (int i = 0; i < BKV / 2; ++i) fence_reg(sc[i]);
 #pragma unroll
-            for (int i = 0; i < BKV / 2; ++i) fence_reg(sc[i]);
+        for (int i = 0; i < HD / 2; ++i) fence_reg(acc[i]);
+        unsigned p[BKV / 4];
+        float corr[2];
+        softmax_tile(sc, m, l, corr, tile * BKV, S, causal, w0, row, t, scale);
+        pack_p(sc, p);
 #pragma unroll
-            for (int i = 0; i < HD / 2; ++i) fence_reg(acc[i]);
-
-            // mask, the tile's row maxima, the running maxima; the output accumulators rescaled
-            const bool edge = j0 + BKV > S || (causal && j0 + BKV - 1 > w0);
-            float x[BKV / 2], tmax[2] = {NEG_INF, NEG_INF};
+        for (int i = 0; i < HD / 2; ++i) acc[i] *= corr[(i >> 1) & 1];
 #pragma unroll
-            for (int i = 0; i < BKV / 2; ++i) {
-                const int j = j0 + 8 * (i >> 2) + 2 * t + (i & 1), h = (i >> 1) & 1;
-                x[i] = sc[i] * scale;
-                if (edge && (j >= S || (causal && j > row[h]))) x[i] = NEG_INF;
-                tmax[h] = fmaxf(tmax[h], x[i]);
-            }
-            float mnew[2], corr[2];
+        for (int i = 0; i < HD / 2; ++i) fence_reg(acc[i]);
+        wgmma_fence();
+        pv_issue<HD>(acc, p, ks + TILE);
+        wgmma_wait<0>();   // this warp's reads of the stage are done ...
 #pragma unroll
-            for (int h = 0; h < 2; ++h) {
-                tmax[h] = fmaxf(tmax[h], __shfl_xor_sync(0xffffffffu, tmax[h], 1));
-                tmax[h] = fmaxf(tmax[h], __shfl_xor_sync(0xffffffffu, tmax[h], 2));
-                mnew[h] = fmaxf(m[h], tmax[h]);
-                corr[h] = mnew[h] == NEG_INF ? 1.f : exp2f(m[h] - mnew[h]);   // 0 on the first live tile
-                m[h] = mnew[h];
-                l[h] *= corr[h];
-            }
-#pragma unroll
-            for (int i = 0; i < HD / 2; ++i) acc[i] *= corr[(i >> 1) & 1];
-
-            // P = exp2(s - m) rounded to bf16 pairs: registers 4kk..4kk+3 are the A fragment of keys
-            // 16kk..16kk+15 (row g cols 2t, 2t+1; row g + 8; row g cols 8 + 2t, 9 + 2t; row g + 8)
-            unsigned p[BKV / 4];
-#pragma unroll
-            for (int i = 0; i < BKV / 2; i += 2) {
-                const int h = (i >> 1) & 1;
-                const float x0 = mnew[h] == NEG_INF ? 0.f : exp2f(x[i] - mnew[h]);
-                const float x1 = mnew[h] == NEG_INF ? 0.f : exp2f(x[i + 1] - mnew[h]);
-                l[h] += x0 + x1;
-                p[i >> 1] = pack_bf16x2(x0, x1);
-            }
-
-            // o += P v: BKV / 16 k-steps of 16 keys (2048 bytes into the v tile; 64-dim blocks BKV * 128 apart)
-#pragma unroll
-            for (int i = 0; i < HD / 2; ++i) fence_reg(acc[i]);
-            wgmma_fence();
-#pragma unroll
-            for (int kk = 0; kk < BKV / 16; ++kk) {
-                const unsigned a[4] = {p[4 * kk], p[4 * kk + 1], p[4 * kk + 2], p[4 * kk + 3]};
-                wgmma_rs<HD>(acc, a, make_desc(vs + kk * 2048, BKV * 128, 1024));
-            }
-            wgmma_commit();
-            wgmma_wait<0>();   // this warp's reads of the stage are done ...
-#pragma unroll
-            for (int i = 0; i < HD / 2; ++i) fence_reg(acc[i]);
-        }
+        for (int i = 0; i < HD / 2; ++i) fence_reg(acc[i]);
         if (lane == 0) mbar_arrive(empty0 + 8 * s);   // ... so it may be refilled once every warp says so
+        if (++s == STAGES) { s = 0; ph ^= 1; }
+    }
+#endif
+    for (int tile = mine; tile < ntiles; ++tile) {   // past the warpgroup's rows: waited for, released
+        while (!mbar_try_wait(full0 + 8 * s, ph)) {}
+        if (lane == 0) mbar_arrive(empty0 + 8 * s);
         if (++s == STAGES) { s = 0; ph ^= 1; }
     }
 
