@@ -187,6 +187,8 @@ def tma_attention_failures(source: str, config: Config, directory: Path, tag: st
     {"NWG": 1, "BKV": 64, "STAGES": 2},
     {"NWG": 2, "BKV": 64, "STAGES": 4},
     {"NWG": 1, "BKV": 128, "STAGES": 3},
+    {"NWG": 2, "BKV": 128, "STAGES": 2, "OVERLAP": 1},
+    {"NWG": 1, "BKV": 64, "STAGES": 3, "OVERLAP": 1},
 ])
 def test_attention_tma_tunable_matches_float64(config: Config, tmp_path: Path) -> None:
     t = load_tunable("attention_fwd", "tunable_tma.json")
@@ -216,8 +218,10 @@ def test_attention_tma_tunable_passes_the_workloads_correctness_shapes(tmp_path:
     # the causal mask off by one
     ("(causal && j > row[h])", "(causal && j > row[h] + 1)", {"NWG": 1, "BKV": 64, "STAGES": 2}, "expected"),
     # the consumers do not wait for a stage to land (TMA path: the copies land only when waited for)
-    ("while (!mbar_try_wait(full0 + 8 * s, ph)) {}   // tile", "{}   // tile", {"NWG": 2, "BKV": 64, "STAGES": 2},
-     "misalign=0"),
+    ("while (!mbar_try_wait(full0 + 8 * s, ph)) {}   // tile `tile` has landed", "{}   // tile `tile` has landed",
+     {"NWG": 2, "BKV": 64, "STAGES": 2}, "misalign=0"),
+    ("while (!mbar_try_wait(full0 + 8 * s, ph)) {}   // tile `tile`, in", "{}   // tile `tile`, in",
+     {"NWG": 2, "BKV": 64, "STAGES": 2, "OVERLAP": 1}, "misalign=0"),
     # nor for q
     ("while (!mbar_try_wait(qbar, 0)) {}", "", {"NWG": 2, "BKV": 64, "STAGES": 2}, "misalign=0"),
     # the producer does not wait for a stage's release (TMA path): it refills a stage still being read
@@ -236,6 +240,25 @@ def test_attention_tma_tunable_passes_the_workloads_correctness_shapes(tmp_path:
     # v's box from k's map
     ("tma_load_2d(ks + TILE + b * BKV * 128, tmV,", "tma_load_2d(ks + TILE + b * BKV * 128, tmK,",
      {"NWG": 2, "BKV": 64, "STAGES": 2}, "misalign=0"),
+    # OVERLAP: o rescaled while tile - 1's P v still accumulates into it
+    ("        softmax_tile(sc, m, l, corr, tile * BKV, S, causal, w0, row, t, scale);\n"
+     "        wgmma_wait<0>();   // tile - 1's P v has completed: its stage may be refilled\n",
+     "        softmax_tile(sc, m, l, corr, tile * BKV, S, causal, w0, row, t, scale);\n"
+     "        for (int i = 0; i < HD / 2; ++i) acc[i] *= corr[(i >> 1) & 1];\n"
+     "        wgmma_wait<0>();   // tile - 1's P v has completed: its stage may be refilled\n"
+     "        for (int i = 0; i < HD / 2; ++i) acc[i] /= corr[(i >> 1) & 1];\n",
+     {"NWG": 1, "BKV": 64, "STAGES": 2, "OVERLAP": 1}, "expected"),
+    # OVERLAP: tile - 1's stage released before its P v completed
+    ("        wgmma_wait<0>();   // tile - 1's P v has completed: its stage may be refilled\n"
+     "#pragma unroll\n        for (int i = 0; i < HD / 2; ++i) fence_reg(acc[i]);\n"
+     "#pragma unroll\n        for (int i = 0; i < HD / 2; ++i) acc[i] *= corr[(i >> 1) & 1];\n"
+     "        pack_p(sc, p);\n        if (lane == 0) mbar_arrive(empty0 + 8 * prev);\n",
+     "        if (lane == 0) mbar_arrive(empty0 + 8 * prev);\n"
+     "        wgmma_wait<0>();   // tile - 1's P v has completed: its stage may be refilled\n"
+     "#pragma unroll\n        for (int i = 0; i < HD / 2; ++i) fence_reg(acc[i]);\n"
+     "#pragma unroll\n        for (int i = 0; i < HD / 2; ++i) acc[i] *= corr[(i >> 1) & 1];\n"
+     "        pack_p(sc, p);\n",
+     {"NWG": 1, "BKV": 64, "STAGES": 2, "OVERLAP": 1}, "a pending wgmma"),
     # the second 64-column box of k at the first's columns (D 128)
     ("tma_load_2d(ks + b * BKV * 128, tmK, 64 * b,", "tma_load_2d(ks + b * BKV * 128, tmK, 0,",
      {"NWG": 2, "BKV": 64, "STAGES": 2}, "misalign=0"),
