@@ -196,18 +196,20 @@ def test_attention_tma_tunable_matches_float64(config: Config, tmp_path: Path) -
     assert not failures, "\n".join(failures)
 
 
-def test_attention_tma_tunable_passes_the_workloads_correctness_shapes(tmp_path: Path) -> None:
-    # the workload's own correctness cases' shapes (the driver's normal inputs) at the workload's
-    # tolerance: on the long causal rows (1500 and 257 keys) the bf16 probabilities of P v pass
-    # EMU_TOL's margin, by the same amounts as tunable_wgmma.cu's (bit-identical outputs there)
+@pytest.mark.parametrize("config", [{"NWG": 2, "BKV": 64, "STAGES": 3},
+                                    {"NWG": 2, "BKV": 128, "STAGES": 2, "OVERLAP": 1}])
+def test_attention_tma_tunable_passes_the_workloads_correctness_shapes(config: Config, tmp_path: Path) -> None:
+    # the workload's own correctness cases' shapes (the driver's normal inputs; k aligned: the TMA
+    # path where D % 8 == 0) at the workload's tolerance: on the long causal rows (1500 and 257 keys)
+    # the bf16 probabilities of P v pass EMU_TOL's margin, by the same amounts as tunable_wgmma.cu's
+    # (bit-identical outputs there)
     wl = load_workload(REPO / "workloads" / "attention_fwd")
     cases: list[Case] = [(c.scalars["B"], c.scalars["H"], c.scalars["S"], c.scalars["D"], c.scalars["causal"])
                          for c in wl.spec.cases if c.kind == "correctness"]
     assert len(cases) >= 8
     tol = wl.spec.tolerance["o"]
     t = load_tunable("attention_fwd", "tunable_tma.json")
-    failures = tma_attention_failures(t.source, {"NWG": 2, "BKV": 64, "STAGES": 3}, tmp_path, "wl", cases, (0,),
-                                      (tol.rtol, tol.atol))
+    failures = tma_attention_failures(t.source, config, tmp_path, "wl", cases, (0,), (tol.rtol, tol.atol))
     assert not failures, "\n".join(failures)
 
 

@@ -34,9 +34,14 @@
 //   completed; then lane 0 of each consumer warp arrives on empty[s] (count 4 * NWG), after its own
 //   wgmma.wait_group. No __syncthreads in the loop. With causal, a warpgroup whose rows all precede
 //   a tile only waits for it and releases it;
-// - each wgmma batch completes inside its tile: the softmax of one warpgroup overlaps the other
-//   warpgroup's wgmma, not its own (a batch left in flight across tiles made ptxas serialize every
-//   wgmma, warning C7515, in tunable_wgmma.cu);
+// - OVERLAP 0: each wgmma batch completes before its results are used: the softmax of one
+//   warpgroup overlaps the other warpgroup's wgmma, not its own. OVERLAP 1 (FA3's intra-warpgroup
+//   overlap): tile t's S batch is issued with tile t - 1's P v batch, S waited for alone
+//   (wgmma.wait_group 1), the softmax of tile t runs while P v does, then P v is waited for, o
+//   rescaled, P rounded into the registers the next P v reads, and tile t - 1's stage released
+//   (one tile later than with OVERLAP 0). Both batches still complete inside the iteration: a batch
+//   in flight across iterations, a wgmma under a branch, or P's registers defined while a batch is
+//   in flight made ptxas serialize every wgmma (C7513 / C7515 / C7520);
 // - o = accumulator / row sum, written as bf16 pairs where D is even and o 4-byte aligned.
 // Launch: grid (B * H, ceil_div(S, NWG * 64)), block (NWG + 1) * 128, dynamic shared memory
 // (64 * NWG + 2 * STAGES * BKV) * ceil_div(D, 64) * 128 + 1280 bytes; three tensor maps after the
