@@ -8,8 +8,10 @@
 //   start first and the grid's tail is made of light blocks;
 // - block (NWG + 1) * 128 threads: warpgroup 0 is the producer, warpgroups 1..NWG the consumers, each
 //   owning 64 query rows. With NWG = 2 the producer gives registers back (setmaxnreg.dec 40) and the
-//   consumers take them (setmaxnreg.inc 232): 384 threads launch with 168 each. With NWG = 1 a
-//   256-thread block already has 255 a thread, more than setmaxnreg.inc could ask for, so neither runs;
+//   consumers take them (setmaxnreg.inc 232): 384 threads launch with 168 each (the count ptxas
+//   reports; tests/workloads/test_attention_tma_emulated.py checks that the pool covers 40 + 2 x 232).
+//   With NWG = 1 a 256-thread block may launch with up to 255 a thread, so neither runs (.inc must
+//   not ask for fewer than the block launched with);
 // - shared memory: the q tile, then STAGES stages of a k tile and a v tile (BKV rows each), all
 //   [HD / 64][rows][128 bytes] in the 128-byte swizzle (16-byte chunk c of a 128-byte row r at
 //   c ^ (r % 8); the layout TMA's SWIZZLE_128B writes and the wgmma descriptors read), on 1024-byte
