@@ -220,17 +220,25 @@ def test_attention_tma_tunable_passes_the_workloads_correctness_shapes(config: C
     # the causal mask off by one
     ("(causal && j > row[h])", "(causal && j > row[h] + 1)", {"NWG": 1, "BKV": 64, "STAGES": 2}, "expected"),
     # the consumers do not wait for a stage to land (TMA path: the copies land only when waited for)
-    ("while (!mbar_try_wait(full0 + 8 * s, ph)) {}   // tile `tile` has landed", "{}   // tile `tile` has landed",
+    ("while (!mbar_try_wait(fullk0 + 8 * s, ph)) {}   // tile `tile`'s k has landed", "{}   // tile `tile`'s k has landed",
      {"NWG": 2, "BKV": 64, "STAGES": 2}, "misalign=0"),
-    ("while (!mbar_try_wait(full0 + 8 * s, ph)) {}   // tile `tile`, in", "{}   // tile `tile`, in",
+    ("while (!mbar_try_wait(fullv0 + 8 * s, ph)) {}   // tile `tile`'s v", "{}   // tile `tile`'s v",
+     {"NWG": 2, "BKV": 64, "STAGES": 2}, "misalign=0"),
+    ("while (!mbar_try_wait(fullk0 + 8 * s, ph)) {}      // tile `tile`'s k, in", "{}   // tile `tile`'s k, in",
+     {"NWG": 2, "BKV": 64, "STAGES": 2, "OVERLAP": 1}, "misalign=0"),
+    ("while (!mbar_try_wait(fullv0 + 8 * prev, php)) {}  // tile - 1's v", "{}   // tile - 1's v",
      {"NWG": 2, "BKV": 64, "STAGES": 2, "OVERLAP": 1}, "misalign=0"),
     # nor for q
     ("while (!mbar_try_wait(qbar, 0)) {}", "", {"NWG": 2, "BKV": 64, "STAGES": 2}, "misalign=0"),
     # the producer does not wait for a stage's release (TMA path): it refills a stage still being read
-    ("if (t >= STAGES)\n                        while", "if (false)\n                        while",
+    ("if (t >= STAGES)\n                        while (!mbar_try_wait(emptyk0",
+     "if (false)\n                        while (!mbar_try_wait(emptyk0",
+     {"NWG": 1, "BKV": 64, "STAGES": 2}, "more arrivals than its count"),
+    ("if (t >= STAGES)\n                        while (!mbar_try_wait(emptyv0",
+     "if (false)\n                        while (!mbar_try_wait(emptyv0",
      {"NWG": 1, "BKV": 64, "STAGES": 2}, "more arrivals than its count"),
     # one release per consumer warpgroup where the barrier counts warps: the ring stalls
-    ("mbar_init(empty0 + 8 * s, 4 * NWG);", "mbar_init(empty0 + 8 * s, NWG);", {"NWG": 2, "BKV": 64, "STAGES": 2},
+    ("mbar_init(emptyk0 + 8 * s, 4 * NWG);", "mbar_init(emptyk0 + 8 * s, NWG);", {"NWG": 2, "BKV": 64, "STAGES": 2},
      "DEADLOCK"),
     # a stage released before the wgmma reading it completed
     ("wgmma_wait<0>();   // this warp's", "wgmma_wait<1>();   // this warp's", {"NWG": 1, "BKV": 64, "STAGES": 2},
@@ -244,23 +252,31 @@ def test_attention_tma_tunable_passes_the_workloads_correctness_shapes(config: C
      {"NWG": 2, "BKV": 64, "STAGES": 2}, "misalign=0"),
     # OVERLAP: o rescaled while tile - 1's P v still accumulates into it
     ("        softmax_tile(sc, m, l, corr, tile * BKV, S, causal, w0, row, t, scale);\n"
-     "        wgmma_wait<0>();   // tile - 1's P v has completed: its stage may be refilled\n",
+     "        wgmma_wait<0>();   // tile - 1's P v has completed: its v stage may be refilled\n",
      "        softmax_tile(sc, m, l, corr, tile * BKV, S, causal, w0, row, t, scale);\n"
      "        for (int i = 0; i < HD / 2; ++i) acc[i] *= corr[(i >> 1) & 1];\n"
-     "        wgmma_wait<0>();   // tile - 1's P v has completed: its stage may be refilled\n"
+     "        wgmma_wait<0>();   // tile - 1's P v has completed: its v stage may be refilled\n"
      "        for (int i = 0; i < HD / 2; ++i) acc[i] /= corr[(i >> 1) & 1];\n",
      {"NWG": 1, "BKV": 64, "STAGES": 2, "OVERLAP": 1}, "expected"),
     # OVERLAP: tile - 1's stage released before its P v completed
-    ("        wgmma_wait<0>();   // tile - 1's P v has completed: its stage may be refilled\n"
+    ("        wgmma_wait<0>();   // tile - 1's P v has completed: its v stage may be refilled\n"
      "#pragma unroll\n        for (int i = 0; i < HD / 2; ++i) fence_reg(acc[i]);\n"
      "#pragma unroll\n        for (int i = 0; i < HD / 2; ++i) acc[i] *= corr[(i >> 1) & 1];\n"
-     "        pack_p(sc, p);\n        if (lane == 0) mbar_arrive(empty0 + 8 * prev);\n",
-     "        if (lane == 0) mbar_arrive(empty0 + 8 * prev);\n"
-     "        wgmma_wait<0>();   // tile - 1's P v has completed: its stage may be refilled\n"
+     "        pack_p(sc, p);\n        if (lane == 0) mbar_arrive(emptyv0 + 8 * prev);\n",
+     "        if (lane == 0) mbar_arrive(emptyv0 + 8 * prev);\n"
+     "        wgmma_wait<0>();   // tile - 1's P v has completed: its v stage may be refilled\n"
      "#pragma unroll\n        for (int i = 0; i < HD / 2; ++i) fence_reg(acc[i]);\n"
      "#pragma unroll\n        for (int i = 0; i < HD / 2; ++i) acc[i] *= corr[(i >> 1) & 1];\n"
      "        pack_p(sc, p);\n",
      {"NWG": 1, "BKV": 64, "STAGES": 2, "OVERLAP": 1}, "a pending wgmma"),
+    # k's stage released before S completed (the producer, past v's wait, refills it at once)
+    ("        qk_issue<HD>(sc, qs + cw * 64 * 128, ks);\n        wgmma_wait<0>();\n"
+     "#pragma unroll\n        for (int i = 0; i < BKV / 2; ++i) fence_reg(sc[i]);\n"
+     "#pragma unroll\n        for (int i = 0; i < HD / 2; ++i) fence_reg(acc[i]);\n"
+     "        if (lane == 0) mbar_arrive(emptyk0 + 8 * s);   // this warp's reads of k are done\n",
+     "        qk_issue<HD>(sc, qs + cw * 64 * 128, ks);\n        if (lane == 0) mbar_arrive(emptyk0 + 8 * s);\n"
+     "        wgmma_wait<0>();\n",
+     {"NWG": 1, "BKV": 64, "STAGES": 2}, "a pending wgmma"),
     # the second 64-column box of k at the first's columns (D 128)
     ("tma_load_2d(ks + b * BKV * 128, tmK, 64 * b,", "tma_load_2d(ks + b * BKV * 128, tmK, 0,",
      {"NWG": 2, "BKV": 64, "STAGES": 2}, "misalign=0"),

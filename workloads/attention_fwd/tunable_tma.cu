@@ -288,7 +288,9 @@ __device__ __forceinline__ void attention_block(const unsigned short* __restrict
     constexpr int TILE = BKV * HD * 2;   // bytes of one k or v tile
     char* qs = smem;                     // [HD / 64][BQ][128 bytes]
     char* kv = smem + BQ * HD * 2;       // stage s: k at kv + 2 * s * TILE, v after it
-    const unsigned full0 = smem_addr(kv + 2 * STAGES * TILE), empty0 = full0 + 8 * STAGES, qbar = empty0 + 8 * STAGES;
+    // k and v have their own barriers: k's stage is released once S completed, before P v ran
+    const unsigned fullk0 = smem_addr(kv + 2 * STAGES * TILE), fullv0 = fullk0 + 8 * STAGES;
+    const unsigned emptyk0 = fullv0 + 8 * STAGES, emptyv0 = emptyk0 + 8 * STAGES, qbar = emptyv0 + 8 * STAGES;
     const int bh = blockIdx.x;
     const int q0 = (gridDim.y - 1 - blockIdx.y) * BQ;   // the last query block (most causal keys) first
     const size_t head = (size_t)bh * S * D;
@@ -299,8 +301,11 @@ __device__ __forceinline__ void attention_block(const unsigned short* __restrict
 
     if (threadIdx.x == 0) {
         for (int s = 0; s < STAGES; ++s) {
-            mbar_init(full0 + 8 * s, tma ? 1 : 128);   // the elected thread's arrive.expect_tx, or every producer's
-            mbar_init(empty0 + 8 * s, 4 * NWG);        // one arrival per consumer warp
+            // the elected thread's arrive.expect_tx, or every producer's; one arrival per consumer warp
+            mbar_init(fullk0 + 8 * s, tma ? 1 : 128);
+            mbar_init(fullv0 + 8 * s, tma ? 1 : 128);
+            mbar_init(emptyk0 + 8 * s, 4 * NWG);
+            mbar_init(emptyv0 + 8 * s, 4 * NWG);
         }
         mbar_init(qbar, tma ? 1 : 128);
         fence_proxy_async();   // the initialised barriers, visible to the async proxy (TMA)
@@ -321,16 +326,19 @@ __device__ __forceinline__ void attention_block(const unsigned short* __restrict
                 unsigned ph = 0;   // parity of the stage's fill number t / STAGES
                 for (int t = 0; t < ntiles; ++t) {
                     // fill t / STAGES of stage s needs empty[s]'s phase t / STAGES - 1 completed
-                    if (t >= STAGES)
-                        while (!mbar_try_wait(empty0 + 8 * s, ph ^ 1)) {}
-                    const unsigned full = full0 + 8 * s;
                     char* ks = kv + 2 * s * TILE;
-                    mbar_arrive_expect_tx(full, 2 * TILE);
+                    if (t >= STAGES)
+                        while (!mbar_try_wait(emptyk0 + 8 * s, ph ^ 1)) {}
+                    mbar_arrive_expect_tx(fullk0 + 8 * s, TILE);
 #pragma unroll
-                    for (int b = 0; b < HD / 64; ++b) {
-                        tma_load_2d(ks + b * BKV * 128, tmK, 64 * b, row0 + t * BKV, full);
-                        tma_load_2d(ks + TILE + b * BKV * 128, tmV, 64 * b, row0 + t * BKV, full);
-                    }
+                    for (int b = 0; b < HD / 64; ++b)
+                        tma_load_2d(ks + b * BKV * 128, tmK, 64 * b, row0 + t * BKV, fullk0 + 8 * s);
+                    if (t >= STAGES)
+                        while (!mbar_try_wait(emptyv0 + 8 * s, ph ^ 1)) {}
+                    mbar_arrive_expect_tx(fullv0 + 8 * s, TILE);
+#pragma unroll
+                    for (int b = 0; b < HD / 64; ++b)
+                        tma_load_2d(ks + TILE + b * BKV * 128, tmV, 64 * b, row0 + t * BKV, fullv0 + 8 * s);
                     if (++s == STAGES) { s = 0; ph ^= 1; }
                 }
             }
@@ -342,13 +350,17 @@ __device__ __forceinline__ void attention_block(const unsigned short* __restrict
             unsigned ph = 0;
 #pragma unroll 1
             for (int t = 0; t < ntiles; ++t) {
-                if (t >= STAGES)
-                    while (!mbar_try_wait(empty0 + 8 * s, ph ^ 1)) {}
                 char* ks = kv + 2 * s * TILE;
+                if (t >= STAGES)
+                    while (!mbar_try_wait(emptyk0 + 8 * s, ph ^ 1)) {}
                 fill_tile<HD, BKV>(ks, k + head, t * BKV, S, D, threadIdx.x);
+                fence_proxy_async();
+                mbar_arrive(fullk0 + 8 * s);
+                if (t >= STAGES)
+                    while (!mbar_try_wait(emptyv0 + 8 * s, ph ^ 1)) {}
                 fill_tile<HD, BKV>(ks + TILE, v + head, t * BKV, S, D, threadIdx.x);
                 fence_proxy_async();
-                mbar_arrive(full0 + 8 * s);
+                mbar_arrive(fullv0 + 8 * s);
                 if (++s == STAGES) { s = 0; ph ^= 1; }
             }
         }
@@ -380,12 +392,12 @@ __device__ __forceinline__ void attention_block(const unsigned short* __restrict
     // FA3's intra-warpgroup overlap: tile `tile`'s S batch and tile - 1's P v batch are in flight
     // together, and the softmax of `tile` runs while P v does; both complete inside the iteration
     // (a batch in flight across iterations serializes the wgmma, C7515), then o is rescaled, P
-    // rounded into the registers P v read (not before: C7513) and tile - 1's stage released. The
-    // first tile is peeled off (a wgmma under a branch serializes them too, C7520); mine >= 1
-    // (S >= 1: the grid is empty otherwise).
+    // rounded into the registers P v read (not before: C7513) and tile - 1's v released. The first
+    // tile is peeled off (a wgmma under a branch serializes them too, C7520); mine >= 1 (S >= 1:
+    // the grid is empty otherwise).
     unsigned p[BKV / 4];
     float corr[2];
-    while (!mbar_try_wait(full0 + 8 * s, ph)) {}   // tile 0, in stage 0
+    while (!mbar_try_wait(fullk0, 0)) {}   // tile 0's k, in stage 0
     {
         float sc[BKV / 2];
         wgmma_fence();
@@ -393,44 +405,50 @@ __device__ __forceinline__ void attention_block(const unsigned short* __restrict
         wgmma_wait<0>();
 #pragma unroll
         for (int i = 0; i < BKV / 2; ++i) fence_reg(sc[i]);
+        if (lane == 0) mbar_arrive(emptyk0);
         softmax_tile(sc, m, l, corr, 0, S, causal, w0, row, t, scale);   // o is 0: nothing to rescale
         pack_p(sc, p);
     }
     int prev = 0;
-    s = 1;   // STAGES >= 2: tile 1 in stage 1, phase 0
+    unsigned php = 0;   // the phase parity of tile - 1's stage
+    s = 1;              // STAGES >= 2: tile 1 in stage 1, phase 0
     for (int tile = 1; tile < mine; ++tile) {
-        while (!mbar_try_wait(full0 + 8 * s, ph)) {}   // tile `tile`, in stage s
+        while (!mbar_try_wait(fullk0 + 8 * s, ph)) {}      // tile `tile`'s k, in stage s
+        while (!mbar_try_wait(fullv0 + 8 * prev, php)) {}  // tile - 1's v
         float sc[BKV / 2];
 #pragma unroll
         for (int i = 0; i < HD / 2; ++i) fence_reg(acc[i]);
         wgmma_fence();
         qk_issue<HD>(sc, qs + cw * 64 * 128, kv + 2 * s * TILE);
         pv_issue<HD>(acc, p, kv + 2 * prev * TILE + TILE);
-        wgmma_wait<1>();   // S has completed (P v may still run)
+        wgmma_wait<1>();   // S has completed (P v may still run): k's stage may be refilled
 #pragma unroll
         for (int i = 0; i < BKV / 2; ++i) fence_reg(sc[i]);
+        if (lane == 0) mbar_arrive(emptyk0 + 8 * s);
         softmax_tile(sc, m, l, corr, tile * BKV, S, causal, w0, row, t, scale);
-        wgmma_wait<0>();   // tile - 1's P v has completed: its stage may be refilled
+        wgmma_wait<0>();   // tile - 1's P v has completed: its v stage may be refilled
 #pragma unroll
         for (int i = 0; i < HD / 2; ++i) fence_reg(acc[i]);
 #pragma unroll
         for (int i = 0; i < HD / 2; ++i) acc[i] *= corr[(i >> 1) & 1];
         pack_p(sc, p);
-        if (lane == 0) mbar_arrive(empty0 + 8 * prev);
+        if (lane == 0) mbar_arrive(emptyv0 + 8 * prev);
         prev = s;
+        php = ph;
         if (++s == STAGES) { s = 0; ph ^= 1; }
     }
+    while (!mbar_try_wait(fullv0 + 8 * prev, php)) {}   // the last computed tile's v
 #pragma unroll
     for (int i = 0; i < HD / 2; ++i) fence_reg(acc[i]);
     wgmma_fence();
-    pv_issue<HD>(acc, p, kv + 2 * prev * TILE + TILE);   // the last computed tile's P v
+    pv_issue<HD>(acc, p, kv + 2 * prev * TILE + TILE);
     wgmma_wait<0>();
 #pragma unroll
     for (int i = 0; i < HD / 2; ++i) fence_reg(acc[i]);
-    if (lane == 0) mbar_arrive(empty0 + 8 * prev);
+    if (lane == 0) mbar_arrive(emptyv0 + 8 * prev);
 #else
     for (int tile = 0; tile < mine; ++tile) {
-        while (!mbar_try_wait(full0 + 8 * s, ph)) {}   // tile `tile` has landed in stage s
+        while (!mbar_try_wait(fullk0 + 8 * s, ph)) {}   // tile `tile`'s k has landed in stage s
         const char* ks = kv + 2 * s * TILE;
         float sc[BKV / 2];   // S = q k^T, completed
         wgmma_fence();
@@ -440,26 +458,30 @@ __device__ __forceinline__ void attention_block(const unsigned short* __restrict
         for (int i = 0; i < BKV / 2; ++i) fence_reg(sc[i]);
 #pragma unroll
         for (int i = 0; i < HD / 2; ++i) fence_reg(acc[i]);
+        if (lane == 0) mbar_arrive(emptyk0 + 8 * s);   // this warp's reads of k are done
         unsigned p[BKV / 4];
         float corr[2];
         softmax_tile(sc, m, l, corr, tile * BKV, S, causal, w0, row, t, scale);
         pack_p(sc, p);
 #pragma unroll
         for (int i = 0; i < HD / 2; ++i) acc[i] *= corr[(i >> 1) & 1];
+        while (!mbar_try_wait(fullv0 + 8 * s, ph)) {}   // tile `tile`'s v
 #pragma unroll
         for (int i = 0; i < HD / 2; ++i) fence_reg(acc[i]);
         wgmma_fence();
         pv_issue<HD>(acc, p, ks + TILE);
-        wgmma_wait<0>();   // this warp's reads of the stage are done ...
+        wgmma_wait<0>();   // this warp's reads of v are done ...
 #pragma unroll
         for (int i = 0; i < HD / 2; ++i) fence_reg(acc[i]);
-        if (lane == 0) mbar_arrive(empty0 + 8 * s);   // ... so it may be refilled once every warp says so
+        if (lane == 0) mbar_arrive(emptyv0 + 8 * s);   // ... so it may be refilled once every warp says so
         if (++s == STAGES) { s = 0; ph ^= 1; }
     }
 #endif
     for (int tile = mine; tile < ntiles; ++tile) {   // past the warpgroup's rows: waited for, released
-        while (!mbar_try_wait(full0 + 8 * s, ph)) {}
-        if (lane == 0) mbar_arrive(empty0 + 8 * s);
+        while (!mbar_try_wait(fullk0 + 8 * s, ph)) {}
+        if (lane == 0) mbar_arrive(emptyk0 + 8 * s);
+        while (!mbar_try_wait(fullv0 + 8 * s, ph)) {}
+        if (lane == 0) mbar_arrive(emptyv0 + 8 * s);
         if (++s == STAGES) { s = 0; ph ^= 1; }
     }
 
