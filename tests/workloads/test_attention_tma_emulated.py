@@ -220,7 +220,8 @@ def test_attention_tma_tunable_passes_the_workloads_correctness_shapes(config: C
     # the causal mask off by one
     ("(causal && j > row[h])", "(causal && j > row[h] + 1)", {"NWG": 1, "BKV": 64, "STAGES": 2}, "expected"),
     # the consumers do not wait for a stage to land (TMA path: the copies land only when waited for)
-    ("while (!mbar_try_wait(fullk0 + 8 * s, ph)) {}   // tile `tile`'s k has landed", "{}   // tile `tile`'s k has landed",
+    ("while (!mbar_try_wait(fullk0 + 8 * s, ph)) {}   // tile `tile`'s k has landed",
+     "{}   // tile `tile`'s k has landed",
      {"NWG": 2, "BKV": 64, "STAGES": 2}, "misalign=0"),
     ("while (!mbar_try_wait(fullv0 + 8 * s, ph)) {}   // tile `tile`'s v", "{}   // tile `tile`'s v",
      {"NWG": 2, "BKV": 64, "STAGES": 2}, "misalign=0"),

@@ -15,35 +15,39 @@
 // - shared memory: the q tile, then STAGES stages of a k tile and a v tile (BKV rows each), all
 //   [HD / 64][rows][128 bytes] in the 128-byte swizzle (16-byte chunk c of a 128-byte row r at
 //   c ^ (r % 8); the layout TMA's SWIZZLE_128B writes and the wgmma descriptors read), on 1024-byte
-//   boundaries; then the mbarriers: full[s], empty[s] per stage and one for q;
+//   boundaries; then the mbarriers: fullk[s], fullv[s], emptyk[s], emptyv[s] per stage and one for
+//   q. k and v have their own pairs so that k's stage is released as soon as S has read it: with
+//   OVERLAP 1 and STAGES 2, v's stage is only released a tile later, and a shared pair would leave
+//   the next k no time to land;
 // - TMA path (D % 8 == 0 and q, k, v 16-byte aligned: the maps' 16-byte row stride): q, k and v are
 //   viewed as [B * H * S, D] matrices (maps tmQ, tmK, tmV from the launch spec; boxes of 64 columns
 //   by BQ or BKV rows). One elected producer thread loads q (HD / 64 boxes on the q barrier), then
-//   for tile t into stage s = t % STAGES: for t >= STAGES waits for empty[s]'s phase t / STAGES - 1
-//   (every consumer warp released tile t - STAGES), arrive.expect_tx's the stage's 2 * BKV * HD * 2
-//   bytes on full[s] and issues the k and v boxes. A box may run past this head's S keys into the
-//   next head's rows (or into TMA's zero fill past the tensor): those keys are masked to -inf, so
-//   their P is 0 and the finite v rows there add nothing. Columns past D are zero fill (D < HD);
+//   for tile t into stage s = t % STAGES: for t >= STAGES waits for emptyk[s]'s phase t / STAGES - 1
+//   (every consumer warp released tile t - STAGES's k), arrive.expect_tx's the k tile's BKV * HD * 2
+//   bytes on fullk[s] and issues its boxes; then the same for v (emptyv[s], fullv[s]). A box may
+//   run past this head's S keys into the next head's rows (or into TMA's zero fill past the
+//   tensor): those keys are masked to -inf, so their P is 0 and the finite v rows there add
+//   nothing. Columns past D are zero fill (D < HD);
 // - fallback (D % 8 != 0 or a misaligned buffer): the maps are ignored (the launch spec gives them
 //   a 1 x 1 view then) and the producer's 128 threads fill q and the stages with guarded 2-byte loads
 //   (zeros past S and D) at the same swizzled places, then fence.proxy.async and an arrival each on
 //   the barrier (count 128 on that path);
-// - consumers, tile t: wait full[s]'s phase t / STAGES; S = q k^T as HD / 16 wgmma.m64nBKVk16 (q and
-//   k from shared memory, both K-major), completed; the online softmax in the exp2 domain on the
-//   accumulator fragment (keys j >= S and, with causal, j > i masked where the tile reaches them),
-//   the output accumulators rescaled; o += P v as BKV / 16 wgmma.m64nHDk16 with A = P in registers
-//   (the accumulator fragment of 16 score columns is the m64k16 A fragment) and v N-major;
-//   completed; then lane 0 of each consumer warp arrives on empty[s] (count 4 * NWG), after its own
-//   wgmma.wait_group. No __syncthreads in the loop. With causal, a warpgroup whose rows all precede
-//   a tile only waits for it and releases it;
+// - consumers, tile t: wait fullk[s]'s phase t / STAGES; S = q k^T as HD / 16 wgmma.m64nBKVk16 (q
+//   and k from shared memory, both K-major), completed, k released; the online softmax in the exp2
+//   domain on the accumulator fragment (keys j >= S and, with causal, j > i masked where the tile
+//   reaches them), the output accumulators rescaled; wait fullv[s]; o += P v as BKV / 16
+//   wgmma.m64nHDk16 with A = P in registers (the accumulator fragment of 16 score columns is the
+//   m64k16 A fragment) and v N-major; completed, v released. A release is lane 0 of each consumer
+//   warp arriving (count 4 * NWG) after its own wgmma.wait_group. No __syncthreads in the loop.
+//   With causal, a warpgroup whose rows all precede a tile only waits for it and releases it;
 // - OVERLAP 0: each wgmma batch completes before its results are used: the softmax of one
 //   warpgroup overlaps the other warpgroup's wgmma, not its own. OVERLAP 1 (FA3's intra-warpgroup
 //   overlap): tile t's S batch is issued with tile t - 1's P v batch, S waited for alone
 //   (wgmma.wait_group 1), the softmax of tile t runs while P v does, then P v is waited for, o
-//   rescaled, P rounded into the registers the next P v reads, and tile t - 1's stage released
-//   (one tile later than with OVERLAP 0). Both batches still complete inside the iteration: a batch
-//   in flight across iterations, a wgmma under a branch, or P's registers defined while a batch is
-//   in flight made ptxas serialize every wgmma (C7513 / C7515 / C7520);
+//   rescaled, P rounded into the registers the next P v reads, and tile t - 1's v released (one
+//   tile later than with OVERLAP 0; k as soon as S completed). Both batches complete inside the
+//   iteration: a batch in flight across iterations, a wgmma under a branch, or P's registers
+//   defined while a batch is in flight made ptxas serialize every wgmma (C7513 / C7515 / C7520);
 // - o = accumulator / row sum, written as bf16 pairs where D is even and o 4-byte aligned.
 // Launch: grid (B * H, ceil_div(S, NWG * 64)), block (NWG + 1) * 128, dynamic shared memory
 // (64 * NWG + 2 * STAGES * BKV) * ceil_div(D, 64) * 128 + 1280 bytes; three tensor maps after the
