@@ -106,6 +106,14 @@ CONFIGS: dict[str, list[dict[str, int]]] = {
         {"BN": 128, "STAGES": 6, "GROUP": 1},
         {"BN": 256, "STAGES": 3, "GROUP": 16},
     ],
+    # flash attention, FA3's structure (producer warpgroup, TMA into an mbarrier ring, wgmma): one
+    # consumer warpgroup at BKV 128; the intra-warpgroup overlap at BKV 64's deepest ring and at
+    # BKV 128's
+    "attention_fwd:tunable_tma.json": [
+        {"NWG": 1, "BKV": 128, "STAGES": 2, "OVERLAP": 0},
+        {"NWG": 2, "BKV": 64, "STAGES": 4, "OVERLAP": 1},
+        {"NWG": 2, "BKV": 128, "STAGES": 3, "OVERLAP": 1},
+    ],
     # sgemm on tensor cores at FP32 accuracy: the tolerance is sgemm's, on every case; PROMOTE 1 (each
     # slice on its own partial tile) at the default tile and at a 4-warp one
     "sgemm:tunable_3xtf32.json": [
