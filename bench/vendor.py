@@ -95,6 +95,10 @@ ENTRIES: dict[str, Entry] = {
     "attention_fwd_wgmma": Entry("attention_fwd", "tunable_wgmma.json", "torch", 1.0,
                                  ("d128_4x32x4096", "d128_4x32x4096_causal", "d64_4x32x4096", "d64_4x32x4096_causal"),
                                  "wgmma for QK^T and PV, P in registers (sm_90a); issue 44: >= 1.0x SDPA flash"),
+    "attention_fwd_tma": Entry("attention_fwd", "tunable_tma.json", "torch", 1.0,
+                               ("d128_4x32x4096", "d128_4x32x4096_causal", "d64_4x32x4096", "d64_4x32x4096_causal"),
+                               "FlashAttention-3's structure: TMA producer warpgroup, mbarrier rings, setmaxnreg; "
+                               "issue 44: >= 1.0x SDPA flash"),
     "softmax": Entry("softmax", "tunable.json", "torch", 2.0, ("square_8192",), "issue 16: >= 2x PyTorch at 8192x8192"),
     "layernorm": Entry("layernorm", "tunable.json", "copy", 0.85, note="issue 16: >= 85% of copy"),
     "transpose": Entry("transpose", "tunable.json", "copy", 0.9, note="issue 16: >= 90% of copy at every size"),
