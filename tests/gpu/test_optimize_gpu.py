@@ -183,6 +183,13 @@ def read(path: Path) -> Any:
     return json.loads(path.read_text())
 
 
+RUN_BOUND_BYTES = 20_000_000  # what a short sgemm run may keep on disk (inputs and expected outputs regenerable)
+
+
+def run_bytes(run: Path) -> int:
+    return sum(f.stat().st_size for f in run.rglob("*") if f.is_file())
+
+
 def test_optimize_sgemm_end_to_end(tmp_path: Path, harness_binary: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("OPENAI_API_KEY", "sk-scripted")
@@ -219,6 +226,14 @@ def test_optimize_sgemm_end_to_end(tmp_path: Path, harness_binary: Path, monkeyp
     assert summary["best"]["label"] == faster
     assert (run / "best.cu").read_text() == (run / "candidates" / faster / "source.cu").read_text()
     assert (run / "heatmap.png").stat().st_size > 10_000 and (run / "heatmap.svg").stat().st_size > 10_000
+
+    # the run keeps what reproduces its data, not the bytes (a 5-iteration sgemm run under 20 MB); `runs restore`
+    # draws the inputs and expected outputs again from the recorded seeds, checked against the recorded hashes
+    kept = run_bytes(run)
+    assert kept < RUN_BOUND_BYTES, f"the run keeps {kept} bytes"
+    assert agent_main(["runs", "restore", str(run), "--harness", str(harness_binary), "--workspace",
+                       str(tmp_path / "ws")]) == 0
+    print(json.dumps({"run_bytes": kept, "restored_bytes": run_bytes(run)}))
 
     # the replay requests: the harness alone gives the expected outputs, the same bytes each time
     tolerance = Tolerance(rtol=1e-4, atol=1e-4)
