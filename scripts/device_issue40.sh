@@ -8,6 +8,7 @@
 #   bash scripts/device_issue40.sh adversarial, then adversarial-optimize  # tests/gpu/test_adversarial_gpu.py in two calls
 #     (KERNELOPT_FRESH_LAUNCHES=16 before either: the same with the fresh-launch subset on, as every path inherits it)
 #   bash scripts/device_issue40.sh quick      # bench/startup.py, then a problem file written for the GPU on the GPU
+#   bash scripts/device_issue40.sh issue42    # bench/startup.py, test_optimize_gpu (the run's bytes, restore, replays), test_evaluate_gpu
 #   bash scripts/device_issue40.sh optimize   # kernelopt optimize --workload on imported problems, scripted model
 #   bash scripts/device_issue40.sh suite      # kernelopt kernelbench over the 12 problems with our solutions
 #   bash scripts/device_issue40.sh gemmtune   # then the K = 8192 GEMMs' accumulation and tile variants
@@ -144,6 +145,10 @@ print(sys.argv[2], sys.argv[3], r.get("status"), r.get("score_ms"), f"largest er
   quick)  # start-up times, then a problem written for the GPU (set_default_device, synchronize) checked on it
     timeout 60 python3 bench/startup.py --runs 11 > "$OUT/startup.txt" 2>&1; echo "startup rc=$?"; tail -8 "$OUT/startup.txt"
     gpu_tests gpuwritten 200 --timeout 180 tests/gpu/test_torch_import_gpu.py -k written_for_the_gpu ;;
+  issue42)  # what issue 42 still waits for: start-up on this machine, the sgemm run's 20 MB bound with restore + replay
+    timeout 60 python3 bench/startup.py --runs 11 > "$OUT/startup.txt" 2>&1; echo "startup rc=$?"; tail -8 "$OUT/startup.txt"
+    gpu_tests issue42 480 --timeout 400 tests/gpu/test_optimize_gpu.py tests/gpu/test_evaluate_gpu.py
+    grep -E '"run_bytes"' "$OUT/issue42.log" | head -2 ;;
   imports)  # IMPORT_LEVELS="3" imports one level only
     timeout "${IMPORT_TIMEOUT:-560}" python3 bench/kernelbench_import.py .kb --level ${IMPORT_LEVELS:-1 2 3} --jobs 16 --timeout 300 --json "$OUT/imports.json" > "$OUT/imports.md" 2> "$OUT/imports.err"
     echo "imports rc=$?"; cat "$OUT/imports.md" ;;
