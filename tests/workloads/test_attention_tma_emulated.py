@@ -17,10 +17,11 @@ from __future__ import annotations
 import re
 import subprocess
 from pathlib import Path
+from typing import Any
 
 import pytest
 from test_attention_wgmma_emulated import PTX_EMU_ATTN_WGMMA
-from test_gemm_bf16_tma_emulated import ENCODE, WAIT_NEW, WAIT_OLD
+from test_gemm_bf16_tma_emulated import WAIT_NEW, WAIT_OLD, tma_compile_problems, tma_driver
 from test_new_workloads_emulated import DRIVER, EMU_TOL, GXX, program
 from test_tunable_emulated import run_emulated
 from test_tunable_kernels import LIMITS, Config, load_tunable, options_for, valid_configs
@@ -114,27 +115,16 @@ PTX_EMU_ATTN_TMA = _attention_tma_emulation()
 
 def _tma_driver() -> str:
     """The emulator's driver (built with -DWL_attention_fwd) with the maps over q, k and v encoded from
-    argv[16..30] (per map: dims[0] dims[1] stride box[0] box[1]) and passed to the kernel, and the
-    TMA emulation's shared memory size and hazard flag wired in."""
+    argv[16..30] (per map: dims[0] dims[1] stride box[0] box[1]) and passed to the kernel."""
     launch = "    __nv_bfloat16 *q = Q.p(), *k = Kb.p(), *v = V.p(), *o = O.p();\n"
-    edits = [
-        ("int main(", ENCODE + "int main("),
-        ("    ko_emu_dyn_smem = reinterpret_cast<char*>(smem.data());\n",
-         "    ko_emu_dyn_smem = reinterpret_cast<char*>(smem.data());\n    emu::smem_bytes = shared;\n"),
+    return tma_driver([
         (launch, launch + "    TensorMap tmQ, tmK, tmV;\n"
          "    if (!encode(tmQ, q, n * 2, argv + 16) || !encode(tmK, k, n * 2, argv + 21) ||\n"
          "        !encode(tmV, v, n * 2, argv + 26)) {\n"
          "        std::fprintf(stderr, \"a tensor map reaches past its buffer\\n\"); return 1; }\n"),
         ("attention_fwd(q, k, v, o, Bn, Hn, S, D, causal); });",
          "attention_fwd(q, k, v, o, Bn, Hn, S, D, causal, tmQ, tmK, tmV); });"),
-        ("    if (fail) { std::fprintf(stderr, \"FAIL\\n\"); return 1; }",
-         "    if (emu::hazard) fail = 1;\n    if (fail) { std::fprintf(stderr, \"FAIL\\n\"); return 1; }"),
-    ]
-    text = DRIVER
-    for old, new in edits:
-        assert text.count(old) == 1, old
-        text = text.replace(old, new)
-    return text
+    ])
 
 
 TMA_DRIVER = _tma_driver()
@@ -298,29 +288,19 @@ SERIALIZED = "wgmma.mma_async instructions are serialized"
 
 
 def test_every_tma_configuration_compiles_for_sm_90a_without_spills_or_serialized_wgmma() -> None:
-    # NVRTC, as the harness compiles it: the signature's parameters then the three 128-byte maps; no
-    # spills or local memory; no C7515. With NWG 2 the consumers' setmaxnreg.inc 232 and the
-    # producer's .dec 40 must fit the registers the block launches with (384 x the count reported)
-    t = load_tunable("attention_fwd", "tunable_tma.json")
-    sig = t.workload.signature
-    sizes = [8 if p.kind == "buffer" else 4 for p in sig.params] + [128, 128, 128]
-    problems = []
-    for config in valid_configs(t.spec):
-        result = compile_kernel(t.source, "sm_90", options_for(t.spec, config), filename="tunable_tma.cu")
-        if not result.ok:
-            problems.append(f"{config}: {result.summary()}")
-            continue
-        res, threads = result.resources[sig.entry], (config["NWG"] + 1) * 128
-        if [p.size_bytes for p in result.entries[sig.entry]] != sizes:
-            problems.append(f"{config}: parameters {result.entries[sig.entry]}")
-        if res.spill_store_bytes or res.spill_load_bytes or res.stack_frame_bytes or not res.registers:
-            problems.append(f"{config}: spills, local memory or no register count: {result.summary()}")
-        elif res.registers * threads > 65536:
-            problems.append(f"{config}: {res.registers} registers x {threads} threads")
-        elif config["NWG"] == 2 and res.registers * threads < 128 * 40 + 256 * 232:
-            problems.append(f"{config}: {res.registers} registers: setmaxnreg.inc 232 would wait forever")
+    # the signature's parameters then the three maps, no spills (tma_compile_problems); no C7515. With NWG 2
+    # the consumers' setmaxnreg.inc 232 and the producer's .dec 40 must fit the registers the block launches
+    # with (384 x the count reported)
+    def more(config: Config, result: Any, res: Any) -> list[str]:
+        found = []
+        if config["NWG"] == 2 and res.registers * 384 < 128 * 40 + 256 * 232:
+            found.append(f"{config}: {res.registers} registers: setmaxnreg.inc 232 would wait forever")
         if SERIALIZED in result.log:
-            problems.append(f"{config}: ptxas serialized the wgmma (C7515)")
+            found.append(f"{config}: ptxas serialized the wgmma (C7515)")
+        return found
+
+    problems = tma_compile_problems(load_tunable("attention_fwd", "tunable_tma.json"), 3,
+                                    lambda config: (config["NWG"] + 1) * 128, more)
     assert not problems, "\n".join(problems)
 
 

@@ -20,7 +20,9 @@ only an H200 can tell.
 from __future__ import annotations
 
 import subprocess
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 from test_gemm_bf16_wgmma_emulated import PTX_EMU_WGMMA, WGMMA_CASES
@@ -171,28 +173,33 @@ static bool encode(TensorMap& tm, const void* p, size_t bytes, char** a) {   // 
 """
 
 
-def _tma_driver() -> str:
-    """The emulator's driver (test_new_workloads_emulated.DRIVER, built with -DWL_gemm_bf16) with
-    the two maps encoded over A and B and passed to the kernel, and the TMA emulation's shared
-    memory size and hazard flag wired in."""
-    edits = [
+def tma_driver(edits: list[tuple[str, str]]) -> str:
+    """test_new_workloads_emulated.DRIVER with ``edits`` (the kernel's maps encoded and passed to it) and
+    what every TMA emulation needs wired in: ENCODE, the shared memory size, the hazard flag."""
+    text = DRIVER
+    for old, new in [
         ("int main(", ENCODE + "int main("),
         ("    ko_emu_dyn_smem = reinterpret_cast<char*>(smem.data());\n",
          "    ko_emu_dyn_smem = reinterpret_cast<char*>(smem.data());\n    emu::smem_bytes = shared;\n"),
+        ("    if (fail) { std::fprintf(stderr, \"FAIL\\n\"); return 1; }",
+         "    if (emu::hazard) fail = 1;\n    if (fail) { std::fprintf(stderr, \"FAIL\\n\"); return 1; }"),
+        *edits,
+    ]:
+        assert text.count(old) == 1, old
+        text = text.replace(old, new)
+    return text
+
+
+def _tma_driver() -> str:
+    """The driver built with -DWL_gemm_bf16, with the two maps encoded over A and B and passed to the kernel."""
+    return tma_driver([
         ("    for (size_t i = 0; i < C.n; ++i) C.p()[i] = std::nanf(\"\");\n    std::vector<double> ref((size_t)M "
          "* N);\n", "    for (size_t i = 0; i < C.n; ++i) C.p()[i] = std::nanf(\"\");\n    TensorMap tmA, tmB;\n"
          "    if (!encode(tmA, A.p(), A.n * 2, argv + 14) || !encode(tmB, B.p(), B.n * 2, argv + 19)) {\n"
          "        std::fprintf(stderr, \"a tensor map reaches past its buffer\\n\"); return 1; }\n"
          "    std::vector<double> ref((size_t)M * N);\n"),
         ("gemm_bf16(a, b, c, M, N, K); });", "gemm_bf16(a, b, c, M, N, K, tmA, tmB); });"),
-        ("    if (fail) { std::fprintf(stderr, \"FAIL\\n\"); return 1; }",
-         "    if (emu::hazard) fail = 1;\n    if (fail) { std::fprintf(stderr, \"FAIL\\n\"); return 1; }"),
-    ]
-    text = DRIVER
-    for old, new in edits:
-        assert text.count(old) == 1, old
-        text = text.replace(old, new)
-    return text
+    ])
 
 
 TMA_DRIVER = _tma_driver()
@@ -244,15 +251,16 @@ def test_gemm_bf16_tma_tunable_matches_float64(config: Config, tmp_path: Path) -
     assert not failures, "\n".join(failures)
 
 
-def test_every_tma_configuration_compiles_for_sm_90a_without_spills() -> None:
-    # NVRTC, as the harness compiles it: the signature's parameters then the two 128-byte maps, no
-    # spills or local memory; the launch bound's register cap (384 threads, 1 block: 168) holds
-    t = load_tunable("gemm_bf16", "tunable_tma.json")
+def tma_compile_problems(t: Any, maps: int, threads: Callable[[Config], int],
+                         more: Callable[[Config, Any, Any], list[str]] = lambda config, result, res: []) -> list[str]:
+    """What is wrong with each configuration of the tunable ``t`` compiled by NVRTC as the harness compiles
+    it: a failed compile; parameters other than the signature's then ``maps`` 128-byte tensor maps; spills,
+    local memory or no register count; more registers than ``threads(config)`` threads may have; ``more``."""
     sig = t.workload.signature
-    sizes = [8 if p.kind == "buffer" else 4 for p in sig.params] + [128, 128]
+    sizes = [8 if p.kind == "buffer" else 4 for p in sig.params] + [128] * maps
     problems = []
     for config in valid_configs(t.spec):
-        result = compile_kernel(t.source, "sm_90", options_for(t.spec, config), filename="tunable_tma.cu")
+        result = compile_kernel(t.source, "sm_90", options_for(t.spec, config), filename=t.spec["source"])
         if not result.ok:
             problems.append(f"{config}: {result.summary()}")
             continue
@@ -261,8 +269,16 @@ def test_every_tma_configuration_compiles_for_sm_90a_without_spills() -> None:
             problems.append(f"{config}: parameters {result.entries[sig.entry]}")
         if res.spill_store_bytes or res.spill_load_bytes or res.stack_frame_bytes or not res.registers:
             problems.append(f"{config}: spills, local memory or no register count: {result.summary()}")
-        elif res.registers * 384 > 65536:
-            problems.append(f"{config}: {res.registers} registers x 384 threads")
+        elif res.registers * threads(config) > 65536:
+            problems.append(f"{config}: {res.registers} registers x {threads(config)} threads")
+        else:
+            problems += more(config, result, res)
+    return problems
+
+
+def test_every_tma_configuration_compiles_for_sm_90a_without_spills() -> None:
+    # the launch bound's register cap (384 threads, 1 block: 168) holds
+    problems = tma_compile_problems(load_tunable("gemm_bf16", "tunable_tma.json"), 2, lambda config: 384)
     assert not problems, "\n".join(problems)
 
 
