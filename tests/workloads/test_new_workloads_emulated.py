@@ -355,6 +355,8 @@ def test_histogram_reference_and_initial_count_exactly(tmp_path: Path) -> None:
     {"THREADS": 1024, "VPT": 2, "COPIES": 8, "GRID": 2112},
     {"THREADS": 256, "VPT": 2, "COPIES": 1, "GRID": 264, "LANES": 1},
     {"THREADS": 128, "VPT": 4, "COPIES": 1, "GRID": 2112, "LANES": 1},
+    {"THREADS": 256, "VPT": 2, "COPIES": 1, "GRID": 264, "LANES": 1, "PIPE": 1},
+    {"THREADS": 128, "VPT": 1, "COPIES": 4, "GRID": 2112, "LANES": 0, "PIPE": 1},
 ])
 def test_histogram_tunable_counts_exactly(config: Config, tmp_path: Path) -> None:
     t = load_tunable("histogram")

@@ -13,7 +13,9 @@
 //   per bin, so the reduction is conflict-free too;
 // - vector path (x 16-byte aligned): each thread loads VPT 16-byte vectors per iteration
 //   (VPT independent loads in flight) and counts their 16 * VPT bytes; the last n % 16 bytes
-//   are counted one by one; a misaligned x takes the scalar path for all of it.
+//   are counted one by one; a misaligned x takes the scalar path for all of it;
+// - PIPE 1: the next iteration's vectors are loaded before this one's are counted (registers
+//   double-buffered), so a thread keeps its loads in flight through the counting; 0: load, count.
 // Launch: grid min(ceil_div(n, THREADS * 16 * VPT), GRID), block THREADS,
 // static shared memory 4 * 256 * COPIES bytes (times 32 with LANES).
 
@@ -31,6 +33,9 @@
 #endif
 #ifndef LANES
 #define LANES 0
+#endif
+#ifndef PIPE
+#define PIPE 0
 #endif
 
 #define STRIPE (LANES ? 32 : 1)   // words per bin in a copy
@@ -50,6 +55,27 @@ __device__ __forceinline__ void count_word(int* bins, unsigned w) {
     count(bins, w >> 24);
 }
 
+// VPT vectors of this thread's iteration at `base` (zeros past the end, which count_vectors skips)
+__device__ __forceinline__ void load_vectors(uint4 (&v)[VPT], const uint4* __restrict__ x16, size_t base, size_t nvec) {
+#pragma unroll
+    for (int j = 0; j < VPT; ++j) {
+        const size_t i = base + (size_t)j * THREADS;
+        v[j] = i < nvec ? __ldcs(x16 + i) : make_uint4(0u, 0u, 0u, 0u);
+    }
+}
+
+__device__ __forceinline__ void count_vectors(int* bins, const uint4 (&v)[VPT], size_t base, size_t nvec) {
+#pragma unroll
+    for (int j = 0; j < VPT; ++j) {
+        if (base + (size_t)j * THREADS < nvec) {
+            count_word(bins, v[j].x);
+            count_word(bins, v[j].y);
+            count_word(bins, v[j].z);
+            count_word(bins, v[j].w);
+        }
+    }
+}
+
 extern "C" __global__ void __launch_bounds__(THREADS)
 histogram(const unsigned char* __restrict__ x, int* __restrict__ hist, int n) {
     __shared__ int smem[COPIES * 256 * STRIPE];
@@ -62,23 +88,24 @@ histogram(const unsigned char* __restrict__ x, int* __restrict__ hist, int n) {
         const size_t nvec = (size_t)n / 16;
         const uint4* x16 = reinterpret_cast<const uint4*>(x);
         const size_t step = (size_t)gridDim.x * THREADS * VPT;
-        for (size_t base = (size_t)blockIdx.x * THREADS * VPT + threadIdx.x; base < nvec; base += step) {
-            uint4 v[VPT];
+        size_t base = (size_t)blockIdx.x * THREADS * VPT + threadIdx.x;
+#if PIPE
+        uint4 v[VPT];
+        load_vectors(v, x16, base, nvec);
+        for (; base < nvec; base += step) {
+            uint4 next[VPT];
+            load_vectors(next, x16, base + step, nvec);   // in flight while v is counted
+            count_vectors(bins, v, base, nvec);
 #pragma unroll
-            for (int j = 0; j < VPT; ++j) {
-                const size_t i = base + (size_t)j * THREADS;
-                v[j] = i < nvec ? __ldcs(x16 + i) : make_uint4(0u, 0u, 0u, 0u);
-            }
-#pragma unroll
-            for (int j = 0; j < VPT; ++j) {
-                if (base + (size_t)j * THREADS < nvec) {
-                    count_word(bins, v[j].x);
-                    count_word(bins, v[j].y);
-                    count_word(bins, v[j].z);
-                    count_word(bins, v[j].w);
-                }
-            }
+            for (int j = 0; j < VPT; ++j) v[j] = next[j];
         }
+#else
+        for (; base < nvec; base += step) {
+            uint4 v[VPT];
+            load_vectors(v, x16, base, nvec);
+            count_vectors(bins, v, base, nvec);
+        }
+#endif
         done = nvec * 16;
     }
     const size_t stride = (size_t)gridDim.x * THREADS;
