@@ -9,6 +9,7 @@
 #     (KERNELOPT_FRESH_LAUNCHES=16 before either: the same with the fresh-launch subset on, as every path inherits it)
 #   bash scripts/device_issue40.sh quick      # bench/startup.py, then a problem file written for the GPU on the GPU
 #   bash scripts/device_issue40.sh issue42    # bench/startup.py, test_optimize_gpu (the run's bytes, restore, replays), test_evaluate_gpu
+#   bash scripts/device_issue40.sh issue43    # the evaluation's GPU tests beyond issue42's: v2, fresh and device inputs, the server
 #   bash scripts/device_issue40.sh optimize   # kernelopt optimize --workload on imported problems, scripted model
 #   bash scripts/device_issue40.sh suite      # kernelopt kernelbench over the 12 problems with our solutions
 #   bash scripts/device_issue40.sh gemmtune   # then the K = 8192 GEMMs' accumulation and tile variants
@@ -149,6 +150,9 @@ print(sys.argv[2], sys.argv[3], r.get("status"), r.get("score_ms"), f"largest er
     timeout 60 python3 bench/startup.py --runs 11 > "$OUT/startup.txt" 2>&1; echo "startup rc=$?"; tail -8 "$OUT/startup.txt"
     gpu_tests issue42 480 --timeout 400 tests/gpu/test_optimize_gpu.py tests/gpu/test_evaluate_gpu.py
     grep -E '"run_bytes"' "$OUT/issue42.log" | head -2 ;;
+  issue43)  # the rest of the GPU set issue 43's refactor touched (issue42 runs test_optimize_gpu and test_evaluate_gpu)
+    gpu_tests issue43 560 --timeout 300 tests/gpu/test_evaluate_v2_gpu.py tests/gpu/test_fresh_inputs_gpu.py \
+      tests/gpu/test_device_inputs_gpu.py tests/gpu/test_device_expected_gpu.py tests/gpu/test_server_gpu.py ;;
   imports)  # IMPORT_LEVELS="3" imports one level only
     timeout "${IMPORT_TIMEOUT:-560}" python3 bench/kernelbench_import.py .kb --level ${IMPORT_LEVELS:-1 2 3} --jobs 16 --timeout 300 --json "$OUT/imports.json" > "$OUT/imports.md" 2> "$OUT/imports.err"
     echo "imports rc=$?"; cat "$OUT/imports.md" ;;
