@@ -10,6 +10,7 @@
 #   bash scripts/device_issue40.sh quick      # bench/startup.py, then a problem file written for the GPU on the GPU
 #   bash scripts/device_issue40.sh issue42    # bench/startup.py, test_optimize_gpu (the run's bytes, restore, replays), test_evaluate_gpu
 #   bash scripts/device_issue40.sh issue43    # the evaluation's GPU tests beyond issue42's: v2, fresh and device inputs, the server
+#   bash scripts/device_issue40.sh kernels44  # histogram PIPE probe (tune), transpose square vs misaligned under ncu
 #   bash scripts/device_issue40.sh optimize   # kernelopt optimize --workload on imported problems, scripted model
 #   bash scripts/device_issue40.sh suite      # kernelopt kernelbench over the 12 problems with our solutions
 #   bash scripts/device_issue40.sh gemmtune   # then the K = 8192 GEMMs' accumulation and tile variants
@@ -153,6 +154,18 @@ print(sys.argv[2], sys.argv[3], r.get("status"), r.get("score_ms"), f"largest er
   issue43)  # the rest of the GPU set issue 43's refactor touched (issue42 runs test_optimize_gpu and test_evaluate_gpu)
     gpu_tests issue43 560 --timeout 300 tests/gpu/test_evaluate_v2_gpu.py tests/gpu/test_fresh_inputs_gpu.py \
       tests/gpu/test_device_inputs_gpu.py tests/gpu/test_device_expected_gpu.py tests/gpu/test_server_gpu.py ;;
+  kernels44)  # issue 44's probes: histogram's PIPE against today's best in one tune (a narrowed space beside the
+    # workload), then transpose's misaligned case against the square one under Nsight Compute (DRAM bytes, sectors)
+    python3 -c 'import json; t=json.load(open("workloads/histogram/tunable.json")); t["params"]={"THREADS":[512],"VPT":[2,4],
+"COPIES":[1,4],"GRID":[2112],"LANES":[0,1],"PIPE":[0,1]}; json.dump(t, open("workloads/histogram/probe.json","w"))'
+    timeout 300 kernelopt tune histogram probe.json --budget-evals 16 --top 16 -o /tmp/hist > "$OUT/hist.txt" 2> "$OUT/hist.err"
+    echo "histogram tune rc=$?"; tail -3 "$OUT/hist.err"; cut -c1-220 "$OUT/hist.txt" | head -40
+    echo '{"default": {"grid": ["ceil_div(cols, 64)", "ceil_div(rows, 64)"], "block": [64, 8]}}' > /tmp/t.launch.json
+    for c in square_8192 odd_5003x8191; do
+      timeout 120 kernelopt profile transpose workloads/transpose/tunable.cu --launch /tmp/t.launch.json --case $c \
+        -O=-DTILE=64 -O=-DROWS=8 -O=-DSTCS=1 -O=-DALIGN=0 --set detailed -o "$OUT/tr-$c" --json > "$OUT/tr-$c.json" 2>&1
+      echo "profile $c rc=$?"; head -c 3000 "$OUT/tr-$c.json"; echo
+    done ;;
   imports)  # IMPORT_LEVELS="3" imports one level only
     timeout "${IMPORT_TIMEOUT:-560}" python3 bench/kernelbench_import.py .kb --level ${IMPORT_LEVELS:-1 2 3} --jobs 16 --timeout 300 --json "$OUT/imports.json" > "$OUT/imports.md" 2> "$OUT/imports.err"
     echo "imports rc=$?"; cat "$OUT/imports.md" ;;
