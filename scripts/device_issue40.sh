@@ -160,11 +160,12 @@ print(sys.argv[2], sys.argv[3], r.get("status"), r.get("score_ms"), f"largest er
 "COPIES":[1,4],"GRID":[2112],"LANES":[0,1],"PIPE":[0,1]}; json.dump(t, open("workloads/histogram/probe.json","w"))'
     timeout 300 kernelopt tune histogram probe.json --budget-evals 16 --top 16 -o /tmp/hist > "$OUT/hist.txt" 2> "$OUT/hist.err"
     echo "histogram tune rc=$?"; tail -3 "$OUT/hist.err"; cut -c1-220 "$OUT/hist.txt" | head -40
-    echo '{"default": {"grid": ["ceil_div(cols, 64)", "ceil_div(rows, 64)"], "block": [64, 8]}}' > /tmp/t.launch.json
-    for c in square_8192 odd_5003x8191; do
-      timeout 120 kernelopt profile transpose workloads/transpose/tunable.cu --launch /tmp/t.launch.json --case $c \
-        -O=-DTILE=64 -O=-DROWS=8 -O=-DSTCS=1 -O=-DALIGN=0 --set detailed -o "$OUT/tr-$c" --json > "$OUT/tr-$c.json" 2>&1
-      echo "profile $c rc=$?"; head -c 3000 "$OUT/tr-$c.json"; echo
+    for v in square_8192:0 odd_5003x8191:0 odd_5003x8191:32; do  # case:ALIGN
+      c=${v%%:*} a=${v##*:}
+      echo "{\"default\": {\"grid\": [\"ceil_div(cols, 64)\", \"ceil_div(rows + $(( a > 0 ? a - 1 : 0 )), 64)\"], \"block\": [64, 8]}}" > /tmp/t.launch.json
+      timeout 120 kernelopt profile transpose workloads/transpose/tunable.cu --launch /tmp/t.launch.json --case "$c" \
+        -O=-DTILE=64 -O=-DROWS=8 -O=-DSTCS=1 -O=-DALIGN="$a" --set detailed -o "$OUT/tr-$c-$a" --json > "$OUT/tr-$c-$a.json" 2>&1
+      echo "profile $c ALIGN $a rc=$?"; head -c 3000 "$OUT/tr-$c-$a.json"; echo
     done ;;
   imports)  # IMPORT_LEVELS="3" imports one level only
     timeout "${IMPORT_TIMEOUT:-560}" python3 bench/kernelbench_import.py .kb --level ${IMPORT_LEVELS:-1 2 3} --jobs 16 --timeout 300 --json "$OUT/imports.json" > "$OUT/imports.md" 2> "$OUT/imports.err"
