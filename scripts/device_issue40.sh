@@ -154,8 +154,10 @@ print(sys.argv[2], sys.argv[3], r.get("status"), r.get("score_ms"), f"largest er
   issue43)  # the rest of the GPU set issue 43's refactor touched (issue42 runs test_optimize_gpu and test_evaluate_gpu)
     gpu_tests issue43 560 --timeout 300 tests/gpu/test_evaluate_v2_gpu.py tests/gpu/test_fresh_inputs_gpu.py \
       tests/gpu/test_device_inputs_gpu.py tests/gpu/test_device_expected_gpu.py tests/gpu/test_server_gpu.py ;;
-  kernels44)  # issue 44's probes: histogram's PIPE against today's best in one tune (a narrowed space beside the
-    # workload), then transpose's misaligned case against the square one under Nsight Compute (DRAM bytes, sectors)
+  kernels44)  # issue 44's probes: a timed launch's poison as bytes vs words; histogram's PIPE against today's best in
+    # one tune (a narrowed space beside the workload); transpose's misaligned case against the square one under
+    # Nsight Compute (DRAM bytes, sectors)
+    timeout 60 python3 scripts/probe_memset.py 16 128 512 2>&1 | tee "$OUT/memset.txt"
     python3 -c 'import json; t=json.load(open("workloads/histogram/tunable.json")); t["params"]={"THREADS":[512],"VPT":[2,4],
 "COPIES":[1,4],"GRID":[2112],"LANES":[0,1],"PIPE":[0,1]}; json.dump(t, open("workloads/histogram/probe.json","w"))'
     timeout 300 kernelopt tune histogram probe.json --budget-evals 16 --top 16 -o /tmp/hist > "$OUT/hist.txt" 2> "$OUT/hist.err"
