@@ -12,7 +12,9 @@
 // writes instead: where rows % A != 0, each output row is written in TILE-long windows shifted to
 // start on a 4A-byte boundary (8: 32-byte sectors; 16: 64 bytes, the pair of sectors DRAM moves
 // at once; 32: 128-byte lines); the block stages A more input rows, and the grid has one more
-// tile row. ALIGN = 0: no shifted windows.
+// tile row. ALIGN = 0: no shifted windows. MINB: the blocks per SM the registers must leave room for
+// (__launch_bounds__' second argument): a transpose waits on its loads, and more resident blocks keep
+// more of them in flight (Nsight Compute on the H200: registers held occupancy at 70% with MINB 1).
 // Launch: grid (ceil_div(cols, TILE), ceil_div(rows + max(ALIGN - 1, 0), TILE)), block (TILE, ROWS).
 
 #ifndef TILE
@@ -27,12 +29,15 @@
 #ifndef ALIGN
 #define ALIGN 0
 #endif
+#ifndef MINB
+#define MINB 1
+#endif
 
 static_assert(TILE % ROWS == 0, "ROWS must divide TILE");
 static_assert(ALIGN == 0 || ALIGN == 8 || ALIGN == 16 || ALIGN == 32, "ALIGN must be 0, 8, 16 or 32 (floats)");
 static_assert(TILE * ROWS <= 1024, "TILE * ROWS must be at most 1024");
 
-extern "C" __global__ void __launch_bounds__(TILE * ROWS, 1)
+extern "C" __global__ void __launch_bounds__(TILE * ROWS, MINB)
 transpose(const float* __restrict__ in, float* __restrict__ out, int rows, int cols) {
     __shared__ float tile[TILE + ALIGN][TILE + 1];
     const int c0 = blockIdx.x * TILE, r0 = blockIdx.y * TILE;
