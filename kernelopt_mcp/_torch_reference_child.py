@@ -152,7 +152,13 @@ def run_job(torch: Any, request: dict[str, Any], job: dict[str, Any], module: _M
         if out.numel() != int(want["elements"]):
             raise ValueError(f"forward's output {k} has {out.numel()} elements; the output buffer {want['name']!r} "
                              f"has {want['elements']}")
-        outs[k] = out.to(_dtype(torch, want["dtype"]))
+        got = "uint8" if out.dtype == torch.bool else str(out.dtype).removeprefix("torch.")  # as the import names it
+        if got != want["dtype"]:  # never converted: the kernel is checked against what the module computes
+            raise TypeError(
+                f"forward's output {k} is {got} on {device}, but {want['dtype']} where the problem was imported: "
+                "the module computes differently on this device (torch.autocast, or code that depends on the "
+                "device); make its dtypes explicit (x.half(), .float()) and import it again")
+        outs[k] = out.to(_dtype(torch, want["dtype"]))  # bool -> uint8
     if device.type == "cuda":
         torch.cuda.synchronize(device)
     figures: dict[str, dict[str, Any]] = {want["name"]: {} for want in wants}

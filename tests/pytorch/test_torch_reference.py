@@ -126,6 +126,16 @@ def test_a_module_that_fails_names_the_case_and_the_error(tmp_path: Path) -> Non
         run(tmp_path, wl, "")
 
 
+@pytest.mark.parametrize("twist", [".double()", " if False else (a + self.b).half()"])
+def test_an_output_of_another_dtype_than_imported_is_an_error_not_a_conversion(twist: str, tmp_path: Path) -> None:
+    """The module returns another dtype than it did where it was imported (torch.autocast on the GPU
+    does that): converting it would check the kernel against values the module never computed in that
+    dtype, so the evaluation stops and says why."""
+    with pytest.raises(WorkloadError, match=r"the module fails on case 'one'.*output 0 is float(64|16) on cpu, "
+                                            r"but float32 where the problem was imported.*torch.autocast"):
+        run(tmp_path, write_problem(tmp_path / "wl", twist=twist), "")
+
+
 def test_reference_torch_without_the_mapping_is_refused_on_load(tmp_path: Path) -> None:
     with pytest.raises(WorkloadError, match=r"reference.torch needs imported.forward"):
         load_workload(write_problem(tmp_path / "wl", drop="output"))
