@@ -22,8 +22,9 @@ ours is faster. Targets are issue 16's; a row without one is reported, not judge
 in pieces (each entry is a few minutes at the default budget): ``--only sgemm_3xtf32 --only sgemm``.
 
 ``--config ENTRY:NAME=VALUE,...`` evaluates that configuration instead of tuning (a known best,
-in seconds). ``--profile DIR`` puts each entry's row furthest under its target under Nsight
-Compute (the same kernel, case and inputs, in the same session; one ncu run per entry, as the
+in seconds); ``--known`` does so with each entry's best configuration measured so far (``Entry.known``,
+the configurations of docs/measurements.md). ``--profile DIR`` puts each entry's row furthest under
+its target under Nsight Compute (the same kernel, case and inputs, in the same session; one ncu run per entry, as the
 rows of an entry share the kernel) and names what bounds it in the notes: the
 speed-of-light figures, the top warp stalls and the summary's first hint; the reports and full
 summaries stay in ``DIR/<entry>-<case>/``. That is the profile evidence issue 16 asks for where a
@@ -75,6 +76,7 @@ class Entry:
     target: float | None  # the ratio to reach on every performance case (None: reported)
     cases: tuple[str, ...] = ()  # judged cases (empty: every performance case)
     note: str = ""
+    known: dict[str, Value] | None = None  # the best configuration measured (docs/measurements.md), for --known
 
 
 ENTRIES: dict[str, Entry] = {
@@ -91,18 +93,24 @@ ENTRIES: dict[str, Entry] = {
                            "issue 16: >= 90% of cuBLAS"),
     "attention_fwd": Entry("attention_fwd", "tunable.json", "torch", 1.0,
                            ("d128_4x32x4096", "d128_4x32x4096_causal", "d64_4x32x4096", "d64_4x32x4096_causal"),
-                           "issue 16: >= 1.0x PyTorch SDPA (flash backend)"),
+                           "issue 16: >= 1.0x PyTorch SDPA (flash backend)",
+                           known={"WARPS": 4, "BKV": 64, "QREG": 1, "RPW": 1}),
     "attention_fwd_wgmma": Entry("attention_fwd", "tunable_wgmma.json", "torch", 1.0,
                                  ("d128_4x32x4096", "d128_4x32x4096_causal", "d64_4x32x4096", "d64_4x32x4096_causal"),
-                                 "wgmma for QK^T and PV, P in registers (sm_90a); issue 44: >= 1.0x SDPA flash"),
+                                 "wgmma for QK^T and PV, P in registers (sm_90a); issue 44: >= 1.0x SDPA flash",
+                                 known={"NWG": 2, "BKV": 128, "STAGES": 2}),
     "attention_fwd_tma": Entry("attention_fwd", "tunable_tma.json", "torch", 1.0,
                                ("d128_4x32x4096", "d128_4x32x4096_causal", "d64_4x32x4096", "d64_4x32x4096_causal"),
                                "FlashAttention-3's structure: TMA producer warpgroup, mbarrier rings, setmaxnreg; "
-                               "issue 44: >= 1.0x SDPA flash"),
-    "softmax": Entry("softmax", "tunable.json", "torch", 2.0, ("square_8192",), "issue 16: >= 2x PyTorch at 8192x8192"),
-    "layernorm": Entry("layernorm", "tunable.json", "copy", 0.85, note="issue 16: >= 85% of copy"),
-    "transpose": Entry("transpose", "tunable.json", "copy", 0.9, note="issue 16: >= 90% of copy at every size"),
-    "histogram": Entry("histogram", "tunable.json", "copy", 0.8, note="issue 16: >= 80% of copy (it reads only)"),
+                               "issue 44: >= 1.0x SDPA flash", known={"NWG": 2, "BKV": 128, "STAGES": 2, "OVERLAP": 1}),
+    "softmax": Entry("softmax", "tunable.json", "torch", 2.0, ("square_8192",), "issue 16: >= 2x PyTorch at 8192x8192",
+                     known={"TPR": 128, "RPB": 1, "VPT": 8, "SMEM": 1}),
+    "layernorm": Entry("layernorm", "tunable.json", "copy", 0.85, note="issue 16: >= 85% of copy",
+                       known={"TPR": 128, "RPB": 2, "VPT": 8, "WR": 1}),
+    "transpose": Entry("transpose", "tunable.json", "copy", 0.9, note="issue 16: >= 90% of copy at every size",
+                       known={"TILE": 64, "ROWS": 8, "STCS": 1, "ALIGN": 8, "MINB": 4}),
+    "histogram": Entry("histogram", "tunable.json", "copy", 0.8, note="issue 16: >= 80% of copy (it reads only)",
+                       known={"THREADS": 256, "VPT": 4, "COPIES": 1, "GRID": 1056, "LANES": 1, "PIPE": 1}),
     "reduce_sum": Entry("reduce_sum", "tunable.json", "copy", 0.85, note="reads only, so it can pass the copy rate"),
 }
 
@@ -139,6 +147,13 @@ def _value(text: str) -> Value:
         except ValueError:
             pass
     return text
+
+
+def chosen_configs(texts: list[str], *, known: bool) -> dict[str, dict[str, Value]]:
+    """The configurations to evaluate instead of tuning: each ``--config`` text, and with ``known`` every
+    entry's best measured one that no text overrides."""
+    given = dict(parse_config(t) for t in texts)
+    return ({name: dict(e.known) for name, e in ENTRIES.items() if e.known is not None} if known else {}) | given
 
 
 def configured(tunable: Tunable, config: dict[str, Value]) -> Candidate:
@@ -400,13 +415,16 @@ def main(argv: list[str] | None = None) -> int:
                    help="configurations tuned per entry (default 40; 1: the defaults only)")
     p.add_argument("--config", action="append", default=[], metavar="ENTRY:NAME=VALUE,...",
                    help="evaluate this configuration of ENTRY instead of tuning it (repeatable)")
+    p.add_argument("--known", action="store_true",
+                   help="evaluate each entry's best measured configuration (docs/measurements.md) instead of "
+                   "tuning it, where it has one and --config names none")
     p.add_argument("--profile", type=Path, metavar="DIR",
                    help="profile each entry's row furthest under its target with Nsight Compute; reports in DIR")
     args = p.parse_args(argv)
     if args.budget < 1:
         p.error("--budget must be at least 1")
     try:
-        configs = dict(parse_config(c) for c in args.config)
+        configs = chosen_configs(args.config, known=args.known)
     except ValueError as exc:
         p.error(str(exc))
     out, err = Console(), Console(stderr=True)

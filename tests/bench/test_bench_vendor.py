@@ -174,3 +174,28 @@ def test_every_entry_names_a_bundled_tunable_and_judges_performance_cases_only(v
             assert load_tunable(workload.root / entry.spec, workload).spec.params, name
         performance = {c.name for c in workload.spec.performance_cases}
         assert set(entry.cases) <= performance, (name, set(entry.cases) - performance)
+
+
+def test_every_known_configuration_is_a_point_of_its_entrys_space(vendor: ModuleType) -> None:
+    """--known evaluates these on the GPU: one that names a parameter the space lost, or a value or
+    combination it no longer allows, is caught here instead of failing the entry there."""
+    from kernelopt_mcp.config import bundled_workloads_dir
+    from kernelopt_mcp.tune.spec import load_tunable
+    from kernelopt_mcp.workload import load_workload
+
+    known = {name: e for name, e in vendor.ENTRIES.items() if e.known is not None}
+    assert {"histogram", "transpose", "attention_fwd_tma", "softmax"} <= set(known)
+    for name, entry in known.items():
+        tunable = load_tunable(bundled_workloads_dir() / entry.workload / entry.spec,
+                               load_workload(bundled_workloads_dir() / entry.workload))
+        assert vendor.configured(tunable, entry.known).params == entry.known, name
+
+
+def test_known_configurations_are_chosen_unless_a_given_one_overrides(vendor: ModuleType) -> None:
+    assert vendor.chosen_configs([], known=False) == {}
+    chosen = vendor.chosen_configs(["softmax:TPR=256,RPB=1,VPT=8,SMEM=1"], known=True)
+    assert chosen["softmax"] == {"TPR": 256, "RPB": 1, "VPT": 8, "SMEM": 1}  # --config wins over the known one
+    assert chosen["histogram"] == vendor.ENTRIES["histogram"].known
+    assert set(chosen) == {n for n, e in vendor.ENTRIES.items() if e.known is not None}
+    with pytest.raises(ValueError, match="--config"):
+        vendor.chosen_configs(["softmax"], known=True)
