@@ -10,7 +10,7 @@
 #   bash scripts/device_issue40.sh quick      # bench/startup.py, then a problem file written for the GPU on the GPU
 #   bash scripts/device_issue40.sh issue42    # bench/startup.py, test_optimize_gpu (the run's bytes, restore, replays), test_evaluate_gpu
 #   bash scripts/device_issue40.sh issue43    # the evaluation's GPU tests beyond issue42's: v2, fresh and device inputs, the server
-#   bash scripts/device_issue40.sh kernels44  # histogram PIPE probe (tune), transpose square vs misaligned under ncu
+#   bash scripts/device_issue40.sh kernels44  # transpose's MINB / ALIGN tune, then the best known configurations (vendor.py --known)
 #   bash scripts/device_issue40.sh optimize   # kernelopt optimize --workload on imported problems, scripted model
 #   bash scripts/device_issue40.sh suite      # kernelopt kernelbench over the 12 problems with our solutions
 #   bash scripts/device_issue40.sh gemmtune   # then the K = 8192 GEMMs' accumulation and tile variants
@@ -154,21 +154,18 @@ print(sys.argv[2], sys.argv[3], r.get("status"), r.get("score_ms"), f"largest er
   issue43)  # the rest of the GPU set issue 43's refactor touched (issue42 runs test_optimize_gpu and test_evaluate_gpu)
     gpu_tests issue43 560 --timeout 300 tests/gpu/test_evaluate_v2_gpu.py tests/gpu/test_fresh_inputs_gpu.py \
       tests/gpu/test_device_inputs_gpu.py tests/gpu/test_device_expected_gpu.py tests/gpu/test_server_gpu.py ;;
-  kernels44)  # issue 44's probes: a timed launch's poison as bytes vs words; histogram's PIPE against today's best in
-    # one tune (a narrowed space beside the workload); transpose's misaligned case against the square one under
-    # Nsight Compute (DRAM bytes, sectors)
-    timeout 60 python3 scripts/probe_memset.py 16 128 512 2>&1 | tee "$OUT/memset.txt"
-    python3 -c 'import json; t=json.load(open("workloads/histogram/tunable.json")); t["params"]={"THREADS":[512],"VPT":[2,4],
-"COPIES":[1,4],"GRID":[2112],"LANES":[0,1],"PIPE":[0,1]}; json.dump(t, open("workloads/histogram/probe.json","w"))'
-    timeout 300 kernelopt tune histogram probe.json --budget-evals 16 --top 16 -o /tmp/hist > "$OUT/hist.txt" 2> "$OUT/hist.err"
-    echo "histogram tune rc=$?"; tail -3 "$OUT/hist.err"; cut -c1-220 "$OUT/hist.txt" | head -40
-    for v in square_8192:0 odd_5003x8191:0 odd_5003x8191:32; do  # case:ALIGN
-      c=${v%%:*} a=${v##*:}
-      echo "{\"default\": {\"grid\": [\"ceil_div(cols, 64)\", \"ceil_div(rows + $(( a > 0 ? a - 1 : 0 )), 64)\"], \"block\": [64, 8]}}" > /tmp/t.launch.json
-      timeout 120 kernelopt profile transpose workloads/transpose/tunable.cu --launch /tmp/t.launch.json --case "$c" \
-        -O=-DTILE=64 -O=-DROWS=8 -O=-DSTCS=1 -O=-DALIGN="$a" --set detailed -o "$OUT/tr-$c-$a" --json > "$OUT/tr-$c-$a.json" 2>&1
-      echo "profile $c ALIGN $a rc=$?"; head -c 3000 "$OUT/tr-$c-$a.json"; echo
-    done ;;
+  kernels44)  # what issue 44's kernels still need on the H200: transpose's misaligned case with MINB in a narrowed
+    # tune (a space beside the workload), then every entry's best known configuration beside its vendor
+    python3 -c 'import json; t=json.load(open("workloads/transpose/tunable.json")); t["params"]={"TILE":[32,64],"ROWS":[4,8],
+"STCS":[0,1],"ALIGN":[0,8,32],"MINB":[1,2,4]}; t["defaults"]={"TILE":64,"ROWS":8,"STCS":1,"ALIGN":8,"MINB":4}
+json.dump(t, open("workloads/transpose/probe.json","w"))'
+    timeout 240 kernelopt tune transpose workloads/transpose/probe.json --budget-evals 72 --top 12 -o /tmp/tr > "$OUT/tr.txt" \
+      2> "$OUT/tr.err"; echo "transpose tune rc=$?"; grep -A16 "exhaustive\|random" "$OUT/tr.txt" | cut -c1-160
+    timeout 300 python3 bench/vendor.py --known --only transpose --only histogram --only attention_fwd_tma --json \
+      > "$OUT/vendor.json" 2> "$OUT/vendor.err"; echo "vendor rc=$?"
+    python3 -c 'import json,sys; s=json.load(open(sys.argv[1]))["sections"][0]
+for r in s["rows"]: print(r["workload"], r["case"], r["ours ms"], r["ours rate"], r["vendor"], r["vendor ms"], r["ratio"])
+print("\n".join(s["notes"]))' "$OUT/vendor.json" ;;
   imports)  # IMPORT_LEVELS="3" imports one level only
     timeout "${IMPORT_TIMEOUT:-560}" python3 bench/kernelbench_import.py .kb --level ${IMPORT_LEVELS:-1 2 3} --jobs 16 --timeout 300 --json "$OUT/imports.json" > "$OUT/imports.md" 2> "$OUT/imports.err"
     echo "imports rc=$?"; cat "$OUT/imports.md" ;;
