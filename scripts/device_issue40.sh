@@ -11,6 +11,7 @@
 #   bash scripts/device_issue40.sh issue42    # bench/startup.py, test_optimize_gpu (the run's bytes, restore, replays), test_evaluate_gpu
 #   bash scripts/device_issue40.sh issue43    # the evaluation's GPU tests beyond issue42's: v2, fresh and device inputs, the server
 #   bash scripts/device_issue40.sh kernels44  # transpose's MINB / ALIGN tune, then the best known configurations (vendor.py --known)
+#   bash scripts/device_issue40.sh attention44  # attention_fwd's TMA kernel: GPU tests, then its 60 configurations vs SDPA
 #   bash scripts/device_issue40.sh optimize   # kernelopt optimize --workload on imported problems, scripted model
 #   bash scripts/device_issue40.sh suite      # kernelopt kernelbench over the 12 problems with our solutions
 #   bash scripts/device_issue40.sh gemmtune   # then the K = 8192 GEMMs' accumulation and tile variants
@@ -166,6 +167,14 @@ json.dump(t, open("workloads/transpose/probe.json","w"))'
     python3 -c 'import json,sys; s=json.load(open(sys.argv[1]))["sections"][0]
 for r in s["rows"]: print(r["workload"], r["case"], r["ours ms"], r["ours rate"], r["vendor"], r["vendor ms"], r["ratio"])
 print("\n".join(s["notes"]))' "$OUT/vendor.json" ;;
+  attention44)  # attention_fwd's TMA kernel with its head-dim-64 shapes (NWG64, BKV64): the GPU tests of its
+    # configurations, then the whole space (60) beside SDPA's flash backend
+    gpu_tests attention 200 --timeout 180 tests/gpu/test_tunable_gpu.py -k attention
+    timeout 340 python3 bench/vendor.py --only attention_fwd_tma --budget 60 --json > "$OUT/vendor-att.json" \
+      2> "$OUT/vendor-att.err"; echo "vendor rc=$?"; grep -E "ok, [0-9.]+ ms" "$OUT/vendor-att.err" | sed -E 's/; host.*//' | cut -c1-150
+    python3 -c 'import json,sys; s=json.load(open(sys.argv[1]))["sections"][0]
+for r in s["rows"]: print(r["case"], r["ours ms"], r["ours rate"], r["vendor ms"], r["ratio"])
+print(s["notes"][0])' "$OUT/vendor-att.json" ;;
   imports)  # IMPORT_LEVELS="3" imports one level only
     timeout "${IMPORT_TIMEOUT:-560}" python3 bench/kernelbench_import.py .kb --level ${IMPORT_LEVELS:-1 2 3} --jobs 16 --timeout 300 --json "$OUT/imports.json" > "$OUT/imports.md" 2> "$OUT/imports.err"
     echo "imports rc=$?"; cat "$OUT/imports.md" ;;

@@ -108,11 +108,14 @@ CONFIGS: dict[str, list[dict[str, int]]] = {
     ],
     # flash attention, FA3's structure (producer warpgroup, TMA into an mbarrier ring, wgmma): one
     # consumer warpgroup at BKV 128; the intra-warpgroup overlap at BKV 64's deepest ring and at
-    # BKV 128's
+    # BKV 128's; head dim 64 with three consumer warpgroups (a 512-thread block, setmaxnreg 32 / 160;
+    # head dim 128 there with an idle fourth warpgroup), and its 192-key tiles
     "attention_fwd:tunable_tma.json": [
-        {"NWG": 1, "BKV": 128, "STAGES": 2, "OVERLAP": 0},
-        {"NWG": 2, "BKV": 64, "STAGES": 4, "OVERLAP": 1},
-        {"NWG": 2, "BKV": 128, "STAGES": 3, "OVERLAP": 1},
+        {"NWG": 1, "BKV": 128, "STAGES": 2, "OVERLAP": 0, "NWG64": 2, "BKV64": 128},
+        {"NWG": 2, "BKV": 64, "STAGES": 4, "OVERLAP": 1, "NWG64": 2, "BKV64": 128},
+        {"NWG": 2, "BKV": 128, "STAGES": 3, "OVERLAP": 1, "NWG64": 2, "BKV64": 128},
+        {"NWG": 2, "BKV": 128, "STAGES": 2, "OVERLAP": 1, "NWG64": 3, "BKV64": 128},
+        {"NWG": 2, "BKV": 128, "STAGES": 2, "OVERLAP": 1, "NWG64": 2, "BKV64": 192},
     ],
     # sgemm on tensor cores at FP32 accuracy: the tolerance is sgemm's, on every case; PROMOTE 1 (each
     # slice on its own partial tile) at the default tile and at a 4-warp one

@@ -107,7 +107,18 @@ def _attention_tma_emulation() -> str:
     wait = head[: head.rindex("// The emulated CUtensorMap")] + TMA_LOAD
     assert "}\n" in tail
     assert WAIT_OLD in PTX_EMU_ATTN_WGMMA
-    return "#include <map>\n" + PTX_EMU_ATTN_WGMMA.replace(WAIT_OLD, wait.replace(TRY_WAIT, DEFERRED))
+    return ("#include <map>\n" + PTX_EMU_ATTN_WGMMA.replace(WAIT_OLD, wait.replace(TRY_WAIT, DEFERRED))
+            + ATTN_TMA_EXTRA)
+
+
+# the kernel's wrappers the gemm's and the wgmma attention's emulations lack: S = q k^T at BKV64 192,
+# setmaxnreg by count (no-ops, as the gemm's) and the lane-0 broadcast of a warp-uniform value
+ATTN_TMA_EXTRA = r"""static inline void wgmma_ss_n192(float (&d)[96], unsigned long long da, unsigned long long db,
+                                 int sd) { wgmma_ss(d, da, db, sd); }
+template <int R> static inline void setmaxnreg_dec() {}
+template <int R> static inline void setmaxnreg_inc() {}
+static inline int warp_uniform(int v) { return v; }
+"""
 
 
 PTX_EMU_ATTN_TMA = _attention_tma_emulation()
@@ -139,6 +150,10 @@ TMA_ATTN_CASES = [(1, 1, 1, 64, 0), (1, 1, 1, 128, 1), (1, 2, 33, 64, 1), (2, 1,
                   (1, 1, 257, 128, 0)]
 # enough for the mutations below: tiles across a head boundary, several tiles, both head dims
 MUTATION_CASES = [(1, 2, 33, 64, 1), (2, 1, 100, 128, 0), (1, 1, 300, 64, 1)]
+# the head-dim-64 shapes (NWG64 3: 192-row query blocks; BKV64 192) over several query blocks and key
+# tiles, none a multiple of them: 450 causal keys (3 query blocks of 192 rows, the last 66; 3 key
+# tiles, the last partial) and 400 keys over two heads (a 192-key tile into the next head's rows)
+D64_CASES = [(1, 1, 450, 64, 1), (1, 2, 400, 64, 0), (2, 1, 250, 48, 1)]
 Case = tuple[int, int, int, int, int]
 
 
@@ -156,8 +171,10 @@ def build_tma(source: str, config: Config, directory: Path, tag: str) -> Path:
 def tma_attention_failures(source: str, config: Config, directory: Path, tag: str,
                            cases: list[Case] = TMA_ATTN_CASES, misaligned: tuple[int, ...] = (0, 1),
                            tol: tuple[float, float] = EMU_TOL) -> list[str]:
-    """What failed against float64, within 0.75 of ``tol`` (P rounded to bf16, as the wgmma kernel)."""
+    """What failed against float64, within 0.75 of ``tol`` (P rounded to bf16, as the wgmma kernel); the
+    parameters ``config`` leaves out at their defaults."""
     t = load_tunable("attention_fwd", "tunable_tma.json")
+    config = {**t.spec["defaults"], **config}
     exe = build_tma(source, config, directory, tag)
     spec = LaunchSpec.model_validate(t.spec["launch"]).for_case("x")
     rtol, atol = tol
@@ -183,6 +200,21 @@ def tma_attention_failures(source: str, config: Config, directory: Path, tag: st
 def test_attention_tma_tunable_matches_float64(config: Config, tmp_path: Path) -> None:
     t = load_tunable("attention_fwd", "tunable_tma.json")
     failures = tma_attention_failures(t.source, config, tmp_path, "tma")
+    assert not failures, "\n".join(failures)
+
+
+@pytest.mark.parametrize("config", [
+    # three consumer warpgroups at D 64 (the head-dim-128 blocks then launch an idle fourth warpgroup)
+    {"NWG": 2, "BKV": 128, "STAGES": 2, "NWG64": 3, "BKV64": 128},
+    {"NWG": 2, "BKV": 128, "STAGES": 3, "OVERLAP": 1, "NWG64": 3, "BKV64": 128},
+    {"NWG": 1, "BKV": 64, "STAGES": 4, "OVERLAP": 1, "NWG64": 3, "BKV64": 128},
+    # 192-key tiles at D 64
+    {"NWG": 2, "BKV": 64, "STAGES": 4, "NWG64": 2, "BKV64": 192},
+    {"NWG": 2, "BKV": 128, "STAGES": 2, "OVERLAP": 1, "NWG64": 2, "BKV64": 192},
+])
+def test_attention_tma_head_dim_64_shapes_match_float64(config: Config, tmp_path: Path) -> None:
+    t = load_tunable("attention_fwd", "tunable_tma.json")
+    failures = tma_attention_failures(t.source, config, tmp_path, "tma64", [*TMA_ATTN_CASES, *D64_CASES])
     assert not failures, "\n".join(failures)
 
 
@@ -229,7 +261,7 @@ def test_attention_tma_tunable_passes_the_workloads_correctness_shapes(config: C
      "if (false)\n                        while (!mbar_try_wait(emptyv0",
      {"NWG": 1, "BKV": 64, "STAGES": 2}, "more arrivals than its count"),
     # one release per consumer warpgroup where the barrier counts warps: the ring stalls
-    ("mbar_init(emptyk0 + 8 * s, 4 * NWG);", "mbar_init(emptyk0 + 8 * s, NWG);", {"NWG": 2, "BKV": 64, "STAGES": 2},
+    ("mbar_init(emptyk0 + 8 * s, 4 * NW);", "mbar_init(emptyk0 + 8 * s, NW);", {"NWG": 2, "BKV": 64, "STAGES": 2},
      "DEADLOCK"),
     # a stage released before the wgmma reading it completed
     ("wgmma_wait<0>();   // this warp's", "wgmma_wait<1>();   // this warp's", {"NWG": 1, "BKV": 64, "STAGES": 2},
@@ -239,12 +271,12 @@ def test_attention_tma_tunable_passes_the_workloads_correctness_shapes(config: C
     # tiles off the swizzle's 1024-byte period
     ("((1024 - (smem_addr(raw) & 1023)) & 1023)", "0", {"NWG": 1, "BKV": 64, "STAGES": 2}, "1024-byte"),
     # v's box from k's map
-    ("tma_load_2d(ks + TILE + b * BKV * 128, tmV,", "tma_load_2d(ks + TILE + b * BKV * 128, tmK,",
+    ("tma_load_2d(ks + TILE + b * BN * 128, tmV,", "tma_load_2d(ks + TILE + b * BN * 128, tmK,",
      {"NWG": 2, "BKV": 64, "STAGES": 2}, "misalign=0"),
     # OVERLAP: o rescaled while tile - 1's P v still accumulates into it
-    ("        softmax_tile(sc, m, l, corr, tile * BKV, S, causal, w0, row, t, scale);\n"
+    ("        softmax_tile<BN>(sc, m, l, corr, tile * BN, S, causal, w0, row, t, scale);\n"
      "        wgmma_wait<0>();   // tile - 1's P v has completed: its v stage may be refilled\n",
-     "        softmax_tile(sc, m, l, corr, tile * BKV, S, causal, w0, row, t, scale);\n"
+     "        softmax_tile<BN>(sc, m, l, corr, tile * BN, S, causal, w0, row, t, scale);\n"
      "        for (int i = 0; i < HD / 2; ++i) acc[i] *= corr[(i >> 1) & 1];\n"
      "        wgmma_wait<0>();   // tile - 1's P v has completed: its v stage may be refilled\n"
      "        for (int i = 0; i < HD / 2; ++i) acc[i] /= corr[(i >> 1) & 1];\n",
@@ -253,23 +285,23 @@ def test_attention_tma_tunable_passes_the_workloads_correctness_shapes(config: C
     ("        wgmma_wait<0>();   // tile - 1's P v has completed: its v stage may be refilled\n"
      "#pragma unroll\n        for (int i = 0; i < HD / 2; ++i) fence_reg(acc[i]);\n"
      "#pragma unroll\n        for (int i = 0; i < HD / 2; ++i) acc[i] *= corr[(i >> 1) & 1];\n"
-     "        pack_p(sc, p);\n        if (lane == 0) mbar_arrive(emptyv0 + 8 * prev);\n",
+     "        pack_p<BN>(sc, p);\n        if (lane == 0) mbar_arrive(emptyv0 + 8 * prev);\n",
      "        if (lane == 0) mbar_arrive(emptyv0 + 8 * prev);\n"
      "        wgmma_wait<0>();   // tile - 1's P v has completed: its v stage may be refilled\n"
      "#pragma unroll\n        for (int i = 0; i < HD / 2; ++i) fence_reg(acc[i]);\n"
      "#pragma unroll\n        for (int i = 0; i < HD / 2; ++i) acc[i] *= corr[(i >> 1) & 1];\n"
-     "        pack_p(sc, p);\n",
+     "        pack_p<BN>(sc, p);\n",
      {"NWG": 1, "BKV": 64, "STAGES": 2, "OVERLAP": 1}, "a pending wgmma"),
     # k's stage released before S completed (the producer, past v's wait, refills it at once)
-    ("        qk_issue<HD>(sc, qs + cw * 64 * 128, ks);\n        wgmma_wait<0>();\n"
-     "#pragma unroll\n        for (int i = 0; i < BKV / 2; ++i) fence_reg(sc[i]);\n"
+    ("        qk_issue<HD, BN, BQ>(sc, qs + cw * 64 * 128, ks);\n        wgmma_wait<0>();\n"
+     "#pragma unroll\n        for (int i = 0; i < BN / 2; ++i) fence_reg(sc[i]);\n"
      "#pragma unroll\n        for (int i = 0; i < HD / 2; ++i) fence_reg(acc[i]);\n"
      "        if (lane == 0) mbar_arrive(emptyk0 + 8 * s);   // this warp's reads of k are done\n",
-     "        qk_issue<HD>(sc, qs + cw * 64 * 128, ks);\n        if (lane == 0) mbar_arrive(emptyk0 + 8 * s);\n"
+     "        qk_issue<HD, BN, BQ>(sc, qs + cw * 64 * 128, ks);\n        if (lane == 0) mbar_arrive(emptyk0 + 8 * s);\n"
      "        wgmma_wait<0>();\n",
      {"NWG": 1, "BKV": 64, "STAGES": 2}, "a pending wgmma"),
     # the second 64-column box of k at the first's columns (D 128)
-    ("tma_load_2d(ks + b * BKV * 128, tmK, 64 * b,", "tma_load_2d(ks + b * BKV * 128, tmK, 0,",
+    ("tma_load_2d(ks + b * BN * 128, tmK, 64 * b,", "tma_load_2d(ks + b * BN * 128, tmK, 0,",
      {"NWG": 2, "BKV": 64, "STAGES": 2}, "misalign=0"),
 ])
 def test_the_attention_tma_emulation_catches_a_mask_pipeline_or_layout_bug(
@@ -287,20 +319,38 @@ def test_the_attention_tma_emulation_catches_a_mask_pipeline_or_layout_bug(
 SERIALIZED = "wgmma.mma_async instructions are serialized"
 
 
+def block_threads(config: Config) -> int:
+    """Every block launches the larger head-dim instance's warpgroups (the kernel's launch bound)."""
+    return (max(config["NWG"], config["NWG64"]) + 1) * 128
+
+
+def register_split(config: Config, nw: int) -> tuple[int, int]:
+    """The kernel's setmaxnreg counts (producer and idle warpgroups, consumers) for an instance of ``nw``
+    consumer warpgroups: its CREG / PREG."""
+    return (40 if block_threads(config) == 384 else 32 if nw == 3 else 24), (160 if nw == 3 else 232)
+
+
 def test_every_tma_configuration_compiles_for_sm_90a_without_spills_or_serialized_wgmma() -> None:
-    # the signature's parameters then the three maps, no spills (tma_compile_problems); no C7515. With NWG 2
-    # the consumers' setmaxnreg.inc 232 and the producer's .dec 40 must fit the registers the block launches
-    # with (384 x the count reported)
+    # the signature's parameters then the three maps, no spills (tma_compile_problems); no C7513 / C7515 /
+    # C7520. For each head-dim instance, the setmaxnreg.inc of its consumers and the .dec of the producer
+    # and the idle warpgroups must fit the registers the block launches with (its threads x the count
+    # reported: the CTA's pool), and neither may move against that count
     def more(config: Config, result: Any, res: Any) -> list[str]:
         found = []
-        if config["NWG"] == 2 and res.registers * 384 < 128 * 40 + 256 * 232:
-            found.append(f"{config}: {res.registers} registers: setmaxnreg.inc 232 would wait forever")
+        threads = block_threads(config)
+        for nw in {config["NWG"], config["NWG64"]}:
+            dec, inc = register_split(config, nw)
+            if res.registers * threads < 128 * (dec * (threads // 128 - nw) + inc * nw):
+                found.append(f"{config}: {res.registers} registers: setmaxnreg.inc {inc} would wait forever")
+            if not dec <= res.registers <= inc:
+                found.append(f"{config}: {res.registers} registers against setmaxnreg {dec} / {inc}")
+        found += [f"{config}: ptxas serialized the wgmma ({code})" for code in ("C7513", "C7515", "C7520")
+                  if code in result.log]
         if SERIALIZED in result.log:
-            found.append(f"{config}: ptxas serialized the wgmma (C7515)")
+            found.append(f"{config}: ptxas serialized the wgmma")
         return found
 
-    problems = tma_compile_problems(load_tunable("attention_fwd", "tunable_tma.json"), 3,
-                                    lambda config: (config["NWG"] + 1) * 128, more)
+    problems = tma_compile_problems(load_tunable("attention_fwd", "tunable_tma.json"), 3, block_threads, more)
     assert not problems, "\n".join(problems)
 
 
@@ -328,5 +378,6 @@ def test_the_tma_maps_are_valid_for_every_case_of_the_workload() -> None:
             check_tensor_maps(r, wl, case)
             d = case.scalars["D"]
             assert all((tm.dims == (1, 1)) == (d % 8 != 0) for tm in r.tensor_maps)
-            assert [tm.box for tm in r.tensor_maps] == [(64, 64 * config["NWG"]), (64, config["BKV"]),
-                                                        (64, config["BKV"])]
+            nwg, bkv = (config["NWG64"], config["BKV64"]) if d <= 64 else (config["NWG"], config["BKV"])
+            assert [tm.box for tm in r.tensor_maps] == [(64, 64 * nwg), (64, bkv), (64, bkv)]
+            assert r.block == (block_threads(config), 1, 1) and r.grid[1] == -(-case.scalars["S"] // (64 * nwg))
