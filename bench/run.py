@@ -367,9 +367,9 @@ CHECKS_SUBSET = 16
 
 def checks(bench: Bench, workloads: tuple[str, ...] = ("vector_add", "softmax", "sgemm"), trials: int = 3) -> Section:
     """Per-candidate overhead (wall minus the candidate's own GPU time) of one warm candidate with the
-    timed-launch checks off (today's behaviour before issue 14), on (the defaults: fresh inputs
-    before every launch) and on with a redraw before a hidden subset of launches only
-    (``fresh_launches``, the others compared with them), evaluated alternately in one session per
+    timed-launch checks off (the behaviour before issue 14), on with fresh inputs before every
+    launch, and on with a redraw before a hidden subset of launches only (``fresh_launches``, the
+    others compared with them: the default), evaluated alternately in one session per
     mode so clocks and caches affect all alike."""
     sec = Section(
         "checks", "per-candidate overhead with issue 14's checks (fresh device-drawn inputs, hidden launches checked "
@@ -380,7 +380,7 @@ def checks(bench: Bench, workloads: tuple[str, ...] = ("vector_add", "softmax", 
     )
     options = {
         "off": replace(bench.options, fresh_inputs=False, checked_launches=0, check_consistency=False),
-        "on": bench.options,
+        "on": replace(bench.options, fresh_launches=None),
         "subset": replace(bench.options, fresh_launches=CHECKS_SUBSET),
     }
     verdicts = []

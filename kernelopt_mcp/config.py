@@ -134,9 +134,8 @@ class Settings:
     # create_workload's torch_problem runs the client's Python (in a child process): trusted clients only
     allow_torch_problems: bool = False
     # redraw inputs before a hidden subset of this many measured launches (EvaluateOptions.fresh_launches)
-    # instead of before every launch; None: every launch (the default until the H200 has run the
-    # adversarial suite with the subset: KERNELOPT_FRESH_LAUNCHES=16 there runs it without a code change)
-    fresh_launches: int | None = None
+    # instead of before every launch; KERNELOPT_FRESH_LAUNCHES=0: before every launch
+    fresh_launches: int | None = 16
     # performance cases' inputs drawn on the device when the CUDA reference gives their expected
     # outputs (EvaluateOptions.device_inputs); KERNELOPT_DEVICE_INPUTS=0 makes every input on the host
     device_inputs: bool = True

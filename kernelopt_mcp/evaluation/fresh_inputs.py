@@ -160,6 +160,13 @@ SPLIT_Z = 3.891
 SPLIT_MIN_SAMPLES = 5
 
 
+def fresh_count(count: int, launches: int) -> int:
+    """How many of a round's ``launches`` measured launches are redrawn before when ``count`` are
+    asked for: at most half of them (so as many reuse a draw, and both sides of
+    :func:`split_problem` get samples), never under :data:`SPLIT_MIN_SAMPLES` while the round has them."""
+    return min(count, max(SPLIT_MIN_SAMPLES, launches // 2), launches)
+
+
 def pick_fresh_launches(iterations: int, count: int) -> list[int]:
     """``count`` distinct measured-sample indices in ``[0, iterations)`` before which the harness
     redraws the inputs (``fresh_launches``), hidden (the OS's random source), sorted."""

@@ -31,7 +31,7 @@ from .calibrate import device_peaks
 from .candidate import Candidate, EvaluateOptions, ProgressFn
 from .dataset import DataSet
 from .device import DeviceInfo
-from .fresh_inputs import DRAW_FEATURES, SPLIT_MIN_SAMPLES, fresh_checks
+from .fresh_inputs import DRAW_FEATURES, SPLIT_MIN_SAMPLES, fresh_checks, fresh_count
 from .harness import RequestSender, harness_features
 from .harness_case import CaseJob, build_request
 from .inputs import CaseInputs, estimate_gaps, hidden_seed_checks, new_input_seed
@@ -285,7 +285,7 @@ class Session:
         o = options or self.options
         if not self.uses("fresh_launches", o):
             return None
-        return max(SPLIT_MIN_SAMPLES, o.fresh_launches or 0), o.first_round
+        return fresh_count(max(SPLIT_MIN_SAMPLES, o.fresh_launches or 0), o.first_round), o.first_round
 
     @property
     def checks(self) -> list[str]:

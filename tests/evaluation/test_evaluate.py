@@ -93,6 +93,30 @@ def test_precision_stopping_asks_for_a_first_round_and_checks_launches_inside_it
     assert {(c.timing.iterations, c.timing.samples) for c in out.cases if c.timing} == {(20, 20)}
 
 
+def test_precision_rounds_redraw_half_of_each_round_at_most(tmp_path, monkeypatch) -> None:
+    """The default redrawn subset (fresh_launches 16) under search's precision rule: a round of 20
+    launches gets 10 redraws, not 16, so the launches reusing a draw are as many and the first round
+    stays 20 launches long; every later round gets its own hidden half."""
+    monkeypatch.setenv("KO_FAKE_FEATURES", FRESH_FEATURES + ",adaptive,fresh_launches")
+    harness = write_harness(tmp_path, "fake")
+    wl = find_workload(write_tiny_workload(tmp_path / "extra") / "tiny_add", Settings())
+    opts = EvaluateOptions(warmup=2, iterations=100, stop="precision")
+    assert opts.fresh_launches == 16
+    workdir = tmp_path / "w"
+    with HarnessProcess(harness, 0) as proc, Session(wl, proc, device_info(harness, 0), workdir=workdir,
+                                                       options=opts) as ev:
+        result = evaluate(ev, Candidate(kernel(), LaunchSpec.model_validate(ADD_LAUNCH), [], "add"))
+    assert result.ok, result.message
+    timed = [c for _, r in _requests(workdir) if (c := r["cases"][0]).get("timing")]
+    assert timed
+    for case in timed:
+        assert case["timing"]["iterations"] == 20
+        fresh = case["fresh_launches"]
+        assert [len([i for i in fresh if lo <= i < lo + 20]) for lo in range(0, 100, 20)] == [10] * 5
+    assert any("before a hidden 10 of the 20 measured launches of each round" in c for c in result.checks), \
+        result.checks
+
+
 def test_timing_requests_redraw_inputs_and_check_hidden_launches_against_the_reference(tmp_path, monkeypatch) -> None:
     """Issue 14: every timed launch gets fresh device-drawn inputs, a hidden subset of a candidate's
     measured launches is checked against the CUDA reference, and the result's checks say so."""

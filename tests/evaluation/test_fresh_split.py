@@ -11,6 +11,7 @@ import pytest
 
 from kernelopt_mcp.evaluation.fresh_inputs import (
     SPLIT_MIN_SAMPLES,
+    fresh_count,
     pick_fresh_launches,
     split_problem,
 )
@@ -67,6 +68,13 @@ def test_too_few_samples_on_a_side_is_not_judged() -> None:
     fresh = list(range(SPLIT_MIN_SAMPLES))
     slow = [3.0 if i in fresh else t for i, t in enumerate(times)]
     assert split_problem(slow, fresh) is not None
+
+
+def test_a_redrawn_subset_takes_at_most_half_a_round() -> None:
+    assert fresh_count(16, 100) == 16
+    assert fresh_count(16, 20) == 10  # the precision rule's first round: as many launches reuse a draw
+    assert fresh_count(16, 8) == 5 and fresh_count(16, 3) == 3  # never under the split's minimum while there
+    assert fresh_count(5, 100) == 5
 
 
 def test_fresh_launches_are_distinct_sorted_and_hidden() -> None:
