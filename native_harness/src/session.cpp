@@ -126,6 +126,22 @@ CUdeviceptr Session::support_scratch() {
   return support_scratch_.get();
 }
 
+// How long a measured launch overhead is reused (Session::launch_overhead): a search evaluates
+// a candidate in well under this, so each one costs one measurement at most, and a change of
+// clocks between candidates is still seen.
+constexpr auto launch_overhead_reuse = std::chrono::seconds(10);
+
+std::optional<double> Session::launch_overhead(const std::string& key) const {
+  const auto it = launch_overheads_.find(key);
+  if (it == launch_overheads_.end()) return std::nullopt;
+  if (std::chrono::steady_clock::now() - it->second.second > launch_overhead_reuse) return std::nullopt;
+  return it->second.first;
+}
+
+void Session::keep_launch_overhead(const std::string& key, double ms) {
+  launch_overheads_[key] = {ms, std::chrono::steady_clock::now()};
+}
+
 void Session::flush_l2() {
   if (l2_bytes_ == 0) return;
   prepare_flush_l2();

@@ -6,8 +6,12 @@
 
 #include <cuda.h>
 
+#include <chrono>
 #include <cstddef>
+#include <map>
+#include <optional>
 #include <string>
+#include <utility>
 
 #include "cuda_raii.hpp"
 #include "driver.hpp"
@@ -83,6 +87,12 @@ class Session {
   // use and kept. Throws CudaError.
   CUdeviceptr support_scratch();
 
+  // time_work's launch_overhead_ms (an empty kernel timed the way `key` names), reused while
+  // younger than launch_overhead_reuse: the floor is the device's and the timing mode's, not
+  // the kernel's, and measuring it takes up to 210 launches for every timed case.
+  std::optional<double> launch_overhead(const std::string& key) const;
+  void keep_launch_overhead(const std::string& key, double ms);
+
   // After a context-fatal error every later call fails: the owner must stop using the session.
   bool broken() const noexcept { return broken_; }
   void mark_broken() noexcept { broken_ = true; }
@@ -103,6 +113,7 @@ class Session {
   InputCache input_cache_{staging_};
   SupportModule support_;
   detail::DeviceBuffer support_scratch_;
+  std::map<std::string, std::pair<double, std::chrono::steady_clock::time_point>> launch_overheads_;
   bool broken_ = false;
 };
 

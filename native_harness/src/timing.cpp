@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <optional>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -278,21 +279,32 @@ json time_work(Session& session, const TimingConfig& timing, const TimedWork& wo
   const Measurement m = measure(session, sampler, timing, work, t0);
   const Summary sum = summarize(m.times);
 
-  // The floor: an empty kernel measured the same way (mode, blocking, graph batch), no flush.
+  // The floor: an empty kernel measured the same way (mode, blocking, graph batch), no flush;
+  // the session keeps it a while (Session::launch_overhead), so the cases and candidates of
+  // one search measure it once.
   json overhead = nullptr;
   if (session.support().loaded()) {
-    CUfunction empty = session.support().function("ko_empty");
-    TimedWork nothing;
-    nothing.launch = [&] {
-      KO_CU(drv.cuLaunchKernel(empty, 1, 1, 1, 1, 1, 1, 0, session.stream(), nullptr, nullptr));
-    };
     TimingConfig cfg;
     cfg.warmup = std::min(timing.warmup, overhead_warmup);
     cfg.iterations = std::min(timing.iterations, overhead_iterations);
     cfg.mode = timing.mode;
     cfg.blocking = timing.blocking;
     cfg.graph_batch = m.graph_batch;
-    overhead = summarize(measure(session, sampler, cfg, nothing, t0).times).median;
+    const std::string key = std::to_string(static_cast<int>(cfg.mode)) + "/" + std::to_string(cfg.blocking) +
+                            "/" + std::to_string(cfg.graph_batch) + "/" + std::to_string(cfg.warmup) + "/" +
+                            std::to_string(cfg.iterations);
+    if (const auto kept = session.launch_overhead(key)) {
+      overhead = *kept;
+    } else {
+      CUfunction empty = session.support().function("ko_empty");
+      TimedWork nothing;
+      nothing.launch = [&] {
+        KO_CU(drv.cuLaunchKernel(empty, 1, 1, 1, 1, 1, 1, 0, session.stream(), nullptr, nullptr));
+      };
+      const double median = summarize(measure(session, sampler, cfg, nothing, t0).times).median;
+      session.keep_launch_overhead(key, median);
+      overhead = median;
+    }
   }
 
   json t = json::object();

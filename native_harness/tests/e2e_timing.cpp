@@ -56,6 +56,23 @@ TEST_CASE("blocking mode: ko_spin holds each batch of at most 32 samples; overhe
   CHECK_MSG(stats_of(r).spins == 6, r.err);
 }
 
+TEST_CASE("the launch overhead is measured once per way of timing and reused by later cases") {
+  auto req = request("axpy_kernel",
+                     {axpy_case("o1", {{"warmup", 1}, {"iterations", 70}, {"blocking", true}}),
+                      axpy_case("o2", {{"warmup", 1}, {"iterations", 70}, {"blocking", true}}),
+                      axpy_case("o3", {{"warmup", 1}, {"iterations", 40}, {"blocking", true}})});
+  req["support_module"] = support_module();
+  const auto r = run_request(req, {"FAKE_CUDA_STATS=1"});
+  CHECK_MSG(r.rc == 0, r.out + r.err);
+  const auto& cases = r.answer["cases"];
+  for (const auto& c : cases) {
+    CHECK_MSG(near_ms(c["timing"]["launch_overhead_ms"], 0.00202, 0.0001), c["timing"].dump());
+  }
+  // o1: 3 spins + 3 for the overhead's 70 samples; o2 the same way: 3 spins, the overhead
+  // reused; o3 (40 samples, another way): 2 spins + 2 for its own overhead.
+  CHECK_MSG(stats_of(r).spins == 13, r.err);
+}
+
 TEST_CASE("blocking mode: a spin kernel that timed out is reported") {
   auto req = request("axpy_kernel", {axpy_case("bt", {{"iterations", 3}, {"blocking", true}})});
   req["support_module"] = support_module();
