@@ -12,6 +12,8 @@
 #   bash scripts/device_issue40.sh issue43    # the evaluation's GPU tests beyond issue42's: v2, fresh and device inputs, the server
 #   bash scripts/device_issue40.sh kernels44  # transpose's MINB / ALIGN tune, then the best known configurations (vendor.py --known)
 #   bash scripts/device_issue40.sh attention44  # attention_fwd's TMA kernel: GPU tests, then its 60 configurations vs SDPA
+#   bash scripts/device_issue40.sh overhead44   # the warm overhead check by check (scripts/probe_overhead.py), then
+#                                               # bench/run.py's overhead section (run it on a pending-gpu/ branch too)
 #   bash scripts/device_issue40.sh optimize   # kernelopt optimize --workload on imported problems, scripted model
 #   bash scripts/device_issue40.sh suite      # kernelopt kernelbench over the 12 problems with our solutions
 #   bash scripts/device_issue40.sh gemmtune   # then the K = 8192 GEMMs' accumulation and tile variants
@@ -175,6 +177,14 @@ print("\n".join(s["notes"]))' "$OUT/vendor.json" ;;
     python3 -c 'import json,sys; s=json.load(open(sys.argv[1]))["sections"][0]
 for r in s["rows"]: print(r["case"], r["ours ms"], r["ours rate"], r["vendor ms"], r["ratio"])
 print(s["notes"][0])' "$OUT/vendor-att.json" ;;
+  overhead44)  # issue 44's overhead: where the warm evaluation's time goes, each check switched off in turn, then
+    # the overhead section (count and precision rules, the process-per-case baseline)
+    timeout 150 python3 scripts/probe_overhead.py 4 > "$OUT/probe.txt" 2> "$OUT/probe.err"; echo "probe rc=$?"
+    cat "$OUT/probe.txt"
+    timeout 240 python3 bench/run.py --json --only overhead > "$OUT/bench-overhead.json" 2> "$OUT/bench-overhead.err"
+    echo "overhead rc=$?"; python3 -c 'import json,sys; s=json.load(open(sys.argv[1]))["sections"][0]
+for r in s["rows"]: print(r["mode"], round(r["overhead ms (median)"], 1))
+print("\n".join(s["notes"]))' "$OUT/bench-overhead.json" ;;
   imports)  # IMPORT_LEVELS="3" imports one level only
     timeout "${IMPORT_TIMEOUT:-560}" python3 bench/kernelbench_import.py .kb --level ${IMPORT_LEVELS:-1 2 3} --jobs 16 --timeout 300 --json "$OUT/imports.json" > "$OUT/imports.md" 2> "$OUT/imports.err"
     echo "imports rc=$?"; cat "$OUT/imports.md" ;;
