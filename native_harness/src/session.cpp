@@ -134,7 +134,8 @@ constexpr auto launch_overhead_reuse = std::chrono::seconds(10);
 std::optional<double> Session::launch_overhead(const std::string& key) const {
   const auto it = launch_overheads_.find(key);
   if (it == launch_overheads_.end()) return std::nullopt;
-  if (std::chrono::steady_clock::now() - it->second.second > launch_overhead_reuse) return std::nullopt;
+  if (std::chrono::steady_clock::now() - it->second.second > launch_overhead_reuse)
+    return std::nullopt;
   return it->second.first;
 }
 

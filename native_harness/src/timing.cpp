@@ -290,9 +290,9 @@ json time_work(Session& session, const TimingConfig& timing, const TimedWork& wo
     cfg.mode = timing.mode;
     cfg.blocking = timing.blocking;
     cfg.graph_batch = m.graph_batch;
-    const std::string key = std::to_string(static_cast<int>(cfg.mode)) + "/" + std::to_string(cfg.blocking) +
-                            "/" + std::to_string(cfg.graph_batch) + "/" + std::to_string(cfg.warmup) + "/" +
-                            std::to_string(cfg.iterations);
+    const std::string key = std::to_string(static_cast<int>(cfg.mode)) + "/" +
+                            std::to_string(cfg.blocking) + "/" + std::to_string(cfg.graph_batch) +
+                            "/" + std::to_string(cfg.warmup) + "/" + std::to_string(cfg.iterations);
     if (const auto kept = session.launch_overhead(key)) {
       overhead = *kept;
     } else {
