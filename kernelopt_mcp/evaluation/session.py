@@ -281,9 +281,12 @@ class Session:
 
     def fresh_subset(self, options: EvaluateOptions | None = None) -> tuple[int, int] | None:
         """With ``fresh_launches`` in use: (how many measured launches are redrawn before, of how
-        many); None: a redraw before every launch."""
+        many); None: a redraw before every launch. A PyTorch problem redraws before every launch
+        whatever the options say: PyTorch's expected values for its checked launches are computed
+        while the session is prepared, for inputs drawn before every launch (TorchCheckPlan), and
+        without them its timed launches would go unchecked."""
         o = options or self.options
-        if not self.uses("fresh_launches", o):
+        if not self.uses("fresh_launches", o) or self.workload.torch_problem is not None:
             return None
         return fresh_count(max(SPLIT_MIN_SAMPLES, o.fresh_launches or 0), o.first_round), o.first_round
 

@@ -157,7 +157,9 @@ def test_every_output_of_a_checked_timed_launch_gets_pytorchs_values(source: str
                                                                      torch: Any) -> None:
     """The plan of a performance case's timed launches checked against PyTorch (a harness with
     ``checked_expected``; the pretend GPU announces it): every sampled launch and the confirm launch
-    has one entry per output buffer, each naming the file the child writes for that output."""
+    has one entry per output buffer, each naming the file the child writes for that output. The
+    default redrawn subset (``fresh_launches``, which the harness has too) gives way to it: a
+    PyTorch problem's inputs are redrawn before every launch, as the plan's draws assume."""
     from fakegpu import write_harness
 
     from kernelopt_mcp import HarnessProcess, Session, Settings
@@ -170,11 +172,12 @@ def test_every_output_of_a_checked_timed_launch_gets_pytorchs_values(source: str
     problem.write_text(NESTED if source == "nested" else (PROBLEMS / "vector_add.py").read_text())
     outputs = ["out0", "out1", "out2"] if source == "nested" else ["out"]
     root = import_torch_problem(problem, tmp_path / "wl").path
-    monkeypatch.setenv("KO_FAKE_FEATURES", "checked_expected,expected_dtype,fresh_inputs,timed_check")
+    monkeypatch.setenv("KO_FAKE_FEATURES", "checked_expected,expected_dtype,fresh_inputs,timed_check,fresh_launches")
     harness = write_harness(tmp_path, "fake")
     wl = find_workload(root, Settings())
     perf = wl.spec.performance_cases
     with HarnessProcess(harness, 0) as proc, Session(wl, proc, device_info(harness, 0), workdir=tmp_path / "w") as s:
+        assert s.options.fresh_launches == 16 and s.uses("fresh_launches") and s.fresh_subset() is None
         data = DataSet("validation", 3, materialize(wl, 3, tmp_path / "inputs"))
         plans = _torch_check_plans(s, data, perf, tmp_path / "expected")
     plan, jobs = plans[perf[0].name]
