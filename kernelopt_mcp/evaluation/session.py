@@ -281,10 +281,8 @@ class Session:
 
     def fresh_subset(self, options: EvaluateOptions | None = None) -> tuple[int, int] | None:
         """With ``fresh_launches`` in use: (how many measured launches are redrawn before, of how
-        many); None: a redraw before every launch. A PyTorch problem redraws before every launch
-        whatever the options say: PyTorch's expected values for its checked launches are computed
-        while the session is prepared, for inputs drawn before every launch (TorchCheckPlan), and
-        without them its timed launches would go unchecked."""
+        many); None: a redraw before every launch, always for a PyTorch problem (PyTorch's checked
+        launches are planned for that schedule: TorchCheckPlan)."""
         o = options or self.options
         if not self.uses("fresh_launches", o) or self.workload.torch_problem is not None:
             return None
