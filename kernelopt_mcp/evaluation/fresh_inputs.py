@@ -1,7 +1,8 @@
-"""Fresh inputs for every timed launch, and which timed launches are checked.
+"""Fresh inputs for the timed launches, and which timed launches are checked.
 
-The harness redraws input buffers on the device before every warm-up and measured launch
-(native_harness/PROTOCOL.md, "Fresh inputs and checked launches"), from the case's own
+The harness redraws input buffers on the device before every warm-up and measured launch, or
+with ``fresh_launches`` (the default) before the first warm-up and a hidden subset of measured
+launches (native_harness/PROTOCOL.md, "Fresh inputs and checked launches"), from the case's own
 generator: ``uniform``, ``normal`` and ``randint`` map to the support module's ``ko_fill_<dtype>``
 and ``choice`` to its ``ko_choice_<bytes>`` (Philox4x32-10 keyed per draw by a PRF of a hidden
 per-request seed, which never reaches the device; same distribution and range as

@@ -53,7 +53,7 @@ class CaseResult(BaseModel):
     )
     fresh_inputs: list[str] = Field(
         default_factory=list,
-        description="input buffers drawn afresh on the device before every timed launch (the others kept their bytes)",
+        description="input buffers drawn afresh on the device for the timed launches (the others kept their bytes)",
     )
     checked_launches: int = Field(
         0,

@@ -240,8 +240,9 @@ def _timing_job(
     s: Session, case: Case, launch: ResolvedLaunch, data: DataSet, out_dir: Path, timing: TimingRequest,
     options: EvaluateOptions, *, candidate: bool, check: bool,
 ) -> CaseJob:
-    """The timing request of one performance case: fresh inputs for every timed launch (the
-    reference is timed on them too, so speedups compare like with like); for a candidate also
+    """The timing request of one performance case: fresh inputs for the timed launches, before
+    every one or a hidden subset (the reference is timed on them too, so speedups compare like
+    with like); for a candidate also
     the hidden checked launches, the check launch after timing and the confirm launch."""
     job = CaseJob(
         case, launch, data, out_dir, timing=timing,
