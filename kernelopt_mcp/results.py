@@ -31,7 +31,9 @@ _CASE_OUTPUT_TENSOR_PCT = ("flops_per_s as % of the dense tensor-core peak for t
                            "floating point, int8 for 8-bit integers): what the roofline floor uses")
 _CASE_OUTPUT_CHECKED_LAUNCHES = ("timed launches whose outputs were checked on their own (fresh) inputs against the "
                                  "CUDA reference or the NumPy oracle")
-_CASE_OUTPUT_FRESH_INPUTS = "inputs drawn afresh on the device for the timed launches (before every one, or a hidden subset)"
+_CASE_OUTPUT_FRESH_INPUTS = (
+    "inputs drawn afresh on the device for the timed launches (before every one, or a hidden subset)"
+)
 _CASE_OUTPUT_OF_ROOFLINE_FLOOR = "median / the fastest time the work allows (1.0 = at the roofline)"
 _EVALUATION_OUTPUT_DEVICE_ORDINAL = "the CUDA ordinal of the GPU it ran on (a server may have several)"
 _EVALUATION_OUTPUT_SANITIZER = "compute-sanitizer per tool per correctness case (with sanitize=true, after a pass)"
