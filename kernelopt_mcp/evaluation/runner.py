@@ -242,8 +242,8 @@ def _timing_job(
 ) -> CaseJob:
     """The timing request of one performance case: fresh inputs for the timed launches, before
     every one or a hidden subset (the reference is timed on them too, so speedups compare like
-    with like); for a candidate also
-    the hidden checked launches, the check launch after timing and the confirm launch."""
+    with like); for a candidate also the hidden checked launches, the check launch after timing
+    and the confirm launch."""
     job = CaseJob(
         case, launch, data, out_dir, timing=timing,
         timed=s.timed if candidate and s.uses("timed_inputs", options) else None,
