@@ -229,10 +229,13 @@ void CaseRunner::run_repeat(json& result) {
       if (d.saved.get() != 0) s_.protect_staged(d.saved);
     }
   }
+  steps_.mark("repeat_save");
   prepare_timed_launch(false, false);
   launch();
   sync();
+  steps_.mark("repeat_launch");
   compare_outputs(LaunchKind::repeat, result);
+  steps_.mark("repeat_compare");
   const CUfunction diff = s_.support().function(bitwise_diff_kernel_name);
   for (const auto& d : st_.buffers) {
     const auto& b = d.spec->buffer;

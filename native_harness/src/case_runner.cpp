@@ -99,7 +99,9 @@ bool CaseRunner::run(json& cases) {
     steps_.mark("validation_launch");
 
     compare_outputs(LaunchKind::validation, result);
+    steps_.mark("validation_compare");
     write_outputs();
+    steps_.mark("write_outputs");
     check_guards(result);
     check_inputs(result, false);
     set_status(result);

@@ -128,8 +128,9 @@ TEST_CASE("a clean case: outputs written, guards intact, timed") {
   };
   const std::vector<std::string> request_steps{"cases", "module_load", "prepare", "read_files",
                                                "teardown"};
-  const std::vector<std::string> case_steps{"reference_checks", "setup", "timing",
-                                            "validation_checks", "validation_launch"};
+  const std::vector<std::string> case_steps{
+      "reference_checks",  "setup",        "timing", "validation_checks", "validation_compare",
+      "validation_launch", "write_outputs"};
   CHECK(keys(a["steps_ms"]) == request_steps);
   CHECK(keys(c["steps_ms"]) == case_steps);
   // the request's "cases" step holds every step of its case
