@@ -79,11 +79,14 @@ WARM_OVERHEAD_17_MS = 25.0
 
 # --- 1. per-candidate overhead ----------------------------------------------------------------
 
+#: softmax's cases the overhead is measured on (scripts/probe_overhead.py takes it apart on the same)
+OVERHEAD_CASES = ("one", "single_col_37x1", "rows_7x1000", "odd_33x4097", "large_values_5x30001",
+                  "short_rows_32768x1024")
+
 
 def overhead(bench: Bench, workload: str = "softmax", cases: list[str] | None = None, trials: int = 3) -> Section:
     """Evaluate wall time minus kernel GPU time: cold, warm, and the one-process-per-case baseline."""
-    cases = cases or ["one", "single_col_37x1", "rows_7x1000", "odd_33x4097", "large_values_5x30001",
-                      "short_rows_32768x1024"]
+    cases = cases or list(OVERHEAD_CASES)
     wl = bench.workload(workload, cases)
     sec = Section(
         "overhead", f"per-candidate overhead, {workload} ({len(wl.spec.cases)} cases, CUDA reference kernel)",

@@ -18,11 +18,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench_core import make_bench, overhead_breakdown, reference, timed_evaluate, variant
+from run import OVERHEAD_CASES as CASES
 
 from kernelopt_mcp import Settings
 from kernelopt_mcp.evaluation.evaluate import evaluate
-
-CASES = ["one", "single_col_37x1", "rows_7x1000", "odd_33x4097", "large_values_5x30001", "short_rows_32768x1024"]
 
 
 def main() -> None:
@@ -42,7 +41,7 @@ def main() -> None:
             "no timed-inputs check": replace(o, check_timed_outputs=False),
             "not blocking": replace(o, blocking=False),
         }
-        wl = bench.workload("softmax", CASES)
+        wl = bench.workload("softmax", list(CASES))
         cand = variant(reference(wl), "probe")
         runs: dict[str, list[float]] = {k: [] for k in variants}
         phases: list = []

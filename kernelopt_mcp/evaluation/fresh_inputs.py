@@ -169,11 +169,12 @@ def fresh_count(count: int, launches: int) -> int:
 
 
 def pick_fresh_launches(iterations: int, count: int) -> list[int]:
-    """``count`` distinct measured-sample indices in ``[0, iterations)`` before which the harness
-    redraws the inputs (``fresh_launches``), hidden (the OS's random source), sorted."""
+    """``fresh_count(count, iterations)`` distinct measured-sample indices in ``[0, iterations)``
+    before which the harness redraws the inputs (``fresh_launches``), hidden (the OS's random
+    source), sorted."""
     if iterations <= 0 or count <= 0:
         return []
-    return sorted(secrets.SystemRandom().sample(range(iterations), min(count, iterations)))
+    return sorted(secrets.SystemRandom().sample(range(iterations), fresh_count(count, iterations)))
 
 
 def _median_interval(values: list[float]) -> tuple[float, float, float]:

@@ -28,10 +28,8 @@ from .clocks import probe_device_clocks
 from .compare import geometric_mean
 from .dataset import DataSet
 from .fresh_inputs import (
-    SPLIT_MIN_SAMPLES,
     case_fresh,
     fresh_checks,
-    fresh_count,
     later_round_checks,
     pick_checked_launches,
     pick_fresh_launches,
@@ -256,10 +254,7 @@ def _timing_job(
         subset = s.fresh_subset(options)
         if job.fresh_timed and subset is not None and (timing.mode or "events") == "events":
             # the reference is timed the same way, so speedups compare like with like
-            wanted = max(SPLIT_MIN_SAMPLES, options.fresh_launches or 0)
-            job.fresh_launches = _in_rounds(
-                options.rounds(s.features), lambda size, n: pick_fresh_launches(size, fresh_count(n, size)),
-                wanted, wanted)
+            job.fresh_launches = _in_rounds(options.rounds(s.features), pick_fresh_launches, subset[0], subset[0])
     if not candidate:
         return job
     job.split = job.fresh_launches is not None
