@@ -84,6 +84,7 @@ std::unique_ptr<DriverApi> load() {
   KO_REQUIRE(cuEventCreate);
   KO_REQUIRE(cuEventDestroy);
   KO_REQUIRE(cuEventRecord);
+  KO_REQUIRE(cuEventSynchronize);
   KO_REQUIRE_OR(cuEventElapsedTime, "cuEventElapsedTime");
   KO_REQUIRE(cuModuleLoadDataEx);
   KO_REQUIRE(cuModuleUnload);

@@ -44,6 +44,7 @@ struct DriverApi {
   KO_DRIVER_FN(cuEventCreate);
   KO_DRIVER_FN(cuEventDestroy);
   KO_DRIVER_FN(cuEventRecord);
+  KO_DRIVER_FN(cuEventSynchronize);
   KO_DRIVER_FN(cuEventElapsedTime);
   KO_DRIVER_FN(cuModuleLoadDataEx);
   KO_DRIVER_FN(cuModuleUnload);

@@ -121,11 +121,18 @@ GraphExec capture_graph(Session& s, const std::function<void()>& launch, unsigne
 // Takes samples: each one is prepare (outside), start event, `unit`, stop event; its time is
 // the events' difference divided by `launches_per_unit`. Without blocking every sample is
 // queued before one synchronization; with it, batches of blocking_batch are queued behind
-// ko_spin and released together.
+// ko_spin and released together. Blocking batches are pipelined: the next batch's ko_spin is
+// queued behind the current batch and its samples are enqueued while the GPU runs this one, so
+// the GPU does not idle while the host enqueues (two flags, two sets of events, taking turns).
+// A batch ending at a checked sample is the exception: its checks settle with the stream idle
+// before anything later is enqueued.
 class Sampler {
  public:
   Sampler(Session& s, CUfunction spin) : s_(s), drv_(s.drv()), spin_(spin) {
-    if (spin_ != nullptr) flag_.emplace(drv_, s_.stream());
+    if (spin_ != nullptr) {
+      flags_[0].emplace(drv_, s_.stream());
+      flags_[1].emplace(drv_, s_.stream());
+    }
   }
 
   // `after` (may be empty) runs after each sample's stop event with the sample's index in `out`;
@@ -135,42 +142,46 @@ class Sampler {
                std::size_t count, unsigned launches_per_unit, std::vector<double>& out,
                const std::function<bool(std::size_t)>& after = {},
                const std::function<void()>& settle = {}) {
-    const std::size_t batch = spin_ != nullptr ? std::min(count, blocking_batch) : count;
+    const std::size_t batch = blocking() ? std::min(count, blocking_batch) : count;
     if (batch == 0) return;
     // Every event exists before the first launch, so creating one never lands in a window.
-    if (starts_.size() < batch) {
-      starts_.reserve(batch);
-      stops_.reserve(batch);
-      while (starts_.size() < batch) {
-        starts_.emplace_back();
-        stops_.emplace_back();
+    for (auto& set : events_) {
+      while (set.starts.size() < batch) {
+        set.starts.emplace_back();
+        set.stops.emplace_back();
       }
     }
     const CUstream stream = s_.stream();
-    for (std::size_t done = 0; done < count;) {
-      const std::size_t room = std::min(batch, count - done);
-      if (flag_) hold();
+    const std::size_t first = out.size();
+    std::optional<Pending> pending;  // enqueued and released, not yet read
+    std::size_t queued = 0;          // samples enqueued so far
+    for (unsigned turn = 0; queued < count; turn ^= 1u) {
+      const std::size_t room = std::min(batch, count - queued);
+      if (blocking()) hold(*flags_[turn]);
+      EventSet& ev = events_[turn];
       std::size_t n = 0;
       bool unsettled = false;
       while (n < room && !unsettled) {
         if (prepare) prepare();
-        KO_CU(drv_.cuEventRecord(starts_[n].get(), stream));
+        KO_CU(drv_.cuEventRecord(ev.starts[n].get(), stream));
         unit();
-        KO_CU(drv_.cuEventRecord(stops_[n].get(), stream));
-        if (after) unsettled = after(out.size() + n);
+        KO_CU(drv_.cuEventRecord(ev.stops[n].get(), stream));
+        if (after) unsettled = after(first + queued + n);
         ++n;
       }
-      if (flag_) flag_->release();
-      KO_CU(drv_.cuStreamSynchronize(stream));
-      if (flag_ && flag_->timed_out()) timed_out_ = true;
-      if (unsettled && settle) settle();
-      for (std::size_t i = 0; i < n; ++i) {
-        float ms = 0;
-        KO_CU(drv_.cuEventElapsedTime(&ms, starts_[i].get(), stops_[i].get()));
-        const double t = float_to_double(ms);
-        out.push_back(launches_per_unit == 1 ? t : t / launches_per_unit);
+      if (blocking()) flags_[turn]->release();
+      queued += n;
+      if (pending) {  // it ran while this batch was queued: wait for its last stop event
+        KO_CU(drv_.cuEventSynchronize(events_[pending->turn].stops[pending->samples - 1].get()));
+        read(*pending, launches_per_unit, out);
       }
-      done += n;
+      pending = Pending{turn, n};
+      if (!blocking() || unsettled || queued == count) {
+        KO_CU(drv_.cuStreamSynchronize(stream));
+        if (unsettled && settle) settle();
+        read(*pending, launches_per_unit, out);
+        pending.reset();
+      }
     }
   }
 
@@ -178,21 +189,41 @@ class Sampler {
   bool timed_out() const noexcept { return timed_out_; }
 
  private:
-  void hold() {
-    flag_->arm();
-    CUdeviceptr release = flag_->release_word();
-    CUdeviceptr timed_out = flag_->timed_out_word();
+  struct EventSet {
+    std::vector<Event> starts;
+    std::vector<Event> stops;
+  };
+  struct Pending {
+    unsigned turn;
+    std::size_t samples;
+  };
+
+  void hold(HostFlag& flag) {
+    flag.arm();
+    CUdeviceptr release = flag.release_word();
+    CUdeviceptr timed_out = flag.timed_out_word();
     unsigned long long timeout = spin_timeout_ns;
     void* params[] = {&release, &timed_out, &timeout};
     KO_CU(drv_.cuLaunchKernel(spin_, 1, 1, 1, 1, 1, 1, 0, s_.stream(), params, nullptr));
   }
 
+  // The times of a batch, in order, once its last stop event has completed.
+  void read(const Pending& p, unsigned launches_per_unit, std::vector<double>& out) {
+    const EventSet& ev = events_[p.turn];
+    if (blocking() && flags_[p.turn]->timed_out()) timed_out_ = true;
+    for (std::size_t i = 0; i < p.samples; ++i) {
+      float ms = 0;
+      KO_CU(drv_.cuEventElapsedTime(&ms, ev.starts[i].get(), ev.stops[i].get()));
+      const double t = float_to_double(ms);
+      out.push_back(launches_per_unit == 1 ? t : t / launches_per_unit);
+    }
+  }
+
   Session& s_;
   const detail::DriverApi& drv_;
   CUfunction spin_;
-  std::optional<HostFlag> flag_;
-  std::vector<Event> starts_;
-  std::vector<Event> stops_;
+  std::optional<HostFlag> flags_[2];
+  EventSet events_[2];
   bool timed_out_ = false;
 };
 

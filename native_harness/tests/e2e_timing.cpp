@@ -54,6 +54,9 @@ TEST_CASE("blocking mode: ko_spin holds each batch of at most 32 samples; overhe
   CHECK_MSG(near_ms(t["launch_overhead_ms"], 0.00202, 0.0001), t["launch_overhead_ms"].dump());
   // 70 samples in batches of 32: 3 spins; the overhead's 70 samples: 3 more.
   CHECK_MSG(stats_of(r).spins == 6, r.err);
+  // pipelined: batch 1 is queued before the host waits for batch 0's last event, batch 2
+  // before it waits for batch 1's; the last batch ends with the stream synchronized. Twice.
+  CHECK_MSG(stats_of(r).event_syncs == 2 * 2, r.err);
 }
 
 TEST_CASE("the launch overhead is measured once per way of timing and reused by later cases") {

@@ -54,11 +54,11 @@ struct LeakCheck {
           "fake libcuda stats: launches=%lu spins=%lu graph_launches=%lu graph_kernels=%lu "
           "fills=%lu ref_compares=%lu maps=%lu protects=%lu mmu_faults=%lu hushed=%lu "
           "unmaps=%lu spied=%lu fill_keys=%lu watched_fills=%lu sum_sqs=%lu flush_reads=%lu "
-          "flush_bytes=%lu structures=%lu choices=%lu\n",
+          "flush_bytes=%lu structures=%lu choices=%lu poisons=%lu zeroes=%lu event_syncs=%lu\n",
           g_launches, g_spin_launches, g_graph_launches, g_graph_kernels, g_fills, g_ref_compares,
           g_maps, g_protects, g_mmu_faults, g_hushed, g_unmaps, g_spied,
           static_cast<unsigned long>(g_fill_keys.size()), g_watched_fills, g_sum_sqs, g_flush_reads,
-          g_flush_bytes, g_structures, g_choices);
+          g_flush_bytes, g_structures, g_choices, g_poisons, g_zeroes, g_event_syncs);
     }
     if (g_sticky != CUDA_SUCCESS || g_pending != CUDA_SUCCESS) {
       // A dead context cannot free anything; the real driver reclaims it all at exit.
@@ -261,6 +261,17 @@ CUresult CUDAAPI cuEventRecord(CUevent e, CUstream s) {
   reinterpret_cast<Event*>(e)->t = g_clock_ms;
   return CUDA_SUCCESS;
 }
+// Work runs when it is enqueued, so a recorded event has always completed.
+CUresult CUDAAPI cuEventSynchronize(CUevent e) {
+  FAKE_ENTER();
+  if (g_events.count(e) == 0) return CUDA_ERROR_INVALID_HANDLE;
+  ++g_event_syncs;
+  if (g_pending != CUDA_SUCCESS) {  // an asynchronous fault surfaces here too
+    g_sticky = g_pending;
+    return g_sticky;
+  }
+  return CUDA_SUCCESS;
+}
 CUresult CUDAAPI cuEventElapsedTime(float* ms, CUevent start, CUevent stop) {
   FAKE_ENTER();
   if (g_events.count(start) == 0 || g_events.count(stop) == 0) return CUDA_ERROR_INVALID_HANDLE;
@@ -414,6 +425,8 @@ CUresult CUDAAPI cuMemsetD8Async(CUdeviceptr dst, unsigned char v, size_t n, CUs
   if (g_streams.count(s) == 0 || !valid_range(dst, n)) return CUDA_ERROR_INVALID_VALUE;
   if (!writable(dst, n)) return mmu_fault();
   std::memset(bytes_at(dst), v, n);
+  if (v == 0xFF) ++g_poisons;
+  if (v == 0) ++g_zeroes;
   return CUDA_SUCCESS;
 }
 CUresult CUDAAPI cuMemsetD32Async(CUdeviceptr dst, unsigned int v, size_t n, CUstream s) {

@@ -29,6 +29,9 @@ inline std::set<std::uint64_t> g_fill_keys;  // the distinct keys the fills were
 inline unsigned long g_watched_fills = 0;    // fills given the key in FAKE_CUDA_WATCH_SEED
 inline unsigned long g_ref_compares = 0;     // ko_compare_ref_<dtype> launches
 inline unsigned long g_sum_sqs = 0;          // ko_sum_sq_<dtype> launches
+inline unsigned long g_poisons = 0;          // byte memsets of 0xFF (the default poison byte)
+inline unsigned long g_zeroes = 0;           // byte memsets of 0
+inline unsigned long g_event_syncs = 0;      // cuEventSynchronize calls
 
 inline std::map<std::uintptr_t, std::size_t> g_allocs;
 inline std::set<void*> g_events;
