@@ -308,7 +308,7 @@ def evaluate_options(
         timeout_s=timeout_s or settings.timeout_s,
         timing_mode=timing_mode, blocking=blocking, adaptive_rse=adaptive_rse, stop=stop,
         fresh_launches=settings.fresh_launches or None, device_inputs=settings.device_inputs,
-        device_expected=settings.device_expected,
+        device_expected=settings.device_expected, poison_subset=settings.poison_subset,
     )
 
 

@@ -83,6 +83,7 @@ _ENV_FIELDS: dict[str, tuple[str, Callable[[str], Any]]] = {
     "KERNELOPT_DOCS_TTL": ("docs_ttl_s", float),
     "KERNELOPT_ALLOW_TORCH_PROBLEMS": ("allow_torch_problems", _flag),
     "KERNELOPT_FRESH_LAUNCHES": ("fresh_launches", int),
+    "KERNELOPT_POISON_SUBSET": ("poison_subset", _flag),
     "KERNELOPT_DEVICE_INPUTS": ("device_inputs", _flag),
     "KERNELOPT_DEVICE_EXPECTED": ("device_expected", _flag),
 }
@@ -136,6 +137,9 @@ class Settings:
     # redraw inputs before a hidden subset of this many measured launches (EvaluateOptions.fresh_launches)
     # instead of before every launch; KERNELOPT_FRESH_LAUNCHES=0: before every launch
     fresh_launches: int | None = 16
+    # with fresh_launches, outputs poisoned before the redrawn and the checked launches only
+    # (EvaluateOptions.poison_subset); off by default until measured on a GPU
+    poison_subset: bool = False
     # performance cases' inputs drawn on the device when the CUDA reference gives their expected
     # outputs (EvaluateOptions.device_inputs); KERNELOPT_DEVICE_INPUTS=0 makes every input on the host
     device_inputs: bool = True

@@ -13,7 +13,9 @@
 #   bash scripts/device_issue40.sh kernels44  # transpose's MINB / ALIGN tune, then the best known configurations (vendor.py --known)
 #   bash scripts/device_issue40.sh attention44  # attention_fwd's TMA kernel: GPU tests, then its 60 configurations vs SDPA
 #   bash scripts/device_issue40.sh overhead44   # the warm overhead check by check (scripts/probe_overhead.py), then
-#                                               # bench/run.py's overhead section (run it on a pending-gpu/ branch too)
+#                                               # bench/run.py's overhead section
+#   bash scripts/device_issue40.sh poison45     # the adversarial suite with KERNELOPT_POISON_SUBSET=1 and its pending
+#                                               # kernel (server + evaluate paths, ~8.5 min)
 #   bash scripts/device_issue40.sh optimize   # kernelopt optimize --workload on imported problems, scripted model
 #   bash scripts/device_issue40.sh suite      # kernelopt kernelbench over the 12 problems with our solutions
 #   bash scripts/device_issue40.sh gemmtune   # then the K = 8192 GEMMs' accumulation and tile variants
@@ -177,6 +179,14 @@ print("\n".join(s["notes"]))' "$OUT/vendor.json" ;;
     python3 -c 'import json,sys; s=json.load(open(sys.argv[1]))["sections"][0]
 for r in s["rows"]: print(r["case"], r["ours ms"], r["ours rate"], r["vendor ms"], r["ratio"])
 print(s["notes"][0])' "$OUT/vendor-att.json" ;;
+  poison45)  # the poison subset (KERNELOPT_POISON_SUBSET=1) under the adversarial suite, with the kernel written for it
+    # (tests/adversarial/pending/) joined in, through the server and `kernelopt evaluate` (~8.5 min; overhead44's
+    # probe times the subset on and off)
+    cp tests/adversarial/pending/*.cu tests/adversarial/
+    python3 -c 'import json; a="tests/adversarial/cases.json"; c=json.load(open(a))
+json.dump(c + json.load(open("tests/adversarial/pending/cases.json")), open(a, "w"), indent=1)'
+    export KERNELOPT_POISON_SUBSET=1 KERNELOPT_ADVERSARIAL_REPORT="$OUT/adversarial.md"
+    gpu_tests adversarial 560 --timeout 300 tests/gpu/test_adversarial_gpu.py -k "not optimize" ;;
   overhead44)  # issue 44's overhead: where the warm evaluation's time goes, each check switched off in turn, then
     # the overhead section (count and precision rules, the process-per-case baseline)
     timeout 150 python3 scripts/probe_overhead.py 4 > "$OUT/probe.txt" 2> "$OUT/probe.err"; echo "probe rc=$?"

@@ -271,9 +271,10 @@ def run_case(req, module, case, t0, index=0):
             if name.decode() == case["name"]:
                 t = float(ms)
         times = [t * (1 + 0.01 * (i % 3)) for i in range(timing["iterations"])]
-        if "fresh_launches" in case and "fresh_launches" not in FEATURES:
-            raise Refuse({"protocol": 1, "status": "error", "cases": [], "error": {"kind": "bad_request",
-                 "message": "cases[0].fresh_launches: unknown field"}})
+        for field in ("fresh_launches", "poison_subset"):
+            if field in case and field not in FEATURES:
+                raise Refuse({"protocol": 1, "status": "error", "cases": [], "error": {"kind": "bad_request",
+                     "message": f"cases[0].{field}: unknown field"}})
         # KO_FAKE_MEMO: a result cache: 30% faster on the launches that reuse inputs seen before
         # (with fresh_launches, every measured launch not listed there)
         if b"KO_FAKE_MEMO" in module and "fresh_launches" in case:

@@ -247,12 +247,13 @@ def consistency_problem(timing: TimingStats, check_ms: float | None, confirm_ms:
 
 def fresh_checks(workload: Workload, cases: list[Case], *, redraw: bool, reference: bool, checked: int,
                  consistency: bool, oracle_checked: int = 0, graph: bool = False,
-                 subset: tuple[int, int] | None = None, later_rounds: bool = False,
+                 subset: tuple[int, int] | None = None, later_rounds: bool = False, poison_subset: bool = False,
                  reference_name: str = "the CUDA reference", draw_features: Collection[str] = ()) -> list[str]:
     """The lines of a result's ``checks`` list for fresh inputs, checked launches and timing
     consistency over the performance ``cases``: only what really runs, and what cannot.
     ``later_rounds``: the precision rule may measure more rounds after the first (each gets
-    its own hidden redraws and checks); ``draw_features``: as :func:`case_fresh`'s."""
+    its own hidden redraws and checks); ``poison_subset``: outputs poisoned before the subset and the checked
+    launches only; ``draw_features``: as :func:`case_fresh`'s."""
     lines: list[str] = []
     drawn: list[str] = []
     fixed: dict[str, str] = {}
@@ -274,6 +275,9 @@ def fresh_checks(workload: Workload, cases: list[Case], *, redraw: bool, referen
             "others reuse the last draw, and launches on new inputs slower than those on inputs seen before (over "
             f"{SPLIT_MIN_FRACTION:.0%}, beyond both medians' 99.99% intervals) are inconsistent_timing"
         )
+        if poison_subset:
+            lines.append("outputs poisoned before those launches and the checked ones only: the others find the "
+                         "outputs of the launch before them, and a kernel faster there is named by the same split")
     elif redraw and drawn:
         lines.append(f"fresh device-drawn inputs for every timed launch (buffers {', '.join(drawn)})")
     if redraw and drawn and not graph:

@@ -74,6 +74,7 @@ class CaseJob:
     draw_seed: int | None = None
     fresh_timed: bool = True  # redraw before every timed launch (False: only the confirm launch)
     fresh_launches: list[int] | None = None  # redraw before these measured samples only (hidden)
+    poison_subset: bool = False  # with fresh_launches: outputs poisoned before those and the checked ones only
     split: bool = False  # judge the launches on new inputs against those on inputs seen before
     checked: list[int] = field(default_factory=list)  # measured samples the CUDA reference checks
     check_launch: LaunchRequest | None = None  # the reference's launch for this case
@@ -123,6 +124,7 @@ def build_request(
             entry.fresh_timed = job.fresh_timed
             if job.fresh_launches is not None and job.fresh_timed:
                 entry.fresh_launches = job.fresh_launches
+                entry.poison_subset = job.poison_subset or None
         if job.checked:
             entry.checked_launches = job.checked
         if job.check_launch and (job.checked or job.confirm):

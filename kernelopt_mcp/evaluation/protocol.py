@@ -207,6 +207,7 @@ class CaseRequest(_Request):
     fresh_seed: int | None = None
     fresh_timed: bool | None = None
     fresh_launches: list[int] | None = None
+    poison_subset: bool | None = None
     checked_launches: list[int] | None = None
     check_launch: LaunchRequest | None = None
     confirm_launch: bool | None = None

@@ -255,6 +255,7 @@ def _timing_job(
         if job.fresh_timed and subset is not None and (timing.mode or "events") == "events":
             # the reference is timed the same way, so speedups compare like with like
             job.fresh_launches = _in_rounds(options.rounds(s.features), pick_fresh_launches, subset[0], subset[0])
+            job.poison_subset = s.uses("poison_subset", options)
     if not candidate:
         return job
     job.split = job.fresh_launches is not None
@@ -455,6 +456,7 @@ def _checks_that_ran(s: Session, result: EvaluationResult, options: EvaluateOpti
             graph=any(t.mode == "graph" for _, t in timed),
             subset=s.fresh_subset(options) if all(t.mode == "events" for _, t in timed) else None,
             later_rounds=len(options.rounds(s.features)) > 1, draw_features=s.draw_features(),
+            poison_subset=s.uses("poison_subset", options),
         )
     return checks
 

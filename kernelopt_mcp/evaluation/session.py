@@ -209,11 +209,11 @@ class Session:
             "timed_inputs": o.check_timed_outputs,
             "fresh_inputs": o.fresh_inputs,
             "fresh_launches": o.fresh_inputs and o.fresh_launches is not None,
+            "poison_subset": o.poison_subset,  # sent with fresh_launches only (runner.py)
             "timed_check": o.checked_launches > 0,
             "confirm_launch": o.check_consistency,
             "checked_dump": o.oracle_checked_launches > 0,
-            "input_draw": o.device_inputs,
-            "expected_dtype": o.device_inputs,
+            "input_draw": o.device_inputs, "expected_dtype": o.device_inputs,
             "progress": o.batch_validation,
             "device_expected": (
                 o.device_inputs and o.device_expected and "input_cache" in self.features
@@ -267,7 +267,7 @@ class Session:
         if any(self.uses(f, o) for f in ("fresh_inputs", "timed_check", "confirm_launch")):
             checks += fresh_checks(
                 self.workload, list(self.workload.spec.performance_cases), redraw=self.uses("fresh_inputs", o),
-                reference=self.checks_timed_launches(o),
+                reference=self.checks_timed_launches(o), poison_subset=self.uses("poison_subset", o),
                 reference_name="PyTorch" if self.record.torch_checks else "the CUDA reference",
                 checked=o.checked_launches if self.uses("timed_check", o) else 0,
                 consistency=(self.uses("confirm_launch", o) and self.uses("timed_inputs", o)

@@ -119,7 +119,10 @@ bool CaseRunner::run(json& cases) {
       const std::set<std::size_t> checked(spec_.checked_launches.begin(),
                                           spec_.checked_launches.end());
       TimedWork work;
-      work.prepare = [&] { prepare_timed_launch(flush, redraw_next()); };
+      work.prepare = [&] {
+        const TimedPrep next = next_timed_prep(checked);
+        prepare_timed_launch(flush, next.redraw, next.poison);
+      };
       work.launch = [&] { launch(); };
       const bool reference = check_ != nullptr && spec_.check_launch.has_value();
       if (!checked.empty()) {
@@ -405,48 +408,56 @@ void CaseRunner::launch() {
                             st_.params.empty() ? nullptr : st_.params.data(), nullptr));
 }
 
-bool CaseRunner::redraw_next() {
+CaseRunner::TimedPrep CaseRunner::next_timed_prep(const std::set<std::size_t>& checked) {
   const std::size_t n = timed_prepares_++;
-  if (!redraws()) return false;
-  if (!spec_.fresh_launches || n == 0) return true;
+  if (!redraws()) return {};
+  if (!spec_.fresh_launches || n == 0) return {true, true};
   const std::size_t warmup = spec_.timing->warmup;
-  if (n < warmup) return false;
+  if (n < warmup) return {false, !spec_.poison_subset};
+  const std::size_t sample = n - warmup;
   const auto& samples = *spec_.fresh_launches;
-  return std::binary_search(samples.begin(), samples.end(), static_cast<unsigned>(n - warmup));
+  const bool redraw = std::binary_search(samples.begin(), samples.end(), sample);
+  return {redraw, !spec_.poison_subset || redraw || checked.count(sample) != 0};
 }
 
-void CaseRunner::prepare_timed_launch(bool flush, bool redraw) {
+void CaseRunner::prepare_timed_launch(bool flush, bool redraw, bool poison) {
   const CUstream stream = s_.stream();
   last_draw_.reset();
   if (redraw) {
     last_draw_ = draws_++;
     in_draw_ = last_draw_;
   }
-  reset_buffers(Copies::candidate, [this, redraw, stream](const DeviceArg& d, CUdeviceptr dst) {
+  const Restore restore = [this, redraw, stream](const DeviceArg& d, CUdeviceptr dst) {
     const auto& b = d.spec->buffer;
     if (redraw && b.fresh) {
       draw(d, dst, *last_draw_);  // an inout buffer's redraw replaces its restore
     } else if (b.role == BufferRole::inout) {
       KO_CU(drv_.cuMemcpyDtoDAsync(dst, d.input.device->get(), b.bytes, stream));
     }
-  });
+  };
+  reset_buffers(Copies::candidate, restore, poison);
   if (flush) s_.flush_l2();
 }
 
-void CaseRunner::reset_buffer(const DeviceArg& d, CUdeviceptr dst, const Restore& restore) {
+void CaseRunner::reset_buffer(const DeviceArg& d, CUdeviceptr dst, const Restore& restore,
+                              bool poison) {
   const auto& b = d.spec->buffer;
   if (b.bytes == 0) return;
   if (b.role == BufferRole::out) {
-    const std::uint8_t fill = b.init == BufferInit::zero ? std::uint8_t{0} : b.poison_byte;
-    KO_CU(drv_.cuMemsetD8Async(dst, fill, b.bytes, s_.stream()));
+    // zeroed outputs are part of what the kernel is given (it may accumulate into them)
+    if (b.init == BufferInit::zero) {
+      KO_CU(drv_.cuMemsetD8Async(dst, 0, b.bytes, s_.stream()));
+    } else if (poison) {
+      KO_CU(drv_.cuMemsetD8Async(dst, b.poison_byte, b.bytes, s_.stream()));
+    }
   } else {
     restore(d, dst);
   }
 }
 
-void CaseRunner::reset_buffers(Copies copies, const Restore& restore) {
+void CaseRunner::reset_buffers(Copies copies, const Restore& restore, bool poison) {
   for (const auto& d : st_.buffers) {
-    reset_buffer(d, copies == Copies::candidate ? d.data : d.ref.get(), restore);
+    reset_buffer(d, copies == Copies::candidate ? d.data : d.ref.get(), restore, poison);
   }
 }
 

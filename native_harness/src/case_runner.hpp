@@ -9,6 +9,7 @@
 #include <functional>
 #include <memory>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -173,11 +174,13 @@ class CaseRunner {
   // reference's copies (DeviceArg::ref).
   using Restore = std::function<void(const DeviceArg& d, CUdeviceptr dst)>;
   enum class Copies { candidate, reference };
-  void reset_buffer(const DeviceArg& d, CUdeviceptr dst, const Restore& restore);
-  void reset_buffers(Copies copies, const Restore& restore);
-  // Outside the timed window: outputs re-initialised, inout buffers restored (or redrawn),
-  // with `redraw` every buffer with a fresh spec drawn anew, then L2 flushed.
-  void prepare_timed_launch(bool flush, bool redraw);
+  void reset_buffer(const DeviceArg& d, CUdeviceptr dst, const Restore& restore,
+                    bool poison = true);
+  void reset_buffers(Copies copies, const Restore& restore, bool poison = true);
+  // Outside the timed window: outputs re-initialised (`init` "zero" always; "poison" unless
+  // `poison` is false), inout buffers restored (or redrawn), with `redraw` every buffer with a
+  // fresh spec drawn anew, then L2 flushed.
+  void prepare_timed_launch(bool flush, bool redraw, bool poison = true);
   void draw(const DeviceArg& d, CUdeviceptr dst, std::uint64_t draw_index);
   // fresh.cpp: checked launches against the CUDA reference, the confirm launch.
   void setup_reference();
@@ -198,8 +201,16 @@ class CaseRunner {
   void enqueue_dump(std::size_t sample);
   void write_dumps(nlohmann::json& result);
   bool redraws() const noexcept { return spec_.fresh_timed && spec_.has_fresh(); }
-  // Whether the next warm-up or measured launch gets a redraw (fresh_launches).
-  bool redraw_next();
+  // What the next warm-up or measured launch gets before it (fresh_launches): a redraw, and
+  // outputs poisoned. With poison_subset, only the first warm-up launch, the redrawn samples and
+  // the checked ones (`checked`: measured-sample indices) find poisoned outputs; the others find
+  // what the launch before wrote. A kernel that does less when its outputs already hold a result
+  // is then fast on the reused launches alone, which the same split of times names.
+  struct TimedPrep {
+    bool redraw = false;
+    bool poison = true;
+  };
+  TimedPrep next_timed_prep(const std::set<std::size_t>& checked);
   nlohmann::json occupancy();
   void drain() noexcept { drv_.cuStreamSynchronize(s_.stream()); }
 

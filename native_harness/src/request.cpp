@@ -155,6 +155,13 @@ void parse_fresh_checks(const json& c, const std::string& path, CaseSpec& spec) 
     }
     spec.fresh_launches = std::move(samples);
   }
+  if (const json* v = find(c, "poison_subset")) {
+    const auto p = member_path(path, "poison_subset");
+    spec.poison_subset = as_bool(*v, p);
+    if (spec.poison_subset && !spec.fresh_launches) {
+      fail(p, "needs \"fresh_launches\" (the samples whose outputs are poisoned)");
+    }
+  }
   if (const json* v = find(c, "check_launch")) {
     spec.check_launch = parse_launch(*v, member_path(path, "check_launch"));
   }

@@ -212,6 +212,9 @@ struct CaseSpec {
   // With fresh_timed: redraw only before the first warm-up launch and these measured samples
   // (sorted); none: before every launch.
   std::optional<std::vector<unsigned>> fresh_launches;
+  // With fresh_launches: "poison" outputs written only before the first warm-up launch and the
+  // redrawn and the checked samples; the other launches find what the launch before wrote.
+  bool poison_subset = false;
   std::vector<unsigned> checked_launches;    // measured samples whose outputs the reference checks
   std::optional<LaunchConfig> check_launch;  // the CUDA reference's launch for this case
   bool confirm_launch = false;               // one more fresh launch after timing, timed alone

@@ -29,6 +29,7 @@ inline constexpr const char* harness_features[] = {
     "confirm_launch",  // case "confirm_launch": one more fresh launch after timing, timed alone
     "checked_dump",    // case "checked_dump": checked launches' inputs and outputs as files
     "fresh_launches",  // case "fresh_launches": redraw before these measured samples only
+    "poison_subset",   // case "poison_subset": with fresh_launches, poison before those only
     "input_draw",      // buffer "input_draw" / "timed_input_draw": inputs drawn on the device
     "expected_dtype",  // buffer "expected_dtype": expected files in the buffer's own dtype
     // answer "staging": input and expected device copies mapped read-only for kernels

@@ -122,6 +122,47 @@ TEST_CASE(
   CHECK_MSG(stats_of(r).fills == 7, r.err);
 }
 
+TEST_CASE(
+    "poison_subset: outputs poisoned before the first warm-up, the redrawn and the checked "
+    "samples only; zeroed outputs before every launch; refused without fresh_launches") {
+  // warm-up 2, samples 0-5: redrawn {2, 4}, checked {1, 4}. With fresh_launches alone every
+  // launch is poisoned: 8 timed poisons; with poison_subset the first warm-up and samples 1, 2
+  // and 4, so 4 fewer.
+  const auto run = [](const json& c) {
+    return run_request(with_reference(request_v2("copy_kernel", {c})), {"FAKE_CUDA_STATS=1"});
+  };
+  auto c = fresh_case("fp", {{"warmup", 2}, {"iterations", 6}}, {1, 4}, true);
+  c["poison_subset"] = true;
+  const auto refused = run(c);
+  const std::string why = refused.answer["error"]["message"].get<std::string>();
+  CHECK_MSG(refused.rc == 2 && test::contains(why, "poison_subset: needs \"fresh_launches\""),
+            refused.out + refused.err);
+  c.erase("poison_subset");
+  const auto every = run(c);
+  c["fresh_launches"] = {2, 4};
+  const auto fresh_only = run(c);
+  c["poison_subset"] = true;
+  const auto subset = run(c);
+  for (const auto* r : {&every, &fresh_only, &subset}) {
+    CHECK_MSG(r->rc == 0 && r->answer["cases"][0]["status"] == "ok", r->out + r->err);
+    for (const auto& e : r->answer["cases"][0]["timed_checks"])
+      CHECK_MSG(e["mismatches"] == 0, e.dump());
+  }
+  CHECK_MSG(stats_of(every).poisons == stats_of(fresh_only).poisons, every.err + fresh_only.err);
+  CHECK_MSG(stats_of(fresh_only).poisons == stats_of(subset).poisons + 4,
+            fresh_only.err + subset.err);
+  CHECK_MSG(stats_of(fresh_only).zeroes == stats_of(subset).zeroes, fresh_only.err + subset.err);
+  // an output the request zeroes (a kernel may accumulate into it) is zeroed before every launch
+  c["args"][1]["init"] = "zero";
+  const auto zero_subset = run(c);
+  c.erase("poison_subset");
+  const auto zero_every = run(c);
+  CHECK_MSG(zero_subset.rc == 0 && zero_every.rc == 0, zero_subset.out + zero_every.out);
+  CHECK_MSG(stats_of(zero_every).zeroes == stats_of(zero_subset).zeroes,
+            zero_every.err + zero_subset.err);
+  CHECK_MSG(stats_of(zero_every).zeroes > stats_of(every).zeroes + 8, zero_every.err + every.err);
+}
+
 TEST_CASE("checked launches: a kernel resetting compare results in device memory still fails") {
   // hush_kernel replays its first answer (wrong on fresh inputs) and, at every launch, resets
   // whatever compare results it finds on the device. Each checked launch's verdict is read

@@ -22,12 +22,12 @@ TEST_CASE("--version") {
         json({{"harness", "0.1.0"},
               {"protocol", 2},
               {"features",
-               {"support_module",   "input_cache",     "device_compare", "determinism",
-                "timed_inputs",     "blocking",        "graph",          "adaptive",
-                "baseline_cublas",  "fresh_inputs",    "timed_check",    "confirm_launch",
-                "checked_dump",     "fresh_launches",  "input_draw",     "expected_dtype",
-                "readonly_staging", "device_expected", "progress",       "checked_expected",
-                "structured_draw",  "choice_draw",     "tensor_maps"}}}));
+               {"support_module",   "input_cache",      "device_compare",  "determinism",
+                "timed_inputs",     "blocking",         "graph",           "adaptive",
+                "baseline_cublas",  "fresh_inputs",     "timed_check",     "confirm_launch",
+                "checked_dump",     "fresh_launches",   "poison_subset",   "input_draw",
+                "expected_dtype",   "readonly_staging", "device_expected", "progress",
+                "checked_expected", "structured_draw",  "choice_draw",     "tensor_maps"}}}));
 }
 
 TEST_CASE("usage errors exit 2 with a JSON answer and usage on stderr") {

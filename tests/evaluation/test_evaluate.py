@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 from fakegpu import ADD_LAUNCH, kernel, write_harness, write_tiny_workload
@@ -245,6 +246,39 @@ def test_fresh_launches_redraw_a_hidden_subset_and_catch_a_cache_on_the_others(t
         old = evaluate(ev, Candidate(kernel(), launch, [], "add"))
     assert old.ok and "fresh device-drawn inputs for every timed launch (buffers a, b)" in old.checks
     assert not any("fresh_launches" in r["cases"][0] for _, r in _requests(workdir))
+
+
+def test_poison_subset_is_asked_for_only_when_on_with_the_subset_and_the_feature(tmp_path, monkeypatch) -> None:
+    """EvaluateOptions.poison_subset: sent with the requests that carry fresh_launches (the candidate's
+    and the reference's timing), and the result's checks say the poison follows the subset; off by
+    default, and never sent to a harness without the feature or without a redrawn subset."""
+    harness_features = FRESH_FEATURES + ",fresh_launches"
+    wl = find_workload(write_tiny_workload(tmp_path / "extra") / "tiny_add", Settings())
+    launch = LaunchSpec.model_validate(ADD_LAUNCH)
+
+    def run(name: str, features: str, **options) -> tuple[Any, list[dict]]:
+        monkeypatch.setenv("KO_FAKE_FEATURES", features)
+        (tmp_path / name).mkdir()
+        harness = write_harness(tmp_path / name, "fake")  # features are cached per binary path
+        opts = EvaluateOptions(warmup=2, iterations=60, **options)
+        workdir = tmp_path / name / "w"
+        with HarnessProcess(harness, 0) as proc, Session(wl, proc, device_info(harness, 0), workdir=workdir,
+                                                           options=opts) as ev:
+            result = evaluate(ev, Candidate(kernel(), launch, [], "add"))
+        return result, [r["cases"][0] for _, r in _requests(workdir) if r["cases"][0].get("timing")]
+
+    on, timed = run("on", harness_features + ",poison_subset", fresh_launches=12, poison_subset=True)
+    assert on.ok and timed and all(c["poison_subset"] is True and len(c["fresh_launches"]) == 12 for c in timed)
+    assert any(c.startswith("outputs poisoned before those launches and the checked ones only") for c in on.checks), \
+        on.checks
+    for name, features, options in (
+        ("default", harness_features + ",poison_subset", {"fresh_launches": 12}),
+        ("no-feature", harness_features, {"fresh_launches": 12, "poison_subset": True}),
+        ("every-launch", harness_features + ",poison_subset", {"fresh_launches": None, "poison_subset": True}),
+    ):
+        result, timed = run(name, features, **options)
+        assert result.ok and timed and not any("poison_subset" in c for c in timed), name
+        assert not any(c.startswith("outputs poisoned before those") for c in result.checks), (name, result.checks)
 
 
 def test_a_result_says_where_its_host_time_went(tmp_path) -> None:

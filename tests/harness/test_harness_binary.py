@@ -19,7 +19,8 @@ from kernelopt_mcp.evaluation.harness import ExitCode, harness_features
 DATA_PATH_FEATURES = {"support_module", "input_cache", "device_compare", "determinism", "timed_inputs"}
 TIMING_FEATURES = {"blocking", "graph", "adaptive", "baseline_cublas"}
 # Issue 14's checks of the timed launches (PROTOCOL.md, "Fresh inputs and checked launches").
-TIMED_CHECK_FEATURES = {"fresh_inputs", "timed_check", "confirm_launch", "checked_dump", "fresh_launches"}
+TIMED_CHECK_FEATURES = {"fresh_inputs", "timed_check", "confirm_launch", "checked_dump", "fresh_launches",
+                        "poison_subset"}
 # Checked launches against expected values given up front, no CUDA reference (PROTOCOL.md,
 # "Checked launches against expected values").
 TIMED_CHECK_FEATURES |= {"checked_expected"}
