@@ -145,7 +145,9 @@ class Sampler {
     const std::size_t batch = blocking() ? std::min(count, blocking_batch) : count;
     if (batch == 0) return;
     // Every event exists before the first launch, so creating one never lands in a window.
-    for (auto& set : events_) {
+    // The second set only takes turns in blocking mode: without it each batch is read at once.
+    for (std::size_t k = 0; k < (blocking() ? 2u : 1u); ++k) {
+      EventSet& set = events_[k];
       while (set.starts.size() < batch) {
         set.starts.emplace_back();
         set.stops.emplace_back();
@@ -155,7 +157,7 @@ class Sampler {
     const std::size_t first = out.size();
     std::optional<Pending> pending;  // enqueued and released, not yet read
     std::size_t queued = 0;          // samples enqueued so far
-    for (unsigned turn = 0; queued < count; turn ^= 1u) {
+    for (unsigned turn = 0; queued < count; turn = blocking() ? turn ^ 1u : 0u) {
       const std::size_t room = std::min(batch, count - queued);
       if (blocking()) hold(*flags_[turn]);
       EventSet& ev = events_[turn];
