@@ -138,8 +138,8 @@ class Settings:
     # instead of before every launch; KERNELOPT_FRESH_LAUNCHES=0: before every launch
     fresh_launches: int | None = 16
     # with fresh_launches, outputs poisoned before the redrawn and the checked launches only
-    # (EvaluateOptions.poison_subset); off by default until measured on a GPU
-    poison_subset: bool = False
+    # (EvaluateOptions.poison_subset); KERNELOPT_POISON_SUBSET=0: before every launch
+    poison_subset: bool = True
     # performance cases' inputs drawn on the device when the CUDA reference gives their expected
     # outputs (EvaluateOptions.device_inputs); KERNELOPT_DEVICE_INPUTS=0 makes every input on the host
     device_inputs: bool = True

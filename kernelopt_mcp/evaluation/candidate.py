@@ -88,8 +88,8 @@ class EvaluateOptions:
     # With fresh_launches: outputs poisoned before the first warm-up, the redrawn and the checked
     # measured launches only (the others find the launch before's outputs, for the same inputs); a
     # kernel doing less where outputs hold numbers is then fast on the reused launches alone, named by
-    # the same split. Off until the adversarial suite has run with it on a GPU (docs/integrity.md)
-    poison_subset: bool = False
+    # the same split. On since the adversarial suite passed with it on the H200 (docs/integrity.md)
+    poison_subset: bool = True
     checked_launches: int = 3  # hidden measured launches whose outputs the CUDA reference checks
     check_consistency: bool = True  # flag launches on unseen inputs much slower than the median
     oracle_checked_launches: int = 1  # without a CUDA reference: hidden launches checked by the NumPy oracle

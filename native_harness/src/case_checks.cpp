@@ -130,27 +130,86 @@ void CaseRunner::write_outputs() {
   }
 }
 
-void CaseRunner::check_guards(json& result) {
+// After a launch, with one wait: each buffer's guard bytes, each `in` buffer against what it
+// started with (its timed input when `timed`) and, after the repeat launch (`repeat`), each
+// output against the validation launch's saved copy. The guards and the results of the diffs
+// the device takes (ko_bitwise_diff, each into its own slot of the support scratch) are copied
+// into pinned memory, so the copies queue behind the launch and one wait reads them all; an input
+// diff the device cannot take (no support module, a source on the host, more diffs than slots)
+// is taken afterwards by diff_against.
+void CaseRunner::check_buffers(json& result, bool timed, bool repeat) {
+  const CUstream stream = s_.stream();
+  const std::size_t n = st_.buffers.size();
+  std::uint8_t* host = s_.readback(readback_bytes());
+  auto* slots = reinterpret_cast<KoDiffResult*>(host);
+  std::vector<std::optional<std::size_t>> repeat_slot(n), input_slot(n);
+  std::size_t used = 0;
+  const auto enqueue = [&](CUfunction diff, CUdeviceptr a, CUdeviceptr b,
+                           std::uint64_t bytes) -> std::optional<std::size_t> {
+    if (diff == nullptr || used == diff_slots) return std::nullopt;
+    enqueue_bitwise_diff(drv_, diff, s_.sm_count(), stream, a, b, bytes,
+                         s_.support_scratch() + used * sizeof(KoDiffResult));
+    return used++;
+  };
+  const CUfunction repeat_diff = repeat ? s_.support().function(bitwise_diff_kernel_name) : nullptr;
+  const CUfunction input_diff =
+      req_.support_module.empty() ? nullptr : s_.support().find(bitwise_diff_kernel_name);
+  for (std::size_t i = 0; i < n; ++i) {
+    const auto& d = st_.buffers[i];
+    const auto& b = d.spec->buffer;
+    if (repeat && b.role != BufferRole::in && d.saved.get() != 0) {
+      repeat_slot[i] = enqueue(repeat_diff, d.saved.get(), d.data, b.bytes);
+    }
+    const Source& src = timed && b.has_timed_input() ? d.timed_input : d.input;
+    if (b.role == BufferRole::in && b.bytes > 0 && src.device) {
+      input_slot[i] = enqueue(input_diff, d.data, src.device->get(), b.bytes);
+    }
+  }
+  if (used > 0) {
+    KO_CU(drv_.cuMemcpyDtoHAsync(slots, s_.support_scratch(), used * sizeof(KoDiffResult), stream));
+  }
+  std::uint8_t* guards = host + diff_slots * sizeof(KoDiffResult);
   for (const auto& d : st_.buffers) {
     const auto& l = d.layout;
-    std::vector<std::uint8_t> before(l.before_bytes);
-    std::vector<std::uint8_t> after(l.after_bytes);
-    if (!before.empty()) {
-      KO_CU(drv_.cuMemcpyDtoHAsync(before.data(), d.allocation.get() + l.before_offset,
-                                   before.size(), s_.stream()));
+    if (l.before_bytes > 0) {
+      KO_CU(drv_.cuMemcpyDtoHAsync(guards, d.allocation.get() + l.before_offset, l.before_bytes,
+                                   stream));
     }
-    if (!after.empty()) {
-      KO_CU(drv_.cuMemcpyDtoHAsync(after.data(), d.allocation.get() + l.after_offset, after.size(),
-                                   s_.stream()));
+    if (l.after_bytes > 0) {
+      KO_CU(drv_.cuMemcpyDtoHAsync(guards + l.before_bytes, d.allocation.get() + l.after_offset,
+                                   l.after_bytes, stream));
     }
-    sync();
+    guards += l.before_bytes + l.after_bytes;
+  }
+  sync();
+
+  for (std::size_t i = 0; i < n && repeat; ++i) {
+    const auto& d = st_.buffers[i];
+    if (d.spec->buffer.role == BufferRole::in) continue;
+    std::optional<ByteDiff> differ;
+    if (repeat_slot[i]) {
+      differ = byte_diff(slots[*repeat_slot[i]]);
+    } else if (d.saved.get() != 0) {  // more diffs than slots
+      differ = device_bitwise_diff(drv_, repeat_diff, s_.sm_count(), stream, d.saved.get(), d.data,
+                                   d.spec->buffer.bytes, s_.support_scratch());
+    }
+    json det = json::object();
+    det["buffer"] = d.spec->name;
+    det["bytes_differ"] = differ ? differ->bytes_changed : 0;
+    det["first_offset"] = differ ? json(differ->first_offset) : json(nullptr);
+    result["determinism"].push_back(std::move(det));
+  }
+  guards = host + diff_slots * sizeof(KoDiffResult);
+  for (const auto& d : st_.buffers) {
+    const auto& l = d.layout;
     const struct {
       const char* side;
-      const std::vector<std::uint8_t>& bytes;
-    } sides[] = {{"before", before}, {"after", after}};
+      const std::uint8_t* bytes;
+      std::size_t size;
+    } sides[] = {{"before", guards, l.before_bytes},
+                 {"after", guards + l.before_bytes, l.after_bytes}};
     for (const auto& side : sides) {
-      if (const auto diff =
-              find_pattern_changes(side.bytes.data(), side.bytes.size(), guard_pattern)) {
+      if (const auto diff = find_pattern_changes(side.bytes, side.size, guard_pattern)) {
         json v = json::object();
         v["buffer"] = d.spec->name;
         v["side"] = side.side;
@@ -159,7 +218,32 @@ void CaseRunner::check_guards(json& result) {
         result["guard_violations"].push_back(std::move(v));
       }
     }
+    guards += l.before_bytes + l.after_bytes;
   }
+  for (std::size_t i = 0; i < n; ++i) {
+    const auto& d = st_.buffers[i];
+    const auto& b = d.spec->buffer;
+    if (b.role != BufferRole::in || b.bytes == 0) continue;
+    const auto diff =
+        input_slot[i]
+            ? byte_diff(slots[*input_slot[i]])
+            : diff_against(d.data, timed && b.has_timed_input() ? d.timed_input : d.input, b.bytes);
+    if (diff) {
+      json m = json::object();
+      m["buffer"] = d.spec->name;
+      m["first_offset"] = diff->first_offset;
+      m["bytes_changed"] = diff->bytes_changed;
+      result["modified_inputs"].push_back(std::move(m));
+    }
+  }
+  set_status(result);
+}
+
+// The pinned bytes check_buffers reads back: the diff slots, then each buffer's guards.
+std::size_t CaseRunner::readback_bytes() const {
+  std::size_t bytes = diff_slots * sizeof(KoDiffResult);
+  for (const auto& d : st_.buffers) bytes += d.layout.before_bytes + d.layout.after_bytes;
+  return bytes;
 }
 
 // Differences between the `bytes` at `data` and `src`: on the host when the source is there,
@@ -183,23 +267,6 @@ std::optional<ByteDiff> CaseRunner::diff_against(CUdeviceptr data, const Source&
   }
   sync();
   return find_differences(now.data(), src.device ? reference.data() : src.host.data(), bytes);
-}
-
-// Every `in` buffer must still equal what it started the launch with: its timed input after
-// the timed check launch, else its input.
-void CaseRunner::check_inputs(json& result, bool timed) {
-  for (const auto& d : st_.buffers) {
-    const auto& b = d.spec->buffer;
-    if (b.role != BufferRole::in || b.bytes == 0) continue;
-    const bool use_timed = timed && b.has_timed_input();
-    if (const auto diff = diff_against(d.data, use_timed ? d.timed_input : d.input, b.bytes)) {
-      json m = json::object();
-      m["buffer"] = d.spec->name;
-      m["first_offset"] = diff->first_offset;
-      m["bytes_changed"] = diff->bytes_changed;
-      result["modified_inputs"].push_back(std::move(m));
-    }
-  }
 }
 
 void CaseRunner::set_status(json& result) {
@@ -236,24 +303,7 @@ void CaseRunner::run_repeat(json& result) {
   steps_.mark("repeat_launch");
   compare_outputs(LaunchKind::repeat, result);
   steps_.mark("repeat_compare");
-  const CUfunction diff = s_.support().function(bitwise_diff_kernel_name);
-  for (const auto& d : st_.buffers) {
-    const auto& b = d.spec->buffer;
-    if (b.role == BufferRole::in) continue;
-    std::optional<ByteDiff> differ;
-    if (d.saved.get() != 0) {
-      differ = device_bitwise_diff(drv_, diff, s_.sm_count(), stream, d.saved.get(), d.data,
-                                   b.bytes, s_.support_scratch());
-    }
-    json det = json::object();
-    det["buffer"] = d.spec->name;
-    det["bytes_differ"] = differ ? differ->bytes_changed : 0;
-    det["first_offset"] = differ ? json(differ->first_offset) : json(nullptr);
-    result["determinism"].push_back(std::move(det));
-  }
-  check_guards(result);
-  check_inputs(result, false);
-  set_status(result);
+  check_buffers(result, false, true);
 }
 
 // Timed inputs: after the measured launches, one more launch like a measured one, on inputs
@@ -275,9 +325,7 @@ void CaseRunner::run_timed_check(json& result) {
   result["timing"]["check_launch_ms"] = time_one_launch(s_, check);
 
   compare_outputs(LaunchKind::timed, result);
-  check_guards(result);
-  check_inputs(result, true);
-  set_status(result);
+  check_buffers(result, true, false);
 }
 
 }  // namespace kernelopt::detail

@@ -102,9 +102,7 @@ bool CaseRunner::run(json& cases) {
     steps_.mark("validation_compare");
     write_outputs();
     steps_.mark("write_outputs");
-    check_guards(result);
-    check_inputs(result, false);
-    set_status(result);
+    check_buffers(result, false, false);
     steps_.mark("validation_checks");
     if (result["status"] == "ok" && spec_.has_keep_expected()) {
       keep_outputs(result);
@@ -349,6 +347,7 @@ void CaseRunner::setup() {
   if (spec_.timing && !spec_.checked_dump.empty()) setup_dumps();
   if (spec_.timing && req_.flush_l2) s_.prepare_flush_l2();
   if (!req_.support_module.empty()) s_.support_scratch();
+  s_.readback(readback_bytes());  // check_buffers' pinned memory
 
   if (spec_.launch.shared_bytes > default_dynamic_shared_limit) {
     KO_CU(drv_.cuFuncSetAttribute(f_, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,

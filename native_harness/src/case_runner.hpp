@@ -160,8 +160,10 @@ class CaseRunner {
   double element_at(CUdeviceptr base, std::uint64_t index, ScalarType dtype);
   void write_output(DeviceArg& d);
   void write_outputs();
-  void check_guards(nlohmann::json& result);
-  void check_inputs(nlohmann::json& result, bool timed);
+  // After a launch, one wait: guards, unchanged inputs (their timed inputs when `timed`), and
+  // after the repeat launch the outputs against the validation launch's; then set_status.
+  void check_buffers(nlohmann::json& result, bool timed, bool repeat);
+  std::size_t readback_bytes() const;
   std::optional<ByteDiff> diff_against(CUdeviceptr data, const Source& src, std::uint64_t bytes);
   static void set_status(nlohmann::json& result);
   void run_repeat(nlohmann::json& result);

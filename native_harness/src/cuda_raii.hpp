@@ -6,6 +6,7 @@
 #include <cuda.h>
 
 #include <cstddef>
+#include <cstdint>
 #include <utility>
 
 #include "check.hpp"
@@ -82,6 +83,48 @@ class DeviceBuffer {
   std::size_t mapped_ = 0;
   CUmemGenericAllocationHandle handle_ = 0;
   mutable bool unmapped_ = false;
+};
+
+// Page-locked host memory (cuMemHostAlloc): device-to-host copies into it are truly
+// asynchronous, so several can be queued and waited for once.
+class PinnedHost {
+ public:
+  PinnedHost() = default;
+  explicit PinnedHost(std::size_t bytes) : bytes_(bytes) {
+    void* p = nullptr;
+    // DEVICEMAP as every pinned allocation of the harness (HostFlag); PORTABLE: any context
+    KO_CU(load_driver().cuMemHostAlloc(&p, bytes,
+                                       CU_MEMHOSTALLOC_DEVICEMAP | CU_MEMHOSTALLOC_PORTABLE));
+    ptr_ = static_cast<std::uint8_t*>(p);
+  }
+  ~PinnedHost() { reset(); }
+  PinnedHost(PinnedHost&& o) noexcept
+      : ptr_(std::exchange(o.ptr_, nullptr)), bytes_(std::exchange(o.bytes_, 0)) {}
+  PinnedHost& operator=(PinnedHost&& o) noexcept {
+    if (this != &o) {
+      reset();
+      ptr_ = std::exchange(o.ptr_, nullptr);
+      bytes_ = std::exchange(o.bytes_, 0);
+    }
+    return *this;
+  }
+  PinnedHost(const PinnedHost&) = delete;
+  PinnedHost& operator=(const PinnedHost&) = delete;
+
+  std::uint8_t* get() const noexcept { return ptr_; }
+  std::size_t size() const noexcept { return bytes_; }
+
+  void reset() noexcept {
+    if (ptr_ != nullptr) {
+      if (const DriverApi* drv = loaded_driver()) drv->cuMemFreeHost(ptr_);
+      ptr_ = nullptr;
+      bytes_ = 0;
+    }
+  }
+
+ private:
+  std::uint8_t* ptr_ = nullptr;
+  std::size_t bytes_ = 0;
 };
 
 class Event {

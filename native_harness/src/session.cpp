@@ -86,6 +86,7 @@ Session::~Session() {
   // Everything on the device goes before the context is released.
   flush_scratch_.reset();
   support_scratch_.reset();
+  readback_.reset();
   input_cache_.clear();
   support_.reset();
   if (stream_ != nullptr) drv_.cuStreamDestroy(stream_);
@@ -124,6 +125,14 @@ detail::DeviceBuffer Session::allocate_staged(std::size_t bytes) {
 CUdeviceptr Session::support_scratch() {
   if (support_scratch_.get() == 0) support_scratch_ = allocate(support_result_bytes);
   return support_scratch_.get();
+}
+
+std::uint8_t* Session::readback(std::size_t bytes) {
+  if (readback_.size() < bytes) {
+    readback_.reset();
+    readback_ = detail::PinnedHost(bytes);
+  }
+  return readback_.get();
 }
 
 // How long a measured launch overhead is reused (Session::launch_overhead): a search evaluates

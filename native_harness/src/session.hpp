@@ -8,6 +8,7 @@
 
 #include <chrono>
 #include <cstddef>
+#include <cstdint>
 #include <map>
 #include <optional>
 #include <string>
@@ -86,6 +87,10 @@ class Session {
   // support_result_bytes of device memory for the support kernels' results, allocated on first
   // use and kept. Throws CudaError.
   CUdeviceptr support_scratch();
+  // At least `bytes` of pinned host memory the checks after a launch copy into, so that their
+  // copies queue and one wait reads them all; kept and grown. The contents are the caller's
+  // until its next call. Throws CudaError.
+  std::uint8_t* readback(std::size_t bytes);
 
   // time_work's launch_overhead_ms (an empty kernel timed the way `key` names), reused while
   // younger than launch_overhead_reuse: the floor is the device's and the timing mode's, not
@@ -113,6 +118,7 @@ class Session {
   InputCache input_cache_{staging_};
   SupportModule support_;
   detail::DeviceBuffer support_scratch_;
+  detail::PinnedHost readback_;
   std::map<std::string, std::pair<double, std::chrono::steady_clock::time_point>> launch_overheads_;
   bool broken_ = false;
 };

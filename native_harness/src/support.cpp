@@ -335,17 +335,23 @@ std::optional<ByteDiff> device_bitwise_diff(const detail::DriverApi& drv, CUfunc
                                             CUdeviceptr b, std::uint64_t bytes,
                                             CUdeviceptr scratch) {
   if (bytes == 0) return std::nullopt;
-  reset_scratch(drv, stream, scratch, sizeof(detail::KoDiffResult),
-                offsetof(detail::KoDiffResult, first_offset));
-  void* params[] = {&a, &b, &bytes, &scratch};
-  // One thread per 8-byte word.
-  KO_CU(drv.cuLaunchKernel(diff, support_grid(drv, diff, sm_count, (bytes + 7) / 8), 1, 1,
-                           support_block, 1, 1, 0, stream, params, nullptr));
+  enqueue_bitwise_diff(drv, diff, sm_count, stream, a, b, bytes, scratch);
   detail::KoDiffResult r{};
   KO_CU(drv.cuMemcpyDtoHAsync(&r, scratch, sizeof r, stream));
   KO_CU(drv.cuStreamSynchronize(stream));
-  if (r.bytes_differ == 0) return std::nullopt;
-  return ByteDiff{r.first_offset, r.bytes_differ};
+  return byte_diff(r);
+}
+
+void enqueue_bitwise_diff(const detail::DriverApi& drv, CUfunction diff, int sm_count,
+                          CUstream stream, CUdeviceptr a, CUdeviceptr b, std::uint64_t bytes,
+                          CUdeviceptr result) {
+  reset_scratch(drv, stream, result, sizeof(detail::KoDiffResult),
+                offsetof(detail::KoDiffResult, first_offset));
+  if (bytes == 0) return;
+  void* params[] = {&a, &b, &bytes, &result};
+  // One thread per 8-byte word.
+  KO_CU(drv.cuLaunchKernel(diff, support_grid(drv, diff, sm_count, (bytes + 7) / 8), 1, 1,
+                           support_block, 1, 1, 0, stream, params, nullptr));
 }
 
 }  // namespace kernelopt

@@ -161,6 +161,19 @@ CompareFigures device_compare(const detail::DriverApi& drv, CUfunction compare, 
                               std::uint64_t elements, const CompareTolerance& tol,
                               CUdeviceptr scratch);
 
+// Enqueues ko_bitwise_diff over `bytes` bytes of a and b into the KoDiffResult at `result`,
+// reset first. Does not wait. Throws CudaError.
+void enqueue_bitwise_diff(const detail::DriverApi& drv, CUfunction diff, int sm_count,
+                          CUstream stream, CUdeviceptr a, CUdeviceptr b, std::uint64_t bytes,
+                          CUdeviceptr result);
+// The KoDiffResults the support scratch holds side by side (enqueue_bitwise_diff's `result`).
+inline constexpr std::size_t diff_slots = support_result_bytes / sizeof(detail::KoDiffResult);
+// A KoDiffResult read back: nullopt when nothing differs.
+inline std::optional<ByteDiff> byte_diff(const detail::KoDiffResult& r) {
+  if (r.bytes_differ == 0) return std::nullopt;
+  return ByteDiff{r.first_offset, r.bytes_differ};
+}
+
 // Runs ko_bitwise_diff over `bytes` bytes of a and b and waits for it; nullopt when they are
 // identical. Throws CudaError.
 std::optional<ByteDiff> device_bitwise_diff(const detail::DriverApi& drv, CUfunction diff,

@@ -174,7 +174,7 @@ struct Stats {
                 ref_compares = 0, maps = 0, protects = 0, mmu_faults = 0, hushed = 0, unmaps = 0,
                 spied = 0, fill_keys = 0, watched_fills = 0, sum_sqs = 0, flush_reads = 0,
                 flush_bytes = 0, structures = 0, choices = 0, poisons = 0, zeroes = 0,
-                event_syncs = 0;
+                event_syncs = 0, stream_syncs = 0;
 };
 inline Stats stats_of(const Run& r) {
   Stats s;
@@ -188,11 +188,12 @@ inline Stats stats_of(const Run& r) {
               "fake libcuda stats: launches=%lu spins=%lu graph_launches=%lu graph_kernels=%lu "
               "fills=%lu ref_compares=%lu maps=%lu protects=%lu mmu_faults=%lu hushed=%lu "
               "unmaps=%lu spied=%lu fill_keys=%lu watched_fills=%lu sum_sqs=%lu flush_reads=%lu "
-              "flush_bytes=%lu structures=%lu choices=%lu poisons=%lu zeroes=%lu event_syncs=%lu",
+              "flush_bytes=%lu structures=%lu choices=%lu poisons=%lu zeroes=%lu event_syncs=%lu "
+              "stream_syncs=%lu",
               &s.launches, &s.spins, &s.graph_launches, &s.graph_kernels, &s.fills, &s.ref_compares,
               &s.maps, &s.protects, &s.mmu_faults, &s.hushed, &s.unmaps, &s.spied, &s.fill_keys,
               &s.watched_fills, &s.sum_sqs, &s.flush_reads, &s.flush_bytes, &s.structures,
-              &s.choices, &s.poisons, &s.zeroes, &s.event_syncs);
+              &s.choices, &s.poisons, &s.zeroes, &s.event_syncs, &s.stream_syncs);
   return s;
 }
 

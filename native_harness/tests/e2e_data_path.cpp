@@ -153,6 +153,35 @@ TEST_CASE("determinism: identical launches differ in 0 bytes, a launch counter d
   CHECK_MSG(stats_of(r).mmu_faults > 0, r.err);
 }
 
+TEST_CASE("checks after a launch: guards, inputs and the repeat's diffs are read with one wait") {
+  // copy_kernel with an `in` buffer staged on the device (the input cache) and an `out` buffer
+  // without expected values (no compare), guarded: after a launch the guards of both buffers and
+  // the input's diff were three waits, and after the repeat launch the determinism diff a fourth;
+  // they are queued into pinned memory and read with one wait.
+  spit(path("w_in.bin"), raw_of(std::vector<float>{1, 2, 3, 4}));
+  json c = {
+      {"name", "w"},
+      {"args",
+       {buffer("in", "in", 16, path("w_in.bin")), buffer("out", "out", 16, "", path("w_out.bin")),
+        scalar("n", "uint64", raw_hex<std::uint64_t>(16))}},
+      {"launch", launch()}};
+  auto once = request_v2("copy_kernel", {c});
+  c["repeat_validation"] = true;
+  auto twice = request_v2("copy_kernel", {c});
+  for (json* req : {&once, &twice}) {
+    (*req)["guard_bytes"] = 256;
+    (*req)["input_cache"] = true;
+  }
+  const auto a = run_request(once, {"FAKE_CUDA_STATS=1"});
+  const auto b = run_request(twice, {"FAKE_CUDA_STATS=1"});
+  CHECK_MSG(a.rc == 0 && b.rc == 0, a.err + b.err);
+  CHECK_MSG(b.answer["cases"][0]["determinism"][0]["bytes_differ"] == 0, b.answer.dump());
+  // the repeat: its outputs saved (one wait), its launch (one), its checks (one)
+  CHECK_MSG(
+      stats_of(b).stream_syncs == stats_of(a).stream_syncs + 3,
+      std::to_string(stats_of(a).stream_syncs) + " " + std::to_string(stats_of(b).stream_syncs));
+}
+
 TEST_CASE("timed inputs: a fresh input passes, a replayed first result fails the timed compare") {
   for (const std::string entry : {"copy_kernel", "replay_kernel"}) {
     auto c = compare_case("timed_" + entry, {1, 2, 3, 4}, {1, 2, 3, 4},

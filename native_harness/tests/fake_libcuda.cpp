@@ -54,11 +54,13 @@ struct LeakCheck {
           "fake libcuda stats: launches=%lu spins=%lu graph_launches=%lu graph_kernels=%lu "
           "fills=%lu ref_compares=%lu maps=%lu protects=%lu mmu_faults=%lu hushed=%lu "
           "unmaps=%lu spied=%lu fill_keys=%lu watched_fills=%lu sum_sqs=%lu flush_reads=%lu "
-          "flush_bytes=%lu structures=%lu choices=%lu poisons=%lu zeroes=%lu event_syncs=%lu\n",
+          "flush_bytes=%lu structures=%lu choices=%lu poisons=%lu zeroes=%lu event_syncs=%lu "
+          "stream_syncs=%lu\n",
           g_launches, g_spin_launches, g_graph_launches, g_graph_kernels, g_fills, g_ref_compares,
           g_maps, g_protects, g_mmu_faults, g_hushed, g_unmaps, g_spied,
           static_cast<unsigned long>(g_fill_keys.size()), g_watched_fills, g_sum_sqs, g_flush_reads,
-          g_flush_bytes, g_structures, g_choices, g_poisons, g_zeroes, g_event_syncs);
+          g_flush_bytes, g_structures, g_choices, g_poisons, g_zeroes, g_event_syncs,
+          g_stream_syncs);
     }
     if (g_sticky != CUDA_SUCCESS || g_pending != CUDA_SUCCESS) {
       // A dead context cannot free anything; the real driver reclaims it all at exit.
@@ -236,6 +238,7 @@ CUresult CUDAAPI cuStreamDestroy(CUstream s) {
 CUresult CUDAAPI cuStreamSynchronize(CUstream s) {
   FAKE_ENTER();
   if (g_streams.count(s) == 0) return CUDA_ERROR_INVALID_HANDLE;
+  ++g_stream_syncs;
   if (g_pending != CUDA_SUCCESS) {
     g_sticky = g_pending;
     return g_sticky;

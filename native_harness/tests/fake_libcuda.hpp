@@ -32,6 +32,7 @@ inline unsigned long g_sum_sqs = 0;          // ko_sum_sq_<dtype> launches
 inline unsigned long g_poisons = 0;          // byte memsets of 0xFF (the default poison byte)
 inline unsigned long g_zeroes = 0;           // byte memsets of 0
 inline unsigned long g_event_syncs = 0;      // cuEventSynchronize calls
+inline unsigned long g_stream_syncs = 0;     // cuStreamSynchronize calls
 
 inline std::map<std::uintptr_t, std::size_t> g_allocs;
 inline std::set<void*> g_events;

@@ -250,8 +250,8 @@ def test_fresh_launches_redraw_a_hidden_subset_and_catch_a_cache_on_the_others(t
 
 def test_poison_subset_is_asked_for_only_when_on_with_the_subset_and_the_feature(tmp_path, monkeypatch) -> None:
     """EvaluateOptions.poison_subset: sent with the requests that carry fresh_launches (the candidate's
-    and the reference's timing), and the result's checks say the poison follows the subset; off by
-    default, and never sent to a harness without the feature or without a redrawn subset."""
+    and the reference's timing), and the result's checks say the poison follows the subset; on by
+    default, and never sent when off, to a harness without the feature or without a redrawn subset."""
     harness_features = FRESH_FEATURES + ",fresh_launches"
     wl = find_workload(write_tiny_workload(tmp_path / "extra") / "tiny_add", Settings())
     launch = LaunchSpec.model_validate(ADD_LAUNCH)
@@ -267,12 +267,13 @@ def test_poison_subset_is_asked_for_only_when_on_with_the_subset_and_the_feature
             result = evaluate(ev, Candidate(kernel(), launch, [], "add"))
         return result, [r["cases"][0] for _, r in _requests(workdir) if r["cases"][0].get("timing")]
 
-    on, timed = run("on", harness_features + ",poison_subset", fresh_launches=12, poison_subset=True)
-    assert on.ok and timed and all(c["poison_subset"] is True and len(c["fresh_launches"]) == 12 for c in timed)
-    assert any(c.startswith("outputs poisoned before those launches and the checked ones only") for c in on.checks), \
-        on.checks
+    for name, options in (("on", {"poison_subset": True}), ("default", {})):
+        on, timed = run(name, harness_features + ",poison_subset", fresh_launches=12, **options)
+        assert on.ok and timed and all(c["poison_subset"] is True and len(c["fresh_launches"]) == 12 for c in timed)
+        assert any(c.startswith("outputs poisoned before those launches and the checked ones only")
+                   for c in on.checks), on.checks
     for name, features, options in (
-        ("default", harness_features + ",poison_subset", {"fresh_launches": 12}),
+        ("off", harness_features + ",poison_subset", {"fresh_launches": 12, "poison_subset": False}),
         ("no-feature", harness_features, {"fresh_launches": 12, "poison_subset": True}),
         ("every-launch", harness_features + ",poison_subset", {"fresh_launches": None, "poison_subset": True}),
     ):
