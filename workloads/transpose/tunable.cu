@@ -15,6 +15,8 @@
 // tile row. ALIGN = 0: no shifted windows. MINB: the blocks per SM the registers must leave room for
 // (__launch_bounds__' second argument): a transpose waits on its loads, and more resident blocks keep
 // more of them in flight (Nsight Compute on the H200: registers held occupancy at 70% with MINB 1).
+// Interior tiles of the ALIGN path (every staged row and every window inside the matrix) skip the
+// per-element bounds checks, as the unshifted path's do.
 // Launch: grid (ceil_div(cols, TILE), ceil_div(rows + max(ALIGN - 1, 0), TILE)), block (TILE, ROWS).
 
 #ifndef TILE
@@ -48,7 +50,26 @@ transpose(const float* __restrict__ in, float* __restrict__ out, int rows, int c
         // [r0 - s, r0 - s + TILE) with s = (oc * rows) % ALIGN, which start on 4 * ALIGN-byte
         // boundaries and, the same s for every tile of the row, partition it (the grid has one more
         // tile row for the last window); the block stages input rows r0 - ALIGN .. r0 + TILE - 1 so
-        // every window's elements are at hand.
+        // every window's elements are at hand. s from the low bits alone: (oc % A) * (rows % A) % A.
+        const int rows_low = rows & (ALIGN - 1);
+        if (r0 >= ALIGN && r0 + TILE <= rows && c0 + TILE <= cols) {
+            // interior: every staged row and every window inside the matrix, no checks
+            const float* src = in + (size_t)(r0 - ALIGN + ty) * cols + c0 + tx;
+#pragma unroll
+            for (int j = ty; j < TILE + ALIGN; j += ROWS, src += (size_t)ROWS * cols) tile[j][tx] = __ldg(src);
+            __syncthreads();
+#pragma unroll
+            for (int j = 0; j < TILE; j += ROWS) {
+                const int oc = c0 + ty + j;
+                const int s = ((oc & (ALIGN - 1)) * rows_low) & (ALIGN - 1);
+                float* dst = out + (size_t)oc * rows + (r0 - s + tx);
+                if (STCS)
+                    __stcs(dst, tile[ALIGN - s + tx][ty + j]);
+                else
+                    *dst = tile[ALIGN - s + tx][ty + j];
+            }
+            return;
+        }
 #pragma unroll
         for (int j = ty; j < TILE + ALIGN; j += ROWS) {
             const int r = r0 - ALIGN + j, c = c0 + tx;
@@ -58,7 +79,7 @@ transpose(const float* __restrict__ in, float* __restrict__ out, int rows, int c
 #pragma unroll
         for (int j = 0; j < TILE; j += ROWS) {
             const int oc = c0 + ty + j;
-            const int s = (int)(((size_t)oc * (size_t)rows) & (size_t)(ALIGN - 1));
+            const int s = ((oc & (ALIGN - 1)) * rows_low) & (ALIGN - 1);
             const int r = r0 - s + tx;
             if (oc < cols && r >= 0 && r < rows) {
                 if (STCS)
