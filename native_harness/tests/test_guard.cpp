@@ -1,3 +1,4 @@
+#include <string>
 #include <vector>
 
 #include "guard.hpp"
@@ -47,6 +48,32 @@ TEST_CASE("pattern check finds the first changed byte and counts all of them") {
   const auto d = find_pattern_changes(g.data(), g.size(), 0xCD);
   CHECK(d && d->first_offset == 10 && d->bytes_changed == 3);
   CHECK(!find_pattern_changes(nullptr, 0, 0xCD));
+}
+
+TEST_CASE(
+    "pattern check and input comparison: a change anywhere, in any size, word by word or not") {
+  // they compare eight bytes at a time until a word differs: every size around the word and every
+  // position of one or two changed bytes (the tail past the last whole word included)
+  for (std::size_t size = 1; size <= 40; ++size) {
+    for (std::size_t at = 0; at < size; ++at) {
+      std::vector<std::uint8_t> g(size, 0xCD), a(size, 7), b(size, 7);
+      g[at] = 0xCE;
+      a[at] = 8;
+      auto d = find_pattern_changes(g.data(), g.size(), 0xCD);
+      auto e = find_differences(a.data(), b.data(), a.size());
+      CHECK_MSG(d && d->first_offset == at && d->bytes_changed == 1, std::to_string(size));
+      CHECK_MSG(e && e->first_offset == at && e->bytes_changed == 1, std::to_string(size));
+      g[size - 1] = 0;
+      a[size - 1] = 0;
+      d = find_pattern_changes(g.data(), g.size(), 0xCD);
+      e = find_differences(a.data(), b.data(), a.size());
+      const std::size_t n = at == size - 1 ? 1 : 2;
+      CHECK_MSG(d && d->first_offset == at && d->bytes_changed == n, std::to_string(size));
+      CHECK_MSG(e && e->first_offset == at && e->bytes_changed == n, std::to_string(size));
+    }
+    std::vector<std::uint8_t> g(size, 0xCD);
+    CHECK(!find_pattern_changes(g.data(), g.size(), 0xCD));
+  }
 }
 
 TEST_CASE("input comparison finds the first difference and counts all of them") {
