@@ -32,8 +32,7 @@ def main() -> None:
         variants = {
             "default": o,
             "precision rule": replace(o, stop="precision"),
-            "poison subset": replace(o, poison_subset=True),
-            "poison subset, precision rule": replace(o, poison_subset=True, stop="precision"),
+            "poison before every launch": replace(o, poison_subset=False),
             "redraw before every launch": replace(o, fresh_launches=None),
             "no fresh inputs": replace(o, fresh_inputs=False),
             "no L2 flush": replace(o, flush_l2=False),
