@@ -131,7 +131,10 @@ class GpuQueue:
 
             async def report() -> None:
                 while True:
-                    ahead = self._order().index(ticket) + 1  # the running job, then those before it in turn
+                    order = self._order()
+                    if ticket not in order:  # handed the device as this heartbeat fell due: nothing to say
+                        return
+                    ahead = order.index(ticket) + 1  # the running job, then those before it in turn
                     await notify(
                         f"queued for the GPU: {ahead} job(s) ahead (one GPU job runs at a time; clients take turns)"
                     )

@@ -80,3 +80,39 @@ def test_a_job_goes_to_a_free_device_else_the_least_queued() -> None:
         slot.queue._busy = True
     slots[0].queue._waiting["a"] = deque([object()])  # type: ignore[list-item]
     assert pick_device(slots).ordinal == 1
+
+
+async def test_a_heartbeat_due_as_the_device_is_handed_over_does_not_fail_the_job(monkeypatch) -> None:
+    """The waiting job's heartbeat and the running job's end fall due together (the event loop was
+    blocked past both): the running job resumes first (its deadline is earlier) and hands the device
+    over, and the heartbeat then runs before the waiting job can stop it. It must find its ticket gone
+    and say nothing, not fail the job (seen under CI load: 'ValueError: _Ticket(...) is not in list')."""
+    import time
+
+    import anyio
+
+    from kernelopt_mcp import gpu_queue
+
+    monkeypatch.setattr(gpu_queue, "HEARTBEAT_S", 0.05)
+    queue = GpuQueue()
+    notes: list[str] = []
+    ran: list[str] = []
+
+    async def notify(message: str) -> None:
+        notes.append(message)
+
+    async def job(client: str, hold_s: float) -> None:
+        async with queue.turn(notify, client):
+            ran.append(client)
+            await anyio.sleep(hold_s)
+
+    async def block_the_loop() -> None:
+        await anyio.sleep(0.02)
+        time.sleep(0.15)  # both timers expire meanwhile: they resume in deadline order
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(job, "a", 0.05)
+        await anyio.sleep(0)  # "a" holds the device and sleeps to its deadline
+        tg.start_soon(job, "b", 0)  # "b" waits; its heartbeat's deadline comes just after "a"'s
+        tg.start_soon(block_the_loop)
+    assert ran == ["a", "b"] and notes and all("queued for the GPU: 1 job(s) ahead" in n for n in notes)
