@@ -171,7 +171,15 @@ json.dump(t, open("workloads/transpose/probe.json","w"))'
     timeout 150 kernelopt tune transpose workloads/transpose/probe.json --budget-evals 8 --top 8 -o /tmp/tr > "$OUT/tr.txt" \
       2> "$OUT/tr.err"; echo "transpose tune rc=$?"; grep -A12 "exhaustive\|random" "$OUT/tr.txt" | cut -c1-160
     cp /tmp/tr/tune.json "$OUT/tune-transpose.json" 2>/dev/null
-    [ -n "$SKIP_VENDOR" ] && exit 0
+    # the tune's best beside the copy rate (TRANSPOSE_ONLY=1: only this, not the other entries' known bests)
+    best=$(python3 -c 'import json; p=json.load(open("/tmp/tr/tune.json"))["best_params"]
+print(",".join(f"{k}={v}" for k, v in p.items()))' 2>/dev/null)
+    [ -n "$best" ] && timeout 120 python3 bench/vendor.py --config "transpose:$best" --only transpose --json \
+      > "$OUT/vendor-tr.json" 2> "$OUT/vendor-tr.err"; echo "transpose $best vendor rc=$?"
+    python3 -c 'import json,sys; s=json.load(open(sys.argv[1]))["sections"][0]
+for r in s["rows"]: print(r["workload"], r["case"], r["ours ms"], r["ours rate"], r["vendor"], r["vendor ms"], r["ratio"])' \
+      "$OUT/vendor-tr.json" 2>/dev/null
+    [ -n "$TRANSPOSE_ONLY" ] && exit 0
     timeout 300 python3 bench/vendor.py --known --only transpose --only histogram --only attention_fwd_tma --json \
       > "$OUT/vendor.json" 2> "$OUT/vendor.err"; echo "vendor rc=$?"
     python3 -c 'import json,sys; s=json.load(open(sys.argv[1]))["sections"][0]
