@@ -56,14 +56,14 @@ CONFIGS: dict[str, list[dict[str, int]]] = {
         {"THREADS": 1024, "BPS": 2, "UNROLL": 8, "TWO_PASS": 1},
     ],
     "transpose": [
-        {"TILE": 32, "ROWS": 8, "STCS": 1, "ALIGN": 0, "STRIP": 1},
-        {"TILE": 64, "ROWS": 4, "STCS": 0, "ALIGN": 0, "STRIP": 1},
-        {"TILE": 32, "ROWS": 32, "STCS": 0, "ALIGN": 0, "STRIP": 1},
-        {"TILE": 64, "ROWS": 8, "STCS": 1, "ALIGN": 8, "STRIP": 1},  # 5003 x 8191: aligned output windows
-        {"TILE": 32, "ROWS": 8, "STCS": 0, "ALIGN": 8, "STRIP": 1},
-        {"TILE": 64, "ROWS": 8, "STCS": 1, "ALIGN": 32, "STRIP": 1},  # windows on 128-byte lines
+        {"TILE": 32, "ROWS": 8, "STCS": 1, "ALIGN": 0, "MINB": 1, "STRIP": 1},
+        {"TILE": 64, "ROWS": 4, "STCS": 0, "ALIGN": 0, "MINB": 1, "STRIP": 1},
+        {"TILE": 32, "ROWS": 32, "STCS": 0, "ALIGN": 0, "MINB": 1, "STRIP": 1},
+        {"TILE": 64, "ROWS": 8, "STCS": 1, "ALIGN": 8, "MINB": 1, "STRIP": 1},  # 5003 x 8191: aligned output windows
+        {"TILE": 32, "ROWS": 8, "STCS": 0, "ALIGN": 8, "MINB": 1, "STRIP": 1},
+        {"TILE": 64, "ROWS": 8, "STCS": 1, "ALIGN": 32, "MINB": 1, "STRIP": 1},  # windows on 128-byte lines
         {"TILE": 64, "ROWS": 8, "STCS": 1, "ALIGN": 8, "MINB": 4, "STRIP": 4},  # strips through a ring of rows
-        {"TILE": 32, "ROWS": 8, "STCS": 0, "ALIGN": 0, "STRIP": 2},
+        {"TILE": 32, "ROWS": 8, "STCS": 0, "ALIGN": 0, "MINB": 1, "STRIP": 2},
     ],
     "layernorm": [
         {"TPR": 128, "RPB": 1, "VPT": 8, "WR": 0},
