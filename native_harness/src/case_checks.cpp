@@ -134,9 +134,9 @@ void CaseRunner::write_outputs() {
 // started with (its timed input when `timed`) and, after the repeat launch (`repeat`), each
 // output against the validation launch's saved copy. The guards and the results of the diffs
 // the device takes (ko_bitwise_diff, each into its own slot of the support scratch) are copied
-// into pinned memory, so the copies queue behind the launch and one wait reads them all; an input
-// diff the device cannot take (no support module, a source on the host, more diffs than slots)
-// is taken afterwards by diff_against.
+// into pinned memory, so the copies queue behind the launch and one wait reads them all (the
+// scratch has a slot for every buffer of the case: setup sized it); an input diff the device
+// cannot take (no support module, a source on the host) is taken afterwards by diff_against.
 void CaseRunner::check_buffers(json& result, bool timed, bool repeat) {
   const CUstream stream = s_.stream();
   const std::size_t n = st_.buffers.size();
@@ -146,7 +146,7 @@ void CaseRunner::check_buffers(json& result, bool timed, bool repeat) {
   std::size_t used = 0;
   const auto enqueue = [&](CUfunction diff, CUdeviceptr a, CUdeviceptr b,
                            std::uint64_t bytes) -> std::optional<std::size_t> {
-    if (diff == nullptr || used == diff_slots) return std::nullopt;
+    if (diff == nullptr) return std::nullopt;
     enqueue_bitwise_diff(drv_, diff, s_.sm_count(), stream, a, b, bytes,
                          s_.support_scratch() + used * sizeof(KoDiffResult));
     return used++;
@@ -168,7 +168,7 @@ void CaseRunner::check_buffers(json& result, bool timed, bool repeat) {
   if (used > 0) {
     KO_CU(drv_.cuMemcpyDtoHAsync(slots, s_.support_scratch(), used * sizeof(KoDiffResult), stream));
   }
-  std::uint8_t* guards = host + diff_slots * sizeof(KoDiffResult);
+  std::uint8_t* guards = host + n * sizeof(KoDiffResult);
   for (const auto& d : st_.buffers) {
     const auto& l = d.layout;
     if (l.before_bytes > 0) {
@@ -186,20 +186,15 @@ void CaseRunner::check_buffers(json& result, bool timed, bool repeat) {
   for (std::size_t i = 0; i < n && repeat; ++i) {
     const auto& d = st_.buffers[i];
     if (d.spec->buffer.role == BufferRole::in) continue;
-    std::optional<ByteDiff> differ;
-    if (repeat_slot[i]) {
-      differ = byte_diff(slots[*repeat_slot[i]]);
-    } else if (d.saved.get() != 0) {  // more diffs than slots
-      differ = device_bitwise_diff(drv_, repeat_diff, s_.sm_count(), stream, d.saved.get(), d.data,
-                                   d.spec->buffer.bytes, s_.support_scratch());
-    }
+    const std::optional<ByteDiff> differ =
+        repeat_slot[i] ? byte_diff(slots[*repeat_slot[i]]) : std::nullopt;
     json det = json::object();
     det["buffer"] = d.spec->name;
     det["bytes_differ"] = differ ? differ->bytes_changed : 0;
     det["first_offset"] = differ ? json(differ->first_offset) : json(nullptr);
     result["determinism"].push_back(std::move(det));
   }
-  guards = host + diff_slots * sizeof(KoDiffResult);
+  guards = host + n * sizeof(KoDiffResult);
   for (const auto& d : st_.buffers) {
     const auto& l = d.layout;
     const struct {
@@ -239,9 +234,9 @@ void CaseRunner::check_buffers(json& result, bool timed, bool repeat) {
   set_status(result);
 }
 
-// The pinned bytes check_buffers reads back: the diff slots, then each buffer's guards.
+// The pinned bytes check_buffers reads back: a diff slot per buffer, then each buffer's guards.
 std::size_t CaseRunner::readback_bytes() const {
-  std::size_t bytes = diff_slots * sizeof(KoDiffResult);
+  std::size_t bytes = st_.buffers.size() * sizeof(KoDiffResult);
   for (const auto& d : st_.buffers) bytes += d.layout.before_bytes + d.layout.after_bytes;
   return bytes;
 }

@@ -346,7 +346,8 @@ void CaseRunner::setup() {
   if (spec_.timing && spec_.has_expected_checks()) setup_expected_checks();
   if (spec_.timing && !spec_.checked_dump.empty()) setup_dumps();
   if (spec_.timing && req_.flush_l2) s_.prepare_flush_l2();
-  if (!req_.support_module.empty()) s_.support_scratch();
+  // the support kernels' results: check_buffers' diffs take a slot per buffer
+  if (!req_.support_module.empty()) s_.support_scratch(st_.buffers.size() * sizeof(KoDiffResult));
   s_.readback(readback_bytes());  // check_buffers' pinned memory
 
   if (spec_.launch.shared_bytes > default_dynamic_shared_limit) {

@@ -122,8 +122,13 @@ detail::DeviceBuffer Session::allocate_staged(std::size_t bytes) {
   }
 }
 
-CUdeviceptr Session::support_scratch() {
-  if (support_scratch_.get() == 0) support_scratch_ = allocate(support_result_bytes);
+CUdeviceptr Session::support_scratch(std::size_t bytes) {
+  bytes = std::max(bytes, support_result_bytes);
+  if (support_scratch_.get() == 0 || support_scratch_.size() < bytes) {
+    if (support_scratch_.get() != 0) KO_CU(drv_.cuStreamSynchronize(stream_));
+    support_scratch_.reset();
+    support_scratch_ = allocate(bytes);
+  }
   return support_scratch_.get();
 }
 

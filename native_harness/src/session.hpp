@@ -84,9 +84,11 @@ class Session {
   // The harness's own kernels (request field "support_module"), kept for the session and
   // replaced when a request names another file.
   SupportModule& support() noexcept { return support_; }
-  // support_result_bytes of device memory for the support kernels' results, allocated on first
-  // use and kept. Throws CudaError.
-  CUdeviceptr support_scratch();
+  // At least `bytes` (and support_result_bytes) of device memory for the support kernels'
+  // results, allocated on first use and kept; grown (after a wait, so no queued work still uses
+  // the old one) when a case needs more. Call with the case's size before its first launch.
+  // Throws CudaError.
+  CUdeviceptr support_scratch(std::size_t bytes = support_result_bytes);
   // At least `bytes` of pinned host memory the checks after a launch copy into, so that their
   // copies queue and one wait reads them all; kept and grown. The contents are the caller's
   // until its next call. Throws CudaError.

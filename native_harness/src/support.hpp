@@ -166,8 +166,6 @@ CompareFigures device_compare(const detail::DriverApi& drv, CUfunction compare, 
 void enqueue_bitwise_diff(const detail::DriverApi& drv, CUfunction diff, int sm_count,
                           CUstream stream, CUdeviceptr a, CUdeviceptr b, std::uint64_t bytes,
                           CUdeviceptr result);
-// The KoDiffResults the support scratch holds side by side (enqueue_bitwise_diff's `result`).
-inline constexpr std::size_t diff_slots = support_result_bytes / sizeof(detail::KoDiffResult);
 // A KoDiffResult read back: nullopt when nothing differs.
 inline std::optional<ByteDiff> byte_diff(const detail::KoDiffResult& r) {
   if (r.bytes_differ == 0) return std::nullopt;

@@ -153,6 +153,44 @@ TEST_CASE("determinism: identical launches differ in 0 bytes, a launch counter d
   CHECK_MSG(stats_of(r).mmu_faults > 0, r.err);
 }
 
+TEST_CASE("checks after a launch: a case with more buffers than 16 still waits once") {
+  // wide_kernel copies, with 20 more outputs after its three parameters (a PyTorch problem's many
+  // tensors), and stamps the launch count into the last: after the repeat, each of the 21 outputs
+  // takes a determinism diff. The support scratch has a slot for every buffer, so all of them are
+  // read with the guards in one wait (it held 16 once, and the diffs past them waited one by one),
+  // and the last slot is the one that differs.
+  spit(path("m_in.bin"), raw_of(std::vector<float>{1, 2, 3, 4}));
+  json args = {buffer("in", "in", 16, path("m_in.bin")),
+               buffer("out", "out", 16, "", path("m_out.bin")),
+               scalar("n", "uint64", raw_hex<std::uint64_t>(16))};
+  for (int k = 0; k < 20; ++k) {
+    const std::string name = "extra" + std::to_string(k);
+    args.push_back(buffer(name, "out", 16, "", path("m_" + name + ".bin")));
+  }
+  json c = {{"name", "m"}, {"args", args}, {"launch", launch()}};
+  auto once = request_v2("wide_kernel", {c});
+  c["repeat_validation"] = true;
+  auto twice = request_v2("wide_kernel", {c});
+  for (json* req : {&once, &twice}) {
+    (*req)["guard_bytes"] = 256;
+    (*req)["input_cache"] = true;  // the input's diff on the device too
+  }
+  const auto a = run_request(once, {"FAKE_CUDA_STATS=1"});
+  const auto b = run_request(twice, {"FAKE_CUDA_STATS=1"});
+  CHECK_MSG(a.rc == 0 && b.rc == 0, a.err + b.err + b.out);
+  if (b.rc != 0) return;
+  const json& det = b.answer["cases"][0]["determinism"];
+  CHECK_MSG(det.size() == 21, b.answer.dump());
+  if (det.size() != 21) return;
+  for (std::size_t k = 0; k + 1 < det.size(); ++k)
+    CHECK_MSG(det[k]["bytes_differ"] == 0, det[k].dump());
+  CHECK_MSG(det[20]["buffer"] == "extra19", det[20].dump());
+  CHECK_MSG(det[20]["bytes_differ"] == 1, det[20].dump());  // launch counts 1 and 2: one byte apart
+  CHECK_MSG(
+      stats_of(b).stream_syncs == stats_of(a).stream_syncs + 3,
+      std::to_string(stats_of(a).stream_syncs) + " " + std::to_string(stats_of(b).stream_syncs));
+}
+
 TEST_CASE("checks after a launch: guards, inputs and the repeat's diffs are read with one wait") {
   // copy_kernel with an `in` buffer staged on the device (the input cache) and an `out` buffer
   // without expected values (no compare), guarded: after a launch the guards of both buffers and

@@ -66,6 +66,15 @@ void stamp_run(void** p) {
   const auto n = arg<std::uint32_t>(p, 1);
   for (std::uint32_t i = 0; i < n; ++i) out[i] = static_cast<std::uint32_t>(g_launches + 1);
 }
+// wide(const u8* in, u8* out, u64 n, u8* extra0, ..., u32* extra19): copies, and stamps the last
+// extra buffer's first word with the launch count (a case with more buffers than 16; only that
+// buffer differs between two launches).
+constexpr int wide_extras = 20;
+void wide_run(void** p) {
+  copy_run(p);
+  *reinterpret_cast<std::uint32_t*>(arg<CUdeviceptr>(p, 2 + wide_extras)) =
+      static_cast<std::uint32_t>(g_launches + 1);
+}
 // replay(const u8* in, u8* out, u64 n): copies on its first launch, then replays that first
 // result whatever the input (a kernel that caches its answer).
 std::vector<std::uint8_t> g_replay;
@@ -525,6 +534,7 @@ Kernel g_kernels[] = {
     {"ko_empty", {}, 0.002, 0, 48 * 1024, empty_run},
     {"ko_flush_l2", {8, 8, 8}, 0.0, 0, 48 * 1024, flush_read_run},
     {"copy_kernel", {8, 8, 8}, 0.5, 0, 48 * 1024, copy_run},
+    {"wide_kernel", std::vector<std::size_t>(3 + wide_extras, 8), 0.5, 0, 48 * 1024, wide_run},
     {"forge_kernel", {8, 8, 8}, 0.5, 0, 48 * 1024, forge_run},
     {"forge32_kernel", {8, 8, 8}, 0.5, 0, 48 * 1024, forge32_run},
     {"peek_kernel", {8, 8, 8}, 0.5, 0, 48 * 1024, peek_run},
