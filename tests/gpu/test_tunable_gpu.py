@@ -63,6 +63,7 @@ CONFIGS: dict[str, list[dict[str, int]]] = {
         {"TILE": 32, "ROWS": 8, "STCS": 0, "ALIGN": 8, "MINB": 1, "STRIP": 1},
         {"TILE": 64, "ROWS": 8, "STCS": 1, "ALIGN": 32, "MINB": 1, "STRIP": 1},  # windows on 128-byte lines
         {"TILE": 64, "ROWS": 8, "STCS": 1, "ALIGN": 8, "MINB": 4, "STRIP": 4},  # strips through a ring of rows
+        {"TILE": 64, "ROWS": 8, "STCS": 1, "ALIGN": 32, "MINB": 2, "STRIP": 2},  # the ring keeps 32 rows above
         {"TILE": 32, "ROWS": 8, "STCS": 0, "ALIGN": 0, "MINB": 1, "STRIP": 2},
     ],
     "layernorm": [
