@@ -56,15 +56,20 @@ CONFIGS: dict[str, list[dict[str, int]]] = {
         {"THREADS": 1024, "BPS": 2, "UNROLL": 8, "TWO_PASS": 1},
     ],
     "transpose": [
-        {"TILE": 32, "ROWS": 8, "STCS": 1, "ALIGN": 0, "MINB": 1, "STRIP": 1},
-        {"TILE": 64, "ROWS": 4, "STCS": 0, "ALIGN": 0, "MINB": 1, "STRIP": 1},
-        {"TILE": 32, "ROWS": 32, "STCS": 0, "ALIGN": 0, "MINB": 1, "STRIP": 1},
-        {"TILE": 64, "ROWS": 8, "STCS": 1, "ALIGN": 8, "MINB": 1, "STRIP": 1},  # 5003 x 8191: aligned output windows
-        {"TILE": 32, "ROWS": 8, "STCS": 0, "ALIGN": 8, "MINB": 1, "STRIP": 1},
-        {"TILE": 64, "ROWS": 8, "STCS": 1, "ALIGN": 32, "MINB": 1, "STRIP": 1},  # windows on 128-byte lines
-        {"TILE": 64, "ROWS": 8, "STCS": 1, "ALIGN": 8, "MINB": 4, "STRIP": 4},  # strips through a ring of rows
-        {"TILE": 64, "ROWS": 8, "STCS": 1, "ALIGN": 32, "MINB": 2, "STRIP": 2},  # the ring keeps 32 rows above
-        {"TILE": 32, "ROWS": 8, "STCS": 0, "ALIGN": 0, "MINB": 1, "STRIP": 2},
+        {"TILE": 32, "ROWS": 8, "STCS": 1, "ALIGN": 0, "MINB": 1, "STRIP": 1, "VEC": 0},
+        {"TILE": 64, "ROWS": 4, "STCS": 0, "ALIGN": 0, "MINB": 1, "STRIP": 1, "VEC": 0},
+        {"TILE": 32, "ROWS": 32, "STCS": 0, "ALIGN": 0, "MINB": 1, "STRIP": 1, "VEC": 0},
+        # 5003 x 8191: aligned output windows (on 32-byte sectors, then on 128-byte lines)
+        {"TILE": 64, "ROWS": 8, "STCS": 1, "ALIGN": 8, "MINB": 1, "STRIP": 1, "VEC": 0},
+        {"TILE": 32, "ROWS": 8, "STCS": 0, "ALIGN": 8, "MINB": 1, "STRIP": 1, "VEC": 0},
+        {"TILE": 64, "ROWS": 8, "STCS": 1, "ALIGN": 32, "MINB": 1, "STRIP": 1, "VEC": 0},
+        # strips through a ring of rows (which keeps ALIGN 32's rows above), and without ALIGN
+        {"TILE": 64, "ROWS": 8, "STCS": 1, "ALIGN": 8, "MINB": 4, "STRIP": 4, "VEC": 0},
+        {"TILE": 64, "ROWS": 8, "STCS": 1, "ALIGN": 32, "MINB": 2, "STRIP": 2, "VEC": 0},
+        {"TILE": 32, "ROWS": 8, "STCS": 0, "ALIGN": 0, "MINB": 1, "STRIP": 2, "VEC": 0},
+        # 16-byte loads shifted into the tile
+        {"TILE": 64, "ROWS": 8, "STCS": 1, "ALIGN": 8, "MINB": 4, "STRIP": 1, "VEC": 1},
+        {"TILE": 32, "ROWS": 8, "STCS": 0, "ALIGN": 16, "MINB": 2, "STRIP": 2, "VEC": 1},
     ],
     "layernorm": [
         {"TPR": 128, "RPB": 1, "VPT": 8, "WR": 0},
@@ -145,11 +150,18 @@ def test_tunable_kernel_passes_every_case_at_several_configs(
         prepare(ev, time_reference=True)
         for config in configs:
             assert satisfies(t.spec, config), config
-            candidate = Candidate(t.source, concrete_launch(t.spec, config), options_for(t.spec, config),
-                                  name=f"{workload}-{Path(spec).stem if spec else 'tunable'}")
+            candidate = Candidate(
+                t.source,
+                concrete_launch(t.spec, config),
+                options_for(t.spec, config),
+                name=f"{workload}-{Path(spec).stem if spec else 'tunable'}",
+            )
             result = evaluate(ev, candidate)
-            bad = [f"{c.name}: {c.status.value} {c.message}" for c in result.cases
-                   if c.status is not Status.ok or not all(o.passed for o in c.outputs)]
+            bad = [
+                f"{c.name}: {c.status.value} {c.message}"
+                for c in result.cases
+                if c.status is not Status.ok or not all(o.passed for o in c.outputs)
+            ]
             if result.status is not Status.ok or bad:
                 failures.append(f"{config}: {result.status.value} {result.message}; " + "; ".join(bad))
             assert len(result.cases) == len(wl.spec.cases) or result.status is not Status.ok
@@ -162,10 +174,26 @@ def _report(name: str, config: dict[str, int], result: EvaluationResult) -> None
     if not path:
         return
     cases = {
-        c.name: {"ms": c.timing.median_ms, "reference_ms": c.reference_median_ms,
-                 "GBps": (c.bytes_per_s or 0) / 1e9, "TFLOPs": (c.flops_per_s or 0) / 1e12}
-        for c in result.cases if c.timing
+        c.name: {
+            "ms": c.timing.median_ms,
+            "reference_ms": c.reference_median_ms,
+            "GBps": (c.bytes_per_s or 0) / 1e9,
+            "TFLOPs": (c.flops_per_s or 0) / 1e12,
+        }
+        for c in result.cases
+        if c.timing
     }
     with open(path, "a") as f:
-        f.write(json.dumps({"workload": name, "tunable": config, "status": result.status.value,
-                            "score_ms": result.score_ms, "speedup": result.speedup, "cases": cases}) + "\n")
+        f.write(
+            json.dumps(
+                {
+                    "workload": name,
+                    "tunable": config,
+                    "status": result.status.value,
+                    "score_ms": result.score_ms,
+                    "speedup": result.speedup,
+                    "cases": cases,
+                }
+            )
+            + "\n"
+        )

@@ -52,15 +52,19 @@ EMULATED: dict[str, list[Config]] = {
     ],
     "reduce_sum": [{"THREADS": 128, "BPS": 2, "UNROLL": 4, "TWO_PASS": 1}],
     "transpose": [
-        {"TILE": 64, "ROWS": 16, "STCS": 0, "ALIGN": 0, "STRIP": 1},
-        {"TILE": 64, "ROWS": 16, "STCS": 0, "ALIGN": 8, "STRIP": 1},
-        {"TILE": 16, "ROWS": 4, "STCS": 1, "ALIGN": 8, "STRIP": 1},
-        {"TILE": 64, "ROWS": 8, "STCS": 1, "ALIGN": 32, "STRIP": 1},
-        {"TILE": 32, "ROWS": 8, "STCS": 0, "ALIGN": 16, "STRIP": 1},
+        {"TILE": 64, "ROWS": 16, "STCS": 0, "ALIGN": 0, "STRIP": 1, "VEC": 0},
+        {"TILE": 64, "ROWS": 16, "STCS": 0, "ALIGN": 8, "STRIP": 1, "VEC": 0},
+        {"TILE": 16, "ROWS": 4, "STCS": 1, "ALIGN": 8, "STRIP": 1, "VEC": 0},
+        {"TILE": 64, "ROWS": 8, "STCS": 1, "ALIGN": 32, "STRIP": 1, "VEC": 0},
+        {"TILE": 32, "ROWS": 8, "STCS": 0, "ALIGN": 16, "STRIP": 1, "VEC": 0},
         # strips: the ring of staged rows (interior strips of 301 x 70 and 301 x 140), their edges
-        {"TILE": 32, "ROWS": 8, "STCS": 1, "ALIGN": 8, "STRIP": 4},
-        {"TILE": 16, "ROWS": 4, "STCS": 0, "ALIGN": 32, "STRIP": 2},
-        {"TILE": 64, "ROWS": 16, "STCS": 1, "ALIGN": 0, "STRIP": 2},
+        {"TILE": 32, "ROWS": 8, "STCS": 1, "ALIGN": 8, "STRIP": 4, "VEC": 0},
+        {"TILE": 16, "ROWS": 4, "STCS": 0, "ALIGN": 32, "STRIP": 2, "VEC": 0},
+        {"TILE": 64, "ROWS": 16, "STCS": 1, "ALIGN": 0, "STRIP": 2, "VEC": 0},
+        # 16-byte loads shifted into the tile (ALIGN's interior tiles; the misaligned runs take the scalar loads)
+        {"TILE": 64, "ROWS": 8, "STCS": 1, "ALIGN": 8, "STRIP": 1, "VEC": 1},
+        {"TILE": 16, "ROWS": 4, "STCS": 0, "ALIGN": 32, "STRIP": 1, "VEC": 1},
+        {"TILE": 32, "ROWS": 8, "STCS": 1, "ALIGN": 16, "STRIP": 2, "VEC": 1},
     ],
     # WR: rows of <= 128 * VPT columns a warp each (1024 and 4 columns below, and the correctness
     # cases up to 1000), longer ones TPR threads (4096: registers; 20000 and 4099: streaming)

@@ -19,7 +19,10 @@
 // per-element bounds checks, as the unshifted path's do. STRIP: the tiles a block moves, one below the
 // other; with ALIGN, an interior strip reads each input row once (a tile's ALIGN rows above are the tile
 // before's, kept in a ring of staged rows) where single tiles read TILE + ALIGN rows for TILE, and the next
-// tile's loads are in flight while this tile's windows are written.
+// tile's loads are in flight while this tile's windows are written. VEC = 1: the ALIGN path's interior tiles
+// stage their rows with 16-byte loads from the 16-byte boundary before each row's first column, scattered into
+// the tile shifted (ko_stage_vec), where the input is 16-byte aligned: a misaligned row's warp requests then
+// span 512 bytes, not 128 bytes split over two lines.
 // Launch: grid (ceil_div(cols, TILE), ceil_div(rows + max(ALIGN - 1, 0), TILE * STRIP)), block (TILE, ROWS).
 
 #ifndef TILE
@@ -40,6 +43,9 @@
 #ifndef STRIP
 #define STRIP 1
 #endif
+#ifndef VEC
+#define VEC 0
+#endif
 
 static_assert(TILE % ROWS == 0, "ROWS must divide TILE");
 static_assert(ALIGN == 0 || ALIGN == 8 || ALIGN == 16 || ALIGN == 32, "ALIGN must be 0, 8, 16 or 32 (floats)");
@@ -59,6 +65,35 @@ __device__ __forceinline__ void ko_store(float* dst, float v) {
         *dst = v;
 }
 
+#if VEC
+// Stages rows first .. first + KO_STAGED - 1, columns c0 .. c0 + TILE - 1 of `in` (16-byte aligned) into
+// tile[0 ..][0 .. TILE) with 16-byte loads: a row's TILE floats start m = its offset % 4 floats past a
+// 16-byte boundary, so TILE / 4 + 1 aligned float4 from that boundary cover them (the last only when m > 0;
+// it reads at most 3 floats past the tile, inside the next row), each scattered into the tile shifted by
+// m. A warp's request then spans 512 bytes instead of 128 (fewer requests, and a row's partly used sectors
+// are 2 in 9 instead of 2 in 8 split over two requests). Every thread of the block takes items in turn.
+__device__ __forceinline__ void ko_stage_vec(float (*tile)[TILE + 1], const float* __restrict__ in, int first,
+                                             int c0, int cols) {
+    constexpr int Q = TILE / 4 + 1, ITEMS = KO_STAGED * Q, THREADS = TILE * ROWS;
+    const int tid = threadIdx.y * TILE + threadIdx.x;
+#pragma unroll
+    for (int i0 = 0; i0 < ITEMS; i0 += THREADS) {
+        const int i = i0 + tid;
+        if (ITEMS % THREADS != 0 && i >= ITEMS) break;
+        const int j = i / Q, k = i - j * Q;
+        const size_t a = (size_t)(first + j) * cols + c0;
+        const int m = (int)(a & 3);
+        if (k == Q - 1 && m == 0) continue;
+        const float4 v = __ldg(reinterpret_cast<const float4*>(in + (a - m)) + k);
+        const int col = 4 * k - m;  // where v.x goes: -3 .. TILE - 1
+        if (col >= 0) tile[j][col] = v.x;
+        if (col + 1 >= 0 && col + 1 < TILE) tile[j][col + 1] = v.y;
+        if (col + 2 >= 0 && col + 2 < TILE) tile[j][col + 2] = v.z;
+        if (col + 3 < TILE) tile[j][col + 3] = v.w;
+    }
+}
+#endif
+
 extern "C" __global__ void __launch_bounds__(TILE * ROWS, MINB)
 transpose(const float* __restrict__ in, float* __restrict__ out, int rows, int cols) {
     __shared__ float tile[KO_TILE_ROWS][TILE + 1];
@@ -72,6 +107,9 @@ transpose(const float* __restrict__ in, float* __restrict__ out, int rows, int c
         // tile row for the last window); the block stages input rows r0 - ALIGN .. r0 + TILE - 1 so
         // every window's elements are at hand. s from the low bits alone: (oc % A) * (rows % A) % A.
         const int rows_low = rows & (ALIGN - 1);
+#if VEC
+        const bool vec_rows = (reinterpret_cast<unsigned long long>(in) & 15) == 0;
+#endif
 #if STRIP > 1
         if (strip0 >= ALIGN && strip0 + STRIP * TILE <= rows && c0 + TILE <= cols) {
             // an interior strip: its tiles one after another through a ring of staged rows (row r in slot
@@ -83,7 +121,7 @@ transpose(const float* __restrict__ in, float* __restrict__ out, int rows, int c
             for (int j = ty; j < KO_STAGED; j += ROWS, src += (size_t)ROWS * cols)
                 tile[(strip0 - ALIGN + j) & (RING - 1)][tx] = __ldg(src);
             __syncthreads();
-#pragma unroll
+#pragma unroll 1  // the tiles one after another: registers for one
             for (int t = 0; t < STRIP; ++t) {
                 const int r0 = strip0 + t * TILE;
                 float next[TILE / ROWS];
@@ -108,15 +146,22 @@ transpose(const float* __restrict__ in, float* __restrict__ out, int rows, int c
             return;
         }
 #endif
-#pragma unroll
+#pragma unroll 1  // the tiles one after another: registers for one
         for (int t = 0; t < STRIP; ++t) {
             const int r0 = strip0 + t * TILE;
             if (t) __syncthreads();  // the tile before is written out
             if (r0 >= ALIGN && r0 + TILE <= rows && c0 + TILE <= cols) {
                 // interior: every staged row and every window inside the matrix, no checks
-                const float* src = in + (size_t)(r0 - ALIGN + ty) * cols + c0 + tx;
+#if VEC
+                if (vec_rows && r0 + TILE < rows) {
+                    ko_stage_vec(tile, in, r0 - ALIGN, c0, cols);  // the last staged row is not the matrix's
+                } else
+#endif
+                {
+                    const float* src = in + (size_t)(r0 - ALIGN + ty) * cols + c0 + tx;
 #pragma unroll
-                for (int j = ty; j < KO_STAGED; j += ROWS, src += (size_t)ROWS * cols) tile[j][tx] = __ldg(src);
+                    for (int j = ty; j < KO_STAGED; j += ROWS, src += (size_t)ROWS * cols) tile[j][tx] = __ldg(src);
+                }
                 __syncthreads();
 #pragma unroll
                 for (int j = 0; j < TILE; j += ROWS) {
@@ -145,7 +190,7 @@ transpose(const float* __restrict__ in, float* __restrict__ out, int rows, int c
 #endif
 
     const int c = c0 + tx;
-#pragma unroll
+#pragma unroll 1  // the tiles one after another: registers for one
     for (int t = 0; t < STRIP; ++t) {
         const int r0 = strip0 + t * TILE;
         if (t) __syncthreads();  // the tile before is written out
