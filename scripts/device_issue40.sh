@@ -14,6 +14,8 @@
 #   bash scripts/device_issue40.sh attention44  # attention_fwd's TMA kernel: GPU tests, then its 60 configurations vs SDPA
 #   bash scripts/device_issue40.sh overhead44   # the warm overhead check by check (scripts/probe_overhead.py), then
 #                                               # bench/run.py's overhead section
+#   bash scripts/device_issue40.sh final44      # issue 44's closing run: checks' and transpose's GPU tests, kernels44,
+#                                               # overhead44 (~7 min); then adversarial-evaluate (~3.5 min)
 #   KERNELOPT_X=1 bash scripts/device_issue40.sh pending  # the adversarial suite with tests/adversarial/pending/
 #                                               # joined in (server + evaluate paths, ~7 min), for a check still off
 #   bash scripts/device_issue40.sh optimize   # kernelopt optimize --workload on imported problems, scripted model
@@ -84,6 +86,15 @@ case "${1:-children}" in
     # each path's column lands in $OUT (adversarial.md and its .json side files) for docs/adversarial.md's table
     KERNELOPT_ADVERSARIAL_REPORT="$OUT/adversarial.md" \
       gpu_tests adversarial 560 --timeout 300 tests/gpu/test_adversarial_gpu.py -k "not optimize" ;;
+  adversarial-evaluate)  # the `kernelopt evaluate` path alone (~3.5 min on the H200)
+    KERNELOPT_ADVERSARIAL_REPORT="$OUT/adversarial.md" \
+      gpu_tests adversarial-evaluate 400 --timeout 300 tests/gpu/test_adversarial_gpu.py -k kernelopt_evaluate ;;
+  final44)  # issue 44's closing run on the H200 in one call (~7 min): the GPU tests of the harness's checks and of
+    # the transpose's space, the transpose tune and every entry's known best beside its vendor, the overhead
+    gpu_tests checks 200 tests/gpu/test_harness_v2_gpu.py tests/gpu/test_readonly_staging_gpu.py \
+      tests/gpu/test_checked_verdicts_gpu.py "tests/gpu/test_tunable_gpu.py::test_tunable_kernel_passes_every_case_at_several_configs[transpose]"
+    bash "$0" kernels44
+    bash "$0" overhead44 ;;
   adversarial-optimize)
     KERNELOPT_ADVERSARIAL_REPORT="$OUT/adversarial.md" \
       gpu_tests adversarial-optimize 400 --timeout 300 tests/gpu/test_adversarial_gpu.py -k optimize ;;
