@@ -150,18 +150,11 @@ def test_tunable_kernel_passes_every_case_at_several_configs(
         prepare(ev, time_reference=True)
         for config in configs:
             assert satisfies(t.spec, config), config
-            candidate = Candidate(
-                t.source,
-                concrete_launch(t.spec, config),
-                options_for(t.spec, config),
-                name=f"{workload}-{Path(spec).stem if spec else 'tunable'}",
-            )
+            candidate = Candidate(t.source, concrete_launch(t.spec, config), options_for(t.spec, config),
+                                  name=f"{workload}-{Path(spec).stem if spec else 'tunable'}")
             result = evaluate(ev, candidate)
-            bad = [
-                f"{c.name}: {c.status.value} {c.message}"
-                for c in result.cases
-                if c.status is not Status.ok or not all(o.passed for o in c.outputs)
-            ]
+            bad = [f"{c.name}: {c.status.value} {c.message}" for c in result.cases
+                   if c.status is not Status.ok or not all(o.passed for o in c.outputs)]
             if result.status is not Status.ok or bad:
                 failures.append(f"{config}: {result.status.value} {result.message}; " + "; ".join(bad))
             assert len(result.cases) == len(wl.spec.cases) or result.status is not Status.ok
@@ -174,26 +167,10 @@ def _report(name: str, config: dict[str, int], result: EvaluationResult) -> None
     if not path:
         return
     cases = {
-        c.name: {
-            "ms": c.timing.median_ms,
-            "reference_ms": c.reference_median_ms,
-            "GBps": (c.bytes_per_s or 0) / 1e9,
-            "TFLOPs": (c.flops_per_s or 0) / 1e12,
-        }
-        for c in result.cases
-        if c.timing
+        c.name: {"ms": c.timing.median_ms, "reference_ms": c.reference_median_ms,
+                 "GBps": (c.bytes_per_s or 0) / 1e9, "TFLOPs": (c.flops_per_s or 0) / 1e12}
+        for c in result.cases if c.timing
     }
     with open(path, "a") as f:
-        f.write(
-            json.dumps(
-                {
-                    "workload": name,
-                    "tunable": config,
-                    "status": result.status.value,
-                    "score_ms": result.score_ms,
-                    "speedup": result.speedup,
-                    "cases": cases,
-                }
-            )
-            + "\n"
-        )
+        f.write(json.dumps({"workload": name, "tunable": config, "status": result.status.value,
+                            "score_ms": result.score_ms, "speedup": result.speedup, "cases": cases}) + "\n")

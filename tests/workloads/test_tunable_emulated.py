@@ -45,95 +45,57 @@ pytestmark = pytest.mark.skipif(GXX is None, reason="needs g++ to build the CUDA
 # besides the defaults, one configuration per workload that takes the other code paths
 EMULATED: dict[str, list[Config]] = {
     "sgemm": [{"BM": 128, "BN": 128, "BK": 8, "TM": 8, "TN": 8, "MINB": 2}],
-    "softmax": [
-        {"TPR": 64, "RPB": 2, "VPT": 4, "SMEM": 0},
-        {"TPR": 128, "RPB": 2, "VPT": 0, "SMEM": 1},
-        {"TPR": 32, "RPB": 2, "VPT": 2, "SMEM": 1},
-    ],
+    "softmax": [{"TPR": 64, "RPB": 2, "VPT": 4, "SMEM": 0}, {"TPR": 128, "RPB": 2, "VPT": 0, "SMEM": 1},
+                {"TPR": 32, "RPB": 2, "VPT": 2, "SMEM": 1}],
     "reduce_sum": [{"THREADS": 128, "BPS": 2, "UNROLL": 4, "TWO_PASS": 1}],
-    "transpose": [
-        {"TILE": 64, "ROWS": 16, "STCS": 0, "ALIGN": 0, "STRIP": 1, "VEC": 0},
-        {"TILE": 64, "ROWS": 16, "STCS": 0, "ALIGN": 8, "STRIP": 1, "VEC": 0},
-        {"TILE": 16, "ROWS": 4, "STCS": 1, "ALIGN": 8, "STRIP": 1, "VEC": 0},
-        {"TILE": 64, "ROWS": 8, "STCS": 1, "ALIGN": 32, "STRIP": 1, "VEC": 0},
-        {"TILE": 32, "ROWS": 8, "STCS": 0, "ALIGN": 16, "STRIP": 1, "VEC": 0},
-        # strips: the ring of staged rows (interior strips of 301 x 70 and 301 x 140), their edges
-        {"TILE": 32, "ROWS": 8, "STCS": 1, "ALIGN": 8, "STRIP": 4, "VEC": 0},
-        {"TILE": 16, "ROWS": 4, "STCS": 0, "ALIGN": 32, "STRIP": 2, "VEC": 0},
-        {"TILE": 64, "ROWS": 16, "STCS": 1, "ALIGN": 0, "STRIP": 2, "VEC": 0},
-        # 16-byte loads shifted into the tile (ALIGN's interior tiles; the misaligned runs take the scalar loads)
-        {"TILE": 64, "ROWS": 8, "STCS": 1, "ALIGN": 8, "STRIP": 1, "VEC": 1},
-        {"TILE": 16, "ROWS": 4, "STCS": 0, "ALIGN": 32, "STRIP": 1, "VEC": 1},
-        {"TILE": 32, "ROWS": 8, "STCS": 1, "ALIGN": 16, "STRIP": 2, "VEC": 1},
-    ],
+    "transpose": [{"TILE": 64, "ROWS": 16, "STCS": 0, "ALIGN": 0, "STRIP": 1, "VEC": 0},
+                  {"TILE": 64, "ROWS": 16, "STCS": 0, "ALIGN": 8, "STRIP": 1, "VEC": 0},
+                  {"TILE": 16, "ROWS": 4, "STCS": 1, "ALIGN": 8, "STRIP": 1, "VEC": 0},
+                  {"TILE": 64, "ROWS": 8, "STCS": 1, "ALIGN": 32, "STRIP": 1, "VEC": 0},
+                  {"TILE": 32, "ROWS": 8, "STCS": 0, "ALIGN": 16, "STRIP": 1, "VEC": 0},
+                  # strips: the ring of staged rows (interior strips of 301 x 70 and 301 x 140), their edges
+                  {"TILE": 32, "ROWS": 8, "STCS": 1, "ALIGN": 8, "STRIP": 4, "VEC": 0},
+                  {"TILE": 16, "ROWS": 4, "STCS": 0, "ALIGN": 32, "STRIP": 2, "VEC": 0},
+                  {"TILE": 64, "ROWS": 16, "STCS": 1, "ALIGN": 0, "STRIP": 2, "VEC": 0},
+                  # 16-byte loads shifted into the tile (ALIGN's interior tiles; misaligned runs: scalar loads)
+                  {"TILE": 64, "ROWS": 8, "STCS": 1, "ALIGN": 8, "STRIP": 1, "VEC": 1},
+                  {"TILE": 16, "ROWS": 4, "STCS": 0, "ALIGN": 32, "STRIP": 1, "VEC": 1},
+                  {"TILE": 32, "ROWS": 8, "STCS": 1, "ALIGN": 16, "STRIP": 2, "VEC": 1}],
     # WR: rows of <= 128 * VPT columns a warp each (1024 and 4 columns below, and the correctness
     # cases up to 1000), longer ones TPR threads (4096: registers; 20000 and 4099: streaming)
-    "layernorm": [
-        {"TPR": 32, "RPB": 4, "VPT": 8, "WR": 0},
-        {"TPR": 128, "RPB": 2, "VPT": 8, "WR": 1},
-        {"TPR": 256, "RPB": 1, "VPT": 2, "WR": 1},
-    ],
+    "layernorm": [{"TPR": 32, "RPB": 4, "VPT": 8, "WR": 0}, {"TPR": 128, "RPB": 2, "VPT": 8, "WR": 1},
+                  {"TPR": 256, "RPB": 1, "VPT": 2, "WR": 1}],
 }
 
 # cases the workloads only reach at performance sizes: the float4 paths, with ragged edges
 EXTRA_CASES: dict[str, list[dict[str, int | float]]] = {
     "sgemm": [{"M": 132, "N": 68, "K": 36}, {"M": 65, "N": 260, "K": 20}, {"M": 4, "N": 8, "K": 4}],
     # (with SMEM: 8192 and 20000 columns kept in shared memory at RPB 2, 60000 too long for it: read twice)
-    "softmax": [
-        {"rows": 9, "cols": 1024},
-        {"rows": 3, "cols": 8192},
-        {"rows": 2, "cols": 20000},
-        {"rows": 3, "cols": 4},
-        {"rows": 3, "cols": 60000},
-    ],
-    "layernorm": [
-        {"rows": 9, "cols": 1024, "eps": 1e-5},
-        {"rows": 3, "cols": 4096, "eps": 1e-5},
-        {"rows": 2, "cols": 20000, "eps": 1e-5},
-        {"rows": 3, "cols": 4, "eps": 1e-5},
-    ],
+    "softmax": [{"rows": 9, "cols": 1024}, {"rows": 3, "cols": 8192}, {"rows": 2, "cols": 20000},
+                {"rows": 3, "cols": 4}, {"rows": 3, "cols": 60000}],
+    "layernorm": [{"rows": 9, "cols": 1024, "eps": 1e-5}, {"rows": 3, "cols": 4096, "eps": 1e-5},
+                  {"rows": 2, "cols": 20000, "eps": 1e-5}, {"rows": 3, "cols": 4, "eps": 1e-5}],
     "reduce_sum": [{"n": 300000}, {"n": 8}],
     # (rows % ALIGN != 0: ALIGN's shifted windows; 64: its plain path)
-    "transpose": [
-        {"rows": 64, "cols": 128},
-        {"rows": 130, "cols": 70},
-        {"rows": 37, "cols": 45},
-        {"rows": 5, "cols": 3},
-        {"rows": 301, "cols": 70},
-        {"rows": 301, "cols": 140},
-    ],
+    "transpose": [{"rows": 64, "cols": 128}, {"rows": 130, "cols": 70}, {"rows": 37, "cols": 45},
+                  {"rows": 5, "cols": 3}, {"rows": 301, "cols": 70}, {"rows": 301, "cols": 140}],
 }
 
 
 def emulator_program(kernel_source: str) -> str:
     """One C++ translation unit: the shim, the kernel (dynamic shared memory rebound), the driver."""
-    kernel = re.sub(
-        r"extern __shared__ (\w+) (\w+)\[\];", r"\1* \2 = reinterpret_cast<\1*>(ko_emu_dyn_smem);", kernel_source
-    )
-    return (
-        CUDA_EMU
-        + 'static char* ko_emu_dyn_smem;\n#line 1 "tunable.cu"\n'
-        + kernel
-        + '\n#line 1 "driver.cpp"\n'
-        + DRIVER
-    )
+    kernel = re.sub(r"extern __shared__ (\w+) (\w+)\[\];", r"\1* \2 = reinterpret_cast<\1*>(ko_emu_dyn_smem);",
+                    kernel_source)
+    return (CUDA_EMU + "static char* ko_emu_dyn_smem;\n#line 1 \"tunable.cu\"\n" + kernel
+            + "\n#line 1 \"driver.cpp\"\n" + DRIVER)
 
 
 def build(name: str, source: str, config: Config, directory: Path) -> Path:
     tag = "_".join(f"{k}{v}" for k, v in config.items())
     cpp, exe = directory / f"{name}_{tag}.cpp", directory / f"{name}_{tag}"
     cpp.write_text(emulator_program(source))
-    cmd = [
-        GXX or "g++",
-        "-O1",
-        "-std=c++17",
-        "-w",
-        f"-DWL_{name}",
-        *(f"-D{k}={v}" for k, v in config.items()),
-        str(cpp),
-        "-o",
-        str(exe),
-    ]
+    cmd = [GXX or "g++", "-O1", "-std=c++17", "-w", f"-DWL_{name}", *(f"-D{k}={v}" for k, v in config.items()),
+           str(cpp), "-o", str(exe)]
     done = subprocess.run(cmd, check=False, capture_output=True, text=True)
     assert done.returncode == 0, f"{name} {config}: the emulator build failed:\n{done.stderr[-3000:]}"
     return exe
@@ -179,9 +141,8 @@ def emulate(t: Tunable, config: Config, directory: Path) -> list[str]:
     for case_name, scalars, inputs in cases:
         r = resolve(launch.for_case(case_name), {**scalars, **config}, LIMITS, case_name)
         label = f"{name} {config} case {case_name} {scalars}"
-        failures += [
-            f for misalign in (0, 1) if (f := run_emulated(exe, r, misalign, driver_args(name, scalars, inputs), label))
-        ]
+        failures += [f for misalign in (0, 1)
+                     if (f := run_emulated(exe, r, misalign, driver_args(name, scalars, inputs), label))]
     return failures
 
 
@@ -204,7 +165,7 @@ def test_emulated_kernel_matches_float64_on_every_correctness_case(name: str, tm
 def without_barrier(t: Tunable, after: str) -> Tunable:
     """``t`` without the first ``__syncthreads();`` after the text ``after``."""
     first = t.source.index("__syncthreads();", t.source.index(after))
-    return Tunable(t.workload, t.spec, t.source[:first] + t.source[first + len("__syncthreads();") :])
+    return Tunable(t.workload, t.spec, t.source[:first] + t.source[first + len("__syncthreads();"):])
 
 
 def test_the_emulator_catches_a_missing_barrier_and_a_wrong_index(tmp_path: Path) -> None:
@@ -219,9 +180,8 @@ def test_the_emulator_catches_a_missing_barrier_and_a_wrong_index(tmp_path: Path
     strip = {**config, "TILE": 32, "ROWS": 8, "ALIGN": 8, "STRIP": 4}
     (tmp_path / "strip").mkdir()
     assert emulate(without_barrier(t, "const float* nsrc"), strip, tmp_path / "strip")
-    off_by_one = Tunable(
-        t.workload, t.spec, t.source.replace("if (oc < cols && r < rows)", "if (oc < cols && r <= rows)")
-    )
+    off_by_one = Tunable(t.workload, t.spec,
+                         t.source.replace("if (oc < cols && r < rows)", "if (oc < cols && r <= rows)"))
     failures = emulate(off_by_one, config, tmp_path)
     assert failures and all("guard words overwritten" in f for f in failures)
 
