@@ -14,6 +14,7 @@
 #   bash scripts/device_issue40.sh attention44  # attention_fwd's TMA kernel: GPU tests, then its 60 configurations vs SDPA
 #   bash scripts/device_issue40.sh overhead44   # the warm overhead check by check (scripts/probe_overhead.py), then
 #                                               # bench/run.py's overhead section
+#   bash scripts/device_issue40.sh verify44     # final44's GPU tests and transpose tune alone (~5 min)
 #   bash scripts/device_issue40.sh final44      # issue 44's closing run: checks' and transpose's GPU tests, kernels44,
 #                                               # overhead44 (~7 min); then adversarial-evaluate (~3.5 min)
 #   KERNELOPT_X=1 bash scripts/device_issue40.sh pending  # the adversarial suite with tests/adversarial/pending/
@@ -55,6 +56,13 @@ gpu_tests() {  # name, timeout, files...
     timeout "$limit" python3 -m pytest --run-gpu -v -p no:cacheprovider -rA "$@" > "$OUT/$name.log" 2>&1
   echo "$name rc=$? $(tail -1 "$OUT/$name.log")"; grep -E "^(FAILED|ERROR)" "$OUT/$name.log" | cut -c1-300
 }
+checks_tests() {  # the GPU tests of the harness's checks and of the transpose's space (issue 44)
+  gpu_tests checks 200 tests/gpu/test_harness_v2_gpu.py tests/gpu/test_readonly_staging_gpu.py \
+    tests/gpu/test_checked_verdicts_gpu.py "tests/gpu/test_tunable_gpu.py::test_tunable_kernel_passes_every_case_at_several_configs[transpose]"
+}
+pack() {  # every log, table and JSON of the call as one file, $OUT/<name>.tgz (the device returns at most 8)
+  tar -czf "/tmp/$1.tgz" -C "$OUT" . && find "$OUT" -mindepth 1 -delete && mv "/tmp/$1.tgz" "$OUT/"
+}
 case "${1:-children}" in
   children)
     timeout 150 python3 scripts/probe_gpu_child.py none cgroup tasks seccomp landlock all "ll:@libcuda,w=/proc/self/task" > "$OUT/probe.jsonl" 2>&1
@@ -89,14 +97,17 @@ case "${1:-children}" in
   adversarial-evaluate)  # the `kernelopt evaluate` path alone (~3.5 min on the H200)
     KERNELOPT_ADVERSARIAL_REPORT="$OUT/adversarial.md" \
       gpu_tests adversarial-evaluate 400 --timeout 300 tests/gpu/test_adversarial_gpu.py -k kernelopt_evaluate ;;
+  verify44)  # the GPU tests of the harness's checks and of the transpose's space, then the transpose tune and its
+    # best beside copy (~5 min; final44 without the other entries' known bests and the overhead)
+    checks_tests
+    TRANSPOSE_ONLY=1 bash "$0" kernels44
+    pack verify44 ;;
   final44)  # issue 44's closing run on the H200 in one call (~7 min): the GPU tests of the harness's checks and of
     # the transpose's space, the transpose tune and every entry's known best beside its vendor, the overhead
-    gpu_tests checks 200 tests/gpu/test_harness_v2_gpu.py tests/gpu/test_readonly_staging_gpu.py \
-      tests/gpu/test_checked_verdicts_gpu.py "tests/gpu/test_tunable_gpu.py::test_tunable_kernel_passes_every_case_at_several_configs[transpose]"
+    checks_tests
     bash "$0" kernels44
     bash "$0" overhead44
-    # one file back (the device returns at most 8): every log, table and JSON of the call
-    tar -czf /tmp/final44.tgz -C "$OUT" . && find "$OUT" -mindepth 1 -delete && mv /tmp/final44.tgz "$OUT/" ;;
+    pack final44 ;;
   adversarial-optimize)
     KERNELOPT_ADVERSARIAL_REPORT="$OUT/adversarial.md" \
       gpu_tests adversarial-optimize 400 --timeout 300 tests/gpu/test_adversarial_gpu.py -k optimize ;;
