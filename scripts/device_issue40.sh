@@ -15,6 +15,7 @@
 #   bash scripts/device_issue40.sh overhead44   # the warm overhead check by check (scripts/probe_overhead.py), then
 #                                               # bench/run.py's overhead section
 #   bash scripts/device_issue40.sh verify44     # final44's GPU tests and transpose tune alone (~5 min)
+#   bash scripts/device_issue40.sh short44      # verify44 and the overhead section (bench/run.py) alone (~6 min)
 #   bash scripts/device_issue40.sh final44      # issue 44's closing run: checks' and transpose's GPU tests, kernels44,
 #                                               # overhead44 (~7 min); then adversarial-evaluate (~3.5 min)
 #   KERNELOPT_X=1 bash scripts/device_issue40.sh pending  # the adversarial suite with tests/adversarial/pending/
@@ -102,6 +103,11 @@ case "${1:-children}" in
     checks_tests
     TRANSPOSE_ONLY=1 bash "$0" kernels44
     pack verify44 ;;
+  short44)  # final44 for a short budget (~6 min): verify44, then bench/run.py's overhead section alone
+    checks_tests
+    TRANSPOSE_ONLY=1 bash "$0" kernels44
+    SKIP_PROBE=1 bash "$0" overhead44
+    pack short44 ;;
   final44)  # issue 44's closing run on the H200 in one call (~7 min): the GPU tests of the harness's checks and of
     # the transpose's space, the transpose tune and every entry's known best beside its vendor, the overhead
     checks_tests
@@ -229,8 +235,10 @@ json.dump(c + json.load(open("tests/adversarial/pending/cases.json")), open(a, "
       gpu_tests adversarial 560 --timeout 300 tests/gpu/test_adversarial_gpu.py -k "not optimize" ;;
   overhead44)  # issue 44's overhead: where the warm evaluation's time goes, each check switched off in turn, then
     # the overhead section (count and precision rules, the process-per-case baseline)
-    timeout 150 python3 scripts/probe_overhead.py 4 > "$OUT/probe.txt" 2> "$OUT/probe.err"; echo "probe rc=$?"
-    cat "$OUT/probe.txt"
+    if [ -z "$SKIP_PROBE" ]; then
+      timeout 150 python3 scripts/probe_overhead.py 4 > "$OUT/probe.txt" 2> "$OUT/probe.err"; echo "probe rc=$?"
+      cat "$OUT/probe.txt"
+    fi
     timeout 240 python3 bench/run.py --json --only overhead > "$OUT/bench-overhead.json" 2> "$OUT/bench-overhead.err"
     echo "overhead rc=$?"; python3 -c 'import json,sys; s=json.load(open(sys.argv[1]))["sections"][0]
 for r in s["rows"]: print(r["mode"], round(r["overhead ms (median)"], 1))
