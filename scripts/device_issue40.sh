@@ -206,11 +206,12 @@ json.dump(t, open("workloads/transpose/probe.json","w"))'
     # the tune's best beside the copy rate (TRANSPOSE_ONLY=1: only this, not the other entries' known bests)
     best=$(python3 -c 'import json; p=json.load(open("/tmp/tr/tune.json"))["best_params"]
 print(",".join(f"{k}={v}" for k, v in p.items()))' 2>/dev/null)
-    [ -n "$best" ] && timeout 120 python3 bench/vendor.py --config "transpose:$best" --only transpose --json \
-      > "$OUT/vendor-tr.json" 2> "$OUT/vendor-tr.err"; echo "transpose $best vendor rc=$?"
+    # (a row under its target is profiled: Nsight Compute's DRAM, sector and stall figures land in the notes)
+    [ -n "$best" ] && timeout 180 python3 bench/vendor.py --config "transpose:$best" --only transpose --json \
+      --profile "$OUT/profile-tr" > "$OUT/vendor-tr.json" 2> "$OUT/vendor-tr.err"; echo "transpose $best vendor rc=$?"
     python3 -c 'import json,sys; s=json.load(open(sys.argv[1]))["sections"][0]
-for r in s["rows"]: print(r["workload"], r["case"], r["ours ms"], r["ours rate"], r["vendor"], r["vendor ms"], r["ratio"])' \
-      "$OUT/vendor-tr.json" 2>/dev/null
+for r in s["rows"]: print(r["workload"], r["case"], r["ours ms"], r["ours rate"], r["vendor"], r["vendor ms"], r["ratio"])
+print("\n".join(n for n in s["notes"] if "Nsight" in n or "profiled" in n))' "$OUT/vendor-tr.json" 2>/dev/null
     [ -n "$TRANSPOSE_ONLY" ] && exit 0
     timeout 300 python3 bench/vendor.py --known --only transpose --only histogram --only attention_fwd_tma --json \
       > "$OUT/vendor.json" 2> "$OUT/vendor.err"; echo "vendor rc=$?"
