@@ -14,8 +14,9 @@
 #   bash scripts/device_issue40.sh attention44  # attention_fwd's TMA kernel: GPU tests, then its 60 configurations vs SDPA
 #   bash scripts/device_issue40.sh overhead44   # the warm overhead check by check (scripts/probe_overhead.py), then
 #                                               # bench/run.py's overhead section
-#   bash scripts/device_issue40.sh verify44     # final44's GPU tests and transpose tune alone (~5 min)
-#   bash scripts/device_issue40.sh short44      # verify44 and the overhead section (bench/run.py) alone (~6 min)
+#   bash scripts/device_issue40.sh verify44     # final44's GPU tests and transpose tune alone (53 s on an H100,
+#                                               # the install included)
+#   bash scripts/device_issue40.sh short44      # verify44 and the overhead section (bench/run.py) alone (~4 min)
 #   bash scripts/device_issue40.sh final44      # issue 44's closing run: checks' and transpose's GPU tests, kernels44,
 #                                               # overhead44 (~7 min); then adversarial-evaluate (~3.5 min)
 #   KERNELOPT_X=1 bash scripts/device_issue40.sh pending  # the adversarial suite with tests/adversarial/pending/
@@ -61,6 +62,10 @@ checks_tests() {  # the GPU tests of the harness's checks and of the transpose's
   gpu_tests checks 200 tests/gpu/test_harness_v2_gpu.py tests/gpu/test_readonly_staging_gpu.py \
     tests/gpu/test_checked_verdicts_gpu.py "tests/gpu/test_tunable_gpu.py::test_tunable_kernel_passes_every_case_at_several_configs[transpose]"
 }
+tests_and_tune() {  # checks_tests, then the transpose tune and its best beside copy
+  checks_tests
+  TRANSPOSE_ONLY=1 bash "$0" kernels44
+}
 pack() {  # every log, table and JSON of the call as one file, $OUT/<name>.tgz (the device returns at most 8)
   tar -czf "/tmp/$1.tgz" -C "$OUT" . && find "$OUT" -mindepth 1 -delete && mv "/tmp/$1.tgz" "$OUT/"
 }
@@ -98,14 +103,11 @@ case "${1:-children}" in
   adversarial-evaluate)  # the `kernelopt evaluate` path alone (~3.5 min on the H200)
     KERNELOPT_ADVERSARIAL_REPORT="$OUT/adversarial.md" \
       gpu_tests adversarial-evaluate 400 --timeout 300 tests/gpu/test_adversarial_gpu.py -k kernelopt_evaluate ;;
-  verify44)  # the GPU tests of the harness's checks and of the transpose's space, then the transpose tune and its
-    # best beside copy (~5 min; final44 without the other entries' known bests and the overhead)
-    checks_tests
-    TRANSPOSE_ONLY=1 bash "$0" kernels44
+  verify44)  # final44 without the other entries' known bests and the overhead
+    tests_and_tune
     pack verify44 ;;
-  short44)  # final44 for a short budget (~6 min): verify44, then bench/run.py's overhead section alone
-    checks_tests
-    TRANSPOSE_ONLY=1 bash "$0" kernels44
+  short44)  # final44 for a short budget: verify44, then bench/run.py's overhead section alone
+    tests_and_tune
     SKIP_PROBE=1 bash "$0" overhead44
     pack short44 ;;
   final44)  # issue 44's closing run on the H200 in one call (~7 min): the GPU tests of the harness's checks and of
