@@ -19,6 +19,7 @@
 #   bash scripts/device_issue40.sh short44      # verify44 and the overhead section (bench/run.py) alone (~4 min)
 #   bash scripts/device_issue40.sh final44      # issue 44's closing run: checks' and transpose's GPU tests, kernels44,
 #                                               # overhead44 (~7 min); then adversarial-evaluate (~3.5 min)
+#   bash scripts/device_issue40.sh rest44       # the server's and optimize's adversarial paths, packed (H100 fallback)
 #   KERNELOPT_X=1 bash scripts/device_issue40.sh pending  # the adversarial suite with tests/adversarial/pending/
 #                                               # joined in (server + evaluate paths, ~7 min), for a check still off
 #   bash scripts/device_issue40.sh optimize   # kernelopt optimize --workload on imported problems, scripted model
@@ -100,6 +101,13 @@ case "${1:-children}" in
     # each path's column lands in $OUT (adversarial.md and its .json side files) for docs/adversarial.md's table
     KERNELOPT_ADVERSARIAL_REPORT="$OUT/adversarial.md" \
       gpu_tests adversarial 560 --timeout 300 tests/gpu/test_adversarial_gpu.py -k "not optimize" ;;
+  adversarial-server)  # the MCP server's path alone
+    KERNELOPT_ADVERSARIAL_REPORT="$OUT/adversarial.md" \
+      gpu_tests adversarial-server 400 --timeout 300 tests/gpu/test_adversarial_gpu.py -k server_keeps_answering ;;
+  rest44)  # on an H100 while the H200 does not come: the server's and optimize's adversarial paths on today's code
+    bash "$0" adversarial-server
+    bash "$0" adversarial-optimize
+    pack rest44 ;;
   adversarial-evaluate)  # the `kernelopt evaluate` path alone (~3.5 min on the H200)
     KERNELOPT_ADVERSARIAL_REPORT="$OUT/adversarial.md" \
       gpu_tests adversarial-evaluate 400 --timeout 300 tests/gpu/test_adversarial_gpu.py -k kernelopt_evaluate ;;
