@@ -109,7 +109,7 @@ ENTRIES: dict[str, Entry] = {
     "layernorm": Entry("layernorm", "tunable.json", "copy", 0.85, note="issue 16: >= 85% of copy",
                        known={"TPR": 128, "RPB": 2, "VPT": 8, "WR": 1}),
     "transpose": Entry("transpose", "tunable.json", "copy", 0.9, note="issue 16: >= 90% of copy at every size",
-                       known={"TILE": 64, "ROWS": 8, "STCS": 1, "ALIGN": 8, "MINB": 4, "STRIP": 1, "VEC": 0}),
+                       known={"TILE": 64, "ROWS": 8, "STCS": 1, "ALIGN": 8, "MINB": 4, "VEC": 1}),
     "histogram": Entry("histogram", "tunable.json", "copy", 0.8, note="issue 16: >= 80% of copy (it reads only)",
                        known={"THREADS": 256, "VPT": 4, "COPIES": 1, "GRID": 1056, "LANES": 1, "PIPE": 1}),
     "reduce_sum": Entry("reduce_sum", "tunable.json", "copy", 0.85, note="reads only, so it can pass the copy rate"),

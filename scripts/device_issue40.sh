@@ -202,13 +202,12 @@ print(sys.argv[2], sys.argv[3], r.get("status"), r.get("score_ms"), f"largest er
   issue43)  # the rest of the GPU set issue 43's refactor touched (issue42 runs test_optimize_gpu and test_evaluate_gpu)
     gpu_tests issue43 560 --timeout 300 tests/gpu/test_evaluate_v2_gpu.py tests/gpu/test_fresh_inputs_gpu.py \
       tests/gpu/test_device_inputs_gpu.py tests/gpu/test_device_expected_gpu.py tests/gpu/test_server_gpu.py ;;
-  kernels44)  # what issue 44's kernels still need on the H200: transpose's misaligned case over STRIP (tiles a block
-    # moves through a ring of staged rows, which keeps ALIGN 32's extra rows from being read again), VEC (16-byte
-    # loads shifted into the tile), ALIGN and MINB, in a narrowed tune (a space beside the workload), then every
-    # entry's best known configuration beside its vendor
+  kernels44)  # what issue 44's kernels still need: transpose's misaligned case over VEC (16-byte loads shifted
+    # into the tile), ALIGN and MINB, in a narrowed tune (a space beside the workload), then every entry's best
+    # known configuration beside its vendor
     python3 -c 'import json; t=json.load(open("workloads/transpose/tunable.json")); t["params"]={"TILE":[64],"ROWS":[8],
-"STCS":[1],"ALIGN":[8,32],"MINB":[2,4],"STRIP":[1,4],"VEC":[0,1]}
-t["defaults"]={"TILE":64,"ROWS":8,"STCS":1,"ALIGN":8,"MINB":4,"STRIP":1,"VEC":0}
+"STCS":[1],"ALIGN":[8,32],"MINB":[2,4],"VEC":[0,1]}
+t["defaults"]={"TILE":64,"ROWS":8,"STCS":1,"ALIGN":8,"MINB":4,"VEC":1}
 json.dump(t, open("workloads/transpose/probe.json","w"))'
     timeout 150 kernelopt tune transpose workloads/transpose/probe.json --budget-evals 16 --top 10 -o /tmp/tr > "$OUT/tr.txt" \
       2> "$OUT/tr.err"; echo "transpose tune rc=$?"; grep -A12 "exhaustive\|random" "$OUT/tr.txt" | cut -c1-160

@@ -56,20 +56,16 @@ CONFIGS: dict[str, list[dict[str, int]]] = {
         {"THREADS": 1024, "BPS": 2, "UNROLL": 8, "TWO_PASS": 1},
     ],
     "transpose": [
-        {"TILE": 32, "ROWS": 8, "STCS": 1, "ALIGN": 0, "MINB": 1, "STRIP": 1, "VEC": 0},
-        {"TILE": 64, "ROWS": 4, "STCS": 0, "ALIGN": 0, "MINB": 1, "STRIP": 1, "VEC": 0},
-        {"TILE": 32, "ROWS": 32, "STCS": 0, "ALIGN": 0, "MINB": 1, "STRIP": 1, "VEC": 0},
+        {"TILE": 32, "ROWS": 8, "STCS": 1, "ALIGN": 0, "MINB": 1, "VEC": 0},
+        {"TILE": 64, "ROWS": 4, "STCS": 0, "ALIGN": 0, "MINB": 1, "VEC": 0},
+        {"TILE": 32, "ROWS": 32, "STCS": 0, "ALIGN": 0, "MINB": 1, "VEC": 0},
         # 5003 x 8191: aligned output windows (on 32-byte sectors, then on 128-byte lines)
-        {"TILE": 64, "ROWS": 8, "STCS": 1, "ALIGN": 8, "MINB": 1, "STRIP": 1, "VEC": 0},
-        {"TILE": 32, "ROWS": 8, "STCS": 0, "ALIGN": 8, "MINB": 1, "STRIP": 1, "VEC": 0},
-        {"TILE": 64, "ROWS": 8, "STCS": 1, "ALIGN": 32, "MINB": 1, "STRIP": 1, "VEC": 0},
-        # strips through a ring of rows (which keeps ALIGN 32's rows above), and without ALIGN
-        {"TILE": 64, "ROWS": 8, "STCS": 1, "ALIGN": 8, "MINB": 4, "STRIP": 4, "VEC": 0},
-        {"TILE": 64, "ROWS": 8, "STCS": 1, "ALIGN": 32, "MINB": 2, "STRIP": 2, "VEC": 0},
-        {"TILE": 32, "ROWS": 8, "STCS": 0, "ALIGN": 0, "MINB": 1, "STRIP": 2, "VEC": 0},
+        {"TILE": 64, "ROWS": 8, "STCS": 1, "ALIGN": 8, "MINB": 1, "VEC": 0},
+        {"TILE": 32, "ROWS": 8, "STCS": 0, "ALIGN": 8, "MINB": 1, "VEC": 0},
+        {"TILE": 64, "ROWS": 8, "STCS": 1, "ALIGN": 32, "MINB": 1, "VEC": 0},
         # 16-byte loads shifted into the tile
-        {"TILE": 64, "ROWS": 8, "STCS": 1, "ALIGN": 8, "MINB": 4, "STRIP": 1, "VEC": 1},
-        {"TILE": 32, "ROWS": 8, "STCS": 0, "ALIGN": 16, "MINB": 2, "STRIP": 2, "VEC": 1},
+        {"TILE": 64, "ROWS": 8, "STCS": 1, "ALIGN": 8, "MINB": 4, "VEC": 1},
+        {"TILE": 32, "ROWS": 8, "STCS": 0, "ALIGN": 16, "MINB": 2, "VEC": 1},
     ],
     "layernorm": [
         {"TPR": 128, "RPB": 1, "VPT": 8, "WR": 0},

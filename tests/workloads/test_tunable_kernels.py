@@ -158,7 +158,7 @@ def _cover_reduce(c: Config, s: dict[str, int], r: ResolvedLaunch) -> None:
 def _cover_transpose(c: Config, s: dict[str, int], r: ResolvedLaunch) -> None:
     assert r.block == (c["TILE"], c["ROWS"], 1)
     assert c["TILE"] % c["ROWS"] == 0  # the j loop steps by ROWS up to TILE
-    assert r.grid[0] * c["TILE"] >= s["cols"] and r.grid[1] * c["TILE"] * c["STRIP"] >= s["rows"]
+    assert r.grid[0] * c["TILE"] >= s["cols"] and r.grid[1] * c["TILE"] >= s["rows"]
 
 
 COVERAGE: dict[str, Callable[[Config, dict[str, int], ResolvedLaunch], None]] = {

@@ -16,14 +16,11 @@
 // (__launch_bounds__' second argument): a transpose waits on its loads, and more resident blocks keep
 // more of them in flight (Nsight Compute on the H200: registers held occupancy at 70% with MINB 1).
 // Interior tiles of the ALIGN path (every staged row and every window inside the matrix) skip the
-// per-element bounds checks, as the unshifted path's do. STRIP: the tiles a block moves, one below the
-// other; with ALIGN, an interior strip reads each input row once (a tile's ALIGN rows above are the tile
-// before's, kept in a ring of staged rows) where single tiles read TILE + ALIGN rows for TILE, and the next
-// tile's loads are in flight while this tile's windows are written. VEC = 1: the ALIGN path's interior tiles
-// stage their rows with 16-byte loads from the 16-byte boundary before each row's first column, scattered into
-// the tile shifted (ko_stage_vec), where the input is 16-byte aligned: a misaligned row's warp requests then
-// span 512 bytes, not 128 bytes split over two lines.
-// Launch: grid (ceil_div(cols, TILE), ceil_div(rows + max(ALIGN - 1, 0), TILE * STRIP)), block (TILE, ROWS).
+// per-element bounds checks, as the unshifted path's do. VEC = 1: the ALIGN path's interior tiles stage their
+// rows with 16-byte loads from the 16-byte boundary before each row's first column, scattered into the tile
+// shifted (ko_stage_vec), where the input is 16-byte aligned: a misaligned row's warp requests then span 512
+// bytes, not 128 bytes split over two lines.
+// Launch: grid (ceil_div(cols, TILE), ceil_div(rows + max(ALIGN - 1, 0), TILE)), block (TILE, ROWS).
 
 #ifndef TILE
 #define TILE 32
@@ -40,9 +37,6 @@
 #ifndef MINB
 #define MINB 1
 #endif
-#ifndef STRIP
-#define STRIP 1
-#endif
 #ifndef VEC
 #define VEC 0
 #endif
@@ -50,13 +44,9 @@
 static_assert(TILE % ROWS == 0, "ROWS must divide TILE");
 static_assert(ALIGN == 0 || ALIGN == 8 || ALIGN == 16 || ALIGN == 32, "ALIGN must be 0, 8, 16 or 32 (floats)");
 static_assert(TILE * ROWS <= 1024, "TILE * ROWS must be at most 1024");
-static_assert(STRIP >= 1, "STRIP must be at least 1");
 
-// the staged rows: TILE + ALIGN of them; a strip's ring (STRIP > 1 with ALIGN) a power of two above that, so a
-// row's slot is its row index's low bits
+// the staged rows: TILE + ALIGN of them
 #define KO_STAGED (TILE + ALIGN)
-#define KO_RING (KO_STAGED <= 32 ? 32 : KO_STAGED <= 64 ? 64 : KO_STAGED <= 128 ? 128 : 256)
-#define KO_TILE_ROWS ((STRIP > 1 && ALIGN) ? KO_RING : KO_STAGED)
 
 __device__ __forceinline__ void ko_store(float* dst, float v) {
     if (STCS)
@@ -96,8 +86,8 @@ __device__ __forceinline__ void ko_stage_vec(float (*tile)[TILE + 1], const floa
 
 extern "C" __global__ void __launch_bounds__(TILE * ROWS, MINB)
 transpose(const float* __restrict__ in, float* __restrict__ out, int rows, int cols) {
-    __shared__ float tile[KO_TILE_ROWS][TILE + 1];
-    const int c0 = blockIdx.x * TILE, strip0 = blockIdx.y * (TILE * STRIP);
+    __shared__ float tile[KO_STAGED][TILE + 1];
+    const int c0 = blockIdx.x * TILE, r0 = blockIdx.y * TILE;
     const int tx = threadIdx.x, ty = threadIdx.y;
 #if ALIGN
     if (rows & (ALIGN - 1)) {
@@ -107,114 +97,64 @@ transpose(const float* __restrict__ in, float* __restrict__ out, int rows, int c
         // tile row for the last window); the block stages input rows r0 - ALIGN .. r0 + TILE - 1 so
         // every window's elements are at hand. s from the low bits alone: (oc % A) * (rows % A) % A.
         const int rows_low = rows & (ALIGN - 1);
+        if (r0 >= ALIGN && r0 + TILE <= rows && c0 + TILE <= cols) {
+            // interior: every staged row and every window inside the matrix, no checks
 #if VEC
-        const bool vec_rows = (reinterpret_cast<unsigned long long>(in) & 15) == 0;
+            if ((reinterpret_cast<unsigned long long>(in) & 15) == 0 && r0 + TILE < rows) {
+                ko_stage_vec(tile, in, r0 - ALIGN, c0, cols);  // the last staged row is not the matrix's
+            } else
 #endif
-#if STRIP > 1
-        if (strip0 >= ALIGN && strip0 + STRIP * TILE <= rows && c0 + TILE <= cols) {
-            // an interior strip: its tiles one after another through a ring of staged rows (row r in slot
-            // r % KO_RING), each tile's ALIGN rows above kept from the tile before instead of read again;
-            // the next tile's loads are in flight (registers) while this tile's windows are written
-            constexpr int RING = KO_RING;
-            const float* src = in + (size_t)(strip0 - ALIGN + ty) * cols + c0 + tx;
+            {
+                const float* src = in + (size_t)(r0 - ALIGN + ty) * cols + c0 + tx;
 #pragma unroll
-            for (int j = ty; j < KO_STAGED; j += ROWS, src += (size_t)ROWS * cols)
-                tile[(strip0 - ALIGN + j) & (RING - 1)][tx] = __ldg(src);
-            __syncthreads();
-#pragma unroll 1  // the tiles one after another: registers for one
-            for (int t = 0; t < STRIP; ++t) {
-                const int r0 = strip0 + t * TILE;
-                float next[TILE / ROWS];
-                if (t + 1 < STRIP) {
-                    const float* nsrc = in + (size_t)(r0 + TILE + ty) * cols + c0 + tx;
-#pragma unroll
-                    for (int k = 0; k < TILE / ROWS; ++k) next[k] = __ldg(nsrc + (size_t)k * ROWS * cols);
-                }
-#pragma unroll
-                for (int j = 0; j < TILE; j += ROWS) {
-                    const int oc = c0 + ty + j;
-                    const int r = r0 - (((oc & (ALIGN - 1)) * rows_low) & (ALIGN - 1)) + tx;
-                    ko_store(out + (size_t)oc * rows + r, tile[r & (RING - 1)][ty + j]);
-                }
-                if (t + 1 < STRIP) {
-                    __syncthreads();  // the next rows' slots held rows this tile's windows read
-#pragma unroll
-                    for (int k = 0; k < TILE / ROWS; ++k) tile[(r0 + TILE + ty + k * ROWS) & (RING - 1)][tx] = next[k];
-                    __syncthreads();
-                }
-            }
-            return;
-        }
-#endif
-#pragma unroll 1  // the tiles one after another: registers for one
-        for (int t = 0; t < STRIP; ++t) {
-            const int r0 = strip0 + t * TILE;
-            if (t) __syncthreads();  // the tile before is written out
-            if (r0 >= ALIGN && r0 + TILE <= rows && c0 + TILE <= cols) {
-                // interior: every staged row and every window inside the matrix, no checks
-#if VEC
-                if (vec_rows && r0 + TILE < rows) {
-                    ko_stage_vec(tile, in, r0 - ALIGN, c0, cols);  // the last staged row is not the matrix's
-                } else
-#endif
-                {
-                    const float* src = in + (size_t)(r0 - ALIGN + ty) * cols + c0 + tx;
-#pragma unroll
-                    for (int j = ty; j < KO_STAGED; j += ROWS, src += (size_t)ROWS * cols) tile[j][tx] = __ldg(src);
-                }
-                __syncthreads();
-#pragma unroll
-                for (int j = 0; j < TILE; j += ROWS) {
-                    const int oc = c0 + ty + j;
-                    const int s = ((oc & (ALIGN - 1)) * rows_low) & (ALIGN - 1);
-                    ko_store(out + (size_t)oc * rows + (r0 - s + tx), tile[ALIGN - s + tx][ty + j]);
-                }
-                continue;
-            }
-#pragma unroll
-            for (int j = ty; j < KO_STAGED; j += ROWS) {
-                const int r = r0 - ALIGN + j, c = c0 + tx;
-                tile[j][tx] = (r >= 0 && r < rows && c < cols) ? __ldg(in + (size_t)r * cols + c) : 0.f;
+                for (int j = ty; j < KO_STAGED; j += ROWS, src += (size_t)ROWS * cols) tile[j][tx] = __ldg(src);
             }
             __syncthreads();
 #pragma unroll
             for (int j = 0; j < TILE; j += ROWS) {
                 const int oc = c0 + ty + j;
                 const int s = ((oc & (ALIGN - 1)) * rows_low) & (ALIGN - 1);
-                const int r = r0 - s + tx;
-                if (oc < cols && r >= 0 && r < rows) ko_store(out + (size_t)oc * rows + r, tile[ALIGN - s + tx][ty + j]);
+                ko_store(out + (size_t)oc * rows + (r0 - s + tx), tile[ALIGN - s + tx][ty + j]);
             }
+            return;
+        }
+#pragma unroll
+        for (int j = ty; j < KO_STAGED; j += ROWS) {
+            const int r = r0 - ALIGN + j, c = c0 + tx;
+            tile[j][tx] = (r >= 0 && r < rows && c < cols) ? __ldg(in + (size_t)r * cols + c) : 0.f;
+        }
+        __syncthreads();
+#pragma unroll
+        for (int j = 0; j < TILE; j += ROWS) {
+            const int oc = c0 + ty + j;
+            const int s = ((oc & (ALIGN - 1)) * rows_low) & (ALIGN - 1);
+            const int r = r0 - s + tx;
+            if (oc < cols && r >= 0 && r < rows) ko_store(out + (size_t)oc * rows + r, tile[ALIGN - s + tx][ty + j]);
         }
         return;
     }
 #endif
 
     const int c = c0 + tx;
-#pragma unroll 1  // the tiles one after another: registers for one
-    for (int t = 0; t < STRIP; ++t) {
-        const int r0 = strip0 + t * TILE;
-        if (t) __syncthreads();  // the tile before is written out
-        if (r0 + TILE <= rows && c0 + TILE <= cols) {  // interior tile: no checks
+    if (r0 + TILE <= rows && c0 + TILE <= cols) {  // interior tile: no checks
 #pragma unroll
-            for (int j = 0; j < TILE; j += ROWS)
-                tile[ty + j][tx] = __ldg(in + (size_t)(r0 + ty + j) * cols + c);
-            __syncthreads();
-            const int r = r0 + tx;
+        for (int j = 0; j < TILE; j += ROWS) tile[ty + j][tx] = __ldg(in + (size_t)(r0 + ty + j) * cols + c);
+        __syncthreads();
+        const int r = r0 + tx;
 #pragma unroll
-            for (int j = 0; j < TILE; j += ROWS) ko_store(out + (size_t)(c0 + ty + j) * rows + r, tile[tx][ty + j]);
-        } else {
+        for (int j = 0; j < TILE; j += ROWS) ko_store(out + (size_t)(c0 + ty + j) * rows + r, tile[tx][ty + j]);
+        return;
+    }
 #pragma unroll
-            for (int j = 0; j < TILE; j += ROWS) {
-                const int r = r0 + ty + j;
-                if (r < rows && c < cols) tile[ty + j][tx] = __ldg(in + (size_t)r * cols + c);
-            }
-            __syncthreads();
-            const int r = r0 + tx;
+    for (int j = 0; j < TILE; j += ROWS) {
+        const int r = r0 + ty + j;
+        if (r < rows && c < cols) tile[ty + j][tx] = __ldg(in + (size_t)r * cols + c);
+    }
+    __syncthreads();
+    const int r = r0 + tx;
 #pragma unroll
-            for (int j = 0; j < TILE; j += ROWS) {
-                const int oc = c0 + ty + j;
-                if (oc < cols && r < rows) out[(size_t)oc * rows + r] = tile[tx][ty + j];
-            }
-        }
+    for (int j = 0; j < TILE; j += ROWS) {
+        const int oc = c0 + ty + j;
+        if (oc < cols && r < rows) out[(size_t)oc * rows + r] = tile[tx][ty + j];
     }
 }
