@@ -281,3 +281,67 @@ def test_a_layernorm_kernel_that_drops_weight_and_bias_is_a_mismatch(tmp_path: P
     assert dropped != LAYERNORM
     code, result = evaluate(workload, dropped, launch, tmp_path, harness_binary, capsys)
     assert code != 0 and result["status"] == "mismatch", json.dumps(result, indent=1)[:4000]
+
+
+WIDE_OUTPUTS = 20
+WIDE_PROBLEM = f"""\
+import torch
+import torch.nn as nn
+
+batch_size = 96
+dim = 1000
+
+
+class Model(nn.Module):
+    \"\"\"{WIDE_OUTPUTS} outputs, x times 1 .. {WIDE_OUTPUTS}: with the input, more buffers than 16.\"\"\"
+
+    def forward(self, x):
+        return tuple(x * (k + 1) for k in range({WIDE_OUTPUTS}))
+
+
+def get_inputs():
+    return [torch.randn(batch_size, dim)]
+
+
+def get_init_inputs():
+    return []
+"""
+
+
+def wide_kernel(last: str = "out{k}[i] = v * {m}.f;", tail: str = "") -> str:
+    outputs = ", ".join(f"float* out{k}" for k in range(WIDE_OUTPUTS))
+    stores = "\n        ".join(("out{k}[i] = v * {m}.f;" if k < WIDE_OUTPUTS - 1 else last).format(k=k, m=k + 1)
+                               for k in range(WIDE_OUTPUTS))
+    return (f'extern "C" __global__ void wide_outputs(const float* x, {outputs}, int batch_size, int dim) {{\n'
+            "    long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;\n"
+            "    long long n = (long long)batch_size * dim;\n"
+            f"    if (i < n) {{\n        float v = x[i];\n        {stores}\n    }}\n{tail}}}\n")
+
+
+def test_a_problem_with_twenty_outputs_is_checked_buffer_by_buffer_on_the_gpu(
+        tmp_path: Path, harness_binary: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """21 buffers (one input, 20 outputs; the harness's checks read every buffer's diff from one support scratch
+    sized per case, where 16 slots were once the limit): the right kernel passes; one wrong in the last output
+    alone is a mismatch naming it; one that writes a float past the end of the last output is an out-of-bounds
+    write caught by that buffer's guard bytes."""
+    problem = tmp_path / "wide_outputs.py"
+    problem.write_text(WIDE_PROBLEM)
+    workload = import_torch_problem(problem, tmp_path / "imported").path
+    last = f"out{WIDE_OUTPUTS - 1}"
+    assert [b.name for b in load_workload(workload).signature.outputs] == [f"out{k}" for k in range(WIDE_OUTPUTS)]
+    launch = {"grid": ["ceil_div(batch_size * dim, 256)"], "block": [256]}
+    code, result = evaluate(workload, wide_kernel(), launch, tmp_path, harness_binary, capsys)
+    assert code == 0 and result["status"] == "ok", json.dumps(result, indent=1)[:4000]
+    assert not any("not possible" in c for c in result["checks"]), result["checks"]
+
+    code, result = evaluate(workload, wide_kernel(last="out{k}[i] = v * 19.f;"), launch, tmp_path, harness_binary,
+                            capsys)
+    assert code != 0 and result["status"] == "mismatch", json.dumps(result, indent=1)[:4000]
+    failed = {o["name"] for c in result["cases"] if c["status"] == "mismatch" for o in c["outputs"] if not o["passed"]}
+    assert failed == {last}, json.dumps(result, indent=1)[:4000]
+
+    past_end = f"    if (blockIdx.x == 0 && threadIdx.x == 0) {last}[(long long)batch_size * dim] = 0.f;\n"
+    code, result = evaluate(workload, wide_kernel(tail=past_end), launch, tmp_path, harness_binary, capsys)
+    assert code != 0 and result["status"] == "out_of_bounds_write", json.dumps(result, indent=1)[:4000]
+    hit = {v.get("buffer") for c in result["cases"] for v in c["guard_violations"]}
+    assert hit == {last}, json.dumps(result, indent=1)[:4000]
