@@ -19,6 +19,7 @@
 #   bash scripts/device_issue40.sh short44      # verify44 and the overhead section (bench/run.py) alone (~4 min)
 #   bash scripts/device_issue40.sh final44      # issue 44's closing run: checks' and transpose's GPU tests, kernels44,
 #                                               # overhead44 (~7 min); then adversarial-evaluate (~3.5 min)
+#   bash scripts/device_issue40.sh torch44      # imported PyTorch problems evaluated (20 outputs too), the evaluate tests
 #   bash scripts/device_issue40.sh rest44       # the server's and optimize's adversarial paths, packed (H100 fallback)
 #   KERNELOPT_X=1 bash scripts/device_issue40.sh pending  # the adversarial suite with tests/adversarial/pending/
 #                                               # joined in (server + evaluate paths, ~7 min), for a check still off
@@ -104,6 +105,10 @@ case "${1:-children}" in
   adversarial-server)  # the MCP server's path alone
     KERNELOPT_ADVERSARIAL_REPORT="$OUT/adversarial.md" \
       gpu_tests adversarial-server 400 --timeout 300 tests/gpu/test_adversarial_gpu.py -k server_keeps_answering ;;
+  torch44)  # PyTorch problems evaluated (twenty outputs: 21 buffers, each one's diff slot), then the evaluate paths
+    gpu_tests torch-import 300 --timeout 240 tests/gpu/test_torch_import_gpu.py -k "not optimize"
+    gpu_tests evaluate 250 --timeout 200 tests/gpu/test_evaluate_gpu.py tests/gpu/test_evaluate_v2_gpu.py
+    pack torch44 ;;
   rest44)  # on an H100 while the H200 does not come: the server's and optimize's adversarial paths on today's code
     bash "$0" adversarial-server
     bash "$0" adversarial-optimize
