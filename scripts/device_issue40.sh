@@ -105,6 +105,8 @@ case "${1:-children}" in
   adversarial-server)  # the MCP server's path alone
     KERNELOPT_ADVERSARIAL_REPORT="$OUT/adversarial.md" \
       gpu_tests adversarial-server 400 --timeout 300 tests/gpu/test_adversarial_gpu.py -k server_keeps_answering ;;
+  install)  # the install alone (the first call on a machine; later calls on it skip the install)
+    ;;
   torch44)  # PyTorch problems evaluated (twenty outputs: 21 buffers, each one's diff slot), then the evaluate paths
     gpu_tests torch-import 300 --timeout 240 tests/gpu/test_torch_import_gpu.py -k "not optimize"
     gpu_tests evaluate 250 --timeout 200 tests/gpu/test_evaluate_gpu.py tests/gpu/test_evaluate_v2_gpu.py

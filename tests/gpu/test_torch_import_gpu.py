@@ -308,9 +308,13 @@ def get_init_inputs():
 """
 
 
-def wide_kernel(last: str = "out{k}[i] = v * {m}.f;", tail: str = "") -> str:
+WIDE_STORE = "out{k}[i] = v * {m}.f;"
+
+
+def wide_kernel(last: str = WIDE_STORE, tail: str = "") -> str:
+    """out_k = x * (k + 1), the last output's store ``last``, ``tail`` after the stores."""
     outputs = ", ".join(f"float* out{k}" for k in range(WIDE_OUTPUTS))
-    stores = "\n        ".join(("out{k}[i] = v * {m}.f;" if k < WIDE_OUTPUTS - 1 else last).format(k=k, m=k + 1)
+    stores = "\n        ".join((WIDE_STORE if k < WIDE_OUTPUTS - 1 else last).format(k=k, m=k + 1)
                                for k in range(WIDE_OUTPUTS))
     return (f'extern "C" __global__ void wide_outputs(const float* x, {outputs}, int batch_size, int dim) {{\n'
             "    long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;\n"
