@@ -6,11 +6,13 @@ figures come from the H200."""
 from __future__ import annotations
 
 import json
+import math
 import sys
 from dataclasses import replace
 from pathlib import Path
 from types import ModuleType, SimpleNamespace
 
+import numpy as np
 import pytest
 from bench_scripts import load_bench_script
 from fakegpu import kernel, write_harness, write_tiny_workload
@@ -65,6 +67,41 @@ def test_a_vendor_that_cannot_run_is_named_and_not_judged(
     assert row["kernel"] == "reference" and row["vendor ms"] is None and row["ratio"] is None and row["pass"] is None
     assert sec.passed is None
     assert any("vendor not timed: torch unavailable" in n for n in sec.notes), sec.notes
+
+
+def test_a_vendor_near_its_own_tolerance_is_shown_and_named(
+    vendor: ModuleType, bench, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The share of the tolerance the vendor's own output needs goes in its row; past TIGHT a note says the
+    contract leaves a correct kernel little room (past 1, that the vendor itself fails it)."""
+    monkeypatch.setattr(vendor, "ENTRIES", {"tiny": vendor.Entry("tiny_add", None, "torch", 1.0)})
+    monkeypatch.setattr(vendor, "torch_timer", lambda: "timer")
+    for used, says in ((0.1, None), (0.8, "little room"), (1.7, "it fails the contract")):
+        monkeypatch.setattr(vendor, "torch_ms", lambda wl, case, timer, used=used: (0.5, used))
+        sec = vendor.vendor(bench, ["tiny"], budget=1)
+        assert sec.rows[0]["vendor tol"] == used and sec.rows[0]["vendor ms"] == 0.5
+        tight = [n for n in sec.notes if "of the tolerance" in n]
+        if says is None:
+            assert not tight, tight
+        else:
+            assert len(tight) == 1 and f"needs {used:.2f} of the tolerance" in tight[0] and says in tight[0]
+            assert "workloads/tiny_add/workload.json" in tight[0]
+
+
+def test_tolerance_used_follows_the_harness_rule(vendor: ModuleType) -> None:
+    """|a - e| <= atol * RMS(e) + rtol * |e|: the share of atol an output needs once rtol is taken off."""
+    from kernelopt_mcp.workload import Tolerance
+
+    e = np.array([3.0, -4.0, 0.0, 0.0])  # RMS 2.5
+    tol = Tolerance(rtol=0.1, atol=0.2)
+    assert vendor.tolerance_used(e.copy(), e, tol) == 0.0
+    assert vendor.tolerance_used(e + [0.3, 0, 0, 0], e, tol) == 0.0  # inside rtol * |e| = 0.3
+    assert vendor.tolerance_used(e + [0, 0, 0.5, 0], e, tol) == pytest.approx(1.0)  # atol * RMS = 0.5 exactly
+    assert vendor.tolerance_used(e + [0, 0.4 + 0.25, 0, 0], e, tol) == pytest.approx(0.5)
+    absolute = Tolerance(rtol=0.1, atol=0.2, absolute=True)
+    assert vendor.tolerance_used(e + [0, 0, 0.5, 0], e, absolute) == pytest.approx(2.5)  # scale 1, not the RMS
+    assert vendor.tolerance_used(e + [0, 0, np.nan, 0], e, tol) == math.inf
+    assert vendor.tolerance_used(e + [0, 0, 1e-9, 0], e, Tolerance(rtol=0, atol=0)) == math.inf
 
 
 def test_main_refuses_a_budget_below_one_and_says_when_there_is_no_gpu(
