@@ -21,6 +21,8 @@
 #                                               # overhead44 (~7 min); then adversarial-evaluate (~3.5 min)
 #   bash scripts/device_issue40.sh torch44      # imported PyTorch problems evaluated (20 outputs too), the evaluate tests
 #   bash scripts/device_issue40.sh rest44       # the server's and optimize's adversarial paths, packed (H100 fallback)
+#   bash scripts/device_issue40.sh vendortol    # bench/vendor.py's PyTorch routines against their workloads' tolerances:
+#                                               # the GPU test, then the known bests with the vendor tol column (~5 min)
 #   KERNELOPT_X=1 bash scripts/device_issue40.sh pending  # the adversarial suite with tests/adversarial/pending/
 #                                               # joined in (server + evaluate paths, ~7 min), for a check still off
 #   bash scripts/device_issue40.sh optimize   # kernelopt optimize --workload on imported problems, scripted model
@@ -115,6 +117,13 @@ case "${1:-children}" in
     bash "$0" adversarial-server
     bash "$0" adversarial-optimize
     pack rest44 ;;
+  vendortol)  # how much of each workload's tolerance the vendor's own output needs (bench/vendor.py's vendor tol)
+    gpu_tests vendortol 200 --timeout 180 tests/gpu/test_vendor_tolerance_gpu.py
+    timeout 300 python3 bench/vendor.py --known --only softmax --only layernorm --only attention_fwd_tma --json \
+      > "$OUT/vendor-tol.json" 2> "$OUT/vendor-tol.err"; echo "vendor rc=$?"
+    python3 -c 'import json,sys; s=json.load(open(sys.argv[1]))["sections"][0]
+for r in s["rows"]: print(r["workload"], r["case"], r["ours ms"], r["vendor ms"], r["vendor tol"], r["ratio"])
+print("\n".join(n for n in s["notes"] if "tolerance" in n))' "$OUT/vendor-tol.json" ;;
   adversarial-evaluate)  # the `kernelopt evaluate` path alone (~3.5 min on the H200)
     KERNELOPT_ADVERSARIAL_REPORT="$OUT/adversarial.md" \
       gpu_tests adversarial-evaluate 400 --timeout 300 tests/gpu/test_adversarial_gpu.py -k kernelopt_evaluate ;;
