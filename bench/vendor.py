@@ -23,8 +23,9 @@ own output needs (its atol, at its rtol, by the harness's rule, against float64 
 output's dtype, on inputs drawn from the workload's own generators): past 0.5 a note says a correct
 kernel has little room, past 1 that the contract fails the vendor itself (attention_fwd's atol of
 0.06 was such a contract until 2026-12-07). A vendor writing another dtype than the output (bf16
-matmul for gemm_bf16's float32 C) is not measured. Targets are issue 16's; a row without one is reported, not judged. Run on the H200
-in pieces (each entry is a few minutes at the default budget): ``--only sgemm_3xtf32 --only sgemm``.
+matmul for gemm_bf16's float32 C) is not measured. Targets are issue 16's; a row without one is
+reported, not judged. Run on the H200 in pieces (each entry is a few minutes at the default
+budget): ``--only sgemm_3xtf32 --only sgemm``.
 
 ``--config ENTRY:NAME=VALUE,...`` evaluates that configuration instead of tuning (a known best,
 in seconds); ``--known`` does so with each entry's best configuration measured so far (``Entry.known``,
