@@ -352,10 +352,11 @@ def exact_attention(q: Any, k: Any, v: Any, causal: bool) -> Any:
     qf, kf, vf = (t.flatten(0, 1).to(torch.float64) for t in (q, k, v))
     out = torch.empty_like(qf)
     s_len = q.shape[-2]
+    future = torch.ones(s_len, s_len, dtype=torch.bool, device=q.device).triu(1) if causal else None
     for h in range(0, qf.shape[0], 4):
         scores = qf[h:h + 4] @ kf[h:h + 4].transpose(1, 2) / q.shape[-1] ** 0.5
-        if causal:
-            scores.masked_fill_(torch.ones(s_len, s_len, dtype=torch.bool, device=q.device).triu(1), float("-inf"))
+        if future is not None:
+            scores.masked_fill_(future, float("-inf"))
         out[h:h + 4] = torch.softmax(scores, dim=-1) @ vf[h:h + 4]
     return out.view(q.shape)
 
