@@ -54,6 +54,18 @@ class Section:
         return self.__dict__.copy()
 
 
+def bench_workload(name: str, settings: Settings, cases: list[str] | None = None,
+                  scalars: dict[str, dict[str, Any]] | None = None) -> Workload:
+    """A workload, optionally cut down to ``cases`` and with case scalars overridden."""
+    wl = find_workload(name, settings)
+    if cases is not None or scalars:
+        chosen = [wl.spec.case(c) for c in cases] if cases is not None else list(wl.spec.cases)
+        chosen = [c.model_copy(update={"scalars": {**c.scalars, **(scalars or {}).get(c.name, {})}})
+                  for c in chosen]
+        wl.spec = wl.spec.model_copy(update={"cases": chosen})
+    return wl
+
+
 @dataclass
 class Bench:
     """What every section needs: settings, the harness binary, the device, a scratch directory."""
@@ -67,14 +79,7 @@ class Bench:
 
     def workload(self, name: str, cases: list[str] | None = None,
                  scalars: dict[str, dict[str, Any]] | None = None) -> Workload:
-        """A workload, optionally cut down to ``cases`` and with case scalars overridden."""
-        wl = find_workload(name, self.settings)
-        if cases is not None or scalars:
-            chosen = [wl.spec.case(c) for c in cases] if cases is not None else list(wl.spec.cases)
-            chosen = [c.model_copy(update={"scalars": {**c.scalars, **(scalars or {}).get(c.name, {})}})
-                      for c in chosen]
-            wl.spec = wl.spec.model_copy(update={"cases": chosen})
-        return wl
+        return bench_workload(name, self.settings, cases, scalars)
 
     @contextmanager
     def evaluator(

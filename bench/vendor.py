@@ -20,7 +20,7 @@ and times the vendor's routine on the same performance cases:
 The ratio is the vendor's time over ours (copy: our bytes per second over the copy rate): above 1,
 ours is faster. ``vendor tol`` (PyTorch rows) is the share of the workload's tolerance the vendor's
 own output needs (its atol, at its rtol, by the harness's rule, against float64 rounded to the
-output's dtype, on inputs drawn from the workload's own generators): past 0.5 a note says a correct
+output's dtype, on inputs made by the workload's own generators): past 0.5 a note says a correct
 kernel has little room, past 1 that the contract fails the vendor itself (attention_fwd's atol of
 0.06 was such a contract until 2026-12-07). A vendor writing another dtype than the output (bf16
 matmul for gemm_bf16's float32 C) is not measured. Targets are issue 16's; a row without one is
@@ -51,6 +51,8 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 ROOT = Path(__file__).resolve().parent.parent
 for path in (ROOT, ROOT / "bench"):
     if str(path) not in sys.path:
@@ -61,14 +63,16 @@ from run import Bench, Section, make_bench, print_section, reference
 
 from kernelopt_mcp import Candidate, EvaluationResult, HarnessProcess, Session, Settings, app
 from kernelopt_mcp.baselines import run_cublas_sgemm
+from kernelopt_mcp.dtypes import DType
 from kernelopt_mcp.errors import KerneloptError
 from kernelopt_mcp.evaluation.evaluate import evaluate
+from kernelopt_mcp.evaluation.inputs import generate
 from kernelopt_mcp.evaluation.support_module import support_module
 from kernelopt_mcp.ncu_report import ProfileSummary
 from kernelopt_mcp.profiler import ProfileOptions, find_ncu
 from kernelopt_mcp.tune.space import Space, Value
 from kernelopt_mcp.tune.spec import Tunable, load_tunable
-from kernelopt_mcp.workload import Normal, Tolerance, Uniform, Workload
+from kernelopt_mcp.workload import Tolerance, Workload, case_shape
 
 WARMUP, ITERATIONS = 10, 100
 TIGHT = 0.5  # a vendor that needs more of a workload's tolerance leaves a correct kernel less than 2x room
@@ -299,20 +303,23 @@ class TorchRoutine:
     backend: Callable[[], AbstractContextManager[Any]] = nullcontext  # entered around the calls and the timing
 
 
-def drawn(wl: Workload, case: str, name: str, shape: tuple[int, ...], dtype: Any) -> Any:
-    """Input ``name`` of ``case`` on CUDA, drawn from the workload's own normal or uniform generator
-    (any other: standard normal), so the vendor sees the distribution our kernels are checked on."""
+def host_input(wl: Workload, case: str, name: str) -> np.ndarray:
+    """Input ``name`` of ``case`` as the workload makes it: its own generator at the case's shape and
+    the buffer's dtype (:func:`kernelopt_mcp.evaluation.inputs.generate`, seed 0), so the vendor
+    computes on the distribution our kernels are checked on."""
+    c, param = wl.spec.case(case), wl.spec.signature.param(name)
+    gen = c.inputs.get(name) or wl.spec.inputs[name]
+    return generate(gen, param, case_shape(param, c.scalars), 0, case, wl.root)
+
+
+def drawn(wl: Workload, case: str, name: str) -> Any:
+    """:func:`host_input` as a CUDA tensor of the buffer's dtype."""
     import torch
 
-    gen = wl.spec.case(case).inputs.get(name) or wl.spec.inputs.get(name)
-    x = torch.empty(shape, dtype=torch.float32, device="cuda")
-    if isinstance(gen, Uniform):
-        x.uniform_(gen.low, gen.high)
-    elif isinstance(gen, Normal):
-        x.normal_(gen.mean, gen.std)
-    else:
-        x.normal_()
-    return x.to(dtype)
+    host = host_input(wl, case, name)
+    if host.dtype == DType.bfloat16.numpy:  # ml_dtypes' bfloat16: the same bits, viewed as torch's
+        return torch.from_numpy(host.view(np.int16)).cuda().view(torch.bfloat16)
+    return torch.from_numpy(host).cuda()
 
 
 def torch_routine(wl: Workload, case: str) -> TorchRoutine:
@@ -322,11 +329,10 @@ def torch_routine(wl: Workload, case: str) -> TorchRoutine:
     s = {k: int(v) if isinstance(v, int) else v for k, v in wl.spec.case(case).scalars.items()}
     f64 = torch.float64
     if wl.name == "gemm_bf16":
-        a, b = drawn(wl, case, "A", (s["M"], s["K"]), torch.bfloat16), drawn(wl, case, "B", (s["K"], s["N"]),
-                                                                              torch.bfloat16)
+        a, b = drawn(wl, case, "A"), drawn(wl, case, "B")
         return TorchRoutine(lambda: torch.matmul(a, b), lambda: a.to(f64) @ b.to(f64), "C")
     if wl.name == "attention_fwd":
-        q, k, v = (drawn(wl, case, n, (s["B"], s["H"], s["S"], s["D"]), torch.bfloat16) for n in "qkv")
+        q, k, v = (drawn(wl, case, n) for n in "qkv")
         from torch.nn.attention import SDPBackend, sdpa_kernel
 
         causal = bool(s["causal"])
@@ -334,11 +340,10 @@ def torch_routine(wl: Workload, case: str) -> TorchRoutine:
                             lambda: exact_attention(q, k, v, causal), "o",
                             lambda: sdpa_kernel(SDPBackend.FLASH_ATTENTION))
     if wl.name == "softmax":
-        x = drawn(wl, case, "x", (s["rows"], s["cols"]), torch.float32)
+        x = drawn(wl, case, "x")
         return TorchRoutine(lambda: torch.softmax(x, dim=-1), lambda: torch.softmax(x.to(f64), dim=-1), "y")
     if wl.name == "layernorm":
-        x = drawn(wl, case, "x", (s["rows"], s["cols"]), torch.float32)
-        g, b = (drawn(wl, case, n, (s["cols"],), torch.float32) for n in ("gamma", "beta"))
+        x, g, b = (drawn(wl, case, n) for n in ("x", "gamma", "beta"))
         eps = float(s["eps"])
         return TorchRoutine(lambda: F.layer_norm(x, (s["cols"],), g, b, eps),
                             lambda: F.layer_norm(x.to(f64), (s["cols"],), g.to(f64), b.to(f64), eps), "y")

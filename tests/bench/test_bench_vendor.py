@@ -88,6 +88,25 @@ def test_a_vendor_near_its_own_tolerance_is_shown_and_named(
             assert "workloads/tiny_add/workload.json" in tight[0]
 
 
+def test_the_vendors_inputs_are_the_workloads_own_draws(vendor: ModuleType) -> None:
+    """Shapes, dtypes and distributions come from the workload: softmax's normal(0, 2), layernorm's
+    mean-1 x and uniform [0.5, 1.5) gamma, attention's bf16 q at the case's (B, H, S, D)."""
+    from kernelopt_mcp.dtypes import DType
+
+    def small(name: str, case: str, scalars: dict[str, int]):
+        return load_bench_script("bench_core.py").bench_workload(name, Settings(), scalars={case: scalars})
+
+    x = vendor.host_input(small("softmax", "square_8192", {"rows": 64, "cols": 1024}), "square_8192", "x")
+    assert x.shape == (64, 1024) and x.dtype == np.float32 and x.std() == pytest.approx(2, rel=0.05)
+    ln = small("layernorm", "wide_16384x4096", {"rows": 64, "cols": 1024})
+    x, gamma = (vendor.host_input(ln, "wide_16384x4096", n) for n in ("x", "gamma"))
+    assert x.mean() == pytest.approx(1, abs=0.05) and gamma.shape == (1024,)
+    assert gamma.min() >= 0.5 and gamma.max() < 1.5
+    att = small("attention_fwd", "d64_4x32x4096", {"B": 1, "H": 2, "S": 128})
+    q = vendor.host_input(att, "d64_4x32x4096", "q")
+    assert q.shape == (1, 2, 128, 64) and q.dtype == DType.bfloat16.numpy
+
+
 def test_tolerance_used_follows_the_harness_rule(vendor: ModuleType) -> None:
     """|a - e| <= atol * RMS(e) + rtol * |e|: the share of atol an output needs once rtol is taken off."""
     from kernelopt_mcp.workload import Tolerance
