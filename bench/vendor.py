@@ -383,18 +383,21 @@ def torch_ms(wl: Workload, case: str, time_ms: Callable[[Callable[[], Any]], flo
     """The vendor's time on ``case`` and the share of the workload's tolerance its own output needs
     against float64 rounded to the output's dtype, as the harness keeps expected values (None where the
     vendor writes another dtype than the workload's output: its rounding is not the contract's)."""
-    import torch
-
     routine = torch_routine(wl, case)
     with routine.backend():
-        got, dtype = routine.call(), wl.spec.signature.param(routine.output).dtype
-        used = None
-        if got.dtype == getattr(torch, dtype.value):
-            expected = routine.exact().to(got.dtype).to(torch.float64)
-            used = tolerance_used(got.to(torch.float64), expected, wl.spec.tolerance_for(routine.output))
-            del expected
-        del got
+        used = vendor_tolerance(wl, routine, routine.call())
         return time_ms(routine.call), used
+
+
+def vendor_tolerance(wl: Workload, routine: TorchRoutine, got: Any) -> float | None:
+    """:func:`tolerance_used` of ``got`` (the routine's output) against ``routine.exact()`` rounded to
+    the output's dtype; None where ``got`` is of another dtype. Call it inside ``routine.backend()``."""
+    import torch
+
+    if got.dtype != getattr(torch, wl.spec.signature.param(routine.output).dtype.value):
+        return None
+    expected = routine.exact().to(got.dtype).to(torch.float64)
+    return tolerance_used(got.to(torch.float64), expected, wl.spec.tolerance_for(routine.output))
 
 
 # --- the table ---------------------------------------------------------------------------------
